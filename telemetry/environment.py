@@ -1,0 +1,60 @@
+"""What a run ran on: software versions and the fabric-relevant environment, secrets redacted."""
+from __future__ import annotations
+
+import os
+import platform
+import re
+import socket
+import sys
+from importlib import metadata
+
+# Settings that decide which fabric and transport a job uses (REFERENCE.md section 4), plus the
+# launcher's identity. Anything else in the environment is not recorded at all.
+RECORDED_PREFIXES = ("NCCL_", "GLOO_", "UCX_", "FI_", "TORCH_NCCL_", "TORCH_DISTRIBUTED_", "CUDA_VISIBLE_DEVICES",
+                     "CUDA_DEVICE_MAX_CONNECTIONS", "OMP_NUM_THREADS", "SLURM_JOB_ID", "SLURM_NNODES",
+                     "SLURM_JOB_NODELIST", "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
+                     "TORCHELASTIC_RUN_ID", "HF_HUB_OFFLINE")
+SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSW|PASSWD|KEY|CREDENTIAL|AUTH|COOKIE|SESSION|PRIVATE", re.I)
+# Values that look like credentials even under an innocent name (URLs with a password, bearer tokens).
+SECRET_VALUE = re.compile(r"://[^/\s:@]+:[^/\s@]+@|\b(hf|ghp|gho|github_pat|sk|xox[abp])_[A-Za-z0-9_]{8,}|"
+                          r"Bearer\s+\S+", re.I)
+REDACTED = "<redacted>"
+
+
+def redacted_env(environ: dict[str, str] | None = None) -> dict[str, str]:
+    env = os.environ if environ is None else environ
+    out = {}
+    for name in sorted(env):
+        if not name.startswith(RECORDED_PREFIXES):
+            continue
+        value = env[name]
+        out[name] = REDACTED if SECRET_NAME.search(name) or SECRET_VALUE.search(value) else value
+    return out
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def software_versions() -> dict:
+    import torch
+
+    cuda = torch.version.cuda
+    nccl = None
+    if torch.cuda.is_available() and hasattr(torch.cuda, "nccl"):
+        try:
+            nccl = ".".join(str(x) for x in torch.cuda.nccl.version())
+        except Exception:  # no NCCL in this build
+            nccl = None
+    return {
+        "python": sys.version.split()[0], "torch": torch.__version__, "cuda": cuda, "nccl": nccl,
+        "transformers": _version("transformers"), "peft": _version("peft"), "datasets": _version("datasets"),
+        "fabric_harness": _version("fabric-harness"), "platform": platform.platform(),
+    }
+
+
+def host_info() -> dict:
+    return {"hostname": socket.gethostname(), "pid": os.getpid()}

@@ -1,0 +1,1 @@
+"""fabric-harness trainer: recipes -> distributed training runs with a run directory."""

@@ -1,0 +1,76 @@
+"""`python -m trainer RECIPE [key=value ...] [--dry-run [--world-size N]]`: parse, check, run."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import yaml
+
+from .config import RecipeError, load_recipe
+from .layout import resolve_layout, unimplemented
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m trainer",
+        description="Run a training recipe (alone, or under torchrun for several ranks).",
+        epilog="example: torchrun --standalone --nproc-per-node 2 -m trainer recipes/tiny_llama_lora.yaml "
+               "max_steps=10 output_dir=runs/demo")
+    p.add_argument("recipe", help="path to a recipe YAML file")
+    p.add_argument("overrides", nargs="*", help="dotted key=value overrides, e.g. train.lr=2e-4 parallel.dp=2")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the resolved recipe and the layout, load no data or model")
+    p.add_argument("--world-size", type=int, default=None,
+                   help="with --dry-run: the world size to check the layout against "
+                        "(default: torchrun's WORLD_SIZE, else dp x tp x pp when dp is set, else 1)")
+    return p
+
+
+def _fail(problems: list[str]) -> int:
+    for line in problems:
+        print(f"error: {line}", file=sys.stderr)
+    return 2
+
+
+def _world_size(args, recipe) -> int:
+    if args.world_size is not None:
+        return args.world_size
+    if "WORLD_SIZE" in os.environ:
+        return int(os.environ["WORLD_SIZE"])
+    par = recipe.parallel
+    return par.dp * par.tp * par.pp if par.dp > 0 else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = _parser().parse_intermixed_args(argv)
+    if args.world_size is not None and not args.dry_run:
+        return _fail(["--world-size: only with --dry-run; a real run takes its world size from torchrun"])
+    try:
+        recipe = load_recipe(args.recipe, args.overrides)
+    except RecipeError as exc:
+        return _fail(exc.problems)
+    world = _world_size(args, recipe)
+    layout, problems = resolve_layout(recipe, world)
+    if problems:
+        return _fail(problems)
+    if args.dry_run:
+        resolved = recipe.to_dict()
+        resolved.pop("recipe_path")
+        print(f"# recipe {recipe.recipe_path}" + (f" with {' '.join(args.overrides)}" if args.overrides else ""))
+        print(yaml.safe_dump(resolved, sort_keys=False).rstrip())
+        print("# layout")
+        print(yaml.safe_dump({"layout": layout.to_dict()}, sort_keys=False).rstrip())
+        print(f"# {layout.describe()}")
+        for note in unimplemented(layout):
+            print(f"note: {note}; a real run exits 2", file=sys.stderr)
+        return 0
+    problems = unimplemented(layout)
+    if problems:
+        return _fail(problems)
+    # Nothing is fetched at run time unless the user asks: hub names must already be in the local cache.
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    from .run import run  # heavy imports (torch, transformers) only for real runs
+    return run(recipe, layout, [sys.executable, "-m", "trainer", *argv], list(args.overrides))

@@ -1,0 +1,358 @@
+"""Recipes: YAML (safe loading only) -> typed config tree, with `key=value` overrides.
+
+Binding collects every problem instead of stopping at the first, so a user fixes a recipe in one pass.
+This module imports no torch: `--dry-run` of a 70B recipe must be instant on a laptop.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Literal, Optional, Union
+
+import yaml
+
+
+class RecipeError(Exception):
+    """One or more problems in a recipe or its overrides; each is a complete one-line message."""
+
+    def __init__(self, problems: list[str]):
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
+@dataclass
+class ModelConfig:
+    family: Literal["llama"] = "llama"
+    path: Optional[str] = None  # local Hugging Face checkpoint directory (real use)
+    config: Union[dict, str, None] = None  # random init: HF config fields, or a path to a config.json
+    tokenizer: Optional[str] = None  # default: the checkpoint's own tokenizer
+    dtype: Literal["auto", "bf16", "fp32"] = "auto"  # weights; auto = bf16 on GPU, fp32 on CPU
+    attn_implementation: str = "sdpa"
+    activation_checkpointing: bool = False
+
+
+@dataclass
+class LoraConfig:
+    r: int = 8
+    alpha: float = 16.0
+    dropout: float = 0.0
+    target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+
+
+@dataclass
+class DataConfig:
+    # A local .jsonl/.json/.parquet path, or a hub name already in the local Hugging Face cache.
+    dataset: str = "databricks/databricks-dolly-15k"
+    format: Literal["dolly", "pretokenized"] = "dolly"
+    eval_dataset: Optional[str] = None  # pretokenized eval set; dolly uses the validation split
+    seq_len: int = 2048
+    packing: bool = False
+    split: list[float] = field(default_factory=lambda: [0.8, 0.15, 0.05])  # train/validation/test
+    split_seed: int = 1234
+    max_train_samples: Optional[int] = None
+    max_eval_samples: Optional[int] = None
+
+
+@dataclass
+class TrainConfig:
+    global_batch_size: int = 128
+    micro_batch_size: int = 1
+    lr: float = 1e-4
+    min_lr: float = 0.0
+    warmup_steps: int = 0
+    weight_decay: float = 0.0
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    eps: float = 1e-8
+    grad_clip: Optional[float] = 1.0  # max global grad norm; null disables clipping
+    precision: Literal["auto", "bf16", "fp32"] = "auto"  # autocast; auto = bf16 on GPU, fp32 on CPU
+    log_every: int = 1
+    save_every: int = 0  # optimizer steps between checkpoints; 0 = only at the end
+    save_final: bool = True
+    resume: str = "auto"  # auto (latest in output_dir), never, or a checkpoint directory
+    eval_every_samples: Optional[int] = None
+    target_eval_loss: Optional[float] = None  # stop once eval loss <= target (MLPerf-style)
+
+
+@dataclass
+class ParallelConfig:
+    dp: int = -1  # -1: whatever the world size leaves after tp x pp
+    tp: int = 1
+    pp: int = 1
+    data_parallel: Literal["ddp", "fsdp"] = "ddp"
+
+
+@dataclass
+class DistributedConfig:
+    backend: Literal["auto", "nccl", "gloo"] = "auto"
+    timeout_s: int = 600
+
+
+@dataclass
+class TelemetryConfig:
+    enabled: bool = True
+
+
+@dataclass
+class Recipe:
+    name: str = "unnamed"
+    workload: Literal["llm_lora"] = "llm_lora"
+    output_dir: str = "runs/unnamed"
+    max_steps: int = 100
+    seed: int = 1234
+    model: ModelConfig = field(default_factory=ModelConfig)
+    lora: LoraConfig = field(default_factory=LoraConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    distributed: DistributedConfig = field(default_factory=DistributedConfig)
+    telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
+    recipe_path: Optional[str] = None  # set by the loader, not by users
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+# Input paths in a recipe file are relative to that file, so recipes ship with their assets;
+# paths given as overrides are relative to the current directory, as on any command line.
+RECIPE_RELATIVE_PATHS = ("model.path", "model.tokenizer", "data.dataset", "data.eval_dataset")
+
+
+# ---------------------------------------------------------------- binding
+
+def _type_name(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if tp is int:
+        return "an integer"
+    if tp is float:
+        return "a number"
+    if tp is bool:
+        return "true or false"
+    if tp is str:
+        return "a string"
+    if tp is dict:
+        return "a mapping"
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in typing.get_args(tp))
+    if origin is list:
+        (inner,) = typing.get_args(tp)
+        return f"a list of {_type_name(inner).removeprefix('an ').removeprefix('a ')}s"
+    if origin in (Union, types.UnionType):
+        args = typing.get_args(tp)
+        names = [_type_name(a) for a in args if a is not type(None)]
+        return " or ".join(names) + (" or null" if type(None) in args else "")
+    return getattr(tp, "__name__", str(tp))
+
+
+def _bind_value(value: Any, tp: Any, path: str, problems: list[str]) -> Any:
+    origin = typing.get_origin(tp)
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            problems.append(f"{path}: got {value!r}; expected a mapping of {', '.join(_field_names(tp))}")
+            return tp()
+        return _bind_dataclass(value, tp, path, problems)
+    if origin in (Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        for arg in args:
+            if arg is type(None):
+                continue
+            trial: list[str] = []
+            bound = _bind_value(value, arg, path, trial)
+            if not trial:
+                return bound
+    elif origin is Literal:
+        if value in typing.get_args(tp) and type(value) in {type(a) for a in typing.get_args(tp)}:
+            return value
+    elif origin is list:
+        (inner,) = typing.get_args(tp)
+        if isinstance(value, list):
+            before = len(problems)
+            items = [_bind_value(v, inner, f"{path}[{i}]", problems) for i, v in enumerate(value)]
+            if len(problems) == before:
+                return items
+            return value
+    elif tp is bool:
+        if isinstance(value, bool):
+            return value
+    elif tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        # YAML 1.1 reads "1e-4" (no dot) as a string; accept what is plainly a number.
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                pass
+    elif tp is str:
+        if isinstance(value, str):
+            return value
+    elif tp is dict:
+        if isinstance(value, dict):
+            return value
+    problems.append(f"{path}: got {value!r} ({type(value).__name__}); expected {_type_name(tp)}")
+    return value
+
+
+def _field_names(cls: type) -> list[str]:
+    return [f.name for f in dataclasses.fields(cls) if f.name != "recipe_path"]
+
+
+def _bind_dataclass(data: dict, cls: type, prefix: str, problems: list[str]) -> Any:
+    hints = typing.get_type_hints(cls)
+    names = _field_names(cls)
+    kwargs = {}
+    for key, value in data.items():
+        path = f"{prefix}.{key}" if prefix else str(key)
+        if key not in names:
+            close = difflib.get_close_matches(str(key), names, n=1)
+            hint = f"did you mean '{close[0]}'? " if close else ""
+            problems.append(f"{path}: unknown key; {hint}allowed: {', '.join(names)}")
+            continue
+        before = len(problems)
+        bound = _bind_value(value, hints[key], path, problems)
+        if len(problems) == before:  # a bad value is reported once; its default keeps later checks sane
+            kwargs[key] = bound
+    try:
+        return cls(**kwargs)
+    except TypeError:  # only reachable after a reported problem
+        return cls()
+
+
+# ---------------------------------------------------------------- loading
+
+def _parse_override(text: str) -> tuple[list[str], Any]:
+    if "=" not in text:
+        raise RecipeError([f"{text}: an override must look like key.path=value"])
+    key, raw = text.split("=", 1)
+    key = key.strip()
+    if not key or any(not part for part in key.split(".")):
+        raise RecipeError([f"{text}: an override must look like key.path=value"])
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else None
+    except yaml.YAMLError:
+        value = raw
+    return key.split("."), value
+
+
+def _apply_override(tree: dict, parts: list[str], value: Any) -> Optional[str]:
+    node = tree
+    for i, part in enumerate(parts[:-1]):
+        child = node.get(part)
+        if child is None:
+            child = node[part] = {}
+        if not isinstance(child, dict):
+            return f"{'.'.join(parts[:i + 1])}: is {child!r}, not a mapping; cannot set {'.'.join(parts)}"
+        node = child
+    node[parts[-1]] = value
+    return None
+
+
+def _get(tree: dict, dotted: str) -> Any:
+    node: Any = tree
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def load_recipe(path: str, overrides: list[str] = ()) -> Recipe:
+    """Read a recipe file, apply overrides, bind and check it (world-size checks come later)."""
+    if not os.path.isfile(path):
+        raise RecipeError([f"recipe: {path!r} is not a file"])
+    try:
+        with open(path, encoding="utf-8") as f:
+            tree = yaml.safe_load(f)
+    except yaml.YAMLError as exc:
+        where = getattr(exc, "problem_mark", None)
+        line = f" at line {where.line + 1}" if where else ""
+        raise RecipeError([f"recipe: {path} is not valid YAML{line}: {getattr(exc, 'problem', exc)}"]) from None
+    if tree is None:
+        tree = {}
+    if not isinstance(tree, dict):
+        raise RecipeError([f"recipe: {path} must hold a mapping at the top level, got {type(tree).__name__}"])
+
+    recipe_dir = os.path.dirname(os.path.abspath(path))
+    for dotted in RECIPE_RELATIVE_PATHS:
+        value = _get(tree, dotted)
+        if isinstance(value, str) and not os.path.isabs(value):
+            candidate = os.path.join(recipe_dir, value)
+            if os.path.exists(candidate):
+                parent = _get(tree, dotted.rsplit(".", 1)[0])
+                parent[dotted.rsplit(".", 1)[1]] = candidate
+    problems: list[str] = []
+    for text in overrides:
+        parts, value = _parse_override(text)
+        problem = _apply_override(tree, parts, value)
+        if problem:
+            problems.append(problem)
+    recipe = _bind_dataclass(tree, Recipe, "", problems)
+    problems += check_recipe(recipe)
+    if problems:
+        raise RecipeError(problems)
+    recipe.recipe_path = os.path.abspath(path)
+    return recipe
+
+
+def check_recipe(r: Recipe) -> list[str]:
+    """Checks that need no world size. Each problem names the key, the value and what is allowed."""
+    p = []
+    if r.max_steps < 1:
+        p.append(f"max_steps: got {r.max_steps}; expected an integer >= 1")
+    m = r.model
+    if (m.path is None) == (m.config is None):
+        p.append("model: set exactly one of model.path (a local checkpoint directory) "
+                 "or model.config (random init); got " + ("both" if m.path else "neither"))
+    if m.config is not None and m.tokenizer is None:
+        p.append("model.tokenizer: required with model.config (random init has no tokenizer of its own)")
+    if r.lora.r < 1:
+        p.append(f"lora.r: got {r.lora.r}; expected an integer >= 1")
+    if not 0.0 <= r.lora.dropout < 1.0:
+        p.append(f"lora.dropout: got {r.lora.dropout}; expected a number in [0, 1)")
+    if not r.lora.target_modules:
+        p.append("lora.target_modules: empty; name at least one module, e.g. [q_proj, v_proj]")
+    d = r.data
+    if d.seq_len < 8:
+        p.append(f"data.seq_len: got {d.seq_len}; expected an integer >= 8")
+    if len(d.split) != 3 or any(x < 0 for x in d.split) or abs(sum(d.split) - 1.0) > 1e-6:
+        p.append(f"data.split: got {d.split}; expected three non-negative fractions "
+                 "(train, validation, test) summing to 1")
+    t = r.train
+    for key in ("global_batch_size", "micro_batch_size", "log_every"):
+        if getattr(t, key) < 1:
+            p.append(f"train.{key}: got {getattr(t, key)}; expected an integer >= 1")
+    if t.lr <= 0:
+        p.append(f"train.lr: got {t.lr}; expected a number > 0")
+    if not 0 <= t.min_lr <= t.lr:
+        p.append(f"train.min_lr: got {t.min_lr}; expected a number in [0, train.lr={t.lr}]")
+    if t.warmup_steps < 0:
+        p.append(f"train.warmup_steps: got {t.warmup_steps}; expected an integer >= 0")
+    if len(t.betas) != 2 or any(not 0 <= b < 1 for b in t.betas):
+        p.append(f"train.betas: got {t.betas}; expected two numbers in [0, 1)")
+    if t.grad_clip is not None and t.grad_clip <= 0:
+        p.append(f"train.grad_clip: got {t.grad_clip}; expected a number > 0, or null to disable")
+    if t.save_every < 0:
+        p.append(f"train.save_every: got {t.save_every}; expected an integer >= 0 (0 = only at the end)")
+    if t.eval_every_samples is not None and t.eval_every_samples < 1:
+        p.append(f"train.eval_every_samples: got {t.eval_every_samples}; expected an integer >= 1 or null")
+    if t.target_eval_loss is not None and t.eval_every_samples is None:
+        p.append("train.target_eval_loss: needs train.eval_every_samples to say when to evaluate")
+    if d.format == "pretokenized" and t.eval_every_samples is not None and d.eval_dataset is None:
+        p.append("data.eval_dataset: required when train.eval_every_samples is set with data.format=pretokenized")
+    par = r.parallel
+    for key in ("tp", "pp"):
+        if getattr(par, key) < 1:
+            p.append(f"parallel.{key}: got {getattr(par, key)}; expected an integer >= 1")
+    if par.dp == 0 or par.dp < -1:
+        p.append(f"parallel.dp: got {par.dp}; expected an integer >= 1, or -1 for what the world size leaves")
+    if r.distributed.timeout_s < 1:
+        p.append(f"distributed.timeout_s: got {r.distributed.timeout_s}; expected an integer >= 1")
+    return p

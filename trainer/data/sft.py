@@ -1,0 +1,205 @@
+"""Instruction data for causal-LM fine-tuning: Dolly-schema rows or pre-tokenized sequences.
+
+Dolly-15k (REFERENCE.md section 7): input = context + blank line + instruction (or the instruction alone),
+output = response, text = "{input} {output}", loss on the answer only, split 80/15/5 with seed 1234.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ..errors import InputError
+
+IGNORE = -100  # label value the loss skips
+DOLLY_FIELDS = ("instruction", "context", "response")
+
+
+class DataError(InputError):
+    """A data set that cannot be used; the message is one line naming the key and the problem."""
+
+
+@dataclass
+class TokenizedSet:
+    """Fixed-length sequences, stored compactly; a sample is (input_ids, labels, attention_mask)."""
+
+    input_ids: torch.Tensor  # [N, L] int32
+    labels: torch.Tensor  # [N, L] int32, IGNORE where no loss
+    attention_mask: torch.Tensor  # [N, L] int8
+
+    def __len__(self) -> int:
+        return self.input_ids.shape[0]
+
+    def batch(self, indices: list[int]) -> dict[str, torch.Tensor]:
+        idx = torch.as_tensor(indices, dtype=torch.long)
+        return {"input_ids": self.input_ids[idx].long(), "labels": self.labels[idx].long(),
+                "attention_mask": self.attention_mask[idx].long()}
+
+
+def load_table(spec: str, key: str):
+    """A local .jsonl/.json/.parquet file (or a directory of them), else a hub name in the local cache."""
+    import datasets
+
+    datasets.disable_progress_bars()
+    if os.path.exists(spec):
+        files = spec
+        if os.path.isdir(spec):
+            files = sorted(os.path.join(spec, f) for f in os.listdir(spec)
+                           if f.endswith((".jsonl", ".json", ".parquet")))
+            if not files:
+                raise DataError(f"{key}: directory {spec!r} holds no .jsonl, .json or .parquet files")
+        first = files if isinstance(files, str) else files[0]
+        builder = "parquet" if first.endswith(".parquet") else "json"
+        try:
+            return datasets.load_dataset(builder, data_files=files, split="train")
+        except Exception as exc:  # datasets raises many types; the user needs the file and the reason
+            raise DataError(f"{key}: cannot read {spec!r} as {builder}: {str(exc).splitlines()[0]}") from None
+    if spec.startswith((".", "/")) or spec.endswith((".jsonl", ".json", ".parquet")):
+        raise DataError(f"{key}: path {spec!r} does not exist")
+    try:
+        return datasets.load_dataset(spec, split="train")
+    except Exception as exc:
+        raise DataError(
+            f"{key}: {spec!r} is neither a local file nor a data set in the Hugging Face cache "
+            f"({type(exc).__name__}); download it where there is internet (datasets.load_dataset) or give "
+            "a .jsonl/.parquet path") from None
+
+
+def split_indices(n: int, fractions: list[float], seed: int) -> list[np.ndarray]:
+    """Seeded permutation cut into train/validation/test by fractions."""
+    order = np.random.default_rng(seed).permutation(n)
+    cut1 = int(round(n * fractions[0]))
+    cut2 = cut1 + int(round(n * fractions[1]))
+    return [order[:cut1], order[cut1:cut2], order[cut2:]]
+
+
+def dolly_prompt(row: dict) -> tuple[str, str]:
+    context = (row.get("context") or "").strip()
+    instruction = (row.get("instruction") or "").strip()
+    source = f"{context}\n\n{instruction}" if context else instruction
+    return source + " ", (row.get("response") or "").strip()
+
+
+def tokenize_dolly(rows, tokenizer) -> list[tuple[list[int], list[int]]]:
+    """(input_ids, labels) per example: prompt tokens get IGNORE, answer tokens and EOS are learned."""
+    prompts, answers = zip(*(dolly_prompt(r) for r in rows)) if len(rows) else ((), ())
+    p_ids = tokenizer(list(prompts), add_special_tokens=True)["input_ids"]
+    a_ids = tokenizer(list(answers), add_special_tokens=False)["input_ids"]
+    eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
+    out = []
+    for p, a in zip(p_ids, a_ids):
+        ids = list(p) + list(a) + eos
+        out.append((ids, [IGNORE] * len(p) + list(a) + eos))
+    return out
+
+
+def to_fixed_length(examples: list[tuple[list[int], list[int]]], seq_len: int, pad_id: int,
+                    packing: bool) -> TokenizedSet:
+    """Pad (or truncate) each example to seq_len, or pack examples end to end into seq_len blocks.
+
+    Packing concatenates examples without an attention barrier between them (plain causal attention),
+    the simple packing most loops use; the answer-only labels are kept per example.
+    """
+    rows_ids, rows_lab, rows_mask = [], [], []
+    if packing:
+        flat_ids = [t for ids, _ in examples for t in ids]
+        flat_lab = [t for _, lab in examples for t in lab]
+        for start in range(0, len(flat_ids) - seq_len + 1, seq_len):
+            lab = flat_lab[start:start + seq_len]
+            if all(x == IGNORE for x in lab):
+                continue
+            rows_ids.append(flat_ids[start:start + seq_len])
+            rows_lab.append(lab)
+            rows_mask.append([1] * seq_len)
+    else:
+        for ids, lab in examples:
+            ids, lab = ids[:seq_len], lab[:seq_len]
+            if all(x == IGNORE for x in lab):
+                continue  # the answer was truncated away: nothing to learn from
+            pad = seq_len - len(ids)
+            rows_ids.append(ids + [pad_id] * pad)
+            rows_lab.append(lab + [IGNORE] * pad)
+            rows_mask.append([1] * len(ids) + [0] * pad)
+    if not rows_ids:
+        return TokenizedSet(torch.zeros(0, seq_len, dtype=torch.int32), torch.zeros(0, seq_len, dtype=torch.int32),
+                            torch.zeros(0, seq_len, dtype=torch.int8))
+    return TokenizedSet(torch.tensor(rows_ids, dtype=torch.int32), torch.tensor(rows_lab, dtype=torch.int32),
+                        torch.tensor(rows_mask, dtype=torch.int8))
+
+
+def pretokenized_examples(table, key: str) -> list[tuple[list[int], list[int]]]:
+    """Rows with `input_ids` and optionally `labels` (MLPerf GovReport's preprocessed layout)."""
+    if "input_ids" not in table.column_names:
+        raise DataError(f"{key}: data.format=pretokenized needs an 'input_ids' column; "
+                        f"found {', '.join(table.column_names)}")
+    has_labels = "labels" in table.column_names
+    out = []
+    for row in table:
+        ids = list(row["input_ids"])
+        labels = list(row["labels"]) if has_labels else list(ids)
+        if len(labels) != len(ids):
+            raise DataError(f"{key}: a row has {len(ids)} input_ids but {len(labels)} labels")
+        out.append((ids, labels))
+    return out
+
+
+def build_datasets(cfg, tokenizer, need_eval: bool) -> tuple[TokenizedSet, TokenizedSet | None]:
+    """Train set and (when asked for) eval set from the recipe's `data` section."""
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (tokenizer.eos_token_id or 0)
+    table = load_table(cfg.dataset, "data.dataset")
+    if cfg.format == "dolly":
+        missing = [f for f in DOLLY_FIELDS if f not in table.column_names]
+        if missing:
+            raise DataError(f"data.dataset: {cfg.dataset!r} lacks the Dolly field(s) {', '.join(missing)}; "
+                            f"found {', '.join(table.column_names)}")
+        train_idx, val_idx, _ = split_indices(len(table), cfg.split, cfg.split_seed)
+        train_rows = table.select(train_idx[:cfg.max_train_samples])
+        train = tokenize_dolly(list(train_rows), tokenizer)
+        evals = tokenize_dolly(list(table.select(val_idx[:cfg.max_eval_samples])), tokenizer) if need_eval else None
+    else:
+        train = pretokenized_examples(table, "data.dataset")[:cfg.max_train_samples]
+        evals = None
+        if need_eval:
+            evals = pretokenized_examples(load_table(cfg.eval_dataset, "data.eval_dataset"),
+                                          "data.eval_dataset")[:cfg.max_eval_samples]
+    train_set = to_fixed_length(train, cfg.seq_len, pad_id, cfg.packing)
+    if len(train_set) == 0:
+        raise DataError(f"data.dataset: no usable training sequences in {cfg.dataset!r} at seq_len {cfg.seq_len}")
+    eval_set = to_fixed_length(evals, cfg.seq_len, pad_id, cfg.packing) if evals is not None else None
+    return train_set, eval_set
+
+
+class StepSampler:
+    """Which samples each dp rank sees at each optimizer step, derived from the step number alone.
+
+    Samples are drawn in a seeded permutation per epoch; optimizer step s uses global sample positions
+    [s*GBS, (s+1)*GBS), and dp rank r takes its contiguous slice of that global batch. Because the data
+    position is a function of the step, a resumed run sees exactly the samples an uninterrupted one does,
+    and a single process with the same global batch sees the same samples as the whole dp group.
+    """
+
+    def __init__(self, size: int, seed: int, global_batch: int, dp: int, dp_rank: int, micro_batch: int):
+        self.size, self.seed = size, seed
+        self.global_batch, self.dp, self.dp_rank, self.micro_batch = global_batch, dp, dp_rank, micro_batch
+        self._perms: dict[int, np.ndarray] = {}
+
+    def _perm(self, epoch: int) -> np.ndarray:
+        if epoch not in self._perms:
+            if len(self._perms) > 2:  # a step spans at most two epochs
+                self._perms.clear()
+            self._perms[epoch] = np.random.default_rng([self.seed, epoch]).permutation(self.size)
+        return self._perms[epoch]
+
+    def positions(self, step: int) -> list[int]:
+        per_rank = self.global_batch // self.dp
+        start = step * self.global_batch + self.dp_rank * per_rank
+        return [self._perm(pos // self.size)[pos % self.size] for pos in range(start, start + per_rank)]
+
+    def micro_batches(self, step: int) -> list[list[int]]:
+        idx = self.positions(step)
+        return [idx[i:i + self.micro_batch] for i in range(0, len(idx), self.micro_batch)]
+
+    def epoch_of(self, step: int) -> float:
+        return step * self.global_batch / self.size

@@ -1,0 +1,74 @@
+"""The world layout a recipe asks for: parallel degrees, per-rank batch, gradient accumulation.
+
+Pure arithmetic, no torch: `--dry-run --world-size 64` checks a 70B recipe on a laptop.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from .config import Recipe
+
+# Degrees > 1 the harness can actually run. A recipe asking for more must fail clearly rather than run
+# with another layout: a wrong layout trains silently wrong.
+IMPLEMENTED = {"tp": 1, "pp": 1}
+
+
+@dataclass(frozen=True)
+class Layout:
+    world_size: int
+    dp: int
+    tp: int
+    pp: int
+    data_parallel: str
+    global_batch_size: int
+    micro_batch_size: int
+    grad_accum_steps: int  # micro-batches per optimizer step on each dp rank
+    per_rank_batch: int  # samples per optimizer step on each dp rank
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def describe(self) -> str:
+        return (f"world {self.world_size} = dp {self.dp} x tp {self.tp} x pp {self.pp} "
+                f"({self.data_parallel}); global batch {self.global_batch_size} = micro-batch "
+                f"{self.micro_batch_size} x grad-accum {self.grad_accum_steps} x dp {self.dp}; "
+                f"per-rank batch {self.per_rank_batch}")
+
+
+def resolve_layout(recipe: Recipe, world_size: int) -> tuple[Layout | None, list[str]]:
+    """Return the layout, or the problems (each naming the key) that prevent it."""
+    par, train = recipe.parallel, recipe.train
+    problems = []
+    if world_size < 1:
+        return None, [f"world size: got {world_size}; expected an integer >= 1"]
+    tp, pp = par.tp, par.pp
+    if par.dp == -1:
+        if world_size % (tp * pp):
+            return None, [f"parallel: world size {world_size} is not divisible by tp x pp = {tp} x {pp}; "
+                          "choose degrees whose product divides it"]
+        dp = world_size // (tp * pp)
+    else:
+        dp = par.dp
+        if dp * tp * pp != world_size:
+            return None, [f"parallel: dp x tp x pp = {dp} x {tp} x {pp} = {dp * tp * pp} does not equal "
+                          f"the world size {world_size}; set parallel.dp=-1 to derive it"]
+    gbs, mbs = train.global_batch_size, train.micro_batch_size
+    if gbs % (mbs * dp):
+        problems.append(f"train.global_batch_size: {gbs} is not divisible by micro_batch_size x dp = "
+                        f"{mbs} x {dp} = {mbs * dp}; allowed: multiples of {mbs * dp}")
+    if problems:
+        return None, problems
+    accum = gbs // (mbs * dp)
+    return Layout(world_size, dp, tp, pp, par.data_parallel, gbs, mbs, accum, gbs // dp), []
+
+
+def unimplemented(layout: Layout) -> list[str]:
+    """Problems for degrees this build cannot run yet (validated, but refused at run time)."""
+    out = []
+    for key, limit in IMPLEMENTED.items():
+        value = getattr(layout, key)
+        if value > limit:
+            what = {"tp": "tensor", "pp": "pipeline"}[key]
+            out.append(f"parallel.{key}: got {value}; {what} parallelism is not implemented in this build yet, "
+                       f"allowed: 1 (the layout is valid; running it needs the {what}-parallel support)")
+    return out

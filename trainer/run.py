@@ -1,0 +1,169 @@
+"""One training run: set up, build, train, and always close (run.json, metrics, process group)."""
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import signal
+import sys
+import time
+import traceback
+import warnings
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from telemetry.environment import host_info, redacted_env, software_versions
+
+from .config import Recipe
+from .data.sft import StepSampler
+from .distributed import ParallelDims, init_process_group, pick_backend, pick_device
+from .errors import InputError
+from .hooks import HookList
+from .layout import Layout
+from .loop import Trainer
+from .parallelize import apply_data_parallel, unwrap
+from .rundir import RunDir, now_iso
+from .workloads import get_workload
+
+# transformers' own deprecation chatter about its internals, raised from inside peft: not the user's concern
+warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+
+DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
+
+
+class Interrupted(BaseException):
+    """SIGTERM (scheduler preemption, torchrun tearing down) or Ctrl-C: record it, then leave."""
+
+
+def _on_signal(signum, _frame):
+    raise Interrupted(signal.Signals(signum).name)
+
+
+def _resolve_dtype(choice: str, device: torch.device) -> torch.dtype:
+    if choice == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    return DTYPES[choice]
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    if torch.cuda.is_available():
+        torch.cuda.manual_seed_all(seed)
+
+
+def trainable_fingerprint(model: torch.nn.Module) -> dict:
+    """Hash and norm of every trainable tensor (full tensors, also when sharded): equal hashes across
+    ranks prove the replicas did not diverge. Collective under FSDP2, so every rank must call it."""
+    digest, squares, count = hashlib.sha256(), 0.0, 0
+    for name, param in sorted(unwrap(model).named_parameters()):
+        if not param.requires_grad:
+            continue
+        full = param.full_tensor() if hasattr(param, "full_tensor") else param
+        data = full.detach().float().cpu().contiguous()
+        digest.update(name.encode())
+        digest.update(data.numpy().tobytes())
+        squares += float(data.double().pow(2).sum())
+        count += data.numel()
+    return {"sha256": digest.hexdigest(), "norm": squares ** 0.5, "numel": count}
+
+
+def _peak_memory_bytes(device: torch.device) -> int | None:
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device)
+    try:
+        import resource
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
+    except (ImportError, OSError):
+        return None
+
+
+def run(recipe: Recipe, layout: Layout, argv: list[str], overrides: list[str]) -> int:
+    rank = int(os.environ.get("RANK", "0"))
+    rundir = RunDir(recipe.output_dir, rank)
+    rundir.create()
+    previous = rundir.load_previous() if recipe.train.resume != "never" else {}
+    attempt = len(previous.get("attempts", [])) + 1 if previous else 1
+    started = time.time()
+    rundir.update(
+        name=recipe.name, status="running", exit_code=None, error=None, start_time=now_iso(), end_time=None,
+        command=argv, overrides=overrides, recipe_path=recipe.recipe_path, recipe=recipe.to_dict(),
+        layout=layout.to_dict(), attempt=attempt, attempts=previous.get("attempts", []),
+        software=software_versions(), environment=redacted_env())
+    old_term = signal.signal(signal.SIGTERM, _on_signal)
+    status, code, error = "failed", 1, None
+    hooks = HookList()
+    try:
+        device = pick_device()
+        backend = pick_backend(recipe.distributed.backend, device)
+        init_process_group(backend, device, recipe.distributed.timeout_s)
+        hosts: list = [None] * dist.get_world_size()
+        dist.all_gather_object(hosts, {"rank": dist.get_rank(), "local_rank": int(os.environ.get("LOCAL_RANK", 0)),
+                                       **host_info()})
+        dims = ParallelDims(layout, device.type)
+        dims.world_mesh  # made once, up front: a mismatch fails here, not mid-step
+        rundir.update(backend=backend, device={"type": device.type,
+                      "name": torch.cuda.get_device_name(device) if device.type == "cuda" else None},
+                      hosts=hosts)
+        seed_everything(recipe.seed)
+        weight_dtype = _resolve_dtype(recipe.model.dtype, device)
+        compute_dtype = _resolve_dtype(recipe.train.precision, device)
+        workload = get_workload(recipe.workload)(recipe, device, weight_dtype)
+        need_eval = recipe.train.eval_every_samples is not None
+        train_set, eval_set = workload.build_data(need_eval)
+        if need_eval and (eval_set is None or len(eval_set) == 0):
+            raise InputError("data: the evaluation set is empty; check data.split / data.eval_dataset")
+        model = workload.build_model()
+        total = sum(p.numel() for p in model.parameters())
+        trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        model = apply_data_parallel(model, dims, layout.data_parallel, device, compute_dtype)
+        sampler = StepSampler(len(train_set), recipe.seed, layout.global_batch_size, layout.dp, dims.dp_rank,
+                              layout.micro_batch_size)
+        rundir.update(model={"parameters": total, "trainable_parameters": trainable,
+                             "weight_dtype": str(weight_dtype), "compute_dtype": str(compute_dtype)},
+                      data={"train_sequences": len(train_set),
+                            "eval_sequences": len(eval_set) if eval_set is not None else None,
+                            "seq_len": recipe.data.seq_len})
+        autocast = compute_dtype if compute_dtype != torch.float32 else None
+        trainer = Trainer(recipe, layout, dims, model, workload, train_set, eval_set, sampler, rundir, hooks,
+                          device, autocast)
+        trainer.progress.info(f"{recipe.name}: {layout.describe()}; backend {backend} on {device.type}")
+        trainer.progress.info(f"model {total:,} parameters, {trainable:,} trainable (LoRA r={recipe.lora.r}); "
+                              f"{len(train_set):,} training sequences of {recipe.data.seq_len} tokens")
+        state = trainer.run()
+        fingerprint = trainable_fingerprint(model)
+        rundir.write_rank_file("final", {"rank": dist.get_rank(), "dp_rank": dims.dp_rank, **host_info(),
+                                         "step": state.step, "trainable": fingerprint,
+                                         "peak_memory_bytes": _peak_memory_bytes(device)})
+        status = "target_reached" if state.target_reached_step else "completed"
+        code = 0
+        rundir.update(final={"step": state.step, "loss": state.last_loss, "eval_loss": state.last_eval_loss,
+                             "target_reached_step": state.target_reached_step, "trainable": fingerprint})
+        trainer.progress.info(f"done: {state.step} steps, final loss {state.last_loss:.4f}; run directory "
+                              f"{os.path.abspath(recipe.output_dir)}")
+    except InputError as exc:
+        code, error = 2, str(exc)
+        if rank == 0:
+            print(f"error: {exc}", file=sys.stderr, flush=True)
+    except (Interrupted, KeyboardInterrupt) as exc:
+        status, code, error = "interrupted", 130, f"interrupted by {exc or 'SIGINT'}"
+        print(f"[trainer] rank {rank}: {error}; completed steps stay in metrics.jsonl", file=sys.stderr, flush=True)
+    except Exception as exc:  # a crash: keep the traceback on stderr, the summary in run.json
+        error = f"{type(exc).__name__}: {exc}"
+        traceback.print_exc()
+    finally:
+        signal.signal(signal.SIGTERM, old_term)
+        try:
+            hooks.on_train_end(status)
+        finally:
+            attempts = rundir.info.get("attempts", []) + [{"attempt": attempt, "start_time": rundir.info["start_time"],
+                                                           "end_time": now_iso(), "status": status}]
+            rundir.update(status=status, exit_code=code, error=error, end_time=now_iso(),
+                          duration_s=round(time.time() - started, 3), attempts=attempts)
+            rundir.close()
+            if dist.is_initialized():
+                dist.destroy_process_group()
+    return code

@@ -1,0 +1,96 @@
+"""The run directory contract (DESIGN.md): run.json, metrics.jsonl, ranks/, logs/, checkpoints/."""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+from typing import Any
+
+
+def now_iso() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def write_json_atomic(path: str, data: Any) -> None:
+    """Readers never see a half-written file: write beside it, then rename over it."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(data, f, indent=2, default=str)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
+def read_jsonl(path: str) -> list[dict]:
+    """All complete records; a truncated last line (killed job) is skipped."""
+    rows = []
+    if not os.path.exists(path):
+        return rows
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return rows
+
+
+class RunDir:
+    def __init__(self, path: str, rank: int):
+        self.path, self.rank = path, rank
+        self.run_json = os.path.join(path, "run.json")
+        self.metrics_path = os.path.join(path, "metrics.jsonl")
+        self.checkpoints = os.path.join(path, "checkpoints")
+        self.ranks = os.path.join(path, "ranks")
+        self.logs = os.path.join(path, "logs")
+        self.info: dict = {}
+        self._metrics = None
+
+    def create(self) -> None:
+        for d in (self.path, self.ranks, self.logs):
+            os.makedirs(d, exist_ok=True)
+
+    # run.json is owned by rank 0; other ranks write under ranks/.
+    def update(self, **fields) -> None:
+        self.info.update(fields)
+        if self.rank == 0:
+            write_json_atomic(self.run_json, self.info)
+
+    def load_previous(self) -> dict:
+        if os.path.exists(self.run_json):
+            try:
+                with open(self.run_json, encoding="utf-8") as f:
+                    return json.load(f)
+            except (OSError, json.JSONDecodeError):
+                return {}
+        return {}
+
+    def open_metrics(self, resume_step: int) -> None:
+        """Append per-step lines; on resume, set aside the lines past the checkpoint first."""
+        if self.rank != 0:
+            return
+        rows = read_jsonl(self.metrics_path)
+        if resume_step and any(r.get("step", 0) > resume_step for r in rows):
+            n = 1
+            while os.path.exists(os.path.join(self.logs, f"metrics.before-resume-{n}.jsonl")):
+                n += 1
+            os.replace(self.metrics_path, os.path.join(self.logs, f"metrics.before-resume-{n}.jsonl"))
+            with open(self.metrics_path, "w", encoding="utf-8") as f:
+                for r in rows:
+                    if r.get("step", 0) <= resume_step:
+                        f.write(json.dumps(r) + "\n")
+        elif not resume_step and rows:
+            os.replace(self.metrics_path, os.path.join(self.logs, f"metrics.replaced-{now_iso()}.jsonl"))
+        self._metrics = open(self.metrics_path, "a", encoding="utf-8")
+
+    def write_metrics(self, record: dict) -> None:
+        if self._metrics is not None:
+            self._metrics.write(json.dumps(record) + "\n")
+            self._metrics.flush()  # a killed job keeps every completed step
+
+    def write_rank_file(self, name: str, data: Any) -> None:
+        write_json_atomic(os.path.join(self.ranks, f"rank{self.rank:05d}.{name}.json"), data)
+
+    def close(self) -> None:
+        if self._metrics is not None:
+            self._metrics.close()
+            self._metrics = None

@@ -1,0 +1,117 @@
+"""Causal-LM LoRA fine-tuning with transformers + peft. Model code here is single-device."""
+from __future__ import annotations
+
+import json
+import os
+
+import torch
+import torch.nn.functional as F
+
+from ..data.sft import IGNORE, build_datasets
+from ..errors import InputError
+
+
+class ModelError(InputError):
+    """A model or tokenizer that cannot be loaded; one line naming the key and the reason."""
+
+
+def _check_dir(path: str, key: str, needs: str) -> None:
+    if not os.path.isdir(path):
+        raise ModelError(f"{key}: {path!r} is not a directory (expected a local Hugging Face {needs} directory)")
+
+
+class LlmLoraWorkload:
+    has_tokens = True
+
+    def __init__(self, recipe, device: torch.device, weight_dtype: torch.dtype):
+        self.recipe, self.device, self.weight_dtype = recipe, device, weight_dtype
+        self.tokenizer = self._build_tokenizer()
+
+    def _build_tokenizer(self):
+        from transformers import AutoTokenizer
+
+        m = self.recipe.model
+        path = m.tokenizer or m.path
+        key = "model.tokenizer" if m.tokenizer else "model.path"
+        _check_dir(path, key, "tokenizer or checkpoint")
+        try:
+            tok = AutoTokenizer.from_pretrained(path)
+        except Exception as exc:
+            raise ModelError(f"{key}: cannot load a tokenizer from {path!r}: {str(exc).splitlines()[0]}") from None
+        if tok.pad_token_id is None:  # Llama tokenizers ship without one; padding is masked anyway
+            tok.pad_token = tok.eos_token
+        return tok
+
+    def _model_config(self):
+        from transformers import AutoConfig, LlamaConfig
+
+        m = self.recipe.model
+        if m.path is not None:
+            _check_dir(m.path, "model.path", "checkpoint")
+            if not os.path.isfile(os.path.join(m.path, "config.json")):
+                raise ModelError(f"model.path: {m.path!r} has no config.json; expected a Hugging Face checkpoint")
+            return AutoConfig.from_pretrained(m.path)
+        fields = m.config
+        if isinstance(fields, str):
+            if not os.path.isfile(fields):
+                raise ModelError(f"model.config: {fields!r} is not a file (expected a config.json)")
+            with open(fields, encoding="utf-8") as f:
+                fields = json.load(f)
+        fields = {k: v for k, v in fields.items() if k not in ("architectures", "model_type", "torch_dtype", "dtype")}
+        try:
+            return LlamaConfig(**fields)
+        except Exception as exc:
+            raise ModelError(f"model.config: not a valid Llama config: {exc}") from None
+
+    def build_model(self) -> torch.nn.Module:
+        """Base model (frozen) with LoRA adapters; identical on every rank for the same seed."""
+        from peft import LoraConfig, get_peft_model
+        from transformers import AutoModelForCausalLM
+
+        m, lora = self.recipe.model, self.recipe.lora
+        config = self._model_config()
+        config.use_cache = False
+        if self.tokenizer is not None and len(self.tokenizer) > config.vocab_size:
+            raise ModelError(f"model.config: vocab_size {config.vocab_size} is smaller than the tokenizer's "
+                             f"{len(self.tokenizer)} tokens")
+        torch.manual_seed(self.recipe.seed)  # random init and lora_A init are the same on every rank
+        if m.path is not None:
+            model = AutoModelForCausalLM.from_pretrained(m.path, config=config, dtype=self.weight_dtype,
+                                                         attn_implementation=m.attn_implementation)
+        else:
+            model = AutoModelForCausalLM.from_config(config, dtype=self.weight_dtype,
+                                                     attn_implementation=m.attn_implementation)
+        if m.activation_checkpointing:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        peft_cfg = LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
+                              target_modules=list(lora.target_modules), task_type="CAUSAL_LM")
+        try:
+            model = get_peft_model(model, peft_cfg)
+        except ValueError as exc:
+            raise ModelError(f"lora.target_modules: {list(lora.target_modules)} - {str(exc).splitlines()[0]}") from None
+        return model.to(self.device)
+
+    def build_data(self, need_eval: bool):
+        return build_datasets(self.recipe.data, self.tokenizer, need_eval)
+
+    @staticmethod
+    def loss_sum(model: torch.nn.Module, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        """Summed next-token cross-entropy over answer tokens, and how many tokens it covers.
+
+        Returning a sum lets the loop normalise by the token count of the whole global batch, so
+        any dp x grad-accum split gives the same loss and gradients as one process.
+        """
+        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+        labels = batch["labels"][:, 1:]
+        logits = logits[:, :-1].float()
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1),
+                               ignore_index=IGNORE, reduction="sum")
+        return loss, (labels != IGNORE).sum()
+
+    @staticmethod
+    def count_label_tokens(batch: dict) -> int:
+        return int((batch["labels"][:, 1:] != IGNORE).sum())
+
+    @staticmethod
+    def count_input_tokens(batch: dict) -> int:
+        return int(batch["attention_mask"].sum())
