@@ -23,7 +23,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="print the resolved recipe and the layout, load no data or model")
     p.add_argument("--world-size", type=int, default=None,
                    help="with --dry-run: the world size to check the layout against "
-                        "(default: torchrun's WORLD_SIZE, else dp x tp x pp when dp is set, else 1)")
+                        "(default: torchrun's WORLD_SIZE, else dp x tp x pp with dp=-1 counted as 1)")
     return p
 
 
@@ -36,10 +36,10 @@ def _fail(problems: list[str]) -> int:
 def _world_size(args, recipe) -> int:
     if args.world_size is not None:
         return args.world_size
-    if "WORLD_SIZE" in os.environ:
-        return int(os.environ["WORLD_SIZE"])
-    par = recipe.parallel
-    return par.dp * par.tp * par.pp if par.dp > 0 else 1
+    if "WORLD_SIZE" in os.environ or not args.dry_run:  # a real run is as wide as torchrun made it
+        return int(os.environ.get("WORLD_SIZE", "1"))
+    par = recipe.parallel  # dry run: the smallest world the recipe's degrees fit
+    return (par.dp if par.dp > 0 else 1) * par.tp * par.pp
 
 
 def main(argv: list[str] | None = None) -> int:

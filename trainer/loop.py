@@ -181,6 +181,9 @@ class Trainer:
     def run(self) -> LoopState:
         train, max_steps = self.recipe.train, self.recipe.max_steps
         start = self.maybe_resume()
+        if start >= max_steps:
+            self.progress.info(f"checkpoint is at step {start} of max_steps={max_steps}: nothing to do "
+                               "(raise max_steps, or train.resume=never for a fresh run)")
         self.rundir.open_metrics(start)
         self.model.train()
         self.hooks.on_train_start({"start_step": start, "max_steps": max_steps, "layout": self.layout})

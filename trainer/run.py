@@ -86,12 +86,16 @@ def run(recipe: Recipe, layout: Layout, argv: list[str], overrides: list[str]) -
     rundir = RunDir(recipe.output_dir, rank)
     rundir.create()
     previous = rundir.load_previous() if recipe.train.resume != "never" else {}
-    attempt = len(previous.get("attempts", [])) + 1 if previous else 1
+    prior = list(previous.get("attempts", []))
+    if previous.get("status") == "running":  # that attempt died without closing (SIGKILL, node loss)
+        prior.append({"attempt": previous.get("attempt"), "start_time": previous.get("start_time"),
+                      "end_time": None, "status": "died"})
+    attempt = len(prior) + 1
     started = time.time()
     rundir.update(
         name=recipe.name, status="running", exit_code=None, error=None, start_time=now_iso(), end_time=None,
         command=argv, overrides=overrides, recipe_path=recipe.recipe_path, recipe=recipe.to_dict(),
-        layout=layout.to_dict(), attempt=attempt, attempts=previous.get("attempts", []),
+        layout=layout.to_dict(), attempt=attempt, attempts=prior,
         software=software_versions(), environment=redacted_env())
     old_term = signal.signal(signal.SIGTERM, _on_signal)
     status, code, error = "failed", 1, None
@@ -142,8 +146,8 @@ def run(recipe: Recipe, layout: Layout, argv: list[str], overrides: list[str]) -
         code = 0
         rundir.update(final={"step": state.step, "loss": state.last_loss, "eval_loss": state.last_eval_loss,
                              "target_reached_step": state.target_reached_step, "trainable": fingerprint})
-        trainer.progress.info(f"done: {state.step} steps, final loss {state.last_loss:.4f}; run directory "
-                              f"{os.path.abspath(recipe.output_dir)}")
+        loss = f", final loss {state.last_loss:.4f}" if state.last_loss is not None else ""
+        trainer.progress.info(f"done: {state.step} steps{loss}; run directory {os.path.abspath(recipe.output_dir)}")
     except InputError as exc:
         code, error = 2, str(exc)
         if rank == 0:

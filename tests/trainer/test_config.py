@@ -1,0 +1,134 @@
+"""Recipes and overrides: every problem reported at once, exit 2, the key named, no traceback."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from trainer.cli import main
+from trainer.config import Recipe, load_recipe
+
+from ..conftest import REPO, TINY
+
+BAD_OVERRIDES = [
+    (["trian.lr=1"], "trian: unknown key; did you mean 'train'?"),
+    (["train.micro_batch_size=two"], "train.micro_batch_size: got 'two' (str); expected an integer"),
+    (["train.global_batch_size=15"], "train.global_batch_size: 15 is not divisible by micro_batch_size x dp"),
+    (["parallel.dp=3"], "parallel: dp x tp x pp = 3 x 1 x 1 = 3 does not equal the world size 1"),
+    (["parallel.tp=2", "parallel.dp=1"], "parallel: dp x tp x pp = 1 x 2 x 1 = 2 does not equal the world size 1"),
+    (["parallel.data_parallel=zero3"], "parallel.data_parallel: got 'zero3' (str); expected one of 'ddp', 'fsdp'"),
+    (["parallel.tp=0"], "parallel.tp: got 0; expected an integer >= 1"),
+    (["model.dtype=fp16"], "model.dtype: got 'fp16'"),
+    (["lora.dropout=1.5"], "lora.dropout: got 1.5; expected a number in [0, 1)"),
+    (["lora.target_modules=q_proj"], "lora.target_modules: got 'q_proj' (str); expected a list of strings"),
+    (["max_steps=0"], "max_steps: got 0; expected an integer >= 1"),
+    (["train.lr=-1"], "train.lr: got -1.0; expected a number > 0"),
+    (["train.betas=[0.9]"], "train.betas: got [0.9]; expected two numbers in [0, 1)"),
+    (["data.split=[0.5,0.5]"], "data.split: got [0.5, 0.5]; expected three non-negative fractions"),
+    (["data.format=csv"], "data.format: got 'csv'"),
+    (["model.config=null"], "model: set exactly one of model.path"),
+    (["model.path=/models/x"], "model: set exactly one of model.path"),
+    (["distributed.backend=mpi"], "distributed.backend: got 'mpi'"),
+    (["train.target_eval_loss=1.0", "train.eval_every_samples=null"], "train.target_eval_loss: needs train.eval_every_samples"),
+    (["telemetry.enabled=maybe"], "telemetry.enabled: got 'maybe' (str); expected true or false"),
+    (["model.family.x=1"], "model.family: is 'llama', not a mapping"),
+    (["nokey"], "nokey: an override must look like key.path=value"),
+]
+
+
+@pytest.mark.parametrize("overrides,expected", BAD_OVERRIDES, ids=[" ".join(o) for o, _ in BAD_OVERRIDES])
+def test_bad_override_exits_2_naming_the_key(overrides, expected, capsys, monkeypatch):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    assert main([TINY, *overrides]) == 2
+    err = capsys.readouterr().err
+    assert expected in err
+    assert all(line.startswith("error: ") for line in err.strip().splitlines())
+
+
+def test_every_problem_is_reported_at_once(capsys):
+    assert main([TINY, "trian.lr=1", "lora.r=0", "train.lr=zero", "data.seq_len=2"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 4, lines
+    for key in ("trian", "lora.r", "train.lr", "data.seq_len"):
+        assert any(line.startswith(f"error: {key}:") for line in lines), key
+
+
+def test_tensor_parallel_refused_at_run_time_but_dry_run_shows_layout(capsys, monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert main([TINY, "parallel.tp=2"]) == 2
+    assert "parallel.tp: got 2; tensor parallelism is not implemented" in capsys.readouterr().err
+    assert main([TINY, "parallel.tp=2", "--dry-run"]) == 0
+    captured = capsys.readouterr()
+    assert "dp 1 x tp 2 x pp 1" in captured.out and "a real run exits 2" in captured.err
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("name: [unclosed", "is not valid YAML at line 1"),
+    ("- just\n- a list\n", "must hold a mapping at the top level"),
+])
+def test_broken_recipe_files(tmp_path, capsys, text, expected):
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    assert main([str(path)]) == 2
+    assert expected in capsys.readouterr().err
+
+
+def test_missing_recipe_and_misplaced_world_size(capsys):
+    assert main(["recipes/nope.yaml"]) == 2
+    assert "recipe: 'recipes/nope.yaml' is not a file" in capsys.readouterr().err
+    assert main([TINY, "--world-size", "4"]) == 2
+    assert "--world-size: only with --dry-run" in capsys.readouterr().err
+
+
+def test_yaml_safe_loading_only(tmp_path, capsys):
+    path = tmp_path / "evil.yaml"
+    path.write_text("name: !!python/object/apply:os.system ['echo hacked']\n")
+    assert main([str(path)]) == 2
+    assert "not valid YAML" in capsys.readouterr().err
+
+
+def test_overrides_parse_yaml_values_and_paths_resolve_against_the_recipe():
+    r = load_recipe(TINY, ["lora.target_modules=[q_proj,v_proj]", "train.lr=1e-2", "train.grad_clip=null",
+                           "data.dataset=./local.jsonl"])
+    assert isinstance(r, Recipe)
+    assert r.lora.target_modules == ["q_proj", "v_proj"]
+    assert r.train.lr == pytest.approx(1e-2) and r.train.grad_clip is None
+    assert r.data.dataset == "./local.jsonl"  # an override is relative to the current directory
+    assert r.model.tokenizer == str(REPO / "recipes" / "assets" / "byte_tokenizer")  # recipe-relative
+
+
+# Every recipe in recipes/ must be listed here with the world size it is meant for.
+INTENDED_WORLD = {"tiny_llama_lora": 2, "llama70b_lora": 64, "llama3_70b_lora": 64, "mlperf_llama2_70b_lora": 8}
+
+
+def test_every_recipe_is_listed_with_its_world_size():
+    names = {p.stem for p in (REPO / "recipes").glob("*.yaml")}
+    assert names == set(INTENDED_WORLD)
+
+
+@pytest.mark.parametrize("name,world", sorted(INTENDED_WORLD.items()))
+def test_every_recipe_passes_dry_run_at_its_world_size(name, world, capsys):
+    assert main([str(REPO / "recipes" / f"{name}.yaml"), "--dry-run", "--world-size", str(world)]) == 0
+    out = capsys.readouterr().out
+    assert f"# world {world} = " in out and "grad_accum_steps" in out
+
+
+def test_llama70b_recipe_matches_the_fabric_evaluation(capsys):
+    main([str(REPO / "recipes" / "llama70b_lora.yaml"), "--dry-run", "--world-size", "64"])
+    out = capsys.readouterr().out
+    assert "dp 8 x tp 8 x pp 1" in out and "global batch 128 = micro-batch 1 x grad-accum 16 x dp 8" in out
+    r = load_recipe(str(REPO / "recipes" / "llama70b_lora.yaml"))
+    assert (r.max_steps, r.train.precision, r.data.format) == (1010, "bf16", "dolly")
+
+
+def test_cli_subprocess_has_no_traceback():
+    proc = subprocess.run([sys.executable, "-m", "trainer", TINY, "trian.lr=1", "parallel.dp=0"],
+                          cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        "error: trian: unknown key; did you mean 'train'? allowed: name, workload, output_dir, max_steps, seed, "
+        "model, lora, data, train, parallel, distributed, telemetry",
+        "error: parallel.dp: got 0; expected an integer >= 1, or -1 for what the world size leaves"]
