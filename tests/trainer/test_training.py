@@ -85,3 +85,23 @@ def test_bad_paths_fail_with_one_line_and_are_recorded(override, expected, tmp_p
     assert "Traceback" not in res.stderr
     info = json.loads((tmp_path / "bad" / "run.json").read_text())
     assert info["status"] == "failed" and info["exit_code"] == 2 and expected in info["error"]
+
+
+def test_pretokenized_eval_stops_at_target_loss(tmp_path):
+    """The MLPerf path: pre-tokenized train/eval parquet, eval every N samples, stop at the target."""
+    import datasets
+
+    rows = [{"input_ids": [1] + [5 + (i + j) % 50 for j in range(63)],
+             "labels": [-100] * 32 + [5 + (i + j) % 50 for j in range(32, 64)]} for i in range(64)]
+    datasets.Dataset.from_list(rows).to_parquet(str(tmp_path / "train.parquet"))
+    datasets.Dataset.from_list(rows[:8]).to_parquet(str(tmp_path / "eval.parquet"))
+    res = run_cli(tmp_path / "run", *FAST, "data.format=pretokenized", "data.seq_len=64",
+                  f"data.dataset={tmp_path / 'train.parquet'}", f"data.eval_dataset={tmp_path / 'eval.parquet'}",
+                  "train.eval_every_samples=32", "train.target_eval_loss=100.0")
+    assert res.returncode == 0, res.stderr[-3000:]
+    rows = res.metrics()
+    assert [r["step"] for r in rows] == [1, 2]  # GBS 16: the first eval is due after 32 samples
+    assert "eval_loss" not in rows[0] and rows[1]["samples_seen"] == 32
+    info = res.run_json()
+    assert info["status"] == "target_reached" and info["final"]["target_reached_step"] == 2
+    assert "<= target 100.0 at step 2: stopping" in res.stdout
