@@ -1,0 +1,127 @@
+"""Host NIC and RDMA counters as per-step deltas (REFERENCE.md section 5).
+
+- /sys/class/net/<if>/statistics: right for socket transports (TCP, gloo); RDMA traffic is not there.
+- /sys/class/infiniband/<dev>/ports/<p>/counters: port_xmit_data/port_rcv_data count 4-byte words and,
+  on mlx5, include RoCE traffic; hw_counters hold out-of-sequence, retransmission and ECN/CNP counts.
+
+`root` is the sysfs mount point so tests can point it at a fake tree.
+"""
+from __future__ import annotations
+
+import os
+
+NET_STATS = ("tx_bytes", "rx_bytes", "tx_packets", "rx_packets", "tx_dropped", "rx_dropped", "tx_errors",
+             "rx_errors")
+IB_PORT_COUNTERS = ("port_xmit_data", "port_rcv_data", "port_xmit_packets", "port_rcv_packets",
+                    "port_xmit_discards", "port_rcv_errors", "symbol_error", "link_downed", "port_xmit_wait")
+IB_HW_COUNTERS = ("out_of_sequence", "packet_seq_err", "out_of_buffer", "local_ack_timeout_err",
+                  "rnr_nak_retry_err", "np_ecn_marked_roce_packets", "np_cnp_sent", "rp_cnp_handled",
+                  "rp_cnp_ignored")
+# Counters whose growth means the fabric lost or reordered something.
+LOSS_COUNTERS = ("tx_dropped", "rx_dropped", "tx_errors", "rx_errors", "port_xmit_discards", "port_rcv_errors",
+                 "symbol_error", "link_downed", "out_of_sequence", "packet_seq_err", "out_of_buffer",
+                 "local_ack_timeout_err", "rnr_nak_retry_err")
+WORDS = ("port_xmit_data", "port_rcv_data")  # in units of 4 bytes
+
+
+def _read_int(path: str) -> int | None:
+    try:
+        with open(path, encoding="ascii") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _read_text(path: str) -> str | None:
+    try:
+        with open(path, encoding="ascii") as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def list_interfaces(root: str = "/sys") -> list[dict]:
+    """Every network interface with state, MTU and speed (Mb/s; None where the driver reports none)."""
+    base = os.path.join(root, "class", "net")
+    out = []
+    for name in sorted(os.listdir(base)) if os.path.isdir(base) else []:
+        speed = _read_int(os.path.join(base, name, "speed"))
+        out.append({"name": name, "operstate": _read_text(os.path.join(base, name, "operstate")),
+                    "mtu": _read_int(os.path.join(base, name, "mtu")),
+                    "speed_mbps": speed if speed is not None and speed > 0 else None})
+    return out
+
+
+def list_hcas(root: str = "/sys") -> list[dict]:
+    """RDMA devices and ports with link layer (InfiniBand or Ethernet = RoCE), rate and state."""
+    base = os.path.join(root, "class", "infiniband")
+    out = []
+    for dev in sorted(os.listdir(base)) if os.path.isdir(base) else []:
+        ports = os.path.join(base, dev, "ports")
+        for port in sorted(os.listdir(ports)) if os.path.isdir(ports) else []:
+            p = os.path.join(ports, port)
+            out.append({"device": dev, "port": int(port), "link_layer": _read_text(os.path.join(p, "link_layer")),
+                        "rate": _read_text(os.path.join(p, "rate")), "state": _read_text(os.path.join(p, "state"))})
+    return out
+
+
+class CounterReader:
+    """Reads the chosen interfaces' and HCA ports' counters; `delta()` gives growth since the last call."""
+
+    def __init__(self, interfaces: list[str] | None = None, hcas: list[str] | None = None, root: str = "/sys"):
+        self.root = root
+        present = [i["name"] for i in list_interfaces(root)]
+        self.interfaces = [i for i in (interfaces if interfaces is not None else present) if i in present]
+        ports = list_hcas(root)
+        wanted = set(hcas) if hcas is not None else None
+        self.ports = [(p["device"], p["port"]) for p in ports if wanted is None or p["device"] in wanted]
+        self._last = self.read()
+
+    def read(self) -> dict[str, dict[str, int]]:
+        snap: dict[str, dict[str, int]] = {}
+        for name in self.interfaces:
+            stats = os.path.join(self.root, "class", "net", name, "statistics")
+            values = {k: v for k in NET_STATS if (v := _read_int(os.path.join(stats, k))) is not None}
+            snap[f"net:{name}"] = values
+        for dev, port in self.ports:
+            p = os.path.join(self.root, "class", "infiniband", dev, "ports", str(port))
+            values = {}
+            for k in IB_PORT_COUNTERS:
+                v = _read_int(os.path.join(p, "counters", k))
+                if v is not None:
+                    values[k] = v
+            for k in IB_HW_COUNTERS:
+                v = _read_int(os.path.join(p, "hw_counters", k))
+                if v is not None:
+                    values[k] = v
+            snap[f"rdma:{dev}/{port}"] = values
+        return snap
+
+    def delta(self) -> dict[str, dict[str, int]]:
+        now = self.read()
+        out = {}
+        for dev, values in now.items():
+            before = self._last.get(dev, {})
+            d = {k: v - before[k] for k, v in values.items() if k in before}
+            for k in WORDS:  # report bytes, not 4-byte words
+                if k in d:
+                    d[k.replace("_data", "_bytes")] = d.pop(k) * 4
+            out[dev] = d
+        self._last = now
+        return out
+
+
+def loss_verdict(deltas: list[dict[str, dict[str, int]]]) -> dict:
+    """Sum the loss counters over a run: 'clean' only if every one stayed at zero."""
+    totals: dict[str, int] = {}
+    for step in deltas:
+        for dev, values in step.items():
+            for k in LOSS_COUNTERS:
+                if values.get(k):
+                    totals[f"{dev}:{k}"] = totals.get(f"{dev}:{k}", 0) + values[k]
+    seen = any(step for step in deltas)
+    if not seen:
+        return {"verdict": None, "reason": "no counters were read", "counts": {}}
+    return {"verdict": "clean" if not totals else "loss", "counts": totals,
+            "reason": "no drops, errors or out-of-sequence packets" if not totals else
+            "drops, errors or out-of-sequence packets seen: " + ", ".join(sorted(totals))}
