@@ -1,0 +1,42 @@
+"""Bandwidth formulas, in one place, as nccl-tests defines them (REFERENCE.md section 2).
+
+algbw = S / t with S the collective's data size in bytes and t the time of one operation (GB/s, 1e9).
+busbw = algbw x factor(n): the per-link bandwidth a ring would need, comparable with the hardware's.
+
+| collective      | S                                        | factor    |
+| all_reduce      | count x elsize                           | 2(n-1)/n  |
+| reduce_scatter  | count x elsize x n (count = per-rank out) | (n-1)/n   |
+| all_gather      | count x elsize x n (count = per-rank in)  | (n-1)/n   |
+| all_to_all      | count x elsize x n                       | (n-1)/n   |
+| broadcast, reduce, send/recv | count x elsize              | 1         |
+"""
+from __future__ import annotations
+
+OPS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast", "reduce", "send", "recv",
+       "barrier")
+
+
+def bus_factor(op: str, n: int) -> float:
+    if n < 1:
+        raise ValueError(f"group size must be >= 1, got {n}")
+    if op == "all_reduce":
+        return 2.0 * (n - 1) / n
+    if op in ("reduce_scatter", "all_gather", "all_to_all"):
+        return (n - 1) / n
+    if op in ("broadcast", "reduce", "send", "recv", "sendrecv"):
+        return 1.0
+    if op == "barrier":
+        return 0.0
+    raise ValueError(f"unknown collective {op!r}; known: {', '.join(OPS)}, sendrecv")
+
+
+def algbw_gbps(size_bytes: float, time_s: float | None) -> float | None:
+    """GB/s (1e9 bytes), None when the time is unknown or zero."""
+    if time_s is None or time_s <= 0:
+        return None
+    return size_bytes / time_s / 1e9
+
+
+def busbw_gbps(op: str, size_bytes: float, time_s: float | None, n: int) -> float | None:
+    alg = algbw_gbps(size_bytes, time_s)
+    return None if alg is None else alg * bus_factor(op, n)

@@ -1,0 +1,83 @@
+"""Run by tests/telemetry/test_collectives.py under torchrun (2 gloo ranks): exercises every path
+collectives take and writes what the tracer saw to OUT/rank<r>.json."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+
+from telemetry.collectives import CollectiveTracer
+
+
+def step(tracer, fn):
+    tracer.begin_step()
+    fn()
+    return tracer.end_step().summary()
+
+
+def main(out: str) -> None:
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    tracer = CollectiveTracer().install()
+    f32 = dict(dtype=torch.float32)
+    results = {}
+
+    def explicit():
+        dist.all_reduce(torch.ones(1024, **f32))  # 4096 B
+        dist.all_gather_into_tensor(torch.empty(2 * 256, **f32), torch.ones(256, **f32))  # S = 2048 B
+        dist.reduce_scatter_tensor(torch.empty(256, **f32), torch.ones(512, **f32))  # S = 2048 B
+        dist.all_to_all_single(torch.empty(512, **f32), torch.ones(512, **f32))  # S = 2048 B
+        dist.broadcast(torch.ones(100, **f32), src=0)  # 400 B
+        work = dist.all_reduce(torch.ones(256, **f32), async_op=True)  # 1024 B, timed by its future
+        work.wait()
+        peer = 1 - rank
+        if rank == 0:
+            dist.send(torch.ones(64, **f32), dst=peer)  # 256 B
+        else:
+            dist.recv(torch.empty(64, **f32), src=peer)
+        ops = [dist.P2POp(dist.isend, torch.ones(32, **f32), peer),  # 128 B each way
+               dist.P2POp(dist.irecv, torch.empty(32, **f32), peer)]
+        for w in dist.batch_isend_irecv(ops):
+            w.wait()
+        dist.barrier()
+    results["explicit"] = step(tracer, explicit)
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 16), torch.nn.Linear(16, 4))
+    model[0].requires_grad_(False)
+    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    tracer.attach_ddp(ddp)
+    results["ddp"] = step(tracer, lambda: ddp(torch.randn(8, 32)).sum().backward())
+    tracer.begin_step()
+    ddp(torch.randn(8, 32)).sum().backward()
+    results["ddp_call_sources"] = sorted({c.source for c in tracer.end_step().calls})
+
+    from torch.distributed.fsdp import fully_shard
+    fmodel = torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.Linear(32, 32))
+    for layer in fmodel:
+        fully_shard(layer)
+    fully_shard(fmodel)
+    results["fsdp"] = step(tracer, lambda: fmodel(torch.randn(4, 32)).sum().backward())
+
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+    mesh = init_device_mesh("cpu", (world,))
+    tp = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 16))
+    parallelize_module(tp, mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
+    tracer.begin_step()
+    tp(torch.randn(4, 16)).sum().backward()
+    tp_step = tracer.end_step()
+    results["tp"] = tp_step.summary()
+    results["tp_sources"] = sorted({c.source for c in tp_step.calls})
+
+    with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
+        json.dump(results, f, indent=1)
+    tracer.uninstall()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

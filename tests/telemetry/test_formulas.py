@@ -1,0 +1,29 @@
+"""busbw/algbw against hand-computed values (nccl-tests definitions)."""
+from __future__ import annotations
+
+import pytest
+
+from telemetry.formulas import algbw_gbps, bus_factor, busbw_gbps
+
+
+@pytest.mark.parametrize("op,n,factor", [
+    ("all_reduce", 8, 1.75), ("all_reduce", 2, 1.0), ("all_reduce", 1, 0.0),
+    ("reduce_scatter", 4, 0.75), ("all_gather", 64, 63 / 64), ("all_to_all", 2, 0.5),
+    ("broadcast", 8, 1.0), ("sendrecv", 2, 1.0), ("barrier", 8, 0.0),
+])
+def test_bus_factors(op, n, factor):
+    assert bus_factor(op, n) == pytest.approx(factor)
+
+
+def test_bandwidths_by_hand():
+    # 1 GiB all-reduce over 8 ranks in 10 ms: algbw 107.37 GB/s, busbw x 1.75 = 187.90 GB/s
+    assert algbw_gbps(2**30, 0.010) == pytest.approx(107.374182, rel=1e-6)
+    assert busbw_gbps("all_reduce", 2**30, 0.010, 8) == pytest.approx(187.904819, rel=1e-6)
+    # not 2S/t: the mistake REFERENCE.md warns about
+    assert algbw_gbps(1e9, 1.0) == 1.0
+    assert algbw_gbps(1e9, None) is None and algbw_gbps(1e9, 0.0) is None
+
+
+def test_unknown_collective_is_refused():
+    with pytest.raises(ValueError, match="unknown collective 'allreduce'"):
+        bus_factor("allreduce", 2)
