@@ -7,7 +7,8 @@ Python entry points every PyTorch parallelism goes through -
   all_gather_single / reduce_scatter_single, pipeline stages' isend/irecv/batch_isend_irecv;
 - `torch.distributed._functional_collectives.*`: DTensor tensor parallelism;
 - DDP's gradient buckets, which its C++ reducer issues directly, through a DDP comm hook that
-  performs the stock average all-reduce (`attach_ddp`).
+  performs the stock average all-reduce (`attach_ddp`); DDP's parameter and buffer broadcasts
+  through `torch.distributed._broadcast_coalesced`.
 
 That costs a few microseconds per call, where an always-on profiler cost 6-25% of a small model's
 step on the development machines. Time per call:
@@ -168,6 +169,8 @@ class CollectiveTracer:
                 fn = getattr(funcol, name, None)
                 if fn is not None:
                     self._patch(funcol, name, self._wrap_funcol(fn, spec))
+        if hasattr(dist, "_broadcast_coalesced"):  # DDP's parameter and buffer broadcasts
+            self._patch(dist, "_broadcast_coalesced", self._wrap_broadcast_coalesced(dist._broadcast_coalesced))
         if hasattr(dist, "batch_isend_irecv"):
             self._patch(dist, "batch_isend_irecv", self._wrap_batch(dist.batch_isend_irecv))
         self.installed = True
@@ -288,6 +291,24 @@ class CollectiveTracer:
             return works
 
         wrapper.__name__ = fn.__name__
+        return wrapper
+
+    def _wrap_broadcast_coalesced(self, fn):
+        tracer = self
+
+        def wrapper(process_group, tensors, buffer_size, *args, **kwargs):
+            if tracer._depth:
+                return fn(process_group, tensors, buffer_size, *args, **kwargs)
+            size, backend = tracer._group_info(process_group)
+            call = Call("broadcast", _sum_bytes(tensors), size, backend, tracer._source("ddp"), time.perf_counter())
+            tracer._local.depth = 1
+            try:
+                return fn(process_group, tensors, buffer_size, *args, **kwargs)  # blocking
+            finally:
+                tracer._local.depth = 0
+                call.t_done = time.perf_counter()
+                tracer._record(call)
+
         return wrapper
 
     def _wrap_funcol(self, fn, spec):

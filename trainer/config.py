@@ -94,6 +94,18 @@ class DistributedConfig:
 @dataclass
 class TelemetryConfig:
     enabled: bool = True
+    nccl_debug: bool = True  # NCCL_DEBUG=INFO into logs/, for the transport verdict (user settings win)
+    cross_rank_every: int = 1  # steps between min/median/max gathers across ranks; 0 = never
+    profile_every: int = 0  # steps between profiled windows for exposed communication; 0 = never
+    profile_steps: int = 1
+    save_traces: bool = False  # keep the profiled windows' Chrome traces in logs/
+    power_sample_interval_s: float = 0.1
+    interfaces: Optional[list[str]] = None  # NICs whose counters to read; default: the ones in use
+
+
+@dataclass
+class FabricConfig:
+    expect: Literal["any", "roce", "infiniband", "tcp", "intra-node"] = "any"
 
 
 @dataclass
@@ -110,6 +122,7 @@ class Recipe:
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
+    fabric: FabricConfig = field(default_factory=FabricConfig)
     recipe_path: Optional[str] = None  # set by the loader, not by users
 
     def to_dict(self) -> dict:
@@ -353,6 +366,14 @@ def check_recipe(r: Recipe) -> list[str]:
             p.append(f"parallel.{key}: got {getattr(par, key)}; expected an integer >= 1")
     if par.dp == 0 or par.dp < -1:
         p.append(f"parallel.dp: got {par.dp}; expected an integer >= 1, or -1 for what the world size leaves")
+    tel = r.telemetry
+    for key in ("cross_rank_every", "profile_every"):
+        if getattr(tel, key) < 0:
+            p.append(f"telemetry.{key}: got {getattr(tel, key)}; expected an integer >= 0 (0 = never)")
+    if tel.profile_steps < 1:
+        p.append(f"telemetry.profile_steps: got {tel.profile_steps}; expected an integer >= 1")
+    if tel.power_sample_interval_s <= 0:
+        p.append(f"telemetry.power_sample_interval_s: got {tel.power_sample_interval_s}; expected a number > 0")
     if r.distributed.timeout_s < 1:
         p.append(f"distributed.timeout_s: got {r.distributed.timeout_s}; expected an integer >= 1")
     return p

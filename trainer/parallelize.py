@@ -21,7 +21,9 @@ def apply_data_parallel(model: torch.nn.Module, dims: ParallelDims, mode: str, d
     mesh = dims.mesh("dp")
     if mode == "ddp":
         ids = [device.index] if device.type == "cuda" else None
-        return DDP(model, process_group=mesh.get_group(), device_ids=ids)
+        # LoRA models have only constant buffers (rotary frequencies): re-broadcasting them every
+        # forward is wasted traffic
+        return DDP(model, process_group=mesh.get_group(), device_ids=ids, broadcast_buffers=False)
     # FSDP2: shard each transformer block, then the root; reduce gradients in fp32.
     mp = MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=torch.float32)
     blocks = _block_classes(model)

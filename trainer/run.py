@@ -14,13 +14,16 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from telemetry import fabric
+from telemetry.adapters import HarnessHooks
 from telemetry.environment import host_info, redacted_env, software_versions
+from telemetry.session import Telemetry, TelemetrySettings
 
 from .config import Recipe
 from .data.sft import StepSampler
 from .distributed import ParallelDims, init_process_group, pick_backend, pick_device
 from .errors import InputError
-from .hooks import HookList
+from .hooks import HookList, Hooks
 from .layout import Layout
 from .loop import Trainer
 from .parallelize import apply_data_parallel, unwrap
@@ -81,6 +84,34 @@ def _peak_memory_bytes(device: torch.device) -> int | None:
         return None
 
 
+class FabricWatch(Hooks):
+    """After the first step (NCCL builds its communicators lazily), record the transport actually used
+    and compare it with the recipe's `fabric.expect`; a mismatch is loud, and flagged in run.json."""
+
+    def __init__(self, rundir: RunDir, expected: str, info: dict):
+        self.rundir, self.expected, self.info = rundir, expected, info
+        self.checked = False
+
+    def refresh(self) -> dict:
+        if self.info["backend"] == "nccl":
+            nccl = fabric.detect_nccl_transport(self.rundir.logs)
+            self.info["nccl"] = nccl
+            self.info["transport"] = nccl["transport"] if nccl else None
+        self.info["expectation"] = fabric.check_expectation(self.expected, self.info["transport"])
+        if self.rundir.rank == 0:
+            self.rundir.update(fabric=self.info)
+        return self.info["expectation"]
+
+    def on_step_end(self, step: int, record: dict) -> None:
+        if self.checked:
+            return
+        self.checked = True
+        verdict = self.refresh()
+        if verdict.get("warning") and self.rundir.rank == 0:
+            bar = "!" * 78
+            print(f"{bar}\n[trainer] WARNING: {verdict['warning']}\n{bar}", file=sys.stderr, flush=True)
+
+
 def run(recipe: Recipe, layout: Layout, argv: list[str], overrides: list[str]) -> int:
     rank = int(os.environ.get("RANK", "0"))
     rundir = RunDir(recipe.output_dir, rank)
@@ -100,9 +131,12 @@ def run(recipe: Recipe, layout: Layout, argv: list[str], overrides: list[str]) -
     old_term = signal.signal(signal.SIGTERM, _on_signal)
     status, code, error = "failed", 1, None
     hooks = HookList()
+    telemetry = watch = None
     try:
         device = pick_device()
         backend = pick_backend(recipe.distributed.backend, device)
+        tel_settings = TelemetrySettings(**recipe.telemetry.__dict__)
+        Telemetry.prepare_environment(tel_settings, recipe.output_dir, backend)  # NCCL reads it at init
         init_process_group(backend, device, recipe.distributed.timeout_s)
         hosts: list = [None] * dist.get_world_size()
         dist.all_gather_object(hosts, {"rank": dist.get_rank(), "local_rank": int(os.environ.get("LOCAL_RANK", 0)),
@@ -111,7 +145,12 @@ def run(recipe: Recipe, layout: Layout, argv: list[str], overrides: list[str]) -
         dims.world_mesh  # made once, up front: a mismatch fails here, not mid-step
         rundir.update(backend=backend, device={"type": device.type,
                       "name": torch.cuda.get_device_name(device) if device.type == "cuda" else None},
-                      hosts=hosts)
+                      hosts=hosts, environment=redacted_env())
+        telemetry = Telemetry(tel_settings, recipe.output_dir, device)
+        telemetry.start()  # before the model is wrapped: DDP's buckets are traced through a comm hook
+        watch = FabricWatch(rundir, recipe.fabric.expect,
+                            fabric.describe(backend, rundir.info["software"].get("nccl")))
+        hooks.hooks += [HarnessHooks(telemetry), watch]
         seed_everything(recipe.seed)
         weight_dtype = _resolve_dtype(recipe.model.dtype, device)
         compute_dtype = _resolve_dtype(recipe.train.precision, device)
@@ -124,6 +163,8 @@ def run(recipe: Recipe, layout: Layout, argv: list[str], overrides: list[str]) -
         total = sum(p.numel() for p in model.parameters())
         trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
         model = apply_data_parallel(model, dims, layout.data_parallel, device, compute_dtype)
+        if layout.data_parallel == "ddp":
+            telemetry.attach_ddp(model)
         sampler = StepSampler(len(train_set), recipe.seed, layout.global_batch_size, layout.dp, dims.dp_rank,
                               layout.micro_batch_size)
         rundir.update(model={"parameters": total, "trainable_parameters": trainable,
@@ -162,6 +203,11 @@ def run(recipe: Recipe, layout: Layout, argv: list[str], overrides: list[str]) -
         signal.signal(signal.SIGTERM, old_term)
         try:
             hooks.on_train_end(status)
+            if telemetry is not None:
+                if watch is not None and dist.is_initialized():
+                    watch.refresh()  # the whole run's NCCL logs, not only the first step's
+                rundir.update(telemetry=telemetry.summary())
+                telemetry.close()
         finally:
             attempts = rundir.info.get("attempts", []) + [{"attempt": attempt, "start_time": rundir.info["start_time"],
                                                            "end_time": now_iso(), "status": status}]

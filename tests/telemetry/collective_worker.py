@@ -48,6 +48,7 @@ def main(out: str) -> None:
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(32, 16), torch.nn.Linear(16, 4))
     model[0].requires_grad_(False)
+    model.register_buffer("running", torch.ones(10))  # DDP broadcasts buffers before each forward
     ddp = torch.nn.parallel.DistributedDataParallel(model)
     tracer.attach_ddp(ddp)
     results["ddp"] = step(tracer, lambda: ddp(torch.randn(8, 32)).sum().backward())

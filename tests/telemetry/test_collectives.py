@@ -46,8 +46,10 @@ def test_explicit_calls_have_nccl_tests_bytes_and_times(seen):
 def test_ddp_bucket_bytes_equal_the_trainable_gradient_bytes(seen):
     trainable_bytes = (16 * 4 + 4) * 4  # second Linear's weight and bias, fp32; the first is frozen
     for res in seen:
-        assert res["ddp"] == {"all_reduce": {**res["ddp"]["all_reduce"], "count": 1, "bytes": trainable_bytes,
-                                             "untimed": 0}}
+        assert res["ddp"]["all_reduce"] == {**res["ddp"]["all_reduce"], "count": 1, "bytes": trainable_bytes,
+                                            "untimed": 0}
+        assert res["ddp"]["broadcast"]["bytes"] == 10 * 4  # the registered buffer, broadcast by DDP's C++
+        assert set(res["ddp"]) == {"all_reduce", "broadcast"}
         assert res["ddp_call_sources"] == ["ddp"]
 
 

@@ -49,6 +49,38 @@ def test_two_rank_lora_matches_single_process_and_stays_in_sync(mode, single, tm
         for key in ("step", "loss", "lr", "step_time_s", "samples_per_s", "tokens_per_s"):
             assert isinstance(record[key], (int, float)), key
     assert "step 6/6 | loss" in res.stdout and "eta" in res.stdout
+    check_telemetry(res, mode)
+
+
+HARNESS_REDUCTION_BYTES = 2 * 8 + 4  # the loop's own token counts (2 x float64) and loss (float32)
+
+
+def check_telemetry(res, mode):
+    """The per-step collective record matches what the layout must send."""
+    info = res.run_json()
+    trainable_bytes = info["model"]["trainable_parameters"] * 4  # fp32 LoRA weights on CPU
+    all_bytes = info["model"]["parameters"] * 4
+    for rec in res.metrics():
+        comm = rec["comm"]
+        if mode == "ddp":
+            # one gradient all-reduce per optimizer step (no_sync on the other micro-batch)
+            assert set(comm) == {"all_reduce"}
+            eval_bytes = 2 * 8 if "eval_loss" in rec else 0  # the evaluation's loss-sum and token count
+            assert comm["all_reduce"]["bytes"] == trainable_bytes + HARNESS_REDUCTION_BYTES + eval_bytes
+        else:
+            # FSDP2 gathers every parameter for forward and again for backward, reduce-scatters the grads
+            assert comm["all_gather"]["bytes"] >= 2 * all_bytes
+            assert comm["reduce_scatter"]["bytes"] >= trainable_bytes
+        assert rec["comm_bytes"] == sum(v["bytes"] for v in comm.values())
+        assert rec["comm_time_s"] is not None and rec["comm_time_s"] > 0
+        spread = rec["ranks"]["step_time_s"]
+        assert spread["ranks"] == 2 and spread["min"] <= spread["median"] <= spread["max"]
+        assert rec["energy_j"] is None and rec["gpu_energy_reason"]  # no GPU here: null with a reason
+    assert info["fabric"]["backend"] == "gloo" and info["fabric"]["transport"] == "loopback"
+    assert info["telemetry"]["counters"]["verdict"] in ("clean", "loss")
+    for rank in (0, 1):
+        lines = (res.out / "ranks" / f"rank{rank:05d}.telemetry.jsonl").read_text().splitlines()
+        assert len(lines) == 6 and all(json.loads(line)["comm"] for line in lines)
 
 
 def test_killed_run_keeps_its_steps_and_resume_equals_an_uninterrupted_run(tmp_path):

@@ -1,0 +1,165 @@
+"""Exposed communication from profiled windows: time spent communicating while no compute runs.
+
+Overlapped communication is free; exposed communication is what a faster fabric would give back.
+The profiler is too costly to keep on (6-25% of a small model's step here), so it runs for a window of
+steps every `profile_every` steps, and those steps are marked `profiled` in the metrics.
+
+Intervals: communication = CPU ops named gloo:* / nccl:* and device kernels named nccl*; compute =
+device kernels that are not NCCL's when there is a GPU, else CPU aten:: ops on threads that are not
+communication threads. Exposed = union(communication) minus union(compute), inside the window.
+"""
+from __future__ import annotations
+
+COMM_PREFIXES = ("gloo:", "nccl:")
+NCCL_KERNELS = ("ncclDevKernel", "ncclKernel")
+# profiler names -> our collective types
+_OP_NAMES = {"all_reduce": "all_reduce", "allreduce": "all_reduce", "all_gather": "all_gather",
+             "allgather": "all_gather", "_allgather_base": "all_gather", "all_gather_into_tensor_coalesced": "all_gather",
+             "reduce_scatter": "reduce_scatter", "_reduce_scatter_base": "reduce_scatter",
+             "reduce_scatter_tensor_coalesced": "reduce_scatter", "all_to_all": "all_to_all",
+             "alltoall": "all_to_all", "alltoall_base": "all_to_all", "broadcast": "broadcast", "send": "send",
+             "recv": "recv", "barrier": "barrier", "reduce": "reduce"}
+
+
+def collective_type(name: str) -> str | None:
+    if name.startswith(COMM_PREFIXES):
+        raw = name.split(":", 1)[1]
+        return _OP_NAMES.get(raw, raw)
+    if name.startswith(NCCL_KERNELS):
+        low = name.lower()
+        for key, op in (("allreduce", "all_reduce"), ("reducescatter", "reduce_scatter"),
+                        ("allgather", "all_gather"), ("sendrecv", "send"), ("broadcast", "broadcast"),
+                        ("reduce", "reduce")):
+            if key in low:
+                return op
+        return "other"
+    return None
+
+
+def _union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    out: list[list[float]] = []
+    for start, end in sorted(intervals):
+        if out and start <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], end)
+        else:
+            out.append([start, end])
+    return [(a, b) for a, b in out]
+
+
+def _length(intervals) -> float:
+    return sum(b - a for a, b in intervals)
+
+
+def _subtract(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """a minus b, both unions (sorted, disjoint)."""
+    out, j = [], 0
+    for start, end in a:
+        cur = start
+        while j < len(b) and b[j][1] <= cur:
+            j += 1
+        k = j
+        while k < len(b) and b[k][0] < end:
+            if b[k][0] > cur:
+                out.append((cur, b[k][0]))
+            cur = max(cur, b[k][1])
+            k += 1
+        if cur < end:
+            out.append((cur, end))
+    return out
+
+
+def analyse(events: list[dict], window: tuple[float, float], on_gpu: bool) -> dict:
+    """events: dicts with name, start, end (same unit as window), thread, device ('cpu'/'cuda')."""
+    lo, hi = window
+    comm_by_op: dict[str, list] = {}
+    comm_threads = set()
+    for e in events:
+        op = collective_type(e["name"])
+        if op is None:
+            continue
+        if on_gpu and e["device"] != "cuda":
+            continue  # on GPU the kernels are the communication; CPU-side ops only enqueue
+        comm_by_op.setdefault(op, []).append((max(e["start"], lo), min(e["end"], hi)))
+        if e["device"] == "cpu":
+            comm_threads.add(e["thread"])
+    compute = []
+    for e in events:
+        if collective_type(e["name"]) is not None:
+            continue
+        if on_gpu:
+            if e["device"] == "cuda":
+                compute.append((e["start"], e["end"]))
+        elif e["name"].startswith("aten::") and e["thread"] not in comm_threads:
+            compute.append((e["start"], e["end"]))
+    compute_u = _union([(max(a, lo), min(b, hi)) for a, b in compute if b > lo and a < hi])
+    span = max(hi - lo, 1e-12)
+    all_comm = _union([iv for ivs in comm_by_op.values() for iv in ivs if iv[1] > iv[0]])
+    per_op = {}
+    for op, ivs in comm_by_op.items():
+        u = _union([iv for iv in ivs if iv[1] > iv[0]])
+        exposed = _length(_subtract(u, compute_u))
+        per_op[op] = {"comm_s": _length(u), "exposed_s": exposed, "exposed_share": exposed / span}
+    exposed_total = _length(_subtract(all_comm, compute_u))
+    return {"window_s": span, "comm_s": _length(all_comm), "compute_s": _length(compute_u),
+            "exposed_s": exposed_total, "exposed_share": exposed_total / span,
+            "comm_share": _length(all_comm) / span, "by_op": per_op}
+
+
+def events_from_profiler(prof) -> list[dict]:
+    """Flatten torch.profiler events into the dicts `analyse` takes (times in seconds)."""
+    out = []
+    for e in prof.events():
+        device = "cuda" if str(getattr(e, "device_type", "")).endswith("CUDA") else "cpu"
+        tr = e.time_range
+        out.append({"name": e.name, "start": tr.start / 1e6, "end": tr.end / 1e6, "thread": e.thread,
+                    "device": device})
+    return out
+
+
+class ProfiledWindows:
+    """Profiles `steps` consecutive steps every `every` steps (0 = never); analyses each window."""
+
+    def __init__(self, every: int, steps: int, on_gpu: bool, trace_dir: str | None = None, rank: int = 0):
+        self.every, self.steps, self.on_gpu = every, max(steps, 1), on_gpu
+        self.trace_dir, self.rank = trace_dir, rank
+        self._prof = None
+        self._start_step = None
+
+    def wants(self, step: int) -> bool:
+        return bool(self.every) and step % self.every < self.steps and step >= self.every
+
+    def start(self, step: int) -> None:
+        if self._prof is not None or not self.wants(step):
+            return
+        import time
+
+        from torch.profiler import ProfilerActivity, profile
+
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.on_gpu else [])
+        self._prof = profile(activities=activities, record_shapes=False, with_stack=False)
+        self._prof.__enter__()
+        self._start_step = step
+        self._t0 = time.perf_counter()
+
+    def active(self) -> bool:
+        return self._prof is not None
+
+    def stop(self, step: int) -> dict | None:
+        """Close the window after its last step; returns the analysis (None while still open)."""
+        if self._prof is None or step < self._start_step + self.steps - 1:
+            return None
+        import os
+
+        prof, self._prof = self._prof, None
+        prof.__exit__(None, None, None)
+        events = events_from_profiler(prof)
+        if not events:
+            return None
+        window = (min(e["start"] for e in events), max(e["end"] for e in events))
+        result = analyse(events, window, self.on_gpu)
+        result["steps"] = [self._start_step, step]
+        if self.trace_dir:
+            path = os.path.join(self.trace_dir, f"trace.rank{self.rank:05d}.step{self._start_step}.json")
+            prof.export_chrome_trace(path)
+            result["trace"] = os.path.basename(path)
+        return result
