@@ -1,0 +1,286 @@
+"""`python -m telemetry report RUN`: one run's story in tables and plots (Markdown, HTML, PNG).
+
+The numbers come from `summarize()`, which the compare command reuses, so a figure means the same
+thing in both. Timing statistics leave out the first (warm-up) step and profiled steps.
+"""
+from __future__ import annotations
+
+import html
+import os
+import statistics
+
+from .formulas import OPS
+from .runs import Run, load_run, median, percentile
+
+
+def _mean(values):
+    values = [v for v in values if v is not None]
+    return statistics.mean(values) if values else None
+
+
+def summarize(run: Run) -> dict:
+    steps = run.timed_steps()
+    layout = run.info.get("layout") or {}
+    gbs = layout.get("global_batch_size")
+    step_times = [r.get("step_time_s") for r in steps]
+    med = median(step_times)
+    comm: dict[str, dict] = {}
+    for op in OPS:
+        rows = [r["comm"][op] for r in steps if op in (r.get("comm") or {})]
+        if not rows:
+            continue
+        t = median([x["time_s"] for x in rows])
+        comm[op] = {"count_per_step": median([x["count"] for x in rows]),
+                    "bytes_per_step": median([x["bytes"] for x in rows]),
+                    "time_per_step_s": t, "busbw_gbps": median([x.get("busbw_gbps") for x in rows]),
+                    "share_of_step": t / med if t is not None and med else None}
+    comm_time = median([r.get("comm_time_s") for r in steps])
+    windows = [r["exposed"] for r in run.metrics if r.get("exposed")]
+    exposed = None
+    if windows:
+        ops = sorted({op for w in windows for op in w["by_op"]})
+        exposed = {"windows": len(windows), "share": _mean([w["exposed_share"] for w in windows]),
+                   "comm_share": _mean([w["comm_share"] for w in windows]),
+                   "by_op": {op: _mean([w["by_op"].get(op, {}).get("exposed_share") for w in windows]) for op in ops}}
+    spreads = [r["ranks"]["step_time_s"] for r in steps if (r.get("ranks") or {}).get("step_time_s")]
+    energy_rows = [r.get("energy_j") for r in steps]
+    energy_step = median(energy_rows)
+    tel = run.info.get("telemetry") or {}
+    energy = ({"per_step_j": energy_step, "per_sample_j": energy_step / gbs if energy_step and gbs else None,
+               "total_j": sum(r.get("energy_j") or 0 for r in run.metrics),
+               "power_w": median([r.get("power_w") for r in steps])}
+              if energy_step is not None else
+              {"reason": next((r.get("gpu_energy_reason") for r in run.metrics if r.get("gpu_energy_reason")),
+                              tel.get("gpu_energy_reason") or "no energy readings in this run")})
+    losses = [r["loss"] for r in run.metrics if r.get("loss") is not None]
+    evals = [r["eval_loss"] for r in run.metrics if r.get("eval_loss") is not None]
+    fab = run.info.get("fabric") or {}
+    return {
+        "name": run.name, "status": run.info.get("status"), "steps": len(run.metrics),
+        "recipe_name": (run.info.get("recipe") or {}).get("name"), "layout": layout,
+        "backend": fab.get("backend") or run.info.get("backend"), "transport": fab.get("transport"),
+        "expectation": fab.get("expectation"), "hosts": len(run.info.get("hosts") or []) or None,
+        "step_time_median_s": med, "step_time_p95_s": percentile(step_times, 0.95),
+        "samples_per_s": gbs / med if gbs and med else None,
+        "tokens_per_s": median([r.get("tokens_per_s") for r in steps]),
+        "loss_first": losses[0] if losses else None, "loss_last": losses[-1] if losses else None,
+        "eval_loss_last": evals[-1] if evals else None,
+        "comm": comm, "comm_time_per_step_s": comm_time,
+        "comm_share": comm_time / med if comm_time is not None and med else None,
+        "exposed": exposed,
+        "straggler_s": median([s["max"] - s["min"] for s in spreads]),
+        "energy": energy, "counters": tel.get("counters") or {"verdict": None, "reason": "no counter summary"},
+    }
+
+
+# ---------------------------------------------------------------- formatting
+
+def fmt(value, unit: str = "", digits: int = 3) -> str:
+    if value is None:
+        return "n/a"
+    if isinstance(value, float):
+        if unit == "%":
+            return f"{value * 100:.1f}%"
+        if abs(value) >= 1000:
+            return f"{value:,.0f}{unit and ' ' + unit}"
+        return f"{value:.{digits}g}{unit and ' ' + unit}"
+    return f"{value}{unit and ' ' + unit}"
+
+
+def fmt_bytes(n) -> str:
+    if n is None:
+        return "n/a"
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= size:
+            return f"{n / size:.3g} {unit}"
+    return f"{n:.0f} B"
+
+
+def tables(s: dict) -> list[tuple[str, list[str], list[list[str]]]]:
+    lay = s["layout"]
+    exp = s["expectation"] or {}
+    verdict = ("matches" if exp.get("match") else "MISMATCH" if exp.get("match") is False else "not checked")
+    overview = [
+        ["status", fmt(s["status"])], ["steps", fmt(s["steps"])],
+        ["layout", f"dp {lay.get('dp')} x tp {lay.get('tp')} x pp {lay.get('pp')} ({lay.get('data_parallel')}), "
+                   f"global batch {lay.get('global_batch_size')}"],
+        ["backend / transport", f"{s['backend']} / {s['transport'] or 'unknown'}"],
+        ["expected fabric", f"{exp.get('expected', 'any')} ({verdict})"],
+        ["loss first -> last", f"{fmt(s['loss_first'], digits=4)} -> {fmt(s['loss_last'], digits=4)}"],
+        ["eval loss (last)", fmt(s["eval_loss_last"], digits=4)],
+    ]
+    throughput = [
+        ["step time median / p95", f"{fmt(s['step_time_median_s'], 's')} / {fmt(s['step_time_p95_s'], 's')}"],
+        ["samples/s", fmt(s["samples_per_s"])], ["tokens/s", fmt(s["tokens_per_s"])],
+        ["straggler spread (median max-min step time)", fmt(s["straggler_s"], "s")],
+        ["communication share of step", fmt(s["comm_share"], "%")],
+        ["exposed communication share", fmt((s["exposed"] or {}).get("share"), "%") +
+         (f" ({s['exposed']['windows']} profiled windows)" if s["exposed"] else " (no profiled windows: "
+                                                                                 "set telemetry.profile_every)")],
+    ]
+    comm_rows = []
+    for op, c in s["comm"].items():
+        exp_op = (s["exposed"] or {}).get("by_op", {}).get(op)
+        comm_rows.append([op, fmt(c["count_per_step"]), fmt_bytes(c["bytes_per_step"]), fmt(c["time_per_step_s"], "s"),
+                          fmt(c["busbw_gbps"], "GB/s"), fmt(c["share_of_step"], "%"), fmt(exp_op, "%")])
+    e = s["energy"]
+    energy = ([["energy per step", fmt(e["per_step_j"], "J")], ["energy per sample", fmt(e["per_sample_j"], "J")],
+               ["total energy", fmt(e["total_j"], "J")], ["GPU power (sampled)", fmt(e["power_w"], "W")]]
+              if "reason" not in e else [["energy", f"not available: {e['reason']}"]])
+    c = s["counters"]
+    counters = [["verdict", fmt(c.get("verdict"))], ["reason", fmt(c.get("reason"))]]
+    return [("Run", ["", ""], overview), ("Throughput", ["", ""], throughput),
+            ("Communication per step (median)", ["collective", "count", "bytes", "time", "busbw", "share of step",
+                                                 "exposed share"], comm_rows),
+            ("Energy", ["", ""], energy), ("Fabric counters", ["", ""], counters)]
+
+
+def _md_table(header, rows) -> str:
+    if not rows:
+        return "_none recorded_\n"
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def _html_table(header, rows) -> str:
+    if not rows:
+        return "<p><em>none recorded</em></p>"
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in header) if any(header) else ""
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>" for row in rows)
+    return f"<table>{'<tr>' + head + '</tr>' if head else ''}{body}</table>"
+
+
+# ---------------------------------------------------------------- plots
+
+def plots(run: Run, out: str) -> list[tuple[str, str]]:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    m = run.metrics
+    steps = [r["step"] for r in m]
+    made = []
+
+    from matplotlib.ticker import MaxNLocator
+
+    def save(fig, name, title):
+        for ax in fig.axes:
+            if ax.get_xlabel() == "step":
+                ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        fig.tight_layout()
+        fig.savefig(os.path.join(out, name), dpi=110)
+        plt.close(fig)
+        made.append((name, title))
+
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    ax.plot(steps, [r.get("loss") for r in m], label="train loss")
+    ev = [(r["step"], r["eval_loss"]) for r in m if r.get("eval_loss") is not None]
+    if ev:
+        ax.plot(*zip(*ev), "o-", label="eval loss")
+    ax.set_xlabel("step"), ax.set_ylabel("loss"), ax.legend(), ax.grid(alpha=0.3)
+    save(fig, "loss.png", "Loss")
+
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    ax.plot(steps, [r.get("step_time_s") for r in m], label="rank 0")
+    band = [(r["step"], r["ranks"]["step_time_s"]) for r in m if (r.get("ranks") or {}).get("step_time_s")]
+    if band:
+        ax.fill_between([b[0] for b in band], [b[1]["min"] for b in band], [b[1]["max"] for b in band],
+                        alpha=0.3, label="min-max across ranks")
+    prof = [r["step"] for r in m if r.get("profiled")]
+    if prof:
+        ax.plot(prof, [next(x["step_time_s"] for x in m if x["step"] == p) for p in prof], "x", label="profiled step")
+    ax.set_xlabel("step"), ax.set_ylabel("step time (s)"), ax.legend(), ax.grid(alpha=0.3)
+    save(fig, "step_time.png", "Step time")
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.6), gridspec_kw={"width_ratios": [2, 1]})
+    ops = [op for op in OPS if any(op in (r.get("comm") or {}) for r in m)]
+    bottom = [0.0] * len(m)
+    for op in ops:
+        vals = [((r.get("comm") or {}).get(op) or {}).get("time_s") or 0.0 for r in m]
+        ax1.bar(steps, vals, bottom=bottom, label=op)
+        bottom = [b + v for b, v in zip(bottom, vals)]
+    ax1.set_xlabel("step"), ax1.set_ylabel("communication time (s)")
+    if ops:
+        ax1.legend(fontsize=8)
+    windows = [r["exposed"] for r in m if r.get("exposed")]
+    if windows:
+        names = sorted({op for w in windows for op in w["by_op"]})
+        ax2.bar(["all"] + names, [_mean([w["exposed_share"] for w in windows]) * 100] +
+                [_mean([w["by_op"].get(op, {}).get("exposed_share") for w in windows]) * 100 for op in names])
+        ax2.set_ylabel("exposed share of step (%)")
+    else:
+        ax2.text(0.5, 0.5, "no profiled windows\n(telemetry.profile_every)", ha="center", va="center")
+        ax2.set_axis_off()
+    save(fig, "comm.png", "Communication by collective, and exposed share")
+
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    energy = [r.get("energy_j") for r in m]
+    if any(e is not None for e in energy):
+        ax.plot(steps, energy, label="energy per step (J)")
+        ax2 = ax.twinx()
+        ax2.plot(steps, [r.get("power_w") for r in m], color="tab:red", label="power (W)")
+        ax2.set_ylabel("power (W)")
+        ax.set_ylabel("energy (J)"), ax.set_xlabel("step")
+    else:
+        reason = next((r.get("gpu_energy_reason") for r in m if r.get("gpu_energy_reason")), "no readings")
+        ax.text(0.5, 0.5, f"energy not available:\n{reason}", ha="center", va="center", wrap=True)
+        ax.set_axis_off()
+    save(fig, "energy.png", "Energy and power")
+
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    plotted = False
+    for key, label in (("net_tx_bytes", "NIC tx"), ("net_rx_bytes", "NIC rx"), ("rdma_tx_bytes", "RDMA tx"),
+                       ("rdma_rx_bytes", "RDMA rx")):
+        vals = [r.get(key) for r in m]
+        if any(v is not None for v in vals):
+            ax.plot(steps, [(v or 0) / 1e6 for v in vals], label=label)
+            plotted = True
+    losses = [(r["step"], r["loss_events"]) for r in m if r.get("loss_events")]
+    if losses:
+        ax.plot(*zip(*losses), "rv", label="loss events")
+    if plotted:
+        ax.set_xlabel("step"), ax.set_ylabel("MB per step (all hosts)"), ax.legend(), ax.grid(alpha=0.3)
+    else:
+        ax.text(0.5, 0.5, "no NIC counters recorded", ha="center", va="center")
+        ax.set_axis_off()
+    save(fig, "counters.png", "Host NIC and RDMA counters")
+    return made
+
+
+# ---------------------------------------------------------------- write
+
+CSS = ("body{font-family:system-ui,sans-serif;max-width:1000px;margin:2em auto;color:#222}"
+       "table{border-collapse:collapse;margin:.5em 0 1.5em}td,th{border:1px solid #ccc;padding:4px 10px;"
+       "text-align:left}th{background:#f3f3f3}img{max-width:100%;border:1px solid #eee;margin:.5em 0}"
+       ".warn{background:#fee;border:1px solid #c00;padding:.5em 1em}")
+
+
+def write_report(run_path: str, out: str | None = None) -> dict:
+    run = load_run(run_path)
+    out = out or os.path.join(run_path, "report")
+    os.makedirs(out, exist_ok=True)
+    s = summarize(run)
+    figures = plots(run, out)
+    title = f"fabric-harness report: {s['name']}"
+    warning = (s["expectation"] or {}).get("warning")
+    md = [f"# {title}\n", f"Run directory: `{os.path.abspath(run_path)}`\n"]
+    body = [f"<h1>{html.escape(title)}</h1><p>Run directory: <code>{html.escape(os.path.abspath(run_path))}</code></p>"]
+    if warning:
+        md.append(f"> **{warning}**\n")
+        body.append(f"<p class='warn'><strong>{html.escape(warning)}</strong></p>")
+    for heading, header, rows in tables(s):
+        md += [f"## {heading}\n", _md_table(header, rows)]
+        body += [f"<h2>{html.escape(heading)}</h2>", _html_table(header, rows)]
+    md.append("## Figures\n")
+    body.append("<h2>Figures</h2>")
+    for name, caption in figures:
+        md.append(f"![{caption}]({name})\n")
+        body.append(f"<figure><img src='{name}' alt='{html.escape(caption)}'><figcaption>{html.escape(caption)}"
+                    "</figcaption></figure>")
+    with open(os.path.join(out, "report.md"), "w", encoding="utf-8") as f:
+        f.write("\n".join(md))
+    with open(os.path.join(out, "report.html"), "w", encoding="utf-8") as f:
+        f.write(f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+                f"<style>{CSS}</style></head><body>{''.join(body)}</body></html>\n")
+    return {"out": out, "summary": s, "figures": [n for n, _ in figures]}
