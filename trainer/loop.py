@@ -194,6 +194,7 @@ class Trainer:
                 record["eval_loss"] = self.state.last_eval_loss = self.evaluate()
                 record["samples_seen"] = step * self.layout.global_batch_size
             self.hooks.on_step_end(step, record)
+            record["time"] = time.time()  # wall clock at the step's end: lines steps up with outside counters
             self.state.step, self.state.last_loss = step, record["loss"]
             self.rundir.write_metrics(record)
             self.progress.step(record)
