@@ -202,7 +202,8 @@ class Telemetry:
         if gathered is None:
             local = torch.tensor(mine, dtype=torch.float64)
             out = torch.empty(self.world * len(mine), dtype=torch.float64)
-            self.tracer.original("all_gather_into_tensor")(out, local, group=self._group)
+            gather = "all_gather_single" if hasattr(dist, "all_gather_single") else "all_gather_into_tensor"
+            self.tracer.original(gather)(out, local, group=self._group)
             gathered = out.view(self.world, len(mine)).tolist()
         if self.rank != 0:
             return {}

@@ -108,10 +108,34 @@ class FabricConfig:
     expect: Literal["any", "roce", "infiniband", "tcp", "intra-node"] = "any"
 
 
+SWEEP_OPS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "sendrecv", "broadcast")
+SWEEP_DTYPES = ("float32", "float64", "float16", "bfloat16", "int32", "int64", "int8", "uint8")
+
+
+@dataclass
+class SweepConfig:
+    """An nccl-tests-style collective sweep (workload: collectives)."""
+    ops: list[str] = field(default_factory=lambda: list(SWEEP_OPS))
+    min_bytes: Union[int, str] = 8  # sizes accept K/M/G suffixes (powers of 1024), like nccl-tests -b/-e
+    max_bytes: Union[int, str] = "64M"
+    factor: int = 2  # -f: multiply the size by this each step
+    warmup: int = 5  # -w
+    iters: int = 20  # -n
+    dtype: str = "float32"  # -d
+    redop: Literal["sum", "prod", "min", "max", "avg"] = "sum"  # -o
+    root: int = 0  # -r, for broadcast
+    in_place: Literal["both", "out_of_place", "in_place"] = "both"
+    check: bool = True  # -c: verify every result
+    time_reduction: Literal["avg", "min", "max", "rank0"] = "avg"  # -a
+    latency_table: bool = True  # 4 B all-reduce and 48 B send-receive, as fabric evaluations report
+    latency_iters: int = 200
+    pairs: bool = True  # send/recv between a pair inside a node and a pair across nodes
+
+
 @dataclass
 class Recipe:
     name: str = "unnamed"
-    workload: Literal["llm_lora"] = "llm_lora"
+    workload: Literal["llm_lora", "collectives"] = "llm_lora"
     output_dir: str = "runs/unnamed"
     max_steps: int = 100
     seed: int = 1234
@@ -123,6 +147,7 @@ class Recipe:
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
     fabric: FabricConfig = field(default_factory=FabricConfig)
+    sweep: SweepConfig = field(default_factory=SweepConfig)
     recipe_path: Optional[str] = None  # set by the loader, not by users
 
     def to_dict(self) -> dict:
@@ -315,11 +340,54 @@ def load_recipe(path: str, overrides: list[str] = ()) -> Recipe:
     return recipe
 
 
+def parse_size(value: Union[int, str], key: str, problems: list[str]) -> int | None:
+    """Bytes from 4096, "4K", "64M", "1G" (powers of 1024, as nccl-tests reads -b/-e)."""
+    if isinstance(value, int):
+        size = value
+    else:
+        text = str(value).strip().upper().removesuffix("B")
+        mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+        digits = text[:-1] if text[-1:] in "KMG" else text
+        try:
+            size = int(float(digits) * mult)
+        except ValueError:
+            problems.append(f"{key}: got {value!r}; expected bytes such as 8, 4K, 64M or 1G")
+            return None
+    if size < 1:
+        problems.append(f"{key}: got {value!r}; expected at least 1 byte")
+        return None
+    return size
+
+
+def check_sweep(sw: SweepConfig) -> list[str]:
+    p: list[str] = []
+    bad = [op for op in sw.ops if op not in SWEEP_OPS]
+    if bad or not sw.ops:
+        p.append(f"sweep.ops: got {sw.ops}; allowed: {', '.join(SWEEP_OPS)}")
+    if sw.dtype not in SWEEP_DTYPES:
+        p.append(f"sweep.dtype: got {sw.dtype!r}; allowed: {', '.join(SWEEP_DTYPES)}")
+    lo, hi = parse_size(sw.min_bytes, "sweep.min_bytes", p), parse_size(sw.max_bytes, "sweep.max_bytes", p)
+    if lo and hi and lo > hi:
+        p.append(f"sweep.max_bytes: {sw.max_bytes!r} is below sweep.min_bytes {sw.min_bytes!r}")
+    if sw.factor < 2:
+        p.append(f"sweep.factor: got {sw.factor}; expected an integer >= 2")
+    for key in ("iters", "latency_iters"):
+        if getattr(sw, key) < 1:
+            p.append(f"sweep.{key}: got {getattr(sw, key)}; expected an integer >= 1")
+    if sw.warmup < 0:
+        p.append(f"sweep.warmup: got {sw.warmup}; expected an integer >= 0")
+    if sw.root < 0:
+        p.append(f"sweep.root: got {sw.root}; expected a rank >= 0")
+    return p
+
+
 def check_recipe(r: Recipe) -> list[str]:
     """Checks that need no world size. Each problem names the key, the value and what is allowed."""
     p = []
     if r.max_steps < 1:
         p.append(f"max_steps: got {r.max_steps}; expected an integer >= 1")
+    if r.workload == "collectives":
+        return p + check_sweep(r.sweep) + _check_telemetry(r)
     m = r.model
     if (m.path is None) == (m.config is None):
         p.append("model: set exactly one of model.path (a local checkpoint directory) "
@@ -366,6 +434,11 @@ def check_recipe(r: Recipe) -> list[str]:
             p.append(f"parallel.{key}: got {getattr(par, key)}; expected an integer >= 1")
     if par.dp == 0 or par.dp < -1:
         p.append(f"parallel.dp: got {par.dp}; expected an integer >= 1, or -1 for what the world size leaves")
+    return p + _check_telemetry(r)
+
+
+def _check_telemetry(r: Recipe) -> list[str]:
+    p = []
     tel = r.telemetry
     for key in ("cross_rank_every", "profile_every"):
         if getattr(tel, key) < 0:

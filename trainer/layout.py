@@ -29,6 +29,8 @@ class Layout:
         return asdict(self)
 
     def describe(self) -> str:
+        if not self.global_batch_size:  # a collective sweep
+            return f"world {self.world_size}"
         return (f"world {self.world_size} = dp {self.dp} x tp {self.tp} x pp {self.pp} "
                 f"({self.data_parallel}); global batch {self.global_batch_size} = micro-batch "
                 f"{self.micro_batch_size} x grad-accum {self.grad_accum_steps} x dp {self.dp}; "
@@ -53,6 +55,8 @@ def resolve_layout(recipe: Recipe, world_size: int) -> tuple[Layout | None, list
             return None, [f"parallel: dp x tp x pp = {dp} x {tp} x {pp} = {dp * tp * pp} does not equal "
                           f"the world size {world_size}; set parallel.dp=-1 to derive it"]
     gbs, mbs = train.global_batch_size, train.micro_batch_size
+    if recipe.workload == "collectives":  # a sweep has no batch: every rank takes part
+        return Layout(world_size, dp, tp, pp, par.data_parallel, 0, 0, 0, 0), []
     if gbs % (mbs * dp):
         problems.append(f"train.global_batch_size: {gbs} is not divisible by micro_batch_size x dp = "
                         f"{mbs} x {dp} = {mbs * dp}; allowed: multiples of {mbs * dp}")

@@ -27,7 +27,7 @@ from .hooks import HookList, Hooks
 from .layout import Layout
 from .loop import Trainer
 from .parallelize import apply_data_parallel, unwrap
-from .rundir import RunDir, now_iso
+from .rundir import RunDir, now_iso, write_json_atomic
 from .workloads import get_workload
 
 # transformers' own deprecation chatter about its internals, raised from inside peft: not the user's concern
@@ -112,6 +112,27 @@ class FabricWatch(Hooks):
             print(f"{bar}\n[trainer] WARNING: {verdict['warning']}\n{bar}", file=sys.stderr, flush=True)
 
 
+def _sweep(recipe: Recipe, rundir: RunDir, device: torch.device, hosts: list, watch: FabricWatch) -> None:
+    """A collective sweep: the nccl-tests table on stdout and in collectives.txt, numbers in collectives.json."""
+    from .workloads.collectives import run_sweep
+
+    lines: list[str] = []
+
+    def say(text: str) -> None:
+        if rundir.rank == 0:
+            print(text, flush=True)
+            lines.append(text)
+    result = run_sweep(recipe.sweep, device, hosts, say)
+    watch.on_step_end(0, {})  # NCCL's communicators exist now: record and check the transport
+    if rundir.rank == 0:
+        write_json_atomic(os.path.join(rundir.path, "collectives.json"), result)
+        with open(os.path.join(rundir.path, "collectives.txt"), "w", encoding="utf-8") as f:
+            f.write("\n".join(lines) + "\n")
+        rundir.update(final={"avg_busbw_gbps": {op: r["avg_busbw_gbps"] for op, r in result["ops"].items()},
+                             "wrong": sum(r["wrong"] for r in result["ops"].values()),
+                             "latency_us": result.get("latency_us")})
+
+
 def run(recipe: Recipe, layout: Layout, argv: list[str], overrides: list[str]) -> int:
     rank = int(os.environ.get("RANK", "0"))
     rundir = RunDir(recipe.output_dir, rank)
@@ -146,10 +167,14 @@ def run(recipe: Recipe, layout: Layout, argv: list[str], overrides: list[str]) -
         rundir.update(backend=backend, device={"type": device.type,
                       "name": torch.cuda.get_device_name(device) if device.type == "cuda" else None},
                       hosts=hosts, environment=redacted_env())
-        telemetry = Telemetry(tel_settings, recipe.output_dir, device)
-        telemetry.start()  # before the model is wrapped: DDP's buckets are traced through a comm hook
         watch = FabricWatch(rundir, recipe.fabric.expect,
                             fabric.describe(backend, rundir.info["software"].get("nccl")))
+        if recipe.workload == "collectives":
+            _sweep(recipe, rundir, device, hosts, watch)
+            status, code = "completed", 0
+            return code
+        telemetry = Telemetry(tel_settings, recipe.output_dir, device)
+        telemetry.start()  # before the model is wrapped: DDP's buckets are traced through a comm hook
         hooks.hooks += [HarnessHooks(telemetry), watch]
         seed_everything(recipe.seed)
         weight_dtype = _resolve_dtype(recipe.model.dtype, device)
@@ -203,9 +228,9 @@ def run(recipe: Recipe, layout: Layout, argv: list[str], overrides: list[str]) -
         signal.signal(signal.SIGTERM, old_term)
         try:
             hooks.on_train_end(status)
+            if watch is not None and dist.is_initialized():
+                watch.refresh()  # the whole run's NCCL logs, not only the first step's
             if telemetry is not None:
-                if watch is not None and dist.is_initialized():
-                    watch.refresh()  # the whole run's NCCL logs, not only the first step's
                 rundir.update(telemetry=telemetry.summary())
                 telemetry.close()
         finally:
