@@ -57,4 +57,6 @@ def software_versions() -> dict:
 
 
 def host_info() -> dict:
-    return {"hostname": socket.gethostname(), "pid": os.getpid()}
+    # FABRIC_HARNESS_NODE names the node where host names do not tell nodes apart (the fabric lab's
+    # namespaces, some container set-ups)
+    return {"hostname": os.environ.get("FABRIC_HARNESS_NODE") or socket.gethostname(), "pid": os.getpid()}

@@ -3,6 +3,7 @@ the recipe expected (the classic failure is a silent fallback from RDMA to TCP s
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import socket
 import struct
@@ -68,6 +69,11 @@ def describe(backend: str, nccl_version: str | None, sysfs: str = "/sys", enviro
     interfaces = list_interfaces(sysfs)
     info = {"backend": backend, "nccl_version": nccl_version, "environment": redacted_env(environ),
             "interfaces": interfaces, "hcas": list_hcas(sysfs), "transport": None, "nccl": None}
+    if environ.get("FABRIC_HARNESS_LAB"):  # launched by launch.lab: the emulated links' description
+        try:
+            info["lab"] = json.loads(environ["FABRIC_HARNESS_LAB"])
+        except json.JSONDecodeError:
+            info["lab"] = None
     if backend == "gloo":
         used = gloo_interface(environ)
         speed = next((i["speed_mbps"] for i in interfaces if i["name"] == used.get("interface")), None)

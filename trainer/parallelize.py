@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import inspect
 
 import torch
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
@@ -22,8 +23,10 @@ def apply_data_parallel(model: torch.nn.Module, dims: ParallelDims, mode: str, d
     if mode == "ddp":
         ids = [device.index] if device.type == "cuda" else None
         # LoRA models have only constant buffers (rotary frequencies): re-broadcasting them every
-        # forward is wasted traffic
-        return DDP(model, process_group=mesh.get_group(), device_ids=ids, broadcast_buffers=False)
+        # forward is wasted traffic (torch 2.13 renamed the switch)
+        sync = ({"forward_sync_buffers": False} if "forward_sync_buffers" in inspect.signature(DDP).parameters
+                else {"broadcast_buffers": False})
+        return DDP(model, process_group=mesh.get_group(), device_ids=ids, **sync)
     # FSDP2: shard each transformer block, then the root; reduce gradients in fp32.
     mp = MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=torch.float32)
     blocks = _block_classes(model)

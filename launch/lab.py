@@ -1,0 +1,292 @@
+"""The fabric lab: N emulated nodes on one Linux host, joined by shaped links, running any recipe.
+
+    python -m launch.lab --nodes 2 --nproc-per-node 1 --rate 1gbit -- recipes/tiny_llama_lora.yaml max_steps=20
+
+Each node is a network namespace with one interface `fab0`. Two nodes are joined by a veth pair; more
+go through a bridge in a namespace of their own (a switch). Every link is shaped with `tc ... tbf` at
+RATE in both directions (the node's egress and the switch port's egress), with a burst sized for the
+rate (REFERENCE.md section 8: >= 128 KiB at 1 Gbit/s, >= 16 KiB at 100 Mbit/s, or the link
+underperforms). netem is not used (bandwidth only, no added delay). Addresses exist only inside the
+namespaces the lab creates; traffic between ranks of one node goes over loopback and is never shaped.
+
+One torchrun agent per node joins a c10d rendezvous on node 0 (`is_host=1` there, 0 elsewhere: host
+names all resolve to loopback here), with GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME set to `fab0`
+(otherwise gloo advertises 127.0.0.1 and hangs). Whatever happens - success, failure, Ctrl-C, a hung
+agent - the namespaces are deleted before the command returns.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+SUBNET_BASE = "10.213"  # only ever assigned inside the lab's own namespaces
+IFACE = "fab0"
+_RATE = re.compile(r"^(\d+(?:\.\d+)?)(bit|kbit|mbit|gbit|tbit|bps|kbps|mbps|gbps|tbps)$", re.I)
+_RATE_BITS = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12,
+              "bps": 8, "kbps": 8e3, "mbps": 8e6, "gbps": 8e9, "tbps": 8e12}  # tc: "bps" is bytes/s
+
+
+class LabError(Exception):
+    """A lab that cannot be brought up or run; one line naming what is wrong."""
+
+
+def parse_rate(rate: str) -> float | None:
+    """Bits per second from tc units (1gbit, 100mbit, 125mbps = bytes/s); None for 'none' (unshaped)."""
+    if rate.lower() == "none":
+        return None
+    m = _RATE.match(rate.strip())
+    if not m:
+        raise LabError(f"--rate: got {rate!r}; expected a tc rate such as 10gbit, 1gbit, 100mbit, 500kbit, "
+                       "or 'none' for unshaped links")
+    return float(m.group(1)) * _RATE_BITS[m.group(2).lower()]
+
+
+def burst_bytes(rate_bps: float) -> int:
+    """tbf burst: 2 ms of traffic at the rate, at least 16 KiB (measured: smaller bursts underperform)."""
+    return max(int(rate_bps / 8 * 0.002), 16 * 1024)
+
+
+def _run(cmd: list[str], what: str) -> None:
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+    if proc.returncode != 0:
+        raise LabError(f"{what}: `{' '.join(cmd)}` failed: {(proc.stderr or proc.stdout).strip()}")
+
+
+def check_host() -> None:
+    if sys.platform != "linux":
+        raise LabError("the fabric lab needs Linux network namespaces; this is " + sys.platform)
+    if os.geteuid() != 0:
+        raise LabError("the fabric lab needs root (it creates network namespaces and qdiscs); run it with sudo")
+    for tool in ("ip", "tc"):
+        if shutil.which(tool) is None:
+            raise LabError(f"the fabric lab needs `{tool}` from iproute2 (apt-get install iproute2)")
+
+
+class Lab:
+    """Namespaces, links and shaping; a context manager that always tears down."""
+
+    def __init__(self, nodes: int, rate: str, lab_id: str | None = None):
+        if nodes < 2:
+            raise LabError(f"--nodes: got {nodes}; a fabric needs at least 2 nodes")
+        if nodes > 200:
+            raise LabError(f"--nodes: got {nodes}; at most 200")
+        self.nodes, self.rate = nodes, rate
+        self.rate_bps = parse_rate(rate)
+        self.id = lab_id or f"fh{os.getpid() % 100000}"
+        self.subnet = f"{SUBNET_BASE}.{os.getpid() % 250 + 1}"
+        self.namespaces = [f"{self.id}n{i}" for i in range(nodes)]
+        self.switch = f"{self.id}sw" if nodes > 2 else None
+        self.created: list[str] = []
+
+    def address(self, node: int) -> str:
+        return f"{self.subnet}.{node + 1}"
+
+    def describe(self) -> dict:
+        return {"nodes": self.nodes, "rate": self.rate, "rate_bps": self.rate_bps,
+                "burst_bytes": burst_bytes(self.rate_bps) if self.rate_bps else None,
+                "topology": "bridge" if self.switch else "veth pair", "interface": IFACE,
+                "addresses": [self.address(i) for i in range(self.nodes)], "namespaces": self.namespaces}
+
+    def _shape(self, ns: str, dev: str) -> None:
+        if self.rate_bps is None:
+            return
+        _run(["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", dev, "root", "tbf", "rate", self.rate,
+              "burst", str(burst_bytes(self.rate_bps)), "latency", "100ms"], f"shaping {ns}/{dev} at {self.rate}")
+
+    def up(self) -> "Lab":
+        for ns in self.namespaces + ([self.switch] if self.switch else []):
+            _run(["ip", "netns", "add", ns], f"creating namespace {ns}")
+            self.created.append(ns)
+            _run(["ip", "-n", ns, "link", "set", "lo", "up"], f"loopback in {ns}")
+        if self.switch is None:
+            a, b = self.namespaces
+            _run(["ip", "link", "add", IFACE, "netns", a, "type", "veth", "peer", "name", IFACE, "netns", b],
+                 "veth pair")
+        else:
+            _run(["ip", "-n", self.switch, "link", "add", "br0", "type", "bridge"], "bridge")
+            _run(["ip", "-n", self.switch, "link", "set", "br0", "up"], "bridge up")
+            for i, ns in enumerate(self.namespaces):
+                port = f"p{i}"
+                _run(["ip", "link", "add", IFACE, "netns", ns, "type", "veth", "peer", "name", port, "netns",
+                      self.switch], f"link of node {i}")
+                _run(["ip", "-n", self.switch, "link", "set", port, "master", "br0", "up"], f"switch port {i}")
+                self._shape(self.switch, port)  # the switch port's egress: traffic towards node i
+        for i, ns in enumerate(self.namespaces):
+            _run(["ip", "-n", ns, "addr", "add", f"{self.address(i)}/24", "dev", IFACE], f"address of node {i}")
+            _run(["ip", "-n", ns, "link", "set", IFACE, "up"], f"link up on node {i}")
+            self._shape(ns, IFACE)  # node i's egress
+        return self
+
+    def down(self) -> list[str]:
+        """Delete every namespace the lab made (their links and qdiscs go with them); returns leftovers."""
+        for ns in reversed(self.created):
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
+        self.created = []
+        return [ns for ns in leftover_namespaces() if ns.startswith(self.id)]
+
+    def __enter__(self):
+        try:
+            return self.up()
+        except BaseException:
+            self.down()
+            raise
+
+    def __exit__(self, *exc):
+        self.down()
+        return False
+
+
+def leftover_namespaces() -> list[str]:
+    proc = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=30)
+    return [line.split()[0] for line in proc.stdout.splitlines() if line.strip()]
+
+
+def _pump(stream, sinks) -> None:
+    for line in iter(stream.readline, ""):
+        for sink in sinks:
+            sink.write(line)
+            sink.flush()
+
+
+def run_in_lab(lab: Lab, nproc: int, recipe_args: list[str], output_dir: str, timeout_s: float,
+               port: int) -> int:
+    """One torchrun agent per node; node 0's output is shown, every node's is kept in logs/."""
+    logs = os.path.join(output_dir, "logs")
+    os.makedirs(logs, exist_ok=True)
+    lab_info = json.dumps(lab.describe())
+    procs, threads, files = [], [], []
+    for i, ns in enumerate(lab.namespaces):
+        env = {**os.environ, "GLOO_SOCKET_IFNAME": IFACE, "NCCL_SOCKET_IFNAME": IFACE, "OMP_NUM_THREADS": "1",
+               "FABRIC_HARNESS_NODE": f"lab-node{i}", "FABRIC_HARNESS_LAB": lab_info, "PYTHONUNBUFFERED": "1"}
+        cmd = ["ip", "netns", "exec", ns, sys.executable, "-m", "torch.distributed.run",
+               f"--nnodes={lab.nodes}", f"--nproc-per-node={nproc}", "--rdzv-backend=c10d",
+               f"--rdzv-endpoint={lab.address(0)}:{port}", f"--rdzv-id={lab.id}",
+               f"--rdzv-conf=is_host={1 if i == 0 else 0}", f"--local-addr={lab.address(i)}",
+               "--max-restarts=0", "-m", "trainer", *recipe_args,
+               f"output_dir={output_dir}"]
+        log = open(os.path.join(logs, f"lab-node{i}.log"), "w", encoding="utf-8")
+        files.append(log)
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                start_new_session=True)
+        procs.append(proc)
+        sinks = [log, sys.stdout] if i == 0 else [log]
+        t = threading.Thread(target=_pump, args=(proc.stdout, sinks), daemon=True)
+        t.start()
+        threads.append(t)
+    deadline = time.monotonic() + timeout_s
+    codes: list[int | None] = [None] * len(procs)
+    try:
+        while any(c is None for c in codes):
+            for i, p in enumerate(procs):
+                if codes[i] is None:
+                    codes[i] = p.poll()
+            if any(c not in (None, 0) for c in codes) or codes[0] is not None:
+                # a node failed, or node 0 finished: give the others a short grace, then stop them
+                # (a torchrun agent can hang after its workers end)
+                grace = time.monotonic() + 30
+                while any(c is None for c in codes) and time.monotonic() < grace:
+                    time.sleep(0.2)
+                    codes = [c if c is not None else p.poll() for c, p in zip(codes, procs)]
+                break
+            if time.monotonic() > deadline:
+                print(f"[lab] timed out after {timeout_s:.0f}s; stopping every node", file=sys.stderr)
+                break
+            time.sleep(0.2)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            p.wait(timeout=30)
+        for t in threads:
+            t.join(timeout=5)
+        for f in files:
+            f.close()
+    codes = [p.returncode for p in procs]
+    failed = [c for c in codes if c != 0]
+    return 0 if not failed else (failed[0] if failed[0] > 0 else 1)
+
+
+def _output_dir(recipe_args: list[str]) -> str:
+    for arg in recipe_args[1:]:
+        if arg.startswith("output_dir="):
+            return arg.split("=", 1)[1]
+    import yaml
+    try:
+        with open(recipe_args[0], encoding="utf-8") as f:
+            return (yaml.safe_load(f) or {}).get("output_dir") or "runs/lab"
+    except (OSError, yaml.YAMLError):
+        return "runs/lab"
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--" in argv:
+        split = argv.index("--")
+        ours, recipe_args = argv[:split], argv[split + 1:]
+    else:
+        ours, recipe_args = argv, []
+    p = argparse.ArgumentParser(prog="python -m launch.lab",
+                                usage="python -m launch.lab --nodes N --nproc-per-node G --rate RATE -- RECIPE "
+                                      "[key=value ...]",
+                                description="Run a recipe across emulated nodes joined by shaped links.")
+    p.add_argument("--nodes", type=int, required=True)
+    p.add_argument("--nproc-per-node", type=int, default=1)
+    p.add_argument("--rate", required=True, help="tc rate per link and direction (1gbit, 100mbit, ...) or none")
+    p.add_argument("--timeout", type=float, default=1800, help="seconds before every node is stopped")
+    p.add_argument("--port", type=int, default=29400, help="rendezvous port on node 0")
+    args = p.parse_args(ours)
+    if not recipe_args:
+        p.error("give the recipe after --, e.g. -- recipes/tiny_llama_lora.yaml max_steps=10")
+    if args.nproc_per_node < 1:
+        p.error("--nproc-per-node must be >= 1")
+    try:
+        check_host()
+        lab = Lab(args.nodes, args.rate)
+        output_dir = os.path.abspath(_output_dir(recipe_args))
+        recipe_args = [a for a in recipe_args if not a.startswith("output_dir=")]
+    except LabError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+    def stop(signum, _frame):
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+    old = signal.signal(signal.SIGTERM, stop)
+    code = 1
+    try:
+        with lab:
+            shaped = f"{lab.rate} (burst {burst_bytes(lab.rate_bps)} B)" if lab.rate_bps else "unshaped"
+            print(f"[lab] {lab.nodes} nodes x {args.nproc_per_node} ranks, {lab.describe()['topology']}, links "
+                  f"{shaped}; run directory {output_dir}", flush=True)
+            os.makedirs(output_dir, exist_ok=True)
+            with open(os.path.join(output_dir, "lab.json"), "w", encoding="utf-8") as f:
+                json.dump({**lab.describe(), "nproc_per_node": args.nproc_per_node, "recipe": recipe_args}, f, indent=1)
+            code = run_in_lab(lab, args.nproc_per_node, recipe_args, output_dir, args.timeout, args.port)
+    except LabError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        code = 2
+    except KeyboardInterrupt:
+        print("[lab] interrupted; tearing down", file=sys.stderr)
+        code = 130
+    finally:
+        signal.signal(signal.SIGTERM, old)
+    left = [ns for ns in leftover_namespaces() if ns.startswith(lab.id)]
+    if left:
+        print(f"[lab] warning: namespaces left behind: {', '.join(left)}", file=sys.stderr)
+    else:
+        print(f"[lab] torn down ({lab.nodes} namespaces removed)", flush=True)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
