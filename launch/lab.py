@@ -214,7 +214,17 @@ def run_in_lab(lab: Lab, nproc: int, recipe_args: list[str], output_dir: str, ti
             f.close()
     codes = [p.returncode for p in procs]
     failed = [c for c in codes if c != 0]
-    return 0 if not failed else (failed[0] if failed[0] > 0 else 1)
+    if not failed:
+        return 0
+    # torchrun reports any worker failure as 1; the job's own exit code (2 = bad input) says more
+    try:
+        with open(os.path.join(output_dir, "run.json"), encoding="utf-8") as f:
+            recorded = json.load(f).get("exit_code")
+        if isinstance(recorded, int) and recorded != 0:
+            return recorded
+    except (OSError, json.JSONDecodeError):
+        pass
+    return failed[0] if failed[0] > 0 else 1
 
 
 def _output_dir(recipe_args: list[str]) -> str:
