@@ -25,6 +25,13 @@ def test_cpu_timeline():
     assert out["by_op"]["broadcast"]["exposed_share"] == pytest.approx(0.1)
 
 
+def test_send_recv_on_the_main_thread_do_not_hide_its_compute():
+    events = [ev("aten::mm", 0.0, 2.0, thread=1), ev("gloo:send", 2.0, 3.0, thread=1),
+              ev("aten::mm", 3.0, 4.0, thread=1)]
+    out = analyse(events, (0.0, 4.0), on_gpu=False)
+    assert out["compute_s"] == pytest.approx(3.0) and out["exposed_s"] == pytest.approx(1.0)
+
+
 def test_gpu_timeline_uses_kernels_only():
     events = [
         ev("nccl:all_reduce", 0.0, 0.1),  # CPU-side enqueue: ignored on GPU

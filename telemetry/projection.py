@@ -1,0 +1,70 @@
+"""Projecting a measured run's iteration time onto a fabric not at hand.
+
+From one run we know, per step (medians over timed steps): the step time T, and per collective type
+its bytes S (nccl-tests' size) and measured time t. On a link of bandwidth B (bytes/s) a collective
+over n ranks moves S x factor(n) bytes over its busiest link - that is what busbw means - so it takes
+
+    t'(op) = L(op) + S x factor(n) / (B x efficiency)
+
+where L(op) is the part of the measured time that does not scale with bandwidth (per-call software
+overhead and latency: t - S x factor / (B_measured x efficiency), or all of t when the measured run's
+links were not shaped) plus `latency_s` x calls where a latency for the new fabric is given.
+
+Overlap: profiled windows tell how much communication was exposed. The overlapped part (comm - exposed)
+can stay hidden behind the same compute, so
+
+    T' = (T - exposed) + max(0, sum t'(op) - hidden),    hidden = measured comm - exposed
+
+Without profiled windows all communication counts as exposed (true for CPU/gloo steps, conservative
+on GPUs). `efficiency` is the fraction of the line rate a collective achieves at large sizes: measure it
+with a sweep on the target fabric (bench/) or take the default, measured for gloo over tbf links on
+the development machines (all_reduce and send/recv busbw 92-96% of the shaped rate).
+"""
+from __future__ import annotations
+
+from .formulas import bus_factor
+from .report import summarize
+from .runs import Run, median
+
+DEFAULT_EFFICIENCY = 0.94
+
+
+def measured_profile(run: Run) -> dict:
+    """What the projection needs from a run, as medians over its timed steps."""
+    s = summarize(run)
+    world = (run.info.get("layout") or {}).get("world_size") or len(run.info.get("hosts") or []) or 1
+    lab = (run.info.get("fabric") or {}).get("lab") or {}
+    ops = {}
+    for op, c in s["comm"].items():
+        rows = [r["comm"][op] for r in run.timed_steps() if op in (r.get("comm") or {})]
+        ops[op] = {"bytes": c["bytes_per_step"], "time_s": c["time_per_step_s"] or 0.0,
+                   "calls": median([x["count"] for x in rows]) or 0}
+    comm = sum(o["time_s"] for o in ops.values())
+    exposed = s["exposed"]["share"] * s["step_time_median_s"] if s["exposed"] and s["step_time_median_s"] else comm
+    return {"step_time_s": s["step_time_median_s"], "comm_time_s": comm, "exposed_s": min(exposed, comm),
+            "ops": ops, "world_size": world, "link_bps": lab.get("rate_bps"), "label": run.name}
+
+
+def project(profile: dict, link_bps: float | None, latency_s: float = 0.0,
+            efficiency: float = DEFAULT_EFFICIENCY) -> dict:
+    """Predicted step time on a fabric of `link_bps` bits/s per link (None: unshaped, as fast as measured)."""
+    if profile["step_time_s"] is None:
+        raise ValueError("the measured run has no timed steps to project from")
+    n = profile["world_size"]
+    measured_Bps = profile["link_bps"] / 8 * efficiency if profile["link_bps"] else None
+    target_Bps = link_bps / 8 * efficiency if link_bps else None
+    per_op, comm_new = {}, 0.0
+    for op, o in profile["ops"].items():
+        wire = o["bytes"] * bus_factor(op, n)
+        fixed = o["time_s"] - (wire / measured_Bps if measured_Bps else 0.0)
+        fixed = max(fixed, 0.0)
+        t_new = fixed + (wire / target_Bps if target_Bps else 0.0) + latency_s * o["calls"]
+        per_op[op] = {"bytes": o["bytes"], "wire_bytes": wire, "measured_s": o["time_s"], "fixed_s": fixed,
+                      "predicted_s": t_new}
+        comm_new += t_new
+    hidden = profile["comm_time_s"] - profile["exposed_s"]
+    compute = profile["step_time_s"] - profile["exposed_s"]
+    step = compute + max(0.0, comm_new - hidden)
+    return {"step_time_s": step, "comm_time_s": comm_new, "compute_s": compute, "hidden_s": hidden,
+            "link_bps": link_bps, "latency_s": latency_s, "efficiency": efficiency, "by_op": per_op,
+            "from": profile["label"]}
