@@ -54,6 +54,12 @@ def burst_bytes(rate_bps: float) -> int:
     return max(int(rate_bps / 8 * 0.002), 16 * 1024)
 
 
+def queue_bytes(rate_bps: float) -> int:
+    """tbf queue: 100 ms of traffic, at least 1 MiB. Training fabrics are built (near) lossless; a short
+    queue at low rates drops a gradient burst and TCP retransmission timeouts then dominate the step."""
+    return max(int(rate_bps / 8 * 0.1), 1 << 20)
+
+
 def _run(cmd: list[str], what: str) -> None:
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
     if proc.returncode != 0:
@@ -92,6 +98,7 @@ class Lab:
     def describe(self) -> dict:
         return {"nodes": self.nodes, "rate": self.rate, "rate_bps": self.rate_bps,
                 "burst_bytes": burst_bytes(self.rate_bps) if self.rate_bps else None,
+                "queue_bytes": queue_bytes(self.rate_bps) if self.rate_bps else None,
                 "topology": "bridge" if self.switch else "veth pair", "interface": IFACE,
                 "addresses": [self.address(i) for i in range(self.nodes)], "namespaces": self.namespaces}
 
@@ -99,7 +106,8 @@ class Lab:
         if self.rate_bps is None:
             return
         _run(["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", dev, "root", "tbf", "rate", self.rate,
-              "burst", str(burst_bytes(self.rate_bps)), "latency", "100ms"], f"shaping {ns}/{dev} at {self.rate}")
+              "burst", str(burst_bytes(self.rate_bps)), "limit", str(queue_bytes(self.rate_bps))],
+             f"shaping {ns}/{dev} at {self.rate}")
 
     def up(self) -> "Lab":
         for ns in self.namespaces + ([self.switch] if self.switch else []):

@@ -1,4 +1,4 @@
-"""`python -m telemetry report RUN [--out DIR]`: tables and plots for one run directory."""
+"""python -m telemetry report RUN | compare RUN_A RUN_B [...] --out DIR | project RUN --rate RATE"""
 from __future__ import annotations
 
 import argparse
@@ -13,12 +13,52 @@ def main(argv: list[str] | None = None) -> int:
     rep = sub.add_parser("report", help="write report.md, report.html and PNG figures for one run")
     rep.add_argument("run", help="a run directory (the recipe's output_dir)")
     rep.add_argument("--out", default=None, help="where to write (default: RUN/report)")
+    cmp_ = sub.add_parser("compare", help="compare runs on different fabrics (the first is the baseline)")
+    cmp_.add_argument("runs", nargs="+", help="two or more run directories")
+    cmp_.add_argument("--out", required=True, help="directory for compare.html, compare.md and figures")
+    cmp_.add_argument("--allow-mismatch", action="store_true", help="compare runs of different recipes anyway")
+    proj = sub.add_parser("project", help="predict a run's iteration time on another link rate")
+    proj.add_argument("run")
+    proj.add_argument("--rate", required=True, action="append",
+                      help="link rate per direction in tc units (100gbit, 1gbit, ...); repeatable")
+    proj.add_argument("--latency-us", type=float, default=0.0, help="extra latency per collective call")
+    proj.add_argument("--efficiency", type=float, default=None,
+                      help="fraction of the line rate collectives achieve (default: measured on gloo/tbf)")
     args = parser.parse_args(argv)
     try:
         if args.command == "report":
             from .report import write_report
             result = write_report(args.run, args.out)
             print(f"wrote {result['out']}/report.html and report.md with {len(result['figures'])} figures")
+        elif args.command == "compare":
+            from .compare import CompareError, compare
+            try:
+                result = compare(args.runs, args.out, args.allow_mismatch)
+            except CompareError as exc:
+                print(f"error: {exc}", file=sys.stderr)
+                return 2
+            print(f"wrote {args.out}/compare.html and compare.md ({result['kind']}: {' vs '.join(result['labels'])})")
+            for p in result.get("projection") or []:
+                print(f"  projection {p['label']}: predicted {p['predicted_s']:.3f} s, measured {p['measured_s']:.3f} s "
+                      f"({p['error'] * 100:+.1f}%)")
+        else:
+            from launch.lab import LabError, parse_rate
+
+            from .projection import DEFAULT_EFFICIENCY, measured_profile, project
+            from .runs import load_run
+            profile = measured_profile(load_run(args.run))
+            eff = args.efficiency or DEFAULT_EFFICIENCY
+            print(f"measured {profile['label']}: {profile['step_time_s']:.4f} s/step, communication "
+                  f"{profile['comm_time_s']:.4f} s, exposed {profile['exposed_s']:.4f} s")
+            for rate in args.rate:
+                try:
+                    bps = parse_rate(rate)
+                except LabError as exc:
+                    print(f"error: {exc}", file=sys.stderr)
+                    return 2
+                p = project(profile, bps, args.latency_us * 1e-6, eff)
+                print(f"  {rate}: predicted {p['step_time_s']:.4f} s/step (communication {p['comm_time_s']:.4f} s, "
+                      f"efficiency {eff})")
     except RunError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

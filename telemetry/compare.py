@@ -181,10 +181,11 @@ def compare_training(runs, labels, out, plt) -> tuple[list, list, dict]:
     prof = measured_profile(runs[0])
     proj_rows, proj = [], []
     for run, lab, s in zip(runs[1:], labels[1:], sums[1:]):
-        rate = ((run.info.get("fabric") or {}).get("lab") or {}).get("rate_bps")
+        links = (run.info.get("fabric") or {}).get("lab") or {}
+        rate = links.get("rate_bps")
         if rate is None or s["step_time_median_s"] is None:
             continue
-        p = project(prof, rate)
+        p = project(prof, rate, burst_bytes=links.get("burst_bytes") or 0)
         err = _pct(p["step_time_s"], s["step_time_median_s"])
         proj.append({"label": lab, "rate_bps": rate, "predicted_s": p["step_time_s"],
                      "measured_s": s["step_time_median_s"], "error": err})
@@ -223,7 +224,8 @@ def compare_training(runs, labels, out, plt) -> tuple[list, list, dict]:
         xs = range(len(proj))
         ax.bar([i - 0.2 for i in xs], [p["predicted_s"] for p in proj], width=0.4, label="predicted")
         ax.bar([i + 0.2 for i in xs], [p["measured_s"] for p in proj], width=0.4, label="measured")
-        ax.set_xticks(list(xs), [p["label"] for p in proj], fontsize=8), ax.set_ylabel("iteration time (s)")
+        ax.set_xticks(list(xs), [p["label"] for p in proj], fontsize=8, rotation=15)
+        ax.set_ylabel("iteration time (s)")
         ax.legend(fontsize=8)
         fig.tight_layout(), fig.savefig(os.path.join(out, "projection.png"), dpi=110), plt.close(fig)
         figures.append(("projection.png", "Projected versus measured iteration time"))
