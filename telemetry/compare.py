@@ -121,9 +121,9 @@ def compare_sweeps(runs, labels, sweeps, out, plt) -> tuple[list, list]:
     for k in lat_keys:
         base = sweeps[0]["latency_us"][k]
         vals = [s["latency_us"][k] for s in sweeps]
-        lat_rows.append([k.removesuffix("_us")] + [fmt(v) + (f" ({-_pct(v, base) * 100:+.0f}% less)" if j and base else "")
+        lat_rows.append([k.removesuffix("_us")] + [fmt(v) + (f" ({_pct(v, base) * 100:+.0f}%)" if j and base else "")
                                                     for j, v in enumerate(vals)])
-    tables.append(("Small-message latency (us), reduction relative to the first run", ["test"] + labels, lat_rows))
+    tables.append(("Small-message latency (us), change relative to the first run", ["test"] + labels, lat_rows))
     for op in ops:
         fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.6))
         for lab, s in zip(labels, sweeps):

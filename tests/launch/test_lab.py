@@ -4,6 +4,7 @@ Needs root and iproute2 (CI has both); elsewhere these tests are skipped with th
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -80,3 +81,27 @@ def test_bad_lab_arguments_are_one_line(tmp_path):
         assert proc.returncode == 2 and "error: --nodes: got 1; a fabric needs at least 2 nodes" in proc.stderr
     proc = lab_cli("--nodes", "2", "--rate", "fast", "--", TINY)
     assert proc.returncode == 2 and "--rate: got 'fast'" in proc.stderr or "needs root" in proc.stderr
+
+
+@needs_root
+def test_tiny_run_at_two_rates_then_compare(tmp_path):
+    """The README's second use case, small: the same recipe on a fast and a slow emulated fabric."""
+    runs = []
+    for rate in ("1gbit", "5mbit"):
+        out = tmp_path / rate
+        proc = lab_cli("--nodes", "2", "--rate", rate, "--", TINY, f"output_dir={out}", "max_steps=4",
+                       "data.seq_len=128", "train.eval_every_samples=null", "train.save_final=false",
+                       "distributed.timeout_s=60")
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+        assert "[lab] torn down" in proc.stdout
+        runs.append(out)
+    assert not [ns for ns in leftover_namespaces() if ns.startswith("fh")]
+    info = json.loads((runs[1] / "run.json").read_text())
+    assert info["fabric"]["lab"]["rate"] == "5mbit" and info["fabric"]["transport"] == "tcp"
+    assert [h["hostname"] for h in info["hosts"]] == ["lab-node0", "lab-node1"]
+    proc = subprocess.run([sys.executable, "-m", "telemetry", "compare", *map(str, runs), "--out",
+                           str(tmp_path / "cmp")], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    md = (tmp_path / "cmp" / "compare.md").read_text()
+    assert "| verdict | identical |" in md  # the fabric changes the time, never the numerics
+    assert "5mbit lab" in md and "Projection from 1gbit lab" in md

@@ -1,7 +1,6 @@
 """`python -m telemetry report` on a recorded run, and on bad input."""
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 
@@ -9,34 +8,13 @@ from telemetry.report import summarize
 from telemetry.runs import load_run
 
 from ..conftest import REPO
+from .recorded import write_run
 
 
 def recorded_run(path, energy=True):
-    path.mkdir()
-    (path / "run.json").write_text(json.dumps({
-        "name": "recorded", "status": "completed", "layout": {"dp": 2, "tp": 1, "pp": 1, "data_parallel": "ddp",
-                                                               "global_batch_size": 8},
-        "fabric": {"backend": "nccl", "transport": "tcp",
-                   "expectation": {"expected": "roce", "detected": "tcp", "match": False,
-                                   "warning": "FABRIC MISMATCH: the recipe expects 'roce' but this run used 'tcp'"}},
-        "telemetry": {"counters": {"verdict": "clean", "reason": "no drops"}}}))
-    lines = []
-    for step in range(1, 7):
-        rec = {"step": step, "loss": 3.0 - step * 0.1, "step_time_s": 2.0 if step == 1 else 1.0,
-               "tokens_per_s": 1000.0, "comm": {"all_reduce": {"count": 1, "bytes": 1_000_000, "time_s": 0.25,
-                                                               "untimed": 0, "busbw_gbps": 0.004}},
-               "comm_time_s": 0.25, "ranks": {"step_time_s": {"min": 0.9, "median": 1.0, "max": 1.1}},
-               "energy_j": 500.0 if energy else None, "power_w": 480.0 if energy else None,
-               "net_tx_bytes": 2e6}
-        if not energy:
-            rec["gpu_energy_reason"] = "NVML not available"
-        if step == 4:
-            rec["profiled"] = True
-            rec["exposed"] = {"exposed_share": 0.2, "comm_share": 0.25, "window_s": 1.0,
-                              "by_op": {"all_reduce": {"exposed_share": 0.2}}}
-        lines.append(json.dumps(rec))
-    (path / "metrics.jsonl").write_text("\n".join(lines) + '\n{"step": 7, "loss"')  # killed mid-line
-    return path
+    return write_run(path, energy=energy, expectation={
+        "expected": "roce", "detected": "tcp", "match": False,
+        "warning": "FABRIC MISMATCH: the recipe expects 'roce' but this run used 'tcp'"})
 
 
 def test_summary_numbers(tmp_path):
