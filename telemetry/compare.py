@@ -216,7 +216,8 @@ def compare_training(runs, labels, out, plt) -> tuple[list, list, dict]:
         ax.bar(x, vals, bottom=bottom, label=op)
         bottom = [a + v for a, v in zip(bottom, vals)]
     ax.plot(list(x), [s["step_time_median_s"] or 0 for s in sums], "k_", ms=40, mew=2, label="iteration time")
-    ax.set_xticks(list(x), labels, fontsize=8), ax.set_ylabel("seconds per step"), ax.legend(fontsize=8)
+    ax.set_xticks(list(x), labels, fontsize=8), ax.set_ylabel("seconds per step")
+    ax.legend(fontsize=8, markerscale=0.25)
     fig.tight_layout(), fig.savefig(os.path.join(out, "comm.png"), dpi=110), plt.close(fig)
     figures.append(("comm.png", "Communication time per step by collective, against the iteration time"))
     if proj:
