@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from ..conftest import FAST, run_cli
+from ..conftest import FAST, REPO, run_cli
 
 
 # Dropout masks are drawn per rank, so a bit-for-bit layout comparison turns dropout off.
@@ -137,3 +137,25 @@ def test_pretokenized_eval_stops_at_target_loss(tmp_path):
     info = res.run_json()
     assert info["status"] == "target_reached" and info["final"]["target_reached_step"] == 2
     assert "<= target 100.0 at step 2: stopping" in res.stdout
+
+
+def test_real_checkpoint_directory_with_its_own_tokenizer(tmp_path):
+    """The real-use path: model.path points at a saved Hugging Face checkpoint that brings its tokenizer."""
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    ckpt = tmp_path / "ckpt"
+    torch.manual_seed(0)
+    LlamaForCausalLM(LlamaConfig(vocab_size=260, hidden_size=64, intermediate_size=128, num_hidden_layers=1,
+                                 num_attention_heads=4, num_key_value_heads=2, eos_token_id=2, pad_token_id=0)
+                     ).save_pretrained(ckpt)
+    AutoTokenizer.from_pretrained(str(REPO / "recipes" / "assets" / "byte_tokenizer")).save_pretrained(ckpt)
+    res = run_cli(tmp_path / "run", *FAST, "max_steps=2", f"model.path={ckpt}", "model.config=null",
+                  "model.tokenizer=null")
+    assert res.returncode == 0, res.stderr[-3000:]
+    info = res.run_json()
+    assert info["recipe"]["model"]["path"] == str(ckpt) and info["model"]["parameters"] > 0
+    assert len(res.metrics()) == 2
+    bad = run_cli(tmp_path / "bad", *FAST, f"model.path={tmp_path}", "model.config=null", "model.tokenizer=null")
+    assert bad.returncode == 2
+    assert f"error: model.path: '{tmp_path}' has no config.json; expected a Hugging Face checkpoint" in bad.stderr

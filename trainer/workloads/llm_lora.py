@@ -25,6 +25,12 @@ class LlmLoraWorkload:
 
     def __init__(self, recipe, device: torch.device, weight_dtype: torch.dtype):
         self.recipe, self.device, self.weight_dtype = recipe, device, weight_dtype
+        path = recipe.model.path
+        if path is not None:  # say "not a checkpoint" before any tokenizer error could hide it
+            _check_dir(path, "model.path", "checkpoint")
+            if not os.path.isfile(os.path.join(path, "config.json")):
+                raise ModelError(f"model.path: {path!r} has no config.json; expected a Hugging Face checkpoint "
+                                 "directory (config.json, weights, tokenizer files)")
         self.tokenizer = self._build_tokenizer()
 
     def _build_tokenizer(self):
@@ -37,7 +43,8 @@ class LlmLoraWorkload:
         try:
             tok = AutoTokenizer.from_pretrained(path)
         except Exception as exc:
-            raise ModelError(f"{key}: cannot load a tokenizer from {path!r}: {str(exc).splitlines()[0]}") from None
+            reason = " ".join(str(exc).split())[:300]
+            raise ModelError(f"{key}: cannot load a tokenizer from {path!r}: {reason}") from None
         if tok.pad_token_id is None:  # Llama tokenizers ship without one; padding is masked anyway
             tok.pad_token = tok.eos_token
         return tok
@@ -47,9 +54,6 @@ class LlmLoraWorkload:
 
         m = self.recipe.model
         if m.path is not None:
-            _check_dir(m.path, "model.path", "checkpoint")
-            if not os.path.isfile(os.path.join(m.path, "config.json")):
-                raise ModelError(f"model.path: {m.path!r} has no config.json; expected a Hugging Face checkpoint")
             return AutoConfig.from_pretrained(m.path)
         fields = m.config
         if isinstance(fields, str):
