@@ -5,13 +5,12 @@ The first run is the baseline: percentages are relative to it. Runs of different
 """
 from __future__ import annotations
 
-import html
 import json
 import math
 import os
 
 from .projection import measured_profile, project
-from .report import CSS, _html_table, _md_table, fmt, summarize
+from .report import fmt, summarize, write_documents
 from .runs import Run, RunError, load_run
 
 # Recipe parts that legitimately differ between runs of one fabric comparison.
@@ -273,22 +272,7 @@ def compare(paths: list[str], out: str, allow_mismatch: bool = False) -> dict:
     if problems:
         warnings.append("compared despite different recipes: " + " | ".join(problems))
     title = "fabric-harness comparison: " + " vs ".join(labels)
-    md = [f"# {title}\n"] + [f"> **{w}**\n" for w in warnings]
-    body = [f"<h1>{html.escape(title)}</h1>"] + [f"<p class='warn'><strong>{html.escape(w)}</strong></p>" for w in warnings]
-    for heading, header, rows in tables:
-        md += [f"## {heading}\n", _md_table(header, rows)]
-        body += [f"<h2>{html.escape(heading)}</h2>", _html_table(header, rows)]
-    md.append("## Figures\n")
-    body.append("<h2>Figures</h2>")
-    for name, caption in figures:
-        md.append(f"![{caption}]({name})\n")
-        body.append(f"<figure><img src='{name}' alt='{html.escape(caption)}'><figcaption>{html.escape(caption)}"
-                    "</figcaption></figure>")
-    with open(os.path.join(out, "compare.md"), "w", encoding="utf-8") as f:
-        f.write("\n".join(md))
-    with open(os.path.join(out, "compare.html"), "w", encoding="utf-8") as f:
-        f.write(f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-                f"<style>{CSS}</style></head><body>{''.join(body)}</body></html>\n")
+    write_documents(out, "compare", title, None, warnings, tables, figures)
     result = {"labels": labels, "runs": paths, **{k: v for k, v in data.items() if k != "summaries"},
               "figures": [n for n, _ in figures]}
     with open(os.path.join(out, "compare.json"), "w", encoding="utf-8") as f:

@@ -256,20 +256,13 @@ CSS = ("body{font-family:system-ui,sans-serif;max-width:1000px;margin:2em auto;c
        ".warn{background:#fee;border:1px solid #c00;padding:.5em 1em}")
 
 
-def write_report(run_path: str, out: str | None = None) -> dict:
-    run = load_run(run_path)
-    out = out or os.path.join(run_path, "report")
-    os.makedirs(out, exist_ok=True)
-    s = summarize(run)
-    figures = plots(run, out)
-    title = f"fabric-harness report: {s['name']}"
-    warning = (s["expectation"] or {}).get("warning")
-    md = [f"# {title}\n", f"Run directory: `{os.path.abspath(run_path)}`\n"]
-    body = [f"<h1>{html.escape(title)}</h1><p>Run directory: <code>{html.escape(os.path.abspath(run_path))}</code></p>"]
-    if warning:
-        md.append(f"> **{warning}**\n")
-        body.append(f"<p class='warn'><strong>{html.escape(warning)}</strong></p>")
-    for heading, header, rows in tables(s):
+def write_documents(out: str, basename: str, title: str, subtitle: str | None, warnings: list[str],
+                    sections: list[tuple[str, list[str], list[list[str]]]], figures: list[tuple[str, str]]) -> None:
+    """BASENAME.md and BASENAME.html with the same warnings, tables and figures (report and compare)."""
+    md = [f"# {title}\n"] + ([f"{subtitle}\n"] if subtitle else []) + [f"> **{w}**\n" for w in warnings]
+    body = [f"<h1>{html.escape(title)}</h1>"] + ([f"<p>{html.escape(subtitle)}</p>"] if subtitle else [])
+    body += [f"<p class='warn'><strong>{html.escape(w)}</strong></p>" for w in warnings]
+    for heading, header, rows in sections:
         md += [f"## {heading}\n", _md_table(header, rows)]
         body += [f"<h2>{html.escape(heading)}</h2>", _html_table(header, rows)]
     md.append("## Figures\n")
@@ -278,9 +271,21 @@ def write_report(run_path: str, out: str | None = None) -> dict:
         md.append(f"![{caption}]({name})\n")
         body.append(f"<figure><img src='{name}' alt='{html.escape(caption)}'><figcaption>{html.escape(caption)}"
                     "</figcaption></figure>")
-    with open(os.path.join(out, "report.md"), "w", encoding="utf-8") as f:
+    with open(os.path.join(out, f"{basename}.md"), "w", encoding="utf-8") as f:
         f.write("\n".join(md))
-    with open(os.path.join(out, "report.html"), "w", encoding="utf-8") as f:
+    with open(os.path.join(out, f"{basename}.html"), "w", encoding="utf-8") as f:
         f.write(f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
                 f"<style>{CSS}</style></head><body>{''.join(body)}</body></html>\n")
+
+
+def write_report(run_path: str, out: str | None = None) -> dict:
+    run = load_run(run_path)
+    out = out or os.path.join(run_path, "report")
+    os.makedirs(out, exist_ok=True)
+    s = summarize(run)
+    figures = plots(run, out)
+    title = f"fabric-harness report: {s['name']}"
+    warning = (s["expectation"] or {}).get("warning")
+    write_documents(out, "report", title, f"Run directory: {os.path.abspath(run_path)}",
+                    [warning] if warning else [], tables(s), figures)
     return {"out": out, "summary": s, "figures": [n for n, _ in figures]}

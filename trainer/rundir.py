@@ -6,6 +6,8 @@ import json
 import os
 from typing import Any
 
+from telemetry.runs import read_jsonl  # one reader for the contract's JSON lines
+
 
 def now_iso() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
@@ -18,20 +20,6 @@ def write_json_atomic(path: str, data: Any) -> None:
         json.dump(data, f, indent=2, default=str)
         f.write("\n")
     os.replace(tmp, path)
-
-
-def read_jsonl(path: str) -> list[dict]:
-    """All complete records; a truncated last line (killed job) is skipped."""
-    rows = []
-    if not os.path.exists(path):
-        return rows
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
-    return rows
 
 
 class RunDir:
