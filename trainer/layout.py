@@ -10,7 +10,7 @@ from .config import Recipe
 
 # Degrees > 1 the harness can actually run. A recipe asking for more must fail clearly rather than run
 # with another layout: a wrong layout trains silently wrong.
-IMPLEMENTED = {"tp": 1, "pp": 1}
+IMPLEMENTED = {"pp": 1}
 
 
 @dataclass(frozen=True)
@@ -54,6 +54,9 @@ def resolve_layout(recipe: Recipe, world_size: int) -> tuple[Layout | None, list
         if dp * tp * pp != world_size:
             return None, [f"parallel: dp x tp x pp = {dp} x {tp} x {pp} = {dp * tp * pp} does not equal "
                           f"the world size {world_size}; set parallel.dp=-1 to derive it"]
+    if tp > 1 and dp > 1 and par.data_parallel == "ddp":
+        return None, [f"parallel.data_parallel: 'ddp' cannot be combined with tp {tp} at dp {dp} (DDP does not hold "
+                      "tensor-parallel DTensor parameters); allowed: fsdp"]
     gbs, mbs = train.global_batch_size, train.micro_batch_size
     if recipe.workload == "collectives":  # a sweep has no batch: every rank takes part
         return Layout(world_size, dp, tp, pp, par.data_parallel, 0, 0, 0, 0), []

@@ -140,12 +140,36 @@ class Trainer:
         return record
 
     def _clip(self) -> float | None:
+        """Global gradient norm (before clipping), then clip to train.grad_clip.
+
+        Gradients may be plain tensors (DDP, replicated LoRA A), FSDP2 shards or TP shards: squares are
+        summed locally, then reduced once per group of ranks that a shard is split across.
+        """
+        by_groups: dict[tuple, torch.Tensor] = {}
+        grads = [p.grad for p in self.params if p.grad is not None]
+        for g in grads:
+            groups: tuple = ()
+            local = g
+            if hasattr(g, "placements"):  # DTensor
+                mesh = g.device_mesh
+                # FSDP's dp placement over a TP-sharded dim is a _StridedShard, for which is_shard() is False
+                groups = tuple(mesh.get_group(i) for i, pl in enumerate(g.placements)
+                               if not (pl.is_replicate() or pl.is_partial()))
+                local = g.to_local()
+            sq = local.detach().float().pow(2).sum()
+            by_groups[groups] = by_groups.get(groups, torch.zeros((), device=sq.device)) + sq
+        total = torch.zeros((), device=self.device)
+        for groups, sq in by_groups.items():
+            for group in groups:
+                dist.all_reduce(sq, group=group)
+            total = total + sq.to(self.device)
+        norm = float(total.sqrt())
         clip = self.recipe.train.grad_clip
-        norm = torch.nn.utils.clip_grad_norm_(self.params, clip if clip is not None else float("inf"))
-        if hasattr(norm, "full_tensor"):  # FSDP2 gives a DTensor
-            norm = norm.full_tensor()
-        value = float(norm)
-        return value if math.isfinite(value) else None
+        if clip is not None and math.isfinite(norm) and norm > clip:
+            coef = clip / (norm + 1e-6)
+            for g in grads:
+                g.mul_(coef)
+        return norm if math.isfinite(norm) else None
 
     # ------------------------------------------------------------ eval
 

@@ -26,7 +26,7 @@ from .errors import InputError
 from .hooks import HookList, Hooks
 from .layout import Layout
 from .loop import Trainer
-from .parallelize import apply_data_parallel, unwrap
+from .parallelize import apply_data_parallel, apply_tensor_parallel, unwrap
 from .rundir import RunDir, now_iso, write_json_atomic
 from .workloads import get_workload
 
@@ -187,8 +187,9 @@ def run(recipe: Recipe, layout: Layout, argv: list[str], overrides: list[str]) -
         model = workload.build_model()
         total = sum(p.numel() for p in model.parameters())
         trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        model = apply_tensor_parallel(model, dims)
         model = apply_data_parallel(model, dims, layout.data_parallel, device, compute_dtype)
-        if layout.data_parallel == "ddp":
+        if isinstance(model, torch.nn.parallel.DistributedDataParallel):
             telemetry.attach_ddp(model)
         sampler = StepSampler(len(train_set), recipe.seed, layout.global_batch_size, layout.dp, dims.dp_rank,
                               layout.micro_batch_size)

@@ -18,6 +18,7 @@ BAD_OVERRIDES = [
     (["train.global_batch_size=15"], "train.global_batch_size: 15 is not divisible by micro_batch_size x dp"),
     (["parallel.dp=3"], "parallel: dp x tp x pp = 3 x 1 x 1 = 3 does not equal the world size 1"),
     (["parallel.tp=2", "parallel.dp=1"], "parallel: dp x tp x pp = 1 x 2 x 1 = 2 does not equal the world size 1"),
+    (["parallel.pp=2", "parallel.dp=1"], "parallel: dp x tp x pp = 1 x 1 x 2 = 2 does not equal the world size 1"),
     (["parallel.data_parallel=zero3"], "parallel.data_parallel: got 'zero3' (str); expected one of 'ddp', 'fsdp'"),
     (["parallel.tp=0"], "parallel.tp: got 0; expected an integer >= 1"),
     (["model.dtype=fp16"], "model.dtype: got 'fp16'"),
@@ -55,13 +56,20 @@ def test_every_problem_is_reported_at_once(capsys):
         assert any(line.startswith(f"error: {key}:") for line in lines), key
 
 
-def test_tensor_parallel_refused_at_run_time_but_dry_run_shows_layout(capsys, monkeypatch):
+def test_pipeline_parallel_refused_at_run_time_but_dry_run_shows_layout(capsys, monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "2")
-    assert main([TINY, "parallel.tp=2"]) == 2
-    assert "parallel.tp: got 2; tensor parallelism is not implemented" in capsys.readouterr().err
-    assert main([TINY, "parallel.tp=2", "--dry-run"]) == 0
+    assert main([TINY, "parallel.pp=2"]) == 2
+    assert "parallel.pp: got 2; pipeline parallelism is not implemented" in capsys.readouterr().err
+    assert main([TINY, "parallel.pp=2", "--dry-run"]) == 0
     captured = capsys.readouterr()
-    assert "dp 1 x tp 2 x pp 1" in captured.out and "a real run exits 2" in captured.err
+    assert "dp 1 x tp 1 x pp 2" in captured.out and "a real run exits 2" in captured.err
+
+
+def test_ddp_with_tensor_parallel_needs_fsdp(capsys, monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    assert main([TINY, "parallel.tp=2", "--dry-run"]) == 2
+    assert "parallel.data_parallel: 'ddp' cannot be combined with tp 2 at dp 2" in capsys.readouterr().err
+    assert main([TINY, "parallel.tp=2", "parallel.data_parallel=fsdp", "--dry-run"]) == 0
 
 
 @pytest.mark.parametrize("text,expected", [

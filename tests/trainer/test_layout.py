@@ -16,7 +16,7 @@ def test_dp_is_derived_and_grad_accum_fills_the_global_batch():
     lay, problems = layout(2)  # GBS 16, MBS 4
     assert not problems
     assert (lay.dp, lay.grad_accum_steps, lay.per_rank_batch) == (2, 2, 8)
-    lay, _ = layout(8, "train.global_batch_size=64", "parallel.tp=2")
+    lay, _ = layout(8, "train.global_batch_size=64", "parallel.tp=2", "parallel.data_parallel=fsdp")
     assert (lay.dp, lay.tp, lay.grad_accum_steps) == (4, 2, 4)
 
 
@@ -34,5 +34,16 @@ def test_layout_problems_name_the_key(world, overrides, expected):
 def test_unimplemented_degrees_are_refused():
     lay, _ = layout(4, "parallel.tp=2", "parallel.pp=2")
     msgs = unimplemented(lay)
-    assert any(m.startswith("parallel.tp: got 2; tensor") for m in msgs)
-    assert any(m.startswith("parallel.pp: got 2; pipeline") for m in msgs)
+    assert len(msgs) == 1 and msgs[0].startswith("parallel.pp: got 2; pipeline")
+
+
+def test_tensor_parallel_must_divide_heads_and_mlp():
+    from types import SimpleNamespace
+
+    from trainer.errors import InputError
+    from trainer.parallelize import _check_divisible
+
+    cfg = SimpleNamespace(num_attention_heads=64, num_key_value_heads=8, intermediate_size=28672)  # Llama-2-70B
+    _check_divisible(cfg, 8)
+    with pytest.raises(InputError, match=r"parallel.tp: 16 does not divide the model's num_key_value_heads \(8\)"):
+        _check_divisible(cfg, 16)
