@@ -20,6 +20,7 @@ from . import checkpoint
 from .hooks import Hooks
 from .parallelize import grad_sync
 from .progress import Progress
+from .throughput import step_figures
 
 
 @dataclass
@@ -52,6 +53,8 @@ class Trainer:
         self.autocast_dtype = autocast_dtype
         self.optimizer, self.scheduler = build_optimizer(model, recipe.train, recipe.max_steps)
         self.state = LoopState()
+        self.flops_per_token: float | None = None  # set by the run: the workload's model FLOPs per token
+        self.peak_tflops: float | None = None  # None off-GPU or for an unknown device: MFU stays null
         self.progress = Progress(recipe.max_steps, recipe.train.log_every, enabled=dist.get_rank() == 0)
         self.dp_group = dims.dp_group
         self.params = [p for p in model.parameters() if p.requires_grad]
@@ -133,7 +136,9 @@ class Trainer:
         record = {"step": step, "loss": loss_value, "lr": lr, "grad_norm": grad_norm, "step_time_s": step_time,
                   "samples_per_s": samples / step_time, "tokens_per_s": totals[1].item() / step_time,
                   "tokens": int(totals[1].item()), "label_tokens": int(totals[0].item()),
-                  "epoch": self.sampler.epoch_of(step)}
+                  "epoch": self.sampler.epoch_of(step),
+                  **step_figures(int(totals[1].item()), step_time, self.layout.world_size, self.flops_per_token,
+                                 self.peak_tflops)}
         if not math.isfinite(loss_value):
             raise FloatingPointError(f"loss is {loss_value} at step {step}; stopping (lower train.lr, "
                                      "check the data, or use train.grad_clip)")

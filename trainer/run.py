@@ -28,6 +28,7 @@ from .layout import Layout
 from .loop import Trainer
 from .parallelize import apply_data_parallel, apply_tensor_parallel, unwrap
 from .rundir import RunDir, now_iso, write_json_atomic
+from .throughput import peak_tflops
 from .workloads import get_workload
 
 # transformers' own deprecation chatter about its internals, raised from inside peft: not the user's concern
@@ -187,6 +188,10 @@ def run(recipe: Recipe, layout: Layout, argv: list[str], overrides: list[str]) -
         model = workload.build_model()
         total = sum(p.numel() for p in model.parameters())
         trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        per_token = workload.flops_per_token(model)
+        peak, peak_reason = peak_tflops(device, compute_dtype)
+        rundir.update(throughput={"flops_per_token": per_token, "formula": "4N + 2N_trainable + 12 L d T per token "
+                                  "(trainer/throughput.py)", "peak_tflops_per_device": peak, "peak_reason": peak_reason})
         model = apply_tensor_parallel(model, dims)
         model = apply_data_parallel(model, dims, layout.data_parallel, device, compute_dtype)
         if isinstance(model, torch.nn.parallel.DistributedDataParallel):
@@ -201,6 +206,7 @@ def run(recipe: Recipe, layout: Layout, argv: list[str], overrides: list[str]) -
         autocast = compute_dtype if compute_dtype != torch.float32 else None
         trainer = Trainer(recipe, layout, dims, model, workload, train_set, eval_set, sampler, rundir, hooks,
                           device, autocast)
+        trainer.flops_per_token, trainer.peak_tflops = per_token, peak
         trainer.progress.info(f"{recipe.name}: {layout.describe()}; backend {backend} on {device.type}")
         trainer.progress.info(f"model {total:,} parameters, {trainable:,} trainable (LoRA r={recipe.lora.r}); "
                               f"{len(train_set):,} training sequences of {recipe.data.seq_len} tokens")

@@ -98,6 +98,14 @@ class LlmLoraWorkload:
     def build_data(self, need_eval: bool):
         return build_datasets(self.recipe.data, self.tokenizer, need_eval)
 
+    def flops_per_token(self, model: torch.nn.Module) -> float:
+        """Model FLOPs per trained token (formula in trainer/throughput.py); call before sharding."""
+        from ..throughput import flops_per_token, matmul_params
+
+        config = (model.get_base_model() if hasattr(model, "get_base_model") else model).config
+        n, n_train = matmul_params(model)
+        return flops_per_token(n, n_train, config.num_hidden_layers, config.hidden_size, self.recipe.data.seq_len)
+
     @staticmethod
     def loss_sum(model: torch.nn.Module, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
         """Summed next-token cross-entropy over answer tokens, and how many tokens it covers.
