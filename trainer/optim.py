@@ -1,0 +1,63 @@
+"""Optimizers PyTorch does not ship, written once and tested against their published update rules.
+
+LARS (You et al. 2017), as the MLPerf ResNet-50 reference applies it: for every weight that is not
+excluded (batch-norm parameters and biases are),
+
+    trust = eta * ||w|| / (||g|| + weight_decay * ||w|| + eps)      (1 where ||w|| or ||g|| is 0)
+    v     = momentum * v + lr * trust * (g + weight_decay * w)
+    w     = w - v
+
+and for excluded parameters plain momentum SGD without weight decay: v = momentum * v + lr * g.
+"""
+from __future__ import annotations
+
+import torch
+
+
+class LARS(torch.optim.Optimizer):
+    def __init__(self, params, lr: float, momentum: float = 0.9, eta: float = 0.001, weight_decay: float = 0.0,
+                 eps: float = 0.0):
+        if lr <= 0:
+            raise ValueError(f"lr must be > 0, got {lr}")
+        if not 0.0 <= momentum < 1.0:
+            raise ValueError(f"momentum must be in [0, 1), got {momentum}")
+        super().__init__(params, dict(lr=lr, momentum=momentum, eta=eta, weight_decay=weight_decay, eps=eps,
+                                      lars_exclude=False))
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            lr, momentum, eta = group["lr"], group["momentum"], group["eta"]
+            wd, eps, exclude = group["weight_decay"], group["eps"], group["lars_exclude"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                g = p.grad
+                if exclude:
+                    update = g * lr
+                else:
+                    w_norm, g_norm = torch.linalg.vector_norm(p), torch.linalg.vector_norm(g)
+                    trust = torch.where((w_norm > 0) & (g_norm > 0), eta * w_norm / (g_norm + wd * w_norm + eps),
+                                        torch.ones_like(w_norm))
+                    update = (g + wd * p) * (lr * trust)
+                state = self.state[p]
+                if "momentum_buffer" not in state:
+                    state["momentum_buffer"] = torch.zeros_like(p)
+                v = state["momentum_buffer"]
+                v.mul_(momentum).add_(update)
+                p.sub_(v)
+        return loss
+
+
+def lars_param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
+    """Batch-norm parameters and biases (every 1-d parameter) skip weight decay and trust scaling."""
+    adapt, exclude = [], []
+    for p in model.parameters():
+        if p.requires_grad:
+            (exclude if p.ndim <= 1 else adapt).append(p)
+    return [{"params": adapt, "weight_decay": weight_decay},
+            {"params": exclude, "weight_decay": 0.0, "lars_exclude": True}]
