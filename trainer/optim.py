@@ -8,6 +8,13 @@ excluded (batch-norm parameters and biases are),
     w     = w - v
 
 and for excluded parameters plain momentum SGD without weight decay: v = momentum * v + lr * g.
+
+LAMB (You et al. 2019), as MLPerf BERT uses it (bias-corrected Adam moments, decoupled weight decay
+inside the trust ratio):
+
+    m = b1 m + (1 - b1) g          v = b2 v + (1 - b2) g^2
+    u = m / (1 - b1^t) / (sqrt(v / (1 - b2^t)) + eps) + weight_decay * w
+    w = w - lr * trust * u,        trust = ||w|| / ||u||   (1 where either norm is 0)
 """
 from __future__ import annotations
 
@@ -61,3 +68,47 @@ def lars_param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]
             (exclude if p.ndim <= 1 else adapt).append(p)
     return [{"params": adapt, "weight_decay": weight_decay},
             {"params": exclude, "weight_decay": 0.0, "lars_exclude": True}]
+
+
+class LAMB(torch.optim.Optimizer):
+    def __init__(self, params, lr: float, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-6,
+                 weight_decay: float = 0.0):
+        if lr <= 0:
+            raise ValueError(f"lr must be > 0, got {lr}")
+        if not all(0.0 <= b < 1.0 for b in betas):
+            raise ValueError(f"betas must be in [0, 1), got {betas}")
+        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay))
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            (b1, b2), lr, eps, wd = group["betas"], group["lr"], group["eps"], group["weight_decay"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                if not state:
+                    state["step"] = 0
+                    state["m"] = torch.zeros_like(p)
+                    state["v"] = torch.zeros_like(p)
+                state["step"] += 1
+                t = state["step"]
+                m, v = state["m"], state["v"]
+                m.mul_(b1).add_(p.grad, alpha=1 - b1)
+                v.mul_(b2).addcmul_(p.grad, p.grad, value=1 - b2)
+                update = (m / (1 - b1 ** t)) / ((v / (1 - b2 ** t)).sqrt() + eps) + wd * p
+                w_norm, u_norm = torch.linalg.vector_norm(p), torch.linalg.vector_norm(update)
+                trust = torch.where((w_norm > 0) & (u_norm > 0), w_norm / u_norm, torch.ones_like(w_norm))
+                p.sub_(update * (lr * trust))
+        return loss
+
+
+def decay_param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
+    """Biases and normalisation weights (every 1-d parameter) take no weight decay (BERT's rule)."""
+    decay = [p for p in model.parameters() if p.requires_grad and p.ndim > 1]
+    no_decay = [p for p in model.parameters() if p.requires_grad and p.ndim <= 1]
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]

@@ -41,3 +41,29 @@ def test_zero_norms_use_trust_one():
     w.grad = torch.ones(3)
     opt.step()
     assert w.detach() == pytest.approx(torch.full((3,), -0.1))
+
+
+def test_lamb_two_steps_by_hand():
+    from trainer.optim import LAMB
+
+    w = torch.nn.Parameter(torch.tensor([3.0, 4.0]))
+    b1, b2, eps, wd, lr = 0.6, 0.85, 1e-6, 0.1, 0.01  # MLPerf BERT's betas are 0.60466 / 0.85437
+    opt = LAMB([w], lr=lr, betas=(b1, b2), eps=eps, weight_decay=wd)
+    m = v = torch.zeros(2)
+    ref = torch.tensor([3.0, 4.0])
+    for t, g in ((1, torch.tensor([0.5, -1.0])), (2, torch.tensor([0.1, 0.2]))):
+        w.grad = g.clone()
+        opt.step()
+        m = b1 * m + (1 - b1) * g
+        v = b2 * v + (1 - b2) * g * g
+        u = (m / (1 - b1 ** t)) / ((v / (1 - b2 ** t)).sqrt() + eps) + wd * ref
+        ref = ref - lr * (ref.norm() / u.norm()) * u
+        assert w.detach() == pytest.approx(ref, abs=1e-6), t
+
+
+def test_decay_groups_exclude_biases_and_norms():
+    from trainer.optim import decay_param_groups
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.LayerNorm(4))
+    groups = decay_param_groups(model, 0.01)
+    assert [len(g["params"]) for g in groups] == [1, 3] and groups[1]["weight_decay"] == 0.0
