@@ -86,6 +86,7 @@ def test_bad_lab_arguments_are_one_line(tmp_path):
 @needs_root
 def test_tiny_run_at_two_rates_then_compare(tmp_path):
     """The README's second use case, small: the same recipe on a fast and a slow emulated fabric."""
+    before = set(leftover_namespaces())
     runs = []
     for rate in ("1gbit", "5mbit"):
         out = tmp_path / rate
@@ -95,7 +96,7 @@ def test_tiny_run_at_two_rates_then_compare(tmp_path):
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
         assert "[lab] torn down" in proc.stdout
         runs.append(out)
-    assert not [ns for ns in leftover_namespaces() if ns.startswith("fh")]
+    assert set(leftover_namespaces()) == before
     info = json.loads((runs[1] / "run.json").read_text())
     assert info["fabric"]["lab"]["rate"] == "5mbit" and info["fabric"]["transport"] == "tcp"
     assert [h["hostname"] for h in info["hosts"]] == ["lab-node0", "lab-node1"]
