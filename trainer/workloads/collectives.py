@@ -82,6 +82,7 @@ class Sweep:
         self.dtype = DTYPES[cfg.dtype]
         self.elsize = torch.empty((), dtype=self.dtype).element_size()
         self.hosts = [h["hostname"] for h in hosts]
+        self.group = None  # run_sweep gives each collective fresh communicators, as separate nccl-tests runs do
 
     # ------------------------------------------------------------ cases
 
@@ -101,7 +102,7 @@ class Sweep:
             buf = torch.empty(count, dtype=dt, device=dev)
 
             def launch():
-                return dist.all_reduce(buf, op=redop, async_op=True)
+                return dist.all_reduce(buf, op=redop, group=self.group, async_op=True)
             expected = _reduce_expected(contrib, self.cfg.redop)
             return Case(op, count, S, launch, self._checker(buf, lambda: buf.copy_(contrib[r].to(dt)), expected), n)
         if op == "broadcast":
@@ -111,7 +112,7 @@ class Sweep:
             buf = torch.empty(count, dtype=dt, device=dev)
 
             def launch():
-                return dist.broadcast(buf, src=root, async_op=True)
+                return dist.broadcast(buf, src=root, group=self.group, async_op=True)
             fill = (lambda: buf.copy_(contrib[root].to(dt))) if r == root else (lambda: buf.zero_())
             return Case(op, count, S, launch, self._checker(buf, fill, contrib[root]), n)
         if op == "all_gather":
@@ -119,7 +120,7 @@ class Sweep:
             inp = out[r * per:(r + 1) * per] if in_place else torch.empty(per, dtype=dt, device=dev)
 
             def launch():
-                return _ALL_GATHER(out, inp, async_op=True)
+                return _ALL_GATHER(out, inp, group=self.group, async_op=True)
             return Case(op, count, S, launch, self._checker(out, lambda: inp.copy_(contrib[r].to(dt)),
                                                              torch.cat(contrib)), n)
         if op == "reduce_scatter":
@@ -127,7 +128,7 @@ class Sweep:
             out = inp[r * per:(r + 1) * per] if in_place else torch.empty(per, dtype=dt, device=dev)
 
             def launch():
-                return _REDUCE_SCATTER(out, inp, op=redop, async_op=True)
+                return _REDUCE_SCATTER(out, inp, op=redop, group=self.group, async_op=True)
             expected = _reduce_expected(contrib, self.cfg.redop)[r * per:(r + 1) * per]
             return Case(op, count, S, launch, self._checker(out, lambda: inp.copy_(contrib[r].to(dt)), expected), n)
         if op == "all_to_all":
@@ -140,7 +141,7 @@ class Sweep:
             expected = torch.cat([torch.full((per,), float(j * n + r + 1), dtype=torch.float64) for j in range(n)])
 
             def launch():
-                return dist.all_to_all_single(out, inp, async_op=True)
+                return dist.all_to_all_single(out, inp, group=self.group, async_op=True)
             return Case(op, count, S, launch, self._checker(out, lambda: inp.copy_(send.to(dt)), expected), n)
         if op == "sendrecv":
             if in_place:
@@ -154,7 +155,7 @@ class Sweep:
         recv = torch.empty(count, dtype=dt, device=dev)
 
         def launch():
-            ops = [dist.P2POp(dist.isend, send, peer_to), dist.P2POp(dist.irecv, recv, peer_from)]
+            ops = [dist.P2POp(dist.isend, send, peer_to, self.group), dist.P2POp(dist.irecv, recv, peer_from, self.group)]
             return dist.batch_isend_irecv(ops)
         return Case("sendrecv", count, S, launch,
                     self._checker(recv, lambda: send.copy_(contrib[r].to(dt)), contrib[peer_from]), 2)
@@ -187,7 +188,7 @@ class Sweep:
         for _ in range(warmup):
             self._wait(case.launch())
         self._sync()
-        dist.barrier()
+        dist.barrier(group=self.group)
         t0 = time.perf_counter()
         works = [case.launch() for _ in range(iters)]
         for w in works:
@@ -200,19 +201,19 @@ class Sweep:
         t = torch.tensor([seconds], dtype=torch.float64, device=self.device)
         mode = self.cfg.time_reduction
         if mode == "rank0":
-            dist.broadcast(t, src=0)
+            dist.broadcast(t, src=0, group=self.group)
         elif mode == "avg":
-            dist.all_reduce(t)
+            dist.all_reduce(t, group=self.group)
             t /= self.world
         else:
-            dist.all_reduce(t, op=dist.ReduceOp.MIN if mode == "min" else dist.ReduceOp.MAX)
+            dist.all_reduce(t, op=dist.ReduceOp.MIN if mode == "min" else dist.ReduceOp.MAX, group=self.group)
         return float(t.item())
 
     def wrong_total(self, wrong: int) -> int:
         if wrong < 0:
             return -1
         t = torch.tensor([wrong], dtype=torch.int64, device=self.device)
-        dist.all_reduce(t)
+        dist.all_reduce(t, group=self.group)
         return int(t.item())
 
     # ------------------------------------------------------------ the sweep
@@ -239,6 +240,7 @@ class Sweep:
         """Seconds per bidirectional send/recv between ranks a and b only (the others wait)."""
         count = max(1, size // self.elsize)
         result = torch.zeros(1, dtype=torch.float64, device=self.device)
+        launch = None
         if self.rank in (a, b):
             peer = b if self.rank == a else a
             contrib = {q: (q + 1) * _pattern(count, self.device, self.dtype).double() for q in (a, b)}
@@ -246,17 +248,20 @@ class Sweep:
             recv = torch.empty(count, dtype=self.dtype, device=self.device)
 
             def launch():
-                return dist.batch_isend_irecv([dist.P2POp(dist.isend, send, peer), dist.P2POp(dist.irecv, recv, peer)])
+                return dist.batch_isend_irecv([dist.P2POp(dist.isend, send, peer, self.group),
+                                               dist.P2POp(dist.irecv, recv, peer, self.group)])
             for _ in range(max(self.cfg.warmup, 1)):
                 self._wait(launch())
             self._sync()
+        dist.barrier(group=self.group)  # both ends start their timers together
+        if launch is not None:
             t0 = time.perf_counter()
             for w in [launch() for _ in range(iters)]:
                 self._wait(w)
             self._sync()
             result[0] = (time.perf_counter() - t0) / iters / 2  # both ranks report: average them
-        dist.all_reduce(result)
-        dist.barrier()
+        dist.all_reduce(result, group=self.group)
+        dist.barrier(group=self.group)
         return float(result.item())
 
     def pairs(self) -> dict[str, tuple[int, int] | None]:
@@ -322,7 +327,9 @@ def run_sweep(cfg, device: torch.device, hosts: list[dict], say) -> dict:
     jobs = [(op, None) for op in cfg.ops]
     if cfg.pairs and "sendrecv" in cfg.ops:
         jobs += [(f"sendrecv_{name}", pair) for name, pair in sw.pairs().items() if pair is not None]
+    backend = dist.get_backend()
     for op, pair in jobs:
+        sw.group = dist.new_group(backend=backend)  # fresh connections: no state left by the previous test
         rows = []
         root = cfg.root if op == "broadcast" else -1
         redop = cfg.redop if op in ("all_reduce", "reduce_scatter") else "none"
@@ -339,6 +346,7 @@ def run_sweep(cfg, device: torch.device, hosts: list[dict], say) -> dict:
         result["ops"][op] = {"rows": rows, "avg_busbw_gbps": avg, "wrong": wrong,
                              "ranks": list(pair) if pair else None}
     if cfg.latency_table:
+        sw.group = dist.new_group(backend=backend)
         lat = {}
         if "all_reduce" in cfg.ops or not cfg.ops:
             case = sw.case("all_reduce", 4, True)
