@@ -177,7 +177,7 @@ def compare_training(runs, labels, out, plt) -> tuple[list, list, dict]:
     tables.append(("Communication per step: time / busbw (median)", ["collective", *labels], comm_rows))
 
     # projection from the baseline to every other run's link rate, against what was measured
-    prof = measured_profile(runs[0])
+    prof = measured_profile(runs[0], sums[0])
     proj_rows, proj = [], []
     for run, lab, s in zip(runs[1:], labels[1:], sums[1:]):
         links = (run.info.get("fabric") or {}).get("lab") or {}

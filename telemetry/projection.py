@@ -33,9 +33,10 @@ from .runs import Run, median
 DEFAULT_EFFICIENCY = 0.94
 
 
-def measured_profile(run: Run) -> dict:
-    """What the projection needs from a run, as medians over its timed steps."""
-    s = summarize(run)
+def measured_profile(run: Run, summary: dict | None = None) -> dict:
+    """What the projection needs from a run, as medians over its timed steps (`summary`: the run's
+    summarize() result when the caller already has it)."""
+    s = summary or summarize(run)
     world = (run.info.get("layout") or {}).get("world_size") or len(run.info.get("hosts") or []) or 1
     lab = (run.info.get("fabric") or {}).get("lab") or {}
     ops = {}

@@ -21,6 +21,14 @@ from __future__ import annotations
 import torch
 
 
+def _closure_loss(closure):
+    """torch.optim's closure convention: re-evaluate the loss with gradients enabled, if asked."""
+    if closure is None:
+        return None
+    with torch.enable_grad():
+        return closure()
+
+
 class LARS(torch.optim.Optimizer):
     def __init__(self, params, lr: float, momentum: float = 0.9, eta: float = 0.001, weight_decay: float = 0.0,
                  eps: float = 0.0):
@@ -33,10 +41,7 @@ class LARS(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure=None):
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+        loss = _closure_loss(closure)
         for group in self.param_groups:
             lr, momentum, eta = group["lr"], group["momentum"], group["eta"]
             wd, eps, exclude = group["weight_decay"], group["eps"], group["lars_exclude"]
@@ -81,10 +86,7 @@ class LAMB(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure=None):
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+        loss = _closure_loss(closure)
         for group in self.param_groups:
             (b1, b2), lr, eps, wd = group["betas"], group["lr"], group["eps"], group["weight_decay"]
             for p in group["params"]:

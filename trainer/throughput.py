@@ -12,6 +12,8 @@ For full fine-tuning (N_train = N) this is the familiar 6N + 12LdT.
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
 # Dense peak TFLOP/s by device name fragment (vendor data sheets; SXM parts unless named), for bf16/fp16
@@ -36,19 +38,11 @@ def matmul_params(model: torch.nn.Module) -> tuple[int, int]:
     for module in model.modules():
         if isinstance(module, torch.nn.Linear):
             for p in module.parameters(recurse=False):
-                n = _global_numel(p)  # TP/FSDP shards count as the whole matrix
+                n = math.prod(p.shape)  # a DTensor reports its global shape: shards count whole
                 total += n
                 if p.requires_grad:
                     trainable += n
     return total, trainable
-
-
-def _global_numel(p) -> int:
-    shape = getattr(p, "shape", None)  # a DTensor reports its global shape
-    n = 1
-    for s in shape:
-        n *= s
-    return n
 
 
 def flops_per_token(n_matmul: int, n_trainable: int, layers: int, hidden: int, seq_len: int) -> float:
