@@ -50,6 +50,9 @@ class _StepClock:
 
 def hf_callback(telemetry: Telemetry, metrics_path: str | None = None):
     """A transformers.TrainerCallback; steps are numbered as the Trainer's global_step after the step."""
+    from trainer.compat import ensure_torchvision_importable
+
+    ensure_torchvision_importable()  # transformers imports torchvision when installed
     from transformers import TrainerCallback
 
     class TelemetryCallback(TrainerCallback):

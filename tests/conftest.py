@@ -11,6 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from trainer.compat import ensure_torchvision_importable
+
+ensure_torchvision_importable()  # tests import transformers directly; see trainer/compat.py
+
 REPO = Path(__file__).resolve().parents[1]
 TINY = str(REPO / "recipes" / "tiny_llama_lora.yaml")
 # Small and quick: 6 steps, short sequences, no periodic eval unless a test asks for it.

@@ -26,9 +26,12 @@ class RecipeError(Exception):
 
 @dataclass
 class ModelConfig:
-    family: Literal["llama"] = "llama"
+    family: Literal["llama"] = "llama"  # llm_lora only: the decoder family whose TP/PP plan applies
     path: Optional[str] = None  # local Hugging Face checkpoint directory (real use)
-    config: Union[dict, str, None] = None  # random init: HF config fields, or a path to a config.json
+    # random init: HF config fields, or a path to a config.json; image_classification: torchvision
+    # ResNet constructor arguments (block, layers, width_per_group) for a custom depth/width
+    config: Union[dict, str, None] = None
+    arch: Optional[str] = None  # image_classification: a torchvision model builder, e.g. resnet50
     tokenizer: Optional[str] = None  # default: the checkpoint's own tokenizer
     dtype: Literal["auto", "bf16", "fp32"] = "auto"  # weights; auto = bf16 on GPU, fp32 on CPU
     attn_implementation: str = "sdpa"
@@ -55,18 +58,32 @@ class DataConfig:
     split_seed: int = 1234
     max_train_samples: Optional[int] = None
     max_eval_samples: Optional[int] = None
+    # bert_pretraining and image_classification: random inputs of the real shapes, for fabric-only
+    # comparisons (the step's compute and communication are real; accuracy means nothing)
+    synthetic: bool = False
+    synthetic_samples: int = 4096  # size of the synthetic training set (its eval set is a quarter)
+    max_predictions: int = 76  # bert_pretraining: masked positions per sequence (MLPerf: 76 at seq 512)
+    image_size: int = 224  # image_classification: training crop side
+    num_classes: int = 1000  # image_classification
+    workers: int = 0  # image_classification: decoding worker processes per rank (0 = in the trainer)
 
 
 @dataclass
 class TrainConfig:
     global_batch_size: int = 128
     micro_batch_size: int = 1
+    optimizer: Literal["adamw", "lamb", "lars", "sgd"] = "adamw"  # lamb, lars: trainer/optim.py (MLPerf rules)
+    schedule: Literal["cosine", "poly", "linear", "constant"] = "cosine"  # each after linear warm-up
     lr: float = 1e-4
-    min_lr: float = 0.0
+    min_lr: float = 0.0  # where cosine and poly end
+    poly_power: float = 2.0  # poly: (1 - progress) ** power (MLPerf ResNet-50 LARS uses 2)
     warmup_steps: int = 0
     weight_decay: float = 0.0
-    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])  # adamw, lamb
     eps: float = 1e-8
+    momentum: float = 0.9  # lars, sgd
+    lars_eta: float = 0.001  # lars trust coefficient
+    label_smoothing: float = 0.0  # image_classification cross-entropy (MLPerf ResNet-50: 0.1)
     grad_clip: Optional[float] = 1.0  # max global grad norm; null disables clipping
     precision: Literal["auto", "bf16", "fp32"] = "auto"  # autocast; auto = bf16 on GPU, fp32 on CPU
     log_every: int = 1
@@ -75,6 +92,7 @@ class TrainConfig:
     resume: str = "auto"  # auto (latest in output_dir), never, or a checkpoint directory
     eval_every_samples: Optional[int] = None
     target_eval_loss: Optional[float] = None  # stop once eval loss <= target (MLPerf-style)
+    target_eval_accuracy: Optional[float] = None  # stop once eval accuracy >= target (masked-LM or top-1)
 
 
 @dataclass
@@ -83,6 +101,11 @@ class ParallelConfig:
     tp: int = 1
     pp: int = 1
     data_parallel: Literal["ddp", "fsdp"] = "ddp"
+    # pipeline: the per-rank batch is cut into grad-accum micro-batches, which are the pipeline's
+    # micro-batches (count = global_batch_size / (micro_batch_size x dp))
+    pp_schedule: Literal["gpipe", "1f1b", "interleaved_1f1b"] = "1f1b"
+    pp_stages_per_rank: int = 1  # interleaved_1f1b: virtual stages per rank (>= 2)
+    sequence_parallel: bool = False  # with tp > 1: norms and residuals sharded along the sequence
 
 
 @dataclass
@@ -135,7 +158,7 @@ class SweepConfig:
 @dataclass
 class Recipe:
     name: str = "unnamed"
-    workload: Literal["llm_lora", "collectives"] = "llm_lora"
+    workload: Literal["llm_lora", "bert_pretraining", "image_classification", "collectives"] = "llm_lora"
     output_dir: str = "runs/unnamed"
     max_steps: int = 100
     seed: int = 1234
@@ -388,24 +411,12 @@ def check_recipe(r: Recipe) -> list[str]:
         p.append(f"max_steps: got {r.max_steps}; expected an integer >= 1")
     if r.workload == "collectives":
         return p + check_sweep(r.sweep) + _check_telemetry(r)
-    m = r.model
-    if (m.path is None) == (m.config is None):
-        p.append("model: set exactly one of model.path (a local checkpoint directory) "
-                 "or model.config (random init); got " + ("both" if m.path else "neither"))
-    if m.config is not None and m.tokenizer is None:
-        p.append("model.tokenizer: required with model.config (random init has no tokenizer of its own)")
-    if r.lora.r < 1:
-        p.append(f"lora.r: got {r.lora.r}; expected an integer >= 1")
-    if not 0.0 <= r.lora.dropout < 1.0:
-        p.append(f"lora.dropout: got {r.lora.dropout}; expected a number in [0, 1)")
-    if not r.lora.target_modules:
-        p.append("lora.target_modules: empty; name at least one module, e.g. [q_proj, v_proj]")
-    d = r.data
-    if d.seq_len < 8:
-        p.append(f"data.seq_len: got {d.seq_len}; expected an integer >= 8")
-    if len(d.split) != 3 or any(x < 0 for x in d.split) or abs(sum(d.split) - 1.0) > 1e-6:
-        p.append(f"data.split: got {d.split}; expected three non-negative fractions "
-                 "(train, validation, test) summing to 1")
+    if r.workload == "llm_lora":
+        p += _check_llm(r)
+    elif r.workload == "bert_pretraining":
+        p += _check_bert(r)
+    else:
+        p += _check_image(r)
     t = r.train
     for key in ("global_batch_size", "micro_batch_size", "log_every"):
         if getattr(t, key) < 1:
@@ -424,17 +435,110 @@ def check_recipe(r: Recipe) -> list[str]:
         p.append(f"train.save_every: got {t.save_every}; expected an integer >= 0 (0 = only at the end)")
     if t.eval_every_samples is not None and t.eval_every_samples < 1:
         p.append(f"train.eval_every_samples: got {t.eval_every_samples}; expected an integer >= 1 or null")
-    if t.target_eval_loss is not None and t.eval_every_samples is None:
-        p.append("train.target_eval_loss: needs train.eval_every_samples to say when to evaluate")
-    if d.format == "pretokenized" and t.eval_every_samples is not None and d.eval_dataset is None:
+    for key in ("target_eval_loss", "target_eval_accuracy"):
+        if getattr(t, key) is not None and t.eval_every_samples is None:
+            p.append(f"train.{key}: needs train.eval_every_samples to say when to evaluate")
+    if t.target_eval_accuracy is not None and not 0.0 < t.target_eval_accuracy <= 1.0:
+        p.append(f"train.target_eval_accuracy: got {t.target_eval_accuracy}; expected a fraction in (0, 1]")
+    if t.poly_power <= 0:
+        p.append(f"train.poly_power: got {t.poly_power}; expected a number > 0")
+    if not 0.0 <= t.momentum < 1.0:
+        p.append(f"train.momentum: got {t.momentum}; expected a number in [0, 1)")
+    if t.lars_eta <= 0:
+        p.append(f"train.lars_eta: got {t.lars_eta}; expected a number > 0")
+    d = r.data
+    if (r.workload == "llm_lora" and d.format == "pretokenized" and t.eval_every_samples is not None
+            and d.eval_dataset is None):
         p.append("data.eval_dataset: required when train.eval_every_samples is set with data.format=pretokenized")
     par = r.parallel
     for key in ("tp", "pp"):
         if getattr(par, key) < 1:
             p.append(f"parallel.{key}: got {getattr(par, key)}; expected an integer >= 1")
+    if par.pp_stages_per_rank < 1:
+        p.append(f"parallel.pp_stages_per_rank: got {par.pp_stages_per_rank}; expected an integer >= 1")
+    elif par.pp_schedule == "interleaved_1f1b" and par.pp_stages_per_rank < 2:
+        p.append("parallel.pp_stages_per_rank: interleaved_1f1b needs at least 2 stages per rank; got "
+                 f"{par.pp_stages_per_rank} (use 1f1b or gpipe for one stage per rank)")
+    elif par.pp_schedule != "interleaved_1f1b" and par.pp_stages_per_rank > 1:
+        p.append(f"parallel.pp_stages_per_rank: {par.pp_stages_per_rank} stages per rank need "
+                 "parallel.pp_schedule=interleaved_1f1b")
+    if r.workload != "llm_lora":
+        for key in ("tp", "pp"):
+            if getattr(par, key) > 1:
+                p.append(f"parallel.{key}: got {getattr(par, key)}; the {r.workload} workload runs data "
+                         "parallel only (its models fit one device); allowed: 1")
+    if par.sequence_parallel and par.tp == 1:
+        p.append("parallel.sequence_parallel: needs parallel.tp > 1")
     if par.dp == 0 or par.dp < -1:
         p.append(f"parallel.dp: got {par.dp}; expected an integer >= 1, or -1 for what the world size leaves")
     return p + _check_telemetry(r)
+
+
+def _check_llm(r: Recipe) -> list[str]:
+    p = []
+    m = r.model
+    if (m.path is None) == (m.config is None):
+        p.append("model: set exactly one of model.path (a local checkpoint directory) "
+                 "or model.config (random init); got " + ("both" if m.path else "neither"))
+    if m.config is not None and m.tokenizer is None:
+        p.append("model.tokenizer: required with model.config (random init has no tokenizer of its own)")
+    if r.lora.r < 1:
+        p.append(f"lora.r: got {r.lora.r}; expected an integer >= 1")
+    if not 0.0 <= r.lora.dropout < 1.0:
+        p.append(f"lora.dropout: got {r.lora.dropout}; expected a number in [0, 1)")
+    if not r.lora.target_modules:
+        p.append("lora.target_modules: empty; name at least one module, e.g. [q_proj, v_proj]")
+    d = r.data
+    if d.seq_len < 8:
+        p.append(f"data.seq_len: got {d.seq_len}; expected an integer >= 8")
+    if len(d.split) != 3 or any(x < 0 for x in d.split) or abs(sum(d.split) - 1.0) > 1e-6:
+        p.append(f"data.split: got {d.split}; expected three non-negative fractions "
+                 "(train, validation, test) summing to 1")
+    return p
+
+
+def _check_synthetic_or_path(r: Recipe, what: str) -> list[str]:
+    d = r.data
+    if d.synthetic:
+        return [] if d.synthetic_samples >= 1 else [
+            f"data.synthetic_samples: got {d.synthetic_samples}; expected an integer >= 1"]
+    if d.dataset == DataConfig.dataset:  # the Dolly default means nothing to this workload
+        return [f"data.dataset: {r.workload} needs {what}, or data.synthetic=true for random inputs "
+                "of the real shapes"]
+    return []
+
+
+def _check_bert(r: Recipe) -> list[str]:
+    p = []
+    m, d = r.model, r.data
+    if (m.path is None) == (m.config is None):
+        p.append("model: set exactly one of model.path (a local BERT checkpoint directory) "
+                 "or model.config (BertConfig fields, random init); got " + ("both" if m.path else "neither"))
+    if d.seq_len < 8:
+        p.append(f"data.seq_len: got {d.seq_len}; expected an integer >= 8")
+    if not 1 <= d.max_predictions <= d.seq_len:
+        p.append(f"data.max_predictions: got {d.max_predictions}; expected 1..data.seq_len ({d.seq_len})")
+    return p + _check_synthetic_or_path(r, "a local file or directory of tokenized sequences")
+
+
+def _check_image(r: Recipe) -> list[str]:
+    p = []
+    m, d, t = r.model, r.data, r.train
+    if m.arch is None:
+        p.append("model.arch: required for image_classification; allowed: a torchvision model builder "
+                 "name such as resnet50 or resnet18")
+    if m.config is not None and not isinstance(m.config, dict):
+        p.append("model.config: for image_classification a mapping of ResNet arguments "
+                 "(block, layers, width_per_group), or null")
+    if d.image_size < 32:
+        p.append(f"data.image_size: got {d.image_size}; expected an integer >= 32")
+    if d.num_classes < 2:
+        p.append(f"data.num_classes: got {d.num_classes}; expected an integer >= 2")
+    if d.workers < 0:
+        p.append(f"data.workers: got {d.workers}; expected an integer >= 0")
+    if not 0.0 <= t.label_smoothing < 1.0:
+        p.append(f"train.label_smoothing: got {t.label_smoothing}; expected a number in [0, 1)")
+    return p + _check_synthetic_or_path(r, "an ImageFolder directory (with train/ and val/)")
 
 
 def _check_telemetry(r: Recipe) -> list[str]:

@@ -8,10 +8,6 @@ from dataclasses import asdict, dataclass
 
 from .config import Recipe
 
-# Degrees > 1 the harness can actually run. A recipe asking for more must fail clearly rather than run
-# with another layout: a wrong layout trains silently wrong.
-IMPLEMENTED = {"pp": 1}
-
 
 @dataclass(frozen=True)
 class Layout:
@@ -28,13 +24,20 @@ class Layout:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    pp_schedule: str = "1f1b"
+    pp_stages_per_rank: int = 1
+
     def describe(self) -> str:
         if not self.global_batch_size:  # a collective sweep
             return f"world {self.world_size}"
-        return (f"world {self.world_size} = dp {self.dp} x tp {self.tp} x pp {self.pp} "
+        text = (f"world {self.world_size} = dp {self.dp} x tp {self.tp} x pp {self.pp} "
                 f"({self.data_parallel}); global batch {self.global_batch_size} = micro-batch "
                 f"{self.micro_batch_size} x grad-accum {self.grad_accum_steps} x dp {self.dp}; "
                 f"per-rank batch {self.per_rank_batch}")
+        if self.pp > 1:
+            text += (f"; pipeline {self.pp_schedule} over {self.pp * self.pp_stages_per_rank} stages, "
+                     f"{self.grad_accum_steps} micro-batches per step")
+        return text
 
 
 def resolve_layout(recipe: Recipe, world_size: int) -> tuple[Layout | None, list[str]]:
@@ -57,6 +60,9 @@ def resolve_layout(recipe: Recipe, world_size: int) -> tuple[Layout | None, list
     if tp > 1 and dp > 1 and par.data_parallel == "ddp":
         return None, [f"parallel.data_parallel: 'ddp' cannot be combined with tp {tp} at dp {dp} (DDP does not hold "
                       "tensor-parallel DTensor parameters); allowed: fsdp"]
+    if pp > 1 and dp > 1 and par.data_parallel == "ddp":
+        return None, [f"parallel.data_parallel: 'ddp' cannot be combined with pp {pp} at dp {dp} (DDP's reducer "
+                      "breaks when a schedule runs several forwards before their backwards); allowed: fsdp"]
     gbs, mbs = train.global_batch_size, train.micro_batch_size
     if recipe.workload == "collectives":  # a sweep has no batch: every rank takes part
         return Layout(world_size, dp, tp, pp, par.data_parallel, 0, 0, 0, 0), []
@@ -66,16 +72,17 @@ def resolve_layout(recipe: Recipe, world_size: int) -> tuple[Layout | None, list
     if problems:
         return None, problems
     accum = gbs // (mbs * dp)
-    return Layout(world_size, dp, tp, pp, par.data_parallel, gbs, mbs, accum, gbs // dp), []
+    if pp > 1:  # the grad-accum micro-batches are the pipeline's micro-batches
+        stages = pp * par.pp_stages_per_rank
+        if par.pp_schedule != "gpipe" and accum < stages:
+            problems.append(f"train.global_batch_size: {par.pp_schedule} over {stages} stages needs at least "
+                            f"{stages} micro-batches per step, got {accum} (= {gbs} / (micro-batch {mbs} x dp {dp})); "
+                            f"allowed: global_batch_size >= {stages * mbs * dp}, or a smaller micro_batch_size")
+        elif par.pp_schedule == "interleaved_1f1b" and accum % pp:
+            problems.append(f"train.global_batch_size: interleaved_1f1b needs the micro-batch count ({accum}) to be "
+                            f"a multiple of pp ({pp}); allowed: global_batch_size a multiple of {pp * mbs * dp}")
+        if problems:
+            return None, problems
+    return Layout(world_size, dp, tp, pp, par.data_parallel, gbs, mbs, accum, gbs // dp,
+                  par.pp_schedule, par.pp_stages_per_rank), []
 
-
-def unimplemented(layout: Layout) -> list[str]:
-    """Problems for degrees this build cannot run yet (validated, but refused at run time)."""
-    out = []
-    for key, limit in IMPLEMENTED.items():
-        value = getattr(layout, key)
-        if value > limit:
-            what = {"tp": "tensor", "pp": "pipeline"}[key]
-            out.append(f"parallel.{key}: got {value}; {what} parallelism is not implemented in this build yet, "
-                       f"allowed: 1 (the layout is valid; running it needs the {what}-parallel support)")
-    return out

@@ -1,8 +1,9 @@
-"""The step loop: gradient accumulation to the global batch, clipping, AdamW, warm-up + cosine.
+"""The step loop: gradient accumulation to the global batch, clipping, the recipe's optimizer and schedule.
 
-Loss normalisation: each micro-batch contributes its summed token loss divided by the answer-token
-count of the *whole global batch* (all micro-batches on all dp ranks), times dp because DDP/FSDP
-average gradients over dp. Any dp x grad-accum split therefore takes the same step as one process.
+Loss normalisation: each micro-batch contributes, per loss term, its summed loss divided by that term's
+item count over the *whole global batch* (answer tokens, masked positions, images - on all micro-batches
+and dp ranks), times dp because DDP/FSDP average gradients over dp. Any dp x grad-accum split therefore
+takes the same step as one process.
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import torch.distributed as dist
 
 from . import checkpoint
 from .hooks import Hooks
+from .optim import build_optimizer
 from .parallelize import grad_sync
 from .progress import Progress
 from .throughput import step_figures
@@ -29,18 +31,8 @@ class LoopState:
     status: str = "running"
     last_loss: float | None = None
     last_eval_loss: float | None = None
+    last_eval_accuracy: float | None = None
     target_reached_step: int | None = None
-
-
-def build_optimizer(model: torch.nn.Module, train, max_steps: int):
-    from transformers import get_cosine_with_min_lr_schedule_with_warmup
-
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=train.lr, betas=tuple(train.betas), eps=train.eps,
-                            weight_decay=train.weight_decay)
-    sched = get_cosine_with_min_lr_schedule_with_warmup(opt, num_warmup_steps=train.warmup_steps,
-                                                        num_training_steps=max_steps, min_lr=train.min_lr)
-    return opt, sched
 
 
 class Trainer:
@@ -53,10 +45,12 @@ class Trainer:
         self.autocast_dtype = autocast_dtype
         self.optimizer, self.scheduler = build_optimizer(model, recipe.train, recipe.max_steps)
         self.state = LoopState()
-        self.flops_per_token: float | None = None  # set by the run: the workload's model FLOPs per token
+        self.flops_per_unit: float | None = None  # set by the run: the workload's model FLOPs per token/sample
+        self.flops_unit = "token"
         self.peak_tflops: float | None = None  # None off-GPU or for an unknown device: MFU stays null
         self.progress = Progress(recipe.max_steps, recipe.train.log_every, enabled=dist.get_rank() == 0)
         self.dp_group = dims.dp_group
+        self.pipeline = getattr(model, "pipeline", None)  # pp > 1: the schedule runs forward and backward
         self.params = [p for p in model.parameters() if p.requires_grad]
 
     # ------------------------------------------------------------ resume
@@ -104,22 +98,30 @@ class Trainer:
         hooks.on_step_start(step)
         t0 = time.perf_counter()
         batches = [self.train_set.batch(idx) for idx in self.sampler.micro_batches(step - 1)]
-        local = torch.tensor([sum(wl.count_label_tokens(b) for b in batches),
-                              sum(wl.count_input_tokens(b) for b in batches)], dtype=torch.float64)
-        totals = local.clone()
-        dist.all_reduce(totals, group=self.dp_group)  # global token counts, needed before backward
-        label_tokens = max(totals[0].item(), 1.0)
-        loss_sum = torch.zeros((), device=self.device, dtype=torch.float32)
+        terms = wl.loss_terms
+        counts = [wl.loss_counts(b) for b in batches]
+        local = [sum(c[count] for c in counts) for _, count in terms]
+        local.append(sum(wl.input_tokens(b) for b in batches) if wl.has_tokens else 0)
+        totals = torch.tensor(local, dtype=torch.float64)
+        dist.all_reduce(totals, group=self.dp_group)  # global item counts, needed before backward
+        divisors = [max(totals[k].item(), 1.0) for k in range(len(terms))]
+        sums = torch.zeros(len(terms), device=self.device, dtype=torch.float32)
+        if self.pipeline is not None:  # the micro-batches are the pipeline's; it owns gradient sync
+            hooks.before_backward(step, 0)
+            with self._autocast():
+                sums += self.pipeline.train(batches, dp / divisors[0])
+            hooks.after_backward(step, 0)
+            batches = []
         for i, batch in enumerate(batches):
             last = i == len(batches) - 1
             with grad_sync(self.model, last):
                 with self._autocast():
-                    summed, _ = wl.loss_sum(self.model, self._to_device(batch))
-                loss = summed * (dp / label_tokens)
+                    parts = wl.loss_sums(self.model, self._to_device(batch))
+                loss = sum(parts[name] * (dp / div) for (name, _), div in zip(terms, divisors))
                 hooks.before_backward(step, i)
                 loss.backward()
                 hooks.after_backward(step, i)
-            loss_sum += summed.detach().float()
+            sums += torch.stack([parts[name].detach().float() for name, _ in terms])
         if hasattr(self.model, "set_requires_gradient_sync"):
             self.model.set_requires_gradient_sync(True)
         grad_norm = self._clip()
@@ -129,16 +131,22 @@ class Trainer:
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         hooks.after_optimizer_step(step)
-        dist.all_reduce(loss_sum, group=self.dp_group)  # also the step's one host sync point
-        loss_value = loss_sum.item() / label_tokens
+        dist.all_reduce(sums, group=self.dp_group)  # also the step's one host sync point
+        term_losses = {name: sums[k].item() / divisors[k] for k, (name, _) in enumerate(terms)}
+        loss_value = sum(term_losses.values())
         step_time = time.perf_counter() - t0
         samples = self.layout.global_batch_size
+        tokens = int(totals[-1].item()) if wl.has_tokens else None
+        work = tokens if self.flops_unit == "token" else samples
         record = {"step": step, "loss": loss_value, "lr": lr, "grad_norm": grad_norm, "step_time_s": step_time,
-                  "samples_per_s": samples / step_time, "tokens_per_s": totals[1].item() / step_time,
-                  "tokens": int(totals[1].item()), "label_tokens": int(totals[0].item()),
-                  "epoch": self.sampler.epoch_of(step),
-                  **step_figures(int(totals[1].item()), step_time, self.layout.world_size, self.flops_per_token,
-                                 self.peak_tflops)}
+                  "samples_per_s": samples / step_time,
+                  "tokens_per_s": tokens / step_time if tokens is not None else None, "tokens": tokens}
+        if len(terms) > 1:
+            record.update(term_losses)
+        record.update({count: int(totals[k].item()) for k, (_, count) in enumerate(terms)})
+        record["epoch"] = self.sampler.epoch_of(step)
+        record.update(step_figures(work or 0, step_time, self.layout.world_size, self.flops_per_unit,
+                                   self.peak_tflops))
         if not math.isfinite(loss_value):
             raise FloatingPointError(f"loss is {loss_value} at step {step}; stopping (lower train.lr, "
                                      "check the data, or use train.grad_clip)")
@@ -168,6 +176,8 @@ class Trainer:
             for group in groups:
                 dist.all_reduce(sq, group=group)
             total = total + sq.to(self.device)
+        if self.pipeline is not None:  # each stage holds different parameters
+            dist.all_reduce(total, group=self.pipeline.group)
         norm = float(total.sqrt())
         clip = self.recipe.train.grad_clip
         if clip is not None and math.isfinite(norm) and norm > clip:
@@ -179,12 +189,14 @@ class Trainer:
     # ------------------------------------------------------------ eval
 
     @torch.no_grad()
-    def evaluate(self) -> float:
-        """Token-weighted mean loss over the eval set, sharded across dp ranks."""
+    def evaluate(self) -> dict:
+        """Item-weighted eval metrics ("loss", and "accuracy" where the workload has one), sharded over dp."""
         self.model.eval()
         mbs, dp, rank = self.layout.micro_batch_size, self.layout.dp, self.dims.dp_rank
         mine = list(range(rank, len(self.eval_set), dp))
-        sums = torch.zeros(2, dtype=torch.float64, device=self.device)
+        if self.pipeline is not None:
+            return self._evaluate_pipeline(mine)
+        totals: dict[str, torch.Tensor] = {}
         # every rank runs the same number of forwards: FSDP2 forwards are collective
         rounds = math.ceil(math.ceil(len(self.eval_set) / dp) / mbs)
         for r in range(rounds):
@@ -192,11 +204,45 @@ class Trainer:
             weight = 1.0 if idx else 0.0
             batch = self.eval_set.batch(idx or [0])
             with self._autocast():
-                summed, count = self.workload.loss_sum(self.model, self._to_device(batch))
-            sums += torch.stack([summed.double(), count.double()]) * weight
+                parts = self.workload.eval_sums(self.model, self._to_device(batch))
+            for name, (total, count) in parts.items():
+                pair = torch.stack([torch.as_tensor(total).double(), torch.as_tensor(count).double()]).to(self.device)
+                totals[name] = totals.get(name, torch.zeros(2, dtype=torch.float64, device=self.device)) + pair * weight
+        names = sorted(totals)
+        stacked = torch.stack([totals[n] for n in names])
+        dist.all_reduce(stacked, group=self.dp_group)
+        self.model.train()
+        return {n: (stacked[k, 0] / stacked[k, 1].clamp(min=1)).item() for k, n in enumerate(names)}
+
+    def _evaluate_pipeline(self, mine: list[int]) -> dict:
+        """Eval through the pipeline: per-rank batches of n_microbatches x micro_batch samples; the tail
+        is filled with copies whose labels are all ignored, so they count for nothing."""
+        from .data.sft import IGNORE
+
+        size = self.layout.per_rank_batch
+        dp = self.layout.dp
+        rounds = math.ceil(math.ceil(len(self.eval_set) / dp) / size)
+        sums = torch.zeros(2, dtype=torch.float64, device=self.device)
+        for r in range(rounds):
+            idx = mine[r * size:(r + 1) * size]
+            real = len(idx)
+            batch = self.eval_set.batch(idx + [0] * (size - real))
+            batch["labels"][real:] = IGNORE
+            with self._autocast():
+                total, count = self.pipeline.evaluate(batch)
+            sums += torch.stack([total.double(), count.double().to(total.device)]).to(self.device)
         dist.all_reduce(sums, group=self.dp_group)
         self.model.train()
-        return (sums[0] / sums[1].clamp(min=1)).item()
+        return {"loss": (sums[0] / sums[1].clamp(min=1)).item()}
+
+    def _target_reached(self, record: dict) -> str | None:
+        train = self.recipe.train
+        loss, acc = record.get("eval_loss"), record.get("eval_accuracy")
+        if train.target_eval_loss is not None and loss is not None and loss <= train.target_eval_loss:
+            return f"eval loss {loss:.4f} <= target {train.target_eval_loss}"
+        if train.target_eval_accuracy is not None and acc is not None and acc >= train.target_eval_accuracy:
+            return f"eval {self.workload.accuracy} accuracy {acc:.4f} >= target {train.target_eval_accuracy}"
+        return None
 
     def _eval_due(self, step: int) -> bool:
         every = self.recipe.train.eval_every_samples
@@ -220,17 +266,20 @@ class Trainer:
         for step in range(start + 1, max_steps + 1):
             record = self.train_step(step)
             if self._eval_due(step):
-                record["eval_loss"] = self.state.last_eval_loss = self.evaluate()
+                for name, value in self.evaluate().items():
+                    record[f"eval_{name}"] = value
+                self.state.last_eval_loss = record.get("eval_loss")
+                self.state.last_eval_accuracy = record.get("eval_accuracy")
                 record["samples_seen"] = step * self.layout.global_batch_size
             self.hooks.on_step_end(step, record)
             record["time"] = time.time()  # wall clock at the step's end: lines steps up with outside counters
             self.state.step, self.state.last_loss = step, record["loss"]
             self.rundir.write_metrics(record)
             self.progress.step(record)
-            target = train.target_eval_loss
-            if target is not None and record.get("eval_loss") is not None and record["eval_loss"] <= target:
+            reached = self._target_reached(record)
+            if reached:
                 self.state.target_reached_step = step
-                self.progress.info(f"eval loss {record['eval_loss']:.4f} <= target {target} at step {step}: stopping")
+                self.progress.info(f"{reached} at step {step}: stopping")
                 break
             if train.save_every and step % train.save_every == 0 and step < max_steps:
                 self._save()

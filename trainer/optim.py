@@ -114,3 +114,40 @@ def decay_param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict
     decay = [p for p in model.parameters() if p.requires_grad and p.ndim > 1]
     no_decay = [p for p in model.parameters() if p.requires_grad and p.ndim <= 1]
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+def build_optimizer(model: torch.nn.Module, train, max_steps: int):
+    """The recipe's optimizer over the trainable parameters, and its warm-up + decay schedule.
+
+    Parameter groups follow each optimizer's MLPerf rule: LARS excludes batch-norm and biases from
+    weight decay and trust scaling; LAMB and SGD exclude biases and norms from weight decay.
+    """
+    from transformers import (get_constant_schedule_with_warmup, get_cosine_with_min_lr_schedule_with_warmup,
+                              get_linear_schedule_with_warmup, get_polynomial_decay_schedule_with_warmup)
+
+    kind, wd = train.optimizer, train.weight_decay
+    if kind == "adamw":
+        params = [p for p in model.parameters() if p.requires_grad]
+        opt = torch.optim.AdamW(params, lr=train.lr, betas=tuple(train.betas), eps=train.eps, weight_decay=wd)
+    elif kind == "lamb":
+        opt = LAMB(decay_param_groups(model, wd), lr=train.lr, betas=tuple(train.betas), eps=train.eps,
+                   weight_decay=wd)
+    elif kind == "lars":
+        opt = LARS(lars_param_groups(model, wd), lr=train.lr, momentum=train.momentum, eta=train.lars_eta,
+                   weight_decay=wd)
+    elif kind == "sgd":
+        opt = torch.optim.SGD(decay_param_groups(model, wd), lr=train.lr, momentum=train.momentum, weight_decay=wd)
+    else:
+        raise ValueError(f"train.optimizer: got {kind!r}; allowed: adamw, lamb, lars, sgd")
+    warm = train.warmup_steps
+    if train.schedule == "cosine":
+        sched = get_cosine_with_min_lr_schedule_with_warmup(opt, num_warmup_steps=warm, num_training_steps=max_steps,
+                                                            min_lr=train.min_lr)
+    elif train.schedule == "poly":
+        sched = get_polynomial_decay_schedule_with_warmup(opt, num_warmup_steps=warm, num_training_steps=max_steps,
+                                                          lr_end=train.min_lr, power=train.poly_power)
+    elif train.schedule == "linear":
+        sched = get_linear_schedule_with_warmup(opt, num_warmup_steps=warm, num_training_steps=max_steps)
+    else:
+        sched = get_constant_schedule_with_warmup(opt, num_warmup_steps=warm)
+    return opt, sched

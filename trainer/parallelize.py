@@ -67,16 +67,17 @@ def apply_tensor_parallel(model: torch.nn.Module, dims: ParallelDims) -> torch.n
 
 
 def apply_data_parallel(model: torch.nn.Module, dims: ParallelDims, mode: str, device: torch.device,
-                        compute_dtype: torch.dtype) -> torch.nn.Module:
+                        compute_dtype: torch.dtype, sync_buffers: bool = False) -> torch.nn.Module:
+    """DDP or FSDP2 over the dp mesh. `sync_buffers`: DDP re-broadcasts rank 0's buffers every forward
+    (batch-norm running statistics; LoRA models have only constant buffers and skip it)."""
     mesh = dims.mesh("dp")
     if mode == "ddp":
-        if dims.layout.tp > 1:  # validation allows ddp with tp > 1 only at dp 1: nothing to replicate
+        if dims.layout.tp > 1 or dims.layout.pp > 1:  # allowed only at dp 1: nothing to replicate
             return model
         ids = [device.index] if device.type == "cuda" else None
-        # LoRA models have only constant buffers (rotary frequencies): re-broadcasting them every
-        # forward is wasted traffic (torch 2.13 renamed the switch)
-        sync = ({"forward_sync_buffers": False} if "forward_sync_buffers" in inspect.signature(DDP).parameters
-                else {"broadcast_buffers": False})
+        # torch 2.13 renamed the switch
+        sync = ({"forward_sync_buffers": sync_buffers} if "forward_sync_buffers" in inspect.signature(DDP).parameters
+                else {"broadcast_buffers": sync_buffers})
         return DDP(model, process_group=mesh.get_group(), device_ids=ids, **sync)
     # FSDP2: shard each transformer block, then the root; reduce gradients in fp32.
     mp = MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=torch.float32)

@@ -29,8 +29,14 @@ class Progress:
         per_step = sum(recent[1:] or recent) / len(recent[1:] or recent)
         eta = datetime.timedelta(seconds=round(per_step * (self.max_steps - step)))
         parts = [f"step {step}/{self.max_steps}", f"loss {rec['loss']:.4f}", f"lr {rec['lr']:.2e}",
-                 f"{rec['step_time_s']:.3f} s/step", f"{rec['tokens_per_s']:,.0f} tok/s"]
+                 f"{rec['step_time_s']:.3f} s/step"]
+        if rec.get("tokens_per_s") is not None:
+            parts.append(f"{rec['tokens_per_s']:,.0f} tok/s")
+        else:
+            parts.append(f"{rec['samples_per_s']:,.1f} samples/s")
         if rec.get("eval_loss") is not None:
             parts.append(f"eval_loss {rec['eval_loss']:.4f}")
+        if rec.get("eval_accuracy") is not None:
+            parts.append(f"eval_acc {rec['eval_accuracy']:.4f}")
         parts.append(f"eta {eta}")
         print("[trainer] " + " | ".join(parts), flush=True)

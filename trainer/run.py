@@ -19,17 +19,20 @@ from telemetry.adapters import HarnessHooks
 from telemetry.environment import host_info, redacted_env, software_versions
 from telemetry.session import Telemetry, TelemetrySettings
 
+from .compat import ensure_torchvision_importable
 from .config import Recipe
-from .data.sft import StepSampler
+from .data.sampler import StepSampler
 from .distributed import ParallelDims, init_process_group, pick_backend, pick_device
 from .errors import InputError
 from .hooks import HookList, Hooks
 from .layout import Layout
 from .loop import Trainer
-from .parallelize import apply_data_parallel, apply_tensor_parallel, unwrap
+from .parallelize import unwrap
 from .rundir import RunDir, now_iso, write_json_atomic
 from .throughput import peak_tflops
 from .workloads import get_workload
+
+ensure_torchvision_importable()  # before any transformers import (it imports torchvision when installed)
 
 # transformers' own deprecation chatter about its internals, raised from inside peft: not the user's concern
 warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
@@ -188,28 +191,29 @@ def run(recipe: Recipe, layout: Layout, argv: list[str], overrides: list[str]) -
         model = workload.build_model()
         total = sum(p.numel() for p in model.parameters())
         trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-        per_token = workload.flops_per_token(model)
+        per_unit, unit, formula = workload.flops(model)
         peak, peak_reason = peak_tflops(device, compute_dtype)
-        rundir.update(throughput={"flops_per_token": per_token, "formula": "4N + 2N_trainable + 12 L d T per token "
-                                  "(trainer/throughput.py)", "peak_tflops_per_device": peak, "peak_reason": peak_reason})
-        model = apply_tensor_parallel(model, dims)
-        model = apply_data_parallel(model, dims, layout.data_parallel, device, compute_dtype)
-        if isinstance(model, torch.nn.parallel.DistributedDataParallel):
-            telemetry.attach_ddp(model)
+        rundir.update(throughput={f"flops_per_{unit}": per_unit, "formula": formula,
+                                  "peak_tflops_per_device": peak, "peak_reason": peak_reason})
+        model = workload.parallelize(model, dims, device, compute_dtype)
+        for part in model.modules():  # the model, or each pipeline stage
+            if isinstance(part, torch.nn.parallel.DistributedDataParallel):
+                telemetry.attach_ddp(part)
         sampler = StepSampler(len(train_set), recipe.seed, layout.global_batch_size, layout.dp, dims.dp_rank,
                               layout.micro_batch_size)
         rundir.update(model={"parameters": total, "trainable_parameters": trainable,
                              "weight_dtype": str(weight_dtype), "compute_dtype": str(compute_dtype)},
-                      data={"train_sequences": len(train_set),
-                            "eval_sequences": len(eval_set) if eval_set is not None else None,
-                            "seq_len": recipe.data.seq_len})
+                      data={"train_samples": len(train_set),
+                            "eval_samples": len(eval_set) if eval_set is not None else None,
+                            "synthetic": recipe.data.synthetic if recipe.workload != "llm_lora" else False,
+                            **({"seq_len": recipe.data.seq_len} if workload.has_tokens else {}),
+                            "eval_accuracy_is": workload.accuracy})
         autocast = compute_dtype if compute_dtype != torch.float32 else None
         trainer = Trainer(recipe, layout, dims, model, workload, train_set, eval_set, sampler, rundir, hooks,
                           device, autocast)
-        trainer.flops_per_token, trainer.peak_tflops = per_token, peak
+        trainer.flops_per_unit, trainer.flops_unit, trainer.peak_tflops = per_unit, unit, peak
         trainer.progress.info(f"{recipe.name}: {layout.describe()}; backend {backend} on {device.type}")
-        trainer.progress.info(f"model {total:,} parameters, {trainable:,} trainable (LoRA r={recipe.lora.r}); "
-                              f"{len(train_set):,} training sequences of {recipe.data.seq_len} tokens")
+        trainer.progress.info(f"model {total:,} parameters, {trainable:,} trainable; {workload.describe(train_set)}")
         state = trainer.run()
         fingerprint = trainable_fingerprint(model)
         rundir.write_rank_file("final", {"rank": dist.get_rank(), "dp_rank": dims.dp_rank, **host_info(),
@@ -218,6 +222,7 @@ def run(recipe: Recipe, layout: Layout, argv: list[str], overrides: list[str]) -
         status = "target_reached" if state.target_reached_step else "completed"
         code = 0
         rundir.update(final={"step": state.step, "loss": state.last_loss, "eval_loss": state.last_eval_loss,
+                             "eval_accuracy": state.last_eval_accuracy,
                              "target_reached_step": state.target_reached_step, "trainable": fingerprint})
         loss = f", final loss {state.last_loss:.4f}" if state.last_loss is not None else ""
         trainer.progress.info(f"done: {state.step} steps{loss}; run directory {os.path.abspath(recipe.output_dir)}")

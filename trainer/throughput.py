@@ -61,9 +61,10 @@ def peak_tflops(device: torch.device, dtype: torch.dtype) -> tuple[float | None,
     return None, f"no peak known for {name!r}; add it to trainer/throughput.py PEAK_TFLOPS"
 
 
-def step_figures(tokens: int, step_time_s: float, world_size: int, per_token: float | None,
+def step_figures(units: int, step_time_s: float, world_size: int, per_unit: float | None,
                  peak: float | None) -> dict:
-    if per_token is None or step_time_s <= 0:
+    """TFLOP/s per device and MFU for a step that processed `units` tokens (or samples) globally."""
+    if per_unit is None or step_time_s <= 0:
         return {"tflops_per_device": None, "mfu": None}
-    tflops = tokens * per_token / step_time_s / world_size / 1e12
+    tflops = units * per_unit / step_time_s / world_size / 1e12
     return {"tflops_per_device": tflops, "mfu": tflops / peak if peak else None}

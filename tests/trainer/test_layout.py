@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from trainer.config import load_recipe
-from trainer.layout import resolve_layout, unimplemented
+from trainer.layout import resolve_layout
 
 from ..conftest import TINY
 
@@ -31,10 +31,18 @@ def test_layout_problems_name_the_key(world, overrides, expected):
     assert lay is None and expected in problems[0]
 
 
-def test_unimplemented_degrees_are_refused():
-    lay, _ = layout(4, "parallel.tp=2", "parallel.pp=2")
-    msgs = unimplemented(lay)
-    assert len(msgs) == 1 and msgs[0].startswith("parallel.pp: got 2; pipeline")
+def test_pipeline_micro_batches_are_the_grad_accum_micro_batches():
+    lay, problems = layout(4, "parallel.pp=2", "train.global_batch_size=16", "train.micro_batch_size=2")
+    assert not problems and (lay.dp, lay.grad_accum_steps) == (2, 4)
+    assert "pipeline 1f1b over 2 stages, 4 micro-batches per step" in lay.describe()
+    _, problems = layout(4, "parallel.pp=4", "train.global_batch_size=4", "train.micro_batch_size=2")
+    assert problems and "1f1b over 4 stages needs at least 4 micro-batches per step, got 2" in problems[0]
+    lay, problems = layout(4, "parallel.pp=4", "parallel.pp_schedule=gpipe", "train.global_batch_size=4",
+                           "train.micro_batch_size=2")
+    assert not problems  # GPipe runs any micro-batch count
+    _, problems = layout(2, "parallel.pp=2", "parallel.pp_schedule=interleaved_1f1b", "parallel.pp_stages_per_rank=2",
+                         "train.global_batch_size=20", "train.micro_batch_size=4")
+    assert problems and "a multiple of pp (2)" in problems[0]
 
 
 def test_tensor_parallel_must_divide_heads_and_mlp():

@@ -22,7 +22,7 @@ def test_matmul_params_count_linears_only():
 
 
 def test_tflops_and_mfu():
-    fig = step_figures(tokens=1_000_000, step_time_s=2.0, world_size=8, per_token=1e9, peak=989.0)
+    fig = step_figures(units=1_000_000, step_time_s=2.0, world_size=8, per_unit=1e9, peak=989.0)
     assert fig["tflops_per_device"] == pytest.approx(1e15 / 2 / 8 / 1e12)
     assert fig["mfu"] == pytest.approx(62.5 / 989.0)
     assert step_figures(1000, 1.0, 1, 1e6, None)["mfu"] is None

@@ -21,7 +21,9 @@ def _check_dir(path: str, key: str, needs: str) -> None:
 
 
 class LlmLoraWorkload:
+    loss_terms = (("loss", "label_tokens"),)
     has_tokens = True
+    accuracy = None
 
     def __init__(self, recipe, device: torch.device, weight_dtype: torch.dtype):
         self.recipe, self.device, self.weight_dtype = recipe, device, weight_dtype
@@ -98,21 +100,36 @@ class LlmLoraWorkload:
     def build_data(self, need_eval: bool):
         return build_datasets(self.recipe.data, self.tokenizer, need_eval)
 
-    def flops_per_token(self, model: torch.nn.Module) -> float:
+    def parallelize(self, model, dims, device: torch.device, compute_dtype: torch.dtype) -> torch.nn.Module:
+        """Pipeline split (pp > 1), then tensor parallel, then data parallel - on each stage."""
+        from ..parallelize import apply_data_parallel, apply_tensor_parallel
+        from ..pipeline import Pipeline, StageList
+
+        mode = self.recipe.parallel.data_parallel
+        if dims.layout.pp == 1:
+            model = apply_tensor_parallel(model, dims)
+            return apply_data_parallel(model, dims, mode, device, compute_dtype)
+        pipe = Pipeline(model, dims, self.recipe, device)
+        parts = [apply_data_parallel(apply_tensor_parallel(m, dims), dims, mode, device, compute_dtype)
+                 for m in pipe.stage_modules]
+        pipe.build_schedule(parts)
+        return StageList(parts, pipe)
+
+    def flops(self, model: torch.nn.Module) -> tuple[float, str, str]:
         """Model FLOPs per trained token (formula in trainer/throughput.py); call before sharding."""
         from ..throughput import flops_per_token, matmul_params
 
         config = (model.get_base_model() if hasattr(model, "get_base_model") else model).config
         n, n_train = matmul_params(model)
-        return flops_per_token(n, n_train, config.num_hidden_layers, config.hidden_size, self.recipe.data.seq_len)
+        per = flops_per_token(n, n_train, config.num_hidden_layers, config.hidden_size, self.recipe.data.seq_len)
+        return per, "token", "4N + 2N_trainable + 12 L d T per token (trainer/throughput.py)"
+
+    def describe(self, train_set) -> str:
+        return f"LoRA r={self.recipe.lora.r}; {len(train_set):,} training sequences of {self.recipe.data.seq_len} tokens"
 
     @staticmethod
-    def loss_sum(model: torch.nn.Module, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
-        """Summed next-token cross-entropy over answer tokens, and how many tokens it covers.
-
-        Returning a sum lets the loop normalise by the token count of the whole global batch, so
-        any dp x grad-accum split gives the same loss and gradients as one process.
-        """
+    def _summed_ce(model: torch.nn.Module, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        """Summed next-token cross-entropy over answer tokens, and how many tokens it covers."""
         logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
         labels = batch["labels"][:, 1:]
         logits = logits[:, :-1].float()
@@ -120,10 +137,16 @@ class LlmLoraWorkload:
                                ignore_index=IGNORE, reduction="sum")
         return loss, (labels != IGNORE).sum()
 
-    @staticmethod
-    def count_label_tokens(batch: dict) -> int:
-        return int((batch["labels"][:, 1:] != IGNORE).sum())
+    def loss_sums(self, model: torch.nn.Module, batch: dict) -> dict:
+        return {"loss": self._summed_ce(model, batch)[0]}
+
+    def eval_sums(self, model: torch.nn.Module, batch: dict) -> dict:
+        return {"loss": self._summed_ce(model, batch)}
 
     @staticmethod
-    def count_input_tokens(batch: dict) -> int:
+    def loss_counts(batch: dict) -> dict:
+        return {"label_tokens": int((batch["labels"][:, 1:] != IGNORE).sum())}
+
+    @staticmethod
+    def input_tokens(batch: dict) -> int:
         return int(batch["attention_mask"].sum())

@@ -1,0 +1,79 @@
+"""Pipeline parallelism (trainer/pipeline.py): every schedule and the 2 x 2 combinations on gloo, each
+checked against one process running the unsplit model on the same global batch."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from trainer.errors import InputError
+from trainer.pipeline import split_layers, stage_ids
+
+from ..conftest import FAST, run_cli
+from .test_training import lora_weights
+
+# Four decoder layers so interleaved 1F1B can hold two stages per rank; global batch 16 in micro-batches
+# of 4 gives 4 pipeline micro-batches at dp 1 (2 at dp 2); eval every 2 steps runs the eval schedule.
+PP = [*FAST, "max_steps=4", "lora.dropout=0.0", "model.config.num_hidden_layers=4", "train.eval_every_samples=32"]
+
+
+def by_layer(weights: dict) -> dict:
+    """Adapter tensors keyed from `layers.N.` on: the same names whatever wraps the layers."""
+    return {re.search(r"layers\.\d+\..*", k).group(0): v for k, v in weights.items()}
+
+
+@pytest.fixture(scope="module")
+def unsplit(tmp_path_factory):
+    res = run_cli(tmp_path_factory.mktemp("unsplit"), *PP)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return res
+
+
+def check_against(res, ref, nproc: int) -> None:
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.losses()[0] == pytest.approx(ref.losses()[0], abs=1e-5)
+    assert res.losses() == pytest.approx(ref.losses(), rel=1e-5)
+    evals = [r["eval_loss"] for r in res.metrics() if "eval_loss" in r]
+    assert len(evals) == 2 and evals == pytest.approx([r["eval_loss"] for r in ref.metrics() if "eval_loss" in r],
+                                                      rel=1e-5)
+    assert [r["grad_norm"] for r in res.metrics()] == pytest.approx([r["grad_norm"] for r in ref.metrics()], rel=1e-5)
+    assert len(res.rank_files()) == nproc
+    want, got = by_layer(lora_weights(ref.out)), by_layer(lora_weights(res.out))
+    assert want.keys() == got.keys() and len(want) == 4 * 7 * 2  # layers x target modules x (A, B)
+    worst = max(float((want[k] - got[k]).abs().max()) for k in want)
+    assert worst < 1e-5, f"LoRA weights differ from the unsplit run by {worst}"
+
+
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b", "interleaved_1f1b"])
+def test_each_schedule_matches_the_unsplit_model(schedule, unsplit, tmp_path):
+    extra = ["parallel.pp_stages_per_rank=2"] if schedule == "interleaved_1f1b" else []
+    res = run_cli(tmp_path / schedule, *PP, "parallel.pp=2", f"parallel.pp_schedule={schedule}", *extra, nproc=2,
+                  timeout=600)
+    check_against(res, unsplit, 2)
+    info = res.run_json()
+    assert info["layout"]["pp"] == 2 and info["layout"]["pp_schedule"] == schedule
+    assert res.metrics()[0]["comm"]["send"]["count"] > 0  # activations and gradients between stages
+
+
+@pytest.mark.parametrize("overrides", [
+    ["parallel.pp=2", "parallel.tp=2"],  # tp x pp
+    ["parallel.pp=2", "parallel.data_parallel=fsdp"],  # dp x pp, FSDP2 on each stage
+], ids=["tp2xpp2", "dp2xpp2-fsdp"])
+def test_two_by_two_layouts_with_a_pipeline_on_four_ranks(overrides, unsplit, tmp_path):
+    res = run_cli(tmp_path / "run", *PP, *overrides, nproc=4, timeout=600)
+    check_against(res, unsplit, 4)
+
+
+def test_layer_split_and_stage_placement():
+    assert split_layers(80, 8)[0] == list(range(10))
+    assert [len(s) for s in split_layers(10, 4)] == [3, 3, 2, 2]
+    assert stage_ids(1, 4, 2) == [1, 5]  # interleaved: every pp-th stage
+    with pytest.raises(InputError, match="parallel.pp: 4 pipeline stages need at least as many decoder layers"):
+        split_layers(2, 4)
+
+
+def test_too_few_layers_is_one_clear_line(tmp_path):
+    res = run_cli(tmp_path / "run", *FAST, "parallel.pp=2", "parallel.pp_schedule=interleaved_1f1b",
+                  "parallel.pp_stages_per_rank=2", nproc=2)
+    assert res.returncode != 0 and res.run_json()["exit_code"] == 2  # torchrun itself exits 1 for any failure
+    assert "error: parallel.pp: 4 pipeline stages need at least as many decoder layers; the model has 2" in res.stderr

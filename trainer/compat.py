@@ -1,0 +1,40 @@
+"""Make an installed torchvision importable where its C++ operators cannot load.
+
+torchvision's PyPI wheels are built against CUDA torch. Next to a CPU-only torch (the development
+machines, CI) its `_C` library fails to load, and torchvision 0.28 then fails at import while
+registering fake kernels for two detection ops that do not exist (nms, qnms). Because transformers
+imports torchvision whenever it is installed, that failure breaks peft and transformers too. Declaring
+the two schemas lets the pure-Python parts (models, datasets, transforms) import; the detection ops
+stay without kernels and raise if anyone calls them. Where `_C` loads (GPU machines, NGC) this does
+nothing. Call it before the first transformers or torchvision import.
+"""
+from __future__ import annotations
+
+import importlib.util
+import sys
+
+_SCHEMAS = ("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor",
+            "qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+_library = None  # the fragment must outlive this call, or its definitions are dropped
+
+
+def ensure_torchvision_importable() -> bool:
+    """True when torchvision imports (after the fix if it was needed), False when it is not installed."""
+    global _library
+    if importlib.util.find_spec("torchvision") is None:
+        return False
+    try:
+        import torchvision  # noqa: F401
+        return True
+    except RuntimeError as exc:
+        if "torchvision::" not in str(exc):
+            raise
+    import torch
+
+    for name in [m for m in sys.modules if m == "torchvision" or m.startswith("torchvision.")]:
+        del sys.modules[name]
+    _library = torch.library.Library("torchvision", "FRAGMENT")
+    for schema in _SCHEMAS:
+        _library.define(schema)
+    import torchvision  # noqa: F401,F811
+    return True
