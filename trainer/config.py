@@ -105,7 +105,6 @@ class ParallelConfig:
     # micro-batches (count = global_batch_size / (micro_batch_size x dp))
     pp_schedule: Literal["gpipe", "1f1b", "interleaved_1f1b"] = "1f1b"
     pp_stages_per_rank: int = 1  # interleaved_1f1b: virtual stages per rank (>= 2)
-    sequence_parallel: bool = False  # with tp > 1: norms and residuals sharded along the sequence
 
 
 @dataclass
@@ -467,8 +466,6 @@ def check_recipe(r: Recipe) -> list[str]:
             if getattr(par, key) > 1:
                 p.append(f"parallel.{key}: got {getattr(par, key)}; the {r.workload} workload runs data "
                          "parallel only (its models fit one device); allowed: 1")
-    if par.sequence_parallel and par.tp == 1:
-        p.append("parallel.sequence_parallel: needs parallel.tp > 1")
     if par.dp == 0 or par.dp < -1:
         p.append(f"parallel.dp: got {par.dp}; expected an integer >= 1, or -1 for what the world size leaves")
     return p + _check_telemetry(r)
