@@ -51,7 +51,7 @@ class DataConfig:
     # A local .jsonl/.json/.parquet path, or a hub name already in the local Hugging Face cache.
     dataset: str = "databricks/databricks-dolly-15k"
     format: Literal["dolly", "pretokenized"] = "dolly"
-    eval_dataset: Optional[str] = None  # pretokenized eval set; dolly uses the validation split
+    eval_dataset: Optional[str] = None  # pretokenized/BERT eval set; without it the validation split
     seq_len: int = 2048
     packing: bool = False
     split: list[float] = field(default_factory=lambda: [0.8, 0.15, 0.05])  # train/validation/test
@@ -65,7 +65,7 @@ class DataConfig:
     max_predictions: int = 76  # bert_pretraining: masked positions per sequence (MLPerf: 76 at seq 512)
     image_size: int = 224  # image_classification: training crop side
     num_classes: int = 1000  # image_classification
-    workers: int = 0  # image_classification: decoding worker processes per rank (0 = in the trainer)
+    workers: int = 0  # image_classification: decoding threads per rank (0 = in the trainer's thread)
 
 
 @dataclass
@@ -105,6 +105,8 @@ class ParallelConfig:
     # micro-batches (count = global_batch_size / (micro_batch_size x dp))
     pp_schedule: Literal["gpipe", "1f1b", "interleaved_1f1b"] = "1f1b"
     pp_stages_per_rank: int = 1  # interleaved_1f1b: virtual stages per rank (>= 2)
+    # with tp > 1: the residual stream and norms hold a slice of the sequence (activation memory / tp)
+    sequence_parallel: bool = False
 
 
 @dataclass
@@ -466,6 +468,17 @@ def check_recipe(r: Recipe) -> list[str]:
             if getattr(par, key) > 1:
                 p.append(f"parallel.{key}: got {getattr(par, key)}; the {r.workload} workload runs data "
                          "parallel only (its models fit one device); allowed: 1")
+    if par.sequence_parallel:
+        if par.tp == 1:
+            p.append("parallel.sequence_parallel: needs parallel.tp > 1 (it splits the sequence over the tp ranks)")
+        elif r.data.seq_len % par.tp:
+            p.append(f"parallel.sequence_parallel: data.seq_len {r.data.seq_len} is not divisible by tp {par.tp}; "
+                     f"allowed: a seq_len that is a multiple of {par.tp}")
+        if par.pp > 1:
+            p.append("parallel.sequence_parallel: not with parallel.pp > 1 in this build; allowed: false")
+        if r.model.attn_implementation not in ("sdpa", "flash_attention_2"):
+            p.append(f"parallel.sequence_parallel: needs model.attn_implementation sdpa or flash_attention_2 "
+                     f"(causal attention without a materialised mask), got {r.model.attn_implementation!r}")
     if par.dp == 0 or par.dp < -1:
         p.append(f"parallel.dp: got {par.dp}; expected an integer >= 1, or -1 for what the world size leaves")
     return p + _check_telemetry(r)
@@ -488,10 +501,14 @@ def _check_llm(r: Recipe) -> list[str]:
     d = r.data
     if d.seq_len < 8:
         p.append(f"data.seq_len: got {d.seq_len}; expected an integer >= 8")
+    return p + _check_split(d)
+
+
+def _check_split(d: DataConfig) -> list[str]:
     if len(d.split) != 3 or any(x < 0 for x in d.split) or abs(sum(d.split) - 1.0) > 1e-6:
-        p.append(f"data.split: got {d.split}; expected three non-negative fractions "
-                 "(train, validation, test) summing to 1")
-    return p
+        return [f"data.split: got {d.split}; expected three non-negative fractions (train, validation, test) "
+                "summing to 1"]
+    return []
 
 
 def _check_synthetic_or_path(r: Recipe, what: str) -> list[str]:
@@ -515,6 +532,8 @@ def _check_bert(r: Recipe) -> list[str]:
         p.append(f"data.seq_len: got {d.seq_len}; expected an integer >= 8")
     if not 1 <= d.max_predictions <= d.seq_len:
         p.append(f"data.max_predictions: got {d.max_predictions}; expected 1..data.seq_len ({d.seq_len})")
+    if not d.synthetic and d.eval_dataset is None:
+        p += _check_split(d)  # the held-out eval rows come from data.split
     return p + _check_synthetic_or_path(r, "a local file or directory of tokenized sequences")
 
 

@@ -35,7 +35,8 @@ def _check_divisible(config, tp: int) -> None:
                              f"allowed: divisors of {value}")
 
 
-def apply_tensor_parallel(model: torch.nn.Module, dims: ParallelDims) -> torch.nn.Module:
+def apply_tensor_parallel(model: torch.nn.Module, dims: ParallelDims, sequence_parallel: bool = False
+                          ) -> torch.nn.Module:
     """Shard a LoRA-wrapped Llama over the tp mesh. LoRA must already be applied: a column-parallel
     projection shards its base layer and lora_B by output and keeps lora_A replicated; a row-parallel
     one shards its base layer and lora_A by input and keeps lora_B replicated. (peft applied *after*
@@ -62,14 +63,51 @@ def apply_tensor_parallel(model: torch.nn.Module, dims: ParallelDims) -> torch.n
                     plan[f"{name}.lora_A.{adapter}"] = RowwiseParallel()
         else:
             plan[name] = ColwiseParallel() if colwise else RowwiseParallel()
+    if sequence_parallel:
+        plan.update(_sequence_parallel_plan(model, plan))
     parallelize_module(model, dims.mesh("tp"), plan)
     return model
 
 
+def _sequence_parallel_plan(model: torch.nn.Module, tp_plan: dict) -> dict:
+    """Sequence parallelism between the tensor-parallel regions: the residual stream and the norms hold
+    each rank's slice of the sequence (dim 1) as plain local tensors, so norm activations shrink by tp.
+    The embedding output is sliced (no communication), attention and MLP inputs are all-gathered, and
+    row-parallel outputs are reduce-scattered instead of all-reduced. Norms are per-token and stay
+    unsharded modules (frozen under LoRA: no weight gradients to reduce). The loss needs full logits, so
+    lm_head's input is gathered. HF Llama derives positions and the causal mask from the hidden states,
+    so callers pass position_ids for the whole sequence and no padding mask (workloads/llm_lora.py)."""
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import PrepareModuleInput, PrepareModuleOutput, RowwiseParallel
+
+    seq, full = Shard(1), Replicate()
+    plan = {}
+    for name, style in tp_plan.items():
+        if not isinstance(style, RowwiseParallel):
+            continue
+        if ".lora_A." in name:
+            # the low-rank path stays whole-sequence: lora_A's small output is all-reduced as before, so
+            # the replicated lora_B sees every token and gets the full gradient on every rank; its output
+            # is then sliced to this rank's part of the sequence (no communication)
+            plan[name.replace(".lora_A.", ".lora_B.")] = PrepareModuleOutput(
+                output_layouts=full, desired_output_layouts=seq, use_local_output=True)
+        else:  # row-parallel base outputs: reduce-scatter along the sequence instead of all-reduce
+            plan[name] = RowwiseParallel(output_layouts=seq)
+    for name, _ in model.named_modules():
+        if name.endswith("model.embed_tokens"):
+            plan[name] = PrepareModuleOutput(output_layouts=full, desired_output_layouts=seq)
+        elif name.endswith(".self_attn"):  # called with hidden_states as a keyword
+            plan[name] = PrepareModuleInput(input_kwarg_layouts={"hidden_states": seq},
+                                            desired_input_kwarg_layouts={"hidden_states": full}, use_local_output=True)
+        elif name.endswith(".mlp") or name.endswith("lm_head"):
+            plan[name] = PrepareModuleInput(input_layouts=(seq,), desired_input_layouts=(full,), use_local_output=True)
+    return plan
+
+
 def apply_data_parallel(model: torch.nn.Module, dims: ParallelDims, mode: str, device: torch.device,
                         compute_dtype: torch.dtype, sync_buffers: bool = False) -> torch.nn.Module:
-    """DDP or FSDP2 over the dp mesh. `sync_buffers`: DDP re-broadcasts rank 0's buffers every forward
-    (batch-norm running statistics; LoRA models have only constant buffers and skip it)."""
+    """DDP or FSDP2 over the dp mesh. `sync_buffers`: DDP broadcasts rank 0's buffers before a forward
+    that follows a synced training forward (LoRA models have only constant buffers and skip it)."""
     mesh = dims.mesh("dp")
     if mode == "ddp":
         if dims.layout.tp > 1 or dims.layout.pp > 1:  # allowed only at dp 1: nothing to replicate

@@ -202,7 +202,7 @@ def run(recipe: Recipe, layout: Layout, argv: list[str], overrides: list[str]) -
         sampler = StepSampler(len(train_set), recipe.seed, layout.global_batch_size, layout.dp, dims.dp_rank,
                               layout.micro_batch_size)
         rundir.update(model={"parameters": total, "trainable_parameters": trainable,
-                             "weight_dtype": str(weight_dtype), "compute_dtype": str(compute_dtype)},
+                             "weight_dtype": str(next(model.parameters()).dtype), "compute_dtype": str(compute_dtype)},
                       data={"train_samples": len(train_set),
                             "eval_samples": len(eval_set) if eval_set is not None else None,
                             "synthetic": recipe.data.synthetic if recipe.workload != "llm_lora" else False,

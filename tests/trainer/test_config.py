@@ -56,13 +56,31 @@ def test_every_problem_is_reported_at_once(capsys):
         assert any(line.startswith(f"error: {key}:") for line in lines), key
 
 
-def test_pipeline_parallel_refused_at_run_time_but_dry_run_shows_layout(capsys, monkeypatch):
-    monkeypatch.setenv("WORLD_SIZE", "2")
-    assert main([TINY, "parallel.pp=2"]) == 2
-    assert "parallel.pp: got 2; pipeline parallelism is not implemented" in capsys.readouterr().err
+def test_pipeline_options_are_checked(capsys):
     assert main([TINY, "parallel.pp=2", "--dry-run"]) == 0
-    captured = capsys.readouterr()
-    assert "dp 1 x tp 1 x pp 2" in captured.out and "a real run exits 2" in captured.err
+    assert "dp 1 x tp 1 x pp 2" in capsys.readouterr().out
+    assert main([TINY, "parallel.pp_schedule=interleaved_1f1b", "--dry-run"]) == 2
+    assert "interleaved_1f1b needs at least 2 stages per rank" in capsys.readouterr().err
+    assert main([TINY, "parallel.pp_stages_per_rank=2", "--dry-run"]) == 2
+    assert "need parallel.pp_schedule=interleaved_1f1b" in capsys.readouterr().err
+    assert main([TINY, "parallel.pp_schedule=zero_bubble", "--dry-run"]) == 2
+    assert "'gpipe', '1f1b', 'interleaved_1f1b'" in capsys.readouterr().err
+
+
+def test_sequence_parallel_needs_tp_a_divisible_sequence_and_sdpa(capsys):
+    assert main([TINY, "parallel.sequence_parallel=true", "--dry-run"]) == 2
+    assert "parallel.sequence_parallel: needs parallel.tp > 1" in capsys.readouterr().err
+    assert main([TINY, "parallel.sequence_parallel=true", "parallel.tp=2", "data.seq_len=161",
+                 "model.attn_implementation=eager", "--dry-run", "--world-size", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "data.seq_len 161 is not divisible by tp 2" in err and "needs model.attn_implementation sdpa" in err
+    assert main([TINY, "parallel.sequence_parallel=true", "parallel.tp=2", "--dry-run", "--world-size", "2"]) == 0
+
+
+def test_data_parallel_only_workloads_refuse_tp_and_pp(capsys):
+    bert = str(REPO / "recipes" / "tiny_bert.yaml")
+    assert main([bert, "parallel.tp=2", "--dry-run"]) == 2
+    assert "parallel.tp: got 2; the bert_pretraining workload runs data parallel only" in capsys.readouterr().err
 
 
 def test_ddp_with_tensor_parallel_needs_fsdp(capsys, monkeypatch):
@@ -109,7 +127,7 @@ def test_overrides_parse_yaml_values_and_paths_resolve_against_the_recipe():
 
 # Every recipe in recipes/ must be listed here with the world size it is meant for.
 INTENDED_WORLD = {"tiny_llama_lora": 2, "llama70b_lora": 64, "llama3_70b_lora": 64, "mlperf_llama2_70b_lora": 8,
-                  "collectives": 16}
+                  "collectives": 16, "tiny_bert": 2, "bert_large": 8, "tiny_resnet": 2, "resnet50": 8}
 
 
 def test_every_recipe_is_listed_with_its_world_size():

@@ -175,7 +175,8 @@ def lora_weights(run_dir) -> dict:
 @pytest.mark.parametrize("nproc,overrides", [
     (2, ["parallel.tp=2"]),  # tensor parallel alone (dp 1)
     (4, ["parallel.tp=2", "parallel.data_parallel=fsdp"]),  # dp 2 x tp 2, FSDP2 over TP shards
-], ids=["tp2", "dp2xtp2-fsdp"])
+    (2, ["parallel.tp=2", "parallel.sequence_parallel=true"]),  # norms and residuals split along the sequence
+], ids=["tp2", "dp2xtp2-fsdp", "tp2-sp"])
 def test_tensor_parallel_lora_matches_the_unsharded_model(nproc, overrides, single, tmp_path):
     res = run_cli(tmp_path / "tp", *NO_DROPOUT, *overrides, nproc=nproc, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
@@ -194,3 +195,5 @@ def test_tensor_parallel_lora_matches_the_unsharded_model(nproc, overrides, sing
     assert info["layout"]["tp"] == 2
     tp_comm = res.metrics()[0]["comm"]
     assert tp_comm["all_reduce"]["count"] > 10  # row-parallel outputs and column-parallel input grads
+    if "parallel.sequence_parallel=true" in overrides:  # gathers before attention/MLP, scatters after
+        assert tp_comm["all_gather"]["count"] > 0 and tp_comm["reduce_scatter"]["count"] > 0

@@ -107,7 +107,7 @@ class LlmLoraWorkload:
 
         mode = self.recipe.parallel.data_parallel
         if dims.layout.pp == 1:
-            model = apply_tensor_parallel(model, dims)
+            model = apply_tensor_parallel(model, dims, self.recipe.parallel.sequence_parallel)
             return apply_data_parallel(model, dims, mode, device, compute_dtype)
         pipe = Pipeline(model, dims, self.recipe, device)
         parts = [apply_data_parallel(apply_tensor_parallel(m, dims), dims, mode, device, compute_dtype)
@@ -127,10 +127,16 @@ class LlmLoraWorkload:
     def describe(self, train_set) -> str:
         return f"LoRA r={self.recipe.lora.r}; {len(train_set):,} training sequences of {self.recipe.data.seq_len} tokens"
 
-    @staticmethod
-    def _summed_ce(model: torch.nn.Module, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    def _summed_ce(self, model: torch.nn.Module, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
         """Summed next-token cross-entropy over answer tokens, and how many tokens it covers."""
-        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+        ids = batch["input_ids"]
+        if self.recipe.parallel.sequence_parallel:
+            # the model sees a slice of the sequence: give it the whole sequence's positions; no padding
+            # mask is needed (right padding, causal attention, padded positions carry no label)
+            positions = torch.arange(ids.shape[1], device=ids.device).unsqueeze(0)
+            logits = model(input_ids=ids, position_ids=positions).logits
+        else:
+            logits = model(input_ids=ids, attention_mask=batch["attention_mask"]).logits
         labels = batch["labels"][:, 1:]
         logits = logits[:, :-1].float()
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1),

@@ -1,0 +1,174 @@
+"""BERT pretraining (MLPerf BERT-Large): masked-LM + next-sentence prediction, every parameter trained.
+
+The model is transformers' BertForPreTraining with one change of forward: the masked-LM head runs only on
+the hidden states at `masked_lm_positions` (gathered first, as MLPerf's reference does), not on every
+position, so its vocabulary projection costs P rows per sequence instead of L. Its modules and parameter
+names are BertForPreTraining's own, so a Hugging Face BERT checkpoint loads into it unchanged.
+
+Loss, as BERT and MLPerf report it: mean masked-LM cross-entropy over the real masked positions plus mean
+NSP cross-entropy over the sequences. The loop gets them as two summed terms, each divided by its count
+over the whole global batch (trainer/loop.py). Eval: masked-LM loss and accuracy over the masked positions.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+import torch
+import torch.nn.functional as F
+
+from ..compat import ensure_torchvision_importable
+from ..data.mlm import build_mlm_datasets
+from ..errors import InputError
+
+ensure_torchvision_importable()  # before transformers (trainer/compat.py)
+
+from transformers import BertConfig, BertForPreTraining  # noqa: E402
+
+IGNORE = -100
+
+
+class ModelError(InputError):
+    """A model config or checkpoint that cannot be used; one line naming the key and the reason."""
+
+
+class GatheredBertForPreTraining(BertForPreTraining):
+    """BertForPreTraining whose forward gathers the masked positions before the masked-LM head.
+
+    forward(...) -> (masked-LM logits [B, P, vocab], NSP logits [B, 2]). Padding slots (position 0) are
+    computed too - a fixed shape, no host sync - and the loss leaves them out.
+    """
+
+    def forward(self, input_ids, attention_mask, token_type_ids, masked_lm_positions):
+        out = self.bert(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+        hidden = out.last_hidden_state
+        index = masked_lm_positions.unsqueeze(-1).expand(-1, -1, hidden.shape[-1])
+        masked = torch.gather(hidden, 1, index)  # [B, P, d]
+        return self.cls.predictions(masked), self.cls.seq_relationship(out.pooler_output)
+
+
+class BertPretrainingWorkload:
+    loss_terms = (("mlm_loss", "masked_tokens"), ("nsp_loss", "sequences"))
+    has_tokens = True
+    accuracy = "masked-LM"
+
+    def __init__(self, recipe, device: torch.device, weight_dtype: torch.dtype):
+        self.recipe, self.device, self.weight_dtype = recipe, device, weight_dtype
+        self.config = self._model_config()
+        seq_len = recipe.data.seq_len
+        if seq_len > self.config.max_position_embeddings:
+            raise ModelError(f"data.seq_len: {seq_len} exceeds the model's max_position_embeddings "
+                             f"({self.config.max_position_embeddings})")
+
+    def _model_config(self) -> BertConfig:
+        m = self.recipe.model
+        if m.path is not None:
+            if not os.path.isdir(m.path):
+                raise ModelError(f"model.path: {m.path!r} is not a directory (expected a local Hugging Face "
+                                 "BERT checkpoint directory)")
+            if not os.path.isfile(os.path.join(m.path, "config.json")):
+                raise ModelError(f"model.path: {m.path!r} has no config.json; expected a Hugging Face "
+                                 "checkpoint directory (config.json and weights)")
+            try:
+                return BertConfig.from_pretrained(m.path)
+            except Exception as exc:
+                raise ModelError(f"model.path: not a BERT config in {m.path!r}: {str(exc).splitlines()[0]}") from None
+        fields = m.config
+        if isinstance(fields, str):
+            if not os.path.isfile(fields):
+                raise ModelError(f"model.config: {fields!r} is not a file (expected a config.json)")
+            try:
+                with open(fields, encoding="utf-8") as f:
+                    fields = json.load(f)
+            except ValueError as exc:
+                raise ModelError(f"model.config: {fields!r} is not JSON: {exc}") from None
+        fields = {k: v for k, v in fields.items() if k not in ("architectures", "model_type", "torch_dtype", "dtype")}
+        try:
+            config = BertConfig(**fields)
+        except Exception as exc:
+            raise ModelError(f"model.config: not a valid BERT config: {exc}") from None
+        if config.hidden_size % config.num_attention_heads:
+            raise ModelError(f"model.config: hidden_size {config.hidden_size} is not divisible by "
+                             f"num_attention_heads {config.num_attention_heads}")
+        return config
+
+    # ------------------------------------------------------------ build
+
+    def build_data(self, need_eval: bool):
+        return build_mlm_datasets(self.recipe.data, self.config.vocab_size, self.config.type_vocab_size,
+                                  self.recipe.seed, need_eval)
+
+    def build_model(self) -> torch.nn.Module:
+        """Every parameter trainable; identical on every rank for the same seed."""
+        m = self.recipe.model
+        torch.manual_seed(self.recipe.seed)  # random init is the same on every rank
+        if m.path is not None:
+            model = GatheredBertForPreTraining.from_pretrained(m.path, config=self.config, dtype=self.weight_dtype,
+                                                               attn_implementation=m.attn_implementation)
+        else:
+            model = GatheredBertForPreTraining._from_config(self.config, dtype=self.weight_dtype,
+                                                            attn_implementation=m.attn_implementation)
+        # FSDP2 shards each module named here (trainer/parallelize.py). BertModel also names BertEmbeddings,
+        # but the word embeddings are tied to the masked-LM decoder, and a tied weight must stay in one
+        # FSDP unit: the embeddings stay in the root unit with the heads.
+        model._no_split_modules = {"BertLayer"}
+        if m.activation_checkpointing:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        for p in model.parameters():
+            p.requires_grad_(True)
+        return model.to(self.device)
+
+    def parallelize(self, model, dims, device: torch.device, compute_dtype: torch.dtype) -> torch.nn.Module:
+        from ..parallelize import apply_data_parallel
+
+        return apply_data_parallel(model, dims, self.recipe.parallel.data_parallel, device, compute_dtype)
+
+    def flops(self, model: torch.nn.Module) -> tuple[float, str, str]:
+        """Model FLOPs per input token, before sharding (trainer/throughput.py)."""
+        from ..throughput import flops_per_token, matmul_params
+
+        n, _ = matmul_params(model)  # every Linear: encoder, pooler, masked-LM transform and decoder, NSP
+        c = model.config
+        per = flops_per_token(n, n, c.num_hidden_layers, c.hidden_size, self.recipe.data.seq_len)
+        return per, "token", ("6N + 12 L d T per token (N: every Linear, the masked-LM head included as if it ran "
+                              "on every token; trainer/throughput.py)")
+
+    def describe(self, train_set) -> str:
+        d = self.recipe.data
+        kind = "synthetic sequences" if getattr(train_set, "synthetic", False) else "sequences"
+        source = getattr(train_set, "source", "")
+        where = f" from {source}" if source and not getattr(train_set, "synthetic", False) else ""
+        return (f"BERT pretraining; {len(train_set):,} {kind} of {d.seq_len} tokens{where}, "
+                f"up to {d.max_predictions} masked")
+
+    # ------------------------------------------------------------ loss
+
+    @staticmethod
+    def _forward(model: torch.nn.Module, batch: dict):
+        mlm_logits, nsp_logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                                       token_type_ids=batch["token_type_ids"],
+                                       masked_lm_positions=batch["masked_lm_positions"])
+        labels = batch["masked_lm_ids"].masked_fill(~batch["masked_lm_valid"], IGNORE)
+        mlm = F.cross_entropy(mlm_logits.float().flatten(0, 1), labels.flatten(), ignore_index=IGNORE,
+                              reduction="sum")
+        return mlm, mlm_logits, nsp_logits, labels
+
+    def loss_sums(self, model: torch.nn.Module, batch: dict) -> dict:
+        mlm, _, nsp_logits, _ = self._forward(model, batch)
+        nsp = F.cross_entropy(nsp_logits.float(), batch["next_sentence_labels"], reduction="sum")
+        return {"mlm_loss": mlm, "nsp_loss": nsp}
+
+    def eval_sums(self, model: torch.nn.Module, batch: dict) -> dict:
+        mlm, mlm_logits, _, labels = self._forward(model, batch)
+        valid = batch["masked_lm_valid"]
+        correct = ((mlm_logits.argmax(-1) == labels) & valid).sum()
+        count = valid.sum()
+        return {"loss": (mlm, count), "accuracy": (correct, count)}
+
+    @staticmethod
+    def loss_counts(batch: dict) -> dict:
+        return {"masked_tokens": int(batch["masked_lm_valid"].sum()), "sequences": int(batch["input_ids"].shape[0])}
+
+    @staticmethod
+    def input_tokens(batch: dict) -> int:
+        return int(batch["attention_mask"].sum())
