@@ -416,7 +416,7 @@ def check_recipe(r: Recipe) -> list[str]:
         p += _check_llm(r)
     elif r.workload == "bert_pretraining":
         p += _check_bert(r)
-    else:
+    elif r.workload == "image_classification":
         p += _check_image(r)
     t = r.train
     for key in ("global_batch_size", "micro_batch_size", "log_every"):
@@ -443,6 +443,13 @@ def check_recipe(r: Recipe) -> list[str]:
         p.append(f"train.target_eval_accuracy: got {t.target_eval_accuracy}; expected a fraction in (0, 1]")
     if t.poly_power <= 0:
         p.append(f"train.poly_power: got {t.poly_power}; expected a number > 0")
+    if t.schedule == "poly" and t.min_lr >= t.lr:
+        p.append(f"train.min_lr: got {t.min_lr}; the poly schedule decays to it, so it must be below train.lr={t.lr}")
+    if t.schedule == "poly" and t.warmup_steps == r.max_steps:  # transformers' poly decay divides by the difference
+        p.append(f"train.warmup_steps: got {t.warmup_steps} = max_steps; the poly schedule needs a decay phase: "
+                 f"allowed: any other value")
+    if t.target_eval_accuracy is not None and r.workload == "llm_lora":
+        p.append("train.target_eval_accuracy: the llm_lora workload reports no accuracy; use train.target_eval_loss")
     if not 0.0 <= t.momentum < 1.0:
         p.append(f"train.momentum: got {t.momentum}; expected a number in [0, 1)")
     if t.lars_eta <= 0:

@@ -73,14 +73,15 @@ def resolve_layout(recipe: Recipe, world_size: int) -> tuple[Layout | None, list
         return None, problems
     accum = gbs // (mbs * dp)
     if pp > 1:  # the grad-accum micro-batches are the pipeline's micro-batches
-        stages = pp * par.pp_stages_per_rank
-        if par.pp_schedule != "gpipe" and accum < stages:
-            problems.append(f"train.global_batch_size: {par.pp_schedule} over {stages} stages needs at least "
-                            f"{stages} micro-batches per step, got {accum} (= {gbs} / (micro-batch {mbs} x dp {dp})); "
-                            f"allowed: global_batch_size >= {stages * mbs * dp}, or a smaller micro_batch_size")
-        elif par.pp_schedule == "interleaved_1f1b" and accum % pp:
+        if par.pp_schedule == "1f1b" and accum < pp:  # torch's Schedule1F1B refuses fewer
+            problems.append(f"train.global_batch_size: 1f1b over {pp} stages needs at least {pp} micro-batches per "
+                            f"step, got {accum} (= {gbs} / (micro-batch {mbs} x dp {dp})); allowed: "
+                            f"global_batch_size >= {pp * mbs * dp}, a smaller micro_batch_size, or gpipe")
+        rounds = max(1, accum // pp)
+        if par.pp_schedule == "interleaved_1f1b" and accum % rounds:  # torch's ScheduleInterleaved1F1B rule
             problems.append(f"train.global_batch_size: interleaved_1f1b needs the micro-batch count ({accum}) to be "
-                            f"a multiple of pp ({pp}); allowed: global_batch_size a multiple of {pp * mbs * dp}")
+                            f"a multiple of its rounds ({rounds} = max(1, {accum} // pp {pp})); allowed: "
+                            f"global_batch_size a multiple of {pp * mbs * dp}, or at most {pp * mbs * dp}")
         if problems:
             return None, problems
     return Layout(world_size, dp, tp, pp, par.data_parallel, gbs, mbs, accum, gbs // dp,

@@ -102,9 +102,10 @@ class Trainer:
         counts = [wl.loss_counts(b) for b in batches]
         local = [sum(c[count] for c in counts) for _, count in terms]
         local.append(sum(wl.input_tokens(b) for b in batches) if wl.has_tokens else 0)
-        totals = torch.tensor(local, dtype=torch.float64)
-        dist.all_reduce(totals, group=self.dp_group)  # global item counts, needed before backward
-        divisors = [max(totals[k].item(), 1.0) for k in range(len(terms))]
+        counted = torch.tensor(local, dtype=torch.float64, device=self.device)  # on the device: NCCL groups
+        dist.all_reduce(counted, group=self.dp_group)  # global item counts, needed before backward
+        totals = counted.tolist()  # one host sync
+        divisors = [max(totals[k], 1.0) for k in range(len(terms))]
         sums = torch.zeros(len(terms), device=self.device, dtype=torch.float32)
         if self.pipeline is not None:  # the micro-batches are the pipeline's; it owns gradient sync
             hooks.before_backward(step, 0)
@@ -136,14 +137,14 @@ class Trainer:
         loss_value = sum(term_losses.values())
         step_time = time.perf_counter() - t0
         samples = self.layout.global_batch_size
-        tokens = int(totals[-1].item()) if wl.has_tokens else None
+        tokens = int(totals[-1]) if wl.has_tokens else None
         work = tokens if self.flops_unit == "token" else samples
         record = {"step": step, "loss": loss_value, "lr": lr, "grad_norm": grad_norm, "step_time_s": step_time,
                   "samples_per_s": samples / step_time,
                   "tokens_per_s": tokens / step_time if tokens is not None else None, "tokens": tokens}
         if len(terms) > 1:
             record.update(term_losses)
-        record.update({count: int(totals[k].item()) for k, (_, count) in enumerate(terms)})
+        record.update({count: int(totals[k]) for k, (_, count) in enumerate(terms)})
         record["epoch"] = self.sampler.epoch_of(step)
         record.update(step_figures(work or 0, step_time, self.layout.world_size, self.flops_per_unit,
                                    self.peak_tflops))
@@ -206,7 +207,7 @@ class Trainer:
             with self._autocast():
                 parts = self.workload.eval_sums(self.model, self._to_device(batch))
             for name, (total, count) in parts.items():
-                pair = torch.stack([torch.as_tensor(total).double(), torch.as_tensor(count).double()]).to(self.device)
+                pair = torch.stack([torch.as_tensor(x, device=self.device).double() for x in (total, count)])
                 totals[name] = totals.get(name, torch.zeros(2, dtype=torch.float64, device=self.device)) + pair * weight
         names = sorted(totals)
         stacked = torch.stack([totals[n] for n in names])

@@ -77,6 +77,15 @@ def test_sequence_parallel_needs_tp_a_divisible_sequence_and_sdpa(capsys):
     assert main([TINY, "parallel.sequence_parallel=true", "parallel.tp=2", "--dry-run", "--world-size", "2"]) == 0
 
 
+def test_schedule_and_target_combinations_that_cannot_work(capsys):
+    assert main([TINY, "train.schedule=poly", "train.min_lr=1e-2", "--dry-run"]) == 2
+    assert "train.min_lr: got 0.01; the poly schedule decays to it, so it must be below train.lr" in capsys.readouterr().err
+    assert main([TINY, "train.schedule=poly", "max_steps=3", "--dry-run"]) == 2  # the recipe warms up for 3 steps
+    assert "train.warmup_steps: got 3 = max_steps; the poly schedule needs a decay phase" in capsys.readouterr().err
+    assert main([TINY, "train.target_eval_accuracy=0.5", "--dry-run"]) == 2
+    assert "the llm_lora workload reports no accuracy; use train.target_eval_loss" in capsys.readouterr().err
+
+
 def test_data_parallel_only_workloads_refuse_tp_and_pp(capsys):
     bert = str(REPO / "recipes" / "tiny_bert.yaml")
     assert main([bert, "parallel.tp=2", "--dry-run"]) == 2

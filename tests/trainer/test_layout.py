@@ -45,7 +45,7 @@ def test_pipeline_micro_batches_are_the_grad_accum_micro_batches():
     assert not problems  # GPipe runs any micro-batch count
     _, problems = layout(2, "parallel.pp=2", "parallel.pp_schedule=interleaved_1f1b", "parallel.pp_stages_per_rank=2",
                          "train.global_batch_size=20", "train.micro_batch_size=4")
-    assert problems and "a multiple of pp (2)" in problems[0]
+    assert problems and "interleaved_1f1b needs the micro-batch count (5) to be a multiple of its rounds (2" in problems[0]
 
 
 def test_tensor_parallel_must_divide_heads_and_mlp():

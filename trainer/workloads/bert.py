@@ -53,7 +53,10 @@ class BertPretrainingWorkload:
     accuracy = "masked-LM"
 
     def __init__(self, recipe, device: torch.device, weight_dtype: torch.dtype):
-        self.recipe, self.device, self.weight_dtype = recipe, device, weight_dtype
+        self.recipe, self.device = recipe, device
+        # every weight trains: keep fp32 master weights (autocast gives bf16 compute on GPU); "auto" means
+        # bf16 weights on GPU, which suits a frozen LoRA base, not LAMB updates
+        self.weight_dtype = torch.float32 if recipe.model.dtype == "auto" else weight_dtype
         self.config = self._model_config()
         seq_len = recipe.data.seq_len
         if seq_len > self.config.max_position_embeddings:
