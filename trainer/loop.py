@@ -112,17 +112,17 @@ class Trainer:
             with self._autocast():
                 sums += self.pipeline.train(batches, dp / divisors[0])
             hooks.after_backward(step, 0)
-            batches = []
-        for i, batch in enumerate(batches):
-            last = i == len(batches) - 1
-            with grad_sync(self.model, last):
-                with self._autocast():
-                    parts = wl.loss_sums(self.model, self._to_device(batch))
-                loss = sum(parts[name] * (dp / div) for (name, _), div in zip(terms, divisors))
-                hooks.before_backward(step, i)
-                loss.backward()
-                hooks.after_backward(step, i)
-            sums += torch.stack([parts[name].detach().float() for name, _ in terms])
+        else:
+            for i, batch in enumerate(batches):
+                last = i == len(batches) - 1
+                with grad_sync(self.model, last):
+                    with self._autocast():
+                        parts = wl.loss_sums(self.model, self._to_device(batch))
+                    loss = sum(parts[name] * (dp / div) for (name, _), div in zip(terms, divisors))
+                    hooks.before_backward(step, i)
+                    loss.backward()
+                    hooks.after_backward(step, i)
+                sums += torch.stack([parts[name].detach().float() for name, _ in terms])
         if hasattr(self.model, "set_requires_gradient_sync"):
             self.model.set_requires_gradient_sync(True)
         grad_norm = self._clip()
@@ -193,19 +193,18 @@ class Trainer:
     def evaluate(self) -> dict:
         """Item-weighted eval metrics ("loss", and "accuracy" where the workload has one), sharded over dp."""
         self.model.eval()
-        mbs, dp, rank = self.layout.micro_batch_size, self.layout.dp, self.dims.dp_rank
+        dp, rank = self.layout.dp, self.dims.dp_rank
         mine = list(range(rank, len(self.eval_set), dp))
-        if self.pipeline is not None:
-            return self._evaluate_pipeline(mine)
+        # a pipeline schedule takes whole per-rank batches (all its micro-batches) of a fixed shape
+        size = self.layout.per_rank_batch if self.pipeline is not None else self.layout.micro_batch_size
         totals: dict[str, torch.Tensor] = {}
-        # every rank runs the same number of forwards: FSDP2 forwards are collective
-        rounds = math.ceil(math.ceil(len(self.eval_set) / dp) / mbs)
+        # every rank runs the same number of forwards: FSDP2 and pipeline forwards are collective
+        rounds = math.ceil(math.ceil(len(self.eval_set) / dp) / size)
         for r in range(rounds):
-            idx = mine[r * mbs:(r + 1) * mbs]
+            idx = mine[r * size:(r + 1) * size]
             weight = 1.0 if idx else 0.0
-            batch = self.eval_set.batch(idx or [0])
             with self._autocast():
-                parts = self.workload.eval_sums(self.model, self._to_device(batch))
+                parts = self._eval_parts(idx, size)
             for name, (total, count) in parts.items():
                 pair = torch.stack([torch.as_tensor(x, device=self.device).double() for x in (total, count)])
                 totals[name] = totals.get(name, torch.zeros(2, dtype=torch.float64, device=self.device)) + pair * weight
@@ -215,26 +214,16 @@ class Trainer:
         self.model.train()
         return {n: (stacked[k, 0] / stacked[k, 1].clamp(min=1)).item() for k, n in enumerate(names)}
 
-    def _evaluate_pipeline(self, mine: list[int]) -> dict:
-        """Eval through the pipeline: per-rank batches of n_microbatches x micro_batch samples; the tail
-        is filled with copies whose labels are all ignored, so they count for nothing."""
+    def _eval_parts(self, idx: list[int], size: int) -> dict:
+        """{metric: (sum, count)} of one eval forward over samples `idx` (empty past this rank's share)."""
+        if self.pipeline is None:
+            return self.workload.eval_sums(self.model, self._to_device(self.eval_set.batch(idx or [0])))
         from .data.sft import IGNORE
 
-        size = self.layout.per_rank_batch
-        dp = self.layout.dp
-        rounds = math.ceil(math.ceil(len(self.eval_set) / dp) / size)
-        sums = torch.zeros(2, dtype=torch.float64, device=self.device)
-        for r in range(rounds):
-            idx = mine[r * size:(r + 1) * size]
-            real = len(idx)
-            batch = self.eval_set.batch(idx + [0] * (size - real))
-            batch["labels"][real:] = IGNORE
-            with self._autocast():
-                total, count = self.pipeline.evaluate(batch)
-            sums += torch.stack([total.double(), count.double().to(total.device)]).to(self.device)
-        dist.all_reduce(sums, group=self.dp_group)
-        self.model.train()
-        return {"loss": (sums[0] / sums[1].clamp(min=1)).item()}
+        # fill the fixed shape with copies whose labels are all ignored, so they count for nothing
+        batch = self.eval_set.batch(idx + [0] * (size - len(idx)))
+        batch["labels"][len(idx):] = IGNORE
+        return {"loss": self.pipeline.evaluate(batch)}
 
     def _target_reached(self, record: dict) -> str | None:
         train = self.recipe.train
