@@ -11,25 +11,18 @@ over the whole global batch (trainer/loop.py). Eval: masked-LM loss and accuracy
 """
 from __future__ import annotations
 
-import json
-import os
-
 import torch
 import torch.nn.functional as F
 
 from ..compat import ensure_torchvision_importable
 from ..data.mlm import build_mlm_datasets
-from ..errors import InputError
+from .hf import ModelError, check_checkpoint, config_fields
 
 ensure_torchvision_importable()  # before transformers (trainer/compat.py)
 
 from transformers import BertConfig, BertForPreTraining  # noqa: E402
 
 IGNORE = -100
-
-
-class ModelError(InputError):
-    """A model config or checkpoint that cannot be used; one line naming the key and the reason."""
 
 
 class GatheredBertForPreTraining(BertForPreTraining):
@@ -66,28 +59,13 @@ class BertPretrainingWorkload:
     def _model_config(self) -> BertConfig:
         m = self.recipe.model
         if m.path is not None:
-            if not os.path.isdir(m.path):
-                raise ModelError(f"model.path: {m.path!r} is not a directory (expected a local Hugging Face "
-                                 "BERT checkpoint directory)")
-            if not os.path.isfile(os.path.join(m.path, "config.json")):
-                raise ModelError(f"model.path: {m.path!r} has no config.json; expected a Hugging Face "
-                                 "checkpoint directory (config.json and weights)")
+            check_checkpoint(m.path, "BERT checkpoint", "config.json and weights")
             try:
                 return BertConfig.from_pretrained(m.path)
             except Exception as exc:
                 raise ModelError(f"model.path: not a BERT config in {m.path!r}: {str(exc).splitlines()[0]}") from None
-        fields = m.config
-        if isinstance(fields, str):
-            if not os.path.isfile(fields):
-                raise ModelError(f"model.config: {fields!r} is not a file (expected a config.json)")
-            try:
-                with open(fields, encoding="utf-8") as f:
-                    fields = json.load(f)
-            except ValueError as exc:
-                raise ModelError(f"model.config: {fields!r} is not JSON: {exc}") from None
-        fields = {k: v for k, v in fields.items() if k not in ("architectures", "model_type", "torch_dtype", "dtype")}
         try:
-            config = BertConfig(**fields)
+            config = BertConfig(**config_fields(m.config))
         except Exception as exc:
             raise ModelError(f"model.config: not a valid BERT config: {exc}") from None
         if config.hidden_size % config.num_attention_heads:

@@ -14,14 +14,10 @@ import torch.nn.functional as F
 
 from ..compat import ensure_torchvision_importable
 from ..data.images import build_image_datasets
-from ..errors import InputError
+from .hf import ModelError
 
 RESIDUAL_FAMILIES = ("resnet", "resnext", "wide_resnet")  # builders that take zero_init_residual
 CONFIG_KEYS = ("block", "layers", "groups", "width_per_group", "replace_stride_with_dilation")
-
-
-class ModelError(InputError):
-    """A model that cannot be built; one line naming the key and the reason."""
 
 
 def _share_batchnorm_statistics(group):

@@ -1,23 +1,11 @@
 """Causal-LM LoRA fine-tuning with transformers + peft. Model code here is single-device."""
 from __future__ import annotations
 
-import json
-import os
-
 import torch
 import torch.nn.functional as F
 
 from ..data.sft import IGNORE, build_datasets
-from ..errors import InputError
-
-
-class ModelError(InputError):
-    """A model or tokenizer that cannot be loaded; one line naming the key and the reason."""
-
-
-def _check_dir(path: str, key: str, needs: str) -> None:
-    if not os.path.isdir(path):
-        raise ModelError(f"{key}: {path!r} is not a directory (expected a local Hugging Face {needs} directory)")
+from .hf import ModelError, check_checkpoint, check_dir, config_fields
 
 
 class LlmLoraWorkload:
@@ -29,10 +17,7 @@ class LlmLoraWorkload:
         self.recipe, self.device, self.weight_dtype = recipe, device, weight_dtype
         path = recipe.model.path
         if path is not None:  # say "not a checkpoint" before any tokenizer error could hide it
-            _check_dir(path, "model.path", "checkpoint")
-            if not os.path.isfile(os.path.join(path, "config.json")):
-                raise ModelError(f"model.path: {path!r} has no config.json; expected a Hugging Face checkpoint "
-                                 "directory (config.json, weights, tokenizer files)")
+            check_checkpoint(path, "checkpoint", "config.json, weights, tokenizer files")
         self.tokenizer = self._build_tokenizer()
 
     def _build_tokenizer(self):
@@ -41,7 +26,7 @@ class LlmLoraWorkload:
         m = self.recipe.model
         path = m.tokenizer or m.path
         key = "model.tokenizer" if m.tokenizer else "model.path"
-        _check_dir(path, key, "tokenizer or checkpoint")
+        check_dir(path, key, "tokenizer or checkpoint")
         try:
             tok = AutoTokenizer.from_pretrained(path)
         except Exception as exc:
@@ -57,15 +42,8 @@ class LlmLoraWorkload:
         m = self.recipe.model
         if m.path is not None:
             return AutoConfig.from_pretrained(m.path)
-        fields = m.config
-        if isinstance(fields, str):
-            if not os.path.isfile(fields):
-                raise ModelError(f"model.config: {fields!r} is not a file (expected a config.json)")
-            with open(fields, encoding="utf-8") as f:
-                fields = json.load(f)
-        fields = {k: v for k, v in fields.items() if k not in ("architectures", "model_type", "torch_dtype", "dtype")}
         try:
-            return LlamaConfig(**fields)
+            return LlamaConfig(**config_fields(m.config))
         except Exception as exc:
             raise ModelError(f"model.config: not a valid Llama config: {exc}") from None
 
