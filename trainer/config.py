@@ -364,6 +364,13 @@ def load_recipe(path: str, overrides: list[str] = ()) -> Recipe:
     return recipe
 
 
+def _at_least(section: str, obj: Any, keys: tuple[str, ...], low: int, note: str = "") -> list[str]:
+    """One problem per integer field below `low`, in the shared wording."""
+    prefix = f"{section}." if section else ""
+    return [f"{prefix}{key}: got {getattr(obj, key)}; expected an integer >= {low}{note}"
+            for key in keys if getattr(obj, key) < low]
+
+
 def parse_size(value: Union[int, str], key: str, problems: list[str]) -> int | None:
     """Bytes from 4096, "4K", "64M", "1G" (powers of 1024, as nccl-tests reads -b/-e)."""
     if isinstance(value, int):
@@ -393,13 +400,8 @@ def check_sweep(sw: SweepConfig) -> list[str]:
     lo, hi = parse_size(sw.min_bytes, "sweep.min_bytes", p), parse_size(sw.max_bytes, "sweep.max_bytes", p)
     if lo and hi and lo > hi:
         p.append(f"sweep.max_bytes: {sw.max_bytes!r} is below sweep.min_bytes {sw.min_bytes!r}")
-    if sw.factor < 2:
-        p.append(f"sweep.factor: got {sw.factor}; expected an integer >= 2")
-    for key in ("iters", "latency_iters"):
-        if getattr(sw, key) < 1:
-            p.append(f"sweep.{key}: got {getattr(sw, key)}; expected an integer >= 1")
-    if sw.warmup < 0:
-        p.append(f"sweep.warmup: got {sw.warmup}; expected an integer >= 0")
+    p += _at_least("sweep", sw, ("factor",), 2) + _at_least("sweep", sw, ("iters", "latency_iters"), 1)
+    p += _at_least("sweep", sw, ("warmup",), 0)
     if sw.root < 0:
         p.append(f"sweep.root: got {sw.root}; expected a rank >= 0")
     return p
@@ -408,8 +410,7 @@ def check_sweep(sw: SweepConfig) -> list[str]:
 def check_recipe(r: Recipe) -> list[str]:
     """Checks that need no world size. Each problem names the key, the value and what is allowed."""
     p = []
-    if r.max_steps < 1:
-        p.append(f"max_steps: got {r.max_steps}; expected an integer >= 1")
+    p += _at_least("", r, ("max_steps",), 1)
     if r.workload == "collectives":
         return p + check_sweep(r.sweep) + _check_telemetry(r)
     if r.workload == "llm_lora":
@@ -419,21 +420,17 @@ def check_recipe(r: Recipe) -> list[str]:
     elif r.workload == "image_classification":
         p += _check_image(r)
     t = r.train
-    for key in ("global_batch_size", "micro_batch_size", "log_every"):
-        if getattr(t, key) < 1:
-            p.append(f"train.{key}: got {getattr(t, key)}; expected an integer >= 1")
+    p += _at_least("train", t, ("global_batch_size", "micro_batch_size", "log_every"), 1)
     if t.lr <= 0:
         p.append(f"train.lr: got {t.lr}; expected a number > 0")
     if not 0 <= t.min_lr <= t.lr:
         p.append(f"train.min_lr: got {t.min_lr}; expected a number in [0, train.lr={t.lr}]")
-    if t.warmup_steps < 0:
-        p.append(f"train.warmup_steps: got {t.warmup_steps}; expected an integer >= 0")
+    p += _at_least("train", t, ("warmup_steps",), 0)
     if len(t.betas) != 2 or any(not 0 <= b < 1 for b in t.betas):
         p.append(f"train.betas: got {t.betas}; expected two numbers in [0, 1)")
     if t.grad_clip is not None and t.grad_clip <= 0:
         p.append(f"train.grad_clip: got {t.grad_clip}; expected a number > 0, or null to disable")
-    if t.save_every < 0:
-        p.append(f"train.save_every: got {t.save_every}; expected an integer >= 0 (0 = only at the end)")
+    p += _at_least("train", t, ("save_every",), 0, " (0 = only at the end)")
     if t.eval_every_samples is not None and t.eval_every_samples < 1:
         p.append(f"train.eval_every_samples: got {t.eval_every_samples}; expected an integer >= 1 or null")
     for key in ("target_eval_loss", "target_eval_accuracy"):
@@ -459,9 +456,7 @@ def check_recipe(r: Recipe) -> list[str]:
             and d.eval_dataset is None):
         p.append("data.eval_dataset: required when train.eval_every_samples is set with data.format=pretokenized")
     par = r.parallel
-    for key in ("tp", "pp"):
-        if getattr(par, key) < 1:
-            p.append(f"parallel.{key}: got {getattr(par, key)}; expected an integer >= 1")
+    p += _at_least("parallel", par, ("tp", "pp"), 1)
     if par.pp_stages_per_rank < 1:
         p.append(f"parallel.pp_stages_per_rank: got {par.pp_stages_per_rank}; expected an integer >= 1")
     elif par.pp_schedule == "interleaved_1f1b" and par.pp_stages_per_rank < 2:
@@ -499,15 +494,13 @@ def _check_llm(r: Recipe) -> list[str]:
                  "or model.config (random init); got " + ("both" if m.path else "neither"))
     if m.config is not None and m.tokenizer is None:
         p.append("model.tokenizer: required with model.config (random init has no tokenizer of its own)")
-    if r.lora.r < 1:
-        p.append(f"lora.r: got {r.lora.r}; expected an integer >= 1")
+    p += _at_least("lora", r.lora, ("r",), 1)
     if not 0.0 <= r.lora.dropout < 1.0:
         p.append(f"lora.dropout: got {r.lora.dropout}; expected a number in [0, 1)")
     if not r.lora.target_modules:
         p.append("lora.target_modules: empty; name at least one module, e.g. [q_proj, v_proj]")
     d = r.data
-    if d.seq_len < 8:
-        p.append(f"data.seq_len: got {d.seq_len}; expected an integer >= 8")
+    p += _at_least("data", d, ("seq_len",), 8)
     return p + _check_split(d)
 
 
@@ -535,8 +528,7 @@ def _check_bert(r: Recipe) -> list[str]:
     if (m.path is None) == (m.config is None):
         p.append("model: set exactly one of model.path (a local BERT checkpoint directory) "
                  "or model.config (BertConfig fields, random init); got " + ("both" if m.path else "neither"))
-    if d.seq_len < 8:
-        p.append(f"data.seq_len: got {d.seq_len}; expected an integer >= 8")
+    p += _at_least("data", d, ("seq_len",), 8)
     if not 1 <= d.max_predictions <= d.seq_len:
         p.append(f"data.max_predictions: got {d.max_predictions}; expected 1..data.seq_len ({d.seq_len})")
     if not d.synthetic and d.eval_dataset is None:
@@ -553,12 +545,8 @@ def _check_image(r: Recipe) -> list[str]:
     if m.config is not None and not isinstance(m.config, dict):
         p.append("model.config: for image_classification a mapping of ResNet arguments "
                  "(block, layers, width_per_group), or null")
-    if d.image_size < 32:
-        p.append(f"data.image_size: got {d.image_size}; expected an integer >= 32")
-    if d.num_classes < 2:
-        p.append(f"data.num_classes: got {d.num_classes}; expected an integer >= 2")
-    if d.workers < 0:
-        p.append(f"data.workers: got {d.workers}; expected an integer >= 0")
+    p += _at_least("data", d, ("image_size",), 32) + _at_least("data", d, ("num_classes",), 2)
+    p += _at_least("data", d, ("workers",), 0)
     if not 0.0 <= t.label_smoothing < 1.0:
         p.append(f"train.label_smoothing: got {t.label_smoothing}; expected a number in [0, 1)")
     return p + _check_synthetic_or_path(r, "an ImageFolder directory (with train/ and val/)")
@@ -567,13 +555,9 @@ def _check_image(r: Recipe) -> list[str]:
 def _check_telemetry(r: Recipe) -> list[str]:
     p = []
     tel = r.telemetry
-    for key in ("cross_rank_every", "profile_every"):
-        if getattr(tel, key) < 0:
-            p.append(f"telemetry.{key}: got {getattr(tel, key)}; expected an integer >= 0 (0 = never)")
-    if tel.profile_steps < 1:
-        p.append(f"telemetry.profile_steps: got {tel.profile_steps}; expected an integer >= 1")
+    p += _at_least("telemetry", tel, ("cross_rank_every", "profile_every"), 0, " (0 = never)")
+    p += _at_least("telemetry", tel, ("profile_steps",), 1)
     if tel.power_sample_interval_s <= 0:
         p.append(f"telemetry.power_sample_interval_s: got {tel.power_sample_interval_s}; expected a number > 0")
-    if r.distributed.timeout_s < 1:
-        p.append(f"distributed.timeout_s: got {r.distributed.timeout_s}; expected an integer >= 1")
+    p += _at_least("distributed", r.distributed, ("timeout_s",), 1)
     return p
