@@ -20,12 +20,11 @@ class Layout:
     micro_batch_size: int
     grad_accum_steps: int  # micro-batches per optimizer step on each dp rank
     per_rank_batch: int  # samples per optimizer step on each dp rank
+    pp_schedule: str = "1f1b"
+    pp_stages_per_rank: int = 1
 
     def to_dict(self) -> dict:
         return asdict(self)
-
-    pp_schedule: str = "1f1b"
-    pp_stages_per_rank: int = 1
 
     def describe(self) -> str:
         if not self.global_batch_size:  # a collective sweep
