@@ -42,18 +42,101 @@ class Unavailable:
         pass
 
 
+class DeviceNotMapped(Exception):
+    """A CUDA device that no NVML device could be matched to: its energy is unknown, never another GPU's."""
+
+
+_ZERO_UUID = "00000000-0000-0000-0000-000000000000"  # what some drivers report when they have none
+
+
+def cuda_identity(ordinal: int, properties=None) -> dict:
+    """The CUDA runtime's UUID (hex, no prefix) and PCI address (NVML's form) of this process's device
+    `ordinal`; either is None where the runtime gives none. `properties` stands in for
+    torch.cuda.get_device_properties (tests)."""
+    if properties is None:
+        import torch
+
+        properties = torch.cuda.get_device_properties
+    p = properties(ordinal)
+    uuid = str(getattr(p, "uuid", "") or "").lower()
+    uuid = uuid.removeprefix("gpu-").removeprefix("mig-")
+    pci = None
+    if all(hasattr(p, k) for k in ("pci_domain_id", "pci_bus_id", "pci_device_id")):
+        pci = f"{p.pci_domain_id:08X}:{p.pci_bus_id:02X}:{p.pci_device_id:02X}.0"
+    return {"uuid": uuid if uuid and uuid != _ZERO_UUID else None, "pci_bus_id": pci}
+
+
+def _text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)  # older nvidia-ml-py returns bytes
+
+
+def _nvml_handle_for_cuda(nvml, ordinal: int, properties=None) -> tuple[object, dict]:
+    """(NVML handle, how it was matched) for CUDA device `ordinal`: by UUID (a GPU's, or a MIG
+    instance's, whose parent GPU is read), else by PCI address. Raises DeviceNotMapped."""
+    try:
+        ident = cuda_identity(ordinal, properties)
+    except Exception as exc:  # noqa: BLE001 - no CUDA runtime, bad ordinal: the energy is unknown
+        raise DeviceNotMapped(f"cannot read the UUID or PCI address of CUDA device {ordinal}: {exc}") from None
+    tried, handle, via, mig = [], None, None, None
+    if ident["uuid"]:
+        for prefix in ("GPU-", "MIG-"):
+            try:
+                handle, via = nvml.nvmlDeviceGetHandleByUUID(prefix + ident["uuid"]), "uuid"
+            except nvml.NVMLError as exc:
+                tried.append(f"UUID {prefix}{ident['uuid']}: {exc}")
+                continue
+            if prefix == "MIG-":  # energy and power counters exist for the whole GPU only
+                mig = prefix + ident["uuid"]
+                handle = nvml.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(handle)
+            break
+    if handle is None and ident["pci_bus_id"]:
+        try:
+            handle, via = nvml.nvmlDeviceGetHandleByPciBusId(ident["pci_bus_id"]), "pci_bus_id"
+        except nvml.NVMLError as exc:
+            tried.append(f"PCI {ident['pci_bus_id']}: {exc}")
+    if handle is None:
+        raise DeviceNotMapped(f"CUDA device {ordinal} matches no NVML device "
+                              f"({'; '.join(tried) or 'the CUDA runtime gives no UUID or PCI address'})")
+    index = nvml.nvmlDeviceGetIndex(handle)
+    mapping = {"device": f"gpu{index}", "cuda_device": ordinal,
+               "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"), "nvml_index": index,
+               "uuid": _text(nvml.nvmlDeviceGetUUID(handle)), "pci_bus_id": ident["pci_bus_id"], "matched_by": via}
+    if mig:
+        mapping["mig_device"] = mig
+        mapping["note"] = "a MIG instance: energy and power are the whole GPU's, shared with its other instances"
+    return handle, mapping
+
+
 class NvmlEnergy:
+    """NVML counters for GPUs named by NVML index (`indices`) or by this process's CUDA ordinal
+    (`cuda_devices`). CUDA ordinals are not NVML indices: CUDA_VISIBLE_DEVICES renumbers them (and may name
+    UUIDs or MIG instances) and CUDA's default order is fastest-first, NVML's is PCI order. An ordinal is
+    therefore matched by what the CUDA runtime says the device is (its UUID, else its PCI address), and
+    `mapping` records the match so a run can show which physical GPU it read."""
+
     name = "nvml"
 
-    def __init__(self, indices: list[int] | None = None, nvml=None):
+    def __init__(self, indices: list[int] | None = None, nvml=None, cuda_devices: list[int] | None = None,
+                 properties=None):
         if nvml is None:
             import pynvml as nvml  # nvidia-ml-py
         self.nvml = nvml
         self.reason = None
         nvml.nvmlInit()
-        count = nvml.nvmlDeviceGetCount()
-        self.indices = list(range(count)) if indices is None else [i for i in indices if i < count]
-        self.handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in self.indices]
+        try:
+            if cuda_devices is not None:
+                found = [_nvml_handle_for_cuda(nvml, d, properties) for d in cuda_devices]
+                self.handles = [h for h, _ in found]
+                self.mapping = [m for _, m in found]
+            else:
+                count = nvml.nvmlDeviceGetCount()
+                wanted = list(range(count)) if indices is None else [i for i in indices if i < count]
+                self.handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in wanted]
+                self.mapping = [{"device": f"gpu{i}", "nvml_index": i, "matched_by": "nvml_index"} for i in wanted]
+        except BaseException:
+            self.close()
+            raise
+        self.indices = [m["nvml_index"] for m in self.mapping]
         self._energy_ok = []
         for h in self.handles:
             try:
@@ -63,7 +146,7 @@ class NvmlEnergy:
                 self._energy_ok.append(False)
 
     def devices(self) -> list[str]:
-        return [f"gpu{i}" for i in self.indices]
+        return [f"gpu{i}" for i in self.indices]  # NVML index: the physical GPU, whatever the rank's ordinal
 
     def energy_j(self) -> list[float | None]:
         out = []
@@ -167,8 +250,9 @@ class ReplayEnergy:
         pass
 
 
-def open_gpu_source(local_gpu: int | None, nvml=None) -> EnergySource:
-    """NVML for this rank's GPU, or the reason it cannot be read."""
+def open_gpu_source(local_gpu: int | None, nvml=None, properties=None) -> EnergySource:
+    """NVML for this rank's GPU (`local_gpu` is its CUDA ordinal, as in torch.device("cuda", N)), or the
+    reason it cannot be read. `properties` stands in for torch.cuda.get_device_properties (tests)."""
     if local_gpu is None:
         return Unavailable("nvml", "no GPU is used by this rank")
     try:
@@ -177,9 +261,11 @@ def open_gpu_source(local_gpu: int | None, nvml=None) -> EnergySource:
     except ImportError:
         return Unavailable("nvml", "nvidia-ml-py is not installed (pip install nvidia-ml-py)")
     try:
-        return NvmlEnergy([local_gpu], nvml=nvml)
+        return NvmlEnergy(nvml=nvml, cuda_devices=[local_gpu], properties=properties)
     except nvml.NVMLError as exc:  # NVMLError_LibraryNotFound without a driver
         return Unavailable("nvml", f"NVML not available: {exc}")
+    except DeviceNotMapped as exc:
+        return Unavailable("nvml", str(exc))
 
 
 def open_cpu_source(root: str = "/sys") -> EnergySource:
@@ -231,6 +317,13 @@ class EnergyMeter:
             values = [s[i] for s in samples if i < len(s) and s[i] is not None]
             power.append(sum(values) / len(values) if values else None)
         return {"energy_j": dict(zip(self.source.devices(), energy)), "power_w": dict(zip(self.source.devices(), power))}
+
+    def describe(self) -> dict:
+        """What this meter reads, for run.json: the source, each device (for NVML: which physical GPU,
+        matched how) and the reason where nothing is read."""
+        mapping = getattr(self.source, "mapping", None)
+        return {"source": self.source.name, "reason": self.reason,
+                "devices": mapping if mapping is not None else [{"device": d} for d in self.source.devices()]}
 
     def close(self) -> None:
         self._stop.set()

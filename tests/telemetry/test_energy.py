@@ -1,13 +1,25 @@
-"""Energy sources: NVML mocked with autospec, RAPL on a fake tree, the no-hardware path, replay."""
+"""Energy sources: NVML mocked with autospec, RAPL on a fake tree, the no-hardware path, replay.
+
+Nothing here depends on the machine having (or lacking) a GPU: NVML and torch's device properties are
+fakes, and the no-driver path is forced.
+"""
 from __future__ import annotations
 
+import os
+import sys
 import time
+from types import SimpleNamespace
 from unittest import mock
 
 import pynvml
 import pytest
 
 from telemetry.energy import EnergyMeter, NvmlEnergy, ReplayEnergy, Unavailable, open_cpu_source, open_gpu_source
+
+# Four GPUs as NVML (PCI order) sees them: index i has UUID GPU-<UUIDS[i]> and bus 0x18 + 0x10 i.
+UUIDS = [f"{i:08x}-1111-2222-3333-{0xabc000 + i:012x}" for i in range(4)]
+BUSES = [0x18 + 0x10 * i for i in range(4)]
+MIG = "deadbeef-0000-4000-8000-00000000c0de"  # a MIG instance on GPU 1
 
 
 def fake_nvml(energy_mj, power_mw=(300_000,), energy_supported=True):
@@ -21,6 +33,48 @@ def fake_nvml(energy_mj, power_mw=(300_000,), energy_supported=True):
         nvml.nvmlDeviceGetTotalEnergyConsumption.side_effect = pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
     nvml.nvmlDeviceGetPowerUsage.side_effect = lambda h: power_mw[0]
     return nvml
+
+
+def not_found(*_):
+    raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
+
+
+def four_gpu_nvml(energy_mj=(5_000_000,)):
+    """NVML with four GPUs found by UUID, MIG UUID or PCI address; handles are 'handle<NVML index>'."""
+    nvml = fake_nvml(energy_mj)
+    nvml.nvmlDeviceGetCount.return_value = 4
+    by_uuid = {f"GPU-{u}": f"handle{i}" for i, u in enumerate(UUIDS)} | {f"MIG-{MIG}": "mig-handle"}
+    by_pci = {f"00000000:{b:02X}:00.0": f"handle{i}" for i, b in enumerate(BUSES)}
+    nvml.nvmlDeviceGetHandleByUUID.side_effect = lambda u: by_uuid[u] if u in by_uuid else not_found()
+    nvml.nvmlDeviceGetHandleByPciBusId.side_effect = lambda b: by_pci[b] if b in by_pci else not_found()
+    nvml.nvmlDeviceGetDeviceHandleFromMigDeviceHandle.side_effect = {"mig-handle": "handle1"}.__getitem__
+    nvml.nvmlDeviceGetIndex.side_effect = lambda h: int(h.removeprefix("handle"))
+    nvml.nvmlDeviceGetUUID.side_effect = lambda h: f"GPU-{UUIDS[int(h.removeprefix('handle'))]}"
+    return nvml
+
+
+def fake_cuda_properties(uuid=True, pci=True):
+    """torch.cuda.get_device_properties as the CUDA runtime answers it under CUDA_VISIBLE_DEVICES: ordinal
+    N is the Nth visible entry (an NVML index, a GPU-<uuid> prefix or a MIG-<uuid>)."""
+
+    def properties(ordinal):
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES", "0,1,2,3").split(",")[ordinal]
+        if visible.startswith("MIG-"):
+            own_uuid, gpu = MIG, 1
+        elif visible.startswith("GPU-"):
+            gpu = next(i for i, u in enumerate(UUIDS) if f"GPU-{u}".startswith(visible))
+            own_uuid = UUIDS[gpu]
+        else:
+            gpu = int(visible)
+            own_uuid = UUIDS[gpu]
+        fields = {"name": "NVIDIA H100 80GB HBM3"}
+        if uuid:  # torch prints the runtime's UUID without NVML's GPU-/MIG- prefix
+            fields["uuid"] = own_uuid
+        if pci:
+            fields |= {"pci_domain_id": 0, "pci_bus_id": BUSES[gpu], "pci_device_id": 0}
+        return SimpleNamespace(**fields)
+
+    return properties
 
 
 def test_nvml_energy_is_a_counter_delta_in_joules():
@@ -52,9 +106,69 @@ def test_no_driver_means_unavailable_with_a_reason_never_zero():
     assert open_gpu_source(None).reason == "no GPU is used by this rank"
 
 
-def test_real_machine_without_gpu():
-    source = open_gpu_source(0)  # this CI machine has no NVIDIA driver
-    assert isinstance(source, Unavailable) and source.reason
+def test_real_nvml_bindings_without_a_driver_say_so(monkeypatch):
+    # the real nvidia-ml-py, its driver library made unloadable: the same on machines with and without a GPU
+    def no_library(*_):
+        raise OSError("libnvidia-ml.so.1: cannot open shared object file")
+
+    monkeypatch.setattr(pynvml, "nvmlLib", None)
+    monkeypatch.setattr(pynvml, "CDLL", no_library)
+    source = open_gpu_source(0)
+    assert isinstance(source, Unavailable) and source.reason.startswith("NVML not available")
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # not installed at all
+    assert "nvidia-ml-py is not installed" in open_gpu_source(0).reason
+
+
+@pytest.mark.parametrize("visible,ordinal", [
+    ("2,3", 1),  # the issue's case: cuda:1 is NVML GPU 3, not NVML GPU 1
+    ("3", 0),
+    (f"GPU-{UUIDS[3][:8]},GPU-{UUIDS[0]}", 0),  # UUIDs (a unique prefix is enough for CUDA)
+])
+def test_a_remapped_rank_reads_its_own_gpu(monkeypatch, visible, ordinal):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    nvml = four_gpu_nvml([7_000_000, 7_000_000, 7_100_000])
+    meter = EnergyMeter(open_gpu_source(ordinal, nvml=nvml, properties=fake_cuda_properties()),
+                        sample_interval_s=10)
+    assert meter.step()["energy_j"] == {"gpu3": pytest.approx(100.0)}
+    meter.close()
+    nvml.nvmlDeviceGetHandleByUUID.assert_called_once_with(f"GPU-{UUIDS[3]}")
+    nvml.nvmlDeviceGetHandleByIndex.assert_not_called()  # the CUDA ordinal is never taken as an NVML index
+    assert nvml.nvmlDeviceGetTotalEnergyConsumption.call_args_list == [mock.call("handle3")] * 3
+    assert meter.describe() == {"source": "nvml", "reason": None, "devices": [{
+        "device": "gpu3", "cuda_device": ordinal, "cuda_visible_devices": visible, "nvml_index": 3,
+        "uuid": f"GPU-{UUIDS[3]}", "pci_bus_id": "00000000:48:00.0", "matched_by": "uuid"}]}
+
+
+def test_without_a_uuid_the_pci_address_finds_the_gpu(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    source = open_gpu_source(1, nvml=four_gpu_nvml(), properties=fake_cuda_properties(uuid=False))
+    assert source.devices() == ["gpu3"] and source.handles == ["handle3"]
+    assert source.mapping[0]["matched_by"] == "pci_bus_id" and source.mapping[0]["nvml_index"] == 3
+    source.nvml.nvmlDeviceGetHandleByPciBusId.assert_called_once_with("00000000:48:00.0")
+
+
+def test_a_mig_instance_reads_its_parent_gpu_and_says_so(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", f"MIG-{MIG}")
+    source = open_gpu_source(0, nvml=four_gpu_nvml(), properties=fake_cuda_properties())
+    assert source.handles == ["handle1"] and source.devices() == ["gpu1"]
+    assert source.mapping[0]["mig_device"] == f"MIG-{MIG}" and "whole GPU" in source.mapping[0]["note"]
+
+
+def test_a_gpu_nvml_cannot_place_is_unknown_not_another_gpus(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    nvml = four_gpu_nvml()
+    nvml.nvmlDeviceGetHandleByUUID.side_effect = not_found
+    nvml.nvmlDeviceGetHandleByPciBusId.side_effect = not_found
+    source = open_gpu_source(1, nvml=nvml, properties=fake_cuda_properties())
+    assert isinstance(source, Unavailable) and source.reason.startswith("CUDA device 1 matches no NVML device")
+    assert f"GPU-{UUIDS[3]}" in source.reason and "00000000:48:00.0" in source.reason
+    nvml.nvmlShutdown.assert_called_once()  # the NVML session opened for the lookup is closed again
+
+    def no_runtime(ordinal):
+        raise AssertionError("Torch not compiled with CUDA enabled")
+
+    source = open_gpu_source(0, nvml=four_gpu_nvml(), properties=no_runtime)
+    assert "cannot read the UUID or PCI address of CUDA device 0" in source.reason
 
 
 def test_rapl_counters_and_wraparound(tmp_path):
