@@ -16,20 +16,46 @@ import math
 
 import torch
 
-# Dense peak TFLOP/s by device name fragment (vendor data sheets; SXM parts unless named), for bf16/fp16
-# tensor cores and for fp32 (TF32 tensor cores where the loop's fp32 matmuls may use them).
+# Dense peak TFLOP/s by device name fragment (SXM parts unless named), per math mode: bf16/fp16 tensor
+# cores, TF32 tensor cores (fp32 matmuls/convolutions when TF32 is allowed) and plain FP32 on the CUDA cores
+# (TF32 off). Figures from NVIDIA's data sheets and product spec tables (H100, H200, A100, L40, L40S, A10,
+# V100, HGX B200), which list tensor-core rates with 2:4 sparsity: the dense rate is half. H20: no NVIDIA
+# data sheet is public; FP32 44, TF32 74, BF16 148 are the widely reported figures.
+# Volta has no TF32: fp32 math there always runs on the CUDA cores.
 PEAK_TFLOPS = {
-    "H200": {"bf16": 989.0, "fp32": 494.5},
-    "H100 PCIe": {"bf16": 756.0, "fp32": 378.0},
-    "H100": {"bf16": 989.0, "fp32": 494.5},
-    "H20": {"bf16": 148.0, "fp32": 74.0},
-    "B200": {"bf16": 2250.0, "fp32": 1100.0},
-    "A100": {"bf16": 312.0, "fp32": 156.0},
-    "L40S": {"bf16": 362.0, "fp32": 183.0},
-    "L40": {"bf16": 181.0, "fp32": 90.5},
-    "A10": {"bf16": 125.0, "fp32": 62.5},
-    "V100": {"bf16": 125.0, "fp32": 15.7},  # fp16 tensor cores; no bf16
+    "H200": {"bf16": 989.0, "tf32": 494.5, "fp32": 67.0},
+    "H100 PCIe": {"bf16": 756.0, "tf32": 378.0, "fp32": 51.0},
+    "H100": {"bf16": 989.0, "tf32": 494.5, "fp32": 67.0},
+    "H20": {"bf16": 148.0, "tf32": 74.0, "fp32": 44.0},
+    "B200": {"bf16": 2250.0, "tf32": 1100.0, "fp32": 75.0},
+    "A100": {"bf16": 312.0, "tf32": 156.0, "fp32": 19.5},
+    "L40S": {"bf16": 362.0, "tf32": 183.0, "fp32": 91.6},
+    "L40": {"bf16": 181.0, "tf32": 90.5, "fp32": 90.5},
+    "A10": {"bf16": 125.0, "tf32": 62.5, "fp32": 31.2},
+    "V100": {"bf16": 125.0, "tf32": 15.7, "fp32": 15.7},  # fp16 tensor cores; no bf16, no TF32
 }
+
+
+def fp32_uses_tf32(ops: str = "matmul") -> tuple[bool, str]:
+    """(whether torch runs fp32 `ops` - "matmul" (cuBLAS) or "conv" (cuDNN) - on TF32 tensor cores, the
+    setting that says so). torch's per-backend `fp32_precision` switches are read first (once one has been
+    set, the legacy getters raise or go stale), resolved as torch does: the op's own, else the CUDA
+    backend's ("all"), else the generic one; "none" throughout means IEEE fp32."""
+    leaf = ((torch.backends.cuda.matmul, "torch.backends.cuda.matmul") if ops == "matmul"
+            else (getattr(torch.backends.cudnn, "conv", None), "torch.backends.cudnn.conv"))
+    chain = [leaf, (torch.backends.cudnn, "torch.backends.cudnn"), (torch.backends, "torch.backends")]
+    try:
+        for module, name in chain:
+            precision = module.fp32_precision  # "tf32", "ieee" or "none" (inherit)
+            if precision != "none":
+                return precision == "tf32", f"{name}.fp32_precision = {precision!r}"
+    except (AttributeError, RuntimeError):  # torch before the switches
+        if ops == "matmul":
+            precision = torch.get_float32_matmul_precision()  # 'highest' is plain FP32
+            return precision != "highest", f"torch.get_float32_matmul_precision() = {precision!r}"
+        allowed = bool(torch.backends.cudnn.allow_tf32)
+        return allowed, f"torch.backends.cudnn.allow_tf32 = {allowed}"
+    return False, f"{leaf[1]}.fp32_precision = 'none' (nothing set: IEEE fp32)"
 
 
 def matmul_params(model: torch.nn.Module) -> tuple[int, int]:
@@ -49,16 +75,25 @@ def flops_per_token(n_matmul: int, n_trainable: int, layers: int, hidden: int, s
     return 4.0 * n_matmul + 2.0 * n_trainable + 12.0 * layers * hidden * seq_len
 
 
-def peak_tflops(device: torch.device, dtype: torch.dtype) -> tuple[float | None, str | None]:
-    """(peak, None), or (None, the reason) - never a made-up number."""
+def peak_tflops(device: torch.device, dtype: torch.dtype, ops: str = "matmul") -> tuple[float | None, str]:
+    """(peak, which peak and why), or (None, the reason) - never a made-up number. For fp32 the peak follows
+    torch's TF32 switch for the workload's dominant `ops`: "matmul" (cuBLAS) or "conv" (cuDNN, whose TF32
+    is on by default while matmul's is off)."""
     if device.type != "cuda":
         return None, f"no peak for {device.type}: MFU is reported for GPUs only"
     name = torch.cuda.get_device_name(device)
-    key = "bf16" if dtype in (torch.bfloat16, torch.float16) else "fp32"
     for fragment, peaks in PEAK_TFLOPS.items():  # ordered: longer names before their prefixes
         if fragment in name:
-            return peaks[key], None
-    return None, f"no peak known for {name!r}; add it to trainer/throughput.py PEAK_TFLOPS"
+            break
+    else:
+        return None, f"no peak known for {name!r}; add it to trainer/throughput.py PEAK_TFLOPS"
+    if dtype in (torch.bfloat16, torch.float16):
+        return peaks["bf16"], f"{name} ({fragment}): dense bf16/fp16 tensor-core peak"
+    tf32, setting = fp32_uses_tf32(ops)
+    if tf32:
+        return peaks["tf32"], f"{name} ({fragment}): dense TF32 tensor-core peak, fp32 {ops}s use TF32 ({setting})"
+    return peaks["fp32"], (f"{name} ({fragment}): plain FP32 (CUDA-core) peak, fp32 {ops}s do not use TF32 "
+                           f"({setting})")
 
 
 def step_figures(units: int, step_time_s: float, world_size: int, per_unit: float | None,

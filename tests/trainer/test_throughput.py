@@ -33,3 +33,59 @@ def test_no_peak_on_cpu_and_table_order():
     assert peak is None and "GPUs only" in reason
     names = list(PEAK_TFLOPS)
     assert names.index("H100 PCIe") < names.index("H100") and names.index("L40S") < names.index("L40")
+
+
+@pytest.fixture
+def h100(monkeypatch):
+    """A CUDA device named like an H100 SXM; torch's TF32 switches restored after the test."""
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H100 80GB HBM3")
+    matmul, conv = torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32
+    yield torch.device("cuda", 0)
+    torch.set_float32_matmul_precision(matmul)
+    torch.backends.cudnn.allow_tf32 = conv
+
+
+def test_fp32_peak_follows_torchs_tf32_switch(h100):
+    torch.set_float32_matmul_precision("highest")  # torch's default: fp32 matmuls on the CUDA cores
+    peak, reason = peak_tflops(h100, torch.float32)
+    assert peak == 67.0 and "plain FP32" in reason and "do not use TF32" in reason, reason
+    torch.set_float32_matmul_precision("high")  # TF32 tensor cores
+    peak, reason = peak_tflops(h100, torch.float32)
+    assert peak == 494.5 and "TF32 tensor-core peak" in reason and "'tf32'" in reason, reason
+    assert peak_tflops(h100, torch.bfloat16) == (989.0,
+                                                 "NVIDIA H100 80GB HBM3 (H100): dense bf16/fp16 tensor-core peak")
+    # cuDNN convolutions have their own switch, on by default
+    torch.set_float32_matmul_precision("highest")
+    torch.backends.cudnn.allow_tf32 = True
+    assert peak_tflops(h100, torch.float32, ops="conv")[0] == 494.5
+    torch.backends.cudnn.allow_tf32 = False
+    peak, reason = peak_tflops(h100, torch.float32, ops="conv")
+    assert peak == 67.0 and "fp32 convs do not use TF32" in reason, reason
+
+
+@pytest.mark.parametrize("name,fp32,tf32", [("NVIDIA H100 PCIe", 51.0, 378.0), ("NVIDIA H200", 67.0, 494.5),
+                                            ("NVIDIA A100-SXM4-80GB", 19.5, 156.0), ("NVIDIA L40S", 91.6, 183.0),
+                                            ("NVIDIA L40", 90.5, 90.5)])
+def test_plain_fp32_and_tf32_peaks_per_device(h100, monkeypatch, name, fp32, tf32):
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: name)
+    torch.set_float32_matmul_precision("highest")
+    assert peak_tflops(h100, torch.float32)[0] == fp32
+    torch.set_float32_matmul_precision("high")
+    assert peak_tflops(h100, torch.float32)[0] == tf32
+
+
+def test_torch_without_the_fp32_precision_switch_uses_the_legacy_getters(h100, monkeypatch):
+    from types import SimpleNamespace
+
+    monkeypatch.setattr(torch.backends.cuda, "matmul", SimpleNamespace(allow_tf32=False))  # no fp32_precision
+    monkeypatch.setattr(torch, "get_float32_matmul_precision", lambda: "highest")
+    peak, reason = peak_tflops(h100, torch.float32)
+    assert peak == 67.0 and "torch.get_float32_matmul_precision() = 'highest'" in reason
+    monkeypatch.setattr(torch, "get_float32_matmul_precision", lambda: "medium")
+    assert peak_tflops(h100, torch.float32)[0] == 494.5
+
+
+def test_unknown_device_has_no_peak(h100, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA Imaginary X1")
+    peak, reason = peak_tflops(h100, torch.float32)
+    assert peak is None and "no peak known for 'NVIDIA Imaginary X1'" in reason
