@@ -3,6 +3,7 @@ the recipe expected (the classic failure is a silent fallback from RDMA to TCP s
 from __future__ import annotations
 
 import fcntl
+import glob
 import json
 import os
 import socket
@@ -48,7 +49,10 @@ def interface_addresses() -> dict[str, str]:
 def gloo_interface(environ=os.environ) -> dict:
     """The interface gloo talks over: GLOO_SOCKET_IFNAME if set, else the one routing to MASTER_ADDR."""
     if environ.get("GLOO_SOCKET_IFNAME"):
-        return {"interface": environ["GLOO_SOCKET_IFNAME"].split(",")[0], "how": "GLOO_SOCKET_IFNAME"}
+        name = environ["GLOO_SOCKET_IFNAME"].split(",")[0]
+        if _PINNED.get("pinned") and _PINNED.get("interface") == name and environ is os.environ:
+            return {"interface": name, "how": f"GLOO_SOCKET_IFNAME {_PINNED['how']}"}
+        return {"interface": name, "how": "GLOO_SOCKET_IFNAME"}
     master = environ.get("MASTER_ADDR")
     if not master:
         return {"interface": None, "how": "single process: no peers"}
@@ -62,6 +66,92 @@ def gloo_interface(environ=os.environ) -> dict:
         if addr == local:
             return {"interface": name, "address": local, "how": f"route to MASTER_ADDR {master}"}
     return {"interface": None, "address": local, "how": f"no interface holds {local}"}
+
+
+# What pin_gloo_interface decided for this process (run.json reports it).
+_PINNED: dict = {}
+
+
+def _is_loopback(address: str | None) -> bool:
+    return bool(address) and address.startswith("127.")
+
+
+def _multi_host(environ) -> bool | None:
+    try:
+        return int(environ["LOCAL_WORLD_SIZE"]) < int(environ["WORLD_SIZE"])
+    except (KeyError, ValueError):
+        return None
+
+
+def nccl_named_interface(value: str, addresses: dict[str, str]) -> str | None:
+    """The first interface with an address that NCCL_SOCKET_IFNAME selects here: its entries are name
+    prefixes, or exact names after a leading '='; an exclusion list ('^...') names none."""
+    if not value or value.startswith("^"):
+        return None
+    exact = value.startswith("=")
+    for want in (v for v in value.lstrip("=").split(",") if v):
+        for name in addresses:
+            if name == want or (not exact and name.startswith(want)):
+                return name
+    return None
+
+
+def default_route_interface(route_table: str = "/proc/net/route") -> str | None:
+    """The interface of the IPv4 default route (Linux), or None."""
+    try:
+        with open(route_table, encoding="utf-8") as f:
+            rows = [line.split() for line in f.read().splitlines()[1:]]
+    except OSError:
+        return None
+    for row in rows:
+        if len(row) > 3 and row[1] == "00000000" and int(row[3], 16) & 1:  # destination 0/0, RTF_UP
+            return row[0]
+    return None
+
+
+def pin_gloo_interface(environ=os.environ, addresses: dict[str, str] | None = None, route: dict | None = None,
+                       default_route: str | None = None) -> dict:
+    """On a job that spans hosts, set GLOO_SOCKET_IFNAME (if unset) before any gloo group is created.
+
+    Unpinned, gloo binds to the address the host name resolves to; where /etc/hosts maps it to a loopback
+    address, peers on other hosts cannot connect and creating the group stalls until its timeout. The
+    interface is the first one NCCL_SOCKET_IFNAME selects, else the one holding the route to MASTER_ADDR,
+    else (that route is loopback on MASTER_ADDR's own host) the default route's. gloo reads the variable
+    each time a group is created, so this must run before the first gloo group it should apply to.
+    `addresses`, `route`, `default_route` stand in for this host's in tests.
+    """
+    if environ.get("GLOO_SOCKET_IFNAME"):
+        if environ is os.environ and _PINNED.get("pinned") and _PINNED["interface"] == environ["GLOO_SOCKET_IFNAME"]:
+            return dict(_PINNED)  # pinned by an earlier call (before init_process_group)
+        return {**gloo_interface(environ), "pinned": False}
+    multi = _multi_host(environ)
+    if not multi:
+        how = "one host: gloo's default address works" if multi is False else "WORLD_SIZE/LOCAL_WORLD_SIZE unset"
+        return {"interface": None, "pinned": False, "how": how}
+    addresses = interface_addresses() if addresses is None else addresses
+    name = how = None
+    nccl = environ.get("NCCL_SOCKET_IFNAME", "")
+    if (named := nccl_named_interface(nccl, addresses)) is not None:
+        name, how = named, f"from NCCL_SOCKET_IFNAME={nccl}"
+    else:
+        routable = lambda n: bool(addresses.get(n)) and not _is_loopback(addresses[n])  # noqa: E731
+        route = gloo_interface(environ) if route is None else route
+        if routable(route.get("interface")):
+            name, how = route["interface"], f"from the {route['how']}"
+        else:
+            fallback = default_route_interface() if default_route is None else default_route
+            if routable(fallback):
+                name, how = fallback, f"from the default route ({route.get('how')} is loopback or unknown here)"
+    if name is None:
+        out = {"interface": None, "pinned": False,
+               "how": "no routable interface found: gloo binds to the host name's address (set GLOO_SOCKET_IFNAME)"}
+    else:
+        environ["GLOO_SOCKET_IFNAME"] = name
+        out = {"interface": name, "address": addresses.get(name), "pinned": True, "how": f"set by telemetry {how}"}
+    if environ is os.environ:
+        _PINNED.clear()
+        _PINNED.update(out)
+    return out
 
 
 def describe(backend: str, nccl_version: str | None, sysfs: str = "/sys", environ=os.environ) -> dict:
@@ -85,8 +175,17 @@ def describe(backend: str, nccl_version: str | None, sysfs: str = "/sys", enviro
     return info
 
 
-def detect_nccl_transport(log_dir: str) -> dict | None:
-    return parse_dir(log_dir, "nccl.*.log")
+def nccl_log_host() -> str:
+    """This host's name as NCCL writes it for %h in NCCL_DEBUG_FILE (cut at the first dot)."""
+    return socket.gethostname().split(".")[0]
+
+
+def detect_nccl_transport(log_dir: str, host: str | None = None) -> dict | None:
+    """Parse the NCCL logs of one host (`host`: its files only, a bounded read) or of every rank (None)."""
+    out = parse_dir(log_dir, f"nccl.{glob.escape(host)}.*.log" if host else "nccl.*.log")
+    if out is not None:
+        out["scope"] = f"host {host}" if host else "all ranks"
+    return out
 
 
 def check_expectation(expected: str, detected: str | None) -> dict:

@@ -9,8 +9,10 @@
     tel.close()
 
 Every rank appends its own values to ranks/rank<r>.telemetry.jsonl; rank 0's records also carry
-min/median/max across ranks, gathered over a separate gloo group with the unwrapped all_gather so the
-telemetry's own traffic is never counted as the job's.
+min/mean/max/max_rank across ranks and job-wide sums, reduced to rank 0 over a separate gloo group by a
+binomial tree of fixed-size messages (the unwrapped send/recv, so the telemetry's own traffic is never
+counted as the job's); the median needs every value, so it comes from a gather to rank 0 on sampled
+steps only (see `cross_rank_median_every`).
 """
 from __future__ import annotations
 
@@ -36,7 +38,10 @@ from .formulas import OPS
 class TelemetrySettings:
     enabled: bool = True
     nccl_debug: bool = True  # NCCL_DEBUG=INFO into the run's logs/ (for the transport verdict)
-    cross_rank_every: int = 1  # steps between cross-rank gathers; 0 = never
+    cross_rank_every: int = 1  # steps between cross-rank reductions to rank 0; 0 = never
+    # steps between exact medians across ranks (a gather to rank 0); None: every cross-rank step up to
+    # MEDIAN_EVERY_STEP_UP_TO ranks, every MEDIAN_EVERY_AT_SCALE steps above; 0 = never
+    cross_rank_median_every: int | None = None
     profile_every: int = 0  # steps between profiled windows (exposed communication); 0 = never
     profile_steps: int = 1
     save_traces: bool = False
@@ -45,28 +50,96 @@ class TelemetrySettings:
     sysfs: str = "/sys"
 
 
-# The per-rank vector gathered to rank 0 each step; NaN stands for "unknown".
-GATHERED = ("step_time_s", "comm_time_s", "comm_bytes", *(f"time_{op}" for op in OPS), "gpu_energy_j",
+# The per-rank vector reduced to rank 0 each step; NaN stands for "unknown".
+REDUCED = ("step_time_s", "comm_time_s", "comm_bytes", *(f"time_{op}" for op in OPS), "gpu_energy_j",
             "gpu_power_w", "host_cpu_energy_j", "host_net_tx_bytes", "host_net_rx_bytes", "host_rdma_tx_bytes",
             "host_rdma_rx_bytes", "host_loss_events")
+
+
+MEDIAN_EVERY_STEP_UP_TO = 16  # ranks: up to here a gather to rank 0 every step costs next to nothing
+MEDIAN_EVERY_AT_SCALE = 100  # steps between medians above that (the gather grows with the world)
+
+# Rows of the fixed-size message each rank sends up the tree: one column per REDUCED field.
+_MAX, _MAX_RANK, _MIN, _SUM, _KNOWN = range(5)
+_ROWS = 5
 
 
 def _nan(v) -> float:
     return float("nan") if v is None else float(v)
 
 
-def _spread(values: list[float]) -> dict | None:
-    known = [(v, r) for r, v in enumerate(values) if not math.isnan(v)]
-    if not known:
-        return None
-    vs = [v for v, _ in known]
-    return {"min": min(vs), "median": statistics.median(vs), "max": max(vs),
-            "max_rank": max(known)[1], "ranks": len(vs)}
+def reduction_payload(values: list[float], rank: int) -> torch.Tensor:
+    """One rank's contribution; an unknown (NaN) value is left out of every figure, never taken as 0."""
+    v = torch.tensor(values, dtype=torch.float64)
+    known = ~torch.isnan(v)
+    out = torch.empty(_ROWS, len(values), dtype=torch.float64)
+    out[_MAX] = torch.where(known, v, -math.inf)
+    out[_MAX_RANK] = torch.where(known, float(rank), -1.0)
+    out[_MIN] = torch.where(known, v, math.inf)
+    out[_SUM] = torch.where(known, v, 0.0)
+    out[_KNOWN] = known.double()
+    return out
 
 
-def _sum_known(values: list[float]) -> float | None:
-    known = [v for v in values if not math.isnan(v)]
-    return sum(known) if known else None
+def combine_payloads(acc: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
+    """Fold `other` into `acc` (in place). The max keeps its rank; a tie goes to the higher rank, as the
+    max over (value, rank) pairs does, so the result does not depend on the order of folding."""
+    take = (other[_MAX] > acc[_MAX]) | ((other[_MAX] == acc[_MAX]) & (other[_MAX_RANK] > acc[_MAX_RANK]))
+    acc[_MAX] = torch.where(take, other[_MAX], acc[_MAX])
+    acc[_MAX_RANK] = torch.where(take, other[_MAX_RANK], acc[_MAX_RANK])
+    acc[_MIN] = torch.minimum(acc[_MIN], other[_MIN])
+    acc[_SUM] += other[_SUM]
+    acc[_KNOWN] += other[_KNOWN]
+    return acc
+
+
+def cross_rank_figures(total: torch.Tensor, gathered: list[list[float]] | None) -> dict:
+    """Rank 0's record fields from the reduced payload (and, on median steps, every rank's values)."""
+    rows = total.tolist()
+
+    def spread(i: int) -> dict | None:
+        count = int(round(rows[_KNOWN][i]))
+        if not count:
+            return None
+        median = None
+        if gathered is not None:
+            known = [row[i] for row in gathered if not math.isnan(row[i])]
+            median = statistics.median(known) if known else None
+        return {"min": rows[_MIN][i], "median": median, "mean": rows[_SUM][i] / count, "max": rows[_MAX][i],
+                "max_rank": int(rows[_MAX_RANK][i]), "ranks": count}
+
+    def total_of(name: str) -> float | None:
+        i = REDUCED.index(name)
+        return rows[_SUM][i] if rows[_KNOWN][i] else None
+
+    col = REDUCED.index
+    by_op = {op: s for op in OPS if (s := spread(col(f"time_{op}"))) is not None}
+    return {
+        "ranks": {"step_time_s": spread(col("step_time_s")), "comm_time_s": spread(col("comm_time_s")),
+                  "comm_time_s_by_op": by_op},
+        "energy_j": total_of("gpu_energy_j"),  # all GPUs of the job
+        "power_w": total_of("gpu_power_w"),
+        "cpu_energy_j": total_of("host_cpu_energy_j"),  # all hosts' CPU packages
+        "net_tx_bytes": total_of("host_net_tx_bytes"),
+        "net_rx_bytes": total_of("host_net_rx_bytes"),
+        "rdma_tx_bytes": total_of("host_rdma_tx_bytes"),
+        "rdma_rx_bytes": total_of("host_rdma_rx_bytes"),
+        "loss_events": total_of("host_loss_events"),
+    }
+
+
+def _side_group(timeout=None):
+    """The CPU-side gloo group for telemetry. Created with gloo's lazy connections where torch has them:
+    the tree only ever talks to log2(world) peers, so each rank opens a handful of sockets instead of
+    world - 1 at start-up (rank 0 opens the rest on the first median gather)."""
+    lazy = "TORCH_GLOO_LAZY_INIT" not in os.environ
+    if lazy:
+        os.environ["TORCH_GLOO_LAZY_INIT"] = "1"  # read when the group is created
+    try:
+        return dist.new_group(backend="gloo", timeout=timeout)
+    finally:
+        if lazy:
+            del os.environ["TORCH_GLOO_LAZY_INIT"]
 
 
 class Telemetry:
@@ -86,6 +159,7 @@ class Telemetry:
         self._energy_total = {"gpu_j": 0.0, "cpu_j": 0.0, "known": False}
         self._exposed: list[dict] = []
         self._t_step = None
+        self.cross_rank_info: dict = {}
         self.started = False
 
     # ------------------------------------------------------------ before the process group
@@ -94,11 +168,15 @@ class Telemetry:
     def prepare_environment(settings: TelemetrySettings, run_dir: str | None, backend: str) -> dict:
         """Environment that must be set before init_process_group (NCCL reads it once)."""
         applied = {}
+        if settings.enabled and settings.cross_rank_every:  # gloo groups (ours, and gloo jobs' own) need it
+            pin = fabric.pin_gloo_interface()
+            if pin["pinned"]:
+                applied["GLOO_SOCKET_IFNAME"] = pin["interface"]
         if settings.enabled and backend == "nccl":
             enable_nccl_timing()
             if settings.nccl_debug and run_dir:
                 os.makedirs(os.path.join(run_dir, "logs"), exist_ok=True)
-                applied = fabric.configure_nccl_logging(os.path.join(run_dir, "logs"))
+                applied.update(fabric.configure_nccl_logging(os.path.join(run_dir, "logs")))
         return applied
 
     # ------------------------------------------------------------ lifecycle
@@ -116,7 +194,16 @@ class Telemetry:
         trace_dir = os.path.join(self.run_dir, "logs") if self.run_dir and self.s.save_traces else None
         self.windows = ProfiledWindows(self.s.profile_every, self.s.profile_steps, on_gpu, trace_dir, self.rank)
         if dist.is_initialized() and self.world > 1 and self.s.cross_rank_every:
-            self._group = dist.new_group(backend="gloo")  # CPU-side, off the training streams
+            gloo = fabric.pin_gloo_interface()  # before the group: gloo reads it at creation
+            self._group = _side_group()  # CPU-side, off the training streams
+            every = self._median_every()
+            self.cross_rank_info = {
+                "every": self.s.cross_rank_every,
+                "method": f"binomial-tree reduction to rank 0 over a gloo side group: each rank sends one "
+                          f"{_ROWS * len(REDUCED) * 8}-byte message per step; min, mean, max, max_rank, ranks, sums",
+                "median": (f"gathered to rank 0 every {every} steps, null on other steps" if every else
+                           "not computed (cross_rank_median_every: 0)"),
+                "gloo_interface": gloo}
         if self.run_dir:
             ranks = os.path.join(self.run_dir, "ranks")
             os.makedirs(ranks, exist_ok=True)
@@ -192,35 +279,52 @@ class Telemetry:
         mine = [step_time_s, comm_time, comm_bytes, *(comm.get(op, {}).get("time_s") for op in OPS), gpu_j, gpu_w,
                 host["cpu_j"], host["tx"], host["rx"], host["rdma_tx"], host["rdma_rx"], host["loss"]]
         self._write_rank_line({"step": step, "step_time_s": step_time_s, **record})
-        if self._group is not None and step % self.s.cross_rank_every == 0:
-            record.update(self._cross_rank([_nan(v) for v in mine]))
-        elif self.world == 1:
-            record.update(self._cross_rank([_nan(v) for v in mine], gathered=[[_nan(v) for v in mine]]))
+        if (self._group is not None and step % self.s.cross_rank_every == 0) or self.world == 1:
+            record.update(self.cross_rank([_nan(v) for v in mine], step))
         return record
 
-    def _cross_rank(self, mine: list[float], gathered=None) -> dict:
-        if gathered is None:
-            local = torch.tensor(mine, dtype=torch.float64)
-            out = torch.empty(self.world * len(mine), dtype=torch.float64)
-            gather = "all_gather_single" if hasattr(dist, "all_gather_single") else "all_gather_into_tensor"
-            self.tracer.original(gather)(out, local, group=self._group)
-            gathered = out.view(self.world, len(mine)).tolist()
+    def _median_every(self) -> int:
+        every = self.s.cross_rank_median_every
+        if every is None:
+            every = 1 if self.world <= MEDIAN_EVERY_STEP_UP_TO else MEDIAN_EVERY_AT_SCALE
+        return every
+
+    def cross_rank(self, mine: list[float], step: int) -> dict:
+        """Reduce every rank's REDUCED values (NaN = unknown) to rank 0; collective over the side group.
+        Returns rank 0's record fields, {} elsewhere."""
+        payload = reduction_payload(mine, self.rank)
+        every = self._median_every()
+        median_step = bool(every) and step % every == 0
+        if self.world == 1:
+            return cross_rank_figures(payload, [mine] if median_step else None)
+        total = self._tree_reduce(payload)
+        gathered = self._gather_to_root(mine) if median_step else None
         if self.rank != 0:
             return {}
-        cols = {name: [row[i] for row in gathered] for i, name in enumerate(GATHERED)}
-        by_op = {op: s for op in OPS if (s := _spread(cols[f"time_{op}"])) is not None}
-        return {
-            "ranks": {"step_time_s": _spread(cols["step_time_s"]), "comm_time_s": _spread(cols["comm_time_s"]),
-                      "comm_time_s_by_op": by_op},
-            "energy_j": _sum_known(cols["gpu_energy_j"]),  # all GPUs of the job
-            "power_w": _sum_known(cols["gpu_power_w"]),
-            "cpu_energy_j": _sum_known(cols["host_cpu_energy_j"]),  # all hosts' CPU packages
-            "net_tx_bytes": _sum_known(cols["host_net_tx_bytes"]),
-            "net_rx_bytes": _sum_known(cols["host_net_rx_bytes"]),
-            "rdma_tx_bytes": _sum_known(cols["host_rdma_tx_bytes"]),
-            "rdma_rx_bytes": _sum_known(cols["host_rdma_rx_bytes"]),
-            "loss_events": _sum_known(cols["host_loss_events"]),
-        }
+        return cross_rank_figures(total, gathered)
+
+    def _tree_reduce(self, payload: torch.Tensor) -> torch.Tensor | None:
+        """Binomial tree to rank 0: ceil(log2(world)) rounds, one fixed-size send per rank. torch's gloo
+        reduce and all_gather are rings, world - 1 or more hops deep (docs/telemetry.md, scale)."""
+        # isend/irecv, not send/recv: torch's send calls the module's isend, which the tracer wraps
+        isend, irecv = self.tracer.original("isend"), self.tracer.original("irecv")
+        incoming = torch.empty_like(payload)
+        distance = 1
+        while distance < self.world:
+            if self.rank & distance:  # the side group holds every rank: group ranks are global ranks
+                isend(payload, self.rank - distance, group=self._group).wait()
+                return None
+            if self.rank + distance < self.world:
+                irecv(incoming, self.rank + distance, group=self._group).wait()
+                combine_payloads(payload, incoming)
+            distance <<= 1
+        return payload
+
+    def _gather_to_root(self, mine: list[float]) -> list[list[float]] | None:
+        local = torch.tensor(mine, dtype=torch.float64)
+        out = [torch.empty_like(local) for _ in range(self.world)] if self.rank == 0 else None
+        self.tracer.original("gather")(local, out, dst=0, group=self._group)
+        return [t.tolist() for t in out] if out is not None else None
 
     def _write_rank_line(self, record: dict) -> None:
         if self._file is not None:
@@ -238,6 +342,8 @@ class Telemetry:
                "gpu_energy_reason": self.gpu.reason,
                "counters": loss_verdict(self._loss_steps) if self.counters is not None else
                {"verdict": None, "reason": "read by the host's local rank 0"}}
+        if self.cross_rank_info:
+            out["cross_rank"] = self.cross_rank_info
         if self._exposed:
             out["exposed_windows"] = len(self._exposed)
             out["exposed_share_mean"] = statistics.mean(w["exposed_share"] for w in self._exposed)

@@ -90,28 +90,31 @@ def _peak_memory_bytes(device: torch.device) -> int | None:
 
 class FabricWatch(Hooks):
     """After the first step (NCCL builds its communicators lazily), record the transport actually used
-    and compare it with the recipe's `fabric.expect`; a mismatch is loud, and flagged in run.json."""
+    and compare it with the recipe's `fabric.expect`; a mismatch is loud, and flagged in run.json.
+    Only rank 0 reads NCCL logs: after step 1 its own host's (bounded, whatever the world), at the end
+    every rank's, once."""
 
     def __init__(self, rundir: RunDir, expected: str, info: dict):
         self.rundir, self.expected, self.info = rundir, expected, info
         self.checked = False
 
-    def refresh(self) -> dict:
+    def refresh(self, final: bool = True) -> dict:
+        if self.rundir.rank != 0:  # run.json and the banner are rank 0's
+            return {}
         if self.info["backend"] == "nccl":
-            nccl = fabric.detect_nccl_transport(self.rundir.logs)
+            nccl = fabric.detect_nccl_transport(self.rundir.logs, None if final else fabric.nccl_log_host())
             self.info["nccl"] = nccl
             self.info["transport"] = nccl["transport"] if nccl else None
         self.info["expectation"] = fabric.check_expectation(self.expected, self.info["transport"])
-        if self.rundir.rank == 0:
-            self.rundir.update(fabric=self.info)
+        self.rundir.update(fabric=self.info)
         return self.info["expectation"]
 
     def on_step_end(self, step: int, record: dict) -> None:
         if self.checked:
             return
         self.checked = True
-        verdict = self.refresh()
-        if verdict.get("warning") and self.rundir.rank == 0:
+        verdict = self.refresh(final=False)
+        if verdict.get("warning"):
             bar = "!" * 78
             print(f"{bar}\n[trainer] WARNING: {verdict['warning']}\n{bar}", file=sys.stderr, flush=True)
 
