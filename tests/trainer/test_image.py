@@ -21,7 +21,7 @@ if not ensure_torchvision_importable():
     pytest.skip("torchvision is not installed (pip install torchvision --no-deps)", allow_module_level=True)
 
 from trainer.data.images import (CROP_RATIO, CROP_SCALE, MEAN, STD, FolderImages, SyntheticImages,  # noqa: E402
-                                 build_image_datasets, crop_box)
+                                 build_image_datasets, crop_box, normalize)
 from trainer.data.sft import DataError  # noqa: E402
 
 TINY = str(REPO / "recipes" / "tiny_resnet.yaml")
@@ -58,17 +58,17 @@ def tree(tmp_path_factory):
 
 # ---------------------------------------------------------------- data
 
-def test_image_folder_loads_classes_shapes_and_normalised_pixels(tree):
+def test_image_folder_loads_classes_shapes_and_uint8_pixels(tree):
     train, evals = build_image_datasets(data_cfg(dataset=str(tree)), seed=1, need_eval=True)
     assert isinstance(train, FolderImages) and (len(train), len(evals)) == (64, 32)
     assert sorted({label for _, label in train.samples}) == [0, 1, 2, 3]
     assert all(f"class{label}" in path for path, label in train.samples + evals.samples)
     for data in (train, evals):
         batch = data.batch([0, 17, 40, 63] if data is train else [0, 9, 18, 31])
-        assert batch["images"].shape == (4, 3, 32, 32) and batch["images"].dtype == torch.float32
+        assert batch["images"].shape == (4, 3, 32, 32) and batch["images"].dtype == torch.uint8
         assert batch["labels"].dtype == torch.int64
         # a solid-colour class stays its colour through crop, flip and resize: normalised by ImageNet stats
-        for img, label in zip(batch["images"], batch["labels"]):
+        for img, label in zip(normalize(batch["images"]), batch["labels"]):
             expected = (torch.tensor(COLOURS[label]) / 255 - torch.tensor(MEAN)) / torch.tensor(STD)
             assert img.mean(dim=(1, 2)) == pytest.approx(expected.tolist(), abs=0.15)
 
@@ -83,7 +83,7 @@ def test_eval_transform_is_torchvisions_resize_and_center_crop(tree):
     for i in (0, 13):
         with Image.open(evals.samples[i][0]) as img:
             want = reference(img.convert("RGB"))
-        assert torch.allclose(evals.batch([i])["images"][0], want, atol=1e-5)
+        assert torch.allclose(normalize(evals.batch([i])["images"])[0], want, atol=1e-5)
 
 
 def test_random_resized_crop_boxes_stay_in_the_standard_ranges():
@@ -169,7 +169,9 @@ def test_synthetic_images_are_deterministic_per_index():
     assert torch.equal(batch["labels"], b.batch([5, 1, 5])["labels"])
     assert not torch.equal(a.image(5), SyntheticImages(16, 32, 10, seed=4, split=0).image(5))
     assert not torch.equal(a.image(5), SyntheticImages(16, 32, 10, seed=3, split=1).image(5))  # eval differs
-    assert abs(float(a.image(0).std()) - 1.0) < 0.1 and 0 <= int(a.labels.min()) and int(a.labels.max()) < 10
+    pixels = a.image(0)
+    assert pixels.dtype == torch.uint8 and int(pixels.min()) <= 2 and int(pixels.max()) >= 253  # all of 0..255
+    assert 0 <= int(a.labels.min()) and int(a.labels.max()) < 10
     train, evals = build_image_datasets(data_cfg(synthetic=True, synthetic_samples=64), seed=3, need_eval=True)
     assert (len(train), len(evals)) == (64, 16)  # the eval set is a quarter
 
@@ -242,6 +244,70 @@ def test_missing_torchvision_says_how_to_install_it(monkeypatch):
     minor = int(torch.__version__.split(".")[1])
     assert "model.arch: 'resnet50' needs torchvision" in str(err.value)
     assert f"pip install torchvision==0.{minor + 15}.* --no-deps" in str(err.value)
+
+
+# ---------------------------------------------------------------- uint8 batches, normalised in the step
+
+def tiny_workload(*overrides, device=torch.device("cpu")):
+    from trainer.config import load_recipe
+    from trainer.workloads.image import ImageClassificationWorkload
+
+    return ImageClassificationWorkload(load_recipe(TINY, list(overrides)), device, torch.float32)
+
+
+@pytest.mark.parametrize("source", ["folder", "synthetic"])
+def test_uint8_batches_normalised_in_the_step_give_the_fp32_paths_losses(tree, source):
+    """The data sets send uint8 pixels; the workload normalises them on the device. Against the former
+    path (the same pixels normalised to fp32 on the host, the model fed those): equal losses, bit for bit,
+    with the crops and flips of a training batch drawn as before, at a quarter of the bytes."""
+    import torch.nn.functional as F
+
+    cfg = data_cfg(dataset=str(tree)) if source == "folder" else data_cfg(synthetic=True, num_classes=4)
+    train, evals = build_image_datasets(cfg, seed=1, need_eval=True)
+    wl = tiny_workload("data.num_classes=4")
+    model = wl.build_model()
+    idx = [3, 17, 29, 40, 51, 60, 8, 1]
+    torch.manual_seed(7)
+    batch = train.batch(idx)
+    if source == "folder":  # the augmentation is untouched: the per-batch seed from the torch RNG, as before
+        torch.manual_seed(7)
+        seed = train._batch_seed()
+        assert torch.equal(batch["images"], torch.stack([train.pixels(i, seed) for i in idx]))
+    mean, std = torch.tensor(MEAN).view(1, 3, 1, 1), torch.tensor(STD).view(1, 3, 1, 1)
+    fp32 = (batch["images"].float().div_(255.0) - mean).div_(std)  # what the host used to send
+    assert batch["images"].dtype == torch.uint8 and batch["images"].nbytes * 4 == fp32.nbytes
+    smoothing = wl.recipe.train.label_smoothing
+    loss = wl.loss_sums(model, batch)["loss"]
+    assert torch.equal(loss, F.cross_entropy(model(fp32).float(), batch["labels"], reduction="sum",
+                                             label_smoothing=smoothing))
+    model.eval()
+    eval_batch = evals.batch([0, 5, 9, 13])
+    with torch.no_grad():
+        sums = wl.eval_sums(model, eval_batch)
+        want = model(normalize(eval_batch["images"])).float()
+    assert torch.equal(sums["loss"][0], F.cross_entropy(want, eval_batch["labels"], reduction="sum"))
+    assert torch.equal(sums["accuracy"][0], (want.argmax(dim=1) == eval_batch["labels"]).sum())
+
+
+def test_channels_last_input_is_the_same_values_in_nhwc(tree):
+    # the CUDA layout, checked on the CPU: the uint8 pixels go channels-last first, the values stay
+    train, _ = build_image_datasets(data_cfg(dataset=str(tree)), seed=1, need_eval=False)
+    wl = tiny_workload("data.num_classes=4")
+    wl.channels_last = True
+    batch = train.batch([2, 9, 33])
+    images = wl._images(batch)
+    assert images.dtype == torch.float32 and images.is_contiguous(memory_format=torch.channels_last)
+    assert torch.equal(images, normalize(batch["images"]))
+    with pytest.raises(TypeError, match="image batches are uint8 pixels"):
+        wl._images({"images": normalize(batch["images"])})  # an already-normalised batch is refused
+
+
+def test_cudnn_benchmark_is_turned_on_for_cuda_runs_only(monkeypatch):
+    monkeypatch.setattr(torch.backends.cudnn, "benchmark", False)  # restored after the test
+    tiny_workload()
+    assert torch.backends.cudnn.benchmark is False  # CPU runs: untouched
+    wl = tiny_workload(device=torch.device("cuda", 0))  # the constructor only sets flags: no GPU needed
+    assert torch.backends.cudnn.benchmark is True and wl.channels_last and wl.peak_ops == "conv"
 
 
 # ---------------------------------------------------------------- runs through the CLI and torchrun

@@ -1,7 +1,9 @@
 """Image-classification data: an ImageFolder tree (ImageNet layout) or synthetic images of the real shapes.
 
-Sets expose len() and batch(indices) -> {"images": float32 [N, 3, S, S], "labels": int64 [N]}, like
-TokenizedSet. Transforms are the standard ImageNet ones the MLPerf ResNet-50 reference uses:
+Sets expose len() and batch(indices) -> {"images": uint8 [N, 3, S, S], "labels": int64 [N]}, like
+TokenizedSet. Batches stay uint8 pixels on the host - a quarter of the bytes of normalised fp32 to copy to
+the device - and the workload normalises them where they land (`normalize`, on the device). Transforms are
+the standard ImageNet ones the MLPerf ResNet-50 reference uses:
 
     train: random resized crop to S (area 8-100%, aspect 3/4-4/3), horizontal flip with p 0.5, normalize
     eval:  resize the shorter side to S*256/224, center crop S, normalize
@@ -30,11 +32,20 @@ CROP_RATIO = (3 / 4, 4 / 3)
 LAYOUT = "train/<class>/<image> and val/<class>/<image> (ImageNet layout)"
 
 
-def normalize(pixels: torch.Tensor) -> torch.Tensor:
-    """uint8 [N, 3, H, W] -> float32 normalized with the ImageNet mean and std."""
-    mean = torch.tensor(MEAN).view(1, 3, 1, 1)
-    std = torch.tensor(STD).view(1, 3, 1, 1)
-    return (pixels.float().div_(255.0) - mean).div_(std)
+def normalize_constants(device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(255, mean, std) as float32 tensors on `device`, for `normalize`. Made once per run, not per step
+    (on a GPU each is a copy from the host). 255 is a tensor too: CUDA divides by a host scalar as a
+    multiplication by its reciprocal, which can differ from true division in the last bit."""
+    return (torch.tensor(255.0, device=device), torch.tensor(MEAN, device=device).view(1, 3, 1, 1),
+            torch.tensor(STD, device=device).view(1, 3, 1, 1))
+
+
+def normalize(pixels: torch.Tensor, constants: tuple[torch.Tensor, ...] | None = None) -> torch.Tensor:
+    """uint8 [N, 3, H, W] -> float32 normalized with the ImageNet mean and std, on the pixels' device and in
+    their memory format: the same three IEEE-rounded operations (true division, subtraction, division)
+    wherever it runs, so a device computes what the host did. `constants`: normalize_constants(device)."""
+    scale, mean, std = constants if constants is not None else normalize_constants(pixels.device)
+    return (pixels.float().div_(scale) - mean).div_(std)
 
 
 def crop_box(width: int, height: int, rng: np.random.Generator) -> tuple[int, int, int, int]:
@@ -81,9 +92,10 @@ class _ImageSet:
 
 
 class SyntheticImages(_ImageSet):
-    """Deterministic random images and labels of the real shapes: image i is N(0, 1) noise from a
-    generator seeded by (seed, split, i). For fabric-only comparisons: the step's compute and
-    communication are real, the accuracy means nothing (labels are random)."""
+    """Deterministic random images and labels of the real shapes: image i is uniform random uint8 pixels
+    from a generator seeded by (seed, split, i). For fabric-only comparisons: the step's compute and
+    communication (and the host-to-device copy of uint8 batches) are real, the accuracy means nothing
+    (labels are random)."""
 
     def __init__(self, size: int, image_size: int, num_classes: int, seed: int, split: int, workers: int = 0):
         super().__init__(workers)
@@ -94,9 +106,10 @@ class SyntheticImages(_ImageSet):
         return self.size
 
     def image(self, index: int) -> torch.Tensor:
+        """uint8 [3, S, S]."""
         state = np.random.SeedSequence([self.seed, self.split, int(index)]).generate_state(2, dtype=np.uint32)
         gen = torch.Generator().manual_seed(int(state[0]) << 32 | int(state[1]))
-        return torch.randn(3, self.image_size, self.image_size, generator=gen)
+        return torch.randint(0, 256, (3, self.image_size, self.image_size), generator=gen, dtype=torch.uint8)
 
     def batch(self, indices: list[int]) -> dict[str, torch.Tensor]:
         idx = [int(i) for i in indices]
@@ -141,7 +154,7 @@ class FolderImages(_ImageSet):
         seed = self._batch_seed()
         pixels = self._map(lambda i: self.pixels(i, seed), idx)
         labels = torch.tensor([self.samples[i][1] for i in idx], dtype=torch.long)
-        return {"images": normalize(torch.stack(pixels)), "labels": labels}
+        return {"images": torch.stack(pixels), "labels": labels}  # uint8: normalised on the device
 
 
 # ---------------------------------------------------------------- ImageFolder layout

@@ -13,7 +13,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from ..compat import ensure_torchvision_importable
-from ..data.images import build_image_datasets
+from ..data.images import build_image_datasets, normalize, normalize_constants
 from .hf import ModelError
 
 RESIDUAL_FAMILIES = ("resnet", "resnext", "wide_resnet")  # builders that take zero_init_residual
@@ -47,6 +47,7 @@ class ImageClassificationWorkload:
     loss_terms = (("loss", "images"),)
     has_tokens = False
     accuracy = "top-1"
+    peak_ops = "conv"  # fp32 math here is cuDNN's convolutions: their TF32 switch picks the MFU peak
 
     def __init__(self, recipe, device: torch.device, weight_dtype: torch.dtype):
         self.recipe, self.device = recipe, device
@@ -54,6 +55,11 @@ class ImageClassificationWorkload:
         # otherwise mean bf16 weights on GPU, which suits a frozen LoRA base, not LARS updates.
         self.weight_dtype = torch.float32 if recipe.model.dtype == "auto" else weight_dtype
         self.channels_last = device.type == "cuda"  # cuDNN's fast NHWC kernels; no gain on CPU
+        if device.type == "cuda":
+            # fixed shapes: cuDNN times its algorithms once per shape and keeps the fastest (the choice may
+            # differ between runs, so GPU runs are not bitwise repeatable; CPU runs are untouched)
+            torch.backends.cudnn.benchmark = True
+        self._constants: tuple[torch.Tensor, ...] | None = None  # normalisation's, on the batches' device
         if not ensure_torchvision_importable():
             minor = int(torch.__version__.split(".")[1])
             raise ModelError(f"model.arch: {recipe.model.arch!r} needs torchvision, which is not installed; "
@@ -173,11 +179,20 @@ class ImageClassificationWorkload:
         return (f"{model}, {d.num_classes} classes at {d.image_size}x{d.image_size}; {len(train_set):,} "
                 f"training images ({source}); {decode}")
 
-    def _logits(self, model: torch.nn.Module, batch: dict) -> torch.Tensor:
-        images = batch["images"]
+    def _images(self, batch: dict) -> torch.Tensor:
+        """The model's input from the batch's uint8 pixels, already on the device: channels-last first (a
+        copy of 1-byte pixels, not 4-byte floats), then normalised there (data.images.normalize)."""
+        pixels = batch["images"]
+        if pixels.dtype != torch.uint8:
+            raise TypeError(f"image batches are uint8 pixels (data.images); got {pixels.dtype}")
         if self.channels_last:
-            images = images.contiguous(memory_format=torch.channels_last)
-        return model(images).float()
+            pixels = pixels.contiguous(memory_format=torch.channels_last)
+        if self._constants is None or self._constants[0].device != pixels.device:
+            self._constants = normalize_constants(pixels.device)  # once, not per step
+        return normalize(pixels, self._constants)
+
+    def _logits(self, model: torch.nn.Module, batch: dict) -> torch.Tensor:
+        return model(self._images(batch)).float()
 
     def loss_sums(self, model: torch.nn.Module, batch: dict) -> dict:
         logits = self._logits(model, batch)
