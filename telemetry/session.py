@@ -10,9 +10,9 @@
 
 Every rank appends its own values to ranks/rank<r>.telemetry.jsonl; rank 0's records also carry
 min/mean/max/max_rank across ranks and job-wide sums, reduced to rank 0 over a separate gloo group by a
-binomial tree of fixed-size messages (the unwrapped send/recv, so the telemetry's own traffic is never
-counted as the job's); the median needs every value, so it comes from a gather to rank 0 on sampled
-steps only (see `cross_rank_median_every`).
+binomial tree of fixed-size messages (the unwrapped isend/irecv, so the telemetry's own traffic is never
+counted as the job's); the median needs every value, so every rank's vector goes up the same tree on
+sampled steps only (see `cross_rank_median_every`).
 """
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ class TelemetrySettings:
     enabled: bool = True
     nccl_debug: bool = True  # NCCL_DEBUG=INFO into the run's logs/ (for the transport verdict)
     cross_rank_every: int = 1  # steps between cross-rank reductions to rank 0; 0 = never
-    # steps between exact medians across ranks (a gather to rank 0); None: every cross-rank step up to
+    # steps between exact medians across ranks (every rank's values go to rank 0); None: every cross-rank step up to
     # MEDIAN_EVERY_STEP_UP_TO ranks, every MEDIAN_EVERY_AT_SCALE steps above; 0 = never
     cross_rank_median_every: int | None = None
     profile_every: int = 0  # steps between profiled windows (exposed communication); 0 = never
@@ -56,8 +56,8 @@ REDUCED = ("step_time_s", "comm_time_s", "comm_bytes", *(f"time_{op}" for op in 
             "host_rdma_rx_bytes", "host_loss_events")
 
 
-MEDIAN_EVERY_STEP_UP_TO = 16  # ranks: up to here a gather to rank 0 every step costs next to nothing
-MEDIAN_EVERY_AT_SCALE = 100  # steps between medians above that (the gather grows with the world)
+MEDIAN_EVERY_STEP_UP_TO = 16  # ranks: up to here sending every rank's values each step costs next to nothing
+MEDIAN_EVERY_AT_SCALE = 100  # steps between medians above that (rank 0 receives world x 160 bytes)
 
 # Rows of the fixed-size message each rank sends up the tree: one column per REDUCED field.
 _MAX, _MAX_RANK, _MIN, _SUM, _KNOWN = range(5)
@@ -82,8 +82,8 @@ def reduction_payload(values: list[float], rank: int) -> torch.Tensor:
 
 
 def combine_payloads(acc: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
-    """Fold `other` into `acc` (in place). The max keeps its rank; a tie goes to the higher rank, as the
-    max over (value, rank) pairs does, so the result does not depend on the order of folding."""
+    """Fold `other`'s first _ROWS rows into `acc`'s (in place). The max keeps its rank; a tie goes to the
+    higher rank, as the max over (value, rank) pairs does, so the order of folding does not matter."""
     take = (other[_MAX] > acc[_MAX]) | ((other[_MAX] == acc[_MAX]) & (other[_MAX_RANK] > acc[_MAX_RANK]))
     acc[_MAX] = torch.where(take, other[_MAX], acc[_MAX])
     acc[_MAX_RANK] = torch.where(take, other[_MAX_RANK], acc[_MAX_RANK])
@@ -130,8 +130,8 @@ def cross_rank_figures(total: torch.Tensor, gathered: list[list[float]] | None) 
 
 def _side_group(timeout=None):
     """The CPU-side gloo group for telemetry. Created with gloo's lazy connections where torch has them:
-    the tree only ever talks to log2(world) peers, so each rank opens a handful of sockets instead of
-    world - 1 at start-up (rank 0 opens the rest on the first median gather)."""
+    the tree only ever talks to log2(world) peers, so each rank opens that many sockets instead of
+    world - 1 at start-up."""
     lazy = "TORCH_GLOO_LAZY_INIT" not in os.environ
     if lazy:
         os.environ["TORCH_GLOO_LAZY_INIT"] = "1"  # read when the group is created
@@ -201,7 +201,8 @@ class Telemetry:
                 "every": self.s.cross_rank_every,
                 "method": f"binomial-tree reduction to rank 0 over a gloo side group: each rank sends one "
                           f"{_ROWS * len(REDUCED) * 8}-byte message per step; min, mean, max, max_rank, ranks, sums",
-                "median": (f"gathered to rank 0 every {every} steps, null on other steps" if every else
+                "median": (f"every rank's values sent up the same tree every {every} steps, null on other steps"
+                           if every else
                            "not computed (cross_rank_median_every: 0)"),
                 "gloo_interface": gloo}
         if self.run_dir:
@@ -234,7 +235,7 @@ class Telemetry:
         self._t_step = time.perf_counter()
 
     def end_step(self, step: int, step_time_s: float | None = None) -> dict:
-        """This step's telemetry fields (call on every rank: the cross-rank gather is collective)."""
+        """This step's telemetry fields (call on every rank: the cross-rank reduction is collective)."""
         if not self.started:
             return {}
         if step_time_s is None and self._t_step is not None:
@@ -295,36 +296,37 @@ class Telemetry:
         payload = reduction_payload(mine, self.rank)
         every = self._median_every()
         median_step = bool(every) and step % every == 0
-        if self.world == 1:
-            return cross_rank_figures(payload, [mine] if median_step else None)
-        total = self._tree_reduce(payload)
-        gathered = self._gather_to_root(mine) if median_step else None
-        if self.rank != 0:
+        if median_step:  # every rank's values travel up with the reduction, in rank order
+            payload = torch.cat([payload, torch.tensor([mine], dtype=torch.float64)])
+        if self.world > 1:
+            payload = self._tree(payload)
+        if payload is None:
             return {}
-        return cross_rank_figures(total, gathered)
+        return cross_rank_figures(payload[:_ROWS], payload[_ROWS:].tolist() if median_step else None)
 
-    def _tree_reduce(self, payload: torch.Tensor) -> torch.Tensor | None:
-        """Binomial tree to rank 0: ceil(log2(world)) rounds, one fixed-size send per rank. torch's gloo
-        reduce and all_gather are rings, world - 1 or more hops deep (docs/telemetry.md, scale)."""
+    def _tree(self, payload: torch.Tensor) -> torch.Tensor | None:
+        """Binomial tree to rank 0: ceil(log2(world)) rounds, one message per rank, and rank 0 receives
+        ceil(log2(world)) of them; torch's gloo reduce and all_gather are rings, world - 1 or more hops
+        deep, and a gather fans in world - 1 messages (docs/telemetry.md, at scale). Rows past _ROWS are
+        per-rank values (median steps): a sender's subtree is the next `distance` ranks."""
         # isend/irecv, not send/recv: torch's send calls the module's isend, which the tracer wraps
         isend, irecv = self.tracer.original("isend"), self.tracer.original("irecv")
-        incoming = torch.empty_like(payload)
+        per_rank = payload.shape[0] > _ROWS
         distance = 1
         while distance < self.world:
             if self.rank & distance:  # the side group holds every rank: group ranks are global ranks
                 isend(payload, self.rank - distance, group=self._group).wait()
                 return None
-            if self.rank + distance < self.world:
-                irecv(incoming, self.rank + distance, group=self._group).wait()
+            src = self.rank + distance
+            if src < self.world:
+                rows = _ROWS + (min(distance, self.world - src) if per_rank else 0)
+                incoming = torch.empty(rows, payload.shape[1], dtype=payload.dtype)
+                irecv(incoming, src, group=self._group).wait()
                 combine_payloads(payload, incoming)
+                if per_rank:
+                    payload = torch.cat([payload, incoming[_ROWS:]])
             distance <<= 1
         return payload
-
-    def _gather_to_root(self, mine: list[float]) -> list[list[float]] | None:
-        local = torch.tensor(mine, dtype=torch.float64)
-        out = [torch.empty_like(local) for _ in range(self.world)] if self.rank == 0 else None
-        self.tracer.original("gather")(local, out, dst=0, group=self._group)
-        return [t.tolist() for t in out] if out is not None else None
 
     def _write_rank_line(self, record: dict) -> None:
         if self._file is not None:
