@@ -14,23 +14,36 @@ That costs a few microseconds per call, where an always-on profiler cost 6-25% o
 step on the development machines. Time per call:
 
 - gloo: issue to completion, from the work's future callback (completion happens on gloo's thread);
-  blocking calls are timed around the call.
-- NCCL: device-side duration from the start/end CUDA events ProcessGroupNCCL records when timing is
-  on (`TORCH_NCCL_ENABLE_TIMING=1`, set by `enable_nccl_timing()` before init), read with
-  `work._get_duration()` at step end, when the loop's own loss read-back has already synchronised:
-  no device sync is added. A work not complete by then is counted with time null.
-- Functional collectives (DTensor) complete asynchronously at an unknown later wait: counted with
-  bytes and time null; profiled windows (`telemetry/exposed.py`) give their time.
+  blocking calls are timed around the call. Functional collectives on gloo are not timed (their
+  works are waited on at an unknown later point): their bytes are reported as `untimed_bytes`.
+- NCCL: the tracer never keeps a Work. A Work keeps its output tensors alive, and under FSDP2 each
+  all-gather output is a whole unsharded block, so holding works until the step ends multiplies
+  peak memory. Instead one completion hook per NCCL process group
+  (`ProcessGroup._register_on_completion_hook`, which needs `TORCH_NCCL_ENABLE_TIMING=1`, set by
+  `enable_nccl_timing()` before init) reports each finished work - op type and device-side duration,
+  no tensors - from ProcessGroupNCCL's hook thread. Each traced call waits in a per-group queue and
+  takes the first report of a matching op type (works of one type on one group finish in issue order);
+  a call that issues several works (DDP's coalesced broadcasts) counts them from the group's sequence
+  number. This times DTensor functional collectives and blocking send/recv too, and one
+  batch_isend_irecv is one coalesced work: one entry per batch.
+  The watchdog reports completions up to ~100 ms late: a work reported after its step ended is
+  counted in its own step with time null (`untimed`, `untimed_bytes`), unless `settle_s` lets
+  `end_step` wait that long for the step's reports.
 
 Bytes follow nccl-tests' S (telemetry/formulas.py), so busbw here and in sweeps mean the same thing.
 gloo implements reduce_scatter as clone + all_reduce internally: the wire traffic is twice S there.
+A batch of sends and receives is `sendrecv` with S = the larger of the bytes sent and received.
 """
 from __future__ import annotations
 
+import functools
 import inspect
+import itertools
 import os
 import threading
 import time
+import weakref
+from collections import Counter, deque
 from dataclasses import dataclass, field
 
 import torch
@@ -40,49 +53,165 @@ from .formulas import OPS, bus_factor
 
 _NBYTES = lambda t: t.numel() * t.element_size()  # noqa: E731
 
+# Every op name a summary can hold: nccl-tests' collectives plus one coalesced send/recv batch.
+RECORDED_OPS = (*OPS, "sendrecv")
+
 
 def _sum_bytes(tensors) -> int:
     return sum(_NBYTES(t) for t in tensors)
 
 
-# name -> (collective type, bytes from the bound arguments, whether the call takes async_op)
+# c10d OpType names a call's works report as (ProcessGroupNCCL; NCCL's barrier is a 1-element all_reduce)
+_AR, _BAR = frozenset({"ALLREDUCE"}), frozenset({"BARRIER", "ALLREDUCE"})
+_AG = frozenset({"_ALLGATHER_BASE", "ALLGATHER"})
+_AG_LIST = _AG | {"ALLGATHER_COALESCED", "COALESCED"}
+_RS = frozenset({"_REDUCE_SCATTER_BASE", "REDUCE_SCATTER"})
+_RS_LIST = _RS | {"REDUCE_SCATTER_TENSOR_COALESCED", "COALESCED"}
+_A2A = frozenset({"ALLTOALL_BASE", "ALLTOALL"})
+_BC, _RED = frozenset({"BROADCAST"}), frozenset({"REDUCE"})
+_SEND, _RECV = frozenset({"SEND"}), frozenset({"RECV", "RECVANYSOURCE"})
+_BATCH = frozenset({"COALESCED"})
+
+# name -> (collective type, bytes from the bound arguments, whether the call takes async_op, NCCL op types)
 DIST_SPECS = {
-    "all_reduce": ("all_reduce", lambda a: _NBYTES(a["tensor"]), True),
-    "all_gather_into_tensor": ("all_gather", lambda a: _NBYTES(a["output_tensor"]), True),
-    "all_gather_single": ("all_gather", lambda a: _NBYTES(a["output_tensor"]), True),
-    "all_gather": ("all_gather", lambda a: _NBYTES(a["tensor"]) * len(a["tensor_list"]), True),
-    "reduce_scatter_tensor": ("reduce_scatter", lambda a: _NBYTES(a["input"]), True),
-    "reduce_scatter_single": ("reduce_scatter", lambda a: _NBYTES(a["input"]), True),
-    "reduce_scatter": ("reduce_scatter", lambda a: _sum_bytes(a["input_list"]), True),
-    "all_to_all_single": ("all_to_all", lambda a: _NBYTES(a["input"]), True),
-    "all_to_all": ("all_to_all", lambda a: _sum_bytes(a["input_tensor_list"]), True),
-    "broadcast": ("broadcast", lambda a: _NBYTES(a["tensor"]), True),
-    "reduce": ("reduce", lambda a: _NBYTES(a["tensor"]), True),
-    "barrier": ("barrier", lambda a: 0, True),
-    "send": ("send", lambda a: _NBYTES(a["tensor"]), False),
-    "recv": ("recv", lambda a: _NBYTES(a["tensor"]), False),
-    "isend": ("send", lambda a: _NBYTES(a["tensor"]), False),
-    "irecv": ("recv", lambda a: _NBYTES(a["tensor"]), False),
+    "all_reduce": ("all_reduce", lambda a: _NBYTES(a["tensor"]), True, _AR),
+    "all_gather_into_tensor": ("all_gather", lambda a: _NBYTES(a["output_tensor"]), True, _AG),
+    "all_gather_single": ("all_gather", lambda a: _NBYTES(a["output_tensor"]), True, _AG),
+    "all_gather": ("all_gather", lambda a: _NBYTES(a["tensor"]) * len(a["tensor_list"]), True, _AG_LIST),
+    "reduce_scatter_tensor": ("reduce_scatter", lambda a: _NBYTES(a["input"]), True, _RS),
+    "reduce_scatter_single": ("reduce_scatter", lambda a: _NBYTES(a["input"]), True, _RS),
+    "reduce_scatter": ("reduce_scatter", lambda a: _sum_bytes(a["input_list"]), True, _RS_LIST),
+    "all_to_all_single": ("all_to_all", lambda a: _NBYTES(a["input"]), True, _A2A),
+    "all_to_all": ("all_to_all", lambda a: _sum_bytes(a["input_tensor_list"]), True, _A2A | _BATCH),
+    "broadcast": ("broadcast", lambda a: _NBYTES(a["tensor"]), True, _BC),
+    "reduce": ("reduce", lambda a: _NBYTES(a["tensor"]), True, _RED),
+    "barrier": ("barrier", lambda a: 0, True, _BAR),
+    "send": ("send", lambda a: _NBYTES(a["tensor"]), False, _SEND),
+    "recv": ("recv", lambda a: _NBYTES(a["tensor"]), False, _RECV),
+    "isend": ("send", lambda a: _NBYTES(a["tensor"]), False, _SEND),
+    "irecv": ("recv", lambda a: _NBYTES(a["tensor"]), False, _RECV),
 }
 FUNCOL_SPECS = {
-    "all_reduce": ("all_reduce", lambda a, n: _NBYTES(a["self"])),
-    "all_reduce_coalesced": ("all_reduce", lambda a, n: _sum_bytes(a["self"])),
-    "all_gather_tensor": ("all_gather", lambda a, n: _NBYTES(a["self"]) * n),
-    "all_gather_single": ("all_gather", lambda a, n: _NBYTES(a["self"]) * n),
-    "reduce_scatter_tensor": ("reduce_scatter", lambda a, n: _NBYTES(a["self"])),
-    "reduce_scatter_single": ("reduce_scatter", lambda a, n: _NBYTES(a["self"])),
-    "all_to_all_single": ("all_to_all", lambda a, n: _NBYTES(a["self"])),
-    "broadcast": ("broadcast", lambda a, n: _NBYTES(a["self"])),
+    "all_reduce": ("all_reduce", lambda a, n: _NBYTES(a["self"]), _AR),
+    "all_reduce_coalesced": ("all_reduce", lambda a, n: _sum_bytes(a["self"]),
+                             frozenset({"ALLREDUCE_COALESCED", "COALESCED"})),
+    "all_gather_tensor": ("all_gather", lambda a, n: _NBYTES(a["self"]) * n, _AG),
+    "all_gather_single": ("all_gather", lambda a, n: _NBYTES(a["self"]) * n, _AG),
+    "reduce_scatter_tensor": ("reduce_scatter", lambda a, n: _NBYTES(a["self"]), _RS),
+    "reduce_scatter_single": ("reduce_scatter", lambda a, n: _NBYTES(a["self"]), _RS),
+    "all_to_all_single": ("all_to_all", lambda a, n: _NBYTES(a["self"]), _A2A),
+    "broadcast": ("broadcast", lambda a, n: _NBYTES(a["self"]), _BC),
 }
 _ASYNC_RETURNING = {"isend", "irecv"}  # return a Work without an async_op flag
 
+# Why a call has no time (the summary lists the reasons of its untimed calls).
+LATE = "completion reported after the step ended"
+FUNCOL_GLOO = "functional collectives are timed on NCCL only"
+NO_FUTURE = "this backend's work has no future to time it"
+UNFINISHED = "not complete when the step ended"
+CAPTURED = "issued during CUDA graph capture (no completion report)"
+STALE_STEPS = 4  # a queued call with no report this many steps later never gets one (dropped)
+
 
 def enable_nccl_timing(environ=os.environ) -> None:
-    """Ask ProcessGroupNCCL for start events so work._get_duration() works; must precede init."""
+    """Ask ProcessGroupNCCL for start events (needed by its completion hook); must precede init."""
     environ.setdefault("TORCH_NCCL_ENABLE_TIMING", "1")
 
 
-@dataclass
+# ---------------------------------------------------------------- backend access (tests replace these)
+
+def _backend_name(pg) -> str | None:
+    try:
+        return dist.get_backend(pg)
+    except (RuntimeError, ValueError, AttributeError):
+        return None
+
+
+def _register_completion_hook(pg, hook) -> None:
+    pg._register_on_completion_hook(hook)
+
+
+def _sequence_number(pg) -> int | None:
+    try:
+        return int(pg._get_sequence_number_for_group())
+    except (RuntimeError, AttributeError, ValueError, TypeError):
+        return None
+
+
+def _capturing() -> bool:
+    try:
+        return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+    except RuntimeError:
+        return False
+
+
+# ---------------------------------------------------------------- completion hooks, once per group
+
+# A hook cannot be removed or registered twice on a group: one per group for the process, routed to
+# whichever tracer queued calls on it.
+_HOOKS: "weakref.WeakKeyDictionary[object, int | str]" = weakref.WeakKeyDictionary()
+_HOOKS_STRONG: dict[int, tuple[object, int | str]] = {}  # groups that cannot be weakly referenced
+_TOKENS = itertools.count(1)
+_TRACERS: "weakref.WeakSet[CollectiveTracer]" = weakref.WeakSet()
+_REGISTRY_LOCK = threading.Lock()
+UNMATCHED: Counter = Counter()  # reports no traced call claimed: works issued outside the wrappers
+
+
+def _group_label(pg) -> str:
+    return str(getattr(pg, "group_name", None) or getattr(pg, "name", lambda: "?")())
+
+
+def _hook_token(pg) -> tuple[int | None, str | None]:
+    """(token, None) once this group reports completions to us; (None, reason) when it cannot."""
+    with _REGISTRY_LOCK:
+        try:
+            got = _HOOKS.get(pg)
+            weak = True
+        except TypeError:
+            got = _HOOKS_STRONG.get(id(pg), (None, None))[1]
+            weak = False
+        if got is None:
+            token = next(_TOKENS)
+            try:
+                _register_completion_hook(pg, functools.partial(_dispatch, token))
+                got = token
+            except Exception as e:  # timing off at init, a hook of someone else's, not NCCL
+                first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                got = f"no completion hook on group {_group_label(pg)}: {first}"
+            if weak:
+                _HOOKS[pg] = got
+            else:
+                _HOOKS_STRONG[id(pg)] = (pg, got)
+    return (got, None) if isinstance(got, int) else (None, got)
+
+
+def _dispatch(token: int, info) -> None:
+    """Runs on ProcessGroupNCCL's hook thread: an exception here would abort the group's communicators."""
+    try:
+        name = getattr(info.op_type, "name", None) or str(info.op_type).rsplit(".", 1)[-1]
+        duration = _seconds(info.active_duration)
+        with _REGISTRY_LOCK:
+            tracers = list(_TRACERS)
+        for tracer in tracers:
+            if tracer._complete(token, name, duration):
+                return
+        UNMATCHED[name] += 1
+    except Exception:  # noqa: BLE001 - never let a telemetry error reach the watchdog
+        UNMATCHED["<error>"] += 1
+
+
+def _seconds(value) -> float | None:
+    """WorkInfo.active_duration: a timedelta (pybind's chrono conversion); float milliseconds accepted."""
+    try:
+        s = value.total_seconds() if hasattr(value, "total_seconds") else float(value) / 1000.0
+    except (TypeError, ValueError):
+        return None
+    return s if s >= 0 else None
+
+
+# ---------------------------------------------------------------- records
+
+@dataclass(eq=False)  # identity, not field equality: queues remove the very call that completed
 class Call:
     op: str
     nbytes: int
@@ -91,22 +220,26 @@ class Call:
     source: str
     t_issue: float
     t_done: float | None = None
-    work: object | None = None
     duration_s: float | None = None
+    untimed_reason: str | None = None
+    # NCCL: filled from completion reports, never from a Work
+    types: frozenset = frozenset()
+    token: int | None = None
+    works: int | None = None  # reports expected; None while the call is still issuing
+    seen: int = 0
+    acc_s: float = 0.0
+    bad: bool = False
+    queued: bool = False
+    closed: bool = False
+    step_no: int = 0
 
     def resolve(self) -> None:
-        if self.duration_s is not None:
-            return
-        if self.work is not None and self.backend == "nccl":
-            try:
-                if self.work.is_completed():
-                    ms = self.work._get_duration()
-                    self.duration_s = ms / 1000.0 if ms is not None and ms >= 0 else None
-            except RuntimeError:  # timing not enabled on this group
-                self.duration_s = None
+        if self.duration_s is not None or self.token is not None:
             return
         if self.t_done is not None:
             self.duration_s = max(self.t_done - self.t_issue, 0.0)
+        elif self.untimed_reason is None:
+            self.untimed_reason = UNFINISHED
 
 
 @dataclass
@@ -117,34 +250,50 @@ class StepComm:
         per_op: dict[str, dict] = {}
         for c in self.calls:
             c.resolve()
-            s = per_op.setdefault(c.op, {"count": 0, "bytes": 0, "time_s": 0.0, "untimed": 0, "_bus": 0.0,
-                                         "_timed_bytes_factor": 0.0})
+            s = per_op.setdefault(c.op, {"count": 0, "bytes": 0, "time_s": 0.0, "untimed": 0, "untimed_bytes": 0,
+                                         "_bus": 0.0, "_reasons": set()})
             s["count"] += 1
             s["bytes"] += c.nbytes
             if c.duration_s is None:
                 s["untimed"] += 1
+                s["untimed_bytes"] += c.nbytes
+                s["_reasons"].add(c.untimed_reason or "unknown")
             else:
                 s["time_s"] += c.duration_s
-                s["_timed_bytes_factor"] += c.nbytes * bus_factor(c.op, max(c.group_size, 1))
+                s["_bus"] += c.nbytes * bus_factor(c.op, max(c.group_size, 1))
         out = {}
         for op, s in per_op.items():
             timed = s["count"] - s["untimed"]
             time_s = s["time_s"] if timed else None
-            busbw = s["_timed_bytes_factor"] / time_s / 1e9 if time_s else None
+            busbw = s["_bus"] / time_s / 1e9 if time_s else None
             out[op] = {"count": s["count"], "bytes": s["bytes"], "time_s": time_s, "untimed": s["untimed"],
-                       "busbw_gbps": busbw}
+                       "untimed_bytes": s["untimed_bytes"], "busbw_gbps": busbw}
+            if s["untimed"]:
+                out[op]["untimed_reason"] = "; ".join(sorted(s["_reasons"]))
         return out
 
 
 class CollectiveTracer:
-    """Install once per process; `begin_step()`/`end_step()` bracket what belongs to a step."""
+    """Install once per process; `begin_step()`/`end_step()` bracket what belongs to a step.
 
-    def __init__(self):
+    `settle_s`: how long `end_step` may wait for NCCL completion reports of the step's calls (the
+    watchdog reports up to ~100 ms after the device finished). 0 (default): never wait; calls not yet
+    reported are counted untimed.
+    """
+
+    def __init__(self, settle_s: float = 0.0):
+        self.settle_s = settle_s
         self._orig: dict[tuple[object, str], object] = {}
         self._local = threading.local()
         self._step = StepComm()
-        self._lock = threading.Lock()
+        self._cond = threading.Condition(threading.Lock())
+        self._pending: dict[int, deque[Call]] = {}
+        self._steps = 0
+        self.late = 0  # reports that arrived after their step's record was made
+        self.dropped = 0  # queued calls never reported within STALE_STEPS steps
         self.installed = False
+        with _REGISTRY_LOCK:
+            _TRACERS.add(self)
 
     # ------------------------------------------------------------ install
 
@@ -180,6 +329,8 @@ class CollectiveTracer:
         for (module, name), fn in self._orig.items():
             setattr(module, name, fn)
         self._orig.clear()
+        with self._cond:
+            self._pending.clear()  # the group hooks stay (they cannot be removed) and find nothing queued
         self.installed = False
 
     def original(self, name: str):
@@ -201,19 +352,96 @@ class CollectiveTracer:
         return getattr(self._local, "source", None) or default
 
     def _record(self, call: Call) -> Call:
-        with self._lock:
+        with self._cond:
+            call.step_no = self._steps
             self._step.calls.append(call)
         return call
 
     @staticmethod
-    def _group_info(group) -> tuple[int, str | None]:
+    def _group_info(group) -> tuple[object, int, str | None]:
+        """(process group, its size, its backend name); the default group for None."""
         try:
-            return dist.get_world_size(group), dist.get_backend(group)
-        except (RuntimeError, ValueError):
-            return 1, None
+            pg = group if group is not None else dist.distributed_c10d._get_default_group()
+        except (RuntimeError, ValueError, AttributeError):
+            return None, 1, None
+        try:
+            size = pg.size()
+        except (RuntimeError, AttributeError):
+            size = 1
+        return pg, size, _backend_name(pg)
+
+    def _call(self, fn, call: Call, pg, types, args, kwargs):
+        """Issue `fn` for `call`. On NCCL the call is queued for its completion report before the
+        works exist (a report may come back before `fn` returns) and no Work is kept."""
+        nccl = call.backend == "nccl" and pg is not None
+        seq = self._queue(call, pg, types) if nccl else None
+        self._local.depth = 1
+        try:
+            result = fn(*args, **kwargs)
+        except BaseException:
+            if nccl:
+                self._unqueue(call)
+            raise
+        finally:
+            self._local.depth = 0
+        self._record(call)
+        if call.queued:
+            after = _sequence_number(pg) if seq is not None else None
+            with self._cond:
+                call.works = after - seq if after is not None and after - seq >= 1 else 1
+                self._settle(call)
+        return result
+
+    def _queue(self, call: Call, pg, types) -> int | None:
+        token, reason = _hook_token(pg)
+        if token is None:
+            call.untimed_reason = reason
+            return None
+        if _capturing():  # graph-captured works are not enqueued for the watchdog: no report will come
+            call.untimed_reason = CAPTURED
+            return None
+        call.types, call.token, call.queued = types, token, True
+        with self._cond:
+            self._pending.setdefault(token, deque()).append(call)
+        return _sequence_number(pg)
+
+    def _unqueue(self, call: Call) -> None:
+        with self._cond:
+            q = self._pending.get(call.token)
+            if q is not None and call.queued:
+                q.remove(call)
+            call.queued = False
+
+    def _complete(self, token: int, op_type: str, duration_s: float | None) -> bool:
+        """A completion report for `token`'s group: credit the first queued call that issues that type."""
+        with self._cond:
+            q = self._pending.get(token)
+            call = next((c for c in q if op_type in c.types), None) if q else None
+            if call is None:
+                return False
+            call.seen += 1
+            if duration_s is None:
+                call.bad = True
+            else:
+                call.acc_s += duration_s
+            self._settle(call)
+            return True
+
+    def _settle(self, call: Call) -> None:  # holds self._cond
+        if call.works is None or call.seen < call.works:
+            return
+        self._pending[call.token].remove(call)
+        call.queued = False
+        if call.closed:  # its step's record is made: it stays untimed there
+            self.late += 1
+        elif call.bad:
+            call.untimed_reason = "the completion report carried no duration"
+        else:
+            call.duration_s = call.acc_s
+        self._cond.notify_all()
 
     def _wrap_dist(self, name, fn, spec):
-        op, nbytes_of, has_async = spec
+        op, nbytes_of, has_async, types = spec
         sig = inspect.signature(fn)
         tracer = self
 
@@ -223,24 +451,14 @@ class CollectiveTracer:
             bound = sig.bind(*args, **kwargs)
             bound.apply_defaults()
             a = bound.arguments
-            size, backend = tracer._group_info(a.get("group"))
-            caller_async = bool(a.get("async_op", False)) if has_async else name in _ASYNC_RETURNING
-            force_async = has_async and not caller_async and backend == "nccl"  # to get a Work to time
-            if force_async:
-                a["async_op"] = True
+            pg, size, backend = tracer._group_info(a.get("group"))
             call = Call(op, nbytes_of(a), size, backend, tracer._source("dist"), time.perf_counter())
-            tracer._local.depth = 1
-            try:
-                result = fn(*bound.args, **bound.kwargs)
-            finally:
-                tracer._local.depth = 0
-            tracer._record(call)
-            if force_async:
-                call.work = result
-                result.wait()  # what the synchronous call would have done; no host sync on NCCL
-                return None
+            result = tracer._call(fn, call, pg, types, args, kwargs)
+            if backend == "nccl":  # timed by the group's completion report; the Work stays the caller's
+                return result
+            caller_async = bool(a.get("async_op", False)) if has_async else name in _ASYNC_RETURNING
             if caller_async and result is not None:
-                tracer._attach(call, result, backend)
+                tracer._attach(call, result)
             else:
                 call.t_done = time.perf_counter()
             return result
@@ -249,13 +467,13 @@ class CollectiveTracer:
         wrapper.__doc__ = fn.__doc__
         return wrapper
 
-    def _attach(self, call: Call, work, backend) -> None:
-        if backend == "nccl":
-            call.work = work
-            return
+    @staticmethod
+    def _attach(call: Call, work) -> None:
+        """gloo: time to completion from the work's future; the callback holds the call, not the work."""
         try:
             fut = work.get_future()
-        except (RuntimeError, AttributeError):  # this backend has no futures: time unknown
+        except (RuntimeError, AttributeError):  # gloo's send/recv works have no future: time unknown
+            call.untimed_reason = NO_FUTURE
             return
 
         def done(_fut, call=call):
@@ -266,7 +484,7 @@ class CollectiveTracer:
         tracer = self
 
         def wrapper(p2p_op_list):
-            if tracer._depth:
+            if tracer._depth or not p2p_op_list:
                 return fn(p2p_op_list)
             t0 = time.perf_counter()
             # torch tests `op is isend` against the current functions: ops built before install
@@ -276,18 +494,27 @@ class CollectiveTracer:
             for p2p in p2p_op_list:
                 p2p.op = current.get(p2p.op, p2p.op)
                 kinds.append("send" if p2p.op is dist.isend else "recv")
+            pg, size, backend = tracer._group_info(p2p_op_list[0].group)
+            if backend == "nccl":  # NCCL coalesces the batch into one work: one entry for the batch
+                sent = sum(_NBYTES(p.tensor) for p, k in zip(p2p_op_list, kinds) if k == "send")
+                received = sum(_NBYTES(p.tensor) for p, k in zip(p2p_op_list, kinds) if k == "recv")
+                op = "sendrecv" if set(kinds) == {"send", "recv"} else kinds[0]
+                call = Call(op, max(sent, received), size, backend, tracer._source("dist"), t0)
+                return tracer._call(fn, call, pg, _BATCH, (p2p_op_list,), {})
             tracer._local.depth = 1
             try:
                 works = fn(p2p_op_list)
             finally:
                 tracer._local.depth = 0
-            for i, p2p in enumerate(p2p_op_list):
-                kind = kinds[i]
-                size, backend = tracer._group_info(p2p.group)
-                call = tracer._record(Call(kind, _NBYTES(p2p.tensor), size, backend, tracer._source("dist"), t0))
-                work = works[i] if works is not None and i < len(works) else (works[0] if works else None)
+            for i, p2p in enumerate(p2p_op_list):  # gloo: one work per op
+                _, psize, pbackend = tracer._group_info(p2p.group)
+                call = tracer._record(Call(kinds[i], _NBYTES(p2p.tensor), psize, pbackend,
+                                           tracer._source("dist"), t0))
+                work = works[i] if works is not None and i < len(works) else None
                 if work is not None:
-                    tracer._attach(call, work, backend)
+                    tracer._attach(call, work)
+                else:
+                    call.untimed_reason = NO_FUTURE
             return works
 
         wrapper.__name__ = fn.__name__
@@ -299,20 +526,18 @@ class CollectiveTracer:
         def wrapper(process_group, tensors, buffer_size, *args, **kwargs):
             if tracer._depth:
                 return fn(process_group, tensors, buffer_size, *args, **kwargs)
-            size, backend = tracer._group_info(process_group)
+            pg, size, backend = tracer._group_info(process_group)
             call = Call("broadcast", _sum_bytes(tensors), size, backend, tracer._source("ddp"), time.perf_counter())
-            tracer._local.depth = 1
-            try:
-                return fn(process_group, tensors, buffer_size, *args, **kwargs)  # blocking
-            finally:
-                tracer._local.depth = 0
-                call.t_done = time.perf_counter()
-                tracer._record(call)
+            # one broadcast work per bucket: on NCCL the group's sequence number counts them
+            result = tracer._call(fn, call, pg, _BC, (process_group, tensors, buffer_size, *args), kwargs)
+            if backend != "nccl":
+                call.t_done = time.perf_counter()  # blocking on gloo
+            return result
 
         return wrapper
 
     def _wrap_funcol(self, fn, spec):
-        op, nbytes_of = spec
+        op, nbytes_of, types = spec
         sig = inspect.signature(fn)
         tracer = self
 
@@ -321,15 +546,15 @@ class CollectiveTracer:
                 return fn(*args, **kwargs)
             bound = sig.bind(*args, **kwargs)
             bound.apply_defaults()
-            size = _funcol_group_size(bound.arguments.get("group"))
-            call = Call(op, nbytes_of(bound.arguments, size), size, None, tracer._source("funcol"),
+            group = bound.arguments.get("group")
+            pg = _funcol_pg(group)
+            size = pg.size() if pg is not None else _funcol_group_size(group)
+            backend = _backend_name(pg) if pg is not None else None
+            call = Call(op, nbytes_of(bound.arguments, size), size, backend, tracer._source("funcol"),
                         time.perf_counter())
-            tracer._local.depth = 1
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                tracer._local.depth = 0
-                tracer._record(call)
+            if backend != "nccl":  # waited on at an unknown later point; its bytes show as untimed
+                call.untimed_reason = FUNCOL_GLOO if backend == "gloo" else f"functional collective on {backend}"
+            return tracer._call(fn, call, pg, types, args, kwargs)
 
         wrapper.__name__ = fn.__name__
         return wrapper
@@ -354,13 +579,45 @@ class CollectiveTracer:
     # ------------------------------------------------------------ steps
 
     def begin_step(self) -> None:
-        with self._lock:
+        with self._cond:
             self._step = StepComm()
 
     def end_step(self) -> StepComm:
-        with self._lock:
+        with self._cond:
             step, self._step = self._step, StepComm()
+            if self.settle_s > 0:
+                deadline = time.monotonic() + self.settle_s
+                while any(c.queued for c in step.calls) and (left := deadline - time.monotonic()) > 0:
+                    self._cond.wait(left)
+            for c in step.calls:
+                c.closed = True
+                if c.queued:
+                    c.untimed_reason = LATE
+            self._steps += 1
+            for q in self._pending.values():
+                while q and q[0].step_no < self._steps - STALE_STEPS and q[0].works is not None:
+                    q.popleft().queued = False
+                    self.dropped += 1
         return step
+
+
+def _funcol_pg(group):
+    """The process group a functional collective runs on (None for the legacy rank-list form)."""
+    try:
+        from torch.distributed.device_mesh import DeviceMesh
+
+        if isinstance(group, DeviceMesh):
+            return group.get_group() if group.ndim == 1 else None
+        if isinstance(group, tuple) and len(group) == 2 and isinstance(group[0], DeviceMesh):
+            return group[0].get_group(group[1])
+        if isinstance(group, str):
+            from torch.distributed.distributed_c10d import _resolve_process_group
+            return _resolve_process_group(group)
+    except (RuntimeError, ValueError, ImportError, KeyError):
+        return None
+    if isinstance(group, dist.ProcessGroup) or (hasattr(group, "size") and hasattr(group, "group_name")):
+        return group
+    return None
 
 
 def _funcol_group_size(group) -> int:
@@ -369,15 +626,8 @@ def _funcol_group_size(group) -> int:
 
         if isinstance(group, DeviceMesh):
             return group.size()
-        if isinstance(group, tuple) and len(group) == 2 and isinstance(group[0], DeviceMesh):
-            return group[0].size(group[1])
-        if isinstance(group, dist.ProcessGroup):
-            return group.size()
         if isinstance(group, list):
             return len(group[0]) if group and isinstance(group[0], list) else len(group)
-        if isinstance(group, str):
-            from torch.distributed.distributed_c10d import _resolve_process_group
-            return _resolve_process_group(group).size()
     except (RuntimeError, ValueError, ImportError):
         pass
     return 1
@@ -390,4 +640,12 @@ def totals(summary: dict) -> tuple[int, float | None]:
     return nbytes, (sum(times) if times else None)
 
 
-__all__ = ["CollectiveTracer", "Call", "StepComm", "OPS", "enable_nccl_timing", "totals"]
+def untimed_bytes(summary: dict) -> int | None:
+    """Bytes of the step's calls with no time (None for records written before this field existed)."""
+    if any("untimed_bytes" not in s and s.get("untimed") for s in summary.values()):
+        return None
+    return sum(s.get("untimed_bytes", 0) for s in summary.values())
+
+
+__all__ = ["CollectiveTracer", "Call", "StepComm", "OPS", "RECORDED_OPS", "enable_nccl_timing", "totals",
+           "untimed_bytes"]

@@ -2,13 +2,19 @@
 collectives take and writes what the tracer saw to OUT/rank<r>.json."""
 from __future__ import annotations
 
+import datetime
+import gc
 import json
 import os
 import sys
+import types
+import weakref
 
 import torch
 import torch.distributed as dist
+from torch._C._distributed_c10d import OpType
 
+from telemetry import collectives
 from telemetry.collectives import CollectiveTracer
 
 
@@ -16,6 +22,55 @@ def step(tracer, fn):
     tracer.begin_step()
     fn()
     return tracer.end_step().summary()
+
+
+def fsdp_retention(tracer) -> dict:
+    """FSDP2 with the tracer on its NCCL path (gloo groups pretending to be NCCL, a fake hook registry):
+    how many all-gather outputs are still alive when the step ends, and what the reports then time."""
+    from torch.distributed.fsdp import fully_shard
+
+    tracer.uninstall()
+    hooks, issued, refs = {}, [], []
+    orig = {name: getattr(dist, name) for name in ("all_gather_single", "reduce_scatter_single")}
+
+    def all_gather_single(output_tensor, input_tensor, group=None, async_op=False):
+        refs.append(weakref.ref(output_tensor))
+        issued.append((group, "_ALLGATHER_BASE"))
+        return orig["all_gather_single"](output_tensor, input_tensor, group=group, async_op=async_op)
+
+    def reduce_scatter_single(output, input, op=dist.ReduceOp.SUM, group=None, async_op=False):
+        issued.append((group, "_REDUCE_SCATTER_BASE"))
+        return orig["reduce_scatter_single"](output, input, op=op, group=group, async_op=async_op)
+
+    def register(pg, hook):
+        assert pg not in hooks, "registered twice"
+        hooks[pg] = hook
+
+    saved = collectives._backend_name, collectives._register_completion_hook
+    collectives._backend_name = lambda pg: "nccl"
+    collectives._register_completion_hook = register
+    dist.all_gather_single, dist.reduce_scatter_single = all_gather_single, reduce_scatter_single
+    nccl = CollectiveTracer().install()
+    try:
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(*[torch.nn.Linear(64, 64) for _ in range(8)])
+        for layer in model:
+            fully_shard(layer)
+        fully_shard(model)
+        nccl.begin_step()
+        model(torch.randn(4, 64)).sum().backward()
+        gc.collect()
+        alive = sum(r() is not None for r in refs)
+        for group, op_type in issued:  # the watchdog's reports: op type and a 1 ms device duration
+            hooks[group](types.SimpleNamespace(op_type=OpType.__members__[op_type],
+                                               active_duration=datetime.timedelta(milliseconds=1)))
+        summary = nccl.end_step().summary()
+    finally:
+        nccl.uninstall()
+        collectives._backend_name, collectives._register_completion_hook = saved
+        dist.all_gather_single, dist.reduce_scatter_single = orig["all_gather_single"], orig["reduce_scatter_single"]
+        tracer.install()
+    return {"all_gathers": len(refs), "alive_at_step_end": alive, "summary": summary, "hooks": len(hooks)}
 
 
 def main(out: str) -> None:
@@ -62,6 +117,8 @@ def main(out: str) -> None:
         fully_shard(layer)
     fully_shard(fmodel)
     results["fsdp"] = step(tracer, lambda: fmodel(torch.randn(4, 32)).sum().backward())
+
+    results["fsdp_nccl_path"] = fsdp_retention(tracer)
 
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module

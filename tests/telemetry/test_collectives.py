@@ -33,7 +33,7 @@ def test_explicit_calls_have_nccl_tests_bytes_and_times(seen):
         other = "recv" if rank == 0 else "send"
         assert ex[p2p]["bytes"] == 256 + 128 and ex[other]["bytes"] == 128  # blocking + batched
         # gloo's async send/recv works have no future: the batched pair is counted with time null
-        assert ex[other]["untimed"] == 1 and ex[other]["time_s"] is None
+        assert ex[other]["untimed"] == 1 and ex[other]["time_s"] is None and ex[other]["untimed_bytes"] == 128
         assert ex[p2p]["untimed"] == 1 and ex[p2p]["time_s"] >= 0  # the blocking one is timed
         for op, stats in ex.items():
             if op not in ("send", "recv"):
@@ -61,7 +61,21 @@ def test_fsdp2_shows_all_gather_and_reduce_scatter(seen):
         assert fsdp["all_gather"]["bytes"] >= 2 * params and fsdp["reduce_scatter"]["bytes"] >= params
 
 
+def test_fsdp2_on_the_nccl_path_keeps_no_all_gather_output_alive(seen):
+    for res in seen:
+        f = res["fsdp_nccl_path"]
+        # 8 layers, gathered in forward and again in backward; keeping each Work kept all 16 alive
+        assert f["all_gathers"] == 16 and f["alive_at_step_end"] == 0
+        ag, rs = f["summary"]["all_gather"], f["summary"]["reduce_scatter"]
+        assert ag["count"] == 16 and ag["untimed"] == 0 and ag["time_s"] == pytest.approx(0.016)  # from the reports
+        assert rs["count"] == 8 and rs["untimed"] == 0 and f["hooks"] == 1
+
+
 def test_dtensor_tensor_parallel_is_seen_through_functional_collectives(seen):
     for res in seen:
         assert res["tp"]["all_reduce"]["count"] >= 1 and res["tp_sources"] == ["funcol"]
         assert res["tp"]["all_reduce"]["bytes"] == 4 * 16 * 4  # the row-wise layer's [4, 16] fp32 output
+        # gloo gives functional collectives no time: their bytes are reported as untimed, with why
+        ar = res["tp"]["all_reduce"]
+        assert ar["time_s"] is None and ar["untimed_bytes"] == ar["bytes"]
+        assert ar["untimed_reason"] == "functional collectives are timed on NCCL only"
