@@ -10,7 +10,7 @@ import math
 import os
 
 from .projection import measured_profile, project
-from .report import fmt, summarize, write_documents
+from .report import fmt, fmt_bytes, partial_note, summarize, write_documents
 from .runs import Run, RunError, load_run
 
 # Recipe parts that legitimately differ between runs of one fabric comparison.
@@ -155,7 +155,7 @@ def compare_training(runs, labels, out, plt) -> tuple[list, list, dict]:
     rows = [
         row("iteration time, median", "step_time_median_s", "s"), row("iteration time, p95", "step_time_p95_s", "s"),
         row("samples/s", "samples_per_s"), row("tokens/s", "tokens_per_s"),
-        row("communication share", "comm_share", "%", pct=False),
+        ["communication share"] + [fmt(s["comm_share"], "%") + partial_note(s) for s in sums],
         row("exposed communication share", None, "%", pct=False, fn=lambda s: (s["exposed"] or {}).get("share")),
         row("straggler spread", "straggler_s", "s", pct=False),
         row("energy per step", None, "J", fn=energy("per_step_j")),
@@ -173,7 +173,9 @@ def compare_training(runs, labels, out, plt) -> tuple[list, list, dict]:
                                                ["steps compared", str(parity["steps_compared"])]])]
     comm_ops = sorted({op for s in sums for op in s["comm"]})
     comm_rows = [[op] + [fmt((s["comm"].get(op) or {}).get("time_per_step_s"), "s") + " / "
-                         + fmt((s["comm"].get(op) or {}).get("busbw_gbps"), "GB/s") for s in sums] for op in comm_ops]
+                         + fmt((s["comm"].get(op) or {}).get("busbw_gbps"), "GB/s")
+                         + (" (partial)" if (s["comm"].get(op) or {}).get("partial") else "") for s in sums]
+                 for op in comm_ops]
     tables.append(("Communication per step: time / busbw (median)", ["collective", *labels], comm_rows))
 
     # projection from the baseline to every other run's link rate, against what was measured
@@ -187,11 +189,14 @@ def compare_training(runs, labels, out, plt) -> tuple[list, list, dict]:
         p = project(prof, rate, burst_bytes=links.get("burst_bytes") or 0)
         err = _pct(p["step_time_s"], s["step_time_median_s"])
         proj.append({"label": lab, "rate_bps": rate, "predicted_s": p["step_time_s"],
-                     "measured_s": s["step_time_median_s"], "error": err})
+                     "measured_s": s["step_time_median_s"], "error": err, "partial": p["partial"]})
         proj_rows.append([lab, fmt(p["step_time_s"], "s"), fmt(s["step_time_median_s"], "s"), f"{err * 100:+.1f}%"])
     if proj_rows:
-        tables.append((f"Projection from {labels[0]} (compute + bytes x bus factor / rate): predicted vs measured",
-                       ["fabric", "predicted iteration", "measured iteration", "error"], proj_rows))
+        # the projection rescales measured collective times: untimed calls are missing from them
+        caveat = (f"; partial: the baseline has {fmt_bytes(prof['untimed_bytes'])} per step untimed"
+                  if prof.get("partial") else "")
+        tables.append((f"Projection from {labels[0]} (compute + bytes x bus factor / rate): predicted vs measured"
+                       + caveat, ["fabric", "predicted iteration", "measured iteration", "error"], proj_rows))
 
     figures = []
     fig, ax = plt.subplots(figsize=(7, 3.6))

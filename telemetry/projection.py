@@ -53,7 +53,9 @@ def measured_profile(run: Run, summary: dict | None = None) -> dict:
     exposed = s["exposed"]["share"] * s["step_time_median_s"] if s["exposed"] and s["step_time_median_s"] else comm
     return {"step_time_s": s["step_time_median_s"], "comm_time_s": comm, "exposed_s": min(exposed, comm),
             "ops": ops, "world_size": world, "link_bps": lab.get("rate_bps"), "burst_bytes": lab.get("burst_bytes"),
-            "label": run.name}
+            "label": run.name,
+            # measured times leave out calls without a time: what is projected from them is partial too
+            "partial": bool(s.get("comm_partial")), "untimed_bytes": s.get("comm_untimed_bytes_per_step")}
 
 
 def _credit(burst_bytes: float, link_bps: float | None, idle_s: float) -> float:
@@ -96,4 +98,5 @@ def project(profile: dict, link_bps: float | None, latency_s: float = 0.0,
     step = compute + max(0.0, comm_new - hidden)
     return {"step_time_s": step, "comm_time_s": comm_new, "compute_s": compute, "hidden_s": hidden,
             "link_bps": link_bps, "latency_s": latency_s, "efficiency": efficiency, "by_op": per_op,
-            "from": profile["label"]}
+            "from": profile["label"], "partial": bool(profile.get("partial")),
+            "untimed_bytes": profile.get("untimed_bytes")}

@@ -12,10 +12,20 @@ import statistics
 from .formulas import OPS
 from .runs import Run, load_run, median, percentile
 
+# the op names telemetry.collectives records (imported without torch: reports run anywhere)
+RECORDED_OPS = (*OPS, "sendrecv")
+
 
 def _mean(values):
     values = [v for v in values if v is not None]
     return statistics.mean(values) if values else None
+
+
+def _untimed_bytes(stats: dict) -> int | None:
+    """A step's untimed bytes for one collective type; None where a record without the field had untimed calls."""
+    if "untimed_bytes" in stats:
+        return stats["untimed_bytes"]
+    return 0 if not stats.get("untimed") else None
 
 
 def summarize(run: Run) -> dict:
@@ -25,16 +35,27 @@ def summarize(run: Run) -> dict:
     step_times = [r.get("step_time_s") for r in steps]
     med = median(step_times)
     comm: dict[str, dict] = {}
-    for op in OPS:
+    reasons: set[str] = set()
+    for op in RECORDED_OPS:
         rows = [r["comm"][op] for r in steps if op in (r.get("comm") or {})]
         if not rows:
             continue
         t = median([x["time_s"] for x in rows])
+        # calls without a time (functional collectives on gloo, late NCCL reports) leave the time partial
+        partial = any(x.get("untimed") for x in rows)
+        reasons.update(x["untimed_reason"] for x in rows if x.get("untimed") and x.get("untimed_reason"))
         comm[op] = {"count_per_step": median([x["count"] for x in rows]),
                     "bytes_per_step": median([x["bytes"] for x in rows]),
                     "time_per_step_s": t, "busbw_gbps": median([x.get("busbw_gbps") for x in rows]),
-                    "share_of_step": t / med if t is not None and med else None}
+                    "share_of_step": t / med if t is not None and med else None,
+                    "partial": partial, "untimed_bytes_per_step": median([_untimed_bytes(x) for x in rows])}
     comm_time = median([r.get("comm_time_s") for r in steps])
+    per_step_untimed = []
+    for r in steps:
+        stats = (r.get("comm") or {}).values()
+        known = [_untimed_bytes(x) for x in stats]
+        per_step_untimed.append(None if None in known else sum(known))
+    comm_partial = any(c["partial"] for c in comm.values())
     windows = [r["exposed"] for r in run.metrics if r.get("exposed")]
     exposed = None
     if windows:
@@ -67,6 +88,9 @@ def summarize(run: Run) -> dict:
         "eval_loss_last": evals[-1] if evals else None,
         "comm": comm, "comm_time_per_step_s": comm_time,
         "comm_share": comm_time / med if comm_time is not None and med else None,
+        # the share counts timed calls only: partial when some calls had no time
+        "comm_partial": comm_partial, "comm_untimed_bytes_per_step": median(per_step_untimed),
+        "comm_untimed_reasons": sorted(reasons),
         "exposed": exposed,
         "straggler_s": median([s["max"] - s["min"] for s in spreads]),
         "energy": energy, "counters": tel.get("counters") or {"verdict": None, "reason": "no counter summary"},
@@ -96,6 +120,16 @@ def fmt_bytes(n) -> str:
     return f"{n:.0f} B"
 
 
+def partial_note(s: dict) -> str:
+    """' (partial: N untimed per step: why)' when the communication time leaves calls out, else ''."""
+    if not s.get("comm_partial"):
+        return ""
+    untimed = s.get("comm_untimed_bytes_per_step")
+    amount = f"{fmt_bytes(untimed)} per step untimed" if untimed else "some calls untimed"
+    why = "; ".join(s.get("comm_untimed_reasons") or [])
+    return f" (partial: {amount}{': ' + why if why else ''})"
+
+
 def tables(s: dict) -> list[tuple[str, list[str], list[list[str]]]]:
     lay = s["layout"]
     exp = s["expectation"] or {}
@@ -113,7 +147,7 @@ def tables(s: dict) -> list[tuple[str, list[str], list[list[str]]]]:
         ["step time median / p95", f"{fmt(s['step_time_median_s'], 's')} / {fmt(s['step_time_p95_s'], 's')}"],
         ["samples/s", fmt(s["samples_per_s"])], ["tokens/s", fmt(s["tokens_per_s"])],
         ["straggler spread (median max-min step time)", fmt(s["straggler_s"], "s")],
-        ["communication share of step", fmt(s["comm_share"], "%")],
+        ["communication share of step", fmt(s["comm_share"], "%") + partial_note(s)],
         ["exposed communication share", fmt((s["exposed"] or {}).get("share"), "%") +
          (f" ({s['exposed']['windows']} profiled windows)" if s["exposed"] else " (no profiled windows: "
                                                                                  "set telemetry.profile_every)")],
@@ -122,7 +156,8 @@ def tables(s: dict) -> list[tuple[str, list[str], list[list[str]]]]:
     for op, c in s["comm"].items():
         exp_op = (s["exposed"] or {}).get("by_op", {}).get(op)
         comm_rows.append([op, fmt(c["count_per_step"]), fmt_bytes(c["bytes_per_step"]), fmt(c["time_per_step_s"], "s"),
-                          fmt(c["busbw_gbps"], "GB/s"), fmt(c["share_of_step"], "%"), fmt(exp_op, "%")])
+                          fmt(c["busbw_gbps"], "GB/s"), fmt(c["share_of_step"], "%") + (" (partial)" if c["partial"] else ""),
+                          fmt(exp_op, "%"), fmt_bytes(c["untimed_bytes_per_step"]) if c["partial"] else ""])
     e = s["energy"]
     energy = ([["energy per step", fmt(e["per_step_j"], "J")], ["energy per sample", fmt(e["per_sample_j"], "J")],
                ["total energy", fmt(e["total_j"], "J")], ["GPU power (sampled)", fmt(e["power_w"], "W")]]
@@ -131,7 +166,7 @@ def tables(s: dict) -> list[tuple[str, list[str], list[list[str]]]]:
     counters = [["verdict", fmt(c.get("verdict"))], ["reason", fmt(c.get("reason"))]]
     return [("Run", ["", ""], overview), ("Throughput", ["", ""], throughput),
             ("Communication per step (median)", ["collective", "count", "bytes", "time", "busbw", "share of step",
-                                                 "exposed share"], comm_rows),
+                                                 "exposed share", "untimed bytes"], comm_rows),
             ("Energy", ["", ""], energy), ("Fabric counters", ["", ""], counters)]
 
 
@@ -194,7 +229,7 @@ def plots(run: Run, out: str) -> list[tuple[str, str]]:
     save(fig, "step_time.png", "Step time")
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.6), gridspec_kw={"width_ratios": [2, 1]})
-    ops = [op for op in OPS if any(op in (r.get("comm") or {}) for r in m)]
+    ops = [op for op in RECORDED_OPS if any(op in (r.get("comm") or {}) for r in m)]
     bottom = [0.0] * len(m)
     for op in ops:
         vals = [((r.get("comm") or {}).get(op) or {}).get("time_s") or 0.0 for r in m]

@@ -5,7 +5,7 @@ import json
 
 
 def write_run(path, *, name="recorded", lr=0.01, step_time=1.0, comm_time=0.25, energy=True, rate_bps=None,
-              losses=None, transport="tcp", expectation=None, sweep=None):
+              losses=None, transport="tcp", expectation=None, sweep=None, extra_comm=None):
     path.mkdir(parents=True)
     fabric = {"backend": "nccl", "transport": transport,
               "expectation": expectation or {"expected": "any", "detected": transport, "match": None}}
@@ -29,6 +29,8 @@ def write_run(path, *, name="recorded", lr=0.01, step_time=1.0, comm_time=0.25, 
                "comm_time_s": comm_time, "ranks": {"step_time_s": {"min": 0.9, "median": 1.0, "max": 1.1},
                                                    "comm_time_s_by_op": {"all_reduce": {"min": comm_time}}},
                "energy_j": 500.0 if energy else None, "power_w": 480.0 if energy else None, "net_tx_bytes": 2e6}
+        if extra_comm:  # e.g. collectives counted without a time
+            rec["comm"].update(extra_comm)
         if not energy:
             rec["gpu_energy_reason"] = "NVML not available"
         if step == 4:

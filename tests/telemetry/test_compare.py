@@ -64,3 +64,18 @@ def test_sweep_comparison_with_latency_reduction(tmp_path):
     training = write_run(tmp_path / "train")
     proc = cli("compare", str(tcp), str(training), "--out", str(tmp_path / "x"), "--allow-mismatch")
     assert proc.returncode == 2 and "cannot compare a collective sweep with a training run" in proc.stderr
+
+
+def test_partial_communication_is_marked_in_the_comparison(tmp_path):
+    untimed = {"all_gather": {"count": 2, "bytes": 4096, "time_s": None, "untimed": 2, "untimed_bytes": 4096,
+                              "busbw_gbps": None, "untimed_reason": "functional collectives are timed on NCCL only"}}
+    a = write_run(tmp_path / "fast", rate_bps=1e9, extra_comm=untimed)
+    b = write_run(tmp_path / "slow", rate_bps=1e8, step_time=2.0, comm_time=1.25)
+    proc = cli("compare", str(a), str(b), "--out", str(tmp_path / "cmp"))
+    assert proc.returncode == 0, proc.stderr
+    md = (tmp_path / "cmp" / "compare.md").read_text()
+    assert ("| communication share | 25.0% (partial: 4.1 kB per step untimed: functional collectives are timed "
+            "on NCCL only) | 62.5% |") in md
+    assert "| all_gather | n/a / n/a (partial) | n/a / n/a |" in md
+    assert "; partial: the baseline has 4.1 kB per step untimed" in md
+    assert json.loads((tmp_path / "cmp" / "compare.json").read_text())["projection"][0]["partial"] is True

@@ -49,3 +49,14 @@ def test_profile_from_a_recorded_run(tmp_path):
     assert prof["step_time_s"] == 1.0 and prof["ops"]["all_reduce"] == {"bytes": 1_000_000, "time_s": 0.25,
                                                                        "calls": 1}
     assert prof["exposed_s"] == pytest.approx(0.2) and prof["link_bps"] == 1e8
+
+
+def test_a_partial_measurement_makes_a_partial_projection(tmp_path):
+    untimed = {"all_to_all": {"count": 1, "bytes": 2048, "time_s": None, "untimed": 1, "untimed_bytes": 2048,
+                              "busbw_gbps": None, "untimed_reason": "functional collectives are timed on NCCL only"}}
+    prof = measured_profile(load_run(str(write_run(tmp_path / "p", extra_comm=untimed))))
+    assert prof["partial"] is True and prof["untimed_bytes"] == 2048
+    p = project(prof, 8e6)
+    assert p["partial"] is True and p["untimed_bytes"] == 2048
+    whole = measured_profile(load_run(str(write_run(tmp_path / "w"))))
+    assert whole["partial"] is False and project(whole, 8e6)["partial"] is False

@@ -44,3 +44,45 @@ def test_report_on_a_missing_run_is_one_line(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "telemetry", "report", str(tmp_path / "nope")], cwd=REPO,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and proc.stderr.strip() == f"error: {tmp_path / 'nope'}: not a directory"
+
+
+TP_UNTIMED = {"all_gather": {"count": 2, "bytes": 4096, "time_s": None, "untimed": 2, "untimed_bytes": 4096,
+                             "busbw_gbps": None,
+                             "untimed_reason": "functional collectives are timed on NCCL only"}}
+
+
+def test_untimed_bytes_mark_the_communication_share_partial(tmp_path):
+    whole = summarize(load_run(str(write_run(tmp_path / "whole"))))
+    assert whole["comm_partial"] is False and whole["comm_untimed_bytes_per_step"] == 0
+    s = summarize(load_run(str(write_run(tmp_path / "tp", extra_comm=TP_UNTIMED))))
+    assert s["comm_partial"] is True and s["comm_untimed_bytes_per_step"] == 4096
+    assert s["comm"]["all_gather"]["partial"] and s["comm"]["all_gather"]["time_per_step_s"] is None
+    assert not s["comm"]["all_reduce"]["partial"] and s["comm_share"] == 0.25  # timed calls only
+    assert s["comm_untimed_reasons"] == ["functional collectives are timed on NCCL only"]
+    # a record from before untimed_bytes existed: partial, amount unknown
+    old = {"all_gather": {k: v for k, v in TP_UNTIMED["all_gather"].items() if k != "untimed_bytes"}}
+    s_old = summarize(load_run(str(write_run(tmp_path / "old", extra_comm=old))))
+    assert s_old["comm_partial"] is True and s_old["comm_untimed_bytes_per_step"] is None
+
+
+def test_report_says_partial_where_calls_had_no_time(tmp_path):
+    run = write_run(tmp_path / "tp", extra_comm={**TP_UNTIMED, "sendrecv": {
+        "count": 1, "bytes": 128, "time_s": 0.001, "untimed": 0, "untimed_bytes": 0, "busbw_gbps": 0.000128}})
+    proc = subprocess.run([sys.executable, "-m", "telemetry", "report", str(run)], cwd=REPO, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    md = (run / "report" / "report.md").read_text()
+    assert ("| communication share of step | 25.0% (partial: 4.1 kB per step untimed: functional collectives "
+            "are timed on NCCL only) |") in md
+    assert "| all_gather | 2 | 4.1 kB | n/a | n/a | n/a (partial) | n/a | 4.1 kB |" in md
+    assert "| sendrecv | 1 | 128 B | 0.001 s |" in md  # a coalesced send/recv batch is reported too
+    whole = write_run(tmp_path / "whole")
+    subprocess.run([sys.executable, "-m", "telemetry", "report", str(whole)], cwd=REPO, check=True, timeout=120,
+                   capture_output=True)
+    assert "(partial" not in (whole / "report" / "report.md").read_text()
+
+
+def test_report_knows_every_op_the_tracer_records():
+    from telemetry.collectives import RECORDED_OPS
+    from telemetry.report import RECORDED_OPS as reported
+    assert reported == RECORDED_OPS
