@@ -111,12 +111,14 @@ def _transport(network, ib_devices, socket_devices, channel_kinds) -> str | None
     return "intra-node"
 
 
-def parse_files(paths) -> dict:
-    lines = []
+def _lines(paths):
     for path in paths:
         with open(path, encoding="utf-8", errors="replace") as f:
-            lines.extend(f)
-    out = parse_lines(lines)
+            yield from f
+
+
+def parse_files(paths) -> dict:
+    out = parse_lines(_lines(paths))  # streamed: a 1,024-rank job's logs need not fit in memory at once
     out["log_files"] = len(paths)
     return out
 
