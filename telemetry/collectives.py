@@ -330,7 +330,10 @@ class CollectiveTracer:
             setattr(module, name, fn)
         self._orig.clear()
         with self._cond:
-            self._pending.clear()  # the group hooks stay (they cannot be removed) and find nothing queued
+            for q in self._pending.values():  # the group hooks stay (they cannot be removed), find nothing
+                for call in q:
+                    call.queued = False
+            self._pending.clear()
         self.installed = False
 
     def original(self, name: str):
@@ -370,11 +373,15 @@ class CollectiveTracer:
             size = 1
         return pg, size, _backend_name(pg)
 
-    def _call(self, fn, call: Call, pg, types, args, kwargs):
+    def _call(self, fn, call: Call, pg, types, args, kwargs, several: bool = False):
         """Issue `fn` for `call`. On NCCL the call is queued for its completion report before the
-        works exist (a report may come back before `fn` returns) and no Work is kept."""
+        works exist (a report may come back before `fn` returns) and no Work is kept. `several`: the
+        call may issue more than one work, counted from the group's sequence number (only where known
+        to: a count taken around a call could include another thread's work on the group)."""
         nccl = call.backend == "nccl" and pg is not None
-        seq = self._queue(call, pg, types) if nccl else None
+        if nccl:
+            self._queue(call, pg, types)
+        seq = _sequence_number(pg) if several and call.queued else None
         self._local.depth = 1
         try:
             result = fn(*args, **kwargs)
@@ -392,18 +399,17 @@ class CollectiveTracer:
                 self._settle(call)
         return result
 
-    def _queue(self, call: Call, pg, types) -> int | None:
+    def _queue(self, call: Call, pg, types) -> None:
         token, reason = _hook_token(pg)
         if token is None:
             call.untimed_reason = reason
-            return None
+            return
         if _capturing():  # graph-captured works are not enqueued for the watchdog: no report will come
             call.untimed_reason = CAPTURED
-            return None
+            return
         call.types, call.token, call.queued = types, token, True
         with self._cond:
             self._pending.setdefault(token, deque()).append(call)
-        return _sequence_number(pg)
 
     def _unqueue(self, call: Call) -> None:
         with self._cond:
@@ -430,7 +436,9 @@ class CollectiveTracer:
     def _settle(self, call: Call) -> None:  # holds self._cond
         if call.works is None or call.seen < call.works:
             return
-        self._pending[call.token].remove(call)
+        q = self._pending.get(call.token)
+        if q is not None and call in q:
+            q.remove(call)
         call.queued = False
         if call.closed:  # its step's record is made: it stays untimed there
             self.late += 1
@@ -529,7 +537,8 @@ class CollectiveTracer:
             pg, size, backend = tracer._group_info(process_group)
             call = Call("broadcast", _sum_bytes(tensors), size, backend, tracer._source("ddp"), time.perf_counter())
             # one broadcast work per bucket: on NCCL the group's sequence number counts them
-            result = tracer._call(fn, call, pg, _BC, (process_group, tensors, buffer_size, *args), kwargs)
+            result = tracer._call(fn, call, pg, _BC, (process_group, tensors, buffer_size, *args), kwargs,
+                                  several=True)
             if backend != "nccl":
                 call.t_done = time.perf_counter()  # blocking on gloo
             return result
