@@ -141,7 +141,7 @@ def _sequence_number(pg) -> int | None:
 def _capturing() -> bool:
     try:
         return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
-    except RuntimeError:
+    except (RuntimeError, AttributeError):
         return False
 
 
