@@ -166,9 +166,10 @@ class Telemetry:
 
     @staticmethod
     def prepare_environment(settings: TelemetrySettings, run_dir: str | None, backend: str) -> dict:
-        """Environment that must be set before init_process_group (NCCL reads it once)."""
+        """Environment that must be set before init_process_group (NCCL reads it once, gloo when each of
+        its groups is created: GLOO_SOCKET_IFNAME on multi-host jobs, see fabric.pin_gloo_interface)."""
         applied = {}
-        if settings.enabled and settings.cross_rank_every:  # gloo groups (ours, and gloo jobs' own) need it
+        if settings.enabled and (settings.cross_rank_every or backend == "gloo"):  # before any gloo group
             pin = fabric.pin_gloo_interface()
             if pin["pinned"]:
                 applied["GLOO_SOCKET_IFNAME"] = pin["interface"]
@@ -197,14 +198,14 @@ class Telemetry:
             gloo = fabric.pin_gloo_interface()  # before the group: gloo reads it at creation
             self._group = _side_group()  # CPU-side, off the training streams
             every = self._median_every()
+            median = ("not computed (cross_rank_median_every: 0)" if not every else
+                      "every rank's values sent up the same tree every step" if every == 1 else
+                      f"every rank's values sent up the same tree every {every} steps, null on other steps")
             self.cross_rank_info = {
                 "every": self.s.cross_rank_every,
                 "method": f"binomial-tree reduction to rank 0 over a gloo side group: each rank sends one "
                           f"{_ROWS * len(REDUCED) * 8}-byte message per step; min, mean, max, max_rank, ranks, sums",
-                "median": (f"every rank's values sent up the same tree every {every} steps, null on other steps"
-                           if every else
-                           "not computed (cross_rank_median_every: 0)"),
-                "gloo_interface": gloo}
+                "median": median, "gloo_interface": gloo}
         if self.run_dir:
             ranks = os.path.join(self.run_dir, "ranks")
             os.makedirs(ranks, exist_ok=True)
