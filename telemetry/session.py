@@ -52,8 +52,8 @@ class TelemetrySettings:
 
 # The per-rank vector reduced to rank 0 each step; NaN stands for "unknown".
 REDUCED = ("step_time_s", "comm_time_s", "comm_bytes", *(f"time_{op}" for op in OPS), "gpu_energy_j",
-            "gpu_power_w", "host_cpu_energy_j", "host_net_tx_bytes", "host_net_rx_bytes", "host_rdma_tx_bytes",
-            "host_rdma_rx_bytes", "host_loss_events")
+           "gpu_power_w", "host_cpu_energy_j", "host_net_tx_bytes", "host_net_rx_bytes", "host_rdma_tx_bytes",
+           "host_rdma_rx_bytes", "host_loss_events")
 
 
 MEDIAN_EVERY_STEP_UP_TO = 16  # ranks: up to here sending every rank's values each step costs next to nothing
