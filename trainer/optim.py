@@ -15,10 +15,21 @@ inside the trust ratio):
     m = b1 m + (1 - b1) g          v = b2 v + (1 - b2) g^2
     u = m / (1 - b1^t) / (sqrt(v / (1 - b2^t)) + eps) + weight_decay * w
     w = w - lr * trust * u,        trust = ||w|| / ||u||   (1 where either norm is 0)
+
+Both steps are multi-tensor: a fixed number of torch._foreach_* calls per bucket of parameters (one
+device, dtype and sharding each) instead of a dozen kernels per parameter (bench/optim_launches.py).
+Sharded parameters (DTensor: FSDP2, tensor parallel) keep the rules' meaning: ||w|| is the norm of the
+whole tensor, as DTensor's own norm gives it; the bucket's local squared norms are summed over each
+sharded mesh dimension in one all-reduce, and the elementwise work runs on the local shards.
 """
 from __future__ import annotations
 
+from collections import defaultdict
+from functools import partial
+
 import torch
+import torch.distributed as dist
+from torch.distributed.tensor import DTensor
 
 
 def _closure_loss(closure):
@@ -27,6 +38,54 @@ def _closure_loss(closure):
         return None
     with torch.enable_grad():
         return closure()
+
+
+def _local(t: torch.Tensor, like: torch.Tensor | None = None) -> torch.Tensor:
+    """This rank's part of a DTensor (in-place ops on it update the DTensor), a plain tensor as it is.
+    `like`: lay a gradient out as its parameter first, so that shard i of both is the same slice."""
+    if not isinstance(t, DTensor):
+        return t
+    if like is not None and (t.device_mesh, t.placements) != (like.device_mesh, like.placements):
+        t = t.redistribute(like.device_mesh, like.placements)
+    return t.to_local()
+
+
+def _sharding(p: torch.Tensor):
+    """(mesh, sharded mesh dims) over which p's local squared norm must be summed; None when the local
+    tensor is the whole tensor (plain, or replicated on every mesh dim)."""
+    if not isinstance(p, DTensor):
+        return None
+    dims = []
+    for dim, placement in enumerate(p.placements):
+        if placement.is_shard():
+            dims.append(dim)
+        elif not placement.is_replicate():
+            raise ValueError(f"LARS/LAMB: parameter placement {placement} is not supported; "
+                             f"expected Shard or Replicate")
+    return (p.device_mesh, tuple(dims)) if dims else None
+
+
+def _buckets(params):
+    """Parameters that have a gradient, bucketed so that each bucket's foreach calls see one device and
+    one dtype (CUDA's multi-tensor kernels need both) and its norms reduce over one set of groups."""
+    buckets = defaultdict(list)
+    for p in params:
+        if p.grad is not None:
+            buckets[(p.device, p.dtype, _sharding(p))].append(p)
+    return [(key[2], bucket) for key, bucket in buckets.items()]
+
+
+def _norm_pairs(first: list[torch.Tensor], second: list[torch.Tensor], sharding):
+    """Whole-tensor 2-norms of two lists, as two 1-d tensors, with one foreach call and at most one
+    all-reduce per sharded mesh dim for the pair: sqrt(sum over shards of local norm^2)."""
+    norms = torch.stack(torch._foreach_norm([*first, *second]))
+    if sharding is not None:
+        mesh, dims = sharding
+        norms = norms.square()
+        for dim in dims:
+            dist.all_reduce(norms, group=mesh.get_group(dim))
+        norms = norms.sqrt()
+    return norms.view(2, len(first)).unbind()
 
 
 class LARS(torch.optim.Optimizer):
@@ -43,26 +102,37 @@ class LARS(torch.optim.Optimizer):
     def step(self, closure=None):
         loss = _closure_loss(closure)
         for group in self.param_groups:
-            lr, momentum, eta = group["lr"], group["momentum"], group["eta"]
-            wd, eps, exclude = group["weight_decay"], group["eps"], group["lars_exclude"]
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                g = p.grad
-                if exclude:
-                    update = g * lr
-                else:
-                    w_norm, g_norm = torch.linalg.vector_norm(p), torch.linalg.vector_norm(g)
-                    trust = torch.where((w_norm > 0) & (g_norm > 0), eta * w_norm / (g_norm + wd * w_norm + eps),
-                                        torch.ones_like(w_norm))
-                    update = (g + wd * p) * (lr * trust)
-                state = self.state[p]
-                if "momentum_buffer" not in state:
-                    state["momentum_buffer"] = torch.zeros_like(p)
-                v = state["momentum_buffer"]
-                v.mul_(momentum).add_(update)
-                p.sub_(v)
+            for sharding, params in _buckets(group["params"]):
+                self._step_bucket(group, params, sharding)
         return loss
+
+    def _step_bucket(self, group: dict, params: list, sharding) -> None:
+        lr, momentum, eta = group["lr"], group["momentum"], group["eta"]
+        wd, eps = group["weight_decay"], group["eps"]
+        ws = [_local(p) for p in params]
+        gs = [_local(p.grad, like=p) for p in params]
+        if group["lars_exclude"]:
+            updates = torch._foreach_mul(gs, lr)
+        else:
+            w_norm, g_norm = _norm_pairs(ws, gs, sharding)
+            trust = torch.where((w_norm > 0) & (g_norm > 0), eta * w_norm / (g_norm + wd * w_norm + eps),
+                                torch.ones_like(w_norm))
+            scale = (lr * trust).unbind()
+            if wd:
+                updates = torch._foreach_mul(ws, wd)
+                torch._foreach_add_(updates, gs)
+                torch._foreach_mul_(updates, scale)
+            else:  # g + 0 * w is g
+                updates = torch._foreach_mul(gs, scale)
+        buffers = []
+        for p in params:
+            state = self.state[p]
+            if "momentum_buffer" not in state:
+                state["momentum_buffer"] = torch.zeros_like(p)
+            buffers.append(_local(state["momentum_buffer"]))
+        torch._foreach_mul_(buffers, momentum)
+        torch._foreach_add_(buffers, updates)
+        torch._foreach_sub_(ws, buffers)
 
 
 def lars_param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
@@ -88,25 +158,44 @@ class LAMB(torch.optim.Optimizer):
     def step(self, closure=None):
         loss = _closure_loss(closure)
         for group in self.param_groups:
-            (b1, b2), lr, eps, wd = group["betas"], group["lr"], group["eps"], group["weight_decay"]
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                state = self.state[p]
-                if not state:
-                    state["step"] = 0
-                    state["m"] = torch.zeros_like(p)
-                    state["v"] = torch.zeros_like(p)
-                state["step"] += 1
-                t = state["step"]
-                m, v = state["m"], state["v"]
-                m.mul_(b1).add_(p.grad, alpha=1 - b1)
-                v.mul_(b2).addcmul_(p.grad, p.grad, value=1 - b2)
-                update = (m / (1 - b1 ** t)) / ((v / (1 - b2 ** t)).sqrt() + eps) + wd * p
-                w_norm, u_norm = torch.linalg.vector_norm(p), torch.linalg.vector_norm(update)
-                trust = torch.where((w_norm > 0) & (u_norm > 0), w_norm / u_norm, torch.ones_like(w_norm))
-                p.sub_(update * (lr * trust))
+            for sharding, params in _buckets(group["params"]):
+                self._step_bucket(group, params, sharding)
         return loss
+
+    def _step_bucket(self, group: dict, params: list, sharding) -> None:
+        (b1, b2), lr, eps, wd = group["betas"], group["lr"], group["eps"], group["weight_decay"]
+        ms, vs, bias1, bias2 = [], [], [], []
+        for p in params:
+            state = self.state[p]
+            if not state:
+                state["step"] = 0
+                state["m"] = torch.zeros_like(p)
+                state["v"] = torch.zeros_like(p)
+            state["step"] += 1  # per parameter: one that had no gradient on some steps lags behind
+            ms.append(_local(state["m"]))
+            vs.append(_local(state["v"]))
+            bias1.append(1 - b1 ** state["step"])
+            bias2.append(1 - b2 ** state["step"])
+        ws = [_local(p) for p in params]
+        gs = [_local(p.grad, like=p) for p in params]
+        torch._foreach_mul_(ms, b1)
+        torch._foreach_add_(ms, gs, alpha=1 - b1)
+        torch._foreach_mul_(vs, b2)
+        torch._foreach_addcmul_(vs, gs, gs, value=1 - b2)
+        updates = torch._foreach_div(ms, bias1)
+        denom = torch._foreach_div(vs, bias2)
+        torch._foreach_sqrt_(denom)
+        torch._foreach_add_(denom, eps)
+        torch._foreach_div_(updates, denom)
+        del denom
+        if wd:  # + 0 * w changes nothing
+            torch._foreach_add_(updates, torch._foreach_mul(ws, wd))
+        w_norm, u_norm = _norm_pairs(ws, updates, sharding)
+        trust = torch.where((w_norm > 0) & (u_norm > 0), w_norm / u_norm, torch.ones_like(w_norm))
+        # one 0-d scale per tensor: on CUDA this call loops over the tensors (the multi-tensor kernel
+        # needs equal shapes); a host list of scales would need a device sync instead
+        torch._foreach_mul_(updates, (lr * trust).unbind())
+        torch._foreach_sub_(ws, updates)
 
 
 def decay_param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
@@ -116,38 +205,76 @@ def decay_param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
+def split_by_mesh(groups: list[dict]) -> list[dict]:
+    """Every param group split so that its parameters share one device mesh (plain tensors apart).
+
+    torch's foreach optimizers hand a group's tensors (per device and dtype) to one multi-tensor call, and
+    DTensor in torch 2.6 refuses a call that mixes meshes ("cross-mesh operation"): LoRA under FSDP2 over
+    tensor parallelism has tp-sharded adapters on the (dp, tp) mesh and the others on the dp mesh. A group
+    already on one mesh is kept as it is, so single-mesh runs keep their groups and checkpoints.
+    """
+    out = []
+    for group in groups:
+        parts: dict = {}
+        for p in group["params"]:
+            parts.setdefault(p.device_mesh if isinstance(p, DTensor) else None, []).append(p)
+        if len(parts) <= 1:
+            out.append(group)
+        else:
+            out.extend({**group, "params": params} for params in parts.values())
+    return out
+
+
+class _Schedule(torch.optim.lr_scheduler.LambdaLR):
+    """One lr multiplier for every param group. A state saved with another number of groups (a
+    checkpoint from before the split by mesh, or from another tp degree) loads onto the current
+    groups: every group of a recipe has the same base lr, so group 0's values stand for all."""
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        n = len(self.optimizer.param_groups)
+        if len(state_dict["base_lrs"]) != n:
+            state_dict = {**state_dict, **{key: [state_dict[key][0]] * n
+                                           for key in ("base_lrs", "_last_lr", "lr_lambdas") if key in state_dict}}
+        super().load_state_dict(state_dict)
+
+
 def build_optimizer(model: torch.nn.Module, train, max_steps: int):
     """The recipe's optimizer over the trainable parameters, and its warm-up + decay schedule.
 
     Parameter groups follow each optimizer's MLPerf rule: LARS excludes batch-norm and biases from
-    weight decay and trust scaling; LAMB and SGD exclude biases and norms from weight decay.
+    weight decay and trust scaling; LAMB and SGD exclude biases and norms from weight decay. Each group
+    is then split by device mesh (split_by_mesh); the schedule drives every group.
     """
     from transformers import (get_constant_schedule_with_warmup, get_cosine_with_min_lr_schedule_with_warmup,
                               get_linear_schedule_with_warmup, get_polynomial_decay_schedule_with_warmup)
 
     kind, wd = train.optimizer, train.weight_decay
     if kind == "adamw":
-        params = [p for p in model.parameters() if p.requires_grad]
-        opt = torch.optim.AdamW(params, lr=train.lr, betas=tuple(train.betas), eps=train.eps, weight_decay=wd)
+        groups = split_by_mesh([{"params": [p for p in model.parameters() if p.requires_grad]}])
+        opt = torch.optim.AdamW(groups, lr=train.lr, betas=tuple(train.betas), eps=train.eps, weight_decay=wd)
     elif kind == "lamb":
-        opt = LAMB(decay_param_groups(model, wd), lr=train.lr, betas=tuple(train.betas), eps=train.eps,
-                   weight_decay=wd)
+        opt = LAMB(split_by_mesh(decay_param_groups(model, wd)), lr=train.lr, betas=tuple(train.betas),
+                   eps=train.eps, weight_decay=wd)
     elif kind == "lars":
-        opt = LARS(lars_param_groups(model, wd), lr=train.lr, momentum=train.momentum, eta=train.lars_eta,
-                   weight_decay=wd)
+        opt = LARS(split_by_mesh(lars_param_groups(model, wd)), lr=train.lr, momentum=train.momentum,
+                   eta=train.lars_eta, weight_decay=wd)
     elif kind == "sgd":
-        opt = torch.optim.SGD(decay_param_groups(model, wd), lr=train.lr, momentum=train.momentum, weight_decay=wd)
+        opt = torch.optim.SGD(split_by_mesh(decay_param_groups(model, wd)), lr=train.lr, momentum=train.momentum,
+                              weight_decay=wd)
     else:
         raise ValueError(f"train.optimizer: got {kind!r}; allowed: adamw, lamb, lars, sgd")
-    warm = train.warmup_steps
+    warm, steps = train.warmup_steps, max_steps
     if train.schedule == "cosine":
-        sched = get_cosine_with_min_lr_schedule_with_warmup(opt, num_warmup_steps=warm, num_training_steps=max_steps,
-                                                            min_lr=train.min_lr)
+        make = partial(get_cosine_with_min_lr_schedule_with_warmup, num_warmup_steps=warm, num_training_steps=steps,
+                       min_lr=train.min_lr)
     elif train.schedule == "poly":
-        sched = get_polynomial_decay_schedule_with_warmup(opt, num_warmup_steps=warm, num_training_steps=max_steps,
-                                                          lr_end=train.min_lr, power=train.poly_power)
+        make = partial(get_polynomial_decay_schedule_with_warmup, num_warmup_steps=warm, num_training_steps=steps,
+                       lr_end=train.min_lr, power=train.poly_power)
     elif train.schedule == "linear":
-        sched = get_linear_schedule_with_warmup(opt, num_warmup_steps=warm, num_training_steps=max_steps)
+        make = partial(get_linear_schedule_with_warmup, num_warmup_steps=warm, num_training_steps=steps)
     else:
-        sched = get_constant_schedule_with_warmup(opt, num_warmup_steps=warm)
-    return opt, sched
+        make = partial(get_constant_schedule_with_warmup, num_warmup_steps=warm)
+    # transformers' multiplier, read off a scheduler built on a stand-in optimizer with the same lr (the
+    # polynomial and cosine ones read optimizer.defaults["lr"]), so the real optimizer gets one scheduler
+    stand_in = torch.optim.SGD([torch.zeros(1)], lr=train.lr)
+    return opt, _Schedule(opt, make(stand_in).lr_lambdas[0])
