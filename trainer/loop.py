@@ -89,8 +89,19 @@ class Trainer:
             return contextlib.nullcontext()
         return torch.autocast(self.device.type, dtype=self.autocast_dtype)
 
+    def _loss_context(self):
+        """The workload's context for forward and backward (loss-parallel cross-entropy under TP)."""
+        make = getattr(self.workload, "loss_context", None)
+        return make() if make is not None else contextlib.nullcontext()
+
+    def _host_to_device(self, t: torch.Tensor) -> torch.Tensor:
+        """A copy from pageable memory makes the host wait for the device; a pinned one does not."""
+        if self.device.type == "cuda":
+            return t.pin_memory().to(self.device, non_blocking=True)
+        return t
+
     def _to_device(self, batch: dict) -> dict:
-        return {k: v.to(self.device, non_blocking=True) for k, v in batch.items()}
+        return {k: self._host_to_device(v) for k, v in batch.items()}
 
     def train_step(self, step: int) -> dict:
         """One optimizer step (numbered from 1) over the whole global batch; returns its record."""
@@ -99,42 +110,47 @@ class Trainer:
         t0 = time.perf_counter()
         batches = [self.train_set.batch(idx) for idx in self.sampler.micro_batches(step - 1)]
         terms = wl.loss_terms
-        counts = [wl.loss_counts(b) for b in batches]
+        counts = [wl.loss_counts(b) for b in batches]  # host ints, read off the CPU-side batch
         local = [sum(c[count] for c in counts) for _, count in terms]
         local.append(sum(wl.input_tokens(b) for b in batches) if wl.has_tokens else 0)
-        counted = torch.tensor(local, dtype=torch.float64, device=self.device)  # on the device: NCCL groups
-        dist.all_reduce(counted, group=self.dp_group)  # global item counts, needed before backward
-        totals = counted.tolist()  # one host sync
-        divisors = [max(totals[k], 1.0) for k in range(len(terms))]
+        counted = self._host_to_device(torch.tensor(local, dtype=torch.float64))
+        # global item counts stay on the device: the loss divides by them without waiting for the host
+        dist.all_reduce(counted, group=self.dp_group)
+        scale = (dp / counted[:len(terms)].clamp(min=1.0)).float()
         sums = torch.zeros(len(terms), device=self.device, dtype=torch.float32)
         if self.pipeline is not None:  # the micro-batches are the pipeline's; it owns gradient sync
             hooks.before_backward(step, 0)
-            with self._autocast():
-                sums += self.pipeline.train(batches, dp / divisors[0])
+            with self._autocast(), self._loss_context():
+                sums += self.pipeline.train(batches, scale[0])
             hooks.after_backward(step, 0)
         else:
             for i, batch in enumerate(batches):
                 last = i == len(batches) - 1
-                with grad_sync(self.model, last):
+                with grad_sync(self.model, last), self._loss_context():
                     with self._autocast():
                         parts = wl.loss_sums(self.model, self._to_device(batch))
-                    loss = sum(parts[name] * (dp / div) for (name, _), div in zip(terms, divisors))
+                    loss = sum(parts[name] * scale[k] for k, (name, _) in enumerate(terms))
                     hooks.before_backward(step, i)
                     loss.backward()
                     hooks.after_backward(step, i)
                 sums += torch.stack([parts[name].detach().float() for name, _ in terms])
         if hasattr(self.model, "set_requires_gradient_sync"):
             self.model.set_requires_gradient_sync(True)
-        grad_norm = self._clip()
+        norm = self._clip()
         lr = self.optimizer.param_groups[0]["lr"]
         hooks.before_optimizer_step(step)
         self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         hooks.after_optimizer_step(step)
-        dist.all_reduce(sums, group=self.dp_group)  # also the step's one host sync point
-        term_losses = {name: sums[k].item() / divisors[k] for k, (name, _) in enumerate(terms)}
+        dist.all_reduce(sums, group=self.dp_group)
+        # the step's one host sync: losses, item counts and the gradient norm come back in one transfer
+        host = torch.cat([sums.double(), counted, norm.double().reshape(1)]).tolist()
+        n = len(terms)
+        totals, grad_norm = host[n:-1], host[-1]
+        term_losses = {name: host[k] / max(totals[k], 1.0) for k, (name, _) in enumerate(terms)}
         loss_value = sum(term_losses.values())
+        grad_norm = grad_norm if math.isfinite(grad_norm) else None
         step_time = time.perf_counter() - t0
         samples = self.layout.global_batch_size
         tokens = int(totals[-1]) if wl.has_tokens else None
@@ -153,14 +169,16 @@ class Trainer:
                                      "check the data, or use train.grad_clip)")
         return record
 
-    def _clip(self) -> float | None:
-        """Global gradient norm (before clipping), then clip to train.grad_clip.
+    def _clip(self) -> torch.Tensor:
+        """Global gradient norm (before clipping) as a device tensor, then clip to train.grad_clip
+        on the device (no host sync: the norm comes back with the loss).
 
         Gradients may be plain tensors (DDP, replicated LoRA A), FSDP2 shards or TP shards: squares are
         summed locally, then reduced once per group of ranks that a shard is split across.
         """
         by_groups: dict[tuple, torch.Tensor] = {}
         grads = [p.grad for p in self.params if p.grad is not None]
+        locals_ = []
         for g in grads:
             groups: tuple = ()
             local = g
@@ -170,6 +188,7 @@ class Trainer:
                 groups = tuple(mesh.get_group(i) for i, pl in enumerate(g.placements)
                                if not (pl.is_replicate() or pl.is_partial()))
                 local = g.to_local()
+            locals_.append(local)
             sq = local.detach().float().pow(2).sum()
             by_groups[groups] = by_groups.get(groups, torch.zeros((), device=sq.device)) + sq
         total = torch.zeros((), device=self.device)
@@ -179,13 +198,13 @@ class Trainer:
             total = total + sq.to(self.device)
         if self.pipeline is not None:  # each stage holds different parameters
             dist.all_reduce(total, group=self.pipeline.group)
-        norm = float(total.sqrt())
+        norm = total.sqrt()
         clip = self.recipe.train.grad_clip
-        if clip is not None and math.isfinite(norm) and norm > clip:
-            coef = clip / (norm + 1e-6)
-            for g in grads:
-                g.mul_(coef)
-        return norm if math.isfinite(norm) else None
+        if clip is not None and locals_:
+            # scale only when the norm is finite and above the limit, as a host-side `if` would
+            coef = torch.where(torch.isfinite(norm) & (norm > clip), clip / (norm + 1e-6), torch.ones_like(norm))
+            torch._foreach_mul_(locals_, coef)
+        return norm
 
     # ------------------------------------------------------------ eval
 
@@ -203,7 +222,7 @@ class Trainer:
         for r in range(rounds):
             idx = mine[r * size:(r + 1) * size]
             weight = 1.0 if idx else 0.0
-            with self._autocast():
+            with self._autocast(), self._loss_context():
                 parts = self._eval_parts(idx, size)
             for name, (total, count) in parts.items():
                 pair = torch.stack([torch.as_tensor(x, device=self.device).double() for x in (total, count)])

@@ -15,6 +15,7 @@ Adding a workload is one module here plus one recipe. The module's class is buil
     eval_sums(model, batch) -> {metric: (sum, count)}   "loss", and "accuracy" where it applies
     flops(model) -> (model FLOPs per unit, unit, formula)   unit "token" or "sample"; before sharding
     describe(train_set) -> str                     one line for the log: model and data in words
+    loss_context() -> context manager              optional: entered around forward and backward
 
 Each term's summed loss is divided by its count over the whole global batch, so any dp x grad-accum
 split takes the same optimizer step as one process (trainer/loop.py).

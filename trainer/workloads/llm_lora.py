@@ -108,13 +108,12 @@ class LlmLoraWorkload:
     def _summed_ce(self, model: torch.nn.Module, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
         """Summed next-token cross-entropy over answer tokens, and how many tokens it covers."""
         ids = batch["input_ids"]
-        if self.recipe.parallel.sequence_parallel:
-            # the model sees a slice of the sequence: give it the whole sequence's positions; no padding
-            # mask is needed (right padding, causal attention, padded positions carry no label)
-            positions = torch.arange(ids.shape[1], device=ids.device).unsqueeze(0)
-            logits = model(input_ids=ids, position_ids=positions).logits
-        else:
-            logits = model(input_ids=ids, attention_mask=batch["attention_mask"]).logits
+        # No padding mask: batches are right-padded and attention is causal, so real tokens never see
+        # padding and padded positions carry no label - the loss is exact. Passing the mask would make
+        # transformers test it on the host every forward (a device sync), and sequence parallelism needs
+        # the whole sequence's positions anyway (the model sees a slice of it).
+        positions = torch.arange(ids.shape[1], device=ids.device).unsqueeze(0)
+        logits = model(input_ids=ids, position_ids=positions).logits
         labels = batch["labels"][:, 1:]
         logits = logits[:, :-1].float()
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1),
