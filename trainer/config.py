@@ -100,7 +100,10 @@ class ParallelConfig:
     dp: int = -1  # -1: whatever the world size leaves after tp x pp
     tp: int = 1
     pp: int = 1
-    data_parallel: Literal["ddp", "fsdp"] = "ddp"
+    # ddp: DDP (dp only); fsdp: FSDP2 shards every weight over dp; replicate: every dp rank keeps its
+    # whole (tp-sharded) model, only trainable gradients are all-reduced over dp - the LoRA layout of
+    # NeMo/Megatron, where the frozen base never crosses the dp fabric
+    data_parallel: Literal["ddp", "fsdp", "replicate"] = "ddp"
     # pipeline: the per-rank batch is cut into grad-accum micro-batches, which are the pipeline's
     # micro-batches (count = global_batch_size / (micro_batch_size x dp))
     pp_schedule: Literal["gpipe", "1f1b", "interleaved_1f1b"] = "1f1b"

@@ -58,10 +58,10 @@ def resolve_layout(recipe: Recipe, world_size: int) -> tuple[Layout | None, list
                           f"the world size {world_size}; set parallel.dp=-1 to derive it"]
     if tp > 1 and dp > 1 and par.data_parallel == "ddp":
         return None, [f"parallel.data_parallel: 'ddp' cannot be combined with tp {tp} at dp {dp} (DDP does not hold "
-                      "tensor-parallel DTensor parameters); allowed: fsdp"]
+                      "tensor-parallel DTensor parameters); allowed: replicate, fsdp"]
     if pp > 1 and dp > 1 and par.data_parallel == "ddp":
         return None, [f"parallel.data_parallel: 'ddp' cannot be combined with pp {pp} at dp {dp} (DDP's reducer "
-                      "breaks when a schedule runs several forwards before their backwards); allowed: fsdp"]
+                      "breaks when a schedule runs several forwards before their backwards); allowed: replicate, fsdp"]
     gbs, mbs = train.global_batch_size, train.micro_batch_size
     if recipe.workload == "collectives":  # a sweep has no batch: every rank takes part
         return Layout(world_size, dp, tp, pp, par.data_parallel, 0, 0, 0, 0), []

@@ -20,7 +20,7 @@ import torch.distributed as dist
 from . import checkpoint
 from .hooks import Hooks
 from .optim import build_optimizer
-from .parallelize import grad_sync
+from .parallelize import grad_sync, reduce_trainable_grads
 from .progress import Progress
 from .throughput import step_figures
 
@@ -136,6 +136,8 @@ class Trainer:
                 sums += torch.stack([parts[name].detach().float() for name, _ in terms])
         if hasattr(self.model, "set_requires_gradient_sync"):
             self.model.set_requires_gradient_sync(True)
+        if self.layout.data_parallel == "replicate":  # replicas: only the trainable gradients cross dp
+            reduce_trainable_grads(self.params, self.dp_group, dp)
         norm = self._clip()
         lr = self.optimizer.param_groups[0]["lr"]
         hooks.before_optimizer_step(step)

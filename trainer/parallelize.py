@@ -106,9 +106,13 @@ def _sequence_parallel_plan(model: torch.nn.Module, tp_plan: dict) -> dict:
 
 def apply_data_parallel(model: torch.nn.Module, dims: ParallelDims, mode: str, device: torch.device,
                         compute_dtype: torch.dtype, sync_buffers: bool = False) -> torch.nn.Module:
-    """DDP or FSDP2 over the dp mesh. `sync_buffers`: DDP broadcasts rank 0's buffers before a forward
-    that follows a synced training forward (LoRA models have only constant buffers and skip it)."""
+    """DDP, FSDP2 or plain replicas over the dp mesh. `sync_buffers`: DDP broadcasts rank 0's buffers
+    before a forward that follows a synced training forward (LoRA models have only constant buffers and
+    skip it). `replicate` leaves the model as it is: the loop reduces the trainable gradients
+    (`reduce_trainable_grads`), and the replicas start equal because every rank builds the same model."""
     mesh = dims.mesh("dp")
+    if mode == "replicate":
+        return model
     if mode == "ddp":
         if dims.layout.tp > 1 or dims.layout.pp > 1:  # allowed only at dp 1: nothing to replicate
             return model
@@ -134,6 +138,36 @@ def grad_sync(model: torch.nn.Module, enabled: bool):
     if hasattr(model, "set_requires_gradient_sync"):  # FSDP2
         model.set_requires_gradient_sync(enabled)
     return contextlib.nullcontext()
+
+
+# At most this many bytes of gradients are flattened into one all-reduce (a bound on the extra memory).
+BUCKET_BYTES = 256 * 2**20
+
+
+@torch.no_grad()
+def reduce_trainable_grads(params: list[torch.nn.Parameter], group, dp: int) -> None:
+    """`data_parallel: replicate`: average the trainable gradients over dp, a few flat all-reduces per
+    step. Tensor-parallel shards (DTensor) are reduced as their local pieces: every dp replica holds
+    the same piece of the same parameter, so the frozen base never moves across dp."""
+    import torch.distributed as dist
+    from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
+
+    if dp == 1:
+        return
+    grads = [p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad for p in params if p.grad is not None]
+    buckets: dict[tuple, list[list[torch.Tensor]]] = {}
+    for g in grads:  # one flat buffer per dtype and device, split at BUCKET_BYTES
+        runs = buckets.setdefault((g.dtype, g.device), [[]])
+        if runs[-1] and sum(t.numel() * t.element_size() for t in runs[-1]) + g.numel() * g.element_size() > BUCKET_BYTES:
+            runs.append([])
+        runs[-1].append(g)
+    for runs in buckets.values():
+        for bucket in runs:
+            flat = _flatten_dense_tensors(bucket)
+            dist.all_reduce(flat, group=group)
+            flat.div_(dp)
+            for g, reduced in zip(bucket, _unflatten_dense_tensors(flat, bucket)):
+                g.copy_(reduced)
 
 
 def unwrap(model: torch.nn.Module) -> torch.nn.Module:

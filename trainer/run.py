@@ -78,6 +78,11 @@ def trainable_fingerprint(model: torch.nn.Module) -> dict:
     return {"sha256": digest.hexdigest(), "norm": squares ** 0.5, "numel": count}
 
 
+def _local_bytes(params) -> int:
+    """Bytes of this rank's own pieces of the given parameters (tensor-parallel/FSDP shards counted locally)."""
+    return sum((p.to_local() if hasattr(p, "to_local") else p).numel() * p.element_size() for p in params)
+
+
 def _peak_memory_bytes(device: torch.device) -> int | None:
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device)
@@ -221,6 +226,7 @@ def run(recipe: Recipe, layout: Layout, argv: list[str], overrides: list[str]) -
         fingerprint = trainable_fingerprint(model)
         rundir.write_rank_file("final", {"rank": dist.get_rank(), "dp_rank": dims.dp_rank, **host_info(),
                                          "step": state.step, "trainable": fingerprint,
+                                         "trainable_local_bytes": _local_bytes(trainer.params),
                                          "peak_memory_bytes": _peak_memory_bytes(device)})
         status = "target_reached" if state.target_reached_step else "completed"
         code = 0

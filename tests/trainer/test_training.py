@@ -200,3 +200,33 @@ def test_tensor_parallel_lora_matches_the_unsharded_model(nproc, overrides, sing
     assert tp_comm["all_reduce"]["count"] > 10  # row-parallel outputs and column-parallel input grads
     if "parallel.sequence_parallel=true" in overrides:  # gathers before attention/MLP, scatters after
         assert tp_comm["all_gather"]["count"] > 0 and tp_comm["reduce_scatter"]["count"] > 0
+
+
+@pytest.mark.parametrize("nproc,overrides", [
+    (2, []),  # dp 2: the same bytes DDP sends, without DDP
+    (4, ["parallel.tp=2"]),  # dp 2 x tp 2: the frozen base stays put; only the LoRA shards cross dp
+], ids=["dp2", "dp2xtp2"])
+def test_replicated_lora_sends_only_trainable_gradients_across_dp(nproc, overrides, single, tmp_path):
+    res = run_cli(tmp_path / "rep", *NO_DROPOUT, "parallel.data_parallel=replicate", *overrides, nproc=nproc,
+                  timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.losses() == pytest.approx(single.losses(), rel=1e-5)
+    assert [r["grad_norm"] for r in res.metrics()] == pytest.approx([r["grad_norm"] for r in single.metrics()],
+                                                                     rel=1e-5)
+    ranks = res.rank_files()
+    assert len({r["trainable"]["sha256"] for r in ranks}) == 1
+    local = {r["trainable_local_bytes"] for r in ranks}
+    assert len(local) == 1
+    local_bytes = local.pop()
+    if overrides:  # tp shards lora_B (column-parallel) and lora_A (row-parallel): less than the whole
+        assert local_bytes < res.run_json()["model"]["trainable_parameters"] * 4
+    for rec in res.metrics():
+        comm = rec["comm"]
+        assert "all_gather" not in comm and "reduce_scatter" not in comm  # nothing of the base moves
+        ar = comm["all_reduce"]
+        # torch.distributed calls (timed on gloo) are the dp gradient all-reduce, the loop's counts and
+        # loss sums, and with tp the clipping norm's square sum over the tp group (float32); DTensor's own
+        # tp all-reduces are functional collectives (untimed on gloo) and separate from it
+        clip_norm = 4 if overrides else 0
+        timed_bytes = ar["bytes"] - ar.get("untimed_bytes", 0)
+        assert timed_bytes == local_bytes + HARNESS_REDUCTION_BYTES + clip_norm, (timed_bytes, local_bytes)
