@@ -31,8 +31,12 @@ def shard_numel(name: str, shape: tuple, tp: int, colwise: tuple, rowwise: tuple
     numel = 1
     for d in shape:
         numel *= d
+    if tp == 1:
+        return numel
+    if name.endswith(("embed_tokens.weight", "lm_head.weight")):  # vocabulary split over tp (untied)
+        return numel // tp
     suffix = next((s for s in colwise + rowwise if f".{s}." in f".{name}"), None)
-    if suffix is None or tp == 1:
+    if suffix is None:
         return numel
     col = suffix in colwise
     if ".lora_A." in name:

@@ -35,19 +35,28 @@ def _check_divisible(config, tp: int) -> None:
                              f"allowed: divisors of {value}")
 
 
-def apply_tensor_parallel(model: torch.nn.Module, dims: ParallelDims, sequence_parallel: bool = False
-                          ) -> torch.nn.Module:
-    """Shard a LoRA-wrapped Llama over the tp mesh. LoRA must already be applied: a column-parallel
-    projection shards its base layer and lora_B by output and keeps lora_A replicated; a row-parallel
-    one shards its base layer and lora_A by input and keeps lora_B replicated. (peft applied *after*
-    parallelize_module trains wrongly without any error - REFERENCE.md section 8.)"""
+def apply_tensor_parallel(model: torch.nn.Module, dims: ParallelDims, sequence_parallel: bool = False,
+                          shard_head: bool = True) -> bool:
+    """Shard a LoRA-wrapped Llama over the tp mesh, in place. LoRA must already be applied: a
+    column-parallel projection shards its base layer and lora_B by output and keeps lora_A replicated; a
+    row-parallel one shards its base layer and lora_A by input and keeps lora_B replicated. (peft
+    applied *after* parallelize_module trains wrongly without any error.)
+
+    The vocabulary layers split too, so no rank holds or runs the whole vocabulary: the embedding by
+    rows (each rank looks up its part of the vocabulary, outputs are all-reduced) and, with
+    `shard_head`, lm_head by output columns, leaving the logits split over the vocabulary for
+    loss-parallel cross-entropy (`torch.distributed.tensor.parallel.loss_parallel`). They stay whole when
+    the embeddings are tied, or the vocabulary does not divide by tp. Returns whether lm_head was split
+    (the caller must then compute the loss under loss_parallel)."""
+    from torch.distributed.tensor import Replicate, Shard
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
     tp = dims.layout.tp
     if tp == 1:
-        return model
+        return False
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    _check_divisible(base.config, tp)
+    config = base.config
+    _check_divisible(config, tp)
     plan = {}
     for name, module in model.named_modules():
         suffix = next((s for s in LLAMA_COLWISE + LLAMA_ROWWISE if name.endswith(s)), None)
@@ -63,10 +72,20 @@ def apply_tensor_parallel(model: torch.nn.Module, dims: ParallelDims, sequence_p
                     plan[f"{name}.lora_A.{adapter}"] = RowwiseParallel()
         else:
             plan[name] = ColwiseParallel() if colwise else RowwiseParallel()
+    vocab = not getattr(config, "tie_word_embeddings", False) and config.vocab_size % tp == 0
+    head_split = False
+    if vocab:
+        seq = Shard(1) if sequence_parallel else Replicate()
+        for name, module in model.named_modules():
+            if name.endswith("embed_tokens") and isinstance(module, torch.nn.Embedding):
+                plan[name] = RowwiseParallel(input_layouts=Replicate(), output_layouts=seq)
+            elif shard_head and name.endswith("lm_head") and isinstance(module, torch.nn.Linear):
+                plan[name] = ColwiseParallel(input_layouts=seq, output_layouts=Shard(-1), use_local_output=False)
+                head_split = True
     if sequence_parallel:
         plan.update(_sequence_parallel_plan(model, plan))
     parallelize_module(model, dims.mesh("tp"), plan)
-    return model
+    return head_split
 
 
 def _sequence_parallel_plan(model: torch.nn.Module, tp_plan: dict) -> dict:
@@ -83,7 +102,7 @@ def _sequence_parallel_plan(model: torch.nn.Module, tp_plan: dict) -> dict:
     seq, full = Shard(1), Replicate()
     plan = {}
     for name, style in tp_plan.items():
-        if not isinstance(style, RowwiseParallel):
+        if not isinstance(style, RowwiseParallel) or name.endswith("embed_tokens"):  # embed: set by the caller
             continue
         if ".lora_A." in name:
             # the low-rank path stays whole-sequence: lora_A's small output is all-reduced as before, so
@@ -94,6 +113,8 @@ def _sequence_parallel_plan(model: torch.nn.Module, tp_plan: dict) -> dict:
         else:  # row-parallel base outputs: reduce-scatter along the sequence instead of all-reduce
             plan[name] = RowwiseParallel(output_layouts=seq)
     for name, _ in model.named_modules():
+        if name in tp_plan:  # vocabulary layers split over tp already read and write sequence slices
+            continue
         if name.endswith("model.embed_tokens"):
             plan[name] = PrepareModuleOutput(output_layouts=full, desired_output_layouts=seq)
         elif name.endswith(".self_attn"):  # called with hidden_states as a keyword

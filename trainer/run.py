@@ -210,7 +210,9 @@ def run(recipe: Recipe, layout: Layout, argv: list[str], overrides: list[str]) -
         sampler = StepSampler(len(train_set), recipe.seed, layout.global_batch_size, layout.dp, dims.dp_rank,
                               layout.micro_batch_size)
         rundir.update(model={"parameters": total, "trainable_parameters": trainable,
-                             "weight_dtype": str(next(model.parameters()).dtype), "compute_dtype": str(compute_dtype)},
+                             "weight_dtype": str(next(model.parameters()).dtype), "compute_dtype": str(compute_dtype),
+                             # lm_head split over tp, loss-parallel cross-entropy (no full-vocabulary logits)
+                             "vocab_parallel_loss": bool(getattr(workload, "loss_parallel", False))},
                       data={"train_samples": len(train_set),
                             "eval_samples": len(eval_set) if eval_set is not None else None,
                             "synthetic": recipe.data.synthetic if recipe.workload != "llm_lora" else False,

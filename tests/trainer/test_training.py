@@ -196,6 +196,7 @@ def test_tensor_parallel_lora_matches_the_unsharded_model(nproc, overrides, sing
     assert worst < 1e-5, f"LoRA weights differ from the unsharded run by {worst}"  # stated tolerance: 1e-5
     info = res.run_json()
     assert info["layout"]["tp"] == 2
+    assert info["model"]["vocab_parallel_loss"] is True  # embedding and lm_head split over the vocabulary
     tp_comm = res.metrics()[0]["comm"]
     assert tp_comm["all_reduce"]["count"] > 10  # row-parallel outputs and column-parallel input grads
     if "parallel.sequence_parallel=true" in overrides:  # gathers before attention/MLP, scatters after

@@ -1,6 +1,8 @@
 """Causal-LM LoRA fine-tuning with transformers + peft. Model code here is single-device."""
 from __future__ import annotations
 
+import contextlib
+
 import torch
 import torch.nn.functional as F
 
@@ -15,6 +17,7 @@ class LlmLoraWorkload:
 
     def __init__(self, recipe, device: torch.device, weight_dtype: torch.dtype):
         self.recipe, self.device, self.weight_dtype = recipe, device, weight_dtype
+        self.loss_parallel = False  # set by parallelize: lm_head split over tp
         path = recipe.model.path
         if path is not None:  # say "not a checkpoint" before any tokenizer error could hide it
             check_checkpoint(path, "checkpoint", "config.json, weights, tokenizer files")
@@ -85,11 +88,13 @@ class LlmLoraWorkload:
 
         mode = self.recipe.parallel.data_parallel
         if dims.layout.pp == 1:
-            model = apply_tensor_parallel(model, dims, self.recipe.parallel.sequence_parallel)
+            self.loss_parallel = apply_tensor_parallel(model, dims, self.recipe.parallel.sequence_parallel)
             return apply_data_parallel(model, dims, mode, device, compute_dtype)
         pipe = Pipeline(model, dims, self.recipe, device)
-        parts = [apply_data_parallel(apply_tensor_parallel(m, dims), dims, mode, device, compute_dtype)
-                 for m in pipe.stage_modules]
+        parts = []
+        for m in pipe.stage_modules:  # a stage hands plain tensors to the schedule: lm_head stays whole
+            apply_tensor_parallel(m, dims, shard_head=False)
+            parts.append(apply_data_parallel(m, dims, mode, device, compute_dtype))
         pipe.build_schedule(parts)
         return StageList(parts, pipe)
 
@@ -101,6 +106,15 @@ class LlmLoraWorkload:
         n, n_train = matmul_params(model)
         per = flops_per_token(n, n_train, config.num_hidden_layers, config.hidden_size, self.recipe.data.seq_len)
         return per, "token", "4N + 2N_trainable + 12 L d T per token (trainer/throughput.py)"
+
+    def loss_context(self):
+        """With lm_head split over tp the logits are split over the vocabulary: cross-entropy (forward
+        and backward) must run under loss_parallel, which never gathers the full-vocabulary logits."""
+        if not self.loss_parallel:
+            return contextlib.nullcontext()
+        from torch.distributed.tensor.parallel import loss_parallel
+
+        return loss_parallel()
 
     def describe(self, train_set) -> str:
         return f"LoRA r={self.recipe.lora.r}; {len(train_set):,} training sequences of {self.recipe.data.seq_len} tokens"
@@ -118,6 +132,8 @@ class LlmLoraWorkload:
         logits = logits[:, :-1].float()
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1),
                                ignore_index=IGNORE, reduction="sum")
+        if hasattr(loss, "to_local"):  # loss-parallel: a replicated DTensor scalar
+            loss = loss.to_local()
         return loss, (labels != IGNORE).sum()
 
     def loss_sums(self, model: torch.nn.Module, batch: dict) -> dict:
