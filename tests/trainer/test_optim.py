@@ -76,7 +76,7 @@ def test_decay_groups_exclude_biases_and_norms():
 
 # ---------------------------------------------------------------------------------------------------
 # The per-parameter implementations the multi-tensor steps replaced (trainer/optim.py before the foreach
-# rewrite), kept verbatim as the reference. bench/optim_launches.py counts their ops as "before".
+# rewrite): their loop bodies verbatim, as the reference. bench/optim_launches.py counts their ops as "before".
 
 class PerParamLARS(LARS):
     @torch.no_grad()
