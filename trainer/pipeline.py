@@ -107,7 +107,8 @@ class Pipeline:
         num_stages = lay.pp * par.pp_stages_per_rank
         layers = split_layers(causal_lm.config.num_hidden_layers, num_stages)
         self.ids = stage_ids(self.pp_rank, lay.pp, par.pp_stages_per_rank)
-        self.stage_modules = [LlamaStage(causal_lm, layers[s], s == 0, s == num_stages - 1).to(device) for s in self.ids]
+        # stages of a meta-device model stay there: the workload fills each rank's own stages afterwards
+        self.stage_modules = [LlamaStage(causal_lm, layers[s], s == 0, s == num_stages - 1) for s in self.ids]
         self.first, self.last = 0 in self.ids, (num_stages - 1) in self.ids
         self.num_stages, self.schedule_name = num_stages, par.pp_schedule
         self._scale = 1.0

@@ -200,10 +200,13 @@ def run(recipe: Recipe, layout: Layout, argv: list[str], overrides: list[str]) -
         total = sum(p.numel() for p in model.parameters())
         trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
         per_unit, unit, formula = workload.flops(model)
-        peak, peak_reason = peak_tflops(device, compute_dtype)
+        peak, peak_reason = peak_tflops(device, compute_dtype, getattr(workload, "peak_ops", "matmul"))
         rundir.update(throughput={f"flops_per_{unit}": per_unit, "formula": formula,
                                   "peak_tflops_per_device": peak, "peak_reason": peak_reason})
         model = workload.parallelize(model, dims, device, compute_dtype)
+        if os.environ.get("FABRIC_HARNESS_LOAD_DIGESTS") == "1":  # check a load against the checkpoint
+            from .materialize import piece_digests
+            rundir.write_rank_file("load", piece_digests(model))
         for part in model.modules():  # the model, or each pipeline stage
             if isinstance(part, torch.nn.parallel.DistributedDataParallel):
                 telemetry.attach_ddp(part)
@@ -229,6 +232,7 @@ def run(recipe: Recipe, layout: Layout, argv: list[str], overrides: list[str]) -
         rundir.write_rank_file("final", {"rank": dist.get_rank(), "dp_rank": dims.dp_rank, **host_info(),
                                          "step": state.step, "trainable": fingerprint,
                                          "trainable_local_bytes": _local_bytes(trainer.params),
+                                         "load": getattr(workload, "load_stats", None),
                                          "peak_memory_bytes": _peak_memory_bytes(device)})
         status = "target_reached" if state.target_reached_step else "completed"
         code = 0

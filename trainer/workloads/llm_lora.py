@@ -18,6 +18,7 @@ class LlmLoraWorkload:
     def __init__(self, recipe, device: torch.device, weight_dtype: torch.dtype):
         self.recipe, self.device, self.weight_dtype = recipe, device, weight_dtype
         self.loss_parallel = False  # set by parallelize: lm_head split over tp
+        self.load_stats: dict | None = None  # set by parallelize: how this rank's weights were filled
         path = recipe.model.path
         if path is not None:  # say "not a checkpoint" before any tokenizer error could hide it
             check_checkpoint(path, "checkpoint", "config.json, weights, tokenizer files")
@@ -51,9 +52,14 @@ class LlmLoraWorkload:
             raise ModelError(f"model.config: not a valid Llama config: {exc}") from None
 
     def build_model(self) -> torch.nn.Module:
-        """Base model (frozen) with LoRA adapters; identical on every rank for the same seed."""
+        """Base model (frozen) with LoRA adapters, on the meta device: no rank ever holds the whole
+        model. `parallelize` shards it and then fills each rank's pieces (trainer/materialize.py): from
+        the checkpoint's safetensors slices, or by a seeded init that is the same for every layout.
+        A checkpoint without safetensors is loaded whole, as before."""
         from peft import LoraConfig, get_peft_model
         from transformers import AutoModelForCausalLM
+
+        from ..materialize import SafetensorsSource, empty_model, name_modules
 
         m, lora = self.recipe.model, self.recipe.lora
         config = self._model_config()
@@ -61,22 +67,40 @@ class LlmLoraWorkload:
         if self.tokenizer is not None and len(self.tokenizer) > config.vocab_size:
             raise ModelError(f"model.config: vocab_size {config.vocab_size} is smaller than the tokenizer's "
                              f"{len(self.tokenizer)} tokens")
-        torch.manual_seed(self.recipe.seed)  # random init and lora_A init are the same on every rank
-        if m.path is not None:
-            model = AutoModelForCausalLM.from_pretrained(m.path, config=config, dtype=self.weight_dtype,
+        self.init_std = getattr(config, "initializer_range", 0.02)
+        whole = m.path is not None and not SafetensorsSource.available(m.path)
+        torch.manual_seed(self.recipe.seed)
+        with contextlib.nullcontext() if whole else empty_model():
+            if whole:
+                model = AutoModelForCausalLM.from_pretrained(m.path, config=config, dtype=self.weight_dtype,
+                                                             attn_implementation=m.attn_implementation)
+            else:
+                model = AutoModelForCausalLM.from_config(config, dtype=self.weight_dtype,
                                                          attn_implementation=m.attn_implementation)
-        else:
-            model = AutoModelForCausalLM.from_config(config, dtype=self.weight_dtype,
-                                                     attn_implementation=m.attn_implementation)
-        if m.activation_checkpointing:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        peft_cfg = LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
-                              target_modules=list(lora.target_modules), task_type="CAUSAL_LM")
-        try:
-            model = get_peft_model(model, peft_cfg)
-        except ValueError as exc:
-            raise ModelError(f"lora.target_modules: {list(lora.target_modules)} - {str(exc).splitlines()[0]}") from None
-        return model.to(self.device)
+            if m.activation_checkpointing:
+                model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            peft_cfg = LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
+                                  target_modules=list(lora.target_modules), task_type="CAUSAL_LM")
+            try:
+                model = get_peft_model(model, peft_cfg)
+            except ValueError as exc:
+                raise ModelError(f"lora.target_modules: {list(lora.target_modules)} - {str(exc).splitlines()[0]}") from None
+        name_modules(model)
+        return model
+
+    def _materialize(self, model: torch.nn.Module) -> torch.nn.Module:
+        """Allocate and fill this rank's pieces of a meta-device model (a no-op for a whole-loaded one)."""
+        from ..materialize import SafetensorsSource, is_meta, materialize
+
+        if not is_meta(model):
+            return model.to(self.device)
+        path = self.recipe.model.path
+        source = SafetensorsSource(path) if path is not None else None
+        stats = materialize(model, self.device, self.recipe.seed, self.init_std, source)
+        for key in ("tensors", "bytes_read", "seconds"):  # over all of this rank's stages
+            stats[key] += (self.load_stats or {}).get(key, 0)
+        self.load_stats = {**stats, "source": "safetensors slices" if source is not None else "seeded init"}
+        return model
 
     def build_data(self, need_eval: bool):
         return build_datasets(self.recipe.data, self.tokenizer, need_eval)
@@ -87,14 +111,22 @@ class LlmLoraWorkload:
         from ..pipeline import Pipeline, StageList
 
         mode = self.recipe.parallel.data_parallel
-        if dims.layout.pp == 1:
-            self.loss_parallel = apply_tensor_parallel(model, dims, self.recipe.parallel.sequence_parallel)
-            return apply_data_parallel(model, dims, mode, device, compute_dtype)
-        pipe = Pipeline(model, dims, self.recipe, device)
+        stages = [model] if dims.layout.pp == 1 else None
+        if stages is None:
+            pipe = Pipeline(model, dims, self.recipe, device)
+            stages = pipe.stage_modules
         parts = []
-        for m in pipe.stage_modules:  # a stage hands plain tensors to the schedule: lm_head stays whole
-            apply_tensor_parallel(m, dims, shard_head=False)
-            parts.append(apply_data_parallel(m, dims, mode, device, compute_dtype))
+        for m in stages:
+            # a pipeline stage hands plain tensors to the schedule: its lm_head stays whole
+            head = apply_tensor_parallel(m, dims, self.recipe.parallel.sequence_parallel and dims.layout.pp == 1,
+                                         shard_head=dims.layout.pp == 1)
+            self.loss_parallel = self.loss_parallel or head
+            if mode == "fsdp":  # FSDP2 shards meta parameters; each rank then fills only its shards
+                parts.append(self._materialize(apply_data_parallel(m, dims, mode, device, compute_dtype)))
+            else:  # DDP compares and broadcasts real parameters
+                parts.append(apply_data_parallel(self._materialize(m), dims, mode, device, compute_dtype))
+        if dims.layout.pp == 1:
+            return parts[0]
         pipe.build_schedule(parts)
         return StageList(parts, pipe)
 

@@ -1,0 +1,252 @@
+"""Build a model without memory, shard it, then give each rank only its own pieces of the weights.
+
+A 70B model built whole in every process (and moved whole to one GPU) does not fit: the model is built on
+the meta device (`empty_model`, buffers stay real), parallelized there (tensor parallel, FSDP2, pipeline
+stages), and `materialize` then allocates each rank's local pieces on its device and fills them:
+
+- from a safetensors checkpoint (`SafetensorsSource`): each rank reads only the slices it owns (tensor
+  parallel slices, FSDP shards, its pipeline stage's layers), never the whole file;
+- else by the initialisation rule of the parameter's module (normal(0, initializer_range) for linear and
+  embedding weights, ones for norms, zeros for biases, and peft's rule for LoRA: kaiming-uniform A, zero B),
+  drawn from a generator seeded by (seed, parameter name). Values therefore depend only on the seed and
+  the name, never on the layout: every rank draws the same LoRA weights, and a sharded run starts from
+  exactly the single-process weights. A full parameter is drawn on the device, one at a time, then sliced.
+
+Parameter names are taken before parallelizing (`name_modules`), so wrappers and stage splits do not change
+them.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import zlib
+
+import torch
+from torch import nn
+
+from .errors import InputError
+
+_NAME = "_fh_name"  # attribute each module carries: its name in the model as built
+
+
+@contextlib.contextmanager
+def empty_model():
+    """Parameters on the meta device (no memory, no init work), buffers real (rotary tables and such)."""
+    from accelerate import init_empty_weights
+
+    with init_empty_weights(include_buffers=False):
+        yield
+
+
+def name_modules(model: nn.Module) -> None:
+    for name, module in model.named_modules():
+        object.__setattr__(module, _NAME, name)
+
+
+def is_meta(model: nn.Module) -> bool:
+    return any(_local(p).is_meta for p in model.parameters())
+
+
+def checkpoint_key(name: str) -> str:
+    """The Hugging Face checkpoint key of a parameter of the (peft-wrapped) model."""
+    if name.startswith("base_model.model."):
+        name = name[len("base_model.model."):]
+    return name.replace(".base_layer.", ".")
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    return t.to_local() if hasattr(t, "to_local") else t
+
+
+def _seed(seed: int, name: str) -> int:
+    return (seed * 0x9E3779B1 + zlib.crc32(name.encode())) % (2**63)
+
+
+def init_value(module: nn.Module, pname: str, name: str, shape: tuple, device: torch.device, seed: int,
+               std: float) -> torch.Tensor:
+    """The full fp32 initial value of parameter `name` (module-type rule, seeded by the name)."""
+    out = torch.empty(shape, device=device, dtype=torch.float32)
+    gen = torch.Generator(device=device).manual_seed(_seed(seed, name))
+    kind = type(module).__name__
+    if ".lora_B." in f".{name}":
+        return out.zero_()
+    if ".lora_A." in f".{name}":  # peft's default: kaiming_uniform_(a=sqrt(5)) = U(-1/sqrt(fan_in), +)
+        bound = 1.0 / math.sqrt(shape[1])
+        return out.uniform_(-bound, bound, generator=gen)
+    if pname == "bias":
+        return out.zero_()
+    if "Norm" in kind:
+        return out.fill_(1.0)
+    if isinstance(module, (nn.Linear, nn.Embedding)) and pname == "weight":
+        out.normal_(0.0, std, generator=gen)
+        pad = getattr(module, "padding_idx", None)
+        if isinstance(module, nn.Embedding) and pad is not None:
+            out[pad] = 0.0
+        return out
+    raise InputError(f"model: no initialisation rule for parameter {name!r} ({kind}); "
+                     "give model.path (a checkpoint) instead")
+
+
+CHUNK_BYTES = 8 * 2**20  # a slice is read and copied in pieces of at most this many bytes
+
+
+class SafetensorsSource:
+    """Reads slices of tensors by checkpoint key from a directory of safetensors shards.
+
+    Each read maps the shard file and unmaps it again: pages touched by one tensor's slice (a
+    column slice touches every row) do not stay resident for the rest of the load."""
+
+    def __init__(self, path: str):
+        from safetensors import safe_open
+
+        index = os.path.join(path, "model.safetensors.index.json")
+        if os.path.isfile(index):
+            try:
+                with open(index, encoding="utf-8") as f:
+                    weight_map = json.load(f)["weight_map"]
+            except (ValueError, KeyError) as exc:
+                raise InputError(f"model.path: {index!r} is not a safetensors index ({exc})") from None
+        elif os.path.isfile(os.path.join(path, "model.safetensors")):
+            with safe_open(os.path.join(path, "model.safetensors"), "pt") as f:
+                weight_map = {k: "model.safetensors" for k in f.keys()}
+        else:
+            raise InputError(f"model.path: {path!r} has no model.safetensors or model.safetensors.index.json")
+        self.path, self.weight_map = path, weight_map
+        self._open = safe_open
+        self.bytes_read = 0
+
+    @staticmethod
+    def available(path: str) -> bool:
+        return any(os.path.isfile(os.path.join(path, f))
+                   for f in ("model.safetensors.index.json", "model.safetensors"))
+
+    def copy_into(self, key: str, shape: tuple, target: torch.Tensor, offset: tuple | None = None) -> None:
+        """Copy the block of tensor `key` at `offset` (the whole tensor when None) into `target`, in
+        chunks along the first dimension; the stored shape is checked against the model's."""
+        fname = self.weight_map.get(key)
+        if fname is None:
+            raise InputError(f"model.path: the checkpoint in {self.path!r} has no tensor {key!r}")
+        offset = offset or (0,) * len(shape)
+        with self._open(os.path.join(self.path, fname), "pt") as f:
+            piece = f.get_slice(key)
+            stored = tuple(piece.get_shape())
+            if stored != tuple(shape):
+                raise InputError(f"model.path: tensor {key!r} has shape {list(stored)} in the checkpoint, the "
+                                 f"model expects {list(shape)} (config.json does not match the weights)")
+            if target.dim() == 0:
+                target.copy_(piece[:])
+                self.bytes_read += target.element_size()
+                return
+            row = max(target[0].numel(), 1) * 4
+            step = max(1, CHUNK_BYTES // row)
+            rest = tuple(slice(o, o + n) for o, n in zip(offset[1:], target.shape[1:]))
+            for start in range(0, target.shape[0], step):
+                stop = min(start + step, target.shape[0])
+                value = piece[(slice(offset[0] + start, offset[0] + stop), *rest)]
+                target[start:stop].copy_(value)
+                self.bytes_read += value.numel() * value.element_size()
+
+
+def _block(param: torch.Tensor) -> tuple[tuple, tuple] | None:
+    """(global offset, local shape) of this rank's piece when it is one contiguous block of the full
+    tensor (plain tensors, Shard/Replicate placements); None otherwise (strided shards)."""
+    if not hasattr(param, "placements"):
+        return (0,) * param.dim(), tuple(param.shape)
+    from torch.distributed.tensor import Replicate, Shard
+
+    if not all(type(p) in (Shard, Replicate) for p in param.placements):
+        return None
+    from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+
+    local, offset = compute_local_shape_and_global_offset(param.shape, param.device_mesh, param.placements)
+    return tuple(offset), tuple(local)
+
+
+def _place(param: torch.Tensor, full: torch.Tensor) -> torch.Tensor:
+    """This rank's piece of a full tensor, for a parameter that may be a DTensor of any placement."""
+    if not hasattr(param, "placements"):
+        return full
+    from torch.distributed.tensor import distribute_tensor
+
+    # every rank holds the same full value: no communication (src_data_rank=None)
+    return distribute_tensor(full, param.device_mesh, param.placements, src_data_rank=None).to_local()
+
+
+def _rss() -> tuple[int | None, int | None]:
+    """(current, peak) resident set of this process in bytes, from /proc (None elsewhere)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            fields = dict(line.split(":", 1) for line in f if ":" in line)
+        return int(fields["VmRSS"].split()[0]) * 1024, int(fields["VmHWM"].split()[0]) * 1024
+    except (OSError, KeyError, ValueError):
+        return None, None
+
+
+def piece_digests(model: nn.Module) -> dict:
+    """{checkpoint key: {offset, shape, sha256}} of this rank's piece of every frozen parameter: a load
+    can be checked against the checkpoint without a second load (FABRIC_HARNESS_LOAD_DIGESTS=1)."""
+    import hashlib
+
+    out = {}
+    for module in model.modules():
+        base = getattr(module, _NAME, None)
+        for pname, param in module.named_parameters(recurse=False):
+            if base is None or param.requires_grad:
+                continue
+            block = _block(param)
+            data = _local(param).detach().cpu().contiguous()
+            out[checkpoint_key(f"{base}.{pname}" if base else pname)] = {
+                "offset": list(block[0]) if block else None, "shape": list(data.shape),
+                "sha256": hashlib.sha256(data.view(torch.uint8).numpy().tobytes()).hexdigest()}
+    return out
+
+
+@torch.no_grad()
+def materialize(model: nn.Module, device: torch.device, seed: int, std: float,
+                source: SafetensorsSource | None = None) -> dict:
+    """Allocate this rank's pieces on `device` and fill them (from `source`, else by the init rule).
+    Returns {"tensors", "bytes_read", "seconds", "rss_before_bytes", "rss_peak_bytes"} for the run's
+    records (the peak is the process's high-water mark so far)."""
+    import time
+
+    t0, (rss_before, _) = time.perf_counter(), _rss()
+    buffers = [(m, n, b) for m in model.modules() for n, b in m._buffers.items() if b is not None]
+    model.to_empty(device=device)
+    for module, name, buf in buffers:  # to_empty emptied them too; they were real all along
+        module._buffers[name] = buf.to(device)
+    stats = {"tensors": 0}
+    seen: set[int] = set()
+    for module in model.modules():
+        base = getattr(module, _NAME, None)
+        if base is None:
+            continue
+        for pname, param in module.named_parameters(recurse=False):
+            if id(param) in seen:  # tied weights: filled once
+                continue
+            seen.add(id(param))
+            name = f"{base}.{pname}" if base else pname
+            shape = tuple(param.shape)
+            target = _local(param)
+            key = checkpoint_key(name)
+            if source is not None and ".lora_" not in name:
+                block = _block(param)
+                if block is None:  # strided shards: through the full value, one tensor at a time
+                    full = torch.empty(shape, dtype=target.dtype)
+                    source.copy_into(key, shape, full)
+                    target.copy_(_place(param, full.to(device)))
+                elif target.device.type == "cpu":
+                    source.copy_into(key, shape, target, block[0])
+                else:  # this rank's block through host memory of its own size
+                    host = torch.empty(block[1], dtype=target.dtype)
+                    source.copy_into(key, shape, host, block[0])
+                    target.copy_(host)
+            else:
+                value = _place(param, init_value(module, pname, name, shape, device, seed, std))
+                target.copy_(value.to(dtype=target.dtype))
+            stats["tensors"] += 1
+    stats["bytes_read"] = source.bytes_read if source is not None else 0
+    stats["seconds"] = round(time.perf_counter() - t0, 3)
+    stats["rss_before_bytes"], stats["rss_peak_bytes"] = rss_before, _rss()[1]
+    return stats
