@@ -27,11 +27,10 @@ import torch
 import torch.distributed as dist
 
 from . import fabric
-from .collectives import CollectiveTracer, enable_nccl_timing, totals
+from .collectives import RECORDED_OPS as OPS, CollectiveTracer, enable_nccl_timing, totals
 from .counters import CounterReader, loss_verdict
 from .energy import EnergyMeter, open_cpu_source, open_gpu_source
 from .exposed import ProfiledWindows
-from .formulas import OPS
 
 
 @dataclass
@@ -345,6 +344,9 @@ class Telemetry:
                "gpu_energy_reason": self.gpu.reason,
                "counters": loss_verdict(self._loss_steps) if self.counters is not None else
                {"verdict": None, "reason": "read by the host's local rank 0"}}
+        devices = self.gpu.describe().get("devices") if hasattr(self.gpu, "describe") else None
+        if devices:  # which NVML device each CUDA device was read as (CUDA_VISIBLE_DEVICES remaps)
+            out["gpu_energy_devices"] = devices
         if self.cross_rank_info:
             out["cross_rank"] = self.cross_rank_info
         if self._exposed:

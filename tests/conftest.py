@@ -52,7 +52,9 @@ def run_cli(out: Path, *overrides: str, nproc: int = 1, recipe: str = TINY, env:
                "-m", "trainer", *args]
     else:
         cmd = [sys.executable, "-m", "trainer", *args]
-    full_env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", **(env or {})}
+    # CUDA_VISIBLE_DEVICES="": these are CPU/gloo runs, also on a machine with a GPU
+    full_env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "CUDA_VISIBLE_DEVICES": "",
+                **(env or {})}
     proc = subprocess.Popen(cmd, cwd=REPO, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)
     try:

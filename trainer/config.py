@@ -122,7 +122,10 @@ class DistributedConfig:
 class TelemetryConfig:
     enabled: bool = True
     nccl_debug: bool = True  # NCCL_DEBUG=INFO into logs/, for the transport verdict (user settings win)
-    cross_rank_every: int = 1  # steps between min/median/max gathers across ranks; 0 = never
+    cross_rank_every: int = 1  # steps between cross-rank min/mean/max reductions; 0 = never
+    # steps between exact cross-rank medians (every rank's values go to rank 0); null: every cross-rank
+    # step up to 16 ranks, every 100 steps above
+    cross_rank_median_every: Optional[int] = None
     profile_every: int = 0  # steps between profiled windows for exposed communication; 0 = never
     profile_steps: int = 1
     save_traces: bool = False  # keep the profiled windows' Chrome traces in logs/
@@ -560,6 +563,8 @@ def _check_telemetry(r: Recipe) -> list[str]:
     tel = r.telemetry
     p += _at_least("telemetry", tel, ("cross_rank_every", "profile_every"), 0, " (0 = never)")
     p += _at_least("telemetry", tel, ("profile_steps",), 1)
+    if tel.cross_rank_median_every is not None:
+        p += _at_least("telemetry", tel, ("cross_rank_median_every",), 0, " (0 = never), or null for the default")
     if tel.power_sample_interval_s <= 0:
         p.append(f"telemetry.power_sample_interval_s: got {tel.power_sample_interval_s}; expected a number > 0")
     p += _at_least("distributed", r.distributed, ("timeout_s",), 1)
