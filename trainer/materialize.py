@@ -95,8 +95,8 @@ CHUNK_BYTES = 8 * 2**20  # a slice is read and copied in pieces of at most this 
 class SafetensorsSource:
     """Reads slices of tensors by checkpoint key from a directory of safetensors shards.
 
-    Each read maps the shard file and unmaps it again: pages touched by one tensor's slice (a
-    column slice touches every row) do not stay resident for the rest of the load."""
+    Each chunk maps the shard file and unmaps it again: the pages a slice touches (a column slice
+    touches every row) never stay resident beyond one chunk."""
 
     def __init__(self, path: str):
         from safetensors import safe_open
@@ -129,24 +129,28 @@ class SafetensorsSource:
         if fname is None:
             raise InputError(f"model.path: the checkpoint in {self.path!r} has no tensor {key!r}")
         offset = offset or (0,) * len(shape)
-        with self._open(os.path.join(self.path, fname), "pt") as f:
-            piece = f.get_slice(key)
-            stored = tuple(piece.get_shape())
-            if stored != tuple(shape):
-                raise InputError(f"model.path: tensor {key!r} has shape {list(stored)} in the checkpoint, the "
-                                 f"model expects {list(shape)} (config.json does not match the weights)")
-            if target.dim() == 0:
-                target.copy_(piece[:])
-                self.bytes_read += target.element_size()
-                return
-            row = max(target[0].numel(), 1) * 4
-            step = max(1, CHUNK_BYTES // row)
-            rest = tuple(slice(o, o + n) for o, n in zip(offset[1:], target.shape[1:]))
-            for start in range(0, target.shape[0], step):
-                stop = min(start + step, target.shape[0])
-                value = piece[(slice(offset[0] + start, offset[0] + stop), *rest)]
-                target[start:stop].copy_(value)
-                self.bytes_read += value.numel() * value.element_size()
+        file = os.path.join(self.path, fname)
+        with self._open(file, "pt") as f:
+            stored = tuple(f.get_slice(key).get_shape())
+        if stored != tuple(shape):
+            raise InputError(f"model.path: tensor {key!r} has shape {list(stored)} in the checkpoint, the "
+                             f"model expects {list(shape)} (config.json does not match the weights)")
+        if target.dim() == 0:
+            with self._open(file, "pt") as f:
+                target.copy_(f.get_slice(key)[:])
+            self.bytes_read += target.element_size()
+            return
+        row = max(target[0].numel(), 1) * 4
+        step = max(1, CHUNK_BYTES // row)
+        rest = tuple(slice(o, o + n) for o, n in zip(offset[1:], target.shape[1:]))
+        for start in range(0, target.shape[0], step):
+            stop = min(start + step, target.shape[0])
+            # the file is mapped per chunk: the pages a chunk touched count as this process's
+            # memory until they are unmapped
+            with self._open(file, "pt") as f:
+                value = f.get_slice(key)[(slice(offset[0] + start, offset[0] + stop), *rest)]
+            target[start:stop].copy_(value)
+            self.bytes_read += value.numel() * value.element_size()
 
 
 def _block(param: torch.Tensor) -> tuple[tuple, tuple] | None:
