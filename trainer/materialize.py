@@ -33,11 +33,21 @@ _NAME = "_fh_name"  # attribute each module carries: its name in the model as bu
 
 @contextlib.contextmanager
 def empty_model():
-    """Parameters on the meta device (no memory, no init work), buffers real (rotary tables and such)."""
+    """Parameters on the meta device (no memory, no init work), buffers real (rotary tables and such).
+    Tied weights come out untied (each registration makes a new meta tensor): call `tie` on the model."""
     from accelerate import init_empty_weights
 
     with init_empty_weights(include_buffers=False):
         yield
+
+
+def tie(model: nn.Module) -> nn.Module:
+    """Re-tie a Hugging Face model's shared weights after an empty build, outside `empty_model` (a no-op
+    when untied); peft models are tied through their base model."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    if hasattr(base, "tie_weights"):
+        base.tie_weights()
+    return model
 
 
 def name_modules(model: nn.Module) -> None:
@@ -189,16 +199,18 @@ def _rss() -> tuple[int | None, int | None]:
 
 
 def piece_digests(model: nn.Module) -> dict:
-    """{checkpoint key: {offset, shape, sha256}} of this rank's piece of every frozen parameter: a load
-    can be checked against the checkpoint without a second load (FABRIC_HARNESS_LOAD_DIGESTS=1)."""
+    """{checkpoint key: {offset, shape, sha256}} of this rank's piece of every parameter the checkpoint
+    holds (all but LoRA's), right after loading: a load can be checked against the checkpoint without a
+    second load (FABRIC_HARNESS_LOAD_DIGESTS=1)."""
     import hashlib
 
-    out = {}
+    out, seen = {}, set()
     for module in model.modules():
         base = getattr(module, _NAME, None)
         for pname, param in module.named_parameters(recurse=False):
-            if base is None or param.requires_grad:
+            if base is None or ".lora_" in f"{base}." or id(param) in seen:
                 continue
+            seen.add(id(param))
             block = _block(param)
             data = _local(param).detach().cpu().contiguous()
             out[checkpoint_key(f"{base}.{pname}" if base else pname)] = {
@@ -217,7 +229,16 @@ def materialize(model: nn.Module, device: torch.device, seed: int, std: float,
 
     t0, (rss_before, _) = time.perf_counter(), _rss()
     buffers = [(m, n, b) for m in model.modules() for n, b in m._buffers.items() if b is not None]
+    slots: dict[int, list[tuple[nn.Module, str]]] = {}  # a tied weight sits in several modules' slots
+    for m in model.modules():
+        for n, p in m._parameters.items():
+            if p is not None:
+                slots.setdefault(id(p), []).append((m, n))
     model.to_empty(device=device)
+    for places in slots.values():  # to_empty makes one new tensor per slot: tie them again
+        first = places[0][0]._parameters[places[0][1]]
+        for m, n in places[1:]:
+            m._parameters[n] = first
     for module, name, buf in buffers:  # to_empty emptied them too; they were real all along
         module._buffers[name] = buf.to(device)
     stats = {"tensors": 0}

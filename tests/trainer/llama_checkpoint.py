@@ -13,6 +13,9 @@ def make_checkpoint(path: Path, shard_size: str = "60MB") -> int:
     """Write the checkpoint (if not there yet); returns the bytes of all its tensors."""
     import torch
     from safetensors import safe_open
+
+    from trainer.compat import ensure_torchvision_importable
+    ensure_torchvision_importable()  # before transformers (trainer/compat.py)
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
     if not (path / "model.safetensors.index.json").exists():

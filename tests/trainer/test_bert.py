@@ -264,3 +264,44 @@ def test_bad_data_fails_with_one_line_through_the_cli(override, expected, tmp_pa
     assert "Traceback" not in res.stderr
     info = res.run_json()
     assert info["status"] == "failed" and info["exit_code"] == 2 and expected in info["error"]
+
+
+def test_safetensors_checkpoint_loads_in_fsdp_shards(tmp_path):
+    """model.path with safetensors: built empty, each FSDP rank reads only its shards, bit for bit the
+    checkpoint's values, and trains from the same loss as one process."""
+    import hashlib
+
+    from safetensors.torch import load_file
+    from transformers import BertConfig, BertForPreTraining
+
+    ckpt = tmp_path / "bert"
+    torch.manual_seed(0)
+    cfg = BertConfig(vocab_size=260, hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
+                     intermediate_size=512, max_position_embeddings=64, pad_token_id=0,
+                     hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    BertForPreTraining(cfg).save_pretrained(ckpt, max_shard_size="500KB")
+    assert len(list(ckpt.glob("*.safetensors"))) > 1
+    full = {}
+    for shard in ckpt.glob("*.safetensors"):
+        full.update(load_file(str(shard)))
+    common = [*QUICK, "max_steps=2", "train.eval_every_samples=null", f"model.path={ckpt}", "model.config=null",
+              "train.save_final=false"]
+    env = {"FABRIC_HARNESS_LOAD_DIGESTS": "1"}
+    one = run_cli(tmp_path / "one", *common, "train.micro_batch_size=16", recipe=TINY_BERT, env=env)
+    two = run_cli(tmp_path / "two", *common, "parallel.data_parallel=fsdp", recipe=TINY_BERT, nproc=2, env=env)
+    for res in (one, two):
+        assert res.returncode == 0, res.stderr[-3000:]
+    assert two.losses()[0] == pytest.approx(one.losses()[0], abs=1e-5)
+    for res, nproc in ((one, 1), (two, 2)):
+        seen = set()
+        for rank in range(nproc):
+            digests = json.loads((res.out / "ranks" / f"rank{rank:05d}.load.json").read_text())
+            for key, d in digests.items():
+                block = full[key][tuple(slice(o, o + n) for o, n in zip(d["offset"], d["shape"]))].contiguous()
+                assert hashlib.sha256(block.view(-1).view(torch.uint8).numpy().tobytes()).hexdigest() == d["sha256"]
+                seen.add(key)
+        assert seen == set(full)
+        loads = [f["load"] for f in res.rank_files()]
+        assert all(x["source"] == "safetensors slices" for x in loads)
+        total = sum(t.numel() * t.element_size() for t in full.values())
+        assert sum(x["bytes_read"] for x in loads) == total  # the ranks between them read the model once

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 
 from ..compat import ensure_torchvision_importable
 from ..data.mlm import build_mlm_datasets
+from ..materialize import is_meta
 from .hf import ModelError, check_checkpoint, config_fields
 
 ensure_torchvision_importable()  # before transformers (trainer/compat.py)
@@ -47,6 +48,7 @@ class BertPretrainingWorkload:
 
     def __init__(self, recipe, device: torch.device, weight_dtype: torch.dtype):
         self.recipe, self.device = recipe, device
+        self.load_stats: dict | None = None  # set when a safetensors checkpoint is loaded in slices
         # every weight trains: keep fp32 master weights (autocast gives bf16 compute on GPU); "auto" means
         # bf16 weights on GPU, which suits a frozen LoRA base, not LAMB updates
         self.weight_dtype = torch.float32 if recipe.model.dtype == "auto" else weight_dtype
@@ -81,9 +83,17 @@ class BertPretrainingWorkload:
 
     def build_model(self) -> torch.nn.Module:
         """Every parameter trainable; identical on every rank for the same seed."""
+        from ..materialize import SafetensorsSource, empty_model, name_modules, tie
+
         m = self.recipe.model
         torch.manual_seed(self.recipe.seed)  # random init is the same on every rank
-        if m.path is not None:
+        if m.path is not None and SafetensorsSource.available(m.path):
+            # built empty; parallelize fills each rank's pieces from the checkpoint's slices (FSDP2 shards)
+            with empty_model():
+                model = GatheredBertForPreTraining._from_config(self.config, dtype=self.weight_dtype,
+                                                                attn_implementation=m.attn_implementation)
+            name_modules(tie(model))
+        elif m.path is not None:
             model = GatheredBertForPreTraining.from_pretrained(m.path, config=self.config, dtype=self.weight_dtype,
                                                                attn_implementation=m.attn_implementation)
         else:
@@ -97,12 +107,25 @@ class BertPretrainingWorkload:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         for p in model.parameters():
             p.requires_grad_(True)
-        return model.to(self.device)
+        return model if is_meta(model) else model.to(self.device)
 
     def parallelize(self, model, dims, device: torch.device, compute_dtype: torch.dtype) -> torch.nn.Module:
         from ..parallelize import apply_data_parallel
 
-        return apply_data_parallel(model, dims, self.recipe.parallel.data_parallel, device, compute_dtype)
+        mode = self.recipe.parallel.data_parallel
+        if not is_meta(model):
+            return apply_data_parallel(model, dims, mode, device, compute_dtype)
+        if mode == "fsdp":  # each rank reads only its shards
+            return self._load(apply_data_parallel(model, dims, mode, device, compute_dtype))
+        return apply_data_parallel(self._load(model), dims, mode, device, compute_dtype)
+
+    def _load(self, model: torch.nn.Module) -> torch.nn.Module:
+        from ..materialize import SafetensorsSource, materialize
+
+        stats = materialize(model, self.device, self.recipe.seed, self.config.initializer_range,
+                            SafetensorsSource(self.recipe.model.path))
+        self.load_stats = {**stats, "source": "safetensors slices"}
+        return model
 
     def flops(self, model: torch.nn.Module) -> tuple[float, str, str]:
         """Model FLOPs per input token, before sharding (trainer/throughput.py)."""

@@ -59,7 +59,7 @@ class LlmLoraWorkload:
         from peft import LoraConfig, get_peft_model
         from transformers import AutoModelForCausalLM
 
-        from ..materialize import SafetensorsSource, empty_model, name_modules
+        from ..materialize import SafetensorsSource, empty_model, name_modules, tie
 
         m, lora = self.recipe.model, self.recipe.lora
         config = self._model_config()
@@ -85,7 +85,7 @@ class LlmLoraWorkload:
                 model = get_peft_model(model, peft_cfg)
             except ValueError as exc:
                 raise ModelError(f"lora.target_modules: {list(lora.target_modules)} - {str(exc).splitlines()[0]}") from None
-        name_modules(model)
+        name_modules(tie(model))
         return model
 
     def _materialize(self, model: torch.nn.Module) -> torch.nn.Module:
