@@ -1,0 +1,433 @@
+"""nccl-tests output, read into the collective sweep's JSON (the schema of a run's collectives.json).
+
+    python -m telemetry nccl-tests all_reduce_perf.txt [more files] [--json OUT] [--csv OUT]
+
+Reads what nccl-tests prints, in its layouts since 2018, and the harness's own sweep tables:
+
+- the parameters line `# nThread 1 nGpus 1 minBytes 8 maxBytes ... iters: 20 [agg iters: 1] validation: 1 ...`,
+  the `# Using devices` block (`#  Rank  0 [Group  0] Pid ... on HOST device  0 [BUS] NAME`, one line per
+  rank: the world size), `# nccl-tests version`, `# Collective test starting/concluded: NAME`;
+- the column header, which says which columns a row has: `size count type [redop] [root]`, then per block
+  (`out-of-place`, `in-place`) `time algbw busbw` and `#wrong` (a count) or, before 2022, `error` (the
+  largest error, not a count: `wrong` is then null), plus any columns later versions add (they are kept
+  under `extra`); the units line gives the time unit;
+- rows, where a blank `redop` cell (old alltoall) or a missing out-of-place block (nccl-tests prints
+  blanks there when it skips it) leave fewer tokens; `N/A` cells are null;
+- `# Out of bounds values` and `# Avg bus bandwidth` when present (without the footer the average is the
+  mean busbw of the rows' blocks, as nccl-tests computes it, and says so);
+- Open MPI's `--tag-output` prefixes (`[1,0]<stdout>:`; stderr lines are dropped) and `srun --label`
+  prefixes (`0: `); each prefix is read as its own stream, so ranks printing at once do not mix; lines that
+  are none of the above (NCCL INFO, shell prompts, markdown) are skipped.
+
+One run per table. The collective comes from the `Collective test starting` line, a `..._perf` command
+in the text, or else the file name (`all_gather_perf.txt`); unnamed tables are `unknown`.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import math
+import os
+import re
+
+# nccl-tests binary stem -> the sweep's collective name
+TEST_OPS = {"all_reduce": "all_reduce", "all_gather": "all_gather", "reduce_scatter": "reduce_scatter",
+            "alltoall": "all_to_all", "alltoallv": "alltoallv", "sendrecv": "sendrecv", "broadcast": "broadcast",
+            "reduce": "reduce", "gather": "gather", "scatter": "scatter", "hypercube": "hypercube"}
+OP_TESTS = {op: f"{stem}_perf" for stem, op in TEST_OPS.items()}
+# nccl-tests type names -> torch dtype names (the sweep's `dtype`)
+DTYPES = {"float": "float32", "double": "float64", "half": "float16", "bfloat16": "bfloat16", "int8": "int8",
+          "uint8": "uint8", "int32": "int32", "uint32": "uint32", "int64": "int64", "uint64": "uint64",
+          "f8e4m3": "float8_e4m3fn", "f8e5m2": "float8_e5m2"}
+BLOCKS = ("out_of_place", "in_place")
+
+_MPI_TAG = re.compile(r"^\[(\d+),(\d+)\]<(stdout|stderr)>:")
+_SRUN_LABEL = re.compile(r"^\s*(\d+): ")
+_TEST_NAME = re.compile(r"\b(all_reduce|all_gather|reduce_scatter|alltoallv|alltoall|sendrecv|broadcast|hypercube|"
+                        r"reduce|gather|scatter)_perf(?:_mpi)?\b")
+_FILE_OP = re.compile(r"all_reduce|all_gather|reduce_scatter|alltoallv|alltoall|sendrecv|broadcast|hypercube")
+_RANK = re.compile(r"^Rank\s+(\d+)(?:\s+Group\s+(\d+))?(?:\s+Pid\s+(\d+))?\s+on\s+(\S+)\s+device\s+(-?\d+)"
+                   r"\s+\[([^\]]*)\]\s*(.*)$")
+_PARAM = re.compile(r"(nThread|nGpus|minBytes|maxBytes|warmup iters|agg iters|iters|validation|graph|unalign)"
+                    r":? (-?\d+)")
+_STEP = re.compile(r"step: (\d+)\((\w+)\)")
+_TIMESTAMP = re.compile(r"^\d{4}-\d\d-\d\d$")
+_PLACEHOLDERS = {"N/A", "n/a", "NA", "-"}
+
+
+class NcclTestsError(Exception):
+    """A file that holds no nccl-tests table; the message names it."""
+
+
+def _prefix(line: str) -> tuple[object, str] | None:
+    """(stream key, line without the launcher's prefix); None for a line that came from stderr."""
+    m = _MPI_TAG.match(line)
+    if m:
+        return (None if m.group(3) == "stderr" else ("mpi", m.group(2)), line[m.end():])
+    m = _SRUN_LABEL.match(line)
+    if m:
+        return ("srun", m.group(1)), line[m.end():]
+    return "", line
+
+
+def _num(tok: str) -> float | None:
+    """A cell's value; placeholders and non-finite values are unknown (null)."""
+    if tok in _PLACEHOLDERS:
+        return None
+    v = float(tok)  # anything else that is not a number makes the row unreadable
+    return v if math.isfinite(v) else None
+
+
+class _Run:
+    def __init__(self, seq: int, name: str | None = None):
+        self.seq, self.name = seq, name
+        self.key = self.ranks = self.version = None
+        self.params: dict = {}
+        self.devices: list[dict] = []
+        self.prefix_cols: list[str] = []
+        self.block_cols: list[str] = []
+        self.extra_cols: list[str] = []
+        self.block_names = list(BLOCKS)
+        self.nblocks = 0
+        self.time_scale = 1.0
+        self.rows: list[dict] = []
+        self.skipped: list[str] = []
+        self.oob = self.avg = None
+
+    def empty(self) -> bool:
+        return not (self.rows or self.params or self.devices or self.nblocks)
+
+    # ---------------------------------------------------------------- header
+
+    def header(self, tokens: list[str]) -> None:
+        times = [i for i, t in enumerate(tokens) if t in ("time", "cputime")]
+        names = {"bytes": "size", "N": "count", "op": "redop"}
+        self.prefix_cols = [names.get(t, t) for t in tokens[:times[0]]]
+        width = (times[1] - times[0]) if len(times) > 1 else len(tokens) - times[0]
+        block = tokens[times[0]:times[0] + width]
+        names = {"cputime": "time", "#wrong": "wrong", "res": "error"}
+        self.block_cols = [names.get(t, t) for t in block]
+        self.nblocks = len(times)
+        self.extra_cols = tokens[times[0] + width * self.nblocks:]
+        # nccl-tests of 2017 printed milliseconds and had no units line
+        self.time_scale = 1e3 if tokens[0] == "bytes" else 1.0
+
+    def units(self, tokens: list[str]) -> None:
+        for t in tokens:
+            if t in ("(us)", "(ms)", "(s)"):
+                self.time_scale = {"(us)": 1.0, "(ms)": 1e3, "(s)": 1e6}[t]
+                return
+
+    def titles(self, text: str) -> None:
+        found = [m.group(0) for m in re.finditer(r"out-of-place|in-place", text)]
+        if found:
+            self.block_names = [b.replace("-", "_") for b in found]
+
+    # ---------------------------------------------------------------- rows
+
+    def row(self, line: str) -> None:
+        tokens = line.split()
+        stamp = None
+        if "timestamp" in self.extra_cols and len(tokens) > 2 and _TIMESTAMP.match(tokens[-2]):
+            stamp = " ".join(tokens[-2:])
+            tokens = tokens[:-2]
+        npre, nblk = len(self.prefix_cols), len(self.block_cols)
+        ncols = npre + nblk * self.nblocks
+        prefix_cols = list(self.prefix_cols)
+        blocks: list[list[str] | None]
+        if len(tokens) == ncols:
+            blocks = [tokens[npre + i * nblk:npre + (i + 1) * nblk] for i in range(self.nblocks)]
+        elif len(tokens) == ncols - 1 and "redop" in prefix_cols:
+            # tests without a reduction printed an empty redop cell before 2022
+            prefix_cols.remove("redop")
+            npre -= 1
+            blocks = [tokens[npre + i * nblk:npre + (i + 1) * nblk] for i in range(self.nblocks)]
+        elif self.nblocks == 2 and len(tokens) == npre + nblk:
+            blocks = [None, tokens[npre:]]  # nccl-tests leaves the out-of-place block blank when it skips it
+        else:
+            self.skipped.append(f"{len(tokens)} cells, the header has {ncols}: {line.strip()}")
+            return
+        try:
+            cells = dict(zip(prefix_cols, tokens[:npre]))
+            row = {"size": int(cells["size"]), "count": int(cells["count"]) if "count" in cells else None,
+                   "type": cells.get("type"), "redop": cells.get("redop"),
+                   "root": int(cells["root"]) if "root" in cells else None}
+            for name, toks in zip(self.block_names, blocks):
+                row[name] = self._block(toks)
+        except (ValueError, KeyError) as exc:
+            self.skipped.append(f"unreadable ({exc}): {line.strip()}")
+            return
+        for name in BLOCKS:
+            row.setdefault(name, None)
+        if stamp:
+            row["timestamp"] = stamp
+        self.rows.append(row)
+
+    def _block(self, toks: list[str] | None) -> dict | None:
+        if toks is None:
+            return None
+        vals = dict(zip(self.block_cols, toks))
+        if all(vals.get(k) in _PLACEHOLDERS for k in ("time", "algbw", "busbw")):
+            return None  # a placeholder block: nothing was measured
+        time = _num(vals["time"])
+        block = {"time_us": None if time is None else time * self.time_scale,
+                 "algbw_gbps": _num(vals["algbw"]), "busbw_gbps": _num(vals["busbw"]), "wrong": None}
+        if "wrong" in vals:
+            w = _num(vals["wrong"])
+            block["wrong"] = None if w is None else int(w)
+        if "error" in vals:
+            block["error"] = _num(vals["error"])  # the largest error, not a count of wrong elements
+        extra = {k: _num(v) for k, v in vals.items() if k not in ("time", "algbw", "busbw", "wrong", "error")}
+        if extra:
+            block["extra"] = extra
+        return block
+
+    # ---------------------------------------------------------------- result
+
+    def to_op(self) -> dict:
+        blocks = [b for r in self.rows for n in BLOCKS if (b := r.get(n))]
+        notes, missing = [], {}
+        if self.avg is not None:
+            avg, source = self.avg, "footer"
+        else:
+            vals = [b["busbw_gbps"] for b in blocks if b["busbw_gbps"] is not None]
+            avg = sum(vals) / len(vals) if vals else None
+            source = "mean of the rows' busbw (no footer)" if vals else None
+        wrongs = [b["wrong"] for b in blocks if b.get("wrong") is not None]
+        wrong = self.oob if self.oob is not None else (sum(wrongs) if wrongs else None)
+        if wrong is None:
+            notes.append("wrong: not reported (no footer, and no #wrong counts in the rows)")
+        if any("error" in b for b in blocks):
+            notes.append("wrong per block: null, this nccl-tests prints the largest error (`error`), not a count")
+        elif blocks and all(b["wrong"] is None for b in blocks):
+            notes.append("wrong per block: null, #wrong reads N/A (validation off)")
+        for name in BLOCKS:
+            if self.rows and all(r.get(name) is None for r in self.rows):
+                missing[name] = "not in this table"
+        return {"test": self.name, "rows": self.rows, "avg_busbw_gbps": avg, "avg_busbw_source": source,
+                "wrong": wrong, "ranks": self.ranks, "world_size": len(self.devices) or None,
+                "devices": self.devices, "params": self.params, "version": self.version, "missing": missing,
+                "notes": notes, "skipped_lines": self.skipped}
+
+
+class _Stream:
+    """One launcher stream (one rank's tagged output, or the untagged text)."""
+
+    def __init__(self, parser: "_Parser"):
+        self.parser = parser
+        self.run: _Run | None = None
+
+    def current(self) -> _Run:
+        if self.run is None:
+            self.run = self.parser.new_run()
+        return self.run
+
+    def close(self) -> None:
+        if self.run is not None:
+            self.parser.finish(self.run)
+            self.run = None
+
+    def feed(self, line: str) -> None:
+        text = line.strip()
+        if not text:
+            return
+        if not text.startswith("#"):
+            run = self.run
+            if run is not None and run.nblocks and text.split()[0].isdigit():
+                run.row(text)
+            else:
+                m = _TEST_NAME.search(text)  # a command line naming the test
+                if m:
+                    self.parser.pending = m.group(0)
+            return
+        body = text.lstrip("#").strip()
+        tokens = body.split()
+        if body.startswith("nccl-tests version"):
+            self.close()
+            self.current().version = body.split("version", 1)[1].strip()
+        elif body.startswith("Collective test starting:"):
+            run = self.run
+            if run is not None and (run.nblocks or run.params):
+                self.close()
+            self.current().name = body.split(":", 1)[1].strip()
+        elif body.startswith("Collective test concluded:"):
+            self.close()
+        elif body.startswith("fabric-harness test:"):
+            m = re.match(r"\s*([\w.-]+)", body.split(":", 1)[1])
+            run = self.current()
+            run.key = m.group(1) if m else None
+            m = re.search(r"ranks (\d+) and (\d+)", body)
+            run.ranks = [int(m.group(1)), int(m.group(2))] if m else None
+        elif body.startswith("fabric-harness collective sweep:"):
+            m = re.search(r"time (\w+)", body)
+            self.parser.sweep_time_reduction = m.group(1) if m else None
+        elif body.startswith("fabric-harness latency (us):"):
+            for item in body.split(":", 1)[1].split(","):
+                parts = item.split()
+                if len(parts) == 2:
+                    self.parser.latency[f"{parts[0]}_us"] = _num(parts[1])
+        elif body.startswith("nThread"):
+            run = self.run
+            if run is not None and (run.params or run.nblocks):
+                self.close()
+            run = self.current()
+            run.params = {k.replace(" ", "_"): int(v) for k, v in _PARAM.findall(body)}
+            m = _STEP.search(body)
+            if m:
+                run.params["step"] = int(m.group(1))
+                run.params["step_kind"] = m.group(2)
+        elif tokens and tokens[0] == "Rank" and (m := _RANK.match(body)):
+            self.current().devices.append({
+                "rank": int(m.group(1)), "group": None if m.group(2) is None else int(m.group(2)),
+                "pid": None if m.group(3) is None else int(m.group(3)), "host": m.group(4),
+                "device": int(m.group(5)), "bus_id": m.group(6), "name": m.group(7).strip()})
+        elif tokens and tokens[0] in ("size", "bytes") and ("time" in tokens or "cputime" in tokens):
+            run = self.current()
+            if run.rows:  # a second table without a preamble: a second run
+                titles = run.block_names
+                self.close()
+                run = self.current()
+                run.block_names = titles
+            run.header(tokens)
+        elif tokens and tokens[0] == "(B)":
+            if self.run is not None:
+                self.run.units(tokens)
+        elif "out-of-place" in body or "in-place" in body:
+            run = self.run
+            if run is not None and run.rows:
+                self.close()
+            self.current().titles(body)
+        elif body.startswith("Out of bounds values"):
+            m = re.search(r":\s*(\d+)", body)
+            if m and self.run is not None:
+                self.run.oob = int(m.group(1))
+        elif body.startswith("Avg bus bandwidth"):
+            m = re.search(r":\s*(\S+)", body)
+            if m and self.run is not None:
+                try:
+                    self.run.avg = _num(m.group(1))
+                except ValueError:
+                    self.run.avg = None
+
+
+class _Parser:
+    def __init__(self):
+        self.seq = 0
+        self.done: list[_Run] = []
+        self.pending: str | None = None
+        self.latency: dict = {}
+        self.sweep_time_reduction: str | None = None
+
+    def new_run(self) -> _Run:
+        self.seq += 1
+        return _Run(self.seq)
+
+    def finish(self, run: _Run) -> None:
+        if run.name is None:
+            run.name = self.pending
+        if run.rows or run.nblocks:
+            self.done.append(run)
+
+
+def _op_key(run: _Run, hint: str | None) -> str:
+    if run.key:
+        return run.key
+    if run.name:
+        stem = re.sub(r"_perf(_mpi)?$", "", os.path.basename(run.name))
+        if stem in TEST_OPS:
+            return TEST_OPS[stem]
+        return stem
+    return hint or "unknown"
+
+
+def parse(text: str, name_hint: str | None = None, path: str | None = None) -> dict:
+    """nccl-tests text -> the sweep's JSON. `name_hint`: a file name that may name the test."""
+    parser = _Parser()
+    streams: dict[object, _Stream] = {}
+    for raw in text.splitlines():
+        split = _prefix(raw.rstrip("\r\n"))
+        key, line = split
+        if key is None:  # stderr
+            continue
+        stream = streams.get(key)
+        if stream is None:
+            stream = streams[key] = _Stream(parser)
+        stream.feed(line)
+    for stream in streams.values():
+        stream.close()
+    hint = None
+    if name_hint:
+        found = set(_FILE_OP.findall(os.path.basename(name_hint)))
+        hint = TEST_OPS[found.pop()] if len(found) == 1 else None
+    runs = sorted(parser.done, key=lambda r: r.seq)
+    ops: dict[str, dict] = {}
+    for run in runs:
+        key = _op_key(run, hint)
+        unique, n = key, 2
+        while unique in ops:
+            unique, n = f"{key}_{n}", n + 1
+        ops[unique] = run.to_op()
+    first = next(iter(ops.values()), None)
+    types = [r["type"] for op in ops.values() for r in op["rows"] if r.get("type")]
+    redops = [r["redop"] for op in ops.values() for r in op["rows"] if r.get("redop") not in (None, "none")]
+    worlds = {op["world_size"] for op in ops.values() if op["world_size"]}
+    params = first["params"] if first else {}
+    return {
+        "source": "fabric-harness" if parser.sweep_time_reduction else "nccl-tests", "path": path,
+        "world_size": worlds.pop() if len(worlds) == 1 else None,
+        "dtype": DTYPES.get(types[0], types[0]) if types else None,
+        "redop": redops[0] if redops else None,
+        "iters": params.get("iters"), "warmup": params.get("warmup_iters"),
+        # nccl-tests does not print its -a setting
+        "time_reduction": parser.sweep_time_reduction,
+        "ops": ops, "latency_us": parser.latency,
+        "rows_read": sum(len(op["rows"]) for op in ops.values()),
+        "rows_skipped": sum(len(op["skipped_lines"]) for op in ops.values()),
+    }
+
+
+def read(path: str) -> dict:
+    """Parse one nccl-tests output file; NcclTestsError when it holds no table."""
+    with open(path, encoding="utf-8", errors="replace") as f:
+        result = parse(f.read(), name_hint=path, path=path)
+    if not result["ops"]:
+        raise NcclTestsError(f"{path}: no nccl-tests table found (expected a '#  size  count  type ...' "
+                             "header followed by rows)")
+    return result
+
+
+# ---------------------------------------------------------------- CSV
+
+CSV_COLUMNS = ["op", "test", "world_size", "size", "count", "type", "redop", "root"] + [
+    f"{b}_{k}" for b in BLOCKS for k in ("time_us", "algbw_gbps", "busbw_gbps", "wrong")]
+
+
+def to_csv(result: dict) -> str:
+    """One line per row and collective; empty cells are unknown (null in the JSON)."""
+    out = io.StringIO()
+    w = csv.writer(out, lineterminator="\n")
+    w.writerow(CSV_COLUMNS)
+    for op, data in result["ops"].items():
+        world = data.get("world_size") or result.get("world_size")
+        for r in data["rows"]:
+            cells = [op, data.get("test") or OP_TESTS.get(op, ""), world, r["size"], r.get("count"), r.get("type"),
+                     r.get("redop"), r.get("root")]
+            for b in BLOCKS:
+                block = r.get(b) or {}
+                cells += [block.get(k) for k in ("time_us", "algbw_gbps", "busbw_gbps", "wrong")]
+            w.writerow(["" if c is None else c for c in cells])
+    return out.getvalue()
+
+
+# ---------------------------------------------------------------- compare
+
+def as_run(path: str):
+    """A text file as a run for `telemetry compare`: no recipe, no metrics, the tables as its sweep."""
+    from .runs import Run
+
+    result = read(path)
+    info = {"name": os.path.basename(path), "status": f"{result['source']} output",
+            "fabric": {"transport": None, "backend": "nccl-tests" if result["source"] == "nccl-tests"
+                       else "sweep text"},
+            "layout": {"world_size": result["world_size"]}, "nccl_tests": result}
+    return Run(path, info, [], {})

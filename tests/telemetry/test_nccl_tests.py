@@ -1,0 +1,175 @@
+"""telemetry.nccl_tests on real nccl-tests outputs (tests/telemetry/nccl_tests_tables/, sources in its README):
+every row of every file is read, into the collective sweep's JSON, and `telemetry compare` takes the files."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from telemetry.compare import CompareError, compare
+from telemetry.nccl_tests import CSV_COLUMNS, parse, read, to_csv
+
+TABLES = Path(__file__).parent / "nccl_tests_tables"
+# rows per file, counted by hand from the published text
+ROWS = {
+    "all_gather_perf_mpi_2.18_three_runs.txt": 24,
+    "all_gather_perf_old_no_redop.txt": 34,
+    "all_gather_perf_unchecked_na.txt": 10,
+    "all_reduce_perf_2.20_unalign_excerpt.txt": 4,
+    "all_reduce_perf_efa_old_tagged.txt": 30,
+    "all_reduce_perf_h100_16ranks.txt": 31,
+    "all_reduce_perf_issue78_old_error_col.txt": 2,
+    "all_reduce_perf_mpi_tagged_2.18.txt": 8,
+    "all_reduce_perf_srun_labels_nofooter.txt": 32,
+    "alltoall_perf_issue78_old_blank_redop.txt": 2,
+    "alltoall_perf_old_blank_redop.txt": 34,
+    "reduce_scatter_perf_old.txt": 34,
+    "sendrecv_perf_issue214_excerpt.txt": 5,
+}
+# a line that starts like a row (after a launcher prefix): size, count, a type name
+ROW_LIKE = re.compile(r"^(\[\d+,\d+\]<stdout>:|\d+: )?\s*\d+\s+\d+\s+[a-z0-9]+\s")
+
+
+def test_the_fixtures_are_all_listed_with_a_source():
+    files = sorted(p.name for p in TABLES.glob("*.txt"))
+    assert files == sorted(ROWS)
+    readme = (TABLES / "README.md").read_text()
+    assert all(f"`{name}`" in readme for name in files)
+    ops = {next(iter(read(str(TABLES / name))["ops"])) for name in files}
+    assert {"all_reduce", "all_gather", "reduce_scatter", "sendrecv", "all_to_all"} <= ops
+
+
+@pytest.mark.parametrize("name", sorted(ROWS))
+def test_every_row_of_every_fixture_is_read(name):
+    text = (TABLES / name).read_text()
+    result = read(str(TABLES / name))
+    assert sum(1 for line in text.splitlines() if ROW_LIKE.match(line)) == ROWS[name]
+    assert (result["rows_read"], result["rows_skipped"]) == (ROWS[name], 0)
+    for op in result["ops"].values():
+        for row in op["rows"]:
+            assert row["size"] >= 0 and row["count"] >= 0 and row["type"] == "float"
+            assert row["out_of_place"] or row["in_place"]
+            for block in (row["out_of_place"], row["in_place"]):
+                if block:
+                    assert block["time_us"] > 0 and block["busbw_gbps"] >= 0 and block["algbw_gbps"] >= 0
+
+
+def test_current_layout_with_preamble_and_footer():
+    r = read(str(TABLES / "all_reduce_perf_h100_16ranks.txt"))
+    op = r["ops"]["all_reduce"]
+    assert op["test"] == "all_reduce_perf"  # named by the mpirun command above the output
+    assert r["world_size"] == op["world_size"] == 16 and len({d["host"] for d in op["devices"]}) == 2
+    assert op["devices"][8] == {"rank": 8, "group": 0, "pid": 6733, "host": "ztan-mig-gq73", "device": 0,
+                                "bus_id": "0000:04:00", "name": "NVIDIA H100 80GB HBM3"}
+    assert op["params"] == {"nThread": 1, "nGpus": 1, "minBytes": 8, "maxBytes": 8589934592, "warmup_iters": 5,
+                            "iters": 20, "agg_iters": 1, "validation": 1, "graph": 0, "step": 2, "step_kind": "factor"}
+    last = op["rows"][-1]
+    assert (last["size"], last["count"], last["redop"], last["root"]) == (8589934592, 2147483648, "sum", -1)
+    assert last["out_of_place"] == {"time_us": 47535.0, "algbw_gbps": 180.71, "busbw_gbps": 338.82, "wrong": 0}
+    assert op["avg_busbw_gbps"] == 70.742 and op["avg_busbw_source"] == "footer" and op["wrong"] == 0
+    assert (r["dtype"], r["redop"], r["iters"], r["warmup"], r["time_reduction"]) == ("float32", "sum", 20, 5, None)
+
+
+def test_mpi_tagged_output_of_a_recent_version():
+    r = read(str(TABLES / "all_reduce_perf_mpi_tagged_2.18.txt"))
+    assert list(r["ops"]) == ["all_reduce"]
+    op = r["ops"]["all_reduce"]
+    assert op["test"] == "all_reduce_perf_mpi" and op["version"].startswith("2.18.0 ")
+    assert [d["bus_id"] for d in op["devices"]] == ["0000:02:00", "0000:02:00"]
+    assert op["rows"][0]["in_place"]["time_us"] == 4365.21 and op["avg_busbw_gbps"] == 1.57614
+    # 2.20 adds 'unalign' and a commit to the version line
+    r = read(str(TABLES / "all_reduce_perf_2.20_unalign_excerpt.txt"))
+    op = r["ops"]["all_reduce"]
+    assert op["params"]["unalign"] == 0 and op["version"].startswith("2.20.0 (b4d5bee)")
+    assert op["avg_busbw_source"] == "mean of the rows' busbw (no footer)"
+
+
+def test_old_layouts_error_column_and_blank_redop():
+    r = read(str(TABLES / "all_reduce_perf_efa_old_tagged.txt"))
+    op = r["ops"]["all_reduce"]
+    assert op["world_size"] == 16 and op["devices"][0]["group"] is None and op["devices"][0]["bus_id"] == "0x10"
+    row = op["rows"][-1]
+    assert row["root"] is None and row["redop"] == "sum"  # no root column before 2022
+    # 'error' is the largest error, not a count: wrong is unknown, the error is kept
+    assert row["in_place"] == {"time_us": 184216.0, "algbw_gbps": 23.31, "busbw_gbps": 43.72, "wrong": None,
+                               "error": 5e-07}
+    assert any("largest error" in n for n in op["notes"]) and op["wrong"] == 0  # the footer's count
+    r = read(str(TABLES / "alltoall_perf_issue78_old_blank_redop.txt"))
+    row = r["ops"]["all_to_all"]["rows"][0]
+    assert (row["count"], row["redop"]) == (1048576, None)
+    assert row["out_of_place"]["time_us"] == 520935.0 and row["in_place"]["error"] == 1.0
+    r = read(str(TABLES / "all_gather_perf_old_no_redop.txt"))  # no redop column at all
+    row = r["ops"]["all_gather"]["rows"][5]
+    assert (row["size"], row["count"], row["redop"], row["out_of_place"]["time_us"]) == (32, 1, None, 35.03)
+    assert row["out_of_place"]["error"] is None  # validation 0 prints N/A
+
+
+def test_launcher_prefixes_footerless_tables_and_unchecked_rows():
+    r = read(str(TABLES / "all_reduce_perf_srun_labels_nofooter.txt"))
+    op = r["ops"]["all_reduce"]
+    busbw = [b["busbw_gbps"] for row in op["rows"] for b in (row["out_of_place"], row["in_place"])]
+    assert op["avg_busbw_gbps"] == pytest.approx(sum(busbw) / len(busbw)) and op["wrong"] == 0
+    assert op["rows"][-1]["size"] == 17179869184
+    r = read(str(TABLES / "all_gather_perf_unchecked_na.txt"))
+    op = r["ops"]["all_gather"]
+    assert all(b["wrong"] is None for row in op["rows"] for b in (row["out_of_place"], row["in_place"]))
+    assert op["world_size"] is None and any("N/A" in n for n in op["notes"])
+    r = read(str(TABLES / "sendrecv_perf_issue214_excerpt.txt"))
+    row = r["ops"]["sendrecv"]["rows"][0]
+    assert row["out_of_place"]["wrong"] == 0 and row["in_place"]["wrong"] is None
+    r = read(str(TABLES / "all_gather_perf_mpi_2.18_three_runs.txt"))
+    assert list(r["ops"]) == ["all_gather", "all_gather_2", "all_gather_3"]
+    assert [op["avg_busbw_gbps"] for op in r["ops"].values()] == [1.27827, 0.669677, 1.54607]
+
+
+def test_layouts_nccl_tests_prints_without_a_published_sample():
+    # Built from nccl-tests' format strings (src/util.cu): per-iteration columns and a timestamp (-I 1 -T 1),
+    # an out-of-place block left blank (trace replay), and ranks printing at once under mpirun.
+    header = ("#       size         count      type   redop    root     time   algbw   busbw  #wrong    i_min    "
+              "i_max    i_p99    i_cv%     time   algbw   busbw  #wrong    i_min    i_max    i_p99    i_cv% "
+              "          timestamp")
+    row = ("        1024           256     float     sum      -1    10.50    0.10    0.18       0     9.00"
+           "    12.00    12.00     5.00    10.40    0.10    0.18       0     9.10    11.00    11.00     4.00"
+           "  2026-11-23 10:00:00")
+    blank = "        2048           512     float     sum      -1" + " " * 32 + "    11.00    0.19    0.35       0"
+    text = "\n".join(["# Collective test starting: all_reduce_perf", header, row,
+                      "#       size         count      type   redop    root     time   algbw   busbw  #wrong     time"
+                      "   algbw   busbw  #wrong", blank])
+    r = parse(text)
+    first, second = r["ops"]["all_reduce"]["rows"][0], r["ops"]["unknown"]["rows"][0]  # a table with no name
+    assert first["timestamp"] == "2026-11-23 10:00:00" and first["in_place"]["extra"]["i_p99"] == 11.0
+    assert second["out_of_place"] is None and second["in_place"]["time_us"] == 11.0
+    simple = ("#       size         count      type   redop    root     time   algbw   busbw  #wrong     time   algbw"
+              "   busbw  #wrong")
+    line = ("           8             2     float     sum      -1     5.00    0.00    0.00       0     5.00    0.00"
+            "    0.00       0")
+    # two ranks of a build without MPI, each printing its own table, their lines interleaved
+    text = "\n".join(f"[1,{rank}]<stdout>:{part}" for part in (simple, line) for rank in (0, 1))
+    r = parse(text)
+    assert r["rows_read"] == 2 and len(r["ops"]) == 2  # each rank's stream read on its own
+
+
+def test_csv_and_errors(tmp_path):
+    r = read(str(TABLES / "sendrecv_perf_issue214_excerpt.txt"))
+    lines = to_csv(r).splitlines()
+    assert lines[0].split(",") == CSV_COLUMNS and len(lines) == 6
+    assert lines[1] == "sendrecv,sendrecv_perf,2,256,64,float,sum,-1,34.24,0.01,0.01,0,33.65,0.01,0.01,"
+    empty = tmp_path / "empty.txt"
+    empty.write_text("no table here\n")
+    with pytest.raises(Exception, match="no nccl-tests table found"):
+        read(str(empty))
+
+
+def test_compare_a_vendor_table_with_an_own_nccl_tests_run(tmp_path):
+    vendor, own = str(TABLES / "all_reduce_perf_h100_16ranks.txt"), str(TABLES / "all_reduce_perf_efa_old_tagged.txt")
+    result = compare([vendor, own], str(tmp_path / "cmp"))
+    assert result["kind"] == "sweep" and result["labels"] == [
+        "nccl-tests: all_reduce_perf_h100_16ranks.txt", "nccl-tests: all_reduce_perf_efa_old_tagged.txt"]
+    md = (tmp_path / "cmp" / "compare.md").read_text()
+    assert "| all_reduce | 8589934592 | 47,535 | n/a |" in md  # the other run stops at 4 GB
+    assert "| all_reduce | 8 | 124 | 176" in md  # best block: 123.5 us vs 176.3 us
+    with pytest.raises(CompareError, match="no collective in common"):
+        compare([vendor, str(TABLES / "alltoall_perf_old_blank_redop.txt")], str(tmp_path / "none"))
+    assert json.loads((tmp_path / "cmp" / "compare.json").read_text())["runs"] == [vendor, own]
