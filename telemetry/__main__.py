@@ -1,4 +1,5 @@
-"""python -m telemetry report RUN | compare RUN_A RUN_B [...] --out DIR | project RUN --rate RATE"""
+"""python -m telemetry report RUN | compare RUN_A RUN_B [...] --out DIR | project RUN --rate RATE
+   | nccl-tests FILE_OR_RUN [...] [--json OUT] [--csv OUT]"""
 from __future__ import annotations
 
 import argparse
@@ -14,7 +15,8 @@ def main(argv: list[str] | None = None) -> int:
     rep.add_argument("run", help="a run directory (the recipe's output_dir)")
     rep.add_argument("--out", default=None, help="where to write (default: RUN/report)")
     cmp_ = sub.add_parser("compare", help="compare runs on different fabrics (the first is the baseline)")
-    cmp_.add_argument("runs", nargs="+", help="two or more run directories")
+    cmp_.add_argument("runs", nargs="+", help="two or more run directories; for sweeps, nccl-tests output files "
+                      "(a text file of tables) are runs too")
     cmp_.add_argument("--out", required=True, help="directory for compare.html, compare.md and figures")
     cmp_.add_argument("--allow-mismatch", action="store_true", help="compare runs of different recipes anyway")
     proj = sub.add_parser("project", help="predict a run's iteration time on another link rate")
@@ -24,6 +26,11 @@ def main(argv: list[str] | None = None) -> int:
     proj.add_argument("--latency-us", type=float, default=0.0, help="extra latency per collective call")
     proj.add_argument("--efficiency", type=float, default=None,
                       help="fraction of the line rate collectives achieve (default: measured on gloo/tbf)")
+    nt = sub.add_parser("nccl-tests", help="read nccl-tests output (or a sweep's collectives.txt) into the "
+                        "sweep's JSON and CSV")
+    nt.add_argument("inputs", nargs="+", help="nccl-tests output files, or sweep run directories")
+    nt.add_argument("--json", default=None, help="write the JSON here (one object; a list for several inputs)")
+    nt.add_argument("--csv", default=None, help="write one CSV row per table row here")
     args = parser.parse_args(argv)
     try:
         if args.command == "report":
@@ -41,6 +48,8 @@ def main(argv: list[str] | None = None) -> int:
             for p in result.get("projection") or []:
                 print(f"  projection {p['label']}: predicted {p['predicted_s']:.3f} s, measured {p['measured_s']:.3f} s "
                       f"({p['error'] * 100:+.1f}%)")
+        elif args.command == "nccl-tests":
+            return _nccl_tests(args)
         else:
             from launch.lab import LabError, parse_rate
 
@@ -62,6 +71,34 @@ def main(argv: list[str] | None = None) -> int:
     except RunError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    return 0
+
+
+def _nccl_tests(args) -> int:
+    import json
+    import os
+
+    from .nccl_tests import NcclTestsError, read, to_csv
+    results = []
+    for path in args.inputs:
+        if os.path.isdir(path):  # a sweep's run directory: its table
+            path = os.path.join(path, "collectives.txt")
+        try:
+            result = read(path)
+        except (OSError, NcclTestsError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        results.append(result)
+        print(f"{path}: {result['rows_read']} rows in {len(result['ops'])} table(s) "
+              f"({', '.join(result['ops'])}), {result['rows_skipped']} lines not read")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(results[0] if len(results) == 1 else results, f, indent=1)
+    if args.csv:
+        with open(args.csv, "w", encoding="utf-8", newline="") as f:
+            for i, result in enumerate(results):
+                text = to_csv(result)
+                f.write(text if i == 0 else text.split("\n", 1)[1])  # one header line
     return 0
 
 

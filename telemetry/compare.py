@@ -81,7 +81,20 @@ def loss_parity(runs: list[Run]) -> dict:
 
 # ---------------------------------------------------------------- sweeps
 
+def _load(path: str) -> Run:
+    """A run directory, or an nccl-tests text file (the user's own nccl-tests run, a vendor's published table)."""
+    if os.path.isfile(path):
+        from .nccl_tests import NcclTestsError, as_run
+        try:
+            return as_run(path)
+        except NcclTestsError as exc:
+            raise CompareError(str(exc)) from None
+    return load_run(path)
+
+
 def _sweep(run: Run) -> dict | None:
+    if "nccl_tests" in run.info:  # read from a text file
+        return run.info["nccl_tests"]
     path = os.path.join(run.path, "collectives.json")
     if not os.path.exists(path):
         return None
@@ -97,6 +110,9 @@ def _best_block(row):
 def compare_sweeps(runs, labels, sweeps, out, plt) -> tuple[list, list]:
     tables, figures = [], []
     ops = [op for op in sweeps[0]["ops"] if all(op in s["ops"] for s in sweeps)]
+    if not ops:
+        raise CompareError("no collective in common: " + "; ".join(
+            f"{lab} has {', '.join(s['ops']) or 'none'}" for lab, s in zip(labels, sweeps)))
     header = ["collective", "size (B)"] + [f"{lab} time (us)" for lab in labels] + [f"{lab} busbw (GB/s)" for lab in labels]
     rows = []
     for op in ops:
@@ -242,9 +258,16 @@ def compare_training(runs, labels, out, plt) -> tuple[list, list, dict]:
 def compare(paths: list[str], out: str, allow_mismatch: bool = False) -> dict:
     if len(paths) < 2:
         raise CompareError("compare needs at least two run directories")
-    runs = [load_run(p) for p in paths]
-    problems = []
+    runs = [_load(p) for p in paths]
+    problems, notes = [], []
     for run in runs[1:]:
+        if "nccl_tests" in run.info or "nccl_tests" in runs[0].info:
+            # a text table has no recipe to hold against the other run; say what differs that it does show
+            wa, wb = ((r.info.get("layout") or {}).get("world_size") for r in (runs[0], run))
+            if wa != wb:
+                notes.append(f"{run.path} against {runs[0].path}: world size {wa} vs {wb} (a text table: "
+                             "no recipe to compare)")
+            continue
         diffs = recipe_differences(runs[0], run)
         if diffs:
             problems.append(f"{run.path} differs from {runs[0].path} in " + "; ".join(diffs[:8])
@@ -276,6 +299,7 @@ def compare(paths: list[str], out: str, allow_mismatch: bool = False) -> dict:
     warnings = [w for r in runs if (w := ((r.info.get("fabric") or {}).get("expectation") or {}).get("warning"))]
     if problems:
         warnings.append("compared despite different recipes: " + " | ".join(problems))
+    warnings += notes
     title = "fabric-harness comparison: " + " vs ".join(labels)
     write_documents(out, "compare", title, None, warnings, tables, figures)
     result = {"labels": labels, "runs": paths, **{k: v for k, v in data.items() if k != "summaries"},

@@ -1,16 +1,22 @@
-"""The collective sweep: sizes, the nccl-tests table format, and a real 2-rank gloo sweep with checks."""
+"""The collective sweep: sizes, the nccl-tests table format, and a real 2-rank gloo sweep with checks whose
+text output reads, row for row, as nccl-tests output."""
 from __future__ import annotations
 
 import json
 
 import pytest
 
+from telemetry.__main__ import main as telemetry_main
+from telemetry.nccl_tests import CSV_COLUMNS, read, to_csv
 from trainer.cli import main
-from trainer.workloads.collectives import HEADER, avg_busbw, format_row, sizes
+from trainer.workloads.collectives import HEADER, avg_busbw, fit, format_row, sizes
 
 from ..conftest import REPO, run_cli
 
 SWEEP = str(REPO / "recipes" / "collectives.yaml")
+TABLES = REPO / "tests" / "telemetry" / "nccl_tests_tables"
+OPS = {"all_reduce", "reduce_scatter", "all_gather", "all_to_all", "sendrecv", "broadcast", "sendrecv_intra_node"}
+SIZES = [8 * 2 ** i for i in range(18)]  # 8 B to 1 MiB: 18 sizes x 7 tables = 126 rows
 
 
 def test_sizes_and_size_parsing(capsys):
@@ -23,34 +29,125 @@ def test_sizes_and_size_parsing(capsys):
     assert "sweep.factor: got 1; expected an integer >= 2" in err
 
 
-def test_table_row_and_average_bus_bandwidth():
+def test_table_row_keeps_13_columns_and_average_bus_bandwidth():
     row = {"size": 1048576, "count": 262144,
            "out_of_place": None,
            "in_place": {"time_us": 1000.0, "algbw_gbps": 1.048576, "busbw_gbps": 1.835008, "wrong": 0}}
     line = format_row(row, "float", "sum", -1)
-    assert line.split() == ["1048576", "262144", "float", "sum", "-1", "n/a", "1000.00", "1.049", "1.835", "0"]
-    assert "out-of-place" in HEADER and "#wrong" in HEADER and "(GB/s)" in HEADER
+    # torch's all_reduce has no out-of-place form: a placeholder in each of its four columns
+    assert line.split() == ["1048576", "262144", "float", "sum", "-1", "N/A", "N/A", "N/A", "N/A",
+                            "1000.00", "1.05", "1.84", "0"]
+    unchecked = dict(row, out_of_place=dict(row["in_place"], wrong=None, time_us=123456.7), in_place=None)
+    assert format_row(unchecked, "float", "none", -1).split()[5:] == ["123457", "1.05", "1.84", "N/A"] + ["N/A"] * 4
+    # the three header lines of nccl-tests, character for character (its current layout)
+    published = (TABLES / "all_reduce_perf_2.20_unalign_excerpt.txt").read_text().splitlines()[8:11]
+    assert HEADER.splitlines() == published
+    assert [fit(v, 7) for v in (5.5, 123.456, 99999.9, 12345678.0)] == ["5.50", "123.46", "99999.9", "1.2e+07"]
     rows = [row, {"size": 8, "count": 2, "out_of_place": {"time_us": 1, "algbw_gbps": 0.0, "busbw_gbps": 0.5,
                                                           "wrong": 0}, "in_place": None}]
     assert avg_busbw(rows) == pytest.approx((1.835008 + 0.5) / 2)
 
 
-def test_two_rank_sweep_is_correct_and_recorded(tmp_path):
-    res = run_cli(tmp_path / "sweep", "sweep.max_bytes=64K", "sweep.factor=32", "sweep.iters=3",
-                  "sweep.warmup=1", "sweep.latency_iters=5", recipe=SWEEP, nproc=2)
+@pytest.fixture(scope="module")
+def sweep_run(tmp_path_factory):
+    """One real sweep on 2 gloo ranks, 8 B to 1 MiB (the issue's command), few iterations."""
+    out = tmp_path_factory.mktemp("sweep") / "sweep"
+    res = run_cli(out, "sweep.max_bytes=1M", "sweep.iters=2", "sweep.warmup=1", "sweep.latency_iters=5",
+                  recipe=SWEEP, nproc=2)
     assert res.returncode == 0, res.stderr[-3000:]
-    out = json.loads((tmp_path / "sweep" / "collectives.json").read_text())
-    assert set(out["ops"]) == {"all_reduce", "reduce_scatter", "all_gather", "all_to_all", "sendrecv", "broadcast",
-                               "sendrecv_intra_node"}
+    return res
+
+
+def test_two_rank_sweep_is_correct_and_recorded(sweep_run):
+    out = json.loads((sweep_run.out / "collectives.json").read_text())
+    assert set(out["ops"]) == OPS
     for op, r in out["ops"].items():
-        assert r["wrong"] == 0, op
-        assert [row["size"] for row in r["rows"]] == [8, 256, 8192], op
+        assert r["wrong"] == 0 and r["checked"], op  # every result checked, the pair's included
+        assert [row["size"] for row in r["rows"]] == SIZES, op
         for row in r["rows"]:
             block = row["in_place"] or row["out_of_place"]
             assert block["busbw_gbps"] == pytest.approx(block["algbw_gbps"] * (1.0 if op in (
                 "all_reduce", "sendrecv", "broadcast", "sendrecv_intra_node") else 0.5))
+            # count per rank, as nccl-tests prints it: each rank's share where S is split over the ranks
+            split = op in ("reduce_scatter", "all_gather", "all_to_all")
+            assert row["count"] == row["size"] // 4 // (2 if split else 1), (op, row)
+            assert row["type"] == "float" and row["root"] == (0 if op == "broadcast" else -1)
+    assert out["ops"]["all_reduce"]["missing"] == {"out_of_place": "torch's all_reduce exists only in place"}
+    assert out["ops"]["all_to_all"]["rows"][0]["in_place"] is None and "in_place" in out["ops"]["all_to_all"]["missing"]
+    assert [d["rank"] for d in out["ops"]["all_reduce"]["devices"]] == [0, 1]
     assert set(out["latency_us"]) == {"all_reduce_4B_us", "sendrecv_48B_us", "sendrecv_48B_intra_node_us"}
-    assert "# Avg bus bandwidth" in res.stdout and "# Out of bounds values : 0 OK" in res.stdout
-    info = res.run_json()
+    assert "# Avg bus bandwidth" in sweep_run.stdout and "# Out of bounds values : 0 OK" in sweep_run.stdout
+    info = sweep_run.run_json()
     assert info["status"] == "completed" and info["final"]["wrong"] == 0
-    assert (tmp_path / "sweep" / "collectives.txt").read_text().count("# Avg bus bandwidth") == 7
+    text = (sweep_run.out / "collectives.txt").read_text()
+    assert text.count("# Avg bus bandwidth") == 7 and text.count("# Collective test starting:") == 7
+    assert text.count("# Using devices") == 7 and text.count("# nThread 1 nGpus 1 minBytes 8 maxBytes 1048576") == 7
+
+
+def minimal_reader(text: str) -> list[list[str]]:
+    """A reader written from nccl-tests' printed layout alone (src/util.cu): every line not starting with '#'
+    that begins with a size is a row of 13 columns - size, count, type, redop, root, then time, algbw, busbw,
+    #wrong out of place and the same in place; a cell is a number or N/A."""
+    rows = []
+    for line in text.splitlines():
+        cells = line.split()
+        if not cells or line.lstrip().startswith("#") or not cells[0].isdigit():
+            continue
+        if len(cells) != 13:
+            continue  # not a row this reader can place
+        int(cells[0]), int(cells[1]), int(cells[4])
+        for block in (cells[5:9], cells[9:13]):
+            if block != ["N/A"] * 4:
+                [float(c) for c in block[:3]]
+                assert block[3] == "N/A" or int(block[3]) >= 0
+        rows.append(cells)
+    return rows
+
+
+def test_sweep_text_reads_completely_as_nccl_tests_output(sweep_run, tmp_path):
+    text = (sweep_run.out / "collectives.txt").read_text()
+    out = json.loads((sweep_run.out / "collectives.json").read_text())
+    # an independent reader that knows only nccl-tests' column layout reads every row (was 36 of 126)
+    assert len(minimal_reader(text)) == 126
+    # the project's reader, the same one that reads real nccl-tests output, reads the same 126 rows
+    parsed = read(str(sweep_run.out / "collectives.txt"))
+    assert (parsed["rows_read"], parsed["rows_skipped"]) == (126, 0)
+    assert list(parsed["ops"]) == list(out["ops"])
+    assert parsed["world_size"] == 2 and parsed["dtype"] == "float32" and parsed["time_reduction"] == "avg"
+    assert parsed["ops"]["sendrecv_intra_node"]["ranks"] == [0, 1]
+    assert parsed["ops"]["all_gather"]["test"] == "all_gather_perf"
+    for op, data in out["ops"].items():
+        got = parsed["ops"][op]
+        assert got["avg_busbw_gbps"] == pytest.approx(data["avg_busbw_gbps"], rel=1e-5) and got["wrong"] == 0
+        assert got["world_size"] == data["world_size"]
+        for mine, theirs in zip(data["rows"], got["rows"]):
+            assert {k: theirs[k] for k in ("size", "count", "type", "redop", "root")} == \
+                {k: mine[k] for k in ("size", "count", "type", "redop", "root")}
+            for name in ("out_of_place", "in_place"):
+                a, b = mine[name], theirs[name]
+                assert (a is None) == (b is None), (op, name)
+                if a:  # the text holds the JSON's numbers as printed
+                    assert b["time_us"] == float(fit(a["time_us"], 7))
+                    assert b["busbw_gbps"] == float(fit(a["busbw_gbps"], 6)) and b["wrong"] == a["wrong"]
+    assert parsed["latency_us"] == pytest.approx(out["latency_us"], abs=0.005)
+    # CSV: a header and one line per row
+    lines = to_csv(out).splitlines()
+    assert lines[0].split(",") == CSV_COLUMNS and len(lines) == 127
+    assert lines[1].startswith("all_reduce,all_reduce_perf,2,8,2,float,sum,-1,,,,,")
+
+
+def test_compare_takes_an_nccl_tests_file_as_a_run(sweep_run, tmp_path, capsys):
+    vendor = str(TABLES / "all_reduce_perf_h100_16ranks.txt")
+    assert telemetry_main(["compare", str(sweep_run.out), vendor, "--out", str(tmp_path / "cmp")]) == 0
+    result = json.loads((tmp_path / "cmp" / "compare.json").read_text())
+    assert result["kind"] == "sweep" and result["figures"] == ["sweep_all_reduce.png"]
+    md = (tmp_path / "cmp" / "compare.md").read_text()
+    # 1 MiB: the vendor's out-of-place 203.2 us, its better block
+    assert "| all_reduce | 1048576 |" in md and "| 203 (" in md
+    assert "world size 2 vs 16 (a text table: no recipe to compare)" in md
+    # the sweep's own text is a run too; a file with no table is refused with its name
+    assert telemetry_main(["compare", str(sweep_run.out), str(sweep_run.out / "collectives.txt"),
+                           "--out", str(tmp_path / "self")]) == 0
+    assert telemetry_main(["compare", str(sweep_run.out), str(TABLES / "README.md"),
+                           "--out", str(tmp_path / "bad")]) == 2
+    assert "README.md: no nccl-tests table found" in capsys.readouterr().err

@@ -4,11 +4,17 @@ For each collective and size: warm-up, barrier, then `iters` operations issued b
 timer with one sync at the end; time per op combined across ranks (avg by default); algbw = S/t,
 busbw = algbw x factor (telemetry/formulas.py); every result checked against the expected values.
 
-torch's all_reduce and broadcast exist only in place, so their out-of-place block reads n/a; send/recv
-uses separate buffers, so its in-place block reads n/a.
+The text output is the tables separate nccl-tests runs print, one run per collective (`# Collective test
+starting: X_perf` ... `concluded`), so scripts written for nccl-tests read it: the parameters line, `# Using
+devices` with one `#  Rank` line per rank, the three header lines, rows of 13 columns (size, count per rank,
+type, redop, root, then time/algbw/busbw/#wrong out of place and in place) and the footer. torch's all_reduce
+and broadcast exist only in place, and all_to_all and send/recv only out of place: the block torch lacks holds
+`N/A` in each of its four columns (nccl-tests' own mark for a value it did not measure), and null in the JSON
+with the reason under `missing`. telemetry/nccl_tests.py reads this text and real nccl-tests output alike.
 """
 from __future__ import annotations
 
+import platform
 import time
 from dataclasses import dataclass
 
@@ -209,9 +215,10 @@ class Sweep:
             dist.all_reduce(t, op=dist.ReduceOp.MIN if mode == "min" else dist.ReduceOp.MAX, group=self.group)
         return float(t.item())
 
-    def wrong_total(self, wrong: int) -> int:
+    def wrong_total(self, wrong: int) -> int | None:
+        """Wrong elements summed over ranks; None when not checked (sweep.check false)."""
         if wrong < 0:
-            return -1
+            return None
         t = torch.tensor([wrong], dtype=torch.int64, device=self.device)
         dist.all_reduce(t, group=self.group)
         return int(t.item())
@@ -230,16 +237,18 @@ class Sweep:
             secs, wrong = self.time_case(case, self.cfg.iters, self.cfg.warmup)
             t = self.combine(secs)
             factor_op = FACTOR_OP.get(op, op)
-            row.update(size=case.size, count=case.count)
+            # count per rank, as nccl-tests prints it: each rank's share where S is split over the ranks
+            row.update(size=case.size, count=case.count // self.world if op in PER_RANK_SPLIT else case.count)
             row[key] = {"time_us": t * 1e6, "algbw_gbps": algbw_gbps(case.size, t),
                         "busbw_gbps": algbw_gbps(case.size, t) * bus_factor(factor_op, self.world),
                         "wrong": self.wrong_total(wrong)}
         return row
 
-    def pair_time(self, a: int, b: int, size: int, iters: int) -> float:
-        """Seconds per bidirectional send/recv between ranks a and b only (the others wait)."""
+    def pair_time(self, a: int, b: int, size: int, iters: int, check: bool = False) -> tuple[float, int | None]:
+        """Seconds per bidirectional send/recv between ranks a and b only (the others wait), and the wrong
+        elements both ends received (None unless `check`)."""
         count = max(1, size // self.elsize)
-        result = torch.zeros(1, dtype=torch.float64, device=self.device)
+        result = torch.zeros(2, dtype=torch.float64, device=self.device)  # seconds, wrong elements
         launch = None
         if self.rank in (a, b):
             peer = b if self.rank == a else a
@@ -260,9 +269,11 @@ class Sweep:
                 self._wait(w)
             self._sync()
             result[0] = (time.perf_counter() - t0) / iters / 2  # both ranks report: average them
-        dist.all_reduce(result, group=self.group)
+            if check:
+                result[1] = _wrong(recv, contrib[peer].to(recv.device))
+        dist.all_reduce(result, group=self.group)  # one reduction carries both numbers
         dist.barrier(group=self.group)
-        return float(result.item())
+        return float(result[0].item()), (int(result[1].item()) if check else None)
 
     def pairs(self) -> dict[str, tuple[int, int] | None]:
         """One pair of ranks on the same host and one on different hosts, where the world has them."""
@@ -275,39 +286,101 @@ class Sweep:
 
     def measure_pair(self, pair: tuple[int, int], size: int) -> dict:
         count = max(1, size // self.elsize)
-        t = self.pair_time(pair[0], pair[1], count * self.elsize, self.cfg.iters)
+        t, wrong = self.pair_time(pair[0], pair[1], count * self.elsize, self.cfg.iters, check=bool(self.cfg.check))
         alg = algbw_gbps(count * self.elsize, t)
         return {"size": count * self.elsize, "count": count, "ranks": list(pair),
-                "out_of_place": {"time_us": t * 1e6, "algbw_gbps": alg, "busbw_gbps": alg, "wrong": -1},
+                "out_of_place": {"time_us": t * 1e6, "algbw_gbps": alg, "busbw_gbps": alg, "wrong": wrong},
                 "in_place": None}
 
 
 # ---------------------------------------------------------------- tables
 
-HEADER = ("#{:>12} {:>12} {:>8} {:>6} {:>6}  {:^33}  {:^33}\n"
-          "#{:>12} {:>12} {:>8} {:>6} {:>6}  {:>8} {:>7} {:>7} {:>7}  {:>8} {:>7} {:>7} {:>7}\n"
-          "#{:>12} {:>12} {:>8} {:>6} {:>6}  {:>8} {:>7} {:>7} {:>7}  {:>8} {:>7} {:>7} {:>7}").format(
-    "", "", "", "", "", "out-of-place", "in-place",
-    "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong",
-    "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "")
+# The layout nccl-tests prints (its src/util.cu): 5 leading columns, then two blocks of 4.
+_PREFIX_W = (12, 12, 8, 6, 6)
+_BLOCK_W = (7, 6, 6, 6)
+_TEST_OF = {"all_reduce": "all_reduce_perf", "reduce_scatter": "reduce_scatter_perf",
+            "all_gather": "all_gather_perf", "all_to_all": "alltoall_perf", "sendrecv": "sendrecv_perf",
+            "broadcast": "broadcast_perf"}
+# Why a block is null: torch has no such form of the collective.
+MISSING = {("all_reduce", "out_of_place"): "torch's all_reduce exists only in place",
+           ("broadcast", "out_of_place"): "torch's broadcast exists only in place",
+           ("all_to_all", "in_place"): "all_to_all_single needs distinct input and output buffers",
+           ("sendrecv", "in_place"): "send/recv uses separate send and receive buffers"}
+NA = "N/A"  # nccl-tests' mark for a value it did not measure (its #wrong without -c)
+
+
+def _cells(values, widths) -> str:
+    return "  ".join(f"{v:>{w}}" for v, w in zip(values, widths))
+
+
+def _header_line(prefix, block) -> str:
+    # '#' takes the first character of the 12-wide size column, as in nccl-tests
+    line = _cells(prefix, _PREFIX_W) + "".join("  " + _cells(block, _BLOCK_W) for _ in range(2))
+    return "#" + line[1:]
+
+
+HEADER = "\n".join([
+    "#" + " " * (sum(_PREFIX_W) + 2 * (len(_PREFIX_W) - 1) - 1 + 11) + "out-of-place" + " " * 23 + "in-place",
+    _header_line(("size", "count", "type", "redop", "root"), ("time", "algbw", "busbw", "#wrong")),
+    _header_line(("(B)", "(elements)", "", "", ""), ("(us)", "(GB/s)", "(GB/s)", "")).rstrip(),
+])
+
+
+def fit(value: float, width: int) -> str:
+    """A number in `width` characters: two decimals, fewer when it is wide (as nccl-tests prints)."""
+    for spec in (".2f", ".1f", ".0f"):
+        text = format(value, spec)
+        if len(text) <= width:
+            return text
+    return format(value, ".1e" if width >= 7 else ".0e")
 
 
 def _block(b: dict | None) -> str:
     if b is None:
-        return f"{'n/a':>8} {'':>7} {'':>7} {'':>7}"
-    wrong = "N/A" if b["wrong"] < 0 else str(b["wrong"])
-    return f"{b['time_us']:>8.2f} {b['algbw_gbps']:>7.3f} {b['busbw_gbps']:>7.3f} {wrong:>7}"
+        return _cells((NA,) * 4, _BLOCK_W)
+    wrong = NA if b["wrong"] is None else str(b["wrong"])
+    return _cells((fit(b["time_us"], 7), fit(b["algbw_gbps"], 6), fit(b["busbw_gbps"], 6), wrong), _BLOCK_W)
 
 
 def format_row(row: dict, type_name: str, redop: str, root: int) -> str:
-    return (f" {row['size']:>12} {row['count']:>12} {type_name:>8} {redop:>6} {root:>6}  "
-            f"{_block(row.get('out_of_place'))}  {_block(row.get('in_place'))}")
+    """One row of 13 whitespace-separated columns."""
+    return (_cells((row["size"], row["count"], type_name, redop, root), _PREFIX_W)
+            + f"  {_block(row.get('out_of_place'))}  {_block(row.get('in_place'))}")
 
 
 def avg_busbw(rows: list[dict]) -> float | None:
     """nccl-tests' '# Avg bus bandwidth': the mean busbw over every measured block of every size."""
     vals = [b["busbw_gbps"] for r in rows for b in (r.get("out_of_place"), r.get("in_place")) if b]
     return sum(vals) / len(vals) if vals else None
+
+
+def device_info(device: torch.device) -> dict:
+    """This rank's device as nccl-tests' '#  Rank' line names it; CPU ranks are device -1 (none)."""
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        ids = [getattr(props, k, None) for k in ("pci_domain_id", "pci_bus_id", "pci_device_id")]
+        bus = f"{ids[0]:04x}:{ids[1]:02x}:{ids[2]:02x}" if None not in ids else "unknown"
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        return {"device": index, "bus_id": bus, "name": props.name}
+    return {"device": -1, "bus_id": "cpu", "name": f"CPU {platform.machine()}".strip()}
+
+
+def preamble(cfg, lo: int, hi: int, ranks: list[int], hosts: list[dict], devices: list[dict]) -> list[str]:
+    """The parameters line and '# Using devices' of one nccl-tests run (one process and GPU per rank)."""
+    lines = [f"# nThread 1 nGpus 1 minBytes {lo} maxBytes {hi} step: {cfg.factor}(factor) warmup iters: "
+             f"{cfg.warmup} iters: {cfg.iters} agg iters: 1 validation: {int(bool(cfg.check))} graph: 0 unalign: 0",
+             "#", "# Using devices"]
+    for r in ranks:
+        h, d = hosts[r], devices[r]
+        lines.append(f"#  Rank {r:2d} Group {0:2d} Pid {h.get('pid', -1):6d} on {h['hostname']:>10} device "
+                     f"{d['device']:2d} [{d['bus_id']}] {d['name']}")
+    return lines + ["#"]
+
+
+def footer(wrong: int | None, avg: float | None) -> list[str]:
+    oob = f"{wrong} {'OK' if wrong == 0 else 'FAILED'}" if wrong is not None else f"{NA} (results not checked)"
+    return [f"# {'Out of bounds values':<20} : {oob}",
+            f"# {'Avg bus bandwidth':<20} : " + (f"{avg:g}" if avg is not None else NA), "#"]
 
 
 def run_sweep(cfg, device: torch.device, hosts: list[dict], say) -> dict:
@@ -319,32 +392,52 @@ def run_sweep(cfg, device: torch.device, hosts: list[dict], say) -> dict:
     lo, hi = parse_size(cfg.min_bytes, "sweep.min_bytes", problems), parse_size(cfg.max_bytes, "sweep.max_bytes", problems)
     if cfg.root >= sw.world:
         raise ValueError(f"sweep.root: got {cfg.root}; allowed: 0..{sw.world - 1} at world size {sw.world}")
+    devices: list = [None] * sw.world
+    dist.all_gather_object(devices, device_info(device))
     type_name = TYPE_NAMES[cfg.dtype]
-    result = {"world_size": sw.world, "dtype": cfg.dtype, "redop": cfg.redop, "iters": cfg.iters,
-              "warmup": cfg.warmup, "time_reduction": cfg.time_reduction, "ops": {}}
+    result = {"source": "fabric-harness", "world_size": sw.world, "dtype": cfg.dtype, "redop": cfg.redop,
+              "iters": cfg.iters, "warmup": cfg.warmup, "time_reduction": cfg.time_reduction, "ops": {}}
     say(f"# fabric-harness collective sweep: {sw.world} ranks on {len(set(sw.hosts))} host(s), {cfg.dtype}, "
         f"{lo} to {hi} bytes x{cfg.factor}, warm-up {cfg.warmup}, iters {cfg.iters}, time {cfg.time_reduction}")
     jobs = [(op, None) for op in cfg.ops]
     if cfg.pairs and "sendrecv" in cfg.ops:
         jobs += [(f"sendrecv_{name}", pair) for name, pair in sw.pairs().items() if pair is not None]
     backend = dist.get_backend()
+    modes = {"both": BLOCKS_ALL, "out_of_place": ("out_of_place",), "in_place": ("in_place",)}[cfg.in_place]
     for op, pair in jobs:
         sw.group = dist.new_group(backend=backend)  # fresh connections: no state left by the previous test
         rows = []
+        base = "sendrecv" if pair else op
         root = cfg.root if op == "broadcast" else -1
         redop = cfg.redop if op in ("all_reduce", "reduce_scatter") else "none"
-        say(f"#\n# {op}" + (f" between ranks {pair[0]} and {pair[1]}" if pair else ""))
+        test = _TEST_OF[base]
+        ranks = list(pair) if pair else list(range(sw.world))
+        say(f"#\n# Collective test starting: {test}")
+        say(f"# fabric-harness test: {op}" + (f" (ranks {pair[0]} and {pair[1]}: send/recv between this pair only)"
+                                              if pair else ""))
+        say("\n".join(preamble(cfg, lo, hi, ranks, hosts, devices)))
         say(HEADER)
         for size in sizes(lo, hi, cfg.factor):
             row = sw.measure_pair(pair, size) if pair else sw.measure(op, size)
+            row.update(type=type_name, redop=redop, root=root)
             rows.append(row)
             say(format_row(row, type_name, redop, root))
-        wrong = sum(b["wrong"] for r in rows for b in (r.get("out_of_place"), r.get("in_place")) if b and b["wrong"] > 0)
+        checked = [b["wrong"] for r in rows for b in (r.get("out_of_place"), r.get("in_place"))
+                   if b and b["wrong"] is not None]
+        # wrong elements the checks found; `checked` false says no check ran (the footer then reads N/A)
+        wrong = sum(w for w in checked if w > 0)
         avg = avg_busbw(rows)
-        say(f"# Out of bounds values : {wrong} {'OK' if wrong == 0 else 'FAILED'}")
-        say(f"# Avg bus bandwidth    : {avg:.6g}" if avg is not None else "# Avg bus bandwidth    : n/a")
-        result["ops"][op] = {"rows": rows, "avg_busbw_gbps": avg, "wrong": wrong,
-                             "ranks": list(pair) if pair else None}
+        say("\n".join(footer(wrong if checked else None, avg)))
+        say(f"# Collective test concluded: {test}")
+        missing = {b: (MISSING.get((base, b)) if b in modes else f"not measured: sweep.in_place is {cfg.in_place}")
+                   for b in BLOCKS_ALL if all(r.get(b) is None for r in rows)}
+        notes = [] if checked else ["wrong per block: null, results not checked (sweep.check false)"]
+        result["ops"][op] = {"test": test, "rows": rows, "avg_busbw_gbps": avg, "wrong": wrong,
+                             "checked": bool(checked),
+                             "ranks": list(pair) if pair else None, "world_size": len(ranks),
+                             "devices": [{"rank": r, "host": hosts[r]["hostname"], "pid": hosts[r].get("pid"),
+                                          **devices[r]} for r in ranks],
+                             "missing": missing, "notes": notes}
     if cfg.latency_table:
         sw.group = dist.new_group(backend=backend)
         lat = {}
@@ -356,7 +449,11 @@ def run_sweep(cfg, device: torch.device, hosts: list[dict], say) -> dict:
             lat["sendrecv_48B_us"] = sw.combine(sw.time_case(case, cfg.latency_iters, cfg.warmup)[0]) * 1e6
             for name, pair in sw.pairs().items():
                 if pair is not None:
-                    lat[f"sendrecv_48B_{name}_us"] = sw.pair_time(pair[0], pair[1], 48, cfg.latency_iters) * 1e6
+                    lat[f"sendrecv_48B_{name}_us"] = sw.pair_time(pair[0], pair[1], 48, cfg.latency_iters)[0] * 1e6
         result["latency_us"] = lat
-        say("#\n# small-message latency (us): " + ", ".join(f"{k.removesuffix('_us')} {v:.2f}" for k, v in lat.items()))
+        say("#\n# fabric-harness latency (us): "
+            + ", ".join(f"{k.removesuffix('_us')} {v:.2f}" for k, v in lat.items()))
     return result
+
+
+BLOCKS_ALL = ("out_of_place", "in_place")
