@@ -37,7 +37,7 @@ def test_pipeline_micro_batches_are_the_grad_accum_micro_batches():
     assert not problems and (lay.dp, lay.grad_accum_steps) == (2, 4)
     assert "pipeline 1f1b over 2 stages, 4 micro-batches per step" in lay.describe()
     _, problems = layout(4, "parallel.pp=2", "train.global_batch_size=16", "train.micro_batch_size=2")
-    assert problems and "'ddp' cannot be combined with pp 2 at dp 2" in problems[0] and "allowed: fsdp" in problems[0]
+    assert problems and "'ddp' cannot be combined with pp 2 at dp 2" in problems[0] and "allowed: replicate, fsdp" in problems[0]
     _, problems = layout(4, "parallel.pp=4", "train.global_batch_size=4", "train.micro_batch_size=2")
     assert problems and "1f1b over 4 stages needs at least 4 micro-batches per step, got 2" in problems[0]
     lay, problems = layout(4, "parallel.pp=4", "parallel.pp_schedule=gpipe", "train.global_batch_size=4",
