@@ -58,7 +58,8 @@ def test_each_schedule_matches_the_unsplit_model(schedule, unsplit, tmp_path):
 @pytest.mark.parametrize("overrides", [
     ["parallel.pp=2", "parallel.tp=2"],  # tp x pp
     ["parallel.pp=2", "parallel.data_parallel=fsdp"],  # dp x pp, FSDP2 on each stage
-], ids=["tp2xpp2", "dp2xpp2-fsdp"])
+    ["parallel.pp=2", "parallel.data_parallel=replicate"],  # dp x pp, LoRA gradients all-reduced per stage
+], ids=["tp2xpp2", "dp2xpp2-fsdp", "dp2xpp2-replicate"])
 def test_two_by_two_layouts_with_a_pipeline_on_four_ranks(overrides, unsplit, tmp_path):
     res = run_cli(tmp_path / "run", *PP, *overrides, nproc=4, timeout=600)
     check_against(res, unsplit, 4)
