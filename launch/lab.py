@@ -5,7 +5,7 @@
 Each node is a network namespace with one interface `fab0`. Two nodes are joined by a veth pair; more
 go through a bridge in a namespace of their own (a switch). Every link is shaped with `tc ... tbf` at
 RATE in both directions (the node's egress and the switch port's egress), with a burst sized for the
-rate (REFERENCE.md section 8: >= 128 KiB at 1 Gbit/s, >= 16 KiB at 100 Mbit/s, or the link
+rate (docs/reference.md section 8: >= 128 KiB at 1 Gbit/s, >= 16 KiB at 100 Mbit/s, or the link
 underperforms). netem is not used (bandwidth only, no added delay). Addresses exist only inside the
 namespaces the lab creates; traffic between ranks of one node goes over loopback and is never shaped.
 

@@ -1,4 +1,4 @@
-"""Host NIC and RDMA counters as per-step deltas (REFERENCE.md section 5).
+"""Host NIC and RDMA counters as per-step deltas (docs/reference.md section 5).
 
 - /sys/class/net/<if>/statistics: right for socket transports (TCP, gloo); RDMA traffic is not there.
 - /sys/class/infiniband/<dev>/ports/<p>/counters: port_xmit_data/port_rcv_data count 4-byte words and,

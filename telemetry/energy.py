@@ -1,4 +1,4 @@
-"""GPU and CPU energy behind one small interface (REFERENCE.md section 6).
+"""GPU and CPU energy behind one small interface (docs/reference.md section 6).
 
 Energy comes from cumulative counters read at step boundaries (no device sync): NVML's total-energy
 counter (mJ since driver load, Volta and newer) per GPU, and RAPL package counters (uJ) for CPUs.

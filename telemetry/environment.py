@@ -8,7 +8,7 @@ import socket
 import sys
 from importlib import metadata
 
-# Settings that decide which fabric and transport a job uses (REFERENCE.md section 4), plus the
+# Settings that decide which fabric and transport a job uses (docs/reference.md section 4), plus the
 # launcher's identity. Anything else in the environment is not recorded at all.
 RECORDED_PREFIXES = ("NCCL_", "GLOO_", "UCX_", "FI_", "TORCH_NCCL_", "TORCH_DISTRIBUTED_", "CUDA_VISIBLE_DEVICES",
                      "CUDA_DEVICE_MAX_CONNECTIONS", "OMP_NUM_THREADS", "SLURM_JOB_ID", "SLURM_NNODES",

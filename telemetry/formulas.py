@@ -1,4 +1,4 @@
-"""Bandwidth formulas, in one place, as nccl-tests defines them (REFERENCE.md section 2).
+"""Bandwidth formulas, in one place, as nccl-tests defines them (docs/reference.md section 2).
 
 algbw = S / t with S the collective's data size in bytes and t the time of one operation (GB/s, 1e9).
 busbw = algbw x factor(n): the per-link bandwidth a ring would need, comparable with the hardware's.

@@ -1,6 +1,6 @@
 """Pipeline parallelism for the Llama family with torch.distributed.pipelining, split by hand.
 
-The tracer front end (`pipeline()` with split points) fails on HF Llama (REFERENCE.md section 8), so a
+The tracer front end (`pipeline()` with split points) fails on HF Llama (docs/reference.md section 8), so a
 stage is built from the single-device model's own modules: a contiguous run of decoder layers, the
 embeddings on the first stage, the final norm and lm_head on the last. Hidden states are the only
 tensor passed between stages; each stage recomputes the (parameter-free) rotary embeddings and the

@@ -1,4 +1,4 @@
-"""The run directory contract (DESIGN.md): run.json, metrics.jsonl, ranks/, logs/, checkpoints/."""
+"""The run directory contract (README: "The run directory"): run.json, metrics.jsonl, ranks/, logs/, checkpoints/."""
 from __future__ import annotations
 
 import datetime

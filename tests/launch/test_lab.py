@@ -23,7 +23,7 @@ needs_root = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("ip") is None 
 def test_rates_and_bursts():
     assert parse_rate("1gbit") == 1e9 and parse_rate("100mbit") == 1e8 and parse_rate("125mbps") == 1e9
     assert parse_rate("none") is None
-    assert burst_bytes(1e9) >= 128 * 1024 and burst_bytes(1e8) >= 16 * 1024  # REFERENCE.md section 8
+    assert burst_bytes(1e9) >= 128 * 1024 and burst_bytes(1e8) >= 16 * 1024  # docs/reference.md section 8
     with pytest.raises(LabError, match="--rate: got 'fast'"):
         parse_rate("fast")
 

@@ -1,6 +1,6 @@
 """Instruction data for causal-LM fine-tuning: Dolly-schema rows or pre-tokenized sequences.
 
-Dolly-15k (REFERENCE.md section 7): input = context + blank line + instruction (or the instruction alone),
+Dolly-15k (docs/reference.md section 7): input = context + blank line + instruction (or the instruction alone),
 output = response, text = "{input} {output}", loss on the answer only, split 80/15/5 with seed 1234.
 """
 from __future__ import annotations
