@@ -1,4 +1,4 @@
-"""A collective sweep run by the harness itself, with nccl-tests' semantics (REFERENCE.md section 2).
+"""A collective sweep run by the harness itself, with nccl-tests' semantics (docs/reference.md section 2).
 
 For each collective and size: warm-up, barrier, then `iters` operations issued back to back under one
 timer with one sync at the end; time per op combined across ranks (avg by default); algbw = S/t,
@@ -227,7 +227,11 @@ class Sweep:
 
     def measure(self, op: str, size: int) -> dict:
         modes = {"both": (False, True), "out_of_place": (False,), "in_place": (True,)}[self.cfg.in_place]
-        row: dict = {}
+        # S and the count per rank as nccl-tests prints them (each rank's share where S is split over the
+        # ranks); set here so that a size with no form measured still has its row
+        per = max(1, size // self.elsize // self.world) if op in PER_RANK_SPLIT else max(1, size // self.elsize)
+        total = per * self.world if op in PER_RANK_SPLIT else per
+        row: dict = {"size": total * self.elsize, "count": per, "out_of_place": None, "in_place": None}
         for in_place in modes:
             case = self.case(op, size, in_place)
             key = "in_place" if in_place else "out_of_place"
@@ -237,8 +241,6 @@ class Sweep:
             secs, wrong = self.time_case(case, self.cfg.iters, self.cfg.warmup)
             t = self.combine(secs)
             factor_op = FACTOR_OP.get(op, op)
-            # count per rank, as nccl-tests prints it: each rank's share where S is split over the ranks
-            row.update(size=case.size, count=case.count // self.world if op in PER_RANK_SPLIT else case.count)
             row[key] = {"time_us": t * 1e6, "algbw_gbps": algbw_gbps(case.size, t),
                         "busbw_gbps": algbw_gbps(case.size, t) * bus_factor(factor_op, self.world),
                         "wrong": self.wrong_total(wrong)}
@@ -306,6 +308,7 @@ MISSING = {("all_reduce", "out_of_place"): "torch's all_reduce exists only in pl
            ("broadcast", "out_of_place"): "torch's broadcast exists only in place",
            ("all_to_all", "in_place"): "all_to_all_single needs distinct input and output buffers",
            ("sendrecv", "in_place"): "send/recv uses separate send and receive buffers"}
+BLOCKS_ALL = ("out_of_place", "in_place")
 NA = "N/A"  # nccl-tests' mark for a value it did not measure (its #wrong without -c)
 
 
@@ -403,7 +406,6 @@ def run_sweep(cfg, device: torch.device, hosts: list[dict], say) -> dict:
     if cfg.pairs and "sendrecv" in cfg.ops:
         jobs += [(f"sendrecv_{name}", pair) for name, pair in sw.pairs().items() if pair is not None]
     backend = dist.get_backend()
-    modes = {"both": BLOCKS_ALL, "out_of_place": ("out_of_place",), "in_place": ("in_place",)}[cfg.in_place]
     for op, pair in jobs:
         sw.group = dist.new_group(backend=backend)  # fresh connections: no state left by the previous test
         rows = []
@@ -429,7 +431,7 @@ def run_sweep(cfg, device: torch.device, hosts: list[dict], say) -> dict:
         avg = avg_busbw(rows)
         say("\n".join(footer(wrong if checked else None, avg)))
         say(f"# Collective test concluded: {test}")
-        missing = {b: (MISSING.get((base, b)) if b in modes else f"not measured: sweep.in_place is {cfg.in_place}")
+        missing = {b: MISSING.get((base, b)) or f"not measured: sweep.in_place is {cfg.in_place}"
                    for b in BLOCKS_ALL if all(r.get(b) is None for r in rows)}
         notes = [] if checked else ["wrong per block: null, results not checked (sweep.check false)"]
         result["ops"][op] = {"test": test, "rows": rows, "avg_busbw_gbps": avg, "wrong": wrong,
@@ -455,5 +457,3 @@ def run_sweep(cfg, device: torch.device, hosts: list[dict], say) -> dict:
             + ", ".join(f"{k.removesuffix('_us')} {v:.2f}" for k, v in lat.items()))
     return result
 
-
-BLOCKS_ALL = ("out_of_place", "in_place")
