@@ -176,7 +176,15 @@ class SlurmCluster:
                     self.controller_netns)
         self._wait("slurmctld", lambda: self.run(["scontrol", "ping"], timeout=10).stdout.count("UP") > 0, 60)
         for n in self.nodes:
-            self._spawn(f"slurmd.{n.name}", [_which("slurmd"), "-D", "-N", n.name, "-f", str(self.conf)], n.netns)
+            # slurmd 22.05 will not start without a cgroup file system it recognises, even when no plugin
+            # uses it, and `ip netns exec` mounts a fresh /sys without one. Each slurmd gets a private
+            # mount namespace with an empty tmpfs and a named v1 hierarchy there: the same on every host
+            # (cgroup v1, v2 or none), and the host's own cgroup tree is never written to.
+            private = [] if n.netns else [_which("unshare"), "--mount", "--propagation", "private"]
+            cmd = [*private, "sh", "-c", "mount -t tmpfs fh-cgroup /sys/fs/cgroup && mkdir /sys/fs/cgroup/systemd"
+                   " && mount -t cgroup -o none,name=systemd fh-systemd /sys/fs/cgroup/systemd && exec \"$@\"",
+                   "slurmd", _which("slurmd"), "-D", "-N", n.name, "-f", str(self.conf)]
+            self._spawn(f"slurmd.{n.name}", cmd, n.netns)
         self._wait("every node idle", self._all_idle, 60)
         return self
 

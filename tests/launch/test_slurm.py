@@ -8,15 +8,17 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
+import shutil
 import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from launch.lab import Lab, leftover_namespaces
+
 from ..conftest import REPO, TINY
-from .slurm_cluster import SlurmCluster, free_port, missing_tools
+from .slurm_cluster import Node, SlurmCluster, free_port, missing_tools
 
 SBATCH = str(REPO / "launch" / "slurm" / "train.sbatch")
 # The tiny recipe, 3 short steps (tests/conftest.py FAST, shorter still)
@@ -104,3 +106,32 @@ def test_bad_recipe_job_fails_with_one_error_line_in_its_output_and_run_json(clu
     info = json.loads((out / "run.json").read_text())
     assert info["status"] == "failed" and info["exit_code"] == 2
     assert info["error"] == expected.removeprefix("error: ")
+
+
+needs_lab = pytest.mark.skipif(shutil.which("ip") is None or shutil.which("tc") is None,
+                               reason="two Slurm nodes in the fabric lab need iproute2 (ip, tc)")
+
+
+@needs_lab
+def test_two_slurm_nodes_in_the_fabric_lab_run_the_job_over_the_shaped_link(tmp_path):
+    # each slurmd in its own network namespace, the two joined only by the lab's shaped veth pair;
+    # slurmctld and the client commands live in node 0's namespace
+    with Lab(2, "100mbit", lab_id="fhslurm") as lab:
+        nodes = [Node(f"fhnode{i}", lab.address(i), ns) for i, ns in enumerate(lab.namespaces)]
+        with SlurmCluster(tmp_path / "slurm", nodes, controller_netns=lab.namespaces[0],
+                          controller_addr=lab.address(0)) as cluster:
+            out = tmp_path / "run"
+            job = submit(cluster, tmp_path, TINY, f"output_dir={out}", *QUICK, nodes=2,
+                         env={"NPROC_PER_NODE": "1"})
+            assert cluster.stop() == []
+    assert not [ns for ns in leftover_namespaces() if ns.startswith("fhslurm")]
+    log = job["output"]
+    assert job["JobState"] == "COMPLETED" and job["ExitCode"] == "0:0", log[-4000:]
+    assert f"fabric-harness: 2 nodes x 1 ranks, rendezvous {lab.address(0)}:" in log
+    info = json.loads((out / "run.json").read_text())
+    assert info["status"] == "completed" and info["layout"]["world_size"] == 2
+    assert info["environment"]["MASTER_ADDR"] == lab.address(0)  # --local-addr from the route to the head
+    assert info["fabric"]["gloo"]["interface"] == "fab0", info["fabric"]["gloo"]  # the lab's link, not lo
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line]
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    assert all(r["net_tx_bytes"] and r["net_tx_bytes"] >= r["comm_bytes"] > 0 for r in rows), rows
