@@ -140,6 +140,9 @@ def _sweep(recipe: Recipe, rundir: RunDir, device: torch.device, hosts: list, wa
         write_json_atomic(os.path.join(rundir.path, "collectives.json"), result)
         with open(os.path.join(rundir.path, "collectives.txt"), "w", encoding="utf-8") as f:
             f.write("\n".join(lines) + "\n")
+        from telemetry.nccl_tests import to_csv
+        with open(os.path.join(rundir.path, "collectives.csv"), "w", encoding="utf-8") as f:
+            f.write(to_csv(result))
         rundir.update(final={"avg_busbw_gbps": {op: r["avg_busbw_gbps"] for op, r in result["ops"].items()},
                              "wrong": sum(r["wrong"] for r in result["ops"].values()),
                              "latency_us": result.get("latency_us")})

@@ -60,6 +60,8 @@ def sweep_run(tmp_path_factory):
 
 def test_two_rank_sweep_is_correct_and_recorded(sweep_run):
     out = json.loads((sweep_run.out / "collectives.json").read_text())
+    csv_rows = (sweep_run.out / "collectives.csv").read_text().splitlines()
+    assert len(csv_rows) > 1 + len(SIZES)  # a header, then rows of every collective
     assert set(out["ops"]) == OPS
     for op, r in out["ops"].items():
         assert r["wrong"] == 0 and r["checked"], op  # every result checked, the pair's included
