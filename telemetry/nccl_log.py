@@ -1,8 +1,12 @@
-"""Which transport NCCL really used, read from NCCL's own INFO log (REFERENCE.md section 4).
+"""Which transport NCCL really used, read from NCCL's own INFO log.
 
-Needs NCCL_DEBUG=INFO and NCCL_DEBUG_SUBSYS including INIT,NET (NET carries the GPUDirect RDMA line).
-The parser is line-oriented and tolerant: unknown lines are skipped, so it works on whole multi-rank
-logs and on partial logs of crashed jobs.
+Needs NCCL_DEBUG=INFO and NCCL_DEBUG_SUBSYS including INIT,NET. The parser is line-oriented and
+tolerant: unknown lines are skipped, every pattern is searched anywhere in a line (launcher prefixes such
+as `[1,0]<stdout>:`, `0: `, timestamps, or no `host:pid:tid [dev] NCCL INFO` prefix at all), so it works on
+whole multi-rank logs, on excerpts and on partial logs of crashed jobs. It reads the formats of NCCL 2.3 to
+2.30 (see docs/telemetry.md for the lines it relies on and the corpus it is checked against).
+
+A field the log does not establish is None, and `unknown[field]` says why: a wrong value is worse than none.
 """
 from __future__ import annotations
 
@@ -11,104 +15,367 @@ import os
 import re
 from collections import Counter
 
-_VERSION = re.compile(r"NCCL INFO NCCL version (\S+)")
-_USING_NETWORK = re.compile(r"NCCL INFO Using network (\S+)")
-_NET_PLUGIN = re.compile(r"NCCL INFO NET/Plugin\s*:?\s*(.*)")
-_NET_IB_USING = re.compile(r"NET/IB ?: Using (.*?)(?:; OOB (\S+))?\s*$")
-_IB_DEVICE = re.compile(r"\[(\d+)\]([\w.\-]+):(\d+)/(RoCE|IB)")
-_NET_SOCKET_USING = re.compile(r"NET/Socket ?: Using (.*)$")
-_SOCKET_DEVICE = re.compile(r"\[(\d+)\]([\w.\-]+):([^<\s]+)")
-_NO_IB = re.compile(r"NET/IB ?: No device found")
-_GDR = re.compile(r"GPU Direct RDMA (Enabled|Disabled) for HCA (\d+) '([^']+)'")
-_CHANNEL = re.compile(r"Channel (\d+)(?:/\d+)? ?: (\d+)\[[^\]]*\] -> (\d+)\[[^\]]*\](?: \[(send|receive)\])? via (\S+)")
+# NCCL prints the version as an INFO line, or (older releases, NCCL_DEBUG=VERSION/WARN) bare on stdout.
+_VERSION = re.compile(r"NCCL version (\d+\.\d+\.\d+)")
+# Plugin names may contain spaces ("AWS Libfabric"): take the rest of the line, not the first word.
+_USING_NETWORK = re.compile(r"Using network (\S.*?)\s*$")
+_USING_NETWORK_23 = re.compile(r"Using (internal|external) Network (\S.*?)\s*$")  # NCCL 2.3
+_LOADED_PLUGIN = re.compile(r"Loaded net plugin (\S.*?)(?: \(v\d+\))?\s*$")
+_PROVIDER = re.compile(r"Selected [Pp]rovider is ([\w;:+\-]+)")
+# "[0]mlx5_0:1/IB", "[1] mlx5_3:1/RoCE" inside merged devices "[0]={...}", "[2]mlx5_0:1/IB/SHARP"
+_IB_DEVICE = re.compile(r"\[(\d+)\] ?([\w.\-]+):(\d+)/(RoCE|IB)(/SHARP)?")
+_MERGED = re.compile(r"\[(\d+)\]=\{([^}]*)\}")
+_OOB = re.compile(r"; OOB (\S+)")
+_SOCKET_DEVICE = re.compile(r"\[(\d+)\]([^:\s\[]+):(\S+?)<\d+>")
+_GDR = re.compile(r"GPU Direct RDMA (Enabled|Disabled) for (.*)")
+_GDR_HCA = re.compile(r"HCA (\d+) '([^']+)'")
+# A connection: "Channel 00/0 : 0[0] -> 1[1] [send] via NET/IB/0/GDRDMA", "Ring 00 : 3 -> 4 via P2P/IPC", ...
+_CONNECTION = re.compile(r"(?:Channel|Ring) \d+(?:/\d+)? : (\d+)(?:\[[^\]]*\])? -> (\d+)(?:\[[^\]]*\])?"
+                         r"(?: \[(?:send|receive)\])? via (.+)$")
+# NET/<name>/<dev>[(<proxy rank>)][/GDRDMA][(PCI)][/Shared]; the name may hold spaces, never "/<digits>"
+_VIA_NET = re.compile(r"NET/(.+?)/(\d+)(?:\(\d+\))?(/GDRDMA)?")
+_COLLNET = re.compile(r"Coll(?:Net)? \d+(?:/\d+)? : \d+ \[(?:send|receive)\] via COLLNET/(.+?)/(\d+)(/GDRDMA)?")
+_RING_LISTING = re.compile(r"(?:Channel|Ring) \d+(?:/\d+)? :((?: +\d+)+) *$")
+_NRANKS = re.compile(r"\brank (\d+) n[Rr]anks (\d+)")
+_NNODES = re.compile(r"\bnNodes (\d+)")
+_RING_GDR = re.compile(r"Connected all rings, use ring PXN \d+ GDR (\d)")
+_NVLS_CHANNELS = re.compile(r"(\d+) nvls channels")
+# IB unusable: no device, or no verbs library (NCCL <= 2.4 then says only this WARN)
+_NO_IB = re.compile(r"NET/IB ?: ?No device found|Failed to open libibverbs")
+# NCCL prints at most this many ranks of a ring (graph/rings.cc MAXWIDTH): longer rings are cut
+_RING_LISTING_MAX = 20
+# Lines saying a network plugin (not NCCL's internal IB or Socket) was loaded
+_PLUGIN_SIGNS = ("Loaded net plugin", "P2P plugin ", "NET/OFI ", "Plugin Path :", "Using external Network")
+_KEYS = ("NCCL", "libibverbs", "NET/", " via ", "Ring ", "Channel ", "anks ", "GPU Direct", "etwork", "lugin", "rovider",
+         "NVLS", "nvls", "nNodes")
+
+FIELDS = ("nccl_version", "network", "devices", "gpudirect_rdma", "channels", "nranks", "transport")
 
 
-def _channel_kind(via: str) -> str:
-    """Collapse 'P2P/IPC', 'NET/IB/0/GDRDMA', 'SHM/direct/direct' into P2P, SHM, NET/IB, NET/Socket, ..."""
-    parts = via.split("/")
-    if parts[0] == "NET" and len(parts) > 1:
-        return f"NET/{parts[1]}"
-    return parts[0]
+def _connection_kind(via: str) -> tuple[str, str | None, int | None, bool]:
+    """'NET/IB/0/GDRDMA' -> ('NET/IB', 'IB', 0, True); 'P2P/IPC/read' -> ('P2P', None, None, False)."""
+    if via.startswith("NET/") and (m := _VIA_NET.match(via)):
+        return f"NET/{m.group(1)}", m.group(1), int(m.group(2)), bool(m.group(3))
+    if via.startswith("direct shared memory"):  # NCCL <= 2.8 wording of SHM
+        return "SHM", None, None, False
+    return re.split(r"[/ ]", via, maxsplit=1)[0], None, None, False
+
+
+class _State:
+    def __init__(self):
+        self.versions: set[str] = set()
+        self.networks: list[str] = []
+        self.plugin = self.provider = self.oob = None
+        self.plugin_signs = self.internal_net = self.no_ib = False
+        self.ib_devices: dict[tuple, dict] = {}
+        self.dev_by_index: dict[int, set] = {}  # NET device index -> device names (merged devices: several)
+        self.socket_devices: dict[str, dict] = {}
+        self.gdr_hca: dict[str, bool] = {}  # per HCA: can it do GPUDirect RDMA (NCCL >= 2.19 wording)
+        self.gdr_gpu = Counter()  # per GPU/HCA pair: did NCCL decide to use it (NCCL 2.3-2.18 wording)
+        self.ring_gdr: list[int] = []
+        self.kinds = Counter()
+        self.net_names: set[str] = set()
+        self.net_dev_used: set[int] = set()
+        self.gdr_conn = Counter()  # network connections with / without GDRDMA
+        self.local_edges: list[tuple[int, int]] = []  # P2P/SHM connections: both ends on one node
+        self.nranks = self.nnodes = None
+        self.listing_nranks = None
+        self.nvls_channels = 0
+        self.nvls_lines = 0
+
+
+def _feed(st: _State, line: str) -> None:
+    if "via " in line:
+        if m := _CONNECTION.search(line):
+            kind, net, dev, gdr = _connection_kind(m.group(3))
+            st.kinds[kind] += 1
+            if net is not None:
+                st.net_names.add(net)
+                st.net_dev_used.add(dev)
+                st.gdr_conn[gdr] += 1
+            elif kind in ("P2P", "SHM"):
+                st.local_edges.append((int(m.group(1)), int(m.group(2))))
+            return
+        if m := _COLLNET.search(line):
+            st.kinds[f"COLLNET/{m.group(1)}"] += 1
+            st.gdr_conn[bool(m.group(3))] += 1
+            return
+    if "NCCL version" in line and "compiled with" not in line:
+        if m := _VERSION.search(line):
+            st.versions.add(m.group(1))
+            return
+    if "etwork" in line:
+        if m := _USING_NETWORK.search(line):
+            st.networks.append(m.group(1))
+            return
+        if m := _USING_NETWORK_23.search(line):
+            st.networks.append(m.group(2))
+            if m.group(1) == "external":
+                st.plugin, st.plugin_signs = m.group(2), True
+            return
+    if "lugin" in line or "NET/OFI" in line:
+        if m := _LOADED_PLUGIN.search(line):
+            st.plugin = m.group(1)
+        if any(s in line for s in _PLUGIN_SIGNS):
+            st.plugin_signs = True
+        if "internal implementation" in line or "internal network plugin" in line:
+            st.internal_net = True
+    if "rovider" in line and (m := _PROVIDER.search(line)):
+        st.provider = m.group(1)
+    if "GPU Direct RDMA" in line and (m := _GDR.search(line)):
+        on, what = m.group(1) == "Enabled", m.group(2)
+        if "GPU" in what:  # a decision for one GPU/NIC pair
+            st.gdr_gpu[on] += 1
+        elif h := _GDR_HCA.search(what):  # what one HCA supports
+            st.gdr_hca[h.group(2)] = on
+        return
+    if "NET/" in line:
+        if "NET/Socket" in line and "Using" in line:
+            for idx, ifname, addr in _SOCKET_DEVICE.findall(line):
+                st.socket_devices[ifname] = {"index": int(idx), "interface": ifname, "address": addr}
+            return
+        devices = _IB_DEVICE.findall(line)
+        if devices:
+            merged = {int(i): set(re.findall(r"\] ?([\w.\-]+):\d+/", body)) for i, body in _MERGED.findall(line)}
+            for idx, dev, port, link, sharp in devices:
+                st.ib_devices[(dev, int(port))] = {"index": int(idx), "device": dev, "port": int(port),
+                                                   "link_layer": "RoCE" if link == "RoCE" else "InfiniBand",
+                                                   "sharp": bool(sharp)}
+                if not merged:
+                    st.dev_by_index.setdefault(int(idx), set()).add(dev)
+            for idx, names in merged.items():
+                st.dev_by_index.setdefault(idx, set()).update(names)
+            if m := _OOB.search(line):
+                st.oob = m.group(1)
+            return
+    if "libibverbs" in line or "No device" in line:
+        if _NO_IB.search(line):
+            st.no_ib = True
+            return
+    if "anks " in line:
+        for _, n in _NRANKS.findall(line):
+            st.nranks = max(st.nranks or 0, int(n))
+    if "nNodes" in line and (m := _NNODES.search(line)):
+        st.nnodes = max(st.nnodes or 0, int(m.group(1)))
+    if "GDR " in line and (m := _RING_GDR.search(line)):
+        st.ring_gdr.append(int(m.group(1)))
+        return
+    if "nvls" in line or "NVLS" in line:
+        if m := _NVLS_CHANNELS.search(line):
+            st.nvls_channels = max(st.nvls_channels, int(m.group(1)))
+        elif "NVLS comm 0x" in line or "Connected NVLS tree" in line:
+            st.nvls_lines += 1
+        return
+    if m := _RING_LISTING.search(line):
+        ranks = [int(x) for x in m.group(1).split()]
+        # a complete ring holds every rank once; NCCL cuts rings longer than 20 ranks
+        if len(ranks) < _RING_LISTING_MAX and sorted(ranks) == list(range(len(ranks))):
+            st.listing_nranks = max(st.listing_nranks or 0, len(ranks))
 
 
 def parse_lines(lines) -> dict:
-    version = network = plugin = oob = None
-    ib_devices: dict[str, dict] = {}
-    socket_devices: dict[str, dict] = {}
-    gdr: dict[str, bool] = {}
-    channel_kinds: Counter = Counter()
-    gdr_channels = 0
-    no_ib = False
+    st = _State()
     for line in lines:
-        if "NCCL" not in line and "Channel" not in line and "NET/" not in line:
-            continue
-        if m := _VERSION.search(line):
-            version = m.group(1).split("+")[0]
-        elif m := _USING_NETWORK.search(line):
-            network = m.group(1)
-        elif m := _NET_PLUGIN.search(line):
-            plugin = m.group(1).strip() or plugin
-        elif m := _NET_IB_USING.search(line):
-            for idx, dev, port, link in _IB_DEVICE.findall(m.group(1)):
-                ib_devices[f"{dev}:{port}"] = {"index": int(idx), "device": dev, "port": int(port),
-                                               "link_layer": "RoCE" if link == "RoCE" else "InfiniBand"}
-            oob = m.group(2) or oob
-        elif _NO_IB.search(line):
-            no_ib = True
-        elif m := _NET_SOCKET_USING.search(line):
-            for idx, ifname, addr in _SOCKET_DEVICE.findall(m.group(1)):
-                socket_devices[ifname] = {"index": int(idx), "interface": ifname, "address": addr}
-        elif m := _GDR.search(line):
-            gdr[m.group(3)] = m.group(1) == "Enabled"
-        elif m := _CHANNEL.search(line):
-            via = m.group(5)
-            channel_kinds[_channel_kind(via)] += 1
-            if "GDRDMA" in via:
-                gdr_channels += 1
-    net_channels = sum(n for kind, n in channel_kinds.items() if kind.startswith("NET/"))
+        if any(k in line for k in _KEYS):
+            _feed(st, line.rstrip("\r\n"))
+    return _summarize(st)
+
+
+def _summarize(st: _State) -> dict:
+    unknown: dict[str, str] = {}
+
+    # version
+    version = None
+    if len(st.versions) == 1:
+        version = next(iter(st.versions))
+    elif st.versions:
+        unknown["nccl_version"] = f"ranks report different versions: {', '.join(sorted(st.versions))}"
+    else:
+        unknown["nccl_version"] = "no NCCL version line in the log"
+
+    # network: what NCCL said it uses, else what the connections went through, else (NCCL < 2.6, which
+    # logs no "Using network") what its init found, unless a plugin was loaded
+    network = None
+    named = set(st.networks)
+    if len(named) == 1:
+        network = next(iter(named))
+    elif len(named) > 1:
+        unknown["network"] = f"ranks report different networks: {', '.join(sorted(named))}"
+    elif len(st.net_names) == 1:
+        network = next(iter(st.net_names))
+    elif len(st.net_names) > 1:
+        unknown["network"] = f"connections use different networks: {', '.join(sorted(st.net_names))}"
+    elif st.plugin_signs and not st.internal_net:
+        unknown["network"] = "a network plugin was loaded and the log does not say which network NCCL used"
+    elif st.ib_devices:
+        network = "IB"
+    elif st.socket_devices and st.no_ib:
+        network = "Socket"
+    else:
+        unknown["network"] = "no network line and no network connection in the log"
+
+    # devices of that network
+    ib_devices = sorted(st.ib_devices.values(), key=lambda d: (d["index"], d["device"]))
+    socket_devices = sorted(st.socket_devices.values(), key=lambda d: d["index"])
+    devices = None
+    if network is None:
+        unknown["devices"] = "the network is unknown"
+    elif network == "Socket":
+        if socket_devices:
+            devices = [{"device": d["interface"], "port": None, "link_layer": None, "address": d["address"]}
+                       for d in socket_devices]
+        else:
+            unknown["devices"] = "no NET/Socket interface list in the log"
+    elif ib_devices:
+        devices = [{k: d[k] for k in ("device", "port", "link_layer", "sharp")} for d in ib_devices]
+    elif st.provider or network in ("AWS Libfabric", "OFI", "Libfabric"):
+        unknown["devices"] = (f"the {network} plugin logs its provider ({st.provider or 'not named here'}), "
+                              "not device names or ports")
+    else:
+        unknown["devices"] = "no device list in the log"
+
+    # which transports the connections used
+    channels = dict(st.kinds)
+    nvls = st.nvls_channels or st.nvls_lines
+    if nvls:
+        channels["NVLS"] = nvls
+    if not channels:
+        channels = None
+        unknown["channels"] = ("a one-rank communicator connects no channels" if st.nranks == 1
+                               else "no connection line in the log")
+
+    # ranks
+    nranks = st.nranks or st.listing_nranks
+    if nranks is None:
+        unknown["nranks"] = "no line gives the communicator size"
+
+    gdr = _gdr_verdict(st, nranks, unknown)
+    transport = _transport(st, network, nranks, unknown)
     return {
         "nccl_version": version,
         "network": network,
-        "net_plugin": plugin,
-        "ib_devices": sorted(ib_devices.values(), key=lambda d: d["index"]),
-        "ib_absent": no_ib,
-        "socket_devices": sorted(socket_devices.values(), key=lambda d: d["index"]),
-        "oob_interface": oob,
-        "gpudirect_rdma": _gdr_verdict(gdr, gdr_channels, net_channels),
-        "gdr_by_hca": gdr,
-        "channels": dict(channel_kinds),
-        "transport": _transport(network, ib_devices, socket_devices, channel_kinds),
+        "net_plugin": st.plugin,
+        "provider": st.provider,
+        "devices": devices,
+        "ib_devices": ib_devices,
+        "ib_absent": st.no_ib,
+        "socket_devices": socket_devices,
+        "oob_interface": st.oob,
+        "gpudirect_rdma": gdr,
+        "gdr_connections": {"with_gdr": st.gdr_conn[True], "without_gdr": st.gdr_conn[False]},
+        "gdr_by_hca": dict(st.gdr_hca),
+        "channels": channels,
+        "nranks": nranks,
+        "nnodes": st.nnodes,
+        "transport": transport,
+        "unknown": {k: unknown[k] for k in FIELDS if k in unknown},
     }
 
 
-def _gdr_verdict(gdr: dict, gdr_channels: int, net_channels: int) -> bool | None:
-    if gdr_channels:
+def _gdr_verdict(st: _State, nranks, unknown: dict) -> bool | None:
+    """GPUDirect RDMA in use: the connection lines decide (/GDRDMA on any network connection); older or
+    partial logs fall back to NCCL's own GDR decisions, then to what the HCAs support."""
+    if st.gdr_conn[True]:
         return True
-    if gdr:
-        return any(gdr.values())
-    return False if net_channels else None  # no network channels: GDR does not apply
+    if st.gdr_conn[False]:
+        return False
+    if 0 in st.ring_gdr:  # NCCL >= 2.24: some ring network connection did not use GDR
+        return False
+    if st.ring_gdr and (st.nnodes or 0) > 1:  # "GDR 1" on a multi-node communicator
+        return True
+    if st.gdr_gpu[True]:
+        return True
+    if st.gdr_gpu[False]:
+        return False
+    if st.gdr_hca and not any(st.gdr_hca.values()):
+        return False  # no HCA can do it
+    if st.gdr_hca:
+        unknown["gpudirect_rdma"] = "the HCAs support GPUDirect RDMA, but no connection line shows it was used"
+    elif st.kinds or st.nvls_channels or st.nvls_lines:
+        unknown["gpudirect_rdma"] = "no network connection in the log: GPUDirect RDMA does not apply"
+    elif nranks == 1:
+        unknown["gpudirect_rdma"] = "a one-rank communicator has no peers"
+    else:
+        unknown["gpudirect_rdma"] = "no connection or GPU Direct RDMA line in the log"
+    return None
 
 
-def _transport(network, ib_devices, socket_devices, channel_kinds) -> str | None:
-    """One word for the inter-node transport: roce, infiniband, tcp, intra-node, or None if unknown."""
-    kinds = set(channel_kinds)
-    uses_ib = any(k == "NET/IB" or (k.startswith("NET/") and k != "NET/Socket") for k in kinds)
-    if not kinds:  # no channel lines (e.g. only init logged): fall back to what NCCL said it would use
-        uses_ib = network is not None and network != "Socket" and bool(ib_devices)
-        if network == "Socket":
-            return "tcp"
-        if not uses_ib:
+def _single_node(st: _State, nranks) -> bool:
+    """All ranks on one node: NCCL says nNodes 1, or P2P/SHM connections (which only join ranks of one
+    node) link every rank of the communicator."""
+    if st.nnodes == 1:
+        return True
+    if not nranks or nranks < 2 or not st.local_edges:
+        return False
+    parent = list(range(nranks))
+
+    def root(x):
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for a, b in st.local_edges:
+        if a < nranks and b < nranks:
+            parent[root(a)] = root(b)
+    return len({root(r) for r in range(nranks)}) == 1
+
+
+def _transport(st: _State, network, nranks, unknown: dict) -> str | None:
+    """One word for the inter-node transport: roce, infiniband, roce+infiniband, tcp, efa, intra-node."""
+    if st.net_names:
+        names = st.net_names if len(st.net_names) == 1 else set()
+        name = next(iter(names)) if names else None
+        if name is None:
+            unknown["transport"] = f"connections use different networks: {', '.join(sorted(st.net_names))}"
             return None
-    if uses_ib:
-        links = {d["link_layer"] for d in ib_devices.values()}
+        if name == "Socket":
+            return "tcp"
+        if st.provider or name in ("AWS Libfabric", "OFI", "Libfabric"):
+            if st.provider == "efa":
+                return "efa"
+            if st.provider:
+                return f"libfabric/{st.provider}"
+            unknown["transport"] = "the libfabric provider (efa or another) is not named in the log"
+            return None
+        links = _links_used(st)
         if links == {"RoCE"}:
             return "roce"
         if links == {"InfiniBand"}:
             return "infiniband"
-        return "roce+infiniband" if links else "ib-verbs"
-    if "NET/Socket" in kinds:
-        return "tcp"
-    return "intra-node"
+        if links:
+            return "roce+infiniband"
+        unknown["transport"] = "the log names no device link layer, so InfiniBand and RoCE cannot be told apart"
+        return None
+    if any(k.startswith("COLLNET/") for k in st.kinds) and not any(k in ("P2P", "SHM") for k in st.kinds):
+        unknown["transport"] = "only CollNet connections in the log: the network under them is not shown"
+        return None
+    if (st.kinds or st.nvls_channels or st.nvls_lines) and _single_node(st, nranks):
+        return "intra-node"
+    if nranks == 1:
+        unknown["transport"] = "a one-rank communicator sends nothing between ranks"
+    elif st.kinds or st.nvls_channels or st.nvls_lines:
+        unknown["transport"] = ("no network connection in the log, and nothing shows that every rank "
+                                "shares one node")
+    else:
+        unknown["transport"] = "no connection line: nothing shows which transport carried traffic"
+    return None
+
+
+def _links_used(st: _State) -> set:
+    """Link layers of the devices the network connections used (their NET device index), or of every
+    listed device when an index is not known or names different devices on different hosts."""
+    by_name = {}
+    for d in st.ib_devices.values():
+        by_name.setdefault(d["device"], set()).add(d["link_layer"])
+    links = set()
+    for idx in st.net_dev_used:
+        names = st.dev_by_index.get(idx)
+        if not names or any(n not in by_name for n in names):
+            return {link for s in by_name.values() for link in s}
+        for n in names:
+            links |= by_name[n]
+    return links
 
 
 def _lines(paths):

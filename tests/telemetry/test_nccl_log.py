@@ -1,7 +1,20 @@
-"""The NCCL log parser on lines in NCCL's own formats (REFERENCE.md section 4)."""
+"""The NCCL log parser on NCCL's own formats: short synthetic cases, then a corpus of real logs.
+
+tests/telemetry/nccl_logs/ holds excerpts of real NCCL_DEBUG=INFO logs from public issue threads and
+repositories, one .log each, with a .json next to it: the source, what was kept, and the field values read
+by hand ("truth"); a field the excerpt does not establish is null there, with the reason in null_because.
+"""
 from __future__ import annotations
 
-from telemetry.nccl_log import parse_dir, parse_lines
+import json
+from pathlib import Path
+
+import pytest
+
+from telemetry.nccl_log import FIELDS, parse_dir, parse_files, parse_lines
+
+CORPUS = Path(__file__).parent / "nccl_logs"
+TRUTH_FILES = sorted(CORPUS.glob("*.json"))
 
 ROCE_GDR = """\
 gpu-node-01:12345:12345 [0] NCCL INFO NCCL version 2.21.5+cuda12.4
@@ -40,12 +53,22 @@ h:1:1 [0] NCCL INFO Using network Socket
 h:1:3 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read
 h:1:3 [1] NCCL INFO Channel 00/0 : 1[1] -> 0[0] via P2P/direct pointer
 """
+SINGLE_NODE_SIZE = "h:1:3 [0] NCCL INFO comm 0x1 rank 0 nRanks 2 nNodes 1 localRanks 2 localRank 0 MNNVL 0\n"
 
 PLUGIN = """\
 n:1:1 [0] NCCL INFO NET/Plugin: Loaded net plugin NCCL RDMA Plugin (v8)
 n:1:1 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/RoCE [RO]; OOB bond0:10.1.0.1<0>
 n:1:1 [0] NCCL INFO Using network IBext_v8
 n:1:2 [0] NCCL INFO Channel 02/0 : 3[3] -> 4[0] [send] via NET/IBext_v8/0/GDRDMA
+"""
+
+# The known bug: a network plugin whose name has spaces was read as its first word ("AWS"), and its
+# connections "via NET/AWS Libfabric/0/GDRDMA" were cut at the space, so GDR read as off.
+AWS_LIBFABRIC = """\
+n:1:1 [0] NCCL INFO NET/OFI Selected Provider is efa (found 4 nics)
+n:1:1 [0] NCCL INFO Using network AWS Libfabric
+n:1:2 [0] NCCL INFO Channel 00/0 : 1[1] -> 8[0] [send] via NET/AWS Libfabric/1/GDRDMA
+n:1:2 [0] NCCL INFO Channel 00/0 : 9[1] -> 1[1] [receive] via NET/AWS Libfabric/1(3)/GDRDMA/Shared
 """
 
 
@@ -71,22 +94,82 @@ def test_silent_fallback_to_tcp_sockets():
     assert out["gpudirect_rdma"] is False
 
 
-def test_single_node_uses_only_p2p():
+def test_p2p_only_is_intra_node_only_when_the_log_shows_every_rank_on_one_node():
     out = parse_lines(SINGLE_NODE.splitlines())
-    assert out["transport"] == "intra-node" and out["ib_absent"] is True
+    # ranks 0 and 1 talk over P2P, but nothing says there is no rank 2 on another host
+    assert out["transport"] is None and "transport" in out["unknown"]
+    out = parse_lines((SINGLE_NODE + SINGLE_NODE_SIZE).splitlines())
+    assert out["transport"] == "intra-node" and out["ib_absent"] is True and out["nranks"] == 2
     assert out["channels"] == {"P2P": 2} and out["gpudirect_rdma"] is None
+    assert "does not apply" in out["unknown"]["gpudirect_rdma"]
 
 
 def test_net_plugin_counts_as_rdma():
     out = parse_lines(PLUGIN.splitlines())
     assert out["transport"] == "roce" and out["network"] == "IBext_v8"
-    assert out["net_plugin"].startswith("Loaded net plugin") and out["gpudirect_rdma"] is True
+    assert out["net_plugin"] == "NCCL RDMA Plugin" and out["gpudirect_rdma"] is True
+
+
+def test_plugin_name_with_spaces_is_read_whole_and_gdr_stays_on():
+    out = parse_lines(AWS_LIBFABRIC.splitlines())
+    assert out["network"] == "AWS Libfabric"
+    assert out["channels"] == {"NET/AWS Libfabric": 2}
+    assert out["gpudirect_rdma"] is True and out["gdr_connections"] == {"with_gdr": 2, "without_gdr": 0}
+    assert out["provider"] == "efa" and out["transport"] == "efa"
 
 
 def test_unknown_when_nothing_was_logged(tmp_path):
-    assert parse_lines(["some unrelated line"])["transport"] is None
+    out = parse_lines(["some unrelated line"])
+    assert out["transport"] is None and out["network"] is None
+    assert set(out["unknown"]) == set(FIELDS)  # every field null, each with a reason
     assert parse_dir(str(tmp_path)) is None
     (tmp_path / "nccl.h.1.log").write_text(ROCE_GDR)
     (tmp_path / "nccl.h.2.log").write_text(SOCKET_FALLBACK)
     mixed = parse_dir(str(tmp_path))
     assert mixed["log_files"] == 2 and mixed["channels"]["NET/Socket"] == 2
+    # two hosts disagree on the network: say so rather than pick one
+    assert mixed["network"] is None and "IB, Socket" in mixed["unknown"]["network"]
+
+
+def test_ring_listing_gives_the_size_only_when_complete():
+    line = "h:1:1 [0] NCCL INFO Channel 00/02 :    0   1   2   3"
+    assert parse_lines([line])["nranks"] == 4
+    # NCCL prints at most 20 ranks of a ring: a 20-entry line may be a longer ring cut short
+    cut = "h:1:1 [0] NCCL INFO Channel 00/16 :" + "".join(f" {r:3d}" for r in range(20))
+    assert parse_lines([cut])["nranks"] is None
+
+
+# ---------------------------------------------------------------- the corpus of real logs
+
+def _devices(devices):
+    return None if devices is None else sorted((d["device"], d["port"], d["link_layer"]) for d in devices)
+
+
+@pytest.mark.parametrize("truth_file", TRUTH_FILES, ids=lambda p: p.stem)
+def test_every_field_right_on_real_logs(truth_file):
+    spec = json.loads(truth_file.read_text())
+    truth = spec["truth"]
+    out = parse_files([str(truth_file.with_suffix(".log"))])
+    got = {"nccl_version": out["nccl_version"], "network": out["network"], "devices": _devices(out["devices"]),
+           "gpudirect_rdma": out["gpudirect_rdma"], "nranks": out["nranks"], "transport": out["transport"],
+           "channel_transports": None if out["channels"] is None else sorted(out["channels"])}
+    want = dict(truth, devices=_devices(truth["devices"]),
+                channel_transports=None if truth["channel_transports"] is None else sorted(truth["channel_transports"]))
+    assert got == want
+    for field, value in truth.items():  # an unknown is null with a reason, never a guess
+        if value is None:
+            assert out["unknown"].get("channels" if field == "channel_transports" else field)
+    for field, value in spec.get("also", {}).items():
+        assert out[field] == value
+
+
+def test_corpus_covers_what_the_issue_asks_for():
+    specs = [json.loads(p.read_text()) for p in TRUTH_FILES]
+    assert len(specs) >= 30 and all(s["source"].startswith("https://github.com/") for s in specs)
+    assert all((p.with_suffix(".log")).exists() for p in TRUTH_FILES)
+    cats = {c for s in specs for c in s["categories"]}
+    assert {"infiniband", "roce", "sockets", "efa", "ibext-sharp-plugin", "plugin-name-with-spaces", "gdr-on",
+            "gdr-off", "p2p", "shm", "nvls", "collnet", "ring-lines", "version-line-without-info",
+            "no-using-network-line", "launcher-prefix", "interleaved-ranks", "nccl-2.3"} <= cats
+    versions = {s["truth"]["nccl_version"] for s in specs} - {None}
+    assert min(versions, key=lambda v: tuple(map(int, v.split(".")))) == "2.3.7"
