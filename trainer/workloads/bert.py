@@ -66,8 +66,9 @@ class BertPretrainingWorkload:
                 return BertConfig.from_pretrained(m.path)
             except Exception as exc:
                 raise ModelError(f"model.path: not a BERT config in {m.path!r}: {str(exc).splitlines()[0]}") from None
+        fields = config_fields(m.config, BertConfig)  # its own one-line errors name the key
         try:
-            config = BertConfig(**config_fields(m.config))
+            config = BertConfig(**fields)
         except Exception as exc:
             raise ModelError(f"model.config: not a valid BERT config: {exc}") from None
         if config.hidden_size % config.num_attention_heads:

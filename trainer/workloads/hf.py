@@ -2,7 +2,9 @@
 (a local checkpoint directory, or config fields for random init)."""
 from __future__ import annotations
 
+import difflib
 import json
+import math
 import os
 
 from ..errors import InputError
@@ -28,15 +30,73 @@ def check_checkpoint(path: str, needs: str, holds: str) -> None:
                          f"directory ({holds})")
 
 
-def config_fields(spec) -> dict:
-    """model.config as a mapping of config fields: given inline, or read from a config.json path."""
+# sizes a model config may set; each must be a positive integer (a zero or negative one fails deep
+# inside the model's constructor, or silently builds a model without layers)
+_SIZE_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+              "num_key_value_heads", "max_position_embeddings", "head_dim", "type_vocab_size")
+_SIZE_MAX = 1 << 24
+
+
+def known_config_keys(cls) -> set[str]:
+    """Every key the config class reads: its saved fields, their aliases and its constructor's arguments."""
+    import inspect
+
+    keys = set(cls().to_dict()) | set(getattr(cls, "attribute_map", {}))
+    keys |= {name for name in inspect.signature(cls.__init__).parameters if name not in ("self", "kwargs")}
+    return keys
+
+
+def _non_finite(value, path: str):
+    if isinstance(value, float) and not math.isfinite(value):
+        return path
+    if isinstance(value, dict):
+        return next((p for k, v in value.items() if (p := _non_finite(v, f"{path}.{k}"))), None)
+    if isinstance(value, list):
+        return next((p for i, v in enumerate(value) if (p := _non_finite(v, f"{path}[{i}]"))), None)
+    return None
+
+
+def config_fields(spec, cls=None) -> dict:
+    """model.config as a mapping of config fields: given inline, or read from a config.json path.
+    With `cls` (the family's config class) unknown keys are refused: transformers keeps any unknown
+    key as an attribute, so a misspelt layer count would silently build the default depth."""
     fields = spec
+    where = "model.config"
     if isinstance(spec, str):
         if not os.path.isfile(spec):
             raise ModelError(f"model.config: {spec!r} is not a file (expected a config.json)")
+        where = f"model.config ({spec})"
         try:
             with open(spec, encoding="utf-8") as f:
                 fields = json.load(f)
-        except ValueError as exc:
-            raise ModelError(f"model.config: {spec!r} is not JSON: {exc}") from None
-    return {k: v for k, v in fields.items() if k not in _IDENTITY_KEYS}
+        except ValueError as exc:  # also UnicodeDecodeError
+            raise ModelError(f"model.config: {spec!r} is not JSON: {' '.join(str(exc).split())}") from None
+        except OSError as exc:
+            raise ModelError(f"model.config: cannot read {spec!r}: {exc.strerror or exc}") from None
+    if not isinstance(fields, dict):
+        raise ModelError(f"{where}: got {type(fields).__name__}; expected a mapping of config fields")
+    fields = {k: v for k, v in fields.items() if k not in _IDENTITY_KEYS}
+    bad = _non_finite(fields, "model.config")
+    if bad:
+        raise ModelError(f"{bad}: NaN or infinity; expected a finite number")
+    for key in _SIZE_KEYS:
+        if key in fields and fields[key] is not None:
+            value = fields[key]
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= _SIZE_MAX:
+                raise ModelError(f"model.config.{key}: got {value!r}; expected an integer from 1 to {_SIZE_MAX}")
+    heads, kv = fields.get("num_attention_heads"), fields.get("num_key_value_heads")
+    if isinstance(heads, int) and "hidden_size" in fields and "head_dim" not in fields and fields["hidden_size"] % heads:
+        raise ModelError(f"model.config.hidden_size: {fields['hidden_size']} is not divisible by "
+                         f"num_attention_heads {heads}")
+    if isinstance(heads, int) and isinstance(kv, int) and heads % kv:
+        raise ModelError(f"model.config.num_key_value_heads: {kv} does not divide num_attention_heads {heads}")
+    if cls is not None:
+        known = known_config_keys(cls)
+        unknown = sorted(str(k) for k in fields if k not in known)
+        if unknown:
+            close = difflib.get_close_matches(unknown[0], sorted(known), n=1)
+            hint = f" (did you mean '{close[0]}'?)" if close else ""
+            raise ModelError(f"model.config.{unknown[0]}: unknown key for {cls.__name__}{hint}; allowed: the "
+                             f"fields of {cls.__name__}" + (f"; also unknown: {', '.join(unknown[1:])}"
+                                                            if unknown[1:] else ""))
+    return fields

@@ -46,8 +46,9 @@ class LlmLoraWorkload:
         m = self.recipe.model
         if m.path is not None:
             return AutoConfig.from_pretrained(m.path)
+        fields = config_fields(m.config, LlamaConfig)  # its own one-line errors name the key
         try:
-            return LlamaConfig(**config_fields(m.config))
+            return LlamaConfig(**fields)
         except Exception as exc:
             raise ModelError(f"model.config: not a valid Llama config: {exc}") from None
 
