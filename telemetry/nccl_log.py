@@ -14,6 +14,7 @@ import glob
 import os
 import re
 from collections import Counter
+from functools import lru_cache
 
 # NCCL prints the version as an INFO line, or (older releases, NCCL_DEBUG=VERSION/WARN) bare on stdout.
 _VERSION = re.compile(r"NCCL version (\d+\.\d+\.\d+)")
@@ -30,7 +31,7 @@ _SOCKET_DEVICE = re.compile(r"\[(\d+)\]([^:\s\[]+):(\S+?)<\d+>")
 _GDR = re.compile(r"GPU Direct RDMA (Enabled|Disabled) for (.*)")
 _GDR_HCA = re.compile(r"HCA (\d+) '([^']+)'")
 # A connection: "Channel 00/0 : 0[0] -> 1[1] [send] via NET/IB/0/GDRDMA", "Ring 00 : 3 -> 4 via P2P/IPC", ...
-_CONNECTION = re.compile(r"(?:Channel|Ring) \d+(?:/\d+)? : (\d+)(?:\[[^\]]*\])? -> (\d+)(?:\[[^\]]*\])?"
+_CONNECTION = re.compile(r"\d+(?:/\d+)? : (\d+)(?:\[[^\]]*\])? -> (\d+)(?:\[[^\]]*\])?"
                          r"(?: \[(?:send|receive)\])? via (.+)$")
 # NET/<name>/<dev>[(<proxy rank>)][/GDRDMA][(PCI)][/Shared]; the name may hold spaces, never "/<digits>"
 _VIA_NET = re.compile(r"NET/(.+?)/(\d+)(?:\(\d+\))?(/GDRDMA)?")
@@ -52,6 +53,7 @@ _KEYS = ("NCCL", "libibverbs", "NET/", " via ", "Ring ", "Channel ", "anks ", "G
 FIELDS = ("nccl_version", "network", "devices", "gpudirect_rdma", "channels", "nranks", "transport")
 
 
+@lru_cache(maxsize=4096)  # a job repeats the same few "via ..." strings on every channel
 def _connection_kind(via: str) -> tuple[str, str | None, int | None, bool]:
     """'NET/IB/0/GDRDMA' -> ('NET/IB', 'IB', 0, True); 'P2P/IPC/read' -> ('P2P', None, None, False)."""
     if via.startswith("NET/") and (m := _VIA_NET.match(via)):
@@ -77,7 +79,7 @@ class _State:
         self.net_names: set[str] = set()
         self.net_dev_used: set[int] = set()
         self.gdr_conn = Counter()  # network connections with / without GDRDMA
-        self.local_edges: list[tuple[int, int]] = []  # P2P/SHM connections: both ends on one node
+        self.local_edges: set[tuple[int, int]] = set()  # P2P/SHM connections: both ends on one node
         self.nranks = self.nnodes = None
         self.listing_nranks = None
         self.nvls_channels = 0
@@ -86,7 +88,9 @@ class _State:
 
 def _feed(st: _State, line: str) -> None:
     if "via " in line:
-        if m := _CONNECTION.search(line):
+        # match at the word Channel/Ring rather than searching the whole line: most lines are these
+        at = max(line.rfind("Channel "), line.rfind("Ring "))
+        if at >= 0 and (m := _CONNECTION.match(line, at + (8 if line.startswith("Channel ", at) else 5))):
             kind, net, dev, gdr = _connection_kind(m.group(3))
             st.kinds[kind] += 1
             if net is not None:
@@ -94,7 +98,7 @@ def _feed(st: _State, line: str) -> None:
                 st.net_dev_used.add(dev)
                 st.gdr_conn[gdr] += 1
             elif kind in ("P2P", "SHM"):
-                st.local_edges.append((int(m.group(1)), int(m.group(2))))
+                st.local_edges.add((m.group(1), m.group(2)))
             return
         if m := _COLLNET.search(line):
             st.kinds[f"COLLNET/{m.group(1)}"] += 1
@@ -176,7 +180,7 @@ def _feed(st: _State, line: str) -> None:
 def parse_lines(lines) -> dict:
     st = _State()
     for line in lines:
-        if any(k in line for k in _KEYS):
+        if "via " in line or any(k in line for k in _KEYS):
             _feed(st, line.rstrip("\r\n"))
     return _summarize(st)
 
@@ -316,6 +320,7 @@ def _single_node(st: _State, nranks) -> bool:
         return x
 
     for a, b in st.local_edges:
+        a, b = int(a), int(b)
         if a < nranks and b < nranks:
             parent[root(a)] = root(b)
     return len({root(r) for r in range(nranks)}) == 1
