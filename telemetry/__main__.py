@@ -1,5 +1,5 @@
 """python -m telemetry report RUN | compare RUN_A RUN_B [...] --out DIR | project RUN --rate RATE
-   | nccl-tests FILE_OR_RUN [...] [--json OUT] [--csv OUT]"""
+   | nccl-tests FILE_OR_RUN [...] [--json OUT] [--csv OUT] | export RUN --to tensorboard,wandb,parquet,trace"""
 from __future__ import annotations
 
 import argparse
@@ -31,6 +31,10 @@ def main(argv: list[str] | None = None) -> int:
     nt.add_argument("inputs", nargs="+", help="nccl-tests output files, or sweep run directories")
     nt.add_argument("--json", default=None, help="write the JSON here (one object; a list for several inputs)")
     nt.add_argument("--csv", default=None, help="write one CSV row per table row here")
+    exp = sub.add_parser("export", help="write TensorBoard, W&B (offline), Parquet or trace files from a run directory")
+    exp.add_argument("run")
+    exp.add_argument("--to", required=True, help="comma-separated: tensorboard, wandb, parquet, trace")
+    exp.add_argument("--out", default=None, help="where to write (default: RUN/exports)")
     args = parser.parse_args(argv)
     try:
         if args.command == "report":
@@ -50,10 +54,11 @@ def main(argv: list[str] | None = None) -> int:
                       f"({p['error'] * 100:+.1f}%)")
         elif args.command == "nccl-tests":
             return _nccl_tests(args)
+        elif args.command == "export":
+            return _export(args)
         else:
-            from launch.lab import LabError, parse_rate
-
             from .projection import DEFAULT_EFFICIENCY, measured_profile, project
+            from .rates import RateError, parse_rate
             from .runs import load_run
             profile = measured_profile(load_run(args.run))
             eff = args.efficiency or DEFAULT_EFFICIENCY
@@ -62,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
             for rate in args.rate:
                 try:
                     bps = parse_rate(rate)
-                except LabError as exc:
+                except RateError as exc:
                     print(f"error: {exc}", file=sys.stderr)
                     return 2
                 p = project(profile, bps, args.latency_us * 1e-6, eff)
@@ -72,6 +77,23 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     return 0
+
+
+def _export(args) -> int:
+    from .exports import check_kinds, export_run
+    try:
+        kinds = check_kinds([k.strip() for k in args.to.split(",") if k.strip()])
+    except ValueError as exc:
+        print(f"error: {str(exc).replace('telemetry.export', '--to')}", file=sys.stderr)
+        return 2
+    failed = 0
+    for kind, result in export_run(args.run, kinds, args.out).items():
+        if result.get("error"):
+            failed += 1
+            print(f"{kind}: not written: {result['error']}", file=sys.stderr)
+        else:
+            print(f"{kind}: {result['path']}")
+    return 1 if failed else 0
 
 
 def _nccl_tests(args) -> int:

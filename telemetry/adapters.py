@@ -7,8 +7,7 @@ from __future__ import annotations
 import json
 import time
 
-from trainer.hooks import Hooks
-
+from .hooks import Hooks
 from .session import Telemetry
 
 
@@ -23,6 +22,19 @@ class HarnessHooks(Hooks):
 
     def on_step_end(self, step: int, record: dict) -> None:
         record.update(self.telemetry.end_step(step, record.get("step_time_s")))
+
+    # phase boundaries for the trace export; Telemetry.mark does nothing unless "trace" is exported
+    def before_backward(self, step: int, micro_batch: int) -> None:
+        self.telemetry.mark("backward_begin")
+
+    def after_backward(self, step: int, micro_batch: int) -> None:
+        self.telemetry.mark("backward_end")
+
+    def before_optimizer_step(self, step: int) -> None:
+        self.telemetry.mark("optimizer_begin")
+
+    def after_optimizer_step(self, step: int) -> None:
+        self.telemetry.mark("optimizer_end")
 
 
 class _StepClock:
@@ -49,10 +61,9 @@ class _StepClock:
 
 
 def hf_callback(telemetry: Telemetry, metrics_path: str | None = None):
-    """A transformers.TrainerCallback; steps are numbered as the Trainer's global_step after the step."""
-    from trainer.compat import ensure_torchvision_importable
-
-    ensure_torchvision_importable()  # transformers imports torchvision when installed
+    """A transformers.TrainerCallback; steps are numbered as the Trainer's global_step after the step.
+    Whoever built the Trainer has imported transformers already (on CPU-only torch next to a CUDA
+    torchvision wheel, after whatever fix that needed), so this import finds it loaded."""
     from transformers import TrainerCallback
 
     class TelemetryCallback(TrainerCallback):

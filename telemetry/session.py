@@ -20,6 +20,7 @@ import json
 import math
 import os
 import statistics
+import sys
 import time
 from dataclasses import dataclass
 
@@ -47,6 +48,14 @@ class TelemetrySettings:
     power_sample_interval_s: float = 0.1
     interfaces: list[str] | None = None  # NICs to count; default: the ones the backend uses
     sysfs: str = "/sys"
+    # written by rank 0 at close from the run directory (telemetry/exports); "trace" also makes every rank
+    # keep ranks/rank<r>.events.jsonl (per-call timestamps, bounded: see EVENTS_MAX_*)
+    export: list[str] | None = None
+
+
+EVENTS_MAX_CALLS_PER_STEP = 4096  # collectives kept per step in the events file; the rest are counted
+EVENTS_MAX_BYTES = 256 << 20  # per rank; past this the file gets one last line saying so
+EXPORT_BARRIER_S = 60  # how long rank 0 waits at close for the other ranks' files before exporting
 
 
 # The per-rank vector reduced to rank 0 each step; NaN stands for "unknown".
@@ -158,6 +167,9 @@ class Telemetry:
         self._energy_total = {"gpu_j": 0.0, "cpu_j": 0.0, "known": False}
         self._exposed: list[dict] = []
         self._t_step = None
+        self._events = None  # ranks/rank<r>.events.jsonl, only when "trace" is exported
+        self._events_bytes = 0
+        self._marks: list = []
         self.cross_rank_info: dict = {}
         self.started = False
 
@@ -209,6 +221,10 @@ class Telemetry:
             ranks = os.path.join(self.run_dir, "ranks")
             os.makedirs(ranks, exist_ok=True)
             self._file = open(os.path.join(ranks, f"rank{self.rank:05d}.telemetry.jsonl"), "a", encoding="utf-8")
+            if "trace" in (self.s.export or ()):
+                self._events = open(os.path.join(ranks, f"rank{self.rank:05d}.events.jsonl"), "a", encoding="utf-8")
+                # perf_counter times become wall-clock seconds, so ranks line up on one timeline
+                self._clock_offset = time.time() - time.perf_counter()
         self.started = True
 
     def _interfaces(self) -> list[str] | None:
@@ -233,6 +249,12 @@ class Telemetry:
         self.tracer.begin_step()
         self.windows.start(step)
         self._t_step = time.perf_counter()
+        self._marks = []
+
+    def mark(self, name: str) -> None:
+        """A phase boundary (backward_begin/_end, optimizer_begin/_end) for the trace; free when it is off."""
+        if self._events is not None:
+            self._marks.append((name, time.perf_counter()))
 
     def end_step(self, step: int, step_time_s: float | None = None) -> dict:
         """This step's telemetry fields (call on every rank: the cross-rank reduction is collective)."""
@@ -240,7 +262,11 @@ class Telemetry:
             return {}
         if step_time_s is None and self._t_step is not None:
             step_time_s = time.perf_counter() - self._t_step
-        comm = self.tracer.end_step().summary()
+        t_end = time.perf_counter()
+        step_comm = self.tracer.end_step()
+        comm = step_comm.summary()
+        if self._events is not None:
+            self._write_events(step, t_end, step_comm.calls)
         comm_bytes, comm_time = totals(comm)
         record = {"comm": comm, "comm_bytes": comm_bytes, "comm_time_s": comm_time}
         profiled = self.windows.active()
@@ -328,6 +354,24 @@ class Telemetry:
             distance <<= 1
         return payload
 
+    def _write_events(self, step: int, t_end: float, calls: list) -> None:
+        off = self._clock_offset
+        kept = calls[:EVENTS_MAX_CALLS_PER_STEP]
+        line = {"step": step, "rank": self.rank, "t0": None if self._t_step is None else self._t_step + off,
+                "t1": t_end + off, "marks": [[n, t + off] for n, t in self._marks],
+                # op, issue time, duration (null: untimed), bytes, group size, source
+                "calls": [[c.op, c.t_issue + off, c.duration_s, c.nbytes, c.group_size, c.source] for c in kept],
+                "calls_dropped": len(calls) - len(kept)}
+        text = json.dumps(line) + "\n"
+        if self._events_bytes + len(text) > EVENTS_MAX_BYTES:
+            self._events.write(json.dumps({"step": step, "truncated": f"events file reached {EVENTS_MAX_BYTES} "
+                                           "bytes; later steps are not in it"}) + "\n")
+            self._events.close()
+            self._events = None
+            return
+        self._events_bytes += len(text)
+        self._events.write(text)
+
     def _write_rank_line(self, record: dict) -> None:
         if self._file is not None:
             self._file.write(json.dumps(record, default=_json_default) + "\n")
@@ -364,7 +408,31 @@ class Telemetry:
         if self._file is not None:
             self._file.close()
             self._file = None
+        if self._events is not None:
+            self._events.close()
+            self._events = None
         self.started = False
+        if self.s.export and self.run_dir:
+            self._export()
+
+    def _export(self) -> None:
+        """Rank 0 writes the requested exports from the run directory, after every rank closed its files."""
+        if self._group is not None:
+            try:
+                import datetime
+                dist.monitored_barrier(group=self._group, timeout=datetime.timedelta(seconds=EXPORT_BARRIER_S))
+            except RuntimeError:  # a rank that died: export what is on disk
+                pass
+        if self.rank != 0:
+            return
+        from .exports import export_run
+        try:
+            result = export_run(self.run_dir, self.s.export)
+        except Exception as exc:  # the run itself succeeded; say why there are no exports
+            result = {k: {"error": f"{type(exc).__name__}: {exc}"} for k in self.s.export}
+        for kind, r in result.items():
+            if r.get("error"):
+                print(f"[telemetry] export {kind}: not written: {r['error']}", file=sys.stderr, flush=True)
 
 
 def _first(d):

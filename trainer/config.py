@@ -131,6 +131,11 @@ class TelemetryConfig:
     save_traces: bool = False  # keep the profiled windows' Chrome traces in logs/
     power_sample_interval_s: float = 0.1
     interfaces: Optional[list[str]] = None  # NICs whose counters to read; default: the ones in use
+    # outputs written from the run directory at the end: tensorboard, wandb (offline), parquet, trace
+    export: list[str] = field(default_factory=list)
+
+
+TELEMETRY_EXPORTS = ("tensorboard", "wandb", "parquet", "trace")  # telemetry/exports KINDS
 
 
 @dataclass
@@ -567,5 +572,8 @@ def _check_telemetry(r: Recipe) -> list[str]:
         p += _at_least("telemetry", tel, ("cross_rank_median_every",), 0, " (0 = never), or null for the default")
     if tel.power_sample_interval_s <= 0:
         p.append(f"telemetry.power_sample_interval_s: got {tel.power_sample_interval_s}; expected a number > 0")
+    unknown = [k for k in tel.export if k not in TELEMETRY_EXPORTS]
+    if unknown:
+        p.append(f"telemetry.export: got {', '.join(map(str, unknown))}; allowed: {', '.join(TELEMETRY_EXPORTS)}")
     p += _at_least("distributed", r.distributed, ("timeout_s",), 1)
     return p

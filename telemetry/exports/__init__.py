@@ -1,0 +1,101 @@
+"""Outputs other tools read, written from a run directory after the run (nothing on the training path).
+
+    export_run("runs/x", ["tensorboard", "parquet", "trace", "wandb"])
+
+Sources: metrics.jsonl (rank 0's step records, cross-rank figures included), ranks/rank*.telemetry.jsonl
+(every rank's own values) and, for the trace, ranks/rank*.events.jsonl (kept only when the run had
+`telemetry.export` with trace). Everything lands in RUN/exports/; exports/manifest.json says what was
+written and, for a kind that failed (library missing, no events), why.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+from ..runs import Run, load_run
+
+KINDS = ("tensorboard", "wandb", "parquet", "trace")
+
+
+def step_scalars(record: dict) -> dict[str, float]:
+    """One step's scalars under the names TensorBoard and W&B show; unknown values are left out (neither
+    tool has a null), never written as 0."""
+    out = {}
+
+    def put(name, value):
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value == value:
+            out[name] = float(value)
+
+    for key in ("loss", "lr", "grad_norm", "step_time_s", "samples_per_s", "tokens_per_s", "mfu",
+                "tflops_per_device", "comm_time_s", "comm_bytes"):
+        put(f"train/{key}" if key in ("loss", "lr", "grad_norm") else f"perf/{key}" if key in (
+            "step_time_s", "samples_per_s", "tokens_per_s", "mfu", "tflops_per_device") else f"comm/{key}",
+            record.get(key))
+    for op, s in sorted((record.get("comm") or {}).items()):
+        put(f"comm/{op}/time_s", s.get("time_s"))
+        put(f"comm/{op}/bytes", s.get("bytes"))
+        put(f"comm/{op}/count", s.get("count"))
+        put(f"comm/{op}/busbw_gbps", s.get("busbw_gbps"))
+    put("comm/exposed_share", (record.get("exposed") or {}).get("exposed_share"))
+    put("comm/exposed_s", (record.get("exposed") or {}).get("exposed_s"))
+    put("energy/gpu_energy_j", record.get("energy_j"))  # job-wide sums (rank 0's cross-rank figures)
+    put("energy/gpu_power_w", record.get("power_w"))
+    put("energy/cpu_energy_j", record.get("cpu_energy_j"))
+    spread = (record.get("ranks") or {}).get("step_time_s") or {}
+    put("ranks/step_time_s_max", spread.get("max"))
+    put("ranks/step_time_s_min", spread.get("min"))
+    for key in ("eval_loss", "eval_accuracy"):
+        put(f"eval/{key[5:]}", record.get(key))
+    return out
+
+
+def check_kinds(kinds) -> list[str]:
+    unknown = [k for k in kinds if k not in KINDS]
+    if unknown:
+        raise ValueError(f"telemetry.export: got {unknown}; allowed: {', '.join(KINDS)}")
+    return list(dict.fromkeys(kinds))
+
+
+def export_run(path: str, kinds, out: str | None = None) -> dict:
+    """Write each kind under `out` (default RUN/exports); returns {kind: {"path": ...} or {"error": ...}}."""
+    kinds = check_kinds(kinds)
+    run = load_run(path)
+    out = out or os.path.join(path, "exports")
+    os.makedirs(out, exist_ok=True)
+    result = {}
+    for kind in kinds:
+        try:
+            result[kind] = {"path": _WRITERS[kind](run, out)}
+        except Exception as exc:  # one kind failing must not cost the others (or the run)
+            result[kind] = {"path": None, "error": f"{type(exc).__name__}: {exc}"}
+    manifest = os.path.join(out, "manifest.json")
+    previous = {}
+    if os.path.exists(manifest):
+        with open(manifest, encoding="utf-8") as f:
+            previous = json.load(f)
+    with open(manifest, "w", encoding="utf-8") as f:
+        json.dump({**previous, **result}, f, indent=1)
+    return result
+
+
+def _tensorboard(run: Run, out: str) -> str:
+    from .tensorboard import write
+    return write(run, out)
+
+
+def _wandb(run: Run, out: str) -> str:
+    from .wandb_offline import write
+    return write(run, out)
+
+
+def _parquet(run: Run, out: str) -> str:
+    from .parquet import write
+    return write(run, out)
+
+
+def _trace(run: Run, out: str) -> str:
+    from .trace import write
+    return write(run, out)
+
+
+_WRITERS = {"tensorboard": _tensorboard, "wandb": _wandb, "parquet": _parquet, "trace": _trace}

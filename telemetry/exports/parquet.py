@@ -1,0 +1,113 @@
+"""Parquet tables (pyarrow) with fixed schemas, so many runs' files concatenate in pandas or DuckDB
+(`SELECT * FROM 'runs/*/exports/steps.parquet'`). Schemas: docs/telemetry.md, "Parquet exports".
+
+steps.parquet: one row per step (rank 0's metrics.jsonl; job-wide figures).
+collectives.parquet: one row per rank, step and collective type (ranks/rank*.telemetry.jsonl).
+calls.parquet: one row per traced call, only where the run kept events (telemetry.export with trace).
+Unknown values are nulls, never 0.
+"""
+from __future__ import annotations
+
+import glob
+import json
+import os
+
+from ..runs import read_jsonl
+
+
+def _schemas():
+    import pyarrow as pa
+
+    f64, i64, s = pa.float64(), pa.int64(), pa.string()
+    steps = pa.schema([
+        ("run", s), ("run_name", s), ("step", i64), ("time", f64), ("loss", f64), ("lr", f64),
+        ("grad_norm", f64), ("step_time_s", f64), ("samples_per_s", f64), ("tokens_per_s", f64),
+        ("tokens", i64), ("tflops_per_device", f64), ("mfu", f64), ("comm_time_s", f64), ("comm_bytes", i64),
+        ("exposed_share", f64), ("exposed_s", f64), ("gpu_energy_j", f64), ("gpu_power_w", f64),
+        ("cpu_energy_j", f64), ("step_time_s_min", f64), ("step_time_s_max", f64), ("step_time_s_max_rank", i64),
+        ("comm_time_s_max", f64), ("comm_time_s_max_rank", i64), ("eval_loss", f64), ("eval_accuracy", f64),
+        ("profiled", pa.bool_())])
+    collectives = pa.schema([
+        ("run", s), ("run_name", s), ("rank", i64), ("step", i64), ("op", s), ("count", i64), ("bytes", i64),
+        ("time_s", f64), ("busbw_gbps", f64), ("untimed", i64), ("untimed_reason", s)])
+    calls = pa.schema([
+        ("run", s), ("run_name", s), ("rank", i64), ("step", i64), ("op", s), ("t_issue", f64),
+        ("duration_s", f64), ("bytes", i64), ("group_size", i64), ("busbw_gbps", f64), ("source", s)])
+    return steps, collectives, calls
+
+
+def _num(v, kind=float):
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v:
+        return None
+    return kind(v)
+
+
+def step_rows(run) -> list[dict]:
+    name, label = os.path.basename(os.path.normpath(run.path)), run.name
+    rows = []
+    for r in run.metrics:
+        if r.get("step") is None:
+            continue
+        spread = r.get("ranks") or {}
+        st, ct = spread.get("step_time_s") or {}, spread.get("comm_time_s") or {}
+        ex = r.get("exposed") or {}
+        rows.append({
+            "run": name, "run_name": label, "step": int(r["step"]), "time": _num(r.get("time")),
+            **{k: _num(r.get(k)) for k in ("loss", "lr", "grad_norm", "step_time_s", "samples_per_s",
+                                             "tokens_per_s", "tflops_per_device", "mfu", "comm_time_s",
+                                             "eval_loss", "eval_accuracy")},
+            "tokens": _num(r.get("tokens"), int), "comm_bytes": _num(r.get("comm_bytes"), int),
+            "exposed_share": _num(ex.get("exposed_share")), "exposed_s": _num(ex.get("exposed_s")),
+            "gpu_energy_j": _num(r.get("energy_j")), "gpu_power_w": _num(r.get("power_w")),
+            "cpu_energy_j": _num(r.get("cpu_energy_j")),
+            "step_time_s_min": _num(st.get("min")), "step_time_s_max": _num(st.get("max")),
+            "step_time_s_max_rank": _num(st.get("max_rank"), int), "comm_time_s_max": _num(ct.get("max")),
+            "comm_time_s_max_rank": _num(ct.get("max_rank"), int), "profiled": bool(r.get("profiled", False))})
+    return rows
+
+
+def collective_rows(run) -> list[dict]:
+    name, label = os.path.basename(os.path.normpath(run.path)), run.name
+    rows = []
+    for rank, records in sorted(run.ranks.items()):
+        for r in records:
+            for op, s in sorted((r.get("comm") or {}).items()):
+                rows.append({"run": name, "run_name": label, "rank": rank, "step": _num(r.get("step"), int),
+                             "op": op, "count": _num(s.get("count"), int), "bytes": _num(s.get("bytes"), int),
+                             "time_s": _num(s.get("time_s")), "busbw_gbps": _num(s.get("busbw_gbps")),
+                             "untimed": _num(s.get("untimed"), int), "untimed_reason": s.get("untimed_reason")})
+    return rows
+
+
+def call_rows(run) -> list[dict]:
+    from ..formulas import bus_factor
+
+    name, label = os.path.basename(os.path.normpath(run.path)), run.name
+    rows = []
+    for path in sorted(glob.glob(os.path.join(run.path, "ranks", "rank*.events.jsonl"))):
+        for line in read_jsonl(path):
+            for op, t, dur, nbytes, size, source in line.get("calls") or ():
+                bw = nbytes * bus_factor(op, max(size, 1)) / dur / 1e9 if dur else None
+                rows.append({"run": name, "run_name": label, "rank": line.get("rank"), "step": line.get("step"),
+                             "op": op, "t_issue": t, "duration_s": dur, "bytes": nbytes, "group_size": size,
+                             "busbw_gbps": bw, "source": source})
+    return rows
+
+
+def write(run, out: str) -> str:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    steps, collectives, calls = _schemas()
+    pq.write_table(pa.Table.from_pylist(step_rows(run), schema=steps), os.path.join(out, "steps.parquet"))
+    pq.write_table(pa.Table.from_pylist(collective_rows(run), schema=collectives),
+                   os.path.join(out, "collectives.parquet"))
+    rows = call_rows(run)
+    if rows:
+        pq.write_table(pa.Table.from_pylist(rows, schema=calls), os.path.join(out, "calls.parquet"))
+    return out
+
+
+if __name__ == "__main__":  # print the schemas (what docs/telemetry.md lists)
+    for schema in _schemas():
+        print(json.dumps([[f.name, str(f.type)] for f in schema]))
