@@ -28,9 +28,26 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _fail(problems: list[str]) -> int:
-    for line in problems:
-        print(f"error: {line}", file=sys.stderr)
+    # Under torchrun every rank finds the same problem; rank 0 alone says it.
+    if os.environ.get("RANK", "0") == "0":
+        for line in problems:
+            print(f"error: {' '.join(str(line).split())}", file=sys.stderr)  # one line each, whatever the cause
     return 2
+
+
+def _check_output_dir(path: str) -> list[str]:
+    """output_dir must be a directory this process can create and write, before any rank starts a run."""
+    if os.path.exists(path) and not os.path.isdir(path):
+        return [f"output_dir: {path!r} is a file, not a directory; allowed: a new or existing directory"]
+    probe = os.path.join(path, f".write-test.{os.getpid()}")
+    try:
+        os.makedirs(path, exist_ok=True)
+        with open(probe, "w"):
+            pass
+        os.remove(probe)
+    except OSError as exc:
+        return [f"output_dir: cannot write to {path!r}: {exc.strerror or exc}; allowed: a writable directory"]
+    return []
 
 
 def _world_size(args, recipe) -> int:
@@ -64,6 +81,9 @@ def main(argv: list[str] | None = None) -> int:
         print(yaml.safe_dump({"layout": layout.to_dict()}, sort_keys=False).rstrip())
         print(f"# {layout.describe()}")
         return 0
+    problems = _check_output_dir(recipe.output_dir)
+    if problems:
+        return _fail(problems)
     # Nothing is fetched at run time unless the user asks: hub names must already be in the local cache.
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import os
 import types
 import typing
@@ -194,7 +195,113 @@ class Recipe:
 RECIPE_RELATIVE_PATHS = ("model.path", "model.tokenizer", "data.dataset", "data.eval_dataset")
 
 
+# ---------------------------------------------------------------- limits
+
+MAX_RECIPE_BYTES = 1 << 20  # real recipes are a few KiB; checked before parsing
+MAX_YAML_DEPTH = 32  # nesting levels
+MAX_YAML_NODES = 100_000  # values after expanding aliases: a few small aliases can stand for billions
+INT64_MAX = (1 << 63) - 1
+SEED_MAX = (1 << 32) - 1  # numpy's legacy seeding and most samplers take 32 bits
+TIMEOUT_MAX_S = 7 * 86400  # process-group timeouts become int64 milliseconds and C++ chrono types
+# One micro-batch's input elements: beyond 2**31 no device holds even the inputs (and int32 indexing fails).
+MICRO_BATCH_ELEMENTS_MAX = 1 << 31
+GLOBAL_BATCH_MAX = 1 << 24
+SEQ_LEN_MAX = 1 << 20
+SWEEP_BYTES_MAX = 1 << 36  # 64 GiB: more than any accelerator's memory per buffer
+
+
+class _Refused(yaml.YAMLError):
+    """A YAML construct a recipe may not use; `line` is 1-based or None."""
+
+    def __init__(self, message: str, line: Optional[int]):
+        super().__init__(message)
+        self.message, self.line = message, line
+
+
+class _RecipeLoader(yaml.SafeLoader):
+    """Safe loading that refuses duplicate keys (PyYAML lets the last silently win), deep nesting and
+    alias expansion beyond MAX_YAML_NODES (an 'alias bomb' parses in microseconds and then explodes in
+    whatever walks the tree)."""
+
+    def __init__(self, stream):
+        super().__init__(stream)
+        self._depth = 0
+
+    def compose_node(self, parent, index):
+        self._depth += 1
+        try:
+            if self._depth > MAX_YAML_DEPTH:
+                mark = self.peek_event().start_mark
+                raise _Refused(f"nested deeper than {MAX_YAML_DEPTH} levels", mark.line + 1)
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen: dict = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    first = seen.get(key)
+                except TypeError:  # unhashable: the base class reports it
+                    continue
+                line = key_node.start_mark.line + 1
+                if first is not None:
+                    raise _Refused(f"duplicate key {key!r} (first at line {first}); each key may appear once", line)
+                seen[key] = line
+        return super().construct_mapping(node, deep)
+
+
+def _expanded_nodes(node, memo: dict) -> int:
+    """Values the node stands for once aliases are expanded; shared nodes are counted per use."""
+    known = memo.get(id(node))
+    if known is not None:
+        return known
+    count = 1
+    if isinstance(node, yaml.SequenceNode):
+        count += sum(_expanded_nodes(child, memo) for child in node.value)
+    elif isinstance(node, yaml.MappingNode):
+        count += sum(_expanded_nodes(k, memo) + _expanded_nodes(v, memo) for k, v in node.value)
+    count = min(count, MAX_YAML_NODES + 1)  # keeps the integers small for exponential graphs
+    memo[id(node)] = count
+    return count
+
+
+def parse_yaml(text: str) -> Any:
+    """YAML text -> Python values with the recipe loader's limits (raises yaml.YAMLError)."""
+    loader = _RecipeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        if _expanded_nodes(node, {}) > MAX_YAML_NODES:
+            raise _Refused(f"expands to more than {MAX_YAML_NODES} values through aliases (&anchor/*alias); "
+                           "write the values out", None)
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """' at line N: reason' in one line, whatever PyYAML error it is."""
+    if isinstance(exc, _Refused):
+        line, reason = exc.line, exc.message
+    else:
+        mark = getattr(exc, "problem_mark", None)
+        line = mark.line + 1 if mark is not None else None
+        reason = getattr(exc, "problem", None) or getattr(exc, "reason", None) or str(exc)
+    reason = " ".join(str(reason).split())
+    return (f" at line {line}" if line else "") + f": {reason}"
+
+
 # ---------------------------------------------------------------- binding
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 200 else text[:200] + "..."
 
 def _type_name(tp: Any) -> str:
     origin = typing.get_origin(tp)
@@ -224,20 +331,29 @@ def _bind_value(value: Any, tp: Any, path: str, problems: list[str]) -> Any:
     origin = typing.get_origin(tp)
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, dict):
-            problems.append(f"{path}: got {value!r}; expected a mapping of {', '.join(_field_names(tp))}")
+            problems.append(f"{path}: got {_short(value)}; expected a mapping of {', '.join(_field_names(tp))}")
             return tp()
         return _bind_dataclass(value, tp, path, problems)
     if origin in (Union, types.UnionType):
         args = typing.get_args(tp)
         if value is None and type(None) in args:
             return None
-        for arg in args:
-            if arg is type(None):
-                continue
+        real = [a for a in args if a is not type(None)]
+        if len(real) == 1 and (isinstance(value, (int, float)) or real[0] is not float):
+            # Optional[X]: X's own message (a NaN is named as such, not as "expected a number or null")
+            before = len(problems)
+            bound = _bind_value(value, real[0], path, problems)
+            if len(problems) > before and type(None) in args:
+                problems[-1] += " (or null)"
+            return bound
+        for arg in real:
             trial: list[str] = []
             bound = _bind_value(value, arg, path, trial)
             if not trial:
                 return bound
+            if len(trial) == 1 and "finite number" in trial[0]:
+                problems.extend(trial)
+                return value
     elif origin is Literal:
         if value in typing.get_args(tp) and type(value) in {type(a) for a in typing.get_args(tp)}:
             return value
@@ -254,23 +370,36 @@ def _bind_value(value: Any, tp: Any, path: str, problems: list[str]) -> Any:
             return value
     elif tp is int:
         if isinstance(value, int) and not isinstance(value, bool):
+            if abs(value) > INT64_MAX:
+                problems.append(f"{path}: got {_short(value)}; out of range (allowed: a 64-bit integer)")
             return value
     elif tp is float:
+        number = None
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
+            number = value
         # YAML 1.1 reads "1e-4" (no dot) as a string; accept what is plainly a number.
-        if isinstance(value, str):
+        elif isinstance(value, str):
             try:
-                return float(value)
+                number = float(value)
             except ValueError:
                 pass
+        if number is not None:
+            try:
+                number = float(number)
+            except OverflowError:  # an integer literal beyond float range
+                number = math.inf
+            if not math.isfinite(number):
+                problems.append(f"{path}: got {_short(value)}; expected a finite number (NaN and infinity are refused)")
+            return number
     elif tp is str:
         if isinstance(value, str):
+            if "\x00" in value:
+                problems.append(f"{path}: got a string with a NUL character; allowed: text without NUL")
             return value
     elif tp is dict:
         if isinstance(value, dict):
             return value
-    problems.append(f"{path}: got {value!r} ({type(value).__name__}); expected {_type_name(tp)}")
+    problems.append(f"{path}: got {_short(value)} ({type(value).__name__}); expected {_type_name(tp)}")
     return value
 
 
@@ -309,8 +438,10 @@ def _parse_override(text: str) -> tuple[list[str], Any]:
     if not key or any(not part for part in key.split(".")):
         raise RecipeError([f"{text}: an override must look like key.path=value"])
     try:
-        value = yaml.safe_load(raw) if raw.strip() else None
-    except yaml.YAMLError:
+        value = parse_yaml(raw) if raw.strip() else None
+    except _Refused as exc:
+        raise RecipeError([f"{key}: the override's value is refused: {exc.message}"]) from None
+    except (yaml.YAMLError, RecursionError):
         value = raw
     return key.split("."), value
 
@@ -337,17 +468,35 @@ def _get(tree: dict, dotted: str) -> Any:
     return node
 
 
-def load_recipe(path: str, overrides: list[str] = ()) -> Recipe:
-    """Read a recipe file, apply overrides, bind and check it (world-size checks come later)."""
+def _read_recipe(path: str) -> Any:
+    """The parsed YAML of a recipe file, or RecipeError naming the file (and line) and what is allowed."""
     if not os.path.isfile(path):
         raise RecipeError([f"recipe: {path!r} is not a file"])
     try:
-        with open(path, encoding="utf-8") as f:
-            tree = yaml.safe_load(f)
+        with open(path, "rb") as f:
+            raw = f.read(MAX_RECIPE_BYTES + 1)  # bounded even if the size changes under us
+    except OSError as exc:
+        raise RecipeError([f"recipe: cannot read {path}: {exc.strerror or exc}"]) from None
+    if len(raw) > MAX_RECIPE_BYTES:
+        raise RecipeError([f"recipe: {path} is larger than {MAX_RECIPE_BYTES} bytes; allowed: a recipe of at "
+                           f"most {MAX_RECIPE_BYTES // 1024} KiB"])
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[:exc.start].count(b"\n") + 1
+        raise RecipeError([f"recipe: {path} is not UTF-8 text (byte 0x{raw[exc.start]:02x} at line {line}); "
+                           "allowed: a UTF-8 YAML file"]) from None
+    try:
+        return parse_yaml(text)
     except yaml.YAMLError as exc:
-        where = getattr(exc, "problem_mark", None)
-        line = f" at line {where.line + 1}" if where else ""
-        raise RecipeError([f"recipe: {path} is not valid YAML{line}: {getattr(exc, 'problem', exc)}"]) from None
+        raise RecipeError([f"recipe: {path} is not valid YAML{_yaml_problem(exc)}"]) from None
+    except RecursionError:
+        raise RecipeError([f"recipe: {path} is nested too deeply"]) from None
+
+
+def load_recipe(path: str, overrides: list[str] = ()) -> Recipe:
+    """Read a recipe file, apply overrides, bind and check it (world-size checks come later)."""
+    tree = _read_recipe(path)
     if tree is None:
         tree = {}
     if not isinstance(tree, dict):
@@ -382,6 +531,34 @@ def _at_least(section: str, obj: Any, keys: tuple[str, ...], low: int, note: str
             for key in keys if getattr(obj, key) < low]
 
 
+def _within(section: str, obj: Any, keys: tuple[str, ...], low: int, high: int, note: str = "") -> list[str]:
+    """One problem per integer field outside [low, high]."""
+    prefix = f"{section}." if section else ""
+    return [f"{prefix}{key}: got {getattr(obj, key)}; expected an integer from {low} to {high}{note}"
+            for key in keys if not low <= getattr(obj, key) <= high]
+
+
+def _check_batch_memory(r: Recipe) -> list[str]:
+    """Refuse a micro-batch whose inputs alone could never be allocated, before anything is."""
+    d, mbs = r.data, r.train.micro_batch_size
+    p = []
+    if d.seq_len > SEQ_LEN_MAX:
+        p.append(f"data.seq_len: got {d.seq_len}; expected an integer <= {SEQ_LEN_MAX}")
+    if p or mbs < 1 or d.seq_len < 1:
+        return p
+    if r.workload == "image_classification":
+        per_sample, what = 3 * d.image_size ** 2, f"3 x data.image_size^2 ({d.image_size})"
+    else:
+        per_sample, what = d.seq_len, f"data.seq_len ({d.seq_len})"
+    if mbs * per_sample > MICRO_BATCH_ELEMENTS_MAX:
+        p.append(f"train.micro_batch_size: got {mbs}; {mbs} x {what} = {mbs * per_sample} input values per "
+                 f"micro-batch cannot fit in memory; allowed: at most {MICRO_BATCH_ELEMENTS_MAX}")
+    if d.synthetic and d.synthetic_samples * per_sample > 4 * MICRO_BATCH_ELEMENTS_MAX:
+        p.append(f"data.synthetic_samples: got {d.synthetic_samples}; the synthetic set would hold "
+                 f"{d.synthetic_samples * per_sample} input values; allowed: at most {4 * MICRO_BATCH_ELEMENTS_MAX}")
+    return p
+
+
 def parse_size(value: Union[int, str], key: str, problems: list[str]) -> int | None:
     """Bytes from 4096, "4K", "64M", "1G" (powers of 1024, as nccl-tests reads -b/-e)."""
     if isinstance(value, int):
@@ -392,11 +569,14 @@ def parse_size(value: Union[int, str], key: str, problems: list[str]) -> int | N
         digits = text[:-1] if text[-1:] in "KMG" else text
         try:
             size = int(float(digits) * mult)
-        except ValueError:
+        except (ValueError, OverflowError):  # OverflowError: "infG"
             problems.append(f"{key}: got {value!r}; expected bytes such as 8, 4K, 64M or 1G")
             return None
     if size < 1:
         problems.append(f"{key}: got {value!r}; expected at least 1 byte")
+        return None
+    if size > SWEEP_BYTES_MAX:
+        problems.append(f"{key}: got {value!r}; expected at most {SWEEP_BYTES_MAX} bytes (64G)")
         return None
     return size
 
@@ -422,6 +602,10 @@ def check_recipe(r: Recipe) -> list[str]:
     """Checks that need no world size. Each problem names the key, the value and what is allowed."""
     p = []
     p += _at_least("", r, ("max_steps",), 1)
+    p += _within("", r, ("seed",), 0, SEED_MAX)
+    if not r.output_dir.strip():
+        p.append("output_dir: empty; allowed: a directory path")
+    p += _within("distributed", r.distributed, ("timeout_s",), 1, TIMEOUT_MAX_S, " (7 days)")
     if r.workload == "collectives":
         return p + check_sweep(r.sweep) + _check_telemetry(r)
     if r.workload == "llm_lora":
@@ -432,6 +616,13 @@ def check_recipe(r: Recipe) -> list[str]:
         p += _check_image(r)
     t = r.train
     p += _at_least("train", t, ("global_batch_size", "micro_batch_size", "log_every"), 1)
+    p += _within("train", t, ("global_batch_size",), 1, GLOBAL_BATCH_MAX) + _check_batch_memory(r)
+    if t.weight_decay < 0:
+        p.append(f"train.weight_decay: got {t.weight_decay}; expected a number >= 0")
+    if t.eps <= 0:
+        p.append(f"train.eps: got {t.eps}; expected a number > 0")
+    if t.target_eval_loss is not None and t.target_eval_loss < 0:
+        p.append(f"train.target_eval_loss: got {t.target_eval_loss}; expected a number >= 0 or null")
     if t.lr <= 0:
         p.append(f"train.lr: got {t.lr}; expected a number > 0")
     if not 0 <= t.min_lr <= t.lr:
@@ -463,6 +654,10 @@ def check_recipe(r: Recipe) -> list[str]:
     if t.lars_eta <= 0:
         p.append(f"train.lars_eta: got {t.lars_eta}; expected a number > 0")
     d = r.data
+    p += _within("data", d, ("split_seed",), 0, SEED_MAX)
+    for key in ("max_train_samples", "max_eval_samples"):
+        if getattr(d, key) is not None and getattr(d, key) < 1:
+            p.append(f"data.{key}: got {getattr(d, key)}; expected an integer >= 1, or null for all rows")
     if (r.workload == "llm_lora" and d.format == "pretokenized" and t.eval_every_samples is not None
             and d.eval_dataset is None):
         p.append("data.eval_dataset: required when train.eval_every_samples is set with data.format=pretokenized")
@@ -506,6 +701,8 @@ def _check_llm(r: Recipe) -> list[str]:
     if m.config is not None and m.tokenizer is None:
         p.append("model.tokenizer: required with model.config (random init has no tokenizer of its own)")
     p += _at_least("lora", r.lora, ("r",), 1)
+    if r.lora.alpha <= 0:
+        p.append(f"lora.alpha: got {r.lora.alpha}; expected a number > 0")
     if not 0.0 <= r.lora.dropout < 1.0:
         p.append(f"lora.dropout: got {r.lora.dropout}; expected a number in [0, 1)")
     if not r.lora.target_modules:
@@ -556,8 +753,8 @@ def _check_image(r: Recipe) -> list[str]:
     if m.config is not None and not isinstance(m.config, dict):
         p.append("model.config: for image_classification a mapping of ResNet arguments "
                  "(block, layers, width_per_group), or null")
-    p += _at_least("data", d, ("image_size",), 32) + _at_least("data", d, ("num_classes",), 2)
-    p += _at_least("data", d, ("workers",), 0)
+    p += _within("data", d, ("image_size",), 32, 8192) + _within("data", d, ("num_classes",), 2, 1 << 20)
+    p += _within("data", d, ("workers",), 0, 256)
     if not 0.0 <= t.label_smoothing < 1.0:
         p.append(f"train.label_smoothing: got {t.label_smoothing}; expected a number in [0, 1)")
     return p + _check_synthetic_or_path(r, "an ImageFolder directory (with train/ and val/)")

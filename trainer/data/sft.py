@@ -5,6 +5,8 @@ output = response, text = "{input} {output}", loss on the answer only, split 80/
 """
 from __future__ import annotations
 
+import codecs
+import json
 import os
 from dataclasses import dataclass
 
@@ -39,11 +41,76 @@ class TokenizedSet:
                 "attention_mask": self.attention_mask[idx].long()}
 
 
+def _json_problem(path: str, key: str) -> str | None:
+    """Where a JSON/JSON-lines file goes wrong (file and line), for when the reader gave up without saying."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+        text = raw.decode("utf-8")
+    except OSError as exc:
+        return f"{key}: cannot read {path!r}: {exc.strerror or exc}"
+    except UnicodeDecodeError as exc:
+        line = raw[:exc.start].count(b"\n") + 1
+        return f"{key}: {path}: line {line} is not UTF-8 text; allowed: UTF-8 JSON lines"
+    if path.endswith(".json") and text.lstrip().startswith("["):
+        try:
+            rows = json.loads(text)
+        except ValueError as exc:
+            return f"{key}: {path}: line {exc.lineno} is not valid JSON: {exc.msg}"
+        bad = next((i for i, r in enumerate(rows) if not isinstance(r, dict)), None)
+        return None if bad is None else f"{key}: {path}: item {bad} is not a JSON object; expected one object per row"
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError as exc:
+            return f"{key}: {path}: line {number} is not valid JSON: {exc.msg}; expected one JSON object per line"
+        if not isinstance(row, dict):
+            return (f"{key}: {path}: line {number} holds a JSON {type(row).__name__}; "
+                    "expected one JSON object per line")
+    return None
+
+
+def _check_utf8(f, head: bytes, path: str, key: str) -> None:
+    """The JSON reader passes invalid UTF-8 through as replacement characters; refuse it, by line."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    lines, chunk = 0, head
+    while True:
+        try:
+            decoder.decode(chunk, final=not chunk)
+        except UnicodeDecodeError as exc:
+            line = lines + chunk[:max(exc.start, 0)].count(b"\n") + 1
+            raise DataError(f"{key}: {path}: line {line} is not UTF-8 text; allowed: UTF-8 JSON") from None
+        if not chunk:
+            return
+        lines += chunk.count(b"\n")
+        chunk = f.read(16 << 20)
+
+
+def _check_json_files(files, key: str) -> None:
+    """Refuse empty files and rows that are not JSON objects before the reader sees them (it fails with
+    an IndexError on an empty file and turns bare values into a 'text' column)."""
+    for path in [files] if isinstance(files, str) else files:
+        if path.endswith(".parquet"):
+            continue
+        with open(path, "rb") as f:
+            head = f.read(1 << 16)
+            _check_utf8(f, head, path, key)
+        if not head.strip():
+            raise DataError(f"{key}: {path} is empty; expected JSON lines, one object per row")
+        if not head.lstrip().startswith((b"{", b"[") if path.endswith(".json") else b"{"):
+            problem = _json_problem(path, key)
+            if problem:
+                raise DataError(problem)
+
+
 def load_table(spec: str, key: str):
     """A local .jsonl/.json/.parquet file (or a directory of them), else a hub name in the local cache."""
     import datasets
 
     datasets.disable_progress_bars()
+    datasets.utils.logging.set_verbosity(datasets.utils.logging.CRITICAL)  # its failure log would add lines
     if os.path.exists(spec):
         files = spec
         if os.path.isdir(spec):
@@ -53,10 +120,22 @@ def load_table(spec: str, key: str):
                 raise DataError(f"{key}: directory {spec!r} holds no .jsonl, .json or .parquet files")
         first = files if isinstance(files, str) else files[0]
         builder = "parquet" if first.endswith(".parquet") else "json"
+        if os.path.isfile(spec) and not spec.endswith((".jsonl", ".json", ".parquet")):
+            raise DataError(f"{key}: {spec!r} is not a .jsonl, .json or .parquet file")
         try:
-            return datasets.load_dataset(builder, data_files=files, split="train")
+            _check_json_files(files, key)
+            table = datasets.load_dataset(builder, data_files=files, split="train")
+        except DataError:
+            raise
         except Exception as exc:  # datasets raises many types; the user needs the file and the reason
+            for path in ([] if builder == "parquet" else [files] if isinstance(files, str) else files):
+                problem = _json_problem(path, key)
+                if problem:
+                    raise DataError(problem) from None
             raise DataError(f"{key}: cannot read {spec!r} as {builder}: {str(exc).splitlines()[0]}") from None
+        if len(table) == 0:
+            raise DataError(f"{key}: {spec!r} holds no rows")
+        return table
     if spec.startswith((".", "/")) or spec.endswith((".jsonl", ".json", ".parquet")):
         raise DataError(f"{key}: path {spec!r} does not exist")
     try:
@@ -130,11 +209,22 @@ def to_fixed_length(examples: list[tuple[list[int], list[int]]], seq_len: int, p
                         torch.tensor(rows_mask, dtype=torch.int8))
 
 
+def _need_int_lists(table, col: str, key: str) -> None:
+    feature = table.features[col]
+    inner = getattr(feature, "feature", None)  # List/Sequence of values
+    dtype = getattr(inner, "dtype", None)
+    if inner is None or not (isinstance(dtype, str) and dtype.startswith(("int", "uint"))):
+        raise DataError(f"{key}: column {col!r} holds {feature}; expected a list of integer token ids per row")
+
+
 def pretokenized_examples(table, key: str) -> list[tuple[list[int], list[int]]]:
     """Rows with `input_ids` and optionally `labels` (MLPerf GovReport's preprocessed layout)."""
     if "input_ids" not in table.column_names:
         raise DataError(f"{key}: data.format=pretokenized needs an 'input_ids' column; "
                         f"found {', '.join(table.column_names)}")
+    for col in ("input_ids", "labels"):
+        if col in table.column_names:
+            _need_int_lists(table, col, key)
     has_labels = "labels" in table.column_names
     out = []
     for row in table:
@@ -155,6 +245,11 @@ def build_datasets(cfg, tokenizer, need_eval: bool) -> tuple[TokenizedSet, Token
         if missing:
             raise DataError(f"data.dataset: {cfg.dataset!r} lacks the Dolly field(s) {', '.join(missing)}; "
                             f"found {', '.join(table.column_names)}")
+        for f in DOLLY_FIELDS:  # a number or list where text belongs fails deep in the tokenizer
+            dtype = getattr(table.features[f], "dtype", None)
+            if dtype not in ("string", "large_string", "null"):
+                raise DataError(f"data.dataset: {cfg.dataset!r} field {f!r} holds {table.features[f]}; "
+                                "expected text (a string per row)")
         train_idx, val_idx, _ = split_indices(len(table), cfg.split, cfg.split_seed)
         train_rows = table.select(train_idx[:cfg.max_train_samples])
         train = tokenize_dolly(list(train_rows), tokenizer)

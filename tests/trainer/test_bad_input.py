@@ -1,0 +1,344 @@
+"""Bad input, one table: every row exits 2 with `error:` lines only, naming the key or file (and line),
+no traceback. Most rows stop at `--dry-run` (no process group); a few go through the real CLI."""
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from trainer.cli import main
+
+from ..conftest import REPO, TINY, run_cli
+
+BERT = str(REPO / "recipes" / "tiny_bert.yaml")
+RESNET = str(REPO / "recipes" / "tiny_resnet.yaml")
+SWEEP = str(REPO / "recipes" / "collectives.yaml")
+TINY_TEXT = Path(TINY).read_text()
+
+# (id, overrides, expected text in stderr); recipe = TINY unless the id starts with bert/resnet/sweep
+OVERRIDES = [
+    # NaN and infinity, named by their own key
+    ("lr-nan", ["train.lr=nan"], "train.lr: got 'nan'; expected a finite number"),
+    ("lr-yaml-nan", ["train.lr=.nan"], "train.lr: got nan; expected a finite number"),
+    ("lr-inf", ["train.lr=inf"], "train.lr: got 'inf'; expected a finite number"),
+    ("lr-overflow", ["train.lr=1e999"], "train.lr: got '1e999'; expected a finite number"),
+    ("lr-huge-int", ["train.lr=" + "9" * 400], "train.lr: got 999"),
+    ("min_lr-nan", ["train.min_lr=nan"], "train.min_lr: got 'nan'; expected a finite number"),
+    ("grad_clip-nan", ["train.grad_clip=.nan"], "train.grad_clip: got nan; expected a finite number"),
+    ("grad_clip-inf", ["train.grad_clip=.inf"], "train.grad_clip: got inf; expected a finite number"),
+    ("grad_clip-str-nan", ["train.grad_clip=nan"], "train.grad_clip: got 'nan'; expected a finite number"),
+    ("weight_decay-nan", ["train.weight_decay=nan"], "train.weight_decay: got 'nan'; expected a finite number"),
+    ("eps-neg-inf", ["train.eps=-.inf"], "train.eps: got -inf; expected a finite number"),
+    ("betas-nan", ["train.betas=[.nan,0.99]"], "train.betas[0]: got nan; expected a finite number"),
+    ("momentum-nan", ["train.momentum=nan"], "train.momentum: got 'nan'"),
+    ("lars_eta-inf", ["train.lars_eta=inf"], "train.lars_eta: got 'inf'"),
+    ("poly_power-nan", ["train.poly_power=nan"], "train.poly_power: got 'nan'"),
+    ("label_smoothing-nan", ["train.label_smoothing=nan"], "train.label_smoothing: got 'nan'"),
+    ("target_loss-nan", ["train.target_eval_loss=nan"], "train.target_eval_loss: got 'nan'; expected a finite"),
+    ("target_acc-inf", ["train.target_eval_accuracy=inf"], "train.target_eval_accuracy: got 'inf'"),
+    ("lora-alpha-nan", ["lora.alpha=nan"], "lora.alpha: got 'nan'"),
+    ("lora-dropout-nan", ["lora.dropout=nan"], "lora.dropout: got 'nan'"),
+    ("split-nan", ["data.split=[.nan,0.5,0.5]"], "data.split[0]: got nan"),
+    ("power-interval-inf", ["telemetry.power_sample_interval_s=inf"], "telemetry.power_sample_interval_s: got 'inf'"),
+    # numbers out of range
+    ("seed-negative", ["seed=-1"], "seed: got -1; expected an integer from 0 to 4294967295"),
+    ("seed-too-big", ["seed=4294967296"], "seed: got 4294967296; expected an integer from 0 to 4294967295"),
+    ("seed-beyond-int64", ["seed=" + "9" * 30], "seed: got 999999999999999999999999999999; out of range"),
+    ("split_seed-negative", ["data.split_seed=-5"], "data.split_seed: got -5; expected an integer from 0"),
+    ("timeout-overflow", ["distributed.timeout_s=100000000000000"], "distributed.timeout_s: got 100000000000000"),
+    ("timeout-zero", ["distributed.timeout_s=0"], "distributed.timeout_s: got 0; expected an integer from 1"),
+    ("max_steps-int64", ["max_steps=" + str(1 << 70)], "max_steps: got 1180591620717411303424; out of range"),
+    ("micro-batch-memory", ["train.micro_batch_size=100000000000", "train.global_batch_size=100000000000"],
+     "train.micro_batch_size: got 100000000000; 100000000000 x data.seq_len (160)"),
+    ("global-batch-huge", ["train.global_batch_size=100000000000000000000"], "train.global_batch_size: got 1000"),
+    ("global-batch-float", ["train.global_batch_size=1e20"], "train.global_batch_size: got '1e20' (str); expected an integer"),
+    ("seq_len-huge", ["data.seq_len=100000000"], "data.seq_len: got 100000000; expected an integer <= 1048576"),
+    ("max_train-negative", ["data.max_train_samples=-1"], "data.max_train_samples: got -1; expected an integer >= 1"),
+    ("max_train-zero", ["data.max_train_samples=0"], "data.max_train_samples: got 0; expected an integer >= 1"),
+    ("max_eval-zero", ["data.max_eval_samples=0"], "data.max_eval_samples: got 0; expected an integer >= 1"),
+    ("weight_decay-negative", ["train.weight_decay=-0.1"], "train.weight_decay: got -0.1; expected a number >= 0"),
+    ("eps-zero", ["train.eps=0"], "train.eps: got 0.0; expected a number > 0"),
+    ("lora-alpha-zero", ["lora.alpha=0"], "lora.alpha: got 0.0; expected a number > 0"),
+    ("target-loss-negative", ["train.target_eval_loss=-1"], "train.target_eval_loss: got -1.0"),
+    ("output_dir-empty", ["output_dir="], "output_dir: got None"),
+    ("output_dir-blank", ["output_dir=' '"], "output_dir: empty"),
+    ("dataset-nul", ["data.dataset=a\x00b"], "data.dataset: got a string with a NUL character"),
+    ("override-dup-keys", ["train={lr: 1, lr: 2}"], "train: the override's value is refused: duplicate key 'lr'"),
+    ("override-deep", ["name=" + "[" * 40 + "]" * 40], "name: the override's value is refused: nested deeper"),
+    ("bert-image-size", ["data.max_predictions=0"], "data.max_predictions: got 0"),
+    ("resnet-image-size-huge", ["data.image_size=100000"], "data.image_size: got 100000; expected an integer from 32"),
+    ("resnet-micro-batch-memory", ["train.micro_batch_size=10000000", "train.global_batch_size=20000000"],
+     "train.micro_batch_size: got 10000000; 10000000 x 3 x data.image_size^2"),
+    ("resnet-workers", ["data.workers=100000"], "data.workers: got 100000; expected an integer from 0 to 256"),
+    ("resnet-classes-huge", ["data.num_classes=" + str(1 << 40)], "data.num_classes: got 1099511627776"),
+    ("resnet-synthetic-huge", ["data.synthetic_samples=1000000000"], "data.synthetic_samples: got 1000000000"),
+    ("sweep-max-bytes-huge", ["sweep.max_bytes=1000000G"], "sweep.max_bytes: got '1000000G'; expected at most"),
+    ("sweep-max-bytes-inf", ["sweep.max_bytes=infG"], "sweep.max_bytes: got 'infG'; expected bytes such as"),
+    ("sweep-min-bytes-nan", ["sweep.min_bytes=nan"], "sweep.min_bytes: got 'nan'; expected bytes such as"),
+]
+
+
+def _recipe_for(case_id: str) -> str:
+    return {"bert": BERT, "resnet": RESNET, "sweep": SWEEP}.get(case_id.split("-")[0], TINY)
+
+
+def _assert_rule(err: str, expected: str) -> None:
+    assert expected in err, err
+    lines = err.strip().splitlines()
+    assert lines and all(line.startswith("error: ") for line in lines), err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("case_id,overrides,expected", OVERRIDES, ids=[c[0] for c in OVERRIDES])
+def test_bad_value(case_id, overrides, expected, capsys, monkeypatch):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.delenv("RANK", raising=False)
+    assert main([_recipe_for(case_id), *overrides, "--dry-run"]) == 2
+    _assert_rule(capsys.readouterr().err, expected)
+
+
+def _bomb(levels: int, width: int = 9) -> str:
+    lines = [f"l0: &l0 [{', '.join(['x'] * width)}]"]
+    for i in range(1, levels):
+        lines.append(f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * width)}]")
+    return "\n".join(lines) + "\n"
+
+
+# (id, file bytes, expected text with the file's line where there is one)
+FILES = [
+    ("duplicate-top-key", TINY_TEXT + "max_steps: 5\n", "duplicate key 'max_steps' (first at line 7)"),
+    ("duplicate-nested-key", "train:\n  lr: 1.0e-2\n  lr: 2.0e-2\n", "at line 3: duplicate key 'lr' (first at line 2)"),
+    ("duplicate-section", "train: {}\ndata: {}\ntrain: {}\n", "at line 3: duplicate key 'train'"),
+    ("alias-bomb", _bomb(10), "expands to more than 100000 values through aliases"),
+    ("alias-bomb-wide", _bomb(4, 400), "expands to more than 100000 values through aliases"),
+    ("deep-nesting", "name: " + "[" * 5000 + "]" * 5000 + "\n", "nested deeper than 32 levels"),
+    ("deep-mapping", "".join("  " * i + f"k{i}:\n" for i in range(40)) + "  " * 40 + "v\n", "nested deeper than 32"),
+    ("oversized", "# " + "x" * (2 << 20) + "\n", "is larger than 1048576 bytes"),
+    ("latin-1", "name: caf\xe9\n".encode("latin-1"), "is not UTF-8 text (byte 0xe9 at line 1)"),
+    ("utf-16", "name: x\n".encode("utf-16"), "is not UTF-8 text (byte 0xff at line 1)"),
+    ("nul-byte", b"name: a\x00b\n", "is not valid YAML"),
+    ("top-list", "- a\n- b\n", "must hold a mapping at the top level, got list"),
+    ("top-scalar", "just text\n", "must hold a mapping at the top level, got str"),
+    ("unclosed", "name: [x\n", "is not valid YAML at line 2"),
+    ("bad-indent", "train:\n  lr: 1\n bad: 2\n", "is not valid YAML at line 3"),
+    ("python-tag", "name: !!python/object/apply:os.system ['true']\n", "is not valid YAML at line 1"),
+    ("unhashable-key", "? [a, b]\n: 1\n", "is not valid YAML at line 1: found unhashable key"),
+    ("undefined-alias", "name: *nothing\n", "is not valid YAML at line 1"),
+    ("section-not-mapping", "train: 5\n", "train: got 5; expected a mapping of"),
+    ("numeric-key", "1: x\n", "1: unknown key"),
+]
+
+
+@pytest.mark.parametrize("case_id,content,expected", FILES, ids=[c[0] for c in FILES])
+def test_bad_recipe_file(case_id, content, expected, tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("RANK", raising=False)
+    path = tmp_path / "r.yaml"
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    assert main([str(path), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    _assert_rule(err, expected)
+    if case_id not in ("section-not-mapping", "numeric-key"):
+        assert str(path) in err  # the file is named
+
+
+def test_recipe_that_is_a_directory_or_unreadable(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("RANK", raising=False)
+    assert main([str(tmp_path), "--dry-run"]) == 2
+    _assert_rule(capsys.readouterr().err, f"recipe: {str(tmp_path)!r} is not a file")
+    path = tmp_path / "r.yaml"
+    path.write_text("name: x\n")
+
+    def refuse(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+    monkeypatch.setattr("builtins.open", refuse)  # root reads any mode bits; refuse like a read-only share
+    assert main([str(path), "--dry-run"]) == 2
+    monkeypatch.undo()
+    _assert_rule(capsys.readouterr().err, f"recipe: cannot read {path}: Permission denied")
+
+
+def test_alias_bomb_is_refused_with_bounded_memory(tmp_path):
+    """A 10-level bomb stands for 9**10 values; refused without growing (the limit is 200 MB of address
+    space above what the interpreter has, far below what expanding it takes)."""
+    path = tmp_path / "bomb.yaml"
+    path.write_text(_bomb(10))
+    code = ("import resource, sys; from trainer.cli import main; "
+            "soft = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024; "
+            "resource.setrlimit(resource.RLIMIT_AS, (soft + (1 << 30), resource.RLIM_INFINITY)); "
+            f"sys.exit(main([{str(path)!r}, '--dry-run']))")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith("error: recipe: ") and "expands to more than" in proc.stderr
+
+
+def test_anchors_within_the_limit_and_merge_keys_still_work(tmp_path):
+    from trainer.config import load_recipe
+
+    path = tmp_path / "ok.yaml"
+    path.write_text(TINY_TEXT.replace("  lr: 1.0e-2\n", "  lr: &rate 1.0e-2\n")
+                    .replace("  min_lr: 1.0e-3\n", "  min_lr: *rate\n").replace("assets/", str(REPO / "recipes/assets") + "/"))
+    r = load_recipe(str(path))
+    assert r.train.min_lr == r.train.lr == pytest.approx(1e-2)
+
+
+def test_only_rank_0_prints_under_torchrun(capsys, monkeypatch):
+    monkeypatch.setenv("RANK", "1")
+    assert main([TINY, "train.lr=nan", "--dry-run"]) == 2
+    assert capsys.readouterr().err == ""
+    monkeypatch.setenv("RANK", "0")
+    assert main([TINY, "train.lr=nan", "--dry-run"]) == 2
+    assert capsys.readouterr().err.count("error: train.lr") == 1
+
+
+# ---------------------------------------------------------------- model configs (no process group needed)
+
+def _config_error(spec, cls_name: str) -> str:
+    from trainer.compat import ensure_torchvision_importable
+
+    ensure_torchvision_importable()
+    import transformers
+
+    from trainer.workloads.hf import ModelError, config_fields
+
+    with pytest.raises(ModelError) as info:
+        config_fields(spec, getattr(transformers, cls_name))
+    return str(info.value)
+
+
+LLAMA = {"vocab_size": 260, "hidden_size": 128, "intermediate_size": 352, "num_hidden_layers": 2,
+         "num_attention_heads": 4, "num_key_value_heads": 2}
+MODEL_CONFIGS = [
+    ("misspelt-layers", {**LLAMA, "num_hiden_layers": 2}, "LlamaConfig",
+     "model.config.num_hiden_layers: unknown key for LlamaConfig (did you mean 'num_hidden_layers'?)"),
+    ("bert-unknown", {"hidden_size": 128, "num_attention_heads": 4, "hidden_layers": 2}, "BertConfig",
+     "model.config.hidden_layers: unknown key for BertConfig"),
+    ("zero-layers", {**LLAMA, "num_hidden_layers": 0}, "LlamaConfig", "model.config.num_hidden_layers: got 0"),
+    ("negative-hidden", {**LLAMA, "hidden_size": -128}, "LlamaConfig", "model.config.hidden_size: got -128"),
+    ("float-vocab", {**LLAMA, "vocab_size": 260.5}, "LlamaConfig", "model.config.vocab_size: got 260.5"),
+    ("huge-vocab", {**LLAMA, "vocab_size": 1 << 40}, "LlamaConfig", "model.config.vocab_size: got 1099511627776"),
+    ("heads-not-dividing", {**LLAMA, "hidden_size": 130}, "LlamaConfig",
+     "model.config.hidden_size: 130 is not divisible by num_attention_heads 4"),
+    ("kv-heads-not-dividing", {**LLAMA, "num_key_value_heads": 3}, "LlamaConfig",
+     "model.config.num_key_value_heads: 3 does not divide num_attention_heads 4"),
+    ("nan-eps", {**LLAMA, "rms_norm_eps": float("nan")}, "LlamaConfig", "model.config.rms_norm_eps: NaN or infinity"),
+    ("bert-inf-dropout", {"hidden_size": 128, "num_attention_heads": 4, "hidden_dropout_prob": float("inf")},
+     "BertConfig", "model.config.hidden_dropout_prob: NaN or infinity"),
+]
+
+
+@pytest.mark.parametrize("case_id,spec,cls_name,expected", MODEL_CONFIGS, ids=[c[0] for c in MODEL_CONFIGS])
+def test_bad_model_config(case_id, spec, cls_name, expected):
+    message = _config_error(spec, cls_name)
+    assert message.startswith(expected) and "\n" not in message
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("[1, 2]", "model.config ({path}): got list; expected a mapping"),
+    ('{"hidden_size": NaN}', "model.config.hidden_size: NaN or infinity"),
+    ('{"hidden_size": 12', "model.config: '{path}' is not JSON"),
+    (b"\xff\xfe{}", "model.config: '{path}' is not JSON"),
+])
+def test_bad_model_config_file(tmp_path, text, expected):
+    path = tmp_path / "config.json"
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    assert _config_error(str(path), "LlamaConfig").startswith(expected.format(path=path))
+
+
+# ---------------------------------------------------------------- data files (no process group needed)
+
+DOLLY = '{"instruction": "a", "context": "", "response": "b"}\n'
+DATA_FILES = [
+    ("malformed-line", DOLLY * 3 + '{"instruction": "a", oops}\n', "line 4 is not valid JSON"),
+    ("truncated-last-line", DOLLY * 2 + '{"instruction": "a", "resp', "line 3 is not valid JSON"),
+    ("row-is-list", DOLLY + "[1, 2]\n", "line 2 holds a JSON list; expected one JSON object per line"),
+    ("first-row-scalar", "5\n" + DOLLY, "line 1 holds a JSON int"),
+    ("empty-file", "", "is empty; expected JSON lines"),
+    ("blank-lines-only", "\n\n  \n", "is empty; expected JSON lines"),
+    ("not-utf8", DOLLY.encode() + b'{"instruction": "\xe9"}\n', "line 2 is not UTF-8 text"),
+]
+
+
+@pytest.mark.parametrize("case_id,content,expected", DATA_FILES, ids=[c[0] for c in DATA_FILES])
+def test_bad_data_file(case_id, content, expected, tmp_path):
+    from trainer.data.sft import DataError, load_table
+
+    path = tmp_path / "d.jsonl"
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    with pytest.raises(DataError) as info:
+        load_table(str(path), "data.dataset")
+    message = str(info.value)
+    assert message.startswith("data.dataset: ") and expected in message and "\n" not in message
+    if case_id not in ("empty-file", "blank-lines-only"):
+        assert str(path) in message
+
+
+class _Tok:
+    eos_token_id, pad_token_id = 2, 0
+
+
+@pytest.mark.parametrize("fmt,rows,expected", [
+    ("dolly", [{"instruction": 5, "context": "", "response": "b"}], "field 'instruction' holds"),
+    ("dolly", [{"instruction": ["a"], "context": "", "response": "b"}], "field 'instruction' holds"),
+    ("dolly", [{"question": "a"}], "lacks the Dolly field(s) instruction, context, response"),
+    ("pretokenized", [{"input_ids": "abc"}], "column 'input_ids' holds"),
+    ("pretokenized", [{"input_ids": [1.5, 2.5]}], "column 'input_ids' holds"),
+    ("pretokenized", [{"input_ids": [1, 2], "labels": "x"}], "column 'labels' holds"),
+    ("pretokenized", [{"tokens": [1, 2]}], "needs an 'input_ids' column"),
+])
+def test_rows_of_the_wrong_schema(tmp_path, fmt, rows, expected):
+    from trainer.config import DataConfig
+    from trainer.data.sft import DataError, build_datasets
+
+    path = tmp_path / "d.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(DataError) as info:
+        build_datasets(DataConfig(dataset=str(path), format=fmt, seq_len=16), _Tok(), need_eval=False)
+    assert expected in str(info.value) and "\n" not in str(info.value)
+
+
+# ---------------------------------------------------------------- the real CLI (a few, they start torch)
+
+FAST = ["max_steps=2", "data.seq_len=64", "train.eval_every_samples=null", "distributed.timeout_s=60"]
+
+
+def test_cli_output_dir_that_is_a_file(tmp_path):
+    target = tmp_path / "taken"
+    target.write_text("x")
+    res = run_cli(target, *FAST, timeout=120)
+    assert res.returncode == 2
+    assert res.stderr.strip().splitlines() == [
+        f"error: output_dir: {str(target)!r} is a file, not a directory; allowed: a new or existing directory"]
+    assert target.read_text() == "x"
+
+
+def test_cli_output_dir_not_permitted(tmp_path):
+    # /proc refuses new directories to everyone, root included
+    res = run_cli(Path("/proc/fabric-harness-test/run"), *FAST, timeout=120)
+    assert res.returncode == 2, res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: output_dir: cannot write to '/proc/fabric-harness-test/run'")
+
+
+def test_cli_malformed_data_sets_run_json_error(tmp_path):
+    data = tmp_path / "d.jsonl"
+    data.write_text(DOLLY * 5 + "{broken\n")
+    res = run_cli(tmp_path / "out", *FAST, f"data.dataset={data}", timeout=180)
+    assert res.returncode == 2, res.stderr[-2000:]
+    errors = [line for line in res.stderr.splitlines() if line.startswith("error:")]
+    assert errors == [f"error: data.dataset: {data}: line 6 is not valid JSON: Expecting property name enclosed "
+                      "in double quotes; expected one JSON object per line"]
+    assert "Traceback" not in res.stderr
+    run = res.run_json()
+    assert run["exit_code"] == 2 and "line 6 is not valid JSON" in run["error"]
+
+
+def test_cli_misspelt_model_config_key(tmp_path):
+    res = run_cli(tmp_path / "out", *FAST, "model.config.num_hiden_layers=32", timeout=180)
+    assert res.returncode == 2, res.stderr[-2000:]
+    assert "error: model.config.num_hiden_layers: unknown key for LlamaConfig (did you mean 'num_hidden_layers'?)" \
+        in res.stderr
+    assert "Traceback" not in res.stderr and res.run_json()["exit_code"] == 2
