@@ -202,3 +202,17 @@ def test_recipe_rejects_an_unknown_export():
 
     with pytest.raises(RecipeError, match=r"telemetry.export: got csv; allowed: tensorboard, wandb, parquet, trace"):
         load_recipe(os.path.join(REPO, "recipes", "tiny_llama_lora.yaml"), ["telemetry.export=[parquet,csv]"])
+
+
+def test_docs_list_every_parquet_column():
+    """docs/telemetry.md's Parquet tables name exactly the columns the files have."""
+    import re
+
+    from telemetry.exports.parquet import _schemas
+
+    text = open(os.path.join(REPO, "docs", "telemetry.md"), encoding="utf-8").read()
+    section = text.split("### Parquet exports", 1)[1]
+    for name, schema in zip(("steps", "collectives", "calls"), _schemas()):
+        table = section.split(f"`{name}.parquet`", 1)[1].split("\n\n", 2)[1]
+        documented = {"run", "run_name"} | set(re.findall(r"`([a-z_]+)`", table))
+        assert set(schema.names) <= documented, (name, set(schema.names) - documented)
