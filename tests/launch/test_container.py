@@ -86,6 +86,7 @@ def test_pip_keeps_an_installed_ngc_torch(tmp_path):
         stand_in_wheel(wheels, req.name, lower)
         others[canonicalize_name(req.name)] = lower
 
+    pytest.importorskip("ensurepip", reason="python -m venv needs ensurepip (Debian: the python3-venv package)")
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)  # no system site packages
     python = venv / "bin" / "python"
