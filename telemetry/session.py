@@ -362,6 +362,7 @@ class Telemetry:
                 # op, issue time, duration (null: untimed), bytes, group size, source
                 "calls": [[c.op, c.t_issue + off, c.duration_s, c.nbytes, c.group_size, c.source] for c in kept],
                 "calls_dropped": len(calls) - len(kept)}
+        self._marks = []  # a loop that marks without start_step must not grow one line forever
         text = json.dumps(line) + "\n"
         if self._events_bytes + len(text) > EVENTS_MAX_BYTES:
             self._events.write(json.dumps({"step": step, "truncated": f"events file reached {EVENTS_MAX_BYTES} "

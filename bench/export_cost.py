@@ -1,0 +1,94 @@
+"""Cost of telemetry.export: step time with the trace's events file on vs off (runs interleaved, one
+session), bytes the events file takes per step and rank, and seconds each exporter takes at the end.
+
+    python bench/export_cost.py --nproc 2 --steps 30 --rounds 3
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import glob
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+
+def run_once(recipe: str, nproc: int, steps: int, export: str, workdir: str) -> tuple[str, list[float]]:
+    out = os.path.join(workdir, f"run-{len(os.listdir(workdir))}")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", "-m",
+           "trainer", recipe, f"output_dir={out}", f"max_steps={steps}", f"telemetry.export={export}",
+           "train.eval_every_samples=null", "train.save_final=false", "train.resume=never"]
+    subprocess.run(cmd, cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": "1"}, check=True, capture_output=True,
+                   timeout=900)
+    with open(os.path.join(out, "metrics.jsonl")) as f:
+        stamps = [json.loads(line)["time"] for line in f]
+    return out, [b - a for a, b in zip(stamps, stamps[1:])]
+
+
+def write_cost_us(calls_per_step: int, steps: int = 2000) -> float:
+    """Microseconds Telemetry adds per step for the events file (marks + one line), CPU only, no job."""
+    from telemetry.collectives import Call
+    from telemetry.session import Telemetry, TelemetrySettings
+
+    with tempfile.TemporaryDirectory() as d:
+        tel = Telemetry(TelemetrySettings(export=["trace"], cross_rank_every=0), d)
+        tel.start()
+        tel._t_step = time.perf_counter()
+        calls = [Call("all_reduce", 1 << 20, 8, "gloo", "ddp", time.perf_counter(), duration_s=1e-3)
+                 for _ in range(calls_per_step)]
+        t0 = time.perf_counter()
+        for step in range(steps):
+            for m in ("backward_begin", "backward_end", "optimizer_begin", "optimizer_end"):
+                tel.mark(m)
+            tel._write_events(step, time.perf_counter(), calls)
+        cost = (time.perf_counter() - t0) / steps * 1e6
+        tel.s.export = None  # no run directory to export from
+        tel.close()
+    return cost
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--recipe", default="recipes/tiny_llama_lora.yaml")
+    p.add_argument("--nproc", type=int, default=2)
+    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--skip", type=int, default=3, help="warm-up steps left out")
+    a = p.parse_args()
+    from telemetry.exports import export_run
+
+    off, on, last = [], [], None
+    with tempfile.TemporaryDirectory() as work:
+        for _ in range(a.rounds):
+            off += run_once(a.recipe, a.nproc, a.steps, "[]", work)[1][a.skip:]
+            last, steps = run_once(a.recipe, a.nproc, a.steps, "[trace]", work)
+            on += steps[a.skip:]
+        events = glob.glob(os.path.join(last, "ranks", "rank*.events.jsonl"))
+        per_step = statistics.mean(os.path.getsize(e) for e in events) / a.steps
+        seconds = {}
+        for kind in ("parquet", "trace", "tensorboard", "wandb"):
+            t0 = time.perf_counter()
+            r = export_run(last, [kind], os.path.join(work, "x"))
+            seconds[kind] = round(time.perf_counter() - t0, 3) if not r[kind].get("error") else r[kind]["error"]
+    result = {"command": " ".join([os.path.basename(sys.executable), *sys.argv]), "date": str(datetime.date.today()),
+              "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} cores",
+              "median_step_s_off": statistics.median(off), "median_step_s_trace": statistics.median(on),
+              "trace_vs_off": statistics.median(on) / statistics.median(off) - 1,
+              "events_bytes_per_step_per_rank": round(per_step), "export_seconds": seconds,
+              "steps_compared": [len(off), len(on)],
+              "events_write_us_per_step": {n: round(write_cost_us(n), 1) for n in (3, 100, 1000)}}
+    print(json.dumps(result, indent=1))
+    with open(os.path.join(REPO, "bench", "results", "export_cost.jsonl"), "a", encoding="utf-8") as f:
+        f.write(json.dumps(result) + "\n")
+
+
+if __name__ == "__main__":
+    main()
