@@ -216,3 +216,29 @@ def test_docs_list_every_parquet_column():
         table = section.split(f"`{name}.parquet`", 1)[1].split("\n\n", 2)[1]
         documented = {"run", "run_name"} | set(re.findall(r"`([a-z_]+)`", table))
         assert set(schema.names) <= documented, (name, set(schema.names) - documented)
+
+
+def test_trace_puts_overlapping_calls_on_separate_lanes():
+    """Async calls overlap (DDP buckets during backward); slices on one thread must nest, so the second
+    goes to another lane. An untimed call is a mark, not a slice of made-up length."""
+    import jsonschema
+
+    from telemetry.exports.trace import build
+
+    line = {"step": 1, "t0": 100.0, "t1": 101.0,
+            "marks": [["backward_begin", 100.2], ["backward_end", 100.4], ["backward_begin", 100.5],
+                      ["backward_end", 100.7], ["optimizer_begin", 100.8], ["optimizer_end", 100.9]],
+            "calls": [["all_reduce", 100.3, 0.3, 1000, 2, "ddp"], ["all_reduce", 100.35, 0.1, 1000, 2, "ddp"],
+                      ["all_reduce", 100.65, 0.05, 1000, 2, "ddp"], ["broadcast", 100.95, None, 8, 2, "dist"]]}
+    trace = build({0: [line]}, "t")
+    jsonschema.validate(trace, TRACE_SCHEMA)
+    ev = trace["traceEvents"]
+    phases = [(e["name"], e["ts"], e["dur"]) for e in ev if e.get("cat") == "phase"]
+    assert [p[0] for p in phases] == ["forward", "backward", "forward", "backward", "optimizer"]
+    assert phases[0][1] == 0 and phases[0][2] == pytest.approx(0.2e6)  # from the step's start
+    assert phases[2][1] == pytest.approx(0.4e6)  # the second micro-batch's forward starts at the backward's end
+    coll = [e for e in ev if e.get("cat") == "collective" and e["ph"] == "X"]
+    assert [e["tid"] for e in coll] == [1, 2, 1]  # the third fits back on the first lane
+    assert coll[0]["args"]["busbw_gbps"] == pytest.approx(1000 * 1.0 / 0.3 / 1e9)  # all_reduce, n=2: 2(n-1)/n
+    untimed = [e for e in ev if e.get("cat") == "collective" and e["ph"] == "i"]
+    assert len(untimed) == 1 and untimed[0]["args"]["untimed"] and untimed[0]["args"]["busbw_gbps"] is None
