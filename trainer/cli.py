@@ -11,8 +11,13 @@ from .config import RecipeError, load_recipe
 from .layout import resolve_layout
 
 
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one `error:` line (argparse adds the usage block), rank 0 only
+        sys.exit(_fail([f"{message}; see python -m trainer --help"]))
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="python -m trainer",
         description="Run a training recipe (alone, or under torchrun for several ranks).",
         epilog="example: torchrun --standalone --nproc-per-node 2 -m trainer recipes/tiny_llama_lora.yaml "

@@ -188,6 +188,15 @@ def test_anchors_within_the_limit_and_merge_keys_still_work(tmp_path):
     assert r.train.min_lr == r.train.lr == pytest.approx(1e-2)
 
 
+def test_bad_command_line_is_one_error_line(capsys, monkeypatch):
+    monkeypatch.delenv("RANK", raising=False)
+    with pytest.raises(SystemExit) as info:
+        main([TINY, "--dry-run", "--world-size", "two"])
+    assert info.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "error: argument --world-size: invalid int value: 'two'; see python -m trainer --help"]
+
+
 def test_only_rank_0_prints_under_torchrun(capsys, monkeypatch):
     monkeypatch.setenv("RANK", "1")
     assert main([TINY, "train.lr=nan", "--dry-run"]) == 2
