@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -27,11 +26,10 @@ import sys
 import threading
 import time
 
+from telemetry import rates
+
 SUBNET_BASE = "10.213"  # only ever assigned inside the lab's own namespaces
 IFACE = "fab0"
-_RATE = re.compile(r"^(\d+(?:\.\d+)?)(bit|kbit|mbit|gbit|tbit|bps|kbps|mbps|gbps|tbps)$", re.I)
-_RATE_BITS = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12,
-              "bps": 8, "kbps": 8e3, "mbps": 8e6, "gbps": 8e9, "tbps": 8e12}  # tc: "bps" is bytes/s
 
 
 class LabError(Exception):
@@ -40,13 +38,10 @@ class LabError(Exception):
 
 def parse_rate(rate: str) -> float | None:
     """Bits per second from tc units (1gbit, 100mbit, 125mbps = bytes/s); None for 'none' (unshaped)."""
-    if rate.lower() == "none":
-        return None
-    m = _RATE.match(rate.strip())
-    if not m:
-        raise LabError(f"--rate: got {rate!r}; expected a tc rate such as 10gbit, 1gbit, 100mbit, 500kbit, "
-                       "or 'none' for unshaped links")
-    return float(m.group(1)) * _RATE_BITS[m.group(2).lower()]
+    try:
+        return rates.parse_rate(rate)
+    except rates.RateError as exc:
+        raise LabError(str(exc)) from None
 
 
 def burst_bytes(rate_bps: float) -> int:
@@ -273,6 +268,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         check_host()
         lab = Lab(args.nodes, args.rate)
+        if warning := rates.bytes_unit_warning(args.rate):
+            print(warning, file=sys.stderr)
         output_dir = os.path.abspath(_output_dir(recipe_args))
         recipe_args = [a for a in recipe_args if not a.startswith("output_dir=")]
     except LabError as exc:

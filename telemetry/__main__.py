@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
             return _export(args)
         else:
             from .projection import DEFAULT_EFFICIENCY, measured_profile, project
-            from .rates import RateError, parse_rate
+            from .rates import RateError, bytes_unit_warning, parse_rate
             from .runs import load_run
             profile = measured_profile(load_run(args.run))
             eff = args.efficiency or DEFAULT_EFFICIENCY
@@ -70,6 +70,8 @@ def main(argv: list[str] | None = None) -> int:
                 except RateError as exc:
                     print(f"error: {exc}", file=sys.stderr)
                     return 2
+                if warning := bytes_unit_warning(rate):
+                    print(warning, file=sys.stderr)
                 p = project(profile, bps, args.latency_us * 1e-6, eff)
                 print(f"  {rate}: predicted {p['step_time_s']:.4f} s/step (communication {p['comm_time_s']:.4f} s, "
                       f"efficiency {eff})")

@@ -1,4 +1,9 @@
-"""Link rates in tc units, shared by projections (here) and the fabric lab (launch/)."""
+"""Link rates in tc units, shared by projections (here) and the fabric lab (launch/).
+
+tc's units: `bit`, `kbit`, `mbit`, `gbit`, `tbit` are bits per second (1e3 steps); `bps`, `kbps`, `mbps`,
+`gbps`, `tbps` are BYTES per second. `10mbps` is therefore 80 Mbit/s, not 10: an easy mistake, so
+`bytes_unit_warning` names it.
+"""
 from __future__ import annotations
 
 import re
@@ -21,3 +26,22 @@ def parse_rate(rate: str) -> float | None:
         raise RateError(f"--rate: got {rate!r}; expected a tc rate such as 10gbit, 1gbit, 100mbit, 500kbit, "
                         "or 'none' for unshaped links")
     return float(m.group(1)) * _RATE_BITS[m.group(2).lower()]
+
+
+def bytes_unit_warning(rate: str) -> str | None:
+    """A one-line warning when `rate` is in tc's bytes-per-second units (`mbps` and the like), else None."""
+    m = _RATE.match(rate.strip())
+    if not m or not m.group(2).lower().endswith("bps"):
+        return None
+    number, unit = m.group(1), m.group(2).lower()
+    bits = unit[:-3] + "bit"
+    return (f"warning: --rate {rate}: in tc units '{unit}' is bytes per second, so this is "
+            f"{_fmt_bits(float(number) * _RATE_BITS[unit])}; for {_fmt_bits(float(number) * _RATE_BITS[bits])} "
+            f"write {number}{bits}")
+
+
+def _fmt_bits(bps: float) -> str:
+    for unit, size in (("Tbit/s", 1e12), ("Gbit/s", 1e9), ("Mbit/s", 1e6), ("kbit/s", 1e3)):
+        if bps >= size:
+            return f"{bps / size:g} {unit}"
+    return f"{bps:g} bit/s"

@@ -1,20 +1,12 @@
-"""The small hook interface the loop calls; telemetry implements it.
+"""The loop's side of the hook interface: `Hooks` itself lives in telemetry/hooks.py (telemetry implements
+it, any loop may drive it); HookList lets the loop hold several as one.
 
 Steps are numbered from 1 (the optimizer step being taken). `on_step_end` may add fields to the
 record that becomes that step's line in metrics.jsonl.
 """
 from __future__ import annotations
 
-
-class Hooks:
-    def on_train_start(self, context: dict) -> None: ...
-    def on_step_start(self, step: int) -> None: ...
-    def before_backward(self, step: int, micro_batch: int) -> None: ...
-    def after_backward(self, step: int, micro_batch: int) -> None: ...
-    def before_optimizer_step(self, step: int) -> None: ...
-    def after_optimizer_step(self, step: int) -> None: ...
-    def on_step_end(self, step: int, record: dict) -> None: ...
-    def on_train_end(self, status: str) -> None: ...
+from telemetry.hooks import Hooks
 
 
 class HookList(Hooks):
@@ -32,3 +24,6 @@ class HookList(Hooks):
                     getattr(hook, name)(*args, **kwargs)
             return dispatch
         return object.__getattribute__(self, name)
+
+
+__all__ = ["Hooks", "HookList"]

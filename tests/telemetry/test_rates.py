@@ -1,0 +1,28 @@
+"""tc rate units: bits (`mbit`) and bytes per second (`mbps`), and the warning for the bytes units."""
+from __future__ import annotations
+
+import pytest
+
+from telemetry.rates import RateError, bytes_unit_warning, parse_rate
+
+
+def test_tc_units_bits_and_bytes():
+    # tc(8): "mbit" is megabits per second, "mbps" megabytes per second
+    assert parse_rate("100mbit") == 1e8 and parse_rate("10mbps") == 8e7 and parse_rate("1.5gbit") == 1.5e9
+    assert parse_rate("none") is None
+    with pytest.raises(RateError, match="--rate: got '10 Mb/s'"):
+        parse_rate("10 Mb/s")
+
+
+def test_a_rate_in_bytes_per_second_is_named_with_its_bit_rate():
+    assert bytes_unit_warning("10mbps") == ("warning: --rate 10mbps: in tc units 'mbps' is bytes per second, so "
+                                            "this is 80 Mbit/s; for 10 Mbit/s write 10mbit")
+    assert "so this is 12 Gbit/s; for 1.5 Gbit/s write 1.5gbit" in bytes_unit_warning("1.5GBPS")
+    assert bytes_unit_warning("10mbit") is None and bytes_unit_warning("none") is None
+
+
+def test_lab_uses_the_shared_parser():
+    from launch.lab import LabError, parse_rate as lab_parse_rate
+    assert lab_parse_rate("125mbps") == 1e9
+    with pytest.raises(LabError, match="expected a tc rate"):
+        lab_parse_rate("fast")
