@@ -97,6 +97,8 @@ class Lab:
                 "burst_bytes": burst_bytes(self.rate_bps) if self.rate_bps else None,
                 "queue_bytes": queue_bytes(self.rate_bps) if self.rate_bps else None,
                 "topology": "bridge" if self.switch else "veth pair", "interface": IFACE,
+                # every node computes on this one host's cores: a projection to more lab nodes needs it
+                "host_cpus": len(os.sched_getaffinity(0)),
                 "addresses": [self.address(i) for i in range(self.nodes)], "namespaces": self.namespaces}
 
     def _shape(self, ns: str, dev: str) -> None:

@@ -19,13 +19,18 @@ def main(argv: list[str] | None = None) -> int:
                       "(a text file of tables) are runs too")
     cmp_.add_argument("--out", required=True, help="directory for compare.html, compare.md and figures")
     cmp_.add_argument("--allow-mismatch", action="store_true", help="compare runs of different recipes anyway")
-    proj = sub.add_parser("project", help="predict a run's iteration time on another link rate")
+    proj = sub.add_parser("project", help="predict a run's iteration time on another fabric or node count")
     proj.add_argument("run")
-    proj.add_argument("--rate", required=True, action="append",
+    proj.add_argument("--rate", action="append", default=[],
                       help="link rate per direction in tc units (100gbit, 1gbit, ...); repeatable")
+    proj.add_argument("--busbw-table", action="append", default=[], metavar="FILE",
+                      help="the target fabric as nccl-tests output (busbw per size); repeatable")
+    proj.add_argument("--nodes", action="append", default=[], metavar="N",
+                      help="node count to project onto (same ranks per node); repeatable; default: as measured")
     proj.add_argument("--latency-us", type=float, default=0.0, help="extra latency per collective call")
     proj.add_argument("--efficiency", type=float, default=None,
                       help="fraction of the line rate collectives achieve (default: measured on gloo/tbf)")
+    proj.add_argument("--json", default=None, help="write the projections here as JSON")
     nt = sub.add_parser("nccl-tests", help="read nccl-tests output (or a sweep's collectives.txt) into the "
                         "sweep's JSON and CSV")
     nt.add_argument("inputs", nargs="+", help="nccl-tests output files, or sweep run directories")
@@ -57,27 +62,96 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "export":
             return _export(args)
         else:
-            from .projection import DEFAULT_EFFICIENCY, measured_profile, project
-            from .rates import RateError, bytes_unit_warning, parse_rate
-            from .runs import load_run
-            profile = measured_profile(load_run(args.run))
-            eff = args.efficiency or DEFAULT_EFFICIENCY
-            print(f"measured {profile['label']}: {profile['step_time_s']:.4f} s/step, communication "
-                  f"{profile['comm_time_s']:.4f} s, exposed {profile['exposed_s']:.4f} s")
-            for rate in args.rate:
-                try:
-                    bps = parse_rate(rate)
-                except RateError as exc:
-                    print(f"error: {exc}", file=sys.stderr)
-                    return 2
-                if warning := bytes_unit_warning(rate):
-                    print(warning, file=sys.stderr)
-                p = project(profile, bps, args.latency_us * 1e-6, eff)
-                print(f"  {rate}: predicted {p['step_time_s']:.4f} s/step (communication {p['comm_time_s']:.4f} s, "
-                      f"efficiency {eff})")
+            return _project(args)
     except RunError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    return 0
+
+
+def _fmt_rate(bps: float) -> str:
+    for unit, scale in (("Tbit/s", 1e12), ("Gbit/s", 1e9), ("Mbit/s", 1e6), ("kbit/s", 1e3)):
+        if bps >= scale:
+            return f"{bps / scale:.3g} {unit}"
+    return f"{bps:.3g} bit/s"
+
+
+def _project(args) -> int:
+    import json
+    import os
+
+    from .projection import (DEFAULT_EFFICIENCY, ProjectionError, load_busbw_table, measured_profile,
+                             negligible_above_bps, project)
+    from .rates import RateError, bytes_unit_warning, parse_rate
+    from .runs import load_run
+
+    def fail(msg: str) -> int:
+        print(f"error: {msg}", file=sys.stderr)
+        return 2
+    if not args.rate and not args.busbw_table:
+        return fail("project: give the target fabric: --rate RATE (tc units, e.g. 100gbit) and/or --busbw-table "
+                    "FILE (nccl-tests output)")
+    eff = args.efficiency if args.efficiency is not None else DEFAULT_EFFICIENCY
+    if not 0 < eff <= 1:
+        return fail(f"--efficiency: got {eff}; expected a fraction in (0, 1]")
+    if args.latency_us < 0:
+        return fail(f"--latency-us: got {args.latency_us}; expected >= 0")
+    nodes = []
+    for n in args.nodes:
+        if not n.isdigit() or int(n) < 1:
+            return fail(f"--nodes: got {n!r}; expected a whole number of nodes >= 1")
+        nodes.append(int(n))
+    targets = []
+    try:
+        for rate in args.rate:
+            bps = parse_rate(rate)
+            if bps is None:
+                return fail("--rate: got 'none'; give the target's rate (tc units, e.g. 100gbit)")
+            if warning := bytes_unit_warning(rate):
+                print(warning, file=sys.stderr)
+            targets.append((rate, bps, None))
+        for path in args.busbw_table:
+            targets.append((os.path.basename(path), None, load_busbw_table(path)))
+    except (RateError, ProjectionError) as exc:
+        return fail(str(exc).removeprefix("error: "))
+    profile = measured_profile(load_run(args.run))
+    if profile["step_time_s"] is None:
+        return fail(f"{args.run}: no timed steps to project from")
+    lo, hi = profile["step_spread"]
+    print(f"measured {profile['label']}: {profile['step_time_s']:.4f} s/step (10-90%: {lo * 100 - 100:+.0f}%/"
+          f"{hi * 100 - 100:+.0f}% over {profile['steps']} steps) on {profile['nodes']} node(s), "
+          f"{profile['world_size']} ranks; communication {profile['comm_time_s']:.4f} s, exposed "
+          f"{profile['exposed_s']:.4f} s")
+    if not profile["link_bps"]:
+        print("  its links were not shaped: the communication time it measured is kept as a fixed cost (per-call "
+              "overhead and latency); a target adds its bytes over the target's bandwidth")
+    if profile.get("partial"):
+        print(f"  partial: {profile['untimed_bytes']} bytes per step had no time; the projection leaves them out")
+    results = []
+    try:
+        for label, bps, table in targets:
+            for n in nodes or [None]:
+                p = project(profile, bps, args.latency_us * 1e-6, eff, nodes=n, busbw_table=table)
+                low, high = p["interval_s"]
+                where = f"{label}, {p['nodes']} node(s)"
+                print(f"  {where}: predicted {p['step_time_s']:.4f} s/step [{low:.4f}, {high:.4f}] (communication "
+                      f"{p['comm_time_s']:.4f} s: {p['wire_s']:.4f} s on the wire + {p['fixed_s']:.4f} s fixed; "
+                      + (f"busbw from the table)" if table else f"efficiency {eff})"))
+                for note in p["notes"]:
+                    print(f"    {note}")
+                if p["negligible"]:
+                    knee = None if table else negligible_above_bps(profile, efficiency=eff, nodes=n)
+                    print(f"    communication is negligible here: the link adds {p['wire_s'] * 1e3:.2f} ms, under 5% of "
+                          "the step; a faster fabric cannot make this step measurably faster"
+                          + (f" (true of any link above {_fmt_rate(knee)})" if knee else ""))
+                results.append({"target": label, "rate_bps": bps, **{k: v for k, v in p.items() if k != "by_op"},
+                                "by_op": p["by_op"]})
+    except ProjectionError as exc:
+        return fail(str(exc))
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump({"measured": {k: v for k, v in profile.items() if k != "ops"}, "ops": profile["ops"],
+                       "projections": results}, f, indent=1)
     return 0
 
 

@@ -23,22 +23,63 @@ Without profiled windows all communication counts as exposed (true for CPU/gloo 
 on GPUs). `efficiency` is the fraction of the line rate a collective achieves at large sizes: measure it
 with a sweep on the target fabric (bench/) or take the default, measured for gloo over tbf links on
 the development machines (all_reduce and send/recv busbw 92-96% of the shaped rate).
+
+Another node count (`nodes`): the bytes of each collective stay (gradients do not grow with the world),
+the bus factor changes (all_reduce 2(n-1)/n), the bandwidth-independent part grows with the ring's hops
+(2(n-1) for all_reduce, n-1 for the gathers and scatters), and compute follows each rank's share of the
+global batch (the recipe's global batch is kept, as a re-run of the recipe on more nodes would). In the
+fabric lab all nodes compute on one host: with more ranks than its cores, compute slows by ranks/cores.
+
+A target fabric can be an nccl-tests table instead of a rate (`busbw_table`, from `load_busbw_table`):
+each call then takes its size x bus factor / the table's busbw at that size (time linear in size between its rows).
+
+The interval: compute varies as the measured steps did (their 10th-90th percentiles around the median,
+scaled onto the projected compute), and the wire time over the range of efficiencies collectives reach
+(EFFICIENCY_RANGE, sweeps on the lab's links; for a table, 90-100% of its busbw). When the time a target's
+links add (bytes over bandwidth) is under 5% of the step, the projection calls communication negligible:
+no faster fabric can make that step more than 5% faster.
 """
 from __future__ import annotations
 
+import math
+
 from .formulas import bus_factor
 from .report import summarize
-from .runs import Run, median
+from .runs import Run, median, percentile
 
 DEFAULT_EFFICIENCY = 0.94
+# busbw / shaped rate reached by gloo collectives over the lab's tbf links at large sizes (bench/lab_sweep.py)
+EFFICIENCY_RANGE = (0.85, 1.0)
+TABLE_RANGE = (0.9, 1.0)
+NEGLIGIBLE = 0.05  # communication whose wire time is under this share of the step is called negligible  # an nccl-tests table is a best case: 90-100% of its busbw
+# nccl-tests table for each recorded collective type (send and recv are its sendrecv test)
+TABLE_OP = {"send": "sendrecv", "recv": "sendrecv"}
+
+
+class ProjectionError(ValueError):
+    """A projection that cannot be made; one line naming what is missing."""
+
+
+def _hops(op: str, n: int) -> float:
+    """Latency-bound steps of a ring collective over n ranks (what the bandwidth-independent part scales with)."""
+    if n < 2:
+        return 0.0
+    if op == "all_reduce":
+        return 2.0 * (n - 1)
+    if op in ("reduce_scatter", "all_gather", "all_to_all"):
+        return float(n - 1)
+    return 1.0
 
 
 def measured_profile(run: Run, summary: dict | None = None) -> dict:
     """What the projection needs from a run, as medians over its timed steps (`summary`: the run's
     summarize() result when the caller already has it)."""
     s = summary or summarize(run)
-    world = (run.info.get("layout") or {}).get("world_size") or len(run.info.get("hosts") or []) or 1
+    layout = run.info.get("layout") or {}
+    world = layout.get("world_size") or len(run.info.get("hosts") or []) or 1
     lab = (run.info.get("fabric") or {}).get("lab") or {}
+    hosts = run.info.get("hosts") or []
+    nodes = lab.get("nodes") or len({h.get("hostname") for h in hosts}) or 1
     ops = {}
     for op, c in s["comm"].items():
         steps = [r for r in run.timed_steps() if op in (r.get("comm") or {})]
@@ -51,11 +92,57 @@ def measured_profile(run: Run, summary: dict | None = None) -> dict:
                    "calls": median([r["comm"][op]["count"] for r in steps]) or 0}
     comm = sum(o["time_s"] for o in ops.values())
     exposed = s["exposed"]["share"] * s["step_time_median_s"] if s["exposed"] and s["step_time_median_s"] else comm
-    return {"step_time_s": s["step_time_median_s"], "comm_time_s": comm, "exposed_s": min(exposed, comm),
-            "ops": ops, "world_size": world, "link_bps": lab.get("rate_bps"), "burst_bytes": lab.get("burst_bytes"),
-            "label": run.name,
+    times = [r.get("step_time_s") for r in run.timed_steps()]
+    med = s["step_time_median_s"]
+    spread = ((percentile(times, 0.1) / med, percentile(times, 0.9) / med) if med and len(times) >= 3
+              else (1.0, 1.0))
+    return {"step_time_s": med, "comm_time_s": comm, "exposed_s": min(exposed, comm),
+            "ops": ops, "world_size": world, "nodes": nodes, "link_bps": lab.get("rate_bps"),
+            "burst_bytes": lab.get("burst_bytes"), "label": run.name, "step_spread": spread,
+            "steps": len(times), "dp": layout.get("dp") or world, "global_batch": layout.get("global_batch_size"),
+            # the lab's nodes share one host's cores (None off the lab: nodes have their own)
+            "host_cpus": lab.get("host_cpus"),
             # measured times leave out calls without a time: what is projected from them is partial too
             "partial": bool(s.get("comm_partial")), "untimed_bytes": s.get("comm_untimed_bytes_per_step")}
+
+
+def load_busbw_table(path: str) -> dict:
+    """An nccl-tests output file (or a sweep's collectives.txt) as {op: [(size, busbw GB/s), ...]}: the
+    out-of-place block where measured, else the in-place one; rows without a busbw are left out."""
+    from .nccl_tests import NcclTestsError, read
+    try:
+        result = read(path)
+    except (OSError, NcclTestsError) as exc:
+        raise ProjectionError(f"--busbw-table: {exc}") from None
+    table = {}
+    for op, r in result["ops"].items():
+        points = []
+        for row in r["rows"]:
+            block = row.get("out_of_place") or row.get("in_place") or {}
+            if row.get("size") and block.get("busbw_gbps"):
+                points.append((float(row["size"]), float(block["busbw_gbps"])))
+        if points:
+            table[op] = sorted(points)
+    if not table:
+        raise ProjectionError(f"--busbw-table: {path} has no rows with a size and a busbw")
+    return table
+
+
+def busbw_at(points: list[tuple[float, float]], size: float) -> tuple[float, float]:
+    """(busbw GB/s, time s of one call of `size` bytes) from a table's points. Between two rows the time is
+    linear in size (a latency plus size over bandwidth, as each segment of such a table is); below the
+    smallest row a call takes that row's time (latency-bound), above the largest it runs at its busbw."""
+    if size <= points[0][0]:
+        s0, b0 = points[0]
+        return size / (s0 / b0) if size else b0, s0 / (b0 * 1e9)
+    if size >= points[-1][0]:
+        return points[-1][1], size / (points[-1][1] * 1e9)
+    for (s0, b0), (s1, b1) in zip(points, points[1:]):
+        if s0 <= size <= s1:
+            t0, t1 = s0 / (b0 * 1e9), s1 / (b1 * 1e9)
+            t = t0 + (t1 - t0) * (size - s0) / (s1 - s0) if s1 > s0 else t0
+            return size / t / 1e9, t
+    raise AssertionError("unreachable")
 
 
 def _credit(burst_bytes: float, link_bps: float | None, idle_s: float) -> float:
@@ -65,38 +152,107 @@ def _credit(burst_bytes: float, link_bps: float | None, idle_s: float) -> float:
     return min(burst_bytes, link_bps / 8 * max(idle_s, 0.0))
 
 
+def _compute_scale(profile: dict, world_new: int) -> tuple[float, list[str]]:
+    """Factor on compute at another world size: each rank's share of the global batch, and the lab host's cores."""
+    world = profile["world_size"]
+    if world_new == world:
+        return 1.0, []
+    notes = []
+    dp = profile.get("dp") or world
+    dp_new = dp * world_new / world
+    scale = dp / dp_new  # the global batch is kept: each rank's share shrinks as dp grows
+    notes.append(f"global batch kept: each rank computes {scale:.2f}x the samples it did at {world} ranks")
+    cpus = profile.get("host_cpus")
+    if cpus:
+        share = max(1.0, world_new / cpus) / max(1.0, world / cpus)
+        if share != 1.0:
+            notes.append(f"lab: {world_new} ranks share the host's {cpus} cores ({share:.2f}x slower compute)")
+        scale *= share
+    return scale, notes
+
+
 def project(profile: dict, link_bps: float | None, latency_s: float = 0.0,
-            efficiency: float = DEFAULT_EFFICIENCY, burst_bytes: float = 0.0) -> dict:
-    """Predicted step time on a fabric of `link_bps` bits/s per link (None: unshaped, as fast as measured).
+            efficiency: float = DEFAULT_EFFICIENCY, burst_bytes: float = 0.0, nodes: int | None = None,
+            busbw_table: dict | None = None) -> dict:
+    """Predicted step time on a fabric of `link_bps` bits/s per link (None: unshaped, as fast as measured),
+    or of the busbw in `busbw_table` (load_busbw_table), on `nodes` nodes (None: as measured).
 
     `burst_bytes`: the token bucket of a shaped link (the lab's tbf burst; 0 for real NICs). The link idles
     while the step computes, so up to that many bytes of each step pass without waiting for tokens.
+    Returns the step time with `interval_s` (low, high), the predicted communication's share of the step,
+    and `negligible` (communication adds less than the measured step-to-step spread).
     """
     if profile["step_time_s"] is None:
-        raise ValueError("the measured run has no timed steps to project from")
+        raise ProjectionError("the measured run has no timed steps to project from")
     n = profile["world_size"]
+    nodes_measured = profile.get("nodes") or n  # one rank per node when the run does not say
+    nodes = nodes or nodes_measured
+    n_new = max(1, round(n * nodes / nodes_measured))
+    compute_scale, notes = _compute_scale(profile, n_new)
     measured_Bps = profile["link_bps"] / 8 * efficiency if profile["link_bps"] else None
-    target_Bps = link_bps / 8 * efficiency if link_bps else None
     idle = profile["step_time_s"] - profile["comm_time_s"]
     wires = {op: o["bytes"] * bus_factor(op, n) for op, o in profile["ops"].items()}
     total = sum(wires.values()) or 1.0
     credit_measured = _credit(profile.get("burst_bytes") or 0, profile["link_bps"], idle)
-    credit_target = _credit(burst_bytes, link_bps, idle)
-    per_op, comm_new = {}, 0.0
+    credit_target = _credit(burst_bytes, link_bps, idle * compute_scale)
+    if busbw_table is not None:
+        lo_eff, hi_eff = TABLE_RANGE
+    else:
+        lo_eff, hi_eff = EFFICIENCY_RANGE[0] / efficiency, EFFICIENCY_RANGE[1] / efficiency
+    per_op, comm_new, wire_new = {}, 0.0, {"mid": 0.0, "slow": 0.0, "fast": 0.0}
     for op, o in profile["ops"].items():
         wire = wires[op]
         share = wire / total  # the step's credit, spread over its collectives by their bytes
         fixed = o["time_s"] - (max(wire - credit_measured * share, 0.0) / measured_Bps if measured_Bps else 0.0)
-        fixed = max(fixed, 0.0)
-        on_wire = max(wire - credit_target * share, 0.0)
-        t_new = fixed + (on_wire / target_Bps if target_Bps else 0.0) + latency_s * o["calls"]
-        per_op[op] = {"bytes": o["bytes"], "wire_bytes": wire, "measured_s": o["time_s"], "fixed_s": fixed,
-                      "predicted_s": t_new}
+        fixed = max(fixed, 0.0) * (_hops(op, n_new) / _hops(op, n) if _hops(op, n) else 1.0)
+        wire_target = o["bytes"] * bus_factor(op, n_new)
+        if busbw_table is not None:
+            points = busbw_table.get(TABLE_OP.get(op, op)) or busbw_table.get("all_reduce")
+            if points is None:
+                raise ProjectionError(f"--busbw-table: no {TABLE_OP.get(op, op)} or all_reduce table for the run's "
+                                      f"{op}; the table has {', '.join(sorted(busbw_table))}")
+            if TABLE_OP.get(op, op) not in busbw_table:
+                notes.append(f"{op}: not in the table, timed with all_reduce's busbw")
+            calls = max(o["calls"], 1)
+            # the table's busbw at each call's size; its time already holds the fabric's latency
+            bw, _ = busbw_at(points, o["bytes"] / calls)
+            on_wire = wire_target / (bw * 1e9)
+        else:
+            target_Bps = link_bps / 8 * efficiency if link_bps else None
+            on_wire = (max(wire_target - credit_target * share, 0.0) / target_Bps) if target_Bps else 0.0
+        t_new = fixed + on_wire + latency_s * o["calls"]
+        per_op[op] = {"bytes": o["bytes"], "wire_bytes": wire_target, "measured_s": o["time_s"], "fixed_s": fixed,
+                      "wire_s": on_wire, "predicted_s": t_new}
         comm_new += t_new
+        wire_new["mid"] += on_wire
+        wire_new["slow"] += on_wire / lo_eff
+        wire_new["fast"] += on_wire / hi_eff
     hidden = profile["comm_time_s"] - profile["exposed_s"]
-    compute = profile["step_time_s"] - profile["exposed_s"]
+    compute = (profile["step_time_s"] - profile["exposed_s"]) * compute_scale
     step = compute + max(0.0, comm_new - hidden)
-    return {"step_time_s": step, "comm_time_s": comm_new, "compute_s": compute, "hidden_s": hidden,
+    q_lo, q_hi = profile.get("step_spread") or (1.0, 1.0)
+    fixed_all = comm_new - wire_new["mid"]
+    low = compute * q_lo + max(0.0, fixed_all + wire_new["fast"] - hidden)
+    high = compute * q_hi + max(0.0, fixed_all + wire_new["slow"] - hidden)
+    exposed_new = max(0.0, comm_new - hidden)
+    # what the target's links add to the step: under NEGLIGIBLE of it, no faster fabric helps measurably
+    negligible = wire_new["mid"] < NEGLIGIBLE * step
+    return {"step_time_s": step, "interval_s": (min(low, step), max(high, step)), "comm_time_s": comm_new,
+            "wire_s": wire_new["mid"], "fixed_s": fixed_all, "compute_s": compute, "hidden_s": hidden,
+            "comm_share": exposed_new / step if step else None, "negligible": negligible,
             "link_bps": link_bps, "latency_s": latency_s, "efficiency": efficiency, "by_op": per_op,
-            "from": profile["label"], "partial": bool(profile.get("partial")),
+            "nodes": nodes, "world_size": n_new, "from": profile["label"], "notes": list(dict.fromkeys(notes)),
+            "table": busbw_table is not None, "partial": bool(profile.get("partial")),
             "untimed_bytes": profile.get("untimed_bytes")}
+
+
+def negligible_above_bps(profile: dict, fraction: float = NEGLIGIBLE, efficiency: float = DEFAULT_EFFICIENCY,
+                         nodes: int | None = None) -> float | None:
+    """The link rate above which the bytes on the wire take less than `fraction` of the step: the rate past
+    which a faster fabric cannot shorten this job's step by more than that."""
+    base = project(profile, None, nodes=nodes)
+    n_new = base["world_size"]
+    wire = sum(o["bytes"] * bus_factor(op, n_new) for op, o in profile["ops"].items())
+    if not wire or not base["step_time_s"]:
+        return None
+    return wire * 8 / (fraction * base["step_time_s"]) / efficiency

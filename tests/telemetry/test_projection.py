@@ -1,11 +1,18 @@
 """The projection model against hand-computed values."""
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
-from telemetry.projection import measured_profile, project
+from telemetry.projection import (DEFAULT_EFFICIENCY, ProjectionError, busbw_at, load_busbw_table,
+                                  measured_profile, negligible_above_bps, project)
 from telemetry.runs import load_run
 
+from ..conftest import REPO
 from .recorded import write_run
 
 
@@ -60,3 +67,101 @@ def test_a_partial_measurement_makes_a_partial_projection(tmp_path):
     assert p["partial"] is True and p["untimed_bytes"] == 2048
     whole = measured_profile(load_run(str(write_run(tmp_path / "w"))))
     assert whole["partial"] is False and project(whole, 8e6)["partial"] is False
+
+
+# ------------------------------------------------------------ node counts, tables, intervals (issue 11 part 6)
+
+def test_more_nodes_changes_bus_factor_hops_and_each_ranks_share():
+    # 2 -> 4 ranks: all_reduce puts 1 MB x 2(4-1)/4 = 1.5 MB on each link (1.5 s at 1 MB/s), its fixed 10 ms
+    # grows with the ring's hops 2(n-1): 2 -> 6, and the kept global batch halves each rank's compute
+    p = project(profile(), 8e6, efficiency=1.0, nodes=4)
+    assert p["world_size"] == 4 and p["by_op"]["all_reduce"]["wire_bytes"] == pytest.approx(1.5e6)
+    assert p["by_op"]["all_reduce"]["fixed_s"] == pytest.approx(0.03)
+    assert p["compute_s"] == pytest.approx(0.19 / 2)
+    assert p["step_time_s"] == pytest.approx(0.095 + 0.03 + 1.5)
+
+
+def test_lab_nodes_share_the_hosts_cores():
+    # the lab's 4 ranks on a 2-core host: each core runs two ranks, so compute per rank doubles back
+    p = project(profile(host_cpus=2), 8e6, efficiency=1.0, nodes=4)
+    assert p["compute_s"] == pytest.approx(0.19)
+    assert any("share the host's 2 cores" in n for n in p["notes"])
+    assert project(profile(host_cpus=16), 8e6, efficiency=1.0, nodes=4)["compute_s"] == pytest.approx(0.095)
+
+
+def test_interval_from_the_step_spread_and_the_efficiency_range():
+    # compute 0.19 s varies as the measured steps did (-10%/+20%); the 1 MB on the wire at 85-100% of the rate
+    p = project(profile(step_spread=(0.9, 1.2)), 8e6, efficiency=1.0)
+    low, high = p["interval_s"]
+    assert low == pytest.approx(0.19 * 0.9 + 0.01 + 1.0 / 1.0)
+    assert high == pytest.approx(0.19 * 1.2 + 0.01 + 1.0 / 0.85)
+    assert low < p["step_time_s"] < high
+
+
+def test_negligible_communication_is_said_and_where_it_starts():
+    slow, fast, faster = (project(profile(), r) for r in (8e6, 100e9, 400e9))
+    assert not slow["negligible"] and fast["negligible"] and faster["negligible"]
+    # the rate where 1 MB on the wire takes 5% of the 0.2 s step, at the default efficiency
+    assert negligible_above_bps(profile()) == pytest.approx(1e6 * 8 / (0.05 * 0.2) / DEFAULT_EFFICIENCY)
+    assert fast["step_time_s"] == pytest.approx(faster["step_time_s"], rel=1e-3)
+
+
+TABLE = str(Path(__file__).parent / "nccl_tests_tables" / "all_reduce_perf_h100_16ranks.txt")
+
+
+def test_busbw_table_from_real_nccl_tests_output():
+    # that table's out-of-place row at 1 MiB: busbw 9.68 GB/s; at 2 ranks the all-reduce puts 1 MiB on the link
+    table = load_busbw_table(TABLE)
+    prof = profile(ops={"all_reduce": {"bytes": 1048576, "time_s": 0.0, "calls": 1}}, comm_time_s=0.0, exposed_s=0.0)
+    p = project(prof, None, busbw_table=table)
+    assert p["by_op"]["all_reduce"]["wire_s"] == pytest.approx(1048576 / 9.68e9)
+    # between its 1 MiB and 2 MiB rows the call time is linear in size
+    mid = 1048576 * 1.5
+    bw, t = busbw_at(table["all_reduce"], mid)
+    t1, t2 = 1048576 / 9.68e9, 2097152 / 15.48e9
+    assert t == pytest.approx((t1 + t2) / 2) and bw == pytest.approx(mid / t / 1e9)
+    # a flat table at a nominal rate's busbw projects what the rate does
+    flat = {"all_reduce": [(1.0, 1e8 / 8 * DEFAULT_EFFICIENCY / 1e9), (1e9, 1e8 / 8 * DEFAULT_EFFICIENCY / 1e9)]}
+    assert project(profile(), None, busbw_table=flat)["step_time_s"] == pytest.approx(
+        project(profile(), 1e8)["step_time_s"])
+
+
+def test_ops_a_table_lacks_use_its_all_reduce_busbw():
+    table = {"all_reduce": [(1.0, 1.0), (1e9, 1.0)]}
+    p = project(profile(ops={"broadcast": {"bytes": 1e6, "time_s": 0.0, "calls": 1}}), None, busbw_table=table)
+    assert p["by_op"]["broadcast"]["wire_s"] == pytest.approx(1e-3)
+    assert any("broadcast: not in the table" in n for n in p["notes"])
+    with pytest.raises(ProjectionError, match="no sendrecv or all_reduce table"):
+        project(profile(ops={"send": {"bytes": 1e6, "time_s": 0.0, "calls": 1}}), None,
+                busbw_table={"all_gather": [(1.0, 1.0)]})
+
+
+def cli(*args):
+    return subprocess.run([sys.executable, "-m", "telemetry", "project", *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_cli_says_why_fast_rates_give_the_same_time(tmp_path):
+    run = str(write_run(tmp_path / "r"))
+    out = tmp_path / "p.json"
+    proc = cli(run, "--rate", "100gbit", "--rate", "400gbit", "--rate", "5mbit", "--nodes", "2", "--nodes", "4",
+               "--busbw-table", TABLE, "--json", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert "links were not shaped" in proc.stdout
+    assert proc.stdout.count("communication is negligible here") == 6  # 100g and 400g, and the H100 table, x2
+    assert "5mbit, 4 node(s): predicted" in proc.stdout
+    got = json.loads(out.read_text())["projections"]
+    assert len(got) == 8 and all(p["interval_s"][0] <= p["step_time_s"] <= p["interval_s"][1] for p in got)
+
+
+@pytest.mark.parametrize("args, message", [
+    ((), "error: project: give the target fabric: --rate RATE"),
+    (("--rate", "fast"), "error: --rate: got 'fast'"),
+    (("--rate", "1gbit", "--nodes", "0"), "error: --nodes: got '0'"),
+    (("--busbw-table", "/no/such.txt"), "error: --busbw-table: "),
+    (("--rate", "1gbit", "--efficiency", "1.5"), "error: --efficiency: got 1.5"),
+])
+def test_cli_bad_input_is_one_line(tmp_path, args, message):
+    proc = cli(str(write_run(tmp_path / "r")), *args)
+    assert proc.returncode == 2 and proc.stderr.startswith(message), proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
