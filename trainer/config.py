@@ -157,6 +157,9 @@ class SweepConfig:
     factor: int = 2  # -f: multiply the size by this each step
     warmup: int = 5  # -w
     iters: int = 20  # -n
+    # timed runs of `iters` per size (no nccl-tests flag): the row shows their median, the JSON their spread;
+    # on shared or shaped links one timing can be off by 10-15%, the median of a few is stable
+    repeats: int = 1
     dtype: str = "float32"  # -d
     redop: Literal["sum", "prod", "min", "max", "avg"] = "sum"  # -o
     root: int = 0  # -r, for broadcast
@@ -591,7 +594,7 @@ def check_sweep(sw: SweepConfig) -> list[str]:
     lo, hi = parse_size(sw.min_bytes, "sweep.min_bytes", p), parse_size(sw.max_bytes, "sweep.max_bytes", p)
     if lo and hi and lo > hi:
         p.append(f"sweep.max_bytes: {sw.max_bytes!r} is below sweep.min_bytes {sw.min_bytes!r}")
-    p += _at_least("sweep", sw, ("factor",), 2) + _at_least("sweep", sw, ("iters", "latency_iters"), 1)
+    p += _at_least("sweep", sw, ("factor",), 2) + _at_least("sweep", sw, ("iters", "latency_iters", "repeats"), 1)
     p += _at_least("sweep", sw, ("warmup",), 0)
     if sw.root < 0:
         p.append(f"sweep.root: got {sw.root}; expected a rank >= 0")

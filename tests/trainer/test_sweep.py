@@ -153,3 +153,25 @@ def test_compare_takes_an_nccl_tests_file_as_a_run(sweep_run, tmp_path, capsys):
     assert telemetry_main(["compare", str(sweep_run.out), str(TABLES / "README.md"),
                            "--out", str(tmp_path / "bad")]) == 2
     assert "README.md: no nccl-tests table found" in capsys.readouterr().err
+
+
+def test_repeats_give_the_median_and_the_spread(tmp_path):
+    """sweep.repeats: each size timed several times after one warm-up; the row is their median, the JSON and a
+    comment line keep the spread, and the text still reads as nccl-tests output."""
+    res = run_cli(tmp_path / "rep", "sweep.ops=[all_reduce,sendrecv]", "sweep.min_bytes=1K", "sweep.max_bytes=64K",
+                  "sweep.factor=8", "sweep.iters=2", "sweep.warmup=1", "sweep.repeats=3", "sweep.latency_iters=2",
+                  recipe=SWEEP, nproc=2)
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = json.loads((res.out / "collectives.json").read_text())
+    assert out["repeats"] == 3
+    blocks = [(op, b) for op, r in out["ops"].items() for row in r["rows"]
+              for b in (row["out_of_place"], row["in_place"]) if b]
+    assert {op for op, _ in blocks} == {"all_reduce", "sendrecv", "sendrecv_intra_node"}
+    for op, b in blocks:
+        times = b["spread"]["time_us"]
+        assert len(times) == 3 and b["time_us"] == pytest.approx(sorted(times)[1]), op
+        assert b["spread"]["busbw_min_gbps"] <= b["busbw_gbps"] <= b["spread"]["busbw_max_gbps"]
+    text = (res.out / "collectives.txt").read_text()
+    assert text.count("# fabric-harness: rows are the median of 3 repeats; busbw min-max (GB/s): 1024 ") == 3
+    assert len(minimal_reader(text)) == 9 and read(str(res.out / "collectives.txt"))["rows_skipped"] == 0
+    assert main([SWEEP, "--dry-run", "sweep.repeats=0"]) == 2

@@ -15,6 +15,7 @@ with the reason under `missing`. telemetry/nccl_tests.py reads this text and rea
 from __future__ import annotations
 
 import platform
+import statistics
 import time
 from dataclasses import dataclass
 
@@ -187,24 +188,28 @@ class Sweep:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
-    def time_case(self, case: Case, iters: int, warmup: int) -> tuple[float, int]:
-        """Seconds per op on this rank, and wrong elements (-1 when not checked)."""
+    def time_case(self, case: Case, iters: int, warmup: int, repeats: int = 1) -> tuple[list[float], int]:
+        """Seconds per op on this rank for each of `repeats` timings, and wrong elements (-1 when not checked)."""
         self._current = case
         wrong = case.check() if self.cfg.check else -1
         for _ in range(warmup):
             self._wait(case.launch())
         self._sync()
-        dist.barrier(group=self.group)
-        t0 = time.perf_counter()
-        works = [case.launch() for _ in range(iters)]
-        for w in works:
-            self._wait(w)
-        self._sync()
-        return (time.perf_counter() - t0) / iters, wrong
+        times = []
+        for _ in range(repeats):
+            dist.barrier(group=self.group)  # every timing starts together
+            t0 = time.perf_counter()
+            works = [case.launch() for _ in range(iters)]
+            for w in works:
+                self._wait(w)
+            self._sync()
+            times.append((time.perf_counter() - t0) / iters)
+        return times, wrong
 
-    def combine(self, seconds: float) -> float:
-        """Cross-rank time as nccl-tests' -a: avg (default), min, max, or rank 0's."""
-        t = torch.tensor([seconds], dtype=torch.float64, device=self.device)
+    def combine(self, seconds: float | list[float]) -> float | list[float]:
+        """Cross-rank time as nccl-tests' -a: avg (default), min, max, or rank 0's (each of a list, in one call)."""
+        many = isinstance(seconds, list)
+        t = torch.tensor(seconds if many else [seconds], dtype=torch.float64, device=self.device)
         mode = self.cfg.time_reduction
         if mode == "rank0":
             dist.broadcast(t, src=0, group=self.group)
@@ -213,7 +218,7 @@ class Sweep:
             t /= self.world
         else:
             dist.all_reduce(t, op=dist.ReduceOp.MIN if mode == "min" else dist.ReduceOp.MAX, group=self.group)
-        return float(t.item())
+        return [float(v) for v in t.tolist()] if many else float(t.item())
 
     def wrong_total(self, wrong: int) -> int | None:
         """Wrong elements summed over ranks; None when not checked (sweep.check false)."""
@@ -238,19 +243,17 @@ class Sweep:
             if case is None:
                 row[key] = None
                 continue
-            secs, wrong = self.time_case(case, self.cfg.iters, self.cfg.warmup)
-            t = self.combine(secs)
-            factor_op = FACTOR_OP.get(op, op)
-            row[key] = {"time_us": t * 1e6, "algbw_gbps": algbw_gbps(case.size, t),
-                        "busbw_gbps": algbw_gbps(case.size, t) * bus_factor(factor_op, self.world),
-                        "wrong": self.wrong_total(wrong)}
+            secs, wrong = self.time_case(case, self.cfg.iters, self.cfg.warmup, self.cfg.repeats)
+            row[key] = _timed_block(self.combine(secs), case.size, bus_factor(FACTOR_OP.get(op, op), self.world),
+                              self.wrong_total(wrong))
         return row
 
-    def pair_time(self, a: int, b: int, size: int, iters: int, check: bool = False) -> tuple[float, int | None]:
-        """Seconds per bidirectional send/recv between ranks a and b only (the others wait), and the wrong
-        elements both ends received (None unless `check`)."""
+    def pair_time(self, a: int, b: int, size: int, iters: int, check: bool = False,
+                  repeats: int = 1) -> tuple[list[float], int | None]:
+        """Seconds per bidirectional send/recv between ranks a and b only (the others wait) for each of
+        `repeats` timings, and the wrong elements both ends received (None unless `check`)."""
         count = max(1, size // self.elsize)
-        result = torch.zeros(2, dtype=torch.float64, device=self.device)  # seconds, wrong elements
+        result = torch.zeros(1 + repeats, dtype=torch.float64, device=self.device)  # wrong elements, seconds
         launch = None
         if self.rank in (a, b):
             peer = b if self.rank == a else a
@@ -264,18 +267,19 @@ class Sweep:
             for _ in range(max(self.cfg.warmup, 1)):
                 self._wait(launch())
             self._sync()
-        dist.barrier(group=self.group)  # both ends start their timers together
-        if launch is not None:
-            t0 = time.perf_counter()
-            for w in [launch() for _ in range(iters)]:
-                self._wait(w)
-            self._sync()
-            result[0] = (time.perf_counter() - t0) / iters / 2  # both ranks report: average them
-            if check:
-                result[1] = _wrong(recv, contrib[peer].to(recv.device))
-        dist.all_reduce(result, group=self.group)  # one reduction carries both numbers
+        for i in range(repeats):
+            dist.barrier(group=self.group)  # both ends start their timers together
+            if launch is not None:
+                t0 = time.perf_counter()
+                for w in [launch() for _ in range(iters)]:
+                    self._wait(w)
+                self._sync()
+                result[1 + i] = (time.perf_counter() - t0) / iters / 2  # both ranks report: average them
+        if launch is not None and check:
+            result[0] = _wrong(recv, contrib[peer].to(recv.device))
+        dist.all_reduce(result, group=self.group)  # one reduction carries every number
         dist.barrier(group=self.group)
-        return float(result[0].item()), (int(result[1].item()) if check else None)
+        return [float(v) for v in result[1:].tolist()], (int(result[0].item()) if check else None)
 
     def pairs(self) -> dict[str, tuple[int, int] | None]:
         """One pair of ranks on the same host and one on different hosts, where the world has them."""
@@ -288,11 +292,22 @@ class Sweep:
 
     def measure_pair(self, pair: tuple[int, int], size: int) -> dict:
         count = max(1, size // self.elsize)
-        t, wrong = self.pair_time(pair[0], pair[1], count * self.elsize, self.cfg.iters, check=bool(self.cfg.check))
-        alg = algbw_gbps(count * self.elsize, t)
+        times, wrong = self.pair_time(pair[0], pair[1], count * self.elsize, self.cfg.iters,
+                                      check=bool(self.cfg.check), repeats=self.cfg.repeats)
         return {"size": count * self.elsize, "count": count, "ranks": list(pair),
-                "out_of_place": {"time_us": t * 1e6, "algbw_gbps": alg, "busbw_gbps": alg, "wrong": wrong},
-                "in_place": None}
+                "out_of_place": _timed_block(times, count * self.elsize, 1.0, wrong), "in_place": None}
+
+
+def _timed_block(times: list[float], size: int, factor: float, wrong: int | None) -> dict:
+    """One block of a row: the median of the repeated timings, and their spread when there were several."""
+    t = statistics.median(times)
+    block = {"time_us": t * 1e6, "algbw_gbps": algbw_gbps(size, t), "busbw_gbps": algbw_gbps(size, t) * factor,
+             "wrong": wrong}
+    if len(times) > 1:
+        bws = [algbw_gbps(size, x) * factor for x in times]
+        block["spread"] = {"repeats": len(times), "time_us": [x * 1e6 for x in times],
+                           "busbw_min_gbps": min(bws), "busbw_max_gbps": max(bws)}
+    return block
 
 
 # ---------------------------------------------------------------- tables
@@ -386,6 +401,17 @@ def footer(wrong: int | None, avg: float | None) -> list[str]:
             f"# {'Avg bus bandwidth':<20} : " + (f"{avg:g}" if avg is not None else NA), "#"]
 
 
+def spread_line(rows: list[dict], repeats: int) -> str:
+    """A comment line (nccl-tests readers skip it): busbw min-max over the repeats, per size."""
+    parts = []
+    for r in rows:
+        for b in (r.get("out_of_place"), r.get("in_place")):
+            if b and b.get("spread"):
+                parts.append(f"{r['size']} {fit(b['spread']['busbw_min_gbps'], 6)}-{fit(b['spread']['busbw_max_gbps'], 6)}")
+                break
+    return f"# fabric-harness: rows are the median of {repeats} repeats; busbw min-max (GB/s): " + ", ".join(parts)
+
+
 def run_sweep(cfg, device: torch.device, hosts: list[dict], say) -> dict:
     """Run every op over every size; `say` prints on rank 0. Returns the JSON-ready result."""
     from trainer.config import parse_size
@@ -399,9 +425,10 @@ def run_sweep(cfg, device: torch.device, hosts: list[dict], say) -> dict:
     dist.all_gather_object(devices, device_info(device))
     type_name = TYPE_NAMES[cfg.dtype]
     result = {"source": "fabric-harness", "world_size": sw.world, "dtype": cfg.dtype, "redop": cfg.redop,
-              "iters": cfg.iters, "warmup": cfg.warmup, "time_reduction": cfg.time_reduction, "ops": {}}
+              "iters": cfg.iters, "warmup": cfg.warmup, "repeats": cfg.repeats, "time_reduction": cfg.time_reduction, "ops": {}}
     say(f"# fabric-harness collective sweep: {sw.world} ranks on {len(set(sw.hosts))} host(s), {cfg.dtype}, "
-        f"{lo} to {hi} bytes x{cfg.factor}, warm-up {cfg.warmup}, iters {cfg.iters}, time {cfg.time_reduction}")
+        f"{lo} to {hi} bytes x{cfg.factor}, warm-up {cfg.warmup}, iters {cfg.iters}, time {cfg.time_reduction}"
+        + (f", median of {cfg.repeats} repeats" if cfg.repeats > 1 else ""))
     jobs = [(op, None) for op in cfg.ops]
     if cfg.pairs and "sendrecv" in cfg.ops:
         jobs += [(f"sendrecv_{name}", pair) for name, pair in sw.pairs().items() if pair is not None]
@@ -430,6 +457,8 @@ def run_sweep(cfg, device: torch.device, hosts: list[dict], say) -> dict:
         wrong = sum(w for w in checked if w > 0)
         avg = avg_busbw(rows)
         say("\n".join(footer(wrong if checked else None, avg)))
+        if cfg.repeats > 1:
+            say(spread_line(rows, cfg.repeats))
         say(f"# Collective test concluded: {test}")
         missing = {b: MISSING.get((base, b)) or f"not measured: sweep.in_place is {cfg.in_place}"
                    for b in BLOCKS_ALL if all(r.get(b) is None for r in rows)}
@@ -445,13 +474,13 @@ def run_sweep(cfg, device: torch.device, hosts: list[dict], say) -> dict:
         lat = {}
         if "all_reduce" in cfg.ops or not cfg.ops:
             case = sw.case("all_reduce", 4, True)
-            lat["all_reduce_4B_us"] = sw.combine(sw.time_case(case, cfg.latency_iters, cfg.warmup)[0]) * 1e6
+            lat["all_reduce_4B_us"] = sw.combine(sw.time_case(case, cfg.latency_iters, cfg.warmup)[0][0]) * 1e6
         if sw.world > 1:
             case = sw.case("sendrecv", 48, False)
-            lat["sendrecv_48B_us"] = sw.combine(sw.time_case(case, cfg.latency_iters, cfg.warmup)[0]) * 1e6
+            lat["sendrecv_48B_us"] = sw.combine(sw.time_case(case, cfg.latency_iters, cfg.warmup)[0][0]) * 1e6
             for name, pair in sw.pairs().items():
                 if pair is not None:
-                    lat[f"sendrecv_48B_{name}_us"] = sw.pair_time(pair[0], pair[1], 48, cfg.latency_iters)[0] * 1e6
+                    lat[f"sendrecv_48B_{name}_us"] = sw.pair_time(pair[0], pair[1], 48, cfg.latency_iters)[0][0] * 1e6
         result["latency_us"] = lat
         say("#\n# fabric-harness latency (us): "
             + ", ".join(f"{k.removesuffix('_us')} {v:.2f}" for k, v in lat.items()))
