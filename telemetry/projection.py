@@ -25,10 +25,13 @@ with a sweep on the target fabric (bench/) or take the default, measured for glo
 the development machines (all_reduce and send/recv busbw 92-96% of the shaped rate).
 
 Another node count (`nodes`): the bytes of each collective stay (gradients do not grow with the world),
-the bus factor changes (all_reduce 2(n-1)/n), the bandwidth-independent part grows with the ring's hops
-(2(n-1) for all_reduce, n-1 for the gathers and scatters), and compute follows each rank's share of the
-global batch (the recipe's global batch is kept, as a re-run of the recipe on more nodes would). In the
-fabric lab all nodes compute on one host: with more ranks than its cores, compute slows by ranks/cores.
+the bus factor changes (all_reduce 2(n-1)/n), and compute follows each rank's share of the global batch
+(the recipe's global batch is kept, as a re-run of the recipe on more nodes would). The
+bandwidth-independent part is kept as measured: scaling it with the ring's hops (2(n-1) for all_reduce)
+overestimated 4-node lab steps by 40-50 ms (bench/). In the fabric lab all nodes compute on one host:
+with more ranks than its cores, compute can slow by up to ranks/cores where nothing else runs there; that
+goes into the interval's upper end, not the estimate (on a host busy with other work, each process's
+share of the cores hardly changes).
 
 A target fabric can be an nccl-tests table instead of a rate (`busbw_table`, from `load_busbw_table`):
 each call then takes its size x bus factor / the table's busbw at that size (time linear in size between its rows).
@@ -58,17 +61,6 @@ TABLE_OP = {"send": "sendrecv", "recv": "sendrecv"}
 
 class ProjectionError(ValueError):
     """A projection that cannot be made; one line naming what is missing."""
-
-
-def _hops(op: str, n: int) -> float:
-    """Latency-bound steps of a ring collective over n ranks (what the bandwidth-independent part scales with)."""
-    if n < 2:
-        return 0.0
-    if op == "all_reduce":
-        return 2.0 * (n - 1)
-    if op in ("reduce_scatter", "all_gather", "all_to_all"):
-        return float(n - 1)
-    return 1.0
 
 
 def measured_profile(run: Run, summary: dict | None = None) -> dict:
@@ -152,23 +144,23 @@ def _credit(burst_bytes: float, link_bps: float | None, idle_s: float) -> float:
     return min(burst_bytes, link_bps / 8 * max(idle_s, 0.0))
 
 
-def _compute_scale(profile: dict, world_new: int) -> tuple[float, list[str]]:
-    """Factor on compute at another world size: each rank's share of the global batch, and the lab host's cores."""
+def _compute_scale(profile: dict, world_new: int) -> tuple[float, float, list[str]]:
+    """Factor on compute at another world size (each rank's share of the global batch), the extra factor
+    the lab host's cores may add at most, and notes saying so."""
     world = profile["world_size"]
     if world_new == world:
-        return 1.0, []
-    notes = []
+        return 1.0, 1.0, []
     dp = profile.get("dp") or world
-    dp_new = dp * world_new / world
-    scale = dp / dp_new  # the global batch is kept: each rank's share shrinks as dp grows
-    notes.append(f"global batch kept: each rank computes {scale:.2f}x the samples it did at {world} ranks")
-    cpus = profile.get("host_cpus")
+    scale = world / world_new  # the global batch is kept: each rank's share shrinks as dp grows
+    notes = [f"global batch kept: each rank computes {scale:.2f}x the samples it did at {world} ranks"
+             + ("" if dp == world else " (tp and pp kept)")]
+    cpus, worst = profile.get("host_cpus"), 1.0
     if cpus:
-        share = max(1.0, world_new / cpus) / max(1.0, world / cpus)
-        if share != 1.0:
-            notes.append(f"lab: {world_new} ranks share the host's {cpus} cores ({share:.2f}x slower compute)")
-        scale *= share
-    return scale, notes
+        worst = max(1.0, world_new / cpus) / max(1.0, world / cpus)
+        if worst > 1.0:
+            notes.append(f"lab: {world_new} ranks on the host's {cpus} cores: compute up to {worst:.2f}x slower if "
+                         "nothing else runs there (in the interval's upper end)")
+    return scale, worst, notes
 
 
 def project(profile: dict, link_bps: float | None, latency_s: float = 0.0,
@@ -188,7 +180,7 @@ def project(profile: dict, link_bps: float | None, latency_s: float = 0.0,
     nodes_measured = profile.get("nodes") or n  # one rank per node when the run does not say
     nodes = nodes or nodes_measured
     n_new = max(1, round(n * nodes / nodes_measured))
-    compute_scale, notes = _compute_scale(profile, n_new)
+    compute_scale, cpu_worst, notes = _compute_scale(profile, n_new)
     measured_Bps = profile["link_bps"] / 8 * efficiency if profile["link_bps"] else None
     idle = profile["step_time_s"] - profile["comm_time_s"]
     wires = {op: o["bytes"] * bus_factor(op, n) for op, o in profile["ops"].items()}
@@ -204,7 +196,7 @@ def project(profile: dict, link_bps: float | None, latency_s: float = 0.0,
         wire = wires[op]
         share = wire / total  # the step's credit, spread over its collectives by their bytes
         fixed = o["time_s"] - (max(wire - credit_measured * share, 0.0) / measured_Bps if measured_Bps else 0.0)
-        fixed = max(fixed, 0.0) * (_hops(op, n_new) / _hops(op, n) if _hops(op, n) else 1.0)
+        fixed = max(fixed, 0.0)
         wire_target = o["bytes"] * bus_factor(op, n_new)
         if busbw_table is not None:
             points = busbw_table.get(TABLE_OP.get(op, op)) or busbw_table.get("all_reduce")
@@ -233,7 +225,7 @@ def project(profile: dict, link_bps: float | None, latency_s: float = 0.0,
     q_lo, q_hi = profile.get("step_spread") or (1.0, 1.0)
     fixed_all = comm_new - wire_new["mid"]
     low = compute * q_lo + max(0.0, fixed_all + wire_new["fast"] - hidden)
-    high = compute * q_hi + max(0.0, fixed_all + wire_new["slow"] - hidden)
+    high = compute * q_hi * cpu_worst + max(0.0, fixed_all + wire_new["slow"] - hidden)
     exposed_new = max(0.0, comm_new - hidden)
     # what the target's links add to the step: under NEGLIGIBLE of it, no faster fabric helps measurably
     negligible = wire_new["mid"] < NEGLIGIBLE * step
