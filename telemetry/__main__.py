@@ -1,4 +1,4 @@
-"""python -m telemetry report RUN | compare RUN_A RUN_B [...] --out DIR | project RUN --rate RATE
+"""python -m telemetry report RUN | compare [LABEL=]RUN ... --out DIR [--sweep LABEL=DIR] | project RUN --rate RATE
    | nccl-tests FILE_OR_RUN [...] [--json OUT] [--csv OUT] | export RUN --to tensorboard,wandb,parquet,trace"""
 from __future__ import annotations
 
@@ -15,9 +15,13 @@ def main(argv: list[str] | None = None) -> int:
     rep.add_argument("run", help="a run directory (the recipe's output_dir)")
     rep.add_argument("--out", default=None, help="where to write (default: RUN/report)")
     cmp_ = sub.add_parser("compare", help="compare runs on different fabrics (the first is the baseline)")
-    cmp_.add_argument("runs", nargs="+", help="two or more run directories; for sweeps, nccl-tests output files "
-                      "(a text file of tables) are runs too")
+    cmp_.add_argument("runs", nargs="+", metavar="[LABEL=]RUN",
+                      help="two or more run directories, each optionally labelled with its fabric (runs with one "
+                      "label are repeats: mean and spread); for sweeps, nccl-tests output files are runs too")
     cmp_.add_argument("--out", required=True, help="directory for compare.html, compare.md and figures")
+    cmp_.add_argument("--sweep", action="append", metavar="LABEL=DIR", default=[],
+                      help="a collective sweep (run directory or nccl-tests output) of the fabric LABEL (or of the "
+                      "run directory LABEL), added to a training comparison; repeatable")
     cmp_.add_argument("--allow-mismatch", action="store_true", help="compare runs of different recipes anyway")
     proj = sub.add_parser("project", help="predict a run's iteration time on another fabric or node count")
     proj.add_argument("run")
@@ -49,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "compare":
             from .compare import CompareError, compare
             try:
-                result = compare(args.runs, args.out, args.allow_mismatch)
+                result = compare(args.runs, args.out, args.allow_mismatch, args.sweep)
             except CompareError as exc:
                 print(f"error: {exc}", file=sys.stderr)
                 return 2

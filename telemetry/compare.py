@@ -1,7 +1,10 @@
-"""`python -m telemetry compare RUN_A RUN_B [...] --out DIR`: the tables a fabric evaluation publishes.
+"""`python -m telemetry compare [LABEL=]RUN ... [--sweep LABEL=DIR ...] --out DIR`: a fabric evaluation.
 
-The first run is the baseline: percentages are relative to it. Runs of different recipes are refused
-(a fabric comparison must change the fabric only) unless --allow-mismatch is given.
+Runs are grouped by fabric label (given as LABEL=RUN, else derived from the fabric each run used: the lab's
+rate, or the transport and link rate); runs with one label are repeats, shown as mean and spread. The first
+fabric is the baseline: percentages are relative to it. Runs of different recipes are refused (a fabric
+comparison must change the fabric only) unless --allow-mismatch is given. A training comparison includes
+each fabric's collective sweep when one belongs to its runs (in the run directory, or --sweep).
 """
 from __future__ import annotations
 
@@ -9,7 +12,10 @@ import json
 import math
 import os
 
+from . import compare_figures
+from .fabric_summary import fabric_rows
 from .projection import measured_profile, project
+from .repeats import merge_sweeps, spread
 from .report import fmt, fmt_bytes, partial_note, summarize, write_documents
 from .runs import Run, RunError, load_run
 
@@ -43,11 +49,25 @@ def recipe_differences(a: Run, b: Run) -> list[str]:
 
 
 def label(run: Run) -> str:
+    """The fabric a run used, as a short label: runs with the same label are repeats of one fabric."""
     fab = run.info.get("fabric") or {}
     lab = fab.get("lab") or {}
     if lab:
         return f"{lab.get('rate')} lab" if lab.get("rate_bps") else "unshaped lab"
-    return f"{fab.get('transport') or fab.get('backend') or 'run'}: {run.name}"
+    if "nccl_tests" in run.info:  # a text table says nothing of its fabric: it is its own label
+        return f"{fab.get('backend')}: {run.name}"
+    rate = _link_speed(fab)
+    return f"{fab.get('transport') or fab.get('backend') or 'unknown transport'}" + (f" {rate}" if rate else "")
+
+
+def _link_speed(fab: dict) -> str | None:
+    """The used NIC's speed (Mb/s from sysfs), or the used HCA port's rate, as a label suffix."""
+    gloo = (fab.get("gloo") or {})
+    if gloo.get("speed_mbps"):
+        return f"{gloo['speed_mbps'] / 1000:g}G"
+    used = {d.get("device") for d in ((fab.get("nccl") or {}).get("devices") or [])}
+    rates = {h.get("rate") for h in fab.get("hcas") or [] if h.get("device") in used and h.get("rate")}
+    return rates.pop().split(" (")[0].replace(" Gb/sec", "G") if len(rates) == 1 else None
 
 
 def _pct(value, base):
@@ -102,6 +122,25 @@ def _sweep(run: Run) -> dict | None:
         return json.load(f)
 
 
+def is_sweep(run: Run) -> bool:
+    """A collective sweep (the collectives workload, or an nccl-tests text file) rather than training."""
+    workload = (run.info.get("recipe") or {}).get("workload")
+    return "nccl_tests" in run.info or workload == "collectives" or (workload is None and _sweep(run) is not None)
+
+
+def sweep_of_training_run(run: Run) -> tuple[dict, str] | None:
+    """A sweep that belongs to a training run: collectives.json in its directory, or a sweep run directory
+    inside it (e.g. output_dir=RUN/sweep). (sweep, where) or None."""
+    if os.path.isfile(os.path.join(run.path, "collectives.json")):
+        return _sweep(run), os.path.join(run.path, "collectives.json")
+    for sub in sorted(os.listdir(run.path)) if os.path.isdir(run.path) else []:
+        path = os.path.join(run.path, sub, "collectives.json")
+        if os.path.isfile(path):
+            with open(path, encoding="utf-8") as f:
+                return json.load(f), path
+    return None
+
+
 def _best_block(row):
     blocks = [b for b in (row.get("out_of_place"), row.get("in_place")) if b]
     return min(blocks, key=lambda b: b["time_us"]) if blocks else None
@@ -128,23 +167,31 @@ def compare_sweeps(runs, labels, sweeps, out, plt) -> tuple[list, list]:
             rows.append([op, str(size)] + [fmt(b["time_us"]) + (_fmt_pct(_pct(b["time_us"], t0)) if j else "")
                                            if b else "n/a" for j, b in enumerate(blocks)]
                         + [fmt(b["busbw_gbps"]) if b else "n/a" for b in blocks])
-    tables.append(("Collectives: time and bus bandwidth (smallest, middle, largest size)", header, rows))
-    avg_rows = [[op] + [fmt(s["ops"][op]["avg_busbw_gbps"]) for s in sweeps] for op in ops]
+    tables.append(("Collectives: time and bus bandwidth (smallest, middle, largest size)"
+                   + ("; repeats: their mean" if any(s.get("repeats") for s in sweeps) else ""), header, rows))
+    avg_rows = [[op] + [fmt(s["ops"][op]["avg_busbw_gbps"]) + (f" ± {fmt(sd)} (n={s['repeats']})" if (
+        sd := s["ops"][op].get("avg_busbw_gbps_sd")) else "") for s in sweeps] for op in ops]
     tables.append(("Average bus bandwidth (GB/s)", ["collective"] + labels, avg_rows))
     lat_keys = [k for k in sweeps[0].get("latency_us", {}) if all(k in s.get("latency_us", {}) for s in sweeps)]
     lat_rows = []
     for k in lat_keys:
         base = sweeps[0]["latency_us"][k]
         vals = [s["latency_us"][k] for s in sweeps]
-        lat_rows.append([k.removesuffix("_us")] + [fmt(v) + (f" ({_pct(v, base) * 100:+.0f}%)" if j and base else "")
-                                                    for j, v in enumerate(vals)])
+        sds = [(s.get("latency_sd_us") or {}).get(k) for s in sweeps]
+        lat_rows.append([k.removesuffix("_us")] + [fmt(v) + (f" ± {fmt(sd)} (n={s['repeats']})" if sd else "")
+                                                    + (f" ({_pct(v, base) * 100:+.0f}%)" if j and base else "")
+                                                    for j, (v, sd, s) in enumerate(zip(vals, sds, sweeps))])
     tables.append(("Small-message latency (us), change relative to the first run", ["test"] + labels, lat_rows))
     for op in ops:
         fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.6))
         for lab, s in zip(labels, sweeps):
             pts = [(r["size"], _best_block(r)) for r in s["ops"][op]["rows"] if _best_block(r)]
-            a1.loglog([p[0] for p in pts], [p[1]["time_us"] for p in pts], "o-", label=lab, ms=3)
-            a2.semilogx([p[0] for p in pts], [p[1]["busbw_gbps"] for p in pts], "o-", label=lab, ms=3)
+            # repeats: error bars of one standard deviation (none for a single sweep)
+            a1.errorbar([p[0] for p in pts], [p[1]["time_us"] for p in pts], fmt="o-", label=lab, ms=3, capsize=2,
+                        yerr=[p[1].get("time_us_sd") or 0.0 for p in pts] if s.get("repeats") else None)
+            a2.errorbar([p[0] for p in pts], [p[1]["busbw_gbps"] for p in pts], fmt="o-", label=lab, ms=3, capsize=2,
+                        yerr=[p[1].get("busbw_gbps_sd") or 0.0 for p in pts] if s.get("repeats") else None)
+        a1.set_xscale("log"), a1.set_yscale("log"), a2.set_xscale("log")
         a1.set_xlabel("size (B)"), a1.set_ylabel("time (us)"), a1.legend(fontsize=8), a1.grid(alpha=0.3)
         a2.set_xlabel("size (B)"), a2.set_ylabel("busbw (GB/s)"), a2.grid(alpha=0.3)
         fig.suptitle(op)
@@ -152,39 +199,143 @@ def compare_sweeps(runs, labels, sweeps, out, plt) -> tuple[list, list]:
         name = f"sweep_{op}.png"
         fig.savefig(os.path.join(out, name), dpi=110)
         plt.close(fig)
-        figures.append((name, f"{op}: time and bus bandwidth versus size"))
+        figures.append((name, f"{op}: time and bus bandwidth versus size"
+                        + (" (mean of repeats, bars: one standard deviation)" if any(s.get("repeats") for s in sweeps)
+                           else "")))
     return tables, figures
 
 
 # ---------------------------------------------------------------- training
 
-def compare_training(runs, labels, out, plt) -> tuple[list, list, dict]:
-    sums = [summarize(r) for r in runs]
-    b = sums[0]
+# figures that get a mean and a spread over repeats: (summary key or path, )
+_NUMERIC = ("step_time_median_s", "step_time_p95_s", "samples_per_s", "tokens_per_s", "comm_share", "straggler_s",
+            "comm_time_per_step_s")
 
-    def row(name, key, unit="", pct=True, fn=None):
-        vals = [fn(s) if fn else s.get(key) for s in sums]
-        return [name] + [fmt(v, unit) + (_fmt_pct(_pct(v, vals[0])) if pct and j and isinstance(v, float) else "")
-                         for j, v in enumerate(vals)]
 
-    energy = lambda k: (lambda s: s["energy"].get(k))  # noqa: E731
+def _get(s: dict, key: str):
+    """A summary figure by dotted key (energy.per_step_j, exposed.share)."""
+    for part in key.split("."):
+        s = (s or {}).get(part) if isinstance(s, dict) else None
+    return s
+
+
+def group_summary(sums: list[dict]) -> dict:
+    """One summary per fabric: the first run's, with its figures replaced by the means over the repeats;
+    `spread` holds {mean, sd, n, min, max} per figure."""
+    g = dict(sums[0])
+    g["spread"] = {}
+    for key in (*_NUMERIC, "energy.per_step_j", "energy.per_sample_j", "exposed.share"):
+        st = spread(_get(s, key) for s in sums)
+        g["spread"][key] = st
+        if "." not in key:
+            g[key] = st["mean"] if st else None
+    if len(sums) > 1:
+        g["energy"] = {**g["energy"], **{k: (g["spread"][f"energy.{k}"] or {}).get("mean")
+                                         for k in ("per_step_j", "per_sample_j") if k in g["energy"]}}
+        if g["exposed"]:
+            g["exposed"] = {**g["exposed"], "share": (g["spread"]["exposed.share"] or {}).get("mean")}
+        g["comm"] = {}
+        for op in sorted({op for s in sums for op in s["comm"]}):
+            per = [s["comm"][op] for s in sums if op in s["comm"]]
+            g["comm"][op] = {**per[0], **{k: (spread(c.get(k) for c in per) or {}).get("mean")
+                                          for k in ("time_per_step_s", "busbw_gbps", "bytes_per_step")},
+                             "partial": any(c.get("partial") for c in per)}
+        g["comm_partial"] = any(s.get("comm_partial") for s in sums)
+    return g
+
+
+def _cell(st: dict | None, unit: str, base: dict | None, pct: bool, missing: str = "n/a") -> str:
+    """'mean unit ± sd (n=N) (+x.x%)': the spread only with repeats, the % only against a known baseline."""
+    if st is None:
+        return missing
+    text = fmt(st["mean"], unit)
+    if st["sd"] is not None:
+        sd = f"{st['sd'] * 100:.1f}%" if unit == "%" else fmt(st["sd"], unit)
+        text += f" ± {sd} (n={st['n']})"
+    if pct and base is not None and base is not st:
+        text += _fmt_pct(_pct(st["mean"], base["mean"]))
+    return text
+
+
+def time_to_train(run: Run) -> dict | None:
+    """Seconds from the start of the first step to the end of the step that reached the recipe's target
+    (evaluations included, start-up and model loading not); None for a run without a target."""
+    train = (run.info.get("recipe") or {}).get("train") or {}
+    target = {k: train.get(k) for k in ("target_eval_loss", "target_eval_accuracy") if train.get(k) is not None}
+    if not target:
+        return None
+    step = (run.info.get("final") or {}).get("target_reached_step")
+    what = ", ".join(f"{k.removeprefix('target_')} {v}" for k, v in target.items())
+    if not step:
+        return {"target": what, "seconds": None, "why": f"target not reached ({run.info.get('status')})"}
+    rows = [r for r in run.metrics if r.get("step") is not None and r["step"] <= step]
+    first = rows[0] if rows else None
+    end = next((r for r in rows if r["step"] == step), None)
+    if first and end and first.get("time") is not None and end.get("time") is not None and first.get("step_time_s"):
+        return {"target": what, "seconds": end["time"] - (first["time"] - first["step_time_s"]), "step": step}
+    times = [r.get("step_time_s") for r in rows]
+    if rows and None not in times and rows[0]["step"] == 1 and len(rows) == step:
+        return {"target": what, "seconds": sum(times), "step": step, "note": "sum of step times"}
+    return {"target": what, "seconds": None, "why": "steps up to the target are missing from metrics.jsonl"}
+
+
+def compare_training(groups, labels, out, plt) -> tuple[list, list, dict]:
+    """groups: the runs of each fabric (repeats), baseline first; labels: one per fabric."""
+    runs = [g[0] for g in groups]  # one run stands for its fabric where a single run is needed
+    all_runs = [r for g in groups for r in g]
+    run_sums = [[summarize(r) for r in g] for g in groups]
+    sums = [group_summary(ss) for ss in run_sums]
+    repeats = any(len(g) > 1 for g in groups)
+
+    def row(name, key, unit="", pct=True, missing="n/a"):
+        stats = [s["spread"].get(key) for s in sums]
+        return [name] + [_cell(st, unit, stats[0], pct, missing) for st in stats]
+
+    def same(values):  # repeats that disagree show each distinct value
+        values = list(dict.fromkeys(values))
+        return values[0] if len(values) == 1 else " / ".join(values)
+
+    energy_missing = [f"not measured: {s['energy'].get('reason')}" if "reason" in s["energy"] else "n/a" for s in sums]
     rows = [
         row("iteration time, median", "step_time_median_s", "s"), row("iteration time, p95", "step_time_p95_s", "s"),
         row("samples/s", "samples_per_s"), row("tokens/s", "tokens_per_s"),
-        ["communication share"] + [fmt(s["comm_share"], "%") + partial_note(s) for s in sums],
-        row("exposed communication share", None, "%", pct=False, fn=lambda s: (s["exposed"] or {}).get("share")),
+        ["communication share"] + [_cell(s["spread"]["comm_share"], "%", None, False) + partial_note(s) for s in sums],
+        row("exposed communication share", "exposed.share", "%", pct=False),
         row("straggler spread", "straggler_s", "s", pct=False),
-        row("energy per step", None, "J", fn=energy("per_step_j")),
-        row("energy per sample", None, "J", fn=energy("per_sample_j")),
-        ["transport detected"] + [str(s["transport"]) for s in sums],
-        ["expected fabric"] + [f"{(s['expectation'] or {}).get('expected', 'any')}: "
-                               + {True: "match", False: "MISMATCH", None: "not checked"}[(s["expectation"] or {}).get("match")]
-                               for s in sums],
-        ["counter verdict"] + [str(s["counters"].get("verdict")) for s in sums],
     ]
-    parity = loss_parity(runs)
-    tables = [("Training: iteration time, throughput, communication, energy (relative to the first run)",
-               ["", *labels], rows),
+    for key, name in (("energy.per_step_j", "energy per step"), ("energy.per_sample_j", "energy per sample")):
+        stats = [s["spread"][key] for s in sums]
+        rows.append([name] + [_cell(st, "J", stats[0], True, miss) for st, miss in zip(stats, energy_missing)])
+    ttt = [[time_to_train(r) for r in g] for g in groups]
+    if any(t for g in ttt for t in g):
+        cells = []
+        for g in ttt:
+            done = spread(t["seconds"] for t in g if t and t.get("seconds") is not None)
+            misses = [t["why"] for t in g if t and t.get("seconds") is None]
+            target = next((t["target"] for t in g if t), None)
+            text = (_cell(done, "s", None, False) + f" to {target}" if done else
+                    "no target in the recipe" if target is None else f"n/a: {same(misses)}")
+            if done and misses:
+                text += f"; {len(misses)} of {len(g)} runs: {same(misses)}"
+            cells.append(text)
+        base = spread(t["seconds"] for t in ttt[0] if t and t.get("seconds") is not None)
+        for j, g in enumerate(ttt[1:], 1):
+            mine = spread(t["seconds"] for t in g if t and t.get("seconds") is not None)
+            if base and mine:
+                cells[j] += _fmt_pct(_pct(mine["mean"], base["mean"]))
+        rows.append(["time to train"] + cells)
+    rows += [
+        ["transport detected"] + [same(str(s["transport"]) for s in ss) for ss in run_sums],
+        ["expected fabric"] + [same(f"{(s['expectation'] or {}).get('expected', 'any')}: "
+                                    + {True: "match", False: "MISMATCH", None: "not checked"}[
+                                        (s["expectation"] or {}).get("match")] for s in ss) for ss in run_sums],
+        ["counter verdict"] + [same(str(s["counters"].get("verdict")) for s in ss) for ss in run_sums],
+    ]
+    parity = loss_parity(all_runs)
+    title = "Training: iteration time, throughput, communication, energy (relative to the first fabric)"
+    if repeats:
+        title += "; repeats: mean ± standard deviation (n runs)"
+    tables = [(title, ["", *labels], rows),
               ("Loss-curve parity", ["", ""], [["verdict", parity["verdict"]],
                                                ["steps compared", str(parity["steps_compared"])]])]
     comm_ops = sorted({op for s in sums for op in s["comm"]})
@@ -195,7 +346,7 @@ def compare_training(runs, labels, out, plt) -> tuple[list, list, dict]:
     tables.append(("Communication per step: time / busbw (median)", ["collective", *labels], comm_rows))
 
     # projection from the baseline to every other run's link rate, against what was measured
-    prof = measured_profile(runs[0], sums[0])
+    prof = measured_profile(runs[0], run_sums[0][0])  # from one measured run, the baseline's first
     proj_rows, proj = [], []
     for run, lab, s in zip(runs[1:], labels[1:], sums[1:]):
         links = (run.info.get("fabric") or {}).get("lab") or {}
@@ -215,13 +366,18 @@ def compare_training(runs, labels, out, plt) -> tuple[list, list, dict]:
                        + caveat, ["fabric", "predicted iteration", "measured iteration", "error"], proj_rows))
 
     figures = []
-    fig, ax = plt.subplots(figsize=(7, 3.6))
-    for lab, run in zip(labels, runs):
-        ax.plot([r["step"] for r in run.metrics], [r.get("loss") for r in run.metrics], label=lab, alpha=0.8)
-    ax.set_xlabel("step"), ax.set_ylabel("loss"), ax.legend(fontsize=8), ax.grid(alpha=0.3)
-    ax.set_title(f"loss parity: {parity['verdict']}", fontsize=9)
-    fig.tight_layout(), fig.savefig(os.path.join(out, "loss.png"), dpi=110), plt.close(fig)
-    figures.append(("loss.png", "Loss curves overlaid"))
+    for key, name, ylabel, what in (("step_time_median_s", "iteration_time.png", "iteration time, median (s)",
+                                     "Iteration time"),
+                                    ("samples_per_s", "samples_per_s.png", "samples/s", "Throughput")):
+        stats = [s["spread"][key] for s in sums]
+        compare_figures.bars(plt, out, name, labels, stats, ylabel,
+                             f"{what} per fabric, % difference from {labels[0]}"
+                             + (" (mean; bars: one standard deviation)" if repeats else ""))
+        figures.append((name, f"{what} per fabric with the % difference from the first"))
+    curves = [[(r["step"], r["loss"]) for r in run.metrics if r.get("loss") is not None] for run in runs]
+    compare_figures.loss_curves(plt, out, labels, curves, f"loss parity: {parity['verdict']}")
+    figures.append(("loss.png", "Loss curves overlaid (one line style and marker per fabric, so identical curves "
+                                "stay visible" + ("; the first run of each fabric" if repeats else "") + ")"))
     fig, ax = plt.subplots(figsize=(7, 3.6))
     for lab, run in zip(labels, runs):
         ax.plot([r["step"] for r in run.metrics], [r.get("step_time_s") for r in run.metrics], label=lab)
@@ -250,15 +406,85 @@ def compare_training(runs, labels, out, plt) -> tuple[list, list, dict]:
         ax.legend(fontsize=8)
         fig.tight_layout(), fig.savefig(os.path.join(out, "projection.png"), dpi=110), plt.close(fig)
         figures.append(("projection.png", "Projected versus measured iteration time"))
-    return tables, figures, {"summaries": sums, "parity": parity, "projection": proj}
+    stats = [{k: v for k, v in s["spread"].items() if v} for s in sums]
+    return tables, figures, {"summaries": sums, "parity": parity, "projection": proj, "stats": stats,
+                             "time_to_train": ttt}
 
 
 # ---------------------------------------------------------------- entry
 
-def compare(paths: list[str], out: str, allow_mismatch: bool = False) -> dict:
+def split_label(arg: str) -> tuple[str | None, str]:
+    """'LABEL=PATH' -> (LABEL, PATH); a path that exists as written (even with '=' in it) has no label."""
+    if os.path.exists(arg) or "=" not in arg:
+        return None, arg
+    lab, path = arg.split("=", 1)
+    return (lab.strip() or None), path
+
+
+def _group(runs: list[Run], given: list[str | None]) -> tuple[list[str], list[list[Run]], str | None]:
+    """Fabric labels in order of first appearance and the runs of each; runs with one label are repeats.
+    Unlabelled runs that all derive the same label are each their own column (nothing would be compared)."""
+    derived = [g or label(r) for r, g in zip(runs, given)]
+    note = None
+    if len(set(derived)) == 1 and not any(given):
+        note = (f"every run is on one fabric ({derived[0]}): each run is its own column; give LABEL=RUN to "
+                "group repeats")
+        derived = [f"{lab} #{i + 1}" for i, lab in enumerate(derived)]
+    elif len(set(derived)) == 1:
+        raise CompareError(f"every run is labelled {derived[0]!r}: a comparison needs at least two fabrics")
+    labels = list(dict.fromkeys(derived))
+    return labels, [[r for r, d in zip(runs, derived) if d == lab] for lab in labels], note
+
+
+def _fabric_index(name: str, labels: list[str], groups: list[list[Run]]) -> int | None:
+    """The fabric a --sweep names: by its label, or by one of its run directories (path or basename)."""
+    if name in labels:
+        return labels.index(name)
+    want = os.path.normpath(name)
+    for i, g in enumerate(groups):
+        if any(want in (os.path.normpath(r.path), os.path.basename(os.path.normpath(r.path))) for r in g):
+            return i
+    return None
+
+
+def _attach_sweeps(labels, groups, sweep_args) -> tuple[list, list[str]]:
+    """Per fabric, the sweeps that belong to it (--sweep LABEL=DIR, else found in its run directories)."""
+    found: list[list[dict]] = [[] for _ in labels]
+    where: list[list[str]] = [[] for _ in labels]
+    for arg in sweep_args or []:
+        name, _, path = arg.partition("=")
+        idx = _fabric_index(name, labels, groups) if path else None
+        if idx is None:
+            raise CompareError(f"--sweep {arg}: expected LABEL=DIR, LABEL one of {', '.join(map(repr, labels))} "
+                               "or a run directory given above, DIR a sweep run directory or nccl-tests output")
+        sweep_run = _load(path)
+        if not is_sweep(sweep_run) or _sweep(sweep_run) is None:
+            raise CompareError(f"--sweep {arg}: {path} holds no collective sweep (collectives.json or an "
+                               "nccl-tests text file)")
+        found[idx].append(_sweep(sweep_run))
+        where[idx].append(path)
+    for i, g in enumerate(groups):
+        for run in g if not found[i] else []:
+            if own := sweep_of_training_run(run):
+                found[i].append(own[0])
+                where[i].append(own[1])
+    return found, where
+
+
+def compare(paths: list[str], out: str, allow_mismatch: bool = False, sweeps: list[str] | None = None) -> dict:
     if len(paths) < 2:
         raise CompareError("compare needs at least two run directories")
+    given, paths = zip(*(split_label(p) for p in paths))
+    paths = list(paths)
     runs = [_load(p) for p in paths]
+    kinds = ["sweep" if is_sweep(r) else "training" for r in runs]
+    if len(set(kinds)) > 1:
+        s_path, t_path = paths[kinds.index("sweep")], paths[kinds.index("training")]
+        raise CompareError(f"cannot compare a collective sweep with a training run: {s_path} is a sweep, {t_path} "
+                           f"a training run; compare sweeps with sweeps and training runs with training runs, or "
+                           f"add the sweep to its fabric's training runs with --sweep LABEL={s_path}")
+    if sweeps and kinds[0] == "sweep":
+        raise CompareError("--sweep adds a fabric's sweep to a training comparison; these runs are sweeps already")
     problems, notes = [], []
     for run in runs[1:]:
         if "nccl_tests" in run.info or "nccl_tests" in runs[0].info:
@@ -275,38 +501,48 @@ def compare(paths: list[str], out: str, allow_mismatch: bool = False) -> dict:
     if problems and not allow_mismatch:
         raise CompareError("refusing to compare runs of different recipes (a fabric comparison should change "
                            "only the fabric): " + " | ".join(problems) + "; pass --allow-mismatch to compare anyway")
+    labels, groups, group_note = _group(runs, list(given))
+    if group_note:
+        notes.append(group_note)
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     os.makedirs(out, exist_ok=True)
-    labels = [label(r) for r in runs]
-    for i, lab in enumerate(labels):  # keep labels unique
-        if labels.count(lab) > 1:
-            labels[i] = f"{lab} #{i + 1}"
-    sweeps = [_sweep(r) for r in runs]
-    if all(sweeps):
-        tables, figures = compare_sweeps(runs, labels, sweeps, out, plt)
+    attached = None
+    if kinds[0] == "sweep":
+        merged = [merge_sweeps([_sweep(r) for r in g]) for g in groups]
+        tables, figures = compare_sweeps([g[0] for g in groups], labels, merged, out, plt)
         data = {"kind": "sweep"}
-    elif any(sweeps):
-        raise CompareError("cannot compare a collective sweep with a training run")
     else:
-        tables, figures, data = compare_training(runs, labels, out, plt)
+        tables, figures, data = compare_training(groups, labels, out, plt)
         data["kind"] = "training"
-    overview = [[lab, r.path, str((r.info.get("fabric") or {}).get("transport")), str(r.info.get("status"))]
-                for lab, r in zip(labels, runs)]
-    tables.insert(0, ("Runs", ["label", "run directory", "transport", "status"], overview))
+        found, where = _attach_sweeps(labels, groups, sweeps)
+        if all(found):
+            sweep_tables, sweep_figures = compare_sweeps([g[0] for g in groups], labels,
+                                                         [merge_sweeps(f) for f in found], out, plt)
+            tables += [(f"Sweeps of these fabrics - {t}", h, r) for t, h, r in sweep_tables]
+            figures += sweep_figures
+            attached = dict(zip(labels, where))
+        elif any(found):
+            notes.append("collective sweeps left out: " + ", ".join(f"{lab} has none" for lab, f in zip(labels, found)
+                                                                    if not f)
+                         + " (give one with --sweep LABEL=DIR)")
+    facts = fabric_rows(groups)
+    facts.append(["status"] + [" / ".join(dict.fromkeys(str(r.info.get("status")) for r in g)) for g in groups])
+    tables.insert(0, ("Fabrics", ["", *labels], facts))
     warnings = [w for r in runs if (w := ((r.info.get("fabric") or {}).get("expectation") or {}).get("warning"))]
     if problems:
         warnings.append("compared despite different recipes: " + " | ".join(problems))
     warnings += notes
     title = "fabric-harness comparison: " + " vs ".join(labels)
     write_documents(out, "compare", title, None, warnings, tables, figures)
-    result = {"labels": labels, "runs": paths, **{k: v for k, v in data.items() if k != "summaries"},
+    result = {"labels": labels, "runs": paths, "groups": {lab: [r.path for r in g] for lab, g in zip(labels, groups)},
+              **{k: v for k, v in data.items() if k != "summaries"}, "sweeps": attached,
               "figures": [n for n, _ in figures]}
     with open(os.path.join(out, "compare.json"), "w", encoding="utf-8") as f:
         json.dump(result, f, indent=1, default=lambda o: None if isinstance(o, float) and math.isnan(o) else str(o))
     return result
 
 
-__all__ = ["compare", "CompareError", "RunError", "recipe_differences", "loss_parity"]
+__all__ = ["compare", "CompareError", "RunError", "recipe_differences", "loss_parity", "time_to_train"]

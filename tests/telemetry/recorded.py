@@ -5,23 +5,26 @@ import json
 
 
 def write_run(path, *, name="recorded", lr=0.01, step_time=1.0, comm_time=0.25, energy=True, rate_bps=None,
-              losses=None, transport="tcp", expectation=None, sweep=None, extra_comm=None):
+              losses=None, transport="tcp", expectation=None, sweep=None, extra_comm=None, fabric_extra=None,
+              info_extra=None, train_extra=None, times=False):
     path.mkdir(parents=True)
     fabric = {"backend": "nccl", "transport": transport,
-              "expectation": expectation or {"expected": "any", "detected": transport, "match": None}}
+              "expectation": expectation or {"expected": "any", "detected": transport, "match": None},
+              **(fabric_extra or {})}
     if rate_bps:
         fabric["lab"] = {"rate": f"{int(rate_bps / 1e6)}mbit", "rate_bps": rate_bps, "burst_bytes": 0}
     recipe = {"name": name, "workload": "collectives" if sweep else "llm_lora", "output_dir": str(path),
-              "train": {"lr": lr, "global_batch_size": 8}, "max_steps": 6}
+              "train": {"lr": lr, "global_batch_size": 8, **(train_extra or {})}, "max_steps": 6}
     (path / "run.json").write_text(json.dumps({
         "name": name, "status": "completed", "recipe": recipe,
         "layout": {"world_size": 2, "dp": 2, "tp": 1, "pp": 1, "data_parallel": "ddp", "global_batch_size": 8},
         "hosts": [{"hostname": "a"}, {"hostname": "b"}], "fabric": fabric,
-        "telemetry": {"counters": {"verdict": "clean", "reason": "no drops"}}}))
+        "telemetry": {"counters": {"verdict": "clean", "reason": "no drops"}}, **(info_extra or {})}))
     if sweep:
         (path / "collectives.json").write_text(json.dumps(sweep))
     lines = []
     losses = losses or [3.0 - 0.1 * s for s in range(1, 7)]
+    clock = 1_700_000_000.0  # wall clock at the start of step 1
     for step in range(1, 7):
         rec = {"step": step, "loss": losses[step - 1], "step_time_s": 2 * step_time if step == 1 else step_time,
                "tokens_per_s": 1000.0, "comm": {"all_reduce": {"count": 1, "bytes": 1_000_000, "time_s": comm_time,
@@ -29,6 +32,9 @@ def write_run(path, *, name="recorded", lr=0.01, step_time=1.0, comm_time=0.25, 
                "comm_time_s": comm_time, "ranks": {"step_time_s": {"min": 0.9, "median": 1.0, "max": 1.1},
                                                    "comm_time_s_by_op": {"all_reduce": {"min": comm_time}}},
                "energy_j": 500.0 if energy else None, "power_w": 480.0 if energy else None, "net_tx_bytes": 2e6}
+        if times:  # wall clock at the end of the step, as the loop writes it
+            clock += rec["step_time_s"]
+            rec["time"] = clock
         if extra_comm:  # e.g. collectives counted without a time
             rec["comm"].update(extra_comm)
         if not energy:

@@ -5,6 +5,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from telemetry.compare import loss_parity
 from telemetry.runs import load_run
 
@@ -62,8 +64,11 @@ def test_sweep_comparison_with_latency_reduction(tmp_path):
     assert "Average bus bandwidth" in md
     assert (tmp_path / "cmp" / "sweep_all_reduce.png").exists()
     training = write_run(tmp_path / "train")
-    proc = cli("compare", str(tcp), str(training), "--out", str(tmp_path / "x"), "--allow-mismatch")
-    assert proc.returncode == 2 and "cannot compare a collective sweep with a training run" in proc.stderr
+    for extra in ((), ("--allow-mismatch",)):  # one line saying what to do, not the recipes' differences
+        proc = cli("compare", str(tcp), str(training), "--out", str(tmp_path / "x"), *extra)
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+        assert proc.stderr.startswith("error: cannot compare a collective sweep with a training run: ")
+        assert f"--sweep LABEL={tcp}" in proc.stderr and "differs" not in proc.stderr
 
 
 def test_partial_communication_is_marked_in_the_comparison(tmp_path):
@@ -79,3 +84,131 @@ def test_partial_communication_is_marked_in_the_comparison(tmp_path):
     assert "| all_gather | n/a / n/a (partial) | n/a / n/a |" in md
     assert "; partial: the baseline has 4.1 kB per step untimed" in md
     assert json.loads((tmp_path / "cmp" / "compare.json").read_text())["projection"][0]["partial"] is True
+
+
+def test_repeats_give_mean_spread_and_bars_with_the_difference(tmp_path):
+    # two runs per fabric: fast 1.0 and 1.2 s (mean 1.1, sd 0.1414), slow 2.0 and 2.4 s (mean 2.2: +100%)
+    runs = [write_run(tmp_path / f"{n}{i}", rate_bps=r, step_time=t, comm_time=0.25)
+            for n, r, ts in (("fast", 1e9, (1.0, 1.2)), ("slow", 1e8, (2.0, 2.4))) for i, t in enumerate(ts)]
+    proc = cli("compare", *map(str, runs), "--out", str(tmp_path / "cmp"))
+    assert proc.returncode == 0, proc.stderr
+    md = (tmp_path / "cmp" / "compare.md").read_text()
+    assert "| iteration time, median | 1.1 s ± 0.141 s (n=2) | 2.2 s ± 0.283 s (n=2) (+100.0%) |" in md
+    # samples/s: 8/1.0 and 8/1.2 -> 7.33 ± 0.943; 8/2.0 and 8/2.4 -> 3.67 ± 0.471 (-50.0%)
+    assert "| samples/s | 7.33 ± 0.943 (n=2) | 3.67 ± 0.471 (n=2) (-50.0%) |" in md
+    assert "| runs | 2: fast0, fast1 | 2: slow0, slow1 |" in md
+    result = json.loads((tmp_path / "cmp" / "compare.json").read_text())
+    assert result["labels"] == ["1000mbit lab", "100mbit lab"]
+    assert result["groups"]["100mbit lab"] == [str(runs[2]), str(runs[3])]
+    fast = result["stats"][0]["step_time_median_s"]
+    assert fast["n"] == 2 and fast["mean"] == pytest.approx(1.1) and fast["sd"] == pytest.approx(0.02 ** 0.5)
+    assert result["projection"][0]["measured_s"] == pytest.approx(2.2)  # measured: the mean of the repeats
+    for name in ("iteration_time.png", "samples_per_s.png", "loss.png"):
+        assert name in result["figures"] and (tmp_path / "cmp" / name).stat().st_size > 1000
+
+
+def test_labels_given_on_the_command_line_group_runs(tmp_path):
+    a1, a2 = write_run(tmp_path / "a1"), write_run(tmp_path / "a2", step_time=3.0)
+    b = write_run(tmp_path / "b", step_time=2.0)
+    proc = cli("compare", f"tcp={a1}", f"tcp={a2}", f"roce={b}", "--out", str(tmp_path / "cmp"))
+    assert proc.returncode == 0, proc.stderr
+    md = (tmp_path / "cmp" / "compare.md").read_text()
+    assert "| iteration time, median | 2 s ± 1.41 s (n=2) | 2 s (+0.0%) |" in md
+    # unlabelled runs on one fabric: each its own column, and the report says so
+    proc = cli("compare", str(a1), str(a2), "--out", str(tmp_path / "one"))
+    assert proc.returncode == 0, proc.stderr
+    md = (tmp_path / "one" / "compare.md").read_text()
+    assert "every run is on one fabric (tcp): each run is its own column" in md and "tcp #2" in md
+    proc = cli("compare", f"x={a1}", f"x={a2}", "--out", str(tmp_path / "bad"))
+    assert proc.returncode == 2 and "every run is labelled 'x'" in proc.stderr
+
+
+def test_fabric_header_rows(tmp_path):
+    nccl = {"nccl_version": "2.21.5", "network": "IB", "gpudirect_rdma": True, "transport": "roce",
+            "devices": [{"device": "mlx5_0", "port": 1, "link_layer": "Ethernet"}], "unknown": {}}
+    roce = write_run(tmp_path / "roce", transport="roce", info_extra={"duration_s": 7581.2}, fabric_extra={
+        "nccl_version": "2.21.5", "nccl": nccl,
+        "hcas": [{"device": "mlx5_0", "port": 1, "link_layer": "Ethernet", "rate": "400 Gb/sec (4X NDR)"}],
+        "interfaces": [{"name": "eth0", "mtu": 9000, "speed_mbps": 400000}]})
+    tcp = write_run(tmp_path / "tcp", transport="tcp", info_extra={"duration_s": 12.5}, fabric_extra={
+        "backend": "gloo", "gloo": {"interface": "eth0", "speed_mbps": 10000},
+        "interfaces": [{"name": "eth0", "mtu": 1500, "speed_mbps": 10000}]})
+    proc = cli("compare", str(roce), str(tcp), "--out", str(tmp_path / "cmp"))
+    assert proc.returncode == 0, proc.stderr
+    md = (tmp_path / "cmp" / "compare.md").read_text()
+    assert md.index("## Fabrics") < md.index("## Training")
+    for row in ("|  | roce 400G | tcp 10G |", "| link rate | 400 Gb/sec (4X NDR) | 10 Gbit/s |",
+                "| interfaces (MTU) | mlx5_0:1 (MTU unknown: not in the interface list) | eth0 (MTU 1500) |",
+                "| NCCL version | 2.21.5 | not used (gloo) |",
+                "| transport; GPUDirect RDMA | roce; GDR on | tcp; GDR n/a (gloo) |",
+                "| hosts | 2: a, b | 2: a, b |", "| duration | 7,581 s | 12.5 s |"):
+        assert row in md, row
+
+
+def test_time_to_train_and_energy_per_sample(tmp_path):
+    target = {"target_eval_loss": 2.7}
+    final = {"final": {"target_reached_step": 4}}
+    # step 1 takes twice the step time: 2+1+1+1 = 5 s to the target at 1 s/step, 10 s at 2 s/step
+    a = write_run(tmp_path / "a", rate_bps=1e9, train_extra=target, info_extra=final, times=True)
+    b = write_run(tmp_path / "b", rate_bps=1e8, step_time=2.0, train_extra=target, info_extra=final, times=True,
+                  energy=False)
+    c = write_run(tmp_path / "c", rate_bps=1e7, train_extra=target, info_extra={"status": "completed"}, times=True)
+    proc = cli("compare", str(a), str(b), str(c), "--out", str(tmp_path / "cmp"))
+    assert proc.returncode == 0, proc.stderr
+    md = (tmp_path / "cmp" / "compare.md").read_text()
+    assert ("| time to train | 5 s to eval_loss 2.7 | 10 s to eval_loss 2.7 (+100.0%) | n/a: target not reached "
+            "(completed) |") in md
+    # 500 J per step over a global batch of 8
+    assert "| energy per sample | 62.5 J | not measured: NVML not available | 62.5 J (+0.0%) |" in md
+
+
+def test_sweeps_that_belong_to_training_runs(tmp_path):
+    fast = write_run(tmp_path / "fast", rate_bps=1e9)
+    slow = write_run(tmp_path / "slow", rate_bps=1e8, step_time=2.0)
+    (fast / "collectives.json").write_text(json.dumps(sweep_result(scale=1.0)))  # a sweep in the run directory
+    slow_sweep = write_run(tmp_path / "slow-sweep", sweep=sweep_result(scale=3.0))
+    proc = cli("compare", str(fast), str(slow), "--out", str(tmp_path / "cmp"))
+    assert proc.returncode == 0, proc.stderr
+    md = (tmp_path / "cmp" / "compare.md").read_text()
+    assert "collective sweeps left out: 100mbit lab has none (give one with --sweep LABEL=DIR)" in md
+    proc = cli("compare", str(fast), str(slow), "--sweep", f"100mbit lab={slow_sweep}", "--out", str(tmp_path / "c2"))
+    assert proc.returncode == 0, proc.stderr
+    md = (tmp_path / "c2" / "compare.md").read_text()
+    assert "| iteration time, median | 1 s | 2 s (+100.0%) |" in md  # still the training comparison
+    assert "## Sweeps of these fabrics - Small-message latency" in md and "| all_reduce_4B | 40 | 120 (+200%) |" in md
+    result = json.loads((tmp_path / "c2" / "compare.json").read_text())
+    assert "sweep_all_reduce.png" in result["figures"] and result["kind"] == "training"
+    assert result["sweeps"] == {"1000mbit lab": [str(fast / "collectives.json")], "100mbit lab": [str(slow_sweep)]}
+    proc = cli("compare", str(fast), str(slow), "--sweep", f"nope={slow_sweep}", "--out", str(tmp_path / "c3"))
+    assert proc.returncode == 2 and "--sweep nope=" in proc.stderr and "'100mbit lab'" in proc.stderr
+
+
+def test_sweep_repeats_are_averaged_with_their_spread(tmp_path):
+    tcp = [write_run(tmp_path / f"tcp{i}", sweep=sweep_result(scale=sc)) for i, sc in enumerate((2.0, 4.0))]
+    roce = write_run(tmp_path / "roce", transport="roce", sweep=sweep_result(scale=1.0))
+    proc = cli("compare", *map(str, tcp), str(roce), "--out", str(tmp_path / "cmp"))
+    assert proc.returncode == 0, proc.stderr
+    md = (tmp_path / "cmp" / "compare.md").read_text()
+    # 80 and 160 us -> mean 120 ± 56.6 (n=2); RoCE 40 us: -67%
+    assert "| all_reduce_4B | 120 ± 56.6 (n=2) | 40 (-67%) |" in md
+
+
+def test_identical_loss_curves_both_stay_visible(tmp_path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.image
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from telemetry.compare_figures import loss_curves
+
+    curve = [(s, 3.0 - 0.01 * s) for s in range(1, 61)]
+    loss_curves(plt, str(tmp_path), ["fast", "slow"], [curve, list(curve)], "identical", name="loss.png")
+    rgb = matplotlib.image.imread(tmp_path / "loss.png")[..., :3]
+
+    def pixels(color):  # pixels drawn in (close to) that color
+        return int((np.abs(rgb - np.array(matplotlib.colors.to_rgb(color))).max(axis=-1) < 0.08).sum())
+
+    # the second curve lies exactly on the first: the first must still show (wider line, its own markers)
+    # (drawn as before, one solid style at alpha 0.8, neither color showed: 0 pixels each)
+    assert pixels("C0") > 200 and pixels("C1") > 200, (pixels("C0"), pixels("C1"))
