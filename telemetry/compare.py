@@ -168,8 +168,8 @@ def compare_sweeps(runs, labels, sweeps, out, plt) -> tuple[list, list]:
                                            if b else "n/a" for j, b in enumerate(blocks)]
                         + [fmt(b["busbw_gbps"]) if b else "n/a" for b in blocks])
     tables.append(("Collectives: time and bus bandwidth (smallest, middle, largest size)"
-                   + ("; repeats: their mean" if any(s.get("repeats") for s in sweeps) else ""), header, rows))
-    avg_rows = [[op] + [fmt(s["ops"][op]["avg_busbw_gbps"]) + (f" ± {fmt(sd)} (n={s['repeats']})" if (
+                   + ("; repeats: their mean" if any(s.get("merged_sweeps") for s in sweeps) else ""), header, rows))
+    avg_rows = [[op] + [fmt(s["ops"][op]["avg_busbw_gbps"]) + (f" ± {fmt(sd)} (n={s['merged_sweeps']})" if (
         sd := s["ops"][op].get("avg_busbw_gbps_sd")) else "") for s in sweeps] for op in ops]
     tables.append(("Average bus bandwidth (GB/s)", ["collective"] + labels, avg_rows))
     lat_keys = [k for k in sweeps[0].get("latency_us", {}) if all(k in s.get("latency_us", {}) for s in sweeps)]
@@ -178,7 +178,7 @@ def compare_sweeps(runs, labels, sweeps, out, plt) -> tuple[list, list]:
         base = sweeps[0]["latency_us"][k]
         vals = [s["latency_us"][k] for s in sweeps]
         sds = [(s.get("latency_sd_us") or {}).get(k) for s in sweeps]
-        lat_rows.append([k.removesuffix("_us")] + [fmt(v) + (f" ± {fmt(sd)} (n={s['repeats']})" if sd else "")
+        lat_rows.append([k.removesuffix("_us")] + [fmt(v) + (f" ± {fmt(sd)} (n={s['merged_sweeps']})" if sd else "")
                                                     + (f" ({_pct(v, base) * 100:+.0f}%)" if j and base else "")
                                                     for j, (v, sd, s) in enumerate(zip(vals, sds, sweeps))])
     tables.append(("Small-message latency (us), change relative to the first run", ["test"] + labels, lat_rows))
@@ -188,9 +188,9 @@ def compare_sweeps(runs, labels, sweeps, out, plt) -> tuple[list, list]:
             pts = [(r["size"], _best_block(r)) for r in s["ops"][op]["rows"] if _best_block(r)]
             # repeats: error bars of one standard deviation (none for a single sweep)
             a1.errorbar([p[0] for p in pts], [p[1]["time_us"] for p in pts], fmt="o-", label=lab, ms=3, capsize=2,
-                        yerr=[p[1].get("time_us_sd") or 0.0 for p in pts] if s.get("repeats") else None)
+                        yerr=[p[1].get("time_us_sd") or 0.0 for p in pts] if s.get("merged_sweeps") else None)
             a2.errorbar([p[0] for p in pts], [p[1]["busbw_gbps"] for p in pts], fmt="o-", label=lab, ms=3, capsize=2,
-                        yerr=[p[1].get("busbw_gbps_sd") or 0.0 for p in pts] if s.get("repeats") else None)
+                        yerr=[p[1].get("busbw_gbps_sd") or 0.0 for p in pts] if s.get("merged_sweeps") else None)
         a1.set_xscale("log"), a1.set_yscale("log"), a2.set_xscale("log")
         a1.set_xlabel("size (B)"), a1.set_ylabel("time (us)"), a1.legend(fontsize=8), a1.grid(alpha=0.3)
         a2.set_xlabel("size (B)"), a2.set_ylabel("busbw (GB/s)"), a2.grid(alpha=0.3)
@@ -200,7 +200,7 @@ def compare_sweeps(runs, labels, sweeps, out, plt) -> tuple[list, list]:
         fig.savefig(os.path.join(out, name), dpi=110)
         plt.close(fig)
         figures.append((name, f"{op}: time and bus bandwidth versus size"
-                        + (" (mean of repeats, bars: one standard deviation)" if any(s.get("repeats") for s in sweeps)
+                        + (" (mean of repeats, bars: one standard deviation)" if any(s.get("merged_sweeps") for s in sweeps)
                            else "")))
     return tables, figures
 

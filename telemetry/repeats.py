@@ -29,7 +29,7 @@ def _merge_block(blocks: list[dict | None]) -> dict | None:
             out[f"{key}_sd"] = s["sd"]
     wrong = [b.get("wrong") for b in blocks]
     out["wrong"] = None if None in wrong else sum(wrong)
-    out["repeats"] = len(blocks)
+    out["merged_sweeps"] = len(blocks)
     return out
 
 
@@ -57,4 +57,5 @@ def merge_sweeps(sweeps: list[dict]) -> dict:
         s = spread(sw.get("latency_us", {}).get(key) for sw in sweeps)
         if s:
             latency[key], latency_sd[key] = s["mean"], s["sd"]
-    return {**first, "ops": ops, "latency_us": latency, "latency_sd_us": latency_sd, "repeats": len(sweeps)}
+    return {**first, "ops": ops, "latency_us": latency, "latency_sd_us": latency_sd,
+            "merged_sweeps": len(sweeps)}

@@ -57,6 +57,7 @@ def sweep_result(scale=1.0):
             out.append({"size": size, "count": size // 4, "in_place": block,
                         "out_of_place": None if op == "all_reduce" else block})
         return out
-    return {"world_size": 2, "ops": {op: {"rows": rows(op), "avg_busbw_gbps": 1.0 / scale, "wrong": 0}
+    # repeats: the sweep's own setting (each size timed that often, the median kept), not runs to merge
+    return {"world_size": 2, "repeats": 3, "ops": {op: {"rows": rows(op), "avg_busbw_gbps": 1.0 / scale, "wrong": 0}
                                      for op in ("all_reduce", "sendrecv")},
             "latency_us": {"all_reduce_4B_us": 40.0 * scale, "sendrecv_48B_us": 41.0 * scale}}
