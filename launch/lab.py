@@ -6,7 +6,8 @@ Each node is a network namespace with one interface `fab0`. Two nodes are joined
 go through a bridge in a namespace of their own (a switch). Every link is shaped with `tc ... tbf` at
 RATE in both directions (the node's egress and the switch port's egress), with a burst sized for the
 rate (docs/reference.md section 8: >= 128 KiB at 1 Gbit/s, >= 16 KiB at 100 Mbit/s, or the link
-underperforms). netem is not used (bandwidth only, no added delay). Addresses exist only inside the
+underperforms). `--slow-node I --slow-rate R` shapes node I's own egress (its end of its veth, one
+direction only) at R instead: one slow link among healthy ones, for the straggler report. netem is not used (bandwidth only, no added delay). Addresses exist only inside the
 namespaces the lab creates; traffic between ranks of one node goes over loopback and is never shaped.
 
 One torchrun agent per node joins a c10d rendezvous on node 0 (`is_host=1` there, 0 elsewhere: host
@@ -76,13 +77,25 @@ def check_host() -> None:
 class Lab:
     """Namespaces, links and shaping; a context manager that always tears down."""
 
-    def __init__(self, nodes: int, rate: str, lab_id: str | None = None):
+    def __init__(self, nodes: int, rate: str, lab_id: str | None = None, slow_node: int | None = None,
+                 slow_rate: str | None = None):
         if nodes < 2:
             raise LabError(f"--nodes: got {nodes}; a fabric needs at least 2 nodes")
         if nodes > 200:
             raise LabError(f"--nodes: got {nodes}; at most 200")
         self.nodes, self.rate = nodes, rate
         self.rate_bps = parse_rate(rate)
+        if (slow_node is None) != (slow_rate is None):
+            raise LabError("--slow-node and --slow-rate go together: the node whose link is slow and its rate")
+        if slow_node is not None and not 0 <= slow_node < nodes:
+            raise LabError(f"--slow-node: got {slow_node}; allowed: a node from 0 to {nodes - 1}")
+        self.slow_node, self.slow_rate = slow_node, slow_rate
+        try:
+            self.slow_rate_bps = parse_rate(slow_rate) if slow_rate is not None else None
+        except LabError as exc:  # the same rule as --rate, named for this option
+            raise LabError(str(exc).replace("--rate:", "--slow-rate:", 1)) from None
+        if slow_rate is not None and self.slow_rate_bps is None:
+            raise LabError("--slow-rate: got 'none'; expected a tc rate such as 10mbit")
         self.id = lab_id or f"fh{os.getpid() % 100000}"
         self.subnet = f"{SUBNET_BASE}.{os.getpid() % 250 + 1}"
         self.namespaces = [f"{self.id}n{i}" for i in range(nodes)]
@@ -99,14 +112,16 @@ class Lab:
                 "topology": "bridge" if self.switch else "veth pair", "interface": IFACE,
                 # every node computes on this one host's cores: a projection to more lab nodes needs it
                 "host_cpus": len(os.sched_getaffinity(0)),
+                "slow_node": self.slow_node, "slow_rate": self.slow_rate, "slow_rate_bps": self.slow_rate_bps,
                 "addresses": [self.address(i) for i in range(self.nodes)], "namespaces": self.namespaces}
 
-    def _shape(self, ns: str, dev: str) -> None:
-        if self.rate_bps is None:
+    def _shape(self, ns: str, dev: str, slow: bool = False) -> None:
+        rate, bps = (self.slow_rate, self.slow_rate_bps) if slow else (self.rate, self.rate_bps)
+        if bps is None:
             return
-        _run(["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", dev, "root", "tbf", "rate", self.rate,
-              "burst", str(burst_bytes(self.rate_bps)), "limit", str(queue_bytes(self.rate_bps))],
-             f"shaping {ns}/{dev} at {self.rate}")
+        _run(["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", dev, "root", "tbf", "rate", rate,
+              "burst", str(burst_bytes(bps)), "limit", str(queue_bytes(bps))],
+             f"shaping {ns}/{dev} at {rate}")
 
     def up(self) -> "Lab":
         for ns in self.namespaces + ([self.switch] if self.switch else []):
@@ -129,7 +144,7 @@ class Lab:
         for i, ns in enumerate(self.namespaces):
             _run(["ip", "-n", ns, "addr", "add", f"{self.address(i)}/24", "dev", IFACE], f"address of node {i}")
             _run(["ip", "-n", ns, "link", "set", IFACE, "up"], f"link up on node {i}")
-            self._shape(ns, IFACE)  # node i's egress
+            self._shape(ns, IFACE, slow=i == self.slow_node)  # node i's egress
         return self
 
     def down(self) -> list[str]:
@@ -260,6 +275,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--nodes", type=int, required=True)
     p.add_argument("--nproc-per-node", type=int, default=1)
     p.add_argument("--rate", required=True, help="tc rate per link and direction (1gbit, 100mbit, ...) or none")
+    p.add_argument("--slow-node", type=int, default=None, help="node whose own egress is shaped at --slow-rate")
+    p.add_argument("--slow-rate", default=None, help="tc rate of the slow node's egress (e.g. 10mbit)")
     p.add_argument("--timeout", type=float, default=1800, help="seconds before every node is stopped")
     p.add_argument("--port", type=int, default=29400, help="rendezvous port on node 0")
     args = p.parse_args(ours)
@@ -269,9 +286,10 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--nproc-per-node must be >= 1")
     try:
         check_host()
-        lab = Lab(args.nodes, args.rate)
-        if warning := rates.bytes_unit_warning(args.rate):
-            print(warning, file=sys.stderr)
+        lab = Lab(args.nodes, args.rate, slow_node=args.slow_node, slow_rate=args.slow_rate)
+        for rate in (args.rate, args.slow_rate):
+            if rate and (warning := rates.bytes_unit_warning(rate)):
+                print(warning, file=sys.stderr)
         output_dir = os.path.abspath(_output_dir(recipe_args))
         recipe_args = [a for a in recipe_args if not a.startswith("output_dir=")]
     except LabError as exc:
@@ -285,6 +303,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with lab:
             shaped = f"{lab.rate} (burst {burst_bytes(lab.rate_bps)} B)" if lab.rate_bps else "unshaped"
+            if lab.slow_node is not None:
+                shaped += f", node {lab.slow_node}'s egress {lab.slow_rate}"
             print(f"[lab] {lab.nodes} nodes x {args.nproc_per_node} ranks, {lab.describe()['topology']}, links "
                   f"{shaped}; run directory {output_dir}", flush=True)
             os.makedirs(output_dir, exist_ok=True)

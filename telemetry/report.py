@@ -11,6 +11,7 @@ import statistics
 
 from .formulas import OPS
 from .runs import Run, load_run, median, percentile
+from .stragglers import report_section as straggler_section
 
 # the op names telemetry.collectives records (imported without torch: reports run anywhere)
 RECORDED_OPS = (*OPS, "sendrecv")
@@ -94,6 +95,7 @@ def summarize(run: Run) -> dict:
         "exposed": exposed,
         "straggler_s": median([s["max"] - s["min"] for s in spreads]),
         "energy": energy, "counters": tel.get("counters") or {"verdict": None, "reason": "no counter summary"},
+        "stragglers": straggler_section(run.info, run.metrics),
     }
 
 
@@ -167,7 +169,7 @@ def tables(s: dict) -> list[tuple[str, list[str], list[list[str]]]]:
     return [("Run", ["", ""], overview), ("Throughput", ["", ""], throughput),
             ("Communication per step (median)", ["collective", "count", "bytes", "time", "busbw", "share of step",
                                                  "exposed share", "untimed bytes"], comm_rows),
-            ("Energy", ["", ""], energy), ("Fabric counters", ["", ""], counters)]
+            ("Energy", ["", ""], energy), ("Fabric counters", ["", ""], counters), s["stragglers"]]
 
 
 def _md_table(header, rows) -> str:

@@ -31,7 +31,9 @@ from . import fabric
 from .collectives import RECORDED_OPS as OPS, CollectiveTracer, enable_nccl_timing, totals
 from .counters import CounterReader, loss_verdict
 from .energy import EnergyMeter, open_cpu_source, open_gpu_source
+from .environment import host_info
 from .exposed import ProfiledWindows
+from .stragglers import StragglerDetector, describe as describe_straggler, leaders, link_probe
 
 
 @dataclass
@@ -51,6 +53,8 @@ class TelemetrySettings:
     # written by rank 0 at close from the run directory (telemetry/exports); "trace" also makes every rank
     # keep ranks/rank<r>.events.jsonl (per-call timestamps, bounded: see EVENTS_MAX_*)
     export: list[str] | None = None
+    link_probe_every: int = 5  # steps between link probes between hosts (telemetry/stragglers.py); 0 = never
+    link_probe_bytes: int = 64 << 10
 
 
 EVENTS_MAX_CALLS_PER_STEP = 4096  # collectives kept per step in the events file; the rest are counted
@@ -61,7 +65,7 @@ EXPORT_BARRIER_S = 60  # how long rank 0 waits at close for the other ranks' fil
 # The per-rank vector reduced to rank 0 each step; NaN stands for "unknown".
 REDUCED = ("step_time_s", "comm_time_s", "comm_bytes", *(f"time_{op}" for op in OPS), "gpu_energy_j",
            "gpu_power_w", "host_cpu_energy_j", "host_net_tx_bytes", "host_net_rx_bytes", "host_rdma_tx_bytes",
-           "host_rdma_rx_bytes", "host_loss_events")
+           "host_rdma_rx_bytes", "host_loss_events", "compute_s", "link_in_s")
 
 
 MEDIAN_EVERY_STEP_UP_TO = 16  # ranks: up to here sending every rank's values each step costs next to nothing
@@ -124,7 +128,8 @@ def cross_rank_figures(total: torch.Tensor, gathered: list[list[float]] | None) 
     by_op = {op: s for op in OPS if (s := spread(col(f"time_{op}"))) is not None}
     return {
         "ranks": {"step_time_s": spread(col("step_time_s")), "comm_time_s": spread(col("comm_time_s")),
-                  "comm_time_s_by_op": by_op},
+                  "comm_time_s_by_op": by_op, "compute_s": spread(col("compute_s")),
+                  **({"link_in_s": s} if (s := spread(col("link_in_s"))) is not None else {})},
         "energy_j": total_of("gpu_energy_j"),  # all GPUs of the job
         "power_w": total_of("gpu_power_w"),
         "cpu_energy_j": total_of("host_cpu_energy_j"),  # all hosts' CPU packages
@@ -171,6 +176,9 @@ class Telemetry:
         self._events_bytes = 0
         self._marks: list = []
         self.cross_rank_info: dict = {}
+        self.hosts: list[str] | None = None  # every rank's host, in rank order (for the straggler report)
+        self.stragglers: StragglerDetector | None = None  # rank 0's
+        self.probe_ring: list[int] = []  # the first rank of each host
         self.started = False
 
     # ------------------------------------------------------------ before the process group
@@ -217,6 +225,14 @@ class Telemetry:
                 "method": f"binomial-tree reduction to rank 0 over a gloo side group: each rank sends one "
                           f"{_ROWS * len(REDUCED) * 8}-byte message per step; min, mean, max, max_rank, ranks, sums",
                 "median": median, "gloo_interface": gloo}
+            hosts: list = [None] * self.world  # once, before any step: the tracer drops calls outside steps
+            dist.all_gather_object(hosts, host_info()["hostname"], group=self._group)
+            self.hosts, self.probe_ring = hosts, leaders(hosts)
+            if self.s.link_probe_every:  # a first, untimed round opens the connections (TCP slow start)
+                link_probe(self.tracer.original("isend"), self.tracer.original("irecv"), self._group, self.rank,
+                           self.probe_ring, self.s.link_probe_bytes)
+            if self.rank == 0:
+                self.stragglers = StragglerDetector(hosts)
         if self.run_dir:
             ranks = os.path.join(self.run_dir, "ranks")
             os.makedirs(ranks, exist_ok=True)
@@ -303,11 +319,25 @@ class Telemetry:
             self._energy_total["known"] = True
         if host["cpu_j"] is not None:
             self._energy_total["cpu_j"] += host["cpu_j"]
+        # time outside collectives (stragglers.py); unknown when some collective went untimed
+        compute = (step_time_s - (comm_time or 0.0)
+                   if step_time_s is not None and (comm_time is not None or not comm) else None)
         mine = [step_time_s, comm_time, comm_bytes, *(comm.get(op, {}).get("time_s") for op in OPS), gpu_j, gpu_w,
-                host["cpu_j"], host["tx"], host["rx"], host["rdma_tx"], host["rdma_rx"], host["loss"]]
+                host["cpu_j"], host["tx"], host["rx"], host["rdma_tx"], host["rdma_rx"], host["loss"], compute]
+        reduced = (self._group is not None and step % self.s.cross_rank_every == 0) or self.world == 1
+        probe = None
+        if reduced and self._group is not None and self.s.link_probe_every and step % self.s.link_probe_every == 0:
+            probe = link_probe(self.tracer.original("isend"), self.tracer.original("irecv"), self._group, self.rank,
+                               self.probe_ring, self.s.link_probe_bytes)
+            if probe is not None:
+                record["link_in_s"] = probe
+        mine.append(probe)
         self._write_rank_line({"step": step, "step_time_s": step_time_s, **record})
-        if (self._group is not None and step % self.s.cross_rank_every == 0) or self.world == 1:
+        if reduced:
             record.update(self.cross_rank([_nan(v) for v in mine], step))
+            if self.stragglers is not None:
+                for finding in self.stragglers.feed(step, record):
+                    print(f"[telemetry] {describe_straggler(finding)}", file=sys.stderr, flush=True)
         return record
 
     def _median_every(self) -> int:
@@ -394,6 +424,8 @@ class Telemetry:
             out["gpu_energy_devices"] = devices
         if self.cross_rank_info:
             out["cross_rank"] = self.cross_rank_info
+        if self.stragglers is not None:
+            out["stragglers"] = self.stragglers.summary()
         if self._exposed:
             out["exposed_windows"] = len(self._exposed)
             out["exposed_share_mean"] = statistics.mean(w["exposed_share"] for w in self._exposed)

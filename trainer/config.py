@@ -134,6 +134,9 @@ class TelemetryConfig:
     interfaces: Optional[list[str]] = None  # NICs whose counters to read; default: the ones in use
     # outputs written from the run directory at the end: tensorboard, wandb (offline), parquet, trace
     export: list[str] = field(default_factory=list)
+    # steps between link probes between hosts, which name the host of a slow link; 0 = never
+    link_probe_every: int = 5
+    link_probe_bytes: int = 65536  # per probe and host; raise it on fast fabrics (a few MiB at 100 Gbit/s+)
 
 
 TELEMETRY_EXPORTS = ("tensorboard", "wandb", "parquet", "trace")  # telemetry/exports KINDS
@@ -142,6 +145,14 @@ TELEMETRY_EXPORTS = ("tensorboard", "wandb", "parquet", "trace")  # telemetry/ex
 @dataclass
 class FabricConfig:
     expect: Literal["any", "roce", "infiniband", "tcp", "intra-node"] = "any"
+
+
+@dataclass
+class DebugConfig:
+    """Fault injection: one rank made slow on purpose, to check that the straggler report finds it."""
+    delay_rank: Optional[int] = None  # global rank that sleeps delay_s inside each step's compute; null = none
+    delay_s: float = 0.0
+    delay_from_step: int = 1  # first delayed step (earlier steps run at full speed)
 
 
 SWEEP_OPS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "sendrecv", "broadcast")
@@ -187,6 +198,7 @@ class Recipe:
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
     fabric: FabricConfig = field(default_factory=FabricConfig)
     sweep: SweepConfig = field(default_factory=SweepConfig)
+    debug: DebugConfig = field(default_factory=DebugConfig)
     recipe_path: Optional[str] = None  # set by the loader, not by users
 
     def to_dict(self) -> dict:
@@ -768,6 +780,8 @@ def _check_telemetry(r: Recipe) -> list[str]:
     tel = r.telemetry
     p += _at_least("telemetry", tel, ("cross_rank_every", "profile_every"), 0, " (0 = never)")
     p += _at_least("telemetry", tel, ("profile_steps",), 1)
+    p += _at_least("telemetry", tel, ("link_probe_every",), 0, " (0 = never)")
+    p += _within("telemetry", tel, ("link_probe_bytes",), 4, 1 << 30)
     if tel.cross_rank_median_every is not None:
         p += _at_least("telemetry", tel, ("cross_rank_median_every",), 0, " (0 = never), or null for the default")
     if tel.power_sample_interval_s <= 0:
@@ -776,4 +790,13 @@ def _check_telemetry(r: Recipe) -> list[str]:
     if unknown:
         p.append(f"telemetry.export: got {', '.join(map(str, unknown))}; allowed: {', '.join(TELEMETRY_EXPORTS)}")
     p += _at_least("distributed", r.distributed, ("timeout_s",), 1)
-    return p
+    return p + _check_debug(r.debug)
+
+
+def _check_debug(dbg: DebugConfig) -> list[str]:
+    p = []
+    if dbg.delay_rank is not None and dbg.delay_rank < 0:
+        p.append(f"debug.delay_rank: got {dbg.delay_rank}; expected a rank >= 0, or null for none")
+    if not 0.0 <= dbg.delay_s <= 60.0:
+        p.append(f"debug.delay_s: got {dbg.delay_s}; expected seconds in [0, 60]")
+    return p + _at_least("debug", dbg, ("delay_from_step",), 1)

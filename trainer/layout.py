@@ -45,6 +45,9 @@ def resolve_layout(recipe: Recipe, world_size: int) -> tuple[Layout | None, list
     problems = []
     if world_size < 1:
         return None, [f"world size: got {world_size}; expected an integer >= 1"]
+    delay_rank = recipe.debug.delay_rank
+    if delay_rank is not None and delay_rank >= world_size:
+        return None, [f"debug.delay_rank: got {delay_rank}; allowed: a rank below the world size {world_size}"]
     tp, pp = par.tp, par.pp
     if par.dp == -1:
         if world_size % (tp * pp):

@@ -52,6 +52,8 @@ class Trainer:
         self.dp_group = dims.dp_group
         self.pipeline = getattr(model, "pipeline", None)  # pp > 1: the schedule runs forward and backward
         self.params = [p for p in model.parameters() if p.requires_grad]
+        dbg = recipe.debug  # a straggler on purpose: this rank's compute runs late by delay_s
+        self.delay_s = dbg.delay_s if dbg.delay_rank == dist.get_rank() else 0.0
 
     # ------------------------------------------------------------ resume
 
@@ -108,6 +110,8 @@ class Trainer:
         hooks, wl, dp = self.hooks, self.workload, self.layout.dp
         hooks.on_step_start(step)
         t0 = time.perf_counter()
+        if self.delay_s and step >= self.recipe.debug.delay_from_step:
+            time.sleep(self.delay_s)
         batches = [self.train_set.batch(idx) for idx in self.sampler.micro_batches(step - 1)]
         terms = wl.loss_terms
         counts = [wl.loss_counts(b) for b in batches]  # host ints, read off the CPU-side batch

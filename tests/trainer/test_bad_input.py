@@ -78,6 +78,15 @@ OVERRIDES = [
     ("sweep-max-bytes-huge", ["sweep.max_bytes=1000000G"], "sweep.max_bytes: got '1000000G'; expected at most"),
     ("sweep-max-bytes-inf", ["sweep.max_bytes=infG"], "sweep.max_bytes: got 'infG'; expected bytes such as"),
     ("sweep-min-bytes-nan", ["sweep.min_bytes=nan"], "sweep.min_bytes: got 'nan'; expected bytes such as"),
+    # fault injection and the link probe (the straggler report)
+    ("delay-nan", ["debug.delay_rank=0", "debug.delay_s=nan"], "debug.delay_s: got 'nan'; expected a finite number"),
+    ("delay-negative", ["debug.delay_rank=0", "debug.delay_s=-1"], "debug.delay_s: got -1.0; expected seconds in [0, 60]"),
+    ("delay-rank-negative", ["debug.delay_rank=-1"], "debug.delay_rank: got -1; expected a rank >= 0, or null"),
+    ("delay-rank-beyond-world", ["debug.delay_rank=1", "debug.delay_s=0.1"],
+     "debug.delay_rank: got 1; allowed: a rank below the world size 1"),
+    ("delay-from-zero", ["debug.delay_from_step=0"], "debug.delay_from_step: got 0; expected an integer >= 1"),
+    ("probe-bytes-zero", ["telemetry.link_probe_bytes=0"], "telemetry.link_probe_bytes: got 0; expected an integer from 4"),
+    ("probe-every-negative", ["telemetry.link_probe_every=-1"], "telemetry.link_probe_every: got -1; expected an integer >= 0"),
 ]
 
 

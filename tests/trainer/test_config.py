@@ -166,5 +166,5 @@ def test_cli_subprocess_has_no_traceback():
     assert "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines() == [
         "error: trian: unknown key; did you mean 'train'? allowed: name, workload, output_dir, max_steps, seed, "
-        "model, lora, data, train, parallel, distributed, telemetry, fabric, sweep",
+        "model, lora, data, train, parallel, distributed, telemetry, fabric, sweep, debug",
         "error: parallel.dp: got 0; expected an integer >= 1, or -1 for what the world size leaves"]
