@@ -118,3 +118,9 @@ def test_report_section_names_rank_host_and_kind():
     assert title == "Stragglers" and table["verdict"] == "network" and table["host"] == "lab-node1"
     assert "replayed from metrics.jsonl" in table["checked"]
     assert any("straggler rank 1 on lab-node1: network" in v for k, v in rows if k == "finding")
+
+
+def test_recorded_healthy_500_steps_names_nobody():
+    run = recorded("healthy_500")
+    s = detect(run["metrics"], run["hosts"])
+    assert s["verdict"] == "none" and s["findings"] == [] and s["steps_checked"] == 500 and s["probes"] == 100
