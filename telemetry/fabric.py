@@ -13,7 +13,7 @@ from .counters import list_hcas, list_interfaces
 from .environment import redacted_env
 from .nccl_log import parse_dir
 
-EXPECTATIONS = ("any", "roce", "infiniband", "tcp", "intra-node")
+EXPECTATIONS = ("any", "roce", "infiniband", "efa", "tcp", "intra-node")
 NCCL_LOG_PATTERN = "nccl.%h.%p.log"
 _SIOCGIFADDR = 0x8915
 

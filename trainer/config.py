@@ -144,7 +144,7 @@ TELEMETRY_EXPORTS = ("tensorboard", "wandb", "parquet", "trace")  # telemetry/ex
 
 @dataclass
 class FabricConfig:
-    expect: Literal["any", "roce", "infiniband", "tcp", "intra-node"] = "any"
+    expect: Literal["any", "roce", "infiniband", "efa", "tcp", "intra-node"] = "any"
 
 
 @dataclass

@@ -38,6 +38,9 @@ def test_expectation_mismatch_is_loud():
     assert check_expectation("any", "tcp")["match"] is None
     assert check_expectation("intra-node", "loopback")["match"] is True
     assert "could not be detected" in check_expectation("infiniband", None)["warning"]
+    # AWS EFA (NCCL's libfabric plugin with the efa provider) is a transport of its own
+    assert check_expectation("efa", "efa")["match"] is True
+    assert check_expectation("efa", "tcp")["match"] is False
 
 
 NCCL_LINES = """\
