@@ -212,3 +212,12 @@ def test_identical_loss_curves_both_stay_visible(tmp_path):
     # the second curve lies exactly on the first: the first must still show (wider line, its own markers)
     # (drawn as before, one solid style at alpha 0.8, neither color showed: 0 pixels each)
     assert pixels("C0") > 200 and pixels("C1") > 200, (pixels("C0"), pixels("C1"))
+
+
+def test_label_and_path_on_the_command_line(tmp_path):
+    from telemetry.compare import split_label
+    odd = tmp_path / "lr=0.01"  # a run directory with '=' in its name stays a path
+    odd.mkdir()
+    assert split_label(str(odd)) == (None, str(odd))
+    assert split_label(f"roce={odd}") == ("roce", str(odd))
+    assert split_label("runs/a") == (None, "runs/a")
