@@ -41,7 +41,7 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for rate in args.rates:
-            link_gbps = parse_rate(rate) / 8 / 1e9  # GB/s, the unit of busbw
+            link_GBps = parse_rate(rate) / 8 / 1e9  # GB/s, the unit of busbw
             for k in range(args.runs):
                 out = os.path.join(tmp, f"{rate}-{k}")
                 cmd = [sys.executable, "-m", "launch.lab", "--nodes", "2", "--rate", rate, "--",
@@ -57,10 +57,10 @@ def main() -> None:
                         block = row["out_of_place"] or row["in_place"]
                         spread = block.get("spread") or {}
                         rows.append({"rate": rate, "run": k, "op": op, "size": row["size"],
-                                     "busbw_gbps": block["busbw_gbps"],
-                                     "fraction_of_rate": block["busbw_gbps"] / link_gbps,
-                                     "repeats_fraction_min": spread.get("busbw_min_gbps", block["busbw_gbps"]) / link_gbps,
-                                     "repeats_fraction_max": spread.get("busbw_max_gbps", block["busbw_gbps"]) / link_gbps})
+                                     "busbw_GBps": block["busbw_GBps"],
+                                     "fraction_of_rate": block["busbw_GBps"] / link_GBps,
+                                     "repeats_fraction_min": spread.get("busbw_min_GBps", block["busbw_GBps"]) / link_GBps,
+                                     "repeats_fraction_max": spread.get("busbw_max_GBps", block["busbw_GBps"]) / link_GBps})
                         x = rows[-1]
                         print(f"{rate:>8} run {k} {op:>20} {row['size']:>10} B: {x['fraction_of_rate'] * 100:.1f}% of "
                               f"the link (repeats {x['repeats_fraction_min'] * 100:.1f}-"

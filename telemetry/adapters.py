@@ -23,7 +23,13 @@ class HarnessHooks(Hooks):
     def on_step_end(self, step: int, record: dict) -> None:
         record.update(self.telemetry.end_step(step, record.get("step_time_s")))
 
-    # phase boundaries for the trace export; Telemetry.mark does nothing unless "trace" is exported
+    def on_eval_start(self, step: int) -> None:
+        self.telemetry.start_eval(step)
+
+    def on_eval_end(self, step: int, record: dict) -> None:
+        record.update(self.telemetry.end_eval(step))
+
+    # phase boundaries: the exposed-communication estimate and the trace export read them
     def before_backward(self, step: int, micro_batch: int) -> None:
         self.telemetry.mark("backward_begin")
 

@@ -222,6 +222,8 @@ class Call:
     t_done: float | None = None
     duration_s: float | None = None
     untimed_reason: str | None = None
+    blocking: bool = False  # completed on the calling thread before the call returned (gloo, not async)
+    t_returned: float | None = None  # when the call gave the caller back its thread (issuing can take a while)
     # NCCL: filled from completion reports, never from a Work
     types: frozenset = frozenset()
     token: int | None = None
@@ -267,7 +269,7 @@ class StepComm:
             time_s = s["time_s"] if timed else None
             busbw = s["_bus"] / time_s / 1e9 if time_s else None
             out[op] = {"count": s["count"], "bytes": s["bytes"], "time_s": time_s, "untimed": s["untimed"],
-                       "untimed_bytes": s["untimed_bytes"], "busbw_gbps": busbw}
+                       "untimed_bytes": s["untimed_bytes"], "busbw_GBps": busbw}
             if s["untimed"]:
                 out[op]["untimed_reason"] = "; ".join(sorted(s["_reasons"]))
         return out
@@ -391,6 +393,7 @@ class CollectiveTracer:
             raise
         finally:
             self._local.depth = 0
+        call.t_returned = time.perf_counter()
         self._record(call)
         if call.queued:
             after = _sequence_number(pg) if seq is not None else None
@@ -468,7 +471,7 @@ class CollectiveTracer:
             if caller_async and result is not None:
                 tracer._attach(call, result)
             else:
-                call.t_done = time.perf_counter()
+                call.t_done, call.blocking = time.perf_counter(), True
             return result
 
         wrapper.__name__ = fn.__name__
@@ -514,10 +517,11 @@ class CollectiveTracer:
                 works = fn(p2p_op_list)
             finally:
                 tracer._local.depth = 0
+            t_returned = time.perf_counter()
             for i, p2p in enumerate(p2p_op_list):  # gloo: one work per op
                 _, psize, pbackend = tracer._group_info(p2p.group)
                 call = tracer._record(Call(kinds[i], _NBYTES(p2p.tensor), psize, pbackend,
-                                           tracer._source("dist"), t0))
+                                           tracer._source("dist"), t0, t_returned=t_returned))
                 work = works[i] if works is not None and i < len(works) else None
                 if work is not None:
                     tracer._attach(call, work)
@@ -540,7 +544,7 @@ class CollectiveTracer:
             result = tracer._call(fn, call, pg, _BC, (process_group, tensors, buffer_size, *args), kwargs,
                                   several=True)
             if backend != "nccl":
-                call.t_done = time.perf_counter()  # blocking on gloo
+                call.t_done, call.blocking = time.perf_counter(), True  # blocking on gloo
             return result
 
         return wrapper

@@ -17,7 +17,7 @@ from .fabric_summary import fabric_rows
 from .projection import measured_profile, project
 from .repeats import merge_sweeps, spread
 from .report import fmt, fmt_bytes, partial_note, summarize, write_documents
-from .runs import Run, RunError, load_run
+from .runs import Run, RunError, load_run, upgrade_sweep
 
 # Recipe parts that legitimately differ between runs of one fabric comparison.
 IGNORED_KEYS = {"output_dir", "name", "recipe_path", "telemetry", "fabric", "distributed"}
@@ -119,7 +119,7 @@ def _sweep(run: Run) -> dict | None:
     if not os.path.exists(path):
         return None
     with open(path, encoding="utf-8") as f:
-        return json.load(f)
+        return upgrade_sweep(json.load(f))  # older sweeps' unit names too
 
 
 def is_sweep(run: Run) -> bool:
@@ -166,11 +166,11 @@ def compare_sweeps(runs, labels, sweeps, out, plt) -> tuple[list, list]:
             t0 = blocks[0]["time_us"] if blocks[0] else None
             rows.append([op, str(size)] + [fmt(b["time_us"]) + (_fmt_pct(_pct(b["time_us"], t0)) if j else "")
                                            if b else "n/a" for j, b in enumerate(blocks)]
-                        + [fmt(b["busbw_gbps"]) if b else "n/a" for b in blocks])
+                        + [fmt(b["busbw_GBps"]) if b else "n/a" for b in blocks])
     tables.append(("Collectives: time and bus bandwidth (smallest, middle, largest size)"
                    + ("; repeats: their mean" if any(s.get("merged_sweeps") for s in sweeps) else ""), header, rows))
-    avg_rows = [[op] + [fmt(s["ops"][op]["avg_busbw_gbps"]) + (f" ± {fmt(sd)} (n={s['merged_sweeps']})" if (
-        sd := s["ops"][op].get("avg_busbw_gbps_sd")) else "") for s in sweeps] for op in ops]
+    avg_rows = [[op] + [fmt(s["ops"][op]["avg_busbw_GBps"]) + (f" ± {fmt(sd)} (n={s['merged_sweeps']})" if (
+        sd := s["ops"][op].get("avg_busbw_GBps_sd")) else "") for s in sweeps] for op in ops]
     tables.append(("Average bus bandwidth (GB/s)", ["collective"] + labels, avg_rows))
     lat_keys = [k for k in sweeps[0].get("latency_us", {}) if all(k in s.get("latency_us", {}) for s in sweeps)]
     lat_rows = []
@@ -189,8 +189,8 @@ def compare_sweeps(runs, labels, sweeps, out, plt) -> tuple[list, list]:
             # repeats: error bars of one standard deviation (none for a single sweep)
             a1.errorbar([p[0] for p in pts], [p[1]["time_us"] for p in pts], fmt="o-", label=lab, ms=3, capsize=2,
                         yerr=[p[1].get("time_us_sd") or 0.0 for p in pts] if s.get("merged_sweeps") else None)
-            a2.errorbar([p[0] for p in pts], [p[1]["busbw_gbps"] for p in pts], fmt="o-", label=lab, ms=3, capsize=2,
-                        yerr=[p[1].get("busbw_gbps_sd") or 0.0 for p in pts] if s.get("merged_sweeps") else None)
+            a2.errorbar([p[0] for p in pts], [p[1]["busbw_GBps"] for p in pts], fmt="o-", label=lab, ms=3, capsize=2,
+                        yerr=[p[1].get("busbw_GBps_sd") or 0.0 for p in pts] if s.get("merged_sweeps") else None)
         a1.set_xscale("log"), a1.set_yscale("log"), a2.set_xscale("log")
         a1.set_xlabel("size (B)"), a1.set_ylabel("time (us)"), a1.legend(fontsize=8), a1.grid(alpha=0.3)
         a2.set_xlabel("size (B)"), a2.set_ylabel("busbw (GB/s)"), a2.grid(alpha=0.3)
@@ -213,7 +213,7 @@ _NUMERIC = ("step_time_median_s", "step_time_p95_s", "samples_per_s", "tokens_pe
 
 
 def _get(s: dict, key: str):
-    """A summary figure by dotted key (energy.per_step_j, exposed.share)."""
+    """A summary figure by dotted key (energy.per_step_j, exposed_comm.share)."""
     for part in key.split("."):
         s = (s or {}).get(part) if isinstance(s, dict) else None
     return s
@@ -224,7 +224,7 @@ def group_summary(sums: list[dict]) -> dict:
     `spread` holds {mean, sd, n, min, max} per figure."""
     g = dict(sums[0])
     g["spread"] = {}
-    for key in (*_NUMERIC, "energy.per_step_j", "energy.per_sample_j", "exposed.share"):
+    for key in (*_NUMERIC, "energy.per_step_j", "energy.per_sample_j", "exposed_comm.share"):
         st = spread(_get(s, key) for s in sums)
         g["spread"][key] = st
         if "." not in key:
@@ -232,13 +232,12 @@ def group_summary(sums: list[dict]) -> dict:
     if len(sums) > 1:
         g["energy"] = {**g["energy"], **{k: (g["spread"][f"energy.{k}"] or {}).get("mean")
                                          for k in ("per_step_j", "per_sample_j") if k in g["energy"]}}
-        if g["exposed"]:
-            g["exposed"] = {**g["exposed"], "share": (g["spread"]["exposed.share"] or {}).get("mean")}
+        g["exposed_comm"] = {**g["exposed_comm"], "share": (g["spread"]["exposed_comm.share"] or {}).get("mean")}
         g["comm"] = {}
         for op in sorted({op for s in sums for op in s["comm"]}):
             per = [s["comm"][op] for s in sums if op in s["comm"]]
             g["comm"][op] = {**per[0], **{k: (spread(c.get(k) for c in per) or {}).get("mean")
-                                          for k in ("time_per_step_s", "busbw_gbps", "bytes_per_step")},
+                                          for k in ("time_per_step_s", "busbw_GBps", "bytes_per_step")},
                              "partial": any(c.get("partial") for c in per)}
         g["comm_partial"] = any(s.get("comm_partial") for s in sums)
     return g
@@ -300,7 +299,7 @@ def compare_training(groups, labels, out, plt) -> tuple[list, list, dict]:
         row("iteration time, median", "step_time_median_s", "s"), row("iteration time, p95", "step_time_p95_s", "s"),
         row("samples/s", "samples_per_s"), row("tokens/s", "tokens_per_s"),
         ["communication share"] + [_cell(s["spread"]["comm_share"], "%", None, False) + partial_note(s) for s in sums],
-        row("exposed communication share", "exposed.share", "%", pct=False),
+        row("exposed communication share", "exposed_comm.share", "%", pct=False),
         row("straggler spread", "straggler_s", "s", pct=False),
     ]
     for key, name in (("energy.per_step_j", "energy per step"), ("energy.per_sample_j", "energy per sample")):
@@ -340,7 +339,7 @@ def compare_training(groups, labels, out, plt) -> tuple[list, list, dict]:
                                                ["steps compared", str(parity["steps_compared"])]])]
     comm_ops = sorted({op for s in sums for op in s["comm"]})
     comm_rows = [[op] + [fmt((s["comm"].get(op) or {}).get("time_per_step_s"), "s") + " / "
-                         + fmt((s["comm"].get(op) or {}).get("busbw_gbps"), "GB/s")
+                         + fmt((s["comm"].get(op) or {}).get("busbw_GBps"), "GB/s")
                          + (" (partial)" if (s["comm"].get(op) or {}).get("partial") else "") for s in sums]
                  for op in comm_ops]
     tables.append(("Communication per step: time / busbw (median)", ["collective", *labels], comm_rows))

@@ -125,3 +125,18 @@ def loss_verdict(deltas: list[dict[str, dict[str, int]]]) -> dict:
     return {"verdict": "clean" if not totals else "loss", "counts": totals,
             "reason": "no drops, errors or out-of-sequence packets" if not totals else
             "drops, errors or out-of-sequence packets seen: " + ", ".join(sorted(totals))}
+
+
+def merge_verdicts(earlier: dict | None, now: dict | None) -> dict:
+    """One verdict over a resumed run's attempts: the counts add up; an attempt that read no counters
+    (a resume with nothing left to do) leaves the earlier verdict as it was."""
+    if not earlier or earlier.get("verdict") is None:
+        return now or {"verdict": None, "reason": "no counters were read", "counts": {}}
+    if not now or now.get("verdict") is None:
+        return earlier
+    counts = dict(earlier.get("counts") or {})
+    for k, v in (now.get("counts") or {}).items():
+        counts[k] = counts.get(k, 0) + v
+    return {"verdict": "clean" if not counts else "loss", "counts": counts,
+            "reason": "no drops, errors or out-of-sequence packets" if not counts else
+            "drops, errors or out-of-sequence packets seen: " + ", ".join(sorted(counts))}

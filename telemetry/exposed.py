@@ -12,6 +12,9 @@ send/recv on the calling thread). Exposed = union(communication) minus union(com
 from __future__ import annotations
 
 COMM_PREFIXES = ("gloo:", "nccl:")
+# the collective's op on the calling thread: issuing it, which on gloo was seen to take up to 20 ms of a
+# loaded machine's step before gloo's thread started the transfer (the caller waits meanwhile)
+CALLER_PREFIX = "c10d::"
 NCCL_KERNELS = ("ncclDevKernel", "ncclKernel")
 # profiler names -> our collective types
 _OP_NAMES = {"all_reduce": "all_reduce", "allreduce": "all_reduce", "all_gather": "all_gather",
@@ -19,12 +22,19 @@ _OP_NAMES = {"all_reduce": "all_reduce", "allreduce": "all_reduce", "all_gather"
              "reduce_scatter": "reduce_scatter", "_reduce_scatter_base": "reduce_scatter",
              "reduce_scatter_tensor_coalesced": "reduce_scatter", "all_to_all": "all_to_all",
              "alltoall": "all_to_all", "alltoall_base": "all_to_all", "broadcast": "broadcast", "send": "send",
-             "recv": "recv", "barrier": "barrier", "reduce": "reduce"}
+             "recv": "recv", "barrier": "barrier", "reduce": "reduce",
+             # c10d:: op names (the calling thread's side)
+             "allgather_base": "all_gather", "allgather_into_tensor_coalesced": "all_gather",
+             "reduce_scatter_base": "reduce_scatter", "allreduce_coalesced": "all_reduce",
+             "recv_any_source": "recv"}
 
 
 def collective_type(name: str) -> str | None:
     if name.startswith(COMM_PREFIXES):
         raw = name.split(":", 1)[1]
+        return _OP_NAMES.get(raw, raw)
+    if name.startswith(CALLER_PREFIX):  # c10d::allreduce_, c10d::_allgather_base_, c10d::recv_, ...
+        raw = name[len(CALLER_PREFIX):].strip("_")
         return _OP_NAMES.get(raw, raw)
     if name.startswith(NCCL_KERNELS):
         low = name.lower()
@@ -81,6 +91,8 @@ def analyse(events: list[dict], window: tuple[float, float], on_gpu: bool) -> di
         if on_gpu and e["device"] != "cuda":
             continue  # on GPU the kernels are the communication; CPU-side ops only enqueue
         comm_by_op.setdefault(op, []).append((max(e["start"], lo), min(e["end"], hi)))
+        if e["name"].startswith(CALLER_PREFIX):
+            continue  # the caller's thread computes at other times
         if e["device"] == "cpu" and op not in ("send", "recv"):  # gloo runs send/recv on the caller's thread
             comm_threads.add(e["thread"])
     compute = []
@@ -167,3 +179,76 @@ class ProfiledWindows:
             prof.export_chrome_trace(path)
             result["trace"] = os.path.basename(path)
         return result
+
+
+# ---------------------------------------------------------------- every step: an estimate from the tracer
+
+HOST_TIMED_ONLY = ("estimated from host timestamps, which gloo's calls have; a NCCL call's time is its "
+                   "kernels' on the device: profiled windows (telemetry.profile_every) measure it")
+
+
+def _intersect(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """a and b, both unions."""
+    return _subtract(a, _subtract(a, b))
+
+
+def call_intervals(calls, window: tuple[float, float]) -> list[tuple[float, float]]:
+    """Timed calls as intervals clipped to the window. Host-timed calls (gloo) are issue to completion.
+    Device-timed ones (NCCL: a duration, no end) are laid end to end per group from their issue times,
+    since a group's works run one after another on its stream."""
+    lo, hi = window
+    out, busy_until = [], {}
+    for c in sorted((c for c in calls if c.duration_s is not None), key=lambda c: c.t_issue):
+        if c.t_done is not None:
+            start, end = c.t_issue, c.t_done
+        else:
+            start = max(c.t_issue, busy_until.get(c.token, c.t_issue))
+            end = busy_until[c.token] = start + c.duration_s
+        start, end = max(start, lo), min(end, hi)
+        if end > start:
+            out.append((start, end))
+    return _union(out)
+
+
+def waiting_intervals(calls, marks: list[tuple[str, float]], window: tuple[float, float]) -> list[tuple[float, float]]:
+    """When the training thread was waiting, as far as the tracer and the loop's phase marks show:
+    - a blocking call, issue to completion (it ran on the caller's thread);
+    - an asynchronous call while it was being issued (gloo was seen to take up to 20 ms to hand a
+      loaded machine's caller its thread back);
+    - the tail of a backward pass that issued asynchronous calls (DDP's buckets): a bucket is issued
+      as soon as its last gradient is ready, so after the last issue the pass only waits for them.
+    Elsewhere the thread is taken to be computing, so communication waited on at some other point
+    (an asynchronous call's wait() after unrelated work) counts as hidden: a lower bound there."""
+    lo, hi = window
+    waits = [(c.t_issue, c.t_done) for c in calls if c.blocking and c.t_done is not None]
+    waits += [(c.t_issue, c.t_returned) for c in calls if not c.blocking and c.t_returned is not None]
+    begin = None
+    for name, t in marks:
+        if name == "backward_begin":
+            begin = t
+        elif name == "backward_end" and begin is not None:
+            issued = [c.t_issue for c in calls if not c.blocking and begin <= c.t_issue <= t]
+            if issued:
+                waits.append((max(issued), t))
+            begin = None
+    return _union([(max(a, lo), min(b, hi)) for a, b in waits if min(b, hi) > max(a, lo)])
+
+
+def step_comm_times(calls, marks: list[tuple[str, float]], window: tuple[float, float]) -> dict:
+    """A step's communication time and its exposed part, both within the step's window, so that
+    exposed <= communication <= the window by construction.
+
+    comm_time_s: wall time with at least one timed call in flight (concurrent calls count once);
+    null when the step had calls and none was timed. exposed_comm_s: the part of it in which the
+    training thread waited (`waiting_intervals`); null, with `exposed_comm_reason`, where the calls
+    are timed on the device (NCCL)."""
+    timed = [c for c in calls if c.duration_s is not None]
+    comm = call_intervals(timed, window)
+    out = {"comm_time_s": _length(comm) if timed or not calls else None}
+    if any(c.t_done is None for c in timed):
+        out.update(exposed_comm_s=None, exposed_comm_reason=HOST_TIMED_ONLY)
+    elif out["comm_time_s"] is None:
+        out.update(exposed_comm_s=None, exposed_comm_reason="no call of the step was timed")
+    else:
+        out["exposed_comm_s"] = _length(_intersect(comm, waiting_intervals(calls, marks, window)))
+    return out

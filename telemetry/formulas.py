@@ -30,13 +30,13 @@ def bus_factor(op: str, n: int) -> float:
     raise ValueError(f"unknown collective {op!r}; known: {', '.join(OPS)}, sendrecv")
 
 
-def algbw_gbps(size_bytes: float, time_s: float | None) -> float | None:
+def algbw_GBps(size_bytes: float, time_s: float | None) -> float | None:
     """GB/s (1e9 bytes), None when the time is unknown or zero."""
     if time_s is None or time_s <= 0:
         return None
     return size_bytes / time_s / 1e9
 
 
-def busbw_gbps(op: str, size_bytes: float, time_s: float | None, n: int) -> float | None:
-    alg = algbw_gbps(size_bytes, time_s)
+def busbw_GBps(op: str, size_bytes: float, time_s: float | None, n: int) -> float | None:
+    alg = algbw_GBps(size_bytes, time_s)
     return None if alg is None else alg * bus_factor(op, n)

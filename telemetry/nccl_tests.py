@@ -171,7 +171,7 @@ class _Run:
             return None  # a placeholder block: nothing was measured
         time = _num(vals["time"])
         block = {"time_us": None if time is None else time * self.time_scale,
-                 "algbw_gbps": _num(vals["algbw"]), "busbw_gbps": _num(vals["busbw"]), "wrong": None}
+                 "algbw_GBps": _num(vals["algbw"]), "busbw_GBps": _num(vals["busbw"]), "wrong": None}
         if "wrong" in vals:
             w = _num(vals["wrong"])
             block["wrong"] = None if w is None else int(w)
@@ -190,7 +190,7 @@ class _Run:
         if self.avg is not None:
             avg, source = self.avg, "footer"
         else:
-            vals = [b["busbw_gbps"] for b in blocks if b["busbw_gbps"] is not None]
+            vals = [b["busbw_GBps"] for b in blocks if b["busbw_GBps"] is not None]
             avg = sum(vals) / len(vals) if vals else None
             source = "mean of the rows' busbw (no footer)" if vals else None
         wrongs = [b["wrong"] for b in blocks if b.get("wrong") is not None]
@@ -204,7 +204,7 @@ class _Run:
         for name in BLOCKS:
             if self.rows and all(r.get(name) is None for r in self.rows):
                 missing[name] = "not in this table"
-        return {"test": self.name, "rows": self.rows, "avg_busbw_gbps": avg, "avg_busbw_source": source,
+        return {"test": self.name, "rows": self.rows, "avg_busbw_GBps": avg, "avg_busbw_source": source,
                 "wrong": wrong, "ranks": self.ranks, "world_size": len(self.devices) or None,
                 "devices": self.devices, "params": self.params, "version": self.version, "missing": missing,
                 "notes": notes, "skipped_lines": self.skipped}
@@ -399,7 +399,7 @@ def read(path: str) -> dict:
 # ---------------------------------------------------------------- CSV
 
 CSV_COLUMNS = ["op", "test", "world_size", "size", "count", "type", "redop", "root"] + [
-    f"{b}_{k}" for b in BLOCKS for k in ("time_us", "algbw_gbps", "busbw_gbps", "wrong")]
+    f"{b}_{k}" for b in BLOCKS for k in ("time_us", "algbw_GBps", "busbw_GBps", "wrong")]
 
 
 def to_csv(result: dict) -> str:
@@ -414,7 +414,7 @@ def to_csv(result: dict) -> str:
                      r.get("redop"), r.get("root")]
             for b in BLOCKS:
                 block = r.get(b) or {}
-                cells += [block.get(k) for k in ("time_us", "algbw_gbps", "busbw_gbps", "wrong")]
+                cells += [block.get(k) for k in ("time_us", "algbw_GBps", "busbw_GBps", "wrong")]
             w.writerow(["" if c is None else c for c in cells])
     return out.getvalue()
 

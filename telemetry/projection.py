@@ -111,8 +111,8 @@ def load_busbw_table(path: str) -> dict:
         points = []
         for row in r["rows"]:
             block = row.get("out_of_place") or row.get("in_place") or {}
-            if row.get("size") and block.get("busbw_gbps"):
-                points.append((float(row["size"]), float(block["busbw_gbps"])))
+            if row.get("size") and block.get("busbw_GBps"):
+                points.append((float(row["size"]), float(block["busbw_GBps"])))
         if points:
             table[op] = sorted(points)
     if not table:

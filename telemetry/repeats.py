@@ -22,7 +22,7 @@ def _merge_block(blocks: list[dict | None]) -> dict | None:
     if not blocks:
         return None
     out = {}
-    for key in ("time_us", "algbw_gbps", "busbw_gbps"):
+    for key in ("time_us", "algbw_GBps", "busbw_GBps"):
         s = spread(b.get(key) for b in blocks)
         out[key] = s["mean"] if s else None
         if s and s["n"] > 1:
@@ -49,9 +49,9 @@ def merge_sweeps(sweeps: list[dict]) -> dict:
             same = [next((r for r in s["ops"][op]["rows"] if r["size"] == row["size"]), None) for s in sweeps]
             same = [r for r in same if r is not None]
             rows.append({**row, **{b: _merge_block([r.get(b) for r in same]) for b in ("out_of_place", "in_place")}})
-        avg = spread(s["ops"][op].get("avg_busbw_gbps") for s in sweeps)
-        ops[op] = {**first["ops"][op], "rows": rows, "avg_busbw_gbps": avg["mean"] if avg else None,
-                   "avg_busbw_gbps_sd": avg["sd"] if avg else None}
+        avg = spread(s["ops"][op].get("avg_busbw_GBps") for s in sweeps)
+        ops[op] = {**first["ops"][op], "rows": rows, "avg_busbw_GBps": avg["mean"] if avg else None,
+                   "avg_busbw_GBps_sd": avg["sd"] if avg else None}
     latency, latency_sd = {}, {}
     for key in first.get("latency_us") or {}:
         s = spread(sw.get("latency_us", {}).get(key) for sw in sweeps)

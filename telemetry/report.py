@@ -47,7 +47,7 @@ def summarize(run: Run) -> dict:
         reasons.update(x["untimed_reason"] for x in rows if x.get("untimed") and x.get("untimed_reason"))
         comm[op] = {"count_per_step": median([x["count"] for x in rows]),
                     "bytes_per_step": median([x["bytes"] for x in rows]),
-                    "time_per_step_s": t, "busbw_gbps": median([x.get("busbw_gbps") for x in rows]),
+                    "time_per_step_s": t, "busbw_GBps": median([x.get("busbw_GBps") for x in rows]),
                     "share_of_step": t / med if t is not None and med else None,
                     "partial": partial, "untimed_bytes_per_step": median([_untimed_bytes(x) for x in rows])}
     comm_time = median([r.get("comm_time_s") for r in steps])
@@ -57,6 +57,17 @@ def summarize(run: Run) -> dict:
         known = [_untimed_bytes(x) for x in stats]
         per_step_untimed.append(None if None in known else sum(known))
     comm_partial = any(c["partial"] for c in comm.values())
+    # exposed <= communication <= step time on every step, and the three medians are over the same steps,
+    # so the shares keep that order (a median is monotone)
+    exposed_steps = [r.get("exposed_comm_s") for r in steps]
+    exposed_comm = {"per_step_s": None if None in exposed_steps else median(exposed_steps),
+                    "reason": next((r["exposed_comm_reason"] for r in steps if r.get("exposed_comm_reason")),
+                                   None if steps and "exposed_comm_s" in steps[0] else
+                                   "not recorded (a run from before the per-step estimate)")}
+    if exposed_comm["per_step_s"] is not None:
+        exposed_comm["reason"] = None
+    exposed_comm["share"] = (exposed_comm["per_step_s"] / med if exposed_comm["per_step_s"] is not None and med
+                             else None)
     windows = [r["exposed"] for r in run.metrics if r.get("exposed")]
     exposed = None
     if windows:
@@ -65,12 +76,12 @@ def summarize(run: Run) -> dict:
                    "comm_share": _mean([w["comm_share"] for w in windows]),
                    "by_op": {op: _mean([w["by_op"].get(op, {}).get("exposed_share") for w in windows]) for op in ops}}
     spreads = [r["ranks"]["step_time_s"] for r in steps if (r.get("ranks") or {}).get("step_time_s")]
-    energy_rows = [r.get("energy_j") for r in steps]
+    energy_rows = [r.get("job_gpu_energy_j") for r in steps]
     energy_step = median(energy_rows)
     tel = run.info.get("telemetry") or {}
     energy = ({"per_step_j": energy_step, "per_sample_j": energy_step / gbs if energy_step and gbs else None,
-               "total_j": sum(r.get("energy_j") or 0 for r in run.metrics),
-               "power_w": median([r.get("power_w") for r in steps])}
+               "total_j": sum(r.get("job_gpu_energy_j") or 0 for r in run.metrics),
+               "power_w": median([r.get("job_gpu_power_w") for r in steps])}
               if energy_step is not None else
               {"reason": next((r.get("gpu_energy_reason") for r in run.metrics if r.get("gpu_energy_reason")),
                               tel.get("gpu_energy_reason") or "no energy readings in this run")})
@@ -92,7 +103,8 @@ def summarize(run: Run) -> dict:
         # the share counts timed calls only: partial when some calls had no time
         "comm_partial": comm_partial, "comm_untimed_bytes_per_step": median(per_step_untimed),
         "comm_untimed_reasons": sorted(reasons),
-        "exposed": exposed,
+        "exposed_comm": exposed_comm,  # every step's estimate from the traced calls (same steps as comm_share)
+        "exposed": exposed,  # profiled windows: shares of the profiled window, with the profiler's overhead
         "straggler_s": median([s["max"] - s["min"] for s in spreads]),
         "energy": energy, "counters": tel.get("counters") or {"verdict": None, "reason": "no counter summary"},
         "stragglers": straggler_section(run.info, run.metrics),
@@ -150,15 +162,18 @@ def tables(s: dict) -> list[tuple[str, list[str], list[list[str]]]]:
         ["samples/s", fmt(s["samples_per_s"])], ["tokens/s", fmt(s["tokens_per_s"])],
         ["straggler spread (median max-min step time)", fmt(s["straggler_s"], "s")],
         ["communication share of step", fmt(s["comm_share"], "%") + partial_note(s)],
-        ["exposed communication share", fmt((s["exposed"] or {}).get("share"), "%") +
-         (f" ({s['exposed']['windows']} profiled windows)" if s["exposed"] else " (no profiled windows: "
-                                                                                 "set telemetry.profile_every)")],
+        ["exposed communication share", fmt(s["exposed_comm"]["share"], "%") +
+         (f" (unknown: {s['exposed_comm']['reason']})" if s["exposed_comm"]["reason"] else "")],
+        ["exposed share in profiled windows (of the window, profiler on)",
+         fmt((s["exposed"] or {}).get("share"), "%") +
+         (f" ({s['exposed']['windows']} windows)" if s["exposed"] else " (no profiled windows: set "
+                                                                        "telemetry.profile_every)")],
     ]
     comm_rows = []
     for op, c in s["comm"].items():
         exp_op = (s["exposed"] or {}).get("by_op", {}).get(op)
         comm_rows.append([op, fmt(c["count_per_step"]), fmt_bytes(c["bytes_per_step"]), fmt(c["time_per_step_s"], "s"),
-                          fmt(c["busbw_gbps"], "GB/s"), fmt(c["share_of_step"], "%") + (" (partial)" if c["partial"] else ""),
+                          fmt(c["busbw_GBps"], "GB/s"), fmt(c["share_of_step"], "%") + (" (partial)" if c["partial"] else ""),
                           fmt(exp_op, "%"), fmt_bytes(c["untimed_bytes_per_step"]) if c["partial"] else ""])
     e = s["energy"]
     energy = ([["energy per step", fmt(e["per_step_j"], "J")], ["energy per sample", fmt(e["per_sample_j"], "J")],
@@ -168,7 +183,7 @@ def tables(s: dict) -> list[tuple[str, list[str], list[list[str]]]]:
     counters = [["verdict", fmt(c.get("verdict"))], ["reason", fmt(c.get("reason"))]]
     return [("Run", ["", ""], overview), ("Throughput", ["", ""], throughput),
             ("Communication per step (median)", ["collective", "count", "bytes", "time", "busbw", "share of step",
-                                                 "exposed share", "untimed bytes"], comm_rows),
+                                                 "exposed share (profiled)", "untimed bytes"], comm_rows),
             ("Energy", ["", ""], energy), ("Fabric counters", ["", ""], counters), s["stragglers"]]
 
 
@@ -252,11 +267,11 @@ def plots(run: Run, out: str) -> list[tuple[str, str]]:
     save(fig, "comm.png", "Communication by collective, and exposed share")
 
     fig, ax = plt.subplots(figsize=(7, 3.6))
-    energy = [r.get("energy_j") for r in m]
+    energy = [r.get("job_gpu_energy_j") for r in m]
     if any(e is not None for e in energy):
         ax.plot(steps, energy, label="energy per step (J)")
         ax2 = ax.twinx()
-        ax2.plot(steps, [r.get("power_w") for r in m], color="tab:red", label="power (W)")
+        ax2.plot(steps, [r.get("job_gpu_power_w") for r in m], color="tab:red", label="power (W)")
         ax2.set_ylabel("power (W)")
         ax.set_ylabel("energy (J)"), ax.set_xlabel("step")
     else:
@@ -267,13 +282,13 @@ def plots(run: Run, out: str) -> list[tuple[str, str]]:
 
     fig, ax = plt.subplots(figsize=(7, 3.6))
     plotted = False
-    for key, label in (("net_tx_bytes", "NIC tx"), ("net_rx_bytes", "NIC rx"), ("rdma_tx_bytes", "RDMA tx"),
-                       ("rdma_rx_bytes", "RDMA rx")):
+    for key, label in (("job_net_tx_bytes", "NIC tx"), ("job_net_rx_bytes", "NIC rx"),
+                       ("job_rdma_tx_bytes", "RDMA tx"), ("job_rdma_rx_bytes", "RDMA rx")):
         vals = [r.get(key) for r in m]
         if any(v is not None for v in vals):
             ax.plot(steps, [(v or 0) / 1e6 for v in vals], label=label)
             plotted = True
-    losses = [(r["step"], r["loss_events"]) for r in m if r.get("loss_events")]
+    losses = [(r["step"], r["job_loss_events"]) for r in m if r.get("job_loss_events")]
     if losses:
         ax.plot(*zip(*losses), "rv", label="loss events")
     if plotted:

@@ -25,6 +25,45 @@ def read_jsonl(path: str) -> list[dict]:
     return rows
 
 
+# Names before the scope and unit rules (docs/telemetry.md, "One record"): job-wide sums now carry job_,
+# bandwidths in bytes/s _GBps. Older run directories are read under the new names.
+RENAMED_FIELDS = {"energy_j": "job_gpu_energy_j", "power_w": "job_gpu_power_w", "cpu_energy_j": "job_cpu_energy_j",
+                  "net_tx_bytes": "job_net_tx_bytes", "net_rx_bytes": "job_net_rx_bytes",
+                  "rdma_tx_bytes": "job_rdma_tx_bytes", "rdma_rx_bytes": "job_rdma_rx_bytes",
+                  "loss_events": "job_loss_events"}
+RENAMED_UNITS = {"busbw_gbps": "busbw_GBps", "algbw_gbps": "algbw_GBps", "avg_busbw_gbps": "avg_busbw_GBps",
+                 "busbw_min_gbps": "busbw_min_GBps", "busbw_max_gbps": "busbw_max_GBps"}
+
+
+def _rename(d: dict, names: dict) -> dict:
+    for old, new in names.items():
+        if old in d and new not in d:
+            d[new] = d.pop(old)
+    return d
+
+
+def upgrade_record(record: dict) -> dict:
+    """A metrics.jsonl (or ranks/) line under the current names; current lines pass unchanged."""
+    _rename(record, RENAMED_FIELDS)
+    for stats in (record.get("comm") or {}).values():
+        if isinstance(stats, dict):
+            _rename(stats, RENAMED_UNITS)
+    return record
+
+
+def upgrade_sweep(sweep: dict) -> dict:
+    """A collectives.json (sweep or nccl-tests JSON) under the current unit names."""
+    for op in (sweep.get("ops") or {}).values():
+        _rename(op, RENAMED_UNITS)
+        for row in op.get("rows") or []:
+            for block in row.values():
+                if isinstance(block, dict):
+                    _rename(block, RENAMED_UNITS)
+                    if isinstance(block.get("spread"), dict):  # repeats: min and max over them
+                        _rename(block["spread"], RENAMED_UNITS)
+    return sweep
+
+
 @dataclass
 class Run:
     path: str
@@ -56,8 +95,11 @@ def load_run(path: str) -> Run:
     ranks = {}
     for p in sorted(glob.glob(os.path.join(path, "ranks", "rank*.telemetry.jsonl"))):
         rank = int(os.path.basename(p)[4:9])
-        ranks[rank] = read_jsonl(p)
-    return Run(path, info, read_jsonl(os.path.join(path, "metrics.jsonl")), ranks)
+        ranks[rank] = [upgrade_record(r) for r in read_jsonl(p)]
+    final = info.get("final") or {}
+    _rename(final, RENAMED_UNITS)  # a sweep's avg_busbw per collective
+    metrics = [upgrade_record(r) for r in read_jsonl(os.path.join(path, "metrics.jsonl"))]
+    return Run(path, info, metrics, ranks)
 
 
 def percentile(values: list[float], q: float) -> float | None:

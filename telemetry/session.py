@@ -32,7 +32,7 @@ from .collectives import RECORDED_OPS as OPS, CollectiveTracer, enable_nccl_timi
 from .counters import CounterReader, loss_verdict
 from .energy import EnergyMeter, open_cpu_source, open_gpu_source
 from .environment import host_info
-from .exposed import ProfiledWindows
+from .exposed import ProfiledWindows, step_comm_times
 from .stragglers import StragglerDetector, describe as describe_straggler, leaders, link_probe
 
 
@@ -66,6 +66,14 @@ EXPORT_BARRIER_S = 60  # how long rank 0 waits at close for the other ranks' fil
 REDUCED = ("step_time_s", "comm_time_s", "comm_bytes", *(f"time_{op}" for op in OPS), "gpu_energy_j",
            "gpu_power_w", "host_cpu_energy_j", "host_net_tx_bytes", "host_net_rx_bytes", "host_rdma_tx_bytes",
            "host_rdma_rx_bytes", "host_loss_events", "compute_s", "link_in_s")
+
+
+# rank 0's job-wide sums: record name -> the REDUCED field summed over ranks (host fields come from one
+# rank per host, so the sum is over hosts). Every other field of a record is the writing rank's own.
+JOB_SUMS = {"job_gpu_energy_j": "gpu_energy_j", "job_gpu_power_w": "gpu_power_w",
+            "job_cpu_energy_j": "host_cpu_energy_j", "job_net_tx_bytes": "host_net_tx_bytes",
+            "job_net_rx_bytes": "host_net_rx_bytes", "job_rdma_tx_bytes": "host_rdma_tx_bytes",
+            "job_rdma_rx_bytes": "host_rdma_rx_bytes", "job_loss_events": "host_loss_events"}
 
 
 MEDIAN_EVERY_STEP_UP_TO = 16  # ranks: up to here sending every rank's values each step costs next to nothing
@@ -130,14 +138,8 @@ def cross_rank_figures(total: torch.Tensor, gathered: list[list[float]] | None) 
         "ranks": {"step_time_s": spread(col("step_time_s")), "comm_time_s": spread(col("comm_time_s")),
                   "comm_time_s_by_op": by_op, "compute_s": spread(col("compute_s")),
                   **({"link_in_s": s} if (s := spread(col("link_in_s"))) is not None else {})},
-        "energy_j": total_of("gpu_energy_j"),  # all GPUs of the job
-        "power_w": total_of("gpu_power_w"),
-        "cpu_energy_j": total_of("host_cpu_energy_j"),  # all hosts' CPU packages
-        "net_tx_bytes": total_of("host_net_tx_bytes"),
-        "net_rx_bytes": total_of("host_net_rx_bytes"),
-        "rdma_tx_bytes": total_of("host_rdma_tx_bytes"),
-        "rdma_rx_bytes": total_of("host_rdma_rx_bytes"),
-        "loss_events": total_of("host_loss_events"),
+        # sums over the job's GPUs / hosts: the job_ prefix (JOB_SUMS); unprefixed fields are the rank's own
+        **{name: total_of(field) for name, field in JOB_SUMS.items()},
     }
 
 
@@ -172,6 +174,7 @@ class Telemetry:
         self._energy_total = {"gpu_j": 0.0, "cpu_j": 0.0, "known": False}
         self._exposed: list[dict] = []
         self._t_step = None
+        self._t_eval = None
         self._events = None  # ranks/rank<r>.events.jsonl, only when "trace" is exported
         self._events_bytes = 0
         self._marks: list = []
@@ -268,23 +271,30 @@ class Telemetry:
         self._marks = []
 
     def mark(self, name: str) -> None:
-        """A phase boundary (backward_begin/_end, optimizer_begin/_end) for the trace; free when it is off."""
-        if self._events is not None:
+        """A phase boundary (backward_begin/_end, optimizer_begin/_end): the exposed-communication estimate
+        reads them, and the trace shows them. A list append."""
+        if self.started:
             self._marks.append((name, time.perf_counter()))
 
     def end_step(self, step: int, step_time_s: float | None = None) -> dict:
         """This step's telemetry fields (call on every rank: the cross-rank reduction is collective)."""
         if not self.started:
             return {}
-        if step_time_s is None and self._t_step is not None:
-            step_time_s = time.perf_counter() - self._t_step
         t_end = time.perf_counter()
+        if step_time_s is None and self._t_step is not None:
+            step_time_s = t_end - self._t_step
         step_comm = self.tracer.end_step()
         comm = step_comm.summary()
         if self._events is not None:
             self._write_events(step, t_end, step_comm.calls)
-        comm_bytes, comm_time = totals(comm)
-        record = {"comm": comm, "comm_bytes": comm_bytes, "comm_time_s": comm_time}
+        # the step's window: the loop's step time, ending now (never earlier than start_step), so that
+        # exposed <= communication <= step time hold by construction
+        lo = t_end - step_time_s if step_time_s is not None else -math.inf
+        window = (max(lo, self._t_step) if self._t_step is not None else lo, t_end)
+        comm_bytes, _ = totals(comm)
+        record = {"comm": comm, "comm_bytes": comm_bytes, **step_comm_times(step_comm.calls, self._marks, window)}
+        self._marks = []
+        comm_time = record["comm_time_s"]
         profiled = self.windows.active()
         exposed = self.windows.stop(step)
         if profiled:
@@ -340,6 +350,24 @@ class Telemetry:
                     print(f"[telemetry] {describe_straggler(finding)}", file=sys.stderr, flush=True)
         return record
 
+    def start_eval(self, step: int) -> None:
+        """An evaluation after `step`: its collectives are kept apart from every training step's."""
+        if self.started:
+            self.tracer.begin_step()
+            self._t_eval = time.perf_counter()
+
+    def end_eval(self, step: int) -> dict:
+        """The evaluation's own communication: `eval_comm_bytes`, `eval_comm_time_s` (same rule as a step's)."""
+        if not self.started or self._t_eval is None:
+            return {}
+        t_end = time.perf_counter()
+        calls = self.tracer.end_step()
+        comm = calls.summary()
+        window = (self._t_eval, t_end)
+        self._t_eval = None
+        return {"eval_time_s": t_end - window[0], "eval_comm_bytes": totals(comm)[0],
+                "eval_comm_time_s": step_comm_times(calls.calls, [], window)["comm_time_s"]}
+
     def _median_every(self) -> int:
         every = self.s.cross_rank_median_every
         if every is None:
@@ -392,7 +420,6 @@ class Telemetry:
                 # op, issue time, duration (null: untimed), bytes, group size, source
                 "calls": [[c.op, c.t_issue + off, c.duration_s, c.nbytes, c.group_size, c.source] for c in kept],
                 "calls_dropped": len(calls) - len(kept)}
-        self._marks = []  # a loop that marks without start_step must not grow one line forever
         text = json.dumps(line) + "\n"
         if self._events_bytes + len(text) > EVENTS_MAX_BYTES:
             self._events.write(json.dumps({"step": step, "truncated": f"events file reached {EVENTS_MAX_BYTES} "

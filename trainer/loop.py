@@ -33,6 +33,7 @@ class LoopState:
     last_eval_loss: float | None = None
     last_eval_accuracy: float | None = None
     target_reached_step: int | None = None
+    resumed_from: int | None = None  # the checkpoint's step when this attempt resumed
 
 
 class Trainer:
@@ -75,6 +76,13 @@ class Trainer:
             self.progress.warn("this rank had no RNG state in the checkpoint (world size changed); "
                                "dropout streams restart from the seed")
         self.progress.info(f"resumed from {path} at step {self.state.step}")
+        self.state.resumed_from = self.state.step
+        # the run's last loss and evaluation so far, so that a resume with nothing left to do keeps them
+        done = self.rundir.metrics_up_to(self.state.step)
+        self.state.last_loss = next((r["loss"] for r in reversed(done) if r.get("loss") is not None), None)
+        last_eval = next((r for r in reversed(done) if r.get("eval_loss") is not None), {})
+        self.state.last_eval_loss = last_eval.get("eval_loss")
+        self.state.last_eval_accuracy = last_eval.get("eval_accuracy")
         return self.state.step
 
     def _save(self) -> None:
@@ -280,13 +288,15 @@ class Trainer:
         crash_at = int(os.environ.get("FABRIC_HARNESS_CRASH_AFTER_STEP", "0"))  # fault injection for tests
         for step in range(start + 1, max_steps + 1):
             record = self.train_step(step)
+            self.hooks.on_step_end(step, record)  # the step ends here: evaluation is not part of it
             if self._eval_due(step):
+                self.hooks.on_eval_start(step)
                 for name, value in self.evaluate().items():
                     record[f"eval_{name}"] = value
+                self.hooks.on_eval_end(step, record)
                 self.state.last_eval_loss = record.get("eval_loss")
                 self.state.last_eval_accuracy = record.get("eval_accuracy")
                 record["samples_seen"] = step * self.layout.global_batch_size
-            self.hooks.on_step_end(step, record)
             record["time"] = time.time()  # wall clock at the step's end: lines steps up with outside counters
             self.state.step, self.state.last_loss = step, record["loss"]
             self.rundir.write_metrics(record)

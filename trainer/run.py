@@ -16,6 +16,7 @@ import torch.distributed as dist
 
 from telemetry import fabric
 from telemetry.adapters import HarnessHooks
+from telemetry.counters import merge_verdicts
 from telemetry.environment import host_info, redacted_env, software_versions
 from telemetry.session import Telemetry, TelemetrySettings
 
@@ -143,7 +144,7 @@ def _sweep(recipe: Recipe, rundir: RunDir, device: torch.device, hosts: list, wa
         from telemetry.nccl_tests import to_csv
         with open(os.path.join(rundir.path, "collectives.csv"), "w", encoding="utf-8") as f:
             f.write(to_csv(result))
-        rundir.update(final={"avg_busbw_gbps": {op: r["avg_busbw_gbps"] for op, r in result["ops"].items()},
+        rundir.update(final={"avg_busbw_GBps": {op: r["avg_busbw_GBps"] for op, r in result["ops"].items()},
                              "wrong": sum(r["wrong"] for r in result["ops"].values()),
                              "latency_us": result.get("latency_us")})
 
@@ -167,7 +168,7 @@ def run(recipe: Recipe, layout: Layout, argv: list[str], overrides: list[str]) -
     old_term = signal.signal(signal.SIGTERM, _on_signal)
     status, code, error = "failed", 1, None
     hooks = HookList()
-    telemetry = watch = None
+    telemetry = watch = trainer = None
     try:
         device = pick_device()
         backend = pick_backend(recipe.distributed.backend, device)
@@ -261,7 +262,12 @@ def run(recipe: Recipe, layout: Layout, argv: list[str], overrides: list[str]) -
             if watch is not None and dist.is_initialized():
                 watch.refresh()  # the whole run's NCCL logs, not only the first step's
             if telemetry is not None:
-                rundir.update(telemetry=telemetry.summary())
+                summary = telemetry.summary()
+                if trainer is not None and trainer.state.resumed_from and summary.get("enabled"):
+                    # the run's verdict covers the attempts before the resume too
+                    earlier = (previous.get("telemetry") or {}).get("counters")
+                    summary["counters"] = merge_verdicts(earlier, summary.get("counters"))
+                rundir.update(telemetry=summary)
                 telemetry.close()
         finally:
             attempts = rundir.info.get("attempts", []) + [{"attempt": attempt, "start_time": rundir.info["start_time"],

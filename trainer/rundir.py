@@ -70,6 +70,10 @@ class RunDir:
             os.replace(self.metrics_path, os.path.join(self.logs, f"metrics.replaced-{now_iso()}.jsonl"))
         self._metrics = open(self.metrics_path, "a", encoding="utf-8")
 
+    def metrics_up_to(self, step: int) -> list[dict]:
+        """The recorded steps up to `step` (what a resume from that step's checkpoint continues)."""
+        return [r for r in read_jsonl(self.metrics_path) if r.get("step", 0) <= step]
+
     def write_metrics(self, record: dict) -> None:
         if self._metrics is not None:
             self._metrics.write(json.dumps(record) + "\n")

@@ -27,7 +27,7 @@ def step_scalars(record: dict) -> dict[str, float]:
             out[name] = float(value)
 
     for key in ("loss", "lr", "grad_norm", "step_time_s", "samples_per_s", "tokens_per_s", "mfu",
-                "tflops_per_device", "comm_time_s", "comm_bytes"):
+                "tflops_per_device", "comm_time_s", "comm_bytes", "exposed_comm_s"):
         put(f"train/{key}" if key in ("loss", "lr", "grad_norm") else f"perf/{key}" if key in (
             "step_time_s", "samples_per_s", "tokens_per_s", "mfu", "tflops_per_device") else f"comm/{key}",
             record.get(key))
@@ -35,12 +35,11 @@ def step_scalars(record: dict) -> dict[str, float]:
         put(f"comm/{op}/time_s", s.get("time_s"))
         put(f"comm/{op}/bytes", s.get("bytes"))
         put(f"comm/{op}/count", s.get("count"))
-        put(f"comm/{op}/busbw_gbps", s.get("busbw_gbps"))
+        put(f"comm/{op}/busbw_GBps", s.get("busbw_GBps"))
     put("comm/exposed_share", (record.get("exposed") or {}).get("exposed_share"))
     put("comm/exposed_s", (record.get("exposed") or {}).get("exposed_s"))
-    put("energy/gpu_energy_j", record.get("energy_j"))  # job-wide sums (rank 0's cross-rank figures)
-    put("energy/gpu_power_w", record.get("power_w"))
-    put("energy/cpu_energy_j", record.get("cpu_energy_j"))
+    for key in ("job_gpu_energy_j", "job_gpu_power_w", "job_cpu_energy_j"):  # sums over the job's GPUs / hosts
+        put(f"energy/{key}", record.get(key))
     spread = (record.get("ranks") or {}).get("step_time_s") or {}
     put("ranks/step_time_s_max", spread.get("max"))
     put("ranks/step_time_s_min", spread.get("min"))

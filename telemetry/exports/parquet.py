@@ -23,16 +23,16 @@ def _schemas():
         ("run", s), ("run_name", s), ("step", i64), ("time", f64), ("loss", f64), ("lr", f64),
         ("grad_norm", f64), ("step_time_s", f64), ("samples_per_s", f64), ("tokens_per_s", f64),
         ("tokens", i64), ("tflops_per_device", f64), ("mfu", f64), ("comm_time_s", f64), ("comm_bytes", i64),
-        ("exposed_share", f64), ("exposed_s", f64), ("gpu_energy_j", f64), ("gpu_power_w", f64),
-        ("cpu_energy_j", f64), ("step_time_s_min", f64), ("step_time_s_max", f64), ("step_time_s_max_rank", i64),
-        ("comm_time_s_max", f64), ("comm_time_s_max_rank", i64), ("eval_loss", f64), ("eval_accuracy", f64),
-        ("profiled", pa.bool_())])
+        ("exposed_comm_s", f64), ("exposed_share", f64), ("exposed_s", f64), ("job_gpu_energy_j", f64),
+        ("job_gpu_power_w", f64), ("job_cpu_energy_j", f64), ("step_time_s_min", f64), ("step_time_s_max", f64),
+        ("step_time_s_max_rank", i64), ("comm_time_s_max", f64), ("comm_time_s_max_rank", i64),
+        ("eval_loss", f64), ("eval_accuracy", f64), ("profiled", pa.bool_())])
     collectives = pa.schema([
         ("run", s), ("run_name", s), ("rank", i64), ("step", i64), ("op", s), ("count", i64), ("bytes", i64),
-        ("time_s", f64), ("busbw_gbps", f64), ("untimed", i64), ("untimed_reason", s)])
+        ("time_s", f64), ("busbw_GBps", f64), ("untimed", i64), ("untimed_reason", s)])
     calls = pa.schema([
         ("run", s), ("run_name", s), ("rank", i64), ("step", i64), ("op", s), ("t_issue", f64),
-        ("duration_s", f64), ("bytes", i64), ("group_size", i64), ("busbw_gbps", f64), ("source", s)])
+        ("duration_s", f64), ("bytes", i64), ("group_size", i64), ("busbw_GBps", f64), ("source", s)])
     return steps, collectives, calls
 
 
@@ -55,11 +55,10 @@ def step_rows(run) -> list[dict]:
             "run": name, "run_name": label, "step": int(r["step"]), "time": _num(r.get("time")),
             **{k: _num(r.get(k)) for k in ("loss", "lr", "grad_norm", "step_time_s", "samples_per_s",
                                              "tokens_per_s", "tflops_per_device", "mfu", "comm_time_s",
-                                             "eval_loss", "eval_accuracy")},
+                                             "exposed_comm_s", "eval_loss", "eval_accuracy",
+                                             "job_gpu_energy_j", "job_gpu_power_w", "job_cpu_energy_j")},
             "tokens": _num(r.get("tokens"), int), "comm_bytes": _num(r.get("comm_bytes"), int),
             "exposed_share": _num(ex.get("exposed_share")), "exposed_s": _num(ex.get("exposed_s")),
-            "gpu_energy_j": _num(r.get("energy_j")), "gpu_power_w": _num(r.get("power_w")),
-            "cpu_energy_j": _num(r.get("cpu_energy_j")),
             "step_time_s_min": _num(st.get("min")), "step_time_s_max": _num(st.get("max")),
             "step_time_s_max_rank": _num(st.get("max_rank"), int), "comm_time_s_max": _num(ct.get("max")),
             "comm_time_s_max_rank": _num(ct.get("max_rank"), int), "profiled": bool(r.get("profiled", False))})
@@ -74,7 +73,7 @@ def collective_rows(run) -> list[dict]:
             for op, s in sorted((r.get("comm") or {}).items()):
                 rows.append({"run": name, "run_name": label, "rank": rank, "step": _num(r.get("step"), int),
                              "op": op, "count": _num(s.get("count"), int), "bytes": _num(s.get("bytes"), int),
-                             "time_s": _num(s.get("time_s")), "busbw_gbps": _num(s.get("busbw_gbps")),
+                             "time_s": _num(s.get("time_s")), "busbw_GBps": _num(s.get("busbw_GBps")),
                              "untimed": _num(s.get("untimed"), int), "untimed_reason": s.get("untimed_reason")})
     return rows
 
@@ -90,7 +89,7 @@ def call_rows(run) -> list[dict]:
                 bw = nbytes * bus_factor(op, max(size, 1)) / dur / 1e9 if dur else None
                 rows.append({"run": name, "run_name": label, "rank": line.get("rank"), "step": line.get("step"),
                              "op": op, "t_issue": t, "duration_s": dur, "bytes": nbytes, "group_size": size,
-                             "busbw_gbps": bw, "source": source})
+                             "busbw_GBps": bw, "source": source})
     return rows
 
 

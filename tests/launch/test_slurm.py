@@ -134,4 +134,4 @@ def test_two_slurm_nodes_in_the_fabric_lab_run_the_job_over_the_shaped_link(tmp_
     assert info["fabric"]["gloo"]["interface"] == "fab0", info["fabric"]["gloo"]  # the lab's link, not lo
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line]
     assert [r["step"] for r in rows] == [1, 2, 3]
-    assert all(r["net_tx_bytes"] and r["net_tx_bytes"] >= r["comm_bytes"] > 0 for r in rows), rows
+    assert all(r["job_net_tx_bytes"] and r["job_net_tx_bytes"] >= r["comm_bytes"] > 0 for r in rows), rows

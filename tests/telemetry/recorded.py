@@ -6,7 +6,7 @@ import json
 
 def write_run(path, *, name="recorded", lr=0.01, step_time=1.0, comm_time=0.25, energy=True, rate_bps=None,
               losses=None, transport="tcp", expectation=None, sweep=None, extra_comm=None, fabric_extra=None,
-              info_extra=None, train_extra=None, times=False):
+              info_extra=None, train_extra=None, times=False, exposed_time=0.1):
     path.mkdir(parents=True)
     fabric = {"backend": "nccl", "transport": transport,
               "expectation": expectation or {"expected": "any", "detected": transport, "match": None},
@@ -28,10 +28,12 @@ def write_run(path, *, name="recorded", lr=0.01, step_time=1.0, comm_time=0.25, 
     for step in range(1, 7):
         rec = {"step": step, "loss": losses[step - 1], "step_time_s": 2 * step_time if step == 1 else step_time,
                "tokens_per_s": 1000.0, "comm": {"all_reduce": {"count": 1, "bytes": 1_000_000, "time_s": comm_time,
-                                                               "untimed": 0, "busbw_gbps": 0.004}},
-               "comm_time_s": comm_time, "ranks": {"step_time_s": {"min": 0.9, "median": 1.0, "max": 1.1},
-                                                   "comm_time_s_by_op": {"all_reduce": {"min": comm_time}}},
-               "energy_j": 500.0 if energy else None, "power_w": 480.0 if energy else None, "net_tx_bytes": 2e6}
+                                                               "untimed": 0, "busbw_GBps": 0.004}},
+               "comm_time_s": comm_time, "exposed_comm_s": exposed_time,
+               "ranks": {"step_time_s": {"min": 0.9, "median": 1.0, "max": 1.1},
+                         "comm_time_s_by_op": {"all_reduce": {"min": comm_time}}},
+               "job_gpu_energy_j": 500.0 if energy else None, "job_gpu_power_w": 480.0 if energy else None,
+               "job_net_tx_bytes": 2e6}
         if times:  # wall clock at the end of the step, as the loop writes it
             clock += rec["step_time_s"]
             rec["time"] = clock
@@ -53,11 +55,11 @@ def sweep_result(scale=1.0):
         out = []
         for size in (8, 1024, 1048576):
             t = (20 + size / 1e3) * scale
-            block = {"time_us": t, "algbw_gbps": size / t / 1e3, "busbw_gbps": size / t / 1e3, "wrong": 0}
+            block = {"time_us": t, "algbw_GBps": size / t / 1e3, "busbw_GBps": size / t / 1e3, "wrong": 0}
             out.append({"size": size, "count": size // 4, "in_place": block,
                         "out_of_place": None if op == "all_reduce" else block})
         return out
     # repeats: the sweep's own setting (each size timed that often, the median kept), not runs to merge
-    return {"world_size": 2, "repeats": 3, "ops": {op: {"rows": rows(op), "avg_busbw_gbps": 1.0 / scale, "wrong": 0}
+    return {"world_size": 2, "repeats": 3, "ops": {op: {"rows": rows(op), "avg_busbw_GBps": 1.0 / scale, "wrong": 0}
                                      for op in ("all_reduce", "sendrecv")},
             "latency_us": {"all_reduce_4B_us": 40.0 * scale, "sendrecv_48B_us": 41.0 * scale}}

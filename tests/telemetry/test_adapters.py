@@ -26,7 +26,7 @@ def test_hugging_face_trainer_callback(tmp_path):
     assert [r["step"] for r in rows] == [1, 2, 3]
     for r in rows:
         assert r["step_time_s"] > 0 and r["comm"] == {} and r["comm_bytes"] == 0
-        assert r["energy_j"] is None and r["gpu_energy_reason"]
+        assert r["job_gpu_energy_j"] is None and r["gpu_energy_reason"]
     assert not telemetry.started  # closed at train end: torch.distributed is unwrapped again
     assert (tmp_path / "ranks" / "rank00000.telemetry.jsonl").exists()
 

@@ -40,7 +40,7 @@ def test_explicit_calls_have_nccl_tests_bytes_and_times(seen):
                 assert stats["untimed"] == 0 and stats["time_s"] is not None and stats["time_s"] >= 0, op
         # busbw uses the nccl-tests factor: all_reduce on 2 ranks is x1
         ar = ex["all_reduce"]
-        assert ar["busbw_gbps"] == pytest.approx((4096 + 1024) / ar["time_s"] / 1e9, rel=1e-6)
+        assert ar["busbw_GBps"] == pytest.approx((4096 + 1024) / ar["time_s"] / 1e9, rel=1e-6)
 
 
 def test_ddp_bucket_bytes_equal_the_trainable_gradient_bytes(seen):

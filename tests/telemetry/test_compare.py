@@ -73,7 +73,7 @@ def test_sweep_comparison_with_latency_reduction(tmp_path):
 
 def test_partial_communication_is_marked_in_the_comparison(tmp_path):
     untimed = {"all_gather": {"count": 2, "bytes": 4096, "time_s": None, "untimed": 2, "untimed_bytes": 4096,
-                              "busbw_gbps": None, "untimed_reason": "functional collectives are timed on NCCL only"}}
+                              "busbw_GBps": None, "untimed_reason": "functional collectives are timed on NCCL only"}}
     a = write_run(tmp_path / "fast", rate_bps=1e9, extra_comm=untimed)
     b = write_run(tmp_path / "slow", rate_bps=1e8, step_time=2.0, comm_time=1.25)
     proc = cli("compare", str(a), str(b), "--out", str(tmp_path / "cmp"))

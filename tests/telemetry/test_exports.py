@@ -38,7 +38,7 @@ def test_tensorboard_scalars_read_back(run):
     acc.Reload()
     tags = set(acc.Tags()["scalars"])
     for tag in ("train/loss", "train/lr", "perf/step_time_s", "perf/samples_per_s", "perf/tokens_per_s",
-                "comm/comm_time_s", "comm/all_reduce/time_s", "comm/all_reduce/bytes", "comm/all_reduce/busbw_gbps"):
+                "comm/comm_time_s", "comm/all_reduce/time_s", "comm/all_reduce/bytes", "comm/all_reduce/busbw_GBps"):
         assert tag in tags, (tag, sorted(tags))
     metrics = run.metrics()
     loss = {e.step: e.value for e in acc.Scalars("train/loss")}
@@ -48,7 +48,7 @@ def test_tensorboard_scalars_read_back(run):
     byts = {e.step: e.value for e in acc.Scalars("comm/all_reduce/bytes")}
     assert byts[1] == metrics[0]["comm"]["all_reduce"]["bytes"] > 0
     # no GPU here: energy is unknown, so it is absent rather than written as 0
-    assert all(m.get("energy_j") is None for m in metrics) and "energy/gpu_energy_j" not in tags
+    assert all(m.get("job_gpu_energy_j") is None for m in metrics) and "energy/job_gpu_energy_j" not in tags
 
 
 def _wandb_records(path):
@@ -102,7 +102,8 @@ def test_parquet_tables_read_back(run):
     assert [r["step"] for r in steps] == [m["step"] for m in metrics]
     for row, m in zip(steps, metrics):
         assert row["loss"] == pytest.approx(m["loss"]) and row["run"] == "run"
-        assert row["gpu_energy_j"] is None  # unknown stays null
+        assert row["job_gpu_energy_j"] is None  # unknown stays null
+        assert row["exposed_comm_s"] == pytest.approx(m["exposed_comm_s"]) and row["exposed_comm_s"] <= row["comm_time_s"]
         assert row["step_time_s_max_rank"] in (0, 1)
     coll = pq.read_table(run.out / "exports" / "collectives.parquet").to_pylist()
     assert {r["rank"] for r in coll} == {0, 1}
@@ -143,8 +144,8 @@ def test_trace_is_valid_and_shows_ranks_phases_and_collectives(run):
         assert {e["name"] for e in mine if e["cat"] == "step"} == {f"step {s}" for s in range(1, 7)}
         assert {"forward", "backward", "optimizer"} <= {e["name"] for e in mine if e["cat"] == "phase"}
         coll = [e for e in mine if e["cat"] == "collective"]
-        assert coll and all(e["args"]["bytes"] >= 0 and "busbw_gbps" in e["args"] for e in coll)
-        assert any(e["name"] == "all_reduce" and e["args"]["busbw_gbps"] for e in coll)
+        assert coll and all(e["args"]["bytes"] >= 0 and "busbw_GBps" in e["args"] for e in coll)
+        assert any(e["name"] == "all_reduce" and e["args"]["busbw_GBps"] for e in coll)
     # slices on one thread must nest (viewers drop or mis-draw the rest)
     by_thread = defaultdict(list)
     for e in slices:
@@ -214,7 +215,7 @@ def test_docs_list_every_parquet_column():
     section = text.split("### Parquet exports", 1)[1]
     for name, schema in zip(("steps", "collectives", "calls"), _schemas()):
         table = section.split(f"`{name}.parquet`", 1)[1].split("\n\n", 2)[1]
-        documented = {"run", "run_name"} | set(re.findall(r"`([a-z_]+)`", table))
+        documented = {"run", "run_name"} | set(re.findall(r"`([A-Za-z_]+)`", table))  # _GBps: a unit
         assert set(schema.names) <= documented, (name, set(schema.names) - documented)
 
 
@@ -239,6 +240,6 @@ def test_trace_puts_overlapping_calls_on_separate_lanes():
     assert phases[2][1] == pytest.approx(0.4e6)  # the second micro-batch's forward starts at the backward's end
     coll = [e for e in ev if e.get("cat") == "collective" and e["ph"] == "X"]
     assert [e["tid"] for e in coll] == [1, 2, 1]  # the third fits back on the first lane
-    assert coll[0]["args"]["busbw_gbps"] == pytest.approx(1000 * 1.0 / 0.3 / 1e9)  # all_reduce, n=2: 2(n-1)/n
+    assert coll[0]["args"]["busbw_GBps"] == pytest.approx(1000 * 1.0 / 0.3 / 1e9)  # all_reduce, n=2: 2(n-1)/n
     untimed = [e for e in ev if e.get("cat") == "collective" and e["ph"] == "i"]
-    assert len(untimed) == 1 and untimed[0]["args"]["untimed"] and untimed[0]["args"]["busbw_gbps"] is None
+    assert len(untimed) == 1 and untimed[0]["args"]["untimed"] and untimed[0]["args"]["busbw_GBps"] is None

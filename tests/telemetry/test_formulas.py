@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from telemetry.formulas import algbw_gbps, bus_factor, busbw_gbps
+from telemetry.formulas import algbw_GBps, bus_factor, busbw_GBps
 
 
 @pytest.mark.parametrize("op,n,factor", [
@@ -17,11 +17,11 @@ def test_bus_factors(op, n, factor):
 
 def test_bandwidths_by_hand():
     # 1 GiB all-reduce over 8 ranks in 10 ms: algbw 107.37 GB/s, busbw x 1.75 = 187.90 GB/s
-    assert algbw_gbps(2**30, 0.010) == pytest.approx(107.374182, rel=1e-6)
-    assert busbw_gbps("all_reduce", 2**30, 0.010, 8) == pytest.approx(187.904819, rel=1e-6)
+    assert algbw_GBps(2**30, 0.010) == pytest.approx(107.374182, rel=1e-6)
+    assert busbw_GBps("all_reduce", 2**30, 0.010, 8) == pytest.approx(187.904819, rel=1e-6)
     # not 2S/t: the mistake docs/reference.md section 2 warns about
-    assert algbw_gbps(1e9, 1.0) == 1.0
-    assert algbw_gbps(1e9, None) is None and algbw_gbps(1e9, 0.0) is None
+    assert algbw_GBps(1e9, 1.0) == 1.0
+    assert algbw_GBps(1e9, None) is None and algbw_GBps(1e9, 0.0) is None
 
 
 def test_unknown_collective_is_refused():

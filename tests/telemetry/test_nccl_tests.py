@@ -53,7 +53,7 @@ def test_every_row_of_every_fixture_is_read(name):
             assert row["out_of_place"] or row["in_place"]
             for block in (row["out_of_place"], row["in_place"]):
                 if block:
-                    assert block["time_us"] > 0 and block["busbw_gbps"] >= 0 and block["algbw_gbps"] >= 0
+                    assert block["time_us"] > 0 and block["busbw_GBps"] >= 0 and block["algbw_GBps"] >= 0
 
 
 def test_current_layout_with_preamble_and_footer():
@@ -67,8 +67,8 @@ def test_current_layout_with_preamble_and_footer():
                             "iters": 20, "agg_iters": 1, "validation": 1, "graph": 0, "step": 2, "step_kind": "factor"}
     last = op["rows"][-1]
     assert (last["size"], last["count"], last["redop"], last["root"]) == (8589934592, 2147483648, "sum", -1)
-    assert last["out_of_place"] == {"time_us": 47535.0, "algbw_gbps": 180.71, "busbw_gbps": 338.82, "wrong": 0}
-    assert op["avg_busbw_gbps"] == 70.742 and op["avg_busbw_source"] == "footer" and op["wrong"] == 0
+    assert last["out_of_place"] == {"time_us": 47535.0, "algbw_GBps": 180.71, "busbw_GBps": 338.82, "wrong": 0}
+    assert op["avg_busbw_GBps"] == 70.742 and op["avg_busbw_source"] == "footer" and op["wrong"] == 0
     assert (r["dtype"], r["redop"], r["iters"], r["warmup"], r["time_reduction"]) == ("float32", "sum", 20, 5, None)
 
 
@@ -78,7 +78,7 @@ def test_mpi_tagged_output_of_a_recent_version():
     op = r["ops"]["all_reduce"]
     assert op["test"] == "all_reduce_perf_mpi" and op["version"].startswith("2.18.0 ")
     assert [d["bus_id"] for d in op["devices"]] == ["0000:02:00", "0000:02:00"]
-    assert op["rows"][0]["in_place"]["time_us"] == 4365.21 and op["avg_busbw_gbps"] == 1.57614
+    assert op["rows"][0]["in_place"]["time_us"] == 4365.21 and op["avg_busbw_GBps"] == 1.57614
     # 2.20 adds 'unalign' and a commit to the version line
     r = read(str(TABLES / "all_reduce_perf_2.20_unalign_excerpt.txt"))
     op = r["ops"]["all_reduce"]
@@ -93,7 +93,7 @@ def test_old_layouts_error_column_and_blank_redop():
     row = op["rows"][-1]
     assert row["root"] is None and row["redop"] == "sum"  # no root column before 2022
     # 'error' is the largest error, not a count: wrong is unknown, the error is kept
-    assert row["in_place"] == {"time_us": 184216.0, "algbw_gbps": 23.31, "busbw_gbps": 43.72, "wrong": None,
+    assert row["in_place"] == {"time_us": 184216.0, "algbw_GBps": 23.31, "busbw_GBps": 43.72, "wrong": None,
                                "error": 5e-07}
     assert any("largest error" in n for n in op["notes"]) and op["wrong"] == 0  # the footer's count
     r = read(str(TABLES / "alltoall_perf_issue78_old_blank_redop.txt"))
@@ -109,8 +109,8 @@ def test_old_layouts_error_column_and_blank_redop():
 def test_launcher_prefixes_footerless_tables_and_unchecked_rows():
     r = read(str(TABLES / "all_reduce_perf_srun_labels_nofooter.txt"))
     op = r["ops"]["all_reduce"]
-    busbw = [b["busbw_gbps"] for row in op["rows"] for b in (row["out_of_place"], row["in_place"])]
-    assert op["avg_busbw_gbps"] == pytest.approx(sum(busbw) / len(busbw)) and op["wrong"] == 0
+    busbw = [b["busbw_GBps"] for row in op["rows"] for b in (row["out_of_place"], row["in_place"])]
+    assert op["avg_busbw_GBps"] == pytest.approx(sum(busbw) / len(busbw)) and op["wrong"] == 0
     assert op["rows"][-1]["size"] == 17179869184
     r = read(str(TABLES / "all_gather_perf_unchecked_na.txt"))
     op = r["ops"]["all_gather"]
@@ -121,7 +121,7 @@ def test_launcher_prefixes_footerless_tables_and_unchecked_rows():
     assert row["out_of_place"]["wrong"] == 0 and row["in_place"]["wrong"] is None
     r = read(str(TABLES / "all_gather_perf_mpi_2.18_three_runs.txt"))
     assert list(r["ops"]) == ["all_gather", "all_gather_2", "all_gather_3"]
-    assert [op["avg_busbw_gbps"] for op in r["ops"].values()] == [1.27827, 0.669677, 1.54607]
+    assert [op["avg_busbw_GBps"] for op in r["ops"].values()] == [1.27827, 0.669677, 1.54607]
 
 
 def test_layouts_nccl_tests_prints_without_a_published_sample():

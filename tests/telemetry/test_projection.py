@@ -60,7 +60,7 @@ def test_profile_from_a_recorded_run(tmp_path):
 
 def test_a_partial_measurement_makes_a_partial_projection(tmp_path):
     untimed = {"all_to_all": {"count": 1, "bytes": 2048, "time_s": None, "untimed": 1, "untimed_bytes": 2048,
-                              "busbw_gbps": None, "untimed_reason": "functional collectives are timed on NCCL only"}}
+                              "busbw_GBps": None, "untimed_reason": "functional collectives are timed on NCCL only"}}
     prof = measured_profile(load_run(str(write_run(tmp_path / "p", extra_comm=untimed))))
     assert prof["partial"] is True and prof["untimed_bytes"] == 2048
     p = project(prof, 8e6)

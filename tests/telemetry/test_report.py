@@ -21,7 +21,7 @@ def test_summary_numbers(tmp_path):
     s = summarize(load_run(str(recorded_run(tmp_path / "run"))))
     assert s["steps"] == 6  # the truncated line is skipped
     assert s["step_time_median_s"] == 1.0 and s["samples_per_s"] == 8.0  # warm-up and profiled steps left out
-    assert s["comm_share"] == 0.25 and s["exposed"]["share"] == 0.2
+    assert s["comm_share"] == 0.25 and s["exposed_comm"]["share"] == 0.1 and s["exposed"]["share"] == 0.2
     assert s["energy"]["per_step_j"] == 500.0 and s["energy"]["per_sample_j"] == 62.5
     assert abs(s["straggler_s"] - 0.2) < 1e-12
 
@@ -40,6 +40,47 @@ def test_report_writes_html_markdown_and_figures(tmp_path):
         assert (out / name).stat().st_size > 1000, name
 
 
+def test_shares_keep_their_order_and_the_profiled_figure_stands_apart(tmp_path):
+    """exposed <= communication <= step time on every step gives the same order for the report's shares; the
+    profiled windows' share (of the window, with the profiler on) is its own row, not the exposed share."""
+    run = write_run(tmp_path / "run", step_time=0.27, comm_time=0.0625, exposed_time=0.05)
+    s = summarize(load_run(str(run)))
+    assert 0 <= s["exposed_comm"]["share"] <= s["comm_share"] <= 1.0
+    assert s["exposed_comm"]["per_step_s"] == 0.05 and s["exposed_comm"]["reason"] is None
+    proc = subprocess.run([sys.executable, "-m", "telemetry", "report", str(run)], cwd=REPO, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    md = (run / "report" / "report.md").read_text()
+    assert "| communication share of step | 23.1% |" in md and "| exposed communication share | 18.5% |" in md
+    assert "| exposed share in profiled windows (of the window, profiler on) | 20.0% (1 windows) |" in md
+
+
+def test_runs_recorded_under_the_old_names_are_read_under_the_new(tmp_path):
+    import json
+
+    run = write_run(tmp_path / "old", exposed_time=None)
+    lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if x.strip().endswith("}")]
+    with open(run / "metrics.jsonl", "w") as f:
+        for rec in lines:
+            rec.pop("exposed_comm_s", None)
+            rec["energy_j"], rec["net_tx_bytes"] = rec.pop("job_gpu_energy_j"), rec.pop("job_net_tx_bytes")
+            rec["comm"]["all_reduce"]["busbw_gbps"] = rec["comm"]["all_reduce"].pop("busbw_GBps")
+            f.write(json.dumps(rec) + "\n")
+    loaded = load_run(str(run))
+    assert all(r["job_gpu_energy_j"] == 500.0 and r["job_net_tx_bytes"] == 2e6 and "energy_j" not in r
+               for r in loaded.metrics)
+    assert all(r["comm"]["all_reduce"]["busbw_GBps"] == 0.004 for r in loaded.metrics)
+    s = summarize(loaded)
+    assert s["energy"]["per_step_j"] == 500.0 and s["comm"]["all_reduce"]["busbw_GBps"] == 0.004
+    assert s["exposed_comm"]["share"] is None and "not recorded" in s["exposed_comm"]["reason"]
+    from telemetry.runs import upgrade_sweep
+    old_sweep = {"ops": {"all_reduce": {"avg_busbw_gbps": 1.5, "rows": [
+        {"size": 8, "in_place": {"time_us": 1.0, "algbw_gbps": 0.008, "busbw_gbps": 0.008}, "out_of_place": None}]}}}
+    new = upgrade_sweep(old_sweep)["ops"]["all_reduce"]
+    assert new["avg_busbw_GBps"] == 1.5 and new["rows"][0]["in_place"] == {"time_us": 1.0, "algbw_GBps": 0.008,
+                                                                           "busbw_GBps": 0.008}
+
+
 def test_report_on_a_missing_run_is_one_line(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "telemetry", "report", str(tmp_path / "nope")], cwd=REPO,
                           capture_output=True, text=True, timeout=60)
@@ -47,7 +88,7 @@ def test_report_on_a_missing_run_is_one_line(tmp_path):
 
 
 TP_UNTIMED = {"all_gather": {"count": 2, "bytes": 4096, "time_s": None, "untimed": 2, "untimed_bytes": 4096,
-                             "busbw_gbps": None,
+                             "busbw_GBps": None,
                              "untimed_reason": "functional collectives are timed on NCCL only"}}
 
 
@@ -67,7 +108,7 @@ def test_untimed_bytes_mark_the_communication_share_partial(tmp_path):
 
 def test_report_says_partial_where_calls_had_no_time(tmp_path):
     run = write_run(tmp_path / "tp", extra_comm={**TP_UNTIMED, "sendrecv": {
-        "count": 1, "bytes": 128, "time_s": 0.001, "untimed": 0, "untimed_bytes": 0, "busbw_gbps": 0.000128}})
+        "count": 1, "bytes": 128, "time_s": 0.001, "untimed": 0, "untimed_bytes": 0, "busbw_GBps": 0.000128}})
     proc = subprocess.run([sys.executable, "-m", "telemetry", "report", str(run)], cwd=REPO, capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr

@@ -70,10 +70,11 @@ def _check_against_old_gather(results: list[dict]) -> None:
                        (old["min"], old["max"], old["max_rank"], old["ranks"]), name
                 assert new["mean"] == pytest.approx(old["sum"] / old["ranks"], rel=1e-12)
                 assert new["median"] == (old["median"] if median_step else None), name
-        sums = {"gpu_energy_j": "energy_j", "gpu_power_w": "power_w", "host_cpu_energy_j": "cpu_energy_j",
-                "host_net_tx_bytes": "net_tx_bytes", "host_net_rx_bytes": "net_rx_bytes",
-                "host_rdma_tx_bytes": "rdma_tx_bytes", "host_rdma_rx_bytes": "rdma_rx_bytes",
-                "host_loss_events": "loss_events"}
+        # job-wide sums are named job_*: every unprefixed field is the rank's own
+        sums = {"gpu_energy_j": "job_gpu_energy_j", "gpu_power_w": "job_gpu_power_w",
+                "host_cpu_energy_j": "job_cpu_energy_j", "host_net_tx_bytes": "job_net_tx_bytes",
+                "host_net_rx_bytes": "job_net_rx_bytes", "host_rdma_tx_bytes": "job_rdma_tx_bytes",
+                "host_rdma_rx_bytes": "job_rdma_rx_bytes", "host_loss_events": "job_loss_events"}
         for field, key in sums.items():
             assert record[key] == (ref[field]["sum"] if ref[field] else None), key
         # what went over the wire: one message up the tree per rank, fixed-size except on median steps
@@ -125,7 +126,7 @@ def test_one_process_figures_without_a_process_group():
     out = tel.cross_rank(values, 1)
     assert out["ranks"]["step_time_s"] == {"min": 2.0, "median": 2.0, "mean": 2.0, "max": 2.0, "max_rank": 0,
                                            "ranks": 1}
-    assert out["ranks"]["comm_time_s"] is None and out["energy_j"] is None
+    assert out["ranks"]["comm_time_s"] is None and out["job_gpu_energy_j"] is None
 
 
 def test_combining_is_order_free_and_ties_go_to_the_higher_rank():

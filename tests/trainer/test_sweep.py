@@ -32,7 +32,7 @@ def test_sizes_and_size_parsing(capsys):
 def test_table_row_keeps_13_columns_and_average_bus_bandwidth():
     row = {"size": 1048576, "count": 262144,
            "out_of_place": None,
-           "in_place": {"time_us": 1000.0, "algbw_gbps": 1.048576, "busbw_gbps": 1.835008, "wrong": 0}}
+           "in_place": {"time_us": 1000.0, "algbw_GBps": 1.048576, "busbw_GBps": 1.835008, "wrong": 0}}
     line = format_row(row, "float", "sum", -1)
     # torch's all_reduce has no out-of-place form: a placeholder in each of its four columns
     assert line.split() == ["1048576", "262144", "float", "sum", "-1", "N/A", "N/A", "N/A", "N/A",
@@ -43,7 +43,7 @@ def test_table_row_keeps_13_columns_and_average_bus_bandwidth():
     published = (TABLES / "all_reduce_perf_2.20_unalign_excerpt.txt").read_text().splitlines()[8:11]
     assert HEADER.splitlines() == published
     assert [fit(v, 7) for v in (5.5, 123.456, 99999.9, 12345678.0)] == ["5.50", "123.46", "99999.9", "1.2e+07"]
-    rows = [row, {"size": 8, "count": 2, "out_of_place": {"time_us": 1, "algbw_gbps": 0.0, "busbw_gbps": 0.5,
+    rows = [row, {"size": 8, "count": 2, "out_of_place": {"time_us": 1, "algbw_GBps": 0.0, "busbw_GBps": 0.5,
                                                           "wrong": 0}, "in_place": None}]
     assert avg_busbw(rows) == pytest.approx((1.835008 + 0.5) / 2)
 
@@ -68,7 +68,7 @@ def test_two_rank_sweep_is_correct_and_recorded(sweep_run):
         assert [row["size"] for row in r["rows"]] == SIZES, op
         for row in r["rows"]:
             block = row["in_place"] or row["out_of_place"]
-            assert block["busbw_gbps"] == pytest.approx(block["algbw_gbps"] * (1.0 if op in (
+            assert block["busbw_GBps"] == pytest.approx(block["algbw_GBps"] * (1.0 if op in (
                 "all_reduce", "sendrecv", "broadcast", "sendrecv_intra_node") else 0.5))
             # count per rank, as nccl-tests prints it: each rank's share where S is split over the ranks
             split = op in ("reduce_scatter", "all_gather", "all_to_all")
@@ -120,7 +120,7 @@ def test_sweep_text_reads_completely_as_nccl_tests_output(sweep_run, tmp_path):
     assert parsed["ops"]["all_gather"]["test"] == "all_gather_perf"
     for op, data in out["ops"].items():
         got = parsed["ops"][op]
-        assert got["avg_busbw_gbps"] == pytest.approx(data["avg_busbw_gbps"], rel=1e-5) and got["wrong"] == 0
+        assert got["avg_busbw_GBps"] == pytest.approx(data["avg_busbw_GBps"], rel=1e-5) and got["wrong"] == 0
         assert got["world_size"] == data["world_size"]
         for mine, theirs in zip(data["rows"], got["rows"]):
             assert {k: theirs[k] for k in ("size", "count", "type", "redop", "root")} == \
@@ -130,7 +130,7 @@ def test_sweep_text_reads_completely_as_nccl_tests_output(sweep_run, tmp_path):
                 assert (a is None) == (b is None), (op, name)
                 if a:  # the text holds the JSON's numbers as printed
                     assert b["time_us"] == float(fit(a["time_us"], 7))
-                    assert b["busbw_gbps"] == float(fit(a["busbw_gbps"], 6)) and b["wrong"] == a["wrong"]
+                    assert b["busbw_GBps"] == float(fit(a["busbw_GBps"], 6)) and b["wrong"] == a["wrong"]
     assert parsed["latency_us"] == pytest.approx(out["latency_us"], abs=0.005)
     # CSV: a header and one line per row
     lines = to_csv(out).splitlines()
@@ -170,7 +170,7 @@ def test_repeats_give_the_median_and_the_spread(tmp_path):
     for op, b in blocks:
         times = b["spread"]["time_us"]
         assert len(times) == 3 and b["time_us"] == pytest.approx(sorted(times)[1]), op
-        assert b["spread"]["busbw_min_gbps"] <= b["busbw_gbps"] <= b["spread"]["busbw_max_gbps"]
+        assert b["spread"]["busbw_min_GBps"] <= b["busbw_GBps"] <= b["spread"]["busbw_max_GBps"]
     text = (res.out / "collectives.txt").read_text()
     assert text.count("# fabric-harness: rows are the median of 3 repeats; busbw min-max (GB/s): 1024 ") == 3
     assert len(minimal_reader(text)) == 9 and read(str(res.out / "collectives.txt"))["rows_skipped"] == 0

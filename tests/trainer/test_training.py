@@ -65,25 +65,33 @@ def check_telemetry(res, mode):
         if mode == "ddp":
             # one gradient all-reduce per optimizer step (no_sync on the other micro-batch)
             assert set(comm) == {"all_reduce"}
-            eval_bytes = 2 * 8 if "eval_loss" in rec else 0  # the evaluation's loss-sum and token count
-            assert comm["all_reduce"]["bytes"] == trainable_bytes + HARNESS_REDUCTION_BYTES + eval_bytes
+            assert comm["all_reduce"]["bytes"] == trainable_bytes + HARNESS_REDUCTION_BYTES
         else:
-            # FSDP2 gathers every parameter for forward and again for backward, reduce-scatters the grads
+            # FSDP2 gathers every parameter for forward and again for backward (the root stays gathered
+            # after an evaluation's forward), reduce-scatters the grads
             assert comm["all_gather"]["bytes"] >= 2 * all_bytes
             assert comm["reduce_scatter"]["bytes"] >= trainable_bytes
+        if "eval_loss" in rec:  # the evaluation's collectives are its own, never the step's
+            assert rec["eval_comm_bytes"] == (2 * 8 if mode == "ddp" else rec["eval_comm_bytes"]) > 0
+            assert rec["eval_time_s"] > 0 and rec["eval_comm_time_s"] is not None
         assert rec["comm_bytes"] == sum(v["bytes"] for v in comm.values())
         assert rec["comm_time_s"] is not None and rec["comm_time_s"] > 0
+        # one record, consistent with itself: exposed <= communication <= step time (rank 0's own)
+        assert rec["exposed_comm_s"] is not None and rec["exposed_comm_s"] <= rec["comm_time_s"] <= rec["step_time_s"]
         spread = rec["ranks"]["step_time_s"]
         assert spread["ranks"] == 2 and spread["min"] <= spread["median"] <= spread["max"]
         if info["device"]["type"] == "cpu":  # ranks on CPU read no GPU, whatever the machine has
-            assert rec["energy_j"] is None and rec["gpu_energy_reason"]
+            assert rec["job_gpu_energy_j"] is None and rec["gpu_energy_reason"]
         else:  # a GPU's energy is a number, or null with a reason
-            assert rec["energy_j"] is not None or rec["gpu_energy_reason"]
+            assert rec["job_gpu_energy_j"] is not None or rec["gpu_energy_reason"]
     assert info["fabric"]["backend"] == "gloo" and info["fabric"]["transport"] == "loopback"
     assert info["telemetry"]["counters"]["verdict"] in ("clean", "loss")
     for rank in (0, 1):
         lines = (res.out / "ranks" / f"rank{rank:05d}.telemetry.jsonl").read_text().splitlines()
         assert len(lines) == 6 and all(json.loads(line)["comm"] for line in lines)
+        for line in map(json.loads, lines):  # each rank's own record: same rules, no job-wide sums
+            assert line["exposed_comm_s"] <= line["comm_time_s"] <= line["step_time_s"]
+            assert not [k for k in line if k.startswith("job_")]
 
 
 def test_killed_run_keeps_its_steps_and_resume_equals_an_uninterrupted_run(tmp_path):
@@ -104,6 +112,13 @@ def test_killed_run_keeps_its_steps_and_resume_equals_an_uninterrupted_run(tmp_p
     info = resumed.run_json()
     assert [a["status"] for a in info["attempts"]] == ["died", "completed"]
     assert (out / "logs" / "metrics.before-resume-1.jsonl").exists()  # nothing recorded is lost
+    # the same command again has nothing left to do: the run's final loss and counter verdict stay
+    again = run_cli(out, *FAST, "train.save_every=3", nproc=2)
+    assert again.returncode == 0 and "nothing to do" in again.stdout, again.stderr[-3000:]
+    after = again.run_json()
+    assert after["final"]["step"] == 6 and after["final"]["loss"] == resumed.losses()[-1]
+    assert after["telemetry"]["counters"] == info["telemetry"]["counters"]
+    assert after["telemetry"]["counters"]["verdict"] in ("clean", "loss")
 
 
 @pytest.mark.parametrize("override,expected", [

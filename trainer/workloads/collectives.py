@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from telemetry.formulas import algbw_gbps, bus_factor
+from telemetry.formulas import algbw_GBps, bus_factor
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16,
           "bfloat16": torch.bfloat16, "int32": torch.int32, "int64": torch.int64, "int8": torch.int8,
@@ -301,12 +301,12 @@ class Sweep:
 def _timed_block(times: list[float], size: int, factor: float, wrong: int | None) -> dict:
     """One block of a row: the median of the repeated timings, and their spread when there were several."""
     t = statistics.median(times)
-    block = {"time_us": t * 1e6, "algbw_gbps": algbw_gbps(size, t), "busbw_gbps": algbw_gbps(size, t) * factor,
+    block = {"time_us": t * 1e6, "algbw_GBps": algbw_GBps(size, t), "busbw_GBps": algbw_GBps(size, t) * factor,
              "wrong": wrong}
     if len(times) > 1:
-        bws = [algbw_gbps(size, x) * factor for x in times]
+        bws = [algbw_GBps(size, x) * factor for x in times]
         block["spread"] = {"repeats": len(times), "time_us": [x * 1e6 for x in times],
-                           "busbw_min_gbps": min(bws), "busbw_max_gbps": max(bws)}
+                           "busbw_min_GBps": min(bws), "busbw_max_GBps": max(bws)}
     return block
 
 
@@ -357,7 +357,7 @@ def _block(b: dict | None) -> str:
     if b is None:
         return _cells((NA,) * 4, _BLOCK_W)
     wrong = NA if b["wrong"] is None else str(b["wrong"])
-    return _cells((fit(b["time_us"], 7), fit(b["algbw_gbps"], 6), fit(b["busbw_gbps"], 6), wrong), _BLOCK_W)
+    return _cells((fit(b["time_us"], 7), fit(b["algbw_GBps"], 6), fit(b["busbw_GBps"], 6), wrong), _BLOCK_W)
 
 
 def format_row(row: dict, type_name: str, redop: str, root: int) -> str:
@@ -368,7 +368,7 @@ def format_row(row: dict, type_name: str, redop: str, root: int) -> str:
 
 def avg_busbw(rows: list[dict]) -> float | None:
     """nccl-tests' '# Avg bus bandwidth': the mean busbw over every measured block of every size."""
-    vals = [b["busbw_gbps"] for r in rows for b in (r.get("out_of_place"), r.get("in_place")) if b]
+    vals = [b["busbw_GBps"] for r in rows for b in (r.get("out_of_place"), r.get("in_place")) if b]
     return sum(vals) / len(vals) if vals else None
 
 
@@ -407,7 +407,7 @@ def spread_line(rows: list[dict], repeats: int) -> str:
     for r in rows:
         for b in (r.get("out_of_place"), r.get("in_place")):
             if b and b.get("spread"):
-                parts.append(f"{r['size']} {fit(b['spread']['busbw_min_gbps'], 6)}-{fit(b['spread']['busbw_max_gbps'], 6)}")
+                parts.append(f"{r['size']} {fit(b['spread']['busbw_min_GBps'], 6)}-{fit(b['spread']['busbw_max_GBps'], 6)}")
                 break
     return f"# fabric-harness: rows are the median of {repeats} repeats; busbw min-max (GB/s): " + ", ".join(parts)
 
@@ -463,7 +463,7 @@ def run_sweep(cfg, device: torch.device, hosts: list[dict], say) -> dict:
         missing = {b: MISSING.get((base, b)) or f"not measured: sweep.in_place is {cfg.in_place}"
                    for b in BLOCKS_ALL if all(r.get(b) is None for r in rows)}
         notes = [] if checked else ["wrong per block: null, results not checked (sweep.check false)"]
-        result["ops"][op] = {"test": test, "rows": rows, "avg_busbw_gbps": avg, "wrong": wrong,
+        result["ops"][op] = {"test": test, "rows": rows, "avg_busbw_GBps": avg, "wrong": wrong,
                              "checked": bool(checked),
                              "ranks": list(pair) if pair else None, "world_size": len(ranks),
                              "devices": [{"rank": r, "host": hosts[r]["hostname"], "pid": hosts[r].get("pid"),

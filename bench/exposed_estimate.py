@@ -1,0 +1,77 @@
+"""The per-step exposed-communication estimate (`exposed_comm_s`) against the profiler's exposed time on
+the same steps (every step profiled), on CPU with gloo: tests/telemetry/exposed_worker.py, DDP over an MLP
+with small buckets (early buckets overlap the backward pass) and a blocking all-reduce per step.
+
+    python bench/exposed_estimate.py --steps 20 --runs 2
+
+Prints, per rank and step, both figures and their difference as a share of the step time, then the
+median and largest |difference| and each rank's run-level shares (median exposed / median step time, as
+reports compute them); appends one JSON line to bench/results/exposed_estimate.jsonl.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+WORKER = os.path.join(REPO, "tests", "telemetry", "exposed_worker.py")
+
+
+def run(steps: int, width: int, layers: int, bucket_mb: float) -> list[dict]:
+    with tempfile.TemporaryDirectory() as out:
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", WORKER, out,
+               str(steps), str(width), str(layers), str(bucket_mb)]
+        subprocess.run(cmd, cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": REPO}, check=True,
+                       capture_output=True, timeout=900)
+        return [{"rank": r, **x} for r in (0, 1) for x in json.load(open(os.path.join(out, f"rank{r}.json")))]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--runs", type=int, default=2)
+    ap.add_argument("--width", type=int, default=1024)
+    ap.add_argument("--layers", type=int, default=8)
+    ap.add_argument("--bucket-mb", type=float, default=1.0)
+    args = ap.parse_args()
+    diffs, shares = [], []
+    for i in range(args.runs):
+        rows = [x for x in run(args.steps, args.width, args.layers, args.bucket_mb) if x["step"] > 1]  # warm-up
+        for x in rows:
+            d = (x["exposed_comm_s"] - x["profiled"]["exposed_s"]) / x["step_time_s"]
+            diffs.append(d)
+            print(f"run {i} rank {x['rank']} step {x['step']:>3}: step {x['step_time_s'] * 1e3:7.1f} ms  comm "
+                  f"{x['comm_time_s'] * 1e3:6.1f}  estimate {x['exposed_comm_s'] * 1e3:6.1f}  profiled "
+                  f"{x['profiled']['exposed_s'] * 1e3:6.1f}  difference {d * 100:+.2f}% of the step")
+        for r in (0, 1):
+            mine = [x for x in rows if x["rank"] == r]
+            st = statistics.median(x["step_time_s"] for x in mine)
+            share = {"run": i, "rank": r,
+                     "comm_share": statistics.median(x["comm_time_s"] for x in mine) / st,
+                     "estimate_share": statistics.median(x["exposed_comm_s"] for x in mine) / st,
+                     "profiled_share": statistics.median(x["profiled"]["exposed_s"] for x in mine) / st}
+            shares.append(share)
+            print(f"run {i} rank {r}: communication {share['comm_share'] * 100:.1f}% of the step, exposed: "
+                  f"estimate {share['estimate_share'] * 100:.1f}%, profiled {share['profiled_share'] * 100:.1f}%")
+    absd = sorted(abs(d) for d in diffs)
+    within = sum(1 for d in absd if d <= 0.02) / len(absd)
+    print(f"per step |estimate - profiled| / step time: median {statistics.median(absd) * 100:.2f}%, "
+          f"largest {absd[-1] * 100:.2f}%, within 2%: {within * 100:.0f}% of {len(absd)} steps")
+    load = os.getloadavg()
+    line = {"date": datetime.date.today().isoformat(), "machine": platform.node(), "cpus": os.cpu_count(),
+            "loadavg": [round(x, 2) for x in load], "command": "python bench/exposed_estimate.py " +
+            " ".join(sys.argv[1:]), "steps_compared": len(absd), "median_abs_diff": statistics.median(absd),
+            "max_abs_diff": absd[-1], "within_2pct": within, "shares": shares}
+    with open(os.path.join(REPO, "bench", "results", "exposed_estimate.jsonl"), "a", encoding="utf-8") as f:
+        f.write(json.dumps(line) + "\n")
+
+
+if __name__ == "__main__":
+    main()
