@@ -378,11 +378,13 @@ def compare_training(groups, labels, out, plt) -> tuple[list, list, dict]:
     figures.append(("loss.png", "Loss curves overlaid (one line style and marker per fabric, so identical curves "
                                 "stay visible" + ("; the first run of each fabric" if repeats else "") + ")"))
     fig, ax = plt.subplots(figsize=(7, 3.6))
-    for lab, run in zip(labels, runs):
-        ax.plot([r["step"] for r in run.metrics], [r.get("step_time_s") for r in run.metrics], label=lab)
+    for i, (lab, group) in enumerate(zip(labels, groups)):
+        for k, run in enumerate(group):  # repeats: the fabric's color, thinner, so the spread shows
+            ax.plot([r["step"] for r in run.metrics], [r.get("step_time_s") for r in run.metrics], color=f"C{i}",
+                    label=lab if k == 0 else None, linewidth=1.5 if k == 0 else 0.8, alpha=1.0 if k == 0 else 0.6)
     ax.set_xlabel("step"), ax.set_ylabel("step time (s)"), ax.legend(fontsize=8), ax.grid(alpha=0.3)
     fig.tight_layout(), fig.savefig(os.path.join(out, "step_time.png"), dpi=110), plt.close(fig)
-    figures.append(("step_time.png", "Iteration time per step"))
+    figures.append(("step_time.png", "Iteration time per step" + (" (every run; thin lines: repeats)" if repeats else "")))
     fig, ax = plt.subplots(figsize=(7, 3.6))
     x = range(len(runs))
     bottom = [0.0] * len(runs)
@@ -390,7 +392,9 @@ def compare_training(groups, labels, out, plt) -> tuple[list, list, dict]:
         vals = [(s["comm"].get(op) or {}).get("time_per_step_s") or 0.0 for s in sums]
         ax.bar(x, vals, bottom=bottom, label=op)
         bottom = [a + v for a, v in zip(bottom, vals)]
-    ax.plot(list(x), [s["step_time_median_s"] or 0 for s in sums], "k_", ms=40, mew=2, label="iteration time")
+    ax.errorbar(list(x), [s["step_time_median_s"] or 0 for s in sums], fmt="k_", ms=40, mew=2, capsize=4,
+                yerr=[(s["spread"]["step_time_median_s"] or {}).get("sd") or 0.0 for s in sums] if repeats else None,
+                label="iteration time")
     ax.set_xticks(list(x), labels, fontsize=8), ax.set_ylabel("seconds per step")
     ax.legend(fontsize=8, markerscale=0.25)
     fig.tight_layout(), fig.savefig(os.path.join(out, "comm.png"), dpi=110), plt.close(fig)
