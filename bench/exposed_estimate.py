@@ -3,6 +3,7 @@ the same steps (every step profiled), on CPU with gloo: tests/telemetry/exposed_
 with small buckets (early buckets overlap the backward pass) and a blocking all-reduce per step.
 
     python bench/exposed_estimate.py --steps 20 --runs 2
+    python bench/exposed_estimate.py --steps 20 --runs 2 --recipe recipes/tiny_llama_lora.yaml   # the demo
 
 Prints, per rank and step, both figures and their difference as a share of the step time, then the
 median and largest |difference| and each rank's run-level shares (median exposed / median step time, as
@@ -33,6 +34,25 @@ def run(steps: int, width: int, layers: int, bucket_mb: float) -> list[dict]:
         return [{"rank": r, **x} for r in (0, 1) for x in json.load(open(os.path.join(out, f"rank{r}.json")))]
 
 
+def run_recipe(recipe: str, steps: int) -> list[dict]:
+    """The trainer on 2 ranks with every step profiled; both figures from each rank's own records."""
+    with tempfile.TemporaryDirectory() as out:
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "-m", "trainer",
+               recipe, f"output_dir={out}", f"max_steps={steps}", "telemetry.profile_every=1",
+               "train.eval_every_samples=null", "train.save_final=false", "train.resume=never"]
+        subprocess.run(cmd, cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": REPO}, check=True,
+                       capture_output=True, timeout=900)
+        rows = []
+        for r in (0, 1):
+            with open(os.path.join(out, "ranks", f"rank{r:05d}.telemetry.jsonl"), encoding="utf-8") as f:
+                for line in f:
+                    x = json.loads(line)
+                    rows.append({"rank": r, "step": x["step"], "step_time_s": x["step_time_s"],
+                                 "comm_time_s": x["comm_time_s"], "exposed_comm_s": x["exposed_comm_s"],
+                                 "profiled": x["exposed"]})
+        return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=20)
@@ -40,10 +60,13 @@ def main() -> None:
     ap.add_argument("--width", type=int, default=1024)
     ap.add_argument("--layers", type=int, default=8)
     ap.add_argument("--bucket-mb", type=float, default=1.0)
+    ap.add_argument("--recipe", help="a trainer recipe instead of the MLP worker")
     args = ap.parse_args()
     diffs, shares = [], []
     for i in range(args.runs):
-        rows = [x for x in run(args.steps, args.width, args.layers, args.bucket_mb) if x["step"] > 1]  # warm-up
+        rows = run_recipe(args.recipe, args.steps) if args.recipe else run(args.steps, args.width, args.layers,
+                                                                            args.bucket_mb)
+        rows = [x for x in rows if x["step"] > 1]  # warm-up
         for x in rows:
             d = (x["exposed_comm_s"] - x["profiled"]["exposed_s"]) / x["step_time_s"]
             diffs.append(d)
