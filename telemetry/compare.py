@@ -116,8 +116,10 @@ def _sweep(run: Run) -> dict | None:
     if "nccl_tests" in run.info:  # read from a text file
         return run.info["nccl_tests"]
     path = os.path.join(run.path, "collectives.json")
-    if not os.path.exists(path):
-        return None
+    return _read_sweep(path) if os.path.exists(path) else None
+
+
+def _read_sweep(path: str) -> dict:
     with open(path, encoding="utf-8") as f:
         return upgrade_sweep(json.load(f))  # older sweeps' unit names too
 
@@ -136,8 +138,7 @@ def sweep_of_training_run(run: Run) -> tuple[dict, str] | None:
     for sub in sorted(os.listdir(run.path)) if os.path.isdir(run.path) else []:
         path = os.path.join(run.path, sub, "collectives.json")
         if os.path.isfile(path):
-            with open(path, encoding="utf-8") as f:
-                return json.load(f), path
+            return _read_sweep(path), path
     return None
 
 

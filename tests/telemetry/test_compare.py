@@ -179,6 +179,13 @@ def test_sweeps_that_belong_to_training_runs(tmp_path):
     result = json.loads((tmp_path / "c2" / "compare.json").read_text())
     assert "sweep_all_reduce.png" in result["figures"] and result["kind"] == "training"
     assert result["sweeps"] == {"1000mbit lab": [str(fast / "collectives.json")], "100mbit lab": [str(slow_sweep)]}
+    # a sweep run directory inside the run directory, written before the units were renamed (busbw_gbps)
+    old = json.loads(json.dumps(sweep_result(scale=3.0)).replace("GBps", "gbps"))
+    write_run(slow / "sweep", sweep=old)
+    proc = cli("compare", str(fast), str(slow), "--out", str(tmp_path / "c4"))
+    assert proc.returncode == 0, proc.stderr
+    md = (tmp_path / "c4" / "compare.md").read_text()
+    assert "| all_reduce_4B | 40 | 120 (+200%) |" in md and "| all_reduce | 1 | 0.333 |" in md
     proc = cli("compare", str(fast), str(slow), "--sweep", f"nope={slow_sweep}", "--out", str(tmp_path / "c3"))
     assert proc.returncode == 2 and "--sweep nope=" in proc.stderr and "'100mbit lab'" in proc.stderr
 
