@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jsonschema  # the test extra has it: never skipped
 import pytest
 import yaml
 
@@ -16,7 +17,6 @@ from telemetry.fabric import EXPECTATIONS
 
 from ..conftest import REPO
 
-jsonschema = pytest.importorskip("jsonschema", reason="jsonschema is in the test extra: pip install -e '.[test]'")
 
 SCHEMA = Path(__file__).with_name("schemas") / "pytorchjob_v1.json"
 MANIFESTS = sorted((REPO / "launch" / "k8s").glob("*.yaml"))

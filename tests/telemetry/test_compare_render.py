@@ -1,9 +1,9 @@
 """The compare report as a browser shows it: headless Chromium (Debian's `chromium` package, driven by
 playwright from the test extra) opens compare.html from disk and every figure must have loaded.
 
-Where Chromium or playwright is missing the test skips with the reason, except under CI (CI set, as
-.ci/run is run), where it fails: .ci/run installs Chromium, so a missing browser there is a broken set-up,
-not a reason to skip the check.
+Without playwright the test fails (the test extra installs it). Where Chromium is missing it skips with
+the reason, except under CI (CI set, as .ci/run is run), where it fails: .ci/run installs Chromium, so a
+missing browser there is a broken set-up, not a reason to skip the check.
 """
 from __future__ import annotations
 
@@ -20,16 +20,11 @@ BROWSERS = ("chromium", "chromium-browser", "google-chrome")
 
 
 def _browser() -> str:
+    import playwright.sync_api  # noqa: F401  (in the test extra: missing is a failure, never a skip)
+
     path = next((p for p in map(shutil.which, BROWSERS) if p), None)
-    problem = None
     if path is None:
         problem = "no Chromium found (Debian: apt-get install chromium)"
-    else:
-        try:
-            import playwright.sync_api  # noqa: F401
-        except ImportError:
-            problem = "playwright is not installed (it is in the test extra: pip install -e '.[test]')"
-    if problem:
         if os.environ.get("CI"):
             pytest.fail(f"{problem}; CI must render the report (.ci/run installs Chromium)")
         pytest.skip(problem)
