@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from . import fabric
+from . import early, fabric
 from .collectives import RECORDED_OPS as OPS, CollectiveTracer, enable_nccl_timing, totals
 from .counters import CounterReader, loss_verdict
 from .energy import EnergyMeter, open_cpu_source, open_gpu_source
@@ -166,7 +166,11 @@ class Telemetry:
         self.rank = dist.get_rank() if dist.is_initialized() else 0
         self.world = dist.get_world_size() if dist.is_initialized() else 1
         self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-        self.tracer = CollectiveTracer()
+        # the process-wide tracer when one was installed early (telemetry/early.py: before megatron binds
+        # its collectives); a second tracer over it would record every call twice
+        shared = early.process_tracer()
+        self.tracer = shared or CollectiveTracer()
+        self._shared_tracer = shared is not None
         self._nvml = nvml
         self._file = None
         self._group = None
@@ -461,7 +465,10 @@ class Telemetry:
     def close(self) -> None:
         if not self.started:
             return
-        self.tracer.uninstall()
+        if self._shared_tracer:  # modules bound its wrappers at import: it stays, holding no calls
+            self.tracer.begin_step()
+        else:
+            self.tracer.uninstall()
         self.gpu.close()
         if self.cpu is not None:
             self.cpu.close()

@@ -1,0 +1,137 @@
+"""Our recipe as a Megatron-Bridge fine-tune (megatron-bridge 0.6.x, `ConfigContainer`).
+
+The base is Bridge's own PEFT recipe for the model (`llama3_70b_peft_config()`: it reads the model's
+Hugging Face config.json to build the Megatron provider); every field our recipe decides is then set on
+the container. Bridge has no Dolly source of its own: the data is an SFT directory (training.jsonl,
+validation.jsonl, test.jsonl with input/output) under the run's output directory. Our telemetry goes in
+through Bridge's callback API (telemetry.engines.BridgeTelemetry).
+
+Megatron-Bridge needs Python 3.12 and TransformerEngine, so it is not installed in the project's test
+environment: the translation is checked against the dataclass fields of the released wheel's source
+(tests/launch/test_nemo.py), not against live objects.
+"""
+from __future__ import annotations
+
+from trainer.config import Recipe
+from trainer.layout import Layout
+
+from .common import (DOLLY_SPLIT, Translation, World, check_common, check_dolly, dump, fail, identify_model,
+                     refuse_unless, steps_of)
+from .nemo2 import megatron_targets
+
+
+def translate(recipe: Recipe, layout: Layout, world: World, run_dir: str) -> Translation:
+    problems: list[str] = []
+    check_common(recipe, layout, "Megatron-Bridge", problems)
+    check_dolly(recipe, "Megatron-Bridge", problems)
+    refuse_unless(problems, list(recipe.data.split) == DOLLY_SPLIT, "data.split", recipe.data.split,
+                  f"allowed: {DOLLY_SPLIT} (the split the SFT directory is written with)")
+    refuse_unless(problems, recipe.model.dtype in ("bf16", "auto"), "model.dtype", recipe.model.dtype,
+                  "Bridge's PEFT recipes train in bf16 mixed precision; allowed: bf16, auto")
+    refuse_unless(problems, recipe.train.precision in ("bf16", "auto"), "train.precision", recipe.train.precision,
+                  "allowed: bf16, auto")
+    refuse_unless(problems, recipe.parallel.data_parallel in ("replicate", "ddp"), "parallel.data_parallel",
+                  recipe.parallel.data_parallel, "Bridge's LoRA replicates the frozen shard over data parallelism; "
+                  "allowed: replicate, ddp")
+    model = identify_model(recipe, problems)
+    if model is not None and model.bridge_recipe is None:
+        problems.append(f"model.path: Megatron-Bridge 0.6 has no PEFT recipe for {model.hf_id}; allowed: "
+                        "Llama-3/3.1 8B and 70B checkpoints")
+    targets = megatron_targets(recipe.lora.target_modules, "lora.target_modules", problems)
+    fail(problems)
+
+    t = Translation("megatron-bridge", recipe, layout, world, model)
+    par, train, data = recipe.parallel, recipe.train, recipe.data
+    t.base = f"{model.bridge_recipe}(peft_scheme='lora')"
+    t.set("model.tensor_model_parallel_size", par.tp)
+    t.set("model.pipeline_model_parallel_size", par.pp)
+    t.set("model.virtual_pipeline_model_parallel_size",
+          par.pp_stages_per_rank if par.pp_schedule == "interleaved_1f1b" else None)
+    t.set("model.sequence_parallel", par.sequence_parallel)
+    t.set("model.context_parallel_size", 1)
+    t.set("model.seq_length", data.seq_len)
+    if recipe.model.activation_checkpointing:
+        t.set("model.recompute_granularity", "full")
+        t.set("model.recompute_method", "uniform")
+        t.set("model.recompute_num_layers", 1)
+    t.set("train.train_iters", recipe.max_steps)
+    t.set("train.global_batch_size", train.global_batch_size)
+    t.set("train.micro_batch_size", train.micro_batch_size)
+    every = steps_of(train.eval_every_samples, layout.global_batch_size)
+    t.set("validation.eval_interval", every)
+    t.set("peft.dim", recipe.lora.r)
+    t.set("peft.alpha", int(recipe.lora.alpha) if float(recipe.lora.alpha).is_integer() else recipe.lora.alpha)
+    t.set("peft.dropout", recipe.lora.dropout)
+    t.set("peft.dropout_position", "pre")
+    t.set("peft.target_modules", targets)
+    t.set("dataset.seq_length", data.seq_len)
+    t.set("dataset.dataset_root", f"{recipe.output_dir}/dolly_sft")
+    t.set("dataset.seed", data.split_seed)
+    t.set("dataset.enable_offline_packing", data.packing)
+    if data.packing:
+        t.set("dataset.offline_packing_specs.packed_sequence_size", data.seq_len)
+    t.set("optimizer.optimizer", "adam")
+    t.set("optimizer.lr", train.lr)
+    t.set("optimizer.min_lr", train.min_lr)
+    t.set("optimizer.weight_decay", train.weight_decay)
+    t.set("optimizer.adam_beta1", train.betas[0])
+    t.set("optimizer.adam_beta2", train.betas[1])
+    t.set("optimizer.adam_eps", train.eps)
+    t.set("optimizer.clip_grad", train.grad_clip if train.grad_clip is not None else 0.0)
+    t.set("optimizer.use_distributed_optimizer", False)
+    t.set("scheduler.lr_decay_style", "cosine")
+    t.set("scheduler.lr_warmup_iters", train.warmup_steps)
+    t.set("scheduler.lr_warmup_init", 0.0)
+    t.set("scheduler.lr_decay_iters", recipe.max_steps)
+    t.set("checkpoint.save_interval", train.save_every if train.save_every else recipe.max_steps)
+    t.set("checkpoint.save", f"{recipe.output_dir}/bridge/checkpoints")
+    t.set("checkpoint.pretrained_checkpoint", recipe.model.path)
+    t.set("logger.log_interval", train.log_every)
+    t.set("rng.seed", recipe.seed)
+    t.notes += [
+        f"data: write Dolly-15k as {recipe.output_dir}/dolly_sft/{{training,validation,test}}.jsonl "
+        f"(input/output, split {DOLLY_SPLIT} seed {data.split_seed}) before running",
+        f"weights: Bridge loads a Megatron checkpoint; convert {recipe.model.path} with AutoBridge first",
+        "not run here: Megatron-Bridge needs Python 3.12, TransformerEngine and CUDA",
+    ]
+    t.text = render(t, run_dir)
+    return t
+
+
+def render(t: Translation, run_dir: str) -> str:
+    r = t.recipe
+    lines = [
+        f'"""Megatron-Bridge fine-tune of recipe {r.name!r}, translated by `python -m launch.nemo '
+        '--engine megatron-bridge`.',
+        "",
+        f"    torchrun --nnodes {t.world.nodes} --nproc-per-node {t.world.gpus_per_node} ... THIS_FILE",
+        f"Our run directory ({run_dir}): python -m telemetry report {run_dir}",
+        *(f"Note: {note}" for note in t.notes),
+        '"""',
+        "import telemetry.early",
+        "",
+        "telemetry.early.install()  # before megatron: megatron-core binds its collectives at import",
+        "",
+        "from megatron.bridge.recipes.llama import *  # noqa: E402,F401,F403",
+        "from megatron.bridge.training.finetune import finetune  # noqa: E402",
+        "from megatron.bridge.training.gpt_step import forward_step  # noqa: E402",
+        "",
+        "from telemetry.engines import BridgeTelemetry  # noqa: E402",
+        "",
+        f"HARNESS = {t.harness()!r}",
+        "",
+        "",
+        "def build():",
+        f"    cfg = {t.base}",
+    ]
+    lines += [f"    cfg.{path} = {dump(value)}" for path, value in t.assignments]
+    lines += [
+        "    return cfg",
+        "",
+        "",
+        'if __name__ == "__main__":',
+        f"    finetune(build(), forward_step, callbacks=[BridgeTelemetry({dump(run_dir)}, name={dump(r.name)}, "
+        f"expect={dump(r.fabric.expect)},",
+        "                                                             recipe=HARNESS['recipe'], layout=HARNESS['layout'])])",
+    ]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,66 @@
+"""`python -m telemetry.attach --run-dir DIR [--expect FABRIC] -- COMMAND ...`: run an unmodified
+Lightning/NeMo job (a NeMo recipe script, `nemo llm finetune ...`, torchrun ...) with our telemetry.
+
+Every Python process the command starts installs the collective tracer before its own imports (a
+sitecustomize put first on PYTHONPATH), and Lightning adds telemetry.lightning.TelemetryCallback to
+each Trainer through its `lightning.pytorch.callbacks_factory` entry point (this package's metadata:
+fabric-harness must be pip-installed where the job runs). The command's exit code is returned.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+
+from . import fabric
+
+RUN_DIR_ENV = "FABRIC_HARNESS_RUN_DIR"  # set: Lightning's entry point adds our callback (telemetry/lightning.py)
+EXPECT_ENV = "FABRIC_HARNESS_FABRIC_EXPECT"  # any, roce, infiniband, tcp, intra-node
+RECIPE_ENV = "FABRIC_HARNESS_RECIPE_JSON"  # launch.nemo: the harness recipe and layout this job translates
+
+SITE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_attach_site")
+PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        print(f"error: {message}; see python -m telemetry.attach --help", file=sys.stderr)
+        sys.exit(2)
+
+
+def attach_environment(run_dir: str, expect: str = "any", environ=os.environ) -> dict:
+    """The environment a job needs to carry our telemetry (a copy of `environ`, changed)."""
+    env = dict(environ)
+    env[RUN_DIR_ENV] = os.path.abspath(run_dir)
+    env[EXPECT_ENV] = expect
+    paths = [SITE_DIR, PACKAGE_ROOT] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    return env
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = _Parser(prog="python -m telemetry.attach",
+                description="Run a Lightning/NeMo command with the harness's telemetry attached.",
+                epilog="example: python -m telemetry.attach --run-dir runs/nemo -- "
+                       "torchrun --nproc-per-node 8 finetune.py")
+    p.add_argument("--run-dir", required=True, help="the run directory to write (run.json, metrics.jsonl, ...)")
+    p.add_argument("--expect", default="any", choices=fabric.EXPECTATIONS,
+                   help="the fabric the job must use; a mismatch is a loud warning and a flag in run.json")
+    p.add_argument("command", nargs=argparse.REMAINDER, help="-- then the command to run")
+    args = p.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        p.error("no command given after --")
+    env = attach_environment(args.run_dir, args.expect)
+    try:
+        return subprocess.call(command, env=env)
+    except FileNotFoundError:
+        print(f"error: command: {command[0]!r} not found", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
