@@ -116,7 +116,7 @@ def test_report_and_compare_read_it_beside_a_native_run(attached_run, tmp_path):
     res = telemetry_cli("compare", native.out, engine, "--out", tmp_path / "cmp")
     assert res.returncode == 0, res.stderr
     text = (tmp_path / "cmp" / "compare.md").read_text()
-    assert "engine_run" in text and "tiny_llama_lora" in text
+    assert "| runs | 1: native | 1: engine |" in text  # side by side, one column each
     # a plain Lightning job is another recipe: compare says so, and shows it when asked
     assert telemetry_cli("compare", native.out, attached_run, "--out", tmp_path / "cmp2").returncode == 2
     res = telemetry_cli("compare", native.out, attached_run, "--out", tmp_path / "cmp2", "--allow-mismatch")
