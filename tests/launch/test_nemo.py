@@ -158,7 +158,8 @@ def test_bad_engine_is_one_line():
 @pytest.fixture(scope="session")
 def nemo_python() -> str:
     """The NeMo 2 venv's python, built by tools/nemo_venv.sh on first use (about 11 minutes, ~3 GB)."""
-    res = subprocess.run(["bash", str(REPO / "tools" / "nemo_venv.sh")], capture_output=True, text=True, timeout=1800)
+    res = subprocess.run(["bash", str(REPO / "tools" / "nemo_venv.sh")], capture_output=True, text=True, timeout=1800,
+                         env={**os.environ, "PYTHON": sys.executable})  # the venv's Python is the suite's
     assert res.returncode == 0, f"tools/nemo_venv.sh failed:\n{res.stderr[-3000:]}"
     return res.stdout.strip().splitlines()[-1]
 

@@ -37,10 +37,9 @@ def entry_point_dir(tmp_path: Path) -> Path:
 
 
 def test_pyproject_declares_the_lightning_entry_point():
-    import tomllib
-    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    assert project["entry-points"]["lightning.pytorch.callbacks_factory"] == {
-        "fabric_harness": "telemetry.lightning:callbacks_factory"}
+    text = (REPO / "pyproject.toml").read_text()  # tomllib is 3.11+; the project supports 3.10
+    section = text.split('[project.entry-points."lightning.pytorch.callbacks_factory"]', 1)[1].split("\n[", 1)[0]
+    assert 'fabric_harness = "telemetry.lightning:callbacks_factory"' in section
 
 
 @pytest.fixture(scope="module")
