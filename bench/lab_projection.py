@@ -8,6 +8,11 @@ absolute error <= 5%, max <= 10% over >= 12 targets, interval holding the measur
 
     python bench/lab_projection.py --runs-dir /tmp/labproj            # run everything, then evaluate
     python bench/lab_projection.py --runs-dir /tmp/labproj --reuse    # evaluate runs already there
+    python bench/lab_projection.py --runs-dir /tmp/labpair --paired   # a fresh baseline before each target
+
+--paired runs the unshaped baseline again right before each target and projects from that run: on a
+shared machine the compute part of a step drifts by 10-30% over minutes as other jobs come and go, and
+a baseline taken just before the target sees the same load.
 
 Targets are `recipe:rate` for 2 nodes or `recipe:rate@N` for N nodes (the recipe's global batch stays, so
 each rank's share shrinks with more nodes, as re-running the recipe on a bigger lab would do).
@@ -49,12 +54,12 @@ def parse_target(t: str) -> tuple[str, str, int]:
     return recipe, rate, int(nodes or 2)
 
 
-def run_dir(args, recipe: str, rate: str, nodes: int) -> str:
-    return os.path.join(args.runs_dir, f"{recipe}-{rate}-{nodes}n")
+def run_dir(args, recipe: str, rate: str, nodes: int, tag: str = "") -> str:
+    return os.path.join(args.runs_dir, f"{recipe}-{rate}-{nodes}n{tag}")
 
 
-def lab_run(args, recipe: str, rate: str, nodes: int) -> tuple[str, float | None]:
-    out = run_dir(args, recipe, rate, nodes)
+def lab_run(args, recipe: str, rate: str, nodes: int, tag: str = "") -> tuple[str, float | None]:
+    out = run_dir(args, recipe, rate, nodes, tag)
     if args.reuse and os.path.exists(os.path.join(out, "run.json")):
         with open(os.path.join(out, "run.json")) as f:
             if json.load(f).get("status") == "completed":
@@ -76,17 +81,22 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--runs-dir", required=True, help="run directories are kept here")
     p.add_argument("--reuse", action="store_true", help="use completed runs already in --runs-dir")
+    p.add_argument("--paired", action="store_true", help="a fresh unshaped baseline right before each target")
     p.add_argument("--out", default=os.path.join(REPO, "bench", "results", "lab_projection.jsonl"))
     args = p.parse_args()
     targets = [parse_target(t) for t in args.targets]
     rows = []
     for recipe in dict.fromkeys(r for r, _, _ in targets):
-        base_dir, secs = lab_run(args, recipe, "none", 2)
-        print(f"{recipe}: baseline unshaped 2 nodes" + (f" ({secs:.0f} s)" if secs else " (kept)"), flush=True)
-        base = measured_profile(load_run(base_dir))
+        if not args.paired:
+            base_dir, secs = lab_run(args, recipe, "none", 2)
+            print(f"{recipe}: baseline unshaped 2 nodes" + (f" ({secs:.0f} s)" if secs else " (kept)"), flush=True)
+            base = measured_profile(load_run(base_dir))
         for r, rate, nodes in targets:
             if r != recipe:
                 continue
+            if args.paired:
+                base_dir, _ = lab_run(args, recipe, "none", 2, tag=f"-for-{rate}-{nodes}n")
+                base = measured_profile(load_run(base_dir))
             out, secs = lab_run(args, recipe, rate, nodes)
             run = load_run(out)
             lab = run.info["fabric"]["lab"]
@@ -97,11 +107,11 @@ def main() -> None:
             pr = project(base, lab["rate_bps"], burst_bytes=lab["burst_bytes"], nodes=nodes)
             lo, hi = pr["interval_s"]
             row = {"recipe": recipe, "rate": rate, "nodes": nodes, "baseline_s": base["step_time_s"],
+                   "baseline": os.path.basename(base_dir),
                    "predicted_s": pr["step_time_s"], "interval_s": [lo, hi], "measured_s": measured,
                    "error": (pr["step_time_s"] - measured) / measured, "inside": lo <= measured <= hi,
                    "comm_share_predicted": pr["comm_share"], "predicted_comm_s": pr["comm_time_s"],
-                   "measured_comm_s": measured_comm, "comm_error": (pr["comm_time_s"] - measured_comm) / measured_comm,
-                   "compute_drift": (measured - measured_comm) / (base["step_time_s"] - base["comm_time_s"])}
+                   "measured_comm_s": measured_comm, "comm_error": (pr["comm_time_s"] - measured_comm) / measured_comm}
             rows.append(row)
             print(f"  {rate:>8} x{nodes}: predicted {row['predicted_s']:.4f} s [{lo:.4f}, {hi:.4f}], measured "
                   f"{measured:.4f} s, error {row['error'] * 100:+.1f}% {'in' if row['inside'] else 'OUT'}; communication "
@@ -111,7 +121,7 @@ def main() -> None:
     result = {"benchmark": "lab_projection", "date": datetime.date.today().isoformat(),
               "command": " ".join(["python", *sys.argv]),
               "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} cores (shared)",
-              "steps": args.steps, "targets": len(rows),
+              "steps": args.steps, "paired": args.paired, "targets": len(rows),
               "median_abs_error": statistics.median(errors), "max_abs_error": max(errors),
               "interval_coverage": sum(r["inside"] for r in rows) / len(rows),
               "comm_median_abs_error": statistics.median(abs(r["comm_error"]) for r in rows),

@@ -171,6 +171,9 @@ class SweepConfig:
     # timed runs of `iters` per size (no nccl-tests flag): the row shows their median, the JSON their spread;
     # on shared or shaped links one timing can be off by 10-15%, the median of a few is stable
     repeats: int = 1
+    # which repeat a row shows: the median, or the best (shortest time: what the link sustains when nothing
+    # else on the host gets in the way; slower repeats are interference, not the link)
+    repeat_stat: Literal["median", "best"] = "median"
     dtype: str = "float32"  # -d
     redop: Literal["sum", "prod", "min", "max", "avg"] = "sum"  # -o
     root: int = 0  # -r, for broadcast

@@ -113,3 +113,11 @@ def test_tiny_run_at_two_rates_then_compare(tmp_path):
     md = (tmp_path / "cmp" / "compare.md").read_text()
     assert "| verdict | identical |" in md  # the fabric changes the time, never the numerics
     assert "5mbit lab" in md and "Projection from 1gbit lab" in md
+    # the lab records its host's cores (projections to more lab nodes need them); project onto 4 nodes
+    assert info["fabric"]["lab"]["host_cpus"] == len(os.sched_getaffinity(0))
+    proc = subprocess.run([sys.executable, "-m", "telemetry", "project", str(runs[0]), "--rate", "5mbit", "--nodes",
+                           "4", "--json", str(tmp_path / "p.json")], cwd=REPO, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    p = json.loads((tmp_path / "p.json").read_text())["projections"][0]
+    assert p["world_size"] == 4 and p["interval_s"][0] <= p["step_time_s"] <= p["interval_s"][1]

@@ -9,7 +9,7 @@ import pytest
 from telemetry.__main__ import main as telemetry_main
 from telemetry.nccl_tests import CSV_COLUMNS, read, to_csv
 from trainer.cli import main
-from trainer.workloads.collectives import HEADER, avg_busbw, fit, format_row, sizes
+from trainer.workloads.collectives import HEADER, _timed_block, avg_busbw, fit, format_row, sizes
 
 from ..conftest import REPO, run_cli
 
@@ -175,3 +175,16 @@ def test_repeats_give_the_median_and_the_spread(tmp_path):
     assert text.count("# fabric-harness: rows are the median of 3 repeats; busbw min-max (GB/s): 1024 ") == 3
     assert len(minimal_reader(text)) == 9 and read(str(res.out / "collectives.txt"))["rows_skipped"] == 0
     assert main([SWEEP, "--dry-run", "sweep.repeats=0"]) == 2
+    assert main([SWEEP, "--dry-run", "sweep.repeat_stat=worst"]) == 2
+
+
+def test_a_row_is_the_median_or_the_best_repeat():
+    # 1 MB in 4, 2 and 3 ms: the median is 3 ms (333 MB/s), the best 2 ms (500 MB/s); the spread keeps all three
+    times = [0.004, 0.002, 0.003]
+    med = _timed_block(times, 1_000_000, 1.0, 0)
+    best = _timed_block(times, 1_000_000, 2.0, 0, "best")
+    assert med["time_us"] == pytest.approx(3000) and med["busbw_GBps"] == pytest.approx(1 / 3)
+    assert best["time_us"] == pytest.approx(2000) and best["busbw_GBps"] == pytest.approx(1.0)  # x bus factor 2
+    assert med["spread"] == {"repeats": 3, "time_us": pytest.approx([4000, 2000, 3000]),
+                             "busbw_min_GBps": pytest.approx(0.25), "busbw_max_GBps": pytest.approx(0.5)}
+    assert "spread" not in _timed_block([0.002], 1_000_000, 1.0, 0)

@@ -245,7 +245,7 @@ class Sweep:
                 continue
             secs, wrong = self.time_case(case, self.cfg.iters, self.cfg.warmup, self.cfg.repeats)
             row[key] = _timed_block(self.combine(secs), case.size, bus_factor(FACTOR_OP.get(op, op), self.world),
-                              self.wrong_total(wrong))
+                                    self.wrong_total(wrong), self.cfg.repeat_stat)
         return row
 
     def pair_time(self, a: int, b: int, size: int, iters: int, check: bool = False,
@@ -295,12 +295,14 @@ class Sweep:
         times, wrong = self.pair_time(pair[0], pair[1], count * self.elsize, self.cfg.iters,
                                       check=bool(self.cfg.check), repeats=self.cfg.repeats)
         return {"size": count * self.elsize, "count": count, "ranks": list(pair),
-                "out_of_place": _timed_block(times, count * self.elsize, 1.0, wrong), "in_place": None}
+                "out_of_place": _timed_block(times, count * self.elsize, 1.0, wrong, self.cfg.repeat_stat),
+                "in_place": None}
 
 
-def _timed_block(times: list[float], size: int, factor: float, wrong: int | None) -> dict:
-    """One block of a row: the median of the repeated timings, and their spread when there were several."""
-    t = statistics.median(times)
+def _timed_block(times: list[float], size: int, factor: float, wrong: int | None, stat: str = "median") -> dict:
+    """One block of a row: the median (or the shortest, `best`) of the repeated timings, and their spread
+    when there were several."""
+    t = min(times) if stat == "best" else statistics.median(times)
     block = {"time_us": t * 1e6, "algbw_GBps": algbw_GBps(size, t), "busbw_GBps": algbw_GBps(size, t) * factor,
              "wrong": wrong}
     if len(times) > 1:
@@ -401,7 +403,7 @@ def footer(wrong: int | None, avg: float | None) -> list[str]:
             f"# {'Avg bus bandwidth':<20} : " + (f"{avg:g}" if avg is not None else NA), "#"]
 
 
-def spread_line(rows: list[dict], repeats: int) -> str:
+def spread_line(rows: list[dict], repeats: int, stat: str = "median") -> str:
     """A comment line (nccl-tests readers skip it): busbw min-max over the repeats, per size."""
     parts = []
     for r in rows:
@@ -409,7 +411,8 @@ def spread_line(rows: list[dict], repeats: int) -> str:
             if b and b.get("spread"):
                 parts.append(f"{r['size']} {fit(b['spread']['busbw_min_GBps'], 6)}-{fit(b['spread']['busbw_max_GBps'], 6)}")
                 break
-    return f"# fabric-harness: rows are the median of {repeats} repeats; busbw min-max (GB/s): " + ", ".join(parts)
+    what = "the best" if stat == "best" else "the median"
+    return f"# fabric-harness: rows are {what} of {repeats} repeats; busbw min-max (GB/s): " + ", ".join(parts)
 
 
 def run_sweep(cfg, device: torch.device, hosts: list[dict], say) -> dict:
@@ -425,10 +428,11 @@ def run_sweep(cfg, device: torch.device, hosts: list[dict], say) -> dict:
     dist.all_gather_object(devices, device_info(device))
     type_name = TYPE_NAMES[cfg.dtype]
     result = {"source": "fabric-harness", "world_size": sw.world, "dtype": cfg.dtype, "redop": cfg.redop,
-              "iters": cfg.iters, "warmup": cfg.warmup, "repeats": cfg.repeats, "time_reduction": cfg.time_reduction, "ops": {}}
+              "iters": cfg.iters, "warmup": cfg.warmup, "repeats": cfg.repeats,
+              "repeat_stat": cfg.repeat_stat, "time_reduction": cfg.time_reduction, "ops": {}}
     say(f"# fabric-harness collective sweep: {sw.world} ranks on {len(set(sw.hosts))} host(s), {cfg.dtype}, "
         f"{lo} to {hi} bytes x{cfg.factor}, warm-up {cfg.warmup}, iters {cfg.iters}, time {cfg.time_reduction}"
-        + (f", median of {cfg.repeats} repeats" if cfg.repeats > 1 else ""))
+        + (f", {cfg.repeat_stat} of {cfg.repeats} repeats" if cfg.repeats > 1 else ""))
     jobs = [(op, None) for op in cfg.ops]
     if cfg.pairs and "sendrecv" in cfg.ops:
         jobs += [(f"sendrecv_{name}", pair) for name, pair in sw.pairs().items() if pair is not None]
@@ -458,7 +462,7 @@ def run_sweep(cfg, device: torch.device, hosts: list[dict], say) -> dict:
         avg = avg_busbw(rows)
         say("\n".join(footer(wrong if checked else None, avg)))
         if cfg.repeats > 1:
-            say(spread_line(rows, cfg.repeats))
+            say(spread_line(rows, cfg.repeats, cfg.repeat_stat))
         say(f"# Collective test concluded: {test}")
         missing = {b: MISSING.get((base, b)) or f"not measured: sweep.in_place is {cfg.in_place}"
                    for b in BLOCKS_ALL if all(r.get(b) is None for r in rows)}
