@@ -82,17 +82,21 @@ def main() -> None:
     p.add_argument("--runs-dir", required=True, help="run directories are kept here")
     p.add_argument("--reuse", action="store_true", help="use completed runs already in --runs-dir")
     p.add_argument("--paired", action="store_true", help="a fresh unshaped baseline right before each target")
+    p.add_argument("--baselines", nargs="*", default=[], metavar="RECIPE:RATE",
+                   help="project from a run at this rate instead of unshaped (2 nodes); that target is then skipped")
     p.add_argument("--out", default=os.path.join(REPO, "bench", "results", "lab_projection.jsonl"))
     args = p.parse_args()
     targets = [parse_target(t) for t in args.targets]
+    base_rate = {r: rate for r, rate, _ in (parse_target(b) for b in args.baselines)}
     rows = []
     for recipe in dict.fromkeys(r for r, _, _ in targets):
         if not args.paired:
-            base_dir, secs = lab_run(args, recipe, "none", 2)
-            print(f"{recipe}: baseline unshaped 2 nodes" + (f" ({secs:.0f} s)" if secs else " (kept)"), flush=True)
+            base_dir, secs = lab_run(args, recipe, base_rate.get(recipe, "none"), 2)
+            print(f"{recipe}: baseline {base_rate.get(recipe, 'unshaped')} 2 nodes" + (f" ({secs:.0f} s)" if secs else " (kept)"),
+                  flush=True)
             base = measured_profile(load_run(base_dir))
         for r, rate, nodes in targets:
-            if r != recipe:
+            if r != recipe or (nodes == 2 and rate == base_rate.get(recipe)):
                 continue
             if args.paired:
                 base_dir, _ = lab_run(args, recipe, "none", 2, tag=f"-for-{rate}-{nodes}n")
@@ -121,7 +125,7 @@ def main() -> None:
     result = {"benchmark": "lab_projection", "date": datetime.date.today().isoformat(),
               "command": " ".join(["python", *sys.argv]),
               "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} cores (shared)",
-              "steps": args.steps, "paired": args.paired, "targets": len(rows),
+              "steps": args.steps, "paired": args.paired, "baselines": base_rate or "unshaped", "targets": len(rows),
               "median_abs_error": statistics.median(errors), "max_abs_error": max(errors),
               "interval_coverage": sum(r["inside"] for r in rows) / len(rows),
               "comm_median_abs_error": statistics.median(abs(r["comm_error"]) for r in rows),
