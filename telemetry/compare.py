@@ -353,17 +353,22 @@ def compare_training(groups, labels, out, plt) -> tuple[list, list, dict]:
         rate = links.get("rate_bps")
         if rate is None or s["step_time_median_s"] is None:
             continue
-        p = project(prof, rate, burst_bytes=links.get("burst_bytes") or 0)
+        # a lab run on more (or fewer) nodes is projected onto its node count
+        p = project(prof, rate, burst_bytes=links.get("burst_bytes") or 0, nodes=links.get("nodes"))
         err = _pct(p["step_time_s"], s["step_time_median_s"])
-        proj.append({"label": lab, "rate_bps": rate, "predicted_s": p["step_time_s"],
-                     "measured_s": s["step_time_median_s"], "error": err, "partial": p["partial"]})
-        proj_rows.append([lab, fmt(p["step_time_s"], "s"), fmt(s["step_time_median_s"], "s"), f"{err * 100:+.1f}%"])
+        lo, hi = p["interval_s"]
+        inside = lo <= s["step_time_median_s"] <= hi
+        proj.append({"label": lab, "rate_bps": rate, "predicted_s": p["step_time_s"], "interval_s": [lo, hi],
+                     "measured_s": s["step_time_median_s"], "error": err, "inside": inside, "partial": p["partial"]})
+        proj_rows.append([lab, fmt(p["step_time_s"], "s"), f"{fmt(lo, 's')} - {fmt(hi, 's')}",
+                          fmt(s["step_time_median_s"], "s"), f"{err * 100:+.1f}%", "yes" if inside else "no"])
     if proj_rows:
         # the projection rescales measured collective times: untimed calls are missing from them
         caveat = (f"; partial: the baseline has {fmt_bytes(prof['untimed_bytes'])} per step untimed"
                   if prof.get("partial") else "")
         tables.append((f"Projection from {labels[0]} (compute + bytes x bus factor / rate): predicted vs measured"
-                       + caveat, ["fabric", "predicted iteration", "measured iteration", "error"], proj_rows))
+                       + caveat, ["fabric", "predicted iteration", "interval", "measured iteration", "error", "in interval"],
+                       proj_rows))
 
     figures = []
     for key, name, ylabel, what in (("step_time_median_s", "iteration_time.png", "iteration time, median (s)",
@@ -403,7 +408,9 @@ def compare_training(groups, labels, out, plt) -> tuple[list, list, dict]:
     if proj:
         fig, ax = plt.subplots(figsize=(7, 3.6))
         xs = range(len(proj))
-        ax.bar([i - 0.2 for i in xs], [p["predicted_s"] for p in proj], width=0.4, label="predicted")
+        ax.bar([i - 0.2 for i in xs], [p["predicted_s"] for p in proj], width=0.4, label="predicted (interval)",
+               yerr=[[p["predicted_s"] - p["interval_s"][0] for p in proj],
+                     [p["interval_s"][1] - p["predicted_s"] for p in proj]], capsize=4)
         ax.bar([i + 0.2 for i in xs], [p["measured_s"] for p in proj], width=0.4, label="measured")
         ax.set_xticks(list(xs), [p["label"] for p in proj], fontsize=8, rotation=15)
         ax.set_ylabel("iteration time (s)")

@@ -31,6 +31,10 @@ def test_training_comparison_tables_parity_and_projection(tmp_path):
     assert "Projection from 1000mbit lab" in md and "100mbit lab" in md
     result = json.loads((tmp_path / "cmp" / "compare.json").read_text())
     assert result["kind"] == "training" and result["parity"]["verdict"] == "identical"
+    proj = result["projection"][0]  # with its interval, and whether the measured time fell in it
+    assert proj["interval_s"][0] <= proj["predicted_s"] <= proj["interval_s"][1]
+    assert proj["inside"] == (proj["interval_s"][0] <= proj["measured_s"] <= proj["interval_s"][1])
+    assert "| fabric | predicted iteration | interval | measured iteration | error | in interval |" in md
     for name in ("loss.png", "step_time.png", "comm.png", "projection.png"):
         assert (tmp_path / "cmp" / name).stat().st_size > 1000
 
