@@ -1,7 +1,7 @@
 """Collective sweep in the fabric lab: busbw at large sizes as a fraction of the shaped link rate, and how
 much it moves within a run (repeats) and from run to run.
 
-    python bench/lab_sweep.py --rates 1gbit 100mbit --runs 3 --iters 10 --repeats 5
+    python bench/lab_sweep.py --rates 1gbit 100mbit --runs 3 --iters 10 --repeats 5 [--mtu 9000]
 
 Each lab run sweeps all_reduce and sendrecv (and the inter-node send/recv pair) on 2 lab nodes x 1 rank,
 `--min-bytes` to `--max-bytes`; every size is timed `--repeats` times after `--warmup` operations and the
@@ -36,6 +36,7 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--repeat-stat", default="median", choices=["median", "best"], help="what each row shows")
+    p.add_argument("--mtu", type=int, default=1500, help="the lab links' frame size (launch.lab --mtu)")
     p.add_argument("--goal", type=float, default=0.90)
     p.add_argument("--out", default=os.path.join(REPO, "bench", "results", "lab_sweep.jsonl"))
     args = p.parse_args()
@@ -45,7 +46,7 @@ def main() -> None:
             link_GBps = parse_rate(rate) / 8 / 1e9  # GB/s, the unit of busbw
             for k in range(args.runs):
                 out = os.path.join(tmp, f"{rate}-{k}")
-                cmd = [sys.executable, "-m", "launch.lab", "--nodes", "2", "--rate", rate, "--",
+                cmd = [sys.executable, "-m", "launch.lab", "--nodes", "2", "--rate", rate, "--mtu", str(args.mtu), "--",
                        "recipes/collectives.yaml", f"output_dir={out}", f"sweep.ops={args.ops}",
                        f"sweep.min_bytes={args.min_bytes}", f"sweep.max_bytes={args.max_bytes}", "sweep.factor=4",
                        f"sweep.iters={args.iters}", f"sweep.warmup={args.warmup}", f"sweep.repeats={args.repeats}",
@@ -84,7 +85,7 @@ def main() -> None:
     result = {"benchmark": "lab_sweep", "date": datetime.date.today().isoformat(),
               "command": " ".join(["python", *sys.argv]),
               "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} cores (shared)",
-              "goal": args.goal, "summary": summary, "rows": rows}
+              "mtu": args.mtu, "goal": args.goal, "summary": summary, "rows": rows}
     print(json.dumps(summary, indent=1))
     with open(args.out, "a") as f:
         f.write(json.dumps(result) + "\n")

@@ -7,7 +7,8 @@ go through a bridge in a namespace of their own (a switch). Every link is shaped
 RATE in both directions (the node's egress and the switch port's egress), with a burst sized for the
 rate (docs/reference.md section 8: >= 128 KiB at 1 Gbit/s, >= 16 KiB at 100 Mbit/s, or the link
 underperforms). `--slow-node I --slow-rate R` shapes node I's own egress (its end of its veth, one
-direction only) at R instead: one slow link among healthy ones, for the straggler report. netem is not used (bandwidth only, no added delay). Addresses exist only inside the
+direction only) at R instead: one slow link among healthy ones, for the straggler report. `--mtu` sets
+the links' frame size (1500 by default; 9000 for jumbo frames, as training fabrics run). netem is not used (bandwidth only, no added delay). Addresses exist on
 namespaces the lab creates; traffic between ranks of one node goes over loopback and is never shaped.
 
 One torchrun agent per node joins a c10d rendezvous on node 0 (`is_host=1` there, 0 elsewhere: host
@@ -31,6 +32,9 @@ from telemetry import rates
 
 SUBNET_BASE = "10.213"  # only ever assigned inside the lab's own namespaces
 IFACE = "fab0"
+# tbf counts whole frames: with 1500-byte frames the headers (and the ACKs of the other direction) take
+# 4-6% of a shaped link, so bidirectional payload tops out near 93%; 9000-byte frames leave about 1%
+DEFAULT_MTU, MIN_MTU, MAX_MTU = 1500, 576, 65535
 
 
 class LabError(Exception):
@@ -45,9 +49,10 @@ def parse_rate(rate: str) -> float | None:
         raise LabError(str(exc)) from None
 
 
-def burst_bytes(rate_bps: float) -> int:
-    """tbf burst: 2 ms of traffic at the rate, at least 16 KiB (measured: smaller bursts underperform)."""
-    return max(int(rate_bps / 8 * 0.002), 16 * 1024)
+def burst_bytes(rate_bps: float, mtu: int = 1500) -> int:
+    """tbf burst: 2 ms of traffic at the rate, at least 16 KiB (measured: smaller bursts underperform) and
+    at least one frame (tbf drops a packet larger than its bucket)."""
+    return max(int(rate_bps / 8 * 0.002), 16 * 1024, mtu + 14)
 
 
 def queue_bytes(rate_bps: float) -> int:
@@ -78,12 +83,14 @@ class Lab:
     """Namespaces, links and shaping; a context manager that always tears down."""
 
     def __init__(self, nodes: int, rate: str, lab_id: str | None = None, slow_node: int | None = None,
-                 slow_rate: str | None = None):
+                 slow_rate: str | None = None, mtu: int = DEFAULT_MTU):
+        if not MIN_MTU <= mtu <= MAX_MTU:
+            raise LabError(f"--mtu: got {mtu}; expected {MIN_MTU} to {MAX_MTU} bytes (1500 Ethernet, 9000 jumbo frames)")
         if nodes < 2:
             raise LabError(f"--nodes: got {nodes}; a fabric needs at least 2 nodes")
         if nodes > 200:
             raise LabError(f"--nodes: got {nodes}; at most 200")
-        self.nodes, self.rate = nodes, rate
+        self.nodes, self.rate, self.mtu = nodes, rate, mtu
         self.rate_bps = parse_rate(rate)
         if (slow_node is None) != (slow_rate is None):
             raise LabError("--slow-node and --slow-rate go together: the node whose link is slow and its rate")
@@ -107,7 +114,7 @@ class Lab:
 
     def describe(self) -> dict:
         return {"nodes": self.nodes, "rate": self.rate, "rate_bps": self.rate_bps,
-                "burst_bytes": burst_bytes(self.rate_bps) if self.rate_bps else None,
+                "burst_bytes": burst_bytes(self.rate_bps, self.mtu) if self.rate_bps else None, "mtu": self.mtu,
                 "queue_bytes": queue_bytes(self.rate_bps) if self.rate_bps else None,
                 "topology": "bridge" if self.switch else "veth pair", "interface": IFACE,
                 # every node computes on this one host's cores: a projection to more lab nodes needs it
@@ -120,7 +127,7 @@ class Lab:
         if bps is None:
             return
         _run(["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", dev, "root", "tbf", "rate", rate,
-              "burst", str(burst_bytes(bps)), "limit", str(queue_bytes(bps))],
+              "burst", str(burst_bytes(bps, self.mtu)), "limit", str(queue_bytes(bps))],
              f"shaping {ns}/{dev} at {rate}")
 
     def up(self) -> "Lab":
@@ -139,11 +146,12 @@ class Lab:
                 port = f"p{i}"
                 _run(["ip", "link", "add", IFACE, "netns", ns, "type", "veth", "peer", "name", port, "netns",
                       self.switch], f"link of node {i}")
-                _run(["ip", "-n", self.switch, "link", "set", port, "master", "br0", "up"], f"switch port {i}")
+                _run(["ip", "-n", self.switch, "link", "set", port, "mtu", str(self.mtu), "master", "br0", "up"],
+                     f"switch port {i}")
                 self._shape(self.switch, port)  # the switch port's egress: traffic towards node i
         for i, ns in enumerate(self.namespaces):
             _run(["ip", "-n", ns, "addr", "add", f"{self.address(i)}/24", "dev", IFACE], f"address of node {i}")
-            _run(["ip", "-n", ns, "link", "set", IFACE, "up"], f"link up on node {i}")
+            _run(["ip", "-n", ns, "link", "set", IFACE, "mtu", str(self.mtu), "up"], f"link up on node {i}")
             self._shape(ns, IFACE, slow=i == self.slow_node)  # node i's egress
         return self
 
@@ -277,6 +285,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rate", required=True, help="tc rate per link and direction (1gbit, 100mbit, ...) or none")
     p.add_argument("--slow-node", type=int, default=None, help="node whose own egress is shaped at --slow-rate")
     p.add_argument("--slow-rate", default=None, help="tc rate of the slow node's egress (e.g. 10mbit)")
+    p.add_argument("--mtu", type=int, default=DEFAULT_MTU,
+                   help="frame size of the lab's links (default 1500; 9000 for jumbo frames as on training fabrics)")
     p.add_argument("--timeout", type=float, default=1800, help="seconds before every node is stopped")
     p.add_argument("--port", type=int, default=29400, help="rendezvous port on node 0")
     args = p.parse_args(ours)
@@ -286,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--nproc-per-node must be >= 1")
     try:
         check_host()
-        lab = Lab(args.nodes, args.rate, slow_node=args.slow_node, slow_rate=args.slow_rate)
+        lab = Lab(args.nodes, args.rate, slow_node=args.slow_node, slow_rate=args.slow_rate, mtu=args.mtu)
         for rate in (args.rate, args.slow_rate):
             if rate and (warning := rates.bytes_unit_warning(rate)):
                 print(warning, file=sys.stderr)
@@ -302,7 +312,8 @@ def main(argv: list[str] | None = None) -> int:
     code = 1
     try:
         with lab:
-            shaped = f"{lab.rate} (burst {burst_bytes(lab.rate_bps)} B)" if lab.rate_bps else "unshaped"
+            shaped = (f"{lab.rate} (burst {burst_bytes(lab.rate_bps, lab.mtu)} B, MTU {lab.mtu})" if lab.rate_bps
+                      else f"unshaped (MTU {lab.mtu})")
             if lab.slow_node is not None:
                 shaped += f", node {lab.slow_node}'s egress {lab.slow_rate}"
             print(f"[lab] {lab.nodes} nodes x {args.nproc_per_node} ranks, {lab.describe()['topology']}, links "

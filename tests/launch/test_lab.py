@@ -24,6 +24,9 @@ def test_rates_and_bursts():
     assert parse_rate("1gbit") == 1e9 and parse_rate("100mbit") == 1e8 and parse_rate("125mbps") == 1e9
     assert parse_rate("none") is None
     assert burst_bytes(1e9) >= 128 * 1024 and burst_bytes(1e8) >= 16 * 1024  # docs/reference.md section 8
+    assert burst_bytes(1e6, mtu=65535) == 65535 + 14  # a bucket smaller than a frame would drop it
+    with pytest.raises(LabError, match="--mtu: got 100; expected 576 to 65535"):
+        Lab(2, "1gbit", mtu=100)
     with pytest.raises(LabError, match="--rate: got 'fast'"):
         parse_rate("fast")
 
@@ -34,10 +37,13 @@ def ns_exec(ns, *cmd, timeout=30):
 
 @needs_root
 def test_three_nodes_through_a_bridge_with_shaped_links():
-    with Lab(3, "50mbit", lab_id="fhtest3") as lab:
+    with Lab(3, "50mbit", lab_id="fhtest3", mtu=9000) as lab:
         assert set(lab.namespaces + [lab.switch]) <= set(leftover_namespaces())
         qdisc = ns_exec(lab.namespaces[1], "tc", "qdisc", "show", "dev", "fab0").stdout
         assert "tbf" in qdisc and "50Mbit" in qdisc
+        # jumbo frames on the node's link and on its switch port
+        assert "mtu 9000" in ns_exec(lab.namespaces[1], "ip", "link", "show", "fab0").stdout
+        assert "mtu 9000" in ns_exec(lab.switch, "ip", "link", "show", "p1").stdout
         # node 2 reaches node 0 across the switch, and only through the lab's own addresses
         server = f"import socket;s=socket.socket();s.bind(('{lab.address(0)}',5999));s.listen(1);c,_=s.accept();print(c.recv(5).decode())"
         srv = subprocess.Popen(["ip", "netns", "exec", lab.namespaces[0], sys.executable, "-c", server],
@@ -87,6 +93,10 @@ def test_bad_lab_arguments_are_one_line(tmp_path):
     proc = lab_cli("--nodes", "1", "--rate", "1gbit", "--", TINY)
     if os.geteuid() == 0:
         assert proc.returncode == 2 and "error: --nodes: got 1; a fabric needs at least 2 nodes" in proc.stderr
+    if os.geteuid() == 0:
+        proc = lab_cli("--nodes", "2", "--rate", "1gbit", "--mtu", "100", "--", TINY)
+        assert proc.returncode == 2 and proc.stderr.strip() == "error: --mtu: got 100; expected 576 to 65535 bytes " \
+            "(1500 Ethernet, 9000 jumbo frames)"
     proc = lab_cli("--nodes", "2", "--rate", "fast", "--", TINY)
     assert proc.returncode == 2 and "--rate: got 'fast'" in proc.stderr or "needs root" in proc.stderr
 

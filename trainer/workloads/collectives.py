@@ -409,7 +409,8 @@ def spread_line(rows: list[dict], repeats: int, stat: str = "median") -> str:
     for r in rows:
         for b in (r.get("out_of_place"), r.get("in_place")):
             if b and b.get("spread"):
-                parts.append(f"{r['size']} {fit(b['spread']['busbw_min_GBps'], 6)}-{fit(b['spread']['busbw_max_GBps'], 6)}")
+                # three significant digits: a slow link's busbw reads 0.01 in the table's two decimals
+                parts.append(f"{r['size']} {b['spread']['busbw_min_GBps']:.3g}-{b['spread']['busbw_max_GBps']:.3g}")
                 break
     what = "the best" if stat == "best" else "the median"
     return f"# fabric-harness: rows are {what} of {repeats} repeats; busbw min-max (GB/s): " + ", ".join(parts)
