@@ -24,7 +24,7 @@ from .compat import ensure_torchvision_importable
 from .config import Recipe
 from .data.sampler import StepSampler
 from .distributed import ParallelDims, init_process_group, pick_backend, pick_device
-from .errors import InputError
+from .errors import FaultError, InputError, one_line
 from .hooks import HookList, Hooks
 from .layout import Layout
 from .loop import Trainer
@@ -252,8 +252,17 @@ def run(recipe: Recipe, layout: Layout, argv: list[str], overrides: list[str]) -
     except (Interrupted, KeyboardInterrupt) as exc:
         status, code, error = "interrupted", 130, f"interrupted by {exc or 'SIGINT'}"
         print(f"[trainer] rank {rank}: {error}; completed steps stay in metrics.jsonl", file=sys.stderr, flush=True)
-    except Exception as exc:  # a crash: keep the traceback on stderr, the summary in run.json
-        error = f"{type(exc).__name__}: {exc}"
+    except FaultError as exc:  # a fault recognised for what it is: one line, no traceback
+        error = str(exc)
+        if rank == 0 or not exc.everywhere:
+            print(f"error: {exc}", file=sys.stderr, flush=True)
+    except BaseException as exc:  # a crash: keep the traceback on stderr, the summary in run.json
+        # BaseException: torch's CheckpointException is not an Exception, and SystemExit must be recorded too
+        error = one_line(exc)
+        if isinstance(exc, SystemExit):
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+            status = "completed" if code == 0 else "failed"
+            raise  # the finally below records it first
         traceback.print_exc()
     finally:
         signal.signal(signal.SIGTERM, old_term)

@@ -1,12 +1,21 @@
 """The run directory contract (README: "The run directory"): run.json, metrics.jsonl, ranks/, logs/, checkpoints/."""
 from __future__ import annotations
 
+import contextlib
 import datetime
+import errno
 import json
 import os
 from typing import Any
 
 from telemetry.runs import read_jsonl  # one reader for the contract's JSON lines
+
+from .errors import FaultError
+
+# Space set aside at the start of a run, given back when the disk fills, so the final run.json
+# (status failed, the error) can still be written.
+RESERVE_BYTES = 1 << 20
+_DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
 def now_iso() -> str:
@@ -16,10 +25,15 @@ def now_iso() -> str:
 def write_json_atomic(path: str, data: Any) -> None:
     """Readers never see a half-written file: write beside it, then rename over it."""
     tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(data, f, indent=2, default=str)
-        f.write("\n")
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(data, f, indent=2, default=str)
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)  # nothing half-written stays behind (a full disk)
+        raise
 
 
 class RunDir:
@@ -36,12 +50,38 @@ class RunDir:
     def create(self) -> None:
         for d in (self.path, self.ranks, self.logs):
             os.makedirs(d, exist_ok=True)
+        if self.rank == 0:
+            self._reserve()
+
+    @property
+    def reserve_path(self) -> str:
+        return os.path.join(self.path, ".reserve")
+
+    def _reserve(self) -> None:
+        try:
+            with open(self.reserve_path, "wb") as f:
+                f.write(b"\0" * RESERVE_BYTES)  # real blocks, not a sparse file
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.remove(self.reserve_path)
+
+    def release_reserve(self) -> bool:
+        try:
+            os.remove(self.reserve_path)
+            return True
+        except OSError:
+            return False
 
     # run.json is owned by rank 0; other ranks write under ranks/.
     def update(self, **fields) -> None:
         self.info.update(fields)
         if self.rank == 0:
-            write_json_atomic(self.run_json, self.info)
+            try:
+                write_json_atomic(self.run_json, self.info)
+            except OSError as exc:
+                if exc.errno not in _DISK_FULL or not self.release_reserve():
+                    raise
+                write_json_atomic(self.run_json, self.info)
 
     def load_previous(self) -> dict:
         if os.path.exists(self.run_json):
@@ -76,13 +116,23 @@ class RunDir:
 
     def write_metrics(self, record: dict) -> None:
         if self._metrics is not None:
-            self._metrics.write(json.dumps(record) + "\n")
-            self._metrics.flush()  # a killed job keeps every completed step
+            try:
+                self._metrics.write(json.dumps(record) + "\n")
+                self._metrics.flush()  # a killed job keeps every completed step
+            except OSError as exc:
+                stream, self._metrics = self._metrics, None
+                with contextlib.suppress(OSError):
+                    stream.close()  # closes the file even when its flush fails again
+                raise FaultError(f"{self.metrics_path}: cannot write step {record.get('step')}: "
+                                 f"{exc.strerror or exc}", everywhere=False) from None
 
     def write_rank_file(self, name: str, data: Any) -> None:
         write_json_atomic(os.path.join(self.ranks, f"rank{self.rank:05d}.{name}.json"), data)
 
     def close(self) -> None:
         if self._metrics is not None:
-            self._metrics.close()
+            with contextlib.suppress(OSError):  # a full disk: the error is already recorded
+                self._metrics.close()
             self._metrics = None
+        if self.rank == 0:
+            self.release_reserve()
