@@ -517,6 +517,7 @@ def compare(paths: list[str], out: str, allow_mismatch: bool = False, sweeps: li
         notes.append(group_note)
     import matplotlib
     matplotlib.use("Agg")
+    matplotlib.rcParams["text.parse_math"] = False  # run names are text: "$" in one is no formula
     import matplotlib.pyplot as plt
 
     os.makedirs(out, exist_ok=True)

@@ -14,11 +14,41 @@ RECORDED_PREFIXES = ("NCCL_", "GLOO_", "UCX_", "FI_", "TORCH_NCCL_", "TORCH_DIST
                      "CUDA_DEVICE_MAX_CONNECTIONS", "OMP_NUM_THREADS", "SLURM_JOB_ID", "SLURM_NNODES",
                      "SLURM_JOB_NODELIST", "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
                      "TORCHELASTIC_RUN_ID", "HF_HUB_OFFLINE")
-SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSW|PASSWD|KEY|CREDENTIAL|AUTH|COOKIE|SESSION|PRIVATE", re.I)
-# Values that look like credentials even under an innocent name (URLs with a password, bearer tokens).
-SECRET_VALUE = re.compile(r"://[^/\s:@]+:[^/\s@]+@|\b(hf|ghp|gho|github_pat|sk|xox[abp])_[A-Za-z0-9_]{8,}|"
-                          r"Bearer\s+\S+", re.I)
+# Names that hold secrets, matched anywhere in the name (so *_CREDS, *_APIKEY, X_AUTHORIZATION are caught).
+SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSW|PASSPHRASE|(^|_)PWD($|_)|KEY|CRED|AUTH|COOKIE|SESSION|PRIVATE|"
+                         r"SIGNATURE|SALT", re.I)
+# Values that look like credentials whatever their name: URLs with a password, bearer/basic authorization,
+# vendor token shapes (Hugging Face, GitHub, GitLab, Slack, OpenAI-style, AWS access keys, npm, PyPI),
+# JSON web tokens and PEM private keys.
+SECRET_VALUE = re.compile(
+    r"://[^/\s:@]+:[^/\s@]+@"
+    r"|\b(hf|ghp|gho|ghu|ghs|ghr|github_pat|glpat|sk|xox[abpors]|npm)[_-][A-Za-z0-9_-]{8,}"
+    r"|\bpypi-[A-Za-z0-9_-]{16,}"
+    r"|\b(AKIA|ASIA)[0-9A-Z]{16}\b"
+    r"|\b(Bearer|Basic)\s+\S+"
+    r"|\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\."
+    r"|-----BEGIN [A-Z ]*PRIVATE KEY-----", re.I)
 REDACTED = "<redacted>"
+
+
+def is_secret(name: str, value: str) -> bool:
+    return bool(SECRET_NAME.search(name) or SECRET_VALUE.search(value))
+
+
+def redact_text(text: str) -> str:
+    """`text` with every credential-shaped part replaced (command lines, overrides, recipe strings)."""
+    return SECRET_VALUE.sub(REDACTED, text)
+
+
+def redact_tree(obj):
+    """A copy of a JSON-like value with credential-shaped strings redacted (the recipe, the command line)."""
+    if isinstance(obj, str):
+        return redact_text(obj)
+    if isinstance(obj, dict):
+        return {k: redact_tree(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [redact_tree(v) for v in obj]
+    return obj
 
 
 def redacted_env(environ: dict[str, str] | None = None) -> dict[str, str]:
@@ -28,7 +58,7 @@ def redacted_env(environ: dict[str, str] | None = None) -> dict[str, str]:
         if not name.startswith(RECORDED_PREFIXES):
             continue
         value = env[name]
-        out[name] = REDACTED if SECRET_NAME.search(name) or SECRET_VALUE.search(value) else value
+        out[name] = REDACTED if is_secret(name, value) else value
     return out
 
 

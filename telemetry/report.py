@@ -8,6 +8,7 @@ from __future__ import annotations
 import html
 import os
 import statistics
+from urllib.parse import quote
 
 from .formulas import OPS
 from .runs import Run, load_run, median, percentile
@@ -187,11 +188,23 @@ def tables(s: dict) -> list[tuple[str, list[str], list[list[str]]]]:
             ("Energy", ["", ""], energy), ("Fabric counters", ["", ""], counters), s["stragglers"]]
 
 
+# Markdown's inline syntax (and raw HTML, which Markdown passes through): run names, paths, host names and
+# other recorded text are shown as text, as html.escape does for the HTML report. Underscores are left as
+# they are (inside words they are not emphasis, and collective names are full of them); $ stops math
+# renderers; line breaks would end a table row or start a heading.
+_MD_SPECIAL = str.maketrans({c: "\\" + c for c in "\\`*[]|$~!#"} | {"<": "&lt;", ">": "&gt;", "&": "&amp;",
+                                                                        "\n": " ", "\r": " "})
+
+
+def md_escape(text) -> str:
+    return str(text).translate(_MD_SPECIAL)
+
+
 def _md_table(header, rows) -> str:
     if not rows:
         return "_none recorded_\n"
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |" for row in rows]
+    lines = ["| " + " | ".join(md_escape(h) for h in header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(md_escape(c) for c in row) + " |" for row in rows]
     return "\n".join(lines) + "\n"
 
 
@@ -208,6 +221,7 @@ def _html_table(header, rows) -> str:
 def plots(run: Run, out: str) -> list[tuple[str, str]]:
     import matplotlib
     matplotlib.use("Agg")
+    matplotlib.rcParams["text.parse_math"] = False  # run names are text: "$" in one is no formula
     import matplotlib.pyplot as plt
 
     m = run.metrics
@@ -311,17 +325,18 @@ CSS = ("body{font-family:system-ui,sans-serif;max-width:1000px;margin:2em auto;c
 def write_documents(out: str, basename: str, title: str, subtitle: str | None, warnings: list[str],
                     sections: list[tuple[str, list[str], list[list[str]]]], figures: list[tuple[str, str]]) -> None:
     """BASENAME.md and BASENAME.html with the same warnings, tables and figures (report and compare)."""
-    md = [f"# {title}\n"] + ([f"{subtitle}\n"] if subtitle else []) + [f"> **{w}**\n" for w in warnings]
+    md = [f"# {md_escape(title)}\n"] + ([f"{md_escape(subtitle)}\n"] if subtitle else []) \
+        + [f"> **{md_escape(w)}**\n" for w in warnings]
     body = [f"<h1>{html.escape(title)}</h1>"] + ([f"<p>{html.escape(subtitle)}</p>"] if subtitle else [])
     body += [f"<p class='warn'><strong>{html.escape(w)}</strong></p>" for w in warnings]
     for heading, header, rows in sections:
-        md += [f"## {heading}\n", _md_table(header, rows)]
+        md += [f"## {md_escape(heading)}\n", _md_table(header, rows)]
         body += [f"<h2>{html.escape(heading)}</h2>", _html_table(header, rows)]
     md.append("## Figures\n")
     body.append("<h2>Figures</h2>")
     for name, caption in figures:
-        md.append(f"![{caption}]({name})\n")
-        body.append(f"<figure><img src='{name}' alt='{html.escape(caption)}'><figcaption>{html.escape(caption)}"
+        md.append(f"![{md_escape(caption)}](<{quote(name)}>)\n")
+        body.append(f"<figure><img src='{html.escape(quote(name))}' alt='{html.escape(caption)}'><figcaption>{html.escape(caption)}"
                     "</figcaption></figure>")
     with open(os.path.join(out, f"{basename}.md"), "w", encoding="utf-8") as f:
         f.write("\n".join(md))

@@ -90,6 +90,7 @@ class TrainConfig:
     log_every: int = 1
     save_every: int = 0  # optimizer steps between checkpoints; 0 = only at the end
     save_final: bool = True
+    save_on_signal: bool = True  # SIGTERM or a lost torchrun agent: checkpoint at the end of the step, then stop
     resume: str = "auto"  # auto (latest in output_dir), never, or a checkpoint directory
     eval_every_samples: Optional[int] = None
     target_eval_loss: Optional[float] = None  # stop once eval loss <= target (MLPerf-style)

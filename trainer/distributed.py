@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import socket
 from dataclasses import dataclass, field
 
 import torch
@@ -29,6 +30,17 @@ def pick_backend(requested: str, device: torch.device) -> str:
     return requested
 
 
+def bind_loopback_on_one_host(environ=os.environ) -> dict:
+    """A job whose ranks all run on this host needs no other interface: gloo's sockets and NCCL's bootstrap
+    listen on loopback only (unless the user named an interface). Returns what it set."""
+    one_host = "WORLD_SIZE" not in environ or environ.get("LOCAL_WORLD_SIZE") == environ.get("WORLD_SIZE")
+    if not one_host or "lo" not in {name for _, name in socket.if_nameindex()}:
+        return {}
+    applied = {var: "lo" for var in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME") if not environ.get(var)}
+    environ.update(applied)
+    return applied
+
+
 def init_process_group(backend: str, device: torch.device, timeout_s: int) -> None:
     """Join torchrun's group, or make a group of one when run as plain `python -m trainer`.
 
@@ -37,6 +49,7 @@ def init_process_group(backend: str, device: torch.device, timeout_s: int) -> No
     timeout = datetime.timedelta(seconds=timeout_s)
     if dist.is_initialized():
         return
+    bind_loopback_on_one_host()
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
         kwargs = {"device_id": device} if device.type == "cuda" else {}
         dist.init_process_group(backend=backend, timeout=timeout, **kwargs)

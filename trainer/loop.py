@@ -22,6 +22,7 @@ from .hooks import Hooks
 from .optim import build_optimizer
 from .parallelize import grad_sync, reduce_trainable_grads
 from .progress import Progress
+from .stop import Interrupted
 from .throughput import step_figures
 
 
@@ -55,6 +56,7 @@ class Trainer:
         self.params = [p for p in model.parameters() if p.requires_grad]
         dbg = recipe.debug  # a straggler on purpose: this rank's compute runs late by delay_s
         self.delay_s = dbg.delay_s if dbg.delay_rank == dist.get_rank() else 0.0
+        self.stops = None  # trainer.stop.StopRequests: SIGTERM or a lost agent, honoured at a step's end
 
     # ------------------------------------------------------------ resume
 
@@ -286,6 +288,8 @@ class Trainer:
         self.model.train()
         self.hooks.on_train_start({"start_step": start, "max_steps": max_steps, "layout": self.layout})
         crash_at = int(os.environ.get("FABRIC_HARNESS_CRASH_AFTER_STEP", "0"))  # fault injection for tests
+        if self.stops is not None:
+            self.stops.start_loop()
         for step in range(start + 1, max_steps + 1):
             record = self.train_step(step)
             self.hooks.on_step_end(step, record)  # the step ends here: evaluation is not part of it
@@ -308,7 +312,13 @@ class Trainer:
                 break
             if train.save_every and step % train.save_every == 0 and step < max_steps:
                 self._save()
-            if crash_at and step == crash_at and dist.get_rank() == 0:
+            why = self.stops.agree() if self.stops is not None else None
+            if why and step < max_steps:  # preempted: keep this step, so no completed step is recomputed
+                if not (train.save_every and step % train.save_every == 0):
+                    self._save()
+                raise Interrupted(f"{why}: stopped after step {step}, checkpoint saved")
+            crash_rank = int(os.environ.get("FABRIC_HARNESS_CRASH_RANK", "0"))
+            if crash_at and step == crash_at and dist.get_rank() == crash_rank:
                 os.kill(os.getpid(), signal.SIGKILL)
         if train.save_final and self.state.step > start:
             self._save()

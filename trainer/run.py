@@ -4,7 +4,6 @@ from __future__ import annotations
 import hashlib
 import os
 import random
-import signal
 import sys
 import time
 import traceback
@@ -17,7 +16,7 @@ import torch.distributed as dist
 from telemetry import fabric
 from telemetry.adapters import HarnessHooks
 from telemetry.counters import merge_verdicts
-from telemetry.environment import host_info, redacted_env, software_versions
+from telemetry.environment import host_info, redact_tree, redacted_env, software_versions
 from telemetry.session import Telemetry, TelemetrySettings
 
 from .compat import ensure_torchvision_importable
@@ -30,6 +29,8 @@ from .layout import Layout
 from .loop import Trainer
 from .parallelize import unwrap
 from .rundir import RunDir, now_iso, write_json_atomic
+from .runlock import RunLock, pid_alive
+from .stop import Interrupted, StopRequests
 from .throughput import peak_tflops
 from .workloads import get_workload
 
@@ -39,14 +40,6 @@ ensure_torchvision_importable()  # before any transformers import (it imports to
 warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
-
-
-class Interrupted(BaseException):
-    """SIGTERM (scheduler preemption, torchrun tearing down) or Ctrl-C: record it, then leave."""
-
-
-def _on_signal(signum, _frame):
-    raise Interrupted(signal.Signals(signum).name)
 
 
 def _resolve_dtype(choice: str, device: torch.device) -> torch.dtype:
@@ -151,6 +144,12 @@ def _sweep(recipe: Recipe, rundir: RunDir, device: torch.device, hosts: list, wa
 
 def run(recipe: Recipe, layout: Layout, argv: list[str], overrides: list[str]) -> int:
     rank = int(os.environ.get("RANK", "0"))
+    lock = RunLock(recipe.output_dir, rank)
+    problem = lock.acquire()  # before anything is written: the directory may be a live run's
+    if problem:
+        if rank == 0:
+            print(f"error: {problem}", file=sys.stderr, flush=True)
+        return 2
     rundir = RunDir(recipe.output_dir, rank)
     rundir.create()
     previous = rundir.load_previous() if recipe.train.resume != "never" else {}
@@ -162,22 +161,25 @@ def run(recipe: Recipe, layout: Layout, argv: list[str], overrides: list[str]) -
     started = time.time()
     rundir.update(
         name=recipe.name, status="running", exit_code=None, error=None, start_time=now_iso(), end_time=None,
-        command=argv, overrides=overrides, recipe_path=recipe.recipe_path, recipe=recipe.to_dict(),
+        command=redact_tree(argv), overrides=redact_tree(overrides), recipe_path=recipe.recipe_path,
+        recipe=redact_tree(recipe.to_dict()),
         layout=layout.to_dict(), attempt=attempt, attempts=prior,
         software=software_versions(), environment=redacted_env())
-    old_term = signal.signal(signal.SIGTERM, _on_signal)
+    stops = StopRequests(recipe.train.save_on_signal).install()
     status, code, error = "failed", 1, None
     hooks = HookList()
     telemetry = watch = trainer = None
+    hosts: list = []
     try:
         device = pick_device()
         backend = pick_backend(recipe.distributed.backend, device)
         tel_settings = TelemetrySettings(**recipe.telemetry.__dict__)
         Telemetry.prepare_environment(tel_settings, recipe.output_dir, backend)  # NCCL reads it at init
         init_process_group(backend, device, recipe.distributed.timeout_s)
-        hosts: list = [None] * dist.get_world_size()
+        hosts = [None] * dist.get_world_size()
         dist.all_gather_object(hosts, {"rank": dist.get_rank(), "local_rank": int(os.environ.get("LOCAL_RANK", 0)),
                                        **host_info()})
+        stops.lost = lambda: _lost_ranks(hosts, trainer)
         dims = ParallelDims(layout, device.type)
         dims.world_mesh  # made once, up front: a mismatch fails here, not mid-step
         rundir.update(backend=backend, device={"type": device.type,
@@ -229,6 +231,7 @@ def run(recipe: Recipe, layout: Layout, argv: list[str], overrides: list[str]) -
         trainer = Trainer(recipe, layout, dims, model, workload, train_set, eval_set, sampler, rundir, hooks,
                           device, autocast)
         trainer.flops_per_unit, trainer.flops_unit, trainer.peak_tflops = per_unit, unit, peak
+        trainer.stops = stops
         trainer.progress.info(f"{recipe.name}: {layout.describe()}; backend {backend} on {device.type}")
         trainer.progress.info(f"model {total:,} parameters, {trainable:,} trainable; {workload.describe(train_set)}")
         state = trainer.run()
@@ -251,6 +254,9 @@ def run(recipe: Recipe, layout: Layout, argv: list[str], overrides: list[str]) -
             print(f"error: {exc}", file=sys.stderr, flush=True)
     except (Interrupted, KeyboardInterrupt) as exc:
         status, code, error = "interrupted", 130, f"interrupted by {exc or 'SIGINT'}"
+        lost = _lost_ranks(hosts, trainer)
+        if lost:
+            status, code, error = "failed", 1, f"{lost}; {error}"
         print(f"[trainer] rank {rank}: {error}; completed steps stay in metrics.jsonl", file=sys.stderr, flush=True)
     except FaultError as exc:  # a fault recognised for what it is: one line, no traceback
         error = str(exc)
@@ -259,13 +265,18 @@ def run(recipe: Recipe, layout: Layout, argv: list[str], overrides: list[str]) -
     except BaseException as exc:  # a crash: keep the traceback on stderr, the summary in run.json
         # BaseException: torch's CheckpointException is not an Exception, and SystemExit must be recorded too
         error = one_line(exc)
+        lost = _lost_ranks(hosts, trainer) if not isinstance(exc, SystemExit) else None
+        if lost:  # a collective failed because a peer died: say which, not the transport's words
+            error = f"{lost}; {error}"
+            print(f"error: {error}", file=sys.stderr, flush=True)
+            return code
         if isinstance(exc, SystemExit):
             code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
             status = "completed" if code == 0 else "failed"
             raise  # the finally below records it first
         traceback.print_exc()
     finally:
-        signal.signal(signal.SIGTERM, old_term)
+        stops.remove()
         try:
             hooks.on_train_end(status)
             if watch is not None and dist.is_initialized():
@@ -284,6 +295,20 @@ def run(recipe: Recipe, layout: Layout, argv: list[str], overrides: list[str]) -
             rundir.update(status=status, exit_code=code, error=error, end_time=now_iso(),
                           duration_s=round(time.time() - started, 3), attempts=attempts)
             rundir.close()
+            lock.release()
             if dist.is_initialized():
                 dist.destroy_process_group()
     return code
+
+
+def _lost_ranks(hosts: list, trainer) -> str | None:
+    """'rank 1 (host h, pid 123) was lost after step 4': ranks on this host whose process is gone.
+    Ranks on other hosts cannot be checked from here (docs/reliability.md)."""
+    here = host_info()["hostname"]
+    lost = [h for h in hosts if isinstance(h, dict) and h.get("hostname") == here and h.get("pid") != os.getpid()
+            and isinstance(h.get("pid"), int) and not pid_alive(h["pid"])]
+    if not lost:
+        return None
+    step = f" after step {trainer.state.step}" if trainer is not None else ""
+    names = ", ".join(f"rank {h['rank']} (host {h['hostname']}, pid {h['pid']})" for h in lost)
+    return f"{names} {'was' if len(lost) == 1 else 'were'} lost{step}"

@@ -1,0 +1,233 @@
+"""Faults through the real CLI: SIGTERM (preemption), the torchrun agent killed, a rank lost, a second
+run into a live run's directory, a disk that fills mid-run. Bounded subprocesses, gloo, --standalone."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from trainer.runlock import pid_alive
+
+from ..conftest import REPO, TINY, run_cli
+
+FAST = ["data.seq_len=64", "train.log_every=1", "train.eval_every_samples=null", "distributed.timeout_s=60"]
+
+
+class Job:
+    """A run in the background whose output is read line by line, so a test can act at a given step."""
+
+    def __init__(self, out: Path, *overrides: str, nproc: int = 1, torchrun: bool = False, env: dict | None = None):
+        args = [TINY, f"output_dir={out}", *FAST, *overrides]
+        if nproc > 1 or torchrun:
+            cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+                   "-m", "trainer", *args]
+        else:
+            cmd = [sys.executable, "-m", "trainer", *args]
+        self.out = out
+        self.lines: list[str] = []
+        self.proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                     start_new_session=True, env={**os.environ, "OMP_NUM_THREADS": "1",
+                                                                  "PYTHONUNBUFFERED": "1", "CUDA_VISIBLE_DEVICES": "",
+                                                                  **(env or {})})
+
+    def wait_for(self, text: str, timeout: float = 240) -> str:
+        deadline = time.monotonic() + timeout
+        for line in self.proc.stdout:
+            self.lines.append(line)
+            if text in line:
+                return line
+            if time.monotonic() > deadline:
+                break
+        self.kill()
+        pytest.fail(f"no {text!r} in time:\n{''.join(self.lines)[-3000:]}")
+
+    def finish(self, timeout: float = 120) -> int:
+        try:
+            rest, _ = self.proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            pytest.fail(f"did not finish:\n{''.join(self.lines)[-3000:]}")
+        self.lines.append(rest)
+        return self.proc.returncode
+
+    @property
+    def output(self) -> str:
+        return "".join(self.lines)
+
+    def kill(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.communicate()
+
+    def run_json(self) -> dict:
+        return json.loads((self.out / "run.json").read_text())
+
+    def steps(self) -> list[int]:
+        return [json.loads(line)["step"] for line in (self.out / "metrics.jsonl").read_text().splitlines() if line]
+
+
+def _workers(agent_pid: int) -> list[int]:
+    out = subprocess.run(["pgrep", "-P", str(agent_pid)], capture_output=True, text=True).stdout
+    return [int(p) for p in out.split()]
+
+
+def _listening(pid: int) -> list[str]:
+    """Local addresses of the TCP sockets process `pid` listens on (from /proc)."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    found = []
+    for table in ("tcp", "tcp6"):
+        for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
+                addr = fields[1].split(":")[0]
+                found.append(".".join(str(int(addr[i:i + 2], 16)) for i in (6, 4, 2, 0)) if table == "tcp"
+                             else ("::1" if addr == "0" * 31 + "1" else
+                                   "::ffff:127.x" if addr.endswith("0100007F") else addr))
+    return found
+
+
+def _loopback(addr: str) -> bool:
+    return addr.startswith("127.") or addr in ("::1", "::ffff:127.x")
+
+
+def _latest_step(out: Path) -> int:
+    return json.loads((out / "checkpoints" / "latest.json").read_text())["step"]
+
+
+def test_sigterm_saves_the_current_step_and_resume_recomputes_nothing(tmp_path):
+    out = tmp_path / "run"
+    job = Job(out, "max_steps=40", "train.save_every=0", nproc=2)
+    job.wait_for("step 3/40")
+    workers = _workers(job.proc.pid)
+    listening = {w: _listening(w) for w in workers}
+    assert len(workers) == 2 and all(listening.values()), listening
+    # a standalone run: the workers' sockets (gloo, and NCCL's bootstrap on GPUs) listen on loopback only
+    assert all(_loopback(a) for addrs in listening.values() for a in addrs), listening
+    os.kill(job.proc.pid, signal.SIGTERM)  # torchrun's agent passes it to every worker, as a scheduler would
+    job.finish()
+    info = job.run_json()
+    saved = _latest_step(out)
+    assert info["status"] == "interrupted" and info["exit_code"] == 130, info
+    assert f"interrupted by SIGTERM: stopped after step {saved}, checkpoint saved" == info["error"]
+    assert job.steps() == list(range(1, saved + 1))  # every completed step is in the checkpoint
+    assert info["environment"]["GLOO_SOCKET_IFNAME"] == info["environment"]["NCCL_SOCKET_IFNAME"] == "lo"
+    again = run_cli(out, *FAST, f"max_steps={saved + 1}", nproc=2, timeout=240)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"resumed from {out / 'checkpoints' / f'step-{saved:07d}'} at step {saved}" in again.stdout
+    assert [r["step"] for r in again.metrics()] == list(range(1, saved + 2))
+
+
+def test_sigterm_without_save_on_signal_stops_at_once(tmp_path):
+    out = tmp_path / "run"
+    job = Job(out, "max_steps=40", "train.save_on_signal=false")
+    job.wait_for("step 2/40")
+    os.kill(job.proc.pid, signal.SIGTERM)
+    assert job.finish() == 130
+    info = job.run_json()
+    assert info["status"] == "interrupted" and info["error"] == "interrupted by SIGTERM"
+    assert not (out / "checkpoints" / "latest.json").exists()
+
+
+def test_killed_agent_stops_its_workers_and_the_run_directory_is_locked_meanwhile(tmp_path):
+    out = tmp_path / "run"
+    job = Job(out, "max_steps=400", "train.save_every=0", torchrun=True)
+    job.wait_for("step 2/400")
+    workers = _workers(job.proc.pid)
+    assert workers
+    # a second run into the live directory is refused, naming the live one
+    second = run_cli(out, *FAST, "max_steps=2", timeout=120)
+    assert second.returncode == 2
+    lines = second.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: output_dir: {str(out)!r} is in use by a live run (torchrun ")
+    assert f"pid {workers[0]} on host" in lines[0] and "run.lock" in lines[0]
+    os.kill(job.proc.pid, signal.SIGKILL)  # the agent only: today its workers would train on as orphans
+    deadline = time.monotonic() + 60
+    while any(pid_alive(w) for w in workers) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    alive = [w for w in workers if pid_alive(w)]
+    for w in alive:
+        os.kill(w, signal.SIGKILL)
+    job.proc.communicate()
+    assert not alive, "workers outlived their agent"
+    info = job.run_json()
+    saved = _latest_step(out)
+    assert info["status"] == "interrupted", info
+    assert info["error"].startswith("interrupted by the torchrun agent (pid ") and \
+        info["error"].endswith(f"is gone: stopped after step {saved}, checkpoint saved")
+    assert not (out / "run.lock").exists()
+
+
+def test_stale_lock_of_a_dead_process_is_taken_over(tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    from telemetry.environment import host_info
+    (out / "run.lock").write_text(json.dumps({"owner": "pid x", "host": host_info()["hostname"], "pid": dead.pid,
+                                              "start_time": "2026-11-23T00:00:00+00:00"}))
+    res = run_cli(out, *FAST, "max_steps=1", timeout=180)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert not (out / "run.lock").exists()
+
+
+def test_lost_rank_is_named_with_its_host(tmp_path):
+    out = tmp_path / "run"
+    res = run_cli(out, *FAST, "max_steps=30", nproc=2, timeout=240,
+                  env={"FABRIC_HARNESS_CRASH_AFTER_STEP": "2", "FABRIC_HARNESS_CRASH_RANK": "1"})
+    assert res.returncode != 0
+    info = json.loads((out / "run.json").read_text())
+    host = info["hosts"][1]
+    assert info["status"] == "failed", info
+    assert info["error"].startswith(f"rank 1 (host {host['hostname']}, pid {host['pid']}) was lost after step "), \
+        info["error"]
+
+
+def test_disk_full_mid_run_fails_in_one_line_and_the_last_checkpoint_resumes(tmp_path):
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    try:  # checkpoints of this run are ~0.7 MB, plus 1 MiB set aside for run.json: 3 MiB hold two
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(disk)], check=True, capture_output=True)
+    except (OSError, subprocess.CalledProcessError) as exc:
+        pytest.skip(f"cannot mount a tmpfs here (needs root): {exc}")
+    try:
+        out = disk / "run"
+        res = run_cli(out, *FAST, "max_steps=6", "train.save_every=1", timeout=240)
+        assert res.returncode == 1
+        errors = res.stderr.strip().splitlines()
+        assert len(errors) == 1 and "Traceback" not in res.stderr, res.stderr[-3000:]
+        saved = _latest_step(out)
+        assert errors[0].startswith(f"error: checkpoint at step {saved + 1} not written (rank 0: ")
+        assert "No space left on device" in errors[0] and f"latest.json still points at step {saved}" in errors[0]
+        info = res.run_json()
+        assert info["status"] == "failed" and info["exit_code"] == 1 and errors[0][7:] == info["error"]
+        assert sorted(os.listdir(out / "checkpoints")) == ["latest.json"] + [f"step-{s:07d}" for s in
+                                                                               range(1, saved + 1)]
+        subprocess.run(["mount", "-o", "remount,size=16m", str(disk)], check=True)
+        again = run_cli(out, *FAST, "max_steps=6", "train.save_every=0", timeout=240)
+        assert again.returncode == 0, again.stderr[-3000:]
+        assert f"at step {saved}" in again.stdout
+        # a damaged checkpoint is one line naming it and its step, recorded in run.json
+        data = next((out / "checkpoints" / "step-0000006").glob("*.distcp"))
+        data.write_bytes(data.read_bytes()[:64])
+        bad = run_cli(out, *FAST, "max_steps=7", timeout=240)
+        assert bad.returncode == 2
+        lines = bad.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: train.resume: step 6 (") and "cannot be read" in lines[0]
+        assert bad.run_json()["error"] == lines[0][7:]
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
