@@ -319,6 +319,9 @@ class Trainer:
                 raise Interrupted(f"{why}: stopped after step {step}, checkpoint saved")
             crash_rank = int(os.environ.get("FABRIC_HARNESS_CRASH_RANK", "0"))
             if crash_at and step == crash_at and dist.get_rank() == crash_rank:
+                # FABRIC_HARNESS_CRASH_MODE=hang: the rank stops answering, as behind a cut link
+                if os.environ.get("FABRIC_HARNESS_CRASH_MODE") == "hang":
+                    time.sleep(3600)
                 os.kill(os.getpid(), signal.SIGKILL)
         if train.save_final and self.state.step > start:
             self._save()

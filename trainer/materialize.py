@@ -119,8 +119,12 @@ class SafetensorsSource:
             except (ValueError, KeyError) as exc:
                 raise InputError(f"model.path: {index!r} is not a safetensors index ({exc})") from None
         elif os.path.isfile(os.path.join(path, "model.safetensors")):
-            with safe_open(os.path.join(path, "model.safetensors"), "pt") as f:
-                weight_map = {k: "model.safetensors" for k in f.keys()}
+            try:
+                with safe_open(os.path.join(path, "model.safetensors"), "pt") as f:
+                    weight_map = {k: "model.safetensors" for k in f.keys()}
+            except Exception as exc:  # noqa: BLE001 - SafetensorError: a truncated or damaged header
+                raise InputError(f"model.path: {os.path.join(path, 'model.safetensors')!r} is damaged "
+                                 f"({' '.join(str(exc).split())}); expected a complete safetensors file") from None
         else:
             raise InputError(f"model.path: {path!r} has no model.safetensors or model.safetensors.index.json")
         self.path, self.weight_map = path, weight_map

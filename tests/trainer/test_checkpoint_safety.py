@@ -248,3 +248,30 @@ def test_disk_full_while_writing_metrics_still_records_the_failure(tmp_path):
         assert run["status"] == "failed" and "No space left" in run["error"]
         assert not [p for p in os.listdir(disk / "run") if ".tmp" in p]
         shutil.rmtree(disk / "run")
+
+
+def test_model_directory_without_weights_is_one_line(tmp_path):
+    from trainer.workloads.hf import ModelError, check_checkpoint
+
+    (tmp_path / "config.json").write_text("{}")
+    (tmp_path / "tokenizer.json").write_text("{}")
+    with pytest.raises(ModelError) as info:
+        check_checkpoint(str(tmp_path), "checkpoint", "config.json, weights, tokenizer files")
+    assert str(info.value) == (f"model.path: {str(tmp_path)!r} has a config.json but no weights; expected one of "
+                               "model.safetensors, model.safetensors.index.json, pytorch_model.bin, "
+                               "pytorch_model.bin.index.json (or model.config instead of model.path for random init)")
+
+
+def test_truncated_safetensors_is_one_line(tmp_path):
+    from safetensors.torch import save_file
+
+    from trainer.materialize import SafetensorsSource
+
+    save_file({"w": torch.zeros(64, 64)}, str(tmp_path / "model.safetensors"))
+    SafetensorsSource(str(tmp_path))  # whole: fine
+    data = (tmp_path / "model.safetensors").read_bytes()
+    (tmp_path / "model.safetensors").write_bytes(data[:40])
+    with pytest.raises(InputError) as info:
+        SafetensorsSource(str(tmp_path))
+    assert str(info.value).startswith(f"model.path: {str(tmp_path / 'model.safetensors')!r} is damaged (")
+    assert "\n" not in str(info.value)
