@@ -191,8 +191,8 @@ def tables(s: dict) -> list[tuple[str, list[str], list[list[str]]]]:
 # Markdown's inline syntax (and raw HTML, which Markdown passes through): run names, paths, host names and
 # other recorded text are shown as text, as html.escape does for the HTML report. Underscores are left as
 # they are (inside words they are not emphasis, and collective names are full of them); $ stops math
-# renderers; line breaks would end a table row or start a heading.
-_MD_SPECIAL = str.maketrans({c: "\\" + c for c in "\\`*[]|$~!#"} | {"<": "&lt;", ">": "&gt;", "&": "&amp;",
+# renderers; line breaks would end a table row or start a heading (so # and ! need no escape mid-line).
+_MD_SPECIAL = str.maketrans({c: "\\" + c for c in "\\`*[]|$~"} | {"<": "&lt;", ">": "&gt;", "&": "&amp;",
                                                                         "\n": " ", "\r": " "})
 
 

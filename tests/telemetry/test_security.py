@@ -55,7 +55,7 @@ def test_markdown_escapes_user_text():
     assert md_escape("a|b") == "a\\|b"
     assert md_escape("<img src=x onerror=alert(1)>") == "&lt;img src=x onerror=alert(1)&gt;"
     assert md_escape("[click](http://evil)") == "\\[click\\](http://evil)"
-    assert md_escape("line\n# heading") == "line \\# heading"
+    assert md_escape("line\n# heading") == "line # heading"  # no line break: no heading
     assert md_escape("$x^2$ **b** `c`") == "\\$x^2\\$ \\*\\*b\\*\\* \\`c\\`"
     assert md_escape("all_reduce 25.0% (partial: 4.1 kB)") == "all_reduce 25.0% (partial: 4.1 kB)"
 
@@ -73,9 +73,10 @@ def test_report_and_compare_with_a_hostile_run_name(tmp_path):
     assert "<script>" not in md and "&lt;script&gt;" in md and "\\[x\\](http://e)" in md
     assert "<script>" not in (a / "report" / "report.html").read_text()
     # outside the lab, compare labels runs by transport and name: the names reach matplotlib's legends
-    proc = subprocess.run([sys.executable, "-m", "telemetry", "compare", str(a), str(b), "--out",
-                           str(tmp_path / "cmp")], cwd=REPO, capture_output=True, text=True, timeout=180)
+    # labels given on the command line name the columns, legends and tick labels
+    proc = subprocess.run([sys.executable, "-m", "telemetry", "compare", f"{HOSTILE}={a}", f"$unbalanced={b}",
+                           "--out", str(tmp_path / "cmp")], cwd=REPO, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr[-2000:]
     md = (tmp_path / "cmp" / "compare.md").read_text()
-    assert "\\$unbalanced" in md and "<script>" not in md
+    assert "\\$unbalanced" in md and "<script>" not in md and "\\$\\\\frac{a\\$" in md
     assert (tmp_path / "cmp" / "comm.png").stat().st_size > 1000
