@@ -353,6 +353,8 @@ def write_report(run_path: str, out: str | None = None) -> dict:
     figures = plots(run, out)
     title = f"fabric-harness report: {s['name']}"
     warning = (s["expectation"] or {}).get("warning")
+    from .flight_recorder import section as flight_recorder  # a hung or timed-out run's dumps
+    hang = flight_recorder(run_path)
     write_documents(out, "report", title, f"Run directory: {os.path.abspath(run_path)}",
-                    [warning] if warning else [], tables(s), figures)
+                    [warning] if warning else [], tables(s) + ([hang] if hang else []), figures)
     return {"out": out, "summary": s, "figures": [n for n, _ in figures]}

@@ -41,6 +41,79 @@ def bind_loopback_on_one_host(environ=os.environ) -> dict:
     return applied
 
 
+FLIGHT_RECORDER_DIR = "flight_recorder"  # under the run's logs/; read by telemetry.flight_recorder
+
+
+def prepare_flight_recorder(logs_dir: str, environ=os.environ) -> None:
+    """Before init: keep torch's ring buffer of recent collectives, and have NCCL's watchdog dump it into
+    the run directory on a timeout (unless the user set these)."""
+    path = os.path.join(logs_dir, FLIGHT_RECORDER_DIR)
+    os.makedirs(path, exist_ok=True)
+    environ.setdefault("TORCH_NCCL_TRACE_BUFFER_SIZE", "2000")
+    environ.setdefault("TORCH_FR_BUFFER_SIZE", environ["TORCH_NCCL_TRACE_BUFFER_SIZE"])
+    environ.setdefault("TORCH_NCCL_DUMP_ON_TIMEOUT", "1")
+    environ.setdefault("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", os.path.join(path, "nccl_trace_rank"))
+
+
+def dump_flight_recorder(logs_dir: str, rank: int) -> dict | None:
+    """This rank's flight-recorder buffer as JSON in logs/flight_recorder/rankN.json (any backend); the
+    dump, or None where this torch has no JSON dump."""
+    import json
+
+    try:
+        from torch._C._distributed_c10d import _dump_fr_trace_json
+        raw = _dump_fr_trace_json()
+        dump = json.loads(raw)
+    except Exception:  # noqa: BLE001 - older torch, or no buffer: nothing to add
+        return None
+    path = os.path.join(logs_dir, FLIGHT_RECORDER_DIR, f"rank{rank}.json")
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as f:
+            f.write(raw)
+    except OSError:
+        pass
+    return dump
+
+
+def describe_timeout(dump: dict | None, rank: int, step: int | None, timeout_s: int, hosts: list,
+                     backend: str, environ=os.environ) -> str:
+    """One line for a collective that timed out: which one, at which step, who did not answer, over which
+    interface, and the setting that sets the time."""
+    entries = [e for e in (dump or {}).get("entries", []) if isinstance(e, dict)]
+    # NCCL marks the stuck one unfinished; gloo retires a failed one too, so then it is the last issued
+    unfinished = [e for e in entries if not e.get("retired") and e.get("state") != "completed"]
+    pending = max(unfinished or entries, key=lambda e: e.get("record_id") or 0, default=None)
+    what, peers = "a collective", [r for r in range(len(hosts)) if r != rank]
+    if pending is not None:
+        op = str(pending.get("profiling_name") or "?").split(":", 1)[-1]
+        group = pending.get("process_group") or ["?", ""]
+        desc = group[1] if len(group) > 1 and group[1] else group[0]
+        what = f"{op} #{pending.get('collective_seq_id')} (process group {desc})"
+        ranks = ((dump.get("pg_config") or {}).get(str(group[0])) or {}).get("ranks")
+        try:
+            members = [int(x) for x in str(ranks).strip("[]").split(",") if x.strip()]
+            peers = [r for r in members if r != rank] or peers
+        except ValueError:
+            pass
+
+    def name(r):
+        h = hosts[r] if 0 <= r < len(hosts) and isinstance(hosts[r], dict) else {}
+        return f"rank {r} (host {h.get('hostname')})" if h else f"rank {r}"
+    var = "NCCL_SOCKET_IFNAME" if backend == "nccl" else "GLOO_SOCKET_IFNAME"
+    iface = f"interface {environ[var]} ({var})" if environ.get(var) else f"the host name's interface ({var} unset)"
+    who = name(peers[0]) if len(peers) == 1 else "one of " + ", ".join(name(r) for r in peers)
+    at = f"step {step}" if step is not None else "start-up"
+    return (f"distributed: {what} at {at} timed out after {timeout_s} s waiting for {who} over {iface}; "
+            f"the time is distributed.timeout_s; dumps in logs/{FLIGHT_RECORDER_DIR}/ "
+            "(python -m telemetry report RUN names the rank that never entered it)")
+
+
+def is_timeout(exc: BaseException) -> bool:
+    text = str(exc)
+    return isinstance(exc, RuntimeError) and ("Timed out" in text or "timed out" in text or "Timeout" in text)
+
+
 def init_process_group(backend: str, device: torch.device, timeout_s: int) -> None:
     """Join torchrun's group, or make a group of one when run as plain `python -m trainer`.
 

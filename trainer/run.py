@@ -22,7 +22,8 @@ from telemetry.session import Telemetry, TelemetrySettings
 from .compat import ensure_torchvision_importable
 from .config import Recipe
 from .data.sampler import StepSampler
-from .distributed import ParallelDims, init_process_group, pick_backend, pick_device
+from .distributed import (ParallelDims, describe_timeout, dump_flight_recorder, init_process_group, is_timeout,
+                          pick_backend, pick_device, prepare_flight_recorder)
 from .errors import FaultError, InputError, one_line
 from .hooks import HookList, Hooks
 from .layout import Layout
@@ -175,6 +176,7 @@ def run(recipe: Recipe, layout: Layout, argv: list[str], overrides: list[str]) -
         backend = pick_backend(recipe.distributed.backend, device)
         tel_settings = TelemetrySettings(**recipe.telemetry.__dict__)
         Telemetry.prepare_environment(tel_settings, recipe.output_dir, backend)  # NCCL reads it at init
+        prepare_flight_recorder(rundir.logs)
         init_process_group(backend, device, recipe.distributed.timeout_s)
         hosts = [None] * dist.get_world_size()
         dist.all_gather_object(hosts, {"rank": dist.get_rank(), "local_rank": int(os.environ.get("LOCAL_RANK", 0)),
@@ -270,6 +272,12 @@ def run(recipe: Recipe, layout: Layout, argv: list[str], overrides: list[str]) -
             error = f"{lost}; {error}"
             print(f"error: {error}", file=sys.stderr, flush=True)
             return code
+        if is_timeout(exc) and dist.is_initialized():  # a peer that does not answer: a cut link, a hung rank
+            step = trainer.state.step + 1 if trainer is not None else None
+            error = describe_timeout(dump_flight_recorder(rundir.logs, rank), rank, step,
+                                     recipe.distributed.timeout_s, hosts, dist.get_backend())
+            print(f"error: {error}", file=sys.stderr, flush=True)
+            return code
         if isinstance(exc, SystemExit):
             code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
             status = "completed" if code == 0 else "failed"
@@ -277,6 +285,8 @@ def run(recipe: Recipe, layout: Layout, argv: list[str], overrides: list[str]) -
         traceback.print_exc()
     finally:
         stops.remove()
+        if code != 0 and dist.is_initialized():
+            dump_flight_recorder(rundir.logs, rank)  # what every rank last entered, for telemetry report
         try:
             hooks.on_train_end(status)
             if watch is not None and dist.is_initialized():

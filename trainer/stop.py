@@ -93,7 +93,7 @@ class StopRequests:
         if not self.save_on_signal:
             return
         if dist.get_world_size() > 1 and self._group is None:
-            self._group = dist.new_group(backend="gloo")
+            self._group = dist.new_group(backend="gloo", group_desc="stop_vote")
         self.deferring = True
 
     def agree(self) -> str | None:

@@ -231,3 +231,26 @@ def test_disk_full_mid_run_fails_in_one_line_and_the_last_checkpoint_resumes(tmp
         assert bad.run_json()["error"] == lines[0][7:]
     finally:
         subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def test_peer_that_stops_answering_is_named_within_the_timeout(tmp_path):
+    """A rank that stops answering (as behind a cut link): within distributed.timeout_s rank 0 names the
+    collective, the step, the peer and the interface, and the report names what the peer never entered."""
+    out = tmp_path / "run"
+    res = run_cli(out, *FAST, "max_steps=30", "distributed.timeout_s=10", nproc=2, timeout=240,
+                  env={"FABRIC_HARNESS_CRASH_AFTER_STEP": "2", "FABRIC_HARNESS_CRASH_RANK": "1",
+                       "FABRIC_HARNESS_CRASH_MODE": "hang"})
+    assert res.returncode != 0
+    info = json.loads((out / "run.json").read_text())
+    errors = [line for line in res.stderr.splitlines() if line.startswith("error:")]
+    assert errors == [f"error: {info['error']}"], res.stderr[-3000:]
+    # torchrun's agent prints its own ChildFailedError traceback; the workers print none
+    assert info["status"] == "failed" and "trainer/" not in res.stderr and "RuntimeError" not in res.stderr
+    assert info["error"].startswith("distributed: all_reduce #") and " at step 3 timed out after 10 s waiting for " \
+        f"rank 1 (host {info['hosts'][1]['hostname']}) over interface lo (GLOO_SOCKET_IFNAME); the time is " \
+        "distributed.timeout_s" in info["error"], info["error"]
+    assert sorted(os.listdir(out / "logs" / "flight_recorder")) == ["rank0.json", "rank1.json"]
+    report = subprocess.run([sys.executable, "-m", "telemetry", "report", str(out)], cwd=REPO, capture_output=True,
+                            text=True, timeout=180)
+    assert report.returncode == 0, report.stderr[-2000:]
+    assert "| rank 1 never entered all_reduce #" in (out / "report" / "report.md").read_text()
