@@ -373,3 +373,39 @@ def test_automodel_yaml_uses_its_config_fields(capsys):
     fsdp2 = fields["FSDP2Config"]  # the rest of the section becomes the strategy's config
     for key in cfg["distributed"]:
         assert f'"{key}"' in dist_utils or key in fsdp2, key
+
+
+def test_automodel_recipe_subclass_brackets_each_optimizer_step(tmp_path, process_tracer):
+    """The subclass around a stand-in with AutoModel 0.7.0's loop interface (setup, _run_train_optim_step
+    returning a MetricsSample-like object, step_scheduler.step, run_train_validation_loop); the real recipe
+    is CUDA-only. Its method names are checked against the released wheel."""
+    with zipfile.ZipFile(wheel(AUTOMODEL_WHEEL)) as z:
+        source = z.read("nemo_automodel/recipes/llm/train_ft.py").decode()
+    for name in ("def setup(self", "def _run_train_optim_step(self, batches", "def run_train_validation_loop(self",
+                 "self.step_scheduler.step"):
+        assert name in source, name
+    from telemetry.engines import automodel_recipe
+
+    class StandIn:  # what the subclass relies on, nothing more
+        def __init__(self, cfg):
+            self.cfg, self.step_scheduler = cfg, types.SimpleNamespace(step=0)
+
+        def setup(self):
+            pass
+
+        def _run_train_optim_step(self, batches, max_grad_norm=None):
+            self.step_scheduler.step += 1
+            return types.SimpleNamespace(metrics={"loss": 3.0 / self.step_scheduler.step, "lr": 1e-4, "grad_norm": 0.25})
+
+        def run_train_validation_loop(self):
+            for _ in range(3):
+                self._run_train_optim_step([None])
+
+    recipe = automodel_recipe(StandIn, str(tmp_path / "run"), layout={"world_size": 1, "global_batch_size": 4})({})
+    recipe.setup()
+    recipe.run_train_validation_loop()
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2, 3] and [r["loss"] for r in rows] == [3.0, 1.5, 1.0]
+    assert all(r["lr"] == 1e-4 and r["grad_norm"] == 0.25 and r["samples_per_s"] > 0 for r in rows)
+    info = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert info["status"] == "completed" and info["engine"] == "nemo-automodel"
