@@ -90,8 +90,8 @@ def main() -> None:
              "| run | steps | fault | verdict | rank | host | detected at step | findings | median step (s) | wall (s) |",
              "| --- | ---: | --- | --- | ---: | --- | ---: | ---: | ---: | ---: |"]
     for r in rows:
-        lines.append("| " + " | ".join("-" if v is None else f"{v:.3f}" if isinstance(v, float) and r.index(v) == 8
-                                       else f"{v:.0f}" if isinstance(v, float) else str(v) for v in r) + " |")
+        cells = ["-" if v is None else str(v) for v in r[:8]] + [f"{r[8]:.3f}", f"{r[9]:.0f}"]
+        lines.append("| " + " | ".join(cells) + " |")
     m = healthy_margin
     lines += ["", f"Healthy run's margin (its metrics replayed through the detector): {m['compute_steps_flagged']} of "
               f"{m['steps']} steps had one rank's compute >= {stragglers.COMPUTE_RATIO}x the other's; at most "
