@@ -102,7 +102,12 @@ FUNCOL_SPECS = {
     "all_to_all_single": ("all_to_all", lambda a, n: _NBYTES(a["self"]), _A2A),
     "broadcast": ("broadcast", lambda a, n: _NBYTES(a["self"]), _BC),
 }
-_ASYNC_RETURNING = {"isend", "irecv"}  # return a Work without an async_op flag
+_ASYNC_RETURNING = {"isend", "irecv"}
+# Also wrapped where distributed_c10d looks them up as module globals: P2POp and batch_isend_irecv test
+# identity against isend/irecv; torch 2.13's all_gather_into_tensor/reduce_scatter_tensor delegate to
+# the *_single names there, and DeepSpeed's coalesced all-gather calls distributed_c10d's directly.
+_C10D_GLOBALS = ("isend", "irecv", "all_gather_into_tensor", "all_gather_single", "reduce_scatter_tensor",
+                 "reduce_scatter_single")  # return a Work without an async_op flag
 
 # Why a call has no time (the summary lists the reasons of its untimed calls).
 LATE = "completion reported after the step ended"
@@ -309,7 +314,7 @@ class CollectiveTracer:
             if fn is not None:
                 wrapper = self._wrap_dist(name, fn, spec)
                 self._patch(dist, name, wrapper)
-                if name in ("isend", "irecv"):  # P2POp and batch_isend_irecv test identity against these
+                if name in _C10D_GLOBALS and getattr(c10d, name, None) is fn:
                     self._patch(c10d, name, wrapper)
         try:
             import torch.distributed._functional_collectives as funcol

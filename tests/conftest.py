@@ -1,11 +1,14 @@
 """Shared helpers: run the real CLI (alone or under torchrun) as bounded subprocesses."""
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,6 +17,13 @@ import pytest
 from trainer.compat import ensure_torchvision_importable
 
 ensure_torchvision_importable()  # tests import transformers directly; see trainer/compat.py
+
+# DeepSpeed JIT-compiles a small C++ op on its first initialisation (minutes on two cores). One build
+# directory per test session, inherited by every run the tests start, builds it once per session; a
+# TORCH_EXTENSIONS_DIR set outside (a developer's cache) is kept, so it builds once per machine.
+if "TORCH_EXTENSIONS_DIR" not in os.environ:
+    os.environ["TORCH_EXTENSIONS_DIR"] = tempfile.mkdtemp(prefix="fabric-harness-torch-extensions-")
+    atexit.register(shutil.rmtree, os.environ["TORCH_EXTENSIONS_DIR"], True)
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = str(REPO / "recipes" / "tiny_llama_lora.yaml")

@@ -3,6 +3,9 @@
 A checkpoint holds the trainable (adapter) weights, the optimizer, the LR scheduler, the trainer's
 data position and every rank's RNG streams. Frozen base weights are not saved: they come from the
 checkpoint or seed the run started from. DCP reshards on load, so dp may change between attempts.
+Under DeepSpeed each rank saves its own ZeRO partitions and optimizer state instead (tensors under keys of
+its own, its optimizer settings as JSON; trainer/engines/deepspeed.py): those resume at the same world
+size and stage.
 
 Nothing read back is unpickled with plain pickle (docs/reliability.md):
 - the harness's own state (trainer position, scheduler, RNG) is JSON, carried inside DCP as byte
@@ -35,6 +38,7 @@ from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 from torch.distributed.checkpoint.filesystem import _StorageInfo
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
 
+from .engines import deepspeed as ds
 from .errors import FaultError, InputError
 from .rundir import now_iso, write_json_atomic
 
@@ -186,11 +190,15 @@ def save(root: str, step: int, model, optimizer, scheduler, trainer_state: dict)
     if rank == 0:
         _remove(partial)  # left by a save that died
     dist.barrier()
-    msd, osd = get_state_dict(model, optimizer, options=OPTIONS)
-    state = {"model": msd, "optim": osd,
-             HARNESS + "scheduler": _json_tensor(scheduler.state_dict()),
-             HARNESS + "trainer": _json_tensor(trainer_state),
-             f"{HARNESS}rng/rank{rank}": _json_tensor(_rng_state())}
+    if ds.is_engine(model):  # this rank's ZeRO partitions and optimizer tensors, its settings as JSON
+        tensors, plain = ds.checkpoint_state(model)
+        state = {"deepspeed": tensors, f"{HARNESS}deepspeed/rank{rank}": _json_tensor(plain)}
+    else:
+        msd, osd = get_state_dict(model, optimizer, options=OPTIONS)
+        state = {"model": msd, "optim": osd}
+    state.update({HARNESS + "scheduler": _json_tensor(scheduler.state_dict()),
+                  HARNESS + "trainer": _json_tensor(trainer_state),
+                  f"{HARNESS}rng/rank{rank}": _json_tensor(_rng_state())})
     try:
         dcp.save(state, checkpoint_id=partial)
     except BaseException as exc:  # DCP raises CheckpointException (not an Exception) with every rank's error
@@ -290,15 +298,19 @@ def load(path: str, model, optimizer, scheduler) -> tuple[dict, bool]:
         if HARNESS + key not in saved:
             raise InputError(f"train.resume: {where} has no {HARNESS}{key}: written by an older harness "
                              "(pickled state, refused) or another program; use train.resume=never")
-    msd, osd = get_state_dict(model, optimizer, options=OPTIONS)
-    state = {"model": msd, "optim": osd}
-    problems = _shape_problems(meta, state, path)
-    if problems:
-        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-        raise InputError(f"train.resume: {where} does not fit this model: {problems[0]}{more}; resume with "
-                         "the recipe that wrote it (model, lora, parallel.pp) or train.resume=never")
+    engine = ds.is_engine(model)
+    if engine:
+        state = {"deepspeed": _deepspeed_templates(saved, rank, where)}
+    else:
+        msd, osd = get_state_dict(model, optimizer, options=OPTIONS)
+        state = {"model": msd, "optim": osd}
+        problems = _shape_problems(meta, state, path)
+        if problems:
+            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+            raise InputError(f"train.resume: {where} does not fit this model: {problems[0]}{more}; resume with "
+                             "the recipe that wrote it (model, lora, parallel.pp) or train.resume=never")
     rng_key = f"{HARNESS}rng/rank{rank}"
-    for key in ("scheduler", "trainer", f"rng/rank{rank}"):
+    for key in ("scheduler", "trainer", f"rng/rank{rank}", f"deepspeed/rank{rank}"):
         entry = saved.get(HARNESS + key)
         if entry is not None:
             state[HARNESS + key] = torch.empty(tuple(entry.size), dtype=torch.uint8)
@@ -311,8 +323,12 @@ def load(path: str, model, optimizer, scheduler) -> tuple[dict, bool]:
             raise
         raise InputError(f"train.resume: {where} cannot be read: {_describe_failure(exc)}; use an earlier "
                          "checkpoint or train.resume=never") from None
-    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"],
-                   options=LOAD_OPTIONS)
+    if engine:
+        plain = _from_json_tensor(state[f"{HARNESS}deepspeed/rank{rank}"], f"{where} DeepSpeed state")
+        ds.load_checkpoint_state(model, state["deepspeed"], plain)
+    else:
+        set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"],
+                       options=LOAD_OPTIONS)
     scheduler.load_state_dict(_from_json_tensor(state[HARNESS + "scheduler"], f"{where} scheduler state"))
     restored = rng_key in state
     if restored:
@@ -321,3 +337,16 @@ def load(path: str, model, optimizer, scheduler) -> tuple[dict, bool]:
     if not isinstance(trainer_state, dict) or not isinstance(trainer_state.get("step"), int):
         raise InputError(f"train.resume: {where} trainer state has no integer 'step'")
     return trainer_state, restored
+
+
+def _deepspeed_templates(saved: dict, rank: int, where: str) -> dict:
+    """Empty tensors shaped as this rank's saved DeepSpeed tensors (a fresh optimizer has no state yet to
+    load into). A checkpoint without them was not taken with DeepSpeed, or on fewer ranks."""
+    mine = "deepspeed." + ds.prefix()  # DCP flattens nested keys with dots
+    out = {key[len("deepspeed."):]: torch.empty(tuple(meta.size), dtype=meta.properties.dtype)
+           for key, meta in saved.items() if key.startswith(mine) and hasattr(meta, "size")}
+    if not out or f"{HARNESS}deepspeed/rank{rank}" not in saved:
+        raise InputError(f"train.resume: {where} holds no DeepSpeed state for rank {rank}: it was taken with another "
+                         "parallel.data_parallel or on fewer ranks; allowed: a checkpoint of the same DeepSpeed run, "
+                         "or train.resume=never")
+    return out

@@ -84,6 +84,13 @@ def main(argv: list[str] | None = None) -> int:
         print(yaml.safe_dump(resolved, sort_keys=False).rstrip())
         print("# layout")
         print(yaml.safe_dump({"layout": layout.to_dict()}, sort_keys=False).rstrip())
+        if layout.data_parallel == "deepspeed" and layout.global_batch_size:
+            from .engines.deepspeed_config import build
+
+            bf16 = recipe.train.precision in ("bf16", "auto")  # auto: bf16 on GPUs, fp32 on CPU
+            note = " (train.precision auto: as on a GPU)" if recipe.train.precision == "auto" else ""
+            print(f"# the DeepSpeed configuration deepspeed.initialize gets{note}")
+            print(yaml.safe_dump({"deepspeed_config": build(recipe, layout, bf16)}, sort_keys=False).rstrip())
         print(f"# {layout.describe()}")
         return 0
     problems = _check_output_dir(recipe.output_dir)

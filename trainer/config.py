@@ -16,6 +16,8 @@ from typing import Any, Literal, Optional, Union
 
 import yaml
 
+from .engines import deepspeed_config
+
 
 class RecipeError(Exception):
     """One or more problems in a recipe or its overrides; each is a complete one-line message."""
@@ -104,8 +106,10 @@ class ParallelConfig:
     pp: int = 1
     # ddp: DDP (dp only); fsdp: FSDP2 shards every weight over dp; replicate: every dp rank keeps its
     # whole (tp-sharded) model, only trainable gradients are all-reduced over dp - the LoRA layout of
-    # NeMo/Megatron, where the frozen base never crosses the dp fabric
-    data_parallel: Literal["ddp", "fsdp", "replicate"] = "ddp"
+    # NeMo/Megatron, where the frozen base never crosses the dp fabric; deepspeed: DeepSpeed ZeRO
+    # (parallel.zero_stage, and the recipe's `deepspeed:` block for the rest of its configuration)
+    data_parallel: Literal["ddp", "fsdp", "replicate", "deepspeed"] = "ddp"
+    zero_stage: Optional[int] = None  # data_parallel=deepspeed: ZeRO stage 1, 2 or 3
     # pipeline: the per-rank batch is cut into grad-accum micro-batches, which are the pipeline's
     # micro-batches (count = global_batch_size / (micro_batch_size x dp))
     pp_schedule: Literal["gpipe", "1f1b", "interleaved_1f1b"] = "1f1b"
@@ -203,6 +207,9 @@ class Recipe:
     fabric: FabricConfig = field(default_factory=FabricConfig)
     sweep: SweepConfig = field(default_factory=SweepConfig)
     debug: DebugConfig = field(default_factory=DebugConfig)
+    # data_parallel=deepspeed: the rest of DeepSpeed's configuration, passed through after checking
+    # (trainer/engines/deepspeed_config.py); batch sizes, clipping, precision and stage come from the recipe
+    deepspeed: dict = field(default_factory=dict)
     recipe_path: Optional[str] = None  # set by the loader, not by users
 
     def to_dict(self) -> dict:
@@ -708,7 +715,7 @@ def check_recipe(r: Recipe) -> list[str]:
                      f"(causal attention without a materialised mask), got {r.model.attn_implementation!r}")
     if par.dp == 0 or par.dp < -1:
         p.append(f"parallel.dp: got {par.dp}; expected an integer >= 1, or -1 for what the world size leaves")
-    return p + _check_telemetry(r)
+    return p + deepspeed_config.check(r) + _check_telemetry(r)
 
 
 def _check_llm(r: Recipe) -> list[str]:

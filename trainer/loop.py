@@ -18,7 +18,8 @@ import torch
 import torch.distributed as dist
 
 from . import checkpoint
-from .hooks import Hooks
+from .engines import deepspeed as ds
+from .hooks import HookList, Hooks
 from .optim import build_optimizer
 from .parallelize import grad_sync, reduce_trainable_grads
 from .progress import Progress
@@ -46,6 +47,13 @@ class Trainer:
         self.rundir, self.hooks, self.device = rundir, hooks, device
         self.autocast_dtype = autocast_dtype
         self.optimizer, self.scheduler = build_optimizer(model, recipe.train, recipe.max_steps)
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.engine = None  # DeepSpeed: owns gradient reduction, clipping and the optimizer step
+        if layout.data_parallel == "deepspeed":
+            dtype = autocast_dtype or torch.float32
+            self.engine = self.model = ds.wrap(model, self.optimizer, recipe, layout, device, dtype)
+            if ds.comms_logger_enabled(recipe):  # DeepSpeed's own view of each step's collectives
+                self.hooks = HookList([hooks, ds.CommsLog()])
         self.state = LoopState()
         self.flops_per_unit: float | None = None  # set by the run: the workload's model FLOPs per token/sample
         self.flops_unit = "token"
@@ -53,7 +61,6 @@ class Trainer:
         self.progress = Progress(recipe.max_steps, recipe.train.log_every, enabled=dist.get_rank() == 0)
         self.dp_group = dims.dp_group
         self.pipeline = getattr(model, "pipeline", None)  # pp > 1: the schedule runs forward and backward
-        self.params = [p for p in model.parameters() if p.requires_grad]
         dbg = recipe.debug  # a straggler on purpose: this rank's compute runs late by delay_s
         self.delay_s = dbg.delay_s if dbg.delay_rank == dist.get_rank() else 0.0
         self.stops = None  # trainer.stop.StopRequests: SIGTERM or a lost agent, honoured at a step's end
@@ -145,19 +152,25 @@ class Trainer:
                         parts = wl.loss_sums(self.model, self._to_device(batch))
                     loss = sum(parts[name] * scale[k] for k, (name, _) in enumerate(terms))
                     hooks.before_backward(step, i)
-                    loss.backward()
+                    if self.engine is not None:
+                        ds.backward(self.engine, loss, last)
+                    else:
+                        loss.backward()
                     hooks.after_backward(step, i)
                 sums += torch.stack([parts[name].detach().float() for name, _ in terms])
         if hasattr(self.model, "set_requires_gradient_sync"):
             self.model.set_requires_gradient_sync(True)
         if self.layout.data_parallel == "replicate":  # replicas: only the trainable gradients cross dp
             reduce_trainable_grads(self.params, self.dp_group, dp)
-        norm = self._clip()
+        norm = self._clip() if self.engine is None else None
         lr = self.optimizer.param_groups[0]["lr"]
         hooks.before_optimizer_step(step)
-        self.optimizer.step()
+        if self.engine is not None:  # reduces, clips (train.grad_clip), steps and zeroes the gradients
+            norm = ds.step(self.engine).to(self.device)
+        else:
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
         self.scheduler.step()
-        self.optimizer.zero_grad(set_to_none=True)
         hooks.after_optimizer_step(step)
         dist.all_reduce(sums, group=self.dp_group)
         # the step's one host sync: losses, item counts and the gradient norm come back in one transfer

@@ -132,7 +132,7 @@ def apply_data_parallel(model: torch.nn.Module, dims: ParallelDims, mode: str, d
     skip it). `replicate` leaves the model as it is: the loop reduces the trainable gradients
     (`reduce_trainable_grads`), and the replicas start equal because every rank builds the same model."""
     mesh = dims.mesh("dp")
-    if mode == "replicate":
+    if mode in ("replicate", "deepspeed"):  # deepspeed: the trainer wraps it with its optimizer (engines/)
         return model
     if mode == "ddp":
         if dims.layout.tp > 1 or dims.layout.pp > 1:  # allowed only at dp 1: nothing to replicate
@@ -192,4 +192,6 @@ def reduce_trainable_grads(params: list[torch.nn.Parameter], group, dp: int) -> 
 
 
 def unwrap(model: torch.nn.Module) -> torch.nn.Module:
-    return model.module if isinstance(model, DDP) else model
+    from .engines.deepspeed import is_engine
+
+    return model.module if isinstance(model, DDP) or is_engine(model) else model

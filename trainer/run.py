@@ -24,6 +24,7 @@ from .config import Recipe
 from .data.sampler import StepSampler
 from .distributed import (ParallelDims, describe_timeout, dump_flight_recorder, init_process_group, is_timeout,
                           pick_backend, pick_device, prepare_flight_recorder)
+from .engines import deepspeed as deepspeed_engine
 from .errors import FaultError, InputError, one_line
 from .hooks import HookList, Hooks
 from .layout import Layout
@@ -61,21 +62,23 @@ def trainable_fingerprint(model: torch.nn.Module) -> dict:
     """Hash and norm of every trainable tensor (full tensors, also when sharded): equal hashes across
     ranks prove the replicas did not diverge. Collective under FSDP2, so every rank must call it."""
     digest, squares, count = hashlib.sha256(), 0.0, 0
-    for name, param in sorted(unwrap(model).named_parameters()):
-        if not param.requires_grad:
-            continue
-        full = param.full_tensor() if hasattr(param, "full_tensor") else param
-        data = full.detach().float().cpu().contiguous()
-        digest.update(name.encode())
-        digest.update(data.numpy().tobytes())
-        squares += float(data.double().pow(2).sum())
-        count += data.numel()
+    with deepspeed_engine.gathered(model):  # ZeRO-3 partitions: whole for the hash
+        for name, param in sorted(unwrap(model).named_parameters()):
+            if not param.requires_grad:
+                continue
+            full = param.full_tensor() if hasattr(param, "full_tensor") else param
+            data = full.detach().float().cpu().contiguous()
+            digest.update(name.encode())
+            digest.update(data.numpy().tobytes())
+            squares += float(data.double().pow(2).sum())
+            count += data.numel()
     return {"sha256": digest.hexdigest(), "norm": squares ** 0.5, "numel": count}
 
 
 def _local_bytes(params) -> int:
     """Bytes of this rank's own pieces of the given parameters (tensor-parallel/FSDP shards counted locally)."""
-    return sum((p.to_local() if hasattr(p, "to_local") else p).numel() * p.element_size() for p in params)
+    return sum(deepspeed_engine.local_numel(p.to_local() if hasattr(p, "to_local") else p) * p.element_size()
+               for p in params)
 
 
 def _peak_memory_bytes(device: torch.device) -> int | None:
@@ -194,7 +197,9 @@ def run(recipe: Recipe, layout: Layout, argv: list[str], overrides: list[str]) -
             status, code = "completed", 0
             return code
         telemetry = Telemetry(tel_settings, recipe.output_dir, device)
-        telemetry.start()  # before the model is wrapped: DDP's buckets are traced through a comm hook
+        # before the model is wrapped: DDP's buckets are traced through a comm hook, and DeepSpeed binds
+        # torch.distributed's all-gather/reduce-scatter when it is initialised (trainer/engines/deepspeed.py)
+        telemetry.start()
         hooks.hooks += [HarnessHooks(telemetry), watch]
         seed_everything(recipe.seed)
         weight_dtype = _resolve_dtype(recipe.model.dtype, device)
@@ -237,7 +242,7 @@ def run(recipe: Recipe, layout: Layout, argv: list[str], overrides: list[str]) -
         trainer.progress.info(f"{recipe.name}: {layout.describe()}; backend {backend} on {device.type}")
         trainer.progress.info(f"model {total:,} parameters, {trainable:,} trainable; {workload.describe(train_set)}")
         state = trainer.run()
-        fingerprint = trainable_fingerprint(model)
+        fingerprint = trainable_fingerprint(trainer.model)
         rundir.write_rank_file("final", {"rank": dist.get_rank(), "dp_rank": dims.dp_rank, **host_info(),
                                          "step": state.step, "trainable": fingerprint,
                                          "trainable_local_bytes": _local_bytes(trainer.params),

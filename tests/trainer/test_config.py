@@ -136,6 +136,7 @@ def test_overrides_parse_yaml_values_and_paths_resolve_against_the_recipe():
 
 # Every recipe in recipes/ must be listed here with the world size it is meant for.
 INTENDED_WORLD = {"tiny_llama_lora": 2, "llama70b_lora": 64, "llama3_70b_lora": 64, "mlperf_llama2_70b_lora": 8,
+                  "mlperf_llama2_70b_lora_deepspeed": 8,
                   "collectives": 16, "tiny_bert": 2, "bert_large": 8, "tiny_resnet": 2, "resnet50": 8}
 
 
@@ -166,5 +167,5 @@ def test_cli_subprocess_has_no_traceback():
     assert "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines() == [
         "error: trian: unknown key; did you mean 'train'? allowed: name, workload, output_dir, max_steps, seed, "
-        "model, lora, data, train, parallel, distributed, telemetry, fabric, sweep, debug",
+        "model, lora, data, train, parallel, distributed, telemetry, fabric, sweep, debug, deepspeed",
         "error: parallel.dp: got 0; expected an integer >= 1, or -1 for what the world size leaves"]

@@ -1,0 +1,144 @@
+"""DeepSpeed ZeRO 1/2/3 as the data-parallel engine: real 2-rank gloo runs through the CLI and torchrun,
+checked against DDP on the same global batch, against an uninterrupted run after resume, and against
+DeepSpeed's own comms logger."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from ..conftest import FAST, REPO, run_cli
+
+pytest.importorskip("deepspeed", reason="deepspeed is in the test extra: pip install -e .[test]")
+
+BERT = str(REPO / "recipes" / "tiny_bert.yaml")
+NO_DROPOUT = [*FAST, "lora.dropout=0.0"]
+STEPS = ["max_steps=4", "train.save_every=2"]  # save_every: the straight runs double as resume references
+ENV = {"DS_ACCELERATOR": "cpu"}
+
+
+def zero(stage: int) -> list[str]:
+    return ["parallel.data_parallel=deepspeed", f"parallel.zero_stage={stage}"]
+
+
+@pytest.fixture(scope="module")
+def ds_op_built():
+    """Build DeepSpeed's CPU communication op once (the session's TORCH_EXTENSIONS_DIR, tests/conftest.py)
+    in one bounded process, so the runs below neither race for the build nor pay for it in their timeouts."""
+    code = ("import os; os.environ.setdefault('DS_ACCELERATOR', 'cpu'); "
+            "from deepspeed.comm.torch import build_shm_op; build_shm_op()")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=900,
+                          env={**os.environ, **ENV, "CUDA_VISIBLE_DEVICES": ""})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def _run(out, *overrides, recipe=None, env=None):
+    kwargs = {"recipe": recipe} if recipe else {}
+    res = run_cli(out, *overrides, nproc=2, env={**ENV, **(env or {})}, timeout=300, **kwargs)
+    return res
+
+
+@pytest.fixture(scope="module")
+def ddp(tmp_path_factory):
+    res = _run(tmp_path_factory.mktemp("ddp"), *NO_DROPOUT, *STEPS, "parallel.data_parallel=ddp")
+    assert res.returncode == 0, res.stderr[-3000:]
+    return res
+
+
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory, ds_op_built):
+    """Uninterrupted ZeRO runs, made once per stage and shared by the parity and resume tests."""
+    runs = {}
+
+    def get(stage: int):
+        if stage not in runs:
+            res = _run(tmp_path_factory.mktemp(f"zero{stage}"), *NO_DROPOUT, *STEPS, *zero(stage))
+            assert res.returncode == 0, res.stderr[-3000:]
+            runs[stage] = res
+        return runs[stage]
+    return get
+
+
+@pytest.mark.parametrize("stage", [1, 2, 3])
+def test_zero_matches_ddp_on_the_same_global_batch(stage, ddp, straight):
+    res = straight(stage)
+    ours, ref = res.metrics(), ddp.metrics()
+    assert [r["step"] for r in ours] == [1, 2, 3, 4]
+    # fp32: losses and gradient norms (before clipping; the tiny recipe clips at 1.0) equal DDP's
+    for a, b in zip(ours, ref):
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-6)
+        assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-6)
+        assert a["lr"] == b["lr"]
+    assert ours[-1]["loss"] < ours[0]["loss"]  # it learns
+    ranks = res.rank_files()  # adapters identical on every rank (gathered whole under ZeRO-3)
+    assert len(ranks) == 2 and ranks[0]["trainable"] == ranks[1]["trainable"]
+    assert ranks[0]["trainable"]["numel"] == res.run_json()["model"]["trainable_parameters"]
+    # and equal to DDP's adapters after the same steps (to the same 1e-6)
+    assert ranks[0]["trainable"]["norm"] == pytest.approx(ddp.rank_files()[0]["trainable"]["norm"], rel=1e-6)
+    info = res.run_json()
+    assert info["status"] == "completed" and info["layout"]["data_parallel"] == "deepspeed"
+    assert info["recipe"]["parallel"]["zero_stage"] == stage
+    comm = ours[0]["comm"]
+    if stage == 3:  # parameters are gathered for forward and backward, gradients reduce-scattered
+        assert comm["all_gather"]["count"] > 0 and comm["reduce_scatter"]["count"] > 0
+
+
+@pytest.mark.parametrize("stage", [2, 3])
+def test_resume_reproduces_the_uninterrupted_run(stage, straight, tmp_path):
+    # killed after step 3 with a checkpoint at step 2: the resumed run redoes 3 and does 4
+    out = tmp_path / "resumed"
+    crashed = _run(out, *NO_DROPOUT, *STEPS, *zero(stage), env={"FABRIC_HARNESS_CRASH_AFTER_STEP": "3"})
+    assert crashed.returncode != 0
+    resumed = _run(out, *NO_DROPOUT, *STEPS, *zero(stage))
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resumed from" in resumed.stdout and "at step 2" in resumed.stdout
+    reference = straight(stage)
+    assert resumed.losses() == reference.losses()  # bit for bit
+    assert [r["grad_norm"] for r in resumed.metrics()] == [r["grad_norm"] for r in reference.metrics()]
+    assert resumed.rank_files()[0]["trainable"] == reference.rank_files()[0]["trainable"]
+    # the checkpoint holds tensors and JSON only: no pickled DeepSpeed objects
+    step = out / "checkpoints" / "step-0000002"
+    plain = json.loads((step / "deepspeed-rank00001.json").read_text())
+    assert plain["zero_stage"] == stage and plain["world_size"] == 2
+    assert not list(step.glob("*.pt")) and not (out / "checkpoints" / "global_step2").exists()
+
+
+# DeepSpeed's logged names and the tracer's types; msg_bytes are DeepSpeed's per-rank message sizes
+HARNESS_ALL_REDUCES = 2  # the loop's own item-count and loss-sum reductions (trainer/loop.py)
+
+
+def test_comms_logger_sees_what_the_tracer_sees_under_zero3(tmp_path, ds_op_built):
+    res = _run(tmp_path / "z3log", *NO_DROPOUT, "max_steps=2", *zero(3),
+               "deepspeed={comms_logger: {enabled: true, prof_all: true}}")
+    assert res.returncode == 0, res.stderr[-3000:]
+    for rec in res.metrics():
+        ours, theirs = rec["comm"], rec["deepspeed_comm"]
+        assert theirs["all_gather"]["count"] > 0 and theirs["reduce_scatter"]["count"] > 0
+        for kind, logged in theirs.items():
+            extra = HARNESS_ALL_REDUCES if kind == "all_reduce" else 0
+            assert ours[kind]["count"] == logged["count"] + extra, (kind, ours[kind], logged)
+            if kind in ("all_gather", "reduce_scatter"):  # nccl-tests S: the whole buffer, world x shard
+                assert ours[kind]["bytes"] == 2 * logged["msg_bytes"], kind
+            elif kind == "all_reduce":  # the loop's two: float64 counts (2) and the float32 loss sum
+                assert ours[kind]["bytes"] == logged["msg_bytes"] + 2 * 8 + 4
+            else:
+                assert ours[kind]["bytes"] == logged["msg_bytes"], kind
+        assert set(ours) == set(theirs) | {"all_reduce"}  # nothing DeepSpeed issued escaped either side
+
+
+def test_bert_full_training_under_zero3_matches_ddp(tmp_path, ds_op_built):
+    common = ["max_steps=3", "train.eval_every_samples=null", "train.optimizer=adamw", "train.lr=1e-3",
+              "model.config.hidden_dropout_prob=0.0", "model.config.attention_probs_dropout_prob=0.0",
+              "distributed.timeout_s=60"]
+    ref = _run(tmp_path / "ddp", *common, recipe=BERT)
+    res = _run(tmp_path / "z3", *common, *zero(3), recipe=BERT)
+    assert ref.returncode == 0 and res.returncode == 0, (ref.stderr[-2000:], res.stderr[-2000:])
+    for a, b in zip(res.metrics(), ref.metrics(), strict=True):
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-6)
+        assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-6)
+    ranks = res.rank_files()
+    assert ranks[0]["trainable"] == ranks[1]["trainable"]
+    assert ranks[0]["trainable"]["numel"] == res.run_json()["model"]["parameters"]  # every weight trains
