@@ -4,7 +4,9 @@ Mechanism (chosen by measured coverage and overhead; see docs/telemetry.md): the
 Python entry points every PyTorch parallelism goes through -
 
 - `torch.distributed.*` collectives and point-to-point calls: explicit calls, FSDP2's
-  all_gather_single / reduce_scatter_single, pipeline stages' isend/irecv/batch_isend_irecv;
+  all_gather_single / reduce_scatter_single, pipeline stages' isend/irecv/batch_isend_irecv, DeepSpeed
+  ZeRO's gathers and reduce-scatters (DeepSpeed binds them at `deepspeed.initialize`: install first);
+  the all-gather/reduce-scatter names also where distributed_c10d calls them as module globals;
 - `torch.distributed._functional_collectives.*`: DTensor tensor parallelism;
 - DDP's gradient buckets, which its C++ reducer issues directly, through a DDP comm hook that
   performs the stock average all-reduce (`attach_ddp`); DDP's parameter and buffer broadcasts

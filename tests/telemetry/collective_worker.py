@@ -100,6 +100,22 @@ def main(out: str) -> None:
         dist.barrier()
     results["explicit"] = step(tracer, explicit)
 
+    # distributed_c10d's module globals: DeepSpeed binds torch.distributed.all_gather_into_tensor when it is
+    # initialised (after the tracer is in) and calls c10d's directly on its coalesced path; in torch 2.13
+    # the *_tensor names delegate to the *_single ones through these globals (counted once, not twice)
+    from torch.distributed import distributed_c10d as c10d
+    bound = dist.all_gather_into_tensor
+
+    def c10d_globals():
+        bound(torch.empty(2 * 256, **f32), torch.ones(256, **f32))  # S = 2048 B each
+        c10d.all_gather_into_tensor(torch.empty(2 * 256, **f32), torch.ones(256, **f32))
+        if hasattr(c10d, "all_gather_single"):
+            c10d.all_gather_single(torch.empty(2 * 256, **f32), torch.ones(256, **f32))
+            c10d.reduce_scatter_single(torch.empty(256, **f32), torch.ones(512, **f32))
+        c10d.reduce_scatter_tensor(torch.empty(256, **f32), torch.ones(512, **f32))
+    results["c10d"] = step(tracer, c10d_globals)
+    results["has_single"] = hasattr(c10d, "all_gather_single")
+
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(32, 16), torch.nn.Linear(16, 4))
     model[0].requires_grad_(False)

@@ -43,6 +43,15 @@ def test_explicit_calls_have_nccl_tests_bytes_and_times(seen):
         assert ar["busbw_GBps"] == pytest.approx((4096 + 1024) / ar["time_s"] / 1e9, rel=1e-6)
 
 
+def test_c10d_module_globals_are_traced_once(seen):
+    for res in seen:
+        single = 1 if res["has_single"] else 0
+        c10d = res["c10d"]
+        assert (c10d["all_gather"]["count"], c10d["all_gather"]["bytes"]) == (2 + single, 2048 * (2 + single))
+        assert (c10d["reduce_scatter"]["count"], c10d["reduce_scatter"]["bytes"]) == (1 + single, 2048 * (1 + single))
+        assert set(c10d) == {"all_gather", "reduce_scatter"}
+
+
 def test_ddp_bucket_bytes_equal_the_trainable_gradient_bytes(seen):
     trainable_bytes = (16 * 4 + 4) * 4  # second Linear's weight and bias, fp32; the first is frozen
     for res in seen:
