@@ -120,3 +120,17 @@ def test_deepspeeds_parser_accepts_the_built_configuration(monkeypatch):
     r = load_recipe(str(REPO / "recipes" / "mlperf_llama2_70b_lora_deepspeed.yaml"), ["train.global_batch_size=1"])
     parsed = DeepSpeedConfig(deepspeed_config.build(r, resolve_layout(r, 1)[0], bf16=True))  # world 1 here
     assert (parsed.zero_optimization_stage, parsed.gradient_clipping, parsed.train_batch_size) == (3, 0.3, 1)
+
+
+def test_a_value_deepspeed_refuses_is_one_input_error(monkeypatch):
+    monkeypatch.setenv("DS_ACCELERATOR", "cpu")
+    pytest.importorskip("deepspeed", reason="deepspeed is in the test extra")
+    from trainer.engines.deepspeed import _check_values
+    from trainer.errors import InputError
+
+    r = load_recipe(TINY, [*DS, "deepspeed.zero_optimization.overlap_comm=maybe"])  # keys pass, the value not
+    with pytest.raises(InputError) as exc:
+        _check_values(deepspeed_config.build(r, resolve_layout(r, 1)[0], bf16=False))  # world 1 here
+    message = str(exc.value)
+    assert message.startswith("deepspeed: DeepSpeed refuses the configuration") and "overlap_comm" in message
+    assert "\n" not in message
