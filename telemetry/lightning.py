@@ -65,6 +65,8 @@ class TelemetryCallback(Callback):
     def on_train_start(self, trainer, pl_module) -> None:  # data loaders exist now
         rec = self.recorder
         rec.start(int(getattr(trainer, "global_rank", 0) or 0), trainer_layout(trainer))
+        if not rec.started:  # another recorder of this process writes this run directory
+            return
         model = getattr(getattr(trainer, "strategy", None), "model", None)
         if isinstance(model, torch.nn.parallel.DistributedDataParallel):
             try:  # its gradient buckets then go through the traced all-reduce

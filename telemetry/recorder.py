@@ -30,6 +30,8 @@ from . import early, fabric
 from .environment import host_info, redacted_env, software_versions
 from .session import Telemetry, TelemetrySettings
 
+_ACTIVE: set[str] = set()  # run directories a recorder of this process is writing
+
 ENGINE_PACKAGES = ("nemo-toolkit", "megatron-core", "megatron-bridge", "nemo-automodel", "lightning",
                    "pytorch-lightning", "transformer-engine")
 
@@ -99,6 +101,12 @@ class RunRecorder:
         the adapter read from the engine, used when the recipe's layout was not given."""
         if self.started:
             return
+        key = os.path.abspath(self.run_dir)
+        if key in _ACTIVE:  # e.g. a script's own callback and the attach entry point's: one writer only
+            print(f"[telemetry] {self.run_dir}: already recorded by another callback in this process; this one "
+                  "stays idle", file=sys.stderr, flush=True)
+            return
+        _ACTIVE.add(key)
         self.rank = rank if rank is not None else (dist.get_rank() if dist.is_initialized() else 0)
         os.makedirs(os.path.join(self.run_dir, "ranks"), exist_ok=True)
         os.makedirs(os.path.join(self.run_dir, "logs"), exist_ok=True)
@@ -175,6 +183,7 @@ class RunRecorder:
         if self.closed or not self.started:
             return
         self.closed = True
+        _ACTIVE.discard(os.path.abspath(self.run_dir))
         try:
             if dist.is_initialized():
                 self._refresh_fabric(final=True)

@@ -25,9 +25,15 @@ DDP_BUCKET_BYTES = (8 + 1) * 4  # Linear(8, 1): weight and bias, float32
 
 
 def entry_point_dir(tmp_path: Path) -> Path:
-    """The entry point pyproject.toml declares, as an installed distribution's metadata would carry it
-    (the editable install of the shared environment may point at another checkout)."""
+    """The entry point pyproject.toml declares, as an installed distribution's metadata carries it: the
+    installed fabric-harness's own where `pip install -e .` has put it there (CI), else a stand-in (an
+    environment installed before the entry point existed); never both, or Lightning adds two callbacks."""
+    from importlib.metadata import entry_points
     root = tmp_path / "ep"
+    if any(ep.value == "telemetry.lightning:callbacks_factory"
+           for ep in entry_points(group="lightning.pytorch.callbacks_factory")):
+        root.mkdir()
+        return root
     info = root / "fabric_harness_test-0.dist-info"
     info.mkdir(parents=True)
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: fabric-harness-test\nVersion: 0\n")
@@ -138,3 +144,33 @@ def test_factory_adds_nothing_without_a_run_directory(monkeypatch):
     from telemetry.lightning import callbacks_factory
     monkeypatch.delenv("FABRIC_HARNESS_RUN_DIR", raising=False)
     assert callbacks_factory() == []
+
+
+def test_two_callbacks_on_one_run_directory_write_once(tmp_path):
+    """A script's own TelemetryCallback plus the one attach's entry point adds: one writer, one line per step."""
+    job = ("import sys, torch\n"
+           "from trainer.compat import ensure_torchvision_importable\n"
+           "ensure_torchvision_importable()\n"
+           "import lightning.pytorch as pl\n"
+           "from telemetry.lightning import TelemetryCallback\n"
+           "class Tiny(pl.LightningModule):\n"
+           "    def __init__(self):\n"
+           "        super().__init__(); self.layer = torch.nn.Linear(4, 1)\n"
+           "    def training_step(self, batch, i):\n"
+           "        return self.layer(batch[0]).pow(2).mean()\n"
+           "    def configure_optimizers(self):\n"
+           "        return torch.optim.SGD(self.parameters(), lr=0.1)\n"
+           "data = torch.utils.data.TensorDataset(torch.randn(16, 4))\n"
+           "cbs = [TelemetryCallback(sys.argv[1]), TelemetryCallback(sys.argv[1])]\n"
+           "pl.Trainer(max_steps=3, accelerator='cpu', devices=1, logger=False, enable_checkpointing=False,\n"
+           "           enable_progress_bar=False, enable_model_summary=False, callbacks=cbs,\n"
+           "           default_root_dir=sys.argv[1]).fit(Tiny(), torch.utils.data.DataLoader(data, batch_size=4))\n")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env.pop("FABRIC_HARNESS_RUN_DIR", None)
+    res = subprocess.run([sys.executable, "-c", job, str(tmp_path / "run")], capture_output=True, text=True,
+                         timeout=300, env=env)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "already recorded by another callback" in res.stderr
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["status"] == "completed"
