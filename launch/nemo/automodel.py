@@ -25,8 +25,8 @@ def translate(recipe: Recipe, layout: Layout, world: World, run_dir: str) -> Tra
     check_common(recipe, layout, "AutoModel", problems)
     check_dolly(recipe, "AutoModel", problems)
     refuse_unless(problems, list(recipe.data.split) == DOLLY_SPLIT, "data.split", recipe.data.split,
-                  f"AutoModel reads the hub's train split whole; allowed: {DOLLY_SPLIT} (recorded, then the "
-                  "validation split is taken by the dataset)")
+                  f"AutoModel reads Dolly's hub train split whole and no other split can be asked of it; "
+                  f"allowed: {DOLLY_SPLIT} (the default, recorded in run.json only)")
     refuse_unless(problems, not recipe.data.packing or recipe.parallel.tp == 1, "data.packing", recipe.data.packing,
                   "AutoModel packs sequences only without tensor parallelism; allowed: false with tp > 1")
     refuse_unless(problems, recipe.parallel.pp == 1, "parallel.pp", recipe.parallel.pp,
