@@ -88,8 +88,8 @@ def _check_against_ddp(res, ddp, stage: int, exact: bool) -> None:
     assert [r["step"] for r in ours] == [1, 2, 3, 4]
     # fp32: losses and gradient norms (before clipping; the tiny recipe clips at 1.0) equal DDP's
     for a, b in zip(ours, ref):
-        if exact:
-            assert (a["loss"], a["grad_norm"]) == (b["loss"], b["grad_norm"])
+        if exact:  # DeepSpeed computes the norm its own way (to ~1e-7): only the losses are bitwise
+            assert a["loss"] == b["loss"]
         assert a["loss"] == pytest.approx(b["loss"], rel=1e-6)
         assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-6)
         assert a["lr"] == b["lr"]
@@ -109,8 +109,8 @@ def test_zero1_matches_ddp(ddp, straight):
 
 
 def test_zero2_killed_and_resumed_matches_ddp_bit_for_bit(ddp, ds_op_built, tmp_path):
-    # on 2 ranks ZeRO-2 takes DDP's step exactly (measured: every loss and norm bit-identical), so the
-    # resumed run must equal DDP's uninterrupted one bit for bit
+    # on 2 ranks ZeRO-2 takes DDP's step exactly (measured: the losses of 8 steps bit-identical,
+    # bench/deepspeed_parity.py), so the resumed run's losses must equal DDP's uninterrupted ones bit for bit
     resumed = _crash_and_resume(tmp_path / "z2", *NO_DROPOUT, *STEPS, *zero(2))
     _check_against_ddp(resumed, ddp, 2, exact=True)
 
