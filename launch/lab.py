@@ -174,6 +174,12 @@ class Lab:
         return False
 
 
+def cut_link(lab: Lab, node: int) -> None:
+    """Set node's fabric link down mid-run, as a pulled cable would: its peers stop hearing from it (the
+    namespaces stay; tear-down removes them as usual). For fault tests."""
+    _run(["ip", "-n", lab.namespaces[node], "link", "set", IFACE, "down"], f"cutting node {node}'s link")
+
+
 def leftover_namespaces() -> list[str]:
     proc = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=30)
     return [line.split()[0] for line in proc.stdout.splitlines() if line.strip()]
