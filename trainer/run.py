@@ -275,13 +275,13 @@ def run(recipe: Recipe, layout: Layout, argv: list[str], overrides: list[str]) -
         lost = _lost_ranks(hosts, trainer) if not isinstance(exc, SystemExit) else None
         if lost:  # a collective failed because a peer died: say which, not the transport's words
             error = f"{lost}; {error}"
-            print(f"error: {error}", file=sys.stderr, flush=True)
+            _say(rank, error)
             return code
         if is_timeout(exc) and dist.is_initialized():  # a peer that does not answer: a cut link, a hung rank
             step = trainer.state.step + 1 if trainer is not None else None
             error = describe_timeout(dump_flight_recorder(rundir.logs, rank), rank, step,
                                      recipe.distributed.timeout_s, hosts, dist.get_backend())
-            print(f"error: {error}", file=sys.stderr, flush=True)
+            _say(rank, error)
             return code
         if isinstance(exc, SystemExit):
             code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
@@ -314,6 +314,14 @@ def run(recipe: Recipe, layout: Layout, argv: list[str], overrides: list[str]) -
             if dist.is_initialized():
                 dist.destroy_process_group()
     return code
+
+
+def _say(rank: int, error: str) -> None:
+    """A fault every rank may see: rank 0 prints the `error:` line, the others a note in their own log."""
+    if rank == 0:
+        print(f"error: {error}", file=sys.stderr, flush=True)
+    else:
+        print(f"[trainer] rank {rank}: {error}", file=sys.stderr, flush=True)
 
 
 def _lost_ranks(hosts: list, trainer) -> str | None:
