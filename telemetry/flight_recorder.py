@@ -6,7 +6,7 @@ sources land in a run's `logs/flight_recorder/`:
 - `rankN.json`: written by the harness on every rank when a run fails or is interrupted, from torch's
   JSON dump (`_dump_fr_trace_json`), for gloo and NCCL alike;
 - `nccl_trace_rankN`: written by NCCL's watchdog on a timeout (TORCH_NCCL_DUMP_ON_TIMEOUT, the file
-  prefix set by TORCH_NCCL_DEBUG_INFO_TEMP_FILE). That one is a pickle: it is read with an unpickler that
+  prefix set by TORCH_FR_DUMP_TEMP_FILE, TORCH_NCCL_DEBUG_INFO_TEMP_FILE before torch 2.8). That one is a pickle: it is read with an unpickler that
   resolves no global at all, so only plain containers, strings and numbers come back and nothing can run.
 
 Each dump is a dict: `version`, `pg_config` (process group -> ranks), `pg_status`, `entries` (one per

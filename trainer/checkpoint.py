@@ -172,6 +172,8 @@ def _describe_failure(exc: BaseException) -> str:
     if isinstance(failures, dict) and failures:
         rank, wrapped = sorted(failures.items())[0]
         inner = getattr(wrapped, "exception", wrapped)
+        if isinstance(inner, tuple) and inner:  # (exception, traceback frames) on some paths
+            inner = inner[0]
         return f"rank {rank}: {_describe_failure(inner)}"
     if isinstance(exc, OSError):
         where = f"{exc.filename}: " if exc.filename else ""

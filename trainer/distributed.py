@@ -49,10 +49,17 @@ def prepare_flight_recorder(logs_dir: str, environ=os.environ) -> None:
     the run directory on a timeout (unless the user set these)."""
     path = os.path.join(logs_dir, FLIGHT_RECORDER_DIR)
     os.makedirs(path, exist_ok=True)
-    environ.setdefault("TORCH_NCCL_TRACE_BUFFER_SIZE", "2000")
-    environ.setdefault("TORCH_FR_BUFFER_SIZE", environ["TORCH_NCCL_TRACE_BUFFER_SIZE"])
+    prefix = os.path.join(path, "nccl_trace_rank")
+    # torch renamed TORCH_NCCL_TRACE_BUFFER_SIZE / TORCH_NCCL_DEBUG_INFO_TEMP_FILE to TORCH_FR_* (the old
+    # names still work but print a deprecation warning): the old ones only for torch before 2.8
+    old = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2]) < (2, 8)
+    buffer_var, file_var = (("TORCH_NCCL_TRACE_BUFFER_SIZE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE") if old
+                            else ("TORCH_FR_BUFFER_SIZE", "TORCH_FR_DUMP_TEMP_FILE"))
+    if not environ.get("TORCH_NCCL_TRACE_BUFFER_SIZE"):
+        environ.setdefault(buffer_var, "2000")
+    if not environ.get("TORCH_NCCL_DEBUG_INFO_TEMP_FILE"):
+        environ.setdefault(file_var, prefix)
     environ.setdefault("TORCH_NCCL_DUMP_ON_TIMEOUT", "1")
-    environ.setdefault("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", os.path.join(path, "nccl_trace_rank"))
 
 
 def dump_flight_recorder(logs_dir: str, rank: int) -> dict | None:
