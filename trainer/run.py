@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import random
 import sys
@@ -184,7 +185,9 @@ def run(recipe: Recipe, layout: Layout, argv: list[str], overrides: list[str]) -
         hosts = [None] * dist.get_world_size()
         dist.all_gather_object(hosts, {"rank": dist.get_rank(), "local_rank": int(os.environ.get("LOCAL_RANK", 0)),
                                        **host_info()})
-        stops.lost = lambda: _lost_ranks(hosts, trainer)
+        # a signal need not wait for the step's end when a peer is gone or rank 0 has already ended the run
+        stops.lost = lambda: _lost_ranks(hosts, trainer, rundir.run_json) or (
+            rank != 0 and _closed_by_rank0(rundir.run_json))
         dims = ParallelDims(layout, device.type)
         dims.world_mesh  # made once, up front: a mismatch fails here, not mid-step
         rundir.update(backend=backend, device={"type": device.type,
@@ -261,7 +264,7 @@ def run(recipe: Recipe, layout: Layout, argv: list[str], overrides: list[str]) -
             print(f"error: {exc}", file=sys.stderr, flush=True)
     except (Interrupted, KeyboardInterrupt) as exc:
         status, code, error = "interrupted", 130, f"interrupted by {exc or 'SIGINT'}"
-        lost = _lost_ranks(hosts, trainer)
+        lost = _lost_ranks(hosts, trainer, rundir.run_json)
         if lost:
             status, code, error = "failed", 1, f"{lost}; {error}"
         print(f"[trainer] rank {rank}: {error}; completed steps stay in metrics.jsonl", file=sys.stderr, flush=True)
@@ -272,7 +275,11 @@ def run(recipe: Recipe, layout: Layout, argv: list[str], overrides: list[str]) -
     except BaseException as exc:  # a crash: keep the traceback on stderr, the summary in run.json
         # BaseException: torch's CheckpointException is not an Exception, and SystemExit must be recorded too
         error = one_line(exc)
-        lost = _lost_ranks(hosts, trainer) if not isinstance(exc, SystemExit) else None
+        lost = _lost_ranks(hosts, trainer, rundir.run_json) if not isinstance(exc, SystemExit) else None
+        deadline = time.monotonic() + 3
+        while not lost and _peer_gone(exc) and time.monotonic() < deadline:
+            time.sleep(0.1)  # the peer's sockets close while it is still exiting: give it a moment
+            lost = _lost_ranks(hosts, trainer, rundir.run_json)
         if lost:  # a collective failed because a peer died: say which, not the transport's words
             error = f"{lost}; {error}"
             _say(rank, error)
@@ -324,12 +331,29 @@ def _say(rank: int, error: str) -> None:
         print(f"[trainer] rank {rank}: {error}", file=sys.stderr, flush=True)
 
 
-def _lost_ranks(hosts: list, trainer) -> str | None:
+def _peer_gone(exc: BaseException) -> bool:
+    """A transport error that means a peer process went away (gloo's and NCCL's words for it)."""
+    text = str(exc)
+    return any(k in text for k in ("Connection closed by peer", "Connection reset by peer", "remote worker",
+                                   "Broken pipe"))
+
+
+def _closed_by_rank0(run_json: str | None) -> bool:
+    """Rank 0 gone after recording how the run ended (its own failure): it ended, it was not lost."""
+    try:
+        with open(run_json, encoding="utf-8") as f:
+            return json.load(f).get("status") != "running"
+    except (OSError, TypeError, ValueError, AttributeError):
+        return False
+
+
+def _lost_ranks(hosts: list, trainer, run_json: str | None = None) -> str | None:
     """'rank 1 (host h, pid 123) was lost after step 4': ranks on this host whose process is gone.
     Ranks on other hosts cannot be checked from here (docs/reliability.md)."""
     here = host_info()["hostname"]
     lost = [h for h in hosts if isinstance(h, dict) and h.get("hostname") == here and h.get("pid") != os.getpid()
-            and isinstance(h.get("pid"), int) and not pid_alive(h["pid"])]
+            and isinstance(h.get("pid"), int) and not pid_alive(h["pid"])
+            and not (h.get("rank") == 0 and _closed_by_rank0(run_json))]
     if not lost:
         return None
     step = f" after step {trainer.state.step}" if trainer is not None else ""
