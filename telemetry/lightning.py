@@ -101,12 +101,22 @@ class TelemetryCallback(Callback):
             self.recorder.close("failed", 1, "the fit ended before training finished")
 
 
+_FACTORY_MADE: dict = {}  # run directory -> the callback the entry point made last
+
+
 def callbacks_factory() -> list:
     """Lightning's `lightning.pytorch.callbacks_factory` entry point: our callback for every Trainer
     when FABRIC_HARNESS_RUN_DIR is set (python -m telemetry.attach sets it), nothing otherwise."""
     run_dir = os.environ.get(RUN_DIR_ENV)
     if not run_dir:
         return []
+    # Two installed distributions declaring this entry point (an editable install next to a copy on the
+    # path) make Lightning call us twice for one Trainer: the second call adds nothing.
+    made = _FACTORY_MADE.get(os.path.abspath(run_dir))
+    if made is not None and not made.recorder.started and not made.recorder.closed:
+        return []
     given = json.loads(os.environ[RECIPE_ENV]) if os.environ.get(RECIPE_ENV) else {}
-    return [TelemetryCallback(run_dir, expect=os.environ.get(EXPECT_ENV, "any"), recipe=given.get("recipe"),
-                              layout=given.get("layout"), engine=given.get("engine"))]
+    callback = TelemetryCallback(run_dir, expect=os.environ.get(EXPECT_ENV, "any"), recipe=given.get("recipe"),
+                                 layout=given.get("layout"), engine=given.get("engine"))
+    _FACTORY_MADE[os.path.abspath(run_dir)] = callback
+    return [callback]

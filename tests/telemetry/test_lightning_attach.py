@@ -174,3 +174,12 @@ def test_two_callbacks_on_one_run_directory_write_once(tmp_path):
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2, 3]
     assert json.loads((tmp_path / "run" / "run.json").read_text())["status"] == "completed"
+
+
+def test_entry_point_declared_twice_adds_one_callback(tmp_path, monkeypatch):
+    """An editable install plus a copy on the path: Lightning calls the factory once per distribution."""
+    from telemetry import lightning as tl
+    monkeypatch.setenv("FABRIC_HARNESS_RUN_DIR", str(tmp_path / "run"))
+    monkeypatch.setattr(tl, "_FACTORY_MADE", {})
+    first, second = tl.callbacks_factory(), tl.callbacks_factory()
+    assert len(first) == 1 and second == []
