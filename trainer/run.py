@@ -5,6 +5,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import sys
 import time
 import traceback
@@ -184,7 +185,7 @@ def run(recipe: Recipe, layout: Layout, argv: list[str], overrides: list[str]) -
         init_process_group(backend, device, recipe.distributed.timeout_s)
         hosts = [None] * dist.get_world_size()
         dist.all_gather_object(hosts, {"rank": dist.get_rank(), "local_rank": int(os.environ.get("LOCAL_RANK", 0)),
-                                       **host_info()})
+                                       **host_info(), "address": _socket_address()})
         # a signal need not wait for the step's end when a peer is gone or rank 0 has already ended the run
         stops.lost = lambda: _lost_ranks(hosts, trainer, rundir.run_json) or (
             rank != 0 and _closed_by_rank0(rundir.run_json))
@@ -280,6 +281,8 @@ def run(recipe: Recipe, layout: Layout, argv: list[str], overrides: list[str]) -
         while not lost and _peer_gone(exc) and time.monotonic() < deadline:
             time.sleep(0.1)  # the peer's sockets close while it is still exiting: give it a moment
             lost = _lost_ranks(hosts, trainer, rundir.run_json)
+        if not lost and _peer_gone(exc):
+            lost = _lost_remote_ranks(exc, hosts, trainer)
         if lost:  # a collective failed because a peer died: say which, not the transport's words
             error = f"{lost}; {error}"
             _say(rank, error)
@@ -345,6 +348,36 @@ def _closed_by_rank0(run_json: str | None) -> bool:
             return json.load(f).get("status") != "running"
     except (OSError, TypeError, ValueError, AttributeError):
         return False
+
+
+def _socket_address() -> str | None:
+    """The address this rank's gloo sockets use (its peers' transport errors name it), or None."""
+    try:
+        return fabric.interface_addresses().get(fabric.gloo_interface().get("interface"))
+    except OSError:
+        return None
+
+
+_IPV4 = re.compile(r"(?<![\d.])(\d{1,3}(?:\.\d{1,3}){3})(?![\d.])")
+
+
+def _lost_remote_ranks(exc: BaseException, hosts: list, trainer) -> str | None:
+    """A peer on another host whose connection closed: its process ids cannot be checked from here, but
+    the transport error names its address, which every rank recorded at start-up."""
+    here = host_info()["hostname"]
+    named = set(_IPV4.findall(str(exc)))
+    lost = [h for h in hosts if isinstance(h, dict) and h.get("address") in named and h.get("hostname") != here]
+    if not lost:
+        return None
+    step = f" after step {trainer.state.step}" if trainer is not None else ""
+    by_host: dict = {}
+    for h in lost:
+        by_host.setdefault((h["hostname"], h["address"]), []).append(h["rank"])
+    # one address per host: with several ranks there, the error cannot tell which of them went
+    names = ", ".join(f"rank {ranks[0]} (host {host}, address {addr})" if len(ranks) == 1 else
+                      f"one of ranks {', '.join(map(str, ranks))} (host {host}, address {addr})"
+                      for (host, addr), ranks in by_host.items())
+    return f"{names} lost{step}: its connection closed (process or host gone; its own log says which)"
 
 
 def _lost_ranks(hosts: list, trainer, run_json: str | None = None) -> str | None:
