@@ -125,7 +125,8 @@ def _project(args) -> int:
     print(f"measured {profile['label']}: {profile['step_time_s']:.4f} s/step (10-90%: {lo * 100 - 100:+.0f}%/"
           f"{hi * 100 - 100:+.0f}% over {profile['steps']} steps) on {profile['nodes']} node(s), "
           f"{profile['world_size']} ranks; communication {profile['comm_time_s']:.4f} s, exposed "
-          f"{profile['exposed_s']:.4f} s")
+          f"{profile['exposed_s']:.4f} s" + (f", overlap window {profile['overlap_window_s']:.4f} s"
+                                              if profile.get("overlap_window_s") else ""))
     if not profile["link_bps"]:
         print("  its links were not shaped: the communication time it measured is kept as a fixed cost (per-call "
               "overhead and latency); a target adds its bytes over the target's bandwidth")

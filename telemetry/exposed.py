@@ -234,6 +234,29 @@ def waiting_intervals(calls, marks: list[tuple[str, float]], window: tuple[float
     return _union([(max(a, lo), min(b, hi)) for a, b in waits if min(b, hi) > max(a, lo)])
 
 
+def overlap_window(calls, marks: list[tuple[str, float]], window: tuple[float, float]) -> float:
+    """Compute time a step's backward pass ran with its asynchronous collectives already issued: from the
+    first call issued during backward to the last, less the time spent issuing. DDP's buckets (and
+    ZeRO's reductions) go out as gradients become ready, so this is the compute that a slower link can
+    hide communication behind; after the last issue the pass only waits. 0 where backward issued
+    nothing asynchronous (a blocking all-reduce after backward hides nothing)."""
+    lo, hi = window
+    total, begin = 0.0, None
+    for name, t in marks:
+        if name == "backward_begin":
+            begin = t
+        elif name == "backward_end" and begin is not None:
+            issued = [c for c in calls if not c.blocking and begin <= c.t_issue <= t]
+            if len(issued) > 1:
+                span = [(max(min(c.t_issue for c in issued), lo), min(max(c.t_issue for c in issued), hi))]
+                if span[0][1] > span[0][0]:
+                    issuing = _union([(c.t_issue, c.t_returned) for c in issued
+                                      if c.t_returned is not None and c.t_returned > c.t_issue])
+                    total += _length(_subtract(span, issuing))
+            begin = None
+    return total
+
+
 def step_comm_times(calls, marks: list[tuple[str, float]], window: tuple[float, float]) -> dict:
     """A step's communication time and its exposed part, both within the step's window, so that
     exposed <= communication <= the window by construction.
@@ -251,4 +274,6 @@ def step_comm_times(calls, marks: list[tuple[str, float]], window: tuple[float, 
         out.update(exposed_comm_s=None, exposed_comm_reason="no call of the step was timed")
     else:
         out["exposed_comm_s"] = _length(_intersect(comm, waiting_intervals(calls, marks, window)))
+    # what a slower fabric could still hide (telemetry/projection.py); host issue times, so known on NCCL too
+    out["overlap_window_s"] = overlap_window(calls, marks, window) if calls else 0.0
     return out

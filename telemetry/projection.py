@@ -11,16 +11,18 @@ where L(op) is the part of the measured time that does not scale with bandwidth 
 overhead and latency: t - S x factor / (B_measured x efficiency), or all of t when the measured run's
 links were not shaped) plus `latency_s` x calls where a latency for the new fabric is given.
 
-Overlap: profiled windows tell how much communication was exposed. The overlapped part (comm - exposed)
-can stay hidden behind the same compute, so
+Overlap: every step records its communication time C (wall time with a call in flight), its exposed part E
+(the per-step estimate) and its overlap window V (backward compute with asynchronous calls in flight).
+Communication can hide behind at least what hid (C - E) and at most V; the rest is exposed, and at least
+the measured exposed share of it (the last buckets, issued when nothing is left to compute):
 
-    T' = (T - exposed) + max(0, sum t'(op) - hidden),    hidden = measured comm - exposed
+    T' = (T - E) + max(C' - max(C - E, V), C' x E / C)
 
 Shaped links (the lab's tbf, cloud shapers) hold a token bucket: after idling through the step's
 compute, up to `burst` bytes pass at once, so only the rest waits for the rate.
 
-Without profiled windows all communication counts as exposed (true for CPU/gloo steps, conservative
-on GPUs). `efficiency` is the fraction of the line rate a collective achieves at large sizes: measure it
+A run without the estimate (NCCL: device-timed) takes E from profiled windows, else all of C (an upper
+bound). `efficiency` is the fraction of the line rate a collective achieves at large sizes: measure it
 with a sweep on the target fabric (bench/) or take the default, measured for gloo over tbf links on
 the development machines (all_reduce and send/recv busbw 92-96% of the shaped rate).
 
@@ -72,9 +74,10 @@ def measured_profile(run: Run, summary: dict | None = None) -> dict:
     lab = (run.info.get("fabric") or {}).get("lab") or {}
     hosts = run.info.get("hosts") or []
     nodes = lab.get("nodes") or len({h.get("hostname") for h in hosts}) or 1
+    timed = run.timed_steps()
     ops = {}
     for op, c in s["comm"].items():
-        steps = [r for r in run.timed_steps() if op in (r.get("comm") or {})]
+        steps = [r for r in timed if op in (r.get("comm") or {})]
         # the rank that arrived last waited least: its time is the collective itself, the others'
         # extra is waiting for it (imbalance, which a faster fabric does not remove)
         last_arrival = median([((r.get("ranks") or {}).get("comm_time_s_by_op") or {}).get(op, {}).get("min")
@@ -82,13 +85,33 @@ def measured_profile(run: Run, summary: dict | None = None) -> dict:
         t = last_arrival if last_arrival is not None else c["time_per_step_s"]
         ops[op] = {"bytes": c["bytes_per_step"], "time_s": t or 0.0,
                    "calls": median([r["comm"][op]["count"] for r in steps]) or 0}
-    comm = sum(o["time_s"] for o in ops.values())
-    exposed = s["exposed"]["share"] * s["step_time_median_s"] if s["exposed"] and s["step_time_median_s"] else comm
-    times = [r.get("step_time_s") for r in run.timed_steps()]
+    summed = sum(o["time_s"] for o in ops.values())
+    # wall time with a collective in flight, on the rank that waited least: concurrent calls (DDP's buckets
+    # on gloo's two threads, or queued behind each other) count once, as they share the link
+    union_min = median([((r.get("ranks") or {}).get("comm_time_s") or {}).get("min") for r in timed])
+    union_own = median([r.get("comm_time_s") for r in timed])
+    comm = union_min if union_min is not None else union_own if union_own is not None else summed
+    if summed > comm > 0:
+        for o in ops.values():
+            o["time_s"] *= comm / summed
+    comm = min(comm, summed) if summed else comm
+    exposed_est = median([r.get("exposed_comm_s") for r in timed])
+    if exposed_est is not None:
+        # the writing rank's estimate; what it waited for a late peer is not the fabric's
+        exposed = max(0.0, exposed_est - max(0.0, (union_own or comm) - comm))
+        exposed_from = "estimate"
+    elif s["exposed"] and s["step_time_median_s"]:
+        exposed, exposed_from = s["exposed"]["share"] * s["step_time_median_s"], "profiled"
+    else:
+        exposed, exposed_from = comm, "all"
+    overlap = median([r.get("overlap_window_s") for r in timed])
+    times = [r.get("step_time_s") for r in timed]
     med = s["step_time_median_s"]
     spread = ((percentile(times, 0.1) / med, percentile(times, 0.9) / med) if med and len(times) >= 3
               else (1.0, 1.0))
-    return {"step_time_s": med, "comm_time_s": comm, "exposed_s": min(exposed, comm),
+    return {"step_time_s": med, "comm_time_s": comm, "exposed_s": min(exposed, comm), "exposed_from": exposed_from,
+            # compute with asynchronous collectives in flight (None: a run recorded before this was kept)
+            "overlap_window_s": overlap,
             "ops": ops, "world_size": world, "nodes": nodes, "link_bps": lab.get("rate_bps"),
             "burst_bytes": lab.get("burst_bytes"), "label": run.name, "step_spread": spread,
             "steps": len(times), "dp": layout.get("dp") or world, "global_batch": layout.get("global_batch_size"),
@@ -219,14 +242,25 @@ def project(profile: dict, link_bps: float | None, latency_s: float = 0.0,
         wire_new["mid"] += on_wire
         wire_new["slow"] += on_wire / lo_eff
         wire_new["fast"] += on_wire / hi_eff
-    hidden = profile["comm_time_s"] - profile["exposed_s"]
-    compute = (profile["step_time_s"] - profile["exposed_s"]) * compute_scale
-    step = compute + max(0.0, comm_new - hidden)
+    comm, exposed = profile["comm_time_s"], profile["exposed_s"]
+    # Communication can hide behind the compute that runs while it is in flight: at least what was hidden
+    # in the measured run, at most the backward compute after the first asynchronous call (the overlap
+    # window). What does not fit is exposed, and so is, at the least, the measured exposed tail (the last
+    # calls, issued when nothing is left to compute) stretched as communication stretches.
+    window = max(comm - exposed, (profile.get("overlap_window_s") or 0.0) * compute_scale)
+    tail = exposed / comm if comm > 0 else 1.0
+
+    def exposed_at(c: float) -> float:
+        return max(c - window, c * tail, 0.0)
+
+    compute = (profile["step_time_s"] - exposed) * compute_scale
+    step = compute + exposed_at(comm_new)
     q_lo, q_hi = profile.get("step_spread") or (1.0, 1.0)
     fixed_all = comm_new - wire_new["mid"]
-    low = compute * q_lo + max(0.0, fixed_all + wire_new["fast"] - hidden)
-    high = compute * q_hi * cpu_worst + max(0.0, fixed_all + wire_new["slow"] - hidden)
-    exposed_new = max(0.0, comm_new - hidden)
+    low = compute * q_lo + exposed_at(fixed_all + wire_new["fast"])
+    high = compute * q_hi * cpu_worst + exposed_at(fixed_all + wire_new["slow"])
+    exposed_new = exposed_at(comm_new)
+    hidden = window
     # what the target's links add to the step: under NEGLIGIBLE of it, no faster fabric helps measurably
     negligible = wire_new["mid"] < NEGLIGIBLE * step
     return {"step_time_s": step, "interval_s": (min(low, step), max(high, step)), "comm_time_s": comm_new,

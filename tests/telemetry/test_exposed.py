@@ -85,6 +85,8 @@ def test_estimate_on_a_ddp_like_step():
     # 0.5 + (5.0 - 3.5) + 0.25; the last bucket's 0.5 s past the backward pass overlaps the optimizer
     assert out["exposed_comm_s"] == pytest.approx(2.25)
     assert "exposed_comm_reason" not in out
+    # backward computed from the first bucket's issue (2.0) to the last's (3.5) with buckets in flight
+    assert out["overlap_window_s"] == pytest.approx(1.5)
 
 
 def test_estimate_counts_concurrent_calls_once_and_stays_inside_the_step():
@@ -104,12 +106,23 @@ def test_issuing_an_async_call_is_waiting():
     calls = [call(1.5, 2.5, returned=1.9), call(4.0, 4.2)]
     out = step_comm_times(calls, BACKWARD, (0.0, 7.0))
     assert out["exposed_comm_s"] == pytest.approx(0.4 + 0.2)
+    assert out["overlap_window_s"] == pytest.approx((4.0 - 1.5) - 0.4)  # issuing is not computing
+
+
+def test_a_blocking_reduction_after_backward_has_no_overlap_window():
+    from telemetry.exposed import step_comm_times
+
+    out = step_comm_times([call(5.0, 5.5, blocking=True)], BACKWARD, (0.0, 7.0))
+    assert out["overlap_window_s"] == 0.0
+    # one asynchronous call in backward: issued when its gradients were ready, nothing after it to hide behind
+    assert step_comm_times([call(4.9, 5.5)], BACKWARD, (0.0, 7.0))["overlap_window_s"] == 0.0
 
 
 def test_no_calls_is_zero_and_untimed_calls_are_unknown():
     from telemetry.exposed import step_comm_times
 
-    assert step_comm_times([], BACKWARD, (0.0, 7.0)) == {"comm_time_s": 0.0, "exposed_comm_s": 0.0}
+    assert step_comm_times([], BACKWARD, (0.0, 7.0)) == {"comm_time_s": 0.0, "exposed_comm_s": 0.0,
+                                                             "overlap_window_s": 0.0}
     out = step_comm_times([call(1.0)], BACKWARD, (0.0, 7.0))
     assert out["comm_time_s"] is None and out["exposed_comm_s"] is None and out["exposed_comm_reason"]
 

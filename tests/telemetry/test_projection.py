@@ -38,9 +38,25 @@ def test_token_bucket_credit_and_latency():
 
 def test_overlapped_communication_stays_hidden_up_to_what_was_hidden():
     # 8 ms of the 10 ms were overlapped with compute: only what exceeds it is exposed at the new rate
+    # (and at least the exposed 20% of it: the last bucket's share, stretched with the rest)
     p = project(profile(exposed_s=0.002), 8e6, efficiency=1.0)
     assert p["hidden_s"] == pytest.approx(0.008)
     assert p["step_time_s"] == pytest.approx((0.2 - 0.002) + (1.01 - 0.008))
+    # with compute enough to hide it all (a 0.15 s window), 0.11 s at 80 Mbit/s still exposes the last
+    # bucket's share: 20% of it, as measured
+    p = project(profile(exposed_s=0.002, overlap_window_s=0.15), 80e6, efficiency=1.0)
+    assert p["step_time_s"] == pytest.approx((0.2 - 0.002) + 0.2 * 0.11)
+
+
+def test_communication_hides_behind_the_overlap_window():
+    # DDP buckets went out during 0.15 s of backward compute; on a fast link 8 of 10 ms hid. At 8 Mbit/s
+    # the 1.01 s of communication can hide behind all 0.15 s of that compute, not only the 8 ms
+    p = project(profile(exposed_s=0.002, overlap_window_s=0.15), 8e6, efficiency=1.0)
+    assert p["hidden_s"] == pytest.approx(0.15)
+    assert p["step_time_s"] == pytest.approx((0.2 - 0.002) + (1.01 - 0.15))
+    # on twice the nodes each rank computes half: half the window
+    p4 = project(profile(exposed_s=0.002, overlap_window_s=0.15), 8e6, efficiency=1.0, nodes=4)
+    assert p4["hidden_s"] == pytest.approx(0.075)
 
 
 def test_from_a_shaped_run_to_a_faster_link():
@@ -55,7 +71,23 @@ def test_profile_from_a_recorded_run(tmp_path):
     prof = measured_profile(load_run(str(write_run(tmp_path / "r", rate_bps=1e8))))
     assert prof["step_time_s"] == 1.0 and prof["ops"]["all_reduce"] == {"bytes": 1_000_000, "time_s": 0.25,
                                                                        "calls": 1}
-    assert prof["exposed_s"] == pytest.approx(0.2) and prof["link_bps"] == 1e8
+    # every step's estimate (0.1 s) rather than the profiled windows' 20% (with the profiler's overhead)
+    assert prof["exposed_s"] == pytest.approx(0.1) and prof["exposed_from"] == "estimate"
+    assert prof["link_bps"] == 1e8
+
+
+def test_concurrent_calls_count_once_and_a_late_peer_is_not_communication(tmp_path):
+    run = load_run(str(write_run(tmp_path / "r", comm_time=0.25, exposed_time=0.2)))
+    for r in run.metrics:
+        # two buckets in flight at once: their durations add to 0.4 s while 0.25 s had a call in flight;
+        # the rank that waited least had a call in flight for 0.2 s (rank 0 waited 0.05 s for it)
+        r["comm"]["all_reduce"]["time_s"] = 0.4
+        r["ranks"]["comm_time_s_by_op"]["all_reduce"]["min"] = 0.4
+        r["ranks"]["comm_time_s"] = {"min": 0.2}
+        r["overlap_window_s"] = 0.3
+    prof = measured_profile(run)
+    assert prof["comm_time_s"] == pytest.approx(0.2) and prof["ops"]["all_reduce"]["time_s"] == pytest.approx(0.2)
+    assert prof["exposed_s"] == pytest.approx(0.15) and prof["overlap_window_s"] == pytest.approx(0.3)
 
 
 def test_a_partial_measurement_makes_a_partial_projection(tmp_path):
