@@ -108,11 +108,16 @@ def test_zero1_matches_ddp(ddp, straight):
     _check_against_ddp(straight(1), ddp, 1, exact=False)
 
 
-def test_zero2_killed_and_resumed_matches_ddp_bit_for_bit(ddp, ds_op_built, tmp_path):
-    # on 2 ranks ZeRO-2 takes DDP's step exactly (measured: the losses of 8 steps bit-identical,
-    # bench/deepspeed_parity.py), so the resumed run's losses must equal DDP's uninterrupted ones bit for bit
+def test_zero2_killed_and_resumed_reproduces_the_uninterrupted_run(ddp, straight, tmp_path):
+    # ZeRO-2 reduces each micro-batch's gradients as it goes (DDP sums them locally, then reduces once):
+    # another summation order, so DDP's losses are matched to 1e-6 (bit for bit on one machine, not on
+    # another); the uninterrupted ZeRO-2 run's are matched bit for bit
     resumed = _crash_and_resume(tmp_path / "z2", *NO_DROPOUT, *STEPS, *zero(2))
-    _check_against_ddp(resumed, ddp, 2, exact=True)
+    _check_against_ddp(resumed, ddp, 2, exact=False)
+    reference = straight(2)
+    assert resumed.losses() == reference.losses()
+    assert [r["grad_norm"] for r in resumed.metrics()] == [r["grad_norm"] for r in reference.metrics()]
+    assert resumed.rank_files()[0]["trainable"] == reference.rank_files()[0]["trainable"]
 
 
 def test_zero3_matches_ddp(ddp, straight):
