@@ -257,6 +257,19 @@ def overlap_window(calls, marks: list[tuple[str, float]], window: tuple[float, f
     return total
 
 
+def phase_times(marks: list[tuple[str, float]]) -> dict:
+    """The optimizer's time in the step (`optimizer_s`), from the loop's phase marks; absent where the loop
+    marks no optimizer step. The projection keeps it when each rank's share of the batch changes: a
+    replicated optimizer step costs the same whatever the batch."""
+    total, begin = None, None
+    for name, t in marks:
+        if name == "optimizer_begin":
+            begin = t
+        elif name == "optimizer_end" and begin is not None:
+            total, begin = (total or 0.0) + (t - begin), None
+    return {} if total is None else {"optimizer_s": total}
+
+
 def step_comm_times(calls, marks: list[tuple[str, float]], window: tuple[float, float]) -> dict:
     """A step's communication time and its exposed part, both within the step's window, so that
     exposed <= communication <= the window by construction.

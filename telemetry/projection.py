@@ -27,13 +27,13 @@ with a sweep on the target fabric (bench/) or take the default, measured for glo
 the development machines (all_reduce and send/recv busbw 92-96% of the shaped rate).
 
 Another node count (`nodes`): the bytes of each collective stay (gradients do not grow with the world),
-the bus factor changes (all_reduce 2(n-1)/n), and compute follows each rank's share of the global batch
-(the recipe's global batch is kept, as a re-run of the recipe on more nodes would). The
-bandwidth-independent part is kept as measured: scaling it with the ring's hops (2(n-1) for all_reduce)
-overestimated 4-node lab steps by 40-50 ms (bench/). In the fabric lab all nodes compute on one host:
-with more ranks than its cores, compute can slow by up to ranks/cores where nothing else runs there; that
-goes into the interval's upper end, not the estimate (on a host busy with other work, each process's
-share of the cores hardly changes).
+the bus factor changes (all_reduce 2(n-1)/n), and forward and backward follow each rank's share of the
+global batch (the recipe's global batch is kept, as a re-run of the recipe on more nodes would); the
+replicated optimizer step (`optimizer_s`) does not shrink. The bandwidth-independent part is kept as
+measured: scaling it with the ring's hops (2(n-1) for all_reduce) overestimated 4-node lab steps by 40-50
+ms (bench/). In the fabric lab all nodes compute on one host: with more ranks than its cores they
+time-share them, so compute is projected ranks/cores slower, and the interval's low end is compute not
+slowed.
 
 A target fabric can be an nccl-tests table instead of a rate (`busbw_table`, from `load_busbw_table`):
 each call then takes its size x bus factor / the table's busbw at that size (time linear in size between its rows).
@@ -105,13 +105,14 @@ def measured_profile(run: Run, summary: dict | None = None) -> dict:
     else:
         exposed, exposed_from = comm, "all"
     overlap = median([r.get("overlap_window_s") for r in timed])
+    optimizer = median([r.get("optimizer_s") for r in timed])
     times = [r.get("step_time_s") for r in timed]
     med = s["step_time_median_s"]
     spread = ((percentile(times, 0.1) / med, percentile(times, 0.9) / med) if med and len(times) >= 3
               else (1.0, 1.0))
     return {"step_time_s": med, "comm_time_s": comm, "exposed_s": min(exposed, comm), "exposed_from": exposed_from,
             # compute with asynchronous collectives in flight (None: a run recorded before this was kept)
-            "overlap_window_s": overlap,
+            "overlap_window_s": overlap, "optimizer_s": optimizer,
             "ops": ops, "world_size": world, "nodes": nodes, "link_bps": lab.get("rate_bps"),
             "burst_bytes": lab.get("burst_bytes"), "label": run.name, "step_spread": spread,
             "steps": len(times), "dp": layout.get("dp") or world, "global_batch": layout.get("global_batch_size"),
@@ -177,13 +178,13 @@ def _compute_scale(profile: dict, world_new: int) -> tuple[float, float, list[st
     scale = world / world_new  # the global batch is kept: each rank's share shrinks as dp grows
     notes = [f"global batch kept: each rank computes {scale:.2f}x the samples it did at {world} ranks"
              + ("" if dp == world else " (tp and pp kept)")]
-    cpus, worst = profile.get("host_cpus"), 1.0
+    cpus, shared = profile.get("host_cpus"), 1.0
     if cpus:
-        worst = max(1.0, world_new / cpus) / max(1.0, world / cpus)
-        if worst > 1.0:
-            notes.append(f"lab: {world_new} ranks on the host's {cpus} cores: compute up to {worst:.2f}x slower if "
-                         "nothing else runs there (in the interval's upper end)")
-    return scale, worst, notes
+        shared = max(1.0, world_new / cpus) / max(1.0, world / cpus)
+        if shared > 1.0:
+            notes.append(f"lab: {world_new} ranks share the host's {cpus} cores: compute projected {shared:.2f}x "
+                         "slower (the interval's low end: not slowed)")
+    return scale, shared, notes
 
 
 def project(profile: dict, link_bps: float | None, latency_s: float = 0.0,
@@ -203,7 +204,7 @@ def project(profile: dict, link_bps: float | None, latency_s: float = 0.0,
     nodes_measured = profile.get("nodes") or n  # one rank per node when the run does not say
     nodes = nodes or nodes_measured
     n_new = max(1, round(n * nodes / nodes_measured))
-    compute_scale, cpu_worst, notes = _compute_scale(profile, n_new)
+    compute_scale, cpu_shared, notes = _compute_scale(profile, n_new)
     measured_Bps = profile["link_bps"] / 8 * efficiency if profile["link_bps"] else None
     idle = profile["step_time_s"] - profile["comm_time_s"]
     wires = {op: o["bytes"] * bus_factor(op, n) for op, o in profile["ops"].items()}
@@ -214,7 +215,7 @@ def project(profile: dict, link_bps: float | None, latency_s: float = 0.0,
         lo_eff, hi_eff = TABLE_RANGE
     else:
         lo_eff, hi_eff = EFFICIENCY_RANGE[0] / efficiency, EFFICIENCY_RANGE[1] / efficiency
-    per_op, comm_new, wire_new = {}, 0.0, {"mid": 0.0, "slow": 0.0, "fast": 0.0}
+    per_op, comm_new, wire_new, comm_range = {}, 0.0, {"mid": 0.0}, {"slow": 0.0, "fast": 0.0}
     for op, o in profile["ops"].items():
         wire = wires[op]
         share = wire / total  # the step's credit, spread over its collectives by their bytes
@@ -235,13 +236,19 @@ def project(profile: dict, link_bps: float | None, latency_s: float = 0.0,
         else:
             target_Bps = link_bps / 8 * efficiency if link_bps else None
             on_wire = (max(wire_target - credit_target * share, 0.0) / target_Bps) if target_Bps else 0.0
-        t_new = fixed + on_wire + latency_s * o["calls"]
+        # a shaped run's fixed part is per-call cost and latency: it adds to the new wire time. An unshaped
+        # run's is the transfer itself at the host's speed (copies through the kernel), which a slower link
+        # overlaps rather than follows (tiny_resnet in the lab: 45 ms unshaped + 119 ms of wire at 1 Gbit/s
+        # predicted 164 ms; 127 ms measured)
+        def carried(w: float, fixed=fixed, calls=o["calls"]) -> float:
+            return (fixed + w if measured_Bps else max(fixed, w)) + latency_s * calls
+        t_new = carried(on_wire)
         per_op[op] = {"bytes": o["bytes"], "wire_bytes": wire_target, "measured_s": o["time_s"], "fixed_s": fixed,
                       "wire_s": on_wire, "predicted_s": t_new}
         comm_new += t_new
         wire_new["mid"] += on_wire
-        wire_new["slow"] += on_wire / lo_eff
-        wire_new["fast"] += on_wire / hi_eff
+        comm_range["slow"] += carried(on_wire / lo_eff)
+        comm_range["fast"] += carried(on_wire / hi_eff)
     comm, exposed = profile["comm_time_s"], profile["exposed_s"]
     # Communication can hide behind the compute that runs while it is in flight: at least what was hidden
     # in the measured run, at most the backward compute after the first asynchronous call (the overlap
@@ -253,12 +260,16 @@ def project(profile: dict, link_bps: float | None, latency_s: float = 0.0,
     def exposed_at(c: float) -> float:
         return max(c - window, c * tail, 0.0)
 
-    compute = (profile["step_time_s"] - exposed) * compute_scale
+    # each rank's share of the batch scales its forward and backward, not a replicated optimizer step
+    optimizer = min(profile.get("optimizer_s") or 0.0, profile["step_time_s"] - exposed) if compute_scale != 1 else 0.0
+    alone = (profile["step_time_s"] - exposed - optimizer) * compute_scale + optimizer
+    # lab nodes on one host: more ranks than cores time-share them
+    compute = alone * cpu_shared
     step = compute + exposed_at(comm_new)
     q_lo, q_hi = profile.get("step_spread") or (1.0, 1.0)
     fixed_all = comm_new - wire_new["mid"]
-    low = compute * q_lo + exposed_at(fixed_all + wire_new["fast"])
-    high = compute * q_hi * cpu_worst + exposed_at(fixed_all + wire_new["slow"])
+    low = alone * q_lo + exposed_at(comm_range["fast"])
+    high = compute * q_hi + exposed_at(comm_range["slow"])
     exposed_new = exposed_at(comm_new)
     hidden = window
     # what the target's links add to the step: under NEGLIGIBLE of it, no faster fabric helps measurably

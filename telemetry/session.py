@@ -32,7 +32,7 @@ from .collectives import RECORDED_OPS as OPS, CollectiveTracer, enable_nccl_timi
 from .counters import CounterReader, loss_verdict
 from .energy import EnergyMeter, open_cpu_source, open_gpu_source
 from .environment import host_info
-from .exposed import ProfiledWindows, step_comm_times
+from .exposed import ProfiledWindows, phase_times, step_comm_times
 from .stragglers import StragglerDetector, describe as describe_straggler, leaders, link_probe
 
 
@@ -296,7 +296,8 @@ class Telemetry:
         lo = t_end - step_time_s if step_time_s is not None else -math.inf
         window = (max(lo, self._t_step) if self._t_step is not None else lo, t_end)
         comm_bytes, _ = totals(comm)
-        record = {"comm": comm, "comm_bytes": comm_bytes, **step_comm_times(step_comm.calls, self._marks, window)}
+        record = {"comm": comm, "comm_bytes": comm_bytes, **step_comm_times(step_comm.calls, self._marks, window),
+                  **phase_times(self._marks)}
         self._marks = []
         comm_time = record["comm_time_s"]
         profiled = self.windows.active()

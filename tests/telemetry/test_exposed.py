@@ -190,3 +190,10 @@ def test_estimate_follows_the_profiled_windows(overlapped):
     all_exposed = statistics.median(abs(x["comm_time_s"] - p) / x["step_time_s"] for x, p in zip(later, prof))
     none_exposed = statistics.median(p / x["step_time_s"] for x, p in zip(later, prof))
     assert est < all_exposed and est < none_exposed, (est, all_exposed, none_exposed)
+
+
+def test_optimizer_time_from_the_phase_marks():
+    from telemetry.exposed import phase_times
+
+    assert phase_times(BACKWARD) == {"optimizer_s": pytest.approx(1.0)}
+    assert phase_times([("backward_begin", 1.0), ("backward_end", 2.0)]) == {}  # no optimizer marked: absent
