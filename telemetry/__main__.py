@@ -84,7 +84,7 @@ def _project(args) -> int:
     import json
     import os
 
-    from .projection import (DEFAULT_EFFICIENCY, ProjectionError, load_busbw_table, measured_profile,
+    from .projection import (ProjectionError, efficiency_for, load_busbw_table, measured_profile,
                              negligible_above_bps, project)
     from .rates import RateError, bytes_unit_warning, parse_rate
     from .runs import load_run
@@ -95,8 +95,8 @@ def _project(args) -> int:
     if not args.rate and not args.busbw_table:
         return fail("project: give the target fabric: --rate RATE (tc units, e.g. 100gbit) and/or --busbw-table "
                     "FILE (nccl-tests output)")
-    eff = args.efficiency if args.efficiency is not None else DEFAULT_EFFICIENCY
-    if not 0 < eff <= 1:
+    eff = args.efficiency
+    if eff is not None and not 0 < eff <= 1:
         return fail(f"--efficiency: got {eff}; expected a fraction in (0, 1]")
     if args.latency_us < 0:
         return fail(f"--latency-us: got {args.latency_us}; expected >= 0")
@@ -128,8 +128,11 @@ def _project(args) -> int:
           f"{profile['exposed_s']:.4f} s" + (f", overlap window {profile['overlap_window_s']:.4f} s"
                                               if profile.get("overlap_window_s") else ""))
     if not profile["link_bps"]:
-        print("  its links were not shaped: the communication time it measured is kept as a fixed cost (per-call "
-              "overhead and latency); a target adds its bytes over the target's bandwidth")
+        print("  its links were not shaped: the communication time it measured is the transfer at the host's speed "
+              "plus per-call overhead; on a target each call takes the larger of that and its bytes over the "
+              "target's bandwidth")
+    if eff is None:
+        eff = efficiency_for(profile)
     if profile.get("partial"):
         print(f"  partial: {profile['untimed_bytes']} bytes per step had no time; the projection leaves them out")
     results = []

@@ -53,6 +53,10 @@ from .report import summarize
 from .runs import Run, median, percentile
 
 DEFAULT_EFFICIENCY = 0.94
+# gloo collectives over the lab's tbf links at large sizes, by frame size: tbf counts whole frames, so
+# 1500-byte frames leave less of the rate for payload (bench/lab_sweep.py: all_reduce 87-93% at MTU 1500,
+# 95-97% at 9000; sendrecv 84-95% and 89-91%)
+LAB_EFFICIENCY = {1500: 0.90, 9000: 0.95}
 # busbw / shaped rate reached by gloo collectives over the lab's tbf links at large sizes (bench/lab_sweep.py)
 EFFICIENCY_RANGE = (0.85, 1.0)
 TABLE_RANGE = (0.9, 1.0)
@@ -117,7 +121,7 @@ def measured_profile(run: Run, summary: dict | None = None) -> dict:
             "burst_bytes": lab.get("burst_bytes"), "label": run.name, "step_spread": spread,
             "steps": len(times), "dp": layout.get("dp") or world, "global_batch": layout.get("global_batch_size"),
             # the lab's nodes share one host's cores (None off the lab: nodes have their own)
-            "host_cpus": lab.get("host_cpus"),
+            "host_cpus": lab.get("host_cpus"), "mtu": lab.get("mtu"),
             # measured times leave out calls without a time: what is projected from them is partial too
             "partial": bool(s.get("comm_partial")), "untimed_bytes": s.get("comm_untimed_bytes_per_step")}
 
@@ -187,8 +191,17 @@ def _compute_scale(profile: dict, world_new: int) -> tuple[float, float, list[st
     return scale, shared, notes
 
 
+def efficiency_for(profile: dict) -> float:
+    """The busbw / line rate to expect: measured in the lab for its frame size where the run was a lab run
+    (the target is taken to have the same frames), else DEFAULT_EFFICIENCY."""
+    mtu = profile.get("mtu")
+    if not mtu:
+        return DEFAULT_EFFICIENCY
+    return LAB_EFFICIENCY[min(LAB_EFFICIENCY, key=lambda m: abs(m - mtu))]
+
+
 def project(profile: dict, link_bps: float | None, latency_s: float = 0.0,
-            efficiency: float = DEFAULT_EFFICIENCY, burst_bytes: float = 0.0, nodes: int | None = None,
+            efficiency: float | None = None, burst_bytes: float = 0.0, nodes: int | None = None,
             busbw_table: dict | None = None) -> dict:
     """Predicted step time on a fabric of `link_bps` bits/s per link (None: unshaped, as fast as measured),
     or of the busbw in `busbw_table` (load_busbw_table), on `nodes` nodes (None: as measured).
@@ -205,6 +218,8 @@ def project(profile: dict, link_bps: float | None, latency_s: float = 0.0,
     nodes = nodes or nodes_measured
     n_new = max(1, round(n * nodes / nodes_measured))
     compute_scale, cpu_shared, notes = _compute_scale(profile, n_new)
+    if efficiency is None:
+        efficiency = efficiency_for(profile)
     measured_Bps = profile["link_bps"] / 8 * efficiency if profile["link_bps"] else None
     idle = profile["step_time_s"] - profile["comm_time_s"]
     wires = {op: o["bytes"] * bus_factor(op, n) for op, o in profile["ops"].items()}
@@ -283,7 +298,7 @@ def project(profile: dict, link_bps: float | None, latency_s: float = 0.0,
             "untimed_bytes": profile.get("untimed_bytes")}
 
 
-def negligible_above_bps(profile: dict, fraction: float = NEGLIGIBLE, efficiency: float = DEFAULT_EFFICIENCY,
+def negligible_above_bps(profile: dict, fraction: float = NEGLIGIBLE, efficiency: float | None = None,
                          nodes: int | None = None) -> float | None:
     """The link rate above which the bytes on the wire take less than `fraction` of the step: the rate past
     which a faster fabric cannot shorten this job's step by more than that."""
@@ -292,4 +307,4 @@ def negligible_above_bps(profile: dict, fraction: float = NEGLIGIBLE, efficiency
     wire = sum(o["bytes"] * bus_factor(op, n_new) for op, o in profile["ops"].items())
     if not wire or not base["step_time_s"]:
         return None
-    return wire * 8 / (fraction * base["step_time_s"]) / efficiency
+    return wire * 8 / (fraction * base["step_time_s"]) / (efficiency or efficiency_for(profile))

@@ -211,3 +211,13 @@ def test_cli_bad_input_is_one_line(tmp_path, args, message):
     proc = cli(str(write_run(tmp_path / "r")), *args)
     assert proc.returncode == 2 and proc.stderr.startswith(message), proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+
+
+def test_lab_runs_take_the_efficiency_measured_for_their_frames():
+    from telemetry.projection import LAB_EFFICIENCY, efficiency_for
+
+    assert efficiency_for(profile()) == DEFAULT_EFFICIENCY  # not a lab run
+    assert efficiency_for(profile(mtu=1500)) == LAB_EFFICIENCY[1500] == 0.90
+    assert efficiency_for(profile(mtu=9000)) == 0.95 and efficiency_for(profile(mtu=8000)) == 0.95
+    # 1 MB at 8 Mbit/s x 0.90 from an unshaped lab run with 1500-byte frames
+    assert project(profile(mtu=1500), 8e6)["by_op"]["all_reduce"]["wire_s"] == pytest.approx(1.0 / 0.9)
