@@ -210,6 +210,23 @@ def call_intervals(calls, window: tuple[float, float]) -> list[tuple[float, floa
     return _union(out)
 
 
+def _phases(marks: list[tuple[str, float]], phase: str):
+    """(begin, end) of each `phase` ("backward", "optimizer") the loop marked, in order."""
+    begin = None
+    for name, t in marks:
+        if name == f"{phase}_begin":
+            begin = t
+        elif name == f"{phase}_end" and begin is not None:
+            yield begin, t
+            begin = None
+
+
+def _issued_in_backward(calls, marks: list[tuple[str, float]]):
+    """(end of the pass, the asynchronous calls issued during it) for each backward pass marked."""
+    for begin, end in _phases(marks, "backward"):
+        yield end, [c for c in calls if not c.blocking and begin <= c.t_issue <= end]
+
+
 def waiting_intervals(calls, marks: list[tuple[str, float]], window: tuple[float, float]) -> list[tuple[float, float]]:
     """When the training thread was waiting, as far as the tracer and the loop's phase marks show:
     - a blocking call, issue to completion (it ran on the caller's thread);
@@ -222,15 +239,7 @@ def waiting_intervals(calls, marks: list[tuple[str, float]], window: tuple[float
     lo, hi = window
     waits = [(c.t_issue, c.t_done) for c in calls if c.blocking and c.t_done is not None]
     waits += [(c.t_issue, c.t_returned) for c in calls if not c.blocking and c.t_returned is not None]
-    begin = None
-    for name, t in marks:
-        if name == "backward_begin":
-            begin = t
-        elif name == "backward_end" and begin is not None:
-            issued = [c.t_issue for c in calls if not c.blocking and begin <= c.t_issue <= t]
-            if issued:
-                waits.append((max(issued), t))
-            begin = None
+    waits += [(max(c.t_issue for c in issued), end) for end, issued in _issued_in_backward(calls, marks) if issued]
     return _union([(max(a, lo), min(b, hi)) for a, b in waits if min(b, hi) > max(a, lo)])
 
 
@@ -241,19 +250,15 @@ def overlap_window(calls, marks: list[tuple[str, float]], window: tuple[float, f
     hide communication behind; after the last issue the pass only waits. 0 where backward issued
     nothing asynchronous (a blocking all-reduce after backward hides nothing)."""
     lo, hi = window
-    total, begin = 0.0, None
-    for name, t in marks:
-        if name == "backward_begin":
-            begin = t
-        elif name == "backward_end" and begin is not None:
-            issued = [c for c in calls if not c.blocking and begin <= c.t_issue <= t]
-            if len(issued) > 1:
-                span = [(max(min(c.t_issue for c in issued), lo), min(max(c.t_issue for c in issued), hi))]
-                if span[0][1] > span[0][0]:
-                    issuing = _union([(c.t_issue, c.t_returned) for c in issued
-                                      if c.t_returned is not None and c.t_returned > c.t_issue])
-                    total += _length(_subtract(span, issuing))
-            begin = None
+    total = 0.0
+    for _, issued in _issued_in_backward(calls, marks):
+        if len(issued) < 2:
+            continue
+        span = [(max(min(c.t_issue for c in issued), lo), min(max(c.t_issue for c in issued), hi))]
+        if span[0][1] > span[0][0]:
+            issuing = _union([(c.t_issue, c.t_returned) for c in issued
+                              if c.t_returned is not None and c.t_returned > c.t_issue])
+            total += _length(_subtract(span, issuing))
     return total
 
 
@@ -261,13 +266,8 @@ def phase_times(marks: list[tuple[str, float]]) -> dict:
     """The optimizer's time in the step (`optimizer_s`), from the loop's phase marks; absent where the loop
     marks no optimizer step. The projection keeps it when each rank's share of the batch changes: a
     replicated optimizer step costs the same whatever the batch."""
-    total, begin = None, None
-    for name, t in marks:
-        if name == "optimizer_begin":
-            begin = t
-        elif name == "optimizer_end" and begin is not None:
-            total, begin = (total or 0.0) + (t - begin), None
-    return {} if total is None else {"optimizer_s": total}
+    spans = list(_phases(marks, "optimizer"))
+    return {"optimizer_s": sum(end - begin for begin, end in spans)} if spans else {}
 
 
 def step_comm_times(calls, marks: list[tuple[str, float]], window: tuple[float, float]) -> dict:
