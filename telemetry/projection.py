@@ -230,7 +230,7 @@ def project(profile: dict, link_bps: float | None, latency_s: float = 0.0,
         lo_eff, hi_eff = TABLE_RANGE
     else:
         lo_eff, hi_eff = EFFICIENCY_RANGE[0] / efficiency, EFFICIENCY_RANGE[1] / efficiency
-    per_op, comm_new, wire_new, comm_range = {}, 0.0, {"mid": 0.0}, {"slow": 0.0, "fast": 0.0}
+    per_op, comm_new, wire_new, comm_range = {}, 0.0, 0.0, {"slow": 0.0, "fast": 0.0}
     for op, o in profile["ops"].items():
         wire = wires[op]
         share = wire / total  # the step's credit, spread over its collectives by their bytes
@@ -261,7 +261,7 @@ def project(profile: dict, link_bps: float | None, latency_s: float = 0.0,
         per_op[op] = {"bytes": o["bytes"], "wire_bytes": wire_target, "measured_s": o["time_s"], "fixed_s": fixed,
                       "wire_s": on_wire, "predicted_s": t_new}
         comm_new += t_new
-        wire_new["mid"] += on_wire
+        wire_new += on_wire
         comm_range["slow"] += carried(on_wire / lo_eff)
         comm_range["fast"] += carried(on_wire / hi_eff)
     comm, exposed = profile["comm_time_s"], profile["exposed_s"]
@@ -280,17 +280,15 @@ def project(profile: dict, link_bps: float | None, latency_s: float = 0.0,
     alone = (profile["step_time_s"] - exposed - optimizer) * compute_scale + optimizer
     # lab nodes on one host: more ranks than cores time-share them
     compute = alone * cpu_shared
-    step = compute + exposed_at(comm_new)
+    exposed_new = exposed_at(comm_new)
+    step = compute + exposed_new
     q_lo, q_hi = profile.get("step_spread") or (1.0, 1.0)
-    fixed_all = comm_new - wire_new["mid"]
     low = alone * q_lo + exposed_at(comm_range["fast"])
     high = compute * q_hi + exposed_at(comm_range["slow"])
-    exposed_new = exposed_at(comm_new)
-    hidden = window
     # what the target's links add to the step: under NEGLIGIBLE of it, no faster fabric helps measurably
-    negligible = wire_new["mid"] < NEGLIGIBLE * step
+    negligible = wire_new < NEGLIGIBLE * step
     return {"step_time_s": step, "interval_s": (min(low, step), max(high, step)), "comm_time_s": comm_new,
-            "wire_s": wire_new["mid"], "fixed_s": fixed_all, "compute_s": compute, "hidden_s": hidden,
+            "wire_s": wire_new, "fixed_s": comm_new - wire_new, "compute_s": compute, "hidden_s": window,
             "comm_share": exposed_new / step if step else None, "negligible": negligible,
             "link_bps": link_bps, "latency_s": latency_s, "efficiency": efficiency, "by_op": per_op,
             "nodes": nodes, "world_size": n_new, "from": profile["label"], "notes": list(dict.fromkeys(notes)),
