@@ -188,3 +188,30 @@ def test_a_row_is_the_median_or_the_best_repeat():
     assert med["spread"] == {"repeats": 3, "time_us": pytest.approx([4000, 2000, 3000]),
                              "busbw_min_GBps": pytest.approx(0.25), "busbw_max_GBps": pytest.approx(0.5)}
     assert "spread" not in _timed_block([0.002], 1_000_000, 1.0, 0)
+
+
+def test_gloo_sends_each_direction_on_its_own_connection(monkeypatch):
+    """With a reverse group every message from a lower to a higher rank travels on `group` and every message
+    the other way on `reverse`, so no gloo connection carries both directions (ring of 3 and a pair)."""
+    import torch.distributed as dist
+
+    from trainer.workloads.collectives import Sweep
+    sent, received = [], []
+    monkeypatch.setattr(dist, "isend", lambda t, dst, group: sent.append((t, dst, group)))
+    monkeypatch.setattr(dist, "irecv", lambda t, src, group: received.append((t, src, group)))
+    links: dict = {}
+    for world in (2, 3):
+        for rank in range(world):
+            sw = object.__new__(Sweep)
+            sw.rank, sw.world, sw.group, sw.reverse = rank, world, "up", "down"
+            sent.clear(), received.clear()
+            sw._exchange("s", (rank + 1) % world, "r", (rank - 1) % world)
+            (_, dst, g_send), = sent
+            (_, src, g_recv), = received
+            assert g_send == ("up" if rank < dst else "down") and g_recv == ("up" if src < rank else "down")
+            # the sender's and the receiver's view of one message name the same group
+            links.setdefault((world, rank, dst), set()).add(g_send)
+            links.setdefault((world, src, rank), set()).add(g_recv)
+    assert all(len(g) == 1 for g in links.values())
+    for (world, a, b), g in links.items():
+        assert g == {"up" if a < b else "down"}

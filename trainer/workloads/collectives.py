@@ -90,6 +90,10 @@ class Sweep:
         self.elsize = torch.empty((), dtype=self.dtype).element_size()
         self.hosts = [h["hostname"] for h in hosts]
         self.group = None  # run_sweep gives each collective fresh communicators, as separate nccl-tests runs do
+        # gloo: a second group for messages to a lower rank, so that each TCP connection carries one direction,
+        # as NCCL's point-to-point connections do (both directions on one gloo socket reached ~89% of a shaped
+        # link where one direction per socket reaches 97-99%; see bench/RESULTS.md, issue 11 part 7)
+        self.reverse = None
 
     # ------------------------------------------------------------ cases
 
@@ -162,10 +166,24 @@ class Sweep:
         recv = torch.empty(count, dtype=dt, device=dev)
 
         def launch():
-            ops = [dist.P2POp(dist.isend, send, peer_to, self.group), dist.P2POp(dist.irecv, recv, peer_from, self.group)]
-            return dist.batch_isend_irecv(ops)
+            return self._exchange(send, peer_to, recv, peer_from)
         return Case("sendrecv", count, S, launch,
                     self._checker(recv, lambda: send.copy_(contrib[r].to(dt)), contrib[peer_from]), 2)
+
+    def _exchange(self, send, dst: int, recv, src: int) -> list:
+        """Send to dst and receive from src at once. With a reverse group each message travels on the
+        group of its direction (lower to higher rank on `group`, higher to lower on `reverse`)."""
+        if self.reverse is None:
+            return dist.batch_isend_irecv([dist.P2POp(dist.isend, send, dst, self.group),
+                                           dist.P2POp(dist.irecv, recv, src, self.group)])
+        r = self.rank
+        return [dist.isend(send, dst, group=self.group if r < dst else self.reverse),
+                dist.irecv(recv, src, group=self.group if src < r else self.reverse)]
+
+    def new_groups(self, backend: str) -> None:
+        """Fresh communicators for the next test (every rank calls this in the same order)."""
+        self.group = dist.new_group(backend=backend)
+        self.reverse = dist.new_group(backend=backend) if backend == "gloo" and self.world > 1 else None
 
     def _checker(self, out, fill, expected):
         fill()  # operands in place before the first launch
@@ -262,8 +280,7 @@ class Sweep:
             recv = torch.empty(count, dtype=self.dtype, device=self.device)
 
             def launch():
-                return dist.batch_isend_irecv([dist.P2POp(dist.isend, send, peer, self.group),
-                                               dist.P2POp(dist.irecv, recv, peer, self.group)])
+                return self._exchange(send, peer, recv, peer)
             for _ in range(max(self.cfg.warmup, 1)):
                 self._wait(launch())
             self._sync()
@@ -439,7 +456,7 @@ def run_sweep(cfg, device: torch.device, hosts: list[dict], say) -> dict:
         jobs += [(f"sendrecv_{name}", pair) for name, pair in sw.pairs().items() if pair is not None]
     backend = dist.get_backend()
     for op, pair in jobs:
-        sw.group = dist.new_group(backend=backend)  # fresh connections: no state left by the previous test
+        sw.new_groups(backend)  # fresh connections: no state left by the previous test
         rows = []
         base = "sendrecv" if pair else op
         root = cfg.root if op == "broadcast" else -1
@@ -475,7 +492,7 @@ def run_sweep(cfg, device: torch.device, hosts: list[dict], say) -> dict:
                                           **devices[r]} for r in ranks],
                              "missing": missing, "notes": notes}
     if cfg.latency_table:
-        sw.group = dist.new_group(backend=backend)
+        sw.new_groups(backend)
         lat = {}
         if "all_reduce" in cfg.ops or not cfg.ops:
             case = sw.case("all_reduce", 4, True)
