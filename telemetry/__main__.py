@@ -1,4 +1,4 @@
-"""python -m telemetry report RUN | compare [LABEL=]RUN ... --out DIR [--sweep LABEL=DIR] | project RUN --rate RATE
+"""python -m telemetry report RUN | compare [LABEL=]RUN ... --out DIR [--sweep LABEL=DIR] | project RUN [RUN ...] --rate RATE
    | nccl-tests FILE_OR_RUN [...] [--json OUT] [--csv OUT] | export RUN --to tensorboard,wandb,parquet,trace"""
 from __future__ import annotations
 
@@ -24,7 +24,9 @@ def main(argv: list[str] | None = None) -> int:
                       "run directory LABEL), added to a training comparison; repeatable")
     cmp_.add_argument("--allow-mismatch", action="store_true", help="compare runs of different recipes anyway")
     proj = sub.add_parser("project", help="predict a run's iteration time on another fabric or node count")
-    proj.add_argument("run")
+    proj.add_argument("run", nargs="+", help="a run directory; several are repeats of one configuration (the "
+                      "same recipe, layout and fabric): projected from their medians, the interval widened to "
+                      "hold their spread")
     proj.add_argument("--rate", action="append", default=[],
                       help="link rate per direction in tc units (100gbit, 1gbit, ...); repeatable")
     proj.add_argument("--busbw-table", action="append", default=[], metavar="FILE",
@@ -84,8 +86,8 @@ def _project(args) -> int:
     import json
     import os
 
-    from .projection import (ProjectionError, efficiency_for, load_busbw_table, measured_profile,
-                             negligible_above_bps, project)
+    from .projection import (ProjectionError, combine_profiles, efficiency_for, load_busbw_table,
+                             measured_profile, negligible_above_bps, project)
     from .rates import RateError, bytes_unit_warning, parse_rate
     from .runs import load_run
 
@@ -118,9 +120,18 @@ def _project(args) -> int:
             targets.append((os.path.basename(path), None, load_busbw_table(path)))
     except (RateError, ProjectionError) as exc:
         return fail(str(exc).removeprefix("error: "))
-    profile = measured_profile(load_run(args.run))
-    if profile["step_time_s"] is None:
-        return fail(f"{args.run}: no timed steps to project from")
+    profiles = []
+    for path in args.run:
+        profiles.append(measured_profile(load_run(path)))
+        if profiles[-1]["step_time_s"] is None:
+            return fail(f"{path}: no timed steps to project from")
+    try:
+        profile = combine_profiles(profiles)
+    except ProjectionError as exc:
+        return fail(str(exc))
+    if profile.get("repeats"):
+        print(f"{profile['repeats']} repeats: median step times "
+              + ", ".join(f"{t:.4f}" for t in profile["repeat_step_times_s"]) + " s")
     lo, hi = profile["step_spread"]
     print(f"measured {profile['label']}: {profile['step_time_s']:.4f} s/step (10-90%: {lo * 100 - 100:+.0f}%/"
           f"{hi * 100 - 100:+.0f}% over {profile['steps']} steps) on {profile['nodes']} node(s), "

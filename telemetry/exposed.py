@@ -227,19 +227,58 @@ def _issued_in_backward(calls, marks: list[tuple[str, float]]):
         yield end, [c for c in calls if not c.blocking and begin <= c.t_issue <= end]
 
 
+def tail_waits(issued, end: float) -> list[tuple[float, float]]:
+    """When the thread waited in a backward pass's tail, from its last asynchronous issue to `end`.
+
+    After the last bucket goes out, DDP's reducer takes the buckets in the order it issued them: it waits
+    for each one still in flight, then copies its result into the gradients. The profiler shows those
+    copies running while later buckets are on the wire (hidden communication), and only the stretches
+    before a not-yet-complete bucket as waiting. The copies are not traced, so each is taken to cost the
+    same per byte, at the rate that makes the pass end when it was marked to end: one unknown, one
+    equation. Calls without a completion time leave the whole tail as waiting (an upper bound)."""
+    if not issued:
+        return []
+    order = sorted(issued, key=lambda c: c.t_issue)
+    start = max(max(c.t_issue, c.t_returned or c.t_issue) for c in order)
+    if any(c.t_done is None for c in order) or end <= start:
+        return [(max(c.t_issue for c in order), end)] if end > start else []
+
+    def walk(per_byte: float) -> tuple[float, list[tuple[float, float]]]:
+        t, gaps = start, []
+        for c in order:
+            if c.t_done > t:
+                gaps.append((t, c.t_done))
+                t = c.t_done
+            t += per_byte * c.nbytes
+        return t, gaps
+
+    total = sum(c.nbytes for c in order)
+    lo, hi = 0.0, (end - start) / total if total else 0.0
+    if not total or walk(0.0)[0] >= end:
+        hi = 0.0
+    for _ in range(40):  # walk's end grows with the rate: bisect for the rate that ends the pass at `end`
+        mid = (lo + hi) / 2
+        if walk(mid)[0] < end:
+            lo = mid
+        else:
+            hi = mid
+    return [(a, min(b, end)) for a, b in walk(lo)[1] if min(b, end) > a]
+
+
 def waiting_intervals(calls, marks: list[tuple[str, float]], window: tuple[float, float]) -> list[tuple[float, float]]:
     """When the training thread was waiting, as far as the tracer and the loop's phase marks show:
     - a blocking call, issue to completion (it ran on the caller's thread);
     - an asynchronous call while it was being issued (gloo was seen to take up to 20 ms to hand a
       loaded machine's caller its thread back);
-    - the tail of a backward pass that issued asynchronous calls (DDP's buckets): a bucket is issued
-      as soon as its last gradient is ready, so after the last issue the pass only waits for them.
+    - the tail of a backward pass that issued asynchronous calls (DDP's buckets), after its last issue,
+      where it waited for a call not yet complete (`tail_waits`).
     Elsewhere the thread is taken to be computing, so communication waited on at some other point
     (an asynchronous call's wait() after unrelated work) counts as hidden: a lower bound there."""
     lo, hi = window
     waits = [(c.t_issue, c.t_done) for c in calls if c.blocking and c.t_done is not None]
     waits += [(c.t_issue, c.t_returned) for c in calls if not c.blocking and c.t_returned is not None]
-    waits += [(max(c.t_issue for c in issued), end) for end, issued in _issued_in_backward(calls, marks) if issued]
+    for end, issued in _issued_in_backward(calls, marks):
+        waits += tail_waits(issued, end)
     return _union([(max(a, lo), min(b, hi)) for a, b in waits if min(b, hi) > max(a, lo)])
 
 

@@ -126,6 +126,47 @@ def measured_profile(run: Run, summary: dict | None = None) -> dict:
             "partial": bool(s.get("comm_partial")), "untimed_bytes": s.get("comm_untimed_bytes_per_step")}
 
 
+# what repeats of one configuration must share to be projected together
+_SAME = ("world_size", "nodes", "link_bps", "burst_bytes", "dp", "global_batch", "host_cpus", "mtu")
+
+
+def combine_profiles(profiles: list[dict]) -> dict:
+    """One profile from repeats of the same configuration (recipe, layout, fabric): the median of each
+    run's figures, and a step spread wide enough to hold every run's own 10th-90th percentiles. On a
+    shared host a run's compute can move 10-20% from one run to the next (bench/RESULTS.md); a single
+    run's spread does not show that, the repeats' spread does."""
+    if len(profiles) == 1:
+        return profiles[0]
+    first = profiles[0]
+    for key in _SAME:
+        values = [p.get(key) for p in profiles]
+        if len(set(values)) > 1:
+            each = ", ".join(f"{p['label']}: {v}" for p, v in zip(profiles, values))
+            raise ProjectionError(f"the runs given together are not repeats of one configuration: {key} differs ({each})")
+    if any(p["step_time_s"] is None for p in profiles):
+        bad = next(p["label"] for p in profiles if p["step_time_s"] is None)
+        raise ProjectionError(f"{bad}: no timed steps to project from")
+    ops_sets = {tuple(sorted(p["ops"])) for p in profiles}
+    if len(ops_sets) > 1:
+        raise ProjectionError("the runs given together are not repeats of one configuration: their collectives "
+                              f"differ ({' / '.join(', '.join(o) or 'none' for o in sorted(ops_sets))})")
+    step = median([p["step_time_s"] for p in profiles])
+    low = min(p["step_spread"][0] * p["step_time_s"] for p in profiles) / step
+    high = max(p["step_spread"][1] * p["step_time_s"] for p in profiles) / step
+    out = dict(first)
+    for key in ("comm_time_s", "exposed_s", "overlap_window_s", "optimizer_s"):
+        out[key] = median([p.get(key) for p in profiles])
+    out["exposed_s"] = min(out["exposed_s"], out["comm_time_s"])
+    out["ops"] = {op: {k: median([p["ops"][op][k] for p in profiles]) for k in ("bytes", "time_s", "calls")}
+                  for op in first["ops"]}
+    out.update(step_time_s=step, step_spread=(min(low, 1.0), max(high, 1.0)),
+               steps=sum(p["steps"] for p in profiles), repeats=len(profiles),
+               repeat_step_times_s=[p["step_time_s"] for p in profiles],
+               label=f"{first['label']} (+{len(profiles) - 1} repeat{'s' if len(profiles) > 2 else ''})",
+               partial=any(p.get("partial") for p in profiles))
+    return out
+
+
 def load_busbw_table(path: str) -> dict:
     """An nccl-tests output file (or a sweep's collectives.txt) as {op: [(size, busbw GB/s), ...]}: the
     out-of-place block where measured, else the in-place one; rows without a busbw are left out."""

@@ -95,7 +95,9 @@ def test_estimate_counts_concurrent_calls_once_and_stays_inside_the_step():
     calls = [call(-1.0, 0.5, blocking=True), call(2.0, 4.0), call(2.5, 4.5), call(6.5, 9.0, blocking=True)]
     out = step_comm_times(calls, BACKWARD, (0.0, 7.0))
     assert out["comm_time_s"] == pytest.approx(0.5 + 2.5 + 0.5)  # clipped to the window, overlaps once
-    assert out["exposed_comm_s"] == pytest.approx(0.5 + (4.5 - 2.5) + 0.5)
+    # the tail from the last issue (2.5): waiting for the first bucket until 4.0; its copy-back then runs
+    # while the second finishes (4.5), whose copy ends the pass at 5.0: both copies 0.5 s
+    assert out["exposed_comm_s"] == pytest.approx(0.5 + (4.0 - 2.5) + 0.5)
     assert out["exposed_comm_s"] <= out["comm_time_s"] <= 7.0
 
 
@@ -105,8 +107,29 @@ def test_issuing_an_async_call_is_waiting():
     # gloo took 0.4 s to hand the thread back; the bucket was then hidden by more backward compute
     calls = [call(1.5, 2.5, returned=1.9), call(4.0, 4.2)]
     out = step_comm_times(calls, BACKWARD, (0.0, 7.0))
-    assert out["exposed_comm_s"] == pytest.approx(0.4 + 0.2)
+    # after the last issue (4.0) the first bucket's copy-back (0.5 s: the two copies fill the 1 s to the
+    # end of the pass) covers the second's 0.2 s on the wire
+    assert out["exposed_comm_s"] == pytest.approx(0.4)
     assert out["overlap_window_s"] == pytest.approx((4.0 - 1.5) - 0.4)  # issuing is not computing
+
+
+def test_the_tail_waits_only_for_buckets_still_in_flight():
+    """As a profiled DDP step shows it (tests/telemetry/exposed_worker.py, 8 buckets of 4 MB): after the last
+    bucket goes out the reducer copies each finished bucket into the gradients, so copies of the early ones
+    hide the last one's transfer; waiting is only where the next bucket in order is not back yet."""
+    from telemetry.exposed import tail_waits
+
+    early = [call(1.0 + 0.1 * k, 1.05 + 0.1 * k) for k in range(7)]  # all back long before the tail
+    last = call(4.0, 4.5)
+    # eight equal copies fill 4.0-5.0: 0.125 s each, so the last bucket (back at 4.5) is never waited for
+    assert tail_waits(early + [last], 5.0) == []
+    # the last bucket back at 5.2 and the pass over at 5.3: its own copy takes the last 0.1 s, so each
+    # copy takes 0.1 s, the seven earlier ones end at 4.7 and the thread waits from there to 5.2
+    late = call(4.0, 5.2)
+    gaps = tail_waits(early + [late], 5.3)
+    assert len(gaps) == 1 and gaps[0][0] == pytest.approx(4.7) and gaps[0][1] == 5.2
+    # a call without a completion time: the whole tail, an upper bound
+    assert tail_waits(early + [call(4.0)], 5.0) == [(4.0, 5.0)]
 
 
 def test_a_blocking_reduction_after_backward_has_no_overlap_window():

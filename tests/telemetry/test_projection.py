@@ -221,3 +221,46 @@ def test_lab_runs_take_the_efficiency_measured_for_their_frames():
     assert efficiency_for(profile(mtu=9000)) == 0.95 and efficiency_for(profile(mtu=8000)) == 0.95
     # 1 MB at 8 Mbit/s x 0.90 from an unshaped lab run with 1500-byte frames
     assert project(profile(mtu=1500), 8e6)["by_op"]["all_reduce"]["wire_s"] == pytest.approx(1.0 / 0.9)
+
+
+def test_repeats_combine_into_medians_and_a_spread_that_holds_every_run():
+    from telemetry.projection import combine_profiles
+
+    runs = [profile(step_time_s=t, comm_time_s=c, exposed_s=c / 2, step_spread=(0.95, 1.05), steps=19, label=f"r{i}",
+                    ops={"all_reduce": {"bytes": 1_000_000, "time_s": c, "calls": 1}})
+            for i, (t, c) in enumerate([(0.20, 0.010), (0.24, 0.012), (0.18, 0.011)])]
+    both = combine_profiles(runs)
+    assert both["step_time_s"] == 0.20 and both["comm_time_s"] == 0.011 and both["exposed_s"] == 0.0055
+    assert both["ops"]["all_reduce"]["time_s"] == 0.011 and both["steps"] == 57 and both["repeats"] == 3
+    # the 10th percentile of the fastest run and the 90th of the slowest, around the median run
+    assert both["step_spread"] == pytest.approx((0.18 * 0.95 / 0.20, 0.24 * 1.05 / 0.20))
+    assert both["repeat_step_times_s"] == [0.20, 0.24, 0.18] and both["label"] == "r0 (+2 repeats)"
+    # the interval of a projection from the repeats holds each run's own projection
+    one = [project(r, 8e6, efficiency=1.0)["step_time_s"] for r in runs]
+    lo, hi = project(both, 8e6, efficiency=1.0)["interval_s"]
+    assert lo <= min(one) and max(one) <= hi
+    assert combine_profiles(runs[:1]) is runs[0]
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"world_size": 4}, "world_size differs (r0: 2, r1: 4)"),
+    ({"link_bps": 1e8}, "link_bps differs"),
+    ({"ops": {"all_gather": {"bytes": 1, "time_s": 0.01, "calls": 1}}}, "their collectives differ"),
+])
+def test_runs_that_are_not_repeats_of_one_configuration_are_refused(change, message):
+    from telemetry.projection import combine_profiles
+
+    with pytest.raises(ProjectionError, match="not repeats of one configuration") as err:
+        combine_profiles([profile(label="r0", step_spread=(1, 1), steps=5),
+                          profile(label="r1", step_spread=(1, 1), steps=5, **change)])
+    assert message in str(err.value)
+
+
+def test_cli_projects_from_repeats_and_refuses_mixed_runs(tmp_path):
+    a, b = str(write_run(tmp_path / "a", step_time=1.0)), str(write_run(tmp_path / "b", step_time=1.2))
+    proc = cli(a, b, "--rate", "5mbit")
+    assert proc.returncode == 0, proc.stderr
+    assert "2 repeats: median step times 1.0000, 1.2000 s" in proc.stdout
+    proc = cli(a, str(write_run(tmp_path / "c", rate_bps=1e8)), "--rate", "5mbit")
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+    assert "not repeats of one configuration: link_bps differs" in proc.stderr
