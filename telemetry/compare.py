@@ -14,7 +14,7 @@ import os
 
 from . import compare_figures
 from .fabric_summary import fabric_rows
-from .projection import measured_profile, project
+from .projection import ProjectionError, combine_profiles, measured_profile, project
 from .repeats import merge_sweeps, spread
 from .report import fmt, fmt_bytes, partial_note, summarize, write_documents
 from .runs import Run, RunError, load_run, upgrade_sweep
@@ -346,7 +346,12 @@ def compare_training(groups, labels, out, plt) -> tuple[list, list, dict]:
     tables.append(("Communication per step: time / busbw (median)", ["collective", *labels], comm_rows))
 
     # projection from the baseline to every other run's link rate, against what was measured
-    prof = measured_profile(runs[0], run_sums[0][0])  # from one measured run, the baseline's first
+    # from the baseline's runs: several are repeats, projected from together (their medians and spread)
+    profiles = [measured_profile(r, rs) for r, rs in zip(groups[0], run_sums[0])]
+    try:
+        prof = combine_profiles([p for p in profiles if p["step_time_s"] is not None] or profiles[:1])
+    except ProjectionError:  # repeats of another layout or link: the first run alone, as before
+        prof = profiles[0]
     proj_rows, proj = [], []
     for run, lab, s in zip(runs[1:], labels[1:], sums[1:]):
         links = (run.info.get("fabric") or {}).get("lab") or {}

@@ -107,6 +107,13 @@ def test_repeats_give_mean_spread_and_bars_with_the_difference(tmp_path):
     fast = result["stats"][0]["step_time_median_s"]
     assert fast["n"] == 2 and fast["mean"] == pytest.approx(1.1) and fast["sd"] == pytest.approx(0.02 ** 0.5)
     assert result["projection"][0]["measured_s"] == pytest.approx(2.2)  # measured: the mean of the repeats
+    # projected from both baseline runs together (their medians), not from the first alone
+    from telemetry.projection import combine_profiles, measured_profile, project
+    from telemetry.runs import load_run
+    profiles = [measured_profile(load_run(str(r))) for r in runs[:2]]
+    both = project(combine_profiles(profiles), 1e8)["step_time_s"]
+    assert result["projection"][0]["predicted_s"] == pytest.approx(both)
+    assert both != pytest.approx(project(profiles[0], 1e8)["step_time_s"])
     for name in ("iteration_time.png", "samples_per_s.png", "loss.png"):
         assert name in result["figures"] and (tmp_path / "cmp" / name).stat().st_size > 1000
 
