@@ -239,7 +239,7 @@ def tail_waits(issued, end: float) -> list[tuple[float, float]]:
     if not issued:
         return []
     order = sorted(issued, key=lambda c: c.t_issue)
-    start = max(max(c.t_issue, c.t_returned or c.t_issue) for c in order)
+    start = max(c.t_returned or c.t_issue for c in order)  # the last issue handed the thread back
     if any(c.t_done is None for c in order) or end <= start:
         return [(max(c.t_issue for c in order), end)] if end > start else []
 
@@ -253,15 +253,15 @@ def tail_waits(issued, end: float) -> list[tuple[float, float]]:
         return t, gaps
 
     total = sum(c.nbytes for c in order)
-    lo, hi = 0.0, (end - start) / total if total else 0.0
-    if not total or walk(0.0)[0] >= end:
-        hi = 0.0
-    for _ in range(40):  # walk's end grows with the rate: bisect for the rate that ends the pass at `end`
-        mid = (lo + hi) / 2
-        if walk(mid)[0] < end:
-            lo = mid
-        else:
-            hi = mid
+    lo = 0.0  # per byte; stays 0 where the waits alone fill the tail (no time left for copies)
+    if total and walk(0.0)[0] < end:
+        hi = (end - start) / total
+        for _ in range(40):  # walk's end grows with the rate: bisect for the rate that ends the pass at `end`
+            mid = (lo + hi) / 2
+            if walk(mid)[0] < end:
+                lo = mid
+            else:
+                hi = mid
     return [(a, min(b, end)) for a, b in walk(lo)[1] if min(b, end) > a]
 
 
