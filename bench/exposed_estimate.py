@@ -4,6 +4,13 @@ with small buckets (early buckets overlap the backward pass) and a blocking all-
 
     python bench/exposed_estimate.py --steps 20 --runs 2
     python bench/exposed_estimate.py --steps 20 --runs 2 --recipe recipes/tiny_llama_lora.yaml   # the demo
+    sudo python bench/exposed_estimate.py --steps 30 --runs 2 --lab-rate 1gbit   # 2 lab nodes, shaped link
+
+On one loopback the two ranks' gloo threads reduce and copy 32 MB per step on the same 2 cores as the
+backward pass, so each rank's main thread is descheduled for milliseconds at a time while buckets are in
+flight: stalls the profiler counts as exposed and nothing the estimate sees marks. `--lab-rate` runs the
+same worker on two fabric-lab nodes joined by a link shaped at RATE (MTU 9000), where the transfer is the
+wire's time as on a GPU cluster's fabric, and the gloo threads mostly wait on their sockets.
 
 Prints, per rank and step, both figures and their difference as a share of the step time, then the
 median and largest |difference| and each rank's run-level shares (median exposed / median step time, as
@@ -34,6 +41,20 @@ def run(steps: int, width: int, layers: int, bucket_mb: float) -> list[dict]:
         return [{"rank": r, **x} for r in (0, 1) for x in json.load(open(os.path.join(out, f"rank{r}.json")))]
 
 
+def run_lab(rate: str, steps: int, width: int, layers: int, bucket_mb: float) -> list[dict]:
+    """The MLP worker on two fabric-lab nodes (one rank each) joined by a link shaped at `rate`."""
+    sys.path.insert(0, REPO)
+    from launch.lab import Lab, run_in_lab
+
+    os.environ["PYTHONPATH"] = REPO  # the worker imports telemetry from the checkout
+    with tempfile.TemporaryDirectory() as out, Lab(2, rate, mtu=9000) as lab:
+        code = run_in_lab(lab, 1, [], out, 900, 29419,
+                          program=[WORKER, out, str(steps), str(width), str(layers), str(bucket_mb)])
+        if code != 0:
+            raise SystemExit(f"lab run failed with exit code {code}; node logs were in {out}/logs")
+        return [{"rank": r, **x} for r in (0, 1) for x in json.load(open(os.path.join(out, f"rank{r}.json")))]
+
+
 def run_recipe(recipe: str, steps: int) -> list[dict]:
     """The trainer on 2 ranks with every step profiled; both figures from each rank's own records."""
     with tempfile.TemporaryDirectory() as out:
@@ -61,11 +82,16 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=8)
     ap.add_argument("--bucket-mb", type=float, default=1.0)
     ap.add_argument("--recipe", help="a trainer recipe instead of the MLP worker")
+    ap.add_argument("--lab-rate", help="run the MLP worker on 2 fabric-lab nodes with links shaped at this rate")
     args = ap.parse_args()
     diffs, shares = [], []
     for i in range(args.runs):
-        rows = run_recipe(args.recipe, args.steps) if args.recipe else run(args.steps, args.width, args.layers,
-                                                                            args.bucket_mb)
+        if args.recipe:
+            rows = run_recipe(args.recipe, args.steps)
+        elif args.lab_rate:
+            rows = run_lab(args.lab_rate, args.steps, args.width, args.layers, args.bucket_mb)
+        else:
+            rows = run(args.steps, args.width, args.layers, args.bucket_mb)
         rows = [x for x in rows if x["step"] > 1]  # warm-up
         for x in rows:
             d = (x["exposed_comm_s"] - x["profiled"]["exposed_s"]) / x["step_time_s"]

@@ -193,8 +193,9 @@ def _pump(stream, sinks) -> None:
 
 
 def run_in_lab(lab: Lab, nproc: int, recipe_args: list[str], output_dir: str, timeout_s: float,
-               port: int) -> int:
-    """One torchrun agent per node; node 0's output is shown, every node's is kept in logs/."""
+               port: int, program: list[str] | None = None) -> int:
+    """One torchrun agent per node; node 0's output is shown, every node's is kept in logs/. The trainer
+    runs RECIPE_ARGS with output_dir set, unless `program` (a script and its arguments) is given."""
     logs = os.path.join(output_dir, "logs")
     os.makedirs(logs, exist_ok=True)
     lab_info = json.dumps(lab.describe())
@@ -206,8 +207,7 @@ def run_in_lab(lab: Lab, nproc: int, recipe_args: list[str], output_dir: str, ti
                f"--nnodes={lab.nodes}", f"--nproc-per-node={nproc}", "--rdzv-backend=c10d",
                f"--rdzv-endpoint={lab.address(0)}:{port}", f"--rdzv-id={lab.id}",
                f"--rdzv-conf=is_host={1 if i == 0 else 0}", f"--local-addr={lab.address(i)}",
-               "--max-restarts=0", "-m", "trainer", *recipe_args,
-               f"output_dir={output_dir}"]
+               "--max-restarts=0", *(program or ["-m", "trainer", *recipe_args, f"output_dir={output_dir}"])]
         log = open(os.path.join(logs, f"lab-node{i}.log"), "w", encoding="utf-8")
         files.append(log)
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

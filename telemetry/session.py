@@ -32,7 +32,7 @@ from .collectives import RECORDED_OPS as OPS, CollectiveTracer, enable_nccl_timi
 from .counters import CounterReader, loss_verdict
 from .energy import EnergyMeter, open_cpu_source, open_gpu_source
 from .environment import host_info
-from .exposed import ProfiledWindows, phase_times, step_comm_times
+from .exposed import CopyRate, ProfiledWindows, phase_times, step_comm_times
 from .stragglers import StragglerDetector, describe as describe_straggler, leaders, link_probe
 
 
@@ -182,6 +182,7 @@ class Telemetry:
         self._events = None  # ranks/rank<r>.events.jsonl, only when "trace" is exported
         self._events_bytes = 0
         self._marks: list = []
+        self._copy_rate = CopyRate()  # DDP's copy-back cost, learnt over steps (exposed.py)
         self.cross_rank_info: dict = {}
         self.hosts: list[str] | None = None  # every rank's host, in rank order (for the straggler report)
         self.stragglers: StragglerDetector | None = None  # rank 0's
@@ -296,7 +297,8 @@ class Telemetry:
         lo = t_end - step_time_s if step_time_s is not None else -math.inf
         window = (max(lo, self._t_step) if self._t_step is not None else lo, t_end)
         comm_bytes, _ = totals(comm)
-        record = {"comm": comm, "comm_bytes": comm_bytes, **step_comm_times(step_comm.calls, self._marks, window),
+        record = {"comm": comm, "comm_bytes": comm_bytes, **step_comm_times(step_comm.calls, self._marks, window,
+                                                                                    self._copy_rate),
                   **phase_times(self._marks)}
         self._marks = []
         comm_time = record["comm_time_s"]

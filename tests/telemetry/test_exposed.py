@@ -61,10 +61,10 @@ def test_collective_names():
 
 # ---------------------------------------------------------------- the per-step estimate (every step)
 
-def call(t_issue, t_done=None, duration=None, returned=None, blocking=False, token=None):
+def call(t_issue, t_done=None, duration=None, returned=None, blocking=False, token=None, nbytes=1024):
     from telemetry.collectives import Call
 
-    c = Call("all_reduce", 1024, 2, "gloo", "dist", t_issue, t_done=t_done, blocking=blocking, token=token,
+    c = Call("all_reduce", nbytes, 2, "gloo", "dist", t_issue, t_done=t_done, blocking=blocking, token=token,
              t_returned=returned if returned is not None else (t_done if blocking else t_issue))
     c.duration_s = duration if duration is not None else (t_done - t_issue if t_done is not None else None)
     return c
@@ -130,6 +130,47 @@ def test_the_tail_waits_only_for_buckets_still_in_flight():
     assert len(gaps) == 1 and gaps[0][0] == pytest.approx(4.7) and gaps[0][1] == 5.2
     # a call without a completion time: the whole tail, an upper bound
     assert tail_waits(early + [call(4.0)], 5.0) == [(4.0, 5.0)]
+
+
+def test_wake_up_lag_in_a_tail_is_waiting_not_copying():
+    """The one-unknown fit spreads the thread's wake-up after its last wait over every copy; the copy rate
+    learnt over steps (the least solved so far) keeps the copies at their cost and the lag as waiting."""
+    from telemetry.exposed import CopyRate, tail_rate, tail_waits
+
+    # two buckets of 1 byte each issued before the tail starts at 4.0; the first back at 4.5, the second at 6.0
+    issued = [call(3.0, 4.5, nbytes=1), call(4.0, 6.0, nbytes=1)]
+    # clean step: each copy 0.1 s, the pass ends at 6.1
+    rate, gaps = tail_rate(issued, 6.1)
+    assert rate == pytest.approx(0.1) and gaps[0] == (4.0, 4.5) and gaps[1][0] == pytest.approx(4.6)
+    # a step whose thread woke 0.5 s late after the last bucket: alone, each copy would be taken as 0.6 s,
+    # and the wait for the second bucket as starting at 5.1
+    rate, gaps = tail_rate(issued, 6.6)
+    assert rate == pytest.approx(0.6) and gaps[1][0] == pytest.approx(5.1)
+    learnt = CopyRate(keep=3)
+    for end in (6.1, 6.6):
+        learnt.observe(tail_rate(issued, end)[0])
+    assert learnt.per_byte == pytest.approx(0.1)
+    gaps = tail_waits(issued, 6.6, learnt.per_byte)  # with the machine's rate: waiting from 4.6 as measured
+    assert gaps[1][0] == pytest.approx(4.6) and gaps[1][1] == 6.0
+    # a rate above the step's own solution would not fit in its tail: the step's own is used
+    assert tail_waits(issued, 6.1, 0.5) == tail_rate(issued, 6.1)[1]
+    # the window forgets: after `keep` slower steps the old minimum is gone
+    for _ in range(3):
+        learnt.observe(0.2)
+    assert learnt.per_byte == pytest.approx(0.2)
+
+
+def test_the_session_learns_the_copy_rate_across_steps():
+    from telemetry.exposed import CopyRate, step_comm_times
+
+    learnt = CopyRate()
+    issued = [call(3.0, 4.5, nbytes=1), call(4.0, 6.0, nbytes=1)]
+    marks = [("backward_begin", 1.0), ("backward_end", 6.1)]
+    step_comm_times(issued, marks, (0.0, 7.0), learnt)
+    lagged = step_comm_times(issued, [("backward_begin", 1.0), ("backward_end", 6.6)], (0.0, 7.0), learnt)
+    alone = step_comm_times(issued, [("backward_begin", 1.0), ("backward_end", 6.6)], (0.0, 7.0))
+    # waits 4.0-4.5 and 4.6-6.0 with the learnt rate; 4.0-4.5 and 5.1-6.0 fitted alone
+    assert lagged["exposed_comm_s"] == pytest.approx(1.9) and alone["exposed_comm_s"] == pytest.approx(1.4)
 
 
 def test_a_blocking_reduction_after_backward_has_no_overlap_window():
