@@ -188,8 +188,11 @@ def leftover_namespaces() -> list[str]:
 def _pump(stream, sinks) -> None:
     for line in iter(stream.readline, ""):
         for sink in sinks:
-            sink.write(line)
-            sink.flush()
+            try:
+                sink.write(line)
+                sink.flush()
+            except ValueError:  # the node's log was closed: a process still holding the pipe outlived the run
+                pass
 
 
 def run_in_lab(lab: Lab, nproc: int, recipe_args: list[str], output_dir: str, timeout_s: float,
