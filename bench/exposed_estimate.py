@@ -32,13 +32,18 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKER = os.path.join(REPO, "tests", "telemetry", "exposed_worker.py")
 
 
+def _worker_rows(out: str) -> list[dict]:
+    """Both ranks' records as the MLP worker wrote them (OUT/rank<r>.json)."""
+    return [{"rank": r, **x} for r in (0, 1) for x in json.load(open(os.path.join(out, f"rank{r}.json")))]
+
+
 def run(steps: int, width: int, layers: int, bucket_mb: float) -> list[dict]:
     with tempfile.TemporaryDirectory() as out:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", WORKER, out,
                str(steps), str(width), str(layers), str(bucket_mb)]
         subprocess.run(cmd, cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": REPO}, check=True,
                        capture_output=True, timeout=900)
-        return [{"rank": r, **x} for r in (0, 1) for x in json.load(open(os.path.join(out, f"rank{r}.json")))]
+        return _worker_rows(out)
 
 
 def run_lab(rate: str, steps: int, width: int, layers: int, bucket_mb: float) -> list[dict]:
@@ -52,7 +57,7 @@ def run_lab(rate: str, steps: int, width: int, layers: int, bucket_mb: float) ->
                           program=[WORKER, out, str(steps), str(width), str(layers), str(bucket_mb)])
         if code != 0:
             raise SystemExit(f"lab run failed with exit code {code}; node logs were in {out}/logs")
-        return [{"rank": r, **x} for r in (0, 1) for x in json.load(open(os.path.join(out, f"rank{r}.json")))]
+        return _worker_rows(out)
 
 
 def run_recipe(recipe: str, steps: int) -> list[dict]:

@@ -238,13 +238,18 @@ def _walk(order, start: float, per_byte: float) -> tuple[float, list[tuple[float
     return t, gaps
 
 
+def _tail(issued) -> tuple[list, float]:
+    """The calls in issue order, and when the last issue handed the thread back (the tail's start)."""
+    order = sorted(issued, key=lambda c: c.t_issue)
+    return order, max(c.t_returned or c.t_issue for c in order)
+
+
 def tail_rate(issued, end: float) -> tuple[float, list[tuple[float, float]]] | None:
     """The copy cost per byte that makes a backward pass's tail end at `end`, and the tail's waits at that
     cost (see `tail_waits`); None where the calls lack completion times or the tail is empty."""
     if not issued:
         return None
-    order = sorted(issued, key=lambda c: c.t_issue)
-    start = max(c.t_returned or c.t_issue for c in order)  # the last issue handed the thread back
+    order, start = _tail(issued)
     if any(c.t_done is None for c in order) or end <= start:
         return None
     total = sum(c.nbytes for c in order)
@@ -270,17 +275,19 @@ def tail_waits(issued, end: float, per_byte: float | None = None) -> list[tuple[
     same per byte: `per_byte` where given (CopyRate: a machine's rate from earlier steps), else the rate
     that makes the pass end when it was marked to end (one unknown, one equation). Calls without a
     completion time leave the whole tail as waiting (an upper bound)."""
+    return _waits_at(issued, end, tail_rate(issued, end), per_byte)
+
+
+def _waits_at(issued, end: float, solved, per_byte: float | None) -> list[tuple[float, float]]:
+    """`tail_waits` from the tail's own solution (`tail_rate`'s answer), already at hand."""
     if not issued:
         return []
-    solved = tail_rate(issued, end)
+    order, start = _tail(issued)
     if solved is None:
-        start = max(c.t_returned or c.t_issue for c in issued)
-        return [(max(c.t_issue for c in issued), end)] if end > start else []
+        return [(order[-1].t_issue, end)] if end > start else []
     rate, gaps = solved
     if per_byte is None or per_byte >= rate:
         return gaps
-    order = sorted(issued, key=lambda c: c.t_issue)
-    start = max(c.t_returned or c.t_issue for c in order)
     return [(a, min(b, end)) for a, b in _walk(order, start, per_byte)[1] if min(b, end) > a]
 
 
@@ -319,9 +326,10 @@ def waiting_intervals(calls, marks: list[tuple[str, float]], window: tuple[float
     waits = [(c.t_issue, c.t_done) for c in calls if c.blocking and c.t_done is not None]
     waits += [(c.t_issue, c.t_returned) for c in calls if not c.blocking and c.t_returned is not None]
     for end, issued in _issued_in_backward(calls, marks):
-        if copy_rate is not None and (solved := tail_rate(issued, end)) is not None:
+        solved = tail_rate(issued, end)  # solved once: the bisection is the costly part
+        if copy_rate is not None and solved is not None:
             copy_rate.observe(solved[0])  # this step's own tail counts too: the least rate so far
-        waits += tail_waits(issued, end, copy_rate.per_byte if copy_rate is not None else None)
+        waits += _waits_at(issued, end, solved, copy_rate.per_byte if copy_rate is not None else None)
     return _union([(max(a, lo), min(b, hi)) for a, b in waits if min(b, hi) > max(a, lo)])
 
 

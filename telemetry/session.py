@@ -297,8 +297,8 @@ class Telemetry:
         lo = t_end - step_time_s if step_time_s is not None else -math.inf
         window = (max(lo, self._t_step) if self._t_step is not None else lo, t_end)
         comm_bytes, _ = totals(comm)
-        record = {"comm": comm, "comm_bytes": comm_bytes, **step_comm_times(step_comm.calls, self._marks, window,
-                                                                                    self._copy_rate),
+        record = {"comm": comm, "comm_bytes": comm_bytes,
+                  **step_comm_times(step_comm.calls, self._marks, window, self._copy_rate),
                   **phase_times(self._marks)}
         self._marks = []
         comm_time = record["comm_time_s"]
