@@ -1,0 +1,1 @@
+"""Analysis: offline, over run directories (report, compare, projection, exports); imports no torch."""

@@ -1,0 +1,1 @@
+"""Integrations: drive capture from loops that are not ours (HF Trainer, Lightning/NeMo, DeepSpeed, attach)."""
