@@ -36,7 +36,7 @@ def worker(iters: int, warmup: int, out: str) -> None:
     import torch
     import torch.distributed as dist
 
-    from telemetry.session import REDUCED, Telemetry, TelemetrySettings, _side_group
+    from telemetry.capture.session import REDUCED, Telemetry, TelemetrySettings, _side_group
 
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -195,7 +195,7 @@ def run_recipe(world: int, steps: int, tmp: str) -> dict:
 def parse_rate(files: int, tmp: str) -> dict:
     """Synthetic per-rank logs shaped like NCCL INFO with INIT,NET,GRAPH,ENV on an 8-GPU RoCE node:
     a header, then per communicator 32 channels of ring and tree connection lines."""
-    from telemetry.nccl_log import parse_dir
+    from telemetry.capture.nccl_log import parse_dir
 
     logs = os.path.join(tmp, "nccl-logs")
     os.makedirs(logs, exist_ok=True)
@@ -235,7 +235,7 @@ def cpu_costs(world: int, reps: int) -> dict:
 
     import torch
 
-    from telemetry.session import REDUCED, combine_payloads, cross_rank_figures, reduction_payload
+    from telemetry.capture.session import REDUCED, combine_payloads, cross_rank_figures, reduction_payload
 
     fields = len(REDUCED)
     rows = [[0.1 + 0.001 * r + i if (r + i) % 7 else math.nan for i in range(fields)] for r in range(world)]

@@ -35,8 +35,8 @@ def run_once(recipe: str, nproc: int, steps: int, export: str, workdir: str) -> 
 
 def write_cost_us(calls_per_step: int, steps: int = 2000) -> float:
     """Microseconds Telemetry adds per step for the events file (marks + one line), CPU only, no job."""
-    from telemetry.collectives import Call
-    from telemetry.session import Telemetry, TelemetrySettings
+    from telemetry.capture.collectives import Call
+    from telemetry.capture.session import Telemetry, TelemetrySettings
 
     with tempfile.TemporaryDirectory() as d:
         tel = Telemetry(TelemetrySettings(export=["trace"], cross_rank_every=0), d)
@@ -63,7 +63,7 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--skip", type=int, default=3, help="warm-up steps left out")
     a = p.parse_args()
-    from telemetry.exports import export_run
+    from telemetry.analysis.exports import export_run
 
     off, on, last = [], [], None
     with tempfile.TemporaryDirectory() as work:

@@ -2,7 +2,7 @@
 counts, each compared with a measured run.
 
 For each workload a 2-node run on unshaped links is the only input; its iteration time is projected
-(telemetry/projection.py, with its interval) onto every target - a shaped rate, or a rate at 3 or 4 nodes -
+(telemetry/analysis/projection.py, with its interval) onto every target - a shaped rate, or a rate at 3 or 4 nodes -
 and each target is then run in the lab and its median step time measured. Goal (issue 11 part 6): median
 absolute error <= 5%, max <= 10% over >= 12 targets, interval holding the measured value in >= 90%.
 
@@ -36,9 +36,9 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from telemetry.projection import combine_profiles, measured_profile, project  # noqa: E402
-from telemetry.report import summarize  # noqa: E402
-from telemetry.runs import load_run  # noqa: E402
+from telemetry.analysis.projection import combine_profiles, measured_profile, project  # noqa: E402
+from telemetry.analysis.report import summarize  # noqa: E402
+from telemetry.analysis.runs import load_run  # noqa: E402
 
 # gradients per step: tiny_llama_lora 150 kB (LoRA), tiny_bert 1.9 MB, tiny_resnet 14 MB; rates chosen so that
 # communication goes from a few % of the step to most of it

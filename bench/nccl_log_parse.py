@@ -5,7 +5,7 @@
 Accuracy: for every log in tests/telemetry/nccl_logs/ and every field of its truth file, a parser's value
 is right (equal, null included), wrong (another value), null-but-known (the log establishes a value) or
 invented (a value where the log establishes none). The baseline revision's parser is read with
-`git show REV:telemetry/nccl_log.py`; its older schema had no devices/nranks keys, so devices are taken
+`git show REV:telemetry/capture/nccl_log.py`; its older schema had no devices/nranks keys, so devices are taken
 from its ib_devices (or socket interfaces) and nranks reads as null.
 
 Rate: MB/s over synthetic per-rank logs of an 8-GPU RoCE node (bench/cross_rank_scale.py), rounds
@@ -87,14 +87,14 @@ def rate(parsers: dict, files: int, rounds: int) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--baseline", default="c323910", help="git revision whose telemetry/nccl_log.py is compared")
+    ap.add_argument("--baseline", default="c323910", help="git revision whose telemetry/capture/nccl_log.py is compared")
     ap.add_argument("--files", type=int, default=128)
     ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         base_path = os.path.join(tmp, "baseline_nccl_log.py")
         with open(base_path, "w", encoding="utf-8") as f:
-            f.write(subprocess.run(["git", "show", f"{args.baseline}:telemetry/nccl_log.py"], cwd=ROOT,
+            f.write(subprocess.run(["git", "show", f"{args.baseline}:telemetry/capture/nccl_log.py"], cwd=ROOT,
                                    check=True, capture_output=True, text=True).stdout)
         parsers = {"baseline": _load(base_path, "baseline_nccl_log"),
                    "current": _load(os.path.join(ROOT, "telemetry", "nccl_log.py"), "current_nccl_log")}

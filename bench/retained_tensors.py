@@ -91,7 +91,7 @@ def old_package(rev: str, where: str) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--old-rev", default="73382d4^", help="a commit whose telemetry/collectives.py keeps NCCL works")
+    p.add_argument("--old-rev", default="73382d4^", help="a commit whose telemetry/capture/collectives.py keeps NCCL works")
     p.add_argument("--steps", type=int, default=2)
     p.add_argument("--out", default=None, help="append the result as a JSON line to this file")
     p.add_argument("--worker", nargs=3, metavar=("VARIANT", "PACKAGE_DIR", "OUT"), help=argparse.SUPPRESS)

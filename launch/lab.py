@@ -28,7 +28,7 @@ import sys
 import threading
 import time
 
-from telemetry import rates
+from telemetry.analysis import rates
 
 SUBNET_BASE = "10.213"  # only ever assigned inside the lab's own namespaces
 IFACE = "fab0"

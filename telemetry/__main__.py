@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .runs import RunError
+from telemetry.analysis.runs import RunError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -49,11 +49,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "report":
-            from .report import write_report
+            from telemetry.analysis.report import write_report
             result = write_report(args.run, args.out)
             print(f"wrote {result['out']}/report.html and report.md with {len(result['figures'])} figures")
         elif args.command == "compare":
-            from .compare import CompareError, compare
+            from telemetry.analysis.compare import CompareError, compare
             try:
                 result = compare(args.runs, args.out, args.allow_mismatch, args.sweep)
             except CompareError as exc:
@@ -86,10 +86,10 @@ def _project(args) -> int:
     import json
     import os
 
-    from .projection import (ProjectionError, combine_profiles, efficiency_for, load_busbw_table,
+    from telemetry.analysis.projection import (ProjectionError, combine_profiles, efficiency_for, load_busbw_table,
                              measured_profile, negligible_above_bps, project)
-    from .rates import RateError, bytes_unit_warning, parse_rate
-    from .runs import load_run
+    from telemetry.analysis.rates import RateError, bytes_unit_warning, parse_rate
+    from telemetry.analysis.runs import load_run
 
     def fail(msg: str) -> int:
         print(f"error: {msg}", file=sys.stderr)
@@ -175,7 +175,7 @@ def _project(args) -> int:
 
 
 def _export(args) -> int:
-    from .exports import check_kinds, export_run
+    from telemetry.analysis.exports import check_kinds, export_run
     try:
         kinds = check_kinds([k.strip() for k in args.to.split(",") if k.strip()])
     except ValueError as exc:
@@ -195,7 +195,7 @@ def _nccl_tests(args) -> int:
     import json
     import os
 
-    from .nccl_tests import NcclTestsError, read, to_csv
+    from telemetry.analysis.nccl_tests import NcclTestsError, read, to_csv
     results = []
     for path in args.inputs:
         if os.path.isdir(path):  # a sweep's run directory: its table

@@ -1,7 +1,9 @@
 """Who is slow: a rank whose compute lags the others', or a host whose link lags the other links.
 
 Two per-step signals, both relative (a whole job on a slow fabric or slow devices is not a straggler),
-both reduced to rank 0 with the rest of the cross-rank vector (telemetry/session.py):
+both reduced to rank 0 with the rest of the cross-rank vector (telemetry/capture/session.py; the probe
+itself is telemetry/capture/link_probe.py). This module is pure Python: the session and the offline
+report share it.
 
 - `compute_s`: a rank's step time less its time with a collective in flight. A rank that computes slowly reaches
   each collective late: it waits little there, the others wait for it, so its compute time stands out.
@@ -24,7 +26,6 @@ single-step stalls of 50% and more on healthy runs: bench/results/stragglers.md)
 from __future__ import annotations
 
 import math
-import time
 from collections import deque
 
 COMPUTE_RATIO = 1.5  # the rank's compute takes at least 50% longer than the others' mean
@@ -47,36 +48,6 @@ def leaders(hosts: list[str]) -> list[int]:
             seen.add(host)
             out.append(rank)
     return out
-
-
-PROBE_ROUNDS = 3  # the probe's time is the fastest of these: a scheduler stall slows one round, a slow link all
-
-
-def link_probe(isend, irecv, group, rank: int, ring: list[int], nbytes: int,
-               rounds: int = PROBE_ROUNDS) -> float | None:
-    """Seconds this leader took to receive `nbytes` from the previous leader in `ring` (the fastest of
-    `rounds` back-to-back transfers); None off the ring. Collective over the ring's ranks: each sends to
-    the next and receives from the previous at once."""
-    if rank not in ring or len(ring) < 2:
-        return None
-    import torch  # here, not at the top: reports read findings without torch
-
-    i = ring.index(rank)
-    nxt, prv = ring[(i + 1) % len(ring)], ring[(i - 1) % len(ring)]
-    n = max(1, nbytes // 4)
-    start_in, data_in = torch.empty(1), torch.empty(n)
-    start_out, data_out = torch.zeros(1), torch.zeros(n)
-    times = []
-    for _ in range(rounds):
-        receives = [irecv(start_in, prv, group=group, tag=71), irecv(data_in, prv, group=group, tag=72)]
-        sends = [isend(start_out, nxt, group=group, tag=71), isend(data_out, nxt, group=group, tag=72)]
-        receives[0].wait()
-        t0 = time.perf_counter()
-        receives[1].wait()
-        times.append(time.perf_counter() - t0)
-        for s in sends:
-            s.wait()
-    return min(times)
 
 
 def _outlier(spread: dict | None) -> tuple[int, float, float] | None:

@@ -74,3 +74,65 @@ def run_cli(out: Path, *overrides: str, nproc: int = 1, recipe: str = TINY, env:
         stdout, stderr = proc.communicate()
         pytest.fail(f"timed out after {timeout}s: {' '.join(cmd)}\n{stdout[-3000:]}\n{stderr[-3000:]}")
     return Result(proc.returncode, stdout, stderr, out)
+
+
+# --- test tiers --------------------------------------------------------------------------------------
+# The fast tier (`pytest -m "not integration"`) runs in-process. A test that starts a Python interpreter,
+# torchrun, the fabric lab (ip netns), Slurm or a browser is an integration test and must say so: outside
+# a test marked `integration`, such a start fails the test with the marker it needs. Other tools the code
+# under test reads (ethtool, nvidia-smi, tc -s) may run anywhere.
+_CURRENT: list = [None]
+_LAUNCHERS = ("python", "torchrun", "ip", "srun", "sbatch", "salloc", "slurmctld", "slurmd", "munged",
+              "chromium", "iperf3", "bash", "sh", "deepspeed", "nemo", "automodel", "docker", "hadolint")
+
+
+def _launcher(args) -> str | None:
+    argv = [args] if isinstance(args, (str, bytes, os.PathLike)) else list(args or [])
+    if not argv:
+        return None
+    head = os.path.basename(os.fsdecode(argv[0]).split()[0])
+    if os.fsdecode(argv[0]) == sys.executable or head.startswith(_LAUNCHERS):
+        return " ".join(os.fsdecode(a) for a in argv[:4])
+    return None
+
+
+_real_popen_init = subprocess.Popen.__init__
+
+
+def _guarded_popen_init(self, args, *a, **k):
+    item = _CURRENT[0]
+    what = _launcher(args)
+    if item is not None and what and item.get_closest_marker("integration") is None:
+        raise AssertionError(f"{item.nodeid} starts a process ({what}): mark it @pytest.mark.integration")
+    return _real_popen_init(self, args, *a, **k)
+
+
+subprocess.Popen.__init__ = _guarded_popen_init
+
+
+def pytest_runtest_setup(item):
+    _CURRENT[0] = item
+
+
+def pytest_runtest_teardown(item):
+    _CURRENT[0] = item  # module fixtures torn down here belong to this item's tier
+
+
+def gpu_unavailable_reason() -> str | None:
+    """Why `gpu`-marked tests skip here, or None on a machine with a CUDA GPU."""
+    try:
+        import torch
+    except ImportError:
+        return "torch is not installed"
+    if not torch.cuda.is_available():
+        return "no CUDA GPU on this machine (torch.cuda.is_available() is False)"
+    return None
+
+
+def pytest_collection_modifyitems(config, items):
+    reason = None
+    for item in items:
+        if item.get_closest_marker("gpu") is not None:
+            reason = reason or gpu_unavailable_reason() or ""
+            if reason:
+                item.add_marker(pytest.mark.skip(reason=reason))

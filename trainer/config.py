@@ -144,7 +144,7 @@ class TelemetryConfig:
     link_probe_bytes: int = 65536  # per probe and host; raise it on fast fabrics (a few MiB at 100 Gbit/s+)
 
 
-TELEMETRY_EXPORTS = ("tensorboard", "wandb", "parquet", "trace")  # telemetry/exports KINDS
+TELEMETRY_EXPORTS = ("tensorboard", "wandb", "parquet", "trace")  # telemetry/analysis/exports KINDS
 
 
 @dataclass

@@ -41,7 +41,7 @@ def bind_loopback_on_one_host(environ=os.environ) -> dict:
     return applied
 
 
-FLIGHT_RECORDER_DIR = "flight_recorder"  # under the run's logs/; read by telemetry.flight_recorder
+FLIGHT_RECORDER_DIR = "flight_recorder"  # under the run's logs/; read by telemetry.analysis.flight_recorder
 
 
 def prepare_flight_recorder(logs_dir: str, environ=os.environ) -> None:

@@ -1,4 +1,4 @@
-"""The loop's side of the hook interface: `Hooks` itself lives in telemetry/hooks.py (telemetry implements
+"""The loop's side of the hook interface: `Hooks` itself lives in telemetry/capture/hooks.py (telemetry implements
 it, any loop may drive it); HookList lets the loop hold several as one.
 
 Steps are numbered from 1 (the optimizer step being taken). `on_step_end` may add fields to the
@@ -6,7 +6,7 @@ record that becomes that step's line in metrics.jsonl.
 """
 from __future__ import annotations
 
-from telemetry.hooks import Hooks
+from telemetry.capture.hooks import Hooks
 
 
 class HookList(Hooks):

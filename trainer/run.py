@@ -15,11 +15,12 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from telemetry import fabric
-from telemetry.adapters import HarnessHooks
-from telemetry.counters import merge_verdicts
-from telemetry.environment import host_info, redact_tree, redacted_env, software_versions
-from telemetry.session import Telemetry, TelemetrySettings
+from telemetry.analysis.exports import export_after_close
+from telemetry.capture import fabric
+from telemetry.integrations.adapters import HarnessHooks
+from telemetry.capture.counters import merge_verdicts
+from telemetry.capture.environment import host_info, redact_tree, redacted_env, software_versions
+from telemetry.capture.session import Telemetry, TelemetrySettings
 
 from .compat import ensure_torchvision_importable
 from .config import Recipe
@@ -140,7 +141,7 @@ def _sweep(recipe: Recipe, rundir: RunDir, device: torch.device, hosts: list, wa
         write_json_atomic(os.path.join(rundir.path, "collectives.json"), result)
         with open(os.path.join(rundir.path, "collectives.txt"), "w", encoding="utf-8") as f:
             f.write("\n".join(lines) + "\n")
-        from telemetry.nccl_tests import to_csv
+        from telemetry.analysis.nccl_tests import to_csv
         with open(os.path.join(rundir.path, "collectives.csv"), "w", encoding="utf-8") as f:
             f.write(to_csv(result))
         rundir.update(final={"avg_busbw_GBps": {op: r["avg_busbw_GBps"] for op, r in result["ops"].items()},
@@ -314,6 +315,7 @@ def run(recipe: Recipe, layout: Layout, argv: list[str], overrides: list[str]) -
                     summary["counters"] = merge_verdicts(earlier, summary.get("counters"))
                 rundir.update(telemetry=summary)
                 telemetry.close()
+                export_after_close(telemetry)
         finally:
             attempts = rundir.info.get("attempts", []) + [{"attempt": attempt, "start_time": rundir.info["start_time"],
                                                            "end_time": now_iso(), "status": status}]

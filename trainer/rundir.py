@@ -8,7 +8,7 @@ import json
 import os
 from typing import Any
 
-from telemetry.runs import read_jsonl  # one reader for the contract's JSON lines
+from telemetry.analysis.runs import read_jsonl  # one reader for the contract's JSON lines
 
 from .errors import FaultError
 

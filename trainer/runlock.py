@@ -13,7 +13,7 @@ import os
 import threading
 import time
 
-from telemetry.environment import host_info
+from telemetry.capture.environment import host_info
 
 from .rundir import now_iso
 

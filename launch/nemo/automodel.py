@@ -4,7 +4,7 @@ AutoModel trains Hugging Face models as they are, so our LoRA target names pass 
 Our data-parallel layouts map onto its FSDP2 strategy: fsdp shards the frozen base over dp
 (dp_size = dp), replicate keeps a whole tensor-parallel shard per dp rank (dp_replicate_size = dp, no
 sharding), ddp is its ddp strategy. AutoModel has no callbacks: the recipe class is our subclass of
-its TrainFinetuneRecipeForNextTokenPrediction (telemetry/automodel_recipe.py), which brackets each
+its TrainFinetuneRecipeForNextTokenPrediction (telemetry/integrations/automodel_recipe.py), which brackets each
 optimizer step. The Dolly rows go through its ColumnMappedTextInstructionDataset with our template's
 columns (context, instruction -> answer).
 """
@@ -40,7 +40,7 @@ def translate(recipe: Recipe, layout: Layout, world: World, run_dir: str) -> Tra
 
     t = Translation("automodel", recipe, layout, world, None)
     par, train, data = recipe.parallel, recipe.train, recipe.data
-    t.set("recipe", "telemetry.automodel_recipe.TrainFinetuneRecipeWithTelemetry")
+    t.set("recipe", "telemetry.integrations.automodel_recipe.TrainFinetuneRecipeWithTelemetry")
     t.set("step_scheduler.global_batch_size", train.global_batch_size)
     t.set("step_scheduler.local_batch_size", train.micro_batch_size)
     t.set("step_scheduler.max_steps", recipe.max_steps)

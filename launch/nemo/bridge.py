@@ -4,7 +4,7 @@ The base is Bridge's own PEFT recipe for the model (`llama3_70b_peft_config()`: 
 Hugging Face config.json to build the Megatron provider); every field our recipe decides is then set on
 the container. Bridge has no Dolly source of its own: the data is an SFT directory (training.jsonl,
 validation.jsonl, test.jsonl with input/output) under the run's output directory. Our telemetry goes in
-through Bridge's callback API (telemetry.engines.BridgeTelemetry).
+through Bridge's callback API (telemetry.integrations.engines.BridgeTelemetry).
 
 Megatron-Bridge needs Python 3.12 and TransformerEngine, so it is not installed in the project's test
 environment: the translation is checked against the dataclass fields of the released wheel's source
@@ -108,15 +108,15 @@ def render(t: Translation, run_dir: str) -> str:
         f"Our run directory ({run_dir}): python -m telemetry report {run_dir}",
         *(f"Note: {note}" for note in t.notes),
         '"""',
-        "import telemetry.early",
+        "import telemetry.capture.early",
         "",
-        "telemetry.early.install()  # before megatron: megatron-core binds its collectives at import",
+        "telemetry.capture.early.install()  # before megatron: megatron-core binds its collectives at import",
         "",
         "from megatron.bridge.recipes.llama import *  # noqa: E402,F401,F403",
         "from megatron.bridge.training.finetune import finetune  # noqa: E402",
         "from megatron.bridge.training.gpt_step import forward_step  # noqa: E402",
         "",
-        "from telemetry.engines import BridgeTelemetry  # noqa: E402",
+        "from telemetry.integrations.engines import BridgeTelemetry  # noqa: E402",
         "",
         f"HARNESS = {t.harness()!r}",
         "",

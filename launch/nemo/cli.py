@@ -107,7 +107,7 @@ def _run(engine: str, translation, run_dir: str) -> int:
     if os.environ.get("RANK", "0") == "0":
         with open(job, "w", encoding="utf-8") as f:
             f.write(translation.text)
-    from telemetry.attach import attach_environment
+    from telemetry.integrations.attach import attach_environment
     env = attach_environment(run_dir, translation.recipe.fabric.expect)
     env["FABRIC_HARNESS_RECIPE_JSON"] = json.dumps(translation.harness())
     world = translation.world

@@ -6,7 +6,7 @@ CASES.json: [{"id", "job" (the file launch.nemo --print wrote), "values" (its --
 For each case: build the job's NeMo-Run recipe with NeMo's real code, read every assigned field back,
 and build the parts that construct on CPU (MegatronStrategy, LoRA, the optimizer module and its
 scheduler, the Dolly data module, the callbacks) to report what NeMo itself then holds. Also checks
-megatron-core's import-time binding against telemetry.early. OUT.json gets the findings; the test asserts.
+megatron-core's import-time binding against telemetry.capture.early. OUT.json gets the findings; the test asserts.
 """
 import json
 import runpy
@@ -64,9 +64,9 @@ def check(case):
 
 def binding_order(repo):
     """megatron-core's mappings module imported in a fresh process before ('late') and after ('early')
-    the tracer is installed: what it then calls, and what telemetry.early reports."""
+    the tracer is installed: what it then calls, and what telemetry.capture.early reports."""
     probe = ("import sys; sys.path.insert(0, %r)\n"
-             "import json, torch.distributed as dist, telemetry.early as e\n"
+             "import json, torch.distributed as dist, telemetry.capture.early as e\n"
              "if sys.argv[1] == 'early': e.install()\n"
              "import megatron.core.tensor_parallel.mappings as m\n"
              "e.install()\n"

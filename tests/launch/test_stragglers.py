@@ -41,6 +41,7 @@ def test_slow_node_arguments():
     assert Lab(3, "none", slow_node=0, slow_rate="5mbit").describe()["slow_rate_bps"] == 5e6
 
 
+@pytest.mark.integration
 @needs_root
 def test_only_the_slow_nodes_egress_is_shaped():
     with Lab(2, "1gbit", lab_id="fhtestslow", slow_node=1, slow_rate="10mbit") as lab:
@@ -50,6 +51,7 @@ def test_only_the_slow_nodes_egress_is_shaped():
     assert not [ns for ns in leftover_namespaces() if ns.startswith("fhtestslow")]
 
 
+@pytest.mark.integration
 @needs_root
 def test_slow_link_is_named_network_with_its_host(tmp_path):
     proc, info = lab_run(tmp_path / "link", 16, ["--slow-node", "1", "--slow-rate", "10mbit"], [])
@@ -65,6 +67,7 @@ def test_slow_link_is_named_network_with_its_host(tmp_path):
     assert "| verdict | network |" in md and "| host | lab-node1 |" in md
 
 
+@pytest.mark.integration
 @needs_root
 def test_slow_compute_rank_is_named_compute_with_its_host(tmp_path):
     proc, info = lab_run(tmp_path / "compute", 12, [], ["debug.delay_rank=1", "debug.delay_s=1.0"])
@@ -74,6 +77,7 @@ def test_slow_compute_rank_is_named_compute_with_its_host(tmp_path):
     assert "[telemetry] straggler rank 1 on lab-node1: compute" in proc.stdout
 
 
+@pytest.mark.integration
 @needs_root
 def test_healthy_run_names_nobody(tmp_path):
     """The short CI version; bench/stragglers.py runs 500 healthy steps (bench/results/stragglers.md)."""

@@ -14,8 +14,8 @@ import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import OpType
 
-from telemetry import collectives
-from telemetry.collectives import CollectiveTracer
+from telemetry.capture import collectives
+from telemetry.capture.collectives import CollectiveTracer
 
 
 def step(tracer, fn):

@@ -13,7 +13,7 @@ import sys
 import torch
 import torch.distributed as dist
 
-from telemetry.session import REDUCED, Telemetry, TelemetrySettings
+from telemetry.capture.session import REDUCED, Telemetry, TelemetrySettings
 
 SPIED = ("all_gather_into_tensor", "all_gather_single", "all_gather", "all_gather_object", "all_reduce", "reduce",
          "gather", "gather_object", "send", "recv", "broadcast", "isend", "irecv")

@@ -12,7 +12,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from telemetry.session import Telemetry, TelemetrySettings
+from telemetry.capture.session import Telemetry, TelemetrySettings
 
 
 def main(out: str, steps: int, width: int, layers: int, bucket_mb: float) -> None:

@@ -3,7 +3,7 @@ NeMo script does, then trains a tiny model with DDP on CPU. Run under torchrun.
 
     lightning_job.py RUN_DIR STEPS [--explicit-callback]
 
---explicit-callback builds telemetry.lightning.TelemetryCallback itself after the import (the wrong
+--explicit-callback builds telemetry.integrations.lightning.TelemetryCallback itself after the import (the wrong
 order unless the tracer was installed first); without it the callback comes from Lightning's entry point.
 """
 import sys
@@ -40,7 +40,7 @@ def main():
     run_dir, steps = sys.argv[1], int(sys.argv[2])
     callbacks = []
     if "--explicit-callback" in sys.argv:
-        from telemetry.lightning import TelemetryCallback
+        from telemetry.integrations.lightning import TelemetryCallback
         callbacks.append(TelemetryCallback(run_dir))
     torch.manual_seed(0)
     data = torch.utils.data.TensorDataset(torch.randn(64, 8), torch.randn(64, 1))

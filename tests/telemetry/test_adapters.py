@@ -5,8 +5,8 @@ import json
 
 import torch
 
-from telemetry.adapters import hf_callback, lightning_callback
-from telemetry.session import Telemetry, TelemetrySettings
+from telemetry.integrations.adapters import hf_callback, lightning_callback
+from telemetry.capture.session import Telemetry, TelemetrySettings
 
 
 def test_hugging_face_trainer_callback(tmp_path):

@@ -22,6 +22,7 @@ def seen(tmp_path_factory):
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
 
 
+@pytest.mark.integration
 def test_explicit_calls_have_nccl_tests_bytes_and_times(seen):
     for rank, res in enumerate(seen):
         ex = res["explicit"]
@@ -43,6 +44,7 @@ def test_explicit_calls_have_nccl_tests_bytes_and_times(seen):
         assert ar["busbw_GBps"] == pytest.approx((4096 + 1024) / ar["time_s"] / 1e9, rel=1e-6)
 
 
+@pytest.mark.integration
 def test_c10d_module_globals_are_traced_once(seen):
     for res in seen:
         single = 1 if res["has_single"] else 0
@@ -52,6 +54,7 @@ def test_c10d_module_globals_are_traced_once(seen):
         assert set(c10d) == {"all_gather", "reduce_scatter"}
 
 
+@pytest.mark.integration
 def test_ddp_bucket_bytes_equal_the_trainable_gradient_bytes(seen):
     trainable_bytes = (16 * 4 + 4) * 4  # second Linear's weight and bias, fp32; the first is frozen
     for res in seen:
@@ -62,6 +65,7 @@ def test_ddp_bucket_bytes_equal_the_trainable_gradient_bytes(seen):
         assert res["ddp_call_sources"] == ["ddp"]
 
 
+@pytest.mark.integration
 def test_fsdp2_shows_all_gather_and_reduce_scatter(seen):
     params = 2 * (32 * 32 + 32) * 4
     for res in seen:
@@ -70,6 +74,7 @@ def test_fsdp2_shows_all_gather_and_reduce_scatter(seen):
         assert fsdp["all_gather"]["bytes"] >= 2 * params and fsdp["reduce_scatter"]["bytes"] >= params
 
 
+@pytest.mark.integration
 def test_fsdp2_on_the_nccl_path_keeps_no_all_gather_output_alive(seen):
     for res in seen:
         f = res["fsdp_nccl_path"]
@@ -80,6 +85,7 @@ def test_fsdp2_on_the_nccl_path_keeps_no_all_gather_output_alive(seen):
         assert rs["count"] == 8 and rs["untimed"] == 0 and f["hooks"] == 1
 
 
+@pytest.mark.integration
 def test_dtensor_tensor_parallel_is_seen_through_functional_collectives(seen):
     for res in seen:
         assert res["tp"]["all_reduce"]["count"] >= 1 and res["tp_sources"] == ["funcol"]

@@ -21,8 +21,8 @@ import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import OpType
 
-from telemetry import collectives
-from telemetry.collectives import DIST_SPECS, FUNCOL_SPECS, LATE, CollectiveTracer
+from telemetry.capture import collectives
+from telemetry.capture.collectives import DIST_SPECS, FUNCOL_SPECS, LATE, CollectiveTracer
 
 
 class FakeWorkInfo:

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from telemetry.compare import loss_parity
-from telemetry.runs import load_run
+from telemetry.analysis.compare import loss_parity
+from telemetry.analysis.runs import load_run
 
 from ..conftest import REPO
 from .recorded import sweep_result, write_run
@@ -19,6 +19,7 @@ def cli(*args):
                           timeout=120)
 
 
+@pytest.mark.integration
 def test_training_comparison_tables_parity_and_projection(tmp_path):
     a = write_run(tmp_path / "fast", rate_bps=1e9, step_time=1.0, comm_time=0.25)
     b = write_run(tmp_path / "slow", rate_bps=1e8, step_time=2.0, comm_time=1.25)
@@ -46,6 +47,7 @@ def test_loss_parity_finds_divergence(tmp_path):
     assert parity["verdict"].startswith("DIFFERENT") and parity["at_step"] == 4
 
 
+@pytest.mark.integration
 def test_refuses_different_recipes_and_says_why(tmp_path):
     a = write_run(tmp_path / "a", lr=0.01)
     b = write_run(tmp_path / "b", lr=0.001)
@@ -58,6 +60,7 @@ def test_refuses_different_recipes_and_says_why(tmp_path):
     assert "compared despite different recipes" in (tmp_path / "cmp" / "compare.md").read_text()
 
 
+@pytest.mark.integration
 def test_sweep_comparison_with_latency_reduction(tmp_path):
     tcp = write_run(tmp_path / "tcp", sweep=sweep_result(scale=3.0))
     roce = write_run(tmp_path / "roce", transport="roce", sweep=sweep_result(scale=1.0))
@@ -75,6 +78,7 @@ def test_sweep_comparison_with_latency_reduction(tmp_path):
         assert f"--sweep LABEL={tcp}" in proc.stderr and "differs" not in proc.stderr
 
 
+@pytest.mark.integration
 def test_partial_communication_is_marked_in_the_comparison(tmp_path):
     untimed = {"all_gather": {"count": 2, "bytes": 4096, "time_s": None, "untimed": 2, "untimed_bytes": 4096,
                               "busbw_GBps": None, "untimed_reason": "functional collectives are timed on NCCL only"}}
@@ -90,6 +94,7 @@ def test_partial_communication_is_marked_in_the_comparison(tmp_path):
     assert json.loads((tmp_path / "cmp" / "compare.json").read_text())["projection"][0]["partial"] is True
 
 
+@pytest.mark.integration
 def test_repeats_give_mean_spread_and_bars_with_the_difference(tmp_path):
     # two runs per fabric: fast 1.0 and 1.2 s (mean 1.1, sd 0.1414), slow 2.0 and 2.4 s (mean 2.2: +100%)
     runs = [write_run(tmp_path / f"{n}{i}", rate_bps=r, step_time=t, comm_time=0.25)
@@ -108,8 +113,8 @@ def test_repeats_give_mean_spread_and_bars_with_the_difference(tmp_path):
     assert fast["n"] == 2 and fast["mean"] == pytest.approx(1.1) and fast["sd"] == pytest.approx(0.02 ** 0.5)
     assert result["projection"][0]["measured_s"] == pytest.approx(2.2)  # measured: the mean of the repeats
     # projected from both baseline runs together (their medians), not from the first alone
-    from telemetry.projection import combine_profiles, measured_profile, project
-    from telemetry.runs import load_run
+    from telemetry.analysis.projection import combine_profiles, measured_profile, project
+    from telemetry.analysis.runs import load_run
     profiles = [measured_profile(load_run(str(r))) for r in runs[:2]]
     both = project(combine_profiles(profiles), 1e8)["step_time_s"]
     assert result["projection"][0]["predicted_s"] == pytest.approx(both)
@@ -118,6 +123,7 @@ def test_repeats_give_mean_spread_and_bars_with_the_difference(tmp_path):
         assert name in result["figures"] and (tmp_path / "cmp" / name).stat().st_size > 1000
 
 
+@pytest.mark.integration
 def test_labels_given_on_the_command_line_group_runs(tmp_path):
     a1, a2 = write_run(tmp_path / "a1"), write_run(tmp_path / "a2", step_time=3.0)
     b = write_run(tmp_path / "b", step_time=2.0)
@@ -134,6 +140,7 @@ def test_labels_given_on_the_command_line_group_runs(tmp_path):
     assert proc.returncode == 2 and "every run is labelled 'x'" in proc.stderr
 
 
+@pytest.mark.integration
 def test_fabric_header_rows(tmp_path):
     nccl = {"nccl_version": "2.21.5", "network": "IB", "gpudirect_rdma": True, "transport": "roce",
             "devices": [{"device": "mlx5_0", "port": 1, "link_layer": "Ethernet"}], "unknown": {}}
@@ -156,6 +163,7 @@ def test_fabric_header_rows(tmp_path):
         assert row in md, row
 
 
+@pytest.mark.integration
 def test_time_to_train_and_energy_per_sample(tmp_path):
     target = {"target_eval_loss": 2.7}
     final = {"final": {"target_reached_step": 4}}
@@ -173,6 +181,7 @@ def test_time_to_train_and_energy_per_sample(tmp_path):
     assert "| energy per sample | 62.5 J | not measured: NVML not available | 62.5 J (+0.0%) |" in md
 
 
+@pytest.mark.integration
 def test_sweeps_that_belong_to_training_runs(tmp_path):
     fast = write_run(tmp_path / "fast", rate_bps=1e9)
     slow = write_run(tmp_path / "slow", rate_bps=1e8, step_time=2.0)
@@ -201,6 +210,7 @@ def test_sweeps_that_belong_to_training_runs(tmp_path):
     assert proc.returncode == 2 and "--sweep nope=" in proc.stderr and "'100mbit lab'" in proc.stderr
 
 
+@pytest.mark.integration
 def test_sweep_repeats_are_averaged_with_their_spread(tmp_path):
     tcp = [write_run(tmp_path / f"tcp{i}", sweep=sweep_result(scale=sc)) for i, sc in enumerate((2.0, 4.0))]
     roce = write_run(tmp_path / "roce", transport="roce", sweep=sweep_result(scale=1.0))
@@ -218,7 +228,7 @@ def test_identical_loss_curves_both_stay_visible(tmp_path):
     import matplotlib.pyplot as plt
     import numpy as np
 
-    from telemetry.compare_figures import loss_curves
+    from telemetry.analysis.compare_figures import loss_curves
 
     curve = [(s, 3.0 - 0.01 * s) for s in range(1, 61)]
     loss_curves(plt, str(tmp_path), ["fast", "slow"], [curve, list(curve)], "identical", name="loss.png")
@@ -233,7 +243,7 @@ def test_identical_loss_curves_both_stay_visible(tmp_path):
 
 
 def test_label_and_path_on_the_command_line(tmp_path):
-    from telemetry.compare import split_label
+    from telemetry.analysis.compare import split_label
     odd = tmp_path / "lr=0.01"  # a run directory with '=' in its name stays a path
     odd.mkdir()
     assert split_label(str(odd)) == (None, str(odd))

@@ -51,6 +51,7 @@ def render(html_path, browser: str) -> dict:
     return {"images": images, "failed": failed, "errors": errors, "headings": headings}
 
 
+@pytest.mark.integration
 def test_every_figure_of_the_compare_report_loads_in_chromium(tmp_path):
     browser = _browser()
     fast = write_run(tmp_path / "fast", rate_bps=1e9)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import socket
 
-from telemetry.counters import CounterReader, list_hcas, list_interfaces, loss_verdict
+from telemetry.capture.counters import CounterReader, list_hcas, list_interfaces, loss_verdict
 
 
 def write(path, value):

@@ -14,7 +14,7 @@ from unittest import mock
 import pynvml
 import pytest
 
-from telemetry.energy import EnergyMeter, NvmlEnergy, ReplayEnergy, Unavailable, open_cpu_source, open_gpu_source
+from telemetry.capture.energy import EnergyMeter, NvmlEnergy, ReplayEnergy, Unavailable, open_cpu_source, open_gpu_source
 
 # Four GPUs as NVML (PCI order) sees them: index i has UUID GPU-<UUIDS[i]> and bus 0x18 + 0x10 i.
 UUIDS = [f"{i:08x}-1111-2222-3333-{0xabc000 + i:012x}" for i in range(4)]

@@ -1,7 +1,9 @@
 """The environment captured into run.json: fabric settings kept, secrets never written."""
 from __future__ import annotations
 
-from telemetry.environment import REDACTED, redacted_env
+import pytest
+
+from telemetry.capture.environment import REDACTED, redacted_env
 
 from ..conftest import FAST, run_cli
 
@@ -17,6 +19,7 @@ def test_only_fabric_settings_are_recorded_and_secrets_are_redacted():
                    "NCCL_ODD": REDACTED}
 
 
+@pytest.mark.integration
 def test_planted_secret_never_reaches_the_run_directory(tmp_path):
     secret = "hf_PLANTEDsecretVALUE1234567890"
     res = run_cli(tmp_path / "run", *FAST, "max_steps=2",

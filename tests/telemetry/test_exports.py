@@ -25,12 +25,14 @@ def run(tmp_path_factory):
     return res
 
 
+@pytest.mark.integration
 def test_manifest_lists_every_kind_written(run):
     manifest = json.loads((run.out / "exports" / "manifest.json").read_text())
     assert set(manifest) == {"tensorboard", "parquet", "trace", "wandb"}
     assert all(m["path"] and not m.get("error") for m in manifest.values()), manifest
 
 
+@pytest.mark.integration
 def test_tensorboard_scalars_read_back(run):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -75,6 +77,7 @@ def _wandb_records(path):
     return out
 
 
+@pytest.mark.integration
 def test_wandb_offline_run_read_back(run):
     files = glob.glob(str(run.out / "exports" / "wandb" / "wandb" / "offline-run-*" / "run-*.wandb"))
     assert len(files) == 1, files
@@ -94,6 +97,7 @@ def test_wandb_offline_run_read_back(run):
         assert history[m["step"]]["comm/all_reduce/bytes"] == m["comm"]["all_reduce"]["bytes"]
 
 
+@pytest.mark.integration
 def test_parquet_tables_read_back(run):
     import pyarrow.parquet as pq
 
@@ -132,6 +136,7 @@ TRACE_SCHEMA = {
                             "required": ["args"]}}]}}}}
 
 
+@pytest.mark.integration
 def test_trace_is_valid_and_shows_ranks_phases_and_collectives(run):
     import jsonschema
 
@@ -159,6 +164,7 @@ def test_trace_is_valid_and_shows_ranks_phases_and_collectives(run):
             stack.append(e["ts"] + e["dur"])
 
 
+@pytest.mark.integration
 def test_trace_collectives_match_the_step_records(run):
     """Every call in the trace is one the step records counted: same bytes per rank and step."""
     trace = json.loads((run.out / "exports" / "trace.json").read_text())
@@ -174,6 +180,7 @@ def test_trace_collectives_match_the_step_records(run):
                 assert traced[(rank, rec["step"], op)] == s["bytes"], (rank, rec["step"], op)
 
 
+@pytest.mark.integration
 def test_cli_export_of_an_existing_run(run, tmp_path):
     proc = subprocess.run([sys.executable, "-m", "telemetry", "export", str(run.out), "--to", "parquet,trace",
                            "--out", str(tmp_path)], cwd=REPO, capture_output=True, text=True, timeout=120)
@@ -185,7 +192,7 @@ def test_cli_export_of_an_existing_run(run, tmp_path):
 
 
 def test_events_file_only_when_trace_is_exported(tmp_path):
-    from telemetry.session import Telemetry, TelemetrySettings
+    from telemetry.capture.session import Telemetry, TelemetrySettings
 
     for export, expected in ((None, False), (["parquet"], False), (["trace"], True)):
         d = tmp_path / str(export)
@@ -209,7 +216,7 @@ def test_docs_list_every_parquet_column():
     """docs/telemetry.md's Parquet tables name exactly the columns the files have."""
     import re
 
-    from telemetry.exports.parquet import _schemas
+    from telemetry.analysis.exports.parquet import _schemas
 
     text = open(os.path.join(REPO, "docs", "telemetry.md"), encoding="utf-8").read()
     section = text.split("### Parquet exports", 1)[1]
@@ -224,7 +231,7 @@ def test_trace_puts_overlapping_calls_on_separate_lanes():
     goes to another lane. An untimed call is a mark, not a slice of made-up length."""
     import jsonschema
 
-    from telemetry.exports.trace import build
+    from telemetry.analysis.exports.trace import build
 
     line = {"step": 1, "t0": 100.0, "t1": 101.0,
             "marks": [["backward_begin", 100.2], ["backward_end", 100.4], ["backward_begin", 100.5],

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from telemetry.exposed import analyse, collective_type
+from telemetry.capture.exposed import analyse, collective_type
 
 
 def ev(name, start, end, thread=1, device="cpu"):
@@ -62,7 +62,7 @@ def test_collective_names():
 # ---------------------------------------------------------------- the per-step estimate (every step)
 
 def call(t_issue, t_done=None, duration=None, returned=None, blocking=False, token=None, nbytes=1024):
-    from telemetry.collectives import Call
+    from telemetry.capture.collectives import Call
 
     c = Call("all_reduce", nbytes, 2, "gloo", "dist", t_issue, t_done=t_done, blocking=blocking, token=token,
              t_returned=returned if returned is not None else (t_done if blocking else t_issue))
@@ -74,7 +74,7 @@ BACKWARD = [("backward_begin", 1.0), ("backward_end", 5.0), ("optimizer_begin", 
 
 
 def test_estimate_on_a_ddp_like_step():
-    from telemetry.exposed import step_comm_times
+    from telemetry.capture.exposed import step_comm_times
 
     calls = [call(0.0, 0.5, blocking=True),  # item counts: blocking, 0.5 s exposed
              call(2.0, 3.0),                 # an early bucket, hidden behind the rest of the backward pass
@@ -90,7 +90,7 @@ def test_estimate_on_a_ddp_like_step():
 
 
 def test_estimate_counts_concurrent_calls_once_and_stays_inside_the_step():
-    from telemetry.exposed import step_comm_times
+    from telemetry.capture.exposed import step_comm_times
 
     calls = [call(-1.0, 0.5, blocking=True), call(2.0, 4.0), call(2.5, 4.5), call(6.5, 9.0, blocking=True)]
     out = step_comm_times(calls, BACKWARD, (0.0, 7.0))
@@ -102,7 +102,7 @@ def test_estimate_counts_concurrent_calls_once_and_stays_inside_the_step():
 
 
 def test_issuing_an_async_call_is_waiting():
-    from telemetry.exposed import step_comm_times
+    from telemetry.capture.exposed import step_comm_times
 
     # gloo took 0.4 s to hand the thread back; the bucket was then hidden by more backward compute
     calls = [call(1.5, 2.5, returned=1.9), call(4.0, 4.2)]
@@ -117,7 +117,7 @@ def test_the_tail_waits_only_for_buckets_still_in_flight():
     """As a profiled DDP step shows it (tests/telemetry/exposed_worker.py, 8 buckets of 4 MB): after the last
     bucket goes out the reducer copies each finished bucket into the gradients, so copies of the early ones
     hide the last one's transfer; waiting is only where the next bucket in order is not back yet."""
-    from telemetry.exposed import tail_waits
+    from telemetry.capture.exposed import tail_waits
 
     early = [call(1.0 + 0.1 * k, 1.05 + 0.1 * k) for k in range(7)]  # all back long before the tail
     last = call(4.0, 4.5)
@@ -135,7 +135,7 @@ def test_the_tail_waits_only_for_buckets_still_in_flight():
 def test_wake_up_lag_in_a_tail_is_waiting_not_copying():
     """The one-unknown fit spreads the thread's wake-up after its last wait over every copy; the copy rate
     learnt over steps (the least solved so far) keeps the copies at their cost and the lag as waiting."""
-    from telemetry.exposed import CopyRate, tail_rate, tail_waits
+    from telemetry.capture.exposed import CopyRate, tail_rate, tail_waits
 
     # two buckets of 1 byte each issued before the tail starts at 4.0; the first back at 4.5, the second at 6.0
     issued = [call(3.0, 4.5, nbytes=1), call(4.0, 6.0, nbytes=1)]
@@ -161,7 +161,7 @@ def test_wake_up_lag_in_a_tail_is_waiting_not_copying():
 
 
 def test_the_session_learns_the_copy_rate_across_steps():
-    from telemetry.exposed import CopyRate, step_comm_times
+    from telemetry.capture.exposed import CopyRate, step_comm_times
 
     learnt = CopyRate()
     issued = [call(3.0, 4.5, nbytes=1), call(4.0, 6.0, nbytes=1)]
@@ -174,7 +174,7 @@ def test_the_session_learns_the_copy_rate_across_steps():
 
 
 def test_a_blocking_reduction_after_backward_has_no_overlap_window():
-    from telemetry.exposed import step_comm_times
+    from telemetry.capture.exposed import step_comm_times
 
     out = step_comm_times([call(5.0, 5.5, blocking=True)], BACKWARD, (0.0, 7.0))
     assert out["overlap_window_s"] == 0.0
@@ -183,7 +183,7 @@ def test_a_blocking_reduction_after_backward_has_no_overlap_window():
 
 
 def test_no_calls_is_zero_and_untimed_calls_are_unknown():
-    from telemetry.exposed import step_comm_times
+    from telemetry.capture.exposed import step_comm_times
 
     assert step_comm_times([], BACKWARD, (0.0, 7.0)) == {"comm_time_s": 0.0, "exposed_comm_s": 0.0,
                                                              "overlap_window_s": 0.0}
@@ -192,7 +192,7 @@ def test_no_calls_is_zero_and_untimed_calls_are_unknown():
 
 
 def test_device_timed_calls_give_comm_time_and_no_estimate():
-    from telemetry.exposed import step_comm_times
+    from telemetry.capture.exposed import step_comm_times
 
     # NCCL: durations only; one group's works run one after another from their issue times
     calls = [call(1.0, duration=2.0, token=1), call(1.1, duration=2.0, token=1), call(1.2, duration=0.5, token=2)]
@@ -234,6 +234,7 @@ def overlapped(tmp_path_factory):
     return [x for r in (0, 1) for x in json.loads((out / f"rank{r}.json").read_text())]
 
 
+@pytest.mark.integration
 def test_estimate_on_every_step_within_its_bounds(overlapped):
     for x in overlapped:
         assert x["exposed_comm_s"] is not None, x
@@ -244,6 +245,7 @@ def test_estimate_on_every_step_within_its_bounds(overlapped):
     assert statistics.median(x["exposed_comm_s"] / x["comm_time_s"] for x in later) < 0.9
 
 
+@pytest.mark.integration
 def test_estimate_follows_the_profiled_windows(overlapped):
     """The profiler's exposed time (union of gloo/c10d ops minus the main thread's aten ops) on the same
     steps. The agreement itself is measured in bench/exposed_estimate.py; here: the estimate is nearer to
@@ -257,7 +259,7 @@ def test_estimate_follows_the_profiled_windows(overlapped):
 
 
 def test_optimizer_time_from_the_phase_marks():
-    from telemetry.exposed import phase_times
+    from telemetry.capture.exposed import phase_times
 
     assert phase_times(BACKWARD) == {"optimizer_s": pytest.approx(1.0)}
     assert phase_times([("backward_begin", 1.0), ("backward_end", 2.0)]) == {}  # no optimizer marked: absent

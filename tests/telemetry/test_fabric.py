@@ -4,8 +4,8 @@ from __future__ import annotations
 import json
 import os
 
-from telemetry import fabric as fabric_module
-from telemetry.fabric import check_expectation, configure_nccl_logging, default_route_interface, describe, \
+from telemetry.capture import fabric as fabric_module
+from telemetry.capture.fabric import check_expectation, configure_nccl_logging, default_route_interface, describe, \
     gloo_interface, pin_gloo_interface
 
 
@@ -52,7 +52,7 @@ NCCL_LINES = """\
 
 
 def test_nccl_logs_are_parsed_by_rank_0_only_and_every_log_once(tmp_path, monkeypatch):
-    from telemetry import nccl_log
+    from telemetry.capture import nccl_log
     from trainer.rundir import RunDir
     from trainer.run import FabricWatch
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from telemetry.flight_recorder import DumpError, analyze, read_dir, read_dump
+from telemetry.analysis.flight_recorder import DumpError, analyze, read_dir, read_dump
 
 from ..conftest import REPO
 from .recorded import write_run
@@ -59,6 +59,7 @@ def test_a_crafted_dump_runs_nothing(tmp_path):
     assert marker.exists()
 
 
+@pytest.mark.integration
 def test_report_shows_the_hang_analysis(tmp_path):
     run = write_run(tmp_path / "run")
     dumps = run / "logs" / "flight_recorder"

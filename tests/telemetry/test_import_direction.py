@@ -2,6 +2,8 @@
 imports neither trainer nor launch; trainer does not import launch."""
 from __future__ import annotations
 
+import pytest
+
 import ast
 from pathlib import Path
 
@@ -35,3 +37,68 @@ def test_the_scan_sees_imports_inside_functions(tmp_path):
     f = tmp_path / "m.py"
     f.write_text("def g():\n    from launch.lab import parse_rate\n    import trainer.hooks\n")
     assert {n for _, n in imported_packages(f)} == {"launch", "trainer"}
+
+
+# Inside telemetry, rooms by lifetime: capture runs in the job every step, integrations drive it from other
+# loops, analysis reads run directories offline. The top-level modules (formulas, stragglers) are shared
+# definitions every room may use; they import no room.
+ROOMS_FORBIDDEN = {"capture": {"analysis", "integrations"}, "analysis": {"capture", "integrations"},
+                   "integrations": set(), "": {"capture", "analysis", "integrations"}}
+
+
+def telemetry_rooms(path: Path) -> set[tuple[int, str]]:
+    """The telemetry subpackage (room) of every import of telemetry.* in the file, relative ones included."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            assert node.level == 0, f"{path}:{node.lineno}: telemetry uses absolute imports (rooms are packages)"
+            names = [node.module or ""] + [f"{node.module}.{a.name}" for a in node.names]
+        for name in names:
+            parts = name.split(".")
+            if parts[0] == "telemetry" and len(parts) > 1 and parts[1] in ROOMS_FORBIDDEN:
+                out.add((node.lineno, parts[1]))
+    return out
+
+
+def room_of(path: Path) -> str:
+    rel = path.relative_to(REPO / "telemetry").parts
+    return rel[0] if len(rel) > 1 else ""
+
+
+def test_telemetry_rooms_import_only_what_their_lifetime_allows():
+    wrong = []
+    for path in sorted((REPO / "telemetry").rglob("*.py")):
+        room = room_of(path)
+        if path.name == "__main__.py" and room == "":
+            continue  # python -m telemetry: the command line over analysis
+        for line, target in sorted(telemetry_rooms(path)):
+            if target in ROOMS_FORBIDDEN[room]:
+                wrong.append(f"{path.relative_to(REPO)}:{line} ({room or 'top level'}) imports telemetry.{target}")
+    assert not wrong, "\n".join(wrong)
+
+
+@pytest.mark.integration
+def test_analysis_imports_no_torch():
+    """Reports and comparisons run on a laptop without torch: importing every analysis module (and the
+    command line) must not import it."""
+    import subprocess
+    import sys
+    modules = sorted("telemetry." + ".".join(p.relative_to(REPO / "telemetry").with_suffix("").parts)
+                     for p in (REPO / "telemetry" / "analysis").rglob("*.py"))
+    modules = [m.removesuffix(".__init__") for m in modules] + ["telemetry.__main__", "telemetry.stragglers",
+                                                                "telemetry.formulas"]
+    code = ("import sys\n" + "".join(f"import {m}\n" for m in modules) +
+            "bad = sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.'))\nprint(bad[:3])\n"
+            "sys.exit(1 if bad else 0)")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, f"an analysis module imports torch: {proc.stdout}{proc.stderr[-2000:]}"
+
+
+def test_the_room_scan_sees_imports_of_rooms(tmp_path):
+    f = tmp_path / "m.py"
+    f.write_text("def g():\n    from telemetry.analysis import report\n    import telemetry.capture.session\n"
+                 "from telemetry import formulas\n")
+    assert {r for _, r in telemetry_rooms(f)} == {"analysis", "capture"}

@@ -2,7 +2,7 @@
 
 lightning_job.py imports a stand-in 'megatron' (fake_engine/) that binds all_gather_into_tensor at
 import, as megatron-core does, then trains with DDP on 2 CPU ranks. Started through
-`python -m telemetry.attach`, the tracer is installed before that import and Lightning adds our callback
+`python -m telemetry.integrations.attach`, the tracer is installed before that import and Lightning adds our callback
 through its entry point; the run directory must count the bound all-gather's bytes. Built in the wrong
 order, the callback refuses with one line. The real megatron-core binding is checked in the NeMo venv
 (tests/launch/test_nemo.py).
@@ -30,7 +30,7 @@ def entry_point_dir(tmp_path: Path) -> Path:
     environment installed before the entry point existed); never both, or Lightning adds two callbacks."""
     from importlib.metadata import entry_points
     root = tmp_path / "ep"
-    if any(ep.value == "telemetry.lightning:callbacks_factory"
+    if any(ep.value == "telemetry.integrations.lightning:callbacks_factory"
            for ep in entry_points(group="lightning.pytorch.callbacks_factory")):
         root.mkdir()
         return root
@@ -38,14 +38,14 @@ def entry_point_dir(tmp_path: Path) -> Path:
     info.mkdir(parents=True)
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: fabric-harness-test\nVersion: 0\n")
     (info / "entry_points.txt").write_text(
-        "[lightning.pytorch.callbacks_factory]\nfabric_harness = telemetry.lightning:callbacks_factory\n")
+        "[lightning.pytorch.callbacks_factory]\nfabric_harness = telemetry.integrations.lightning:callbacks_factory\n")
     return root
 
 
 def test_pyproject_declares_the_lightning_entry_point():
     text = (REPO / "pyproject.toml").read_text()  # tomllib is 3.11+; the project supports 3.10
     section = text.split('[project.entry-points."lightning.pytorch.callbacks_factory"]', 1)[1].split("\n[", 1)[0]
-    assert 'fabric_harness = "telemetry.lightning:callbacks_factory"' in section
+    assert 'fabric_harness = "telemetry.integrations.lightning:callbacks_factory"' in section
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +54,7 @@ def attached_run(tmp_path_factory):
     run_dir = tmp / "lightning_run"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(HERE / "fake_engine"), str(entry_point_dir(tmp))])}
     env.pop("FABRIC_HARNESS_RUN_DIR", None)
-    cmd = [sys.executable, "-m", "telemetry.attach", "--run-dir", str(run_dir), "--",
+    cmd = [sys.executable, "-m", "telemetry.integrations.attach", "--run-dir", str(run_dir), "--",
            sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
            str(HERE / "lightning_job.py"), str(run_dir), "4"]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, cwd=tmp)
@@ -62,6 +62,7 @@ def attached_run(tmp_path_factory):
     return run_dir
 
 
+@pytest.mark.integration
 def test_attached_job_writes_our_run_directory(attached_run):
     info = json.loads((attached_run / "run.json").read_text())
     assert info["status"] == "completed" and info["exit_code"] == 0 and info["engine"] == "lightning"
@@ -91,7 +92,7 @@ RECORDED_ENGINE_RUN = """
 import sys
 from trainer.config import load_recipe
 from trainer.layout import resolve_layout
-from telemetry.recorder import RunRecorder
+from telemetry.integrations.recorder import RunRecorder
 recipe = load_recipe(sys.argv[2], sys.argv[3:])
 given = recipe.to_dict(); given.pop("recipe_path")  # what launch.nemo records (Translation.harness)
 rec = RunRecorder(sys.argv[1], name="engine_run", recipe=given, layout=resolve_layout(recipe, 1)[0].to_dict(),
@@ -104,6 +105,7 @@ rec.close("completed")
 """
 
 
+@pytest.mark.integration
 def test_report_and_compare_read_it_beside_a_native_run(attached_run, tmp_path):
     res = telemetry_cli("report", attached_run)
     assert res.returncode == 0, res.stderr
@@ -128,6 +130,7 @@ def test_report_and_compare_read_it_beside_a_native_run(attached_run, tmp_path):
     assert res.returncode == 0, res.stderr
 
 
+@pytest.mark.integration
 def test_callback_after_megatron_import_refuses_with_one_line(tmp_path):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(HERE / "fake_engine")])}
     env.pop("FABRIC_HARNESS_RUN_DIR", None)
@@ -135,24 +138,25 @@ def test_callback_after_megatron_import_refuses_with_one_line(tmp_path):
                           "--explicit-callback"], capture_output=True, text=True, timeout=300, env=env)
     assert res.returncode != 0
     last = res.stderr.strip().splitlines()[-1]
-    assert last.startswith("telemetry.early.ImportOrderError: megatron imported before the telemetry tracer")
-    assert "megatron.core.dist_all_gather_func -> torch.distributed" in last and "telemetry.attach" in last
+    assert last.startswith("telemetry.capture.early.ImportOrderError: megatron imported before the telemetry tracer")
+    assert "megatron.core.dist_all_gather_func -> torch.distributed" in last and "telemetry.integrations.attach" in last
     assert not (tmp_path / "run" / "metrics.jsonl").exists()
 
 
 def test_factory_adds_nothing_without_a_run_directory(monkeypatch):
-    from telemetry.lightning import callbacks_factory
+    from telemetry.integrations.lightning import callbacks_factory
     monkeypatch.delenv("FABRIC_HARNESS_RUN_DIR", raising=False)
     assert callbacks_factory() == []
 
 
+@pytest.mark.integration
 def test_two_callbacks_on_one_run_directory_write_once(tmp_path):
     """A script's own TelemetryCallback plus the one attach's entry point adds: one writer, one line per step."""
     job = ("import sys, torch\n"
            "from trainer.compat import ensure_torchvision_importable\n"
            "ensure_torchvision_importable()\n"
            "import lightning.pytorch as pl\n"
-           "from telemetry.lightning import TelemetryCallback\n"
+           "from telemetry.integrations.lightning import TelemetryCallback\n"
            "class Tiny(pl.LightningModule):\n"
            "    def __init__(self):\n"
            "        super().__init__(); self.layer = torch.nn.Linear(4, 1)\n"
@@ -178,7 +182,7 @@ def test_two_callbacks_on_one_run_directory_write_once(tmp_path):
 
 def test_entry_point_declared_twice_adds_one_callback(tmp_path, monkeypatch):
     """An editable install plus a copy on the path: Lightning calls the factory once per distribution."""
-    from telemetry import lightning as tl
+    from telemetry.integrations import lightning as tl
     monkeypatch.setenv("FABRIC_HARNESS_RUN_DIR", str(tmp_path / "run"))
     monkeypatch.setattr(tl, "_FACTORY_MADE", {})
     first, second = tl.callbacks_factory(), tl.callbacks_factory()

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from telemetry.nccl_log import FIELDS, parse_dir, parse_files, parse_lines
+from telemetry.capture.nccl_log import FIELDS, parse_dir, parse_files, parse_lines
 
 CORPUS = Path(__file__).parent / "nccl_logs"
 TRUTH_FILES = sorted(CORPUS.glob("*.json"))

@@ -1,4 +1,4 @@
-"""telemetry.nccl_tests on real nccl-tests outputs (tests/telemetry/nccl_tests_tables/, sources in its README):
+"""telemetry.analysis.nccl_tests on real nccl-tests outputs (tests/telemetry/nccl_tests_tables/, sources in its README):
 every row of every file is read, into the collective sweep's JSON, and `telemetry compare` takes the files."""
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from telemetry.compare import CompareError, compare
-from telemetry.nccl_tests import CSV_COLUMNS, parse, read, to_csv
+from telemetry.analysis.compare import CompareError, compare
+from telemetry.analysis.nccl_tests import CSV_COLUMNS, parse, read, to_csv
 
 TABLES = Path(__file__).parent / "nccl_tests_tables"
 # rows per file, counted by hand from the published text

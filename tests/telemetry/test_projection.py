@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from telemetry.projection import (DEFAULT_EFFICIENCY, ProjectionError, busbw_at, load_busbw_table,
+from telemetry.analysis.projection import (DEFAULT_EFFICIENCY, ProjectionError, busbw_at, load_busbw_table,
                                   measured_profile, negligible_above_bps, project)
-from telemetry.runs import load_run
+from telemetry.analysis.runs import load_run
 
 from ..conftest import REPO
 from .recorded import write_run
@@ -187,6 +187,7 @@ def cli(*args):
                           text=True, timeout=120)
 
 
+@pytest.mark.integration
 def test_cli_says_why_fast_rates_give_the_same_time(tmp_path):
     run = str(write_run(tmp_path / "r"))
     out = tmp_path / "p.json"
@@ -200,6 +201,7 @@ def test_cli_says_why_fast_rates_give_the_same_time(tmp_path):
     assert len(got) == 8 and all(p["interval_s"][0] <= p["step_time_s"] <= p["interval_s"][1] for p in got)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("args, message", [
     ((), "error: project: give the target fabric: --rate RATE"),
     (("--rate", "fast"), "error: --rate: got 'fast'"),
@@ -214,7 +216,7 @@ def test_cli_bad_input_is_one_line(tmp_path, args, message):
 
 
 def test_lab_runs_take_the_efficiency_measured_for_their_frames():
-    from telemetry.projection import LAB_EFFICIENCY, efficiency_for
+    from telemetry.analysis.projection import LAB_EFFICIENCY, efficiency_for
 
     assert efficiency_for(profile()) == DEFAULT_EFFICIENCY  # not a lab run
     assert efficiency_for(profile(mtu=1500)) == LAB_EFFICIENCY[1500] == 0.90
@@ -224,7 +226,7 @@ def test_lab_runs_take_the_efficiency_measured_for_their_frames():
 
 
 def test_repeats_combine_into_medians_and_a_spread_that_holds_every_run():
-    from telemetry.projection import combine_profiles
+    from telemetry.analysis.projection import combine_profiles
 
     runs = [profile(step_time_s=t, comm_time_s=c, exposed_s=c / 2, step_spread=(0.95, 1.05), steps=19, label=f"r{i}",
                     ops={"all_reduce": {"bytes": 1_000_000, "time_s": c, "calls": 1}})
@@ -248,7 +250,7 @@ def test_repeats_combine_into_medians_and_a_spread_that_holds_every_run():
     ({"ops": {"all_gather": {"bytes": 1, "time_s": 0.01, "calls": 1}}}, "their collectives differ"),
 ])
 def test_runs_that_are_not_repeats_of_one_configuration_are_refused(change, message):
-    from telemetry.projection import combine_profiles
+    from telemetry.analysis.projection import combine_profiles
 
     with pytest.raises(ProjectionError, match="not repeats of one configuration") as err:
         combine_profiles([profile(label="r0", step_spread=(1, 1), steps=5),
@@ -256,6 +258,7 @@ def test_runs_that_are_not_repeats_of_one_configuration_are_refused(change, mess
     assert message in str(err.value)
 
 
+@pytest.mark.integration
 def test_cli_projects_from_repeats_and_refuses_mixed_runs(tmp_path):
     a, b = str(write_run(tmp_path / "a", step_time=1.0)), str(write_run(tmp_path / "b", step_time=1.2))
     proc = cli(a, b, "--rate", "5mbit")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from telemetry.rates import RateError, bytes_unit_warning, parse_rate
+from telemetry.analysis.rates import RateError, bytes_unit_warning, parse_rate
 
 
 def test_tc_units_bits_and_bytes():

@@ -1,11 +1,13 @@
 """`python -m telemetry report` on a recorded run, and on bad input."""
 from __future__ import annotations
 
+import pytest
+
 import subprocess
 import sys
 
-from telemetry.report import summarize
-from telemetry.runs import load_run
+from telemetry.analysis.report import summarize
+from telemetry.analysis.runs import load_run
 
 from ..conftest import REPO
 from .recorded import write_run
@@ -26,6 +28,7 @@ def test_summary_numbers(tmp_path):
     assert abs(s["straggler_s"] - 0.2) < 1e-12
 
 
+@pytest.mark.integration
 def test_report_writes_html_markdown_and_figures(tmp_path):
     run = recorded_run(tmp_path / "run", energy=False)
     proc = subprocess.run([sys.executable, "-m", "telemetry", "report", str(run)], cwd=REPO, capture_output=True,
@@ -40,6 +43,7 @@ def test_report_writes_html_markdown_and_figures(tmp_path):
         assert (out / name).stat().st_size > 1000, name
 
 
+@pytest.mark.integration
 def test_shares_keep_their_order_and_the_profiled_figure_stands_apart(tmp_path):
     """exposed <= communication <= step time on every step gives the same order for the report's shares; the
     profiled windows' share (of the window, with the profiler on) is its own row, not the exposed share."""
@@ -73,7 +77,7 @@ def test_runs_recorded_under_the_old_names_are_read_under_the_new(tmp_path):
     s = summarize(loaded)
     assert s["energy"]["per_step_j"] == 500.0 and s["comm"]["all_reduce"]["busbw_GBps"] == 0.004
     assert s["exposed_comm"]["share"] is None and "not recorded" in s["exposed_comm"]["reason"]
-    from telemetry.runs import upgrade_sweep
+    from telemetry.analysis.runs import upgrade_sweep
     old_sweep = {"ops": {"all_reduce": {"avg_busbw_gbps": 1.5, "rows": [
         {"size": 8, "in_place": {"time_us": 1.0, "algbw_gbps": 0.008, "busbw_gbps": 0.008}, "out_of_place": None}]}}}
     new = upgrade_sweep(old_sweep)["ops"]["all_reduce"]
@@ -81,6 +85,7 @@ def test_runs_recorded_under_the_old_names_are_read_under_the_new(tmp_path):
                                                                            "busbw_GBps": 0.008}
 
 
+@pytest.mark.integration
 def test_report_on_a_missing_run_is_one_line(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "telemetry", "report", str(tmp_path / "nope")], cwd=REPO,
                           capture_output=True, text=True, timeout=60)
@@ -106,6 +111,7 @@ def test_untimed_bytes_mark_the_communication_share_partial(tmp_path):
     assert s_old["comm_partial"] is True and s_old["comm_untimed_bytes_per_step"] is None
 
 
+@pytest.mark.integration
 def test_report_says_partial_where_calls_had_no_time(tmp_path):
     run = write_run(tmp_path / "tp", extra_comm={**TP_UNTIMED, "sendrecv": {
         "count": 1, "bytes": 128, "time_s": 0.001, "untimed": 0, "untimed_bytes": 0, "busbw_GBps": 0.000128}})
@@ -124,6 +130,6 @@ def test_report_says_partial_where_calls_had_no_time(tmp_path):
 
 
 def test_report_knows_every_op_the_tracer_records():
-    from telemetry.collectives import RECORDED_OPS
-    from telemetry.report import RECORDED_OPS as reported
+    from telemetry.capture.collectives import RECORDED_OPS
+    from telemetry.analysis.report import RECORDED_OPS as reported
     assert reported == RECORDED_OPS

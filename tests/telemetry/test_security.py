@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from telemetry.environment import REDACTED, redact_text, redact_tree, redacted_env
-from telemetry.report import md_escape
+from telemetry.capture.environment import REDACTED, redact_text, redact_tree, redacted_env
+from telemetry.analysis.report import md_escape
 
 from ..conftest import REPO
 from .recorded import write_run
@@ -63,6 +63,7 @@ def test_markdown_escapes_user_text():
 HOSTILE = "$\\frac{a$ <script>alert(1)</script> [x](http://e) | **b**"
 
 
+@pytest.mark.integration
 def test_report_and_compare_with_a_hostile_run_name(tmp_path):
     a = write_run(tmp_path / "a", name=HOSTILE)
     b = write_run(tmp_path / "b", name="$unbalanced", step_time=2.0)

@@ -13,7 +13,7 @@ import sys
 import pytest
 import torch
 
-from telemetry.session import REDUCED, Telemetry, TelemetrySettings, combine_payloads, cross_rank_figures, \
+from telemetry.capture.session import REDUCED, Telemetry, TelemetrySettings, combine_payloads, cross_rank_figures, \
     reduction_payload
 from tests.conftest import REPO
 
@@ -93,6 +93,7 @@ def _check_against_old_gather(results: list[dict]) -> None:
                 assert res["steps"][s]["record"] == {}
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("nproc", [3, 4])
 def test_tree_reduction_equals_the_old_full_gather(tmp_path, nproc):
     results = _launch(tmp_path, 1, nproc)
@@ -108,6 +109,7 @@ def test_tree_reduction_equals_the_old_full_gather(tmp_path, nproc):
     assert f"{PAYLOAD_BYTES}-byte message" in info["method"] and "every 2 steps" in info["median"]
 
 
+@pytest.mark.integration
 def test_two_hosts_pin_gloo_to_the_interface_nccl_names(tmp_path):
     # two torchrun agents = two emulated hosts (LOCAL_WORLD_SIZE < WORLD_SIZE). '=lo' is NCCL's exact-name
     # form: gloo itself would reject it, so the group only comes up if telemetry translated it first

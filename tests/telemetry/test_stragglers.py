@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from telemetry import stragglers
+
 from telemetry.stragglers import StragglerDetector, detect, leaders
 
 RUNS = Path(__file__).parent / "stragglers_runs"

@@ -173,6 +173,7 @@ def test_recipe_that_is_a_directory_or_unreadable(tmp_path, capsys, monkeypatch)
     _assert_rule(capsys.readouterr().err, f"recipe: cannot read {path}: Permission denied")
 
 
+@pytest.mark.integration
 def test_alias_bomb_is_refused_with_bounded_memory(tmp_path):
     """A 10-level bomb stands for 9**10 values; refused without growing (the address-space limit is 1 GiB
     above the interpreter's peak so far; before the fix the dry run passed 1.3 GB with no answer)."""
@@ -326,6 +327,7 @@ def test_rows_of_the_wrong_schema(tmp_path, fmt, rows, expected):
 FAST = ["max_steps=2", "data.seq_len=64", "train.eval_every_samples=null", "distributed.timeout_s=60"]
 
 
+@pytest.mark.integration
 def test_cli_output_dir_that_is_a_file(tmp_path):
     target = tmp_path / "taken"
     target.write_text("x")
@@ -336,6 +338,7 @@ def test_cli_output_dir_that_is_a_file(tmp_path):
     assert target.read_text() == "x"
 
 
+@pytest.mark.integration
 def test_cli_output_dir_not_permitted(tmp_path):
     # /proc refuses new directories to everyone, root included
     res = run_cli(Path("/proc/fabric-harness-test/run"), *FAST, timeout=120)
@@ -344,6 +347,7 @@ def test_cli_output_dir_not_permitted(tmp_path):
     assert len(lines) == 1 and lines[0].startswith("error: output_dir: cannot write to '/proc/fabric-harness-test/run'")
 
 
+@pytest.mark.integration
 def test_cli_malformed_data_sets_run_json_error(tmp_path):
     data = tmp_path / "d.jsonl"
     data.write_text(DOLLY * 5 + "{broken\n")
@@ -357,6 +361,7 @@ def test_cli_malformed_data_sets_run_json_error(tmp_path):
     assert run["exit_code"] == 2 and "line 6 is not valid JSON" in run["error"]
 
 
+@pytest.mark.integration
 def test_cli_misspelt_model_config_key(tmp_path):
     res = run_cli(tmp_path / "out", *FAST, "model.config.num_hiden_layers=32", timeout=180)
     assert res.returncode == 2, res.stderr[-2000:]

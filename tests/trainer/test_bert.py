@@ -219,6 +219,7 @@ def single(tmp_path_factory):
     return res
 
 
+@pytest.mark.integration
 def test_two_ranks_match_one_process_and_learn(single, tmp_path):
     res = run_cli(tmp_path / "ddp", *QUICK, *STEPS, recipe=TINY_BERT, nproc=2)
     assert res.returncode == 0, res.stderr[-3000:]
@@ -252,6 +253,7 @@ def test_two_ranks_match_one_process_and_learn(single, tmp_path):
     assert "BERT pretraining; 640 sequences of 64 tokens" in res.stdout and "eval_acc" in res.stdout
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("override,expected", [
     ("data.dataset=/no/such/bert.parquet", "data.dataset: path '/no/such/bert.parquet' does not exist"),
     ("data.seq_len=32", "data.dataset: input_ids has 64 tokens per sequence; expected data.seq_len (32)"),
@@ -266,6 +268,7 @@ def test_bad_data_fails_with_one_line_through_the_cli(override, expected, tmp_pa
     assert info["status"] == "failed" and info["exit_code"] == 2 and expected in info["error"]
 
 
+@pytest.mark.integration
 def test_safetensors_checkpoint_loads_in_fsdp_shards(tmp_path):
     """model.path with safetensors: built empty, each FSDP rank reads only its shards, bit for bit the
     checkpoint's values, and trains from the same loss as one process."""

@@ -210,6 +210,7 @@ def _fill(disk, leave: int):
             f.write(b"\1" * max(free - leave, 0))
 
 
+@pytest.mark.integration
 def test_disk_full_during_a_save_keeps_the_last_good_checkpoint(tmp_path):
     with _small_disk(tmp_path / "disk", "4m") as disk:
         root = disk / "checkpoints"
@@ -229,6 +230,7 @@ def test_disk_full_during_a_save_keeps_the_last_good_checkpoint(tmp_path):
             assert torch.equal(a, b)
 
 
+@pytest.mark.integration
 def test_disk_full_while_writing_metrics_still_records_the_failure(tmp_path):
     from trainer.rundir import RunDir
 

@@ -160,6 +160,7 @@ def test_llama70b_recipe_matches_the_fabric_evaluation(capsys):
     assert (r.max_steps, r.train.precision, r.data.format) == (1010, "bf16", "dolly")
 
 
+@pytest.mark.integration
 def test_cli_subprocess_has_no_traceback():
     proc = subprocess.run([sys.executable, "-m", "trainer", TINY, "trian.lr=1", "parallel.dp=0"],
                           cwd=REPO, capture_output=True, text=True, timeout=60)

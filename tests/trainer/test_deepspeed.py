@@ -104,10 +104,12 @@ def _check_against_ddp(res, ddp, stage: int, exact: bool) -> None:
     assert info["recipe"]["parallel"]["zero_stage"] == stage
 
 
+@pytest.mark.integration
 def test_zero1_matches_ddp(ddp, straight):
     _check_against_ddp(straight(1), ddp, 1, exact=False)
 
 
+@pytest.mark.integration
 def test_zero2_killed_and_resumed_reproduces_the_uninterrupted_run(ddp, straight, tmp_path):
     # ZeRO-2 reduces each micro-batch's gradients as it goes (DDP sums them locally, then reduces once):
     # another summation order, so DDP's losses are matched to 1e-6 (bit for bit on one machine, not on
@@ -120,6 +122,7 @@ def test_zero2_killed_and_resumed_reproduces_the_uninterrupted_run(ddp, straight
     assert resumed.rank_files()[0]["trainable"] == reference.rank_files()[0]["trainable"]
 
 
+@pytest.mark.integration
 def test_zero3_matches_ddp(ddp, straight):
     res = straight(3)
     _check_against_ddp(res, ddp, 3, exact=False)
@@ -127,6 +130,7 @@ def test_zero3_matches_ddp(ddp, straight):
         assert rec["comm"]["all_gather"]["count"] > 0 and rec["comm"]["reduce_scatter"]["count"] > 0
 
 
+@pytest.mark.integration
 def test_zero3_resume_reproduces_the_uninterrupted_run(straight, tmp_path):
     resumed = _crash_and_resume(tmp_path / "z3", *NO_DROPOUT, *STEPS, *zero(3))
     reference = straight(3)
@@ -138,6 +142,7 @@ def test_zero3_resume_reproduces_the_uninterrupted_run(straight, tmp_path):
 HARNESS_ALL_REDUCES = 2  # the loop's own item-count and loss-sum reductions (trainer/loop.py)
 
 
+@pytest.mark.integration
 def test_comms_logger_sees_what_the_tracer_sees_under_zero3(tmp_path, ds_op_built):
     res = _run(tmp_path / "z3log", *NO_DROPOUT, "max_steps=2", *zero(3),
                "deepspeed={comms_logger: {enabled: true, prof_all: true}}")
@@ -157,6 +162,7 @@ def test_comms_logger_sees_what_the_tracer_sees_under_zero3(tmp_path, ds_op_buil
         assert set(ours) == set(theirs) | {"all_reduce"}  # nothing DeepSpeed issued escaped either side
 
 
+@pytest.mark.integration
 def test_bert_full_training_under_zero3_matches_ddp(tmp_path, ds_op_built):
     common = ["max_steps=3", "train.eval_every_samples=null", "train.optimizer=adamw", "train.lr=1e-3",
               "model.config.hidden_dropout_prob=0.0", "model.config.attention_probs_dropout_prob=0.0",

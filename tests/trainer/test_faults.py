@@ -109,6 +109,7 @@ def _latest_step(out: Path) -> int:
     return json.loads((out / "checkpoints" / "latest.json").read_text())["step"]
 
 
+@pytest.mark.integration
 def test_sigterm_saves_the_current_step_and_resume_recomputes_nothing(tmp_path):
     out = tmp_path / "run"
     job = Job(out, "max_steps=40", "train.save_every=0", nproc=2)
@@ -132,6 +133,7 @@ def test_sigterm_saves_the_current_step_and_resume_recomputes_nothing(tmp_path):
     assert [r["step"] for r in again.metrics()] == list(range(1, saved + 2))
 
 
+@pytest.mark.integration
 def test_sigterm_without_save_on_signal_stops_at_once(tmp_path):
     out = tmp_path / "run"
     job = Job(out, "max_steps=40", "train.save_on_signal=false")
@@ -143,6 +145,7 @@ def test_sigterm_without_save_on_signal_stops_at_once(tmp_path):
     assert not (out / "checkpoints" / "latest.json").exists()
 
 
+@pytest.mark.integration
 def test_killed_agent_stops_its_workers_and_the_run_directory_is_locked_meanwhile(tmp_path):
     out = tmp_path / "run"
     job = Job(out, "max_steps=400", "train.save_every=0", torchrun=True)
@@ -172,12 +175,13 @@ def test_killed_agent_stops_its_workers_and_the_run_directory_is_locked_meanwhil
     assert not (out / "run.lock").exists()
 
 
+@pytest.mark.integration
 def test_stale_lock_of_a_dead_process_is_taken_over(tmp_path):
     out = tmp_path / "run"
     out.mkdir()
     dead = subprocess.Popen(["true"])
     dead.wait()
-    from telemetry.environment import host_info
+    from telemetry.capture.environment import host_info
     (out / "run.lock").write_text(json.dumps({"owner": "pid x", "host": host_info()["hostname"], "pid": dead.pid,
                                               "start_time": "2026-11-23T00:00:00+00:00"}))
     res = run_cli(out, *FAST, "max_steps=1", timeout=180)
@@ -185,6 +189,7 @@ def test_stale_lock_of_a_dead_process_is_taken_over(tmp_path):
     assert not (out / "run.lock").exists()
 
 
+@pytest.mark.integration
 def test_lost_rank_is_named_with_its_host(tmp_path):
     out = tmp_path / "run"
     res = run_cli(out, *FAST, "max_steps=30", nproc=2, timeout=240,
@@ -197,6 +202,7 @@ def test_lost_rank_is_named_with_its_host(tmp_path):
         info["error"]
 
 
+@pytest.mark.integration
 def test_disk_full_mid_run_fails_in_one_line_and_the_last_checkpoint_resumes(tmp_path):
     disk = tmp_path / "disk"
     disk.mkdir()
@@ -233,6 +239,7 @@ def test_disk_full_mid_run_fails_in_one_line_and_the_last_checkpoint_resumes(tmp
         subprocess.run(["umount", "-l", str(disk)], check=False)
 
 
+@pytest.mark.integration
 def test_peer_that_stops_answering_is_named_within_the_timeout(tmp_path):
     """A rank that stops answering (as behind a cut link): within distributed.timeout_s rank 0 names the
     collective, the step, the peer and the interface, and the report names what the peer never entered."""

@@ -1,6 +1,8 @@
 """The training step reads device values into Python once (on a GPU each read waits for the queue)."""
 from __future__ import annotations
 
+import pytest
+
 import json
 import subprocess
 import sys
@@ -8,6 +10,7 @@ import sys
 from ..conftest import REPO
 
 
+@pytest.mark.integration
 def test_one_host_read_per_step_from_the_loop():
     res = subprocess.run([sys.executable, str(REPO / "bench" / "host_syncs.py")], cwd=REPO, capture_output=True,
                          text=True, timeout=300)

@@ -312,6 +312,7 @@ def test_cudnn_benchmark_is_turned_on_for_cuda_runs_only(monkeypatch):
 
 # ---------------------------------------------------------------- runs through the CLI and torchrun
 
+@pytest.mark.integration
 def test_bad_image_folder_exits_2_with_one_line_through_the_cli(tmp_path):
     make_tree(tmp_path / "data", train=1, val=1)
     shutil.rmtree(tmp_path / "data" / "val")
@@ -332,6 +333,7 @@ def two_ranks(tmp_path_factory):
     return res
 
 
+@pytest.mark.integration
 def test_tiny_recipe_runs_on_two_ranks_with_eval_accuracy(two_ranks):
     res = two_ranks
     rows = res.metrics()
@@ -350,6 +352,7 @@ def test_tiny_recipe_runs_on_two_ranks_with_eval_accuracy(two_ranks):
     assert "eval_acc" in res.stdout and "step 20/20" in res.stdout
 
 
+@pytest.mark.integration
 def test_two_ranks_equal_one_process_accumulating_the_same_micro_batches(two_ranks, tmp_path):
     """dp 2 x micro-batch 8 against one process x micro-batch 8 x grad-accum 2, same global batch of 16:
     every micro-batch holds the same 8 images, so batch norm normalises over the same samples."""
@@ -364,6 +367,7 @@ def test_two_ranks_equal_one_process_accumulating_the_same_micro_batches(two_ran
         [r["grad_norm"] for r in single.metrics()], rel=1e-5)
 
 
+@pytest.mark.integration
 def test_resumed_run_trains_and_evaluates_like_an_uninterrupted_one(two_ranks, tmp_path):
     """Batch-norm statistics are rank 0's on every rank after each forward, so the checkpoint holds the
     job's statistics whichever rank wrote them: eval after resume equals the uninterrupted run's."""
@@ -379,6 +383,7 @@ def test_resumed_run_trains_and_evaluates_like_an_uninterrupted_one(two_ranks, t
             == [{k: r.get(k) for k in keys} for r in two_ranks.metrics()])  # bit for bit
 
 
+@pytest.mark.integration
 def test_short_run_on_an_image_folder_learns(tmp_path):
     root = make_tree(tmp_path / "data")
     res = run_cli(tmp_path / "run", *FAST, "data.synthetic=false", f"data.dataset={root}", "data.num_classes=4",

@@ -383,6 +383,7 @@ def _sharded_worker(rank: int, tmp: str) -> None:
                                            msg=lambda m: f"{kind} {label} {name}: {m}")
 
 
+@pytest.mark.integration
 def test_sharded_parameters_use_whole_tensor_norms_like_the_per_parameter_loop(tmp_path):
     _spawn(_sharded_worker, tmp_path)
 
@@ -427,5 +428,6 @@ def _meshes_worker(rank: int, tmp: str) -> None:
         assert [g["lr"] for g in opt2.param_groups] == [g["lr"] for g in opt.param_groups]
 
 
+@pytest.mark.integration
 def test_param_groups_never_mix_meshes_and_resume_through_dcp(tmp_path):
     _spawn(_meshes_worker, tmp_path)

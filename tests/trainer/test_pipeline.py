@@ -44,6 +44,7 @@ def check_against(res, ref, nproc: int) -> None:
     assert worst < 1e-5, f"LoRA weights differ from the unsplit run by {worst}"
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("schedule", ["gpipe", "1f1b", "interleaved_1f1b"])
 def test_each_schedule_matches_the_unsplit_model(schedule, unsplit, tmp_path):
     extra = ["parallel.pp_stages_per_rank=2"] if schedule == "interleaved_1f1b" else []
@@ -55,6 +56,7 @@ def test_each_schedule_matches_the_unsplit_model(schedule, unsplit, tmp_path):
     assert res.metrics()[0]["comm"]["send"]["count"] > 0  # activations and gradients between stages
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("overrides", [
     ["parallel.pp=2", "parallel.tp=2"],  # tp x pp
     ["parallel.pp=2", "parallel.data_parallel=fsdp"],  # dp x pp, FSDP2 on each stage
@@ -73,6 +75,7 @@ def test_layer_split_and_stage_placement():
         split_layers(2, 4)
 
 
+@pytest.mark.integration
 def test_too_few_layers_is_one_clear_line(tmp_path):
     res = run_cli(tmp_path / "run", *FAST, "parallel.pp=2", "parallel.pp_schedule=interleaved_1f1b",
                   "parallel.pp_stages_per_rank=2", nproc=2)

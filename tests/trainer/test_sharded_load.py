@@ -53,6 +53,7 @@ def _digest_matches(digests: dict, full: dict) -> None:
         assert hashlib.sha256(block.view(-1).view(torch.uint8).numpy().tobytes()).hexdigest() == d["sha256"], key
 
 
+@pytest.mark.integration
 def test_single_process_load_equals_the_checkpoint(single, full_tensors):
     digests = json.loads((single.out / "ranks" / "rank00000.load.json").read_text())
     assert set(digests) == set(full_tensors)  # every checkpoint tensor, whole
@@ -61,6 +62,7 @@ def test_single_process_load_equals_the_checkpoint(single, full_tensors):
     assert load["source"] == "safetensors slices" and load["tensors"] > len(full_tensors)  # + LoRA
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("layout", list(LAYOUTS))
 def test_sharded_load_reads_only_its_slices(layout, checkpoint, full_tensors, single, tmp_path):
     path, total = checkpoint

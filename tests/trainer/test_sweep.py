@@ -7,7 +7,7 @@ import json
 import pytest
 
 from telemetry.__main__ import main as telemetry_main
-from telemetry.nccl_tests import CSV_COLUMNS, read, to_csv
+from telemetry.analysis.nccl_tests import CSV_COLUMNS, read, to_csv
 from trainer.cli import main
 from trainer.workloads.collectives import HEADER, _timed_block, avg_busbw, fit, format_row, sizes
 
@@ -58,6 +58,7 @@ def sweep_run(tmp_path_factory):
     return res
 
 
+@pytest.mark.integration
 def test_two_rank_sweep_is_correct_and_recorded(sweep_run):
     out = json.loads((sweep_run.out / "collectives.json").read_text())
     csv_rows = (sweep_run.out / "collectives.csv").read_text().splitlines()
@@ -106,6 +107,7 @@ def minimal_reader(text: str) -> list[list[str]]:
     return rows
 
 
+@pytest.mark.integration
 def test_sweep_text_reads_completely_as_nccl_tests_output(sweep_run, tmp_path):
     text = (sweep_run.out / "collectives.txt").read_text()
     out = json.loads((sweep_run.out / "collectives.json").read_text())
@@ -138,6 +140,7 @@ def test_sweep_text_reads_completely_as_nccl_tests_output(sweep_run, tmp_path):
     assert lines[1].startswith("all_reduce,all_reduce_perf,2,8,2,float,sum,-1,,,,,")
 
 
+@pytest.mark.integration
 def test_compare_takes_an_nccl_tests_file_as_a_run(sweep_run, tmp_path, capsys):
     vendor = str(TABLES / "all_reduce_perf_h100_16ranks.txt")
     assert telemetry_main(["compare", str(sweep_run.out), vendor, "--out", str(tmp_path / "cmp")]) == 0
@@ -155,6 +158,7 @@ def test_compare_takes_an_nccl_tests_file_as_a_run(sweep_run, tmp_path, capsys):
     assert "README.md: no nccl-tests table found" in capsys.readouterr().err
 
 
+@pytest.mark.integration
 def test_repeats_give_the_median_and_the_spread(tmp_path):
     """sweep.repeats: each size timed several times after one warm-up; the row is their median, the JSON and a
     comment line keep the spread, and the text still reads as nccl-tests output."""

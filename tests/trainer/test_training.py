@@ -22,6 +22,7 @@ def single(tmp_path_factory):
     return res
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("mode", ["ddp", "fsdp"])
 def test_two_rank_lora_matches_single_process_and_stays_in_sync(mode, single, tmp_path):
     res = run_cli(tmp_path / mode, *NO_DROPOUT, f"parallel.data_parallel={mode}", "train.eval_every_samples=48",
@@ -94,6 +95,7 @@ def check_telemetry(res, mode):
             assert not [k for k in line if k.startswith("job_")]
 
 
+@pytest.mark.integration
 def test_killed_run_keeps_its_steps_and_resume_equals_an_uninterrupted_run(tmp_path):
     # dropout stays on: equal losses after resume also prove the RNG streams were restored
     out = tmp_path / "resumed"
@@ -121,6 +123,7 @@ def test_killed_run_keeps_its_steps_and_resume_equals_an_uninterrupted_run(tmp_p
     assert after["telemetry"]["counters"]["verdict"] in ("clean", "loss")
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("override,expected", [
     ("data.dataset=/no/such/data.jsonl", "data.dataset: path '/no/such/data.jsonl' does not exist"),
     ("data.dataset=no-such-org/no-such-dataset", "data.dataset: 'no-such-org/no-such-dataset' is neither a local"),
@@ -137,6 +140,7 @@ def test_bad_paths_fail_with_one_line_and_are_recorded(override, expected, tmp_p
     assert info["status"] == "failed" and info["exit_code"] == 2 and expected in info["error"]
 
 
+@pytest.mark.integration
 def test_pretokenized_eval_stops_at_target_loss(tmp_path):
     """The MLPerf path: pre-tokenized train/eval parquet, eval every N samples, stop at the target."""
     import datasets
@@ -157,6 +161,7 @@ def test_pretokenized_eval_stops_at_target_loss(tmp_path):
     assert "<= target 100.0 at step 2: stopping" in res.stdout
 
 
+@pytest.mark.integration
 def test_real_checkpoint_directory_with_its_own_tokenizer(tmp_path):
     """The real-use path: model.path points at a saved Hugging Face checkpoint that brings its tokenizer."""
     import torch
@@ -190,6 +195,7 @@ def lora_weights(run_dir) -> dict:
     return {k: v for k, v in state["model"].items() if "lora_" in k}
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("nproc,overrides", [
     (2, ["parallel.tp=2"]),  # tensor parallel alone (dp 1)
     (4, ["parallel.tp=2", "parallel.data_parallel=fsdp"]),  # dp 2 x tp 2, FSDP2 over TP shards
@@ -218,6 +224,7 @@ def test_tensor_parallel_lora_matches_the_unsharded_model(nproc, overrides, sing
         assert tp_comm["all_gather"]["count"] > 0 and tp_comm["reduce_scatter"]["count"] > 0
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("nproc,overrides", [
     (2, []),  # dp 2: the same bytes DDP sends, without DDP
     (4, ["parallel.tp=2"]),  # dp 2 x tp 2: the frozen base stays put; only the LoRA shards cross dp

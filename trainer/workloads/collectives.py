@@ -10,7 +10,7 @@ devices` with one `#  Rank` line per rank, the three header lines, rows of 13 co
 type, redop, root, then time/algbw/busbw/#wrong out of place and in place) and the footer. torch's all_reduce
 and broadcast exist only in place, and all_to_all and send/recv only out of place: the block torch lacks holds
 `N/A` in each of its four columns (nccl-tests' own mark for a value it did not measure), and null in the JSON
-with the reason under `missing`. telemetry/nccl_tests.py reads this text and real nccl-tests output alike.
+with the reason under `missing`. telemetry/analysis/nccl_tests.py reads this text and real nccl-tests output alike.
 """
 from __future__ import annotations
 

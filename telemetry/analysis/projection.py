@@ -48,9 +48,9 @@ from __future__ import annotations
 
 import math
 
-from .formulas import bus_factor
-from .report import summarize
-from .runs import Run, median, percentile
+from telemetry.formulas import bus_factor
+from telemetry.analysis.report import summarize
+from telemetry.analysis.runs import Run, median, percentile
 
 DEFAULT_EFFICIENCY = 0.94
 # gloo collectives over the lab's tbf links at large sizes, by frame size: tbf counts whole frames, so
@@ -170,7 +170,7 @@ def combine_profiles(profiles: list[dict]) -> dict:
 def load_busbw_table(path: str) -> dict:
     """An nccl-tests output file (or a sweep's collectives.txt) as {op: [(size, busbw GB/s), ...]}: the
     out-of-place block where measured, else the in-place one; rows without a busbw are left out."""
-    from .nccl_tests import NcclTestsError, read
+    from telemetry.analysis.nccl_tests import NcclTestsError, read
     try:
         result = read(path)
     except (OSError, NcclTestsError) as exc:

@@ -1,8 +1,8 @@
-"""`python -m telemetry.attach --run-dir DIR [--expect FABRIC] -- COMMAND ...`: run an unmodified
+"""`python -m telemetry.integrations.attach --run-dir DIR [--expect FABRIC] -- COMMAND ...`: run an unmodified
 Lightning/NeMo job (a NeMo recipe script, `nemo llm finetune ...`, torchrun ...) with our telemetry.
 
 Every Python process the command starts installs the collective tracer before its own imports (a
-sitecustomize put first on PYTHONPATH), and Lightning adds telemetry.lightning.TelemetryCallback to
+sitecustomize put first on PYTHONPATH), and Lightning adds telemetry.integrations.lightning.TelemetryCallback to
 each Trainer through its `lightning.pytorch.callbacks_factory` entry point (this package's metadata:
 fabric-harness must be pip-installed where the job runs). The command's exit code is returned.
 """
@@ -13,9 +13,9 @@ import os
 import subprocess
 import sys
 
-from . import fabric
+from telemetry.capture import fabric
 
-RUN_DIR_ENV = "FABRIC_HARNESS_RUN_DIR"  # set: Lightning's entry point adds our callback (telemetry/lightning.py)
+RUN_DIR_ENV = "FABRIC_HARNESS_RUN_DIR"  # set: Lightning's entry point adds our callback (telemetry/integrations/lightning.py)
 EXPECT_ENV = "FABRIC_HARNESS_FABRIC_EXPECT"  # any, roce, infiniband, tcp, intra-node
 RECIPE_ENV = "FABRIC_HARNESS_RECIPE_JSON"  # launch.nemo: the harness recipe and layout this job translates
 
@@ -25,7 +25,7 @@ PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):
-        print(f"error: {message}; see python -m telemetry.attach --help", file=sys.stderr)
+        print(f"error: {message}; see python -m telemetry.integrations.attach --help", file=sys.stderr)
         sys.exit(2)
 
 
@@ -40,9 +40,9 @@ def attach_environment(run_dir: str, expect: str = "any", environ=os.environ) ->
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = _Parser(prog="python -m telemetry.attach",
+    p = _Parser(prog="python -m telemetry.integrations.attach",
                 description="Run a Lightning/NeMo command with the harness's telemetry attached.",
-                epilog="example: python -m telemetry.attach --run-dir runs/nemo -- "
+                epilog="example: python -m telemetry.integrations.attach --run-dir runs/nemo -- "
                        "torchrun --nproc-per-node 8 finetune.py")
     p.add_argument("--run-dir", required=True, help="the run directory to write (run.json, metrics.jsonl, ...)")
     p.add_argument("--expect", default="any", choices=fabric.EXPECTATIONS,

@@ -2,11 +2,11 @@
 
 Neither imports its engine: Megatron-Bridge's CallbackManager.add takes any object whose
 on_train_* methods it finds (it compares them with its base class's by name), and the AutoModel
-adapter subclasses whatever recipe class it is given. Both drive telemetry/recorder.py.
+adapter subclasses whatever recipe class it is given. Both drive telemetry/integrations/recorder.py.
 """
 from __future__ import annotations
 
-from .recorder import RunRecorder
+from telemetry.integrations.recorder import RunRecorder
 
 
 class BridgeTelemetry:

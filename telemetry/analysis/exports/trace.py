@@ -12,8 +12,8 @@ import glob
 import json
 import os
 
-from ..formulas import bus_factor
-from ..runs import read_jsonl
+from telemetry.formulas import bus_factor
+from telemetry.analysis.runs import read_jsonl
 
 STEP_TID = 0
 LANE_TID = 1  # collectives: threads 1, 2, ... one per lane

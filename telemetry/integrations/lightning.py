@@ -1,15 +1,15 @@
 """A Lightning callback that gives any Lightning job - NeMo 2 included - our run directory.
 
-    from telemetry.lightning import TelemetryCallback
+    from telemetry.integrations.lightning import TelemetryCallback
     trainer = lightning.pytorch.Trainer(..., callbacks=[TelemetryCallback("runs/nemo_llama")])
 
 One Lightning training batch is one optimizer step: NeMo's MegatronStrategy runs all of a step's
-micro-batches inside one training_step. The run directory is written by telemetry/recorder.py.
+micro-batches inside one training_step. The run directory is written by telemetry/integrations/recorder.py.
 Construct the callback before the fit starts (NCCL reads its logging settings at process-group init);
-it refuses (telemetry.early.ImportOrderError) when megatron/nemo bound their collectives before the
+it refuses (telemetry.capture.early.ImportOrderError) when megatron/nemo bound their collectives before the
 tracer existed. Lightning also finds it through the `lightning.pytorch.callbacks_factory` entry point
 when FABRIC_HARNESS_RUN_DIR is set (`callbacks_factory`), so unmodified NeMo scripts and `nemo llm
-finetune` get it without an edit (python -m telemetry.attach sets that up).
+finetune` get it without an edit (python -m telemetry.integrations.attach sets that up).
 """
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ import os
 
 import torch
 
-from .attach import EXPECT_ENV, RECIPE_ENV, RUN_DIR_ENV
-from .recorder import RunRecorder
-from .session import TelemetrySettings
+from telemetry.integrations.attach import EXPECT_ENV, RECIPE_ENV, RUN_DIR_ENV
+from telemetry.integrations.recorder import RunRecorder
+from telemetry.capture.session import TelemetrySettings
 
 try:
     from lightning.pytorch.callbacks import Callback
@@ -106,7 +106,7 @@ _FACTORY_MADE: dict = {}  # run directory -> the callback the entry point made l
 
 def callbacks_factory() -> list:
     """Lightning's `lightning.pytorch.callbacks_factory` entry point: our callback for every Trainer
-    when FABRIC_HARNESS_RUN_DIR is set (python -m telemetry.attach sets it), nothing otherwise."""
+    when FABRIC_HARNESS_RUN_DIR is set (python -m telemetry.integrations.attach sets it), nothing otherwise."""
     run_dir = os.environ.get(RUN_DIR_ENV)
     if not run_dir:
         return []

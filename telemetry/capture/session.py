@@ -27,13 +27,14 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from . import early, fabric
-from .collectives import RECORDED_OPS as OPS, CollectiveTracer, enable_nccl_timing, totals
-from .counters import CounterReader, loss_verdict
-from .energy import EnergyMeter, open_cpu_source, open_gpu_source
-from .environment import host_info
-from .exposed import CopyRate, ProfiledWindows, phase_times, step_comm_times
-from .stragglers import StragglerDetector, describe as describe_straggler, leaders, link_probe
+from telemetry.capture import early, fabric
+from telemetry.capture.collectives import RECORDED_OPS as OPS, CollectiveTracer, enable_nccl_timing, totals
+from telemetry.capture.counters import CounterReader, loss_verdict
+from telemetry.capture.energy import EnergyMeter, open_cpu_source, open_gpu_source
+from telemetry.capture.environment import host_info
+from telemetry.capture.exposed import CopyRate, ProfiledWindows, phase_times, step_comm_times
+from telemetry.capture.link_probe import link_probe
+from telemetry.stragglers import StragglerDetector, describe as describe_straggler, leaders
 
 
 @dataclass
@@ -50,7 +51,7 @@ class TelemetrySettings:
     power_sample_interval_s: float = 0.1
     interfaces: list[str] | None = None  # NICs to count; default: the ones the backend uses
     sysfs: str = "/sys"
-    # written by rank 0 at close from the run directory (telemetry/exports); "trace" also makes every rank
+    # written by rank 0 after close from the run directory (telemetry/analysis/exports); "trace" also makes every rank
     # keep ranks/rank<r>.events.jsonl (per-call timestamps, bounded: see EVENTS_MAX_*)
     export: list[str] | None = None
     link_probe_every: int = 5  # steps between link probes between hosts (telemetry/stragglers.py); 0 = never
@@ -166,7 +167,7 @@ class Telemetry:
         self.rank = dist.get_rank() if dist.is_initialized() else 0
         self.world = dist.get_world_size() if dist.is_initialized() else 1
         self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-        # the process-wide tracer when one was installed early (telemetry/early.py: before megatron binds
+        # the process-wide tracer when one was installed early (telemetry/capture/early.py: before megatron binds
         # its collectives); a second tracer over it would record every call twice
         shared = early.process_tracer()
         self.tracer = shared or CollectiveTracer()
@@ -483,26 +484,17 @@ class Telemetry:
             self._events = None
         self.started = False
         if self.s.export and self.run_dir:
-            self._export()
+            self._wait_for_ranks()
 
-    def _export(self) -> None:
-        """Rank 0 writes the requested exports from the run directory, after every rank closed its files."""
+    def _wait_for_ranks(self) -> None:
+        """Every rank has closed its files before rank 0 exports them. The exports themselves are analysis
+        (telemetry.analysis.exports.export_after_close), called by whoever owns the run after close()."""
         if self._group is not None:
             try:
                 import datetime
                 dist.monitored_barrier(group=self._group, timeout=datetime.timedelta(seconds=EXPORT_BARRIER_S))
             except RuntimeError:  # a rank that died: export what is on disk
                 pass
-        if self.rank != 0:
-            return
-        from .exports import export_run
-        try:
-            result = export_run(self.run_dir, self.s.export)
-        except Exception as exc:  # the run itself succeeded; say why there are no exports
-            result = {k: {"error": f"{type(exc).__name__}: {exc}"} for k in self.s.export}
-        for kind, r in result.items():
-            if r.get("error"):
-                print(f"[telemetry] export {kind}: not written: {r['error']}", file=sys.stderr, flush=True)
 
 
 def _first(d):

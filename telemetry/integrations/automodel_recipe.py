@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import os
 
-from . import early
+from telemetry.capture import early
 
 early.install()  # before AutoModel's modules bind anything (a no-op when attach already did it)
 
 from nemo_automodel.recipes.llm.train_ft import TrainFinetuneRecipeForNextTokenPrediction  # noqa: E402
 
-from .attach import EXPECT_ENV, RUN_DIR_ENV  # noqa: E402
-from .engines import automodel_recipe  # noqa: E402
+from telemetry.integrations.attach import EXPECT_ENV, RUN_DIR_ENV  # noqa: E402
+from telemetry.integrations.engines import automodel_recipe  # noqa: E402
 
 
 class TrainFinetuneRecipeWithTelemetry(TrainFinetuneRecipeForNextTokenPrediction):

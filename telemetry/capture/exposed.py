@@ -378,6 +378,6 @@ def step_comm_times(calls, marks: list[tuple[str, float]], window: tuple[float, 
         out.update(exposed_comm_s=None, exposed_comm_reason="no call of the step was timed")
     else:
         out["exposed_comm_s"] = _length(_intersect(comm, waiting_intervals(calls, marks, window, copy_rate)))
-    # what a slower fabric could still hide (telemetry/projection.py); host issue times, so known on NCCL too
+    # what a slower fabric could still hide (telemetry/analysis/projection.py); host issue times, so known on NCCL too
     out["overlap_window_s"] = overlap_window(calls, marks, window) if calls else 0.0
     return out

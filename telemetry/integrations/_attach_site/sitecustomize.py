@@ -1,6 +1,6 @@
-"""Put first on PYTHONPATH by `python -m telemetry.attach`: in every Python process of the job (the
+"""Put first on PYTHONPATH by `python -m telemetry.integrations.attach`: in every Python process of the job (the
 launcher, torchrun's workers, NeMo-Run's children) the collective tracer goes on before the script's
-own imports, so megatron binds the traced functions (telemetry/early.py). Then the sitecustomize this
+own imports, so megatron binds the traced functions (telemetry/capture/early.py). Then the sitecustomize this
 one shadows, if any, runs as it would have."""
 import importlib.machinery
 import importlib.util
@@ -9,9 +9,9 @@ import sys
 
 if os.environ.get("FABRIC_HARNESS_RUN_DIR"):
     try:
-        import telemetry.early
+        import telemetry.capture.early
 
-        telemetry.early.install()
+        telemetry.capture.early.install()
     except Exception as exc:  # never stop the user's job here; the callback refuses loudly later
         print(f"[telemetry] attach: tracer not installed early: {type(exc).__name__}: {exc}", file=sys.stderr)
 

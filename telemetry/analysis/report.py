@@ -10,11 +10,11 @@ import os
 import statistics
 from urllib.parse import quote
 
-from .formulas import OPS
-from .runs import Run, load_run, median, percentile
-from .stragglers import report_section as straggler_section
+from telemetry.formulas import OPS
+from telemetry.analysis.runs import Run, load_run, median, percentile
+from telemetry.stragglers import report_section as straggler_section
 
-# the op names telemetry.collectives records (imported without torch: reports run anywhere)
+# the op names telemetry.capture.collectives records (imported without torch: reports run anywhere)
 RECORDED_OPS = (*OPS, "sendrecv")
 
 
@@ -353,7 +353,7 @@ def write_report(run_path: str, out: str | None = None) -> dict:
     figures = plots(run, out)
     title = f"fabric-harness report: {s['name']}"
     warning = (s["expectation"] or {}).get("warning")
-    from .flight_recorder import section as flight_recorder  # a hung or timed-out run's dumps
+    from telemetry.analysis.flight_recorder import section as flight_recorder  # a hung or timed-out run's dumps
     hang = flight_recorder(run_path)
     write_documents(out, "report", title, f"Run directory: {os.path.abspath(run_path)}",
                     [warning] if warning else [], tables(s) + ([hang] if hang else []), figures)

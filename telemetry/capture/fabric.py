@@ -9,9 +9,9 @@ import os
 import socket
 import struct
 
-from .counters import list_hcas, list_interfaces
-from .environment import redacted_env
-from .nccl_log import parse_dir
+from telemetry.capture.counters import list_hcas, list_interfaces
+from telemetry.capture.environment import redacted_env
+from telemetry.capture.nccl_log import parse_dir
 
 EXPECTATIONS = ("any", "roce", "infiniband", "efa", "tcp", "intra-node")
 NCCL_LOG_PATTERN = "nccl.%h.%p.log"

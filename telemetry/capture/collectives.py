@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
-from .formulas import OPS, bus_factor
+from telemetry.formulas import OPS, bus_factor
 
 _NBYTES = lambda t: t.numel() * t.element_size()  # noqa: E731
 

@@ -12,7 +12,7 @@ import glob
 import json
 import os
 
-from ..runs import read_jsonl
+from telemetry.analysis.runs import read_jsonl
 
 
 def _schemas():
@@ -79,7 +79,7 @@ def collective_rows(run) -> list[dict]:
 
 
 def call_rows(run) -> list[dict]:
-    from ..formulas import bus_factor
+    from telemetry.formulas import bus_factor
 
     name, label = os.path.basename(os.path.normpath(run.path)), run.name
     rows = []

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 
-from ..runs import Run, load_run
+from telemetry.analysis.runs import Run, load_run
 
 KINDS = ("tensorboard", "wandb", "parquet", "trace")
 
@@ -78,23 +79,40 @@ def export_run(path: str, kinds, out: str | None = None) -> dict:
 
 
 def _tensorboard(run: Run, out: str) -> str:
-    from .tensorboard import write
+    from telemetry.analysis.exports.tensorboard import write
     return write(run, out)
 
 
 def _wandb(run: Run, out: str) -> str:
-    from .wandb_offline import write
+    from telemetry.analysis.exports.wandb_offline import write
     return write(run, out)
 
 
 def _parquet(run: Run, out: str) -> str:
-    from .parquet import write
+    from telemetry.analysis.exports.parquet import write
     return write(run, out)
 
 
 def _trace(run: Run, out: str) -> str:
-    from .trace import write
+    from telemetry.analysis.exports.trace import write
     return write(run, out)
 
 
 _WRITERS = {"tensorboard": _tensorboard, "wandb": _wandb, "parquet": _parquet, "trace": _trace}
+
+
+def export_after_close(telemetry) -> dict | None:
+    """Rank 0 writes the exports a run asked for (`telemetry.export`) once its telemetry session has closed
+    (close() waits for every rank's files); other ranks, and runs without exports, do nothing. A failure
+    is printed, never raised: the run itself succeeded."""
+    kinds, run_dir = telemetry.s.export, telemetry.run_dir
+    if not kinds or not run_dir or getattr(telemetry, "rank", None) != 0:
+        return None
+    try:
+        result = export_run(run_dir, kinds)
+    except Exception as exc:  # say why there are no exports
+        result = {k: {"error": f"{type(exc).__name__}: {exc}"} for k in kinds}
+    for kind, r in result.items():
+        if r.get("error"):
+            print(f"[telemetry] export {kind}: not written: {r['error']}", file=sys.stderr, flush=True)
+    return result

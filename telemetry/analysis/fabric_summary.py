@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 
-from .runs import Run
+from telemetry.analysis.runs import Run
 
 
 def _used_interfaces(fab: dict) -> list[str]:

@@ -7,8 +7,9 @@ from __future__ import annotations
 import json
 import time
 
-from .hooks import Hooks
-from .session import Telemetry
+from telemetry.analysis.exports import export_after_close
+from telemetry.capture.hooks import Hooks
+from telemetry.capture.session import Telemetry
 
 
 class HarnessHooks(Hooks):
@@ -87,6 +88,7 @@ def hf_callback(telemetry: Telemetry, metrics_path: str | None = None):
 
         def on_train_end(self, args, state, control, **kwargs):
             telemetry.close()
+            export_after_close(telemetry)
 
     return TelemetryCallback()
 
@@ -115,5 +117,6 @@ def lightning_callback(telemetry: Telemetry, metrics_path: str | None = None):
 
         def on_train_end(self, trainer, pl_module):
             telemetry.close()
+            export_after_close(telemetry)
 
     return TelemetryCallback()

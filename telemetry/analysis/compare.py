@@ -12,12 +12,12 @@ import json
 import math
 import os
 
-from . import compare_figures
-from .fabric_summary import fabric_rows
-from .projection import ProjectionError, combine_profiles, measured_profile, project
-from .repeats import merge_sweeps, spread
-from .report import fmt, fmt_bytes, partial_note, summarize, write_documents
-from .runs import Run, RunError, load_run, upgrade_sweep
+from telemetry.analysis import compare_figures
+from telemetry.analysis.fabric_summary import fabric_rows
+from telemetry.analysis.projection import ProjectionError, combine_profiles, measured_profile, project
+from telemetry.analysis.repeats import merge_sweeps, spread
+from telemetry.analysis.report import fmt, fmt_bytes, partial_note, summarize, write_documents
+from telemetry.analysis.runs import Run, RunError, load_run, upgrade_sweep
 
 # Recipe parts that legitimately differ between runs of one fabric comparison.
 IGNORED_KEYS = {"output_dir", "name", "recipe_path", "telemetry", "fabric", "distributed"}
@@ -104,7 +104,7 @@ def loss_parity(runs: list[Run]) -> dict:
 def _load(path: str) -> Run:
     """A run directory, or an nccl-tests text file (the user's own nccl-tests run, a vendor's published table)."""
     if os.path.isfile(path):
-        from .nccl_tests import NcclTestsError, as_run
+        from telemetry.analysis.nccl_tests import NcclTestsError, as_run
         try:
             return as_run(path)
         except NcclTestsError as exc:

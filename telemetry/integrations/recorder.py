@@ -4,7 +4,7 @@ The directory is the one `python -m trainer` writes (README: "The run directory"
 hosts, software, redacted environment, fabric identity and NCCL transport, telemetry summary, status),
 metrics.jsonl (one line per optimizer step, rank 0), ranks/ and logs/ (NCCL's INFO log), so
 `python -m telemetry report` and `compare` read it unchanged. The engine adapters
-(telemetry/lightning.py, telemetry/engines.py) only translate their loop's step boundaries into
+(telemetry/integrations/lightning.py, telemetry/integrations/engines.py) only translate their loop's step boundaries into
 
     rec = RunRecorder("runs/x", ...)   # before the process group: NCCL reads its log settings at init
     rec.start(rank, layout)            # every rank, once the process group exists
@@ -12,7 +12,7 @@ metrics.jsonl (one line per optimizer step, rank 0), ranks/ and logs/ (NCCL's IN
     rec.close("completed")
 
 Constructing a recorder refuses (ImportOrderError) when megatron/nemo bound their collectives before
-the tracer was installed (telemetry/early.py).
+the tracer was installed (telemetry/capture/early.py).
 """
 from __future__ import annotations
 
@@ -26,9 +26,10 @@ from importlib import metadata
 import torch
 import torch.distributed as dist
 
-from . import early, fabric
-from .environment import host_info, redacted_env, software_versions
-from .session import Telemetry, TelemetrySettings
+from telemetry.analysis.exports import export_after_close
+from telemetry.capture import early, fabric
+from telemetry.capture.environment import host_info, redacted_env, software_versions
+from telemetry.capture.session import Telemetry, TelemetrySettings
 
 _ACTIVE: set[str] = set()  # run directories a recorder of this process is writing
 
@@ -189,6 +190,7 @@ class RunRecorder:
                 self._refresh_fabric(final=True)
             self._update(telemetry=self.telemetry.summary())
             self.telemetry.close()
+            export_after_close(self.telemetry)
         finally:
             if self._metrics is not None:
                 self._metrics.close()

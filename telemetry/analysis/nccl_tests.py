@@ -423,7 +423,7 @@ def to_csv(result: dict) -> str:
 
 def as_run(path: str):
     """A text file as a run for `telemetry compare`: no recipe, no metrics, the tables as its sweep."""
-    from .runs import Run
+    from telemetry.analysis.runs import Run
 
     result = read(path)
     info = {"name": os.path.basename(path), "status": f"{result['source']} output",

@@ -4,10 +4,10 @@ megatron-core binds torch.distributed's all-gather and reduce-scatter to its own
 it is imported (e.g. `dist_all_gather_func = torch.distributed.all_gather_into_tensor`). Wrappers put
 on `torch.distributed` after that import are never called by it: the tensor-parallel and
 distributed-optimizer traffic would silently be missing from the telemetry. So the wrappers go on
-first, once per process, and every later `Telemetry` shares this tracer (telemetry/session.py).
+first, once per process, and every later `Telemetry` shares this tracer (telemetry/capture/session.py).
 
-    import telemetry.early; telemetry.early.install()   # before importing nemo/megatron
-    # or: python -m telemetry.attach ... (does it in every rank, before the script's own imports)
+    import telemetry.capture.early; telemetry.capture.early.install()   # before importing nemo/megatron
+    # or: python -m telemetry.integrations.attach ... (does it in every rank, before the script's own imports)
 
 `stale_bindings()` finds module globals of megatron/nemo that still hold an unwrapped torch.distributed
 function (the import came first); the Lightning callback refuses to start on any (ImportOrderError).
@@ -17,7 +17,7 @@ from __future__ import annotations
 import sys
 import threading
 
-from .collectives import CollectiveTracer
+from telemetry.capture.collectives import CollectiveTracer
 
 # Packages that bind collectives at import; their modules are searched for unwrapped functions.
 BINDING_PACKAGES = ("megatron", "nemo", "nemo_automodel")
@@ -50,7 +50,7 @@ def _originals() -> dict[int, str]:
     import torch.distributed as dist
     from torch.distributed import distributed_c10d as c10d
 
-    from .collectives import DIST_SPECS, FUNCOL_SPECS
+    from telemetry.capture.collectives import DIST_SPECS, FUNCOL_SPECS
 
     out: dict[int, str] = {}
     tracer = process_tracer()
@@ -102,14 +102,14 @@ def require_early() -> CollectiveTracer:
         if stale:
             raise ImportOrderError(
                 f"{', '.join(loaded)} imported before the telemetry tracer: {len(stale)} collective(s) bound at "
-                f"import would go uncounted (e.g. {stale[0]}); call telemetry.early.install() before importing "
-                "them, or start the job with python -m telemetry.attach")
+                f"import would go uncounted (e.g. {stale[0]}); call telemetry.capture.early.install() before importing "
+                "them, or start the job with python -m telemetry.integrations.attach")
         return tracer
     stale = stale_bindings()
     if stale:
         raise ImportOrderError(
             f"{len(stale)} collective(s) bound before the telemetry tracer was installed (e.g. {stale[0]}); "
-            "call telemetry.early.install() before importing megatron/nemo, or use python -m telemetry.attach")
+            "call telemetry.capture.early.install() before importing megatron/nemo, or use python -m telemetry.integrations.attach")
     return process_tracer()
 
 
