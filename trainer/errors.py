@@ -1,11 +1,14 @@
-"""Errors that mean "the input is wrong" (exit 2, one line), as opposed to bugs or crashes (exit 1)."""
+"""Errors that mean "the input is wrong" (exit 2, one line), as opposed to bugs or crashes (exit 1). Both
+are the project's one error base (telemetry/errors.py)."""
+from telemetry.errors import HarnessError
+from telemetry.errors import InputError as _Input
 
 
-class InputError(Exception):
+class InputError(_Input):
     """Bad recipe value, path, data set, model or checkpoint; str() is one line naming the key."""
 
 
-class FaultError(Exception):
+class FaultError(HarnessError):
     """A fault the harness recognises (disk full, a lost rank or agent, a cut link): str() is one line
     naming what failed and where; exit 1, no traceback. `everywhere`: every rank raises it (rank 0 says it)."""
 

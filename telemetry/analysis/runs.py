@@ -7,48 +7,13 @@ import os
 import statistics
 from dataclasses import dataclass, field
 
+from telemetry.errors import HarnessError
+# the run directory's owner: its reader and the older names (re-exported: analysis reads through here)
+from telemetry.rundir import RENAMED_FIELDS, RENAMED_UNITS, _rename, read_jsonl, upgrade_record  # noqa: F401
 
-class RunError(Exception):
+
+class RunError(HarnessError):
     """A run directory that cannot be read; one line naming the path and the problem."""
-
-
-def read_jsonl(path: str) -> list[dict]:
-    rows = []
-    if not os.path.exists(path):
-        return rows
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
-    return rows
-
-
-# Names before the scope and unit rules (docs/telemetry.md, "One record"): job-wide sums now carry job_,
-# bandwidths in bytes/s _GBps. Older run directories are read under the new names.
-RENAMED_FIELDS = {"energy_j": "job_gpu_energy_j", "power_w": "job_gpu_power_w", "cpu_energy_j": "job_cpu_energy_j",
-                  "net_tx_bytes": "job_net_tx_bytes", "net_rx_bytes": "job_net_rx_bytes",
-                  "rdma_tx_bytes": "job_rdma_tx_bytes", "rdma_rx_bytes": "job_rdma_rx_bytes",
-                  "loss_events": "job_loss_events"}
-RENAMED_UNITS = {"busbw_gbps": "busbw_GBps", "algbw_gbps": "algbw_GBps", "avg_busbw_gbps": "avg_busbw_GBps",
-                 "busbw_min_gbps": "busbw_min_GBps", "busbw_max_gbps": "busbw_max_GBps"}
-
-
-def _rename(d: dict, names: dict) -> dict:
-    for old, new in names.items():
-        if old in d and new not in d:
-            d[new] = d.pop(old)
-    return d
-
-
-def upgrade_record(record: dict) -> dict:
-    """A metrics.jsonl (or ranks/) line under the current names; current lines pass unchanged."""
-    _rename(record, RENAMED_FIELDS)
-    for stats in (record.get("comm") or {}).values():
-        if isinstance(stats, dict):
-            _rename(stats, RENAMED_UNITS)
-    return record
 
 
 def upgrade_sweep(sweep: dict) -> dict:

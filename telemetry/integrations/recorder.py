@@ -16,8 +16,6 @@ the tracer was installed (telemetry/capture/early.py).
 """
 from __future__ import annotations
 
-import datetime
-import json
 import os
 import sys
 import time
@@ -30,24 +28,12 @@ from telemetry.analysis.exports import export_after_close
 from telemetry.capture import early, fabric
 from telemetry.capture.environment import host_info, redacted_env, software_versions
 from telemetry.capture.session import Telemetry, TelemetrySettings
+from telemetry.rundir import RunDir, now_iso
 
 _ACTIVE: set[str] = set()  # run directories a recorder of this process is writing
 
 ENGINE_PACKAGES = ("nemo-toolkit", "megatron-core", "megatron-bridge", "nemo-automodel", "lightning",
                    "pytorch-lightning", "transformer-engine")
-
-
-def _now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-
-
-def _write_json_atomic(path: str, data) -> None:
-    """Readers never see a half-written file (the same rule as trainer/rundir.py)."""
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(data, f, indent=2, default=str)
-        f.write("\n")
-    os.replace(tmp, path)
 
 
 def _version(name: str) -> str | None:
@@ -80,9 +66,8 @@ class RunRecorder:
         self.backend = "nccl" if torch.cuda.is_available() else "gloo"
         Telemetry.prepare_environment(self.settings, run_dir, self.backend)
         self.telemetry: Telemetry | None = None
-        self.info: dict = {}
+        self.rundir = RunDir(run_dir, 0)  # the one writer of run.json, metrics.jsonl and the disk reserve
         self.rank = 0
-        self._metrics = None
         self._t0 = None
         self._started = None
         self._checked = False
@@ -92,10 +77,12 @@ class RunRecorder:
     def started(self) -> bool:
         return self.telemetry is not None
 
+    @property
+    def info(self) -> dict:
+        return self.rundir.info
+
     def _update(self, **fields) -> None:
-        self.info.update(fields)
-        if self.rank == 0:
-            _write_json_atomic(os.path.join(self.run_dir, "run.json"), self.info)
+        self.rundir.update(**fields)
 
     def start(self, rank: int | None = None, layout: dict | None = None) -> None:
         """Write run.json and start the telemetry; every rank, after init_process_group. `layout`: what
@@ -109,8 +96,8 @@ class RunRecorder:
             return
         _ACTIVE.add(key)
         self.rank = rank if rank is not None else (dist.get_rank() if dist.is_initialized() else 0)
-        os.makedirs(os.path.join(self.run_dir, "ranks"), exist_ok=True)
-        os.makedirs(os.path.join(self.run_dir, "logs"), exist_ok=True)
+        self.rundir.rank = self.rank
+        self.rundir.create()
         self._started = time.time()
         software = software_versions()
         software.update({k: _version(k) for k in ENGINE_PACKAGES})
@@ -125,7 +112,7 @@ class RunRecorder:
         fab = fabric.describe(backend, software.get("nccl"))
         fab["expectation"] = fabric.check_expectation(self.expect, fab["transport"])
         self._update(name=self.name, engine=self.engine, status="running", exit_code=None, error=None,
-                     start_time=_now(), end_time=None, command=list(sys.argv), recipe=self.recipe,
+                     start_time=now_iso(), end_time=None, command=list(sys.argv), recipe=self.recipe,
                      layout=self.layout if self.layout is not None else layout, software=software,
                      environment=redacted_env(), backend=backend,
                      device={"type": device.type,
@@ -133,8 +120,7 @@ class RunRecorder:
                      hosts=hosts, fabric=fab)
         self.telemetry = Telemetry(self.settings, self.run_dir, device)
         self.telemetry.start()
-        if self.rank == 0:
-            self._metrics = open(os.path.join(self.run_dir, "metrics.jsonl"), "a", encoding="utf-8")
+        self.rundir.open_metrics(append=True)  # an engine's own resume continues the same file
 
     def note(self, text: str) -> None:
         self.info.setdefault("notes", []).append(text)
@@ -158,9 +144,7 @@ class RunRecorder:
                   "tokens_per_s": None, **(extra or {})}
         record.update(self.telemetry.end_step(step, step_time))
         record["time"] = time.time()
-        if self._metrics is not None:
-            self._metrics.write(json.dumps(record, default=str) + "\n")
-            self._metrics.flush()  # a killed job keeps every completed step
+        self.rundir.write_metrics(record)
         if not self._checked:  # NCCL builds its communicators lazily: the transport is known after step 1
             self._checked = True
             self._refresh_fabric(final=False)
@@ -192,8 +176,6 @@ class RunRecorder:
             self.telemetry.close()
             export_after_close(self.telemetry)
         finally:
-            if self._metrics is not None:
-                self._metrics.close()
-                self._metrics = None
-            self._update(status=status, exit_code=code, error=error, end_time=_now(),
+            self._update(status=status, exit_code=code, error=error, end_time=now_iso(),
                          duration_s=round(time.time() - self._started, 3) if self._started else None)
+            self.rundir.close()

@@ -30,6 +30,10 @@ def test_two_rank_lora_matches_single_process_and_stays_in_sync(mode, single, tm
     assert res.returncode == 0, res.stderr[-3000:]
     losses = res.losses()
     assert [r["step"] for r in res.metrics()] == [1, 2, 3, 4, 5, 6]
+    # every field written is declared by the run directory's owner (telemetry/rundir.py)
+    from telemetry.rundir import RUN_FIELDS, STEP_FIELDS, field_names
+    assert {k for r in res.metrics() for k in r} <= field_names(STEP_FIELDS)
+    assert set(res.run_json()) <= field_names(RUN_FIELDS)
     # same global batch, same seed: the first step's loss equals the single-process run's
     assert losses[0] == pytest.approx(single.losses()[0], rel=1e-6, abs=1e-6)
     # and the whole curve stays close (summation order differs across ranks)

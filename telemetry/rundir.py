@@ -1,0 +1,313 @@
+"""The run directory: its one owner. Layout, the fields of run.json, metrics.jsonl and the rank files
+(named here once), the atomic writer, the disk reserve, and the reading of older layouts.
+
+Everything that writes a run directory goes through `RunDir` (our trainer, telemetry.integrations.recorder
+for NeMo/Lightning/Bridge loops); everything that reads one uses `read_jsonl` / `upgrade_record`
+(telemetry.analysis.runs). docs/run-directory.md is generated from this module
+(`python -m telemetry.rundir > docs/run-directory.md`) and a test checks that it is current. Pure Python:
+the offline analysis imports it without torch.
+"""
+from __future__ import annotations
+
+import contextlib
+import datetime
+import errno
+import json
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from telemetry.errors import HarnessError
+
+# ---------------------------------------------------------------------------------------- layout
+RUN_JSON, METRICS = "run.json", "metrics.jsonl"
+RANKS, LOGS, CHECKPOINTS, REPORT, EXPORTS = "ranks", "logs", "checkpoints", "report", "exports"
+RESERVE = ".reserve"
+
+LAYOUT = (
+    (RUN_JSON, "resolved recipe, layout, hosts, software versions, environment (fabric settings only, secrets "
+               "redacted), fabric identity and expectation check, telemetry summary, start/end, status, exit "
+               "code, error, attempts (fields below)"),
+    (METRICS, "one flushed JSON line per optimizer step, rank 0's view (fields below)"),
+    (f"{RANKS}/", "per rank: rankNNNNN.telemetry.jsonl (that rank's per-step telemetry, same fields), "
+                  "rankNNNNN.final.json (hash and norm of the trainable weights), rankNNNNN.events.jsonl "
+                  "(phase marks and calls, only when the trace export is asked for)"),
+    (f"{CHECKPOINTS}/", "DCP checkpoints and latest.json"),
+    (f"{LOGS}/", "NCCL debug logs (nccl.HOST.PID.log), metrics lines set aside on resume, profiler traces, "
+                 "flight_recorder/ (what each rank last entered, written on a failure or hang)"),
+    ("collectives.txt, .json, .csv", "a collective sweep's tables (nccl-tests layout)"),
+    (f"run.lock, {RESERVE}", "while a run is live: who holds the directory; 1 MiB given back if the disk fills"),
+    (f"{REPORT}/", "written by python -m telemetry report RUN"),
+    (f"{EXPORTS}/", "TensorBoard, W&B, Parquet and trace exports (telemetry.export or python -m telemetry export)"),
+)
+
+
+def rank_file(rank: int, name: str) -> str:
+    """ranks/rankNNNNN.<name> (name with its extension: "telemetry.jsonl", "final.json")."""
+    return os.path.join(RANKS, f"rank{rank:05d}.{name}")
+
+
+# ---------------------------------------------------------------------------------------- fields
+@dataclass(frozen=True)
+class Field:
+    names: tuple[str, ...]
+    meaning: str
+
+
+# metrics.jsonl (and ranks/rankNNNNN.telemetry.jsonl, the same names from each rank's view). Units are in
+# the name: _s seconds, _bytes bytes, _j joules, _w watts, _GBps 1e9 bytes/s, _bps bits/s. Unknown: null.
+STEP_FIELDS: tuple[Field, ...] = (
+    Field(('step',), 'optimizer step, from 1'),
+    Field(('loss',), "llm_lora: mean token loss over the global batch's answer tokens; bert_pretraining: mean masked-LM loss + mean next-sentence loss; image_classification: mean (label-smoothed) cross-entropy per image"),
+    Field(('mlm_loss', 'nsp_loss'), 'bert_pretraining: the two terms of `loss`'),
+    Field(('lr',), 'learning rate used for this step'),
+    Field(('grad_norm',), 'global gradient norm before clipping (null if not finite)'),
+    Field(('step_time_s',), 'wall time of the step on rank 0, data to optimizer'),
+    Field(('samples_per_s',), 'global batch / step time'),
+    Field(('tokens_per_s',), 'non-padding input tokens of the global batch / step time; null where tokens do not apply (images)'),
+    Field(('tokens', 'label_tokens', 'masked_tokens', 'sequences', 'images'), 'non-padding tokens, and the count each loss term averages over, in the global batch'),
+    Field(('epoch',), 'fractional passes over the training set'),
+    Field(('tflops_per_device', 'mfu'), "model TFLOP/s per device (tokens x FLOPs per token, or samples x FLOPs per sample for images, / step time / world size) and its share of the device's dense peak; `mfu` is null off-GPU or for an unknown device. Formula and peak table: `trainer/throughput.py`; run.json `throughput` records both and why MFU is null"),
+    Field(('eval_loss', 'eval_accuracy', 'samples_seen'), 'on evaluation steps only; `eval_accuracy` is masked-LM accuracy (BERT) or top-1 (images), named in run.json `data.eval_accuracy_is`'),
+    Field(('time',), 'wall clock (Unix seconds) at the end of the step, to line steps up with switch or BMC counters'),
+    Field(('comm',), "per collective type (`all_reduce`, `reduce_scatter`, `all_gather`, `all_to_all`, `broadcast`, `reduce`, `send`, `recv`, `sendrecv`, `barrier`): `count`, `bytes` (nccl-tests S), `time_s` (the type's call durations summed; null if none timed), `untimed` (calls without a time), `untimed_bytes`, `busbw_GBps`"),
+    Field(('comm_bytes',), 'bytes over `comm`'),
+    Field(('comm_time_s',), "wall time within the step with at least one collective in flight (concurrent calls count once), so never more than `step_time_s`; null if the step's calls all lack a time"),
+    Field(('exposed_comm_s', 'exposed_comm_reason'), 'every step: the part of `comm_time_s` in which the training thread waited (blocking calls, issuing calls, the end of a backward pass waiting for its buckets), so never more than `comm_time_s`; null with the reason on NCCL (device-timed calls)'),
+    Field(('optimizer_s',), "host time between the loop's optimizer_begin and optimizer_end marks (the optimizer step and scheduler; on a GPU the launches, not the kernels)"),
+    Field(('overlap_window_s',), "backward compute between the first and the last asynchronous collective the pass issued (DDP's buckets), less the time spent issuing: the compute that communication can hide behind"),
+    Field(('ranks',), "across ranks: `step_time_s`, `comm_time_s`, `comm_time_s_by_op.<op>`, `compute_s` (step time outside collectives) and, on link-probe steps of multi-host jobs, `link_in_s` (the probe's receive time at each host's first rank), each `{min, mean, max, max_rank, ranks, median}` (a fixed-size reduction to rank 0; `median` is exact on sampled steps, `telemetry.cross_rank_median_every`, else null)"),
+    Field(('gpu_energy_j', 'gpu_power_w', 'gpu_energy_reason'), "rank 0's own GPU (NVML counter delta, sampled power), and why it is null when it is"),
+    Field(('job_gpu_energy_j', 'job_gpu_power_w'), "the same summed over all the job's GPUs; null without NVML"),
+    Field(('job_cpu_energy_j',), 'CPU package energy (RAPL) summed over hosts; null where unreadable'),
+    Field(('job_net_tx_bytes', 'job_net_rx_bytes'), 'NIC byte counters of the interfaces in use, summed over hosts'),
+    Field(('job_rdma_tx_bytes', 'job_rdma_rx_bytes'), 'RDMA port data counters (x 4 bytes), summed over hosts; null without RDMA devices'),
+    Field(('job_loss_events',), 'growth of drop, error and out-of-sequence counters, summed over hosts'),
+    Field(('host',), "rank 0's host: `cpu_energy_j` and the raw per-device counter deltas"),
+    Field(('link_in_s',), "on link-probe steps of a multi-host job: seconds rank 0 took to receive the probe from the previous host (`ranks.link_in_s` has every host's)"),
+    Field(('eval_time_s', 'eval_comm_bytes', 'eval_comm_time_s'), "on evaluation steps: the evaluation after the step, and its own collectives (never counted in the step's `comm` or `step_time_s`)"),
+    Field(('profiled', 'exposed'), "on profiled steps (`telemetry.profile_every`): the profiler's view of the step `{window_s, comm_s, compute_s, exposed_s, exposed_share, comm_share, by_op}`, shares of the profiled window"),
+)
+
+RUN_FIELDS: tuple[Field, ...] = (
+    Field(("name", "recipe_path", "recipe", "overrides"), "the run's name, its recipe file, the resolved recipe and the overrides given"),
+    Field(("layout",), "world size, dp x tp x pp, data-parallel engine, batch arithmetic"),
+    Field(("model", "data"), "what the workload built: parameter counts, LoRA, data set and its size"),
+    Field(("hosts",), "every rank's host, address and local rank"),
+    Field(("software", "device", "backend"), "torch, CUDA, NCCL, transformers, peft versions; the device; the process-group backend"),
+    Field(("environment",), "the fabric-related environment (NCCL_*, GLOO_*, ...), secrets redacted"),
+    Field(("fabric",), "fabric identity: backend, transport detected from NCCL's log, interfaces/HCAs, GPUDirect RDMA, the expectation check"),
+    Field(("telemetry",), "the run's telemetry summary: energy, counter verdict, stragglers, cross-rank settings"),
+    Field(("throughput", "final"), "run-level throughput and the final step's figures"),
+    Field(("command",), "the command line of rank 0"),
+    Field(("status", "exit_code", "error"), "running, completed, target_reached, failed (exit 2 bad input, 1 fault), interrupted (130); the one error line"),
+    Field(("start_time", "end_time", "duration_s", "attempt", "attempts"), "UTC ISO times; every attempt of a resumed run"),
+    Field(("engine", "notes"), "runs recorded for another loop (NeMo, Lightning, Bridge): the engine, and what it could not provide"),
+)
+
+
+def field_names(fields: tuple[Field, ...]) -> set[str]:
+    return {n for f in fields for n in f.names}
+
+
+# Names before the scope and unit rules: job-wide sums now carry job_, bandwidths in bytes/s _GBps. Older
+# run directories are read under the new names.
+RENAMED_FIELDS = {"energy_j": "job_gpu_energy_j", "power_w": "job_gpu_power_w", "cpu_energy_j": "job_cpu_energy_j",
+                  "net_tx_bytes": "job_net_tx_bytes", "net_rx_bytes": "job_net_rx_bytes",
+                  "rdma_tx_bytes": "job_rdma_tx_bytes", "rdma_rx_bytes": "job_rdma_rx_bytes",
+                  "loss_events": "job_loss_events"}
+RENAMED_UNITS = {"busbw_gbps": "busbw_GBps", "algbw_gbps": "algbw_GBps", "avg_busbw_gbps": "avg_busbw_GBps",
+                 "busbw_min_gbps": "busbw_min_GBps", "busbw_max_gbps": "busbw_max_GBps"}
+
+
+def _rename(d: dict, names: dict) -> dict:
+    for old, new in names.items():
+        if old in d and new not in d:
+            d[new] = d.pop(old)
+    return d
+
+
+def upgrade_record(record: dict) -> dict:
+    """A metrics.jsonl (or ranks/) line under the current names; current lines pass unchanged."""
+    _rename(record, RENAMED_FIELDS)
+    for stats in (record.get("comm") or {}).values():
+        if isinstance(stats, dict):
+            _rename(stats, RENAMED_UNITS)
+    return record
+
+
+# ---------------------------------------------------------------------------------------- reading, writing
+def now_iso() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def read_jsonl(path: str) -> list[dict]:
+    """Every complete line; a truncated last line (a killed job) is skipped."""
+    rows = []
+    if not os.path.exists(path):
+        return rows
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return rows
+
+
+def write_json_atomic(path: str, data: Any) -> None:
+    """Readers never see a half-written file: write beside it, then rename over it."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(data, f, indent=2, default=str)
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)  # nothing half-written stays behind (a full disk)
+        raise
+
+
+# Space set aside at the start of a run, given back when the disk fills, so the final run.json
+# (status failed, the error) can still be written.
+RESERVE_BYTES = 1 << 20
+_DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+class MetricsWriteError(HarnessError):
+    """metrics.jsonl could not be written (a full disk): one line naming the file and the step."""
+
+
+class RunDir:
+    """The one writer of a run directory. run.json is owned by rank 0; other ranks write under ranks/."""
+
+    def __init__(self, path: str, rank: int):
+        self.path, self.rank = path, rank
+        self.run_json = os.path.join(path, RUN_JSON)
+        self.metrics_path = os.path.join(path, METRICS)
+        self.checkpoints = os.path.join(path, CHECKPOINTS)
+        self.ranks = os.path.join(path, RANKS)
+        self.logs = os.path.join(path, LOGS)
+        self.info: dict = {}
+        self._metrics = None
+
+    def create(self) -> None:
+        for d in (self.path, self.ranks, self.logs):
+            os.makedirs(d, exist_ok=True)
+        if self.rank == 0:
+            self._reserve()
+
+    @property
+    def reserve_path(self) -> str:
+        return os.path.join(self.path, RESERVE)
+
+    def _reserve(self) -> None:
+        try:
+            with open(self.reserve_path, "wb") as f:
+                f.write(b"\0" * RESERVE_BYTES)  # real blocks, not a sparse file
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.remove(self.reserve_path)
+
+    def release_reserve(self) -> bool:
+        try:
+            os.remove(self.reserve_path)
+            return True
+        except OSError:
+            return False
+
+    def update(self, **fields) -> None:
+        self.info.update(fields)
+        if self.rank == 0:
+            try:
+                write_json_atomic(self.run_json, self.info)
+            except OSError as exc:
+                if exc.errno not in _DISK_FULL or not self.release_reserve():
+                    raise
+                write_json_atomic(self.run_json, self.info)
+
+    def load_previous(self) -> dict:
+        if os.path.exists(self.run_json):
+            try:
+                with open(self.run_json, encoding="utf-8") as f:
+                    return json.load(f)
+            except (OSError, json.JSONDecodeError):
+                return {}
+        return {}
+
+    def open_metrics(self, resume_step: int = 0, append: bool = False) -> None:
+        """Per-step lines from rank 0. On resume, the lines past the checkpoint are set aside first; a fresh
+        run sets aside an earlier run's lines, unless `append` (a loop that does not resume by steps)."""
+        if self.rank != 0:
+            return
+        rows = [] if append else read_jsonl(self.metrics_path)
+        if resume_step and any(r.get("step", 0) > resume_step for r in rows):
+            n = 1
+            while os.path.exists(os.path.join(self.logs, f"metrics.before-resume-{n}.jsonl")):
+                n += 1
+            os.replace(self.metrics_path, os.path.join(self.logs, f"metrics.before-resume-{n}.jsonl"))
+            with open(self.metrics_path, "w", encoding="utf-8") as f:
+                for r in rows:
+                    if r.get("step", 0) <= resume_step:
+                        f.write(json.dumps(r) + "\n")
+        elif not resume_step and rows:
+            os.replace(self.metrics_path, os.path.join(self.logs, f"metrics.replaced-{now_iso()}.jsonl"))
+        self._metrics = open(self.metrics_path, "a", encoding="utf-8")
+
+    def metrics_up_to(self, step: int) -> list[dict]:
+        """The recorded steps up to `step` (what a resume from that step's checkpoint continues)."""
+        return [r for r in read_jsonl(self.metrics_path) if r.get("step", 0) <= step]
+
+    def write_metrics(self, record: dict) -> None:
+        if self._metrics is not None:
+            try:
+                self._metrics.write(json.dumps(record, default=str) + "\n")
+                self._metrics.flush()  # a killed job keeps every completed step
+            except OSError as exc:
+                stream, self._metrics = self._metrics, None
+                with contextlib.suppress(OSError):
+                    stream.close()  # closes the file even when its flush fails again
+                raise MetricsWriteError(f"{self.metrics_path}: cannot write step {record.get('step')}: "
+                                        f"{exc.strerror or exc}") from None
+
+    def write_rank_file(self, name: str, data: Any) -> None:
+        write_json_atomic(os.path.join(self.path, rank_file(self.rank, f"{name}.json")), data)
+
+    def close(self) -> None:
+        if self._metrics is not None:
+            with contextlib.suppress(OSError):  # a full disk: the error is already recorded
+                self._metrics.close()
+            self._metrics = None
+        if self.rank == 0:
+            self.release_reserve()
+
+
+# ---------------------------------------------------------------------------------------- the document
+def markdown() -> str:
+    """docs/run-directory.md, from the definitions above."""
+    out = ["# The run directory", "",
+           "<!-- generated by `python -m telemetry.rundir > docs/run-directory.md` from telemetry/rundir.py; "
+           "edit that module, not this file -->", "",
+           "Every run (ours, or a NeMo/Lightning/Bridge loop recorded by `telemetry.integrations.recorder`) "
+           "writes one directory. Lines are flushed as written, so a killed job leaves every completed step "
+           "readable, and readers skip a truncated last line; run.json is replaced atomically. Unknown values "
+           "are null, never 0. How each figure is measured: [telemetry.md](telemetry.md).", "",
+           "| path | what it holds |", "| --- | --- |"]
+    out += [f"| `{p}` | {d} |" for p, d in LAYOUT]
+    out += ["", "## run.json", "", "| field | meaning |", "| --- | --- |"]
+    out += [f"| {', '.join(f'`{n}`' for n in f.names)} | {f.meaning} |" for f in RUN_FIELDS]
+    out += ["", "## metrics.jsonl (and ranks/rankNNNNN.telemetry.jsonl)", "",
+            "Whose value: a field without a prefix is the writing rank's own; `job_*` are sums over the whole "
+            "job's GPUs or hosts (metrics.jsonl only); `ranks.*` are spreads across ranks. Units are in the "
+            "name: `_s` seconds, `_bytes` bytes, `_j` joules, `_w` watts, `_GBps` 1e9 bytes/s (nccl-tests' "
+            "GB/s), `_bps` bits/s.", "", "| field | meaning |", "| --- | --- |"]
+    out += [f"| {', '.join(f'`{n}`' for n in f.names)} | {f.meaning} |" for f in STEP_FIELDS]
+    out += ["", "## Older run directories", "",
+            "Read under today's names (`python -m telemetry report|compare|export`):", ""]
+    out += [f"- `{old}` -> `{new}`" for old, new in {**RENAMED_FIELDS, **RENAMED_UNITS}.items()]
+    return "\n".join(out) + "\n"
+
+
+if __name__ == "__main__":
+    print(markdown(), end="")

@@ -1,0 +1,81 @@
+"""telemetry/rundir.py owns the run directory: its document is generated from it, every field a run writes
+is declared there, and its writer keeps the contract (atomic run.json, the disk reserve, set-aside lines)."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from tests.conftest import REPO
+from telemetry import rundir
+from telemetry.rundir import RUN_FIELDS, STEP_FIELDS, RunDir, field_names, read_jsonl, upgrade_record
+
+
+def test_the_run_directory_document_is_generated_from_the_module():
+    doc = (REPO / "docs" / "run-directory.md").read_text(encoding="utf-8")
+    assert doc == rundir.markdown(), "docs/run-directory.md is stale: python -m telemetry.rundir > docs/run-directory.md"
+
+
+def test_every_field_is_declared_once():
+    for fields in (STEP_FIELDS, RUN_FIELDS):
+        names = [n for f in fields for n in f.names]
+        assert len(names) == len(set(names)), sorted(n for n in names if names.count(n) > 1)
+        assert all(f.meaning for f in fields)
+
+
+def undeclared(records: list[dict], fields) -> set[str]:
+    return {k for r in records for k in r} - field_names(fields)
+
+
+def test_a_recorded_run_uses_only_declared_fields(tmp_path):
+    """A run directory as our trainer writes it (one written by the 2-rank demo, kept as a fixture of its
+    keys): every key of metrics.jsonl and run.json is in the schema, and an unknown one is caught."""
+    keys = json.loads((REPO / "tests" / "telemetry" / "fixtures" / "run_keys.json").read_text())
+    assert not undeclared([dict.fromkeys(keys["metrics"])], STEP_FIELDS)
+    assert not undeclared([dict.fromkeys(keys["run_json"])], RUN_FIELDS)
+    assert undeclared([{"step": 1, "stpe_time_s": 0.1}], STEP_FIELDS) == {"stpe_time_s"}
+
+
+def test_writer_is_atomic_reserves_space_and_sets_aside_lines_past_a_resume(tmp_path):
+    d = RunDir(str(tmp_path / "run"), 0)
+    d.create()
+    assert os.path.getsize(d.reserve_path) == rundir.RESERVE_BYTES
+    d.update(status="running")
+    assert json.loads(open(d.run_json).read()) == {"status": "running"}
+    assert not [p for p in os.listdir(d.path) if ".tmp" in p]
+    d.open_metrics(0)
+    for step in (1, 2, 3):
+        d.write_metrics({"step": step, "loss": 1.0})
+    d.close()
+    assert not os.path.exists(d.reserve_path)
+    again = RunDir(d.path, 0)
+    again.open_metrics(resume_step=2)
+    again.close()
+    assert [r["step"] for r in read_jsonl(d.metrics_path)] == [1, 2]
+    assert [r["step"] for r in read_jsonl(os.path.join(d.logs, "metrics.before-resume-1.jsonl"))] == [1, 2, 3]
+
+
+def test_other_ranks_never_write_run_json(tmp_path):
+    d = RunDir(str(tmp_path), 1)
+    d.create()
+    d.update(status="running")
+    d.open_metrics(0)
+    d.write_metrics({"step": 1})
+    assert not os.path.exists(d.run_json) and not os.path.exists(d.metrics_path)
+
+
+def test_a_truncated_last_line_is_skipped_and_old_names_read_as_new(tmp_path):
+    p = tmp_path / "metrics.jsonl"
+    p.write_text('{"step": 1, "energy_j": 5, "comm": {"all_reduce": {"busbw_gbps": 1.5}}}\n{"step": 2, "lo')
+    rows = [upgrade_record(r) for r in read_jsonl(str(p))]
+    assert rows == [{"step": 1, "job_gpu_energy_j": 5, "comm": {"all_reduce": {"busbw_GBps": 1.5}}}]
+
+
+@pytest.mark.parametrize("writer", ["trainer.rundir", "telemetry.integrations.recorder"])
+def test_every_writer_goes_through_the_owner(writer):
+    """No second atomic writer or metrics stream: the trainer and the recorder use telemetry.rundir."""
+    import importlib
+    import inspect
+    src = inspect.getsource(importlib.import_module(writer))
+    assert "os.replace" not in src and "metrics.jsonl\", \"a\"" not in src and "telemetry.rundir import" in src
