@@ -1,7 +1,7 @@
 """Bad inputs handled / tried: runs tests/trainer/test_bad_input.py (each case one bad input, handled when
 it exits 2 with `error:` lines only, naming the key or file), then times the alias bomb's refusal.
 
-    python bench/bad_inputs.py [--source DIR]   # DIR: another checkout to measure (e.g. an older commit)
+    python -m bench.bad_inputs [--source DIR]   # DIR: another checkout to measure (e.g. an older commit)
 """
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from bench.support.bad_recipes import alias_bomb
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -23,11 +25,9 @@ def main() -> None:
     test = src / "tests" / "trainer" / "test_bad_input.py"
     if src != REPO:  # the same table against another checkout's code
         test.write_text((REPO / "tests" / "trainer" / "test_bad_input.py").read_text())
-    sys.path.insert(0, str(REPO))
-    from tests.trainer.test_bad_input import _bomb  # noqa: E402
 
     bomb = Path("/tmp/bad_inputs_bomb.yaml")
-    bomb.write_text(_bomb(10))
+    bomb.write_text(alias_bomb(10))
     start = time.monotonic()
     # 1.5 GB address-space cap and 60 s: without the fix the dry run grows until one of them stops it
     # (GNU time reports the trainer's own peak; a forked child's rusage starts from this big parent's)

@@ -2,7 +2,7 @@
 written per step per rank, and rank 0's NCCL log parse; measured at small worlds on CPU (gloo) so that
 docs/telemetry.md can model 1,024 ranks.
 
-    python bench/cross_rank_scale.py --worlds 2 4 8 --iters 200 --out bench/results/cross_rank_scale.jsonl
+    python -m bench.cross_rank_scale --worlds 2 4 8 --iters 200 --out bench/results/cross_rank_scale.jsonl
 
 1. Cross-rank methods, interleaved in one job per world (torchrun --standalone, gloo side group, a
    barrier before each timed call): the shipped tree reduction (`Telemetry.cross_rank`, with and
@@ -27,7 +27,6 @@ import tempfile
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
 
 
 # ---------------------------------------------------------------- 1. worker (under torchrun)

@@ -3,7 +3,7 @@ DDP's (largest relative difference over the steps), median step time, and what e
 (the tracer's count and bytes per collective), on tiny_llama_lora (fp32, dropout off, 2 CPU ranks, gloo).
 The modes run one after another in one session; quote their ratios, not absolute times.
 
-    python bench/deepspeed_parity.py [--steps 8] [--nproc 2]
+    python -m bench.deepspeed_parity [--steps 8] [--nproc 2]
 """
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ Shapes come from the recipe's model built on the meta device (no weights, no mem
 applied, and the tensor-parallel plan of trainer/parallelize.py. Sizes follow nccl-tests' S (all-reduce:
 the buffer; all-gather: the gathered output).
 
-    python bench/dp_bytes.py recipes/llama70b_lora.yaml [--world-size 64] [--config-json FILE]
+    python -m bench.dp_bytes recipes/llama70b_lora.yaml [--world-size 64] [--config-json FILE]
 """
 from __future__ import annotations
 
@@ -17,7 +17,6 @@ import os
 import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
 
 # Published shapes, for recipes whose model.path is a checkpoint that is not here.
 LLAMA2_70B = dict(vocab_size=32000, hidden_size=8192, intermediate_size=28672, num_hidden_layers=80,

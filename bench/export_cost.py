@@ -1,7 +1,7 @@
 """Cost of telemetry.export: step time with the trace's events file on vs off (runs interleaved, one
 session), bytes the events file takes per step and rank, and seconds each exporter takes at the end.
 
-    python bench/export_cost.py --nproc 2 --steps 30 --rounds 3
+    python -m bench.export_cost --nproc 2 --steps 30 --rounds 3
 """
 from __future__ import annotations
 
@@ -18,7 +18,6 @@ import tempfile
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
 
 
 def run_once(recipe: str, nproc: int, steps: int, export: str, workdir: str) -> tuple[str, list[float]]:

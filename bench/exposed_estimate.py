@@ -2,9 +2,9 @@
 the same steps (every step profiled), on CPU with gloo: tests/telemetry/exposed_worker.py, DDP over an MLP
 with small buckets (early buckets overlap the backward pass) and a blocking all-reduce per step.
 
-    python bench/exposed_estimate.py --steps 20 --runs 2
-    python bench/exposed_estimate.py --steps 20 --runs 2 --recipe recipes/tiny_llama_lora.yaml   # the demo
-    sudo python bench/exposed_estimate.py --steps 30 --runs 2 --lab-rate 1gbit   # 2 lab nodes, shaped link
+    python -m bench.exposed_estimate --steps 20 --runs 2
+    python -m bench.exposed_estimate --steps 20 --runs 2 --recipe recipes/tiny_llama_lora.yaml   # the demo
+    sudo python -m bench.exposed_estimate --steps 30 --runs 2 --lab-rate 1gbit   # 2 lab nodes, shaped link
 
 On one loopback the two ranks' gloo threads reduce and copy 32 MB per step on the same 2 cores as the
 backward pass, so each rank's main thread is descheduled for milliseconds at a time while buckets are in
@@ -48,7 +48,6 @@ def run(steps: int, width: int, layers: int, bucket_mb: float) -> list[dict]:
 
 def run_lab(rate: str, steps: int, width: int, layers: int, bucket_mb: float) -> list[dict]:
     """The MLP worker on two fabric-lab nodes (one rank each) joined by a link shaped at `rate`."""
-    sys.path.insert(0, REPO)
     from launch.lab import Lab, run_in_lab
 
     os.environ["PYTHONPATH"] = REPO  # the worker imports telemetry from the checkout
@@ -120,7 +119,7 @@ def main() -> None:
           f"largest {absd[-1] * 100:.2f}%, within 2%: {within * 100:.0f}% of {len(absd)} steps")
     load = os.getloadavg()
     line = {"date": datetime.date.today().isoformat(), "machine": platform.node(), "cpus": os.cpu_count(),
-            "loadavg": [round(x, 2) for x in load], "command": "python bench/exposed_estimate.py " +
+            "loadavg": [round(x, 2) for x in load], "command": "python -m bench.exposed_estimate " +
             " ".join(sys.argv[1:]), "steps_compared": len(absd), "median_abs_diff": statistics.median(absd),
             "max_abs_diff": absd[-1], "within_2pct": within, "shares": shares}
     with open(os.path.join(REPO, "bench", "results", "exposed_estimate.jsonl"), "a", encoding="utf-8") as f:

@@ -1,7 +1,7 @@
 """Bad inputs handled / tried, faults survived / tried, attacks refused / tried: runs the tests that plant each
 one (one test case = one bad input, fault or crafted file) and counts them from pytest's JUnit XML.
 
-    python bench/faults.py            # about 15 minutes on a 2-core VM (the fault tests start real runs)
+    python -m bench.faults            # about 15 minutes on a 2-core VM (the fault tests start real runs)
 
 A case counts as handled when its test passes: for a bad input, exit 2 with one `error:` line naming the key
 or file (and step); for a fault, the run records it in one line and what it promised holds (a resumable

@@ -1,10 +1,10 @@
 """Host syncs per training step: reads of tensor values into Python inside Trainer.train_step.
 
 On a GPU each such read waits for the device to drain its queue. Runs the tiny Llama LoRA recipe in
-one process (gloo, CPU) and counts with tests/trainer/host_reads.py; reads of the CPU-side batch (the
+one process (gloo, CPU) and counts with bench/support/host_reads.py; reads of the CPU-side batch (the
 workloads' loss_counts/input_tokens, before the batch moves) are not counted.
 
-    python bench/host_syncs.py [key=value ...]
+    python -m bench.host_syncs [key=value ...]
 """
 from __future__ import annotations
 
@@ -14,11 +14,10 @@ import sys
 import tempfile
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
 
 
 def main(argv: list[str]) -> None:
-    from tests.trainer.host_reads import count_step_reads
+    from bench.support.host_reads import count_step_reads
     from trainer import cli
     from trainer.compat import ensure_torchvision_importable
     ensure_torchvision_importable()

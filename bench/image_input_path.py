@@ -9,7 +9,7 @@ and compares loss, grad norm, eval loss and eval accuracy step by step (bitwise,
 difference). With --baseline-tree DIR (an exported older commit: `git archive C | tar -x -C DIR`) the folder
 run is also compared against that code as it was. Bytes per micro-batch are measured on real batches.
 
-    python bench/image_input_path.py [--steps 16] [--baseline-tree DIR] [--out bench/results/image_input_path.jsonl]
+    python -m bench.image_input_path [--steps 16] [--baseline-tree DIR] [--out bench/results/image_input_path.jsonl]
 """
 from __future__ import annotations
 
@@ -45,7 +45,6 @@ def make_tree(root: str, per_class: dict[str, int], seed: int = 0) -> None:
 
 def worker(mode: str, argv: list[str]) -> int:
     """One run in this process; fp32_host patches the former data path back in."""
-    sys.path.insert(0, REPO)
     if mode == "fp32_host":
         import torch
 
@@ -92,7 +91,6 @@ def compare(a: list[dict], b: list[dict]) -> dict:
 def batch_bytes(image_size: int, batch: int) -> dict:
     import torch
 
-    sys.path.insert(0, REPO)
     from trainer.data.images import SyntheticImages, normalize
 
     pixels = SyntheticImages(batch, image_size, 10, seed=0, split=0).batch(list(range(batch)))["images"]

@@ -6,8 +6,8 @@ For each workload a 2-node run on unshaped links is the only input; its iteratio
 and each target is then run in the lab and its median step time measured. Goal (issue 11 part 6): median
 absolute error <= 5%, max <= 10% over >= 12 targets, interval holding the measured value in >= 90%.
 
-    python bench/lab_projection.py --runs-dir /tmp/labproj --repeats 3          # run everything, then evaluate
-    python bench/lab_projection.py --runs-dir /tmp/labproj --repeats 3 --reuse  # evaluate runs already there
+    python -m bench.lab_projection --runs-dir /tmp/labproj --repeats 3          # run everything, then evaluate
+    python -m bench.lab_projection --runs-dir /tmp/labproj --repeats 3 --reuse  # evaluate runs already there
 
 Repeats: on a shared machine a step's compute moves 10-20% from one run to the next, minutes or seconds
 apart (the same unshaped run: 0.143-0.169 s/step over six runs in two and a half minutes), more than the
@@ -34,7 +34,6 @@ import sys
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
 
 from telemetry.analysis.projection import combine_profiles, measured_profile, project  # noqa: E402
 from telemetry.analysis.report import summarize  # noqa: E402

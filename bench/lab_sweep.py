@@ -1,7 +1,7 @@
 """Collective sweep in the fabric lab: busbw at large sizes as a fraction of the shaped link rate, and how
 much it moves within a run (repeats) and from run to run.
 
-    python bench/lab_sweep.py --rates 1gbit 100mbit --runs 3 --iters 10 --repeats 5 [--mtu 9000]
+    python -m bench.lab_sweep --rates 1gbit 100mbit --runs 3 --iters 10 --repeats 5 [--mtu 9000]
 
 Each lab run sweeps all_reduce and sendrecv (and the inter-node send/recv pair) on 2 lab nodes x 1 rank,
 `--min-bytes` to `--max-bytes`; every size is timed `--repeats` times after `--warmup` operations and the
@@ -20,7 +20,6 @@ import sys
 import tempfile
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
 
 from launch.lab import parse_rate  # noqa: E402
 

@@ -1,9 +1,9 @@
 """Sharded checkpoint loading: per rank, seconds, bytes read and host-memory growth during the load, at
 world sizes 1, 2 and 4 (tensor parallel, FSDP2, pipeline), from a ~233 MB fp32 Llama checkpoint in
-safetensors shards (tests/trainer/llama_checkpoint.py). Ratios to the whole model's bytes are what carry
+safetensors shards (bench/support/llama_checkpoint.py). Ratios to the whole model's bytes are what carry
 over to other machines.
 
-    python bench/model_load.py [--out bench/results/model_load.jsonl]
+    python -m bench.model_load [--out bench/results/model_load.jsonl]
 """
 from __future__ import annotations
 
@@ -18,7 +18,6 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 
 LAYOUTS = [(1, "single", []), (2, "tp2", ["parallel.tp=2"]), (2, "fsdp2", ["parallel.data_parallel=fsdp"]),
            (2, "pp2", ["parallel.pp=2", "parallel.pp_schedule=gpipe"]), (4, "tp4", ["parallel.tp=4"]),
@@ -30,7 +29,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=str(REPO / "bench" / "results" / "model_load.jsonl"))
     args = ap.parse_args()
-    from tests.trainer.llama_checkpoint import make_checkpoint
+    from bench.support.llama_checkpoint import make_checkpoint
 
     with tempfile.TemporaryDirectory() as tmp:
         ckpt = Path(tmp) / "ckpt"
@@ -53,7 +52,7 @@ def main() -> None:
                                              for x in loads]}
             rows.append(row)
             print(json.dumps(row))
-    record = {"command": "python bench/model_load.py", "machine": f"{platform.node()} {platform.machine()} "
+    record = {"command": "python -m bench.model_load", "machine": f"{platform.node()} {platform.machine()} "
               f"{os.cpu_count()} cores, no GPU", "date": datetime.date.today().isoformat(),
               "model_bytes": total, "rows": rows}
     with open(args.out, "a", encoding="utf-8") as f:

@@ -1,6 +1,6 @@
 """NCCL log parser: field accuracy on the corpus of real logs and parse rate, against a baseline revision.
 
-    python bench/nccl_log_parse.py [--baseline REV] [--files 128] [--rounds 5]
+    python -m bench.nccl_log_parse [--baseline REV] [--files 128] [--rounds 5]
 
 Accuracy: for every log in tests/telemetry/nccl_logs/ and every field of its truth file, a parser's value
 is right (equal, null included), wrong (another value), null-but-known (the log establishes a value) or
@@ -26,8 +26,6 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CORPUS = os.path.join(ROOT, "tests", "telemetry", "nccl_logs")
-sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.join(ROOT, "bench"))
 
 
 def _load(path: str, name: str):
@@ -71,7 +69,7 @@ def accuracy(parser) -> dict:
 
 
 def rate(parsers: dict, files: int, rounds: int) -> dict:
-    from cross_rank_scale import parse_rate
+    from bench.cross_rank_scale import parse_rate
     out = {k: [] for k in parsers}
     with tempfile.TemporaryDirectory() as tmp:
         parse_rate(files, tmp)  # writes the synthetic logs

@@ -31,13 +31,12 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
 
 from trainer.compat import ensure_torchvision_importable  # noqa: E402
 
 ensure_torchvision_importable()
 
-from tests.trainer.test_optim import PerParamLAMB, PerParamLARS  # noqa: E402
+from bench.support.reference_optim import PerParamLAMB, PerParamLARS  # noqa: E402
 from trainer.config import TrainConfig  # noqa: E402
 from trainer.optim import build_optimizer  # noqa: E402
 
@@ -154,7 +153,7 @@ def main() -> None:
         print(f"  CUDA launches (>=)     before {b['cuda_launches_lower_bound']:>6,}  "
               f"after {a['cuda_launches_lower_bound']:>5,}")
     line = {"benchmark": "optim_launches", "date": datetime.date.today().isoformat(),
-            "command": "python bench/optim_launches.py",
+            "command": "python -m bench.optim_launches",
             "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} cores",
             "device": "cpu (op counts; no GPU)", "torch": torch.__version__,
             "method": "TorchDispatchMode count of ATen ops in the second optimizer.step(), real-count small "

@@ -7,7 +7,7 @@ NCCL path on gloo groups (the old code: its group lookup answering "nccl"; the n
 name answering "nccl" and a fake completion-hook registry, as in tests/telemetry/collective_worker.py).
 The old code is read from git (`--old-rev`), into a temporary package.
 
-    python bench/retained_tensors.py [--old-rev REV] [--steps 2] [--out bench/results/retained_tensors.jsonl]
+    python -m bench.retained_tensors [--old-rev REV] [--steps 2] [--out bench/results/retained_tensors.jsonl]
 """
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ Three runs of a recipe on 2 emulated nodes (1 rank each, links at --rate): a hea
 delayed by --delay-s per step. Each run's run.json `telemetry.stragglers` is read, and the healthy run's
 metrics are replayed through the detector to show how close it came to a finding (its margin).
 
-    python bench/stragglers.py --healthy-steps 500 --steps 40      # as root; writes bench/results/stragglers.md
+    python -m bench.stragglers --healthy-steps 500 --steps 40      # as root; writes bench/results/stragglers.md
 """
 from __future__ import annotations
 
@@ -21,7 +21,6 @@ import tempfile
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
 
 from telemetry import stragglers  # noqa: E402
 
@@ -80,7 +79,7 @@ def main() -> None:
         if name == "healthy":
             healthy_margin = margin(out, hosts)
         print(rows[-1], flush=True)
-    cmd = "python bench/stragglers.py " + " ".join(sys.argv[1:])
+    cmd = "python -m bench.stragglers " + " ".join(sys.argv[1:])
     lines = ["# Straggler detection in the fabric lab", "",
              f"Command: `sudo {cmd.strip()}` (root: the lab makes namespaces)  ",
              f"Machine: {platform.node()}, {os.cpu_count()} CPU cores shared with other jobs, {platform.platform()}  ",

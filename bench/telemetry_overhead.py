@@ -4,7 +4,7 @@ Per-step cost is measured between consecutive steps' wall-clock stamps (`time` i
 it includes everything telemetry adds: the traced collectives, the DDP comm hook, the end-of-step
 bookkeeping and the cross-rank gather. The first `--skip` steps of each run are warm-up.
 
-    python bench/telemetry_overhead.py --nproc 2 --steps 40 --rounds 3 [key=value ...]
+    python -m bench.telemetry_overhead --nproc 2 --steps 40 --rounds 3 [key=value ...]
 """
 from __future__ import annotations
 

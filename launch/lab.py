@@ -29,6 +29,7 @@ import threading
 import time
 
 from telemetry.analysis import rates
+from telemetry.errors import HarnessError
 
 SUBNET_BASE = "10.213"  # only ever assigned inside the lab's own namespaces
 IFACE = "fab0"
@@ -37,7 +38,7 @@ IFACE = "fab0"
 DEFAULT_MTU, MIN_MTU, MAX_MTU = 1500, 576, 65535
 
 
-class LabError(Exception):
+class LabError(HarnessError):
     """A lab that cannot be brought up or run; one line naming what is wrong."""
 
 

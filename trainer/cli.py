@@ -99,5 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     # Nothing is fetched at run time unless the user asks: hub names must already be in the local cache.
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    from .compat import prepare_torchvision
+    prepare_torchvision(recipe.workload == "image_classification")  # before transformers is imported
     from .run import run  # heavy imports (torch, transformers) only for real runs
     return run(recipe, layout, [sys.executable, "-m", "trainer", *argv], list(args.overrides))

@@ -7,6 +7,11 @@ imports torchvision whenever it is installed, that failure breaks peft and trans
 the two schemas lets the pure-Python parts (models, datasets, transforms) import; the detection ops
 stay without kernels and raise if anyone calls them. Where `_C` loads (GPU machines, NGC) this does
 nothing. Call it before the first transformers or torchvision import.
+
+Workloads that need no images (language models, sweeps) do not import torchvision at all:
+`prepare_torchvision(False)` hides it before transformers looks, so transformers treats it as absent
+(its availability check is `importlib.util.find_spec`, which returns None for a name mapped to None in
+sys.modules) and a run saves its import time (seconds on the development machine).
 """
 from __future__ import annotations
 
@@ -38,3 +43,13 @@ def ensure_torchvision_importable() -> bool:
         _library.define(schema)
     import torchvision  # noqa: F401,F811
     return True
+
+
+def prepare_torchvision(needed: bool) -> bool:
+    """Before the first transformers import of a run: make torchvision importable when the workload needs
+    it, hide it otherwise (an import of it then raises ImportError). Returns whether it is importable."""
+    if needed:
+        return ensure_torchvision_importable()
+    if "torchvision" not in sys.modules:
+        sys.modules["torchvision"] = None  # type: ignore[assignment]
+    return sys.modules["torchvision"] is not None

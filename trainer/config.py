@@ -17,9 +17,10 @@ from typing import Any, Literal, Optional, Union
 import yaml
 
 from .engines import deepspeed_config
+from telemetry.errors import InputError
 
 
-class RecipeError(Exception):
+class RecipeError(InputError):
     """One or more problems in a recipe or its overrides; each is a complete one-line message."""
 
     def __init__(self, problems: list[str]):

@@ -39,7 +39,7 @@ from .stop import Interrupted, StopRequests
 from .throughput import peak_tflops
 from .workloads import get_workload
 
-ensure_torchvision_importable()  # before any transformers import (it imports torchvision when installed)
+ensure_torchvision_importable()  # an in-process caller that did not decide first (python -m trainer decides in cli.py)
 
 # transformers' own deprecation chatter about its internals, raised from inside peft: not the user's concern
 warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)

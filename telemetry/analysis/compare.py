@@ -18,12 +18,13 @@ from telemetry.analysis.projection import ProjectionError, combine_profiles, mea
 from telemetry.analysis.repeats import merge_sweeps, spread
 from telemetry.analysis.report import fmt, fmt_bytes, partial_note, summarize, write_documents
 from telemetry.analysis.runs import Run, RunError, load_run, upgrade_sweep
+from telemetry.errors import InputError
 
 # Recipe parts that legitimately differ between runs of one fabric comparison.
 IGNORED_KEYS = {"output_dir", "name", "recipe_path", "telemetry", "fabric", "distributed"}
 
 
-class CompareError(Exception):
+class CompareError(InputError):
     """Runs that cannot be compared; the message says why and what to do."""
 
 

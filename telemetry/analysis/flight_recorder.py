@@ -20,11 +20,12 @@ import json
 import os
 import pickle
 import re
+from telemetry.errors import InputError
 
 DUMP_DIR = "flight_recorder"
 
 
-class DumpError(ValueError):
+class DumpError(InputError, ValueError):
     """A dump that cannot be read: one line naming the file."""
 
 

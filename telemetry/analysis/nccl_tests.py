@@ -29,6 +29,7 @@ import io
 import math
 import os
 import re
+from telemetry.errors import InputError
 
 # nccl-tests binary stem -> the sweep's collective name
 TEST_OPS = {"all_reduce": "all_reduce", "all_gather": "all_gather", "reduce_scatter": "reduce_scatter",
@@ -55,7 +56,7 @@ _TIMESTAMP = re.compile(r"^\d{4}-\d\d-\d\d$")
 _PLACEHOLDERS = {"N/A", "n/a", "NA", "-"}
 
 
-class NcclTestsError(Exception):
+class NcclTestsError(InputError):
     """A file that holds no nccl-tests table; the message names it."""
 
 

@@ -51,6 +51,7 @@ import math
 from telemetry.formulas import bus_factor
 from telemetry.analysis.report import summarize
 from telemetry.analysis.runs import Run, median, percentile
+from telemetry.errors import InputError
 
 DEFAULT_EFFICIENCY = 0.94
 # gloo collectives over the lab's tbf links at large sizes, by frame size: tbf counts whole frames, so
@@ -65,7 +66,7 @@ NEGLIGIBLE = 0.05  # communication whose wire time is under this share of the st
 TABLE_OP = {"send": "sendrecv", "recv": "sendrecv"}
 
 
-class ProjectionError(ValueError):
+class ProjectionError(InputError, ValueError):
     """A projection that cannot be made; one line naming what is missing."""
 
 

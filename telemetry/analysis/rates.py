@@ -7,13 +7,14 @@ tc's units: `bit`, `kbit`, `mbit`, `gbit`, `tbit` are bits per second (1e3 steps
 from __future__ import annotations
 
 import re
+from telemetry.errors import InputError
 
 _RATE = re.compile(r"^(\d+(?:\.\d+)?)(bit|kbit|mbit|gbit|tbit|bps|kbps|mbps|gbps|tbps)$", re.I)
 _RATE_BITS = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12,
               "bps": 8, "kbps": 8e3, "mbps": 8e6, "gbps": 8e9, "tbps": 8e12}  # tc: "bps" is bytes/s
 
 
-class RateError(ValueError):
+class RateError(InputError, ValueError):
     """A rate that is not in tc units; one line naming the value and what is allowed."""
 
 

@@ -18,6 +18,7 @@ import sys
 import threading
 
 from telemetry.capture.collectives import CollectiveTracer
+from telemetry.errors import HarnessError
 
 # Packages that bind collectives at import; their modules are searched for unwrapped functions.
 BINDING_PACKAGES = ("megatron", "nemo", "nemo_automodel")
@@ -26,7 +27,7 @@ _LOCK = threading.Lock()
 _TRACER: CollectiveTracer | None = None
 
 
-class ImportOrderError(RuntimeError):
+class ImportOrderError(HarnessError, RuntimeError):
     """Megatron/NeMo was imported before the tracer: its bound collectives would go uncounted."""
 
 

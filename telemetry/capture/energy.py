@@ -11,6 +11,7 @@ import glob
 import os
 import threading
 from typing import Protocol
+from telemetry.errors import HarnessError
 
 
 class EnergySource(Protocol):
@@ -42,7 +43,7 @@ class Unavailable:
         pass
 
 
-class DeviceNotMapped(Exception):
+class DeviceNotMapped(HarnessError):
     """A CUDA device that no NVML device could be matched to: its energy is unknown, never another GPU's."""
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.support.bad_recipes import alias_bomb
 from trainer.cli import main
 
 from ..conftest import REPO, TINY, run_cli
@@ -109,25 +110,13 @@ def test_bad_value(case_id, overrides, expected, capsys, monkeypatch):
     _assert_rule(capsys.readouterr().err, expected)
 
 
-def _bomb(levels: int, width: int = 9, nested: bool = True) -> str:
-    """A recipe that stands for width**levels values through aliases: under the free-form model.config
-    (which the old dry run expanded), or at the top level (refused as unknown keys before any walk, so the
-    table can run in-process against code without the limit)."""
-    indent = "    " if nested else ""
-    lines = ["model:", "  tokenizer: tok", "  config:"] if nested else []
-    lines.append(f"{indent}l0: &l0 [{', '.join(['x'] * width)}]")
-    for i in range(1, levels):
-        lines.append(f"{indent}l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * width)}]")
-    return "\n".join(lines) + "\n"
-
-
 # (id, file bytes, expected text with the file's line where there is one)
 FILES = [
     ("duplicate-top-key", TINY_TEXT + "max_steps: 5\n", "duplicate key 'max_steps' (first at line 7)"),
     ("duplicate-nested-key", "train:\n  lr: 1.0e-2\n  lr: 2.0e-2\n", "at line 3: duplicate key 'lr' (first at line 2)"),
     ("duplicate-section", "train: {}\ndata: {}\ntrain: {}\n", "at line 3: duplicate key 'train'"),
-    ("alias-bomb", _bomb(10, nested=False), "expands to more than 100000 values through aliases"),
-    ("alias-bomb-wide", _bomb(4, 400, nested=False), "expands to more than 100000 values through aliases"),
+    ("alias-bomb", alias_bomb(10, nested=False), "expands to more than 100000 values through aliases"),
+    ("alias-bomb-wide", alias_bomb(4, 400, nested=False), "expands to more than 100000 values through aliases"),
     ("deep-nesting", "name: " + "[" * 5000 + "]" * 5000 + "\n", "nested deeper than 32 levels"),
     ("deep-mapping", "".join("  " * i + f"k{i}:\n" for i in range(40)) + "  " * 40 + "v\n", "nested deeper than 32"),
     ("oversized", "# " + "x" * (2 << 20) + "\n", "is larger than 1048576 bytes"),
@@ -178,7 +167,7 @@ def test_alias_bomb_is_refused_with_bounded_memory(tmp_path):
     """A 10-level bomb stands for 9**10 values; refused without growing (the address-space limit is 1 GiB
     above the interpreter's peak so far; before the fix the dry run passed 1.3 GB with no answer)."""
     path = tmp_path / "bomb.yaml"
-    path.write_text(_bomb(10))
+    path.write_text(alias_bomb(10))
     code = ("import resource, sys; from trainer.cli import main; "
             "soft = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024; "
             "resource.setrlimit(resource.RLIMIT_AS, (soft + (1 << 30), resource.RLIM_INFINITY)); "

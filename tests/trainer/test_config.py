@@ -170,3 +170,24 @@ def test_cli_subprocess_has_no_traceback():
         "error: trian: unknown key; did you mean 'train'? allowed: name, workload, output_dir, max_steps, seed, "
         "model, lora, data, train, parallel, distributed, telemetry, fabric, sweep, debug, deepspeed",
         "error: parallel.dp: got 0; expected an integer >= 1, or -1 for what the world size leaves"]
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("needed", [False, True])
+def test_torchvision_is_imported_only_for_image_workloads(needed):
+    """A language-model run builds its model with transformers and peft without importing torchvision; an
+    image run imports it (trainer/compat.py prepare_torchvision, called by the CLI before transformers)."""
+    import subprocess
+    import sys
+    code = ("import sys\nfrom trainer.compat import prepare_torchvision\n"
+            f"print(prepare_torchvision({needed}))\n"
+            "import transformers, peft\nfrom transformers import LlamaConfig, LlamaForCausalLM\n"
+            "m = LlamaForCausalLM(LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1,"
+            " num_attention_heads=2, num_key_value_heads=2, vocab_size=64))\n"
+            "peft.get_peft_model(m, peft.LoraConfig(r=2, target_modules=['q_proj']))\n"
+            "import trainer.run\n"
+            "print(sys.modules.get('torchvision') is not None)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          cwd=str(REPO), env={**__import__("os").environ, "CUDA_VISIBLE_DEVICES": ""})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split() == [str(needed), str(needed)]

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from ..conftest import FAST, run_cli
-from .llama_checkpoint import make_checkpoint
+from bench.support.llama_checkpoint import make_checkpoint
 
 LAYOUTS = {
     "tp2": (2, ["parallel.tp=2"]),

@@ -1,0 +1,43 @@
+"""One error base: every exception class the project defines derives from telemetry.errors.HarnessError
+(bad input from InputError, exit 2), so a caller can tell our one-line errors from bugs."""
+from __future__ import annotations
+
+import ast
+import importlib
+
+from tests.conftest import REPO
+from telemetry.errors import HarnessError, InputError
+
+# control flow, not errors: a signal turned into an exception, and a YAML loader's internal refusal
+NOT_ERRORS = {"trainer.stop.Interrupted", "trainer.config._Refused"}
+
+
+def defined_exceptions():
+    for package in ("telemetry", "trainer", "launch"):
+        for path in sorted((REPO / package).rglob("*.py")):
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            module = ".".join(path.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__")
+            for node in tree.body:
+                if isinstance(node, ast.ClassDef) and any(
+                        "Error" in ast.unparse(b) or "Exception" in ast.unparse(b) for b in node.bases):
+                    yield module, node.name
+
+
+def test_every_project_exception_has_the_one_base():
+    found, wrong = 0, []
+    for module, name in defined_exceptions():
+        if f"{module}.{name}" in NOT_ERRORS:
+            continue
+        cls = getattr(importlib.import_module(module), name)
+        found += 1
+        if not issubclass(cls, HarnessError):
+            wrong.append(f"{module}.{name}")
+    assert found >= 10 and not wrong, wrong
+
+
+def test_bad_input_errors_exit_2():
+    from telemetry.analysis.rates import RateError
+    from trainer.config import RecipeError
+    from trainer.errors import FaultError, InputError as TrainerInput
+    assert RecipeError(["x"]).exit_code == RateError("x").exit_code == TrainerInput("x").exit_code == 2
+    assert issubclass(TrainerInput, InputError) and FaultError("x").exit_code == 1
