@@ -303,6 +303,16 @@ def markdown() -> str:
             "name: `_s` seconds, `_bytes` bytes, `_j` joules, `_w` watts, `_GBps` 1e9 bytes/s (nccl-tests' "
             "GB/s), `_bps` bits/s.", "", "| field | meaning |", "| --- | --- |"]
     out += [f"| {', '.join(f'`{n}`' for n in f.names)} | {f.meaning} |" for f in STEP_FIELDS]
+    out += ["", "## Status", "",
+            "`run.json` is rewritten atomically; a job that died without closing still says `\"status\": \"running\"`, "
+            "and the next attempt records it as `died` in `attempts`. Status values: `running`, `completed`, "
+            "`target_reached`, `failed` (exit 2 for bad input, 1 for a fault or a crash), `interrupted` (a signal "
+            "or a lost torchrun agent, exit 130; with `train.save_on_signal` after checkpointing the step it was in).",
+            "", "## Rules of the record", "",
+            "- `exposed_comm_s` <= `comm_time_s` <= `step_time_s` on every step and rank; reports take each share "
+            "as the median over the same steps divided by the median step time, so the shares keep that order.",
+            "- `job_net_tx_bytes` (every host's NICs) goes with the whole job's traffic, not with one rank's "
+            "`comm_bytes`."]
     out += ["", "## Older run directories", "",
             "Read under today's names (`python -m telemetry report|compare|export`):", ""]
     out += [f"- `{old}` -> `{new}`" for old, new in {**RENAMED_FIELDS, **RENAMED_UNITS}.items()]

@@ -1,6 +1,6 @@
 """Our run directory for a training loop that is not ours (NeMo 2 / Lightning, Megatron-Bridge, AutoModel).
 
-The directory is the one `python -m trainer` writes (README: "The run directory"): run.json (layout,
+The directory is the one `python -m trainer` writes (docs/run-directory.md, owned by telemetry/rundir.py): run.json (layout,
 hosts, software, redacted environment, fabric identity and NCCL transport, telemetry summary, status),
 metrics.jsonl (one line per optimizer step, rank 0), ranks/ and logs/ (NCCL's INFO log), so
 `python -m telemetry report` and `compare` read it unchanged. The engine adapters
