@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
-import signal
 import time
 from dataclasses import dataclass
 
@@ -19,6 +17,7 @@ import torch.distributed as dist
 
 from . import checkpoint
 from .engines import deepspeed as ds
+from .faults import FaultInjection
 from .hooks import HookList, Hooks
 from .optim import build_optimizer
 from .parallelize import grad_sync, reduce_trainable_grads
@@ -61,8 +60,7 @@ class Trainer:
         self.progress = Progress(recipe.max_steps, recipe.train.log_every, enabled=dist.get_rank() == 0)
         self.dp_group = dims.dp_group
         self.pipeline = getattr(model, "pipeline", None)  # pp > 1: the schedule runs forward and backward
-        dbg = recipe.debug  # a straggler on purpose: this rank's compute runs late by delay_s
-        self.delay_s = dbg.delay_s if dbg.delay_rank == dist.get_rank() else 0.0
+        self.faults = FaultInjection.from_recipe(recipe.debug, dist.get_rank())  # only when asked for
         self.stops = None  # trainer.stop.StopRequests: SIGTERM or a lost agent, honoured at a step's end
 
     # ------------------------------------------------------------ resume
@@ -127,8 +125,7 @@ class Trainer:
         hooks, wl, dp = self.hooks, self.workload, self.layout.dp
         hooks.on_step_start(step)
         t0 = time.perf_counter()
-        if self.delay_s and step >= self.recipe.debug.delay_from_step:
-            time.sleep(self.delay_s)
+        self.faults.before_step(step)
         batches = [self.train_set.batch(idx) for idx in self.sampler.micro_batches(step - 1)]
         terms = wl.loss_terms
         counts = [wl.loss_counts(b) for b in batches]  # host ints, read off the CPU-side batch
@@ -300,7 +297,6 @@ class Trainer:
         self.rundir.open_metrics(start)
         self.model.train()
         self.hooks.on_train_start({"start_step": start, "max_steps": max_steps, "layout": self.layout})
-        crash_at = int(os.environ.get("FABRIC_HARNESS_CRASH_AFTER_STEP", "0"))  # fault injection for tests
         if self.stops is not None:
             self.stops.start_loop()
         for step in range(start + 1, max_steps + 1):
@@ -330,12 +326,7 @@ class Trainer:
                 if not (train.save_every and step % train.save_every == 0):
                     self._save()
                 raise Interrupted(f"{why}: stopped after step {step}, checkpoint saved")
-            crash_rank = int(os.environ.get("FABRIC_HARNESS_CRASH_RANK", "0"))
-            if crash_at and step == crash_at and dist.get_rank() == crash_rank:
-                # FABRIC_HARNESS_CRASH_MODE=hang: the rank stops answering, as behind a cut link
-                if os.environ.get("FABRIC_HARNESS_CRASH_MODE") == "hang":
-                    time.sleep(3600)
-                os.kill(os.getpid(), signal.SIGKILL)
+            self.faults.after_step(step)
         if train.save_final and self.state.step > start:
             self._save()
         self.state.status = "completed"

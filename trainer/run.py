@@ -10,6 +10,7 @@ import sys
 import time
 import traceback
 import warnings
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -149,7 +150,34 @@ def _sweep(recipe: Recipe, rundir: RunDir, device: torch.device, hosts: list, wa
                              "latency_us": result.get("latency_us")})
 
 
+@dataclass
+class RunState:
+    """What the phases of one run share; the close phase reads whatever was reached before a failure."""
+    recipe: Recipe
+    layout: Layout
+    rank: int
+    lock: RunLock
+    rundir: RunDir
+    previous: dict
+    attempt: int
+    started: float
+    stops: StopRequests | None = None
+    hooks: HookList = field(default_factory=HookList)
+    status: str = "failed"
+    code: int = 1
+    error: str | None = None
+    hosts: list = field(default_factory=list)
+    device: torch.device | None = None
+    backend: str | None = None
+    tel_settings: TelemetrySettings | None = None
+    dims: ParallelDims | None = None
+    watch: FabricWatch | None = None
+    telemetry: Telemetry | None = None
+    trainer: Trainer | None = None
+
+
 def run(recipe: Recipe, layout: Layout, argv: list[str], overrides: list[str]) -> int:
+    """Open the run directory, then set up, build and train; close always, whatever happened."""
     rank = int(os.environ.get("RANK", "0"))
     lock = RunLock(recipe.output_dir, rank)
     problem = lock.acquire()  # before anything is written: the directory may be a live run's
@@ -157,6 +185,28 @@ def run(recipe: Recipe, layout: Layout, argv: list[str], overrides: list[str]) -
         if rank == 0:
             print(f"error: {problem}", file=sys.stderr, flush=True)
         return 2
+    st = open_run(recipe, layout, rank, lock, argv, overrides)
+    try:
+        set_up(st)
+        if recipe.workload == "collectives":
+            _sweep(recipe, st.rundir, st.device, st.hosts, st.watch)
+        else:
+            build(st)
+            train(st)
+        st.status = st.status if st.status != "failed" else "completed"
+        st.code = 0
+    except BaseException as exc:  # BaseException: torch's CheckpointException is not an Exception
+        if classify_failure(st, exc):
+            raise  # SystemExit: the finally below records it first
+    finally:
+        close(st)
+    return st.code
+
+
+def open_run(recipe: Recipe, layout: Layout, rank: int, lock: RunLock, argv: list[str],
+             overrides: list[str]) -> RunState:
+    """The run directory, this attempt's number (an earlier attempt that died unclosed recorded as such),
+    and run.json's first version."""
     rundir = RunDir(recipe.output_dir, rank)
     rundir.create()
     previous = rundir.load_previous() if recipe.train.resume != "never" else {}
@@ -164,168 +214,190 @@ def run(recipe: Recipe, layout: Layout, argv: list[str], overrides: list[str]) -
     if previous.get("status") == "running":  # that attempt died without closing (SIGKILL, node loss)
         prior.append({"attempt": previous.get("attempt"), "start_time": previous.get("start_time"),
                       "end_time": None, "status": "died"})
-    attempt = len(prior) + 1
-    started = time.time()
+    st = RunState(recipe, layout, rank, lock, rundir, previous, len(prior) + 1, time.time())
     rundir.update(
         name=recipe.name, status="running", exit_code=None, error=None, start_time=now_iso(), end_time=None,
         command=redact_tree(argv), overrides=redact_tree(overrides), recipe_path=recipe.recipe_path,
         recipe=redact_tree(recipe.to_dict()),
-        layout=layout.to_dict(), attempt=attempt, attempts=prior,
+        layout=layout.to_dict(), attempt=st.attempt, attempts=prior,
         software=software_versions(), environment=redacted_env())
-    stops = StopRequests(recipe.train.save_on_signal).install()
-    status, code, error = "failed", 1, None
-    hooks = HookList()
-    telemetry = watch = trainer = None
-    hosts: list = []
-    try:
-        device = pick_device()
-        backend = pick_backend(recipe.distributed.backend, device)
-        tel_settings = TelemetrySettings(**recipe.telemetry.__dict__)
-        Telemetry.prepare_environment(tel_settings, recipe.output_dir, backend)  # NCCL reads it at init
-        prepare_flight_recorder(rundir.logs)
-        init_process_group(backend, device, recipe.distributed.timeout_s)
-        hosts = [None] * dist.get_world_size()
-        dist.all_gather_object(hosts, {"rank": dist.get_rank(), "local_rank": int(os.environ.get("LOCAL_RANK", 0)),
-                                       **host_info(), "address": _socket_address()})
-        # a signal need not wait for the step's end when a peer is gone or rank 0 has already ended the run
-        stops.lost = lambda: _lost_ranks(hosts, trainer, rundir.run_json) or (
-            rank != 0 and _closed_by_rank0(rundir.run_json))
-        dims = ParallelDims(layout, device.type)
-        dims.world_mesh  # made once, up front: a mismatch fails here, not mid-step
-        rundir.update(backend=backend, device={"type": device.type,
-                      "name": torch.cuda.get_device_name(device) if device.type == "cuda" else None},
-                      hosts=hosts, environment=redacted_env())
-        watch = FabricWatch(rundir, recipe.fabric.expect,
-                            fabric.describe(backend, rundir.info["software"].get("nccl")))
-        if recipe.workload == "collectives":
-            _sweep(recipe, rundir, device, hosts, watch)
-            status, code = "completed", 0
-            return code
-        telemetry = Telemetry(tel_settings, recipe.output_dir, device)
-        # before the model is wrapped: DDP's buckets are traced through a comm hook, and DeepSpeed binds
-        # torch.distributed's all-gather/reduce-scatter when it is initialised (trainer/engines/deepspeed.py)
-        telemetry.start()
-        hooks.hooks += [HarnessHooks(telemetry), watch]
-        seed_everything(recipe.seed)
-        weight_dtype = _resolve_dtype(recipe.model.dtype, device)
-        compute_dtype = _resolve_dtype(recipe.train.precision, device)
-        workload = get_workload(recipe.workload)(recipe, device, weight_dtype)
-        need_eval = recipe.train.eval_every_samples is not None
-        train_set, eval_set = workload.build_data(need_eval)
-        if need_eval and (eval_set is None or len(eval_set) == 0):
-            raise InputError("data: the evaluation set is empty; check data.split / data.eval_dataset")
-        model = workload.build_model()
-        total = sum(p.numel() for p in model.parameters())
-        trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-        per_unit, unit, formula = workload.flops(model)
-        peak, peak_reason = peak_tflops(device, compute_dtype, getattr(workload, "peak_ops", "matmul"))
-        rundir.update(throughput={f"flops_per_{unit}": per_unit, "formula": formula,
-                                  "peak_tflops_per_device": peak, "peak_reason": peak_reason})
-        model = workload.parallelize(model, dims, device, compute_dtype)
-        if os.environ.get("FABRIC_HARNESS_LOAD_DIGESTS") == "1":  # check a load against the checkpoint
-            from .materialize import piece_digests
-            rundir.write_rank_file("load", piece_digests(model))
-        for part in model.modules():  # the model, or each pipeline stage
-            if isinstance(part, torch.nn.parallel.DistributedDataParallel):
-                telemetry.attach_ddp(part)
-        sampler = StepSampler(len(train_set), recipe.seed, layout.global_batch_size, layout.dp, dims.dp_rank,
-                              layout.micro_batch_size)
-        rundir.update(model={"parameters": total, "trainable_parameters": trainable,
-                             "weight_dtype": str(next(model.parameters()).dtype), "compute_dtype": str(compute_dtype),
-                             # lm_head split over tp, loss-parallel cross-entropy (no full-vocabulary logits)
-                             "vocab_parallel_loss": bool(getattr(workload, "loss_parallel", False))},
-                      data={"train_samples": len(train_set),
-                            "eval_samples": len(eval_set) if eval_set is not None else None,
-                            "synthetic": recipe.data.synthetic if recipe.workload != "llm_lora" else False,
-                            **({"seq_len": recipe.data.seq_len} if workload.has_tokens else {}),
-                            "eval_accuracy_is": workload.accuracy})
-        autocast = compute_dtype if compute_dtype != torch.float32 else None
-        trainer = Trainer(recipe, layout, dims, model, workload, train_set, eval_set, sampler, rundir, hooks,
-                          device, autocast)
-        trainer.flops_per_unit, trainer.flops_unit, trainer.peak_tflops = per_unit, unit, peak
-        trainer.stops = stops
-        trainer.progress.info(f"{recipe.name}: {layout.describe()}; backend {backend} on {device.type}")
-        trainer.progress.info(f"model {total:,} parameters, {trainable:,} trainable; {workload.describe(train_set)}")
-        state = trainer.run()
-        fingerprint = trainable_fingerprint(trainer.model)
-        rundir.write_rank_file("final", {"rank": dist.get_rank(), "dp_rank": dims.dp_rank, **host_info(),
-                                         "step": state.step, "trainable": fingerprint,
-                                         "trainable_local_bytes": _local_bytes(trainer.params),
-                                         "load": getattr(workload, "load_stats", None),
-                                         "peak_memory_bytes": _peak_memory_bytes(device)})
-        status = "target_reached" if state.target_reached_step else "completed"
-        code = 0
-        rundir.update(final={"step": state.step, "loss": state.last_loss, "eval_loss": state.last_eval_loss,
-                             "eval_accuracy": state.last_eval_accuracy,
-                             "target_reached_step": state.target_reached_step, "trainable": fingerprint})
-        loss = f", final loss {state.last_loss:.4f}" if state.last_loss is not None else ""
-        trainer.progress.info(f"done: {state.step} steps{loss}; run directory {os.path.abspath(recipe.output_dir)}")
-    except InputError as exc:
-        code, error = 2, str(exc)
+    st.stops = StopRequests(recipe.train.save_on_signal).install()
+    return st
+
+
+def set_up(st: RunState) -> None:
+    """Device, backend, the process group, every rank's host, the meshes and the fabric check."""
+    recipe, rundir = st.recipe, st.rundir
+    st.device = pick_device()
+    st.backend = pick_backend(recipe.distributed.backend, st.device)
+    st.tel_settings = TelemetrySettings(**recipe.telemetry.__dict__)
+    Telemetry.prepare_environment(st.tel_settings, recipe.output_dir, st.backend)  # NCCL reads it at init
+    prepare_flight_recorder(rundir.logs)
+    init_process_group(st.backend, st.device, recipe.distributed.timeout_s)
+    st.hosts = [None] * dist.get_world_size()
+    dist.all_gather_object(st.hosts, {"rank": dist.get_rank(), "local_rank": int(os.environ.get("LOCAL_RANK", 0)),
+                                      **host_info(), "address": _socket_address()})
+    # a signal need not wait for the step's end when a peer is gone or rank 0 has already ended the run
+    st.stops.lost = lambda: _lost_ranks(st.hosts, st.trainer, rundir.run_json) or (
+        st.rank != 0 and _closed_by_rank0(rundir.run_json))
+    st.dims = ParallelDims(st.layout, st.device.type)
+    st.dims.world_mesh  # made once, up front: a mismatch fails here, not mid-step
+    rundir.update(backend=st.backend, device={"type": st.device.type,
+                  "name": torch.cuda.get_device_name(st.device) if st.device.type == "cuda" else None},
+                  hosts=st.hosts, environment=redacted_env())
+    st.watch = FabricWatch(rundir, recipe.fabric.expect,
+                           fabric.describe(st.backend, rundir.info["software"].get("nccl")))
+
+
+def build(st: RunState) -> None:
+    """Telemetry on, then the workload's single-device model and data, parallelism applied from outside,
+    and the loop that will train it."""
+    recipe, layout, rundir, device, dims = st.recipe, st.layout, st.rundir, st.device, st.dims
+    telemetry = st.telemetry = Telemetry(st.tel_settings, recipe.output_dir, device)
+    # before the model is wrapped: DDP's buckets are traced through a comm hook, and DeepSpeed binds
+    # torch.distributed's all-gather/reduce-scatter when it is initialised (trainer/engines/deepspeed.py)
+    telemetry.start()
+    st.hooks.hooks += [HarnessHooks(telemetry), st.watch]
+    seed_everything(recipe.seed)
+    weight_dtype = _resolve_dtype(recipe.model.dtype, device)
+    compute_dtype = _resolve_dtype(recipe.train.precision, device)
+    workload = get_workload(recipe.workload)(recipe, device, weight_dtype)
+    need_eval = recipe.train.eval_every_samples is not None
+    train_set, eval_set = workload.build_data(need_eval)
+    if need_eval and (eval_set is None or len(eval_set) == 0):
+        raise InputError("data: the evaluation set is empty; check data.split / data.eval_dataset")
+    model = workload.build_model()
+    total = sum(p.numel() for p in model.parameters())
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    per_unit, unit, formula = workload.flops(model)
+    peak, peak_reason = peak_tflops(device, compute_dtype, getattr(workload, "peak_ops", "matmul"))
+    rundir.update(throughput={f"flops_per_{unit}": per_unit, "formula": formula,
+                              "peak_tflops_per_device": peak, "peak_reason": peak_reason})
+    model = workload.parallelize(model, dims, device, compute_dtype)
+    if os.environ.get("FABRIC_HARNESS_LOAD_DIGESTS") == "1":  # check a load against the checkpoint
+        from .materialize import piece_digests
+        rundir.write_rank_file("load", piece_digests(model))
+    for part in model.modules():  # the model, or each pipeline stage
+        if isinstance(part, torch.nn.parallel.DistributedDataParallel):
+            telemetry.attach_ddp(part)
+    sampler = StepSampler(len(train_set), recipe.seed, layout.global_batch_size, layout.dp, dims.dp_rank,
+                          layout.micro_batch_size)
+    rundir.update(model={"parameters": total, "trainable_parameters": trainable,
+                         "weight_dtype": str(next(model.parameters()).dtype), "compute_dtype": str(compute_dtype),
+                         # lm_head split over tp, loss-parallel cross-entropy (no full-vocabulary logits)
+                         "vocab_parallel_loss": bool(getattr(workload, "loss_parallel", False))},
+                  data={"train_samples": len(train_set),
+                        "eval_samples": len(eval_set) if eval_set is not None else None,
+                        "synthetic": recipe.data.synthetic if recipe.workload != "llm_lora" else False,
+                        **({"seq_len": recipe.data.seq_len} if workload.has_tokens else {}),
+                        "eval_accuracy_is": workload.accuracy})
+    autocast = compute_dtype if compute_dtype != torch.float32 else None
+    trainer = st.trainer = Trainer(recipe, layout, dims, model, workload, train_set, eval_set, sampler, rundir,
+                                   st.hooks, device, autocast)
+    trainer.flops_per_unit, trainer.flops_unit, trainer.peak_tflops = per_unit, unit, peak
+    trainer.stops = st.stops
+    trainer.progress.info(f"{recipe.name}: {layout.describe()}; backend {st.backend} on {device.type}")
+    trainer.progress.info(f"model {total:,} parameters, {trainable:,} trainable; {workload.describe(train_set)}")
+
+
+def train(st: RunState) -> None:
+    """The loop, then what the run ends with: each rank's trainable fingerprint and the final figures."""
+    trainer, rundir, dims = st.trainer, st.rundir, st.dims
+    state = trainer.run()
+    fingerprint = trainable_fingerprint(trainer.model)
+    rundir.write_rank_file("final", {"rank": dist.get_rank(), "dp_rank": dims.dp_rank, **host_info(),
+                                     "step": state.step, "trainable": fingerprint,
+                                     "trainable_local_bytes": _local_bytes(trainer.params),
+                                     "load": getattr(trainer.workload, "load_stats", None),
+                                     "peak_memory_bytes": _peak_memory_bytes(st.device)})
+    st.status = "target_reached" if state.target_reached_step else "completed"
+    rundir.update(final={"step": state.step, "loss": state.last_loss, "eval_loss": state.last_eval_loss,
+                         "eval_accuracy": state.last_eval_accuracy,
+                         "target_reached_step": state.target_reached_step, "trainable": fingerprint})
+    loss = f", final loss {state.last_loss:.4f}" if state.last_loss is not None else ""
+    trainer.progress.info(f"done: {state.step} steps{loss}; run directory {os.path.abspath(st.recipe.output_dir)}")
+
+
+def classify_failure(st: RunState, exc: BaseException) -> bool:
+    """What went wrong, as run.json's status, exit code and one error line: bad input (2), a signal (130),
+    a fault recognised for what it is or a lost peer (1, one line), a crash (1, traceback). Returns True
+    when the exception must propagate (SystemExit)."""
+    rank, rundir = st.rank, st.rundir
+    if isinstance(exc, InputError):
+        st.code, st.error = 2, str(exc)
         if rank == 0:
             print(f"error: {exc}", file=sys.stderr, flush=True)
-    except (Interrupted, KeyboardInterrupt) as exc:
-        status, code, error = "interrupted", 130, f"interrupted by {exc or 'SIGINT'}"
-        lost = _lost_ranks(hosts, trainer, rundir.run_json)
+        return False
+    if isinstance(exc, (Interrupted, KeyboardInterrupt)):
+        st.status, st.code, st.error = "interrupted", 130, f"interrupted by {exc or 'SIGINT'}"
+        lost = _lost_ranks(st.hosts, st.trainer, rundir.run_json)
         if lost:
-            status, code, error = "failed", 1, f"{lost}; {error}"
-        print(f"[trainer] rank {rank}: {error}; completed steps stay in metrics.jsonl", file=sys.stderr, flush=True)
-    except FaultError as exc:  # a fault recognised for what it is: one line, no traceback
-        error = str(exc)
+            st.status, st.code, st.error = "failed", 1, f"{lost}; {st.error}"
+        print(f"[trainer] rank {rank}: {st.error}; completed steps stay in metrics.jsonl", file=sys.stderr,
+              flush=True)
+        return False
+    if isinstance(exc, FaultError):  # a fault recognised for what it is: one line, no traceback
+        st.error = str(exc)
         if rank == 0 or not exc.everywhere:
             print(f"error: {exc}", file=sys.stderr, flush=True)
-    except BaseException as exc:  # a crash: keep the traceback on stderr, the summary in run.json
-        # BaseException: torch's CheckpointException is not an Exception, and SystemExit must be recorded too
-        error = one_line(exc)
-        lost = _lost_ranks(hosts, trainer, rundir.run_json) if not isinstance(exc, SystemExit) else None
-        deadline = time.monotonic() + 3
-        while not lost and _peer_gone(exc) and time.monotonic() < deadline:
-            time.sleep(0.1)  # the peer's sockets close while it is still exiting: give it a moment
-            lost = _lost_ranks(hosts, trainer, rundir.run_json)
-        if not lost and _peer_gone(exc):
-            lost = _lost_remote_ranks(exc, hosts, trainer)
-        if lost:  # a collective failed because a peer died: say which, not the transport's words
-            error = f"{lost}; {error}"
-            _say(rank, error)
-            return code
-        if is_timeout(exc) and dist.is_initialized():  # a peer that does not answer: a cut link, a hung rank
-            step = trainer.state.step + 1 if trainer is not None else None
-            error = describe_timeout(dump_flight_recorder(rundir.logs, rank), rank, step,
-                                     recipe.distributed.timeout_s, hosts, dist.get_backend())
-            _say(rank, error)
-            return code
-        if isinstance(exc, SystemExit):
-            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-            status = "completed" if code == 0 else "failed"
-            raise  # the finally below records it first
-        traceback.print_exc()
+        return False
+    # a crash: keep the traceback on stderr, the summary in run.json (SystemExit is recorded too)
+    st.error = one_line(exc)
+    lost = _lost_ranks(st.hosts, st.trainer, rundir.run_json) if not isinstance(exc, SystemExit) else None
+    deadline = time.monotonic() + 3
+    while not lost and _peer_gone(exc) and time.monotonic() < deadline:
+        time.sleep(0.1)  # the peer's sockets close while it is still exiting: give it a moment
+        lost = _lost_ranks(st.hosts, st.trainer, rundir.run_json)
+    if not lost and _peer_gone(exc):
+        lost = _lost_remote_ranks(exc, st.hosts, st.trainer)
+    if lost:  # a collective failed because a peer died: say which, not the transport's words
+        st.error = f"{lost}; {st.error}"
+        _say(rank, st.error)
+        return False
+    if is_timeout(exc) and dist.is_initialized():  # a peer that does not answer: a cut link, a hung rank
+        step = st.trainer.state.step + 1 if st.trainer is not None else None
+        st.error = describe_timeout(dump_flight_recorder(rundir.logs, rank), rank, step,
+                                    st.recipe.distributed.timeout_s, st.hosts, dist.get_backend())
+        _say(rank, st.error)
+        return False
+    if isinstance(exc, SystemExit):
+        st.code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        st.status = "completed" if st.code == 0 else "failed"
+        return True
+    traceback.print_exc()
+    return False
+
+
+def close(st: RunState) -> None:
+    """Always, error or not: flight-recorder dumps after a failure, the telemetry summary and exports,
+    run.json's final status, the lock, the process group."""
+    rundir = st.rundir
+    if st.stops is not None:
+        st.stops.remove()
+    if st.code != 0 and dist.is_initialized():
+        dump_flight_recorder(rundir.logs, st.rank)  # what every rank last entered, for telemetry report
+    try:
+        st.hooks.on_train_end(st.status)
+        if st.watch is not None and dist.is_initialized():
+            st.watch.refresh()  # the whole run's NCCL logs, not only the first step's
+        if st.telemetry is not None:
+            summary = st.telemetry.summary()
+            if st.trainer is not None and st.trainer.state.resumed_from and summary.get("enabled"):
+                # the run's verdict covers the attempts before the resume too
+                earlier = (st.previous.get("telemetry") or {}).get("counters")
+                summary["counters"] = merge_verdicts(earlier, summary.get("counters"))
+            rundir.update(telemetry=summary)
+            st.telemetry.close()
+            export_after_close(st.telemetry)
     finally:
-        stops.remove()
-        if code != 0 and dist.is_initialized():
-            dump_flight_recorder(rundir.logs, rank)  # what every rank last entered, for telemetry report
-        try:
-            hooks.on_train_end(status)
-            if watch is not None and dist.is_initialized():
-                watch.refresh()  # the whole run's NCCL logs, not only the first step's
-            if telemetry is not None:
-                summary = telemetry.summary()
-                if trainer is not None and trainer.state.resumed_from and summary.get("enabled"):
-                    # the run's verdict covers the attempts before the resume too
-                    earlier = (previous.get("telemetry") or {}).get("counters")
-                    summary["counters"] = merge_verdicts(earlier, summary.get("counters"))
-                rundir.update(telemetry=summary)
-                telemetry.close()
-                export_after_close(telemetry)
-        finally:
-            attempts = rundir.info.get("attempts", []) + [{"attempt": attempt, "start_time": rundir.info["start_time"],
-                                                           "end_time": now_iso(), "status": status}]
-            rundir.update(status=status, exit_code=code, error=error, end_time=now_iso(),
-                          duration_s=round(time.time() - started, 3), attempts=attempts)
-            rundir.close()
-            lock.release()
-            if dist.is_initialized():
-                dist.destroy_process_group()
-    return code
+        attempts = rundir.info.get("attempts", []) + [{"attempt": st.attempt, "start_time": rundir.info["start_time"],
+                                                       "end_time": now_iso(), "status": st.status}]
+        rundir.update(status=st.status, exit_code=st.code, error=st.error, end_time=now_iso(),
+                      duration_s=round(time.time() - st.started, 3), attempts=attempts)
+        rundir.close()
+        st.lock.release()
+        if dist.is_initialized():
+            dist.destroy_process_group()
 
 
 def _say(rank: int, error: str) -> None:

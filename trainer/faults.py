@@ -1,0 +1,38 @@
+"""Faults on purpose, for tests and benchmarks, kept out of the step loop: a straggler (one rank's compute
+late by `debug.delay_s` from `debug.delay_from_step`), and a lost or hung rank after a given step
+(FABRIC_HARNESS_CRASH_AFTER_STEP=N, FABRIC_HARNESS_CRASH_RANK=R, FABRIC_HARNESS_CRASH_MODE=kill|hang:
+the resume and fault tests stand it in for a lost node or a cut link). The loop calls `before_step` and
+`after_step`; with nothing asked for, both do nothing."""
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+
+class FaultInjection:
+    def __init__(self, rank: int, delay_s: float = 0.0, delay_from_step: int = 1, crash_after_step: int = 0,
+                 crash_rank: int = 0, crash_mode: str = "kill"):
+        self.rank = rank
+        self.delay_s, self.delay_from_step = delay_s, delay_from_step
+        self.crash_after_step, self.crash_rank, self.crash_mode = crash_after_step, crash_rank, crash_mode
+
+    @classmethod
+    def from_recipe(cls, debug, rank: int, environ=os.environ) -> "FaultInjection":
+        return cls(rank, delay_s=debug.delay_s if debug.delay_rank == rank else 0.0,
+                   delay_from_step=debug.delay_from_step,
+                   crash_after_step=int(environ.get("FABRIC_HARNESS_CRASH_AFTER_STEP", "0")),
+                   crash_rank=int(environ.get("FABRIC_HARNESS_CRASH_RANK", "0")),
+                   crash_mode=environ.get("FABRIC_HARNESS_CRASH_MODE", "kill"))
+
+    def before_step(self, step: int) -> None:
+        """Inside the step's time, before its compute: the straggler's delay."""
+        if self.delay_s and step >= self.delay_from_step:
+            time.sleep(self.delay_s)
+
+    def after_step(self, step: int) -> None:
+        """After the step is recorded (and checkpointed, if due): the lost or hung rank."""
+        if self.crash_after_step and step == self.crash_after_step and self.rank == self.crash_rank:
+            if self.crash_mode == "hang":  # stops answering, as behind a cut link
+                time.sleep(3600)
+            os.kill(os.getpid(), signal.SIGKILL)
