@@ -17,10 +17,10 @@ import torch.distributed as dist
 
 from . import checkpoint
 from .engines import deepspeed as ds
+from .engines.step import step_engine
 from .faults import FaultInjection
 from .hooks import HookList, Hooks
 from .optim import build_optimizer
-from .parallelize import grad_sync, reduce_trainable_grads
 from .progress import Progress
 from .stop import Interrupted
 from .throughput import step_figures
@@ -60,6 +60,7 @@ class Trainer:
         self.progress = Progress(recipe.max_steps, recipe.train.log_every, enabled=dist.get_rank() == 0)
         self.dp_group = dims.dp_group
         self.pipeline = getattr(model, "pipeline", None)  # pp > 1: the schedule runs forward and backward
+        self.step_engine = step_engine(self)  # native, pipeline or DeepSpeed: trainer/engines/step.py
         self.faults = FaultInjection.from_recipe(recipe.debug, dist.get_rank())  # only when asked for
         self.stops = None  # trainer.stop.StopRequests: SIGTERM or a lost agent, honoured at a step's end
 
@@ -135,38 +136,11 @@ class Trainer:
         # global item counts stay on the device: the loss divides by them without waiting for the host
         dist.all_reduce(counted, group=self.dp_group)
         scale = (dp / counted[:len(terms)].clamp(min=1.0)).float()
-        sums = torch.zeros(len(terms), device=self.device, dtype=torch.float32)
-        if self.pipeline is not None:  # the micro-batches are the pipeline's; it owns gradient sync
-            hooks.before_backward(step, 0)
-            with self._autocast(), self._loss_context():
-                sums += self.pipeline.train(batches, scale[0])
-            hooks.after_backward(step, 0)
-        else:
-            for i, batch in enumerate(batches):
-                last = i == len(batches) - 1
-                with grad_sync(self.model, last), self._loss_context():
-                    with self._autocast():
-                        parts = wl.loss_sums(self.model, self._to_device(batch))
-                    loss = sum(parts[name] * scale[k] for k, (name, _) in enumerate(terms))
-                    hooks.before_backward(step, i)
-                    if self.engine is not None:
-                        ds.backward(self.engine, loss, last)
-                    else:
-                        loss.backward()
-                    hooks.after_backward(step, i)
-                sums += torch.stack([parts[name].detach().float() for name, _ in terms])
-        if hasattr(self.model, "set_requires_gradient_sync"):
-            self.model.set_requires_gradient_sync(True)
-        if self.layout.data_parallel == "replicate":  # replicas: only the trainable gradients cross dp
-            reduce_trainable_grads(self.params, self.dp_group, dp)
-        norm = self._clip() if self.engine is None else None
+        sums = self.step_engine.forward_backward(step, batches, scale, terms)
+        norm = self.step_engine.finish_gradients()
         lr = self.optimizer.param_groups[0]["lr"]
         hooks.before_optimizer_step(step)
-        if self.engine is not None:  # reduces, clips (train.grad_clip), steps and zeroes the gradients
-            norm = ds.step(self.engine).to(self.device)
-        else:
-            self.optimizer.step()
-            self.optimizer.zero_grad(set_to_none=True)
+        norm = self.step_engine.apply(norm)
         self.scheduler.step()
         hooks.after_optimizer_step(step)
         dist.all_reduce(sums, group=self.dp_group)
