@@ -14,6 +14,8 @@ from __future__ import annotations
 
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast", "reduce", "send", "recv",
        "barrier")
+# Every op name a step's summary can hold: the collectives above plus one coalesced send/recv batch.
+RECORDED_OPS = (*OPS, "sendrecv")
 
 
 def bus_factor(op: str, n: int) -> float:

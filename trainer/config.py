@@ -18,6 +18,7 @@ import yaml
 
 from .engines import deepspeed_config
 from telemetry.errors import InputError
+from telemetry.settings import EXPORT_KINDS, TelemetrySettings
 
 
 class RecipeError(InputError):
@@ -125,27 +126,8 @@ class DistributedConfig:
     timeout_s: int = 600
 
 
-@dataclass
-class TelemetryConfig:
-    enabled: bool = True
-    nccl_debug: bool = True  # NCCL_DEBUG=INFO into logs/, for the transport verdict (user settings win)
-    cross_rank_every: int = 1  # steps between cross-rank min/mean/max reductions; 0 = never
-    # steps between exact cross-rank medians (every rank's values go to rank 0); null: every cross-rank
-    # step up to 16 ranks, every 100 steps above
-    cross_rank_median_every: Optional[int] = None
-    profile_every: int = 0  # steps between profiled windows for exposed communication; 0 = never
-    profile_steps: int = 1
-    save_traces: bool = False  # keep the profiled windows' Chrome traces in logs/
-    power_sample_interval_s: float = 0.1
-    interfaces: Optional[list[str]] = None  # NICs whose counters to read; default: the ones in use
-    # outputs written from the run directory at the end: tensorboard, wandb (offline), parquet, trace
-    export: list[str] = field(default_factory=list)
-    # steps between link probes between hosts, which name the host of a slow link; 0 = never
-    link_probe_every: int = 5
-    link_probe_bytes: int = 65536  # per probe and host; raise it on fast fabrics (a few MiB at 100 Gbit/s+)
-
-
-TELEMETRY_EXPORTS = ("tensorboard", "wandb", "parquet", "trace")  # telemetry/analysis/exports KINDS
+TelemetryConfig = TelemetrySettings  # the recipe's telemetry: section is the library's settings (telemetry/settings.py)
+TELEMETRY_EXPORTS = EXPORT_KINDS
 
 
 @dataclass

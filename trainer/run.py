@@ -230,13 +230,11 @@ def set_up(st: RunState) -> None:
     recipe, rundir = st.recipe, st.rundir
     st.device = pick_device()
     st.backend = pick_backend(recipe.distributed.backend, st.device)
-    st.tel_settings = TelemetrySettings(**recipe.telemetry.__dict__)
+    st.tel_settings = recipe.telemetry
     Telemetry.prepare_environment(st.tel_settings, recipe.output_dir, st.backend)  # NCCL reads it at init
     prepare_flight_recorder(rundir.logs)
     init_process_group(st.backend, st.device, recipe.distributed.timeout_s)
-    st.hosts = [None] * dist.get_world_size()
-    dist.all_gather_object(st.hosts, {"rank": dist.get_rank(), "local_rank": int(os.environ.get("LOCAL_RANK", 0)),
-                                      **host_info(), "address": _socket_address()})
+    st.hosts = fabric.exchange_hosts()
     # a signal need not wait for the step's end when a peer is gone or rank 0 has already ended the run
     st.stops.lost = lambda: _lost_ranks(st.hosts, st.trainer, rundir.run_json) or (
         st.rank != 0 and _closed_by_rank0(rundir.run_json))
@@ -422,14 +420,6 @@ def _closed_by_rank0(run_json: str | None) -> bool:
             return json.load(f).get("status") != "running"
     except (OSError, TypeError, ValueError, AttributeError):
         return False
-
-
-def _socket_address() -> str | None:
-    """The address this rank's gloo sockets use (its peers' transport errors name it), or None."""
-    try:
-        return fabric.interface_addresses().get(fabric.gloo_interface().get("interface"))
-    except OSError:
-        return None
 
 
 _IPV4 = re.compile(r"(?<![\d.])(\d{1,3}(?:\.\d{1,3}){3})(?![\d.])")

@@ -10,12 +10,10 @@ import os
 import statistics
 from urllib.parse import quote
 
-from telemetry.formulas import OPS
+from telemetry.formulas import RECORDED_OPS
 from telemetry.analysis.runs import Run, load_run, median, percentile
 from telemetry.stragglers import report_section as straggler_section
 
-# the op names telemetry.capture.collectives records (imported without torch: reports run anywhere)
-RECORDED_OPS = (*OPS, "sendrecv")
 
 
 def _mean(values):

@@ -51,12 +51,10 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
-from telemetry.formulas import OPS, bus_factor
+from telemetry.formulas import OPS, RECORDED_OPS, bus_factor
 
 _NBYTES = lambda t: t.numel() * t.element_size()  # noqa: E731
 
-# Every op name a summary can hold: nccl-tests' collectives plus one coalesced send/recv batch.
-RECORDED_OPS = (*OPS, "sendrecv")
 
 
 def _sum_bytes(tensors) -> int:

@@ -10,7 +10,7 @@ import socket
 import struct
 
 from telemetry.capture.counters import list_hcas, list_interfaces
-from telemetry.capture.environment import redacted_env
+from telemetry.capture.environment import host_info, redacted_env
 from telemetry.capture.nccl_log import parse_dir
 
 EXPECTATIONS = ("any", "roce", "infiniband", "efa", "tcp", "intra-node")
@@ -204,3 +204,26 @@ def check_expectation(expected: str, detected: str | None) -> dict:
                           + (" - NCCL fell back to TCP sockets (check NCCL_IB_DISABLE, NCCL_IB_HCA, "
                              "NCCL_SOCKET_IFNAME and the RDMA devices)" if detected == "tcp" else ""))
     return out
+
+
+def socket_address() -> str | None:
+    """The address this rank's gloo sockets use (its peers' transport errors name it), or None."""
+    try:
+        return interface_addresses().get(gloo_interface().get("interface"))
+    except OSError:
+        return None
+
+
+def exchange_hosts(rank: int | None = None) -> list[dict]:
+    """Every rank's host record - rank, local rank, host name, pid, socket address - gathered once at
+    start-up, before the first step (so never counted in one); only this rank's outside a process group."""
+    import torch.distributed as dist
+
+    live = dist.is_initialized()
+    me = {"rank": dist.get_rank() if live else (rank or 0), "local_rank": int(os.environ.get("LOCAL_RANK", 0)),
+          **host_info(), "address": socket_address()}
+    if not live or dist.get_world_size() == 1:
+        return [me]
+    hosts: list = [None] * dist.get_world_size()
+    dist.all_gather_object(hosts, me)
+    return hosts

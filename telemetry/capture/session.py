@@ -22,12 +22,12 @@ import os
 import statistics
 import sys
 import time
-from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 
 from telemetry.capture import early, fabric
+from telemetry.settings import TelemetrySettings  # noqa: F401 (the settings the session takes; re-exported)
 from telemetry.capture.collectives import RECORDED_OPS as OPS, CollectiveTracer, enable_nccl_timing, totals
 from telemetry.capture.counters import CounterReader, loss_verdict
 from telemetry.capture.energy import EnergyMeter, open_cpu_source, open_gpu_source
@@ -35,27 +35,6 @@ from telemetry.capture.environment import host_info
 from telemetry.capture.exposed import CopyRate, ProfiledWindows, phase_times, step_comm_times
 from telemetry.capture.link_probe import link_probe
 from telemetry.stragglers import StragglerDetector, describe as describe_straggler, leaders
-
-
-@dataclass
-class TelemetrySettings:
-    enabled: bool = True
-    nccl_debug: bool = True  # NCCL_DEBUG=INFO into the run's logs/ (for the transport verdict)
-    cross_rank_every: int = 1  # steps between cross-rank reductions to rank 0; 0 = never
-    # steps between exact medians across ranks (every rank's values go to rank 0); None: every cross-rank step up to
-    # MEDIAN_EVERY_STEP_UP_TO ranks, every MEDIAN_EVERY_AT_SCALE steps above; 0 = never
-    cross_rank_median_every: int | None = None
-    profile_every: int = 0  # steps between profiled windows (exposed communication); 0 = never
-    profile_steps: int = 1
-    save_traces: bool = False
-    power_sample_interval_s: float = 0.1
-    interfaces: list[str] | None = None  # NICs to count; default: the ones the backend uses
-    sysfs: str = "/sys"
-    # written by rank 0 after close from the run directory (telemetry/analysis/exports); "trace" also makes every rank
-    # keep ranks/rank<r>.events.jsonl (per-call timestamps, bounded: see EVENTS_MAX_*)
-    export: list[str] | None = None
-    link_probe_every: int = 5  # steps between link probes between hosts (telemetry/stragglers.py); 0 = never
-    link_probe_bytes: int = 64 << 10
 
 
 EVENTS_MAX_CALLS_PER_STEP = 4096  # collectives kept per step in the events file; the rest are counted

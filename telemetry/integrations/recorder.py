@@ -26,7 +26,7 @@ import torch.distributed as dist
 
 from telemetry.analysis.exports import export_after_close
 from telemetry.capture import early, fabric
-from telemetry.capture.environment import host_info, redacted_env, software_versions
+from telemetry.capture.environment import redacted_env, software_versions
 from telemetry.capture.session import Telemetry, TelemetrySettings
 from telemetry.rundir import RunDir, now_iso
 
@@ -102,11 +102,7 @@ class RunRecorder:
         software = software_versions()
         software.update({k: _version(k) for k in ENGINE_PACKAGES})
         backend = dist.get_backend() if dist.is_initialized() else self.backend
-        me = {"rank": self.rank, "local_rank": int(os.environ.get("LOCAL_RANK", 0)), **host_info()}
-        hosts = [me]
-        if dist.is_initialized() and dist.get_world_size() > 1:  # before the first step: not counted
-            hosts = [None] * dist.get_world_size()
-            dist.all_gather_object(hosts, me)
+        hosts = fabric.exchange_hosts(self.rank)
         device = (torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available()
                   else torch.device("cpu"))
         fab = fabric.describe(backend, software.get("nccl"))

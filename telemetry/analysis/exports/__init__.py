@@ -15,7 +15,7 @@ import sys
 
 from telemetry.analysis.runs import Run, load_run
 
-KINDS = ("tensorboard", "wandb", "parquet", "trace")
+from telemetry.settings import EXPORT_KINDS as KINDS  # noqa: E402
 
 
 def step_scalars(record: dict) -> dict[str, float]:

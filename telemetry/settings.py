@@ -1,0 +1,28 @@
+"""Telemetry's settings: the recipe's `telemetry:` section and the library's constructor argument, defined
+once (trainer/config.py binds recipes into this class). Pure Python, no torch."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+EXPORT_KINDS = ("tensorboard", "wandb", "parquet", "trace")  # written by telemetry/analysis/exports
+
+
+@dataclass
+class TelemetrySettings:
+    enabled: bool = True
+    nccl_debug: bool = True  # NCCL_DEBUG=INFO into the run's logs/ (for the transport verdict)
+    cross_rank_every: int = 1  # steps between cross-rank reductions to rank 0; 0 = never
+    # steps between exact medians across ranks (every rank's values go to rank 0); None: every cross-rank step up to
+    # MEDIAN_EVERY_STEP_UP_TO ranks, every MEDIAN_EVERY_AT_SCALE steps above; 0 = never
+    cross_rank_median_every: int | None = None
+    profile_every: int = 0  # steps between profiled windows (exposed communication); 0 = never
+    profile_steps: int = 1
+    save_traces: bool = False
+    power_sample_interval_s: float = 0.1
+    interfaces: list[str] | None = None  # NICs to count; default: the ones the backend uses
+    sysfs: str = "/sys"  # where the NIC and RDMA counters are read (a host's /sys mounted elsewhere in a container)
+    # written by rank 0 after close from the run directory (telemetry/analysis/exports); "trace" also makes every rank
+    # keep ranks/rank<r>.events.jsonl (per-call timestamps, bounded: see EVENTS_MAX_*)
+    export: list[str] = field(default_factory=list)
+    link_probe_every: int = 5  # steps between link probes between hosts (telemetry/stragglers.py); 0 = never
+    link_probe_bytes: int = 64 << 10
