@@ -1,32 +1,22 @@
-"""Recipes: YAML (safe loading only) -> typed config tree, with `key=value` overrides.
+"""Recipes: the typed config tree (the schema), `load_recipe` and the checks every recipe shares.
 
-Binding collects every problem instead of stopping at the first, so a user fixes a recipe in one pass.
-This module imports no torch: `--dry-run` of a 70B recipe must be instant on a laptop.
+Reading the file safely is trainer/recipe_yaml.py, binding and overrides trainer/binding.py, and each
+workload's own checks sit beside it in trainer/workloads/*_checks.py. Binding collects every problem
+instead of stopping at the first, so a user fixes a recipe in one pass. No torch: `--dry-run` of a 70B
+recipe must be instant on a laptop.
 """
 from __future__ import annotations
 
 import dataclasses
-import difflib
-import math
 import os
-import types
-import typing
 from dataclasses import dataclass, field
-from typing import Any, Literal, Optional, Union
+from typing import Literal, Optional, Union
 
-import yaml
-
+from .binding import _apply_override, _bind_dataclass, _get, _parse_override
+from .checks import _at_least, _within
 from .engines import deepspeed_config
-from telemetry.errors import InputError
+from .recipe_yaml import RecipeError, _read_recipe  # noqa: F401 (RecipeError: part of this module's API)
 from telemetry.settings import EXPORT_KINDS, TelemetrySettings
-
-
-class RecipeError(InputError):
-    """One or more problems in a recipe or its overrides; each is a complete one-line message."""
-
-    def __init__(self, problems: list[str]):
-        super().__init__("\n".join(problems))
-        self.problems = problems
 
 
 @dataclass
@@ -206,10 +196,6 @@ RECIPE_RELATIVE_PATHS = ("model.path", "model.tokenizer", "data.dataset", "data.
 
 # ---------------------------------------------------------------- limits
 
-MAX_RECIPE_BYTES = 1 << 20  # real recipes are a few KiB; checked before parsing
-MAX_YAML_DEPTH = 32  # nesting levels
-MAX_YAML_NODES = 100_000  # values after expanding aliases: a few small aliases can stand for billions
-INT64_MAX = (1 << 63) - 1
 SEED_MAX = (1 << 32) - 1  # numpy's legacy seeding and most samplers take 32 bits
 TIMEOUT_MAX_S = 7 * 86400  # process-group timeouts become int64 milliseconds and C++ chrono types
 # One micro-batch's input elements: beyond 2**31 no device holds even the inputs (and int32 indexing fails).
@@ -219,288 +205,10 @@ SEQ_LEN_MAX = 1 << 20
 SWEEP_BYTES_MAX = 1 << 36  # 64 GiB: more than any accelerator's memory per buffer
 
 
-class _Refused(yaml.YAMLError):
-    """A YAML construct a recipe may not use; `line` is 1-based or None."""
-
-    def __init__(self, message: str, line: Optional[int]):
-        super().__init__(message)
-        self.message, self.line = message, line
-
-
-class _RecipeLoader(yaml.SafeLoader):
-    """Safe loading that refuses duplicate keys (PyYAML lets the last silently win), deep nesting and
-    alias expansion beyond MAX_YAML_NODES (an 'alias bomb' parses in microseconds and then explodes in
-    whatever walks the tree)."""
-
-    def __init__(self, stream):
-        super().__init__(stream)
-        self._depth = 0
-
-    def compose_node(self, parent, index):
-        self._depth += 1
-        try:
-            if self._depth > MAX_YAML_DEPTH:
-                mark = self.peek_event().start_mark
-                raise _Refused(f"nested deeper than {MAX_YAML_DEPTH} levels", mark.line + 1)
-            return super().compose_node(parent, index)
-        finally:
-            self._depth -= 1
-
-    def construct_mapping(self, node, deep=False):
-        if isinstance(node, yaml.MappingNode):
-            seen: dict = {}
-            for key_node, _ in node.value:
-                if key_node.tag == "tag:yaml.org,2002:merge":
-                    continue
-                key = self.construct_object(key_node, deep=True)
-                try:
-                    first = seen.get(key)
-                except TypeError:  # unhashable: the base class reports it
-                    continue
-                line = key_node.start_mark.line + 1
-                if first is not None:
-                    raise _Refused(f"duplicate key {key!r} (first at line {first}); each key may appear once", line)
-                seen[key] = line
-        return super().construct_mapping(node, deep)
-
-
-def _expanded_nodes(node, memo: dict) -> int:
-    """Values the node stands for once aliases are expanded; shared nodes are counted per use."""
-    known = memo.get(id(node))
-    if known is not None:
-        return known
-    count = 1
-    if isinstance(node, yaml.SequenceNode):
-        count += sum(_expanded_nodes(child, memo) for child in node.value)
-    elif isinstance(node, yaml.MappingNode):
-        count += sum(_expanded_nodes(k, memo) + _expanded_nodes(v, memo) for k, v in node.value)
-    count = min(count, MAX_YAML_NODES + 1)  # keeps the integers small for exponential graphs
-    memo[id(node)] = count
-    return count
-
-
-def parse_yaml(text: str) -> Any:
-    """YAML text -> Python values with the recipe loader's limits (raises yaml.YAMLError)."""
-    loader = _RecipeLoader(text)
-    try:
-        node = loader.get_single_node()
-        if node is None:
-            return None
-        if _expanded_nodes(node, {}) > MAX_YAML_NODES:
-            raise _Refused(f"expands to more than {MAX_YAML_NODES} values through aliases (&anchor/*alias); "
-                           "write the values out", None)
-        return loader.construct_document(node)
-    finally:
-        loader.dispose()
-
-
-def _yaml_problem(exc: yaml.YAMLError) -> str:
-    """' at line N: reason' in one line, whatever PyYAML error it is."""
-    if isinstance(exc, _Refused):
-        line, reason = exc.line, exc.message
-    else:
-        mark = getattr(exc, "problem_mark", None)
-        line = mark.line + 1 if mark is not None else None
-        reason = getattr(exc, "problem", None) or getattr(exc, "reason", None) or str(exc)
-    reason = " ".join(str(reason).split())
-    return (f" at line {line}" if line else "") + f": {reason}"
-
-
 # ---------------------------------------------------------------- binding
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 200 else text[:200] + "..."
-
-def _type_name(tp: Any) -> str:
-    origin = typing.get_origin(tp)
-    if tp is int:
-        return "an integer"
-    if tp is float:
-        return "a number"
-    if tp is bool:
-        return "true or false"
-    if tp is str:
-        return "a string"
-    if tp is dict:
-        return "a mapping"
-    if origin is Literal:
-        return "one of " + ", ".join(repr(a) for a in typing.get_args(tp))
-    if origin is list:
-        (inner,) = typing.get_args(tp)
-        return f"a list of {_type_name(inner).removeprefix('an ').removeprefix('a ')}s"
-    if origin in (Union, types.UnionType):
-        args = typing.get_args(tp)
-        names = [_type_name(a) for a in args if a is not type(None)]
-        return " or ".join(names) + (" or null" if type(None) in args else "")
-    return getattr(tp, "__name__", str(tp))
-
-
-def _bind_value(value: Any, tp: Any, path: str, problems: list[str]) -> Any:
-    origin = typing.get_origin(tp)
-    if dataclasses.is_dataclass(tp):
-        if not isinstance(value, dict):
-            problems.append(f"{path}: got {_short(value)}; expected a mapping of {', '.join(_field_names(tp))}")
-            return tp()
-        return _bind_dataclass(value, tp, path, problems)
-    if origin in (Union, types.UnionType):
-        args = typing.get_args(tp)
-        if value is None and type(None) in args:
-            return None
-        real = [a for a in args if a is not type(None)]
-        if len(real) == 1 and (isinstance(value, (int, float)) or real[0] is not float):
-            # Optional[X]: X's own message (a NaN is named as such, not as "expected a number or null")
-            before = len(problems)
-            bound = _bind_value(value, real[0], path, problems)
-            if len(problems) > before and type(None) in args:
-                problems[-1] += " (or null)"
-            return bound
-        for arg in real:
-            trial: list[str] = []
-            bound = _bind_value(value, arg, path, trial)
-            if not trial:
-                return bound
-            if len(trial) == 1 and "finite number" in trial[0]:
-                problems.extend(trial)
-                return value
-    elif origin is Literal:
-        if value in typing.get_args(tp) and type(value) in {type(a) for a in typing.get_args(tp)}:
-            return value
-    elif origin is list:
-        (inner,) = typing.get_args(tp)
-        if isinstance(value, list):
-            before = len(problems)
-            items = [_bind_value(v, inner, f"{path}[{i}]", problems) for i, v in enumerate(value)]
-            if len(problems) == before:
-                return items
-            return value
-    elif tp is bool:
-        if isinstance(value, bool):
-            return value
-    elif tp is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            if abs(value) > INT64_MAX:
-                problems.append(f"{path}: got {_short(value)}; out of range (allowed: a 64-bit integer)")
-            return value
-    elif tp is float:
-        number = None
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            number = value
-        # YAML 1.1 reads "1e-4" (no dot) as a string; accept what is plainly a number.
-        elif isinstance(value, str):
-            try:
-                number = float(value)
-            except ValueError:
-                pass
-        if number is not None:
-            try:
-                number = float(number)
-            except OverflowError:  # an integer literal beyond float range
-                number = math.inf
-            if not math.isfinite(number):
-                problems.append(f"{path}: got {_short(value)}; expected a finite number (NaN and infinity are refused)")
-            return number
-    elif tp is str:
-        if isinstance(value, str):
-            if "\x00" in value:
-                problems.append(f"{path}: got a string with a NUL character; allowed: text without NUL")
-            return value
-    elif tp is dict:
-        if isinstance(value, dict):
-            return value
-    problems.append(f"{path}: got {_short(value)} ({type(value).__name__}); expected {_type_name(tp)}")
-    return value
-
-
-def _field_names(cls: type) -> list[str]:
-    return [f.name for f in dataclasses.fields(cls) if f.name != "recipe_path"]
-
-
-def _bind_dataclass(data: dict, cls: type, prefix: str, problems: list[str]) -> Any:
-    hints = typing.get_type_hints(cls)
-    names = _field_names(cls)
-    kwargs = {}
-    for key, value in data.items():
-        path = f"{prefix}.{key}" if prefix else str(key)
-        if key not in names:
-            close = difflib.get_close_matches(str(key), names, n=1)
-            hint = f"did you mean '{close[0]}'? " if close else ""
-            problems.append(f"{path}: unknown key; {hint}allowed: {', '.join(names)}")
-            continue
-        before = len(problems)
-        bound = _bind_value(value, hints[key], path, problems)
-        if len(problems) == before:  # a bad value is reported once; its default keeps later checks sane
-            kwargs[key] = bound
-    try:
-        return cls(**kwargs)
-    except TypeError:  # only reachable after a reported problem
-        return cls()
 
 
 # ---------------------------------------------------------------- loading
-
-def _parse_override(text: str) -> tuple[list[str], Any]:
-    if "=" not in text:
-        raise RecipeError([f"{text}: an override must look like key.path=value"])
-    key, raw = text.split("=", 1)
-    key = key.strip()
-    if not key or any(not part for part in key.split(".")):
-        raise RecipeError([f"{text}: an override must look like key.path=value"])
-    try:
-        value = parse_yaml(raw) if raw.strip() else None
-    except _Refused as exc:
-        raise RecipeError([f"{key}: the override's value is refused: {exc.message}"]) from None
-    except (yaml.YAMLError, RecursionError):
-        value = raw
-    return key.split("."), value
-
-
-def _apply_override(tree: dict, parts: list[str], value: Any) -> Optional[str]:
-    node = tree
-    for i, part in enumerate(parts[:-1]):
-        child = node.get(part)
-        if child is None:
-            child = node[part] = {}
-        if not isinstance(child, dict):
-            return f"{'.'.join(parts[:i + 1])}: is {child!r}, not a mapping; cannot set {'.'.join(parts)}"
-        node = child
-    node[parts[-1]] = value
-    return None
-
-
-def _get(tree: dict, dotted: str) -> Any:
-    node: Any = tree
-    for part in dotted.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return None
-        node = node[part]
-    return node
-
-
-def _read_recipe(path: str) -> Any:
-    """The parsed YAML of a recipe file, or RecipeError naming the file (and line) and what is allowed."""
-    if not os.path.isfile(path):
-        raise RecipeError([f"recipe: {path!r} is not a file"])
-    try:
-        with open(path, "rb") as f:
-            raw = f.read(MAX_RECIPE_BYTES + 1)  # bounded even if the size changes under us
-    except OSError as exc:
-        raise RecipeError([f"recipe: cannot read {path}: {exc.strerror or exc}"]) from None
-    if len(raw) > MAX_RECIPE_BYTES:
-        raise RecipeError([f"recipe: {path} is larger than {MAX_RECIPE_BYTES} bytes; allowed: a recipe of at "
-                           f"most {MAX_RECIPE_BYTES // 1024} KiB"])
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = raw[:exc.start].count(b"\n") + 1
-        raise RecipeError([f"recipe: {path} is not UTF-8 text (byte 0x{raw[exc.start]:02x} at line {line}); "
-                           "allowed: a UTF-8 YAML file"]) from None
-    try:
-        return parse_yaml(text)
-    except yaml.YAMLError as exc:
-        raise RecipeError([f"recipe: {path} is not valid YAML{_yaml_problem(exc)}"]) from None
-    except RecursionError:
-        raise RecipeError([f"recipe: {path} is nested too deeply"]) from None
 
 
 def load_recipe(path: str, overrides: list[str] = ()) -> Recipe:
@@ -531,20 +239,6 @@ def load_recipe(path: str, overrides: list[str] = ()) -> Recipe:
         raise RecipeError(problems)
     recipe.recipe_path = os.path.abspath(path)
     return recipe
-
-
-def _at_least(section: str, obj: Any, keys: tuple[str, ...], low: int, note: str = "") -> list[str]:
-    """One problem per integer field below `low`, in the shared wording."""
-    prefix = f"{section}." if section else ""
-    return [f"{prefix}{key}: got {getattr(obj, key)}; expected an integer >= {low}{note}"
-            for key in keys if getattr(obj, key) < low]
-
-
-def _within(section: str, obj: Any, keys: tuple[str, ...], low: int, high: int, note: str = "") -> list[str]:
-    """One problem per integer field outside [low, high]."""
-    prefix = f"{section}." if section else ""
-    return [f"{prefix}{key}: got {getattr(obj, key)}; expected an integer from {low} to {high}{note}"
-            for key in keys if not low <= getattr(obj, key) <= high]
 
 
 def _check_batch_memory(r: Recipe) -> list[str]:
@@ -590,23 +284,6 @@ def parse_size(value: Union[int, str], key: str, problems: list[str]) -> int | N
     return size
 
 
-def check_sweep(sw: SweepConfig) -> list[str]:
-    p: list[str] = []
-    bad = [op for op in sw.ops if op not in SWEEP_OPS]
-    if bad or not sw.ops:
-        p.append(f"sweep.ops: got {sw.ops}; allowed: {', '.join(SWEEP_OPS)}")
-    if sw.dtype not in SWEEP_DTYPES:
-        p.append(f"sweep.dtype: got {sw.dtype!r}; allowed: {', '.join(SWEEP_DTYPES)}")
-    lo, hi = parse_size(sw.min_bytes, "sweep.min_bytes", p), parse_size(sw.max_bytes, "sweep.max_bytes", p)
-    if lo and hi and lo > hi:
-        p.append(f"sweep.max_bytes: {sw.max_bytes!r} is below sweep.min_bytes {sw.min_bytes!r}")
-    p += _at_least("sweep", sw, ("factor",), 2) + _at_least("sweep", sw, ("iters", "latency_iters", "repeats"), 1)
-    p += _at_least("sweep", sw, ("warmup",), 0)
-    if sw.root < 0:
-        p.append(f"sweep.root: got {sw.root}; expected a rank >= 0")
-    return p
-
-
 def check_recipe(r: Recipe) -> list[str]:
     """Checks that need no world size. Each problem names the key, the value and what is allowed."""
     p = []
@@ -616,13 +293,10 @@ def check_recipe(r: Recipe) -> list[str]:
         p.append("output_dir: empty; allowed: a directory path")
     p += _within("distributed", r.distributed, ("timeout_s",), 1, TIMEOUT_MAX_S, " (7 days)")
     if r.workload == "collectives":
+        from .workloads.collectives_checks import check_sweep
         return p + check_sweep(r.sweep) + _check_telemetry(r)
-    if r.workload == "llm_lora":
-        p += _check_llm(r)
-    elif r.workload == "bert_pretraining":
-        p += _check_bert(r)
-    elif r.workload == "image_classification":
-        p += _check_image(r)
+    from .workloads import recipe_checks
+    p += recipe_checks(r.workload)(r)  # the workload's own checks, beside it in trainer/workloads/
     t = r.train
     p += _at_least("train", t, ("global_batch_size", "micro_batch_size", "log_every"), 1)
     p += _within("train", t, ("global_batch_size",), 1, GLOBAL_BATCH_MAX) + _check_batch_memory(r)
@@ -699,74 +373,6 @@ def check_recipe(r: Recipe) -> list[str]:
     if par.dp == 0 or par.dp < -1:
         p.append(f"parallel.dp: got {par.dp}; expected an integer >= 1, or -1 for what the world size leaves")
     return p + deepspeed_config.check(r) + _check_telemetry(r)
-
-
-def _check_llm(r: Recipe) -> list[str]:
-    p = []
-    m = r.model
-    if (m.path is None) == (m.config is None):
-        p.append("model: set exactly one of model.path (a local checkpoint directory) "
-                 "or model.config (random init); got " + ("both" if m.path else "neither"))
-    if m.config is not None and m.tokenizer is None:
-        p.append("model.tokenizer: required with model.config (random init has no tokenizer of its own)")
-    p += _at_least("lora", r.lora, ("r",), 1)
-    if r.lora.alpha <= 0:
-        p.append(f"lora.alpha: got {r.lora.alpha}; expected a number > 0")
-    if not 0.0 <= r.lora.dropout < 1.0:
-        p.append(f"lora.dropout: got {r.lora.dropout}; expected a number in [0, 1)")
-    if not r.lora.target_modules:
-        p.append("lora.target_modules: empty; name at least one module, e.g. [q_proj, v_proj]")
-    d = r.data
-    p += _at_least("data", d, ("seq_len",), 8)
-    return p + _check_split(d)
-
-
-def _check_split(d: DataConfig) -> list[str]:
-    if len(d.split) != 3 or any(x < 0 for x in d.split) or abs(sum(d.split) - 1.0) > 1e-6:
-        return [f"data.split: got {d.split}; expected three non-negative fractions (train, validation, test) "
-                "summing to 1"]
-    return []
-
-
-def _check_synthetic_or_path(r: Recipe, what: str) -> list[str]:
-    d = r.data
-    if d.synthetic:
-        return [] if d.synthetic_samples >= 1 else [
-            f"data.synthetic_samples: got {d.synthetic_samples}; expected an integer >= 1"]
-    if d.dataset == DataConfig.dataset:  # the Dolly default means nothing to this workload
-        return [f"data.dataset: {r.workload} needs {what}, or data.synthetic=true for random inputs "
-                "of the real shapes"]
-    return []
-
-
-def _check_bert(r: Recipe) -> list[str]:
-    p = []
-    m, d = r.model, r.data
-    if (m.path is None) == (m.config is None):
-        p.append("model: set exactly one of model.path (a local BERT checkpoint directory) "
-                 "or model.config (BertConfig fields, random init); got " + ("both" if m.path else "neither"))
-    p += _at_least("data", d, ("seq_len",), 8)
-    if not 1 <= d.max_predictions <= d.seq_len:
-        p.append(f"data.max_predictions: got {d.max_predictions}; expected 1..data.seq_len ({d.seq_len})")
-    if not d.synthetic and d.eval_dataset is None:
-        p += _check_split(d)  # the held-out eval rows come from data.split
-    return p + _check_synthetic_or_path(r, "a local file or directory of tokenized sequences")
-
-
-def _check_image(r: Recipe) -> list[str]:
-    p = []
-    m, d, t = r.model, r.data, r.train
-    if m.arch is None:
-        p.append("model.arch: required for image_classification; allowed: a torchvision model builder "
-                 "name such as resnet50 or resnet18")
-    if m.config is not None and not isinstance(m.config, dict):
-        p.append("model.config: for image_classification a mapping of ResNet arguments "
-                 "(block, layers, width_per_group), or null")
-    p += _within("data", d, ("image_size",), 32, 8192) + _within("data", d, ("num_classes",), 2, 1 << 20)
-    p += _within("data", d, ("workers",), 0, 256)
-    if not 0.0 <= t.label_smoothing < 1.0:
-        p.append(f"train.label_smoothing: got {t.label_smoothing}; expected a number in [0, 1)")
-    return p + _check_synthetic_or_path(r, "an ImageFolder directory (with train/ and val/)")
 
 
 def _check_telemetry(r: Recipe) -> list[str]:

@@ -29,6 +29,18 @@ WORKLOADS = {
 }
 
 
+# each workload's recipe checks, in a torch-free module beside it (the dry run runs them without torch)
+RECIPE_CHECKS = {"llm_lora": "llm_lora_checks", "bert_pretraining": "bert_checks",
+                 "image_classification": "image_checks"}
+
+
+def recipe_checks(name: str):
+    """The workload's `check(recipe) -> list of problems`."""
+    import importlib
+
+    return importlib.import_module(f"{__name__}.{RECIPE_CHECKS[name]}").check
+
+
 def get_workload(name: str):
     import importlib
 

@@ -1,0 +1,184 @@
+"""Binding a recipe tree to the typed dataclasses of trainer/config.py, and `key=value` overrides.
+Every problem is collected (with did-you-mean for unknown keys), so a user fixes a recipe in one pass."""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+import types
+import typing
+from typing import Any, Literal, Optional, Union
+
+import yaml
+
+from .recipe_yaml import RecipeError, _Refused, parse_yaml
+
+INT64_MAX = (1 << 63) - 1
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 200 else text[:200] + "..."
+
+
+def _type_name(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if tp is int:
+        return "an integer"
+    if tp is float:
+        return "a number"
+    if tp is bool:
+        return "true or false"
+    if tp is str:
+        return "a string"
+    if tp is dict:
+        return "a mapping"
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in typing.get_args(tp))
+    if origin is list:
+        (inner,) = typing.get_args(tp)
+        return f"a list of {_type_name(inner).removeprefix('an ').removeprefix('a ')}s"
+    if origin in (Union, types.UnionType):
+        args = typing.get_args(tp)
+        names = [_type_name(a) for a in args if a is not type(None)]
+        return " or ".join(names) + (" or null" if type(None) in args else "")
+    return getattr(tp, "__name__", str(tp))
+
+
+def _bind_value(value: Any, tp: Any, path: str, problems: list[str]) -> Any:
+    origin = typing.get_origin(tp)
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            problems.append(f"{path}: got {_short(value)}; expected a mapping of {', '.join(_field_names(tp))}")
+            return tp()
+        return _bind_dataclass(value, tp, path, problems)
+    if origin in (Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        real = [a for a in args if a is not type(None)]
+        if len(real) == 1 and (isinstance(value, (int, float)) or real[0] is not float):
+            # Optional[X]: X's own message (a NaN is named as such, not as "expected a number or null")
+            before = len(problems)
+            bound = _bind_value(value, real[0], path, problems)
+            if len(problems) > before and type(None) in args:
+                problems[-1] += " (or null)"
+            return bound
+        for arg in real:
+            trial: list[str] = []
+            bound = _bind_value(value, arg, path, trial)
+            if not trial:
+                return bound
+            if len(trial) == 1 and "finite number" in trial[0]:
+                problems.extend(trial)
+                return value
+    elif origin is Literal:
+        if value in typing.get_args(tp) and type(value) in {type(a) for a in typing.get_args(tp)}:
+            return value
+    elif origin is list:
+        (inner,) = typing.get_args(tp)
+        if isinstance(value, list):
+            before = len(problems)
+            items = [_bind_value(v, inner, f"{path}[{i}]", problems) for i, v in enumerate(value)]
+            if len(problems) == before:
+                return items
+            return value
+    elif tp is bool:
+        if isinstance(value, bool):
+            return value
+    elif tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            if abs(value) > INT64_MAX:
+                problems.append(f"{path}: got {_short(value)}; out of range (allowed: a 64-bit integer)")
+            return value
+    elif tp is float:
+        number = None
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            number = value
+        # YAML 1.1 reads "1e-4" (no dot) as a string; accept what is plainly a number.
+        elif isinstance(value, str):
+            try:
+                number = float(value)
+            except ValueError:
+                pass
+        if number is not None:
+            try:
+                number = float(number)
+            except OverflowError:  # an integer literal beyond float range
+                number = math.inf
+            if not math.isfinite(number):
+                problems.append(f"{path}: got {_short(value)}; expected a finite number (NaN and infinity are refused)")
+            return number
+    elif tp is str:
+        if isinstance(value, str):
+            if "\x00" in value:
+                problems.append(f"{path}: got a string with a NUL character; allowed: text without NUL")
+            return value
+    elif tp is dict:
+        if isinstance(value, dict):
+            return value
+    problems.append(f"{path}: got {_short(value)} ({type(value).__name__}); expected {_type_name(tp)}")
+    return value
+
+
+def _field_names(cls: type) -> list[str]:
+    return [f.name for f in dataclasses.fields(cls) if f.name != "recipe_path"]
+
+
+def _bind_dataclass(data: dict, cls: type, prefix: str, problems: list[str]) -> Any:
+    hints = typing.get_type_hints(cls)
+    names = _field_names(cls)
+    kwargs = {}
+    for key, value in data.items():
+        path = f"{prefix}.{key}" if prefix else str(key)
+        if key not in names:
+            close = difflib.get_close_matches(str(key), names, n=1)
+            hint = f"did you mean '{close[0]}'? " if close else ""
+            problems.append(f"{path}: unknown key; {hint}allowed: {', '.join(names)}")
+            continue
+        before = len(problems)
+        bound = _bind_value(value, hints[key], path, problems)
+        if len(problems) == before:  # a bad value is reported once; its default keeps later checks sane
+            kwargs[key] = bound
+    try:
+        return cls(**kwargs)
+    except TypeError:  # only reachable after a reported problem
+        return cls()
+
+
+def _parse_override(text: str) -> tuple[list[str], Any]:
+    if "=" not in text:
+        raise RecipeError([f"{text}: an override must look like key.path=value"])
+    key, raw = text.split("=", 1)
+    key = key.strip()
+    if not key or any(not part for part in key.split(".")):
+        raise RecipeError([f"{text}: an override must look like key.path=value"])
+    try:
+        value = parse_yaml(raw) if raw.strip() else None
+    except _Refused as exc:
+        raise RecipeError([f"{key}: the override's value is refused: {exc.message}"]) from None
+    except (yaml.YAMLError, RecursionError):
+        value = raw
+    return key.split("."), value
+
+
+def _apply_override(tree: dict, parts: list[str], value: Any) -> Optional[str]:
+    node = tree
+    for i, part in enumerate(parts[:-1]):
+        child = node.get(part)
+        if child is None:
+            child = node[part] = {}
+        if not isinstance(child, dict):
+            return f"{'.'.join(parts[:i + 1])}: is {child!r}, not a mapping; cannot set {'.'.join(parts)}"
+        node = child
+    node[parts[-1]] = value
+    return None
+
+
+def _get(tree: dict, dotted: str) -> Any:
+    node: Any = tree
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node

@@ -1,0 +1,140 @@
+"""Reading a recipe file safely: size, encoding and YAML limits (duplicate keys, nesting, alias bombs),
+each refusal one line naming the file and what is allowed. No torch."""
+from __future__ import annotations
+
+import os
+from typing import Any, Optional
+
+import yaml
+
+from telemetry.errors import InputError
+
+
+class RecipeError(InputError):
+    """One or more problems in a recipe or its overrides; each is a complete one-line message."""
+
+    def __init__(self, problems: list[str]):
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
+MAX_RECIPE_BYTES = 1 << 20  # real recipes are a few KiB; checked before parsing
+
+
+MAX_YAML_DEPTH = 32  # nesting levels
+
+
+MAX_YAML_NODES = 100_000  # values after expanding aliases: a few small aliases can stand for billions
+
+
+class _Refused(yaml.YAMLError):
+    """A YAML construct a recipe may not use; `line` is 1-based or None."""
+
+    def __init__(self, message: str, line: Optional[int]):
+        super().__init__(message)
+        self.message, self.line = message, line
+
+
+class _RecipeLoader(yaml.SafeLoader):
+    """Safe loading that refuses duplicate keys (PyYAML lets the last silently win), deep nesting and
+    alias expansion beyond MAX_YAML_NODES (an 'alias bomb' parses in microseconds and then explodes in
+    whatever walks the tree)."""
+
+    def __init__(self, stream):
+        super().__init__(stream)
+        self._depth = 0
+
+    def compose_node(self, parent, index):
+        self._depth += 1
+        try:
+            if self._depth > MAX_YAML_DEPTH:
+                mark = self.peek_event().start_mark
+                raise _Refused(f"nested deeper than {MAX_YAML_DEPTH} levels", mark.line + 1)
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen: dict = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    first = seen.get(key)
+                except TypeError:  # unhashable: the base class reports it
+                    continue
+                line = key_node.start_mark.line + 1
+                if first is not None:
+                    raise _Refused(f"duplicate key {key!r} (first at line {first}); each key may appear once", line)
+                seen[key] = line
+        return super().construct_mapping(node, deep)
+
+
+def _expanded_nodes(node, memo: dict) -> int:
+    """Values the node stands for once aliases are expanded; shared nodes are counted per use."""
+    known = memo.get(id(node))
+    if known is not None:
+        return known
+    count = 1
+    if isinstance(node, yaml.SequenceNode):
+        count += sum(_expanded_nodes(child, memo) for child in node.value)
+    elif isinstance(node, yaml.MappingNode):
+        count += sum(_expanded_nodes(k, memo) + _expanded_nodes(v, memo) for k, v in node.value)
+    count = min(count, MAX_YAML_NODES + 1)  # keeps the integers small for exponential graphs
+    memo[id(node)] = count
+    return count
+
+
+def parse_yaml(text: str) -> Any:
+    """YAML text -> Python values with the recipe loader's limits (raises yaml.YAMLError)."""
+    loader = _RecipeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        if _expanded_nodes(node, {}) > MAX_YAML_NODES:
+            raise _Refused(f"expands to more than {MAX_YAML_NODES} values through aliases (&anchor/*alias); "
+                           "write the values out", None)
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """' at line N: reason' in one line, whatever PyYAML error it is."""
+    if isinstance(exc, _Refused):
+        line, reason = exc.line, exc.message
+    else:
+        mark = getattr(exc, "problem_mark", None)
+        line = mark.line + 1 if mark is not None else None
+        reason = getattr(exc, "problem", None) or getattr(exc, "reason", None) or str(exc)
+    reason = " ".join(str(reason).split())
+    return (f" at line {line}" if line else "") + f": {reason}"
+
+
+def _read_recipe(path: str) -> Any:
+    """The parsed YAML of a recipe file, or RecipeError naming the file (and line) and what is allowed."""
+    if not os.path.isfile(path):
+        raise RecipeError([f"recipe: {path!r} is not a file"])
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(MAX_RECIPE_BYTES + 1)  # bounded even if the size changes under us
+    except OSError as exc:
+        raise RecipeError([f"recipe: cannot read {path}: {exc.strerror or exc}"]) from None
+    if len(raw) > MAX_RECIPE_BYTES:
+        raise RecipeError([f"recipe: {path} is larger than {MAX_RECIPE_BYTES} bytes; allowed: a recipe of at "
+                           f"most {MAX_RECIPE_BYTES // 1024} KiB"])
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[:exc.start].count(b"\n") + 1
+        raise RecipeError([f"recipe: {path} is not UTF-8 text (byte 0x{raw[exc.start]:02x} at line {line}); "
+                           "allowed: a UTF-8 YAML file"]) from None
+    try:
+        return parse_yaml(text)
+    except yaml.YAMLError as exc:
+        raise RecipeError([f"recipe: {path} is not valid YAML{_yaml_problem(exc)}"]) from None
+    except RecursionError:
+        raise RecipeError([f"recipe: {path} is nested too deeply"]) from None

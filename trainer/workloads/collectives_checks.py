@@ -1,0 +1,21 @@
+"""The collective sweep's recipe checks (no torch: the dry run uses them)."""
+from __future__ import annotations
+
+from ..checks import _at_least
+from ..config import SWEEP_DTYPES, SWEEP_OPS, SweepConfig, parse_size
+
+def check_sweep(sw: SweepConfig) -> list[str]:
+    p: list[str] = []
+    bad = [op for op in sw.ops if op not in SWEEP_OPS]
+    if bad or not sw.ops:
+        p.append(f"sweep.ops: got {sw.ops}; allowed: {', '.join(SWEEP_OPS)}")
+    if sw.dtype not in SWEEP_DTYPES:
+        p.append(f"sweep.dtype: got {sw.dtype!r}; allowed: {', '.join(SWEEP_DTYPES)}")
+    lo, hi = parse_size(sw.min_bytes, "sweep.min_bytes", p), parse_size(sw.max_bytes, "sweep.max_bytes", p)
+    if lo and hi and lo > hi:
+        p.append(f"sweep.max_bytes: {sw.max_bytes!r} is below sweep.min_bytes {sw.min_bytes!r}")
+    p += _at_least("sweep", sw, ("factor",), 2) + _at_least("sweep", sw, ("iters", "latency_iters", "repeats"), 1)
+    p += _at_least("sweep", sw, ("warmup",), 0)
+    if sw.root < 0:
+        p.append(f"sweep.root: got {sw.root}; expected a rank >= 0")
+    return p

@@ -1,0 +1,25 @@
+"""The llm_lora workload's recipe checks (no torch: the dry run uses them)."""
+from __future__ import annotations
+
+from ..checks import _at_least
+from ..config import Recipe
+from .data_checks import _check_split
+
+def check(r: Recipe) -> list[str]:
+    p = []
+    m = r.model
+    if (m.path is None) == (m.config is None):
+        p.append("model: set exactly one of model.path (a local checkpoint directory) "
+                 "or model.config (random init); got " + ("both" if m.path else "neither"))
+    if m.config is not None and m.tokenizer is None:
+        p.append("model.tokenizer: required with model.config (random init has no tokenizer of its own)")
+    p += _at_least("lora", r.lora, ("r",), 1)
+    if r.lora.alpha <= 0:
+        p.append(f"lora.alpha: got {r.lora.alpha}; expected a number > 0")
+    if not 0.0 <= r.lora.dropout < 1.0:
+        p.append(f"lora.dropout: got {r.lora.dropout}; expected a number in [0, 1)")
+    if not r.lora.target_modules:
+        p.append("lora.target_modules: empty; name at least one module, e.g. [q_proj, v_proj]")
+    d = r.data
+    p += _at_least("data", d, ("seq_len",), 8)
+    return p + _check_split(d)
