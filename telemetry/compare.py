@@ -183,7 +183,9 @@ def _vs(value, base) -> str:
 def _of_line(gbps, rate_bps) -> str:
     if gbps is None or not rate_bps:
         return ""
-    return f"; {gbps * 8e9 / rate_bps * 100:.1f}% of line rate"
+    share = gbps * 8e9 / rate_bps
+    # above 100%: the rate is not the link the traffic crossed, or busbw counts intra-host hops too
+    return f"; {share * 100:.1f}% of line rate" + (" (ABOVE the line rate: check the rate)" if share > 1.05 else "")
 
 
 def _sd_text(sd, text) -> str:
@@ -191,6 +193,8 @@ def _sd_text(sd, text) -> str:
 
 
 def _range_text(sizes) -> str:
+    if len(sizes) == 1:
+        return f"{size_text(sizes[0])} (1 size)"
     return f"{size_text(sizes[0])} - {size_text(sizes[-1])} ({len(sizes)} sizes)" if sizes else "none"
 
 
@@ -199,13 +203,22 @@ def line_rates(groups: list, labels: list[str], given: dict[str, float] | None =
     recorded (all its runs agreeing)."""
     out = []
     for lab, group in zip(labels, groups):
-        if given and lab in given:
-            out.append((given[lab], "--line-rate"))
-            continue
         found = [line_rate_bps(r) for r in group]
         rates = {bps for bps, _ in found}
-        out.append(found[0] if len(rates) == 1 else (None, "its runs differ in link rate"))
+        bps, why = found[0] if len(rates) == 1 else (None, "its runs differ in link rate")
+        if given and lab in given:
+            bps, why = given[lab], "--line-rate"
+        per_host = _ranks_per_host(group[0])
+        if bps and per_host and per_host > 1:
+            # busbw counts every hop of the algorithm, the intra-host ones (NVLink, PCIe) too
+            why += f"; {per_host} ranks per host: busbw counts intra-host hops too, so it can exceed one link"
+        out.append((bps, why))
     return out
+
+
+def _ranks_per_host(run: Run) -> int | None:
+    hosts = [h.get("hostname") for h in run.info.get("hosts") or [] if h.get("hostname")]
+    return round(len(hosts) / len(set(hosts))) if hosts else None
 
 
 def compare_sweeps(labels, groups, out, plt, busbw_axis: str = "log", rates: list[tuple] | None = None
@@ -275,7 +288,7 @@ def compare_sweeps(labels, groups, out, plt, busbw_axis: str = "log", rates: lis
         if extra:
             note = (f"{op}: the sweeps cover different sizes; averages use the common range "
                     f"{_range_text(common)} only (" + "; ".join(
-                        f"{lab} also has {len(z)} more: {size_text(z[0])} - {size_text(z[-1])}" for lab, z in extra)
+                        f"{lab} also has {_range_text(z)}" for lab, z in extra)
                     + ", left out of the average)")
             range_notes.append(note)
             warnings.append(note)

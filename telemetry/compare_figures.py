@@ -76,7 +76,8 @@ def rate_text(gbps) -> str:
     for unit, scale in RATE_UNITS:
         if bps >= scale:
             return f"{_num(bps / scale)} {unit}"
-    return f"{_num(bps)} B/s" if bps else "0 B/s"
+    # nccl-tests prints two decimals of GB/s: 0.00 is under 5 MB/s, not nothing
+    return f"{_num(bps)} B/s" if bps else "0.00 GB/s (under 5 MB/s as printed)"
 
 
 def _log_ticks(lo: float, hi: float, base: float = 10.0) -> list[float]:
