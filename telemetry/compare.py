@@ -328,9 +328,13 @@ def compare_sweeps(labels, groups, out, plt, busbw_axis: str = "log", rates: lis
     gbps = [bps / 8e9 if bps else None for bps, _ in rates]
     for op in ops:
         name = compare_figures.sweep_figure(plt, out, op, labels, merged, _best_block, busbw_axis, gbps)
+        zeros = busbw_axis == "log" and any((b := _best_block(r)) and b.get("busbw_GBps") == 0
+                                            for s in merged for r in s["ops"][op]["rows"])
         figures.append((name, f"{op}: time and bus bandwidth ({busbw_axis} axis) versus message size"
                         + (" (mean of repeats, bars: one standard deviation)" if repeats else "")
-                        + ("; dotted: line rate" if any(gbps) else "")))
+                        + ("; dotted: line rate" if any(gbps) else "")
+                        + ("; sizes whose busbw reads 0.00 (under 5 MB/s as nccl-tests prints it) are not drawn "
+                           "on the log axis" if zeros else "")))
     return tables, figures, warnings
 
 
