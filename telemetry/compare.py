@@ -425,8 +425,9 @@ def time_to_train(run: Run) -> dict | None:
     return {"target": what, "seconds": None, "why": "steps up to the target are missing from metrics.jsonl"}
 
 
-def compare_training(groups, labels, out, plt) -> tuple[list, list, dict]:
-    """groups: the runs of each fabric (repeats), baseline first; labels: one per fabric."""
+def compare_training(groups, labels, out, plt, rates: list[tuple] | None = None) -> tuple[list, list, dict]:
+    """groups: the runs of each fabric (repeats), baseline first; labels: one per fabric; rates: per fabric
+    (line rate in bits per second or None, where it comes from)."""
     runs = [g[0] for g in groups]  # one run stands for its fabric where a single run is needed
     all_runs = [r for g in groups for r in g]
     run_sums = [[{**summarize(r), **step_time_stats(r)} for r in g] for g in groups]
@@ -491,11 +492,16 @@ def compare_training(groups, labels, out, plt) -> tuple[list, list, dict]:
               ("Loss-curve parity", ["", ""], [["verdict", parity["verdict"]],
                                                ["steps compared", str(parity["steps_compared"])]])]
     comm_ops = sorted({op for s in sums for op in s["comm"]})
-    comm_rows = [[op] + [fmt((s["comm"].get(op) or {}).get("time_per_step_s"), "s") + " / "
-                         + fmt((s["comm"].get(op) or {}).get("busbw_GBps"), "GB/s")
-                         + (" (partial)" if (s["comm"].get(op) or {}).get("partial") else "") for s in sums]
+    rates = rates or [(None, "unknown")] * len(labels)
+
+    def comm_cell(c: dict, bps) -> str:
+        busbw = c.get("busbw_GBps")
+        return (fmt(c.get("time_per_step_s"), "s") + " / " + (rate_text(busbw) if busbw is not None else "n/a")
+                + _of_line(busbw, bps).replace(";", ",") + (" (partial)" if c.get("partial") else ""))
+    comm_rows = [[op] + [comm_cell(s["comm"].get(op) or {}, bps) for s, (bps, _) in zip(sums, rates)]
                  for op in comm_ops]
-    tables.append(("Communication per step: time / busbw (median)", ["collective", *labels], comm_rows))
+    tables.append(("Communication per step: time / busbw (median), with the % of line rate where it is known",
+                   ["collective", *labels], comm_rows))
 
     # projection from the baseline to every other run's link rate, against what was measured
     # from the baseline's runs: several are repeats, projected from together (their medians and spread)
@@ -676,7 +682,7 @@ def compare(paths: list[str], out: str, allow_mismatch: bool = False, sweeps: li
             data = {"kind": "sweep"}
             work = workload_rows(groups, [_sweep(g[0]) for g in groups])
         else:
-            tables, figures, data = compare_training(groups, labels, out, plt)
+            tables, figures, data = compare_training(groups, labels, out, plt, rates)
             data["kind"] = "training"
             work = workload_rows(groups)
             found, where = _attach_sweeps(labels, groups, sweeps)

@@ -412,6 +412,8 @@ def test_workload_header_mean_median_and_projection_miss(tmp_path):
     assert "| iteration time, median | 1 s | 2 s (+100.0%) |" in md
     assert "| iteration time, mean | 1.5 s | 2 s (+33.3%) |" in md
     assert "| iteration time, sd over steps | 1 s (4 timed steps) | 0 s (4 timed steps) |" in md
+    # the collectives' busbw in training with its unit and its share of the link (4 MB/s of 1 Gbit/s)
+    assert "| all_reduce | 0.25 s / 4 MB/s, 3.2% of line rate | 0.25 s / 4 MB/s, 640.0% of line rate (ABOVE" in md
     proj = result["projection"][0]
     lo, hi = proj["interval_s"]
     assert not proj["inside"] and not lo <= proj["measured_s"] <= hi
