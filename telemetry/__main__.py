@@ -1,4 +1,5 @@
-"""python -m telemetry report RUN | compare [LABEL=]RUN ... --out DIR [--sweep LABEL=DIR] | project RUN [RUN ...] --rate RATE
+"""python -m telemetry report RUN | compare [LABEL=]RUN ... --out DIR [--sweep LABEL=DIR] [--busbw-axis log|linear]
+   [--line-rate LABEL=RATE] | project RUN [RUN ...] --rate RATE
    | nccl-tests FILE_OR_RUN [...] [--json OUT] [--csv OUT] | export RUN --to tensorboard,wandb,parquet,trace"""
 from __future__ import annotations
 
@@ -23,6 +24,12 @@ def main(argv: list[str] | None = None) -> int:
                       help="a collective sweep (run directory or nccl-tests output) of the fabric LABEL (or of the "
                       "run directory LABEL), added to a training comparison; repeatable")
     cmp_.add_argument("--allow-mismatch", action="store_true", help="compare runs of different recipes anyway")
+    cmp_.add_argument("--busbw-axis", default="log", metavar="log|linear",
+                      help="scale of the sweep figures' bus bandwidth axis (default log: a slow fabric is not a "
+                      "flat line at 0 next to a fast one)")
+    cmp_.add_argument("--line-rate", action="append", default=[], metavar="LABEL=RATE",
+                      help="a fabric's link rate in tc units (100gbit, 400gbit) where its runs do not record one "
+                      "(nccl-tests text files): busbw is then also given as %% of line rate; repeatable")
     proj = sub.add_parser("project", help="predict a run's iteration time on another fabric or node count")
     proj.add_argument("run", nargs="+", help="a run directory; several are repeats of one configuration (the "
                       "same recipe, layout and fabric): projected from their medians, the interval widened to "
@@ -55,7 +62,8 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "compare":
             from telemetry.analysis.compare import CompareError, compare
             try:
-                result = compare(args.runs, args.out, args.allow_mismatch, args.sweep)
+                result = compare(args.runs, args.out, args.allow_mismatch, args.sweep, args.busbw_axis,
+                                 args.line_rate)
             except CompareError as exc:
                 print(f"error: {exc}", file=sys.stderr)
                 return 2

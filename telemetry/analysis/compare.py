@@ -11,9 +11,11 @@ from __future__ import annotations
 import json
 import math
 import os
+import statistics
 
 from telemetry.analysis import compare_figures
-from telemetry.analysis.fabric_summary import fabric_rows
+from telemetry.analysis.compare_figures import rate_text, size_text, time_text
+from telemetry.analysis.fabric_summary import fabric_rows, line_rate_bps, workload_line, workload_rows
 from telemetry.analysis.projection import ProjectionError, combine_profiles, measured_profile, project
 from telemetry.analysis.repeats import merge_sweeps, spread
 from telemetry.analysis.report import fmt, fmt_bytes, partial_note, summarize, write_documents
@@ -148,70 +150,214 @@ def _best_block(row):
     return min(blocks, key=lambda b: b["time_us"]) if blocks else None
 
 
-def compare_sweeps(runs, labels, sweeps, out, plt) -> tuple[list, list]:
-    tables, figures = [], []
-    ops = [op for op in sweeps[0]["ops"] if all(op in s["ops"] for s in sweeps)]
+def _blocks(row):
+    return [b for b in (row.get("out_of_place"), row.get("in_place")) if b]
+
+
+def common_sizes(sweeps: list[dict], op: str) -> list[int]:
+    """The sizes every sweep measured `op` at (a block with a time): the range averages may cover."""
+    sets = [{r["size"] for r in s["ops"][op]["rows"] if _best_block(r)} for s in sweeps]
+    return sorted(set.intersection(*sets)) if sets else []
+
+
+def avg_busbw(sweep: dict, op: str, sizes) -> float | None:
+    """nccl-tests' "Avg bus bandwidth" (the mean busbw over every measured block), over `sizes` only."""
+    sizes = set(sizes)
+    vals = [b["busbw_GBps"] for r in sweep["ops"][op]["rows"] if r["size"] in sizes for b in _blocks(r)
+            if b.get("busbw_GBps") is not None]
+    return sum(vals) / len(vals) if vals else None
+
+
+def _ratio(value, base) -> str:
+    if value is None or not base:
+        return ""
+    r = value / base
+    return f"{r:.3g}x" if r < 100 else f"{r:,.0f}x"
+
+
+def _vs(value, base) -> str:
+    """' (+12.3%, 1.12x)': the % difference and the ratio against the baseline's value."""
+    p = _pct(value, base)
+    return "" if p is None else f" ({p * 100:+.1f}%, {_ratio(value, base)})"
+
+
+def _of_line(gbps, rate_bps) -> str:
+    if gbps is None or not rate_bps:
+        return ""
+    share = gbps * 8e9 / rate_bps
+    # above 100%: the rate is not the link the traffic crossed, or busbw counts intra-host hops too
+    return f"; {share * 100:.1f}% of line rate" + (" (ABOVE the line rate: check the rate)" if share > 1.05 else "")
+
+
+def _sd_text(sd, text) -> str:
+    return f" ± {text(sd)}" if sd else ""
+
+
+def _range_text(sizes) -> str:
+    if len(sizes) == 1:
+        return f"{size_text(sizes[0])} (1 size)"
+    return f"{size_text(sizes[0])} - {size_text(sizes[-1])} ({len(sizes)} sizes)" if sizes else "none"
+
+
+def line_rates(groups: list, labels: list[str], given: dict[str, float] | None = None) -> list[tuple]:
+    """Per fabric (bits per second or None, where it comes from): --line-rate first, else what its runs
+    recorded (all its runs agreeing)."""
+    out = []
+    for lab, group in zip(labels, groups):
+        found = [line_rate_bps(r) for r in group]
+        rates = {bps for bps, _ in found}
+        bps, why = found[0] if len(rates) == 1 else (None, "its runs differ in link rate")
+        if given and lab in given:
+            bps, why = given[lab], "--line-rate"
+        per_host = _ranks_per_host(group[0])
+        if bps and per_host and per_host > 1:
+            # busbw counts every hop of the algorithm, the intra-host ones (NVLink, PCIe) too
+            why += f"; {per_host} ranks per host: busbw counts intra-host hops too, so it can exceed one link"
+        out.append((bps, why))
+    return out
+
+
+def _ranks_per_host(run: Run) -> int | None:
+    hosts = [h.get("hostname") for h in run.info.get("hosts") or [] if h.get("hostname")]
+    return round(len(hosts) / len(set(hosts))) if hosts else None
+
+
+def compare_sweeps(labels, groups, out, plt, busbw_axis: str = "log", rates: list[tuple] | None = None
+                   ) -> tuple[list, list, list]:
+    """groups: per fabric its sweeps (repeats: their mean and spread). Tables, figures, warnings."""
+    merged = [merge_sweeps(g) for g in groups]
+    rates = rates or [(None, "unknown")] * len(labels)
+    tables, figures, warnings = [], [], []
+    ops = [op for op in merged[0]["ops"] if all(op in s["ops"] for s in merged)]
     if not ops:
         raise CompareError("no collective in common: " + "; ".join(
-            f"{lab} has {', '.join(s['ops']) or 'none'}" for lab, s in zip(labels, sweeps)))
-    header = ["collective", "size (B)"] + [f"{lab} time (us)" for lab in labels] + [f"{lab} busbw (GB/s)" for lab in labels]
-    rows = []
+            f"{lab} has {', '.join(s['ops']) or 'none'}" for lab, s in zip(labels, merged)))
+    repeats = any(s.get("merged_sweeps") for s in merged)
+    base_lab = labels[0]
     for op in ops:
-        base_rows = sweeps[0]["ops"][op]["rows"]
-        picks = sorted({0, len(base_rows) // 2, len(base_rows) - 1})
-        for i in picks:
-            size = base_rows[i]["size"]
-            blocks = []
-            for s in sweeps:
-                match = next((r for r in s["ops"][op]["rows"] if r["size"] == size), None)
-                blocks.append(_best_block(match) if match else None)
-            t0 = blocks[0]["time_us"] if blocks[0] else None
-            rows.append([op, str(size)] + [fmt(b["time_us"]) + (_fmt_pct(_pct(b["time_us"], t0)) if j else "")
-                                           if b else "n/a" for j, b in enumerate(blocks)]
-                        + [fmt(b["busbw_GBps"]) if b else "n/a" for b in blocks])
-    tables.append(("Collectives: time and bus bandwidth (smallest, middle, largest size)"
-                   + ("; repeats: their mean" if any(s.get("merged_sweeps") for s in sweeps) else ""), header, rows))
-    avg_rows = [[op] + [fmt(s["ops"][op]["avg_busbw_GBps"]) + (f" ± {fmt(sd)} (n={s['merged_sweeps']})" if (
-        sd := s["ops"][op].get("avg_busbw_GBps_sd")) else "") for s in sweeps] for op in ops]
-    tables.append(("Average bus bandwidth (GB/s)", ["collective"] + labels, avg_rows))
-    lat_keys = [k for k in sweeps[0].get("latency_us", {}) if all(k in s.get("latency_us", {}) for s in sweeps)]
+        base_rows = {r["size"]: r for r in merged[0]["ops"][op]["rows"]}
+        others = [{r["size"]: r for r in s["ops"][op]["rows"]} for s in merged[1:]]
+        # every size the baseline and at least one other fabric have
+        sizes = sorted(sz for sz in base_rows if _best_block(base_rows[sz])
+                       and any(o.get(sz) and _best_block(o[sz]) for o in others))
+        rows = []
+        for size in sizes:
+            blocks = [_best_block(base_rows[size])] + [_best_block(o[size]) if o.get(size) else None for o in others]
+            b0 = blocks[0]
+            t_cells, w_cells = [], []
+            for j, b in enumerate(blocks):
+                if b is None:
+                    t_cells.append("n/a (size not measured)")
+                    w_cells.append("n/a (size not measured)")
+                    continue
+                t = time_text(b["time_us"]) + _sd_text(b.get("time_us_sd"), time_text)
+                w = rate_text(b["busbw_GBps"]) + _sd_text(b.get("busbw_GBps_sd"), rate_text)
+                if j:
+                    t += _vs(b["time_us"], b0["time_us"])
+                    w += _vs(b["busbw_GBps"], b0["busbw_GBps"])
+                t_cells.append(t)
+                w_cells.append(w)
+            rows.append([size_text(size)] + t_cells + w_cells)
+        header = (["size"] + [f"{lab} time" for lab in labels] + [f"{lab} busbw" for lab in labels])
+        tables.append((f"{op}: time and bus bandwidth at every size both runs have (% difference and ratio "
+                       f"against {base_lab}; ratio 2x: twice the baseline's value)"
+                       + ("; repeats: mean ± standard deviation" if repeats else ""), header, rows))
+
+    # averages over the sizes every sweep (every repeat of every fabric) has, so ranges never differ
+    all_sweeps = [s for g in groups for s in g]
+    avg_rows, range_notes = [], []
+    for op in ops:
+        common = common_sizes(all_sweeps, op)
+        own = [sorted({r["size"] for s in g for r in s["ops"][op]["rows"] if _best_block(r)}) for g in groups]
+        extra = [(lab, [z for z in o if z not in common]) for lab, o in zip(labels, own)]
+        extra = [(lab, z) for lab, z in extra if z]
+        cells = []
+        base = None
+        for j, (g, (bps, _why)) in enumerate(zip(groups, rates)):
+            st = spread(avg_busbw(s, op, common) for s in g)
+            if st is None:
+                cells.append("n/a (no busbw at the common sizes)")
+                continue
+            if j == 0:
+                base = st["mean"]
+            text = rate_text(st["mean"]) + (f" ± {rate_text(st['sd'])} (n={st['n']})" if st["sd"] else "")
+            if j:
+                text += _vs(st["mean"], base)
+            text += _of_line(st["mean"], bps)
+            cells.append(text)
+        avg_rows.append([op, _range_text(common)] + cells)
+        if extra:
+            note = (f"{op}: the sweeps cover different sizes; averages use the common range "
+                    f"{_range_text(common)} only (" + "; ".join(
+                        f"{lab} also has {_range_text(z)}" for lab, z in extra)
+                    + ", left out of the average)")
+            range_notes.append(note)
+            warnings.append(note)
+    title = "Average bus bandwidth over the common size range (sizes every fabric measured)"
+    if range_notes:
+        title += "; the ranges differ: see the note above"
+    tables.append((title, ["collective", "common sizes", *labels], avg_rows))
+
+    # against the line rate: peak and average busbw as a share of one link's rate
+    rate_rows = [["line rate"] + [f"{_fmt_bits(bps)} ({rate_text(bps / 8e9)}; {why})" if bps else f"unknown: {why}"
+                                  for bps, why in rates]]
+    for op in ops:
+        cells = []
+        for s, (bps, _why) in zip(merged, rates):
+            peak = max(((r["size"], b["busbw_GBps"]) for r in s["ops"][op]["rows"]
+                        if (b := _best_block(r)) and b.get("busbw_GBps") is not None), key=lambda p: p[1],
+                       default=None)
+            if peak is None:
+                cells.append("n/a")
+                continue
+            cells.append(f"{rate_text(peak[1])} at {size_text(peak[0])}"
+                         + (_of_line(peak[1], bps).replace("; ", ": ") if bps else ": % of line rate unknown"))
+        rate_rows.append([f"{op}: peak busbw"] + cells)
+    tables.append(("Bus bandwidth against the line rate (busbw x 8 / the rate of one link the traffic used)",
+                   ["", *labels], rate_rows))
+
+    lat_keys = [k for k in merged[0].get("latency_us", {}) if all(k in s.get("latency_us", {}) for s in merged)]
     lat_rows = []
     for k in lat_keys:
-        base = sweeps[0]["latency_us"][k]
-        vals = [s["latency_us"][k] for s in sweeps]
-        sds = [(s.get("latency_sd_us") or {}).get(k) for s in sweeps]
+        base = merged[0]["latency_us"][k]
+        vals = [s["latency_us"][k] for s in merged]
+        sds = [(s.get("latency_sd_us") or {}).get(k) for s in merged]
         lat_rows.append([k.removesuffix("_us")] + [fmt(v) + (f" ± {fmt(sd)} (n={s['merged_sweeps']})" if sd else "")
                                                     + (f" ({_pct(v, base) * 100:+.0f}%)" if j and base else "")
-                                                    for j, (v, sd, s) in enumerate(zip(vals, sds, sweeps))])
+                                                    for j, (v, sd, s) in enumerate(zip(vals, sds, merged))])
     tables.append(("Small-message latency (us), change relative to the first run", ["test"] + labels, lat_rows))
+    gbps = [bps / 8e9 if bps else None for bps, _ in rates]
     for op in ops:
-        fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.6))
-        for lab, s in zip(labels, sweeps):
-            pts = [(r["size"], _best_block(r)) for r in s["ops"][op]["rows"] if _best_block(r)]
-            # repeats: error bars of one standard deviation (none for a single sweep)
-            a1.errorbar([p[0] for p in pts], [p[1]["time_us"] for p in pts], fmt="o-", label=lab, ms=3, capsize=2,
-                        yerr=[p[1].get("time_us_sd") or 0.0 for p in pts] if s.get("merged_sweeps") else None)
-            a2.errorbar([p[0] for p in pts], [p[1]["busbw_GBps"] for p in pts], fmt="o-", label=lab, ms=3, capsize=2,
-                        yerr=[p[1].get("busbw_GBps_sd") or 0.0 for p in pts] if s.get("merged_sweeps") else None)
-        a1.set_xscale("log"), a1.set_yscale("log"), a2.set_xscale("log")
-        a1.set_xlabel("size (B)"), a1.set_ylabel("time (us)"), a1.legend(fontsize=8), a1.grid(alpha=0.3)
-        a2.set_xlabel("size (B)"), a2.set_ylabel("busbw (GB/s)"), a2.grid(alpha=0.3)
-        fig.suptitle(op)
-        fig.tight_layout()
-        name = f"sweep_{op}.png"
-        fig.savefig(os.path.join(out, name), dpi=110)
-        plt.close(fig)
-        figures.append((name, f"{op}: time and bus bandwidth versus size"
-                        + (" (mean of repeats, bars: one standard deviation)" if any(s.get("merged_sweeps") for s in sweeps)
-                           else "")))
-    return tables, figures
+        name = compare_figures.sweep_figure(plt, out, op, labels, merged, _best_block, busbw_axis, gbps)
+        zeros = busbw_axis == "log" and any((b := _best_block(r)) and b.get("busbw_GBps") == 0
+                                            for s in merged for r in s["ops"][op]["rows"])
+        figures.append((name, f"{op}: time and bus bandwidth ({busbw_axis} axis) versus message size"
+                        + (" (mean of repeats, bars: one standard deviation)" if repeats else "")
+                        + ("; dotted: line rate" if any(gbps) else "")
+                        + ("; sizes whose busbw reads 0.00 (under 5 MB/s as nccl-tests prints it) are not drawn "
+                           "on the log axis" if zeros else "")))
+    return tables, figures, warnings
+
+
+def _fmt_bits(bps: float) -> str:
+    for unit, scale in (("Tbit/s", 1e12), ("Gbit/s", 1e9), ("Mbit/s", 1e6), ("kbit/s", 1e3)):
+        if bps >= scale:
+            return f"{bps / scale:.3g} {unit}"
+    return f"{bps:.3g} bit/s"
 
 
 # ---------------------------------------------------------------- training
 
 # figures that get a mean and a spread over repeats: (summary key or path, )
-_NUMERIC = ("step_time_median_s", "step_time_p95_s", "samples_per_s", "tokens_per_s", "comm_share", "straggler_s",
-            "comm_time_per_step_s")
+_NUMERIC = ("step_time_median_s", "step_time_mean_s", "step_time_sd_s", "step_time_p95_s", "samples_per_s",
+            "tokens_per_s", "comm_share", "straggler_s", "comm_time_per_step_s")
+
+
+def step_time_stats(run: Run) -> dict:
+    """Mean and sample standard deviation of the timed steps' times (the median is summarize()'s)."""
+    times = [r["step_time_s"] for r in run.timed_steps() if r.get("step_time_s") is not None]
+    return {"step_time_mean_s": statistics.fmean(times) if times else None,
+            "step_time_sd_s": statistics.stdev(times) if len(times) > 1 else None, "timed_steps": len(times)}
 
 
 def _get(s: dict, key: str):
@@ -280,11 +426,12 @@ def time_to_train(run: Run) -> dict | None:
     return {"target": what, "seconds": None, "why": "steps up to the target are missing from metrics.jsonl"}
 
 
-def compare_training(groups, labels, out, plt) -> tuple[list, list, dict]:
-    """groups: the runs of each fabric (repeats), baseline first; labels: one per fabric."""
+def compare_training(groups, labels, out, plt, rates: list[tuple] | None = None) -> tuple[list, list, dict]:
+    """groups: the runs of each fabric (repeats), baseline first; labels: one per fabric; rates: per fabric
+    (line rate in bits per second or None, where it comes from)."""
     runs = [g[0] for g in groups]  # one run stands for its fabric where a single run is needed
     all_runs = [r for g in groups for r in g]
-    run_sums = [[summarize(r) for r in g] for g in groups]
+    run_sums = [[{**summarize(r), **step_time_stats(r)} for r in g] for g in groups]
     sums = [group_summary(ss) for ss in run_sums]
     repeats = any(len(g) > 1 for g in groups)
 
@@ -298,7 +445,13 @@ def compare_training(groups, labels, out, plt) -> tuple[list, list, dict]:
 
     energy_missing = [f"not measured: {s['energy'].get('reason')}" if "reason" in s["energy"] else "n/a" for s in sums]
     rows = [
-        row("iteration time, median", "step_time_median_s", "s"), row("iteration time, p95", "step_time_p95_s", "s"),
+        row("iteration time, median", "step_time_median_s", "s"), row("iteration time, mean", "step_time_mean_s", "s"),
+        ["iteration time, sd over steps"] + [_cell(s["spread"]["step_time_sd_s"], "s", None, False,
+                                                   "n/a (fewer than 2 timed steps)")
+                                             + (f" ({same(str(r['timed_steps']) for r in rs)} timed steps)"
+                                                if s["spread"]["step_time_sd_s"] else "")
+                                             for s, rs in zip(sums, run_sums)],
+        row("iteration time, p95", "step_time_p95_s", "s"),
         row("samples/s", "samples_per_s"), row("tokens/s", "tokens_per_s"),
         ["communication share"] + [_cell(s["spread"]["comm_share"], "%", None, False) + partial_note(s) for s in sums],
         row("exposed communication share", "exposed_comm.share", "%", pct=False),
@@ -340,11 +493,16 @@ def compare_training(groups, labels, out, plt) -> tuple[list, list, dict]:
               ("Loss-curve parity", ["", ""], [["verdict", parity["verdict"]],
                                                ["steps compared", str(parity["steps_compared"])]])]
     comm_ops = sorted({op for s in sums for op in s["comm"]})
-    comm_rows = [[op] + [fmt((s["comm"].get(op) or {}).get("time_per_step_s"), "s") + " / "
-                         + fmt((s["comm"].get(op) or {}).get("busbw_GBps"), "GB/s")
-                         + (" (partial)" if (s["comm"].get(op) or {}).get("partial") else "") for s in sums]
+    rates = rates or [(None, "unknown")] * len(labels)
+
+    def comm_cell(c: dict, bps) -> str:
+        busbw = c.get("busbw_GBps")
+        return (fmt(c.get("time_per_step_s"), "s") + " / " + (rate_text(busbw) if busbw is not None else "n/a")
+                + _of_line(busbw, bps).replace(";", ",") + (" (partial)" if c.get("partial") else ""))
+    comm_rows = [[op] + [comm_cell(s["comm"].get(op) or {}, bps) for s, (bps, _) in zip(sums, rates)]
                  for op in comm_ops]
-    tables.append(("Communication per step: time / busbw (median)", ["collective", *labels], comm_rows))
+    tables.append(("Communication per step: time / busbw (median), with the % of line rate where it is known",
+                   ["collective", *labels], comm_rows))
 
     # projection from the baseline to every other run's link rate, against what was measured
     # from the baseline's runs: several are repeats, projected from together (their medians and spread)
@@ -353,7 +511,7 @@ def compare_training(groups, labels, out, plt) -> tuple[list, list, dict]:
         prof = combine_profiles([p for p in profiles if p["step_time_s"] is not None] or profiles[:1])
     except ProjectionError:  # repeats of another layout or link: the first run alone, as before
         prof = profiles[0]
-    proj_rows, proj = [], []
+    proj_rows, proj, warnings = [], [], []
     for run, lab, s in zip(runs[1:], labels[1:], sums[1:]):
         links = (run.info.get("fabric") or {}).get("lab") or {}
         rate = links.get("rate_bps")
@@ -367,65 +525,48 @@ def compare_training(groups, labels, out, plt) -> tuple[list, list, dict]:
         proj.append({"label": lab, "rate_bps": rate, "predicted_s": p["step_time_s"], "interval_s": [lo, hi],
                      "measured_s": s["step_time_median_s"], "error": err, "inside": inside, "partial": p["partial"]})
         proj_rows.append([lab, fmt(p["step_time_s"], "s"), f"{fmt(lo, 's')} - {fmt(hi, 's')}",
-                          fmt(s["step_time_median_s"], "s"), f"{err * 100:+.1f}%", "yes" if inside else "no"])
+                          fmt(s["step_time_median_s"], "s"), f"{err * 100:+.1f}%",
+                          "yes" if inside else "NO: measured " + ("above" if s["step_time_median_s"] > hi else "below")
+                          + " the interval"])
+        if not inside:
+            warnings.append(f"PROJECTION MISSED {lab}: predicted {fmt(p['step_time_s'], 's')} against "
+                            f"{fmt(s['step_time_median_s'], 's')} measured ({err * 100:+.1f}%), outside its interval "
+                            f"{fmt(lo, 's')} - {fmt(hi, 's')}: the model leaves out something this fabric does "
+                            "(see docs/projection.md); do not quote the projection for it")
     if proj_rows:
         # the projection rescales measured collective times: untimed calls are missing from them
         caveat = (f"; partial: the baseline has {fmt_bytes(prof['untimed_bytes'])} per step untimed"
                   if prof.get("partial") else "")
-        tables.append((f"Projection from {labels[0]} (compute + bytes x bus factor / rate): predicted vs measured"
-                       + caveat, ["fabric", "predicted iteration", "interval", "measured iteration", "error", "in interval"],
+        tables.append((f"Projection from {labels[0]} (compute + bytes x bus factor / rate): predicted vs measured "
+                       "median iteration time" + caveat,
+                       ["fabric", "predicted iteration", "interval", "measured iteration", "error", "in interval"],
                        proj_rows))
 
     figures = []
-    for key, name, ylabel, what in (("step_time_median_s", "iteration_time.png", "iteration time, median (s)",
-                                     "Iteration time"),
-                                    ("samples_per_s", "samples_per_s.png", "samples/s", "Throughput")):
+    for key, name, ylabel, what, text in (
+            ("step_time_median_s", "iteration_time.png", "iteration time, median", "Iteration time",
+             lambda v: time_text(v * 1e6)),
+            ("samples_per_s", "samples_per_s.png", "samples/s", "Throughput", None)):
         stats = [s["spread"][key] for s in sums]
         compare_figures.bars(plt, out, name, labels, stats, ylabel,
                              f"{what} per fabric, % difference from {labels[0]}"
-                             + (" (mean; bars: one standard deviation)" if repeats else ""))
+                             + (" (mean; bars: one standard deviation)" if repeats else ""), text)
         figures.append((name, f"{what} per fabric with the % difference from the first"))
     curves = [[(r["step"], r["loss"]) for r in run.metrics if r.get("loss") is not None] for run in runs]
     compare_figures.loss_curves(plt, out, labels, curves, f"loss parity: {parity['verdict']}")
     figures.append(("loss.png", "Loss curves overlaid (one line style and marker per fabric, so identical curves "
                                 "stay visible" + ("; the first run of each fabric" if repeats else "") + ")"))
-    fig, ax = plt.subplots(figsize=(7, 3.6))
-    for i, (lab, group) in enumerate(zip(labels, groups)):
-        for k, run in enumerate(group):  # repeats: the fabric's color, thinner, so the spread shows
-            ax.plot([r["step"] for r in run.metrics], [r.get("step_time_s") for r in run.metrics], color=f"C{i}",
-                    label=lab if k == 0 else None, linewidth=1.5 if k == 0 else 0.8, alpha=1.0 if k == 0 else 0.6)
-    ax.set_xlabel("step"), ax.set_ylabel("step time (s)"), ax.legend(fontsize=8), ax.grid(alpha=0.3)
-    fig.tight_layout(), fig.savefig(os.path.join(out, "step_time.png"), dpi=110), plt.close(fig)
-    figures.append(("step_time.png", "Iteration time per step" + (" (every run; thin lines: repeats)" if repeats else "")))
-    fig, ax = plt.subplots(figsize=(7, 3.6))
-    x = range(len(runs))
-    bottom = [0.0] * len(runs)
-    for op in comm_ops:
-        vals = [(s["comm"].get(op) or {}).get("time_per_step_s") or 0.0 for s in sums]
-        ax.bar(x, vals, bottom=bottom, label=op)
-        bottom = [a + v for a, v in zip(bottom, vals)]
-    ax.errorbar(list(x), [s["step_time_median_s"] or 0 for s in sums], fmt="k_", ms=40, mew=2, capsize=4,
-                yerr=[(s["spread"]["step_time_median_s"] or {}).get("sd") or 0.0 for s in sums] if repeats else None,
-                label="iteration time")
-    ax.set_xticks(list(x), labels, fontsize=8), ax.set_ylabel("seconds per step")
-    ax.legend(fontsize=8, markerscale=0.25)
-    fig.tight_layout(), fig.savefig(os.path.join(out, "comm.png"), dpi=110), plt.close(fig)
-    figures.append(("comm.png", "Communication time per step by collective, against the iteration time"))
+    figures.append((compare_figures.step_times(plt, out, labels, [[run.metrics for run in g] for g in groups]),
+                    "Iteration time per step" + (" (every run; thin lines: repeats)" if repeats else "")))
+    figures.append((compare_figures.comm_stack(plt, out, labels, comm_ops, sums, repeats),
+                    "Communication time per step by collective, against the iteration time"))
     if proj:
-        fig, ax = plt.subplots(figsize=(7, 3.6))
-        xs = range(len(proj))
-        ax.bar([i - 0.2 for i in xs], [p["predicted_s"] for p in proj], width=0.4, label="predicted (interval)",
-               yerr=[[p["predicted_s"] - p["interval_s"][0] for p in proj],
-                     [p["interval_s"][1] - p["predicted_s"] for p in proj]], capsize=4)
-        ax.bar([i + 0.2 for i in xs], [p["measured_s"] for p in proj], width=0.4, label="measured")
-        ax.set_xticks(list(xs), [p["label"] for p in proj], fontsize=8, rotation=15)
-        ax.set_ylabel("iteration time (s)")
-        ax.legend(fontsize=8)
-        fig.tight_layout(), fig.savefig(os.path.join(out, "projection.png"), dpi=110), plt.close(fig)
-        figures.append(("projection.png", "Projected versus measured iteration time"))
+        figures.append((compare_figures.projection(plt, out, proj),
+                        "Projected (with its interval) versus measured median iteration time; a measured bar "
+                        "outside the interval is red and marked"))
     stats = [{k: v for k, v in s["spread"].items() if v} for s in sums]
     return tables, figures, {"summaries": sums, "parity": parity, "projection": proj, "stats": stats,
-                             "time_to_train": ttt}
+                             "time_to_train": ttt, "warnings": warnings}
 
 
 # ---------------------------------------------------------------- entry
@@ -488,7 +629,13 @@ def _attach_sweeps(labels, groups, sweep_args) -> tuple[list, list[str]]:
     return found, where
 
 
-def compare(paths: list[str], out: str, allow_mismatch: bool = False, sweeps: list[str] | None = None) -> dict:
+def compare(paths: list[str], out: str, allow_mismatch: bool = False, sweeps: list[str] | None = None,
+            busbw_axis: str = "log", line_rate: list[str] | None = None) -> dict:
+    """Write DIR/compare.html (self-contained: figures embedded), compare.md, figures as PNG and SVG, and
+    compare.json. busbw_axis: "log" or "linear"; line_rate: LABEL=RATE for fabrics whose runs do not
+    record their link rate (nccl-tests text files)."""
+    if busbw_axis not in compare_figures.BUSBW_AXES:
+        raise CompareError(f"--busbw-axis: got {busbw_axis!r}; allowed: {', '.join(compare_figures.BUSBW_AXES)}")
     if len(paths) < 2:
         raise CompareError("compare needs at least two run directories")
     given, paths = zip(*(split_label(p) for p in paths))
@@ -521,46 +668,76 @@ def compare(paths: list[str], out: str, allow_mismatch: bool = False, sweeps: li
     labels, groups, group_note = _group(runs, list(given))
     if group_note:
         notes.append(group_note)
+    rates = line_rates(groups, labels, _parse_line_rates(line_rate or [], labels))
     import matplotlib
     matplotlib.use("Agg")
-    matplotlib.rcParams["text.parse_math"] = False  # run names are text: "$" in one is no formula
     import matplotlib.pyplot as plt
 
     os.makedirs(out, exist_ok=True)
     attached = None
-    if kinds[0] == "sweep":
-        merged = [merge_sweeps([_sweep(r) for r in g]) for g in groups]
-        tables, figures = compare_sweeps([g[0] for g in groups], labels, merged, out, plt)
-        data = {"kind": "sweep"}
-    else:
-        tables, figures, data = compare_training(groups, labels, out, plt)
-        data["kind"] = "training"
-        found, where = _attach_sweeps(labels, groups, sweeps)
-        if all(found):
-            sweep_tables, sweep_figures = compare_sweeps([g[0] for g in groups], labels,
-                                                         [merge_sweeps(f) for f in found], out, plt)
-            tables += [(f"Sweeps of these fabrics - {t}", h, r) for t, h, r in sweep_tables]
-            figures += sweep_figures
-            attached = dict(zip(labels, where))
-        elif any(found):
-            notes.append("collective sweeps left out: " + ", ".join(f"{lab} has none" for lab, f in zip(labels, found)
-                                                                    if not f)
-                         + " (give one with --sweep LABEL=DIR)")
+    sweep_warnings: list[str] = []
+    with compare_figures.figure_style():
+        if kinds[0] == "sweep":
+            tables, figures, sweep_warnings = compare_sweeps(labels, [[_sweep(r) for r in g] for g in groups], out,
+                                                             plt, busbw_axis, rates)
+            data = {"kind": "sweep"}
+            work = workload_rows(groups, [_sweep(g[0]) for g in groups])
+        else:
+            tables, figures, data = compare_training(groups, labels, out, plt, rates)
+            data["kind"] = "training"
+            work = workload_rows(groups)
+            found, where = _attach_sweeps(labels, groups, sweeps)
+            if all(found):
+                sweep_tables, sweep_figures, sweep_warnings = compare_sweeps(labels, found, out, plt, busbw_axis,
+                                                                             rates)
+                tables += [(f"Sweeps of these fabrics - {t}", h, r) for t, h, r in sweep_tables]
+                figures += sweep_figures
+                attached = dict(zip(labels, where))
+            elif any(found):
+                notes.append("collective sweeps left out: " + ", ".join(f"{lab} has none" for lab, f in
+                                                                        zip(labels, found) if not f)
+                             + " (give one with --sweep LABEL=DIR)")
     facts = fabric_rows(groups)
     facts.append(["status"] + [" / ".join(dict.fromkeys(str(r.info.get("status")) for r in g)) for g in groups])
     tables.insert(0, ("Fabrics", ["", *labels], facts))
+    tables.insert(1, ("Workload", ["", *labels], work))
     warnings = [w for r in runs if (w := ((r.info.get("fabric") or {}).get("expectation") or {}).get("warning"))]
+    warnings += data.pop("warnings", [])
+    warnings += sweep_warnings
     if problems:
         warnings.append("compared despite different recipes: " + " | ".join(problems))
     warnings += notes
     title = "fabric-harness comparison: " + " vs ".join(labels)
-    write_documents(out, "compare", title, None, warnings, tables, figures)
+    subtitle = (f"Workload: {workload_line(work)}. Baseline: {labels[0]} (every % difference and ratio is "
+                "against it).")
+    write_documents(out, "compare", title, subtitle, warnings, tables, figures, embed=True)
     result = {"labels": labels, "runs": paths, "groups": {lab: [r.path for r in g] for lab, g in zip(labels, groups)},
               **{k: v for k, v in data.items() if k != "summaries"}, "sweeps": attached,
-              "figures": [n for n, _ in figures]}
+              "figures": [n for n, _ in figures], "warnings": warnings,
+              "line_rates_bps": {lab: bps for lab, (bps, _) in zip(labels, rates)}, "busbw_axis": busbw_axis,
+              "workload": {row[0]: dict(zip(labels, row[1:])) for row in work}}
     with open(os.path.join(out, "compare.json"), "w", encoding="utf-8") as f:
         json.dump(result, f, indent=1, default=lambda o: None if isinstance(o, float) and math.isnan(o) else str(o))
     return result
+
+
+def _parse_line_rates(args: list[str], labels: list[str]) -> dict[str, float]:
+    """--line-rate LABEL=RATE (tc units: 100gbit, 400gbit, 5mbit) -> {label: bits per second}."""
+    from telemetry.analysis.rates import RateError, parse_rate
+    out = {}
+    for arg in args:
+        lab, _, rate = arg.rpartition("=")
+        if lab not in labels:
+            raise CompareError(f"--line-rate {arg}: expected LABEL=RATE with LABEL one of "
+                               f"{', '.join(map(repr, labels))}")
+        try:
+            bps = parse_rate(rate)
+        except RateError as exc:
+            raise CompareError(str(exc).replace("--rate", f"--line-rate {lab}=")) from None
+        if bps is None:
+            raise CompareError(f"--line-rate {arg}: 'none' has no line rate; give a rate such as 100gbit")
+        out[lab] = bps
+    return out
 
 
 __all__ = ["compare", "CompareError", "RunError", "recipe_differences", "loss_parity", "time_to_train"]

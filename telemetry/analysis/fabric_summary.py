@@ -7,6 +7,7 @@ value is shown.
 from __future__ import annotations
 
 import os
+import re
 
 from telemetry.analysis.runs import Run
 
@@ -38,6 +39,34 @@ def _link_rate(fab: dict, used: list[str]) -> str:
     if used == ["lo"]:
         return "n/a (loopback: every rank on one host)"
     return f"unknown ({', '.join(used)} reports no speed)"
+
+
+def line_rate_bps(run: Run) -> tuple[float | None, str]:
+    """The rate of one link the job's traffic used, in bits per second, and where it comes from: the
+    lab's tc rate, the used HCA port's rate, the used interface's speed. (None, why) where unknown."""
+    fab = run.info.get("fabric") or {}
+    lab = fab.get("lab") or {}
+    if lab:
+        return (lab["rate_bps"], f"lab rate {lab.get('rate')}") if lab.get("rate_bps") else (
+            None, "unshaped lab: the veth pair has no line rate")
+    used = _used_interfaces(fab)
+    hcas = {h["device"]: h for h in fab.get("hcas") or []}
+    rates = {hcas[u.split(":")[0]].get("rate") for u in used if u.split(":")[0] in hcas} - {None}
+    parsed = {float(m.group(1)) * 1e9 for r in rates if (m := re.match(r"\s*([\d.]+)\s*Gb/sec", str(r)))}
+    if len(parsed) == 1:
+        return parsed.pop(), f"HCA port rate {rates.pop()}"
+    nics = {i["name"]: i for i in fab.get("interfaces") or []}
+    gloo = fab.get("gloo") or {}
+    speeds = {nics[u]["speed_mbps"] for u in used if u in nics and nics[u].get("speed_mbps")}
+    if not speeds and gloo.get("speed_mbps"):
+        speeds = {gloo["speed_mbps"]}
+    if len(speeds) == 1:
+        return speeds.pop() * 1e6, "interface speed (sysfs)"
+    if len(parsed) > 1 or len(speeds) > 1:
+        return None, "the used links differ in rate"
+    if "nccl_tests" in run.info:
+        return None, "an nccl-tests table does not name its link rate (give --line-rate LABEL=RATE)"
+    return None, "no link rate recorded for the interfaces used"
 
 
 def _interfaces(fab: dict, used: list[str]) -> str:
@@ -81,6 +110,21 @@ def _hosts(run: Run) -> str:
     return f"{len(names)}: {shown}"
 
 
+def _devices(run: Run) -> str:
+    """The accelerators: `16 x NVIDIA H100 80GB HBM3` (an nccl-tests table's `#  Rank` lines, or run.json)."""
+    names = [d.get("name") for d in run.info.get("devices") or [] if d.get("name")]
+    if names:
+        counts = {n: names.count(n) for n in dict.fromkeys(names)}
+        return ", ".join(f"{c} x {n}" for n, c in counts.items())
+    dev = run.info.get("device") or {}
+    world = (run.info.get("layout") or {}).get("world_size")
+    if dev.get("name"):
+        return f"{world} x {dev['name']}" if world else dev["name"]
+    if dev.get("type"):
+        return f"{world} x {dev['type']}" if world else dev["type"]
+    return "unknown (no device in run.json)"
+
+
 def _duration(run: Run) -> str:
     d = run.info.get("duration_s")
     if d is None:
@@ -94,7 +138,7 @@ def facts(run: Run) -> dict[str, str]:
     used = _used_interfaces(fab)
     return {"link rate": _link_rate(fab, used), "interfaces (MTU)": _interfaces(fab, used),
             "NCCL version": _nccl_version(run, fab), "transport; GPUDirect RDMA": _transport(fab),
-            "hosts": _hosts(run), "duration": _duration(run)}
+            "hosts": _hosts(run), "devices": _devices(run), "duration": _duration(run)}
 
 
 def fabric_rows(groups: list[list[Run]]) -> list[list[str]]:
@@ -110,3 +154,92 @@ def fabric_rows(groups: list[list[Run]]) -> list[list[str]]:
         rows.append([key] + cells)
     return rows
 
+
+
+# ---------------------------------------------------------------- the workload
+
+def _layout_text(lay: dict) -> str:
+    if not lay.get("dp"):
+        return "n/a (a collective sweep: no data or model parallelism)"
+    text = f"dp {lay['dp']} x tp {lay.get('tp', 1)} x pp {lay.get('pp', 1)}"
+    return text + (f" ({lay['data_parallel']})" if lay.get("data_parallel") else "")
+
+
+def _batch_text(lay: dict) -> str:
+    gbs = lay.get("global_batch_size")
+    if not gbs:
+        return "n/a (no batch: a collective sweep)"
+    parts = [f"micro-batch {lay[k]}" if k == "micro_batch_size" else f"grad-accum {lay[k]}"
+             for k in ("micro_batch_size", "grad_accum_steps") if lay.get(k)]
+    return f"{gbs}" + (f" = {' x '.join(parts)} x dp {lay.get('dp')}" if parts and lay.get("dp") else "")
+
+
+def _model_text(recipe: dict) -> str:
+    model = recipe.get("model") or {}
+    if model.get("path"):
+        return os.path.basename(os.path.normpath(str(model["path"])))
+    if model.get("arch"):
+        return str(model["arch"])
+    if model.get("config"):
+        return "random init from a config" + (f" ({model['config']})" if isinstance(model["config"], str) else "")
+    return "n/a (not in run.json)"
+
+
+def _sizes_text(sweep: dict | None) -> str:
+    from telemetry.analysis.compare_figures import size_text
+    sizes = sorted({r["size"] for op in (sweep or {}).get("ops", {}).values() for r in op.get("rows") or []})
+    return f"{size_text(sizes[0])} - {size_text(sizes[-1])} ({len(sizes)} sizes)" if sizes else "n/a"
+
+
+def workload_facts(run: Run, sweep: dict | None = None) -> dict[str, str]:
+    """What ran, as text: workload, model, world size, layout (dp x tp x pp), global batch, sequence length
+    (a training run) or collectives and sizes (a sweep)."""
+    recipe = run.info.get("recipe") or {}
+    lay = run.info.get("layout") or {}
+    world = lay.get("world_size")
+    hosts = len({h.get("hostname") for h in run.info.get("hosts") or [] if h.get("hostname")}) or None
+    where = f"{world} ranks" if world else "unknown (not recorded)"
+    if world and hosts:
+        where += f" on {hosts} host{'s' if hosts > 1 else ''}"
+    if "nccl_tests" in run.info or recipe.get("workload") == "collectives" or sweep is not None and not recipe:
+        sweep = sweep or run.info.get("nccl_tests") or {}
+        tests = [op.get("test") or name for name, op in (sweep.get("ops") or {}).items()]
+        kind = "nccl-tests" if "nccl_tests" in run.info else "collective sweep"
+        return {"workload": f"{kind}: {', '.join(dict.fromkeys(tests)) or 'no table'}", "world size": where,
+                "message sizes": _sizes_text(sweep), "data type": str(sweep.get("dtype") or "unknown")}
+    workload = recipe.get("workload") or "unknown"
+    data = recipe.get("data") or {}
+    if workload == "image_classification":
+        seq = f"n/a (images, {data.get('image_size')} px)" if data.get("image_size") else "n/a (images)"
+    else:
+        seq = str(data["seq_len"]) if data.get("seq_len") else "unknown (no data.seq_len in run.json)"
+    steps = (run.info.get("final") or {}).get("steps") or len(run.metrics)
+    return {"workload": f"{workload} (recipe {recipe.get('name') or run.name})", "model": _model_text(recipe),
+            "world size": where, "layout": _layout_text(lay), "global batch": _batch_text(lay),
+            "sequence length": seq, "steps recorded": str(steps)}
+
+
+def workload_rows(groups: list[list[Run]], sweeps: list[dict | None] | None = None) -> list[list[str]]:
+    """One row per fact, one column per fabric (repeats that differ show each distinct value)."""
+    sweeps = sweeps or [None] * len(groups)
+    per_group = [[workload_facts(r, sw) for r in runs] for runs, sw in zip(groups, sweeps)]
+    keys = list(dict.fromkeys(k for g in per_group for f in g for k in f))
+    rows = []
+    for key in keys:
+        cells = []
+        for group in per_group:
+            values = list(dict.fromkeys(f.get(key, "n/a") for f in group))
+            cells.append(values[0] if len(values) == 1 else " / ".join(values))
+        rows.append([key] + cells)
+    return rows
+
+
+def workload_line(rows: list[list[str]]) -> str:
+    """The report's header line: the facts every fabric shares, and which ones differ."""
+    same = [r[1] if r[0] == "workload" else f"{r[0]} {r[1]}" for r in rows
+            if len(set(r[1:])) == 1 and r[0] != "steps recorded"]
+    differ = [r[0] for r in rows if len(set(r[1:])) > 1 and r[0] != "steps recorded"]
+    line = "; ".join(same)
+    if differ:
+        line += f"; differs between fabrics: {', '.join(differ)} (see Workload)"
+    return line

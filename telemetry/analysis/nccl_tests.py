@@ -427,8 +427,13 @@ def as_run(path: str):
     from telemetry.analysis.runs import Run
 
     result = read(path)
+    # the `#  Rank N ... on HOST device D [BUS] NAME` lines name the hosts and the GPU model: the largest
+    # table's (a sendrecv pair test names two ranks only)
+    devices = max((op.get("devices") or [] for op in result["ops"].values()), key=len, default=[])
     info = {"name": os.path.basename(path), "status": f"{result['source']} output",
             "fabric": {"transport": None, "backend": "nccl-tests" if result["source"] == "nccl-tests"
                        else "sweep text"},
-            "layout": {"world_size": result["world_size"]}, "nccl_tests": result}
+            "layout": {"world_size": result["world_size"]}, "nccl_tests": result,
+            "hosts": [{"rank": d.get("rank"), "hostname": d.get("host")} for d in devices if d.get("host")],
+            "devices": [{"rank": d.get("rank"), "name": d.get("name"), "bus_id": d.get("bus_id")} for d in devices]}
     return Run(path, info, [], {})

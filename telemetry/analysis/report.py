@@ -320,9 +320,20 @@ CSS = ("body{font-family:system-ui,sans-serif;max-width:1000px;margin:2em auto;c
        ".warn{background:#fee;border:1px solid #c00;padding:.5em 1em}")
 
 
+def _embedded(out: str, name: str) -> str:
+    """A figure as a data: URI, its SVG twin where there is one (text stays text), else the file itself."""
+    import base64
+    svg = os.path.splitext(name)[0] + ".svg"
+    path, kind = (svg, "image/svg+xml") if os.path.isfile(os.path.join(out, svg)) else (name, "image/png")
+    with open(os.path.join(out, path), "rb") as f:
+        return f"data:{kind};base64," + base64.b64encode(f.read()).decode("ascii")
+
+
 def write_documents(out: str, basename: str, title: str, subtitle: str | None, warnings: list[str],
-                    sections: list[tuple[str, list[str], list[list[str]]]], figures: list[tuple[str, str]]) -> None:
-    """BASENAME.md and BASENAME.html with the same warnings, tables and figures (report and compare)."""
+                    sections: list[tuple[str, list[str], list[list[str]]]], figures: list[tuple[str, str]],
+                    embed: bool = False) -> None:
+    """BASENAME.md and BASENAME.html with the same warnings, tables and figures (report and compare).
+    embed: the HTML carries its figures as data: URIs, one file that can be mailed or moved alone."""
     md = [f"# {md_escape(title)}\n"] + ([f"{md_escape(subtitle)}\n"] if subtitle else []) \
         + [f"> **{md_escape(w)}**\n" for w in warnings]
     body = [f"<h1>{html.escape(title)}</h1>"] + ([f"<p>{html.escape(subtitle)}</p>"] if subtitle else [])
@@ -334,8 +345,9 @@ def write_documents(out: str, basename: str, title: str, subtitle: str | None, w
     body.append("<h2>Figures</h2>")
     for name, caption in figures:
         md.append(f"![{md_escape(caption)}](<{quote(name)}>)\n")
-        body.append(f"<figure><img src='{html.escape(quote(name))}' alt='{html.escape(caption)}'><figcaption>{html.escape(caption)}"
-                    "</figcaption></figure>")
+        src = _embedded(out, name) if embed else quote(name)
+        body.append(f"<figure><img src='{html.escape(src)}' data-file='{html.escape(name)}' "
+                    f"alt='{html.escape(caption)}'><figcaption>{html.escape(caption)}</figcaption></figure>")
     with open(os.path.join(out, f"{basename}.md"), "w", encoding="utf-8") as f:
         f.write("\n".join(md))
     with open(os.path.join(out, f"{basename}.html"), "w", encoding="utf-8") as f:

@@ -6,7 +6,7 @@ import json
 
 def write_run(path, *, name="recorded", lr=0.01, step_time=1.0, comm_time=0.25, energy=True, rate_bps=None,
               losses=None, transport="tcp", expectation=None, sweep=None, extra_comm=None, fabric_extra=None,
-              info_extra=None, train_extra=None, times=False, exposed_time=0.1):
+              info_extra=None, train_extra=None, times=False, exposed_time=0.1, recipe_extra=None, step_times=None):
     path.mkdir(parents=True)
     fabric = {"backend": "nccl", "transport": transport,
               "expectation": expectation or {"expected": "any", "detected": transport, "match": None},
@@ -14,7 +14,7 @@ def write_run(path, *, name="recorded", lr=0.01, step_time=1.0, comm_time=0.25, 
     if rate_bps:
         fabric["lab"] = {"rate": f"{int(rate_bps / 1e6)}mbit", "rate_bps": rate_bps, "burst_bytes": 0}
     recipe = {"name": name, "workload": "collectives" if sweep else "llm_lora", "output_dir": str(path),
-              "train": {"lr": lr, "global_batch_size": 8, **(train_extra or {})}, "max_steps": 6}
+              "train": {"lr": lr, "global_batch_size": 8, **(train_extra or {})}, "max_steps": 6, **(recipe_extra or {})}
     (path / "run.json").write_text(json.dumps({
         "name": name, "status": "completed", "recipe": recipe,
         "layout": {"world_size": 2, "dp": 2, "tp": 1, "pp": 1, "data_parallel": "ddp", "global_batch_size": 8},
@@ -26,7 +26,9 @@ def write_run(path, *, name="recorded", lr=0.01, step_time=1.0, comm_time=0.25, 
     losses = losses or [3.0 - 0.1 * s for s in range(1, 7)]
     clock = 1_700_000_000.0  # wall clock at the start of step 1
     for step in range(1, 7):
-        rec = {"step": step, "loss": losses[step - 1], "step_time_s": 2 * step_time if step == 1 else step_time,
+        own = step_times[step - 1] if step_times else None  # one time per step, where the test gives them
+        rec = {"step": step, "loss": losses[step - 1],
+               "step_time_s": own if own is not None else 2 * step_time if step == 1 else step_time,
                "tokens_per_s": 1000.0, "comm": {"all_reduce": {"count": 1, "bytes": 1_000_000, "time_s": comm_time,
                                                                "untimed": 0, "busbw_GBps": 0.004}},
                "comm_time_s": comm_time, "exposed_comm_s": exposed_time,

@@ -168,8 +168,9 @@ def test_compare_a_vendor_table_with_an_own_nccl_tests_run(tmp_path):
     assert result["kind"] == "sweep" and result["labels"] == [
         "nccl-tests: all_reduce_perf_h100_16ranks.txt", "nccl-tests: all_reduce_perf_efa_old_tagged.txt"]
     md = (tmp_path / "cmp" / "compare.md").read_text()
-    assert "| all_reduce | 8589934592 | 47,535 | n/a |" in md  # the other run stops at 4 GB
-    assert "| all_reduce | 8 | 124 | 176" in md  # best block: 123.5 us vs 176.3 us
+    assert "| 8 GB |" not in md  # the other run stops at 4 GB: the rows and the average stop there too
+    assert "averages use the common range 8 B - 4 GB (30 sizes) only" in md
+    assert "| 8 B | 124 us | 176 us (+42.8%, 1.43x) |" in md  # best block: 123.5 us vs 176.3 us
     with pytest.raises(CompareError, match="no collective in common"):
         compare([vendor, str(TABLES / "alltoall_perf_old_blank_redop.txt")], str(tmp_path / "none"))
     assert json.loads((tmp_path / "cmp" / "compare.json").read_text())["runs"] == [vendor, own]
