@@ -207,3 +207,88 @@ def test_staged_recipe_trains_offline_from_the_staged_copy(hub_env, tmp_path, ca
     assert "[trainer] done: 2 steps" in proc.stdout
     info = json.loads((out / "run.json").read_text())
     assert info["status"] == "completed"
+
+
+# ---------------------------------------------------------------- --check-layout on data made here
+
+def _images(root: Path, split: str, classes: list[str], per_class: int) -> None:
+    from PIL import Image
+    for c in classes:
+        (root / split / c).mkdir(parents=True)
+        for i in range(per_class):
+            Image.new("RGB", (40, 30), (i * 40, 0, 0)).save(root / split / c / f"{c}_{i}.JPEG", format="JPEG")
+
+
+def test_check_layout_imagenet(tmp_path, capsys):
+    root = tmp_path / "imagenet"
+    _images(root, "train", ["n01440764", "n01443537"], 2)
+    (root / "val").mkdir()
+    from PIL import Image
+    Image.new("RGB", (40, 30)).save(root / "val" / "ILSVRC2012_val_00000001.JPEG", format="JPEG")
+    assert st.main(["--check-layout", "imagenet", str(root)]) == 1
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("error: data.dataset:") and "holds no class subdirectories" in line
+    assert "sort them into class folders" in line
+
+    (root / "val" / "ILSVRC2012_val_00000001.JPEG").unlink()
+    _images(root, "val", ["n01440764", "n01443537"], 1)
+    assert st.main(["--check-layout", "imagenet", str(root)]) == 0
+    out = capsys.readouterr().out
+    assert "2 classes, 4 training and 2 validation images" in out
+    assert "note: classes: 2; the full MLPerf set has 1,000" in out
+    assert f"use: recipes/resnet50.yaml data.dataset={root} data.num_classes=2" in out
+
+    _images(root, "val", ["n99999999"], 1)  # a class train/ lacks
+    assert st.main(["--check-layout", "imagenet", str(root)]) == 1
+    assert "class folders that train/ lacks: n99999999" in capsys.readouterr().err
+
+
+def _bert_shard(path: Path, rows: int, seq: int = 512, preds: int = 76) -> None:
+    import h5py
+    import numpy as np
+    rng = np.random.default_rng(0)
+    with h5py.File(path, "w") as f:
+        f["input_ids"] = rng.integers(1000, 30000, (rows, seq), dtype=np.int32)
+        f["input_mask"] = np.ones((rows, seq), np.int8)
+        f["segment_ids"] = np.zeros((rows, seq), np.int8)
+        f["masked_lm_positions"] = np.tile(np.arange(1, preds + 1, dtype=np.int32), (rows, 1))
+        f["masked_lm_ids"] = rng.integers(1000, 30000, (rows, preds), dtype=np.int32)
+        f["next_sentence_labels"] = np.zeros(rows, np.int8)
+
+
+def test_check_layout_bert(tmp_path, capsys):
+    root = tmp_path / "hdf5"
+    (root / "training").mkdir(parents=True)
+    _bert_shard(root / "training" / "part-00000-of-00002.hdf5", 3)
+    _bert_shard(root / "training" / "part-00001-of-00002.hdf5", 2)
+    assert st.main(["--check-layout", "bert", str(root)]) == 1
+    assert f"data.eval_dataset: {root}/eval is not a directory" in capsys.readouterr().err
+    (root / "eval").mkdir()
+    _bert_shard(root / "eval" / "eval_10k.hdf5", 4, seq=128)  # the wrong sequence length
+    assert st.main(["--check-layout", "bert", str(root)]) == 1
+    assert "expected data.seq_len (512)" in capsys.readouterr().err
+    (root / "eval" / "eval_10k.hdf5").unlink()
+    _bert_shard(root / "eval" / "eval_10k.hdf5", 4)
+    assert st.main(["--check-layout", "bert", str(root)]) == 0
+    out = capsys.readouterr().out
+    assert "5 training sequences in 2 shards, 4 evaluation sequences in 1" in out
+    assert f"data.dataset={root}/training data.eval_dataset={root}/eval" in out
+
+
+def test_check_layout_mlperf_llama(tmp_path, capsys):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    root = tmp_path / "gov_report"
+    root.mkdir()
+    rows = lambda n, L: pa.table({"input_ids": [[5] * L] * n, "labels": [[-100] * 10 + [5] * (L - 10)] * n})  # noqa: E731
+    pq.write_table(rows(3, 8192), root / "train-00000-of-00001.parquet")
+    assert st.main(["--check-layout", "mlperf-llama", str(root)]) == 1
+    assert "expected one validation*.parquet" in capsys.readouterr().err
+    pq.write_table(rows(2, 4096), root / "validation-00000-of-00001.parquet")
+    assert st.main(["--check-layout", "mlperf-llama", str(root)]) == 1
+    assert "sequences of [4096] tokens; MLPerf's set is packed to 8192" in capsys.readouterr().err
+    pq.write_table(rows(2, 8192), root / "validation-00000-of-00001.parquet")
+    assert st.main(["--check-layout", "mlperf-llama", str(root)]) == 0
+    out = capsys.readouterr().out
+    assert "3 training and 2 evaluation sequences of 8192 tokens" in out
+    assert "note: training sequences: 3; the full MLPerf set has 3,901" in out
