@@ -183,6 +183,12 @@ def fetch_hub(src: Source, dest: str) -> dict:
             "endpoint": _endpoint(), "files": wanted}
 
 
+def staged_dir(repo_type: str, repo: str) -> str:
+    """Where a hub repository lands inside the staging directory ('/'-separated, relative): manifests that
+    mount the directory name these paths (launch/k8s/, tests/launch/test_k8s.py)."""
+    return ("models/" if repo_type == "model" else "data/") + repo
+
+
 def _data_target(src: Source, root: str) -> str:
     """The path data.dataset / data.eval_dataset should name inside a staged data set repository."""
     files = sorted(os.path.relpath(os.path.join(d, f), root) for d, dirs, fs in os.walk(root)
@@ -357,7 +363,7 @@ def stage(recipe_path: str, overrides: list[str], to: str, jobs: int, argv: list
             # model.path and model.tokenizer on one repository: one download, the fuller one
             ident = (src.repo_type, src.repo, src.revision)
             if ident not in fetched or (fetched[ident][1].get("tokenizer_only") and not src.tokenizer_only):
-                dest = os.path.join(to, "models" if src.repo_type == "model" else "data", *src.repo.split("/"))
+                dest = os.path.join(to, *staged_dir(src.repo_type, src.repo).split("/"))
                 print(f"[stage] {src.key}: {src.repo_type} {src.repo}@{src.revision} -> {dest}", flush=True)
                 info = fetch_hub(src, dest)
                 info["tokenizer_only"] = src.tokenizer_only

@@ -196,3 +196,15 @@ def _handler(hub: HubServer):
             self._send(200, data, {"ETag": f'"{git_blob_id(data)}"', "X-Repo-Commit": commit}, head)
 
     return Handler
+
+
+def tiny_llama_files(workdir: Path) -> dict[str, bytes]:
+    """A Llama checkpoint of the tiny recipe's shape (config.json, model.safetensors, generation_config.json)
+    saved by transformers, plus the byte tokenizer the project ships: a model repository's files."""
+    import yaml
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    repo = Path(__file__).resolve().parents[2]
+    config = yaml.safe_load((repo / "recipes" / "tiny_llama_lora.yaml").read_text())["model"]["config"]
+    LlamaForCausalLM(LlamaConfig(**config)).save_pretrained(workdir)
+    return {**read_tree(workdir), **read_tree(repo / "recipes" / "assets" / "byte_tokenizer")}

@@ -17,22 +17,17 @@ from launch import stage as st
 from trainer.config import load_recipe
 
 from ..conftest import REPO, TINY
-from .hub_server import HubServer, Repo, read_tree
+from .hub_server import HubServer, Repo, tiny_llama_files
 
 TOKEN = "hf_stage_test_secret_0123456789"
 ASSETS = REPO / "recipes" / "assets"
-TINY_CONFIG = yaml.safe_load((REPO / "recipes" / "tiny_llama_lora.yaml").read_text())["model"]["config"]
 
 
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory):
     """A hub with a gated tiny Llama (safetensors + the byte tokenizer + a .bin copy that must not be fetched)
     and a public data set repository, each with a branch `main` and a tag `v1` on the same commit."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    ckpt = tmp_path_factory.mktemp("ckpt")
-    LlamaForCausalLM(LlamaConfig(**TINY_CONFIG)).save_pretrained(ckpt)  # config.json + model.safetensors
-    files = {**read_tree(ckpt), **read_tree(ASSETS / "byte_tokenizer"), "README.md": b"# tiny llama\n",
+    files = {**tiny_llama_files(tmp_path_factory.mktemp("ckpt")), "README.md": b"# tiny llama\n",
              "pytorch_model.bin": b"the same weights in the other format\n",
              "original/consolidated.00.pth": b"Meta's own format\n"}
     data = {"README.md": b"# fabric dolly mini\n", "fabric_dolly_mini.jsonl": (ASSETS / "fabric_dolly_mini.jsonl").read_bytes()}
@@ -48,6 +43,10 @@ def hub(tmp_path_factory):
 
 @pytest.fixture
 def hub_env(hub, monkeypatch, tmp_path):
+    return use_hub(hub, monkeypatch, tmp_path)
+
+
+def use_hub(hub, monkeypatch, tmp_path):
     """The client pointed at the loopback hub, with its own empty cache and the token in the environment."""
     from huggingface_hub import constants
 
