@@ -106,6 +106,8 @@ def test_stage_fetches_pins_and_writes_a_recipe_that_resolves(hub_env, tmp_path,
     assert any(auth == f"Bearer {TOKEN}" for _, path, auth in hub_env.requests if "tiny-llama" in path)
     assert not [p for p in to.rglob("*") if p.is_file() and TOKEN.encode() in p.read_bytes()]
     assert "original/" not in "".join(path for _, path, _ in hub_env.requests)  # never requested
+    cdn = [auth for _, path, auth in hub_env.requests if path.startswith("/lfs/")]
+    assert cdn and cdn == [None] * len(cdn)  # large files came from the other origin, without the token
 
     # --verify: all good, then one line per problem and a non-zero exit
     capsys.readouterr()
