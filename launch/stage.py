@@ -220,8 +220,16 @@ def _data_target(src: Source, root: str) -> str:
                       f"{src.key} to one of them under the staged data/{src.repo}/"])
 
 
-def _copy_local(src: Source, to: str) -> tuple[str, dict]:
-    name = os.path.basename(os.path.abspath(src.value).rstrip("/"))
+def _copy_local(src: Source, to: str, taken: dict[str, str]) -> tuple[str, dict]:
+    """Copy to DIR/local/<name>; `taken` (name -> source) keeps two sources of one name apart in a run."""
+    origin = os.path.abspath(src.value).rstrip("/")
+    base = name = os.path.basename(origin)
+    n = 1
+    while taken.get(name, origin) != origin:
+        n += 1
+        stem, dot, ext = base.partition(".")
+        name = f"{stem}-{n}{dot}{ext}"
+    taken[name] = origin
     dest = os.path.join(to, "local", name)
     if os.path.exists(dest):
         shutil.rmtree(dest) if os.path.isdir(dest) else os.remove(dest)
@@ -262,9 +270,14 @@ def write_manifest(root: str, sources_by_dir: dict[str, dict], jobs: int) -> dic
     entries = []
     for rel, digest in zip(files, digests):
         owner = next((d for d in sources_by_dir if rel == d or rel.startswith(d + "/")), None)
-        src = sources_by_dir.get(owner, {"generated": "python -m launch.stage"})
+        if owner is not None:
+            src = sources_by_dir[owner]
+        elif rel.startswith("recipes/"):
+            src = {"generated": "python -m launch.stage"}
+        else:  # put there by hand: listed and hashed, its origin unknown to the manifest
+            src = {"origin": None}
         entry = {"path": rel, "size": os.path.getsize(os.path.join(root, rel)), "sha256": digest}
-        entry.update({k: src[k] for k in ("repo", "repo_type", "commit", "local", "generated") if k in src})
+        entry.update({k: src[k] for k in ("repo", "repo_type", "commit", "local", "generated", "origin") if k in src})
         if "commit" in entry:
             entry["revision"] = entry.pop("commit")
         entries.append(entry)
@@ -356,9 +369,10 @@ def stage(recipe_path: str, overrides: list[str], to: str, jobs: int, argv: list
     by_dir = _previous_sources(to)
     fetched: dict[tuple, tuple[str, dict]] = {}
     targets: dict[str, str] = {}
+    local_names: dict[str, str] = {}
     for src in found:
         if src.kind == "local":
-            dest, info = _copy_local(src, to)
+            dest, info = _copy_local(src, to, local_names)
         else:
             # model.path and model.tokenizer on one repository: one download, the fuller one
             ident = (src.repo_type, src.repo, src.revision)

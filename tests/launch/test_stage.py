@@ -177,6 +177,29 @@ def test_gated_repository_without_token_names_the_fix(hub_env, tmp_path, capsys,
     assert "is gated" in line and "HF_TOKEN" in line
 
 
+def test_staging_with_the_hub_switched_off_says_so(hub_env, tmp_path, capsys, monkeypatch):
+    from huggingface_hub import constants
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)  # what HF_HUB_OFFLINE=1 (the image's setting) does
+    assert _stage(tmp_path / "s", *STAGE_TINY) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert "HF_HUB_OFFLINE is set; staging needs the hub" in line, line
+
+
+def test_two_local_sources_of_one_name_are_kept_apart(tmp_path, capsys):
+    a, b = tmp_path / "a", tmp_path / "b"
+    for d in (a, b):
+        d.mkdir()
+        (d / "rows.jsonl").write_bytes((ASSETS / "fabric_dolly_mini.jsonl").read_bytes())
+    (b / "rows.jsonl").write_text('{"instruction": "x", "context": "", "response": "y"}\n' * 40)
+    to = tmp_path / "staged"
+    assert _stage(to, f"data.dataset={a / 'rows.jsonl'}", f"data.eval_dataset={b / 'rows.jsonl'}") == 0, \
+        capsys.readouterr().err
+    recipe = load_recipe(str(to / "recipes" / "tiny_llama_lora.yaml"))
+    assert norm(recipe.data.dataset) == str(to / "local" / "rows.jsonl")
+    assert norm(recipe.data.eval_dataset) == str(to / "local" / "rows-2.jsonl")
+    assert (to / "local" / "rows-2.jsonl").read_bytes() == (b / "rows.jsonl").read_bytes()
+
+
 def test_cli_modes_are_exclusive_and_verify_needs_a_manifest(tmp_path, capsys):
     assert st.main(["--verify", str(tmp_path)]) == 2
     assert "manifest.json does not exist" in capsys.readouterr().err
