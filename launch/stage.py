@@ -77,7 +77,7 @@ def _suggest_repo(key: str, value: str) -> str:
         from launch.nemo.common import MODELS
         name = os.path.basename(value.rstrip("/")).lower()
         for pattern, model in MODELS:
-            if re.fullmatch(pattern + r"(-hf)?", name):
+            if re.search(pattern, name):
                 return f"; its hub repository is probably {key}={model.hf_id}"
         return "; give its hub repository, e.g. model.path=meta-llama/Llama-2-70b-hf"
     if "gov_report" in value or "/bert" in value:
