@@ -51,20 +51,56 @@ def _parser() -> argparse.ArgumentParser:
     mode.add_argument("--json", dest="mode", action="store_const", const="json",
                       help="print the translation's field assignments as JSON (what the tests compare)")
     p.add_argument("--nodes", type=int, default=None,
-                   help="nodes of the job (default: SLURM_NNODES / torchrun's NNODES, else what the recipe's "
-                        "degrees need at --gpus-per-node)")
+                   help="nodes of the job (default: the launcher's world - torchrun's WORLD_SIZE / "
+                        "LOCAL_WORLD_SIZE, else SLURM_NNODES - else what the recipe's degrees need)")
     p.add_argument("--gpus-per-node", type=int, default=None,
-                   help="GPUs per node (default: LOCAL_WORLD_SIZE, else 8)")
+                   help="GPUs per node (default: LOCAL_WORLD_SIZE, else SLURM_NTASKS_PER_NODE, else "
+                        "SLURM_GPUS_ON_NODE, else 8)")
     return p
 
 
+def _env_int(name: str) -> int | None:
+    """A launcher's count from the environment; Slurm writes repeated counts as "8(x2)"."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return None
+    head = raw.split("(")[0].split(",")[0]
+    if not head.isdigit() or int(head) < 1:
+        raise RecipeError([f"{name}: got {raw!r}; expected a positive integer (as the launcher sets it)"])
+    return int(head)
+
+
+def launcher_world() -> tuple[int | None, int | None, str | None]:
+    """(nodes, devices per node, who said so) from the launcher that started this process: torchrun's
+    WORLD_SIZE / LOCAL_WORLD_SIZE first (under sbatch + torchrun Slurm's task counts describe the agents, not
+    the ranks), then Slurm's SLURM_NNODES / SLURM_NTASKS_PER_NODE (srun starting one task per GPU)."""
+    world, local = _env_int("WORLD_SIZE"), _env_int("LOCAL_WORLD_SIZE")
+    if world and local:
+        if world % local:
+            raise RecipeError([f"WORLD_SIZE {world} is not a multiple of LOCAL_WORLD_SIZE {local}: the nodes run "
+                               "different numbers of ranks, which the NeMo engines cannot express"])
+        return world // local, local, f"torchrun (WORLD_SIZE={world}, LOCAL_WORLD_SIZE={local})"
+    nodes = _env_int("SLURM_NNODES") or _env_int("NNODES")
+    per_node = _env_int("SLURM_NTASKS_PER_NODE") if "SLURM_NNODES" in os.environ else None
+    if per_node == 1:  # one task per node (an agent, or this launcher starting torchrun): not the GPU count
+        per_node = None
+    if nodes:
+        return nodes, per_node, ("Slurm" if "SLURM_NNODES" in os.environ else "NNODES")
+    return None, None, None
+
+
 def _world(args, recipe) -> World:
-    gpus = args.gpus_per_node or int(os.environ.get("LOCAL_WORLD_SIZE", "0") or 0) or 8
-    nodes = args.nodes or int(os.environ.get("SLURM_NNODES", os.environ.get("NNODES", "0")) or 0)
+    env_nodes, env_gpus, source = launcher_world()
+    gpus = args.gpus_per_node or env_gpus or _env_int("SLURM_GPUS_ON_NODE") or 8
+    nodes = args.nodes or env_nodes
     if not nodes:
         par = recipe.parallel
         need = (par.dp if par.dp > 0 else 1) * par.tp * par.pp
         nodes = max(1, -(-need // gpus))
+    if env_nodes and env_gpus and (nodes, gpus) != (env_nodes, env_gpus):
+        raise RecipeError([f"--nodes {nodes} x --gpus-per-node {gpus} = {nodes * gpus} ranks, but {source} "
+                           f"started {env_nodes} x {env_gpus} = {env_nodes * env_gpus}; drop the flags to take "
+                           "the launcher's world"])
     return World(nodes, gpus)
 
 
@@ -113,7 +149,9 @@ def _run(engine: str, translation, run_dir: str) -> int:
     world = translation.world
     if engine == "automodel":
         command = ["automodel", job, "--nproc-per-node", str(world.gpus_per_node)]
-    elif "WORLD_SIZE" in os.environ:  # torchrun (or srun) already started one process per GPU
+    elif "WORLD_SIZE" in os.environ or (launcher_world()[2] == "Slurm" and launcher_world()[1]):
+        # torchrun, or srun with one task per GPU, already started one process per GPU (NeMo's Lightning
+        # reads Slurm's variables itself)
         command = [sys.executable, job]
     else:
         command = ["torchrun", "--standalone", "--nproc-per-node", str(world.gpus_per_node), job]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import re
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import pytest
 import yaml
 
 from telemetry.capture.fabric import EXPECTATIONS
+from trainer.config import RECIPE_RELATIVE_PATHS, load_recipe
 
 from ..conftest import REPO
 
@@ -225,3 +227,105 @@ def test_the_pod_check_names_what_a_job_without_the_fabric_settings_lacks():
 
 def test_fabric_expectations_named_here_exist():
     assert RDMA_TRANSPORTS <= set(EXPECTATIONS)
+
+
+# ---------------------------------------------------------------- staged weights and data on a volume
+
+def _containers(job: dict):
+    for rtype, rspec in job["spec"]["pytorchReplicaSpecs"].items():
+        pod = rspec["template"]["spec"]
+        for c in pod["containers"]:
+            yield f"{rtype}/{c['name']}", pod, c
+
+
+def _recipe_of(c: dict):
+    cmd = c["command"] + c.get("args", [])
+    assert cmd[:3] == ["torchrun", "-m", "trainer"]
+    recipe, overrides = cmd[3], [a for a in cmd[4:] if "=" in a and not a.startswith("-")]
+    return load_recipe(str(REPO / recipe), overrides)
+
+
+def _under(path: str, root: str) -> bool:
+    path, root = os.path.normpath(path), os.path.normpath(root)
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def volume_problems(job: dict) -> list[str]:
+    """Every model and data path the container's recipe reads lies on a mounted persistent volume, the run
+    directory on a writable one, and nothing is fetched from the hub at run time."""
+    out = []
+    for where, pod, c in _containers(job):
+        volumes = {v["name"]: v for v in pod.get("volumes", [])}
+        pvc_mounts = [(m["mountPath"], m.get("readOnly", False)) for m in c.get("volumeMounts", [])
+                      if "persistentVolumeClaim" in volumes.get(m["name"], {})]
+        recipe = _recipe_of(c)
+        for key in RECIPE_RELATIVE_PATHS:
+            section, field = key.split(".")
+            value = getattr(getattr(recipe, section), field)
+            if value is None or (key.startswith("data.") and recipe.data.synthetic):
+                continue
+            if not os.path.isabs(value):
+                out.append(f"{where}: {key}={value!r} is not a path on a volume (a hub name needs the hub at run time)")
+            elif not any(_under(value, mount) for mount, _ in pvc_mounts):
+                out.append(f"{where}: {key}={value} lies on no mounted persistent volume "
+                           f"(mounts: {', '.join(m for m, _ in pvc_mounts) or 'none'})")
+        if not any(_under(recipe.output_dir, mount) and not ro for mount, ro in pvc_mounts):
+            out.append(f"{where}: output_dir={recipe.output_dir} lies on no writable persistent volume")
+        if _env(c).get("HF_HUB_OFFLINE") != "1":
+            out.append(f"{where}: HF_HUB_OFFLINE is not \"1\": a missing file would be looked for on the hub")
+    return out
+
+
+def test_recipe_paths_lie_on_the_mounted_volumes(job):
+    assert volume_problems(job) == []
+
+
+def test_the_volume_check_names_a_missing_volume_and_a_hub_name():
+    job = load(REPO / "launch" / "k8s" / "pytorchjob.yaml")
+    broken = copy.deepcopy(job)
+    for _, pod, c in _containers(broken):
+        c["volumeMounts"] = [m for m in c["volumeMounts"] if m["mountPath"] != "/staged"]
+        c["command"] = [a for a in c["command"] if not a.startswith("data.dataset=")]
+        c["env"] = [e for e in c["env"] if e["name"] != "HF_HUB_OFFLINE"]
+    problems = "\n".join(volume_problems(broken))
+    assert "model.path=/staged/models/meta-llama/Llama-2-70b-hf lies on no mounted persistent volume" in problems
+    assert "data.dataset='databricks/databricks-dolly-15k' is not a path on a volume" in problems
+    assert "HF_HUB_OFFLINE" in problems
+
+
+@pytest.fixture(scope="module")
+def staged_volume(tmp_path_factory):
+    """The manifests' recipe staged by launch.stage from a loopback hub holding repositories of the names
+    the manifests use (tiny contents): the directory a `staged` volume would hold."""
+    from launch import stage
+
+    from .hub_server import HubServer, Repo, tiny_llama_files
+    from .test_stage import use_hub
+
+    work = tmp_path_factory.mktemp("k8s-stage")
+    dolly = (REPO / "recipes" / "assets" / "fabric_dolly_mini.jsonl").read_bytes()
+    repos = [Repo("meta-llama/Llama-2-70b-hf", "model", tiny_llama_files(work / "ckpt")),
+             Repo("databricks/databricks-dolly-15k", "dataset",
+                  {"README.md": b"# stand-in\n", "databricks-dolly-15k.jsonl": dolly})]
+    with HubServer(repos) as hub, pytest.MonkeyPatch.context() as mp:
+        use_hub(hub, mp, work)
+        volume = work / "volume"
+        code = stage.main([str(REPO / "recipes" / "llama70b_lora.yaml"), "model.path=meta-llama/Llama-2-70b-hf", "--to", str(volume)])
+        assert code == 0
+    return volume
+
+
+def test_staged_volume_holds_what_each_manifest_reads(job, staged_volume):
+    """What the manifest reads under its `staged` mount is where launch.stage put it, and the recipe
+    launch.stage wrote names the same files."""
+    for where, pod, c in _containers(job):
+        (mount,) = [m["mountPath"] for m in c["volumeMounts"] if m["name"] == "staged"]
+        recipe = _recipe_of(c)
+        staged_recipe = load_recipe(str(staged_volume / "recipes" / "llama70b_lora.yaml"))
+        for key in ("model.path", "data.dataset"):
+            section, field = key.split(".")
+            value = getattr(getattr(recipe, section), field)
+            on_host = staged_volume / os.path.relpath(value, mount)
+            assert on_host.exists(), f"{where}: {key}={value}: {on_host} was not staged"
+            written = os.path.normpath(getattr(getattr(staged_recipe, section), field))
+            assert written == str(on_host), f"{where}: {key}: the staged recipe names {written}"

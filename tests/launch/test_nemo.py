@@ -425,3 +425,71 @@ def test_automodel_recipe_subclass_brackets_each_optimizer_step(tmp_path, proces
     assert all(r["lr"] == 1e-4 and r["grad_norm"] == 0.25 and r["samples_per_s"] > 0 for r in rows)
     info = json.loads((tmp_path / "run" / "run.json").read_text())
     assert info["status"] == "completed" and info["engine"] == "nemo-automodel"
+
+
+# ---------------------------------------------------------------- the launcher's world, in-process
+
+LAUNCHER_VARS = ("WORLD_SIZE", "LOCAL_WORLD_SIZE", "RANK", "SLURM_NNODES", "SLURM_NTASKS_PER_NODE",
+                 "SLURM_GPUS_ON_NODE", "NNODES")
+
+
+@pytest.fixture
+def launcher_env(monkeypatch):
+    for name in LAUNCHER_VARS:
+        monkeypatch.delenv(name, raising=False)
+    return monkeypatch
+
+
+@pytest.mark.parametrize("env, nodes, gpus", [
+    ({"WORLD_SIZE": "64", "LOCAL_WORLD_SIZE": "8"}, 8, 8),  # torchrun --nnodes 8 --nproc-per-node 8
+    ({"WORLD_SIZE": "16", "LOCAL_WORLD_SIZE": "4"}, 4, 4),
+    # sbatch + torchrun: Slurm counts one task (the agent) per node; torchrun's numbers win
+    ({"WORLD_SIZE": "16", "LOCAL_WORLD_SIZE": "8", "SLURM_NNODES": "2", "SLURM_NTASKS_PER_NODE": "1"}, 2, 8),
+    ({"SLURM_NNODES": "8", "SLURM_NTASKS_PER_NODE": "8"}, 8, 8),  # srun, one task per GPU
+    ({"SLURM_NNODES": "4", "SLURM_NTASKS_PER_NODE": "8(x4)"}, 4, 8),
+    ({"SLURM_NNODES": "2", "SLURM_NTASKS_PER_NODE": "1", "SLURM_GPUS_ON_NODE": "4"}, 2, 4),
+    ({}, 1, 8),  # no launcher: tp 8 x pp 1 fits one node of 8
+])
+def test_world_comes_from_the_launcher_not_the_recipes_degrees(launcher_env, capsys, env, nodes, gpus):
+    for k, v in env.items():
+        launcher_env.setenv(k, v)
+    out = values(capsys, "llama70b_lora.yaml", "nemo2")
+    assert out["world"] == {"nodes": nodes, "gpus_per_node": gpus}
+    assert out["layout"]["world_size"] == nodes * gpus and out["layout"]["tp"] == 8
+
+
+def test_flags_that_contradict_torchruns_world_are_refused(launcher_env, capsys):
+    launcher_env.setenv("WORLD_SIZE", "64")
+    launcher_env.setenv("LOCAL_WORLD_SIZE", "8")
+    code, out, err = run_cli(capsys, RECIPES / "llama70b_lora.yaml", "--engine", "nemo2", "--nodes", "1", "--json")
+    assert code == 2 and err.startswith("error: --nodes 1 x --gpus-per-node 8 = 8 ranks, but torchrun")
+    launcher_env.setenv("WORLD_SIZE", "60")
+    code, out, err = run_cli(capsys, RECIPES / "llama70b_lora.yaml", "--engine", "nemo2", "--json")
+    assert code == 2 and "not a multiple of LOCAL_WORLD_SIZE 8" in err
+    launcher_env.delenv("WORLD_SIZE")
+    launcher_env.setenv("SLURM_NNODES", "eight")
+    code, out, err = run_cli(capsys, RECIPES / "llama70b_lora.yaml", "--engine", "nemo2", "--json")
+    assert code == 2 and "SLURM_NNODES: got 'eight'" in err
+
+
+def test_run_under_torchrun_builds_the_job_for_the_launchers_world(launcher_env, capsys, tmp_path):
+    """--run as rank 0 of a 64-rank torchrun: the job it writes and runs is for 8 nodes x 8 GPUs, and it runs
+    in this process's rank (no second torchrun). CUDA and the child process are the only stand-ins."""
+    import torch
+
+    from launch.nemo import cli
+    calls = []
+    launcher_env.setattr(torch.cuda, "is_available", lambda: True)
+    launcher_env.setattr(cli.subprocess, "call", lambda command, env: calls.append((command, env)) or 0)
+    for k, v in {"WORLD_SIZE": "64", "LOCAL_WORLD_SIZE": "8", "RANK": "0"}.items():
+        launcher_env.setenv(k, v)
+    code, out, err = run_cli(capsys, RECIPES / "llama70b_lora.yaml", "--engine", "nemo2", "--run",
+                             f"output_dir={tmp_path / 'run'}")
+    assert code == 0, err
+    ((command, env),) = calls
+    job = tmp_path / "run" / "engine" / "nemo2_job.py"
+    assert command == [sys.executable, str(job)]
+    harness = json.loads(env["FABRIC_HARNESS_RECIPE_JSON"])
+    assert harness["layout"]["world_size"] == 64, harness["layout"]
+    text = job.read_text()
+    assert "num_nodes = 8" in text and "devices = 8" in text, text

@@ -9,6 +9,7 @@ import json
 import os
 import re
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -136,3 +137,76 @@ def test_two_slurm_nodes_in_the_fabric_lab_run_the_job_over_the_shaped_link(tmp_
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line]
     assert [r["step"] for r in rows] == [1, 2, 3]
     assert all(r["job_net_tx_bytes"] and r["job_net_tx_bytes"] >= r["comm_bytes"] > 0 for r in rows), rows
+
+
+# ---------------------------------------------------------------- the job's Python, staged data, a wheelhouse
+
+def test_job_whose_python_lacks_the_dependencies_stops_with_one_line_naming_them(cluster, tmp_path):
+    """A plain image (here: a bare venv's python first on PATH) without the project's dependencies: each node
+    says what is missing and how to get it, before torchrun starts."""
+    venv = tmp_path / "bare"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    env = {"PATH": f"{venv / 'bin'}{os.pathsep}{job_env()['PATH']}"}
+    job = submit(cluster, tmp_path, TINY, f"output_dir={tmp_path / 'run'}", *QUICK, env=env)
+    errors = [line for line in job["output"].splitlines() if line.startswith("error:")]
+    assert job["JobState"] == "FAILED", job["output"][-4000:]
+    assert len(errors) == 1, job["output"][-4000:]
+    assert "lacks torch transformers peft datasets nvidia-ml-py pyyaml numpy matplotlib" in errors[0]
+    assert "WHEELHOUSE" in errors[0] and "Dockerfile" in errors[0]
+    assert not (tmp_path / "run").exists()  # torchrun never started
+
+
+@pytest.fixture(scope="module")
+def staged(tmp_path_factory):
+    """The tiny recipe staged by launch.stage from a loopback hub (model and data set repositories)."""
+    from launch import stage
+
+    from .hub_server import HubServer, Repo, tiny_llama_files
+    from .test_stage import STAGE_TINY, use_hub
+
+    work = tmp_path_factory.mktemp("slurm-stage")
+    repos = [Repo("fabric/tiny-llama", "model", tiny_llama_files(work / "ckpt")),
+             Repo("fabric/dolly-mini", "dataset", {"fabric_dolly_mini.jsonl":
+                                                   (REPO / "recipes/assets/fabric_dolly_mini.jsonl").read_bytes()})]
+    with HubServer(repos) as hub, pytest.MonkeyPatch.context() as mp:
+        use_hub(hub, mp, work)
+        assert stage.main([TINY, *[o.replace("@v1", "") for o in STAGE_TINY], "--to", str(work / "staged")]) == 0
+    return work / "staged"
+
+
+def test_staged_recipe_runs_offline_after_installing_from_a_wheelhouse(cluster, tmp_path, staged):
+    """STAGED_DIR and WHEELHOUSE as the sbatch header documents them: the node installs the wheelhouse's
+    pinned distributions into the job's Python (a venv over this machine's packages, standing in for an NGC
+    image), then trains from the staged recipe with HF_HUB_OFFLINE=1."""
+    from .test_container import stand_in_wheel
+
+    wheelhouse = tmp_path / "wheelhouse"
+    wheelhouse.mkdir()
+    stand_in_wheel(wheelhouse, "fh-wheelhouse-probe", "1.0")
+    (wheelhouse / "requirements.txt").write_text("fh-wheelhouse-probe==1.0\n")
+    venv = tmp_path / "image"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(venv)], check=True,
+                   timeout=120)
+    env = {"PATH": f"{venv / 'bin'}{os.pathsep}{job_env()['PATH']}", "STAGED_DIR": str(staged),
+           "WHEELHOUSE": str(wheelhouse), "PIP_CONFIG_FILE": os.devnull, "PIP_FIND_LINKS": ""}
+    out = tmp_path / "run"
+    job = submit(cluster, tmp_path, str(staged / "recipes" / "tiny_llama_lora.yaml"), f"output_dir={out}", *QUICK,
+                 env=env)
+    log = job["output"]
+    assert job["JobState"] == "COMPLETED" and job["ExitCode"] == "0:0", log[-4000:]
+    assert "installed 1 distributions from" in log and "[trainer] done: 3 steps" in log
+    probe = subprocess.run([str(venv / "bin" / "python"), "-c",
+                            "import importlib.metadata as m, sys; print(m.distribution('fh-wheelhouse-probe').locate_file(''))"],
+                           capture_output=True, text=True, timeout=60)
+    assert probe.returncode == 0 and str(venv) in probe.stdout, probe.stderr  # into the job's Python, not ours
+    info = json.loads((out / "run.json").read_text())
+    assert info["status"] == "completed" and info["environment"]["HF_HUB_OFFLINE"] == "1"
+    assert info["recipe"]["model"]["path"].startswith(str(staged)), info["recipe"]["model"]
+
+
+def test_missing_staged_dir_is_one_line(cluster, tmp_path):
+    job = submit(cluster, tmp_path, TINY, *QUICK, env={"STAGED_DIR": str(tmp_path / "nowhere")})
+    errors = [line for line in job["output"].splitlines() if line.startswith("error:")]
+    assert job["JobState"] == "FAILED" and errors == [
+        f"error: {tmp_path / 'nowhere'} (STAGED_DIR or WHEELHOUSE) is not a directory on "
+        + errors[0].split(" is not a directory on ")[1]], job["output"][-3000:]
