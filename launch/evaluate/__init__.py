@@ -68,7 +68,10 @@ def run_evaluation(ev: Evaluation, verbose: bool = False, dry_run: bool = False,
     results = record["runs"]
     interrupted = False
     need_alloc = ev.launcher == "slurm" and kept < len(runs) and launch is execute
-    old_term = signal.signal(signal.SIGTERM, lambda s, f: (_ for _ in ()).throw(KeyboardInterrupt()))
+    def terminate(_signum, _frame):  # SIGTERM (scancel, kill) ends like Ctrl-C: the run stopped, a record written
+        raise KeyboardInterrupt
+
+    old_term = signal.signal(signal.SIGTERM, terminate)
     try:
         with (SlurmAllocation(ev, say) if need_alloc else nullcontext()) as alloc:
             for run in runs:
@@ -157,6 +160,7 @@ def main(argv: list[str] | None = None) -> int:
                                 description="Run fabric variants x workloads x repeats and render one comparison.")
     p.add_argument("evaluation", help="the evaluation file (YAML; docs/evaluate.md)")
     p.add_argument("--dry-run", action="store_true", help="check the file and print the plan (what runs, what is kept)")
+    p.add_argument("--out", default=None, help="output directory (default: the file's `out`)")
     p.add_argument("--verbose", "-v", action="store_true", help="show each run's output (always kept in its launch.log)")
     args = p.parse_args(argv)
     try:
@@ -165,6 +169,8 @@ def main(argv: list[str] | None = None) -> int:
         for problem in exc.problems:
             print(f"error: {problem}", file=sys.stderr)
         return EXIT_INPUT
+    if args.out:
+        ev.out = os.path.abspath(args.out)
     try:
         return run_evaluation(ev, verbose=args.verbose, dry_run=args.dry_run)
     except EvaluateError as exc:

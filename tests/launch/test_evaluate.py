@@ -245,3 +245,10 @@ def test_dry_run_prints_the_plan(tmp_path, capsys):
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 9 and lines[2].startswith("[evaluate]   run  round 1/2: variant slow x workload sweep (run 2/8)")
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in (REPO / "recipes" / "evaluations").glob("*.yaml")))
+def test_example_files_are_valid(name, monkeypatch):
+    monkeypatch.chdir(REPO)  # their recipe paths are relative to the checkout
+    ev = load_evaluation(str(REPO / "recipes" / "evaluations" / name))
+    assert len(ev.variants) >= 2 and ev.workloads
