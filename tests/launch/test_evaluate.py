@@ -252,3 +252,31 @@ def test_example_files_are_valid(name, monkeypatch):
     monkeypatch.chdir(REPO)  # their recipe paths are relative to the checkout
     ev = load_evaluation(str(REPO / "recipes" / "evaluations" / name))
     assert len(ev.variants) >= 2 and ev.workloads
+
+
+def test_five_repeats_add_the_mlperf_mean_and_intervals(tmp_path, capsys):
+    doc = good(tmp_path, repeats=5)
+    doc["workloads"] = doc["workloads"][1:]
+    ev = load_evaluation(write(tmp_path, doc))
+
+    class Noisy(FakeLauncher):  # repeat N runs N% slower: a spread for the interval
+        def __call__(self, cmd, env, log, timeout, verbose):
+            code = super().__call__(cmd, env, log, timeout, verbose)
+            out = next(a.split("=", 1)[1] for a in cmd if a.startswith("output_dir="))
+            k = 1 + int(out.rsplit("/r", 1)[1]) / 100
+            rows = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
+            with open(os.path.join(out, "metrics.jsonl"), "w") as f:
+                f.writelines(json.dumps({**r, "step_time_s": r["step_time_s"] * k}) + "\n" for r in rows)
+            return code
+
+    assert run_evaluation(ev, launch=Noisy(), render=False) == 0
+    out = capsys.readouterr().out
+    header = next(line for line in out.splitlines() if line.startswith("workload"))
+    assert "  mlperf mean  vs fast" in header and header.rstrip().endswith("95% interval")
+    stats = json.loads((tmp_path / "out" / "evaluation.json").read_text())["statistics"]["train"]
+    fast = stats["variants"]["fast"]
+    assert fast["n"] == 5 and fast["mlperf_mean"] == pytest.approx(0.25 * 1.03)  # median of steps 2, 3; repeats 2..4 kept
+    (pair,) = stats["differences"]
+    assert pair["excludes_zero"] and pair["pct_interval"][0] < 1.0 < pair["pct_interval"][1]
+    page = (tmp_path / "out" / "evaluation.md").read_text()
+    assert "MLPerf mean (best, worst dropped)" in page and "| slow vs fast | +100.0% | [+" in page
