@@ -277,8 +277,9 @@ def _pump(stream, sinks) -> None:
 def execute(cmd: list[str], env: dict, log_path: str, timeout_s: float, verbose: bool) -> tuple[int, bool]:
     """Run one launcher command in its own session, output to log_path (and stdout if verbose); returns
     (exit code, timed out). On timeout the launcher gets SIGTERM (the lab tears down on it), then SIGKILL."""
+    from telemetry.environment import redact_text
     with open(log_path, "a", encoding="utf-8") as log:
-        log.write(f"$ {' '.join(cmd)}\n")
+        log.write(f"$ {redact_text(' '.join(cmd))}\n")  # an override may carry a token
         log.flush()
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 start_new_session=True)

@@ -67,7 +67,7 @@ def compare_reports(ev: Evaluation, results: list[dict], say) -> list[dict]:
         if entry["sweep"]:
             cmd += [a for r in done if r["workload"] == attach.name and r["variant"] in variants
                     for a in ("--sweep", f"{r['variant']}={r['dir']}")]
-        say(f"rendering the comparison of {w.name}" + (f" with the {attach.name} sweeps" if entry["sweep"] else "")
+        say(f"rendering the comparison of {w.name}" + (f" with the sweeps of workload {attach.name}" if entry["sweep"] else "")
             + f": python -m telemetry compare ... --out {out}")
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
         if proc.returncode != 0:
@@ -127,7 +127,7 @@ def tables(ev: Evaluation, record: dict) -> list[tuple[str, list[str], list[list
             pair = next((p for p in s["differences"] if p["a"] == base and p["b"] == v.name), None)
             rows.append([v.name, _fmt_stat(d)] + ([st.fmt(d["mlperf_mean"])] if many else [])
                         + ["baseline" if v.name == base else _fmt_diff(pair)[0]])
-        out.append((f"Workload {w.name} ({'sweep' if w.sweep else 'training'})", header, rows, [[""] * len(header)] * len(rows)))
+        out.append((f"Workload {w.name} ({'collective sweep' if w.sweep else 'training'})", header, rows, [[""] * len(header)] * len(rows)))
         drows = [[f"{p['b']} vs {p['a']}", _fmt_diff(p)[0], _fmt_diff(p)[1]] for p in s["differences"]]
         out.append((f"Workload {w.name}: differences between variants (95% interval: Welch t, needs 5 runs each)",
                     ["pair", "difference of means", "95% interval"], drows, [[""] * 3] * len(drows)))
@@ -192,7 +192,7 @@ def write_pages(ev: Evaluation, record: dict) -> None:
         if rep["html"]:
             rel = os.path.relpath(rep["html"], ev.out)
             rel_md = os.path.relpath(rep["md"], ev.out)
-            note = f" (with the {rep['sweep']} sweeps)" if rep["sweep"] else ""
+            note = f" (with the sweeps of workload {rep['sweep']})" if rep["sweep"] else ""
             md.append(f"- {rep['workload']}{note}: [{rel_md}](<{rel_md}>)")
             body.append(f"<li>{html.escape(rep['workload'] + note)}: <a href='{html.escape(rel)}'>{html.escape(rel)}</a></li>")
         else:
