@@ -14,7 +14,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from dataclasses import dataclass
 from typing import Callable
 
