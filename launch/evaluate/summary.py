@@ -69,7 +69,12 @@ def compare_reports(ev: Evaluation, results: list[dict], say) -> list[dict]:
                     for a in ("--sweep", f"{r['variant']}={r['dir']}")]
         say(f"rendering the comparison of {w.name}" + (f" with the sweeps of workload {attach.name}" if entry["sweep"] else "")
             + f": python -m telemetry compare ... --out {out}")
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+        except subprocess.TimeoutExpired:
+            entry["error"] = "python -m telemetry compare did not finish within 900 s"
+            reports.append(entry)
+            continue
         if proc.returncode != 0:
             lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
             entry["error"] = next((ln.removeprefix("error: ") for ln in lines if ln.startswith("error:")),
