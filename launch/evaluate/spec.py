@@ -1,0 +1,333 @@
+"""The evaluation file: read, check every key, and bind it to plain dataclasses.
+
+Every problem is collected (one line each, naming the key path and what is allowed) so that a user fixes
+the file in one pass; the recipes and overrides of the workloads are checked by the trainer's own recipe
+loader (no torch is imported).
+"""
+from __future__ import annotations
+
+import difflib
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+LAUNCHERS = ("local", "lab", "slurm")
+# Transport words a variant may claim; anything else with a digit in it is taken as an interface name
+# (eth0, ens1f0, fab0, mlx5_0), held against the interface gloo or NCCL's socket/HCA devices used.
+TRANSPORTS = ("ib", "infiniband", "roce", "efa", "socket", "tcp", "intra-node")
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+IFACE = re.compile(r"^[A-Za-z0-9_.:-]{1,15}$")
+
+TOP_KEYS = ("name", "launcher", "repeats", "out", "variants", "workloads", "local", "lab", "slurm")
+VARIANT_KEYS = ("name", "expect_transport", "env", "lab", "hosts")
+VARIANT_LAB_KEYS = ("rate", "mtu", "nodes")
+WORKLOAD_KEYS = ("name", "recipe", "overrides")
+LAUNCHER_KEYS = {"local": ("nproc_per_node", "timeout"),
+                 "lab": ("nodes", "nproc_per_node", "timeout"),
+                 "slurm": ("nodes", "nproc_per_node", "gpus_per_node", "partition", "srun_args", "timeout")}
+
+
+class SpecError(Exception):
+    """Problems in an evaluation file; each is one complete line (without the `error: ` prefix)."""
+
+    def __init__(self, problems: list[str]):
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
+@dataclass
+class Variant:
+    name: str
+    expect_transport: str
+    env: dict[str, str] = field(default_factory=dict)
+    lab: dict[str, Any] = field(default_factory=dict)  # rate, mtu, nodes (launcher lab)
+    hosts: list[str] = field(default_factory=list)  # launcher slurm: the allocation's nodes to run on
+
+
+@dataclass
+class Workload:
+    name: str
+    recipe: str  # absolute path
+    overrides: list[str] = field(default_factory=list)
+    sweep: bool = False  # the collectives workload (a nccl-tests-style sweep)
+
+
+@dataclass
+class Evaluation:
+    name: str
+    launcher: str
+    repeats: int
+    out: str  # absolute path
+    variants: list[Variant]
+    workloads: list[Workload]
+    options: dict[str, Any]  # the chosen launcher's section, defaults filled in
+    path: str = ""
+
+
+DEFAULTS = {"local": {"nproc_per_node": 2, "timeout": 1800},
+            "lab": {"nodes": 2, "nproc_per_node": 1, "timeout": 1800},
+            "slurm": {"nodes": 1, "nproc_per_node": None, "gpus_per_node": None, "partition": None,
+                      "srun_args": [], "timeout": 3600}}
+
+
+def _unknown(path: str, key: Any, allowed: tuple[str, ...]) -> str:
+    close = difflib.get_close_matches(str(key), allowed, n=1)
+    hint = f"did you mean '{close[0]}'? " if close else ""
+    where = f"{path}.{key}" if path else str(key)
+    return f"{where}: unknown key; {hint}allowed: {', '.join(allowed)}"
+
+
+def _keys(d: dict, path: str, allowed: tuple[str, ...], problems: list[str]) -> None:
+    problems += [_unknown(path, k, allowed) for k in d if k not in allowed]
+
+
+def _int(d: dict, key: str, path: str, low: int, problems: list[str], default: Any = None, high: int | None = None):
+    value = d.get(key, default)
+    if value is None and default is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < low or (high is not None and value > high):
+        allowed = f"an integer from {low} to {high}" if high is not None else f"an integer >= {low}"
+        problems.append(f"{path}.{key}: got {value!r}; expected {allowed}" if path else
+                        f"{key}: got {value!r}; expected {allowed}")
+        return default
+    return value
+
+
+def _name(value: Any, path: str, problems: list[str]) -> str:
+    if not isinstance(value, str) or not NAME.match(value):
+        problems.append(f"{path}: got {value!r}; expected a name of letters, digits, '_', '.' or '-' (up to 64, "
+                        "starting with a letter or digit): it names run directories and report labels")
+        return str(value)
+    return value
+
+
+def check_transport(value: Any, path: str) -> str | None:
+    """None when `value` is a transport word or an interface name; else the problem."""
+    allowed = f"one of {', '.join(TRANSPORTS)}, or an interface name such as eth0 or fab0"
+    if not isinstance(value, str) or not value:
+        return f"{path}: got {value!r}; expected {allowed}"
+    if value in TRANSPORTS or value == "lo":
+        return None
+    if IFACE.match(value) and any(c.isdigit() for c in value):
+        return None
+    close = difflib.get_close_matches(value.lower(), TRANSPORTS, n=1)
+    hint = f"did you mean '{close[0]}'? " if close else ""
+    return f"{path}: got {value!r}; {hint}expected {allowed}"
+
+
+def _variant(raw: Any, i: int, launcher: str, problems: list[str]) -> Variant | None:
+    path = f"variants[{i}]"
+    if not isinstance(raw, dict):
+        problems.append(f"{path}: got {raw!r}; expected a mapping with keys {', '.join(VARIANT_KEYS)}")
+        return None
+    _keys(raw, path, VARIANT_KEYS, problems)
+    for key in ("name", "expect_transport"):
+        if key not in raw:
+            problems.append(f"{path}.{key}: missing; every variant needs a name and the transport it expects")
+    name = _name(raw.get("name"), f"{path}.name", problems) if "name" in raw else f"variant{i}"
+    expect = raw.get("expect_transport")
+    if "expect_transport" in raw and (problem := check_transport(expect, f"{path}.expect_transport")):
+        problems.append(problem)
+    env: dict[str, str] = {}
+    raw_env = raw.get("env") or {}
+    if not isinstance(raw_env, dict):
+        problems.append(f"{path}.env: got {raw_env!r}; expected a mapping of environment variables to values")
+        raw_env = {}
+    for k, v in raw_env.items():
+        if not isinstance(k, str) or not ENV_NAME.match(k):
+            problems.append(f"{path}.env: {k!r} is not an environment variable name (letters, digits, '_')")
+        elif isinstance(v, bool) or not isinstance(v, (str, int, float)):
+            problems.append(f"{path}.env.{k}: got {v!r}; expected a string or number (quote it: \"1\", \"yes\")")
+        else:
+            env[k] = str(v)
+    lab: dict[str, Any] = {}
+    if "lab" in raw:
+        raw_lab = raw["lab"]
+        if launcher != "lab":
+            problems.append(f"{path}.lab: only with launcher lab (got launcher {launcher}); a variant on real "
+                            "hosts differs by env or hosts")
+        elif not isinstance(raw_lab, dict):
+            problems.append(f"{path}.lab: got {raw_lab!r}; expected a mapping with keys {', '.join(VARIANT_LAB_KEYS)}")
+        else:
+            _keys(raw_lab, f"{path}.lab", VARIANT_LAB_KEYS, problems)
+            rate = raw_lab.get("rate", "none")
+            from telemetry.analysis import rates
+            try:
+                if not isinstance(rate, str):
+                    raise rates.RateError(f"--rate: got {rate!r}; expected a tc rate such as 1gbit")
+                rates.parse_rate(rate)
+                lab["rate"] = rate
+            except rates.RateError as exc:
+                problems.append(f"{path}.lab.rate: " + str(exc).removeprefix("--rate: "))
+            if "mtu" in raw_lab:
+                lab["mtu"] = _int(raw_lab, "mtu", f"{path}.lab", 576, problems, 1500, high=65535)
+            if "nodes" in raw_lab:
+                lab["nodes"] = _int(raw_lab, "nodes", f"{path}.lab", 2, problems, 2, high=200)
+    hosts: list[str] = []
+    if "hosts" in raw:
+        raw_hosts = raw["hosts"]
+        if launcher != "slurm":
+            problems.append(f"{path}.hosts: only with launcher slurm (a host list picks the allocation's nodes; "
+                            f"got launcher {launcher})")
+        elif not isinstance(raw_hosts, list) or not raw_hosts or not all(
+                isinstance(h, str) and h and not any(c.isspace() or c == "," for c in h) for h in raw_hosts):
+            problems.append(f"{path}.hosts: got {raw_hosts!r}; expected a non-empty list of Slurm node names")
+        else:
+            hosts = list(raw_hosts)
+    return Variant(name, expect if isinstance(expect, str) else "", env, lab, hosts)
+
+
+def _resolve(path: str, base: str) -> str | None:
+    for candidate in (path, os.path.join(base, path)):
+        if os.path.isfile(candidate):
+            return os.path.abspath(candidate)
+    return None
+
+
+def _workload(raw: Any, i: int, base: str, problems: list[str]) -> Workload | None:
+    path = f"workloads[{i}]"
+    if not isinstance(raw, dict):
+        problems.append(f"{path}: got {raw!r}; expected a mapping with keys {', '.join(WORKLOAD_KEYS)}")
+        return None
+    _keys(raw, path, WORKLOAD_KEYS, problems)
+    for key in ("name", "recipe"):
+        if key not in raw:
+            problems.append(f"{path}.{key}: missing; every workload needs a name and a recipe")
+    name = _name(raw.get("name"), f"{path}.name", problems) if "name" in raw else f"workload{i}"
+    overrides = raw.get("overrides") or []
+    if not isinstance(overrides, list) or not all(isinstance(o, str) for o in overrides):
+        problems.append(f"{path}.overrides: got {overrides!r}; expected a list of key=value strings")
+        overrides = []
+    for o in overrides:
+        if o.split("=", 1)[0].strip() == "output_dir":
+            problems.append(f"{path}.overrides: {o!r}: the runner sets output_dir (under `out`); leave it out")
+    recipe = raw.get("recipe")
+    if "recipe" not in raw:
+        return None
+    if not isinstance(recipe, str) or (found := _resolve(recipe, base)) is None:
+        problems.append(f"{path}.recipe: {recipe!r} is not a file (a path relative to the current directory or "
+                        "to the evaluation file)")
+        return None
+    from trainer.config import RecipeError, load_recipe
+    overrides = [o for o in overrides if o.split("=", 1)[0].strip() != "output_dir"]
+    try:
+        loaded = load_recipe(found, overrides)
+    except RecipeError as exc:
+        problems += [f"{path} ({os.path.basename(found)} with overrides): {p}" for p in exc.problems]
+        return None
+    return Workload(name, found, overrides, sweep=loaded.workload == "collectives")
+
+
+def _launcher_options(raw: dict, launcher: str, problems: list[str]) -> dict:
+    out = {}
+    for which in LAUNCHERS:
+        section = raw.get(which)
+        opts = dict(DEFAULTS[which])
+        if section is None:
+            if which == launcher:
+                out = opts
+            continue
+        if not isinstance(section, dict):
+            problems.append(f"{which}: got {section!r}; expected a mapping with keys {', '.join(LAUNCHER_KEYS[which])}")
+            continue
+        _keys(section, which, LAUNCHER_KEYS[which], problems)
+        low_nodes = 2 if which == "lab" else 1
+        if "nodes" in section:
+            opts["nodes"] = _int(section, "nodes", which, low_nodes, problems, opts["nodes"])
+        if "nproc_per_node" in section:
+            opts["nproc_per_node"] = _int(section, "nproc_per_node", which, 1, problems, opts["nproc_per_node"])
+        if "gpus_per_node" in section:
+            opts["gpus_per_node"] = _int(section, "gpus_per_node", which, 0, problems, opts["gpus_per_node"])
+        if "timeout" in section:
+            t = section["timeout"]
+            if isinstance(t, bool) or not isinstance(t, (int, float)) or t <= 0:
+                problems.append(f"{which}.timeout: got {t!r}; expected seconds > 0 per run")
+            else:
+                opts["timeout"] = float(t)
+        if "partition" in section:
+            p = section["partition"]
+            if not isinstance(p, str) or not p or any(c.isspace() for c in p):
+                problems.append(f"{which}.partition: got {p!r}; expected a Slurm partition name")
+            else:
+                opts["partition"] = p
+        if "srun_args" in section:
+            a = section["srun_args"]
+            if not isinstance(a, list) or not all(isinstance(x, str) and x.startswith("-") for x in a):
+                problems.append(f"{which}.srun_args: got {a!r}; expected a list of srun options such as "
+                                "['--mpi=none', '--container-image=IMAGE']")
+            else:
+                opts["srun_args"] = list(a)
+        if which == launcher:
+            out = opts
+    return out
+
+
+def load_evaluation(path: str) -> Evaluation:
+    """Read and check an evaluation file; SpecError lists every problem."""
+    if not os.path.isfile(path):
+        raise SpecError([f"evaluation: {path!r} is not a file"])
+    try:
+        with open(path, encoding="utf-8") as f:
+            raw = yaml.safe_load(f)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError([f"evaluation: cannot read {path}: {exc}"]) from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        raise SpecError([f"evaluation: {path} is not valid YAML{where}"]) from None
+    if not isinstance(raw, dict):
+        raise SpecError([f"evaluation: {path} must hold a mapping with keys {', '.join(TOP_KEYS)}"])
+    return bind(raw, os.path.dirname(os.path.abspath(path)), path)
+
+
+def bind(raw: dict, base: str = ".", path: str = "") -> Evaluation:
+    problems: list[str] = []
+    _keys(raw, "", TOP_KEYS, problems)
+    for key in ("name", "launcher", "variants", "workloads"):
+        if key not in raw:
+            problems.append(f"{key}: missing; an evaluation needs name, launcher, variants and workloads")
+    name = _name(raw.get("name"), "name", problems) if "name" in raw else "evaluation"
+    launcher = raw.get("launcher", "local")
+    if launcher not in LAUNCHERS:
+        close = difflib.get_close_matches(str(launcher), LAUNCHERS, n=1)
+        hint = f"did you mean '{close[0]}'? " if close else ""
+        problems.append(f"launcher: got {launcher!r}; {hint}allowed: {', '.join(LAUNCHERS)}")
+        launcher = "local"
+    repeats = _int(raw, "repeats", "", 1, problems, 1)
+    out = raw.get("out", os.path.join("runs", f"eval-{name}"))
+    if not isinstance(out, str) or not out:
+        problems.append(f"out: got {out!r}; expected a directory path")
+        out = "."
+    variants = []
+    raw_variants = raw.get("variants")
+    if "variants" in raw:
+        if not isinstance(raw_variants, list) or len(raw_variants) < 2:
+            problems.append(f"variants: got {_count(raw_variants)}; expected a list of at least 2 fabric variants "
+                            "(a comparison needs two)")
+        else:
+            variants = [v for i, r in enumerate(raw_variants) if (v := _variant(r, i, launcher, problems))]
+    workloads = []
+    raw_workloads = raw.get("workloads")
+    if "workloads" in raw:
+        if not isinstance(raw_workloads, list) or not raw_workloads:
+            problems.append(f"workloads: got {_count(raw_workloads)}; expected a list of at least 1 workload")
+        else:
+            workloads = [w for i, r in enumerate(raw_workloads) if (w := _workload(r, i, base, problems))]
+    for what, items in (("variants", variants), ("workloads", workloads)):
+        seen = set()
+        for i, item in enumerate(items):
+            if item.name in seen:
+                problems.append(f"{what}[{i}].name: {item.name!r} is used twice; names must be unique")
+            seen.add(item.name)
+    options = _launcher_options(raw, launcher, problems)
+    if problems:
+        raise SpecError(problems)
+    return Evaluation(name, launcher, repeats, os.path.abspath(out), variants, workloads, options, path)
+
+
+def _count(value: Any) -> str:
+    return f"{len(value)} item(s)" if isinstance(value, list) else repr(value)

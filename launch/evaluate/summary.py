@@ -1,0 +1,266 @@
+"""What an evaluation found: evaluation.json, the front page (evaluation.md and .html, the transport check
+in red where a variant did not use what it claims, links to the compare reports), and the final table."""
+from __future__ import annotations
+
+import html
+import json
+import os
+import subprocess
+import sys
+
+from telemetry.analysis import evaluation_stats as st
+
+from .spec import Evaluation
+
+VERDICT_ORDER = ("mismatch", "unknown", "ok")
+
+
+def variant_verdicts(ev: Evaluation, results: list[dict]) -> dict[str, dict]:
+    """Per variant: mismatch if any checked run mismatched, else unknown if any could not be checked, else ok;
+    'not run' without a completed run."""
+    out = {}
+    for v in ev.variants:
+        checks = [r["check"] for r in results if r["variant"] == v.name and r.get("check")]
+        verdicts = {c["verdict"] for c in checks}
+        verdict = next((x for x in VERDICT_ORDER if x in verdicts), "not run")
+        out[v.name] = {"verdict": verdict, "expected": v.expect_transport, "detected": sorted({str(c["detected"]) for c in checks}),
+                       "interfaces": sorted({i for c in checks for i in c["interfaces"]}),
+                       "reasons": sorted({c["reason"] for c in checks if c.get("reason")})}
+    return out
+
+
+def statistics(ev: Evaluation, results: list[dict]) -> dict:
+    out = {}
+    for w in ev.workloads:
+        values, metric = {}, None
+        for v in ev.variants:
+            vals = []
+            for r in results:
+                if r["workload"] == w.name and r["variant"] == v.name and (r.get("metric") or {}).get("value") is not None:
+                    vals.append(r["metric"]["value"])
+                    metric = metric or {k: r["metric"][k] for k in ("name", "unit", "higher_is_better")}
+            values[v.name] = vals
+        out[w.name] = {"metric": metric, **st.summarize(values)}
+    return out
+
+
+def compare_reports(ev: Evaluation, results: list[dict], say) -> list[dict]:
+    """One `python -m telemetry compare` per training workload (labels = variant names, the sweep workload's
+    runs attached with --sweep when there is exactly one), and one per sweep workload not attached."""
+    done = [r for r in results if r["status"] in ("completed", "target_reached")]
+    training = [w for w in ev.workloads if not w.sweep]
+    sweeps = [w for w in ev.workloads if w.sweep]
+    attach = sweeps[0] if len(sweeps) == 1 and training else None
+    reports = []
+    for w in training + [s for s in sweeps if s is not attach]:
+        labelled = [f"{r['variant']}={r['dir']}" for v in ev.variants for r in done
+                    if r["workload"] == w.name and r["variant"] == v.name]
+        variants = {a.split("=", 1)[0] for a in labelled}
+        out = os.path.join(ev.out, "compare", w.name)
+        entry = {"workload": w.name, "dir": out, "html": None, "md": None, "error": None,
+                 "sweep": attach.name if attach and not w.sweep else None}
+        if len(variants) < 2:
+            entry["error"] = f"fewer than 2 variants have a completed run of {w.name}: nothing to compare"
+            reports.append(entry)
+            continue
+        cmd = [sys.executable, "-m", "telemetry", "compare", *labelled, "--out", out, "--allow-mismatch"]
+        if entry["sweep"]:
+            cmd += [a for r in done if r["workload"] == attach.name and r["variant"] in variants
+                    for a in ("--sweep", f"{r['variant']}={r['dir']}")]
+        say(f"rendering the comparison of {w.name}" + (f" with the sweeps of workload {attach.name}" if entry["sweep"] else "")
+            + f": python -m telemetry compare ... --out {out}")
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+        except subprocess.TimeoutExpired:
+            entry["error"] = "python -m telemetry compare did not finish within 900 s"
+            reports.append(entry)
+            continue
+        if proc.returncode != 0:
+            lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+            entry["error"] = next((ln.removeprefix("error: ") for ln in lines if ln.startswith("error:")),
+                                  lines[-1] if lines else f"exit {proc.returncode}")
+        else:
+            entry["html"], entry["md"] = os.path.join(out, "compare.html"), os.path.join(out, "compare.md")
+        reports.append(entry)
+    return reports
+
+
+def _fmt_stat(d: dict) -> str:
+    if not d["n"]:
+        return "n/a"
+    text = st.fmt(d["mean"]) + (f" ± {st.fmt(d['sd'], 2)}" if d["sd"] is not None else "") + f" (n={d['n']})"
+    return text
+
+
+def _fmt_diff(p: dict) -> tuple[str, str]:
+    pct = "n/a" if p["pct"] is None else f"{p['pct'] * 100:+.1f}%"
+    if p["pct_interval"]:
+        lo, hi = p["pct_interval"]
+        ci = f"[{lo * 100:+.1f}%, {hi * 100:+.1f}%]" + ("" if p.get("excludes_zero") else " (includes 0)")
+    else:
+        ci = f"n/a: {p['reason']}" if p.get("reason") else "n/a"
+    return pct, ci
+
+
+def tables(ev: Evaluation, record: dict) -> list[tuple[str, list[str], list[list[str]], list[list[str]]]]:
+    """(heading, header, rows, css classes per cell) for the page."""
+    verdicts = record["verdicts"]
+    out = []
+    rows, classes = [], []
+    for v in ev.variants:
+        vd = verdicts[v.name]
+        setting = ", ".join([f"lab {k} {val}" for k, val in v.lab.items()] + [f"{k}={val}" for k, val in record["env"][v.name].items()]
+                            + ([f"hosts {','.join(v.hosts)}"] if v.hosts else [])) or "-"
+        check = {"ok": "ok", "mismatch": "MISMATCH", "unknown": "not verified", "not run": "not run"}[vd["verdict"]]
+        if vd["reasons"]:
+            check += ": " + "; ".join(vd["reasons"])
+        rows.append([v.name, setting, v.expect_transport, ", ".join(vd["detected"]) or "-",
+                     ", ".join(vd["interfaces"]) or "-", check])
+        classes.append([""] * 5 + [{"mismatch": "bad", "unknown": "unsure", "ok": "good"}.get(vd["verdict"], "")])
+    out.append(("Variants and the transport check", ["variant", "setting", "expected", "transport used",
+                                                     "interfaces used", "check"], rows, classes))
+    for w in ev.workloads:
+        s = record["statistics"][w.name]
+        m = s["metric"] or {"name": "metric", "unit": ""}
+        many = any(d["n"] >= st.MIN_REPEATS_FOR_INTERVAL for d in s["variants"].values())
+        header = ["variant", f"{m['name']} ({m['unit']}), mean ± sd"] + (["MLPerf mean (best, worst dropped)"] if many else []) \
+            + [f"vs {ev.variants[0].name}"]
+        rows = []
+        base = ev.variants[0].name
+        for v in ev.variants:
+            d = s["variants"][v.name]
+            pair = next((p for p in s["differences"] if p["a"] == base and p["b"] == v.name), None)
+            rows.append([v.name, _fmt_stat(d)] + ([st.fmt(d["mlperf_mean"])] if many else [])
+                        + ["baseline" if v.name == base else _fmt_diff(pair)[0]])
+        out.append((f"Workload {w.name} ({'collective sweep' if w.sweep else 'training'})", header, rows, [[""] * len(header)] * len(rows)))
+        drows = [[f"{p['b']} vs {p['a']}", _fmt_diff(p)[0], _fmt_diff(p)[1]] for p in s["differences"]]
+        out.append((f"Workload {w.name}: differences between variants (95% interval: Welch t, needs 5 runs each)",
+                    ["pair", "difference of means", "95% interval"], drows, [[""] * 3] * len(drows)))
+    rows, classes = [], []
+    for r in record["runs"]:
+        c = r.get("check") or {}
+        val = (r.get("metric") or {}).get("value")
+        rows.append([str(r["index"]), str(r["round"]), r["workload"], r["variant"], r["status"] or "missing",
+                     r["action"], "-" if r.get("duration_s") is None else f"{r['duration_s']:.1f}",
+                     str(c.get("detected", "-")), c.get("verdict", "-").replace("mismatch", "MISMATCH"),
+                     st.fmt(val), os.path.relpath(r["dir"], ev.out)])
+        classes.append([""] * 4 + ["" if r["status"] in ("completed", "target_reached") else "bad", "", "", "",
+                                   {"mismatch": "bad", "unknown": "unsure", "ok": "good"}.get(c.get("verdict"), ""),
+                                   "", ""])
+    out.append(("Runs in the order they ran", ["#", "round", "workload", "variant", "status", "action", "time (s)",
+                                               "transport", "check", "metric", "run directory"], rows, classes))
+    return out
+
+
+def banners(record: dict) -> list[tuple[str, str]]:
+    """(css class, text) lines for the top of the page."""
+    out = []
+    for name, vd in record["verdicts"].items():
+        if vd["verdict"] == "mismatch":
+            out.append(("bad", f"TRANSPORT MISMATCH: variant {name} claims {vd['expected']} but did not use it: "
+                               + "; ".join(vd["reasons"])))
+        elif vd["verdict"] == "unknown":
+            out.append(("unsure", f"transport of variant {name} not verified: " + "; ".join(vd["reasons"])))
+    if record["failed"]:
+        out.append(("bad", f"{len(record['failed'])} run(s) did not complete: "
+                           + ", ".join(f"#{r['index']} {r['workload']}/{r['variant']} ({r['status'] or 'no run.json'})"
+                                       for r in record["failed"])))
+    for rep in record["reports"]:
+        if rep["error"]:
+            out.append(("bad", f"no comparison of {rep['workload']}: {rep['error']}"))
+    if not any(c == "bad" for c, _ in out) and all(v["verdict"] == "ok" for v in record["verdicts"].values()):
+        out.insert(0, ("good", "Transport check passed: every run used the transport its variant claims."))
+    return out
+
+
+CSS = ("body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;color:#222}"
+       "table{border-collapse:collapse;margin:.5em 0 1.5em}td,th{border:1px solid #ccc;padding:4px 10px;text-align:left}"
+       "th{background:#f3f3f3}.banner{padding:.6em 1em;margin:.5em 0;font-weight:bold}"
+       ".banner.bad{background:#fdd;border:2px solid #c00;color:#c00}.banner.unsure{background:#fff3d6;border:1px solid #b60}"
+       ".banner.good{background:#e6f6e6;border:1px solid #2a2}td.bad{color:#c00;font-weight:bold;background:#fee}"
+       "td.unsure{color:#b60}td.good{color:#070}iframe{width:100%;height:900px;border:1px solid #ccc}")
+
+
+def write_pages(ev: Evaluation, record: dict) -> None:
+    title = f"fabric-harness evaluation: {ev.name}"
+    sub = (f"{len(ev.variants)} variants x {len(ev.workloads)} workloads x {ev.repeats} repeats, launcher "
+           f"{ev.launcher}, interleaved rounds (variant order rotated each round)")
+    md = [f"# {title}\n", f"{sub}\n"]
+    body = [f"<h1>{html.escape(title)}</h1><p>{html.escape(sub)}</p>"]
+    for cls, text in banners(record):
+        mark = {"bad": "**[X] ", "unsure": "**[?] ", "good": "**[ok] "}[cls]
+        md.append(f"> {mark}{text}**\n")
+        body.append(f"<div class='banner {cls}'>{html.escape(text)}</div>")
+    md.append("## Comparison reports\n")
+    body.append("<h2>Comparison reports</h2><ul>")
+    for rep in record["reports"]:
+        if rep["html"]:
+            rel = os.path.relpath(rep["html"], ev.out)
+            rel_md = os.path.relpath(rep["md"], ev.out)
+            note = f" (with the sweeps of workload {rep['sweep']})" if rep["sweep"] else ""
+            md.append(f"- {rep['workload']}{note}: [{rel_md}](<{rel_md}>)")
+            body.append(f"<li>{html.escape(rep['workload'] + note)}: <a href='{html.escape(rel)}'>{html.escape(rel)}</a></li>")
+        else:
+            md.append(f"- {rep['workload']}: none ({rep['error']})")
+            body.append(f"<li>{html.escape(rep['workload'])}: none ({html.escape(rep['error'])})</li>")
+    md.append("")
+    body.append("</ul>")
+    for heading, header, rows, classes in tables(ev, record):
+        md += [f"## {heading}\n", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        for row, cls in zip(rows, classes):
+            md.append("| " + " | ".join(f"**{c}**" if k == "bad" and c else c.replace("|", "\\|")
+                                        for c, k in zip(row, cls)) + " |")
+        md.append("")
+        body.append(f"<h2>{html.escape(heading)}</h2><table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in header)
+                    + "</tr>" + "".join("<tr>" + "".join(f"<td class='{k}'>{html.escape(c)}</td>" if k else
+                                                         f"<td>{html.escape(c)}</td>" for c, k in zip(row, cls))
+                                        + "</tr>" for row, cls in zip(rows, classes)) + "</table>")
+    for rep in record["reports"]:
+        if rep["html"]:
+            rel = os.path.relpath(rep["html"], ev.out)
+            body.append(f"<h2>Comparison: {html.escape(rep['workload'])}</h2><iframe src='{html.escape(rel)}'></iframe>")
+    with open(os.path.join(ev.out, "evaluation.md"), "w", encoding="utf-8") as f:
+        f.write("\n".join(md) + "\n")
+    with open(os.path.join(ev.out, "evaluation.html"), "w", encoding="utf-8") as f:
+        f.write(f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+                f"<style>{CSS}</style></head><body>{''.join(body)}</body></html>\n")
+
+
+def final_table(ev: Evaluation, record: dict) -> str:
+    """The console's closing table: one row per workload and variant."""
+    header = ["workload", "variant", "expect", "transport", "check", "runs", "metric", "mean", "sd", "vs " + ev.variants[0].name]
+    many = ev.repeats >= st.MIN_REPEATS_FOR_INTERVAL
+    if many:
+        header[-1:-1] = ["mlperf mean"]
+        header.append("95% interval")
+    rows = []
+    for w in ev.workloads:
+        s = record["statistics"][w.name]
+        m = s["metric"] or {"name": "-", "unit": ""}
+        for v in ev.variants:
+            d = s["variants"][v.name]
+            vd = record["verdicts"][v.name]
+            total = sum(1 for r in record["runs"] if r["workload"] == w.name and r["variant"] == v.name)
+            pair = next((p for p in s["differences"] if p["a"] == ev.variants[0].name and p["b"] == v.name), None)
+            pct, ci = _fmt_diff(pair) if pair else ("baseline", "-")
+            row = [w.name, v.name, v.expect_transport, ",".join(vd["detected"]) or "-",
+                   {"mismatch": "MISMATCH", "unknown": "unknown"}.get(vd["verdict"], vd["verdict"]),
+                   f"{d['n']}/{total}", f"{m['name']} ({m['unit']})" if m["unit"] else m["name"],
+                   st.fmt(d["mean"]), st.fmt(d["sd"], 2)]
+            if many:
+                row.append(st.fmt(d["mlperf_mean"]))
+            row.append(pct)
+            if many:
+                row.append(ci)
+            rows.append(row)
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
+    lines = ["  ".join(str(c).ljust(wd) for c, wd in zip(r, widths)).rstrip() for r in [header] + rows]
+    return "\n".join(lines)
+
+
+def write_record(ev: Evaluation, record: dict) -> None:
+    os.makedirs(ev.out, exist_ok=True)
+    tmp = os.path.join(ev.out, "evaluation.json.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(record, f, indent=1, default=str)
+    os.replace(tmp, os.path.join(ev.out, "evaluation.json"))

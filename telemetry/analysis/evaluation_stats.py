@@ -1,0 +1,95 @@
+"""Statistics of an evaluation's repeats: one headline number per run, summarised per fabric variant.
+
+- mean and sample standard deviation of the repeats;
+- with 5 or more repeats, the MLPerf-style mean: the best and the worst run dropped, the rest averaged
+  (MLPerf Training scores a benchmark this way over its required runs);
+- with 5 or more repeats of both variants, a 95% interval of the difference of their means: Welch's
+  t-interval (unequal variances), as scipy.stats.ttest_ind(..., equal_var=False).confidence_interval gives it.
+
+Imports no torch (analysis).
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+
+MIN_REPEATS_FOR_INTERVAL = 5
+
+
+def run_metric(run_dir: str, sweep: bool) -> dict:
+    """The headline number of one run: a training run's median iteration time (s), or a sweep's all_reduce
+    average bus bandwidth (GB/s, as nccl-tests' "# Avg bus bandwidth"). value None with a reason if absent."""
+    if sweep:
+        path = os.path.join(run_dir, "collectives.json")
+        try:
+            with open(path, encoding="utf-8") as f:
+                ops = json.load(f).get("ops") or {}
+        except (OSError, json.JSONDecodeError) as exc:
+            return {"name": "busbw", "unit": "GB/s", "value": None, "reason": f"no collectives.json: {exc}"}
+        op = "all_reduce" if "all_reduce" in ops else next(iter(ops), None)
+        value = (ops.get(op) or {}).get("avg_busbw_GBps") if op else None
+        return {"name": f"{op or 'all_reduce'} avg busbw", "unit": "GB/s", "value": value, "higher_is_better": True,
+                "reason": None if value is not None else "the sweep has no average bus bandwidth"}
+    from telemetry.analysis.runs import RunError, load_run, median
+    try:
+        run = load_run(run_dir)
+    except RunError as exc:
+        return {"name": "iteration time", "unit": "s", "value": None, "reason": str(exc)}
+    value = median([r.get("step_time_s") for r in run.timed_steps()])
+    return {"name": "iteration time", "unit": "s", "value": value, "higher_is_better": False,
+            "reason": None if value is not None else "no timed steps"}
+
+
+def mlperf_mean(values: list[float]) -> float | None:
+    """Mean with the best and the worst run dropped; None under 5 runs (MLPerf's rule needs enough runs)."""
+    if len(values) < MIN_REPEATS_FOR_INTERVAL:
+        return None
+    kept = sorted(values)[1:-1]
+    return sum(kept) / len(kept)
+
+
+def describe(values: list[float]) -> dict:
+    n = len(values)
+    return {"n": n, "values": values, "mean": statistics.fmean(values) if n else None,
+            "sd": statistics.stdev(values) if n >= 2 else None, "mlperf_mean": mlperf_mean(values)}
+
+
+def difference(a: list[float], b: list[float]) -> dict:
+    """mean(b) - mean(a), as a value and a fraction of mean(a), with Welch's 95% interval when both have
+    at least 5 values (else the interval is None with the reason)."""
+    if not a or not b:
+        return {"diff": None, "pct": None, "interval": None, "pct_interval": None, "reason": "no values"}
+    ma, mb = statistics.fmean(a), statistics.fmean(b)
+    out = {"diff": mb - ma, "pct": (mb - ma) / ma if ma else None, "interval": None, "pct_interval": None,
+           "method": "Welch t-interval, 95%", "reason": None}
+    if min(len(a), len(b)) < MIN_REPEATS_FOR_INTERVAL:
+        out["reason"] = f"fewer than {MIN_REPEATS_FOR_INTERVAL} runs of each"
+        return out
+    if statistics.variance(a) == 0 and statistics.variance(b) == 0:
+        low = high = mb - ma  # no spread at all: the interval is the difference itself
+    else:
+        from scipy import stats
+        ci = stats.ttest_ind(b, a, equal_var=False).confidence_interval(0.95)
+        low, high = float(ci.low), float(ci.high)
+    out["interval"] = [low, high]
+    out["pct_interval"] = [low / ma, high / ma] if ma else None
+    out["excludes_zero"] = low > 0 or high < 0
+    return out
+
+
+def summarize(values_by_variant: dict[str, list[float]]) -> dict:
+    """Per variant its description, and every pair's difference (each later variant against each earlier)."""
+    names = list(values_by_variant)
+    pairs = []
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            pairs.append({"a": a, "b": b, **difference(values_by_variant[a], values_by_variant[b])})
+    return {"variants": {n: describe(v) for n, v in values_by_variant.items()}, "differences": pairs}
+
+
+def fmt(value: float | None, digits: int = 4) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"
+    return f"{value:.{digits}g}"

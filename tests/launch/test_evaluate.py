@@ -1,0 +1,282 @@
+"""launch.evaluate in-process: the file's validation, the interleaved plan, resume, the transport check and
+the statistics. Runs are made by a stand-in launcher that writes run directories (no process starts);
+the real launchers are tested in test_evaluate_lab.py and test_evaluate_slurm.py."""
+from __future__ import annotations
+
+import json
+import os
+import re
+
+import pytest
+import yaml
+
+from launch.evaluate import main, run_evaluation
+from launch.evaluate.runner import EvaluateError, check_transport, plan, resume_state
+from launch.evaluate.spec import SpecError, load_evaluation
+from telemetry.analysis.evaluation_stats import difference, mlperf_mean
+
+from ..conftest import REPO
+
+SWEEP = str(REPO / "recipes" / "collectives.yaml")
+TINY = str(REPO / "recipes" / "tiny_llama_lora.yaml")
+
+
+def write(tmp_path, doc: dict, name: str = "eval.yaml") -> str:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return str(path)
+
+
+def good(tmp_path, **extra) -> dict:
+    doc = {"name": "two", "launcher": "local", "repeats": 2, "out": str(tmp_path / "out"),
+           "variants": [{"name": "fast", "expect_transport": "tcp"},
+                        {"name": "slow", "expect_transport": "tcp", "env": {"NCCL_IB_DISABLE": 1}}],
+           "workloads": [{"name": "sweep", "recipe": SWEEP, "overrides": ["sweep.max_bytes=4K"]},
+                         {"name": "train", "recipe": TINY, "overrides": ["max_steps=3"]}]}
+    doc.update(extra)
+    return doc
+
+
+def problems(tmp_path, doc: dict) -> list[str]:
+    with pytest.raises(SpecError) as info:
+        load_evaluation(write(tmp_path, doc))
+    return info.value.problems
+
+
+def test_a_good_file_binds_with_defaults(tmp_path):
+    ev = load_evaluation(write(tmp_path, good(tmp_path)))
+    assert [v.name for v in ev.variants] == ["fast", "slow"] and ev.variants[1].env == {"NCCL_IB_DISABLE": "1"}
+    assert [(w.name, w.sweep) for w in ev.workloads] == [("sweep", True), ("train", False)]
+    assert ev.options == {"nproc_per_node": 2, "timeout": 1800}
+
+
+def test_every_problem_is_one_line_naming_its_key(tmp_path):
+    doc = good(tmp_path, launcher="slrum", repeats=0, variantz=[], lab={"nodes": 1})
+    doc["variants"][0].update(expect_transport="rcoe", lab={"rate": "1gbit"}, hosts=["n1"])
+    doc["variants"][1].update(name="fast", env={"1BAD": "x", "OK": True})
+    doc["workloads"][1]["overrides"] = ["max_stepz=3", "output_dir=/tmp/x"]
+    doc["workloads"][0]["recipe"] = "no/such.yaml"
+    found = problems(tmp_path, doc)
+    expected = [
+        "variantz: unknown key; did you mean 'variants'? allowed: name, launcher, repeats, out, variants, workloads, "
+        "local, lab, slurm",
+        "launcher: got 'slrum'; did you mean 'slurm'? allowed: local, lab, slurm",
+        "repeats: got 0; expected an integer >= 1",
+        "variants[0].expect_transport: got 'rcoe'; did you mean 'roce'? expected one of ib, infiniband, roce, efa, "
+        "socket, tcp, intra-node, or an interface name such as eth0 or fab0",
+        "variants[0].lab: only with launcher lab (got launcher local); a variant on real hosts differs by env or hosts",
+        "variants[0].hosts: only with launcher slurm (a host list picks the allocation's nodes; got launcher local)",
+        "variants[1].env: '1BAD' is not an environment variable name (letters, digits, '_')",
+        "variants[1].env.OK: got True; expected a string or number (quote it: \"1\", \"yes\")",
+        "workloads[0].recipe: 'no/such.yaml' is not a file (a path relative to the current directory or to the "
+        "evaluation file)",
+        "workloads[1].overrides: 'output_dir=/tmp/x': the runner sets output_dir (under `out`); leave it out",
+        "variants[1].name: 'fast' is used twice; names must be unique",
+        "lab.nodes: got 1; expected an integer >= 2",
+    ]
+    for line in expected:
+        assert line in found, (line, found)
+    # the recipe's own checks, with the workload named
+    assert any(p.startswith("workloads[1] (tiny_llama_lora.yaml with overrides): max_stepz: unknown key; did you mean "
+                            "'max_steps'?") for p in found), found
+    assert len(found) == len(expected) + 1, found
+
+
+def test_lab_and_slurm_sections(tmp_path):
+    doc = good(tmp_path, launcher="lab", lab={"nodes": 2, "nproc_per_node": 1, "timeout": 60, "nodez": 3})
+    doc["variants"][0]["lab"] = {"rate": "1gbit", "mtu": 9000}
+    doc["variants"][1]["lab"] = {"rate": "fast", "mtu": 100}
+    found = problems(tmp_path, doc)
+    assert "lab.nodez: unknown key; did you mean 'nodes'? allowed: nodes, nproc_per_node, timeout" in found
+    assert any(p.startswith("variants[1].lab.rate: got 'fast'; expected a tc rate") for p in found), found
+    assert "variants[1].lab.mtu: got 100; expected an integer from 576 to 65535" in found
+    doc = good(tmp_path, launcher="slurm", slurm={"nodes": 2, "gpus_per_node": 8, "partition": "gpu",
+                                                  "srun_args": ["--mpi=none"]})
+    doc["variants"][1]["hosts"] = ["node01", "node02"]
+    ev = load_evaluation(write(tmp_path, doc))
+    assert ev.options["srun_args"] == ["--mpi=none"] and ev.variants[1].hosts == ["node01", "node02"]
+
+
+def test_cli_prints_error_lines_and_exits_2(tmp_path, capsys):
+    doc = good(tmp_path, repeats="two")
+    doc["variants"] = doc["variants"][:1]
+    assert main([write(tmp_path, doc)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err == ["error: repeats: got 'two'; expected an integer >= 1",
+                   "error: variants: got 1 item(s); expected a list of at least 2 fabric variants (a comparison "
+                   "needs two)"]
+    assert main([str(tmp_path / "missing.yaml")]) == 2
+    assert capsys.readouterr().err.strip() == f"error: evaluation: '{tmp_path / 'missing.yaml'}' is not a file"
+
+
+def test_plan_interleaves_rounds_and_rotates_the_variants(tmp_path):
+    doc = good(tmp_path, repeats=3)
+    doc["variants"].append({"name": "third", "expect_transport": "eth0"})
+    runs = plan(load_evaluation(write(tmp_path, doc)))
+    order = [(r.round, r.workload.name, r.variant.name) for r in runs]
+    assert order[:6] == [(1, "sweep", "fast"), (1, "sweep", "slow"), (1, "sweep", "third"),
+                         (1, "train", "fast"), (1, "train", "slow"), (1, "train", "third")]
+    assert [v for rnd, w, v in order if w == "sweep" and rnd == 2] == ["slow", "third", "fast"]
+    assert [v for rnd, w, v in order if w == "sweep" and rnd == 3] == ["third", "fast", "slow"]
+    # over the rounds every variant takes every slot once: drift within a round falls on each alike
+    slots = {(v, [x for rnd2, w2, x in order if w2 == "sweep" and rnd2 == rnd].index(v))
+             for rnd, w, v in order if w == "sweep"}
+    assert len(slots) == 9
+    assert [r.index for r in runs] == list(range(1, 19))
+    assert runs[7].dir == str(tmp_path / "out" / "runs" / "sweep" / "third" / "r2")
+
+
+def test_transport_check():
+    gloo = {"backend": "gloo", "transport": "tcp", "gloo": {"interface": "fab0"}}
+    assert check_transport("tcp", gloo)["verdict"] == "ok"
+    assert check_transport("socket", gloo)["verdict"] == "ok"
+    assert check_transport("fab0", gloo)["verdict"] == "ok"
+    bad = check_transport("roce", gloo)
+    assert bad["verdict"] == "mismatch" and bad["reason"] == "expected roce, the run used tcp over fab0"
+    assert check_transport("eth0", gloo)["reason"] == "expected interface eth0, the run used fab0"
+    assert check_transport("intra-node", {"transport": "loopback", "gloo": {"interface": "lo"}})["verdict"] == "ok"
+    ib = {"backend": "nccl", "transport": "infiniband", "nccl": {"devices": [{"device": "mlx5_0"}]}}
+    assert check_transport("ib", ib)["verdict"] == "ok" and check_transport("mlx5_0", ib)["verdict"] == "ok"
+    assert check_transport("roce", ib)["verdict"] == "mismatch"
+    unknown = check_transport("roce", {"backend": "nccl", "transport": None,
+                                       "nccl": {"unknown": {"transport": "no connection line"}}})
+    assert unknown["verdict"] == "unknown" and "no connection line" in unknown["reason"]
+
+
+def test_statistics():
+    assert mlperf_mean([1.0, 2.0, 3.0, 4.0]) is None
+    assert mlperf_mean([10.0, 1.0, 2.0, 3.0, 100.0]) == pytest.approx(5.0)
+    d = difference([1, 2, 3, 4, 5], [2, 3, 4, 5, 6])
+    # equal variances 2.5, n 5: standard error 1, Welch df 8, t(0.975, 8) = 2.306004
+    assert d["diff"] == pytest.approx(1.0) and d["pct"] == pytest.approx(1 / 3)
+    assert d["interval"] == pytest.approx([1 - 2.306004, 1 + 2.306004], abs=1e-5)
+    assert d["excludes_zero"] is False
+    short = difference([1, 2], [3, 4])
+    assert short["interval"] is None and short["reason"] == "fewer than 5 runs of each"
+
+
+class FakeLauncher:
+    """Writes the run directory a launcher would: run.json (status, fabric identity from FAKE_TRANSPORT),
+    metrics.jsonl or collectives.json. Fails the runs listed in `fail` (by output directory)."""
+
+    def __init__(self, fail=()):
+        self.fail, self.calls = set(fail), []
+
+    def __call__(self, cmd, env, log, timeout, verbose):
+        out = next(a.split("=", 1)[1] for a in cmd if a.startswith("output_dir="))
+        self.calls.append(out)
+        status = "failed" if out in self.fail else "completed"
+        transport = env.get("FAKE_TRANSPORT", "tcp")
+        info = {"status": status, "fabric": {"backend": "gloo", "transport": transport,
+                                             "gloo": {"interface": "lo" if transport == "loopback" else "fab0"}}}
+        with open(os.path.join(out, "run.json"), "w") as f:
+            json.dump(info, f)
+        slow = 2.0 if "slow" in out else 1.0
+        if "collectives" in " ".join(cmd):
+            json.dump({"ops": {"all_reduce": {"avg_busbw_GBps": 1.0 / slow}}}, open(os.path.join(out, "collectives.json"), "w"))
+        else:
+            with open(os.path.join(out, "metrics.jsonl"), "w") as f:
+                for step in (1, 2, 3):
+                    f.write(json.dumps({"step": step, "step_time_s": 0.1 * slow * step}) + "\n")
+        return (0 if status == "completed" else 1), False
+
+
+def test_resume_keeps_complete_runs_and_reruns_the_rest(tmp_path, capsys):
+    ev = load_evaluation(write(tmp_path, good(tmp_path)))
+    first = FakeLauncher(fail={str(tmp_path / "out" / "runs" / "train" / "slow" / "r2")})
+    assert run_evaluation(ev, launch=first, render=False) == 1
+    out = capsys.readouterr().out
+    assert "[evaluate] round 1/2: variant fast x workload sweep (run 1/8) ..." in out
+    assert "[evaluate] round 2/2: variant slow x workload sweep (run 5/8) ..." in out  # rotated
+    assert "FAILED (exit 1, run.json status failed)" in out
+    record = json.loads((tmp_path / "out" / "evaluation.json").read_text())
+    assert [r["index"] for r in record["failed"]] == [7]  # round 2 starts with slow
+    # the same command again: 7 kept, the failed one set aside and run again
+    second = FakeLauncher()
+    assert run_evaluation(ev, launch=second, render=False) == 0
+    out = capsys.readouterr().out
+    assert second.calls == [str(tmp_path / "out" / "runs" / "train" / "slow" / "r2")]
+    assert out.count("kept (completed earlier)") == 7
+    assert (tmp_path / "out" / "runs" / "train" / "slow" / "r2.attempt-1" / "run.json").exists()
+    record = json.loads((tmp_path / "out" / "evaluation.json").read_text())
+    assert record["exit_code"] == 0 and record["failed"] == []
+    assert all(v["verdict"] == "ok" for v in record["verdicts"].values())
+    stats = record["statistics"]["train"]
+    assert stats["variants"]["slow"]["mean"] == pytest.approx(0.5) and stats["variants"]["fast"]["n"] == 2
+    assert stats["differences"][0]["pct"] == pytest.approx(1.0)
+    assert re.search(r"train\s+slow\s+tcp\s+tcp\s+ok\s+2/2\s+iteration time \(s\)\s+0\.5\s+0\s+\+100\.0%", out), out
+    assert "Transport check passed" in (tmp_path / "out" / "evaluation.html").read_text()
+
+
+def test_a_wrong_claim_is_flagged_and_exits_3(tmp_path, capsys):
+    doc = good(tmp_path, repeats=1)
+    doc["variants"][1]["env"] = {"FAKE_TRANSPORT": "loopback"}
+    ev = load_evaluation(write(tmp_path, doc))
+    assert run_evaluation(ev, launch=FakeLauncher(), render=False) == 3
+    out = capsys.readouterr().out
+    assert "TRANSPORT MISMATCH: expected tcp, the run used loopback over lo" in out
+    page = (tmp_path / "out" / "evaluation.html").read_text()
+    assert "<div class='banner bad'>TRANSPORT MISMATCH: variant slow claims tcp" in page
+    assert "<td class='bad'>MISMATCH" in page and ".banner.bad{background:#fdd;border:2px solid #c00;color:#c00}" in page
+    assert "**[X] TRANSPORT MISMATCH: variant slow" in (tmp_path / "out" / "evaluation.md").read_text()
+    record = json.loads((tmp_path / "out" / "evaluation.json").read_text())
+    assert record["mismatched_variants"] == ["slow"] and record["exit_code"] == 3
+
+
+def test_a_kept_run_from_another_setting_is_refused(tmp_path):
+    doc = good(tmp_path, repeats=1)
+    ev = load_evaluation(write(tmp_path, doc))
+    assert run_evaluation(ev, launch=FakeLauncher(), render=False) == 0
+    doc["variants"][1]["env"] = {"NCCL_IB_DISABLE": "0"}
+    ev = load_evaluation(write(tmp_path, doc))
+    with pytest.raises(EvaluateError, match=r"runs/sweep/slow/r1: a completed run that was measured with another "
+                                            r"setting \(env: \{'NCCL_IB_DISABLE': '1'\} -> \{'NCCL_IB_DISABLE': '0'\}\)"):
+        resume_state(ev, plan(ev))
+    # the claim is not part of the setting: changing it re-checks the kept runs
+    doc["variants"][1]["env"] = {"NCCL_IB_DISABLE": 1}
+    doc["variants"][1]["expect_transport"] = "roce"
+    ev = load_evaluation(write(tmp_path, doc))
+    assert run_evaluation(ev, launch=FakeLauncher(), render=False) == 3
+
+
+def test_dry_run_prints_the_plan(tmp_path, capsys):
+    ev = load_evaluation(write(tmp_path, good(tmp_path)))
+    assert run_evaluation(ev, dry_run=True) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 9 and lines[2].startswith("[evaluate]   run  round 1/2: variant slow x workload sweep (run 2/8)")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in (REPO / "recipes" / "evaluations").glob("*.yaml")))
+def test_example_files_are_valid(name, monkeypatch):
+    monkeypatch.chdir(REPO)  # their recipe paths are relative to the checkout
+    ev = load_evaluation(str(REPO / "recipes" / "evaluations" / name))
+    assert len(ev.variants) >= 2 and ev.workloads
+
+
+def test_five_repeats_add_the_mlperf_mean_and_intervals(tmp_path, capsys):
+    doc = good(tmp_path, repeats=5)
+    doc["workloads"] = doc["workloads"][1:]
+    ev = load_evaluation(write(tmp_path, doc))
+
+    class Noisy(FakeLauncher):  # repeat N runs N% slower: a spread for the interval
+        def __call__(self, cmd, env, log, timeout, verbose):
+            code = super().__call__(cmd, env, log, timeout, verbose)
+            out = next(a.split("=", 1)[1] for a in cmd if a.startswith("output_dir="))
+            k = 1 + int(out.rsplit("/r", 1)[1]) / 100
+            rows = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
+            with open(os.path.join(out, "metrics.jsonl"), "w") as f:
+                f.writelines(json.dumps({**r, "step_time_s": r["step_time_s"] * k}) + "\n" for r in rows)
+            return code
+
+    assert run_evaluation(ev, launch=Noisy(), render=False) == 0
+    out = capsys.readouterr().out
+    header = next(line for line in out.splitlines() if line.startswith("workload"))
+    assert "  mlperf mean  vs fast" in header and header.rstrip().endswith("95% interval")
+    stats = json.loads((tmp_path / "out" / "evaluation.json").read_text())["statistics"]["train"]
+    fast = stats["variants"]["fast"]
+    assert fast["n"] == 5 and fast["mlperf_mean"] == pytest.approx(0.25 * 1.03)  # median of steps 2, 3; repeats 2..4 kept
+    (pair,) = stats["differences"]
+    assert pair["excludes_zero"] and pair["pct_interval"][0] < 1.0 < pair["pct_interval"][1]
+    page = (tmp_path / "out" / "evaluation.md").read_text()
+    assert "MLPerf mean (best, worst dropped)" in page and "| slow vs fast | +100.0% | [+" in page
