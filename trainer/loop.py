@@ -19,6 +19,7 @@ import torch.distributed as dist
 
 from . import checkpoint
 from .engines import deepspeed as ds
+from .errors import InputError
 from .hooks import HookList, Hooks
 from .optim import build_optimizer
 from .parallelize import grad_sync, reduce_trainable_grads
@@ -333,8 +334,12 @@ class Trainer:
             crash_rank = int(os.environ.get("FABRIC_HARNESS_CRASH_RANK", "0"))
             if crash_at and step == crash_at and dist.get_rank() == crash_rank:
                 # FABRIC_HARNESS_CRASH_MODE=hang: the rank stops answering, as behind a cut link
-                if os.environ.get("FABRIC_HARNESS_CRASH_MODE") == "hang":
+                mode = os.environ.get("FABRIC_HARNESS_CRASH_MODE")
+                if mode == "hang":
                     time.sleep(3600)
+                if mode == "input":  # bad input found by this rank alone, while the others train on
+                    raise InputError(f"fault injection: rank {crash_rank} refuses its input after step {step} "
+                                     "(FABRIC_HARNESS_CRASH_MODE=input)")
                 os.kill(os.getpid(), signal.SIGKILL)
         if train.save_final and self.state.step > start:
             self._save()

@@ -27,7 +27,7 @@ from .data.sampler import StepSampler
 from .distributed import (ParallelDims, describe_timeout, dump_flight_recorder, init_process_group, is_timeout,
                           pick_backend, pick_device, prepare_flight_recorder)
 from .engines import deepspeed as deepspeed_engine
-from .errors import FaultError, InputError, one_line
+from .errors import FaultError, InputError, one_line, report
 from .hooks import HookList, Hooks
 from .layout import Layout
 from .loop import Trainer
@@ -153,8 +153,7 @@ def run(recipe: Recipe, layout: Layout, argv: list[str], overrides: list[str]) -
     lock = RunLock(recipe.output_dir, rank)
     problem = lock.acquire()  # before anything is written: the directory may be a live run's
     if problem:
-        if rank == 0:
-            print(f"error: {problem}", file=sys.stderr, flush=True)
+        report(problem)
         return 2
     rundir = RunDir(recipe.output_dir, rank)
     rundir.create()
@@ -260,19 +259,23 @@ def run(recipe: Recipe, layout: Layout, argv: list[str], overrides: list[str]) -
         loss = f", final loss {state.last_loss:.4f}" if state.last_loss is not None else ""
         trainer.progress.info(f"done: {state.step} steps{loss}; run directory {os.path.abspath(recipe.output_dir)}")
     except InputError as exc:
+        # any rank may find it first, or alone (a file missing on one host): the first to fail says it,
+        # before torchrun stops the others (trainer/errors.py)
         code, error = 2, str(exc)
-        if rank == 0:
-            print(f"error: {exc}", file=sys.stderr, flush=True)
+        report(exc)
     except (Interrupted, KeyboardInterrupt) as exc:
-        status, code, error = "interrupted", 130, f"interrupted by {exc or 'SIGINT'}"
+        # a KeyboardInterrupt (SIGINT before the handler is installed, or a library's own) has no message
+        status, code, error = "interrupted", 130, f"interrupted by {str(exc) or 'SIGINT'}"
         lost = _lost_ranks(hosts, trainer, rundir.run_json)
         if lost:
             status, code, error = "failed", 1, f"{lost}; {error}"
         print(f"[trainer] rank {rank}: {error}; completed steps stay in metrics.jsonl", file=sys.stderr, flush=True)
     except FaultError as exc:  # a fault recognised for what it is: one line, no traceback
         error = str(exc)
-        if rank == 0 or not exc.everywhere:
+        if not exc.everywhere:
             print(f"error: {exc}", file=sys.stderr, flush=True)
+        else:
+            report(exc)
     except BaseException as exc:  # a crash: keep the traceback on stderr, the summary in run.json
         # BaseException: torch's CheckpointException is not an Exception, and SystemExit must be recorded too
         error = one_line(exc)
