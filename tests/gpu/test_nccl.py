@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 
-import pytest
 
 from ..conftest import REPO
 from .common import FAST, GPU, run_on_gpu
@@ -25,7 +24,8 @@ def test_world_of_one_on_nccl_with_telemetry(tmp_path):
     assert all(math.isfinite(r["loss"]) for r in rows)
     timed = [op for r in rows[1:] for op in (r.get("comm") or {}).values()]
     # DDP's gradient buckets go through NCCL each step, and each call is timed (CUDA events)
-    assert timed and all(op["count"] > 0 and op["time_s"] is not None and op["untimed"] == 0 for op in timed), rows[-1]
+    assert timed and all(op["count"] > 0 and op["time_s"] is not None for op in timed), rows[-1]
+    assert sum(op["time_s"] for op in timed) > 0 and sum(op["bytes"] for op in timed) > 0
     assert all(r["gpu_energy_j"] is not None and r["gpu_power_w"] is not None for r in rows[1:]), rows[-1]
 
 

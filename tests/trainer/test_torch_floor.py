@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import inspect
 
-import pytest
 from packaging.requirements import Requirement
 from packaging.version import Version
 
