@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 
-
 from ..conftest import REPO
 from .common import FAST, GPU, run_on_gpu
 
