@@ -27,28 +27,38 @@ def one_line(exc: BaseException, limit: int = 500) -> str:
 
 
 
-def _launcher_key() -> str:
-    """The same string in every rank a launcher started on this host for this run, and in no other run:
-    the parent's pid and start time (torchrun's agent, or slurmstepd) and torchrun's run id."""
-    ppid = os.getppid()
-    try:
-        with open(f"/proc/{ppid}/stat", encoding="ascii") as f:
-            started = f.read().rsplit(")", 1)[1].split()[19]  # field 22: start time in clock ticks
-    except (OSError, IndexError):
-        started = "0"
-    run_id = re.sub(r"[^A-Za-z0-9_.-]", "_", os.environ.get("TORCHELASTIC_RUN_ID", "none"))[:64]
-    return f"{ppid}-{started}-{run_id}"
+def _launcher_key() -> str | None:
+    """The same string in every rank one launch started on this host, and in no other launch; None where
+    no launcher is recognised. torchrun: its agent (the workers' parent) by pid and start time, and the run
+    id. srun starting the ranks itself: the job and step ids."""
+    if "TORCHELASTIC_RUN_ID" in os.environ:
+        ppid = os.getppid()
+        try:
+            with open(f"/proc/{ppid}/stat", encoding="ascii") as f:
+                started = f.read().rsplit(")", 1)[1].split()[19]  # field 22: start time in clock ticks
+        except (OSError, IndexError):
+            started = "0"
+        run_id = os.environ["TORCHELASTIC_RUN_ID"]
+        key = f"torchrun-{ppid}-{started}-{run_id}"
+    elif "SLURM_JOB_ID" in os.environ and "SLURM_STEP_ID" in os.environ:
+        key = f"slurm-{os.environ['SLURM_JOB_ID']}.{os.environ['SLURM_STEP_ID']}"
+    else:
+        return None
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", key)[:160]
 
 
 def first_to_report() -> bool:
-    """Whether this process prints the run's `error:` line. Alone: yes. Under a launcher every rank that
-    finds the problem asks; the first on this host to ask wins (an exclusive create of a claim file named
-    after the launcher), so the user sees one line whichever rank fails first. Rank 0 alone used to print:
-    when another rank failed first, torchrun stopped rank 0 before it printed, and the line was lost.
-    Several hosts: one line per host (each host's own stderr)."""
+    """Whether this process prints the run's `error:` line. Alone: yes. Under torchrun (or srun) every rank
+    that finds the problem asks; the first on this host to ask wins (an exclusive create of a claim file
+    named after the launch), so the user sees one line whichever rank fails first. Rank 0 alone used to
+    print: when another rank failed first, torchrun stopped rank 0 before it printed, and the line was
+    lost. Several hosts: one line per host (each host's own stderr). No launcher recognised: rank 0."""
     if int(os.environ.get("WORLD_SIZE", "1") or 1) <= 1:
         return True
-    path = os.path.join(tempfile.gettempdir(), f"fabric-harness-error-{os.getuid()}-{_launcher_key()}")
+    key = _launcher_key()
+    if key is None:
+        return os.environ.get("RANK", "0") == "0"
+    path = os.path.join(tempfile.gettempdir(), f"fabric-harness-error-{os.getuid()}-{key}")
     try:
         fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
     except FileExistsError:

@@ -368,3 +368,17 @@ def test_cli_misspelt_model_config_key(tmp_path):
     assert "error: model.config.num_hiden_layers: unknown key for LlamaConfig (did you mean 'num_hidden_layers'?)" \
         in res.stderr
     assert "Traceback" not in res.stderr and res.run_json()["exit_code"] == 2
+
+
+def test_without_a_launcher_rank_0_prints(capsys, monkeypatch):
+    """WORLD_SIZE set by hand (no torchrun, no srun step): rank 0 says it, the others do not."""
+    for var in ("TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "SLURM_STEP_ID"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    for _ in range(2):  # and again: nothing is claimed for good
+        monkeypatch.setenv("RANK", "1")
+        assert main([TINY, "train.lr=nan", "--dry-run"]) == 2
+        assert capsys.readouterr().err == ""
+        monkeypatch.setenv("RANK", "0")
+        assert main([TINY, "train.lr=nan", "--dry-run"]) == 2
+        assert capsys.readouterr().err.count("error: train.lr") == 1
