@@ -73,7 +73,7 @@ elif [ $INSTALL -eq 0 ]; then
 elif ! ls bench/gpu/wheels/*.whl > /dev/null 2>&1; then
   skip install "bench/gpu/wheels/ has no wheels (run bash bench/gpu/fetch_wheels.sh on a machine with PyPI)"
 else
-  step install 240 "$PY" -m pip install --no-index --find-links bench/gpu/wheels -e ".[deepspeed]" "pytest>=7.4"
+  step install 360 "$PY" -m pip install --no-index --find-links bench/gpu/wheels -e ".[deepspeed]" "pytest>=7.4"
 fi
 
 if [ -n "$NO_GPU" ]; then
