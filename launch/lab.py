@@ -206,7 +206,9 @@ def run_in_lab(lab: Lab, nproc: int, recipe_args: list[str], output_dir: str, ti
     procs, threads, files = [], [], []
     for i, ns in enumerate(lab.namespaces):
         env = {**os.environ, "GLOO_SOCKET_IFNAME": IFACE, "NCCL_SOCKET_IFNAME": IFACE, "OMP_NUM_THREADS": "1",
-               "FABRIC_HARNESS_NODE": f"lab-node{i}", "FABRIC_HARNESS_LAB": lab_info, "PYTHONUNBUFFERED": "1"}
+               "FABRIC_HARNESS_NODE": f"lab-node{i}", "FABRIC_HARNESS_LAB": lab_info, "PYTHONUNBUFFERED": "1",
+               # the lab's nodes share one host: CPU and gloo ranks, also on a machine with a GPU
+               "CUDA_VISIBLE_DEVICES": ""}
         cmd = ["ip", "netns", "exec", ns, sys.executable, "-m", "torch.distributed.run",
                f"--nnodes={lab.nodes}", f"--nproc-per-node={nproc}", "--rdzv-backend=c10d",
                f"--rdzv-endpoint={lab.address(0)}:{port}", f"--rdzv-id={lab.id}",

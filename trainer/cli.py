@@ -8,11 +8,12 @@ import sys
 import yaml
 
 from .config import RecipeError, load_recipe
+from .errors import report
 from .layout import resolve_layout
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one `error:` line (argparse adds the usage block), rank 0 only
+    def error(self, message):  # one `error:` line (argparse adds the usage block), one rank only
         sys.exit(_fail([f"{message}; see python -m trainer --help"]))
 
 
@@ -33,10 +34,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _fail(problems: list[str]) -> int:
-    # Under torchrun every rank finds the same problem; rank 0 alone says it.
-    if os.environ.get("RANK", "0") == "0":
-        for line in problems:
-            print(f"error: {' '.join(str(line).split())}", file=sys.stderr)  # one line each, whatever the cause
+    # Under torchrun every rank finds the same problem; the first to get here says it (trainer/errors.py)
+    report(*problems)
     return 2
 
 
@@ -101,5 +100,9 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     from .compat import prepare_torchvision
     prepare_torchvision(recipe.workload == "image_classification")  # before transformers is imported
+    from .torch_floor import check  # the APIs the run calls, before they are first called
+    problem = check()
+    if problem:
+        return _fail([problem])
     from .run import run  # heavy imports (torch, transformers) only for real runs
     return run(recipe, layout, [sys.executable, "-m", "trainer", *argv], list(args.overrides))

@@ -1,5 +1,13 @@
 """Errors that mean "the input is wrong" (exit 2, one line), as opposed to bugs or crashes (exit 1). Both
-are the project's one error base (telemetry/errors.py)."""
+are the project's one error base (telemetry/errors.py). `report` prints the one `error:` line, whichever
+rank finds the problem first."""
+from __future__ import annotations
+
+import os
+import re
+import sys
+import tempfile
+
 from telemetry.errors import HarnessError
 from telemetry.errors import InputError as _Input
 
@@ -22,3 +30,52 @@ def one_line(exc: BaseException, limit: int = 500) -> str:
     text = " ".join(str(exc).split())
     return f"{type(exc).__name__}: {text[:limit]}" if text else type(exc).__name__
 
+
+def _launcher_key() -> str | None:
+    """The same string in every rank one launch started on this host, and in no other launch; None where
+    no launcher is recognised. torchrun: its agent (the workers' parent) by pid and start time, and the run
+    id. srun starting the ranks itself: the job and step ids."""
+    if "TORCHELASTIC_RUN_ID" in os.environ:
+        ppid = os.getppid()
+        try:
+            with open(f"/proc/{ppid}/stat", encoding="ascii") as f:
+                started = f.read().rsplit(")", 1)[1].split()[19]  # field 22: start time in clock ticks
+        except (OSError, IndexError):
+            started = "0"
+        run_id = os.environ["TORCHELASTIC_RUN_ID"]
+        key = f"torchrun-{ppid}-{started}-{run_id}"
+    elif "SLURM_JOB_ID" in os.environ and "SLURM_STEP_ID" in os.environ:
+        key = f"slurm-{os.environ['SLURM_JOB_ID']}.{os.environ['SLURM_STEP_ID']}"
+    else:
+        return None
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", key)[:160]
+
+
+def first_to_report() -> bool:
+    """Whether this process prints the run's `error:` line. Alone: yes. Under torchrun (or srun) every rank
+    that finds the problem asks; the first on this host to ask wins (an exclusive create of a claim file
+    named after the launch), so the user sees one line whichever rank fails first. Rank 0 alone used to
+    print: when another rank failed first, torchrun stopped rank 0 before it printed, and the line was
+    lost. Several hosts: one line per host (each host's own stderr). No launcher recognised: rank 0."""
+    if int(os.environ.get("WORLD_SIZE", "1") or 1) <= 1:
+        return True
+    key = _launcher_key()
+    if key is None:
+        return os.environ.get("RANK", "0") == "0"
+    path = os.path.join(tempfile.gettempdir(), f"fabric-harness-error-{os.getuid()}-{key}")
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+    except FileExistsError:
+        return False
+    except OSError:  # no writable temporary directory: rank 0 says it, as before
+        return os.environ.get("RANK", "0") == "0"
+    with os.fdopen(fd, "w") as f:
+        f.write(f"{os.getpid()}\n")
+    return True
+
+
+def report(*messages: object) -> None:
+    """The `error:` line (one per problem), printed by the first rank to report (see first_to_report)."""
+    if first_to_report():
+        for message in messages:  # one line each, whatever the cause
+            print(f"error: {' '.join(str(message).split())}", file=sys.stderr, flush=True)

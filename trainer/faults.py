@@ -1,7 +1,8 @@
 """Faults on purpose, for tests and benchmarks, kept out of the step loop: a straggler (one rank's compute
 late by `debug.delay_s` from `debug.delay_from_step`), and a lost or hung rank after a given step
-(FABRIC_HARNESS_CRASH_AFTER_STEP=N, FABRIC_HARNESS_CRASH_RANK=R, FABRIC_HARNESS_CRASH_MODE=kill|hang:
-the resume and fault tests stand it in for a lost node or a cut link). The loop calls `before_step` and
+(FABRIC_HARNESS_CRASH_AFTER_STEP=N, FABRIC_HARNESS_CRASH_RANK=R, FABRIC_HARNESS_CRASH_MODE=kill|hang|input:
+the resume and fault tests stand it in for a lost node or a cut link; `input`: that rank alone refuses
+its input while the others train on, to test that the `error:` line survives whichever rank fails first). The loop calls `before_step` and
 `after_step`; with nothing asked for, both do nothing."""
 from __future__ import annotations
 
@@ -35,4 +36,8 @@ class FaultInjection:
         if self.crash_after_step and step == self.crash_after_step and self.rank == self.crash_rank:
             if self.crash_mode == "hang":  # stops answering, as behind a cut link
                 time.sleep(3600)
+            if self.crash_mode == "input":  # bad input found by this rank alone, while the others train on
+                from .errors import InputError
+                raise InputError(f"fault injection: rank {self.crash_rank} refuses its input after step {step} "
+                                 "(FABRIC_HARNESS_CRASH_MODE=input)")
             os.kill(os.getpid(), signal.SIGKILL)

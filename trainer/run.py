@@ -29,7 +29,7 @@ from .data.sampler import StepSampler
 from .distributed import (ParallelDims, describe_timeout, dump_flight_recorder, init_process_group, is_timeout,
                           pick_backend, pick_device, prepare_flight_recorder)
 from .engines import deepspeed as deepspeed_engine
-from .errors import FaultError, InputError, one_line
+from .errors import FaultError, InputError, one_line, report
 from .hooks import HookList, Hooks
 from .layout import Layout
 from .loop import Trainer
@@ -182,8 +182,7 @@ def run(recipe: Recipe, layout: Layout, argv: list[str], overrides: list[str]) -
     lock = RunLock(recipe.output_dir, rank)
     problem = lock.acquire()  # before anything is written: the directory may be a live run's
     if problem:
-        if rank == 0:
-            print(f"error: {problem}", file=sys.stderr, flush=True)
+        report(problem)
         return 2
     st = open_run(recipe, layout, rank, lock, argv, overrides)
     try:
@@ -322,12 +321,14 @@ def classify_failure(st: RunState, exc: BaseException) -> bool:
     when the exception must propagate (SystemExit)."""
     rank, rundir = st.rank, st.rundir
     if isinstance(exc, InputError):
+        # any rank may find it first, or alone (a file missing on one host): the first to fail says it,
+        # before torchrun stops the others (trainer/errors.py)
         st.code, st.error = 2, str(exc)
-        if rank == 0:
-            print(f"error: {exc}", file=sys.stderr, flush=True)
+        report(exc)
         return False
     if isinstance(exc, (Interrupted, KeyboardInterrupt)):
-        st.status, st.code, st.error = "interrupted", 130, f"interrupted by {exc or 'SIGINT'}"
+        # a KeyboardInterrupt (SIGINT before the handler is installed, or a library's own) has no message
+        st.status, st.code, st.error = "interrupted", 130, f"interrupted by {str(exc) or 'SIGINT'}"
         lost = _lost_ranks(st.hosts, st.trainer, rundir.run_json)
         if lost:
             st.status, st.code, st.error = "failed", 1, f"{lost}; {st.error}"
@@ -336,8 +337,10 @@ def classify_failure(st: RunState, exc: BaseException) -> bool:
         return False
     if isinstance(exc, FaultError):  # a fault recognised for what it is: one line, no traceback
         st.error = str(exc)
-        if rank == 0 or not exc.everywhere:
+        if not exc.everywhere:
             print(f"error: {exc}", file=sys.stderr, flush=True)
+        else:
+            report(exc)
         return False
     # a crash: keep the traceback on stderr, the summary in run.json (SystemExit is recorded too)
     st.error = one_line(exc)

@@ -1,10 +1,16 @@
-"""Requests to stop a run early: SIGTERM (preemption, torchrun tearing down) and a lost torchrun agent.
+"""Requests to stop a run early: SIGTERM (preemption, torchrun tearing down), SIGINT (Ctrl-C) and a lost
+torchrun agent.
 
 Inside the step loop, with `train.save_on_signal` (default on), a request does not interrupt the step:
 it is noted, the ranks agree at the end of the step (one 1-element all-reduce over a gloo group of
 their own, so no device sync and no traced collective), every rank saves the checkpoint of that step,
 and the run stops with status `interrupted`. Outside the loop, or without save_on_signal, or on a
-second SIGTERM, the run stops at once, as before.
+second signal, the run stops at once, as before.
+
+Ctrl-C in a terminal sends SIGINT to the whole foreground process group, torchrun's agent and its
+workers alike, and the agent then forwards its own SIGINT to every worker: each worker sees the signal
+twice within moments. Slurm does the same with SIGTERM (to every task, and torchrun forwards it). So a
+repeat of the first signal within REPEAT_S is the launcher's copy of the same request, not a second one.
 
 The agent watch: torchrun's agent is each worker's parent. SIGKILL the agent and its workers would
 train on as orphans (and a rerun in the same directory would run beside them); so a daemon thread
@@ -16,13 +22,17 @@ import _thread
 import os
 import signal
 import threading
+import time
 
 import torch
 import torch.distributed as dist
 from torch.distributed import distributed_c10d as c10d
 
 POLL_S = 0.5
-_REASONS = {1: "SIGTERM", 2: "the torchrun agent is gone"}
+REPEAT_S = 5.0  # a copy of the first signal arriving within this is the same request (see above)
+SIGTERM, SIGINT, AGENT_GONE = 1, 2, 3  # request codes; the ranks agree on the largest
+_REASONS = {SIGTERM: "SIGTERM", SIGINT: "SIGINT", AGENT_GONE: "the torchrun agent is gone"}
+_CODES = {signal.SIGTERM: SIGTERM, signal.SIGINT: SIGINT}
 
 
 class Interrupted(BaseException):
@@ -37,10 +47,11 @@ class StopRequests:
     def __init__(self, save_on_signal: bool):
         self.save_on_signal = save_on_signal
         self.code = 0  # the first request's reason (a key of _REASONS)
+        self._first_at = 0.0  # when it came (time.monotonic)
         self.deferring = False  # True while the loop can finish the step first
         self.agent_pid = os.getppid() if under_torchrun() else None
         self._group = None
-        self._old = None
+        self._old: dict = {}
         self._stop = threading.Event()
         self._agent_lost = False
         self.lost = None  # set by the run: a callable naming ranks on this host whose process is gone
@@ -49,7 +60,8 @@ class StopRequests:
     # -------------------------------------------------------------- install / remove
 
     def install(self) -> "StopRequests":
-        self._old = signal.signal(signal.SIGTERM, self._on_sigterm)
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            self._old[signum] = signal.signal(signum, self._on_signal)
         if self.agent_pid is not None:
             self._thread = threading.Thread(target=self._watch_agent, name="agent-watch", daemon=True)
             self._thread.start()
@@ -58,22 +70,25 @@ class StopRequests:
     def remove(self) -> None:
         self._stop.set()
         self.deferring = False
-        if self._old is not None:
-            signal.signal(signal.SIGTERM, self._old)
-            self._old = None
+        for signum, old in self._old.items():
+            signal.signal(signum, old)
+        self._old = {}
 
     # -------------------------------------------------------------- requests
 
     def _request(self, code: int) -> None:
         first = self.code == 0
         if first:
-            self.code = code
+            self.code, self._first_at = code, time.monotonic()
+        elif code == self.code and time.monotonic() - self._first_at < REPEAT_S:
+            return  # the launcher's copy of the first signal (module docstring): already being handled
         # a peer already dead: its collectives will not finish, so the step and the save would not either
         if not (self.deferring and first) or (self.lost is not None and self.lost()):
-            raise Interrupted(_REASONS[code] if code != 2 else self.agent_gone())
+            raise Interrupted(_REASONS[code] if code != AGENT_GONE else self.agent_gone())
 
-    def _on_sigterm(self, signum, _frame):
-        self._request(2 if self._agent_lost else 1)
+    def _on_signal(self, signum, _frame):
+        code = _CODES.get(signum, SIGTERM)
+        self._request(AGENT_GONE if code == SIGTERM and self._agent_lost else code)
 
     def agent_gone(self) -> str:
         return f"the torchrun agent (pid {self.agent_pid}) is gone"
@@ -108,7 +123,7 @@ class StopRequests:
         if code == 0:
             return None
         self.deferring = False  # a further SIGTERM (during the save) stops at once
-        if code == 2:
+        if code == AGENT_GONE:
             return self.agent_gone() if self.agent_pid is not None and os.getppid() != self.agent_pid \
                 else "a torchrun agent is gone"
         return f"{_REASONS[code]}" + ("" if self.code else " (on another rank)")

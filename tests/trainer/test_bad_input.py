@@ -196,13 +196,18 @@ def test_bad_command_line_is_one_error_line(capsys, monkeypatch):
         "error: argument --world-size: invalid int value: 'two'; see python -m trainer --help"]
 
 
-def test_only_rank_0_prints_under_torchrun(capsys, monkeypatch):
+def test_one_rank_prints_under_torchrun_whichever_fails_first(capsys, monkeypatch):
+    """Every rank finds the same problem; the first to report it prints (rank 1 here), the next does not."""
+    import uuid
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", f"test-{uuid.uuid4().hex}")  # this test's own launcher key
     monkeypatch.setenv("RANK", "1")
     assert main([TINY, "train.lr=nan", "--dry-run"]) == 2
-    assert capsys.readouterr().err == ""
+    assert capsys.readouterr().err.count("error: train.lr") == 1
     monkeypatch.setenv("RANK", "0")
     assert main([TINY, "train.lr=nan", "--dry-run"]) == 2
-    assert capsys.readouterr().err.count("error: train.lr") == 1
+    assert capsys.readouterr().err == ""
 
 
 # ---------------------------------------------------------------- model configs (no process group needed)
@@ -357,3 +362,17 @@ def test_cli_misspelt_model_config_key(tmp_path):
     assert "error: model.config.num_hiden_layers: unknown key for LlamaConfig (did you mean 'num_hidden_layers'?)" \
         in res.stderr
     assert "Traceback" not in res.stderr and res.run_json()["exit_code"] == 2
+
+
+def test_without_a_launcher_rank_0_prints(capsys, monkeypatch):
+    """WORLD_SIZE set by hand (no torchrun, no srun step): rank 0 says it, the others do not."""
+    for var in ("TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "SLURM_STEP_ID"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    for _ in range(2):  # and again: nothing is claimed for good
+        monkeypatch.setenv("RANK", "1")
+        assert main([TINY, "train.lr=nan", "--dry-run"]) == 2
+        assert capsys.readouterr().err == ""
+        monkeypatch.setenv("RANK", "0")
+        assert main([TINY, "train.lr=nan", "--dry-run"]) == 2
+        assert capsys.readouterr().err.count("error: train.lr") == 1

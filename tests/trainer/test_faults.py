@@ -3,6 +3,7 @@ run into a live run's directory, a disk that fills mid-run. Bounded subprocesses
 from __future__ import annotations
 
 import json
+import re
 import os
 import signal
 import subprocess
@@ -262,3 +263,57 @@ def test_peer_that_stops_answering_is_named_within_the_timeout(tmp_path):
                             text=True, timeout=180)
     assert report.returncode == 0, report.stderr[-2000:]
     assert "| rank 1 never entered all_reduce #" in (out / "report" / "report.md").read_text()
+
+
+def test_ctrl_c_to_torchrun_saves_the_current_step_and_the_rerun_resumes(tmp_path):
+    """Ctrl-C in a terminal: SIGINT to torchrun's whole process group (the agent and both workers; the agent
+    then forwards its own SIGINT). Saved like SIGTERM, named in run.json; a rerun resumes from it."""
+    out = tmp_path / "run"
+    job = Job(out, "max_steps=40", "train.save_every=0", nproc=2)
+    job.wait_for("step 3/40")
+    os.killpg(job.proc.pid, signal.SIGINT)  # as a terminal does: the session's group is torchrun's
+    job.finish()
+    info = job.run_json()
+    saved = _latest_step(out)
+    assert info["status"] == "interrupted" and info["exit_code"] == 130, info
+    assert f"interrupted by SIGINT: stopped after step {saved}, checkpoint saved" == info["error"]
+    assert job.steps() == list(range(1, saved + 1))
+    assert "rank 0: interrupted by SIGINT: stopped after step" in job.output, job.output[-3000:]
+    again = run_cli(out, *FAST, f"max_steps={saved + 1}", nproc=2, timeout=240)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"resumed from {out / 'checkpoints' / f'step-{saved:07d}'} at step {saved}" in again.stdout
+    assert [r["step"] for r in again.metrics()] == list(range(1, saved + 2))
+
+
+def test_ctrl_c_without_save_on_signal_names_sigint(tmp_path):
+    out = tmp_path / "run"
+    job = Job(out, "max_steps=40", "train.save_on_signal=false")
+    job.wait_for("step 2/40")
+    os.killpg(job.proc.pid, signal.SIGINT)
+    assert job.finish() == 130
+    info = job.run_json()
+    assert info["status"] == "interrupted" and info["error"] == "interrupted by SIGINT", info
+    assert not (out / "checkpoints" / "latest.json").exists()
+
+
+def test_input_error_on_one_rank_while_the_other_trains_is_one_error_line(tmp_path):
+    """Rank 1 alone finds bad input after step 2 while rank 0 is busy in step 3's collectives: torchrun
+    stops rank 0, so rank 1 must print the `error:` line itself, and only one line is printed."""
+    out = tmp_path / "run"
+    res = run_cli(out, *FAST, "max_steps=30", nproc=2, timeout=240,
+                  env={"FABRIC_HARNESS_CRASH_AFTER_STEP": "2", "FABRIC_HARNESS_CRASH_RANK": "1",
+                       "FABRIC_HARNESS_CRASH_MODE": "input"})
+    assert res.returncode != 0
+    errors = [line for line in res.stderr.splitlines() if line.startswith("error:")]
+    assert errors == ["error: fault injection: rank 1 refuses its input after step 2 "
+                      "(FABRIC_HARNESS_CRASH_MODE=input)"], res.stderr[-3000:]
+    # torchrun's summary names the worker that failed first and its exit code 2 (bad input)
+    assert re.search(r"rank\s*:\s*1 \(local_rank: 1\)\s*\n\s*exitcode\s*:\s*2", res.stderr), res.stderr[-3000:]
+
+
+def test_refused_override_under_torchrun_is_one_error_line_whichever_rank_fails_first(tmp_path):
+    res = run_cli(tmp_path / "run", *FAST, "train.lr=nan", nproc=2, timeout=240)
+    assert res.returncode != 0
+    errors = [line for line in res.stderr.splitlines() if line.startswith("error:")]
+    assert errors == ["error: train.lr: got 'nan'; expected a finite number (NaN and infinity are refused)"], \
+        res.stderr[-3000:]

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# On a machine with PyPI: download into bench/gpu/wheels/ (gitignored) everything bench/gpu/run.sh installs
+# on a GPU machine that has Python and torch but nothing else of ours. Then copy the checkout, wheels
+# included, to the GPU machine and run `bash bench/gpu/run.sh` there.
+#   bash bench/gpu/fetch_wheels.sh [PYTHON_VERSION] [TORCH_VERSION]   (defaults: 3.12 2.11.0)
+# Wheels only, for the GPU machine's Python (pip download --python-version ... --only-binary=:all:), except
+# DeepSpeed, which PyPI ships as an sdist only (built on the GPU machine without compiling any op). torch
+# itself is never downloaded: a stand-in torch of TORCH_VERSION satisfies whatever requires it.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+PY=${1:-3.12}
+TORCH=${2:-2.11.0}
+WHEELS=bench/gpu/wheels
+mkdir -p "$WHEELS"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+python bench/gpu/wheel_reqs.py standin "$tmp/standin" "$TORCH+standin" >/dev/null
+echo "torch==$TORCH+standin" > "$tmp/constraints.txt"  # only the stand-in can satisfy it: PyPI's torch is never chosen
+mapfile -t reqs < <(python bench/gpu/wheel_reqs.py project)
+target=(--python-version "$PY" --only-binary=:all: --find-links "$tmp/standin" -c "$tmp/constraints.txt")
+echo "wheels for Python $PY into $WHEELS: ${reqs[*]}"
+python -m pip download --quiet -d "$WHEELS" "${target[@]}" "${reqs[@]}"
+python -m pip download --quiet -d "$tmp/sdist" --no-deps --no-binary=:all: "deepspeed>=0.19"
+cp "$tmp"/sdist/deepspeed-*.tar.gz "$WHEELS"/
+mapfile -t ds_reqs < <(python bench/gpu/wheel_reqs.py sdist "$(ls "$tmp"/sdist/deepspeed-*.tar.gz)")
+python -m pip download --quiet -d "$WHEELS" "${target[@]}" "${ds_reqs[@]}"
+rm -f "$WHEELS"/torch-*standin*.whl
+echo "$(ls "$WHEELS" | wc -l) files, $(du -sh "$WHEELS" | cut -f1) in $WHEELS"

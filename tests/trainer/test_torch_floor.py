@@ -1,0 +1,65 @@
+"""The torch floor: the start-up check names the version found, the floor and the missing API; pyproject
+declares the same floor; the installed torch passes."""
+from __future__ import annotations
+
+import inspect
+
+from packaging.requirements import Requirement
+from packaging.version import Version
+
+from trainer import torch_floor
+from trainer.cli import main
+
+from ..conftest import REPO, TINY
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+
+def test_installed_torch_has_every_api():
+    assert torch_floor.missing_api() is None
+    assert torch_floor.check() is None
+
+
+def test_pyproject_declares_the_floor_as_a_pre_release_bound():
+    deps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    (torch,) = [Requirement(d) for d in deps if d.startswith("torch")]
+    (bound,) = [s for s in torch.specifier if s.operator == ">="]
+    assert Version(bound.version) == Version(f"{torch_floor.FLOOR}.0a0")
+    # the floor is the newest release among the APIs checked
+    assert max(Version(r) for _, r, _ in torch_floor.APIS) == Version(torch_floor.FLOOR)
+
+
+def test_torch_without_src_data_rank_is_one_line_naming_versions_and_api(monkeypatch):
+    import torch.distributed.tensor as dt
+
+    def distribute_tensor(tensor, device_mesh=None, placements=None):  # torch 2.6's signature
+        raise AssertionError("not called")
+
+    monkeypatch.setattr(dt, "distribute_tensor", distribute_tensor)
+    assert "src_data_rank" not in inspect.signature(dt.distribute_tensor).parameters
+    problem = torch_floor.check(version="2.6.0a0+ecf3bae40a.nv25.01")
+    assert problem == ("torch 2.6.0a0+ecf3bae40a.nv25.01 is too old: this harness needs torch >= 2.7 (an NGC "
+                       "PyTorch image 25.03 or newer, docs/containers.md); missing: "
+                       "torch.distributed.tensor.distribute_tensor(src_data_rank=...) (torch 2.7)")
+
+
+def test_missing_module_is_reported_not_raised():
+    def gone() -> bool:
+        import torch.distributed.no_such_module  # noqa: F401
+        return True
+
+    assert torch_floor.missing_api([("torch.distributed.no_such_module", "9.9", gone)]) == \
+        "torch.distributed.no_such_module (torch 9.9)"
+
+
+def test_cli_refuses_an_old_torch_with_exit_2(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.setattr(torch_floor, "APIS", [("torch.distributed.fsdp.fully_shard", "2.6", lambda: False)])
+    assert main([TINY, f"output_dir={tmp_path / 'run'}"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: torch ") and \
+        lines[0].endswith("missing: torch.distributed.fsdp.fully_shard (torch 2.6)"), lines
+    assert not (tmp_path / "run" / "run.json").exists()  # refused before the run started

@@ -1,0 +1,81 @@
+"""The oldest torch this harness runs on, and the check that says so at start-up.
+
+The floor is the newest of the releases that introduced an API the harness calls. Each row below names
+the API, the pull request that added it and the first release that shipped it; the check looks for the
+API itself (an NGC pre-release such as 2.7.0a0+7c8ec84dab.nv25.03 carries the version of the release it
+precedes, so the version string alone cannot tell). pyproject.toml declares the same floor as
+`torch>=2.7.0a0`; docs/containers.md names the NGC images that meet it.
+"""
+from __future__ import annotations
+
+import inspect
+from typing import Callable
+
+FLOOR = "2.7"  # the release of the newest API below (distribute_tensor's src_data_rank)
+
+
+def _has_src_data_rank() -> bool:
+    # pytorch/pytorch#143883 (merged 2025-01-02, after the 2.6 branch cut): first in torch 2.7. The sharded
+    # load hands every rank the full tensor and cuts its piece with src_data_rank=None (no communication).
+    from torch.distributed.tensor import distribute_tensor
+    return "src_data_rank" in inspect.signature(distribute_tensor).parameters
+
+
+def _has_public_fully_shard() -> bool:
+    # pytorch/pytorch#141868 moved FSDP2 from torch.distributed._composable.fsdp: public in torch 2.6
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard  # noqa: F401
+    return True
+
+
+def _has_public_dtensor() -> bool:
+    # torch.distributed.tensor (DTensor, Shard, Replicate, distribute_tensor) public since torch 2.5;
+    # 2.4 had it as torch.distributed._tensor
+    from torch.distributed.tensor import DTensor, Replicate, Shard  # noqa: F401
+    from torch.distributed.tensor.parallel import loss_parallel  # noqa: F401  (torch 2.3)
+    return True
+
+
+def _has_pipelining() -> bool:
+    # torch.distributed.pipelining (PipelineStage, schedules): torch 2.4
+    from torch.distributed.pipelining import PipelineStage  # noqa: F401
+    return True
+
+
+def _has_group_desc() -> bool:
+    # new_group(group_desc=...) names the stop-vote group in NCCL and flight-recorder dumps: torch 2.4
+    import torch.distributed as dist
+    return "group_desc" in inspect.signature(dist.new_group).parameters
+
+
+# (what the harness calls, the release that introduced it, how to look for it), newest first
+APIS: list[tuple[str, str, Callable[[], bool]]] = [
+    ("torch.distributed.tensor.distribute_tensor(src_data_rank=...)", "2.7", _has_src_data_rank),
+    ("torch.distributed.fsdp.fully_shard", "2.6", _has_public_fully_shard),
+    ("torch.distributed.tensor (public DTensor)", "2.5", _has_public_dtensor),
+    ("torch.distributed.pipelining", "2.4", _has_pipelining),
+    ("torch.distributed.new_group(group_desc=...)", "2.4", _has_group_desc),
+]
+
+
+def missing_api(apis=None) -> str | None:
+    """The first API this torch lacks (a row's name and release), or None when all are there."""
+    for name, release, present in APIS if apis is None else apis:
+        try:
+            ok = present()
+        except (ImportError, AttributeError, TypeError, ValueError):
+            ok = False
+        if not ok:
+            return f"{name} (torch {release})"
+    return None
+
+
+def check(version: str | None = None, apis=None) -> str | None:
+    """None when this torch has every API the harness calls, else the one-line problem."""
+    missing = missing_api(apis)
+    if missing is None:
+        return None
+    if version is None:
+        import torch
+        version = torch.__version__
+    return (f"torch {version} is too old: this harness needs torch >= {FLOOR} (an NGC PyTorch image 25.03 or "
+            f"newer, docs/containers.md); missing: {missing}")
