@@ -35,6 +35,7 @@ from urllib.parse import urlsplit, urlunsplit
 import yaml
 
 from trainer.config import RECIPE_RELATIVE_PATHS, RecipeError, _apply_override, _parse_override, _read_recipe, load_recipe
+from telemetry.errors import InputError
 
 MANIFEST = "manifest.json"
 FORMAT = "fabric-harness-stage/1"
@@ -47,7 +48,7 @@ SKIP_ALWAYS = ["original/*", ".gitattributes"]
 CHUNK = 16 << 20
 
 
-class StageError(Exception):
+class StageError(InputError):
     """Bad input: each entry of `problems` is one complete line."""
 
     def __init__(self, problems: list[str]):

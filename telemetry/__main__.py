@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from telemetry.errors import print_errors
 from telemetry.analysis.runs import RunError
 
 
@@ -99,9 +100,7 @@ def _project(args) -> int:
     from telemetry.analysis.rates import RateError, bytes_unit_warning, parse_rate
     from telemetry.analysis.runs import load_run
 
-    def fail(msg: str) -> int:
-        print(f"error: {msg}", file=sys.stderr)
-        return 2
+    fail = print_errors
     if not args.rate and not args.busbw_table:
         return fail("project: give the target fabric: --rate RATE (tc units, e.g. 100gbit) and/or --busbw-table "
                     "FILE (nccl-tests output)")

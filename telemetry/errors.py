@@ -15,3 +15,13 @@ class InputError(HarnessError):
     """Bad input, found before or during the run: exit 2."""
 
     exit_code = 2
+
+
+def print_errors(*problems: object) -> int:
+    """Each problem as one `error:` line on stderr (whitespace folded, whatever the cause); returns 2, the
+    exit status of bad input. Under a launcher of several ranks, trainer.errors.report decides who prints."""
+    import sys
+
+    for problem in problems:
+        print(f"error: {' '.join(str(problem).split())}", file=sys.stderr, flush=True)
+    return 2

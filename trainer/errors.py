@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 import tempfile
 
-from telemetry.errors import HarnessError
+from telemetry.errors import HarnessError, print_errors
 from telemetry.errors import InputError as _Input
 
 
@@ -77,5 +76,4 @@ def first_to_report() -> bool:
 def report(*messages: object) -> None:
     """The `error:` line (one per problem), printed by the first rank to report (see first_to_report)."""
     if first_to_report():
-        for message in messages:  # one line each, whatever the cause
-            print(f"error: {' '.join(str(message).split())}", file=sys.stderr, flush=True)
+        print_errors(*messages)

@@ -18,13 +18,14 @@ from dataclasses import dataclass
 from typing import Callable
 
 from .spec import Evaluation, Variant, Workload
+from telemetry.errors import InputError
 
 COMPLETE = ("completed", "target_reached")
 # Exit codes: 0 all good; 1 a run or the report failed; 2 bad input; 3 a variant used another transport
 EXIT_FAILED, EXIT_INPUT, EXIT_MISMATCH, EXIT_INTERRUPTED = 1, 2, 3, 130
 
 
-class EvaluateError(Exception):
+class EvaluateError(InputError):
     """Bad input found while preparing (a missing tool, a run directory from another setting); one line."""
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
+from telemetry.errors import InputError
 
 LAUNCHERS = ("local", "lab", "slurm")
 # Transport words a variant may claim; anything else with a digit in it is taken as an interface name
@@ -31,7 +32,7 @@ LAUNCHER_KEYS = {"local": ("nproc_per_node", "timeout"),
                  "slurm": ("nodes", "nproc_per_node", "gpus_per_node", "partition", "srun_args", "timeout")}
 
 
-class SpecError(Exception):
+class SpecError(InputError):
     """Problems in an evaluation file; each is one complete line (without the `error: ` prefix)."""
 
     def __init__(self, problems: list[str]):

@@ -14,6 +14,7 @@ import subprocess
 import sys
 
 from trainer.config import RecipeError, load_recipe
+from trainer.errors import report
 from trainer.layout import resolve_layout
 
 from . import automodel, bridge, nemo2
@@ -29,9 +30,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _fail(problems: list[str]) -> int:
-    if os.environ.get("RANK", "0") == "0":  # under torchrun every rank finds the same problem
-        for line in problems:
-            print(f"error: {' '.join(str(line).split())}", file=sys.stderr)
+    report(*problems)  # under torchrun every rank finds the same problem: one of them says it
     return 2
 
 
