@@ -142,6 +142,14 @@ class TelemetryConfig:
     # steps between link probes between hosts, which name the host of a slow link; 0 = never
     link_probe_every: int = 5
     link_probe_bytes: int = 65536  # per probe and host; raise it on fast fabrics (a few MiB at 100 Gbit/s+)
+    # whole-server power from each host's BMC: "ipmitool", a Redfish address (https://bmc-host), or null.
+    # Credentials: FABRIC_HARNESS_BMC_USER / FABRIC_HARNESS_BMC_PASSWORD in the environment, never here
+    bmc: Optional[str] = None
+    bmc_chassis: Optional[str] = None  # Redfish chassis Id; null: the first one the BMC lists
+    bmc_sample_interval_s: float = 1.0
+    ethtool: bool = True  # PFC pause frames and port discards from `ethtool -S` on the counted NICs
+    # switch counters: a Prometheus text endpoint (http://...) read before and after the run; deltas in run.json
+    switch_metrics_url: Optional[str] = None
 
 
 TELEMETRY_EXPORTS = ("tensorboard", "wandb", "parquet", "trace")  # telemetry/exports KINDS
@@ -797,6 +805,16 @@ def _check_telemetry(r: Recipe) -> list[str]:
         p += _at_least("telemetry", tel, ("cross_rank_median_every",), 0, " (0 = never), or null for the default")
     if tel.power_sample_interval_s <= 0:
         p.append(f"telemetry.power_sample_interval_s: got {tel.power_sample_interval_s}; expected a number > 0")
+    if tel.bmc_sample_interval_s <= 0:
+        p.append(f"telemetry.bmc_sample_interval_s: got {tel.bmc_sample_interval_s}; expected a number > 0 (seconds)")
+    if tel.bmc is not None and tel.bmc != "ipmitool" and not str(tel.bmc).startswith(("http://", "https://")):
+        p.append(f"telemetry.bmc: got {tel.bmc!r}; allowed: ipmitool, an http:// or https:// Redfish address, or null")
+    elif tel.bmc is not None and "@" in str(tel.bmc).split("://", 1)[-1].split("/", 1)[0]:
+        p.append("telemetry.bmc: credentials in the address would be recorded; set FABRIC_HARNESS_BMC_USER and "
+                 "FABRIC_HARNESS_BMC_PASSWORD instead")
+    if tel.switch_metrics_url is not None and not str(tel.switch_metrics_url).startswith(("http://", "https://")):
+        p.append(f"telemetry.switch_metrics_url: got {tel.switch_metrics_url!r}; expected an http:// or https:// "
+                 "Prometheus metrics address, or null")
     unknown = [k for k in tel.export if k not in TELEMETRY_EXPORTS]
     if unknown:
         p.append(f"telemetry.export: got {', '.join(map(str, unknown))}; allowed: {', '.join(TELEMETRY_EXPORTS)}")

@@ -134,8 +134,17 @@ def _sweep(recipe: Recipe, rundir: RunDir, device: torch.device, hosts: list, wa
         if rundir.rank == 0:
             print(text, flush=True)
             lines.append(text)
-    result = run_sweep(recipe.sweep, device, hosts, say)
+    tel = recipe.telemetry
+    evidence = None
+    if tel.enabled and int(os.environ.get("LOCAL_RANK", "0")) == 0:  # host-wide: one reader per host
+        from telemetry.capture.sweep_evidence import SweepEvidence
+        evidence = SweepEvidence(tel.bmc, tel.bmc_chassis, tel.bmc_sample_interval_s, tel.interfaces,
+                                 ethtool=tel.ethtool)
+    result = run_sweep(recipe.sweep, device, hosts, say, evidence.marks if evidence is not None else None)
     watch.on_step_end(0, {})  # NCCL's communicators exist now: record and check the transport
+    per_host: list = [None] * dist.get_world_size()
+    dist.all_gather_object(per_host, {"host": host_info()["hostname"], **evidence.finish()} if evidence else None)
+    result["hosts_evidence"] = [h for h in per_host if h is not None]
     if rundir.rank == 0:
         write_json_atomic(os.path.join(rundir.path, "collectives.json"), result)
         with open(os.path.join(rundir.path, "collectives.txt"), "w", encoding="utf-8") as f:
@@ -143,6 +152,15 @@ def _sweep(recipe: Recipe, rundir: RunDir, device: torch.device, hosts: list, wa
         from telemetry.nccl_tests import to_csv
         with open(os.path.join(rundir.path, "collectives.csv"), "w", encoding="utf-8") as f:
             f.write(to_csv(result))
+        if result["hosts_evidence"]:  # the sweep's loss verdict over every host, and each host's server power
+            verdict = None
+            for h in result["hosts_evidence"]:
+                c = h["counters"]
+                named = {**c, "counts": {f"{h['host']}:{k}": v for k, v in c.get("counts", {}).items()},
+                         "reordering": {f"{h['host']}:{k}": v for k, v in c.get("reordering", {}).items()}}
+                verdict = merge_verdicts(verdict, named)
+            rundir.update(telemetry={"enabled": True, "counters": verdict,
+                                     "server_power": {h["host"]: h["server_power"] for h in result["hosts_evidence"]}})
         rundir.update(final={"avg_busbw_GBps": {op: r["avg_busbw_GBps"] for op, r in result["ops"].items()},
                              "wrong": sum(r["wrong"] for r in result["ops"].values()),
                              "latency_us": result.get("latency_us")})

@@ -257,7 +257,8 @@ class PowerSampler:
             # the counter's own rate over the samples, applied to the window
             rate = (counters[-1][2] - counters[0][2]) / (counters[-1][0] - counters[0][0])
             energy, method = rate * (t1 - t0), "BMC energy counter"
-        return {"watts": energy / (t1 - t0), "energy_j": energy, "samples": len(inside), "method": method}
+        return {"watts": energy / (t1 - t0), "energy_j": energy, "seconds": t1 - t0, "samples": len(inside),
+                "method": method}
 
     def step(self) -> dict:
         now = self.clock()

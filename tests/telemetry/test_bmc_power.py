@@ -188,3 +188,43 @@ def test_sampler_thread_against_the_loopback_bmc(creds):
         assert out["watts"] == pytest.approx(344.0) and out["samples"] >= 2 and s.errors == 0
     finally:
         bmc.close()
+
+
+def test_session_steps_carry_server_power_and_the_summary_its_mean(creds, tmp_path):
+    import time
+
+    from telemetry.session import Telemetry, TelemetrySettings
+
+    bmc = Bmc(chassis_docs(["EnvironmentMetrics"]))
+    try:
+        tel = Telemetry(TelemetrySettings(bmc=bmc.url, bmc_sample_interval_s=0.02, cross_rank_every=0,
+                                          link_probe_every=0, sysfs=str(tmp_path)), run_dir=str(tmp_path / "run"))
+        tel.start()
+        records = []
+        for step in range(3):
+            tel.start_step(step)
+            time.sleep(0.05)
+            records.append(tel.end_step(step))
+        summary = tel.summary()
+        tel.close()
+    finally:
+        bmc.close()
+    assert all(r["host"]["server_power"]["watts"] == pytest.approx(374.0) for r in records)
+    assert records[-1]["job_server_power_w"] == pytest.approx(374.0)
+    sp = summary["server_power"]
+    assert sp["source"] == "redfish" and sp["mean_w"] == pytest.approx(374.0) and sp["energy_j"] > 0
+    assert "s3cret" not in json.dumps(summary)
+
+
+def test_session_without_a_bmc_says_why(tmp_path):
+    from telemetry.session import Telemetry, TelemetrySettings
+
+    tel = Telemetry(TelemetrySettings(cross_rank_every=0, link_probe_every=0, sysfs=str(tmp_path)))
+    tel.start()
+    tel.start_step(0)
+    rec = tel.end_step(0)
+    summary = tel.summary()
+    tel.close()
+    assert rec["job_server_energy_j"] is None
+    assert summary["server_power"] == {"source": None, "reason": "telemetry.bmc is not set", "energy_j": None,
+                                       "mean_w": None}
