@@ -212,6 +212,7 @@ def run(recipe: Recipe, layout: Layout, argv: list[str], overrides: list[str]) -
         rundir.update(backend=backend, device={"type": device.type,
                       "name": torch.cuda.get_device_name(device) if device.type == "cuda" else None},
                       hosts=hosts, environment=redacted_env())
+        rundir.update(inventory=_inventory(recipe))
         watch = FabricWatch(rundir, recipe.fabric.expect,
                             fabric.describe(backend, rundir.info["software"].get("nccl")))
         if recipe.workload == "collectives":
@@ -342,6 +343,18 @@ def run(recipe: Recipe, layout: Layout, argv: list[str], overrides: list[str]) -
             if dist.is_initialized():
                 dist.destroy_process_group()
     return code
+
+
+def _inventory(recipe: Recipe) -> dict:
+    """Every host's inventory, collected once by its first rank (collective: call on every rank)."""
+    mine = None
+    if recipe.telemetry.enabled and int(os.environ.get("LOCAL_RANK", "0")) == 0:
+        from telemetry.capture.inventory import collect
+        mine = {"host": host_info()["hostname"], **collect(interfaces=recipe.telemetry.interfaces,
+                                                           cuda_runtime=torch.version.cuda)}
+    every: list = [None] * dist.get_world_size()
+    dist.all_gather_object(every, mine)
+    return {h.pop("host"): h for h in every if h is not None}
 
 
 def _say(rank: int, error: str) -> None:

@@ -33,6 +33,8 @@ def test_sweep_records_server_power_per_size_and_a_verdict(tmp_path):
     assert power["mean_w"] == pytest.approx(344.0)
     run = json.loads((out / "run.json").read_text())
     assert run["telemetry"]["counters"]["verdict"] in ("clean", "loss")
+    (inventory,) = run["inventory"].values()  # one host, collected by its first rank at start-up
+    assert inventory["os"] and inventory["kernel"] and (inventory["gpu_model"] or inventory["reasons"]["gpu_model"])
     for f in out.rglob("*"):
         if f.is_file():
             assert b"pw-never-in-files" not in f.read_bytes(), f
