@@ -14,6 +14,7 @@ import os
 
 from . import compare_figures
 from .fabric_summary import fabric_rows
+from telemetry.analysis.inventory_summary import inventory_rows
 from .projection import ProjectionError, combine_profiles, measured_profile, project
 from .repeats import merge_sweeps, spread
 from .report import fmt, fmt_bytes, partial_note, summarize, write_documents
@@ -545,7 +546,7 @@ def compare(paths: list[str], out: str, allow_mismatch: bool = False, sweeps: li
             notes.append("collective sweeps left out: " + ", ".join(f"{lab} has none" for lab, f in zip(labels, found)
                                                                     if not f)
                          + " (give one with --sweep LABEL=DIR)")
-    facts = fabric_rows(groups)
+    facts = fabric_rows(groups) + inventory_rows(groups)
     facts.append(["status"] + [" / ".join(dict.fromkeys(str(r.info.get("status")) for r in g)) for g in groups])
     tables.insert(0, ("Fabrics", ["", *labels], facts))
     warnings = [w for r in runs if (w := ((r.info.get("fabric") or {}).get("expectation") or {}).get("warning"))]
