@@ -192,7 +192,7 @@ def run(recipe: Recipe, layout: Layout, argv: list[str], overrides: list[str]) -
     stops = StopRequests(recipe.train.save_on_signal).install()
     status, code, error = "failed", 1, None
     hooks = HookList()
-    telemetry = watch = trainer = None
+    telemetry = watch = trainer = switch = None
     hosts: list = []
     try:
         device = pick_device()
@@ -213,6 +213,9 @@ def run(recipe: Recipe, layout: Layout, argv: list[str], overrides: list[str]) -
                       "name": torch.cuda.get_device_name(device) if device.type == "cuda" else None},
                       hosts=hosts, environment=redacted_env())
         rundir.update(inventory=_inventory(recipe))
+        if rank == 0 and recipe.telemetry.enabled and recipe.telemetry.switch_metrics_url:
+            from telemetry.capture.switch_metrics import SwitchWatch
+            switch = SwitchWatch(recipe.telemetry.switch_metrics_url)  # read again when the run ends
         watch = FabricWatch(rundir, recipe.fabric.expect,
                             fabric.describe(backend, rundir.info["software"].get("nccl")))
         if recipe.workload == "collectives":
@@ -322,6 +325,8 @@ def run(recipe: Recipe, layout: Layout, argv: list[str], overrides: list[str]) -
         if code != 0 and dist.is_initialized():
             dump_flight_recorder(rundir.logs, rank)  # what every rank last entered, for telemetry report
         try:
+            if switch is not None:
+                rundir.update(switch_metrics=switch.finish())
             hooks.on_train_end(status)
             if watch is not None and dist.is_initialized():
                 watch.refresh()  # the whole run's NCCL logs, not only the first step's
