@@ -85,3 +85,16 @@ def test_unreachable_and_garbage():
     assert watch.finish()["deltas"] is None and "first read failed" in watch.reason
     with pytest.raises(sm.SwitchMetricsError, match="not Prometheus text"):
         sm.parse("# TYPE x counter\nx{ 1 2 3\n")
+
+
+def test_report_rows_show_server_power_and_the_switch_counters_that_moved(exporter):
+    from telemetry.report import evidence_rows
+
+    watch = sm.SwitchWatch(exporter.url)
+    exporter.values.update(discards="25")
+    rows = evidence_rows({"source": "redfish", "mean_w": 812.5, "energy_j": 9750.0}, watch.finish())
+    text = {r[0]: r[1] for r in rows}
+    assert text["server power (BMC, mean)"].startswith("812") and "counters moved" in text["switch counters"]
+    assert text['switch: ifInDiscards{ifIndex="1",ifName="Ethernet0"}'] == "15"
+    unknown = evidence_rows({"source": None, "reason": "telemetry.bmc is not set", "mean_w": None}, None)
+    assert unknown == [["server power (BMC, mean)", "not available: telemetry.bmc is not set"]]
