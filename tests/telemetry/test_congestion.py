@@ -102,3 +102,20 @@ def test_virtual_interfaces_are_dropped_and_unknown_stays_none():
     eth = cg.EthtoolReader(["veth0"], run=lambda i: "NIC statistics:\n     peer_ifindex: 7\n")
     assert eth.interfaces == [] and eth.read() == {}
     assert cg.summarize({}) == {"pfc": None, "ecn_marked": None, "cnp_sent": None, "cnp_received": None}
+
+
+def test_session_records_congestion_and_reordering_per_step(tmp_path):
+    from telemetry.session import Telemetry, TelemetrySettings
+
+    mlx5_port(tmp_path)
+    tel = Telemetry(TelemetrySettings(cross_rank_every=0, link_probe_every=0, sysfs=str(tmp_path), ethtool=False,
+                                      interfaces=[]))
+    tel.start()
+    tel.start_step(0)
+    mlx5_port(tmp_path, oos=4, ecn=9, cnp_sent=9, handled=2)
+    rec = tel.end_step(0)
+    summary = tel.summary()
+    tel.close()
+    assert rec["host"]["congestion"]["ecn_marked"] == 9 and rec["host"]["congestion"]["cnp_received"] == 2
+    assert rec["job_reorder_events"] == 4 and rec["job_loss_events"] == 0
+    assert summary["counters"]["verdict"] == "clean" and summary["counters"]["reordering"]
