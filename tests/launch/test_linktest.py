@@ -65,3 +65,30 @@ def test_iperf3_across_a_100mbit_lab_link(tmp_path):
         assert 0 < sum(lk["percent_of_line"] for lk in two["links"]) <= 100.5
     print(f"\nmeasured: one TCP stream {link['percent_of_line']:.1f}% of 100 Mbit/s; two at once "
           f"{sum(lk['percent_of_line'] for lk in two['links']):.1f}%")
+
+
+def test_perftest_on_every_nic_at_once_with_a_replayed_table(tmp_path, monkeypatch):
+    """No RDMA device here: ib_write_bw is a script that logs its arguments and prints a published perftest
+    table (tests/telemetry/evidence_fixtures). What is checked is the runner: one pair per device, each on
+    its own port, all started, parsed, and set against the line rate."""
+    table = os.path.join(os.path.dirname(__file__), "..", "telemetry", "evidence_fixtures",
+                         "perftest_write_bw_gbits_issue273.txt")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "calls.log"
+    stub = bin_dir / "ib_write_bw"
+    stub.write_text(f'#!/bin/sh\necho "$@" >> {log}\ncat {table}\n')
+    stub.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    out = tmp_path / "out"
+    assert main(["--tool", "ib_write_bw", "--server", "n1", "--client", "n2", "--server-addr", "10.0.0.1",
+                 "--devices", "mlx5_0,mlx5_1", "--gid-index", "3", "--duration", "1", "--line-rate", "400gbit",
+                 "--output", str(out)]) == 0
+    res = json.loads((out / "linktest.json").read_text())
+    calls = sorted(log.read_text().splitlines())
+    assert len(calls) == 4  # a server and a client per device
+    assert "-p 18515 -F -d mlx5_0 -i 1 -x 3 --report_gbits -D 1 10.0.0.1" in calls
+    assert "-p 18516 -F -d mlx5_1 -i 1 -x 3 --report_gbits -D 1" in calls
+    assert [lk["device"] for lk in res["links"]] == ["mlx5_0", "mlx5_1"]
+    assert all(lk["gbps"] == 0.48 and lk["percent_of_line"] == 0.12 for lk in res["links"])
+    assert res["aggregate_gbps"] == 0.96 and (out / "raw" / "link1_client.txt").exists()
