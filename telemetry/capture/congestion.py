@@ -12,8 +12,9 @@ Sources:
 - RDMA hw_counters (/sys/class/infiniband/<dev>/ports/<p>/hw_counters), names from the kernel's
   drivers/infiniband/hw/mlx5/counters.c (q counters, congestion counters, op counters) and
   drivers/infiniband/hw/bnxt_re/hw_counters.c (the ECN/CNP names came with newer kernels).
-- `ethtool -S <if>`: (pause durations are in microseconds on both drivers) mlx5_core per-priority PFC (`rx_prio3_pause`, `tx_prio3_pause_duration`...,
-  `rx_discards_phy`, `tx_pause_storm_*`) and bnxt_en (`rx_pfc_ena_frames_pri3`, `pfc_pri3_rx_duration_us`...).
+- `ethtool -S <if>`: mlx5_core per-priority PFC (`rx_prio3_pause`, `tx_prio3_pause_duration`...,
+  `rx_discards_phy`, `tx_pause_storm_*`) and bnxt_en (`rx_pfc_ena_frames_pri3`, `pfc_pri3_rx_duration_us`...);
+  pause durations are in microseconds on both.
 """
 from __future__ import annotations
 
