@@ -228,3 +228,33 @@ def test_session_without_a_bmc_says_why(tmp_path):
     assert rec["job_server_energy_j"] is None
     assert summary["server_power"] == {"source": None, "reason": "telemetry.bmc is not set", "energy_j": None,
                                        "mean_w": None}
+
+
+def test_redfish_over_https_with_the_bmcs_own_certificate(creds, monkeypatch, tmp_path):
+    """A BMC's certificate is usually its own: FABRIC_HARNESS_BMC_VERIFY names it (or 0); without it the
+    TLS check fails and says so."""
+    import shutil
+    import ssl
+    import subprocess
+
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is needed to make the test certificate")
+    key, cert = tmp_path / "bmc.key", tmp_path / "bmc.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
+                    "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
+                   check=True, capture_output=True, timeout=60)
+    bmc = Bmc(chassis_docs(["Power"]))
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(str(cert), str(key))
+    bmc.server.socket = ctx.wrap_socket(bmc.server.socket, server_side=True)
+    url = bmc.url.replace("http://", "https://")
+    try:
+        with pytest.raises(bp.BmcError, match="SSLError"):
+            bp.open_bmc_source(url)
+        monkeypatch.setenv(bp.VERIFY_ENV, str(cert))
+        assert bp.open_bmc_source(url).read()["watts"] == 344.0
+        monkeypatch.setenv(bp.VERIFY_ENV, "0")
+        unverified = bp.open_bmc_source(url)
+        assert unverified.read()["watts"] == 344.0 and unverified.describe()["tls_verified"] is False
+    finally:
+        bmc.close()
