@@ -206,10 +206,15 @@ def main(argv: list[str] | None = None) -> int:
         json.dump(result, f, indent=1)
     for link in result["links"]:
         pct = link["percent_of_line"]
-        print(f"link {link['index']} {link['device'] or args.server_addr}:{link['port']}: "
-              + (f"{link['gbps']:.3f} Gb/s" if link["gbps"] is not None else
-                 (link.get("parse_error") or "no bandwidth figure"))
-              + (f" ({pct:.1f}% of {link['line_rate_gbps']:g} Gb/s)" if pct is not None else ""))
+        rows = (link.get("result") or {}).get("rows") or []
+        if link["gbps"] is not None:
+            figure = f"{link['gbps']:.3f} Gb/s" + (f" ({pct:.1f}% of {link['line_rate_gbps']:g} Gb/s)" if pct is not None
+                                                  else " (line rate unknown)")
+        elif rows and rows[-1].get("t_typical_us") is not None:  # a latency test
+            figure = f"{rows[-1]['bytes']} B: typical {rows[-1]['t_typical_us']} us, 99.9% {rows[-1].get('p99_9_us')} us"
+        else:
+            figure = link.get("parse_error") or "no result"
+        print(f"link {link['index']} {link['device'] or args.server_addr}:{link['port']}: {figure}")
     if result["aggregate_gbps"] is not None and len(result["links"]) > 1:
         print(f"all links at once: {result['aggregate_gbps']:.3f} Gb/s")
     failed = [link for link in result["links"] if link.get("result") is None]
