@@ -92,3 +92,19 @@ def test_perftest_on_every_nic_at_once_with_a_replayed_table(tmp_path, monkeypat
     assert [lk["device"] for lk in res["links"]] == ["mlx5_0", "mlx5_1"]
     assert all(lk["gbps"] == 0.48 and lk["percent_of_line"] == 0.12 for lk in res["links"])
     assert res["aggregate_gbps"] == 0.96 and (out / "raw" / "link1_client.txt").exists()
+
+
+def test_latency_test_replayed(tmp_path, monkeypatch, capsys):
+    table = os.path.join(os.path.dirname(__file__), "..", "telemetry", "evidence_fixtures", "perftest_write_lat.txt")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "ib_send_lat").write_text(f"#!/bin/sh\ncat {table}\n")
+    (bin_dir / "ib_send_lat").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    out = tmp_path / "out"
+    assert main(["--tool", "ib_send_lat", "--server", "n1", "--client", "n2", "--server-addr", "10.0.0.1",
+                 "--devices", "mlx5_0", "--output", str(out)]) == 0
+    (link,) = json.loads((out / "linktest.json").read_text())["links"]
+    assert link["gbps"] is None and link["result"]["kind"] == "latency" and link["result"]["rows"][0]["t_typical_us"] == 0.98
+    assert "8388608 B: typical 2302.01 us, 99.9% 2335.48 us" in capsys.readouterr().out
+    assert "--report_gbits" not in link["client_cmd"]
