@@ -193,18 +193,21 @@ def tables(s: dict) -> list[tuple[str, list[str], list[list[str]]]]:
 def evidence_rows(server: dict | None, switch: dict | None, top: int = 10) -> list[list[str]]:
     """Whole-server power (the BMC's) and the switch counters that moved, for the counters table."""
     rows = []
-    if server:
-        rows.append(["server power (BMC, mean)", fmt(server.get("mean_w"), "W") if server.get("mean_w") is not None
-                     else f"not available: {server.get('reason') or server.get('last_error') or 'no sample'}"])
-        if server.get("energy_j") is not None:
-            rows.append(["server energy (BMC)", fmt(server["energy_j"], "J")])
+    # a training run's summary is one host's; a sweep's is keyed by host
+    per_host = {"": server} if server and ("source" in server or "reason" in server) else (server or {})
+    for host, sp in per_host.items():
+        where = f" {host}" if host else ""
+        rows.append([f"server power (BMC, mean){where}", fmt(sp.get("mean_w"), "W") if sp.get("mean_w") is not None
+                     else f"not available: {sp.get('reason') or sp.get('last_error') or 'no sample'}"])
+        if sp.get("energy_j") is not None:
+            rows.append([f"server energy (BMC){where}", fmt(sp["energy_j"], "J")])
     if switch:
         d = switch.get("deltas")
         if d is None:
             rows.append(["switch counters", f"not available: {switch.get('reason')}"])
         else:
             notable = sorted((d.get("notable") or {}).items(), key=lambda kv: -kv[1])[:top]
-            rows.append(["switch counters", f"{len(d.get('counters') or {})} counters moved over {d['seconds']:.0f} s"
+            rows.append(["switch counters", f"{len(d.get('counters') or {})} counters moved over {d['seconds']:.3g} s"
                          + (f"; reset during the run: {', '.join(d['resets'][:5])}" if d.get("resets") else "")])
             rows += [[f"switch: {k}", fmt(v)] for k, v in notable]
     return rows

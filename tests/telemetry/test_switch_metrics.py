@@ -98,3 +98,5 @@ def test_report_rows_show_server_power_and_the_switch_counters_that_moved(export
     assert text['switch: ifInDiscards{ifIndex="1",ifName="Ethernet0"}'] == "15"
     unknown = evidence_rows({"source": None, "reason": "telemetry.bmc is not set", "mean_w": None}, None)
     assert unknown == [["server power (BMC, mean)", "not available: telemetry.bmc is not set"]]
+    sweep = evidence_rows({"node1": {"source": "redfish", "mean_w": 344.0, "energy_j": 100.0}}, None)  # per host
+    assert sweep[0][0] == "server power (BMC, mean) node1" and sweep[0][1].startswith("344")
