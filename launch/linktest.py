@@ -42,13 +42,20 @@ def _prefix(exec_tpl: str | None, host: str) -> list[str]:
 
 
 def check_tool(tool: str, hosts: list[str], exec_tpl: str | None) -> None:
+    """`TOOL --version` on each node: a plain argument list, so it reads the same through ssh (which joins
+    and re-parses it) and run directly; 127 or 'No such file' means the tool is not there."""
     for host in dict.fromkeys(hosts):
-        cmd = _prefix(exec_tpl, host) + ["sh", "-c", f"command -v {tool}"]
+        cmd = _prefix(exec_tpl, host) + [tool, "--version"]
         try:
-            found = subprocess.run(cmd, capture_output=True, text=True, timeout=30).returncode == 0
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+            missing = proc.returncode == 127 or (proc.returncode != 0 and "No such file" in proc.stderr)
+        except FileNotFoundError:
+            missing = not _prefix(exec_tpl, host)  # the tool itself, run here
+            if not missing:
+                raise LinkTestError(f"cannot run `{cmd[0]}` to reach {host} (--exec {exec_tpl!r})") from None
         except (OSError, subprocess.TimeoutExpired) as exc:
-            raise LinkTestError(f"cannot reach {host} with `{' '.join(cmd[:-3]) or 'a local shell'}`: {exc}") from None
-        if not found:
+            raise LinkTestError(f"cannot reach {host} with `{' '.join(cmd[:-2]) or 'a local run'}`: {exc}") from None
+        if missing:
             pkg = PACKAGE[tool]
             raise LinkTestError(f"{tool} is not installed on {host}; install {pkg} (Debian/Ubuntu: apt-get install "
                                 f"{pkg}; RHEL: dnf install {pkg})")
