@@ -82,8 +82,10 @@ STEP_FIELDS: tuple[Field, ...] = (
     Field(('job_cpu_energy_j',), 'CPU package energy (RAPL) summed over hosts; null where unreadable'),
     Field(('job_net_tx_bytes', 'job_net_rx_bytes'), 'NIC byte counters of the interfaces in use, summed over hosts'),
     Field(('job_rdma_tx_bytes', 'job_rdma_rx_bytes'), 'RDMA port data counters (x 4 bytes), summed over hosts; null without RDMA devices'),
-    Field(('job_loss_events',), 'growth of drop, error and out-of-sequence counters, summed over hosts'),
-    Field(('host',), "rank 0's host: `cpu_energy_j` and the raw per-device counter deltas"),
+    Field(('job_loss_events',), 'growth of drop, discard, error and retransmission counters, summed over hosts'),
+    Field(('job_reorder_events',), 'packets that arrived out of sequence (mlx5 `out_of_sequence`: reordering, not loss), summed over hosts'),
+    Field(('job_server_energy_j', 'job_server_power_w'), "whole-server energy and mean power from each host's BMC (`telemetry.bmc`), summed over hosts; null without a BMC ([evidence.md](evidence.md))"),
+    Field(('host',), "rank 0's host: `cpu_energy_j`, the raw per-device counter deltas, `congestion` (PFC pauses per priority, ECN marks, CNPs) and `server_power`"),
     Field(('link_in_s',), "on link-probe steps of a multi-host job: seconds rank 0 took to receive the probe from the previous host (`ranks.link_in_s` has every host's)"),
     Field(('eval_time_s', 'eval_comm_bytes', 'eval_comm_time_s'), "on evaluation steps: the evaluation after the step, and its own collectives (never counted in the step's `comm` or `step_time_s`)"),
     Field(('profiled', 'exposed'), "on profiled steps (`telemetry.profile_every`): the profiler's view of the step `{window_s, comm_s, compute_s, exposed_s, exposed_share, comm_share, by_op}`, shares of the profiled window"),
@@ -102,6 +104,8 @@ RUN_FIELDS: tuple[Field, ...] = (
     Field(("command",), "the command line of rank 0"),
     Field(("status", "exit_code", "error"), "running, completed, target_reached, failed (exit 2 bad input, 1 fault), interrupted (130); the one error line"),
     Field(("start_time", "end_time", "duration_s", "attempt", "attempts"), "UTC ISO times; every attempt of a resumed run"),
+    Field(("inventory",), "every host's GPU, driver, CUDA, NICs and firmware, OFED/rdma-core, OS, kernel, CPU, container image and GPU-to-NIC topology; each unknown null with a reason"),
+    Field(("switch_metrics",), "switch counter deltas from the Prometheus endpoint `telemetry.switch_metrics_url`, read at start and end"),
     Field(("engine", "notes"), "runs recorded for another loop (NeMo, Lightning, Bridge): the engine, and what it could not provide"),
 )
 

@@ -386,6 +386,16 @@ def _check_telemetry(r: Recipe) -> list[str]:
         p += _at_least("telemetry", tel, ("cross_rank_median_every",), 0, " (0 = never), or null for the default")
     if tel.power_sample_interval_s <= 0:
         p.append(f"telemetry.power_sample_interval_s: got {tel.power_sample_interval_s}; expected a number > 0")
+    if tel.bmc_sample_interval_s <= 0:
+        p.append(f"telemetry.bmc_sample_interval_s: got {tel.bmc_sample_interval_s}; expected a number > 0 (seconds)")
+    if tel.bmc is not None and tel.bmc != "ipmitool" and not str(tel.bmc).startswith(("http://", "https://")):
+        p.append(f"telemetry.bmc: got {tel.bmc!r}; allowed: ipmitool, an http:// or https:// Redfish address, or null")
+    elif tel.bmc is not None and "@" in str(tel.bmc).split("://", 1)[-1].split("/", 1)[0]:
+        p.append("telemetry.bmc: credentials in the address would be recorded; set FABRIC_HARNESS_BMC_USER and "
+                 "FABRIC_HARNESS_BMC_PASSWORD instead")
+    if tel.switch_metrics_url is not None and not str(tel.switch_metrics_url).startswith(("http://", "https://")):
+        p.append(f"telemetry.switch_metrics_url: got {tel.switch_metrics_url!r}; expected an http:// or https:// "
+                 "Prometheus metrics address, or null")
     unknown = [k for k in tel.export if k not in TELEMETRY_EXPORTS]
     if unknown:
         p.append(f"telemetry.export: got {', '.join(map(str, unknown))}; allowed: {', '.join(TELEMETRY_EXPORTS)}")

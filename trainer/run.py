@@ -136,8 +136,17 @@ def _sweep(recipe: Recipe, rundir: RunDir, device: torch.device, hosts: list, wa
         if rundir.rank == 0:
             print(text, flush=True)
             lines.append(text)
-    result = run_sweep(recipe.sweep, device, hosts, say)
+    tel = recipe.telemetry
+    evidence = None
+    if tel.enabled and int(os.environ.get("LOCAL_RANK", "0")) == 0:  # host-wide: one reader per host
+        from telemetry.capture.sweep_evidence import SweepEvidence
+        evidence = SweepEvidence(tel.bmc, tel.bmc_chassis, tel.bmc_sample_interval_s, tel.interfaces,
+                                 ethtool=tel.ethtool)
+    result = run_sweep(recipe.sweep, device, hosts, say, evidence.marks if evidence is not None else None)
     watch.on_step_end(0, {})  # NCCL's communicators exist now: record and check the transport
+    per_host: list = [None] * dist.get_world_size()
+    dist.all_gather_object(per_host, {"host": host_info()["hostname"], **evidence.finish()} if evidence else None)
+    result["hosts_evidence"] = [h for h in per_host if h is not None]
     if rundir.rank == 0:
         write_json_atomic(os.path.join(rundir.path, "collectives.json"), result)
         with open(os.path.join(rundir.path, "collectives.txt"), "w", encoding="utf-8") as f:
@@ -145,6 +154,15 @@ def _sweep(recipe: Recipe, rundir: RunDir, device: torch.device, hosts: list, wa
         from telemetry.analysis.nccl_tests import to_csv
         with open(os.path.join(rundir.path, "collectives.csv"), "w", encoding="utf-8") as f:
             f.write(to_csv(result))
+        if result["hosts_evidence"]:  # the sweep's loss verdict over every host, and each host's server power
+            verdict = None
+            for h in result["hosts_evidence"]:
+                c = h["counters"]
+                named = {**c, "counts": {f"{h['host']}:{k}": v for k, v in c.get("counts", {}).items()},
+                         "reordering": {f"{h['host']}:{k}": v for k, v in c.get("reordering", {}).items()}}
+                verdict = merge_verdicts(verdict, named)
+            rundir.update(telemetry={"enabled": True, "counters": verdict,
+                                     "server_power": {h["host"]: h["server_power"] for h in result["hosts_evidence"]}})
         rundir.update(final={"avg_busbw_GBps": {op: r["avg_busbw_GBps"] for op, r in result["ops"].items()},
                              "wrong": sum(r["wrong"] for r in result["ops"].values()),
                              "latency_us": result.get("latency_us")})
@@ -174,6 +192,7 @@ class RunState:
     watch: FabricWatch | None = None
     telemetry: Telemetry | None = None
     trainer: Trainer | None = None
+    switch: object | None = None  # telemetry.capture.switch_metrics.SwitchWatch: read again at close
 
 
 def run(recipe: Recipe, layout: Layout, argv: list[str], overrides: list[str]) -> int:
@@ -242,6 +261,10 @@ def set_up(st: RunState) -> None:
     rundir.update(backend=st.backend, device={"type": st.device.type,
                   "name": torch.cuda.get_device_name(st.device) if st.device.type == "cuda" else None},
                   hosts=st.hosts, environment=redacted_env())
+    rundir.update(inventory=_inventory(recipe))
+    if st.rank == 0 and recipe.telemetry.enabled and recipe.telemetry.switch_metrics_url:
+        from telemetry.capture.switch_metrics import SwitchWatch
+        st.switch = SwitchWatch(recipe.telemetry.switch_metrics_url)  # read again when the run ends
     st.watch = FabricWatch(rundir, recipe.fabric.expect,
                            fabric.describe(st.backend, rundir.info["software"].get("nccl")))
 
@@ -378,6 +401,8 @@ def close(st: RunState) -> None:
     if st.code != 0 and dist.is_initialized():
         dump_flight_recorder(rundir.logs, st.rank)  # what every rank last entered, for telemetry report
     try:
+        if st.switch is not None:
+            rundir.update(switch_metrics=st.switch.finish())
         st.hooks.on_train_end(st.status)
         if st.watch is not None and dist.is_initialized():
             st.watch.refresh()  # the whole run's NCCL logs, not only the first step's
@@ -399,6 +424,18 @@ def close(st: RunState) -> None:
         st.lock.release()
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+def _inventory(recipe: Recipe) -> dict:
+    """Every host's inventory, collected once by its first rank (collective: call on every rank)."""
+    mine = None
+    if recipe.telemetry.enabled and int(os.environ.get("LOCAL_RANK", "0")) == 0:
+        from telemetry.capture.inventory import collect
+        mine = {"host": host_info()["hostname"], **collect(interfaces=recipe.telemetry.interfaces,
+                                                           cuda_runtime=torch.version.cuda)}
+    every: list = [None] * dist.get_world_size()
+    dist.all_gather_object(every, mine)
+    return {h.pop("host"): h for h in every if h is not None}
 
 
 def _say(rank: int, error: str) -> None:

@@ -21,6 +21,7 @@ from telemetry.analysis.repeats import merge_sweeps, spread
 from telemetry.analysis.report import fmt, fmt_bytes, partial_note, summarize, write_documents
 from telemetry.analysis.runs import Run, RunError, load_run, upgrade_sweep
 from telemetry.errors import InputError
+from telemetry.analysis.inventory_summary import inventory_rows
 
 # Recipe parts that legitimately differ between runs of one fabric comparison.
 IGNORED_KEYS = {"output_dir", "name", "recipe_path", "telemetry", "fabric", "distributed"}
@@ -697,7 +698,7 @@ def compare(paths: list[str], out: str, allow_mismatch: bool = False, sweeps: li
                 notes.append("collective sweeps left out: " + ", ".join(f"{lab} has none" for lab, f in
                                                                         zip(labels, found) if not f)
                              + " (give one with --sweep LABEL=DIR)")
-    facts = fabric_rows(groups)
+    facts = fabric_rows(groups) + inventory_rows(groups)
     facts.append(["status"] + [" / ".join(dict.fromkeys(str(r.info.get("status")) for r in g)) for g in groups])
     tables.insert(0, ("Fabrics", ["", *labels], facts))
     tables.insert(1, ("Workload", ["", *labels], work))

@@ -107,6 +107,7 @@ def summarize(run: Run) -> dict:
         "straggler_s": median([s["max"] - s["min"] for s in spreads]),
         "energy": energy, "counters": tel.get("counters") or {"verdict": None, "reason": "no counter summary"},
         "stragglers": straggler_section(run.info, run.metrics),
+        "server_power": tel.get("server_power"), "switch_metrics": run.info.get("switch_metrics"),
     }
 
 
@@ -180,10 +181,34 @@ def tables(s: dict) -> list[tuple[str, list[str], list[list[str]]]]:
               if "reason" not in e else [["energy", f"not available: {e['reason']}"]])
     c = s["counters"]
     counters = [["verdict", fmt(c.get("verdict"))], ["reason", fmt(c.get("reason"))]]
+    counters += evidence_rows(s.get("server_power"), s.get("switch_metrics"))
     return [("Run", ["", ""], overview), ("Throughput", ["", ""], throughput),
             ("Communication per step (median)", ["collective", "count", "bytes", "time", "busbw", "share of step",
                                                  "exposed share (profiled)", "untimed bytes"], comm_rows),
             ("Energy", ["", ""], energy), ("Fabric counters", ["", ""], counters), s["stragglers"]]
+
+
+def evidence_rows(server: dict | None, switch: dict | None, top: int = 10) -> list[list[str]]:
+    """Whole-server power (the BMC's) and the switch counters that moved, for the counters table."""
+    rows = []
+    # a training run's summary is one host's; a sweep's is keyed by host
+    per_host = {"": server} if server and ("source" in server or "reason" in server) else (server or {})
+    for host, sp in per_host.items():
+        where = f" {host}" if host else ""
+        rows.append([f"server power (BMC, mean){where}", fmt(sp.get("mean_w"), "W") if sp.get("mean_w") is not None
+                     else f"not available: {sp.get('reason') or sp.get('last_error') or 'no sample'}"])
+        if sp.get("energy_j") is not None:
+            rows.append([f"server energy (BMC){where}", fmt(sp["energy_j"], "J")])
+    if switch:
+        d = switch.get("deltas")
+        if d is None:
+            rows.append(["switch counters", f"not available: {switch.get('reason')}"])
+        else:
+            notable = sorted((d.get("notable") or {}).items(), key=lambda kv: -kv[1])[:top]
+            rows.append(["switch counters", f"{len(d.get('counters') or {})} counters moved over {d['seconds']:.3g} s"
+                         + (f"; reset during the run: {', '.join(d['resets'][:5])}" if d.get("resets") else "")])
+            rows += [[f"switch: {k}", fmt(v)] for k, v in notable]
+    return rows
 
 
 # Markdown's inline syntax (and raw HTML, which Markdown passes through): run names, paths, host names and

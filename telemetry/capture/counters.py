@@ -10,17 +10,18 @@ from __future__ import annotations
 
 import os
 
+from telemetry.capture.congestion import HW_COUNTERS, EthtoolReader, classify
+
 NET_STATS = ("tx_bytes", "rx_bytes", "tx_packets", "rx_packets", "tx_dropped", "rx_dropped", "tx_errors",
              "rx_errors")
 IB_PORT_COUNTERS = ("port_xmit_data", "port_rcv_data", "port_xmit_packets", "port_rcv_packets",
                     "port_xmit_discards", "port_rcv_errors", "symbol_error", "link_downed", "port_xmit_wait")
-IB_HW_COUNTERS = ("out_of_sequence", "packet_seq_err", "out_of_buffer", "local_ack_timeout_err",
-                  "rnr_nak_retry_err", "np_ecn_marked_roce_packets", "np_cnp_sent", "rp_cnp_handled",
-                  "rp_cnp_ignored")
-# Counters whose growth means the fabric lost or reordered something.
+IB_HW_COUNTERS = HW_COUNTERS  # mlx5 and bnxt_re names (telemetry/capture/congestion.py)
+# Counters whose growth means something was dropped or had to be sent again. out_of_sequence is not
+# here: it counts reordering (normal under adaptive routing), reported apart (REORDER_COUNTERS).
 LOSS_COUNTERS = ("tx_dropped", "rx_dropped", "tx_errors", "rx_errors", "port_xmit_discards", "port_rcv_errors",
-                 "symbol_error", "link_downed", "out_of_sequence", "packet_seq_err", "out_of_buffer",
-                 "local_ack_timeout_err", "rnr_nak_retry_err")
+                 "symbol_error", "link_downed")
+REORDER_COUNTERS = ("out_of_sequence",)
 WORDS = ("port_xmit_data", "port_rcv_data")  # in units of 4 bytes
 
 
@@ -68,14 +69,25 @@ def list_hcas(root: str = "/sys") -> list[dict]:
 class CounterReader:
     """Reads the chosen interfaces' and HCA ports' counters; `delta()` gives growth since the last call."""
 
-    def __init__(self, interfaces: list[str] | None = None, hcas: list[str] | None = None, root: str = "/sys"):
+    def __init__(self, interfaces: list[str] | None = None, hcas: list[str] | None = None, root: str = "/sys",
+                 ethtool: EthtoolReader | bool = False):
         self.root = root
         present = [i["name"] for i in list_interfaces(root)]
         self.interfaces = [i for i in (interfaces if interfaces is not None else present) if i in present]
         ports = list_hcas(root)
         wanted = set(hcas) if hcas is not None else None
         self.ports = [(p["device"], p["port"]) for p in ports if wanted is None or p["device"] in wanted]
+        # PFC pause frames and port discards come from the driver through ethtool -S, on the same NICs
+        self.ethtool = EthtoolReader(self._ethtool_interfaces()) if ethtool is True else (ethtool or None)
         self._last = self.read()
+
+    def _ethtool_interfaces(self) -> list[str]:
+        """The counted interfaces plus the netdev behind each RDMA port (RoCE: its PFC counters)."""
+        names = list(self.interfaces)
+        for dev, _ in self.ports:
+            ndir = os.path.join(self.root, "class", "infiniband", dev, "device", "net")
+            names += [n for n in (sorted(os.listdir(ndir)) if os.path.isdir(ndir) else []) if n not in names]
+        return names
 
     def read(self) -> dict[str, dict[str, int]]:
         snap: dict[str, dict[str, int]] = {}
@@ -95,6 +107,8 @@ class CounterReader:
                 if v is not None:
                     values[k] = v
             snap[f"rdma:{dev}/{port}"] = values
+        if self.ethtool is not None:
+            snap.update(self.ethtool.read())
         return snap
 
     def delta(self) -> dict[str, dict[str, int]]:
@@ -111,32 +125,54 @@ class CounterReader:
         return out
 
 
+def _kind(name: str) -> str | None:
+    if name in LOSS_COUNTERS:
+        return "loss"
+    if name in REORDER_COUNTERS:
+        return "reorder"
+    c = classify(name)
+    return c[0] if c and c[0] in ("loss", "reorder") else None
+
+
 def loss_verdict(deltas: list[dict[str, dict[str, int]]]) -> dict:
-    """Sum the loss counters over a run: 'clean' only if every one stayed at zero."""
+    """The run's loss verdict: 'loss' if any drop/error/retransmission counter grew, 'clean' if none did.
+    Reordering (out_of_sequence) is counted apart and never makes a run 'loss'."""
     totals: dict[str, int] = {}
+    reorder: dict[str, int] = {}
     for step in deltas:
         for dev, values in step.items():
-            for k in LOSS_COUNTERS:
-                if values.get(k):
-                    totals[f"{dev}:{k}"] = totals.get(f"{dev}:{k}", 0) + values[k]
+            for k, v in values.items():
+                kind = _kind(k)
+                if v and kind == "loss":
+                    totals[f"{dev}:{k}"] = totals.get(f"{dev}:{k}", 0) + v
+                elif v and kind == "reorder":
+                    reorder[f"{dev}:{k}"] = reorder.get(f"{dev}:{k}", 0) + v
     seen = any(step for step in deltas)
     if not seen:
-        return {"verdict": None, "reason": "no counters were read", "counts": {}}
-    return {"verdict": "clean" if not totals else "loss", "counts": totals,
-            "reason": "no drops, errors or out-of-sequence packets" if not totals else
-            "drops, errors or out-of-sequence packets seen: " + ", ".join(sorted(totals))}
+        return {"verdict": None, "reason": "no counters were read", "counts": {}, "reordering": {}}
+    return _verdict(totals, reorder)
+
+
+def _verdict(counts: dict[str, int], reorder: dict[str, int]) -> dict:
+    reason = ("no drops, errors or retransmissions" if not counts else
+              "drops, errors or retransmissions seen: " + ", ".join(sorted(counts)))
+    if reorder:
+        reason += (f"; {sum(reorder.values())} packets arrived out of sequence (reordering: expected under adaptive "
+                   "routing or packet spraying, not loss)")
+    return {"verdict": "clean" if not counts else "loss", "counts": counts, "reordering": reorder, "reason": reason}
 
 
 def merge_verdicts(earlier: dict | None, now: dict | None) -> dict:
     """One verdict over a resumed run's attempts: the counts add up; an attempt that read no counters
     (a resume with nothing left to do) leaves the earlier verdict as it was."""
     if not earlier or earlier.get("verdict") is None:
-        return now or {"verdict": None, "reason": "no counters were read", "counts": {}}
+        return now or {"verdict": None, "reason": "no counters were read", "counts": {}, "reordering": {}}
     if not now or now.get("verdict") is None:
         return earlier
-    counts = dict(earlier.get("counts") or {})
-    for k, v in (now.get("counts") or {}).items():
-        counts[k] = counts.get(k, 0) + v
-    return {"verdict": "clean" if not counts else "loss", "counts": counts,
-            "reason": "no drops, errors or out-of-sequence packets" if not counts else
-            "drops, errors or out-of-sequence packets seen: " + ", ".join(sorted(counts))}
+    merged = []
+    for key in ("counts", "reordering"):
+        out = dict(earlier.get(key) or {})
+        for k, v in (now.get(key) or {}).items():
+            out[k] = out.get(k, 0) + v
+        merged.append(out)
+    return _verdict(*merged)

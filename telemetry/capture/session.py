@@ -30,6 +30,8 @@ from telemetry.capture import early, fabric
 from telemetry.settings import TelemetrySettings  # noqa: F401 (the settings the session takes; re-exported)
 from telemetry.capture.collectives import RECORDED_OPS as OPS, CollectiveTracer, enable_nccl_timing, totals
 from telemetry.capture.counters import CounterReader, loss_verdict
+from telemetry.capture import bmc_power
+from telemetry.capture.congestion import summarize as congestion_figures
 from telemetry.capture.energy import EnergyMeter, open_cpu_source, open_gpu_source
 from telemetry.capture.environment import host_info
 from telemetry.capture.exposed import CopyRate, ProfiledWindows, phase_times, step_comm_times
@@ -45,7 +47,8 @@ EXPORT_BARRIER_S = 60  # how long rank 0 waits at close for the other ranks' fil
 # The per-rank vector reduced to rank 0 each step; NaN stands for "unknown".
 REDUCED = ("step_time_s", "comm_time_s", "comm_bytes", *(f"time_{op}" for op in OPS), "gpu_energy_j",
            "gpu_power_w", "host_cpu_energy_j", "host_net_tx_bytes", "host_net_rx_bytes", "host_rdma_tx_bytes",
-           "host_rdma_rx_bytes", "host_loss_events", "compute_s", "link_in_s")
+           "host_rdma_rx_bytes", "host_loss_events", "host_reorder_events", "host_server_energy_j",
+           "host_server_power_w", "compute_s", "link_in_s")
 
 
 # rank 0's job-wide sums: record name -> the REDUCED field summed over ranks (host fields come from one
@@ -53,7 +56,9 @@ REDUCED = ("step_time_s", "comm_time_s", "comm_bytes", *(f"time_{op}" for op in 
 JOB_SUMS = {"job_gpu_energy_j": "gpu_energy_j", "job_gpu_power_w": "gpu_power_w",
             "job_cpu_energy_j": "host_cpu_energy_j", "job_net_tx_bytes": "host_net_tx_bytes",
             "job_net_rx_bytes": "host_net_rx_bytes", "job_rdma_tx_bytes": "host_rdma_tx_bytes",
-            "job_rdma_rx_bytes": "host_rdma_rx_bytes", "job_loss_events": "host_loss_events"}
+            "job_rdma_rx_bytes": "host_rdma_rx_bytes", "job_loss_events": "host_loss_events",
+            "job_reorder_events": "host_reorder_events", "job_server_energy_j": "host_server_energy_j",
+            "job_server_power_w": "host_server_power_w"}
 
 
 MEDIAN_EVERY_STEP_UP_TO = 16  # ranks: up to here sending every rank's values each step costs next to nothing
@@ -155,6 +160,9 @@ class Telemetry:
         self._file = None
         self._group = None
         self._loss_steps: list[dict] = []
+        self.bmc: bmc_power.PowerSampler | None = None
+        self._bmc_info: dict = {"source": None, "reason": "telemetry.bmc is not set"}
+        self._server = {"energy_j": 0.0, "seconds": 0.0, "known": False}
         self._energy_total = {"gpu_j": 0.0, "cpu_j": 0.0, "known": False}
         self._exposed: list[dict] = []
         self._t_step = None
@@ -198,7 +206,10 @@ class Telemetry:
                                self.s.power_sample_interval_s)
         host_leader = self.local_rank == 0  # host-wide sources are read once per host
         self.cpu = EnergyMeter(open_cpu_source(self.s.sysfs)) if host_leader else None
-        self.counters = CounterReader(self._interfaces(), root=self.s.sysfs) if host_leader else None
+        self.counters = (CounterReader(self._interfaces(), root=self.s.sysfs, ethtool=self.s.ethtool)
+                         if host_leader else None)
+        if host_leader and self.s.bmc:
+            self._start_bmc()
         trace_dir = os.path.join(self.run_dir, "logs") if self.run_dir and self.s.save_traces else None
         self.windows = ProfiledWindows(self.s.profile_every, self.s.profile_steps, on_gpu, trace_dir, self.rank)
         if dist.is_initialized() and self.world > 1 and self.s.cross_rank_every:
@@ -230,6 +241,17 @@ class Telemetry:
                 # perf_counter times become wall-clock seconds, so ranks line up on one timeline
                 self._clock_offset = time.time() - time.perf_counter()
         self.started = True
+
+    def _start_bmc(self) -> None:
+        """One sampler per host. A BMC that cannot be reached leaves server power unknown, with the reason;
+        the job itself goes on."""
+        try:
+            source = bmc_power.open_bmc_source(self.s.bmc, self.s.bmc_chassis)
+            self.bmc = bmc_power.PowerSampler(source, self.s.bmc_sample_interval_s).start()
+            self._bmc_info = {**source.describe(), "interval_s": self.s.bmc_sample_interval_s}
+        except bmc_power.BmcError as exc:
+            self._bmc_info = {"source": None, "reason": str(exc)}
+            print(f"[telemetry] server power not read: {exc}", file=sys.stderr, flush=True)
 
     def _interfaces(self) -> list[str] | None:
         if self.s.interfaces is not None:
@@ -295,7 +317,8 @@ class Telemetry:
         record["gpu_energy_j"], record["gpu_power_w"] = gpu_j, gpu_w
         if gpu.get("reason"):
             record["gpu_energy_reason"] = gpu["reason"]
-        host = {"cpu_j": None, "tx": None, "rx": None, "rdma_tx": None, "rdma_rx": None, "loss": None}
+        host = {"cpu_j": None, "tx": None, "rx": None, "rdma_tx": None, "rdma_rx": None, "loss": None,
+                "reorder": None, "server_j": None, "server_w": None}
         if self.cpu is not None:
             cpu = self.cpu.step()
             host["cpu_j"] = _sum(cpu["energy_j"])
@@ -309,8 +332,18 @@ class Telemetry:
             host.update(tx=_sum_key(deltas, "net:", "tx_bytes"), rx=_sum_key(deltas, "net:", "rx_bytes"),
                         rdma_tx=_sum_key(deltas, "rdma:", "port_xmit_bytes"),
                         rdma_rx=_sum_key(deltas, "rdma:", "port_rcv_bytes"),
-                        loss=sum(verdict["counts"].values()) if deltas else None)
+                        loss=sum(verdict["counts"].values()) if deltas else None,
+                        reorder=sum(verdict.get("reordering", {}).values()) if deltas else None)
             record.setdefault("host", {})["counters"] = deltas
+            record["host"]["congestion"] = congestion_figures(deltas)
+        if self.bmc is not None:
+            server = self.bmc.step()
+            host["server_j"], host["server_w"] = server["energy_j"], server["watts"]
+            record.setdefault("host", {})["server_power"] = server
+            if server["energy_j"] is not None:  # the window since the last step's end: nothing falls between
+                self._server["energy_j"] += server["energy_j"]
+                self._server["seconds"] += server["seconds"]
+                self._server["known"] = True
         if gpu_j is not None:
             self._energy_total["gpu_j"] += gpu_j
             self._energy_total["known"] = True
@@ -320,7 +353,8 @@ class Telemetry:
         compute = (step_time_s - (comm_time or 0.0)
                    if step_time_s is not None and (comm_time is not None or not comm) else None)
         mine = [step_time_s, comm_time, comm_bytes, *(comm.get(op, {}).get("time_s") for op in OPS), gpu_j, gpu_w,
-                host["cpu_j"], host["tx"], host["rx"], host["rdma_tx"], host["rdma_rx"], host["loss"], compute]
+                host["cpu_j"], host["tx"], host["rx"], host["rdma_tx"], host["rdma_rx"], host["loss"], host["reorder"],
+                host["server_j"], host["server_w"], compute]
         reduced = (self._group is not None and step % self.s.cross_rank_every == 0) or self.world == 1
         probe = None
         if reduced and self._group is not None and self.s.link_probe_every and step % self.s.link_probe_every == 0:
@@ -433,6 +467,14 @@ class Telemetry:
                "gpu_energy_reason": self.gpu.reason,
                "counters": loss_verdict(self._loss_steps) if self.counters is not None else
                {"verdict": None, "reason": "read by the host's local rank 0"}}
+        if self.counters is not None:  # whole-server power is a host figure, like the counters
+            out["server_power"] = {**self._bmc_info,
+                                   "energy_j": self._server["energy_j"] if self._server["known"] else None,
+                                   "mean_w": (self._server["energy_j"] / self._server["seconds"]
+                                              if self._server["known"] and self._server["seconds"] else None)}
+            if self.bmc is not None and self.bmc.errors:
+                out["server_power"]["failed_reads"] = self.bmc.errors
+                out["server_power"]["last_error"] = self.bmc.last_error
         devices = self.gpu.describe().get("devices") if hasattr(self.gpu, "describe") else None
         if devices:  # which NVML device each CUDA device was read as (CUDA_VISIBLE_DEVICES remaps)
             out["gpu_energy_devices"] = devices
@@ -455,6 +497,8 @@ class Telemetry:
         self.gpu.close()
         if self.cpu is not None:
             self.cpu.close()
+        if self.bmc is not None:
+            self.bmc.close()
         if self._file is not None:
             self._file.close()
             self._file = None

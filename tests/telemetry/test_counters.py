@@ -39,7 +39,7 @@ def test_inventory_of_interfaces_and_hcas(tmp_path):
                                          "rate": "400 Gb/sec (4X NDR)", "state": "4: ACTIVE"}]
 
 
-def test_deltas_convert_rdma_words_to_bytes_and_the_verdict_sees_loss(tmp_path):
+def test_deltas_convert_rdma_words_to_bytes_and_reordering_is_not_loss(tmp_path):
     fake_sysfs(tmp_path)
     reader = CounterReader(root=str(tmp_path))
     fake_sysfs(tmp_path, tx=1500, words=350, oos=2)
@@ -48,7 +48,12 @@ def test_deltas_convert_rdma_words_to_bytes_and_the_verdict_sees_loss(tmp_path):
     assert step["rdma:mlx5_0/1"]["port_xmit_bytes"] == 250 * 4 and "port_xmit_data" not in step["rdma:mlx5_0/1"]
     assert step["rdma:mlx5_0/1"]["out_of_sequence"] == 2 and step["rdma:mlx5_0/1"]["np_cnp_sent"] == 0
     verdict = loss_verdict([step])
-    assert verdict["verdict"] == "loss" and verdict["counts"] == {"rdma:mlx5_0/1:out_of_sequence": 2}
+    # out_of_sequence is reordering (adaptive routing, packet spraying), counted apart from loss
+    assert verdict["verdict"] == "clean" and verdict["counts"] == {}
+    assert verdict["reordering"] == {"rdma:mlx5_0/1:out_of_sequence": 2} and "out of sequence" in verdict["reason"]
+    fake_sysfs(tmp_path, tx=1500, words=350, oos=2, drops=3)
+    lossy = loss_verdict([reader.delta()])
+    assert lossy["verdict"] == "loss" and lossy["counts"] == {"net:eth0:tx_dropped": 3, "net:eth0:rx_dropped": 3}
     quiet = reader.delta()
     assert quiet["net:eth0"]["tx_bytes"] == 0
     assert loss_verdict([quiet])["verdict"] == "clean"

@@ -35,6 +35,10 @@ BAD_OVERRIDES = [
     (["train.target_eval_loss=1.0", "train.eval_every_samples=null"], "train.target_eval_loss: needs train.eval_every_samples"),
     (["telemetry.enabled=maybe"], "telemetry.enabled: got 'maybe' (str); expected true or false"),
     (["model.family.x=1"], "model.family: is 'llama', not a mapping"),
+    (["telemetry.bmc=bmc.local"], "telemetry.bmc: got 'bmc.local'; allowed: ipmitool, an http:// or https://"),
+    (["telemetry.bmc=https://root:calvin@10.0.0.9"], "telemetry.bmc: credentials in the address would be recorded"),
+    (["telemetry.bmc_sample_interval_s=0"], "telemetry.bmc_sample_interval_s: got 0.0; expected a number > 0"),
+    (["telemetry.switch_metrics_url=switch1:9101"], "telemetry.switch_metrics_url: got 'switch1:9101'"),
     (["nokey"], "nokey: an override must look like key.path=value"),
 ]
 

@@ -433,8 +433,9 @@ def spread_line(rows: list[dict], repeats: int, stat: str = "median") -> str:
     return f"# fabric-harness: rows are {what} of {repeats} repeats; busbw min-max (GB/s): " + ", ".join(parts)
 
 
-def run_sweep(cfg, device: torch.device, hosts: list[dict], say) -> dict:
-    """Run every op over every size; `say` prints on rank 0. Returns the JSON-ready result."""
+def run_sweep(cfg, device: torch.device, hosts: list[dict], say, marks: list | None = None) -> dict:
+    """Run every op over every size; `say` prints on rank 0. Returns the JSON-ready result. `marks`, when
+    given, gets (op, bytes, start, end) on time.monotonic() for each row: server power per size."""
     from trainer.config import parse_size
 
     sw = Sweep(cfg, device, hosts)
@@ -469,7 +470,10 @@ def run_sweep(cfg, device: torch.device, hosts: list[dict], say) -> dict:
         say("\n".join(preamble(cfg, lo, hi, ranks, hosts, devices)))
         say(HEADER)
         for size in sizes(lo, hi, cfg.factor):
+            t0 = time.monotonic()
             row = sw.measure_pair(pair, size) if pair else sw.measure(op, size)
+            if marks is not None:
+                marks.append((op, size, t0, time.monotonic()))
             row.update(type=type_name, redop=redop, root=root)
             rows.append(row)
             say(format_row(row, type_name, redop, root))

@@ -1,0 +1,232 @@
+"""Raw link tests between two nodes, every NIC at once: perftest for RDMA, iperf3 for socket fabrics.
+
+    python -m launch.linktest --tool ib_write_bw --server nodeA --client nodeB --server-addr 10.0.0.1 \
+        --devices mlx5_0,mlx5_1,...  --exec "ssh {host}" --output runs/link_ab
+    python -m launch.linktest --tool iperf3 --server nodeA --client nodeB --server-addr 10.0.0.1 \
+        --line-rate 100gbit --output runs/link_ab_tcp
+
+One server/client pair per NIC, each on its own TCP port (`-d mlx5_N -p PORT+N --report_gbits`), all
+started together so the NICs are loaded at the same time, as an evaluation's "all 8 NICs at once" table
+is. `--exec` is how a command reaches a node: `ssh {host}` (default: run here), or `ip netns exec {host}`
+in the fabric lab. Results go to OUTPUT/linktest.json with the raw outputs beside it; each link's rate is
+compared with its line rate: the HCA's own (/sys/class/infiniband/<dev>/ports/<p>/rate on the client)
+or --line-rate; with neither, the percentage is null, never a guess.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+
+from telemetry.analysis import rates
+from telemetry.analysis import link_tests as lt
+
+PERFTEST = ("ib_write_bw", "ib_read_bw", "ib_send_bw", "ib_send_lat", "ib_write_lat", "ib_read_lat")
+TOOLS = PERFTEST + ("iperf3",)
+PACKAGE = {**{t: "perftest" for t in PERFTEST}, "iperf3": "iperf3"}
+DEFAULT_PORT = {"perftest": 18515, "iperf3": 5201}
+SERVER_WAIT_S = 1.0  # perftest and iperf3 servers listen within milliseconds; one second covers ssh start-up
+
+
+class LinkTestError(Exception):
+    """Bad input or a missing tool: one `error:` line, exit 2."""
+
+
+def _prefix(exec_tpl: str | None, host: str) -> list[str]:
+    return shlex.split(exec_tpl.format(host=host)) if exec_tpl else []
+
+
+def check_tool(tool: str, hosts: list[str], exec_tpl: str | None) -> None:
+    """`TOOL --version` on each node: a plain argument list, so it reads the same through ssh (which joins
+    and re-parses it) and run directly; 127 or 'No such file' means the tool is not there."""
+    for host in dict.fromkeys(hosts):
+        cmd = _prefix(exec_tpl, host) + [tool, "--version"]
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+            missing = proc.returncode == 127 or (proc.returncode != 0 and "No such file" in proc.stderr)
+        except FileNotFoundError:
+            missing = not _prefix(exec_tpl, host)  # the tool itself, run here
+            if not missing:
+                raise LinkTestError(f"cannot run `{cmd[0]}` to reach {host} (--exec {exec_tpl!r})") from None
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise LinkTestError(f"cannot reach {host} with `{' '.join(cmd[:-2]) or 'a local run'}`: {exc}") from None
+        if missing:
+            pkg = PACKAGE[tool]
+            raise LinkTestError(f"{tool} is not installed on {host}; install {pkg} (Debian/Ubuntu: apt-get install "
+                                f"{pkg}; RHEL: dnf install {pkg})")
+
+
+def commands(args, index: int, device: str | None) -> tuple[list[str], list[str]]:
+    """(server, client) argument lists for link `index`."""
+    port = args.port + index
+    if args.tool == "iperf3":
+        server = ["iperf3", "-s", "-1", "-p", str(port), "-J"]
+        client = ["iperf3", "-c", args.server_addr, "-p", str(port), "-J", "-t", str(args.duration),
+                  "-P", str(args.streams)]
+        if args.bidir:
+            client.append("--bidir")
+        if args.udp_rate:
+            client += ["-u", "-b", args.udp_rate]
+        return server, client
+    common = [args.tool, "-p", str(port), "-F"]
+    if device:
+        common += ["-d", device, "-i", str(args.ib_port)]
+    if args.gid_index is not None:
+        common += ["-x", str(args.gid_index)]
+    if args.tool.endswith("_bw"):
+        common += ["--report_gbits", "-D", str(args.duration)]
+        if args.qps > 1:
+            common += ["-q", str(args.qps)]
+    if args.size:
+        common += ["-s", str(args.size)]
+    return common, common + [args.server_addr]
+
+
+def line_rate_gbps(args, device: str | None) -> tuple[float | None, str]:
+    if args.line_rate:
+        return rates.parse_rate(args.line_rate) / 1e9, f"--line-rate {args.line_rate}"
+    if device:
+        path = f"/sys/class/infiniband/{device}/ports/{args.ib_port}/rate"
+        proc = subprocess.run(_prefix(args.exec, args.client) + ["cat", path], capture_output=True, text=True,
+                              timeout=30)
+        g = lt.ib_rate_gbps(proc.stdout) if proc.returncode == 0 else None
+        if g:
+            return g, f"{args.client}:{path} ({proc.stdout.strip()})"
+    return None, "unknown: no --line-rate and no HCA rate to read"
+
+
+def run_links(args) -> dict:
+    devices = [d for d in (args.devices or "").split(",") if d] or [None]
+    if args.tool == "iperf3" and devices != [None]:
+        devices = [None] * len(devices)  # iperf3 streams go wherever routing sends them; one pair per entry
+    os.makedirs(os.path.join(args.output, "raw"), exist_ok=True)
+    servers, links = [], []
+    for i, dev in enumerate(devices):
+        s_cmd, c_cmd = commands(args, i, dev)
+        servers.append(subprocess.Popen(_prefix(args.exec, args.server) + s_cmd, stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE, text=True, start_new_session=True))
+        links.append({"index": i, "device": dev, "port": args.port + i, "server_cmd": s_cmd, "client_cmd": c_cmd})
+    time.sleep(SERVER_WAIT_S)
+    started = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    clients = [subprocess.Popen(_prefix(args.exec, args.client) + link["client_cmd"], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, start_new_session=True) for link in links]
+    limit = args.duration + args.timeout_s
+    for link, client, server in zip(links, clients, servers):
+        for role, proc in (("client", client), ("server", server)):
+            try:
+                out, err = proc.communicate(timeout=limit)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, 9)
+                out, err = proc.communicate()
+                link.setdefault("problems", []).append(f"{role} did not finish within {limit} s")
+            link[f"{role}_rc"] = proc.returncode
+            name = f"link{link['index']}_{role}." + ("json" if args.tool == "iperf3" else "txt")
+            with open(os.path.join(args.output, "raw", name), "w", encoding="utf-8") as f:
+                f.write(out)
+            if err.strip():
+                link[f"{role}_stderr"] = err.strip()[-400:]
+            if role == "client":
+                link["result"], link["parse_error"] = _parse(args.tool, out)
+        gbps = _link_gbps(link.get("result"))
+        link["line_rate_gbps"], link["line_rate_source"] = line_rate_gbps(args, link["device"])
+        link["gbps"] = gbps
+        link["percent_of_line"] = lt.percent_of_line(gbps, link["line_rate_gbps"])
+    total = [link["gbps"] for link in links if link["gbps"] is not None]
+    return {"tool": args.tool, "server": args.server, "client": args.client, "server_addr": args.server_addr,
+            "started": started, "duration_s": args.duration, "links": links,
+            "aggregate_gbps": sum(total) if len(total) == len(links) else None,
+            "aggregate_reason": None if len(total) == len(links) else "a link has no result"}
+
+
+def _parse(tool: str, out: str) -> tuple[dict | None, str | None]:
+    try:
+        return (lt.parse_iperf3(out) if tool == "iperf3" else lt.parse_perftest(out)), None
+    except (lt.ParseError, ValueError) as exc:
+        return None, str(exc)
+
+
+def _link_gbps(result: dict | None) -> float | None:
+    """The figure a link test reports: bandwidth the receiver saw (iperf3), the average of the largest
+    message size (perftest bandwidth tests); None for latency tests."""
+    if not result:
+        return None
+    if result.get("tool") == "iperf3":
+        return result["received_bps"] / 1e9 if result.get("received_bps") is not None else None
+    if result.get("kind") == "bandwidth" and result.get("rows"):
+        return result["rows"][-1].get("bw_avg_gbps")
+    return None
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(prog="python -m launch.linktest", description=__doc__.split("\n")[0])
+    p.add_argument("--tool", required=True, help=f"one of {', '.join(TOOLS)}")
+    p.add_argument("--server", required=True, help="the node that runs the servers (a host for --exec)")
+    p.add_argument("--client", required=True, help="the node that runs the clients")
+    p.add_argument("--server-addr", required=True, help="the server's address on the fabric under test")
+    p.add_argument("--devices", help="RDMA devices, comma-separated (mlx5_0,mlx5_1,...); one pair per device")
+    p.add_argument("--exec", help="how to run on a node, with {host}: 'ssh {host}', 'ip netns exec {host}'")
+    p.add_argument("--port", type=int, help="first TCP port (perftest 18515, iperf3 5201); link i uses port+i")
+    p.add_argument("--duration", type=int, default=5, help="seconds per test (default 5)")
+    p.add_argument("--size", type=int, help="message size in bytes (perftest -s)")
+    p.add_argument("--qps", type=int, default=1, help="queue pairs per link (perftest -q)")
+    p.add_argument("--ib-port", type=int, default=1)
+    p.add_argument("--gid-index", type=int, help="RoCE GID index (perftest -x)")
+    p.add_argument("--streams", type=int, default=1, help="iperf3 -P")
+    p.add_argument("--bidir", action="store_true", help="iperf3 --bidir")
+    p.add_argument("--udp-rate", help="iperf3 UDP at this rate (-u -b RATE): loss and jitter")
+    p.add_argument("--line-rate", help="the link's line rate (100mbit, 400gbit...); default: the HCA's rate")
+    p.add_argument("--timeout-s", type=int, default=60, help="grace beyond --duration before a side is killed")
+    p.add_argument("--output", required=True, help="directory for linktest.json and the raw outputs")
+    args = p.parse_args(argv)
+    if args.tool not in TOOLS:
+        raise LinkTestError(f"--tool: got {args.tool!r}; allowed: {', '.join(TOOLS)}")
+    if args.port is None:
+        args.port = DEFAULT_PORT[PACKAGE[args.tool]]
+    for name in ("duration", "qps", "streams"):
+        if getattr(args, name) < 1:
+            raise LinkTestError(f"--{name}: got {getattr(args, name)}; expected 1 or more")
+    if args.line_rate:
+        try:
+            if rates.parse_rate(args.line_rate) is None:
+                raise rates.RateError(f"--line-rate: got {args.line_rate!r}; expected a rate such as 100mbit")
+        except rates.RateError as exc:
+            raise LinkTestError(str(exc).replace("--rate", "--line-rate")) from None
+    if args.exec and "{host}" not in args.exec:
+        raise LinkTestError(f"--exec: got {args.exec!r}; it must name the node as {{host}}, e.g. 'ssh {{host}}'")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = parse_args(sys.argv[1:] if argv is None else argv)
+        check_tool(args.tool, [args.server, args.client], args.exec)
+    except LinkTestError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    result = run_links(args)
+    with open(os.path.join(args.output, "linktest.json"), "w", encoding="utf-8") as f:
+        json.dump(result, f, indent=1)
+    for link in result["links"]:
+        pct = link["percent_of_line"]
+        rows = (link.get("result") or {}).get("rows") or []
+        if link["gbps"] is not None:
+            figure = f"{link['gbps']:.3f} Gb/s" + (f" ({pct:.1f}% of {link['line_rate_gbps']:g} Gb/s)" if pct is not None
+                                                  else " (line rate unknown)")
+        elif rows and rows[-1].get("t_typical_us") is not None:  # a latency test
+            figure = f"{rows[-1]['bytes']} B: typical {rows[-1]['t_typical_us']} us, 99.9% {rows[-1].get('p99_9_us')} us"
+        else:
+            figure = link.get("parse_error") or "no result"
+        print(f"link {link['index']} {link['device'] or args.server_addr}:{link['port']}: {figure}")
+    if result["aggregate_gbps"] is not None and len(result["links"]) > 1:
+        print(f"all links at once: {result['aggregate_gbps']:.3f} Gb/s")
+    failed = [link for link in result["links"] if link.get("result") is None]
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,213 @@
+"""Raw link test results: perftest tables and --out_json files, iperf3 -J reports, as numbers.
+
+perftest prints one table per run: bandwidth tests (`ib_write_bw`, `ib_read_bw`, `ib_send_bw`)
+    #bytes  #iterations  BW peak[Gb/sec]  BW average[Gb/sec]  MsgRate[Mpps]
+(MB/sec in old releases, MiB/sec in new ones; both are 2^20 bytes per second: perftest divides by
+0x100000), latency tests (`ib_send_lat`, `ib_write_lat`)
+    #bytes  #iterations  t_min[usec]  t_max[usec]  t_typical[usec]  t_avg[usec]  t_stdev[usec]
+    99% percentile[usec]  99.9% percentile[usec]
+and, with -D (a duration), `t_avg[usec]  tps average`. Latency columns are printed with "%.2f" and no
+guaranteed space, so wide values run together ("2465.901216.65"): they are split at two decimals.
+Every bandwidth figure here is in Gb/s (10^9 bits per second), so lines of different units compare.
+
+No torch here: analysis modules run where only the run directory is.
+"""
+from __future__ import annotations
+
+import json
+import re
+
+MIB_PER_S_IN_GBPS = 2**20 * 8 / 1e9  # perftest's MB/sec and MiB/sec are both 2^20 bytes per second
+
+# multi-word column names in perftest's headers, made single tokens
+_HEADER_WORDS = (("BW peak", "BW_peak"), ("BW average", "BW_average"), ("99.9% percentile", "p99.9"),
+                 ("99% percentile", "p99"), ("tps average", "tps_average"), ("BW Port", "BW_Port"),
+                 ("MsgRate Port", "MsgRate_Port"))
+_TITLE = re.compile(r"^\s*(\S.*?(?:BW|Latency) Test)\s*$")
+_FIELD = re.compile(r"^\s*([A-Za-z][\w.* ]*?)\s*:\s*(\S[^:\t]*?)\s*(?:\t|$)")
+_TWO_DECIMALS = re.compile(r"-?\d+\.\d{2}")
+
+
+class ParseError(ValueError):
+    """Input that is not the tool's output; the message says what was expected."""
+
+
+def _columns(header: str) -> list[tuple[str, str | None]]:
+    for words, token in _HEADER_WORDS:
+        header = header.replace(words, token)
+    out = []
+    for tok in header.split():
+        m = re.match(r"^#?([^\[]+)(?:\[([^\]]*)\])?$", tok)
+        out.append((m.group(1), m.group(2)) if m else (tok, None))
+    return out
+
+
+def _row_values(line: str, ncols: int, latency: bool) -> list[float] | None:
+    tokens = line.split()
+    if len(tokens) < 2 or not tokens[0].isdigit():
+        return None
+    if len(tokens) == ncols:
+        try:
+            return [float(t) for t in tokens]
+        except ValueError:
+            return None
+    if latency:  # columns that ran together: every latency figure has exactly two decimals
+        rest = _TWO_DECIMALS.findall(" ".join(tokens[2:]))
+        if len(rest) + 2 == ncols:
+            return [float(tokens[0]), float(tokens[1]), *map(float, rest)]
+    return None
+
+
+def parse_perftest(text: str) -> dict:
+    """The test's title, settings (device, link type...) and its result rows; raises ParseError when
+    the text holds no perftest result table."""
+    title, settings, rows, columns, latency = None, {}, [], None, False
+    for line in text.splitlines():
+        if columns is None:
+            m = _TITLE.match(line)
+            if m and title is None:
+                title = m.group(1)
+                latency = "Latency" in title
+                continue
+            if line.lstrip().startswith("#bytes"):
+                columns = _columns(line)
+                latency = latency or any(name.startswith("t_") for name, _ in columns)
+                continue
+            for part in re.split(r"\t+| {3,}(?=[A-Z])", line):
+                f = _FIELD.match(part)
+                if f and title is not None:
+                    settings.setdefault(f.group(1).strip(), f.group(2).strip())
+            continue
+        if line.strip().startswith("---"):
+            if rows:
+                break
+            continue
+        values = _row_values(line, len(columns), latency)
+        if values is not None:
+            rows.append(_row(columns, values))
+    if columns is None:
+        raise ParseError("no perftest result table (a line starting '#bytes') in the text")
+    if not rows:
+        raise ParseError("perftest printed a result header but no result rows (did the test fail?)")
+    units = {name: unit for name, unit in columns if unit}
+    return {"tool": "perftest", "test": title, "kind": "latency" if latency else "bandwidth",
+            "device": settings.get("Device"), "link_type": settings.get("Link type"),
+            "connection": settings.get("Connection type"), "mtu": settings.get("Mtu"),
+            "bw_unit": units.get("BW_average"), "rows": rows}
+
+
+def _row(columns: list[tuple[str, str | None]], values: list[float]) -> dict:
+    row: dict = {}
+    for (name, unit), v in zip(columns, values):
+        if name == "bytes":
+            row["bytes"] = int(v)
+        elif name == "iterations":
+            row["iterations"] = int(v)
+        elif name in ("BW_peak", "BW_average") or name.startswith("BW_Port"):
+            key = {"BW_peak": "bw_peak_gbps", "BW_average": "bw_avg_gbps"}.get(name, name.lower() + "_gbps")
+            row[key] = to_gbps(v, unit)
+        elif name.startswith("MsgRate"):
+            row["msg_rate_mpps" if name == "MsgRate" else name.lower() + "_mpps"] = v
+        elif unit == "usec" or name in ("p99", "p99.9"):
+            row[{"p99": "p99_us", "p99.9": "p99_9_us"}.get(name, name + "_us")] = v
+        else:
+            row[name] = v
+    if row.get("bw_peak_gbps") == 0.0:  # perftest prints 0.00 when it did not measure the peak (-D, -N)
+        row["bw_peak_gbps"] = None
+    return row
+
+
+def to_gbps(value: float, unit: str | None) -> float:
+    if unit in ("Gb/sec", "Gb/s"):
+        return value
+    if unit in ("MB/sec", "MiB/sec"):
+        return value * MIB_PER_S_IN_GBPS
+    raise ParseError(f"unknown perftest bandwidth unit {unit!r}; expected Gb/sec, MB/sec or MiB/sec")
+
+
+def parse_perftest_json(text: str, report_gbits: bool) -> dict:
+    """perftest's --out_json file. It does not say its unit: Gb/s with --report_gbits, else MiB/s."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ParseError(f"perftest --out_json file is not JSON: {exc}") from None
+    res, info = data.get("results") or {}, data.get("test_info") or {}
+    if not res:
+        raise ParseError("perftest --out_json file has no 'results'")
+    unit = "Gb/sec" if report_gbits else "MiB/sec"
+    row: dict = {"bytes": res.get("MsgSize"), "iterations": res.get("n_iterations")}
+    latency = "t_avg" in res or "avg_lat" in res
+    if latency:
+        for k in ("t_min", "t_max", "t_typical", "t_avg", "t_stdev"):
+            if k in res:
+                row[k + "_us"] = res[k]
+        row["p99_us"], row["p99_9_us"] = res.get("percentile_99"), res.get("percentile_99.9")
+        if "tps_average" in res:
+            row["tps_average"] = res["tps_average"]
+        if "avg_lat" in res:
+            row["t_avg_us"] = res["avg_lat"]
+    else:
+        for src, dst in (("BW_peak", "bw_peak_gbps"), ("BW_average", "bw_avg_gbps"), ("bw_avg", "bw_avg_gbps")):
+            if src in res:
+                row[dst] = to_gbps(res[src], unit)
+        row["msg_rate_mpps"] = res.get("MsgRate", res.get("msgRate_avg"))
+        if row.get("bw_peak_gbps") == 0.0:
+            row["bw_peak_gbps"] = None
+    return {"tool": "perftest", "test": info.get("test"), "kind": "latency" if latency else "bandwidth",
+            "device": info.get("Device"), "link_type": info.get("Link_type"),
+            "connection": info.get("Connection_type"), "mtu": info.get("Mtu"), "bw_unit": None if latency else unit,
+            "rows": [row]}
+
+
+def parse_iperf3(report: str | dict) -> dict:
+    """iperf3 -J: throughput the receiver saw (what a link test reports), the sender's, TCP
+    retransmissions, and for --bidir the reverse direction; UDP adds loss and jitter. An iperf3 that
+    failed writes {"error": ...}: that comes back as the 'error' field, with the rates None."""
+    data = json.loads(report) if isinstance(report, str) else report
+    if not isinstance(data, dict) or ("end" not in data and "error" not in data):
+        raise ParseError("not an iperf3 -J report: no 'end' or 'error' member")
+    start = data.get("start") or {}
+    test = start.get("test_start") or {}
+    end = data.get("end") or {}
+    protocol = test.get("protocol")
+    out = {"tool": "iperf3", "version": start.get("version"), "protocol": protocol,
+           "streams": test.get("num_streams"), "duration_s": test.get("duration"),
+           "reverse": bool(test.get("reverse")),
+           # test_start.bidir appeared after 3.12; the reverse sums are there whenever --bidir ran
+           "bidir": bool(test.get("bidir")) or "sum_received_bidir_reverse" in end,
+           "error": data.get("error")}
+    sent, received = end.get("sum_sent"), end.get("sum_received")
+    if protocol == "UDP" and received is None:  # iperf3 before 3.10: one UDP 'sum', from the receiver's counts
+        received = sent = end.get("sum")
+    out["received_bps"] = _bps(received)
+    out["sent_bps"] = _bps(sent)
+    out["retransmits"] = (sent or {}).get("retransmits") if protocol == "TCP" else None
+    out["seconds"] = (received or sent or {}).get("seconds")
+    if protocol == "UDP":
+        loss_src = received or {}
+        out["lost_packets"] = loss_src.get("lost_packets")
+        out["packets"] = loss_src.get("packets")
+        out["lost_percent"] = loss_src.get("lost_percent")
+        out["jitter_ms"] = loss_src.get("jitter_ms")
+    if out["bidir"]:
+        out["reverse_received_bps"] = _bps(end.get("sum_received_bidir_reverse"))
+        out["reverse_sent_bps"] = _bps(end.get("sum_sent_bidir_reverse"))
+        out["reverse_retransmits"] = (end.get("sum_sent_bidir_reverse") or {}).get("retransmits")
+    return out
+
+
+def _bps(section: dict | None) -> float | None:
+    return None if not section or section.get("bits_per_second") is None else float(section["bits_per_second"])
+
+
+def percent_of_line(gbps: float | None, line_gbps: float | None) -> float | None:
+    """Measured / line rate in percent; None when either is unknown (never a made-up line rate)."""
+    if gbps is None or not line_gbps:
+        return None
+    return 100.0 * gbps / line_gbps
+
+
+def ib_rate_gbps(rate_text: str | None) -> float | None:
+    """/sys/class/infiniband/<dev>/ports/<p>/rate, e.g. '400 Gb/sec (4X NDR)' -> 400.0."""
+    m = re.match(r"\s*([\d.]+)\s*Gb/sec", rate_text or "")
+    return float(m.group(1)) if m else None

@@ -1,0 +1,111 @@
+"""Switch counters from a Prometheus text endpoint the user names (telemetry.switch_metrics_url): read
+before and after a run, deltas in run.json (docs/evidence.md).
+
+Any exporter that speaks the Prometheus text format works: a SONiC exporter on the switch, snmp_exporter
+(IF-MIB ifHCInOctets, ifInDiscards...), a vendor's gNMI bridge. Parsing is prometheus_client's. A series
+is a counter when its `# TYPE` says so, whatever its name (IF-MIB names have no _total); series are
+keyed by family name and labels, as prometheus_client reports them. A counter that went down between the
+reads was reset (a switch reboot, a counter clear): its delta is the value after, and it is flagged.
+Gauges keep both readings. Nothing here knows a switch's own credentials: the URL is recorded without any.
+"""
+from __future__ import annotations
+
+import re
+import time
+
+from telemetry.capture.bmc_power import redact_url
+
+HTTP_TIMEOUT_S = 10.0
+MAX_SERIES = 20000  # a large switch exports tens of thousands of series; deltas of more are cut, and said so
+# series worth a line in the report: congestion and loss (PFC, ECN/WRED, drops, discards, errors)
+NOTABLE = re.compile(r"pfc|pause|ecn|wred|drop|discard|error|err_|crc|fcs", re.I)
+
+
+class SwitchMetricsError(Exception):
+    """An endpoint that cannot be read or parsed; one line."""
+
+
+def _key(name: str, labels: dict) -> str:
+    if not labels:
+        return name
+    return name + "{" + ",".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}"
+
+
+def parse(text: str) -> dict[str, tuple[str, float]]:
+    """{series: (type, value)} for counters and gauges (histogram/summary parts and untyped series are
+    left out: no delta means anything for them)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out: dict[str, tuple[str, float]] = {}
+    try:
+        for fam in text_string_to_metric_families(text):
+            if fam.type not in ("counter", "gauge"):
+                continue
+            for s in fam.samples:
+                if fam.type == "counter" and s.name.endswith("_created"):
+                    continue  # a counter's creation timestamp, not a count
+                out[_key(fam.name, s.labels)] = (fam.type, float(s.value))
+    except ValueError as exc:
+        raise SwitchMetricsError(f"not Prometheus text: {exc}") from None
+    return out
+
+
+def scrape(url: str, session=None) -> dict:
+    import requests
+
+    session = session or requests
+    try:
+        resp = session.get(url, timeout=HTTP_TIMEOUT_S, headers={"Accept": "text/plain"})
+    except requests.RequestException as exc:
+        raise SwitchMetricsError(f"{redact_url(url)}: {type(exc).__name__}: {exc}") from None
+    if resp.status_code != 200:
+        raise SwitchMetricsError(f"{redact_url(url)}: HTTP {resp.status_code}")
+    return {"time": time.time(), "series": parse(resp.text)}
+
+
+def deltas(before: dict, after: dict) -> dict:
+    """Counter deltas (resets handled) and gauges before/after, between two scrapes."""
+    b, a = before["series"], after["series"]
+    counters, resets, gauges = {}, [], {}
+    for key, (kind, value) in a.items():
+        if key not in b:
+            continue
+        old = b[key][1]
+        if kind == "counter":
+            if value < old:
+                resets.append(key)
+                d = value
+            else:
+                d = value - old
+            if d:
+                counters[key] = d
+        elif kind == "gauge" and value != old:
+            gauges[key] = {"before": old, "after": value}
+    items = sorted(counters.items(), key=lambda kv: -kv[1])
+    return {"seconds": after["time"] - before["time"],
+            "counters": dict(items[:MAX_SERIES]), "counters_cut": max(0, len(items) - MAX_SERIES),
+            "notable": {k: v for k, v in items if NOTABLE.search(k)},
+            "resets": resets, "gauges_changed": dict(list(gauges.items())[:MAX_SERIES]),
+            "new_series": sorted(set(a) - set(b))[:100], "gone_series": sorted(set(b) - set(a))[:100]}
+
+
+class SwitchWatch:
+    """Reads the endpoint at the start and at the end of a run; `finish()` gives run.json's block."""
+
+    def __init__(self, url: str):
+        self.url = url
+        self.before, self.reason = None, None
+        try:
+            self.before = scrape(url)
+        except SwitchMetricsError as exc:
+            self.reason = f"first read failed: {exc}"
+
+    def finish(self) -> dict:
+        out = {"url": redact_url(self.url)}
+        if self.before is None:
+            return {**out, "deltas": None, "reason": self.reason}
+        try:
+            after = scrape(self.url)
+        except SwitchMetricsError as exc:
+            return {**out, "deltas": None, "reason": f"last read failed: {exc}"}
+        return {**out, "series": len(after["series"]), "deltas": deltas(self.before, after)}

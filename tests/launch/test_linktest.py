@@ -1,0 +1,115 @@
+"""Raw link tests: bad input and missing tools (one error line, exit 2), and iperf3 for real across the
+fabric lab's shaped link, reported as a percentage of the shaped rate."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import pytest
+
+from launch.lab import Lab
+from launch.linktest import main
+
+needs_lab = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("ip") is None or shutil.which("tc") is None
+                               or shutil.which("iperf3") is None,
+                               reason="the fabric lab needs root, iproute2 and iperf3 (apt-get install iperf3)")
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--tool", "nc"], "--tool: got 'nc'; allowed: ib_write_bw"),
+    (["--tool", "iperf3", "--line-rate", "fast"], "--line-rate: got 'fast'"),
+    (["--tool", "iperf3", "--exec", "ssh"], "--exec: got 'ssh'; it must name the node as {host}"),
+    (["--tool", "iperf3", "--duration", "0"], "--duration: got 0; expected 1 or more"),
+])
+def test_bad_input_is_one_error_line(argv, message, tmp_path, capsys):
+    assert main([*argv, "--server", "a", "--client", "b", "--server-addr", "10.0.0.1", "--output", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_a_missing_tool_names_its_package(tmp_path, capsys, monkeypatch):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    monkeypatch.setenv("PATH", str(bin_dir))  # no perftest here
+    assert main(["--tool", "ib_read_bw", "--server", "a", "--client", "a", "--server-addr", "10.0.0.1",
+                 "--output", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "ib_read_bw is not installed" in err and "apt-get install perftest" in err and "dnf install perftest" in err
+
+
+@pytest.mark.integration
+@needs_lab
+def test_iperf3_across_a_100mbit_lab_link(tmp_path, capsys):
+    with Lab(2, "100mbit", lab_id="fhlink") as lab:
+        # through `ip netns exec`, a missing tool is found missing on that node
+        assert main(["--tool", "ib_write_bw", "--server", lab.namespaces[0], "--client", lab.namespaces[1],
+                     "--server-addr", lab.address(0), "--exec", "ip netns exec {host}", "--output",
+                     str(tmp_path / "none")]) == (2 if shutil.which("ib_write_bw") is None else 0)
+        if shutil.which("ib_write_bw") is None:
+            assert f"ib_write_bw is not installed on {lab.namespaces[0]}" in capsys.readouterr().err
+        out = tmp_path / "one"
+        rc = main(["--tool", "iperf3", "--server", lab.namespaces[0], "--client", lab.namespaces[1],
+                   "--server-addr", lab.address(0), "--exec", "ip netns exec {host}", "--duration", "3",
+                   "--line-rate", "100mbit", "--output", str(out)])
+        assert rc == 0
+        res = json.loads((out / "linktest.json").read_text())
+        (link,) = res["links"]
+        assert link["result"]["protocol"] == "TCP" and link["line_rate_gbps"] == 0.1
+        # tbf holds the link to its rate: TCP payload is below it (headers, ACKs), never above
+        assert 0 < link["percent_of_line"] <= 100.5
+        assert link["percent_of_line"] == pytest.approx(100 * link["result"]["received_bps"] / 1e8)
+        assert (out / "raw" / "link0_client.json").exists()
+        # two pairs at once share the one link: together they still fit in it
+        out2 = tmp_path / "two"
+        assert main(["--tool", "iperf3", "--server", lab.namespaces[0], "--client", lab.namespaces[1],
+                     "--server-addr", lab.address(0), "--exec", "ip netns exec {host}", "--duration", "3",
+                     "--devices", "a,b", "--line-rate", "100mbit", "--output", str(out2)]) == 0
+        two = json.loads((out2 / "linktest.json").read_text())
+        assert [lk["port"] for lk in two["links"]] == [5201, 5202]
+        assert 0 < sum(lk["percent_of_line"] for lk in two["links"]) <= 100.5
+    print(f"\nmeasured: one TCP stream {link['percent_of_line']:.1f}% of 100 Mbit/s; two at once "
+          f"{sum(lk['percent_of_line'] for lk in two['links']):.1f}%")
+
+
+def test_perftest_on_every_nic_at_once_with_a_replayed_table(tmp_path, monkeypatch):
+    """No RDMA device here: ib_write_bw is a script that logs its arguments and prints a published perftest
+    table (tests/telemetry/evidence_fixtures). What is checked is the runner: one pair per device, each on
+    its own port, all started, parsed, and set against the line rate."""
+    table = os.path.join(os.path.dirname(__file__), "..", "telemetry", "evidence_fixtures",
+                         "perftest_write_bw_gbits_issue273.txt")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "calls.log"
+    stub = bin_dir / "ib_write_bw"
+    stub.write_text(f'#!/bin/sh\necho "$@" >> {log}\ncat {table}\n')
+    stub.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    out = tmp_path / "out"
+    assert main(["--tool", "ib_write_bw", "--server", "n1", "--client", "n2", "--server-addr", "10.0.0.1",
+                 "--devices", "mlx5_0,mlx5_1", "--gid-index", "3", "--duration", "1", "--line-rate", "400gbit",
+                 "--output", str(out)]) == 0
+    res = json.loads((out / "linktest.json").read_text())
+    calls = sorted(c for c in log.read_text().splitlines() if c != "--version")  # the check that it is installed
+    assert len(calls) == 4  # a server and a client per device
+    assert "-p 18515 -F -d mlx5_0 -i 1 -x 3 --report_gbits -D 1 10.0.0.1" in calls
+    assert "-p 18516 -F -d mlx5_1 -i 1 -x 3 --report_gbits -D 1" in calls
+    assert [lk["device"] for lk in res["links"]] == ["mlx5_0", "mlx5_1"]
+    assert all(lk["gbps"] == 0.48 and lk["percent_of_line"] == 0.12 for lk in res["links"])
+    assert res["aggregate_gbps"] == 0.96 and (out / "raw" / "link1_client.txt").exists()
+
+
+def test_latency_test_replayed(tmp_path, monkeypatch, capsys):
+    table = os.path.join(os.path.dirname(__file__), "..", "telemetry", "evidence_fixtures", "perftest_write_lat.txt")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "ib_send_lat").write_text(f"#!/bin/sh\ncat {table}\n")
+    (bin_dir / "ib_send_lat").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    out = tmp_path / "out"
+    assert main(["--tool", "ib_send_lat", "--server", "n1", "--client", "n2", "--server-addr", "10.0.0.1",
+                 "--devices", "mlx5_0", "--output", str(out)]) == 0
+    (link,) = json.loads((out / "linktest.json").read_text())["links"]
+    assert link["gbps"] is None and link["result"]["kind"] == "latency" and link["result"]["rows"][0]["t_typical_us"] == 0.98
+    assert "8388608 B: typical 2302.01 us, 99.9% 2335.48 us" in capsys.readouterr().out
+    assert "--report_gbits" not in link["client_cmd"]
