@@ -25,6 +25,7 @@ from datetime import datetime, timezone
 
 from telemetry.analysis import rates
 from telemetry.analysis import link_tests as lt
+from telemetry.errors import InputError
 
 PERFTEST = ("ib_write_bw", "ib_read_bw", "ib_send_bw", "ib_send_lat", "ib_write_lat", "ib_read_lat")
 TOOLS = PERFTEST + ("iperf3",)
@@ -33,7 +34,7 @@ DEFAULT_PORT = {"perftest": 18515, "iperf3": 5201}
 SERVER_WAIT_S = 1.0  # perftest and iperf3 servers listen within milliseconds; one second covers ssh start-up
 
 
-class LinkTestError(Exception):
+class LinkTestError(InputError):
     """Bad input or a missing tool: one `error:` line, exit 2."""
 
 

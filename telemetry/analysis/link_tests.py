@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import re
+from telemetry.errors import InputError
 
 MIB_PER_S_IN_GBPS = 2**20 * 8 / 1e9  # perftest's MB/sec and MiB/sec are both 2^20 bytes per second
 
@@ -28,7 +29,7 @@ _FIELD = re.compile(r"^\s*([A-Za-z][\w.* ]*?)\s*:\s*(\S[^:\t]*?)\s*(?:\t|$)")
 _TWO_DECIMALS = re.compile(r"-?\d+\.\d{2}")
 
 
-class ParseError(ValueError):
+class ParseError(InputError, ValueError):
     """Input that is not the tool's output; the message says what was expected."""
 
 

@@ -22,12 +22,13 @@ import threading
 import time
 import warnings
 from urllib.parse import urlsplit, urlunsplit
+from telemetry.errors import HarnessError
 
 USER_ENV, PASSWORD_ENV, VERIFY_ENV = "FABRIC_HARNESS_BMC_USER", "FABRIC_HARNESS_BMC_PASSWORD", "FABRIC_HARNESS_BMC_VERIFY"
 HTTP_TIMEOUT_S = 5.0
 
 
-class BmcError(Exception):
+class BmcError(HarnessError):
     """A BMC that cannot be read; one line naming what is wrong."""
 
 

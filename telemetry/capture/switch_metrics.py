@@ -14,6 +14,7 @@ import re
 import time
 
 from telemetry.capture.bmc_power import redact_url
+from telemetry.errors import HarnessError
 
 HTTP_TIMEOUT_S = 10.0
 MAX_SERIES = 20000  # a large switch exports tens of thousands of series; deltas of more are cut, and said so
@@ -21,7 +22,7 @@ MAX_SERIES = 20000  # a large switch exports tens of thousands of series; deltas
 NOTABLE = re.compile(r"pfc|pause|ecn|wred|drop|discard|error|err_|crc|fcs", re.I)
 
 
-class SwitchMetricsError(Exception):
+class SwitchMetricsError(HarnessError):
     """An endpoint that cannot be read or parsed; one line."""
 
 
