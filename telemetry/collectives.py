@@ -152,6 +152,121 @@ def _capturing() -> bool:
         return False
 
 
+# ---------------------------------------------------------------- process group identity
+
+# Which mesh dimension each process group is (registered by whoever builds the meshes: trainer/distributed.py),
+# and every rank's host (run.json `hosts`), from which a group's scope follows: "intra" when all its ranks
+# share a host (NVLink, loopback), "inter" when it spans hosts (the fabric).
+_GROUP_DIMS: "weakref.WeakKeyDictionary[object, str]" = weakref.WeakKeyDictionary()
+_GROUP_DIMS_STRONG: dict[int, tuple[object, str]] = {}
+_IDENTITY: "weakref.WeakKeyDictionary[object, dict]" = weakref.WeakKeyDictionary()
+_IDENTITY_STRONG: dict[int, tuple[object, dict]] = {}
+_HOST_OF_RANK: list[str] | None = None
+INTRA, INTER = "intra", "inter"
+NO_HOSTS = "the host of each rank was not recorded"
+
+
+def register_group(pg, dim: str) -> None:
+    """Name `pg` after its mesh dimension (dp, tp, pp, cp, ...). A group that serves several dimensions
+    keeps the first name it was given (the mesh owner registers its dimensions in mesh order)."""
+    if pg is None:
+        return
+    with _REGISTRY_LOCK:
+        try:
+            _GROUP_DIMS.setdefault(pg, dim)
+            _IDENTITY.pop(pg, None)
+        except TypeError:  # a group that cannot be weakly referenced
+            _GROUP_DIMS_STRONG.setdefault(id(pg), (pg, dim))
+            _IDENTITY_STRONG.pop(id(pg), None)
+
+
+def _registered_dim(pg) -> str | None:
+    try:
+        return _GROUP_DIMS.get(pg)
+    except TypeError:
+        return _GROUP_DIMS_STRONG.get(id(pg), (None, None))[1]
+
+
+def _size(pg) -> int:
+    try:
+        return int(pg.size())
+    except (RuntimeError, AttributeError, TypeError, ValueError):
+        return 1
+
+
+def set_host_map(hosts: list[str | None] | None) -> None:
+    """Every rank's host name, in global rank order (run.json `hosts`); groups' scopes follow from it."""
+    global _HOST_OF_RANK
+    with _REGISTRY_LOCK:
+        _HOST_OF_RANK = list(hosts) if hosts else None
+        _IDENTITY.clear()
+        _IDENTITY_STRONG.clear()
+
+
+def _group_ranks(pg) -> list[int] | None:
+    ranks = getattr(pg, "ranks", None)  # test doubles and foreign groups may say so themselves
+    if ranks is not None:
+        return [int(r) for r in ranks]
+    try:
+        return [int(r) for r in dist.get_process_group_ranks(pg)]
+    except (RuntimeError, ValueError, AttributeError, KeyError, TypeError):
+        return None
+
+
+def ranks_name(ranks: list[int]) -> str:
+    """A stable name for a group no mesh named, from its global ranks: g[0,1,2,3], or g[0..62/2] (first,
+    last and stride) for longer evenly spaced ones."""
+    if len(ranks) <= 8:
+        return "g[" + ",".join(map(str, ranks)) + "]"
+    steps = {b - a for a, b in zip(ranks, ranks[1:])}
+    if len(steps) == 1:
+        return f"g[{ranks[0]}..{ranks[-1]}/{steps.pop()}]"
+    return f"g[{ranks[0]},{ranks[1]},...,{ranks[-1]}]({len(ranks)})"
+
+
+def group_identity(pg) -> dict:
+    """{name, dim, size, ranks, scope, hosts} of a process group, computed once per group.
+
+    name: the mesh dimension where one was registered (or the group's DeviceMesh description says it), else
+    "world" for the default group, else a name from its ranks. scope: "intra" (one host), "inter" (spans
+    hosts), or None with `scope_reason` when the ranks' hosts are unknown."""
+    with _REGISTRY_LOCK:
+        try:
+            got = _IDENTITY.get(pg)
+            weak = True
+        except TypeError:
+            got = _IDENTITY_STRONG.get(id(pg), (None, None))[1]
+            weak = False
+        if got is not None:
+            return got
+        host_map = _HOST_OF_RANK
+    dim = _registered_dim(pg)
+    desc = str(getattr(pg, "group_desc", "") or "")
+    if dim is None and desc.startswith("mesh_") and desc != "mesh_default":
+        dim = desc[len("mesh_"):]
+    ranks = _group_ranks(pg)
+    size = _size(pg)
+    try:
+        default = pg is dist.distributed_c10d._get_default_group()
+    except (RuntimeError, ValueError, AttributeError):
+        default = False
+    name = dim or ("world" if default else ranks_name(ranks) if ranks else _group_label(pg))
+    ident = {"name": name, "dim": dim, "size": size, "ranks": ranks, "scope": None}
+    if host_map is not None and ranks:
+        hosts = sorted({host_map[r] for r in ranks if 0 <= r < len(host_map) and host_map[r] is not None})
+        if hosts:
+            ident["hosts"] = len(hosts)
+            ident["scope"] = INTER if len(hosts) > 1 else INTRA
+    if ident["scope"] is None:
+        ident["scope_reason"] = NO_HOSTS if host_map is None else "the group's ranks are not known"
+    with _REGISTRY_LOCK:
+        if weak:
+            _IDENTITY[pg] = ident
+        else:
+            _IDENTITY_STRONG[id(pg)] = (pg, ident)
+    return ident
+
+
 # ---------------------------------------------------------------- completion hooks, once per group
 
 # A hook cannot be removed or registered twice on a group: one per group for the process, routed to
@@ -241,6 +356,7 @@ class Call:
     queued: bool = False
     closed: bool = False
     step_no: int = 0
+    group: dict | None = None  # group_identity() of the process group it ran on (None: unknown)
 
     def resolve(self) -> None:
         if self.duration_s is not None or self.token is not None:
@@ -279,6 +395,29 @@ class StepComm:
                        "untimed_bytes": s["untimed_bytes"], "busbw_GBps": busbw}
             if s["untimed"]:
                 out[op]["untimed_reason"] = "; ".join(sorted(s["_reasons"]))
+        return out
+
+    def group_summary(self) -> dict:
+        """The step's communication per process group: {name: {dim, size, scope, bytes, count, time_s,
+        untimed, untimed_bytes, busbw_GBps, by_op}}; busbw takes the bus factor at that group's size."""
+        by_group: dict[str, list[Call]] = {}
+        for c in self.calls:
+            by_group.setdefault((c.group or {}).get("name") or UNKNOWN_GROUP, []).append(c)
+        out = {}
+        for name, calls in by_group.items():
+            ident = calls[0].group or {"dim": None, "size": max(calls[0].group_size, 1), "scope": None,
+                                       "scope_reason": "the call's process group is not known"}
+            entry = {"dim": ident.get("dim"), "size": ident.get("size"), "scope": ident.get("scope")}
+            if ident.get("scope") is None:
+                entry["scope_reason"] = ident.get("scope_reason")
+            if ident.get("hosts") is not None:
+                entry["hosts"] = ident["hosts"]
+            if ident.get("ranks") is not None and len(ident["ranks"]) <= 64:
+                entry["ranks"] = ident["ranks"]
+            by_op = StepComm(calls).summary()
+            entry.update(group_totals(by_op, ident.get("size") or 1))
+            entry["by_op"] = by_op
+            out[name] = entry
         return out
 
 
@@ -388,6 +527,8 @@ class CollectiveTracer:
         call may issue more than one work, counted from the group's sequence number (only where known
         to: a count taken around a call could include another thread's work on the group)."""
         nccl = call.backend == "nccl" and pg is not None
+        if pg is not None and call.group is None:
+            call.group = group_identity(pg)
         if nccl:
             self._queue(call, pg, types)
         seq = _sequence_number(pg) if several and call.queued else None
@@ -526,9 +667,10 @@ class CollectiveTracer:
                 tracer._local.depth = 0
             t_returned = time.perf_counter()
             for i, p2p in enumerate(p2p_op_list):  # gloo: one work per op
-                _, psize, pbackend = tracer._group_info(p2p.group)
+                ppg, psize, pbackend = tracer._group_info(p2p.group)
                 call = tracer._record(Call(kinds[i], _NBYTES(p2p.tensor), psize, pbackend,
-                                           tracer._source("dist"), t0, t_returned=t_returned))
+                                           tracer._source("dist"), t0, t_returned=t_returned,
+                                           group=group_identity(ppg) if ppg is not None else None))
                 work = works[i] if works is not None and i < len(works) else None
                 if work is not None:
                     tracer._attach(call, work)
@@ -653,6 +795,21 @@ def _funcol_group_size(group) -> int:
     return 1
 
 
+UNKNOWN_GROUP = "unknown"
+
+
+def group_totals(by_op: dict, size: int) -> dict:
+    """A group's totals over its collective types: bytes, count, time (None if no call was timed), untimed
+    bytes and busbw at the group's size (the timed calls' bus bytes over their time)."""
+    timed = [(op, s) for op, s in by_op.items() if s["time_s"] is not None]
+    time_s = sum(s["time_s"] for _, s in timed) if timed else None
+    bus = sum(s["busbw_GBps"] * s["time_s"] for _, s in timed if s["busbw_GBps"] is not None)
+    return {"bytes": sum(s["bytes"] for s in by_op.values()), "count": sum(s["count"] for s in by_op.values()),
+            "time_s": time_s, "untimed": sum(s["untimed"] for s in by_op.values()),
+            "untimed_bytes": sum(s["untimed_bytes"] for s in by_op.values()),
+            "busbw_GBps": bus / time_s if time_s else None}
+
+
 def totals(summary: dict) -> tuple[int, float | None]:
     """Total bytes and total known time over all collective types of a step."""
     nbytes = sum(s["bytes"] for s in summary.values())
@@ -668,4 +825,4 @@ def untimed_bytes(summary: dict) -> int | None:
 
 
 __all__ = ["CollectiveTracer", "Call", "StepComm", "OPS", "RECORDED_OPS", "enable_nccl_timing", "totals",
-           "untimed_bytes"]
+           "untimed_bytes", "register_group", "set_host_map", "group_identity", "group_totals"]

@@ -28,7 +28,7 @@ import torch
 import torch.distributed as dist
 
 from . import early, fabric
-from .collectives import RECORDED_OPS as OPS, CollectiveTracer, enable_nccl_timing, totals
+from .collectives import RECORDED_OPS as OPS, CollectiveTracer, enable_nccl_timing, set_host_map, totals
 from .counters import CounterReader, loss_verdict
 from .energy import EnergyMeter, open_cpu_source, open_gpu_source
 from .environment import host_info
@@ -236,6 +236,7 @@ class Telemetry:
             hosts: list = [None] * self.world  # once, before any step: the tracer drops calls outside steps
             dist.all_gather_object(hosts, host_info()["hostname"], group=self._group)
             self.hosts, self.probe_ring = hosts, leaders(hosts)
+            set_host_map(hosts)  # each process group's scope: inside one host or across hosts
             if self.s.link_probe_every:  # a first, untimed round opens the connections (TCP slow start)
                 link_probe(self.tracer.original("isend"), self.tracer.original("irecv"), self._group, self.rank,
                            self.probe_ring, self.s.link_probe_bytes)
@@ -297,7 +298,7 @@ class Telemetry:
         lo = t_end - step_time_s if step_time_s is not None else -math.inf
         window = (max(lo, self._t_step) if self._t_step is not None else lo, t_end)
         comm_bytes, _ = totals(comm)
-        record = {"comm": comm, "comm_bytes": comm_bytes,
+        record = {"comm": comm, "comm_bytes": comm_bytes, "comm_groups": step_comm.group_summary(),
                   **step_comm_times(step_comm.calls, self._marks, window, self._copy_rate),
                   **phase_times(self._marks)}
         self._marks = []
@@ -424,8 +425,9 @@ class Telemetry:
         kept = calls[:EVENTS_MAX_CALLS_PER_STEP]
         line = {"step": step, "rank": self.rank, "t0": None if self._t_step is None else self._t_step + off,
                 "t1": t_end + off, "marks": [[n, t + off] for n, t in self._marks],
-                # op, issue time, duration (null: untimed), bytes, group size, source
-                "calls": [[c.op, c.t_issue + off, c.duration_s, c.nbytes, c.group_size, c.source] for c in kept],
+                # op, issue time, duration (null: untimed), bytes, group size, source, group name
+                "calls": [[c.op, c.t_issue + off, c.duration_s, c.nbytes, c.group_size, c.source,
+                           (c.group or {}).get("name")] for c in kept],
                 "calls_dropped": len(calls) - len(kept)}
         text = json.dumps(line) + "\n"
         if self._events_bytes + len(text) > EVENTS_MAX_BYTES:

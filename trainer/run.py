@@ -17,6 +17,7 @@ import torch.distributed as dist
 
 from telemetry import fabric
 from telemetry.adapters import HarnessHooks
+from telemetry.collectives import set_host_map
 from telemetry.counters import merge_verdicts
 from telemetry.environment import host_info, redact_tree, redacted_env, software_versions
 from telemetry.session import Telemetry, TelemetrySettings
@@ -186,6 +187,7 @@ def run(recipe: Recipe, layout: Layout, argv: list[str], overrides: list[str]) -
         hosts = [None] * dist.get_world_size()
         dist.all_gather_object(hosts, {"rank": dist.get_rank(), "local_rank": int(os.environ.get("LOCAL_RANK", 0)),
                                        **host_info(), "address": _socket_address()})
+        set_host_map([h.get("hostname") if isinstance(h, dict) else None for h in hosts])  # groups' scopes
         # a signal need not wait for the step's end when a peer is gone or rank 0 has already ended the run
         stops.lost = lambda: _lost_ranks(hosts, trainer, rundir.run_json) or (
             rank != 0 and _closed_by_rank0(rundir.run_json))
