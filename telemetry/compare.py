@@ -16,7 +16,7 @@ from . import compare_figures
 from .fabric_summary import fabric_rows
 from .projection import ProjectionError, combine_profiles, measured_profile, project
 from .repeats import merge_sweeps, spread
-from .report import fmt, fmt_bytes, partial_note, summarize, write_documents
+from .report import fmt, fmt_bytes, partial_note, scope_label, summarize, write_documents
 from .runs import Run, RunError, load_run, upgrade_sweep
 
 # Recipe parts that legitimately differ between runs of one fabric comparison.
@@ -279,6 +279,31 @@ def time_to_train(run: Run) -> dict | None:
     return {"target": what, "seconds": None, "why": "steps up to the target are missing from metrics.jsonl"}
 
 
+def group_tables(run_sums: list[list[dict]], labels: list[str]) -> list[tuple]:
+    """Communication per process group and scope, one column per fabric (its first run), with the fabric's
+    share (the inter-node groups); [] when no run recorded groups (runs from before groups)."""
+    firsts = [ss[0] for ss in run_sums]
+    names = sorted({n for s in firsts for n in (s.get("comm_groups") or {})})
+    if not names:
+        return []
+    rows = []
+    for name in names:
+        known = next(s["comm_groups"][name] for s in firsts if name in (s.get("comm_groups") or {}))
+        head = f"{name} ({scope_label(known)}, {known.get('size')} ranks)"
+        rows.append([head] + [
+            (fmt_bytes(g["bytes_per_step"]) + " / " + fmt(g["time_per_step_s"], "s") + " / "
+             + fmt(g["busbw_GBps"], "GB/s") + (" (partial)" if g["partial"] else "")) if g else "n/a"
+            for g in ((s.get("comm_groups") or {}).get(name) for s in firsts)])
+    shares = []
+    for s in firsts:
+        f = s.get("fabric_share")
+        shares.append("n/a (no groups recorded)" if f is None else
+                      f"{fmt_bytes(f['bytes_per_step'])} ({fmt(f['bytes_share'], '%')}) / {fmt(f['time_per_step_s'], 's')}"
+                      f": {', '.join(f['groups']) or 'none'}")
+    rows.append(["fabric share (inter-node groups)"] + shares)
+    return [("Communication per process group: bytes / time / busbw per step (median)", ["group", *labels], rows)]
+
+
 def compare_training(groups, labels, out, plt) -> tuple[list, list, dict]:
     """groups: the runs of each fabric (repeats), baseline first; labels: one per fabric."""
     runs = [g[0] for g in groups]  # one run stands for its fabric where a single run is needed
@@ -344,6 +369,7 @@ def compare_training(groups, labels, out, plt) -> tuple[list, list, dict]:
                          + (" (partial)" if (s["comm"].get(op) or {}).get("partial") else "") for s in sums]
                  for op in comm_ops]
     tables.append(("Communication per step: time / busbw (median)", ["collective", *labels], comm_rows))
+    tables += group_tables(run_sums, labels)
 
     # projection from the baseline to every other run's link rate, against what was measured
     # from the baseline's runs: several are repeats, projected from together (their medians and spread)

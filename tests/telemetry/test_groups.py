@@ -167,3 +167,14 @@ def test_parquet_has_one_row_per_rank_step_group_and_collective(tmp_path):
     assert len(rows) == 2 * 6 and {r["group"] for r in rows} == {"tp", "dp"}
     dp = next(r for r in rows if r["group"] == "dp")
     assert (dp["scope"], dp["group_size"], dp["op"], dp["bytes"]) == ("inter", 2, "all_reduce", 100_000)
+
+
+def test_compare_shows_groups_and_says_so_for_older_runs(tmp_path):
+    from telemetry.compare import group_tables
+    new, old = summarize(load_run(str(grouped_run(tmp_path)))), summarize(load_run(str(write_run(tmp_path / "old"))))
+    [(title, header, rows)] = group_tables([[new], [old]], ["new", "old"])
+    assert header == ["group", "new", "old"]
+    dp = next(r for r in rows if r[0].startswith("dp"))
+    assert dp[0] == "dp (inter-node (fabric), 2 ranks)" and dp[2] == "n/a"
+    assert rows[-1][0] == "fabric share (inter-node groups)" and rows[-1][2] == "n/a (no groups recorded)"
+    assert group_tables([[old]], ["old"]) == []
