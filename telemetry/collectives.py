@@ -38,6 +38,8 @@ A batch of sends and receives is `sendrecv` with S = the larger of the bytes sen
 """
 from __future__ import annotations
 
+import contextlib
+import datetime
 import functools
 import inspect
 import itertools
@@ -73,6 +75,9 @@ _A2A = frozenset({"ALLTOALL_BASE", "ALLTOALL"})
 _BC, _RED = frozenset({"BROADCAST"}), frozenset({"REDUCE"})
 _SEND, _RECV = frozenset({"SEND"}), frozenset({"RECV", "RECVANYSOURCE"})
 _BATCH = frozenset({"COALESCED"})
+# one work for a whole _coalescing_manager block: COALESCED, or the fast path's *_COALESCED types
+_BLOCK = frozenset({"COALESCED", "ALLREDUCE_COALESCED", "ALLGATHER_COALESCED", "REDUCE_SCATTER_TENSOR_COALESCED"})
+_P2P = frozenset({"send", "recv", "sendrecv"})  # NCCL runs point-to-point on streams of their own
 
 # name -> (collective type, bytes from the bound arguments, whether the call takes async_op, NCCL op types)
 DIST_SPECS = {
@@ -312,14 +317,29 @@ def _dispatch(token: int, info) -> None:
     try:
         name = getattr(info.op_type, "name", None) or str(info.op_type).rsplit(".", 1)[-1]
         duration = _seconds(info.active_duration)
+        finished = host_time(getattr(info, "time_finished", None))
         with _REGISTRY_LOCK:
             tracers = list(_TRACERS)
         for tracer in tracers:
-            if tracer._complete(token, name, duration):
+            if tracer._complete(token, name, duration, finished):
                 return
         UNMATCHED[name] += 1
     except Exception:  # noqa: BLE001 - never let a telemetry error reach the watchdog
         UNMATCHED["<error>"] += 1
+
+
+def host_time(value) -> float | None:
+    """A WorkInfo time on this process's perf_counter timeline, or None. torch reported system_clock
+    (datetime, wall clock) and, since 2025, steady_clock (timedelta since the steady clock's epoch, which
+    on Linux is CLOCK_MONOTONIC, the clock perf_counter reads): both branches are taken by type."""
+    try:
+        if isinstance(value, datetime.datetime):
+            return value.timestamp() - (time.time() - time.perf_counter())
+        if isinstance(value, datetime.timedelta):
+            return value.total_seconds() - (time.monotonic() - time.perf_counter())
+    except (OverflowError, OSError, ValueError):
+        return None
+    return None
 
 
 def _seconds(value) -> float | None:
@@ -357,6 +377,9 @@ class Call:
     closed: bool = False
     step_no: int = 0
     group: dict | None = None  # group_identity() of the process group it ran on (None: unknown)
+    t_start: float | None = None  # NCCL: where its works ran on the device, on the host timeline (`place`)
+    finished_seen: float | None = None  # NCCL: when the watchdog saw its last work complete (host clock)
+    coalesced: int = 0  # calls folded into this one _coalescing_manager block's single work
 
     def resolve(self) -> None:
         if self.duration_s is not None or self.token is not None:
@@ -437,6 +460,7 @@ class CollectiveTracer:
         self._cond = threading.Condition(threading.Lock())
         self._pending: dict[int, deque[Call]] = {}
         self._steps = 0
+        self._busy: dict[tuple, float] = {}  # (group token, stream): where its last placed work ended
         self.late = 0  # reports that arrived after their step's record was made
         self.dropped = 0  # queued calls never reported within STALE_STEPS steps
         self.installed = False
@@ -470,6 +494,11 @@ class CollectiveTracer:
             self._patch(dist, "_broadcast_coalesced", self._wrap_broadcast_coalesced(dist._broadcast_coalesced))
         if hasattr(dist, "batch_isend_irecv"):
             self._patch(dist, "batch_isend_irecv", self._wrap_batch(dist.batch_isend_irecv))
+        if hasattr(c10d, "_coalescing_manager"):  # Megatron's DDP gradient sync, DeepSpeed's coalesced gathers
+            wrapped = self._wrap_coalescing(c10d._coalescing_manager)
+            if getattr(dist, "_coalescing_manager", None) is c10d._coalescing_manager:
+                self._patch(dist, "_coalescing_manager", wrapped)
+            self._patch(c10d, "_coalescing_manager", wrapped)
         self.installed = True
         return self
 
@@ -527,6 +556,14 @@ class CollectiveTracer:
         call may issue more than one work, counted from the group's sequence number (only where known
         to: a count taken around a call could include another thread's work on the group)."""
         nccl = call.backend == "nccl" and pg is not None
+        block = getattr(self._local, "block", None)
+        if nccl and block is not None:  # inside a coalescing block: part of the block's one work
+            block.append(call)
+            self._local.depth = 1
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self._local.depth = 0
         if pg is not None and call.group is None:
             call.group = group_identity(pg)
         if nccl:
@@ -569,7 +606,7 @@ class CollectiveTracer:
                 q.remove(call)
             call.queued = False
 
-    def _complete(self, token: int, op_type: str, duration_s: float | None) -> bool:
+    def _complete(self, token: int, op_type: str, duration_s: float | None, finished: float | None = None) -> bool:
         """A completion report for `token`'s group: credit the first queued call that issues that type."""
         with self._cond:
             q = self._pending.get(token)
@@ -577,6 +614,8 @@ class CollectiveTracer:
             if call is None:
                 return False
             call.seen += 1
+            if finished is not None:
+                call.finished_seen = max(call.finished_seen or finished, finished)
             if duration_s is None:
                 call.bad = True
             else:
@@ -721,6 +760,45 @@ class CollectiveTracer:
         wrapper.__name__ = fn.__name__
         return wrapper
 
+    def _wrap_coalescing(self, fn):
+        """A `_coalescing_manager` block on NCCL is one work, reported once as COALESCED (or a *_COALESCED
+        fast path) with no sizes: one entry for the block, with the summed bytes of the calls inside."""
+        tracer = self
+
+        @contextlib.contextmanager
+        def wrapper(group=None, device=None, async_ops=False):
+            pg, size, backend = tracer._group_info(group)
+            if tracer._depth or getattr(tracer._local, "block", None) is not None or backend != "nccl":
+                with fn(group, device, async_ops) as cm:
+                    yield cm
+                return
+            inner = fn(group, device, async_ops)
+            block = tracer._local.block = []
+            t0 = time.perf_counter()
+            try:
+                cm = inner.__enter__()
+            except BaseException:
+                tracer._local.block = None
+                raise
+            try:
+                yield cm
+            except BaseException as exc:
+                tracer._local.block = None
+                if not inner.__exit__(type(exc), exc, exc.__traceback__):
+                    raise
+                return
+            tracer._local.block = None
+            if not block:
+                inner.__exit__(None, None, None)
+                return
+            call = Call(block[0].op, sum(c.nbytes for c in block), size, backend, block[0].source,
+                        min(c.t_issue for c in block) if block else t0, coalesced=len(block))
+            # the block's work is issued at the manager's exit: queued first, as its report may beat the return
+            tracer._call(lambda: inner.__exit__(None, None, None), call, pg, _BLOCK, (), {})
+
+        wrapper.__wrapped__ = fn
+        return wrapper
+
     # ------------------------------------------------------------ DDP
 
     def attach_ddp(self, ddp_model) -> None:
@@ -744,23 +822,61 @@ class CollectiveTracer:
         with self._cond:
             self._step = StepComm()
 
-    def end_step(self) -> StepComm:
+    def end_step(self, hold: bool = False) -> StepComm:
+        """The step's calls. `hold`: leave its NCCL calls open for completion reports still to come; the
+        caller closes the step later with `release` (off the training thread's critical path)."""
         with self._cond:
             step, self._step = self._step, StepComm()
-            if self.settle_s > 0:
-                deadline = time.monotonic() + self.settle_s
+            self._steps += 1
+            for q in self._pending.values():
+                while q and q[0].step_no < self._steps - STALE_STEPS and q[0].works is not None:
+                    q.popleft().queued = False
+                    self.dropped += 1
+        if not hold:
+            self.release(step, self.settle_s)
+        return step
+
+    def release(self, step: StepComm, wait_s: float = 0.0) -> StepComm:
+        """Close a step: wait up to `wait_s` for its calls' reports, count the rest untimed (LATE), and
+        place its NCCL calls on the device timeline (`place`)."""
+        with self._cond:
+            if wait_s > 0:
+                deadline = time.monotonic() + wait_s
                 while any(c.queued for c in step.calls) and (left := deadline - time.monotonic()) > 0:
                     self._cond.wait(left)
             for c in step.calls:
                 c.closed = True
                 if c.queued:
                     c.untimed_reason = LATE
-            self._steps += 1
-            for q in self._pending.values():
-                while q and q[0].step_no < self._steps - STALE_STEPS and q[0].works is not None:
-                    q.popleft().queued = False
-                    self.dropped += 1
+            self.place(step.calls)
         return step
+
+    @staticmethod
+    def pending(step: StepComm) -> int:
+        """The step's calls still waiting for a completion report."""
+        return sum(1 for c in step.calls if c.queued)
+
+    def place(self, calls: list[Call]) -> None:
+        """Device-side start and end of each timed NCCL call, on the host's perf_counter timeline.
+
+        ProcessGroupNCCL reports a work's device duration (between its CUDA events), the host time it was
+        created, and when the watchdog saw it complete (up to ~100 ms late); not when the device started it.
+        The works of one group run one after another on its stream (point-to-point on streams of their own),
+        and none starts before the host issued it. So each call is placed at the earliest position those
+        facts allow: start = max(its issue, the end of the previous work on the same stream, carried across
+        steps), end = start + duration; never after the watchdog saw it complete. The same rule for every
+        group puts all groups on one consistent timeline; where the device runs behind the host (a queue of
+        compute kernels ahead of the collective) the true start is later, up to the completion seen less
+        the duration. Places calls once; called with a step's calls in issue order."""
+        for c in sorted(calls, key=lambda c: c.t_issue):
+            if c.token is None or c.duration_s is None or c.t_start is not None:
+                continue
+            key = (c.token, "p2p" if c.op in _P2P else "coll")
+            start = max(c.t_issue, self._busy.get(key, c.t_issue))
+            if c.finished_seen is not None:
+                start = min(start, max(c.finished_seen - c.duration_s, c.t_issue))
+            c.t_start, c.t_done = start, start + c.duration_s
+            self._busy[key] = c.t_done
 
 
 def _funcol_pg(group):

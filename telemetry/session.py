@@ -55,6 +55,9 @@ class TelemetrySettings:
     export: list[str] | None = None
     link_probe_every: int = 5  # steps between link probes between hosts (telemetry/stragglers.py); 0 = never
     link_probe_bytes: int = 64 << 10
+    # NCCL: hold each step's communication fields until the next step's end for the watchdog's late completion
+    # reports (the last one waits up to this long at the end of the run); 0 = never hold (late calls untimed)
+    hold_reports_s: float = 2.0
 
 
 EVENTS_MAX_CALLS_PER_STEP = 4096  # collectives kept per step in the events file; the rest are counted
@@ -187,6 +190,8 @@ class Telemetry:
         self.hosts: list[str] | None = None  # every rank's host, in rank order (for the straggler report)
         self.stragglers: StragglerDetector | None = None  # rank 0's
         self.probe_ring: list[int] = []  # the first rank of each host
+        self._hold = False  # NCCL: steps held for late completion reports (set at start)
+        self._held: dict | None = None
         self.started = False
 
     # ------------------------------------------------------------ before the process group
@@ -213,6 +218,10 @@ class Telemetry:
         if not self.s.enabled or self.started:
             return
         self.tracer.install()
+        try:  # every rank decides alike: the held step's cross-rank reduction happens a step later everywhere
+            self._hold = bool(self.s.hold_reports_s) and dist.is_initialized() and dist.get_backend() == "nccl"
+        except (RuntimeError, ValueError):
+            self._hold = False
         on_gpu = self.device.type == "cuda"
         self.gpu = EnergyMeter(open_gpu_source(self.device.index if on_gpu else None, nvml=self._nvml),
                                self.s.power_sample_interval_s)
@@ -282,47 +291,49 @@ class Telemetry:
         if self.started:
             self._marks.append((name, time.perf_counter()))
 
-    def end_step(self, step: int, step_time_s: float | None = None) -> dict:
-        """This step's telemetry fields (call on every rank: the cross-rank reduction is collective)."""
+    def end_step(self, step: int, step_time_s: float | None = None, into: dict | None = None) -> dict:
+        """This step's telemetry fields (call on every rank: the cross-rank reduction is collective).
+
+        `into`: the caller's record for the step, filled in place. On NCCL with `hold_reports_s` > 0, the
+        communication fields of a step given `into` are completed at the next step's end (or at `flush`),
+        when the watchdog's completion reports of its last calls (up to ~100 ms late) are in; until then the
+        record carries `_held: True` (trainer/rundir.py writes held records in order once released)."""
         if not self.started:
             return {}
         t_end = time.perf_counter()
         if step_time_s is None and self._t_step is not None:
             step_time_s = t_end - self._t_step
-        step_comm = self.tracer.end_step()
-        comm = step_comm.summary()
-        if self._events is not None:
-            self._write_events(step, t_end, step_comm.calls)
+        hold = self._hold and into is not None
+        step_comm = self.tracer.end_step(hold=hold)
         # the step's window: the loop's step time, ending now (never earlier than start_step), so that
         # exposed <= communication <= step time hold by construction
         lo = t_end - step_time_s if step_time_s is not None else -math.inf
         window = (max(lo, self._t_step) if self._t_step is not None else lo, t_end)
-        comm_bytes, _ = totals(comm)
-        record = {"comm": comm, "comm_bytes": comm_bytes, "comm_groups": step_comm.group_summary(),
-                  **step_comm_times(step_comm.calls, self._marks, window, self._copy_rate),
-                  **phase_times(self._marks)}
+        record = into if into is not None else {}
+        held = {"step": step, "record": record, "comm": step_comm, "marks": self._marks, "window": window,
+                "step_time_s": step_time_s, "t_end": t_end, "t_step": self._t_step}
         self._marks = []
-        comm_time = record["comm_time_s"]
+        own: dict = {}  # telemetry's own fields: the rank line holds these
         profiled = self.windows.active()
         exposed = self.windows.stop(step)
         if profiled:
-            record["profiled"] = True
+            own["profiled"] = True
         if exposed is not None:
-            record["exposed"] = exposed
+            own["exposed"] = exposed
             self._exposed.append(exposed)
         gpu = self.gpu.step()
         gpu_j = _first(gpu["energy_j"])
         gpu_w = _first(gpu["power_w"])
-        record["gpu_energy_j"], record["gpu_power_w"] = gpu_j, gpu_w
+        own["gpu_energy_j"], own["gpu_power_w"] = gpu_j, gpu_w
         if gpu.get("reason"):
-            record["gpu_energy_reason"] = gpu["reason"]
+            own["gpu_energy_reason"] = gpu["reason"]
         host = {"cpu_j": None, "tx": None, "rx": None, "rdma_tx": None, "rdma_rx": None, "loss": None}
         if self.cpu is not None:
             cpu = self.cpu.step()
             host["cpu_j"] = _sum(cpu["energy_j"])
-            record["host"] = {"cpu_energy_j": host["cpu_j"]}
+            own["host"] = {"cpu_energy_j": host["cpu_j"]}
             if cpu.get("reason"):
-                record["host"]["cpu_energy_reason"] = cpu["reason"]
+                own["host"]["cpu_energy_reason"] = cpu["reason"]
         if self.counters is not None:
             deltas = self.counters.delta()
             self._loss_steps.append(deltas)
@@ -331,26 +342,63 @@ class Telemetry:
                         rdma_tx=_sum_key(deltas, "rdma:", "port_xmit_bytes"),
                         rdma_rx=_sum_key(deltas, "rdma:", "port_rcv_bytes"),
                         loss=sum(verdict["counts"].values()) if deltas else None)
-            record.setdefault("host", {})["counters"] = deltas
+            own.setdefault("host", {})["counters"] = deltas
         if gpu_j is not None:
             self._energy_total["gpu_j"] += gpu_j
             self._energy_total["known"] = True
         if host["cpu_j"] is not None:
             self._energy_total["cpu_j"] += host["cpu_j"]
+        held.update(gpu_j=gpu_j, gpu_w=gpu_w, host=host, own=own)
+        record.update(own)
+        if not hold:
+            return self._finish(held)
+        record["_held"] = True
+        previous, self._held = self._held, held
+        if previous is not None:  # a whole step later: its late reports are in (no wait on this thread)
+            self._finish(previous)
+        return record
+
+    def flush(self, collective: bool = True, wait_s: float | None = None) -> None:
+        """Complete the step still held for late completion reports, waiting up to `hold_reports_s` for them.
+        `collective`: every rank calls this (the end of a completed run), so the step's cross-rank figures
+        are reduced as usual; False (a failing rank, close) leaves them out for that step."""
+        held, self._held = self._held, None
+        if held is not None:
+            self.tracer.release(held["comm"], self.s.hold_reports_s if wait_s is None else wait_s)
+            self._finish(held, collective=collective)
+
+    def _finish(self, held: dict, collective: bool = True) -> dict:
+        """The step's communication fields, its rank line and (when `collective`) the cross-rank reduction."""
+        step, record, step_comm = held["step"], held["record"], held["comm"]
+        if any(not c.closed for c in step_comm.calls):
+            self.tracer.release(step_comm)
+        step_time_s, window, marks = held["step_time_s"], held["window"], held["marks"]
+        comm = step_comm.summary()
+        if self._events is not None:
+            self._write_events(step, held["t_end"], step_comm.calls, marks, held["t_step"])
+        comm_bytes, _ = totals(comm)
+        own = held["own"]
+        own.update({"comm": comm, "comm_bytes": comm_bytes, "comm_groups": step_comm.group_summary(),
+                    **step_comm_times(step_comm.calls, marks, window, self._copy_rate), **phase_times(marks)})
+        comm_time = own["comm_time_s"]
+        host, gpu_j, gpu_w = held["host"], held["gpu_j"], held["gpu_w"]
         # time outside collectives (stragglers.py); unknown when some collective went untimed
         compute = (step_time_s - (comm_time or 0.0)
                    if step_time_s is not None and (comm_time is not None or not comm) else None)
         mine = [step_time_s, comm_time, comm_bytes, *(comm.get(op, {}).get("time_s") for op in OPS), gpu_j, gpu_w,
                 host["cpu_j"], host["tx"], host["rx"], host["rdma_tx"], host["rdma_rx"], host["loss"], compute]
-        reduced = (self._group is not None and step % self.s.cross_rank_every == 0) or self.world == 1
+        reduced = collective and ((self._group is not None and step % self.s.cross_rank_every == 0)
+                                  or self.world == 1)
         probe = None
         if reduced and self._group is not None and self.s.link_probe_every and step % self.s.link_probe_every == 0:
             probe = link_probe(self.tracer.original("isend"), self.tracer.original("irecv"), self._group, self.rank,
                                self.probe_ring, self.s.link_probe_bytes)
             if probe is not None:
-                record["link_in_s"] = probe
+                own["link_in_s"] = probe
         mine.append(probe)
-        self._write_rank_line({"step": step, "step_time_s": step_time_s, **record})
+        record.update(own)
+        record.pop("_held", None)
+        self._write_rank_line({"step": step, "step_time_s": step_time_s, **own})
         if reduced:
             record.update(self.cross_rank([_nan(v) for v in mine], step))
             if self.stragglers is not None:
@@ -369,7 +417,7 @@ class Telemetry:
         if not self.started or self._t_eval is None:
             return {}
         t_end = time.perf_counter()
-        calls = self.tracer.end_step()
+        calls = self.tracer.end_step()  # released at once: an evaluation's record is not held
         comm = calls.summary()
         window = (self._t_eval, t_end)
         self._t_eval = None
@@ -420,14 +468,15 @@ class Telemetry:
             distance <<= 1
         return payload
 
-    def _write_events(self, step: int, t_end: float, calls: list) -> None:
+    def _write_events(self, step: int, t_end: float, calls: list, marks: list, t_step: float | None) -> None:
         off = self._clock_offset
         kept = calls[:EVENTS_MAX_CALLS_PER_STEP]
-        line = {"step": step, "rank": self.rank, "t0": None if self._t_step is None else self._t_step + off,
-                "t1": t_end + off, "marks": [[n, t + off] for n, t in self._marks],
-                # op, issue time, duration (null: untimed), bytes, group size, source, group name
-                "calls": [[c.op, c.t_issue + off, c.duration_s, c.nbytes, c.group_size, c.source,
-                           (c.group or {}).get("name")] for c in kept],
+        line = {"step": step, "rank": self.rank, "t0": None if t_step is None else t_step + off,
+                "t1": t_end + off, "marks": [[n, t + off] for n, t in marks],
+                # op, start (issue; NCCL: its placed device start), duration (null: untimed), bytes, group
+                # size, source, group name
+                "calls": [[c.op, (c.t_start if c.t_start is not None else c.t_issue) + off, c.duration_s, c.nbytes,
+                           c.group_size, c.source, (c.group or {}).get("name")] for c in kept],
                 "calls_dropped": len(calls) - len(kept)}
         text = json.dumps(line) + "\n"
         if self._events_bytes + len(text) > EVENTS_MAX_BYTES:
@@ -470,6 +519,7 @@ class Telemetry:
     def close(self) -> None:
         if not self.started:
             return
+        self.flush(collective=False)  # a step still held (a run that did not end through on_train_end)
         if self._shared_tracer:  # modules bound its wrappers at import: it stays, holding no calls
             self.tracer.begin_step()
         else:

@@ -1,6 +1,7 @@
 """The run directory contract (README: "The run directory"): run.json, metrics.jsonl, ranks/, logs/, checkpoints/."""
 from __future__ import annotations
 
+import collections
 import contextlib
 import datetime
 import errno
@@ -46,6 +47,7 @@ class RunDir:
         self.logs = os.path.join(path, "logs")
         self.info: dict = {}
         self._metrics = None
+        self._held: collections.deque = collections.deque()  # lines waiting for a held record ahead of them
 
     def create(self) -> None:
         for d in (self.path, self.ranks, self.logs):
@@ -115,6 +117,14 @@ class RunDir:
         return [r for r in read_jsonl(self.metrics_path) if r.get("step", 0) <= step]
 
     def write_metrics(self, record: dict) -> None:
+        """Append a step's line. A record marked `_held` (telemetry completing its communication fields from
+        NCCL's late completion reports) waits, and later ones behind it, until the mark is gone."""
+        self._held.append(record)
+        while self._held and not self._held[0].get("_held"):
+            self._write_line(self._held.popleft())
+
+    def _write_line(self, record: dict) -> None:
+        record.pop("_held", None)
         if self._metrics is not None:
             try:
                 self._metrics.write(json.dumps(record) + "\n")
@@ -130,6 +140,9 @@ class RunDir:
         write_json_atomic(os.path.join(self.ranks, f"rank{self.rank:05d}.{name}.json"), data)
 
     def close(self) -> None:
+        while self._held:  # never released (a failed run): written as they are
+            with contextlib.suppress(FaultError):
+                self._write_line(self._held.popleft())
         if self._metrics is not None:
             with contextlib.suppress(OSError):  # a full disk: the error is already recorded
                 self._metrics.close()
