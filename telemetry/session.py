@@ -22,6 +22,7 @@ import os
 import statistics
 import sys
 import time
+from collections import deque
 from dataclasses import dataclass
 
 import torch
@@ -191,7 +192,8 @@ class Telemetry:
         self.stragglers: StragglerDetector | None = None  # rank 0's
         self.probe_ring: list[int] = []  # the first rank of each host
         self._hold = False  # NCCL: steps held for late completion reports (set at start)
-        self._held: dict | None = None
+        self._held: deque = deque()  # steps whose lines wait for their reports, oldest first
+        self._reduce_next: dict | None = None  # the step reduced across ranks at the next step's end
         self.started = False
 
     # ------------------------------------------------------------ before the process group
@@ -348,63 +350,104 @@ class Telemetry:
             self._energy_total["known"] = True
         if host["cpu_j"] is not None:
             self._energy_total["cpu_j"] += host["cpu_j"]
-        held.update(gpu_j=gpu_j, gpu_w=gpu_w, host=host, own=own)
+        held.update(gpu_j=gpu_j, gpu_w=gpu_w, host=host, own=own, complete=False, reduced=False)
         record.update(own)
         if not hold:
-            return self._finish(held)
+            self._complete(held)
+            self._reduce(held)
+            self._write(held)
+            return record
+        # Held: the step's communication fields wait for the watchdog's reports, off this thread. Its
+        # cross-rank reduction is made a step later on every rank alike (a collective: the same step
+        # everywhere), from what is in by then; its lines are written once its reports are in, or
+        # `hold_reports_s` after its end, in step order.
         record["_held"] = True
-        previous, self._held = self._held, held
-        if previous is not None:  # a whole step later: its late reports are in (no wait on this thread)
-            self._finish(previous)
+        previous, self._reduce_next = self._reduce_next, held
+        if previous is not None:
+            self._reduce(previous)
+        self._held.append(held)
+        self._write_ready(t_end)
         return record
 
-    def flush(self, collective: bool = True, wait_s: float | None = None) -> None:
-        """Complete the step still held for late completion reports, waiting up to `hold_reports_s` for them.
-        `collective`: every rank calls this (the end of a completed run), so the step's cross-rank figures
-        are reduced as usual; False (a failing rank, close) leaves them out for that step."""
-        held, self._held = self._held, None
-        if held is not None:
-            self.tracer.release(held["comm"], self.s.hold_reports_s if wait_s is None else wait_s)
-            self._finish(held, collective=collective)
+    def _write_ready(self, now: float, wait_s: float = 0.0) -> None:
+        """Write the held steps, oldest first, that were reduced and whose reports are in (or overdue)."""
+        while self._held:
+            oldest = self._held[0]
+            if not oldest["reduced"]:
+                return
+            overdue = now - oldest["t_end"] >= self.s.hold_reports_s
+            if not (overdue or wait_s or not self.tracer.pending(oldest["comm"])):
+                return
+            self._complete(oldest, wait_s)
+            self._write(self._held.popleft())
 
-    def _finish(self, held: dict, collective: bool = True) -> dict:
-        """The step's communication fields, its rank line and (when `collective`) the cross-rank reduction."""
-        step, record, step_comm = held["step"], held["record"], held["comm"]
+    def flush(self, collective: bool = True, wait_s: float | None = None) -> None:
+        """Complete the steps still held for late completion reports, waiting up to `hold_reports_s` for them.
+        `collective`: every rank calls this (the end of a completed run), so the last step's cross-rank
+        figures are reduced as usual; False (a failing rank, close) leaves them out for that step."""
+        last, self._reduce_next = self._reduce_next, None
+        if last is not None:
+            if collective:
+                self._reduce(last)
+            else:
+                last["reduced"] = True
+        self._write_ready(time.perf_counter(), self.s.hold_reports_s if wait_s is None else wait_s)
+
+    def _complete(self, held: dict, wait_s: float = 0.0) -> None:
+        """Close the step's calls (those still unreported count untimed) and compute its communication fields."""
+        if held["complete"]:
+            return
+        step_comm = held["comm"]
         if any(not c.closed for c in step_comm.calls):
-            self.tracer.release(step_comm)
-        step_time_s, window, marks = held["step_time_s"], held["window"], held["marks"]
+            self.tracer.release(step_comm, wait_s)
+        held["own"].update(self._comm_fields(held))
+        held["complete"] = True
+
+    def _comm_fields(self, held: dict) -> dict:
+        step_comm = held["comm"]
         comm = step_comm.summary()
-        if self._events is not None:
-            self._write_events(step, held["t_end"], step_comm.calls, marks, held["t_step"])
         comm_bytes, _ = totals(comm)
-        own = held["own"]
-        own.update({"comm": comm, "comm_bytes": comm_bytes, "comm_groups": step_comm.group_summary(),
-                    **step_comm_times(step_comm.calls, marks, window, self._copy_rate), **phase_times(marks)})
-        comm_time = own["comm_time_s"]
-        host, gpu_j, gpu_w = held["host"], held["gpu_j"], held["gpu_w"]
+        return {"comm": comm, "comm_bytes": comm_bytes, "comm_groups": step_comm.group_summary(),
+                **step_comm_times(step_comm.calls, held["marks"], held["window"], self._copy_rate),
+                **phase_times(held["marks"])}
+
+    def _reduce(self, held: dict) -> None:
+        """The cross-rank reduction (and link probe) of a step: collective, on every rank for the same step.
+        A held step not yet complete is reduced from what its reports said so far (calls without one: no time)."""
+        held["reduced"] = True
+        step, record = held["step"], held["record"]
+        fields = held["own"] if held["complete"] else self._comm_fields(held)
+        comm, comm_bytes, comm_time = fields["comm"], fields["comm_bytes"], fields["comm_time_s"]
+        step_time_s, host = held["step_time_s"], held["host"]
         # time outside collectives (stragglers.py); unknown when some collective went untimed
         compute = (step_time_s - (comm_time or 0.0)
                    if step_time_s is not None and (comm_time is not None or not comm) else None)
-        mine = [step_time_s, comm_time, comm_bytes, *(comm.get(op, {}).get("time_s") for op in OPS), gpu_j, gpu_w,
-                host["cpu_j"], host["tx"], host["rx"], host["rdma_tx"], host["rdma_rx"], host["loss"], compute]
-        reduced = collective and ((self._group is not None and step % self.s.cross_rank_every == 0)
-                                  or self.world == 1)
+        mine = [step_time_s, comm_time, comm_bytes, *(comm.get(op, {}).get("time_s") for op in OPS), held["gpu_j"],
+                held["gpu_w"], host["cpu_j"], host["tx"], host["rx"], host["rdma_tx"], host["rdma_rx"], host["loss"],
+                compute]
+        reduced = (self._group is not None and step % self.s.cross_rank_every == 0) or self.world == 1
         probe = None
         if reduced and self._group is not None and self.s.link_probe_every and step % self.s.link_probe_every == 0:
             probe = link_probe(self.tracer.original("isend"), self.tracer.original("irecv"), self._group, self.rank,
                                self.probe_ring, self.s.link_probe_bytes)
             if probe is not None:
-                own["link_in_s"] = probe
+                held["own"]["link_in_s"] = probe
+                record["link_in_s"] = probe
         mine.append(probe)
-        record.update(own)
-        record.pop("_held", None)
-        self._write_rank_line({"step": step, "step_time_s": step_time_s, **own})
         if reduced:
             record.update(self.cross_rank([_nan(v) for v in mine], step))
             if self.stragglers is not None:
-                for finding in self.stragglers.feed(step, record):
+                for finding in self.stragglers.feed(step, {**record, **fields}):
                     print(f"[telemetry] {describe_straggler(finding)}", file=sys.stderr, flush=True)
-        return record
+
+    def _write(self, held: dict) -> None:
+        """The step's rank line (and events); its record released to the metrics file."""
+        own, record = held["own"], held["record"]
+        if self._events is not None:
+            self._write_events(held["step"], held["t_end"], held["comm"].calls, held["marks"], held["t_step"])
+        self._write_rank_line({"step": held["step"], "step_time_s": held["step_time_s"], **own})
+        record.update(own)
+        record.pop("_held", None)
 
     def start_eval(self, step: int) -> None:
         """An evaluation after `step`: its collectives are kept apart from every training step's."""
