@@ -142,6 +142,9 @@ class TelemetryConfig:
     # steps between link probes between hosts, which name the host of a slow link; 0 = never
     link_probe_every: int = 5
     link_probe_bytes: int = 65536  # per probe and host; raise it on fast fabrics (a few MiB at 100 Gbit/s+)
+    # NCCL: seconds a step's communication fields may wait for the watchdog's late completion reports
+    # (completed at a later step's end, never by waiting in the step); 0 = never hold
+    hold_reports_s: float = 2.0
 
 
 TELEMETRY_EXPORTS = ("tensorboard", "wandb", "parquet", "trace")  # telemetry/exports KINDS
@@ -797,6 +800,9 @@ def _check_telemetry(r: Recipe) -> list[str]:
         p += _at_least("telemetry", tel, ("cross_rank_median_every",), 0, " (0 = never), or null for the default")
     if tel.power_sample_interval_s <= 0:
         p.append(f"telemetry.power_sample_interval_s: got {tel.power_sample_interval_s}; expected a number > 0")
+    if not isinstance(tel.hold_reports_s, (int, float)) or isinstance(tel.hold_reports_s, bool) \
+            or not 0 <= tel.hold_reports_s <= 60:
+        p.append(f"telemetry.hold_reports_s: got {tel.hold_reports_s!r}; expected seconds from 0 to 60 (0 = never hold)")
     unknown = [k for k in tel.export if k not in TELEMETRY_EXPORTS]
     if unknown:
         p.append(f"telemetry.export: got {', '.join(map(str, unknown))}; allowed: {', '.join(TELEMETRY_EXPORTS)}")

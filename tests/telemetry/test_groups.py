@@ -178,3 +178,22 @@ def test_compare_shows_groups_and_says_so_for_older_runs(tmp_path):
     assert dp[0] == "dp (inter-node (fabric), 2 ranks)" and dp[2] == "n/a"
     assert rows[-1][0] == "fabric share (inter-node groups)" and rows[-1][2] == "n/a (no groups recorded)"
     assert group_tables([[old]], ["old"]) == []
+
+
+def test_held_metrics_lines_are_written_in_order_once_released(tmp_path):
+    from trainer.rundir import RunDir
+
+    rundir = RunDir(str(tmp_path / "run"), 0)
+    rundir.create()
+    rundir.open_metrics(0)
+    first, second = {"step": 1, "_held": True}, {"step": 2, "_held": True}
+    rundir.write_metrics(first)
+    rundir.write_metrics(second)
+    lines = lambda: [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]  # noqa: E731
+    assert lines() == []  # step 1 waits for its reports, and step 2 behind it
+    del first["_held"]
+    first["comm_bytes"] = 10  # completed in place by telemetry
+    rundir.write_metrics({"step": 3})
+    assert lines() == [{"step": 1, "comm_bytes": 10}]
+    rundir.close()  # a run ending with a step still held: written as it is, without the mark
+    assert lines() == [{"step": 1, "comm_bytes": 10}, {"step": 2}, {"step": 3}]
