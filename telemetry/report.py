@@ -38,11 +38,11 @@ def group_summary(steps: list[dict], step_time_s: float | None = None) -> dict:
     out = {}
     for name in names:
         rows = [r["comm_groups"][name] for r in steps if name in (r.get("comm_groups") or {})]
-        first = rows[-1]
+        last = rows[-1]  # identity as last recorded
         t = median([x.get("time_s") for x in rows])
         ops = sorted({op for x in rows for op in (x.get("by_op") or {})})
-        out[name] = {"dim": first.get("dim"), "size": first.get("size"), "scope": first.get("scope"),
-                     "scope_reason": first.get("scope_reason"),
+        out[name] = {"dim": last.get("dim"), "size": last.get("size"), "scope": last.get("scope"),
+                     "scope_reason": last.get("scope_reason"),
                      "count_per_step": median([x.get("count") for x in rows]),
                      "bytes_per_step": median([x.get("bytes") for x in rows]), "time_per_step_s": t,
                      "busbw_GBps": median([x.get("busbw_GBps") for x in rows]),

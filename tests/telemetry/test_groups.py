@@ -57,23 +57,19 @@ def test_without_a_host_map_the_scope_is_unknown_with_the_reason():
     assert ident["scope"] is None and ident["scope_reason"] == collectives.NO_HOSTS
 
 
-def test_the_step_breaks_down_by_group_with_each_groups_bus_factor():
+def test_the_step_breaks_down_by_group_with_each_groups_bus_factor(monkeypatch):
     tp, dp = Group([0, 1]), Group([0, 1, 2, 3])
     register_group(tp, "tp")
     register_group(dp, "dp")
     tracer = CollectiveTracer()
-    monkey_backend = collectives._backend_name
-    collectives._backend_name = lambda pg: "gloo"
-    try:
-        reduce = tracer._wrap_dist("all_reduce", lambda tensor, op=None, group=None, async_op=False: None,
-                                   DIST_SPECS["all_reduce"])
-        tracer.begin_step()
-        for _ in range(3):
-            reduce(torch.ones(256), group=tp)  # 1 KiB each, inside a node
-        reduce(torch.ones(1024), group=dp)  # 4 KiB across nodes
-        step = tracer.end_step()
-    finally:
-        collectives._backend_name = monkey_backend
+    monkeypatch.setattr(collectives, "_backend_name", lambda pg: "gloo")
+    reduce = tracer._wrap_dist("all_reduce", lambda tensor, op=None, group=None, async_op=False: None,
+                               DIST_SPECS["all_reduce"])
+    tracer.begin_step()
+    for _ in range(3):
+        reduce(torch.ones(256), group=tp)  # 1 KiB each, inside a node
+    reduce(torch.ones(1024), group=dp)  # 4 KiB across nodes
+    step = tracer.end_step()
     groups = step.group_summary()
     assert set(groups) == {"tp", "dp"}
     assert (groups["tp"]["count"], groups["tp"]["bytes"], groups["tp"]["scope"]) == (3, 3072, "intra")
