@@ -153,7 +153,14 @@ def _project(args) -> int:
     if eff is None:
         eff = efficiency_for(profile)
     if profile.get("partial"):
-        print(f"  partial: {profile['untimed_bytes']} bytes per step had no time; the projection leaves them out")
+        groups = profile.get("groups") or {}
+        inter = sum(g.get("untimed_bytes") or 0 for g in groups.values() if g["scope"] == "inter")
+        if groups and not inter:  # untimed only inside nodes: nothing the target link carries is missing
+            print(f"  {profile['untimed_bytes']} bytes per step had no time, all on intra-node groups: they stay "
+                  "as measured and the link's part is complete")
+        else:
+            print(f"  partial: {inter if groups else profile['untimed_bytes']} bytes per step"
+                  + (" on inter-node groups" if groups else "") + " had no time; the projection leaves them out")
     results = []
     try:
         for label, bps, table in targets:

@@ -144,7 +144,8 @@ def _group_profile(timed: list[dict], ops: dict, world: int) -> dict:
         last = rows[-1]
         # scope unknown (no host map): on the target link, as every byte was before groups
         g = {"dim": last.get("dim"), "size": last.get("size") or world, "scope": last.get("scope") or "inter",
-             "scope_known": last.get("scope") is not None, "ops": {}}
+             "scope_known": last.get("scope") is not None, "ops": {},
+             "untimed_bytes": median([x.get("untimed_bytes") for x in rows]) or 0}
         for op in sorted({op for x in rows for op in (x.get("by_op") or {})}):
             per = [(x.get("by_op") or {}).get(op) or {} for x in rows]
             g["ops"][op] = {"bytes": median([p.get("bytes") for p in per]) or 0,
