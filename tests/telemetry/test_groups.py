@@ -193,3 +193,13 @@ def test_held_metrics_lines_are_written_in_order_once_released(tmp_path):
     assert lines() == [{"step": 1, "comm_bytes": 10}]
     rundir.close()  # a run ending with a step still held: written as it is, without the mark
     assert lines() == [{"step": 1, "comm_bytes": 10}, {"step": 2}, {"step": 3}]
+
+
+def test_tensorboard_and_wandb_scalars_per_group_and_the_fabric_share(tmp_path):
+    from telemetry.exports import step_scalars
+    rec = json.loads((grouped_run(tmp_path) / "metrics.jsonl").read_text().splitlines()[2])
+    s = step_scalars(rec)
+    assert s["comm_group/dp/bytes"] == 100_000 and s["comm_group/tp/count"] == 60
+    assert s["comm/fabric_bytes"] == 100_000 and s["comm/fabric_time_s"] == pytest.approx(0.2)
+    old = json.loads((write_run(tmp_path / "old") / "metrics.jsonl").read_text().splitlines()[2])
+    assert not any(k.startswith("comm_group/") or k.startswith("comm/fabric") for k in step_scalars(old))
