@@ -44,6 +44,9 @@ def main(argv: list[str] | None = None) -> int:
     proj.add_argument("--latency-us", type=float, default=0.0, help="extra latency per collective call")
     proj.add_argument("--efficiency", type=float, default=None,
                       help="fraction of the line rate collectives achieve (default: measured on gloo/tbf)")
+    proj.add_argument("--intra-rate", default=None,
+                      help="rate of the links inside a node (tc units) for the intra-node groups' traffic; "
+                           "default: their time stays as measured")
     proj.add_argument("--json", default=None, help="write the projections here as JSON")
     nt = sub.add_parser("nccl-tests", help="read nccl-tests output (or a sweep's collectives.txt) into the "
                         "sweep's JSON and CSV")
@@ -125,6 +128,11 @@ def _project(args) -> int:
             targets.append((rate, bps, None))
         for path in args.busbw_table:
             targets.append((os.path.basename(path), None, load_busbw_table(path)))
+        intra_bps = None
+        if args.intra_rate is not None:
+            intra_bps = parse_rate(args.intra_rate)
+            if intra_bps is None:
+                return fail("--intra-rate: got 'none'; give the intra-node links' rate (tc units, e.g. 900gbit)")
     except (RateError, ProjectionError) as exc:
         return fail(str(exc).removeprefix("error: "))
     profiles = []
@@ -152,17 +160,30 @@ def _project(args) -> int:
     if eff is None:
         eff = efficiency_for(profile)
     if profile.get("partial"):
-        print(f"  partial: {profile['untimed_bytes']} bytes per step had no time; the projection leaves them out")
+        groups = profile.get("groups") or {}
+        inter = sum(g.get("untimed_bytes") or 0 for g in groups.values() if g["scope"] == "inter")
+        if groups and not inter:  # untimed only inside nodes: nothing the target link carries is missing
+            print(f"  {profile['untimed_bytes']} bytes per step had no time, all on intra-node groups: they stay "
+                  "as measured and the link's part is complete")
+        else:
+            print(f"  partial: {inter if groups else profile['untimed_bytes']} bytes per step"
+                  + (" on inter-node groups" if groups else "") + " had no time; the projection leaves them out")
     results = []
     try:
         for label, bps, table in targets:
             for n in nodes or [None]:
-                p = project(profile, bps, args.latency_us * 1e-6, eff, nodes=n, busbw_table=table)
+                p = project(profile, bps, args.latency_us * 1e-6, eff, nodes=n, busbw_table=table,
+                            intra_bps=intra_bps)
                 low, high = p["interval_s"]
                 where = f"{label}, {p['nodes']} node(s)"
                 print(f"  {where}: predicted {p['step_time_s']:.4f} s/step [{low:.4f}, {high:.4f}] (communication "
                       f"{p['comm_time_s']:.4f} s: {p['wire_s']:.4f} s on the wire + {p['fixed_s']:.4f} s fixed; "
                       + (f"busbw from the table)" if table else f"efficiency {eff})"))
+                for name, g in p["by_group"].items():
+                    where_g = ("on the target link" if g["on_target_link"] else
+                               "intra-node, " + (f"at {args.intra_rate}" if intra_bps else "as measured"))
+                    print(f"    group {name} ({g['scope']}-node, {g['size']} ranks): {g['bytes']:.0f} bytes, "
+                          f"measured {g['measured_s']:.4f} s -> {g['predicted_s']:.4f} s ({where_g})")
                 for note in p["notes"]:
                     print(f"    {note}")
                 if p["negligible"]:

@@ -9,6 +9,7 @@ the offline analysis imports it without torch.
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import datetime
 import errno
@@ -71,6 +72,7 @@ STEP_FIELDS: tuple[Field, ...] = (
     Field(('eval_loss', 'eval_accuracy', 'samples_seen'), 'on evaluation steps only; `eval_accuracy` is masked-LM accuracy (BERT) or top-1 (images), named in run.json `data.eval_accuracy_is`'),
     Field(('time',), 'wall clock (Unix seconds) at the end of the step, to line steps up with switch or BMC counters'),
     Field(('comm',), "per collective type (`all_reduce`, `reduce_scatter`, `all_gather`, `all_to_all`, `broadcast`, `reduce`, `send`, `recv`, `sendrecv`, `barrier`): `count`, `bytes` (nccl-tests S), `time_s` (the type's call durations summed; null if none timed), `untimed` (calls without a time), `untimed_bytes`, `busbw_GBps`"),
+    Field(('comm_groups',), "per process group (its name: the mesh dimension dp, tp, pp, ... or g[ranks] for a group another framework made): `dim`, `size`, `ranks`, `scope` (intra: one host; inter: spans hosts, the fabric's part), `count`, `bytes`, `time_s`, `untimed`, `busbw_GBps` at that group's size, `by_op`"),
     Field(('comm_bytes',), 'bytes over `comm`'),
     Field(('comm_time_s',), "wall time within the step with at least one collective in flight (concurrent calls count once), so never more than `step_time_s`; null if the step's calls all lack a time"),
     Field(('exposed_comm_s', 'exposed_comm_reason'), 'every step: the part of `comm_time_s` in which the training thread waited (blocking calls, issuing calls, the end of a backward pass waiting for its buckets), so never more than `comm_time_s`; null with the reason on NCCL (device-timed calls)'),
@@ -195,6 +197,7 @@ class RunDir:
         self.logs = os.path.join(path, LOGS)
         self.info: dict = {}
         self._metrics = None
+        self._held: collections.deque = collections.deque()  # lines waiting for a held record ahead of them
 
     def create(self) -> None:
         for d in (self.path, self.ranks, self.logs):
@@ -264,6 +267,14 @@ class RunDir:
         return [r for r in read_jsonl(self.metrics_path) if r.get("step", 0) <= step]
 
     def write_metrics(self, record: dict) -> None:
+        """Append a step's line. A record marked `_held` (telemetry completing its communication fields from
+        NCCL's late completion reports) waits, and later ones behind it, until the mark is gone."""
+        self._held.append(record)
+        while self._held and not self._held[0].get("_held"):
+            self._write_line(self._held.popleft())
+
+    def _write_line(self, record: dict) -> None:
+        record.pop("_held", None)
         if self._metrics is not None:
             try:
                 self._metrics.write(json.dumps(record, default=str) + "\n")
@@ -279,6 +290,9 @@ class RunDir:
         write_json_atomic(os.path.join(self.path, rank_file(self.rank, f"{name}.json")), data)
 
     def close(self) -> None:
+        while self._held:  # never released (a failed run): written as they are
+            with contextlib.suppress(HarnessError):  # MetricsWriteError, or the caller's own
+                self._write_line(self._held.popleft())
         if self._metrics is not None:
             with contextlib.suppress(OSError):  # a full disk: the error is already recorded
                 self._metrics.close()

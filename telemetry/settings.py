@@ -34,3 +34,6 @@ class TelemetrySettings:
     ethtool: bool = True  # PFC pause and port discard counters from ethtool -S (telemetry/capture/congestion.py)
     # switch counters: a Prometheus text endpoint (http://...) read before and after the run (rank 0); deltas in run.json
     switch_metrics_url: str | None = None
+    # NCCL: seconds a step's communication fields may wait for the watchdog's late completion reports
+    # (completed at a later step's end, never by waiting in the step); 0 = never hold
+    hold_reports_s: float = 2.0

@@ -396,6 +396,9 @@ def _check_telemetry(r: Recipe) -> list[str]:
     if tel.switch_metrics_url is not None and not str(tel.switch_metrics_url).startswith(("http://", "https://")):
         p.append(f"telemetry.switch_metrics_url: got {tel.switch_metrics_url!r}; expected an http:// or https:// "
                  "Prometheus metrics address, or null")
+    if not isinstance(tel.hold_reports_s, (int, float)) or isinstance(tel.hold_reports_s, bool) \
+            or not 0 <= tel.hold_reports_s <= 60:
+        p.append(f"telemetry.hold_reports_s: got {tel.hold_reports_s!r}; expected seconds from 0 to 60 (0 = never hold)")
     unknown = [k for k in tel.export if k not in TELEMETRY_EXPORTS]
     if unknown:
         p.append(f"telemetry.export: got {', '.join(map(str, unknown))}; allowed: {', '.join(TELEMETRY_EXPORTS)}")

@@ -159,7 +159,18 @@ class ParallelDims:
             lay = self.layout
             self._mesh = init_device_mesh(self.device_type, (lay.pp, lay.dp, lay.tp),
                                           mesh_dim_names=("pp", "dp", "tp"))
+            self._register_groups()
         return self._mesh
+
+    def _register_groups(self) -> None:
+        """Tell telemetry which mesh dimension each of this rank's groups is, so that communication is
+        reported per dimension (tp inside a node, dp across nodes); larger dimensions first, so a group
+        that serves a dimension of size 1 too is named after the one that moves data."""
+        from telemetry.capture.collectives import register_group
+
+        names = sorted(self._mesh.mesh_dim_names, key=lambda n: -self._mesh[n].size())
+        for name in names:
+            register_group(self._mesh.get_group(name), name)
 
     def mesh(self, name: str) -> DeviceMesh:
         return self.world_mesh[name]

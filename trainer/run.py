@@ -19,6 +19,7 @@ import torch.distributed as dist
 from telemetry.analysis.exports import export_after_close
 from telemetry.capture import fabric
 from telemetry.integrations.adapters import HarnessHooks
+from telemetry.capture.collectives import set_host_map
 from telemetry.capture.counters import merge_verdicts
 from telemetry.capture.environment import host_info, redact_tree, redacted_env, software_versions
 from telemetry.capture.session import Telemetry, TelemetrySettings
@@ -253,6 +254,7 @@ def set_up(st: RunState) -> None:
     prepare_flight_recorder(rundir.logs)
     init_process_group(st.backend, st.device, recipe.distributed.timeout_s)
     st.hosts = fabric.exchange_hosts()
+    set_host_map([h.get("hostname") if isinstance(h, dict) else None for h in st.hosts])  # groups' scopes
     # a signal need not wait for the step's end when a peer is gone or rank 0 has already ended the run
     st.stops.lost = lambda: _lost_ranks(st.hosts, st.trainer, rundir.run_json) or (
         st.rank != 0 and _closed_by_rank0(rundir.run_json))

@@ -10,8 +10,8 @@ __all__ = ["RunDir", "now_iso", "read_jsonl", "write_json_atomic"]
 
 
 class RunDir(_RunDir):
-    def write_metrics(self, record: dict) -> None:
+    def _write_line(self, record: dict) -> None:
         try:
-            super().write_metrics(record)
+            super()._write_line(record)
         except MetricsWriteError as exc:
             raise FaultError(str(exc), everywhere=False) from None

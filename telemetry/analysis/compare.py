@@ -18,7 +18,7 @@ from telemetry.analysis.compare_figures import rate_text, size_text, time_text
 from telemetry.analysis.fabric_summary import fabric_rows, line_rate_bps, workload_line, workload_rows
 from telemetry.analysis.projection import ProjectionError, combine_profiles, measured_profile, project
 from telemetry.analysis.repeats import merge_sweeps, spread
-from telemetry.analysis.report import fmt, fmt_bytes, partial_note, summarize, write_documents
+from telemetry.analysis.report import fmt, fmt_bytes, partial_note, scope_label, summarize, write_documents
 from telemetry.analysis.runs import Run, RunError, load_run, upgrade_sweep
 from telemetry.errors import InputError
 from telemetry.analysis.inventory_summary import inventory_rows
@@ -427,6 +427,31 @@ def time_to_train(run: Run) -> dict | None:
     return {"target": what, "seconds": None, "why": "steps up to the target are missing from metrics.jsonl"}
 
 
+def group_tables(run_sums: list[list[dict]], labels: list[str]) -> list[tuple]:
+    """Communication per process group and scope, one column per fabric (its first run), with the fabric's
+    share (the inter-node groups); [] when no run recorded groups (runs from before groups)."""
+    firsts = [ss[0] for ss in run_sums]
+    names = sorted({n for s in firsts for n in (s.get("comm_groups") or {})})
+    if not names:
+        return []
+    rows = []
+    for name in names:
+        known = next(s["comm_groups"][name] for s in firsts if name in (s.get("comm_groups") or {}))
+        head = f"{name} ({scope_label(known)}, {known.get('size')} ranks)"
+        rows.append([head] + [
+            (fmt_bytes(g["bytes_per_step"]) + " / " + fmt(g["time_per_step_s"], "s") + " / "
+             + fmt(g["busbw_GBps"], "GB/s") + (" (partial)" if g["partial"] else "")) if g else "n/a"
+            for g in ((s.get("comm_groups") or {}).get(name) for s in firsts)])
+    shares = []
+    for s in firsts:
+        f = s.get("fabric_share")
+        shares.append("n/a (no groups recorded)" if f is None else
+                      f"{fmt_bytes(f['bytes_per_step'])} ({fmt(f['bytes_share'], '%')}) / {fmt(f['time_per_step_s'], 's')}"
+                      f": {', '.join(f['groups']) or 'none'}")
+    rows.append(["fabric share (inter-node groups)"] + shares)
+    return [("Communication per process group: bytes / time / busbw per step (median)", ["group", *labels], rows)]
+
+
 def compare_training(groups, labels, out, plt, rates: list[tuple] | None = None) -> tuple[list, list, dict]:
     """groups: the runs of each fabric (repeats), baseline first; labels: one per fabric; rates: per fabric
     (line rate in bits per second or None, where it comes from)."""
@@ -504,6 +529,7 @@ def compare_training(groups, labels, out, plt, rates: list[tuple] | None = None)
                  for op in comm_ops]
     tables.append(("Communication per step: time / busbw (median), with the % of line rate where it is known",
                    ["collective", *labels], comm_rows))
+    tables += group_tables(run_sums, labels)
 
     # projection from the baseline to every other run's link rate, against what was measured
     # from the baseline's runs: several are repeats, projected from together (their medians and spread)

@@ -90,6 +90,7 @@ def measured_profile(run: Run, summary: dict | None = None) -> dict:
         t = last_arrival if last_arrival is not None else c["time_per_step_s"]
         ops[op] = {"bytes": c["bytes_per_step"], "time_s": t or 0.0,
                    "calls": median([r["comm"][op]["count"] for r in steps]) or 0}
+    groups = _group_profile(timed, ops, world)
     summed = sum(o["time_s"] for o in ops.values())
     # wall time with a collective in flight, on the rank that waited least: concurrent calls (DDP's buckets
     # on gloo's two threads, or queued behind each other) count once, as they share the link
@@ -99,6 +100,9 @@ def measured_profile(run: Run, summary: dict | None = None) -> dict:
     if summed > comm > 0:
         for o in ops.values():
             o["time_s"] *= comm / summed
+        for g in groups.values():
+            for o in g["ops"].values():
+                o["time_s"] *= comm / summed
     comm = min(comm, summed) if summed else comm
     exposed_est = median([r.get("exposed_comm_s") for r in timed])
     if exposed_est is not None:
@@ -118,13 +122,54 @@ def measured_profile(run: Run, summary: dict | None = None) -> dict:
     return {"step_time_s": med, "comm_time_s": comm, "exposed_s": min(exposed, comm), "exposed_from": exposed_from,
             # compute with asynchronous collectives in flight (None: a run recorded before this was kept)
             "overlap_window_s": overlap, "optimizer_s": optimizer,
-            "ops": ops, "world_size": world, "nodes": nodes, "link_bps": lab.get("rate_bps"),
+            "ops": ops, "groups": groups, "world_size": world, "nodes": nodes, "link_bps": lab.get("rate_bps"),
             "burst_bytes": lab.get("burst_bytes"), "label": run.name, "step_spread": spread,
             "steps": len(times), "dp": layout.get("dp") or world, "global_batch": layout.get("global_batch_size"),
             # the lab's nodes share one host's cores (None off the lab: nodes have their own)
             "host_cpus": lab.get("host_cpus"), "mtu": lab.get("mtu"),
             # measured times leave out calls without a time: what is projected from them is partial too
             "partial": bool(s.get("comm_partial")), "untimed_bytes": s.get("comm_untimed_bytes_per_step")}
+
+
+def _group_profile(timed: list[dict], ops: dict, world: int) -> dict:
+    """Per process group and collective type: bytes, calls and time, medians over the timed steps' `comm_groups`
+    ({} for runs recorded before groups: every byte is then taken to cross the fabric, as before). Each
+    collective type's time (the cross-rank minimum) is split over its groups as the writing rank's own
+    times split it, so the groups add up to the type."""
+    names = sorted({n for r in timed for n in (r.get("comm_groups") or {})})
+    if not names:
+        return {}
+    out = {}
+    for name in names:
+        rows = [r["comm_groups"][name] for r in timed if name in (r.get("comm_groups") or {})]
+        last = rows[-1]
+        # scope unknown (no host map): on the target link, as every byte was before groups
+        g = {"dim": last.get("dim"), "size": last.get("size") or world, "scope": last.get("scope") or "inter",
+             "scope_known": last.get("scope") is not None, "ops": {},
+             "untimed_bytes": median([x.get("untimed_bytes") for x in rows]) or 0}
+        for op in sorted({op for x in rows for op in (x.get("by_op") or {})}):
+            per = [(x.get("by_op") or {}).get(op) or {} for x in rows]
+            g["ops"][op] = {"bytes": median([p.get("bytes") for p in per]) or 0,
+                            "own_s": median([p.get("time_s") for p in per]) or 0.0,
+                            "calls": median([p.get("count") for p in per]) or 0}
+        out[name] = g
+    for op, o in ops.items():
+        parts = [g["ops"][op] for g in out.values() if op in g["ops"]]
+        own = sum(p["own_s"] for p in parts)
+        for p in parts:
+            p["time_s"] = o["time_s"] * p["own_s"] / own if own else o["time_s"] / len(parts)
+    return out
+
+
+def _units(profile: dict) -> list[dict]:
+    """What is projected, one unit per (process group, collective type); a run without groups gives one unit
+    per type over the world, all on the target link (its behaviour before groups were recorded)."""
+    groups = profile.get("groups") or {}
+    if not groups:
+        return [{"group": None, "op": op, "scope": "inter", "size": profile["world_size"], **o}
+                for op, o in profile["ops"].items()]
+    return [{"group": name, "op": op, "scope": g["scope"], "size": g["size"], "dim": g.get("dim"), **o}
+            for name, g in groups.items() for op, o in g["ops"].items()]
 
 
 # what repeats of one configuration must share to be projected together
@@ -160,6 +205,13 @@ def combine_profiles(profiles: list[dict]) -> dict:
     out["exposed_s"] = min(out["exposed_s"], out["comm_time_s"])
     out["ops"] = {op: {k: median([p["ops"][op][k] for p in profiles]) for k in ("bytes", "time_s", "calls")}
                   for op in first["ops"]}
+    shapes = {tuple(sorted((n, tuple(sorted(g["ops"]))) for n, g in (p.get("groups") or {}).items())) for p in profiles}
+    if len(shapes) > 1:
+        raise ProjectionError("the runs given together are not repeats of one configuration: their process groups "
+                              "differ (or some were recorded before groups were)")
+    out["groups"] = {name: {**g, "ops": {op: {k: median([p["groups"][name]["ops"][op][k] for p in profiles])
+                                              for k in ("bytes", "time_s", "calls", "own_s")} for op in g["ops"]}}
+                     for name, g in (first.get("groups") or {}).items()}
     out.update(step_time_s=step, step_spread=(min(low, 1.0), max(high, 1.0)),
                steps=sum(p["steps"] for p in profiles), repeats=len(profiles),
                repeat_step_times_s=[p["step_time_s"] for p in profiles],
@@ -244,7 +296,7 @@ def efficiency_for(profile: dict) -> float:
 
 def project(profile: dict, link_bps: float | None, latency_s: float = 0.0,
             efficiency: float | None = None, burst_bytes: float = 0.0, nodes: int | None = None,
-            busbw_table: dict | None = None) -> dict:
+            busbw_table: dict | None = None, intra_bps: float | None = None) -> dict:
     """Predicted step time on a fabric of `link_bps` bits/s per link (None: unshaped, as fast as measured),
     or of the busbw in `busbw_table` (load_busbw_table), on `nodes` nodes (None: as measured).
 
@@ -252,6 +304,10 @@ def project(profile: dict, link_bps: float | None, latency_s: float = 0.0,
     while the step computes, so up to that many bytes of each step pass without waiting for tokens.
     Returns the step time with `interval_s` (low, high), the predicted communication's share of the step,
     and `negligible` (communication adds less than the measured step-to-step spread).
+
+    Runs that recorded process groups (`comm_groups`) put only the inter-node groups' traffic on the target
+    link, each with its own group's bus factor; intra-node groups keep their measured time, or take
+    `intra_bps` (bits/s) where given. `by_group` says which is which.
     """
     if profile["step_time_s"] is None:
         raise ProjectionError("the measured run has no timed steps to project from")
@@ -264,48 +320,82 @@ def project(profile: dict, link_bps: float | None, latency_s: float = 0.0,
         efficiency = efficiency_for(profile)
     measured_Bps = profile["link_bps"] / 8 * efficiency if profile["link_bps"] else None
     idle = profile["step_time_s"] - profile["comm_time_s"]
-    wires = {op: o["bytes"] * bus_factor(op, n) for op, o in profile["ops"].items()}
-    total = sum(wires.values()) or 1.0
+    units = _units(profile)
+    for u in units:  # a group across nodes grows with the node count; one inside a node keeps its size
+        if u["group"] is None:
+            u["size_new"] = n_new
+        elif u["scope"] == "inter":
+            u["size_new"] = max(1, round(u["size"] * nodes / nodes_measured))
+        else:
+            u["size_new"] = u["size"]
+    wires = [u["bytes"] * bus_factor(u["op"], u["size"]) for u in units]
+    # only inter-node traffic went over the measured run's (shaped) links and goes over the target's
+    total = sum(w for u, w in zip(units, wires) if u["scope"] == "inter") or 1.0
     credit_measured = _credit(profile.get("burst_bytes") or 0, profile["link_bps"], idle)
     credit_target = _credit(burst_bytes, link_bps, idle * compute_scale)
     if busbw_table is not None:
         lo_eff, hi_eff = TABLE_RANGE
     else:
         lo_eff, hi_eff = EFFICIENCY_RANGE[0] / efficiency, EFFICIENCY_RANGE[1] / efficiency
-    per_op, comm_new, wire_new, comm_range = {}, 0.0, 0.0, {"slow": 0.0, "fast": 0.0}
-    for op, o in profile["ops"].items():
-        wire = wires[op]
-        share = wire / total  # the step's credit, spread over its collectives by their bytes
-        fixed = o["time_s"] - (max(wire - credit_measured * share, 0.0) / measured_Bps if measured_Bps else 0.0)
-        fixed = max(fixed, 0.0)
-        wire_target = o["bytes"] * bus_factor(op, n_new)
-        if busbw_table is not None:
-            points = busbw_table.get(TABLE_OP.get(op, op)) or busbw_table.get("all_reduce")
-            if points is None:
-                raise ProjectionError(f"--busbw-table: no {TABLE_OP.get(op, op)} or all_reduce table for the run's "
-                                      f"{op}; the table has {', '.join(sorted(busbw_table))}")
-            if TABLE_OP.get(op, op) not in busbw_table:
-                notes.append(f"{op}: not in the table, timed with all_reduce's busbw")
-            calls = max(o["calls"], 1)
-            # the table's busbw at each call's size; its time already holds the fabric's latency
-            bw, _ = busbw_at(points, o["bytes"] / calls)
-            on_wire = wire_target / (bw * 1e9)
+    per_op, by_group, comm_new, wire_new = {}, {}, 0.0, 0.0
+    comm_range = {"slow": 0.0, "fast": 0.0}
+    for u, wire in zip(units, wires):
+        op = u["op"]
+        wire_target = u["bytes"] * bus_factor(op, u["size_new"])
+        if u["scope"] != "inter":
+            # inside a node (NVLink, loopback): not on the target link. As measured, or at its own rate
+            # (`intra_bps`), taken as the measured run's unshaped transfer at least (max, as below)
+            fixed = u["time_s"]
+            on_wire = wire_target / (intra_bps / 8 * efficiency) if intra_bps else 0.0
+
+            def carried(w: float, fixed=fixed, calls=u["calls"]) -> float:
+                return max(fixed, w)
+            t_new = carried(on_wire)
+            lo_w = hi_w = on_wire
         else:
-            target_Bps = link_bps / 8 * efficiency if link_bps else None
-            on_wire = (max(wire_target - credit_target * share, 0.0) / target_Bps) if target_Bps else 0.0
-        # a shaped run's fixed part is per-call cost and latency: it adds to the new wire time. An unshaped
-        # run's is the transfer itself at the host's speed (copies through the kernel), which a slower link
-        # overlaps rather than follows (tiny_resnet in the lab: 45 ms unshaped + 119 ms of wire at 1 Gbit/s
-        # predicted 164 ms; 127 ms measured)
-        def carried(w: float, fixed=fixed, calls=o["calls"]) -> float:
-            return (fixed + w if measured_Bps else max(fixed, w)) + latency_s * calls
-        t_new = carried(on_wire)
-        per_op[op] = {"bytes": o["bytes"], "wire_bytes": wire_target, "measured_s": o["time_s"], "fixed_s": fixed,
-                      "wire_s": on_wire, "predicted_s": t_new}
+            share = wire / total  # the step's credit, spread over the inter-node collectives by their bytes
+            fixed = u["time_s"] - (max(wire - credit_measured * share, 0.0) / measured_Bps if measured_Bps else 0.0)
+            fixed = max(fixed, 0.0)
+            if busbw_table is not None:
+                points = busbw_table.get(TABLE_OP.get(op, op)) or busbw_table.get("all_reduce")
+                if points is None:
+                    raise ProjectionError(f"--busbw-table: no {TABLE_OP.get(op, op)} or all_reduce table for the "
+                                          f"run's {op}; the table has {', '.join(sorted(busbw_table))}")
+                if TABLE_OP.get(op, op) not in busbw_table:
+                    notes.append(f"{op}: not in the table, timed with all_reduce's busbw")
+                calls = max(u["calls"], 1)
+                # the table's busbw at each call's size; its time already holds the fabric's latency
+                bw, _ = busbw_at(points, u["bytes"] / calls)
+                on_wire = wire_target / (bw * 1e9)
+            else:
+                target_Bps = link_bps / 8 * efficiency if link_bps else None
+                on_wire = (max(wire_target - credit_target * share, 0.0) / target_Bps) if target_Bps else 0.0
+
+            # a shaped run's fixed part is per-call cost and latency: it adds to the new wire time. An unshaped
+            # run's is the transfer itself at the host's speed (copies through the kernel), which a slower link
+            # overlaps rather than follows (tiny_resnet in the lab: 45 ms unshaped + 119 ms of wire at 1 Gbit/s
+            # predicted 164 ms; 127 ms measured)
+            def carried(w: float, fixed=fixed, calls=u["calls"]) -> float:
+                return (fixed + w if measured_Bps else max(fixed, w)) + latency_s * calls
+            t_new = carried(on_wire)
+            lo_w, hi_w = on_wire / lo_eff, on_wire / hi_eff
+        o = per_op.setdefault(op, {"bytes": 0, "wire_bytes": 0.0, "measured_s": 0.0, "fixed_s": 0.0, "wire_s": 0.0,
+                                   "predicted_s": 0.0})
+        for k, v in (("bytes", u["bytes"]), ("wire_bytes", wire_target), ("measured_s", u["time_s"]),
+                     ("fixed_s", fixed), ("wire_s", on_wire), ("predicted_s", t_new)):
+            o[k] += v
+        if u["group"] is not None:
+            g = by_group.setdefault(u["group"], {"dim": u.get("dim"), "scope": u["scope"], "size": u["size"],
+                                                 "size_new": u["size_new"], "on_target_link": u["scope"] == "inter",
+                                                 "bytes": 0, "wire_bytes": 0.0, "measured_s": 0.0, "wire_s": 0.0,
+                                                 "predicted_s": 0.0})
+            for k, v in (("bytes", u["bytes"]), ("wire_bytes", wire_target), ("measured_s", u["time_s"]),
+                         ("wire_s", on_wire), ("predicted_s", t_new)):
+                g[k] += v
         comm_new += t_new
-        wire_new += on_wire
-        comm_range["slow"] += carried(on_wire / lo_eff)
-        comm_range["fast"] += carried(on_wire / hi_eff)
+        wire_new += on_wire if u["scope"] == "inter" else 0.0
+        comm_range["slow"] += carried(lo_w)
+        comm_range["fast"] += carried(hi_w)
     comm, exposed = profile["comm_time_s"], profile["exposed_s"]
     # Communication can hide behind the compute that runs while it is in flight: at least what was hidden
     # in the measured run, at most the backward compute after the first asynchronous call (the overlap
@@ -333,6 +423,9 @@ def project(profile: dict, link_bps: float | None, latency_s: float = 0.0,
             "wire_s": wire_new, "fixed_s": comm_new - wire_new, "compute_s": compute, "hidden_s": window,
             "comm_share": exposed_new / step if step else None, "negligible": negligible,
             "link_bps": link_bps, "latency_s": latency_s, "efficiency": efficiency, "by_op": per_op,
+            "by_group": by_group, "intra_bps": intra_bps,
+            "inter_measured_s": sum(g["measured_s"] for g in by_group.values() if g["on_target_link"]),
+            "inter_predicted_s": sum(g["predicted_s"] for g in by_group.values() if g["on_target_link"]),
             "nodes": nodes, "world_size": n_new, "from": profile["label"], "notes": list(dict.fromkeys(notes)),
             "table": busbw_table is not None, "partial": bool(profile.get("partial")),
             "untimed_bytes": profile.get("untimed_bytes")}
@@ -344,7 +437,8 @@ def negligible_above_bps(profile: dict, fraction: float = NEGLIGIBLE, efficiency
     which a faster fabric cannot shorten this job's step by more than that."""
     base = project(profile, None, nodes=nodes)
     n_new = base["world_size"]
-    wire = sum(o["bytes"] * bus_factor(op, n_new) for op, o in profile["ops"].items())
+    wire = sum(g["wire_bytes"] for g in base["by_group"].values() if g["on_target_link"]) if base["by_group"] else \
+        sum(o["bytes"] * bus_factor(op, n_new) for op, o in profile["ops"].items())
     if not wire or not base["step_time_s"]:
         return None
     return wire * 8 / (fraction * base["step_time_s"]) / (efficiency or efficiency_for(profile))

@@ -28,6 +28,47 @@ def _untimed_bytes(stats: dict) -> int | None:
     return 0 if not stats.get("untimed") else None
 
 
+def group_summary(steps: list[dict], step_time_s: float | None = None) -> dict:
+    """Communication per process group, medians over `steps` (their `comm_groups`): {name: {dim, size,
+    scope, count_per_step, bytes_per_step, time_per_step_s, busbw_GBps, share_of_step, partial, by_op}}.
+    Empty for runs recorded before groups were (their communication reads per collective type only)."""
+    names = sorted({g for r in steps for g in (r.get("comm_groups") or {})})
+    out = {}
+    for name in names:
+        rows = [r["comm_groups"][name] for r in steps if name in (r.get("comm_groups") or {})]
+        last = rows[-1]  # identity as last recorded
+        t = median([x.get("time_s") for x in rows])
+        ops = sorted({op for x in rows for op in (x.get("by_op") or {})})
+        out[name] = {"dim": last.get("dim"), "size": last.get("size"), "scope": last.get("scope"),
+                     "scope_reason": last.get("scope_reason"),
+                     "count_per_step": median([x.get("count") for x in rows]),
+                     "bytes_per_step": median([x.get("bytes") for x in rows]), "time_per_step_s": t,
+                     "busbw_GBps": median([x.get("busbw_GBps") for x in rows]),
+                     "share_of_step": t / step_time_s if t is not None and step_time_s else None,
+                     "partial": any(x.get("untimed") for x in rows),
+                     "by_op": {op: {"count_per_step": median([((x.get("by_op") or {}).get(op) or {}).get("count")
+                                                              for x in rows]),
+                                    "bytes_per_step": median([((x.get("by_op") or {}).get(op) or {}).get("bytes")
+                                                              for x in rows]),
+                                    "time_per_step_s": median([((x.get("by_op") or {}).get(op) or {}).get("time_s")
+                                                               for x in rows])} for op in ops}}
+    return out
+
+
+def fabric_share(groups: dict) -> dict | None:
+    """The inter-node groups' part of the step's communication (what crosses the fabric), or None without groups."""
+    if not groups:
+        return None
+    total = sum(g["bytes_per_step"] or 0 for g in groups.values())
+    inter = [n for n, g in groups.items() if g["scope"] == "inter"]
+    unknown = [n for n, g in groups.items() if g["scope"] is None]
+    inter_bytes = sum(groups[n]["bytes_per_step"] or 0 for n in inter)
+    times = [groups[n]["time_per_step_s"] for n in inter]
+    return {"groups": inter, "bytes_per_step": inter_bytes, "bytes_share": inter_bytes / total if total else None,
+            "time_per_step_s": sum(times) if times and None not in times else None,
+            "unknown_scope": unknown}
+
+
 def summarize(run: Run) -> dict:
     steps = run.timed_steps()
     layout = run.info.get("layout") or {}
@@ -102,6 +143,8 @@ def summarize(run: Run) -> dict:
         # the share counts timed calls only: partial when some calls had no time
         "comm_partial": comm_partial, "comm_untimed_bytes_per_step": median(per_step_untimed),
         "comm_untimed_reasons": sorted(reasons),
+        # per process group (mesh dimension) and its scope; {} / None for runs recorded before groups
+        "comm_groups": (groups := group_summary(steps, med)), "fabric_share": fabric_share(groups),
         "exposed_comm": exposed_comm,  # every step's estimate from the traced calls (same steps as comm_share)
         "exposed": exposed,  # profiled windows: shares of the profiled window, with the profiler's overhead
         "straggler_s": median([s["max"] - s["min"] for s in spreads]),
@@ -175,6 +218,7 @@ def tables(s: dict) -> list[tuple[str, list[str], list[list[str]]]]:
         comm_rows.append([op, fmt(c["count_per_step"]), fmt_bytes(c["bytes_per_step"]), fmt(c["time_per_step_s"], "s"),
                           fmt(c["busbw_GBps"], "GB/s"), fmt(c["share_of_step"], "%") + (" (partial)" if c["partial"] else ""),
                           fmt(exp_op, "%"), fmt_bytes(c["untimed_bytes_per_step"]) if c["partial"] else ""])
+    group_table = group_rows(s)
     e = s["energy"]
     energy = ([["energy per step", fmt(e["per_step_j"], "J")], ["energy per sample", fmt(e["per_sample_j"], "J")],
                ["total energy", fmt(e["total_j"], "J")], ["GPU power (sampled)", fmt(e["power_w"], "W")]]
@@ -185,6 +229,7 @@ def tables(s: dict) -> list[tuple[str, list[str], list[list[str]]]]:
     return [("Run", ["", ""], overview), ("Throughput", ["", ""], throughput),
             ("Communication per step (median)", ["collective", "count", "bytes", "time", "busbw", "share of step",
                                                  "exposed share (profiled)", "untimed bytes"], comm_rows),
+            *([group_table] if group_table else []),
             ("Energy", ["", ""], energy), ("Fabric counters", ["", ""], counters), s["stragglers"]]
 
 
@@ -209,6 +254,27 @@ def evidence_rows(server: dict | None, switch: dict | None, top: int = 10) -> li
                          + (f"; reset during the run: {', '.join(d['resets'][:5])}" if d.get("resets") else "")])
             rows += [[f"switch: {k}", fmt(v)] for k, v in notable]
     return rows
+
+
+def scope_label(g: dict) -> str:
+    return {"inter": "inter-node (fabric)", "intra": "intra-node"}.get(g.get("scope"), "unknown scope")
+
+
+def group_rows(s: dict) -> tuple[str, list[str], list[list[str]]] | None:
+    """The table of communication per process group, ending with the fabric's share; None for old runs."""
+    groups = s.get("comm_groups") or {}
+    if not groups:
+        return None
+    rows = [[name, fmt(g["dim"]), fmt(g["size"]), scope_label(g), ", ".join(sorted(g["by_op"])),
+             fmt(g["count_per_step"]), fmt_bytes(g["bytes_per_step"]), fmt(g["time_per_step_s"], "s"),
+             fmt(g["busbw_GBps"], "GB/s") + (" (partial)" if g["partial"] else "")]
+            for name, g in groups.items()]
+    f = s.get("fabric_share") or {}
+    rows.append(["fabric share (inter-node groups)", ", ".join(f.get("groups") or []) or "none", "", "", "", "",
+                 fmt_bytes(f.get("bytes_per_step")) + (f" ({fmt(f['bytes_share'], '%')})" if f.get("bytes_share")
+                                                       is not None else ""), fmt(f.get("time_per_step_s"), "s"), ""])
+    return ("Communication per process group (median per step)",
+            ["group", "mesh dim", "ranks", "scope", "collectives", "count", "bytes", "time", "busbw"], rows)
 
 
 # Markdown's inline syntax (and raw HTML, which Markdown passes through): run names, paths, host names and

@@ -38,6 +38,8 @@ A batch of sends and receives is `sendrecv` with S = the larger of the bytes sen
 """
 from __future__ import annotations
 
+import contextlib
+import datetime
 import functools
 import inspect
 import itertools
@@ -71,6 +73,9 @@ _A2A = frozenset({"ALLTOALL_BASE", "ALLTOALL"})
 _BC, _RED = frozenset({"BROADCAST"}), frozenset({"REDUCE"})
 _SEND, _RECV = frozenset({"SEND"}), frozenset({"RECV", "RECVANYSOURCE"})
 _BATCH = frozenset({"COALESCED"})
+# one work for a whole _coalescing_manager block: COALESCED, or the fast path's *_COALESCED types
+_BLOCK = frozenset({"COALESCED", "ALLREDUCE_COALESCED", "ALLGATHER_COALESCED", "REDUCE_SCATTER_TENSOR_COALESCED"})
+_P2P = frozenset({"send", "recv", "sendrecv"})  # NCCL runs point-to-point on streams of their own
 
 # name -> (collective type, bytes from the bound arguments, whether the call takes async_op, NCCL op types)
 DIST_SPECS = {
@@ -150,6 +155,121 @@ def _capturing() -> bool:
         return False
 
 
+# ---------------------------------------------------------------- process group identity
+
+# Which mesh dimension each process group is (registered by whoever builds the meshes: trainer/distributed.py),
+# and every rank's host (run.json `hosts`), from which a group's scope follows: "intra" when all its ranks
+# share a host (NVLink, loopback), "inter" when it spans hosts (the fabric).
+_GROUP_DIMS: "weakref.WeakKeyDictionary[object, str]" = weakref.WeakKeyDictionary()
+_GROUP_DIMS_STRONG: dict[int, tuple[object, str]] = {}
+_IDENTITY: "weakref.WeakKeyDictionary[object, dict]" = weakref.WeakKeyDictionary()
+_IDENTITY_STRONG: dict[int, tuple[object, dict]] = {}
+_HOST_OF_RANK: list[str] | None = None
+INTRA, INTER = "intra", "inter"
+NO_HOSTS = "the host of each rank was not recorded"
+
+
+def register_group(pg, dim: str) -> None:
+    """Name `pg` after its mesh dimension (dp, tp, pp, cp, ...). A group that serves several dimensions
+    keeps the first name it was given (the mesh owner registers its dimensions in mesh order)."""
+    if pg is None:
+        return
+    with _REGISTRY_LOCK:
+        try:
+            _GROUP_DIMS.setdefault(pg, dim)
+            _IDENTITY.pop(pg, None)
+        except TypeError:  # a group that cannot be weakly referenced
+            _GROUP_DIMS_STRONG.setdefault(id(pg), (pg, dim))
+            _IDENTITY_STRONG.pop(id(pg), None)
+
+
+def _registered_dim(pg) -> str | None:
+    try:
+        return _GROUP_DIMS.get(pg)
+    except TypeError:
+        return _GROUP_DIMS_STRONG.get(id(pg), (None, None))[1]
+
+
+def _size(pg) -> int:
+    try:
+        return int(pg.size())
+    except (RuntimeError, AttributeError, TypeError, ValueError):
+        return 1
+
+
+def set_host_map(hosts: list[str | None] | None) -> None:
+    """Every rank's host name, in global rank order (run.json `hosts`); groups' scopes follow from it."""
+    global _HOST_OF_RANK
+    with _REGISTRY_LOCK:
+        _HOST_OF_RANK = list(hosts) if hosts else None
+        _IDENTITY.clear()
+        _IDENTITY_STRONG.clear()
+
+
+def _group_ranks(pg) -> list[int] | None:
+    ranks = getattr(pg, "ranks", None)  # test doubles and foreign groups may say so themselves
+    if ranks is not None:
+        return [int(r) for r in ranks]
+    try:
+        return [int(r) for r in dist.get_process_group_ranks(pg)]
+    except (RuntimeError, ValueError, AttributeError, KeyError, TypeError):
+        return None
+
+
+def ranks_name(ranks: list[int]) -> str:
+    """A stable name for a group no mesh named, from its global ranks: g[0,1,2,3], or g[0..62/2] (first,
+    last and stride) for longer evenly spaced ones."""
+    if len(ranks) <= 8:
+        return "g[" + ",".join(map(str, ranks)) + "]"
+    steps = {b - a for a, b in zip(ranks, ranks[1:])}
+    if len(steps) == 1:
+        return f"g[{ranks[0]}..{ranks[-1]}/{steps.pop()}]"
+    return f"g[{ranks[0]},{ranks[1]},...,{ranks[-1]}]({len(ranks)})"
+
+
+def group_identity(pg) -> dict:
+    """{name, dim, size, ranks, scope, hosts} of a process group, computed once per group.
+
+    name: the mesh dimension where one was registered (or the group's DeviceMesh description says it), else
+    "world" for the default group, else a name from its ranks. scope: "intra" (one host), "inter" (spans
+    hosts), or None with `scope_reason` when the ranks' hosts are unknown."""
+    with _REGISTRY_LOCK:
+        try:
+            got = _IDENTITY.get(pg)
+            weak = True
+        except TypeError:
+            got = _IDENTITY_STRONG.get(id(pg), (None, None))[1]
+            weak = False
+        if got is not None:
+            return got
+        host_map = _HOST_OF_RANK
+    dim = _registered_dim(pg)
+    desc = str(getattr(pg, "group_desc", "") or "")
+    if dim is None and desc.startswith("mesh_") and desc != "mesh_default":
+        dim = desc[len("mesh_"):]
+    ranks = _group_ranks(pg)
+    size = _size(pg)
+    try:
+        default = pg is dist.distributed_c10d._get_default_group()
+    except (RuntimeError, ValueError, AttributeError):
+        default = False
+    name = dim or ("world" if default else ranks_name(ranks) if ranks else _group_label(pg))
+    ident = {"name": name, "dim": dim, "size": size, "ranks": ranks, "scope": None}
+    if host_map is not None and ranks:
+        hosts = sorted({host_map[r] for r in ranks if 0 <= r < len(host_map) and host_map[r] is not None})
+        if hosts:
+            ident["hosts"] = len(hosts)
+            ident["scope"] = INTER if len(hosts) > 1 else INTRA
+    if ident["scope"] is None:
+        ident["scope_reason"] = NO_HOSTS if host_map is None else "the group's ranks are not known"
+    with _REGISTRY_LOCK:
+        if weak:
+            _IDENTITY[pg] = ident
+        else:
+            _IDENTITY_STRONG[id(pg)] = (pg, ident)
+    return ident
+
+
 # ---------------------------------------------------------------- completion hooks, once per group
 
 # A hook cannot be removed or registered twice on a group: one per group for the process, routed to
@@ -195,14 +315,29 @@ def _dispatch(token: int, info) -> None:
     try:
         name = getattr(info.op_type, "name", None) or str(info.op_type).rsplit(".", 1)[-1]
         duration = _seconds(info.active_duration)
+        finished = host_time(getattr(info, "time_finished", None))
         with _REGISTRY_LOCK:
             tracers = list(_TRACERS)
         for tracer in tracers:
-            if tracer._complete(token, name, duration):
+            if tracer._complete(token, name, duration, finished):
                 return
         UNMATCHED[name] += 1
     except Exception:  # noqa: BLE001 - never let a telemetry error reach the watchdog
         UNMATCHED["<error>"] += 1
+
+
+def host_time(value) -> float | None:
+    """A WorkInfo time on this process's perf_counter timeline, or None. torch reported system_clock
+    (datetime, wall clock) and, since 2025, steady_clock (timedelta since the steady clock's epoch, which
+    on Linux is CLOCK_MONOTONIC, the clock perf_counter reads): both branches are taken by type."""
+    try:
+        if isinstance(value, datetime.datetime):
+            return value.timestamp() - (time.time() - time.perf_counter())
+        if isinstance(value, datetime.timedelta):
+            return value.total_seconds() - (time.monotonic() - time.perf_counter())
+    except (OverflowError, OSError, ValueError):
+        return None
+    return None
 
 
 def _seconds(value) -> float | None:
@@ -239,6 +374,10 @@ class Call:
     queued: bool = False
     closed: bool = False
     step_no: int = 0
+    group: dict | None = None  # group_identity() of the process group it ran on (None: unknown)
+    t_start: float | None = None  # NCCL: where its works ran on the device, on the host timeline (`place`)
+    finished_seen: float | None = None  # NCCL: when the watchdog saw its last work complete (host clock)
+    coalesced: int = 0  # calls folded into this one _coalescing_manager block's single work
 
     def resolve(self) -> None:
         if self.duration_s is not None or self.token is not None:
@@ -279,6 +418,29 @@ class StepComm:
                 out[op]["untimed_reason"] = "; ".join(sorted(s["_reasons"]))
         return out
 
+    def group_summary(self) -> dict:
+        """The step's communication per process group: {name: {dim, size, scope, bytes, count, time_s,
+        untimed, untimed_bytes, busbw_GBps, by_op}}; busbw takes the bus factor at that group's size."""
+        by_group: dict[str, list[Call]] = {}
+        for c in self.calls:
+            by_group.setdefault((c.group or {}).get("name") or UNKNOWN_GROUP, []).append(c)
+        out = {}
+        for name, calls in by_group.items():
+            ident = calls[0].group or {"dim": None, "size": max(calls[0].group_size, 1), "scope": None,
+                                       "scope_reason": "the call's process group is not known"}
+            entry = {"dim": ident.get("dim"), "size": ident.get("size"), "scope": ident.get("scope")}
+            if ident.get("scope") is None:
+                entry["scope_reason"] = ident.get("scope_reason")
+            if ident.get("hosts") is not None:
+                entry["hosts"] = ident["hosts"]
+            if ident.get("ranks") is not None and len(ident["ranks"]) <= 64:
+                entry["ranks"] = ident["ranks"]
+            by_op = StepComm(calls).summary()
+            entry.update(group_totals(by_op, ident.get("size") or 1))
+            entry["by_op"] = by_op
+            out[name] = entry
+        return out
+
 
 class CollectiveTracer:
     """Install once per process; `begin_step()`/`end_step()` bracket what belongs to a step.
@@ -296,6 +458,7 @@ class CollectiveTracer:
         self._cond = threading.Condition(threading.Lock())
         self._pending: dict[int, deque[Call]] = {}
         self._steps = 0
+        self._busy: dict[tuple, float] = {}  # (group token, stream): where its last placed work ended
         self.late = 0  # reports that arrived after their step's record was made
         self.dropped = 0  # queued calls never reported within STALE_STEPS steps
         self.installed = False
@@ -329,6 +492,11 @@ class CollectiveTracer:
             self._patch(dist, "_broadcast_coalesced", self._wrap_broadcast_coalesced(dist._broadcast_coalesced))
         if hasattr(dist, "batch_isend_irecv"):
             self._patch(dist, "batch_isend_irecv", self._wrap_batch(dist.batch_isend_irecv))
+        if hasattr(c10d, "_coalescing_manager"):  # Megatron's DDP gradient sync, DeepSpeed's coalesced gathers
+            wrapped = self._wrap_coalescing(c10d._coalescing_manager)
+            if getattr(dist, "_coalescing_manager", None) is c10d._coalescing_manager:
+                self._patch(dist, "_coalescing_manager", wrapped)
+            self._patch(c10d, "_coalescing_manager", wrapped)
         self.installed = True
         return self
 
@@ -386,6 +554,16 @@ class CollectiveTracer:
         call may issue more than one work, counted from the group's sequence number (only where known
         to: a count taken around a call could include another thread's work on the group)."""
         nccl = call.backend == "nccl" and pg is not None
+        block = getattr(self._local, "block", None)
+        if nccl and block is not None:  # inside a coalescing block: part of the block's one work
+            block.append(call)
+            self._local.depth = 1
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self._local.depth = 0
+        if pg is not None and call.group is None:
+            call.group = group_identity(pg)
         if nccl:
             self._queue(call, pg, types)
         seq = _sequence_number(pg) if several and call.queued else None
@@ -426,7 +604,7 @@ class CollectiveTracer:
                 q.remove(call)
             call.queued = False
 
-    def _complete(self, token: int, op_type: str, duration_s: float | None) -> bool:
+    def _complete(self, token: int, op_type: str, duration_s: float | None, finished: float | None = None) -> bool:
         """A completion report for `token`'s group: credit the first queued call that issues that type."""
         with self._cond:
             q = self._pending.get(token)
@@ -434,6 +612,8 @@ class CollectiveTracer:
             if call is None:
                 return False
             call.seen += 1
+            if finished is not None:
+                call.finished_seen = max(call.finished_seen or finished, finished)
             if duration_s is None:
                 call.bad = True
             else:
@@ -524,9 +704,10 @@ class CollectiveTracer:
                 tracer._local.depth = 0
             t_returned = time.perf_counter()
             for i, p2p in enumerate(p2p_op_list):  # gloo: one work per op
-                _, psize, pbackend = tracer._group_info(p2p.group)
+                ppg, psize, pbackend = tracer._group_info(p2p.group)
                 call = tracer._record(Call(kinds[i], _NBYTES(p2p.tensor), psize, pbackend,
-                                           tracer._source("dist"), t0, t_returned=t_returned))
+                                           tracer._source("dist"), t0, t_returned=t_returned,
+                                           group=group_identity(ppg) if ppg is not None else None))
                 work = works[i] if works is not None and i < len(works) else None
                 if work is not None:
                     tracer._attach(call, work)
@@ -577,6 +758,45 @@ class CollectiveTracer:
         wrapper.__name__ = fn.__name__
         return wrapper
 
+    def _wrap_coalescing(self, fn):
+        """A `_coalescing_manager` block on NCCL is one work, reported once as COALESCED (or a *_COALESCED
+        fast path) with no sizes: one entry for the block, with the summed bytes of the calls inside."""
+        tracer = self
+
+        @contextlib.contextmanager
+        def wrapper(group=None, device=None, async_ops=False):
+            pg, size, backend = tracer._group_info(group)
+            if tracer._depth or getattr(tracer._local, "block", None) is not None or backend != "nccl":
+                with fn(group, device, async_ops) as cm:
+                    yield cm
+                return
+            inner = fn(group, device, async_ops)
+            block = tracer._local.block = []
+            t0 = time.perf_counter()
+            try:
+                cm = inner.__enter__()
+            except BaseException:
+                tracer._local.block = None
+                raise
+            try:
+                yield cm
+            except BaseException as exc:
+                tracer._local.block = None
+                if not inner.__exit__(type(exc), exc, exc.__traceback__):
+                    raise
+                return
+            tracer._local.block = None
+            if not block:
+                inner.__exit__(None, None, None)
+                return
+            call = Call(block[0].op, sum(c.nbytes for c in block), size, backend, block[0].source,
+                        min(c.t_issue for c in block) if block else t0, coalesced=len(block))
+            # the block's work is issued at the manager's exit: queued first, as its report may beat the return
+            tracer._call(lambda: inner.__exit__(None, None, None), call, pg, _BLOCK, (), {})
+
+        wrapper.__wrapped__ = fn
+        return wrapper
+
     # ------------------------------------------------------------ DDP
 
     def attach_ddp(self, ddp_model) -> None:
@@ -600,23 +820,61 @@ class CollectiveTracer:
         with self._cond:
             self._step = StepComm()
 
-    def end_step(self) -> StepComm:
+    def end_step(self, hold: bool = False) -> StepComm:
+        """The step's calls. `hold`: leave its NCCL calls open for completion reports still to come; the
+        caller closes the step later with `release` (off the training thread's critical path)."""
         with self._cond:
             step, self._step = self._step, StepComm()
-            if self.settle_s > 0:
-                deadline = time.monotonic() + self.settle_s
+            self._steps += 1
+            for q in self._pending.values():
+                while q and q[0].step_no < self._steps - STALE_STEPS and q[0].works is not None:
+                    q.popleft().queued = False
+                    self.dropped += 1
+        if not hold:
+            self.release(step, self.settle_s)
+        return step
+
+    def release(self, step: StepComm, wait_s: float = 0.0) -> StepComm:
+        """Close a step: wait up to `wait_s` for its calls' reports, count the rest untimed (LATE), and
+        place its NCCL calls on the device timeline (`place`)."""
+        with self._cond:
+            if wait_s > 0:
+                deadline = time.monotonic() + wait_s
                 while any(c.queued for c in step.calls) and (left := deadline - time.monotonic()) > 0:
                     self._cond.wait(left)
             for c in step.calls:
                 c.closed = True
                 if c.queued:
                     c.untimed_reason = LATE
-            self._steps += 1
-            for q in self._pending.values():
-                while q and q[0].step_no < self._steps - STALE_STEPS and q[0].works is not None:
-                    q.popleft().queued = False
-                    self.dropped += 1
+            self.place(step.calls)
         return step
+
+    @staticmethod
+    def pending(step: StepComm) -> int:
+        """The step's calls still waiting for a completion report."""
+        return sum(1 for c in step.calls if c.queued)
+
+    def place(self, calls: list[Call]) -> None:
+        """Device-side start and end of each timed NCCL call, on the host's perf_counter timeline.
+
+        ProcessGroupNCCL reports a work's device duration (between its CUDA events), the host time it was
+        created, and when the watchdog saw it complete (up to ~100 ms late); not when the device started it.
+        The works of one group run one after another on its stream (point-to-point on streams of their own),
+        and none starts before the host issued it. So each call is placed at the earliest position those
+        facts allow: start = max(its issue, the end of the previous work on the same stream, carried across
+        steps), end = start + duration; never after the watchdog saw it complete. The same rule for every
+        group puts all groups on one consistent timeline; where the device runs behind the host (a queue of
+        compute kernels ahead of the collective) the true start is later, up to the completion seen less
+        the duration. Places calls once; called with a step's calls in issue order."""
+        for c in sorted(calls, key=lambda c: c.t_issue):
+            if c.token is None or c.duration_s is None or c.t_start is not None:
+                continue
+            key = (c.token, "p2p" if c.op in _P2P else "coll")
+            start = max(c.t_issue, self._busy.get(key, c.t_issue))
+            if c.finished_seen is not None:
+                start = min(start, max(c.finished_seen - c.duration_s, c.t_issue))
+            c.t_start, c.t_done = start, start + c.duration_s
+            self._busy[key] = c.t_done
 
 
 def _funcol_pg(group):
@@ -651,6 +909,21 @@ def _funcol_group_size(group) -> int:
     return 1
 
 
+UNKNOWN_GROUP = "unknown"
+
+
+def group_totals(by_op: dict, size: int) -> dict:
+    """A group's totals over its collective types: bytes, count, time (None if no call was timed), untimed
+    bytes and busbw at the group's size (the timed calls' bus bytes over their time)."""
+    timed = [(op, s) for op, s in by_op.items() if s["time_s"] is not None]
+    time_s = sum(s["time_s"] for _, s in timed) if timed else None
+    bus = sum(s["busbw_GBps"] * s["time_s"] for _, s in timed if s["busbw_GBps"] is not None)
+    return {"bytes": sum(s["bytes"] for s in by_op.values()), "count": sum(s["count"] for s in by_op.values()),
+            "time_s": time_s, "untimed": sum(s["untimed"] for s in by_op.values()),
+            "untimed_bytes": sum(s["untimed_bytes"] for s in by_op.values()),
+            "busbw_GBps": bus / time_s if time_s else None}
+
+
 def totals(summary: dict) -> tuple[int, float | None]:
     """Total bytes and total known time over all collective types of a step."""
     nbytes = sum(s["bytes"] for s in summary.values())
@@ -666,4 +939,4 @@ def untimed_bytes(summary: dict) -> int | None:
 
 
 __all__ = ["CollectiveTracer", "Call", "StepComm", "OPS", "RECORDED_OPS", "enable_nccl_timing", "totals",
-           "untimed_bytes"]
+           "untimed_bytes", "register_group", "set_host_map", "group_identity", "group_totals"]

@@ -193,14 +193,15 @@ def _intersect(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> li
 
 
 def call_intervals(calls, window: tuple[float, float]) -> list[tuple[float, float]]:
-    """Timed calls as intervals clipped to the window. Host-timed calls (gloo) are issue to completion.
-    Device-timed ones (NCCL: a duration, no end) are laid end to end per group from their issue times,
-    since a group's works run one after another on its stream."""
+    """Timed calls as intervals clipped to the window. Host-timed calls (gloo) are issue to completion;
+    device-timed ones (NCCL) where the tracer placed them on the device timeline (`t_start`..`t_done`,
+    CollectiveTracer.place), else laid end to end per group from their issue times, since a group's
+    works run one after another on its stream."""
     lo, hi = window
     out, busy_until = [], {}
     for c in sorted((c for c in calls if c.duration_s is not None), key=lambda c: c.t_issue):
         if c.t_done is not None:
-            start, end = c.t_issue, c.t_done
+            start, end = (c.t_start if getattr(c, "t_start", None) is not None else c.t_issue), c.t_done
         else:
             start = max(c.t_issue, busy_until.get(c.token, c.t_issue))
             end = busy_until[c.token] = start + c.duration_s

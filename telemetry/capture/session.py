@@ -22,13 +22,14 @@ import os
 import statistics
 import sys
 import time
+from collections import deque
 
 import torch
 import torch.distributed as dist
 
 from telemetry.capture import early, fabric
 from telemetry.settings import TelemetrySettings  # noqa: F401 (the settings the session takes; re-exported)
-from telemetry.capture.collectives import RECORDED_OPS as OPS, CollectiveTracer, enable_nccl_timing, totals
+from telemetry.capture.collectives import RECORDED_OPS as OPS, CollectiveTracer, enable_nccl_timing, set_host_map, totals
 from telemetry.capture.counters import CounterReader, loss_verdict
 from telemetry.capture import bmc_power
 from telemetry.capture.congestion import summarize as congestion_figures
@@ -175,6 +176,9 @@ class Telemetry:
         self.hosts: list[str] | None = None  # every rank's host, in rank order (for the straggler report)
         self.stragglers: StragglerDetector | None = None  # rank 0's
         self.probe_ring: list[int] = []  # the first rank of each host
+        self._hold = False  # NCCL: steps held for late completion reports (set at start)
+        self._held: deque = deque()  # steps whose lines wait for their reports, oldest first
+        self._reduce_next: dict | None = None  # the step reduced across ranks at the next step's end
         self.started = False
 
     # ------------------------------------------------------------ before the process group
@@ -201,6 +205,10 @@ class Telemetry:
         if not self.s.enabled or self.started:
             return
         self.tracer.install()
+        try:  # every rank decides alike: the held step's cross-rank reduction happens a step later everywhere
+            self._hold = bool(self.s.hold_reports_s) and dist.is_initialized() and dist.get_backend() == "nccl"
+        except (RuntimeError, ValueError):
+            self._hold = False
         on_gpu = self.device.type == "cuda"
         self.gpu = EnergyMeter(open_gpu_source(self.device.index if on_gpu else None, nvml=self._nvml),
                                self.s.power_sample_interval_s)
@@ -227,6 +235,7 @@ class Telemetry:
             hosts: list = [None] * self.world  # once, before any step: the tracer drops calls outside steps
             dist.all_gather_object(hosts, host_info()["hostname"], group=self._group)
             self.hosts, self.probe_ring = hosts, leaders(hosts)
+            set_host_map(hosts)  # each process group's scope: inside one host or across hosts
             if self.s.link_probe_every:  # a first, untimed round opens the connections (TCP slow start)
                 link_probe(self.tracer.original("isend"), self.tracer.original("irecv"), self._group, self.rank,
                            self.probe_ring, self.s.link_probe_bytes)
@@ -283,48 +292,50 @@ class Telemetry:
         if self.started:
             self._marks.append((name, time.perf_counter()))
 
-    def end_step(self, step: int, step_time_s: float | None = None) -> dict:
-        """This step's telemetry fields (call on every rank: the cross-rank reduction is collective)."""
+    def end_step(self, step: int, step_time_s: float | None = None, into: dict | None = None) -> dict:
+        """This step's telemetry fields (call on every rank: the cross-rank reduction is collective).
+
+        `into`: the caller's record for the step, filled in place. On NCCL with `hold_reports_s` > 0, the
+        communication fields of a step given `into` are completed at the next step's end (or at `flush`),
+        when the watchdog's completion reports of its last calls (up to ~100 ms late) are in; until then the
+        record carries `_held: True` (trainer/rundir.py writes held records in order once released)."""
         if not self.started:
             return {}
         t_end = time.perf_counter()
         if step_time_s is None and self._t_step is not None:
             step_time_s = t_end - self._t_step
-        step_comm = self.tracer.end_step()
-        comm = step_comm.summary()
-        if self._events is not None:
-            self._write_events(step, t_end, step_comm.calls)
+        hold = self._hold and into is not None
+        step_comm = self.tracer.end_step(hold=hold)
         # the step's window: the loop's step time, ending now (never earlier than start_step), so that
         # exposed <= communication <= step time hold by construction
         lo = t_end - step_time_s if step_time_s is not None else -math.inf
         window = (max(lo, self._t_step) if self._t_step is not None else lo, t_end)
-        comm_bytes, _ = totals(comm)
-        record = {"comm": comm, "comm_bytes": comm_bytes,
-                  **step_comm_times(step_comm.calls, self._marks, window, self._copy_rate),
-                  **phase_times(self._marks)}
+        record = into if into is not None else {}
+        held = {"step": step, "record": record, "comm": step_comm, "marks": self._marks, "window": window,
+                "step_time_s": step_time_s, "t_end": t_end, "t_step": self._t_step}
         self._marks = []
-        comm_time = record["comm_time_s"]
+        own: dict = {}  # telemetry's own fields: the rank line holds these
         profiled = self.windows.active()
         exposed = self.windows.stop(step)
         if profiled:
-            record["profiled"] = True
+            own["profiled"] = True
         if exposed is not None:
-            record["exposed"] = exposed
+            own["exposed"] = exposed
             self._exposed.append(exposed)
         gpu = self.gpu.step()
         gpu_j = _first(gpu["energy_j"])
         gpu_w = _first(gpu["power_w"])
-        record["gpu_energy_j"], record["gpu_power_w"] = gpu_j, gpu_w
+        own["gpu_energy_j"], own["gpu_power_w"] = gpu_j, gpu_w
         if gpu.get("reason"):
-            record["gpu_energy_reason"] = gpu["reason"]
+            own["gpu_energy_reason"] = gpu["reason"]
         host = {"cpu_j": None, "tx": None, "rx": None, "rdma_tx": None, "rdma_rx": None, "loss": None,
                 "reorder": None, "server_j": None, "server_w": None}
         if self.cpu is not None:
             cpu = self.cpu.step()
             host["cpu_j"] = _sum(cpu["energy_j"])
-            record["host"] = {"cpu_energy_j": host["cpu_j"]}
+            own["host"] = {"cpu_energy_j": host["cpu_j"]}
             if cpu.get("reason"):
-                record["host"]["cpu_energy_reason"] = cpu["reason"]
+                own["host"]["cpu_energy_reason"] = cpu["reason"]
         if self.counters is not None:
             deltas = self.counters.delta()
             self._loss_steps.append(deltas)
@@ -334,12 +345,12 @@ class Telemetry:
                         rdma_rx=_sum_key(deltas, "rdma:", "port_rcv_bytes"),
                         loss=sum(verdict["counts"].values()) if deltas else None,
                         reorder=sum(verdict.get("reordering", {}).values()) if deltas else None)
-            record.setdefault("host", {})["counters"] = deltas
-            record["host"]["congestion"] = congestion_figures(deltas)
+            own.setdefault("host", {})["counters"] = deltas
+            own["host"]["congestion"] = congestion_figures(deltas)
         if self.bmc is not None:
             server = self.bmc.step()
             host["server_j"], host["server_w"] = server["energy_j"], server["watts"]
-            record.setdefault("host", {})["server_power"] = server
+            own.setdefault("host", {})["server_power"] = server
             if server["energy_j"] is not None:  # the window since the last step's end: nothing falls between
                 self._server["energy_j"] += server["energy_j"]
                 self._server["seconds"] += server["seconds"]
@@ -349,27 +360,104 @@ class Telemetry:
             self._energy_total["known"] = True
         if host["cpu_j"] is not None:
             self._energy_total["cpu_j"] += host["cpu_j"]
+        held.update(gpu_j=gpu_j, gpu_w=gpu_w, host=host, own=own, complete=False, reduced=False)
+        record.update(own)
+        if not hold:
+            self._complete(held)
+            self._reduce(held)
+            self._write(held)
+            return record
+        # Held: the step's communication fields wait for the watchdog's reports, off this thread. Its
+        # cross-rank reduction is made a step later on every rank alike (a collective: the same step
+        # everywhere), from what is in by then; its lines are written once its reports are in, or
+        # `hold_reports_s` after its end, in step order.
+        record["_held"] = True
+        previous, self._reduce_next = self._reduce_next, held
+        if previous is not None:
+            self._reduce(previous)
+        self._held.append(held)
+        self._write_ready(t_end)
+        return record
+
+    def _write_ready(self, now: float, wait_s: float = 0.0) -> None:
+        """Write the held steps, oldest first, that were reduced and whose reports are in (or overdue)."""
+        while self._held:
+            oldest = self._held[0]
+            if not oldest["reduced"]:
+                return
+            overdue = now - oldest["t_end"] >= self.s.hold_reports_s
+            if not (overdue or wait_s or not self.tracer.pending(oldest["comm"])):
+                return
+            self._complete(oldest, wait_s)
+            self._write(self._held.popleft())
+
+    def flush(self, collective: bool = True, wait_s: float | None = None) -> None:
+        """Complete the steps still held for late completion reports, waiting up to `hold_reports_s` for them.
+        `collective`: every rank calls this (the end of a completed run), so the last step's cross-rank
+        figures are reduced as usual; False (a failing rank, close) leaves them out for that step."""
+        last, self._reduce_next = self._reduce_next, None
+        if last is not None:
+            if collective:
+                self._reduce(last)
+            else:
+                last["reduced"] = True
+        self._write_ready(time.perf_counter(), self.s.hold_reports_s if wait_s is None else wait_s)
+
+    def _complete(self, held: dict, wait_s: float = 0.0) -> None:
+        """Close the step's calls (those still unreported count untimed) and compute its communication fields."""
+        if held["complete"]:
+            return
+        step_comm = held["comm"]
+        if any(not c.closed for c in step_comm.calls):
+            self.tracer.release(step_comm, wait_s)
+        held["own"].update(self._comm_fields(held))
+        held["complete"] = True
+
+    def _comm_fields(self, held: dict) -> dict:
+        step_comm = held["comm"]
+        comm = step_comm.summary()
+        comm_bytes, _ = totals(comm)
+        return {"comm": comm, "comm_bytes": comm_bytes, "comm_groups": step_comm.group_summary(),
+                **step_comm_times(step_comm.calls, held["marks"], held["window"], self._copy_rate),
+                **phase_times(held["marks"])}
+
+    def _reduce(self, held: dict) -> None:
+        """The cross-rank reduction (and link probe) of a step: collective, on every rank for the same step.
+        A held step not yet complete is reduced from what its reports said so far (calls without one: no time)."""
+        held["reduced"] = True
+        step, record = held["step"], held["record"]
+        fields = held["own"] if held["complete"] else self._comm_fields(held)
+        comm, comm_bytes, comm_time = fields["comm"], fields["comm_bytes"], fields["comm_time_s"]
+        step_time_s, host = held["step_time_s"], held["host"]
         # time outside collectives (stragglers.py); unknown when some collective went untimed
         compute = (step_time_s - (comm_time or 0.0)
                    if step_time_s is not None and (comm_time is not None or not comm) else None)
-        mine = [step_time_s, comm_time, comm_bytes, *(comm.get(op, {}).get("time_s") for op in OPS), gpu_j, gpu_w,
-                host["cpu_j"], host["tx"], host["rx"], host["rdma_tx"], host["rdma_rx"], host["loss"], host["reorder"],
-                host["server_j"], host["server_w"], compute]
+        mine = [step_time_s, comm_time, comm_bytes, *(comm.get(op, {}).get("time_s") for op in OPS), held["gpu_j"],
+                held["gpu_w"], host["cpu_j"], host["tx"], host["rx"], host["rdma_tx"], host["rdma_rx"], host["loss"],
+                host["reorder"], host["server_j"], host["server_w"], compute]
         reduced = (self._group is not None and step % self.s.cross_rank_every == 0) or self.world == 1
         probe = None
         if reduced and self._group is not None and self.s.link_probe_every and step % self.s.link_probe_every == 0:
             probe = link_probe(self.tracer.original("isend"), self.tracer.original("irecv"), self._group, self.rank,
                                self.probe_ring, self.s.link_probe_bytes)
             if probe is not None:
+                held["own"]["link_in_s"] = probe
                 record["link_in_s"] = probe
         mine.append(probe)
-        self._write_rank_line({"step": step, "step_time_s": step_time_s, **record})
         if reduced:
             record.update(self.cross_rank([_nan(v) for v in mine], step))
             if self.stragglers is not None:
-                for finding in self.stragglers.feed(step, record):
+                for finding in self.stragglers.feed(step, {**record, **fields}):
                     print(f"[telemetry] {describe_straggler(finding)}", file=sys.stderr, flush=True)
-        return record
+
+    def _write(self, held: dict) -> None:
+        """The step's rank line (and events); its record released to the metrics file."""
+        own, record = held["own"], held["record"]
+        if self._events is not None:
+            self._write_events(held["step"], held["t_end"], held["comm"].calls, held["marks"], held["t_step"])
+        self._write_rank_line({"step": held["step"], "step_time_s": held["step_time_s"], **own})
+        record.update(own)
+        record.pop("_held", None)
 
     def start_eval(self, step: int) -> None:
         """An evaluation after `step`: its collectives are kept apart from every training step's."""
@@ -382,7 +470,7 @@ class Telemetry:
         if not self.started or self._t_eval is None:
             return {}
         t_end = time.perf_counter()
-        calls = self.tracer.end_step()
+        calls = self.tracer.end_step()  # released at once: an evaluation's record is not held
         comm = calls.summary()
         window = (self._t_eval, t_end)
         self._t_eval = None
@@ -433,13 +521,15 @@ class Telemetry:
             distance <<= 1
         return payload
 
-    def _write_events(self, step: int, t_end: float, calls: list) -> None:
+    def _write_events(self, step: int, t_end: float, calls: list, marks: list, t_step: float | None) -> None:
         off = self._clock_offset
         kept = calls[:EVENTS_MAX_CALLS_PER_STEP]
-        line = {"step": step, "rank": self.rank, "t0": None if self._t_step is None else self._t_step + off,
-                "t1": t_end + off, "marks": [[n, t + off] for n, t in self._marks],
-                # op, issue time, duration (null: untimed), bytes, group size, source
-                "calls": [[c.op, c.t_issue + off, c.duration_s, c.nbytes, c.group_size, c.source] for c in kept],
+        line = {"step": step, "rank": self.rank, "t0": None if t_step is None else t_step + off,
+                "t1": t_end + off, "marks": [[n, t + off] for n, t in marks],
+                # op, start (issue; NCCL: its placed device start), duration (null: untimed), bytes, group
+                # size, source, group name
+                "calls": [[c.op, (c.t_start if c.t_start is not None else c.t_issue) + off, c.duration_s, c.nbytes,
+                           c.group_size, c.source, (c.group or {}).get("name")] for c in kept],
                 "calls_dropped": len(calls) - len(kept)}
         text = json.dumps(line) + "\n"
         if self._events_bytes + len(text) > EVENTS_MAX_BYTES:
@@ -490,6 +580,7 @@ class Telemetry:
     def close(self) -> None:
         if not self.started:
             return
+        self.flush(collective=False)  # a step still held (a run that did not end through on_train_end)
         if self._shared_tracer:  # modules bound its wrappers at import: it stays, holding no calls
             self.tracer.begin_step()
         else:

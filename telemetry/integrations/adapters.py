@@ -22,7 +22,12 @@ class HarnessHooks(Hooks):
         self.telemetry.start_step(step)
 
     def on_step_end(self, step: int, record: dict) -> None:
-        record.update(self.telemetry.end_step(step, record.get("step_time_s")))
+        # filled in place: on NCCL the communication fields may follow at the next step's end (held)
+        self.telemetry.end_step(step, record.get("step_time_s"), into=record)
+
+    def on_train_end(self, status: str) -> None:
+        # every rank ends a completed run here together: the held last step is reduced across ranks as usual
+        self.telemetry.flush(collective=status in ("completed", "target_reached"))
 
     def on_eval_start(self, step: int) -> None:
         self.telemetry.start_eval(step)

@@ -7,12 +7,22 @@ stream (a batch_isend_irecv is one COALESCED work); a blocking call returns once
 registered once per group gets, from the watchdog, each completed work's op type, sequence number and
 device-side duration - never the work or its tensors; registering needs TORCH_NCCL_ENABLE_TIMING and
 refuses a second hook.
+
+With a `Clock` it also models the timing of the real thing: the device runs behind the host (a work starts
+`device_lag_s` after its issue at the earliest, and after the previous work on its stream), the watchdog
+reports a work `report_delay_s` after the device finished it (~100 ms on ProcessGroupNCCL), with
+time_started the host's issue time and time_finished when the watchdog saw it (steady_clock timedeltas, as
+torch since 2025); a `_coalescing_manager` block is one work reported once as COALESCED, with no sizes; and
+each group has an identity (its global ranks and DeviceMesh's `mesh_<dim>` description).
 """
 from __future__ import annotations
 
+import collections
+import contextlib
 import datetime
 import gc
 import threading
+import time
 import weakref
 from collections import deque
 
@@ -26,10 +36,32 @@ from telemetry.capture.collectives import DIST_SPECS, FUNCOL_SPECS, LATE, Collec
 
 
 class FakeWorkInfo:
-    def __init__(self, op_type: str, seq: int, duration_s: float):
+    def __init__(self, op_type: str, seq: int, duration_s: float, started=None, finished=None):
         self.op_type, self.seq = OpType.__members__[op_type], seq
-        self.time_started = self.time_finished = datetime.datetime.now()
+        self.time_started = started if started is not None else datetime.datetime.now()
+        self.time_finished = finished if finished is not None else self.time_started
         self.active_duration = datetime.timedelta(seconds=duration_s)
+
+
+class Clock:
+    """Simulated time, for the host (perf_counter, monotonic: one steady clock, as on Linux) and the device.
+    Advancing it lets the pretend watchdog report what the device has finished by then."""
+
+    def __init__(self):
+        self.now, self.groups = 1000.0, []
+
+    def perf_counter(self):
+        return self.now
+
+    monotonic = perf_counter
+
+    def time(self):
+        return self.now + 1.7e9
+
+    def advance(self, dt: float) -> None:
+        self.now += dt
+        for g in self.groups:
+            g.deliver_until(self.now)
 
 
 class FakeNcclWork:
@@ -48,12 +80,22 @@ class FakeNcclWork:
 class FakeProcessGroupNCCL:
     backend = "nccl"
 
-    def __init__(self, name: str, size: int = 2, timing: bool = True):
+    def __init__(self, name: str, size: int = 2, timing: bool = True, ranks=None, dim: str | None = None,
+                 clock: Clock | None = None, device_lag_s: float = 0.0, report_delay_s: float = 0.0):
         self.group_name, self._size, self.timing = name, size, timing
+        self.ranks = list(ranks) if ranks is not None else list(range(size))
+        self.group_desc = f"mesh_{dim}" if dim else "undefined"
         self.hook, self.registrations = None, 0
         self.seq_collective = self.seq_p2p = 0
         self.streams: dict[str, deque] = {"nccl": deque()}
         self.durations: list[tuple[str, float]] = []
+        self.clock, self.device_lag_s, self.report_delay_s = clock, device_lag_s, report_delay_s
+        self.free_at: dict[str, float] = {}  # when each stream's last work ends on the device
+        self.reports: list[tuple[float, FakeWorkInfo]] = []  # (when the watchdog reports it, what)
+        self.placed: list[tuple[str, float, float, float]] = []  # (op type, host issue, device start, end)
+        self.coalescing: list | None = None
+        if clock is not None:
+            clock.groups.append(self)
 
     def size(self):
         return self._size
@@ -75,6 +117,9 @@ class FakeProcessGroupNCCL:
         return (10 + nbytes) / 1e6  # 10 us + 1 us per byte, whole microseconds (timedelta's resolution)
 
     def issue(self, op_type: str, tensors, stream: str = "nccl") -> FakeNcclWork:
+        if self.coalescing is not None and stream == "nccl":  # inside a block: part of its one work
+            self.coalescing.extend(tensors)
+            return FakeNcclWork(tensors)
         if stream == "nccl":
             self.seq_collective += 1
             seq = self.seq_collective
@@ -82,9 +127,35 @@ class FakeProcessGroupNCCL:
             self.seq_p2p += 1
             seq = self.seq_p2p
         d = self.device_time(sum(t.numel() * t.element_size() for t in tensors))
-        self.streams.setdefault(stream, deque()).append((op_type, seq, d))
         self.durations.append((op_type, d))
+        if self.clock is None:
+            self.streams.setdefault(stream, deque()).append((op_type, seq, d))
+            return FakeNcclWork(tensors)
+        issued = self.clock.now
+        start = max(issued + self.device_lag_s, self.free_at.get(stream, -1.0))
+        end = self.free_at[stream] = start + d
+        self.placed.append((op_type, issued, start, end))
+        seen = end + self.report_delay_s
+        steady = datetime.timedelta(seconds=1)  # the clock's values are seconds since the steady epoch
+        self.reports.append((seen, FakeWorkInfo(op_type, seq, d, started=steady * issued, finished=steady * seen)))
+        self.deliver_until(self.clock.now)
         return FakeNcclWork(tensors)
+
+    def deliver_until(self, t: float) -> None:
+        """The hook thread: report every work the watchdog has seen complete by `t`, in that order."""
+        due = sorted((r for r in self.reports if r[0] <= t), key=lambda r: r[0])
+        self.reports = [r for r in self.reports if r[0] > t]
+        for _, info in due:
+            if self.hook is not None:
+                self.hook(info)
+
+    @contextlib.contextmanager
+    def coalesced_block(self):
+        """ProcessGroupNCCL between startCoalescing and endCoalescing: one work for the block."""
+        self.coalescing = []
+        yield
+        tensors, self.coalescing = self.coalescing, None
+        self.issue("COALESCED", tensors)
 
     def watchdog(self, reverse: bool = False):
         """The device finished everything issued: report every work, stream by stream in issue order
@@ -146,6 +217,12 @@ def broadcast_coalesced(process_group, tensors, buffer_size, src=0):
             bucket, size = [], 0
     if bucket:
         process_group.issue("BROADCAST", bucket).wait()
+
+
+@contextlib.contextmanager
+def coalescing_manager(group=None, device=None, async_ops=False):
+    with group.coalesced_block():
+        yield None
 
 
 def funcol_all_reduce(self, reduceOp, group, tag=""):  # noqa: N803 - torch's parameter names
@@ -345,3 +422,119 @@ def test_a_call_never_reported_is_dropped_after_a_few_steps():
     for _ in range(collectives.STALE_STEPS + 2):
         tracer.end_step()
     assert tracer.dropped == 1 and not any(tracer._pending.values())
+
+
+# ---------------------------------------------------------------- late reports, coalesced blocks, device lag
+
+def test_a_coalescing_block_is_one_entry_with_the_blocks_bytes():
+    g, tracer = FakeProcessGroupNCCL("dp"), CollectiveTracer()
+    reduce, block = wrap(tracer, "all_reduce", all_reduce), tracer._wrap_coalescing(coalescing_manager)
+    tracer.begin_step()
+    with block(group=g, async_ops=True):
+        for n in (100, 200, 300):
+            reduce(torch.ones(n), group=g, async_op=True)
+    reduce(torch.ones(10), group=g)  # after the block: its own work and report
+    assert [d[0] for d in g.durations] == ["COALESCED", "ALLREDUCE"]  # one work for the block
+    g.watchdog()
+    s = tracer.end_step().summary()["all_reduce"]
+    assert s["count"] == 2 and s["bytes"] == 2400 + 40 and s["untimed"] == 0
+    assert s["time_s"] == pytest.approx(g.durations[0][1] + g.durations[1][1])
+    assert not any(tracer._pending.values())
+
+
+def test_completion_times_are_read_in_either_clock_type():
+    now = time.perf_counter()
+    wall = datetime.datetime.now()
+    assert collectives.host_time(wall) == pytest.approx(now + (wall.timestamp() - time.time()), abs=0.05)
+    steady = datetime.timedelta(seconds=time.monotonic())  # torch >= 2025: steady_clock since its epoch
+    assert collectives.host_time(steady) == pytest.approx(time.perf_counter(), abs=0.05)
+    assert collectives.host_time(None) is None
+
+
+def simulate(monkeypatch, report_delay_s: float, device_lag_s: float, hold: bool, steps: int = 5) -> list[dict]:
+    """A tp x dp step loop on the pretend NCCL, through the telemetry session: forward tp all-reduces inside a
+    node, backward dp gradient buckets in coalescing blocks across nodes, an optimizer step. Returns each
+    step's record as the loop would write it (in order, once released)."""
+    from telemetry.capture import session
+
+    clock = Clock()
+    monkeypatch.setattr(collectives, "time", clock)
+    monkeypatch.setattr(session, "time", clock)
+    collectives.set_host_map(["a", "a", "b", "b"])
+    tp = FakeProcessGroupNCCL("tp-pg", ranks=[0, 1], dim="tp", clock=clock, device_lag_s=device_lag_s,
+                              report_delay_s=report_delay_s)
+    dp = FakeProcessGroupNCCL("dp-pg", ranks=[0, 2], dim="dp", clock=clock, device_lag_s=device_lag_s,
+                              report_delay_s=report_delay_s)
+    tel = session.Telemetry(session.TelemetrySettings(cross_rank_every=0, link_probe_every=0, nccl_debug=False,
+                                                      power_sample_interval_s=60.0, sysfs="/nonexistent"))
+    tel.start()
+    tel._hold = hold  # what start() decides from the default group's backend (NCCL)
+    tracer = tel.tracer
+    reduce, block = wrap(tracer, "all_reduce", all_reduce), tracer._wrap_coalescing(coalescing_manager)
+    written = []
+    pending = collections.deque()
+    try:
+        for step in range(1, steps + 1):
+            tel.start_step(step)
+            t0 = clock.now
+            for _ in range(4):  # forward: activations all-reduced over tp, the host running ahead
+                clock.advance(0.004)
+                reduce(torch.ones(2000), group=tp)
+            tel.mark("backward_begin")
+            for _ in range(3):  # backward: gradient buckets, each one coalesced block over dp
+                clock.advance(0.01)
+                with block(group=dp, async_ops=True):
+                    for _ in range(4):
+                        reduce(torch.ones(500), group=dp, async_op=True)
+            clock.advance(0.002)
+            tel.mark("backward_end")
+            tel.mark("optimizer_begin")
+            clock.advance(0.02)
+            tel.mark("optimizer_end")
+            record = {"step": step, "step_time_s": clock.now - t0}
+            tel.end_step(step, record["step_time_s"], into=record)
+            pending.append(record)  # as trainer/rundir.py writes them: in order, once not held
+            while pending and not pending[0].get("_held"):
+                written.append(pending.popleft())
+        clock.advance(0.5)  # the end of the run: the last reports come in
+        tel.flush(collective=True)
+        written += list(pending)
+    finally:
+        tel.close()
+        collectives.set_host_map(None)
+    return written
+
+
+def test_every_call_is_timed_under_late_reports_and_the_estimate_is_unchanged(monkeypatch):
+    ideal = simulate(monkeypatch, report_delay_s=0.0, device_lag_s=0.0, hold=False)
+    # as ProcessGroupNCCL: reports ~100 ms after the device finished, the device 30 ms behind the host
+    late = simulate(monkeypatch, report_delay_s=0.1, device_lag_s=0.03, hold=True)
+    unheld = simulate(monkeypatch, report_delay_s=0.1, device_lag_s=0.03, hold=False)
+    assert len(ideal) == len(late) == 5
+    assert [r["step"] for r in late] == [1, 2, 3, 4, 5] and not any("_held" in r for r in late)
+    for a, b in zip(ideal, late):
+        s = b["comm"]["all_reduce"]
+        assert s["untimed"] == 0 and s["count"] == 4 + 3  # 100% timed; each block is one entry
+        assert s["bytes"] == a["comm"]["all_reduce"]["bytes"] == 4 * 8000 + 3 * 4 * 2000
+        assert b["comm_groups"]["dp"]["count"] == 3 and b["comm_groups"]["dp"]["scope"] == "inter"
+        assert b["comm_groups"]["tp"]["count"] == 4 and b["comm_groups"]["tp"]["scope"] == "intra"
+        assert b["exposed_comm_s"] is not None and a["exposed_comm_s"] is not None
+        assert abs(b["exposed_comm_s"] - a["exposed_comm_s"]) <= 0.01 * a["step_time_s"]
+        assert abs(b["comm_time_s"] - a["comm_time_s"]) <= 0.01 * a["step_time_s"]
+    # without holding, the step's last reports come after its end: they go untimed
+    assert all(u["comm"]["all_reduce"]["untimed"] > 0 for u in unheld)
+    assert all(u["comm_groups"]["dp"]["untimed"] > 0 for u in unheld)
+
+
+def test_device_placement_is_per_stream_never_before_issue_and_carried_across_steps():
+    tracer = CollectiveTracer()
+    calls = [collectives.Call("all_reduce", 8, 2, "nccl", "dist", t, duration_s=d, token=1)
+             for t, d in ((0.0, 0.5), (0.1, 0.2), (2.0, 0.1))]
+    p2p = collectives.Call("send", 8, 2, "nccl", "dist", 0.05, duration_s=0.1, token=1)
+    other = collectives.Call("all_reduce", 8, 2, "nccl", "dist", 0.2, duration_s=0.1, token=2)
+    tracer.place(calls + [p2p, other])
+    assert [(c.t_start, c.t_done) for c in calls] == [(0.0, 0.5), (0.5, 0.7), (2.0, 2.1)]
+    assert (p2p.t_start, other.t_start) == (0.05, 0.2)  # streams of their own: not behind the collectives
+    later = collectives.Call("all_reduce", 8, 2, "nccl", "dist", 2.05, duration_s=0.1, token=1)
+    tracer.place([later])  # the next step: behind what the stream still had
+    assert later.t_start == pytest.approx(2.1)

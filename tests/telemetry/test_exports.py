@@ -216,11 +216,11 @@ def test_docs_list_every_parquet_column():
     """docs/telemetry.md's Parquet tables name exactly the columns the files have."""
     import re
 
-    from telemetry.analysis.exports.parquet import _schemas
+    from telemetry.analysis.exports.parquet import _group_schema, _schemas
 
     text = open(os.path.join(REPO, "docs", "telemetry.md"), encoding="utf-8").read()
     section = text.split("### Parquet exports", 1)[1]
-    for name, schema in zip(("steps", "collectives", "calls"), _schemas()):
+    for name, schema in zip(("steps", "collectives", "calls", "groups"), (*_schemas(), _group_schema())):
         table = section.split(f"`{name}.parquet`", 1)[1].split("\n\n", 2)[1]
         documented = {"run", "run_name"} | set(re.findall(r"`([A-Za-z_]+)`", table))  # _GBps: a unit
         assert set(schema.names) <= documented, (name, set(schema.names) - documented)

@@ -37,6 +37,15 @@ def step_scalars(record: dict) -> dict[str, float]:
         put(f"comm/{op}/bytes", s.get("bytes"))
         put(f"comm/{op}/count", s.get("count"))
         put(f"comm/{op}/busbw_GBps", s.get("busbw_GBps"))
+    groups = record.get("comm_groups") or {}
+    for name, g in sorted(groups.items()):  # per process group (tp, dp, ...), busbw at the group's size
+        for key in ("time_s", "bytes", "count", "busbw_GBps"):
+            put(f"comm_group/{name}/{key}", g.get(key))
+    inter = [g for g in groups.values() if g.get("scope") == "inter"]
+    if groups:  # the fabric's share: what the inter-node groups moved
+        put("comm/fabric_bytes", sum(g.get("bytes") or 0 for g in inter))
+        times = [g.get("time_s") for g in inter]
+        put("comm/fabric_time_s", sum(times) if None not in times else None)
     put("comm/exposed_share", (record.get("exposed") or {}).get("exposed_share"))
     put("comm/exposed_s", (record.get("exposed") or {}).get("exposed_s"))
     for key in ("job_gpu_energy_j", "job_gpu_power_w", "job_cpu_energy_j"):  # sums over the job's GPUs / hosts

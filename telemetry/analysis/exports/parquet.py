@@ -3,6 +3,8 @@
 
 steps.parquet: one row per step (rank 0's metrics.jsonl; job-wide figures).
 collectives.parquet: one row per rank, step and collective type (ranks/rank*.telemetry.jsonl).
+groups.parquet: one row per rank, step, process group and collective type (the same files' `comm_groups`;
+    none for runs recorded before groups were).
 calls.parquet: one row per traced call, only where the run kept events (telemetry.export with trace).
 Unknown values are nulls, never 0.
 """
@@ -32,8 +34,18 @@ def _schemas():
         ("time_s", f64), ("busbw_GBps", f64), ("untimed", i64), ("untimed_reason", s)])
     calls = pa.schema([
         ("run", s), ("run_name", s), ("rank", i64), ("step", i64), ("op", s), ("t_issue", f64),
-        ("duration_s", f64), ("bytes", i64), ("group_size", i64), ("busbw_GBps", f64), ("source", s)])
+        ("duration_s", f64), ("bytes", i64), ("group_size", i64), ("busbw_GBps", f64), ("source", s), ("group", s)])
     return steps, collectives, calls
+
+
+def _group_schema():
+    import pyarrow as pa
+
+    f64, i64, s = pa.float64(), pa.int64(), pa.string()
+    return pa.schema([
+        ("run", s), ("run_name", s), ("rank", i64), ("step", i64), ("group", s), ("dim", s), ("scope", s),
+        ("group_size", i64), ("op", s), ("count", i64), ("bytes", i64), ("time_s", f64), ("busbw_GBps", f64),
+        ("untimed", i64)])
 
 
 def _num(v, kind=float):
@@ -78,6 +90,23 @@ def collective_rows(run) -> list[dict]:
     return rows
 
 
+def group_rows(run) -> list[dict]:
+    """One row per rank, step, process group and collective type; busbw at that group's size."""
+    name, label = os.path.basename(os.path.normpath(run.path)), run.name
+    rows = []
+    for rank, records in sorted(run.ranks.items()):
+        for r in records:
+            for group, g in sorted((r.get("comm_groups") or {}).items()):
+                for op, s in sorted((g.get("by_op") or {}).items()):
+                    rows.append({"run": name, "run_name": label, "rank": rank, "step": _num(r.get("step"), int),
+                                 "group": group, "dim": g.get("dim"), "scope": g.get("scope"),
+                                 "group_size": _num(g.get("size"), int), "op": op,
+                                 "count": _num(s.get("count"), int), "bytes": _num(s.get("bytes"), int),
+                                 "time_s": _num(s.get("time_s")), "busbw_GBps": _num(s.get("busbw_GBps")),
+                                 "untimed": _num(s.get("untimed"), int)})
+    return rows
+
+
 def call_rows(run) -> list[dict]:
     from telemetry.formulas import bus_factor
 
@@ -85,11 +114,11 @@ def call_rows(run) -> list[dict]:
     rows = []
     for path in sorted(glob.glob(os.path.join(run.path, "ranks", "rank*.events.jsonl"))):
         for line in read_jsonl(path):
-            for op, t, dur, nbytes, size, source in line.get("calls") or ():
+            for op, t, dur, nbytes, size, source, *rest in line.get("calls") or ():
                 bw = nbytes * bus_factor(op, max(size, 1)) / dur / 1e9 if dur else None
                 rows.append({"run": name, "run_name": label, "rank": line.get("rank"), "step": line.get("step"),
                              "op": op, "t_issue": t, "duration_s": dur, "bytes": nbytes, "group_size": size,
-                             "busbw_GBps": bw, "source": source})
+                             "busbw_GBps": bw, "source": source, "group": rest[0] if rest else None})
     return rows
 
 
@@ -101,6 +130,9 @@ def write(run, out: str) -> str:
     pq.write_table(pa.Table.from_pylist(step_rows(run), schema=steps), os.path.join(out, "steps.parquet"))
     pq.write_table(pa.Table.from_pylist(collective_rows(run), schema=collectives),
                    os.path.join(out, "collectives.parquet"))
+    groups = group_rows(run)
+    if groups:
+        pq.write_table(pa.Table.from_pylist(groups, schema=_group_schema()), os.path.join(out, "groups.parquet"))
     rows = call_rows(run)
     if rows:
         pq.write_table(pa.Table.from_pylist(rows, schema=calls), os.path.join(out, "calls.parquet"))

@@ -61,8 +61,9 @@ def build(lines_by_rank: dict[int, list[dict]], run_name: str) -> dict:
                 if b >= a:
                     events.append({"ph": "X", "name": name, "cat": "phase", "pid": rank, "tid": STEP_TID,
                                    "ts": us(a), "dur": us(b) - us(a), "args": {"step": step}})
-            for op, t, dur, nbytes, size, source in ln.get("calls") or ():
+            for op, t, dur, nbytes, size, source, *rest in ln.get("calls") or ():
                 args = {"step": step, "bytes": nbytes, "group_size": size, "source": source,
+                        **({"group": rest[0]} if rest and rest[0] else {}),
                         "busbw_GBps": nbytes * bus_factor(op, max(size, 1)) / dur / 1e9 if dur else None}
                 if dur is None:  # untimed (e.g. still in flight at the step's end): a mark, not a slice
                     events.append({"ph": "i", "s": "t", "name": op, "cat": "collective", "pid": rank,
