@@ -19,6 +19,7 @@ from telemetry import fabric
 from telemetry.adapters import HarnessHooks
 from telemetry.counters import merge_verdicts
 from telemetry.environment import host_info, redact_tree, redacted_env, software_versions
+from telemetry.capture import force_network
 from telemetry.session import Telemetry, TelemetrySettings
 
 from .compat import ensure_torchvision_importable
@@ -111,6 +112,11 @@ class FabricWatch(Hooks):
             self.info["nccl"] = nccl
             self.info["transport"] = nccl["transport"] if nccl else None
         self.info["expectation"] = fabric.check_expectation(self.expected, self.info["transport"])
+        forced = self.info.get("force_network")
+        if forced and forced.get("applied"):
+            forced["check"] = force_network.check(self.info.get("nccl"))
+            if forced["check"].get("warning") and not self.info["expectation"].get("warning"):
+                self.info["expectation"] = {**self.info["expectation"], "warning": forced["check"]["warning"]}
         self.rundir.update(fabric=self.info)
         return self.info["expectation"]
 
@@ -124,9 +130,11 @@ class FabricWatch(Hooks):
             print(f"{bar}\n[trainer] WARNING: {verdict['warning']}\n{bar}", file=sys.stderr, flush=True)
 
 
-def _sweep(recipe: Recipe, rundir: RunDir, device: torch.device, hosts: list, watch: FabricWatch) -> None:
-    """A collective sweep: the nccl-tests table on stdout and in collectives.txt, numbers in collectives.json."""
-    from .workloads.collectives import run_sweep
+def _sweep(recipe: Recipe, rundir: RunDir, device: torch.device, hosts: list, watch: FabricWatch,
+           telemetry: Telemetry | None = None) -> None:
+    """A collective sweep: the nccl-tests table on stdout and in collectives.txt, numbers in collectives.json,
+    nccl-tests' JSON per collective in nccl-tests/, energy/power/counters per size in sweep.jsonl."""
+    from .workloads.collectives import run_sweep, write_sweep_files
 
     lines: list[str] = []
 
@@ -134,15 +142,15 @@ def _sweep(recipe: Recipe, rundir: RunDir, device: torch.device, hosts: list, wa
         if rundir.rank == 0:
             print(text, flush=True)
             lines.append(text)
-    result = run_sweep(recipe.sweep, device, hosts, say)
+    result = run_sweep(recipe.sweep, device, hosts, say, meter=telemetry if telemetry and telemetry.started else None)
     watch.on_step_end(0, {})  # NCCL's communicators exist now: record and check the transport
     if rundir.rank == 0:
+        result["fabric"] = {k: watch.info.get(k) for k in ("backend", "transport", "force_network")}
         write_json_atomic(os.path.join(rundir.path, "collectives.json"), result)
         with open(os.path.join(rundir.path, "collectives.txt"), "w", encoding="utf-8") as f:
             f.write("\n".join(lines) + "\n")
-        from telemetry.nccl_tests import to_csv
-        with open(os.path.join(rundir.path, "collectives.csv"), "w", encoding="utf-8") as f:
-            f.write(to_csv(result))
+        write_sweep_files(rundir.path, result, rundir.info.get("command") or [], rundir.info.get("environment") or {},
+                          rundir.info["software"].get("nccl") if device.type == "cuda" else None)
         rundir.update(final={"avg_busbw_GBps": {op: r["avg_busbw_GBps"] for op, r in result["ops"].items()},
                              "wrong": sum(r["wrong"] for r in result["ops"].values()),
                              "latency_us": result.get("latency_us")})
@@ -181,6 +189,7 @@ def run(recipe: Recipe, layout: Layout, argv: list[str], overrides: list[str]) -
         backend = pick_backend(recipe.distributed.backend, device)
         tel_settings = TelemetrySettings(**recipe.telemetry.__dict__)
         Telemetry.prepare_environment(tel_settings, recipe.output_dir, backend)  # NCCL reads it at init
+        forced = force_network.apply(recipe.fabric.force_network, backend)  # before NCCL reads its environment
         prepare_flight_recorder(rundir.logs)
         init_process_group(backend, device, recipe.distributed.timeout_s)
         hosts = [None] * dist.get_world_size()
@@ -196,11 +205,14 @@ def run(recipe: Recipe, layout: Layout, argv: list[str], overrides: list[str]) -
                       hosts=hosts, environment=redacted_env())
         watch = FabricWatch(rundir, recipe.fabric.expect,
                             fabric.describe(backend, rundir.info["software"].get("nccl")))
+        if forced:
+            watch.info["force_network"] = forced
+        telemetry = Telemetry(tel_settings, recipe.output_dir, device)
         if recipe.workload == "collectives":
-            _sweep(recipe, rundir, device, hosts, watch)
+            telemetry.start(trace=False)  # meters only (energy, power, counters): the sweep times its own calls
+            _sweep(recipe, rundir, device, hosts, watch, telemetry)
             status, code = "completed", 0
             return code
-        telemetry = Telemetry(tel_settings, recipe.output_dir, device)
         # before the model is wrapped: DDP's buckets are traced through a comm hook, and DeepSpeed binds
         # torch.distributed's all-gather/reduce-scatter when it is initialised (trainer/engines/deepspeed.py)
         telemetry.start()
