@@ -16,8 +16,10 @@ ELEMENT_SIZE = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int32"
                 "uint8": 1}
 # Size S counts the whole collective's data: for these, each rank holds S/n (nccl-tests' convention).
 PER_RANK_SPLIT = {"reduce_scatter", "all_gather", "all_to_all"}
-CHECK_CHUNK = 1 << 20  # elements filled or checked at once
-CHECK_BYTES_PER_ELEMENT = 32  # an int64 index, a float64 expected value, a float64 copy of the result, a mask
+CHECK_CHUNK = 1 << 19  # elements filled or checked at once
+# temporaries per element of a chunk while checking: int64 indices and the formula's intermediates, the
+# expected value in the dtype and as float64, the result as float64, differences, tolerances, a mask
+CHECK_BYTES_PER_ELEMENT = 64
 # CUDA context and NCCL's own buffers, not counted by the sweep: an estimate (NCCL's per-channel buffers are
 # tens to hundreds of MiB at scale, the context a few hundred MiB)
 DEVICE_RESERVE_BYTES = 1 << 30

@@ -293,20 +293,26 @@ class Sweep:
         return marks[-1] - marks[0], [b - a for a, b in zip(marks, marks[1:])]
 
     def hold(self, case: Case, seconds_per_op: float) -> int:
-        """Keep issuing the operation until the size has run sweep.min_seconds_per_size (untimed), so that the
-        power sampler reads it. Every rank derives the same count from the cross-rank time."""
+        """Keep issuing the operation (untimed) until this form has run sweep.min_seconds_per_size, so that the
+        power sampler reads it. Rank 0's clock decides, one tiny broadcast per batch, so every rank issues the
+        same number of operations."""
         want = self.cfg.min_seconds_per_size
-        if want <= 0 or seconds_per_op <= 0:
+        if want <= 0:
             return 0
-        n = min(int(math.ceil(want / seconds_per_op)), HOLD_MAX_ITERS)
-        done = 0
-        while done < n:
-            batch = min(HOLD_BATCH, n - done)
+        batch = max(1, min(HOLD_BATCH, int(0.05 / max(seconds_per_op, 1e-7))))  # ~50 ms between decisions
+        flag = torch.ones(1, dtype=torch.int32, device=self.device)
+        t0, done = time.perf_counter(), 0
+        while done < HOLD_MAX_ITERS:
             for w in [case.launch() for _ in range(batch)]:
                 self._wait(w)
+            self._sync()
             done += batch
-        self._sync()
-        return n
+            flag.fill_(int(time.perf_counter() - t0 < want))
+            dist.broadcast(flag, src=dist.get_global_rank(self.group, 0) if self.group is not None else 0,
+                           group=self.group)
+            if not int(flag.item()):
+                break
+        return done
 
     def combine(self, seconds: float | list[float]) -> float | list[float]:
         """Cross-rank time as nccl-tests' -a: avg (default), min, max, or rank 0's (each of a list, in one call)."""
