@@ -49,7 +49,7 @@ def worker(out_dir: str, argv: list[str]) -> int:
 
 def measure(code: str, nranks: int, max_bytes: str) -> dict:
     with tempfile.TemporaryDirectory(prefix="sweep-mem-") as tmp:
-        args = [os.path.join(REPO, "recipes", "collectives.yaml"), f"output_dir={tmp}/run", f"sweep.ops={OPS}",
+        args = [os.path.join(code, "recipes", "collectives.yaml"),  # the recipe keys of the code measured f"output_dir={tmp}/run", f"sweep.ops={OPS}",
                 f"sweep.max_bytes={max_bytes}", "sweep.min_bytes=8", "sweep.iters=1", "sweep.warmup=0",
                 "sweep.latency_table=false", "sweep.pairs=false", "distributed.timeout_s=300"]
         env = {**os.environ, "PYTHONPATH": f"{code}{os.pathsep}{REPO}", "OMP_NUM_THREADS": "1",
@@ -74,13 +74,15 @@ def main() -> int:
     p.add_argument("--max-bytes", default="8M")
     p.add_argument("--ranks", type=int, nargs="+", default=[2, 4, 8])
     p.add_argument("--baseline", help="another checkout to measure the same way (e.g. the code before the change)")
+    p.add_argument("--baseline-only", action="store_true", help="measure only the --baseline checkout")
     args = p.parse_args()
     sys.path.insert(0, REPO)
     from trainer.config import parse_size
     from trainer.sweep_plan import largest_need
 
     hi = parse_size(args.max_bytes, "--max-bytes", [])
-    codes = [("this tree", REPO)] + ([("baseline", os.path.abspath(args.baseline))] if args.baseline else [])
+    codes = ([] if args.baseline_only else [("this tree", REPO)]) + (
+        [("baseline", os.path.abspath(args.baseline))] if args.baseline else [])
     print(f"# sweep to {args.max_bytes} ({hi} B), float32, ops {OPS}, iters 1, warm-up 0; growth of the resident "
           "set over run_sweep per rank (MiB)")
     print("| code | ranks | planned need per rank | max growth per rank | mean growth per rank | wall s |")
@@ -91,7 +93,19 @@ def main() -> int:
             need, _ = largest_need(OPS.strip("[]").split(","), hi, n, "float32", "both")
             print(f"| {label} | {n} | {need / 2**20:.1f} | {r['max_growth'] / 2**20:.1f} | "
                   f"{r['mean_growth'] / 2**20:.1f} | {r['seconds']} |", flush=True)
+            _append({"command": " ".join(["python -m bench.sweep_memory", *sys.argv[1:]]), "code": label,
+                     "code_path": code, "max_bytes": hi, "planned_need_bytes": need, **r})
     return 0
+
+
+def _append(record: dict) -> None:
+    import platform
+    import torch
+    record = {"date": time.strftime("%Y-%m-%d %H:%M"), "machine": f"{platform.node()}, {os.cpu_count()} cores, "
+              f"torch {torch.__version__}", **record}
+    os.makedirs(os.path.join(REPO, "bench", "results"), exist_ok=True)
+    with open(os.path.join(REPO, "bench", "results", "sweep_memory.jsonl"), "a", encoding="utf-8") as f:
+        f.write(json.dumps(record) + "\n")
 
 
 if __name__ == "__main__":

@@ -227,7 +227,11 @@ class Sweep:
                 dist.irecv(recv, src, group=self.group if src < r else self.reverse)]
 
     def new_groups(self, backend: str) -> None:
-        """Fresh communicators for the next test (every rank calls this in the same order)."""
+        """Fresh communicators for the next test (every rank calls this in the same order); the previous
+        test's go first, so that their buffers (NCCL's are device memory) do not add up over the tests."""
+        for old in (self.group, self.reverse):
+            if old is not None:
+                dist.destroy_process_group(old)
         self.group = dist.new_group(backend=backend)
         self.reverse = dist.new_group(backend=backend) if backend == "gloo" and self.world > 1 else None
 
