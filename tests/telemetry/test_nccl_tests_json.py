@@ -129,3 +129,32 @@ def test_force_network_check_without_channel_lines_is_unknown():
     assert verdict["all_net"] is None and verdict["reason"]
     assert force_network.check(None) == {"all_net": None, "reason": "no NCCL log with connection lines was read",
                                          "channels": None}
+
+
+@pytest.mark.parametrize("log,all_net", [("nccl_1814_ibext_v8_p2p_cumem", False),
+                                         ("nccl_707_nccl2.7.6_ib_gdr_forced_net", True)])
+def test_force_network_flag_lands_in_run_json(tmp_path, log, all_net, capsys):
+    """The trainer's fabric watch reads the run's NCCL logs (a real log copied in) and records the check."""
+    import shutil
+
+    from trainer.run import FabricWatch
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    from telemetry.fabric import nccl_log_host
+    shutil.copy(LOGS / f"{log}.log", logs / f"nccl.{nccl_log_host()}.1234.log")  # as NCCL_DEBUG_FILE names it
+    recorded: dict = {}
+
+    class RunDirStub:
+        rank, logs = 0, str(tmp_path / "logs")
+
+        def update(self, **kw):
+            recorded.update(kw)
+    info = {"backend": "nccl", "transport": None, "nccl": None,
+            "force_network": force_network.apply(True, "nccl", {})}
+    watch = FabricWatch(RunDirStub(), "any", info)
+    watch.on_step_end(1, {})
+    check = recorded["fabric"]["force_network"]["check"]
+    assert check["all_net"] is all_net
+    err = capsys.readouterr().err
+    assert ("FORCE_NETWORK VIOLATED" in err) is (not all_net)
