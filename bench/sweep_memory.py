@@ -55,7 +55,7 @@ def measure(code: str, nranks: int, max_bytes: str) -> dict:
         env = {**os.environ, "PYTHONPATH": f"{code}{os.pathsep}{REPO}", "OMP_NUM_THREADS": "1",
                "CUDA_VISIBLE_DEVICES": ""}
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nranks}",
-               "-m", "bench.sweep_memory", "--worker", tmp, "--", *args]
+               os.path.abspath(__file__), "--worker", tmp, "--", *args]  # a path: another checkout has no bench/
         t0 = time.time()
         proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=1800)
         if proc.returncode != 0:
