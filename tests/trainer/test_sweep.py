@@ -357,8 +357,12 @@ def test_sweep_with_telemetry_hold_and_zero_count_rows(tmp_path):
     for a power reading, and a row for every requested size, also below ranks x element size."""
     res = run_cli(tmp_path / "tel", "sweep.ops=[all_reduce,all_gather]", "sweep.min_bytes=4", "sweep.max_bytes=1K",
                   "sweep.factor=4", "sweep.iters=2", "sweep.warmup=1", "sweep.latency_table=false",
-                  "sweep.min_seconds_per_size=0.3", recipe=SWEEP, nproc=2)
+                  "sweep.min_seconds_per_size=0.3", recipe=SWEEP, nproc=2,
+                  env={"NCCL_IB_AUTH_TOKEN": "swordfish-1234", "NCCL_DEBUG_SUBSYS": "INIT"})
     assert res.returncode == 0, res.stderr[-3000:]
+    doc = json.loads((res.out / "nccl-tests" / "all_reduce.json").read_text())
+    assert "NCCL_IB_AUTH_TOKEN=<redacted>" in doc["env"] and "NCCL_DEBUG_SUBSYS=INIT" in doc["env"]
+    assert "swordfish" not in (res.out / "nccl-tests" / "all_reduce.json").read_text()
     out = json.loads((res.out / "collectives.json").read_text())
     gather = out["ops"]["all_gather"]["rows"]
     assert [r["requested_bytes"] for r in gather] == [4, 16, 64, 256, 1024]
