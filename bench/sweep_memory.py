@@ -49,7 +49,8 @@ def worker(out_dir: str, argv: list[str]) -> int:
 
 def measure(code: str, nranks: int, max_bytes: str) -> dict:
     with tempfile.TemporaryDirectory(prefix="sweep-mem-") as tmp:
-        args = [os.path.join(code, "recipes", "collectives.yaml"),  # the recipe keys of the code measured f"output_dir={tmp}/run", f"sweep.ops={OPS}",
+        # the recipe of the code measured (its keys), then the same overrides for either checkout
+        args = [os.path.join(code, "recipes", "collectives.yaml"), f"output_dir={tmp}/run", f"sweep.ops={OPS}",
                 f"sweep.max_bytes={max_bytes}", "sweep.min_bytes=8", "sweep.iters=1", "sweep.warmup=0",
                 "sweep.latency_table=false", "sweep.pairs=false", "distributed.timeout_s=300"]
         env = {**os.environ, "PYTHONPATH": f"{code}{os.pathsep}{REPO}", "OMP_NUM_THREADS": "1",

@@ -375,8 +375,9 @@ class Telemetry:
         if gpu.get("reason"):
             out["gpu_energy_reason"] = gpu["reason"]
         elif out["gpu_power_w"] is None:
-            out["gpu_power_reason"] = (f"no power sample in the interval (sampled every {self.s.power_sample_interval_s}"
-                                       " s; hold each size longer with sweep.min_seconds_per_size)")
+            every = self.s.power_sample_interval_s
+            out["gpu_power_reason"] = (f"no power sample in the interval (sampled every {every} s; hold each size "
+                                       "longer with sweep.min_seconds_per_size)")
         if out["gpu_energy_j"] is not None:
             self._energy_total["gpu_j"] += out["gpu_energy_j"]
             self._energy_total["known"] = True

@@ -32,7 +32,7 @@ import torch.distributed as dist
 from telemetry.formulas import algbw_GBps, bus_factor
 
 from ..errors import InputError
-from ..sweep_plan import CHECK_CHUNK, PER_RANK_SPLIT, counts, human, memory_problem
+from ..sweep_plan import CHECK_CHUNK, counts, human, memory_problem
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16,
           "bfloat16": torch.bfloat16, "int32": torch.int32, "int64": torch.int64, "int8": torch.int8,
@@ -707,7 +707,8 @@ def run_sweep(cfg, device: torch.device, hosts: list[dict], say, meter=None) -> 
     sw = Sweep(cfg, device, hosts)
     sw.meter = meter
     problems: list[str] = []
-    lo, hi = parse_size(cfg.min_bytes, "sweep.min_bytes", problems), parse_size(cfg.max_bytes, "sweep.max_bytes", problems)
+    lo = parse_size(cfg.min_bytes, "sweep.min_bytes", problems)
+    hi = parse_size(cfg.max_bytes, "sweep.max_bytes", problems)
     if cfg.root >= sw.world:
         raise InputError(f"sweep.root: got {cfg.root}; allowed: 0..{sw.world - 1} at world size {sw.world}")
     if "p2p_matrix" in cfg.ops and device.type != "cuda":
