@@ -123,6 +123,9 @@ TELEMETRY_EXPORTS = EXPORT_KINDS
 @dataclass
 class FabricConfig:
     expect: Literal["any", "roce", "infiniband", "efa", "tcp", "intra-node"] = "any"
+    # NCCL only: NVLink/P2P, shared memory and NVLS off before the process group starts, so that every byte
+    # crosses the network; the NCCL log is then checked for channels that still went via P2P/SHM
+    force_network: bool = False
 
 
 @dataclass
@@ -133,14 +136,15 @@ class DebugConfig:
     delay_from_step: int = 1  # first delayed step (earlier steps run at full speed)
 
 
-SWEEP_OPS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "sendrecv", "broadcast")
+SWEEP_OPS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "sendrecv", "broadcast", "p2p_matrix")
+SWEEP_DEFAULT_OPS = SWEEP_OPS[:-1]  # p2p_matrix is GPU-only and asked for by name
 SWEEP_DTYPES = ("float32", "float64", "float16", "bfloat16", "int32", "int64", "int8", "uint8")
 
 
 @dataclass
 class SweepConfig:
     """An nccl-tests-style collective sweep (workload: collectives)."""
-    ops: list[str] = field(default_factory=lambda: list(SWEEP_OPS))
+    ops: list[str] = field(default_factory=lambda: list(SWEEP_DEFAULT_OPS))
     min_bytes: Union[int, str] = 8  # sizes accept K/M/G suffixes (powers of 1024), like nccl-tests -b/-e
     max_bytes: Union[int, str] = "64M"
     factor: int = 2  # -f: multiply the size by this each step
@@ -161,6 +165,17 @@ class SweepConfig:
     latency_table: bool = True  # 4 B all-reduce and 48 B send-receive, as fabric evaluations report
     latency_iters: int = 200
     pairs: bool = True  # send/recv between a pair inside a node and a pair across nodes
+    # memory per device checked against the largest size before the sweep starts (bytes, or 80G); null: the
+    # CUDA device's own total (CPU runs: host memory / local ranks; a dry run assumes an 80 GB GPU)
+    device_memory: Union[int, str, None] = None
+    # nccl-tests -I 1: time each iteration on its own (CUDA events between iterations on GPUs, a clock read
+    # after each completion on CPU) for p50/p95/p99 and per-rank times in collectives.nccl-tests.json
+    per_iter_timing: bool = False
+    per_iter_skip: int = 0  # -K: leading iterations left out of the per-iteration statistics
+    # hold each size this long (more iterations, untimed) so that the power sampler reads it; 0 = no hold
+    min_seconds_per_size: float = 0.0
+    # a size's slowest rank is named when its mean iteration time exceeds the fastest rank's by this much
+    straggler_pct: float = 10.0
 
 
 @dataclass
@@ -262,7 +277,7 @@ def _check_batch_memory(r: Recipe) -> list[str]:
     return p
 
 
-def parse_size(value: Union[int, str], key: str, problems: list[str]) -> int | None:
+def parse_size(value: Union[int, str], key: str, problems: list[str], limit: int = SWEEP_BYTES_MAX) -> int | None:
     """Bytes from 4096, "4K", "64M", "1G" (powers of 1024, as nccl-tests reads -b/-e)."""
     if isinstance(value, int):
         size = value
@@ -278,8 +293,8 @@ def parse_size(value: Union[int, str], key: str, problems: list[str]) -> int | N
     if size < 1:
         problems.append(f"{key}: got {value!r}; expected at least 1 byte")
         return None
-    if size > SWEEP_BYTES_MAX:
-        problems.append(f"{key}: got {value!r}; expected at most {SWEEP_BYTES_MAX} bytes (64G)")
+    if size > limit:
+        problems.append(f"{key}: got {value!r}; expected at most {limit} bytes ({limit >> 30}G)")
         return None
     return size
 

@@ -20,6 +20,7 @@ from telemetry.analysis.exports import export_after_close
 from telemetry.capture import fabric
 from telemetry.integrations.adapters import HarnessHooks
 from telemetry.capture.collectives import set_host_map
+from telemetry.capture import force_network
 from telemetry.capture.counters import merge_verdicts
 from telemetry.capture.environment import host_info, redact_tree, redacted_env, software_versions
 from telemetry.capture.session import Telemetry, TelemetrySettings
@@ -114,6 +115,11 @@ class FabricWatch(Hooks):
             self.info["nccl"] = nccl
             self.info["transport"] = nccl["transport"] if nccl else None
         self.info["expectation"] = fabric.check_expectation(self.expected, self.info["transport"])
+        forced = self.info.get("force_network")
+        if forced and forced.get("applied"):
+            forced["check"] = force_network.check(self.info.get("nccl"))
+            if forced["check"].get("warning") and not self.info["expectation"].get("warning"):
+                self.info["expectation"] = {**self.info["expectation"], "warning": forced["check"]["warning"]}
         self.rundir.update(fabric=self.info)
         return self.info["expectation"]
 
@@ -127,9 +133,11 @@ class FabricWatch(Hooks):
             print(f"{bar}\n[trainer] WARNING: {verdict['warning']}\n{bar}", file=sys.stderr, flush=True)
 
 
-def _sweep(recipe: Recipe, rundir: RunDir, device: torch.device, hosts: list, watch: FabricWatch) -> None:
-    """A collective sweep: the nccl-tests table on stdout and in collectives.txt, numbers in collectives.json."""
-    from .workloads.collectives import run_sweep
+def _sweep(recipe: Recipe, rundir: RunDir, device: torch.device, hosts: list, watch: FabricWatch,
+           telemetry: Telemetry | None = None) -> None:
+    """A collective sweep: the nccl-tests table on stdout and in collectives.txt, numbers in collectives.json,
+    nccl-tests' JSON per collective in nccl-tests/, energy/power/counters per size in sweep.jsonl."""
+    from .workloads.collectives import run_sweep, write_sweep_files
 
     lines: list[str] = []
 
@@ -143,18 +151,19 @@ def _sweep(recipe: Recipe, rundir: RunDir, device: torch.device, hosts: list, wa
         from telemetry.capture.sweep_evidence import SweepEvidence
         evidence = SweepEvidence(tel.bmc, tel.bmc_chassis, tel.bmc_sample_interval_s, tel.interfaces,
                                  ethtool=tel.ethtool)
-    result = run_sweep(recipe.sweep, device, hosts, say, evidence.marks if evidence is not None else None)
+    result = run_sweep(recipe.sweep, device, hosts, say, meter=telemetry if telemetry and telemetry.started else None,
+                       marks=evidence.marks if evidence is not None else None)
     watch.on_step_end(0, {})  # NCCL's communicators exist now: record and check the transport
     per_host: list = [None] * dist.get_world_size()
     dist.all_gather_object(per_host, {"host": host_info()["hostname"], **evidence.finish()} if evidence else None)
     result["hosts_evidence"] = [h for h in per_host if h is not None]
     if rundir.rank == 0:
+        result["fabric"] = {k: watch.info.get(k) for k in ("backend", "transport", "force_network")}
         write_json_atomic(os.path.join(rundir.path, "collectives.json"), result)
         with open(os.path.join(rundir.path, "collectives.txt"), "w", encoding="utf-8") as f:
             f.write("\n".join(lines) + "\n")
-        from telemetry.analysis.nccl_tests import to_csv
-        with open(os.path.join(rundir.path, "collectives.csv"), "w", encoding="utf-8") as f:
-            f.write(to_csv(result))
+        write_sweep_files(rundir.path, result, rundir.info.get("command") or [], rundir.info.get("environment") or {},
+                          rundir.info["software"].get("nccl") if device.type == "cuda" else None)
         if result["hosts_evidence"]:  # the sweep's loss verdict over every host, and each host's server power
             verdict = None
             for h in result["hosts_evidence"]:
@@ -208,7 +217,9 @@ def run(recipe: Recipe, layout: Layout, argv: list[str], overrides: list[str]) -
     try:
         set_up(st)
         if recipe.workload == "collectives":
-            _sweep(recipe, st.rundir, st.device, st.hosts, st.watch)
+            st.telemetry = Telemetry(st.tel_settings, recipe.output_dir, st.device)
+            st.telemetry.start(trace=False)  # meters only (energy, power, counters): the sweep times its own calls
+            _sweep(recipe, st.rundir, st.device, st.hosts, st.watch, st.telemetry)
         else:
             build(st)
             train(st)
@@ -251,6 +262,7 @@ def set_up(st: RunState) -> None:
     st.backend = pick_backend(recipe.distributed.backend, st.device)
     st.tel_settings = recipe.telemetry
     Telemetry.prepare_environment(st.tel_settings, recipe.output_dir, st.backend)  # NCCL reads it at init
+    forced = force_network.apply(recipe.fabric.force_network, st.backend)  # before NCCL reads its environment
     prepare_flight_recorder(rundir.logs)
     init_process_group(st.backend, st.device, recipe.distributed.timeout_s)
     st.hosts = fabric.exchange_hosts()
@@ -269,6 +281,8 @@ def set_up(st: RunState) -> None:
         st.switch = SwitchWatch(recipe.telemetry.switch_metrics_url)  # read again when the run ends
     st.watch = FabricWatch(rundir, recipe.fabric.expect,
                            fabric.describe(st.backend, rundir.info["software"].get("nccl")))
+    if forced:
+        st.watch.info["force_network"] = forced
 
 
 def build(st: RunState) -> None:
@@ -410,6 +424,9 @@ def close(st: RunState) -> None:
             st.watch.refresh()  # the whole run's NCCL logs, not only the first step's
         if st.telemetry is not None:
             summary = st.telemetry.summary()
+            if st.recipe.workload == "collectives":  # every host's verdict and server power, from the sweep
+                swept = rundir.info.get("telemetry") or {}
+                summary.update({k: swept[k] for k in ("counters", "server_power") if k in swept})
             if st.trainer is not None and st.trainer.state.resumed_from and summary.get("enabled"):
                 # the run's verdict covers the attempts before the resume too
                 earlier = (st.previous.get("telemetry") or {}).get("counters")

@@ -2,7 +2,7 @@
 
     python -m telemetry nccl-tests all_reduce_perf.txt [more files] [--json OUT] [--csv OUT]
 
-Reads what nccl-tests prints, in its layouts since 2018, and the harness's own sweep tables:
+Reads nccl-tests' `-J` JSON files (telemetry/analysis/nccl_tests_json.py) and what nccl-tests prints, in its layouts since 2018, and the harness's own sweep tables:
 
 - the parameters line `# nThread 1 nGpus 1 minBytes 8 maxBytes ... iters: 20 [agg iters: 1] validation: 1 ...`,
   the `# Using devices` block (`#  Rank  0 [Group  0] Pid ... on HOST device  0 [BUS] NAME`, one line per
@@ -388,9 +388,22 @@ def parse(text: str, name_hint: str | None = None, path: str | None = None) -> d
 
 
 def read(path: str) -> dict:
-    """Parse one nccl-tests output file; NcclTestsError when it holds no table."""
+    """Parse one nccl-tests output file (its text, or its `-J` JSON); NcclTestsError when it holds no table."""
     with open(path, encoding="utf-8", errors="replace") as f:
-        result = parse(f.read(), name_hint=path, path=path)
+        text = f.read()
+    if text.lstrip().startswith("{"):
+        import json
+
+        from telemetry.analysis.nccl_tests_json import is_nccl_tests_json, parse_json
+        try:
+            doc = json.loads(text)
+        except ValueError as exc:
+            raise NcclTestsError(f"{path}: not valid JSON ({exc}); expected nccl-tests -J output") from None
+        if not is_nccl_tests_json(doc):
+            raise NcclTestsError(f"{path}: JSON without nccl-tests' 'config' and 'results' keys; expected the "
+                                 "file nccl-tests -J writes")
+        return parse_json(doc, name_hint=path, path=path)
+    result = parse(text, name_hint=path, path=path)
     if not result["ops"]:
         raise NcclTestsError(f"{path}: no nccl-tests table found (expected a '#  size  count  type ...' "
                              "header followed by rows)")

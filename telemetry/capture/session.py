@@ -201,10 +201,15 @@ class Telemetry:
 
     # ------------------------------------------------------------ lifecycle
 
-    def start(self) -> None:
+    def start(self, trace: bool = True) -> None:
+        """trace=False: the meters only (energy, power, NIC/RDMA counters) read through interval(), with no
+        collective tracer, profiler or side group: the collective sweep times collectives itself, and a
+        wrapper around each call would add to a 4-byte all-reduce's microseconds."""
         if not self.s.enabled or self.started:
             return
-        self.tracer.install()
+        self._traced = trace
+        if trace:
+            self.tracer.install()
         try:  # every rank decides alike: the held step's cross-rank reduction happens a step later everywhere
             self._hold = bool(self.s.hold_reports_s) and dist.is_initialized() and dist.get_backend() == "nccl"
         except (RuntimeError, ValueError):
@@ -220,6 +225,9 @@ class Telemetry:
             self._start_bmc()
         trace_dir = os.path.join(self.run_dir, "logs") if self.run_dir and self.s.save_traces else None
         self.windows = ProfiledWindows(self.s.profile_every, self.s.profile_steps, on_gpu, trace_dir, self.rank)
+        if not trace:
+            self.started = True
+            return
         if dist.is_initialized() and self.world > 1 and self.s.cross_rank_every:
             gloo = fabric.pin_gloo_interface()  # before the group: gloo reads it at creation
             self._group = _side_group()  # CPU-side, off the training streams
@@ -459,6 +467,39 @@ class Telemetry:
         record.update(own)
         record.pop("_held", None)
 
+    def interval(self) -> dict:
+        """Energy, mean power and NIC/RDMA counter deltas on this rank since the last call (or start): one
+        record per size of the collective sweep. Unknown values are null with the reason."""
+        if not self.started:
+            return {"gpu_energy_j": None, "gpu_power_w": None, "gpu_energy_reason": "telemetry disabled"}
+        gpu = self.gpu.step()
+        out = {"gpu_energy_j": _first(gpu["energy_j"]), "gpu_power_w": _first(gpu["power_w"])}
+        if gpu.get("reason"):
+            out["gpu_energy_reason"] = gpu["reason"]
+        elif out["gpu_power_w"] is None:
+            every = self.s.power_sample_interval_s
+            out["gpu_power_reason"] = (f"no power sample in the interval (sampled every {every} s; hold each size "
+                                       "longer with sweep.min_seconds_per_size)")
+        if out["gpu_energy_j"] is not None:
+            self._energy_total["gpu_j"] += out["gpu_energy_j"]
+            self._energy_total["known"] = True
+        if self.cpu is not None:
+            cpu = self.cpu.step()
+            out["cpu_energy_j"] = _sum(cpu["energy_j"])
+            if cpu.get("reason"):
+                out["cpu_energy_reason"] = cpu["reason"]
+        if self.counters is not None:
+            deltas = self.counters.delta()
+            self._loss_steps.append(deltas)
+            out["counters"] = deltas
+            out.update(tx_bytes=_sum_key(deltas, "net:", "tx_bytes"), rx_bytes=_sum_key(deltas, "net:", "rx_bytes"),
+                       rdma_tx_bytes=_sum_key(deltas, "rdma:", "port_xmit_bytes"),
+                       rdma_rx_bytes=_sum_key(deltas, "rdma:", "port_rcv_bytes"),
+                       loss_events=sum(loss_verdict([deltas])["counts"].values()) if deltas else None)
+        else:
+            out["counters_reason"] = "read by the host's local rank 0"
+        return out
+
     def start_eval(self, step: int) -> None:
         """An evaluation after `step`: its collectives are kept apart from every training step's."""
         if self.started:
@@ -583,7 +624,7 @@ class Telemetry:
         self.flush(collective=False)  # a step still held (a run that did not end through on_train_end)
         if self._shared_tracer:  # modules bound its wrappers at import: it stays, holding no calls
             self.tracer.begin_step()
-        else:
+        elif getattr(self, "_traced", True):
             self.tracer.uninstall()
         self.gpu.close()
         if self.cpu is not None:

@@ -53,7 +53,7 @@ def sweep_run(tmp_path_factory):
     """One real sweep on 2 gloo ranks, 8 B to 1 MiB (the issue's command), few iterations."""
     out = tmp_path_factory.mktemp("sweep") / "sweep"
     res = run_cli(out, "sweep.max_bytes=1M", "sweep.iters=2", "sweep.warmup=1", "sweep.latency_iters=5",
-                  recipe=SWEEP, nproc=2)
+                  "sweep.per_iter_timing=true", recipe=SWEEP, nproc=2)
     assert res.returncode == 0, res.stderr[-3000:]
     return res
 
@@ -141,6 +141,35 @@ def test_sweep_text_reads_completely_as_nccl_tests_output(sweep_run, tmp_path):
 
 
 @pytest.mark.integration
+def test_sweep_writes_nccl_tests_json_beside_the_table(sweep_run, tmp_path, capsys):
+    """nccl-tests/<op>.json per collective in nccl-tests' -J schema, with per-iteration statistics and
+    per-rank times; telemetry nccl-tests and compare --sweep read it back."""
+    out = json.loads((sweep_run.out / "collectives.json").read_text())
+    for op in OPS:
+        doc = json.loads((sweep_run.out / "nccl-tests" / f"{op}.json").read_text())
+        assert doc["version"] == 3 and doc["config"]["per_iter_timing"] == "true"
+        assert doc["config"]["minimum_bytes"] == 8 and doc["config"]["maximum_bytes"] == 1 << 20
+        assert [r["size"] for r in doc["results"]] == SIZES and doc["out_of_bounds"] == {"count": 0, "okay": "true"}
+        assert not any("SECRET" in e for e in doc["env"]) and doc["nccl_version"] is None
+        for r in doc["results"]:
+            for form in ("out_of_place", "in_place"):
+                if r[form] is not None and op != "sendrecv_intra_node":  # pair tests time whole loops only
+                    pi = r[f"{form}_per_iter"]
+                    assert len(pi["times_us"]) == 2 and len(pi["per_process_max_times_us"]) == 2
+                    assert pi["min_us"] <= pi["p50_us"] <= pi["p99_us"] <= pi["max_us"]
+                else:
+                    assert f"{form}_per_iter" not in r
+        back = read(str(sweep_run.out / "nccl-tests" / f"{op}.json"))
+        assert [r["size"] for r in back["ops"][op]["rows"]] == [r["size"] for r in out["ops"][op]["rows"]]
+        assert back["ops"][op]["avg_busbw_GBps"] == pytest.approx(out["ops"][op]["avg_busbw_GBps"])
+    assert telemetry_main(["nccl-tests", str(sweep_run.out / "nccl-tests" / "all_reduce.json")]) == 0
+    assert "18 rows in 1 table(s) (all_reduce)" in capsys.readouterr().out
+    vendor = str(REPO / "tests" / "telemetry" / "nccl_tests_json" / "all_reduce_perf_v1_2.17.8_misspelt.json")
+    assert telemetry_main(["compare", str(sweep_run.out), vendor, "--out", str(tmp_path / "cmpj")]) == 0
+    assert "| all_reduce | 8 |" in (tmp_path / "cmpj" / "compare.md").read_text()
+
+
+@pytest.mark.integration
 def test_compare_takes_an_nccl_tests_file_as_a_run(sweep_run, tmp_path, capsys):
     vendor = str(TABLES / "all_reduce_perf_h100_16ranks.txt")
     assert telemetry_main(["compare", str(sweep_run.out), vendor, "--out", str(tmp_path / "cmp")]) == 0
@@ -219,3 +248,168 @@ def test_gloo_sends_each_direction_on_its_own_connection(monkeypatch):
     assert all(len(g) == 1 for g in links.values())
     for (world, a, b), g in links.items():
         assert g == {"up" if a < b else "down"}
+
+
+# ---------------------------------------------------------------- sweeps at scale (issue 25)
+
+def test_formula_operands_reduce_to_their_closed_form():
+    """The check compares against a closed form: it must equal the reduction of every rank's operand."""
+    import torch
+
+    from trainer.workloads.collectives import contribution, reduced
+    idx = torch.arange(1000)
+    for n in (1, 2, 3, 8, 64):
+        ops = {"sum": lambda a, b: a + b, "prod": lambda a, b: a * b, "min": torch.minimum, "max": torch.maximum}
+        for redop, f in ops.items():
+            acc = contribution(redop, 0, n)(idx).double()
+            for q in range(1, n):
+                acc = f(acc, contribution(redop, q, n)(idx).double())
+            assert torch.equal(acc, reduced(redop, n)(idx)), (redop, n)
+            if redop == "sum":
+                assert torch.allclose(acc / n, reduced("avg", n)(idx))
+
+
+def test_check_counts_wrong_elements_chunk_by_chunk():
+    import torch
+
+    from trainer.sweep_plan import CHECK_CHUNK
+    from trainer.workloads.collectives import a2a_value, contribution, count_wrong, fill, reduced
+    n = 8
+    for dtype in (torch.float32, torch.float16, torch.bfloat16, torch.int8, torch.int32):
+        buf = torch.empty(CHECK_CHUNK * 2 + 7, dtype=dtype)  # three chunks, the last one short
+        fill(buf, reduced("sum", n))
+        assert count_wrong(buf, reduced("sum", n), n) == 0, dtype
+        bad = [3, CHECK_CHUNK + 1, 2 * CHECK_CHUNK + 5]  # one wrong element in each chunk, beyond any rounding
+        buf[bad] = buf[bad] * 2 + 1
+        assert count_wrong(buf, reduced("sum", n), n) == 3, dtype
+    # int8 wraps (5 x 36 = 180 does not fit): the expected value wraps the same way
+    small = torch.empty(10, dtype=torch.int8)
+    fill(small, reduced("sum", n))
+    assert count_wrong(small, reduced("sum", n), n) == 0 and small.min() < 0
+    # an offset checks a slice of the whole (reduce_scatter's share), a2a values differ per source and target
+    part = torch.empty(5)
+    fill(part, contribution("sum", 2, n), offset=100)
+    assert count_wrong(part, contribution("sum", 2, n), n, offset=100) == 0
+    assert count_wrong(part, contribution("sum", 2, n), n, offset=101) > 0
+    assert not torch.equal(a2a_value(0, 1)(torch.arange(4)), a2a_value(1, 0)(torch.arange(4)))
+
+
+def test_sizes_round_as_nccl_tests_and_memory_does_not_grow_with_ranks():
+    from trainer.sweep_plan import CHECK_BYTES_PER_ELEMENT, CHECK_CHUNK, buffer_bytes, counts
+    # S / element size / ranks per rank for the split collectives, 0 below ranks x element size (nccl-tests
+    # prints those rows with size 0); every requested size keeps its row
+    assert [counts("all_gather", s, 8, 4) for s in (8, 16, 32, 64)] == [(0, 0), (0, 0), (1, 8), (2, 16)]
+    assert counts("all_reduce", 8, 8, 4) == (2, 2) and counts("all_reduce", 2, 8, 4) == (0, 0)
+    S = 16 << 30
+    for op in ("all_reduce", "broadcast", "sendrecv", "all_to_all"):
+        assert buffer_bytes(op, S, 2, 4) == buffer_bytes(op, S, 64, 4) == buffer_bytes(op, S, 512, 4)
+    check = CHECK_CHUNK * CHECK_BYTES_PER_ELEMENT
+    assert buffer_bytes("all_reduce", S, 64, 4) == S + check  # one buffer, in place
+    assert buffer_bytes("all_to_all", S, 64, 4) == 2 * S + check  # send and receive
+    assert buffer_bytes("all_gather", S, 64, 4) == S + S // 64 + check  # out of place: the share and the whole
+    assert buffer_bytes("all_gather", S, 64, 4, "in_place") == S + check
+
+
+def test_dry_run_checks_the_largest_size_against_device_memory(capsys):
+    assert main([SWEEP, "--dry-run", "--world-size", "64", "sweep.max_bytes=16G"]) == 0
+    out = capsys.readouterr().out
+    assert "# sweep memory: the largest size, 16.0 GiB, needs 32.0 GiB per rank (sendrecv" in out
+    assert "checked against an assumed 80 GB GPU" in out
+    assert main([SWEEP, "--dry-run", "--world-size", "64", "sweep.max_bytes=64G"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: sweep.max_bytes: 68719476736 bytes (64.0 GiB) needs ")
+    assert "per rank for sendrecv at 64 ranks" in err[0] and "has 85899345920 bytes (80.0 GiB)" in err[0]
+    assert main([SWEEP, "--dry-run", "--world-size", "8", "sweep.max_bytes=16G", "sweep.device_memory=24G",
+                 "sweep.ops=[all_reduce]"]) == 0  # one 16 GiB buffer fits 24 GiB
+    assert main([SWEEP, "--dry-run", "--world-size", "8", "sweep.max_bytes=16G", "sweep.device_memory=24G"]) == 2
+    assert "but sweep.device_memory has 25769803776 bytes (24.0 GiB)" in capsys.readouterr().err
+    assert main([SWEEP, "--dry-run", "sweep.device_memory=lots", "sweep.min_seconds_per_size=-1"]) == 2
+    err = capsys.readouterr().err
+    assert "sweep.device_memory: got 'lots'" in err and "sweep.min_seconds_per_size: got -1.0" in err
+
+
+def test_iteration_statistics_follow_nccl_tests():
+    from trainer.workloads.collectives import iteration_stats
+    # two ranks, 5 iterations: times_us is the slower rank's per iteration; one iteration skipped
+    rows = [[5e-6, 1e-6, 2e-6, 3e-6, 4e-6], [1e-6, 2e-6, 1e-6, 6e-6, 1e-6]]
+    st = iteration_stats(rows, skip=1)
+    assert st["times_us"] == pytest.approx([5, 2, 2, 6, 4])
+    # over [2, 2, 6, 4] sorted [2, 2, 4, 6]: p50 = sorted[n/2] = 4, p95 = p99 = nearest rank = 6
+    assert (st["min_us"], st["max_us"], st["p50_us"], st["p95_us"], st["p99_us"]) == pytest.approx((2, 6, 4, 6, 6))
+    assert st["avg_us"] == pytest.approx(3.5) and st["stdev_us"] == pytest.approx((2.75) ** 0.5)
+    assert st["per_process_max_times_us"][1] == pytest.approx([1, 2, 1, 6, 1]) and st["skipped_iterations"] == 1
+    assert "per_process_max_times_us" not in iteration_stats(rows[:1])
+
+
+def test_straggler_and_slow_node_notes():
+    from trainer.workloads.collectives import describe_straggler, stragglers
+    hosts = ["a", "a", "b", "b"]
+    row = {"size": 1024, "in_place": {"per_iter": {"per_process_max_times_us": [[10, 10], [11, 11], [10, 10],
+                                                                                [20, 20]]}}}
+    (s,) = stragglers("all_reduce", [row], hosts, 10.0, [0, 1, 2, 3])
+    assert (s["rank"], s["host"], s["slow_node"]) == (3, "b", False) and s["excess_pct"] == pytest.approx(100)
+    assert describe_straggler(s).startswith("all_reduce 1024 B in-place: rank 3 (host b) is the slowest")
+    row["in_place"]["per_iter"]["per_process_max_times_us"] = [[10], [10], [30], [31]]
+    (s,) = stragglers("all_reduce", [row], hosts, 10.0, [0, 1, 2, 3])
+    assert s["slow_node"] and "host b is a slow node" in describe_straggler(s)
+    row["in_place"]["per_iter"]["per_process_max_times_us"] = [[10], [10.5], [10], [10]]
+    assert stragglers("all_reduce", [row], hosts, 10.0, [0, 1, 2, 3]) == []
+
+
+@pytest.mark.integration
+def test_sweep_with_telemetry_hold_and_zero_count_rows(tmp_path):
+    """Per size: energy/power (null with the reason on CPU) and NIC counters in sweep.jsonl, a hold long enough
+    for a power reading, and a row for every requested size, also below ranks x element size."""
+    res = run_cli(tmp_path / "tel", "sweep.ops=[all_reduce,all_gather]", "sweep.min_bytes=4", "sweep.max_bytes=1K",
+                  "sweep.factor=4", "sweep.iters=2", "sweep.warmup=1", "sweep.latency_table=false",
+                  "sweep.min_seconds_per_size=0.3", recipe=SWEEP, nproc=2,
+                  env={"NCCL_IB_AUTH_TOKEN": "swordfish-1234", "NCCL_DEBUG_SUBSYS": "INIT"})
+    assert res.returncode == 0, res.stderr[-3000:]
+    doc = json.loads((res.out / "nccl-tests" / "all_reduce.json").read_text())
+    assert "NCCL_IB_AUTH_TOKEN=<redacted>" in doc["env"] and "NCCL_DEBUG_SUBSYS=INIT" in doc["env"]
+    assert "swordfish" not in (res.out / "nccl-tests" / "all_reduce.json").read_text()
+    out = json.loads((res.out / "collectives.json").read_text())
+    gather = out["ops"]["all_gather"]["rows"]
+    assert [r["requested_bytes"] for r in gather] == [4, 16, 64, 256, 1024]
+    assert (gather[0]["size"], gather[0]["count"], gather[0]["out_of_place"]["wrong"]) == (0, 0, 0)
+    assert any("count 0" in n for n in out["ops"]["all_gather"]["notes"])
+    lines = [json.loads(x) for x in (res.out / "sweep.jsonl").read_text().splitlines()]
+    assert [(x["op"], x["requested_bytes"]) for x in lines] == [(op, s) for op in ("all_reduce", "all_gather")
+                                                                for s in (4, 16, 64, 256, 1024)]
+    for x in lines:
+        assert x["hold_iterations"] > 0 and x["seconds"] >= 0.3
+        assert x["gpu_energy_j"] is None and x["gpu_reason"] == "no GPU is used by this rank"
+        assert x["transport"] == "loopback" and len(x["ranks"]) == 2
+        assert x["tx_bytes"] is not None and x["tx_bytes"] > 0  # rank 0 reads this host's counters
+    info = res.run_json()
+    assert info["telemetry"]["enabled"] and info["telemetry"]["counters"]["verdict"] == "clean"
+    mem = out["memory"]["per_rank"]
+    assert len(mem) == 2 and all(m["peak_bytes"] is not None for m in mem)
+
+
+@pytest.mark.integration
+def test_p2p_matrix_is_refused_on_cpu(tmp_path):
+    res = run_cli(tmp_path / "p2p", "sweep.ops=[p2p_matrix]", recipe=SWEEP, nproc=1)
+    assert res.returncode == 2
+    err = [x for x in res.stderr.splitlines() if x.startswith("error:")]
+    assert err == ["error: sweep.ops: p2p_matrix measures GPU pairs over NCCL and needs CUDA devices; this run is "
+                   "on cpu (gloo); allowed: the other ops on CPU"]
+    assert "Traceback" not in res.stderr
+
+
+@pytest.mark.gpu
+@pytest.mark.integration
+def test_p2p_matrix_on_gpus(tmp_path):
+    import torch
+    if not torch.cuda.is_available() or torch.cuda.device_count() < 2:
+        pytest.skip("needs CUDA and at least two GPUs")
+    n = torch.cuda.device_count()
+    res = run_cli(tmp_path / "gpu", "sweep.ops=[p2p_matrix]", "sweep.max_bytes=64M", "sweep.iters=5",
+                  "sweep.latency_iters=20", recipe=SWEEP, nproc=n, env={"CUDA_VISIBLE_DEVICES": ",".join(
+                      str(i) for i in range(n))})
+    assert res.returncode == 0, res.stderr[-3000:]
+    m = json.loads((res.out / "collectives.json").read_text())["p2p_matrix"]
+    assert m["wrong"] == 0 and m["p2p_disabled"] is False
+    for a in range(n):
+        assert m["bandwidth_GBps"][a][a] is None
+        assert all(m["bandwidth_GBps"][a][b] > 0 and m["latency_us"][a][b] > 0 for b in range(n) if b != a)

@@ -3,6 +3,9 @@
 For each collective and size: warm-up, barrier, then `iters` operations issued back to back under one
 timer with one sync at the end; time per op combined across ranks (avg by default); algbw = S/t,
 busbw = algbw x factor (telemetry/formulas.py); every result checked against the expected values.
+Operands come from a formula of (rank, index) and results are checked against the formula on the device,
+so a rank holds the collective's send and receive buffers and nothing that grows with the rank count
+(trainer/sweep_plan.py says how much, and the dry run checks it against device memory).
 
 The text output is the tables separate nccl-tests runs print, one run per collective (`# Collective test
 starting: X_perf` ... `concluded`), so scripts written for nccl-tests read it: the parameters line, `# Using
@@ -14,15 +17,22 @@ with the reason under `missing`. telemetry/analysis/nccl_tests.py reads this tex
 """
 from __future__ import annotations
 
+import math
+import os
 import platform
+import resource
 import statistics
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 import torch.distributed as dist
 
 from telemetry.formulas import algbw_GBps, bus_factor
+
+from ..errors import InputError
+from ..sweep_plan import CHECK_CHUNK, counts, human, memory_problem
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16,
           "bfloat16": torch.bfloat16, "int32": torch.int32, "int64": torch.int64, "int8": torch.int8,
@@ -31,8 +41,8 @@ TYPE_NAMES = {"float32": "float", "float64": "double", "float16": "half", "bfloa
               "int32": "int32", "int64": "int64", "int8": "int8", "uint8": "uint8"}
 REDOPS = {"sum": dist.ReduceOp.SUM, "prod": dist.ReduceOp.PRODUCT, "min": dist.ReduceOp.MIN,
           "max": dist.ReduceOp.MAX, "avg": dist.ReduceOp.AVG}
-# Size S counts the whole collective's data: for these, each rank holds S/n (nccl-tests' convention).
-PER_RANK_SPLIT = {"reduce_scatter", "all_gather", "all_to_all"}
+HOLD_BATCH = 256  # operations in flight at once while holding a size (sweep.min_seconds_per_size)
+HOLD_MAX_ITERS = 1_000_000
 FACTOR_OP = {"sendrecv": "sendrecv"}
 # torch 2.13 renamed the tensor forms; older releases have only the old names
 _ALL_GATHER = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
@@ -47,39 +57,81 @@ def sizes(lo: int, hi: int, factor: int) -> list[int]:
     return out
 
 
-def _pattern(n: int, device, dtype) -> torch.Tensor:
-    # small integers: exact in every dtype, even after summing over many ranks
-    return (torch.arange(n, device=device) % 5 + 1).to(dtype)
+# ---------------------------------------------------------------- operands from a formula
+# Every operand is a formula of (rank, index), filled on the device in chunks, and every result is checked
+# against the formula's value at that index, also in chunks: no rank holds another rank's data, and nothing
+# beyond the collective's own buffers grows with the size or the rank count (nccl-tests checks the same way).
+
+def _base(idx: torch.Tensor) -> torch.Tensor:
+    # small integers: exact in every dtype, even summed over many ranks
+    return idx % 5 + 1
 
 
-def _reduce_expected(values: list[torch.Tensor], redop: str) -> torch.Tensor:
-    stack = torch.stack([v.double() for v in values])
-    if redop == "sum":
-        return stack.sum(0)
+def contribution(redop: str, rank: int, world: int):
+    """Rank's operand of a reduction at global indices idx (int64)."""
+    if redop == "prod":  # 2 at one rank per index, 1 elsewhere: the product is 2 at any rank count
+        return lambda idx: (idx % world == rank).long() + 1
+    return lambda idx: (rank + 1) * _base(idx)
+
+
+def reduced(redop: str, world: int):
+    """The reduction over every rank's contribution at idx, in closed form (float64)."""
     if redop == "prod":
-        return stack.prod(0)
-    if redop == "min":
-        return stack.min(0).values
-    if redop == "max":
-        return stack.max(0).values
-    return stack.mean(0)
+        return lambda idx: torch.full(idx.shape, 2.0, dtype=torch.float64, device=idx.device)
+    factor = {"sum": world * (world + 1) / 2, "min": 1.0, "max": float(world), "avg": (world + 1) / 2}[redop]
+    return lambda idx: _base(idx).double() * factor
 
 
-def _wrong(out: torch.Tensor, expected: torch.Tensor) -> int:
-    got = out.double()
-    tol = 1e-2 * expected.abs().clamp(min=1) if out.dtype in (torch.float16, torch.bfloat16) else 1e-6
-    return int(((got - expected).abs() > tol).sum())
+def a2a_value(src: int, dst: int):
+    """Element e of the chunk rank src sends to rank dst (within one byte's range: exact in every dtype)."""
+    return lambda e: (src * 131 + dst * 17 + e) % 251 + 1
+
+
+def _chunks(n: int):
+    for lo in range(0, n, CHECK_CHUNK):
+        yield lo, min(n, lo + CHECK_CHUNK)
+
+
+def fill(buf: torch.Tensor, fn, offset: int = 0) -> None:
+    """buf[i] = fn(offset + i), chunk by chunk (integers wrap as the dtype does)."""
+    for lo, hi in _chunks(buf.numel()):
+        idx = torch.arange(offset + lo, offset + hi, device=buf.device)
+        buf[lo:hi].copy_(fn(idx))
+
+
+def _tolerance(dtype: torch.dtype, world: int) -> float | None:
+    """Relative tolerance for a float dtype (rounding in partial sums), None for integers (exact)."""
+    if not dtype.is_floating_point:
+        return None
+    return torch.finfo(dtype).eps * max(2, world)
+
+
+def count_wrong(out: torch.Tensor, fn, world: int, offset: int = 0) -> int:
+    """Elements of out that differ from fn(offset + i), counted on out's device chunk by chunk."""
+    tol = _tolerance(out.dtype, world)
+    wrong = torch.zeros((), dtype=torch.int64, device=out.device)
+    for lo, hi in _chunks(out.numel()):
+        idx = torch.arange(offset + lo, offset + hi, device=out.device)
+        expected = fn(idx).to(out.dtype)  # what the dtype can hold (integers wrapped, floats rounded)
+        got = out[lo:hi]
+        if tol is None:
+            wrong += (got != expected).sum()
+        else:
+            e = expected.double()
+            wrong += ((got.double() - e).abs() > tol * e.abs().clamp(min=1)).sum()
+    return int(wrong)
 
 
 @dataclass
 class Case:
-    """Buffers and a launcher for one op at one size; `launch()` issues one operation (async)."""
+    """Buffers and callables for one op at one size and form. launch() issues one operation (async),
+    prepare() puts the operands in place, check() counts this rank's wrong elements after one operation."""
     op: str
     count: int  # elements in S
     size: int  # S in bytes
-    launch: callable
-    check: callable  # -> wrong element count on this rank
-    group_size: int
+    launch: Callable
+    prepare: Callable
+    check: Callable
 
 
 class Sweep:
@@ -94,81 +146,75 @@ class Sweep:
         # as NCCL's point-to-point connections do (both directions on one gloo socket reached ~89% of a shaped
         # link where one direction per socket reaches 97-99%; see bench/RESULTS.md, issue 11 part 7)
         self.reverse = None
+        self.meter = None  # per-size energy/power/counter intervals (telemetry.capture.session.Telemetry.interval)
+        self.size_records: list[dict] = []  # rank 0's, one per size and collective
 
     # ------------------------------------------------------------ cases
 
     def case(self, op: str, size: int, in_place: bool) -> Case | None:
+        """The buffers of one op at requested size S in one form; None where torch has no such form."""
         n, r, dev, dt = self.world, self.rank, self.device, self.dtype
-        redop = REDOPS[self.cfg.redop] if op in ("all_reduce", "reduce_scatter") else None
-        if op in PER_RANK_SPLIT:
-            per = max(1, size // self.elsize // n)
-            count = per * n
-        else:
-            per = count = max(1, size // self.elsize)
+        per, count = counts(op, size, n, self.elsize)
         S = count * self.elsize
-        contrib = [(q + 1) * _pattern(count if op != "all_gather" else per, dev, dt).double() for q in range(n)]
+        redop_name = self.cfg.redop
+        redop = REDOPS[redop_name] if op in ("all_reduce", "reduce_scatter") else None
         if op == "all_reduce":
             if not in_place:
                 return None
             buf = torch.empty(count, dtype=dt, device=dev)
-
-            def launch():
-                return dist.all_reduce(buf, op=redop, group=self.group, async_op=True)
-            expected = _reduce_expected(contrib, self.cfg.redop)
-            return Case(op, count, S, launch, self._checker(buf, lambda: buf.copy_(contrib[r].to(dt)), expected), n)
+            mine, want = contribution(redop_name, r, n), reduced(redop_name, n)
+            return Case(op, count, S, lambda: dist.all_reduce(buf, op=redop, group=self.group, async_op=True),
+                        lambda: fill(buf, mine), lambda: count_wrong(buf, want, n))
         if op == "broadcast":
             if not in_place:
                 return None
             root = self.cfg.root % n
             buf = torch.empty(count, dtype=dt, device=dev)
-
-            def launch():
-                return dist.broadcast(buf, src=root, group=self.group, async_op=True)
-            fill = (lambda: buf.copy_(contrib[root].to(dt))) if r == root else (lambda: buf.zero_())
-            return Case(op, count, S, launch, self._checker(buf, fill, contrib[root]), n)
+            src = contribution("sum", root, n)
+            return Case(op, count, S, lambda: dist.broadcast(buf, src=root, group=self.group, async_op=True),
+                        (lambda: fill(buf, src)) if r == root else buf.zero_, lambda: count_wrong(buf, src, n))
         if op == "all_gather":
             out = torch.empty(count, dtype=dt, device=dev)
             inp = out[r * per:(r + 1) * per] if in_place else torch.empty(per, dtype=dt, device=dev)
-
-            def launch():
-                return _ALL_GATHER(out, inp, group=self.group, async_op=True)
-            return Case(op, count, S, launch, self._checker(out, lambda: inp.copy_(contrib[r].to(dt)),
-                                                             torch.cat(contrib)), n)
+            # element k of the result is element k % per of rank k // per
+            return Case(op, count, S, lambda: _ALL_GATHER(out, inp, group=self.group, async_op=True),
+                        lambda: fill(inp, contribution("sum", r, n)),
+                        lambda: count_wrong(out, lambda k: (torch.div(k, max(per, 1), rounding_mode="floor") + 1)
+                                            * _base(k % max(per, 1)), n))
         if op == "reduce_scatter":
             inp = torch.empty(count, dtype=dt, device=dev)
             out = inp[r * per:(r + 1) * per] if in_place else torch.empty(per, dtype=dt, device=dev)
-
-            def launch():
-                return _REDUCE_SCATTER(out, inp, op=redop, group=self.group, async_op=True)
-            expected = _reduce_expected(contrib, self.cfg.redop)[r * per:(r + 1) * per]
-            return Case(op, count, S, launch, self._checker(out, lambda: inp.copy_(contrib[r].to(dt)), expected), n)
+            mine, want = contribution(redop_name, r, n), reduced(redop_name, n)
+            return Case(op, count, S, lambda: _REDUCE_SCATTER(out, inp, op=redop, group=self.group, async_op=True),
+                        lambda: fill(inp, mine), lambda: count_wrong(out, want, n, offset=r * per))
         if op == "all_to_all":
             if in_place:
                 return None  # all_to_all_single needs distinct buffers
             inp = torch.empty(count, dtype=dt, device=dev)
             out = torch.empty(count, dtype=dt, device=dev)
-            # chunk j of rank q holds q*n + j + 1; after the exchange chunk j of rank r holds j*n + r + 1
-            send = torch.cat([torch.full((per,), float(r * n + j + 1), dtype=torch.float64) for j in range(n)])
-            expected = torch.cat([torch.full((per,), float(j * n + r + 1), dtype=torch.float64) for j in range(n)])
 
-            def launch():
-                return dist.all_to_all_single(out, inp, group=self.group, async_op=True)
-            return Case(op, count, S, launch, self._checker(out, lambda: inp.copy_(send.to(dt)), expected), n)
+            def prepare():
+                for j in range(n):  # chunk j goes to rank j
+                    fill(inp[j * per:(j + 1) * per], a2a_value(r, j))
+
+            def check():  # chunk j came from rank j
+                return sum(count_wrong(out[j * per:(j + 1) * per], a2a_value(j, r), n) for j in range(n))
+            return Case(op, count, S, lambda: dist.all_to_all_single(out, inp, group=self.group, async_op=True),
+                        prepare, check)
         if op == "sendrecv":
             if in_place:
                 return None
-            return self._sendrecv_case(size, count, S, (r + 1) % n, (r - 1) % n, contrib)
+            return self._exchange_case(op, count, S, (r + 1) % n, (r - 1) % n)
         raise ValueError(op)
 
-    def _sendrecv_case(self, size, count, S, peer_to, peer_from, contrib) -> Case:
+    def _exchange_case(self, op: str, count: int, S: int, peer_to: int, peer_from: int) -> Case:
         dt, dev, r = self.dtype, self.device, self.rank
         send = torch.empty(count, dtype=dt, device=dev)
         recv = torch.empty(count, dtype=dt, device=dev)
-
-        def launch():
-            return self._exchange(send, peer_to, recv, peer_from)
-        return Case("sendrecv", count, S, launch,
-                    self._checker(recv, lambda: send.copy_(contrib[r].to(dt)), contrib[peer_from]), 2)
+        theirs = contribution("sum", peer_from, self.world)
+        return Case(op, count, S, lambda: self._exchange(send, peer_to, recv, peer_from),
+                    lambda: fill(send, contribution("sum", r, self.world)),
+                    lambda: count_wrong(recv, theirs, self.world))
 
     def _exchange(self, send, dst: int, recv, src: int) -> list:
         """Send to dst and receive from src at once. With a reverse group each message travels on the
@@ -181,18 +227,13 @@ class Sweep:
                 dist.irecv(recv, src, group=self.group if src < r else self.reverse)]
 
     def new_groups(self, backend: str) -> None:
-        """Fresh communicators for the next test (every rank calls this in the same order)."""
+        """Fresh communicators for the next test (every rank calls this in the same order); the previous
+        test's go first, so that their buffers (NCCL's are device memory) do not add up over the tests."""
+        for old in (self.group, self.reverse):
+            if old is not None:
+                dist.destroy_process_group(old)
         self.group = dist.new_group(backend=backend)
         self.reverse = dist.new_group(backend=backend) if backend == "gloo" and self.world > 1 else None
-
-    def _checker(self, out, fill, expected):
-        fill()  # operands in place before the first launch
-
-        def check() -> int:
-            fill()
-            self._wait(self._current.launch())
-            return _wrong(out, expected.to(out.device))
-        return check
 
     # ------------------------------------------------------------ timing
 
@@ -206,23 +247,76 @@ class Sweep:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
-    def time_case(self, case: Case, iters: int, warmup: int, repeats: int = 1) -> tuple[list[float], int]:
-        """Seconds per op on this rank for each of `repeats` timings, and wrong elements (-1 when not checked)."""
-        self._current = case
-        wrong = case.check() if self.cfg.check else -1
+    def time_case(self, case: Case, iters: int, warmup: int, repeats: int = 1,
+                  per_iter: bool = False) -> tuple[list[float], int, list[float] | None]:
+        """Seconds per op on this rank for each of `repeats` timings, wrong elements (-1 when not checked),
+        and with per_iter every iteration's own seconds (all repeats, in order)."""
+        wrong = -1
+        if self.cfg.check:
+            case.prepare()
+            self._wait(case.launch())
+            self._sync()
+            wrong = case.check()
+        case.prepare()  # operands in place before the timed operations, as nccl-tests does
         for _ in range(warmup):
             self._wait(case.launch())
         self._sync()
-        times = []
+        times, each = [], ([] if per_iter else None)
         for _ in range(repeats):
             dist.barrier(group=self.group)  # every timing starts together
+            if each is None:
+                t0 = time.perf_counter()
+                works = [case.launch() for _ in range(iters)]
+                for w in works:
+                    self._wait(w)
+                self._sync()
+                times.append((time.perf_counter() - t0) / iters)
+            else:
+                total, per = self._time_each(case, iters)
+                times.append(total / iters)
+                each += per
+        return times, wrong, each
+
+    def _time_each(self, case: Case, iters: int) -> tuple[float, list[float]]:
+        """One timed loop that also times each iteration: CUDA events between iterations on the stream
+        (no host sync inside the loop, as nccl-tests -I 1), or on CPU a clock read after each completion."""
+        if self.device.type == "cuda":
+            events = [torch.cuda.Event(enable_timing=True) for _ in range(iters + 1)]
             t0 = time.perf_counter()
-            works = [case.launch() for _ in range(iters)]
-            for w in works:
+            events[0].record()
+            for i in range(iters):
+                self._wait(case.launch())  # on CUDA: the current stream waits for the collective, the host does not
+                events[i + 1].record()
+            self._sync()
+            total = time.perf_counter() - t0
+            return total, [events[i].elapsed_time(events[i + 1]) / 1e3 for i in range(iters)]
+        marks = [time.perf_counter()]
+        for _ in range(iters):
+            self._wait(case.launch())
+            marks.append(time.perf_counter())
+        return marks[-1] - marks[0], [b - a for a, b in zip(marks, marks[1:])]
+
+    def hold(self, case: Case, seconds_per_op: float) -> int:
+        """Keep issuing the operation (untimed) until this form has run sweep.min_seconds_per_size, so that the
+        power sampler reads it. Rank 0's clock decides, one tiny broadcast per batch, so every rank issues the
+        same number of operations."""
+        want = self.cfg.min_seconds_per_size
+        if want <= 0:
+            return 0
+        batch = max(1, min(HOLD_BATCH, int(0.05 / max(seconds_per_op, 1e-7))))  # ~50 ms between decisions
+        flag = torch.ones(1, dtype=torch.int32, device=self.device)
+        t0, done = time.perf_counter(), 0
+        while done < HOLD_MAX_ITERS:
+            for w in [case.launch() for _ in range(batch)]:
                 self._wait(w)
             self._sync()
-            times.append((time.perf_counter() - t0) / iters)
-        return times, wrong
+            done += batch
+            flag.fill_(int(time.perf_counter() - t0 < want))
+            dist.broadcast(flag, src=dist.get_global_rank(self.group, 0) if self.group is not None else 0,
+                           group=self.group)
+            if not int(flag.item()):
+                break
+        return done
 
     def combine(self, seconds: float | list[float]) -> float | list[float]:
         """Cross-rank time as nccl-tests' -a: avg (default), min, max, or rank 0's (each of a list, in one call)."""
@@ -238,6 +332,14 @@ class Sweep:
             dist.all_reduce(t, op=dist.ReduceOp.MIN if mode == "min" else dist.ReduceOp.MAX, group=self.group)
         return [float(v) for v in t.tolist()] if many else float(t.item())
 
+    def gather_iters(self, each: list[float]) -> list[list[float]]:
+        """Every rank's per-iteration seconds, in rank order (one all-gather of iters numbers per rank)."""
+        mine = torch.tensor(each, dtype=torch.float64, device=self.device)
+        out = torch.empty(self.world * len(each), dtype=torch.float64, device=self.device)
+        _ALL_GATHER(out, mine, group=self.group)
+        rows = out.view(self.world, len(each)).tolist()
+        return rows
+
     def wrong_total(self, wrong: int) -> int | None:
         """Wrong elements summed over ranks; None when not checked (sweep.check false)."""
         if wrong < 0:
@@ -250,50 +352,62 @@ class Sweep:
 
     def measure(self, op: str, size: int) -> dict:
         modes = {"both": (False, True), "out_of_place": (False,), "in_place": (True,)}[self.cfg.in_place]
-        # S and the count per rank as nccl-tests prints them (each rank's share where S is split over the
-        # ranks); set here so that a size with no form measured still has its row
-        per = max(1, size // self.elsize // self.world) if op in PER_RANK_SPLIT else max(1, size // self.elsize)
-        total = per * self.world if op in PER_RANK_SPLIT else per
-        row: dict = {"size": total * self.elsize, "count": per, "out_of_place": None, "in_place": None}
+        per, total = counts(op, size, self.world, self.elsize)
+        row: dict = {"size": total * self.elsize, "count": per, "requested_bytes": size,
+                     "out_of_place": None, "in_place": None}
+        held, t_size = 0, time.perf_counter()
         for in_place in modes:
-            case = self.case(op, size, in_place)
             key = "in_place" if in_place else "out_of_place"
+            case = self.case(op, size, in_place)
             if case is None:
-                row[key] = None
                 continue
-            secs, wrong = self.time_case(case, self.cfg.iters, self.cfg.warmup, self.cfg.repeats)
-            row[key] = _timed_block(self.combine(secs), case.size, bus_factor(FACTOR_OP.get(op, op), self.world),
+            secs, wrong, each = self.time_case(case, self.cfg.iters, self.cfg.warmup, self.cfg.repeats,
+                                               self.cfg.per_iter_timing)
+            combined = self.combine(secs)
+            row[key] = _timed_block(combined, case.size, bus_factor(FACTOR_OP.get(op, op), self.world),
                                     self.wrong_total(wrong), self.cfg.repeat_stat)
+            if each is not None:
+                row[key]["per_iter"] = iteration_stats(self.gather_iters(each), self.cfg.per_iter_skip)
+            held += self.hold(case, row[key]["time_us"] / 1e6)
+            del case  # this form's buffers go before the next form's (or the next size's) are made
+        self._record_size(op, row, held, time.perf_counter() - t_size)
         return row
+
+    def _record_size(self, op: str, row: dict, held: int, seconds: float) -> None:
+        """Energy, power and NIC/RDMA counters over this size (every rank's, gathered to rank 0)."""
+        if self.meter is None:
+            return
+        mine = {"rank": self.rank, "host": self.hosts[self.rank], **self.meter.interval()}
+        every: list = [None] * self.world
+        dist.all_gather_object(every, mine, group=self.group)
+        if self.rank == 0:
+            self.size_records.append(size_record(op, row, held, seconds, every))
 
     def pair_time(self, a: int, b: int, size: int, iters: int, check: bool = False,
                   repeats: int = 1) -> tuple[list[float], int | None]:
         """Seconds per bidirectional send/recv between ranks a and b only (the others wait) for each of
         `repeats` timings, and the wrong elements both ends received (None unless `check`)."""
-        count = max(1, size // self.elsize)
+        count = size // self.elsize
         result = torch.zeros(1 + repeats, dtype=torch.float64, device=self.device)  # wrong elements, seconds
-        launch = None
+        case = None
         if self.rank in (a, b):
             peer = b if self.rank == a else a
-            contrib = {q: (q + 1) * _pattern(count, self.device, self.dtype).double() for q in (a, b)}
-            send = contrib[self.rank].to(self.dtype)
-            recv = torch.empty(count, dtype=self.dtype, device=self.device)
-
-            def launch():
-                return self._exchange(send, peer, recv, peer)
+            case = self._exchange_case("sendrecv", count, count * self.elsize, peer, peer)
+            case.prepare()
             for _ in range(max(self.cfg.warmup, 1)):
-                self._wait(launch())
+                self._wait(case.launch())
             self._sync()
         for i in range(repeats):
             dist.barrier(group=self.group)  # both ends start their timers together
-            if launch is not None:
+            if case is not None:
                 t0 = time.perf_counter()
-                for w in [launch() for _ in range(iters)]:
+                for w in [case.launch() for _ in range(iters)]:
                     self._wait(w)
                 self._sync()
                 result[1 + i] = (time.perf_counter() - t0) / iters / 2  # both ranks report: average them
-        if launch is not None and check:
-            result[0] = _wrong(recv, contrib[peer].to(recv.device))
+        if case is not None and check:
+            result[0] = case.check()
+        del case
         dist.all_reduce(result, group=self.group)  # one reduction carries every number
         dist.barrier(group=self.group)
         return [float(v) for v in result[1:].tolist()], (int(result[0].item()) if check else None)
@@ -308,12 +422,115 @@ class Sweep:
         return {"intra_node": intra, "inter_node": (heads[0], heads[1]) if len(heads) > 1 else None}
 
     def measure_pair(self, pair: tuple[int, int], size: int) -> dict:
-        count = max(1, size // self.elsize)
+        count = size // self.elsize
+        t_size = time.perf_counter()
         times, wrong = self.pair_time(pair[0], pair[1], count * self.elsize, self.cfg.iters,
                                       check=bool(self.cfg.check), repeats=self.cfg.repeats)
-        return {"size": count * self.elsize, "count": count, "ranks": list(pair),
-                "out_of_place": _timed_block(times, count * self.elsize, 1.0, wrong, self.cfg.repeat_stat),
-                "in_place": None}
+        row = {"size": count * self.elsize, "count": count, "requested_bytes": size, "ranks": list(pair),
+               "out_of_place": _timed_block(times, count * self.elsize, 1.0, wrong, self.cfg.repeat_stat),
+               "in_place": None}
+        self._record_size(f"sendrecv_pair_{pair[0]}_{pair[1]}", row, 0, time.perf_counter() - t_size)
+        return row
+
+    def p2p_matrix(self, size: int, latency_bytes: int = 4) -> dict:
+        """Bandwidth (at `size`) and latency (at `latency_bytes`) of a bidirectional send/recv between every
+        pair of ranks, one pair at a time (nvbandwidth's and p2pBandwidthLatencyTest's matrix, over NCCL).
+        NCCL_P2P_DISABLE decides whether NVLink/PCIe peer access carries it: run once with and once without."""
+        n = self.world
+        bw = [[None] * n for _ in range(n)]
+        lat = [[None] * n for _ in range(n)]
+        wrong = 0
+        count = size // self.elsize
+        for a in range(n):
+            for b in range(a + 1, n):
+                t, w = self.pair_time(a, b, count * self.elsize, self.cfg.iters, check=bool(self.cfg.check))
+                bw[a][b] = bw[b][a] = algbw_GBps(count * self.elsize, t[0])
+                wrong += w or 0
+                t, _ = self.pair_time(a, b, latency_bytes, self.cfg.latency_iters)
+                lat[a][b] = lat[b][a] = t[0] * 1e6
+        return {"size": count * self.elsize, "latency_bytes": latency_bytes, "bandwidth_GBps": bw, "latency_us": lat,
+                "wrong": wrong if self.cfg.check else None,
+                "p2p_disabled": os.environ.get("NCCL_P2P_DISABLE", "0") not in ("", "0"),
+                "shm_disabled": os.environ.get("NCCL_SHM_DISABLE", "0") not in ("", "0"),
+                "method": "bidirectional send/recv between the pair only, the other ranks waiting; bandwidth is "
+                          "bytes per direction / time per exchange"}
+
+
+def iteration_stats(rows: list[list[float]], skip: int = 0) -> dict:
+    """nccl-tests' per-iteration report from every rank's per-iteration seconds: times_us is the slowest
+    rank's time per iteration; min/max/avg/p50/p95/p99 (nearest rank)/stdev/cv over times_us after `skip`
+    iterations; per_process_max_times_us keeps each rank's own row (one process per rank here)."""
+    times = [max(col) for col in zip(*rows)]
+    summary = sorted(times[skip:])
+    n = len(summary)
+    avg = sum(summary) / n
+    stdev = math.sqrt(sum((t - avg) ** 2 for t in summary) / n)
+
+    def pct(p: int) -> float:
+        return summary[min(n - 1, (n * p + 99) // 100 - 1)]
+    out = {"skipped_iterations": skip, "min_us": summary[0] * 1e6, "max_us": summary[-1] * 1e6, "avg_us": avg * 1e6,
+           "p50_us": summary[n // 2] * 1e6, "p95_us": pct(95) * 1e6, "p99_us": pct(99) * 1e6,
+           "stdev_us": stdev * 1e6, "cv_pct": stdev / avg * 100 if avg > 0 else 0.0,
+           "times_us": [t * 1e6 for t in times]}
+    if len(rows) > 1:
+        out["per_process_max_times_us"] = [[t * 1e6 for t in r] for r in rows]
+    return out
+
+
+def size_record(op: str, row: dict, held: int, seconds: float, every: list[dict]) -> dict:
+    """One line of sweep.jsonl: the size's numbers and every rank's energy/power/counter interval, with totals."""
+    def total(key):
+        vals = [r.get(key) for r in every]
+        known = [v for v in vals if v is not None]
+        return sum(known) if known else None
+    blocks = {b: {k: row[b][k] for k in ("time_us", "algbw_GBps", "busbw_GBps", "wrong")}
+              for b in ("out_of_place", "in_place") if row.get(b)}
+    power = [r.get("gpu_power_w") for r in every]
+    rec = {"op": op, "size": row["size"], "requested_bytes": row.get("requested_bytes"), "count": row["count"],
+           **blocks, "seconds": seconds, "hold_iterations": held,
+           "gpu_energy_j": total("gpu_energy_j"), "gpu_power_w_sum": total("gpu_power_w"),
+           "gpu_power_w": power, "cpu_energy_j": total("cpu_energy_j"),
+           "tx_bytes": total("tx_bytes"), "rx_bytes": total("rx_bytes"),
+           "rdma_tx_bytes": total("rdma_tx_bytes"), "rdma_rx_bytes": total("rdma_rx_bytes"),
+           "loss_events": total("loss_events"), "ranks": every}
+    reasons = {r.get("gpu_energy_reason") or r.get("gpu_power_reason") for r in every} - {None}
+    if rec["gpu_energy_j"] is None or None in power:
+        rec["gpu_reason"] = "; ".join(sorted(reasons)) or "not read"
+    return rec
+
+
+def stragglers(op: str, rows: list[dict], hosts: list[str], threshold_pct: float, ranks: list[int]) -> list[dict]:
+    """Per size and form: the slowest rank (and its host) when its mean iteration time exceeds the fastest
+    rank's by more than threshold_pct, from per_process_max_times_us; a host whose ranks are all slower
+    than every other host's is named a slow node."""
+    found = []
+    for row in rows:
+        for form in ("out_of_place", "in_place"):
+            per = (row.get(form) or {}).get("per_iter", {}).get("per_process_max_times_us")
+            if not per or len(per) < 2:
+                continue
+            means = [sum(t) / len(t) for t in per]
+            slow = max(range(len(means)), key=means.__getitem__)
+            fast = min(range(len(means)), key=means.__getitem__)
+            if means[fast] <= 0 or (means[slow] - means[fast]) / means[fast] * 100 <= threshold_pct:
+                continue
+            by_host: dict[str, list[float]] = {}
+            for i, m in enumerate(means):
+                by_host.setdefault(hosts[ranks[i]], []).append(m)
+            host = hosts[ranks[slow]]
+            others = [m for h, ms in by_host.items() if h != host for m in ms]
+            slow_node = bool(others) and min(by_host[host]) > max(others)
+            found.append({"op": op, "size": row["size"], "form": form, "rank": ranks[slow], "host": host,
+                          "mean_us": means[slow], "fastest_rank": ranks[fast], "fastest_mean_us": means[fast],
+                          "excess_pct": (means[slow] - means[fast]) / means[fast] * 100, "slow_node": slow_node})
+    return found
+
+
+def describe_straggler(s: dict) -> str:
+    what = f"host {s['host']} is a slow node (every rank on it slower than every other host's)" if s["slow_node"] \
+        else f"rank {s['rank']} (host {s['host']}) is the slowest"
+    return (f"{s['op']} {s['size']} B {s['form'].replace('_', '-')}: {what}: {s['mean_us']:.1f} us per iteration "
+            f"vs {s['fastest_mean_us']:.1f} us on rank {s['fastest_rank']} (+{s['excess_pct']:.0f}%)")
 
 
 def _timed_block(times: list[float], size: int, factor: float, wrong: int | None, stat: str = "median") -> dict:
@@ -433,32 +650,96 @@ def spread_line(rows: list[dict], repeats: int, stat: str = "median") -> str:
     return f"# fabric-harness: rows are {what} of {repeats} repeats; busbw min-max (GB/s): " + ", ".join(parts)
 
 
-def run_sweep(cfg, device: torch.device, hosts: list[dict], say, marks: list | None = None) -> dict:
-    """Run every op over every size; `say` prints on rank 0. Returns the JSON-ready result. `marks`, when
-    given, gets (op, bytes, start, end) on time.monotonic() for each row: server power per size."""
+def _device_memory(cfg, device: torch.device) -> tuple[int, str]:
+    """The memory the largest size must fit in, and what it is: sweep.device_memory, the CUDA device's
+    total, or on CPU the host's memory shared by the ranks on it."""
+    from trainer.config import parse_size
+
+    if cfg.device_memory is not None:
+        return parse_size(cfg.device_memory, "sweep.device_memory", [], limit=1 << 40), "sweep.device_memory"
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        return props.total_memory, f"{props.name} (device {device.index})"
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return total // local, f"this host's memory shared by {local} local rank(s)"
+
+
+def _rss_bytes() -> int | None:
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class MemoryWatch:
+    """This rank's peak memory over the sweep: CUDA's allocator peak on GPUs; on CPU the growth of the
+    process's resident set (its high-water mark at the end minus its size at the start)."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
+            self.start = torch.cuda.memory_allocated(device)
+        else:
+            self.start = _rss_bytes()
+
+    def result(self) -> dict:
+        if self.device.type == "cuda":
+            peak = torch.cuda.max_memory_allocated(device=self.device)
+            return {"peak_bytes": peak - self.start, "how": "torch.cuda.max_memory_allocated - allocated at start"}
+        high = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
+        if self.start is None:
+            return {"peak_bytes": None, "how": "/proc/self/statm unreadable"}
+        return {"peak_bytes": max(0, high - self.start), "how": "ru_maxrss at the end - resident set at the start"}
+
+
+def _stamp() -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S")  # nccl-tests' start_time/end_time format (local time)
+
+
+def run_sweep(cfg, device: torch.device, hosts: list[dict], say, meter=None, marks: list | None = None) -> dict:
+    """Run every op over every size; `say` prints on rank 0. Returns the JSON-ready result. `meter`: a
+    started telemetry session (meters only) read once per size. `marks`, when given, gets (op, bytes,
+    start, end) on time.monotonic() for each row: server power per size."""
     from trainer.config import parse_size
 
     sw = Sweep(cfg, device, hosts)
+    sw.meter = meter
     problems: list[str] = []
-    lo, hi = parse_size(cfg.min_bytes, "sweep.min_bytes", problems), parse_size(cfg.max_bytes, "sweep.max_bytes", problems)
+    lo = parse_size(cfg.min_bytes, "sweep.min_bytes", problems)
+    hi = parse_size(cfg.max_bytes, "sweep.max_bytes", problems)
     if cfg.root >= sw.world:
-        raise ValueError(f"sweep.root: got {cfg.root}; allowed: 0..{sw.world - 1} at world size {sw.world}")
+        raise InputError(f"sweep.root: got {cfg.root}; allowed: 0..{sw.world - 1} at world size {sw.world}")
+    if "p2p_matrix" in cfg.ops and device.type != "cuda":
+        raise InputError(f"sweep.ops: p2p_matrix measures GPU pairs over NCCL and needs CUDA devices; this run is on "
+                         f"{device.type} ({dist.get_backend()}); allowed: the other ops on CPU")
+    memory, what = _device_memory(cfg, device)
+    problem = memory_problem(cfg.ops, hi, sw.world, cfg.dtype, cfg.in_place, memory, what,
+                             reserve=(1 << 30) if device.type == "cuda" else 0)
+    if problem:
+        raise InputError(problem)
+    watch = MemoryWatch(device)
     devices: list = [None] * sw.world
     dist.all_gather_object(devices, device_info(device))
     type_name = TYPE_NAMES[cfg.dtype]
     result = {"source": "fabric-harness", "world_size": sw.world, "dtype": cfg.dtype, "redop": cfg.redop,
               "iters": cfg.iters, "warmup": cfg.warmup, "repeats": cfg.repeats,
-              "repeat_stat": cfg.repeat_stat, "time_reduction": cfg.time_reduction, "ops": {}}
+              "repeat_stat": cfg.repeat_stat, "time_reduction": cfg.time_reduction, "min_bytes": lo, "max_bytes": hi,
+              "factor": cfg.factor, "per_iter_timing": cfg.per_iter_timing, "per_iter_skip": cfg.per_iter_skip,
+              "min_seconds_per_size": cfg.min_seconds_per_size, "backend": dist.get_backend(), "ops": {}}
     say(f"# fabric-harness collective sweep: {sw.world} ranks on {len(set(sw.hosts))} host(s), {cfg.dtype}, "
         f"{lo} to {hi} bytes x{cfg.factor}, warm-up {cfg.warmup}, iters {cfg.iters}, time {cfg.time_reduction}"
         + (f", {cfg.repeat_stat} of {cfg.repeats} repeats" if cfg.repeats > 1 else ""))
-    jobs = [(op, None) for op in cfg.ops]
+    jobs = [(op, None) for op in cfg.ops if op != "p2p_matrix"]
     if cfg.pairs and "sendrecv" in cfg.ops:
         jobs += [(f"sendrecv_{name}", pair) for name, pair in sw.pairs().items() if pair is not None]
     backend = dist.get_backend()
     for op, pair in jobs:
         sw.new_groups(backend)  # fresh connections: no state left by the previous test
         rows = []
+        started = _stamp()
         base = "sendrecv" if pair else op
         root = cfg.root if op == "broadcast" else -1
         redop = cfg.redop if op in ("all_reduce", "reduce_scatter") else "none"
@@ -485,30 +766,74 @@ def run_sweep(cfg, device: torch.device, hosts: list[dict], say, marks: list | N
         say("\n".join(footer(wrong if checked else None, avg)))
         if cfg.repeats > 1:
             say(spread_line(rows, cfg.repeats, cfg.repeat_stat))
+        slow = stragglers(op, rows, sw.hosts, cfg.straggler_pct, ranks) if cfg.per_iter_timing else []
+        for s in slow:
+            say(f"# fabric-harness straggler: {describe_straggler(s)}")
         say(f"# Collective test concluded: {test}")
         missing = {b: MISSING.get((base, b)) or f"not measured: sweep.in_place is {cfg.in_place}"
                    for b in BLOCKS_ALL if all(r.get(b) is None for r in rows)}
         notes = [] if checked else ["wrong per block: null, results not checked (sweep.check false)"]
+        if any(r["count"] == 0 for r in rows):
+            notes.append("count 0: a requested size below ranks x element size (or one element) moves no data; "
+                         "nccl-tests runs and prints these rows the same way (size 0)")
         result["ops"][op] = {"test": test, "rows": rows, "avg_busbw_GBps": avg, "wrong": wrong,
                              "checked": bool(checked),
                              "ranks": list(pair) if pair else None, "world_size": len(ranks),
                              "devices": [{"rank": r, "host": hosts[r]["hostname"], "pid": hosts[r].get("pid"),
                                           **devices[r]} for r in ranks],
-                             "missing": missing, "notes": notes}
+                             "missing": missing, "notes": notes, "stragglers": slow,
+                             "start_time": started, "end_time": _stamp()}
+    if "p2p_matrix" in cfg.ops:
+        sw.new_groups(backend)
+        result["p2p_matrix"] = m = sw.p2p_matrix(hi)
+        say(f"#\n# fabric-harness p2p matrix: {human(m['size'])} send/recv per pair, P2P "
+            f"{'off' if m['p2p_disabled'] else 'on'} (NCCL_P2P_DISABLE), GB/s per direction | latency us at 4 B")
+        for a in range(sw.world):
+            say(f"#  {a:3d}  " + "  ".join("     -" if b == a else f"{m['bandwidth_GBps'][a][b]:6.2f}"
+                                           for b in range(sw.world)) + "  |  " +
+                "  ".join("     -" if b == a else f"{m['latency_us'][a][b]:6.1f}" for b in range(sw.world)))
     if cfg.latency_table:
         sw.new_groups(backend)
         lat = {}
         if "all_reduce" in cfg.ops or not cfg.ops:
             case = sw.case("all_reduce", 4, True)
             lat["all_reduce_4B_us"] = sw.combine(sw.time_case(case, cfg.latency_iters, cfg.warmup)[0][0]) * 1e6
+            del case
         if sw.world > 1:
             case = sw.case("sendrecv", 48, False)
             lat["sendrecv_48B_us"] = sw.combine(sw.time_case(case, cfg.latency_iters, cfg.warmup)[0][0]) * 1e6
+            del case
             for name, pair in sw.pairs().items():
                 if pair is not None:
                     lat[f"sendrecv_48B_{name}_us"] = sw.pair_time(pair[0], pair[1], 48, cfg.latency_iters)[0][0] * 1e6
         result["latency_us"] = lat
         say("#\n# fabric-harness latency (us): "
             + ", ".join(f"{k.removesuffix('_us')} {v:.2f}" for k, v in lat.items()))
+    mem: list = [None] * sw.world
+    dist.all_gather_object(mem, {"rank": sw.rank, **watch.result()})
+    result["memory"] = {"per_rank": mem, "device_memory_bytes": memory, "device_memory_is": what}
+    result["sizes"] = sw.size_records if sw.rank == 0 else []
     return result
 
+
+def write_sweep_files(run_dir: str, result: dict, argv: list[str], env: dict, nccl_version: str | None) -> None:
+    """Rank 0, beside collectives.json/.txt: collectives.csv, nccl-tests/<op>.json (nccl-tests' -J schema,
+    one document per collective as separate nccl-tests runs write them) and sweep.jsonl (one line per size
+    and collective: energy, power and NIC/RDMA counter deltas)."""
+    import json
+
+    from telemetry.analysis.nccl_tests_json import nccl_version_code, to_nccl_tests
+    from telemetry.analysis.nccl_tests import to_csv
+
+    with open(os.path.join(run_dir, "collectives.csv"), "w", encoding="utf-8") as f:
+        f.write(to_csv(result))
+    folder = os.path.join(run_dir, "nccl-tests")
+    os.makedirs(folder, exist_ok=True)
+    env_lines = [f"{k}={v}" for k, v in sorted(env.items())]  # already redacted (run.json's environment)
+    for op in result["ops"]:
+        doc = to_nccl_tests(result, op, argv, env_lines, nccl_version_code(nccl_version))
+        with open(os.path.join(folder, f"{op}.json"), "w", encoding="utf-8") as f:
+            json.dump(doc, f, indent=1)
+    with open(os.path.join(run_dir, "sweep.jsonl"), "w", encoding="utf-8") as f:
+        for rec in result.get("sizes", []):
+            f.write(json.dumps({**rec, "transport": (result.get("fabric") or {}).get("transport")}) + "\n")

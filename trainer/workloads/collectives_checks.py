@@ -18,4 +18,13 @@ def check_sweep(sw: SweepConfig) -> list[str]:
     p += _at_least("sweep", sw, ("warmup",), 0)
     if sw.root < 0:
         p.append(f"sweep.root: got {sw.root}; expected a rank >= 0")
+    if sw.device_memory is not None:
+        parse_size(sw.device_memory, "sweep.device_memory", p, limit=1 << 40)
+    p += _at_least("sweep", sw, ("per_iter_skip",), 0)
+    if sw.per_iter_skip and sw.per_iter_skip >= sw.iters:
+        p.append(f"sweep.per_iter_skip: got {sw.per_iter_skip}; expected fewer than sweep.iters ({sw.iters})")
+    if not 0 <= sw.min_seconds_per_size <= 3600:
+        p.append(f"sweep.min_seconds_per_size: got {sw.min_seconds_per_size}; expected seconds in [0, 3600]")
+    if sw.straggler_pct <= 0:
+        p.append(f"sweep.straggler_pct: got {sw.straggler_pct}; expected a percentage > 0")
     return p
