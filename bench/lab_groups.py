@@ -1,6 +1,6 @@
 """Projection per process group in the fabric lab: tp inside a node, dp across, onto a 10x slower link.
 
-    python bench/lab_groups.py [--rounds 2] [--steps 8] [--out /tmp/lab_groups]
+    python -m bench.lab_groups [--rounds 2] [--steps 8] [--out /tmp/lab_groups]
 
 Each round runs tiny_llama_lora on 2 nodes x 2 ranks (`parallel.tp=2 parallel.dp=2
 parallel.data_parallel=replicate`) at 100 Mbit/s, then at 10 Mbit/s, and projects the 100 Mbit/s run onto
@@ -19,7 +19,6 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
-sys.path.insert(0, REPO)
 
 from telemetry.analysis.projection import measured_profile, project  # noqa: E402
 from telemetry.analysis.report import summarize  # noqa: E402

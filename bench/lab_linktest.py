@@ -1,7 +1,7 @@
 """iperf3 across the fabric lab's shaped link with `python -m launch.linktest`: received rate as a share
 of the tbf rate, one stream and two pairs at once, a few runs per rate.
 
-    sudo python bench/lab_linktest.py --rates 100mbit,1gbit --runs 3 --duration 3
+    sudo python -m bench.lab_linktest --rates 100mbit,1gbit --runs 3 --duration 3
 """
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ import sys
 import tempfile
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
 
 from launch.lab import Lab  # noqa: E402
 from launch.linktest import main as linktest  # noqa: E402
@@ -53,7 +52,7 @@ def main() -> None:
                          "one_stream_median": statistics.median(single), "two_pairs_median": statistics.median(pairs)}
         print(f"{rate}: one stream {statistics.median(single):.1f}% of the rate, two pairs at once "
               f"{statistics.median(pairs):.1f}% (medians of {a.runs})")
-    line = {"command": "sudo python bench/lab_linktest.py " + " ".join(sys.argv[1:]),
+    line = {"command": "sudo python -m bench.lab_linktest " + " ".join(sys.argv[1:]),
             "machine": "development VM, 2 cores, 24 GiB, no GPU, torch 2.13.0 CPU",
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "host": f"{platform.node()} {platform.machine()} {os.cpu_count()} cores (shared)", "results": results}

@@ -77,7 +77,6 @@ def main() -> int:
     p.add_argument("--baseline", help="another checkout to measure the same way (e.g. the code before the change)")
     p.add_argument("--baseline-only", action="store_true", help="measure only the --baseline checkout")
     args = p.parse_args()
-    sys.path.insert(0, REPO)
     from trainer.config import parse_size
     from trainer.sweep_plan import largest_need
 

@@ -33,6 +33,7 @@ def test_dry_run_without_a_gpu_skips_every_step_with_its_reason(tmp_path):
     assert results.read_text() == before
 
 
+@pytest.mark.integration
 def test_unknown_argument_is_one_error_line(tmp_path):
     res = subprocess.run(["bash", "bench/gpu/run.sh", "--layer", "4"], cwd=REPO, capture_output=True, text=True,
                          timeout=60)
@@ -51,6 +52,7 @@ def _harness_dir(path: Path, tokens_per_s: float) -> None:
     (path / "ranks" / "rank00000.final.json").write_text(json.dumps({"peak_memory_bytes": 40 << 30}))
 
 
+@pytest.mark.integration
 def test_report_writes_each_step_test_and_throughput(tmp_path):
     out = tmp_path / "out"
     out.mkdir()

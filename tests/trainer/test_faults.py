@@ -265,6 +265,7 @@ def test_peer_that_stops_answering_is_named_within_the_timeout(tmp_path):
     assert "| rank 1 never entered all_reduce #" in (out / "report" / "report.md").read_text()
 
 
+@pytest.mark.integration
 def test_ctrl_c_to_torchrun_saves_the_current_step_and_the_rerun_resumes(tmp_path):
     """Ctrl-C in a terminal: SIGINT to torchrun's whole process group (the agent and both workers; the agent
     then forwards its own SIGINT). Saved like SIGTERM, named in run.json; a rerun resumes from it."""
@@ -285,6 +286,7 @@ def test_ctrl_c_to_torchrun_saves_the_current_step_and_the_rerun_resumes(tmp_pat
     assert [r["step"] for r in again.metrics()] == list(range(1, saved + 2))
 
 
+@pytest.mark.integration
 def test_ctrl_c_without_save_on_signal_names_sigint(tmp_path):
     out = tmp_path / "run"
     job = Job(out, "max_steps=40", "train.save_on_signal=false")
@@ -296,6 +298,7 @@ def test_ctrl_c_without_save_on_signal_names_sigint(tmp_path):
     assert not (out / "checkpoints" / "latest.json").exists()
 
 
+@pytest.mark.integration
 def test_input_error_on_one_rank_while_the_other_trains_is_one_error_line(tmp_path):
     """Rank 1 alone finds bad input after step 2 while rank 0 is busy in step 3's collectives: torchrun
     stops rank 0, so rank 1 must print the `error:` line itself, and only one line is printed."""
@@ -311,6 +314,7 @@ def test_input_error_on_one_rank_while_the_other_trains_is_one_error_line(tmp_pa
     assert re.search(r"rank\s*:\s*1 \(local_rank: 1\)\s*\n\s*exitcode\s*:\s*2", res.stderr), res.stderr[-3000:]
 
 
+@pytest.mark.integration
 def test_refused_override_under_torchrun_is_one_error_line_whichever_rank_fails_first(tmp_path):
     res = run_cli(tmp_path / "run", *FAST, "train.lr=nan", nproc=2, timeout=240)
     assert res.returncode != 0
