@@ -186,7 +186,8 @@ def leftover_namespaces() -> list[str]:
     return [line.split()[0] for line in proc.stdout.splitlines() if line.strip()]
 
 
-def _pump(stream, sinks) -> None:
+def pump(stream, sinks) -> None:
+    """Copy a child's output, line by line, to every sink (a log file, the console) as it comes."""
     for line in iter(stream.readline, ""):
         for sink in sinks:
             try:
@@ -220,7 +221,7 @@ def run_in_lab(lab: Lab, nproc: int, recipe_args: list[str], output_dir: str, ti
                                 start_new_session=True)
         procs.append(proc)
         sinks = [log, sys.stdout] if i == 0 else [log]
-        t = threading.Thread(target=_pump, args=(proc.stdout, sinks), daemon=True)
+        t = threading.Thread(target=pump, args=(proc.stdout, sinks), daemon=True)
         t.start()
         threads.append(t)
     deadline = time.monotonic() + timeout_s

@@ -17,6 +17,8 @@ import threading
 from dataclasses import dataclass
 from typing import Callable
 
+from launch.lab import pump
+
 from .spec import Evaluation, Variant, Workload
 from telemetry.errors import InputError
 
@@ -264,16 +266,6 @@ def check_launcher(ev: Evaluation) -> None:
 
 # ---------------------------------------------------------------- running one
 
-def _pump(stream, sinks) -> None:
-    for line in iter(stream.readline, ""):
-        for sink in sinks:
-            try:
-                sink.write(line)
-                sink.flush()
-            except ValueError:
-                pass
-
-
 def execute(cmd: list[str], env: dict, log_path: str, timeout_s: float, verbose: bool) -> tuple[int, bool]:
     """Run one launcher command in its own session, output to log_path (and stdout if verbose); returns
     (exit code, timed out). On timeout the launcher gets SIGTERM (the lab tears down on it), then SIGKILL."""
@@ -283,7 +275,7 @@ def execute(cmd: list[str], env: dict, log_path: str, timeout_s: float, verbose:
         log.flush()
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 start_new_session=True)
-        t = threading.Thread(target=_pump, args=(proc.stdout, [log] + ([sys.stdout] if verbose else [])), daemon=True)
+        t = threading.Thread(target=pump, args=(proc.stdout, [log] + ([sys.stdout] if verbose else [])), daemon=True)
         t.start()
         timed_out = False
         try:
