@@ -91,3 +91,24 @@ def test_a_second_run_in_the_same_directory_resumes_past_max_steps(run, capsys):
     info = json.loads((out / "run.json").read_text())
     assert code == 0 and info["attempt"] == 2 and [a["status"] for a in info["attempts"]] == ["completed", "completed"]
     assert info["final"]["step"] == 2
+
+
+@pytest.mark.parametrize("mode", ["fsdp", "replicate"])
+def test_other_data_parallel_modes_take_the_same_first_step(run, tmp_path, mode):
+    """Same seed and data: the first step's loss (before any update) does not depend on how the data-parallel
+    wrapping is done; each mode's own step path (FSDP2's sharded parameters, replicas' trainable all-reduce)
+    runs to the end."""
+    _, _, ddp_metrics, _ = run
+    out = tmp_path / mode
+    saved = dict(os.environ)
+    try:
+        code = main([TINY, f"output_dir={out}", *STEPS, "max_steps=1", f"parallel.data_parallel={mode}"])
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    info = json.loads((out / "run.json").read_text())
+    assert code == 0 and info["status"] == "completed", info.get("error")
+    assert info["layout"]["data_parallel"] == mode
+    (first,) = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    assert first["loss"] == pytest.approx(ddp_metrics[0]["loss"], rel=1e-5)
+    assert first["grad_norm"] == pytest.approx(ddp_metrics[0]["grad_norm"], rel=1e-4)
