@@ -110,3 +110,19 @@ def test_module_entry_point(capsys, monkeypatch, tmp_path):
     with pytest.raises(SystemExit) as info:
         runpy.run_module("telemetry", run_name="__main__", alter_sys=False)
     assert info.value.code == 2 and capsys.readouterr().err.startswith("error: ")
+
+
+def test_report_of_a_recorded_run(capsys, run_dir):
+    assert main(["report", str(run_dir)]) == 0
+    out = capsys.readouterr().out.strip()
+    assert out.startswith(f"wrote {run_dir / 'report'}/report.html and report.md with ") and out.endswith(" figures")
+    md = (run_dir / "report" / "report.md").read_text()
+    assert "recorded" in md and (run_dir / "report" / "report.html").stat().st_size > 0
+
+
+def test_compare_two_recorded_fabrics(capsys, tmp_path, run_dir):
+    slow = write_run(tmp_path / "slow", rate_bps=1e8, step_time=2.0, comm_time=1.0, times=True)
+    assert main(["compare", f"fast={run_dir}", f"slow={slow}", "--out", str(tmp_path / "cmp")]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"wrote {tmp_path / 'cmp'}/compare.html and compare.md (") and "fast vs slow" in out
+    assert (tmp_path / "cmp" / "compare.md").read_text().count("slow") > 0
