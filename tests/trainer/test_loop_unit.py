@@ -112,3 +112,23 @@ def test_other_data_parallel_modes_take_the_same_first_step(run, tmp_path, mode)
     (first,) = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
     assert first["loss"] == pytest.approx(ddp_metrics[0]["loss"], rel=1e-5)
     assert first["grad_norm"] == pytest.approx(ddp_metrics[0]["grad_norm"], rel=1e-4)
+
+
+def test_eval_every_step_stops_at_the_target_eval_loss(tmp_path, capsys):
+    """Periodic eval (item-weighted over the eval split) and train.target_eval_loss: a target any untrained
+    model meets ends the run at the first eval, status target_reached."""
+    out = tmp_path / "target"
+    steps = [s for s in STEPS if not s.startswith("train.eval_every_samples")]
+    saved = dict(os.environ)
+    try:
+        code = main([TINY, f"output_dir={out}", *steps, "max_steps=4", "train.eval_every_samples=4",
+                     "train.target_eval_loss=100.0"])
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    info = json.loads((out / "run.json").read_text())
+    metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    assert code == 0 and info["status"] == "target_reached", info.get("error")
+    assert [m["step"] for m in metrics] == [1] and info["final"]["target_reached_step"] == 1
+    assert abs(metrics[0]["eval_loss"] - math.log(260)) < 0.5 and info["final"]["eval_loss"] == metrics[0]["eval_loss"]
+    assert info["data"]["eval_samples"] > 0
