@@ -164,7 +164,9 @@ def dolly_prompt(row: dict) -> tuple[str, str]:
 
 def tokenize_dolly(rows, tokenizer) -> list[tuple[list[int], list[int]]]:
     """(input_ids, labels) per example: prompt tokens get IGNORE, answer tokens and EOS are learned."""
-    prompts, answers = zip(*(dolly_prompt(r) for r in rows)) if len(rows) else ((), ())
+    if not len(rows):  # an empty split (data.split with a 0): the fast tokenizer fails on an empty batch
+        return []
+    prompts, answers = zip(*(dolly_prompt(r) for r in rows))
     p_ids = tokenizer(list(prompts), add_special_tokens=True)["input_ids"]
     a_ids = tokenizer(list(answers), add_special_tokens=False)["input_ids"]
     eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []

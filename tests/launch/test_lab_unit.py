@@ -1,0 +1,70 @@
+"""launch.lab's pure helpers and argument checks in-process (no namespaces are created)."""
+from __future__ import annotations
+
+import pytest
+
+from launch import lab
+from launch.lab import Lab, LabError, burst_bytes, parse_rate, queue_bytes
+
+
+def test_rates_in_tc_units():
+    assert parse_rate("1gbit") == 1e9 and parse_rate("100mbit") == 1e8
+    assert parse_rate("125mbps") == 1e9  # tc's bps is bytes per second
+    assert parse_rate("none") is None
+    with pytest.raises(LabError, match=r"^--rate: got 'fast'; expected a tc rate such as 10gbit"):
+        parse_rate("fast")
+
+
+def test_burst_and_queue_sizes_follow_the_rate_with_floors():
+    assert burst_bytes(1e9) == 250_000  # 2 ms at 1 Gbit/s
+    assert burst_bytes(1e6) == 16 * 1024  # the floor
+    assert burst_bytes(1e5, mtu=20000) == 20014  # at least one frame with its Ethernet header
+    assert queue_bytes(1e9) == 2_500_000  # 20 ms
+    assert queue_bytes(1e6) == 256 * 1024
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    ({"nodes": 1, "rate": "1gbit"}, "--nodes: got 1; a fabric needs at least 2 nodes"),
+    ({"nodes": 201, "rate": "1gbit"}, "--nodes: got 201; at most 200"),
+    ({"nodes": 2, "rate": "1gbit", "mtu": 100}, "--mtu: got 100; expected 576 to 65535 bytes"),
+    ({"nodes": 2, "rate": "1gbit", "slow_node": 1}, "--slow-node and --slow-rate go together"),
+    ({"nodes": 2, "rate": "1gbit", "slow_node": 2, "slow_rate": "10mbit"}, "--slow-node: got 2; allowed: a node from 0 to 1"),
+    ({"nodes": 2, "rate": "1gbit", "slow_node": 0, "slow_rate": "slow"}, "--slow-rate: got 'slow'"),
+    ({"nodes": 2, "rate": "1gbit", "slow_node": 0, "slow_rate": "none"}, "--slow-rate: got 'none'"),
+])
+def test_bad_lab_arguments_are_refused_before_anything_is_created(kwargs, message):
+    with pytest.raises(LabError) as info:
+        Lab(**kwargs)
+    assert str(info.value).startswith(message)
+
+
+def test_describe_a_three_node_bridge():
+    lb = Lab(3, "100mbit", lab_id="fhtest", slow_node=2, slow_rate="10mbit", mtu=9000)
+    d = lb.describe()
+    assert d["topology"] == "bridge" and lb.switch == "fhtestsw"
+    assert d["namespaces"] == ["fhtestn0", "fhtestn1", "fhtestn2"] and lb.created == []
+    assert d["rate_bps"] == 1e8 and d["burst_bytes"] == burst_bytes(1e8, 9000) and d["mtu"] == 9000
+    assert d["slow_rate_bps"] == 1e7 and d["addresses"][1] == lb.address(1) == f"{lb.subnet}.2"
+    assert Lab(2, "none").describe()["burst_bytes"] is None  # unshaped: no tbf
+
+
+def test_output_dir_from_the_override_then_the_recipe(tmp_path):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("name: x\noutput_dir: runs/from_recipe\n")
+    assert lab._output_dir([str(recipe), "max_steps=1", "output_dir=/tmp/o"]) == "/tmp/o"
+    assert lab._output_dir([str(recipe)]) == "runs/from_recipe"
+    assert lab._output_dir([str(tmp_path / "missing.yaml")]) == "runs/lab"
+
+
+def test_main_refuses_bad_input_with_one_error_line(capsys):
+    assert lab.main(["--nodes", "1", "--rate", "1gbit", "--", "recipes/tiny_llama_lora.yaml"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["error: --nodes: got 1; a fabric needs at least 2 nodes"]
+    assert lab.main(["--nodes", "2", "--rate", "quick", "--", "recipes/tiny_llama_lora.yaml"]) == 2
+    assert capsys.readouterr().err.startswith("error: --rate: got 'quick'")
+
+
+def test_main_needs_the_recipe_after_the_separator(capsys):
+    with pytest.raises(SystemExit) as info:
+        lab.main(["--nodes", "2", "--rate", "1gbit"])
+    assert info.value.code == 2 and "give the recipe after --" in capsys.readouterr().err

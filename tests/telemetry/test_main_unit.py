@@ -1,0 +1,128 @@
+"""python -m telemetry in-process: every subcommand refuses bad input with one `error:` line and exit 2,
+and the ones that read a recorded run directory or an nccl-tests table answer on good input."""
+from __future__ import annotations
+
+import json
+import runpy
+import sys
+from pathlib import Path
+
+import pytest
+
+from telemetry.__main__ import main
+from tests.telemetry.recorded import write_run
+
+TABLES = Path(__file__).parent / "nccl_tests_tables"
+
+
+def one_error(capsys, argv) -> str:
+    code = main(argv)
+    err = capsys.readouterr().err.strip()
+    assert code == 2, err
+    lines = err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in err, err
+    return lines[0]
+
+
+@pytest.fixture
+def run_dir(tmp_path):
+    return write_run(tmp_path / "run", rate_bps=1e9, times=True)
+
+
+def test_report_of_a_missing_directory(capsys, tmp_path):
+    assert one_error(capsys, ["report", str(tmp_path / "nope")]) == f"error: {tmp_path / 'nope'}: not a directory"
+
+
+def test_report_of_a_directory_without_run_json(capsys, tmp_path):
+    assert "no run.json (is this a run directory?)" in one_error(capsys, ["report", str(tmp_path)])
+
+
+def test_compare_of_a_missing_run(capsys, tmp_path, run_dir):
+    line = one_error(capsys, ["compare", str(run_dir), str(tmp_path / "gone"), "--out", str(tmp_path / "o")])
+    assert str(tmp_path / "gone") in line
+
+
+def test_compare_with_a_bad_axis(capsys, tmp_path, run_dir):
+    other = write_run(tmp_path / "other", rate_bps=1e8)
+    line = one_error(capsys, ["compare", f"a={run_dir}", f"b={other}", "--out", str(tmp_path / "o"),
+                              "--busbw-axis", "cubic"])
+    assert "cubic" in line and "log" in line
+
+
+@pytest.mark.parametrize("extra,words", [
+    ([], "project: give the target fabric: --rate RATE"),
+    (["--rate", "1gbit", "--efficiency", "1.5"], "--efficiency: got 1.5; expected a fraction in (0, 1]"),
+    (["--rate", "1gbit", "--latency-us", "-1"], "--latency-us: got -1.0; expected >= 0"),
+    (["--rate", "1gbit", "--nodes", "two"], "--nodes: got 'two'; expected a whole number of nodes >= 1"),
+    (["--rate", "none"], "--rate: got 'none'; give the target's rate"),
+    (["--rate", "fast"], "got 'fast'"),
+])
+def test_project_bad_input(capsys, run_dir, extra, words):
+    assert words in one_error(capsys, ["project", str(run_dir), *extra])
+
+
+def test_project_a_recorded_run_onto_a_slower_link(capsys, run_dir, tmp_path):
+    out = tmp_path / "p.json"
+    assert main(["project", str(run_dir), "--rate", "100mbit", "--nodes", "4", "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("measured ") and "100mbit, 4 node(s): predicted" in text
+    data = json.loads(out.read_text())
+    assert [p["target"] for p in data["projections"]] == ["100mbit"]
+    assert data["projections"][0]["rate_bps"] == 1e8 and data["projections"][0]["nodes"] == 4
+    assert data["projections"][0]["step_time_s"] > 0
+
+
+def test_nccl_tests_of_a_missing_file(capsys, tmp_path):
+    assert str(tmp_path / "none.txt") in one_error(capsys, ["nccl-tests", str(tmp_path / "none.txt")])
+
+
+def test_nccl_tests_table_to_json_and_csv(capsys, tmp_path):
+    table = TABLES / "all_reduce_perf_h100_16ranks.txt"
+    js, csv = tmp_path / "t.json", tmp_path / "t.csv"
+    assert main(["nccl-tests", str(table), "--json", str(js), "--csv", str(csv)]) == 0
+    line = capsys.readouterr().out.strip()
+    data = json.loads(js.read_text())
+    assert line.startswith(f"{table}: {data['rows_read']} rows in 1 table(s) (all_reduce)") and data["rows_read"] > 0
+    rows = csv.read_text().strip().splitlines()
+    assert len(rows) == data["rows_read"] + 1  # one header line
+
+
+def test_export_with_an_unknown_kind(capsys, run_dir):
+    assert one_error(capsys, ["export", str(run_dir), "--to", "csv"]).startswith("error: --to: got ['csv']; allowed:")
+
+
+def test_export_parquet(capsys, run_dir):
+    assert main(["export", str(run_dir), "--to", "parquet"]) == 0
+    out = capsys.readouterr().out.strip()
+    assert out.startswith("parquet: ") and Path(out.split(": ", 1)[1]).exists()
+
+
+def test_unknown_subcommand_exits_2(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["reprot", "x"])
+    assert info.value.code == 2 and "invalid choice: 'reprot'" in capsys.readouterr().err
+
+
+def test_module_entry_point(capsys, monkeypatch, tmp_path):
+    """`python -m telemetry` runs main and exits with its code."""
+    monkeypatch.setattr(sys, "argv", ["telemetry", "report", str(tmp_path / "nope")])
+    monkeypatch.delitem(sys.modules, "telemetry.__main__", raising=False)  # runpy runs it afresh
+    with pytest.raises(SystemExit) as info:
+        runpy.run_module("telemetry", run_name="__main__", alter_sys=False)
+    assert info.value.code == 2 and capsys.readouterr().err.startswith("error: ")
+
+
+def test_report_of_a_recorded_run(capsys, run_dir):
+    assert main(["report", str(run_dir)]) == 0
+    out = capsys.readouterr().out.strip()
+    assert out.startswith(f"wrote {run_dir / 'report'}/report.html and report.md with ") and out.endswith(" figures")
+    md = (run_dir / "report" / "report.md").read_text()
+    assert "recorded" in md and (run_dir / "report" / "report.html").stat().st_size > 0
+
+
+def test_compare_two_recorded_fabrics(capsys, tmp_path, run_dir):
+    slow = write_run(tmp_path / "slow", rate_bps=1e8, step_time=2.0, comm_time=1.0, times=True)
+    assert main(["compare", f"fast={run_dir}", f"slow={slow}", "--out", str(tmp_path / "cmp")]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"wrote {tmp_path / 'cmp'}/compare.html and compare.md (") and "fast vs slow" in out
+    assert (tmp_path / "cmp" / "compare.md").read_text().count("slow") > 0

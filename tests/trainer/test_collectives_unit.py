@@ -1,0 +1,64 @@
+"""trainer.workloads.collectives in-process: a small sweep in a gloo group of one through trainer.cli.main,
+its table read back by telemetry's nccl-tests reader. (Send/receive needs a peer: two-rank sweeps are in
+tests/trainer/test_sweep.py, integration tier.)"""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+import torch.distributed as dist
+
+from telemetry.analysis.nccl_tests import read
+from tests.conftest import REPO
+from trainer.cli import main
+
+SWEEP = str(REPO / "recipes" / "collectives.yaml")
+OPS = ["all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast"]
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    out = tmp_path_factory.mktemp("sweep") / "run"
+    saved = dict(os.environ)
+    try:
+        code = main([SWEEP, f"output_dir={out}", "sweep.max_bytes=4K", "sweep.iters=2", "sweep.warmup=1",
+                     f"sweep.ops=[{','.join(OPS)}]", "sweep.latency_table=false", "sweep.pairs=false"])
+        assert not dist.is_initialized()
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    return code, out
+
+
+def test_sweep_completes_with_every_op_and_size(sweep):
+    code, out = sweep
+    info = json.loads((out / "run.json").read_text())
+    assert code == 0 and info["status"] == "completed", info.get("error")
+    result = json.loads((out / "collectives.json").read_text())
+    assert result["world_size"] == 1 and list(result["ops"]) == OPS
+    sizes = [r["size"] for r in result["ops"]["all_reduce"]["rows"]]
+    assert sizes == [8 * 2 ** k for k in range(10)]  # 8 B to 4 KiB, factor 2
+
+
+def test_results_are_checked_and_bus_bandwidth_of_one_rank_is_zero(sweep):
+    _, out = sweep
+    result = json.loads((out / "collectives.json").read_text())
+    for op in OPS:
+        for row in result["ops"][op]["rows"]:
+            for block in (row["out_of_place"], row["in_place"]):
+                if block is None:
+                    continue
+                assert block["wrong"] == 0 and block["time_us"] > 0 and block["algbw_GBps"] > 0
+                if op != "broadcast":  # (n - 1) / n of the traffic crosses a link: none in a world of one
+                    assert block["busbw_GBps"] == 0.0
+
+
+def test_the_text_table_reads_back_as_nccl_tests_output(sweep):
+    _, out = sweep
+    text = read(str(out / "collectives.txt"))
+    result = json.loads((out / "collectives.json").read_text())
+    assert text["ops"] and set(text["ops"]) == set(OPS)
+    assert text["rows_read"] == sum(len(result["ops"][op]["rows"]) for op in OPS)
+    csv = (out / "collectives.csv").read_text().splitlines()
+    assert len(csv) == text["rows_read"] + 1

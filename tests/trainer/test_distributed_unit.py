@@ -1,0 +1,89 @@
+"""trainer.distributed in-process: backend choice, loopback binding, flight-recorder settings, the timeout
+line, and the group of one a plain `python -m trainer` makes."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from trainer import distributed as d
+from trainer.layout import Layout
+
+
+def test_backend_follows_the_device():
+    cpu = torch.device("cpu")
+    assert d.pick_backend("auto", cpu) == "gloo" and d.pick_backend("gloo", cpu) == "gloo"
+    with pytest.raises(RuntimeError, match="^distributed.backend: got 'nccl' but no CUDA device is visible; "
+                                           "allowed here: gloo or auto$"):
+        d.pick_backend("nccl", cpu)
+
+
+def test_one_host_binds_loopback_unless_an_interface_is_named():
+    env = {}
+    assert d.bind_loopback_on_one_host(env) == {"GLOO_SOCKET_IFNAME": "lo", "NCCL_SOCKET_IFNAME": "lo"} == env
+    env = {"GLOO_SOCKET_IFNAME": "eth1", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2"}
+    assert d.bind_loopback_on_one_host(env) == {"NCCL_SOCKET_IFNAME": "lo"} and env["GLOO_SOCKET_IFNAME"] == "eth1"
+    env = {"WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2"}  # two hosts: the ranks need a real interface
+    assert d.bind_loopback_on_one_host(env) == {} and env == {"WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2"}
+
+
+def test_flight_recorder_dumps_into_the_run_directory(tmp_path):
+    env = {}
+    d.prepare_flight_recorder(str(tmp_path / "logs"), env)
+    assert (tmp_path / "logs" / d.FLIGHT_RECORDER_DIR).is_dir()
+    assert env["TORCH_FR_DUMP_TEMP_FILE"] == str(tmp_path / "logs" / d.FLIGHT_RECORDER_DIR / "nccl_trace_rank")
+    assert env["TORCH_FR_BUFFER_SIZE"] == "2000" and env["TORCH_NCCL_DUMP_ON_TIMEOUT"] == "1"
+    env = {"TORCH_NCCL_TRACE_BUFFER_SIZE": "10", "TORCH_FR_DUMP_TEMP_FILE": "/mine"}  # the user's settings stay
+    d.prepare_flight_recorder(str(tmp_path / "logs"), env)
+    assert "TORCH_FR_BUFFER_SIZE" not in env and env["TORCH_FR_DUMP_TEMP_FILE"] == "/mine"
+
+
+HOSTS = [{"hostname": "a"}, {"hostname": "b"}, {"hostname": "c"}]
+
+
+def test_timeout_line_names_the_collective_the_peer_and_the_setting():
+    dump = {"entries": [{"record_id": 1, "profiling_name": "gloo:broadcast", "collective_seq_id": 3,
+                         "process_group": ["0", "default_pg"], "state": "completed", "retired": True},
+                        {"record_id": 2, "profiling_name": "gloo:all_reduce", "collective_seq_id": 7,
+                         "process_group": ["0", "default_pg"], "state": "scheduled", "retired": False}],
+            "pg_config": {"0": {"ranks": "[0, 1]"}}}
+    line = d.describe_timeout(dump, 0, 5, 60, HOSTS, "gloo", {})
+    assert line.startswith("distributed: all_reduce #7 (process group default_pg) at step 5 timed out after 60 s "
+                           "waiting for rank 1 (host b) over the host name's interface (GLOO_SOCKET_IFNAME unset)")
+    assert "distributed.timeout_s" in line and "\n" not in line
+
+
+def test_timeout_line_without_a_dump():
+    line = d.describe_timeout(None, 0, None, 30, HOSTS, "nccl", {"NCCL_SOCKET_IFNAME": "eth0"})
+    assert line.startswith("distributed: a collective at start-up timed out after 30 s waiting for one of "
+                           "rank 1 (host b), rank 2 (host c) over interface eth0 (NCCL_SOCKET_IFNAME)")
+
+
+def test_is_timeout():
+    assert d.is_timeout(RuntimeError("[../gloo/transport/tcp/pair.cc] Timed out waiting 60000ms"))
+    assert not d.is_timeout(RuntimeError("Connection reset by peer")) and not d.is_timeout(ValueError("Timeout"))
+
+
+def test_group_of_one_meshes_and_the_flight_recorder_dump(tmp_path, monkeypatch):
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", "lo")
+    monkeypatch.setenv("NCCL_SOCKET_IFNAME", "lo")
+    assert not dist.is_initialized()
+    d.init_process_group("gloo", torch.device("cpu"), 30)
+    try:
+        assert dist.get_world_size() == 1 and d.world_size_from_env() == 1
+        layout = Layout(world_size=1, dp=1, tp=1, pp=1, data_parallel="ddp", global_batch_size=4,
+                        micro_batch_size=2, grad_accum_steps=2, per_rank_batch=4)
+        dims = d.ParallelDims(layout, "cpu")
+        assert dims.world_mesh.mesh_dim_names == ("pp", "dp", "tp") and dims.dp_rank == 0
+        t = torch.ones(2)
+        dist.all_reduce(t, group=dims.dp_group)
+        assert t.tolist() == [1.0, 1.0]
+        dump = d.dump_flight_recorder(str(tmp_path), 0)
+        if dump is not None:  # this torch keeps the buffer: what rank 0 last entered is on disk
+            saved = json.loads((tmp_path / d.FLIGHT_RECORDER_DIR / "rank0.json").read_text())
+            assert saved == dump and "entries" in saved
+    finally:
+        dist.destroy_process_group()

@@ -1,0 +1,104 @@
+"""trainer.workloads.llm_lora in-process on CPU: the tiny recipe's data, model, loss and FLOPs, no process group."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from tests.conftest import TINY
+from trainer.config import load_recipe
+from trainer.data.sft import IGNORE
+from trainer.throughput import flops_per_token, matmul_params
+from trainer.workloads import get_workload
+from trainer.workloads.hf import ModelError
+
+SMALL = ["data.seq_len=64", "train.eval_every_samples=null"]
+
+
+@pytest.fixture(scope="module")
+def workload():
+    recipe = load_recipe(TINY, SMALL)
+    return get_workload("llm_lora")(recipe, torch.device("cpu"), torch.float32)
+
+
+@pytest.fixture(scope="module")
+def train_set(workload):
+    train, eval_set = workload.build_data(need_eval=False)
+    assert eval_set is None
+    return train
+
+
+@pytest.fixture(scope="module")
+def model(workload):
+    return workload._materialize(workload.build_model())  # what parallelize does for one rank, without dp
+
+
+def test_data_is_fixed_length_with_answer_only_labels(workload, train_set):
+    train = train_set
+    assert len(train) > 100
+    batch = train.batch([0, 1])
+    assert batch["input_ids"].shape == batch["labels"].shape == (2, 64)
+    labels = batch["labels"]
+    # the prompt is masked, the answer is not: every row has some of each
+    assert all((row == IGNORE).any() and (row != IGNORE).any() for row in labels)
+    assert workload.loss_counts(batch)["label_tokens"] == int((labels[:, 1:] != IGNORE).sum())
+    assert workload.input_tokens(batch) == int(batch["attention_mask"].sum()) > 0
+
+
+def test_model_is_built_on_meta_then_filled_with_lora_trainable_only(workload):
+    meta = workload.build_model()
+    assert all(p.is_meta for p in meta.parameters())  # no rank holds the whole model before sharding
+    model = workload._materialize(meta)
+    assert not any(p.is_meta for p in model.parameters())
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    assert trainable and all("lora_" in n for n in trainable)
+    assert workload.load_stats["source"] == "seeded init" and workload.load_stats["tensors"] > 0
+
+
+def test_loss_on_one_batch_is_near_uniform_and_backpropagates(workload, model, train_set):
+    batch = train_set.batch([0, 1, 2, 3])
+    sums = workload.loss_sums(model, batch)
+    count = workload.loss_counts(batch)["label_tokens"]
+    mean = sums["loss"].item() / count
+    # a freshly initialised model predicts near-uniformly over the 260-token vocabulary
+    assert abs(mean - math.log(260)) < 0.5
+    sums["loss"].backward()
+    grads = [p.grad for n, p in model.named_parameters() if p.requires_grad]
+    assert any(g is not None and g.abs().sum() > 0 for g in grads)
+    total, n = workload.eval_sums(model, batch)["loss"]
+    assert int(n) == count and total.item() == pytest.approx(sums["loss"].item(), rel=1e-5)
+
+
+def test_flops_follow_the_formula(workload, model):
+    per, unit, formula = workload.flops(model)
+    n, n_train = matmul_params(model)
+    assert unit == "token" and "4N + 2N_trainable" in formula
+    assert per == flops_per_token(n, n_train, 2, 128, 64) == 4.0 * n + 2.0 * n_train + 12.0 * 2 * 128 * 64
+    assert "LoRA r=8" in workload.describe([0] * 5) and "5 training sequences of 64 tokens" in workload.describe([0] * 5)
+
+
+def test_no_loss_parallel_without_tensor_parallel(workload):
+    assert workload.loss_parallel is False
+    with workload.loss_context():  # a no-op context
+        pass
+
+
+def test_missing_tokenizer_is_one_line_naming_the_key(tmp_path):
+    recipe = load_recipe(TINY, [*SMALL, f"model.tokenizer={tmp_path / 'nope'}"])
+    with pytest.raises(ModelError) as info:
+        get_workload("llm_lora")(recipe, torch.device("cpu"), torch.float32)
+    assert str(info.value).startswith("model.tokenizer:") and "\n" not in str(info.value)
+
+
+def test_unknown_lora_target_is_one_line_naming_the_key():
+    recipe = load_recipe(TINY, [*SMALL, "lora.target_modules=[no_such_proj]"])
+    w = get_workload("llm_lora")(recipe, torch.device("cpu"), torch.float32)
+    with pytest.raises(ModelError) as info:
+        w.build_model()
+    assert str(info.value).startswith("lora.target_modules: ['no_such_proj']") and "\n" not in str(info.value)
+
+
+def test_unknown_workload_names_the_allowed_ones():
+    with pytest.raises(ValueError, match="workload: got 'nope'; allowed: llm_lora, bert_pretraining"):
+        get_workload("nope")

@@ -1,0 +1,59 @@
+"""trainer.run in-process: how a run that cannot start or cannot build ends (one `error:` line, exit 2,
+run.json's status), in the group of one a plain `python -m trainer` makes."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+import torch.distributed as dist
+
+from telemetry.capture.environment import host_info
+from tests.conftest import TINY
+from trainer.cli import main
+
+STEPS = ["max_steps=1", "data.seq_len=64", "train.global_batch_size=4", "train.micro_batch_size=2",
+         "train.eval_every_samples=null", "distributed.timeout_s=60"]
+
+
+def run(capsys, *args) -> tuple[int, str]:
+    saved = dict(os.environ)
+    try:
+        code = main([TINY, *args])
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    assert not dist.is_initialized()
+    return code, capsys.readouterr().err
+
+
+def test_a_directory_held_by_a_live_run_is_refused(tmp_path, capsys):
+    out = tmp_path / "busy"
+    out.mkdir()
+    (out / "run.lock").write_text(json.dumps({"owner": "torchrun other at h:1", "host": host_info()["hostname"],
+                                              "pid": os.getpid(), "start_time": "2026-01-01T00:00:00Z"}))
+    code, err = run(capsys, f"output_dir={out}", *STEPS)
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1
+    assert lines[0].startswith(f"error: output_dir: {str(out)!r} is in use by a live run (torchrun other at h:1")
+    assert not (out / "run.json").exists()  # nothing written into another run's directory
+
+
+def test_an_empty_eval_split_fails_the_build_with_one_line(tmp_path, capsys):
+    out = tmp_path / "noeval"
+    steps = [s for s in STEPS if not s.startswith("train.eval_every_samples")]
+    code, err = run(capsys, f"output_dir={out}", *steps, "train.eval_every_samples=4", "data.split=[1.0,0.0,0.0]")
+    errors = [line for line in err.strip().splitlines() if line.startswith("error:")]
+    info = json.loads((out / "run.json").read_text())
+    assert code == 2 and len(errors) == 1 and "Traceback" not in err
+    assert errors[0].startswith("error: data:") and "eval" in errors[0]
+    assert info["status"] == "failed" and info["exit_code"] == 2 and info["error"] == errors[0][len("error: "):]
+    assert not (out / "run.lock").exists()
+
+
+def test_an_unwritable_output_dir_is_refused_before_the_run(tmp_path, capsys):
+    target = tmp_path / "file"
+    target.write_text("x")
+    code, err = run(capsys, f"output_dir={target}", *STEPS)
+    assert code == 2 and err.strip() == (f"error: output_dir: {str(target)!r} is a file, not a directory; "
+                                         "allowed: a new or existing directory")

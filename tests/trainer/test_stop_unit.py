@@ -1,0 +1,74 @@
+"""trainer.stop in-process: SIGTERM handling and the end-of-step agreement in a gloo group of one."""
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+import torch.distributed as dist
+
+from trainer.stop import Interrupted, StopRequests, under_torchrun
+
+
+@pytest.fixture
+def group_of_one():
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def test_under_torchrun_follows_the_agent_variable(monkeypatch):
+    monkeypatch.delenv("TORCHELASTIC_RUN_ID", raising=False)
+    assert not under_torchrun() and StopRequests(True).agent_pid is None
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "x")
+    assert under_torchrun() and StopRequests(True).agent_pid == os.getppid()
+
+
+def test_sigterm_outside_the_loop_stops_at_once():
+    stops = StopRequests(save_on_signal=True).install()
+    try:
+        with pytest.raises(Interrupted, match="SIGTERM"):
+            os.kill(os.getpid(), signal.SIGTERM)
+        assert stops.code == 1
+    finally:
+        stops.remove()
+    assert signal.getsignal(signal.SIGTERM) is not stops._on_sigterm  # the previous handler is back
+
+
+def test_sigterm_in_the_loop_waits_for_the_step_end(group_of_one):
+    stops = StopRequests(save_on_signal=True).install()
+    try:
+        stops.start_loop()
+        assert stops.deferring and stops._group is None  # one rank: no vote group
+        assert stops.agree() is None  # nothing asked yet
+        os.kill(os.getpid(), signal.SIGTERM)  # noted, not raised: the step finishes first
+        assert stops.code == 1
+        assert stops.agree() == "SIGTERM"
+        assert not stops.deferring  # a second SIGTERM (during the save) stops at once
+        with pytest.raises(Interrupted):
+            os.kill(os.getpid(), signal.SIGTERM)
+    finally:
+        stops.remove()
+
+
+def test_a_lost_peer_does_not_wait_for_the_step(group_of_one):
+    stops = StopRequests(save_on_signal=True).install()
+    try:
+        stops.start_loop()
+        stops.lost = lambda: "rank 1 (host h) is gone"
+        with pytest.raises(Interrupted, match="SIGTERM"):
+            os.kill(os.getpid(), signal.SIGTERM)
+    finally:
+        stops.remove()
+
+
+def test_without_save_on_signal_there_is_no_agreement(group_of_one):
+    stops = StopRequests(save_on_signal=False)
+    stops.start_loop()
+    assert not stops.deferring and stops.agree() is None
+
+
+def test_a_gone_agent_is_named():
+    stops = StopRequests(save_on_signal=True)
+    stops.agent_pid = 4242
+    assert stops.agent_gone() == "the torchrun agent (pid 4242) is gone"
