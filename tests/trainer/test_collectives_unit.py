@@ -23,7 +23,7 @@ def sweep(tmp_path_factory):
     saved = dict(os.environ)
     try:
         code = main([SWEEP, f"output_dir={out}", "sweep.max_bytes=4K", "sweep.iters=2", "sweep.warmup=1",
-                     f"sweep.ops=[{','.join(OPS)}]", "sweep.latency_table=false", "sweep.pairs=false"])
+                     f"sweep.ops=[{','.join(OPS + ['sendrecv'])}]", "sweep.latency_table=false", "sweep.pairs=false"])
         assert not dist.is_initialized()
     finally:
         os.environ.clear()
@@ -62,3 +62,11 @@ def test_the_text_table_reads_back_as_nccl_tests_output(sweep):
     assert text["rows_read"] == sum(len(result["ops"][op]["rows"]) for op in OPS)
     csv = (out / "collectives.csv").read_text().splitlines()
     assert len(csv) == text["rows_read"] + 1
+
+
+def test_sendrecv_in_a_world_of_one_is_skipped_with_the_reason(sweep):
+    code, out = sweep
+    result = json.loads((out / "collectives.json").read_text())
+    assert code == 0 and "sendrecv" not in result["ops"]
+    assert result["skipped"] == {"sendrecv": "needs at least 2 ranks"}
+    assert "# fabric-harness: sendrecv skipped: it needs at least 2 ranks" in (out / "collectives.txt").read_text()
