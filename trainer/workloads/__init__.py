@@ -24,13 +24,14 @@ from __future__ import annotations
 
 WORKLOADS = {
     "llm_lora": ("llm_lora", "LlmLoraWorkload"),
+    "llm_full": ("llm_full", "LlmFullWorkload"),
     "bert_pretraining": ("bert", "BertPretrainingWorkload"),
     "image_classification": ("image", "ImageClassificationWorkload"),
 }
 
 
 # each workload's recipe checks, in a torch-free module beside it (the dry run runs them without torch)
-RECIPE_CHECKS = {"llm_lora": "llm_lora_checks", "bert_pretraining": "bert_checks",
+RECIPE_CHECKS = {"llm_lora": "llm_lora_checks", "llm_full": "llm_full_checks", "bert_pretraining": "bert_checks",
                  "image_classification": "image_checks"}
 
 
