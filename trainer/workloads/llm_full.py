@@ -18,6 +18,6 @@ class LlmFullWorkload(LlmLoraWorkload):
         return model  # no adapters: every parameter keeps requires_grad
 
     def describe(self, train_set) -> str:
-        what = "pretraining" if self.recipe.data.format == "pretokenized" else "full fine-tune"
+        what = "pretraining" if self.recipe.data.format == "pretokenized" else "fine-tune"
         return (f"full-parameter {what}; {len(train_set):,} training sequences of "
                 f"{self.recipe.data.seq_len} tokens")
