@@ -21,10 +21,10 @@ STEPS = ["max_steps=4", "data.seq_len=128", "train.log_every=1", "train.eval_eve
          "train.warmup_steps=1", "distributed.timeout_s=60"]
 
 
-def run_full(out, *overrides, nproc=1, timeout=300):
+def run_full(out, *overrides, nproc=1, timeout=300, env=None):
     from ..conftest import run_cli
 
-    return run_cli(out, *STEPS, *overrides, nproc=nproc, recipe=FULL, timeout=timeout)
+    return run_cli(out, *STEPS, *overrides, nproc=nproc, recipe=FULL, timeout=timeout, env=env)
 
 
 def model_weights(run_dir) -> dict:
@@ -65,9 +65,10 @@ def test_each_layout_matches_the_single_process_run(nproc, overrides, single, tm
     # every parameter is trained, and the layout trains the same model
     assert info["model"]["trainable_parameters"] == info["model"]["parameters"] == ref["model"]["parameters"] > 0
     assert res.losses()[0] == pytest.approx(single.losses()[0], rel=1e-5)
-    assert res.losses() == pytest.approx(single.losses(), rel=1e-4)
+    # and the curve and the gradient norms clipping sees stay close (summation order differs by layout)
+    assert res.losses() == pytest.approx(single.losses(), rel=1e-5)
     assert [r["grad_norm"] for r in res.metrics()] == pytest.approx([r["grad_norm"] for r in single.metrics()],
-                                                                     rel=1e-4)
+                                                                     rel=1e-5)
     assert single.losses()[-1] < single.losses()[0]  # it learns
     ranks = res.rank_files()
     assert len(ranks) == nproc
@@ -77,18 +78,23 @@ def test_each_layout_matches_the_single_process_run(nproc, overrides, single, tm
     want, got = model_weights(single.out), model_weights(res.out)
     assert want.keys() == got.keys() and "lm_head.weight" in want and "embed_tokens.weight" in want
     worst = max(float((want[k].float() - got[k].float()).abs().max()) for k in want)
-    assert worst < 1e-4, f"weights differ from the single-process run by {worst}"
+    assert worst < 1e-5, f"weights differ from the single-process run by {worst}"
 
 
 @pytest.mark.integration
 def test_full_checkpoint_resumes_to_the_uninterrupted_run(single, tmp_path):
     out = tmp_path / "resumed"
-    first = run_full(out, "parallel.data_parallel=fsdp", "max_steps=2", nproc=2)
-    assert first.returncode == 0, first.stderr[-3000:]
-    resumed = run_full(out, "parallel.data_parallel=fsdp", nproc=2)
+    # killed after step 3 with a checkpoint at step 2 (the same schedule as the uninterrupted run)
+    killed = run_full(out, "parallel.data_parallel=fsdp", "train.save_every=2", nproc=2,
+                      env={"FABRIC_HARNESS_CRASH_AFTER_STEP": "3"})
+    assert killed.returncode != 0 and len(killed.losses()) == 3
+    resumed = run_full(out, "parallel.data_parallel=fsdp", "train.save_every=2", nproc=2)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resumed from" in resumed.stdout and "at step 2" in resumed.stdout
-    assert resumed.losses() == pytest.approx(single.losses(), rel=1e-4)
+    assert resumed.losses() == pytest.approx(single.losses(), rel=1e-5)
+    # the checkpoint held every weight and the optimizer state: the resumed run ends where one run does
+    want, got = model_weights(single.out), model_weights(out)
+    assert max(float((want[k] - got[k]).abs().max()) for k in want) < 1e-5
 
 
 def test_every_parameter_is_trainable_in_the_built_model():
