@@ -350,7 +350,8 @@ def check_recipe(r: Recipe) -> list[str]:
         p.append(f"train.warmup_steps: got {t.warmup_steps} = max_steps; the poly schedule needs a decay phase: "
                  f"allowed: any other value")
     if t.target_eval_accuracy is not None and r.workload in LLM_WORKLOADS:
-        p.append(f"train.target_eval_accuracy: the {r.workload} workload reports no accuracy; use train.target_eval_loss")
+        p.append(f"train.target_eval_accuracy: the {r.workload} workload reports no accuracy; "
+                 "use train.target_eval_loss")
     if not 0.0 <= t.momentum < 1.0:
         p.append(f"train.momentum: got {t.momentum}; expected a number in [0, 1)")
     if t.lars_eta <= 0:

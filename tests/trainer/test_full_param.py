@@ -57,7 +57,8 @@ def single(tmp_path_factory):
     (2, ["parallel.tp=2"]),  # tensor parallel alone: every projection and the vocabulary layers split
     (2, ["parallel.pp=2", "parallel.pp_schedule=gpipe"]),  # one decoder layer per stage
     (4, ["parallel.tp=2", "parallel.data_parallel=fsdp"]),  # dp 2 x tp 2: FSDP2 over TP shards
-], ids=["fsdp2", "tp2", "pp2-gpipe", "dp2xtp2-fsdp"])
+    (4, ["parallel.pp=2", "parallel.data_parallel=fsdp"]),  # dp 2 x pp 2 (1F1B): FSDP2 on each stage
+], ids=["fsdp2", "tp2", "pp2-gpipe", "dp2xtp2-fsdp", "dp2xpp2-fsdp"])
 def test_each_layout_matches_the_single_process_run(nproc, overrides, single, tmp_path):
     res = run_full(tmp_path / "run", *overrides, nproc=nproc, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
