@@ -24,9 +24,9 @@ from __future__ import annotations
 
 WORKLOADS = {
     "llm_lora": ("llm_lora", "LlmLoraWorkload"),
-    "llm_full": ("llm_full", "LlmFullWorkload"),
     "bert_pretraining": ("bert", "BertPretrainingWorkload"),
     "image_classification": ("image", "ImageClassificationWorkload"),
+    "llm_full": ("llm_full", "LlmFullWorkload"),  # llm_lora's model code, every parameter trained
 }
 
 
