@@ -59,7 +59,7 @@ class Field:
 # the name: _s seconds, _bytes bytes, _j joules, _w watts, _GBps 1e9 bytes/s, _bps bits/s. Unknown: null.
 STEP_FIELDS: tuple[Field, ...] = (
     Field(('step',), 'optimizer step, from 1'),
-    Field(('loss',), "llm_lora: mean token loss over the global batch's answer tokens; bert_pretraining: mean masked-LM loss + mean next-sentence loss; image_classification: mean (label-smoothed) cross-entropy per image"),
+    Field(('loss',), "llm_lora: mean token loss over the global batch's answer tokens; llm_full: the same over labelled tokens (every next token when pretraining); bert_pretraining: mean masked-LM loss + mean next-sentence loss; image_classification: mean (label-smoothed) cross-entropy per image"),
     Field(('mlm_loss', 'nsp_loss'), 'bert_pretraining: the two terms of `loss`'),
     Field(('lr',), 'learning rate used for this step'),
     Field(('grad_norm',), 'global gradient norm before clipping (null if not finite)'),

@@ -21,7 +21,7 @@ from telemetry.settings import EXPORT_KINDS, TelemetrySettings
 
 @dataclass
 class ModelConfig:
-    family: Literal["llama"] = "llama"  # llm_lora only: the decoder family whose TP/PP plan applies
+    family: Literal["llama"] = "llama"  # llm_lora and llm_full only: the decoder family whose TP/PP plan applies
     path: Optional[str] = None  # local Hugging Face checkpoint directory (real use)
     # random init: HF config fields, or a path to a config.json; image_classification: torchvision
     # ResNet constructor arguments (block, layers, width_per_group) for a custom depth/width
@@ -181,7 +181,7 @@ class SweepConfig:
 @dataclass
 class Recipe:
     name: str = "unnamed"
-    workload: Literal["llm_lora", "bert_pretraining", "image_classification", "collectives"] = "llm_lora"
+    workload: Literal["llm_lora", "llm_full", "bert_pretraining", "image_classification", "collectives"] = "llm_lora"
     output_dir: str = "runs/unnamed"
     max_steps: int = 100
     seed: int = 1234
@@ -202,6 +202,10 @@ class Recipe:
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+
+# decoder LLM workloads: one model code (Llama via transformers), the only ones with a TP plan and pipeline split
+LLM_WORKLOADS = ("llm_lora", "llm_full")
 
 
 # Input paths in a recipe file are relative to that file, so recipes ship with their assets;
@@ -345,8 +349,9 @@ def check_recipe(r: Recipe) -> list[str]:
     if t.schedule == "poly" and t.warmup_steps == r.max_steps:  # transformers' poly decay divides by the difference
         p.append(f"train.warmup_steps: got {t.warmup_steps} = max_steps; the poly schedule needs a decay phase: "
                  f"allowed: any other value")
-    if t.target_eval_accuracy is not None and r.workload == "llm_lora":
-        p.append("train.target_eval_accuracy: the llm_lora workload reports no accuracy; use train.target_eval_loss")
+    if t.target_eval_accuracy is not None and r.workload in LLM_WORKLOADS:
+        p.append(f"train.target_eval_accuracy: the {r.workload} workload reports no accuracy; "
+                 "use train.target_eval_loss")
     if not 0.0 <= t.momentum < 1.0:
         p.append(f"train.momentum: got {t.momentum}; expected a number in [0, 1)")
     if t.lars_eta <= 0:
@@ -356,7 +361,7 @@ def check_recipe(r: Recipe) -> list[str]:
     for key in ("max_train_samples", "max_eval_samples"):
         if getattr(d, key) is not None and getattr(d, key) < 1:
             p.append(f"data.{key}: got {getattr(d, key)}; expected an integer >= 1, or null for all rows")
-    if (r.workload == "llm_lora" and d.format == "pretokenized" and t.eval_every_samples is not None
+    if (r.workload in LLM_WORKLOADS and d.format == "pretokenized" and t.eval_every_samples is not None
             and d.eval_dataset is None):
         p.append("data.eval_dataset: required when train.eval_every_samples is set with data.format=pretokenized")
     par = r.parallel
@@ -369,7 +374,7 @@ def check_recipe(r: Recipe) -> list[str]:
     elif par.pp_schedule != "interleaved_1f1b" and par.pp_stages_per_rank > 1:
         p.append(f"parallel.pp_stages_per_rank: {par.pp_stages_per_rank} stages per rank need "
                  "parallel.pp_schedule=interleaved_1f1b")
-    if r.workload != "llm_lora":
+    if r.workload not in LLM_WORKLOADS:
         for key in ("tp", "pp"):
             if getattr(par, key) > 1:
                 p.append(f"parallel.{key}: got {getattr(par, key)}; the {r.workload} workload runs data "

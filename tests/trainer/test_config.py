@@ -140,6 +140,7 @@ def test_overrides_parse_yaml_values_and_paths_resolve_against_the_recipe():
 
 # Every recipe in recipes/ must be listed here with the world size it is meant for.
 INTENDED_WORLD = {"tiny_llama_lora": 2, "llama70b_lora": 64, "llama3_70b_lora": 64, "mlperf_llama2_70b_lora": 8,
+                  "tiny_llama_full": 2, "llama3_70b_pretrain": 64,
                   "mlperf_llama2_70b_lora_deepspeed": 8,
                   "collectives": 16, "tiny_bert": 2, "bert_large": 8, "tiny_resnet": 2, "resnet50": 8}
 

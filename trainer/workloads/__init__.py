@@ -26,11 +26,12 @@ WORKLOADS = {
     "llm_lora": ("llm_lora", "LlmLoraWorkload"),
     "bert_pretraining": ("bert", "BertPretrainingWorkload"),
     "image_classification": ("image", "ImageClassificationWorkload"),
+    "llm_full": ("llm_full", "LlmFullWorkload"),  # llm_lora's model code, every parameter trained
 }
 
 
 # each workload's recipe checks, in a torch-free module beside it (the dry run runs them without torch)
-RECIPE_CHECKS = {"llm_lora": "llm_lora_checks", "bert_pretraining": "bert_checks",
+RECIPE_CHECKS = {"llm_lora": "llm_lora_checks", "llm_full": "llm_full_checks", "bert_pretraining": "bert_checks",
                  "image_classification": "image_checks"}
 
 

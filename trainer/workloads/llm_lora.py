@@ -57,12 +57,11 @@ class LlmLoraWorkload:
         model. `parallelize` shards it and then fills each rank's pieces (trainer/materialize.py): from
         the checkpoint's safetensors slices, or by a seeded init that is the same for every layout.
         A checkpoint without safetensors is loaded whole, as before."""
-        from peft import LoraConfig, get_peft_model
         from transformers import AutoModelForCausalLM
 
         from ..materialize import SafetensorsSource, empty_model, name_modules, tie
 
-        m, lora = self.recipe.model, self.recipe.lora
+        m = self.recipe.model
         config = self._model_config()
         config.use_cache = False
         if self.tokenizer is not None and len(self.tokenizer) > config.vocab_size:
@@ -80,14 +79,21 @@ class LlmLoraWorkload:
                                                          attn_implementation=m.attn_implementation)
             if m.activation_checkpointing:
                 model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-            peft_cfg = LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
-                                  target_modules=list(lora.target_modules), task_type="CAUSAL_LM")
-            try:
-                model = get_peft_model(model, peft_cfg)
-            except ValueError as exc:
-                raise ModelError(f"lora.target_modules: {list(lora.target_modules)} - {str(exc).splitlines()[0]}") from None
+            model = self._adapt(model)
         name_modules(tie(model))
         return model
+
+    def _adapt(self, model: torch.nn.Module) -> torch.nn.Module:
+        """Freeze the base and add the LoRA adapters (the full-parameter workload keeps the model as is)."""
+        from peft import LoraConfig, get_peft_model
+
+        lora = self.recipe.lora
+        peft_cfg = LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
+                              target_modules=list(lora.target_modules), task_type="CAUSAL_LM")
+        try:
+            return get_peft_model(model, peft_cfg)
+        except ValueError as exc:
+            raise ModelError(f"lora.target_modules: {list(lora.target_modules)} - {str(exc).splitlines()[0]}") from None
 
     def _materialize(self, model: torch.nn.Module) -> torch.nn.Module:
         """Allocate and fill this rank's pieces of a meta-device model (a no-op for a whole-loaded one)."""
