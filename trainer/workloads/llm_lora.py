@@ -89,15 +89,19 @@ class LlmLoraWorkload:
         name_modules(tie(model))
         return model
 
-    def _materialize(self, model: torch.nn.Module) -> torch.nn.Module:
-        """Allocate and fill this rank's pieces of a meta-device model (a no-op for a whole-loaded one)."""
-        from ..materialize import SafetensorsSource, is_meta, materialize
+    def _materialize(self, model: torch.nn.Module, zero3=None) -> torch.nn.Module:
+        """Allocate and fill this rank's pieces of a meta-device model (a no-op for a whole-loaded one);
+        with `zero3` (DeepSpeed's partitioner) only this rank's ZeRO-3 partitions."""
+        from ..materialize import SafetensorsSource, is_meta, materialize, materialize_zero3
 
         if not is_meta(model):
             return model.to(self.device)
         path = self.recipe.model.path
         source = SafetensorsSource(path) if path is not None else None
-        stats = materialize(model, self.device, self.recipe.seed, self.init_std, source)
+        if zero3 is not None:
+            stats = materialize_zero3(model, zero3, self.device, self.recipe.seed, self.init_std, source)
+        else:
+            stats = materialize(model, self.device, self.recipe.seed, self.init_std, source)
         for key in ("tensors", "bytes_read", "seconds"):  # over all of this rank's stages
             stats[key] += (self.load_stats or {}).get(key, 0)
         self.load_stats = {**stats, "source": "safetensors slices" if source is not None else "seeded init"}
@@ -124,6 +128,13 @@ class LlmLoraWorkload:
             self.loss_parallel = self.loss_parallel or head
             if mode == "fsdp":  # FSDP2 shards meta parameters; each rank then fills only its shards
                 parts.append(self._materialize(apply_data_parallel(m, dims, mode, device, compute_dtype)))
+            elif mode == "deepspeed" and self.recipe.parallel.zero_stage == 3:
+                # ZeRO-3: each rank makes and fills only its partitions; deepspeed.initialize (in the
+                # loop, with the optimizer) finds the parameters partitioned already
+                from ..engines.deepspeed import zero3_partitioner
+
+                zero3 = zero3_partitioner(self.recipe, dims.layout, device, compute_dtype)
+                parts.append(self._materialize(m, zero3))
             else:  # DDP compares and broadcasts real parameters
                 parts.append(apply_data_parallel(self._materialize(m), dims, mode, device, compute_dtype))
         if dims.layout.pp == 1:
