@@ -169,26 +169,26 @@ class SafetensorsSource:
 
     def copy_flat(self, key: str, shape: tuple, target: torch.Tensor, start: int) -> None:
         """Copy elements [start, start + target.numel()) of the flattened tensor `key` into the 1-D
-        `target` (a ZeRO-3 partition): the rows the range covers are read in chunks, and only the
-        range's part of the first and last row is kept."""
+        `target` (a ZeRO-3 partition): whole rows straight into it (in chunks), the range's part of a
+        first or last row through a buffer of one row. At most two rows more than the range are read."""
         n = target.numel()
         if n == 0:
             return
         if len(shape) <= 1:  # a vector (or scalar): the range itself
             self.copy_into(key, shape, target.view(tuple(shape) and (n,)), (start,) * len(shape))
             return
-        width = math.prod(shape[1:])  # elements per row
-        first, last = start // width, (start + n - 1) // width
-        step = max(1, CHUNK_BYTES // (width * target.element_size()))
+        width, zeros = math.prod(shape[1:]), (0,) * (len(shape) - 1)
         done = 0
-        for r in range(first, last + 1, step):  # a few rows at a time: host memory of one chunk
-            rows = torch.empty((min(step, last + 1 - r), *shape[1:]), dtype=target.dtype)
-            self.copy_into(key, shape, rows, (r, *([0] * (len(shape) - 1))))
-            flat = rows.view(-1)
-            lo, hi = max(start - r * width, 0), min(start + n - r * width, flat.numel())
-            target[done:done + hi - lo].copy_(flat[lo:hi])
-            done += hi - lo
-        assert done == n
+        while done < n:  # a part of a row, then whole rows straight into the target, then a part
+            row, within = divmod(start + done, width)
+            take = min(n - done, width - within) if within or n - done < width else (n - done) // width * width
+            if take % width == 0 and within == 0:
+                self.copy_into(key, shape, target[done:done + take].view(take // width, *shape[1:]), (row, *zeros))
+            else:  # one row through host memory of its size
+                one = torch.empty((1, *shape[1:]), dtype=target.dtype)
+                self.copy_into(key, shape, one, (row, *zeros))
+                target[done:done + take].copy_(one.view(-1)[within:within + take])
+            done += take
 
 
 def _block(param: torch.Tensor) -> tuple[tuple, tuple] | None:
@@ -300,7 +300,8 @@ def piece_digests(model: nn.Module) -> dict:
 
 
 def _sha(hashlib, data: torch.Tensor) -> str:
-    return hashlib.sha256(data.reshape(-1).view(torch.uint8).numpy().tobytes()).hexdigest()
+    # the array's own buffer: a partition is hashed without a copy of it
+    return hashlib.sha256(data.reshape(-1).view(torch.uint8).numpy()).hexdigest()
 
 
 def zero3_range(param: torch.Tensor) -> tuple[int, int]:
