@@ -5,7 +5,9 @@ the meta device (`empty_model`, buffers stay real), parallelized there (tensor p
 stages), and `materialize` then allocates each rank's local pieces on its device and fills them:
 
 - from a safetensors checkpoint (`SafetensorsSource`): each rank reads only the slices it owns (tensor
-  parallel slices, FSDP shards, its pipeline stage's layers), never the whole file;
+  parallel slices, FSDP shards, FSDP's strided shards of tensor-parallel slices, its pipeline stage's
+  layers), never the whole file; under DeepSpeed ZeRO-3 (`materialize_zero3`) each parameter becomes a
+  ZeRO-3 parameter whose partition, a range of the flattened tensor, is read from the rows it covers;
 - else by the initialisation rule of the parameter's module (normal(0, initializer_range) for linear and
   embedding weights, ones for norms, zeros for biases, and peft's rule for LoRA: kaiming-uniform A, zero B),
   drawn from a generator seeded by (seed, parameter name). Values therefore depend only on the seed and
