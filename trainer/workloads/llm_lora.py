@@ -19,6 +19,7 @@ class LlmLoraWorkload:
         self.recipe, self.device, self.weight_dtype = recipe, device, weight_dtype
         self.loss_parallel = False  # set by parallelize: lm_head split over tp
         self.load_stats: dict | None = None  # set by parallelize: how this rank's weights were filled
+        self.zero3 = None  # set by parallelize under ZeRO-3: DeepSpeed's partitioner (None: build whole)
         path = recipe.model.path
         if path is not None:  # say "not a checkpoint" before any tokenizer error could hide it
             check_checkpoint(path, "checkpoint", "config.json, weights, tokenizer files")
@@ -89,17 +90,18 @@ class LlmLoraWorkload:
         name_modules(tie(model))
         return model
 
-    def _materialize(self, model: torch.nn.Module, zero3=None) -> torch.nn.Module:
-        """Allocate and fill this rank's pieces of a meta-device model (a no-op for a whole-loaded one);
-        with `zero3` (DeepSpeed's partitioner) only this rank's ZeRO-3 partitions."""
-        from ..materialize import SafetensorsSource, is_meta, materialize, materialize_zero3
+    def _materialize(self, model: torch.nn.Module) -> torch.nn.Module:
+        """Allocate and fill this rank's pieces of a meta-device model (a no-op for a whole-loaded one)."""
+        from ..materialize import SafetensorsSource, is_meta, materialize
 
         if not is_meta(model):
             return model.to(self.device)
         path = self.recipe.model.path
         source = SafetensorsSource(path) if path is not None else None
-        if zero3 is not None:
-            stats = materialize_zero3(model, zero3, self.device, self.recipe.seed, self.init_std, source)
+        if self.zero3 is not None:  # DeepSpeed ZeRO-3: only this rank's partitions
+            from ..materialize import materialize_zero3
+
+            stats = materialize_zero3(model, self.zero3, self.device, self.recipe.seed, self.init_std, source)
         else:
             stats = materialize(model, self.device, self.recipe.seed, self.init_std, source)
         for key in ("tensors", "bytes_read", "seconds"):  # over all of this rank's stages
@@ -133,8 +135,8 @@ class LlmLoraWorkload:
                 # loop, with the optimizer) finds the parameters partitioned already
                 from ..engines.deepspeed import zero3_partitioner
 
-                zero3 = zero3_partitioner(self.recipe, dims.layout, device, compute_dtype)
-                parts.append(self._materialize(m, zero3))
+                self.zero3 = zero3_partitioner(self.recipe, dims.layout, device, compute_dtype)
+                parts.append(self._materialize(m))
             else:  # DDP compares and broadcasts real parameters
                 parts.append(apply_data_parallel(self._materialize(m), dims, mode, device, compute_dtype))
         if dims.layout.pp == 1:
