@@ -5,7 +5,9 @@ the meta device (`empty_model`, buffers stay real), parallelized there (tensor p
 stages), and `materialize` then allocates each rank's local pieces on its device and fills them:
 
 - from a safetensors checkpoint (`SafetensorsSource`): each rank reads only the slices it owns (tensor
-  parallel slices, FSDP shards, its pipeline stage's layers), never the whole file;
+  parallel slices, FSDP shards, FSDP's strided shards of tensor-parallel slices, its pipeline stage's
+  layers), never the whole file; under DeepSpeed ZeRO-3 (`materialize_zero3`) each parameter becomes a
+  ZeRO-3 parameter whose partition, a range of the flattened tensor, is read from the rows it covers;
 - else by the initialisation rule of the parameter's module (normal(0, initializer_range) for linear and
   embedding weights, ones for norms, zeros for biases, and peft's rule for LoRA: kaiming-uniform A, zero B),
   drawn from a generator seeded by (seed, parameter name). Values therefore depend only on the seed and
@@ -167,6 +169,30 @@ class SafetensorsSource:
             self.bytes_read += value.numel() * value.element_size()
 
 
+    def copy_flat(self, key: str, shape: tuple, target: torch.Tensor, start: int) -> None:
+        """Copy elements [start, start + target.numel()) of the flattened tensor `key` into the 1-D
+        `target` (a ZeRO-3 partition): whole rows straight into it (in chunks), the range's part of a
+        first or last row through a buffer of one row. At most two rows more than the range are read."""
+        n = target.numel()
+        if n == 0:
+            return
+        if len(shape) <= 1:  # a vector (or scalar): the range itself
+            self.copy_into(key, shape, target.view(tuple(shape) and (n,)), (start,) * len(shape))
+            return
+        width, zeros = math.prod(shape[1:]), (0,) * (len(shape) - 1)
+        done = 0
+        while done < n:  # a part of a row, then whole rows straight into the target, then a part
+            row, within = divmod(start + done, width)
+            take = min(n - done, width - within) if within or n - done < width else (n - done) // width * width
+            if take % width == 0 and within == 0:
+                self.copy_into(key, shape, target[done:done + take].view(take // width, *shape[1:]), (row, *zeros))
+            else:  # one row through host memory of its size
+                one = torch.empty((1, *shape[1:]), dtype=target.dtype)
+                self.copy_into(key, shape, one, (row, *zeros))
+                target[done:done + take].copy_(one.view(-1)[within:within + take])
+            done += take
+
+
 def _block(param: torch.Tensor) -> tuple[tuple, tuple] | None:
     """(global offset, local shape) of this rank's piece when it is one contiguous block of the full
     tensor (plain tensors, Shard/Replicate placements); None otherwise (strided shards)."""
@@ -182,6 +208,30 @@ def _block(param: torch.Tensor) -> tuple[tuple, tuple] | None:
     return tuple(offset), tuple(local)
 
 
+def _runs(param: torch.Tensor) -> list[list[tuple[int, int, int]]]:
+    """Per dimension, the runs (global start, local start, length) of indices this rank's piece holds,
+    for any placement (strided shards included: FSDP's shard of a tensor-parallel shard). Each
+    dimension's indices come from sharding an index vector with the placements that act on it, so the
+    layout is DTensor's own, not recomputed here."""
+    from torch.distributed.tensor import Replicate, distribute_tensor
+
+    out = []
+    for d, size in enumerate(param.shape):
+        places = [p if getattr(p, "dim", None) == d else Replicate() for p in param.placements]
+        shape = [1] * param.dim()
+        shape[d] = size
+        index = torch.arange(size, device=_local(param).device).view(shape)
+        mine = distribute_tensor(index, param.device_mesh, places, src_data_rank=None).to_local().reshape(-1).tolist()
+        runs: list[tuple[int, int, int]] = []
+        for local, g in enumerate(mine):
+            if runs and runs[-1][0] + runs[-1][2] == g:
+                runs[-1] = (runs[-1][0], runs[-1][1], runs[-1][2] + 1)
+            else:
+                runs.append((g, local, 1))
+        out.append(runs)
+    return out
+
+
 def _place(param: torch.Tensor, full: torch.Tensor) -> torch.Tensor:
     """This rank's piece of a full tensor, for a parameter that may be a DTensor of any placement."""
     if not hasattr(param, "placements"):
@@ -192,7 +242,24 @@ def _place(param: torch.Tensor, full: torch.Tensor) -> torch.Tensor:
     return distribute_tensor(full, param.device_mesh, param.placements, src_data_rank=None).to_local()
 
 
-def _rss() -> tuple[int | None, int | None]:
+def _copy_runs(source: "SafetensorsSource", key: str, shape: tuple, target: torch.Tensor,
+               runs: list[list[tuple[int, int, int]]]) -> None:
+    """Fill `target` block by block: every combination of one run per dimension is a contiguous block
+    of the stored tensor, read on its own (through host memory of its size for a device target)."""
+    import itertools
+
+    for combo in itertools.product(*runs):
+        view = target[tuple(slice(local, local + n) for _, local, n in combo)]
+        offset = tuple(g for g, _, _ in combo)
+        if view.device.type == "cpu":
+            source.copy_into(key, shape, view, offset)
+        else:
+            host = torch.empty(tuple(view.shape), dtype=view.dtype)
+            source.copy_into(key, shape, host, offset)
+            view.copy_(host)
+
+
+def rss() -> tuple[int | None, int | None]:
     """(current, peak) resident set of this process in bytes, from /proc (None elsewhere)."""
     try:
         with open("/proc/self/status", encoding="ascii") as f:
@@ -215,12 +282,37 @@ def piece_digests(model: nn.Module) -> dict:
             if base is None or ".lora_" in f"{base}." or id(param) in seen:
                 continue
             seen.add(id(param))
-            block = _block(param)
+            key = checkpoint_key(f"{base}.{pname}" if base else pname)
+            part = getattr(param, "ds_tensor", None)
+            if part is not None:  # a ZeRO-3 partition: a range of the flattened tensor
+                start, n = zero3_range(param)
+                data = part[:n].detach().cpu().contiguous()
+                out[key] = {"flat_offset": start, "shape": [n], "sha256": _sha(hashlib, data)}
+                continue
             data = _local(param).detach().cpu().contiguous()
-            out[checkpoint_key(f"{base}.{pname}" if base else pname)] = {
-                "offset": list(block[0]) if block else None, "shape": list(data.shape),
-                "sha256": hashlib.sha256(data.view(torch.uint8).numpy().tobytes()).hexdigest()}
+            block = _block(param)
+            runs = None if block is not None else _runs(param)
+            if runs is not None and all(len(r) == 1 for r in runs):  # a strided shard that is one block
+                block, runs = (tuple(r[0][0] for r in runs), None), None
+            out[key] = {"offset": list(block[0]) if block else None, "shape": list(data.shape),
+                        "sha256": _sha(hashlib, data)}
+            if runs is not None:  # [global start, length] per run, per dimension
+                out[key]["runs"] = [[[g, n] for g, _, n in r] for r in runs]
     return out
+
+
+def _sha(hashlib, data: torch.Tensor) -> str:
+    # the array's own buffer: a partition is hashed without a copy of it
+    return hashlib.sha256(data.reshape(-1).view(torch.uint8).numpy()).hexdigest()
+
+
+def zero3_range(param: torch.Tensor) -> tuple[int, int]:
+    """(first element, element count) of the flattened parameter that this rank's ZeRO-3 partition
+    holds: DeepSpeed pads the flat tensor to a multiple of the partition count and gives rank r the
+    r-th equal range; the padding past the end holds no value."""
+    size = param.ds_tensor.ds_numel
+    start = size * param.ds_zero_partition_rank
+    return start, max(0, min(size, param.ds_numel - start))
 
 
 @torch.no_grad()
@@ -231,7 +323,7 @@ def materialize(model: nn.Module, device: torch.device, seed: int, std: float,
     records (the peak is the process's high-water mark so far)."""
     import time
 
-    t0, (rss_before, _) = time.perf_counter(), _rss()
+    t0, (rss_before, _) = time.perf_counter(), rss()
     buffers = [(m, n, b) for m in model.modules() for n, b in m._buffers.items() if b is not None]
     slots: dict[int, list[tuple[nn.Module, str]]] = {}  # a tied weight sits in several modules' slots
     for m in model.modules():
@@ -261,10 +353,8 @@ def materialize(model: nn.Module, device: torch.device, seed: int, std: float,
             key = checkpoint_key(name)
             if source is not None and ".lora_" not in name:
                 block = _block(param)
-                if block is None:  # strided shards: through the full value, one tensor at a time
-                    full = torch.empty(shape, dtype=target.dtype)
-                    source.copy_into(key, shape, full)
-                    target.copy_(_place(param, full.to(device)))
+                if block is None:  # strided shards (FSDP over tensor parallel): each run of indices
+                    _copy_runs(source, key, shape, target, _runs(param))
                 elif target.device.type == "cpu":
                     source.copy_into(key, shape, target, block[0])
                 else:  # this rank's block through host memory of its own size
@@ -277,5 +367,59 @@ def materialize(model: nn.Module, device: torch.device, seed: int, std: float,
             stats["tensors"] += 1
     stats["bytes_read"] = source.bytes_read if source is not None else 0
     stats["seconds"] = round(time.perf_counter() - t0, 3)
-    stats["rss_before_bytes"], stats["rss_peak_bytes"] = rss_before, _rss()[1]
+    stats["rss_before_bytes"], stats["rss_peak_bytes"] = rss_before, rss()[1]
     return stats
+
+
+@torch.no_grad()
+def materialize_zero3(model: nn.Module, init, device: torch.device, seed: int, std: float,
+                      source: SafetensorsSource | None = None) -> dict:
+    """DeepSpeed ZeRO-3: replace every meta parameter by a ZeRO-3 parameter of which this rank holds
+    only its partition, filled from `source` (the rows the partition covers, never the whole tensor)
+    or by the init rule (a full parameter drawn at a time, then cut). `init` is DeepSpeed's partitioner
+    (trainer/engines/deepspeed.py `zero3_partitioner`). Returns the same records as `materialize`."""
+    import time
+
+    from .engines.deepspeed import make_zero3_param
+
+    t0, (rss_before, _) = time.perf_counter(), rss()
+    for module in model.modules():  # buffers were real all along
+        for name, buf in module._buffers.items():
+            if buf is not None:
+                module._buffers[name] = buf.to(device)
+    made: dict[int, nn.Parameter] = {}  # a tied weight is converted once and put in each of its slots
+    for module in model.modules():
+        base = getattr(module, _NAME, None)
+        for pname, meta in list(module._parameters.items()):
+            if meta is None:
+                continue
+            if id(meta) not in made:
+                name = f"{base}.{pname}" if base else pname
+                # ZeRO-3 keeps parameters in the configured precision (bf16/fp16), else as built
+                dtype = init.dtype if init.dtype in (torch.bfloat16, torch.half) else meta.dtype
+                fill = _zero3_fill(module, pname, name, tuple(meta.shape), seed, std, source)
+                made[id(meta)] = make_zero3_param(init, meta, dtype, fill)
+            module._parameters[pname] = made[id(meta)]
+    stats = {"tensors": len(made), "bytes_read": source.bytes_read if source is not None else 0,
+             "seconds": round(time.perf_counter() - t0, 3)}
+    stats["rss_before_bytes"], stats["rss_peak_bytes"] = rss_before, rss()[1]
+    return stats
+
+
+def _zero3_fill(module: nn.Module, pname: str, name: str, shape: tuple, seed: int, std: float,
+                source: SafetensorsSource | None):
+    """The function that writes a ZeRO-3 partition (elements [start, start + size) of the flattened
+    tensor, zero past its end)."""
+    numel = math.prod(shape)
+
+    def fill(part: torch.Tensor, start: int) -> None:
+        n = max(0, min(part.numel(), numel - start))
+        part[n:].zero_()
+        if n == 0:
+            return
+        if source is not None and ".lora_" not in name:
+            source.copy_flat(checkpoint_key(name), shape, part[:n], start)
+        else:  # the same full value on every rank, then this rank's range
+            value = init_value(module, pname, name, shape, part.device, seed, std)
+            part[:n].copy_(value.reshape(-1)[start:start + n])
+    return fill

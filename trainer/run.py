@@ -331,6 +331,10 @@ def build(st: RunState) -> None:
     trainer = st.trainer = Trainer(recipe, layout, dims, model, workload, train_set, eval_set, sampler, rundir,
                                    st.hooks, device, autocast)
     trainer.flops_per_unit, trainer.flops_unit, trainer.peak_tflops = per_unit, unit, peak
+    load = getattr(workload, "load_stats", None)
+    if load is not None and trainer.engine is not None:  # deepspeed.initialize must not gather the model
+        from .materialize import rss
+        load["rss_peak_engine_bytes"] = rss()[1]
     trainer.stops = st.stops
     trainer.progress.info(f"{recipe.name}: {layout.describe()}; backend {st.backend} on {device.type}")
     trainer.progress.info(f"model {total:,} parameters, {trainable:,} trainable; {workload.describe(train_set)}")

@@ -3,10 +3,6 @@ checked against DDP on the same global batch, against an uninterrupted run after
 DeepSpeed's own comms logger."""
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
 
 from ..conftest import FAST, REPO, run_cli
@@ -21,17 +17,6 @@ ENV = {"DS_ACCELERATOR": "cpu"}
 
 def zero(stage: int) -> list[str]:
     return ["parallel.data_parallel=deepspeed", f"parallel.zero_stage={stage}"]
-
-
-@pytest.fixture(scope="module")
-def ds_op_built():
-    """Build DeepSpeed's CPU communication op once (the session's TORCH_EXTENSIONS_DIR, tests/conftest.py)
-    in one bounded process, so the runs below neither race for the build nor pay for it in their timeouts."""
-    code = ("import os; os.environ.setdefault('DS_ACCELERATOR', 'cpu'); "
-            "from deepspeed.comm.torch import build_shm_op; build_shm_op()")
-    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=900,
-                          env={**os.environ, **ENV, "CUDA_VISIBLE_DEVICES": ""})
-    assert proc.returncode == 0, proc.stderr[-3000:]
 
 
 def _run(out, *overrides, recipe=None, env=None):

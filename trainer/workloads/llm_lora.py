@@ -19,6 +19,7 @@ class LlmLoraWorkload:
         self.recipe, self.device, self.weight_dtype = recipe, device, weight_dtype
         self.loss_parallel = False  # set by parallelize: lm_head split over tp
         self.load_stats: dict | None = None  # set by parallelize: how this rank's weights were filled
+        self.zero3 = None  # set by parallelize under ZeRO-3: DeepSpeed's partitioner (None: build whole)
         path = recipe.model.path
         if path is not None:  # say "not a checkpoint" before any tokenizer error could hide it
             check_checkpoint(path, "checkpoint", "config.json, weights, tokenizer files")
@@ -103,7 +104,12 @@ class LlmLoraWorkload:
             return model.to(self.device)
         path = self.recipe.model.path
         source = SafetensorsSource(path) if path is not None else None
-        stats = materialize(model, self.device, self.recipe.seed, self.init_std, source)
+        if self.zero3 is not None:  # DeepSpeed ZeRO-3: only this rank's partitions
+            from ..materialize import materialize_zero3
+
+            stats = materialize_zero3(model, self.zero3, self.device, self.recipe.seed, self.init_std, source)
+        else:
+            stats = materialize(model, self.device, self.recipe.seed, self.init_std, source)
         for key in ("tensors", "bytes_read", "seconds"):  # over all of this rank's stages
             stats[key] += (self.load_stats or {}).get(key, 0)
         self.load_stats = {**stats, "source": "safetensors slices" if source is not None else "seeded init"}
@@ -130,6 +136,13 @@ class LlmLoraWorkload:
             self.loss_parallel = self.loss_parallel or head
             if mode == "fsdp":  # FSDP2 shards meta parameters; each rank then fills only its shards
                 parts.append(self._materialize(apply_data_parallel(m, dims, mode, device, compute_dtype)))
+            elif mode == "deepspeed" and self.recipe.parallel.zero_stage == 3:
+                # ZeRO-3: each rank makes and fills only its partitions; deepspeed.initialize (in the
+                # loop, with the optimizer) finds the parameters partitioned already
+                from ..engines.deepspeed import zero3_partitioner
+
+                self.zero3 = zero3_partitioner(self.recipe, dims.layout, device, compute_dtype)
+                parts.append(self._materialize(m))
             else:  # DDP compares and broadcasts real parameters
                 parts.append(apply_data_parallel(self._materialize(m), dims, mode, device, compute_dtype))
         if dims.layout.pp == 1:
