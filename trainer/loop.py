@@ -132,6 +132,7 @@ class Trainer:
         counts = [wl.loss_counts(b) for b in batches]  # host ints, read off the CPU-side batch
         local = [sum(c[count] for c in counts) for _, count in terms]
         local.append(sum(wl.input_tokens(b) for b in batches) if wl.has_tokens else 0)
+        local.append(sum(wl.padded_tokens(b) for b in batches) if wl.has_tokens else 0)
         counted = self._host_to_device(torch.tensor(local, dtype=torch.float64))
         # global item counts stay on the device: the loss divides by them without waiting for the host
         dist.all_reduce(counted, group=self.dp_group)
@@ -153,11 +154,13 @@ class Trainer:
         grad_norm = grad_norm if math.isfinite(grad_norm) else None
         step_time = time.perf_counter() - t0
         samples = self.layout.global_batch_size
-        tokens = int(totals[-1]) if wl.has_tokens else None
-        work = tokens if self.flops_unit == "token" else samples
+        tokens = int(totals[-2]) if wl.has_tokens else None  # real tokens: what tokens/s counts
+        padded = int(totals[-1]) if wl.has_tokens else None  # positions computed: what MFU counts
+        work = padded if self.flops_unit == "token" else samples
         record = {"step": step, "loss": loss_value, "lr": lr, "grad_norm": grad_norm, "step_time_s": step_time,
                   "samples_per_s": samples / step_time,
-                  "tokens_per_s": tokens / step_time if tokens is not None else None, "tokens": tokens}
+                  "tokens_per_s": tokens / step_time if tokens is not None else None, "tokens": tokens,
+                  "padded_tokens": padded}
         if len(terms) > 1:
             record.update(term_losses)
         record.update({count: int(totals[k]) for k, (_, count) in enumerate(terms)})
