@@ -275,10 +275,13 @@ class Trainer:
         self.model.train()
         self.hooks.on_train_start({"start_step": start, "max_steps": max_steps, "layout": self.layout})
         if self.stops is not None:
-            self.stops.start_loop()
+            self.stops.start_loop(start)
+        write_s = 0.0  # the previous step's metrics write: a record cannot time its own
         for step in range(start + 1, max_steps + 1):
             record = self.train_step(step)
+            t_end = time.perf_counter()
             self.hooks.on_step_end(step, record)  # the step ends here: evaluation is not part of it
+            harness_s = time.perf_counter() - t_end  # telemetry's end-of-step work (and the other hooks')
             if self._eval_due(step):
                 self.hooks.on_eval_start(step)
                 for name, value in self.evaluate().items():
@@ -287,10 +290,16 @@ class Trainer:
                 self.state.last_eval_loss = record.get("eval_loss")
                 self.state.last_eval_accuracy = record.get("eval_accuracy")
                 record["samples_seen"] = step * self.layout.global_batch_size
+            t_vote = time.perf_counter()
+            # the same steps vote on every rank and every vote agrees: all ranks stop after the same step
+            why = self.stops.agree(step) if self.stops is not None else None
+            record["harness_s"] = harness_s + (time.perf_counter() - t_vote) + write_s
             record["time"] = time.time()  # wall clock at the step's end: lines steps up with outside counters
             self.state.step, self.state.last_loss = step, record["loss"]
+            t_write = time.perf_counter()
             self.rundir.write_metrics(record)
             self.progress.step(record)
+            write_s = time.perf_counter() - t_write
             reached = self._target_reached(record)
             if reached:
                 self.state.target_reached_step = step
@@ -298,7 +307,6 @@ class Trainer:
                 break
             if train.save_every and step % train.save_every == 0 and step < max_steps:
                 self._save()
-            why = self.stops.agree() if self.stops is not None else None
             if why and step < max_steps:  # preempted: keep this step, so no completed step is recomputed
                 if not (train.save_every and step % train.save_every == 0):
                     self._save()
