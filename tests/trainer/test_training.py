@@ -74,6 +74,8 @@ def test_padding_to_the_longest_example_takes_the_same_steps_on_fewer_positions(
     assert sum(r["padded_tokens"] for r in res.metrics()) < sum(r["padded_tokens"] for r in single.metrics())
     info = res.run_json()
     assert "padded_tokens" in info["throughput"]["formula"] and "padded per micro-batch" in res.stdout
+    # the harness's own per-step work is recorded beside the step time, never folded into it
+    assert all(r["harness_s"] > 0 for r in res.metrics())
 
 
 # the loop's own item counts (float64: label tokens, real tokens, padded tokens) and loss (float32)
