@@ -8,8 +8,9 @@ the run stops at once, as before.
 
 The vote. A world of N ranks agrees with a MAX over a binomial tree - up to rank 0 in ceil(log2 N)
 rounds, back down the same edges - of one 16-byte message per rank and direction, point to point on a
-gloo group of its own made with lazy connections: no socket at start-up, and at the first vote each
-rank connects to its tree parent and children only (at most ceil(log2 N) + 1 peers, not N - 1). The
+gloo group of its own made with lazy connections: no connection at start-up (only a listening socket);
+at the first vote each rank connects to its tree parent and children (at most ceil(log2 N) + 1 peers,
+not N - 1). The
 vote is not held every step: rank 0 sets the step of the next vote from its own step times, so that a
 vote comes about every VOTE_INTERVAL_S seconds of training (every step when steps are that long), and
 sends it down with the result. Every rank therefore votes at the same steps (the first after the
@@ -119,7 +120,7 @@ class StopRequests:
 
     def start_loop(self, start_step: int = 0) -> None:
         """The loop is ready to finish steps before stopping; a world of several ranks gets its vote group
-        (lazily connected: no socket until the first vote), and the first vote follows the first step."""
+        (lazily connected: no connection until the first vote), and the first vote follows the first step."""
         if not self.save_on_signal:
             return
         if dist.get_world_size() > 1 and self._group is None:
@@ -170,7 +171,7 @@ class StopRequests:
 
 def lazy_gloo_group(**kwargs):
     """A world-wide gloo group that opens a connection only when a pair first talks (gloo's lazy init,
-    requested for this group alone): created with no socket at all."""
+    requested for this group alone): created with no connection, only a listening socket."""
     lazy = "TORCH_GLOO_LAZY_INIT" not in os.environ
     if lazy:
         os.environ["TORCH_GLOO_LAZY_INIT"] = "1"  # read when the group is created
