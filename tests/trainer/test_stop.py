@@ -126,7 +126,8 @@ def test_every_rank_stops_after_the_same_step_with_votes_only_on_scheduled_steps
 
     def loop(r):
         req = StopRequests(save_on_signal=True)
-        req._group, req.deferring, req._next_vote, req._last_vote, req.votes = groups[r], True, 1, (0, time.perf_counter()), 0
+        req._group = groups[r]  # what start_loop makes in a real world of ranks
+        req.deferring, req._next_vote, req._last_vote = True, 1, (0, time.perf_counter())
         for step in range(1, 200):
             time.sleep(0.004 + 0.002 * r)  # uneven ranks: the vote waits for the slowest
             if r == 2 and step == 17:
@@ -141,6 +142,7 @@ def test_every_rank_stops_after_the_same_step_with_votes_only_on_scheduled_steps
     assert len(stopped) == 1 and None not in stopped, results
     step = stopped.pop()
     assert step >= 17
-    assert [w for _, w, _ in results] == ["SIGTERM (on another rank)"] * 2 + ["SIGTERM", "SIGTERM (on another rank)"]
+    other = "SIGTERM (on another rank)"
+    assert [w for _, w, _ in results] == [other, other, "SIGTERM", other]
     votes = results[0][2]
     assert all(v == votes for _, _, v in results) and votes < step  # the same votes, not one per step
