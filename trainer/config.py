@@ -49,6 +49,9 @@ class DataConfig:
     eval_dataset: Optional[str] = None  # pretokenized/BERT eval set; without it the validation split
     seq_len: int = 2048
     packing: bool = False
+    # llm_lora, unpacked: pad each micro-batch to its longest sequence (as NeMo's fine-tuning data does)
+    # or every sequence to seq_len. Packed rows are seq_len long either way.
+    padding: Literal["longest", "max_length"] = "max_length"
     split: list[float] = field(default_factory=lambda: [0.8, 0.15, 0.05])  # train/validation/test
     split_seed: int = 1234
     max_train_samples: Optional[int] = None

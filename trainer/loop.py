@@ -132,6 +132,7 @@ class Trainer:
         counts = [wl.loss_counts(b) for b in batches]  # host ints, read off the CPU-side batch
         local = [sum(c[count] for c in counts) for _, count in terms]
         local.append(sum(wl.input_tokens(b) for b in batches) if wl.has_tokens else 0)
+        local.append(sum(wl.padded_tokens(b) for b in batches) if wl.has_tokens else 0)
         counted = self._host_to_device(torch.tensor(local, dtype=torch.float64))
         # global item counts stay on the device: the loss divides by them without waiting for the host
         dist.all_reduce(counted, group=self.dp_group)
@@ -153,11 +154,13 @@ class Trainer:
         grad_norm = grad_norm if math.isfinite(grad_norm) else None
         step_time = time.perf_counter() - t0
         samples = self.layout.global_batch_size
-        tokens = int(totals[-1]) if wl.has_tokens else None
-        work = tokens if self.flops_unit == "token" else samples
+        tokens = int(totals[-2]) if wl.has_tokens else None  # real tokens: what tokens/s counts
+        padded = int(totals[-1]) if wl.has_tokens else None  # positions computed: what MFU counts
+        work = padded if self.flops_unit == "token" else samples
         record = {"step": step, "loss": loss_value, "lr": lr, "grad_norm": grad_norm, "step_time_s": step_time,
                   "samples_per_s": samples / step_time,
-                  "tokens_per_s": tokens / step_time if tokens is not None else None, "tokens": tokens}
+                  "tokens_per_s": tokens / step_time if tokens is not None else None, "tokens": tokens,
+                  "padded_tokens": padded}
         if len(terms) > 1:
             record.update(term_losses)
         record.update({count: int(totals[k]) for k, (_, count) in enumerate(terms)})
@@ -272,10 +275,13 @@ class Trainer:
         self.model.train()
         self.hooks.on_train_start({"start_step": start, "max_steps": max_steps, "layout": self.layout})
         if self.stops is not None:
-            self.stops.start_loop()
+            self.stops.start_loop(start)
+        write_s = 0.0  # the previous step's metrics write: a record cannot time its own
         for step in range(start + 1, max_steps + 1):
             record = self.train_step(step)
+            t_end = time.perf_counter()
             self.hooks.on_step_end(step, record)  # the step ends here: evaluation is not part of it
+            harness_s = time.perf_counter() - t_end  # telemetry's end-of-step work (and the other hooks')
             if self._eval_due(step):
                 self.hooks.on_eval_start(step)
                 for name, value in self.evaluate().items():
@@ -284,10 +290,16 @@ class Trainer:
                 self.state.last_eval_loss = record.get("eval_loss")
                 self.state.last_eval_accuracy = record.get("eval_accuracy")
                 record["samples_seen"] = step * self.layout.global_batch_size
+            t_vote = time.perf_counter()
+            # the same steps vote on every rank and every vote agrees: all ranks stop after the same step
+            why = self.stops.agree(step) if self.stops is not None else None
+            record["harness_s"] = harness_s + (time.perf_counter() - t_vote) + write_s
             record["time"] = time.time()  # wall clock at the step's end: lines steps up with outside counters
             self.state.step, self.state.last_loss = step, record["loss"]
+            t_write = time.perf_counter()
             self.rundir.write_metrics(record)
             self.progress.step(record)
+            write_s = time.perf_counter() - t_write
             reached = self._target_reached(record)
             if reached:
                 self.state.target_reached_step = step
@@ -295,7 +307,6 @@ class Trainer:
                 break
             if train.save_every and step % train.save_every == 0 and step < max_steps:
                 self._save()
-            why = self.stops.agree() if self.stops is not None else None
             if why and step < max_steps:  # preempted: keep this step, so no completed step is recomputed
                 if not (train.save_every and step % train.save_every == 0):
                     self._save()

@@ -38,6 +38,7 @@ from .loop import Trainer
 from .parallelize import unwrap
 from .rundir import RunDir, now_iso, write_json_atomic
 from .runlock import RunLock, pid_alive
+from .seeding import seed_training_streams
 from .stop import Interrupted, StopRequests
 from .throughput import peak_tflops
 from .workloads import get_workload
@@ -336,6 +337,9 @@ def build(st: RunState) -> None:
         from .materialize import rss
         load["rss_peak_engine_bytes"] = rss()[1]
     trainer.stops = st.stops
+    # after the model is built and filled (the same numbers on every rank), before the first step:
+    # dropout per data-parallel replica, shared within a tensor-parallel group (trainer/seeding.py)
+    seed_training_streams(recipe.seed, dims.dp_rank, dims.mesh("pp").get_local_rank())
     trainer.progress.info(f"{recipe.name}: {layout.describe()}; backend {st.backend} on {device.type}")
     trainer.progress.info(f"model {total:,} parameters, {trainable:,} trainable; {workload.describe(train_set)}")
 

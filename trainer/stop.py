@@ -2,10 +2,21 @@
 torchrun agent.
 
 Inside the step loop, with `train.save_on_signal` (default on), a request does not interrupt the step:
-it is noted, the ranks agree at the end of the step (one 1-element all-reduce over a gloo group of
-their own, so no device sync and no traced collective), every rank saves the checkpoint of that step,
-and the run stops with status `interrupted`. Outside the loop, or without save_on_signal, or on a
-second signal, the run stops at once, as before.
+it is noted, the ranks agree at the end of a step, every rank saves the checkpoint of that step, and the
+run stops with status `interrupted`. Outside the loop, or without save_on_signal, or on a second signal,
+the run stops at once, as before.
+
+The vote. A world of N ranks agrees with a MAX over a binomial tree - up to rank 0 in ceil(log2 N)
+rounds, back down the same edges - of one 16-byte message per rank and direction, point to point on a
+gloo group of its own made with lazy connections: no connection at start-up (only a listening socket);
+at the first vote each rank connects to its tree parent and children (at most ceil(log2 N) + 1 peers,
+not N - 1). The
+vote is not held every step: rank 0 sets the step of the next vote from its own step times, so that a
+vote comes about every VOTE_INTERVAL_S seconds of training (every step when steps are that long), and
+sends it down with the result. Every rank therefore votes at the same steps (the first after the
+loop's first step; each later one named by the previous result, which every rank receives the same),
+every vote returns the same answer on every rank, and so every rank stops after the same step. A
+request waits at most VOTE_INTERVAL_S plus a step (for a ~30 s preemption grace period, far within it).
 
 Ctrl-C in a terminal sends SIGINT to the whole foreground process group, torchrun's agent and its
 workers alike, and the agent then forwards its own SIGINT to every worker: each worker sees the signal
@@ -26,9 +37,10 @@ import time
 
 import torch
 import torch.distributed as dist
-from torch.distributed import distributed_c10d as c10d
 
 POLL_S = 0.5
+VOTE_INTERVAL_S = 1.0  # the stop vote's target spacing in training time (module docstring)
+MAX_VOTE_EVERY = 1000  # steps between votes at most, however short the steps
 REPEAT_S = 5.0  # a copy of the first signal arriving within this is the same request (see above)
 SIGTERM, SIGINT, AGENT_GONE = 1, 2, 3  # request codes; the ranks agree on the largest
 _REASONS = {SIGTERM: "SIGTERM", SIGINT: "SIGINT", AGENT_GONE: "the torchrun agent is gone"}
@@ -51,6 +63,9 @@ class StopRequests:
         self.deferring = False  # True while the loop can finish the step first
         self.agent_pid = os.getppid() if under_torchrun() else None
         self._group = None
+        self._next_vote = 0  # the step of the next vote (0: the next call votes)
+        self._last_vote = (0, 0.0)  # rank 0: (step, perf_counter) of the last vote
+        self.votes = 0  # votes held since the loop started
         self._old: dict = {}
         self._stop = threading.Event()
         self._agent_lost = False
@@ -103,23 +118,29 @@ class StopRequests:
 
     # -------------------------------------------------------------- agreement at a step's end
 
-    def start_loop(self) -> None:
-        """The loop is ready to finish steps before stopping; a world of several ranks gets its vote group."""
+    def start_loop(self, start_step: int = 0) -> None:
+        """The loop is ready to finish steps before stopping; a world of several ranks gets its vote group
+        (lazily connected: no connection until the first vote), and the first vote follows the first step."""
         if not self.save_on_signal:
             return
         if dist.get_world_size() > 1 and self._group is None:
-            self._group = dist.new_group(backend="gloo", group_desc="stop_vote")
+            self._group = lazy_gloo_group(group_desc="stop_vote")
+        self._next_vote = start_step + 1
+        self._last_vote = (start_step, time.perf_counter())
+        self.votes = 0
         self.deferring = True
 
-    def agree(self) -> str | None:
-        """At a step's end: why every rank should stop now (the same answer on all ranks), or None."""
+    def agree(self, step: int | None = None) -> str | None:
+        """At the end of `step`: why every rank should stop now (the same answer on all ranks), or None.
+        In a world of several ranks only the steps that rank 0 scheduled hold a vote (module docstring);
+        `step` None votes now (every rank must then call it at the same points)."""
         if not self.deferring:
             return None
         code = self.code
         if self._group is not None:
-            flag = torch.tensor([code], dtype=torch.int32)
-            c10d.all_reduce(flag, op=dist.ReduceOp.MAX, group=self._group)  # untraced: not the job's traffic
-            code = int(flag.item())
+            if step is not None and step < self._next_vote:
+                return None
+            code, self._next_vote = self._vote(code, step)
         if code == 0:
             return None
         self.deferring = False  # a further SIGTERM (during the save) stops at once
@@ -127,3 +148,72 @@ class StopRequests:
             return self.agent_gone() if self.agent_pid is not None and os.getppid() != self.agent_pid \
                 else "a torchrun agent is gone"
         return f"{_REASONS[code]}" + ("" if self.code else " (on another rank)")
+
+    def _vote(self, code: int, step: int | None) -> tuple[int, int]:
+        """(the largest request code of any rank, the step of the next vote): rank 0's schedule."""
+        rank, world = self._group.rank(), self._group.size()
+        msg = torch.tensor([code, 0], dtype=torch.int64)
+        msg = tree_max(self._group, rank, world, msg, on_root=lambda m: m.__setitem__(1, self._schedule(step)))
+        self.votes += 1
+        return int(msg[0]), int(msg[1])
+
+    def _schedule(self, step: int | None) -> int:
+        """Rank 0: the step of the next vote, about VOTE_INTERVAL_S of training from now."""
+        if step is None:
+            return 0
+        last_step, last_t = self._last_vote
+        now = time.perf_counter()
+        self._last_vote = (step, now)
+        per_step = (now - last_t) / max(step - last_step, 1)
+        every = 1 if per_step <= 0 else max(1, min(MAX_VOTE_EVERY, int(VOTE_INTERVAL_S / per_step)))
+        return step + every
+
+
+def lazy_gloo_group(**kwargs):
+    """A world-wide gloo group that opens a connection only when a pair first talks (gloo's lazy init,
+    requested for this group alone): created with no connection, only a listening socket."""
+    lazy = "TORCH_GLOO_LAZY_INIT" not in os.environ
+    if lazy:
+        os.environ["TORCH_GLOO_LAZY_INIT"] = "1"  # read when the group is created
+    try:
+        return dist.new_group(backend="gloo", **kwargs)
+    finally:
+        if lazy:
+            del os.environ["TORCH_GLOO_LAZY_INIT"]
+
+
+def tree_peers(rank: int, world: int) -> tuple[int | None, list[int]]:
+    """(parent, children) of `rank` in the binomial tree rooted at 0: the parent clears the rank's lowest
+    set bit; the children add each lower power of two (largest subtree first)."""
+    low = rank & -rank if rank else 1 << max(world - 1, 1).bit_length()
+    parent = rank - low if rank else None
+    children = []
+    d = low >> 1
+    while d:
+        if rank + d < world:
+            children.append(rank + d)
+        d >>= 1
+    return parent, children
+
+
+_TAG = 7301  # the vote's own tag on its own group
+
+
+def tree_max(group, rank: int, world: int, msg: torch.Tensor, on_root=None) -> torch.Tensor:
+    """Element-wise MAX of every rank's `msg` up the binomial tree, then rank 0's result (after
+    `on_root(msg)`) back down the same edges to every rank: 2 x ceil(log2 world) rounds deep, each rank
+    sends and receives at most once per child and once from its parent. The process group's own
+    send/recv: untraced, this is the harness's traffic, not the job's."""
+    parent, children = tree_peers(rank, world)
+    incoming = torch.empty_like(msg)
+    for child in reversed(children):  # smallest subtree first: it is ready soonest
+        group.recv([incoming], child, _TAG).wait()
+        torch.maximum(msg, incoming, out=msg)
+    if parent is not None:
+        group.send([msg], parent, _TAG).wait()
+        group.recv([msg], parent, _TAG).wait()
+    elif on_root is not None:
+        on_root(msg)
+    for child in children:
+        group.send([msg], child, _TAG).wait()
+    return msg

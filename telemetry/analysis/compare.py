@@ -351,7 +351,8 @@ def _fmt_bits(bps: float) -> str:
 
 # figures that get a mean and a spread over repeats: (summary key or path, )
 _NUMERIC = ("step_time_median_s", "step_time_mean_s", "step_time_sd_s", "step_time_p95_s", "samples_per_s",
-            "tokens_per_s", "comm_share", "straggler_s", "comm_time_per_step_s")
+            "tokens_per_s", "comm_share", "straggler_s", "comm_time_per_step_s", "harness_per_step_s",
+            "padded_tokens_per_step")
 
 
 def step_time_stats(run: Run) -> dict:
@@ -482,6 +483,10 @@ def compare_training(groups, labels, out, plt, rates: list[tuple] | None = None)
         ["communication share"] + [_cell(s["spread"]["comm_share"], "%", None, False) + partial_note(s) for s in sums],
         row("exposed communication share", "exposed_comm.share", "%", pct=False),
         row("straggler spread", "straggler_s", "s", pct=False),
+        row("computed tokens per step (padding included)", "padded_tokens_per_step", pct=False,
+            missing="n/a (not recorded)"),
+        row("harness work per step, outside the iteration time", "harness_per_step_s", "s", pct=False,
+            missing="n/a (not recorded)"),
     ]
     for key, name in (("energy.per_step_j", "energy per step"), ("energy.per_sample_j", "energy per sample")):
         stats = [s["spread"][key] for s in sums]

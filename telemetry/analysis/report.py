@@ -136,6 +136,11 @@ def summarize(run: Run) -> dict:
         "step_time_median_s": med, "step_time_p95_s": percentile(step_times, 0.95),
         "samples_per_s": gbs / med if gbs and med else None,
         "tokens_per_s": median([r.get("tokens_per_s") for r in steps]),
+        "padded_tokens_per_step": median([r.get("padded_tokens") for r in steps]),
+        "tokens_per_step": median([r.get("tokens") for r in steps]),
+        # the harness's own per-step work outside step_time_s (None for runs recorded before the field)
+        "harness_per_step_s": (harness := median([r.get("harness_s") for r in steps])),
+        "harness_share": harness / med if harness is not None and med else None,
         "loss_first": losses[0] if losses else None, "loss_last": losses[-1] if losses else None,
         "eval_loss_last": evals[-1] if evals else None,
         "comm": comm, "comm_time_per_step_s": comm_time,
@@ -203,6 +208,11 @@ def tables(s: dict) -> list[tuple[str, list[str], list[list[str]]]]:
     throughput = [
         ["step time median / p95", f"{fmt(s['step_time_median_s'], 's')} / {fmt(s['step_time_p95_s'], 's')}"],
         ["samples/s", fmt(s["samples_per_s"])], ["tokens/s", fmt(s["tokens_per_s"])],
+        ["tokens per step: real / computed (padding included)",
+         f"{fmt(s.get('tokens_per_step'))} / {fmt(s.get('padded_tokens_per_step'))}"],
+        ["harness work per step, outside step time (telemetry, stop vote, metrics write)",
+         f"{fmt(s.get('harness_per_step_s'), 's')} ({fmt(s.get('harness_share'), '%')} of the step time)"
+         if s.get("harness_per_step_s") is not None else "n/a (not recorded in this run)"],
         ["straggler spread (median max-min step time)", fmt(s["straggler_s"], "s")],
         ["communication share of step", fmt(s["comm_share"], "%") + partial_note(s)],
         ["exposed communication share", fmt(s["exposed_comm"]["share"], "%") +

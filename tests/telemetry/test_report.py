@@ -133,3 +133,19 @@ def test_report_knows_every_op_the_tracer_records():
     from telemetry.capture.collectives import RECORDED_OPS
     from telemetry.analysis.report import RECORDED_OPS as reported
     assert reported == RECORDED_OPS
+
+
+def test_harness_work_and_padded_tokens_are_summarized_and_shown(tmp_path):
+    from telemetry.analysis.report import tables
+
+    run = load_run(str(recorded_run(tmp_path / "run")))
+    assert summarize(run)["harness_per_step_s"] is None  # recorded before the field: unknown, not 0
+    for k, r in enumerate(run.metrics):
+        r.update(harness_s=0.02 + 0.01 * (k % 2), tokens=900, padded_tokens=1024)
+    s = summarize(run)
+    assert 0.02 <= s["harness_per_step_s"] <= 0.03
+    assert s["harness_share"] == pytest.approx(s["harness_per_step_s"] / s["step_time_median_s"])
+    assert (s["tokens_per_step"], s["padded_tokens_per_step"]) == (900, 1024)
+    rows = dict((r[0], r[1]) for _, _, t in tables(s)[:2] for r in t)
+    assert rows["tokens per step: real / computed (padding included)"] == "900 / 1,024"
+    assert "of the step time" in rows["harness work per step, outside step time (telemetry, stop vote, metrics write)"]

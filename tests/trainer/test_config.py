@@ -69,6 +69,10 @@ def test_pipeline_options_are_checked(capsys):
     assert "need parallel.pp_schedule=interleaved_1f1b" in capsys.readouterr().err
     assert main([TINY, "parallel.pp_schedule=zero_bubble", "--dry-run"]) == 2
     assert "'gpipe', '1f1b', 'interleaved_1f1b'" in capsys.readouterr().err
+    assert main([TINY, "parallel.pp=2", "data.padding=longest", "--dry-run"]) == 2
+    assert "data.padding: longest gives each step its own sequence length" in capsys.readouterr().err
+    assert main([TINY, "data.padding=shortest", "--dry-run"]) == 2
+    assert "'longest', 'max_length'" in capsys.readouterr().err
 
 
 def test_sequence_parallel_needs_tp_a_divisible_sequence_and_sdpa(capsys):
@@ -163,6 +167,10 @@ def test_llama70b_recipe_matches_the_fabric_evaluation(capsys):
     assert "dp 8 x tp 8 x pp 1" in out and "global batch 128 = micro-batch 1 x grad-accum 16 x dp 8" in out
     r = load_recipe(str(REPO / "recipes" / "llama70b_lora.yaml"))
     assert (r.max_steps, r.train.precision, r.data.format) == (1010, "bf16", "dolly")
+    # NeMo pads each micro-batch to its longest example, not every Dolly example to 4,096 tokens
+    assert (r.data.packing, r.data.padding) == (False, "longest")
+    r3 = load_recipe(str(REPO / "recipes" / "llama3_70b_lora.yaml"))
+    assert r3.data.packing is True  # NeMo 2's packed-sequence fine-tuning
 
 
 @pytest.mark.integration

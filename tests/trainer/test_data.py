@@ -5,6 +5,7 @@ import json
 from types import SimpleNamespace
 
 import pytest
+import torch
 
 from trainer.data.sft import (IGNORE, DataError, StepSampler, build_datasets, dolly_prompt, load_table,
                               split_indices, to_fixed_length, tokenize_dolly)
@@ -23,7 +24,8 @@ def tok():
 
 def data_cfg(**kw):
     base = dict(dataset=str(DEMO), format="dolly", eval_dataset=None, seq_len=256, packing=False,
-                split=[0.8, 0.15, 0.05], split_seed=1234, max_train_samples=None, max_eval_samples=None)
+                split=[0.8, 0.15, 0.05], split_seed=1234, max_train_samples=None, max_eval_samples=None,
+                padding="max_length")
     return SimpleNamespace(**{**base, **kw})
 
 
@@ -118,3 +120,26 @@ def test_missing_dolly_fields_are_named(tmp_path, tok):
     path.write_text(json.dumps({"prompt": "p", "completion": "c"}) + "\n")
     with pytest.raises(DataError, match="lacks the Dolly field"):
         build_datasets(data_cfg(dataset=str(path)), tok, need_eval=False)
+
+
+def test_longest_padding_cuts_each_batch_to_its_longest_row_rounded_up(tok):
+    rows = [{"instruction": "a" * n, "context": "", "response": "b"} for n in (3, 20, 50)]
+    full = to_fixed_length(tokenize_dolly(rows, tok), seq_len=64, pad_id=tok.pad_token_id, packing=False)
+    lengths = full.attention_mask.sum(dim=1).tolist()  # 6, 23, 53 real tokens
+    assert full.batch([0, 1])["input_ids"].shape == (2, 64)  # max_length: every batch seq_len wide
+    full.pad_multiple = 16
+    short = full.batch([0, 1])
+    assert short["input_ids"].shape == (2, 32) and max(lengths[:2]) <= 32
+    assert full.batch([0])["labels"].shape == (1, 16)
+    assert full.batch([2, 0])["attention_mask"].shape == (2, 64)  # 53 rounds up to 64, never past seq_len
+    # only padding is cut: every real token and label is still there
+    assert int(short["attention_mask"].sum()) == lengths[0] + lengths[1]
+    assert torch.equal(short["labels"], full.labels[[0, 1], :32].long())
+    assert (full.labels[[0, 1], 32:] == IGNORE).all()
+
+
+def test_padding_key_reaches_the_data_sets(tok):
+    train, evals = build_datasets(data_cfg(max_train_samples=50, max_eval_samples=10, padding="longest"), tok,
+                                  need_eval=True, pad_multiple=8)
+    assert train.pad_multiple == evals.pad_multiple == 8
+    assert build_datasets(data_cfg(max_train_samples=5), tok, need_eval=False)[0].pad_multiple is None

@@ -57,7 +57,29 @@ def test_two_rank_lora_matches_single_process_and_stays_in_sync(mode, single, tm
     check_telemetry(res, mode)
 
 
-HARNESS_REDUCTION_BYTES = 2 * 8 + 4  # the loop's own token counts (2 x float64) and loss (float32)
+@pytest.mark.integration
+def test_padding_to_the_longest_example_takes_the_same_steps_on_fewer_positions(single, tmp_path):
+    """data.padding=longest cuts only padding columns: with right padding and causal attention the losses
+    and gradients are the full-width run's, on fewer computed positions; MFU's work is the computed ones."""
+    res = run_cli(tmp_path / "longest", *NO_DROPOUT, "data.padding=longest")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.losses() == pytest.approx(single.losses(), rel=1e-5)
+    assert [r["grad_norm"] for r in res.metrics()] == pytest.approx([r["grad_norm"] for r in single.metrics()],
+                                                                    rel=1e-4)
+    seq, gbs = 128, 16  # FAST's data.seq_len, the tiny recipe's global batch
+    for full, cut in zip(single.metrics(), res.metrics()):
+        assert full["tokens"] == cut["tokens"] and full["padded_tokens"] == gbs * seq  # real tokens unchanged
+        assert cut["tokens"] <= cut["padded_tokens"] <= full["padded_tokens"] and cut["padded_tokens"] % 16 == 0
+        assert cut["tokens_per_s"] == pytest.approx(cut["tokens"] / cut["step_time_s"])
+    assert sum(r["padded_tokens"] for r in res.metrics()) < sum(r["padded_tokens"] for r in single.metrics())
+    info = res.run_json()
+    assert "padded_tokens" in info["throughput"]["formula"] and "padded per micro-batch" in res.stdout
+    # the harness's own per-step work is recorded beside the step time, never folded into it
+    assert all(r["harness_s"] > 0 for r in res.metrics())
+
+
+# the loop's own item counts (float64: label tokens, real tokens, padded tokens) and loss (float32)
+HARNESS_REDUCTION_BYTES = 3 * 8 + 4
 
 
 def check_telemetry(res, mode):

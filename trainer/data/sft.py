@@ -26,19 +26,32 @@ class DataError(InputError):
 
 @dataclass
 class TokenizedSet:
-    """Fixed-length sequences, stored compactly; a sample is (input_ids, labels, attention_mask)."""
+    """Right-padded sequences, stored compactly at the full length; a sample is (input_ids, labels,
+    attention_mask).
+
+    `pad_multiple` None: every batch is `seq_len` wide (`data.padding: max_length`). A number: each batch
+    is cut to its longest sequence rounded up to that multiple (`data.padding: longest`, dynamic padding
+    as NeMo's fine-tuning collator does): the columns cut are padding in every row, and with right padding
+    and causal attention the real tokens' loss is the same as at full width.
+    """
 
     input_ids: torch.Tensor  # [N, L] int32
     labels: torch.Tensor  # [N, L] int32, IGNORE where no loss
     attention_mask: torch.Tensor  # [N, L] int8
+    pad_multiple: int | None = None
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
 
     def batch(self, indices: list[int]) -> dict[str, torch.Tensor]:
         idx = torch.as_tensor(indices, dtype=torch.long)
-        return {"input_ids": self.input_ids[idx].long(), "labels": self.labels[idx].long(),
-                "attention_mask": self.attention_mask[idx].long()}
+        mask = self.attention_mask[idx]
+        width = mask.shape[1]
+        if self.pad_multiple is not None and mask.numel():
+            longest = int(mask.sum(dim=1).max())
+            width = min(width, -(-max(longest, 1) // self.pad_multiple) * self.pad_multiple)
+        return {"input_ids": self.input_ids[idx, :width].long(), "labels": self.labels[idx, :width].long(),
+                "attention_mask": mask[:, :width].long()}
 
 
 def _json_problem(path: str, key: str) -> str | None:
@@ -238,8 +251,11 @@ def pretokenized_examples(table, key: str) -> list[tuple[list[int], list[int]]]:
     return out
 
 
-def build_datasets(cfg, tokenizer, need_eval: bool) -> tuple[TokenizedSet, TokenizedSet | None]:
-    """Train set and (when asked for) eval set from the recipe's `data` section."""
+def build_datasets(cfg, tokenizer, need_eval: bool,
+                   pad_multiple: int = 16) -> tuple[TokenizedSet, TokenizedSet | None]:
+    """Train set and (when asked for) eval set from the recipe's `data` section. With `data.padding:
+    longest` batches are cut to their longest sequence rounded up to `pad_multiple` (tensor-core friendly
+    shapes; the caller adds tp under sequence parallelism, whose slices must divide the sequence)."""
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (tokenizer.eos_token_id or 0)
     table = load_table(cfg.dataset, "data.dataset")
     if cfg.format == "dolly":
@@ -266,4 +282,8 @@ def build_datasets(cfg, tokenizer, need_eval: bool) -> tuple[TokenizedSet, Token
     if len(train_set) == 0:
         raise DataError(f"data.dataset: no usable training sequences in {cfg.dataset!r} at seq_len {cfg.seq_len}")
     eval_set = to_fixed_length(evals, cfg.seq_len, pad_id, cfg.packing) if evals is not None else None
+    if cfg.padding == "longest":
+        for s in (train_set, eval_set):
+            if s is not None:
+                s.pad_multiple = pad_multiple
     return train_set, eval_set

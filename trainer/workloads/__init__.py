@@ -10,7 +10,9 @@ Adding a workload is one module here plus one recipe. The module's class is buil
     build_model() -> nn.Module                     single-device, same on every rank for the same seed
     parallelize(model, dims, device, compute_dtype) -> nn.Module   the family's one parallelize function
     loss_counts(batch) -> {count name: int}         items each loss term averages over (known before forward)
-    input_tokens(batch) -> int                     only when has_tokens
+    input_tokens(batch) -> int                     only when has_tokens: real tokens (tokens/s)
+    padded_tokens(batch) -> int                    only when has_tokens: positions computed, padding
+                                                   included (the work MFU counts)
     loss_sums(model, batch) -> {loss name: tensor}  summed (not averaged) loss per term
     eval_sums(model, batch) -> {metric: (sum, count)}   "loss", and "accuracy" where it applies
     flops(model) -> (model FLOPs per unit, unit, formula)   unit "token" or "sample"; before sharding

@@ -136,7 +136,8 @@ class BertPretrainingWorkload:
         c = model.config
         per = flops_per_token(n, n, c.num_hidden_layers, c.hidden_size, self.recipe.data.seq_len)
         return per, "token", ("6N + 12 L d T per token (N: every Linear, the masked-LM head included as if it ran "
-                              "on every token; trainer/throughput.py)")
+                              "on every token; trainer/throughput.py). MFU counts every position computed "
+                              "(padded_tokens, padding included); tokens/s counts real tokens only")
 
     def describe(self, train_set) -> str:
         d = self.recipe.data
@@ -177,3 +178,7 @@ class BertPretrainingWorkload:
     @staticmethod
     def input_tokens(batch: dict) -> int:
         return int(batch["attention_mask"].sum())
+
+    @staticmethod
+    def padded_tokens(batch: dict) -> int:
+        return int(batch["input_ids"].numel())

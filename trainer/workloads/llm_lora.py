@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 
 import torch
 import torch.nn.functional as F
@@ -116,7 +117,10 @@ class LlmLoraWorkload:
         return model
 
     def build_data(self, need_eval: bool):
-        return build_datasets(self.recipe.data, self.tokenizer, need_eval)
+        par = self.recipe.parallel
+        # sequence parallelism slices the sequence over tp: a cut batch must still divide by it
+        multiple = math.lcm(16, par.tp) if par.sequence_parallel and par.tp > 1 else 16
+        return build_datasets(self.recipe.data, self.tokenizer, need_eval, pad_multiple=multiple)
 
     def parallelize(self, model, dims, device: torch.device, compute_dtype: torch.dtype) -> torch.nn.Module:
         """Pipeline split (pp > 1), then tensor parallel, then data parallel - on each stage."""
@@ -157,7 +161,9 @@ class LlmLoraWorkload:
         config = (model.get_base_model() if hasattr(model, "get_base_model") else model).config
         n, n_train = matmul_params(model)
         per = flops_per_token(n, n_train, config.num_hidden_layers, config.hidden_size, self.recipe.data.seq_len)
-        return per, "token", "4N + 2N_trainable + 12 L d T per token (trainer/throughput.py)"
+        return per, "token", ("4N + 2N_trainable + 12 L d T per computed token (T = data.seq_len; trainer/"
+                              "throughput.py). MFU counts the positions the GPUs compute (padded_tokens, padding "
+                              "included); tokens/s counts real tokens only")
 
     def loss_context(self):
         """With lm_head split over tp the logits are split over the vocabulary: cross-entropy (forward
@@ -169,7 +175,10 @@ class LlmLoraWorkload:
         return loss_parallel()
 
     def describe(self, train_set) -> str:
-        return f"LoRA r={self.recipe.lora.r}; {len(train_set):,} training sequences of {self.recipe.data.seq_len} tokens"
+        d = self.recipe.data
+        width = ("packed" if d.packing else "padded per micro-batch to its longest" if d.padding == "longest"
+                 else "padded")
+        return f"LoRA r={self.recipe.lora.r}; {len(train_set):,} training sequences of {d.seq_len} tokens ({width})"
 
     def _summed_ce(self, model: torch.nn.Module, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
         """Summed next-token cross-entropy over answer tokens, and how many tokens it covers."""
@@ -201,3 +210,8 @@ class LlmLoraWorkload:
     @staticmethod
     def input_tokens(batch: dict) -> int:
         return int(batch["attention_mask"].sum())
+
+    @staticmethod
+    def padded_tokens(batch: dict) -> int:
+        """Positions the model computes, padding included: what the GPUs spend FLOPs on."""
+        return int(batch["input_ids"].numel())

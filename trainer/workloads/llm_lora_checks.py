@@ -22,4 +22,7 @@ def check(r: Recipe) -> list[str]:
         p.append("lora.target_modules: empty; name at least one module, e.g. [q_proj, v_proj]")
     d = r.data
     p += _at_least("data", d, ("seq_len",), 8)
+    if d.padding == "longest" and r.parallel.pp > 1:
+        p.append("data.padding: longest gives each step its own sequence length, but a pipeline schedule "
+                 "(parallel.pp > 1) fixes the shapes it passes between stages; allowed with pp > 1: max_length")
     return p + _check_split(d)

@@ -1,0 +1,179 @@
+"""The stop vote at scale: connections each rank opens and what a vote costs, up to 1,024 simulated ranks.
+
+    python -m bench.stop_vote_scale --worlds 8 64 128 1024 --iters 20 --out bench/results/stop_vote_scale.jsonl
+
+Simulated ranks: one process holds W gloo process groups, one per rank, made from one shared store on
+loopback, each driven by its own thread, so the real gloo code paths (connection set-up, send/recv,
+all-reduce) run at W = 1,024 on one machine. Per world:
+
+1. Start-up: sockets opened by creating the group, before (a world group connected eagerly: every pair
+   at creation, as `dist.new_group(backend="gloo")` does) and now (`trainer.stop.lazy_gloo_group`'s lazy
+   connections: only a listening socket). Eager at 1,024 would need 1,024 x 1,023 sockets, beyond this
+   machine's file-descriptor limit: it is skipped above --eager-max and its count is N - 1 per rank.
+2. The vote: sockets open after the first tree vote (each rank's parent and children only), and the
+   time of one vote from the barrier release until the slowest rank has the answer - before (a gloo
+   all-reduce MAX over the eager group, every step) and now (`trainer.stop.tree_max`). All W ranks share
+   2 cores here, so every hop also waits for a CPU: the times are upper bounds for W = 1,024.
+3. Per step: the vote is held about once a second of training (`trainer.stop.VOTE_INTERVAL_S`), so its
+   cost per step is the vote time x votes per step, from the schedule's rule for a few step times.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import threading
+import time
+
+import torch
+import torch.distributed as dist
+
+from trainer import stop
+
+
+def _sockets() -> int:
+    n = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            n += os.readlink(f"/proc/self/fd/{fd}").startswith("socket:")
+        except OSError:
+            continue
+    return n
+
+
+class Ranks:
+    """W persistent threads, one per simulated rank; `run(fn)` calls fn(rank) on all and times the slowest."""
+
+    def __init__(self, world: int):
+        self.world = world
+        self.fn = None
+        self.start = threading.Barrier(world + 1)
+        self.done = threading.Barrier(world + 1)
+        self.errors: list = []
+        self.threads = [threading.Thread(target=self._loop, args=(r,), daemon=True) for r in range(world)]
+        for t in self.threads:
+            t.start()
+
+    def _loop(self, rank: int) -> None:
+        while True:
+            self.start.wait()
+            if self.fn is None:
+                return
+            try:
+                self.fn(rank)
+            except Exception as exc:  # reported by run()
+                self.errors.append(exc)
+            self.done.wait()
+
+    def run(self, fn) -> float:
+        self.fn = fn
+        t = time.perf_counter()
+        self.start.wait()
+        self.done.wait()
+        dt = time.perf_counter() - t
+        if self.errors:
+            raise RuntimeError(self.errors[0])
+        return dt
+
+    def close(self) -> None:
+        self.fn = None
+        self.start.wait()
+
+
+def make_groups(ranks: Ranks, lazy: bool, timeout_s: int = 300) -> tuple[list, float, int]:
+    """One gloo group per simulated rank: (groups, seconds to create, sockets opened)."""
+    store = dist.HashStore()
+    groups = [None] * ranks.world
+    before = _sockets()
+    if lazy:
+        os.environ["TORCH_GLOO_LAZY_INIT"] = "1"
+    try:
+        def make(r):
+            groups[r] = dist.ProcessGroupGloo(store, r, ranks.world, datetime.timedelta(seconds=timeout_s))
+        seconds = ranks.run(make)
+    finally:
+        os.environ.pop("TORCH_GLOO_LAZY_INIT", None)
+    return groups, seconds, _sockets() - before
+
+
+def measure(world: int, iters: int, eager_max: int) -> dict:
+    ranks = Ranks(world)
+    out: dict = {"world": world, "tree_depth_rounds": 2 * max(1, (world - 1).bit_length())}
+    degrees = [len(c) + (p is not None) for p, c in (stop.tree_peers(r, world) for r in range(world))]
+    out["tree_peers_per_rank"] = {"max": max(degrees), "mean": statistics.fmean(degrees), "rank0": degrees[0]}
+
+    lazy, lazy_s, lazy_sockets = make_groups(ranks, lazy=True)
+    # every group listens on one socket of its own; the rest are connections (one end per rank)
+    out["now_create_s"], out["now_connections_at_start_per_rank"] = lazy_s, lazy_sockets / world - 1
+    opened = _sockets()
+    msgs = [torch.zeros(2, dtype=torch.int64) for _ in range(world)]
+
+    def tree(r):
+        msgs[r].zero_()
+        if r == world - 1:
+            msgs[r][0] = stop.SIGTERM
+        stop.tree_max(lazy[r], r, world, msgs[r], on_root=lambda m: m.__setitem__(1, 99))
+
+    first = ranks.run(tree)
+    assert all(m.tolist() == [stop.SIGTERM, 99] for m in msgs), "the vote disagreed"
+    # both ends of each connection are in this process: connection sockets / world = peers per rank
+    out["now_connections_after_vote_per_rank"] = (_sockets() - opened) / world + out["now_connections_at_start_per_rank"]
+    out["now_first_vote_s"] = first
+    out["now_vote_s"] = statistics.median(ranks.run(tree) for _ in range(iters))
+
+    if world <= eager_max:
+        eager, eager_s, eager_sockets = make_groups(ranks, lazy=False)
+        out["before_create_s"], out["before_connections_at_start_per_rank"] = eager_s, eager_sockets / world - 1
+        flags = [torch.zeros(1, dtype=torch.int32) for _ in range(world)]
+        opts = dist.AllreduceOptions()
+        opts.reduceOp = dist.ReduceOp.MAX
+
+        def allreduce(r):
+            flags[r].fill_(1 if r == world - 1 else 0)
+            eager[r].allreduce([flags[r]], opts).wait()
+
+        ranks.run(allreduce)
+        assert all(int(f) == 1 for f in flags)
+        out["before_vote_s"] = statistics.median(ranks.run(allreduce) for _ in range(iters))
+        del eager
+    else:
+        out["before_connections_at_start_per_rank"] = world - 1  # not run: world x (world - 1) sockets
+        out["before_note"] = f"eager group not created above {eager_max} simulated ranks (file descriptors)"
+    ranks.close()
+    # the schedule: votes per step for a few step times (VOTE_INTERVAL_S of training between votes)
+    out["now_vote_cost_per_step"] = {
+        f"{st}s step": out["now_vote_s"] / max(1, min(stop.MAX_VOTE_EVERY, int(stop.VOTE_INTERVAL_S / st)))
+        for st in (0.1, 1.0, 10.0)}
+    return out
+
+
+def main(argv=None) -> None:
+    import sys
+
+    sys.setswitchinterval(1e-4)  # W threads share one interpreter: hand the GIL over quickly
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--worlds", type=int, nargs="+", default=[8, 64, 128, 1024])
+    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--eager-max", type=int, default=128)
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args(argv)
+    rows = []
+    for world in args.worlds:
+        row = measure(world, args.iters, args.eager_max)
+        rows.append(row)
+        print(json.dumps(row))
+    line = {"command": "python -m bench.stop_vote_scale " + " ".join(
+                [f"--worlds {' '.join(map(str, args.worlds))}", f"--iters {args.iters}", f"--eager-max {args.eager_max}"]),
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} cores, torch {torch.__version__}",
+            "vote_interval_s": stop.VOTE_INTERVAL_S, "results": rows}
+    if args.out:
+        with open(args.out, "a", encoding="utf-8") as f:
+            f.write(json.dumps(line) + "\n")
+
+
+if __name__ == "__main__":
+    main()
