@@ -98,7 +98,7 @@ REFUSALS = [  # (engine, overrides, the key the one error line must name)
     ("nemo2", ["train.eval_every_samples=100"], "train.eval_every_samples"),
     ("megatron-bridge", ["model.path=/models/Meta-Llama-3-70B", "parallel.pp_schedule=gpipe", "parallel.pp=2"],
      "parallel.pp_schedule"),
-    ("automodel", ["parallel.pp=2"], "parallel.pp"),
+    ("automodel", ["parallel.pp=2", "data.padding=max_length"], "parallel.pp"),
     ("automodel", ["train.target_eval_loss=1.0"], "train.target_eval_loss"),
 ]
 
@@ -181,7 +181,7 @@ def nemo_python() -> str:
 NEMO2_CASES = {
     "llama70b_lora": ["--nodes", "8"],
     "llama3_70b_lora": ["--nodes", "8"],
-    "llama70b_pp_interleaved": ["parallel.pp=2", "parallel.pp_schedule=interleaved_1f1b", "parallel.pp_stages_per_rank=2",
+    "llama70b_pp_interleaved": ["parallel.pp=2", "data.padding=max_length", "parallel.pp_schedule=interleaved_1f1b", "parallel.pp_stages_per_rank=2",
                                 "train.eval_every_samples=1280", "data.packing=true", "--nodes", "2"],
 }
 

@@ -38,7 +38,7 @@ def test_nemo2_job_sets_the_recipe_fields(capsys):
 
 
 def test_nemo2_json_values_follow_overrides(capsys):
-    code, out, _ = cli(capsys, RECIPES / "llama70b_lora.yaml", "parallel.pp=2", "parallel.pp_schedule=interleaved_1f1b",
+    code, out, _ = cli(capsys, RECIPES / "llama70b_lora.yaml", "parallel.pp=2", "data.padding=max_length", "parallel.pp_schedule=interleaved_1f1b",
                        "parallel.pp_stages_per_rank=2", "train.eval_every_samples=1280", "--engine", "nemo2",
                        "--json", "--nodes", "2")
     assert code == 0
@@ -77,7 +77,7 @@ def test_automodel_yaml_from_llama2(capsys):
     ("nemo2", ["train.optimizer=lamb"], "train.optimizer"),
     ("nemo2", ["data.split=[0.9,0.05,0.05]"], "data.split"),
     ("megatron-bridge", [], "model.path"),  # Bridge 0.6 has no Llama-2 PEFT recipe
-    ("automodel", ["parallel.pp=2"], "parallel.pp"),
+    ("automodel", ["parallel.pp=2", "data.padding=max_length"], "parallel.pp"),
 ])
 def test_what_an_engine_cannot_express_is_one_line(capsys, engine, overrides, key):
     code, out, err = cli(capsys, RECIPES / "llama70b_lora.yaml", *overrides, "--engine", engine, "--nodes", "8")
