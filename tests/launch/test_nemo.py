@@ -82,7 +82,8 @@ def test_nemo2_fields_follow_the_recipe(capsys):
 
 @pytest.mark.integration
 def test_overrides_and_layout_options(capsys):
-    f = values(capsys, "llama70b_lora.yaml", "nemo2", "parallel.pp=2", "parallel.pp_schedule=interleaved_1f1b",
+    f = values(capsys, "llama70b_lora.yaml", "nemo2", "parallel.pp=2", "data.padding=max_length",
+               "parallel.pp_schedule=interleaved_1f1b",
                "parallel.pp_stages_per_rank=2", "train.eval_every_samples=1280", "--nodes", "2")["values"]
     assert f["trainer.strategy.pipeline_model_parallel_size"] == 2
     assert f["trainer.strategy.virtual_pipeline_model_parallel_size"] == 2
