@@ -181,6 +181,18 @@ def _describe_failure(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
 
 
+def _nearly_full(path: str, below: int = 1 << 20) -> bool:
+    """Whether the file system holding `path` has less than `below` bytes left (checked before the failed
+    save's files are removed)."""
+    while path and not os.path.exists(path):
+        path = os.path.dirname(path)
+    try:
+        st = os.statvfs(path or ".")
+    except OSError:
+        return False
+    return st.f_bavail * st.f_frsize < below
+
+
 def _remove(path: str) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
@@ -204,13 +216,17 @@ def save(root: str, step: int, model, optimizer, scheduler, trainer_state: dict)
     try:
         dcp.save(state, checkpoint_id=partial)
     except BaseException as exc:  # DCP raises CheckpointException (not an Exception) with every rank's error
+        why = _describe_failure(exc)
+        if "No space left" not in why and _nearly_full(partial):
+            # torch's zip writer reports a short write on a full disk as a position mismatch: name the cause
+            why = f"{why}; No space left on device (the checkpoint's file system is full)"
         if rank == 0:
             _remove(partial)  # frees what the failed save took (a full disk) and leaves nothing to resume from
         if isinstance(exc, (KeyboardInterrupt, SystemExit)):
             raise
         previous = find_latest_step(root)
         kept = f"latest.json still points at step {previous}" if previous is not None else "no earlier checkpoint"
-        raise FaultError(f"checkpoint at step {step} not written ({_describe_failure(exc)}); "
+        raise FaultError(f"checkpoint at step {step} not written ({why}); "
                          f"partial checkpoint removed, {kept}") from None
     dist.barrier()
     if rank == 0:  # the pointer moves only once every rank has written its part

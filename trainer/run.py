@@ -466,9 +466,11 @@ def _inventory(recipe: Recipe) -> dict:
 
 
 def _say(rank: int, error: str) -> None:
-    """A fault every rank may see: rank 0 prints the `error:` line, the others a note in their own log."""
+    """A fault every rank may see: rank 0 says the `error:` line, the others a note in their own log. Rank 0
+    says it through `report`, so a peer that already said why it left (bad input found on that rank alone)
+    keeps the one line: rank 0 would only add that the peer is gone."""
     if rank == 0:
-        print(f"error: {error}", file=sys.stderr, flush=True)
+        report(error)
     else:
         print(f"[trainer] rank {rank}: {error}", file=sys.stderr, flush=True)
 

@@ -166,7 +166,8 @@ def test_sweep_writes_nccl_tests_json_beside_the_table(sweep_run, tmp_path, caps
     assert "18 rows in 1 table(s) (all_reduce)" in capsys.readouterr().out
     vendor = str(REPO / "tests" / "telemetry" / "nccl_tests_json" / "all_reduce_perf_v1_2.17.8_misspelt.json")
     assert telemetry_main(["compare", str(sweep_run.out), vendor, "--out", str(tmp_path / "cmpj")]) == 0
-    assert "| all_reduce | 8 |" in (tmp_path / "cmpj" / "compare.md").read_text()
+    md = (tmp_path / "cmpj" / "compare.md").read_text()
+    assert "## all_reduce: time and bus bandwidth at every size both runs have" in md and "\n| 8 B | " in md
 
 
 @pytest.mark.integration
@@ -176,8 +177,8 @@ def test_compare_takes_an_nccl_tests_file_as_a_run(sweep_run, tmp_path, capsys):
     result = json.loads((tmp_path / "cmp" / "compare.json").read_text())
     assert result["kind"] == "sweep" and result["figures"] == ["sweep_all_reduce.png"]
     md = (tmp_path / "cmp" / "compare.md").read_text()
-    # 1 MiB: the vendor's out-of-place 203.2 us, its better block
-    assert "| all_reduce | 1048576 |" in md and "| 203 (" in md
+    # 1 MiB: the vendor's out-of-place 203.2 us, its better block, against the sweep's time at 1 MB
+    assert "\n| 1 MB | " in md and "| 203 us (" in md
     assert "world size 2 vs 16 (a text table: no recipe to compare)" in md
     # the sweep's own text is a run too; a file with no table is refused with its name
     assert telemetry_main(["compare", str(sweep_run.out), str(sweep_run.out / "collectives.txt"),
