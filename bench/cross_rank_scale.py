@@ -26,6 +26,8 @@ import sys
 import tempfile
 import time
 
+from bench.support.sockets import open_sockets
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -39,11 +41,11 @@ def worker(iters: int, warmup: int, out: str) -> None:
 
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
-    sockets = [_sockets()]
+    sockets = [open_sockets()]
     t0 = time.perf_counter()
     eager = dist.new_group(backend="gloo")  # what the previous version created: a full mesh of sockets
     eager_s = time.perf_counter() - t0
-    sockets.append(_sockets())
+    sockets.append(open_sockets())
     t0 = time.perf_counter()
     _side_group()  # what the shipped version creates (lazy connections where torch has them)
     lazy_s = time.perf_counter() - t0
@@ -53,12 +55,12 @@ def worker(iters: int, warmup: int, out: str) -> None:
     fields = len(REDUCED)
     mine = [0.1 + 0.01 * rank + i for i in range(fields)]
     mine[3] = float("nan")  # an unknown field, as real steps have
-    sockets.append(_sockets())
+    sockets.append(open_sockets())
     dist.barrier(group=eager)  # every rank counted before any tree connection exists
     for step in range(3):  # the tree connects each rank to its parent and children, no one else
         tel.cross_rank(mine, step)
     dist.barrier(group=eager)  # every connection accepted before counting
-    sockets.append(_sockets())
+    sockets.append(open_sockets())
     socket_counts = {"eager group": sockets[1] - sockets[0], "side group after 3 steps": sockets[3] - sockets[2]}
 
     def tree():
@@ -129,17 +131,6 @@ def worker(iters: int, warmup: int, out: str) -> None:
             json.dump(summary, f)
     tel.close()
     dist.destroy_process_group()
-
-
-def _sockets() -> int:
-    """Open sockets of this process (Linux)."""
-    n = 0
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            n += os.readlink(f"/proc/self/fd/{fd}").startswith("socket:")
-        except OSError:
-            continue
-    return n
 
 
 def run_methods(world: int, iters: int, warmup: int, tmp: str) -> dict:

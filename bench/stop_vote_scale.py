@@ -31,17 +31,8 @@ import time
 import torch
 import torch.distributed as dist
 
+from bench.support.sockets import open_sockets
 from trainer import stop
-
-
-def _sockets() -> int:
-    n = 0
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            n += os.readlink(f"/proc/self/fd/{fd}").startswith("socket:")
-        except OSError:
-            continue
-    return n
 
 
 class Ranks:
@@ -87,7 +78,7 @@ def make_groups(ranks: Ranks, lazy: bool, timeout_s: int = 300) -> tuple[list, f
     """One gloo group per simulated rank: (groups, seconds to create, sockets opened)."""
     store = dist.HashStore()
     groups = [None] * ranks.world
-    before = _sockets()
+    before = open_sockets()
     if lazy:
         os.environ["TORCH_GLOO_LAZY_INIT"] = "1"
     try:
@@ -96,7 +87,7 @@ def make_groups(ranks: Ranks, lazy: bool, timeout_s: int = 300) -> tuple[list, f
         seconds = ranks.run(make)
     finally:
         os.environ.pop("TORCH_GLOO_LAZY_INIT", None)
-    return groups, seconds, _sockets() - before
+    return groups, seconds, open_sockets() - before
 
 
 def measure(world: int, iters: int, eager_max: int) -> dict:
@@ -108,7 +99,7 @@ def measure(world: int, iters: int, eager_max: int) -> dict:
     lazy, lazy_s, lazy_sockets = make_groups(ranks, lazy=True)
     # every group listens on one socket of its own; the rest are connections (one end per rank)
     out["now_create_s"], out["now_connections_at_start_per_rank"] = lazy_s, lazy_sockets / world - 1
-    opened = _sockets()
+    opened = open_sockets()
     msgs = [torch.zeros(2, dtype=torch.int64) for _ in range(world)]
 
     def tree(r):
@@ -120,7 +111,7 @@ def measure(world: int, iters: int, eager_max: int) -> dict:
     first = ranks.run(tree)
     assert all(m.tolist() == [stop.SIGTERM, 99] for m in msgs), "the vote disagreed"
     # both ends of each connection are in this process: connection sockets / world = peers per rank
-    out["now_connections_after_vote_per_rank"] = (_sockets() - opened) / world + out["now_connections_at_start_per_rank"]
+    out["now_connections_after_vote_per_rank"] = (open_sockets() - opened) / world + out["now_connections_at_start_per_rank"]
     out["now_first_vote_s"] = first
     out["now_vote_s"] = statistics.median(ranks.run(tree) for _ in range(iters))
 

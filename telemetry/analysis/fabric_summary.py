@@ -146,13 +146,14 @@ def fabric_rows(groups: list[list[Run]]) -> list[list[str]]:
     per_group = [[facts(r) for r in runs] for runs in groups]
     rows = [["runs"] + [f"{len(runs)}: " + ", ".join(os.path.basename(os.path.normpath(r.path)) for r in runs)
                         for runs in groups]]
-    for key in per_group[0][0]:
-        cells = []
-        for group in per_group:
-            values = list(dict.fromkeys(f[key] for f in group))
-            cells.append(values[0] if len(values) == 1 else " / ".join(values))
-        rows.append([key] + cells)
+    rows += [[key] + [merged_cell(group, key) for group in per_group] for key in per_group[0][0]]
     return rows
+
+
+def merged_cell(group: list[dict], key: str) -> str:
+    """One fabric's cell for a fact: its value, or each distinct value of its repeats joined by " / "."""
+    values = list(dict.fromkeys(f[key] for f in group))
+    return values[0] if len(values) == 1 else " / ".join(values)
 
 
 

@@ -2,6 +2,7 @@
 telemetry/capture/inventory.py). Hosts of one run that agree show one value; unknowns say why."""
 from __future__ import annotations
 
+from telemetry.analysis.fabric_summary import merged_cell
 from telemetry.analysis.runs import Run
 
 
@@ -71,11 +72,4 @@ def inventory_facts(run: Run) -> dict[str, str]:
 def inventory_rows(groups: list[list[Run]]) -> list[list[str]]:
     """One row per inventory field, one column per fabric; repeats that differ show each distinct value."""
     per_group = [[inventory_facts(r) for r in runs] for runs in groups]
-    rows = []
-    for name, _ in ROWS:
-        cells = []
-        for group in per_group:
-            values = list(dict.fromkeys(f[name] for f in group))
-            cells.append(values[0] if len(values) == 1 else " / ".join(values))
-        rows.append([name] + cells)
-    return rows
+    return [[name] + [merged_cell(group, name) for group in per_group] for name, _ in ROWS]
