@@ -12,7 +12,7 @@ from ..conftest import REPO
 
 @pytest.mark.integration
 def test_one_host_read_per_step_from_the_loop():
-    res = subprocess.run([sys.executable, str(REPO / "bench" / "host_syncs.py")], cwd=REPO, capture_output=True,
+    res = subprocess.run([sys.executable, "-m", "bench.host_syncs"], cwd=REPO, capture_output=True,
                          text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
     steps = json.loads(next(line for line in res.stdout.splitlines() if line.startswith("JSON "))[5:])
