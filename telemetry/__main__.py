@@ -1,5 +1,5 @@
 """python -m telemetry report RUN | compare [LABEL=]RUN ... --out DIR [--sweep LABEL=DIR] [--busbw-axis log|linear]
-   [--line-rate LABEL=RATE] | project RUN [RUN ...] --rate RATE
+   [--line-rate LABEL=RATE] [--expect-transport LABEL=TRANSPORT] | project RUN [RUN ...] --rate RATE
    | nccl-tests FILE_OR_RUN [...] [--json OUT] [--csv OUT] | export RUN --to tensorboard,wandb,parquet,trace"""
 from __future__ import annotations
 
@@ -31,6 +31,10 @@ def main(argv: list[str] | None = None) -> int:
     cmp_.add_argument("--line-rate", action="append", default=[], metavar="LABEL=RATE",
                       help="a fabric's link rate in tc units (100gbit, 400gbit) where its runs do not record one "
                       "(nccl-tests text files): busbw is then also given as %% of line rate; repeatable")
+    cmp_.add_argument("--expect-transport", action="append", default=[], metavar="LABEL=TRANSPORT",
+                      help="the transport fabric LABEL claims (ib, roce, efa, socket, intra-node, or an interface "
+                      "such as eth0): held against what its runs recorded; a mismatch is marked in the report; "
+                      "repeatable")
     proj = sub.add_parser("project", help="predict a run's iteration time on another fabric or node count")
     proj.add_argument("run", nargs="+", help="a run directory; several are repeats of one configuration (the "
                       "same recipe, layout and fabric): projected from their medians, the interval widened to "
@@ -67,11 +71,14 @@ def main(argv: list[str] | None = None) -> int:
             from telemetry.analysis.compare import CompareError, compare
             try:
                 result = compare(args.runs, args.out, args.allow_mismatch, args.sweep, args.busbw_axis,
-                                 args.line_rate)
+                                 args.line_rate, args.expect_transport)
             except CompareError as exc:
                 print(f"error: {exc}", file=sys.stderr)
                 return 2
             print(f"wrote {args.out}/compare.html and compare.md ({result['kind']}: {' vs '.join(result['labels'])})")
+            for lab, check in result.get("transport_checks", {}).items():
+                if check["verdict"] != "ok":
+                    print(f"  transport {lab}: {check['verdict']}: {'; '.join(check['reasons'])}", file=sys.stderr)
             for p in result.get("projection") or []:
                 print(f"  projection {p['label']}: predicted {p['predicted_s']:.3f} s, measured {p['measured_s']:.3f} s "
                       f"({p['error'] * 100:+.1f}%)")

@@ -14,9 +14,10 @@ from contextlib import nullcontext
 from typing import Callable
 
 from .runner import (COMPLETE, EXIT_FAILED, EXIT_INPUT, EXIT_INTERRUPTED, EXIT_MISMATCH, EvaluateError,
-                     SlurmAllocation, check_launcher, check_transport, execute, lab_command, local_command, plan,
+                     SlurmAllocation, check_launcher, execute, lab_command, local_command, plan,
                      read_status, resume_state, set_aside, setting, slurm_command, slurm_nproc, tail)
 from .spec import Evaluation
+from telemetry.analysis.transport_claims import check_transport
 
 Launch = Callable[[list, dict, str, float, bool], tuple]
 

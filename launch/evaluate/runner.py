@@ -105,44 +105,6 @@ def set_aside(run_dir: str) -> str | None:
     return f"{run_dir}.attempt-{n}"
 
 
-# ---------------------------------------------------------------- transport check
-
-def used_interfaces(fabric: dict) -> list[str]:
-    """The interfaces (gloo) or socket interfaces / HCAs (NCCL) the run's traffic used."""
-    names = set()
-    if (fabric.get("gloo") or {}).get("interface"):
-        names.add(fabric["gloo"]["interface"])
-    for d in (fabric.get("nccl") or {}).get("devices") or []:
-        if d.get("device"):
-            names.add(d["device"])
-    return sorted(names)
-
-
-def check_transport(expected: str, fabric: dict | None) -> dict:
-    """Hold a variant's claim against the fabric identity in run.json: verdict ok, mismatch or unknown."""
-    fabric = fabric or {}
-    detected = fabric.get("transport")
-    used = used_interfaces(fabric)
-    out = {"expected": expected, "detected": detected, "interfaces": used, "backend": fabric.get("backend")}
-    words = {"ib": "infiniband", "socket": "tcp"}
-    from .spec import TRANSPORTS
-    if expected in TRANSPORTS:
-        want = words.get(expected, expected)
-        if detected is None:
-            why = ((fabric.get("nccl") or {}).get("unknown") or {}).get("transport") or "run.json has no transport"
-            return {**out, "verdict": "unknown", "reason": f"transport not detected: {why}"}
-        got = {"loopback": "intra-node", "none (single process)": "intra-node"}.get(detected, detected)
-        ok = got == want
-        return {**out, "verdict": "ok" if ok else "mismatch",
-                "reason": None if ok else f"expected {expected}, the run used {detected}"
-                + (f" over {', '.join(used)}" if used else "")}
-    if not used:
-        return {**out, "verdict": "unknown", "reason": "run.json names no interface or HCA the traffic used"}
-    ok = used == [expected]
-    return {**out, "verdict": "ok" if ok else "mismatch",
-            "reason": None if ok else f"expected interface {expected}, the run used {', '.join(used)}"}
-
-
 # ---------------------------------------------------------------- launchers
 
 def free_port() -> int:

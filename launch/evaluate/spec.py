@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
+from telemetry.analysis.transport_claims import TRANSPORTS
 from telemetry.errors import InputError
 
 LAUNCHERS = ("local", "lab", "slurm")
 # Transport words a variant may claim; anything else with a digit in it is taken as an interface name
 # (eth0, ens1f0, fab0, mlx5_0), held against the interface gloo or NCCL's socket/HCA devices used.
-TRANSPORTS = ("ib", "infiniband", "roce", "efa", "socket", "tcp", "intra-node")
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 IFACE = re.compile(r"^[A-Za-z0-9_.:-]{1,15}$")

@@ -64,6 +64,7 @@ def compare_reports(ev: Evaluation, results: list[dict], say) -> list[dict]:
             reports.append(entry)
             continue
         cmd = [sys.executable, "-m", "telemetry", "compare", *labelled, "--out", out, "--allow-mismatch"]
+        cmd += [f"--expect-transport={v.name}={v.expect_transport}" for v in ev.variants if v.name in variants]
         if entry["sweep"]:
             cmd += [a for r in done if r["workload"] == attach.name and r["variant"] in variants
                     for a in ("--sweep", f"{r['variant']}={r['dir']}")]

@@ -20,6 +20,7 @@ from telemetry.analysis.projection import ProjectionError, combine_profiles, mea
 from telemetry.analysis.repeats import merge_sweeps, spread
 from telemetry.analysis.report import fmt, fmt_bytes, partial_note, scope_label, summarize, write_documents
 from telemetry.analysis.runs import Run, RunError, load_run, upgrade_sweep
+from telemetry.analysis.transport_claims import TRANSPORTS, check_transport, group_verdict
 from telemetry.errors import InputError
 from telemetry.analysis.inventory_summary import inventory_rows
 
@@ -662,10 +663,12 @@ def _attach_sweeps(labels, groups, sweep_args) -> tuple[list, list[str]]:
 
 
 def compare(paths: list[str], out: str, allow_mismatch: bool = False, sweeps: list[str] | None = None,
-            busbw_axis: str = "log", line_rate: list[str] | None = None) -> dict:
+            busbw_axis: str = "log", line_rate: list[str] | None = None,
+            expect_transport: list[str] | None = None) -> dict:
     """Write DIR/compare.html (self-contained: figures embedded), compare.md, figures as PNG and SVG, and
     compare.json. busbw_axis: "log" or "linear"; line_rate: LABEL=RATE for fabrics whose runs do not
-    record their link rate (nccl-tests text files)."""
+    record their link rate (nccl-tests text files); expect_transport: LABEL=TRANSPORT claims held against
+    each fabric's runs (a mismatch is a red line at the top and MISMATCH in the Fabrics table)."""
     if busbw_axis not in compare_figures.BUSBW_AXES:
         raise CompareError(f"--busbw-axis: got {busbw_axis!r}; allowed: {', '.join(compare_figures.BUSBW_AXES)}")
     if len(paths) < 2:
@@ -701,6 +704,7 @@ def compare(paths: list[str], out: str, allow_mismatch: bool = False, sweeps: li
     if group_note:
         notes.append(group_note)
     rates = line_rates(groups, labels, _parse_line_rates(line_rate or [], labels))
+    claims = _parse_claims(expect_transport or [], labels)
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -731,9 +735,12 @@ def compare(paths: list[str], out: str, allow_mismatch: bool = False, sweeps: li
                              + " (give one with --sweep LABEL=DIR)")
     facts = fabric_rows(groups) + inventory_rows(groups)
     facts.append(["status"] + [" / ".join(dict.fromkeys(str(r.info.get("status")) for r in g)) for g in groups])
+    claim_row, claim_warnings, verdicts = transport_claim_rows(labels, groups, claims)
+    facts += claim_row
     tables.insert(0, ("Fabrics", ["", *labels], facts))
     tables.insert(1, ("Workload", ["", *labels], work))
-    warnings = [w for r in runs if (w := ((r.info.get("fabric") or {}).get("expectation") or {}).get("warning"))]
+    warnings = claim_warnings + [w for r in runs
+                                 if (w := ((r.info.get("fabric") or {}).get("expectation") or {}).get("warning"))]
     warnings += data.pop("warnings", [])
     warnings += sweep_warnings
     if problems:
@@ -747,10 +754,46 @@ def compare(paths: list[str], out: str, allow_mismatch: bool = False, sweeps: li
               **{k: v for k, v in data.items() if k != "summaries"}, "sweeps": attached,
               "figures": [n for n, _ in figures], "warnings": warnings,
               "line_rates_bps": {lab: bps for lab, (bps, _) in zip(labels, rates)}, "busbw_axis": busbw_axis,
+              "transport_checks": verdicts,
               "workload": {row[0]: dict(zip(labels, row[1:])) for row in work}}
     with open(os.path.join(out, "compare.json"), "w", encoding="utf-8") as f:
         json.dump(result, f, indent=1, default=lambda o: None if isinstance(o, float) and math.isnan(o) else str(o))
     return result
+
+
+def _parse_claims(args: list[str], labels: list[str]) -> dict[str, str]:
+    """--expect-transport LABEL=TRANSPORT -> {label: claim}; the claim is a transport word or an interface."""
+    out = {}
+    for arg in args:
+        lab, sep, claim = arg.rpartition("=")
+        if not sep or lab not in labels or not claim:
+            raise CompareError(f"--expect-transport {arg}: expected LABEL=TRANSPORT with LABEL one of "
+                               f"{', '.join(map(repr, labels))} and TRANSPORT one of {', '.join(TRANSPORTS)} or an "
+                               "interface name such as eth0")
+        out[lab] = claim
+    return out
+
+
+def transport_claim_rows(labels: list[str], groups: list[list[Run]], claims: dict[str, str]
+                         ) -> tuple[list[list[str]], list[str], dict[str, dict]]:
+    """The Fabrics table's "transport claimed" row, the red lines for mismatches, and the verdicts per label."""
+    if not claims:
+        return [], [], {}
+    row, warnings, verdicts = ["transport claimed"], [], {}
+    for lab, runs in zip(labels, groups):
+        if lab not in claims:
+            row.append("-")
+            continue
+        checks = [check_transport(claims[lab], (r.info or {}).get("fabric")) for r in runs]
+        verdict = group_verdict(checks)
+        reasons = list(dict.fromkeys(c["reason"] for c in checks if c.get("reason")))
+        verdicts[lab] = {"expected": claims[lab], "verdict": verdict, "reasons": reasons}
+        word = {"ok": "ok", "mismatch": "MISMATCH", "unknown": "not verified"}[verdict]
+        row.append(f"{claims[lab]}: {word}" + (f" ({'; '.join(reasons)})" if reasons else ""))
+        if verdict == "mismatch":
+            warnings.append(f"TRANSPORT MISMATCH {lab}: " + "; ".join(reasons)
+                            + " - its numbers are not that fabric's")
+    return [row], warnings, verdicts
 
 
 def _parse_line_rates(args: list[str], labels: list[str]) -> dict[str, float]:

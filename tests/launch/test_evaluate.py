@@ -11,7 +11,8 @@ import pytest
 import yaml
 
 from launch.evaluate import main, run_evaluation
-from launch.evaluate.runner import EvaluateError, check_transport, plan, resume_state
+from launch.evaluate.runner import EvaluateError, plan, resume_state
+from telemetry.analysis.transport_claims import check_transport
 from launch.evaluate.spec import SpecError, load_evaluation
 from telemetry.analysis.evaluation_stats import difference, mlperf_mean
 

@@ -68,3 +68,7 @@ def test_two_rates_in_the_lab_then_a_wrong_claim_is_flagged(tmp_path):
     assert "<td class='bad'>MISMATCH: expected roce, the run used tcp over fab0</td>" in page
     record = json.loads((out / "evaluation.json").read_text())
     assert record["mismatched_variants"] == ["10mbit"] and record["exit_code"] == 3
+    # the compare report, read on its own, says so too
+    compared = (out / "compare" / "train" / "compare.md").read_text()
+    assert "TRANSPORT MISMATCH 10mbit: expected roce, the run used tcp over fab0" in compared
+    assert "roce: MISMATCH (expected roce, the run used tcp over fab0)" in compared

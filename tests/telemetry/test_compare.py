@@ -480,3 +480,31 @@ def test_docs_compare_examples_are_evaluation_files():
                 load_evaluation(path)
         finally:
             os.chdir(cwd)
+
+
+def test_a_claimed_transport_is_checked_in_the_comparison_itself(tmp_path):
+    """--expect-transport: the compared report says which fabric did not use what it claims (evaluate passes
+    its variants' claims), with the run's own evidence; a fabric whose transport was not detected is 'not
+    verified', never ok."""
+    from telemetry.analysis.compare import CompareError, compare
+    roce = write_run(tmp_path / "roce", transport="tcp", fabric_extra={"backend": "gloo",
+                                                                    "gloo": {"interface": "eth0"}})
+    ib = write_run(tmp_path / "ib", transport="infiniband", fabric_extra={
+        "nccl": {"devices": [{"device": "mlx5_0"}]}})
+    unsure = write_run(tmp_path / "unsure", transport=None, fabric_extra={
+        "nccl": {"unknown": {"transport": "no NCCL INFO lines were recorded"}}})
+    result = compare([f"roce={roce}", f"ib={ib}", f"x={unsure}"], str(tmp_path / "cmp"),
+                     expect_transport=["roce=roce", "ib=ib", "x=efa"])
+    checks = result["transport_checks"]
+    assert {k: v["verdict"] for k, v in checks.items()} == {"roce": "mismatch", "ib": "ok", "x": "unknown"}
+    md = (tmp_path / "cmp" / "compare.md").read_text()
+    assert ("| transport claimed | roce: MISMATCH (expected roce, the run used tcp over eth0) | ib: ok | efa: not "
+            "verified (transport not detected: no NCCL INFO lines were recorded) |") in md
+    loud = "TRANSPORT MISMATCH roce: expected roce, the run used tcp over eth0 - its numbers are not that fabric's"
+    assert result["warnings"][0] == loud
+    assert f"<p class='warn'><strong>{loud}" in (tmp_path / "cmp" / "compare.html").read_text().replace("&#x27;", "'")
+    # without claims there is no row; a claim for a label that is not compared is refused in one line
+    compare([f"roce={roce}", f"ib={ib}"], str(tmp_path / "plain"))
+    assert "transport claimed" not in (tmp_path / "plain" / "compare.md").read_text()
+    with pytest.raises(CompareError, match="--expect-transport eth=roce: expected LABEL=TRANSPORT with LABEL one of"):
+        compare([f"roce={roce}", f"ib={ib}"], str(tmp_path / "y"), expect_transport=["eth=roce"])
