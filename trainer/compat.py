@@ -53,3 +53,13 @@ def prepare_torchvision(needed: bool) -> bool:
     if "torchvision" not in sys.modules:
         sys.modules["torchvision"] = None  # type: ignore[assignment]
     return sys.modules["torchvision"] is not None
+
+
+def enable_activation_checkpointing(model) -> None:
+    """Non-reentrant activation checkpointing of a transformers model under the name its version uses
+    (activation_checkpointing_enable from transformers 5.x, gradient_checkpointing_enable before)."""
+    new = getattr(model, "activation_checkpointing_enable", None)
+    if new is not None:
+        new(activation_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})

@@ -23,7 +23,7 @@ from .hooks import HookList, Hooks
 from .optim import build_optimizer
 from .progress import Progress
 from .stop import Interrupted
-from .throughput import step_figures
+from .throughput import step_figures, step_flops
 
 
 @dataclass
@@ -133,6 +133,8 @@ class Trainer:
         local = [sum(c[count] for c in counts) for _, count in terms]
         local.append(sum(wl.input_tokens(b) for b in batches) if wl.has_tokens else 0)
         local.append(sum(wl.padded_tokens(b) for b in batches) if wl.has_tokens else 0)
+        pairs_of = getattr(wl, "position_pairs", None)  # attention's work at each batch's own length
+        local.append(sum(pairs_of(b) for b in batches) if pairs_of else 0)
         counted = self._host_to_device(torch.tensor(local, dtype=torch.float64))
         # global item counts stay on the device: the loss divides by them without waiting for the host
         dist.all_reduce(counted, group=self.dp_group)
@@ -154,9 +156,16 @@ class Trainer:
         grad_norm = grad_norm if math.isfinite(grad_norm) else None
         step_time = time.perf_counter() - t0
         samples = self.layout.global_batch_size
-        tokens = int(totals[-2]) if wl.has_tokens else None  # real tokens: what tokens/s counts
-        padded = int(totals[-1]) if wl.has_tokens else None  # positions computed: what MFU counts
-        work = padded if self.flops_unit == "token" else samples
+        tokens = int(totals[-3]) if wl.has_tokens else None  # real tokens: what tokens/s counts
+        padded = int(totals[-2]) if wl.has_tokens else None  # positions computed: what MFU counts
+        pairs = int(totals[-1]) if pairs_of else None
+        if self.flops_per_unit is None:
+            flops = None
+        elif self.flops_unit == "token":
+            flops = step_flops(padded or 0, pairs, self.flops_per_unit, getattr(wl, "attention_flops_per_pair", None),
+                               getattr(self.recipe.data, "seq_len", None))
+        else:
+            flops = samples * self.flops_per_unit
         record = {"step": step, "loss": loss_value, "lr": lr, "grad_norm": grad_norm, "step_time_s": step_time,
                   "samples_per_s": samples / step_time,
                   "tokens_per_s": tokens / step_time if tokens is not None else None, "tokens": tokens,
@@ -165,8 +174,7 @@ class Trainer:
             record.update(term_losses)
         record.update({count: int(totals[k]) for k, (_, count) in enumerate(terms)})
         record["epoch"] = self.sampler.epoch_of(step)
-        record.update(step_figures(work or 0, step_time, self.layout.world_size, self.flops_per_unit,
-                                   self.peak_tflops))
+        record.update(step_figures(flops, step_time, self.layout.world_size, self.peak_tflops))
         if not math.isfinite(loss_value):
             raise FloatingPointError(f"loss is {loss_value} at step {step}; stopping (lower train.lr, "
                                      "check the data, or use train.grad_clip)")

@@ -41,8 +41,8 @@ class LlamaStage(nn.Module):
 
         h = self.embed_tokens(x) if self.embed_tokens is not None else x
         position_ids = torch.arange(h.shape[1], device=h.device).unsqueeze(0)
-        mask = create_causal_mask(config=self.config, inputs_embeds=h, attention_mask=None, past_key_values=None,
-                                  position_ids=position_ids)
+        mask = create_causal_mask(**_mask_arguments(create_causal_mask, config=self.config, inputs_embeds=h,
+                                                    attention_mask=None, position_ids=position_ids))
         position_embeddings = self.rotary_emb(h, position_ids=position_ids)
         for layer in self.layers.values():
             h = layer(h, attention_mask=mask, position_ids=position_ids, position_embeddings=position_embeddings)
@@ -159,3 +159,16 @@ class Pipeline:
         self._scale = 1.0
         total = self._run(batch["input_ids"], batch["labels"], train=False)
         return total, (batch["labels"][:, 1:] != IGNORE).sum()
+
+
+def _mask_arguments(create_causal_mask, **given) -> dict:
+    """create_causal_mask's arguments for the installed transformers: no cache (named `cache` from 5.x,
+    `past_key_values` before), and cache_position where the version still asks for it."""
+    import inspect
+
+    params = inspect.signature(create_causal_mask).parameters
+    out = {k: v for k, v in given.items() if k in params}
+    out["cache" if "cache" in params else "past_key_values"] = None
+    if "cache_position" in params:
+        out["cache_position"] = given["position_ids"][0]
+    return out

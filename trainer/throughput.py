@@ -8,7 +8,10 @@ decoder-only transformer fine-tuned with LoRA (PaLM appendix B's 6N + 12LHQT, ad
     backward, weights  2 N_train  (only trainable weights get gradients: LoRA's)
     attention          12 L d T   (QK^T and AV: 4 L d T forward, twice that backward; T = sequence length)
 
-For full fine-tuning (N_train = N) this is the familiar 6N + 12LdT.
+For full fine-tuning (N_train = N) this is the familiar 6N + 12LdT. The per-token figure in run.json uses
+the recipe's data.seq_len; a step's FLOPs use each micro-batch's own padded length T_b (padding to the
+longest sequence of the batch makes T_b < seq_len): sum over micro-batches of B_b T_b (4N + 2N_train)
++ B_b T_b^2 12 L d.
 """
 from __future__ import annotations
 
@@ -72,7 +75,21 @@ def matmul_params(model: torch.nn.Module) -> tuple[int, int]:
 
 
 def flops_per_token(n_matmul: int, n_trainable: int, layers: int, hidden: int, seq_len: int) -> float:
-    return 4.0 * n_matmul + 2.0 * n_trainable + 12.0 * layers * hidden * seq_len
+    return 4.0 * n_matmul + 2.0 * n_trainable + attention_flops_per_pair(layers, hidden) * seq_len
+
+
+def attention_flops_per_pair(layers: int, hidden: int) -> float:
+    """Attention's model FLOPs per (query position, key position) pair, forward and backward."""
+    return 12.0 * layers * hidden
+
+
+def step_flops(positions: int, position_pairs: int | None, per_token: float, per_pair: float | None,
+               seq_len: int | None) -> float:
+    """A step's model FLOPs from the positions computed and, where the workload counts them, the
+    (query, key) pairs of each micro-batch at its own padded length; per_token holds attention at seq_len."""
+    if position_pairs is None or not per_pair or not seq_len:
+        return positions * per_token
+    return positions * (per_token - per_pair * seq_len) + position_pairs * per_pair
 
 
 def peak_tflops(device: torch.device, dtype: torch.dtype, ops: str = "matmul") -> tuple[float | None, str]:
@@ -96,10 +113,9 @@ def peak_tflops(device: torch.device, dtype: torch.dtype, ops: str = "matmul") -
                            f"({setting})")
 
 
-def step_figures(units: int, step_time_s: float, world_size: int, per_unit: float | None,
-                 peak: float | None) -> dict:
-    """TFLOP/s per device and MFU for a step that processed `units` tokens (or samples) globally."""
-    if per_unit is None or step_time_s <= 0:
+def step_figures(flops: float | None, step_time_s: float, world_size: int, peak: float | None) -> dict:
+    """TFLOP/s per device and MFU for a step of `flops` model FLOPs over the world (None: not known)."""
+    if flops is None or step_time_s <= 0:
         return {"tflops_per_device": None, "mfu": None}
-    tflops = units * per_unit / step_time_s / world_size / 1e12
+    tflops = flops / step_time_s / world_size / 1e12
     return {"tflops_per_device": tflops, "mfu": tflops / peak if peak else None}

@@ -75,6 +75,9 @@ def test_flops_follow_the_formula(workload, model):
     n, n_train = matmul_params(model)
     assert unit == "token" and "4N + 2N_trainable" in formula
     assert per == flops_per_token(n, n_train, 2, 128, 64) == 4.0 * n + 2.0 * n_train + 12.0 * 2 * 128 * 64
+    assert workload.attention_flops_per_pair == 12.0 * 2 * 128
+    batch = {"input_ids": torch.zeros(3, 40, dtype=torch.long)}
+    assert workload.position_pairs(batch) == 3 * 40 * 40 and workload.padded_tokens(batch) == 120
     assert "LoRA r=8" in workload.describe([0] * 5) and "5 training sequences of 64 tokens" in workload.describe([0] * 5)
 
 

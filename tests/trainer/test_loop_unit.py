@@ -59,6 +59,9 @@ def test_step_records_loss_lr_and_throughput(run):
         assert m["label_tokens"] > 0 and m["tokens"] >= m["label_tokens"]
         assert m["mfu"] is None  # no GPU: no peak, so no MFU (unknown, not 0)
     assert info["throughput"]["flops_per_token"] > 0 and info["throughput"]["peak_tflops_per_device"] is None
+    for m in metrics:  # padded to data.seq_len: the step's FLOPs are positions x the per-token formula
+        flops = m["tflops_per_device"] * 1e12 * m["step_time_s"] * info["layout"]["world_size"]
+        assert flops == pytest.approx(m["padded_tokens"] * info["throughput"]["flops_per_token"], rel=1e-9)
 
 
 def test_ddp_gradients_are_reduced_through_the_traced_hook(run):

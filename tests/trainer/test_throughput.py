@@ -4,7 +4,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from trainer.throughput import PEAK_TFLOPS, flops_per_token, matmul_params, peak_tflops, step_figures
+from trainer.throughput import (PEAK_TFLOPS, attention_flops_per_pair, flops_per_token, matmul_params, peak_tflops,
+                                step_figures, step_flops)
 
 
 def test_formula_by_hand():
@@ -22,10 +23,28 @@ def test_matmul_params_count_linears_only():
 
 
 def test_tflops_and_mfu():
-    fig = step_figures(units=1_000_000, step_time_s=2.0, world_size=8, per_unit=1e9, peak=989.0)
+    fig = step_figures(flops=1_000_000 * 1e9, step_time_s=2.0, world_size=8, peak=989.0)
     assert fig["tflops_per_device"] == pytest.approx(1e15 / 2 / 8 / 1e12)
     assert fig["mfu"] == pytest.approx(62.5 / 989.0)
-    assert step_figures(1000, 1.0, 1, 1e6, None)["mfu"] is None
+    assert step_figures(1000 * 1e6, 1.0, 1, None)["mfu"] is None
+    assert step_figures(None, 1.0, 1, 989.0) == {"tflops_per_device": None, "mfu": None}
+
+
+def test_step_flops_use_each_batch_length():
+    """Padding to the longest sequence of a batch: attention costs T_b^2 per sequence, not seq_len x T_b."""
+    n, n_train, layers, hidden, seq_len = 1e9, 1e7, 4, 256, 4096
+    per_token = flops_per_token(n, n_train, layers, hidden, seq_len)
+    per_pair = attention_flops_per_pair(layers, hidden)
+    # two micro-batches of 2 sequences padded to 1,000 and 3,000 positions
+    positions = 2 * 1000 + 2 * 3000
+    pairs = 2 * 1000 * 1000 + 2 * 3000 * 3000
+    by_hand = positions * (4 * n + 2 * n_train) + 12 * layers * hidden * pairs
+    assert step_flops(positions, pairs, per_token, per_pair, seq_len) == pytest.approx(by_hand)
+    # padded to seq_len everywhere, the per-token formula holds exactly
+    full = 4 * seq_len
+    assert step_flops(full, full * seq_len, per_token, per_pair, seq_len) == pytest.approx(full * per_token)
+    # a workload without attention pairs (images: per sample) keeps units x per-unit
+    assert step_flops(10, None, 5.0, None, None) == 50.0
 
 
 def test_no_peak_on_cpu_and_table_order():

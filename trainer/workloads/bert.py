@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..compat import ensure_torchvision_importable
+from ..compat import enable_activation_checkpointing, ensure_torchvision_importable
 from ..data.mlm import build_mlm_datasets
 from ..materialize import is_meta
 from .hf import ModelError, check_checkpoint, config_fields
@@ -105,7 +105,7 @@ class BertPretrainingWorkload:
         # FSDP unit: the embeddings stay in the root unit with the heads.
         model._no_split_modules = {"BertLayer"}
         if m.activation_checkpointing:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            enable_activation_checkpointing(model)
         for p in model.parameters():
             p.requires_grad_(True)
         return model if is_meta(model) else model.to(self.device)

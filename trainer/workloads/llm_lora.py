@@ -7,6 +7,7 @@ import math
 import torch
 import torch.nn.functional as F
 
+from ..compat import enable_activation_checkpointing
 from ..data.sft import IGNORE, build_datasets
 from .hf import ModelError, check_checkpoint, check_dir, config_fields
 
@@ -80,7 +81,7 @@ class LlmLoraWorkload:
                 model = AutoModelForCausalLM.from_config(config, dtype=self.weight_dtype,
                                                          attn_implementation=m.attn_implementation)
             if m.activation_checkpointing:
-                model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+                enable_activation_checkpointing(model)
             model = self._adapt(model)
         name_modules(tie(model))
         return model
@@ -156,14 +157,16 @@ class LlmLoraWorkload:
 
     def flops(self, model: torch.nn.Module) -> tuple[float, str, str]:
         """Model FLOPs per trained token (formula in trainer/throughput.py); call before sharding."""
-        from ..throughput import flops_per_token, matmul_params
+        from ..throughput import attention_flops_per_pair, flops_per_token, matmul_params
 
         config = (model.get_base_model() if hasattr(model, "get_base_model") else model).config
         n, n_train = matmul_params(model)
+        self.attention_flops_per_pair = attention_flops_per_pair(config.num_hidden_layers, config.hidden_size)
         per = flops_per_token(n, n_train, config.num_hidden_layers, config.hidden_size, self.recipe.data.seq_len)
-        return per, "token", ("4N + 2N_trainable + 12 L d T per computed token (T = data.seq_len; trainer/"
-                              "throughput.py). MFU counts the positions the GPUs compute (padded_tokens, padding "
-                              "included); tokens/s counts real tokens only")
+        return per, "token", ("4N + 2N_trainable + 12 L d T per computed token (T = data.seq_len here; a step's "
+                              "MFU uses each micro-batch's own padded length; trainer/throughput.py). MFU counts "
+                              "the positions the GPUs compute (padded_tokens, padding included); tokens/s counts "
+                              "real tokens only")
 
     def loss_context(self):
         """With lm_head split over tp the logits are split over the vocabulary: cross-entropy (forward
@@ -215,3 +218,8 @@ class LlmLoraWorkload:
     def padded_tokens(batch: dict) -> int:
         """Positions the model computes, padding included: what the GPUs spend FLOPs on."""
         return int(batch["input_ids"].numel())
+
+    @staticmethod
+    def position_pairs(batch: dict) -> int:
+        """(query, key) position pairs attention computes: batch x padded length squared."""
+        return int(batch["input_ids"].numel()) * int(batch["input_ids"].shape[-1])
