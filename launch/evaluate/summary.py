@@ -32,15 +32,16 @@ def variant_verdicts(ev: Evaluation, results: list[dict]) -> dict[str, dict]:
 def statistics(ev: Evaluation, results: list[dict]) -> dict:
     out = {}
     for w in ev.workloads:
-        values, metric = {}, None
+        values, by_round, metric = {}, {}, None
         for v in ev.variants:
-            vals = []
+            vals, rounds = [], {}
             for r in results:
                 if r["workload"] == w.name and r["variant"] == v.name and (r.get("metric") or {}).get("value") is not None:
                     vals.append(r["metric"]["value"])
+                    rounds[r["round"]] = r["metric"]["value"]
                     metric = metric or {k: r["metric"][k] for k in ("name", "unit", "higher_is_better")}
-            values[v.name] = vals
-        out[w.name] = {"metric": metric, **st.summarize(values)}
+            values[v.name], by_round[v.name] = vals, rounds
+        out[w.name] = {"metric": metric, **st.summarize(values, by_round)}
     return out
 
 
@@ -134,9 +135,12 @@ def tables(ev: Evaluation, record: dict) -> list[tuple[str, list[str], list[list
             rows.append([v.name, _fmt_stat(d)] + ([st.fmt(d["mlperf_mean"])] if many else [])
                         + ["baseline" if v.name == base else _fmt_diff(pair)[0]])
         out.append((f"Workload {w.name} ({'collective sweep' if w.sweep else 'training'})", header, rows, [[""] * len(header)] * len(rows)))
-        drows = [[f"{p['b']} vs {p['a']}", _fmt_diff(p)[0], _fmt_diff(p)[1]] for p in s["differences"]]
-        out.append((f"Workload {w.name}: differences between variants (95% interval: Welch t, needs 5 runs each)",
-                    ["pair", "difference of means", "95% interval"], drows, [[""] * 3] * len(drows)))
+        drows = [[f"{p['b']} vs {p['a']}", _fmt_diff(p)[0], _fmt_diff(p)[1]]
+                 + (list(_fmt_diff(p["paired"])) if p.get("paired") else ["n/a", "n/a"]) for p in s["differences"]]
+        out.append((f"Workload {w.name}: differences between variants (95% intervals: Welch t over the runs, "
+                    "needs 5 runs each; paired t over the rounds, needs 5 rounds with both)",
+                    ["pair", "difference of means", "95% interval (Welch)", "mean difference per round",
+                     "95% interval (paired by round)"], drows, [[""] * 5] * len(drows)))
     rows, classes = [], []
     for r in record["runs"]:
         c = r.get("check") or {}

@@ -4,7 +4,11 @@
 - with 5 or more repeats, the MLPerf-style mean: the best and the worst run dropped, the rest averaged
   (MLPerf Training scores a benchmark this way over its required runs);
 - with 5 or more repeats of both variants, a 95% interval of the difference of their means: Welch's
-  t-interval (unequal variances), as scipy.stats.ttest_ind(..., equal_var=False).confidence_interval gives it.
+  t-interval (unequal variances), as scipy.stats.ttest_ind(..., equal_var=False).confidence_interval gives it;
+- with 5 or more rounds in which both variants completed, the same difference paired by round: the mean of
+  the per-round differences with its paired t-interval (scipy.stats.ttest_rel). The runner interleaves
+  the variants within each round, so a drift of the hosts shared by a round's runs cancels in the pairs
+  instead of widening the interval.
 
 Imports no torch (analysis).
 """
@@ -79,13 +83,46 @@ def difference(a: list[float], b: list[float]) -> dict:
     return out
 
 
-def summarize(values_by_variant: dict[str, list[float]]) -> dict:
-    """Per variant its description, and every pair's difference (each later variant against each earlier)."""
+def paired_difference(a: dict[int, float], b: dict[int, float]) -> dict:
+    """b - a paired by round ({round: value}; rounds where both have a value): the mean per-round difference,
+    as a value and a fraction of a's mean over those rounds, with the paired 95% t-interval from 5 pairs."""
+    rounds = sorted(set(a) & set(b))
+    out = {"method": "paired t-interval over rounds, 95%", "rounds": len(rounds), "diff": None, "pct": None,
+           "interval": None, "pct_interval": None, "reason": None}
+    if not rounds:
+        out["reason"] = "no round in which both completed"
+        return out
+    diffs = [b[r] - a[r] for r in rounds]
+    base = statistics.fmean(a[r] for r in rounds)
+    out["diff"] = statistics.fmean(diffs)
+    out["pct"] = out["diff"] / base if base else None
+    if len(rounds) < MIN_REPEATS_FOR_INTERVAL:
+        out["reason"] = f"fewer than {MIN_REPEATS_FOR_INTERVAL} rounds in which both completed"
+        return out
+    if statistics.variance(diffs) == 0:
+        low = high = out["diff"]
+    else:
+        from scipy import stats
+        ci = stats.ttest_rel([b[r] for r in rounds], [a[r] for r in rounds]).confidence_interval(0.95)
+        low, high = float(ci.low), float(ci.high)
+    out["interval"] = [low, high]
+    out["pct_interval"] = [low / base, high / base] if base else None
+    out["excludes_zero"] = low > 0 or high < 0
+    return out
+
+
+def summarize(values_by_variant: dict[str, list[float]],
+              rounds_by_variant: dict[str, dict[int, float]] | None = None) -> dict:
+    """Per variant its description, and every pair's difference (each later variant against each earlier);
+    with each value's round, the pair's difference paired by round too."""
     names = list(values_by_variant)
     pairs = []
     for i, a in enumerate(names):
         for b in names[i + 1:]:
-            pairs.append({"a": a, "b": b, **difference(values_by_variant[a], values_by_variant[b])})
+            pair = {"a": a, "b": b, **difference(values_by_variant[a], values_by_variant[b])}
+            if rounds_by_variant is not None:
+                pair["paired"] = paired_difference(rounds_by_variant.get(a, {}), rounds_by_variant.get(b, {}))
+            pairs.append(pair)
     return {"variants": {n: describe(v) for n, v in values_by_variant.items()}, "differences": pairs}
 
 

@@ -14,7 +14,7 @@ from launch.evaluate import main, run_evaluation
 from launch.evaluate.runner import EvaluateError, plan, resume_state
 from telemetry.analysis.transport_claims import check_transport
 from launch.evaluate.spec import SpecError, load_evaluation
-from telemetry.analysis.evaluation_stats import difference, mlperf_mean
+from telemetry.analysis.evaluation_stats import difference, mlperf_mean, paired_difference
 
 from ..conftest import REPO
 
@@ -156,6 +156,26 @@ def test_statistics():
     assert short["interval"] is None and short["reason"] == "fewer than 5 runs of each"
 
 
+
+def test_differences_paired_by_round():
+    """A drift shared by each round's runs (1..5 here) widens Welch's interval past 0; paired by round it
+    cancels: mean difference 1, sd of the differences 0.0790569, t(0.975, 4) = 2.776445."""
+    a = {r: float(r) for r in range(1, 6)}
+    b = {r: a[r] + d for r, d in zip(range(1, 6), (1.0, 1.1, 0.9, 1.05, 0.95))}
+    welch = difference(list(a.values()), list(b.values()))
+    assert welch["excludes_zero"] is False
+    paired = paired_difference(a, b)
+    half = 2.776445 * 0.0790569 / 5 ** 0.5
+    assert paired["rounds"] == 5 and paired["diff"] == pytest.approx(1.0)
+    assert paired["interval"] == pytest.approx([1.0 - half, 1.0 + half], abs=1e-5) and paired["excludes_zero"]
+    assert paired["pct"] == pytest.approx(1.0 / 3.0)
+    # only rounds where both completed pair up; too few rounds give the difference with the reason
+    short = paired_difference({1: 1.0, 2: 2.0, 3: 3.0}, {2: 2.5, 3: 3.5, 4: 9.0})
+    assert short["rounds"] == 2 and short["diff"] == pytest.approx(0.5) and short["interval"] is None
+    assert short["reason"] == "fewer than 5 rounds in which both completed"
+    assert paired_difference({1: 1.0}, {2: 1.0})["reason"] == "no round in which both completed"
+
+
 class FakeLauncher:
     """Writes the run directory a launcher would: run.json (status, fabric identity from FAKE_TRANSPORT),
     metrics.jsonl or collectives.json. Fails the runs listed in `fail` (by output directory)."""
@@ -279,5 +299,9 @@ def test_five_repeats_add_the_mlperf_mean_and_intervals(tmp_path, capsys):
     assert fast["n"] == 5 and fast["mlperf_mean"] == pytest.approx(0.25 * 1.03)  # median of steps 2, 3; repeats 2..4 kept
     (pair,) = stats["differences"]
     assert pair["excludes_zero"] and pair["pct_interval"][0] < 1.0 < pair["pct_interval"][1]
+    # every round is slower for both variants alike: paired by round, the interval is narrower
+    paired = pair["paired"]
+    assert paired["rounds"] == 5 and paired["excludes_zero"]
+    assert paired["interval"][1] - paired["interval"][0] < pair["interval"][1] - pair["interval"][0]
     page = (tmp_path / "out" / "evaluation.md").read_text()
     assert "MLPerf mean (best, worst dropped)" in page and "| slow vs fast | +100.0% | [+" in page
