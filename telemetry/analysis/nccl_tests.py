@@ -54,6 +54,11 @@ _PARAM = re.compile(r"(nThread|nGpus|minBytes|maxBytes|warmup iters|agg iters|it
 _STEP = re.compile(r"step: (\d+)\((\w+)\)")
 _TIMESTAMP = re.compile(r"^\d{4}-\d\d-\d\d$")
 _PLACEHOLDERS = {"N/A", "n/a", "NA", "-"}
+# "HOST: Test NCCL failure common.cu:392 '...'", " .. HOST pid 5068: Test failure common.cu:590"; a failure can
+# cut a row short ("2097152  32768  float  none  -1 node0: Test CUDA failure ...")
+_FAILURE = re.compile(r"Test (?:NCCL |CUDA )?failure\b")
+_NCCL_VERSION = re.compile(r"NCCL version (\d+\.\d+\.\d+)")
+_LIBRARY_CODE = re.compile(r"nccl-library=(\d+)")
 
 
 class NcclTestsError(InputError):
@@ -94,6 +99,8 @@ class _Run:
         self.rows: list[dict] = []
         self.skipped: list[str] = []
         self.oob = self.avg = None
+        self.failures: list[str] = []
+        self.nccl_version: str | None = None
 
     def empty(self) -> bool:
         return not (self.rows or self.params or self.devices or self.nblocks)
@@ -202,13 +209,30 @@ class _Run:
             notes.append("wrong per block: null, this nccl-tests prints the largest error (`error`), not a count")
         elif blocks and all(b["wrong"] is None for b in blocks):
             notes.append("wrong per block: null, #wrong reads N/A (validation off)")
+        if self.avg is None and self.rows:
+            notes.append("no '# Avg bus bandwidth' footer: the output may have been cut short")
+        if self.failures:
+            where = (f"after the row of {self.rows[-1]['size']} B" if self.rows else "before the first row")
+            notes.append(f"the test failed {where}: {self.failures[0]}")
         for name in BLOCKS:
             if self.rows and all(r.get(name) is None for r in self.rows):
                 missing[name] = "not in this table"
         return {"test": self.name, "rows": self.rows, "avg_busbw_GBps": avg, "avg_busbw_source": source,
                 "wrong": wrong, "ranks": self.ranks, "world_size": len(self.devices) or None,
-                "devices": self.devices, "params": self.params, "version": self.version, "missing": missing,
-                "notes": notes, "skipped_lines": self.skipped}
+                "devices": self.devices, "params": self.params, "version": self.version,
+                "nccl_version": self.nccl_version or _from_library_code(self.version), "missing": missing,
+                "failed": bool(self.failures), "failures": self.failures, "notes": notes, "skipped_lines": self.skipped}
+
+
+def _from_library_code(tests_version: str | None) -> str | None:
+    """'2.17.6 nccl-headers=22807 nccl-library=22807' -> '2.28.7' (NCCL_VERSION_CODE: 2.9+ is
+    major*10000 + minor*100 + patch, older releases major*1000 + minor*100 + patch)."""
+    m = _LIBRARY_CODE.search(tests_version or "")
+    if not m:
+        return None
+    code = int(m.group(1))
+    major, rest = (code // 10000, code % 10000) if code >= 10000 else (code // 1000, code % 1000)
+    return f"{major}.{rest // 100}.{rest % 100}"
 
 
 class _Stream:
@@ -234,7 +258,11 @@ class _Stream:
             return
         if not text.startswith("#"):
             run = self.run
-            if run is not None and run.nblocks and text.split()[0].isdigit():
+            if "failure" in text and _FAILURE.search(text):
+                self.current().failures.append(text)
+            elif "NCCL version" in text and (m := _NCCL_VERSION.search(text)):
+                self.current().nccl_version = m.group(1)
+            elif run is not None and run.nblocks and text.split()[0].isdigit():
                 run.row(text)
             else:
                 m = _TEST_NAME.search(text)  # a command line naming the test
@@ -384,6 +412,9 @@ def parse(text: str, name_hint: str | None = None, path: str | None = None) -> d
         "ops": ops, "latency_us": parser.latency,
         "rows_read": sum(len(op["rows"]) for op in ops.values()),
         "rows_skipped": sum(len(op["skipped_lines"]) for op in ops.values()),
+        "nccl_version": versions.pop() if len(versions := {op["nccl_version"] for op in ops.values()} - {None}) == 1
+        else None,
+        "failed": any(op["failed"] for op in ops.values()),
     }
 
 

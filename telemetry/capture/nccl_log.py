@@ -376,7 +376,8 @@ def _single_node(st: _State, nranks) -> bool:
 
 
 def _transport(st: _State, network, nranks, unknown: dict) -> str | None:
-    """One word for the inter-node transport: roce, infiniband, roce+infiniband, tcp, efa, intra-node."""
+    """One word for the inter-node transport: roce, infiniband, roce+infiniband, tcp, tcpx, efa,
+    libfabric/<provider>, intra-node."""
     if st.net_names:
         names = st.net_names if len(st.net_names) == 1 else set()
         name = next(iter(names)) if names else None
@@ -385,6 +386,8 @@ def _transport(st: _State, network, nranks, unknown: dict) -> str | None:
             return None
         if name == "Socket":
             return "tcp"
+        if "TCPX" in name or name.startswith("FasTrak"):
+            return "tcpx"  # Google's GPUDirect-TCPX/TCPXO plugins: TCP on the wire, payload DMA'd to GPU memory
         if st.provider or name in ("AWS Libfabric", "OFI", "Libfabric"):
             if st.provider == "efa":
                 return "efa"

@@ -118,6 +118,33 @@ def test_plugin_name_with_spaces_is_read_whole_and_gdr_stays_on():
     assert out["provider"] == "efa" and out["transport"] == "efa"
 
 
+# Constructed from the lines Google's and SkyPilot's guides quote (no full TCPX log with a source was found):
+# the plugin's version line and its network name; the connection line follows NCCL's own format.
+TCPX = """\
+a3:1:1 [0] NCCL INFO NET/GPUDirectTCPX ver. 3.1.8.
+a3:1:1 [0] NCCL INFO Using network GPUDirectTCPX_v7
+a3:1:2 [0] NCCL INFO Channel 00/0 : 7[7] -> 8[0] [send] via NET/GPUDirectTCPX_v7/3
+"""
+
+
+def test_google_tcpx_plugin_is_its_own_transport():
+    out = parse_lines(TCPX.splitlines())
+    assert out["network"] == "GPUDirectTCPX_v7" and out["transport"] == "tcpx"
+    assert out["net_plugin"] == "GPUDirectTCPX 3.1.8" and out["hosts"] == ["a3"]
+
+
+def test_records_glued_on_one_line_and_collnet_given_up():
+    glued = ("h1:1:2 [0] NCCL INFO Using network IB      h1:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] "
+             "via NET/IB/0/GDRDMA     h2:3:4 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [receive] via NET/IB/0/GDRDMA")
+    out = parse_lines([glued])
+    assert out["network"] == "IB" and out["channels"] == {"NET/IB": 2} and out["hosts"] == ["h1", "h2"]
+    lines = ["h:1:2 [0] NCCL INFO CollNet 00/0 : 0 [receive] via COLLNET/SHARP/0/GDRDMA",
+             "h:1:2 [0] transport.cc:384 NCCL WARN Cannot initialize CollNet, using point-to-point network instead"]
+    assert parse_lines(lines[:1])["channels"] == {"COLLNET/SHARP": 1}
+    out = parse_lines(lines)
+    assert out["channels"] is None and out["collnet_refused"] and out["gpudirect_rdma"] is None
+
+
 def test_unknown_when_nothing_was_logged(tmp_path):
     out = parse_lines(["some unrelated line"])
     assert out["transport"] is None and out["network"] is None
