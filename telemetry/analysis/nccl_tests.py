@@ -59,6 +59,13 @@ _PLACEHOLDERS = {"N/A", "n/a", "NA", "-"}
 _FAILURE = re.compile(r"Test (?:NCCL |CUDA )?failure\b")
 _NCCL_VERSION = re.compile(r"NCCL version (\d+\.\d+\.\d+)")
 _LIBRARY_CODE = re.compile(r"nccl-library=(\d+)")
+# Rows pasted without their header: nccl-tests' layout since 2022 has 13 cells (2 blocks of 4 after 5)
+# nccl-tests' comment lines with their '#' lost (GitHub renders "# text" as a heading, so pasted-back output
+# has none): read as if the '#' were there
+_HASHLESS = re.compile(r"(?:nThread \d|Using devices$|Rank\s+\d+\s+(?:Group|Pid)|size\s+count\s+type\s|\(B\)\s+\(elements\)|"
+                       r"out-of-place\s+in-place|Out of bounds values|Avg bus bandwidth|nccl-tests version|"
+                       r"Collective test (?:starting|concluded))")
+_ASSUMED_HEADER = "size count type redop root time algbw busbw #wrong time algbw busbw #wrong".split()
 
 
 class NcclTestsError(InputError):
@@ -101,6 +108,7 @@ class _Run:
         self.oob = self.avg = None
         self.failures: list[str] = []
         self.nccl_version: str | None = None
+        self.assumed_header = False
 
     def empty(self) -> bool:
         return not (self.rows or self.params or self.devices or self.nblocks)
@@ -211,6 +219,17 @@ class _Run:
             notes.append("wrong per block: null, #wrong reads N/A (validation off)")
         if self.avg is None and self.rows:
             notes.append("no '# Avg bus bandwidth' footer: the output may have been cut short")
+        if self.assumed_header:
+            notes.append("no column header: the rows were read as nccl-tests' layout since 2022 (size count type "
+                         "redop root, then time algbw busbw #wrong out-of-place and in-place, times in us)")
+        last: dict = {}
+        for row in self.rows:  # one test prints each (type, redop) series with growing sizes
+            key = (row.get("type"), row.get("redop"))
+            if key in last and row["size"] < last[key]:
+                notes.append(f"sizes go back ({last[key]} B, then {row['size']} B) in one table: rows of more than "
+                             "one run (processes printing at once, or repeated runs) may be mixed")
+                break
+            last[key] = row["size"]
         if self.failures:
             where = (f"after the row of {self.rows[-1]['size']} B" if self.rows else "before the first row")
             notes.append(f"the test failed {where}: {self.failures[0]}")
@@ -256,6 +275,8 @@ class _Stream:
         text = line.strip()
         if not text:
             return
+        if not text.startswith("#") and not text[0].isdigit() and _HASHLESS.match(text):
+            text = "# " + text
         if not text.startswith("#"):
             run = self.run
             if "failure" in text and _FAILURE.search(text):
@@ -263,6 +284,12 @@ class _Stream:
             elif "NCCL version" in text and (m := _NCCL_VERSION.search(text)):
                 self.current().nccl_version = m.group(1)
             elif run is not None and run.nblocks and text.split()[0].isdigit():
+                run.row(text)
+            elif (run is None or not run.nblocks) and (tokens := text.split())[0].isdigit() \
+                    and len(tokens) == len(_ASSUMED_HEADER) and tokens[2] in DTYPES and tokens[1].isdigit():
+                run = self.current()
+                run.header(list(_ASSUMED_HEADER))
+                run.assumed_header = True
                 run.row(text)
             else:
                 m = _TEST_NAME.search(text)  # a command line naming the test
@@ -399,6 +426,8 @@ def parse(text: str, name_hint: str | None = None, path: str | None = None) -> d
     first = next(iter(ops.values()), None)
     types = [r["type"] for op in ops.values() for r in op["rows"] if r.get("type")]
     redops = [r["redop"] for op in ops.values() for r in op["rows"] if r.get("redop") not in (None, "none")]
+    # `-d all` / `-o all` tables hold several types or reductions: then no single one is the sweep's
+    types, redops = (types if len(set(types)) == 1 else []), (redops if len(set(redops)) == 1 else [])
     worlds = {op["world_size"] for op in ops.values() if op["world_size"]}
     params = first["params"] if first else {}
     return {

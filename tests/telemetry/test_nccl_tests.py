@@ -33,6 +33,8 @@ ROWS = {
     "alltoall_perf_issue355_2.17.6_failure_in_first_row.txt": 0,
     "gather_perf_issue350_trace_lines_no_footer.txt": 11,
     "broadcast_perf_mpi_2.18_condensed_two_runs.txt": 19,
+    "all_reduce_perf_issue182_two_runs_rows_interleaved.txt": 10,
+    "all_reduce_perf_issue167_max_min_redops_excerpt.txt": 11,
 }
 # a line that starts like a row (after a launcher prefix): size, count, a type name
 ROW_LIKE = re.compile(r"^(\[\d+,\d+\]<stdout>:|\d+: )?\s*\d+\s+\d+\s+[a-z0-9]+\s")
@@ -236,3 +238,41 @@ def test_windows_line_endings_read_the_same(name, tmp_path):
     crlf.write_bytes(text.replace("\n", "\r\n").encode())
     a, b = read(str(TABLES / name)), read(str(crlf))
     assert a["ops"] == b["ops"] and a["rows_read"] == b["rows_read"] > 0
+
+
+def test_rows_without_their_header_and_mixed_runs():
+    r = read(str(TABLES / "all_reduce_perf_issue182_two_runs_rows_interleaved.txt"))
+    op = r["ops"]["all_reduce"]
+    assert [row["size"] for row in op["rows"]][5:8] == [256, 8, 512]
+    assert any(n.startswith("no column header") for n in op["notes"])
+    assert any(n.startswith("sizes go back (256 B, then 8 B)") for n in op["notes"])
+    # -o all: each reduction restarts the sizes, which is not a mixed run; no single redop for the file
+    r = read(str(TABLES / "all_reduce_perf_issue167_max_min_redops_excerpt.txt"))
+    op = r["ops"]["all_reduce"]
+    assert [row["redop"] for row in op["rows"]].count("min") == 5 and r["redop"] is None and r["dtype"] == "float32"
+    assert not any(n.startswith("sizes go back") for n in op["notes"])
+
+
+def test_comment_lines_that_lost_their_hash():
+    # NVIDIA/nccl#583, comment of 2021-10-19, as the issue shows it (GitHub turned "# ..." lines into
+    # headings, so the pasted output has no '#'); the stored copy ends after the column header
+    text = """mpirun -np 8 all_reduce_perf -b 32 -f 2 -e 8G
+ nThread 1 nGpus 1 minBytes 32 maxBytes 8589934592 step: 2(factor) warmup iters: 5       iters: 20 validation: 1 single_test: 0 test_buffer_kind: 2
+
+ Using devices
+   Rank  0 Pid 1821213 on AI-A100-Beethoven01 device  0 [0x00] NVIDIA A100-SXM4-40GB
+   Rank  1 Pid 1821214 on AI-A100-Beethoven01 device  1 [0x00] NVIDIA A100-SXM4-40GB
+   Rank  2 Pid 1821215 on AI-A100-Beethoven01 device  2 [0x00] NVIDIA A100-SXM4-40GB
+   Rank  3 Pid 1821216 on AI-A100-Beethoven01 device  3 [0x00] NVIDIA A100-SXM4-40GB
+   Rank  4 Pid 1821217 on AI-A100-Beethoven01 device  4 [0x00] NVIDIA A100-SXM4-40GB
+   Rank  5 Pid 1821218 on AI-A100-Beethoven01 device  5 [0x00] NVIDIA A100-SXM4-40GB
+   Rank  6 Pid 1821219 on AI-A100-Beethoven01 device  6 [0x00] NVIDIA A100-SXM4-40GB
+   Rank  7 Pid 1821223 on AI-A100-Beethoven01 device  7 [0x00] NVIDIA A100-SXM4-40GB
+
+                                                     out-of-place                       in-place
+       size         count    type   redop     time   algbw   busbw  error     time   algbw   busbw  error
+"""
+    r = parse(text)
+    op = r["ops"]["all_reduce"]
+    assert r["world_size"] == 8 and op["devices"][7]["pid"] == 1821223 and op["test"] == "all_reduce_perf"
+    assert op["params"]["maxBytes"] == 8589934592 and op["params"]["validation"] == 1 and op["rows"] == []
