@@ -206,23 +206,43 @@ def _feed(st: _State, line: str) -> None:
             st.listing_nranks = max(st.listing_nranks or 0, len(ranks))
 
 
-def _records(line: str):
-    """One physical line -> the log records in it (usually one; pasted logs may have lost line breaks)."""
-    if "  " in line and " NCCL " in line and len(parts := _RECORD_START.split(line)) > 1:
-        return parts
-    return (line,)
+def _glued(line: str, k: int) -> list[str] | None:
+    """A pasted log that lost its line breaks holds several records on one line (a second record follows a
+    run of blanks, or a first one was cut and a record starts mid-line): the records, else None."""
+    parts = _RECORD_START.split(line)
+    return parts if len(parts) > 1 else None
+
+
+def _note_host(st: _State, record: str, k: int, seen: set) -> None:
+    if k > 0:
+        head = record[:k]  # "host:pid:tid [dev]" repeats on every line of a thread: look each one up once
+        if head not in seen:
+            seen.add(head)
+            if m := _PREFIX_HOST.search(record, 0, k + 11):
+                st.hosts.add(m.group(1))
+    elif "Rank" in record and (m := _RANK_HOST.search(record)):
+        st.hosts.add(m.group(1))
 
 
 def parse_lines(lines) -> dict:
     st = _State()
+    seen: set[str] = set()
     for line in lines:
         if "via " in line or any(k in line for k in _KEYS):
-            for record in _records(line.rstrip("\r\n")):
-                if " NCCL " in record and (m := _PREFIX_HOST.search(record)):
-                    st.hosts.add(m.group(1))
-                elif "Rank" in record and (m := _RANK_HOST.search(record)):
-                    st.hosts.add(m.group(1))
-                _feed(st, record)
+            line = line.rstrip("\r\n")
+            k = line.find(" NCCL ")
+            if k > 0:  # the common case inline: this loop runs once per line of every rank's log
+                if (line.find("  ", 0, k) >= 0 or line.find(" NCCL ", k + 6) > 0) and \
+                        (parts := _glued(line, k)) is not None:
+                    for record in parts:
+                        _note_host(st, record, record.find(" NCCL "), seen)
+                        _feed(st, record)
+                    continue
+                if line[:k] not in seen:
+                    _note_host(st, line, k, seen)
+            elif "Rank" in line:
+                _note_host(st, line, k, seen)
+            _feed(st, line)
     return _summarize(st)
 
 
