@@ -47,6 +47,8 @@ _COLLNET_REFUSED = "Cannot initialize CollNet"
 _RING_LISTING = re.compile(r"(?:Channel|Ring) \d+(?:/\d+)? :((?: +\d+)+) *$")
 _NRANKS = re.compile(r"\brank (\d+) n[Rr]anks (\d+)")
 _NNODES = re.compile(r"\bnNodes (\d+)")
+# 2.20+: "comm 0x.. rank 0 nRanks 8 nNodes 1 localRanks 8 localRank 0 MNNVL 1": one NVLink domain across trays
+_MNNVL = re.compile(r"\bMNNVL ([01])\b")
 _RING_GDR = re.compile(r"Connected all rings, use ring PXN \d+ GDR (\d)")
 _NVLS_CHANNELS = re.compile(r"(\d+) nvls channels")
 # NCCL's own prefix "host:pid:tid [dev] NCCL INFO" (some renderings pad the device: "[ 6 ]"), and the host of
@@ -103,6 +105,7 @@ class _State:
         self.collnet_dev: set[int] = set()
         self.collnet_refused = False
         self.hosts: set[str] = set()
+        self.mnnvl: bool | None = None
 
 
 def _feed(st: _State, line: str) -> None:
@@ -118,6 +121,8 @@ def _feed(st: _State, line: str) -> None:
                 st.gdr_conn[gdr] += 1
             elif kind in ("P2P", "SHM"):
                 st.local_edges.add((m.group(1), m.group(2)))
+                if kind == "P2P" and m.group(3).startswith("P2P/MNNVL"):
+                    st.mnnvl = True
             return
         if m := _COLLNET.search(line):
             st.collnet[f"COLLNET/{m.group(1)}"] += 1
@@ -190,6 +195,8 @@ def _feed(st: _State, line: str) -> None:
             st.nranks = max(st.nranks or 0, int(n))
     if "nNodes" in line and (m := _NNODES.search(line)):
         st.nnodes = max(st.nnodes or 0, int(m.group(1)))
+        if (mn := _MNNVL.search(line)) and not st.mnnvl:
+            st.mnnvl = mn.group(1) == "1"
     if "GDR " in line and (m := _RING_GDR.search(line)):
         st.ring_gdr.append(int(m.group(1)))
         return
@@ -339,6 +346,8 @@ def _summarize(st: _State) -> dict:
         "nranks": nranks,
         "nnodes": st.nnodes,
         "hosts": hosts,
+        # NCCL counts the trays of one NVLink domain (GB200 NVL72) as one node: "intra-node" then spans hosts
+        "mnnvl": st.mnnvl,
         "collnet_refused": st.collnet_refused,
         "transport": transport,
         "unknown": {k: unknown[k] for k in FIELDS if k in unknown},

@@ -133,6 +133,17 @@ def test_google_tcpx_plugin_is_its_own_transport():
     assert out["net_plugin"] == "GPUDirectTCPX 3.1.8" and out["hosts"] == ["a3"]
 
 
+def test_multi_node_nvlink_is_one_node_to_nccl():
+    # constructed in NCCL's 2.2x format: two GB200 trays of one NVLink domain (NCCL says nNodes 1, MNNVL 1)
+    lines = ["trayA:1:2 [0] NCCL INFO comm 0x1 rank 0 nRanks 8 nNodes 1 localRanks 8 localRank 0 MNNVL 1",
+             "trayA:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 4[0] via P2P/MNNVL",
+             "trayB:3:4 [0] NCCL INFO Channel 00/0 : 4[0] -> 0[0] via P2P/MNNVL"]
+    out = parse_lines(lines)
+    assert out["transport"] == "intra-node" and out["mnnvl"] is True and out["hosts"] == ["trayA", "trayB"]
+    assert parse_lines(lines[:1])["mnnvl"] is True and parse_lines(["h:1:1 [0] NCCL INFO x"])["mnnvl"] is None
+    assert parse_lines([lines[0].replace("MNNVL 1", "MNNVL 0")])["mnnvl"] is False
+
+
 def test_records_glued_on_one_line_and_collnet_given_up():
     glued = ("h1:1:2 [0] NCCL INFO Using network IB      h1:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] "
              "via NET/IB/0/GDRDMA     h2:3:4 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [receive] via NET/IB/0/GDRDMA")
