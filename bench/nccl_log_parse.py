@@ -91,11 +91,17 @@ def main() -> None:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         base_path = os.path.join(tmp, "baseline_nccl_log.py")
+        # the parser moved to telemetry/capture/ with the package split; older revisions have it at the top
+        for where in ("telemetry/capture/nccl_log.py", "telemetry/nccl_log.py"):
+            shown = subprocess.run(["git", "show", f"{args.baseline}:{where}"], cwd=ROOT, capture_output=True, text=True)
+            if shown.returncode == 0:
+                break
+        else:
+            sys.exit(f"error: {args.baseline} has no nccl_log.py (looked for telemetry/capture/ and telemetry/)")
         with open(base_path, "w", encoding="utf-8") as f:
-            f.write(subprocess.run(["git", "show", f"{args.baseline}:telemetry/capture/nccl_log.py"], cwd=ROOT,
-                                   check=True, capture_output=True, text=True).stdout)
+            f.write(shown.stdout)
         parsers = {"baseline": _load(base_path, "baseline_nccl_log"),
-                   "current": _load(os.path.join(ROOT, "telemetry", "nccl_log.py"), "current_nccl_log")}
+                   "current": _load(os.path.join(ROOT, "telemetry", "capture", "nccl_log.py"), "current_nccl_log")}
         print(json.dumps({"baseline": args.baseline,
                           "accuracy": {k: accuracy(p) for k, p in parsers.items()},
                           "rate": rate(parsers, args.files, args.rounds)}))

@@ -54,6 +54,18 @@ _PARAM = re.compile(r"(nThread|nGpus|minBytes|maxBytes|warmup iters|agg iters|it
 _STEP = re.compile(r"step: (\d+)\((\w+)\)")
 _TIMESTAMP = re.compile(r"^\d{4}-\d\d-\d\d$")
 _PLACEHOLDERS = {"N/A", "n/a", "NA", "-"}
+# "HOST: Test NCCL failure common.cu:392 '...'", " .. HOST pid 5068: Test failure common.cu:590"; a failure can
+# cut a row short ("2097152  32768  float  none  -1 node0: Test CUDA failure ...")
+_FAILURE = re.compile(r"Test (?:NCCL |CUDA )?failure\b")
+_NCCL_VERSION = re.compile(r"NCCL version (\d+\.\d+\.\d+)")
+_LIBRARY_CODE = re.compile(r"nccl-library=(\d+)")
+# Rows pasted without their header: nccl-tests' layout since 2022 has 13 cells (2 blocks of 4 after 5)
+# nccl-tests' comment lines with their '#' lost (GitHub renders "# text" as a heading, so pasted-back output
+# has none): read as if the '#' were there
+_HASHLESS = re.compile(r"(?:nThread \d|Using devices$|Rank\s+\d+\s+(?:Group|Pid)|size\s+count\s+type\s|\(B\)\s+\(elements\)|"
+                       r"out-of-place\s+in-place|Out of bounds values|Avg bus bandwidth|nccl-tests version|"
+                       r"Collective test (?:starting|concluded))")
+_ASSUMED_HEADER = "size count type redop root time algbw busbw #wrong time algbw busbw #wrong".split()
 
 
 class NcclTestsError(InputError):
@@ -94,6 +106,9 @@ class _Run:
         self.rows: list[dict] = []
         self.skipped: list[str] = []
         self.oob = self.avg = None
+        self.failures: list[str] = []
+        self.nccl_version: str | None = None
+        self.assumed_header = False
 
     def empty(self) -> bool:
         return not (self.rows or self.params or self.devices or self.nblocks)
@@ -202,13 +217,41 @@ class _Run:
             notes.append("wrong per block: null, this nccl-tests prints the largest error (`error`), not a count")
         elif blocks and all(b["wrong"] is None for b in blocks):
             notes.append("wrong per block: null, #wrong reads N/A (validation off)")
+        if self.avg is None and self.rows:
+            notes.append("no '# Avg bus bandwidth' footer: the output may have been cut short")
+        if self.assumed_header:
+            notes.append("no column header: the rows were read as nccl-tests' layout since 2022 (size count type "
+                         "redop root, then time algbw busbw #wrong out-of-place and in-place, times in us)")
+        last: dict = {}
+        for row in self.rows:  # one test prints each (type, redop) series with growing sizes
+            key = (row.get("type"), row.get("redop"))
+            if key in last and row["size"] < last[key]:
+                notes.append(f"sizes go back ({last[key]} B, then {row['size']} B) in one table: rows of more than "
+                             "one run (processes printing at once, or repeated runs) may be mixed")
+                break
+            last[key] = row["size"]
+        if self.failures:
+            where = (f"after the row of {self.rows[-1]['size']} B" if self.rows else "before the first row")
+            notes.append(f"the test failed {where}: {self.failures[0]}")
         for name in BLOCKS:
             if self.rows and all(r.get(name) is None for r in self.rows):
                 missing[name] = "not in this table"
         return {"test": self.name, "rows": self.rows, "avg_busbw_GBps": avg, "avg_busbw_source": source,
                 "wrong": wrong, "ranks": self.ranks, "world_size": len(self.devices) or None,
-                "devices": self.devices, "params": self.params, "version": self.version, "missing": missing,
-                "notes": notes, "skipped_lines": self.skipped}
+                "devices": self.devices, "params": self.params, "version": self.version,
+                "nccl_version": self.nccl_version or _from_library_code(self.version), "missing": missing,
+                "failed": bool(self.failures), "failures": self.failures, "notes": notes, "skipped_lines": self.skipped}
+
+
+def _from_library_code(tests_version: str | None) -> str | None:
+    """'2.17.6 nccl-headers=22807 nccl-library=22807' -> '2.28.7' (NCCL_VERSION_CODE: 2.9+ is
+    major*10000 + minor*100 + patch, older releases major*1000 + minor*100 + patch)."""
+    m = _LIBRARY_CODE.search(tests_version or "")
+    if not m:
+        return None
+    code = int(m.group(1))
+    major, rest = (code // 10000, code % 10000) if code >= 10000 else (code // 1000, code % 1000)
+    return f"{major}.{rest // 100}.{rest % 100}"
 
 
 class _Stream:
@@ -232,9 +275,21 @@ class _Stream:
         text = line.strip()
         if not text:
             return
+        if not text.startswith("#") and not text[0].isdigit() and _HASHLESS.match(text):
+            text = "# " + text
         if not text.startswith("#"):
             run = self.run
-            if run is not None and run.nblocks and text.split()[0].isdigit():
+            if "failure" in text and _FAILURE.search(text):
+                self.current().failures.append(text)
+            elif "NCCL version" in text and (m := _NCCL_VERSION.search(text)):
+                self.current().nccl_version = m.group(1)
+            elif run is not None and run.nblocks and text.split()[0].isdigit():
+                run.row(text)
+            elif (run is None or not run.nblocks) and (tokens := text.split())[0].isdigit() \
+                    and len(tokens) == len(_ASSUMED_HEADER) and tokens[2] in DTYPES and tokens[1].isdigit():
+                run = self.current()
+                run.header(list(_ASSUMED_HEADER))
+                run.assumed_header = True
                 run.row(text)
             else:
                 m = _TEST_NAME.search(text)  # a command line naming the test
@@ -371,6 +426,8 @@ def parse(text: str, name_hint: str | None = None, path: str | None = None) -> d
     first = next(iter(ops.values()), None)
     types = [r["type"] for op in ops.values() for r in op["rows"] if r.get("type")]
     redops = [r["redop"] for op in ops.values() for r in op["rows"] if r.get("redop") not in (None, "none")]
+    # `-d all` / `-o all` tables hold several types or reductions: then no single one is the sweep's
+    types, redops = (types if len(set(types)) == 1 else []), (redops if len(set(redops)) == 1 else [])
     worlds = {op["world_size"] for op in ops.values() if op["world_size"]}
     params = first["params"] if first else {}
     return {
@@ -384,6 +441,9 @@ def parse(text: str, name_hint: str | None = None, path: str | None = None) -> d
         "ops": ops, "latency_us": parser.latency,
         "rows_read": sum(len(op["rows"]) for op in ops.values()),
         "rows_skipped": sum(len(op["skipped_lines"]) for op in ops.values()),
+        "nccl_version": versions.pop() if len(versions := {op["nccl_version"] for op in ops.values()} - {None}) == 1
+        else None,
+        "failed": any(op["failed"] for op in ops.values()),
     }
 
 

@@ -19,9 +19,15 @@ from functools import lru_cache
 # NCCL prints the version as an INFO line, or (older releases, NCCL_DEBUG=VERSION/WARN) bare on stdout.
 _VERSION = re.compile(r"NCCL version (\d+\.\d+\.\d+)")
 # Plugin names may contain spaces ("AWS Libfabric"): take the rest of the line, not the first word.
-_USING_NETWORK = re.compile(r"Using network (\S.*?)\s*$")
-_USING_NETWORK_23 = re.compile(r"Using (internal|external) Network (\S.*?)\s*$")  # NCCL 2.3
+_USING_NETWORK = re.compile(r"Using network (\S+(?: \S+)*)")
+_USING_NETWORK_23 = re.compile(r"Using (internal|external) Network (\S+(?: \S+)*)")  # NCCL 2.3
 _LOADED_PLUGIN = re.compile(r"Loaded net plugin (\S.*?)(?: \(v\d+\))?\s*$")
+# Other ways plugins name themselves: the SHARP/IBext plugin ("P2P plugin v8 IBext_v8"), AWS OFI ("NET/OFI
+# Initializing aws-ofi-nccl 1.9.1-aws", older "NET/OFI Using aws-ofi-nccl 1.3.0aws"), Google's gIB and TCPX
+_PLUGIN_NAMES = (re.compile(r"P2P plugin (?:v\d+ )?(\S+)"),
+                 re.compile(r"NET/OFI (?:Initializing|Using) (aws-ofi-nccl \S+)"),
+                 re.compile(r"NET/gIB : Initializing (gIB \S+)"),
+                 re.compile(r"NET/(GPUDirectTCPX\w*) ver\. (\S+?)\.?\s*$"))
 _PROVIDER = re.compile(r"Selected [Pp]rovider is ([\w;:+\-]+)")
 # "[0]mlx5_0:1/IB", "[1] mlx5_3:1/RoCE" inside merged devices "[0]={...}", "[2]mlx5_0:1/IB/SHARP"
 _IB_DEVICE = re.compile(r"\[(\d+)\] ?([\w.\-]+):(\d+)/(RoCE|IB)(/SHARP)?")
@@ -36,21 +42,31 @@ _CONNECTION = re.compile(r"\d+(?:/\d+)? : (\d+)(?:\[[^\]]*\])? -> (\d+)(?:\[[^\]
 # NET/<name>/<dev>[(<proxy rank>)][/GDRDMA][(PCI)][/Shared]; the name may hold spaces, never "/<digits>"
 _VIA_NET = re.compile(r"NET/(.+?)/(\d+)(?:\(\d+\))?(/GDRDMA)?")
 _COLLNET = re.compile(r"Coll(?:Net)? \d+(?:/\d+)? : \d+ \[(?:send|receive)\] via COLLNET/(.+?)/(\d+)(/GDRDMA)?")
+# NCCL gave CollNet up after connecting it (SHARP job refused...): its connections carry nothing
+_COLLNET_REFUSED = "Cannot initialize CollNet"
 _RING_LISTING = re.compile(r"(?:Channel|Ring) \d+(?:/\d+)? :((?: +\d+)+) *$")
 _NRANKS = re.compile(r"\brank (\d+) n[Rr]anks (\d+)")
 _NNODES = re.compile(r"\bnNodes (\d+)")
+# 2.20+: "comm 0x.. rank 0 nRanks 8 nNodes 1 localRanks 8 localRank 0 MNNVL 1": one NVLink domain across trays
+_MNNVL = re.compile(r"\bMNNVL ([01])\b")
 _RING_GDR = re.compile(r"Connected all rings, use ring PXN \d+ GDR (\d)")
 _NVLS_CHANNELS = re.compile(r"(\d+) nvls channels")
+# NCCL's own prefix "host:pid:tid [dev] NCCL INFO" (some renderings pad the device: "[ 6 ]"), and the host of
+# nccl-tests' "#  Rank  0 Group  0 Pid 123 on HOST device  0 [..]" lines
+_PREFIX_HOST = re.compile(r"(?:^|[\s>:|\]])([A-Za-z0-9][\w.\-]*):\d+:\d+ \[ ?\d+ ?\] NCCL (?:INFO|WARN)")
+_RANK_HOST = re.compile(r"#\s*Rank\s+\d+\s+(?:Group\s+\d+\s+)?(?:Pid\s+\d+\s+)?on\s+(\S+)\s+device")
+# A pasted log whose line breaks were lost holds several records on one line: split before each prefix
+_RECORD_START = re.compile(r"\s{2,}(?=[A-Za-z0-9][\w.\-]*:\d+:\d+ \[ ?\d+ ?\] NCCL )")
 # IB unusable: no device, or no verbs library (NCCL <= 2.4 then says only this WARN)
 _NO_IB = re.compile(r"NET/IB ?: ?No device found|Failed to open libibverbs")
 # NCCL prints at most this many ranks of a ring (graph/rings.cc MAXWIDTH): longer rings are cut
 _RING_LISTING_MAX = 20
 # Lines saying a network plugin (not NCCL's internal IB or Socket) was loaded
 _PLUGIN_SIGNS = ("Loaded net plugin", "P2P plugin ", "NET/OFI ", "Plugin Path :", "Using external Network")
-_KEYS = ("NCCL", "libibverbs", "NET/", " via ", "Ring ", "Channel ", "anks ", "GPU Direct", "etwork", "lugin", "rovider",
+_KEYS = ("NCCL", "Rank ", "libibverbs", "NET/", " via ", "Ring ", "Channel ", "anks ", "GPU Direct", "etwork", "lugin", "rovider",
          "NVLS", "nvls", "nNodes")
 
-FIELDS = ("nccl_version", "network", "devices", "gpudirect_rdma", "channels", "nranks", "transport")
+FIELDS = ("nccl_version", "network", "devices", "gpudirect_rdma", "channels", "nranks", "transport", "hosts")
 
 
 @lru_cache(maxsize=4096)  # a job repeats the same few "via ..." strings on every channel
@@ -84,6 +100,12 @@ class _State:
         self.listing_nranks = None
         self.nvls_channels = 0
         self.nvls_lines = 0
+        self.collnet = Counter()  # CollNet connections per kind, kept apart: NCCL may give CollNet up later
+        self.collnet_gdr = Counter()
+        self.collnet_dev: set[int] = set()
+        self.collnet_refused = False
+        self.hosts: set[str] = set()
+        self.mnnvl: bool | None = None
 
 
 def _feed(st: _State, line: str) -> None:
@@ -99,10 +121,13 @@ def _feed(st: _State, line: str) -> None:
                 st.gdr_conn[gdr] += 1
             elif kind in ("P2P", "SHM"):
                 st.local_edges.add((m.group(1), m.group(2)))
+                if kind == "P2P" and m.group(3).startswith("P2P/MNNVL"):
+                    st.mnnvl = True
             return
         if m := _COLLNET.search(line):
-            st.kinds[f"COLLNET/{m.group(1)}"] += 1
-            st.gdr_conn[bool(m.group(3))] += 1
+            st.collnet[f"COLLNET/{m.group(1)}"] += 1
+            st.collnet_gdr[bool(m.group(3))] += 1
+            st.collnet_dev.add(int(m.group(2)))
             return
     if "NCCL version" in line and "compiled with" not in line:
         if m := _VERSION.search(line):
@@ -117,9 +142,18 @@ def _feed(st: _State, line: str) -> None:
             if m.group(1) == "external":
                 st.plugin, st.plugin_signs = m.group(2), True
             return
-    if "lugin" in line or "NET/OFI" in line:
+    if _COLLNET_REFUSED in line:
+        st.collnet_refused = True
+        return
+    if "lugin" in line or "NET/" in line:
         if m := _LOADED_PLUGIN.search(line):
             st.plugin = m.group(1)
+        elif st.plugin is None:
+            for pattern in _PLUGIN_NAMES:
+                if m := pattern.search(line):
+                    st.plugin = " ".join(m.groups())
+                    st.plugin_signs = True
+                    break
         if any(s in line for s in _PLUGIN_SIGNS):
             st.plugin_signs = True
         if "internal implementation" in line or "internal network plugin" in line:
@@ -161,6 +195,8 @@ def _feed(st: _State, line: str) -> None:
             st.nranks = max(st.nranks or 0, int(n))
     if "nNodes" in line and (m := _NNODES.search(line)):
         st.nnodes = max(st.nnodes or 0, int(m.group(1)))
+        if (mn := _MNNVL.search(line)) and not st.mnnvl:
+            st.mnnvl = mn.group(1) == "1"
     if "GDR " in line and (m := _RING_GDR.search(line)):
         st.ring_gdr.append(int(m.group(1)))
         return
@@ -177,16 +213,51 @@ def _feed(st: _State, line: str) -> None:
             st.listing_nranks = max(st.listing_nranks or 0, len(ranks))
 
 
+def _glued(line: str, k: int) -> list[str] | None:
+    """A pasted log that lost its line breaks holds several records on one line (a second record follows a
+    run of blanks, or a first one was cut and a record starts mid-line): the records, else None."""
+    parts = _RECORD_START.split(line)
+    return parts if len(parts) > 1 else None
+
+
+def _note_host(st: _State, record: str, k: int, seen: set) -> None:
+    if k > 0:
+        head = record[:k]  # "host:pid:tid [dev]" repeats on every line of a thread: look each one up once
+        if head not in seen:
+            seen.add(head)
+            if m := _PREFIX_HOST.search(record, 0, k + 11):
+                st.hosts.add(m.group(1))
+    elif "Rank" in record and (m := _RANK_HOST.search(record)):
+        st.hosts.add(m.group(1))
+
+
 def parse_lines(lines) -> dict:
     st = _State()
+    seen: set[str] = set()
     for line in lines:
         if "via " in line or any(k in line for k in _KEYS):
-            _feed(st, line.rstrip("\r\n"))
+            line = line.rstrip("\r\n")
+            k = line.find(" NCCL ")
+            if k > 0:  # the common case inline: this loop runs once per line of every rank's log
+                if (line.find("  ", 0, k) >= 0 or line.find(" NCCL ", k + 6) > 0) and \
+                        (parts := _glued(line, k)) is not None:
+                    for record in parts:
+                        _note_host(st, record, record.find(" NCCL "), seen)
+                        _feed(st, record)
+                    continue
+                if line[:k] not in seen:
+                    _note_host(st, line, k, seen)
+            elif "Rank" in line:
+                _note_host(st, line, k, seen)
+            _feed(st, line)
     return _summarize(st)
 
 
 def _summarize(st: _State) -> dict:
     unknown: dict[str, str] = {}
+    if st.collnet and not st.collnet_refused:
+        st.kinds.update(st.collnet)
+        st.gdr_conn.update(st.collnet_gdr)
 
     # version
     version = None
@@ -255,6 +326,9 @@ def _summarize(st: _State) -> dict:
 
     gdr = _gdr_verdict(st, nranks, unknown)
     transport = _transport(st, network, nranks, unknown)
+    hosts = sorted(st.hosts) or None
+    if hosts is None:
+        unknown["hosts"] = "no line carries NCCL's host:pid:tid prefix or an nccl-tests rank line"
     return {
         "nccl_version": version,
         "network": network,
@@ -271,6 +345,10 @@ def _summarize(st: _State) -> dict:
         "channels": channels,
         "nranks": nranks,
         "nnodes": st.nnodes,
+        "hosts": hosts,
+        # NCCL counts the trays of one NVLink domain (GB200 NVL72) as one node: "intra-node" then spans hosts
+        "mnnvl": st.mnnvl,
+        "collnet_refused": st.collnet_refused,
         "transport": transport,
         "unknown": {k: unknown[k] for k in FIELDS if k in unknown},
     }
@@ -327,7 +405,8 @@ def _single_node(st: _State, nranks) -> bool:
 
 
 def _transport(st: _State, network, nranks, unknown: dict) -> str | None:
-    """One word for the inter-node transport: roce, infiniband, roce+infiniband, tcp, efa, intra-node."""
+    """One word for the inter-node transport: roce, infiniband, roce+infiniband, tcp, tcpx, efa,
+    libfabric/<provider>, intra-node."""
     if st.net_names:
         names = st.net_names if len(st.net_names) == 1 else set()
         name = next(iter(names)) if names else None
@@ -336,6 +415,8 @@ def _transport(st: _State, network, nranks, unknown: dict) -> str | None:
             return None
         if name == "Socket":
             return "tcp"
+        if "TCPX" in name or name.startswith("FasTrak"):
+            return "tcpx"  # Google's GPUDirect-TCPX/TCPXO plugins: TCP on the wire, payload DMA'd to GPU memory
         if st.provider or name in ("AWS Libfabric", "OFI", "Libfabric"):
             if st.provider == "efa":
                 return "efa"
@@ -343,7 +424,7 @@ def _transport(st: _State, network, nranks, unknown: dict) -> str | None:
                 return f"libfabric/{st.provider}"
             unknown["transport"] = "the libfabric provider (efa or another) is not named in the log"
             return None
-        links = _links_used(st)
+        links = _links_used(st, st.net_dev_used)
         if links == {"RoCE"}:
             return "roce"
         if links == {"InfiniBand"}:
@@ -352,8 +433,15 @@ def _transport(st: _State, network, nranks, unknown: dict) -> str | None:
             return "roce+infiniband"
         unknown["transport"] = "the log names no device link layer, so InfiniBand and RoCE cannot be told apart"
         return None
-    if any(k.startswith("COLLNET/") for k in st.kinds) and not any(k in ("P2P", "SHM") for k in st.kinds):
-        unknown["transport"] = "only CollNet connections in the log: the network under them is not shown"
+    if any(k.startswith("COLLNET/") for k in st.kinds) and not _single_node(st, nranks):
+        # CollNet (SHARP) runs on the HCAs NCCL listed: their link layer is the transport between nodes
+        links = _links_used(st, st.collnet_dev) if st.ib_devices else set()
+        if links == {"RoCE"}:
+            return "roce"
+        if links == {"InfiniBand"}:
+            return "infiniband"
+        unknown["transport"] = ("only CollNet connections in the log, and no device list with one link layer "
+                                "shows the network under them")
         return None
     if (st.kinds or st.nvls_channels or st.nvls_lines) and _single_node(st, nranks):
         return "intra-node"
@@ -367,14 +455,14 @@ def _transport(st: _State, network, nranks, unknown: dict) -> str | None:
     return None
 
 
-def _links_used(st: _State) -> set:
+def _links_used(st: _State, used: set) -> set:
     """Link layers of the devices the network connections used (their NET device index), or of every
     listed device when an index is not known or names different devices on different hosts."""
     by_name = {}
     for d in st.ib_devices.values():
         by_name.setdefault(d["device"], set()).add(d["link_layer"])
     links = set()
-    for idx in st.net_dev_used:
+    for idx in used:
         names = st.dev_by_index.get(idx)
         if not names or any(n not in by_name for n in names):
             return {link for s in by_name.values() for link in s}

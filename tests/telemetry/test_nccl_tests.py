@@ -27,6 +27,14 @@ ROWS = {
     "alltoall_perf_old_blank_redop.txt": 34,
     "reduce_scatter_perf_old.txt": 34,
     "sendrecv_perf_issue214_excerpt.txt": 5,
+    "all_reduce_perf_issue311_info_lines_inside_table.txt": 15,
+    "all_reduce_perf_issue287_one_5090_wide_cells.txt": 25,
+    "all_reduce_perf_issue287_failed_before_first_row.txt": 0,
+    "alltoall_perf_issue355_2.17.6_failure_in_first_row.txt": 0,
+    "gather_perf_issue350_trace_lines_no_footer.txt": 11,
+    "broadcast_perf_mpi_2.18_condensed_two_runs.txt": 19,
+    "all_reduce_perf_issue182_two_runs_rows_interleaved.txt": 10,
+    "all_reduce_perf_issue167_max_min_redops_excerpt.txt": 11,
 }
 # a line that starts like a row (after a launcher prefix): size, count, a type name
 ROW_LIKE = re.compile(r"^(\[\d+,\d+\]<stdout>:|\d+: )?\s*\d+\s+\d+\s+[a-z0-9]+\s")
@@ -38,14 +46,15 @@ def test_the_fixtures_are_all_listed_with_a_source():
     readme = (TABLES / "README.md").read_text()
     assert all(f"`{name}`" in readme for name in files)
     ops = {next(iter(read(str(TABLES / name))["ops"])) for name in files}
-    assert {"all_reduce", "all_gather", "reduce_scatter", "sendrecv", "all_to_all"} <= ops
+    assert {"all_reduce", "all_gather", "reduce_scatter", "sendrecv", "all_to_all", "gather", "broadcast"} <= ops
 
 
 @pytest.mark.parametrize("name", sorted(ROWS))
 def test_every_row_of_every_fixture_is_read(name):
     text = (TABLES / name).read_text()
     result = read(str(TABLES / name))
-    assert sum(1 for line in text.splitlines() if ROW_LIKE.match(line)) == ROWS[name]
+    # a row cut short by a test failure is not a row
+    assert sum(1 for line in text.splitlines() if ROW_LIKE.match(line) and "failure" not in line) == ROWS[name]
     assert (result["rows_read"], result["rows_skipped"]) == (ROWS[name], 0)
     for op in result["ops"].values():
         for row in op["rows"]:
@@ -174,3 +183,96 @@ def test_compare_a_vendor_table_with_an_own_nccl_tests_run(tmp_path):
     with pytest.raises(CompareError, match="no collective in common"):
         compare([vendor, str(TABLES / "alltoall_perf_old_blank_redop.txt")], str(tmp_path / "none"))
     assert json.loads((tmp_path / "cmp" / "compare.json").read_text())["runs"] == [vendor, own]
+
+
+def test_failed_runs_say_where_they_failed():
+    r = read(str(TABLES / "all_reduce_perf_issue287_failed_before_first_row.txt"))
+    op = r["ops"]["all_reduce"]
+    assert r["failed"] and op["rows"] == [] and op["world_size"] == 2 and op["avg_busbw_GBps"] is None
+    assert op["failures"][0].startswith("GENOA-06: Test NCCL failure common.cu:392") and len(op["failures"]) == 6
+    assert any(n.startswith("the test failed before the first row") for n in op["notes"])
+    # the failure cuts the first row short: not a row, not a skipped row, a failure
+    r = read(str(TABLES / "alltoall_perf_issue355_2.17.6_failure_in_first_row.txt"))
+    op = r["ops"]["all_to_all"]
+    assert r["failed"] and op["rows"] == [] and op["skipped_lines"] == [] and op["world_size"] == 16
+    assert "Test CUDA failure" in op["failures"][0] and len({d["host"] for d in op["devices"]}) == 2
+    assert op["version"].startswith("2.17.6") and r["nccl_version"] == op["nccl_version"] == "2.28.7"
+
+
+def test_nccl_lines_inside_the_table_and_tables_without_footer():
+    r = read(str(TABLES / "all_reduce_perf_issue311_info_lines_inside_table.txt"))
+    op = r["ops"]["all_reduce"]
+    assert (r["world_size"], r["nccl_version"], op["avg_busbw_GBps"], op["wrong"]) == (8, "2.23.4", 8.69534, 0)
+    assert len({d["host"] for d in op["devices"]}) == 4 and op["rows"][-1]["size"] == 4294967296
+    assert op["rows"][-1]["in_place"] == {"time_us": 347314.0, "algbw_GBps": 12.37, "busbw_GBps": 21.64, "wrong": 0}
+    r = read(str(TABLES / "gather_perf_issue350_trace_lines_no_footer.txt"))
+    op = r["ops"]["gather"]
+    assert op["rows"][-1]["size"] == 11408506880 and {row["root"] for row in op["rows"]} == {0}
+    assert {row["redop"] for row in op["rows"]} == {"none"} and r["redop"] is None and r["nccl_version"] == "2.16.5"
+    assert op["avg_busbw_source"] == "mean of the rows' busbw (no footer)"
+    assert any("cut short" in n for n in op["notes"]) and not r["failed"]
+    r = read(str(TABLES / "all_reduce_perf_issue287_one_5090_wide_cells.txt"))
+    op = r["ops"]["all_reduce"]
+    assert op["rows"][-1]["in_place"]["algbw_GBps"] == 1777718.25 and op["avg_busbw_GBps"] == 0.0
+    assert r["world_size"] == 1 and op["avg_busbw_source"] == "footer"
+
+
+def test_broadcast_runs_in_a_condensed_layout():
+    r = read(str(TABLES / "broadcast_perf_mpi_2.18_condensed_two_runs.txt"))
+    assert list(r["ops"]) == ["broadcast", "broadcast_2"]
+    first, second = r["ops"]["broadcast"], r["ops"]["broadcast_2"]
+    assert (first["avg_busbw_GBps"], second["avg_busbw_GBps"]) == (1.85032, 0.276277)  # "1.85032 GB/s"
+    assert first["params"] == {"nThread": 1, "nGpus": 1, "minBytes": 32768, "maxBytes": 134217728,
+                               "warmup_iters": 5, "iters": 20, "step": 2, "step_kind": "factor"}
+    assert first["rows"][0] == {"size": 32768, "count": 8192, "type": "float", "redop": "none", "root": 0,
+                                "out_of_place": {"time_us": 37.46, "algbw_GBps": 0.87, "busbw_GBps": 0.87, "wrong": 0},
+                                "in_place": {"time_us": 133.79, "algbw_GBps": 0.24, "busbw_GBps": 0.24, "wrong": 0}}
+    assert r["nccl_version"] == "2.29.7" and r["world_size"] == 2
+
+
+@pytest.mark.parametrize("name", ["all_reduce_perf_issue311_info_lines_inside_table.txt",
+                                  "all_reduce_perf_mpi_tagged_2.18.txt"])
+def test_windows_line_endings_read_the_same(name, tmp_path):
+    text = (TABLES / name).read_text()
+    crlf = tmp_path / name
+    crlf.write_bytes(text.replace("\n", "\r\n").encode())
+    a, b = read(str(TABLES / name)), read(str(crlf))
+    assert a["ops"] == b["ops"] and a["rows_read"] == b["rows_read"] > 0
+
+
+def test_rows_without_their_header_and_mixed_runs():
+    r = read(str(TABLES / "all_reduce_perf_issue182_two_runs_rows_interleaved.txt"))
+    op = r["ops"]["all_reduce"]
+    assert [row["size"] for row in op["rows"]][5:8] == [256, 8, 512]
+    assert any(n.startswith("no column header") for n in op["notes"])
+    assert any(n.startswith("sizes go back (256 B, then 8 B)") for n in op["notes"])
+    # -o all: each reduction restarts the sizes, which is not a mixed run; no single redop for the file
+    r = read(str(TABLES / "all_reduce_perf_issue167_max_min_redops_excerpt.txt"))
+    op = r["ops"]["all_reduce"]
+    assert [row["redop"] for row in op["rows"]].count("min") == 5 and r["redop"] is None and r["dtype"] == "float32"
+    assert not any(n.startswith("sizes go back") for n in op["notes"])
+
+
+def test_comment_lines_that_lost_their_hash():
+    # NVIDIA/nccl#583, comment of 2021-10-19, as the issue shows it (GitHub turned "# ..." lines into
+    # headings, so the pasted output has no '#'); the stored copy ends after the column header
+    text = """mpirun -np 8 all_reduce_perf -b 32 -f 2 -e 8G
+ nThread 1 nGpus 1 minBytes 32 maxBytes 8589934592 step: 2(factor) warmup iters: 5       iters: 20 validation: 1 single_test: 0 test_buffer_kind: 2
+
+ Using devices
+   Rank  0 Pid 1821213 on AI-A100-Beethoven01 device  0 [0x00] NVIDIA A100-SXM4-40GB
+   Rank  1 Pid 1821214 on AI-A100-Beethoven01 device  1 [0x00] NVIDIA A100-SXM4-40GB
+   Rank  2 Pid 1821215 on AI-A100-Beethoven01 device  2 [0x00] NVIDIA A100-SXM4-40GB
+   Rank  3 Pid 1821216 on AI-A100-Beethoven01 device  3 [0x00] NVIDIA A100-SXM4-40GB
+   Rank  4 Pid 1821217 on AI-A100-Beethoven01 device  4 [0x00] NVIDIA A100-SXM4-40GB
+   Rank  5 Pid 1821218 on AI-A100-Beethoven01 device  5 [0x00] NVIDIA A100-SXM4-40GB
+   Rank  6 Pid 1821219 on AI-A100-Beethoven01 device  6 [0x00] NVIDIA A100-SXM4-40GB
+   Rank  7 Pid 1821223 on AI-A100-Beethoven01 device  7 [0x00] NVIDIA A100-SXM4-40GB
+
+                                                     out-of-place                       in-place
+       size         count    type   redop     time   algbw   busbw  error     time   algbw   busbw  error
+"""
+    r = parse(text)
+    op = r["ops"]["all_reduce"]
+    assert r["world_size"] == 8 and op["devices"][7]["pid"] == 1821223 and op["test"] == "all_reduce_perf"
+    assert op["params"]["maxBytes"] == 8589934592 and op["params"]["validation"] == 1 and op["rows"] == []
