@@ -125,7 +125,7 @@ TELEMETRY_EXPORTS = EXPORT_KINDS
 
 @dataclass
 class FabricConfig:
-    expect: Literal["any", "roce", "infiniband", "efa", "tcp", "intra-node"] = "any"
+    expect: Literal["any", "roce", "infiniband", "efa", "tcp", "tcpx", "intra-node"] = "any"
     # NCCL only: NVLink/P2P, shared memory and NVLS off before the process group starts, so that every byte
     # crosses the network; the NCCL log is then checked for channels that still went via P2P/SHM
     force_network: bool = False

@@ -6,7 +6,7 @@ Shared by the evaluation runner (a verdict per run, exit 3 on a mismatch) and `t
 from __future__ import annotations
 
 # transport words a claim may use; anything else names an interface or HCA (eth0, fab0, mlx5_0)
-TRANSPORTS = ("ib", "infiniband", "roce", "efa", "socket", "tcp", "intra-node")
+TRANSPORTS = ("ib", "infiniband", "roce", "efa", "socket", "tcp", "tcpx", "intra-node")
 _SYNONYMS = {"ib": "infiniband", "socket": "tcp"}
 _DETECTED_AS = {"loopback": "intra-node", "none (single process)": "intra-node"}
 

@@ -13,7 +13,7 @@ from telemetry.capture.counters import list_hcas, list_interfaces
 from telemetry.capture.environment import host_info, redacted_env
 from telemetry.capture.nccl_log import parse_dir
 
-EXPECTATIONS = ("any", "roce", "infiniband", "efa", "tcp", "intra-node")
+EXPECTATIONS = ("any", "roce", "infiniband", "efa", "tcp", "tcpx", "intra-node")
 NCCL_LOG_PATTERN = "nccl.%h.%p.log"
 _SIOCGIFADDR = 0x8915
 
