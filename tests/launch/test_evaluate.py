@@ -64,7 +64,7 @@ def test_every_problem_is_one_line_naming_its_key(tmp_path):
         "launcher: got 'slrum'; did you mean 'slurm'? allowed: local, lab, slurm",
         "repeats: got 0; expected an integer >= 1",
         "variants[0].expect_transport: got 'rcoe'; did you mean 'roce'? expected one of ib, infiniband, roce, efa, "
-        "socket, tcp, intra-node, or an interface name such as eth0 or fab0",
+        "socket, tcp, tcpx, intra-node, or an interface name such as eth0 or fab0",
         "variants[0].lab: only with launcher lab (got launcher local); a variant on real hosts differs by env or hosts",
         "variants[0].hosts: only with launcher slurm (a host list picks the allocation's nodes; got launcher local)",
         "variants[1].env: '1BAD' is not an environment variable name (letters, digits, '_')",
