@@ -221,7 +221,8 @@ def main(argv: list[str] | None = None) -> int:
         elif rows and rows[-1].get("t_typical_us") is not None:  # a latency test
             figure = f"{rows[-1]['bytes']} B: typical {rows[-1]['t_typical_us']} us, 99.9% {rows[-1].get('p99_9_us')} us"
         else:
-            figure = link.get("parse_error") or "no result"
+            why = ((link.get("result") or {}).get("reasons") or {}).get("received_bps")
+            figure = link.get("parse_error") or (f"no rate: {why}" if why else "no result")
         print(f"link {link['index']} {link['device'] or args.server_addr}:{link['port']}: {figure}")
     if result["aggregate_gbps"] is not None and len(result["links"]) > 1:
         print(f"all links at once: {result['aggregate_gbps']:.3f} Gb/s")
