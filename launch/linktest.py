@@ -136,7 +136,8 @@ def run_links(args) -> dict:
         gbps = _link_gbps(link.get("result"))
         link["line_rate_gbps"], link["line_rate_source"] = line_rate_gbps(args, link["device"])
         link["gbps"] = gbps
-        link["percent_of_line"] = lt.percent_of_line(gbps, link["line_rate_gbps"])
+        both_ways = 2 if (link.get("result") or {}).get("bidirectional") else 1  # -b adds the two directions
+        link["percent_of_line"] = lt.percent_of_line(gbps, link["line_rate_gbps"] and link["line_rate_gbps"] * both_ways)
     total = [link["gbps"] for link in links if link["gbps"] is not None]
     return {"tool": args.tool, "server": args.server, "client": args.client, "server_addr": args.server_addr,
             "started": started, "duration_s": args.duration, "links": links,

@@ -9,6 +9,8 @@ perftest prints one table per run: bandwidth tests (`ib_write_bw`, `ib_read_bw`,
 and, with -D (a duration), `t_avg[usec]  tps average`. Latency columns are printed with "%.2f" and no
 guaranteed space, so wide values run together ("2465.901216.65"): they are split at two decimals.
 Every bandwidth figure here is in Gb/s (10^9 bits per second), so lines of different units compare.
+A bidirectional run (-b, title "... Bidirectional BW Test") reports both directions added: 'bidirectional'
+says so, and such a figure is compared with twice the line rate.
 
 No torch here: analysis modules run where only the run directory is.
 """
@@ -99,6 +101,7 @@ def parse_perftest(text: str) -> dict:
     return {"tool": "perftest", "test": title, "kind": "latency" if latency else "bandwidth",
             "device": settings.get("Device"), "link_type": settings.get("Link type"),
             "connection": settings.get("Connection type"), "mtu": _mtu(settings.get("Mtu")),
+            "qps": _int(settings.get("Number of qps")), "bidirectional": "Bidirectional" in (title or ""),
             "bw_unit": units.get("BW_average"), "rows": rows}
 
 
@@ -107,6 +110,10 @@ def _said(text: str) -> str:
     lines = [ln.strip() for ln in text.splitlines() if _FAILURE.search(ln) and not ln.lstrip().startswith("#")]
     said = " | ".join(dict.fromkeys(lines))
     return f"; perftest said: {said[:300]}" if said else ""
+
+
+def _int(value) -> int | None:
+    return value if isinstance(value, int) else int(value) if str(value or "").strip().isdigit() else None
 
 
 def _mtu(value) -> int | None:
@@ -176,8 +183,9 @@ def parse_perftest_json(text: str, report_gbits: bool) -> dict:
             row["bw_peak_gbps"] = None
     return {"tool": "perftest", "test": info.get("test"), "kind": "latency" if latency else "bandwidth",
             "device": info.get("Device"), "link_type": info.get("Link_type"),
-            "connection": info.get("Connection_type"), "mtu": _mtu(info.get("Mtu")), "bw_unit": None if latency else unit,
-            "rows": [row]}
+            "connection": info.get("Connection_type"), "mtu": _mtu(info.get("Mtu")),
+            "qps": _int(info.get("Number_of_qps")), "bidirectional": "Bidirectional" in str(info.get("test") or ""),
+            "bw_unit": None if latency else unit, "rows": [row]}
 
 
 def _iperf3_json(report: str | dict) -> dict:

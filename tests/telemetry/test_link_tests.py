@@ -169,3 +169,13 @@ def test_iperf3_314_udp_reverse_and_a_tcp_sender_without_retransmit_counts():
     tcp = lt.parse_iperf3(read("iperf3_tcp_314_macos_no_retransmits.json"))
     assert tcp["received_bps"] == pytest.approx(204737447.4407) and tcp["duration_s"] == 10
     assert tcp["retransmits"] is None and "no retransmission count" in tcp["reasons"]["retransmits"]
+
+
+def test_bidirectional_four_qp_table_from_a_2026_perftest():
+    r = lt.parse_perftest(read("perftest_write_bw_bidir_4qp_ionic_amd.txt"))
+    assert r["test"] == "RDMA_Write Bidirectional BW Test" and r["bidirectional"] and r["qps"] == 4
+    assert r["device"] == "ionic_7" and r["mtu"] == 4096 and r["link_type"] == "Ethernet" and len(r["rows"]) == 23
+    assert r["rows"][0]["bw_peak_gbps"] == 0.147331 and r["rows"][-1] == {
+        "bytes": 8388608, "iterations": 20000, "bw_peak_gbps": 779.21, "bw_avg_gbps": 779.21, "msg_rate_mpps": 0.011611}
+    one_way = lt.parse_perftest(read("perftest_write_bw_bnxt_3qp_scc24.txt"))
+    assert one_way["bidirectional"] is False and one_way["qps"] == 3
