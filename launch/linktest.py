@@ -221,6 +221,8 @@ def main(argv: list[str] | None = None) -> int:
                                                   else " (line rate unknown)")
         elif rows and rows[-1].get("t_typical_us") is not None:  # a latency test
             figure = f"{rows[-1]['bytes']} B: typical {rows[-1]['t_typical_us']} us, 99.9% {rows[-1].get('p99_9_us')} us"
+        elif rows and rows[-1].get("t_avg_us") is not None:  # a latency test run for a duration (-D)
+            figure = f"{rows[-1]['bytes']} B: average {rows[-1]['t_avg_us']} us (run for a duration: no percentiles)"
         else:
             why = ((link.get("result") or {}).get("reasons") or {}).get("received_bps")
             figure = link.get("parse_error") or (f"no rate: {why}" if why else "no result")

@@ -179,3 +179,11 @@ def test_bidirectional_four_qp_table_from_a_2026_perftest():
         "bytes": 8388608, "iterations": 20000, "bw_peak_gbps": 779.21, "bw_avg_gbps": 779.21, "msg_rate_mpps": 0.011611}
     one_way = lt.parse_perftest(read("perftest_write_bw_bnxt_3qp_scc24.txt"))
     assert one_way["bidirectional"] is False and one_way["qps"] == 3
+
+
+def test_latency_run_for_a_duration_after_container_noise():
+    """-D leaves t_avg and tps only; FreeFlow's and mlx4's lines before the table (one says "failed") are
+    not the test failing."""
+    r = lt.parse_perftest(read("perftest_send_lat_duration_freeflow.txt"))
+    assert r["kind"] == "latency" and r["device"] == "mlx4_0" and r["link_type"] == "IB" and r["mtu"] == 2048
+    assert r["rows"] == [{"bytes": 2, "iterations": 1289984, "t_avg_us": 3.88, "tps_average": 128993.46}]
