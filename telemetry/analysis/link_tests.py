@@ -29,6 +29,7 @@ _HEADER_WORDS = (("BW peak", "BW_peak"), ("BW average", "BW_average"), ("99.9% p
 _TITLE = re.compile(r"^\s*(\S.*?(?:BW|Latency) Test)\s*$")
 _FIELD = re.compile(r"^\s*([A-Za-z][\w.* ]*?)\s*:\s*(\S[^:\t]*?)\s*(?:\t|$)")
 _TWO_DECIMALS = re.compile(r"-?\d+\.\d{2}")
+_QUOTE = re.compile(r"^(?:[ \t]*>)+ ?")
 # what perftest prints when a run fails ("Couldn't connect to ...", "Failed to modify QP ... to RTR",
 # "Unable to Connect the HCA's through the link", "ethernet_read_keys: Couldn't read remote address")
 _FAILURE = re.compile(r"couldn'?t|unable|failed|failure|error|cannot|can't|not supported|invalid", re.I)
@@ -49,7 +50,8 @@ def _columns(header: str) -> list[tuple[str, str | None]]:
 
 
 def _row_values(line: str, ncols: int, latency: bool) -> list[float] | None:
-    tokens = line.split()
+    tokens = [t.strip("*`") for t in line.split()]  # a figure pasted with markdown emphasis (**5544.28**)
+    tokens = [t for t in tokens if t]
     if len(tokens) < 2 or not tokens[0].isdigit():
         return None
     if len(tokens) == ncols:
@@ -69,6 +71,7 @@ def parse_perftest(text: str) -> dict:
     the text holds no perftest result table."""
     title, settings, rows, columns, latency = None, {}, [], None, False
     for line in text.splitlines():
+        line = _QUOTE.sub("", line)  # output quoted in an e-mail or issue reply ("> ")
         if columns is None:
             m = _TITLE.match(line)
             if m and title is None:
@@ -84,9 +87,9 @@ def parse_perftest(text: str) -> dict:
                 if f and title is not None:
                     settings.setdefault(f.group(1).strip(), f.group(2).strip())
             continue
-        if line.strip().startswith("---"):
+        if line.strip().startswith("---") or (rows and line.lstrip().startswith("#bytes")):
             if rows:
-                break
+                break  # the table ends at its closing line, or where another run's table begins
             continue
         values = _row_values(line, len(columns), latency)
         if values is not None:

@@ -187,3 +187,15 @@ def test_latency_run_for_a_duration_after_container_noise():
     r = lt.parse_perftest(read("perftest_send_lat_duration_freeflow.txt"))
     assert r["kind"] == "latency" and r["device"] == "mlx4_0" and r["link_type"] == "IB" and r["mtu"] == 2048
     assert r["rows"] == [{"bytes": 2, "iterations": 1289984, "t_avg_us": 3.88, "tps_average": 128993.46}]
+
+
+def test_tables_as_people_paste_them_into_issues():
+    """Quoted with '> ' in a reply, or with a figure in markdown bold: the numbers are the tool's."""
+    quoted = lt.parse_perftest(read("perftest_write_bw_quoted_issue132.txt"))
+    assert quoted["test"] == "RDMA_Write BW Test" and quoted["device"] == "mlx5_0" and quoted["mtu"] == 4096
+    assert [r["bytes"] for r in quoted["rows"]] == [2, 4, 8] and quoted["rows"][-1]["bw_avg_gbps"] == 0.17
+    bold = lt.parse_perftest(read("perftest_send_bw_markdown_bold_issue65.txt"))
+    # two runs pasted one after the other: the first table only, not one table of both
+    assert bold["rows"] == [{"bytes": 1024, "iterations": 1000, "bw_peak_gbps": None,
+                             "bw_avg_gbps": pytest.approx(5544.28 * 2**20 * 8 / 1e9), "msg_rate_mpps": 5.677340}]
+    assert bold["device"] is None and bold["test"] is None  # the issue did not include the settings
