@@ -136,7 +136,8 @@ def run_links(args) -> dict:
         gbps = _link_gbps(link.get("result"))
         link["line_rate_gbps"], link["line_rate_source"] = line_rate_gbps(args, link["device"])
         link["gbps"] = gbps
-        link["percent_of_line"] = lt.percent_of_line(gbps, link["line_rate_gbps"])
+        both_ways = 2 if (link.get("result") or {}).get("bidirectional") else 1  # -b adds the two directions
+        link["percent_of_line"] = lt.percent_of_line(gbps, link["line_rate_gbps"] and link["line_rate_gbps"] * both_ways)
     total = [link["gbps"] for link in links if link["gbps"] is not None]
     return {"tool": args.tool, "server": args.server, "client": args.client, "server_addr": args.server_addr,
             "started": started, "duration_s": args.duration, "links": links,
@@ -220,8 +221,11 @@ def main(argv: list[str] | None = None) -> int:
                                                   else " (line rate unknown)")
         elif rows and rows[-1].get("t_typical_us") is not None:  # a latency test
             figure = f"{rows[-1]['bytes']} B: typical {rows[-1]['t_typical_us']} us, 99.9% {rows[-1].get('p99_9_us')} us"
+        elif rows and rows[-1].get("t_avg_us") is not None:  # a latency test run for a duration (-D)
+            figure = f"{rows[-1]['bytes']} B: average {rows[-1]['t_avg_us']} us (run for a duration: no percentiles)"
         else:
-            figure = link.get("parse_error") or "no result"
+            why = ((link.get("result") or {}).get("reasons") or {}).get("received_bps")
+            figure = link.get("parse_error") or (f"no rate: {why}" if why else "no result")
         print(f"link {link['index']} {link['device'] or args.server_addr}:{link['port']}: {figure}")
     if result["aggregate_gbps"] is not None and len(result["links"]) > 1:
         print(f"all links at once: {result['aggregate_gbps']:.3f} Gb/s")

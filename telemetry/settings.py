@@ -29,7 +29,7 @@ class TelemetrySettings:
     # whole-server power from each host's BMC (telemetry/capture/bmc_power.py): "ipmitool", a Redfish address
     # (https://bmc-host), or None. Credentials: FABRIC_HARNESS_BMC_USER / FABRIC_HARNESS_BMC_PASSWORD, never here
     bmc: str | None = None
-    bmc_chassis: str | None = None  # Redfish chassis Id; None: the first one the BMC lists
+    bmc_chassis: str | None = None  # Redfish chassis Id; None: the first one the BMC lists with a power reading
     bmc_sample_interval_s: float = 1.0
     ethtool: bool = True  # PFC pause and port discard counters from ethtool -S (telemetry/capture/congestion.py)
     # switch counters: a Prometheus text endpoint (http://...) read before and after the run (rank 0); deltas in run.json

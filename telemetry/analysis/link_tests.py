@@ -9,6 +9,8 @@ perftest prints one table per run: bandwidth tests (`ib_write_bw`, `ib_read_bw`,
 and, with -D (a duration), `t_avg[usec]  tps average`. Latency columns are printed with "%.2f" and no
 guaranteed space, so wide values run together ("2465.901216.65"): they are split at two decimals.
 Every bandwidth figure here is in Gb/s (10^9 bits per second), so lines of different units compare.
+A bidirectional run (-b, title "... Bidirectional BW Test") reports both directions added: 'bidirectional'
+says so, and such a figure is compared with twice the line rate.
 
 No torch here: analysis modules run where only the run directory is.
 """
@@ -27,6 +29,10 @@ _HEADER_WORDS = (("BW peak", "BW_peak"), ("BW average", "BW_average"), ("99.9% p
 _TITLE = re.compile(r"^\s*(\S.*?(?:BW|Latency) Test)\s*$")
 _FIELD = re.compile(r"^\s*([A-Za-z][\w.* ]*?)\s*:\s*(\S[^:\t]*?)\s*(?:\t|$)")
 _TWO_DECIMALS = re.compile(r"-?\d+\.\d{2}")
+_QUOTE = re.compile(r"^(?:[ \t]*>)+ ?")
+# what perftest prints when a run fails ("Couldn't connect to ...", "Failed to modify QP ... to RTR",
+# "Unable to Connect the HCA's through the link", "ethernet_read_keys: Couldn't read remote address")
+_FAILURE = re.compile(r"couldn'?t|unable|failed|failure|error|cannot|can't|not supported|invalid", re.I)
 
 
 class ParseError(InputError, ValueError):
@@ -44,7 +50,8 @@ def _columns(header: str) -> list[tuple[str, str | None]]:
 
 
 def _row_values(line: str, ncols: int, latency: bool) -> list[float] | None:
-    tokens = line.split()
+    tokens = [t.strip("*`") for t in line.split()]  # a figure pasted with markdown emphasis (**5544.28**)
+    tokens = [t for t in tokens if t]
     if len(tokens) < 2 or not tokens[0].isdigit():
         return None
     if len(tokens) == ncols:
@@ -64,6 +71,7 @@ def parse_perftest(text: str) -> dict:
     the text holds no perftest result table."""
     title, settings, rows, columns, latency = None, {}, [], None, False
     for line in text.splitlines():
+        line = _QUOTE.sub("", line)  # output quoted in an e-mail or issue reply ("> ")
         if columns is None:
             m = _TITLE.match(line)
             if m and title is None:
@@ -79,22 +87,44 @@ def parse_perftest(text: str) -> dict:
                 if f and title is not None:
                     settings.setdefault(f.group(1).strip(), f.group(2).strip())
             continue
-        if line.strip().startswith("---"):
+        if line.strip().startswith("---") or (rows and line.lstrip().startswith("#bytes")):
             if rows:
-                break
+                break  # the table ends at its closing line, or where another run's table begins
             continue
         values = _row_values(line, len(columns), latency)
         if values is not None:
             rows.append(_row(columns, values))
     if columns is None:
-        raise ParseError("no perftest result table (a line starting '#bytes') in the text")
+        where = (f"; the {title} settings are here but no table: perftest prints some results (ib_read_*) on the "
+                 "client only, read the client's output" if title and not _said(text) else "")
+        raise ParseError("no perftest result table (a line starting '#bytes') in the text" + where + _said(text))
     if not rows:
-        raise ParseError("perftest printed a result header but no result rows (did the test fail?)")
+        raise ParseError("perftest printed a result header but no result rows (did the test fail?)" + _said(text))
     units = {name: unit for name, unit in columns if unit}
     return {"tool": "perftest", "test": title, "kind": "latency" if latency else "bandwidth",
             "device": settings.get("Device"), "link_type": settings.get("Link type"),
-            "connection": settings.get("Connection type"), "mtu": settings.get("Mtu"),
+            "connection": settings.get("Connection type"), "mtu": _mtu(settings.get("Mtu")),
+            "qps": _int(settings.get("Number of qps")), "bidirectional": "Bidirectional" in (title or ""),
             "bw_unit": units.get("BW_average"), "rows": rows}
+
+
+def _said(text: str) -> str:
+    """perftest's own failure lines, for the error message: '; perftest said: ...' or ''."""
+    lines = [ln.strip() for ln in text.splitlines() if _FAILURE.search(ln) and not ln.lstrip().startswith("#")]
+    said = " | ".join(dict.fromkeys(lines))
+    return f"; perftest said: {said[:300]}" if said else ""
+
+
+def _int(value) -> int | None:
+    return value if isinstance(value, int) else int(value) if str(value or "").strip().isdigit() else None
+
+
+def _mtu(value) -> int | None:
+    """Mtu as bytes: '4096[B]' in the table's settings, 4096 in --out_json."""
+    if isinstance(value, int):
+        return value
+    m = re.match(r"\s*(\d+)", str(value or ""))
+    return int(m.group(1)) if m else None
 
 
 def _row(columns: list[tuple[str, str | None]], values: list[float]) -> dict:
@@ -156,15 +186,32 @@ def parse_perftest_json(text: str, report_gbits: bool) -> dict:
             row["bw_peak_gbps"] = None
     return {"tool": "perftest", "test": info.get("test"), "kind": "latency" if latency else "bandwidth",
             "device": info.get("Device"), "link_type": info.get("Link_type"),
-            "connection": info.get("Connection_type"), "mtu": info.get("Mtu"), "bw_unit": None if latency else unit,
-            "rows": [row]}
+            "connection": info.get("Connection_type"), "mtu": _mtu(info.get("Mtu")),
+            "qps": _int(info.get("Number_of_qps")), "bidirectional": "Bidirectional" in str(info.get("test") or ""),
+            "bw_unit": None if latency else unit, "rows": [row]}
+
+
+def _iperf3_json(report: str | dict) -> dict:
+    """The report as a dict. Text before the JSON object is skipped: captured terminals leave escape
+    sequences there ("^[[F{"), some builds a warning line."""
+    if isinstance(report, dict):
+        return report
+    start = report.find("{")
+    if start < 0:
+        raise ParseError("not an iperf3 -J report: no JSON object in the text")
+    try:
+        data, _ = json.JSONDecoder().raw_decode(report[start:])
+    except json.JSONDecodeError as exc:
+        raise ParseError(f"iperf3 -J output is not JSON: {exc}") from None
+    return data
 
 
 def parse_iperf3(report: str | dict) -> dict:
     """iperf3 -J: throughput the receiver saw (what a link test reports), the sender's, TCP
     retransmissions, and for --bidir the reverse direction; UDP adds loss and jitter. An iperf3 that
-    failed writes {"error": ...}: that comes back as the 'error' field, with the rates None."""
-    data = json.loads(report) if isinstance(report, str) else report
+    failed writes {"error": ...}: that comes back as the 'error' field, with the rates None. A figure
+    that is None while the report has a section for it says why in 'reasons'."""
+    data = _iperf3_json(report)
     if not isinstance(data, dict) or ("end" not in data and "error" not in data):
         raise ParseError("not an iperf3 -J report: no 'end' or 'error' member")
     start = data.get("start") or {}
@@ -177,12 +224,25 @@ def parse_iperf3(report: str | dict) -> dict:
            # test_start.bidir appeared after 3.12; the reverse sums are there whenever --bidir ran
            "bidir": bool(test.get("bidir")) or "sum_received_bidir_reverse" in end,
            "error": data.get("error")}
+    reasons: dict[str, str] = {}
+    if not out["duration_s"] and (test.get("bytes") or test.get("blocks")):
+        out["duration_s"] = None  # iperf3 writes 0 when the test ran to an amount (-n, -k), not for a time
+        reasons["duration_s"] = (f"the test ran to a byte count (-n {test['bytes']})" if test.get("bytes") else
+                                 f"the test ran to a block count (-k {test['blocks']})")
     sent, received = end.get("sum_sent"), end.get("sum_received")
     if protocol == "UDP" and received is None:  # iperf3 before 3.10: one UDP 'sum', from the receiver's counts
         received = sent = end.get("sum")
     out["received_bps"] = _bps(received)
     out["sent_bps"] = _bps(sent)
+    if protocol == "TCP" and _zero_of_sent(received, sent):
+        # TCP delivered what was sent; a receiver total of 0 means the server's report did not cover the
+        # transfer (seen with -n on short tests), not a rate of 0
+        out["received_bps"] = None
+        reasons["received_bps"] = (f"the server reported 0 bytes received of the {sent['bytes']} bytes sent: its "
+                                   "totals did not cover the transfer; sent_bps is the sender's rate")
     out["retransmits"] = (sent or {}).get("retransmits") if protocol == "TCP" else None
+    if protocol == "TCP" and sent and out["retransmits"] is None:
+        reasons["retransmits"] = "the sending side's iperf3 reported no retransmission count (none on macOS or BSD)"
     out["seconds"] = (received or sent or {}).get("seconds")
     if protocol == "UDP":
         loss_src = received or {}
@@ -194,7 +254,15 @@ def parse_iperf3(report: str | dict) -> dict:
         out["reverse_received_bps"] = _bps(end.get("sum_received_bidir_reverse"))
         out["reverse_sent_bps"] = _bps(end.get("sum_sent_bidir_reverse"))
         out["reverse_retransmits"] = (end.get("sum_sent_bidir_reverse") or {}).get("retransmits")
+        if protocol == "TCP" and _zero_of_sent(end.get("sum_received_bidir_reverse"), end.get("sum_sent_bidir_reverse")):
+            out["reverse_received_bps"] = None
+            reasons["reverse_received_bps"] = "the reverse receiver reported 0 bytes of the bytes sent to it"
+    out["reasons"] = reasons
     return out
+
+
+def _zero_of_sent(received: dict | None, sent: dict | None) -> bool:
+    return bool(received and sent and received.get("bytes") == 0 and (sent.get("bytes") or 0) > 0)
 
 
 def _bps(section: dict | None) -> float | None:

@@ -42,19 +42,32 @@ _WATTS = {"instantaneous_w": r"Instantaneous power reading:\s*(\d+)\s*Watts",
 
 def parse_dcmi_power(text: str) -> dict:
     """`ipmitool dcmi power reading` as numbers. Searched over the whole text, not line by line: since
-    ipmitool 1.8.19 the timestamp has no newline and `Sampling period` follows on the same line."""
+    ipmitool 1.8.19 the timestamp has no newline and `Sampling period` follows on the same line.
+
+    A reading of 0 W is no reading (a running server draws power): BMCs without a power sensor behind DCMI
+    answer 0 for everything, usually with the state deactivated. Those figures come back None, and
+    'reason' says why."""
     out: dict = {}
     for key, pattern in _WATTS.items():
         m = re.search(pattern, text)
         out[key] = float(m.group(1)) if m else None
     if out["instantaneous_w"] is None:
-        raise BmcError("ipmitool printed no 'Instantaneous power reading' (does this BMC support DCMI power?)")
+        said = " | ".join(ln.strip() for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#"))
+        raise BmcError("ipmitool printed no 'Instantaneous power reading' (does this BMC support DCMI power?)"
+                       + (f"; it said: {said[:300]}" if said else ""))
     m = re.search(r"Sampling period:\s*(\d+)\s*Seconds", text)
     out["sampling_period_s"] = int(m.group(1)) if m else None
     m = re.search(r"IPMI timestamp:\s*(.*?)(?:\s{2,}Sampling period|\s*$)", text, re.M)
     out["timestamp"] = m.group(1).strip() if m and m.group(1).strip() else None
     m = re.search(r"Power reading state is:[ \t]*(\w+)", text)
     out["state"] = m.group(1) if m else None
+    out["reason"] = None
+    if out["instantaneous_w"] == 0:
+        for key in _WATTS:
+            if out[key] == 0:
+                out[key] = None
+        out["reason"] = ("the BMC reports 0 W" + (f" with power reading {out['state']}" if out["state"] else "") +
+                         ": it has no power sensor behind DCMI, not a server drawing nothing")
     return out
 
 
@@ -76,6 +89,8 @@ class IpmitoolSource:
         if proc.returncode != 0:
             raise BmcError(f"ipmitool dcmi power reading failed: {(proc.stderr or proc.stdout).strip()[:200]}")
         r = parse_dcmi_power(proc.stdout)
+        if r["instantaneous_w"] is None:  # counted as a failed read by the sampler, never a sample of 0 W
+            raise BmcError(f"ipmitool dcmi power reading: {r['reason']}")
         return {"watts": r["instantaneous_w"], "energy_j": None}
 
 
@@ -105,9 +120,14 @@ def power_from_power(doc: dict) -> dict:
     return {"watts": float(w) if isinstance(w, (int, float)) else None, "energy_j": None}
 
 
+class _NoReading(BmcError):
+    """A chassis that answers but links no power reading; the message says what it has instead."""
+
+
 class RedfishSource:
     """One chassis' power over Redfish. `base` is the BMC's address (https://bmc or http://127.0.0.1:port);
-    `chassis` the chassis Id, or None for the first member of /redfish/v1/Chassis."""
+    `chassis` the chassis Id, or None for the first member of /redfish/v1/Chassis that has a power reading
+    (an enclosure, a GPU baseboard or the BMC itself may come first and have none)."""
     kind = "redfish"
 
     def __init__(self, base: str, chassis: str | None = None, session=None):
@@ -121,8 +141,11 @@ class RedfishSource:
         verify = os.environ.get(VERIFY_ENV)  # a CA bundle path, or 0 for a BMC's self-signed certificate
         # given with each request: a session-wide setting loses to REQUESTS_CA_BUNDLE in the environment
         self.verify = None if verify is None else False if verify in ("0", "false", "no") else verify
-        self.chassis = chassis or self._first_chassis()
-        self.path, self._parse = self._pick_resource()
+        if chassis:
+            self.chassis = chassis
+            self.path, self._parse = self._pick_resource(chassis)
+        else:
+            self.chassis, self.path, self._parse = self._first_chassis_with_power()
 
     def _get(self, path: str) -> dict:
         import requests
@@ -144,29 +167,41 @@ class RedfishSource:
         except ValueError:
             raise BmcError(f"Redfish {redact_url(self.base)}{path}: the answer is not JSON") from None
 
-    def _first_chassis(self) -> str:
+    def _first_chassis_with_power(self):
         members = self._get("/redfish/v1/Chassis").get("Members") or []
         if not members:
             raise BmcError(f"Redfish {redact_url(self.base)}: /redfish/v1/Chassis lists no chassis")
-        return members[0]["@odata.id"].rstrip("/").rsplit("/", 1)[-1]
+        tried = []
+        for member in members:
+            cid = member["@odata.id"].rstrip("/").rsplit("/", 1)[-1]
+            try:
+                return (cid, *self._pick_resource(cid))
+            except _NoReading as exc:
+                tried.append(f"{cid} ({exc})")
+        raise BmcError(f"Redfish {redact_url(self.base)}: no chassis has a power reading: " + "; ".join(tried)
+                       + "; name one with telemetry.bmc_chassis if this is wrong")
 
-    def _pick_resource(self):
+    def _pick_resource(self, chassis_id: str):
         """The newest power resource the chassis links to that holds a reading."""
-        root = f"/redfish/v1/Chassis/{self.chassis}"
+        root = f"/redfish/v1/Chassis/{chassis_id}"
         chassis = self._get(root)
         link = lambda name, default: ((chassis.get(name) or {}).get("@odata.id") or default)  # noqa: E731
-        candidates = []
+        missing = []
         if "EnvironmentMetrics" in chassis:
-            candidates.append((link("EnvironmentMetrics", root + "/EnvironmentMetrics"), power_from_environment_metrics))
+            if power_from_environment_metrics(self._get(link("EnvironmentMetrics", root + "/EnvironmentMetrics")))["watts"] is not None:
+                return link("EnvironmentMetrics", root + "/EnvironmentMetrics"), power_from_environment_metrics
+            missing.append("EnvironmentMetrics has no PowerWatts reading")
         if "Power" in chassis:
-            candidates.append((link("Power", root + "/Power"), power_from_power))
-        for path, parse in candidates:
-            if parse(self._get(path))["watts"] is not None:
-                return path, parse
+            doc = self._get(link("Power", root + "/Power"))
+            if power_from_power(doc)["watts"] is not None:
+                return link("Power", root + "/Power"), power_from_power
+            outputs = [p for p in doc.get("PowerSupplies") or [] if isinstance(p, dict) and "LastPowerOutputWatts" in p]
+            missing.append("Power has no PowerControl PowerConsumedWatts" + (
+                " (its supplies give LastPowerOutputWatts only: what they deliver, not what the chassis draws)"
+                if outputs else ""))
         if "PowerSubsystem" in chassis:
             return link("PowerSubsystem", root + "/PowerSubsystem"), self._power_supplies
-        raise BmcError(f"Redfish chassis {self.chassis}: no EnvironmentMetrics PowerWatts, Power PowerControl or "
-                       "PowerSubsystem reading")
+        raise _NoReading("; ".join(missing) or "links no EnvironmentMetrics, Power or PowerSubsystem")
 
     def _power_supplies(self, subsystem: dict) -> dict:
         supplies = self._get((subsystem.get("PowerSupplies") or {}).get("@odata.id", ""))

@@ -14,7 +14,11 @@ Sources:
   drivers/infiniband/hw/bnxt_re/hw_counters.c (the ECN/CNP names came with newer kernels).
 - `ethtool -S <if>`: mlx5_core per-priority PFC (`rx_prio3_pause`, `tx_prio3_pause_duration`...,
   `rx_discards_phy`, `tx_pause_storm_*`) and bnxt_en (`rx_pfc_ena_frames_pri3`, `pfc_pri3_rx_duration_us`...);
-  pause durations are in microseconds on both.
+  pause durations are in microseconds on both. Intel ice and i40e count pause frames as XOFF frames
+  (`rx_priority_3_xoff.nic`, `port.link_xoff_rx`) and keep no pause time. mlx5's `rx_pause_ctrl_phy` is left
+  out: it counts every pause control frame, PFC and global alike, so it would count them twice.
+- EFA (hw_counters: `rx_drops`, `retrans_*`, `rdma_*_wr_err`; traffic in `tx_bytes`/`rx_bytes`, EFA has no
+  port_xmit_data) and irdma (`cnpSent`, `cnpHandled`, `RxECNMrkd`, `ip4InDiscards`) from their kernel drivers.
 """
 from __future__ import annotations
 
@@ -27,20 +31,30 @@ HW_LOSS = ("packet_seq_err", "out_of_buffer", "local_ack_timeout_err", "rnr_nak_
            "req_transport_retries_exceeded", "req_rnr_retries_exceeded", "roce_adp_retrans_to",
            # bnxt_re
            "to_retransmits", "seq_err_naks_rcvd", "max_retry_exceeded", "missing_resp", "oos_drop_count",
-           "rx_roce_discards", "rx_roce_errors", "rx_out_of_buffer")
+           "rx_roce_discards", "rx_roce_errors", "rx_out_of_buffer",
+           # efa (drivers/infiniband/hw/efa/efa_verbs.c): drops, SRD retransmissions, failed RDMA work requests
+           "rx_drops", "retrans_pkts", "retrans_timeout_events", "unresponsive_remote_events",
+           "rdma_read_wr_err", "rdma_write_wr_err",
+           # irdma (drivers/infiniband/hw/irdma/verbs.c)
+           "ip4InDiscards", "ip6InDiscards", "tcpRetransSegs")
 HW_REORDER = ("out_of_sequence",)
 HW_CONGESTION = ("np_ecn_marked_roce_packets", "np_cnp_sent", "rp_cnp_handled", "rp_cnp_ignored",
                  "cc_rx_ce_pkts", "cc_rx_cnp_pkts", "cc_tx_cnp_pkts",
                  # bnxt_re
-                 "rx_ecn_marked_pkts", "rx_cnp_pkts", "tx_cnp_pkts")
+                 "rx_ecn_marked_pkts", "rx_cnp_pkts", "tx_cnp_pkts",
+                 # irdma
+                 "RxECNMrkd", "cnpSent", "cnpHandled", "cnpIgnored")
 HW_OTHER = ("duplicate_request", "roce_adp_retrans", "roce_slow_restart", "roce_slow_restart_cnps",
-            "roce_slow_restart_trans", "rx_icrc_encapsulated", "rnr_naks_rcvd", "dup_req")
+            "roce_slow_restart_trans", "rx_icrc_encapsulated", "rnr_naks_rcvd", "dup_req",
+            # efa: its traffic (EFA ports have no port_xmit_data/port_rcv_data) and remote-side trouble
+            "tx_bytes", "rx_bytes", "tx_pkts", "rx_pkts", "send_bytes", "recv_bytes", "rdma_read_bytes",
+            "rdma_write_bytes", "retrans_bytes", "impaired_remote_conn_events")
 HW_COUNTERS = HW_LOSS + HW_REORDER + HW_CONGESTION + HW_OTHER
 
-# ECN marks seen by the notification point, CNPs it sent, CNPs the reaction point acted on (both drivers)
-ECN_MARKED = ("np_ecn_marked_roce_packets", "cc_rx_ce_pkts", "rx_ecn_marked_pkts")
-CNP_SENT = ("np_cnp_sent", "cc_tx_cnp_pkts", "tx_cnp_pkts")
-CNP_RECEIVED = ("rp_cnp_handled", "cc_rx_cnp_pkts", "rx_cnp_pkts")
+# ECN marks seen by the notification point, CNPs it sent, CNPs the reaction point acted on (all drivers)
+ECN_MARKED = ("np_ecn_marked_roce_packets", "cc_rx_ce_pkts", "rx_ecn_marked_pkts", "RxECNMrkd")
+CNP_SENT = ("np_cnp_sent", "cc_tx_cnp_pkts", "tx_cnp_pkts", "cnpSent")
+CNP_RECEIVED = ("rp_cnp_handled", "cc_rx_cnp_pkts", "rx_cnp_pkts", "cnpHandled")
 
 # ethtool -S names: (pattern, kind); a pattern's first group, where it has one, is the priority
 ETHTOOL = (
@@ -50,14 +64,23 @@ ETHTOOL = (
     (re.compile(r"^rx_pfc_ena_frames_pri(\d)$"), "rx_pause"), (re.compile(r"^tx_pfc_ena_frames_pri(\d)$"), "tx_pause"),
     (re.compile(r"^pfc_pri(\d)_rx_duration_us$"), "rx_pause_duration"),
     (re.compile(r"^pfc_pri(\d)_tx_duration_us$"), "tx_pause_duration"),
-    (re.compile(r"^rx_pause_ctrl_phy$|^rx_pause_frames$|^rx_global_pause$"), "rx_pause_global"),
-    (re.compile(r"^tx_pause_ctrl_phy$|^tx_pause_frames$|^tx_global_pause$"), "tx_pause_global"),
+    # ice (".nic" port counters) and i40e ("port." prefix): pause frames are XOFF frames, per priority or not
+    (re.compile(r"^(?:port\.)?rx_priority_(\d)_xoff(?:\.nic)?$"), "rx_pause"),
+    (re.compile(r"^(?:port\.)?tx_priority_(\d)_xoff(?:\.nic)?$"), "tx_pause"),
+    (re.compile(r"^rx_pause_frames$|^rx_global_pause$|^(?:port\.)?link_xoff_rx(?:\.nic)?$"), "rx_pause_global"),
+    (re.compile(r"^tx_pause_frames$|^tx_global_pause$|^(?:port\.)?link_xoff_tx(?:\.nic)?$"), "tx_pause_global"),
     (re.compile(r"^rx_global_pause_duration$"), "rx_pause_duration"),
     (re.compile(r"^tx_global_pause_duration$"), "tx_pause_duration"),
-    (re.compile(r"^tx_pause_storm_warning_events$"), "pause_storm_warning"),
+    (re.compile(r"^tx_pause_storm_warning_events$|^continuous_(?:roce_)?pause_events$"), "pause_storm_warning"),
     (re.compile(r"^tx_pause_storm_error_events$"), "loss"),
     (re.compile(r"^rx_discards_phy$|^tx_discards_phy$|^rx_prio\d_(buf|cong)_discard$|^rx_discard_packets_cos\d$"),
      "loss"),
+    # frames the port dropped or could not check: mlx5 CRC, bnxt_en port and host-ring discards and FCS,
+    # ice/i40e port drops and CRC
+    (re.compile(r"^rx_crc_errors_phy$|^rx_fcs_err_frames$|^(rx|tx)_stat_discard$|^rx_total_(ring|oom)_discards$"),
+     "loss"),
+    (re.compile(r"^port\.(rx_dropped|rx_crc_errors|tx_dropped_link_down)$|"
+                r"^(rx_dropped|rx_crc_errors|tx_dropped_link_down)\.nic$"), "loss"),
 )
 CONGESTION_KINDS = ("rx_pause", "tx_pause", "rx_pause_duration", "tx_pause_duration", "rx_pause_global",
                     "tx_pause_global", "pause_storm_warning")

@@ -16,7 +16,7 @@ NET_STATS = ("tx_bytes", "rx_bytes", "tx_packets", "rx_packets", "tx_dropped", "
              "rx_errors")
 IB_PORT_COUNTERS = ("port_xmit_data", "port_rcv_data", "port_xmit_packets", "port_rcv_packets",
                     "port_xmit_discards", "port_rcv_errors", "symbol_error", "link_downed", "port_xmit_wait")
-IB_HW_COUNTERS = HW_COUNTERS  # mlx5 and bnxt_re names (telemetry/capture/congestion.py)
+IB_HW_COUNTERS = HW_COUNTERS  # mlx5, bnxt_re, efa and irdma names (telemetry/capture/congestion.py)
 # Counters whose growth means something was dropped or had to be sent again. out_of_sequence is not
 # here: it counts reordering (normal under adaptive routing), reported apart (REORDER_COUNTERS).
 LOSS_COUNTERS = ("tx_dropped", "rx_dropped", "tx_errors", "rx_errors", "port_xmit_discards", "port_rcv_errors",

@@ -44,9 +44,18 @@ def parse_gpu_query(text: str) -> list[dict]:
     return [dict(zip(keys, (c.strip() for c in r))) for r in rows]
 
 
+# the matrix's trailing columns; their headers are several words, their cells one token each
+_AFFINITY = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
+_PATH_ORDER = {"PIX": 0, "PXB": 1, "PHB": 2, "NODE": 3, "SYS": 4}
+
+
 def parse_topology(text: str) -> dict:
     """nvidia-smi topo -m: the matrix, the NIC legend (NIC0 -> mlx5_0) and, for each GPU, its closest NICs
-    by device name (PIX nearest, then PXB, PHB, NODE, SYS)."""
+    by device name (PIX nearest, then PXB, PHB, NODE, SYS).
+
+    Every cell is one token (X, NV12, PXB, 0-31,64-95, N/A), so rows are split on any whitespace: a full
+    column leaves a single space before the next (a DGX A100's "112-127,240-255 7"). Drivers before the NIC
+    legend (495 and older) name the NIC columns after the device (mlx5_0) instead of NIC0."""
     text = re.sub(r"\x1b\[[0-9;]*m", "", text)  # the header is underlined with ANSI escapes on a terminal
     lines = text.splitlines()
     legend = {}
@@ -58,22 +67,24 @@ def parse_topology(text: str) -> dict:
     header = next((ln for ln in lines if re.search(r"\bGPU0\b", ln) and ln[:1] in (" ", "\t")), None)
     if header is None:
         return {"matrix": {}, "nic_legend": legend, "gpu_nic": {}}
-    cols = [c for c in re.split(r"\s{2,}|\t+", header.strip()) if c]
+    for name in _AFFINITY:  # one token while splitting, then the name again
+        header = header.replace(name, name.replace(" ", "\x00"))
+    cols = [c.replace("\x00", " ") for c in header.split()]
+    devices = {c for c in cols if c not in _AFFINITY}  # GPUn, NICn or a device name such as mlx5_0
     matrix = {}
     for line in lines:
-        cells = [c.strip() for c in re.split(r"\s{2,}|\t+", line.strip())]
-        if line[:1] not in (" ", "\t") and re.fullmatch(r"(GPU|NIC)\d+", cells[0]) and len(cells) > 1:
+        cells = line.split()
+        if line[:1] not in (" ", "\t") and len(cells) > 1 and cells[0] in devices:
             matrix[cells[0]] = dict(zip(cols, cells[1:]))
-    order = {"PIX": 0, "PXB": 1, "PHB": 2, "NODE": 3, "SYS": 4}
     gpu_nic = {}
     for gpu, row in matrix.items():
-        if not gpu.startswith("GPU"):
+        if not re.fullmatch(r"GPU\d+", gpu):
             continue
-        links = {legend.get(c, c): v for c, v in row.items() if c.startswith("NIC")}
+        links = {legend.get(c, c): v for c, v in row.items() if c in devices and not re.fullmatch(r"GPU\d+", c)}
         if links:
-            best = min(order.get(v, 9) for v in links.values())
-            gpu_nic[gpu] = {"closest": sorted(n for n, v in links.items() if order.get(v, 9) == best),
-                            "path": next((v for v in links.values() if order.get(v, 9) == best), None),
+            best = min(_PATH_ORDER.get(v, 9) for v in links.values())
+            gpu_nic[gpu] = {"closest": sorted(n for n, v in links.items() if _PATH_ORDER.get(v, 9) == best),
+                            "path": next((v for v in links.values() if _PATH_ORDER.get(v, 9) == best), None),
                             "cpu_affinity": row.get("CPU Affinity"), "numa_affinity": row.get("NUMA Affinity")}
     return {"matrix": matrix, "nic_legend": legend, "gpu_nic": gpu_nic}
 

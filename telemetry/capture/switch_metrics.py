@@ -18,8 +18,9 @@ from telemetry.errors import HarnessError
 
 HTTP_TIMEOUT_S = 10.0
 MAX_SERIES = 20000  # a large switch exports tens of thousands of series; deltas of more are cut, and said so
-# series worth a line in the report: congestion and loss (PFC, ECN/WRED, drops, discards, errors)
-NOTABLE = re.compile(r"pfc|pause|ecn|wred|drop|discard|error|err_|crc|fcs", re.I)
+# series worth a line in the report: congestion and loss (PFC, ECN/WRED, drops, discards, errors, a link that
+# went down); node_exporter spells errors "errs" (node_network_receive_errs_total) and IB "link_downed"
+NOTABLE = re.compile(r"pfc|pause|ecn|wred|drop|discard|error|err_|errs|crc|fcs|downed", re.I)
 
 
 class SwitchMetricsError(HarnessError):

@@ -46,6 +46,38 @@ def test_dcmi_reading_deactivated_and_garbage():
         bp.parse_dcmi_power("Error: Unable to establish IPMI v2 / RMCP+ session")
 
 
+def test_dcmi_reading_of_zero_watts_is_no_reading():
+    r = bp.parse_dcmi_power(text("ipmitool_dcmi_ampere_zero_deactivated.txt"))
+    assert r["instantaneous_w"] is None and r["average_w"] is None and r["state"] == "deactivated"
+    assert "0 W with power reading deactivated" in r["reason"] and r["timestamp"] == "Thu Jan  1 00:00:00 1970"
+    ok = bp.parse_dcmi_power(text("ipmitool_dcmi_radiorabe_activated.txt"))
+    assert (ok["instantaneous_w"], ok["minimum_w"], ok["maximum_w"], ok["average_w"]) == (197, 175, 242, 190)
+    assert ok["sampling_period_s"] == 123893 and ok["state"] == "activated" and ok["reason"] is None
+
+
+def test_dcmi_failure_carries_what_ipmitool_said():
+    with pytest.raises(bp.BmcError, match=r"it said: Could not open device at /dev/ipmi0"):
+        bp.parse_dcmi_power(text("ipmitool_dcmi_error_no_device_ha27.txt"))
+
+
+def test_ipmitool_source_counts_a_zero_reading_as_a_failed_read(tmp_path, monkeypatch):
+    """IpmitoolSource given the published 0 W answer as ipmitool's output: the sampler records an error,
+    not a 0 W sample."""
+    import subprocess
+
+    exe = tmp_path / "ipmitool"
+    exe.write_text("")
+    exe.chmod(0o755)
+    answer = text("ipmitool_dcmi_ampere_zero_deactivated.txt")
+    monkeypatch.setattr(bp.subprocess, "run", lambda cmd, **kw: subprocess.CompletedProcess(cmd, 0, answer, ""))
+    src = bp.IpmitoolSource(str(exe))
+    with pytest.raises(bp.BmcError, match="0 W with power reading deactivated"):
+        src.read()
+    sampler = bp.PowerSampler(src)
+    sampler.sample()
+    assert sampler.samples == [] and sampler.errors == 1 and "no power sensor" in sampler.last_error
+
+
 class Bmc:
     """A Redfish service on 127.0.0.1 that needs basic auth and serves the given documents."""
 
@@ -256,5 +288,60 @@ def test_redfish_over_https_with_the_bmcs_own_certificate(creds, monkeypatch, tm
         monkeypatch.setenv(bp.VERIFY_ENV, "0")
         unverified = bp.open_bmc_source(url)
         assert unverified.read()["watts"] == 344.0 and unverified.describe()["tls_verified"] is False
+    finally:
+        bmc.close()
+
+
+class MockupBmc(Bmc):
+    """Serves a DMTF mockup's documents as they are stored: /redfish/v1/X/Y -> <mockup>/X/Y/index.json."""
+
+    def __init__(self, mockup: str):
+        root = os.path.join(FIX, "redfish", mockup)
+        docs = {}
+        for here, _, files in os.walk(root):
+            if "index.json" in files:
+                rel = os.path.relpath(here, root).replace(os.sep, "/")
+                with open(os.path.join(here, "index.json"), encoding="utf-8") as f:
+                    docs["/redfish/v1" + ("" if rel == "." else "/" + rel)] = json.load(f)
+        super().__init__(docs)
+
+
+def test_tower_mockup_prefers_environment_metrics_over_the_older_resources(creds):
+    """DMTF public-tower: EnvironmentMetrics 974 W, Power PowerControl 926 W, two supplies of 487.4 W input."""
+    bmc = MockupBmc("public-tower")
+    try:
+        src = bp.open_bmc_source(bmc.url)
+        assert src.chassis == "Tower" and src.read() == {"watts": 974.0, "energy_j": None}
+        assert src.describe()["url"].endswith("/redfish/v1/Chassis/Tower/EnvironmentMetrics")
+        supplies = src._power_supplies(src._get("/redfish/v1/Chassis/Tower/PowerSubsystem"))
+        assert supplies == {"watts": pytest.approx(974.8), "energy_j": None}
+        assert bp.power_from_power(src._get("/redfish/v1/Chassis/Tower/Power"))["watts"] == 926.0
+    finally:
+        bmc.close()
+
+
+def test_bladed_mockup_has_no_power_reading_and_says_why(creds):
+    """DMTF public-bladed: the enclosure's Power has supplies with output watts only, the blades no power
+    resource; every chassis is named with what it had."""
+    bmc = MockupBmc("public-bladed")
+    try:
+        with pytest.raises(bp.BmcError) as err:
+            bp.open_bmc_source(bmc.url)
+        msg = str(err.value)
+        assert "no chassis has a power reading" in msg and "telemetry.bmc_chassis" in msg
+        assert "MultiBladeEncl (Power has no PowerControl PowerConsumedWatts (its supplies give LastPowerOutputWatts" in msg
+        assert all(f"Blade{i} (links no EnvironmentMetrics, Power or PowerSubsystem)" in msg for i in range(1, 5))
+        assert "s3cret" not in msg
+    finally:
+        bmc.close()
+
+
+def test_cooling_unit_environment_metrics_without_power_watts(creds):
+    bmc = MockupBmc("public-cooling-unit")
+    try:
+        with pytest.raises(bp.BmcError, match=r"CDU \(EnvironmentMetrics has no PowerWatts reading\)"):
+            bp.open_bmc_source(bmc.url)
+        with pytest.raises(bp.BmcError, match="EnvironmentMetrics has no PowerWatts reading"):
+            bp.open_bmc_source(bmc.url, chassis="CDU")
     finally:
         bmc.close()

@@ -3,6 +3,8 @@ kernel drivers (drivers/infiniband/hw/{mlx5/counters.c,bnxt_re/hw_counters.c}), 
 the drivers' own format (mlx5 en_stats.c, bnxt_en bnxt_ethtool.c)."""
 from __future__ import annotations
 
+import os
+
 from telemetry.capture import congestion as cg
 from telemetry.capture.counters import CounterReader, loss_verdict, merge_verdicts
 
@@ -119,3 +121,80 @@ def test_session_records_congestion_and_reordering_per_step(tmp_path):
     assert rec["host"]["congestion"]["ecn_marked"] == 9 and rec["host"]["congestion"]["cnp_received"] == 2
     assert rec["job_reorder_events"] == 4 and rec["job_loss_events"] == 0
     assert summary["counters"]["verdict"] == "clean" and summary["counters"]["reordering"]
+
+
+# --- published ethtool -S and hw_counters from real hosts (evidence_fixtures/README.md) ---
+
+FIX = os.path.join(os.path.dirname(__file__), "evidence_fixtures")
+
+
+def published(name: str) -> str:
+    with open(os.path.join(FIX, name), encoding="utf-8") as f:
+        return f.read()
+
+
+def ours(driver: str) -> dict[str, int]:
+    """The counters of a published `ethtool -S` that this module keeps, with their values since boot."""
+    stats = cg.parse_ethtool_stats(published(f"ethtool_S_{driver}_ethq.txt"))
+    return {k: v for k, v in stats.items() if cg.classify(k) is not None}
+
+
+def test_bnxt_en_published_counters():
+    kept = ours("bnxt_en")
+    figures = cg.summarize({"eth:bnxt": kept})
+    assert figures["pfc"]["rx_pause"] == {f"prio{p}": 0 for p in range(8)}
+    assert figures["pfc"]["tx_pause_duration"] == {f"prio{p}": 0 for p in range(8)}
+    assert figures["pfc"]["pause_storm_warning"] == {"global": 0}  # continuous_(roce_)pause_events
+    # since boot this port dropped frames on its host rings and at the MAC: both are loss
+    verdict = loss_verdict([{"eth:bnxt": kept}])
+    assert verdict["counts"] == {"eth:bnxt:rx_total_ring_discards": 655430134, "eth:bnxt:rx_stat_discard": 49337}
+    assert not any(k.startswith("[") for k in kept)  # the per-ring "[0]: rx_discards" lines are not ours
+
+
+def test_mlx5_core_published_counters_count_pause_once():
+    kept = ours("mlx5_core")
+    assert "rx_pause_ctrl_phy" not in kept and kept["rx_global_pause"] == 0  # both count the same frames
+    assert {"rx_discards_phy", "tx_discards_phy", "rx_out_of_buffer", "rx_crc_errors_phy"} <= set(kept)
+    assert cg.summarize({"eth:mlx5": kept})["pfc"] == {"rx_pause_global": {"global": 0},
+                                                      "tx_pause_global": {"global": 0},
+                                                      "rx_pause_duration": {"global": 0},
+                                                      "tx_pause_duration": {"global": 0}}
+
+
+def test_intel_ice_and_i40e_pause_frames_are_xoff_frames():
+    ice, i40e = ours("ice"), ours("i40e")
+    assert cg.classify("rx_priority_3_xoff.nic") == ("rx_pause", 3) and cg.classify("port.tx_priority_3_xoff") == ("tx_pause", 3)
+    assert {"link_xoff_rx.nic", "rx_dropped.nic", "rx_crc_errors.nic", "tx_dropped_link_down.nic"} <= set(ice)
+    assert {"port.link_xoff_rx", "port.rx_dropped", "port.rx_crc_errors"} <= set(i40e)
+    assert "rx_dropped" not in ice  # the netdev's own count: /sys/class/net statistics has it already
+    for kept in (ice, i40e):
+        pfc = cg.summarize({"eth:intel": kept})["pfc"]
+        assert pfc["rx_pause"] == {f"prio{p}": 0 for p in range(8)} and pfc["tx_pause_global"] == {"global": 0}
+        assert "rx_pause_duration" not in pfc  # Intel keeps no pause time: absent, not 0
+
+
+def test_efa_hw_counters_from_a_published_listing(tmp_path):
+    """A sysfs tree made from a published `grep .` of an EFA device's hw_counters: traffic is read from
+    hw_counters (EFA has no port_xmit_data), rx_drops is loss, lifespan is not a counter."""
+    values = {}
+    for line in published("efa_hw_counters_grep.txt").splitlines():
+        if line.startswith("/sys/"):
+            path, _, value = line.rpartition(":")
+            values[path] = value
+    for path, value in values.items():
+        write(tmp_path / path[len("/sys/"):], value)
+    port = tmp_path / "class" / "infiniband" / "rdmap144s27" / "ports" / "1"
+    reader = CounterReader(interfaces=[], root=str(tmp_path))
+    snap = reader.read()["rdma:rdmap144s27/1"]
+    assert snap["tx_bytes"] == 84417311044934 and snap["rdma_read_bytes"] == 83829566349996
+    assert snap["rx_drops"] == 0 and snap["rdma_read_wr_err"] == 0 and "lifespan" not in snap
+    write(port / "hw_counters" / "rx_drops", 3)  # the next read: three packets dropped
+    write(port / "hw_counters" / "tx_bytes", 84417311044934 + 4096)
+    step = reader.delta()
+    assert step["rdma:rdmap144s27/1"]["tx_bytes"] == 4096
+    assert loss_verdict([step])["counts"] == {"rdma:rdmap144s27/1:rx_drops": 3}
+
+
+def test_irdma_ecn_and_cnp_names():
+    step = {"rdma:irdma0/1": {"RxECNMrkd": 5, "cnpSent": 5, "cnpHandled": 2, "ip4InDiscards": 0}}
+    assert cg.summarize(step) == {"pfc": None, "ecn_marked": 5, "cnp_sent": 5, "cnp_received": 2}

@@ -22,6 +22,31 @@ def test_topology_of_a_published_h100_host():
     assert inv.parse_topology(TOPO.replace("GPU0    GPU1", "\x1b[4mGPU0\x1b[0m    GPU1", 1))["gpu_nic"]["GPU0"]["path"] == "PIX"
 
 
+def topo(name: str) -> dict:
+    with open(os.path.join(FIX, name), encoding="utf-8") as f:
+        return inv.parse_topology(f.read())
+
+
+def test_dgx_a100_affinity_cells_one_space_apart():
+    """A full CPU Affinity cell (112-127,240-255) leaves one space before NUMA Affinity: read as two cells."""
+    t = topo("nvidia_smi_topo_dgx_a100_nic_legend.txt")
+    assert len(t["matrix"]) == 18 and t["nic_legend"]["NIC9"] == "mlx5_9"
+    assert t["matrix"]["GPU4"]["CPU Affinity"] == "112-127,240-255" and t["matrix"]["GPU4"]["NUMA Affinity"] == "7"
+    assert t["matrix"]["GPU4"]["GPU NUMA ID"] == "N/A" and t["matrix"]["NIC9"]["NIC8"] == "PIX"
+    assert t["gpu_nic"]["GPU4"] == {"closest": ["mlx5_4", "mlx5_5"], "path": "PXB",
+                                    "cpu_affinity": "112-127,240-255", "numa_affinity": "7"}
+    assert t["gpu_nic"]["GPU0"]["closest"] == ["mlx5_0", "mlx5_1"]
+
+
+def test_older_driver_names_the_nic_column_after_the_device():
+    """Driver 495 has no NIC legend: the column is mlx5_0 itself, and it is still a NIC."""
+    t = topo("nvidia_smi_topo_a100_mlx5_column_driver495.txt")
+    assert t["nic_legend"] == {} and set(t["matrix"]) == {f"GPU{i}" for i in range(8)} | {"mlx5_0"}
+    assert t["gpu_nic"]["GPU2"] == {"closest": ["mlx5_0"], "path": "PXB", "cpu_affinity": "16-31",
+                                    "numa_affinity": "1"}
+    assert t["gpu_nic"]["GPU6"]["path"] == "SYS" and t["gpu_nic"]["GPU6"]["cpu_affinity"] == "80-95"
+
+
 def write(path, text):
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)

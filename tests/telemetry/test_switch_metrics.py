@@ -28,13 +28,14 @@ scrape_duration_seconds 0.02
 
 
 class Exporter:
-    def __init__(self):
+    def __init__(self, page: str = PAGE):
+        self.page = page
         self.values = {"octets": "1.0e+09", "discards": "10", "pfc": "100", "wm": "2048"}
         exporter = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self):  # noqa: N802
-                page = PAGE
+                page = exporter.page
                 for k, v in exporter.values.items():
                     page = page.replace("{" + k + "}", v)
                 body = page.encode()
@@ -100,3 +101,30 @@ def test_report_rows_show_server_power_and_the_switch_counters_that_moved(export
     assert unknown == [["server power (BMC, mean)", "not available: telemetry.bmc is not set"]]
     sweep = evidence_rows({"node1": {"source": "redfish", "mean_w": 344.0, "energy_j": 100.0}}, None)  # per host
     assert sweep[0][0] == "server power (BMC, mean) node1" and sweep[0][1].startswith("344")
+
+
+def test_node_exporter_page_served_on_loopback():
+    """node_exporter's own end-to-end output (evidence_fixtures/README.md) read from a real HTTP server:
+    _total families are keyed without the suffix, gauges are kept apart, and its loss counters
+    ("errs", "link_downed", "discards", "drop") are the ones the report shows when they move."""
+    import os
+
+    with open(os.path.join(os.path.dirname(__file__), "evidence_fixtures", "prometheus_node_exporter_e2e_network.prom"),
+              encoding="utf-8") as f:
+        page = f.read()
+    e = Exporter(page)
+    try:
+        before, after = sm.scrape(e.url), sm.scrape(e.url)
+    finally:
+        e.close()
+    series = after["series"]
+    assert len(series) == 55
+    assert series['node_infiniband_port_discards_transmitted{device="mlx4_0",port="1"}'] == ("counter", 5.0)
+    assert series['node_infiniband_rate_bytes_per_second{device="mlx4_0",port="1"}'] == ("gauge", 5e9)
+    assert series['node_network_receive_errs{device="lo"}'][0] == "counter"
+    d = sm.deltas(before, after)
+    assert d["counters"] == {} and d["resets"] == [] and d["new_series"] == [] and d["gone_series"] == []
+    notable = {k.split("{")[0] for k in series if sm.NOTABLE.search(k)}
+    assert {"node_network_receive_errs", "node_network_transmit_drop", "node_infiniband_link_downed",
+            "node_infiniband_port_discards_received", "node_infiniband_port_errors_received"} <= notable
+    assert "node_network_receive_bytes" not in notable
