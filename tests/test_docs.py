@@ -34,3 +34,189 @@ def test_every_doc_is_in_the_index():
     index = (REPO / "docs" / "index.md").read_text(encoding="utf-8")
     missing = [p.name for p in (REPO / "docs").glob("*.md") if p.name != "index.md" and f"({p.name})" not in index]
     assert not missing, missing
+
+
+# --- The commands the docs tell a user to type -------------------------------------------------------------
+# Every `python -m MODULE ...` (or `torchrun ... -m MODULE ...`) shown in the README, docs/, bench/README.md or a
+# recipe's comments must name a module of this project that runs as a program, and every `--flag` it shows must
+# be one that module's own argparse parser accepts. The parsers are caught in-process (parse_args is stopped as
+# it starts), so nothing runs and no process is started.
+
+import argparse  # noqa: E402
+import contextlib  # noqa: E402
+import importlib.util  # noqa: E402
+import io  # noqa: E402
+import os  # noqa: E402
+import runpy  # noqa: E402
+import shlex  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import warnings  # noqa: E402
+
+import pytest  # noqa: E402
+
+PROJECT_PACKAGES = ("trainer", "telemetry", "launch", "bench", "tools")
+MODULE_CALL = re.compile(r"(?:\bpython3?|\btorchrun\b[^`#\n]*?)\s+-m\s+([A-Za-z_][\w.]*)(.*)")
+FLAG = re.compile(r"^\[?(--[A-Za-z][\w-]*)")
+
+
+def _doc_sources():
+    """(where, markdown text) per documentation source; a recipe's comments are a shell block."""
+    pages = ["README.md", *sorted(f"docs/{p.name}" for p in (REPO / "docs").glob("*.md")), "bench/README.md",
+             "bench/RESULTS.md", "bench/gpu/RESULTS.md"]
+    for page in pages:
+        yield page, (REPO / page).read_text(encoding="utf-8")
+    for recipe in sorted((REPO / "recipes").rglob("*.yaml")):
+        comments = [ln.strip()[1:].strip() if ln.strip().startswith("#") else "" for ln in
+                    recipe.read_text(encoding="utf-8").splitlines()]
+        yield str(recipe.relative_to(REPO)), "```\n" + "\n".join(comments) + "\n```"
+
+
+def _command_lines(text: str):
+    """(line number, command): the lines of fenced blocks (continuations joined) and the inline code spans."""
+    fenced, pending, start, prose = False, "", 0, []
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.strip().startswith("```"):
+            fenced = not fenced
+            prose.append("")
+            continue
+        prose.append("" if fenced else line)
+        if not fenced:
+            continue
+        body = line.strip().removeprefix("$ ")
+        if pending:
+            body = pending + " " + body
+        else:
+            start = number
+        if body.endswith("\\"):
+            pending = body[:-1].rstrip()
+            continue
+        pending = ""
+        yield start, body
+    prose_text = "\n".join(prose)
+    for span in re.finditer(r"`([^`]+)`", prose_text):  # a span may run over a line break
+        yield prose_text.count("\n", 0, span.start()) + 1, " ".join(span.group(1).split())
+
+
+def documented_module_calls():
+    """(where, module, the words after it) for every project module a doc tells a user to run."""
+    seen = set()
+    for where, text in _doc_sources():
+        for number, command in _command_lines(text):
+            for module, rest in MODULE_CALL.findall(command):
+                if module.split(".")[0] not in PROJECT_PACKAGES or not module.islower():
+                    continue  # other programs (pytest, pip), and placeholders such as bench.NAME
+                rest = re.split(r"\s#\s|\s#$|\s>\s|&&|;", rest)[0]
+                key = (where, module, rest.strip())
+                if key not in seen:
+                    seen.add(key)
+                    yield f"{where}:{number}", module, rest.strip()
+
+
+class _Caught(Exception):
+    def __init__(self, parser):
+        self.parser = parser
+
+
+def _no_process(*args, **kwargs):
+    raise AssertionError("started a process before parsing its arguments")
+
+
+def module_parser(module: str) -> argparse.ArgumentParser | None:
+    """The parser `python -m MODULE` builds, caught as it starts parsing (None: the module takes no options)."""
+    def caught(self, *args, **kwargs):
+        raise _Caught(self)
+
+    patches = {(argparse.ArgumentParser, "parse_known_args"): caught,
+               (argparse.ArgumentParser, "parse_known_intermixed_args"): caught,
+               (subprocess, "Popen"): _no_process, (os, "fork"): _no_process}
+    saved = {key: getattr(*key) for key in patches}
+    argv = sys.argv
+    try:
+        for (owner, name), value in patches.items():
+            setattr(owner, name, value)
+        sys.argv = [module]
+        with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # runpy: the module is already imported as launch.X
+            runpy.run_module(module, run_name="__main__", alter_sys=False)
+    except _Caught as exc:
+        return exc.parser
+    except SystemExit:
+        return None
+    finally:
+        sys.argv = argv
+        for (owner, name), value in saved.items():
+            setattr(owner, name, value)
+    return None
+
+
+def _subcommand(parser: argparse.ArgumentParser, words: list[str]):
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for word in words:
+                if word in action.choices:
+                    return action.choices[word]
+    return parser
+
+
+def test_every_documented_module_runs_as_a_program():
+    missing = []
+    for where, module, _ in documented_module_calls():
+        spec = importlib.util.find_spec(module)
+        if spec is None:
+            missing.append(f"{where}: python -m {module}: no such module")
+        elif spec.submodule_search_locations is not None:
+            if importlib.util.find_spec(module + ".__main__") is None:
+                missing.append(f"{where}: python -m {module}: a package without __main__.py")
+        elif '__name__ == "__main__"' not in open(spec.origin, encoding="utf-8").read():
+            missing.append(f"{where}: python -m {module}: the module does nothing when run")
+    assert not missing, "\n".join(missing)
+
+
+def test_every_documented_flag_is_accepted():
+    parsers, wrong = {}, []
+    for where, module, rest in documented_module_calls():
+        try:
+            words = shlex.split(rest)
+        except ValueError:
+            words = rest.split()
+        if "--" in words:  # what follows belongs to the recipe or the wrapped command
+            words = words[:words.index("--")]
+        flags = [m.group(1) for w in words if (m := FLAG.match(w))]
+        if not flags:
+            continue
+        if module not in parsers:
+            parsers[module] = module_parser(module)
+        parser = parsers[module]
+        if parser is None:
+            wrong.append(f"{where}: python -m {module} takes no options, but the doc gives {' '.join(flags)}")
+            continue
+        parser = _subcommand(parser, words)
+        allowed = set(parser._option_string_actions)
+        for flag in flags:
+            if flag not in allowed:
+                wrong.append(f"{where}: python -m {module} {' '.join(words[:1])}: {flag} is not an option "
+                             f"(allowed: {', '.join(sorted(a for a in allowed if a.startswith('--')))})")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_every_documented_repository_path_exists():
+    """Recipes, scripts and files named by their path from the repository root exist."""
+    path = re.compile(r"(?<![\w/.-])((?:recipes|launch|bench|tools|tests|trainer|telemetry)/[\w/.-]*"
+                      r"\.(?:yaml|py|sh|sbatch|md|txt|jsonl|json|parquet))\b")
+    missing = []
+    for where, text in _doc_sources():
+        for number, line in enumerate(text.splitlines(), 1):
+            for target in path.findall(line):
+                if "NAME" not in target and not (REPO / target).exists():  # NAME: a placeholder
+                    missing.append(f"{where}:{number}: {target}")
+    assert not missing, "\n".join(missing)
+
+
+def test_every_bench_script_answers_help():
+    """bench/README.md: `python -m bench.NAME --help` lists a script's options, so each parses before it works."""
+    silent = []
+    for script in sorted((REPO / "bench").glob("*.py")):
+        if script.name != "__init__.py" and module_parser(f"bench.{script.stem}") is None:
+            silent.append(script.name)
+    assert not silent, f"no argparse parser: {silent}"
