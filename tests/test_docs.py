@@ -73,15 +73,18 @@ def _doc_sources():
 
 
 def _command_lines(text: str):
-    """(line number, command): the lines of fenced blocks (continuations joined) and the inline code spans."""
-    fenced, pending, start, prose = False, "", 0, []
+    """(line number, command): the lines of code blocks, fenced or indented (continuations joined), and the
+    inline code spans."""
+    fenced, indented, pending, start, prose = False, False, "", 0, []
     for number, line in enumerate(text.splitlines(), 1):
         if line.strip().startswith("```"):
             fenced = not fenced
             prose.append("")
             continue
-        prose.append("" if fenced else line)
-        if not fenced:
+        # an indented block: 4 spaces after a blank line (list items continue with 2)
+        indented = line.startswith("    ") and line.strip() != "" and (indented or not prose or prose[-1] == "")
+        prose.append("" if fenced or indented else line)
+        if not (fenced or indented):
             continue
         body = line.strip().removeprefix("$ ")
         if pending:
@@ -220,3 +223,57 @@ def test_every_bench_script_answers_help():
         if script.name != "__init__.py" and module_parser(f"bench.{script.stem}") is None:
             silent.append(script.name)
     assert not silent, f"no argparse parser: {silent}"
+
+
+RECIPE_TAKERS = ("trainer", "launch.lab", "launch.stage", "launch.nemo", "launch.evaluate")
+
+
+def documented_bad_inputs():
+    """(where, command, the error lines shown under it) for each `$ python -m trainer ...` example of bad input."""
+    for where, text in _doc_sources():
+        lines = text.splitlines()
+        for number, line in enumerate(lines, 1):
+            if line.startswith("$ python -m trainer "):
+                shown = []
+                for after in lines[number:]:
+                    if not after.startswith("error: "):
+                        break
+                    shown.append(after)
+                if shown:
+                    yield f"{where}:{number}", line[2:], shown
+
+
+def test_documented_bad_input_prints_what_the_doc_shows():
+    from trainer.config import RecipeError, load_recipe
+    examples = list(documented_bad_inputs())
+    assert examples, "docs/recipes.md shows a bad-input example"
+    for where, command, shown in examples:
+        recipe, *overrides = shlex.split(command)[3:]
+        with pytest.raises(RecipeError) as caught:
+            load_recipe(str(REPO / recipe), overrides)
+        assert sorted(f"error: {p}" for p in caught.value.problems) == sorted(shown), where
+
+
+def test_every_documented_override_binds():
+    """The recipe and key=value overrides a documented command gives load and check (the trainer's own loader)."""
+    from trainer.config import RecipeError, load_recipe
+    wrong, bad_on_purpose = [], {where for where, _, _ in documented_bad_inputs()}
+    for where, module, rest in documented_module_calls():
+        if module not in RECIPE_TAKERS or where in bad_on_purpose:
+            continue
+        try:
+            words = shlex.split(rest)
+        except ValueError:
+            continue
+        if module == "launch.lab":
+            words = words[words.index("--") + 1:] if "--" in words else []
+        recipes = [w for w in words if re.fullmatch(r"recipes/[\w/.-]+\.yaml", w)]
+        overrides = [w for w in words if re.fullmatch(r"[a-z_]+(\.[a-z_]+)*=.*", w) and "..." not in w
+                     and "<" not in w and not w.startswith("key=")]
+        if len(recipes) != 1 or not (REPO / recipes[0]).is_file() or module == "launch.evaluate":
+            continue
+        try:
+            load_recipe(str(REPO / recipes[0]), overrides)
+        except RecipeError as exc:
+            wrong.append(f"{where}: {recipes[0]} {' '.join(overrides)}: " + "; ".join(exc.problems))
+    assert not wrong, "\n".join(wrong)
