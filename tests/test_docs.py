@@ -1,7 +1,20 @@
-"""The front door and the docs: README stays short and undated, and every local link resolves."""
+"""The front door and the docs: README stays short and undated, every local link resolves, and every command
+the docs tell a user to type names a module, flags, recipe, overrides and files that exist."""
 from __future__ import annotations
 
+import argparse
+import contextlib
+import importlib.util
+import io
+import os
 import re
+import runpy
+import shlex
+import subprocess
+import sys
+import warnings
+
+import pytest
 
 from tests.conftest import REPO
 
@@ -37,23 +50,10 @@ def test_every_doc_is_in_the_index():
 
 
 # --- The commands the docs tell a user to type -------------------------------------------------------------
-# Every `python -m MODULE ...` (or `torchrun ... -m MODULE ...`) shown in the README, docs/, bench/README.md or a
+# Every `python -m MODULE ...` (or `torchrun ... -m MODULE ...`) shown in the README, docs/, bench/*.md or a
 # recipe's comments must name a module of this project that runs as a program, and every `--flag` it shows must
 # be one that module's own argparse parser accepts. The parsers are caught in-process (parse_args is stopped as
 # it starts), so nothing runs and no process is started.
-
-import argparse  # noqa: E402
-import contextlib  # noqa: E402
-import importlib.util  # noqa: E402
-import io  # noqa: E402
-import os  # noqa: E402
-import runpy  # noqa: E402
-import shlex  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
-import warnings  # noqa: E402
-
-import pytest  # noqa: E402
 
 PROJECT_PACKAGES = ("trainer", "telemetry", "launch", "bench", "tools")
 MODULE_CALL = re.compile(r"(?:\bpython3?|\btorchrun\b[^`#\n]*?)\s+-m\s+([A-Za-z_][\w.]*)(.*)")
