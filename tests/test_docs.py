@@ -153,13 +153,11 @@ def module_parser(module: str) -> argparse.ArgumentParser | None:
     return None
 
 
-def _subcommand(parser: argparse.ArgumentParser, words: list[str]):
+def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
-            for word in words:
-                if word in action.choices:
-                    return action.choices[word]
-    return parser
+            return dict(action.choices)
+    return {}
 
 
 def test_every_documented_module_runs_as_a_program():
@@ -186,15 +184,20 @@ def test_every_documented_flag_is_accepted():
         if "--" in words:  # what follows belongs to the recipe or the wrapped command
             words = words[:words.index("--")]
         flags = [m.group(1) for w in words if (m := FLAG.match(w))]
-        if not flags:
-            continue
         if module not in parsers:
             parsers[module] = module_parser(module)
         parser = parsers[module]
         if parser is None:
-            wrong.append(f"{where}: python -m {module} takes no options, but the doc gives {' '.join(flags)}")
+            if flags:
+                wrong.append(f"{where}: python -m {module} takes no options, but the doc gives {' '.join(flags)}")
             continue
-        parser = _subcommand(parser, words)
+        if subcommands := _subcommands(parser):  # python -m telemetry SUBCOMMAND: it must be one
+            named = next((w for w in words if not w.startswith("-")), "")
+            if not named or any(name not in subcommands for name in named.split("|")):
+                wrong.append(f"{where}: python -m {module} {named}: not a subcommand; allowed: "
+                             f"{', '.join(subcommands)}")
+                continue
+            parser = subcommands[named.split("|")[0]]
         allowed = set(parser._option_string_actions)
         for flag in flags:
             if flag not in allowed:
