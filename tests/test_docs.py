@@ -18,7 +18,7 @@ import pytest
 
 from tests.conftest import REPO
 
-LINK = re.compile(r"\]\(([^)#\s]+)(#[^)]*)?\)")
+LINK = re.compile(r"\]\(([^)#\s]*)(#[^)]*)?\)")
 
 
 def test_readme_is_a_front_door():
@@ -40,6 +40,28 @@ def test_every_local_link_resolves():
                 continue
             if not (page.parent / target).exists():
                 broken.append(f"{page.relative_to(REPO)} -> {target}")
+    assert not broken, "\n".join(broken)
+
+
+def _heading_anchors(page) -> set[str]:
+    """The anchors GitHub gives a page's headings: lower case, punctuation dropped, spaces as hyphens."""
+    anchors, fenced = set(), False
+    for line in page.read_text(encoding="utf-8").splitlines():
+        if line.strip().startswith("```"):
+            fenced = not fenced
+        elif not fenced and (m := re.match(r"#+\s+(.*)", line)):
+            anchors.add(re.sub(r"[^\w\- ]", "", m.group(1).strip().lower()).replace(" ", "-"))
+    return anchors
+
+
+def test_every_link_anchor_names_a_heading():
+    broken = []
+    for page in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
+        for target, anchor in LINK.findall(page.read_text(encoding="utf-8")):
+            linked = page.parent / target if target else page
+            if anchor and not re.match(r"[a-z]+:", target) and linked.suffix == ".md" and linked.exists():
+                if anchor[1:] not in _heading_anchors(linked):
+                    broken.append(f"{page.relative_to(REPO)} -> {target}{anchor}")
     assert not broken, "\n".join(broken)
 
 
