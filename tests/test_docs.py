@@ -302,3 +302,39 @@ def test_every_documented_override_binds():
         except RecipeError as exc:
             wrong.append(f"{where}: {recipes[0]} {' '.join(overrides)}: " + "; ".join(exc.problems))
     assert not wrong, "\n".join(wrong)
+
+
+OVERRIDE = re.compile(r"^(?:(?:train|data|model|lora|parallel|distributed|fabric|sweep|debug|telemetry|deepspeed)"
+                      r"\.[a-z_][a-z0-9_.]*|output_dir|max_steps|seed|name)=\S+$")
+
+
+def test_every_override_shown_in_the_docs_binds_in_some_recipe():
+    """A `key=value` in prose (`debug.delay_rank=1`, `telemetry.bmc=ipmitool`) is a real key of a shipped recipe."""
+    from trainer.config import RecipeError, load_recipe
+    recipes = [str(REPO / "recipes" / f"{name}.yaml") for name in
+               ("tiny_llama_lora", "tiny_bert", "tiny_resnet", "collectives", "tiny_llama_full")]
+    bad_on_purpose = {w for _, command, _ in documented_bad_inputs() for w in command.split()}
+    checked, wrong = set(), []
+    for where, text in _doc_sources():
+        for number, span in _command_lines(text):
+            try:
+                words = shlex.split(span)
+            except ValueError:
+                words = span.split()
+            for word in words:
+                value = word.partition("=")[2]
+                if (not OVERRIDE.match(word) or word in checked or word in bad_on_purpose or "..." in word
+                        or "<" in word or "|" in value or re.fullmatch(r"[A-Z_]+", value)):  # placeholders
+                    continue
+                checked.add(word)
+                problems = []
+                for recipe in recipes:
+                    try:
+                        load_recipe(recipe, [word])
+                        break
+                    except RecipeError as exc:
+                        problems = problems or exc.problems
+                else:
+                    wrong.append(f"{where}:{number}: {word}: {problems[0]}")
+    assert checked, "no key=value found in the docs: the reader is broken"
+    assert not wrong, "\n".join(wrong)
