@@ -9,6 +9,7 @@ checkpoint, no orphan, no second run); for an attack, nothing runs and the refus
 """
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 import sys
@@ -37,6 +38,8 @@ def category(path: str, name: str) -> str | None:
 
 
 def main() -> None:
+    # no options; parsed first so that --help answers instead of starting the 15-minute test run
+    argparse.ArgumentParser(prog="python -m bench.faults", description=__doc__.split("\n\n")[0]).parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         xml = os.path.join(tmp, "junit.xml")
         proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={xml}",

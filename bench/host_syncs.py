@@ -8,9 +8,9 @@ workloads' loss_counts/input_tokens, before the batch moves) are not counted.
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
-import sys
 import tempfile
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -34,4 +34,7 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    parser = argparse.ArgumentParser(prog="python -m bench.host_syncs", description=__doc__.split("\n\n")[0])
+    parser.add_argument("overrides", nargs="*", metavar="key=value",
+                        help="recipe overrides, as python -m trainer takes them")
+    main(parser.parse_args().overrides)

@@ -189,7 +189,9 @@ def _project(args) -> int:
                 for name, g in p["by_group"].items():
                     where_g = ("on the target link" if g["on_target_link"] else
                                "intra-node, " + (f"at {args.intra_rate}" if intra_bps else "as measured"))
-                    print(f"    group {name} ({g['scope']}-node, {g['size']} ranks): {g['bytes']:.0f} bytes, "
+                    ranks = (f"{g['size']} ranks" if g.get("size_new", g["size"]) == g["size"] else
+                             f"{g['size']} ranks measured, {g['size_new']} projected")
+                    print(f"    group {name} ({g['scope']}-node, {ranks}): {g['bytes']:.0f} bytes, "
                           f"measured {g['measured_s']:.4f} s -> {g['predicted_s']:.4f} s ({where_g})")
                 for note in p["notes"]:
                     print(f"    {note}")

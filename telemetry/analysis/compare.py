@@ -684,6 +684,10 @@ def compare(paths: list[str], out: str, allow_mismatch: bool = False, sweeps: li
                            f"add the sweep to its fabric's training runs with --sweep LABEL={s_path}")
     if sweeps and kinds[0] == "sweep":
         raise CompareError("--sweep adds a fabric's sweep to a training comparison; these runs are sweeps already")
+    for run in runs if kinds[0] == "sweep" else []:
+        if _sweep(run) is None:  # a sweep still running, failed or killed before it wrote its tables
+            raise CompareError(f"{run.path}: a collective sweep run without collectives.json (run.json status "
+                               f"{run.info.get('status') or 'unknown'}): only a finished sweep can be compared")
     problems, notes = [], []
     for run in runs[1:]:
         if "nccl_tests" in run.info or "nccl_tests" in runs[0].info:

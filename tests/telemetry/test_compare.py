@@ -508,3 +508,14 @@ def test_a_claimed_transport_is_checked_in_the_comparison_itself(tmp_path):
     assert "transport claimed" not in (tmp_path / "plain" / "compare.md").read_text()
     with pytest.raises(CompareError, match="--expect-transport eth=roce: expected LABEL=TRANSPORT with LABEL one of"):
         compare([f"roce={roce}", f"ib={ib}"], str(tmp_path / "y"), expect_transport=["eth=roce"])
+
+
+def test_an_unfinished_sweep_is_one_error_line_not_a_traceback(tmp_path):
+    from telemetry.analysis.compare import CompareError, compare
+    done = write_run(tmp_path / "done", sweep=sweep_result(scale=1.0))
+    running = write_run(tmp_path / "running", sweep=sweep_result(scale=1.0))
+    (running / "collectives.json").unlink()  # the lab sweep the docs show, compared before it had finished
+    for order in ([done, running], [running, done]):
+        with pytest.raises(CompareError, match=r"running: a collective sweep run without collectives\.json "
+                                               r"\(run\.json status completed\): only a finished sweep"):
+            compare([str(p) for p in order], str(tmp_path / "cmp"))

@@ -203,3 +203,13 @@ def test_tensorboard_and_wandb_scalars_per_group_and_the_fabric_share(tmp_path):
     assert s["comm/fabric_bytes"] == 100_000 and s["comm/fabric_time_s"] == pytest.approx(0.2)
     old = json.loads((write_run(tmp_path / "old") / "metrics.jsonl").read_text().splitlines()[2])
     assert not any(k.startswith("comm_group/") or k.startswith("comm/fabric") for k in step_scalars(old))
+
+
+def test_project_names_the_group_size_it_projects_onto(tmp_path, capsys):
+    from telemetry.__main__ import main
+    run = str(grouped_run(tmp_path))
+    assert main(["project", run, "--rate", "10mbit", "--nodes", "2", "--nodes", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "group dp (inter-node, 2 ranks): " in out  # as measured
+    assert "group dp (inter-node, 2 ranks measured, 4 projected): " in out  # the group grows with the nodes
+    assert "group tp (intra-node, 2 ranks): " in out and "group tp (intra-node, 2 ranks measured" not in out
