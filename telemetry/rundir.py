@@ -85,7 +85,7 @@ STEP_FIELDS: tuple[Field, ...] = (
     Field(('job_gpu_energy_j', 'job_gpu_power_w'), "the same summed over all the job's GPUs; null without NVML"),
     Field(('job_cpu_energy_j',), 'CPU package energy (RAPL) summed over hosts; null where unreadable'),
     Field(('job_net_tx_bytes', 'job_net_rx_bytes'), 'NIC byte counters of the interfaces in use, summed over hosts'),
-    Field(('job_rdma_tx_bytes', 'job_rdma_rx_bytes'), 'RDMA port data counters (x 4 bytes), summed over hosts; null without RDMA devices'),
+    Field(('job_rdma_tx_bytes', 'job_rdma_rx_bytes'), 'RDMA port data counters (x 4 bytes; EFA: its hw_counters tx_bytes/rx_bytes), summed over hosts; null without RDMA devices'),
     Field(('job_loss_events',), 'growth of drop, discard, error and retransmission counters, summed over hosts'),
     Field(('job_reorder_events',), 'packets that arrived out of sequence (mlx5 `out_of_sequence`: reordering, not loss), summed over hosts'),
     Field(('job_server_energy_j', 'job_server_power_w'), "whole-server energy and mean power from each host's BMC (`telemetry.bmc`), summed over hosts; null without a BMC ([evidence.md](evidence.md))"),

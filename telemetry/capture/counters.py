@@ -120,6 +120,10 @@ class CounterReader:
             for k in WORDS:  # report bytes, not 4-byte words
                 if k in d:
                     d[k.replace("_data", "_bytes")] = d.pop(k) * 4
+            if dev.startswith("rdma:"):  # EFA ports have no port data counters: the device's own byte counts
+                for words, own in (("port_xmit_bytes", "tx_bytes"), ("port_rcv_bytes", "rx_bytes")):
+                    if words not in d and own in d:
+                        d[words] = d[own]
             out[dev] = d
         self._last = now
         return out

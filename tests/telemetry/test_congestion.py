@@ -192,6 +192,8 @@ def test_efa_hw_counters_from_a_published_listing(tmp_path):
     write(port / "hw_counters" / "tx_bytes", 84417311044934 + 4096)
     step = reader.delta()
     assert step["rdma:rdmap144s27/1"]["tx_bytes"] == 4096
+    # the session's RDMA traffic (job_rdma_tx_bytes) reads port_xmit_bytes: from EFA's own byte counts
+    assert step["rdma:rdmap144s27/1"]["port_xmit_bytes"] == 4096 and step["rdma:rdmap144s27/1"]["port_rcv_bytes"] == 0
     assert loss_verdict([step])["counts"] == {"rdma:rdmap144s27/1:rx_drops": 3}
 
 
