@@ -34,13 +34,19 @@ def _key(name: str, labels: dict) -> str:
 
 
 def parse(text: str) -> dict[str, tuple[str, float]]:
-    """{series: (type, value)} for counters and gauges (histogram/summary parts and untyped series are
-    left out: no delta means anything for them)."""
+    """{series: (type, value)} for counters and gauges. Histogram/summary parts are left out (no delta
+    means anything for them), and so are untyped series, except those named `..._total`: exporters that
+    write no `# TYPE` lines still follow the convention that such a series is a counter."""
     from prometheus_client.parser import text_string_to_metric_families
 
     out: dict[str, tuple[str, float]] = {}
     try:
         for fam in text_string_to_metric_families(text):
+            if fam.type in ("unknown", "untyped"):
+                for s in fam.samples:
+                    if s.name.endswith("_total"):
+                        out[_key(s.name.removesuffix("_total"), s.labels)] = ("counter", float(s.value))
+                continue
             if fam.type not in ("counter", "gauge"):
                 continue
             for s in fam.samples:

@@ -128,3 +128,16 @@ def test_node_exporter_page_served_on_loopback():
     assert {"node_network_receive_errs", "node_network_transmit_drop", "node_infiniband_link_downed",
             "node_infiniband_port_discards_received", "node_infiniband_port_errors_received"} <= notable
     assert "node_network_receive_bytes" not in notable
+
+
+def test_untyped_total_series_are_counters():
+    """An exporter that writes no # TYPE lines: `_total` series are counters by convention (keyed as a
+    typed counter family would be), other untyped series stay out."""
+    text = ('ifInDiscards_total{ifName="Ethernet0"} 7\n'
+            'port_rx_pfc_total{port="1",priority="3"} 12\n'
+            "scrape_duration_seconds 0.02\n")
+    assert sm.parse(text) == {'ifInDiscards{ifName="Ethernet0"}': ("counter", 7.0),
+                              'port_rx_pfc{port="1",priority="3"}': ("counter", 12.0)}
+    before = {"time": 0.0, "series": sm.parse(text)}
+    after = {"time": 1.0, "series": sm.parse(text.replace(" 7\n", " 9\n"))}
+    assert sm.deltas(before, after)["counters"]['ifInDiscards{ifName="Ethernet0"}'] == 2
