@@ -3,15 +3,14 @@
    | nccl-tests FILE_OR_RUN [...] [--json OUT] [--csv OUT] | export RUN --to tensorboard,wandb,parquet,trace"""
 from __future__ import annotations
 
-import argparse
 import sys
 
-from telemetry.errors import print_errors
+from telemetry.errors import OneLineParser, output_dir_problem, output_file_problem, print_errors
 from telemetry.analysis.runs import RunError
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m telemetry", description="Reports from run directories.")
+    parser = OneLineParser(prog="python -m telemetry", description="Reports from run directories.")
     sub = parser.add_subparsers(dest="command", required=True)
     rep = sub.add_parser("report", help="write report.md, report.html and PNG figures for one run")
     rep.add_argument("run", help="a run directory (the recipe's output_dir)")
@@ -58,6 +57,9 @@ def main(argv: list[str] | None = None) -> int:
     exp.add_argument("--to", required=True, help="comma-separated: tensorboard, wandb, parquet, trace")
     exp.add_argument("--out", default=None, help="where to write (default: RUN/exports)")
     args = parser.parse_args(argv)
+    problem = _output_problem(args)
+    if problem:
+        return print_errors(problem)
     try:
         if args.command == "report":
             from telemetry.analysis.report import write_report
@@ -87,6 +89,23 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _output_problem(args) -> str | None:
+    """Where the command will write, checked before it reads anything: one line when it cannot."""
+    import os
+
+    out = getattr(args, "out", None)
+    if args.command in ("report", "export") and out is None and os.path.isdir(args.run):
+        out = os.path.join(args.run, "report" if args.command == "report" else "exports")
+    if out is not None and (args.command != "report" or os.path.isdir(args.run)):
+        if problem := output_dir_problem(out, "--out"):
+            return problem
+    for option in ("json", "csv"):
+        path = getattr(args, option, None)
+        if path is not None and (problem := output_file_problem(path, f"--{option}")):
+            return problem
+    return None
+
+
 def _fmt_rate(bps: float) -> str:
     for unit, scale in (("Tbit/s", 1e12), ("Gbit/s", 1e9), ("Mbit/s", 1e6), ("kbit/s", 1e3)):
         if bps >= scale:
@@ -96,6 +115,7 @@ def _fmt_rate(bps: float) -> str:
 
 def _project(args) -> int:
     import json
+    import math
     import os
 
     from telemetry.analysis.projection import (ProjectionError, combine_profiles, efficiency_for, load_busbw_table,
@@ -110,8 +130,8 @@ def _project(args) -> int:
     eff = args.efficiency
     if eff is not None and not 0 < eff <= 1:
         return fail(f"--efficiency: got {eff}; expected a fraction in (0, 1]")
-    if args.latency_us < 0:
-        return fail(f"--latency-us: got {args.latency_us}; expected >= 0")
+    if not math.isfinite(args.latency_us) or args.latency_us < 0:
+        return fail(f"--latency-us: got {args.latency_us}; expected a finite number of microseconds >= 0")
     nodes = []
     for n in args.nodes:
         if not n.isdigit() or int(n) < 1:

@@ -150,16 +150,18 @@ def now_iso() -> str:
 
 
 def read_jsonl(path: str) -> list[dict]:
-    """Every complete line; a truncated last line (a killed job) is skipped."""
+    """Every complete line that is a JSON object; a truncated last line (a killed job) is skipped."""
     rows = []
     if not os.path.exists(path):
         return rows
-    with open(path, encoding="utf-8") as f:
+    with open(path, encoding="utf-8", errors="replace") as f:  # a damaged byte spoils its line, not the file
         for line in f:
             try:
-                rows.append(json.loads(line))
+                row = json.loads(line)
             except json.JSONDecodeError:
                 continue
+            if isinstance(row, dict):  # a step is an object; anything else is damage, skipped like a torn line
+                rows.append(row)
     return rows
 
 

@@ -26,7 +26,11 @@ def parse_rate(rate: str) -> float | None:
     if not m:
         raise RateError(f"--rate: got {rate!r}; expected a tc rate such as 10gbit, 1gbit, 100mbit, 500kbit, "
                         "or 'none' for unshaped links")
-    return float(m.group(1)) * _RATE_BITS[m.group(2).lower()]
+    bps = float(m.group(1)) * _RATE_BITS[m.group(2).lower()]
+    if bps < 1:  # tc cannot shape to nothing; a link that carries nothing is no fabric
+        raise RateError(f"--rate: got {rate!r}; expected a rate of at least 1bit (e.g. 100mbit, 1gbit), or 'none' "
+                        "for unshaped links")
+    return bps
 
 
 def bytes_unit_warning(rate: str) -> str | None:

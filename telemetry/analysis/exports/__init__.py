@@ -60,6 +60,8 @@ def step_scalars(record: dict) -> dict[str, float]:
 
 def check_kinds(kinds) -> list[str]:
     unknown = [k for k in kinds if k not in KINDS]
+    if not kinds:
+        raise ValueError(f"telemetry.export: got no kind; allowed: one or more of {', '.join(KINDS)}")
     if unknown:
         raise ValueError(f"telemetry.export: got {unknown}; allowed: {', '.join(KINDS)}")
     return list(dict.fromkeys(kinds))
