@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Literal, Optional, Union
 
@@ -284,19 +285,39 @@ def _check_batch_memory(r: Recipe) -> list[str]:
     return p
 
 
+_SIZE = re.compile(r"^(\d+(?:\.\d+)?)([KMGkmg]?)[Bb]?$")  # 4096, 4K, 64M, 1G, 1.5G, 64MB
+
+
+def _size_hint(value: object) -> str:
+    """'; did you mean ...?' for the near misses: 16GiB or 16 G (16G), 1e9 (1000000000), -1M (at least 1 byte)."""
+    text = str(value).strip()
+    if text.startswith("-"):
+        return "; sizes are at least 1 byte"
+    near = re.sub(r"(?<=[KMGkmg])[iI]?[Bb]?$", "", re.sub(r"\s+", "", text))
+    if near != text and _SIZE.match(near):
+        binary = re.search(r"[KMGkmg][iI]", text)
+        return f"; did you mean {near!r}" + (" (K, M and G are already powers of 1024)?" if binary else "?")
+    try:
+        number = float(text)
+    except ValueError:
+        return ""
+    if number.is_integer() and 1 <= number < 1 << 63:
+        return f"; did you mean {int(number)} ({text} bytes written out)?"
+    return ""
+
+
 def parse_size(value: Union[int, str], key: str, problems: list[str], limit: int = SWEEP_BYTES_MAX) -> int | None:
-    """Bytes from 4096, "4K", "64M", "1G" (powers of 1024, as nccl-tests reads -b/-e)."""
-    if isinstance(value, int):
+    """Bytes from 4096, "4K", "64M", "1G" (powers of 1024, as nccl-tests reads -b/-e). A number with an
+    exponent ("1e9") or a space before the unit ("16 G") is refused rather than guessed: 1e9 is not 1G."""
+    if isinstance(value, int) and not isinstance(value, bool):
         size = value
     else:
-        text = str(value).strip().upper().removesuffix("B")
-        mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
-        digits = text[:-1] if text[-1:] in "KMG" else text
-        try:
-            size = int(float(digits) * mult)
-        except (ValueError, OverflowError):  # OverflowError: "infG"
-            problems.append(f"{key}: got {value!r}; expected bytes such as 8, 4K, 64M or 1G")
+        m = _SIZE.match(str(value).strip()) if isinstance(value, str) else None
+        if not m:
+            problems.append(f"{key}: got {value!r}; expected bytes such as 8, 4K, 64M or 1G (a whole or decimal "
+                            f"number, then K, M or G for powers of 1024, no space, no exponent){_size_hint(value)}")
             return None
+        size = int(float(m.group(1)) * {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[m.group(2).upper()])
     if size < 1:
         problems.append(f"{key}: got {value!r}; expected at least 1 byte")
         return None

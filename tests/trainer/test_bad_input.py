@@ -79,6 +79,14 @@ OVERRIDES = [
     ("sweep-max-bytes-huge", ["sweep.max_bytes=1000000G"], "sweep.max_bytes: got '1000000G'; expected at most"),
     ("sweep-max-bytes-inf", ["sweep.max_bytes=infG"], "sweep.max_bytes: got 'infG'; expected bytes such as"),
     ("sweep-min-bytes-nan", ["sweep.min_bytes=nan"], "sweep.min_bytes: got 'nan'; expected bytes such as"),
+    # sizes: near misses are refused with the spelling meant, never guessed (1e9 is not 1G)
+    ("sweep-bytes-space", ["sweep.max_bytes=16 G"], "sweep.max_bytes: got '16 G'; expected bytes such as 8, 4K, 64M "
+     "or 1G (a whole or decimal number, then K, M or G for powers of 1024, no space, no exponent); did you mean '16G'?"),
+    ("sweep-bytes-gib", ["sweep.max_bytes=16GiB"], "did you mean '16G' (K, M and G are already powers of 1024)?"),
+    ("sweep-bytes-exponent", ["sweep.max_bytes=1e9"], "got '1e9'; expected bytes such as"),
+    ("sweep-bytes-exponent-hint", ["sweep.max_bytes=1e9"], "did you mean 1000000000 (1e9 bytes written out)?"),
+    ("sweep-bytes-negative", ["sweep.max_bytes=-1M"], "got '-1M'; expected bytes such as 8, 4K, 64M or 1G"),
+    ("sweep-bytes-bool", ["sweep.device_memory=true"], "sweep.device_memory: got True (bool)"),
     # fault injection and the link probe (the straggler report)
     ("delay-nan", ["debug.delay_rank=0", "debug.delay_s=nan"], "debug.delay_s: got 'nan'; expected a finite number"),
     ("delay-negative", ["debug.delay_rank=0", "debug.delay_s=-1"], "debug.delay_s: got -1.0; expected seconds in [0, 60]"),
@@ -185,6 +193,29 @@ def test_anchors_within_the_limit_and_merge_keys_still_work(tmp_path):
                     .replace("  min_lr: 1.0e-3\n", "  min_lr: *rate\n").replace("assets/", str(REPO / "recipes/assets") + "/"))
     r = load_recipe(str(path))
     assert r.train.min_lr == r.train.lr == pytest.approx(1e-2)
+
+
+@pytest.mark.parametrize("env,expected", [
+    ({"WORLD_SIZE": "abc"}, "WORLD_SIZE: got 'abc'; expected an integer >= 1 (as torchrun or srun sets it)"),
+    ({"WORLD_SIZE": "0"}, "WORLD_SIZE: got '0'; expected an integer >= 1"),
+    ({"RANK": "abc", "WORLD_SIZE": "2"}, "RANK: got 'abc'; expected an integer >= 0"),
+    ({"RANK": "2", "WORLD_SIZE": "2"}, "RANK: got 2; expected an integer from 0 to WORLD_SIZE - 1 = 1"),
+    ({"LOCAL_RANK": "-1"}, "LOCAL_RANK: got '-1'; expected an integer >= 0"),
+    ({"LOCAL_WORLD_SIZE": "4", "WORLD_SIZE": "2"}, "LOCAL_WORLD_SIZE: got 4; expected at most WORLD_SIZE (2)"),
+    ({"MASTER_PORT": "0"}, "MASTER_PORT: got '0'; expected an integer from 1 to 65535"),
+    ({"MASTER_PORT": "99999"}, "MASTER_PORT: got '99999'; expected an integer from 1 to 65535"),
+    ({"MASTER_PORT": "http"}, "MASTER_PORT: got 'http'; expected an integer from 1 to 65535"),
+])
+def test_bad_launcher_environment(env, expected, capsys, monkeypatch):
+    """A launcher variable that is not a usable number is one line naming it, before anything reads it
+    (a real run too: torch's rendezvous would raise a ValueError)."""
+    for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_PORT", "TORCHELASTIC_RUN_ID"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert main([TINY, "--dry-run"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0], lines
 
 
 def test_bad_command_line_is_one_error_line(capsys, monkeypatch):
