@@ -342,4 +342,11 @@ def markdown() -> str:
 
 
 if __name__ == "__main__":
+    import sys
+
+    from telemetry.errors import print_errors
+
+    if sys.argv[1:]:  # e.g. an output path meant for the shell's redirection
+        sys.exit(print_errors(f"got {' '.join(sys.argv[1:])!r}; python -m telemetry.rundir takes no arguments: it "
+                              "prints the run directory's documentation (> docs/run-directory.md to write it)"))
     print(markdown(), end="")
