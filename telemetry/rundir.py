@@ -15,6 +15,7 @@ import datetime
 import errno
 import json
 import os
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -239,12 +240,29 @@ class RunDir:
                 write_json_atomic(self.run_json, self.info)
 
     def load_previous(self) -> dict:
-        if os.path.exists(self.run_json):
-            try:
-                with open(self.run_json, encoding="utf-8") as f:
-                    return json.load(f)
-            except (OSError, json.JSONDecodeError):
-                return {}
+        """An earlier attempt's run.json, {} when there is none. A damaged one (not JSON, not an object, not
+        UTF-8) is set aside under logs/ by rank 0 before this attempt writes its own: nothing recorded is lost."""
+        if not os.path.exists(self.run_json):
+            return {}
+        try:
+            with open(self.run_json, encoding="utf-8") as f:
+                info = json.load(f)
+        except OSError:
+            return {}
+        except ValueError:  # JSONDecodeError and UnicodeDecodeError both
+            info = None
+        if isinstance(info, dict):
+            if not isinstance(info.get("attempts", []), list):
+                info["attempts"] = []
+            info["attempts"] = [a for a in info.get("attempts", []) if isinstance(a, dict)]
+            return info
+        if self.rank == 0:
+            aside = os.path.join(self.logs, f"run.damaged-{now_iso().replace(':', '')}.json")
+            with contextlib.suppress(OSError):
+                os.makedirs(self.logs, exist_ok=True)
+                os.replace(self.run_json, aside)
+                print(f"warning: {self.run_json} was damaged (not a JSON object); kept as {aside}, this attempt "
+                      "starts a new one", file=sys.stderr, flush=True)
         return {}
 
     def open_metrics(self, resume_step: int = 0, append: bool = False) -> None:
@@ -342,8 +360,6 @@ def markdown() -> str:
 
 
 if __name__ == "__main__":
-    import sys
-
     from telemetry.errors import print_errors
 
     if sys.argv[1:]:  # e.g. an output path meant for the shell's redirection
