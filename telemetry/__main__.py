@@ -247,6 +247,9 @@ def _nccl_tests(args) -> int:
     results = []
     for path in args.inputs:
         if os.path.isdir(path):  # a sweep's run directory: its table
+            if not os.path.isfile(os.path.join(path, "collectives.txt")):
+                return print_errors(f"{path}: a directory without collectives.txt; allowed: a sweep's run directory "
+                                    "or an nccl-tests output file")
             path = os.path.join(path, "collectives.txt")
         try:
             result = read(path)

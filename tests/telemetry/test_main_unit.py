@@ -155,6 +155,17 @@ def test_output_directory_that_is_a_file(capsys, tmp_path, run_dir):
     assert line.endswith("is a file, not a directory; allowed: a new or existing directory")
 
 
+def test_nccl_tests_of_a_directory_without_a_table(capsys, tmp_path):
+    assert one_error(capsys, ["nccl-tests", str(tmp_path)]) == (
+        f"error: {tmp_path}: a directory without collectives.txt; allowed: a sweep's run directory or an nccl-tests "
+        "output file")
+
+
+def test_busbw_table_that_does_not_exist(capsys, run_dir, tmp_path):
+    line = one_error(capsys, ["project", str(run_dir), "--busbw-table", str(tmp_path / "gone.txt")])
+    assert line.startswith(f"error: --busbw-table: {tmp_path / 'gone.txt'}: does not exist; allowed: an nccl-tests")
+
+
 def test_json_output_that_is_a_directory(capsys, tmp_path):
     line = one_error(capsys, ["nccl-tests", str(TABLES / "all_reduce_perf_h100_16ranks.txt"), "--json", str(tmp_path)])
     assert line == f"error: --json: {str(tmp_path)!r} is a directory; allowed: a file path"
