@@ -57,6 +57,8 @@ OVERRIDES = [
     ("global-batch-huge", ["train.global_batch_size=100000000000000000000"], "train.global_batch_size: got 1000"),
     ("global-batch-float", ["train.global_batch_size=1e20"], "train.global_batch_size: got '1e20' (str); expected an integer"),
     ("seq_len-huge", ["data.seq_len=100000000"], "data.seq_len: got 100000000; expected an integer <= 1048576"),
+    ("seq_len-beyond-positions", ["data.seq_len=100000"], "data.seq_len: got 100000; model.config.max_position_embeddings "
+     "is 512; allowed: at most 512, or raise model.config.max_position_embeddings"),
     ("max_train-negative", ["data.max_train_samples=-1"], "data.max_train_samples: got -1; expected an integer >= 1"),
     ("max_train-zero", ["data.max_train_samples=0"], "data.max_train_samples: got 0; expected an integer >= 1"),
     ("max_eval-zero", ["data.max_eval_samples=0"], "data.max_eval_samples: got 0; expected an integer >= 1"),
