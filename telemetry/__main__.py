@@ -121,7 +121,7 @@ def _project(args) -> int:
     from telemetry.analysis.projection import (ProjectionError, combine_profiles, efficiency_for, load_busbw_table,
                              measured_profile, negligible_above_bps, project)
     from telemetry.analysis.rates import RateError, bytes_unit_warning, parse_rate
-    from telemetry.analysis.runs import load_run
+    from telemetry.analysis.runs import given_twice, load_run
 
     fail = print_errors
     if not args.rate and not args.busbw_table:
@@ -150,11 +150,13 @@ def _project(args) -> int:
             targets.append((os.path.basename(path), None, load_busbw_table(path)))
         intra_bps = None
         if args.intra_rate is not None:
-            intra_bps = parse_rate(args.intra_rate)
+            intra_bps = parse_rate(args.intra_rate, "--intra-rate")
             if intra_bps is None:
                 return fail("--intra-rate: got 'none'; give the intra-node links' rate (tc units, e.g. 900gbit)")
     except (RateError, ProjectionError) as exc:
         return fail(str(exc).removeprefix("error: "))
+    if twice := given_twice(args.run):
+        return fail(f"{twice} is given twice; allowed: each run directory once (its repeats are other runs)")
     profiles = []
     for path in args.run:
         profiles.append(measured_profile(load_run(path)))

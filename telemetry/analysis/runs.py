@@ -88,6 +88,17 @@ def _has_text(path: str) -> bool:
     return bool(head) and (b"\n" in head or not head.startswith(b"{"))
 
 
+def given_twice(paths: list[str]) -> str | None:
+    """The first path that names the same file or directory as an earlier one, else None."""
+    seen = set()
+    for path in paths:
+        key = os.path.realpath(path)
+        if key in seen:
+            return path
+        seen.add(key)
+    return None
+
+
 def percentile(values: list[float], q: float) -> float | None:
     values = sorted(v for v in values if v is not None)
     if not values:

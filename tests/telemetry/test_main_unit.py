@@ -211,6 +211,19 @@ def test_unknown_subcommand_exits_2(capsys):
     assert "invalid choice: 'reprot'" in one_exit(capsys, ["reprot", "x"])
 
 
+@pytest.mark.parametrize("command", ["compare", "project"])
+def test_one_run_given_twice(capsys, tmp_path, run_dir, command):
+    extra = ["--out", str(tmp_path / "o")] if command == "compare" else ["--rate", "1gbit"]
+    line = one_error(capsys, [command, str(run_dir), f"{run_dir}/", *extra])
+    assert line.startswith(f"error: {run_dir}/ is given twice; allowed: each run directory once")
+    assert not (tmp_path / "o").exists()
+
+
+def test_intra_rate_is_named(capsys, run_dir):
+    assert one_error(capsys, ["project", str(run_dir), "--rate", "1gbit", "--intra-rate", "0gbit"]).startswith(
+        "error: --intra-rate: got '0gbit'; expected a rate of at least 1bit")
+
+
 def test_export_of_no_kind(capsys, run_dir):
     assert one_error(capsys, ["export", str(run_dir), "--to", ","]) == \
         "error: --to: got no kind; allowed: one or more of tensorboard, wandb, parquet, trace"
