@@ -42,10 +42,28 @@ def _prefix(exec_tpl: str | None, host: str) -> list[str]:
     return shlex.split(exec_tpl.format(host=host)) if exec_tpl else []
 
 
+def _check_reachable(host: str, exec_tpl: str) -> None:
+    """`true` on the node through --exec: a node that cannot be reached (no such host or namespace, ssh
+    refused) is named as such, not as a missing tool."""
+    cmd = _prefix(exec_tpl, host) + ["true"]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+    except FileNotFoundError:
+        raise LinkTestError(f"cannot run `{cmd[0]}` to reach {host} (--exec {exec_tpl!r})") from None
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise LinkTestError(f"cannot reach {host} with `{' '.join(cmd[:-1])}`: {exc}") from None
+    if proc.returncode != 0:
+        said = next((line.strip() for line in proc.stderr.splitlines() if line.strip()), f"exit {proc.returncode}")
+        raise LinkTestError(f"cannot reach {host} with `{' '.join(cmd[:-1])}`: {said}; allowed: a node --exec "
+                            "reaches (--server, --client)")
+
+
 def check_tool(tool: str, hosts: list[str], exec_tpl: str | None) -> None:
     """`TOOL --version` on each node: a plain argument list, so it reads the same through ssh (which joins
     and re-parses it) and run directly; 127 or 'No such file' means the tool is not there."""
     for host in dict.fromkeys(hosts):
+        if exec_tpl:
+            _check_reachable(host, exec_tpl)
         cmd = _prefix(exec_tpl, host) + [tool, "--version"]
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
