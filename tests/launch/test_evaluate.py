@@ -280,3 +280,37 @@ def test_five_repeats_add_the_mlperf_mean_and_intervals(tmp_path, capsys):
     assert pair["excludes_zero"] and pair["pct_interval"][0] < 1.0 < pair["pct_interval"][1]
     page = (tmp_path / "out" / "evaluation.md").read_text()
     assert "MLPerf mean (best, worst dropped)" in page and "| slow vs fast | +100.0% | [+" in page
+
+
+def test_file_read_with_the_recipe_readers_limits(tmp_path):
+    path = tmp_path / "dup.yaml"
+    path.write_text(yaml.safe_dump(good(tmp_path), sort_keys=False) + "repeats: 3\n")
+    with pytest.raises(SpecError) as info:
+        load_evaluation(str(path))
+    assert len(info.value.problems) == 1 and "duplicate key 'repeats' (first at line 3)" in info.value.problems[0]
+    path.write_bytes(b"name: caf\xe9\n")
+    with pytest.raises(SpecError) as info:
+        load_evaluation(str(path))
+    assert info.value.problems == [f"evaluation: {path} is not UTF-8 text (byte 0xe9 at line 1); allowed: a UTF-8 "
+                                   "YAML file"]
+
+
+@pytest.mark.parametrize("timeout", [float("nan"), float("inf"), 0])
+def test_timeout_must_be_finite_seconds(tmp_path, timeout):
+    assert problems(tmp_path, good(tmp_path, local={"timeout": timeout})) == [
+        f"local.timeout: got {timeout!r}; expected seconds > 0 per run"]
+
+
+def test_an_output_directory_that_cannot_be_made(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    assert main([write(tmp_path, good(tmp_path, out=str(blocker))), "--dry-run"]) == 2
+    assert capsys.readouterr().err == f"error: out: {str(blocker)!r} is a file, not a directory; allowed: a new or " \
+                                      "existing directory\n"
+
+
+def test_argument_mistakes_are_one_line(capsys):
+    with pytest.raises(SystemExit) as info:
+        main([])
+    assert info.value.code == 2 and capsys.readouterr().err == (
+        "error: the following arguments are required: evaluation; see python -m launch.evaluate --help\n")
