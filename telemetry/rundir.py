@@ -15,6 +15,7 @@ import datetime
 import errno
 import json
 import os
+import shutil
 import sys
 from dataclasses import dataclass
 from typing import Any
@@ -35,8 +36,9 @@ LAYOUT = (
                   "rankNNNNN.final.json (hash and norm of the trainable weights), rankNNNNN.events.jsonl "
                   "(phase marks and calls, only when the trace export is asked for)"),
     (f"{CHECKPOINTS}/", "DCP checkpoints and latest.json"),
-    (f"{LOGS}/", "NCCL debug logs (nccl.HOST.PID.log), metrics lines set aside on resume, profiler traces, "
-                 "flight_recorder/ (what each rank last entered, written on a failure or hang)"),
+    (f"{LOGS}/", "NCCL debug logs (nccl.HOST.PID.log), metrics lines set aside on resume, each earlier "
+                 "attempt's run.json (run.attempt-N.json; run.damaged-TIME.json when it could not be read), "
+                 "profiler traces, flight_recorder/ (what each rank last entered, written on a failure or hang)"),
     ("collectives.txt, .json, .csv", "a collective sweep's tables (nccl-tests layout)"),
     (f"run.lock, {RESERVE}", "while a run is live: who holds the directory; 1 MiB given back if the disk fills"),
     (f"{REPORT}/", "written by python -m telemetry report RUN"),
@@ -264,6 +266,23 @@ class RunDir:
                 print(f"warning: {self.run_json} was damaged (not a JSON object); kept as {aside}, this attempt "
                       "starts a new one", file=sys.stderr, flush=True)
         return {}
+
+    def keep_previous(self) -> str | None:
+        """Rank 0, before this attempt writes run.json: the earlier attempt's copied to logs/run.attempt-N.json,
+        so an attempt that fails at once (bad input on a rerun) does not take the completed run's summary
+        (final, throughput, model, data) with it. Returns the copy's path, None when there was none."""
+        if self.rank != 0 or not os.path.isfile(self.run_json):
+            return None
+        try:
+            with open(self.run_json, encoding="utf-8") as f:
+                attempt = json.load(f).get("attempt")
+        except (OSError, ValueError, AttributeError):
+            attempt = None
+        n = attempt if isinstance(attempt, int) and attempt >= 1 else 0
+        os.makedirs(self.logs, exist_ok=True)
+        copy = os.path.join(self.logs, f"run.attempt-{n}.json")
+        shutil.copyfile(self.run_json, copy)
+        return copy
 
     def open_metrics(self, resume_step: int = 0, append: bool = False) -> None:
         """Per-step lines from rank 0. On resume, the lines past the checkpoint are set aside first; a fresh

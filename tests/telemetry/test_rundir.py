@@ -111,3 +111,16 @@ def test_lines_that_are_not_objects_or_not_utf8_are_skipped(tmp_path):
     path = tmp_path / "metrics.jsonl"
     path.write_bytes(b'{"step": 1}\n[1]\n\xff\xfe\n"x"\n{"step": 2}\n{"step": 3, "lo')
     assert read_jsonl(str(path)) == [{"step": 1}, {"step": 2}]
+
+
+def test_the_last_attempts_record_is_kept_before_a_new_attempt_rewrites_it(tmp_path):
+    """A rerun that fails at once (bad input) rewrites run.json; the completed attempt's summary stays."""
+    record = {"status": "completed", "attempt": 2, "final": {"loss": 1.5}, "throughput": {"tokens_per_s": 9.0}}
+    (tmp_path / "run.json").write_text(json.dumps(record))
+    rd = RunDir(str(tmp_path), rank=0)
+    rd.create()
+    assert rd.keep_previous() == str(tmp_path / "logs" / "run.attempt-2.json")
+    rd.update(status="failed", exit_code=2)
+    assert json.loads((tmp_path / "logs" / "run.attempt-2.json").read_text()) == record
+    assert RunDir(str(tmp_path / "fresh"), rank=0).keep_previous() is None
+    assert RunDir(str(tmp_path), rank=1).keep_previous() is None
