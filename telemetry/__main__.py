@@ -231,14 +231,17 @@ def _export(args) -> int:
     except ValueError as exc:
         print(f"error: {str(exc).replace('telemetry.export', '--to')}", file=sys.stderr)
         return 2
-    failed = 0
+    failed = bad_input = 0
     for kind, result in export_run(args.run, kinds, args.out).items():
-        if result.get("error"):
+        if result.get("input"):  # the run or the machine lacks what the kind needs: one error line
+            bad_input += 1
+            print_errors(f"--to {kind}: {result['error']}")
+        elif result.get("error"):
             failed += 1
             print(f"{kind}: not written: {result['error']}", file=sys.stderr)
         else:
             print(f"{kind}: {result['path']}")
-    return 1 if failed else 0
+    return 1 if failed else 2 if bad_input else 0
 
 
 def _nccl_tests(args) -> int:

@@ -224,6 +224,12 @@ def test_intra_rate_is_named(capsys, run_dir):
         "error: --intra-rate: got '0gbit'; expected a rate of at least 1bit")
 
 
+def test_export_a_trace_the_run_did_not_record(capsys, run_dir, tmp_path):
+    line = one_error(capsys, ["export", str(run_dir), "--to", "trace", "--out", str(tmp_path / "x")])
+    assert line == (f"error: --to trace: {run_dir}/ranks: no rank*.events.jsonl; the trace needs a run with trace in "
+                    "telemetry.export (per-call timestamps are kept only then)")
+
+
 def test_export_of_no_kind(capsys, run_dir):
     assert one_error(capsys, ["export", str(run_dir), "--to", ","]) == \
         "error: --to: got no kind; allowed: one or more of tensorboard, wandb, parquet, trace"
