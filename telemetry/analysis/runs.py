@@ -4,6 +4,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import re
 import statistics
 from dataclasses import dataclass, field
 
@@ -46,6 +47,16 @@ class Run:
         return rows[1:] if len(rows) > 1 else rows
 
 
+# run.json's sections the readers walk into: each an object (hosts a list) or null
+_SECTIONS = {**{k: dict for k in ("recipe", "layout", "fabric", "telemetry", "final", "throughput", "model", "data",
+                                  "software", "inventory", "environment", "switch_metrics")},
+             "hosts": list, "attempts": list}
+
+
+def _json_type(value) -> str:
+    return {dict: "object", list: "list", str: "string", bool: "boolean"}.get(type(value), "number")
+
+
 def load_run(path: str) -> Run:
     run_json = os.path.join(path, "run.json")
     if not os.path.isdir(path):
@@ -63,11 +74,16 @@ def load_run(path: str) -> Run:
     except OSError as exc:
         raise RunError(f"{run_json}: cannot read: {exc.strerror or exc}") from None
     if not isinstance(info, dict):
-        raise RunError(f"{run_json}: holds a JSON {type(info).__name__}; allowed: the JSON object a run writes")
+        raise RunError(f"{run_json}: holds a JSON {_json_type(info)}; allowed: the JSON object a run writes")
+    for key, kind in _SECTIONS.items():
+        if info.get(key) is not None and not isinstance(info[key], kind):
+            raise RunError(f"{run_json}: '{key}' is a JSON {_json_type(info[key])}; allowed: "
+                           f"{'an object' if kind is dict else 'a list'} (or null), as a run writes it")
     ranks = {}
     for p in sorted(glob.glob(os.path.join(path, "ranks", "rank*.telemetry.jsonl"))):
-        rank = int(os.path.basename(p)[4:9])
-        ranks[rank] = [upgrade_record(r) for r in read_jsonl(p)]
+        m = re.fullmatch(r"rank(\d+)\.telemetry\.jsonl", os.path.basename(p))
+        if m:  # another file that happens to match the glob is not a rank's
+            ranks[int(m.group(1))] = [upgrade_record(r) for r in read_jsonl(p)]
     final = info.get("final") or {}
     _rename(final, RENAMED_UNITS)  # a sweep's avg_busbw per collective
     metrics_path = os.path.join(path, "metrics.jsonl")

@@ -92,6 +92,9 @@ def test_argument_mistakes_are_one_line(capsys, argv, words):
 @pytest.mark.parametrize("damage,words", [
     ("[1, 2]", "run.json: holds a JSON list; allowed: the JSON object a run writes"),
     (b"\xff\xfe\x00", "run.json: not UTF-8 text (byte 0xff at offset 0)"),
+    ('{"recipe": "x"}', "run.json: 'recipe' is a JSON string; allowed: an object (or null), as a run writes it"),
+    ('{"layout": [1]}', "run.json: 'layout' is a JSON list; allowed: an object (or null)"),
+    ('{"hosts": {"a": 1}}', "run.json: 'hosts' is a JSON object; allowed: a list (or null)"),
 ])
 def test_damaged_run_json(capsys, run_dir, damage, words):
     (run_dir / "run.json").write_bytes(damage if isinstance(damage, bytes) else damage.encode())
@@ -109,6 +112,14 @@ def test_metrics_lines_that_are_not_objects_are_skipped(run_dir):
     text = (run_dir / "metrics.jsonl").read_text()
     (run_dir / "metrics.jsonl").write_text('[1, 2]\n"x"\n' + text)
     assert [r["step"] for r in load_run(str(run_dir)).metrics] == [1, 2, 3, 4, 5, 6]
+
+
+def test_a_file_in_ranks_that_is_not_a_ranks_is_left_out(run_dir):
+    from telemetry.analysis.runs import load_run
+    (run_dir / "ranks").mkdir(exist_ok=True)
+    (run_dir / "ranks" / "rankXY.telemetry.jsonl").write_text('{"step": 1}\n')
+    (run_dir / "ranks" / "rank00001.telemetry.jsonl").write_text('{"step": 1}\n')
+    assert list(load_run(str(run_dir)).ranks) == [1]
 
 
 def test_a_run_killed_in_its_first_step_still_reads(run_dir):
