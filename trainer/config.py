@@ -234,6 +234,16 @@ SWEEP_BYTES_MAX = 1 << 36  # 64 GiB: more than any accelerator's memory per buff
 # ---------------------------------------------------------------- loading
 
 
+def _problem_key(problem: str) -> str:
+    """The dotted key a problem line names first ('model.config: got 3 ...' -> 'model.config')."""
+    return problem.split(":", 1)[0].split(" ", 1)[0]
+
+
+def _related(a: str, b: str) -> bool:
+    """One key is the other or inside it: model, model.config, model.config.hidden_size."""
+    return a == b or a.startswith(b + ".") or b.startswith(a + ".")
+
+
 def load_recipe(path: str, overrides: list[str] = ()) -> Recipe:
     """Read a recipe file, apply overrides, bind and check it (world-size checks come later)."""
     tree = _read_recipe(path)
@@ -257,7 +267,8 @@ def load_recipe(path: str, overrides: list[str] = ()) -> Recipe:
         if problem:
             problems.append(problem)
     recipe = _bind_dataclass(tree, Recipe, "", problems)
-    problems += check_recipe(recipe)
+    said = {_problem_key(x) for x in problems}  # a key already refused is not judged again from its default
+    problems += [x for x in check_recipe(recipe) if not any(_related(_problem_key(x), k) for k in said)]
     if problems:
         raise RecipeError(problems)
     recipe.recipe_path = os.path.abspath(path)
@@ -342,7 +353,9 @@ def check_recipe(r: Recipe) -> list[str]:
     p += recipe_checks(r.workload)(r)  # the workload's own checks, beside it in trainer/workloads/
     t = r.train
     p += _at_least("train", t, ("global_batch_size", "micro_batch_size", "log_every"), 1)
-    p += _within("train", t, ("global_batch_size",), 1, GLOBAL_BATCH_MAX) + _check_batch_memory(r)
+    if t.global_batch_size >= 1:  # below 1 is said once, above
+        p += _within("train", t, ("global_batch_size",), 1, GLOBAL_BATCH_MAX)
+    p += _check_batch_memory(r)
     if t.weight_decay < 0:
         p.append(f"train.weight_decay: got {t.weight_decay}; expected a number >= 0")
     if t.eps <= 0:
@@ -351,7 +364,7 @@ def check_recipe(r: Recipe) -> list[str]:
         p.append(f"train.target_eval_loss: got {t.target_eval_loss}; expected a number >= 0 or null")
     if t.lr <= 0:
         p.append(f"train.lr: got {t.lr}; expected a number > 0")
-    if not 0 <= t.min_lr <= t.lr:
+    if not 0 <= t.min_lr <= t.lr and t.lr > 0:  # a bad lr is its own line; min_lr is judged against a good one
         p.append(f"train.min_lr: got {t.min_lr}; expected a number in [0, train.lr={t.lr}]")
     p += _at_least("train", t, ("warmup_steps",), 0)
     if len(t.betas) != 2 or any(not 0 <= b < 1 for b in t.betas):

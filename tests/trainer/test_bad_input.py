@@ -197,6 +197,23 @@ def test_anchors_within_the_limit_and_merge_keys_still_work(tmp_path):
     assert r.train.min_lr == r.train.lr == pytest.approx(1e-2)
 
 
+@pytest.mark.parametrize("overrides,line", [
+    (["train.global_batch_size=0"], "train.global_batch_size: got 0; expected an integer >= 1"),
+    (["train.lr=-1"], "train.lr: got -1.0; expected a number > 0"),
+    (["model.config=3"], "model.config: got 3 (int); expected a mapping or a string or null"),
+    (["model.pth=x"], "model.pth: unknown key; did you mean 'path'?"),
+    (["model=null"], "model: got None; expected a mapping of family, path,"),
+    (["data.seq_len=99999999999"], "data.seq_len: got 99999999999; expected an integer <= 1048576"),
+])
+def test_one_mistake_is_one_line_not_its_consequences(overrides, line, capsys, monkeypatch):
+    """A refused key is not judged again from the default that replaced it (model.config=3 left the model
+    with neither a path nor a config: that is the same mistake, said once)."""
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    assert main([TINY, *overrides, "--dry-run"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {line}"), lines
+
+
 @pytest.mark.parametrize("env,expected", [
     ({"WORLD_SIZE": "abc"}, "WORLD_SIZE: got 'abc'; expected an integer >= 1 (as torchrun or srun sets it)"),
     ({"WORLD_SIZE": "0"}, "WORLD_SIZE: got '0'; expected an integer >= 1"),
