@@ -18,8 +18,8 @@ agent - the namespaces are deleted before the command returns.
 """
 from __future__ import annotations
 
-import argparse
 import json
+import math
 import os
 import shutil
 import signal
@@ -29,7 +29,7 @@ import threading
 import time
 
 from telemetry.analysis import rates
-from telemetry.errors import HarnessError
+from telemetry.errors import HarnessError, OneLineParser, output_dir_problem, print_errors
 
 SUBNET_BASE = "10.213"  # only ever assigned inside the lab's own namespaces
 IFACE = "fab0"
@@ -282,6 +282,22 @@ def _output_dir(recipe_args: list[str]) -> str:
         return "runs/lab"
 
 
+def _recipe_problems(recipe_args: list[str], world: int) -> list[str]:
+    """The recipe, its overrides, its layout on the lab's world and its output_dir, checked as python -m trainer
+    will check them on every node: a mistake is one line here, not a torchrun failure in each namespace."""
+    from trainer.config import RecipeError, load_recipe
+    from trainer.layout import resolve_layout
+
+    try:
+        recipe = load_recipe(recipe_args[0], recipe_args[1:])
+    except RecipeError as exc:
+        return list(exc.problems)
+    _, problems = resolve_layout(recipe, world)
+    if not problems and (problem := output_dir_problem(recipe.output_dir, "output_dir")):
+        problems = [problem]
+    return problems
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--" in argv:
@@ -289,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
         ours, recipe_args = argv[:split], argv[split + 1:]
     else:
         ours, recipe_args = argv, []
-    p = argparse.ArgumentParser(prog="python -m launch.lab",
+    p = OneLineParser(prog="python -m launch.lab",
                                 usage="python -m launch.lab --nodes N --nproc-per-node G --rate RATE -- RECIPE "
                                       "[key=value ...]",
                                 description="Run a recipe across emulated nodes joined by shaped links.")
@@ -306,7 +322,13 @@ def main(argv: list[str] | None = None) -> int:
     if not recipe_args:
         p.error("give the recipe after --, e.g. -- recipes/tiny_llama_lora.yaml max_steps=10")
     if args.nproc_per_node < 1:
-        p.error("--nproc-per-node must be >= 1")
+        p.error(f"--nproc-per-node: got {args.nproc_per_node}; expected an integer >= 1")
+    if not (math.isfinite(args.timeout) and args.timeout > 0):
+        p.error(f"--timeout: got {args.timeout:g}; expected a number of seconds above 0")
+    if not 1 <= args.port <= 65535:
+        p.error(f"--port: got {args.port}; expected a TCP port from 1 to 65535")
+    if problems := _recipe_problems(recipe_args, max(args.nodes, 1) * args.nproc_per_node):
+        return print_errors(*problems)  # before any namespace exists: nothing to tear down
     try:
         check_host()
         lab = Lab(args.nodes, args.rate, slow_node=args.slow_node, slow_rate=args.slow_rate, mtu=args.mtu)

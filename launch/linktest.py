@@ -14,9 +14,9 @@ or --line-rate; with neither, the percentage is null, never a guess.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -25,7 +25,7 @@ from datetime import datetime, timezone
 
 from telemetry.analysis import rates
 from telemetry.analysis import link_tests as lt
-from telemetry.errors import InputError
+from telemetry.errors import InputError, OneLineParser, output_dir_problem
 
 PERFTEST = ("ib_write_bw", "ib_read_bw", "ib_send_bw", "ib_send_lat", "ib_write_lat", "ib_read_lat")
 TOOLS = PERFTEST + ("iperf3",)
@@ -42,10 +42,28 @@ def _prefix(exec_tpl: str | None, host: str) -> list[str]:
     return shlex.split(exec_tpl.format(host=host)) if exec_tpl else []
 
 
+def _check_reachable(host: str, exec_tpl: str) -> None:
+    """`true` on the node through --exec: a node that cannot be reached (no such host or namespace, ssh
+    refused) is named as such, not as a missing tool."""
+    cmd = _prefix(exec_tpl, host) + ["true"]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+    except FileNotFoundError:
+        raise LinkTestError(f"cannot run `{cmd[0]}` to reach {host} (--exec {exec_tpl!r})") from None
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise LinkTestError(f"cannot reach {host} with `{' '.join(cmd[:-1])}`: {exc}") from None
+    if proc.returncode != 0:
+        said = next((line.strip() for line in proc.stderr.splitlines() if line.strip()), f"exit {proc.returncode}")
+        raise LinkTestError(f"cannot reach {host} with `{' '.join(cmd[:-1])}`: {said}; allowed: a node --exec "
+                            "reaches (--server, --client)")
+
+
 def check_tool(tool: str, hosts: list[str], exec_tpl: str | None) -> None:
     """`TOOL --version` on each node: a plain argument list, so it reads the same through ssh (which joins
     and re-parses it) and run directly; 127 or 'No such file' means the tool is not there."""
     for host in dict.fromkeys(hosts):
+        if exec_tpl:
+            _check_reachable(host, exec_tpl)
         cmd = _prefix(exec_tpl, host) + [tool, "--version"]
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
@@ -165,7 +183,7 @@ def _link_gbps(result: dict | None) -> float | None:
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(prog="python -m launch.linktest", description=__doc__.split("\n")[0])
+    p = OneLineParser(prog="python -m launch.linktest", description=__doc__.split("\n")[0])
     p.add_argument("--tool", required=True, help=f"one of {', '.join(TOOLS)}")
     p.add_argument("--server", required=True, help="the node that runs the servers (a host for --exec)")
     p.add_argument("--client", required=True, help="the node that runs the clients")
@@ -180,7 +198,8 @@ def parse_args(argv):
     p.add_argument("--gid-index", type=int, help="RoCE GID index (perftest -x)")
     p.add_argument("--streams", type=int, default=1, help="iperf3 -P")
     p.add_argument("--bidir", action="store_true", help="iperf3 --bidir")
-    p.add_argument("--udp-rate", help="iperf3 UDP at this rate (-u -b RATE): loss and jitter")
+    p.add_argument("--udp-rate", help="iperf3 UDP at this rate (-u -b RATE: 100M, 1G; or tc units: 100mbit): loss "
+                   "and jitter")
     p.add_argument("--line-rate", help="the link's line rate (100mbit, 400gbit...); default: the HCA's rate")
     p.add_argument("--timeout-s", type=int, default=60, help="grace beyond --duration before a side is killed")
     p.add_argument("--output", required=True, help="directory for linktest.json and the raw outputs")
@@ -189,9 +208,17 @@ def parse_args(argv):
         raise LinkTestError(f"--tool: got {args.tool!r}; allowed: {', '.join(TOOLS)}")
     if args.port is None:
         args.port = DEFAULT_PORT[PACKAGE[args.tool]]
-    for name in ("duration", "qps", "streams"):
-        if getattr(args, name) < 1:
-            raise LinkTestError(f"--{name}: got {getattr(args, name)}; expected 1 or more")
+    for name in ("duration", "qps", "streams", "timeout_s", "ib_port", "size"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            raise LinkTestError(f"--{name.replace('_', '-')}: got {getattr(args, name)}; expected 1 or more")
+    if args.gid_index is not None and args.gid_index < 0:
+        raise LinkTestError(f"--gid-index: got {args.gid_index}; expected 0 or more")
+    links = max(1, len([d for d in (args.devices or "").split(",") if d]))
+    if not 1 <= args.port <= 65536 - links:
+        raise LinkTestError(f"--port: got {args.port}; expected a TCP port from 1 to {65536 - links} (link i uses "
+                            f"port+i, {links} link(s))")
+    if args.udp_rate:
+        args.udp_rate = _iperf3_rate(args.udp_rate)
     if args.line_rate:
         try:
             if rates.parse_rate(args.line_rate) is None:
@@ -200,7 +227,29 @@ def parse_args(argv):
             raise LinkTestError(str(exc).replace("--rate", "--line-rate")) from None
     if args.exec and "{host}" not in args.exec:
         raise LinkTestError(f"--exec: got {args.exec!r}; it must name the node as {{host}}, e.g. 'ssh {{host}}'")
+    if problem := output_dir_problem(args.output, "--output"):
+        raise LinkTestError(problem)
     return args
+
+
+_IPERF3_RATE = re.compile(r"^\d+(?:\.\d+)?[KMGTkmgt]?$")  # iperf3 -b: bits/s with an optional k/m/g/t
+
+
+def _iperf3_rate(text: str) -> str:
+    """--udp-rate as iperf3 -b takes it: iperf3's own notation (100M, 1G) as given, tc units (100mbit) in bits/s.
+    iperf3 itself reads '10gibt' as 10G and '0mbit' as unlimited; both are refused here."""
+    try:
+        bps = rates.parse_rate(text)
+    except rates.RateError:
+        bps = None
+        if not _IPERF3_RATE.match(text.strip()) or float(text.strip().rstrip("KMGTkmgt")) <= 0:
+            raise LinkTestError(f"--udp-rate: got {text!r}; expected a rate above 0 such as 100M or 1G (iperf3 -b, "
+                                "bits/s) or 100mbit (tc units)") from None
+        return text.strip()
+    if bps is None:
+        raise LinkTestError(f"--udp-rate: got {text!r}; expected a rate above 0 such as 100M or 1G (iperf3 -b, "
+                            "bits/s) or 100mbit (tc units)")
+    return str(int(bps))
 
 
 def main(argv: list[str] | None = None) -> int:

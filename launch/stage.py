@@ -35,7 +35,7 @@ from urllib.parse import urlsplit, urlunsplit
 import yaml
 
 from trainer.config import RECIPE_RELATIVE_PATHS, RecipeError, _apply_override, _parse_override, _read_recipe, load_recipe
-from telemetry.errors import InputError
+from telemetry.errors import InputError, output_dir_problem, print_errors
 
 MANIFEST = "manifest.json"
 FORMAT = "fabric-harness-stage/1"
@@ -366,6 +366,8 @@ def stage(recipe_path: str, overrides: list[str], to: str, jobs: int, argv: list
     if problems:
         raise StageError(problems)
     to = os.path.abspath(to)
+    if problem := output_dir_problem(to, "--to"):
+        raise StageError([problem])
     os.makedirs(to, exist_ok=True)
     by_dir = _previous_sources(to)
     fetched: dict[tuple, tuple[str, dict]] = {}
@@ -433,6 +435,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = _parser().parse_intermixed_args(argv)
     modes = [m for m in ("to", "verify", "check_layout") if getattr(args, m)]
+    if args.jobs < 1:
+        return print_errors(f"--jobs: got {args.jobs}; expected an integer >= 1 (files hashed at once)")
     try:
         if args.verify and not args.recipe and len(modes) == 1:
             problems = verify(args.verify, args.jobs)

@@ -3,15 +3,14 @@
    | nccl-tests FILE_OR_RUN [...] [--json OUT] [--csv OUT] | export RUN --to tensorboard,wandb,parquet,trace"""
 from __future__ import annotations
 
-import argparse
 import sys
 
-from telemetry.errors import print_errors
+from telemetry.errors import OneLineParser, output_dir_problem, output_file_problem, print_errors
 from telemetry.analysis.runs import RunError
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m telemetry", description="Reports from run directories.")
+    parser = OneLineParser(prog="python -m telemetry", description="Reports from run directories.")
     sub = parser.add_subparsers(dest="command", required=True)
     rep = sub.add_parser("report", help="write report.md, report.html and PNG figures for one run")
     rep.add_argument("run", help="a run directory (the recipe's output_dir)")
@@ -62,6 +61,9 @@ def main(argv: list[str] | None = None) -> int:
     exp.add_argument("--to", required=True, help="comma-separated: tensorboard, wandb, parquet, trace")
     exp.add_argument("--out", default=None, help="where to write (default: RUN/exports)")
     args = parser.parse_args(argv)
+    problem = _output_problem(args)
+    if problem:
+        return print_errors(problem)
     try:
         if args.command == "report":
             from telemetry.analysis.report import write_report
@@ -94,6 +96,23 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _output_problem(args) -> str | None:
+    """Where the command will write, checked before it reads anything: one line when it cannot."""
+    import os
+
+    out = getattr(args, "out", None)
+    if args.command in ("report", "export") and out is None and os.path.isdir(args.run):
+        out = os.path.join(args.run, "report" if args.command == "report" else "exports")
+    if out is not None and (args.command != "report" or os.path.isdir(args.run)):
+        if problem := output_dir_problem(out, "--out"):
+            return problem
+    for option in ("json", "csv"):
+        path = getattr(args, option, None)
+        if path is not None and (problem := output_file_problem(path, f"--{option}")):
+            return problem
+    return None
+
+
 def _fmt_rate(bps: float) -> str:
     for unit, scale in (("Tbit/s", 1e12), ("Gbit/s", 1e9), ("Mbit/s", 1e6), ("kbit/s", 1e3)):
         if bps >= scale:
@@ -103,12 +122,13 @@ def _fmt_rate(bps: float) -> str:
 
 def _project(args) -> int:
     import json
+    import math
     import os
 
     from telemetry.analysis.projection import (ProjectionError, combine_profiles, efficiency_for, load_busbw_table,
                              measured_profile, negligible_above_bps, project)
     from telemetry.analysis.rates import RateError, bytes_unit_warning, parse_rate
-    from telemetry.analysis.runs import load_run
+    from telemetry.analysis.runs import given_twice, load_run
 
     fail = print_errors
     if not args.rate and not args.busbw_table:
@@ -117,8 +137,8 @@ def _project(args) -> int:
     eff = args.efficiency
     if eff is not None and not 0 < eff <= 1:
         return fail(f"--efficiency: got {eff}; expected a fraction in (0, 1]")
-    if args.latency_us < 0:
-        return fail(f"--latency-us: got {args.latency_us}; expected >= 0")
+    if not math.isfinite(args.latency_us) or args.latency_us < 0:
+        return fail(f"--latency-us: got {args.latency_us}; expected a finite number of microseconds >= 0")
     nodes = []
     for n in args.nodes:
         if not n.isdigit() or int(n) < 1:
@@ -137,11 +157,13 @@ def _project(args) -> int:
             targets.append((os.path.basename(path), None, load_busbw_table(path)))
         intra_bps = None
         if args.intra_rate is not None:
-            intra_bps = parse_rate(args.intra_rate)
+            intra_bps = parse_rate(args.intra_rate, "--intra-rate")
             if intra_bps is None:
                 return fail("--intra-rate: got 'none'; give the intra-node links' rate (tc units, e.g. 900gbit)")
     except (RateError, ProjectionError) as exc:
         return fail(str(exc).removeprefix("error: "))
+    if twice := given_twice(args.run):
+        return fail(f"{twice} is given twice; allowed: each run directory once (its repeats are other runs)")
     profiles = []
     for path in args.run:
         profiles.append(measured_profile(load_run(path)))
@@ -218,14 +240,17 @@ def _export(args) -> int:
     except ValueError as exc:
         print(f"error: {str(exc).replace('telemetry.export', '--to')}", file=sys.stderr)
         return 2
-    failed = 0
+    failed = bad_input = 0
     for kind, result in export_run(args.run, kinds, args.out).items():
-        if result.get("error"):
+        if result.get("input"):  # the run or the machine lacks what the kind needs: one error line
+            bad_input += 1
+            print_errors(f"--to {kind}: {result['error']}")
+        elif result.get("error"):
             failed += 1
             print(f"{kind}: not written: {result['error']}", file=sys.stderr)
         else:
             print(f"{kind}: {result['path']}")
-    return 1 if failed else 0
+    return 1 if failed else 2 if bad_input else 0
 
 
 def _nccl_tests(args) -> int:
@@ -236,6 +261,9 @@ def _nccl_tests(args) -> int:
     results = []
     for path in args.inputs:
         if os.path.isdir(path):  # a sweep's run directory: its table
+            if not os.path.isfile(os.path.join(path, "collectives.txt")):
+                return print_errors(f"{path}: a directory without collectives.txt; allowed: a sweep's run directory "
+                                    "or an nccl-tests output file")
             path = os.path.join(path, "collectives.txt")
         try:
             result = read(path)

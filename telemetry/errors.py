@@ -4,6 +4,9 @@ recipe, override, path, world size, missing tool; exit 2) and `FaultError` (some
 running; exit 1). Modules keep their own named subclasses (RecipeError, RateError, ...)."""
 from __future__ import annotations
 
+import argparse
+import sys
+
 
 class HarnessError(Exception):
     """An error of ours; str(exc) is the one line the user sees."""
@@ -20,8 +23,58 @@ class InputError(HarnessError):
 def print_errors(*problems: object) -> int:
     """Each problem as one `error:` line on stderr (whitespace folded, whatever the cause); returns 2, the
     exit status of bad input. Under a launcher of several ranks, trainer.errors.report decides who prints."""
-    import sys
-
     for problem in problems:
         print(f"error: {' '.join(str(problem).split())}", file=sys.stderr, flush=True)
     return 2
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An argparse parser whose mistakes (a missing argument, a bad choice, a value of the wrong type) are
+    one `error:` line naming the command's --help, exit 2, instead of argparse's usage block. Sub-command
+    parsers are of the same kind (argparse makes them of the parent's class)."""
+
+    def error(self, message):
+        sys.exit(print_errors(f"{message}; see {self.prog} --help"))
+
+
+def output_dir_problem(path: str, what: str) -> str | None:
+    """None when `path` is a directory this process can write in, or one it can create; else the one line
+    saying why not, naming `what` (the option or key). Creates nothing: bad input leaves no empty directory."""
+    import os
+
+    if os.path.exists(path) and not os.path.isdir(path):
+        return f"{what}: {path!r} is a file, not a directory; allowed: a new or existing directory"
+    existing = os.path.abspath(path)
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        return f"{what}: {existing!r} is a file, so {path!r} cannot be a directory; allowed: a writable directory"
+    probe = os.path.join(existing, f".write-test.{os.getpid()}")
+    try:
+        with open(probe, "w"):
+            pass
+        os.remove(probe)
+    except OSError as exc:
+        return f"{what}: cannot write to {path!r}: {exc.strerror or exc}; allowed: a writable directory"
+    return None
+
+
+def output_file_problem(path: str, what: str) -> str | None:
+    """None when `path` can be written as a file (its directory exists and is writable); else the one line
+    saying why not. Leaves no file behind where there was none."""
+    import os
+
+    if os.path.isdir(path):
+        return f"{what}: {path!r} is a directory; allowed: a file path"
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        return f"{what}: {parent!r} is not a directory; allowed: a file in an existing, writable directory"
+    existed = os.path.exists(path)
+    try:
+        with open(path, "a"):
+            pass
+        if not existed:
+            os.remove(path)
+    except OSError as exc:
+        return f"{what}: cannot write {path!r}: {exc.strerror or exc}; allowed: a file in a writable directory"
+    return None

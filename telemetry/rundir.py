@@ -15,6 +15,8 @@ import datetime
 import errno
 import json
 import os
+import shutil
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,8 +36,9 @@ LAYOUT = (
                   "rankNNNNN.final.json (hash and norm of the trainable weights), rankNNNNN.events.jsonl "
                   "(phase marks and calls, only when the trace export is asked for)"),
     (f"{CHECKPOINTS}/", "DCP checkpoints and latest.json"),
-    (f"{LOGS}/", "NCCL debug logs (nccl.HOST.PID.log), metrics lines set aside on resume, profiler traces, "
-                 "flight_recorder/ (what each rank last entered, written on a failure or hang)"),
+    (f"{LOGS}/", "NCCL debug logs (nccl.HOST.PID.log), metrics lines set aside on resume, each earlier "
+                 "attempt's run.json (run.attempt-N.json; run.damaged-TIME.json when it could not be read), "
+                 "profiler traces, flight_recorder/ (what each rank last entered, written on a failure or hang)"),
     ("collectives.txt, .json, .csv", "a collective sweep's tables (nccl-tests layout)"),
     (f"run.lock, {RESERVE}", "while a run is live: who holds the directory; 1 MiB given back if the disk fills"),
     (f"{REPORT}/", "written by python -m telemetry report RUN"),
@@ -150,16 +153,18 @@ def now_iso() -> str:
 
 
 def read_jsonl(path: str) -> list[dict]:
-    """Every complete line; a truncated last line (a killed job) is skipped."""
+    """Every complete line that is a JSON object; a truncated last line (a killed job) is skipped."""
     rows = []
     if not os.path.exists(path):
         return rows
-    with open(path, encoding="utf-8") as f:
+    with open(path, encoding="utf-8", errors="replace") as f:  # a damaged byte spoils its line, not the file
         for line in f:
             try:
-                rows.append(json.loads(line))
+                row = json.loads(line)
             except json.JSONDecodeError:
                 continue
+            if isinstance(row, dict):  # a step is an object; anything else is damage, skipped like a torn line
+                rows.append(row)
     return rows
 
 
@@ -237,13 +242,47 @@ class RunDir:
                 write_json_atomic(self.run_json, self.info)
 
     def load_previous(self) -> dict:
-        if os.path.exists(self.run_json):
-            try:
-                with open(self.run_json, encoding="utf-8") as f:
-                    return json.load(f)
-            except (OSError, json.JSONDecodeError):
-                return {}
+        """An earlier attempt's run.json, {} when there is none. A damaged one (not JSON, not an object, not
+        UTF-8) is set aside under logs/ by rank 0 before this attempt writes its own: nothing recorded is lost."""
+        if not os.path.exists(self.run_json):
+            return {}
+        try:
+            with open(self.run_json, encoding="utf-8") as f:
+                info = json.load(f)
+        except OSError:
+            return {}
+        except ValueError:  # JSONDecodeError and UnicodeDecodeError both
+            info = None
+        if isinstance(info, dict):
+            if not isinstance(info.get("attempts", []), list):
+                info["attempts"] = []
+            info["attempts"] = [a for a in info.get("attempts", []) if isinstance(a, dict)]
+            return info
+        if self.rank == 0:
+            aside = os.path.join(self.logs, f"run.damaged-{now_iso().replace(':', '')}.json")
+            with contextlib.suppress(OSError):
+                os.makedirs(self.logs, exist_ok=True)
+                os.replace(self.run_json, aside)
+                print(f"warning: {self.run_json} was damaged (not a JSON object); kept as {aside}, this attempt "
+                      "starts a new one", file=sys.stderr, flush=True)
         return {}
+
+    def keep_previous(self) -> str | None:
+        """Rank 0, before this attempt writes run.json: the earlier attempt's copied to logs/run.attempt-N.json,
+        so an attempt that fails at once (bad input on a rerun) does not take the completed run's summary
+        (final, throughput, model, data) with it. Returns the copy's path, None when there was none."""
+        if self.rank != 0 or not os.path.isfile(self.run_json):
+            return None
+        try:
+            with open(self.run_json, encoding="utf-8") as f:
+                attempt = json.load(f).get("attempt")
+        except (OSError, ValueError, AttributeError):
+            attempt = None
+        n = attempt if isinstance(attempt, int) and attempt >= 1 else 0
+        os.makedirs(self.logs, exist_ok=True)
+        copy = os.path.join(self.logs, f"run.attempt-{n}.json")
+        shutil.copyfile(self.run_json, copy)
+        return copy
 
     def open_metrics(self, resume_step: int = 0, append: bool = False) -> None:
         """Per-step lines from rank 0. On resume, the lines past the checkpoint are set aside first; a fresh
@@ -340,4 +379,9 @@ def markdown() -> str:
 
 
 if __name__ == "__main__":
+    from telemetry.errors import print_errors
+
+    if sys.argv[1:]:  # e.g. an output path meant for the shell's redirection
+        sys.exit(print_errors(f"got {' '.join(sys.argv[1:])!r}; python -m telemetry.rundir takes no arguments: it "
+                              "prints the run directory's documentation (> docs/run-directory.md to write it)"))
     print(markdown(), end="")

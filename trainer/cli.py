@@ -9,6 +9,8 @@ import yaml
 
 from .config import RecipeError, load_recipe
 from .errors import report
+from telemetry.errors import print_errors
+from .launcher_env import env_world_size, launcher_env_problems
 from .layout import resolve_layout
 
 
@@ -58,7 +60,7 @@ def _world_size(args, recipe) -> int:
     if args.world_size is not None:
         return args.world_size
     if "WORLD_SIZE" in os.environ or not args.dry_run:  # a real run is as wide as torchrun made it
-        return int(os.environ.get("WORLD_SIZE", "1"))
+        return env_world_size()
     par = recipe.parallel  # dry run: the smallest world the recipe's degrees fit
     return (par.dp if par.dp > 0 else 1) * par.tp * par.pp
 
@@ -84,6 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_intermixed_args(argv)
     if args.world_size is not None and not args.dry_run:
         return _fail(["--world-size: only with --dry-run; a real run takes its world size from torchrun"])
+    if problems := launcher_env_problems():  # every process says it: who is rank 0 is what is in doubt
+        return print_errors(*problems)
     try:
         recipe = load_recipe(args.recipe, args.overrides)
     except RecipeError as exc:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Literal, Optional, Union
 
@@ -233,6 +234,16 @@ SWEEP_BYTES_MAX = 1 << 36  # 64 GiB: more than any accelerator's memory per buff
 # ---------------------------------------------------------------- loading
 
 
+def _problem_key(problem: str) -> str:
+    """The dotted key a problem line names first ('model.config: got 3 ...' -> 'model.config')."""
+    return problem.split(":", 1)[0].split(" ", 1)[0]
+
+
+def _related(a: str, b: str) -> bool:
+    """One key is the other or inside it: model, model.config, model.config.hidden_size."""
+    return a == b or a.startswith(b + ".") or b.startswith(a + ".")
+
+
 def load_recipe(path: str, overrides: list[str] = ()) -> Recipe:
     """Read a recipe file, apply overrides, bind and check it (world-size checks come later)."""
     tree = _read_recipe(path)
@@ -256,7 +267,8 @@ def load_recipe(path: str, overrides: list[str] = ()) -> Recipe:
         if problem:
             problems.append(problem)
     recipe = _bind_dataclass(tree, Recipe, "", problems)
-    problems += check_recipe(recipe)
+    said = {_problem_key(x) for x in problems}  # a key already refused is not judged again from its default
+    problems += [x for x in check_recipe(recipe) if not any(_related(_problem_key(x), k) for k in said)]
     if problems:
         raise RecipeError(problems)
     recipe.recipe_path = os.path.abspath(path)
@@ -284,19 +296,39 @@ def _check_batch_memory(r: Recipe) -> list[str]:
     return p
 
 
+_SIZE = re.compile(r"^(\d+(?:\.\d+)?)([KMGkmg]?)[Bb]?$")  # 4096, 4K, 64M, 1G, 1.5G, 64MB
+
+
+def _size_hint(value: object) -> str:
+    """'; did you mean ...?' for the near misses: 16GiB or 16 G (16G), 1e9 (1000000000), -1M (at least 1 byte)."""
+    text = str(value).strip()
+    if text.startswith("-"):
+        return "; sizes are at least 1 byte"
+    near = re.sub(r"(?<=[KMGkmg])[iI]?[Bb]?$", "", re.sub(r"\s+", "", text))
+    if near != text and _SIZE.match(near):
+        binary = re.search(r"[KMGkmg][iI]", text)
+        return f"; did you mean {near!r}" + (" (K, M and G are already powers of 1024)?" if binary else "?")
+    try:
+        number = float(text)
+    except ValueError:
+        return ""
+    if number.is_integer() and 1 <= number < 1 << 63:
+        return f"; did you mean {int(number)} ({text} bytes written out)?"
+    return ""
+
+
 def parse_size(value: Union[int, str], key: str, problems: list[str], limit: int = SWEEP_BYTES_MAX) -> int | None:
-    """Bytes from 4096, "4K", "64M", "1G" (powers of 1024, as nccl-tests reads -b/-e)."""
-    if isinstance(value, int):
+    """Bytes from 4096, "4K", "64M", "1G" (powers of 1024, as nccl-tests reads -b/-e). A number with an
+    exponent ("1e9") or a space before the unit ("16 G") is refused rather than guessed: 1e9 is not 1G."""
+    if isinstance(value, int) and not isinstance(value, bool):
         size = value
     else:
-        text = str(value).strip().upper().removesuffix("B")
-        mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
-        digits = text[:-1] if text[-1:] in "KMG" else text
-        try:
-            size = int(float(digits) * mult)
-        except (ValueError, OverflowError):  # OverflowError: "infG"
-            problems.append(f"{key}: got {value!r}; expected bytes such as 8, 4K, 64M or 1G")
+        m = _SIZE.match(str(value).strip()) if isinstance(value, str) else None
+        if not m:
+            problems.append(f"{key}: got {value!r}; expected bytes such as 8, 4K, 64M or 1G (a whole or decimal "
+                            f"number, then K, M or G for powers of 1024, no space, no exponent){_size_hint(value)}")
             return None
+        size = int(float(m.group(1)) * {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[m.group(2).upper()])
     if size < 1:
         problems.append(f"{key}: got {value!r}; expected at least 1 byte")
         return None
@@ -321,7 +353,9 @@ def check_recipe(r: Recipe) -> list[str]:
     p += recipe_checks(r.workload)(r)  # the workload's own checks, beside it in trainer/workloads/
     t = r.train
     p += _at_least("train", t, ("global_batch_size", "micro_batch_size", "log_every"), 1)
-    p += _within("train", t, ("global_batch_size",), 1, GLOBAL_BATCH_MAX) + _check_batch_memory(r)
+    if t.global_batch_size >= 1:  # below 1 is said once, above
+        p += _within("train", t, ("global_batch_size",), 1, GLOBAL_BATCH_MAX)
+    p += _check_batch_memory(r)
     if t.weight_decay < 0:
         p.append(f"train.weight_decay: got {t.weight_decay}; expected a number >= 0")
     if t.eps <= 0:
@@ -330,7 +364,7 @@ def check_recipe(r: Recipe) -> list[str]:
         p.append(f"train.target_eval_loss: got {t.target_eval_loss}; expected a number >= 0 or null")
     if t.lr <= 0:
         p.append(f"train.lr: got {t.lr}; expected a number > 0")
-    if not 0 <= t.min_lr <= t.lr:
+    if not 0 <= t.min_lr <= t.lr and t.lr > 0:  # a bad lr is its own line; min_lr is judged against a good one
         p.append(f"train.min_lr: got {t.min_lr}; expected a number in [0, train.lr={t.lr}]")
     p += _at_least("train", t, ("warmup_steps",), 0)
     if len(t.betas) != 2 or any(not 0 <= b < 1 for b in t.betas):

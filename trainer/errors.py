@@ -56,7 +56,9 @@ def first_to_report() -> bool:
     named after the launch), so the user sees one line whichever rank fails first. Rank 0 alone used to
     print: when another rank failed first, torchrun stopped rank 0 before it printed, and the line was
     lost. Several hosts: one line per host (each host's own stderr). No launcher recognised: rank 0."""
-    if int(os.environ.get("WORLD_SIZE", "1") or 1) <= 1:
+    from .launcher_env import env_world_size
+
+    if env_world_size() <= 1:  # never fails: this is how a bad WORLD_SIZE itself gets reported
         return True
     key = _launcher_key()
     if key is None:

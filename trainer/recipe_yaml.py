@@ -114,27 +114,28 @@ def _yaml_problem(exc: yaml.YAMLError) -> str:
     return (f" at line {line}" if line else "") + f": {reason}"
 
 
-def _read_recipe(path: str) -> Any:
-    """The parsed YAML of a recipe file, or RecipeError naming the file (and line) and what is allowed."""
+def _read_recipe(path: str, what: str = "recipe") -> Any:
+    """The parsed YAML of a recipe file, or RecipeError naming the file (and line) and what is allowed. `what`:
+    the kind of file, as the messages name it (an evaluation file is read with the same limits)."""
     if not os.path.isfile(path):
-        raise RecipeError([f"recipe: {path!r} is not a file"])
+        raise RecipeError([f"{what}: {path!r} is not a file"])
     try:
         with open(path, "rb") as f:
             raw = f.read(MAX_RECIPE_BYTES + 1)  # bounded even if the size changes under us
     except OSError as exc:
-        raise RecipeError([f"recipe: cannot read {path}: {exc.strerror or exc}"]) from None
+        raise RecipeError([f"{what}: cannot read {path}: {exc.strerror or exc}"]) from None
     if len(raw) > MAX_RECIPE_BYTES:
-        raise RecipeError([f"recipe: {path} is larger than {MAX_RECIPE_BYTES} bytes; allowed: a recipe of at "
+        raise RecipeError([f"{what}: {path} is larger than {MAX_RECIPE_BYTES} bytes; allowed: a {what} of at "
                            f"most {MAX_RECIPE_BYTES // 1024} KiB"])
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = raw[:exc.start].count(b"\n") + 1
-        raise RecipeError([f"recipe: {path} is not UTF-8 text (byte 0x{raw[exc.start]:02x} at line {line}); "
+        raise RecipeError([f"{what}: {path} is not UTF-8 text (byte 0x{raw[exc.start]:02x} at line {line}); "
                            "allowed: a UTF-8 YAML file"]) from None
     try:
         return parse_yaml(text)
     except yaml.YAMLError as exc:
-        raise RecipeError([f"recipe: {path} is not valid YAML{_yaml_problem(exc)}"]) from None
+        raise RecipeError([f"{what}: {path} is not valid YAML{_yaml_problem(exc)}"]) from None
     except RecursionError:
-        raise RecipeError([f"recipe: {path} is nested too deeply"]) from None
+        raise RecipeError([f"{what}: {path} is nested too deeply"]) from None

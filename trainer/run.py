@@ -241,6 +241,7 @@ def open_run(recipe: Recipe, layout: Layout, rank: int, lock: RunLock, argv: lis
     rundir = RunDir(recipe.output_dir, rank)
     rundir.create()
     previous = rundir.load_previous() if recipe.train.resume != "never" else {}
+    rundir.keep_previous()  # this attempt rewrites run.json: the last one's record stays under logs/
     prior = list(previous.get("attempts", []))
     if previous.get("status") == "running":  # that attempt died without closing (SIGKILL, node loss)
         prior.append({"attempt": previous.get("attempt"), "start_time": previous.get("start_time"),

@@ -154,10 +154,10 @@ def run_evaluation(ev: Evaluation, verbose: bool = False, dry_run: bool = False,
 
 
 def main(argv: list[str] | None = None) -> int:
-    import argparse
+    from telemetry.errors import OneLineParser, output_dir_problem
 
     from .spec import SpecError, load_evaluation
-    p = argparse.ArgumentParser(prog="python -m launch.evaluate",
+    p = OneLineParser(prog="python -m launch.evaluate",
                                 description="Run fabric variants x workloads x repeats and render one comparison.")
     p.add_argument("evaluation", help="the evaluation file (YAML; docs/evaluate.md)")
     p.add_argument("--dry-run", action="store_true", help="check the file and print the plan (what runs, what is kept)")
@@ -172,6 +172,9 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INPUT
     if args.out:
         ev.out = os.path.abspath(args.out)
+    if problem := output_dir_problem(ev.out, "--out" if args.out else "out"):
+        print(f"error: {problem}", file=sys.stderr)
+        return EXIT_INPUT
     try:
         return run_evaluation(ev, verbose=args.verbose, dry_run=args.dry_run)
     except EvaluateError as exc:

@@ -7,12 +7,12 @@ loader (no torch is imported).
 from __future__ import annotations
 
 import difflib
+import math
 import os
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
-import yaml
 from telemetry.analysis.transport_claims import TRANSPORTS
 from telemetry.errors import InputError
 
@@ -148,7 +148,7 @@ def _variant(raw: Any, i: int, launcher: str, problems: list[str]) -> Variant | 
     lab: dict[str, Any] = {}
     if "lab" in raw:
         raw_lab = raw["lab"]
-        if launcher != "lab":
+        if launcher not in ("lab", None):
             problems.append(f"{path}.lab: only with launcher lab (got launcher {launcher}); a variant on real "
                             "hosts differs by env or hosts")
         elif not isinstance(raw_lab, dict):
@@ -171,7 +171,7 @@ def _variant(raw: Any, i: int, launcher: str, problems: list[str]) -> Variant | 
     hosts: list[str] = []
     if "hosts" in raw:
         raw_hosts = raw["hosts"]
-        if launcher != "slurm":
+        if launcher not in ("slurm", None):
             problems.append(f"{path}.hosts: only with launcher slurm (a host list picks the allocation's nodes; "
                             f"got launcher {launcher})")
         elif not isinstance(raw_hosts, list) or not raw_hosts or not all(
@@ -245,7 +245,7 @@ def _launcher_options(raw: dict, launcher: str, problems: list[str]) -> dict:
             opts["gpus_per_node"] = _int(section, "gpus_per_node", which, 0, problems, opts["gpus_per_node"])
         if "timeout" in section:
             t = section["timeout"]
-            if isinstance(t, bool) or not isinstance(t, (int, float)) or t <= 0:
+            if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t <= 0:
                 problems.append(f"{which}.timeout: got {t!r}; expected seconds > 0 per run")
             else:
                 opts["timeout"] = float(t)
@@ -269,17 +269,12 @@ def _launcher_options(raw: dict, launcher: str, problems: list[str]) -> dict:
 
 def load_evaluation(path: str) -> Evaluation:
     """Read and check an evaluation file; SpecError lists every problem."""
-    if not os.path.isfile(path):
-        raise SpecError([f"evaluation: {path!r} is not a file"])
-    try:
-        with open(path, encoding="utf-8") as f:
-            raw = yaml.safe_load(f)
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError([f"evaluation: cannot read {path}: {exc}"]) from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
-        raise SpecError([f"evaluation: {path} is not valid YAML{where}"]) from None
+    from trainer.recipe_yaml import RecipeError, _read_recipe
+
+    try:  # the recipe reader's limits: duplicate keys, encoding, size, nesting, alias bombs
+        raw = _read_recipe(path, "evaluation")
+    except RecipeError as exc:
+        raise SpecError(exc.problems) from None
     if not isinstance(raw, dict):
         raise SpecError([f"evaluation: {path} must hold a mapping with keys {', '.join(TOP_KEYS)}"])
     return bind(raw, os.path.dirname(os.path.abspath(path)), path)
@@ -297,7 +292,7 @@ def bind(raw: dict, base: str = ".", path: str = "") -> Evaluation:
         close = difflib.get_close_matches(str(launcher), LAUNCHERS, n=1)
         hint = f"did you mean '{close[0]}'? " if close else ""
         problems.append(f"launcher: got {launcher!r}; {hint}allowed: {', '.join(LAUNCHERS)}")
-        launcher = "local"
+        launcher = None  # no launcher: the checks that depend on it are not made (they would name another)
     repeats = _int(raw, "repeats", "", 1, problems, 1)
     out = raw.get("out", os.path.join("runs", f"eval-{name}"))
     if not isinstance(out, str) or not out:

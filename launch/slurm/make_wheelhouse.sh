@@ -7,9 +7,17 @@
 # Writes DIR/plan.json (pip's own installation report), DIR/requirements.txt (name==version per line) and
 # the files pip downloaded for them. The job installs exactly those, offline, with --no-deps.
 set -euo pipefail
-OUT=${1:?usage: bash launch/slurm/make_wheelhouse.sh DIR}
+if [[ $# -lt 1 || -z $1 ]]; then
+  echo "error: no output directory given; usage: bash launch/slurm/make_wheelhouse.sh DIR" >&2
+  exit 2
+fi
+OUT=$1
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-mkdir -p "$OUT"
+if ! mkdir -p "$OUT" 2>/dev/null || ! [[ -w $OUT ]] || ! touch "$OUT/.write-test" 2>/dev/null; then
+  echo "error: $OUT: cannot create or write the directory; allowed: a writable directory" >&2
+  exit 2
+fi
+rm -f "$OUT/.write-test"
 # pip's resolution against what this image has installed: only what is missing or too old is planned
 python -m pip install --dry-run --quiet --report "$OUT/plan.json" "$REPO"
 python - "$OUT/plan.json" "$OUT/requirements.txt" <<'PY'

@@ -19,7 +19,7 @@ from telemetry.analysis.fabric_summary import fabric_rows, line_rate_bps, worklo
 from telemetry.analysis.projection import ProjectionError, combine_profiles, measured_profile, project
 from telemetry.analysis.repeats import merge_sweeps, spread
 from telemetry.analysis.report import fmt, fmt_bytes, partial_note, scope_label, summarize, write_documents
-from telemetry.analysis.runs import Run, RunError, load_run, upgrade_sweep
+from telemetry.analysis.runs import Run, RunError, given_twice, load_run, upgrade_sweep
 from telemetry.analysis.transport_claims import TRANSPORTS, check_transport, group_verdict
 from telemetry.errors import InputError
 from telemetry.analysis.inventory_summary import inventory_rows
@@ -675,6 +675,9 @@ def compare(paths: list[str], out: str, allow_mismatch: bool = False, sweeps: li
         raise CompareError("compare needs at least two run directories")
     given, paths = zip(*(split_label(p) for p in paths))
     paths = list(paths)
+    if twice := given_twice(paths):
+        raise CompareError(f"{twice} is given twice; allowed: each run directory once (repeats are separate runs "
+                           "with one label)")
     runs = [_load(p) for p in paths]
     kinds = ["sweep" if is_sweep(r) else "training" for r in runs]
     if len(set(kinds)) > 1:

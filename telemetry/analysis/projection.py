@@ -123,7 +123,8 @@ def measured_profile(run: Run, summary: dict | None = None) -> dict:
             # compute with asynchronous collectives in flight (None: a run recorded before this was kept)
             "overlap_window_s": overlap, "optimizer_s": optimizer,
             "ops": ops, "groups": groups, "world_size": world, "nodes": nodes, "link_bps": lab.get("rate_bps"),
-            "burst_bytes": lab.get("burst_bytes"), "label": run.name, "step_spread": spread,
+            "burst_bytes": lab.get("burst_bytes"), "label": run.name,
+            "workload": (run.info.get("recipe") or {}).get("workload"), "step_spread": spread,
             "steps": len(times), "dp": layout.get("dp") or world, "global_batch": layout.get("global_batch_size"),
             # the lab's nodes share one host's cores (None off the lab: nodes have their own)
             "host_cpus": lab.get("host_cpus"), "mtu": lab.get("mtu"),
@@ -173,7 +174,7 @@ def _units(profile: dict) -> list[dict]:
 
 
 # what repeats of one configuration must share to be projected together
-_SAME = ("world_size", "nodes", "link_bps", "burst_bytes", "dp", "global_batch", "host_cpus", "mtu")
+_SAME = ("workload", "world_size", "nodes", "link_bps", "burst_bytes", "dp", "global_batch", "host_cpus", "mtu")
 
 
 def combine_profiles(profiles: list[dict]) -> dict:

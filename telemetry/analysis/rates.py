@@ -18,15 +18,20 @@ class RateError(InputError, ValueError):
     """A rate that is not in tc units; one line naming the value and what is allowed."""
 
 
-def parse_rate(rate: str) -> float | None:
-    """Bits per second from tc units (1gbit, 100mbit, 125mbps = bytes/s); None for 'none' (unshaped)."""
+def parse_rate(rate: str, what: str = "--rate") -> float | None:
+    """Bits per second from tc units (1gbit, 100mbit, 125mbps = bytes/s); None for 'none' (unshaped). `what`:
+    the option or key the messages name."""
     if rate.lower() == "none":
         return None
     m = _RATE.match(rate.strip())
     if not m:
-        raise RateError(f"--rate: got {rate!r}; expected a tc rate such as 10gbit, 1gbit, 100mbit, 500kbit, "
+        raise RateError(f"{what}: got {rate!r}; expected a tc rate such as 10gbit, 1gbit, 100mbit, 500kbit, "
                         "or 'none' for unshaped links")
-    return float(m.group(1)) * _RATE_BITS[m.group(2).lower()]
+    bps = float(m.group(1)) * _RATE_BITS[m.group(2).lower()]
+    if bps < 1:  # tc cannot shape to nothing; a link that carries nothing is no fabric
+        raise RateError(f"{what}: got {rate!r}; expected a rate of at least 1bit (e.g. 100mbit, 1gbit), or 'none' "
+                        "for unshaped links")
+    return bps
 
 
 def bytes_unit_warning(rate: str) -> str | None:

@@ -4,16 +4,17 @@ from __future__ import annotations
 import glob
 import json
 import os
+import re
 import statistics
 from dataclasses import dataclass, field
 
-from telemetry.errors import HarnessError
+from telemetry.errors import InputError
 # the run directory's owner: its reader and the older names (re-exported: analysis reads through here)
 from telemetry.rundir import RENAMED_FIELDS, RENAMED_UNITS, _rename, read_jsonl, upgrade_record  # noqa: F401
 
 
-class RunError(HarnessError):
-    """A run directory that cannot be read; one line naming the path and the problem."""
+class RunError(InputError):
+    """A run directory that cannot be read (bad input: exit 2); one line naming the path and the problem."""
 
 
 def upgrade_sweep(sweep: dict) -> dict:
@@ -46,6 +47,16 @@ class Run:
         return rows[1:] if len(rows) > 1 else rows
 
 
+# run.json's sections the readers walk into: each an object (hosts a list) or null
+_SECTIONS = {**{k: dict for k in ("recipe", "layout", "fabric", "telemetry", "final", "throughput", "model", "data",
+                                  "software", "inventory", "environment", "switch_metrics")},
+             "hosts": list, "attempts": list}
+
+
+def _json_type(value) -> str:
+    return {dict: "object", list: "list", str: "string", bool: "boolean"}.get(type(value), "number")
+
+
 def load_run(path: str) -> Run:
     run_json = os.path.join(path, "run.json")
     if not os.path.isdir(path):
@@ -57,14 +68,51 @@ def load_run(path: str) -> Run:
             info = json.load(f)
     except json.JSONDecodeError as exc:
         raise RunError(f"{run_json}: not valid JSON ({exc})") from None
+    except UnicodeDecodeError as exc:
+        raise RunError(f"{run_json}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start}); "
+                       "allowed: the JSON object a run writes") from None
+    except OSError as exc:
+        raise RunError(f"{run_json}: cannot read: {exc.strerror or exc}") from None
+    if not isinstance(info, dict):
+        raise RunError(f"{run_json}: holds a JSON {_json_type(info)}; allowed: the JSON object a run writes")
+    for key, kind in _SECTIONS.items():
+        if info.get(key) is not None and not isinstance(info[key], kind):
+            raise RunError(f"{run_json}: '{key}' is a JSON {_json_type(info[key])}; allowed: "
+                           f"{'an object' if kind is dict else 'a list'} (or null), as a run writes it")
     ranks = {}
     for p in sorted(glob.glob(os.path.join(path, "ranks", "rank*.telemetry.jsonl"))):
-        rank = int(os.path.basename(p)[4:9])
-        ranks[rank] = [upgrade_record(r) for r in read_jsonl(p)]
+        m = re.fullmatch(r"rank(\d+)\.telemetry\.jsonl", os.path.basename(p))
+        if m:  # another file that happens to match the glob is not a rank's
+            ranks[int(m.group(1))] = [upgrade_record(r) for r in read_jsonl(p)]
     final = info.get("final") or {}
     _rename(final, RENAMED_UNITS)  # a sweep's avg_busbw per collective
-    metrics = [upgrade_record(r) for r in read_jsonl(os.path.join(path, "metrics.jsonl"))]
+    metrics_path = os.path.join(path, "metrics.jsonl")
+    metrics = [upgrade_record(r) for r in read_jsonl(metrics_path)]
+    if not metrics and _has_text(metrics_path):
+        raise RunError(f"{metrics_path}: no line is a JSON object; allowed: one JSON object per line, as a run "
+                       "writes (a truncated last line is skipped)")
     return Run(path, info, metrics, ranks)
+
+
+def _has_text(path: str) -> bool:
+    """Whether the file holds something other than one torn JSON line (a run killed in its first step)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(1 << 16).strip()
+    except OSError:
+        return False
+    return bool(head) and (b"\n" in head or not head.startswith(b"{"))
+
+
+def given_twice(paths: list[str]) -> str | None:
+    """The first path that names the same file or directory as an earlier one, else None."""
+    seen = set()
+    for path in paths:
+        key = os.path.realpath(path)
+        if key in seen:
+            return path
+        seen.add(key)
+    return None
 
 
 def percentile(values: list[float], q: float) -> float | None:

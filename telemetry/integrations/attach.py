@@ -14,6 +14,7 @@ import subprocess
 import sys
 
 from telemetry.capture import fabric
+from telemetry.errors import output_dir_problem, print_errors
 
 RUN_DIR_ENV = "FABRIC_HARNESS_RUN_DIR"  # set: Lightning's entry point adds our callback (telemetry/integrations/lightning.py)
 EXPECT_ENV = "FABRIC_HARNESS_FABRIC_EXPECT"  # any, roce, infiniband, tcp, intra-node
@@ -52,6 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         p.error("no command given after --")
+    if problem := output_dir_problem(args.run_dir, "--run-dir"):  # before the job runs, not after it trained
+        return print_errors(problem)
     env = attach_environment(args.run_dir, args.expect)
     try:
         return subprocess.call(command, env=env)

@@ -65,8 +65,6 @@ def test_every_problem_is_one_line_naming_its_key(tmp_path):
         "repeats: got 0; expected an integer >= 1",
         "variants[0].expect_transport: got 'rcoe'; did you mean 'roce'? expected one of ib, infiniband, roce, efa, "
         "socket, tcp, tcpx, intra-node, or an interface name such as eth0 or fab0",
-        "variants[0].lab: only with launcher lab (got launcher local); a variant on real hosts differs by env or hosts",
-        "variants[0].hosts: only with launcher slurm (a host list picks the allocation's nodes; got launcher local)",
         "variants[1].env: '1BAD' is not an environment variable name (letters, digits, '_')",
         "variants[1].env.OK: got True; expected a string or number (quote it: \"1\", \"yes\")",
         "workloads[0].recipe: 'no/such.yaml' is not a file (a path relative to the current directory or to the "
@@ -77,6 +75,8 @@ def test_every_problem_is_one_line_naming_its_key(tmp_path):
     ]
     for line in expected:
         assert line in found, (line, found)
+    # a misspelt launcher is one line: no checks made as if it were another launcher (local was never chosen)
+    assert not any("got launcher" in p for p in found), found
     # the recipe's own checks, with the workload named
     assert any(p.startswith("workloads[1] (tiny_llama_lora.yaml with overrides): max_stepz: unknown key; did you mean "
                             "'max_steps'?") for p in found), found
@@ -305,3 +305,37 @@ def test_five_repeats_add_the_mlperf_mean_and_intervals(tmp_path, capsys):
     assert paired["interval"][1] - paired["interval"][0] < pair["interval"][1] - pair["interval"][0]
     page = (tmp_path / "out" / "evaluation.md").read_text()
     assert "MLPerf mean (best, worst dropped)" in page and "| slow vs fast | +100.0% | [+" in page
+
+
+def test_file_read_with_the_recipe_readers_limits(tmp_path):
+    path = tmp_path / "dup.yaml"
+    path.write_text(yaml.safe_dump(good(tmp_path), sort_keys=False) + "repeats: 3\n")
+    with pytest.raises(SpecError) as info:
+        load_evaluation(str(path))
+    assert len(info.value.problems) == 1 and "duplicate key 'repeats' (first at line 3)" in info.value.problems[0]
+    path.write_bytes(b"name: caf\xe9\n")
+    with pytest.raises(SpecError) as info:
+        load_evaluation(str(path))
+    assert info.value.problems == [f"evaluation: {path} is not UTF-8 text (byte 0xe9 at line 1); allowed: a UTF-8 "
+                                   "YAML file"]
+
+
+@pytest.mark.parametrize("timeout", [float("nan"), float("inf"), 0])
+def test_timeout_must_be_finite_seconds(tmp_path, timeout):
+    assert problems(tmp_path, good(tmp_path, local={"timeout": timeout})) == [
+        f"local.timeout: got {timeout!r}; expected seconds > 0 per run"]
+
+
+def test_an_output_directory_that_cannot_be_made(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    assert main([write(tmp_path, good(tmp_path, out=str(blocker))), "--dry-run"]) == 2
+    assert capsys.readouterr().err == f"error: out: {str(blocker)!r} is a file, not a directory; allowed: a new or " \
+                                      "existing directory\n"
+
+
+def test_argument_mistakes_are_one_line(capsys):
+    with pytest.raises(SystemExit) as info:
+        main([])
+    assert info.value.code == 2 and capsys.readouterr().err == (
+        "error: the following arguments are required: evaluation; see python -m launch.evaluate --help\n")

@@ -68,3 +68,30 @@ def test_main_needs_the_recipe_after_the_separator(capsys):
     with pytest.raises(SystemExit) as info:
         lab.main(["--nodes", "2", "--rate", "1gbit"])
     assert info.value.code == 2 and "give the recipe after --" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--timeout", "0"], "--timeout: got 0; expected a number of seconds above 0; see python -m launch.lab --help"),
+    (["--timeout", "nan"], "--timeout: got nan; expected a number of seconds above 0"),
+    (["--port", "99999"], "--port: got 99999; expected a TCP port from 1 to 65535"),
+    (["--nproc-per-node", "0"], "--nproc-per-node: got 0; expected an integer >= 1"),
+    (["--nodes", "two"], "argument --nodes: invalid int value: 'two'; see python -m launch.lab --help"),
+])
+def test_bad_arguments_are_one_line_before_anything_is_created(args, message, capsys):
+    with pytest.raises(SystemExit) as info:
+        lab.main(["--nodes", "2", "--rate", "1gbit", *args, "--", "recipes/tiny_llama_lora.yaml"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert info.value.code == 2 and len(err) == 1 and err[0].startswith(f"error: {message}"), err
+
+
+@pytest.mark.parametrize("recipe_args,message", [
+    (["recipes/nope.yaml"], "recipe: 'recipes/nope.yaml' is not a file"),
+    (["recipes/tiny_llama_lora.yaml", "max_step=3"], "max_step: unknown key; did you mean 'max_steps'?"),
+    (["recipes/tiny_llama_lora.yaml", "train.global_batch_size=10"],
+     "train.global_batch_size: 10 is not divisible by micro_batch_size x dp = 4 x 3 = 12"),
+])
+def test_the_recipe_is_checked_on_the_labs_world_before_any_namespace(recipe_args, message, capsys, monkeypatch):
+    monkeypatch.setattr(lab, "check_host", lambda: pytest.fail("the recipe is checked first"))
+    assert lab.main(["--nodes", "3", "--rate", "1gbit", "--", *recipe_args]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and message in err[0], err

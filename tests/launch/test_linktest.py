@@ -21,11 +21,37 @@ needs_lab = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("ip") is None o
     (["--tool", "iperf3", "--line-rate", "fast"], "--line-rate: got 'fast'"),
     (["--tool", "iperf3", "--exec", "ssh"], "--exec: got 'ssh'; it must name the node as {host}"),
     (["--tool", "iperf3", "--duration", "0"], "--duration: got 0; expected 1 or more"),
+    (["--tool", "iperf3", "--port", "0"], "--port: got 0; expected a TCP port from 1 to 65535"),
+    (["--tool", "iperf3", "--port", "65535", "--devices", "a,b"], "--port: got 65535; expected a TCP port from 1 to 65534 "
+     "(link i uses port+i, 2 link(s))"),
+    (["--tool", "iperf3", "--udp-rate", "0mbit"], "--udp-rate: got '0mbit'; expected a rate above 0 such as 100M"),
+    (["--tool", "iperf3", "--udp-rate", "10gibt"], "--udp-rate: got '10gibt'; expected a rate above 0"),
+    (["--tool", "iperf3", "--line-rate", "0gbit"], "--line-rate: got '0gbit'; expected a rate of at least 1bit"),
+    (["--tool", "ib_write_bw", "--size", "0"], "--size: got 0; expected 1 or more"),
+    (["--tool", "ib_write_bw", "--gid-index", "-1"], "--gid-index: got -1; expected 0 or more"),
+    (["--tool", "iperf3", "--timeout-s", "0"], "--timeout-s: got 0; expected 1 or more"),
+    (["--tool", "iperf3", "--exec", "/no/such/launcher {host}"], "cannot run `/no/such/launcher` to reach a"),
 ])
 def test_bad_input_is_one_error_line(argv, message, tmp_path, capsys):
     assert main([*argv, "--server", "a", "--client", "b", "--server-addr", "10.0.0.1", "--output", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and message in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_udp_rate_in_either_notation_reaches_iperf3_as_bits():
+    from launch.linktest import parse_args
+    base = ["--tool", "iperf3", "--server", "a", "--client", "b", "--server-addr", "10.0.0.1", "--output", "o"]
+    assert parse_args([*base, "--udp-rate", "100mbit"]).udp_rate == "100000000"
+    assert parse_args([*base, "--udp-rate", "100M"]).udp_rate == "100M"
+
+
+def test_output_that_is_a_file(tmp_path, capsys):
+    out = tmp_path / "file"
+    out.write_text("x")
+    assert main(["--tool", "iperf3", "--server", "a", "--client", "b", "--server-addr", "10.0.0.1",
+                 "--output", str(out)]) == 2
+    assert capsys.readouterr().err == f"error: --output: {str(out)!r} is a file, not a directory; allowed: a new or " \
+                                      "existing directory\n"
 
 
 def test_a_missing_tool_names_its_package(tmp_path, capsys, monkeypatch):

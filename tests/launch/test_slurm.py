@@ -204,6 +204,19 @@ def test_staged_recipe_runs_offline_after_installing_from_a_wheelhouse(cluster, 
     assert info["recipe"]["model"]["path"].startswith(str(staged)), info["recipe"]["model"]
 
 
+@pytest.mark.parametrize("args,env,expected", [
+    (["no/such/recipe.yaml"], {}, "error: recipe: 'no/such/recipe.yaml' is not a file (paths are relative to the "
+                                  "submission directory {cwd})"),
+    ([TINY], {"RDZV_PORT": "99999"}, "error: RDZV_PORT: got '99999'; expected a TCP port from 1 to 65535"),
+    ([TINY], {"NPROC_PER_NODE": "two"}, "error: NPROC_PER_NODE: got 'two'; expected an integer >= 1 (ranks per node)"),
+])
+def test_bad_submission_is_one_line_before_any_node_starts(cluster, tmp_path, args, env, expected):
+    job = submit(cluster, tmp_path, *args, env=env)
+    errors = [line for line in job["output"].splitlines() if line.startswith("error:")]
+    assert job["JobState"] == "FAILED" and job["ExitCode"] == "2:0", job["output"][-3000:]
+    assert errors == [expected.format(cwd=tmp_path)] and "fabric-harness:" not in job["output"], job["output"]
+
+
 def test_missing_staged_dir_is_one_line(cluster, tmp_path):
     job = submit(cluster, tmp_path, TINY, *QUICK, env={"STAGED_DIR": str(tmp_path / "nowhere")})
     errors = [line for line in job["output"].splitlines() if line.startswith("error:")]

@@ -316,3 +316,12 @@ def test_check_layout_mlperf_llama(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "3 training and 2 evaluation sequences of 8192 tokens" in out
     assert "note: training sequences: 3; the full MLPerf set has 3,901" in out
+
+
+def test_staging_directory_that_cannot_be_made_and_bad_jobs(tmp_path, capsys):
+    assert st.main([TINY, "--to", TINY]) == 2
+    assert capsys.readouterr().err == f"error: --to: {TINY!r} is a file, not a directory; allowed: a new or existing " \
+                                      "directory\n"
+    assert st.main([TINY, "--to", str(tmp_path / "s"), "--jobs", "0"]) == 2
+    assert capsys.readouterr().err == "error: --jobs: got 0; expected an integer >= 1 (files hashed at once)\n"
+    assert not (tmp_path / "s").exists()

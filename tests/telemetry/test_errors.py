@@ -41,3 +41,36 @@ def test_bad_input_errors_exit_2():
     from trainer.errors import FaultError, InputError as TrainerInput
     assert RecipeError(["x"]).exit_code == RateError("x").exit_code == TrainerInput("x").exit_code == 2
     assert issubclass(TrainerInput, InputError) and FaultError("x").exit_code == 1
+
+
+def test_output_directory_checks_create_nothing(tmp_path):
+    from telemetry.errors import output_dir_problem
+    assert output_dir_problem(str(tmp_path / "a" / "b"), "--out") is None
+    assert not (tmp_path / "a").exists() and list(tmp_path.iterdir()) == []
+    (tmp_path / "f").write_text("x")
+    assert output_dir_problem(str(tmp_path / "f"), "--out") == (
+        f"--out: {str(tmp_path / 'f')!r} is a file, not a directory; allowed: a new or existing directory")
+    assert output_dir_problem(str(tmp_path / "f" / "sub"), "--out").endswith(
+        "cannot be a directory; allowed: a writable directory")
+
+
+def test_output_file_checks_leave_no_file(tmp_path):
+    from telemetry.errors import output_file_problem
+    assert output_file_problem(str(tmp_path / "x.json"), "--json") is None and not (tmp_path / "x.json").exists()
+    assert output_file_problem(str(tmp_path), "--json") == f"--json: {str(tmp_path)!r} is a directory; allowed: a file path"
+    assert output_file_problem(str(tmp_path / "no" / "x.json"), "--json").startswith(
+        f"--json: {str(tmp_path / 'no')!r} is not a directory")
+
+
+def test_one_line_parser_and_its_subcommands(capsys):
+    import pytest
+
+    from telemetry.errors import OneLineParser
+    p = OneLineParser(prog="tool")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("go").add_argument("--n", type=int)
+    for argv, line in ((["go", "--n", "x"], "error: argument --n: invalid int value: 'x'; see tool go --help"),
+                       ([], "error: the following arguments are required: cmd; see tool --help")):
+        with pytest.raises(SystemExit) as info:
+            p.parse_args(argv)
+        assert info.value.code == 2 and capsys.readouterr().err == line + "\n"

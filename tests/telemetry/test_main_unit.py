@@ -52,13 +52,134 @@ def test_compare_with_a_bad_axis(capsys, tmp_path, run_dir):
 @pytest.mark.parametrize("extra,words", [
     ([], "project: give the target fabric: --rate RATE"),
     (["--rate", "1gbit", "--efficiency", "1.5"], "--efficiency: got 1.5; expected a fraction in (0, 1]"),
-    (["--rate", "1gbit", "--latency-us", "-1"], "--latency-us: got -1.0; expected >= 0"),
+    (["--rate", "1gbit", "--latency-us", "-1"], "--latency-us: got -1.0; expected a finite number of microseconds >= 0"),
+    (["--rate", "1gbit", "--latency-us", "nan"], "--latency-us: got nan; expected a finite number"),
+    (["--rate", "1gbit", "--latency-us", "inf"], "--latency-us: got inf; expected a finite number"),
+    (["--rate", "0mbit"], "--rate: got '0mbit'; expected a rate of at least 1bit"),
     (["--rate", "1gbit", "--nodes", "two"], "--nodes: got 'two'; expected a whole number of nodes >= 1"),
     (["--rate", "none"], "--rate: got 'none'; give the target's rate"),
     (["--rate", "fast"], "got 'fast'"),
 ])
 def test_project_bad_input(capsys, run_dir, extra, words):
     assert words in one_error(capsys, ["project", str(run_dir), *extra])
+
+
+def one_exit(capsys, argv) -> str:
+    """one_error for mistakes argparse finds (it exits rather than returns)."""
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    err = capsys.readouterr().err.strip()
+    assert info.value.code == 2 and len(err.splitlines()) == 1 and err.startswith("error: "), err
+    return err
+
+
+def test_project_repeats_of_different_workloads(capsys, tmp_path, run_dir):
+    bert = write_run(tmp_path / "bert", rate_bps=1e9, times=True, recipe_extra={"workload": "bert_pretraining"})
+    line = one_error(capsys, ["project", str(run_dir), str(bert), "--rate", "1gbit"])
+    assert "not repeats of one configuration: workload differs" in line and "bert_pretraining" in line
+
+
+@pytest.mark.parametrize("argv,words", [
+    ([], "the following arguments are required: command; see python -m telemetry --help"),
+    (["compare", "a", "b"], "the following arguments are required: --out; see python -m telemetry compare --help"),
+    (["project", "r", "--rate", "1gbit", "--efficiency", "abc"],
+     "argument --efficiency: invalid float value: 'abc'; see python -m telemetry project --help"),
+])
+def test_argument_mistakes_are_one_line(capsys, argv, words):
+    assert one_exit(capsys, argv) == f"error: {words}"
+
+
+@pytest.mark.parametrize("damage,words", [
+    ("[1, 2]", "run.json: holds a JSON list; allowed: the JSON object a run writes"),
+    (b"\xff\xfe\x00", "run.json: not UTF-8 text (byte 0xff at offset 0)"),
+    ('{"recipe": "x"}', "run.json: 'recipe' is a JSON string; allowed: an object (or null), as a run writes it"),
+    ('{"layout": [1]}', "run.json: 'layout' is a JSON list; allowed: an object (or null)"),
+    ('{"hosts": {"a": 1}}', "run.json: 'hosts' is a JSON object; allowed: a list (or null)"),
+])
+def test_damaged_run_json(capsys, run_dir, damage, words):
+    (run_dir / "run.json").write_bytes(damage if isinstance(damage, bytes) else damage.encode())
+    assert words in one_error(capsys, ["report", str(run_dir)])
+
+
+@pytest.mark.parametrize("metrics", [b"\xff\xfe\x00\x81" * 8, b"not json\n[1]\n\"x\"\n"])
+def test_metrics_without_one_step_object(capsys, run_dir, metrics):
+    (run_dir / "metrics.jsonl").write_bytes(metrics)
+    assert "metrics.jsonl: no line is a JSON object" in one_error(capsys, ["report", str(run_dir)])
+
+
+def test_metrics_lines_that_are_not_objects_are_skipped(run_dir):
+    from telemetry.analysis.runs import load_run
+    text = (run_dir / "metrics.jsonl").read_text()
+    (run_dir / "metrics.jsonl").write_text('[1, 2]\n"x"\n' + text)
+    assert [r["step"] for r in load_run(str(run_dir)).metrics] == [1, 2, 3, 4, 5, 6]
+
+
+def test_a_file_in_ranks_that_is_not_a_ranks_is_left_out(run_dir):
+    from telemetry.analysis.runs import load_run
+    (run_dir / "ranks").mkdir(exist_ok=True)
+    (run_dir / "ranks" / "rankXY.telemetry.jsonl").write_text('{"step": 1}\n')
+    (run_dir / "ranks" / "rank00001.telemetry.jsonl").write_text('{"step": 1}\n')
+    assert list(load_run(str(run_dir)).ranks) == [1]
+
+
+def test_a_run_killed_in_its_first_step_still_reads(run_dir):
+    from telemetry.analysis.runs import load_run
+    (run_dir / "metrics.jsonl").write_text('{"step": 1, "lo')
+    assert load_run(str(run_dir)).metrics == []
+
+
+@pytest.fixture
+def read_only(tmp_path):
+    """A directory this process cannot write in, even as root: a read-only bind of a temporary directory
+    where the user may mount, else a directory without write permission (root writes there anyway)."""
+    import os
+    import subprocess
+    path = tmp_path / "ro"
+    path.mkdir()
+    if os.geteuid() == 0 and subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "none", str(path)],
+                                            capture_output=True).returncode == 0:
+        yield path
+        subprocess.run(["umount", str(path)], capture_output=True)
+        return
+    if os.geteuid() == 0:
+        pytest.skip("root without mount: no directory it cannot write")
+    path.chmod(0o555)
+    yield path
+    path.chmod(0o755)
+
+
+@pytest.mark.parametrize("command", ["report", "compare", "export", "nccl-tests", "project"])
+def test_output_that_cannot_be_written(capsys, tmp_path, run_dir, read_only, command):
+    target = str(read_only / "out")
+    argv = {"report": ["report", str(run_dir), "--out", target],
+            "compare": ["compare", str(run_dir), str(run_dir), "--out", target],
+            "export": ["export", str(run_dir), "--to", "parquet", "--out", target],
+            "nccl-tests": ["nccl-tests", str(TABLES / "all_reduce_perf_h100_16ranks.txt"), "--json", target],
+            "project": ["project", str(run_dir), "--rate", "1gbit", "--json", target]}[command]
+    line = one_error(capsys, argv)
+    assert target in line and "allowed: a" in line and "writable directory" in line
+    assert not (read_only / "out").exists()
+
+
+def test_output_directory_that_is_a_file(capsys, tmp_path, run_dir):
+    line = one_error(capsys, ["compare", str(run_dir), str(run_dir), "--out", str(run_dir / "run.json")])
+    assert line.endswith("is a file, not a directory; allowed: a new or existing directory")
+
+
+def test_nccl_tests_of_a_directory_without_a_table(capsys, tmp_path):
+    assert one_error(capsys, ["nccl-tests", str(tmp_path)]) == (
+        f"error: {tmp_path}: a directory without collectives.txt; allowed: a sweep's run directory or an nccl-tests "
+        "output file")
+
+
+def test_busbw_table_that_does_not_exist(capsys, run_dir, tmp_path):
+    line = one_error(capsys, ["project", str(run_dir), "--busbw-table", str(tmp_path / "gone.txt")])
+    assert line.startswith(f"error: --busbw-table: {tmp_path / 'gone.txt'}: does not exist; allowed: an nccl-tests")
+
+
+def test_json_output_that_is_a_directory(capsys, tmp_path):
+    line = one_error(capsys, ["nccl-tests", str(TABLES / "all_reduce_perf_h100_16ranks.txt"), "--json", str(tmp_path)])
+    assert line == f"error: --json: {str(tmp_path)!r} is a directory; allowed: a file path"
 
 
 def test_project_a_recorded_run_onto_a_slower_link(capsys, run_dir, tmp_path):
@@ -98,9 +219,31 @@ def test_export_parquet(capsys, run_dir):
 
 
 def test_unknown_subcommand_exits_2(capsys):
-    with pytest.raises(SystemExit) as info:
-        main(["reprot", "x"])
-    assert info.value.code == 2 and "invalid choice: 'reprot'" in capsys.readouterr().err
+    assert "invalid choice: 'reprot'" in one_exit(capsys, ["reprot", "x"])
+
+
+@pytest.mark.parametrize("command", ["compare", "project"])
+def test_one_run_given_twice(capsys, tmp_path, run_dir, command):
+    extra = ["--out", str(tmp_path / "o")] if command == "compare" else ["--rate", "1gbit"]
+    line = one_error(capsys, [command, str(run_dir), f"{run_dir}/", *extra])
+    assert line.startswith(f"error: {run_dir}/ is given twice; allowed: each run directory once")
+    assert not (tmp_path / "o").exists()
+
+
+def test_intra_rate_is_named(capsys, run_dir):
+    assert one_error(capsys, ["project", str(run_dir), "--rate", "1gbit", "--intra-rate", "0gbit"]).startswith(
+        "error: --intra-rate: got '0gbit'; expected a rate of at least 1bit")
+
+
+def test_export_a_trace_the_run_did_not_record(capsys, run_dir, tmp_path):
+    line = one_error(capsys, ["export", str(run_dir), "--to", "trace", "--out", str(tmp_path / "x")])
+    assert line == (f"error: --to trace: {run_dir}/ranks: no rank*.events.jsonl; the trace needs a run with trace in "
+                    "telemetry.export (per-call timestamps are kept only then)")
+
+
+def test_export_of_no_kind(capsys, run_dir):
+    assert one_error(capsys, ["export", str(run_dir), "--to", ","]) == \
+        "error: --to: got no kind; allowed: one or more of tensorboard, wandb, parquet, trace"
 
 
 def test_module_entry_point(capsys, monkeypatch, tmp_path):

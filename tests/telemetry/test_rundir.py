@@ -79,3 +79,48 @@ def test_every_writer_goes_through_the_owner(writer):
     import inspect
     src = inspect.getsource(importlib.import_module(writer))
     assert "os.replace" not in src and "metrics.jsonl\", \"a\"" not in src and "telemetry.rundir import" in src
+
+
+@pytest.mark.parametrize("damage", [b'{"name": "x", "sta', b"[1, 2]", b"\xff\xfe\x00", b'"text"'])
+def test_a_damaged_run_json_is_set_aside_not_lost(tmp_path, damage, capsys):
+    """An earlier attempt's run.json that is not a JSON object: the next attempt starts a new record, and
+    the damaged bytes move to logs/ (a resume never overwrites what it could not read)."""
+    rd = RunDir(str(tmp_path), rank=0)
+    rd.create()
+    (tmp_path / "run.json").write_bytes(damage)
+    assert rd.load_previous() == {}
+    kept = list((tmp_path / "logs").glob("run.damaged-*.json"))
+    assert len(kept) == 1 and kept[0].read_bytes() == damage and not (tmp_path / "run.json").exists()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("warning: ") and str(kept[0]) in err[0]
+
+
+def test_other_ranks_leave_a_damaged_run_json_to_rank_0(tmp_path):
+    rd = RunDir(str(tmp_path), rank=1)
+    rd.create()
+    (tmp_path / "run.json").write_text("[]")
+    assert rd.load_previous() == {} and (tmp_path / "run.json").read_text() == "[]"
+
+
+def test_attempts_that_are_not_a_list_of_records_are_dropped(tmp_path):
+    (tmp_path / "run.json").write_text(json.dumps({"status": "completed", "attempts": "three"}))
+    assert RunDir(str(tmp_path), rank=0).load_previous()["attempts"] == []
+
+
+def test_lines_that_are_not_objects_or_not_utf8_are_skipped(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_bytes(b'{"step": 1}\n[1]\n\xff\xfe\n"x"\n{"step": 2}\n{"step": 3, "lo')
+    assert read_jsonl(str(path)) == [{"step": 1}, {"step": 2}]
+
+
+def test_the_last_attempts_record_is_kept_before_a_new_attempt_rewrites_it(tmp_path):
+    """A rerun that fails at once (bad input) rewrites run.json; the completed attempt's summary stays."""
+    record = {"status": "completed", "attempt": 2, "final": {"loss": 1.5}, "throughput": {"tokens_per_s": 9.0}}
+    (tmp_path / "run.json").write_text(json.dumps(record))
+    rd = RunDir(str(tmp_path), rank=0)
+    rd.create()
+    assert rd.keep_previous() == str(tmp_path / "logs" / "run.attempt-2.json")
+    rd.update(status="failed", exit_code=2)
+    assert json.loads((tmp_path / "logs" / "run.attempt-2.json").read_text()) == record
+    assert RunDir(str(tmp_path / "fresh"), rank=0).keep_previous() is None
+    assert RunDir(str(tmp_path), rank=1).keep_previous() is None

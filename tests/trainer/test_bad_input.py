@@ -57,6 +57,8 @@ OVERRIDES = [
     ("global-batch-huge", ["train.global_batch_size=100000000000000000000"], "train.global_batch_size: got 1000"),
     ("global-batch-float", ["train.global_batch_size=1e20"], "train.global_batch_size: got '1e20' (str); expected an integer"),
     ("seq_len-huge", ["data.seq_len=100000000"], "data.seq_len: got 100000000; expected an integer <= 1048576"),
+    ("seq_len-beyond-positions", ["data.seq_len=100000"], "data.seq_len: got 100000; model.config.max_position_embeddings "
+     "is 512; allowed: at most 512, or raise model.config.max_position_embeddings"),
     ("max_train-negative", ["data.max_train_samples=-1"], "data.max_train_samples: got -1; expected an integer >= 1"),
     ("max_train-zero", ["data.max_train_samples=0"], "data.max_train_samples: got 0; expected an integer >= 1"),
     ("max_eval-zero", ["data.max_eval_samples=0"], "data.max_eval_samples: got 0; expected an integer >= 1"),
@@ -79,6 +81,14 @@ OVERRIDES = [
     ("sweep-max-bytes-huge", ["sweep.max_bytes=1000000G"], "sweep.max_bytes: got '1000000G'; expected at most"),
     ("sweep-max-bytes-inf", ["sweep.max_bytes=infG"], "sweep.max_bytes: got 'infG'; expected bytes such as"),
     ("sweep-min-bytes-nan", ["sweep.min_bytes=nan"], "sweep.min_bytes: got 'nan'; expected bytes such as"),
+    # sizes: near misses are refused with the spelling meant, never guessed (1e9 is not 1G)
+    ("sweep-bytes-space", ["sweep.max_bytes=16 G"], "sweep.max_bytes: got '16 G'; expected bytes such as 8, 4K, 64M "
+     "or 1G (a whole or decimal number, then K, M or G for powers of 1024, no space, no exponent); did you mean '16G'?"),
+    ("sweep-bytes-gib", ["sweep.max_bytes=16GiB"], "did you mean '16G' (K, M and G are already powers of 1024)?"),
+    ("sweep-bytes-exponent", ["sweep.max_bytes=1e9"], "got '1e9'; expected bytes such as"),
+    ("sweep-bytes-exponent-hint", ["sweep.max_bytes=1e9"], "did you mean 1000000000 (1e9 bytes written out)?"),
+    ("sweep-bytes-negative", ["sweep.max_bytes=-1M"], "got '-1M'; expected bytes such as 8, 4K, 64M or 1G"),
+    ("sweep-bytes-bool", ["sweep.device_memory=true"], "sweep.device_memory: got True (bool)"),
     # fault injection and the link probe (the straggler report)
     ("delay-nan", ["debug.delay_rank=0", "debug.delay_s=nan"], "debug.delay_s: got 'nan'; expected a finite number"),
     ("delay-negative", ["debug.delay_rank=0", "debug.delay_s=-1"], "debug.delay_s: got -1.0; expected seconds in [0, 60]"),
@@ -185,6 +195,46 @@ def test_anchors_within_the_limit_and_merge_keys_still_work(tmp_path):
                     .replace("  min_lr: 1.0e-3\n", "  min_lr: *rate\n").replace("assets/", str(REPO / "recipes/assets") + "/"))
     r = load_recipe(str(path))
     assert r.train.min_lr == r.train.lr == pytest.approx(1e-2)
+
+
+@pytest.mark.parametrize("overrides,line", [
+    (["train.global_batch_size=0"], "train.global_batch_size: got 0; expected an integer >= 1"),
+    (["train.lr=-1"], "train.lr: got -1.0; expected a number > 0"),
+    (["model.config=3"], "model.config: got 3 (int); expected a mapping or a string or null"),
+    (["model.pth=x"], "model.pth: unknown key; did you mean 'path'?"),
+    (["model=null"], "model: got None; expected a mapping of family, path,"),
+    (["data.seq_len=99999999999"], "data.seq_len: got 99999999999; expected an integer <= 1048576"),
+])
+def test_one_mistake_is_one_line_not_its_consequences(overrides, line, capsys, monkeypatch):
+    """A refused key is not judged again from the default that replaced it (model.config=3 left the model
+    with neither a path nor a config: that is the same mistake, said once)."""
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    assert main([TINY, *overrides, "--dry-run"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {line}"), lines
+
+
+@pytest.mark.parametrize("env,expected", [
+    ({"WORLD_SIZE": "abc"}, "WORLD_SIZE: got 'abc'; expected an integer >= 1 (as torchrun or srun sets it)"),
+    ({"WORLD_SIZE": "0"}, "WORLD_SIZE: got '0'; expected an integer >= 1"),
+    ({"RANK": "abc", "WORLD_SIZE": "2"}, "RANK: got 'abc'; expected an integer >= 0"),
+    ({"RANK": "2", "WORLD_SIZE": "2"}, "RANK: got 2; expected an integer from 0 to WORLD_SIZE - 1 = 1"),
+    ({"LOCAL_RANK": "-1"}, "LOCAL_RANK: got '-1'; expected an integer >= 0"),
+    ({"LOCAL_WORLD_SIZE": "4", "WORLD_SIZE": "2"}, "LOCAL_WORLD_SIZE: got 4; expected at most WORLD_SIZE (2)"),
+    ({"MASTER_PORT": "0"}, "MASTER_PORT: got '0'; expected an integer from 1 to 65535"),
+    ({"MASTER_PORT": "99999"}, "MASTER_PORT: got '99999'; expected an integer from 1 to 65535"),
+    ({"MASTER_PORT": "http"}, "MASTER_PORT: got 'http'; expected an integer from 1 to 65535"),
+])
+def test_bad_launcher_environment(env, expected, capsys, monkeypatch):
+    """A launcher variable that is not a usable number is one line naming it, before anything reads it
+    (a real run too: torch's rendezvous would raise a ValueError)."""
+    for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_PORT", "TORCHELASTIC_RUN_ID"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert main([TINY, "--dry-run"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0], lines
 
 
 def test_bad_command_line_is_one_error_line(capsys, monkeypatch):

@@ -204,3 +204,34 @@ def test_torchvision_is_imported_only_for_image_workloads(needed):
                           cwd=str(REPO), env={**__import__("os").environ, "CUDA_VISIBLE_DEVICES": ""})
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.split() == [str(needed), str(needed)]
+
+
+def test_launcher_environment_problems():
+    from trainer.launcher_env import env_world_size, launcher_env_problems
+    assert launcher_env_problems({}) == [] and env_world_size({}) == 1
+    good = {"WORLD_SIZE": "4", "RANK": "3", "LOCAL_WORLD_SIZE": "2", "LOCAL_RANK": "1", "MASTER_PORT": "29500"}
+    assert launcher_env_problems(good) == [] and env_world_size(good) == 4
+    assert launcher_env_problems({"WORLD_SIZE": ""}) == [] and env_world_size({"WORLD_SIZE": "x"}) == 1
+    assert launcher_env_problems({"WORLD_SIZE": "2", "RANK": "x", "MASTER_PORT": "65536"}) == [
+        "RANK: got 'x'; expected an integer >= 0 (as torchrun or srun sets it)",
+        "MASTER_PORT: got '65536'; expected an integer from 1 to 65535 (as torchrun or srun sets it)"]
+
+
+@pytest.mark.parametrize("value,size", [(4096, 4096), ("4K", 4096), ("64M", 64 << 20), ("1.5G", 3 << 29),
+                                        ("16g", 16 << 30), ("64MB", 64 << 20), ("8", 8)])
+def test_sizes_accepted(value, size):
+    from trainer.config import parse_size
+    problems = []
+    assert parse_size(value, "k", problems) == size and problems == []
+
+
+@pytest.mark.parametrize("value,hint", [("16 G", "; did you mean '16G'?"), ("16GiB", "; did you mean '16G' (K, M"),
+                                       ("1e9", "; did you mean 1000000000 (1e9 bytes written out)?"),
+                                       ("-1M", "; sizes are at least 1 byte"), (True, "(a whole or decimal"),
+                                       (1.5, "(a whole or decimal"), ("lots", "no exponent)")])
+def test_sizes_refused_with_the_spelling_meant(value, hint):
+    from trainer.config import parse_size
+    problems = []
+    assert parse_size(value, "sweep.max_bytes", problems) is None
+    assert len(problems) == 1 and problems[0].startswith(f"sweep.max_bytes: got {value!r}; expected bytes such as")
+    assert problems[0].endswith(hint) or hint in problems[0], problems

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..checks import _at_least
-from ..config import Recipe
+from ..config import SEQ_LEN_MAX, Recipe
 from .data_checks import _check_split
 
 def check(r: Recipe) -> list[str]:
@@ -22,6 +22,11 @@ def check(r: Recipe) -> list[str]:
         p.append("lora.target_modules: empty; name at least one module, e.g. [q_proj, v_proj]")
     d = r.data
     p += _at_least("data", d, ("seq_len",), 8)
+    limit = m.config.get("max_position_embeddings") if isinstance(m.config, dict) else None
+    if isinstance(limit, int) and not isinstance(limit, bool) and isinstance(d.seq_len, int) and limit < d.seq_len <= SEQ_LEN_MAX:
+        # the recipe declares its own model's context; a checkpoint's (model.path) may be exceeded on purpose
+        p.append(f"data.seq_len: got {d.seq_len}; model.config.max_position_embeddings is {limit}; allowed: at most "
+                 f"{limit}, or raise model.config.max_position_embeddings")
     if d.padding == "longest" and r.parallel.pp > 1:
         p.append("data.padding: longest gives each step its own sequence length, but a pipeline schedule "
                  "(parallel.pp > 1) fixes the shapes it passes between stages; allowed with pp > 1: max_length")

@@ -14,6 +14,7 @@ import os
 import sys
 
 from telemetry.analysis.runs import Run, load_run
+from telemetry.errors import InputError
 
 from telemetry.settings import EXPORT_KINDS as KINDS  # noqa: E402
 
@@ -60,6 +61,8 @@ def step_scalars(record: dict) -> dict[str, float]:
 
 def check_kinds(kinds) -> list[str]:
     unknown = [k for k in kinds if k not in KINDS]
+    if not kinds:
+        raise ValueError(f"telemetry.export: got no kind; allowed: one or more of {', '.join(KINDS)}")
     if unknown:
         raise ValueError(f"telemetry.export: got {unknown}; allowed: {', '.join(KINDS)}")
     return list(dict.fromkeys(kinds))
@@ -75,13 +78,22 @@ def export_run(path: str, kinds, out: str | None = None) -> dict:
     for kind in kinds:
         try:
             result[kind] = {"path": _WRITERS[kind](run, out)}
+        except InputError as exc:  # the run lacks what this kind needs: said as it is, bad input
+            result[kind] = {"path": None, "error": str(exc), "input": True}
+        except ImportError as exc:  # the kind's library is not installed: a missing tool, bad input too
+            result[kind] = {"path": None, "error": f"{type(exc).__name__}: {exc}", "input": True}
         except Exception as exc:  # one kind failing must not cost the others (or the run)
             result[kind] = {"path": None, "error": f"{type(exc).__name__}: {exc}"}
     manifest = os.path.join(out, "manifest.json")
     previous = {}
     if os.path.exists(manifest):
-        with open(manifest, encoding="utf-8") as f:
-            previous = json.load(f)
+        try:
+            with open(manifest, encoding="utf-8") as f:
+                previous = json.load(f)
+        except ValueError:  # damaged: rewritten from this export's entries
+            previous = {}
+        if not isinstance(previous, dict):
+            previous = {}
     with open(manifest, "w", encoding="utf-8") as f:
         json.dump({**previous, **result}, f, indent=1)
     return result

@@ -12,6 +12,7 @@ import glob
 import json
 import os
 
+from telemetry.errors import InputError
 from telemetry.formulas import bus_factor
 from telemetry.analysis.runs import read_jsonl
 
@@ -86,8 +87,8 @@ def build(lines_by_rank: dict[int, list[dict]], run_name: str) -> dict:
 def write(run, out: str) -> str:
     paths = sorted(glob.glob(os.path.join(run.path, "ranks", "rank*.events.jsonl")))
     if not paths:
-        raise FileNotFoundError(f"{run.path}/ranks: no rank*.events.jsonl; the trace needs a run with trace "
-                                "in telemetry.export (per-call timestamps are kept only then)")
+        raise InputError(f"{run.path}/ranks: no rank*.events.jsonl; the trace needs a run with trace "
+                         "in telemetry.export (per-call timestamps are kept only then)")
     lines = {}
     for p in paths:
         lines[int(os.path.basename(p)[4:9])] = [ln for ln in read_jsonl(p) if "t1" in ln]

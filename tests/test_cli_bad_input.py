@@ -1,0 +1,134 @@
+"""Every command line, as a user types it, with bad input: exit 2 and exactly one `error:` line on stderr
+naming what is wrong (and what is allowed), no traceback. One representative mistake or two per entry
+point; the in-process tables beside each module hold the rest. No row imports torch (--dry-run, or a
+check that comes before the heavy imports), so the module runs in seconds."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import REPO, TINY
+from tests.telemetry.recorded import write_run
+
+pytestmark = pytest.mark.integration
+
+SWEEP = str(REPO / "recipes" / "collectives.yaml")
+EVALUATION = REPO / "recipes" / "evaluations" / "lab_two_rates.yaml"
+TABLE = str(REPO / "tests" / "telemetry" / "nccl_tests_tables" / "all_reduce_perf_h100_16ranks.txt")
+PY = [sys.executable, "-m"]
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory) -> dict[str, str]:
+    """The inputs the rows name: recorded runs (two workloads, one damaged), bad YAML, an evaluation."""
+    root = tmp_path_factory.mktemp("bad-input")
+    runs = {"llm": write_run(root / "llm", name="a"),
+            "bert": write_run(root / "bert", name="b", recipe_extra={"workload": "bert_pretraining"}),
+            "listjson": write_run(root / "listjson", name="c")}
+    (runs["listjson"] / "run.json").write_text("[1, 2]")
+    (root / "list.yaml").write_text("- a\n- b\n")
+    (root / "binary.txt").write_bytes(b"\x00\xff\x81" * 64)
+    doc = yaml.safe_load(EVALUATION.read_text())
+    for workload in doc["workloads"]:
+        workload["recipe"] = str(REPO / workload["recipe"])
+    doc["out"] = str(root / "eval-out")
+    (root / "no-variants.yaml").write_text(yaml.safe_dump({**doc, "variants": []}))
+    (root / "repeats-0.yaml").write_text(yaml.safe_dump({**doc, "repeats": 0}))
+    (root / "duplicate-key.yaml").write_text(yaml.safe_dump(doc) + "repeats: 3\n")
+    return {"root": str(root), **{k: str(v) for k, v in runs.items()}}
+
+
+# (id, argv with {root}/{llm}/... placeholders, extra environment, text the one line must hold)
+ROWS = [
+    ("trainer-missing-recipe", ["trainer", "{root}/nope.yaml", "--dry-run"], {}, "recipe: '{root}/nope.yaml' is not a file"),
+    ("trainer-yaml-list", ["trainer", "{root}/list.yaml", "--dry-run"], {}, "must hold a mapping at the top level, got list"),
+    ("trainer-misspelt-key", ["trainer", TINY, "max_step=3", "--dry-run"], {},
+     "max_step: unknown key; did you mean 'max_steps'? allowed: name,"),
+    ("trainer-override-without-equals", ["trainer", TINY, "max_steps", "--dry-run"], {},
+     "max_steps: an override must look like key.path=value"),
+    ("trainer-world-not-divisible", ["trainer", TINY, "parallel.tp=2", "--dry-run", "--world-size", "3"], {},
+     "parallel: world size 3 is not divisible by tp x pp = 2 x 1"),
+    ("trainer-batch-not-divisible", ["trainer", TINY, "train.global_batch_size=15", "--dry-run", "--world-size", "2"], {},
+     "train.global_batch_size: 15 is not divisible by micro_batch_size x dp = 4 x 2 = 8"),
+    ("trainer-size-gib", ["trainer", SWEEP, "sweep.max_bytes=16GiB", "--dry-run"], {}, "did you mean '16G'"),
+    ("trainer-world-size-env", ["trainer", TINY, "--dry-run"], {"WORLD_SIZE": "abc"},
+     "WORLD_SIZE: got 'abc'; expected an integer >= 1"),
+    ("trainer-master-port-env", ["trainer", TINY, "--dry-run"], {"MASTER_PORT": "99999"},
+     "MASTER_PORT: got '99999'; expected an integer from 1 to 65535"),
+    ("trainer-output-dir-is-a-file", ["trainer", TINY, f"output_dir={TINY}"], {}, "output_dir: '" + TINY + "' is a file"),
+    ("telemetry-no-command", ["telemetry"], {}, "the following arguments are required: command; see python -m telemetry"),
+    ("report-not-a-run", ["telemetry", "report", "{root}"], {}, "no run.json (is this a run directory?)"),
+    ("report-run-json-list", ["telemetry", "report", "{listjson}"], {}, "run.json: holds a JSON list"),
+    ("compare-one-run", ["telemetry", "compare", "{llm}", "--out", "{root}/c1"], {}, "compare needs at least two run"),
+    ("compare-different-workloads", ["telemetry", "compare", "{llm}", "{bert}", "--out", "{root}/c2"], {},
+     "refusing to compare runs of different recipes"),
+    ("compare-out-is-a-file", ["telemetry", "compare", "{llm}", "{llm}", "--out", TINY], {}, "--out: '" + TINY + "' is a file"),
+    ("nccl-tests-binary", ["telemetry", "nccl-tests", "{root}/binary.txt"], {}, "no nccl-tests table found"),
+    ("nccl-tests-json-is-a-dir", ["telemetry", "nccl-tests", TABLE, "--json", "{root}"], {}, "--json: '{root}' is a directory"),
+    ("project-zero-rate", ["telemetry", "project", "{llm}", "--rate", "0mbit"], {}, "--rate: got '0mbit'; expected a rate of"),
+    ("project-misspelt-rate", ["telemetry", "project", "{llm}", "--rate", "10gibt"], {}, "--rate: got '10gibt'; expected a tc"),
+    ("rundir-argument", ["telemetry.rundir", "docs/run-directory.md"], {}, "takes no arguments"),
+    ("attach-run-dir-is-a-file", ["telemetry.integrations.attach", "--run-dir", TINY, "--", "true"], {},
+     "--run-dir: '" + TINY + "' is a file"),
+    ("evaluate-no-variants", ["launch.evaluate", "{root}/no-variants.yaml", "--dry-run"], {},
+     "variants: got 0 item(s); expected a list of at least 2"),
+    ("evaluate-repeats-0", ["launch.evaluate", "{root}/repeats-0.yaml", "--dry-run"], {}, "repeats: got 0; expected an integer >= 1"),
+    ("evaluate-duplicate-key", ["launch.evaluate", "{root}/duplicate-key.yaml", "--dry-run"], {}, "duplicate key 'repeats'"),
+    ("stage-to-a-file", ["launch.stage", TINY, "--to", TINY], {}, "--to: '" + TINY + "' is a file"),
+    ("linktest-port", ["launch.linktest", "--tool", "iperf3", "--server", "a", "--client", "b", "--server-addr", "10.0.0.1",
+                       "--port", "99999", "--output", "{root}/lt"], {}, "--port: got 99999; expected a TCP port from 1"),
+    ("linktest-unreachable-node", ["launch.linktest", "--tool", "iperf3", "--server", "a", "--client", "b", "--server-addr",
+                                   "10.0.0.1", "--exec", "false {{host}}", "--output", "{root}/lt"], {},
+     "cannot reach a with `false a`: exit 1; allowed: a node --exec reaches"),
+    ("lab-misspelt-recipe-key", ["launch.lab", "--nodes", "2", "--rate", "1gbit", "--", TINY, "max_step=3"], {},
+     "max_step: unknown key; did you mean 'max_steps'?"),
+    ("lab-timeout-zero", ["launch.lab", "--nodes", "2", "--rate", "1gbit", "--timeout", "0", "--", TINY], {},
+     "--timeout: got 0; expected a number of seconds above 0"),
+    ("nemo-nodes-zero", ["launch.nemo", TINY, "--engine", "nemo2", "--nodes", "0"], {}, "--nodes: got 0"),
+]
+
+SCRIPTS = [
+    ("sbatch-no-recipe", ["launch/slurm/train.sbatch"], {}, "no recipe given; usage: sbatch launch/slurm/train.sbatch"),
+    ("sbatch-bad-port", ["launch/slurm/train.sbatch", TINY], {"SLURM_JOB_NODELIST": "n1", "RDZV_PORT": "0"},
+     "RDZV_PORT: got '0'; expected a TCP port from 1 to 65535"),
+    ("wheelhouse-no-dir", ["launch/slurm/make_wheelhouse.sh"], {}, "no output directory given"),
+]
+
+
+def _fill(text: str, files: dict[str, str]) -> str:
+    return text.format(**files) if "{" in text else text
+
+
+def _one_line(argv: list[str], env: dict[str, str], expected: str, cwd: str) -> None:
+    clean = {k: v for k, v in os.environ.items()
+             if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_PORT", "TORCHELASTIC_RUN_ID")}
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=cwd,
+                          env={**clean, "PYTHONPATH": str(REPO), **env})
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 2, (proc.returncode, proc.stderr)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
+    assert expected in lines[0], (expected, lines[0])
+
+
+@pytest.mark.parametrize("case_id,argv,env,expected", ROWS, ids=[r[0] for r in ROWS])
+def test_python_entry_point(files, case_id, argv, env, expected):
+    _one_line(PY + [_fill(a, files) for a in argv], env, _fill(expected, files), str(REPO))
+
+
+@pytest.mark.parametrize("case_id,argv,env,expected", SCRIPTS, ids=[r[0] for r in SCRIPTS])
+def test_launch_script(files, case_id, argv, env, expected):
+    _one_line(["bash", str(REPO / argv[0]), *argv[1:]], env, expected, files["root"])
+
+
+def test_no_row_leaves_an_output_behind(files):
+    """Refused commands create nothing: no compare, evaluation or link-test directory was made."""
+    for name in ("c1", "c2", "eval-out", "lt"):
+        assert not Path(files["root"], name).exists(), name
+    assert json.loads(Path(files["llm"], "run.json").read_text())["status"] == "completed"

@@ -1,0 +1,51 @@
+"""The launcher's environment (torchrun, srun, or a user's own export) checked before it is used: a rank
+count or port that is not a number is one `error:` line naming the variable, not a ValueError deep in
+torch's rendezvous."""
+from __future__ import annotations
+
+import os
+from typing import Mapping
+
+PORT_MAX = 65535
+
+
+def _int(environ: Mapping[str, str], name: str) -> int | str | None:
+    """The variable as an integer; None when unset or empty (as if unset); the raw text when not an integer."""
+    raw = environ.get(name, "").strip()
+    if not raw:
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        return raw
+
+
+def launcher_env_problems(environ: Mapping[str, str] = os.environ) -> list[str]:
+    """One line per launcher variable that is set but unusable: WORLD_SIZE, RANK, LOCAL_WORLD_SIZE,
+    LOCAL_RANK, MASTER_PORT. Unset variables are fine (a single process)."""
+    problems, got = [], {}
+    wants = {"WORLD_SIZE": (1, None), "LOCAL_WORLD_SIZE": (1, None), "RANK": (0, None), "LOCAL_RANK": (0, None),
+             "MASTER_PORT": (1, PORT_MAX)}
+    for name, (low, high) in wants.items():
+        value = _int(environ, name)
+        if value is None:
+            continue
+        bad = isinstance(value, str) or value < low or (high is not None and value > high)
+        if bad:
+            allowed = f"an integer from {low} to {high}" if high is not None else f"an integer >= {low}"
+            problems.append(f"{name}: got {environ[name]!r}; expected {allowed} (as torchrun or srun sets it)")
+        else:
+            got[name] = value
+    for rank, size in (("RANK", "WORLD_SIZE"), ("LOCAL_RANK", "LOCAL_WORLD_SIZE")):
+        if rank in got and size in got and got[rank] >= got[size]:
+            problems.append(f"{rank}: got {got[rank]}; expected an integer from 0 to {size} - 1 = {got[size] - 1}")
+    if "LOCAL_WORLD_SIZE" in got and "WORLD_SIZE" in got and got["LOCAL_WORLD_SIZE"] > got["WORLD_SIZE"]:
+        problems.append(f"LOCAL_WORLD_SIZE: got {got['LOCAL_WORLD_SIZE']}; expected at most WORLD_SIZE "
+                        f"({got['WORLD_SIZE']})")
+    return problems
+
+
+def env_world_size(environ: Mapping[str, str] = os.environ) -> int:
+    """WORLD_SIZE as the launcher set it, 1 when unset or unusable (launcher_env_problems names the latter)."""
+    value = _int(environ, "WORLD_SIZE")
+    return value if isinstance(value, int) and value >= 1 else 1
