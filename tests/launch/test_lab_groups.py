@@ -24,8 +24,8 @@ def expected_bytes(cfg: dict, tp: int, dp: int) -> dict:
 
     dp (data_parallel: replicate): one flat all-reduce of this rank's local LoRA gradients - a column-parallel
     projection keeps lora_A whole and holds 1/tp of lora_B, a row-parallel one 1/tp of lora_A and all of
-    lora_B - plus the loop's item counts (float64: loss terms, real tokens, padded tokens) and loss sums
-    (float32, one term).
+    lora_B - plus the loop's item counts (float64: loss terms, real tokens, padded tokens, attention's
+    position pairs) and loss sums (float32, one term).
 
     tp, per micro-batch, with H = a [micro_batch, seq, hidden] activation, R = [micro_batch, seq, r] and
     L = [micro_batch, seq - 1] (loss-parallel cross-entropy: max, sum of exponentials, target logit):
@@ -42,7 +42,7 @@ def expected_bytes(cfg: dict, tp: int, dp: int) -> dict:
     for name, (fan_in, fan_out) in shapes.items():
         a, b = fan_in * r, r * fan_out
         local += a + b // tp if name in COLWISE else a // tp + b
-    dp_bytes = 4 * local * layers + 8 * 3 + 4 * 1
+    dp_bytes = 4 * local * layers + 8 * 4 + 4 * 1
     mb, seq = train["micro_batch_size"], data["seq_len"]
     accum = train["global_batch_size"] // (mb * dp)
     H, R, L = mb * seq * hidden * 4, mb * seq * r * 4, mb * (seq - 1) * 4
@@ -55,9 +55,9 @@ def expected_bytes(cfg: dict, tp: int, dp: int) -> dict:
 def test_expected_bytes_follow_the_lora_shapes():
     cfg = yaml.safe_load(RECIPE.read_text())
     got = expected_bytes(cfg, tp=2, dp=2)
-    # 25,856 of the 37,376 trainable parameters are local to a tp rank: 4 bytes each, + 28 bytes of counts
-    assert got["dp"] == 25_856 * 4 + 28
-    assert expected_bytes(cfg, tp=1, dp=2)["dp"] == 37_376 * 4 + 28
+    # 25,856 of the 37,376 trainable parameters are local to a tp rank: 4 bytes each, + 36 bytes of counts
+    assert got["dp"] == 25_856 * 4 + 36
+    assert expected_bytes(cfg, tp=1, dp=2)["dp"] == 37_376 * 4 + 36
 
 
 def run_lab(out, rate):

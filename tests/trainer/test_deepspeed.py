@@ -140,8 +140,8 @@ def test_comms_logger_sees_what_the_tracer_sees_under_zero3(tmp_path, ds_op_buil
             assert ours[kind]["count"] == logged["count"] + extra, (kind, ours[kind], logged)
             if kind == "all_gather":  # the logger records the input shard; nccl-tests S is the gathered output
                 assert ours[kind]["bytes"] == 2 * logged["msg_bytes"]
-            elif kind == "all_reduce":  # the loop's two: float64 counts (3) and the float32 loss sum
-                assert ours[kind]["bytes"] == logged["msg_bytes"] + 3 * 8 + 4
+            elif kind == "all_reduce":  # the loop's two: float64 counts (4) and the float32 loss sum
+                assert ours[kind]["bytes"] == logged["msg_bytes"] + 4 * 8 + 4
             else:
                 assert ours[kind]["bytes"] == logged["msg_bytes"], kind
         assert set(ours) == set(theirs) | {"all_reduce"}  # nothing DeepSpeed issued escaped either side
