@@ -155,6 +155,7 @@ def run_links(args) -> dict:
         link["line_rate_gbps"], link["line_rate_source"] = line_rate_gbps(args, link["device"])
         link["gbps"] = gbps
         both_ways = 2 if (link.get("result") or {}).get("bidirectional") else 1  # -b adds the two directions
+        link["bidirectional"] = both_ways == 2
         link["percent_of_line"] = lt.percent_of_line(gbps, link["line_rate_gbps"] and link["line_rate_gbps"] * both_ways)
     total = [link["gbps"] for link in links if link["gbps"] is not None]
     return {"tool": args.tool, "server": args.server, "client": args.client, "server_addr": args.server_addr,
@@ -232,7 +233,7 @@ def parse_args(argv):
     return args
 
 
-_IPERF3_RATE = re.compile(r"^\d+(?:\.\d+)?[KMGTkmgt]?$")  # iperf3 -b: bits/s with an optional k/m/g/t
+_IPERF3_RATE = re.compile(r"^\d+(?:\.\d+)?[KMGTkmgt]?(?:/\d+)?$")  # iperf3 -b: bits/s, k/m/g/t, /burst
 
 
 def _iperf3_rate(text: str) -> str:
@@ -242,7 +243,7 @@ def _iperf3_rate(text: str) -> str:
         bps = rates.parse_rate(text)
     except rates.RateError:
         bps = None
-        if not _IPERF3_RATE.match(text.strip()) or float(text.strip().rstrip("KMGTkmgt")) <= 0:
+        if not _IPERF3_RATE.match(text.strip()) or float(text.strip().split("/")[0].rstrip("KMGTkmgt")) <= 0:
             raise LinkTestError(f"--udp-rate: got {text!r}; expected a rate above 0 such as 100M or 1G (iperf3 -b, "
                                 "bits/s) or 100mbit (tc units)") from None
         return text.strip()
@@ -266,8 +267,9 @@ def main(argv: list[str] | None = None) -> int:
         pct = link["percent_of_line"]
         rows = (link.get("result") or {}).get("rows") or []
         if link["gbps"] is not None:
-            figure = f"{link['gbps']:.3f} Gb/s" + (f" ({pct:.1f}% of {link['line_rate_gbps']:g} Gb/s)" if pct is not None
-                                                  else " (line rate unknown)")
+            of = (f"2 x {link['line_rate_gbps']:g} Gb/s, both directions" if link.get("bidirectional")
+                  else f"{link['line_rate_gbps']:g} Gb/s")
+            figure = f"{link['gbps']:.3f} Gb/s" + (f" ({pct:.1f}% of {of})" if pct is not None else " (line rate unknown)")
         elif rows and rows[-1].get("t_typical_us") is not None:  # a latency test
             figure = f"{rows[-1]['bytes']} B: typical {rows[-1]['t_typical_us']} us, 99.9% {rows[-1].get('p99_9_us')} us"
         elif rows and rows[-1].get("t_avg_us") is not None:  # a latency test run for a duration (-D)

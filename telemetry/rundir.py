@@ -279,9 +279,18 @@ class RunDir:
         except (OSError, ValueError, AttributeError):
             attempt = None
         n = attempt if isinstance(attempt, int) and attempt >= 1 else 0
-        os.makedirs(self.logs, exist_ok=True)
-        copy = os.path.join(self.logs, f"run.attempt-{n}.json")
-        shutil.copyfile(self.run_json, copy)
+        try:
+            os.makedirs(self.logs, exist_ok=True)
+            copy = os.path.join(self.logs, f"run.attempt-{n}.json")
+            k = 1
+            while os.path.exists(copy):  # attempts restart at 1 without resume: never overwrite a kept copy
+                copy = os.path.join(self.logs, f"run.attempt-{n}.{k}.json")
+                k += 1
+            shutil.copyfile(self.run_json, copy)
+        except OSError as exc:
+            print(f"warning: could not keep a copy of the earlier {self.run_json} under {self.logs}: {exc}",
+                  file=sys.stderr, flush=True)
+            return None
         return copy
 
     def open_metrics(self, resume_step: int = 0, append: bool = False) -> None:

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from telemetry.analysis.transport_claims import TRANSPORTS
+from telemetry.analysis.transport_claims import claim_problem as check_transport
 from telemetry.errors import InputError
 
 LAUNCHERS = ("local", "lab", "slurm")
@@ -21,7 +21,6 @@ LAUNCHERS = ("local", "lab", "slurm")
 # (eth0, ens1f0, fab0, mlx5_0), held against the interface gloo or NCCL's socket/HCA devices used.
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-IFACE = re.compile(r"^[A-Za-z0-9_.:-]{1,15}$")
 
 TOP_KEYS = ("name", "launcher", "repeats", "out", "variants", "workloads", "local", "lab", "slurm")
 VARIANT_KEYS = ("name", "expect_transport", "env", "lab", "hosts")
@@ -106,18 +105,6 @@ def _name(value: Any, path: str, problems: list[str]) -> str:
     return value
 
 
-def check_transport(value: Any, path: str) -> str | None:
-    """None when `value` is a transport word or an interface name; else the problem."""
-    allowed = f"one of {', '.join(TRANSPORTS)}, or an interface name such as eth0 or fab0"
-    if not isinstance(value, str) or not value:
-        return f"{path}: got {value!r}; expected {allowed}"
-    if value in TRANSPORTS or value == "lo":
-        return None
-    if IFACE.match(value) and any(c.isdigit() for c in value):
-        return None
-    close = difflib.get_close_matches(value.lower(), TRANSPORTS, n=1)
-    hint = f"did you mean '{close[0]}'? " if close else ""
-    return f"{path}: got {value!r}; {hint}expected {allowed}"
 
 
 def _variant(raw: Any, i: int, launcher: str, problems: list[str]) -> Variant | None:

@@ -20,7 +20,7 @@ from telemetry.analysis.projection import ProjectionError, combine_profiles, mea
 from telemetry.analysis.repeats import merge_sweeps, spread
 from telemetry.analysis.report import fmt, fmt_bytes, partial_note, scope_label, summarize, write_documents
 from telemetry.analysis.runs import Run, RunError, given_twice, load_run, upgrade_sweep
-from telemetry.analysis.transport_claims import TRANSPORTS, check_transport, group_verdict
+from telemetry.analysis.transport_claims import TRANSPORTS, check_transport, claim_problem, group_verdict
 from telemetry.errors import InputError
 from telemetry.analysis.inventory_summary import inventory_rows
 
@@ -777,6 +777,8 @@ def _parse_claims(args: list[str], labels: list[str]) -> dict[str, str]:
             raise CompareError(f"--expect-transport {arg}: expected LABEL=TRANSPORT with LABEL one of "
                                f"{', '.join(map(repr, labels))} and TRANSPORT one of {', '.join(TRANSPORTS)} or an "
                                "interface name such as eth0")
+        if problem := claim_problem(claim, f"--expect-transport {lab}="):
+            raise CompareError(problem.replace("=: got", "=TRANSPORT: got"))
         out[lab] = claim
     return out
 

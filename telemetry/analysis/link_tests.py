@@ -235,11 +235,15 @@ def parse_iperf3(report: str | dict) -> dict:
     out["received_bps"] = _bps(received)
     out["sent_bps"] = _bps(sent)
     if protocol == "TCP" and _zero_of_sent(received, sent):
-        # TCP delivered what was sent; a receiver total of 0 means the server's report did not cover the
-        # transfer (seen with -n on short tests), not a rate of 0
+        # a receiver total of 0 under bytes sent: the server's report did not cover the transfer (seen with -n
+        # on short tests), or the link died after connecting (sent counts what the socket buffer took). Not
+        # knowing which, the received rate is unknown, not 0
         out["received_bps"] = None
-        reasons["received_bps"] = (f"the server reported 0 bytes received of the {sent['bytes']} bytes sent: its "
-                                   "totals did not cover the transfer; sent_bps is the sender's rate")
+        why = ("its totals did not cover the transfer (the test ran to a byte or block count)"
+               if test.get("bytes") or test.get("blocks") else
+               "either its totals did not cover the transfer or nothing arrived (a link that died after connecting)")
+        reasons["received_bps"] = (f"the server reported 0 bytes received of the {sent['bytes']} bytes sent: {why}; "
+                                   "sent_bps is the sender's rate")
     out["retransmits"] = (sent or {}).get("retransmits") if protocol == "TCP" else None
     if protocol == "TCP" and sent and out["retransmits"] is None:
         reasons["retransmits"] = "the sending side's iperf3 reported no retransmission count (none on macOS or BSD)"

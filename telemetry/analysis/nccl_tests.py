@@ -449,8 +449,8 @@ def parse(text: str, name_hint: str | None = None, path: str | None = None) -> d
 
 def read(path: str) -> dict:
     """Parse one nccl-tests output file (its text, or its `-J` JSON); NcclTestsError when it holds no table."""
-    if not os.path.isfile(path):
-        what = "does not exist" if not os.path.exists(path) else "is not a regular file"
+    if not os.path.exists(path) or os.path.isdir(path):  # pipes (/dev/stdin, <(kubectl logs ...)) are read
+        what = "does not exist" if not os.path.exists(path) else "is a directory"
         raise NcclTestsError(f"{path}: {what}; allowed: an nccl-tests output file (its text or its -J JSON) or "
                              "a sweep's collectives.txt")
     with open(path, encoding="utf-8", errors="replace") as f:

@@ -5,10 +5,29 @@ Shared by the evaluation runner (a verdict per run, exit 3 on a mismatch) and `t
 """
 from __future__ import annotations
 
+import difflib
+import re
+
 # transport words a claim may use; anything else names an interface or HCA (eth0, fab0, mlx5_0)
 TRANSPORTS = ("ib", "infiniband", "roce", "efa", "socket", "tcp", "tcpx", "intra-node")
+_IFACE = re.compile(r"^[A-Za-z0-9_.:-]{1,15}$")  # a Linux interface or RDMA device name
 _SYNONYMS = {"ib": "infiniband", "socket": "tcp"}
 _DETECTED_AS = {"loopback": "intra-node", "none (single process)": "intra-node"}
+
+
+def claim_problem(value, path: str) -> str | None:
+    """None when `value` is a transport word or an interface name (with a digit: eth0, fab0, mlx5_0, or lo);
+    else the problem, with a did-you-mean for a near transport word (IB, Infiniband, rcoe)."""
+    allowed = f"one of {', '.join(TRANSPORTS)}, or an interface name such as eth0 or fab0"
+    if not isinstance(value, str) or not value:
+        return f"{path}: got {value!r}; expected {allowed}"
+    if value in TRANSPORTS or value == "lo":
+        return None
+    if _IFACE.match(value) and any(c.isdigit() for c in value):
+        return None
+    close = difflib.get_close_matches(value.lower(), TRANSPORTS, n=1)
+    hint = f"did you mean '{close[0]}'? " if close else ""
+    return f"{path}: got {value!r}; {hint}expected {allowed}"
 
 
 def used_interfaces(fabric: dict) -> list[str]:

@@ -176,7 +176,7 @@ class RedfishSource:
             cid = member["@odata.id"].rstrip("/").rsplit("/", 1)[-1]
             try:
                 return (cid, *self._pick_resource(cid))
-            except _NoReading as exc:
+            except (_NoReading, BmcError) as exc:  # an enclosure's broken link must not hide the next chassis
                 tried.append(f"{cid} ({exc})")
         raise BmcError(f"Redfish {redact_url(self.base)}: no chassis has a power reading: " + "; ".join(tried)
                        + "; name one with telemetry.bmc_chassis if this is wrong")

@@ -43,6 +43,7 @@ def test_udp_rate_in_either_notation_reaches_iperf3_as_bits():
     base = ["--tool", "iperf3", "--server", "a", "--client", "b", "--server-addr", "10.0.0.1", "--output", "o"]
     assert parse_args([*base, "--udp-rate", "100mbit"]).udp_rate == "100000000"
     assert parse_args([*base, "--udp-rate", "100M"]).udp_rate == "100M"
+    assert parse_args([*base, "--udp-rate", "100M/64"]).udp_rate == "100M/64"  # iperf3's RATE/BURST
 
 
 def test_output_that_is_a_file(tmp_path, capsys):

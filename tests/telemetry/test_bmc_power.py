@@ -345,3 +345,18 @@ def test_cooling_unit_environment_metrics_without_power_watts(creds):
             bp.open_bmc_source(bmc.url, chassis="CDU")
     finally:
         bmc.close()
+
+
+def test_a_chassis_whose_link_fails_does_not_hide_the_next(creds):
+    """An enclosure listed first links a Power resource that answers 404: the walk goes on to the chassis
+    that has a reading, and the broken one is only named if none has."""
+    docs = chassis_docs(["Power"])
+    enclosure = "/redfish/v1/Chassis/Enclosure"
+    docs["/redfish/v1/Chassis"] = {"Members": [{"@odata.id": enclosure}, {"@odata.id": CHASSIS}]}
+    docs[enclosure] = {"Id": "Enclosure", "Power": {"@odata.id": enclosure + "/Power"}}  # not served: 404
+    bmc = Bmc(docs)
+    try:
+        src = bp.open_bmc_source(bmc.url)
+        assert src.chassis == "1U" and src.read()["watts"] == 344.0
+    finally:
+        bmc.close()

@@ -508,6 +508,9 @@ def test_a_claimed_transport_is_checked_in_the_comparison_itself(tmp_path):
     assert "transport claimed" not in (tmp_path / "plain" / "compare.md").read_text()
     with pytest.raises(CompareError, match="--expect-transport eth=roce: expected LABEL=TRANSPORT with LABEL one of"):
         compare([f"roce={roce}", f"ib={ib}"], str(tmp_path / "y"), expect_transport=["eth=roce"])
+    # a claim spelt like a transport word is not taken for an interface name
+    with pytest.raises(CompareError, match="--expect-transport ib=TRANSPORT: got 'IB'; did you mean 'ib'"):
+        compare([f"roce={roce}", f"ib={ib}"], str(tmp_path / "z"), expect_transport=["ib=IB"])
 
 
 def test_an_unfinished_sweep_is_one_error_line_not_a_traceback(tmp_path):

@@ -276,3 +276,21 @@ def test_comment_lines_that_lost_their_hash():
     op = r["ops"]["all_reduce"]
     assert r["world_size"] == 8 and op["devices"][7]["pid"] == 1821223 and op["test"] == "all_reduce_perf"
     assert op["params"]["maxBytes"] == 8589934592 and op["params"]["validation"] == 1 and op["rows"] == []
+
+
+def test_a_pipe_is_read_like_a_file(tmp_path):
+    """`telemetry nccl-tests /dev/stdin` or `<(kubectl logs POD)`: a FIFO is read; a directory is refused."""
+    import os
+    import threading
+
+    fifo = tmp_path / "out.fifo"
+    os.mkfifo(fifo)
+    text = (TABLES / "all_reduce_perf_mpi_tagged_2.18.txt").read_bytes()
+    writer = threading.Thread(target=lambda: fifo.write_bytes(text))
+    writer.start()
+    r = read(str(fifo))
+    writer.join(timeout=10)
+    assert r["ops"]["all_reduce"]["avg_busbw_GBps"] == 1.57614
+    from telemetry.analysis.nccl_tests import NcclTestsError
+    with pytest.raises(NcclTestsError, match="is a directory"):
+        read(str(tmp_path))

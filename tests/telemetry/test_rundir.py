@@ -122,5 +122,10 @@ def test_the_last_attempts_record_is_kept_before_a_new_attempt_rewrites_it(tmp_p
     assert rd.keep_previous() == str(tmp_path / "logs" / "run.attempt-2.json")
     rd.update(status="failed", exit_code=2)
     assert json.loads((tmp_path / "logs" / "run.attempt-2.json").read_text()) == record
+    # without resume every attempt is attempt 2 again here: a second failed rerun keeps its own copy and the
+    # completed run's stays
+    (tmp_path / "run.json").write_text(json.dumps({"status": "failed", "attempt": 2}))
+    assert rd.keep_previous() == str(tmp_path / "logs" / "run.attempt-2.1.json")
+    assert json.loads((tmp_path / "logs" / "run.attempt-2.json").read_text()) == record
     assert RunDir(str(tmp_path / "fresh"), rank=0).keep_previous() is None
     assert RunDir(str(tmp_path), rank=1).keep_previous() is None
