@@ -9,10 +9,9 @@ import subprocess
 import sys
 
 from telemetry.analysis import evaluation_stats as st
+from telemetry.analysis.transport_claims import group_verdict
 
 from .spec import Evaluation
-
-VERDICT_ORDER = ("mismatch", "unknown", "ok")
 
 
 def variant_verdicts(ev: Evaluation, results: list[dict]) -> dict[str, dict]:
@@ -21,8 +20,7 @@ def variant_verdicts(ev: Evaluation, results: list[dict]) -> dict[str, dict]:
     out = {}
     for v in ev.variants:
         checks = [r["check"] for r in results if r["variant"] == v.name and r.get("check")]
-        verdicts = {c["verdict"] for c in checks}
-        verdict = next((x for x in VERDICT_ORDER if x in verdicts), "not run")
+        verdict = group_verdict(checks) if checks else "not run"
         out[v.name] = {"verdict": verdict, "expected": v.expect_transport, "detected": sorted({str(c["detected"]) for c in checks}),
                        "interfaces": sorted({i for c in checks for i in c["interfaces"]}),
                        "reasons": sorted({c["reason"] for c in checks if c.get("reason")})}

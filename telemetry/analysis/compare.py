@@ -777,8 +777,8 @@ def _parse_claims(args: list[str], labels: list[str]) -> dict[str, str]:
             raise CompareError(f"--expect-transport {arg}: expected LABEL=TRANSPORT with LABEL one of "
                                f"{', '.join(map(repr, labels))} and TRANSPORT one of {', '.join(TRANSPORTS)} or an "
                                "interface name such as eth0")
-        if problem := claim_problem(claim, f"--expect-transport {lab}="):
-            raise CompareError(problem.replace("=: got", "=TRANSPORT: got"))
+        if problem := claim_problem(claim, f"--expect-transport {lab}=TRANSPORT"):
+            raise CompareError(problem)
         out[lab] = claim
     return out
 
