@@ -37,3 +37,10 @@ class TelemetrySettings:
     # NCCL: seconds a step's communication fields may wait for the watchdog's late completion reports
     # (completed at a later step's end, never by waiting in the step); 0 = never hold
     hold_reports_s: float = 2.0
+    # live series (telemetry/capture/live_export.py, docs/live.md): served by each node's local rank 0 in the
+    # Prometheus text format on this port ("auto": a free one, written to logs/prometheus-targets.HOST.json);
+    # None: off
+    prometheus: int | str | None = None
+    pushgateway: str | None = None  # a Prometheus Pushgateway address (http://gw:9091); None: no push
+    otlp: str | None = None  # an OTLP/HTTP metrics endpoint (http://collector:4318/v1/metrics); None: no push
+    push_interval_s: float = 15.0  # seconds between pushes

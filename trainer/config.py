@@ -17,6 +17,7 @@ from .binding import _apply_override, _bind_dataclass, _get, _parse_override
 from .checks import _at_least, _within
 from .engines import deepspeed_config
 from .recipe_yaml import RecipeError, _read_recipe  # noqa: F401 (RecipeError: part of this module's API)
+from telemetry.capture.live_export import settings_problems
 from telemetry.settings import EXPORT_KINDS, TelemetrySettings
 
 
@@ -459,6 +460,7 @@ def _check_telemetry(r: Recipe) -> list[str]:
     unknown = [k for k in tel.export if k not in TELEMETRY_EXPORTS]
     if unknown:
         p.append(f"telemetry.export: got {', '.join(map(str, unknown))}; allowed: {', '.join(TELEMETRY_EXPORTS)}")
+    p += settings_problems(tel)  # the live exporter's settings (telemetry/capture/live_export.py)
     p += _at_least("distributed", r.distributed, ("timeout_s",), 1)
     return p + _check_debug(r.debug)
 

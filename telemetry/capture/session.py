@@ -31,7 +31,7 @@ from telemetry.capture import early, fabric
 from telemetry.settings import TelemetrySettings  # noqa: F401 (the settings the session takes; re-exported)
 from telemetry.capture.collectives import RECORDED_OPS as OPS, CollectiveTracer, enable_nccl_timing, set_host_map, totals
 from telemetry.capture.counters import CounterReader, loss_verdict
-from telemetry.capture import bmc_power
+from telemetry.capture import bmc_power, live_export
 from telemetry.capture.congestion import summarize as congestion_figures
 from telemetry.capture.energy import EnergyMeter, open_cpu_source, open_gpu_source
 from telemetry.capture.environment import host_info
@@ -188,6 +188,7 @@ class Telemetry:
         """Environment that must be set before init_process_group (NCCL reads it once, gloo when each of
         its groups is created: GLOO_SOCKET_IFNAME on multi-host jobs, see fabric.pin_gloo_interface)."""
         applied = {}
+        live_export.open_exporter(settings, run_dir)  # the node's port, taken before any GPU work
         if settings.enabled and (settings.cross_rank_every or backend == "gloo"):  # before any gloo group
             pin = fabric.pin_gloo_interface()
             if pin["pinned"]:
@@ -243,6 +244,8 @@ class Telemetry:
             hosts: list = [None] * self.world  # once, before any step: the tracer drops calls outside steps
             dist.all_gather_object(hosts, host_info()["hostname"], group=self._group)
             self.hosts, self.probe_ring = hosts, leaders(hosts)
+            if live_export.current() is not None:
+                live_export.current().set_hosts(hosts)
             set_host_map(hosts)  # each process group's scope: inside one host or across hosts
             if self.s.link_probe_every:  # a first, untimed round opens the connections (TCP slow start)
                 link_probe(self.tracer.original("isend"), self.tracer.original("irecv"), self._group, self.rank,
@@ -638,6 +641,7 @@ class Telemetry:
             self._events.close()
             self._events = None
         self.started = False
+        live_export.close_exporter()  # the last lines pushed, the run marked finished
         if self.s.export and self.run_dir:
             self._wait_for_ranks()
 

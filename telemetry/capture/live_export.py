@@ -1,0 +1,169 @@
+"""The live exporter: one per node, in the process of its local rank 0.
+
+    telemetry.prometheus: 9400 | auto | null     serve http://HOST:PORT/metrics (auto: a free port)
+    telemetry.pushgateway: http://gw:9091        push there every push_interval_s
+    telemetry.otlp: http://collector:4318/v1/metrics   the same series over OTLP/HTTP
+
+How a node serves its ranks: local rank 0 serves (or pushes) every local rank's series, read from the rank
+files they write anyway (telemetry/capture/live_series.py), so the other ranks do nothing for it and one
+port per node is scraped, whatever the GPUs per node. The port is taken in `open_exporter`, which
+Telemetry.prepare_environment calls before the process group and any GPU work: a port in use or a bad
+value is one error line at start. With `auto`, the chosen port is printed and written as a Prometheus
+file_sd target list, logs/prometheus-targets.HOST.json, for a scrape config that reads the run directory
+(docs/live.md).
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+from telemetry.capture.live_series import RunSeries, identity
+from telemetry.errors import InputError
+from telemetry.rundir import LOGS, write_json_atomic
+
+PUSH_INTERVAL_MIN_S = 1.0
+
+
+def prometheus_problem(value) -> str | None:
+    """None when `telemetry.prometheus` is usable: null (off), a port 1-65535, or "auto"."""
+    if value is None or value == "auto":
+        return None
+    if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 65535:
+        return None
+    return f"telemetry.prometheus: got {value!r}; allowed: a TCP port 1-65535, auto (a free port), or null (off)"
+
+
+def push_problems(pushgateway, otlp, interval_s) -> list[str]:
+    p = []
+    for key, value in (("pushgateway", pushgateway), ("otlp", otlp)):
+        if value is not None and not (isinstance(value, str) and value.startswith(("http://", "https://"))):
+            p.append(f"telemetry.{key}: got {value!r}; expected an http:// or https:// address, or null")
+        elif isinstance(value, str) and "@" in value.split("://", 1)[-1].split("/", 1)[0]:
+            p.append(f"telemetry.{key}: credentials in the address would be recorded; allowed: an address without "
+                     "user:password@")
+    if not isinstance(interval_s, (int, float)) or isinstance(interval_s, bool) or interval_s < PUSH_INTERVAL_MIN_S:
+        p.append(f"telemetry.push_interval_s: got {interval_s!r}; expected seconds >= {PUSH_INTERVAL_MIN_S:g}")
+    return p
+
+
+def settings_problems(s) -> list[str]:
+    """Every problem of the live settings of a TelemetrySettings (the recipe check and the library's)."""
+    problem = prometheus_problem(s.prometheus)
+    return ([problem] if problem else []) + push_problems(s.pushgateway, s.otlp, s.push_interval_s)
+
+
+def local_ranks(environ=os.environ) -> list[int]:
+    """This node's ranks as torchrun (and our Slurm launch) number them: local ranks are consecutive."""
+    rank, local = int(environ.get("RANK", "0")), int(environ.get("LOCAL_RANK", "0"))
+    size = int(environ.get("LOCAL_WORLD_SIZE", "1"))
+    return list(range(rank - local, rank - local + size))
+
+
+class LiveExporter:
+    def __init__(self, settings, run_dir: str, environ=os.environ):
+        self.s, self.run_dir = settings, run_dir
+        self.ident = identity(run_dir, environ)
+        rank = int(environ.get("RANK", "0"))
+        ranks = local_ranks(environ)
+        self.series = RunSeries(run_dir, ranks, self.ident, job_metrics=0 in ranks or rank == 0)
+        self.server = None
+        self.port: int | None = None
+        self.pushers: list = []
+
+    def serve(self) -> None:
+        from prometheus_client import CollectorRegistry, start_http_server
+
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(self.series)
+        port = 0 if self.s.prometheus == "auto" else int(self.s.prometheus)
+        try:
+            self.server, _ = start_http_server(port, addr=os.environ.get("FABRIC_HARNESS_PROMETHEUS_ADDR", "0.0.0.0"),
+                                               registry=registry)
+        except OSError as exc:
+            raise InputError(f"telemetry.prometheus: cannot serve on port {port} of {self.ident['host']}: "
+                             f"{exc.strerror or exc}; allowed: a free port, or auto") from None
+        self.port = self.server.server_port
+        self.registry = registry
+        os.makedirs(os.path.join(self.run_dir, LOGS), exist_ok=True)
+        target = f"{self.ident['host']}:{self.port}"
+        write_json_atomic(self.targets_path, [{"targets": [target], "labels": {"run": self.ident["run"]}}])
+        print(f"[telemetry] Prometheus metrics of ranks {self.series.ranks[0]}-{self.series.ranks[-1]} at "
+              f"http://{target}/metrics", file=sys.stderr, flush=True)
+
+    @property
+    def targets_path(self) -> str:
+        return os.path.join(self.run_dir, LOGS, f"prometheus-targets.{self.ident['host']}.json")
+
+    def start_push(self) -> None:
+        from telemetry.capture.live_push import OtlpPusher, PushgatewayPusher
+
+        if self.s.pushgateway:
+            self.pushers.append(PushgatewayPusher(self.series, self.s.pushgateway, self.s.push_interval_s).start())
+        if self.s.otlp:
+            self.pushers.append(OtlpPusher(self.series, self.s.otlp, self.s.push_interval_s).start())
+
+    def set_hosts(self, hosts: list[str]) -> None:
+        """Every rank's host, once known: serve exactly the ranks on this host."""
+        mine = [r for r, h in enumerate(hosts) if h == self.ident["host"]]
+        if mine:
+            self.series.set_ranks(mine)
+
+    def close(self) -> None:
+        """The last lines read, the run marked finished in a last push; the server stops."""
+        self.series.refresh()
+        self.series.finished = True
+        for pusher in self.pushers:
+            pusher.close()
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+            self.server = None
+        if self.port is not None:
+            try:
+                os.remove(self.targets_path)  # no scraping of a port that is gone (or reused)
+            except OSError:
+                pass
+
+
+_EXPORTER: list[LiveExporter | None] = [None]  # the process's one exporter (a port is a process-wide thing)
+
+
+def open_exporter(settings, run_dir: str | None, environ=os.environ) -> LiveExporter | None:
+    """On a node's local rank 0, when a live setting is on: take the port, start the pushers. Before any
+    GPU work; raises InputError with one line for a bad value or a port in use."""
+    problems = settings_problems(settings)
+    if problems:
+        raise InputError("; ".join(problems))
+    wanted = settings.prometheus is not None or settings.pushgateway or settings.otlp
+    if not wanted or not settings.enabled or int(environ.get("LOCAL_RANK", "0")) != 0:
+        return None
+    if _EXPORTER[0] is not None:
+        return _EXPORTER[0]
+    if not run_dir:
+        raise InputError("telemetry.prometheus/pushgateway/otlp: the live series are read from the run directory; "
+                         "give the telemetry a run_dir")
+    exporter = LiveExporter(settings, run_dir, environ)
+    if settings.prometheus is not None:
+        exporter.serve()
+    exporter.start_push()
+    _EXPORTER[0] = exporter
+    return exporter
+
+
+def current() -> LiveExporter | None:
+    return _EXPORTER[0]
+
+
+def close_exporter() -> None:
+    exporter, _EXPORTER[0] = _EXPORTER[0], None
+    if exporter is not None:
+        exporter.close()
+
+
+def exposition() -> bytes:
+    """The current exposition text of this process's exporter (for tests and promtool)."""
+    from prometheus_client import generate_latest
+
+    exporter = _EXPORTER[0]
+    return generate_latest(exporter.registry) if exporter is not None and exporter.server is not None else b""
+

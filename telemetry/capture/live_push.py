@@ -1,0 +1,130 @@
+"""Pushing the live series, for jobs the scraper cannot reach: a Prometheus Pushgateway (prometheus-client's
+push_to_gateway) and an OpenTelemetry collector over OTLP/HTTP (the OpenTelemetry SDK's exporter). Each
+pusher is a daemon thread on the node's local rank 0 that reads the rank files and pushes every
+`push_interval_s`; a push that fails is one warning line, and the run goes on. At the end a last push
+carries `fabric_harness_run_finished 1`: the Pushgateway keeps the group (so the last values stay
+readable) until someone deletes it (docs/live.md)."""
+from __future__ import annotations
+
+import math
+import sys
+import threading
+
+from telemetry.capture.live_series import BY_NAME, PREFIX, RunSeries
+
+UNITS = {"seconds": "s", "bytes": "By", "joules": "J", "watts": "W", "ratio": "1"}
+
+
+class _Pusher:
+    what = "push"
+
+    def __init__(self, series: RunSeries, url: str, interval_s: float):
+        self.series, self.url, self.interval_s = series, url, interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name=f"fabric-harness-{self.what}", daemon=True)
+        self.failures = 0
+        self.pushes = 0
+
+    def start(self):
+        self._thread.start()
+        return self
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self._safe_push()
+
+    def _safe_push(self) -> None:
+        self.series.refresh()
+        try:
+            self.push()
+            self.pushes += 1
+        except Exception as exc:  # the job goes on without its live series; said once, counted
+            self.failures += 1
+            if self.failures == 1:
+                print(f"[telemetry] warning: {self.what} to {self.url} failed ({type(exc).__name__}: {exc}); "
+                      "retrying every interval", file=sys.stderr, flush=True)
+
+    def push(self) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=self.interval_s + 10)
+        self._safe_push()  # the last lines, with run_finished
+        self.shutdown()
+
+    def shutdown(self) -> None:
+        pass
+
+
+class PushgatewayPusher(_Pusher):
+    """PUT of the whole group job/<job>/run/<run>/host/<host>: each push replaces the last."""
+    what = "Pushgateway push"
+
+    def __init__(self, series: RunSeries, url: str, interval_s: float):
+        super().__init__(series, url, interval_s)
+        from prometheus_client import CollectorRegistry
+
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(_Families(series))
+        self.grouping = {"run": series.ident["run"], "host": series.ident["host"]}
+
+    def push(self) -> None:
+        from prometheus_client import push_to_gateway
+
+        push_to_gateway(self.url, job=self.series.ident["job"], registry=self.registry, grouping_key=self.grouping,
+                        timeout=10)
+
+
+class _Families:
+    """The series' families without reading the files again (the pusher has just refreshed them)."""
+
+    def __init__(self, series: RunSeries):
+        self.series = series
+
+    def collect(self):
+        yield from self.series.families()
+
+
+class OtlpPusher(_Pusher):
+    """The same series as OTLP metrics: counters as cumulative monotonic sums, gauges as gauges, with the
+    job, run, host (and rank, group, scope, op, ...) as attributes."""
+    what = "OTLP push"
+
+    def __init__(self, series: RunSeries, url: str, interval_s: float):
+        super().__init__(series, url, interval_s)
+        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+        from opentelemetry.metrics import CallbackOptions, Observation
+        from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+        from opentelemetry.sdk.resources import Resource
+
+        ident = series.ident
+        # collected only when this thread flushes (infinite interval): one read of the files per push
+        self.reader = PeriodicExportingMetricReader(OTLPMetricExporter(endpoint=url, timeout=10),
+                                                    export_interval_millis=math.inf)
+        resource = Resource.create({"service.name": "fabric-harness", "service.instance.id": ident["host"]})
+        self.provider = MeterProvider(resource=resource, metric_readers=[self.reader])
+        meter = self.provider.get_meter("fabric_harness.live")
+        base = {"job": ident["job"], "run": ident["run"], "host": ident["host"]}
+        self._current: dict = {}
+
+        def observer(name: str):
+            labels = BY_NAME[name].labels
+
+            def callback(options: CallbackOptions):
+                return [Observation(v, {**base, **dict(zip(labels, vals))}) for vals, v in self._current.get(name, [])]
+            return callback
+
+        for s in BY_NAME.values():
+            unit = next((u for suffix, u in UNITS.items() if s.name.endswith(suffix)), "1")
+            make = meter.create_observable_counter if s.kind == "counter" else meter.create_observable_gauge
+            make(PREFIX + s.name, callbacks=[observer(s.name)], unit=unit, description=s.help)
+
+    def push(self) -> None:
+        self._current = self.series.samples()
+        if not self.provider.force_flush(timeout_millis=15000):
+            raise RuntimeError("the OTLP export did not complete")
+
+    def shutdown(self) -> None:
+        self.provider.shutdown(timeout_millis=5000)

@@ -1,0 +1,341 @@
+"""The run's live series: what a node's ranks recorded, as Prometheus metric families.
+
+Read, never told: each rank already appends one flushed line per step to ranks/rankNNNNN.telemetry.jsonl,
+and rank 0 one to metrics.jsonl (telemetry/rundir.py owns both). `RunSeries` follows those files from
+where they stood when it was made: at each scrape (or push) it reads the lines added since the last one,
+adds them to its counters and keeps the newest line of each rank for the gauges. So no rank does any work
+for the exporter during its step, and no rank waits for a scrape; a scrape costs the reading of the new
+lines (bench/live_exporter.py).
+
+Names follow Prometheus' conventions: base units (seconds, bytes, joules, watts), `_total` counters summed
+over the steps since the exporter started, and `fabric_harness_step_*` gauges holding the newest step's
+value. Labels are bounded: `job`, `run`, `host` on every series, `rank` on a rank's own, `group` (a process
+group's name: dp, tp, pp, ...), `scope` (intra, inter, unknown) and `op` (the collective type) on
+communication, `device` on NIC/RDMA counters. An unknown value (a null in the files) is no sample, never 0.
+`SERIES` below is the list (docs/live.md shows it); pure Python, no torch.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+from dataclasses import dataclass
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from telemetry.rundir import METRICS, rank_file
+
+PREFIX = "fabric_harness_"
+RANK, COMM, HOST, JOB = ("rank",), ("rank", "group", "scope", "op"), (), ()
+
+
+@dataclass(frozen=True)
+class Series:
+    name: str  # without the prefix; counters without _total (prometheus-client appends it)
+    kind: str  # "gauge" or "counter"
+    labels: tuple[str, ...]  # besides job, run, host
+    help: str
+
+
+SERIES: tuple[Series, ...] = (
+    # ---- per rank, from ranks/rankNNNNN.telemetry.jsonl
+    Series("step", "gauge", RANK, "the newest optimizer step the rank recorded"),
+    Series("step_seconds", "gauge", RANK, "the newest step's wall time on the rank, data to optimizer"),
+    Series("step_compute_seconds", "gauge", RANK, "the newest step's time outside collectives (step time less "
+           "communication time); absent when some collective went untimed"),
+    Series("step_comm_seconds", "gauge", RANK, "the newest step's time with at least one collective in flight"),
+    Series("step_exposed_comm_seconds", "gauge", RANK, "the newest step's communication time the training thread "
+           "waited for"),
+    Series("steps", "counter", RANK, "steps the rank recorded since the exporter started"),
+    Series("train_seconds", "counter", RANK, "sum of the rank's step times"),
+    Series("compute_seconds", "counter", RANK, "sum of the rank's time outside collectives"),
+    Series("comm_seconds", "counter", RANK, "sum of the rank's time with a collective in flight"),
+    Series("exposed_comm_seconds", "counter", RANK, "sum of the rank's exposed communication time"),
+    Series("step_collective_seconds", "gauge", COMM, "the newest step's summed call durations of this collective "
+           "type in this process group; absent when none was timed"),
+    Series("step_collective_bytes", "gauge", COMM, "the newest step's bytes of this collective type in this group "
+           "(nccl-tests' S)"),
+    Series("step_collective_calls", "gauge", COMM, "the newest step's calls of this collective type in this group"),
+    Series("step_collective_untimed_calls", "gauge", COMM, "the newest step's calls without a duration"),
+    Series("collective_busbw_bytes_per_second", "gauge", COMM, "the newest step's bus bandwidth of this type in "
+           "this group, at the group's size (nccl-tests' busbw)"),
+    Series("collective_seconds", "counter", COMM, "summed durations of the timed calls"),
+    Series("collective_bytes", "counter", COMM, "bytes of every call, timed or not"),
+    Series("collective_calls", "counter", COMM, "calls"),
+    Series("collective_untimed_calls", "counter", COMM, "calls without a duration (timing coverage: 1 - untimed / "
+           "calls)"),
+    Series("collective_untimed_bytes", "counter", COMM, "bytes of the calls without a duration"),
+    Series("tracer_calls", "counter", ("rank", "outcome"), "the collective tracer's accounting of calls by outcome "
+           "(the step record's `tracer` counts, where the tracer reports them)"),
+    Series("gpu_power_watts", "gauge", RANK, "the rank's GPU mean power over the newest step (NVML)"),
+    Series("gpu_energy_joules", "counter", RANK, "the rank's GPU energy (NVML counter deltas)"),
+    # ---- per host, from its local rank 0's line (host-wide sources are read once per host)
+    Series("cpu_energy_joules", "counter", HOST, "CPU package energy of the host (RAPL)"),
+    Series("server_power_watts", "gauge", HOST, "whole-server power from the host's BMC over the newest step"),
+    Series("server_energy_joules", "counter", HOST, "whole-server energy from the host's BMC"),
+    Series("nic_transmit_bytes", "counter", ("device",), "bytes sent by the NIC (interfaces in use)"),
+    Series("nic_receive_bytes", "counter", ("device",), "bytes received by the NIC"),
+    Series("rdma_transmit_bytes", "counter", ("device",), "RDMA port data sent (port_xmit_data x 4, EFA tx_bytes)"),
+    Series("rdma_receive_bytes", "counter", ("device",), "RDMA port data received"),
+    Series("nic_loss_events", "counter", ("device", "counter"), "drop, discard, error and retransmission counters' "
+           "growth, by the counter's name"),
+    Series("pfc_pause_frames", "counter", ("direction", "priority"), "PFC pause frames (ethtool -S), by direction "
+           "and priority (global: link-level pause)"),
+    Series("ecn_marked_packets", "counter", HOST, "packets marked ECN-CE"),
+    Series("cnp_sent", "counter", HOST, "RoCE congestion notification packets sent"),
+    Series("cnp_received", "counter", HOST, "RoCE congestion notification packets received"),
+    # ---- the job, from metrics.jsonl (served by the node of rank 0)
+    Series("loss", "gauge", JOB, "the newest step's training loss"),
+    Series("learning_rate", "gauge", JOB, "the newest step's learning rate"),
+    Series("tokens_per_second", "gauge", JOB, "the newest step's non-padding tokens / step time, whole job"),
+    Series("samples_per_second", "gauge", JOB, "the newest step's global batch / step time"),
+    Series("mfu_ratio", "gauge", JOB, "model FLOPs utilisation of the newest step (0-1); absent off-GPU"),
+    Series("device_flops_per_second", "gauge", JOB, "model FLOP/s per device of the newest step"),
+    Series("tokens", "counter", JOB, "non-padding tokens trained"),
+    Series("job_gpu_power_watts", "gauge", JOB, "every GPU of the job, summed, over the newest step"),
+    Series("job_steps", "counter", JOB, "optimizer steps of the job (rank 0's metrics lines)"),
+    Series("run_finished", "gauge", JOB, "1 once the run closed (pushed at the end; the group then stays until "
+           "deleted)"),
+)
+BY_NAME = {s.name: s for s in SERIES}
+LOSS_COUNTERS = ("tx_dropped", "rx_dropped", "tx_errors", "rx_errors", "port_xmit_discards", "port_rcv_errors",
+                 "port_rcv_discards", "symbol_error", "link_downed", "out_of_buffer", "packet_seq_err",
+                 "local_ack_timeout_err", "rnr_nak_retry_err", "implied_nak_seq_err", "duplicate_request",
+                 "tx_retrans", "rx_discards_phy", "tx_discards_phy", "rx_crc_errors_phy")
+PFC_KINDS = {"rx_pause": "rx", "tx_pause": "tx", "rx_pause_global": "rx", "tx_pause_global": "tx"}
+TRACER_KEYS = ("tracer", "tracer_coverage")  # a record's tracer accounting, where the tracer reports one
+
+
+def identity(run_dir: str, environ=os.environ) -> dict:
+    """`job`: the scheduler's job (SLURM_JOB_ID, a Kubernetes job's name in FABRIC_HARNESS_JOB or JOB_NAME,
+    torchrun's --rdzv-id) or else the run's name; `run`: the run directory's name; `host`: this host."""
+    run = os.path.basename(os.path.normpath(run_dir))
+    job = (environ.get("FABRIC_HARNESS_JOB") or environ.get("SLURM_JOB_ID") or environ.get("JOB_NAME")
+           or (environ.get("TORCHELASTIC_RUN_ID") if environ.get("TORCHELASTIC_RUN_ID") not in (None, "", "none")
+               else None) or run)
+    return {"job": str(job), "run": run, "host": socket.gethostname()}
+
+
+def _num(v) -> float | None:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    return float(v) if v == v and abs(v) != float("inf") else None
+
+
+class _Tail:
+    """The complete lines appended to a file since the last read; a torn last line waits for its end."""
+
+    def __init__(self, path: str, from_end: bool):
+        self.path = path
+        self.offset = os.path.getsize(path) if from_end and os.path.exists(path) else 0
+        self._partial = b""
+
+    def new(self) -> list[dict]:
+        try:
+            with open(self.path, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                if size < self.offset:  # replaced (a resume set the file aside): read the new one whole
+                    self.offset, self._partial = 0, b""
+                f.seek(self.offset)
+                data = f.read()
+        except OSError:
+            return []
+        self.offset += len(data)
+        *lines, self._partial = (self._partial + data).split(b"\n")
+        out = []
+        for line in lines:
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(row, dict):
+                out.append(row)
+        return out
+
+
+class RunSeries:
+    """A node's series: its ranks' files (and metrics.jsonl when rank 0 runs here), followed from now on.
+    A prometheus-client collector (`collect`), also read by the pushers."""
+
+    def __init__(self, run_dir: str, ranks: list[int], ident: dict, job_metrics: bool):
+        self.run_dir, self.ident = run_dir, ident
+        self._lock = threading.Lock()  # scrapes run in the HTTP server's threads, pushes in their own
+        self._tails: dict[int, _Tail] = {}
+        self.ranks: list[int] = []
+        self.set_ranks(ranks)
+        self._job = _Tail(os.path.join(run_dir, METRICS), from_end=True) if job_metrics else None
+        self._latest: dict[int, dict] = {}
+        self._latest_job: dict | None = None
+        self._counters: dict[tuple[str, tuple], float] = {}
+        self.finished = False
+
+    def set_ranks(self, ranks: list[int]) -> None:
+        """The ranks this node serves (refined once every rank's host is known)."""
+        with self._lock:
+            for r in ranks:
+                if r not in self._tails:
+                    self._tails[r] = _Tail(os.path.join(self.run_dir, rank_file(r, "telemetry.jsonl")),
+                                           from_end=True)
+            self.ranks = sorted(ranks)
+
+    # ------------------------------------------------------------ reading
+    def _add(self, name: str, labels: tuple, value) -> None:
+        v = _num(value)
+        if v is not None:
+            key = (name, labels)
+            self._counters[key] = self._counters.get(key, 0.0) + v
+
+    def _fold_rank(self, rank: int, line: dict) -> None:
+        r = str(rank)
+        self._add("steps", (r,), 1)
+        step_time, comm_time = _num(line.get("step_time_s")), _num(line.get("comm_time_s"))
+        self._add("train_seconds", (r,), step_time)
+        self._add("comm_seconds", (r,), comm_time)
+        self._add("exposed_comm_seconds", (r,), line.get("exposed_comm_s"))
+        self._add("compute_seconds", (r,), _compute(line))
+        for group, g in (line.get("comm_groups") or {}).items():
+            scope = g.get("scope") or "unknown"
+            for op, c in (g.get("by_op") or {}).items():
+                key = (r, str(group), scope, str(op))
+                self._add("collective_seconds", key, c.get("time_s"))
+                self._add("collective_bytes", key, c.get("bytes"))
+                self._add("collective_calls", key, c.get("count"))
+                self._add("collective_untimed_calls", key, c.get("untimed"))
+                self._add("collective_untimed_bytes", key, c.get("untimed_bytes"))
+        for key in TRACER_KEYS:
+            for outcome, n in _numeric_leaves(line.get(key)):
+                self._add("tracer_calls", (r, outcome), n)
+        self._add("gpu_energy_joules", (r,), line.get("gpu_energy_j"))
+        host = line.get("host")
+        if isinstance(host, dict):
+            self._fold_host(host)
+
+    def _fold_host(self, host: dict) -> None:
+        self._add("cpu_energy_joules", (), host.get("cpu_energy_j"))
+        server = host.get("server_power") or {}
+        self._add("server_energy_joules", (), server.get("energy_j"))
+        for dev, values in (host.get("counters") or {}).items():
+            kind, _, name = str(dev).partition(":")
+            for counter, v in (values or {}).items():
+                if kind == "net" and counter in ("tx_bytes", "rx_bytes"):
+                    self._add("nic_transmit_bytes" if counter == "tx_bytes" else "nic_receive_bytes", (name,), v)
+                elif kind == "rdma" and counter in ("port_xmit_bytes", "port_rcv_bytes"):
+                    self._add("rdma_transmit_bytes" if counter == "port_xmit_bytes" else "rdma_receive_bytes",
+                              (name,), v)
+                if counter in LOSS_COUNTERS:
+                    self._add("nic_loss_events", (name, counter), v)
+        cong = host.get("congestion") or {}
+        for kind, by_prio in (cong.get("pfc") or {}).items():
+            if kind in PFC_KINDS:
+                for prio, n in (by_prio or {}).items():
+                    self._add("pfc_pause_frames", (PFC_KINDS[kind], str(prio).removeprefix("prio")), n)
+        self._add("ecn_marked_packets", (), cong.get("ecn_marked"))
+        self._add("cnp_sent", (), cong.get("cnp_sent"))
+        self._add("cnp_received", (), cong.get("cnp_received"))
+
+    def _fold_job(self, line: dict) -> None:
+        self._add("job_steps", (), 1)
+        self._add("tokens", (), line.get("tokens"))
+
+    def refresh(self) -> None:
+        """Read what the ranks appended since the last call."""
+        with self._lock:
+            for rank, tail in self._tails.items():
+                if rank not in self.ranks:
+                    continue
+                for line in tail.new():
+                    self._fold_rank(rank, line)
+                    self._latest[rank] = line
+            if self._job is not None:
+                for line in self._job.new():
+                    self._fold_job(line)
+                    self._latest_job = line
+
+    # ------------------------------------------------------------ the families
+    def samples(self) -> dict[str, list[tuple[tuple, float]]]:
+        """{series name: [(label values besides job/run/host, value)]}: the current values, no I/O."""
+        out: dict[str, list] = {s.name: [] for s in SERIES}
+        with self._lock:
+            for (name, labels), v in self._counters.items():
+                out[name].append((labels, v))
+            for rank, line in sorted(self._latest.items()):
+                r = (str(rank),)
+                for name, value in (("step", line.get("step")), ("step_seconds", line.get("step_time_s")),
+                                    ("step_compute_seconds", _compute(line)),
+                                    ("step_comm_seconds", line.get("comm_time_s")),
+                                    ("step_exposed_comm_seconds", line.get("exposed_comm_s")),
+                                    ("gpu_power_watts", line.get("gpu_power_w"))):
+                    if _num(value) is not None:
+                        out[name].append((r, _num(value)))
+                for group, g in (line.get("comm_groups") or {}).items():
+                    scope = g.get("scope") or "unknown"
+                    for op, c in (g.get("by_op") or {}).items():
+                        key = (*r, str(group), scope, str(op))
+                        busbw = _num(c.get("busbw_GBps"))
+                        for name, value in (("step_collective_seconds", c.get("time_s")),
+                                            ("step_collective_bytes", c.get("bytes")),
+                                            ("step_collective_calls", c.get("count")),
+                                            ("step_collective_untimed_calls", c.get("untimed")),
+                                            ("collective_busbw_bytes_per_second",
+                                             busbw * 1e9 if busbw is not None else None)):
+                            if _num(value) is not None:
+                                out[name].append((key, _num(value)))
+                server = ((line.get("host") or {}).get("server_power") or {}) if isinstance(line.get("host"), dict) else {}
+                if _num(server.get("watts")) is not None:
+                    out["server_power_watts"].append(((), _num(server["watts"])))
+            job = self._latest_job or {}
+            for name, key, scale in (("loss", "loss", 1), ("learning_rate", "lr", 1),
+                                     ("tokens_per_second", "tokens_per_s", 1),
+                                     ("samples_per_second", "samples_per_s", 1), ("mfu_ratio", "mfu", 1),
+                                     ("device_flops_per_second", "tflops_per_device", 1e12),
+                                     ("job_gpu_power_watts", "job_gpu_power_w", 1)):
+                if _num(job.get(key)) is not None:
+                    out[name].append(((), _num(job[key]) * scale))
+            if self.finished:
+                out["run_finished"].append(((), 1.0))
+        return out
+
+    def families(self) -> list:
+        base_names, base = ("job", "run", "host"), (self.ident["job"], self.ident["run"], self.ident["host"])
+        fams = []
+        for name, rows in self.samples().items():
+            if not rows:
+                continue
+            s = BY_NAME[name]
+            cls = CounterMetricFamily if s.kind == "counter" else GaugeMetricFamily
+            fam = cls(PREFIX + name, s.help, labels=(*base_names, *s.labels))
+            for labels, v in sorted(rows):
+                fam.add_metric((*base, *labels), v)
+            fams.append(fam)
+        return fams
+
+    def collect(self):
+        """prometheus-client's Collector interface: read the new lines, then yield the families."""
+        self.refresh()
+        yield from self.families()
+
+    def describe(self):
+        return []  # families vary with what the run records: no describe-time checks on registration
+
+
+def _compute(line: dict) -> float | None:
+    """Step time outside collectives, as telemetry/capture/session.py reduces it: unknown when a collective
+    of the step went untimed."""
+    step, comm = _num(line.get("step_time_s")), _num(line.get("comm_time_s"))
+    if step is None:
+        return None
+    if comm is None:
+        return step if not line.get("comm") else None
+    return step - comm
+
+
+def _numeric_leaves(d, prefix: str = ""):
+    if not isinstance(d, dict):
+        return
+    for k, v in d.items():
+        name = f"{prefix}{k}"
+        if isinstance(v, dict):
+            continue  # per-group breakdowns stay in the files: one level, bounded outcome labels
+        if _num(v) is not None:
+            yield name, v

@@ -1,0 +1,176 @@
+"""The live series (telemetry/capture/live_series.py) from rank files of known content, and the exporter's
+settings, port and HTTP server (in-process: a real HTTP server on a free port, read with urllib)."""
+from __future__ import annotations
+
+import json
+import socket
+import urllib.request
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client import generate_latest, CollectorRegistry
+
+from telemetry.capture import live_export
+from telemetry.capture.live_series import SERIES, RunSeries
+from telemetry.errors import InputError
+from telemetry.rundir import rank_file
+from telemetry.settings import TelemetrySettings
+
+IDENT = {"job": "slurm-42", "run": "r1", "host": "node1"}
+
+
+def rank_line(step: int, step_time=0.5, comm_time=0.1, untimed=0, host=False) -> dict:
+    line = {"step": step, "step_time_s": step_time, "gpu_energy_j": 100.0, "gpu_power_w": 200.0,
+            "comm": {"all_reduce": {"count": 3, "bytes": 1000, "time_s": comm_time, "untimed": untimed}},
+            "comm_bytes": 1000, "comm_time_s": comm_time, "exposed_comm_s": 0.05,
+            "comm_groups": {"dp": {"dim": "dp", "size": 2, "scope": "inter", "bytes": 1000, "count": 3,
+                                   "by_op": {"all_reduce": {"count": 3, "bytes": 1000, "time_s": comm_time,
+                                                            "untimed": untimed, "untimed_bytes": 0,
+                                                            "busbw_GBps": 2.5}}},
+                            "tp": {"dim": "tp", "size": 2, "scope": "intra", "bytes": 64, "count": 1,
+                                   "by_op": {"all_gather": {"count": 1, "bytes": 64, "time_s": None,
+                                                            "untimed": 1, "untimed_bytes": 64,
+                                                            "busbw_GBps": None}}}}}
+    if host:
+        line["host"] = {"cpu_energy_j": None,
+                        "counters": {"net:eth0": {"tx_bytes": 5000, "rx_bytes": 4000, "rx_dropped": 2},
+                                     "rdma:mlx5_0/1": {"port_xmit_bytes": 8000, "port_rcv_bytes": 8000}},
+                        "congestion": {"pfc": {"rx_pause": {"prio3": 7}, "rx_pause_duration": {"prio3": 99}},
+                                       "ecn_marked": 4, "cnp_sent": None, "cnp_received": 1}}
+    return line
+
+
+def write_lines(path, lines, torn: str = "") -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8") as f:
+        for line in lines:
+            f.write(json.dumps(line) + "\n")
+        f.write(torn)
+
+
+def scrape(series: RunSeries) -> dict:
+    """{(name, frozenset(labels)): value} from the exposition text prometheus-client renders."""
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(series)
+    text = generate_latest(reg).decode()
+    out = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            out[(s.name, frozenset(s.labels.items()))] = s.value
+    return out
+
+
+def lab(**kw) -> frozenset:
+    return frozenset({**IDENT, **kw}.items())
+
+
+def test_counters_sum_the_steps_since_start_and_gauges_hold_the_newest(tmp_path):
+    f0 = tmp_path / rank_file(0, "telemetry.jsonl")
+    write_lines(f0, [rank_line(1, step_time=9.0)])  # an earlier attempt's line: before the exporter started
+    series = RunSeries(str(tmp_path), [0, 1], IDENT, job_metrics=True)
+    write_lines(f0, [rank_line(2, host=True), rank_line(3, step_time=0.7, comm_time=0.2, host=True)],
+                torn='{"step": 4, "step_time_s"')  # a line being written: waits for its end
+    write_lines(tmp_path / rank_file(1, "telemetry.jsonl"), [rank_line(2), rank_line(3, untimed=1, comm_time=None)])
+    write_lines(tmp_path / "metrics.jsonl", [{"step": 2, "loss": 2.5, "tokens": 100, "tokens_per_s": 1e4, "mfu": None,
+                                             "lr": 1e-3, "tflops_per_device": 0.5}])
+    got = scrape(series)
+    p = "fabric_harness_"
+    assert got[(p + "steps_total", lab(rank="0"))] == 2
+    assert got[(p + "step", lab(rank="0"))] == 3
+    assert got[(p + "step_seconds", lab(rank="0"))] == 0.7
+    assert got[(p + "train_seconds_total", lab(rank="0"))] == pytest.approx(1.2)
+    assert got[(p + "step_compute_seconds", lab(rank="0"))] == pytest.approx(0.5)
+    assert got[(p + "comm_seconds_total", lab(rank="0"))] == pytest.approx(0.3)
+    dp0 = dict(rank="0", group="dp", scope="inter", op="all_reduce")
+    assert got[(p + "collective_bytes_total", lab(**dp0))] == 2000
+    assert got[(p + "collective_calls_total", lab(**dp0))] == 6
+    assert got[(p + "collective_busbw_bytes_per_second", lab(**dp0))] == 2.5e9
+    assert got[(p + "step_collective_seconds", lab(**dp0))] == 0.2
+    tp0 = dict(rank="0", group="tp", scope="intra", op="all_gather")
+    assert got[(p + "collective_untimed_calls_total", lab(**tp0))] == 2
+    assert (p + "step_collective_seconds", lab(**tp0)) not in got  # unknown: no sample, never 0
+    assert (p + "collective_busbw_bytes_per_second", lab(**tp0)) not in got
+    # rank 1's newest step had an untimed call: its compute time is unknown
+    assert (p + "step_compute_seconds", lab(rank="1")) not in got
+    assert got[(p + "collective_untimed_calls_total", lab(rank="1", group="dp", scope="inter", op="all_reduce"))] == 1
+    assert got[(p + "gpu_energy_joules_total", lab(rank="1"))] == 200
+    assert got[(p + "gpu_power_watts", lab(rank="1"))] == 200
+    # host counters: from local rank 0's lines only
+    assert got[(p + "nic_transmit_bytes_total", lab(device="eth0"))] == 10000
+    assert got[(p + "rdma_receive_bytes_total", lab(device="mlx5_0/1"))] == 16000
+    assert got[(p + "nic_loss_events_total", lab(device="eth0", counter="rx_dropped"))] == 4
+    assert got[(p + "pfc_pause_frames_total", lab(direction="rx", priority="3"))] == 14
+    assert got[(p + "ecn_marked_packets_total", lab())] == 8
+    assert got[(p + "cnp_received_total", lab())] == 2
+    assert (p + "cnp_sent_total", lab()) not in got and (p + "cpu_energy_joules_total", lab()) not in got
+    # the job's figures, from metrics.jsonl
+    assert got[(p + "loss", lab())] == 2.5 and got[(p + "tokens_total", lab())] == 100
+    assert got[(p + "device_flops_per_second", lab())] == 0.5e12
+    assert (p + "mfu_ratio", lab()) not in got
+    # the torn line completes: read once whole at the next scrape
+    write_lines(f0, [], torn=': 0.4}\n')
+    got = scrape(series)
+    assert got[(p + "step", lab(rank="0"))] == 4 and got[(p + "steps_total", lab(rank="0"))] == 3
+
+
+def test_tracer_accounting_fields_become_outcome_counters(tmp_path):
+    series = RunSeries(str(tmp_path), [0], IDENT, job_metrics=False)
+    line = {**rank_line(1), "tracer": {"matched": 5, "late": 2, "never_reported": 1, "by_group": {"dp": {}}}}
+    write_lines(tmp_path / rank_file(0, "telemetry.jsonl"), [line, line])
+    got = scrape(series)
+    assert got[("fabric_harness_tracer_calls_total", lab(rank="0", outcome="late"))] == 4
+    assert {dict(k[1])["outcome"] for k in got if k[0] == "fabric_harness_tracer_calls_total"} == \
+        {"matched", "late", "never_reported"}
+
+
+def test_every_series_is_named_by_the_conventions():
+    for s in SERIES:
+        assert s.name == s.name.lower() and not s.name.endswith("_total"), s.name
+        assert s.kind in ("gauge", "counter")
+        if s.kind == "gauge":
+            # a gauge never shares its name with a counter's base
+            assert not any(c.name == s.name for c in SERIES if c.kind == "counter")
+
+
+@pytest.mark.parametrize("value", [0, 70000, "9400", "yes", True, -1, 1.5])
+def test_bad_prometheus_values_are_one_line(value):
+    problem = live_export.prometheus_problem(value)
+    assert problem and problem.startswith("telemetry.prometheus: got") and "auto" in problem
+
+
+def test_push_settings_are_checked():
+    assert live_export.push_problems(None, None, 15) == []
+    got = live_export.push_problems("gw:9091", "http://u:p@c:4318/v1/metrics", 0.1)
+    assert len(got) == 3 and "telemetry.pushgateway" in got[0] and "credentials" in got[1]
+
+
+def test_a_port_in_use_is_one_error_line_before_anything_runs(tmp_path, monkeypatch):
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    with socket.socket() as busy:
+        busy.bind(("0.0.0.0", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        with pytest.raises(InputError, match=rf"telemetry.prometheus: cannot serve on port {port} .*in use"):
+            live_export.open_exporter(TelemetrySettings(prometheus=port), str(tmp_path))
+    assert live_export.current() is None
+
+
+def test_auto_serves_the_node_ranks_over_http_and_writes_its_target(tmp_path, monkeypatch):
+    for k, v in {"LOCAL_RANK": "0", "RANK": "0", "LOCAL_WORLD_SIZE": "2", "SLURM_JOB_ID": "42"}.items():
+        monkeypatch.setenv(k, v)
+    exporter = live_export.open_exporter(TelemetrySettings(prometheus="auto"), str(tmp_path))
+    try:
+        target = json.loads((tmp_path / "logs" / f"prometheus-targets.{exporter.ident['host']}.json").read_text())
+        assert target[0]["targets"] == [f"{exporter.ident['host']}:{exporter.port}"]
+        write_lines(tmp_path / rank_file(1, "telemetry.jsonl"), [rank_line(1)])
+        text = urllib.request.urlopen(f"http://127.0.0.1:{exporter.port}/metrics", timeout=10).read().decode()
+        assert 'fabric_harness_step_seconds{host="%s",job="42",rank="1",run="%s"} 0.5' % (
+            exporter.ident["host"], tmp_path.name) in text
+    finally:
+        live_export.close_exporter()
+    assert not list((tmp_path / "logs").glob("prometheus-targets.*"))
+
+
+def test_other_local_ranks_serve_nothing(tmp_path, monkeypatch):
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    assert live_export.open_exporter(TelemetrySettings(prometheus="auto"), str(tmp_path)) is None
