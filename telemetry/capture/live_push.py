@@ -49,7 +49,8 @@ class _Pusher:
 
     def close(self) -> None:
         self._stop.set()
-        self._thread.join(timeout=self.interval_s + 10)
+        if self._thread.is_alive():
+            self._thread.join(timeout=30)  # a push in flight has its own 10 s timeout
         self._safe_push()  # the last lines, with run_finished
         self.shutdown()
 
@@ -58,7 +59,7 @@ class _Pusher:
 
 
 class PushgatewayPusher(_Pusher):
-    """PUT of the whole group job/<job>/run/<run>/host/<host>: each push replaces the last."""
+    """PUT of the whole group job/<job>/host/<host>/run/<run>: each push replaces the last."""
     what = "Pushgateway push"
 
     def __init__(self, series: RunSeries, url: str, interval_s: float):
