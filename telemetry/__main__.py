@@ -1,6 +1,7 @@
 """python -m telemetry report RUN | compare [LABEL=]RUN ... --out DIR [--sweep LABEL=DIR] [--busbw-axis log|linear]
    [--line-rate LABEL=RATE] [--expect-transport LABEL=TRANSPORT] | project RUN [RUN ...] --rate RATE
-   | nccl-tests FILE_OR_RUN [...] [--json OUT] [--csv OUT] | export RUN --to tensorboard,wandb,parquet,trace"""
+   | nccl-tests FILE_OR_RUN [...] [--json OUT] [--csv OUT] | export RUN --to tensorboard,wandb,parquet,trace
+   | watch RUN [--once] [--interval S]"""
 from __future__ import annotations
 
 import sys
@@ -60,7 +61,14 @@ def main(argv: list[str] | None = None) -> int:
     exp.add_argument("run")
     exp.add_argument("--to", required=True, help="comma-separated: tensorboard, wandb, parquet, trace")
     exp.add_argument("--out", default=None, help="where to write (default: RUN/exports)")
+    wat = sub.add_parser("watch", help="follow a running (or finished) run directory: progress, ETA, per-rank step "
+                         "and communication times, stragglers, power, counters")
+    wat.add_argument("run", help="a run directory (the recipe's output_dir), on this host or a shared filesystem")
+    wat.add_argument("--once", action="store_true", help="print the view once and exit (scripts, tests)")
+    wat.add_argument("--interval", type=float, default=2.0, help="seconds between reads (default 2)")
     args = parser.parse_args(argv)
+    if args.command == "watch":
+        return _watch(args)
     problem = _output_problem(args)
     if problem:
         return print_errors(problem)
@@ -94,6 +102,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     return 0
+
+
+def _watch(args) -> int:
+    import os
+
+    from telemetry.analysis.watch import watch
+
+    if not os.path.isdir(args.run):
+        return print_errors(f"watch: {args.run!r} is not a directory; allowed: a run directory (the recipe's "
+                            "output_dir)")
+    if not (args.interval > 0):
+        return print_errors(f"--interval: got {args.interval}; expected seconds > 0")
+    return watch(args.run, once=args.once, interval_s=args.interval)
 
 
 def _output_problem(args) -> str | None:

@@ -168,6 +168,38 @@ def read_jsonl(path: str) -> list[dict]:
     return rows
 
 
+class JsonlFollower:
+    """The complete JSON-object lines appended to a file since the last read (a live run's metrics.jsonl or
+    rank file); a torn last line waits for its end; a file replaced by a shorter one is read again whole."""
+
+    def __init__(self, path: str, from_end: bool):
+        self.path = path
+        self.offset = os.path.getsize(path) if from_end and os.path.exists(path) else 0
+        self._partial = b""
+
+    def new(self) -> list[dict]:
+        try:
+            with open(self.path, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                if size < self.offset:  # replaced (a resume set the file aside): read the new one whole
+                    self.offset, self._partial = 0, b""
+                f.seek(self.offset)
+                data = f.read()
+        except OSError:
+            return []
+        self.offset += len(data)
+        *lines, self._partial = (self._partial + data).split(b"\n")
+        out = []
+        for line in lines:
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(row, dict):
+                out.append(row)
+        return out
+
+
 def write_json_atomic(path: str, data: Any) -> None:
     """Readers never see a half-written file: write beside it, then rename over it."""
     tmp = f"{path}.tmp{os.getpid()}"

@@ -16,7 +16,6 @@ communication, `device` on NIC/RDMA counters. An unknown value (a null in the fi
 """
 from __future__ import annotations
 
-import json
 import os
 import socket
 import threading
@@ -24,7 +23,7 @@ from dataclasses import dataclass
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from telemetry.rundir import METRICS, rank_file
+from telemetry.rundir import METRICS, JsonlFollower, rank_file
 
 PREFIX = "fabric_harness_"
 RANK, COMM, HOST, JOB = ("rank",), ("rank", "group", "scope", "op"), (), ()
@@ -123,37 +122,6 @@ def _num(v) -> float | None:
     return float(v) if v == v and abs(v) != float("inf") else None
 
 
-class _Tail:
-    """The complete lines appended to a file since the last read; a torn last line waits for its end."""
-
-    def __init__(self, path: str, from_end: bool):
-        self.path = path
-        self.offset = os.path.getsize(path) if from_end and os.path.exists(path) else 0
-        self._partial = b""
-
-    def new(self) -> list[dict]:
-        try:
-            with open(self.path, "rb") as f:
-                size = os.fstat(f.fileno()).st_size
-                if size < self.offset:  # replaced (a resume set the file aside): read the new one whole
-                    self.offset, self._partial = 0, b""
-                f.seek(self.offset)
-                data = f.read()
-        except OSError:
-            return []
-        self.offset += len(data)
-        *lines, self._partial = (self._partial + data).split(b"\n")
-        out = []
-        for line in lines:
-            try:
-                row = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(row, dict):
-                out.append(row)
-        return out
-
-
 class RunSeries:
     """A node's series: its ranks' files (and metrics.jsonl when rank 0 runs here), followed from now on.
     A prometheus-client collector (`collect`), also read by the pushers."""
@@ -161,10 +129,10 @@ class RunSeries:
     def __init__(self, run_dir: str, ranks: list[int], ident: dict, job_metrics: bool):
         self.run_dir, self.ident = run_dir, ident
         self._lock = threading.Lock()  # scrapes run in the HTTP server's threads, pushes in their own
-        self._tails: dict[int, _Tail] = {}
+        self._tails: dict[int, JsonlFollower] = {}
         self.ranks: list[int] = []
         self.set_ranks(ranks)
-        self._job = _Tail(os.path.join(run_dir, METRICS), from_end=True) if job_metrics else None
+        self._job = JsonlFollower(os.path.join(run_dir, METRICS), from_end=True) if job_metrics else None
         self._latest: dict[int, dict] = {}
         self._latest_job: dict | None = None
         self._counters: dict[tuple[str, tuple], float] = {}
@@ -175,7 +143,7 @@ class RunSeries:
         with self._lock:
             for r in ranks:
                 if r not in self._tails:
-                    self._tails[r] = _Tail(os.path.join(self.run_dir, rank_file(r, "telemetry.jsonl")),
+                    self._tails[r] = JsonlFollower(os.path.join(self.run_dir, rank_file(r, "telemetry.jsonl")),
                                            from_end=True)
             self.ranks = sorted(ranks)
 

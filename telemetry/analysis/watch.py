@@ -1,0 +1,223 @@
+"""`python -m telemetry watch RUN_DIR`: a live view of a running (or finished) run directory, for whoever has
+no dashboard: over ssh on a login node, reading the shared filesystem the job writes.
+
+It reads only what the run writes anyway (telemetry/rundir.py): run.json (name, max_steps, status, hosts),
+metrics.jsonl (rank 0's line per step; a torn last line waits) and ranks/rankNNNNN.telemetry.jsonl (each
+rank's own step and communication times), each followed from where it was last read. It shows step progress
+with an ETA, each rank's step time and communication share, the slowest ranks with the straggler verdict
+(telemetry/stragglers.py, the detector the run itself uses, replayed over metrics.jsonl), power, and the
+counters' verdict. On a terminal it redraws in place (rich); otherwise it prints a few plain lines per new
+step. It ends by itself when the run is no longer running; Ctrl-C ends it with status 130, no traceback.
+Pure Python, no torch.
+"""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import statistics
+import sys
+import time
+
+from telemetry import stragglers
+from telemetry.rundir import METRICS, RANKS, RUN_JSON, JsonlFollower, upgrade_record
+
+RECENT = 20  # steps the per-rank medians and the ETA look back over
+SLOWEST = 3
+
+
+class RunWatch:
+    """The run directory's state, brought up to date by `poll()`."""
+
+    def __init__(self, run_dir: str):
+        self.run_dir = run_dir
+        self.info: dict = {}
+        self.metrics: list[dict] = []
+        self._metrics = JsonlFollower(os.path.join(run_dir, METRICS), from_end=False)
+        self._ranks: dict[int, JsonlFollower] = {}
+        self.rank_lines: dict[int, list[dict]] = {}
+
+    def poll(self) -> bool:
+        """Read what was added; True when there is something new."""
+        new = False
+        try:
+            with open(os.path.join(self.run_dir, RUN_JSON), encoding="utf-8") as f:
+                info = json.load(f)
+            if isinstance(info, dict) and info != self.info:
+                self.info, new = info, True
+        except (OSError, ValueError):
+            pass  # not written yet, or being replaced: the last one read stands
+        rows = [upgrade_record(r) for r in self._metrics.new()]
+        if rows:
+            self.metrics += [r for r in rows if isinstance(r.get("step"), int)]
+            new = True
+        for path in glob.glob(os.path.join(self.run_dir, RANKS, "rank*.telemetry.jsonl")):
+            m = re.search(r"rank(\d+)\.telemetry\.jsonl$", path)
+            rank = int(m.group(1))
+            if rank not in self._ranks:
+                self._ranks[rank] = JsonlFollower(path, from_end=False)
+            lines = self._ranks[rank].new()
+            if lines:
+                kept = self.rank_lines.setdefault(rank, [])
+                kept += lines
+                del kept[:-RECENT]  # a long run's view needs only the recent steps
+                new = True
+        return new
+
+    @property
+    def running(self) -> bool:
+        return self.info.get("status", "running") == "running"
+
+    def snapshot(self) -> dict:
+        """What the view shows, as plain data (the renderers format it)."""
+        info, metrics = self.info, self.metrics
+        recipe = info.get("recipe") or {}
+        max_steps = recipe.get("max_steps")
+        last = metrics[-1] if metrics else {}
+        step = last.get("step")
+        times = [m["time"] for m in metrics[-RECENT - 1:] if isinstance(m.get("time"), (int, float))]
+        per_step = (times[-1] - times[0]) / (len(times) - 1) if len(times) > 1 else last.get("step_time_s")
+        eta = (max_steps - step) * per_step if (self.running and isinstance(max_steps, int) and step is not None
+                                                 and per_step) else None
+        ranks = []
+        for rank, lines in sorted(self.rank_lines.items()):
+            st = [x["step_time_s"] for x in lines if _num(x.get("step_time_s"))]
+            ct = [x["comm_time_s"] / x["step_time_s"] for x in lines
+                  if _num(x.get("comm_time_s")) is not None and _num(x.get("step_time_s"))]
+            ranks.append({"rank": rank, "step": lines[-1].get("step"),
+                          "step_time_s": statistics.median(st) if st else None,
+                          "comm_share": statistics.median(ct) if ct else None,
+                          "gpu_power_w": lines[-1].get("gpu_power_w")})
+        timed = [r for r in ranks if r["step_time_s"] is not None]
+        slowest = sorted(timed, key=lambda r: -r["step_time_s"])[:SLOWEST]
+        hosts = [h.get("hostname") if isinstance(h, dict) else h for h in info.get("hosts") or []] or None
+        found = (info.get("telemetry") or {}).get("stragglers") or stragglers.detect(metrics, hosts)
+        loss_events = [m.get("job_loss_events") for m in metrics if _num(m.get("job_loss_events")) is not None]
+        reorder = [m.get("job_reorder_events") for m in metrics if _num(m.get("job_reorder_events")) is not None]
+        recorded = ((info.get("telemetry") or {}).get("counters") or {}).get("verdict")
+        if recorded:
+            counters = f"{recorded} (run.json)"
+        elif loss_events:
+            lost = sum(loss_events)
+            counters = (f"clean: 0 loss events in {len(loss_events)} steps" if lost == 0 else
+                        f"LOSS: {lost:g} drop/discard/error events in {len(loss_events)} steps")
+            if sum(reorder):
+                counters += f"; {sum(reorder):g} packets reordered"
+        else:
+            counters = "not read (no NIC counters recorded yet)"
+        return {"name": info.get("name") or os.path.basename(os.path.normpath(self.run_dir)),
+                "status": info.get("status") or "starting", "step": step, "max_steps": max_steps,
+                "eta_s": eta, "s_per_step": per_step, "loss": last.get("loss"),
+                "tokens_per_s": last.get("tokens_per_s"), "job_gpu_power_w": last.get("job_gpu_power_w"),
+                "job_server_power_w": last.get("job_server_power_w"), "ranks": ranks, "slowest": slowest,
+                "straggler": found, "counters": counters, "error": info.get("error")}
+
+
+def _num(v) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def _fmt(v, spec: str, unit: str = "", none: str = "n/a") -> str:
+    return none if _num(v) is None else f"{format(v, spec)}{unit}"
+
+
+def _eta(seconds) -> str:
+    if seconds is None:
+        return "n/a"
+    seconds = int(round(seconds))
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+def _verdict(found: dict) -> str:
+    if found.get("verdict") is None:
+        return f"not checked ({found.get('reason') or 'no cross-rank steps yet'})"
+    if found["verdict"] == "none":
+        return f"none in {found.get('steps_checked')} steps"
+    return stragglers.describe(found["findings"][0]) if found.get("findings") else found["verdict"]
+
+
+def plain_lines(s: dict) -> list[str]:
+    """The view as plain lines (not a terminal, or --once into a pipe)."""
+    total = f"/{s['max_steps']}" if s["max_steps"] is not None else ""
+    head = (f"{s['name']}: {s['status']} | step {s['step'] if s['step'] is not None else '-'}{total} | "
+            f"{_fmt(s['s_per_step'], '.3f', ' s/step')} | eta {_eta(s['eta_s'])} | loss {_fmt(s['loss'], '.4f')} | "
+            f"{_fmt(s['tokens_per_s'], ',.0f', ' tok/s')} | GPU power {_fmt(s['job_gpu_power_w'], ',.0f', ' W')}")
+    out = [head]
+    for r in s["ranks"]:
+        out.append(f"  rank {r['rank']}: step {r['step']} | step time {_fmt(r['step_time_s'], '.3f', ' s')} | "
+                   f"comm {_fmt(r['comm_share'] * 100 if r['comm_share'] is not None else None, '.1f', '%')} | "
+                   f"GPU {_fmt(r['gpu_power_w'], '.0f', ' W')}")
+    if s["slowest"]:
+        out.append("  slowest: " + ", ".join(f"rank {r['rank']} ({r['step_time_s']:.3f} s)" for r in s["slowest"]))
+    out.append(f"  straggler: {_verdict(s['straggler'])}")
+    out.append(f"  counters: {s['counters']}")
+    if s["error"]:
+        out.append(f"  error: {s['error']}")
+    return out
+
+
+def rich_view(s: dict):
+    """The view as a rich renderable (a terminal)."""
+    from rich.console import Group
+    from rich.progress_bar import ProgressBar
+    from rich.table import Table
+    from rich.text import Text
+
+    total = s["max_steps"] or 0
+    done = s["step"] or 0
+    title = Text.assemble((s["name"], "bold"), f"  {s['status']}  step {done}/{total or '?'}  ",
+                          f"eta {_eta(s['eta_s'])}  {_fmt(s['s_per_step'], '.3f', ' s/step')}  "
+                          f"loss {_fmt(s['loss'], '.4f')}  {_fmt(s['tokens_per_s'], ',.0f', ' tok/s')}  "
+                          f"GPU power {_fmt(s['job_gpu_power_w'], ',.0f', ' W')}")
+    table = Table(box=None, pad_edge=False)
+    for col in ("rank", "step", "step time", "comm share", "GPU power"):
+        table.add_column(col, justify="right")
+    slow = {r["rank"] for r in s["slowest"][:1]} if len(s["ranks"]) > 1 else set()
+    for r in s["ranks"]:
+        table.add_row(str(r["rank"]), str(r["step"]), _fmt(r["step_time_s"], ".3f", " s"),
+                      _fmt(r["comm_share"] * 100 if r["comm_share"] is not None else None, ".1f", "%"),
+                      _fmt(r["gpu_power_w"], ".0f", " W"), style="yellow" if r["rank"] in slow else None)
+    parts = [title, ProgressBar(total=total or None, completed=done), table,
+             Text(f"straggler: {_verdict(s['straggler'])}"), Text(f"counters: {s['counters']}")]
+    if s["error"]:
+        parts.append(Text(f"error: {s['error']}", style="red"))
+    return Group(*parts)
+
+
+def watch(run_dir: str, once: bool = False, interval_s: float = 2.0, out=None) -> int:
+    """Follow `run_dir` until its run ends (or once); 0 when done, 130 on Ctrl-C."""
+    out = out or sys.stdout
+    tty = out.isatty()
+    state = RunWatch(run_dir)
+    try:
+        state.poll()
+        if once:
+            if tty:
+                from rich.console import Console
+                Console(file=out).print(rich_view(state.snapshot()))
+            else:
+                print("\n".join(plain_lines(state.snapshot())), file=out, flush=True)
+            return 0
+        if tty:
+            from rich.console import Console
+            from rich.live import Live
+
+            with Live(rich_view(state.snapshot()), console=Console(file=out), auto_refresh=False) as live:
+                while state.running:
+                    time.sleep(interval_s)
+                    if state.poll():
+                        live.update(rich_view(state.snapshot()), refresh=True)
+            return 0
+        shown = None
+        while True:
+            s = state.snapshot()
+            if (s["step"], s["status"]) != shown:
+                shown = (s["step"], s["status"])
+                print("\n".join(plain_lines(s)), file=out, flush=True)
+            if not state.running:
+                return 0
+            time.sleep(interval_s)
+            state.poll()
+    except KeyboardInterrupt:
+        return 130

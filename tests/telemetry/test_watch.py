@@ -1,0 +1,122 @@
+"""python -m telemetry watch (telemetry/analysis/watch.py) over run directories written here: a live run
+(status running, a torn last line), a finished one, the terminal and plain views, Ctrl-C."""
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from telemetry.analysis import watch as watch_mod
+from telemetry.analysis.watch import RunWatch, plain_lines, watch
+from tests.conftest import REPO
+
+
+def spread(values: list[float]) -> dict:
+    top = max(values)
+    return {"min": min(values), "mean": sum(values) / len(values), "max": top, "max_rank": values.index(top),
+            "ranks": len(values), "median": None}
+
+
+def make_run(path, steps: int, status: str = "running", slow_rank: int | None = None, torn: bool = False,
+             loss_events: float = 0.0) -> None:
+    (path / "ranks").mkdir(parents=True, exist_ok=True)
+    (path / "run.json").write_text(json.dumps({"name": "demo", "status": status, "recipe": {"max_steps": 100},
+                                               "hosts": [{"hostname": "a"}, {"hostname": "b"}]}))
+    with open(path / "metrics.jsonl", "w") as m:
+        for step in range(1, steps + 1):
+            compute = [0.3 if r == slow_rank else 0.1 for r in range(2)]
+            m.write(json.dumps({"step": step, "loss": 5.0 - step / 100, "step_time_s": 0.5, "tokens_per_s": 2000.0,
+                                "time": 1000.0 + step * 0.5, "job_gpu_power_w": 650.0, "job_loss_events": loss_events,
+                                "ranks": {"compute_s": spread(compute)}}) + "\n")
+        if torn:
+            m.write('{"step": %d, "loss"' % (steps + 1))
+    for rank in range(2):
+        with open(path / "ranks" / f"rank{rank:05d}.telemetry.jsonl", "w") as f:
+            for step in range(1, steps + 1):
+                f.write(json.dumps({"step": step, "step_time_s": 0.5 if rank == 0 else 0.6,
+                                    "comm_time_s": 0.1 if rank == 0 else 0.3, "gpu_power_w": 325.0}) + "\n")
+
+
+def test_a_running_run_shows_progress_eta_ranks_and_verdicts(tmp_path):
+    make_run(tmp_path, 20, torn=True)
+    state = RunWatch(str(tmp_path))
+    state.poll()
+    s = state.snapshot()
+    assert s["step"] == 20 and s["max_steps"] == 100
+    assert s["s_per_step"] == pytest.approx(0.5) and s["eta_s"] == pytest.approx(40.0)
+    lines = plain_lines(s)
+    assert lines[0].startswith("demo: running | step 20/100 | 0.500 s/step | eta 0:00:40 | loss 4.8000")
+    assert "rank 1: step 20 | step time 0.600 s | comm 50.0% | GPU 325 W" in lines[2]
+    assert lines[3] == "  slowest: rank 1 (0.600 s), rank 0 (0.500 s)"
+    assert lines[4] == "  straggler: none in 20 steps"
+    assert lines[5] == "  counters: clean: 0 loss events in 20 steps"
+    # the torn line completes: read at the next poll
+    with open(tmp_path / "metrics.jsonl", "a") as m:
+        m.write(': 4.7, "step_time_s": 0.5, "time": 1010.5}\n')
+    assert state.poll() and state.snapshot()["step"] == 21
+
+
+def test_the_straggler_verdict_is_the_runs_own_detector(tmp_path):
+    make_run(tmp_path, 12, slow_rank=1, loss_events=3.0)
+    state = RunWatch(str(tmp_path))
+    state.poll()
+    lines = plain_lines(state.snapshot())
+    assert "straggler: straggler rank 1 on b: compute:" in lines[4]
+    assert lines[5] == "  counters: LOSS: 36 drop/discard/error events in 12 steps"
+
+
+def test_plain_output_follows_until_the_run_ends(tmp_path, monkeypatch):
+    make_run(tmp_path, 3)
+    calls = []
+
+    def finish(_):  # the run ends while the view waits
+        calls.append(1)
+        make_run(tmp_path, 5, status="completed")
+    monkeypatch.setattr(watch_mod.time, "sleep", finish)
+    out = io.StringIO()
+    assert watch(str(tmp_path), out=out) == 0
+    text = out.getvalue()
+    assert "demo: running | step 3/100" in text and "demo: completed | step 5/100" in text and len(calls) == 1
+
+
+def test_ctrl_c_is_exit_130_without_a_traceback(tmp_path, monkeypatch):
+    make_run(tmp_path, 3)
+
+    def interrupt(_):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(watch_mod.time, "sleep", interrupt)
+    assert watch(str(tmp_path), out=io.StringIO()) == 130
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_a_terminal_gets_the_rich_view_redrawn_in_place(tmp_path, monkeypatch):
+    make_run(tmp_path, 3)
+    monkeypatch.setattr(watch_mod.time, "sleep", lambda _: make_run(tmp_path, 4, status="completed"))
+    out = Terminal()
+    assert watch(str(tmp_path), out=out) == 0
+    text = out.getvalue()
+    assert "\x1b[" in text and "step 4/100" in text and "50.0%" in text  # cursor moves: redrawn in place
+
+
+@pytest.mark.integration
+def test_sigint_to_the_command_exits_130_quietly(tmp_path):
+    make_run(tmp_path, 3)
+    proc = subprocess.Popen([sys.executable, "-m", "telemetry", "watch", str(tmp_path), "--interval", "0.2"],
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(REPO)})
+    deadline = time.monotonic() + 60
+    line = proc.stdout.readline()  # the first view is out: the loop is running
+    assert line.startswith("demo: running"), line
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=max(1, deadline - time.monotonic()))
+    assert proc.returncode == 130 and "Traceback" not in err, err
