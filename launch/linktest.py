@@ -26,6 +26,7 @@ from datetime import datetime, timezone
 from telemetry.analysis import rates
 from telemetry.analysis import link_tests as lt
 from telemetry.errors import InputError, OneLineParser, output_dir_problem
+from telemetry.progress import Progress
 
 PERFTEST = ("ib_write_bw", "ib_read_bw", "ib_send_bw", "ib_send_lat", "ib_write_lat", "ib_read_lat")
 TOOLS = PERFTEST + ("iperf3",)
@@ -135,6 +136,8 @@ def run_links(args) -> dict:
     clients = [subprocess.Popen(_prefix(args.exec, args.client) + link["client_cmd"], stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, start_new_session=True) for link in links]
     limit = args.duration + args.timeout_s
+    # a bar over the test's seconds on a terminal (the tools print only at the end); no lines otherwise
+    progress = Progress("linktest", int(args.duration), "s", enabled=sys.stdout.isatty()).start().tick_every(1.0)
     for link, client, server in zip(links, clients, servers):
         for role, proc in (("client", client), ("server", server)):
             try:
@@ -151,6 +154,7 @@ def run_links(args) -> dict:
                 link[f"{role}_stderr"] = err.strip()[-400:]
             if role == "client":
                 link["result"], link["parse_error"] = _parse(args.tool, out)
+        progress.close()  # the first client's end is the test's (a second close does nothing)
         gbps = _link_gbps(link.get("result"))
         link["line_rate_gbps"], link["line_rate_source"] = line_rate_gbps(args, link["device"])
         link["gbps"] = gbps

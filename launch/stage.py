@@ -36,6 +36,7 @@ import yaml
 
 from trainer.config import RECIPE_RELATIVE_PATHS, RecipeError, _apply_override, _parse_override, _read_recipe, load_recipe
 from telemetry.errors import InputError, output_dir_problem, print_errors
+from telemetry.progress import Progress
 
 MANIFEST = "manifest.json"
 FORMAT = "fabric-harness-stage/1"
@@ -266,8 +267,12 @@ def staged_files(root: str) -> list[str]:
 
 def write_manifest(root: str, sources_by_dir: dict[str, dict], jobs: int) -> dict:
     files = staged_files(root)
-    with ThreadPoolExecutor(max(1, jobs)) as pool:  # hashlib releases the GIL: one core per file
-        digests = list(pool.map(lambda rel: sha256_file(os.path.join(root, rel)), files))
+    digests = []
+    with ThreadPoolExecutor(max(1, jobs)) as pool, Progress("stage: sha256", len(files), "files", sys.stderr,
+                                                            plain_every_s=10) as progress:
+        for digest in pool.map(lambda rel: sha256_file(os.path.join(root, rel)), files):  # hashlib releases the GIL
+            digests.append(digest)
+            progress.advance()
     entries = []
     for rel, digest in zip(files, digests):
         owner = next((d for d in sources_by_dir if rel == d or rel.startswith(d + "/")), None)
@@ -326,8 +331,12 @@ def verify(root: str, jobs: int) -> list[str]:
         found = sha256_file(full)
         return None if found == digest else f"sha256 mismatch: {rel}: manifest {digest}, found {found}"
 
-    with ThreadPoolExecutor(max(1, jobs)) as pool:
-        return [p for p in pool.map(check, files) if p]
+    problems = []
+    with ThreadPoolExecutor(max(1, jobs)) as pool, Progress("verify", len(files), "files", sys.stderr, plain_every_s=10) as progress:
+        for problem in pool.map(check, files):
+            problems += [problem] if problem else []
+            progress.advance()
+    return problems
 
 
 # ---------------------------------------------------------------- the staged recipe

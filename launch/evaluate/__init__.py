@@ -18,6 +18,7 @@ from .runner import (COMPLETE, EXIT_FAILED, EXIT_INPUT, EXIT_INTERRUPTED, EXIT_M
                      read_status, resume_state, set_aside, setting, slurm_command, slurm_nproc, tail)
 from .spec import Evaluation
 from telemetry.analysis.transport_claims import check_transport
+from telemetry.progress import Progress
 
 Launch = Callable[[list, dict, str, float, bool], tuple]
 
@@ -73,6 +74,7 @@ def run_evaluation(ev: Evaluation, verbose: bool = False, dry_run: bool = False,
         raise KeyboardInterrupt
 
     old_term = signal.signal(signal.SIGTERM, terminate)
+    progress = Progress("evaluate", len(runs) - kept, "runs").start()  # kept runs take no time: not in the ETA
     try:
         with (SlurmAllocation(ev, say) if need_alloc else nullcontext()) as alloc:
             for run in runs:
@@ -126,10 +128,13 @@ def run_evaluation(ev: Evaluation, verbose: bool = False, dry_run: bool = False,
                         print(f"    {line}", flush=True)
                 results.append(result)
                 summary.write_record(ev, record)
+                if result["action"] == "run":
+                    progress.advance(note=f"{run.variant.name} x {run.workload.name}: {result['status'] or 'failed'}")
     except KeyboardInterrupt:
         interrupted = True
         say("interrupted; the runs so far are kept (run the same command again to continue)")
     finally:
+        progress.close()
         signal.signal(signal.SIGTERM, old_term)
     record["failed"] = [r for r in results if r["status"] not in COMPLETE]
     record["verdicts"] = summary.variant_verdicts(ev, results)

@@ -22,6 +22,7 @@ import os
 import platform
 import resource
 import statistics
+import sys
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -30,6 +31,7 @@ import torch
 import torch.distributed as dist
 
 from telemetry.formulas import algbw_GBps, bus_factor
+from telemetry.progress import Progress
 
 from ..errors import InputError
 from ..sweep_plan import CHECK_CHUNK, counts, human, memory_problem
@@ -740,6 +742,9 @@ def run_sweep(cfg, device: torch.device, hosts: list[dict], say, meter=None, mar
     if cfg.pairs and "sendrecv" in cfg.ops:
         jobs += [(f"sendrecv_{name}", pair) for name, pair in sw.pairs().items() if pair is not None]
     backend = dist.get_backend()
+    # on stderr: stdout is the nccl-tests table
+    progress = Progress("sweep", len(jobs) * len(list(sizes(lo, hi, cfg.factor))), "sizes", sys.stderr,
+                        dist.get_rank() == 0, plain_every_s=30).start()
     for op, pair in jobs:
         sw.new_groups(backend)  # fresh connections: no state left by the previous test
         rows = []
@@ -762,6 +767,7 @@ def run_sweep(cfg, device: torch.device, hosts: list[dict], say, meter=None, mar
             row.update(type=type_name, redop=redop, root=root)
             rows.append(row)
             say(format_row(row, type_name, redop, root))
+            progress.advance(note=f"{op} {human(size)}")
         checked = [b["wrong"] for r in rows for b in (r.get("out_of_place"), r.get("in_place"))
                    if b and b["wrong"] is not None]
         # wrong elements the checks found; `checked` false says no check ran (the footer then reads N/A)
@@ -787,6 +793,7 @@ def run_sweep(cfg, device: torch.device, hosts: list[dict], say, meter=None, mar
                                           **devices[r]} for r in ranks],
                              "missing": missing, "notes": notes, "stragglers": slow,
                              "start_time": started, "end_time": _stamp()}
+    progress.close()
     if "p2p_matrix" in cfg.ops:
         sw.new_groups(backend)
         result["p2p_matrix"] = m = sw.p2p_matrix(hi)

@@ -1,0 +1,89 @@
+"""The shared progress helper (telemetry/progress.py): plain lines with an ETA when the output is not a
+terminal, a rich bar when it is, nothing when disabled."""
+from __future__ import annotations
+
+import io
+import time
+
+from telemetry import progress as progress_mod
+from telemetry.progress import Progress
+
+
+class Clock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_plain_lines_carry_the_count_and_the_eta(monkeypatch):
+    clock = Clock()
+    monkeypatch.setattr(progress_mod.time, "monotonic", clock)
+    out = io.StringIO()
+    with Progress("evaluate", 4, "runs", stream=out) as p:
+        clock.now += 30
+        p.advance(note="a x b: completed")
+        clock.now += 30
+        p.advance()
+    assert out.getvalue().splitlines() == ["[evaluate] 1/4 runs done, eta 0:01:30 (a x b: completed)",
+                                           "[evaluate] 2/4 runs done, eta 0:01:00"]
+    assert "\x1b" not in out.getvalue()
+
+
+def test_many_short_units_are_thinned_to_one_line_per_interval_and_the_last(monkeypatch):
+    clock = Clock()
+    monkeypatch.setattr(progress_mod.time, "monotonic", clock)
+    out = io.StringIO()
+    with Progress("sweep", 100, "sizes", stream=out, plain_every_s=30) as p:
+        for _ in range(100):
+            clock.now += 1
+            p.advance()
+    lines = out.getvalue().splitlines()
+    assert [line.split()[1] for line in lines] == ["30/100", "60/100", "90/100", "100/100"]
+    assert lines[-1] == "[sweep] 100/100 sizes done, eta 0:00:00"
+
+
+def test_a_terminal_gets_a_bar_and_disabled_progress_prints_nothing():
+    tty = Terminal()
+    with Progress("stage: sha256", 3, "files", stream=tty) as p:
+        for _ in range(3):
+            p.advance(note="[x]")
+    text = tty.getvalue()
+    assert "[stage: sha256]" in text and "3/3" in text and "[x]" in text and "\x1b[" in text
+    quiet = io.StringIO()
+    with Progress("sweep", 3, stream=quiet, enabled=False) as p:
+        p.advance()
+    assert quiet.getvalue() == ""
+
+
+def test_tick_every_advances_a_terminal_bar_until_closed():
+    tty = Terminal()
+    p = Progress("linktest", 100, "s", stream=tty).start().tick_every(0.01)
+    deadline = time.monotonic() + 10
+    while p.done < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    p.close()
+    done = p.done
+    time.sleep(0.05)
+    assert 3 <= done == p.done  # stopped with close()
+    plain = Progress("linktest", 100, "s", stream=io.StringIO()).start().tick_every(0.01)
+    time.sleep(0.05)
+    plain.close()
+    assert plain.done == 0  # no line per second without a terminal
+
+
+def test_quick_work_with_an_interval_prints_nothing(monkeypatch):
+    clock = Clock()
+    monkeypatch.setattr(progress_mod.time, "monotonic", clock)
+    out = io.StringIO()
+    with Progress("verify", 9, "files", stream=out, plain_every_s=10) as p:
+        for _ in range(9):
+            clock.now += 0.1
+            p.advance()
+    assert out.getvalue() == ""
