@@ -38,7 +38,9 @@ LAYOUT = (
     (f"{CHECKPOINTS}/", "DCP checkpoints and latest.json"),
     (f"{LOGS}/", "NCCL debug logs (nccl.HOST.PID.log), metrics lines set aside on resume, each earlier "
                  "attempt's run.json (run.attempt-N.json; run.damaged-TIME.json when it could not be read), "
-                 "profiler traces, flight_recorder/ (what each rank last entered, written on a failure or hang)"),
+                 "profiler traces, flight_recorder/ (what each rank last entered, written on a failure or hang), "
+                 "prometheus-targets.HOST.json (while a run with telemetry.prometheus is live: the node's "
+                 "metrics address as a Prometheus file_sd target list, docs/live.md)"),
     ("collectives.txt, .json, .csv", "a collective sweep's tables (nccl-tests layout)"),
     (f"run.lock, {RESERVE}", "while a run is live: who holds the directory; 1 MiB given back if the disk fills"),
     (f"{REPORT}/", "written by python -m telemetry report RUN"),

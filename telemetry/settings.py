@@ -41,6 +41,8 @@ class TelemetrySettings:
     # Prometheus text format on this port ("auto": a free one, written to logs/prometheus-targets.HOST.json);
     # None: off
     prometheus: int | str | None = None
+    # a directory Prometheus' file_sd watches (shared by jobs): each node also writes its target list there
+    prometheus_targets_dir: str | None = None
     pushgateway: str | None = None  # a Prometheus Pushgateway address (http://gw:9091); None: no push
     otlp: str | None = None  # an OTLP/HTTP metrics endpoint (http://collector:4318/v1/metrics); None: no push
     push_interval_s: float = 15.0  # seconds between pushes

@@ -8,13 +8,14 @@ How a node serves its ranks: local rank 0 serves (or pushes) every local rank's 
 files they write anyway (telemetry/capture/live_series.py), so the other ranks do nothing for it and one
 port per node is scraped, whatever the GPUs per node. The port is taken in `open_exporter`, which
 Telemetry.prepare_environment calls before the process group and any GPU work: a port in use or a bad
-value is one error line at start. With `auto`, the chosen port is printed and written as a Prometheus
-file_sd target list, logs/prometheus-targets.HOST.json, for a scrape config that reads the run directory
-(docs/live.md).
+value is one error line at start. The address (with `auto`, a free port) is printed and written as a
+Prometheus file_sd target list, logs/prometheus-targets.HOST.json, and into `prometheus_targets_dir` when
+set, for a scrape config that watches that directory (docs/live.md).
 """
 from __future__ import annotations
 
 import os
+import re
 import sys
 
 from telemetry.capture.live_series import RunSeries, identity
@@ -86,13 +87,21 @@ class LiveExporter:
         self.registry = registry
         os.makedirs(os.path.join(self.run_dir, LOGS), exist_ok=True)
         target = f"{self.ident['host']}:{self.port}"
-        write_json_atomic(self.targets_path, [{"targets": [target], "labels": {"run": self.ident["run"]}}])
+        for path in self.targets_paths:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            write_json_atomic(path, [{"targets": [target], "labels": {"run": self.ident["run"]}}])
         print(f"[telemetry] Prometheus metrics of ranks {self.series.ranks[0]}-{self.series.ranks[-1]} at "
               f"http://{target}/metrics", file=sys.stderr, flush=True)
 
     @property
-    def targets_path(self) -> str:
-        return os.path.join(self.run_dir, LOGS, f"prometheus-targets.{self.ident['host']}.json")
+    def targets_paths(self) -> list[str]:
+        """The run's own target list, and one in `telemetry.prometheus_targets_dir` (a directory Prometheus'
+        file_sd watches: its globs match file names only, not directories of runs)."""
+        paths = [os.path.join(self.run_dir, LOGS, f"prometheus-targets.{self.ident['host']}.json")]
+        if self.s.prometheus_targets_dir:
+            name = "-".join(re.sub(r"[^\w.-]", "_", self.ident[k]) for k in ("job", "run", "host"))
+            paths.append(os.path.join(self.s.prometheus_targets_dir, f"{name}.json"))
+        return paths
 
     def start_push(self) -> None:
         from telemetry.capture.live_push import OtlpPusher, PushgatewayPusher
@@ -119,10 +128,11 @@ class LiveExporter:
             self.server.server_close()
             self.server = None
         if self.port is not None:
-            try:
-                os.remove(self.targets_path)  # no scraping of a port that is gone (or reused)
-            except OSError:
-                pass
+            for path in self.targets_paths:
+                try:
+                    os.remove(path)  # no scraping of a port that is gone (or reused)
+                except OSError:
+                    pass
 
 
 _EXPORTER: list[LiveExporter | None] = [None]  # the process's one exporter (a port is a process-wide thing)

@@ -218,3 +218,11 @@ def test_watch_once_reads_the_finished_run(live_run):
                           env={**os.environ, "PYTHONPATH": str(REPO)})
     assert proc.returncode == 0, proc.stderr
     assert "step 40/40" in proc.stdout and "rank 1" in proc.stdout, proc.stdout
+
+
+def test_the_slurm_scrape_config_passes_promtool():
+    promtool = _binaries()["promtool"]
+    proc = subprocess.run([promtool, "check", "config", "--syntax-only",
+                           str(REPO / "launch" / "monitoring" / "prometheus-slurm.yml")],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -158,19 +158,39 @@ def test_a_port_in_use_is_one_error_line_before_anything_runs(tmp_path, monkeypa
 def test_auto_serves_the_node_ranks_over_http_and_writes_its_target(tmp_path, monkeypatch):
     for k, v in {"LOCAL_RANK": "0", "RANK": "0", "LOCAL_WORLD_SIZE": "2", "SLURM_JOB_ID": "42"}.items():
         monkeypatch.setenv(k, v)
-    exporter = live_export.open_exporter(TelemetrySettings(prometheus="auto"), str(tmp_path))
+    shared = tmp_path / "sd"
+    exporter = live_export.open_exporter(TelemetrySettings(prometheus="auto", prometheus_targets_dir=str(shared)),
+                                         str(tmp_path))
     try:
         target = json.loads((tmp_path / "logs" / f"prometheus-targets.{exporter.ident['host']}.json").read_text())
         assert target[0]["targets"] == [f"{exporter.ident['host']}:{exporter.port}"]
+        assert json.loads((shared / f"42-{tmp_path.name}-{exporter.ident['host']}.json").read_text()) == target
         write_lines(tmp_path / rank_file(1, "telemetry.jsonl"), [rank_line(1)])
         text = urllib.request.urlopen(f"http://127.0.0.1:{exporter.port}/metrics", timeout=10).read().decode()
         assert 'fabric_harness_step_seconds{host="%s",job="42",rank="1",run="%s"} 0.5' % (
             exporter.ident["host"], tmp_path.name) in text
     finally:
         live_export.close_exporter()
-    assert not list((tmp_path / "logs").glob("prometheus-targets.*"))
+    assert not list((tmp_path / "logs").glob("prometheus-targets.*")) and not list(shared.iterdir())
 
 
 def test_other_local_ranks_serve_nothing(tmp_path, monkeypatch):
     monkeypatch.setenv("LOCAL_RANK", "1")
     assert live_export.open_exporter(TelemetrySettings(prometheus="auto"), str(tmp_path)) is None
+
+
+def test_the_docs_list_every_series_and_the_monitoring_examples_parse():
+    import yaml
+
+    from tests.conftest import REPO
+    doc = (REPO / "docs" / "live.md").read_text()
+    for s in SERIES:
+        name = "fabric_harness_" + s.name + ("_total" if s.kind == "counter" else "")
+        assert f"`{name}`" in doc, name
+    kinds = [d["kind"] for d in yaml.safe_load_all((REPO / "launch" / "monitoring" / "kubernetes.yaml").read_text())]
+    assert kinds == ["PodMonitor", "Service", "ServiceMonitor"]
+    board = json.loads((REPO / "launch" / "monitoring" / "grafana-dashboard.json").read_text())
+    exprs = " ".join(t["expr"] for p in board["panels"] for t in p["targets"])
+    used = {s.name for s in SERIES if f"fabric_harness_{s.name}" in exprs}
+    assert used >= {"step_seconds", "comm_seconds", "collective_busbw_bytes_per_second", "step_compute_seconds",
+                    "gpu_power_watts", "nic_loss_events", "pfc_pause_frames", "collective_untimed_calls"}

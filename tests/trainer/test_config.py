@@ -39,6 +39,10 @@ BAD_OVERRIDES = [
     (["telemetry.bmc=https://root:calvin@10.0.0.9"], "telemetry.bmc: credentials in the address would be recorded"),
     (["telemetry.bmc_sample_interval_s=0"], "telemetry.bmc_sample_interval_s: got 0.0; expected a number > 0"),
     (["telemetry.switch_metrics_url=switch1:9101"], "telemetry.switch_metrics_url: got 'switch1:9101'"),
+    (["telemetry.prometheus=70000"], "telemetry.prometheus: got 70000; allowed: a TCP port 1-65535, auto"),
+    (["telemetry.prometheus=any"], "telemetry.prometheus: got 'any'; allowed: a TCP port 1-65535, auto"),
+    (["telemetry.pushgateway=gw:9091"], "telemetry.pushgateway: got 'gw:9091'; expected an http://"),
+    (["telemetry.push_interval_s=0"], "telemetry.push_interval_s: got 0.0; expected seconds >= 1"),
     (["nokey"], "nokey: an override must look like key.path=value"),
 ]
 

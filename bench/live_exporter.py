@@ -1,0 +1,137 @@
+"""The live exporter's cost: the same run with telemetry.prometheus off and on (scraped), and the cost of one
+scrape.
+
+1. Per-step cost: tiny_llama_lora under torchrun, `telemetry.prometheus` off vs `auto` with a scraper
+   reading /metrics every `--scrape-every` seconds (Prometheus' usual interval is 15-30 s; 1 s is harsh),
+   interleaved rounds; per-step wall time between consecutive steps' stamps (`time` in metrics.jsonl), so
+   anything the exporter costs the ranks (the scrape's thread holding the GIL of local rank 0) is in it.
+2. Scrape cost: in this process, RunSeries (telemetry/capture/live_series.py) over rank files of
+   `--ranks` ranks with `--groups` process groups x 3 collective types, `--new` new lines per rank since
+   the last scrape: milliseconds per scrape and the exposition's size.
+
+    python -m bench.live_exporter --nproc 2 --steps 40 --rounds 3 --scrape-every 1
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import glob
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+
+def run_once(args, exporter: bool, workdir: str) -> tuple[list[float], int]:
+    out = os.path.join(workdir, f"run-{'on' if exporter else 'off'}-{len(os.listdir(workdir))}")
+    os.makedirs(os.path.join(out, "logs"))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={args.nproc}", "-m",
+           "trainer", args.recipe, f"output_dir={out}", f"max_steps={args.steps}", "train.eval_every_samples=null",
+           "train.save_final=false", "train.resume=never"]
+    if exporter:
+        cmd.append("telemetry.prometheus=auto")
+    scrapes = [0]
+    stop = threading.Event()
+
+    def scrape():
+        while not stop.wait(args.scrape_every):
+            for path in glob.glob(os.path.join(out, "logs", "prometheus-targets.*.json")):
+                try:
+                    with open(path) as f:
+                        target = json.load(f)[0]["targets"][0]
+                    urllib.request.urlopen(f"http://{target}/metrics", timeout=5).read()
+                    scrapes[0] += 1
+                except (OSError, ValueError, IndexError, KeyError):
+                    pass
+    t = threading.Thread(target=scrape, daemon=True)
+    t.start()
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": REPO}
+    try:
+        subprocess.run(cmd, cwd=REPO, env=env, check=True, capture_output=True, timeout=900)
+    finally:
+        stop.set()
+        t.join()
+    with open(os.path.join(out, "metrics.jsonl")) as f:
+        stamps = [json.loads(line)["time"] for line in f]
+    return [b - a for a, b in zip(stamps, stamps[1:])][args.skip:], scrapes[0]
+
+
+def scrape_cost(ranks: int, groups: int, new: int, repeats: int = 20) -> dict:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from telemetry.capture.live_series import RunSeries
+    from telemetry.rundir import rank_file
+
+    ops = ("all_reduce", "all_gather", "reduce_scatter")
+    by_op = {op: {"count": 10, "bytes": 1 << 20, "time_s": 0.01, "untimed": 0, "untimed_bytes": 0, "busbw_GBps": 100.0}
+             for op in ops}
+    line = {"step_time_s": 1.0, "comm_time_s": 0.3, "exposed_comm_s": 0.1, "gpu_energy_j": 500.0, "gpu_power_w": 500.0,
+            "comm": by_op, "comm_groups": {f"g{i}": {"scope": "inter", "by_op": by_op} for i in range(groups)}}
+    times = []
+    with tempfile.TemporaryDirectory() as d:
+        os.makedirs(os.path.join(d, "ranks"))
+        series = RunSeries(d, list(range(ranks)), {"job": "j", "run": "r", "host": "h"}, job_metrics=False)
+        reg = CollectorRegistry(auto_describe=False)
+        reg.register(series)
+        step = 0
+        for _ in range(repeats):
+            for r in range(ranks):
+                with open(os.path.join(d, rank_file(r, "telemetry.jsonl")), "a") as f:
+                    for k in range(new):
+                        f.write(json.dumps({"step": step + k, **line}) + "\n")
+            step += new
+            t0 = time.perf_counter()
+            text = generate_latest(reg)
+            times.append(time.perf_counter() - t0)
+    return {"ranks": ranks, "groups": groups, "new_lines_per_rank": new, "scrape_ms_median": statistics.median(times) * 1e3,
+            "exposition_bytes": len(text), "samples": text.count(b"\n") - text.count(b"\n#")}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--recipe", default="recipes/tiny_llama_lora.yaml")
+    p.add_argument("--nproc", type=int, default=2)
+    p.add_argument("--steps", type=int, default=40)
+    p.add_argument("--skip", type=int, default=5, help="warm-up steps left out")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--scrape-every", type=float, default=1.0)
+    p.add_argument("--ranks", type=int, default=8)
+    p.add_argument("--groups", type=int, default=3)
+    args = p.parse_args()
+    stamp = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+             "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} cores", "command": " ".join(sys.argv)}
+    results = {"off": [], "on": []}
+    scrapes = 0
+    with tempfile.TemporaryDirectory() as workdir:
+        for r in range(args.rounds):
+            for mode in ("off", "on") if r % 2 == 0 else ("on", "off"):
+                steps, n = run_once(args, mode == "on", workdir)
+                results[mode].append(statistics.median(steps))
+                scrapes += n
+                print(f"round {r + 1} {mode}: {statistics.median(steps) * 1e3:.1f} ms/step", flush=True)
+    off, on = statistics.median(results["off"]), statistics.median(results["on"])
+    row = {**stamp, "kind": "per_step", "ms_per_step_off": off * 1e3, "ms_per_step_on": on * 1e3, "ratio": on / off,
+           "per_round_off_ms": [x * 1e3 for x in results["off"]], "per_round_on_ms": [x * 1e3 for x in results["on"]],
+           "scrapes": scrapes, "scrape_every_s": args.scrape_every}
+    print(json.dumps(row))
+    rows = [row]
+    for new in (1, 15):
+        cost = {**stamp, "kind": "scrape", **scrape_cost(args.ranks, args.groups, new)}
+        print(json.dumps(cost))
+        rows.append(cost)
+    with open(os.path.join(REPO, "bench", "results", "live_exporter.jsonl"), "a") as f:
+        for r in rows:
+            f.write(json.dumps(r) + "\n")
+
+
+if __name__ == "__main__":
+    main()
