@@ -113,7 +113,8 @@ def identity(run_dir: str, environ=os.environ) -> dict:
     job = (environ.get("FABRIC_HARNESS_JOB") or environ.get("SLURM_JOB_ID") or environ.get("JOB_NAME")
            or (environ.get("TORCHELASTIC_RUN_ID") if environ.get("TORCHELASTIC_RUN_ID") not in (None, "", "none")
                else None) or run)
-    return {"job": str(job), "run": run, "host": socket.gethostname()}
+    # the host name every rank reports (telemetry/capture/environment.py; the fabric lab names its nodes)
+    return {"job": str(job), "run": run, "host": environ.get("FABRIC_HARNESS_NODE") or socket.gethostname()}
 
 
 def _num(v) -> float | None:
