@@ -18,6 +18,7 @@ import torch.distributed as dist
 
 from telemetry.analysis.exports import export_after_close
 from telemetry.capture import fabric
+from telemetry.errors import InputError as BadInput  # the base: telemetry raises it too
 from telemetry.integrations.adapters import HarnessHooks
 from telemetry.capture.collectives import set_host_map
 from telemetry.capture import force_network
@@ -368,7 +369,7 @@ def classify_failure(st: RunState, exc: BaseException) -> bool:
     a fault recognised for what it is or a lost peer (1, one line), a crash (1, traceback). Returns True
     when the exception must propagate (SystemExit)."""
     rank, rundir = st.rank, st.rundir
-    if isinstance(exc, InputError):
+    if isinstance(exc, BadInput):  # a live exporter's port in use, too
         # any rank may find it first, or alone (a file missing on one host): the first to fail says it,
         # before torchrun stops the others (trainer/errors.py)
         st.code, st.error = 2, str(exc)

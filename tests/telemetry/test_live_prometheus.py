@@ -226,3 +226,16 @@ def test_the_slurm_scrape_config_passes_promtool():
                            str(REPO / "launch" / "monitoring" / "prometheus-slurm.yml")],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_a_port_in_use_stops_the_run_with_one_error_line_before_training(tmp_path):
+    with socket.socket() as busy:
+        busy.bind(("0.0.0.0", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        res = run_cli(tmp_path / "run", "max_steps=2", f"telemetry.prometheus={port}", nproc=2, timeout=300)
+    assert res.returncode != 0
+    lines = [x for x in res.stderr.splitlines() if x.startswith("error:")]
+    assert lines and all(f"telemetry.prometheus: cannot serve on port {port}" in x for x in lines), res.stderr[-2000:]
+    assert "live_export.py" not in res.stderr  # no traceback of ours (torchrun prints its own for a failed child)
+    assert not (tmp_path / "run" / "metrics.jsonl").exists() or not (tmp_path / "run" / "metrics.jsonl").read_text()
