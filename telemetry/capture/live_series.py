@@ -65,8 +65,12 @@ SERIES: tuple[Series, ...] = (
     Series("collective_untimed_calls", "counter", COMM, "calls without a duration (timing coverage: 1 - untimed / "
            "calls)"),
     Series("collective_untimed_bytes", "counter", COMM, "bytes of the calls without a duration"),
-    Series("tracer_calls", "counter", ("rank", "outcome"), "the collective tracer's accounting of calls by outcome "
-           "(the step record's `tracer` counts, where the tracer reports them)"),
+    Series("tracer_calls", "counter", ("rank", "group", "outcome"), "the collective tracer's health (a step "
+           "record's `comm_health`): calls seen (outcome all), timed, and why the rest has no time (late, "
+           "no_duration, captured, compiled, no_timing, other_untimed); between steps: reported_after_close, "
+           "never_reported, unclaimed_reports"),
+    Series("tracer_bytes", "counter", ("rank", "group", "outcome"), "bytes of the calls the tracer saw (outcome "
+           "all) and of those timed (timed)"),
     Series("gpu_power_watts", "gauge", RANK, "the rank's GPU mean power over the newest step (NVML)"),
     Series("gpu_energy_joules", "counter", RANK, "the rank's GPU energy (NVML counter deltas)"),
     # ---- per host, from its local rank 0's line (host-wide sources are read once per host)
@@ -103,7 +107,11 @@ LOSS_COUNTERS = ("tx_dropped", "rx_dropped", "tx_errors", "rx_errors", "port_xmi
                  "local_ack_timeout_err", "rnr_nak_retry_err", "implied_nak_seq_err", "duplicate_request",
                  "tx_retrans", "rx_discards_phy", "tx_discards_phy", "rx_crc_errors_phy")
 PFC_KINDS = {"rx_pause": "rx", "tx_pause": "tx", "rx_pause_global": "rx", "tx_pause_global": "tx"}
-TRACER_KEYS = ("tracer", "tracer_coverage")  # a record's tracer accounting, where the tracer reports one
+# a record's `comm_health` counts (telemetry/coverage.py): outcome label -> key
+HEALTH_CALLS = {"all": "calls", "timed": "timed", **{k: k for k in (
+    "late", "no_duration", "captured", "compiled", "no_timing", "other_untimed", "reported_after_close",
+    "never_reported", "unclaimed_reports")}}
+HEALTH_BYTES = {"all": "bytes", "timed": "timed_bytes"}
 
 
 def identity(run_dir: str, environ=os.environ) -> dict:
@@ -172,9 +180,14 @@ class RunSeries:
                 self._add("collective_calls", key, c.get("count"))
                 self._add("collective_untimed_calls", key, c.get("untimed"))
                 self._add("collective_untimed_bytes", key, c.get("untimed_bytes"))
-        for key in TRACER_KEYS:
-            for outcome, n in _numeric_leaves(line.get(key)):
-                self._add("tracer_calls", (r, outcome), n)
+        health = line.get("comm_health")
+        if isinstance(health, dict):
+            # per process group where the tracer splits them, else the step's totals under group "all"
+            for group, h in (health.get("by_group") or {"all": health}).items():
+                for outcome, key in HEALTH_CALLS.items():
+                    self._add("tracer_calls", (r, str(group), outcome), (h or {}).get(key))
+                for outcome, key in HEALTH_BYTES.items():
+                    self._add("tracer_bytes", (r, str(group), outcome), (h or {}).get(key))
         self._add("gpu_energy_joules", (r,), line.get("gpu_energy_j"))
         host = line.get("host")
         if isinstance(host, dict):
@@ -297,14 +310,3 @@ def _compute(line: dict) -> float | None:
     if comm is None:
         return step if not line.get("comm") else None
     return step - comm
-
-
-def _numeric_leaves(d, prefix: str = ""):
-    if not isinstance(d, dict):
-        return
-    for k, v in d.items():
-        name = f"{prefix}{k}"
-        if isinstance(v, dict):
-            continue  # per-group breakdowns stay in the files: one level, bounded outcome labels
-        if _num(v) is not None:
-            yield name, v

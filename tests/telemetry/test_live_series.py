@@ -113,14 +113,18 @@ def test_counters_sum_the_steps_since_start_and_gauges_hold_the_newest(tmp_path)
     assert got[(p + "step", lab(rank="0"))] == 4 and got[(p + "steps_total", lab(rank="0"))] == 3
 
 
-def test_tracer_accounting_fields_become_outcome_counters(tmp_path):
+def test_tracer_health_becomes_counters_per_group_and_outcome(tmp_path):
     series = RunSeries(str(tmp_path), [0], IDENT, job_metrics=False)
-    line = {**rank_line(1), "tracer": {"matched": 5, "late": 2, "never_reported": 1, "by_group": {"dp": {}}}}
-    write_lines(tmp_path / rank_file(0, "telemetry.jsonl"), [line, line])
+    dp = {"calls": 10, "bytes": 1000, "timed": 7, "timed_bytes": 900, "late": 2, "no_duration": 1, "captured": 0,
+          "never_reported": 1, "timing": "completion_hook", "calls_pct": 70.0}
+    health = {"calls": 10, "bytes": 1000, "timed": 7, "timed_bytes": 900, "calls_pct": 70.0, "by_group": {"dp": dp},
+              "verdict": "timing covers 70% of calls and 90% of bytes; missing: ..."}
+    write_lines(tmp_path / rank_file(0, "telemetry.jsonl"), [{**rank_line(1), "comm_health": health}] * 2)
     got = scrape(series)
-    assert got[("fabric_harness_tracer_calls_total", lab(rank="0", outcome="late"))] == 4
-    assert {dict(k[1])["outcome"] for k in got if k[0] == "fabric_harness_tracer_calls_total"} == \
-        {"matched", "late", "never_reported"}
+    calls = {dict(k[1])["outcome"]: v for k, v in got.items() if k[0] == "fabric_harness_tracer_calls_total"}
+    assert calls["all"] == 20 and calls["timed"] == 14 and calls["late"] == 4 and calls["never_reported"] == 2
+    assert calls["captured"] == 0 and "calls_pct" not in calls and "timing" not in calls
+    assert got[("fabric_harness_tracer_bytes_total", lab(rank="0", group="dp", outcome="timed"))] == 1800
 
 
 def test_every_series_is_named_by_the_conventions():
