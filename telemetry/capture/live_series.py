@@ -107,7 +107,7 @@ LOSS_COUNTERS = ("tx_dropped", "rx_dropped", "tx_errors", "rx_errors", "port_xmi
                  "local_ack_timeout_err", "rnr_nak_retry_err", "implied_nak_seq_err", "duplicate_request",
                  "tx_retrans", "rx_discards_phy", "tx_discards_phy", "rx_crc_errors_phy")
 PFC_KINDS = {"rx_pause": "rx", "tx_pause": "tx", "rx_pause_global": "rx", "tx_pause_global": "tx"}
-# a record's `comm_health` counts (telemetry/coverage.py): outcome label -> key
+# a record's `comm_health` counts (the tracer's health): outcome label -> key
 HEALTH_CALLS = {"all": "calls", "timed": "timed", **{k: k for k in (
     "late", "no_duration", "captured", "compiled", "no_timing", "other_untimed", "reported_after_close",
     "never_reported", "unclaimed_reports")}}
