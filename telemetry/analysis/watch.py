@@ -5,8 +5,8 @@ It reads only what the run writes anyway (telemetry/rundir.py): run.json (name, 
 metrics.jsonl (rank 0's line per step; a torn last line waits) and ranks/rankNNNNN.telemetry.jsonl (each
 rank's own step and communication times), each followed from where it was last read. It shows step progress
 with an ETA, each rank's step time and communication share, the slowest ranks with the straggler verdict
-(telemetry/stragglers.py, the detector the run itself uses, replayed over metrics.jsonl), power, and the
-counters' verdict. On a terminal it redraws in place (rich); otherwise it prints a few plain lines per new
+(telemetry/stragglers.py, the detector the run itself uses, replayed over metrics.jsonl), power, the
+counters' verdict and, where the run records it, the collective timing's coverage. On a terminal it redraws in place (rich); otherwise it prints a few plain lines per new
 step. It ends by itself when the run is no longer running; Ctrl-C ends it with status 130, no traceback.
 Pure Python, no torch.
 """
@@ -111,7 +111,8 @@ class RunWatch:
                 "eta_s": eta, "s_per_step": per_step, "loss": last.get("loss"),
                 "tokens_per_s": last.get("tokens_per_s"), "job_gpu_power_w": last.get("job_gpu_power_w"),
                 "job_server_power_w": last.get("job_server_power_w"), "ranks": ranks, "slowest": slowest,
-                "straggler": found, "counters": counters, "error": info.get("error")}
+                "straggler": found, "counters": counters, "error": info.get("error"),
+                "coverage": (last.get("comm_health") or {}).get("verdict")}
 
 
 def _num(v) -> float | None:
@@ -152,6 +153,8 @@ def plain_lines(s: dict) -> list[str]:
         out.append("  slowest: " + ", ".join(f"rank {r['rank']} ({r['step_time_s']:.3f} s)" for r in s["slowest"]))
     out.append(f"  straggler: {_verdict(s['straggler'])}")
     out.append(f"  counters: {s['counters']}")
+    if s["coverage"]:
+        out.append(f"  timing: {s['coverage']}")
     if s["error"]:
         out.append(f"  error: {s['error']}")
     return out
@@ -180,6 +183,8 @@ def rich_view(s: dict):
                       _fmt(r["gpu_power_w"], ".0f", " W"), style="yellow" if r["rank"] in slow else None)
     parts = [title, ProgressBar(total=total or None, completed=done), table,
              Text(f"straggler: {_verdict(s['straggler'])}"), Text(f"counters: {s['counters']}")]
+    if s["coverage"]:
+        parts.append(Text(f"timing: {s['coverage']}"))
     if s["error"]:
         parts.append(Text(f"error: {s['error']}", style="red"))
     return Group(*parts)

@@ -71,6 +71,15 @@ def test_the_straggler_verdict_is_the_runs_own_detector(tmp_path):
     assert lines[5] == "  counters: LOSS: 36 drop/discard/error events in 12 steps"
 
 
+def test_the_timing_coverage_verdict_is_shown_where_recorded(tmp_path):
+    make_run(tmp_path, 2)
+    with open(tmp_path / "metrics.jsonl", "a") as m:
+        m.write(json.dumps({"step": 3, "comm_health": {"verdict": "timing covers 100% of calls and bytes"}}) + "\n")
+    state = RunWatch(str(tmp_path))
+    state.poll()
+    assert "  timing: timing covers 100% of calls and bytes" in plain_lines(state.snapshot())
+
+
 def test_plain_output_follows_until_the_run_ends(tmp_path, monkeypatch):
     make_run(tmp_path, 3)
     calls = []
