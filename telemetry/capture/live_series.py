@@ -23,6 +23,8 @@ from dataclasses import dataclass
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from telemetry.capture.congestion import classify
+from telemetry.capture.counters import LOSS_COUNTERS
 from telemetry.rundir import METRICS, JsonlFollower, rank_file
 
 PREFIX = "fabric_harness_"
@@ -102,10 +104,6 @@ SERIES: tuple[Series, ...] = (
            "deleted)"),
 )
 BY_NAME = {s.name: s for s in SERIES}
-LOSS_COUNTERS = ("tx_dropped", "rx_dropped", "tx_errors", "rx_errors", "port_xmit_discards", "port_rcv_errors",
-                 "port_rcv_discards", "symbol_error", "link_downed", "out_of_buffer", "packet_seq_err",
-                 "local_ack_timeout_err", "rnr_nak_retry_err", "implied_nak_seq_err", "duplicate_request",
-                 "tx_retrans", "rx_discards_phy", "tx_discards_phy", "rx_crc_errors_phy")
 PFC_KINDS = {"rx_pause": "rx", "tx_pause": "tx", "rx_pause_global": "rx", "tx_pause_global": "tx"}
 # a record's `comm_health` counts (the tracer's health): outcome label -> key
 HEALTH_CALLS = {"all": "calls", "timed": "timed", **{k: k for k in (
@@ -205,7 +203,7 @@ class RunSeries:
                 elif kind == "rdma" and counter in ("port_xmit_bytes", "port_rcv_bytes"):
                     self._add("rdma_transmit_bytes" if counter == "port_xmit_bytes" else "rdma_receive_bytes",
                               (name,), v)
-                if counter in LOSS_COUNTERS:
+                if _is_loss(counter):
                     self._add("nic_loss_events", (name, counter), v)
         cong = host.get("congestion") or {}
         for kind, by_prio in (cong.get("pfc") or {}).items():
@@ -299,6 +297,11 @@ class RunSeries:
 
     def describe(self):
         return []  # families vary with what the run records: no describe-time checks on registration
+
+
+def _is_loss(counter: str) -> bool:
+    """A drop, discard, error or retransmission counter, as the run's loss verdict counts them."""
+    return counter in LOSS_COUNTERS or (classify(counter) or (None,))[0] == "loss"
 
 
 def _compute(line: dict) -> float | None:
