@@ -78,8 +78,7 @@ class LiveExporter:
         registry.register(self.series)
         port = 0 if self.s.prometheus == "auto" else int(self.s.prometheus)
         try:
-            self.server, _ = start_http_server(port, addr=os.environ.get("FABRIC_HARNESS_PROMETHEUS_ADDR", "0.0.0.0"),
-                                               registry=registry)
+            self.server, _ = start_http_server(port, addr="0.0.0.0", registry=registry)
         except OSError as exc:
             raise InputError(f"telemetry.prometheus: cannot serve on port {port} of {self.ident['host']}: "
                              f"{exc.strerror or exc}; allowed: a free port, or auto") from None
@@ -88,8 +87,13 @@ class LiveExporter:
         os.makedirs(os.path.join(self.run_dir, LOGS), exist_ok=True)
         target = f"{self.ident['host']}:{self.port}"
         for path in self.targets_paths:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            write_json_atomic(path, [{"targets": [target], "labels": {"run": self.ident["run"]}}])
+            try:
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                write_json_atomic(path, [{"targets": [target], "labels": {"run": self.ident["run"]}}])
+            except OSError as exc:
+                self.close()
+                raise InputError(f"telemetry.prometheus_targets_dir: cannot write {path}: {exc.strerror or exc}; "
+                                 "allowed: a writable directory, or null") from None
         print(f"[telemetry] Prometheus metrics of ranks {self.series.ranks[0]}-{self.series.ranks[-1]} at "
               f"http://{target}/metrics", file=sys.stderr, flush=True)
 
@@ -109,7 +113,13 @@ class LiveExporter:
         if self.s.pushgateway:
             self.pushers.append(PushgatewayPusher(self.series, self.s.pushgateway, self.s.push_interval_s).start())
         if self.s.otlp:
-            self.pushers.append(OtlpPusher(self.series, self.s.otlp, self.s.push_interval_s).start())
+            try:
+                pusher = OtlpPusher(self.series, self.s.otlp, self.s.push_interval_s)
+            except ImportError as exc:
+                self.close()
+                raise InputError(f"telemetry.otlp: the OpenTelemetry SDK is not installed ({exc.name}); allowed: "
+                                 "pip install -e '.[otlp]', or telemetry.otlp: null") from None
+            self.pushers.append(pusher.start())
 
     def set_hosts(self, hosts: list[str]) -> None:
         """Every rank's host, once known: serve exactly the ranks on this host."""

@@ -198,3 +198,27 @@ def test_the_docs_list_every_series_and_the_monitoring_examples_parse():
     used = {s.name for s in SERIES if f"fabric_harness_{s.name}" in exprs}
     assert used >= {"step_seconds", "comm_seconds", "collective_busbw_bytes_per_second", "step_compute_seconds",
                     "gpu_power_watts", "nic_loss_events", "pfc_pause_frames", "collective_untimed_calls"}
+
+
+def test_an_unwritable_targets_dir_is_one_error_line_and_frees_the_port(tmp_path, monkeypatch):
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(InputError, match="telemetry.prometheus_targets_dir: cannot write"):
+        live_export.open_exporter(TelemetrySettings(prometheus="auto", prometheus_targets_dir=str(blocker / "sd")),
+                                  str(tmp_path / "run"))
+    assert live_export.current() is None
+
+
+def test_otlp_without_the_sdk_is_one_error_line(tmp_path, monkeypatch):
+    import builtins
+    real = builtins.__import__
+
+    def no_otel(name, *a, **k):
+        if name.startswith("opentelemetry"):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return real(name, *a, **k)
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    monkeypatch.setattr(builtins, "__import__", no_otel)
+    with pytest.raises(InputError, match=r"telemetry.otlp: the OpenTelemetry SDK is not installed .*\[otlp\]"):
+        live_export.open_exporter(TelemetrySettings(otlp="http://127.0.0.1:1/v1/metrics"), str(tmp_path))
