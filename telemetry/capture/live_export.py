@@ -14,6 +14,7 @@ set, for a scrape config that watches that directory (docs/live.md).
 """
 from __future__ import annotations
 
+import atexit
 import os
 import re
 import sys
@@ -167,6 +168,7 @@ def open_exporter(settings, run_dir: str | None, environ=os.environ) -> LiveExpo
         exporter.serve()
     exporter.start_push()
     _EXPORTER[0] = exporter
+    atexit.register(close_exporter)  # a run that fails before its telemetry closes leaves no stale target
     return exporter
 
 
