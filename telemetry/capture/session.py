@@ -208,6 +208,7 @@ class Telemetry:
         wrapper around each call would add to a 4-byte all-reduce's microseconds."""
         if not self.s.enabled or self.started:
             return
+        live_export.open_exporter(self.s, self.run_dir)  # open already, unless the loop skipped prepare_environment
         self._traced = trace
         if trace:
             self.tracer.install()

@@ -222,3 +222,22 @@ def test_otlp_without_the_sdk_is_one_error_line(tmp_path, monkeypatch):
     monkeypatch.setattr(builtins, "__import__", no_otel)
     with pytest.raises(InputError, match=r"telemetry.otlp: the OpenTelemetry SDK is not installed .*\[otlp\]"):
         live_export.open_exporter(TelemetrySettings(otlp="http://127.0.0.1:1/v1/metrics"), str(tmp_path))
+
+
+def test_a_loop_that_only_starts_the_session_gets_the_exporter_too(tmp_path, monkeypatch):
+    """The HF Trainer and Lightning callbacks call Telemetry.start() without prepare_environment."""
+    from telemetry.capture.session import Telemetry
+
+    for k, v in {"LOCAL_RANK": "0", "RANK": "0", "LOCAL_WORLD_SIZE": "1"}.items():
+        monkeypatch.setenv(k, v)
+    tel = Telemetry(TelemetrySettings(prometheus="auto", cross_rank_every=0), str(tmp_path))
+    tel.start()
+    try:
+        port = live_export.current().port
+        tel.start_step(1)
+        tel.end_step(1, 0.25)
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+        assert 'fabric_harness_step_seconds{host=' in text and ',rank="0",' in text and "} 0.25" in text
+    finally:
+        tel.close()
+    assert live_export.current() is None
