@@ -14,6 +14,7 @@ import re
 import shutil
 import socket
 import subprocess
+import sys
 import threading
 import time
 import urllib.parse
@@ -118,6 +119,10 @@ def live_run(tmp_path_factory):
 
         watcher = threading.Thread(target=capture, daemon=True)
         watcher.start()
+        # the terminal view following the live run (plain lines: a pipe), ending by itself when the run ends
+        follow = subprocess.Popen([sys.executable, "-m", "telemetry", "watch", str(out), "--interval", "0.5"],
+                                  cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                  env={**os.environ, "PYTHONPATH": str(REPO)})
         t0 = time.time()
         res = run_cli(out, "max_steps=40", "data.seq_len=128", "train.log_every=10", "train.eval_every_samples=null",
                       "distributed.timeout_s=60", "telemetry.prometheus=auto",
@@ -126,9 +131,10 @@ def live_run(tmp_path_factory):
         stop.set()
         watcher.join()
         assert res.returncode == 0, res.stderr[-3000:]
+        followed = follow.communicate(timeout=60)
         time.sleep(1)
         yield {"out": out, "prom": Prom(f"http://127.0.0.1:{prom_port}"), "gw": f"http://127.0.0.1:{gw_port}",
-               "texts": texts, "t0": t0, "t1": time.time(), "res": res, "promtool": bins["promtool"]}
+               "texts": texts, "followed": (follow.returncode, *followed), "t0": t0, "t1": time.time(), "res": res, "promtool": bins["promtool"]}
     finally:
         for p in procs:
             p.terminate()
@@ -211,8 +217,16 @@ def test_every_dashboard_query_returns_data_from_the_scraped_run(live_run):
     assert len(_dashboard_queries()) >= 10
 
 
+def test_watch_followed_the_live_run_and_ended_with_it(live_run):
+    code, out, err = live_run["followed"]
+    assert code == 0 and "Traceback" not in err, err
+    running = [x for x in out.splitlines() if ": running | step " in x]
+    assert len(running) >= 2, out  # redrawn as steps were added
+    heads = [x for x in out.splitlines() if not x.startswith(" ")]
+    assert heads[-1].startswith(f"{live_run['res'].run_json()['name']}: completed | step 40/40 |"), out
+
+
 def test_watch_once_reads_the_finished_run(live_run):
-    import sys
     proc = subprocess.run([sys.executable, "-m", "telemetry", "watch", str(live_run["out"]), "--once"],
                           cwd=REPO, capture_output=True, text=True, timeout=120,
                           env={**os.environ, "PYTHONPATH": str(REPO)})
