@@ -18,7 +18,7 @@ import os
 import shutil
 import sys
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from telemetry.errors import HarnessError
 
@@ -192,6 +192,26 @@ class MetricsWriteError(HarnessError):
     """metrics.jsonl could not be written (a full disk): one line naming the file and the step."""
 
 
+class InOrder:
+    """Step lines released in step order: a record marked `_held` (telemetry completing its communication fields
+    from NCCL's late completion reports) waits, and the later ones behind it, until the mark is gone."""
+
+    def __init__(self, write: Callable[[dict], None]):
+        self._write = write
+        self._queue: collections.deque = collections.deque()
+
+    def put(self, record: dict) -> None:
+        self._queue.append(record)
+        while self._queue and not self._queue[0].get("_held"):
+            self._write(self._queue.popleft())
+
+    def drain(self) -> None:
+        """Everything still waiting (a run that ended with a step never released: written as it is)."""
+        while self._queue:
+            with contextlib.suppress(HarnessError):  # MetricsWriteError, or the caller's own
+                self._write(self._queue.popleft())
+
+
 class RunDir:
     """The one writer of a run directory. run.json is owned by rank 0; other ranks write under ranks/."""
 
@@ -204,7 +224,7 @@ class RunDir:
         self.logs = os.path.join(path, LOGS)
         self.info: dict = {}
         self._metrics = None
-        self._held: collections.deque = collections.deque()  # lines waiting for a held record ahead of them
+        self._lines = InOrder(lambda record: self._write_line(record))  # a subclass may wrap _write_line
 
     def create(self) -> None:
         for d in (self.path, self.ranks, self.logs):
@@ -319,9 +339,7 @@ class RunDir:
     def write_metrics(self, record: dict) -> None:
         """Append a step's line. A record marked `_held` (telemetry completing its communication fields from
         NCCL's late completion reports) waits, and later ones behind it, until the mark is gone."""
-        self._held.append(record)
-        while self._held and not self._held[0].get("_held"):
-            self._write_line(self._held.popleft())
+        self._lines.put(record)
 
     def _write_line(self, record: dict) -> None:
         record.pop("_held", None)
@@ -340,9 +358,7 @@ class RunDir:
         write_json_atomic(os.path.join(self.path, rank_file(self.rank, f"{name}.json")), data)
 
     def close(self) -> None:
-        while self._held:  # never released (a failed run): written as they are
-            with contextlib.suppress(HarnessError):  # MetricsWriteError, or the caller's own
-                self._write_line(self._held.popleft())
+        self._lines.drain()  # never released (a failed run): written as they are
         if self._metrics is not None:
             with contextlib.suppress(OSError):  # a full disk: the error is already recorded
                 self._metrics.close()
