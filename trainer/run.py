@@ -16,7 +16,6 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from telemetry.capture.counters import merge_verdicts
 from telemetry.capture.environment import host_info, redact_tree
 from telemetry.integrations.recorder import RunRecorder
 
@@ -31,7 +30,7 @@ from .hooks import HookList
 from .layout import Layout
 from .loop import Trainer
 from .parallelize import unwrap
-from .rundir import RunDir, now_iso, write_json_atomic
+from .rundir import RunDir
 from .runlock import RunLock, pid_alive
 from .seeding import seed_training_streams
 from .stop import Interrupted, StopRequests
@@ -93,53 +92,6 @@ def _peak_memory_bytes(device: torch.device) -> int | None:
         return None
 
 
-def _sweep(recipe: Recipe, rec: RunRecorder, device: torch.device) -> dict:
-    """A collective sweep: the nccl-tests table on stdout and in collectives.txt, numbers in collectives.json,
-    nccl-tests' JSON per collective in nccl-tests/, energy/power/counters per size in sweep.jsonl."""
-    from .workloads.collectives import run_sweep, write_sweep_files
-
-    rundir, hosts, telemetry, swept = rec.rundir, rec.hosts, rec.telemetry, {}
-    lines: list[str] = []
-
-    def say(text: str) -> None:
-        if rundir.rank == 0:
-            print(text, flush=True)
-            lines.append(text)
-    tel = recipe.telemetry
-    evidence = None
-    if tel.enabled and int(os.environ.get("LOCAL_RANK", "0")) == 0:  # host-wide: one reader per host
-        from telemetry.capture.sweep_evidence import SweepEvidence
-        evidence = SweepEvidence(tel.bmc, tel.bmc_chassis, tel.bmc_sample_interval_s, tel.interfaces,
-                                 ethtool=tel.ethtool)
-    result = run_sweep(recipe.sweep, device, hosts, say, meter=telemetry if telemetry and telemetry.started else None,
-                       marks=evidence.marks if evidence is not None else None)
-    rec.check_fabric(final=False)  # NCCL's communicators exist now: record and check the transport
-    per_host: list = [None] * dist.get_world_size()
-    dist.all_gather_object(per_host, {"host": host_info()["hostname"], **evidence.finish()} if evidence else None)
-    result["hosts_evidence"] = [h for h in per_host if h is not None]
-    if rundir.rank == 0:
-        result["fabric"] = {k: rundir.info["fabric"].get(k) for k in ("backend", "transport", "force_network")}
-        write_json_atomic(os.path.join(rundir.path, "collectives.json"), result)
-        with open(os.path.join(rundir.path, "collectives.txt"), "w", encoding="utf-8") as f:
-            f.write("\n".join(lines) + "\n")
-        write_sweep_files(rundir.path, result, rundir.info.get("command") or [], rundir.info.get("environment") or {},
-                          rundir.info["software"].get("nccl") if device.type == "cuda" else None)
-        if result["hosts_evidence"]:  # the sweep's loss verdict over every host, and each host's server power
-            verdict = None
-            for h in result["hosts_evidence"]:
-                c = h["counters"]
-                named = {**c, "counts": {f"{h['host']}:{k}": v for k, v in c.get("counts", {}).items()},
-                         "reordering": {f"{h['host']}:{k}": v for k, v in c.get("reordering", {}).items()}}
-                verdict = merge_verdicts(verdict, named)
-            swept = {"counters": verdict,
-                     "server_power": {h["host"]: h["server_power"] for h in result["hosts_evidence"]}}
-            rundir.update(telemetry={"enabled": True, **swept})
-        rundir.update(final={"avg_busbw_GBps": {op: r["avg_busbw_GBps"] for op, r in result["ops"].items()},
-                             "wrong": sum(r["wrong"] for r in result["ops"].values()),
-                             "latency_us": result.get("latency_us")})
-    return swept  # every host's verdict and server power: the run's telemetry summary takes them
-
-
 @dataclass
 class RunState:
     """What the phases of one run share; the close phase reads whatever was reached before a failure."""
@@ -179,12 +131,7 @@ def run(recipe: Recipe, layout: Layout, argv: list[str], overrides: list[str]) -
     st = open_run(recipe, layout, rank, lock, argv, overrides)
     try:
         set_up(st)
-        if recipe.workload == "collectives":
-            st.rec.start_capture(trace=False)  # meters only (energy, power, counters): the sweep times its own calls
-            st.swept = _sweep(recipe, st.rec, st.device)
-        else:
-            build(st)
-            train(st)
+        JOBS[recipe.job](st)
         st.status = st.status if st.status != "failed" else "completed"
         st.code = 0
     except BaseException as exc:  # BaseException: torch's CheckpointException is not an Exception
@@ -222,6 +169,20 @@ def set_up(st: RunState) -> None:
         st.rank != 0 and _closed_by_rank0(rundir.run_json))
     st.dims = ParallelDims(st.layout, st.device.type)
     st.dims.world_mesh  # made once, up front: a mismatch fails here, not mid-step
+
+
+def train_job(st: RunState) -> None:
+    build(st)
+    train(st)
+
+
+def sweep_job(st: RunState) -> None:
+    from .sweep.run import run_job
+
+    st.swept = run_job(st.recipe, st.rec, st.device)
+
+
+JOBS = {"train": train_job, "sweep": sweep_job}  # the recipe's job kind (Recipe.job)
 
 
 def build(st: RunState) -> None:
