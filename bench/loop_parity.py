@@ -67,17 +67,24 @@ def main(argv: list[str] | None = None) -> None:
             res = measure(args.recipe, n, args.steps, args.warmup, args.profile, args.overrides, tmp)
             runs[str(n)] = res
             print(f"world {n}: harness {res['harness_step_s'] * 1e3:.2f} ms/step, hand loop "
-                  f"{res['hand_step_s'] * 1e3:.2f} ms/step, ratio {res['ratio']:.4f} "
-                  f"({res['harness_steps_timed']}/{res['hand_steps_timed']} steps timed)", flush=True)
+                  f"{res['hand_step_s'] * 1e3:.2f} ms/step (medians of {res['harness_steps_timed']}/"
+                  f"{res['hand_steps_timed']} steps); harness / hand: {res['ratio']:.4f} (medians), "
+                  f"{res['ratio_paired_median']:.4f} (median of adjacent pairs), {res['ratio_p10']:.4f} "
+                  "(10th percentiles)", flush=True)
+            differ = [r for r in res["ops"] if r["calls_differ"]]
             print(f"where the difference goes (self host time per step, {res['profiled_steps']['harness']} "
-                  "profiled steps each, largest first):")
-            print(op_table(res["ops"][:15]), flush=True)
+                  f"profiled steps each): {len(differ)} ops with other call counts, then the largest "
+                  "time differences of the same ops:")
+            print(op_table(differ + [r for r in res["ops"] if not r["calls_differ"]][:8]), flush=True)
     result = {"benchmark": "loop_parity", "date": datetime.date.today().isoformat(),
               "command": " ".join(["python -m bench.loop_parity", *(argv if argv is not None else sys.argv[1:])]),
               "machine": f"2-core CPU dev VM ({platform.machine()}, {os.cpu_count()} cores)",
               "recipe": args.recipe, "steps_per_run": args.steps, "warmup": args.warmup,
               "overrides": args.overrides,
-              "worlds": {n: {k: v for k, v in r.items() if not k.endswith("_samples_s")} for n, r in runs.items()}}
+              "worlds": {n: {**{k: v for k, v in r.items() if not k.endswith("_samples_s") and k != "ops"},
+                             "ops_calls_differ": [o for o in r["ops"] if o["calls_differ"]],
+                             "ops_top_time_diff": [o for o in r["ops"] if not o["calls_differ"]][:10]}
+                         for n, r in runs.items()}}
     if args.out:
         with open(args.out, "a", encoding="utf-8") as f:
             f.write(json.dumps(result) + "\n")

@@ -45,7 +45,12 @@ class HandLoop:
             from torch.nn.parallel import DistributedDataParallel as DDP
 
             ids = [t.device.index] if t.device.type == "cuda" else None
-            model = DDP(model, process_group=t.dp_group, device_ids=ids)
+            # no buffer broadcast before each forward: LoRA's buffers are constants, as the harness knows
+            import inspect
+
+            off = ({"forward_sync_buffers": False} if "forward_sync_buffers" in inspect.signature(DDP).parameters
+                   else {"broadcast_buffers": False})
+            model = DDP(model, process_group=t.dp_group, device_ids=ids, **off)
         self.model, self.t = model, t
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer, self.scheduler = build_optimizer(model, t.recipe.train, t.recipe.max_steps)
@@ -158,15 +163,17 @@ class Interleave(Hooks):
 
     def result(self) -> dict:
         h, p = statistics.median(self.harness_s), statistics.median(self.hand_s)
-        return {"harness_step_s": h, "hand_step_s": p, "ratio": h / p,
+        return {"harness_step_s": h, "hand_step_s": p, **summary(self.harness_s, self.hand_s),
                 "harness_steps_timed": len(self.harness_s), "hand_steps_timed": len(self.hand_s),
                 "harness_samples_s": self.harness_s, "hand_samples_s": self.hand_s,
                 "profiled_steps": self.profiled,
                 "ops": breakdown(self.harness_ops, self.hand_ops, self.profiled)}
 
 
-def breakdown(harness: dict, hand: dict, profiled: dict, top: int = 25) -> list[dict]:
-    """Per op name: self host time per step (ms) and calls per step in each loop, largest difference first."""
+def breakdown(harness: dict, hand: dict, profiled: dict) -> list[dict]:
+    """Per op name: self host time per step (ms) and calls per step in each loop. Ops whose call counts
+    differ come first (the structural difference: what one loop does that the other does not), then the
+    rest by their time difference (on a shared 2-core machine mostly noise: the same ops, other timing)."""
     rows = []
     nh, np_ = max(profiled["harness"], 1), max(profiled["hand"], 1)
     for name in set(harness) | set(hand):
@@ -176,8 +183,22 @@ def breakdown(harness: dict, hand: dict, profiled: dict, top: int = 25) -> list[
                      "harness_device_ms": a[2] / nh / 1e3, "hand_device_ms": b[2] / np_ / 1e3})
     for r in rows:
         r["diff_ms"] = r["harness_ms"] - r["hand_ms"]
-    rows.sort(key=lambda r: -abs(r["diff_ms"]))
-    return rows[:top]
+        r["calls_differ"] = abs(r["harness_calls"] - r["hand_calls"]) > 1e-9
+    rows.sort(key=lambda r: (not r["calls_differ"], -abs(r["diff_ms"])))
+    return rows
+
+
+def summary(harness_s: list[float], hand_s: list[float]) -> dict:
+    """Ratios of the medians, of the 10th percentiles (the least disturbed steps), and the median of
+    each harness step over the hand step run just before it (drift cancels)."""
+    def pct(xs, q):
+        xs = sorted(xs)
+        return xs[min(len(xs) - 1, int(q * len(xs)))]
+
+    pairs = [h / p for h, p in zip(harness_s, hand_s)]
+    return {"ratio": statistics.median(harness_s) / statistics.median(hand_s),
+            "ratio_p10": pct(harness_s, 0.1) / pct(hand_s, 0.1),
+            "ratio_paired_median": statistics.median(pairs)}
 
 
 def run_worker(recipe_path: str, overrides: list[str], warmup: int, profile: int, result_path: str,
@@ -222,12 +243,13 @@ def run_worker(recipe_path: str, overrides: list[str], warmup: int, profile: int
 
 
 def op_table(rows: list[dict], device: bool = False) -> str:
-    head = f"{'op':<44} {'harness ms':>10} {'hand ms':>9} {'diff ms':>8} {'calls h/p':>13}"
+    head = f"{'op (* = call counts differ)':<44} {'harness ms':>10} {'hand ms':>9} {'diff ms':>8} {'calls h/p':>13}"
     if device:
         head += f" {'dev ms h/p':>15}"
     lines = [head]
     for r in rows:
-        line = (f"{r['op'][:44]:<44} {r['harness_ms']:>10.3f} {r['hand_ms']:>9.3f} {r['diff_ms']:>+8.3f} "
+        name = ("* " if r.get("calls_differ") else "  ") + r["op"]
+        line = (f"{name[:44]:<44} {r['harness_ms']:>10.3f} {r['hand_ms']:>9.3f} {r['diff_ms']:>+8.3f} "
                 f"{r['harness_calls']:>6.0f}/{r['hand_calls']:<6.0f}")
         if device:
             line += f" {r['harness_device_ms']:>7.2f}/{r['hand_device_ms']:<7.2f}"
