@@ -121,8 +121,12 @@ class Interleave(Hooks):
         return torch.profiler.profile(activities=self.activities)
 
     def _trace(self, prof, name: str, step: int) -> None:
+        """With a trace directory: the Chrome trace of each profiled step and the profiler's own table."""
         if self.trace_dir and dist.get_rank() == 0:
             prof.export_chrome_trace(os.path.join(self.trace_dir, f"{name}_step{step}.json"))
+            sort = "self_cuda_time_total" if len(self.activities) > 1 else "self_cpu_time_total"
+            with open(os.path.join(self.trace_dir, f"{name}_table.txt"), "w", encoding="utf-8") as f:
+                f.write(f"{name} loop, step {step}\n{prof.key_averages().table(sort_by=sort, row_limit=30)}\n")
 
     def on_step_start(self, step: int) -> None:
         self._sync()
