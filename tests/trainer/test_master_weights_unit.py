@@ -48,7 +48,8 @@ def test_a_small_update_survives_in_fp32_master_weights_and_vanishes_in_bf16():
     assert {s["exp_avg"].dtype for s in opt.state.values()} == {torch.bfloat16}
 
     meta = wl.build_model()
-    assert keep_fp32_master(meta) == sum(1 for _ in meta.parameters())  # every trainable weight, on the meta device before sharding
+    # every trainable weight, on the meta device before sharding
+    assert keep_fp32_master(meta) == sum(1 for _ in meta.parameters())
     master = wl._materialize(meta)
     assert {p.dtype for p in master.parameters()} == {torch.float32}
     opt, moved_fp32 = _step(master, recipe, wl, batch, autocast=True)  # bf16 compute
