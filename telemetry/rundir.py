@@ -84,7 +84,7 @@ STEP_FIELDS: tuple[Field, ...] = (
     Field(('optimizer_s',), "host time between the loop's optimizer_begin and optimizer_end marks (the optimizer step and scheduler; on a GPU the launches, not the kernels)"),
     Field(('overlap_window_s',), "backward compute between the first and the last asynchronous collective the pass issued (DDP's buckets), less the time spent issuing: the compute that communication can hide behind"),
     Field(('ranks',), "across ranks: `step_time_s`, `comm_time_s`, `comm_time_s_by_op.<op>`, `compute_s` (step time outside collectives) and, on link-probe steps of multi-host jobs, `link_in_s` (the probe's receive time at each host's first rank), each `{min, mean, max, max_rank, ranks, median}` (a fixed-size reduction to rank 0; `median` is exact on sampled steps, `telemetry.cross_rank_median_every`, else null)"),
-    Field(('gpu_energy_j', 'gpu_power_w', 'gpu_energy_reason'), "rank 0's own GPU (NVML counter delta, sampled power), and why it is null when it is"),
+    Field(('gpu_energy_j', 'gpu_power_w', 'gpu_energy_reason'), "rank 0's own GPU: NVML's energy counter delta since the previous step's end (step 1: since its start), power as the mean of the samples taken in that interval or, in a step shorter than the sampler's period with none, the energy delta over the interval's duration; and why it is null when it is"),
     Field(('job_gpu_energy_j', 'job_gpu_power_w'), "the same summed over all the job's GPUs; null without NVML"),
     Field(('job_cpu_energy_j',), 'CPU package energy (RAPL) summed over hosts; null where unreadable'),
     Field(('job_net_tx_bytes', 'job_net_rx_bytes'), 'NIC byte counters of the interfaces in use, summed over hosts'),
