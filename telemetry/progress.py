@@ -17,6 +17,13 @@ import threading
 import time
 
 
+def _is_tty(stream) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
 def _eta(seconds: float | None) -> str:
     return "n/a" if seconds is None else str(datetime.timedelta(seconds=round(seconds)))
 
@@ -38,10 +45,7 @@ class Progress:
 
     @property
     def tty(self) -> bool:
-        try:
-            return self.stream.isatty()
-        except (AttributeError, ValueError):
-            return False
+        return _is_tty(self.stream)
 
     def eta_s(self) -> float | None:
         if not self.done:
@@ -57,11 +61,13 @@ class Progress:
             from rich.progress import (BarColumn, MofNCompleteColumn, Progress as Bar, TextColumn, TimeElapsedColumn,
                                        TimeRemainingColumn)
 
-            # other output of the process goes above the bar (rich redirects stdout and stderr while it is live)
-            self._bar = Bar(TextColumn(f"[{self.what}]", markup=False), BarColumn(), MofNCompleteColumn(),
-                            TextColumn(self.unit, markup=False), TimeElapsedColumn(), TextColumn("eta"),
-                            TimeRemainingColumn(), TextColumn("{task.description}", markup=False),
-                            console=Console(file=self.stream))
+            # other output that goes to the terminal too is printed above the bar; a stream redirected to a file
+            # (the sweep's nccl-tests table on stdout) is left alone
+            columns = (TextColumn(f"[{self.what}]", markup=False), BarColumn(), MofNCompleteColumn(),
+                       TextColumn(self.unit, markup=False), TimeElapsedColumn(), TextColumn("eta"),
+                       TimeRemainingColumn(), TextColumn("{task.description}", markup=False))
+            self._bar = Bar(*columns, console=Console(file=self.stream), redirect_stdout=_is_tty(sys.stdout),
+                            redirect_stderr=_is_tty(sys.stderr))
             self._task = self._bar.add_task("", total=self.total)
             self._bar.start()
         return self

@@ -87,3 +87,12 @@ def test_quick_work_with_an_interval_prints_nothing(monkeypatch):
             clock.now += 0.1
             p.advance()
     assert out.getvalue() == ""
+
+
+def test_a_bar_on_the_terminal_leaves_a_redirected_stdout_alone(capsys):
+    """The sweep draws on stderr while its nccl-tests table goes to stdout, perhaps into a file."""
+    tty = Terminal()
+    with Progress("sweep", 2, "sizes", stream=tty) as p:
+        print("#  size  count")  # stdout is pytest's capture here: not a terminal
+        p.advance()
+    assert capsys.readouterr().out == "#  size  count\n" and "#  size" not in tty.getvalue()
