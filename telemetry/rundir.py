@@ -174,9 +174,13 @@ class JsonlFollower:
     """The complete JSON-object lines appended to a file since the last read (a live run's metrics.jsonl or
     rank file); a torn last line waits for its end; a file replaced by a shorter one is read again whole."""
 
-    def __init__(self, path: str, from_end: bool):
+    def __init__(self, path: str, from_end: bool, last_bytes: int | None = None):
+        """`from_end`: only lines written from now on; `last_bytes`: start that far before the end (the
+        recent lines of a long file), the line cut there skipped."""
         self.path = path
-        self.offset = os.path.getsize(path) if from_end and os.path.exists(path) else 0
+        size = os.path.getsize(path) if os.path.exists(path) else 0
+        self.offset = size if from_end else max(0, size - last_bytes) if last_bytes else 0
+        self._skip_first = self.offset > 0 and not from_end
         self._partial = b""
 
     def new(self) -> list[dict]:
@@ -191,6 +195,8 @@ class JsonlFollower:
             return []
         self.offset += len(data)
         *lines, self._partial = (self._partial + data).split(b"\n")
+        if self._skip_first and lines:
+            lines, self._skip_first = lines[1:], False
         out = []
         for line in lines:
             try:

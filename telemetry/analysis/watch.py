@@ -19,6 +19,7 @@ import re
 import statistics
 import sys
 import time
+from collections import deque
 
 from telemetry import stragglers
 from telemetry.rundir import METRICS, RANKS, RUN_JSON, JsonlFollower, upgrade_record
@@ -27,16 +28,25 @@ RECENT = 20  # steps the per-rank medians and the ETA look back over
 SLOWEST = 3
 
 
+RANK_TAIL_BYTES = 256 << 10  # of each rank file, read at start: its recent steps, not a long run's whole file
+SHOWN_RANKS = 16  # more ranks than this: the slowest SLOWEST_SHOWN and a line for the rest
+SLOWEST_SHOWN = 8
+
+
 class RunWatch:
-    """The run directory's state, brought up to date by `poll()`."""
+    """The run directory's state, brought up to date by `poll()`. A long run's history is not kept: the
+    straggler detector and the counter sums are fed as lines come, the rest is the recent steps."""
 
     def __init__(self, run_dir: str):
         self.run_dir = run_dir
         self.info: dict = {}
-        self.metrics: list[dict] = []
+        self.recent: deque = deque(maxlen=RECENT + 1)  # rank 0's newest metrics lines
+        self.loss_events, self.loss_steps, self.reorder_events = 0.0, 0, 0.0
+        self.detector: stragglers.StragglerDetector | None = None
+        self._pending: list[dict] = []  # lines read before run.json named the hosts
         self._metrics = JsonlFollower(os.path.join(run_dir, METRICS), from_end=False)
         self._ranks: dict[int, JsonlFollower] = {}
-        self.rank_lines: dict[int, list[dict]] = {}
+        self.rank_lines: dict[int, deque] = {}
 
     def poll(self) -> bool:
         """Read what was added; True when there is something new."""
@@ -48,20 +58,32 @@ class RunWatch:
                 self.info, new = info, True
         except (OSError, ValueError):
             pass  # not written yet, or being replaced: the last one read stands
-        rows = [upgrade_record(r) for r in self._metrics.new()]
+        rows = [upgrade_record(r) for r in self._metrics.new() if isinstance(r.get("step"), int)]
         if rows:
-            self.metrics += [r for r in rows if isinstance(r.get("step"), int)]
             new = True
+            self.recent.extend(rows)
+            for r in rows:
+                if _num(r.get("job_loss_events")) is not None:
+                    self.loss_events += r["job_loss_events"]
+                    self.loss_steps += 1
+                self.reorder_events += _num(r.get("job_reorder_events")) or 0.0
+            self._pending += rows
+        if self._pending and (self.info.get("hosts") or not self.running or len(self._pending) > 100):
+            if self.detector is None:  # the run's own detector, fed as the run fed it
+                hosts = [h.get("hostname") if isinstance(h, dict) else h for h in self.info.get("hosts") or []]
+                self.detector = stragglers.StragglerDetector(hosts or None)
+            for r in self._pending:
+                self.detector.feed(r["step"], r)
+            self._pending = []
         for path in glob.glob(os.path.join(self.run_dir, RANKS, "rank*.telemetry.jsonl")):
             m = re.search(r"rank(\d+)\.telemetry\.jsonl$", path)
             rank = int(m.group(1))
             if rank not in self._ranks:
-                self._ranks[rank] = JsonlFollower(path, from_end=False)
+                self._ranks[rank] = JsonlFollower(path, from_end=False, last_bytes=RANK_TAIL_BYTES)
+                self.rank_lines[rank] = deque(maxlen=RECENT)
             lines = self._ranks[rank].new()
             if lines:
-                kept = self.rank_lines.setdefault(rank, [])
-                kept += lines
-                del kept[:-RECENT]  # a long run's view needs only the recent steps
+                self.rank_lines[rank].extend(lines)
                 new = True
         return new
 
@@ -71,17 +93,19 @@ class RunWatch:
 
     def snapshot(self) -> dict:
         """What the view shows, as plain data (the renderers format it)."""
-        info, metrics = self.info, self.metrics
+        info = self.info
         recipe = info.get("recipe") or {}
         max_steps = recipe.get("max_steps")
-        last = metrics[-1] if metrics else {}
+        last = self.recent[-1] if self.recent else {}
         step = last.get("step")
-        times = [m["time"] for m in metrics[-RECENT - 1:] if isinstance(m.get("time"), (int, float))]
+        times = [m["time"] for m in self.recent if isinstance(m.get("time"), (int, float))]
         per_step = (times[-1] - times[0]) / (len(times) - 1) if len(times) > 1 else last.get("step_time_s")
         eta = (max_steps - step) * per_step if (self.running and isinstance(max_steps, int) and step is not None
                                                  and per_step) else None
         ranks = []
         for rank, lines in sorted(self.rank_lines.items()):
+            if not lines:
+                continue
             st = [x["step_time_s"] for x in lines if _num(x.get("step_time_s"))]
             ct = [x["comm_time_s"] / x["step_time_s"] for x in lines
                   if _num(x.get("comm_time_s")) is not None and _num(x.get("step_time_s"))]
@@ -90,28 +114,31 @@ class RunWatch:
                           "comm_share": statistics.median(ct) if ct else None,
                           "gpu_power_w": lines[-1].get("gpu_power_w")})
         timed = [r for r in ranks if r["step_time_s"] is not None]
-        slowest = sorted(timed, key=lambda r: -r["step_time_s"])[:SLOWEST]
-        hosts = [h.get("hostname") if isinstance(h, dict) else h for h in info.get("hosts") or []] or None
-        found = (info.get("telemetry") or {}).get("stragglers") or stragglers.detect(metrics, hosts)
-        loss_events = [m.get("job_loss_events") for m in metrics if _num(m.get("job_loss_events")) is not None]
-        reorder = [m.get("job_reorder_events") for m in metrics if _num(m.get("job_reorder_events")) is not None]
+        slowest = sorted(timed, key=lambda r: -r["step_time_s"])
+        found = (info.get("telemetry") or {}).get("stragglers") or (
+            self.detector.summary() if self.detector else stragglers.StragglerDetector(None).summary())
         recorded = ((info.get("telemetry") or {}).get("counters") or {}).get("verdict")
         if recorded:
             counters = f"{recorded} (run.json)"
-        elif loss_events:
-            lost = sum(loss_events)
-            counters = (f"clean: 0 loss events in {len(loss_events)} steps" if lost == 0 else
-                        f"LOSS: {lost:g} drop/discard/error events in {len(loss_events)} steps")
-            if sum(reorder):
-                counters += f"; {sum(reorder):g} packets reordered"
+        elif self.loss_steps:
+            lost, n = self.loss_events, self.loss_steps
+            counters = (f"clean: 0 loss events in {n} steps" if lost == 0 else
+                        f"LOSS: {lost:g} drop/discard/error events in {n} steps")
+            if self.reorder_events:
+                counters += f"; {self.reorder_events:g} packets reordered"
         else:
             counters = "not read (no NIC counters recorded yet)"
+        shown, rest = ranks, None
+        if len(ranks) > SHOWN_RANKS:  # a big job: the slowest, and the others summed up
+            shown = sorted(slowest[:SLOWEST_SHOWN], key=lambda r: r["rank"])
+            others = [r["step_time_s"] for r in slowest[SLOWEST_SHOWN:]]
+            rest = {"ranks": len(ranks) - len(shown), "median_step_time_s": statistics.median(others) if others else None}
         return {"name": info.get("name") or os.path.basename(os.path.normpath(self.run_dir)),
                 "status": info.get("status") or "starting", "step": step, "max_steps": max_steps,
                 "eta_s": eta, "s_per_step": per_step, "loss": last.get("loss"),
                 "tokens_per_s": last.get("tokens_per_s"), "job_gpu_power_w": last.get("job_gpu_power_w"),
-                "job_server_power_w": last.get("job_server_power_w"), "ranks": ranks, "slowest": slowest,
-                "straggler": found, "counters": counters, "error": info.get("error"),
+                "job_server_power_w": last.get("job_server_power_w"), "ranks": shown, "other_ranks": rest,
+                "slowest": slowest[:SLOWEST], "straggler": found, "counters": counters, "error": info.get("error"),
                 "coverage": (last.get("comm_health") or {}).get("verdict")}
 
 
@@ -149,6 +176,9 @@ def plain_lines(s: dict) -> list[str]:
         out.append(f"  rank {r['rank']}: step {r['step']} | step time {_fmt(r['step_time_s'], '.3f', ' s')} | "
                    f"comm {_fmt(r['comm_share'] * 100 if r['comm_share'] is not None else None, '.1f', '%')} | "
                    f"GPU {_fmt(r['gpu_power_w'], '.0f', ' W')}")
+    if s["other_ranks"]:
+        o = s["other_ranks"]
+        out.append(f"  {o['ranks']} other ranks: median step time {_fmt(o['median_step_time_s'], '.3f', ' s')}")
     if s["slowest"]:
         out.append("  slowest: " + ", ".join(f"rank {r['rank']} ({r['step_time_s']:.3f} s)" for r in s["slowest"]))
     out.append(f"  straggler: {_verdict(s['straggler'])}")
@@ -181,6 +211,9 @@ def rich_view(s: dict):
         table.add_row(str(r["rank"]), str(r["step"]), _fmt(r["step_time_s"], ".3f", " s"),
                       _fmt(r["comm_share"] * 100 if r["comm_share"] is not None else None, ".1f", "%"),
                       _fmt(r["gpu_power_w"], ".0f", " W"), style="yellow" if r["rank"] in slow else None)
+    if s["other_ranks"]:
+        o = s["other_ranks"]
+        table.add_row(f"{o['ranks']} others", "", _fmt(o["median_step_time_s"], ".3f", " s") + " (median)", "", "")
     parts = [title, ProgressBar(total=total or None, completed=done), table,
              Text(f"straggler: {_verdict(s['straggler'])}"), Text(f"counters: {s['counters']}")]
     if s["coverage"]:

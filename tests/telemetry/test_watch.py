@@ -129,3 +129,19 @@ def test_sigint_to_the_command_exits_130_quietly(tmp_path):
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=max(1, deadline - time.monotonic()))
     assert proc.returncode == 130 and "Traceback" not in err, err
+
+
+def test_a_big_job_shows_its_slowest_ranks_and_reads_only_the_rank_files_tails(tmp_path, monkeypatch):
+    make_run(tmp_path, 3)
+    for rank in range(2, 40):  # 40 ranks: rank 7 slow
+        with open(tmp_path / "ranks" / f"rank{rank:05d}.telemetry.jsonl", "w") as f:
+            f.write("x" * 5000 + "\n")  # an old line cut by the tail read: skipped, not misread
+            for step in range(1, 4):
+                f.write(json.dumps({"step": step, "step_time_s": 0.9 if rank == 7 else 0.5, "comm_time_s": 0.1}) + "\n")
+    monkeypatch.setattr(watch_mod, "RANK_TAIL_BYTES", 1000)
+    state = RunWatch(str(tmp_path))
+    state.poll()
+    lines = plain_lines(state.snapshot())
+    shown = [x for x in lines if x.startswith("  rank ")]
+    assert len(shown) == 8 and any(x.startswith("  rank 7: step 3 | step time 0.900 s") for x in shown)
+    assert "  32 other ranks: median step time 0.500 s" in lines
