@@ -5,11 +5,15 @@ scrape.
    reading /metrics every `--scrape-every` seconds (Prometheus' usual interval is 15-30 s; 1 s is harsh),
    interleaved rounds; per-step wall time between consecutive steps' stamps (`time` in metrics.jsonl), so
    anything the exporter costs the ranks (the scrape's thread holding the GIL of local rank 0) is in it.
-2. Scrape cost: in this process, RunSeries (telemetry/capture/live_series.py) over rank files of
+2. Scrapes against quiet, in one run (`--windows`): the exporter on throughout, a scraper hammering it every
+   0.1 s in alternate 3 s windows and idle in the others; the steps that ended in each kind of window are
+   compared, so the machine's load, which drifts between runs, is the same for both.
+3. Scrape cost: in this process, RunSeries (telemetry/capture/live_series.py) over rank files of
    `--ranks` ranks with `--groups` process groups x 3 collective types, `--new` new lines per rank since
    the last scrape: milliseconds per scrape and the exposition's size.
 
     python -m bench.live_exporter --nproc 2 --steps 40 --rounds 3 --scrape-every 1
+    python -m bench.live_exporter --windows --steps 200
 """
 from __future__ import annotations
 
@@ -65,6 +69,59 @@ def run_once(args, exporter: bool, workdir: str) -> tuple[list[float], int]:
     return [b - a for a, b in zip(stamps, stamps[1:])][args.skip:], scrapes[0]
 
 
+def windows(args, workdir: str) -> dict:
+    out = os.path.join(workdir, "windows")
+    os.makedirs(os.path.join(out, "logs"))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={args.nproc}", "-m",
+           "trainer", args.recipe, f"output_dir={out}", f"max_steps={args.steps}", "train.eval_every_samples=null",
+           "train.save_final=false", "train.resume=never", "telemetry.prometheus=auto"]
+    spans: list[tuple[float, float, bool]] = []  # (start, end, scraped)
+    stop = threading.Event()
+    count = [0]
+
+    def scraper():
+        target = None
+        while target is None and not stop.is_set():
+            for path in glob.glob(os.path.join(out, "logs", "prometheus-targets.*.json")):
+                with open(path) as f:
+                    target = json.load(f)[0]["targets"][0]
+            stop.wait(0.2)
+        scraped = False
+        while not stop.is_set():
+            t0 = time.time()
+            while time.time() - t0 < 3.0 and not stop.is_set():
+                if scraped:
+                    try:
+                        urllib.request.urlopen(f"http://{target}/metrics", timeout=5).read()
+                        count[0] += 1
+                    except OSError:
+                        pass
+                    time.sleep(0.1)
+                else:
+                    time.sleep(0.05)
+            spans.append((t0, time.time(), scraped))
+            scraped = not scraped
+    t = threading.Thread(target=scraper, daemon=True)
+    t.start()
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": REPO}
+    try:
+        subprocess.run(cmd, cwd=REPO, env=env, check=True, capture_output=True, timeout=1800)
+    finally:
+        stop.set()
+        t.join()
+    with open(os.path.join(out, "metrics.jsonl")) as f:
+        lines = [json.loads(x) for x in f][args.skip:]
+    by = {True: [], False: []}
+    for line in lines:
+        end, start = line["time"], line["time"] - line["step_time_s"]
+        for a, b, scraped in spans:
+            if a <= start and end <= b:  # the whole step inside one window
+                by[scraped].append(line["step_time_s"])
+    return {"kind": "windows", "steps_scraped": len(by[True]), "steps_quiet": len(by[False]), "scrapes": count[0],
+            "ms_per_step_scraped": statistics.median(by[True]) * 1e3 if by[True] else None,
+            "ms_per_step_quiet": statistics.median(by[False]) * 1e3 if by[False] else None}
+
+
 def scrape_cost(ranks: int, groups: int, new: int, repeats: int = 20) -> dict:
     from prometheus_client import CollectorRegistry, generate_latest
 
@@ -106,9 +163,17 @@ def main() -> None:
     p.add_argument("--scrape-every", type=float, default=1.0)
     p.add_argument("--ranks", type=int, default=8)
     p.add_argument("--groups", type=int, default=3)
+    p.add_argument("--windows", action="store_true", help="one run, scraped every 0.1 s in alternate 3 s windows")
     args = p.parse_args()
     stamp = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
              "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} cores", "command": " ".join(sys.argv)}
+    if args.windows:
+        with tempfile.TemporaryDirectory() as workdir:
+            row = {**stamp, **windows(args, workdir)}
+        print(json.dumps(row))
+        with open(os.path.join(REPO, "bench", "results", "live_exporter.jsonl"), "a") as f:
+            f.write(json.dumps(row) + "\n")
+        return
     results = {"off": [], "on": []}
     scrapes = 0
     with tempfile.TemporaryDirectory() as workdir:
