@@ -145,3 +145,19 @@ def test_a_big_job_shows_its_slowest_ranks_and_reads_only_the_rank_files_tails(t
     shown = [x for x in lines if x.startswith("  rank ")]
     assert len(shown) == 8 and any(x.startswith("  rank 7: step 3 | step time 0.900 s") for x in shown)
     assert "  32 other ranks: median step time 0.500 s" in lines
+
+
+def test_bad_arguments_are_one_error_line(tmp_path, capsys):
+    from telemetry.__main__ import main
+
+    assert main(["watch", str(tmp_path / "missing")]) == 2
+    assert main(["watch", str(tmp_path), "--interval", "0"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"error: watch: '{tmp_path / 'missing'}' is not a directory; allowed: a run directory (the "
+                   "recipe's output_dir)", "error: --interval: got 0.0; expected seconds > 0"]
+
+
+def test_once_on_a_directory_the_run_has_not_written_yet(tmp_path):
+    out = io.StringIO()
+    assert watch(str(tmp_path), once=True, out=out) == 0
+    assert out.getvalue().startswith(f"{tmp_path.name}: starting | step - | n/a | eta n/a")
