@@ -34,7 +34,9 @@ from urllib.parse import urlsplit, urlunsplit
 
 import yaml
 
-from trainer.config import RECIPE_RELATIVE_PATHS, RecipeError, _apply_override, _parse_override, _read_recipe, load_recipe
+from trainer.binding import apply_override, parse_override
+from trainer.config import RECIPE_RELATIVE_PATHS, RecipeError, load_recipe
+from trainer.recipe_yaml import read_recipe
 from telemetry.errors import InputError, output_dir_problem, print_errors
 
 MANIFEST = "manifest.json"
@@ -339,10 +341,10 @@ def _relative(target: str, recipe_dir: str) -> str:
 def write_recipe(recipe_path: str, overrides: list[str], to: str, name: str, targets: dict[str, str],
                  argv: list[str]) -> str:
     """The recipe with overrides applied and every staged key pointing at its copy, relative to the file."""
-    tree = _read_recipe(recipe_path) or {}
+    tree = read_recipe(recipe_path) or {}
     for text in overrides:
-        parts, value = _parse_override(text)
-        _apply_override(tree, parts, value)
+        parts, value = parse_override(text)
+        apply_override(tree, parts, value)
     out_dir = os.path.join(to, "recipes")
     os.makedirs(out_dir, exist_ok=True)
     for key, target in targets.items():

@@ -28,7 +28,7 @@ from .engines import deepspeed as deepspeed_engine
 from .errors import FaultError, InputError, one_line, report
 from .hooks import HookList
 from .layout import Layout
-from .loop import Trainer
+from .loop import Trainer, TrainerParts
 from .parallelize import unwrap
 from .rundir import RunDir
 from .runlock import RunLock, pid_alive
@@ -205,7 +205,7 @@ def build(st: RunState) -> None:
     total = sum(p.numel() for p in model.parameters())
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     per_unit, unit, formula = workload.flops(model)
-    peak, peak_reason = peak_tflops(device, compute_dtype, getattr(workload, "peak_ops", "matmul"))
+    peak, peak_reason = peak_tflops(device, compute_dtype, workload.peak_ops)
     rundir.update(throughput={f"flops_per_{unit}": per_unit, "formula": formula,
                               "peak_tflops_per_device": peak, "peak_reason": peak_reason})
     model = workload.parallelize(model, dims, device, compute_dtype)
@@ -222,21 +222,20 @@ def build(st: RunState) -> None:
     rundir.update(model={"parameters": total, "trainable_parameters": trainable,
                          "weight_dtype": str(next(model.parameters()).dtype), "compute_dtype": str(compute_dtype),
                          # lm_head split over tp, loss-parallel cross-entropy (no full-vocabulary logits)
-                         "vocab_parallel_loss": bool(getattr(workload, "loss_parallel", False))},
+                         "vocab_parallel_loss": bool(workload.loss_parallel)},
                   data={"train_samples": len(train_set),
                         "eval_samples": len(eval_set) if eval_set is not None else None,
                         "synthetic": recipe.data.synthetic if recipe.workload != "llm_lora" else False,
                         **({"seq_len": recipe.data.seq_len} if workload.has_tokens else {}),
                         "eval_accuracy_is": workload.accuracy})
     autocast = compute_dtype if compute_dtype != torch.float32 else None
-    trainer = st.trainer = Trainer(recipe, layout, dims, model, workload, train_set, eval_set, sampler, rundir,
-                                   st.hooks, device, autocast)
-    trainer.flops_per_unit, trainer.flops_unit, trainer.peak_tflops = per_unit, unit, peak
-    load = getattr(workload, "load_stats", None)
+    trainer = st.trainer = Trainer(TrainerParts(recipe, layout, dims, model, workload, train_set, eval_set, sampler,
+                                                rundir, st.hooks, device, autocast, flops_per_unit=per_unit,
+                                                flops_unit=unit, peak_tflops=peak, stops=st.stops))
+    load = workload.load_stats
     if load is not None and trainer.engine is not None:  # deepspeed.initialize must not gather the model
         from .materialize import rss
         load["rss_peak_engine_bytes"] = rss()[1]
-    trainer.stops = st.stops
     # after the model is built and filled (the same numbers on every rank), before the first step:
     # dropout per data-parallel replica, shared within a tensor-parallel group (trainer/seeding.py)
     seed_training_streams(recipe.seed, dims.dp_rank, dims.mesh("pp").get_local_rank())
@@ -252,7 +251,7 @@ def train(st: RunState) -> None:
     rundir.write_rank_file("final", {"rank": dist.get_rank(), "dp_rank": dims.dp_rank, **host_info(),
                                      "step": state.step, "trainable": fingerprint,
                                      "trainable_local_bytes": _local_bytes(trainer.params),
-                                     "load": getattr(trainer.workload, "load_stats", None),
+                                     "load": trainer.workload.load_stats,
                                      "peak_memory_bytes": _peak_memory_bytes(st.device)})
     st.status = "target_reached" if state.target_reached_step else "completed"
     rundir.update(final={"step": state.step, "loss": state.last_loss, "eval_loss": state.last_eval_loss,

@@ -256,10 +256,10 @@ def _launcher_options(raw: dict, launcher: str, problems: list[str]) -> dict:
 
 def load_evaluation(path: str) -> Evaluation:
     """Read and check an evaluation file; SpecError lists every problem."""
-    from trainer.recipe_yaml import RecipeError, _read_recipe
+    from trainer.recipe_yaml import RecipeError, read_recipe
 
     try:  # the recipe reader's limits: duplicate keys, encoding, size, nesting, alias bombs
-        raw = _read_recipe(path, "evaluation")
+        raw = read_recipe(path, "evaluation")
     except RecipeError as exc:
         raise SpecError(exc.problems) from None
     if not isinstance(raw, dict):

@@ -9,7 +9,7 @@ from tests.conftest import REPO
 from telemetry.errors import HarnessError, InputError
 
 # control flow, not errors: a signal turned into an exception, and a YAML loader's internal refusal
-NOT_ERRORS = {"trainer.stop.Interrupted", "trainer.recipe_yaml._Refused"}
+NOT_ERRORS = {"trainer.stop.Interrupted", "trainer.recipe_yaml.Refused"}
 
 
 def defined_exceptions():

@@ -10,9 +10,10 @@ import torch.nn.functional as F
 from ..compat import enable_activation_checkpointing
 from ..data.sft import IGNORE, build_datasets
 from .hf import ModelError, check_checkpoint, check_dir, config_fields
+from .contract import WorkloadDefaults
 
 
-class LlmLoraWorkload:
+class LlmLoraWorkload(WorkloadDefaults):
     loss_terms = (("loss", "label_tokens"),)
     has_tokens = True
     accuracy = None
