@@ -413,7 +413,7 @@ def stage(recipe_path: str, overrides: list[str], to: str, jobs: int, argv: list
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):
-        print(f"error: {message}; see python -m launch.stage --help", file=sys.stderr)
+        print_errors(f"{message}; see python -m launch.stage --help")
         sys.exit(2)
 
 
@@ -445,7 +445,7 @@ def main(argv: list[str] | None = None) -> int:
             for line in problems:
                 print(line)
             if problems:
-                print(f"error: {len(problems)} file(s) of {args.verify} differ from its manifest", file=sys.stderr)
+                print_errors(f"{len(problems)} file(s) of {args.verify} differ from its manifest")
                 return 1
             print(f"[stage] {args.verify}: every file matches {MANIFEST}")
             return 0
@@ -457,7 +457,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
     except StageError as exc:
         for line in exc.problems:
-            print(f"error: {' '.join(str(line).split())}", file=sys.stderr)
+            print_errors(str(line))
         return 2
     print("error: give RECIPE [key=value ...] --to DIR, or --verify DIR, or --check-layout KIND DIR (one of "
           "them); see python -m launch.stage --help", file=sys.stderr)

@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
                 result = compare(args.runs, args.out, args.allow_mismatch, args.sweep, args.busbw_axis,
                                  args.line_rate, args.expect_transport)
             except CompareError as exc:
-                print(f"error: {exc}", file=sys.stderr)
+                print_errors(exc)
                 return 2
             print(f"wrote {args.out}/compare.html and compare.md ({result['kind']}: {' vs '.join(result['labels'])})")
             for lab, check in result.get("transport_checks", {}).items():
@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             return _project(args)
     except RunError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print_errors(exc)
         return 2
     return 0
 
@@ -238,7 +238,7 @@ def _export(args) -> int:
     try:
         kinds = check_kinds([k.strip() for k in args.to.split(",") if k.strip()])
     except ValueError as exc:
-        print(f"error: {str(exc).replace('telemetry.export', '--to')}", file=sys.stderr)
+        print_errors(str(exc).replace('telemetry.export', '--to'))
         return 2
     failed = bad_input = 0
     for kind, result in export_run(args.run, kinds, args.out).items():
@@ -268,7 +268,7 @@ def _nccl_tests(args) -> int:
         try:
             result = read(path)
         except (OSError, NcclTestsError) as exc:
-            print(f"error: {exc}", file=sys.stderr)
+            print_errors(exc)
             return 2
         results.append(result)
         print(f"{path}: {result['rows_read']} rows in {len(result['ops'])} table(s) "

@@ -267,7 +267,7 @@ def check_recipe(r: Recipe) -> list[str]:
         p.append("output_dir: empty; allowed: a directory path")
     p += within("distributed", r.distributed, ("timeout_s",), 1, TIMEOUT_MAX_S, " (7 days)")
     if r.job == "sweep":
-        from .sweep.checks import check_sweep
+        from .sweep.recipe_checks import check_sweep
         return p + check_sweep(r.sweep) + _check_telemetry(r)
     from .workloads import recipe_checks
     p += recipe_checks(r.workload)(r)  # the workload's own checks, beside it in trainer/workloads/

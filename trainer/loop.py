@@ -20,7 +20,7 @@ from . import checkpoint
 from .engines import deepspeed as ds
 from .engines.step import step_engine
 from .faults import FaultInjection
-from .hooks import HookList, Hooks
+from .hook_list import HookList, Hooks
 from .optim import build_optimizer
 from .progress import Progress
 from .stop import Interrupted

@@ -25,12 +25,12 @@ from .data.sampler import StepSampler
 from .distributed import (ParallelDims, describe_timeout, dump_flight_recorder, init_process_group, is_timeout,
                           pick_backend, pick_device, prepare_flight_recorder)
 from .engines import deepspeed as deepspeed_engine
-from .errors import FaultError, InputError, one_line, report
-from .hooks import HookList
+from .error_report import FaultError, InputError, one_line, print_errors, report
+from .hook_list import HookList
 from .layout import Layout
 from .loop import Trainer, TrainerParts
 from .parallelize import unwrap
-from .rundir import RunDir
+from .run_writer import RunDir
 from .runlock import RunLock, pid_alive
 from .seeding import seed_training_streams
 from .stop import Interrupted, StopRequests
@@ -177,7 +177,7 @@ def train_job(st: RunState) -> None:
 
 
 def sweep_job(st: RunState) -> None:
-    from .sweep.run import run_job
+    from .sweep.measure import run_job
 
     st.swept = run_job(st.recipe, st.rec, st.device)
 
@@ -268,7 +268,7 @@ def classify_failure(st: RunState, exc: BaseException) -> bool:
     rank, rundir = st.rank, st.rundir
     if isinstance(exc, InputError):
         # any rank may find it first, or alone (a file missing on one host): the first to fail says it,
-        # before torchrun stops the others (trainer/errors.py)
+        # before torchrun stops the others (trainer/error_report.py)
         st.code, st.error = 2, str(exc)
         report(exc)
         return False
@@ -284,7 +284,7 @@ def classify_failure(st: RunState, exc: BaseException) -> bool:
     if isinstance(exc, FaultError):  # a fault recognised for what it is: one line, no traceback
         st.error = str(exc)
         if not exc.everywhere:
-            print(f"error: {exc}", file=sys.stderr, flush=True)
+            print_errors(exc)
         else:
             report(exc)
         return False

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from launch.nemo.cli import main
+from launch.nemo.command import main
 from tests.conftest import REPO
 
 RECIPES = REPO / "recipes"

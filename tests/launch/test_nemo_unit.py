@@ -9,7 +9,7 @@ import sys
 import pytest
 import yaml
 
-from launch.nemo.cli import main
+from launch.nemo.command import main
 from tests.conftest import REPO
 
 RECIPES = REPO / "recipes"

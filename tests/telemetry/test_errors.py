@@ -38,7 +38,7 @@ def test_every_project_exception_has_the_one_base():
 def test_bad_input_errors_exit_2():
     from telemetry.analysis.rates import RateError
     from trainer.config import RecipeError
-    from trainer.errors import FaultError, InputError as TrainerInput
+    from trainer.error_report import FaultError, InputError as TrainerInput
     assert RecipeError(["x"]).exit_code == RateError("x").exit_code == TrainerInput("x").exit_code == 2
     assert issubclass(TrainerInput, InputError) and FaultError("x").exit_code == 1
 

@@ -29,7 +29,7 @@ import torch.distributed as dist
 
 from telemetry.formulas import algbw_GBps, bus_factor
 
-from ..errors import InputError
+from ..error_report import InputError
 from .output import (BLOCKS_ALL, HEADER, MISSING, TEST_OF, avg_busbw, describe_straggler, device_info, footer,
                      format_row, preamble, spread_line, timed_block, write_sweep_files)
 from .plan import CHECK_CHUNK, counts, human, memory_problem, sizes
@@ -697,7 +697,7 @@ def run_job(recipe, rec, device: torch.device) -> dict:
     from telemetry.capture.counters import merge_verdicts
     from telemetry.capture.environment import host_info
 
-    from ..rundir import write_json_atomic
+    from ..run_writer import write_json_atomic
 
     rec.start_capture(trace=False)  # meters only (energy, power, counters): the sweep times its own calls
     rundir, hosts, telemetry, swept = rec.rundir, rec.hosts, rec.telemetry, {}
