@@ -207,7 +207,7 @@ def _project(args) -> int:
                 where = f"{label}, {p['nodes']} node(s)"
                 print(f"  {where}: predicted {p['step_time_s']:.4f} s/step [{low:.4f}, {high:.4f}] (communication "
                       f"{p['comm_time_s']:.4f} s: {p['wire_s']:.4f} s on the wire + {p['fixed_s']:.4f} s fixed; "
-                      + (f"busbw from the table)" if table else f"efficiency {eff})"))
+                      + ("busbw from the table)" if table else f"efficiency {eff})"))
                 for name, g in p["by_group"].items():
                     where_g = ("on the target link" if g["on_target_link"] else
                                "intra-node, " + (f"at {args.intra_rate}" if intra_bps else "as measured"))
