@@ -29,7 +29,8 @@ class ModelConfig:
     config: Union[dict, str, None] = None
     arch: Optional[str] = None  # image_classification: a torchvision model builder, e.g. resnet50
     tokenizer: Optional[str] = None  # default: the checkpoint's own tokenizer
-    dtype: Literal["auto", "bf16", "fp32"] = "auto"  # weights; auto = bf16 on GPU, fp32 on CPU
+    # frozen weights; trainable ones are kept fp32 (trainer/optim.keep_fp32_master); auto = bf16 on GPU, fp32 on CPU
+    dtype: Literal["auto", "bf16", "fp32"] = "auto"
     attn_implementation: str = "sdpa"
     activation_checkpointing: bool = False
 

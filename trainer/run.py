@@ -29,6 +29,7 @@ from .error_report import FaultError, InputError, one_line, print_errors, report
 from .hook_list import HookList
 from .layout import Layout
 from .loop import Trainer, TrainerParts
+from .optim import keep_fp32_master
 from .parallelize import unwrap
 from .run_writer import RunDir
 from .runlock import RunLock, pid_alive
@@ -202,6 +203,8 @@ def build(st: RunState) -> None:
     if need_eval and (eval_set is None or len(eval_set) == 0):
         raise InputError("data: the evaluation set is empty; check data.split / data.eval_dataset")
     model = workload.build_model()
+    if layout.data_parallel != "deepspeed":  # DeepSpeed's bf16 mode keeps its own fp32 master copy
+        keep_fp32_master(model)  # fp32 master weights and AdamW state, compute in train.precision
     total = sum(p.numel() for p in model.parameters())
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     per_unit, unit, formula = workload.flops(model)
