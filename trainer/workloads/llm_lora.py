@@ -81,10 +81,10 @@ class LlmLoraWorkload:
         """Base model (frozen) with LoRA adapters, on the meta device: no rank ever holds the whole
         model. `parallelize` shards it and then fills each rank's pieces (trainer/materialize.py): from
         the checkpoint's safetensors slices, or by a seeded init that is the same for every layout.
-        A checkpoint without safetensors is loaded whole, as before."""
+        A checkpoint without safetensors is loaded whole by a single process, refused across several ranks."""
         from transformers import AutoModelForCausalLM
 
-        from ..materialize import SafetensorsSource, empty_model, name_modules, tie
+        from ..materialize import SafetensorsSource, empty_model, name_modules, refuse_whole_load, tie
 
         m = self.recipe.model
         config = self._model_config()
@@ -94,6 +94,8 @@ class LlmLoraWorkload:
                              f"{len(self.tokenizer)} tokens")
         self.init_std = getattr(config, "initializer_range", 0.02)
         whole = m.path is not None and not SafetensorsSource.available(m.path)
+        if whole:
+            refuse_whole_load(m.path, "AutoModelForCausalLM")  # several ranks: one line, the conversion
         torch.manual_seed(self.recipe.seed)
         with contextlib.nullcontext() if whole else empty_model():
             if whole:
