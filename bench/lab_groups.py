@@ -33,7 +33,7 @@ OVERRIDES = ["parallel.tp=2", "parallel.data_parallel=replicate", "train.eval_ev
 def lab_run(out: str, rate: str, steps: int, nodes: int = 2) -> str:
     cmd = [sys.executable, "-m", "launch.lab", "--nodes", str(nodes), "--nproc-per-node", "2", "--rate", rate, "--",
            os.path.join(REPO, "recipes", "tiny_llama_lora.yaml"), f"output_dir={out}", f"max_steps={steps}",
-           f"parallel.dp={nodes}", *OVERRIDES]
+           f"parallel.dp={nodes}", f"train.global_batch_size={8 * nodes}", *OVERRIDES]  # 2 micro-batches per rank
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900,
                           env={**os.environ, "OMP_NUM_THREADS": "1"})
     if proc.returncode != 0:
