@@ -59,6 +59,11 @@ def main() -> None:
             _report(k, args.nodes, rate, parse_rate(rate), base, prof, load_run(slow))
 
 
+def _median(values: list) -> float | None:
+    values = sorted(v for v in values if v is not None)
+    return values[len(values) // 2] if values else None
+
+
 def _report(k: int, nodes: int, rate: str, bps: float, base, prof: dict, target) -> None:
         burst = target.info["fabric"]["lab"].get("burst_bytes") or 0
         grouped = project(prof, bps, burst_bytes=burst)
@@ -78,7 +83,12 @@ def _report(k: int, nodes: int, rate: str, bps: float, base, prof: dict, target)
                 "dp_measured_min_s": measured_profile(target)["groups"]["dp"]["ops"]["all_reduce"]["time_s"],
                 "tp_projected_s": grouped["by_group"]["tp"]["predicted_s"],
                 "tp_measured_target_s": st["comm_groups"]["tp"]["time_per_step_s"],
-                "bytes": {n: g["bytes_per_step"] for n, g in st["comm_groups"].items()}}
+                "bytes": {n: g["bytes_per_step"] for n, g in st["comm_groups"].items()},
+                # the lab's wire counters (every host's interface: IP/TCP headers and the harness's own traffic
+                # included) against the groups' bytes x bus factor x link sharing, over every node's link
+                "wire_counter_bytes_per_step": _median([r.get("job_net_tx_bytes") for r in target.timed_steps()]),
+                "group_link_bytes_per_step": nodes * sum(g["wire_bytes"] for g in grouped["by_group"].values()
+                                                         if g["on_target_link"])}
         print(json.dumps(line), flush=True)
         os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
         with open(os.path.join(HERE, "results", "lab_groups.jsonl"), "a", encoding="utf-8") as f:
