@@ -523,6 +523,8 @@ class Telemetry:
             if cpu.get("reason"):
                 out["cpu_energy_reason"] = cpu["reason"]
         if self.counters is not None:
+            if not self._rdma_from_log:  # the sweep's first size built NCCL's communicator: its log names devices
+                self._rdma_ports_from_nccl_log()
             deltas = self.counters.delta()
             self._loss_steps.append(deltas)
             out["counters"] = deltas
