@@ -9,6 +9,7 @@ import torch.nn.functional as F
 
 from ..compat import enable_activation_checkpointing
 from ..data.sft import IGNORE, build_datasets
+from ..positions import plain_positions
 from .hf import ModelError, check_checkpoint, check_dir, config_fields
 from .contract import WorkloadDefaults
 
@@ -216,7 +217,7 @@ class LlmLoraWorkload(WorkloadDefaults):
         # padding and padded positions carry no label - the loss is exact. Passing the mask would make
         # transformers test it on the host every forward (a device sync), and sequence parallelism needs
         # the whole sequence's positions anyway (the model sees a slice of it).
-        positions = torch.arange(ids.shape[1], device=ids.device).unsqueeze(0)
+        positions = plain_positions(ids.shape[1], ids.device)  # no packed-sequence device read (positions.py)
         logits = model(input_ids=ids, position_ids=positions).logits
         labels = batch["labels"][:, 1:]
         logits = logits[:, :-1].float()
