@@ -25,8 +25,8 @@ from datetime import datetime, timezone
 
 from telemetry.analysis import rates
 from telemetry.analysis import link_tests as lt
-from telemetry.errors import InputError, OneLineParser, output_dir_problem
-from telemetry.progress import Progress
+from telemetry.errors import InputError, OneLineParser, output_dir_problem, print_errors
+from telemetry.work_progress import WorkProgress
 
 PERFTEST = ("ib_write_bw", "ib_read_bw", "ib_send_bw", "ib_send_lat", "ib_write_lat", "ib_read_lat")
 TOOLS = PERFTEST + ("iperf3",)
@@ -137,7 +137,7 @@ def run_links(args) -> dict:
                                 stderr=subprocess.PIPE, text=True, start_new_session=True) for link in links]
     limit = args.duration + args.timeout_s
     # a bar over the test's seconds on a terminal (the tools print only at the end); no lines otherwise
-    progress = Progress("linktest", int(args.duration), "s", enabled=sys.stdout.isatty()).start().tick_every(1.0)
+    progress = WorkProgress("linktest", int(args.duration), "s", enabled=sys.stdout.isatty()).start().tick_every(1.0)
     for link, client, server in zip(links, clients, servers):
         for role, proc in (("client", client), ("server", server)):
             try:
@@ -261,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
         args = parse_args(sys.argv[1:] if argv is None else argv)
         check_tool(args.tool, [args.server, args.client], args.exec)
     except LinkTestError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print_errors(exc)
         return 2
     result = run_links(args)
     with open(os.path.join(args.output, "linktest.json"), "w", encoding="utf-8") as f:

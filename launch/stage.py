@@ -34,9 +34,11 @@ from urllib.parse import urlsplit, urlunsplit
 
 import yaml
 
-from trainer.config import RECIPE_RELATIVE_PATHS, RecipeError, _apply_override, _parse_override, _read_recipe, load_recipe
+from trainer.binding import apply_override, parse_override
+from trainer.config import RECIPE_RELATIVE_PATHS, RecipeError, load_recipe
+from trainer.recipe_yaml import read_recipe
 from telemetry.errors import InputError, output_dir_problem, print_errors
-from telemetry.progress import Progress
+from telemetry.work_progress import WorkProgress
 
 MANIFEST = "manifest.json"
 FORMAT = "fabric-harness-stage/1"
@@ -268,7 +270,7 @@ def staged_files(root: str) -> list[str]:
 def write_manifest(root: str, sources_by_dir: dict[str, dict], jobs: int) -> dict:
     files = staged_files(root)
     digests = []
-    with ThreadPoolExecutor(max(1, jobs)) as pool, Progress("stage: sha256", len(files), "files", sys.stderr,
+    with ThreadPoolExecutor(max(1, jobs)) as pool, WorkProgress("stage: sha256", len(files), "files", sys.stderr,
                                                             plain_every_s=10) as progress:
         for digest in pool.map(lambda rel: sha256_file(os.path.join(root, rel)), files):  # hashlib releases the GIL
             digests.append(digest)
@@ -332,7 +334,7 @@ def verify(root: str, jobs: int) -> list[str]:
         return None if found == digest else f"sha256 mismatch: {rel}: manifest {digest}, found {found}"
 
     problems = []
-    with ThreadPoolExecutor(max(1, jobs)) as pool, Progress("verify", len(files), "files", sys.stderr, plain_every_s=10) as progress:
+    with ThreadPoolExecutor(max(1, jobs)) as pool, WorkProgress("verify", len(files), "files", sys.stderr, plain_every_s=10) as progress:
         for problem in pool.map(check, files):
             problems += [problem] if problem else []
             progress.advance()
@@ -348,10 +350,10 @@ def _relative(target: str, recipe_dir: str) -> str:
 def write_recipe(recipe_path: str, overrides: list[str], to: str, name: str, targets: dict[str, str],
                  argv: list[str]) -> str:
     """The recipe with overrides applied and every staged key pointing at its copy, relative to the file."""
-    tree = _read_recipe(recipe_path) or {}
+    tree = read_recipe(recipe_path) or {}
     for text in overrides:
-        parts, value = _parse_override(text)
-        _apply_override(tree, parts, value)
+        parts, value = parse_override(text)
+        apply_override(tree, parts, value)
     out_dir = os.path.join(to, "recipes")
     os.makedirs(out_dir, exist_ok=True)
     for key, target in targets.items():
@@ -420,7 +422,7 @@ def stage(recipe_path: str, overrides: list[str], to: str, jobs: int, argv: list
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):
-        print(f"error: {message}; see python -m launch.stage --help", file=sys.stderr)
+        print_errors(f"{message}; see python -m launch.stage --help")
         sys.exit(2)
 
 
@@ -452,7 +454,7 @@ def main(argv: list[str] | None = None) -> int:
             for line in problems:
                 print(line)
             if problems:
-                print(f"error: {len(problems)} file(s) of {args.verify} differ from its manifest", file=sys.stderr)
+                print_errors(f"{len(problems)} file(s) of {args.verify} differ from its manifest")
                 return 1
             print(f"[stage] {args.verify}: every file matches {MANIFEST}")
             return 0
@@ -464,7 +466,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
     except StageError as exc:
         for line in exc.problems:
-            print(f"error: {' '.join(str(line).split())}", file=sys.stderr)
+            print_errors(str(line))
         return 2
     print("error: give RECIPE [key=value ...] --to DIR, or --verify DIR, or --check-layout KIND DIR (one of "
           "them); see python -m launch.stage --help", file=sys.stderr)

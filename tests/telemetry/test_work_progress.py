@@ -1,12 +1,12 @@
-"""The shared progress helper (telemetry/progress.py): plain lines with an ETA when the output is not a
+"""The shared progress helper (telemetry/work_progress.py): plain lines with an ETA when the output is not a
 terminal, a rich bar when it is, nothing when disabled."""
 from __future__ import annotations
 
 import io
 import time
 
-from telemetry import progress as progress_mod
-from telemetry.progress import Progress
+from telemetry import work_progress as progress_mod
+from telemetry.work_progress import WorkProgress
 
 
 class Clock:
@@ -26,7 +26,7 @@ def test_plain_lines_carry_the_count_and_the_eta(monkeypatch):
     clock = Clock()
     monkeypatch.setattr(progress_mod.time, "monotonic", clock)
     out = io.StringIO()
-    with Progress("evaluate", 4, "runs", stream=out) as p:
+    with WorkProgress("evaluate", 4, "runs", stream=out) as p:
         clock.now += 30
         p.advance(note="a x b: completed")
         clock.now += 30
@@ -40,7 +40,7 @@ def test_many_short_units_are_thinned_to_one_line_per_interval_and_the_last(monk
     clock = Clock()
     monkeypatch.setattr(progress_mod.time, "monotonic", clock)
     out = io.StringIO()
-    with Progress("sweep", 100, "sizes", stream=out, plain_every_s=30) as p:
+    with WorkProgress("sweep", 100, "sizes", stream=out, plain_every_s=30) as p:
         for _ in range(100):
             clock.now += 1
             p.advance()
@@ -51,20 +51,20 @@ def test_many_short_units_are_thinned_to_one_line_per_interval_and_the_last(monk
 
 def test_a_terminal_gets_a_bar_and_disabled_progress_prints_nothing():
     tty = Terminal()
-    with Progress("stage: sha256", 3, "files", stream=tty) as p:
+    with WorkProgress("stage: sha256", 3, "files", stream=tty) as p:
         for _ in range(3):
             p.advance(note="[x]")
     text = tty.getvalue()
     assert "[stage: sha256]" in text and "3/3" in text and "[x]" in text and "\x1b[" in text
     quiet = io.StringIO()
-    with Progress("sweep", 3, stream=quiet, enabled=False) as p:
+    with WorkProgress("sweep", 3, stream=quiet, enabled=False) as p:
         p.advance()
     assert quiet.getvalue() == ""
 
 
 def test_tick_every_advances_a_terminal_bar_until_closed():
     tty = Terminal()
-    p = Progress("linktest", 100, "s", stream=tty).start().tick_every(0.01)
+    p = WorkProgress("linktest", 100, "s", stream=tty).start().tick_every(0.01)
     deadline = time.monotonic() + 10
     while p.done < 3 and time.monotonic() < deadline:
         time.sleep(0.01)
@@ -72,7 +72,7 @@ def test_tick_every_advances_a_terminal_bar_until_closed():
     done = p.done
     time.sleep(0.05)
     assert 3 <= done == p.done  # stopped with close()
-    plain = Progress("linktest", 100, "s", stream=io.StringIO()).start().tick_every(0.01)
+    plain = WorkProgress("linktest", 100, "s", stream=io.StringIO()).start().tick_every(0.01)
     time.sleep(0.05)
     plain.close()
     assert plain.done == 0  # no line per second without a terminal
@@ -82,7 +82,7 @@ def test_quick_work_with_an_interval_prints_nothing(monkeypatch):
     clock = Clock()
     monkeypatch.setattr(progress_mod.time, "monotonic", clock)
     out = io.StringIO()
-    with Progress("verify", 9, "files", stream=out, plain_every_s=10) as p:
+    with WorkProgress("verify", 9, "files", stream=out, plain_every_s=10) as p:
         for _ in range(9):
             clock.now += 0.1
             p.advance()
@@ -92,7 +92,7 @@ def test_quick_work_with_an_interval_prints_nothing(monkeypatch):
 def test_a_bar_on_the_terminal_leaves_a_redirected_stdout_alone(capsys):
     """The sweep draws on stderr while its nccl-tests table goes to stdout, perhaps into a file."""
     tty = Terminal()
-    with Progress("sweep", 2, "sizes", stream=tty) as p:
+    with WorkProgress("sweep", 2, "sizes", stream=tty) as p:
         print("#  size  count")  # stdout is pytest's capture here: not a terminal
         p.advance()
     assert capsys.readouterr().out == "#  size  count\n" and "#  size" not in tty.getvalue()

@@ -2,13 +2,13 @@
 seconds) with an ETA: a rich bar on a terminal, and plain lines when the output is not a terminal (a log,
 a pipe, a batch job's file), so logs stay free of control characters.
 
-    with Progress("evaluate", total=len(runs), unit="runs") as progress:
+    with WorkProgress("evaluate", total=len(runs), unit="runs") as progress:
         for run in runs:
             ...
             progress.advance(note=f"{run.name} done")
 
 The ETA is the mean time per completed unit times the units left (rich's estimate on a terminal). A
-`Progress(enabled=False)` does nothing (ranks other than 0)."""
+`WorkProgress(enabled=False)` does nothing (ranks other than 0)."""
 from __future__ import annotations
 
 import datetime
@@ -28,7 +28,7 @@ def _eta(seconds: float | None) -> str:
     return "n/a" if seconds is None else str(datetime.timedelta(seconds=round(seconds)))
 
 
-class Progress:
+class WorkProgress:
     def __init__(self, what: str, total: int, unit: str = "", stream=None, enabled: bool = True,
                  plain_every_s: float = 0.0):
         """`plain_every_s`: without a terminal, at most one line per this many seconds (and the last one when
@@ -52,10 +52,10 @@ class Progress:
             return None
         return (time.monotonic() - self._t0) / self.done * max(self.total - self.done, 0)
 
-    def __enter__(self) -> "Progress":
+    def __enter__(self) -> "WorkProgress":
         return self.start()
 
-    def start(self) -> "Progress":
+    def start(self) -> "WorkProgress":
         if self.enabled and self.tty and self.total:
             from rich.console import Console
             from rich.progress import (BarColumn, MofNCompleteColumn, Progress as Bar, TextColumn, TimeElapsedColumn,
@@ -99,7 +99,7 @@ class Progress:
             self._bar.stop()
             self._bar = None
 
-    def tick_every(self, period_s: float = 1.0) -> "Progress":
+    def tick_every(self, period_s: float = 1.0) -> "WorkProgress":
         """Advance by one unit every `period_s` until close(), while the caller waits on something timed (a
         link test's seconds): on a terminal only; plain output gets no line per second."""
         if self._bar is not None and self._ticker is None:
