@@ -33,6 +33,7 @@ from .distributed import (ParallelDims, describe_timeout, dump_flight_recorder, 
 from .engines import deepspeed as deepspeed_engine
 from .errors import FaultError, InputError, one_line, report
 from .hooks import HookList, Hooks
+from .kernels import apply as apply_kernels, resolve as resolve_kernels
 from .layout import Layout
 from .loop import Trainer
 from .parallelize import unwrap
@@ -300,6 +301,12 @@ def build(st: RunState) -> None:
     weight_dtype = _resolve_dtype(recipe.model.dtype, device)
     compute_dtype = _resolve_dtype(recipe.train.precision, device)
     workload = get_workload(recipe.workload)(recipe, device, weight_dtype)
+    # fused kernels: decided (an explicit liger that cannot run stops here, one line) and patched into
+    # transformers before the data is read and the model built (trainer/kernels.py)
+    model_type = workload.model_type() if hasattr(workload, "model_type") else None
+    kernels = resolve_kernels(recipe, device.type, model_type)
+    apply_kernels(kernels)
+    workload.kernels = kernels
     need_eval = recipe.train.eval_every_samples is not None
     train_set, eval_set = workload.build_data(need_eval)
     if need_eval and (eval_set is None or len(eval_set) == 0):
@@ -323,7 +330,8 @@ def build(st: RunState) -> None:
     rundir.update(model={"parameters": total, "trainable_parameters": trainable,
                          "weight_dtype": str(next(model.parameters()).dtype), "compute_dtype": str(compute_dtype),
                          # lm_head split over tp, loss-parallel cross-entropy (no full-vocabulary logits)
-                         "vocab_parallel_loss": bool(getattr(workload, "loss_parallel", False))},
+                         "vocab_parallel_loss": bool(getattr(workload, "loss_parallel", False)),
+                         "kernels": kernels.to_dict()},
                   data={"train_samples": len(train_set),
                         "eval_samples": len(eval_set) if eval_set is not None else None,
                         "synthetic": recipe.data.synthetic if recipe.workload != "llm_lora" else False,
@@ -338,11 +346,18 @@ def build(st: RunState) -> None:
         from .materialize import rss
         load["rss_peak_engine_bytes"] = rss()[1]
     trainer.stops = st.stops
+    if recipe.train.compile == "blocks":  # compile time per step, apart from the steady state
+        from .compile import CompileWatch
+        st.hooks.hooks.append(CompileWatch(rundir, getattr(workload, "compiled_blocks", 0)))
     # after the model is built and filled (the same numbers on every rank), before the first step:
     # dropout per data-parallel replica, shared within a tensor-parallel group (trainer/seeding.py)
     seed_training_streams(recipe.seed, dims.dp_rank, dims.mesh("pp").get_local_rank())
     trainer.progress.info(f"{recipe.name}: {layout.describe()}; backend {st.backend} on {device.type}")
     trainer.progress.info(f"model {total:,} parameters, {trainable:,} trainable; {workload.describe(train_set)}")
+    if kernels.used == "liger":
+        trainer.progress.info(f"model.kernels: liger {kernels.liger_version} ({', '.join(kernels.kernels)})")
+        if kernels.fallback:  # said once, on rank 0
+            trainer.progress.info(f"model.kernels: fused linear cross-entropy off: {kernels.fallback}")
 
 
 def train(st: RunState) -> None:
