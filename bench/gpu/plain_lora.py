@@ -9,7 +9,7 @@ fused linear cross-entropy) and each decoder block compiled (--compile blocks).
       [--kernels liger] [--compile blocks]
 
 Every step's time is kept: the JSON has the median, the spread (p10, p90) and both MFU conventions
-(bench/gpu/flops.py), the peak memory and the compile time (the warm-up steps hold it).
+(flops.py beside it), the peak memory and the compile time (the warm-up steps hold it).
 """
 from __future__ import annotations
 
@@ -17,12 +17,9 @@ import argparse
 import json
 import random
 import statistics
-import sys
 import time
 import types
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # bench.gpu.flops, trainer.throughput
 
 # Llama-3-8B's shapes (its config.json); the layer count may be cut to fit the time (run.sh says so)
 SHAPES = {"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
@@ -59,11 +56,16 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--kernels", choices=("none", "liger"), default="none")
     p.add_argument("--compile", choices=("off", "blocks"), default="off")
+    p.add_argument("--device", default="cuda", help="cpu: a smoke run of the script itself (tiny --layers)")
+    p.add_argument("--hidden", type=int, default=SHAPES["hidden_size"], help="smoke runs: a narrower model")
     args = p.parse_args()
     if args.make_data:
         make_data(args.make_data, args.rows, args.seq)
         return
 
+    from trainer.compat import prepare_torchvision
+
+    prepare_torchvision(False)  # transformers must not import a torchvision built for another torch (run.sh's PYTHONPATH)
     import torch
 
     if args.kernels == "liger":  # before the model is built: the patch replaces transformers' Llama classes
@@ -73,13 +75,18 @@ def main() -> None:
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM, LlamaConfig
 
-    from bench.gpu.flops import automodel_lora_per_token, llama_params, mfu, ours_per_token
+    from flops import automodel_lora_per_token, llama_params, mfu, ours_per_token  # beside this script
     from trainer.throughput import peak_tflops
 
     torch.manual_seed(0)
+    dev = torch.device(args.device)
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     shapes = {**SHAPES, "num_hidden_layers": args.layers}
+    if args.hidden != SHAPES["hidden_size"]:
+        shapes.update(hidden_size=args.hidden, intermediate_size=args.hidden * 7 // 2, num_attention_heads=4,
+                      num_key_value_heads=1, vocab_size=1024)
     config = LlamaConfig(**shapes, use_cache=False)
-    with torch.device("cuda"):
+    with dev:
         model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16, attn_implementation="sdpa")
     model = get_peft_model(model, LoraConfig(r=LORA["r"], lora_alpha=LORA["alpha"], lora_dropout=0.0,
                                              target_modules=TARGETS, task_type="CAUSAL_LM"))
@@ -91,14 +98,15 @@ def main() -> None:
                 module.forward = types.MethodType(fn, module)
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=1e-4, fused=True)
-    rows = [json.loads(line)["input_ids"][:args.seq] for line in open(args.data, encoding="utf-8")]
+    opt = torch.optim.AdamW(params, lr=1e-4, fused=dev.type == "cuda")
+    rows = [[t % shapes["vocab_size"] for t in json.loads(line)["input_ids"][:args.seq]]
+            for line in open(args.data, encoding="utf-8")]
     times, losses = [], []
     for step in range(args.warmup + args.steps):
-        batch = torch.tensor([rows[(step * args.batch + i) % len(rows)] for i in range(args.batch)], device="cuda")
-        torch.cuda.synchronize()
+        batch = torch.tensor([rows[(step * args.batch + i) % len(rows)] for i in range(args.batch)], device=dev)
+        sync()
         start = time.perf_counter()
-        positions = torch.arange(args.seq, device="cuda").unsqueeze(0)
+        positions = torch.arange(args.seq, device=dev).unsqueeze(0)
         count = args.batch * (args.seq - 1)  # label tokens: every next token
         if args.kernels == "liger":  # summed loss straight from hidden states (num_items_in_batch=1)
             loss = model(input_ids=batch, position_ids=positions, labels=batch, num_items_in_batch=1).loss / count
@@ -111,21 +119,21 @@ def main() -> None:
         opt.step()
         opt.zero_grad(set_to_none=True)
         value = loss.item()  # the step's one host sync
-        torch.cuda.synchronize()
+        sync()
         if step >= args.warmup:
             times.append(time.perf_counter() - start)
             losses.append(value)
     tokens = args.batch * args.seq
     med = statistics.median(times)
     counts = llama_params(shapes, LORA["r"])
-    peak, _ = peak_tflops(torch.device("cuda"), torch.bfloat16)
+    peak, _ = peak_tflops(dev, torch.bfloat16)
     result = {"what": "plain transformers + peft loop", "kernels": args.kernels, "compile": args.compile,
               "layers": args.layers, "seq_len": args.seq, "micro_batch": args.batch, "steps_timed": args.steps,
               **spread(times), "tokens_per_s": tokens / med, "last_loss": losses[-1],
               "mfu": mfu(tokens / med, ours_per_token(counts, args.seq), peak),
               "mfu_automodel": mfu(tokens / med, automodel_lora_per_token(counts), peak), "peak_tflops": peak,
-              "peak_memory_GiB": torch.cuda.max_memory_allocated() / 2**30,
-              "device": torch.cuda.get_device_name(), "torch": torch.__version__}
+              "peak_memory_GiB": torch.cuda.max_memory_allocated() / 2**30 if dev.type == "cuda" else None,
+              "device": torch.cuda.get_device_name() if dev.type == "cuda" else "cpu", "torch": torch.__version__}
     print(json.dumps(result))
     if args.out:
         with open(args.out, "w", encoding="utf-8") as f:

@@ -11,11 +11,8 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # trainer.compat
 
 BERT_LARGE = {"vocab_size": 30522, "hidden_size": 1024, "num_hidden_layers": 24, "num_attention_heads": 16,
               "intermediate_size": 4096, "max_position_embeddings": 512, "type_vocab_size": 2}
@@ -31,6 +28,9 @@ def main() -> None:
     p.add_argument("--out")
     args = p.parse_args()
 
+    from trainer.compat import prepare_torchvision
+
+    prepare_torchvision(args.model == "resnet")  # importable where needed, hidden from transformers otherwise
     import torch
 
     torch.manual_seed(0)
@@ -48,9 +48,6 @@ def main() -> None:
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
         forward = lambda m: m(**inputs).loss  # noqa: E731
     else:
-        from trainer.compat import ensure_torchvision_importable
-
-        ensure_torchvision_importable()  # a torchvision built for another CUDA still gives its models
         import torchvision
 
         model = torchvision.models.resnet50().to(dev).to(memory_format=torch.channels_last)

@@ -13,13 +13,11 @@ import platform
 import shutil
 import statistics
 import subprocess
-import sys
 import xml.etree.ElementTree as ET
 from datetime import datetime, timezone
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from bench.gpu.flops import automodel_lora_per_token, llama_params, mfu  # noqa: E402
+from flops import automodel_lora_per_token, llama_params, mfu  # beside this script
 
 
 def _machine() -> str:
