@@ -112,6 +112,7 @@ class Pipeline:
         self.first, self.last = 0 in self.ids, (num_stages - 1) in self.ids
         self.num_stages, self.schedule_name = num_stages, par.pp_schedule
         self._scale = 1.0
+        self.vocab_parallel = False  # set by the workload: lm_head split over tp on the last stage
         self._pipelining = pipelining
         self.schedule = None
 
@@ -127,6 +128,12 @@ class Pipeline:
             self.schedule = cls(stages[0], n_microbatches=self.n_micro, loss_fn=self._loss, scale_grads=False)
 
     def _loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        if self.vocab_parallel:  # this rank's vocabulary slice: the split logits, for loss_parallel
+            from torch.distributed.tensor import DTensor, Shard
+
+            logits = DTensor.from_local(logits, self.dims.mesh("tp"), [Shard(-1)], run_check=False)
+            loss = summed_ce(logits, labels)
+            return loss.to_local() * self._scale
         return summed_ce(logits, labels) * self._scale
 
     def _run(self, inputs: torch.Tensor, labels: torch.Tensor, train: bool) -> torch.Tensor:

@@ -325,12 +325,17 @@ def build(st: RunState) -> None:
     for part in model.modules():  # the model, or each pipeline stage
         if isinstance(part, torch.nn.parallel.DistributedDataParallel):
             telemetry.attach_ddp(part)
+    vocab_parallel = bool(getattr(workload, "loss_parallel", False))
+    if layout.pp > 1 and layout.tp > 1:  # only the last stage holds lm_head: say whether it is split there
+        flag = torch.tensor([float(vocab_parallel)], device=device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        vocab_parallel = bool(flag.item())
     sampler = StepSampler(len(train_set), recipe.seed, layout.global_batch_size, layout.dp, dims.dp_rank,
                           layout.micro_batch_size)
     rundir.update(model={"parameters": total, "trainable_parameters": trainable,
                          "weight_dtype": str(next(model.parameters()).dtype), "compute_dtype": str(compute_dtype),
                          # lm_head split over tp, loss-parallel cross-entropy (no full-vocabulary logits)
-                         "vocab_parallel_loss": bool(getattr(workload, "loss_parallel", False)),
+                         "vocab_parallel_loss": vocab_parallel,
                          "kernels": kernels.to_dict()},
                   data={"train_samples": len(train_set),
                         "eval_samples": len(eval_set) if eval_set is not None else None,

@@ -143,9 +143,14 @@ class LlmLoraWorkload:
         for m in stages:
             # the documented order (docs/compile.md): tensor parallel, activation checkpointing (set when
             # the model was built), compile, data parallel
-            # a pipeline stage hands plain tensors to the schedule: its lm_head stays whole
-            head = apply_tensor_parallel(m, dims, self.recipe.parallel.sequence_parallel and dims.layout.pp == 1,
-                                         shard_head=dims.layout.pp == 1)
+            # a pipeline stage's lm_head hands the schedule its vocabulary slice of the logits as a local
+            # tensor (trainer/pipeline.py rebuilds the split for loss_parallel); its final norm runs on a
+            # sequence slice where the norm is frozen and the sequence divides by tp
+            staged = dims.layout.pp > 1
+            frozen_norm = self.recipe.workload == "llm_lora"
+            head = apply_tensor_parallel(m, dims, self.recipe.parallel.sequence_parallel and not staged,
+                                         stage_head=staged, norm_sequence_parallel=staged and frozen_norm
+                                         and self.recipe.data.seq_len % dims.layout.tp == 0)
             self.loss_parallel = self.loss_parallel or head
             if self.recipe.train.compile == "blocks":
                 from ..compile import compile_blocks
@@ -164,6 +169,7 @@ class LlmLoraWorkload:
                 parts.append(apply_data_parallel(self._materialize(m), dims, mode, device, compute_dtype))
         if dims.layout.pp == 1:
             return parts[0]
+        pipe.vocab_parallel = self.loss_parallel
         pipe.build_schedule(parts)
         return StageList(parts, pipe)
 
