@@ -7,6 +7,10 @@ tensor passed between stages; each stage recomputes the (parameter-free) rotary 
 causal mask. No padding mask crosses stages: batches are right-padded and attention is causal, so real
 tokens never see padding, and padded positions carry no label - the loss equals the unsplit model's.
 
+Under tensor parallel the last stage's lm_head is split over the vocabulary (trainer/parallelize.py): the
+stage returns this rank's vocabulary slice of the logits, and `_loss` rebuilds the split logits for
+loss-parallel cross-entropy (the loop enters `loss_parallel` around the schedule).
+
 Loss: the last stage sums token cross-entropy per micro-batch and scales it by dp / (global answer
 tokens), as the non-pipelined loop does, with the schedule's own 1/n_microbatches scaling off. The sum
 (unscaled again) is then reduced over the pp group, so every rank reports the same loss.
