@@ -34,17 +34,23 @@ def test_compile_is_for_decoder_blocks_only():
 
 
 @pytest.mark.integration
-def test_dp_all_reduce_stays_timed_under_compile_and_losses_match_eager(tmp_path):
-    eager = run_cli(tmp_path / "eager", *SMALL, nproc=2, timeout=600)
+@pytest.mark.parametrize("dp", ["ddp", "fsdp"])
+def test_dp_collectives_stay_timed_under_compile_and_losses_match_eager(dp, tmp_path):
+    """DDP's bucket all-reduces, or FSDP2's all-gathers and reduce-scatters (hooks on the compiled blocks),
+    and the loop's own all-reduces: the same calls and bytes as eager, every one timed."""
+    common = [*SMALL, f"parallel.data_parallel={dp}"]
+    eager = run_cli(tmp_path / "eager", *common, nproc=2, timeout=600)
     assert eager.returncode == 0, eager.stderr[-3000:]
-    compiled = run_cli(tmp_path / "compiled", *SMALL, "train.compile=blocks", nproc=2, timeout=900)
+    compiled = run_cli(tmp_path / "compiled", *common, "train.compile=blocks", nproc=2, timeout=900)
     assert compiled.returncode == 0, compiled.stderr[-3000:]
     assert compiled.losses() == pytest.approx(eager.losses(), rel=1e-4)
     for e, c in zip(eager.metrics(), compiled.metrics()):
-        ar_e, ar_c = e["comm"]["all_reduce"], c["comm"]["all_reduce"]
-        # the same calls and bytes as eager, every one of them timed
-        assert (ar_c["count"], ar_c["bytes"]) == (ar_e["count"], ar_e["bytes"]) and ar_c["count"] > 0
-        assert ar_c["untimed"] == 0 and ar_c["time_s"] is not None and ar_c["time_s"] > 0
+        assert set(c["comm"]) == set(e["comm"]) >= ({"all_reduce"} if dp == "ddp" else
+                                                    {"all_reduce", "all_gather", "reduce_scatter"})
+        for op, want in e["comm"].items():
+            got = c["comm"][op]
+            assert (got["count"], got["bytes"]) == (want["count"], want["bytes"]) and got["count"] > 0, op
+            assert got["untimed"] == 0 and got["time_s"] is not None and got["time_s"] > 0, op
         assert c["comm_time_s"] is not None
         assert "compile_s" not in e
     steps = compiled.metrics()
