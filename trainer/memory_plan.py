@@ -1,7 +1,8 @@
 """What one rank of a decoder-LLM recipe holds on its GPU, estimated without torch, so `--dry-run` shows an
 out-of-memory coming before a job waits in a queue (docs/memory.md).
 
-Per rank: weights, gradients and optimizer state of the trainable parameters (sharded as the layout says),
+Per rank: weights, gradients and optimizer state of the trainable parameters (sharded as the layout says;
+full-parameter training keeps fp32 master weights and AdamW state, LoRA fp32 adapters over bf16 weights),
 and the activations one micro-batch keeps for backward, times the micro-batches a pipeline keeps in flight.
 
 Activations per token per decoder layer, in elements of the compute dtype (bf16), with
@@ -51,7 +52,7 @@ class MemoryPlan:
                 + self.logits)
 
     def lines(self) -> list[str]:
-        g = lambda b: f"{b / GiB:.1f} GiB"  # noqa: E731
+        g = lambda b: f"{b / GiB:.1f} GiB" if b >= GiB / 10 or b == 0 else f"{b / 2**20:.1f} MiB"  # noqa: E731
         acts = g(self.activations_per_micro_batch) + (f" x {self.in_flight} in flight" if self.in_flight > 1 else "")
         out = [f"# memory per rank, estimated (docs/memory.md): weights {g(self.weights)}, gradients "
                f"{g(self.gradients)}, optimizer {g(self.optimizer)}, activations {acts} per micro-batch of "
@@ -108,8 +109,11 @@ def plan(recipe, layout) -> MemoryPlan | None:
                   "gate_proj": (h, i), "up_proj": (h, i), "down_proj": (i, h)}
         trainable = stage_layers * sum(r * (a + b) for name, (a, b) in shapes.items() if name in targets)
         tbytes = LORA_PARAM_BYTES
-    else:
-        trainable, tbytes = base * tp, wbytes  # every weight; the tp split is applied below
+    else:  # every weight; the tp split is applied below. fp32 master weights and AdamW state
+        # (trainer/optim.py keep_fp32_master) except under DeepSpeed, whose bf16 mode keeps its own
+        trainable = base * tp
+        tbytes = wbytes if layout.data_parallel == "deepspeed" else 4
+        wbytes = tbytes
     fsdp = layout.data_parallel in ("fsdp", "deepspeed")
     shard = dp if fsdp else 1
     weights = base * wbytes / shard + (trainable * tbytes / shard if lora else 0)

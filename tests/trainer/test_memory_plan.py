@@ -67,3 +67,9 @@ def test_a_checkpoint_not_readable_here_says_so(capsys):
     assert main([str(REPO / "recipes" / "llama3_70b_lora.yaml"), "--dry-run", "--world-size", "64"]) == 0
     assert ("# memory per rank: no estimate, the model's config.json is not readable here (/models/Meta-Llama-3-70B)"
             in capsys.readouterr().out)
+
+
+def test_full_parameter_training_counts_fp32_master_weights_and_adamw_state():
+    p = estimate("model.kernels=none", path=str(REPO / "recipes" / "tiny_llama_full.yaml"))
+    assert p.weights == p.gradients == p.optimizer / 2 > 0  # 4 bytes each, AdamW's two fp32 moments
+    assert " MiB" in p.lines()[0]  # a tiny model in units that show it
