@@ -34,28 +34,36 @@ def test_compile_is_for_decoder_blocks_only():
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("dp", ["ddp", "fsdp"])
-def test_dp_collectives_stay_timed_under_compile_and_losses_match_eager(dp, tmp_path):
+@pytest.mark.parametrize("layout", ["ddp", "fsdp", "pp"])
+def test_dp_collectives_stay_timed_under_compile_and_losses_match_eager(layout, tmp_path):
     """DDP's bucket all-reduces, or FSDP2's all-gathers and reduce-scatters (hooks on the compiled blocks),
-    and the loop's own all-reduces: the same calls and bytes as eager, every one timed."""
-    common = [*SMALL, f"parallel.data_parallel={dp}"]
+    or a pipeline's sends and receives between compiled stages, and the loop's own all-reduces: the same
+    calls and bytes as eager, every one timed as in eager (gloo's asynchronous send/recv are untimed in both,
+    docs/limitations.md)."""
+    if layout == "pp":
+        common = [*[a for a in SMALL if "num_hidden_layers" not in a], "model.config.num_hidden_layers=2",
+                  "parallel.pp=2"]
+    else:
+        common = [*SMALL, f"parallel.data_parallel={layout}"]
+    dp = layout
     eager = run_cli(tmp_path / "eager", *common, nproc=2, timeout=600)
     assert eager.returncode == 0, eager.stderr[-3000:]
     compiled = run_cli(tmp_path / "compiled", *common, "train.compile=blocks", nproc=2, timeout=900)
     assert compiled.returncode == 0, compiled.stderr[-3000:]
     assert compiled.losses() == pytest.approx(eager.losses(), rel=1e-4)
     for e, c in zip(eager.metrics(), compiled.metrics()):
-        assert set(c["comm"]) == set(e["comm"]) >= ({"all_reduce"} if dp == "ddp" else
-                                                    {"all_reduce", "all_gather", "reduce_scatter"})
+        assert set(c["comm"]) == set(e["comm"]) >= {"ddp": {"all_reduce"}, "pp": {"all_reduce", "send", "recv"},
+                                                    "fsdp": {"all_reduce", "all_gather", "reduce_scatter"}}[dp]
         for op, want in e["comm"].items():
             got = c["comm"][op]
-            assert (got["count"], got["bytes"]) == (want["count"], want["bytes"]) and got["count"] > 0, op
-            assert got["untimed"] == 0 and got["time_s"] is not None and got["time_s"] > 0, op
+            assert (got["count"], got["bytes"], got["untimed"]) == (want["count"], want["bytes"], want["untimed"]), op
+            if op not in ("send", "recv"):
+                assert got["untimed"] == 0 and got["time_s"] is not None and got["time_s"] > 0, op
         assert c["comm_time_s"] is not None
         assert "compile_s" not in e
     steps = compiled.metrics()
     assert steps[0]["compile_s"] > 0  # the blocks compile inside the first step's forward and backward
     info = compiled.run_json()["compile"]
-    assert info["mode"] == "blocks" and info["blocks"] == 1 and info["compiles"] >= 1
+    assert info["mode"] == "blocks" and info["blocks"] == 1 and info["compiles"] >= 1  # one per stage with pp
     assert info["steps_compiling"][0] == 1
     assert info["compile_s"] == pytest.approx(sum(r["compile_s"] for r in steps), abs=0.01)
