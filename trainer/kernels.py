@@ -64,7 +64,7 @@ def missing(device_type: str) -> str | None:
     return None
 
 
-def fused_ce_fallback(recipe, model_type: str | None = None) -> str | None:
+def fused_ce_fallback(recipe) -> str | None:
     """Why the fused linear cross-entropy cannot keep the loss contract in this layout, or None."""
     par = recipe.parallel
     if par.tp > 1:
@@ -97,7 +97,7 @@ def resolve(recipe, device_type: str, model_type: str | None = "llama") -> Kerne
         if asked == "liger":
             raise InputError(f"model.kernels: liger needs {problem}; allowed here: none or auto")
         return KernelChoice(asked, "none", reason=f"needs {problem}")
-    fallback = fused_ce_fallback(recipe, model_type)
+    fallback = fused_ce_fallback(recipe)
     kernels = [k for k in LLAMA_KERNELS if not (fallback and k == "fused_linear_cross_entropy")]
     return KernelChoice(asked, "liger", kernels, fallback=fallback, liger_version=_version("liger-kernel"))
 
