@@ -25,14 +25,14 @@ from .data.sampler import StepSampler
 from .distributed import (ParallelDims, describe_timeout, dump_flight_recorder, init_process_group, is_timeout,
                           pick_backend, pick_device, prepare_flight_recorder)
 from .engines import deepspeed as deepspeed_engine
-from .errors import FaultError, InputError, one_line, report
-from .hooks import HookList
+from .error_report import FaultError, InputError, one_line, print_errors, report
+from .hook_list import HookList
 from .kernels import apply as apply_kernels, resolve as resolve_kernels
 from .layout import Layout
-from .loop import Trainer
+from .loop import Trainer, TrainerParts
 from .optim import keep_fp32_master
 from .parallelize import unwrap
-from .rundir import RunDir
+from .run_writer import RunDir
 from .runlock import RunLock, pid_alive
 from .seeding import seed_training_streams
 from .stop import Interrupted, StopRequests
@@ -179,7 +179,7 @@ def train_job(st: RunState) -> None:
 
 
 def sweep_job(st: RunState) -> None:
-    from .sweep.run import run_job
+    from .sweep.measure import run_job
 
     st.swept = run_job(st.recipe, st.rec, st.device)
 
@@ -201,8 +201,7 @@ def build(st: RunState) -> None:
     workload = get_workload(recipe.workload)(recipe, device, weight_dtype)
     # fused kernels: decided (an explicit liger that cannot run stops here, one line) and patched into
     # transformers before the data is read and the model built (trainer/kernels.py)
-    model_type = workload.model_type() if hasattr(workload, "model_type") else None
-    kernels = resolve_kernels(recipe, device.type, model_type)
+    kernels = resolve_kernels(recipe, device.type, workload.model_type())
     apply_kernels(kernels)
     workload.kernels = kernels
     need_eval = recipe.train.eval_every_samples is not None
@@ -215,7 +214,7 @@ def build(st: RunState) -> None:
     total = sum(p.numel() for p in model.parameters())
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     per_unit, unit, formula = workload.flops(model)
-    peak, peak_reason = peak_tflops(device, compute_dtype, getattr(workload, "peak_ops", "matmul"))
+    peak, peak_reason = peak_tflops(device, compute_dtype, workload.peak_ops)
     rundir.update(throughput={f"flops_per_{unit}": per_unit, "formula": formula,
                               "peak_tflops_per_device": peak, "peak_reason": peak_reason})
     model = workload.parallelize(model, dims, device, compute_dtype)
@@ -227,7 +226,7 @@ def build(st: RunState) -> None:
             unseen = st.rec.attach_ddp(part)
             if unseen:
                 raise RuntimeError(unseen)
-    vocab_parallel = bool(getattr(workload, "loss_parallel", False))
+    vocab_parallel = bool(workload.loss_parallel)
     if layout.pp > 1 and layout.tp > 1:  # only the last stage holds lm_head: say whether it is split there
         flag = torch.tensor([float(vocab_parallel)], device=device)
         dist.all_reduce(flag, op=dist.ReduceOp.MAX)
@@ -244,18 +243,17 @@ def build(st: RunState) -> None:
                         "synthetic": recipe.data.synthetic if recipe.workload != "llm_lora" else False,
                         **({"seq_len": recipe.data.seq_len} if workload.has_tokens else {}),
                         "eval_accuracy_is": workload.accuracy})
+    if recipe.train.compile == "blocks":  # compile time per step, apart from the steady state
+        from .compile import CompileWatch
+        st.hooks.hooks.append(CompileWatch(rundir, workload.compiled_blocks))
     autocast = compute_dtype if compute_dtype != torch.float32 else None
-    trainer = st.trainer = Trainer(recipe, layout, dims, model, workload, train_set, eval_set, sampler, rundir,
-                                   st.hooks, device, autocast)
-    trainer.flops_per_unit, trainer.flops_unit, trainer.peak_tflops = per_unit, unit, peak
-    load = getattr(workload, "load_stats", None)
+    trainer = st.trainer = Trainer(TrainerParts(recipe, layout, dims, model, workload, train_set, eval_set, sampler,
+                                                rundir, st.hooks, device, autocast, flops_per_unit=per_unit,
+                                                flops_unit=unit, peak_tflops=peak, stops=st.stops))
+    load = workload.load_stats
     if load is not None and trainer.engine is not None:  # deepspeed.initialize must not gather the model
         from .materialize import rss
         load["rss_peak_engine_bytes"] = rss()[1]
-    trainer.stops = st.stops
-    if recipe.train.compile == "blocks":  # compile time per step, apart from the steady state
-        from .compile import CompileWatch
-        st.hooks.hooks.append(CompileWatch(rundir, getattr(workload, "compiled_blocks", 0)))
     # after the model is built and filled (the same numbers on every rank), before the first step:
     # dropout per data-parallel replica, shared within a tensor-parallel group (trainer/seeding.py)
     seed_training_streams(recipe.seed, dims.dp_rank, dims.mesh("pp").get_local_rank())
@@ -275,7 +273,7 @@ def train(st: RunState) -> None:
     rundir.write_rank_file("final", {"rank": dist.get_rank(), "dp_rank": dims.dp_rank, **host_info(),
                                      "step": state.step, "trainable": fingerprint,
                                      "trainable_local_bytes": _local_bytes(trainer.params),
-                                     "load": getattr(trainer.workload, "load_stats", None),
+                                     "load": trainer.workload.load_stats,
                                      "peak_memory_bytes": _peak_memory_bytes(st.device)})
     st.status = "target_reached" if state.target_reached_step else "completed"
     rundir.update(final={"step": state.step, "loss": state.last_loss, "eval_loss": state.last_eval_loss,
@@ -292,7 +290,7 @@ def classify_failure(st: RunState, exc: BaseException) -> bool:
     rank, rundir = st.rank, st.rundir
     if isinstance(exc, InputError):
         # any rank may find it first, or alone (a file missing on one host): the first to fail says it,
-        # before torchrun stops the others (trainer/errors.py)
+        # before torchrun stops the others (trainer/error_report.py)
         st.code, st.error = 2, str(exc)
         report(exc)
         return False
@@ -308,7 +306,7 @@ def classify_failure(st: RunState, exc: BaseException) -> bool:
     if isinstance(exc, FaultError):  # a fault recognised for what it is: one line, no traceback
         st.error = str(exc)
         if not exc.everywhere:
-            print(f"error: {exc}", file=sys.stderr, flush=True)
+            print_errors(exc)
         else:
             report(exc)
         return False
