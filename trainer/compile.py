@@ -23,14 +23,14 @@ import types
 
 import torch
 
-from .hooks import Hooks
+from .hook_list import Hooks
 
 
 def compile_blocks(model: torch.nn.Module) -> int:
     """Compile the forward of every decoder block in `model`, in place; returns how many."""
-    from .parallelize import _block_classes
+    from .parallelize import block_classes
 
-    names = _block_classes(model)
+    names = block_classes(model)
     compiled: dict[type, object] = {}
     count = 0
     for module in model.modules():

@@ -26,7 +26,7 @@ from __future__ import annotations
 import importlib.util
 from dataclasses import asdict, dataclass, field
 
-from .errors import InputError
+from .error_report import InputError
 
 # the family's kernels as liger-kernel names them (apply_liger_kernel_to_llama's switches)
 LLAMA_KERNELS = ("rope", "rms_norm", "swiglu", "fused_linear_cross_entropy")

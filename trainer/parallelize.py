@@ -12,7 +12,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from .distributed import ParallelDims
 
 
-def _block_classes(model: torch.nn.Module) -> tuple[str, ...]:
+def block_classes(model: torch.nn.Module) -> tuple[str, ...]:
     """Transformer block class names, from the HF model's own `_no_split_modules`."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     return tuple(getattr(base, "_no_split_modules", None) or ())
@@ -165,7 +165,7 @@ def apply_data_parallel(model: torch.nn.Module, dims: ParallelDims, mode: str, d
     # backward and the gradient reduce-scatter to the last micro-batch itself)
     mp = MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=torch.float32)
     reshard = dims.layout.pp == 1
-    blocks = _block_classes(model)
+    blocks = block_classes(model)
     for module in model.modules():
         if type(module).__name__ in blocks:
             fully_shard(module, mesh=mesh, mp_policy=mp, reshard_after_forward=reshard)

@@ -15,7 +15,7 @@ from tests.conftest import TINY
 from trainer import kernels
 from trainer.cli import main
 from trainer.config import RecipeError, load_recipe
-from trainer.errors import InputError
+from trainer.error_report import InputError
 from trainer.workloads import get_workload
 
 STEPS = ["max_steps=1", "data.seq_len=64", "train.global_batch_size=4", "train.micro_batch_size=2",
