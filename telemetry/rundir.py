@@ -80,6 +80,7 @@ STEP_FIELDS: tuple[Field, ...] = (
     Field(('comm_bytes',), 'bytes over `comm`'),
     Field(('comm_time_s',), "wall time within the step with at least one collective in flight (concurrent calls count once), so never more than `step_time_s`; null if the step's calls all lack a time"),
     Field(('exposed_comm_s', 'exposed_comm_reason'), 'every step: the part of `comm_time_s` in which the training thread waited (blocking calls, issuing calls, the end of a backward pass waiting for its buckets), so never more than `comm_time_s`; null with the reason on NCCL (device-timed calls)'),
+    Field(('compile_s',), "`train.compile: blocks` only: seconds torch.compile spent compiling during the step (dynamo and its backend, a lazily compiled backward included); part of `step_time_s`, so steady-state figures take the steps where it is 0 (run.json `compile` lists the steps that compiled)"),
     Field(('harness_s',), "rank 0's own per-step work after `step_time_s` ends, not in it: the end-of-step hooks (telemetry's cross-rank reduction, counters, energy, events), the stop vote (held only on the steps rank 0 schedules, about once a second) and the previous step's metrics write and progress line (a record cannot time its own write); evaluation and checkpoints are not in it"),
     Field(('optimizer_s',), "host time between the loop's optimizer_begin and optimizer_end marks (the optimizer step and scheduler; on a GPU the launches, not the kernels)"),
     Field(('overlap_window_s',), "backward compute between the first and the last asynchronous collective the pass issued (DDP's buckets), less the time spent issuing: the compute that communication can hide behind"),
@@ -101,7 +102,8 @@ STEP_FIELDS: tuple[Field, ...] = (
 RUN_FIELDS: tuple[Field, ...] = (
     Field(("name", "recipe_path", "recipe", "overrides"), "the run's name, its recipe file, the resolved recipe and the overrides given"),
     Field(("layout",), "world size, dp x tp x pp, data-parallel engine, batch arithmetic"),
-    Field(("model", "data"), "what the workload built: parameter counts, LoRA, data set and its size"),
+    Field(("model", "data"), "what the workload built: parameter counts, LoRA, data set and its size; `model.kernels`: what `model.kernels` resolved to (`requested`, `used`, the liger `kernels` applied, why auto fell back to none, why the fused cross-entropy is off)"),
+    Field(("compile",), "`train.compile: blocks` only: `blocks` compiled, `compile_s` in total, `compiles` (torch.compile's compile events), `steps_compiling` (the steps whose `compile_s` is above 0)"),
     Field(("hosts",), "every rank's host, address and local rank"),
     Field(("software", "device", "backend"), "torch, CUDA, NCCL, transformers, peft versions; the device; the process-group backend"),
     Field(("environment",), "the fabric-related environment (NCCL_*, GLOO_*, ...), secrets redacted"),
