@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .data.sft import IGNORE
-from .errors import InputError
+from .error_report import InputError
 
 
 class LlamaStage(nn.Module):

@@ -46,7 +46,6 @@ no faster fabric can make that step more than 5% faster.
 """
 from __future__ import annotations
 
-import math
 
 from telemetry.formulas import bus_factor
 from telemetry.analysis.report import summarize

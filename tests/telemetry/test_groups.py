@@ -198,7 +198,7 @@ def test_compare_shows_groups_and_says_so_for_older_runs(tmp_path):
 
 
 def test_held_metrics_lines_are_written_in_order_once_released(tmp_path):
-    from trainer.rundir import RunDir
+    from trainer.run_writer import RunDir
 
     rundir = RunDir(str(tmp_path / "run"), 0)
     rundir.create()

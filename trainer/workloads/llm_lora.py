@@ -11,6 +11,7 @@ from ..compat import enable_activation_checkpointing
 from ..data.sft import IGNORE, build_datasets
 from ..positions import plain_positions
 from .hf import ModelError, check_checkpoint, check_dir, config_fields
+from .contract import WorkloadDefaults
 
 
 def keep_adapter_inputs(model: torch.nn.Module, compute_dtype: torch.dtype) -> int:
@@ -35,7 +36,7 @@ def keep_adapter_inputs(model: torch.nn.Module, compute_dtype: torch.dtype) -> i
     return changed
 
 
-class LlmLoraWorkload:
+class LlmLoraWorkload(WorkloadDefaults):
     loss_terms = (("loss", "label_tokens"),)
     has_tokens = True
     accuracy = None
