@@ -27,6 +27,7 @@ from collections import deque
 import torch
 import torch.distributed as dist
 
+from telemetry import coverage
 from telemetry.capture import early, fabric
 from telemetry.settings import TelemetrySettings  # noqa: F401 (the settings the session takes; re-exported)
 from telemetry.capture.collectives import RECORDED_OPS as OPS, CollectiveTracer, enable_nccl_timing, set_host_map, totals
@@ -179,6 +180,7 @@ class Telemetry:
         self._hold = False  # NCCL: steps held for late completion reports (set at start)
         self._held: deque = deque()  # steps whose lines wait for their reports, oldest first
         self._reduce_next: dict | None = None  # the step reduced across ranks at the next step's end
+        self._health: dict = coverage.empty()  # the run's tracer health: the steps' added up
         self.started = False
 
     # ------------------------------------------------------------ before the process group
@@ -419,6 +421,7 @@ class Telemetry:
         if any(not c.closed for c in step_comm.calls):
             self.tracer.release(step_comm, wait_s)
         held["own"].update(self._comm_fields(held))
+        coverage.add(self._health, held["own"]["comm_health"])  # once per step, as finally recorded
         held["complete"] = True
 
     def _comm_fields(self, held: dict) -> dict:
@@ -426,6 +429,7 @@ class Telemetry:
         comm = step_comm.summary()
         comm_bytes, _ = totals(comm)
         return {"comm": comm, "comm_bytes": comm_bytes, "comm_groups": step_comm.group_summary(),
+                "comm_health": step_comm.health(),
                 **step_comm_times(step_comm.calls, held["marks"], held["window"], self._copy_rate),
                 **phase_times(held["marks"])}
 
@@ -611,12 +615,25 @@ class Telemetry:
             out["gpu_energy_devices"] = devices
         if self.cross_rank_info:
             out["cross_rank"] = self.cross_rank_info
+        if getattr(self, "_traced", True):
+            out["comm_health"] = self.run_health()
         if self.stragglers is not None:
             out["stragglers"] = self.stragglers.summary()
         if self._exposed:
             out["exposed_windows"] = len(self._exposed)
             out["exposed_share_mean"] = statistics.mean(w["exposed_share"] for w in self._exposed)
         return out
+
+    def run_health(self) -> dict:
+        """The run's tracer health (telemetry/coverage.py): every step's counts added up, and the calls still
+        waiting for a report now counted as never reported."""
+        run = coverage.add(coverage.empty(), self._health)
+        for kind, by_group in self.tracer.since_last_step().items():
+            for name, n in by_group.items():
+                coverage.add(run, {kind: n, "by_group": {name: {kind: n}}})
+        for name, n in self.tracer.still_pending().items():
+            coverage.add(run, {"never_reported": n, "by_group": {name: {"never_reported": n}}})
+        return coverage.finish(run)
 
     def close(self) -> None:
         if not self.started:
