@@ -420,29 +420,47 @@ def drain_reports() -> int:
                 continue
             if n == queue.maxlen:
                 OVERFLOWS[token] += 1
-            reports = [queue.popleft() for _ in range(n)]
             drained += n
-            for info in reports:
-                _dispatch(token, info, tracers)
+            _dispatch_all(token, [queue.popleft() for _ in range(n)], tracers)
         return drained
 
 
-def _dispatch(token: int, info, tracers=None) -> None:
-    """One report, on the draining thread: credit the first tracer with a call waiting for it."""
-    try:
-        name = getattr(info.op_type, "name", None) or str(info.op_type).rsplit(".", 1)[-1]
-        duration = _seconds(info.active_duration)
-        finished = host_time(getattr(info, "time_finished", None))
-        if tracers is None:
-            with _REGISTRY_LOCK:
-                tracers = list(_TRACERS)
-        for tracer in tracers:
-            if tracer._complete(token, name, duration, finished):
-                return
+_OP_NAMES: dict = {}
+
+
+def _parse(info) -> tuple[str, float | None, float | None]:
+    """(op type name, duration in s, when the watchdog saw it on the perf_counter timeline) of a WorkInfo."""
+    op = info.op_type
+    name = _OP_NAMES.get(op)
+    if name is None:
+        name = _OP_NAMES[op] = getattr(op, "name", None) or str(op).rsplit(".", 1)[-1]
+    finished = getattr(info, "time_finished", None)
+    return name, _seconds(info.active_duration), (host_time(finished) if finished is not None else None)
+
+
+def _dispatch_all(token: int, infos: list, tracers: list) -> None:
+    """A group's reports, in order: parsed, then offered to each tracer in one batch; the rest are unclaimed."""
+    parsed = []
+    for info in infos:
+        try:
+            parsed.append(_parse(info))
+        except Exception:  # noqa: BLE001 - a damaged report is counted, never raised
+            UNMATCHED["<error>"] += 1
+    for tracer in tracers:
+        if not parsed:
+            break
+        parsed = tracer._complete_all(token, parsed)
+    for name, _, _ in parsed:
         UNMATCHED[name] += 1
         UNCLAIMED[token] += 1
-    except Exception:  # noqa: BLE001 - a damaged report is counted, never raised
-        UNMATCHED["<error>"] += 1
+
+
+def _dispatch(token: int, info, tracers=None) -> None:
+    """One report (the batch path for a single report)."""
+    if tracers is None:
+        with _REGISTRY_LOCK:
+            tracers = list(_TRACERS)
+    _dispatch_all(token, [info], tracers)
 
 
 def host_time(value) -> float | None:
@@ -461,6 +479,9 @@ def host_time(value) -> float | None:
 
 def _seconds(value) -> float | None:
     """WorkInfo.active_duration: a timedelta (pybind's chrono conversion); float milliseconds accepted."""
+    if type(value) is datetime.timedelta:
+        s = value.total_seconds()
+        return s if s >= 0 else None
     try:
         s = value.total_seconds() if hasattr(value, "total_seconds") else float(value) / 1000.0
     except (TypeError, ValueError):
@@ -867,22 +888,31 @@ class CollectiveTracer:
                     call.acc_s = duration_s
                 self._settle(call)
 
-    def _complete(self, token: int, op_type: str, duration_s: float | None, finished: float | None = None) -> bool:
-        """A completion report for `token`'s group: credit the first queued call that issues that type."""
+    def _complete_all(self, token: int, reports: list) -> list:
+        """Completion reports (op type, duration, seen finished) for `token`'s group, in order: each credits the
+        first queued call that issues that type (works of one type on one group finish in issue order).
+        Returns the reports no call of this tracer claimed."""
+        left = []
         with self._cond:
             q = self._pending.get(token)
-            call = next((c for c in q if op_type in c.types), None) if q else None
-            if call is None:
-                return False
-            call.seen += 1
-            if finished is not None:
-                call.finished_seen = max(call.finished_seen or finished, finished)
-            if duration_s is None:
-                call.bad = True
-            else:
-                call.acc_s += duration_s
-            self._settle(call)
-            return True
+            for report in reports:
+                op_type, duration_s, finished = report
+                call = None
+                if q:
+                    head = q[0]
+                    call = head if op_type in head.types else next((c for c in q if op_type in c.types), None)
+                if call is None:
+                    left.append(report)
+                    continue
+                call.seen += 1
+                if finished is not None:
+                    call.finished_seen = max(call.finished_seen or finished, finished)
+                if duration_s is None:
+                    call.bad = True
+                else:
+                    call.acc_s += duration_s
+                self._settle(call)
+        return left
 
     def _settle(self, call: Call) -> None:  # holds self._cond
         if call.works is None or call.seen < call.works:
@@ -898,7 +928,6 @@ class CollectiveTracer:
             call.untimed_reason = NO_DURATION
         else:
             call.duration_s = call.acc_s
-        self._cond.notify_all()
 
     def _wrap_dist(self, name, fn, spec):
         op, nbytes_of, has_async, types = spec
