@@ -31,6 +31,7 @@ from telemetry import coverage
 from telemetry.capture import early, fabric
 from telemetry.settings import TelemetrySettings  # noqa: F401 (the settings the session takes; re-exported)
 from telemetry.capture.collectives import RECORDED_OPS as OPS, CollectiveTracer, enable_nccl_timing, set_host_map, totals
+from telemetry.capture.counter_sampler import CounterSampler
 from telemetry.capture.counters import CounterReader, loss_verdict
 from telemetry.capture import bmc_power
 from telemetry.capture.congestion import summarize as congestion_figures
@@ -221,8 +222,9 @@ class Telemetry:
                                self.s.power_sample_interval_s)
         host_leader = self.local_rank == 0  # host-wide sources are read once per host
         self.cpu = EnergyMeter(open_cpu_source(self.s.sysfs)) if host_leader else None
-        self.counters = (CounterReader(self._interfaces(), root=self.s.sysfs, ethtool=self.s.ethtool)
-                         if host_leader else None)
+        # read by sampler threads, never on the step path (ethtool -S is a process per NIC): counter_sampler.py
+        self.counters = (CounterSampler(CounterReader(self._interfaces(), root=self.s.sysfs, ethtool=self.s.ethtool),
+                                        self.s.counter_sample_interval_s) if host_leader else None)
         if host_leader and self.s.bmc:
             self._start_bmc()
         trace_dir = os.path.join(self.run_dir, "logs") if self.run_dir and self.s.save_traces else None
@@ -347,7 +349,7 @@ class Telemetry:
             if cpu.get("reason"):
                 own["host"]["cpu_energy_reason"] = cpu["reason"]
         if self.counters is not None:
-            deltas = self.counters.delta()
+            deltas, windows = self.counters.take(self._t_step, t_end)  # the latest samples: no read, no wait
             self._loss_steps.append(deltas)
             verdict = loss_verdict([deltas])
             host.update(tx=_sum_key(deltas, "net:", "tx_bytes"), rx=_sum_key(deltas, "net:", "rx_bytes"),
@@ -356,6 +358,7 @@ class Telemetry:
                         loss=sum(verdict["counts"].values()) if deltas else None,
                         reorder=sum(verdict.get("reordering", {}).values()) if deltas else None)
             own.setdefault("host", {})["counters"] = deltas
+            own["host"]["counters_window"] = windows
             own["host"]["congestion"] = congestion_figures(deltas)
         if self.bmc is not None:
             server = self.bmc.step()
@@ -493,7 +496,8 @@ class Telemetry:
             if cpu.get("reason"):
                 out["cpu_energy_reason"] = cpu["reason"]
         if self.counters is not None:
-            deltas = self.counters.delta()
+            self.counters.sample_now()  # the sweep's interval ends now: read every source here, off its timing
+            deltas, _ = self.counters.take(None, time.perf_counter())
             self._loss_steps.append(deltas)
             out["counters"] = deltas
             out.update(tx_bytes=_sum_key(deltas, "net:", "tx_bytes"), rx_bytes=_sum_key(deltas, "net:", "rx_bytes"),
@@ -602,6 +606,8 @@ class Telemetry:
                "gpu_energy_reason": self.gpu.reason,
                "counters": loss_verdict(self._loss_steps) if self.counters is not None else
                {"verdict": None, "reason": "read by the host's local rank 0"}}
+        if self.counters is not None:
+            out["counter_sampling"] = self.counters.describe()
         if self.counters is not None:  # whole-server power is a host figure, like the counters
             out["server_power"] = {**self._bmc_info,
                                    "energy_j": self._server["energy_j"] if self._server["known"] else None,
@@ -646,6 +652,8 @@ class Telemetry:
         self.gpu.close()
         if self.cpu is not None:
             self.cpu.close()
+        if self.counters is not None:
+            self.counters.close()
         if self.bmc is not None:
             self.bmc.close()
         if self._file is not None:
