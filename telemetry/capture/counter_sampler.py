@@ -3,8 +3,8 @@
 `ethtool -S` starts a process per NIC (tens to hundreds of milliseconds each on a loaded RoCE host), and a
 host's sysfs counters are hundreds of file reads. Read at each step's end on the host's local rank 0, they
 held that rank and, through the cross-rank reduction, every other rank. Here each source has a thread of its
-own - the sysfs counters (every `interval_s`), and each ethtool interface (back to back, at most every
-`interval_s`) - that stamps each sample with the perf_counter times its read began and ended. `take()` at a
+own - the sysfs counters (every `interval_s`), and each ethtool interface (at most once a second, or every
+`interval_s` if longer) - that stamps each sample with the perf_counter times its read began and ended. `take()` at a
 step's end only subtracts the source's sample used last time from its newest one: no file read, no process,
 no wait.
 
@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from telemetry.capture.counters import CounterReader, diff
 
 SYSFS = "sysfs"
+# ethtool starts a process per read: at most one per NIC a second (PFC pauses and discards need no finer grain)
+ETHTOOL_MIN_INTERVAL_S = 1.0
 NO_SAMPLE = "no new sample of this source since the previous step (its growth goes to the next step)"
 
 
@@ -54,12 +56,12 @@ class CounterSampler:
 
     def __init__(self, reader: CounterReader, interval_s: float = 0.1, clock=time.perf_counter, start: bool = True):
         self.reader, self.interval_s, self.clock = reader, interval_s, clock
-        self.sources = [_Source(SYSFS, reader.read_sysfs, interval_s)]
+        self.sources = [_Source(SYSFS, reader.read_sysfs, interval_s)]  # the sysfs files: one source
         eth = reader.ethtool
         if eth is not None:
             for iface in eth.interfaces:
                 self.sources.append(_Source(f"eth:{iface}", lambda i=iface: {f"eth:{i}": eth._wanted(i)},
-                                            interval_s))
+                                            max(interval_s, ETHTOOL_MIN_INTERVAL_S)))
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         for src in self.sources:  # the first sample of every source, before the first step

@@ -79,6 +79,7 @@ class CounterReader:
         self.ports = [(p["device"], p["port"]) for p in ports if wanted is None or p["device"] in wanted]
         # PFC pause frames and port discards come from the driver through ethtool -S, on the same NICs
         self.ethtool = EthtoolReader(self._ethtool_interfaces()) if ethtool is True else (ethtool or None)
+        self._hw_present: dict[tuple[str, int], list[str]] = {}
         self._last = self.read()
 
     def _ethtool_interfaces(self) -> list[str]:
@@ -109,8 +110,13 @@ class CounterReader:
                 v = _read_int(os.path.join(p, "counters", k))
                 if v is not None:
                     values[k] = v
-            for k in IB_HW_COUNTERS:
-                v = _read_int(os.path.join(p, "hw_counters", k))
+            hw = os.path.join(p, "hw_counters")
+            present = self._hw_present.get((dev, port))
+            if present is None:  # the driver's set of files is fixed: list it once, not ~60 failed opens a read
+                present = self._hw_present[(dev, port)] = (
+                    [k for k in IB_HW_COUNTERS if k in set(os.listdir(hw))] if os.path.isdir(hw) else [])
+            for k in present:
+                v = _read_int(os.path.join(hw, k))
                 if v is not None:
                     values[k] = v
             snap[f"rdma:{dev}/{port}"] = values

@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 
 from telemetry.capture import congestion as cg
+from telemetry.capture import counter_sampler
 from telemetry.capture.counter_sampler import NO_SAMPLE, SYSFS, CounterSampler
 from telemetry.capture.counters import CounterReader
 
@@ -33,6 +34,7 @@ def test_the_step_path_never_runs_ethtool(tmp_path, monkeypatch):
         calls.append((iface, threading.current_thread().name))
         return MLX5_TEXT
 
+    monkeypatch.setattr(counter_sampler, "ETHTOOL_MIN_INTERVAL_S", 0.0)  # a short test: read as often as sysfs
     monkeypatch.setattr(cg.shutil, "which", lambda name: "/usr/sbin/ethtool")
     monkeypatch.setattr(cg.EthtoolReader, "_ethtool", ethtool_s)
     tel = Telemetry(TelemetrySettings(cross_rank_every=0, link_probe_every=0, sysfs=str(tmp_path), interfaces=[],
