@@ -9,7 +9,8 @@ Counts, in total and per process group (`by_group`):
 - why the others have none: `late` (no completion report when the step closed), `no_duration` (a report
   without a duration), `captured` (issued in CUDA graph capture: no report comes), `compiled` (traced into a
   torch.compile graph), `no_timing` (a group with neither a completion hook nor CUDA events), `other_untimed`
-  (gloo functional collectives, asynchronous calls under the CUDA-event fallback, ...);
+  (gloo functional collectives, asynchronous calls under the CUDA-event fallback, ...; their reasons in the
+  group's `other_reasons`);
 - what happened between steps: `reported_after_close` (reports of earlier steps' late calls that came
   after all; those steps' records keep them untimed), `never_reported` (late calls given up on), and
   `unclaimed_reports` (completion reports no traced call claimed: collectives the tracer never saw, such as
@@ -43,6 +44,8 @@ def add(total: dict, part: dict) -> dict:
             mine[k] = mine.get(k, 0) + (g.get(k) or 0)
         if mine.get("timing") is None:
             mine["timing"] = g.get("timing")
+        if g.get("other_reasons"):
+            mine["other_reasons"] = sorted(set(mine.get("other_reasons") or ()) | set(g["other_reasons"]))
     return total
 
 
@@ -78,7 +81,9 @@ def verdict(h: dict) -> str:
         missing = []
         for name in sorted(groups):
             g = groups[name]
-            why = [f"{g[k]} {WORDS[k]}" for k in UNTIMED if g.get(k)]
+            why = [f"{g[k]} {WORDS[k]}" + (f" ({'; '.join(g['other_reasons'])})"
+                                          if k == "other_untimed" and g.get("other_reasons") else "")
+                   for k in UNTIMED if g.get(k)]
             if why:
                 missing.append(f"{name}: " + ", ".join(why))
         head = (f"timing covers {_pct(share(h['timed'], h['calls']))} of calls and "

@@ -598,10 +598,16 @@ class StepComm:
                 g["timed"] += 1
                 g["timed_bytes"] += c.nbytes
             else:
-                g[_untimed_kind(c.untimed_reason)] += 1
+                kind = _untimed_kind(c.untimed_reason)
+                g[kind] += 1
+                if kind == "other_untimed":
+                    g.setdefault("other_reasons", set()).add(c.untimed_reason or "unknown")
         for kind, by_group in self.events.items():
             for name, n in by_group.items():
                 groups.setdefault(name, {**coverage.empty(), "timing": None})[kind] += n
+        for g in groups.values():
+            if "other_reasons" in g:
+                g["other_reasons"] = sorted(g["other_reasons"])
         coverage.add(out, {"by_group": groups})
         for g in groups.values():
             for k in coverage.COUNTS:
@@ -704,6 +710,8 @@ class CollectiveTracer:
                 self._patch(dist, "_coalescing_manager", wrapped)
             self._patch(c10d, "_coalescing_manager", wrapped)
         self._register_groups(c10d)
+        drain_reports()  # works that completed before this tracer existed are not its steps' business
+        self._unclaimed_seen = Counter(UNCLAIMED)
         self.installed = True
         return self
 

@@ -733,6 +733,7 @@ def test_without_the_hook_cuda_events_time_blocking_calls_and_late_events_are_he
     h = second.health()
     assert h["by_group"]["dp"]["reported_after_close"] == 1 and tracer.late == 1
     assert h["other_untimed"] == 1 and second.summary()["all_reduce"]["untimed_reason"] == collectives.EVENTS_ASYNC
+    assert f"1 untimed for another reason ({collectives.EVENTS_ASYNC})" in h["verdict"]
     assert h["by_group"]["dp"]["timing"] == collectives.EVENTS
     reduce(torch.ones(10), group=g)
     assert "no _register_on_completion_hook" not in capsys.readouterr().err  # said once
