@@ -353,13 +353,14 @@ def _group_timing(pg) -> tuple[int | None, str | None, str | None]:
         except TypeError:
             got = _HOOKS_STRONG.get(id(pg), (None, None))[1]
             weak = False
-        if got is None:
+        fresh = got is None
+        if fresh:
             got = _register(pg)
             if weak:
                 _HOOKS[pg] = got
             else:
                 _HOOKS_STRONG[id(pg)] = (pg, got)
-    if got[1] != HOOK:
+    if fresh and got[1] != HOOK:
         _announce(pg, got[1], got[2])
     return got
 

@@ -64,8 +64,17 @@ class CounterSampler:
                                             max(interval_s, ETHTOOL_MIN_INTERVAL_S)))
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
-        for src in self.sources:  # the first sample of every source, before the first step
-            self.sample(src)
+        # the first sample of every source: the reader's own first read (at its construction, just now), so
+        # start-up runs no extra ethtool per NIC
+        now = self.clock()
+        first = getattr(reader, "_last", None) or {}
+        for src in self.sources:
+            values = ({k: v for k, v in first.items() if not k.startswith("eth:")} if src.name == SYSFS else
+                      {src.name: first[src.name]} if src.name in first else None)
+            if values is None:
+                self.sample(src)
+            else:
+                src.latest = Sample(now, now, values)
             src.taken = src.latest
         if start:
             self.start()

@@ -6,7 +6,10 @@ in-process stand-in for the `ethtool -S` process that records which thread ran i
 """
 from __future__ import annotations
 
+import os
 import threading
+
+import pytest
 
 from telemetry.capture import congestion as cg
 from telemetry.capture import counter_sampler
@@ -109,3 +112,40 @@ def test_a_failed_ethtool_read_keeps_the_last_good_sample(tmp_path):
     sampler.sample(src)
     assert src.latest is good and src.failures == 1
     assert sampler.describe()["sources"]["eth:eth2"]["failed_reads"] == 1
+
+
+@pytest.mark.integration  # starts the stand-in ethtool process
+def test_with_a_300_ms_ethtool_on_path_the_step_never_waits_for_it(tmp_path, monkeypatch):
+    from telemetry.capture.session import Telemetry, TelemetrySettings
+
+    mlx5_port(tmp_path)
+    rdma_bytes(tmp_path, 0)
+    (tmp_path / "ethtool_S.txt").write_text("NIC statistics:\n" + "".join(
+        f"     {line}\n" for line in MLX5_TEXT.splitlines() if line.strip()))
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "ethtool").write_text(f"#!/bin/sh\nsleep 0.3\ncat {tmp_path / 'ethtool_S.txt'}\n")
+    (bindir / "ethtool").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    runs, real_run = [], cg.subprocess.run
+
+    def run(cmd, *args, **kwargs):
+        runs.append((cmd[0], threading.current_thread().name))
+        return real_run(cmd, *args, **kwargs)
+
+    monkeypatch.setattr(cg.subprocess, "run", run)
+    tel = Telemetry(TelemetrySettings(cross_rank_every=0, link_probe_every=0, sysfs=str(tmp_path), interfaces=[]))
+    tel.start()
+    at_start = len(runs)
+    assert runs[0][0] == str(bindir / "ethtool")
+    try:
+        for step in range(1, 4):
+            tel.start_step(step)
+            threading.Event().wait(0.2)
+            rec = tel.end_step(step)
+            assert "eth:eth2" in rec["host"]["counters_window"]
+    finally:
+        tel.close()
+    after = runs[at_start:]  # (the sampler thread's first read may start before at_start is taken)
+    assert threading.main_thread().name not in {name for _, name in after}
+    assert {name for _, name in runs} == {"MainThread", "telemetry-counters:eth:eth2"}
