@@ -122,7 +122,8 @@ FUNCOL_GLOO = "functional collectives are timed on NCCL only"
 NO_FUTURE = "this backend's work has no future to time it"
 UNFINISHED = "not complete when the step ended"
 CAPTURED = "issued during CUDA graph capture (no completion report)"
-COMPILED = "traced while torch.compile was compiling (its runs execute inside the compiled graph)"
+COMPILED = ("traced while torch.compile was compiling (run inside the compiled graph, or after a graph break, "
+            "without the tracer: its works' reports show as unclaimed)")
 NO_DURATION = "the completion report carried no duration"
 EVENTS_ASYNC = ("asynchronous NCCL call on a group timed by CUDA events (the end of its work is not on the issuing "
                 "stream)")

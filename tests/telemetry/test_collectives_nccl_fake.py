@@ -598,6 +598,29 @@ def test_calls_in_graph_capture_or_compilation_are_counted_apart(monkeypatch):
     assert "1 issued in CUDA graph capture, 1 traced into a compiled graph" in h["verdict"]
 
 
+def test_a_call_in_a_torch_compiled_function_is_accounted_for():
+    """Real dynamo (eager backend) over a traced call on the pretend group: whatever dynamo makes of the
+    wrapper, each work is a timed call or a report counted unclaimed, never lost."""
+    g, tracer = FakeProcessGroupNCCL("compiled-g"), CollectiveTracer()
+    collectives.register_timing(g)  # its hook goes on when the group is made (new_group, the mesh owner)
+    reduce = wrap(tracer, "all_reduce", all_reduce)
+
+    def f(x):
+        y = x * 2
+        reduce(y, group=g)
+        return y + 1
+
+    compiled = torch.compile(f, backend="eager")
+    tracer.begin_step()
+    for _ in range(3):
+        compiled(torch.ones(4))
+    g.watchdog()
+    h = tracer.end_step().health()
+    assert h["calls"] == 3 and h["timed"] + h["compiled"] == 3
+    assert h["timed"] + h["unclaimed_reports"] == 3
+    torch._dynamo.reset()
+
+
 # ---------------------------------------------------------------- batched dispatch, hooks at group creation
 
 def test_the_hook_only_queues_reports_the_step_end_matches_them():
