@@ -22,8 +22,10 @@ step on the development machines. Time per call:
   all-gather output is a whole unsharded block, so holding works until the step ends multiplies
   peak memory. Instead one completion hook per NCCL process group
   (`ProcessGroup._register_on_completion_hook`, which needs `TORCH_NCCL_ENABLE_TIMING=1`, set by
-  `enable_nccl_timing()` before init) reports each finished work - op type and device-side duration,
-  no tensors - from ProcessGroupNCCL's hook thread. Each traced call waits in a per-group queue and
+  `enable_nccl_timing()` before init), registered when the group is made, reports each finished work -
+  op type and device-side duration, no tensors - from ProcessGroupNCCL's hook thread, where it is only
+  queued; the training thread matches the queued reports at the step's end. Each traced call waits in a
+  per-group queue and
   takes the first report of a matching op type (works of one type on one group finish in issue order);
   a call that issues several works (DDP's coalesced broadcasts) counts them from the group's sequence
   number. This times DTensor functional collectives and blocking send/recv too, and one
@@ -31,6 +33,10 @@ step on the development machines. Time per call:
   The watchdog reports completions up to ~100 ms late: a work reported after its step ended is
   counted in its own step with time null (`untimed`, `untimed_bytes`), unless `settle_s` lets
   `end_step` wait that long for the step's reports.
+  Without the hook (a torch without `_register_on_completion_hook`, or a group that refuses it), blocking
+  NCCL calls are timed by CUDA events recorded around them on the current stream, read without a sync.
+- Every step's `StepComm.health()` says how much of this is timed and why the rest is not
+  (telemetry/coverage.py).
 
 Bytes follow nccl-tests' S (telemetry/formulas.py), so busbw here and in sweeps mean the same thing.
 gloo implements reduce_scatter as clone + all_reduce internally: the wire traffic is twice S there.
