@@ -80,6 +80,19 @@ class CounterSampler:
             self.start()
 
     @property
+    def ports(self) -> list[tuple[str, int]]:
+        """The RDMA ports counted (the reader's)."""
+        return self.reader.ports
+
+    def keep_ports(self, ports: list[tuple[str, int]]) -> None:
+        """Count only these RDMA ports from now on (the ones NCCL uses: rdma_devices.py); `take()` leaves the
+        others out of samples read before, so no step counts a port left out."""
+        self.reader.keep_ports(ports)
+
+    def _kept_devices(self) -> set[str]:
+        return {f"rdma:{d}/{n}" for d, n in self.reader.ports}
+
+    @property
     def ethtool_interfaces(self) -> list[str]:
         return [s.name[len("eth:"):] for s in self.sources if s.name != SYSFS]
 
@@ -106,8 +119,8 @@ class CounterSampler:
         t1 = self.clock()
         src.reads += 1
         src.read_s += t1 - t0
-        before = src.latest.values if src.latest is not None else {}
-        if values is None or any(before.get(d) and not values.get(d) for d in before):
+        before = src.latest.values if src.latest is not None and src.name != SYSFS else {}
+        if values is None or any(before.get(d) and not values.get(d) for d in before):  # ethtool failed
             src.failures += 1
             return
         src.latest = Sample(t0, t1, values)
@@ -127,7 +140,11 @@ class CounterSampler:
             if latest is None or taken is None or latest is taken:
                 windows[src.name] = {"sample": None, "reason": NO_SAMPLE}
                 continue
-            deltas.update(diff(taken.values, latest.values))
+            grown = diff(taken.values, latest.values)
+            if src.name == SYSFS:  # a read begun before keep_ports may still hold a port left out
+                keep = self._kept_devices()
+                grown = {k: v for k, v in grown.items() if not k.startswith("rdma:") or k in keep}
+            deltas.update(grown)
             src.taken = latest
             origin = t_start if t_start is not None else taken.t
             a, b = taken.t, latest.t  # the counted window; each end known to within half its read's time

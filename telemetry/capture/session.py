@@ -31,8 +31,9 @@ from telemetry import coverage
 from telemetry.capture import early, fabric
 from telemetry.settings import TelemetrySettings  # noqa: F401 (the settings the session takes; re-exported)
 from telemetry.capture.collectives import RECORDED_OPS as OPS, CollectiveTracer, enable_nccl_timing, set_host_map, totals
+from telemetry.capture import rdma_devices
 from telemetry.capture.counter_sampler import CounterSampler
-from telemetry.capture.counters import CounterReader, loss_verdict
+from telemetry.capture.counters import CounterReader, list_hcas, loss_verdict
 from telemetry.capture import bmc_power
 from telemetry.capture.congestion import summarize as congestion_figures
 from telemetry.capture.energy import EnergyMeter, open_cpu_source, open_gpu_source
@@ -163,6 +164,8 @@ class Telemetry:
         self._file = None
         self._group = None
         self._loss_steps: list[dict] = []
+        self.rdma_ports: dict | None = None  # counted / excluded RDMA ports (rdma_devices.select)
+        self._rdma_from_log = False
         self.bmc: bmc_power.PowerSampler | None = None
         self._bmc_info: dict = {"source": None, "reason": "telemetry.bmc is not set"}
         self._server = {"energy_j": 0.0, "seconds": 0.0, "known": False}
@@ -225,6 +228,8 @@ class Telemetry:
         # read by sampler threads, never on the step path (ethtool -S is a process per NIC): counter_sampler.py
         self.counters = (CounterSampler(CounterReader(self._interfaces(), root=self.s.sysfs, ethtool=self.s.ethtool),
                                         self.s.counter_sample_interval_s) if host_leader else None)
+        if self.counters is not None:
+            self._choose_rdma_ports()
         if host_leader and self.s.bmc:
             self._start_bmc()
         trace_dir = os.path.join(self.run_dir, "logs") if self.run_dir and self.s.save_traces else None
@@ -274,6 +279,23 @@ class Telemetry:
             self._bmc_info = {"source": None, "reason": str(exc)}
             print(f"[telemetry] server power not read: {exc}", file=sys.stderr, flush=True)
 
+    def _choose_rdma_ports(self, nccl_devices: list[dict] | None = None) -> None:
+        """Count the RDMA ports NCCL uses, not every HCA in the host (storage cards: rdma_devices.py): NCCL_IB_HCA
+        at start, then the device list in this host's NCCL log once its first communicator is built."""
+        sel = rdma_devices.select(list_hcas(self.s.sysfs), nccl_devices, os.environ.get("NCCL_IB_HCA"))
+        self.counters.keep_ports(sel.counted)
+        self.rdma_ports = sel.to_dict()
+        self._rdma_from_log = bool(nccl_devices)
+
+    def _rdma_ports_from_nccl_log(self) -> None:
+        """Once, after the first step: this host's NCCL log names the devices NCCL opened (a bounded read)."""
+        self._rdma_from_log = True  # tried: a log without a device list keeps the NCCL_IB_HCA selection
+        if not self.run_dir or not self.counters.ports:
+            return
+        nccl = fabric.detect_nccl_transport(os.path.join(self.run_dir, "logs"), fabric.nccl_log_host())
+        if nccl and nccl.get("ib_devices"):
+            self._choose_rdma_ports(nccl["ib_devices"])
+
     def _interfaces(self) -> list[str] | None:
         if self.s.interfaces is not None:
             return self.s.interfaces
@@ -295,6 +317,9 @@ class Telemetry:
             return
         self.tracer.begin_step()
         self.windows.start(step)
+        for meter in (self.gpu, self.cpu):  # the first step's energy counts from its start
+            if meter is not None:
+                meter.begin()
         self._t_step = time.perf_counter()
         self._marks = []
 
@@ -349,6 +374,8 @@ class Telemetry:
             if cpu.get("reason"):
                 own["host"]["cpu_energy_reason"] = cpu["reason"]
         if self.counters is not None:
+            if not self._rdma_from_log:  # NCCL built its communicators in step 1: its log names its devices
+                self._rdma_ports_from_nccl_log()
             deltas, windows = self.counters.take(self._t_step, t_end)  # the latest samples: no read, no wait
             self._loss_steps.append(deltas)
             verdict = loss_verdict([deltas])
@@ -607,6 +634,7 @@ class Telemetry:
                "counters": loss_verdict(self._loss_steps) if self.counters is not None else
                {"verdict": None, "reason": "read by the host's local rank 0"}}
         if self.counters is not None:
+            out["rdma_ports"] = self.rdma_ports
             out["counter_sampling"] = self.counters.describe()
         if self.counters is not None:  # whole-server power is a host figure, like the counters
             out["server_power"] = {**self._bmc_info,

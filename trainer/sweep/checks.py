@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 from ..checks import _at_least
-from ..config import SWEEP_DTYPES, SWEEP_OPS, SweepConfig, parse_size
+from .plan import SWEEP_DTYPES, SWEEP_OPS, SweepConfig, parse_size
+
 
 def check_sweep(sw: SweepConfig) -> list[str]:
     p: list[str] = []
