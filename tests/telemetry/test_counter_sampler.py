@@ -149,3 +149,16 @@ def test_with_a_300_ms_ethtool_on_path_the_step_never_waits_for_it(tmp_path, mon
     after = runs[at_start:]  # (the sampler thread's first read may start before at_start is taken)
     assert threading.main_thread().name not in {name for _, name in after}
     assert {name for _, name in runs} == {"MainThread", "telemetry-counters:eth:eth2"}
+
+
+def test_a_port_left_out_after_a_sample_was_read_is_not_counted(tmp_path):
+    for dev in ("mlx5_0", "mlx5_1"):
+        port = tmp_path / "class" / "infiniband" / dev / "ports" / "1"
+        write(port / "state", "4: ACTIVE")
+        write(port / "counters" / "port_xmit_data", 0)
+    sampler = CounterSampler(CounterReader(interfaces=[], root=str(tmp_path)), start=False)
+    write(tmp_path / "class" / "infiniband" / "mlx5_1" / "ports" / "1" / "counters" / "port_xmit_data", 10**9)
+    sampler.sample_now()  # read with both ports
+    sampler.keep_ports([("mlx5_0", 1)])  # then NCCL's log names mlx5_0 only (a storage card is mlx5_1)
+    deltas, _ = sampler.take(None, 1e9)
+    assert set(deltas) == {"rdma:mlx5_0/1"}
