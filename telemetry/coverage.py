@@ -14,19 +14,21 @@ Counts, in total and per process group (`by_group`):
 - what happened between steps: `reported_after_close` (reports of earlier steps' late calls that came
   after all; those steps' records keep them untimed), `never_reported` (late calls given up on), and
   `unclaimed_reports` (completion reports no traced call claimed: collectives the tracer never saw, such as
-  those run inside compiled graphs or issued from C++).
+  those run inside compiled graphs or issued from C++), `queue_full` (a group's report queue was found full at
+  a drain: its oldest reports were lost).
 """
 from __future__ import annotations
 
 import math
 
 UNTIMED = ("late", "no_duration", "captured", "compiled", "no_timing", "other_untimed")
-BETWEEN = ("reported_after_close", "never_reported", "unclaimed_reports")
+BETWEEN = ("reported_after_close", "never_reported", "unclaimed_reports", "queue_full")
 COUNTS = ("calls", "bytes", "timed", "timed_bytes", *UNTIMED, *BETWEEN)
 WORDS = {"late": "not reported when the step closed", "no_duration": "reported without a duration",
          "captured": "issued in CUDA graph capture", "compiled": "traced into a compiled graph",
          "no_timing": "on a group with no timing mechanism", "other_untimed": "untimed for another reason",
-         "never_reported": "never reported", "unclaimed_reports": "completion reports matched no traced call"}
+         "never_reported": "never reported", "unclaimed_reports": "completion reports matched no traced call",
+         "queue_full": "times the group's report queue was found full (the oldest reports lost)"}
 FULL = "timing covers 100% of calls and bytes"
 
 
@@ -90,7 +92,7 @@ def verdict(h: dict) -> str:
                 f"{_pct(share(h.get('timed_bytes', 0), h.get('bytes', 0)))} of bytes; missing: "
                 + ("; ".join(missing) or "calls of unknown groups"))
     notes = []
-    for k in ("never_reported", "unclaimed_reports"):
+    for k in ("never_reported", "unclaimed_reports", "queue_full"):
         where = [f"{g[k]} on {name}" for name, g in sorted(groups.items()) if g.get(k)]
         if where:
             notes.append(f"{WORDS[k]}: {', '.join(where)}")

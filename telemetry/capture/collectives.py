@@ -681,6 +681,7 @@ class CollectiveTracer:
         self._by_events: deque[Call] = deque()  # EVENTS: calls whose end event is not read yet, in issue order
         self._between: dict[str, Counter] = {k: Counter() for k in coverage.BETWEEN}  # since the last end_step
         self._unclaimed_seen: Counter = Counter(UNCLAIMED)  # counted from here on
+        self._overflows_seen: Counter = Counter(OVERFLOWS)
         self.installed = False
         with _REGISTRY_LOCK:
             _TRACERS.add(self)
@@ -1145,13 +1146,15 @@ class CollectiveTracer:
             step.events = {k: dict(v) for k, v in self._between.items() if v}
             for v in self._between.values():
                 v.clear()
-        unclaimed = {t: n - self._unclaimed_seen.get(t, 0) for t, n in list(UNCLAIMED.items())}
-        for token, n in unclaimed.items():
-            if n > 0:
-                name = _token_group_name(token)
-                step.events.setdefault("unclaimed_reports", {})
-                step.events["unclaimed_reports"][name] = step.events["unclaimed_reports"].get(name, 0) + n
-                self._unclaimed_seen[token] += n
+        for kind, counter, seen in (("unclaimed_reports", UNCLAIMED, self._unclaimed_seen),
+                                    ("queue_full", OVERFLOWS, self._overflows_seen)):
+            for token, n in list(counter.items()):
+                n -= seen.get(token, 0)
+                if n > 0:
+                    name = _token_group_name(token)
+                    step.events.setdefault(kind, {})
+                    step.events[kind][name] = step.events[kind].get(name, 0) + n
+                    seen[token] += n
         if not hold:
             self.release(step, self.settle_s)
         return step

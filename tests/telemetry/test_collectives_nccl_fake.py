@@ -635,6 +635,19 @@ def test_the_hook_only_queues_reports_the_step_end_matches_them():
     assert tracer.end_step().summary()["all_reduce"]["time_s"] == 26e-6
 
 
+def test_a_full_report_queue_is_said_in_the_health(monkeypatch):
+    monkeypatch.setattr(collectives, "REPORT_QUEUE_MAX", 4)
+    g, tracer = FakeProcessGroupNCCL("small-queue", dim="pp"), CollectiveTracer()
+    reduce = wrap(tracer, "all_reduce", all_reduce)
+    tracer.begin_step()
+    for _ in range(6):
+        reduce(torch.ones(4), group=g)
+    g.watchdog()  # 6 reports into a queue of 4: the 2 oldest are lost
+    h = tracer.end_step().health()
+    assert h["by_group"]["pp"]["queue_full"] == 1 and h["timed"] == 4 and h["late"] == 2
+    assert "times the group's report queue was found full (the oldest reports lost): 1 on pp" in h["verdict"]
+
+
 def test_the_hook_goes_on_when_the_group_is_made_not_at_its_first_call():
     made = []
 
