@@ -225,9 +225,11 @@ class Telemetry:
                                self.s.power_sample_interval_s)
         host_leader = self.local_rank == 0  # host-wide sources are read once per host
         self.cpu = EnergyMeter(open_cpu_source(self.s.sysfs)) if host_leader else None
-        # read by sampler threads, never on the step path (ethtool -S is a process per NIC): counter_sampler.py
+        # read by sampler threads, never on the step path (ethtool -S is a process per NIC): counter_sampler.py.
+        # Not during a collective sweep (trace=False): threads waking beside a microsecond all-reduce would
+        # be in its timing; interval() reads the counters between sizes instead
         self.counters = (CounterSampler(CounterReader(self._interfaces(), root=self.s.sysfs, ethtool=self.s.ethtool),
-                                        self.s.counter_sample_interval_s) if host_leader else None)
+                                        self.s.counter_sample_interval_s, start=trace) if host_leader else None)
         if self.counters is not None:
             self._choose_rdma_ports()
         if host_leader and self.s.bmc:
