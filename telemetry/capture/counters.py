@@ -120,8 +120,8 @@ class CounterReader:
             hw = os.path.join(p, "hw_counters")
             present = self._hw_present.get((dev, port))
             if present is None:  # the driver's set of files is fixed: list it once, not ~60 failed opens a read
-                present = self._hw_present[(dev, port)] = (
-                    [k for k in IB_HW_COUNTERS if k in set(os.listdir(hw))] if os.path.isdir(hw) else [])
+                files = set(os.listdir(hw)) if os.path.isdir(hw) else set()
+                present = self._hw_present[(dev, port)] = [k for k in IB_HW_COUNTERS if k in files]
             for k in present:
                 v = _read_int(os.path.join(hw, k))
                 if v is not None:
