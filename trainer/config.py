@@ -393,6 +393,9 @@ def _check_telemetry(r: Recipe) -> list[str]:
         p += at_least("telemetry", tel, ("cross_rank_median_every",), 0, " (0 = never), or null for the default")
     if tel.power_sample_interval_s <= 0:
         p.append(f"telemetry.power_sample_interval_s: got {tel.power_sample_interval_s}; expected a number > 0")
+    if not 0 < tel.counter_sample_interval_s <= 60:
+        p.append(f"telemetry.counter_sample_interval_s: got {tel.counter_sample_interval_s}; expected seconds > 0, "
+                 "up to 60")
     if tel.bmc_sample_interval_s <= 0:
         p.append(f"telemetry.bmc_sample_interval_s: got {tel.bmc_sample_interval_s}; expected a number > 0 (seconds)")
     if tel.bmc is not None and tel.bmc != "ipmitool" and not str(tel.bmc).startswith(("http://", "https://")):
