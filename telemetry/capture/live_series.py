@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from telemetry import coverage
 from telemetry.capture.congestion import classify
 from telemetry.capture.counters import LOSS_COUNTERS
 from telemetry.rundir import METRICS, JsonlFollower, rank_file
@@ -70,7 +71,7 @@ SERIES: tuple[Series, ...] = (
     Series("tracer_calls", "counter", ("rank", "group", "outcome"), "the collective tracer's health (a step "
            "record's `comm_health`): calls seen (outcome all), timed, and why the rest has no time (late, "
            "no_duration, captured, compiled, no_timing, other_untimed); between steps: reported_after_close, "
-           "never_reported, unclaimed_reports"),
+           "never_reported, unclaimed_reports, queue_full (telemetry/coverage.py)"),
     Series("tracer_bytes", "counter", ("rank", "group", "outcome"), "bytes of the calls the tracer saw (outcome "
            "all) and of those timed (timed)"),
     Series("gpu_power_watts", "gauge", RANK, "the rank's GPU mean power over the newest step (NVML)"),
@@ -105,10 +106,8 @@ SERIES: tuple[Series, ...] = (
 )
 BY_NAME = {s.name: s for s in SERIES}
 PFC_KINDS = {"rx_pause": "rx", "tx_pause": "tx", "rx_pause_global": "rx", "tx_pause_global": "tx"}
-# a record's `comm_health` counts (the tracer's health): outcome label -> key
-HEALTH_CALLS = {"all": "calls", "timed": "timed", **{k: k for k in (
-    "late", "no_duration", "captured", "compiled", "no_timing", "other_untimed", "reported_after_close",
-    "never_reported", "unclaimed_reports")}}
+# a record's `comm_health` counts (telemetry/coverage.py): outcome label -> key
+HEALTH_CALLS = {"all": "calls", "timed": "timed", **{k: k for k in (*coverage.UNTIMED, *coverage.BETWEEN)}}
 HEALTH_BYTES = {"all": "bytes", "timed": "timed_bytes"}
 
 

@@ -165,6 +165,10 @@ def test_prometheus_scrapes_every_rank_with_values_from_the_run_directory(live_r
         expr = f'fabric_harness_collective_bytes_total{{rank="{rank}",group="dp",scope="intra",op="all_reduce"}}'
         want = sum(x["comm_groups"]["dp"]["by_op"]["all_reduce"]["bytes"] for x in lines if x["step"] <= step)
         assert float(prom.last(expr)[0]["value"][1]) == want
+        # the tracer's health (comm_health): calls the tracer saw and timed, per group
+        expr = f'fabric_harness_tracer_calls_total{{rank="{rank}",group="dp",outcome="timed"}}'
+        want = sum(x["comm_health"]["by_group"]["dp"]["timed"] for x in lines if x["step"] <= step)
+        assert float(prom.last(expr)[0]["value"][1]) == want > 0
     # the job's figures, from metrics.jsonl (rank 0's node)
     metrics = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     n = int(float(prom.last("fabric_harness_job_steps_total")[0]["value"][1]))
