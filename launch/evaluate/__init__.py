@@ -18,13 +18,14 @@ from .runner import (COMPLETE, EXIT_FAILED, EXIT_INPUT, EXIT_INTERRUPTED, EXIT_M
 from .spec import Evaluation
 from telemetry.analysis.transport_claims import check_transport
 from telemetry.errors import print_errors
+from telemetry.rundir import RUN_JSON
 
 Launch = Callable[[list, dict, str, float, bool], tuple]
 
 
 def _fabric(run_dir: str) -> dict | None:
     try:
-        with open(os.path.join(run_dir, "run.json"), encoding="utf-8") as f:
+        with open(os.path.join(run_dir, RUN_JSON), encoding="utf-8") as f:
             return json.load(f).get("fabric")
     except (OSError, json.JSONDecodeError):
         return None

@@ -21,6 +21,7 @@ from launch.lab import pump
 
 from .spec import Evaluation, Variant, Workload
 from telemetry.errors import InputError
+from telemetry.rundir import RUN_JSON
 
 COMPLETE = ("completed", "target_reached")
 # Exit codes: 0 all good; 1 a run or the report failed; 2 bad input; 3 a variant used another transport
@@ -64,7 +65,7 @@ def setting(ev: Evaluation, run: PlannedRun) -> dict:
 
 def read_status(run_dir: str) -> str | None:
     try:
-        with open(os.path.join(run_dir, "run.json"), encoding="utf-8") as f:
+        with open(os.path.join(run_dir, RUN_JSON), encoding="utf-8") as f:
             return json.load(f).get("status")
     except (OSError, json.JSONDecodeError):
         return None
