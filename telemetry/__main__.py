@@ -209,7 +209,9 @@ def _project(args) -> int:
                       f"{p['comm_time_s']:.4f} s: {p['wire_s']:.4f} s on the wire + {p['fixed_s']:.4f} s fixed; "
                       + ("busbw from the table)" if table else f"efficiency {eff})"))
                 for name, g in p["by_group"].items():
-                    where_g = ("on the target link" if g["on_target_link"] else
+                    shared = g.get("link_sharing") or 1.0
+                    where_g = (("on the target link" + (f", {shared:g} transfers sharing each link" if shared > 1 else ""))
+                               if g["on_target_link"] else
                                "intra-node, " + (f"at {args.intra_rate}" if intra_bps else "as measured"))
                     ranks = (f"{g['size']} ranks" if g.get("size_new", g["size"]) == g["size"] else
                              f"{g['size']} ranks measured, {g['size_new']} projected")

@@ -127,8 +127,27 @@ def measured_profile(run: Run, summary: dict | None = None) -> dict:
             "steps": len(times), "dp": layout.get("dp") or world, "global_batch": layout.get("global_batch_size"),
             # the lab's nodes share one host's cores (None off the lab: nodes have their own)
             "host_cpus": lab.get("host_cpus"), "mtu": lab.get("mtu"),
+            # links each node's ranks share onto the fabric: the lab gives a node one link; elsewhere the RDMA
+            # ports NCCL used on rank 0's host (run.json telemetry.rdma_ports), else unknown
+            "links_per_node": 1 if lab else _links_of(run),
             # measured times leave out calls without a time: what is projected from them is partial too
             "partial": bool(s.get("comm_partial")), "untimed_bytes": s.get("comm_untimed_bytes_per_step")}
+
+
+def _links_of(run: Run) -> int | None:
+    counted = ((run.info.get("telemetry") or {}).get("rdma_ports") or {}).get("counted")
+    return (len(counted) or None) if counted is not None else None
+
+
+def sharing(world: int, size: int, links_per_node: int | None) -> float:
+    """How many transfers of an inter-node group's collective share each link of a node, at once. Every
+    group of a dimension runs the same collective at the same point of the step (the world / size
+    sibling groups: tp 2 x dp 2 on 2 nodes has 2 dp groups), each crossing every node once (its ring's
+    one edge out of the node), so a node's links carry world / size of them; spread over the node's
+    links. Unknown links (None): one transfer per link, as before groups shared links."""
+    if not links_per_node or size >= world:
+        return 1.0
+    return max(1.0, (world / size) / links_per_node)
 
 
 def _group_profile(timed: list[dict], ops: dict, world: int) -> dict:
@@ -294,9 +313,10 @@ def efficiency_for(profile: dict) -> float:
     return LAB_EFFICIENCY[min(LAB_EFFICIENCY, key=lambda m: abs(m - mtu))]
 
 
-def _grow_groups(units: list[dict], n_new: int, node_ratio: float) -> None:
+def _grow_groups(units: list[dict], n: int, n_new: int, node_ratio: float, links) -> None:
     """Each unit's group size on the target: a group across nodes grows with the node count; one inside a
-    node keeps its size; the whole world's (no group) is the new world."""
+    node keeps its size; the whole world's (no group) is the new world. And how many transfers share a node's
+    link at once, measured and on the target (sharing())."""
     for u in units:
         if u["group"] is None:
             u["size_new"] = n_new
@@ -304,6 +324,9 @@ def _grow_groups(units: list[dict], n_new: int, node_ratio: float) -> None:
             u["size_new"] = max(1, round(u["size"] * node_ratio))
         else:
             u["size_new"] = u["size"]
+        inter = u["group"] is not None and u["scope"] == "inter"
+        u["share_measured"] = sharing(n, u["size"], links) if inter else 1.0
+        u["share_new"] = sharing(n_new, u["size_new"], links) if inter else 1.0
 
 
 def _add_unit(per_op: dict, by_group: dict, u: dict, figures: dict) -> None:
@@ -314,6 +337,7 @@ def _add_unit(per_op: dict, by_group: dict, u: dict, figures: dict) -> None:
     if u["group"] is not None:
         g = by_group.setdefault(u["group"], {"dim": u.get("dim"), "scope": u["scope"], "size": u["size"],
                                              "size_new": u["size_new"], "on_target_link": u["scope"] == "inter",
+                                             "link_sharing": u["share_new"],
                                              **{k: 0 if k == "bytes" else 0.0 for k in figures if k != "fixed_s"}})
         for k, v in figures.items():
             if k != "fixed_s":
@@ -374,8 +398,8 @@ def project(profile: dict, link_bps: float | None, latency_s: float = 0.0,
     measured_Bps = profile["link_bps"] / 8 * efficiency if profile["link_bps"] else None
     idle = profile["step_time_s"] - profile["comm_time_s"]
     units = _units(profile)
-    _grow_groups(units, n_new, nodes / nodes_measured)
-    wires = [u["bytes"] * bus_factor(u["op"], u["size"]) for u in units]
+    _grow_groups(units, n, n_new, nodes / nodes_measured, profile.get("links_per_node"))
+    wires = [u["bytes"] * bus_factor(u["op"], u["size"]) * u["share_measured"] for u in units]
     # only inter-node traffic went over the measured run's (shaped) links and goes over the target's
     total = sum(w for u, w in zip(units, wires) if u["scope"] == "inter") or 1.0
     credit_measured = _credit(profile.get("burst_bytes") or 0, profile["link_bps"], idle)
@@ -388,7 +412,7 @@ def project(profile: dict, link_bps: float | None, latency_s: float = 0.0,
     comm_range = {"slow": 0.0, "fast": 0.0}
     for u, wire in zip(units, wires):
         op = u["op"]
-        wire_target = u["bytes"] * bus_factor(op, u["size_new"])
+        wire_target = u["bytes"] * bus_factor(op, u["size_new"]) * u["share_new"]
         if u["scope"] != "inter":
             # inside a node (NVLink, loopback): not on the target link. As measured, or at its own rate
             # (`intra_bps`), taken as the measured run's unshaped transfer at least (max, as below)

@@ -89,6 +89,7 @@ def test_session_counts_only_ncclss_devices_and_names_the_storage_card(tmp_path,
     _port(sysfs, "mlx5_0", 100)
     _port(sysfs, "mlx5_2", 100)
     _port(sysfs, "mlx5_10", 250_000_000)  # storage traffic: 1 GB
+    tel.counters.sample_now()  # what the sampler thread does every telemetry.counter_sample_interval_s
     rec = tel.end_step(0)
     summary = tel.summary()
     tel.close()
@@ -98,3 +99,4 @@ def test_session_counts_only_ncclss_devices_and_names_the_storage_card(tmp_path,
         "counted": ["mlx5_0:1", "mlx5_2:1"],
         "excluded": [{"device": "mlx5_10", "port": 1, "reason": "not in NCCL's device list"}],
         "basis": "the devices NCCL's log lists as in use (NET/IB : Using ...)"}
+
