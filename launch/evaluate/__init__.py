@@ -14,21 +14,16 @@ from typing import Callable
 
 from .runner import (COMPLETE, EXIT_FAILED, EXIT_INPUT, EXIT_INTERRUPTED, EXIT_MISMATCH, EvaluateError,
                      SlurmAllocation, check_launcher, execute, lab_command, local_command, plan,
-                     read_status, resume_state, set_aside, setting, slurm_command, slurm_nproc, tail)
+                     read_run_field, read_status, resume_state, set_aside, setting, slurm_command, slurm_nproc, tail)
 from .spec import Evaluation
 from telemetry.analysis.transport_claims import check_transport
 from telemetry.errors import print_errors
-from telemetry.rundir import RUN_JSON
 
 Launch = Callable[[list, dict, str, float, bool], tuple]
 
 
 def _fabric(run_dir: str) -> dict | None:
-    try:
-        with open(os.path.join(run_dir, RUN_JSON), encoding="utf-8") as f:
-            return json.load(f).get("fabric")
-    except (OSError, json.JSONDecodeError):
-        return None
+    return read_run_field(run_dir, "fabric")
 
 
 def _launch_one(ev: Evaluation, run, alloc, launch: Launch, verbose: bool, say) -> dict:

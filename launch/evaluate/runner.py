@@ -63,12 +63,17 @@ def setting(ev: Evaluation, run: PlannedRun) -> dict:
             "recipe": run.workload.recipe, "overrides": redact_tree(list(run.workload.overrides))}
 
 
-def read_status(run_dir: str) -> str | None:
+def read_run_field(run_dir: str, key: str):
+    """One field of the run's run.json; None when it is missing or unreadable."""
     try:
         with open(os.path.join(run_dir, RUN_JSON), encoding="utf-8") as f:
-            return json.load(f).get("status")
-    except (OSError, json.JSONDecodeError):
+            return json.load(f).get(key)
+    except (OSError, json.JSONDecodeError, AttributeError):
         return None
+
+
+def read_status(run_dir: str) -> str | None:
+    return read_run_field(run_dir, "status")
 
 
 def resume_state(ev: Evaluation, runs: list[PlannedRun]) -> dict[int, str]:
