@@ -344,7 +344,7 @@ class Telemetry:
         `into`: the caller's record for the step, filled in place. On NCCL with `hold_reports_s` > 0, the
         communication fields of a step given `into` are completed at the next step's end (or at `flush`),
         when the watchdog's completion reports of its last calls (up to ~100 ms late) are in; until then the
-        record carries `_held: True` (trainer/rundir.py writes held records in order once released)."""
+        record carries `_held: True` (telemetry/rundir.py writes held records in order once released)."""
         if not self.started:
             return {}
         t_end = time.perf_counter()
