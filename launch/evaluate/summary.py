@@ -7,8 +7,10 @@ import json
 import os
 import subprocess
 import sys
+from urllib.parse import quote
 
 from telemetry.analysis import evaluation_stats as st
+from telemetry.analysis.report import md_escape
 from telemetry.analysis.transport_claims import group_verdict
 
 from .spec import Evaluation
@@ -188,11 +190,11 @@ def write_pages(ev: Evaluation, record: dict) -> None:
     title = f"fabric-harness evaluation: {ev.name}"
     sub = (f"{len(ev.variants)} variants x {len(ev.workloads)} workloads x {ev.repeats} repeats, launcher "
            f"{ev.launcher}, interleaved rounds (variant order rotated each round)")
-    md = [f"# {title}\n", f"{sub}\n"]
+    md = [f"# {md_escape(title)}\n", f"{md_escape(sub)}\n"]
     body = [f"<h1>{html.escape(title)}</h1><p>{html.escape(sub)}</p>"]
     for cls, text in banners(record):
         mark = {"bad": "**[X] ", "unsure": "**[?] ", "good": "**[ok] "}[cls]
-        md.append(f"> {mark}{text}**\n")
+        md.append(f"> {mark}{md_escape(text)}**\n")
         body.append(f"<div class='banner {cls}'>{html.escape(text)}</div>")
     md.append("## Comparison reports\n")
     body.append("<h2>Comparison reports</h2><ul>")
@@ -201,17 +203,18 @@ def write_pages(ev: Evaluation, record: dict) -> None:
             rel = os.path.relpath(rep["html"], ev.out)
             rel_md = os.path.relpath(rep["md"], ev.out)
             note = f" (with the sweeps of workload {rep['sweep']})" if rep["sweep"] else ""
-            md.append(f"- {rep['workload']}{note}: [{rel_md}](<{rel_md}>)")
+            md.append(f"- {md_escape(rep['workload'] + note)}: [{md_escape(rel_md)}](<{quote(rel_md)}>)")
             body.append(f"<li>{html.escape(rep['workload'] + note)}: <a href='{html.escape(rel)}'>{html.escape(rel)}</a></li>")
         else:
-            md.append(f"- {rep['workload']}: none ({rep['error']})")
+            md.append(f"- {md_escape(rep['workload'])}: none ({md_escape(rep['error'])})")
             body.append(f"<li>{html.escape(rep['workload'])}: none ({html.escape(rep['error'])})</li>")
     md.append("")
     body.append("</ul>")
     for heading, header, rows, classes in tables(ev, record):
-        md += [f"## {heading}\n", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        md += [f"## {md_escape(heading)}\n", "| " + " | ".join(map(md_escape, header)) + " |",
+               "|" + "---|" * len(header)]
         for row, cls in zip(rows, classes):
-            md.append("| " + " | ".join(f"**{c}**" if k == "bad" and c else c.replace("|", "\\|")
+            md.append("| " + " | ".join(f"**{md_escape(c)}**" if k == "bad" and c else md_escape(c)
                                         for c, k in zip(row, cls)) + " |")
         md.append("")
         body.append(f"<h2>{html.escape(heading)}</h2><table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in header)

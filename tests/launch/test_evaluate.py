@@ -17,6 +17,7 @@ from launch.evaluate.spec import SpecError, load_evaluation
 from telemetry.analysis.evaluation_stats import difference, mlperf_mean, paired_difference
 
 from ..conftest import REPO
+from ..telemetry.test_report_formats import assert_same_tables
 
 SWEEP = str(REPO / "recipes" / "collectives.yaml")
 TINY = str(REPO / "recipes" / "tiny_llama_lora.yaml")
@@ -304,7 +305,8 @@ def test_five_repeats_add_the_mlperf_mean_and_intervals(tmp_path, capsys):
     assert paired["rounds"] == 5 and paired["excludes_zero"]
     assert paired["interval"][1] - paired["interval"][0] < pair["interval"][1] - pair["interval"][0]
     page = (tmp_path / "out" / "evaluation.md").read_text()
-    assert "MLPerf mean (best, worst dropped)" in page and "| slow vs fast | +100.0% | [+" in page
+    assert "MLPerf mean (best, worst dropped)" in page and "| slow vs fast | +100.0% | \\[+" in page
+    assert assert_same_tables(tmp_path / "out", "evaluation") >= 2  # the .md renders to the .html's cells
 
 
 def test_file_read_with_the_recipe_readers_limits(tmp_path):
