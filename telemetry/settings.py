@@ -11,6 +11,9 @@ EXPORT_KINDS = ("tensorboard", "wandb", "parquet", "trace")  # written by teleme
 class TelemetrySettings:
     enabled: bool = True
     nccl_debug: bool = True  # NCCL_DEBUG=INFO into the run's logs/ (for the transport verdict)
+    # adds TUNING to NCCL_DEBUG_SUBSYS: rank 0 of each communicator logs the algorithm and protocol of every
+    # collective it launches (one line per call: the collective sweep turns it on; long training runs pay in log size)
+    nccl_tuning: bool = False
     cross_rank_every: int = 1  # steps between cross-rank reductions to rank 0; 0 = never
     # steps between exact medians across ranks (every rank's values go to rank 0); None: every cross-rank step up to
     # MEDIAN_EVERY_STEP_UP_TO ranks, every MEDIAN_EVERY_AT_SCALE steps above; 0 = never

@@ -14,7 +14,7 @@ import os
 import statistics
 from dataclasses import replace
 
-from telemetry.analysis import compare_figures
+from telemetry.analysis import compare_figures, nccl_algorithms
 from telemetry.analysis.compare_figures import rate_text, size_text, time_text
 from telemetry.analysis.fabric_summary import fabric_rows, workload_line, workload_rows
 from telemetry.analysis.line_rate import LineRate, job_line_rate, of_line_text
@@ -734,6 +734,11 @@ def compare(paths: list[str], out: str, allow_mismatch: bool = False, sweeps: li
                 notes.append("collective sweeps left out: " + ", ".join(f"{lab} has none" for lab, f in
                                                                         zip(labels, found) if not f)
                              + " (give one with --sweep LABEL=DIR)")
+    # NCCL's algorithm and protocol per collective and size, from the TUNING lines of each fabric's logs
+    sources = [[r.path for r in g] + [p if os.path.isdir(p) else os.path.dirname(p)
+                                      for p in (attached or {}).get(lab, [])] for lab, g in zip(labels, groups)]
+    if algo := nccl_algorithms.compare_section(labels, sources):
+        tables.append(algo)
     facts = fabric_rows(groups) + inventory_rows(groups)
     facts.append(["status"] + [" / ".join(dict.fromkeys(str(r.info.get("status")) for r in g)) for g in groups])
     claim_row, claim_warnings, verdicts = transport_claim_rows(labels, groups, claims)

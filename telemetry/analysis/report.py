@@ -472,6 +472,9 @@ def write_report(run_path: str, out: str | None = None) -> dict:
     warning = (s["expectation"] or {}).get("warning")
     from telemetry.analysis.flight_recorder import section as flight_recorder  # a hung or timed-out run's dumps
     hang = flight_recorder(run_path)
+    from telemetry.analysis.nccl_algorithms import run_section as nccl_algorithms  # NCCL's TUNING lines
+    algo = nccl_algorithms(run_path)
     write_documents(out, "report", title, f"Run directory: {os.path.abspath(run_path)}",
-                    [warning] if warning else [], tables(s) + ([hang] if hang else []), figures)
+                    [warning] if warning else [], tables(s) + ([algo] if algo else []) + ([hang] if hang else []),
+                    figures)
     return {"out": out, "summary": s, "figures": [n for n, _ in figures]}

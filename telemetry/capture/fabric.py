@@ -18,12 +18,13 @@ NCCL_LOG_PATTERN = "nccl.%h.%p.log"
 _SIOCGIFADDR = 0x8915
 
 
-def configure_nccl_logging(log_dir: str, environ=os.environ) -> dict:
+def configure_nccl_logging(log_dir: str, environ=os.environ, tuning: bool = False) -> dict:
     """Point NCCL's INFO log into the run directory, unless the user already chose their own settings.
+    tuning: TUNING too (the algorithm and protocol of each collective, telemetry/analysis/nccl_algorithms.py).
 
     Must run before the process group is created: NCCL reads these once, at init.
     """
-    wanted = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET,GRAPH,ENV",
+    wanted = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET,GRAPH,ENV" + (",TUNING" if tuning else ""),
               "NCCL_DEBUG_FILE": os.path.join(os.path.abspath(log_dir), NCCL_LOG_PATTERN)}
     applied = {}
     for key, value in wanted.items():

@@ -196,7 +196,8 @@ class Telemetry:
             enable_nccl_timing()
             if settings.nccl_debug and run_dir:
                 os.makedirs(os.path.join(run_dir, "logs"), exist_ok=True)
-                applied.update(fabric.configure_nccl_logging(os.path.join(run_dir, "logs")))
+                applied.update(fabric.configure_nccl_logging(os.path.join(run_dir, "logs"),
+                                                             tuning=settings.nccl_tuning))
         return applied
 
     # ------------------------------------------------------------ lifecycle
