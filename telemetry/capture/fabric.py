@@ -9,6 +9,7 @@ import os
 import socket
 import struct
 
+from telemetry.capture import roce
 from telemetry.capture.counters import list_hcas, list_interfaces
 from telemetry.capture.environment import host_info, redacted_env
 from telemetry.capture.nccl_log import parse_dir
@@ -160,6 +161,7 @@ def describe(backend: str, nccl_version: str | None, sysfs: str = "/sys", enviro
     interfaces = list_interfaces(sysfs)
     info = {"backend": backend, "nccl_version": nccl_version, "environment": redacted_env(environ),
             "interfaces": interfaces, "hcas": list_hcas(sysfs), "transport": None, "nccl": None}
+    info["roce"] = roce.describe(sysfs, info["hcas"])  # GID types and traffic class of the RoCE ports
     if environ.get("FABRIC_HARNESS_LAB"):  # launched by launch.lab: the emulated links' description
         try:
             info["lab"] = json.loads(environ["FABRIC_HARNESS_LAB"])
