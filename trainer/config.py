@@ -125,11 +125,30 @@ TELEMETRY_EXPORTS = EXPORT_KINDS
 
 
 @dataclass
+class FabricSetup:
+    """What the fabric was, as the user states it (what no host can read); null = not stated. The hosts' own
+    readings (PFC/ECN per priority, NIC firmware, port speed, FEC) fill what is null, with their source, and
+    are shown beside a stated value that disagrees (telemetry/analysis/fabric_config.py)."""
+    topology: Optional[Literal["single-switch", "leaf-spine", "rail-optimized", "fat-tree", "dragonfly",
+                               "back-to-back", "other"]] = None
+    oversubscription: Optional[str] = None  # "1:1", "2:1" (uplink:downlink)
+    routing: Optional[Literal["ecmp", "dynamic-load-balancing", "adaptive-routing", "packet-spraying", "scheduled",
+                              "static"]] = None
+    pfc_priority: Optional[int] = None  # the lossless priority (0-7)
+    ecn: Optional[str] = None  # the switch's ECN marking thresholds, as configured ("kmin 150KB kmax 1500KB p 5%")
+    dcqcn: Optional[bool] = None
+    switch_model: Optional[str] = None
+    switch_os: Optional[str] = None
+    nic_firmware: Optional[str] = None
+
+
+@dataclass
 class FabricConfig:
     expect: Literal["any", "roce", "infiniband", "efa", "tcp", "tcpx", "intra-node"] = "any"
     # NCCL only: NVLink/P2P, shared memory and NVLS off before the process group starts, so that every byte
     # crosses the network; the NCCL log is then checked for channels that still went via P2P/SHM
     force_network: bool = False
+    config: FabricSetup = field(default_factory=FabricSetup)  # what the fabric was (docs/compare.md)
 
 
 @dataclass
@@ -346,6 +365,8 @@ def check_recipe(r: Recipe) -> list[str]:
     if not r.output_dir.strip():
         p.append("output_dir: empty; allowed: a directory path")
     p += _within("distributed", r.distributed, ("timeout_s",), 1, TIMEOUT_MAX_S, " (7 days)")
+    if r.fabric.config.pfc_priority is not None:
+        p += _within("fabric.config", r.fabric.config, ("pfc_priority",), 0, 7, " (an 802.1p priority)")
     if r.workload == "collectives":
         from .workloads.collectives_checks import check_sweep
         return p + check_sweep(r.sweep) + _check_telemetry(r)

@@ -431,6 +431,9 @@ def close(st: RunState) -> None:
         st.hooks.on_train_end(st.status)
         if st.watch is not None and dist.is_initialized():
             st.watch.refresh()  # the whole run's NCCL logs, not only the first step's
+        if st.rank == 0:  # what the fabric was: fabric.config, the hosts' readings, the switch's labels
+            from telemetry.analysis.fabric_config import resolve
+            rundir.update(fabric_config=resolve(rundir.info))
         if st.telemetry is not None:
             summary = st.telemetry.summary()
             if st.recipe.workload == "collectives":  # every host's verdict and server power, from the sweep

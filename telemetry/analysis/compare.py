@@ -14,7 +14,7 @@ import os
 import statistics
 from dataclasses import replace
 
-from telemetry.analysis import compare_figures, nccl_algorithms
+from telemetry.analysis import compare_figures, fabric_config, nccl_algorithms
 from telemetry.analysis.compare_figures import rate_text, size_text, time_text
 from telemetry.analysis.fabric_summary import fabric_rows, workload_line, workload_rows
 from telemetry.analysis.line_rate import LineRate, job_line_rate, of_line_text
@@ -739,7 +739,8 @@ def compare(paths: list[str], out: str, allow_mismatch: bool = False, sweeps: li
                                       for p in (attached or {}).get(lab, [])] for lab, g in zip(labels, groups)]
     if algo := nccl_algorithms.compare_section(labels, sources):
         tables.append(algo)
-    facts = fabric_rows(groups) + inventory_rows(groups)
+    facts = fabric_rows(groups) + fabric_config.compare_rows([[r.info for r in g] for g in groups]) \
+        + inventory_rows(groups)
     facts.append(["status"] + [" / ".join(dict.fromkeys(str(r.info.get("status")) for r in g)) for g in groups])
     claim_row, claim_warnings, verdicts = transport_claim_rows(labels, groups, claims)
     facts += claim_row

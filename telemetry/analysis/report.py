@@ -474,7 +474,10 @@ def write_report(run_path: str, out: str | None = None) -> dict:
     hang = flight_recorder(run_path)
     from telemetry.analysis.nccl_algorithms import run_section as nccl_algorithms  # NCCL's TUNING lines
     algo = nccl_algorithms(run_path)
+    from telemetry.analysis.fabric_config import report_section as fabric_config  # what the fabric was
+    config = fabric_config(run.info) if "nccl_tests" not in run.info else None
     write_documents(out, "report", title, f"Run directory: {os.path.abspath(run_path)}",
-                    [warning] if warning else [], tables(s) + ([algo] if algo else []) + ([hang] if hang else []),
+                    [warning] if warning else [], tables(s) + ([config] if config else []) + ([algo] if algo else [])
+                    + ([hang] if hang else []),
                     figures)
     return {"out": out, "summary": s, "figures": [n for n, _ in figures]}

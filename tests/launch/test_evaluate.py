@@ -341,3 +341,17 @@ def test_argument_mistakes_are_one_line(capsys):
         main([])
     assert info.value.code == 2 and capsys.readouterr().err == (
         "error: the following arguments are required: evaluation; see python -m launch.evaluate --help\n")
+
+
+def test_a_variants_fabric_config_reaches_its_runs_as_overrides(tmp_path):
+    from launch.evaluate.runner import trainer_args
+    doc = good(tmp_path, repeats=1)
+    doc["variants"][0]["fabric_config"] = {"routing": "ecmp", "pfc_priority": 3, "dcqcn": True}
+    ev = load_evaluation(write(tmp_path, doc))
+    first = next(r for r in plan(ev) if r.variant.name == "fast")
+    args = trainer_args(first)
+    assert {"fabric.config.routing=ecmp", "fabric.config.pfc_priority=3", "fabric.config.dcqcn=true"} <= set(args)
+    doc["variants"][1]["fabric_config"] = {"routeing": "ecmp", "switch_os": ["x"]}
+    got = problems(tmp_path, doc)
+    assert any(p.startswith("variants[1].fabric_config.routeing: unknown key; did you mean 'routing'?") for p in got), got
+    assert any("fabric_config.switch_os: got ['x']" in p for p in got), got
