@@ -14,7 +14,7 @@ import os
 import statistics
 from dataclasses import replace
 
-from telemetry.analysis import compare_figures, fabric_config, nccl_algorithms
+from telemetry.analysis import compare_figures, congestion_summary, fabric_config, nccl_algorithms
 from telemetry.analysis.compare_figures import rate_text, size_text, time_text
 from telemetry.analysis.fabric_summary import fabric_rows, workload_line, workload_rows
 from telemetry.analysis.line_rate import LineRate, job_line_rate, of_line_text
@@ -739,6 +739,7 @@ def compare(paths: list[str], out: str, allow_mismatch: bool = False, sweeps: li
                                       for p in (attached or {}).get(lab, [])] for lab, g in zip(labels, groups)]
     if algo := nccl_algorithms.compare_section(labels, sources):
         tables.append(algo)
+    tables += congestion_tables(labels, groups, sources, kinds[0])
     facts = fabric_rows(groups) + fabric_config.compare_rows([[r.info for r in g] for g in groups]) \
         + inventory_rows(groups)
     facts.append(["status"] + [" / ".join(dict.fromkeys(str(r.info.get("status")) for r in g)) for g in groups])
@@ -767,6 +768,24 @@ def compare(paths: list[str], out: str, allow_mismatch: bool = False, sweeps: li
     with open(os.path.join(out, "compare.json"), "w", encoding="utf-8") as f:
         json.dump(result, f, indent=1, default=lambda o: None if isinstance(o, float) and math.isnan(o) else str(o))
     return result
+
+
+def congestion_tables(labels: list[str], groups: list[list[Run]], sources: list[list[str]], kind: str) -> list:
+    """Congestion and loss per fabric (hosts' counters, the switch's), and per sweep size where recorded."""
+    rows = congestion_summary.compare_rows([[(r.path, r.info, r.metrics) for r in g] for g in groups])
+    out = [("Congestion and loss: summed over the hosts and the run (repeats: their mean); the switch's counter "
+            "deltas between the run's start and end", ["", *labels], rows)]
+    sweep_dirs = [next((d for d in src if os.path.isfile(os.path.join(d, "sweep.jsonl"))), "") for src in sources]
+    if any(sweep_dirs):
+        ops = sorted({o for d in sweep_dirs if d for (o, _) in congestion_summary.sweep_totals(d)})
+        for op in ops:
+            size_rows = congestion_summary.sweep_rows(labels, sweep_dirs, op)
+            if size_rows:
+                size_rows = [[size_text(int(r[0]))] + r[1:] for r in size_rows]
+                out.append((f"{op}: congestion and loss per size, summed over hosts (PFC pause frames received / "
+                            "ECN-marked packets / CNPs sent / drops, discards, retransmissions)",
+                            ["size", *labels], size_rows))
+    return out
 
 
 def _parse_claims(args: list[str], labels: list[str]) -> dict[str, str]:

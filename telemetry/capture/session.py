@@ -493,6 +493,7 @@ class Telemetry:
             deltas = self.counters.delta()
             self._loss_steps.append(deltas)
             out["counters"] = deltas
+            out["congestion"] = congestion_figures(deltas)  # PFC, ECN, CNPs per sweep size
             out.update(tx_bytes=_sum_key(deltas, "net:", "tx_bytes"), rx_bytes=_sum_key(deltas, "net:", "rx_bytes"),
                        rdma_tx_bytes=_sum_key(deltas, "rdma:", "port_xmit_bytes"),
                        rdma_rx_bytes=_sum_key(deltas, "rdma:", "port_rcv_bytes"),

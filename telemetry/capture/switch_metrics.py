@@ -21,6 +21,7 @@ MAX_SERIES = 20000  # a large switch exports tens of thousands of series; deltas
 # series worth a line in the report: congestion and loss (PFC, ECN/WRED, drops, discards, errors, a link that
 # went down); node_exporter spells errors "errs" (node_network_receive_errs_total) and IB "link_downed"
 NOTABLE = re.compile(r"pfc|pause|ecn|wred|drop|discard|error|err_|errs|crc|fcs|downed", re.I)
+SPEED = re.compile(r"ifHighSpeed|speed", re.I)
 
 
 class SwitchMetricsError(HarnessError):
@@ -90,11 +91,15 @@ def deltas(before: dict, after: dict) -> dict:
         elif kind == "gauge" and value != old:
             gauges[key] = {"before": old, "after": value}
     items = sorted(counters.items(), key=lambda kv: -kv[1])
+    # port speeds (IF-MIB ifHighSpeed in Mbit/s, or *speed* gauges) for utilization: they do not change, so
+    # gauges_changed never holds them
+    speeds = {k: v for k, (kind, v) in a.items() if kind == "gauge" and SPEED.search(k.split("{")[0])}
     return {"seconds": after["time"] - before["time"],
             "counters": dict(items[:MAX_SERIES]), "counters_cut": max(0, len(items) - MAX_SERIES),
             "notable": {k: v for k, v in items if NOTABLE.search(k)},
             "resets": resets, "gauges_changed": dict(list(gauges.items())[:MAX_SERIES]),
-            "new_series": sorted(set(a) - set(b))[:100], "gone_series": sorted(set(b) - set(a))[:100]}
+            "new_series": sorted(set(a) - set(b))[:100], "gone_series": sorted(set(b) - set(a))[:100],
+            "port_speeds": dict(list(speeds.items())[:MAX_SERIES])}
 
 
 # a switch's identity in the labels of an info series (value 1), as exporters write it: SONiC's hwsku and
