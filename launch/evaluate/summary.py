@@ -32,16 +32,12 @@ def variant_verdicts(ev: Evaluation, results: list[dict]) -> dict[str, dict]:
 def statistics(ev: Evaluation, results: list[dict]) -> dict:
     out = {}
     for w in ev.workloads:
-        values, by_round, metric = {}, {}, None
-        for v in ev.variants:
-            vals, rounds = [], {}
-            for r in results:
-                if r["workload"] == w.name and r["variant"] == v.name and (r.get("metric") or {}).get("value") is not None:
-                    vals.append(r["metric"]["value"])
-                    rounds[r["round"]] = r["metric"]["value"]
-                    metric = metric or {k: r["metric"][k] for k in ("name", "unit", "higher_is_better")}
-            values[v.name], by_round[v.name] = vals, rounds
-        out[w.name] = {"metric": metric, **st.summarize(values, by_round)}
+        mine = [r for r in results if r["workload"] == w.name and (r.get("metric") or {}).get("value") is not None]
+        metric = next(({k: r["metric"].get(k) for k in ("name", "unit", "higher_is_better")} for r in mine), None)
+        runs = [{"variant": r["variant"], "round": r["round"], "value": r["metric"]["value"], "index": r["index"]}
+                for r in mine]
+        out[w.name] = {"metric": metric, **st.summarize_runs(runs, [v.name for v in ev.variants],
+                                                              bool((metric or {}).get("higher_is_better")))}
     return out
 
 
@@ -125,20 +121,32 @@ def tables(ev: Evaluation, record: dict) -> list[tuple[str, list[str], list[list
         s = record["statistics"][w.name]
         m = s["metric"] or {"name": "metric", "unit": ""}
         many = any(d["n"] >= st.MIN_REPEATS_FOR_INTERVAL for d in s["variants"].values())
-        header = ["variant", f"{m['name']} ({m['unit']}), mean ± sd"] + (["MLPerf mean (best, worst dropped)"] if many else []) \
+        header = ["variant", f"{m['name']} ({m['unit']}), mean ± sd"] + (
+            ["MLPerf mean (best, worst dropped)", "95% interval of the mean"] if many else []) \
             + [f"vs {ev.variants[0].name}"]
         rows = []
         base = ev.variants[0].name
         for v in ev.variants:
             d = s["variants"][v.name]
             pair = next((p for p in s["differences"] if p["a"] == base and p["b"] == v.name), None)
-            rows.append([v.name, _fmt_stat(d)] + ([st.fmt(d["mlperf_mean"])] if many else [])
+            ci = d.get("mean_interval")
+            rows.append([v.name, _fmt_stat(d)] + ([st.fmt(d["mlperf_mean"]),
+                                                   f"[{st.fmt(ci[0])}, {st.fmt(ci[1])}]" if ci else "n/a"]
+                                                  if many else [])
                         + ["baseline" if v.name == base else _fmt_diff(pair)[0]])
         out.append((f"Workload {w.name} ({'collective sweep' if w.sweep else 'training'})", header, rows, [[""] * len(header)] * len(rows)))
         drows = [[f"{p['b']} vs {p['a']}", _fmt_diff(p)[0], _fmt_diff(p)[1]]
                  + (list(_fmt_diff(p["paired"])) if p.get("paired") else ["n/a", "n/a"]) for p in s["differences"]]
+        ranking = s.get("ranking") or []
+        if ranking:
+            rrows = [[str(r["rank"]), r["variant"], str(r["round"]), st.fmt(r["value"]), r["dropped"] or ""]
+                     for r in ranking]
+            out.append((f"Workload {w.name}: every run ranked, {'highest' if m.get('higher_is_better') else 'lowest'} "
+                        f"{m['name']} first", ["rank", "variant", "round", f"{m['name']} ({m['unit']})",
+                                               "left out of the olympic mean"], rrows, [[""] * 5] * len(rrows)))
         out.append((f"Workload {w.name}: differences between variants (95% intervals: Welch t over the runs, "
-                    "needs 5 runs each; paired t over the rounds, needs 5 rounds with both)",
+                    f"needs {st.MIN_REPEATS_FOR_INTERVAL} runs each; paired t over the rounds, needs "
+                    f"{st.MIN_REPEATS_FOR_INTERVAL} rounds with both)",
                     ["pair", "difference of means", "95% interval (Welch)", "mean difference per round",
                      "95% interval (paired by round)"], drows, [[""] * 5] * len(drows)))
     rows, classes = [], []
