@@ -29,9 +29,11 @@ class TelemetrySettings:
     export: list[str] = field(default_factory=list)
     link_probe_every: int = 5  # steps between link probes between hosts (telemetry/stragglers.py); 0 = never
     link_probe_bytes: int = 64 << 10
-    # whole-server power from each host's BMC (telemetry/capture/bmc_power.py): "ipmitool", a Redfish address
-    # (https://bmc-host), or None. Credentials: FABRIC_HARNESS_BMC_USER / FABRIC_HARNESS_BMC_PASSWORD, never here
-    bmc: str | None = None
+    # whole-server power from each host's BMC (telemetry/capture/bmc_power.py): "ipmitool" (each node's local
+    # BMC), a Redfish address template with {host} (https://{host}-bmc), a {host: address} map, one address
+    # (one BMC: read by the first host only), or None. Credentials: FABRIC_HARNESS_BMC_USER /
+    # FABRIC_HARNESS_BMC_PASSWORD, never here
+    bmc: str | dict | None = None
     bmc_chassis: str | None = None  # Redfish chassis Id; None: the first one the BMC lists with a power reading
     bmc_sample_interval_s: float = 1.0
     ethtool: bool = True  # PFC pause and port discard counters from ethtool -S (telemetry/capture/congestion.py)

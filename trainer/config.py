@@ -197,6 +197,8 @@ class SweepConfig:
     per_iter_skip: int = 0  # -K: leading iterations left out of the per-iteration statistics
     # hold each size this long (more iterations, untimed) so that the power sampler reads it; 0 = no hold
     min_seconds_per_size: float = 0.0
+    # only these sizes are held (e.g. [8K, 1M, 128M]: the first evaluation's power table); empty: every size
+    power_sizes: list[Union[int, str]] = field(default_factory=list)
     # a size's slowest rank is named when its mean iteration time exceeds the fastest rank's by this much
     straggler_pct: float = 10.0
 
@@ -466,11 +468,15 @@ def _check_telemetry(r: Recipe) -> list[str]:
         p.append(f"telemetry.power_sample_interval_s: got {tel.power_sample_interval_s}; expected a number > 0")
     if tel.bmc_sample_interval_s <= 0:
         p.append(f"telemetry.bmc_sample_interval_s: got {tel.bmc_sample_interval_s}; expected a number > 0 (seconds)")
-    if tel.bmc is not None and tel.bmc != "ipmitool" and not str(tel.bmc).startswith(("http://", "https://")):
-        p.append(f"telemetry.bmc: got {tel.bmc!r}; allowed: ipmitool, an http:// or https:// Redfish address, or null")
-    elif tel.bmc is not None and "@" in str(tel.bmc).split("://", 1)[-1].split("/", 1)[0]:
-        p.append("telemetry.bmc: credentials in the address would be recorded; set FABRIC_HARNESS_BMC_USER and "
-                 "FABRIC_HARNESS_BMC_PASSWORD instead")
+    bmcs = tel.bmc.items() if isinstance(tel.bmc, dict) else [(None, tel.bmc)] if tel.bmc is not None else []
+    for host, spec in bmcs:
+        key = "telemetry.bmc" + (f".{host}" if host is not None else "")
+        if not isinstance(spec, str) or (spec != "ipmitool" and not spec.startswith(("http://", "https://"))):
+            p.append(f"{key}: got {spec!r}; allowed: ipmitool, an http:// or https:// Redfish address (with {{host}} "
+                     "for each host's own), a map of host names to addresses, or null")
+        elif "@" in spec.split("://", 1)[-1].split("/", 1)[0]:
+            p.append(f"{key}: credentials in the address would be recorded; set FABRIC_HARNESS_BMC_USER and "
+                     "FABRIC_HARNESS_BMC_PASSWORD instead")
     if tel.switch_metrics_url is not None and not str(tel.switch_metrics_url).startswith(("http://", "https://")):
         p.append(f"telemetry.switch_metrics_url: got {tel.switch_metrics_url!r}; expected an http:// or https:// "
                  "Prometheus metrics address, or null")

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import socket
 import statistics
 import sys
 import time
@@ -263,13 +264,23 @@ class Telemetry:
     def _start_bmc(self) -> None:
         """One sampler per host. A BMC that cannot be reached leaves server power unknown, with the reason;
         the job itself goes on."""
+        hosts = self._host_count()
+        address, why = bmc_power.bmc_for_host(self.s.bmc, socket.gethostname(), self.rank == 0, hosts)
+        if address is None:
+            self._bmc_info = {"source": None, "reason": why}
+            return
         try:
-            source = bmc_power.open_bmc_source(self.s.bmc, self.s.bmc_chassis)
+            source = bmc_power.open_bmc_source(address, self.s.bmc_chassis)
             self.bmc = bmc_power.PowerSampler(source, self.s.bmc_sample_interval_s).start()
             self._bmc_info = {**source.describe(), "interval_s": self.s.bmc_sample_interval_s}
         except bmc_power.BmcError as exc:
             self._bmc_info = {"source": None, "reason": str(exc)}
             print(f"[telemetry] server power not read: {exc}", file=sys.stderr, flush=True)
+
+    def _host_count(self) -> int | None:
+        """Hosts in the job: world size over the ranks per host torchrun says (LOCAL_WORLD_SIZE)."""
+        local = int(os.environ.get("LOCAL_WORLD_SIZE", "0") or 0)
+        return max(1, self.world // local) if local else None
 
     def _interfaces(self) -> list[str] | None:
         if self.s.interfaces is not None:

@@ -49,6 +49,14 @@ _ALL_GATHER = getattr(dist, "all_gather_single", None) or dist.all_gather_into_t
 _REDUCE_SCATTER = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 
 
+def held_here(cfg, size: int) -> bool:
+    """Whether a size is held for sweep.min_seconds_per_size: every size, or those of sweep.power_sizes."""
+    if not getattr(cfg, "power_sizes", None):
+        return True
+    from ..config import parse_size
+    return size in {parse_size(v, "sweep.power_sizes", []) for v in cfg.power_sizes}
+
+
 def sizes(lo: int, hi: int, factor: int) -> list[int]:
     out, s = [], lo
     while s <= hi:
@@ -368,7 +376,8 @@ class Sweep:
                                     self.wrong_total(wrong), self.cfg.repeat_stat)
             if each is not None:
                 row[key]["per_iter"] = iteration_stats(self.gather_iters(each), self.cfg.per_iter_skip)
-            held += self.hold(case, row[key]["time_us"] / 1e6)
+            if held_here(self.cfg, size):  # sweep.power_sizes: only the sizes whose power is read
+                held += self.hold(case, row[key]["time_us"] / 1e6)
             del case  # this form's buffers go before the next form's (or the next size's) are made
         self._record_size(op, row, held, time.perf_counter() - t_size)
         return row
