@@ -26,7 +26,7 @@ from telemetry.analysis.report import fmt, fmt_bytes, partial_note, scope_label,
 from telemetry.analysis.runs import Run, RunError, given_twice, load_run, upgrade_sweep
 from telemetry.analysis.transport_claims import TRANSPORTS, check_transport, claim_problem, group_verdict
 from telemetry.errors import InputError
-from telemetry.analysis.inventory_summary import inventory_rows
+from telemetry.analysis.inventory_summary import hardware_warnings, inventory_rows
 
 # Recipe parts that legitimately differ between runs of one fabric comparison.
 IGNORED_KEYS = {"output_dir", "name", "recipe_path", "telemetry", "fabric", "distributed"}
@@ -743,8 +743,8 @@ def compare(paths: list[str], out: str, allow_mismatch: bool = False, sweeps: li
     power_dirs = [next((d for d in src if os.path.isfile(os.path.join(d, "collectives.json"))), "") for src in sources]
     if any(power_dirs) and (power := power_table.table(labels, power_dirs)):
         tables.append(power)
-    facts = fabric_rows(groups) + fabric_config.compare_rows([[r.info for r in g] for g in groups]) \
-        + inventory_rows(groups)
+    inventory = inventory_rows(groups)
+    facts = fabric_rows(groups) + fabric_config.compare_rows([[r.info for r in g] for g in groups]) + inventory
     facts.append(["status"] + [" / ".join(dict.fromkeys(str(r.info.get("status")) for r in g)) for g in groups])
     claim_row, claim_warnings, verdicts = transport_claim_rows(labels, groups, claims)
     facts += claim_row
@@ -752,6 +752,7 @@ def compare(paths: list[str], out: str, allow_mismatch: bool = False, sweeps: li
     tables.insert(1, ("Workload", ["", *labels], work))
     warnings = claim_warnings + [w for r in runs
                                  if (w := ((r.info.get("fabric") or {}).get("expectation") or {}).get("warning"))]
+    warnings += hardware_warnings(labels, inventory)
     warnings += data.pop("warnings", [])
     warnings += sweep_warnings
     if problems:
