@@ -54,6 +54,7 @@ def main() -> None:
 
     from trainer.compat import ensure_torchvision_importable
     ensure_torchvision_importable()  # before transformers (see trainer/compat.py)
+    import torch
     from accelerate import init_empty_weights
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM, LlamaConfig
@@ -69,23 +70,28 @@ def main() -> None:
         config = LlamaConfig(**json.load(open(args.config_json)))
     else:
         config = LlamaConfig(**(LLAMA3_70B if "llama3" in recipe.name else LLAMA2_70B))
+    elsize = 2 if recipe.model.dtype in ("bf16", "auto") else 4  # weights as the recipe loads them (GPU: bf16)
     with init_empty_weights():
-        model = AutoModelForCausalLM.from_config(config)
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16 if elsize == 2 else torch.float32)
+        # as trainer/workloads/llm_lora.py applies it: peft's autocast_adapter_dtype (default on) keeps the
+        # adapters, and so their gradients, in fp32 on a bf16 base
         model = get_peft_model(model, LoraConfig(r=recipe.lora.r, lora_alpha=recipe.lora.alpha,
                                                  target_modules=list(recipe.lora.target_modules)))
-    elsize = 2 if recipe.model.dtype in ("bf16", "auto") else 4  # weights as the recipe loads them (GPU: bf16)
     tp, dp = layout.tp, layout.dp
     micro_batches = layout.grad_accum_steps
-    base = train = 0
+    base = train = grad_bytes = 0
+    grad_dtypes = set()
     for name, p in model.named_parameters():
         n = shard_numel(name, tuple(p.shape), tp, LLAMA_COLWISE, LLAMA_ROWWISE)
         if p.requires_grad:
             train += n
+            grad_bytes += n * p.element_size()  # a gradient has its parameter's dtype
+            grad_dtypes.add(str(p.dtype).replace("torch.", ""))
         else:
             base += n
     total = sum(p.numel() for p in model.parameters())
-    # replicate: one all-reduce of this rank's LoRA gradient pieces per step (in their dtype, bf16)
-    replicate = train * elsize
+    # replicate: one all-reduce of this rank's LoRA gradient pieces per step, in their dtype (fp32: see above)
+    replicate = grad_bytes
     # fsdp: every micro-batch gathers the whole tp shard (base + LoRA) for forward and again for
     # backward (reshard after forward), then reduce-scatters the LoRA gradients in fp32
     fsdp_gather = 2 * micro_batches * (base + train) * elsize
@@ -93,6 +99,7 @@ def main() -> None:
     out = {"recipe": recipe.name, "world_size": args.world_size, "tp": tp, "dp": dp, "pp": layout.pp,
            "micro_batches_per_step": micro_batches, "parameters": total, "per_tp_rank_base_numel": base,
            "per_tp_rank_trainable_numel": train, "weight_bytes_per_element": elsize,
+           "lora_gradient_dtypes": sorted(grad_dtypes),
            "replicate_bytes_per_step_per_gpu": replicate,
            "fsdp_all_gather_bytes_per_step_per_gpu": fsdp_gather,
            "fsdp_reduce_scatter_bytes_per_step_per_gpu": fsdp_scatter,

@@ -31,7 +31,7 @@ def _rss() -> int:
 
 def worker(out_dir: str, argv: list[str]) -> int:
     """One rank: the trainer's CLI with run_sweep wrapped to record this rank's memory growth."""
-    import trainer.workloads.collectives as coll
+    import trainer.sweep.run as coll
     from trainer.cli import main
 
     inner = coll.run_sweep
@@ -77,8 +77,8 @@ def main() -> int:
     p.add_argument("--baseline", help="another checkout to measure the same way (e.g. the code before the change)")
     p.add_argument("--baseline-only", action="store_true", help="measure only the --baseline checkout")
     args = p.parse_args()
-    from trainer.config import parse_size
-    from trainer.sweep_plan import largest_need
+    from trainer.sweep.plan import parse_size
+    from trainer.sweep.plan import largest_need
 
     hi = parse_size(args.max_bytes, "--max-bytes", [])
     codes = ([] if args.baseline_only else [("this tree", REPO)]) + (

@@ -18,7 +18,7 @@ import os
 import shutil
 import sys
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from telemetry.errors import HarnessError
 
@@ -84,11 +84,11 @@ STEP_FIELDS: tuple[Field, ...] = (
     Field(('optimizer_s',), "host time between the loop's optimizer_begin and optimizer_end marks (the optimizer step and scheduler; on a GPU the launches, not the kernels)"),
     Field(('overlap_window_s',), "backward compute between the first and the last asynchronous collective the pass issued (DDP's buckets), less the time spent issuing: the compute that communication can hide behind"),
     Field(('ranks',), "across ranks: `step_time_s`, `comm_time_s`, `comm_time_s_by_op.<op>`, `compute_s` (step time outside collectives) and, on link-probe steps of multi-host jobs, `link_in_s` (the probe's receive time at each host's first rank), each `{min, mean, max, max_rank, ranks, median}` (a fixed-size reduction to rank 0; `median` is exact on sampled steps, `telemetry.cross_rank_median_every`, else null)"),
-    Field(('gpu_energy_j', 'gpu_power_w', 'gpu_energy_reason'), "rank 0's own GPU (NVML counter delta, sampled power), and why it is null when it is"),
+    Field(('gpu_energy_j', 'gpu_power_w', 'gpu_energy_reason'), "rank 0's own GPU: NVML's energy counter delta since the previous step's end (step 1: since its start), power as the mean of the samples taken in that interval or, in a step shorter than the sampler's period with none, the energy delta over the interval's duration; and why it is null when it is"),
     Field(('job_gpu_energy_j', 'job_gpu_power_w'), "the same summed over all the job's GPUs; null without NVML"),
     Field(('job_cpu_energy_j',), 'CPU package energy (RAPL) summed over hosts; null where unreadable'),
     Field(('job_net_tx_bytes', 'job_net_rx_bytes'), 'NIC byte counters of the interfaces in use, summed over hosts'),
-    Field(('job_rdma_tx_bytes', 'job_rdma_rx_bytes'), 'RDMA port data counters (x 4 bytes; EFA: its hw_counters tx_bytes/rx_bytes), summed over hosts; null without RDMA devices'),
+    Field(('job_rdma_tx_bytes', 'job_rdma_rx_bytes'), "RDMA port data counters (x 4 bytes; EFA: its hw_counters tx_bytes/rx_bytes) of the ports NCCL uses (its log's device list, else NCCL_IB_HCA; run.json telemetry.rdma_ports), summed over hosts; null without RDMA devices"),
     Field(('job_loss_events',), 'growth of drop, discard, error and retransmission counters, summed over hosts'),
     Field(('job_reorder_events',), 'packets that arrived out of sequence (mlx5 `out_of_sequence`: reordering, not loss), summed over hosts'),
     Field(('job_server_energy_j', 'job_server_power_w'), "whole-server energy and mean power from each host's BMC (`telemetry.bmc`), summed over hosts; null without a BMC ([evidence.md](evidence.md))"),
@@ -106,7 +106,7 @@ RUN_FIELDS: tuple[Field, ...] = (
     Field(("software", "device", "backend"), "torch, CUDA, NCCL, transformers, peft versions; the device; the process-group backend"),
     Field(("environment",), "the fabric-related environment (NCCL_*, GLOO_*, ...), secrets redacted"),
     Field(("fabric",), "fabric identity: backend, transport detected from NCCL's log, interfaces/HCAs, GPUDirect RDMA, the expectation check"),
-    Field(("telemetry",), "the run's telemetry summary: energy, counter verdict, stragglers, cross-rank settings"),
+    Field(("telemetry",), "the run's telemetry summary: energy, counter verdict, stragglers, cross-rank settings, `rdma_ports` (rank 0's host: the RDMA ports whose counters are summed - `counted`, the ones NCCL's log lists or NCCL_IB_HCA selects - the `excluded` ones with a reason, such as a storage HCA, and the `basis`)"),
     Field(("throughput", "final"), "run-level throughput and the final step's figures"),
     Field(("command",), "the command line of rank 0"),
     Field(("status", "exit_code", "error"), "running, completed, target_reached, failed (exit 2 bad input, 1 fault), interrupted (130); the one error line"),
@@ -193,6 +193,26 @@ class MetricsWriteError(HarnessError):
     """metrics.jsonl could not be written (a full disk): one line naming the file and the step."""
 
 
+class InOrder:
+    """Step lines released in step order: a record marked `_held` (telemetry completing its communication fields
+    from NCCL's late completion reports) waits, and the later ones behind it, until the mark is gone."""
+
+    def __init__(self, write: Callable[[dict], None]):
+        self._write = write
+        self._queue: collections.deque = collections.deque()
+
+    def put(self, record: dict) -> None:
+        self._queue.append(record)
+        while self._queue and not self._queue[0].get("_held"):
+            self._write(self._queue.popleft())
+
+    def drain(self) -> None:
+        """Everything still waiting (a run that ended with a step never released: written as it is)."""
+        while self._queue:
+            with contextlib.suppress(HarnessError):  # MetricsWriteError, or the caller's own
+                self._write(self._queue.popleft())
+
+
 class RunDir:
     """The one writer of a run directory. run.json is owned by rank 0; other ranks write under ranks/."""
 
@@ -205,7 +225,7 @@ class RunDir:
         self.logs = os.path.join(path, LOGS)
         self.info: dict = {}
         self._metrics = None
-        self._held: collections.deque = collections.deque()  # lines waiting for a held record ahead of them
+        self._lines = InOrder(lambda record: self._write_line(record))  # a subclass may wrap _write_line
 
     def create(self) -> None:
         for d in (self.path, self.ranks, self.logs):
@@ -320,9 +340,7 @@ class RunDir:
     def write_metrics(self, record: dict) -> None:
         """Append a step's line. A record marked `_held` (telemetry completing its communication fields from
         NCCL's late completion reports) waits, and later ones behind it, until the mark is gone."""
-        self._held.append(record)
-        while self._held and not self._held[0].get("_held"):
-            self._write_line(self._held.popleft())
+        self._lines.put(record)
 
     def _write_line(self, record: dict) -> None:
         record.pop("_held", None)
@@ -341,9 +359,7 @@ class RunDir:
         write_json_atomic(os.path.join(self.path, rank_file(self.rank, f"{name}.json")), data)
 
     def close(self) -> None:
-        while self._held:  # never released (a failed run): written as they are
-            with contextlib.suppress(HarnessError):  # MetricsWriteError, or the caller's own
-                self._write_line(self._held.popleft())
+        self._lines.drain()  # never released (a failed run): written as they are
         if self._metrics is not None:
             with contextlib.suppress(OSError):  # a full disk: the error is already recorded
                 self._metrics.close()

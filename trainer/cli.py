@@ -65,22 +65,6 @@ def _world_size(args, recipe) -> int:
     return (par.dp if par.dp > 0 else 1) * par.tp * par.pp
 
 
-def _sweep_memory(recipe, world: int) -> tuple[str, str | None]:
-    """The sweep's largest size against a device's memory: sweep.device_memory, else an assumed 80 GB GPU
-    (a dry run sees no device; the real run checks the CUDA device's own total before it starts)."""
-    from .config import parse_size
-    from .sweep_plan import ASSUMED_DEVICE_BYTES, dry_run_line, memory_problem
-
-    sw, scratch = recipe.sweep, []
-    hi = parse_size(sw.max_bytes, "sweep.max_bytes", scratch)
-    given = sw.device_memory is not None
-    device = parse_size(sw.device_memory, "sweep.device_memory", scratch, limit=1 << 40) if given \
-        else ASSUMED_DEVICE_BYTES
-    what = "sweep.device_memory" if given else "an assumed 80 GB GPU (set sweep.device_memory for another)"
-    args = (sw.ops, hi, world, sw.dtype, sw.in_place, device, what)
-    return dry_run_line(*args), memory_problem(*args)
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = _parser().parse_intermixed_args(argv)
@@ -96,8 +80,11 @@ def main(argv: list[str] | None = None) -> int:
     layout, problems = resolve_layout(recipe, world)
     if problems:
         return _fail(problems)
-    if args.dry_run and recipe.workload == "collectives":
-        line, problem = _sweep_memory(recipe, world)
+    line = None
+    if args.dry_run and recipe.job == "sweep":
+        from .sweep.plan import dry_run_memory
+
+        line, problem = dry_run_memory(recipe.sweep, world)
         if problem:
             return _fail([problem])
     if args.dry_run:
@@ -114,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
             note = " (train.precision auto: as on a GPU)" if recipe.train.precision == "auto" else ""
             print(f"# the DeepSpeed configuration deepspeed.initialize gets{note}")
             print(yaml.safe_dump({"deepspeed_config": build(recipe, layout, bf16)}, sort_keys=False).rstrip())
-        if recipe.workload == "collectives":
+        if line is not None:
             print(line)
         print(f"# {layout.describe()}")
         return 0

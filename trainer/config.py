@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
 from dataclasses import dataclass, field
 from typing import Literal, Optional, Union
 
 from .binding import _apply_override, _bind_dataclass, _get, _parse_override
 from .checks import _at_least, _within
 from .engines import deepspeed_config
+from .sweep.plan import SWEEP_WORKLOAD, SweepConfig, parse_size  # noqa: F401 (parse_size: API)
 from .recipe_yaml import RecipeError, _read_recipe  # noqa: F401 (RecipeError: part of this module's API)
 from telemetry.settings import EXPORT_KINDS, TelemetrySettings
 
@@ -29,7 +29,8 @@ class ModelConfig:
     config: Union[dict, str, None] = None
     arch: Optional[str] = None  # image_classification: a torchvision model builder, e.g. resnet50
     tokenizer: Optional[str] = None  # default: the checkpoint's own tokenizer
-    dtype: Literal["auto", "bf16", "fp32"] = "auto"  # weights; auto = bf16 on GPU, fp32 on CPU
+    # frozen weights; trainable ones are kept fp32 (trainer/optim.keep_fp32_master); auto = bf16 on GPU, fp32 on CPU
+    dtype: Literal["auto", "bf16", "fp32"] = "auto"
     attn_implementation: str = "sdpa"
     activation_checkpointing: bool = False
 
@@ -159,50 +160,6 @@ class DebugConfig:
     delay_from_step: int = 1  # first delayed step (earlier steps run at full speed)
 
 
-SWEEP_OPS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "sendrecv", "broadcast", "p2p_matrix")
-SWEEP_DEFAULT_OPS = SWEEP_OPS[:-1]  # p2p_matrix is GPU-only and asked for by name
-SWEEP_DTYPES = ("float32", "float64", "float16", "bfloat16", "int32", "int64", "int8", "uint8")
-
-
-@dataclass
-class SweepConfig:
-    """An nccl-tests-style collective sweep (workload: collectives)."""
-    ops: list[str] = field(default_factory=lambda: list(SWEEP_DEFAULT_OPS))
-    min_bytes: Union[int, str] = 8  # sizes accept K/M/G suffixes (powers of 1024), like nccl-tests -b/-e
-    max_bytes: Union[int, str] = "64M"
-    factor: int = 2  # -f: multiply the size by this each step
-    warmup: int = 5  # -w
-    iters: int = 20  # -n
-    # timed runs of `iters` per size (no nccl-tests flag): the row shows their median, the JSON their spread;
-    # on shared or shaped links one timing can be off by 10-15%, the median of a few is stable
-    repeats: int = 1
-    # which repeat a row shows: the median, or the best (shortest time: what the link sustains when nothing
-    # else on the host gets in the way; slower repeats are interference, not the link)
-    repeat_stat: Literal["median", "best"] = "median"
-    dtype: str = "float32"  # -d
-    redop: Literal["sum", "prod", "min", "max", "avg"] = "sum"  # -o
-    root: int = 0  # -r, for broadcast
-    in_place: Literal["both", "out_of_place", "in_place"] = "both"
-    check: bool = True  # -c: verify every result
-    time_reduction: Literal["avg", "min", "max", "rank0"] = "avg"  # -a
-    latency_table: bool = True  # 4 B all-reduce and 48 B send-receive, as fabric evaluations report
-    latency_iters: int = 200
-    pairs: bool = True  # send/recv between a pair inside a node and a pair across nodes
-    # memory per device checked against the largest size before the sweep starts (bytes, or 80G); null: the
-    # CUDA device's own total (CPU runs: host memory / local ranks; a dry run assumes an 80 GB GPU)
-    device_memory: Union[int, str, None] = None
-    # nccl-tests -I 1: time each iteration on its own (CUDA events between iterations on GPUs, a clock read
-    # after each completion on CPU) for p50/p95/p99 and per-rank times in collectives.nccl-tests.json
-    per_iter_timing: bool = False
-    per_iter_skip: int = 0  # -K: leading iterations left out of the per-iteration statistics
-    # hold each size this long (more iterations, untimed) so that the power sampler reads it; 0 = no hold
-    min_seconds_per_size: float = 0.0
-    # only these sizes are held (e.g. [8K, 1M, 128M]: the first evaluation's power table); empty: every size
-    power_sizes: list[Union[int, str]] = field(default_factory=list)
-    # a size's slowest rank is named when its mean iteration time exceeds the fastest rank's by this much
-    straggler_pct: float = 10.0
-
-
 @dataclass
 class Recipe:
     name: str = "unnamed"
@@ -225,6 +182,11 @@ class Recipe:
     deepspeed: dict = field(default_factory=dict)
     recipe_path: Optional[str] = None  # set by the loader, not by users
 
+    @property
+    def job(self) -> str:
+        """The kind of job the recipe asks for: "sweep" (workload: collectives, trainer/sweep/) or "train"."""
+        return "sweep" if self.workload == SWEEP_WORKLOAD else "train"
+
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
@@ -246,7 +208,6 @@ TIMEOUT_MAX_S = 7 * 86400  # process-group timeouts become int64 milliseconds an
 MICRO_BATCH_ELEMENTS_MAX = 1 << 31
 GLOBAL_BATCH_MAX = 1 << 24
 SEQ_LEN_MAX = 1 << 20
-SWEEP_BYTES_MAX = 1 << 36  # 64 GiB: more than any accelerator's memory per buffer
 
 
 # ---------------------------------------------------------------- binding
@@ -317,48 +278,6 @@ def _check_batch_memory(r: Recipe) -> list[str]:
     return p
 
 
-_SIZE = re.compile(r"^(\d+(?:\.\d+)?)([KMGkmg]?)[Bb]?$")  # 4096, 4K, 64M, 1G, 1.5G, 64MB
-
-
-def _size_hint(value: object) -> str:
-    """'; did you mean ...?' for the near misses: 16GiB or 16 G (16G), 1e9 (1000000000), -1M (at least 1 byte)."""
-    text = str(value).strip()
-    if text.startswith("-"):
-        return "; sizes are at least 1 byte"
-    near = re.sub(r"(?<=[KMGkmg])[iI]?[Bb]?$", "", re.sub(r"\s+", "", text))
-    if near != text and _SIZE.match(near):
-        binary = re.search(r"[KMGkmg][iI]", text)
-        return f"; did you mean {near!r}" + (" (K, M and G are already powers of 1024)?" if binary else "?")
-    try:
-        number = float(text)
-    except ValueError:
-        return ""
-    if number.is_integer() and 1 <= number < 1 << 63:
-        return f"; did you mean {int(number)} ({text} bytes written out)?"
-    return ""
-
-
-def parse_size(value: Union[int, str], key: str, problems: list[str], limit: int = SWEEP_BYTES_MAX) -> int | None:
-    """Bytes from 4096, "4K", "64M", "1G" (powers of 1024, as nccl-tests reads -b/-e). A number with an
-    exponent ("1e9") or a space before the unit ("16 G") is refused rather than guessed: 1e9 is not 1G."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        size = value
-    else:
-        m = _SIZE.match(str(value).strip()) if isinstance(value, str) else None
-        if not m:
-            problems.append(f"{key}: got {value!r}; expected bytes such as 8, 4K, 64M or 1G (a whole or decimal "
-                            f"number, then K, M or G for powers of 1024, no space, no exponent){_size_hint(value)}")
-            return None
-        size = int(float(m.group(1)) * {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[m.group(2).upper()])
-    if size < 1:
-        problems.append(f"{key}: got {value!r}; expected at least 1 byte")
-        return None
-    if size > limit:
-        problems.append(f"{key}: got {value!r}; expected at most {limit} bytes ({limit >> 30}G)")
-        return None
-    return size
-
-
 def check_recipe(r: Recipe) -> list[str]:
     """Checks that need no world size. Each problem names the key, the value and what is allowed."""
     p = []
@@ -369,8 +288,8 @@ def check_recipe(r: Recipe) -> list[str]:
     p += _within("distributed", r.distributed, ("timeout_s",), 1, TIMEOUT_MAX_S, " (7 days)")
     if r.fabric.config.pfc_priority is not None:
         p += _within("fabric.config", r.fabric.config, ("pfc_priority",), 0, 7, " (an 802.1p priority)")
-    if r.workload == "collectives":
-        from .workloads.collectives_checks import check_sweep
+    if r.job == "sweep":
+        from .sweep.checks import check_sweep
         return p + check_sweep(r.sweep) + _check_telemetry(r)
     from .workloads import recipe_checks
     p += recipe_checks(r.workload)(r)  # the workload's own checks, beside it in trainer/workloads/

@@ -66,7 +66,7 @@ def resolve_layout(recipe: Recipe, world_size: int) -> tuple[Layout | None, list
         return None, [f"parallel.data_parallel: 'ddp' cannot be combined with pp {pp} at dp {dp} (DDP's reducer "
                       "breaks when a schedule runs several forwards before their backwards); allowed: replicate, fsdp"]
     gbs, mbs = train.global_batch_size, train.micro_batch_size
-    if recipe.workload == "collectives":  # a sweep has no batch: every rank takes part
+    if recipe.job == "sweep":  # a sweep has no batch: every rank takes part
         return Layout(world_size, dp, tp, pp, par.data_parallel, 0, 0, 0, 0), []
     if gbs % (mbs * dp):
         problems.append(f"train.global_batch_size: {gbs} is not divisible by micro_batch_size x dp = "

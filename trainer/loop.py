@@ -19,6 +19,7 @@ from . import checkpoint
 from .engines import deepspeed as ds
 from .engines.step import step_engine
 from .faults import FaultInjection
+from .grad_clip import clip_grads
 from .hooks import HookList, Hooks
 from .optim import build_optimizer
 from .progress import Progress
@@ -35,6 +36,22 @@ class LoopState:
     last_eval_accuracy: float | None = None
     target_reached_step: int | None = None
     resumed_from: int | None = None  # the checkpoint's step when this attempt resumed
+
+
+class ScaleFromCounts:
+    """dp / the global item count of each loss term, from a count all-reduce that may still be in flight:
+    the first call waits for it (on a GPU, the compute stream waits, not the host), later calls reuse."""
+
+    def __init__(self, work, counted: torch.Tensor, dp: int, n_terms: int):
+        self.work, self.counted, self.dp, self.n = work, counted, dp, n_terms
+        self.value: torch.Tensor | None = None
+
+    def __call__(self) -> torch.Tensor:
+        if self.value is None:
+            if self.work is not None:
+                self.work.wait()
+            self.value = (self.dp / self.counted[:self.n].clamp(min=1.0)).float()
+        return self.value
 
 
 class Trainer:
@@ -63,6 +80,7 @@ class Trainer:
         self.step_engine = step_engine(self)  # native, pipeline or DeepSpeed: trainer/engines/step.py
         self.faults = FaultInjection.from_recipe(recipe.debug, dist.get_rank())  # only when asked for
         self.stops = None  # trainer.stop.StopRequests: SIGTERM or a lost agent, honoured at a step's end
+        self._next: tuple[int, list, list] | None = None  # (step, batches, local counts) built ahead
 
     # ------------------------------------------------------------ resume
 
@@ -114,12 +132,28 @@ class Trainer:
 
     def _host_to_device(self, t: torch.Tensor) -> torch.Tensor:
         """A copy from pageable memory makes the host wait for the device; a pinned one does not."""
-        if self.device.type == "cuda":
+        if self.device.type == "cuda" and not t.is_cuda:
             return t.pin_memory().to(self.device, non_blocking=True)
         return t
 
     def _to_device(self, batch: dict) -> dict:
         return {k: self._host_to_device(v) for k, v in batch.items()}
+
+    def _prepare(self, step: int) -> tuple[int, list, list]:
+        """Step `step`'s micro-batches and this rank's item counts, read off the host-side batches. The
+        native and DeepSpeed engines get the batches already copied to the device (the pipeline's
+        schedule moves its own)."""
+        wl = self.workload
+        batches = [self.train_set.batch(idx) for idx in self.sampler.micro_batches(step - 1)]
+        counts = [wl.loss_counts(b) for b in batches]
+        local = [sum(c[count] for c in counts) for _, count in wl.loss_terms]
+        local.append(sum(wl.input_tokens(b) for b in batches) if wl.has_tokens else 0)
+        local.append(sum(wl.padded_tokens(b) for b in batches) if wl.has_tokens else 0)
+        pairs_of = getattr(wl, "position_pairs", None)  # attention's work at each batch's own length
+        local.append(sum(pairs_of(b) for b in batches) if pairs_of else 0)
+        if self.pipeline is None:
+            batches = [self._to_device(b) for b in batches]
+        return step, batches, local
 
     def train_step(self, step: int) -> dict:
         """One optimizer step (numbered from 1) over the whole global batch; returns its record."""
@@ -127,19 +161,18 @@ class Trainer:
         hooks.on_step_start(step)
         t0 = time.perf_counter()
         self.faults.before_step(step)
-        batches = [self.train_set.batch(idx) for idx in self.sampler.micro_batches(step - 1)]
+        ready, self._next = self._next, None
+        # built at the previous step's end, while the device still ran that step (else built now)
+        _, batches, local = ready if ready is not None and ready[0] == step else self._prepare(step)
         terms = wl.loss_terms
-        counts = [wl.loss_counts(b) for b in batches]  # host ints, read off the CPU-side batch
-        local = [sum(c[count] for c in counts) for _, count in terms]
-        local.append(sum(wl.input_tokens(b) for b in batches) if wl.has_tokens else 0)
-        local.append(sum(wl.padded_tokens(b) for b in batches) if wl.has_tokens else 0)
-        pairs_of = getattr(wl, "position_pairs", None)  # attention's work at each batch's own length
-        local.append(sum(pairs_of(b) for b in batches) if pairs_of else 0)
+        pairs_of = getattr(wl, "position_pairs", None)
         counted = self._host_to_device(torch.tensor(local, dtype=torch.float64))
-        # global item counts stay on the device: the loss divides by them without waiting for the host
-        dist.all_reduce(counted, group=self.dp_group)
-        scale = (dp / counted[:len(terms)].clamp(min=1.0)).float()
+        # global item counts stay on the device: the loss divides by them without waiting for the host;
+        # the all-reduce is waited for only where the first loss needs it, so the first forward overlaps it
+        scale = ScaleFromCounts(dist.all_reduce(counted, group=self.dp_group, async_op=True), counted, dp,
+                                len(terms))
         sums = self.step_engine.forward_backward(step, batches, scale, terms)
+        scale()  # the counts are read below: waited for, whatever the engine did
         norm = self.step_engine.finish_gradients()
         lr = self.optimizer.param_groups[0]["lr"]
         hooks.before_optimizer_step(step)
@@ -147,6 +180,8 @@ class Trainer:
         self.scheduler.step()
         hooks.after_optimizer_step(step)
         dist.all_reduce(sums, group=self.dp_group)
+        if step < self.recipe.max_steps:  # the host builds the next step's batches while the device works
+            self._next = self._prepare(step + 1)
         # the step's one host sync: losses, item counts and the gradient norm come back in one transfer
         host = torch.cat([sums.double(), counted, norm.double().reshape(1)]).tolist()
         n = len(terms)
@@ -181,41 +216,10 @@ class Trainer:
         return record
 
     def _clip(self) -> torch.Tensor:
-        """Global gradient norm (before clipping) as a device tensor, then clip to train.grad_clip
-        on the device (no host sync: the norm comes back with the loss).
-
-        Gradients may be plain tensors (DDP, replicated LoRA A), FSDP2 shards or TP shards: squares are
-        summed locally, then reduced once per group of ranks that a shard is split across.
-        """
-        by_groups: dict[tuple, torch.Tensor] = {}
-        grads = [p.grad for p in self.params if p.grad is not None]
-        locals_ = []
-        for g in grads:
-            groups: tuple = ()
-            local = g
-            if hasattr(g, "placements"):  # DTensor
-                mesh = g.device_mesh
-                # FSDP's dp placement over a TP-sharded dim is a _StridedShard, for which is_shard() is False
-                groups = tuple(mesh.get_group(i) for i, pl in enumerate(g.placements)
-                               if not (pl.is_replicate() or pl.is_partial()))
-                local = g.to_local()
-            locals_.append(local)
-            sq = local.detach().float().pow(2).sum()
-            by_groups[groups] = by_groups.get(groups, torch.zeros((), device=sq.device)) + sq
-        total = torch.zeros((), device=self.device)
-        for groups, sq in by_groups.items():
-            for group in groups:
-                dist.all_reduce(sq, group=group)
-            total = total + sq.to(self.device)
-        if self.pipeline is not None:  # each stage holds different parameters
-            dist.all_reduce(total, group=self.pipeline.group)
-        norm = total.sqrt()
-        clip = self.recipe.train.grad_clip
-        if clip is not None and locals_:
-            # scale only when the norm is finite and above the limit, as a host-side `if` would
-            coef = torch.where(torch.isfinite(norm) & (norm > clip), clip / (norm + 1e-6), torch.ones_like(norm))
-            torch._foreach_mul_(locals_, coef)
-        return norm
+        """Global gradient norm (before clipping) as a device tensor, clipped to train.grad_clip on the
+        device (no host sync: the norm comes back with the loss); trainer/grad_clip.py."""
+        group = self.pipeline.group if self.pipeline is not None else None
+        return clip_grads(self.params, self.recipe.train.grad_clip, self.device, group)
 
     # ------------------------------------------------------------ eval
 

@@ -423,3 +423,22 @@ def _zero3_fill(module: nn.Module, pname: str, name: str, shape: tuple, seed: in
             value = init_value(module, pname, name, shape, part.device, seed, std)
             part[:n].copy_(value.reshape(-1)[start:start + n])
     return fill
+
+
+def refuse_whole_load(path: str, model_class: str) -> None:
+    """A checkpoint without safetensors (only pytorch_model.bin, a pickle) cannot be read in slices: every
+    rank would load the whole model into host memory (a 70B model: 140 GB per rank, 1.1 TB for 8 ranks on a
+    node). One rank alone may; several are refused, with the one-time conversion to safetensors."""
+    import torch.distributed as dist
+
+    world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+    if world == 1:
+        return
+    from .workloads.hf import ModelError
+
+    raise ModelError(
+        f"model.path: {path!r} has no safetensors weights (only pytorch_model.bin), which each of the {world} "
+        "ranks would load whole into host memory instead of its own slices; convert it once: python -c "
+        f"\"from transformers import {model_class} as M; M.from_pretrained('{path}', dtype='auto')"
+        f".save_pretrained('{path.rstrip('/')}-safetensors')\" (writes model.safetensors shards and config.json; "
+        "copy the tokenizer files beside them), then set model.path to the new directory")

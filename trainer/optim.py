@@ -238,6 +238,33 @@ class _Schedule(torch.optim.lr_scheduler.LambdaLR):
         super().load_state_dict(state_dict)
 
 
+def keep_fp32_master(model: torch.nn.Module) -> int:
+    """Every trainable parameter stored below fp32 (bf16/fp16) becomes fp32; returns how many changed.
+
+    The optimizer updates what it is given: AdamW over bf16 parameters keeps bf16 moments and adds an
+    update of lr * m / sqrt(v) to a bf16 weight, which rounds away whenever it is below half a bf16 ulp of
+    the weight (|update| < |w| / 256): at lr 1e-5 most updates of a pretraining run vanish. As torchtitan
+    and NeMo do, the trainable weights are fp32 (the master copy, with fp32 AdamW state) and the compute
+    is bf16: autocast casts them for each matmul, FSDP2's MixedPrecisionPolicy gathers them in bf16 and
+    reduces gradients in fp32. Frozen weights (a LoRA base) keep model.dtype; peft's adapters are fp32
+    already. Works on meta parameters (before sharding and filling) and on loaded ones."""
+    changed, seen = 0, set()
+    for module in model.modules():
+        cast = False
+        for p in module.parameters(recurse=False):
+            if id(p) in seen:  # tied weights: one parameter, several modules
+                continue
+            seen.add(id(p))
+            if p.requires_grad and p.dtype in (torch.bfloat16, torch.float16):
+                p.data = p.data.float()
+                changed, cast = changed + 1, True
+        if cast:  # its statistics (batch norm's running mean) in the dtype of the weights they meet
+            for name, b in module.named_buffers(recurse=False):
+                if b.dtype in (torch.bfloat16, torch.float16):
+                    setattr(module, name, b.float())
+    return changed
+
+
 def build_optimizer(model: torch.nn.Module, train, max_steps: int):
     """The recipe's optimizer over the trainable parameters, and its warm-up + decay schedule.
 

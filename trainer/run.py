@@ -16,14 +16,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from telemetry.analysis.exports import export_after_close
-from telemetry.capture import fabric
-from telemetry.integrations.adapters import HarnessHooks
-from telemetry.capture.collectives import set_host_map
-from telemetry.capture import force_network
-from telemetry.capture.counters import merge_verdicts
-from telemetry.capture.environment import host_info, redact_tree, redacted_env, software_versions
-from telemetry.capture.session import Telemetry, TelemetrySettings
+from telemetry.capture.environment import host_info, redact_tree
+from telemetry.integrations.recorder import RunRecorder
 
 from .compat import ensure_torchvision_importable
 from .config import Recipe
@@ -32,11 +26,12 @@ from .distributed import (ParallelDims, describe_timeout, dump_flight_recorder, 
                           pick_backend, pick_device, prepare_flight_recorder)
 from .engines import deepspeed as deepspeed_engine
 from .errors import FaultError, InputError, one_line, report
-from .hooks import HookList, Hooks
+from .hooks import HookList
 from .layout import Layout
 from .loop import Trainer
+from .optim import keep_fp32_master
 from .parallelize import unwrap
-from .rundir import RunDir, now_iso, write_json_atomic
+from .rundir import RunDir
 from .runlock import RunLock, pid_alive
 from .seeding import seed_training_streams
 from .stop import Interrupted, StopRequests
@@ -98,89 +93,6 @@ def _peak_memory_bytes(device: torch.device) -> int | None:
         return None
 
 
-class FabricWatch(Hooks):
-    """After the first step (NCCL builds its communicators lazily), record the transport actually used
-    and compare it with the recipe's `fabric.expect`; a mismatch is loud, and flagged in run.json.
-    Only rank 0 reads NCCL logs: after step 1 its own host's (bounded, whatever the world), at the end
-    every rank's, once."""
-
-    def __init__(self, rundir: RunDir, expected: str, info: dict):
-        self.rundir, self.expected, self.info = rundir, expected, info
-        self.checked = False
-
-    def refresh(self, final: bool = True) -> dict:
-        if self.rundir.rank != 0:  # run.json and the banner are rank 0's
-            return {}
-        if self.info["backend"] == "nccl":
-            nccl = fabric.detect_nccl_transport(self.rundir.logs, None if final else fabric.nccl_log_host())
-            self.info["nccl"] = nccl
-            self.info["transport"] = nccl["transport"] if nccl else None
-        self.info["expectation"] = fabric.check_expectation(self.expected, self.info["transport"])
-        forced = self.info.get("force_network")
-        if forced and forced.get("applied"):
-            forced["check"] = force_network.check(self.info.get("nccl"))
-            if forced["check"].get("warning") and not self.info["expectation"].get("warning"):
-                self.info["expectation"] = {**self.info["expectation"], "warning": forced["check"]["warning"]}
-        self.rundir.update(fabric=self.info)
-        return self.info["expectation"]
-
-    def on_step_end(self, step: int, record: dict) -> None:
-        if self.checked:
-            return
-        self.checked = True
-        verdict = self.refresh(final=False)
-        if verdict.get("warning"):
-            bar = "!" * 78
-            print(f"{bar}\n[trainer] WARNING: {verdict['warning']}\n{bar}", file=sys.stderr, flush=True)
-
-
-def _sweep(recipe: Recipe, rundir: RunDir, device: torch.device, hosts: list, watch: FabricWatch,
-           telemetry: Telemetry | None = None) -> None:
-    """A collective sweep: the nccl-tests table on stdout and in collectives.txt, numbers in collectives.json,
-    nccl-tests' JSON per collective in nccl-tests/, energy/power/counters per size in sweep.jsonl."""
-    from .workloads.collectives import run_sweep, write_sweep_files
-
-    lines: list[str] = []
-
-    def say(text: str) -> None:
-        if rundir.rank == 0:
-            print(text, flush=True)
-            lines.append(text)
-    tel = recipe.telemetry
-    evidence = None
-    if tel.enabled and int(os.environ.get("LOCAL_RANK", "0")) == 0:  # host-wide: one reader per host
-        from telemetry.capture.sweep_evidence import SweepEvidence
-        local = int(os.environ.get("LOCAL_WORLD_SIZE", "0") or 0)
-        evidence = SweepEvidence(tel.bmc, tel.bmc_chassis, tel.bmc_sample_interval_s, tel.interfaces,
-                                 ethtool=tel.ethtool, host=host_info()["hostname"], first_host=dist.get_rank() == 0,
-                                 hosts=max(1, dist.get_world_size() // local) if local else None)
-    result = run_sweep(recipe.sweep, device, hosts, say, meter=telemetry if telemetry and telemetry.started else None,
-                       marks=evidence.marks if evidence is not None else None)
-    watch.on_step_end(0, {})  # NCCL's communicators exist now: record and check the transport
-    per_host: list = [None] * dist.get_world_size()
-    dist.all_gather_object(per_host, {"host": host_info()["hostname"], **evidence.finish()} if evidence else None)
-    result["hosts_evidence"] = [h for h in per_host if h is not None]
-    if rundir.rank == 0:
-        result["fabric"] = {k: watch.info.get(k) for k in ("backend", "transport", "force_network")}
-        write_json_atomic(os.path.join(rundir.path, "collectives.json"), result)
-        with open(os.path.join(rundir.path, "collectives.txt"), "w", encoding="utf-8") as f:
-            f.write("\n".join(lines) + "\n")
-        write_sweep_files(rundir.path, result, rundir.info.get("command") or [], rundir.info.get("environment") or {},
-                          rundir.info["software"].get("nccl") if device.type == "cuda" else None)
-        if result["hosts_evidence"]:  # the sweep's loss verdict over every host, and each host's server power
-            verdict = None
-            for h in result["hosts_evidence"]:
-                c = h["counters"]
-                named = {**c, "counts": {f"{h['host']}:{k}": v for k, v in c.get("counts", {}).items()},
-                         "reordering": {f"{h['host']}:{k}": v for k, v in c.get("reordering", {}).items()}}
-                verdict = merge_verdicts(verdict, named)
-            rundir.update(telemetry={"enabled": True, "counters": verdict,
-                                     "server_power": {h["host"]: h["server_power"] for h in result["hosts_evidence"]}})
-        rundir.update(final={"avg_busbw_GBps": {op: r["avg_busbw_GBps"] for op, r in result["ops"].items()},
-                             "wrong": sum(r["wrong"] for r in result["ops"].values()),
-                             "latency_us": result.get("latency_us")})
-
-
 @dataclass
 class RunState:
     """What the phases of one run share; the close phase reads whatever was reached before a failure."""
@@ -188,24 +100,25 @@ class RunState:
     layout: Layout
     rank: int
     lock: RunLock
-    rundir: RunDir
-    previous: dict
-    attempt: int
-    started: float
+    rec: RunRecorder
     stops: StopRequests | None = None
     hooks: HookList = field(default_factory=HookList)
     status: str = "failed"
     code: int = 1
     error: str | None = None
-    hosts: list = field(default_factory=list)
     device: torch.device | None = None
     backend: str | None = None
-    tel_settings: TelemetrySettings | None = None
     dims: ParallelDims | None = None
-    watch: FabricWatch | None = None
-    telemetry: Telemetry | None = None
     trainer: Trainer | None = None
-    switch: object | None = None  # telemetry.capture.switch_metrics.SwitchWatch: read again at close
+    swept: dict = field(default_factory=dict)  # a sweep's own telemetry summary
+
+    @property
+    def rundir(self) -> RunDir:
+        return self.rec.rundir
+
+    @property
+    def hosts(self) -> list:
+        return self.rec.hosts
 
 
 def run(recipe: Recipe, layout: Layout, argv: list[str], overrides: list[str]) -> int:
@@ -219,13 +132,7 @@ def run(recipe: Recipe, layout: Layout, argv: list[str], overrides: list[str]) -
     st = open_run(recipe, layout, rank, lock, argv, overrides)
     try:
         set_up(st)
-        if recipe.workload == "collectives":
-            st.telemetry = Telemetry(st.tel_settings, recipe.output_dir, st.device)
-            st.telemetry.start(trace=False)  # meters only (energy, power, counters): the sweep times its own calls
-            _sweep(recipe, st.rundir, st.device, st.hosts, st.watch, st.telemetry)
-        else:
-            build(st)
-            train(st)
+        JOBS[recipe.job](st)
         st.status = st.status if st.status != "failed" else "completed"
         st.code = 0
     except BaseException as exc:  # BaseException: torch's CheckpointException is not an Exception
@@ -240,64 +147,53 @@ def open_run(recipe: Recipe, layout: Layout, rank: int, lock: RunLock, argv: lis
              overrides: list[str]) -> RunState:
     """The run directory, this attempt's number (an earlier attempt that died unclosed recorded as such),
     and run.json's first version."""
-    rundir = RunDir(recipe.output_dir, rank)
-    rundir.create()
-    previous = rundir.load_previous() if recipe.train.resume != "never" else {}
-    rundir.keep_previous()  # this attempt rewrites run.json: the last one's record stays under logs/
-    prior = list(previous.get("attempts", []))
-    if previous.get("status") == "running":  # that attempt died without closing (SIGKILL, node loss)
-        prior.append({"attempt": previous.get("attempt"), "start_time": previous.get("start_time"),
-                      "end_time": None, "status": "died"})
-    st = RunState(recipe, layout, rank, lock, rundir, previous, len(prior) + 1, time.time())
-    rundir.update(
-        name=recipe.name, status="running", exit_code=None, error=None, start_time=now_iso(), end_time=None,
-        command=redact_tree(argv), overrides=redact_tree(overrides), recipe_path=recipe.recipe_path,
-        recipe=redact_tree(recipe.to_dict()),
-        layout=layout.to_dict(), attempt=st.attempt, attempts=prior,
-        software=software_versions(), environment=redacted_env())
+    rec = RunRecorder(recipe.output_dir, recipe.name, recipe.telemetry, recipe.fabric.expect, harness=True,
+                      rundir=RunDir(recipe.output_dir, rank))
+    rec.open(resume=recipe.train.resume != "never", command=redact_tree(argv), overrides=redact_tree(overrides),
+             recipe_path=recipe.recipe_path, recipe=redact_tree(recipe.to_dict()), layout=layout.to_dict())
+    st = RunState(recipe, layout, rank, lock, rec)
     st.stops = StopRequests(recipe.train.save_on_signal).install()
     return st
 
 
 def set_up(st: RunState) -> None:
-    """Device, backend, the process group, every rank's host, the meshes and the fabric check."""
+    """Device, backend, the process group, every rank's host, the fabric check and the meshes."""
     recipe, rundir = st.recipe, st.rundir
     st.device = pick_device()
     st.backend = pick_backend(recipe.distributed.backend, st.device)
-    st.tel_settings = recipe.telemetry
-    Telemetry.prepare_environment(st.tel_settings, recipe.output_dir, st.backend)  # NCCL reads it at init
-    forced = force_network.apply(recipe.fabric.force_network, st.backend)  # before NCCL reads its environment
+    st.rec.prepare(st.backend, recipe.fabric.force_network)  # NCCL reads its environment at init
     prepare_flight_recorder(rundir.logs)
     init_process_group(st.backend, st.device, recipe.distributed.timeout_s)
-    st.hosts = fabric.exchange_hosts()
-    set_host_map([h.get("hostname") if isinstance(h, dict) else None for h in st.hosts])  # groups' scopes
+    st.rec.start(st.rank, device=st.device, capture=False, inventory=True)
     # a signal need not wait for the step's end when a peer is gone or rank 0 has already ended the run
     st.stops.lost = lambda: _lost_ranks(st.hosts, st.trainer, rundir.run_json) or (
         st.rank != 0 and _closed_by_rank0(rundir.run_json))
     st.dims = ParallelDims(st.layout, st.device.type)
     st.dims.world_mesh  # made once, up front: a mismatch fails here, not mid-step
-    rundir.update(backend=st.backend, device={"type": st.device.type,
-                  "name": torch.cuda.get_device_name(st.device) if st.device.type == "cuda" else None},
-                  hosts=st.hosts, environment=redacted_env())
-    rundir.update(inventory=_inventory(recipe))
-    if st.rank == 0 and recipe.telemetry.enabled and recipe.telemetry.switch_metrics_url:
-        from telemetry.capture.switch_metrics import SwitchWatch
-        st.switch = SwitchWatch(recipe.telemetry.switch_metrics_url)  # read again when the run ends
-    st.watch = FabricWatch(rundir, recipe.fabric.expect,
-                           fabric.describe(st.backend, rundir.info["software"].get("nccl")))
-    if forced:
-        st.watch.info["force_network"] = forced
+
+
+def train_job(st: RunState) -> None:
+    build(st)
+    train(st)
+
+
+def sweep_job(st: RunState) -> None:
+    from .sweep.run import run_job
+
+    st.swept = run_job(st.recipe, st.rec, st.device)
+
+
+JOBS = {"train": train_job, "sweep": sweep_job}  # the recipe's job kind (Recipe.job)
 
 
 def build(st: RunState) -> None:
     """Telemetry on, then the workload's single-device model and data, parallelism applied from outside,
     and the loop that will train it."""
     recipe, layout, rundir, device, dims = st.recipe, st.layout, st.rundir, st.device, st.dims
-    telemetry = st.telemetry = Telemetry(st.tel_settings, recipe.output_dir, device)
     # before the model is wrapped: DDP's buckets are traced through a comm hook, and DeepSpeed binds
     # torch.distributed's all-gather/reduce-scatter when it is initialised (trainer/engines/deepspeed.py)
-    telemetry.start()
-    st.hooks.hooks += [HarnessHooks(telemetry), st.watch]
+    st.rec.start_capture()
+    st.hooks.hooks.append(st.rec)
     seed_everything(recipe.seed)
     weight_dtype = _resolve_dtype(recipe.model.dtype, device)
     compute_dtype = _resolve_dtype(recipe.train.precision, device)
@@ -307,6 +203,8 @@ def build(st: RunState) -> None:
     if need_eval and (eval_set is None or len(eval_set) == 0):
         raise InputError("data: the evaluation set is empty; check data.split / data.eval_dataset")
     model = workload.build_model()
+    if layout.data_parallel != "deepspeed":  # DeepSpeed's bf16 mode keeps its own fp32 master copy
+        keep_fp32_master(model)  # fp32 master weights and AdamW state, compute in train.precision
     total = sum(p.numel() for p in model.parameters())
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     per_unit, unit, formula = workload.flops(model)
@@ -319,7 +217,9 @@ def build(st: RunState) -> None:
         rundir.write_rank_file("load", piece_digests(model))
     for part in model.modules():  # the model, or each pipeline stage
         if isinstance(part, torch.nn.parallel.DistributedDataParallel):
-            telemetry.attach_ddp(part)
+            unseen = st.rec.attach_ddp(part)
+            if unseen:
+                raise RuntimeError(unseen)
     sampler = StepSampler(len(train_set), recipe.seed, layout.global_batch_size, layout.dp, dims.dp_rank,
                           layout.micro_batch_size)
     rundir.update(model={"parameters": total, "trainable_parameters": trainable,
@@ -420,55 +320,22 @@ def classify_failure(st: RunState, exc: BaseException) -> bool:
 
 
 def close(st: RunState) -> None:
-    """Always, error or not: flight-recorder dumps after a failure, the telemetry summary and exports,
-    run.json's final status, the lock, the process group."""
-    rundir = st.rundir
+    """Always, error or not: flight-recorder dumps after a failure, the other hooks' end, then the recorder's
+    close (telemetry summary and exports, run.json's final status), the lock, the process group."""
     if st.stops is not None:
         st.stops.remove()
     if st.code != 0 and dist.is_initialized():
-        dump_flight_recorder(rundir.logs, st.rank)  # what every rank last entered, for telemetry report
+        dump_flight_recorder(st.rundir.logs, st.rank)  # what every rank last entered, for telemetry report
     try:
-        if st.switch is not None:
-            rundir.update(switch_metrics=st.switch.finish())
         st.hooks.on_train_end(st.status)
-        if st.watch is not None and dist.is_initialized():
-            st.watch.refresh()  # the whole run's NCCL logs, not only the first step's
-        if st.rank == 0:  # what the fabric was: fabric.config, the hosts' readings, the switch's labels
-            from telemetry.analysis.fabric_config import resolve
-            rundir.update(fabric_config=resolve(rundir.info))
-        if st.telemetry is not None:
-            summary = st.telemetry.summary()
-            if st.recipe.workload == "collectives":  # every host's verdict and server power, from the sweep
-                swept = rundir.info.get("telemetry") or {}
-                summary.update({k: swept[k] for k in ("counters", "server_power") if k in swept})
-            if st.trainer is not None and st.trainer.state.resumed_from and summary.get("enabled"):
-                # the run's verdict covers the attempts before the resume too
-                earlier = (st.previous.get("telemetry") or {}).get("counters")
-                summary["counters"] = merge_verdicts(earlier, summary.get("counters"))
-            rundir.update(telemetry=summary)
-            st.telemetry.close()
-            export_after_close(st.telemetry)
     finally:
-        attempts = rundir.info.get("attempts", []) + [{"attempt": st.attempt, "start_time": rundir.info["start_time"],
-                                                       "end_time": now_iso(), "status": st.status}]
-        rundir.update(status=st.status, exit_code=st.code, error=st.error, end_time=now_iso(),
-                      duration_s=round(time.time() - st.started, 3), attempts=attempts)
-        rundir.close()
-        st.lock.release()
-        if dist.is_initialized():
-            dist.destroy_process_group()
-
-
-def _inventory(recipe: Recipe) -> dict:
-    """Every host's inventory, collected once by its first rank (collective: call on every rank)."""
-    mine = None
-    if recipe.telemetry.enabled and int(os.environ.get("LOCAL_RANK", "0")) == 0:
-        from telemetry.capture.inventory import collect
-        mine = {"host": host_info()["hostname"], **collect(interfaces=recipe.telemetry.interfaces,
-                                                           cuda_runtime=torch.version.cuda)}
-    every: list = [None] * dist.get_world_size()
-    dist.all_gather_object(every, mine)
-    return {h.pop("host"): h for h in every if h is not None}
+        try:
+            resumed = bool(st.trainer is not None and st.trainer.state.resumed_from)
+            st.rec.close(st.status, st.code, st.error, resumed=resumed, summary=st.swept)
+        finally:
+            st.lock.release()
+            if dist.is_initialized():
+                dist.destroy_process_group()
 
 
 def _say(rank: int, error: str) -> None:

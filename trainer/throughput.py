@@ -25,7 +25,14 @@ import torch
 # V100, HGX B200), which list tensor-core rates with 2:4 sparsity: the dense rate is half. H20: no NVIDIA
 # data sheet is public; FP32 44, TF32 74, BF16 148 are the widely reported figures.
 # Volta has no TF32: fp32 math there always runs on the CUDA cores.
+# H100 NVL and H200 NVL (PCIe cards, 350-600 W) are slower than the SXM parts whose names they contain:
+# NVIDIA's H100 and H200 spec tables (nvidia.com/en-us/data-center/h100/, .../h200/) list per GPU BF16
+# 1,671, TF32 835 (both with sparsity) and FP32 60 TFLOPS for the NVL boards against 1,979 / 989 / 67 for
+# SXM, so dense bf16 is 835.5, not 989; one H200 NVL owner measures ~836 dense. Their rows come first
+# (the match is by name fragment, first hit wins).
 PEAK_TFLOPS = {
+    "H100 NVL": {"bf16": 835.5, "tf32": 417.5, "fp32": 60.0},
+    "H200 NVL": {"bf16": 835.5, "tf32": 417.5, "fp32": 60.0},
     "H200": {"bf16": 989.0, "tf32": 494.5, "fp32": 67.0},
     "H100 PCIe": {"bf16": 756.0, "tf32": 378.0, "fp32": 51.0},
     "H100": {"bf16": 989.0, "tf32": 494.5, "fp32": 67.0},

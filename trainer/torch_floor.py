@@ -4,14 +4,45 @@ The floor is the newest of the releases that introduced an API the harness calls
 the API, the pull request that added it and the first release that shipped it; the check looks for the
 API itself (an NGC pre-release such as 2.7.0a0+7c8ec84dab.nv25.03 carries the version of the release it
 precedes, so the version string alone cannot tell). pyproject.toml declares the same floor as
-`torch>=2.7.0a0`; docs/containers.md names the NGC images that meet it.
+`torch>=2.8.0a0`; docs/containers.md names the NGC images that meet it.
 """
 from __future__ import annotations
 
 import inspect
 from typing import Callable
 
-FLOOR = "2.7"  # the release of the newest API below (distribute_tensor's src_data_rank)
+FLOOR = "2.8"  # the release of the newest API below (gloo's lazy connections)
+
+
+def _gloo_connects_lazily() -> bool:
+    # pytorch/pytorch#150801 (TORCH_GLOO_LAZY_INIT, merged after the 2.7 branch cut): first in torch 2.8. The
+    # stop vote and the telemetry side group are world-wide gloo groups; without lazy connections each
+    # connects every pair at creation (2 x 1,023 sockets per rank at 1,024 ranks, ~2 million store look-ups).
+    # An older torch ignores the variable, so the behaviour is probed, not the version: rank 0 of a 2-rank
+    # group on an in-process store with no rank 1. Lazy returns at once; eager waits for rank 1's address
+    # and times out (PROBE_TIMEOUT_S).
+    import datetime
+    import os
+
+    import torch.distributed as dist
+    timeout = datetime.timedelta(seconds=PROBE_TIMEOUT_S)
+    store = dist.HashStore()
+    store.set_timeout(timeout)
+    before = os.environ.get("TORCH_GLOO_LAZY_INIT")
+    os.environ["TORCH_GLOO_LAZY_INIT"] = "1"
+    try:
+        dist.ProcessGroupGloo(store, 0, 2, timeout)
+        return True
+    except RuntimeError:  # DistStoreError: waited for rank 1's address, i.e. connected eagerly
+        return False
+    finally:
+        if before is None:
+            del os.environ["TORCH_GLOO_LAZY_INIT"]
+        else:
+            os.environ["TORCH_GLOO_LAZY_INIT"] = before
+
+
+PROBE_TIMEOUT_S = 1.0  # what an eager torch costs the start-up probe before it is refused
 
 
 def _has_src_data_rank() -> bool:
@@ -49,6 +80,7 @@ def _has_group_desc() -> bool:
 
 # (what the harness calls, the release that introduced it, how to look for it), newest first
 APIS: list[tuple[str, str, Callable[[], bool]]] = [
+    ("gloo lazy connections (TORCH_GLOO_LAZY_INIT, probed)", "2.8", _gloo_connects_lazily),
     ("torch.distributed.tensor.distribute_tensor(src_data_rank=...)", "2.7", _has_src_data_rank),
     ("torch.distributed.fsdp.fully_shard", "2.6", _has_public_fully_shard),
     ("torch.distributed.tensor (public DTensor)", "2.5", _has_public_dtensor),
@@ -77,5 +109,14 @@ def check(version: str | None = None, apis=None) -> str | None:
     if version is None:
         import torch
         version = torch.__version__
-    return (f"torch {version} is too old: this harness needs torch >= {FLOOR} (an NGC PyTorch image 25.03 or "
+    # a build at or past the floor that still lacks it (a custom build, a patched gloo) is not "too old"
+    what = "is too old" if _release(version) < _release(FLOOR) else "lacks what its release should have"
+    return (f"torch {version} {what}: this harness needs torch >= {FLOOR} (an NGC PyTorch image 25.06 or "
             f"newer, docs/containers.md); missing: {missing}")
+
+
+def _release(version: str) -> tuple[int, ...]:
+    """(major, minor) of a torch version string such as 2.8.0a0+5228986c39.nv25.06."""
+    import re
+    m = re.match(r"(\d+)\.(\d+)", version)
+    return (int(m[1]), int(m[2])) if m else (0, 0)

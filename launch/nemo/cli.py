@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import subprocess
 import sys
 
@@ -136,12 +137,46 @@ def main(argv: list[str] | None = None) -> int:
     return _run(args.engine, translation, run_dir)
 
 
+def publish_job(path: str, text: str) -> str | None:
+    """Put the job at `path` so that every rank runs the same complete file; None, or the problem.
+
+    Every rank translates the same recipe for the same world, so each holds the file's exact text. Under
+    srun no RANK is set and every task arrives here: a rank whose file is missing or differs (a stale job of
+    an earlier run) writes a private temporary file and renames it over the path (atomic on POSIX), so a
+    reader sees the old file or the whole new one, never a truncated one, and a node-local run directory
+    gets its own copy without anyone waiting for rank 0. Reading it back proves this rank runs its own text.
+    """
+    data = text.encode("utf-8")
+    if _read(path) != data:
+        tmp = f"{path}.{socket.gethostname()}.{os.getpid()}.tmp"
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except OSError as exc:
+            return f"--run: cannot write the job file {path}: {exc.strerror or exc}"
+    if _read(path) != data:  # another rank renamed a different translation over ours
+        return (f"--run: {path} differs from this rank's translation: the ranks were given different recipes, "
+                "overrides or launcher variables; start every rank with the same command")
+    return None
+
+
+def _read(path: str) -> bytes | None:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
 def _run(engine: str, translation, run_dir: str) -> int:
     os.makedirs(os.path.join(run_dir, "engine"), exist_ok=True)
     job = os.path.join(run_dir, "engine", JOB_FILES[engine])
-    if os.environ.get("RANK", "0") == "0":
-        with open(job, "w", encoding="utf-8") as f:
-            f.write(translation.text)
+    problem = publish_job(job, translation.text)
+    if problem:
+        return _fail([problem])
     from telemetry.integrations.attach import attach_environment
     env = attach_environment(run_dir, translation.recipe.fabric.expect)
     env["FABRIC_HARNESS_RECIPE_JSON"] = json.dumps(translation.harness())

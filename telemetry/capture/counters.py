@@ -81,6 +81,13 @@ class CounterReader:
         self.ethtool = EthtoolReader(self._ethtool_interfaces()) if ethtool is True else (ethtool or None)
         self._last = self.read()
 
+    def keep_ports(self, ports: list[tuple[str, int]]) -> None:
+        """Count only these RDMA ports from now on (the ones NCCL uses: telemetry/capture/rdma_devices.py)."""
+        keep = set(ports)
+        self.ports = [p for p in self.ports if p in keep]
+        self._last = {k: v for k, v in self._last.items()
+                      if not k.startswith("rdma:") or tuple(k[5:].rsplit("/", 1)) in {(d, str(n)) for d, n in keep}}
+
     def _ethtool_interfaces(self) -> list[str]:
         """The counted interfaces plus the netdev behind each RDMA port (RoCE: its PFC counters)."""
         names = list(self.interfaces)

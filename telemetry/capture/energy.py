@@ -3,14 +3,17 @@
 Energy comes from cumulative counters read at step boundaries (no device sync): NVML's total-energy
 counter (mJ since driver load, Volta and newer) per GPU, and RAPL package counters (uJ) for CPUs.
 Power is sampled by a background thread (NVML's reading is a ~1 s average on Ampere and newer, so it
-is shown, never integrated). Where nothing is readable the source says why and reports None, never 0.
+is shown, never integrated). A step shorter than the sampler's period may hold no sample: its power is
+then the energy counter's delta over the step's duration, so every step has one where energy is known.
+Where nothing is readable the source says why and reports None, never 0.
 """
 from __future__ import annotations
 
 import glob
 import os
 import threading
-from typing import Protocol
+import time
+from typing import Callable, Protocol
 from telemetry.errors import HarnessError
 
 
@@ -275,12 +278,19 @@ def open_cpu_source(root: str = "/sys") -> EnergySource:
 
 
 class EnergyMeter:
-    """Per-step energy from counter deltas plus a background power sampler for one source."""
+    """Per-step energy from counter deltas plus a background power sampler for one source.
 
-    def __init__(self, source: EnergySource, sample_interval_s: float = 0.1):
+    `clock` (seconds, monotonic) times each interval: a stand-in clock for tests that drive a fake
+    counter with it."""
+
+    def __init__(self, source: EnergySource, sample_interval_s: float = 0.1,
+                 clock: Callable[[], float] = time.perf_counter):
         self.source = source
         self.reason = source.reason
+        self.clock = clock
         self._last = source.energy_j() if source.reason is None else []
+        self._t_last = clock()
+        self._begun = False
         self._samples: list[list[float | None]] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -296,11 +306,27 @@ class EnergyMeter:
             with self._lock:
                 self._samples.append(reading)
 
+    def begin(self) -> None:
+        """The first step starts now: its energy counts from here, not from when the meter opened (model
+        build and data loading are no step's); power samples taken before are dropped. Later calls do
+        nothing, so that consecutive steps' intervals meet and no energy falls between them."""
+        if self._begun or self.reason is not None:
+            return
+        self._begun = True
+        self._last = self.source.energy_j()
+        self._t_last = self.clock()
+        with self._lock:
+            self._samples = []
+
     def step(self) -> dict:
-        """Energy (J) and mean sampled power (W) per device since the last call."""
+        """Energy (J) and power (W) per device since the last call (or `begin`): power is the mean of the
+        sampler's readings in the interval, or, with none in it (an interval shorter than the sampler's
+        period), the energy delta over the interval's duration."""
         if self.reason is not None:
             return {"energy_j": None, "power_w": None, "reason": self.reason}
         now = self.source.energy_j()
+        t_now = self.clock()
+        seconds, self._t_last = t_now - self._t_last, t_now
         wraps = self.source.wrap_j() if hasattr(self.source, "wrap_j") else [None] * len(now)
         energy = []
         for before, after, wrap in zip(self._last, now, wraps):
@@ -316,7 +342,12 @@ class EnergyMeter:
         power = []
         for i in range(len(now)):
             values = [s[i] for s in samples if i < len(s) and s[i] is not None]
-            power.append(sum(values) / len(values) if values else None)
+            if values:
+                power.append(sum(values) / len(values))
+            elif energy[i] is not None and seconds > 0:
+                power.append(energy[i] / seconds)
+            else:
+                power.append(None)
         return {"energy_j": dict(zip(self.source.devices(), energy)), "power_w": dict(zip(self.source.devices(), power))}
 
     def describe(self) -> dict:

@@ -97,6 +97,9 @@ class _State:
         self.gdr_conn = Counter()  # network connections with / without GDRDMA
         self.local_edges: set[tuple[int, int]] = set()  # P2P/SHM connections: both ends on one node
         self.nranks = self.nnodes = None
+        self.rank_hosts: dict[tuple[int, int], str] = {}  # (nranks, rank) -> host, from per-rank init lines
+        self.basis = ""  # what the transport verdict rests on (set by _transport)
+        self.network_line = ""  # where the network came from when no "Using network" line named it
         self.listing_nranks = None
         self.nvls_channels = 0
         self.nvls_lines = 0
@@ -191,8 +194,12 @@ def _feed(st: _State, line: str) -> None:
             st.no_ib = True
             return
     if "anks " in line:
-        for _, n in _NRANKS.findall(line):
+        for r, n in _NRANKS.findall(line):
             st.nranks = max(st.nranks or 0, int(n))
+            # NCCL < 2.19 logs no nNodes: each rank's "rank R nranks N" line and its host:pid:tid prefix
+            # give the node count once every rank's line is there
+            if m := _PREFIX_HOST.search(line):
+                st.rank_hosts[(int(n), int(r))] = m.group(1)
     if "nNodes" in line and (m := _NNODES.search(line)):
         st.nnodes = max(st.nnodes or 0, int(m.group(1)))
         if (mn := _MNNVL.search(line)) and not st.mnnvl:
@@ -283,9 +290,9 @@ def _summarize(st: _State) -> dict:
     elif st.plugin_signs and not st.internal_net:
         unknown["network"] = "a network plugin was loaded and the log does not say which network NCCL used"
     elif st.ib_devices:
-        network = "IB"
+        network, st.network_line = "IB", "no Using network line (NCCL < 2.6): NET/IB's device list"
     elif st.socket_devices and st.no_ib:
-        network = "Socket"
+        network, st.network_line = "Socket", "no Using network line: NET/IB found no device, NET/Socket's list"
     else:
         unknown["network"] = "no network line and no network connection in the log"
 
@@ -323,6 +330,10 @@ def _summarize(st: _State) -> dict:
     nranks = st.nranks or st.listing_nranks
     if nranks is None:
         unknown["nranks"] = "no line gives the communicator size"
+    if st.nnodes is None and nranks:
+        by_rank = {r: h for (n, r), h in st.rank_hosts.items() if n == nranks}
+        if len(by_rank) == nranks:
+            st.nnodes = len(set(by_rank.values()))
 
     gdr = _gdr_verdict(st, nranks, unknown)
     transport = _transport(st, network, nranks, unknown)
@@ -350,6 +361,7 @@ def _summarize(st: _State) -> dict:
         "mnnvl": st.mnnvl,
         "collnet_refused": st.collnet_refused,
         "transport": transport,
+        "transport_basis": st.basis or None,
         "unknown": {k: unknown[k] for k in FIELDS if k in unknown},
     }
 
@@ -406,52 +418,83 @@ def _single_node(st: _State, nranks) -> bool:
 
 def _transport(st: _State, network, nranks, unknown: dict) -> str | None:
     """One word for the inter-node transport: roce, infiniband, roce+infiniband, tcp, tcpx, efa,
-    libfabric/<provider>, intra-node."""
+    libfabric/<provider>, intra-node; st.basis says what it rests on."""
     if st.net_names:
         names = st.net_names if len(st.net_names) == 1 else set()
         name = next(iter(names)) if names else None
         if name is None:
             unknown["transport"] = f"connections use different networks: {', '.join(sorted(st.net_names))}"
             return None
-        if name == "Socket":
-            return "tcp"
-        if "TCPX" in name or name.startswith("FasTrak"):
-            return "tcpx"  # Google's GPUDirect-TCPX/TCPXO plugins: TCP on the wire, payload DMA'd to GPU memory
-        if st.provider or name in ("AWS Libfabric", "OFI", "Libfabric"):
-            if st.provider == "efa":
-                return "efa"
-            if st.provider:
-                return f"libfabric/{st.provider}"
-            unknown["transport"] = "the libfabric provider (efa or another) is not named in the log"
-            return None
-        links = _links_used(st, st.net_dev_used)
-        if links == {"RoCE"}:
-            return "roce"
-        if links == {"InfiniBand"}:
-            return "infiniband"
-        if links:
-            return "roce+infiniband"
-        unknown["transport"] = "the log names no device link layer, so InfiniBand and RoCE cannot be told apart"
-        return None
+        st.basis = f"per-connection lines (via NET/{name})"
+        return _of_network(st, name, st.net_dev_used, unknown)
     if any(k.startswith("COLLNET/") for k in st.kinds) and not _single_node(st, nranks):
         # CollNet (SHARP) runs on the HCAs NCCL listed: their link layer is the transport between nodes
         links = _links_used(st, st.collnet_dev) if st.ib_devices else set()
+        st.basis = "CollNet connection lines and the device list's link layer"
         if links == {"RoCE"}:
             return "roce"
         if links == {"InfiniBand"}:
             return "infiniband"
+        st.basis = ""
         unknown["transport"] = ("only CollNet connections in the log, and no device list with one link layer "
                                 "shows the network under them")
         return None
     if (st.kinds or st.nvls_channels or st.nvls_lines) and _single_node(st, nranks):
+        st.basis = "nNodes 1" if st.nnodes == 1 else "P2P/SHM connections join every rank on one node"
         return "intra-node"
     if nranks == 1:
         unknown["transport"] = "a one-rank communicator sends nothing between ranks"
     elif st.kinds or st.nvls_channels or st.nvls_lines:
         unknown["transport"] = ("no network connection in the log, and nothing shows that every rank "
                                 "shares one node")
+    elif st.nnodes == 1:
+        st.basis = "nNodes 1: every rank on one node, no connection lines"
+        return "intra-node"
+    elif network is not None:
+        # no per-connection line at all (NCCL logs them at INFO only for some subsystems and versions, and an
+        # excerpt may stop before them): the network NCCL chose for inter-node traffic, and the link layer of
+        # the devices it listed, name it
+        said = st.network_line or f"network line (Using network {network})"
+        st.basis = f"{said}; no per-connection lines"
+        return _of_network(st, network, set(), unknown)
     else:
-        unknown["transport"] = "no connection line: nothing shows which transport carried traffic"
+        unknown["transport"] = "no connection line and no network line: nothing shows which transport carried traffic"
+    return None
+
+
+def _of_network(st: _State, name: str, used: set, unknown: dict) -> str | None:
+    """The transport of NCCL network `name` (Socket, IB, IBext_v8, a plugin's name), from its devices' link
+    layers (those of the NET device indexes in `used`, else every listed one) or the plugin's provider."""
+    if name == "Socket":
+        return "tcp"
+    if "TCPX" in name or name.startswith("FasTrak"):
+        return "tcpx"  # Google's GPUDirect-TCPX/TCPXO plugins: TCP on the wire, payload DMA'd to GPU memory
+    if st.provider or name in ("AWS Libfabric", "OFI", "Libfabric"):
+        if st.provider == "efa":
+            return "efa"
+        if st.provider:
+            return f"libfabric/{st.provider}"
+        st.basis = ""
+        unknown["transport"] = "the libfabric provider (efa or another) is not named in the log"
+        return None
+    if not st.ib_devices:
+        links = set()
+    elif used:
+        links = _links_used(st, used)
+    else:  # no connection names a device index: every device NCCL listed for this network
+        links = {d["link_layer"] for d in st.ib_devices.values()}
+    if links:
+        listed = " ".join(f"{d['device']}:{d['port']}/{'RoCE' if d['link_layer'] == 'RoCE' else 'IB'}"
+                          for d in sorted(st.ib_devices.values(), key=lambda d: (d["index"], d["device"])))
+        st.basis += f"; devices {listed}"
+    if links == {"RoCE"}:
+        return "roce"
+    if links == {"InfiniBand"}:
+        return "infiniband"
+    if links:
+        return "roce+infiniband"
+    st.basis = ""
+    unknown["transport"] = "the log names no device link layer, so InfiniBand and RoCE cannot be told apart"
     return None
 
 

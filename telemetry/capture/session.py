@@ -31,7 +31,8 @@ import torch.distributed as dist
 from telemetry.capture import early, fabric
 from telemetry.settings import TelemetrySettings  # noqa: F401 (the settings the session takes; re-exported)
 from telemetry.capture.collectives import RECORDED_OPS as OPS, CollectiveTracer, enable_nccl_timing, set_host_map, totals
-from telemetry.capture.counters import CounterReader, loss_verdict
+from telemetry.capture import rdma_devices
+from telemetry.capture.counters import CounterReader, list_hcas, loss_verdict
 from telemetry.capture import bmc_power
 from telemetry.capture.congestion import summarize as congestion_figures
 from telemetry.capture.energy import EnergyMeter, open_cpu_source, open_gpu_source
@@ -162,6 +163,8 @@ class Telemetry:
         self._file = None
         self._group = None
         self._loss_steps: list[dict] = []
+        self.rdma_ports: dict | None = None  # counted / excluded RDMA ports (rdma_devices.select)
+        self._rdma_from_log = False
         self.bmc: bmc_power.PowerSampler | None = None
         self._bmc_info: dict = {"source": None, "reason": "telemetry.bmc is not set"}
         self._server = {"energy_j": 0.0, "seconds": 0.0, "known": False}
@@ -223,6 +226,8 @@ class Telemetry:
         self.cpu = EnergyMeter(open_cpu_source(self.s.sysfs)) if host_leader else None
         self.counters = (CounterReader(self._interfaces(), root=self.s.sysfs, ethtool=self.s.ethtool)
                          if host_leader else None)
+        if self.counters is not None:
+            self._choose_rdma_ports()
         if host_leader and self.s.bmc:
             self._start_bmc()
         trace_dir = os.path.join(self.run_dir, "logs") if self.run_dir and self.s.save_traces else None
@@ -282,6 +287,23 @@ class Telemetry:
         local = int(os.environ.get("LOCAL_WORLD_SIZE", "0") or 0)
         return max(1, self.world // local) if local else None
 
+    def _choose_rdma_ports(self, nccl_devices: list[dict] | None = None) -> None:
+        """Count the RDMA ports NCCL uses, not every HCA in the host (storage cards: rdma_devices.py): NCCL_IB_HCA
+        at start, then the device list in this host's NCCL log once its first communicator is built."""
+        sel = rdma_devices.select(list_hcas(self.s.sysfs), nccl_devices, os.environ.get("NCCL_IB_HCA"))
+        self.counters.keep_ports(sel.counted)
+        self.rdma_ports = sel.to_dict()
+        self._rdma_from_log = bool(nccl_devices)
+
+    def _rdma_ports_from_nccl_log(self) -> None:
+        """Once, after the first step: this host's NCCL log names the devices NCCL opened (a bounded read)."""
+        self._rdma_from_log = True  # tried: a log without a device list keeps the NCCL_IB_HCA selection
+        if not self.run_dir or not self.counters.ports:
+            return
+        nccl = fabric.detect_nccl_transport(os.path.join(self.run_dir, "logs"), fabric.nccl_log_host())
+        if nccl and nccl.get("ib_devices"):
+            self._choose_rdma_ports(nccl["ib_devices"])
+
     def _interfaces(self) -> list[str] | None:
         if self.s.interfaces is not None:
             return self.s.interfaces
@@ -303,6 +325,9 @@ class Telemetry:
             return
         self.tracer.begin_step()
         self.windows.start(step)
+        for meter in (self.gpu, self.cpu):  # the first step's energy counts from its start
+            if meter is not None:
+                meter.begin()
         self._t_step = time.perf_counter()
         self._marks = []
 
@@ -357,6 +382,8 @@ class Telemetry:
             if cpu.get("reason"):
                 own["host"]["cpu_energy_reason"] = cpu["reason"]
         if self.counters is not None:
+            if not self._rdma_from_log:  # NCCL built its communicators in step 1: its log names its devices
+                self._rdma_ports_from_nccl_log()
             deltas = self.counters.delta()
             self._loss_steps.append(deltas)
             verdict = loss_verdict([deltas])
@@ -611,6 +638,8 @@ class Telemetry:
                "gpu_energy_reason": self.gpu.reason,
                "counters": loss_verdict(self._loss_steps) if self.counters is not None else
                {"verdict": None, "reason": "read by the host's local rank 0"}}
+        if self.counters is not None:
+            out["rdma_ports"] = self.rdma_ports
         if self.counters is not None:  # whole-server power is a host figure, like the counters
             out["server_power"] = {**self._bmc_info,
                                    "energy_j": self._server["energy_j"] if self._server["known"] else None,

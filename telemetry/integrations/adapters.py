@@ -1,6 +1,8 @@
-"""Adapters that drive `Telemetry` from a training loop: ours, a Hugging Face Trainer, Lightning (NeMo 2).
+"""Callbacks that drive a bare `Telemetry` (no run directory) from a Hugging Face Trainer or Lightning loop.
 
-Each only translates its framework's step boundaries into start_step/end_step and hands the fields on.
+Each only translates its framework's step boundaries into start_step/end_step and hands the fields on; on NCCL
+a step's communication fields are held for late completion reports as in every loop (telemetry/integrations/recorder.py
+owns a whole run directory's lifecycle).
 """
 from __future__ import annotations
 
@@ -8,45 +10,8 @@ import json
 import time
 
 from telemetry.analysis.exports import export_after_close
-from telemetry.capture.hooks import Hooks
 from telemetry.capture.session import Telemetry
-
-
-class HarnessHooks(Hooks):
-    """For trainer.loop: adds the telemetry fields to each step's metrics record."""
-
-    def __init__(self, telemetry: Telemetry):
-        self.telemetry = telemetry
-
-    def on_step_start(self, step: int) -> None:
-        self.telemetry.start_step(step)
-
-    def on_step_end(self, step: int, record: dict) -> None:
-        # filled in place: on NCCL the communication fields may follow at the next step's end (held)
-        self.telemetry.end_step(step, record.get("step_time_s"), into=record)
-
-    def on_train_end(self, status: str) -> None:
-        # every rank ends a completed run here together: the held last step is reduced across ranks as usual
-        self.telemetry.flush(collective=status in ("completed", "target_reached"))
-
-    def on_eval_start(self, step: int) -> None:
-        self.telemetry.start_eval(step)
-
-    def on_eval_end(self, step: int, record: dict) -> None:
-        record.update(self.telemetry.end_eval(step))
-
-    # phase boundaries: the exposed-communication estimate and the trace export read them
-    def before_backward(self, step: int, micro_batch: int) -> None:
-        self.telemetry.mark("backward_begin")
-
-    def after_backward(self, step: int, micro_batch: int) -> None:
-        self.telemetry.mark("backward_end")
-
-    def before_optimizer_step(self, step: int) -> None:
-        self.telemetry.mark("optimizer_begin")
-
-    def after_optimizer_step(self, step: int) -> None:
-        self.telemetry.mark("optimizer_end")
+from telemetry.rundir import InOrder
 
 
 class _StepClock:
@@ -55,6 +20,7 @@ class _StepClock:
     def __init__(self, telemetry: Telemetry, metrics_path: str | None):
         self.telemetry, self.metrics_path = telemetry, metrics_path
         self.records: list[dict] = []
+        self._lines = InOrder(self._write)
         self._t0 = None
 
     def begin(self, step: int) -> None:
@@ -63,13 +29,24 @@ class _StepClock:
 
     def end(self, step: int, extra: dict | None = None) -> dict:
         step_time = time.perf_counter() - self._t0 if self._t0 is not None else None
-        record = {"step": step, "step_time_s": step_time, **(extra or {}),
-                  **self.telemetry.end_step(step, step_time)}
+        record = {"step": step, "step_time_s": step_time, **(extra or {})}
+        self.telemetry.end_step(step, step_time, into=record)  # on NCCL: completed at a later step's end
         self.records.append(record)
+        self._lines.put(record)
+        return record
+
+    def finish(self) -> None:
+        """The run's end (every rank together): the held last step completed, every line written."""
+        self.telemetry.flush(collective=True)
+        self._lines.drain()
+        self.telemetry.close()
+        export_after_close(self.telemetry)
+
+    def _write(self, record: dict) -> None:
+        record.pop("_held", None)
         if self.metrics_path and self.telemetry.rank == 0:
             with open(self.metrics_path, "a", encoding="utf-8") as f:
                 f.write(json.dumps(record, default=str) + "\n")
-        return record
 
 
 def hf_callback(telemetry: Telemetry, metrics_path: str | None = None):
@@ -92,8 +69,7 @@ def hf_callback(telemetry: Telemetry, metrics_path: str | None = None):
             self.clock.end(state.global_step)
 
         def on_train_end(self, args, state, control, **kwargs):
-            telemetry.close()
-            export_after_close(telemetry)
+            self.clock.finish()
 
     return TelemetryCallback()
 
@@ -121,7 +97,6 @@ def lightning_callback(telemetry: Telemetry, metrics_path: str | None = None):
             self.clock.end(trainer.global_step, extra)
 
         def on_train_end(self, trainer, pl_module):
-            telemetry.close()
-            export_after_close(telemetry)
+            self.clock.finish()
 
     return TelemetryCallback()

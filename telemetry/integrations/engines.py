@@ -78,7 +78,7 @@ def automodel_recipe(recipe_cls, run_dir: str, **recorder_args):
             try:
                 out = super().run_train_validation_loop(*args, **kwargs)
             except BaseException as exc:
-                self._fabric_recorder.close("failed", 1, f"{type(exc).__name__}: {exc}")
+                self._fabric_recorder.fail(exc)
                 raise
             self._fabric_recorder.close("completed")
             return out

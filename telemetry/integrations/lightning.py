@@ -68,11 +68,10 @@ class TelemetryCallback(Callback):
         if not rec.started:  # another recorder of this process writes this run directory
             return
         model = getattr(getattr(trainer, "strategy", None), "model", None)
-        if isinstance(model, torch.nn.parallel.DistributedDataParallel):
-            try:  # its gradient buckets then go through the traced all-reduce
-                rec.telemetry.attach_ddp(model)
-            except RuntimeError as exc:  # the job registered its own comm hook: its buckets stay unseen
-                rec.note(f"DDP gradient buckets not traced: {exc}")
+        if isinstance(model, torch.nn.parallel.DistributedDataParallel):  # its buckets: the traced all-reduce
+            unseen = rec.attach_ddp(model)  # the job registered its own comm hook: its buckets stay unseen
+            if unseen:
+                rec.note(unseen)
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         self.recorder.begin_step(trainer.global_step + 1)
@@ -92,9 +91,7 @@ class TelemetryCallback(Callback):
         self.recorder.close("completed", 0, None)
 
     def on_exception(self, trainer, pl_module, exception) -> None:
-        interrupted = isinstance(exception, KeyboardInterrupt)
-        self.recorder.close("interrupted" if interrupted else "failed", 130 if interrupted else 1,
-                            f"{type(exception).__name__}: {exception}")
+        self.recorder.fail(exception)
 
     def teardown(self, trainer, pl_module, stage) -> None:  # a fit that ended without on_train_end
         if self.recorder.started and not self.recorder.closed:

@@ -1,17 +1,23 @@
-"""Our run directory for a training loop that is not ours (NeMo 2 / Lightning, Megatron-Bridge, AutoModel).
-
-The directory is the one `python -m trainer` writes (docs/run-directory.md, owned by telemetry/rundir.py): run.json (layout,
-hosts, software, redacted environment, fabric identity and NCCL transport, telemetry summary, status),
-metrics.jsonl (one line per optimizer step, rank 0), ranks/ and logs/ (NCCL's INFO log), so
-`python -m telemetry report` and `compare` read it unchanged. The engine adapters
-(telemetry/integrations/lightning.py, telemetry/integrations/engines.py) only translate their loop's step boundaries into
+"""One run's lifecycle, for every training loop: ours (trainer/run.py), NeMo 2 / Lightning, Megatron-Bridge,
+AutoModel. The run directory is the one `python -m trainer` writes (docs/run-directory.md, owned by
+telemetry/rundir.py): run.json (layout, hosts, software, redacted environment, fabric identity and NCCL
+transport, telemetry summary, status), metrics.jsonl (one line per optimizer step, rank 0), ranks/ and logs/
+(NCCL's INFO log), so `python -m telemetry report` and `compare` read it unchanged. The loops only translate
+their step boundaries into the recorder's:
 
     rec = RunRecorder("runs/x", ...)   # before the process group: NCCL reads its log settings at init
-    rec.start(rank, layout)            # every rank, once the process group exists
-    rec.begin_step(step); ...; rec.end_step(step, loss=..., lr=...)   # every rank (collective)
-    rec.close("completed")
+    rec.open(...)                      # the run directory and run.json's first version (start() does it if not)
+    rec.start(rank, layout)            # every rank, once the process group exists: hosts, fabric, capture on
+    rec.on_step_start(step)            # every rank
+    rec.on_step_end(step, record)      # every rank (collective): the capture fields, filled into `record`
+    rec.write_step(record)             # rank 0's metrics line, in step order once no longer held
+    rec.close("completed")             # or rec.fail(exc): summary, exports, the end's status
 
-Constructing a recorder refuses (ImportOrderError) when megatron/nemo bound their collectives before
+`begin_step(step)` / `end_step(step, loss=..., lr=...)` do the step calls for a loop that has no record of its
+own. On NCCL a step's communication fields are held for the watchdog's late completion reports
+(`telemetry.hold_reports_s`) in every loop alike: the line is written once they are in.
+
+Constructing an adapter's recorder refuses (ImportOrderError) when megatron/nemo bound their collectives before
 the tracer was installed (telemetry/capture/early.py).
 """
 from __future__ import annotations
@@ -25,8 +31,11 @@ import torch
 import torch.distributed as dist
 
 from telemetry.analysis.exports import export_after_close
-from telemetry.capture import early, fabric
+from telemetry.capture import early, fabric, force_network
+from telemetry.capture.collectives import set_host_map
+from telemetry.capture.counters import merge_verdicts
 from telemetry.capture.environment import redacted_env, software_versions
+from telemetry.capture.hooks import Hooks
 from telemetry.capture.session import Telemetry, TelemetrySettings
 from telemetry.rundir import RunDir, now_iso
 
@@ -34,6 +43,7 @@ _ACTIVE: set[str] = set()  # run directories a recorder of this process is writi
 
 ENGINE_PACKAGES = ("nemo-toolkit", "megatron-core", "megatron-bridge", "nemo-automodel", "lightning",
                    "pytorch-lightning", "transformer-engine")
+ENDED_TOGETHER = ("completed", "target_reached")  # every rank closes these together: collectives still work
 
 
 def _version(name: str) -> str | None:
@@ -52,26 +62,46 @@ def number(value) -> float | None:
     return out if out == out and abs(out) != float("inf") else None
 
 
-class RunRecorder:
+def ending(exc: BaseException) -> tuple[str, int, str]:
+    """run.json's status, exit code and error for a loop that ended by `exc` (a loop that knows more, such as
+    ours, classifies its own)."""
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted", 130, f"{type(exc).__name__}: {exc}"
+    return "failed", 1, f"{type(exc).__name__}: {exc}"
+
+
+class RunRecorder(Hooks):
+    """The one owner of a run's lifecycle. `harness`: the harness's own trainer (attempts counted across
+    reruns, no engine packages); otherwise an engine's loop. `rundir`: the writer to use (the trainer's turns
+    a failed write into its own fault); `backend`: known before the process group (else guessed)."""
+
     def __init__(self, run_dir: str, name: str | None = None, settings: TelemetrySettings | None = None,
                  expect: str = "any", recipe: dict | None = None, layout: dict | None = None,
-                 engine: str | None = None):
+                 engine: str | None = None, *, harness: bool = False, rundir: RunDir | None = None):
         if expect not in fabric.EXPECTATIONS:
             raise ValueError(f"expect: got {expect!r}; allowed: {', '.join(fabric.EXPECTATIONS)}")
         self.run_dir = run_dir
         self.name = name or os.path.basename(os.path.normpath(run_dir))
         self.settings = settings or TelemetrySettings()
-        self.expect, self.recipe, self.layout, self.engine = expect, recipe, layout, engine
-        self.tracer = early.require_early()
-        self.backend = "nccl" if torch.cuda.is_available() else "gloo"
-        Telemetry.prepare_environment(self.settings, run_dir, self.backend)
+        self.expect, self.recipe, self.layout, self.engine, self.harness = expect, recipe, layout, engine, harness
+        # an engine may bind torch.distributed at import: the process tracer must exist before that
+        self.tracer = None if harness else early.require_early()
+        self.rundir = rundir if rundir is not None else RunDir(run_dir, 0)  # run.json, metrics.jsonl, reserve
+        self.rank = self.rundir.rank
         self.telemetry: Telemetry | None = None
-        self.rundir = RunDir(run_dir, 0)  # the one writer of run.json, metrics.jsonl and the disk reserve
-        self.rank = 0
-        self._t0 = None
-        self._started = None
+        self.hosts: list = []
+        self.previous: dict = {}  # the earlier attempt's run.json (harness runs that resume)
+        self.attempt: int | None = None
+        self.backend: str | None = None
+        self.forced: dict | None = None
+        self.switch = None  # telemetry.capture.switch_metrics.SwitchWatch: read again at close
+        self.opened = self.closed = False
+        self._t0: float | None = None
+        self._started: float | None = None
         self._checked = False
-        self.closed = False
+        self._device = torch.device("cpu")
+        if not harness:
+            self.prepare("nccl" if torch.cuda.is_available() else "gloo")
 
     @property
     def started(self) -> bool:
@@ -81,54 +111,183 @@ class RunRecorder:
     def info(self) -> dict:
         return self.rundir.info
 
-    def _update(self, **fields) -> None:
-        self.rundir.update(**fields)
+    # ------------------------------------------------------------ before the process group
 
-    def start(self, rank: int | None = None, layout: dict | None = None) -> None:
-        """Write run.json and start the telemetry; every rank, after init_process_group. `layout`: what
-        the adapter read from the engine, used when the recipe's layout was not given."""
-        if self.started:
-            return
+    def open(self, resume: bool = False, **fields) -> dict:
+        """Create the run directory and write run.json's first version (`fields` as given, in order). A
+        harness run keeps the earlier attempt's run.json under logs/ and counts attempts (one that died
+        unclosed recorded as such); `resume`: the earlier run.json is returned (and kept in `previous`)."""
         key = os.path.abspath(self.run_dir)
+        if self.opened:
+            return self.previous
         if key in _ACTIVE:  # e.g. a script's own callback and the attach entry point's: one writer only
             print(f"[telemetry] {self.run_dir}: already recorded by another callback in this process; this one "
                   "stays idle", file=sys.stderr, flush=True)
-            return
+            return self.previous
         _ACTIVE.add(key)
-        self.rank = rank if rank is not None else (dist.get_rank() if dist.is_initialized() else 0)
-        self.rundir.rank = self.rank
+        self.opened = True
         self.rundir.create()
         self._started = time.time()
+        head = {"name": self.name} if self.harness else {"name": self.name, "engine": self.engine}
+        head.update(status="running", exit_code=None, error=None, start_time=now_iso(), end_time=None)
         software = software_versions()
-        software.update({k: _version(k) for k in ENGINE_PACKAGES})
-        backend = dist.get_backend() if dist.is_initialized() else self.backend
-        hosts = fabric.exchange_hosts(self.rank)
-        device = (torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available()
-                  else torch.device("cpu"))
-        fab = fabric.describe(backend, software.get("nccl"))
+        if self.harness:
+            self.previous = self.rundir.load_previous() if resume else {}
+            self.rundir.keep_previous()  # this attempt rewrites run.json: the last one's record stays under logs/
+            prior = list(self.previous.get("attempts", []))
+            if self.previous.get("status") == "running":  # that attempt died without closing (SIGKILL, node loss)
+                prior.append({"attempt": self.previous.get("attempt"), "start_time": self.previous.get("start_time"),
+                              "end_time": None, "status": "died"})
+            self.attempt = len(prior) + 1
+            fields.update(attempt=self.attempt, attempts=prior)
+        else:
+            software.update({k: _version(k) for k in ENGINE_PACKAGES})
+        self.rundir.update(**head, **fields, software=software, environment=redacted_env())
+        return self.previous
+
+    def prepare(self, backend: str, force: bool = False) -> None:
+        """The environment NCCL reads once, at process-group init: its log files, timing, and `force`
+        (fabric.force_network: every byte over the network)."""
+        self.backend = backend
+        Telemetry.prepare_environment(self.settings, self.run_dir, backend)
+        self.forced = force_network.apply(force, backend)
+
+    # ------------------------------------------------------------ after the process group
+
+    def start(self, rank: int | None = None, layout: dict | None = None, *, device: torch.device | None = None,
+              capture: bool = True, inventory: bool = False) -> None:
+        """Every rank, after init_process_group: every rank's host, the fabric's identity and expectation, and
+        (`capture`) the telemetry. `layout`: what an adapter read from its engine, used when none was given."""
+        if self.started:
+            return
+        self.rank = rank if rank is not None else (dist.get_rank() if dist.is_initialized() else 0)
+        self.rundir.rank = self.rank
+        if not self.opened:
+            self.open(command=list(sys.argv), recipe=self.recipe,
+                      layout=self.layout if self.layout is not None else layout)
+        if not self.opened:
+            return
+        if device is None:
+            device = (torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available()
+                      else torch.device("cpu"))
+        # the harness chose its backend (it may name one per device type); an engine's is read back
+        backend = self.backend if self.harness or not dist.is_initialized() else dist.get_backend()
+        self.hosts = fabric.exchange_hosts(self.rank)
+        set_host_map([h.get("hostname") if isinstance(h, dict) else None for h in self.hosts])  # groups' scopes
+        self.rundir.update(backend=backend, device={"type": device.type, "name": torch.cuda.get_device_name(device)
+                                                    if device.type == "cuda" else None},
+                           hosts=self.hosts, environment=redacted_env())
+        if inventory:
+            self.rundir.update(inventory=self._inventory())
+        if self.rank == 0 and self.settings.enabled and self.settings.switch_metrics_url:
+            from telemetry.capture.switch_metrics import SwitchWatch
+            self.switch = SwitchWatch(self.settings.switch_metrics_url)  # read again when the run ends
+        fab = fabric.describe(backend, self.info["software"].get("nccl"))
         fab["expectation"] = fabric.check_expectation(self.expect, fab["transport"])
-        self._update(name=self.name, engine=self.engine, status="running", exit_code=None, error=None,
-                     start_time=now_iso(), end_time=None, command=list(sys.argv), recipe=self.recipe,
-                     layout=self.layout if self.layout is not None else layout, software=software,
-                     environment=redacted_env(), backend=backend,
-                     device={"type": device.type,
-                             "name": torch.cuda.get_device_name(device) if device.type == "cuda" else None},
-                     hosts=hosts, fabric=fab)
-        self.telemetry = Telemetry(self.settings, self.run_dir, device)
-        self.telemetry.start()
-        self.rundir.open_metrics(append=True)  # an engine's own resume continues the same file
+        if self.forced:
+            fab["force_network"] = self.forced
+        self.rundir.update(fabric=fab)
+        self._device = device
+        if capture:
+            self.start_capture()
+
+    def start_capture(self, trace: bool = True) -> None:
+        """Telemetry on. trace=False: the meters only (energy, power, counters), for a job that times its own
+        collectives. Before a model is wrapped: DDP's buckets are traced through a comm hook, and DeepSpeed
+        binds torch.distributed's collectives when it is initialised."""
+        if self.started or not self.opened:
+            return
+        self.telemetry = Telemetry(self.settings, self.run_dir, self._device)
+        self.telemetry.start(trace=trace)
+        if not self.harness:
+            self.rundir.open_metrics(append=True)  # an engine's own resume continues the same file
+
+    def attach_ddp(self, model) -> str | None:
+        """Trace a DDP model's gradient buckets; the reason when they cannot be (the job has its own comm hook)."""
+        if self.telemetry is None:
+            return None
+        try:
+            self.telemetry.attach_ddp(model)
+        except RuntimeError as exc:
+            return f"DDP gradient buckets not traced: {exc}"
+        return None
+
+    def _inventory(self) -> dict:
+        """Every host's inventory, collected once by its first rank (collective: call on every rank)."""
+        mine = None
+        if self.settings.enabled and int(os.environ.get("LOCAL_RANK", "0")) == 0:
+            from telemetry.capture.environment import host_info
+            from telemetry.capture.inventory import collect
+            mine = {"host": host_info()["hostname"], **collect(interfaces=self.settings.interfaces,
+                                                               cuda_runtime=torch.version.cuda)}
+        every: list = [None] * (dist.get_world_size() if dist.is_initialized() else 1)
+        if dist.is_initialized():
+            dist.all_gather_object(every, mine)
+        else:
+            every = [mine]
+        return {h.pop("host"): h for h in every if h is not None}
 
     def note(self, text: str) -> None:
         self.info.setdefault("notes", []).append(text)
 
+    # ------------------------------------------------------------ steps: the hooks every loop drives
+
+    def on_step_start(self, step: int) -> None:
+        if self.telemetry is not None and not self.closed:
+            self.telemetry.start_step(step)
+
+    def on_step_end(self, step: int, record: dict) -> None:
+        """The step's capture fields, filled into `record` (every rank: the cross-rank reduction is collective).
+        On NCCL its communication fields may follow a step later (`_held` until then: write_step waits)."""
+        if self.telemetry is not None and not self.closed:
+            self.telemetry.end_step(step, record.get("step_time_s"), into=record)
+        if not self._checked:  # NCCL builds its communicators lazily: the transport is known after step 1
+            self._checked = True
+            self.check_fabric(final=False)
+
+    def write_step(self, record: dict) -> None:
+        """The step's metrics line (rank 0), written in step order once its held fields are in."""
+        self.rundir.write_metrics(record)
+
+    def on_eval_start(self, step: int) -> None:
+        if self.telemetry is not None:
+            self.telemetry.start_eval(step)
+
+    def on_eval_end(self, step: int, record: dict) -> None:
+        if self.telemetry is not None:
+            record.update(self.telemetry.end_eval(step))
+
+    # phase boundaries: the exposed-communication estimate and the trace export read them
+    def before_backward(self, step: int, micro_batch: int) -> None:
+        self._mark("backward_begin")
+
+    def after_backward(self, step: int, micro_batch: int) -> None:
+        self._mark("backward_end")
+
+    def before_optimizer_step(self, step: int) -> None:
+        self._mark("optimizer_begin")
+
+    def after_optimizer_step(self, step: int) -> None:
+        self._mark("optimizer_end")
+
+    def _mark(self, name: str) -> None:
+        if self.telemetry is not None:
+            self.telemetry.mark(name)
+
+    def on_train_end(self, status: str) -> None:
+        # every rank ends a completed run here together: the held last step is reduced across ranks as usual
+        if self.telemetry is not None:
+            self.telemetry.flush(collective=status in ENDED_TOGETHER)
+
+    # ------------------------------------------------------------ for a loop with no record of its own
+
     def begin_step(self, step: int) -> None:
         if self.started and not self.closed:
-            self.telemetry.start_step(step)
+            self.on_step_start(step)
             self._t0 = time.perf_counter()
 
     def end_step(self, step: int, loss=None, lr=None, extra: dict | None = None) -> dict | None:
-        """The step's metrics line (written by rank 0); call on every rank: the cross-rank reduction
-        is collective."""
+        """The step's record, through on_step_end and write_step; call on every rank."""
         if not self.started or self.closed or self._t0 is None:
             return None
         step_time = time.perf_counter() - self._t0
@@ -138,40 +297,72 @@ class RunRecorder:
                   "samples_per_s": gbs / step_time if gbs and step_time > 0 else None,
                   # the engine's data pipeline pads and packs: our token count is not known here
                   "tokens_per_s": None, **(extra or {})}
-        record.update(self.telemetry.end_step(step, step_time))
+        self.on_step_end(step, record)
         record["time"] = time.time()
-        self.rundir.write_metrics(record)
-        if not self._checked:  # NCCL builds its communicators lazily: the transport is known after step 1
-            self._checked = True
-            self._refresh_fabric(final=False)
+        self.write_step(record)
         return record
 
-    def _refresh_fabric(self, final: bool) -> None:
-        if self.rank != 0:
-            return
-        fab = self.info["fabric"]
+    # ------------------------------------------------------------ the fabric
+
+    def check_fabric(self, final: bool = True) -> dict:
+        """Record the transport NCCL used and compare it with the expectation; a mismatch is loud. Only rank 0
+        reads NCCL logs: after step 1 its own host's (bounded, whatever the world), at the end every rank's."""
+        fab = self.info.get("fabric")
+        if self.rank != 0 or fab is None:  # run.json and the banner are rank 0's
+            return {}
         if fab["backend"] == "nccl":
-            logs = os.path.join(self.run_dir, "logs")
-            nccl = fabric.detect_nccl_transport(logs, None if final else fabric.nccl_log_host())
+            nccl = fabric.detect_nccl_transport(self.rundir.logs, None if final else fabric.nccl_log_host())
             fab["nccl"], fab["transport"] = nccl, nccl["transport"] if nccl else None
         fab["expectation"] = fabric.check_expectation(self.expect, fab["transport"])
-        self._update(fabric=fab)
+        forced = fab.get("force_network")
+        if forced and forced.get("applied"):
+            forced["check"] = force_network.check(fab.get("nccl"))
+            if forced["check"].get("warning") and not fab["expectation"].get("warning"):
+                fab["expectation"] = {**fab["expectation"], "warning": forced["check"]["warning"]}
+        self.rundir.update(fabric=fab)
         if not final and fab["expectation"].get("warning"):
             bar = "!" * 78
             print(f"{bar}\n[telemetry] WARNING: {fab['expectation']['warning']}\n{bar}", file=sys.stderr, flush=True)
+        return fab["expectation"]
 
-    def close(self, status: str = "completed", code: int = 0, error: str | None = None) -> None:
-        if self.closed or not self.started:
+    # ------------------------------------------------------------ the end
+
+    def fail(self, exc: BaseException) -> None:
+        self.close(*ending(exc))
+
+    def close(self, status: str = "completed", code: int = 0, error: str | None = None, *,
+              resumed: bool = False, summary: dict | None = None) -> None:
+        """Always, error or not: the held steps, the final fabric check, the telemetry summary and exports,
+        run.json's status (and this attempt's record). `resumed`: the loss verdict covers the attempts before
+        the resume too; `summary`: fields a job measured itself, over the telemetry's own."""
+        if self.closed or not self.opened:
             return
         self.closed = True
         _ACTIVE.discard(os.path.abspath(self.run_dir))
         try:
+            if self.switch is not None:
+                self.rundir.update(switch_metrics=self.switch.finish())
+            self.on_train_end(status)
             if dist.is_initialized():
-                self._refresh_fabric(final=True)
-            self._update(telemetry=self.telemetry.summary())
-            self.telemetry.close()
-            export_after_close(self.telemetry)
+                self.check_fabric(final=True)  # the whole run's NCCL logs, not only the first step's
+            if self.rank == 0:  # what the fabric was: fabric.config, the hosts' readings, the switch's labels
+                from telemetry.analysis.fabric_config import resolve
+                self.rundir.update(fabric_config=resolve(self.rundir.info))
+            if self.telemetry is not None:
+                out = self.telemetry.summary()
+                out.update(summary or {})
+                if resumed and out.get("enabled"):
+                    out["counters"] = merge_verdicts((self.previous.get("telemetry") or {}).get("counters"),
+                                                     out.get("counters"))
+                self.rundir.update(telemetry=out)
+                self.telemetry.close()
+                export_after_close(self.telemetry)
         finally:
-            self._update(status=status, exit_code=code, error=error, end_time=now_iso(),
-                         duration_s=round(time.time() - self._started, 3) if self._started else None)
+            end = {"status": status, "exit_code": code, "error": error, "end_time": now_iso(),
+                   "duration_s": round(time.time() - self._started, 3) if self._started else None}
+            if self.attempt is not None:
+                end["attempts"] = self.info.get("attempts", []) + [
+                    {"attempt": self.attempt, "start_time": self.info["start_time"], "end_time": end["end_time"],
+                     "status": status}]
+            self.rundir.update(**end)
             self.rundir.close()

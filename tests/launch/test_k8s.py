@@ -174,11 +174,41 @@ def test_command_resolves_at_the_jobs_world_size(job):
     for rspec in spec["pytorchReplicaSpecs"].values():
         (c,) = rspec["template"]["spec"]["containers"]
         cmd = c["command"] + c.get("args", [])
-        assert cmd[:3] == ["torchrun", "-m", "trainer"]
-        proc = subprocess.run([sys.executable, "-m", "trainer", *cmd[3:], "--dry-run", "--world-size", str(world)],
+        assert cmd[:5] == ["python", "-m", "launch.torchrun", "-m", "trainer"]
+        proc = subprocess.run([sys.executable, "-m", "trainer", *cmd[5:], "--dry-run", "--world-size", str(world)],
                               cwd=REPO, capture_output=True, text=True, timeout=120)
         assert proc.returncode == 0, proc.stderr
         assert f"world {world} = " in proc.stdout
+
+
+def test_a_restarted_pod_rejoins_through_the_c10d_rendezvous_or_fails_in_join_timeout(job):
+    """Static rendezvous (no elasticPolicy) left a restarted pod waiting distributed.timeout_s; the job asks
+    for the c10d rendezvous on the Master pod, every pod of the job, a join timeout far below 1,800 s, and
+    runs torchrun through launch.torchrun (a failed join is one line)."""
+    spec, name = job["spec"], job["metadata"]["name"]
+    elastic = spec["elasticPolicy"]
+    pods = sum(r["replicas"] for r in spec["pytorchReplicaSpecs"].values())
+    assert elastic["rdzvBackend"] == "c10d" and elastic["rdzvHost"] == f"{name}-master-0"
+    assert elastic["minReplicas"] == elastic["maxReplicas"] == pods  # the layout is for a fixed world
+    conf = {kv["key"]: kv["value"] for kv in elastic["rdzvConf"]}
+    assert 0 < int(conf["join_timeout"]) < 1800
+    for rspec in spec["pytorchReplicaSpecs"].values():
+        assert rspec["restartPolicy"] == "OnFailure"  # the pod is restarted, then rejoins
+        (c,) = rspec["template"]["spec"]["containers"]
+        assert c["command"][:3] == ["python", "-m", "launch.torchrun"]
+
+
+def test_launch_torchrun_reads_what_the_operator_sets(monkeypatch):
+    """The training operator passes elasticPolicy to torchrun as PET_* variables (kubeflow/training-operator
+    pkg/controller.v1/pytorch/elastic.go); launch.torchrun parses them as torchrun does and names them."""
+    from torch.distributed.run import parse_args
+
+    from launch.torchrun import _describe
+    for k, v in {"PET_RDZV_BACKEND": "c10d", "PET_RDZV_ENDPOINT": "job-master-0:29400", "PET_RDZV_ID": "job",
+                 "PET_NNODES": "8:8", "PET_RDZV_CONF": "join_timeout=600", "PET_NPROC_PER_NODE": "8"}.items():
+        monkeypatch.setenv(k, v)
+    assert _describe(parse_args(["-m", "trainer", "x.yaml"])) == \
+        "rendezvous c10d at job-master-0:29400 (id job) for 8:8 nodes, join_timeout 600 s"
 
 
 def test_the_schema_check_catches_wrong_types_missing_fields_and_typos():
@@ -240,8 +270,8 @@ def _containers(job: dict):
 
 def _recipe_of(c: dict):
     cmd = c["command"] + c.get("args", [])
-    assert cmd[:3] == ["torchrun", "-m", "trainer"]
-    recipe, overrides = cmd[3], [a for a in cmd[4:] if "=" in a and not a.startswith("-")]
+    assert cmd[:5] == ["python", "-m", "launch.torchrun", "-m", "trainer"]
+    recipe, overrides = cmd[5], [a for a in cmd[6:] if "=" in a and not a.startswith("-")]
     return load_recipe(str(REPO / recipe), overrides)
 
 

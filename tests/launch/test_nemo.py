@@ -10,6 +10,7 @@ the configuration class that section is, and Bridge's real CallbackManager drive
 from __future__ import annotations
 
 import ast
+import hashlib
 import importlib.util
 import json
 import os
@@ -498,3 +499,34 @@ def test_run_under_torchrun_builds_the_job_for_the_launchers_world(launcher_env,
     assert harness["layout"]["world_size"] == 64, harness["layout"]
     text = job.read_text()
     assert "num_nodes = 8" in text and "devices = 8" in text, text
+
+
+@pytest.mark.integration
+def test_srun_tasks_all_run_the_same_complete_job(tmp_path, capsys):
+    """8 processes started as srun starts its tasks (SLURM_PROCID/LOCALID/NODEID, no RANK), all at once, over
+    a stale job of an earlier run: every task runs the whole current job, byte for byte the printed one."""
+    run_dir = tmp_path / "run"
+    override = f"output_dir={run_dir}"
+    code, printed, err = run_cli(capsys, RECIPES / "llama70b_lora.yaml", "--engine", "nemo2", "--print",
+                                 "--nodes", "2", "--gpus-per-node", "4", override)
+    assert code == 0, err
+    job = run_dir / "engine" / "nemo2_job.py"
+    job.parent.mkdir(parents=True)
+    job.write_text("# an earlier run's job\n" + "x = 1\n" * 200_000)
+    base = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS and not k.startswith("SLURM_")}
+    base.update(PYTHONPATH=str(REPO), TASK_OUT=str(tmp_path), SLURM_NNODES="2", SLURM_NTASKS_PER_NODE="4",
+                SLURM_NTASKS="8", SLURM_JOB_ID="77")
+    procs = []
+    for task in range(8):
+        env = dict(base, SLURM_PROCID=str(task), SLURM_LOCALID=str(task % 4), SLURM_NODEID=str(task // 4))
+        procs.append(subprocess.Popen([sys.executable, str(REPO / "tests" / "launch" / "srun_task.py"),
+                                       str(RECIPES / "llama70b_lora.yaml"), "--engine", "nemo2", "--run", override],
+                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    for p in procs:
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err
+    want = hashlib.sha256(printed.encode()).hexdigest()
+    runs = [json.loads((tmp_path / f"task{t}.json").read_text()) for t in range(8)]
+    assert {r["sha256"] for r in runs} == {want}
+    assert all(r["command"] == [sys.executable, str(job)] for r in runs)  # srun started one task per GPU
+    assert job.read_text() == printed and not list(job.parent.glob("*.tmp"))

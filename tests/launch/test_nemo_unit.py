@@ -109,3 +109,23 @@ def test_module_entry_point_refuses_an_unknown_engine(capsys, monkeypatch):
     assert info.value.code == 2
     line = one_error(capsys.readouterr().err)
     assert "nemo3" in line and "see python -m launch.nemo --help" in line
+
+
+def test_job_is_published_whole_and_a_different_translation_is_one_line(tmp_path):
+    from launch.nemo.cli import publish_job
+    job = tmp_path / "job.py"
+    job.write_text("stale = True\n")
+    assert publish_job(str(job), "fresh = True\n") is None
+    assert job.read_text() == "fresh = True\n" and [p.name for p in tmp_path.iterdir()] == ["job.py"]
+    inode = job.stat().st_ino
+    assert publish_job(str(job), "fresh = True\n") is None and job.stat().st_ino == inode  # not rewritten
+    # a rank whose text differs: it renames its own over the path, then finds another rank's in its place
+    import launch.nemo.cli as cli
+    reads = iter([b"other", b"theirs = 1\n"])
+    original = cli._read
+    cli._read = lambda path: next(reads)
+    try:
+        problem = publish_job(str(job), "mine = 1\n")
+    finally:
+        cli._read = original
+    assert problem.startswith("--run: ") and "differs from this rank's translation" in problem

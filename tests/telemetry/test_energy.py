@@ -187,3 +187,103 @@ def test_replay_plays_recorded_readings():
     meter = EnergyMeter(ReplayEnergy("nvml", ["gpu0"], [[10.0], [13.5], [20.0]]))
     assert meter.step()["energy_j"] == {"gpu0": 3.5}
     assert meter.step()["energy_j"] == {"gpu0": 6.5}
+
+
+class Clock:
+    """A stand-in monotonic clock (seconds) that the test moves by hand."""
+
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def nvml_like(clock: Clock, watts):
+    """NVML as it behaves (fake): nvmlDeviceGetTotalEnergyConsumption is a counter of whole millijoules
+    since driver load, the integral of the board's power; nvmlDeviceGetPowerUsage is a trailing 1 s average
+    in milliwatts (Ampere and newer). `watts(t)` is the board's draw, piecewise constant; the integrals are
+    taken in 1 ms slices, exact for steps on a millisecond grid."""
+
+    def joules(t1: float) -> float:
+        return sum(watts(k / 1000) for k in range(int(round(t1 * 1000)))) / 1000
+
+    nvml = fake_nvml([])
+    nvml.nvmlDeviceGetTotalEnergyConsumption.side_effect = lambda h: int(joules(clock.t) * 1000)
+    nvml.nvmlDeviceGetPowerUsage.side_effect = lambda h: int((joules(clock.t) - joules(max(clock.t - 1, 0))) * 1000)
+    return nvml
+
+
+def test_a_step_with_no_power_sample_gets_energy_over_its_duration():
+    clock = Clock()
+    nvml = nvml_like(clock, lambda t: 400.0)
+    # the sampler's period is far longer than the steps: no sample falls inside one
+    meter = EnergyMeter(NvmlEnergy([0], nvml=nvml), sample_interval_s=3600, clock=clock)
+    clock.t = 1.0
+    meter.begin()
+    for _ in range(3):
+        clock.t += 0.020  # 20 ms steps, under the sampler's 100 ms default
+        step = meter.step()
+        assert step["energy_j"]["gpu0"] == pytest.approx(8.0, abs=1e-3)  # 400 W x 20 ms
+        assert step["power_w"]["gpu0"] == pytest.approx(400.0, rel=1e-3)
+    meter.close()
+
+
+def test_the_first_step_counts_from_its_start_not_from_the_meter_opening():
+    clock = Clock()
+    # 100 W while the model is built (50 s after the meter opened), 400 W once training starts
+    nvml = nvml_like(clock, lambda t: 100.0 if t < 50 else 400.0)
+    meter = EnergyMeter(NvmlEnergy([0], nvml=nvml), sample_interval_s=3600, clock=clock)
+    clock.t = 50.0
+    meter.begin()
+    clock.t = 50.5
+    meter.begin()  # a later call changes nothing: consecutive steps' intervals meet
+    clock.t = 51.0
+    first = meter.step()
+    meter.close()
+    assert first["energy_j"]["gpu0"] == pytest.approx(400.0, abs=1e-3)  # not 100 W x 50 s + 400 J
+    assert first["power_w"]["gpu0"] == pytest.approx(400.0, rel=1e-3)
+
+
+def test_sampled_power_is_kept_where_the_step_holds_samples():
+    # NVML's own 1 s average, as sampled, stands where there are samples (the previous behaviour)
+    nvml = fake_nvml([1_000_000, 1_000_000, 1_000_000, 1_100_000], power_mw=(250_000,))
+    meter = EnergyMeter(NvmlEnergy([0], nvml=nvml), sample_interval_s=0.005)
+    meter.begin()
+    time.sleep(0.05)
+    step = meter.step()
+    meter.close()
+    assert step["energy_j"]["gpu0"] == pytest.approx(100.0)
+    assert step["power_w"]["gpu0"] == pytest.approx(250.0)
+
+
+def test_power_is_unknown_without_samples_or_energy():
+    nvml = fake_nvml([], energy_supported=False)
+    clock = Clock()
+    meter = EnergyMeter(NvmlEnergy([0], nvml=nvml), sample_interval_s=3600, clock=clock)
+    meter.begin()
+    clock.t = 0.02
+    step = meter.step()
+    meter.close()
+    assert step["energy_j"] == {"gpu0": None} and step["power_w"] == {"gpu0": None}
+
+
+def test_a_session_counts_the_first_steps_energy_from_its_start(tmp_path):
+    """Through the session: energy spent between telemetry's start and step 1's start (model build, data)
+    is in no step. RAPL on a fake tree stands for the counter (the GPU meter has no NVML here)."""
+    from telemetry.capture.session import Telemetry
+    from telemetry.settings import TelemetrySettings
+
+    dom = tmp_path / "class" / "powercap" / "intel-rapl:0"
+    dom.mkdir(parents=True)
+    (dom / "max_energy_range_uj").write_text("1000000000\n")
+    (dom / "energy_uj").write_text("1000000\n")
+    tel = Telemetry(TelemetrySettings(sysfs=str(tmp_path), interfaces=[], cross_rank_every=0), run_dir=None)
+    tel.start(trace=False)
+    try:
+        (dom / "energy_uj").write_text("51000000\n")  # 50 J while the model was built
+        tel.start_step(1)
+        (dom / "energy_uj").write_text("53000000\n")  # 2 J in the step
+        assert tel.cpu.step()["energy_j"] == {"cpu-package0": pytest.approx(2.0)}
+    finally:
+        tel.close()

@@ -53,8 +53,8 @@ NCCL_LINES = """\
 
 def test_nccl_logs_are_parsed_by_rank_0_only_and_every_log_once(tmp_path, monkeypatch):
     from telemetry.capture import nccl_log
+    from telemetry.integrations.recorder import RunRecorder
     from trainer.rundir import RunDir
-    from trainer.run import FabricWatch
 
     here = fabric_module.nccl_log_host()
     logs = tmp_path / "logs"
@@ -68,12 +68,16 @@ def test_nccl_logs_are_parsed_by_rank_0_only_and_every_log_once(tmp_path, monkey
     info = {"backend": "nccl", "transport": None}
 
     # every other rank: never touches the logs, after step 1 or at the end
-    other = FabricWatch(RunDir(str(tmp_path), 1), "roce", dict(info))
-    other.on_step_end(1, {})
-    assert other.refresh() == {} and opened == []
+    def recorder(rank):  # the fabric as start() recorded it, before the first step
+        rec = RunRecorder(str(tmp_path), expect="roce", harness=True, rundir=RunDir(str(tmp_path), rank))
+        rec.rundir.update(fabric=dict(info))
+        return rec
 
-    rundir = RunDir(str(tmp_path), 0)
-    watch = FabricWatch(rundir, "roce", dict(info))
+    other = recorder(1)
+    other.on_step_end(1, {})
+    assert other.check_fabric() == {} and opened == []
+
+    watch = recorder(0)
     watch.on_step_end(1, {})  # after step 1: this host's logs only, whatever the world size
     assert sorted(os.path.basename(p) for p in opened) == [f"nccl.{here}.100.log", f"nccl.{here}.101.log"]
     first = json.loads((tmp_path / "run.json").read_text())["fabric"]
@@ -82,7 +86,7 @@ def test_nccl_logs_are_parsed_by_rank_0_only_and_every_log_once(tmp_path, monkey
     watch.on_step_end(2, {})
     assert len(opened) == 2  # later steps read nothing
     opened.clear()
-    watch.refresh()  # at the end: every rank's log, once
+    watch.check_fabric()  # at the end: every rank's log, once
     assert len(opened) == 4
     final = json.loads((tmp_path / "run.json").read_text())["fabric"]
     assert final["nccl"]["log_files"] == 4 and final["nccl"]["scope"] == "all ranks"

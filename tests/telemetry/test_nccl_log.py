@@ -214,3 +214,44 @@ def test_corpus_covers_what_the_issue_asks_for():
             "nccl-tests-interleaved", "plugin-failed-fallback", "timestamp-prefix"} <= cats
     versions = {s["truth"]["nccl_version"] for s in specs} - {None}
     assert min(versions, key=lambda v: tuple(map(int, v.split(".")))) == "2.3.7"
+
+
+HEADER_ROCE = """\
+n1:5:5 [0] NCCL INFO NCCL version 2.18.5+cuda12.2
+n1:5:5 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/RoCE [1]mlx5_1:1/RoCE [RO]; OOB eth0:10.0.0.1<0>
+n1:5:5 [0] NCCL INFO Using network IB
+"""
+
+
+def test_transport_from_the_network_line_and_device_link_layer_when_no_connection_is_logged():
+    out = parse_lines(HEADER_ROCE.splitlines())
+    assert out["transport"] == "roce" and out["channels"] is None
+    assert out["transport_basis"] == ("network line (Using network IB); no per-connection lines; devices "
+                                      "mlx5_0:1/RoCE mlx5_1:1/RoCE")
+    ib = parse_lines(HEADER_ROCE.replace("/RoCE", "/IB").replace("network IB", "network IBext_v8").splitlines())
+    assert ib["transport"] == "infiniband" and "Using network IBext_v8" in ib["transport_basis"]
+    sock = parse_lines(SOCKET_FALLBACK.splitlines()[:4])  # header only: the Socket network line
+    assert sock["transport"] == "tcp" and sock["transport_basis"].startswith("network line (Using network Socket)")
+    # connections, when logged, decide, and say so
+    assert parse_lines(ROCE_GDR.splitlines())["transport_basis"].startswith("per-connection lines (via NET/IB)")
+    # neither a network line nor a device list: null with the reason
+    bare = parse_lines(["n1:5:5 [0] NCCL INFO NCCL version 2.18.5+cuda12.2"])
+    assert bare["transport"] is None and bare["transport_basis"] is None
+    assert "no network line" in bare["unknown"]["transport"]
+
+
+def test_node_count_from_older_init_lines_with_host_prefixes():
+    """NCCL < 2.19 logs "rank R nranks N" per rank (no nNodes): every rank's line with its host prefix
+    gives the node count; a missing rank leaves it unknown."""
+    lines = [f"node{r // 4}:1{r}:1{r} [{r % 4}] NCCL INFO comm 0x7f rank {r} nranks 8 cudaDev {r % 4} busId 1000 - "
+             "Init COMPLETE" for r in range(8)]
+    assert parse_lines(lines)["nnodes"] == 2
+    assert parse_lines(lines[:7])["nnodes"] is None
+    # an explicit nNodes line wins
+    assert parse_lines(lines + ["node0:1:1 [0] NCCL INFO comm 0x1 rank 0 nRanks 8 nNodes 3 localRanks 4"])["nnodes"] == 3
+
+
+def test_the_corpus_readme_names_every_log_and_its_source():
+    readme = (CORPUS / "README.md").read_text()
+    for p in TRUTH_FILES:
+        assert f"`{p.stem}.log` | {json.loads(p.read_text())['source']} |" in readme, p.stem

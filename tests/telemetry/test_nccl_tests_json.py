@@ -137,24 +137,18 @@ def test_force_network_flag_lands_in_run_json(tmp_path, log, all_net, capsys):
     """The trainer's fabric watch reads the run's NCCL logs (a real log copied in) and records the check."""
     import shutil
 
-    from trainer.run import FabricWatch
+    from telemetry.integrations.recorder import RunRecorder
 
     logs = tmp_path / "logs"
     logs.mkdir()
     from telemetry.capture.fabric import nccl_log_host
     shutil.copy(LOGS / f"{log}.log", logs / f"nccl.{nccl_log_host()}.1234.log")  # as NCCL_DEBUG_FILE names it
-    recorded: dict = {}
-
-    class RunDirStub:
-        rank, logs = 0, str(tmp_path / "logs")
-
-        def update(self, **kw):
-            recorded.update(kw)
     info = {"backend": "nccl", "transport": None, "nccl": None,
             "force_network": force_network.apply(True, "nccl", {})}
-    watch = FabricWatch(RunDirStub(), "any", info)
+    watch = RunRecorder(str(tmp_path), harness=True)
+    watch.rundir.update(fabric=info)  # as start() records it
     watch.on_step_end(1, {})
-    check = recorded["fabric"]["force_network"]["check"]
+    check = json.loads((tmp_path / "run.json").read_text())["fabric"]["force_network"]["check"]
     assert check["all_net"] is all_net
     err = capsys.readouterr().err
     assert ("FORCE_NETWORK VIOLATED" in err) is (not all_net)

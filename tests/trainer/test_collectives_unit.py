@@ -1,4 +1,4 @@
-"""trainer.workloads.collectives in-process: a small sweep in a gloo group of one through trainer.cli.main,
+"""trainer.sweep in-process: a small sweep in a gloo group of one through trainer.cli.main,
 its table read back by telemetry's nccl-tests reader. (Send/receive needs a peer: two-rank sweeps are in
 tests/trainer/test_sweep.py, integration tier.)"""
 from __future__ import annotations

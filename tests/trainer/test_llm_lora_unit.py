@@ -105,3 +105,55 @@ def test_unknown_lora_target_is_one_line_naming_the_key():
 def test_unknown_workload_names_the_allowed_ones():
     with pytest.raises(ValueError, match="workload: got 'nope'; allowed: llm_lora, bert_pretraining"):
         get_workload("nope")
+
+
+def _bf16_lora(dropout: str):
+    """The tiny model with bf16 base weights (what model.dtype=bf16 builds) and non-zero LoRA B."""
+    recipe = load_recipe(TINY, [*SMALL, f"lora.dropout={dropout}"])
+    wl = get_workload("llm_lora")(recipe, torch.device("cpu"), torch.bfloat16)
+    model = wl._materialize(wl.build_model())
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:  # peft starts B at zero: the adapters would add nothing to compare
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.02)
+    return wl, model
+
+
+def _autocast_step(model, batch):
+    """Logits, adapter gradients and the number of dtype copies of one bf16-autocast forward + backward."""
+    torch.manual_seed(5)  # the same dropout masks in both models
+    with torch.profiler.profile() as prof:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            logits = model(input_ids=batch["input_ids"]).logits
+        logits.float().sum().backward()
+    copies = sum(e.count for e in prof.key_averages() if e.key == "aten::_to_copy")
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad}
+    return logits.detach(), grads, copies
+
+
+@pytest.mark.parametrize("dropout", ["0.0", "0.05"])
+def test_adapter_inputs_are_not_cast_under_autocast(dropout):
+    from trainer.workloads.llm_lora import keep_adapter_inputs
+
+    wl, cast = _bf16_lora(dropout)
+    _, kept = _bf16_lora(dropout)
+    # fp32 adapters over bf16 weights: the optimizer's master copy and its AdamW state are fp32
+    assert {p.dtype for p in cast.parameters() if p.requires_grad} == {torch.float32}
+    assert {p.dtype for p in cast.parameters() if not p.requires_grad} == {torch.bfloat16}
+    assert keep_adapter_inputs(kept, torch.float32) == 0  # fp32 compute: the cast is needed, kept
+    assert keep_adapter_inputs(kept, torch.bfloat16) == 14  # 2 layers x 7 targets
+    assert {p.dtype for p in kept.parameters() if p.requires_grad} == {torch.float32}
+    batch = wl.build_data(need_eval=False)[0].batch([0, 1, 2, 3])
+    logits_a, grads_a, copies_a = _autocast_step(cast, batch)
+    logits_b, grads_b, copies_b = _autocast_step(kept, batch)
+    # each adapter's input (and its gradient) was copied to fp32 and back: 14 layers, forward and backward
+    assert copies_a - copies_b >= 2 * 14
+    if dropout == "0.0":  # the same bf16 matmuls on the same operands: bitwise the same
+        assert torch.equal(logits_a, logits_b)
+        assert all(torch.equal(grads_a[n], grads_b[n]) for n in grads_a)
+    else:  # dropout's 1/(1-p) is rounded to bf16 instead of to fp32 first: bf16 rounding apart
+        torch.testing.assert_close(logits_b, logits_a, rtol=2e-2, atol=2e-2)
+        for n in grads_a:
+            scale = grads_a[n].abs().max()
+            assert (grads_b[n] - grads_a[n]).abs().max() <= 3e-2 * scale, n

@@ -135,3 +135,58 @@ def test_eval_every_step_stops_at_the_target_eval_loss(tmp_path, capsys):
     assert [m["step"] for m in metrics] == [1] and info["final"]["target_reached_step"] == 1
     assert abs(metrics[0]["eval_loss"] - math.log(260)) < 0.5 and info["final"]["eval_loss"] == metrics[0]["eval_loss"]
     assert info["data"]["eval_samples"] > 0
+
+
+class _Work:
+    def __init__(self):
+        self.waits = 0
+
+    def wait(self):
+        self.waits += 1
+        return True
+
+
+def test_scale_waits_for_the_count_all_reduce_once_where_first_used():
+    import torch
+
+    from trainer.loop import ScaleFromCounts
+
+    work = _Work()
+    counted = torch.tensor([10.0, 0.0, 99.0, 99.0, 99.0], dtype=torch.float64)
+    scale = ScaleFromCounts(work, counted, dp=2, n_terms=2)
+    assert work.waits == 0  # issued, not waited for: the first forward runs meanwhile
+    first = scale()
+    assert work.waits == 1 and first.dtype == torch.float32
+    assert first.tolist() == pytest.approx([0.2, 2.0])  # dp / count, a count of 0 read as 1
+    assert scale() is first and work.waits == 1
+
+
+def test_next_steps_batches_are_prepared_ahead_with_the_same_counts():
+    """Trainer._prepare gives what the step used to build at its start: the sampler's micro-batches and
+    this rank's counts (terms, real tokens, padded positions, attention pairs)."""
+    import types
+
+    import torch
+
+    from tests.conftest import TINY
+    from trainer.config import load_recipe
+    from trainer.data.sampler import StepSampler
+    from trainer.loop import Trainer
+    from trainer.workloads import get_workload
+
+    recipe = load_recipe(TINY, ["data.seq_len=64", "train.eval_every_samples=null"])
+    wl = get_workload("llm_lora")(recipe, torch.device("cpu"), torch.float32)
+    train_set, _ = wl.build_data(need_eval=False)
+    sampler = StepSampler(len(train_set), recipe.seed, 8, 1, 0, 4)
+    fake = types.SimpleNamespace(workload=wl, train_set=train_set, sampler=sampler, pipeline=None,
+                                 device=torch.device("cpu"))
+    fake._to_device = lambda b: Trainer._to_device(fake, b)
+    fake._host_to_device = lambda t: Trainer._host_to_device(fake, t)
+    step, batches, local = Trainer._prepare(fake, 3)
+    expected = [train_set.batch(idx) for idx in sampler.micro_batches(2)]
+    assert step == 3 and len(batches) == len(expected) == 2
+    for got, want in zip(batches, expected):
+        assert all(torch.equal(got[k], want[k]) for k in want)
+    assert local == [sum(wl.loss_counts(b)["label_tokens"] for b in expected),
+                     sum(wl.input_tokens(b) for b in expected), sum(wl.padded_tokens(b) for b in expected),
+                     sum(wl.position_pairs(b) for b in expected)]

@@ -134,3 +134,36 @@ def test_a_flat_range_reads_only_the_rows_it_covers(tmp_path, monkeypatch):
             assert torch.equal(out, flat[start:start + n]), (key, start, n)
             row = t[0].numel() if t.dim() > 1 else 1
             assert src.bytes_read <= (n + 2 * row) * 4, (key, start, n)  # at most two partial rows more
+
+
+def test_a_bin_only_checkpoint_is_refused_across_ranks_with_the_conversion_that_works(tmp_path, monkeypatch):
+    """pytorch_model.bin cannot be read in slices: several ranks would each load it whole. One rank may;
+    several get one line whose conversion command, run as printed, gives a checkpoint that loads sharded."""
+    import shlex
+
+    import torch.distributed as dist
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    from trainer.materialize import SafetensorsSource, refuse_whole_load
+    from trainer.workloads.hf import ModelError
+
+    ckpt = tmp_path / "tiny-bin"
+    config = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=2)
+    model = AutoModelForCausalLM.from_config(config)
+    ckpt.mkdir()
+    config.save_pretrained(ckpt)
+    torch.save(model.state_dict(), ckpt / "pytorch_model.bin")  # how older checkpoints ship (pickle)
+    assert (ckpt / "pytorch_model.bin").exists() and not SafetensorsSource.available(str(ckpt))
+    refuse_whole_load(str(ckpt), "AutoModelForCausalLM")  # a single process: loads whole, as before
+    monkeypatch.setattr(dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(dist, "get_world_size", lambda group=None: 8)
+    with pytest.raises(ModelError) as err:
+        refuse_whole_load(str(ckpt), "AutoModelForCausalLM")
+    message = str(err.value)
+    assert "\n" not in message and message.startswith(f"model.path: '{ckpt}' has no safetensors weights")
+    assert "each of the 8 ranks would load whole" in message
+    code = shlex.split(message.split("python -c ", 1)[1].split(" (writes", 1)[0])[0]
+    monkeypatch.undo()  # the conversion runs alone, outside the job
+    exec(code, {})  # the printed command, as the user would run it
+    assert SafetensorsSource.available(f"{ckpt}-safetensors")

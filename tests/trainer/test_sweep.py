@@ -9,7 +9,8 @@ import pytest
 from telemetry.__main__ import main as telemetry_main
 from telemetry.analysis.nccl_tests import CSV_COLUMNS, read, to_csv
 from trainer.cli import main
-from trainer.workloads.collectives import HEADER, _timed_block, avg_busbw, fit, format_row, sizes
+from trainer.sweep.output import HEADER, avg_busbw, fit, format_row, timed_block
+from trainer.sweep.plan import sizes
 
 from ..conftest import REPO, run_cli
 
@@ -215,13 +216,13 @@ def test_repeats_give_the_median_and_the_spread(tmp_path):
 def test_a_row_is_the_median_or_the_best_repeat():
     # 1 MB in 4, 2 and 3 ms: the median is 3 ms (333 MB/s), the best 2 ms (500 MB/s); the spread keeps all three
     times = [0.004, 0.002, 0.003]
-    med = _timed_block(times, 1_000_000, 1.0, 0)
-    best = _timed_block(times, 1_000_000, 2.0, 0, "best")
+    med = timed_block(times, 1_000_000, 1.0, 0)
+    best = timed_block(times, 1_000_000, 2.0, 0, "best")
     assert med["time_us"] == pytest.approx(3000) and med["busbw_GBps"] == pytest.approx(1 / 3)
     assert best["time_us"] == pytest.approx(2000) and best["busbw_GBps"] == pytest.approx(1.0)  # x bus factor 2
     assert med["spread"] == {"repeats": 3, "time_us": pytest.approx([4000, 2000, 3000]),
                              "busbw_min_GBps": pytest.approx(0.25), "busbw_max_GBps": pytest.approx(0.5)}
-    assert "spread" not in _timed_block([0.002], 1_000_000, 1.0, 0)
+    assert "spread" not in timed_block([0.002], 1_000_000, 1.0, 0)
 
 
 def test_gloo_sends_each_direction_on_its_own_connection(monkeypatch):
@@ -229,7 +230,7 @@ def test_gloo_sends_each_direction_on_its_own_connection(monkeypatch):
     the other way on `reverse`, so no gloo connection carries both directions (ring of 3 and a pair)."""
     import torch.distributed as dist
 
-    from trainer.workloads.collectives import Sweep
+    from trainer.sweep.run import Sweep
     sent, received = [], []
     monkeypatch.setattr(dist, "isend", lambda t, dst, group: sent.append((t, dst, group)))
     monkeypatch.setattr(dist, "irecv", lambda t, src, group: received.append((t, src, group)))
@@ -257,7 +258,7 @@ def test_formula_operands_reduce_to_their_closed_form():
     """The check compares against a closed form: it must equal the reduction of every rank's operand."""
     import torch
 
-    from trainer.workloads.collectives import contribution, reduced
+    from trainer.sweep.run import contribution, reduced
     idx = torch.arange(1000)
     for n in (1, 2, 3, 8, 64):
         ops = {"sum": lambda a, b: a + b, "prod": lambda a, b: a * b, "min": torch.minimum, "max": torch.maximum}
@@ -273,8 +274,8 @@ def test_formula_operands_reduce_to_their_closed_form():
 def test_check_counts_wrong_elements_chunk_by_chunk():
     import torch
 
-    from trainer.sweep_plan import CHECK_CHUNK
-    from trainer.workloads.collectives import a2a_value, contribution, count_wrong, fill, reduced
+    from trainer.sweep.plan import CHECK_CHUNK
+    from trainer.sweep.run import a2a_value, contribution, count_wrong, fill, reduced
     n = 8
     for dtype in (torch.float32, torch.float16, torch.bfloat16, torch.int8, torch.int32):
         buf = torch.empty(CHECK_CHUNK * 2 + 7, dtype=dtype)  # three chunks, the last one short
@@ -296,7 +297,7 @@ def test_check_counts_wrong_elements_chunk_by_chunk():
 
 
 def test_sizes_round_as_nccl_tests_and_memory_does_not_grow_with_ranks():
-    from trainer.sweep_plan import CHECK_BYTES_PER_ELEMENT, CHECK_CHUNK, buffer_bytes, counts
+    from trainer.sweep.plan import CHECK_BYTES_PER_ELEMENT, CHECK_CHUNK, buffer_bytes, counts
     # S / element size / ranks per rank for the split collectives, 0 below ranks x element size (nccl-tests
     # prints those rows with size 0); every requested size keeps its row
     assert [counts("all_gather", s, 8, 4) for s in (8, 16, 32, 64)] == [(0, 0), (0, 0), (1, 8), (2, 16)]
@@ -330,7 +331,7 @@ def test_dry_run_checks_the_largest_size_against_device_memory(capsys):
 
 
 def test_iteration_statistics_follow_nccl_tests():
-    from trainer.workloads.collectives import iteration_stats
+    from trainer.sweep.run import iteration_stats
     # two ranks, 5 iterations: times_us is the slower rank's per iteration; one iteration skipped
     rows = [[5e-6, 1e-6, 2e-6, 3e-6, 4e-6], [1e-6, 2e-6, 1e-6, 6e-6, 1e-6]]
     st = iteration_stats(rows, skip=1)
@@ -343,7 +344,8 @@ def test_iteration_statistics_follow_nccl_tests():
 
 
 def test_straggler_and_slow_node_notes():
-    from trainer.workloads.collectives import describe_straggler, stragglers
+    from trainer.sweep.output import describe_straggler
+    from trainer.sweep.run import stragglers
     hosts = ["a", "a", "b", "b"]
     row = {"size": 1024, "in_place": {"per_iter": {"per_process_max_times_us": [[10, 10], [11, 11], [10, 10],
                                                                                 [20, 20]]}}}

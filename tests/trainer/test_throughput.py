@@ -108,3 +108,18 @@ def test_unknown_device_has_no_peak(h100, monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA Imaginary X1")
     peak, reason = peak_tflops(h100, torch.float32)
     assert peak is None and "no peak known for 'NVIDIA Imaginary X1'" in reason
+
+
+@pytest.mark.parametrize("name, bf16", [("NVIDIA H100 NVL", 835.5), ("NVIDIA H200 NVL", 835.5),
+                                        ("NVIDIA H100 80GB HBM3", 989.0), ("NVIDIA H200", 989.0)])
+def test_nvl_boards_have_their_own_lower_peak(h100, monkeypatch, name, bf16):
+    """The NVL PCIe boards' names contain H100 / H200: they used to match the SXM rows (989)."""
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: name)
+    assert peak_tflops(h100, torch.bfloat16)[0] == bf16
+    assert names_before("H100 NVL", "H100") and names_before("H200 NVL", "H200")
+
+
+def names_before(a: str, b: str) -> bool:
+    from trainer.throughput import PEAK_TFLOPS
+    names = list(PEAK_TFLOPS)
+    return names.index(a) < names.index(b)

@@ -41,9 +41,31 @@ def test_torch_without_src_data_rank_is_one_line_naming_versions_and_api(monkeyp
     monkeypatch.setattr(dt, "distribute_tensor", distribute_tensor)
     assert "src_data_rank" not in inspect.signature(dt.distribute_tensor).parameters
     problem = torch_floor.check(version="2.6.0a0+ecf3bae40a.nv25.01")
-    assert problem == ("torch 2.6.0a0+ecf3bae40a.nv25.01 is too old: this harness needs torch >= 2.7 (an NGC "
-                       "PyTorch image 25.03 or newer, docs/containers.md); missing: "
+    assert problem == ("torch 2.6.0a0+ecf3bae40a.nv25.01 is too old: this harness needs torch >= 2.8 (an NGC "
+                       "PyTorch image 25.06 or newer, docs/containers.md); missing: "
                        "torch.distributed.tensor.distribute_tensor(src_data_rank=...) (torch 2.7)")
+
+
+def test_a_torch_whose_gloo_connects_eagerly_is_refused_by_behaviour(monkeypatch):
+    """torch 2.7 ignores TORCH_GLOO_LAZY_INIT and connects every pair when the group is made. Fake: the real
+    ProcessGroupGloo built with the variable forced off (the behaviour of a gloo without lazy init); the probe
+    must wait for the absent rank 1, time out and report it, whatever the version string says."""
+    import torch.distributed as dist
+    real = dist.ProcessGroupGloo
+    import os
+
+    def eager(*args, **kwargs):
+        os.environ["TORCH_GLOO_LAZY_INIT"] = "0"
+        return real(*args, **kwargs)
+
+    assert torch_floor._gloo_connects_lazily()  # the installed torch: lazy, and the variable is restored
+    assert "TORCH_GLOO_LAZY_INIT" not in os.environ
+    monkeypatch.setattr(torch_floor, "PROBE_TIMEOUT_S", 0.2)
+    monkeypatch.setattr(dist, "ProcessGroupGloo", eager)
+    problem = torch_floor.check(version="2.8.0")
+    assert torch_floor.check(version="2.7.0a0+7c8ec84dab.nv25.03").startswith("torch 2.7.0a0+7c8ec84dab.nv25.03 is too old")
+    assert problem.startswith("torch 2.8.0 lacks what its release should have: this harness needs torch >= 2.8") and \
+        problem.endswith("missing: gloo lazy connections (TORCH_GLOO_LAZY_INIT, probed) (torch 2.8)"), problem
 
 
 def test_missing_module_is_reported_not_raised():

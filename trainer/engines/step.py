@@ -1,7 +1,8 @@
 """How one optimizer step's gradients are made and applied, behind one seam. The loop (trainer/loop.py)
 owns the step's bookkeeping (batches, item counts, the one host sync, the record); an engine owns:
 
-    forward_backward(step, batches, scale, terms) -> summed loss terms (device tensor)
+    forward_backward(step, batches, scale, terms) -> summed loss terms (device tensor); scale() gives
+                          dp / each term's global item count, waiting for its all-reduce on first use
     finish_gradients() -> the gradient norm before clipping (device tensor), or None where the engine
                           computes it in apply (DeepSpeed)
     apply(norm) -> the norm, after the optimizer step and zeroing the gradients
@@ -21,7 +22,7 @@ class NativeStep:
     def __init__(self, trainer):
         self.t = trainer
 
-    def forward_backward(self, step: int, batches: list, scale: torch.Tensor, terms) -> torch.Tensor:
+    def forward_backward(self, step: int, batches: list, scale, terms) -> torch.Tensor:
         t, hooks, wl = self.t, self.t.hooks, self.t.workload
         sums = torch.zeros(len(terms), device=t.device, dtype=torch.float32)
         for i, batch in enumerate(batches):
@@ -29,7 +30,8 @@ class NativeStep:
             with grad_sync(t.model, last), t._loss_context():
                 with t._autocast():
                     parts = wl.loss_sums(t.model, t._to_device(batch))
-                loss = sum(parts[name] * scale[k] for k, (name, _) in enumerate(terms))
+                factors = scale()  # after the first forward: that forward overlapped the count all-reduce
+                loss = sum(parts[name] * factors[k] for k, (name, _) in enumerate(terms))
                 hooks.before_backward(step, i)
                 self.backward(loss, last)
                 hooks.after_backward(step, i)
@@ -56,12 +58,12 @@ class NativeStep:
 class PipelineStep(NativeStep):
     """pp > 1: the micro-batches are the pipeline's; it owns forward, backward and gradient sync."""
 
-    def forward_backward(self, step: int, batches: list, scale: torch.Tensor, terms) -> torch.Tensor:
+    def forward_backward(self, step: int, batches: list, scale, terms) -> torch.Tensor:
         t = self.t
         sums = torch.zeros(len(terms), device=t.device, dtype=torch.float32)
         t.hooks.before_backward(step, 0)
         with t._autocast(), t._loss_context():
-            sums += t.pipeline.train(batches, scale[0])
+            sums += t.pipeline.train(batches, scale()[0])
         t.hooks.after_backward(step, 0)
         return sums
 

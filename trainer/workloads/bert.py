@@ -84,7 +84,7 @@ class BertPretrainingWorkload:
 
     def build_model(self) -> torch.nn.Module:
         """Every parameter trainable; identical on every rank for the same seed."""
-        from ..materialize import SafetensorsSource, empty_model, name_modules, tie
+        from ..materialize import SafetensorsSource, empty_model, name_modules, refuse_whole_load, tie
 
         m = self.recipe.model
         torch.manual_seed(self.recipe.seed)  # random init is the same on every rank
@@ -95,6 +95,7 @@ class BertPretrainingWorkload:
                                                                 attn_implementation=m.attn_implementation)
             name_modules(tie(model))
         elif m.path is not None:
+            refuse_whole_load(m.path, "BertForPreTraining")  # several ranks: one line, the conversion
             model = GatheredBertForPreTraining.from_pretrained(m.path, config=self.config, dtype=self.weight_dtype,
                                                                attn_implementation=m.attn_implementation)
         else:

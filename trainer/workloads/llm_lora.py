@@ -12,6 +12,28 @@ from ..data.sft import IGNORE, build_datasets
 from .hf import ModelError, check_checkpoint, check_dir, config_fields
 
 
+def keep_adapter_inputs(model: torch.nn.Module, compute_dtype: torch.dtype) -> int:
+    """Under autocast (a compute dtype below fp32) turn off peft's cast of each LoRA input to the
+    adapter's dtype; returns how many layers were changed.
+
+    peft keeps the adapters in fp32 (the optimizer's master weights and fp32 AdamW state: the update is
+    not lost to bf16 rounding) and casts every input to them: bf16 -> fp32, then autocast casts it
+    straight back to bf16 for the matmul - two copies of each projection's input per forward and their
+    casts in backward, for the same bf16 matmul on the same operands. Without the cast the adapters stay
+    fp32 and autocast casts their weights once per forward. Without autocast (fp32 compute) the cast is
+    what makes a bf16 input meet an fp32 adapter, so it stays."""
+    if compute_dtype == torch.float32:
+        return 0
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    changed = 0
+    for module in model.modules():
+        if isinstance(module, BaseTunerLayer):
+            module.cast_input_dtype_enabled = False
+            changed += 1
+    return changed
+
+
 class LlmLoraWorkload:
     loss_terms = (("loss", "label_tokens"),)
     has_tokens = True
@@ -59,10 +81,10 @@ class LlmLoraWorkload:
         """Base model (frozen) with LoRA adapters, on the meta device: no rank ever holds the whole
         model. `parallelize` shards it and then fills each rank's pieces (trainer/materialize.py): from
         the checkpoint's safetensors slices, or by a seeded init that is the same for every layout.
-        A checkpoint without safetensors is loaded whole, as before."""
+        A checkpoint without safetensors is loaded whole by a single process, refused across several ranks."""
         from transformers import AutoModelForCausalLM
 
-        from ..materialize import SafetensorsSource, empty_model, name_modules, tie
+        from ..materialize import SafetensorsSource, empty_model, name_modules, refuse_whole_load, tie
 
         m = self.recipe.model
         config = self._model_config()
@@ -72,6 +94,8 @@ class LlmLoraWorkload:
                              f"{len(self.tokenizer)} tokens")
         self.init_std = getattr(config, "initializer_range", 0.02)
         whole = m.path is not None and not SafetensorsSource.available(m.path)
+        if whole:
+            refuse_whole_load(m.path, "AutoModelForCausalLM")  # several ranks: one line, the conversion
         torch.manual_seed(self.recipe.seed)
         with contextlib.nullcontext() if whole else empty_model():
             if whole:
@@ -129,6 +153,7 @@ class LlmLoraWorkload:
         from ..pipeline import Pipeline, StageList
 
         mode = self.recipe.parallel.data_parallel
+        keep_adapter_inputs(model, compute_dtype)
         stages = [model] if dims.layout.pp == 1 else None
         if stages is None:
             pipe = Pipeline(model, dims, self.recipe, device)

@@ -5,7 +5,7 @@ timer with one sync at the end; time per op combined across ranks (avg by defaul
 busbw = algbw x factor (telemetry/formulas.py); every result checked against the expected values.
 Operands come from a formula of (rank, index) and results are checked against the formula on the device,
 so a rank holds the collective's send and receive buffers and nothing that grows with the rank count
-(trainer/sweep_plan.py says how much, and the dry run checks it against device memory).
+(trainer/sweep/plan.py says how much, and the dry run checks it against device memory).
 
 The text output is the tables separate nccl-tests runs print, one run per collective (`# Collective test
 starting: X_perf` ... `concluded`), so scripts written for nccl-tests read it: the parameters line, `# Using
@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import math
 import os
-import platform
 import resource
-import statistics
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -32,7 +30,9 @@ import torch.distributed as dist
 from telemetry.formulas import algbw_GBps, bus_factor
 
 from ..errors import InputError
-from ..sweep_plan import CHECK_CHUNK, counts, human, memory_problem
+from .output import (BLOCKS_ALL, HEADER, MISSING, TEST_OF, avg_busbw, describe_straggler, device_info, footer,
+                     format_row, preamble, spread_line, timed_block, write_sweep_files)
+from .plan import CHECK_CHUNK, counts, held_here, human, memory_problem, sizes
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16,
           "bfloat16": torch.bfloat16, "int32": torch.int32, "int64": torch.int64, "int8": torch.int8,
@@ -49,20 +49,6 @@ _ALL_GATHER = getattr(dist, "all_gather_single", None) or dist.all_gather_into_t
 _REDUCE_SCATTER = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 
 
-def held_here(cfg, size: int) -> bool:
-    """Whether a size is held for sweep.min_seconds_per_size: every size, or those of sweep.power_sizes."""
-    if not getattr(cfg, "power_sizes", None):
-        return True
-    from ..config import parse_size
-    return size in {parse_size(v, "sweep.power_sizes", []) for v in cfg.power_sizes}
-
-
-def sizes(lo: int, hi: int, factor: int) -> list[int]:
-    out, s = [], lo
-    while s <= hi:
-        out.append(s)
-        s *= factor
-    return out
 
 
 # ---------------------------------------------------------------- operands from a formula
@@ -372,7 +358,7 @@ class Sweep:
             secs, wrong, each = self.time_case(case, self.cfg.iters, self.cfg.warmup, self.cfg.repeats,
                                                self.cfg.per_iter_timing)
             combined = self.combine(secs)
-            row[key] = _timed_block(combined, case.size, bus_factor(FACTOR_OP.get(op, op), self.world),
+            row[key] = timed_block(combined, case.size, bus_factor(FACTOR_OP.get(op, op), self.world),
                                     self.wrong_total(wrong), self.cfg.repeat_stat)
             if each is not None:
                 row[key]["per_iter"] = iteration_stats(self.gather_iters(each), self.cfg.per_iter_skip)
@@ -436,7 +422,7 @@ class Sweep:
         times, wrong = self.pair_time(pair[0], pair[1], count * self.elsize, self.cfg.iters,
                                       check=bool(self.cfg.check), repeats=self.cfg.repeats)
         row = {"size": count * self.elsize, "count": count, "requested_bytes": size, "ranks": list(pair),
-               "out_of_place": _timed_block(times, count * self.elsize, 1.0, wrong, self.cfg.repeat_stat),
+               "out_of_place": timed_block(times, count * self.elsize, 1.0, wrong, self.cfg.repeat_stat),
                "in_place": None}
         self._record_size(f"sendrecv_pair_{pair[0]}_{pair[1]}", row, 0, time.perf_counter() - t_size)
         return row
@@ -535,134 +521,10 @@ def stragglers(op: str, rows: list[dict], hosts: list[str], threshold_pct: float
     return found
 
 
-def describe_straggler(s: dict) -> str:
-    what = f"host {s['host']} is a slow node (every rank on it slower than every other host's)" if s["slow_node"] \
-        else f"rank {s['rank']} (host {s['host']}) is the slowest"
-    return (f"{s['op']} {s['size']} B {s['form'].replace('_', '-')}: {what}: {s['mean_us']:.1f} us per iteration "
-            f"vs {s['fastest_mean_us']:.1f} us on rank {s['fastest_rank']} (+{s['excess_pct']:.0f}%)")
-
-
-def _timed_block(times: list[float], size: int, factor: float, wrong: int | None, stat: str = "median") -> dict:
-    """One block of a row: the median (or the shortest, `best`) of the repeated timings, and their spread
-    when there were several."""
-    t = min(times) if stat == "best" else statistics.median(times)
-    block = {"time_us": t * 1e6, "algbw_GBps": algbw_GBps(size, t), "busbw_GBps": algbw_GBps(size, t) * factor,
-             "wrong": wrong}
-    if len(times) > 1:
-        bws = [algbw_GBps(size, x) * factor for x in times]
-        block["spread"] = {"repeats": len(times), "time_us": [x * 1e6 for x in times],
-                           "busbw_min_GBps": min(bws), "busbw_max_GBps": max(bws)}
-    return block
-
-
-# ---------------------------------------------------------------- tables
-
-# The layout nccl-tests prints (its src/util.cu): 5 leading columns, then two blocks of 4.
-_PREFIX_W = (12, 12, 8, 6, 6)
-_BLOCK_W = (7, 6, 6, 6)
-_TEST_OF = {"all_reduce": "all_reduce_perf", "reduce_scatter": "reduce_scatter_perf",
-            "all_gather": "all_gather_perf", "all_to_all": "alltoall_perf", "sendrecv": "sendrecv_perf",
-            "broadcast": "broadcast_perf"}
-# Why a block is null: torch has no such form of the collective.
-MISSING = {("all_reduce", "out_of_place"): "torch's all_reduce exists only in place",
-           ("broadcast", "out_of_place"): "torch's broadcast exists only in place",
-           ("all_to_all", "in_place"): "all_to_all_single needs distinct input and output buffers",
-           ("sendrecv", "in_place"): "send/recv uses separate send and receive buffers"}
-BLOCKS_ALL = ("out_of_place", "in_place")
-NA = "N/A"  # nccl-tests' mark for a value it did not measure (its #wrong without -c)
-
-
-def _cells(values, widths) -> str:
-    return "  ".join(f"{v:>{w}}" for v, w in zip(values, widths))
-
-
-def _header_line(prefix, block) -> str:
-    # '#' takes the first character of the 12-wide size column, as in nccl-tests
-    line = _cells(prefix, _PREFIX_W) + "".join("  " + _cells(block, _BLOCK_W) for _ in range(2))
-    return "#" + line[1:]
-
-
-HEADER = "\n".join([
-    "#" + " " * (sum(_PREFIX_W) + 2 * (len(_PREFIX_W) - 1) - 1 + 11) + "out-of-place" + " " * 23 + "in-place",
-    _header_line(("size", "count", "type", "redop", "root"), ("time", "algbw", "busbw", "#wrong")),
-    _header_line(("(B)", "(elements)", "", "", ""), ("(us)", "(GB/s)", "(GB/s)", "")).rstrip(),
-])
-
-
-def fit(value: float, width: int) -> str:
-    """A number in `width` characters: two decimals, fewer when it is wide (as nccl-tests prints)."""
-    for spec in (".2f", ".1f", ".0f"):
-        text = format(value, spec)
-        if len(text) <= width:
-            return text
-    return format(value, ".1e" if width >= 7 else ".0e")
-
-
-def _block(b: dict | None) -> str:
-    if b is None:
-        return _cells((NA,) * 4, _BLOCK_W)
-    wrong = NA if b["wrong"] is None else str(b["wrong"])
-    return _cells((fit(b["time_us"], 7), fit(b["algbw_GBps"], 6), fit(b["busbw_GBps"], 6), wrong), _BLOCK_W)
-
-
-def format_row(row: dict, type_name: str, redop: str, root: int) -> str:
-    """One row of 13 whitespace-separated columns."""
-    return (_cells((row["size"], row["count"], type_name, redop, root), _PREFIX_W)
-            + f"  {_block(row.get('out_of_place'))}  {_block(row.get('in_place'))}")
-
-
-def avg_busbw(rows: list[dict]) -> float | None:
-    """nccl-tests' '# Avg bus bandwidth': the mean busbw over every measured block of every size."""
-    vals = [b["busbw_GBps"] for r in rows for b in (r.get("out_of_place"), r.get("in_place")) if b]
-    return sum(vals) / len(vals) if vals else None
-
-
-def device_info(device: torch.device) -> dict:
-    """This rank's device as nccl-tests' '#  Rank' line names it; CPU ranks are device -1 (none)."""
-    if device.type == "cuda":
-        props = torch.cuda.get_device_properties(device)
-        ids = [getattr(props, k, None) for k in ("pci_domain_id", "pci_bus_id", "pci_device_id")]
-        bus = f"{ids[0]:04x}:{ids[1]:02x}:{ids[2]:02x}" if None not in ids else "unknown"
-        index = device.index if device.index is not None else torch.cuda.current_device()
-        return {"device": index, "bus_id": bus, "name": props.name}
-    return {"device": -1, "bus_id": "cpu", "name": f"CPU {platform.machine()}".strip()}
-
-
-def preamble(cfg, lo: int, hi: int, ranks: list[int], hosts: list[dict], devices: list[dict]) -> list[str]:
-    """The parameters line and '# Using devices' of one nccl-tests run (one process and GPU per rank)."""
-    lines = [f"# nThread 1 nGpus 1 minBytes {lo} maxBytes {hi} step: {cfg.factor}(factor) warmup iters: "
-             f"{cfg.warmup} iters: {cfg.iters} agg iters: 1 validation: {int(bool(cfg.check))} graph: 0 unalign: 0",
-             "#", "# Using devices"]
-    for r in ranks:
-        h, d = hosts[r], devices[r]
-        lines.append(f"#  Rank {r:2d} Group {0:2d} Pid {h.get('pid', -1):6d} on {h['hostname']:>10} device "
-                     f"{d['device']:2d} [{d['bus_id']}] {d['name']}")
-    return lines + ["#"]
-
-
-def footer(wrong: int | None, avg: float | None) -> list[str]:
-    oob = f"{wrong} {'OK' if wrong == 0 else 'FAILED'}" if wrong is not None else f"{NA} (results not checked)"
-    return [f"# {'Out of bounds values':<20} : {oob}",
-            f"# {'Avg bus bandwidth':<20} : " + (f"{avg:g}" if avg is not None else NA), "#"]
-
-
-def spread_line(rows: list[dict], repeats: int, stat: str = "median") -> str:
-    """A comment line (nccl-tests readers skip it): busbw min-max over the repeats, per size."""
-    parts = []
-    for r in rows:
-        for b in (r.get("out_of_place"), r.get("in_place")):
-            if b and b.get("spread"):
-                # three significant digits: a slow link's busbw reads 0.01 in the table's two decimals
-                parts.append(f"{r['size']} {b['spread']['busbw_min_GBps']:.3g}-{b['spread']['busbw_max_GBps']:.3g}")
-                break
-    what = "the best" if stat == "best" else "the median"
-    return f"# fabric-harness: rows are {what} of {repeats} repeats; busbw min-max (GB/s): " + ", ".join(parts)
-
-
 def _device_memory(cfg, device: torch.device) -> tuple[int, str]:
     """The memory the largest size must fit in, and what it is: sweep.device_memory, the CUDA device's
     total, or on CPU the host's memory shared by the ranks on it."""
-    from trainer.config import parse_size
+    from trainer.sweep.plan import parse_size
 
     if cfg.device_memory is not None:
         return parse_size(cfg.device_memory, "sweep.device_memory", [], limit=1 << 40), "sweep.device_memory"
@@ -712,7 +574,7 @@ def run_sweep(cfg, device: torch.device, hosts: list[dict], say, meter=None, mar
     """Run every op over every size; `say` prints on rank 0. Returns the JSON-ready result. `meter`: a
     started telemetry session (meters only) read once per size. `marks`, when given, gets (op, bytes,
     start, end) on time.monotonic() for each row: server power per size."""
-    from trainer.config import parse_size
+    from trainer.sweep.plan import parse_size
 
     sw = Sweep(cfg, device, hosts)
     sw.meter = meter
@@ -756,7 +618,7 @@ def run_sweep(cfg, device: torch.device, hosts: list[dict], say, meter=None, mar
         base = "sendrecv" if pair else op
         root = cfg.root if op == "broadcast" else -1
         redop = cfg.redop if op in ("all_reduce", "reduce_scatter") else "none"
-        test = _TEST_OF[base]
+        test = TEST_OF[base]
         ranks = list(pair) if pair else list(range(sw.world))
         say(f"#\n# Collective test starting: {test}")
         say(f"# fabric-harness test: {op}" + (f" (ranks {pair[0]} and {pair[1]}: send/recv between this pair only)"
@@ -829,24 +691,55 @@ def run_sweep(cfg, device: torch.device, hosts: list[dict], say, meter=None, mar
     return result
 
 
-def write_sweep_files(run_dir: str, result: dict, argv: list[str], env: dict, nccl_version: str | None) -> None:
-    """Rank 0, beside collectives.json/.txt: collectives.csv, nccl-tests/<op>.json (nccl-tests' -J schema,
-    one document per collective as separate nccl-tests runs write them) and sweep.jsonl (one line per size
-    and collective: energy, power and NIC/RDMA counter deltas)."""
-    import json
+def run_job(recipe, rec, device: torch.device) -> dict:
+    """The sweep as a job (recipe.job == "sweep"), driven by the run's recorder (telemetry/integrations/recorder.py)
+    after the process group exists. A collective sweep: the nccl-tests table on stdout and in collectives.txt, numbers in collectives.json,
+    nccl-tests' JSON per collective in nccl-tests/, energy/power/counters per size in sweep.jsonl."""
+    from telemetry.capture.counters import merge_verdicts
+    from telemetry.capture.environment import host_info
 
-    from telemetry.analysis.nccl_tests_json import nccl_version_code, to_nccl_tests
-    from telemetry.analysis.nccl_tests import to_csv
+    from ..rundir import write_json_atomic
 
-    with open(os.path.join(run_dir, "collectives.csv"), "w", encoding="utf-8") as f:
-        f.write(to_csv(result))
-    folder = os.path.join(run_dir, "nccl-tests")
-    os.makedirs(folder, exist_ok=True)
-    env_lines = [f"{k}={v}" for k, v in sorted(env.items())]  # already redacted (run.json's environment)
-    for op in result["ops"]:
-        doc = to_nccl_tests(result, op, argv, env_lines, nccl_version_code(nccl_version))
-        with open(os.path.join(folder, f"{op}.json"), "w", encoding="utf-8") as f:
-            json.dump(doc, f, indent=1)
-    with open(os.path.join(run_dir, "sweep.jsonl"), "w", encoding="utf-8") as f:
-        for rec in result.get("sizes", []):
-            f.write(json.dumps({**rec, "transport": (result.get("fabric") or {}).get("transport")}) + "\n")
+    rec.start_capture(trace=False)  # meters only (energy, power, counters): the sweep times its own calls
+    rundir, hosts, telemetry, swept = rec.rundir, rec.hosts, rec.telemetry, {}
+    lines: list[str] = []
+
+    def say(text: str) -> None:
+        if rundir.rank == 0:
+            print(text, flush=True)
+            lines.append(text)
+    tel = recipe.telemetry
+    evidence = None
+    if tel.enabled and int(os.environ.get("LOCAL_RANK", "0")) == 0:  # host-wide: one reader per host
+        from telemetry.capture.sweep_evidence import SweepEvidence
+        local = int(os.environ.get("LOCAL_WORLD_SIZE", "0") or 0)
+        evidence = SweepEvidence(tel.bmc, tel.bmc_chassis, tel.bmc_sample_interval_s, tel.interfaces,
+                                 ethtool=tel.ethtool, host=host_info()["hostname"], first_host=dist.get_rank() == 0,
+                                 hosts=max(1, dist.get_world_size() // local) if local else None)
+    result = run_sweep(recipe.sweep, device, hosts, say, meter=telemetry if telemetry and telemetry.started else None,
+                       marks=evidence.marks if evidence is not None else None)
+    rec.check_fabric(final=False)  # NCCL's communicators exist now: record and check the transport
+    per_host: list = [None] * dist.get_world_size()
+    dist.all_gather_object(per_host, {"host": host_info()["hostname"], **evidence.finish()} if evidence else None)
+    result["hosts_evidence"] = [h for h in per_host if h is not None]
+    if rundir.rank == 0:
+        result["fabric"] = {k: rundir.info["fabric"].get(k) for k in ("backend", "transport", "force_network")}
+        write_json_atomic(os.path.join(rundir.path, "collectives.json"), result)
+        with open(os.path.join(rundir.path, "collectives.txt"), "w", encoding="utf-8") as f:
+            f.write("\n".join(lines) + "\n")
+        write_sweep_files(rundir.path, result, rundir.info.get("command") or [], rundir.info.get("environment") or {},
+                          rundir.info["software"].get("nccl") if device.type == "cuda" else None)
+        if result["hosts_evidence"]:  # the sweep's loss verdict over every host, and each host's server power
+            verdict = None
+            for h in result["hosts_evidence"]:
+                c = h["counters"]
+                named = {**c, "counts": {f"{h['host']}:{k}": v for k, v in c.get("counts", {}).items()},
+                         "reordering": {f"{h['host']}:{k}": v for k, v in c.get("reordering", {}).items()}}
+                verdict = merge_verdicts(verdict, named)
+            swept = {"counters": verdict,
+                     "server_power": {h["host"]: h["server_power"] for h in result["hosts_evidence"]}}
+            rundir.update(telemetry={"enabled": True, **swept})
+        rundir.update(final={"avg_busbw_GBps": {op: r["avg_busbw_GBps"] for op, r in result["ops"].items()},
+                             "wrong": sum(r["wrong"] for r in result["ops"].values()),
+                             "latency_us": result.get("latency_us")})
+    return swept  # every host's verdict and server power: the run's telemetry summary takes them

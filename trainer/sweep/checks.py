@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 from ..checks import _at_least
-from ..config import SWEEP_DTYPES, SWEEP_OPS, SweepConfig, parse_size
+from .plan import SWEEP_DTYPES, SWEEP_OPS, SweepConfig, parse_size
+
 
 def check_sweep(sw: SweepConfig) -> list[str]:
     p: list[str] = []
@@ -27,7 +28,7 @@ def check_sweep(sw: SweepConfig) -> list[str]:
         p.append(f"sweep.min_seconds_per_size: got {sw.min_seconds_per_size}; expected seconds in [0, 3600]")
     if sw.power_sizes:
         swept, s = set(), lo
-        while lo and hi and sw.factor >= 2 and s <= hi:  # the sweep's sizes (trainer/workloads/collectives.sizes)
+        while lo and hi and sw.factor >= 2 and s <= hi:  # the sweep's sizes (plan.sizes)
             swept.add(s)
             s *= sw.factor
         for i, v in enumerate(sw.power_sizes):

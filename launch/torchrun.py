@@ -1,0 +1,69 @@
+"""`python -m launch.torchrun [torchrun's arguments]`: torchrun, with a rendezvous that cannot complete said
+in one `error:` line instead of a traceback.
+
+What a restarted node (a Kubernetes pod restarted by its restartPolicy, a requeued Slurm node) meets depends
+on the rendezvous. Under the static one (torchrun's default, and a PyTorchJob without elasticPolicy) its
+workers connect to the old store and wait for peers that are blocked in a collective, until the process
+group's timeout (`distributed.timeout_s`, 1,800 s in the 70B recipes). Under the c10d rendezvous the
+survivors' agents see a node waiting (within --monitor-interval), stop their workers and a new round forms
+with every node (the run resumes from its last checkpoint, train.resume=auto); if the others never come, the
+join fails after `join_timeout` (--rdzv-conf join_timeout=S, torch's default 600 s). That failure is a
+RendezvousError deep in torch's agent; this entry point turns it into one line naming the rendezvous, the
+nodes it waited for and the timeout, exit code 1.
+
+One setting is changed: TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 (unless set). With the agent's store shared
+with the workers (torch's default since 2.4), a node that stayed rank 0 keeps the bootstrap address it
+published in the first round and never publishes it in the next, so a restarted node waits for
+MASTER_ADDR in the new round's keys until read_timeout and the rejoin fails (reproduced on torch 2.13 by
+tests/launch/test_torchrun.py; dynamic_rendezvous.py rebuilds that info only for a first round or a new
+rank 0). Without sharing every round publishes it again; the workers' own store is then a TCPStore on
+rank 0's free port, as before torch 2.4.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+from telemetry.errors import print_errors
+
+DEFAULT_JOIN_TIMEOUT_S = 600  # torch.distributed.elastic.rendezvous.dynamic_rendezvous: join_timeout
+
+
+def _describe(args) -> str:
+    conf = dict(kv.split("=", 1) for kv in (args.rdzv_conf or "").split(",") if "=" in kv)
+    where = args.rdzv_endpoint or f"{args.master_addr}:{args.master_port}"
+    return (f"rendezvous {args.rdzv_backend} at {where} (id {args.rdzv_id}) for {args.nnodes} nodes, "
+            f"join_timeout {conf.get('join_timeout', DEFAULT_JOIN_TIMEOUT_S)} s")
+
+
+def main(argv: list[str] | None = None) -> int:
+    from torch.distributed.elastic.rendezvous.api import (RendezvousClosedError, RendezvousConnectionError,
+                                                          RendezvousError, RendezvousTimeoutError)
+    from torch.distributed.run import main as torchrun_main
+    from torch.distributed.run import parse_args
+
+    argv = sys.argv[1:] if argv is None else argv
+    os.environ.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")  # a restarted node can rejoin (docstring)
+    args = parse_args(argv)  # as torchrun parses them (PET_* variables included, as the training operator sets)
+    try:
+        torchrun_main(argv)
+    except RendezvousTimeoutError:
+        print_errors(f"{_describe(args)}: not every node joined in time; a restarted node rejoins only while "
+                     "the other nodes' agents run (check every node or pod is up), else the job ends here")
+        return 1
+    except RendezvousClosedError:
+        print_errors(f"{_describe(args)}: the rendezvous was closed (the job finished or gave up, its restarts "
+                     "used up); a node that arrives now cannot join it")
+        return 1
+    except RendezvousConnectionError as exc:
+        print_errors(f"{_describe(args)}: cannot reach the rendezvous store ({exc or 'connection failed'}); "
+                     "the node hosting it (is_host, the first node or the Master pod) is down or unreachable")
+        return 1
+    except RendezvousError as exc:
+        print_errors(f"{_describe(args)}: {type(exc).__name__}: {exc}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

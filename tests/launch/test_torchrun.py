@@ -1,0 +1,109 @@
+"""launch.torchrun on CPU processes: two emulated nodes (one torchrun agent each) under the c10d rendezvous,
+as the Kubernetes manifests run them. A node killed and started again (a restarted pod) rejoins: the other
+agent sees it waiting and a new round forms with both; a node whose peers never come fails after its
+join_timeout with one `error:` line."""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from ..conftest import REPO
+
+WORKER = REPO / "tests" / "launch" / "rdzv_worker.py"
+JOIN_TIMEOUT_S = 60
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _node(port: int, out, is_host: bool, join_timeout: int = JOIN_TIMEOUT_S, log=None) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONPATH=str(REPO), OUT=str(out), LOGLEVEL="INFO")
+    cmd = [sys.executable, "-m", "launch.torchrun", "--nnodes", "2", "--nproc-per-node", "1",
+           "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "rejoin",
+           "--rdzv-conf", f"join_timeout={join_timeout},is_host={int(is_host)}", "--max-restarts", "3",
+           "--monitor-interval", "0.5", str(WORKER)]
+    return subprocess.Popen(cmd, env=env, cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=log or subprocess.PIPE, text=True)
+
+
+def _rounds(out, since_ns: int = 0) -> set[str]:
+    """The (rank, world) records written after `since_ns`."""
+    return {n.split("_", 1)[1] for n in os.listdir(out) if int(n.split("_", 1)[0]) > since_ns}
+
+
+def _wait_for(out, want: set[str], since_ns: int, deadline_s: float) -> float:
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < deadline_s:
+        if want <= _rounds(out, since_ns):
+            return time.monotonic() - t0
+        time.sleep(0.2)
+    raise AssertionError(f"no round with {sorted(want)} within {deadline_s} s: {sorted(_rounds(out, since_ns))}")
+
+
+def _descendants(pid: int) -> list[int]:
+    """pid's children, grandchildren, ... from /proc (torchrun starts its workers in sessions of their own)."""
+    parents = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    parents[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+    out, todo = [], [pid]
+    while todo:
+        parent = todo.pop()
+        kids = [c for c, p in parents.items() if p == parent]
+        out += kids
+        todo += kids
+    return out
+
+
+def _kill(p: subprocess.Popen) -> None:
+    """The node dies whole: its agent and the workers the agent started."""
+    for pid in [p.pid, *_descendants(p.pid)]:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    p.communicate(timeout=30)
+
+
+@pytest.mark.integration
+def test_a_restarted_node_rejoins_within_the_join_timeout(tmp_path):
+    port = _port()
+    both = {"rank0_of2", "rank1_of2"}
+    a = _node(port, tmp_path, is_host=True)
+    b = _node(port, tmp_path, is_host=False)
+    try:
+        _wait_for(tmp_path, both, 0, JOIN_TIMEOUT_S)
+        _kill(b)  # the pod dies with its agent and worker
+        restarted = time.time_ns()
+        b = _node(port, tmp_path, is_host=False)  # its restartPolicy starts it again
+        _wait_for(tmp_path, both, restarted, JOIN_TIMEOUT_S)  # a new round of both nodes, not a wait of 1,800 s
+        assert a.poll() is None and b.poll() is None
+    finally:
+        _kill(a)
+        _kill(b)
+
+
+@pytest.mark.integration
+def test_a_node_whose_peers_never_come_fails_in_one_line_after_join_timeout(tmp_path):
+    t0 = time.monotonic()
+    alone = _node(_port(), tmp_path, is_host=True, join_timeout=5)
+    out, err = alone.communicate(timeout=120)
+    assert alone.returncode == 1, err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert "Traceback" not in err and lines[-1].startswith("error: rendezvous c10d at 127.0.0.1:"), err
+    assert "for 2 nodes, join_timeout 5 s: not every node joined in time" in lines[-1]
+    assert [line for line in lines if line.startswith("error:")] == lines[-1:]
+    assert time.monotonic() - t0 < 120 and not os.listdir(tmp_path)  # no worker ever started

@@ -1,0 +1,204 @@
+"""What a collective sweep allocates, per rank, at each size: without torch, so that `--dry-run` can
+check a 16 GB sweep on a laptop before a 64-GPU job waits in a queue for it.
+
+Sizes follow nccl-tests (its `setupArgs`/`getCollByteCount`): S bytes is S / element size elements in
+all; reduce_scatter, all_gather and alltoall give each rank count = S / size / ranks (rounded down, and 0
+below ranks x element size: nccl-tests then runs and prints a zero-element collective, size 0), the others
+count = S / size. Every requested size keeps its own row; the JSON keeps the requested size beside it.
+
+Per rank the sweep holds the collective's send and receive buffers and nothing that grows with the rank
+count: operands are filled from a formula of (rank, index), results checked against the formula in
+chunks of CHECK_CHUNK elements, and one size's buffers are freed before the next size's are made.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Literal, Union
+
+SWEEP_WORKLOAD = "collectives"  # the recipe's `workload` value that makes the job a sweep (Recipe.job)
+SWEEP_BYTES_MAX = 1 << 36  # 64 GiB: more than any accelerator's memory per buffer
+
+ELEMENT_SIZE = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int32": 4, "int64": 8, "int8": 1,
+                "uint8": 1}
+# Size S counts the whole collective's data: for these, each rank holds S/n (nccl-tests' convention).
+PER_RANK_SPLIT = {"reduce_scatter", "all_gather", "all_to_all"}
+CHECK_CHUNK = 1 << 19  # elements filled or checked at once
+# temporaries per element of a chunk while checking: int64 indices and the formula's intermediates, the
+# expected value in the dtype and as float64, the result as float64, differences, tolerances, a mask
+CHECK_BYTES_PER_ELEMENT = 64
+# CUDA context and NCCL's own buffers, not counted by the sweep: an estimate (NCCL's per-channel buffers are
+# tens to hundreds of MiB at scale, the context a few hundred MiB)
+DEVICE_RESERVE_BYTES = 1 << 30
+ASSUMED_DEVICE_BYTES = 80 << 30  # a dry run with no device and no sweep.device_memory: an 80 GB H100/A100
+
+
+def counts(op: str, size: int, world: int, elsize: int) -> tuple[int, int]:
+    """(count per rank, total elements) for requested size S, as nccl-tests computes them."""
+    if op in PER_RANK_SPLIT:
+        per = size // elsize // world
+        return per, per * world
+    per = size // elsize
+    return per, per
+
+
+def buffer_bytes(op: str, size: int, world: int, elsize: int, in_place: str = "both") -> int:
+    """The most bytes one rank holds at once for op at requested size S (forms run one after the other)."""
+    per, total = counts(op, size, world, elsize)
+    forms = {"both": ("out_of_place", "in_place"), "out_of_place": ("out_of_place",),
+             "in_place": ("in_place",)}[in_place]
+    need = []
+    for form in forms:
+        if op in ("all_reduce", "broadcast"):
+            need.append(total)  # one buffer (torch has only the in-place form)
+        elif op in ("reduce_scatter", "all_gather"):
+            need.append(total + (per if form == "out_of_place" else 0))
+        else:  # all_to_all, sendrecv, the pairs, p2p_matrix: separate send and receive buffers
+            need.append(2 * total)
+    check = min(total, CHECK_CHUNK) * CHECK_BYTES_PER_ELEMENT
+    return max(need) * elsize + check
+
+
+def human(n: int) -> str:
+    for unit, div in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= div:
+            return f"{n / div:.1f} {unit}"
+    return f"{n} B"
+
+
+def largest_need(ops: list[str], max_bytes: int, world: int, dtype: str, in_place: str) -> tuple[int, str]:
+    """(bytes per rank, op) of the hungriest op at the largest size."""
+    elsize = ELEMENT_SIZE[dtype]
+    return max((buffer_bytes(op, max_bytes, world, elsize, in_place), op) for op in ops)
+
+
+def memory_problem(ops: list[str], max_bytes: int, world: int, dtype: str, in_place: str, device_bytes: int,
+                   what: str, reserve: int = DEVICE_RESERVE_BYTES) -> str | None:
+    """One line when the largest size cannot fit: the size, the per-rank need and the memory."""
+    need, op = largest_need(ops, max_bytes, world, dtype, in_place)
+    if need + reserve <= device_bytes:
+        return None
+    return (f"sweep.max_bytes: {max_bytes} bytes ({human(max_bytes)}) needs {need} bytes ({human(need)}) per rank "
+            f"for {op} at {world} ranks, plus {human(reserve)} kept for the CUDA context and NCCL, but {what} has "
+            f"{device_bytes} bytes ({human(device_bytes)}); allowed: a sweep.max_bytes whose need fits")
+
+
+def dry_run_line(ops: list[str], max_bytes: int, world: int, dtype: str, in_place: str, device_bytes: int,
+                 what: str) -> str:
+    need, op = largest_need(ops, max_bytes, world, dtype, in_place)
+    return (f"# sweep memory: the largest size, {human(max_bytes)}, needs {human(need)} per rank ({op}, send and "
+            f"receive buffers; the same at any rank count) + {human(DEVICE_RESERVE_BYTES)} reserve; "
+            f"checked against {what}, {human(device_bytes)}")
+
+def held_here(cfg, size: int) -> bool:
+    """Whether a size is held for sweep.min_seconds_per_size: every size, or those of sweep.power_sizes."""
+    if not getattr(cfg, "power_sizes", None):
+        return True
+    return size in {parse_size(v, "sweep.power_sizes", []) for v in cfg.power_sizes}
+
+
+def sizes(lo: int, hi: int, factor: int) -> list[int]:
+    out, s = [], lo
+    while s <= hi:
+        out.append(s)
+        s *= factor
+    return out
+
+
+SWEEP_OPS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "sendrecv", "broadcast", "p2p_matrix")
+SWEEP_DEFAULT_OPS = SWEEP_OPS[:-1]  # p2p_matrix is GPU-only and asked for by name
+SWEEP_DTYPES = ("float32", "float64", "float16", "bfloat16", "int32", "int64", "int8", "uint8")
+
+
+@dataclass
+class SweepConfig:
+    """An nccl-tests-style collective sweep (workload: collectives)."""
+    ops: list[str] = field(default_factory=lambda: list(SWEEP_DEFAULT_OPS))
+    min_bytes: Union[int, str] = 8  # sizes accept K/M/G suffixes (powers of 1024), like nccl-tests -b/-e
+    max_bytes: Union[int, str] = "64M"
+    factor: int = 2  # -f: multiply the size by this each step
+    warmup: int = 5  # -w
+    iters: int = 20  # -n
+    # timed runs of `iters` per size (no nccl-tests flag): the row shows their median, the JSON their spread;
+    # on shared or shaped links one timing can be off by 10-15%, the median of a few is stable
+    repeats: int = 1
+    # which repeat a row shows: the median, or the best (shortest time: what the link sustains when nothing
+    # else on the host gets in the way; slower repeats are interference, not the link)
+    repeat_stat: Literal["median", "best"] = "median"
+    dtype: str = "float32"  # -d
+    redop: Literal["sum", "prod", "min", "max", "avg"] = "sum"  # -o
+    root: int = 0  # -r, for broadcast
+    in_place: Literal["both", "out_of_place", "in_place"] = "both"
+    check: bool = True  # -c: verify every result
+    time_reduction: Literal["avg", "min", "max", "rank0"] = "avg"  # -a
+    latency_table: bool = True  # 4 B all-reduce and 48 B send-receive, as fabric evaluations report
+    latency_iters: int = 200
+    pairs: bool = True  # send/recv between a pair inside a node and a pair across nodes
+    # memory per device checked against the largest size before the sweep starts (bytes, or 80G); null: the
+    # CUDA device's own total (CPU runs: host memory / local ranks; a dry run assumes an 80 GB GPU)
+    device_memory: Union[int, str, None] = None
+    # nccl-tests -I 1: time each iteration on its own (CUDA events between iterations on GPUs, a clock read
+    # after each completion on CPU) for p50/p95/p99 and per-rank times in collectives.nccl-tests.json
+    per_iter_timing: bool = False
+    per_iter_skip: int = 0  # -K: leading iterations left out of the per-iteration statistics
+    # hold each size this long (more iterations, untimed) so that the power sampler reads it; 0 = no hold
+    min_seconds_per_size: float = 0.0
+    # only these sizes are held (e.g. [8K, 1M, 128M]: the first evaluation's power table); empty: every size
+    power_sizes: list[Union[int, str]] = field(default_factory=list)
+    # a size's slowest rank is named when its mean iteration time exceeds the fastest rank's by this much
+    straggler_pct: float = 10.0
+
+
+_SIZE = re.compile(r"^(\d+(?:\.\d+)?)([KMGkmg]?)[Bb]?$")  # 4096, 4K, 64M, 1G, 1.5G, 64MB
+
+
+def _size_hint(value: object) -> str:
+    """'; did you mean ...?' for the near misses: 16GiB or 16 G (16G), 1e9 (1000000000), -1M (at least 1 byte)."""
+    text = str(value).strip()
+    if text.startswith("-"):
+        return "; sizes are at least 1 byte"
+    near = re.sub(r"(?<=[KMGkmg])[iI]?[Bb]?$", "", re.sub(r"\s+", "", text))
+    if near != text and _SIZE.match(near):
+        binary = re.search(r"[KMGkmg][iI]", text)
+        return f"; did you mean {near!r}" + (" (K, M and G are already powers of 1024)?" if binary else "?")
+    try:
+        number = float(text)
+    except ValueError:
+        return ""
+    if number.is_integer() and 1 <= number < 1 << 63:
+        return f"; did you mean {int(number)} ({text} bytes written out)?"
+    return ""
+
+
+def parse_size(value: Union[int, str], key: str, problems: list[str], limit: int = SWEEP_BYTES_MAX) -> int | None:
+    """Bytes from 4096, "4K", "64M", "1G" (powers of 1024, as nccl-tests reads -b/-e). A number with an
+    exponent ("1e9") or a space before the unit ("16 G") is refused rather than guessed: 1e9 is not 1G."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        size = value
+    else:
+        m = _SIZE.match(str(value).strip()) if isinstance(value, str) else None
+        if not m:
+            problems.append(f"{key}: got {value!r}; expected bytes such as 8, 4K, 64M or 1G (a whole or decimal "
+                            f"number, then K, M or G for powers of 1024, no space, no exponent){_size_hint(value)}")
+            return None
+        size = int(float(m.group(1)) * {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[m.group(2).upper()])
+    if size < 1:
+        problems.append(f"{key}: got {value!r}; expected at least 1 byte")
+        return None
+    if size > limit:
+        problems.append(f"{key}: got {value!r}; expected at most {limit} bytes ({limit >> 30}G)")
+        return None
+    return size
+
+
+def dry_run_memory(sw: SweepConfig, world: int) -> tuple[str, str | None]:
+    """The sweep's largest size against a device's memory: sweep.device_memory, else an assumed 80 GB GPU
+    (a dry run sees no device; the real run checks the CUDA device's own total before it starts)."""
+    scratch: list[str] = []
+    hi = parse_size(sw.max_bytes, "sweep.max_bytes", scratch)
+    given = sw.device_memory is not None
+    device = parse_size(sw.device_memory, "sweep.device_memory", scratch, limit=1 << 40) if given \
+        else ASSUMED_DEVICE_BYTES
+    what = "sweep.device_memory" if given else "an assumed 80 GB GPU (set sweep.device_memory for another)"
+    args = (sw.ops, hi, world, sw.dtype, sw.in_place, device, what)
+    return dry_run_line(*args), memory_problem(*args)
