@@ -20,12 +20,13 @@ import sys
 
 import numpy as np
 
+from telemetry.errors import InputError
 from trainer.tf_checkpoint import TfCheckpointError, load
 
 SKIP = re.compile(r"(adam_[mv]|AdamWeightDecay|LAMB|lamb_|global_step|beta[12]_power|/Momentum|loss_scale)")
 
 
-class ConvertError(ValueError):
+class ConvertError(InputError, ValueError):
     """One line naming what does not fit."""
 
 

@@ -17,6 +17,8 @@ import struct
 
 import numpy as np
 
+from telemetry.errors import InputError
+
 MAGIC = 0xDB4775248B80FB57
 # tensorflow/core/framework/types.proto DataType -> numpy
 DTYPES = {1: np.float32, 2: np.float64, 3: np.int32, 4: np.uint8, 5: np.int16, 6: np.int8, 9: np.int64,
@@ -24,7 +26,7 @@ DTYPES = {1: np.float32, 2: np.float64, 3: np.int32, 4: np.uint8, 5: np.int16, 6
 BFLOAT16 = 14
 
 
-class TfCheckpointError(ValueError):
+class TfCheckpointError(InputError, ValueError):
     """A checkpoint that cannot be read; one line naming the file and what is wrong."""
 
 

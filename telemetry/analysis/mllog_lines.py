@@ -22,11 +22,13 @@ import logging
 import os
 from datetime import datetime
 
+from telemetry.errors import InputError
+
 BENCHMARKS = {"bert_pretraining": "bert", "image_classification": "resnet", "llm_lora": "llama2_70b_lora"}
 RULESETS = {"bert": "5.0.0", "resnet": "4.0.0", "llama2_70b_lora": "5.0.0"}
 
 
-class MllogError(ValueError):
+class MllogError(InputError, ValueError):
     """A run that cannot be written as MLPerf lines; one line."""
 
 
