@@ -14,7 +14,8 @@ import os
 import statistics
 from dataclasses import replace
 
-from telemetry.analysis import compare_figures, congestion_summary, fabric_config, nccl_algorithms, power_table
+from telemetry.analysis import (compare_figures, congestion_summary, fabric_config, nccl_algorithms, normalised,
+                                power_table)
 from telemetry.analysis.compare_figures import rate_text, size_text, time_text
 from telemetry.analysis.fabric_summary import fabric_rows, workload_line, workload_rows
 from telemetry.analysis.line_rate import LineRate, job_line_rate, of_line_text
@@ -743,6 +744,11 @@ def compare(paths: list[str], out: str, allow_mismatch: bool = False, sweeps: li
     power_dirs = [next((d for d in src if os.path.isfile(os.path.join(d, "collectives.json"))), "") for src in sources]
     if any(power_dirs) and (power := power_table.table(labels, power_dirs)):
         tables.append(power)
+    sums = data.get("summaries") or [None] * len(labels)
+    normal = normalised.table(labels, [normalised.figures([d for d in src if os.path.isdir(d)], sm, g[0].metrics)
+                                       for src, sm, g in zip(sources, sums, groups)])
+    if normal:
+        tables.append(normal)
     inventory = inventory_rows(groups)
     facts = fabric_rows(groups) + fabric_config.compare_rows([[r.info for r in g] for g in groups]) + inventory
     facts.append(["status"] + [" / ".join(dict.fromkeys(str(r.info.get("status")) for r in g)) for g in groups])

@@ -55,3 +55,23 @@ def test_a_file_without_matrices_is_refused(tmp_path, capsys, text):
     bad.write_text(text)
     assert main(["p2p", str(run), "--reference", str(bad)]) == 2
     assert "no p2pBandwidthLatencyTest matrix" in capsys.readouterr().err
+
+
+def test_one_table_normalised_to_the_reference_system(tmp_path):
+    from telemetry.analysis.compare import compare
+
+    from .recorded import sweep_result, write_run
+    runs = []
+    for name, scale, bw in (("ref", 1.0, 20.0), ("other", 2.0, 10.0)):
+        run = write_run(tmp_path / name, sweep=sweep_result(scale=scale))
+        res = json.loads((run / "collectives.json").read_text())
+        res["p2p_matrix"] = {"size": 1024, "latency_bytes": 4, "bandwidth_GBps": [[None, bw], [bw, None]],
+                             "latency_us": [[None, 50.0 / bw], [50.0 / bw, None]], "p2p_disabled": False}
+        (run / "collectives.json").write_text(json.dumps(res))
+        runs.append(run)
+    compare([f"ref={runs[0]}", f"other={runs[1]}"], str(tmp_path / "cmp"))
+    md = (tmp_path / "cmp" / "compare.md").read_text()
+    assert "## Normalised to ref (the reference system)" in md
+    assert "| p2p bidirectional bandwidth (GB/s, mean over pairs) | 40 (1x) | 20 (0.5x) |" in md
+    assert "| p2p latency (us, mean over pairs) | 2.5 (1x) | 5 (0.5x) |" in md  # a time: ref / this
+    assert "| all_reduce: average busbw (GB/s) | 1 (1x) | 0.5 (0.5x) |" in md
