@@ -2,7 +2,9 @@
 
 On a GPU each such read waits for the device to drain its queue. Runs the tiny Llama LoRA recipe in
 one process (gloo, CPU) and counts with bench/support/host_reads.py; reads of the CPU-side batch (the
-workloads' loss_counts/input_tokens, before the batch moves) are not counted.
+workloads' loss_counts/input_tokens, before the batch moves) are not counted. Then, per forward, on the
+same tiny model: a whole-model forward with torch.arange positions (what transformers does when handed
+them), with the harness's trainer.positions.plain_positions, and each pipeline stage (trainer/pipeline.py).
 
     python -m bench.host_syncs [key=value ...]
 """
@@ -31,6 +33,42 @@ def main(argv: list[str]) -> None:
     for i, c in enumerate(counters, 1):
         print(f"step {i}: {c.count} host reads: {'; '.join(c.where)}")
     print("JSON " + json.dumps([c.where for c in counters]))
+    per_forward = forward_reads()
+    for name, where in per_forward.items():
+        print(f"one forward, {name}: {len(where)} host reads{': ' if where else ''}{'; '.join(where)}")
+    print("FORWARD " + json.dumps(per_forward))
+
+
+def forward_reads() -> dict[str, list[str]]:
+    """Reads in one forward of tiny_llama_lora's model shape (no cache, as the trainer builds it)."""
+    import torch
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    from bench.support.host_reads import HostReads
+    from trainer.config import load_recipe
+    from trainer.pipeline import LlamaStage
+    from trainer.positions import plain_positions
+
+    recipe = load_recipe(os.path.join(REPO, "recipes/tiny_llama_lora.yaml"), [])
+    config = LlamaConfig(**recipe.model.config, use_cache=False, attn_implementation="sdpa")
+    model = AutoModelForCausalLM.from_config(config)
+    ids = torch.randint(0, config.vocab_size, (4, 64))
+    n = config.num_hidden_layers
+    stages = [LlamaStage(model, list(range(n // 2)), True, False), LlamaStage(model, list(range(n // 2, n)), False, True)]
+
+    def count(fn) -> list[str]:
+        with HostReads() as counter:
+            fn()
+        return counter.where
+
+    with torch.no_grad():
+        h = stages[0](ids)
+        return {"transformers given torch.arange positions": count(
+                    lambda: model(input_ids=ids, position_ids=torch.arange(64).unsqueeze(0))),
+                "the harness's positions (llm_lora)": count(
+                    lambda: model(input_ids=ids, position_ids=plain_positions(64, ids.device))),
+                "pipeline stage 0": count(lambda: stages[0](ids)),
+                "pipeline stage 1": count(lambda: stages[1](h))}
 
 
 if __name__ == "__main__":

@@ -22,7 +22,6 @@ import datetime
 import json
 import os
 import platform
-import sys
 from collections import Counter
 
 import torch

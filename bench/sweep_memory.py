@@ -31,7 +31,7 @@ def _rss() -> int:
 
 def worker(out_dir: str, argv: list[str]) -> int:
     """One rank: the trainer's CLI with run_sweep wrapped to record this rank's memory growth."""
-    import trainer.sweep.run as coll
+    import trainer.sweep.measure as coll
     from trainer.cli import main
 
     inner = coll.run_sweep

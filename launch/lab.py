@@ -338,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
         output_dir = os.path.abspath(_output_dir(recipe_args))
         recipe_args = [a for a in recipe_args if not a.startswith("output_dir=")]
     except LabError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print_errors(exc)
         return 2
 
     def stop(signum, _frame):
@@ -358,7 +358,7 @@ def main(argv: list[str] | None = None) -> int:
                 json.dump({**lab.describe(), "nproc_per_node": args.nproc_per_node, "recipe": recipe_args}, f, indent=1)
             code = run_in_lab(lab, args.nproc_per_node, recipe_args, output_dir, args.timeout, args.port)
     except LabError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print_errors(exc)
         code = 2
     except KeyboardInterrupt:
         print("[lab] interrupted; tearing down", file=sys.stderr)

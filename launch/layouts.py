@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import glob
 import os
-import sys
+from telemetry.errors import print_errors
 
 KINDS = ("imagenet", "bert", "mlperf-llama")
 
@@ -23,7 +23,7 @@ GOVREPORT = {"train": 3901, "validation": 173, "seq_len": 8192}  # recipes/mlper
 
 
 def _error(message: str) -> int:
-    print(f"error: {' '.join(message.split())}", file=sys.stderr)
+    print_errors(message)
     return 1
 
 
@@ -115,9 +115,9 @@ def check_layout(kind: str, root: str) -> int:
     """0 when `root` holds `kind` as the harness reads it; 1 with one error line naming the problem; 2 for bad input."""
     checks = {"imagenet": check_imagenet, "bert": check_bert, "mlperf-llama": check_mlperf_llama}
     if kind not in checks:
-        print(f"error: --check-layout: unknown kind {kind!r}; allowed: {', '.join(KINDS)}", file=sys.stderr)
+        print_errors(f"--check-layout: unknown kind {kind!r}; allowed: {', '.join(KINDS)}")
         return 2
     if not os.path.isdir(root):
-        print(f"error: --check-layout {kind}: {root!r} is not a directory", file=sys.stderr)
+        print_errors(f"--check-layout {kind}: {root!r} is not a directory")
         return 2
     return checks[kind](os.path.abspath(root))

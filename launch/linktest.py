@@ -26,7 +26,7 @@ from datetime import datetime, timezone
 from launch import link_counters as lc
 from telemetry.analysis import rates
 from telemetry.analysis import link_tests as lt
-from telemetry.errors import InputError, OneLineParser, output_dir_problem
+from telemetry.errors import InputError, OneLineParser, output_dir_problem, print_errors
 
 PERFTEST = ("ib_write_bw", "ib_read_bw", "ib_send_bw", "ib_send_lat", "ib_write_lat", "ib_read_lat")
 TOOLS = PERFTEST + ("iperf3",)
@@ -275,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
         args = parse_args(sys.argv[1:] if argv is None else argv)
         check_tool(args.tool, [args.server, args.client], args.exec)
     except LinkTestError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print_errors(exc)
         return 2
     result = run_links(args)
     with open(os.path.join(args.output, "linktest.json"), "w", encoding="utf-8") as f:

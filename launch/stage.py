@@ -34,7 +34,9 @@ from urllib.parse import urlsplit, urlunsplit
 
 import yaml
 
-from trainer.config import RECIPE_RELATIVE_PATHS, RecipeError, _apply_override, _parse_override, _read_recipe, load_recipe
+from trainer.binding import apply_override, parse_override
+from trainer.config import RECIPE_RELATIVE_PATHS, RecipeError, load_recipe
+from trainer.recipe_yaml import read_recipe
 from telemetry.errors import InputError, output_dir_problem, print_errors
 
 MANIFEST = "manifest.json"
@@ -339,10 +341,10 @@ def _relative(target: str, recipe_dir: str) -> str:
 def write_recipe(recipe_path: str, overrides: list[str], to: str, name: str, targets: dict[str, str],
                  argv: list[str]) -> str:
     """The recipe with overrides applied and every staged key pointing at its copy, relative to the file."""
-    tree = _read_recipe(recipe_path) or {}
+    tree = read_recipe(recipe_path) or {}
     for text in overrides:
-        parts, value = _parse_override(text)
-        _apply_override(tree, parts, value)
+        parts, value = parse_override(text)
+        apply_override(tree, parts, value)
     out_dir = os.path.join(to, "recipes")
     os.makedirs(out_dir, exist_ok=True)
     for key, target in targets.items():
@@ -411,7 +413,7 @@ def stage(recipe_path: str, overrides: list[str], to: str, jobs: int, argv: list
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):
-        print(f"error: {message}; see python -m launch.stage --help", file=sys.stderr)
+        print_errors(f"{message}; see python -m launch.stage --help")
         sys.exit(2)
 
 
@@ -443,7 +445,7 @@ def main(argv: list[str] | None = None) -> int:
             for line in problems:
                 print(line)
             if problems:
-                print(f"error: {len(problems)} file(s) of {args.verify} differ from its manifest", file=sys.stderr)
+                print_errors(f"{len(problems)} file(s) of {args.verify} differ from its manifest")
                 return 1
             print(f"[stage] {args.verify}: every file matches {MANIFEST}")
             return 0
@@ -455,7 +457,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
     except StageError as exc:
         for line in exc.problems:
-            print(f"error: {' '.join(str(line).split())}", file=sys.stderr)
+            print_errors(str(line))
         return 2
     print("error: give RECIPE [key=value ...] --to DIR, or --verify DIR, or --check-layout KIND DIR (one of "
           "them); see python -m launch.stage --help", file=sys.stderr)

@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
                 result = compare(args.runs, args.out, args.allow_mismatch, args.sweep, args.busbw_axis,
                                  args.line_rate, args.expect_transport)
             except CompareError as exc:
-                print(f"error: {exc}", file=sys.stderr)
+                print_errors(exc)
                 return 2
             print(f"wrote {args.out}/compare.html and compare.md ({result['kind']}: {' vs '.join(result['labels'])})")
             for lab, check in result.get("transport_checks", {}).items():
@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             return _project(args)
     except RunError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print_errors(exc)
         return 2
     return 0
 
@@ -223,9 +223,11 @@ def _project(args) -> int:
                 where = f"{label}, {p['nodes']} node(s)"
                 print(f"  {where}: predicted {p['step_time_s']:.4f} s/step [{low:.4f}, {high:.4f}] (communication "
                       f"{p['comm_time_s']:.4f} s: {p['wire_s']:.4f} s on the wire + {p['fixed_s']:.4f} s fixed; "
-                      + (f"busbw from the table)" if table else f"efficiency {eff})"))
+                      + ("busbw from the table)" if table else f"efficiency {eff})"))
                 for name, g in p["by_group"].items():
-                    where_g = ("on the target link" if g["on_target_link"] else
+                    shared = g.get("link_sharing") or 1.0
+                    where_g = (("on the target link" + (f", {shared:g} transfers sharing each link" if shared > 1 else ""))
+                               if g["on_target_link"] else
                                "intra-node, " + (f"at {args.intra_rate}" if intra_bps else "as measured"))
                     ranks = (f"{g['size']} ranks" if g.get("size_new", g["size"]) == g["size"] else
                              f"{g['size']} ranks measured, {g['size_new']} projected")
@@ -294,7 +296,7 @@ def _export(args) -> int:
     try:
         kinds = check_kinds([k.strip() for k in args.to.split(",") if k.strip()])
     except ValueError as exc:
-        print(f"error: {str(exc).replace('telemetry.export', '--to')}", file=sys.stderr)
+        print_errors(str(exc).replace('telemetry.export', '--to'))
         return 2
     failed = bad_input = 0
     for kind, result in export_run(args.run, kinds, args.out).items():
@@ -324,7 +326,7 @@ def _nccl_tests(args) -> int:
         try:
             result = read(path)
         except (OSError, NcclTestsError) as exc:
-            print(f"error: {exc}", file=sys.stderr)
+            print_errors(exc)
             return 2
         results.append(result)
         print(f"{path}: {result['rows_read']} rows in {len(result['ops'])} table(s) "

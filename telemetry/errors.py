@@ -20,9 +20,18 @@ class InputError(HarnessError):
     exit_code = 2
 
 
+class FaultError(HarnessError):
+    """A fault the harness recognises (disk full, a lost rank or agent, a cut link): str() is one line
+    naming what failed and where; exit 1, no traceback. `everywhere`: every rank raises it (rank 0 says it)."""
+
+    def __init__(self, message: str, everywhere: bool = True):
+        super().__init__(message)
+        self.everywhere = everywhere
+
+
 def print_errors(*problems: object) -> int:
     """Each problem as one `error:` line on stderr (whitespace folded, whatever the cause); returns 2, the
-    exit status of bad input. Under a launcher of several ranks, trainer.errors.report decides who prints."""
+    exit status of bad input. Under a launcher of several ranks, trainer.error_report.report decides who prints."""
     for problem in problems:
         print(f"error: {' '.join(str(problem).split())}", file=sys.stderr, flush=True)
     return 2

@@ -132,7 +132,7 @@ RENAMED_UNITS = {"busbw_gbps": "busbw_GBps", "algbw_gbps": "algbw_GBps", "avg_bu
                  "busbw_min_gbps": "busbw_min_GBps", "busbw_max_gbps": "busbw_max_GBps"}
 
 
-def _rename(d: dict, names: dict) -> dict:
+def rename_fields(d: dict, names: dict) -> dict:
     for old, new in names.items():
         if old in d and new not in d:
             d[new] = d.pop(old)
@@ -141,10 +141,10 @@ def _rename(d: dict, names: dict) -> dict:
 
 def upgrade_record(record: dict) -> dict:
     """A metrics.jsonl (or ranks/) line under the current names; current lines pass unchanged."""
-    _rename(record, RENAMED_FIELDS)
+    rename_fields(record, RENAMED_FIELDS)
     for stats in (record.get("comm") or {}).values():
         if isinstance(stats, dict):
-            _rename(stats, RENAMED_UNITS)
+            rename_fields(stats, RENAMED_UNITS)
     return record
 
 

@@ -11,7 +11,7 @@ from typing import Any, Literal, Optional, Union
 
 import yaml
 
-from .recipe_yaml import RecipeError, _Refused, parse_yaml
+from .recipe_yaml import RecipeError, Refused, parse_yaml
 
 INT64_MAX = (1 << 63) - 1
 
@@ -51,7 +51,7 @@ def _bind_value(value: Any, tp: Any, path: str, problems: list[str]) -> Any:
         if not isinstance(value, dict):
             problems.append(f"{path}: got {_short(value)}; expected a mapping of {', '.join(_field_names(tp))}")
             return tp()
-        return _bind_dataclass(value, tp, path, problems)
+        return bind_dataclass(value, tp, path, problems)
     if origin in (Union, types.UnionType):
         args = typing.get_args(tp)
         if value is None and type(None) in args:
@@ -125,7 +125,7 @@ def _field_names(cls: type) -> list[str]:
     return [f.name for f in dataclasses.fields(cls) if f.name != "recipe_path"]
 
 
-def _bind_dataclass(data: dict, cls: type, prefix: str, problems: list[str]) -> Any:
+def bind_dataclass(data: dict, cls: type, prefix: str, problems: list[str]) -> Any:
     hints = typing.get_type_hints(cls)
     names = _field_names(cls)
     kwargs = {}
@@ -146,7 +146,7 @@ def _bind_dataclass(data: dict, cls: type, prefix: str, problems: list[str]) -> 
         return cls()
 
 
-def _parse_override(text: str) -> tuple[list[str], Any]:
+def parse_override(text: str) -> tuple[list[str], Any]:
     if "=" not in text:
         raise RecipeError([f"{text}: an override must look like key.path=value"])
     key, raw = text.split("=", 1)
@@ -155,14 +155,14 @@ def _parse_override(text: str) -> tuple[list[str], Any]:
         raise RecipeError([f"{text}: an override must look like key.path=value"])
     try:
         value = parse_yaml(raw) if raw.strip() else None
-    except _Refused as exc:
+    except Refused as exc:
         raise RecipeError([f"{key}: the override's value is refused: {exc.message}"]) from None
     except (yaml.YAMLError, RecursionError):
         value = raw
     return key.split("."), value
 
 
-def _apply_override(tree: dict, parts: list[str], value: Any) -> Optional[str]:
+def apply_override(tree: dict, parts: list[str], value: Any) -> Optional[str]:
     node = tree
     for i, part in enumerate(parts[:-1]):
         child = node.get(part)
@@ -175,7 +175,7 @@ def _apply_override(tree: dict, parts: list[str], value: Any) -> Optional[str]:
     return None
 
 
-def _get(tree: dict, dotted: str) -> Any:
+def value_at(tree: dict, dotted: str) -> Any:
     node: Any = tree
     for part in dotted.split("."):
         if not isinstance(node, dict) or part not in node:

@@ -39,8 +39,8 @@ from torch.distributed.checkpoint.filesystem import _StorageInfo
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
 
 from .engines import deepspeed as ds
-from .errors import FaultError, InputError
-from .rundir import now_iso, write_json_atomic
+from .error_report import FaultError, InputError
+from .run_writer import now_iso, write_json_atomic
 
 OPTIONS = StateDictOptions(ignore_frozen_params=True)
 # Frozen weights are absent on purpose; missing trainable keys are checked against the metadata first.

@@ -8,7 +8,7 @@ import sys
 import yaml
 
 from .config import RecipeError, load_recipe
-from .errors import report
+from .error_report import report
 from telemetry.errors import print_errors
 from .launcher_env import env_world_size, launcher_env_problems
 from .layout import resolve_layout
@@ -36,7 +36,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _fail(problems: list[str]) -> int:
-    # Under torchrun every rank finds the same problem; the first to get here says it (trainer/errors.py)
+    # Under torchrun every rank finds the same problem; the first to get here says it (trainer/error_report.py)
     report(*problems)
     return 2
 

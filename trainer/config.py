@@ -12,11 +12,11 @@ import os
 from dataclasses import dataclass, field
 from typing import Literal, Optional, Union
 
-from .binding import _apply_override, _bind_dataclass, _get, _parse_override
-from .checks import _at_least, _within
+from .binding import apply_override, bind_dataclass, value_at, parse_override
+from .checks import at_least, within
 from .engines import deepspeed_config
 from .sweep.plan import SWEEP_WORKLOAD, SweepConfig, parse_size  # noqa: F401 (parse_size: API)
-from .recipe_yaml import RecipeError, _read_recipe  # noqa: F401 (RecipeError: part of this module's API)
+from .recipe_yaml import RecipeError, read_recipe  # noqa: F401 (RecipeError: part of this module's API)
 from telemetry.settings import EXPORT_KINDS, TelemetrySettings
 
 
@@ -228,7 +228,7 @@ def _related(a: str, b: str) -> bool:
 
 def load_recipe(path: str, overrides: list[str] = ()) -> Recipe:
     """Read a recipe file, apply overrides, bind and check it (world-size checks come later)."""
-    tree = _read_recipe(path)
+    tree = read_recipe(path)
     if tree is None:
         tree = {}
     if not isinstance(tree, dict):
@@ -236,19 +236,19 @@ def load_recipe(path: str, overrides: list[str] = ()) -> Recipe:
 
     recipe_dir = os.path.dirname(os.path.abspath(path))
     for dotted in RECIPE_RELATIVE_PATHS:
-        value = _get(tree, dotted)
+        value = value_at(tree, dotted)
         if isinstance(value, str) and not os.path.isabs(value):
             candidate = os.path.join(recipe_dir, value)
             if os.path.exists(candidate):
-                parent = _get(tree, dotted.rsplit(".", 1)[0])
+                parent = value_at(tree, dotted.rsplit(".", 1)[0])
                 parent[dotted.rsplit(".", 1)[1]] = candidate
     problems: list[str] = []
     for text in overrides:
-        parts, value = _parse_override(text)
-        problem = _apply_override(tree, parts, value)
+        parts, value = parse_override(text)
+        problem = apply_override(tree, parts, value)
         if problem:
             problems.append(problem)
-    recipe = _bind_dataclass(tree, Recipe, "", problems)
+    recipe = bind_dataclass(tree, Recipe, "", problems)
     said = {_problem_key(x) for x in problems}  # a key already refused is not judged again from its default
     problems += [x for x in check_recipe(recipe) if not any(_related(_problem_key(x), k) for k in said)]
     if problems:
@@ -281,22 +281,22 @@ def _check_batch_memory(r: Recipe) -> list[str]:
 def check_recipe(r: Recipe) -> list[str]:
     """Checks that need no world size. Each problem names the key, the value and what is allowed."""
     p = []
-    p += _at_least("", r, ("max_steps",), 1)
-    p += _within("", r, ("seed",), 0, SEED_MAX)
+    p += at_least("", r, ("max_steps",), 1)
+    p += within("", r, ("seed",), 0, SEED_MAX)
     if not r.output_dir.strip():
         p.append("output_dir: empty; allowed: a directory path")
-    p += _within("distributed", r.distributed, ("timeout_s",), 1, TIMEOUT_MAX_S, " (7 days)")
+    p += within("distributed", r.distributed, ("timeout_s",), 1, TIMEOUT_MAX_S, " (7 days)")
     if r.fabric.config.pfc_priority is not None:
-        p += _within("fabric.config", r.fabric.config, ("pfc_priority",), 0, 7, " (an 802.1p priority)")
+        p += within("fabric.config", r.fabric.config, ("pfc_priority",), 0, 7, " (an 802.1p priority)")
     if r.job == "sweep":
-        from .sweep.checks import check_sweep
+        from .sweep.recipe_checks import check_sweep
         return p + check_sweep(r.sweep) + _check_telemetry(r)
     from .workloads import recipe_checks
     p += recipe_checks(r.workload)(r)  # the workload's own checks, beside it in trainer/workloads/
     t = r.train
-    p += _at_least("train", t, ("global_batch_size", "micro_batch_size", "log_every"), 1)
+    p += at_least("train", t, ("global_batch_size", "micro_batch_size", "log_every"), 1)
     if t.global_batch_size >= 1:  # below 1 is said once, above
-        p += _within("train", t, ("global_batch_size",), 1, GLOBAL_BATCH_MAX)
+        p += within("train", t, ("global_batch_size",), 1, GLOBAL_BATCH_MAX)
     p += _check_batch_memory(r)
     if t.weight_decay < 0:
         p.append(f"train.weight_decay: got {t.weight_decay}; expected a number >= 0")
@@ -308,12 +308,12 @@ def check_recipe(r: Recipe) -> list[str]:
         p.append(f"train.lr: got {t.lr}; expected a number > 0")
     if not 0 <= t.min_lr <= t.lr and t.lr > 0:  # a bad lr is its own line; min_lr is judged against a good one
         p.append(f"train.min_lr: got {t.min_lr}; expected a number in [0, train.lr={t.lr}]")
-    p += _at_least("train", t, ("warmup_steps",), 0)
+    p += at_least("train", t, ("warmup_steps",), 0)
     if len(t.betas) != 2 or any(not 0 <= b < 1 for b in t.betas):
         p.append(f"train.betas: got {t.betas}; expected two numbers in [0, 1)")
     if t.grad_clip is not None and t.grad_clip <= 0:
         p.append(f"train.grad_clip: got {t.grad_clip}; expected a number > 0, or null to disable")
-    p += _at_least("train", t, ("save_every",), 0, " (0 = only at the end)")
+    p += at_least("train", t, ("save_every",), 0, " (0 = only at the end)")
     if t.eval_every_samples is not None and t.eval_every_samples < 1:
         p.append(f"train.eval_every_samples: got {t.eval_every_samples}; expected an integer >= 1 or null")
     for key in ("target_eval_loss", "target_eval_accuracy"):
@@ -336,7 +336,7 @@ def check_recipe(r: Recipe) -> list[str]:
     if t.lars_eta <= 0:
         p.append(f"train.lars_eta: got {t.lars_eta}; expected a number > 0")
     d = r.data
-    p += _within("data", d, ("split_seed",), 0, SEED_MAX)
+    p += within("data", d, ("split_seed",), 0, SEED_MAX)
     for key in ("max_train_samples", "max_eval_samples"):
         if getattr(d, key) is not None and getattr(d, key) < 1:
             p.append(f"data.{key}: got {getattr(d, key)}; expected an integer >= 1, or null for all rows")
@@ -344,7 +344,7 @@ def check_recipe(r: Recipe) -> list[str]:
             and d.eval_dataset is None):
         p.append("data.eval_dataset: required when train.eval_every_samples is set with data.format=pretokenized")
     par = r.parallel
-    p += _at_least("parallel", par, ("tp", "pp"), 1)
+    p += at_least("parallel", par, ("tp", "pp"), 1)
     if par.pp_stages_per_rank < 1:
         p.append(f"parallel.pp_stages_per_rank: got {par.pp_stages_per_rank}; expected an integer >= 1")
     elif par.pp_schedule == "interleaved_1f1b" and par.pp_stages_per_rank < 2:
@@ -377,12 +377,12 @@ def check_recipe(r: Recipe) -> list[str]:
 def _check_telemetry(r: Recipe) -> list[str]:
     p = []
     tel = r.telemetry
-    p += _at_least("telemetry", tel, ("cross_rank_every", "profile_every"), 0, " (0 = never)")
-    p += _at_least("telemetry", tel, ("profile_steps",), 1)
-    p += _at_least("telemetry", tel, ("link_probe_every",), 0, " (0 = never)")
-    p += _within("telemetry", tel, ("link_probe_bytes",), 4, 1 << 30)
+    p += at_least("telemetry", tel, ("cross_rank_every", "profile_every"), 0, " (0 = never)")
+    p += at_least("telemetry", tel, ("profile_steps",), 1)
+    p += at_least("telemetry", tel, ("link_probe_every",), 0, " (0 = never)")
+    p += within("telemetry", tel, ("link_probe_bytes",), 4, 1 << 30)
     if tel.cross_rank_median_every is not None:
-        p += _at_least("telemetry", tel, ("cross_rank_median_every",), 0, " (0 = never), or null for the default")
+        p += at_least("telemetry", tel, ("cross_rank_median_every",), 0, " (0 = never), or null for the default")
     if tel.power_sample_interval_s <= 0:
         p.append(f"telemetry.power_sample_interval_s: got {tel.power_sample_interval_s}; expected a number > 0")
     if tel.bmc_sample_interval_s <= 0:
@@ -405,7 +405,7 @@ def _check_telemetry(r: Recipe) -> list[str]:
     unknown = [k for k in tel.export if k not in TELEMETRY_EXPORTS]
     if unknown:
         p.append(f"telemetry.export: got {', '.join(map(str, unknown))}; allowed: {', '.join(TELEMETRY_EXPORTS)}")
-    p += _at_least("distributed", r.distributed, ("timeout_s",), 1)
+    p += at_least("distributed", r.distributed, ("timeout_s",), 1)
     return p + _check_debug(r.debug)
 
 
@@ -415,4 +415,4 @@ def _check_debug(dbg: DebugConfig) -> list[str]:
         p.append(f"debug.delay_rank: got {dbg.delay_rank}; expected a rank >= 0, or null for none")
     if not 0.0 <= dbg.delay_s <= 60.0:
         p.append(f"debug.delay_s: got {dbg.delay_s}; expected seconds in [0, 60]")
-    return p + _at_least("debug", dbg, ("delay_from_step",), 1)
+    return p + at_least("debug", dbg, ("delay_from_step",), 1)

@@ -37,7 +37,7 @@ class FaultInjection:
             if self.crash_mode == "hang":  # stops answering, as behind a cut link
                 time.sleep(3600)
             if self.crash_mode == "input":  # bad input found by this rank alone, while the others train on
-                from .errors import InputError
+                from .error_report import InputError
                 raise InputError(f"fault injection: rank {self.crash_rank} refuses its input after step {step} "
                                  "(FABRIC_HARNESS_CRASH_MODE=input)")
             os.kill(os.getpid(), signal.SIGKILL)

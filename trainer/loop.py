@@ -11,6 +11,7 @@ import contextlib
 import math
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -20,11 +21,12 @@ from .engines import deepspeed as ds
 from .engines.step import step_engine
 from .faults import FaultInjection
 from .grad_clip import clip_grads
-from .hooks import HookList, Hooks
+from .hook_list import HookList, Hooks
 from .optim import build_optimizer
 from .progress import Progress
 from .stop import Interrupted
 from .throughput import step_figures, step_flops
+from .workloads.contract import Workload
 
 
 @dataclass
@@ -54,32 +56,51 @@ class ScaleFromCounts:
         return self.value
 
 
+@dataclass
+class TrainerParts:
+    """Everything the loop is built from, typed: trainer/run.py's build phase fills it once."""
+    recipe: Any  # trainer.config.Recipe
+    layout: Any  # trainer.layout.Layout
+    dims: Any  # trainer.distributed.ParallelDims: the meshes
+    model: torch.nn.Module  # parallelized
+    workload: Workload
+    train_set: Any
+    eval_set: Any
+    sampler: Any  # trainer.data.sampler.StepSampler
+    rundir: Any  # the run's writer (the recorder's RunDir)
+    hooks: Hooks  # the recorder first: telemetry/integrations/recorder.py
+    device: torch.device
+    autocast_dtype: torch.dtype | None
+    flops_per_unit: float | None = None  # the workload's model FLOPs per token/sample
+    flops_unit: str = "token"
+    peak_tflops: float | None = None  # None off-GPU or for an unknown device: MFU stays null
+    stops: Any = None  # trainer.stop.StopRequests: SIGTERM or a lost agent, honoured at a step's end
+
+
 class Trainer:
-    def __init__(self, recipe, layout, dims, model, workload, train_set, eval_set, sampler, rundir,
-                 hooks: Hooks, device: torch.device, autocast_dtype: torch.dtype | None):
-        self.recipe, self.layout, self.dims = recipe, layout, dims
-        self.model, self.workload = model, workload
-        self.train_set, self.eval_set, self.sampler = train_set, eval_set, sampler
-        self.rundir, self.hooks, self.device = rundir, hooks, device
-        self.autocast_dtype = autocast_dtype
+    def __init__(self, parts: TrainerParts):
+        recipe, layout, model, hooks = parts.recipe, parts.layout, parts.model, parts.hooks
+        self.recipe, self.layout, self.dims = recipe, layout, parts.dims
+        self.model, self.workload = model, parts.workload
+        self.train_set, self.eval_set, self.sampler = parts.train_set, parts.eval_set, parts.sampler
+        self.rundir, self.hooks, self.device = parts.rundir, hooks, parts.device
+        self.autocast_dtype = parts.autocast_dtype
+        self.flops_per_unit, self.flops_unit, self.peak_tflops = parts.flops_per_unit, parts.flops_unit, parts.peak_tflops
+        self.stops = parts.stops
         self.optimizer, self.scheduler = build_optimizer(model, recipe.train, recipe.max_steps)
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.engine = None  # DeepSpeed: owns gradient reduction, clipping and the optimizer step
         if layout.data_parallel == "deepspeed":
-            dtype = autocast_dtype or torch.float32
-            self.engine = self.model = ds.wrap(model, self.optimizer, recipe, layout, device, dtype)
+            dtype = parts.autocast_dtype or torch.float32
+            self.engine = self.model = ds.wrap(model, self.optimizer, recipe, layout, parts.device, dtype)
             if ds.comms_logger_enabled(recipe):  # DeepSpeed's own view of each step's collectives
                 self.hooks = HookList([hooks, ds.CommsLog()])
         self.state = LoopState()
-        self.flops_per_unit: float | None = None  # set by the run: the workload's model FLOPs per token/sample
-        self.flops_unit = "token"
-        self.peak_tflops: float | None = None  # None off-GPU or for an unknown device: MFU stays null
         self.progress = Progress(recipe.max_steps, recipe.train.log_every, enabled=dist.get_rank() == 0)
-        self.dp_group = dims.dp_group
+        self.dp_group = parts.dims.dp_group
         self.pipeline = getattr(model, "pipeline", None)  # pp > 1: the schedule runs forward and backward
         self.step_engine = step_engine(self)  # native, pipeline or DeepSpeed: trainer/engines/step.py
         self.faults = FaultInjection.from_recipe(recipe.debug, dist.get_rank())  # only when asked for
-        self.stops = None  # trainer.stop.StopRequests: SIGTERM or a lost agent, honoured at a step's end
         self._next: tuple[int, list, list] | None = None  # (step, batches, local counts) built ahead
 
     # ------------------------------------------------------------ resume
@@ -127,8 +148,7 @@ class Trainer:
 
     def _loss_context(self):
         """The workload's context for forward and backward (loss-parallel cross-entropy under TP)."""
-        make = getattr(self.workload, "loss_context", None)
-        return make() if make is not None else contextlib.nullcontext()
+        return self.workload.loss_context()
 
     def _host_to_device(self, t: torch.Tensor) -> torch.Tensor:
         """A copy from pageable memory makes the host wait for the device; a pinned one does not."""
@@ -149,7 +169,7 @@ class Trainer:
         local = [sum(c[count] for c in counts) for _, count in wl.loss_terms]
         local.append(sum(wl.input_tokens(b) for b in batches) if wl.has_tokens else 0)
         local.append(sum(wl.padded_tokens(b) for b in batches) if wl.has_tokens else 0)
-        pairs_of = getattr(wl, "position_pairs", None)  # attention's work at each batch's own length
+        pairs_of = wl.position_pairs  # attention's work at each batch's own length
         local.append(sum(pairs_of(b) for b in batches) if pairs_of else 0)
         if self.pipeline is None:
             batches = [self._to_device(b) for b in batches]
@@ -165,7 +185,7 @@ class Trainer:
         # built at the previous step's end, while the device still ran that step (else built now)
         _, batches, local = ready if ready is not None and ready[0] == step else self._prepare(step)
         terms = wl.loss_terms
-        pairs_of = getattr(wl, "position_pairs", None)
+        pairs_of = wl.position_pairs
         counted = self._host_to_device(torch.tensor(local, dtype=torch.float64))
         # global item counts stay on the device: the loss divides by them without waiting for the host;
         # the all-reduce is waited for only where the first loss needs it, so the first forward overlaps it
@@ -197,7 +217,7 @@ class Trainer:
         if self.flops_per_unit is None:
             flops = None
         elif self.flops_unit == "token":
-            flops = step_flops(padded or 0, pairs, self.flops_per_unit, getattr(wl, "attention_flops_per_pair", None),
+            flops = step_flops(padded or 0, pairs, self.flops_per_unit, wl.attention_flops_per_pair,
                                getattr(self.recipe.data, "seq_len", None))
         else:
             flops = samples * self.flops_per_unit

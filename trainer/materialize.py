@@ -28,7 +28,7 @@ import zlib
 import torch
 from torch import nn
 
-from .errors import InputError
+from .error_report import InputError
 
 _NAME = "_fh_name"  # attribute each module carries: its name in the model as built
 

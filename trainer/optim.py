@@ -88,15 +88,9 @@ def _norm_pairs(first: list[torch.Tensor], second: list[torch.Tensor], sharding)
     return norms.view(2, len(first)).unbind()
 
 
-class LARS(torch.optim.Optimizer):
-    def __init__(self, params, lr: float, momentum: float = 0.9, eta: float = 0.001, weight_decay: float = 0.0,
-                 eps: float = 0.0):
-        if lr <= 0:
-            raise ValueError(f"lr must be > 0, got {lr}")
-        if not 0.0 <= momentum < 1.0:
-            raise ValueError(f"momentum must be in [0, 1), got {momentum}")
-        super().__init__(params, dict(lr=lr, momentum=momentum, eta=eta, weight_decay=weight_decay, eps=eps,
-                                      lars_exclude=False))
+class BucketedOptimizer(torch.optim.Optimizer):
+    """A layer-wise optimizer's step: each group's parameters in buckets of one sharding (their norms are
+    reduced together), each bucket updated by the subclass's `_step_bucket`."""
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -105,6 +99,20 @@ class LARS(torch.optim.Optimizer):
             for sharding, params in _buckets(group["params"]):
                 self._step_bucket(group, params, sharding)
         return loss
+
+    def _step_bucket(self, group: dict, params: list, sharding) -> None:
+        raise NotImplementedError
+
+
+class LARS(BucketedOptimizer):
+    def __init__(self, params, lr: float, momentum: float = 0.9, eta: float = 0.001, weight_decay: float = 0.0,
+                 eps: float = 0.0):
+        if lr <= 0:
+            raise ValueError(f"lr must be > 0, got {lr}")
+        if not 0.0 <= momentum < 1.0:
+            raise ValueError(f"momentum must be in [0, 1), got {momentum}")
+        super().__init__(params, dict(lr=lr, momentum=momentum, eta=eta, weight_decay=weight_decay, eps=eps,
+                                      lars_exclude=False))
 
     def _step_bucket(self, group: dict, params: list, sharding) -> None:
         lr, momentum, eta = group["lr"], group["momentum"], group["eta"]
@@ -145,7 +153,7 @@ def lars_param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]
             {"params": exclude, "weight_decay": 0.0, "lars_exclude": True}]
 
 
-class LAMB(torch.optim.Optimizer):
+class LAMB(BucketedOptimizer):
     def __init__(self, params, lr: float, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-6,
                  weight_decay: float = 0.0):
         if lr <= 0:
@@ -153,14 +161,6 @@ class LAMB(torch.optim.Optimizer):
         if not all(0.0 <= b < 1.0 for b in betas):
             raise ValueError(f"betas must be in [0, 1), got {betas}")
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay))
-
-    @torch.no_grad()
-    def step(self, closure=None):
-        loss = _closure_loss(closure)
-        for group in self.param_groups:
-            for sharding, params in _buckets(group["params"]):
-                self._step_bucket(group, params, sharding)
-        return loss
 
     def _step_bucket(self, group: dict, params: list, sharding) -> None:
         (b1, b2), lr, eps, wd = group["betas"], group["lr"], group["eps"], group["weight_decay"]

@@ -26,7 +26,7 @@ LLAMA_ROWWISE = ("self_attn.o_proj", "mlp.down_proj")
 
 
 def _check_divisible(config, tp: int) -> None:
-    from .errors import InputError
+    from .error_report import InputError
 
     for key in ("num_attention_heads", "num_key_value_heads", "intermediate_size"):
         value = getattr(config, key, None)

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .data.sft import IGNORE
-from .errors import InputError
+from .error_report import InputError
 
 
 class LlamaStage(nn.Module):
@@ -39,8 +39,10 @@ class LlamaStage(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         from transformers.masking_utils import create_causal_mask
 
+        from .positions import plain_positions
+
         h = self.embed_tokens(x) if self.embed_tokens is not None else x
-        position_ids = torch.arange(h.shape[1], device=h.device).unsqueeze(0)
+        position_ids = plain_positions(h.shape[1], h.device)  # no packed-sequence device read (positions.py)
         mask = create_causal_mask(**_mask_arguments(create_causal_mask, config=self.config, inputs_embeds=h,
                                                     attention_mask=None, position_ids=position_ids))
         position_embeddings = self.rotary_emb(h, position_ids=position_ids)

@@ -27,7 +27,7 @@ MAX_YAML_DEPTH = 32  # nesting levels
 MAX_YAML_NODES = 100_000  # values after expanding aliases: a few small aliases can stand for billions
 
 
-class _Refused(yaml.YAMLError):
+class Refused(yaml.YAMLError):
     """A YAML construct a recipe may not use; `line` is 1-based or None."""
 
     def __init__(self, message: str, line: Optional[int]):
@@ -49,7 +49,7 @@ class _RecipeLoader(yaml.SafeLoader):
         try:
             if self._depth > MAX_YAML_DEPTH:
                 mark = self.peek_event().start_mark
-                raise _Refused(f"nested deeper than {MAX_YAML_DEPTH} levels", mark.line + 1)
+                raise Refused(f"nested deeper than {MAX_YAML_DEPTH} levels", mark.line + 1)
             return super().compose_node(parent, index)
         finally:
             self._depth -= 1
@@ -67,7 +67,7 @@ class _RecipeLoader(yaml.SafeLoader):
                     continue
                 line = key_node.start_mark.line + 1
                 if first is not None:
-                    raise _Refused(f"duplicate key {key!r} (first at line {first}); each key may appear once", line)
+                    raise Refused(f"duplicate key {key!r} (first at line {first}); each key may appear once", line)
                 seen[key] = line
         return super().construct_mapping(node, deep)
 
@@ -95,7 +95,7 @@ def parse_yaml(text: str) -> Any:
         if node is None:
             return None
         if _expanded_nodes(node, {}) > MAX_YAML_NODES:
-            raise _Refused(f"expands to more than {MAX_YAML_NODES} values through aliases (&anchor/*alias); "
+            raise Refused(f"expands to more than {MAX_YAML_NODES} values through aliases (&anchor/*alias); "
                            "write the values out", None)
         return loader.construct_document(node)
     finally:
@@ -104,7 +104,7 @@ def parse_yaml(text: str) -> Any:
 
 def _yaml_problem(exc: yaml.YAMLError) -> str:
     """' at line N: reason' in one line, whatever PyYAML error it is."""
-    if isinstance(exc, _Refused):
+    if isinstance(exc, Refused):
         line, reason = exc.line, exc.message
     else:
         mark = getattr(exc, "problem_mark", None)
@@ -114,7 +114,7 @@ def _yaml_problem(exc: yaml.YAMLError) -> str:
     return (f" at line {line}" if line else "") + f": {reason}"
 
 
-def _read_recipe(path: str, what: str = "recipe") -> Any:
+def read_recipe(path: str, what: str = "recipe") -> Any:
     """The parsed YAML of a recipe file, or RecipeError naming the file (and line) and what is allowed. `what`:
     the kind of file, as the messages name it (an evaluation file is read with the same limits)."""
     if not os.path.isfile(path):

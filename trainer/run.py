@@ -25,13 +25,13 @@ from .data.sampler import StepSampler
 from .distributed import (ParallelDims, describe_timeout, dump_flight_recorder, init_process_group, is_timeout,
                           pick_backend, pick_device, prepare_flight_recorder)
 from .engines import deepspeed as deepspeed_engine
-from .errors import FaultError, InputError, one_line, report
-from .hooks import HookList
+from .error_report import FaultError, InputError, one_line, print_errors, report
+from .hook_list import HookList
 from .layout import Layout
-from .loop import Trainer
+from .loop import Trainer, TrainerParts
 from .optim import keep_fp32_master
 from .parallelize import unwrap
-from .rundir import RunDir
+from .run_writer import RunDir
 from .runlock import RunLock, pid_alive
 from .seeding import seed_training_streams
 from .stop import Interrupted, StopRequests
@@ -178,7 +178,7 @@ def train_job(st: RunState) -> None:
 
 
 def sweep_job(st: RunState) -> None:
-    from .sweep.run import run_job
+    from .sweep.measure import run_job
 
     st.swept = run_job(st.recipe, st.rec, st.device)
 
@@ -208,7 +208,7 @@ def build(st: RunState) -> None:
     total = sum(p.numel() for p in model.parameters())
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     per_unit, unit, formula = workload.flops(model)
-    peak, peak_reason = peak_tflops(device, compute_dtype, getattr(workload, "peak_ops", "matmul"))
+    peak, peak_reason = peak_tflops(device, compute_dtype, workload.peak_ops)
     rundir.update(throughput={f"flops_per_{unit}": per_unit, "formula": formula,
                               "peak_tflops_per_device": peak, "peak_reason": peak_reason})
     model = workload.parallelize(model, dims, device, compute_dtype)
@@ -225,21 +225,20 @@ def build(st: RunState) -> None:
     rundir.update(model={"parameters": total, "trainable_parameters": trainable,
                          "weight_dtype": str(next(model.parameters()).dtype), "compute_dtype": str(compute_dtype),
                          # lm_head split over tp, loss-parallel cross-entropy (no full-vocabulary logits)
-                         "vocab_parallel_loss": bool(getattr(workload, "loss_parallel", False))},
+                         "vocab_parallel_loss": bool(workload.loss_parallel)},
                   data={"train_samples": len(train_set),
                         "eval_samples": len(eval_set) if eval_set is not None else None,
                         "synthetic": recipe.data.synthetic if recipe.workload != "llm_lora" else False,
                         **({"seq_len": recipe.data.seq_len} if workload.has_tokens else {}),
                         "eval_accuracy_is": workload.accuracy})
     autocast = compute_dtype if compute_dtype != torch.float32 else None
-    trainer = st.trainer = Trainer(recipe, layout, dims, model, workload, train_set, eval_set, sampler, rundir,
-                                   st.hooks, device, autocast)
-    trainer.flops_per_unit, trainer.flops_unit, trainer.peak_tflops = per_unit, unit, peak
-    load = getattr(workload, "load_stats", None)
+    trainer = st.trainer = Trainer(TrainerParts(recipe, layout, dims, model, workload, train_set, eval_set, sampler,
+                                                rundir, st.hooks, device, autocast, flops_per_unit=per_unit,
+                                                flops_unit=unit, peak_tflops=peak, stops=st.stops))
+    load = workload.load_stats
     if load is not None and trainer.engine is not None:  # deepspeed.initialize must not gather the model
         from .materialize import rss
         load["rss_peak_engine_bytes"] = rss()[1]
-    trainer.stops = st.stops
     # after the model is built and filled (the same numbers on every rank), before the first step:
     # dropout per data-parallel replica, shared within a tensor-parallel group (trainer/seeding.py)
     seed_training_streams(recipe.seed, dims.dp_rank, dims.mesh("pp").get_local_rank())
@@ -255,7 +254,7 @@ def train(st: RunState) -> None:
     rundir.write_rank_file("final", {"rank": dist.get_rank(), "dp_rank": dims.dp_rank, **host_info(),
                                      "step": state.step, "trainable": fingerprint,
                                      "trainable_local_bytes": _local_bytes(trainer.params),
-                                     "load": getattr(trainer.workload, "load_stats", None),
+                                     "load": trainer.workload.load_stats,
                                      "peak_memory_bytes": _peak_memory_bytes(st.device)})
     st.status = "target_reached" if state.target_reached_step else "completed"
     rundir.update(final={"step": state.step, "loss": state.last_loss, "eval_loss": state.last_eval_loss,
@@ -272,7 +271,7 @@ def classify_failure(st: RunState, exc: BaseException) -> bool:
     rank, rundir = st.rank, st.rundir
     if isinstance(exc, InputError):
         # any rank may find it first, or alone (a file missing on one host): the first to fail says it,
-        # before torchrun stops the others (trainer/errors.py)
+        # before torchrun stops the others (trainer/error_report.py)
         st.code, st.error = 2, str(exc)
         report(exc)
         return False
@@ -288,7 +287,7 @@ def classify_failure(st: RunState, exc: BaseException) -> bool:
     if isinstance(exc, FaultError):  # a fault recognised for what it is: one line, no traceback
         st.error = str(exc)
         if not exc.everywhere:
-            print(f"error: {exc}", file=sys.stderr, flush=True)
+            print_errors(exc)
         else:
             report(exc)
         return False

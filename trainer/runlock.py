@@ -15,7 +15,7 @@ import time
 
 from telemetry.capture.environment import host_info
 
-from .rundir import now_iso
+from .run_writer import now_iso
 
 LOCK = "run.lock"
 HEARTBEAT_S = 10.0

@@ -15,31 +15,10 @@ FLOOR = "2.8"  # the release of the newest API below (gloo's lazy connections)
 
 
 def _gloo_connects_lazily() -> bool:
-    # pytorch/pytorch#150801 (TORCH_GLOO_LAZY_INIT, merged after the 2.7 branch cut): first in torch 2.8. The
-    # stop vote and the telemetry side group are world-wide gloo groups; without lazy connections each
-    # connects every pair at creation (2 x 1,023 sockets per rank at 1,024 ranks, ~2 million store look-ups).
-    # An older torch ignores the variable, so the behaviour is probed, not the version: rank 0 of a 2-rank
-    # group on an in-process store with no rank 1. Lazy returns at once; eager waits for rank 1's address
-    # and times out (PROBE_TIMEOUT_S).
-    import datetime
-    import os
-
-    import torch.distributed as dist
-    timeout = datetime.timedelta(seconds=PROBE_TIMEOUT_S)
-    store = dist.HashStore()
-    store.set_timeout(timeout)
-    before = os.environ.get("TORCH_GLOO_LAZY_INIT")
-    os.environ["TORCH_GLOO_LAZY_INIT"] = "1"
-    try:
-        dist.ProcessGroupGloo(store, 0, 2, timeout)
-        return True
-    except RuntimeError:  # DistStoreError: waited for rank 1's address, i.e. connected eagerly
-        return False
-    finally:
-        if before is None:
-            del os.environ["TORCH_GLOO_LAZY_INIT"]
-        else:
-            os.environ["TORCH_GLOO_LAZY_INIT"] = before
+    # pytorch/pytorch#150801 (TORCH_GLOO_LAZY_INIT, merged after the 2.7 branch cut): first in torch 2.8.
+    # Probed by behaviour, not version (telemetry/capture/gloo_lazy.py says how and why).
+    from telemetry.capture.gloo_lazy import gloo_connects_lazily
+    return gloo_connects_lazily(PROBE_TIMEOUT_S)
 
 
 PROBE_TIMEOUT_S = 1.0  # what an eager torch costs the start-up probe before it is refused

@@ -27,7 +27,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from trainer.hooks import Hooks
+from trainer.hook_list import Hooks
 
 IGNORE = -100
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sys
 import time
 from contextlib import nullcontext
 from typing import Callable
@@ -18,6 +17,7 @@ from .runner import (COMPLETE, EXIT_FAILED, EXIT_INPUT, EXIT_INTERRUPTED, EXIT_M
                      read_status, resume_state, set_aside, setting, slurm_command, slurm_nproc, tail)
 from .spec import Evaluation
 from telemetry.analysis.transport_claims import check_transport
+from telemetry.errors import print_errors
 
 Launch = Callable[[list, dict, str, float, bool], tuple]
 
@@ -168,15 +168,15 @@ def main(argv: list[str] | None = None) -> int:
         ev = load_evaluation(args.evaluation)
     except SpecError as exc:
         for problem in exc.problems:
-            print(f"error: {problem}", file=sys.stderr)
+            print_errors(problem)
         return EXIT_INPUT
     if args.out:
         ev.out = os.path.abspath(args.out)
     if problem := output_dir_problem(ev.out, "--out" if args.out else "out"):
-        print(f"error: {problem}", file=sys.stderr)
+        print_errors(problem)
         return EXIT_INPUT
     try:
         return run_evaluation(ev, verbose=args.verbose, dry_run=args.dry_run)
     except EvaluateError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print_errors(exc)
         return EXIT_INPUT

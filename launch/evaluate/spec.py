@@ -111,15 +111,24 @@ def _name(value: Any, path: str, problems: list[str]) -> str:
 
 
 
+def _entry(raw: Any, path: str, keys, required: tuple[str, ...], why: str, problems: list[str]) -> bool:
+    """One entry of a list (a variant, a workload): a mapping of known keys with the required ones. False when
+    it is no mapping at all (nothing more can be read from it)."""
+    if not isinstance(raw, dict):
+        problems.append(f"{path}: got {raw!r}; expected a mapping with keys {', '.join(keys)}")
+        return False
+    _keys(raw, path, keys, problems)
+    for key in required:
+        if key not in raw:
+            problems.append(f"{path}.{key}: missing; {why}")
+    return True
+
+
 def _variant(raw: Any, i: int, launcher: str, problems: list[str]) -> Variant | None:
     path = f"variants[{i}]"
-    if not isinstance(raw, dict):
-        problems.append(f"{path}: got {raw!r}; expected a mapping with keys {', '.join(VARIANT_KEYS)}")
+    if not _entry(raw, path, VARIANT_KEYS, ("name", "expect_transport"),
+                  "every variant needs a name and the transport it expects", problems):
         return None
-    _keys(raw, path, VARIANT_KEYS, problems)
-    for key in ("name", "expect_transport"):
-        if key not in raw:
-            problems.append(f"{path}.{key}: missing; every variant needs a name and the transport it expects")
     name = _name(raw.get("name"), f"{path}.name", problems) if "name" in raw else f"variant{i}"
     expect = raw.get("expect_transport")
     if "expect_transport" in raw and (problem := check_transport(expect, f"{path}.expect_transport")):
@@ -196,13 +205,8 @@ def _resolve(path: str, base: str) -> str | None:
 
 def _workload(raw: Any, i: int, base: str, problems: list[str]) -> Workload | None:
     path = f"workloads[{i}]"
-    if not isinstance(raw, dict):
-        problems.append(f"{path}: got {raw!r}; expected a mapping with keys {', '.join(WORKLOAD_KEYS)}")
+    if not _entry(raw, path, WORKLOAD_KEYS, ("name", "recipe"), "every workload needs a name and a recipe", problems):
         return None
-    _keys(raw, path, WORKLOAD_KEYS, problems)
-    for key in ("name", "recipe"):
-        if key not in raw:
-            problems.append(f"{path}.{key}: missing; every workload needs a name and a recipe")
     name = _name(raw.get("name"), f"{path}.name", problems) if "name" in raw else f"workload{i}"
     overrides = raw.get("overrides") or []
     if not isinstance(overrides, list) or not all(isinstance(o, str) for o in overrides):
@@ -274,10 +278,10 @@ def _launcher_options(raw: dict, launcher: str, problems: list[str]) -> dict:
 
 def load_evaluation(path: str) -> Evaluation:
     """Read and check an evaluation file; SpecError lists every problem."""
-    from trainer.recipe_yaml import RecipeError, _read_recipe
+    from trainer.recipe_yaml import RecipeError, read_recipe
 
     try:  # the recipe reader's limits: duplicate keys, encoding, size, nesting, alias bombs
-        raw = _read_recipe(path, "evaluation")
+        raw = read_recipe(path, "evaluation")
     except RecipeError as exc:
         raise SpecError(exc.problems) from None
     if not isinstance(raw, dict):

@@ -15,29 +15,20 @@ from __future__ import annotations
 from trainer.config import Recipe
 from trainer.layout import Layout
 
-from .common import (DOLLY_SPLIT, Translation, World, check_common, check_dolly, dump, fail, identify_model,
-                     refuse_unless, steps_of)
-from .nemo2 import megatron_targets
+from .common import (DOLLY_SPLIT, Translation, World, dump, fail, steps_of)
+from .nemo2 import megatron_lora_checks
 
 
 def translate(recipe: Recipe, layout: Layout, world: World, run_dir: str) -> Translation:
     problems: list[str] = []
-    check_common(recipe, layout, "Megatron-Bridge", problems)
-    check_dolly(recipe, "Megatron-Bridge", problems)
-    refuse_unless(problems, list(recipe.data.split) == DOLLY_SPLIT, "data.split", recipe.data.split,
-                  f"allowed: {DOLLY_SPLIT} (the split the SFT directory is written with)")
-    refuse_unless(problems, recipe.model.dtype in ("bf16", "auto"), "model.dtype", recipe.model.dtype,
-                  "Bridge's PEFT recipes train in bf16 mixed precision; allowed: bf16, auto")
-    refuse_unless(problems, recipe.train.precision in ("bf16", "auto"), "train.precision", recipe.train.precision,
-                  "allowed: bf16, auto")
-    refuse_unless(problems, recipe.parallel.data_parallel in ("replicate", "ddp"), "parallel.data_parallel",
-                  recipe.parallel.data_parallel, "Bridge's LoRA replicates the frozen shard over data parallelism; "
-                  "allowed: replicate, ddp")
-    model = identify_model(recipe, problems)
+    model, targets = megatron_lora_checks(recipe, layout, "Megatron-Bridge", problems, {
+        "data.split": f"allowed: {DOLLY_SPLIT} (the split the SFT directory is written with)",
+        "model.dtype": "Bridge's PEFT recipes train in bf16 mixed precision; allowed: bf16, auto",
+        "parallel.data_parallel": "Bridge's LoRA replicates the frozen shard over data parallelism; allowed: "
+                                  "replicate, ddp"})
     if model is not None and model.bridge_recipe is None:
         problems.append(f"model.path: Megatron-Bridge 0.6 has no PEFT recipe for {model.hf_id}; allowed: "
                         "Llama-3/3.1 8B and 70B checkpoints")
-    targets = megatron_targets(recipe.lora.target_modules, "lora.target_modules", problems)
     fail(problems)
 
     t = Translation("megatron-bridge", recipe, layout, world, model)

@@ -36,21 +36,31 @@ def megatron_targets(modules: list[str], key: str, problems: list[str]) -> list[
     return out
 
 
-def translate(recipe: Recipe, layout: Layout, world: World, run_dir: str) -> Translation:
-    problems: list[str] = []
-    check_common(recipe, layout, "NeMo 2", problems)
-    check_dolly(recipe, "NeMo 2", problems)
-    refuse_unless(problems, list(recipe.data.split) == DOLLY_SPLIT, "data.split", recipe.data.split,
-                  f"NeMo's DollyDataModule splits {DOLLY_SPLIT}; allowed: {DOLLY_SPLIT}")
+def megatron_lora_checks(recipe: Recipe, layout: Layout, engine: str, problems: list[str],
+                         why: dict[str, str]) -> tuple:
+    """What the Megatron engines' (NeMo 2, Megatron-Bridge) LoRA translations refuse alike: Dolly with its
+    split, bf16 weights and compute, replicated data parallelism, a known model, fused LoRA targets. `why`:
+    each engine's own words for data.split, model.dtype and parallel.data_parallel. Returns (model, targets)."""
+    check_common(recipe, layout, engine, problems)
+    check_dolly(recipe, engine, problems)
+    refuse_unless(problems, list(recipe.data.split) == DOLLY_SPLIT, "data.split", recipe.data.split, why["data.split"])
     refuse_unless(problems, recipe.model.dtype in ("bf16", "auto"), "model.dtype", recipe.model.dtype,
-                  "NeMo's fine-tune recipes train in bf16 mixed precision; allowed: bf16, auto")
+                  why["model.dtype"])
     refuse_unless(problems, recipe.train.precision in ("bf16", "auto"), "train.precision", recipe.train.precision,
                   "allowed: bf16, auto")
     refuse_unless(problems, recipe.parallel.data_parallel in ("replicate", "ddp"), "parallel.data_parallel",
-                  recipe.parallel.data_parallel, "NeMo's LoRA keeps the frozen tensor-parallel shard on every "
-                  "data-parallel rank and all-reduces the adapter gradients (our replicate); allowed: replicate, ddp")
+                  recipe.parallel.data_parallel, why["parallel.data_parallel"])
     model = identify_model(recipe, problems)
-    targets = megatron_targets(recipe.lora.target_modules, "lora.target_modules", problems)
+    return model, megatron_targets(recipe.lora.target_modules, "lora.target_modules", problems)
+
+
+def translate(recipe: Recipe, layout: Layout, world: World, run_dir: str) -> Translation:
+    problems: list[str] = []
+    model, targets = megatron_lora_checks(recipe, layout, "NeMo 2", problems, {
+        "data.split": f"NeMo's DollyDataModule splits {DOLLY_SPLIT}; allowed: {DOLLY_SPLIT}",
+        "model.dtype": "NeMo's fine-tune recipes train in bf16 mixed precision; allowed: bf16, auto",
+        "parallel.data_parallel": "NeMo's LoRA keeps the frozen tensor-parallel shard on every data-parallel rank "
+                                  "and all-reduces the adapter gradients (our replicate); allowed: replicate, ddp"})
     fail(problems)
 
     t = Translation("nemo2", recipe, layout, world, model)

@@ -30,16 +30,13 @@ import math
 import os
 import re
 from telemetry.errors import InputError
+from telemetry.analysis.nccl_tests_json import DTYPES  # nccl-tests' type names, its text and JSON alike
 
 # nccl-tests binary stem -> the sweep's collective name
 TEST_OPS = {"all_reduce": "all_reduce", "all_gather": "all_gather", "reduce_scatter": "reduce_scatter",
             "alltoall": "all_to_all", "alltoallv": "alltoallv", "sendrecv": "sendrecv", "broadcast": "broadcast",
             "reduce": "reduce", "gather": "gather", "scatter": "scatter", "hypercube": "hypercube"}
 OP_TESTS = {op: f"{stem}_perf" for stem, op in TEST_OPS.items()}
-# nccl-tests type names -> torch dtype names (the sweep's `dtype`)
-DTYPES = {"float": "float32", "double": "float64", "half": "float16", "bfloat16": "bfloat16", "int8": "int8",
-          "uint8": "uint8", "int32": "int32", "uint32": "uint32", "int64": "int64", "uint64": "uint64",
-          "f8e4m3": "float8_e4m3fn", "f8e5m2": "float8_e5m2"}
 BLOCKS = ("out_of_place", "in_place")
 
 _MPI_TAG = re.compile(r"^\[(\d+),(\d+)\]<(stdout|stderr)>:")

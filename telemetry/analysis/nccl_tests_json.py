@@ -27,6 +27,11 @@ import math
 import os
 import re
 
+# nccl-tests type names -> torch dtype names (the sweep's `dtype`)
+DTYPES = {"float": "float32", "double": "float64", "half": "float16", "bfloat16": "bfloat16", "int8": "int8",
+          "uint8": "uint8", "int32": "int32", "uint32": "uint32", "int64": "int64", "uint64": "uint64",
+          "f8e4m3": "float8_e4m3fn", "f8e5m2": "float8_e5m2"}
+
 FILE_VERSION = 3  # the writer's JSON_FILE_VERSION this output follows (nccl-tests 2.19.x)
 TIME_FORMAT = "%Y-%m-%d %H:%M:%S"  # nccl-tests' TIME_STRING_FORMAT (local time)
 _TEST = re.compile(r"\b(all_reduce|all_gather|reduce_scatter|alltoallv|alltoall|sendrecv|broadcast|hypercube|"
@@ -208,7 +213,6 @@ def parse_json(doc: dict, name_hint: str | None = None, path: str | None = None)
                     "stragglers": harness.get("stragglers", []), "skipped_lines": []}
     types = [r["type"] for o in ops.values() for r in o["rows"] if r.get("type")]
     redops = [r["redop"] for o in ops.values() for r in o["rows"] if r.get("redop") not in (None, "none")]
-    from telemetry.analysis.nccl_tests import DTYPES  # the text reader's type names (no torch there either)
     return {"source": "fabric-harness" if harness else "nccl-tests", "format": "nccl-tests json", "path": path,
             "world_size": world, "dtype": DTYPES.get(types[0], types[0]) if types else None,
             "redop": redops[0] if redops else None, "iters": cfg.get("iterations"), "warmup": cfg.get("warmup_iters"),

@@ -46,7 +46,6 @@ no faster fabric can make that step more than 5% faster.
 """
 from __future__ import annotations
 
-import math
 
 from telemetry.formulas import bus_factor
 from telemetry.analysis.report import summarize
@@ -128,8 +127,27 @@ def measured_profile(run: Run, summary: dict | None = None) -> dict:
             "steps": len(times), "dp": layout.get("dp") or world, "global_batch": layout.get("global_batch_size"),
             # the lab's nodes share one host's cores (None off the lab: nodes have their own)
             "host_cpus": lab.get("host_cpus"), "mtu": lab.get("mtu"),
+            # links each node's ranks share onto the fabric: the lab gives a node one link; elsewhere the RDMA
+            # ports NCCL used on rank 0's host (run.json telemetry.rdma_ports), else unknown
+            "links_per_node": 1 if lab else _links_of(run),
             # measured times leave out calls without a time: what is projected from them is partial too
             "partial": bool(s.get("comm_partial")), "untimed_bytes": s.get("comm_untimed_bytes_per_step")}
+
+
+def _links_of(run: Run) -> int | None:
+    counted = ((run.info.get("telemetry") or {}).get("rdma_ports") or {}).get("counted")
+    return (len(counted) or None) if counted is not None else None
+
+
+def sharing(world: int, size: int, links_per_node: int | None) -> float:
+    """How many transfers of an inter-node group's collective share each link of a node, at once. Every
+    group of a dimension runs the same collective at the same point of the step (the world / size
+    sibling groups: tp 2 x dp 2 on 2 nodes has 2 dp groups), each crossing every node once (its ring's
+    one edge out of the node), so a node's links carry world / size of them; spread over the node's
+    links. Unknown links (None): one transfer per link, as before groups shared links."""
+    if not links_per_node or size >= world:
+        return 1.0
+    return max(1.0, (world / size) / links_per_node)
 
 
 def _group_profile(timed: list[dict], ops: dict, world: int) -> dict:
@@ -329,7 +347,12 @@ def project(profile: dict, link_bps: float | None, latency_s: float = 0.0,
             u["size_new"] = max(1, round(u["size"] * nodes / nodes_measured))
         else:
             u["size_new"] = u["size"]
-    wires = [u["bytes"] * bus_factor(u["op"], u["size"]) for u in units]
+    links = profile.get("links_per_node")
+    for u in units:  # transfers sharing a node's link at once: the link carries all of them (sharing())
+        inter = u["group"] is not None and u["scope"] == "inter"
+        u["share_measured"] = sharing(n, u["size"], links) if inter else 1.0
+        u["share_new"] = sharing(n_new, u["size_new"], links) if inter else 1.0
+    wires = [u["bytes"] * bus_factor(u["op"], u["size"]) * u["share_measured"] for u in units]
     # only inter-node traffic went over the measured run's (shaped) links and goes over the target's
     total = sum(w for u, w in zip(units, wires) if u["scope"] == "inter") or 1.0
     credit_measured = _credit(profile.get("burst_bytes") or 0, profile["link_bps"], idle)
@@ -342,7 +365,7 @@ def project(profile: dict, link_bps: float | None, latency_s: float = 0.0,
     comm_range = {"slow": 0.0, "fast": 0.0}
     for u, wire in zip(units, wires):
         op = u["op"]
-        wire_target = u["bytes"] * bus_factor(op, u["size_new"])
+        wire_target = u["bytes"] * bus_factor(op, u["size_new"]) * u["share_new"]
         if u["scope"] != "inter":
             # inside a node (NVLink, loopback): not on the target link. As measured, or at its own rate
             # (`intra_bps`), taken as the measured run's unshaped transfer at least (max, as below)
@@ -388,6 +411,7 @@ def project(profile: dict, link_bps: float | None, latency_s: float = 0.0,
         if u["group"] is not None:
             g = by_group.setdefault(u["group"], {"dim": u.get("dim"), "scope": u["scope"], "size": u["size"],
                                                  "size_new": u["size_new"], "on_target_link": u["scope"] == "inter",
+                                                 "link_sharing": u["share_new"],
                                                  "bytes": 0, "wire_bytes": 0.0, "measured_s": 0.0, "wire_s": 0.0,
                                                  "predicted_s": 0.0})
             for k, v in (("bytes", u["bytes"]), ("wire_bytes", wire_target), ("measured_s", u["time_s"]),

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from telemetry.errors import InputError
 # the run directory's owner: its reader and the older names (re-exported: analysis reads through here)
-from telemetry.rundir import RENAMED_FIELDS, RENAMED_UNITS, _rename, read_jsonl, upgrade_record  # noqa: F401
+from telemetry.rundir import RENAMED_FIELDS, RENAMED_UNITS, rename_fields, read_jsonl, upgrade_record  # noqa: F401
 
 
 class RunError(InputError):
@@ -20,13 +20,13 @@ class RunError(InputError):
 def upgrade_sweep(sweep: dict) -> dict:
     """A collectives.json (sweep or nccl-tests JSON) under the current unit names."""
     for op in (sweep.get("ops") or {}).values():
-        _rename(op, RENAMED_UNITS)
+        rename_fields(op, RENAMED_UNITS)
         for row in op.get("rows") or []:
             for block in row.values():
                 if isinstance(block, dict):
-                    _rename(block, RENAMED_UNITS)
+                    rename_fields(block, RENAMED_UNITS)
                     if isinstance(block.get("spread"), dict):  # repeats: min and max over them
-                        _rename(block["spread"], RENAMED_UNITS)
+                        rename_fields(block["spread"], RENAMED_UNITS)
     return sweep
 
 
@@ -85,7 +85,7 @@ def load_run(path: str) -> Run:
         if m:  # another file that happens to match the glob is not a rank's
             ranks[int(m.group(1))] = [upgrade_record(r) for r in read_jsonl(p)]
     final = info.get("final") or {}
-    _rename(final, RENAMED_UNITS)  # a sweep's avg_busbw per collective
+    rename_fields(final, RENAMED_UNITS)  # a sweep's avg_busbw per collective
     metrics_path = os.path.join(path, "metrics.jsonl")
     metrics = [upgrade_record(r) for r in read_jsonl(metrics_path)]
     if not metrics and _has_text(metrics_path):

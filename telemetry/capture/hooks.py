@@ -1,7 +1,7 @@
 """The hook interface a training loop calls; telemetry implements it, any loop may drive it.
 
 Steps are numbered from 1 (the optimizer step being taken). `on_step_end` may add fields to the
-record that becomes that step's metrics line. Our loop (trainer/loop.py, through trainer/hooks.py's HookList)
+record that becomes that step's metrics line. Our loop (trainer/loop.py, through trainer/hook_list.py's HookList)
 calls exactly these methods.
 """
 from __future__ import annotations

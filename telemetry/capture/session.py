@@ -32,6 +32,7 @@ from telemetry.capture import early, fabric
 from telemetry.settings import TelemetrySettings  # noqa: F401 (the settings the session takes; re-exported)
 from telemetry.capture.collectives import RECORDED_OPS as OPS, CollectiveTracer, enable_nccl_timing, set_host_map, totals
 from telemetry.capture import rdma_devices
+from telemetry.capture.gloo_lazy import gloo_connects_lazily
 from telemetry.capture.counters import CounterReader, list_hcas, loss_verdict
 from telemetry.capture import bmc_power
 from telemetry.capture.congestion import summarize as congestion_figures
@@ -235,7 +236,13 @@ class Telemetry:
         if not trace:
             self.started = True
             return
-        if dist.is_initialized() and self.world > 1 and self.s.cross_rank_every:
+        if dist.is_initialized() and self.world > 1 and self.s.cross_rank_every and not gloo_connects_lazily():
+            # torch < 2.8 (the trainer refuses it; an adapter's loop may not): a job-wide gloo group would
+            # connect every pair at start-up, so there is none (telemetry/capture/gloo_lazy.py)
+            self.cross_rank_info = {"every": None, "reason": f"torch {torch.__version__} connects gloo groups "
+                                    "eagerly (no TORCH_GLOO_LAZY_INIT, torch 2.8): no job-wide side group, no "
+                                    "cross-rank reduction"}
+        elif dist.is_initialized() and self.world > 1 and self.s.cross_rank_every:
             gloo = fabric.pin_gloo_interface()  # before the group: gloo reads it at creation
             self._group = _side_group()  # CPU-side, off the training streams
             every = self._median_every()
@@ -528,6 +535,8 @@ class Telemetry:
             if cpu.get("reason"):
                 out["cpu_energy_reason"] = cpu["reason"]
         if self.counters is not None:
+            if not self._rdma_from_log:  # the sweep's first size built NCCL's communicator: its log names devices
+                self._rdma_ports_from_nccl_log()
             deltas = self.counters.delta()
             self._loss_steps.append(deltas)
             out["counters"] = deltas

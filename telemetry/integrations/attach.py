@@ -26,7 +26,7 @@ PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):
-        print(f"error: {message}; see python -m telemetry.integrations.attach --help", file=sys.stderr)
+        print_errors(f"{message}; see python -m telemetry.integrations.attach --help")
         sys.exit(2)
 
 
@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return subprocess.call(command, env=env)
     except FileNotFoundError:
-        print(f"error: command: {command[0]!r} not found", file=sys.stderr)
+        print_errors(f"command: {command[0]!r} not found")
         return 2
     except KeyboardInterrupt:
         return 130

@@ -12,7 +12,7 @@ import sys
 
 import torch
 
-from launch.nemo import cli
+from launch.nemo import command as cli
 
 
 def fake_child(command: list[str], env: dict) -> int:

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from launch.nemo.cli import main
+from launch.nemo.command import main
 from tests.conftest import REPO
 
 RECIPES = REPO / "recipes"
@@ -483,7 +483,7 @@ def test_run_under_torchrun_builds_the_job_for_the_launchers_world(launcher_env,
     in this process's rank (no second torchrun). CUDA and the child process are the only stand-ins."""
     import torch
 
-    from launch.nemo import cli
+    from launch.nemo import command as cli
     calls = []
     launcher_env.setattr(torch.cuda, "is_available", lambda: True)
     launcher_env.setattr(cli.subprocess, "call", lambda command, env: calls.append((command, env)) or 0)

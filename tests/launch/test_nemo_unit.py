@@ -9,7 +9,7 @@ import sys
 import pytest
 import yaml
 
-from launch.nemo.cli import main
+from launch.nemo.command import main
 from tests.conftest import REPO
 
 RECIPES = REPO / "recipes"
@@ -112,7 +112,7 @@ def test_module_entry_point_refuses_an_unknown_engine(capsys, monkeypatch):
 
 
 def test_job_is_published_whole_and_a_different_translation_is_one_line(tmp_path):
-    from launch.nemo.cli import publish_job
+    from launch.nemo.command import publish_job
     job = tmp_path / "job.py"
     job.write_text("stale = True\n")
     assert publish_job(str(job), "fresh = True\n") is None
@@ -120,7 +120,7 @@ def test_job_is_published_whole_and_a_different_translation_is_one_line(tmp_path
     inode = job.stat().st_ino
     assert publish_job(str(job), "fresh = True\n") is None and job.stat().st_ino == inode  # not rewritten
     # a rank whose text differs: it renames its own over the path, then finds another rank's in its place
-    import launch.nemo.cli as cli
+    import launch.nemo.command as cli
     reads = iter([b"other", b"theirs = 1\n"])
     original = cli._read
     cli._read = lambda path: next(reads)

@@ -83,7 +83,7 @@ def test_tiny_recipe_job_completes_with_a_complete_run_directory(cluster, tmp_pa
     job = submit(cluster, tmp_path, TINY, *QUICK)
     log = job["output"]
     assert job["JobState"] == "COMPLETED" and job["ExitCode"] == "0:0", log[-4000:]
-    assert f"fabric-harness: 1 nodes x 2 ranks, rendezvous 127.0.0.1:" in log
+    assert "fabric-harness: 1 nodes x 2 ranks, rendezvous 127.0.0.1:" in log
     assert "[trainer] done: 3 steps" in log and not [l for l in log.splitlines() if l.startswith("error:")]
     run = tmp_path / "runs" / f"tiny_llama_lora-{job['id']}"
     info = json.loads((run / "run.json").read_text())

@@ -493,7 +493,7 @@ def simulate(monkeypatch, report_delay_s: float, device_lag_s: float, hold: bool
             tel.mark("optimizer_end")
             record = {"step": step, "step_time_s": clock.now - t0}
             tel.end_step(step, record["step_time_s"], into=record)
-            pending.append(record)  # as trainer/rundir.py writes them: in order, once not held
+            pending.append(record)  # as trainer/run_writer.py writes them: in order, once not held
             while pending and not pending[0].get("_held"):
                 written.append(pending.popleft())
         clock.advance(0.5)  # the end of the run: the last reports come in

@@ -9,7 +9,7 @@ from tests.conftest import REPO
 from telemetry.errors import HarnessError, InputError
 
 # control flow, not errors: a signal turned into an exception, and a YAML loader's internal refusal
-NOT_ERRORS = {"trainer.stop.Interrupted", "trainer.recipe_yaml._Refused"}
+NOT_ERRORS = {"trainer.stop.Interrupted", "trainer.recipe_yaml.Refused"}
 
 
 def defined_exceptions():
@@ -38,7 +38,7 @@ def test_every_project_exception_has_the_one_base():
 def test_bad_input_errors_exit_2():
     from telemetry.analysis.rates import RateError
     from trainer.config import RecipeError
-    from trainer.errors import FaultError, InputError as TrainerInput
+    from trainer.error_report import FaultError, InputError as TrainerInput
     assert RecipeError(["x"]).exit_code == RateError("x").exit_code == TrainerInput("x").exit_code == 2
     assert issubclass(TrainerInput, InputError) and FaultError("x").exit_code == 1
 

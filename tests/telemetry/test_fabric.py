@@ -54,7 +54,7 @@ NCCL_LINES = """\
 def test_nccl_logs_are_parsed_by_rank_0_only_and_every_log_once(tmp_path, monkeypatch):
     from telemetry.capture import nccl_log
     from telemetry.integrations.recorder import RunRecorder
-    from trainer.rundir import RunDir
+    from trainer.run_writer import RunDir
 
     here = fabric_module.nccl_log_host()
     logs = tmp_path / "logs"

@@ -152,6 +152,27 @@ def test_projection_moves_only_the_inter_node_groups_onto_the_target_link(tmp_pa
     assert more["by_group"]["dp"]["wire_s"] == pytest.approx(0.15)
 
 
+def test_the_dp_groups_of_a_node_share_its_link(tmp_path):
+    """tp 2 x dp 2 on 2 nodes: the two dp groups ({0,2} and {1,3}) all-reduce at the same point of the step
+    and both cross each node's link. With one link per node (the lab) the link carries both: twice one
+    group's wire bytes; with a link per rank (a NIC per GPU) each carries one, as before."""
+    from telemetry.analysis.projection import sharing
+
+    run = load_run(str(grouped_run(tmp_path)))
+    prof = measured_profile(run)
+    assert prof["links_per_node"] is None  # not a lab run, no RDMA port list: unknown, no sharing assumed
+    one_link = project({**prof, "links_per_node": 1}, 8e6, efficiency=1.0)
+    assert one_link["by_group"]["dp"]["link_sharing"] == 2.0
+    assert one_link["by_group"]["dp"]["wire_s"] == pytest.approx(0.2)  # 2 x 100 kB at 1 MB/s
+    assert one_link["by_group"]["tp"]["wire_s"] == 0.0  # inside the node: not on the link at all
+    per_rank = project({**prof, "links_per_node": 2}, 8e6, efficiency=1.0)
+    assert per_rank["by_group"]["dp"]["link_sharing"] == 1.0 and per_rank["by_group"]["dp"]["wire_s"] == pytest.approx(0.1)
+    # on 4 nodes (world 8, dp 4): still world / size = 2 dp groups per node's link
+    more = project({**prof, "links_per_node": 1}, 8e6, efficiency=1.0, nodes=4)
+    assert more["by_group"]["dp"]["wire_s"] == pytest.approx(2 * 0.15)
+    assert sharing(64, 64, 1) == 1.0 and sharing(64, 8, 8) == 1.0 and sharing(64, 8, 4) == 2.0
+
+
 def test_parquet_has_one_row_per_rank_step_group_and_collective(tmp_path):
     pytest.importorskip("pyarrow")
     from telemetry.analysis.exports.parquet import group_rows as parquet_group_rows
@@ -177,7 +198,7 @@ def test_compare_shows_groups_and_says_so_for_older_runs(tmp_path):
 
 
 def test_held_metrics_lines_are_written_in_order_once_released(tmp_path):
-    from trainer.rundir import RunDir
+    from trainer.run_writer import RunDir
 
     rundir = RunDir(str(tmp_path / "run"), 0)
     rundir.create()

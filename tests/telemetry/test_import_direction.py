@@ -35,7 +35,7 @@ def test_packages_import_only_downwards():
 
 def test_the_scan_sees_imports_inside_functions(tmp_path):
     f = tmp_path / "m.py"
-    f.write_text("def g():\n    from launch.lab import parse_rate\n    import trainer.hooks\n")
+    f.write_text("def g():\n    from launch.lab import parse_rate\n    import trainer.hook_list\n")
     assert {n for _, n in imported_packages(f)} == {"launch", "trainer"}
 
 
@@ -90,7 +90,7 @@ def test_analysis_imports_no_torch():
                      for p in (REPO / "telemetry" / "analysis").rglob("*.py"))
     modules = [m.removesuffix(".__init__") for m in modules] + ["telemetry.__main__", "telemetry.stragglers",
                                                                 "telemetry.formulas"]
-    code = ("import sys\n" + "".join(f"import {m}\n" for m in modules) +
+    code = ("import sys\nimport telemetry\ntelemetry.load_run\n" + "".join(f"import {m}\n" for m in modules) +
             "bad = sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.'))\nprint(bad[:3])\n"
             "sys.exit(1 if bad else 0)")
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
@@ -102,3 +102,20 @@ def test_the_room_scan_sees_imports_of_rooms(tmp_path):
     f.write_text("def g():\n    from telemetry.analysis import report\n    import telemetry.capture.session\n"
                  "from telemetry import formulas\n")
     assert {r for _, r in telemetry_rooms(f)} == {"analysis", "capture"}
+
+
+def test_the_public_face_loads_its_names_lazily():
+    """telemetry/__init__.py names what a loop author imports; it imports no room at module level (a room's
+    torch would come with `import telemetry`), and every name it promises exists where it says."""
+    import importlib
+
+    import telemetry
+
+    init = REPO / "telemetry" / "__init__.py"
+    top = ast.parse(init.read_text(encoding="utf-8")).body
+    eager = [ast.unparse(n) for n in top if isinstance(n, (ast.Import, ast.ImportFrom))
+             and not (isinstance(n, ast.ImportFrom) and n.module == "__future__") and ast.unparse(n) != "import importlib"]
+    assert not eager, f"telemetry/__init__.py imports at module level: {eager}"
+    for name, module in telemetry.PUBLIC.items():
+        assert hasattr(importlib.import_module(module), telemetry.ALIASES.get(name, name)), (name, module)
+    assert telemetry.load_run is importlib.import_module("telemetry.analysis.runs").load_run

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
 
 from telemetry.analysis.compare import compare
 from telemetry.capture import bmc_power as bp

@@ -98,3 +98,4 @@ def test_session_counts_only_ncclss_devices_and_names_the_storage_card(tmp_path,
         "counted": ["mlx5_0:1", "mlx5_2:1"],
         "excluded": [{"device": "mlx5_10", "port": 1, "reason": "not in NCCL's device list"}],
         "basis": "the devices NCCL's log lists as in use (NET/IB : Using ...)"}
+

@@ -72,7 +72,7 @@ def test_a_truncated_last_line_is_skipped_and_old_names_read_as_new(tmp_path):
     assert rows == [{"step": 1, "job_gpu_energy_j": 5, "comm": {"all_reduce": {"busbw_GBps": 1.5}}}]
 
 
-@pytest.mark.parametrize("writer", ["trainer.rundir", "telemetry.integrations.recorder"])
+@pytest.mark.parametrize("writer", ["trainer.run_writer", "telemetry.integrations.recorder"])
 def test_every_writer_goes_through_the_owner(writer):
     """No second atomic writer or metrics stream: the trainer and the recorder use telemetry.rundir."""
     import importlib

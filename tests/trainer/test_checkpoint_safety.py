@@ -18,7 +18,7 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import get_state_dict
 
 from trainer import checkpoint
-from trainer.errors import FaultError, InputError
+from trainer.error_report import FaultError, InputError
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -232,7 +232,7 @@ def test_disk_full_during_a_save_keeps_the_last_good_checkpoint(tmp_path):
 
 @pytest.mark.integration
 def test_disk_full_while_writing_metrics_still_records_the_failure(tmp_path):
-    from trainer.rundir import RunDir
+    from trainer.run_writer import RunDir
 
     with _small_disk(tmp_path / "disk", "2m") as disk:
         rundir = RunDir(str(disk / "run"), 0)

@@ -126,7 +126,7 @@ def test_a_value_deepspeed_refuses_is_one_input_error(monkeypatch):
     monkeypatch.setenv("DS_ACCELERATOR", "cpu")
     pytest.importorskip("deepspeed", reason="deepspeed is in the test extra")
     from trainer.engines.deepspeed import _check_values
-    from trainer.errors import InputError
+    from trainer.error_report import InputError
 
     r = load_recipe(TINY, [*DS, "deepspeed.zero_optimization.overlap_comm=maybe"])  # keys pass, the value not
     with pytest.raises(InputError) as exc:

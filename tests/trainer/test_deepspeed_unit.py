@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from trainer.engines import deepspeed as ds
-from trainer.errors import InputError
+from trainer.error_report import InputError
 
 
 @pytest.fixture

@@ -18,10 +18,11 @@ def test_one_host_read_per_step_from_the_loop():
     steps = json.loads(next(line for line in res.stdout.splitlines() if line.startswith("JSON "))[5:])
     assert len(steps) == 3
     for where in steps:
-        ours = [w for w in where if "masking_utils" not in w]
         # losses, item counts and the gradient norm come back in one transfer; counts and clipping stay
-        # on the device
-        assert len(ours) == 1 and ours[0].startswith("tolist at loop.py"), where
-        # transformers' packed-sequence check reads once per forward (4 micro-batches at world 1); it
-        # used to be twice per forward with the padding mask passed
-        assert len(where) - len(ours) <= 4, where
+        # on the device; transformers' packed-sequence check no longer reads (trainer/positions.py)
+        assert len(where) == 1 and where[0].startswith("tolist at loop.py"), where
+    forward = json.loads(next(line for line in res.stdout.splitlines() if line.startswith("FORWARD "))[8:])
+    given_arange = forward["transformers given torch.arange positions"]  # what the harness no longer does
+    assert len(given_arange) == 1 and "masking_utils" in given_arange[0], given_arange
+    assert forward["the harness's positions (llm_lora)"] == []
+    assert forward["pipeline stage 0"] == [] and forward["pipeline stage 1"] == []

@@ -228,7 +228,7 @@ def test_resnet50_is_torchvisions_v1_5_with_zero_init_residual_bn():
     ("model.config={block: basic, layers: [1, 1]}", "model.config.layers: got [1, 1]; expected four"),
 ])
 def test_bad_models_fail_with_one_line(override, expected):
-    from trainer.errors import InputError
+    from trainer.error_report import InputError
 
     with pytest.raises(InputError) as err:
         workload(override)

@@ -51,7 +51,7 @@ def test_pipeline_micro_batches_are_the_grad_accum_micro_batches():
 def test_tensor_parallel_must_divide_heads_and_mlp():
     from types import SimpleNamespace
 
-    from trainer.errors import InputError
+    from trainer.error_report import InputError
     from trainer.parallelize import _check_divisible
 
     cfg = SimpleNamespace(num_attention_heads=64, num_key_value_heads=8, intermediate_size=28672)  # Llama-2-70B

@@ -10,7 +10,7 @@ import torch
 
 from tests.conftest import REPO, TINY
 from trainer.config import load_recipe
-from trainer.errors import InputError
+from trainer.error_report import InputError
 from trainer.materialize import SafetensorsSource, is_meta
 from trainer.workloads import get_workload
 

@@ -13,7 +13,7 @@ from torch.distributed.tensor import DTensor, Shard
 
 from tests.conftest import TINY
 from trainer.config import load_recipe
-from trainer.errors import InputError
+from trainer.error_report import InputError
 from trainer.parallelize import _block_classes, _check_divisible, apply_tensor_parallel, grad_sync, \
     reduce_trainable_grads, unwrap
 from trainer.workloads import get_workload

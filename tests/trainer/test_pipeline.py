@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from trainer.errors import InputError
+from trainer.error_report import InputError
 from trainer.pipeline import split_layers, stage_ids
 
 from ..conftest import FAST, run_cli

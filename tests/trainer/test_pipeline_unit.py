@@ -10,7 +10,7 @@ from tests.conftest import TINY
 from trainer.config import load_recipe
 from trainer.data.sft import IGNORE
 from trainer.distributed import ParallelDims
-from trainer.errors import InputError
+from trainer.error_report import InputError
 from trainer.layout import Layout
 from trainer.pipeline import LlamaStage, Pipeline, split_layers, summed_ce
 from trainer.workloads import get_workload

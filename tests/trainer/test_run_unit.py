@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 
-import pytest
 import torch.distributed as dist
 
 from telemetry.capture.environment import host_info

@@ -230,7 +230,7 @@ def test_gloo_sends_each_direction_on_its_own_connection(monkeypatch):
     the other way on `reverse`, so no gloo connection carries both directions (ring of 3 and a pair)."""
     import torch.distributed as dist
 
-    from trainer.sweep.run import Sweep
+    from trainer.sweep.measure import Sweep
     sent, received = [], []
     monkeypatch.setattr(dist, "isend", lambda t, dst, group: sent.append((t, dst, group)))
     monkeypatch.setattr(dist, "irecv", lambda t, src, group: received.append((t, src, group)))
@@ -258,7 +258,7 @@ def test_formula_operands_reduce_to_their_closed_form():
     """The check compares against a closed form: it must equal the reduction of every rank's operand."""
     import torch
 
-    from trainer.sweep.run import contribution, reduced
+    from trainer.sweep.measure import contribution, reduced
     idx = torch.arange(1000)
     for n in (1, 2, 3, 8, 64):
         ops = {"sum": lambda a, b: a + b, "prod": lambda a, b: a * b, "min": torch.minimum, "max": torch.maximum}
@@ -275,7 +275,7 @@ def test_check_counts_wrong_elements_chunk_by_chunk():
     import torch
 
     from trainer.sweep.plan import CHECK_CHUNK
-    from trainer.sweep.run import a2a_value, contribution, count_wrong, fill, reduced
+    from trainer.sweep.measure import a2a_value, contribution, count_wrong, fill, reduced
     n = 8
     for dtype in (torch.float32, torch.float16, torch.bfloat16, torch.int8, torch.int32):
         buf = torch.empty(CHECK_CHUNK * 2 + 7, dtype=dtype)  # three chunks, the last one short
@@ -331,7 +331,7 @@ def test_dry_run_checks_the_largest_size_against_device_memory(capsys):
 
 
 def test_iteration_statistics_follow_nccl_tests():
-    from trainer.sweep.run import iteration_stats
+    from trainer.sweep.measure import iteration_stats
     # two ranks, 5 iterations: times_us is the slower rank's per iteration; one iteration skipped
     rows = [[5e-6, 1e-6, 2e-6, 3e-6, 4e-6], [1e-6, 2e-6, 1e-6, 6e-6, 1e-6]]
     st = iteration_stats(rows, skip=1)
@@ -345,7 +345,7 @@ def test_iteration_statistics_follow_nccl_tests():
 
 def test_straggler_and_slow_node_notes():
     from trainer.sweep.output import describe_straggler
-    from trainer.sweep.run import stragglers
+    from trainer.sweep.measure import stragglers
     hosts = ["a", "a", "b", "b"]
     row = {"size": 1024, "in_place": {"per_iter": {"per_process_max_times_us": [[10, 10], [11, 11], [10, 10],
                                                                                 [20, 20]]}}}

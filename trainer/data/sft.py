@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..errors import InputError
+from ..error_report import InputError
 from .sampler import StepSampler  # noqa: F401  (re-exported: it was born here)
 
 IGNORE = -100  # label value the loss skips

@@ -19,7 +19,7 @@ import warnings
 import torch
 import torch.distributed as dist
 
-from ..hooks import Hooks
+from ..hook_list import Hooks
 from .deepspeed_config import build
 
 
@@ -29,7 +29,7 @@ def _import_deepspeed(device: torch.device):
     try:
         import deepspeed
     except ImportError as exc:
-        from ..errors import InputError
+        from ..error_report import InputError
         raise InputError(f"parallel.data_parallel: 'deepspeed' needs the deepspeed package ({exc}); "
                          "install it with `pip install deepspeed` (or the project's test extra), or use "
                          "ddp, fsdp or replicate") from None
@@ -110,7 +110,7 @@ def _check_values(config: dict) -> None:
     parser raises on a bad one: one error: line naming it, not a traceback."""
     from deepspeed.runtime.config import DeepSpeedConfig
 
-    from ..errors import InputError
+    from ..error_report import InputError
 
     try:
         DeepSpeedConfig(config)
@@ -219,7 +219,7 @@ def checkpoint_state(engine) -> tuple[dict[str, torch.Tensor], dict]:
 def load_checkpoint_state(engine, tensors: dict[str, torch.Tensor], plain: dict) -> None:
     """Restore what `checkpoint_state` saved (same world size and stage), then make the module's
     weights match the restored partitions."""
-    from ..errors import InputError
+    from ..error_report import InputError
 
     stage, world = engine.zero_optimization_stage(), dist.get_world_size()
     if plain.get("zero_stage") != stage or plain.get("world_size") != world:

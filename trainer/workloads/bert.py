@@ -18,6 +18,7 @@ from ..compat import enable_activation_checkpointing, ensure_torchvision_importa
 from ..data.mlm import build_mlm_datasets
 from ..materialize import is_meta
 from .hf import ModelError, check_checkpoint, config_fields
+from .contract import WorkloadDefaults
 
 ensure_torchvision_importable()  # before transformers (trainer/compat.py)
 
@@ -41,7 +42,7 @@ class GatheredBertForPreTraining(BertForPreTraining):
         return self.cls.predictions(masked), self.cls.seq_relationship(out.pooler_output)
 
 
-class BertPretrainingWorkload:
+class BertPretrainingWorkload(WorkloadDefaults):
     loss_terms = (("mlm_loss", "masked_tokens"), ("nsp_loss", "sequences"))
     has_tokens = True
     accuracy = "masked-LM"

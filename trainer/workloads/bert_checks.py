@@ -1,9 +1,9 @@
 """The bert_pretraining workload's recipe checks (no torch: the dry run uses them)."""
 from __future__ import annotations
 
-from ..checks import _at_least
+from ..checks import at_least
 from ..config import Recipe
-from .data_checks import _check_split, _check_synthetic_or_path
+from .data_checks import check_split, check_synthetic_or_path
 
 def check(r: Recipe) -> list[str]:
     p = []
@@ -11,9 +11,9 @@ def check(r: Recipe) -> list[str]:
     if (m.path is None) == (m.config is None):
         p.append("model: set exactly one of model.path (a local BERT checkpoint directory) "
                  "or model.config (BertConfig fields, random init); got " + ("both" if m.path else "neither"))
-    p += _at_least("data", d, ("seq_len",), 8)
+    p += at_least("data", d, ("seq_len",), 8)
     if not 1 <= d.max_predictions <= d.seq_len:
         p.append(f"data.max_predictions: got {d.max_predictions}; expected 1..data.seq_len ({d.seq_len})")
     if not d.synthetic and d.eval_dataset is None:
-        p += _check_split(d)  # the held-out eval rows come from data.split
-    return p + _check_synthetic_or_path(r, "a local file or directory of tokenized sequences")
+        p += check_split(d)  # the held-out eval rows come from data.split
+    return p + check_synthetic_or_path(r, "a local file or directory of tokenized sequences")

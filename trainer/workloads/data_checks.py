@@ -4,14 +4,14 @@ from __future__ import annotations
 from ..config import DataConfig, Recipe
 
 
-def _check_split(d: DataConfig) -> list[str]:
+def check_split(d: DataConfig) -> list[str]:
     if len(d.split) != 3 or any(x < 0 for x in d.split) or abs(sum(d.split) - 1.0) > 1e-6:
         return [f"data.split: got {d.split}; expected three non-negative fractions (train, validation, test) "
                 "summing to 1"]
     return []
 
 
-def _check_synthetic_or_path(r: Recipe, what: str) -> list[str]:
+def check_synthetic_or_path(r: Recipe, what: str) -> list[str]:
     d = r.data
     if d.synthetic:
         return [] if d.synthetic_samples >= 1 else [

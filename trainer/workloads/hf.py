@@ -7,7 +7,7 @@ import json
 import math
 import os
 
-from ..errors import InputError
+from ..error_report import InputError
 
 # identity keys of a saved config.json; the workload picks the config class itself
 _IDENTITY_KEYS = ("architectures", "model_type", "torch_dtype", "dtype")

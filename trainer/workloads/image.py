@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from ..compat import ensure_torchvision_importable
 from ..data.images import build_image_datasets, normalize, normalize_constants
 from .hf import ModelError
+from .contract import WorkloadDefaults
 
 RESIDUAL_FAMILIES = ("resnet", "resnext", "wide_resnet")  # builders that take zero_init_residual
 CONFIG_KEYS = ("block", "layers", "groups", "width_per_group", "replace_stride_with_dilation")
@@ -43,7 +44,7 @@ def _share_batchnorm_statistics(group):
     return hook
 
 
-class ImageClassificationWorkload:
+class ImageClassificationWorkload(WorkloadDefaults):
     loss_terms = (("loss", "images"),)
     has_tokens = False
     accuracy = "top-1"

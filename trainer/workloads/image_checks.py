@@ -1,9 +1,9 @@
 """The image_classification workload's recipe checks (no torch: the dry run uses them)."""
 from __future__ import annotations
 
-from ..checks import _within
+from ..checks import within
 from ..config import Recipe
-from .data_checks import _check_synthetic_or_path
+from .data_checks import check_synthetic_or_path
 
 def check(r: Recipe) -> list[str]:
     p = []
@@ -14,8 +14,8 @@ def check(r: Recipe) -> list[str]:
     if m.config is not None and not isinstance(m.config, dict):
         p.append("model.config: for image_classification a mapping of ResNet arguments "
                  "(block, layers, width_per_group), or null")
-    p += _within("data", d, ("image_size",), 32, 8192) + _within("data", d, ("num_classes",), 2, 1 << 20)
-    p += _within("data", d, ("workers",), 0, 256)
+    p += within("data", d, ("image_size",), 32, 8192) + within("data", d, ("num_classes",), 2, 1 << 20)
+    p += within("data", d, ("workers",), 0, 256)
     if not 0.0 <= t.label_smoothing < 1.0:
         p.append(f"train.label_smoothing: got {t.label_smoothing}; expected a number in [0, 1)")
-    return p + _check_synthetic_or_path(r, "an ImageFolder directory (with train/ and val/)")
+    return p + check_synthetic_or_path(r, "an ImageFolder directory (with train/ and val/)")

@@ -9,7 +9,9 @@ import torch.nn.functional as F
 
 from ..compat import enable_activation_checkpointing
 from ..data.sft import IGNORE, build_datasets
+from ..positions import plain_positions
 from .hf import ModelError, check_checkpoint, check_dir, config_fields
+from .contract import WorkloadDefaults
 
 
 def keep_adapter_inputs(model: torch.nn.Module, compute_dtype: torch.dtype) -> int:
@@ -34,7 +36,7 @@ def keep_adapter_inputs(model: torch.nn.Module, compute_dtype: torch.dtype) -> i
     return changed
 
 
-class LlmLoraWorkload:
+class LlmLoraWorkload(WorkloadDefaults):
     loss_terms = (("loss", "label_tokens"),)
     has_tokens = True
     accuracy = None
@@ -215,7 +217,7 @@ class LlmLoraWorkload:
         # padding and padded positions carry no label - the loss is exact. Passing the mask would make
         # transformers test it on the host every forward (a device sync), and sequence parallelism needs
         # the whole sequence's positions anyway (the model sees a slice of it).
-        positions = torch.arange(ids.shape[1], device=ids.device).unsqueeze(0)
+        positions = plain_positions(ids.shape[1], ids.device)  # no packed-sequence device read (positions.py)
         logits = model(input_ids=ids, position_ids=positions).logits
         labels = batch["labels"][:, 1:]
         logits = logits[:, :-1].float()

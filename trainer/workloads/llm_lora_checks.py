@@ -1,9 +1,9 @@
 """The llm_lora workload's recipe checks (no torch: the dry run uses them)."""
 from __future__ import annotations
 
-from ..checks import _at_least
+from ..checks import at_least
 from ..config import SEQ_LEN_MAX, Recipe
-from .data_checks import _check_split
+from .data_checks import check_split
 
 def check(r: Recipe) -> list[str]:
     p = []
@@ -13,7 +13,7 @@ def check(r: Recipe) -> list[str]:
                  "or model.config (random init); got " + ("both" if m.path else "neither"))
     if m.config is not None and m.tokenizer is None:
         p.append("model.tokenizer: required with model.config (random init has no tokenizer of its own)")
-    p += _at_least("lora", r.lora, ("r",), 1)
+    p += at_least("lora", r.lora, ("r",), 1)
     if r.lora.alpha <= 0:
         p.append(f"lora.alpha: got {r.lora.alpha}; expected a number > 0")
     if not 0.0 <= r.lora.dropout < 1.0:
@@ -21,7 +21,7 @@ def check(r: Recipe) -> list[str]:
     if not r.lora.target_modules:
         p.append("lora.target_modules: empty; name at least one module, e.g. [q_proj, v_proj]")
     d = r.data
-    p += _at_least("data", d, ("seq_len",), 8)
+    p += at_least("data", d, ("seq_len",), 8)
     limit = m.config.get("max_position_embeddings") if isinstance(m.config, dict) else None
     if isinstance(limit, int) and not isinstance(limit, bool) and isinstance(d.seq_len, int) and limit < d.seq_len <= SEQ_LEN_MAX:
         # the recipe declares its own model's context; a checkpoint's (model.path) may be exceeded on purpose
@@ -30,4 +30,4 @@ def check(r: Recipe) -> list[str]:
     if d.padding == "longest" and r.parallel.pp > 1:
         p.append("data.padding: longest gives each step its own sequence length, but a pipeline schedule "
                  "(parallel.pp > 1) fixes the shapes it passes between stages; allowed with pp > 1: max_length")
-    return p + _check_split(d)
+    return p + check_split(d)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from telemetry.analysis.exports import step_scalars
+from telemetry.analysis.exports.scalars import step_scalars
 
 
 def write(run, out: str) -> str:

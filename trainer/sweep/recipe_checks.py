@@ -1,7 +1,7 @@
 """The collective sweep's recipe checks (no torch: the dry run uses them)."""
 from __future__ import annotations
 
-from ..checks import _at_least
+from ..checks import at_least
 from .plan import SWEEP_DTYPES, SWEEP_OPS, SweepConfig, parse_size
 
 
@@ -15,13 +15,13 @@ def check_sweep(sw: SweepConfig) -> list[str]:
     lo, hi = parse_size(sw.min_bytes, "sweep.min_bytes", p), parse_size(sw.max_bytes, "sweep.max_bytes", p)
     if lo and hi and lo > hi:
         p.append(f"sweep.max_bytes: {sw.max_bytes!r} is below sweep.min_bytes {sw.min_bytes!r}")
-    p += _at_least("sweep", sw, ("factor",), 2) + _at_least("sweep", sw, ("iters", "latency_iters", "repeats"), 1)
-    p += _at_least("sweep", sw, ("warmup",), 0)
+    p += at_least("sweep", sw, ("factor",), 2) + at_least("sweep", sw, ("iters", "latency_iters", "repeats"), 1)
+    p += at_least("sweep", sw, ("warmup",), 0)
     if sw.root < 0:
         p.append(f"sweep.root: got {sw.root}; expected a rank >= 0")
     if sw.device_memory is not None:
         parse_size(sw.device_memory, "sweep.device_memory", p, limit=1 << 40)
-    p += _at_least("sweep", sw, ("per_iter_skip",), 0)
+    p += at_least("sweep", sw, ("per_iter_skip",), 0)
     if sw.per_iter_skip and sw.per_iter_skip >= sw.iters:
         p.append(f"sweep.per_iter_skip: got {sw.per_iter_skip}; expected fewer than sweep.iters ({sw.iters})")
     if not 0 <= sw.min_seconds_per_size <= 3600:

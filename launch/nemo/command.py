@@ -15,7 +15,7 @@ import subprocess
 import sys
 
 from trainer.config import RecipeError, load_recipe
-from trainer.errors import report
+from trainer.error_report import report
 from trainer.layout import resolve_layout
 
 from . import automodel, bridge, nemo2

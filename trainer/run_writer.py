@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from telemetry.rundir import MetricsWriteError, RunDir as _RunDir, now_iso, read_jsonl, write_json_atomic
 
-from .errors import FaultError
+from .error_report import FaultError
 
 __all__ = ["RunDir", "now_iso", "read_jsonl", "write_json_atomic"]
 

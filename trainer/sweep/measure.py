@@ -29,7 +29,7 @@ import torch.distributed as dist
 
 from telemetry.formulas import algbw_GBps, bus_factor
 
-from ..errors import InputError
+from ..error_report import InputError
 from .output import (BLOCKS_ALL, HEADER, MISSING, TEST_OF, avg_busbw, describe_straggler, device_info, footer,
                      format_row, preamble, spread_line, timed_block, write_sweep_files)
 from .plan import CHECK_CHUNK, counts, held_here, human, memory_problem, sizes
@@ -594,7 +594,6 @@ def run_sweep(cfg, device: torch.device, hosts: list[dict], say, meter=None, mar
     watch = MemoryWatch(device)
     devices: list = [None] * sw.world
     dist.all_gather_object(devices, device_info(device))
-    type_name = TYPE_NAMES[cfg.dtype]
     result = {"source": "fabric-harness", "world_size": sw.world, "dtype": cfg.dtype, "redop": cfg.redop,
               "iters": cfg.iters, "warmup": cfg.warmup, "repeats": cfg.repeats,
               "repeat_stat": cfg.repeat_stat, "time_reduction": cfg.time_reduction, "min_bytes": lo, "max_bytes": hi,
@@ -613,82 +612,101 @@ def run_sweep(cfg, device: torch.device, hosts: list[dict], say, meter=None, mar
     backend = dist.get_backend()
     for op, pair in jobs:
         sw.new_groups(backend)  # fresh connections: no state left by the previous test
-        rows = []
-        started = _stamp()
-        base = "sendrecv" if pair else op
-        root = cfg.root if op == "broadcast" else -1
-        redop = cfg.redop if op in ("all_reduce", "reduce_scatter") else "none"
-        test = TEST_OF[base]
-        ranks = list(pair) if pair else list(range(sw.world))
-        say(f"#\n# Collective test starting: {test}")
-        say(f"# fabric-harness test: {op}" + (f" (ranks {pair[0]} and {pair[1]}: send/recv between this pair only)"
-                                              if pair else ""))
-        say("\n".join(preamble(cfg, lo, hi, ranks, hosts, devices)))
-        say(HEADER)
-        for size in sizes(lo, hi, cfg.factor):
-            t0 = time.monotonic()
-            row = sw.measure_pair(pair, size) if pair else sw.measure(op, size)
-            if marks is not None:
-                marks.append((op, size, t0, time.monotonic()))
-            row.update(type=type_name, redop=redop, root=root)
-            rows.append(row)
-            say(format_row(row, type_name, redop, root))
-        checked = [b["wrong"] for r in rows for b in (r.get("out_of_place"), r.get("in_place"))
-                   if b and b["wrong"] is not None]
-        # wrong elements the checks found; `checked` false says no check ran (the footer then reads N/A)
-        wrong = sum(w for w in checked if w > 0)
-        avg = avg_busbw(rows)
-        say("\n".join(footer(wrong if checked else None, avg)))
-        if cfg.repeats > 1:
-            say(spread_line(rows, cfg.repeats, cfg.repeat_stat))
-        slow = stragglers(op, rows, sw.hosts, cfg.straggler_pct, ranks) if cfg.per_iter_timing else []
-        for s in slow:
-            say(f"# fabric-harness straggler: {describe_straggler(s)}")
-        say(f"# Collective test concluded: {test}")
-        missing = {b: MISSING.get((base, b)) or f"not measured: sweep.in_place is {cfg.in_place}"
-                   for b in BLOCKS_ALL if all(r.get(b) is None for r in rows)}
-        notes = [] if checked else ["wrong per block: null, results not checked (sweep.check false)"]
-        if any(r["count"] == 0 for r in rows):
-            notes.append("count 0: a requested size below ranks x element size (or one element) moves no data; "
-                         "nccl-tests runs and prints these rows the same way (size 0)")
-        result["ops"][op] = {"test": test, "rows": rows, "avg_busbw_GBps": avg, "wrong": wrong,
-                             "checked": bool(checked),
-                             "ranks": list(pair) if pair else None, "world_size": len(ranks),
-                             "devices": [{"rank": r, "host": hosts[r]["hostname"], "pid": hosts[r].get("pid"),
-                                          **devices[r]} for r in ranks],
-                             "missing": missing, "notes": notes, "stragglers": slow,
-                             "start_time": started, "end_time": _stamp()}
+        result["ops"][op] = _one_test(sw, cfg, op, pair, (lo, hi), hosts, devices, say, marks)
     if "p2p_matrix" in cfg.ops:
         sw.new_groups(backend)
-        result["p2p_matrix"] = m = sw.p2p_matrix(hi)
-        say(f"#\n# fabric-harness p2p matrix: {human(m['size'])} send/recv per pair, P2P "
-            f"{'off' if m['p2p_disabled'] else 'on'} (NCCL_P2P_DISABLE), GB/s per direction | latency us at 4 B")
-        for a in range(sw.world):
-            say(f"#  {a:3d}  " + "  ".join("     -" if b == a else f"{m['bandwidth_GBps'][a][b]:6.2f}"
-                                           for b in range(sw.world)) + "  |  " +
-                "  ".join("     -" if b == a else f"{m['latency_us'][a][b]:6.1f}" for b in range(sw.world)))
+        result["p2p_matrix"] = _p2p_matrix(sw, hi, say)
     if cfg.latency_table:
         sw.new_groups(backend)
-        lat = {}
-        if "all_reduce" in cfg.ops or not cfg.ops:
-            case = sw.case("all_reduce", 4, True)
-            lat["all_reduce_4B_us"] = sw.combine(sw.time_case(case, cfg.latency_iters, cfg.warmup)[0][0]) * 1e6
-            del case
-        if sw.world > 1:
-            case = sw.case("sendrecv", 48, False)
-            lat["sendrecv_48B_us"] = sw.combine(sw.time_case(case, cfg.latency_iters, cfg.warmup)[0][0]) * 1e6
-            del case
-            for name, pair in sw.pairs().items():
-                if pair is not None:
-                    lat[f"sendrecv_48B_{name}_us"] = sw.pair_time(pair[0], pair[1], 48, cfg.latency_iters)[0][0] * 1e6
-        result["latency_us"] = lat
-        say("#\n# fabric-harness latency (us): "
-            + ", ".join(f"{k.removesuffix('_us')} {v:.2f}" for k, v in lat.items()))
+        result["latency_us"] = _latency(sw, cfg, say)
     mem: list = [None] * sw.world
     dist.all_gather_object(mem, {"rank": sw.rank, **watch.result()})
     result["memory"] = {"per_rank": mem, "device_memory_bytes": memory, "device_memory_is": what}
     result["sizes"] = sw.size_records if sw.rank == 0 else []
     return result
+
+
+def _one_test(sw: Sweep, cfg, op: str, pair, bounds: tuple[int, int], hosts: list[dict], devices: list,
+              say, marks: list | None) -> dict:
+    """One nccl-tests run: every size of `op` (or send/recv between `pair` only), its table and its JSON."""
+    lo, hi = bounds
+    type_name = TYPE_NAMES[cfg.dtype]
+    rows = []
+    started = _stamp()
+    base = "sendrecv" if pair else op
+    root = cfg.root if op == "broadcast" else -1
+    redop = cfg.redop if op in ("all_reduce", "reduce_scatter") else "none"
+    test = TEST_OF[base]
+    ranks = list(pair) if pair else list(range(sw.world))
+    say(f"#\n# Collective test starting: {test}")
+    say(f"# fabric-harness test: {op}" + (f" (ranks {pair[0]} and {pair[1]}: send/recv between this pair only)"
+                                          if pair else ""))
+    say("\n".join(preamble(cfg, lo, hi, ranks, hosts, devices)))
+    say(HEADER)
+    for size in sizes(lo, hi, cfg.factor):
+        t0 = time.monotonic()
+        row = sw.measure_pair(pair, size) if pair else sw.measure(op, size)
+        if marks is not None:
+            marks.append((op, size, t0, time.monotonic()))
+        row.update(type=type_name, redop=redop, root=root)
+        rows.append(row)
+        say(format_row(row, type_name, redop, root))
+    checked = [b["wrong"] for r in rows for b in (r.get("out_of_place"), r.get("in_place"))
+               if b and b["wrong"] is not None]
+    # wrong elements the checks found; `checked` false says no check ran (the footer then reads N/A)
+    wrong = sum(w for w in checked if w > 0)
+    avg = avg_busbw(rows)
+    say("\n".join(footer(wrong if checked else None, avg)))
+    if cfg.repeats > 1:
+        say(spread_line(rows, cfg.repeats, cfg.repeat_stat))
+    slow = stragglers(op, rows, sw.hosts, cfg.straggler_pct, ranks) if cfg.per_iter_timing else []
+    for s in slow:
+        say(f"# fabric-harness straggler: {describe_straggler(s)}")
+    say(f"# Collective test concluded: {test}")
+    missing = {b: MISSING.get((base, b)) or f"not measured: sweep.in_place is {cfg.in_place}"
+               for b in BLOCKS_ALL if all(r.get(b) is None for r in rows)}
+    notes = [] if checked else ["wrong per block: null, results not checked (sweep.check false)"]
+    if any(r["count"] == 0 for r in rows):
+        notes.append("count 0: a requested size below ranks x element size (or one element) moves no data; "
+                     "nccl-tests runs and prints these rows the same way (size 0)")
+    return {"test": test, "rows": rows, "avg_busbw_GBps": avg, "wrong": wrong,
+                         "checked": bool(checked),
+                         "ranks": list(pair) if pair else None, "world_size": len(ranks),
+                         "devices": [{"rank": r, "host": hosts[r]["hostname"], "pid": hosts[r].get("pid"),
+                                      **devices[r]} for r in ranks],
+                         "missing": missing, "notes": notes, "stragglers": slow,
+                         "start_time": started, "end_time": _stamp()}
+
+
+def _p2p_matrix(sw: Sweep, hi: int, say) -> dict:
+    """GPU pairs' bandwidth and latency, as a table on stdout."""
+    m = sw.p2p_matrix(hi)
+    say(f"#\n# fabric-harness p2p matrix: {human(m['size'])} send/recv per pair, P2P "
+        f"{'off' if m['p2p_disabled'] else 'on'} (NCCL_P2P_DISABLE), GB/s per direction | latency us at 4 B")
+    for a in range(sw.world):
+        say(f"#  {a:3d}  " + "  ".join("     -" if b == a else f"{m['bandwidth_GBps'][a][b]:6.2f}"
+                                       for b in range(sw.world)) + "  |  " +
+            "  ".join("     -" if b == a else f"{m['latency_us'][a][b]:6.1f}" for b in range(sw.world)))
+    return m
+
+
+def _latency(sw: Sweep, cfg, say) -> dict:
+    """The latency table fabric evaluations report: a 4 B all-reduce and 48 B send/recv (per pair too)."""
+    lat = {}
+    if "all_reduce" in cfg.ops or not cfg.ops:
+        case = sw.case("all_reduce", 4, True)
+        lat["all_reduce_4B_us"] = sw.combine(sw.time_case(case, cfg.latency_iters, cfg.warmup)[0][0]) * 1e6
+        del case
+    if sw.world > 1:
+        case = sw.case("sendrecv", 48, False)
+        lat["sendrecv_48B_us"] = sw.combine(sw.time_case(case, cfg.latency_iters, cfg.warmup)[0][0]) * 1e6
+        del case
+        for name, pair in sw.pairs().items():
+            if pair is not None:
+                lat[f"sendrecv_48B_{name}_us"] = sw.pair_time(pair[0], pair[1], 48, cfg.latency_iters)[0][0] * 1e6
+    say("#\n# fabric-harness latency (us): "
+        + ", ".join(f"{k.removesuffix('_us')} {v:.2f}" for k, v in lat.items()))
+    return lat
 
 
 def run_job(recipe, rec, device: torch.device) -> dict:
@@ -698,7 +716,7 @@ def run_job(recipe, rec, device: torch.device) -> dict:
     from telemetry.capture.counters import merge_verdicts
     from telemetry.capture.environment import host_info
 
-    from ..rundir import write_json_atomic
+    from ..run_writer import write_json_atomic
 
     rec.start_capture(trace=False)  # meters only (energy, power, counters): the sweep times its own calls
     rundir, hosts, telemetry, swept = rec.rundir, rec.hosts, rec.telemetry, {}

@@ -1,27 +1,15 @@
-"""Errors that mean "the input is wrong" (exit 2, one line), as opposed to bugs or crashes (exit 1). Both
-are the project's one error base (telemetry/errors.py). `report` prints the one `error:` line, whichever
-rank finds the problem first."""
+"""Who says a run's `error:` line: `report` prints it (through telemetry/errors.py's one printer) from the
+first rank that finds the problem. The error classes themselves (InputError: exit 2; FaultError: exit 1, one
+line) are the project's one set, telemetry/errors.py."""
 from __future__ import annotations
 
 import os
 import re
 import tempfile
 
-from telemetry.errors import HarnessError, print_errors
-from telemetry.errors import InputError as _Input
+from telemetry.errors import FaultError, InputError, print_errors
 
-
-class InputError(_Input):
-    """Bad recipe value, path, data set, model or checkpoint; str() is one line naming the key."""
-
-
-class FaultError(HarnessError):
-    """A fault the harness recognises (disk full, a lost rank or agent, a cut link): str() is one line
-    naming what failed and where; exit 1, no traceback. `everywhere`: every rank raises it (rank 0 says it)."""
-
-    def __init__(self, message: str, everywhere: bool = True):
-        super().__init__(message)
-        self.everywhere = everywhere
+__all__ = ["FaultError", "InputError", "first_to_report", "one_line", "report"]  # the errors: telemetry/errors.py
 
 
 def one_line(exc: BaseException, limit: int = 500) -> str:

@@ -1,0 +1,54 @@
+"""The workload contract: every member the trainer calls, typed (trainer/run.py builds with it, trainer/loop.py
+and trainer/engines/step.py train with it). `WorkloadDefaults` gives the optional members their defaults, so
+the trainer reads every member directly; tests/trainer/test_workload_contract.py checks every shipped workload."""
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Callable, ContextManager, Protocol, runtime_checkable
+
+import torch
+
+
+@runtime_checkable
+class Workload(Protocol):
+    loss_terms: tuple[tuple[str, str], ...]  # (loss name, count name), e.g. (("loss", "label_tokens"),)
+    has_tokens: bool  # tokens/s applies (language models)
+    accuracy: str | None  # what eval_accuracy means ("top-1"), or None
+    peak_ops: str  # which peak MFU divides by: "matmul", or "conv" (cuDNN's TF32 switch)
+    loss_parallel: bool  # lm_head split over tp, loss-parallel cross-entropy
+    load_stats: dict | None  # how this rank's weights were filled (sharded loads), None when not measured
+    attention_flops_per_pair: float | None  # attention's FLOPs per (query, key) position pair
+    position_pairs: Callable[[dict], int] | None  # a batch's attention pairs at its own length; None: not counted
+
+    def build_data(self, need_eval: bool) -> tuple[Any, Any]: ...
+    def build_model(self) -> torch.nn.Module: ...
+    def parallelize(self, model: torch.nn.Module, dims, device: torch.device,
+                    compute_dtype: torch.dtype) -> torch.nn.Module: ...
+    def flops(self, model: torch.nn.Module) -> tuple[float, str, str]: ...
+    def describe(self, train_set) -> str: ...
+    def loss_counts(self, batch: dict) -> dict: ...
+    def input_tokens(self, batch: dict) -> int: ...
+    def padded_tokens(self, batch: dict) -> int: ...
+    def loss_sums(self, model: torch.nn.Module, batch: dict) -> dict: ...
+    def eval_sums(self, model: torch.nn.Module, batch: dict) -> dict: ...
+    def loss_context(self) -> ContextManager: ...
+
+
+class WorkloadDefaults:
+    """The optional members' defaults; a workload class derives from it and overrides what applies."""
+    peak_ops = "matmul"
+    loss_parallel = False
+    load_stats: dict | None = None
+    attention_flops_per_pair: float | None = None
+    position_pairs: Callable[[dict], int] | None = None
+
+    @staticmethod
+    def input_tokens(batch: dict) -> int:  # workloads without tokens (has_tokens False): never asked
+        return 0
+
+    @staticmethod
+    def padded_tokens(batch: dict) -> int:
+        return 0
+
+    def loss_context(self) -> ContextManager:
+        return contextlib.nullcontext()
