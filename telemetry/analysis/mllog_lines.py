@@ -81,7 +81,7 @@ def write(run_dir: str, out: str | None = None, org: str = "fabric-harness", pla
     sink.setLevel(logging.INFO)
     handler = logging.FileHandler(path, mode="w", encoding="utf-8")
     sink.addHandler(handler)
-    logger = MLLogger(logger=sink, root_dir=os.path.dirname(os.path.abspath(__file__)) + os.sep)
+    logger = MLLogger(logger=sink, root_dir=os.path.dirname(os.path.abspath(__file__)))  # "file": this module
     try:
         def event(key, value=None, t=None, **meta):
             logger.event(key=key, value=value, time_ms=_ms(t if t is not None else run_start), metadata=meta or None)

@@ -74,3 +74,8 @@ def test_mlcommons_compliance_checker_passes_all_three(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "telemetry", "mllog", str(bad)], cwd=REPO, capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode == 1 and "FAILED" in proc.stdout
+
+
+def test_no_local_path_in_the_lines(tmp_path):
+    res = ml.write(str(job(tmp_path, "bert_pretraining")))
+    assert {r["metadata"]["file"] for r in ml.lines(res["path"])} == {"mllog_lines.py"}
