@@ -37,6 +37,9 @@ class TelemetrySettings:
     bmc_chassis: str | None = None  # Redfish chassis Id; None: the first one the BMC lists with a power reading
     bmc_sample_interval_s: float = 1.0
     ethtool: bool = True  # PFC pause and port discard counters from ethtool -S (telemetry/capture/congestion.py)
+    # seconds between samples of the NIC/RDMA counters, taken by sampler threads off the step path
+    # (telemetry/capture/counter_sampler.py); each ethtool interface is read back to back at most this often
+    counter_sample_interval_s: float = 0.1
     # switch counters: a Prometheus text endpoint (http://...) read before and after the run (rank 0); deltas in run.json
     switch_metrics_url: str | None = None
     # NCCL: seconds a step's communication fields may wait for the watchdog's late completion reports

@@ -103,6 +103,16 @@ def main(argv: list[str] | None = None) -> int:
             print(yaml.safe_dump({"deepspeed_config": build(recipe, layout, bf16)}, sort_keys=False).rstrip())
         if line is not None:
             print(line)
+        from .memory_plan import plan  # no torch: a laptop checks the cluster's recipe
+        memory = plan(recipe, layout)
+        if memory is not None:
+            if recipe.model.kernels == "auto":
+                print("# model.kernels auto: liger where the run finds a CUDA GPU and liger-kernel, as planned "
+                      "below; eager otherwise")
+            print("\n".join(memory.lines()))
+        elif recipe.workload in ("llm_lora", "llm_full"):
+            where = recipe.model.config if isinstance(recipe.model.config, str) else recipe.model.path
+            print(f"# memory per rank: no estimate, the model's config.json is not readable here ({where})")
         print(f"# {layout.describe()}")
         return 0
     problems = _check_output_dir(recipe.output_dir)

@@ -33,6 +33,10 @@ class ModelConfig:
     dtype: Literal["auto", "bf16", "fp32"] = "auto"
     attn_implementation: str = "sdpa"
     activation_checkpointing: bool = False
+    # fused GPU kernels (trainer/kernels.py, docs/kernels.md): liger = liger-kernel's RoPE, RMSNorm, SwiGLU and
+    # fused linear cross-entropy (the full-vocabulary logits never exist); none = transformers' eager modules;
+    # auto = liger on a CUDA GPU where liger-kernel is installed, none elsewhere
+    kernels: Literal["auto", "liger", "none"] = "auto"
 
 
 @dataclass
@@ -94,6 +98,9 @@ class TrainConfig:
     eval_every_samples: Optional[int] = None
     target_eval_loss: Optional[float] = None  # stop once eval loss <= target (MLPerf-style)
     target_eval_accuracy: Optional[float] = None  # stop once eval accuracy >= target (masked-LM or top-1)
+    # off, or blocks: each decoder block's forward compiled with torch.compile (trainer/compile.py,
+    # docs/compile.md); the hooks on a block (FSDP2's all-gather, DDP's buckets) stay outside the graph
+    compile: Literal["off", "blocks"] = "off"
 
 
 @dataclass
@@ -369,9 +376,31 @@ def check_recipe(r: Recipe) -> list[str]:
         if r.model.attn_implementation not in ("sdpa", "flash_attention_2"):
             p.append(f"parallel.sequence_parallel: needs model.attn_implementation sdpa or flash_attention_2 "
                      f"(causal attention without a materialised mask), got {r.model.attn_implementation!r}")
+    p += _check_kernels_and_compile(r)
     if par.dp == 0 or par.dp < -1:
         p.append(f"parallel.dp: got {par.dp}; expected an integer >= 1, or -1 for what the world size leaves")
     return p + deepspeed_config.check(r) + _check_telemetry(r)
+
+
+def _check_kernels_and_compile(r: Recipe) -> list[str]:
+    """What the recipe alone decides; the hardware (CUDA, Triton, liger-kernel) is checked at start on the
+    machine that runs it, so a dry run on a laptop accepts a cluster recipe (trainer/kernels.py)."""
+    p = []
+    if r.model.kernels == "liger" and r.workload not in LLM_WORKLOADS:
+        p.append(f"model.kernels: liger has kernels for the Llama family (workloads {', '.join(LLM_WORKLOADS)}); "
+                 f"the {r.workload} workload has none in this build; allowed: none or auto")
+    if r.train.compile == "blocks":
+        if r.workload not in LLM_WORKLOADS:
+            p.append(f"train.compile: blocks compiles the decoder blocks of {' and '.join(LLM_WORKLOADS)}; the "
+                     f"{r.workload} workload has none in this build; allowed: off")
+        if r.parallel.tp > 1:
+            p.append(f"train.compile: blocks is not combined with parallel.tp {r.parallel.tp} in this build: the "
+                     "tensor-parallel collectives run inside each block and would leave the telemetry's view once "
+                     "compiled; allowed with tp > 1: off")
+        if r.parallel.data_parallel == "deepspeed":
+            p.append("train.compile: blocks is not combined with parallel.data_parallel deepspeed: ZeRO fetches "
+                     "parameters in hooks inside each block; allowed: off")
+    return p
 
 
 def _check_telemetry(r: Recipe) -> list[str]:
@@ -385,6 +414,9 @@ def _check_telemetry(r: Recipe) -> list[str]:
         p += at_least("telemetry", tel, ("cross_rank_median_every",), 0, " (0 = never), or null for the default")
     if tel.power_sample_interval_s <= 0:
         p.append(f"telemetry.power_sample_interval_s: got {tel.power_sample_interval_s}; expected a number > 0")
+    if not 0 < tel.counter_sample_interval_s <= 60:
+        p.append(f"telemetry.counter_sample_interval_s: got {tel.counter_sample_interval_s}; expected seconds > 0, "
+                 "up to 60")
     if tel.bmc_sample_interval_s <= 0:
         p.append(f"telemetry.bmc_sample_interval_s: got {tel.bmc_sample_interval_s}; expected a number > 0 (seconds)")
     bmcs = tel.bmc.items() if isinstance(tel.bmc, dict) else [(None, tel.bmc)] if tel.bmc is not None else []

@@ -12,7 +12,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from .distributed import ParallelDims
 
 
-def _block_classes(model: torch.nn.Module) -> tuple[str, ...]:
+def block_classes(model: torch.nn.Module) -> tuple[str, ...]:
     """Transformer block class names, from the HF model's own `_no_split_modules`."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     return tuple(getattr(base, "_no_split_modules", None) or ())
@@ -36,7 +36,7 @@ def _check_divisible(config, tp: int) -> None:
 
 
 def apply_tensor_parallel(model: torch.nn.Module, dims: ParallelDims, sequence_parallel: bool = False,
-                          shard_head: bool = True) -> bool:
+                          shard_head: bool = True, stage_head: bool = False, norm_sequence_parallel: bool = False) -> bool:
     """Shard a LoRA-wrapped Llama over the tp mesh, in place. LoRA must already be applied: a
     column-parallel projection shards its base layer and lora_B by output and keeps lora_A replicated; a
     row-parallel one shards its base layer and lora_A by input and keeps lora_B replicated. (peft
@@ -47,7 +47,15 @@ def apply_tensor_parallel(model: torch.nn.Module, dims: ParallelDims, sequence_p
     `shard_head`, lm_head by output columns, leaving the logits split over the vocabulary for
     loss-parallel cross-entropy (`torch.distributed.tensor.parallel.loss_parallel`). They stay whole when
     the embeddings are tied, or the vocabulary does not divide by tp. Returns whether lm_head was split
-    (the caller must then compute the loss under loss_parallel)."""
+    (the caller must then compute the loss under loss_parallel).
+
+    `stage_head`: the module is a pipeline stage (trainer/pipeline.py), which hands plain tensors to the
+    schedule: its lm_head returns this rank's vocabulary slice of the logits as a local tensor, and the
+    pipeline's loss function rebuilds the split logits for loss_parallel. With `norm_sequence_parallel` the
+    last stage's final norm runs on this rank's slice of the sequence (sliced locally, no communication) and
+    lm_head all-gathers the sequence before its vocabulary-split matmul: the output layer and the final
+    norm are sharded over tp on the last stage as in the unpipelined sequence-parallel plan. Only for a
+    frozen norm (LoRA): a trainable one would get a partial gradient per rank."""
     from torch.distributed.tensor import Replicate, Shard
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
@@ -80,8 +88,17 @@ def apply_tensor_parallel(model: torch.nn.Module, dims: ParallelDims, sequence_p
             if name.endswith("embed_tokens") and isinstance(module, torch.nn.Embedding):
                 plan[name] = RowwiseParallel(input_layouts=Replicate(), output_layouts=seq)
             elif shard_head and name.endswith("lm_head") and isinstance(module, torch.nn.Linear):
-                plan[name] = ColwiseParallel(input_layouts=seq, output_layouts=Shard(-1), use_local_output=False)
+                head_in = Shard(1) if norm_sequence_parallel else seq
+                plan[name] = ColwiseParallel(input_layouts=head_in, output_layouts=Shard(-1),
+                                             use_local_output=stage_head)
                 head_split = True
+        if head_split and stage_head and norm_sequence_parallel:
+            from torch.distributed.tensor.parallel import PrepareModuleInput
+
+            for name, module in model.named_modules():
+                if name == "norm":  # the last stage's final norm: this rank's sequence slice, as a plain tensor
+                    plan[name] = PrepareModuleInput(input_layouts=(Replicate(),), desired_input_layouts=(Shard(1),),
+                                                    use_local_output=True)
     if sequence_parallel:
         plan.update(_sequence_parallel_plan(model, plan))
     parallelize_module(model, dims.mesh("tp"), plan)
@@ -148,7 +165,7 @@ def apply_data_parallel(model: torch.nn.Module, dims: ParallelDims, mode: str, d
     # backward and the gradient reduce-scatter to the last micro-batch itself)
     mp = MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=torch.float32)
     reshard = dims.layout.pp == 1
-    blocks = _block_classes(model)
+    blocks = block_classes(model)
     for module in model.modules():
         if type(module).__name__ in blocks:
             fully_shard(module, mesh=mesh, mp_policy=mp, reshard_after_forward=reshard)

@@ -7,6 +7,10 @@ tensor passed between stages; each stage recomputes the (parameter-free) rotary 
 causal mask. No padding mask crosses stages: batches are right-padded and attention is causal, so real
 tokens never see padding, and padded positions carry no label - the loss equals the unsplit model's.
 
+Under tensor parallel the last stage's lm_head is split over the vocabulary (trainer/parallelize.py): the
+stage returns this rank's vocabulary slice of the logits, and `_loss` rebuilds the split logits for
+loss-parallel cross-entropy (the loop enters `loss_parallel` around the schedule).
+
 Loss: the last stage sums token cross-entropy per micro-batch and scales it by dp / (global answer
 tokens), as the non-pipelined loop does, with the schedule's own 1/n_microbatches scaling off. The sum
 (unscaled again) is then reduced over the pp group, so every rank reports the same loss.
@@ -114,6 +118,7 @@ class Pipeline:
         self.first, self.last = 0 in self.ids, (num_stages - 1) in self.ids
         self.num_stages, self.schedule_name = num_stages, par.pp_schedule
         self._scale = 1.0
+        self.vocab_parallel = False  # set by the workload: lm_head split over tp on the last stage
         self._pipelining = pipelining
         self.schedule = None
 
@@ -129,6 +134,12 @@ class Pipeline:
             self.schedule = cls(stages[0], n_microbatches=self.n_micro, loss_fn=self._loss, scale_grads=False)
 
     def _loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        if self.vocab_parallel:  # this rank's vocabulary slice: the split logits, for loss_parallel
+            from torch.distributed.tensor import DTensor, Shard
+
+            logits = DTensor.from_local(logits, self.dims.mesh("tp"), [Shard(-1)], run_check=False)
+            loss = summed_ce(logits, labels)
+            return loss.to_local() * self._scale
         return summed_ce(logits, labels) * self._scale
 
     def _run(self, inputs: torch.Tensor, labels: torch.Tensor, train: bool) -> torch.Tensor:

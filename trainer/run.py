@@ -27,6 +27,7 @@ from .distributed import (ParallelDims, describe_timeout, dump_flight_recorder, 
 from .engines import deepspeed as deepspeed_engine
 from .error_report import FaultError, InputError, one_line, print_errors, report
 from .hook_list import HookList
+from .kernels import apply as apply_kernels, resolve as resolve_kernels
 from .layout import Layout
 from .loop import Trainer, TrainerParts
 from .optim import keep_fp32_master
@@ -198,6 +199,11 @@ def build(st: RunState) -> None:
     weight_dtype = _resolve_dtype(recipe.model.dtype, device)
     compute_dtype = _resolve_dtype(recipe.train.precision, device)
     workload = get_workload(recipe.workload)(recipe, device, weight_dtype)
+    # fused kernels: decided (an explicit liger that cannot run stops here, one line) and patched into
+    # transformers before the data is read and the model built (trainer/kernels.py)
+    kernels = resolve_kernels(recipe, device.type, workload.model_type())
+    apply_kernels(kernels)
+    workload.kernels = kernels
     need_eval = recipe.train.eval_every_samples is not None
     train_set, eval_set = workload.build_data(need_eval)
     if need_eval and (eval_set is None or len(eval_set) == 0):
@@ -220,17 +226,26 @@ def build(st: RunState) -> None:
             unseen = st.rec.attach_ddp(part)
             if unseen:
                 raise RuntimeError(unseen)
+    vocab_parallel = bool(workload.loss_parallel)
+    if layout.pp > 1 and layout.tp > 1:  # only the last stage holds lm_head: say whether it is split there
+        flag = torch.tensor([float(vocab_parallel)], device=device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        vocab_parallel = bool(flag.item())
     sampler = StepSampler(len(train_set), recipe.seed, layout.global_batch_size, layout.dp, dims.dp_rank,
                           layout.micro_batch_size)
     rundir.update(model={"parameters": total, "trainable_parameters": trainable,
                          "weight_dtype": str(next(model.parameters()).dtype), "compute_dtype": str(compute_dtype),
                          # lm_head split over tp, loss-parallel cross-entropy (no full-vocabulary logits)
-                         "vocab_parallel_loss": bool(workload.loss_parallel)},
+                         "vocab_parallel_loss": vocab_parallel,
+                         "kernels": kernels.to_dict()},
                   data={"train_samples": len(train_set),
                         "eval_samples": len(eval_set) if eval_set is not None else None,
                         "synthetic": recipe.data.synthetic if recipe.workload != "llm_lora" else False,
                         **({"seq_len": recipe.data.seq_len} if workload.has_tokens else {}),
                         "eval_accuracy_is": workload.accuracy})
+    if recipe.train.compile == "blocks":  # compile time per step, apart from the steady state
+        from .compile import CompileWatch
+        st.hooks.hooks.append(CompileWatch(rundir, workload.compiled_blocks))
     autocast = compute_dtype if compute_dtype != torch.float32 else None
     trainer = st.trainer = Trainer(TrainerParts(recipe, layout, dims, model, workload, train_set, eval_set, sampler,
                                                 rundir, st.hooks, device, autocast, flops_per_unit=per_unit,
@@ -244,6 +259,10 @@ def build(st: RunState) -> None:
     seed_training_streams(recipe.seed, dims.dp_rank, dims.mesh("pp").get_local_rank())
     trainer.progress.info(f"{recipe.name}: {layout.describe()}; backend {st.backend} on {device.type}")
     trainer.progress.info(f"model {total:,} parameters, {trainable:,} trainable; {workload.describe(train_set)}")
+    if kernels.used == "liger":
+        trainer.progress.info(f"model.kernels: liger {kernels.liger_version} ({', '.join(kernels.kernels)})")
+        if kernels.fallback:  # said once, on rank 0
+            trainer.progress.info(f"model.kernels: fused linear cross-entropy off: {kernels.fallback}")
 
 
 def train(st: RunState) -> None:

@@ -24,5 +24,10 @@ python -m pip download --quiet -d "$tmp/sdist" --no-deps --no-binary=:all: "deep
 cp "$tmp"/sdist/deepspeed-*.tar.gz "$WHEELS"/
 mapfile -t ds_reqs < <(python bench/gpu/wheel_reqs.py sdist "$(ls "$tmp"/sdist/deepspeed-*.tar.gz)")
 python -m pip download --quiet -d "$WHEELS" "${target[@]}" "${ds_reqs[@]}"
+# liger-kernel (model.kernels=liger) and torchvision (ResNet-50) without dependencies: the GPU machine's own
+# torch and Triton serve them
+python -m pip download --quiet -d "$WHEELS" --no-deps --python-version "$PY" --only-binary=:all: "liger-kernel>=0.8" \
+  "torchvision==$(python bench/gpu/wheel_reqs.py torchvision "$TORCH").*"
 rm -f "$WHEELS"/torch-*standin*.whl
+python bench/gpu/wheel_reqs.py prune "$WHEELS"  # the image's own packages need not travel (64 MiB carry)
 echo "$(ls "$WHEELS" | wc -l) files, $(du -sh "$WHEELS" | cut -f1) in $WHEELS"

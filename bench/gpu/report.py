@@ -1,5 +1,10 @@
-"""bench/gpu/RESULTS.md from what bench/gpu/run.sh left in its output directory (no torch import):
-  python bench/gpu/report.py OUT_DIR RESULTS.md [--layers N] [--steps N]"""
+"""bench/gpu/RESULTS.md from what bench/gpu/run.sh left in its output directory (no torch import); run.sh also
+writes OUT/summary.md with it after every step, so a run cut short keeps a readable table.
+  python bench/gpu/report.py OUT_DIR RESULTS.md [--layers N] [--steps N] [--warmup N]
+
+Per run: tokens/s (samples/s for BERT and ResNet), MFU by our formula and by AutoModel's LoRA convention
+(bench/gpu/flops.py names both), peak memory, the median step time and its spread (p90 - p10, % of median).
+Harness rows take the steps after the warm-up ones whose `compile_s` is 0 (steady state)."""
 from __future__ import annotations
 
 import argparse
@@ -12,7 +17,7 @@ import xml.etree.ElementTree as ET
 from datetime import datetime, timezone
 from pathlib import Path
 
-WARMUP = 5  # harness steps left out of the median (first-step allocation and kernel selection)
+from flops import automodel_lora_per_token, llama_params, mfu  # beside this script
 
 
 def _machine() -> str:
@@ -46,24 +51,52 @@ def _pytest(out: Path) -> list[tuple[str, str, str]]:
     return rows
 
 
-def _harness(run_dir: Path) -> dict | None:
+def _spread(times: list[float]) -> float:
+    ordered = sorted(times)
+    pick = lambda q: ordered[min(len(ordered) - 1, int(q * len(ordered)))]  # noqa: E731
+    return 100 * (pick(0.9) - pick(0.1)) / statistics.median(times)
+
+
+def _harness(run_dir: Path, warmup: int) -> dict | None:
     metrics = run_dir / "metrics.jsonl"
     if not metrics.exists():
         return None
-    rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
-    timed = [r for r in rows if r["step"] > WARMUP] or rows
+    rows = []
+    for line in metrics.read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except ValueError:  # a run cut short may leave a partial last line
+            pass
+    timed = [r for r in rows if r["step"] > warmup and not r.get("compile_s")] or rows
+    if not timed:
+        return None
     info = json.loads((run_dir / "run.json").read_text())
     final = next(iter(sorted((run_dir / "ranks").glob("*.final.json"))), None)
     peak = json.loads(final.read_text()).get("peak_memory_bytes") if final else None
-    return {"status": info.get("status"), "steps": len(rows), "timed": len(timed),
-            "median_step_s": statistics.median(r["step_time_s"] for r in timed),
-            "tokens_per_s": statistics.median(r["tokens_per_s"] for r in timed),
-            "last_loss": rows[-1]["loss"] if rows else None,
-            "peak_memory_GiB": peak / 2**30 if peak else None, "torch": (info.get("software") or {}).get("torch")}
+    out = {"status": info.get("status"), "steps": len(rows), "timed": len(timed),
+           "median_step_s": statistics.median(r["step_time_s"] for r in timed),
+           "spread_pct": _spread([r["step_time_s"] for r in timed]),
+           "tokens_per_s": statistics.median(r["tokens_per_s"] for r in timed) if timed[0].get("tokens_per_s") else None,
+           "samples_per_s": statistics.median(r["samples_per_s"] for r in timed),
+           "mfu": statistics.median(r["mfu"] for r in timed) if timed[0].get("mfu") is not None else None,
+           "last_loss": rows[-1]["loss"], "peak_memory_GiB": peak / 2**30 if peak else None,
+           "compile_s": (info.get("compile") or {}).get("compile_s"),
+           "kernels": ((info.get("model") or {}).get("kernels") or {}).get("used")}
+    recipe = info.get("recipe") or {}
+    cfg = (recipe.get("model") or {}).get("config")
+    peak_tflops = (info.get("throughput") or {}).get("peak_tflops_per_device")
+    if recipe.get("workload") == "llm_lora" and isinstance(cfg, dict) and out["tokens_per_s"]:
+        out["mfu_automodel"] = mfu(out["tokens_per_s"], automodel_lora_per_token(
+            llama_params(cfg, recipe["lora"]["r"], recipe["lora"]["target_modules"])), peak_tflops)
+    return out
 
 
 def _fmt(value, spec: str) -> str:
     return "n/a" if value is None else format(value, spec)
+
+
+def _json(path: Path) -> dict | None:
+    return json.loads(path.read_text()) if path.exists() else None
 
 
 def main() -> None:
@@ -71,10 +104,11 @@ def main() -> None:
     p.add_argument("out")
     p.add_argument("results")
     p.add_argument("--layers", type=int, default=32)
-    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--warmup", type=int, default=3)
     args = p.parse_args()
     out = Path(args.out)
-    lines = ["# GPU checks (bash bench/gpu/run.sh)", "",
+    lines = ["# GPU benchmark (bash bench/gpu/run.sh)", "",
              f"- command: `bash bench/gpu/run.sh --layers {args.layers} --steps {args.steps}`",
              f"- date: {datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}",
              f"- machine: {_machine()}", ""]
@@ -84,28 +118,51 @@ def main() -> None:
     if tests:
         lines += ["", "## pytest -m gpu tests/gpu", "", "| test | outcome | detail |", "|---|---|---|"]
         lines += [f"| {n} | {o} | {d} |" for n, o, d in tests]
-    lines += ["", f"## Llama-3-8B-shaped LoRA, {args.layers} of 32 layers, seq 2048, micro-batch 1, bf16, "
-                  f"one GPU", "",
+    lines += ["", f"## Llama-3-8B-shaped LoRA, {args.layers} of 32 layers, seq 2048, bf16, one GPU", "",
               "Random init; LoRA r=16 on q/k/v/o/gate/up/down; the same random token rows for every run. "
-              f"Median over the steps after the first {WARMUP}.", "",
-              "| run | tokens/s | s/step | peak memory GiB | last loss | steps |", "|---|---|---|---|---|---|"]
-    results = {"harness, telemetry on": _harness(out / "harness_telemetry_on"),
-               "harness, telemetry off": _harness(out / "harness_telemetry_off")}
-    plain_path = out / "plain_lora.json"
-    results["plain transformers + peft"] = json.loads(plain_path.read_text()) if plain_path.exists() else None
-    for name, r in results.items():
+              f"Median over {args.steps} steps after {args.warmup} warm-up steps (harness: and no compiling step). "
+              "MFU ours: 4N + 2N_trainable + 12 L d T per token (trainer/throughput.py); MFU AutoModel: its LoRA "
+              "convention, 6N x (2 + N_lora/N_frozen)/3 per token (bench/gpu/flops.py). Spread: (p90 - p10) / "
+              "median step time.", "",
+              "| run | micro-batch | tokens/s | MFU ours | MFU AutoModel | peak GiB | s/step | spread | last loss |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    runs = {"harness, liger, telemetry on": ("h", "harness_telemetry_on", 4),
+            "harness, liger, telemetry off": ("h", "harness_telemetry_off", 4),
+            "harness, liger + compiled blocks, telemetry on": ("h", "harness_compile", 4),
+            "plain loop, liger": ("p", "plain_lora", 4),
+            "plain loop, liger + compiled blocks": ("p", "plain_lora_compile", 4),
+            "plain loop, eager": ("p", "plain_lora_eager", 2)}
+    got = {}
+    for name, (kind, key, mbs) in runs.items():
+        r = _harness(out / key, args.warmup) if kind == "h" else _json(out / f"{key}.json")
+        got[key] = r
         if r is None:
-            lines.append(f"| {name} | not measured | | | | |")
+            lines.append(f"| {name} | {mbs} | not measured | | | | | | |")
             continue
-        lines.append(f"| {name} | {_fmt(r['tokens_per_s'], ',.0f')} | {_fmt(r['median_step_s'], '.3f')} | "
-                     f"{_fmt(r.get('peak_memory_GiB'), '.1f')} | {_fmt(r.get('last_loss'), '.3f')} | "
-                     f"{r.get('steps', r.get('steps_timed'))} |")
-    on, off, plain = (results[k] for k in results)
-    if on and off:
-        lines.append(f"\nTelemetry on vs off: {on['tokens_per_s'] / off['tokens_per_s'] - 1:+.1%} tokens/s.")
-    if off and plain:
-        lines.append(f"Harness (telemetry off) vs plain loop: {off['tokens_per_s'] / plain['tokens_per_s'] - 1:+.1%} "
-                     "tokens/s.")
+        lines.append(f"| {name} | {r.get('micro_batch', mbs)} | {_fmt(r['tokens_per_s'], ',.0f')} | "
+                     f"{_fmt(r.get('mfu'), '.3f')} | {_fmt(r.get('mfu_automodel'), '.3f')} | "
+                     f"{_fmt(r.get('peak_memory_GiB'), '.1f')} | {_fmt(r['median_step_s'], '.3f')} | "
+                     f"{_fmt(r.get('spread_pct'), '.1f')}% | {_fmt(r.get('last_loss'), '.3f')} |")
+    ratio = lambda a, b: (got[a]["tokens_per_s"] / got[b]["tokens_per_s"]  # noqa: E731
+                          if got.get(a) and got.get(b) and got[a]["tokens_per_s"] and got[b]["tokens_per_s"] else None)
+    notes = [("telemetry on / off", ratio("harness_telemetry_on", "harness_telemetry_off")),
+             ("harness / plain loop (liger)", ratio("harness_telemetry_on", "plain_lora")),
+             ("harness / plain loop (liger + compiled blocks)", ratio("harness_compile", "plain_lora_compile"))]
+    lines.append("")
+    lines += [f"- {what}: {v:.3f} (tokens/s)" for what, v in notes if v is not None]
+    lines += ["", "## BERT-Large and ResNet-50, random inputs of the real shapes, bf16 autocast, one GPU", "",
+              "| run | micro-batch | samples/s | peak GiB | s/step | spread |", "|---|---|---|---|---|---|"]
+    for name, kind, key, mbs in (("BERT-Large, harness (AdamW)", "h", "bert_harness", 32),
+                                 ("BERT-Large, plain loop (AdamW)", "p", "bert_plain", 32),
+                                 ("ResNet-50, harness (SGD, channels_last)", "h", "resnet_harness", 256),
+                                 ("ResNet-50, plain loop (SGD, channels_last, compiled)", "p", "resnet_plain", 256)):
+        r = _harness(out / key, args.warmup) if kind == "h" else _json(out / f"{key}.json")
+        if r is None:
+            lines.append(f"| {name} | {mbs} | not measured | | | |")
+            continue
+        lines.append(f"| {name} | {mbs} | {_fmt(r.get('samples_per_s'), ',.1f')} | "
+                     f"{_fmt(r.get('peak_memory_GiB'), '.1f')} | {_fmt(r['median_step_s'], '.3f')} | "
+                     f"{_fmt(r.get('spread_pct'), '.1f')}% |")
     Path(args.results).write_text("\n".join(lines) + "\n")
 
 

@@ -1,37 +1,48 @@
 #!/usr/bin/env bash
-# The GPU checks in one command, on one H100/H200, from a bare machine that has Python and torch but none
-# of our other dependencies, inside 25 minutes:
-#   bash bench/gpu/run.sh [--no-install] [--layers N] [--steps N] [--out DIR]
-# 1. install   the project and its dependencies from bench/gpu/wheels/ (bench/gpu/fetch_wheels.sh fills
-#              it on a machine with PyPI; nothing is downloaded here)
-# 2. pytest    pytest -m gpu tests/gpu (NCCL world of 1 with telemetry, NVML energy and power, bf16,
-#              activation checkpointing, FSDP2 memory with the tracer on and off, DeepSpeed ZeRO-3)
-# 3-5.         Llama-3-8B-shaped LoRA (random init, seq 2048, bf16; --layers cuts the 32 layers to fit
-#              the time): the harness with telemetry on, with telemetry off, and a plain transformers +
-#              peft loop (bench/gpu/plain_lora.py) on the same shapes and token rows
-# 6. report    bench/gpu/RESULTS.md: machine, date, each step's outcome and numbers
-# Every step has its own time limit, and the whole run a budget of 24 minutes. Where there is no CUDA GPU
-# every step prints `skipped: <reason>` and the script exits 0 (tests/gpu/test_run_sh.py runs that).
+# The GPU benchmark in one command, on one H100/H200, from a machine that has Python and torch but none of
+# our other dependencies, in under 9 minutes (pytest -m gpu only with --tests, a few minutes more):
+#   bash bench/gpu/run.sh [--no-install] [--tests] [--layers N] [--steps N] [--out DIR]
+# install    the project, liger-kernel and torchvision from bench/gpu/wheels/ (bench/gpu/fetch_wheels.sh fills
+#            it on a machine with PyPI; nothing is downloaded here)
+# Llama-3-8B-shaped LoRA (random init, seq 2048, bf16, micro-batch 4; --layers cuts the 32 layers):
+#   harness_telemetry_on / _off  the harness (bench/gpu/llama3_8b_shapes.yaml: liger kernels), telemetry on, off
+#   harness_compile              the same with train.compile=blocks
+#   plain_lora                   a plain transformers + peft loop, liger kernels, the same shapes and rows
+#   plain_lora_compile           the plain loop with liger kernels and each decoder block compiled
+#   plain_lora_eager             the plain loop without fused kernels at micro-batch 2 (4 does not fit 80 GB)
+# bert_harness / bert_plain      BERT-Large, random inputs of the real shapes: harness vs a plain loop
+# resnet_harness / resnet_plain  ResNet-50 likewise; the plain loop in channels_last and compiled
+# profile                        python -m bench.gpu.profile_step --out OUT/profile, where that module exists
+# pytest                         with --tests: pytest -m gpu tests/gpu
+# report                         bench/gpu/RESULTS.md: tokens/s, MFU (ours and AutoModel's LoRA convention),
+#                                peak memory, step-time spread per run
+# Each step has its own time limit and the run a budget; each step's outcome goes to OUT/steps.tsv and
+# OUT/summary.md is rewritten as each step ends, so a run cut short keeps what it measured. Where there is no
+# CUDA GPU every step prints `skipped: <reason>` and the script exits 0 (tests/gpu/test_run_sh.py runs that).
 set -u
 cd "$(dirname "$0")/../.."
-INSTALL=1 LAYERS=32 STEPS=20 OUT=bench/gpu/out
+INSTALL=1 TESTS=0 LAYERS=32 STEPS=10 WARMUP=3 OUT=bench/gpu/out
 while [ $# -gt 0 ]; do
   case "$1" in
     --no-install) INSTALL=0 ;;
+    --tests) TESTS=1 ;;
     --layers) LAYERS=$2; shift ;;
     --steps) STEPS=$2; shift ;;
     --out) OUT=$2; shift ;;
-    *) echo "error: unknown argument '$1'; allowed: --no-install, --layers N, --steps N, --out DIR" >&2; exit 2 ;;
+    *) echo "error: unknown argument '$1'; allowed: --no-install, --tests, --layers N, --steps N, --out DIR" >&2
+       exit 2 ;;
   esac
   shift
 done
 PY=${PYTHON:-python3}
-BUDGET_S=1440
+BUDGET_S=$(( TESTS ? 960 : 530 ))
 START=$(date +%s)
 mkdir -p "$OUT"
 : > "$OUT/steps.tsv"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 
+summary() { "$PY" bench/gpu/report.py "$OUT" "$OUT/summary.md" --layers "$LAYERS" --steps "$STEPS" \
+              --warmup "$WARMUP" > /dev/null 2>&1 || true; }
 record() { printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" >> "$OUT/steps.tsv"; }
 skip() { echo "[$1] skipped: $2"; record "$1" skipped 0 "$2"; }
 step() {  # NAME LIMIT_S COMMAND...: run it bounded, its output in $OUT/NAME.log
@@ -52,6 +63,10 @@ step() {  # NAME LIMIT_S COMMAND...: run it bounded, its output in $OUT/NAME.log
   else
     record "$name" failed "$dt" "exit $rc, log $OUT/$name.log"; echo "[$name] failed (exit $rc):"; tail -n 15 "$OUT/$name.log"
   fi
+  summary
+}
+gpu_step() {  # NAME LIMIT_S COMMAND...: a step that needs the GPU
+  if [ -n "$NO_GPU" ]; then skip "$1" "$NO_GPU"; else step "$@"; fi
 }
 
 NO_GPU=$("$PY" - <<'PYEOF' 2>&1
@@ -73,43 +88,71 @@ elif [ $INSTALL -eq 0 ]; then
 elif ! ls bench/gpu/wheels/*.whl > /dev/null 2>&1; then
   skip install "bench/gpu/wheels/ has no wheels (run bash bench/gpu/fetch_wheels.sh on a machine with PyPI)"
 else
-  step install 360 "$PY" -m pip install --no-index --find-links bench/gpu/wheels -e ".[deepspeed]" "pytest>=7.4"
-fi
-
-if [ -n "$NO_GPU" ]; then
-  skip pytest "$NO_GPU"
-else
-  step pytest 600 "$PY" -m pytest -m gpu tests/gpu -rs -p no:cacheprovider --junitxml="$OUT/pytest.xml"
+  # liger-kernel and torchvision without their dependencies: the machine's own torch and Triton stay
+  step install 240 bash -c "$PY -m pip install --no-index --find-links bench/gpu/wheels -e '.[deepspeed]' 'pytest>=7.4' \
+    && $PY -m pip install --no-index --no-deps --find-links bench/gpu/wheels 'liger-kernel>=0.8' \
+    && { $PY -m pip install --no-index --no-deps --find-links bench/gpu/wheels torchvision || true; }"
 fi
 
 TOKENS="$OUT/tokens.jsonl"  # random token rows, the same for the harness and the plain loop
-if [ -n "$NO_GPU" ]; then
-  skip data "$NO_GPU"
+gpu_step data 60 "$PY" bench/gpu/plain_lora.py --make-data "$TOKENS" --seq 2048 --rows 64
+harness() {  # NAME LIMIT_S OVERRIDES...: the harness on the 8B shape
+  local name=$1 limit=$2
+  shift 2
+  gpu_step "$name" "$limit" "$PY" -m torch.distributed.run --standalone --nproc-per-node=1 -m trainer \
+    bench/gpu/llama3_8b_shapes.yaml "data.dataset=$PWD/$TOKENS" "output_dir=$OUT/$name" \
+    "model.config.num_hidden_layers=$LAYERS" "max_steps=$((STEPS + WARMUP))" "train.resume=never" "$@"
+}
+harness harness_telemetry_on 150 telemetry.enabled=true
+harness harness_telemetry_off 150 telemetry.enabled=false
+plain() {  # NAME LIMIT_S ARGS...
+  local name=$1 limit=$2
+  shift 2
+  gpu_step "$name" "$limit" "$PY" bench/gpu/plain_lora.py --data "$TOKENS" --out "$OUT/$name.json" --layers "$LAYERS" \
+    --steps "$STEPS" --warmup "$WARMUP" "$@"
+}
+plain plain_lora 120 --batch 4 --kernels liger
+plain plain_lora_compile 180 --batch 4 --kernels liger --compile blocks
+harness harness_compile 180 telemetry.enabled=true train.compile=blocks
+plain plain_lora_eager 120 --batch 2 --kernels none
+
+SAME_OPT="train.eval_every_samples=null train.target_eval_accuracy=null train.schedule=constant train.resume=never"
+gpu_step bert_harness 120 "$PY" -m torch.distributed.run --standalone --nproc-per-node=1 -m trainer \
+  recipes/bert_large.yaml data.synthetic=true train.micro_batch_size=32 train.global_batch_size=32 \
+  train.optimizer=adamw train.lr=1e-4 train.weight_decay=0 $SAME_OPT "max_steps=$((STEPS + WARMUP))" \
+  "output_dir=$OUT/bert_harness"
+gpu_step bert_plain 90 "$PY" bench/gpu/plain_models.py bert --batch 32 --steps "$STEPS" --warmup "$WARMUP" \
+  --out "$OUT/bert_plain.json"
+if [ -z "$NO_GPU" ] && ! "$PY" -c "import torchvision" > /dev/null 2>&1; then
+  skip resnet_harness "torchvision is not importable (fetch_wheels.sh carries it in bench/gpu/wheels/)"
+  skip resnet_plain "torchvision is not importable"
 else
-  step data 60 "$PY" bench/gpu/plain_lora.py --make-data "$TOKENS" --seq 2048 --rows 64
+  gpu_step resnet_harness 120 "$PY" -m torch.distributed.run --standalone --nproc-per-node=1 -m trainer \
+    recipes/resnet50.yaml data.synthetic=true train.micro_batch_size=256 train.global_batch_size=256 \
+    train.optimizer=sgd train.lr=0.1 train.warmup_steps=0 train.label_smoothing=0.1 $SAME_OPT \
+    "max_steps=$((STEPS + WARMUP))" "output_dir=$OUT/resnet_harness"
+  gpu_step resnet_plain 150 "$PY" bench/gpu/plain_models.py resnet --batch 256 --compile --steps "$STEPS" \
+    --warmup "$WARMUP" --out "$OUT/resnet_plain.json"
 fi
-for telemetry in true false; do
-  name=harness_telemetry_$( [ $telemetry = true ] && echo on || echo off )
-  if [ -n "$NO_GPU" ]; then
-    skip "$name" "$NO_GPU"
-  else
-    step "$name" 240 "$PY" -m torch.distributed.run --standalone --nproc-per-node=1 -m trainer \
-      bench/gpu/llama3_8b_shapes.yaml "data.dataset=$PWD/$TOKENS" "output_dir=$OUT/$name" \
-      "model.config.num_hidden_layers=$LAYERS" "max_steps=$((STEPS + 5))" "telemetry.enabled=$telemetry" \
-      "train.resume=never"
-  fi
-done
+
 if [ -n "$NO_GPU" ]; then
-  skip plain_lora "$NO_GPU"
+  skip profile "$NO_GPU"
+elif [ ! -f bench/gpu/profile_step.py ]; then
+  skip profile "bench/gpu/profile_step.py is not in this checkout"
 else
-  step plain_lora 200 "$PY" bench/gpu/plain_lora.py --data "$TOKENS" --out "$OUT/plain_lora.json" \
-    --layers "$LAYERS" --steps "$STEPS" --warmup 5
+  step profile 120 "$PY" -m bench.gpu.profile_step --out "$OUT/profile"
+fi
+if [ $TESTS -eq 0 ]; then
+  skip pytest "--tests not given (pytest -m gpu tests/gpu takes about 5 minutes more)"
+else
+  gpu_step pytest 420 "$PY" -m pytest -m gpu tests/gpu -rs -p no:cacheprovider --junitxml="$OUT/pytest.xml"
 fi
 
 if [ -n "$NO_GPU" ]; then
   skip report "nothing was measured ($NO_GPU); bench/gpu/RESULTS.md is left as it is"
 else
-  step report 60 "$PY" bench/gpu/report.py "$OUT" bench/gpu/RESULTS.md --layers "$LAYERS" --steps "$STEPS"
+  step report 60 "$PY" bench/gpu/report.py "$OUT" bench/gpu/RESULTS.md --layers "$LAYERS" --steps "$STEPS" \
+    --warmup "$WARMUP"
   cat bench/gpu/RESULTS.md
 fi
 echo "done in $(( $(date +%s) - START ))s; steps in $OUT/steps.tsv"

@@ -2,6 +2,8 @@
   python bench/gpu/wheel_reqs.py project            the project's requirements and extras run.sh installs, one a line
   python bench/gpu/wheel_reqs.py sdist FILE.tar.gz  an sdist's own requirements (its PKG-INFO), one a line
   python bench/gpu/wheel_reqs.py standin DIR VER    an empty torch wheel of version VER in DIR
+  python bench/gpu/wheel_reqs.py torchvision VER    the torchvision release that pairs with torch VER
+  python bench/gpu/wheel_reqs.py prune DIR          drop wheels of what the GPU image already has; print the size
 torch is left out everywhere: the GPU machine keeps its own, and the stand-in satisfies everything that
 requires it while pip resolves, without downloading it."""
 from __future__ import annotations
@@ -16,6 +18,34 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 EXTRAS = ("deepspeed",)  # run.sh installs the project with these extras
 TOOLS = ("pytest>=7.4", "setuptools>=68", "wheel")  # the tests, and building the project and DeepSpeed's sdist
+
+
+# What the GPU machine's image brings (docs/gpu_checks.md): pip resolves against it, so its wheels need not
+# travel; the device machine carries at most 64 MiB with the checkout.
+GPU_IMAGE_HAS = ("torch", "triton", "transformers", "peft", "accelerate", "lightning", "pytorch-lightning",
+                 "nvidia-ml-py", "tensorboard", "pyarrow", "pandas", "numpy", "pyyaml", "requests", "matplotlib",
+                 "scipy", "safetensors", "tokenizers", "huggingface-hub", "pillow", "sympy", "networkx", "jinja2",
+                 "fsspec", "setuptools", "wheel", "pytest", "nvidia-*")
+CARRY_MIB = 64
+# torch -> torchvision releases (PyTorch's compatibility table)
+TORCHVISION = {"2.9": "0.24", "2.10": "0.25", "2.11": "0.26", "2.12": "0.27", "2.13": "0.28"}
+
+
+def _dist_name(filename: str) -> str:
+    return re.split(r"-\d", filename, maxsplit=1)[0].lower().replace("_", "-")
+
+
+def prune(directory: str) -> tuple[list[str], int]:
+    """Remove the wheels of packages the GPU image has; (what was removed, bytes left)."""
+    import fnmatch
+
+    removed = []
+    for path in sorted(Path(directory).glob("*.whl")):
+        name = _dist_name(path.name)
+        if any(fnmatch.fnmatch(name, pattern) for pattern in GPU_IMAGE_HAS):
+            path.unlink()
+            removed.append(path.name)
+    return removed, sum(p.stat().st_size for p in Path(directory).iterdir() if p.is_file())
 
 
 def _not_torch(req: str) -> bool:
@@ -65,5 +95,12 @@ if __name__ == "__main__":
         print("\n".join(sdist(args[0])))
     elif cmd == "standin":
         print(standin(args[0], args[1]))
+    elif cmd == "torchvision":
+        print(TORCHVISION[".".join(args[0].split(".")[:2])])
+    elif cmd == "prune":
+        gone, left = prune(args[0])
+        print(f"{len(gone)} wheels the GPU image already has removed; {left / 2**20:.1f} MiB left in {args[0]}"
+              + (f" - more than the {CARRY_MIB} MiB the device machine carries" if left > CARRY_MIB << 20 else ""))
     else:
-        sys.exit(f"error: unknown command {cmd!r}; allowed: project, sdist FILE, standin DIR VERSION")
+        sys.exit(f"error: unknown command {cmd!r}; allowed: project, sdist FILE, standin DIR VERSION, torchvision "
+                 "TORCH_VERSION, prune DIR")

@@ -14,6 +14,7 @@ import os
 import statistics
 from dataclasses import replace
 
+from telemetry import coverage
 from telemetry.analysis import (compare_figures, congestion_summary, fabric_config, nccl_algorithms, normalised,
                                 power_table)
 from telemetry.analysis.compare_figures import rate_text, size_text, time_text
@@ -449,6 +450,15 @@ def group_tables(run_sums: list[list[dict]], labels: list[str]) -> list[tuple]:
     return [("Communication per process group: bytes / time / busbw per step (median)", ["group", *labels], rows)]
 
 
+def _coverage_text(h: dict | None) -> str:
+    if not h:
+        return "not recorded"
+    if not h.get("calls"):
+        return "no collectives traced"
+    shares = " / ".join("n/a" if v is None else f"{v:g}%" for v in (h.get("calls_pct"), h.get("bytes_pct")))
+    return shares + ("" if h.get("verdict") == coverage.FULL else f" ({h.get('verdict')})")
+
+
 def compare_training(groups, labels, out, plt, rates: list[tuple] | None = None) -> tuple[list, list, dict]:
     """groups: the runs of each fabric (repeats), baseline first; labels: one per fabric; rates: per fabric
     (line rate in bits per second or None, where it comes from)."""
@@ -511,6 +521,8 @@ def compare_training(groups, labels, out, plt, rates: list[tuple] | None = None)
                                     + {True: "match", False: "MISMATCH", None: "not checked"}[
                                         (s["expectation"] or {}).get("match")] for s in ss) for ss in run_sums],
         ["counter verdict"] + [same(str(s["counters"].get("verdict")) for s in ss) for ss in run_sums],
+        ["collective timing coverage (calls / bytes timed)"] + [same(_coverage_text(s.get("comm_health")) for s in ss)
+                                                                 for ss in run_sums],
     ]
     parity = loss_parity(all_runs)
     title = "Training: iteration time, throughput, communication, energy (relative to the first fabric)"
@@ -540,6 +552,13 @@ def compare_training(groups, labels, out, plt, rates: list[tuple] | None = None)
     except ProjectionError:  # repeats of another layout or link: the first run alone, as before
         prof = profiles[0]
     proj_rows, proj, warnings = [], [], []
+    # each fabric by its least-covered run: a comparison of times is like for like only at equal coverage
+    worst = {lab: min((s.get("comm_health") or {} for s in ss), key=lambda h: (h.get("calls_pct") is None,
+                                                                                h.get("calls_pct") or 0.0))
+             for lab, ss in zip(labels, run_sums)}
+    note = coverage.differs(worst)
+    if note:
+        warnings.append(note)
     for run, lab, s in zip(runs[1:], labels[1:], sums[1:]):
         links = (run.info.get("fabric") or {}).get("lab") or {}
         rate = links.get("rate_bps")

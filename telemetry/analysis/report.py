@@ -11,6 +11,7 @@ import re
 import statistics
 from urllib.parse import quote
 
+from telemetry import coverage
 from telemetry.formulas import RECORDED_OPS
 from telemetry.analysis.runs import Run, load_run, median, percentile
 from telemetry.stragglers import report_section as straggler_section
@@ -68,6 +69,37 @@ def fabric_share(groups: dict) -> dict | None:
     return {"groups": inter, "bytes_per_step": inter_bytes, "bytes_share": inter_bytes / total if total else None,
             "time_per_step_s": sum(times) if times and None not in times else None,
             "unknown_scope": unknown}
+
+
+def run_health(run: Run) -> dict | None:
+    """The run's tracer health (telemetry/coverage.py): run.json's, else the recorded steps' added up; None
+    for runs recorded before it."""
+    recorded = ((run.info.get("telemetry") or {}).get("comm_health"))
+    if recorded:
+        return recorded
+    steps = [r["comm_health"] for r in run.metrics if isinstance(r.get("comm_health"), dict)]
+    if not steps:
+        return None
+    total = coverage.empty()
+    for h in steps:
+        coverage.add(total, h)
+    return coverage.finish(total)
+
+
+def health_rows(h: dict | None) -> tuple[str, list[str], list[list[str]]]:
+    """The report's tracer-health section: the verdict, then the counts per process group."""
+    title = "Collective timing coverage (tracer health)"
+    if not h:
+        return title, ["", ""], [["verdict", "not recorded (a run from before the tracer health)"]]
+    keys = ("calls", "timed", "bytes", "timed_bytes", *coverage.UNTIMED, *coverage.BETWEEN)
+    rows = [["run", "", *(fmt_bytes(h.get(k)) if k.endswith("bytes") and k != "unclaimed_reports" else fmt(h.get(k))
+                          for k in keys)]]
+    for name, g in sorted((h.get("by_group") or {}).items()):
+        rows.append([name, fmt(g.get("timing")),
+                     *(fmt_bytes(g.get(k)) if k.endswith("bytes") and k != "unclaimed_reports" else fmt(g.get(k))
+                       for k in keys)])
+    rows.append(["verdict", h.get("verdict") or "", *[""] * len(keys)])
+    return title, ["group", "timing", *(k.replace("_", " ") for k in keys)], rows
 
 
 def summarize(run: Run) -> dict:
@@ -144,7 +176,7 @@ def summarize(run: Run) -> dict:
         "harness_share": harness / med if harness is not None and med else None,
         "loss_first": losses[0] if losses else None, "loss_last": losses[-1] if losses else None,
         "eval_loss_last": evals[-1] if evals else None,
-        "comm": comm, "comm_time_per_step_s": comm_time,
+        "comm": comm, "comm_time_per_step_s": comm_time, "comm_health": run_health(run),
         "comm_share": comm_time / med if comm_time is not None and med else None,
         # the share counts timed calls only: partial when some calls had no time
         "comm_partial": comm_partial, "comm_untimed_bytes_per_step": median(per_step_untimed),
@@ -240,7 +272,7 @@ def tables(s: dict) -> list[tuple[str, list[str], list[list[str]]]]:
     return [("Run", ["", ""], overview), ("Throughput", ["", ""], throughput),
             ("Communication per step (median)", ["collective", "count", "bytes", "time", "busbw", "share of step",
                                                  "exposed share (profiled)", "untimed bytes"], comm_rows),
-            *([group_table] if group_table else []),
+            *([group_table] if group_table else []), health_rows(s.get("comm_health")),
             ("Energy", ["", ""], energy), ("Fabric counters", ["", ""], counters), s["stragglers"]]
 
 
@@ -470,6 +502,9 @@ def write_report(run_path: str, out: str | None = None) -> dict:
     figures = plots(run, out)
     title = f"fabric-harness report: {s['name']}"
     warning = (s["expectation"] or {}).get("warning")
+    health = s.get("comm_health") or {}
+    partial = (f"collective {health['verdict']}" if health.get("calls") and health.get("verdict") != coverage.FULL
+               else None)
     from telemetry.analysis.flight_recorder import section as flight_recorder  # a hung or timed-out run's dumps
     hang = flight_recorder(run_path)
     from telemetry.analysis.nccl_algorithms import run_section as nccl_algorithms  # NCCL's TUNING lines
@@ -477,7 +512,7 @@ def write_report(run_path: str, out: str | None = None) -> dict:
     from telemetry.analysis.fabric_config import report_section as fabric_config  # what the fabric was
     config = fabric_config(run.info) if "nccl_tests" not in run.info else None
     write_documents(out, "report", title, f"Run directory: {os.path.abspath(run_path)}",
-                    [warning] if warning else [], tables(s) + ([config] if config else []) + ([algo] if algo else [])
-                    + ([hang] if hang else []),
+                    [w for w in (warning, partial) if w],
+                    tables(s) + ([config] if config else []) + ([algo] if algo else []) + ([hang] if hang else []),
                     figures)
     return {"out": out, "summary": s, "figures": [n for n, _ in figures]}

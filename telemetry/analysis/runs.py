@@ -42,14 +42,17 @@ class Run:
         return self.info.get("name") or os.path.basename(os.path.normpath(self.path))
 
     def timed_steps(self) -> list[dict]:
-        """Steps fit for timing statistics: not the warm-up step, not profiled steps."""
+        """Steps fit for timing statistics: not the warm-up step, not profiled steps, not steps in which
+        torch.compile compiled (`compile_s` > 0, train.compile=blocks)."""
         rows = [r for r in self.metrics if not r.get("profiled")]
-        return rows[1:] if len(rows) > 1 else rows
+        rows = rows[1:] if len(rows) > 1 else rows
+        steady = [r for r in rows if not r.get("compile_s")]
+        return steady or rows
 
 
 # run.json's sections the readers walk into: each an object (hosts a list) or null
 _SECTIONS = {**{k: dict for k in ("recipe", "layout", "fabric", "telemetry", "final", "throughput", "model", "data",
-                                  "software", "inventory", "environment", "switch_metrics")},
+                                  "software", "inventory", "environment", "switch_metrics", "compile")},
              "hosts": list, "attempts": list}
 
 

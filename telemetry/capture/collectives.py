@@ -22,8 +22,10 @@ step on the development machines. Time per call:
   all-gather output is a whole unsharded block, so holding works until the step ends multiplies
   peak memory. Instead one completion hook per NCCL process group
   (`ProcessGroup._register_on_completion_hook`, which needs `TORCH_NCCL_ENABLE_TIMING=1`, set by
-  `enable_nccl_timing()` before init) reports each finished work - op type and device-side duration,
-  no tensors - from ProcessGroupNCCL's hook thread. Each traced call waits in a per-group queue and
+  `enable_nccl_timing()` before init), registered when the group is made, reports each finished work -
+  op type and device-side duration, no tensors - from ProcessGroupNCCL's hook thread, where it is only
+  queued; the training thread matches the queued reports at the step's end. Each traced call waits in a
+  per-group queue and
   takes the first report of a matching op type (works of one type on one group finish in issue order);
   a call that issues several works (DDP's coalesced broadcasts) counts them from the group's sequence
   number. This times DTensor functional collectives and blocking send/recv too, and one
@@ -31,6 +33,10 @@ step on the development machines. Time per call:
   The watchdog reports completions up to ~100 ms late: a work reported after its step ended is
   counted in its own step with time null (`untimed`, `untimed_bytes`), unless `settle_s` lets
   `end_step` wait that long for the step's reports.
+  Without the hook (a torch without `_register_on_completion_hook`, or a group that refuses it), blocking
+  NCCL calls are timed by CUDA events recorded around them on the current stream, read without a sync.
+- Every step's `StepComm.health()` says how much of this is timed and why the rest is not
+  (telemetry/coverage.py).
 
 Bytes follow nccl-tests' S (telemetry/formulas.py), so busbw here and in sweeps mean the same thing.
 gloo implements reduce_scatter as clone + all_reduce internally: the wire traffic is twice S there.
@@ -44,6 +50,7 @@ import functools
 import inspect
 import itertools
 import os
+import sys
 import threading
 import time
 import weakref
@@ -53,6 +60,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
+from telemetry import coverage
 from telemetry.formulas import OPS, RECORDED_OPS, bus_factor
 
 _NBYTES = lambda t: t.numel() * t.element_size()  # noqa: E731
@@ -120,6 +128,11 @@ FUNCOL_GLOO = "functional collectives are timed on NCCL only"
 NO_FUTURE = "this backend's work has no future to time it"
 UNFINISHED = "not complete when the step ended"
 CAPTURED = "issued during CUDA graph capture (no completion report)"
+COMPILED = ("traced while torch.compile was compiling (run inside the compiled graph, or after a graph break, "
+            "without the tracer: its works' reports show as unclaimed)")
+NO_DURATION = "the completion report carried no duration"
+EVENTS_ASYNC = ("asynchronous NCCL call on a group timed by CUDA events (the end of its work is not on the issuing "
+                "stream)")
 STALE_STEPS = 4  # a queued call with no report this many steps later never gets one (dropped)
 
 
@@ -155,6 +168,14 @@ def _capturing() -> bool:
         return False
 
 
+def _compiling() -> bool:
+    """Inside torch.compile's tracing (dynamo): the call becomes part of a compiled graph."""
+    try:
+        return bool(torch.compiler.is_compiling())
+    except (RuntimeError, AttributeError):
+        return False
+
+
 # ---------------------------------------------------------------- process group identity
 
 # Which mesh dimension each process group is (registered by whoever builds the meshes: trainer/distributed.py),
@@ -181,6 +202,7 @@ def register_group(pg, dim: str) -> None:
         except TypeError:  # a group that cannot be weakly referenced
             _GROUP_DIMS_STRONG.setdefault(id(pg), (pg, dim))
             _IDENTITY_STRONG.pop(id(pg), None)
+    register_timing(pg)  # the mesh owner made it just now: its completion hook goes on before any call
 
 
 def _registered_dim(pg) -> str | None:
@@ -272,22 +294,65 @@ def group_identity(pg) -> dict:
 
 # ---------------------------------------------------------------- completion hooks, once per group
 
-# A hook cannot be removed or registered twice on a group: one per group for the process, routed to
-# whichever tracer queued calls on it.
-_HOOKS: "weakref.WeakKeyDictionary[object, int | str]" = weakref.WeakKeyDictionary()
-_HOOKS_STRONG: dict[int, tuple[object, int | str]] = {}  # groups that cannot be weakly referenced
+# A hook cannot be removed or registered twice on a group: one per group for the process, registered when
+# the group is made (the tracer wraps new_group/split_group, and registers the groups that exist at install),
+# else at the group's first traced call. The hook is the bound `append` of a deque of the group's own: the
+# hook thread pays one C-level call per completed work (~7,700 per llama70b_lora step), with no Python frame
+# and no lock; the training thread matches the queued reports in batches (`drain_reports`) at step ends.
+# Where a group has no hook (a torch without `_register_on_completion_hook`, or a group that refuses it),
+# NCCL calls are timed by CUDA events the tracer records around them on the current stream (`EVENTS`).
+HOOK, EVENTS = "completion_hook", "cuda_events"
+REPORT_QUEUE_MAX = 1 << 18  # reports a group keeps between drains (a few MB); beyond it the oldest are lost
+_HOOKS: "weakref.WeakKeyDictionary[object, tuple]" = weakref.WeakKeyDictionary()
+_HOOKS_STRONG: dict[int, tuple[object, tuple]] = {}  # groups that cannot be weakly referenced
+_QUEUES: list[tuple[int, deque]] = []  # (token, the group's report queue), appended under _REGISTRY_LOCK
+_TOKEN_GROUP: dict[int, "weakref.ref | object"] = {}  # token -> its process group (for names in the health)
 _TOKENS = itertools.count(1)
 _TRACERS: "weakref.WeakSet[CollectiveTracer]" = weakref.WeakSet()
 _REGISTRY_LOCK = threading.Lock()
-UNMATCHED: Counter = Counter()  # reports no traced call claimed: works issued outside the wrappers
+_DRAIN_LOCK = threading.Lock()
+UNMATCHED: Counter = Counter()  # reports no traced call claimed, by op type: works issued outside the wrappers
+UNCLAIMED: Counter = Counter()  # the same by group token
+OVERFLOWS: Counter = Counter()  # drains that found a group's queue full (reports may have been lost), by token
+_ANNOUNCED: set = set()
+NO_HOOK_API = "this torch's ProcessGroup has no _register_on_completion_hook"
 
 
 def _group_label(pg) -> str:
     return str(getattr(pg, "group_name", None) or getattr(pg, "name", lambda: "?")())
 
 
-def _hook_token(pg) -> tuple[int | None, str | None]:
-    """(token, None) once this group reports completions to us; (None, reason) when it cannot."""
+def _has_hook_api(pg) -> bool:
+    """Whether the group offers the completion hook at all (marked for deprecation upstream)."""
+    return hasattr(pg, "_register_on_completion_hook")
+
+
+def _events_available() -> bool:
+    try:
+        return torch.cuda.is_available()
+    except (RuntimeError, AttributeError):
+        return False
+
+
+def _new_event():
+    """A CUDA event with timing (tests replace this with a fake modelling query() and elapsed_time())."""
+    return torch.cuda.Event(enable_timing=True)
+
+
+def _announce(pg, mechanism: str | None, reason: str) -> None:
+    """Say once per kind of cause which mechanism times NCCL calls instead of the completion hook."""
+    key = (mechanism, reason.split(": ", 1)[-1])
+    if key in _ANNOUNCED:
+        return
+    _ANNOUNCED.add(key)
+    takes_over = ("CUDA events recorded around each blocking call on the current stream (asynchronous calls "
+                  "untimed)" if mechanism == EVENTS else "nothing: these calls are counted untimed (no GPU)")
+    print(f"[telemetry] {reason}; timing taken over by {takes_over}", file=sys.stderr, flush=True)
+
+
+def _group_timing(pg) -> tuple[int | None, str | None, str | None]:
+    """(token, mechanism, reason) for a group: (token, HOOK, None) once it reports completions to us;
+    (token, EVENTS, why no hook) where CUDA events time its calls; (None, None, reason) when nothing can."""
     with _REGISTRY_LOCK:
         try:
             got = _HOOKS.get(pg)
@@ -295,35 +360,115 @@ def _hook_token(pg) -> tuple[int | None, str | None]:
         except TypeError:
             got = _HOOKS_STRONG.get(id(pg), (None, None))[1]
             weak = False
-        if got is None:
-            token = next(_TOKENS)
-            try:
-                _register_completion_hook(pg, functools.partial(_dispatch, token))
-                got = token
-            except Exception as e:  # timing off at init, a hook of someone else's, not NCCL
-                first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-                got = f"no completion hook on group {_group_label(pg)}: {first}"
+        fresh = got is None
+        if fresh:
+            got = _register(pg)
             if weak:
                 _HOOKS[pg] = got
             else:
                 _HOOKS_STRONG[id(pg)] = (pg, got)
-    return (got, None) if isinstance(got, int) else (None, got)
+    if fresh and got[1] != HOOK:
+        _announce(pg, got[1], got[2])
+    return got
 
 
-def _dispatch(token: int, info) -> None:
-    """Runs on ProcessGroupNCCL's hook thread: an exception here would abort the group's communicators."""
+def _register(pg) -> tuple:  # holds _REGISTRY_LOCK
+    token = next(_TOKENS)
     try:
-        name = getattr(info.op_type, "name", None) or str(info.op_type).rsplit(".", 1)[-1]
-        duration = _seconds(info.active_duration)
-        finished = host_time(getattr(info, "time_finished", None))
+        _TOKEN_GROUP[token] = weakref.ref(pg)
+    except TypeError:
+        _TOKEN_GROUP[token] = pg
+    if not _has_hook_api(pg):
+        reason = f"no completion hook on group {_group_label(pg)}: {NO_HOOK_API}"
+    else:
+        queue: deque = deque(maxlen=REPORT_QUEUE_MAX)
+        try:
+            _register_completion_hook(pg, queue.append)
+            _QUEUES.append((token, queue))
+            return token, HOOK, None
+        except Exception as e:  # timing off at init, a hook of someone else's, not NCCL
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            reason = f"no completion hook on group {_group_label(pg)}: {first}"
+    if _events_available():
+        return token, EVENTS, reason
+    return None, None, reason
+
+
+def register_timing(pg) -> None:
+    """Register the completion hook of an NCCL group now (at its creation), not at its first call."""
+    if pg is not None and _backend_name(pg) == "nccl":
+        _group_timing(pg)
+
+
+def _group_gone(token: int) -> bool:
+    ref = _TOKEN_GROUP.get(token)
+    return isinstance(ref, weakref.ref) and ref() is None
+
+
+def _token_group_name(token: int) -> str:
+    ref = _TOKEN_GROUP.get(token)
+    pg = ref() if isinstance(ref, weakref.ref) else ref
+    return group_identity(pg)["name"] if pg is not None else UNKNOWN_GROUP
+
+
+def drain_reports() -> int:
+    """Match every completion report the groups' hooks queued since the last drain to the traced calls
+    waiting for one (on the calling thread, in each group's report order). Returns the number drained."""
+    with _DRAIN_LOCK:
+        with _REGISTRY_LOCK:
+            queues, tracers = list(_QUEUES), list(_TRACERS)
+        drained = 0
+        for token, queue in queues:
+            n = len(queue)
+            if not n:
+                if _group_gone(token):  # destroyed: its hook (and so its queue) goes with it
+                    with _REGISTRY_LOCK:
+                        _QUEUES.remove((token, queue))
+                        _TOKEN_GROUP.pop(token, None)
+                continue
+            if n == queue.maxlen:
+                OVERFLOWS[token] += 1
+            drained += n
+            _dispatch_all(token, [queue.popleft() for _ in range(n)], tracers)
+        return drained
+
+
+_OP_NAMES: dict = {}
+
+
+def _parse(info) -> tuple[str, float | None, float | None]:
+    """(op type name, duration in s, when the watchdog saw it on the perf_counter timeline) of a WorkInfo."""
+    op = info.op_type
+    name = _OP_NAMES.get(op)
+    if name is None:
+        name = _OP_NAMES[op] = getattr(op, "name", None) or str(op).rsplit(".", 1)[-1]
+    finished = getattr(info, "time_finished", None)
+    return name, _seconds(info.active_duration), (host_time(finished) if finished is not None else None)
+
+
+def _dispatch_all(token: int, infos: list, tracers: list) -> None:
+    """A group's reports, in order: parsed, then offered to each tracer in one batch; the rest are unclaimed."""
+    parsed = []
+    for info in infos:
+        try:
+            parsed.append(_parse(info))
+        except Exception:  # noqa: BLE001 - a damaged report is counted, never raised
+            UNMATCHED["<error>"] += 1
+    for tracer in tracers:
+        if not parsed:
+            break
+        parsed = tracer._complete_all(token, parsed)
+    for name, _, _ in parsed:
+        UNMATCHED[name] += 1
+        UNCLAIMED[token] += 1
+
+
+def _dispatch(token: int, info, tracers=None) -> None:
+    """One report (the batch path for a single report)."""
+    if tracers is None:
         with _REGISTRY_LOCK:
             tracers = list(_TRACERS)
-        for tracer in tracers:
-            if tracer._complete(token, name, duration, finished):
-                return
-        UNMATCHED[name] += 1
-    except Exception:  # noqa: BLE001 - never let a telemetry error reach the watchdog
-        UNMATCHED["<error>"] += 1
+    _dispatch_all(token, [info], tracers)
 
 
 def host_time(value) -> float | None:
@@ -342,6 +487,9 @@ def host_time(value) -> float | None:
 
 def _seconds(value) -> float | None:
     """WorkInfo.active_duration: a timedelta (pybind's chrono conversion); float milliseconds accepted."""
+    if type(value) is datetime.timedelta:
+        s = value.total_seconds()
+        return s if s >= 0 else None
     try:
         s = value.total_seconds() if hasattr(value, "total_seconds") else float(value) / 1000.0
     except (TypeError, ValueError):
@@ -378,6 +526,8 @@ class Call:
     t_start: float | None = None  # NCCL: where its works ran on the device, on the host timeline (`place`)
     finished_seen: float | None = None  # NCCL: when the watchdog saw its last work complete (host clock)
     coalesced: int = 0  # calls folded into this one _coalescing_manager block's single work
+    events: list | None = None  # EVENTS: [start, end] CUDA events around the call, until they are read
+    timing: str | None = None  # NCCL: HOOK or EVENTS, the mechanism that times it
 
     def resolve(self) -> None:
         if self.duration_s is not None or self.token is not None:
@@ -388,9 +538,31 @@ class Call:
             self.untimed_reason = UNFINISHED
 
 
+def _call_group(call: "Call") -> str:
+    return (call.group or {}).get("name") or UNKNOWN_GROUP
+
+
+def _untimed_kind(reason: str | None) -> str:
+    """The tracer-health category of an untimed call, from its reason."""
+    if reason == LATE:
+        return "late"
+    if reason == NO_DURATION:
+        return "no_duration"
+    if reason == CAPTURED:
+        return "captured"
+    if reason == COMPILED:
+        return "compiled"
+    if reason and reason.startswith("no completion hook"):
+        return "no_timing"
+    return "other_untimed"
+
+
 @dataclass
 class StepComm:
     calls: list[Call] = field(default_factory=list)
+    # what the tracer saw between the previous step's end and this one's, by group name: reports of earlier
+    # steps' calls that came after those steps closed, calls given up on, reports no traced call claimed
+    events: dict = field(default_factory=dict)
 
     def summary(self) -> dict:
         per_op: dict[str, dict] = {}
@@ -418,6 +590,38 @@ class StepComm:
                 out[op]["untimed_reason"] = "; ".join(sorted(s["_reasons"]))
         return out
 
+    def health(self) -> dict:
+        """The step's tracer health (telemetry/coverage.py): calls timed, and why the others are not, per group."""
+        out = coverage.empty()
+        groups: dict[str, dict] = {}
+        for c in self.calls:
+            c.resolve()
+            name = (c.group or {}).get("name") or UNKNOWN_GROUP
+            g = groups.setdefault(name, {**coverage.empty(), "timing": None})
+            g["timing"] = g["timing"] or c.timing or (("host" if c.backend == "gloo" else c.backend)
+                                                      if c.backend != "nccl" else None)
+            g["calls"] += 1
+            g["bytes"] += c.nbytes
+            if c.duration_s is not None:
+                g["timed"] += 1
+                g["timed_bytes"] += c.nbytes
+            else:
+                kind = _untimed_kind(c.untimed_reason)
+                g[kind] += 1
+                if kind == "other_untimed":
+                    g.setdefault("other_reasons", set()).add(c.untimed_reason or "unknown")
+        for kind, by_group in self.events.items():
+            for name, n in by_group.items():
+                groups.setdefault(name, {**coverage.empty(), "timing": None})[kind] += n
+        for g in groups.values():
+            if "other_reasons" in g:
+                g["other_reasons"] = sorted(g["other_reasons"])
+        coverage.add(out, {"by_group": groups})
+        for g in groups.values():
+            for k in coverage.COUNTS:
+                out[k] += g[k]
+        return coverage.finish(out)
+
     def group_summary(self) -> dict:
         """The step's communication per process group: {name: {dim, size, scope, bytes, count, time_s,
         untimed, untimed_bytes, busbw_GBps, by_op}}; busbw takes the bus factor at that group's size."""
@@ -442,6 +646,19 @@ class StepComm:
         return out
 
 
+def _registering(fn):
+    """A group-creating function that registers the new group's completion hook before returning it."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        pg = fn(*args, **kwargs)
+        try:
+            register_timing(pg)
+        except Exception:  # noqa: BLE001 - a non-member placeholder or a foreign object: its first call decides
+            pass
+        return pg
+    return wrapper
+
+
 class CollectiveTracer:
     """Install once per process; `begin_step()`/`end_step()` bracket what belongs to a step.
 
@@ -461,6 +678,10 @@ class CollectiveTracer:
         self._busy: dict[tuple, float] = {}  # (group token, stream): where its last placed work ended
         self.late = 0  # reports that arrived after their step's record was made
         self.dropped = 0  # queued calls never reported within STALE_STEPS steps
+        self._by_events: deque[Call] = deque()  # EVENTS: calls whose end event is not read yet, in issue order
+        self._between: dict[str, Counter] = {k: Counter() for k in coverage.BETWEEN}  # since the last end_step
+        self._unclaimed_seen: Counter = Counter(UNCLAIMED)  # counted from here on
+        self._overflows_seen: Counter = Counter(OVERFLOWS)
         self.installed = False
         with _REGISTRY_LOCK:
             _TRACERS.add(self)
@@ -497,10 +718,40 @@ class CollectiveTracer:
             if getattr(dist, "_coalescing_manager", None) is c10d._coalescing_manager:
                 self._patch(dist, "_coalescing_manager", wrapped)
             self._patch(c10d, "_coalescing_manager", wrapped)
+        self._register_groups(c10d)
+        drain_reports()  # works that completed before this tracer existed are not its steps' business
+        self._unclaimed_seen = Counter(UNCLAIMED)
         self.installed = True
         return self
 
+    def _register_groups(self, c10d) -> None:
+        """Completion hooks on every NCCL group at its creation: the groups that exist now, and those made
+        later through new_group/split_group (DeviceMesh binds them in its own module)."""
+        try:
+            existing = list(c10d._world.pg_map)
+        except (AttributeError, RuntimeError):
+            existing = []
+        for pg in existing:
+            register_timing(pg)
+        modules = [c10d]
+        try:
+            from torch.distributed import device_mesh
+            modules.append(device_mesh)
+        except ImportError:
+            pass
+        for name in ("new_group", "split_group", "_new_group_with_tag"):
+            fn = getattr(c10d, name, None)
+            if fn is None:
+                continue
+            wrapper = _registering(fn)
+            for module in modules:
+                if getattr(module, name, None) is fn:
+                    self._patch(module, name, wrapper)
+            if getattr(dist, name, None) is fn:
+                self._patch(dist, name, wrapper)
+
     def uninstall(self) -> None:
+        self.drain()  # reports already in are this tracer's: matched (or counted unclaimed) now, not by the next
         for (module, name), fn in self._orig.items():
             setattr(module, name, fn)
         self._orig.clear()
@@ -548,11 +799,13 @@ class CollectiveTracer:
             size = 1
         return pg, size, _backend_name(pg)
 
-    def _call(self, fn, call: Call, pg, types, args, kwargs, several: bool = False):
+    def _call(self, fn, call: Call, pg, types, args, kwargs, several: bool = False, sync: bool = True):
         """Issue `fn` for `call`. On NCCL the call is queued for its completion report before the
         works exist (a report may come back before `fn` returns) and no Work is kept. `several`: the
         call may issue more than one work, counted from the group's sequence number (only where known
-        to: a count taken around a call could include another thread's work on the group)."""
+        to: a count taken around a call could include another thread's work on the group). `sync`: the
+        caller waits for the work (async_op=False), so the current stream is behind its end on return
+        (what the CUDA-event fallback needs)."""
         nccl = call.backend == "nccl" and pg is not None
         block = getattr(self._local, "block", None)
         if nccl and block is not None:  # inside a coalescing block: part of the block's one work
@@ -565,8 +818,8 @@ class CollectiveTracer:
         if pg is not None and call.group is None:
             call.group = group_identity(pg)
         if nccl:
-            self._queue(call, pg, types)
-        seq = _sequence_number(pg) if several and call.queued else None
+            self._queue(call, pg, types, sync)
+        seq = _sequence_number(pg) if several and call.queued and call.events is None else None
         self._local.depth = 1
         try:
             result = fn(*args, **kwargs)
@@ -576,6 +829,10 @@ class CollectiveTracer:
             raise
         finally:
             self._local.depth = 0
+        if call.events is not None:  # behind the work's end on this stream (the caller waited for it)
+            end = _new_event()
+            end.record()
+            call.events[1] = end
         call.t_returned = time.perf_counter()
         self._record(call)
         if call.queued:
@@ -585,13 +842,27 @@ class CollectiveTracer:
                 self._settle(call)
         return result
 
-    def _queue(self, call: Call, pg, types) -> None:
-        token, reason = _hook_token(pg)
+    def _queue(self, call: Call, pg, types, sync: bool = True) -> None:
+        if _compiling():  # dynamo is tracing: the call's runs happen inside the compiled graph
+            call.untimed_reason = COMPILED
+            return
+        token, mechanism, reason = _group_timing(pg)
+        call.timing = mechanism
         if token is None:
             call.untimed_reason = reason
             return
         if _capturing():  # graph-captured works are not enqueued for the watchdog: no report will come
             call.untimed_reason = CAPTURED
+            return
+        if mechanism == EVENTS:
+            if not sync:
+                call.untimed_reason = EVENTS_ASYNC
+                return
+            start = _new_event()
+            start.record()
+            call.events, call.token, call.queued = [start, None], token, True
+            with self._cond:
+                self._by_events.append(call)
             return
         call.types, call.token, call.queued = types, token, True
         with self._cond:
@@ -599,27 +870,66 @@ class CollectiveTracer:
 
     def _unqueue(self, call: Call) -> None:
         with self._cond:
-            q = self._pending.get(call.token)
-            if q is not None and call.queued:
+            q = self._by_events if call.events is not None else self._pending.get(call.token)
+            if q is not None and call.queued and call in q:
                 q.remove(call)
             call.queued = False
+            call.events = None
 
-    def _complete(self, token: int, op_type: str, duration_s: float | None, finished: float | None = None) -> bool:
-        """A completion report for `token`'s group: credit the first queued call that issues that type."""
+    def drain(self) -> None:
+        """Match the completion reports the hooks queued since the last drain, and read the CUDA events
+        of event-timed calls that have completed (query() only: never a synchronisation)."""
+        drain_reports()
+        if self._by_events:
+            self._poll_events()
+
+    def _poll_events(self) -> None:
+        with self._cond:
+            while self._by_events:
+                call = self._by_events[0]
+                start, end = call.events or (None, None)
+                if call.queued and (end is None or not end.query()):
+                    break  # events on one stream complete in order: the later ones are not done either
+                self._by_events.popleft()
+                if not call.queued:
+                    continue
+                try:
+                    duration_s = start.elapsed_time(end) / 1000.0
+                except (RuntimeError, ValueError):
+                    duration_s = None
+                call.events = None
+                call.seen = call.works = 1
+                if duration_s is None or duration_s < 0:
+                    call.bad = True
+                else:
+                    call.acc_s = duration_s
+                self._settle(call)
+
+    def _complete_all(self, token: int, reports: list) -> list:
+        """Completion reports (op type, duration, seen finished) for `token`'s group, in order: each credits the
+        first queued call that issues that type (works of one type on one group finish in issue order).
+        Returns the reports no call of this tracer claimed."""
+        left = []
         with self._cond:
             q = self._pending.get(token)
-            call = next((c for c in q if op_type in c.types), None) if q else None
-            if call is None:
-                return False
-            call.seen += 1
-            if finished is not None:
-                call.finished_seen = max(call.finished_seen or finished, finished)
-            if duration_s is None:
-                call.bad = True
-            else:
-                call.acc_s += duration_s
-            self._settle(call)
-            return True
+            for report in reports:
+                op_type, duration_s, finished = report
+                call = None
+                if q:
+                    head = q[0]
+                    call = head if op_type in head.types else next((c for c in q if op_type in c.types), None)
+                if call is None:
+                    left.append(report)
+                    continue
+                call.seen += 1
+                if finished is not None:
+                    call.finished_seen = max(call.finished_seen or finished, finished)
+                if duration_s is None:
+                    call.bad = True
+                else:
+                    call.acc_s += duration_s
+                self._settle(call)
+        return left
 
     def _settle(self, call: Call) -> None:  # holds self._cond
         if call.works is None or call.seen < call.works:
@@ -630,11 +940,11 @@ class CollectiveTracer:
         call.queued = False
         if call.closed:  # its step's record is made: it stays untimed there
             self.late += 1
+            self._between["reported_after_close"][_call_group(call)] += 1
         elif call.bad:
-            call.untimed_reason = "the completion report carried no duration"
+            call.untimed_reason = NO_DURATION
         else:
             call.duration_s = call.acc_s
-        self._cond.notify_all()
 
     def _wrap_dist(self, name, fn, spec):
         op, nbytes_of, has_async, types = spec
@@ -649,10 +959,10 @@ class CollectiveTracer:
             a = bound.arguments
             pg, size, backend = tracer._group_info(a.get("group"))
             call = Call(op, nbytes_of(a), size, backend, tracer._source("dist"), time.perf_counter())
-            result = tracer._call(fn, call, pg, types, args, kwargs)
+            caller_async = bool(a.get("async_op", False)) if has_async else name in _ASYNC_RETURNING
+            result = tracer._call(fn, call, pg, types, args, kwargs, sync=not caller_async)
             if backend == "nccl":  # timed by the group's completion report; the Work stays the caller's
                 return result
-            caller_async = bool(a.get("async_op", False)) if has_async else name in _ASYNC_RETURNING
             if caller_async and result is not None:
                 tracer._attach(call, result)
             else:
@@ -696,7 +1006,7 @@ class CollectiveTracer:
                 received = sum(_NBYTES(p.tensor) for p, k in zip(p2p_op_list, kinds) if k == "recv")
                 op = "sendrecv" if set(kinds) == {"send", "recv"} else kinds[0]
                 call = Call(op, max(sent, received), size, backend, tracer._source("dist"), t0)
-                return tracer._call(fn, call, pg, _BATCH, (p2p_op_list,), {})
+                return tracer._call(fn, call, pg, _BATCH, (p2p_op_list,), {}, sync=False)
             tracer._local.depth = 1
             try:
                 works = fn(p2p_op_list)
@@ -753,7 +1063,7 @@ class CollectiveTracer:
                         time.perf_counter())
             if backend != "nccl":  # waited on at an unknown later point; its bytes show as untimed
                 call.untimed_reason = FUNCOL_GLOO if backend == "gloo" else f"functional collective on {backend}"
-            return tracer._call(fn, call, pg, types, args, kwargs)
+            return tracer._call(fn, call, pg, types, args, kwargs, sync=False)
 
         wrapper.__name__ = fn.__name__
         return wrapper
@@ -792,7 +1102,7 @@ class CollectiveTracer:
             call = Call(block[0].op, sum(c.nbytes for c in block), size, backend, block[0].source,
                         min(c.t_issue for c in block) if block else t0, coalesced=len(block))
             # the block's work is issued at the manager's exit: queued first, as its report may beat the return
-            tracer._call(lambda: inner.__exit__(None, None, None), call, pg, _BLOCK, (), {})
+            tracer._call(lambda: inner.__exit__(None, None, None), call, pg, _BLOCK, (), {}, sync=not async_ops)
 
         wrapper.__wrapped__ = fn
         return wrapper
@@ -823,13 +1133,28 @@ class CollectiveTracer:
     def end_step(self, hold: bool = False) -> StepComm:
         """The step's calls. `hold`: leave its NCCL calls open for completion reports still to come; the
         caller closes the step later with `release` (off the training thread's critical path)."""
+        self.drain()  # the reports the hooks queued during the step, matched in one batch
         with self._cond:
             step, self._step = self._step, StepComm()
             self._steps += 1
-            for q in self._pending.values():
+            for q in (*self._pending.values(), self._by_events):
                 while q and q[0].step_no < self._steps - STALE_STEPS and q[0].works is not None:
-                    q.popleft().queued = False
+                    call = q.popleft()
+                    call.queued, call.events = False, None
                     self.dropped += 1
+                    self._between["never_reported"][_call_group(call)] += 1
+            step.events = {k: dict(v) for k, v in self._between.items() if v}
+            for v in self._between.values():
+                v.clear()
+        for kind, counter, seen in (("unclaimed_reports", UNCLAIMED, self._unclaimed_seen),
+                                    ("queue_full", OVERFLOWS, self._overflows_seen)):
+            for token, n in list(counter.items()):
+                n -= seen.get(token, 0)
+                if n > 0:
+                    name = _token_group_name(token)
+                    step.events.setdefault(kind, {})
+                    step.events[kind][name] = step.events[kind].get(name, 0) + n
+                    seen[token] += n
         if not hold:
             self.release(step, self.settle_s)
         return step
@@ -837,11 +1162,13 @@ class CollectiveTracer:
     def release(self, step: StepComm, wait_s: float = 0.0) -> StepComm:
         """Close a step: wait up to `wait_s` for its calls' reports, count the rest untimed (LATE), and
         place its NCCL calls on the device timeline (`place`)."""
+        self.drain()
+        if wait_s > 0:  # the hooks only queue their reports: look again every millisecond
+            deadline = time.monotonic() + wait_s
+            while any(c.queued for c in step.calls) and time.monotonic() < deadline:
+                time.sleep(0.001)
+                self.drain()
         with self._cond:
-            if wait_s > 0:
-                deadline = time.monotonic() + wait_s
-                while any(c.queued for c in step.calls) and (left := deadline - time.monotonic()) > 0:
-                    self._cond.wait(left)
             for c in step.calls:
                 c.closed = True
                 if c.queued:
@@ -849,10 +1176,28 @@ class CollectiveTracer:
             self.place(step.calls)
         return step
 
-    @staticmethod
-    def pending(step: StepComm) -> int:
-        """The step's calls still waiting for a completion report."""
+    def pending(self, step: StepComm) -> int:
+        """The step's calls still waiting for a completion report (after matching those queued so far)."""
+        self.drain()
         return sum(1 for c in step.calls if c.queued)
+
+    def since_last_step(self) -> dict[str, dict[str, int]]:
+        """What the tracer saw after the last step's end (reports of late calls, calls given up on), by group:
+        the run's end adds these to its health, no step record holds them."""
+        self.drain()
+        with self._cond:
+            return {k: dict(v) for k, v in self._between.items() if v}
+
+    def still_pending(self) -> dict[str, int]:
+        """Calls of closed steps still waiting for a report or event, by group (never reported, at the end)."""
+        self.drain()
+        out: Counter = Counter()
+        with self._cond:
+            for q in (*self._pending.values(), self._by_events):
+                for c in q:
+                    if c.closed and c.queued:
+                        out[_call_group(c)] += 1
+        return dict(out)
 
     def place(self, calls: list[Call]) -> None:
         """Device-side start and end of each timed NCCL call, on the host's perf_counter timeline.

@@ -22,6 +22,7 @@ Sources:
 """
 from __future__ import annotations
 
+import functools
 import re
 import shutil
 import subprocess
@@ -86,6 +87,7 @@ CONGESTION_KINDS = ("rx_pause", "tx_pause", "rx_pause_duration", "tx_pause_durat
                     "tx_pause_global", "pause_storm_warning")
 
 
+@functools.lru_cache(maxsize=8192)  # an ethtool -S has ~750 names, read every sample: match each name once
 def classify(name: str) -> tuple[str, int | None] | None:
     """('loss' | 'reorder' | a congestion kind, priority or None) for a counter name, None if not ours."""
     if name in HW_LOSS:

@@ -79,6 +79,7 @@ class CounterReader:
         self.ports = [(p["device"], p["port"]) for p in ports if wanted is None or p["device"] in wanted]
         # PFC pause frames and port discards come from the driver through ethtool -S, on the same NICs
         self.ethtool = EthtoolReader(self._ethtool_interfaces()) if ethtool is True else (ethtool or None)
+        self._hw_present: dict[tuple[str, int], list[str]] = {}
         self._last = self.read()
 
     def keep_ports(self, ports: list[tuple[str, int]]) -> None:
@@ -97,6 +98,13 @@ class CounterReader:
         return names
 
     def read(self) -> dict[str, dict[str, int]]:
+        snap = self.read_sysfs()
+        if self.ethtool is not None:
+            snap.update(self.ethtool.read())
+        return snap
+
+    def read_sysfs(self) -> dict[str, dict[str, int]]:
+        """The sysfs counters only (file reads, no process started)."""
         snap: dict[str, dict[str, int]] = {}
         for name in self.interfaces:
             stats = os.path.join(self.root, "class", "net", name, "statistics")
@@ -109,31 +117,42 @@ class CounterReader:
                 v = _read_int(os.path.join(p, "counters", k))
                 if v is not None:
                     values[k] = v
-            for k in IB_HW_COUNTERS:
-                v = _read_int(os.path.join(p, "hw_counters", k))
+            hw = os.path.join(p, "hw_counters")
+            present = self._hw_present.get((dev, port))
+            if present is None:  # the driver's set of files is fixed: list it once, not ~60 failed opens a read
+                files = set(os.listdir(hw)) if os.path.isdir(hw) else set()
+                present = self._hw_present[(dev, port)] = [k for k in IB_HW_COUNTERS if k in files]
+            for k in present:
+                v = _read_int(os.path.join(hw, k))
                 if v is not None:
                     values[k] = v
             snap[f"rdma:{dev}/{port}"] = values
-        if self.ethtool is not None:
-            snap.update(self.ethtool.read())
         return snap
 
     def delta(self) -> dict[str, dict[str, int]]:
+        """Growth since the last call, read now on the calling thread (ethtool included: ~ms to 100s of ms per
+        NIC). The step path uses telemetry/capture/counter_sampler.py instead."""
         now = self.read()
-        out = {}
-        for dev, values in now.items():
-            before = self._last.get(dev, {})
-            d = {k: v - before[k] for k, v in values.items() if k in before}
-            for k in WORDS:  # report bytes, not 4-byte words
-                if k in d:
-                    d[k.replace("_data", "_bytes")] = d.pop(k) * 4
-            if dev.startswith("rdma:"):  # EFA ports have no port data counters: the device's own byte counts
-                for words, own in (("port_xmit_bytes", "tx_bytes"), ("port_rcv_bytes", "rx_bytes")):
-                    if words not in d and own in d:
-                        d[words] = d[own]
-            out[dev] = d
+        out = diff(self._last, now)
         self._last = now
         return out
+
+
+def diff(before: dict[str, dict[str, int]], now: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
+    """Per-device counter growth from `before` to `now`, RDMA data words as bytes."""
+    out = {}
+    for dev, values in now.items():
+        prior = before.get(dev, {})
+        d = {k: v - prior[k] for k, v in values.items() if k in prior}
+        for k in WORDS:  # report bytes, not 4-byte words
+            if k in d:
+                d[k.replace("_data", "_bytes")] = d.pop(k) * 4
+        if dev.startswith("rdma:"):  # EFA ports have no port data counters: the device's own byte counts
+            for words, own in (("port_xmit_bytes", "tx_bytes"), ("port_rcv_bytes", "rx_bytes")):
+                if words not in d and own in d:
+                    d[words] = d[own]
+        out[dev] = d
+    return out
 
 
 def _kind(name: str) -> str | None:

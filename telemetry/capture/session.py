@@ -28,10 +28,12 @@ from collections import deque
 import torch
 import torch.distributed as dist
 
+from telemetry import coverage
 from telemetry.capture import early, fabric
 from telemetry.settings import TelemetrySettings  # noqa: F401 (the settings the session takes; re-exported)
 from telemetry.capture.collectives import RECORDED_OPS as OPS, CollectiveTracer, enable_nccl_timing, set_host_map, totals
 from telemetry.capture import rdma_devices
+from telemetry.capture.counter_sampler import CounterSampler
 from telemetry.capture.gloo_lazy import gloo_connects_lazily
 from telemetry.capture.counters import CounterReader, list_hcas, loss_verdict
 from telemetry.capture import bmc_power
@@ -184,6 +186,7 @@ class Telemetry:
         self._hold = False  # NCCL: steps held for late completion reports (set at start)
         self._held: deque = deque()  # steps whose lines wait for their reports, oldest first
         self._reduce_next: dict | None = None  # the step reduced across ranks at the next step's end
+        self._health: dict = coverage.empty()  # the run's tracer health: the steps' added up
         self.started = False
 
     # ------------------------------------------------------------ before the process group
@@ -225,8 +228,11 @@ class Telemetry:
                                self.s.power_sample_interval_s)
         host_leader = self.local_rank == 0  # host-wide sources are read once per host
         self.cpu = EnergyMeter(open_cpu_source(self.s.sysfs)) if host_leader else None
-        self.counters = (CounterReader(self._interfaces(), root=self.s.sysfs, ethtool=self.s.ethtool)
-                         if host_leader else None)
+        # read by sampler threads, never on the step path (ethtool -S is a process per NIC): counter_sampler.py.
+        # Not during a collective sweep (trace=False): threads waking beside a microsecond all-reduce would
+        # be in its timing; interval() reads the counters between sizes instead
+        self.counters = (CounterSampler(CounterReader(self._interfaces(), root=self.s.sysfs, ethtool=self.s.ethtool),
+                                        self.s.counter_sample_interval_s, start=trace) if host_leader else None)
         if self.counters is not None:
             self._choose_rdma_ports()
         if host_leader and self.s.bmc:
@@ -391,7 +397,7 @@ class Telemetry:
         if self.counters is not None:
             if not self._rdma_from_log:  # NCCL built its communicators in step 1: its log names its devices
                 self._rdma_ports_from_nccl_log()
-            deltas = self.counters.delta()
+            deltas, windows = self.counters.take(self._t_step, t_end)  # the latest samples: no read, no wait
             self._loss_steps.append(deltas)
             verdict = loss_verdict([deltas])
             host.update(tx=_sum_key(deltas, "net:", "tx_bytes"), rx=_sum_key(deltas, "net:", "rx_bytes"),
@@ -400,6 +406,7 @@ class Telemetry:
                         loss=sum(verdict["counts"].values()) if deltas else None,
                         reorder=sum(verdict.get("reordering", {}).values()) if deltas else None)
             own.setdefault("host", {})["counters"] = deltas
+            own["host"]["counters_window"] = windows
             own["host"]["congestion"] = congestion_figures(deltas)
         if self.bmc is not None:
             server = self.bmc.step()
@@ -465,6 +472,7 @@ class Telemetry:
         if any(not c.closed for c in step_comm.calls):
             self.tracer.release(step_comm, wait_s)
         held["own"].update(self._comm_fields(held))
+        coverage.add(self._health, held["own"]["comm_health"])  # once per step, as finally recorded
         held["complete"] = True
 
     def _comm_fields(self, held: dict) -> dict:
@@ -472,6 +480,7 @@ class Telemetry:
         comm = step_comm.summary()
         comm_bytes, _ = totals(comm)
         return {"comm": comm, "comm_bytes": comm_bytes, "comm_groups": step_comm.group_summary(),
+                "comm_health": step_comm.health(),
                 **step_comm_times(step_comm.calls, held["marks"], held["window"], self._copy_rate),
                 **phase_times(held["marks"])}
 
@@ -537,7 +546,8 @@ class Telemetry:
         if self.counters is not None:
             if not self._rdma_from_log:  # the sweep's first size built NCCL's communicator: its log names devices
                 self._rdma_ports_from_nccl_log()
-            deltas = self.counters.delta()
+            self.counters.sample_now()  # the sweep's interval ends now: read every source here, off its timing
+            deltas, _ = self.counters.take(None, time.perf_counter())
             self._loss_steps.append(deltas)
             out["counters"] = deltas
             out["congestion"] = congestion_figures(deltas)  # PFC, ECN, CNPs per sweep size
@@ -649,6 +659,7 @@ class Telemetry:
                {"verdict": None, "reason": "read by the host's local rank 0"}}
         if self.counters is not None:
             out["rdma_ports"] = self.rdma_ports
+            out["counter_sampling"] = self.counters.describe()
         if self.counters is not None:  # whole-server power is a host figure, like the counters
             out["server_power"] = {**self._bmc_info,
                                    "energy_j": self._server["energy_j"] if self._server["known"] else None,
@@ -662,12 +673,25 @@ class Telemetry:
             out["gpu_energy_devices"] = devices
         if self.cross_rank_info:
             out["cross_rank"] = self.cross_rank_info
+        if getattr(self, "_traced", True):
+            out["comm_health"] = self.run_health()
         if self.stragglers is not None:
             out["stragglers"] = self.stragglers.summary()
         if self._exposed:
             out["exposed_windows"] = len(self._exposed)
             out["exposed_share_mean"] = statistics.mean(w["exposed_share"] for w in self._exposed)
         return out
+
+    def run_health(self) -> dict:
+        """The run's tracer health (telemetry/coverage.py): every step's counts added up, and the calls still
+        waiting for a report now counted as never reported."""
+        run = coverage.add(coverage.empty(), self._health)
+        for kind, by_group in self.tracer.since_last_step().items():
+            for name, n in by_group.items():
+                coverage.add(run, {kind: n, "by_group": {name: {kind: n}}})
+        for name, n in self.tracer.still_pending().items():
+            coverage.add(run, {"never_reported": n, "by_group": {name: {"never_reported": n}}})
+        return coverage.finish(run)
 
     def close(self) -> None:
         if not self.started:
@@ -680,6 +704,8 @@ class Telemetry:
         self.gpu.close()
         if self.cpu is not None:
             self.cpu.close()
+        if self.counters is not None:
+            self.counters.close()
         if self.bmc is not None:
             self.bmc.close()
         if self._file is not None:

@@ -12,7 +12,9 @@ import pytest
 
 from ..conftest import REPO
 
-STEPS = ["install", "pytest", "data", "harness_telemetry_on", "harness_telemetry_off", "plain_lora", "report"]
+STEPS = ["install", "data", "harness_telemetry_on", "harness_telemetry_off", "plain_lora", "plain_lora_compile",
+         "harness_compile", "plain_lora_eager", "bert_harness", "bert_plain", "resnet_harness", "resnet_plain",
+         "profile", "pytest", "report"]
 
 
 @pytest.mark.integration
@@ -26,8 +28,10 @@ def test_dry_run_without_a_gpu_skips_every_step_with_its_reason(tmp_path):
     lines = [line for line in res.stdout.splitlines() if line.startswith("[")]
     assert [line.split("]")[0][1:] for line in lines] == STEPS, res.stdout
     assert lines[0] == "[install] skipped: --no-install given"
+    assert lines[STEPS.index("pytest")].startswith("[pytest] skipped: --tests not given")
     for line in lines[1:]:
-        assert "] skipped: " in line and "no CUDA GPU (torch.cuda.is_available() is False)" in line, line
+        if not line.startswith("[pytest]"):
+            assert "] skipped: " in line and "no CUDA GPU (torch.cuda.is_available() is False)" in line, line
     rows = [line.split("\t") for line in (tmp_path / "steps.tsv").read_text().splitlines()]
     assert [r[0] for r in rows] == STEPS and all(r[1] == "skipped" and r[3] for r in rows)
     assert results.read_text() == before
@@ -39,16 +43,26 @@ def test_unknown_argument_is_one_error_line(tmp_path):
                          timeout=60)
     assert res.returncode == 2
     assert res.stderr.strip().splitlines() == [
-        "error: unknown argument '--layer'; allowed: --no-install, --layers N, --steps N, --out DIR"]
+        "error: unknown argument '--layer'; allowed: --no-install, --tests, --layers N, --steps N, --out DIR"]
+
+
+SHAPE = {"vocab_size": 128256, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+         "num_attention_heads": 32, "num_key_value_heads": 8}
+TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
 def _harness_dir(path: Path, tokens_per_s: float) -> None:
     (path / "ranks").mkdir(parents=True)
-    rows = [{"step": s, "loss": 12.0 - s / 10, "step_time_s": 2048 / tokens_per_s, "tokens_per_s": tokens_per_s}
-            for s in range(1, 11)]
-    rows[0]["tokens_per_s"] = 1.0  # a slow first step is left out of the median
-    (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (path / "run.json").write_text(json.dumps({"status": "completed", "software": {"torch": "2.11.0"}}))
+    rows = [{"step": s, "loss": 12.0 - s / 10, "step_time_s": 8192 / tokens_per_s, "tokens_per_s": tokens_per_s,
+             "samples_per_s": 4 * tokens_per_s / 8192, "mfu": 0.3, "compile_s": 0.0} for s in range(1, 11)]
+    rows[0].update(tokens_per_s=1.0, compile_s=30.0)  # a slow, compiling first step is left out of the median
+    rows[4]["compile_s"] = 2.0  # so is a later recompile
+    rows[4]["tokens_per_s"] = 2.0
+    (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"step": 11, "lo')
+    (path / "run.json").write_text(json.dumps({
+        "status": "completed", "software": {"torch": "2.11.0"}, "throughput": {"peak_tflops_per_device": 989.0},
+        "model": {"kernels": {"used": "liger"}}, "compile": {"compile_s": 32.0},
+        "recipe": {"workload": "llm_lora", "model": {"config": SHAPE}, "lora": {"r": 16, "target_modules": TARGETS}}}))
     (path / "ranks" / "rank00000.final.json").write_text(json.dumps({"peak_memory_bytes": 40 << 30}))
 
 
@@ -63,8 +77,11 @@ def test_report_writes_each_step_test_and_throughput(tmp_path):
         '</testsuite></testsuites>')
     _harness_dir(out / "harness_telemetry_on", 9000.0)
     _harness_dir(out / "harness_telemetry_off", 10000.0)
-    (out / "plain_lora.json").write_text(json.dumps({"tokens_per_s": 8000.0, "median_step_s": 0.256,
-                                                     "peak_memory_GiB": 38.0, "last_loss": 11.9, "steps_timed": 20}))
+    (out / "plain_lora.json").write_text(json.dumps({
+        "tokens_per_s": 8000.0, "median_step_s": 1.024, "spread_pct": 2.5, "mfu": 0.28, "mfu_automodel": 0.26,
+        "micro_batch": 4, "peak_memory_GiB": 38.0, "last_loss": 11.9, "steps_timed": 10}))
+    (out / "bert_plain.json").write_text(json.dumps({"samples_per_s": 100.0, "median_step_s": 0.32,
+                                                     "spread_pct": 1.0, "peak_memory_GiB": 20.0}))
     results = tmp_path / "RESULTS.md"
     res = subprocess.run([sys.executable, "bench/gpu/report.py", str(out), str(results), "--layers", "16"],
                          cwd=REPO, capture_output=True, text=True, timeout=60)
@@ -73,6 +90,10 @@ def test_report_writes_each_step_test_and_throughput(tmp_path):
     assert "| pytest | failed | 300 | exit 1, log x |" in text
     assert "| test_nccl::test_a | passed |  |" in text and "| test_energy::test_b | failed | assert 0 > 1 |" in text
     assert "16 of 32 layers" in text
-    assert "| harness, telemetry on | 9,000 | 0.228 | 40.0 | 11.000 | 10 |" in text
-    assert "| plain transformers + peft | 8,000 | 0.256 | 38.0 | 11.900 | 20 |" in text
-    assert "Telemetry on vs off: -10.0% tokens/s." in text and "vs plain loop: +25.0% tokens/s." in text
+    # AutoModel's convention: 9,000 tokens/s x 32.2 GFLOP per token / 989 TFLOP/s
+    assert "| harness, liger, telemetry on | 4 | 9,000 | 0.300 | 0.293 | 40.0 | 0.910 | 0.0% | 11.000 |" in text
+    assert "| plain loop, liger | 4 | 8,000 | 0.280 | 0.260 | 38.0 | 1.024 | 2.5% | 11.900 |" in text
+    assert "| plain loop, eager | 2 | not measured |" in text
+    assert "- telemetry on / off: 0.900 (tokens/s)" in text and "- harness / plain loop (liger): 1.125 (tokens/s)" in text
+    assert "| BERT-Large, plain loop (AdamW) | 32 | 100.0 | 20.0 | 0.320 | 1.0% |" in text
+    assert "| ResNet-50, harness (SGD, channels_last) | 256 | not measured |" in text

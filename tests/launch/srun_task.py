@@ -1,4 +1,5 @@
-"""One task of a fake `srun --ntasks N python -m launch.nemo ... --run` (the test sets SLURM_PROCID etc.).
+"""One task of a fake `srun --ntasks N python -m launch.nemo ... --run` (the test sets SLURM_PROCID etc.),
+or one worker of a fake torchrun (RANK etc.).
 
 Stand-ins, named: CUDA is reported present, and the engine's child process is replaced by what Python does
 first with a script (read it whole and compile it); the task records the sha256 of the bytes it would run.
@@ -20,7 +21,7 @@ def fake_child(command: list[str], env: dict) -> int:
     with open(job, "rb") as f:
         source = f.read()
     compile(source, job, "exec")  # a truncated or half-written job fails here
-    out = os.path.join(os.environ["TASK_OUT"], f"task{os.environ['SLURM_PROCID']}.json")
+    out = os.path.join(os.environ["TASK_OUT"], f"task{os.environ.get('SLURM_PROCID') or os.environ['RANK']}.json")
     with open(out, "w", encoding="utf-8") as f:
         json.dump({"command": command, "sha256": hashlib.sha256(source).hexdigest()}, f)
     return 0

@@ -530,3 +530,33 @@ def test_srun_tasks_all_run_the_same_complete_job(tmp_path, capsys):
     assert {r["sha256"] for r in runs} == {want}
     assert all(r["command"] == [sys.executable, str(job)] for r in runs)  # srun started one task per GPU
     assert job.read_text() == printed and not list(job.parent.glob("*.tmp"))
+
+
+@pytest.mark.integration
+def test_torchrun_workers_that_start_before_rank_0_run_the_current_job(tmp_path, capsys):
+    """torchrun's workers 1..7 start (and finish) before rank 0 reaches --run, over an earlier run's job: each
+    runs the current job all the same. (Before: only rank 0 wrote the file and nobody waited, so these ran
+    the stale job.)"""
+    run_dir = tmp_path / "run"
+    override = f"output_dir={run_dir}"
+    code, printed, err = run_cli(capsys, RECIPES / "llama70b_lora.yaml", "--engine", "nemo2", "--print",
+                                 "--nodes", "2", "--gpus-per-node", "4", override)
+    assert code == 0, err
+    job = run_dir / "engine" / "nemo2_job.py"
+    job.parent.mkdir(parents=True)
+    job.write_text("# an earlier run's job\nx = 1\n")
+    base = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS and not k.startswith("SLURM_")}
+    base.update(PYTHONPATH=str(REPO), TASK_OUT=str(tmp_path), WORLD_SIZE="8", LOCAL_WORLD_SIZE="4")
+
+    def worker(rank: int) -> subprocess.Popen:
+        env = dict(base, RANK=str(rank), LOCAL_RANK=str(rank % 4), GROUP_RANK=str(rank // 4))
+        return subprocess.Popen([sys.executable, str(REPO / "tests" / "launch" / "srun_task.py"),
+                                 str(RECIPES / "llama70b_lora.yaml"), "--engine", "nemo2", "--run", override],
+                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    for group in ([worker(r) for r in range(1, 8)], [worker(0)]):  # rank 0 last
+        for p in group:
+            out, err = p.communicate(timeout=300)
+            assert p.returncode == 0, err
+    want = hashlib.sha256(printed.encode()).hexdigest()
+    assert {json.loads((tmp_path / f"task{r}.json").read_text())["sha256"] for r in range(8)} == {want}

@@ -31,6 +31,7 @@ import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import OpType
 
+from telemetry import coverage
 from telemetry.capture import collectives
 from telemetry.capture.collectives import DIST_SPECS, FUNCOL_SPECS, LATE, CollectiveTracer
 
@@ -40,7 +41,8 @@ class FakeWorkInfo:
         self.op_type, self.seq = OpType.__members__[op_type], seq
         self.time_started = started if started is not None else datetime.datetime.now()
         self.time_finished = finished if finished is not None else self.time_started
-        self.active_duration = datetime.timedelta(seconds=duration_s)
+        # None: a report whose duration could not be read (the tracer must count it, not take it as 0)
+        self.active_duration = None if duration_s is None else datetime.timedelta(seconds=duration_s)
 
 
 class Clock:
@@ -451,7 +453,8 @@ def test_completion_times_are_read_in_either_clock_type():
     assert collectives.host_time(None) is None
 
 
-def simulate(monkeypatch, report_delay_s: float, device_lag_s: float, hold: bool, steps: int = 5) -> list[dict]:
+def simulate(monkeypatch, report_delay_s: float, device_lag_s: float, hold: bool, steps: int = 5,
+             run_health: list | None = None) -> list[dict]:
     """A tp x dp step loop on the pretend NCCL, through the telemetry session: forward tp all-reduces inside a
     node, backward dp gradient buckets in coalescing blocks across nodes, an optimizer step. Returns each
     step's record as the loop would write it (in order, once released)."""
@@ -499,6 +502,8 @@ def simulate(monkeypatch, report_delay_s: float, device_lag_s: float, hold: bool
         clock.advance(0.5)  # the end of the run: the last reports come in
         tel.flush(collective=True)
         written += list(pending)
+        if run_health is not None:
+            run_health.append(tel.summary()["comm_health"])
     finally:
         tel.close()
         collectives.set_host_map(None)
@@ -524,6 +529,260 @@ def test_every_call_is_timed_under_late_reports_and_the_estimate_is_unchanged(mo
     # without holding, the step's last reports come after its end: they go untimed
     assert all(u["comm"]["all_reduce"]["untimed"] > 0 for u in unheld)
     assert all(u["comm_groups"]["dp"]["untimed"] > 0 for u in unheld)
+
+
+def test_tracer_health_per_step_and_per_run_under_late_reports(monkeypatch):
+    held_run, unheld_run = [], []
+    late = simulate(monkeypatch, report_delay_s=0.1, device_lag_s=0.03, hold=True, run_health=held_run)
+    unheld = simulate(monkeypatch, report_delay_s=0.1, device_lag_s=0.03, hold=False, run_health=unheld_run)
+    for r in late:  # held for the late reports: every call and byte timed, on both groups
+        h = r["comm_health"]
+        assert h["verdict"] == coverage.FULL and (h["calls"], h["timed"], h["late"]) == (7, 7, 0)
+        assert h["calls_pct"] == h["bytes_pct"] == 100.0
+        assert h["by_group"]["dp"]["timing"] == collectives.HOOK
+    assert held_run[0]["verdict"] == coverage.FULL and held_run[0]["calls"] == 35
+    # not held: 130 ms from issue to report, a 40 ms step: every call is late, its report comes a step later
+    first, second = unheld[0]["comm_health"], unheld[1]["comm_health"]
+    assert (first["late"], first["by_group"]["dp"]["late"], first["by_group"]["tp"]["late"]) == (7, 3, 4)
+    assert first["verdict"] == ("timing covers 0% of calls and 0% of bytes; missing: dp: 3 not reported when the "
+                                "step closed; tp: 4 not reported when the step closed")
+    assert sum(r["comm_health"]["reported_after_close"] for r in unheld) > 0  # counted in the step they came in
+    assert second["late"] == 7
+    run = unheld_run[0]
+    assert run["late"] == sum(r["comm_health"]["late"] for r in unheld)
+    assert run["reported_after_close"] + run["never_reported"] == run["late"]  # each late call accounted for
+    assert run["timed"] + run["late"] == run["calls"] == 35
+
+
+def test_tracer_health_names_never_reported_no_duration_and_unclaimed_by_group():
+    dp, tp = FakeProcessGroupNCCL("dp-pg", dim="dp"), FakeProcessGroupNCCL("tp-pg", dim="tp")
+    collectives.register_group(dp, "dp")
+    collectives.register_group(tp, "tp")
+    tracer = CollectiveTracer()
+    reduce = wrap(tracer, "all_reduce", all_reduce)
+    tracer.begin_step()
+    reduce(torch.ones(10), group=dp)  # reported with a duration
+    reduce(torch.ones(20), group=dp)  # reported without one
+    reduce(torch.ones(30), group=tp)  # never reported
+    for g in (dp, tp):
+        g.streams["nccl"].clear()  # the watchdog's reports are written out below
+    dp.hook(FakeWorkInfo("ALLREDUCE", 1, 50e-6))
+    dp.hook(FakeWorkInfo("ALLREDUCE", 2, None))
+    dp.hook(FakeWorkInfo("ALLREDUCE", 3, 10e-6))  # a work the tracer never saw (a compiled graph's, C++'s)
+    step = tracer.end_step().health()
+    assert (step["calls"], step["timed"], step["no_duration"], step["late"]) == (3, 1, 1, 1)
+    assert (step["bytes"], step["timed_bytes"]) == (240, 40)
+    assert step["by_group"]["dp"]["unclaimed_reports"] == 1 and step["by_group"]["tp"]["late"] == 1
+    assert step["verdict"] == ("timing covers 33.3% of calls and 16.6% of bytes; missing: dp: 1 reported without a "
+                               "duration; tp: 1 not reported when the step closed; completion reports matched no "
+                               "traced call: 1 on dp; those are collectives the tracer did not see (compiled "
+                               "graphs, calls from C++)")
+    gave_up = [tracer.end_step().health() for _ in range(collectives.STALE_STEPS + 1)]
+    assert sum(h["never_reported"] for h in gave_up) == 1
+    assert [h["by_group"]["tp"]["never_reported"] for h in gave_up if h["never_reported"]] == [1]
+
+
+def test_calls_in_graph_capture_or_compilation_are_counted_apart(monkeypatch):
+    g, tracer = FakeProcessGroupNCCL("g", dim="dp"), CollectiveTracer()
+    reduce = wrap(tracer, "all_reduce", all_reduce)
+    tracer.begin_step()
+    monkeypatch.setattr(collectives, "_capturing", lambda: True)
+    reduce(torch.ones(4), group=g)
+    monkeypatch.setattr(collectives, "_capturing", lambda: False)
+    monkeypatch.setattr(collectives, "_compiling", lambda: True)
+    reduce(torch.ones(4), group=g)
+    monkeypatch.setattr(collectives, "_compiling", lambda: False)
+    g.watchdog()
+    h = tracer.end_step().health()
+    assert (h["captured"], h["compiled"], h["timed"]) == (1, 1, 0)
+    assert "1 issued in CUDA graph capture, 1 traced into a compiled graph" in h["verdict"]
+
+
+def test_a_call_in_a_torch_compiled_function_is_accounted_for():
+    """Real dynamo (eager backend) over a traced call on the pretend group: whatever dynamo makes of the
+    wrapper, each work is a timed call or a report counted unclaimed, never lost."""
+    g, tracer = FakeProcessGroupNCCL("compiled-g"), CollectiveTracer()
+    collectives.register_timing(g)  # its hook goes on when the group is made (new_group, the mesh owner)
+    reduce = wrap(tracer, "all_reduce", all_reduce)
+
+    def f(x):
+        y = x * 2
+        reduce(y, group=g)
+        return y + 1
+
+    compiled = torch.compile(f, backend="eager")
+    tracer.begin_step()
+    for _ in range(3):
+        compiled(torch.ones(4))
+    g.watchdog()
+    h = tracer.end_step().health()
+    assert h["calls"] == 3 and h["timed"] + h["compiled"] == 3
+    assert h["timed"] + h["unclaimed_reports"] == 3
+    torch._dynamo.reset()
+
+
+# ---------------------------------------------------------------- batched dispatch, hooks at group creation
+
+def test_the_hook_only_queues_reports_the_step_end_matches_them():
+    g, tracer = FakeProcessGroupNCCL("g"), CollectiveTracer()
+    reduce = wrap(tracer, "all_reduce", all_reduce)
+    tracer.begin_step()
+    reduce(torch.ones(4), group=g)
+    assert type(g.hook).__name__ == "builtin_function_or_method"  # a deque's append: no Python frame, no lock
+    g.watchdog()  # the hook thread
+    (call,) = tracer._step.calls
+    assert call.queued and call.duration_s is None  # nothing matched on the hook thread
+    assert tracer.end_step().summary()["all_reduce"]["time_s"] == 26e-6
+
+
+def test_a_full_report_queue_is_said_in_the_health(monkeypatch):
+    monkeypatch.setattr(collectives, "REPORT_QUEUE_MAX", 4)
+    g, tracer = FakeProcessGroupNCCL("small-queue", dim="pp"), CollectiveTracer()
+    reduce = wrap(tracer, "all_reduce", all_reduce)
+    tracer.begin_step()
+    for _ in range(6):
+        reduce(torch.ones(4), group=g)
+    g.watchdog()  # 6 reports into a queue of 4: the 2 oldest are lost
+    h = tracer.end_step().health()
+    assert h["by_group"]["pp"]["queue_full"] == 1 and h["timed"] == 4 and h["late"] == 2
+    assert "times the group's report queue was found full (the oldest reports lost): 1 on pp" in h["verdict"]
+
+
+def test_the_hook_goes_on_when_the_group_is_made_not_at_its_first_call():
+    made = []
+
+    def new_group(*args, **kwargs):
+        made.append(FakeProcessGroupNCCL(f"made-{len(made)}"))
+        return made[-1]
+
+    new_group_registering = collectives._registering(new_group)
+    pg = new_group_registering(ranks=[0, 1])
+    assert pg.registrations == 1 and pg.hook is not None  # before any call on it
+    mesh_pg = FakeProcessGroupNCCL("mesh-dp")
+    collectives.register_group(mesh_pg, "dp")  # trainer/distributed.py ParallelDims, as it makes the meshes
+    assert mesh_pg.registrations == 1
+    tracer = CollectiveTracer()
+    reduce = wrap(tracer, "all_reduce", all_reduce)
+    tracer.begin_step()
+    reduce(torch.ones(4), group=pg)
+    pg.watchdog()
+    assert tracer.end_step().summary()["all_reduce"]["time_s"] == 26e-6 and pg.registrations == 1
+
+
+def test_install_wraps_the_group_makers_and_uninstall_restores_them(monkeypatch):
+    from torch.distributed import device_mesh
+
+    monkeypatch.setattr(collectives, "_register_completion_hook", lambda pg, hook: None)
+    before = (dist.new_group, device_mesh.new_group, dist.distributed_c10d.new_group)
+    tracer = CollectiveTracer().install()
+    try:
+        assert dist.new_group.__wrapped__ is before[0] and device_mesh.new_group.__wrapped__ is before[1]
+        assert dist.distributed_c10d.new_group is dist.new_group
+    finally:
+        tracer.uninstall()
+    assert (dist.new_group, device_mesh.new_group, dist.distributed_c10d.new_group) == before
+
+
+# ---------------------------------------------------------------- without the completion hook: CUDA events
+
+class FakeCudaStream:
+    """The current CUDA stream as far as events see it: `tail` is when the device finishes what is queued on it."""
+
+    def __init__(self, clock: Clock):
+        self.clock, self.tail = clock, clock.now
+
+
+class FakeCudaEvent:
+    """torch.cuda.Event(enable_timing=True), modelled on the CUDA runtime: record() enqueues it on the current
+    stream, where it completes when the device gets there; query() says whether it has, without waiting;
+    elapsed_time() needs both events recorded and complete, else raises (cudaErrorNotReady), and is in ms."""
+
+    def __init__(self, stream: FakeCudaStream):
+        self.stream, self.at = stream, None
+
+    def record(self):
+        self.at = max(self.stream.tail, self.stream.clock.now)
+
+    def query(self) -> bool:
+        return self.at is not None and self.stream.clock.now >= self.at
+
+    def elapsed_time(self, end) -> float:
+        if self.at is None or end.at is None:
+            raise RuntimeError("Both events must be recorded before calculating elapsed time.")
+        if not (self.query() and end.query()):
+            raise RuntimeError("CUDA error: device not ready")
+        return (end.at - self.at) * 1000.0
+
+
+class FakeProcessGroupNCCLWithoutHook(FakeProcessGroupNCCL):
+    """ProcessGroupNCCL once the completion hook is gone upstream (the flight recorder replaces it)."""
+
+    @property
+    def _register_on_completion_hook(self):
+        raise AttributeError("'ProcessGroupNCCL' object has no attribute '_register_on_completion_hook'")
+
+    def issue(self, op_type, tensors, stream="nccl", sync=False):
+        work = super().issue(op_type, tensors, stream)
+        return work
+
+
+def events_world(monkeypatch):
+    clock = Clock()
+    monkeypatch.setattr(collectives, "time", clock)
+    current = FakeCudaStream(clock)
+    monkeypatch.setattr(collectives, "_events_available", lambda: True)
+    monkeypatch.setattr(collectives, "_new_event", lambda: FakeCudaEvent(current))
+    g = FakeProcessGroupNCCLWithoutHook("nohook", dim="dp", clock=clock, device_lag_s=0.0)
+
+    def all_reduce_on_device(tensor, op=None, group=None, async_op=False):
+        # ProcessGroupNCCL: its stream waits for the current stream, runs the work; a blocking call makes the
+        # current stream wait for the work's end (the host does not wait)
+        group.free_at["nccl"] = max(group.free_at.get("nccl", -1.0), current.tail)
+        work = group.issue("ALLREDUCE", [tensor])
+        if not async_op:
+            current.tail = group.free_at["nccl"]
+        return work if async_op else None
+    return clock, current, g, all_reduce_on_device
+
+
+def test_without_the_hook_cuda_events_time_blocking_calls_and_late_events_are_held(monkeypatch, capsys):
+    clock, current, g, all_reduce_on_device = events_world(monkeypatch)
+    tracer = CollectiveTracer()
+    reduce = wrap(tracer, "all_reduce", all_reduce_on_device)
+    tracer.begin_step()
+    current.tail = clock.now + 0.002  # compute queued ahead of the collective
+    reduce(torch.ones(1000), group=g)
+    clock.advance(0.01)  # the device has finished by the step's end
+    s = tracer.end_step().summary()["all_reduce"]
+    assert s["time_s"] == pytest.approx(4010e-6) and s["untimed"] == 0  # the work itself, not the compute before
+    err = capsys.readouterr().err
+    assert err.count("no _register_on_completion_hook") == 1 and "timing taken over by CUDA events" in err
+
+    tracer.begin_step()
+    reduce(torch.ones(1000), group=g)  # still running on the device when the step ends: held like a late report
+    first = tracer.end_step()
+    assert first.summary()["all_reduce"]["untimed_reason"] == LATE and first.health()["late"] == 1
+    tracer.begin_step()
+    reduce(torch.ones(1000), group=g, async_op=True).wait()  # asynchronous: its end is not on this stream
+    clock.advance(0.1)
+    second = tracer.end_step()
+    h = second.health()
+    assert h["by_group"]["dp"]["reported_after_close"] == 1 and tracer.late == 1
+    assert h["other_untimed"] == 1 and second.summary()["all_reduce"]["untimed_reason"] == collectives.EVENTS_ASYNC
+    assert f"1 untimed for another reason ({collectives.EVENTS_ASYNC})" in h["verdict"]
+    assert h["by_group"]["dp"]["timing"] == collectives.EVENTS
+    reduce(torch.ones(10), group=g)
+    assert "no _register_on_completion_hook" not in capsys.readouterr().err  # said once
+
+
+def test_without_the_hook_and_without_a_gpu_the_calls_are_untimed_with_the_reason(monkeypatch):
+    g, tracer = FakeProcessGroupNCCLWithoutHook("nohook-cpu"), CollectiveTracer()
+    monkeypatch.setattr(collectives, "_events_available", lambda: False)
+    reduce = wrap(tracer, "all_reduce", all_reduce)
+    tracer.begin_step()
+    reduce(torch.ones(4), group=g)
+    h = tracer.end_step().health()
+    assert h["no_timing"] == 1 and "1 on a group with no timing mechanism" in h["verdict"]
 
 
 def test_device_placement_is_per_stream_never_before_issue_and_carried_across_steps():

@@ -115,6 +115,7 @@ def test_session_records_congestion_and_reordering_per_step(tmp_path):
     tel.start()
     tel.start_step(0)
     mlx5_port(tmp_path, oos=4, ecn=9, cnp_sent=9, handled=2)
+    tel.counters.sample_now()  # what the sampler thread does every telemetry.counter_sample_interval_s
     rec = tel.end_step(0)
     summary = tel.summary()
     tel.close()

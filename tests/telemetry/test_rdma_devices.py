@@ -89,6 +89,7 @@ def test_session_counts_only_ncclss_devices_and_names_the_storage_card(tmp_path,
     _port(sysfs, "mlx5_0", 100)
     _port(sysfs, "mlx5_2", 100)
     _port(sysfs, "mlx5_10", 250_000_000)  # storage traffic: 1 GB
+    tel.counters.sample_now()  # what the sampler thread does every telemetry.counter_sample_interval_s
     rec = tel.end_step(0)
     summary = tel.summary()
     tel.close()

@@ -149,3 +149,15 @@ def test_harness_work_and_padded_tokens_are_summarized_and_shown(tmp_path):
     rows = dict((r[0], r[1]) for _, _, t in tables(s)[:2] for r in t)
     assert rows["tokens per step: real / computed (padding included)"] == "900 / 1,024"
     assert "of the step time" in rows["harness work per step, outside step time (telemetry, stop vote, metrics write)"]
+
+
+def test_steps_that_compiled_are_left_out_of_timing_statistics():
+    """train.compile=blocks: the steps whose `compile_s` is above 0 are not steady state (docs/compile.md)."""
+    from telemetry.analysis.runs import Run
+
+    rows = [{"step": s, "step_time_s": t, "compile_s": c}
+            for s, t, c in ((1, 60.0, 59.0), (2, 1.5, 0.4), (3, 1.0, 0.0), (4, 1.0, 0.0))]
+    assert [r["step"] for r in Run("x", {}, rows).timed_steps()] == [3, 4]
+    eager = [{"step": s, "step_time_s": 1.0} for s in (1, 2, 3)]
+    assert [r["step"] for r in Run("x", {}, eager).timed_steps()] == [2, 3]
+    assert [r["step"] for r in Run("x", {}, rows[:2]).timed_steps()] == [2]  # nothing steady yet: keep what there is

@@ -58,7 +58,9 @@ def single(tmp_path_factory):
     (2, ["parallel.pp=2", "parallel.pp_schedule=gpipe"]),  # one decoder layer per stage
     (4, ["parallel.tp=2", "parallel.data_parallel=fsdp"]),  # dp 2 x tp 2: FSDP2 over TP shards
     (4, ["parallel.pp=2", "parallel.data_parallel=fsdp"]),  # dp 2 x pp 2 (1F1B): FSDP2 on each stage
-], ids=["fsdp2", "tp2", "pp2-gpipe", "dp2xtp2-fsdp", "dp2xpp2-fsdp"])
+    # tp 2 x pp 2: the last stage's (trainable) lm_head split over the vocabulary, loss_parallel
+    (4, ["parallel.pp=2", "parallel.tp=2", "parallel.pp_schedule=gpipe"]),
+], ids=["fsdp2", "tp2", "pp2-gpipe", "dp2xtp2-fsdp", "dp2xpp2-fsdp", "tp2xpp2"])
 def test_each_layout_matches_the_single_process_run(nproc, overrides, single, tmp_path):
     res = run_full(tmp_path / "run", *overrides, nproc=nproc, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
@@ -75,6 +77,7 @@ def test_each_layout_matches_the_single_process_run(nproc, overrides, single, tm
     assert len(ranks) == nproc
     if "parallel.pp=2" not in overrides:  # every rank sees the whole model (stages hold different layers)
         assert len({r["trainable"]["sha256"] for r in ranks}) == 1
+    assert info["model"]["vocab_parallel_loss"] == ("parallel.tp=2" in overrides)
     if "parallel.pp=2" in overrides and "parallel.data_parallel=fsdp" in overrides:
         # FSDP2 on a stage gathers each weight once per step, not once per micro-batch: after the first
         # step (shape inference) as many bytes are gathered as gradients are reduce-scattered

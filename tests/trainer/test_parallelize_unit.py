@@ -14,7 +14,7 @@ from torch.distributed.tensor import DTensor, Shard
 from tests.conftest import TINY
 from trainer.config import load_recipe
 from trainer.error_report import InputError
-from trainer.parallelize import _block_classes, _check_divisible, apply_tensor_parallel, grad_sync, \
+from trainer.parallelize import block_classes, _check_divisible, apply_tensor_parallel, grad_sync, \
     reduce_trainable_grads, unwrap
 from trainer.workloads import get_workload
 
@@ -97,7 +97,7 @@ def test_plan_placements_and_identical_loss(group_of_one, workload):
 
 
 def test_block_classes_come_from_the_hf_model(workload):
-    assert _block_classes(workload.build_model()) == ("LlamaDecoderLayer",)
+    assert block_classes(workload.build_model()) == ("LlamaDecoderLayer",)
 
 
 def test_grad_sync_and_reductions_of_a_group_of_one(group_of_one):

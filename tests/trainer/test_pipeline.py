@@ -65,6 +65,9 @@ def test_each_schedule_matches_the_unsplit_model(schedule, unsplit, tmp_path):
 def test_two_by_two_layouts_with_a_pipeline_on_four_ranks(overrides, unsplit, tmp_path):
     res = run_cli(tmp_path / "run", *PP, *overrides, nproc=4, timeout=600)
     check_against(res, unsplit, 4)
+    # tp x pp: the last stage's lm_head is split over the vocabulary (loss_parallel) and its final norm runs
+    # on sequence slices; the losses, gradients and weights above match the unsplit model all the same
+    assert res.run_json()["model"]["vocab_parallel_loss"] == ("parallel.tp=2" in overrides)
 
 
 def test_layer_split_and_stage_placement():

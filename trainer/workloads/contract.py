@@ -19,7 +19,10 @@ class Workload(Protocol):
     load_stats: dict | None  # how this rank's weights were filled (sharded loads), None when not measured
     attention_flops_per_pair: float | None  # attention's FLOPs per (query, key) position pair
     position_pairs: Callable[[dict], int] | None  # a batch's attention pairs at its own length; None: not counted
+    kernels: Any  # trainer.kernels.KernelChoice, set by the run before build_model (model.kernels)
+    compiled_blocks: int  # decoder blocks parallelize compiled (train.compile=blocks)
 
+    def model_type(self) -> str | None: ...  # the model family's name where fused kernels may apply
     def build_data(self, need_eval: bool) -> tuple[Any, Any]: ...
     def build_model(self) -> torch.nn.Module: ...
     def parallelize(self, model: torch.nn.Module, dims, device: torch.device,
@@ -41,6 +44,11 @@ class WorkloadDefaults:
     load_stats: dict | None = None
     attention_flops_per_pair: float | None = None
     position_pairs: Callable[[dict], int] | None = None
+    kernels: Any = None
+    compiled_blocks = 0
+
+    def model_type(self) -> str | None:  # no fused kernels for this family
+        return None
 
     @staticmethod
     def input_tokens(batch: dict) -> int:  # workloads without tokens (has_tokens False): never asked

@@ -46,6 +46,8 @@ class LlmLoraWorkload(WorkloadDefaults):
         self.loss_parallel = False  # set by parallelize: lm_head split over tp
         self.load_stats: dict | None = None  # set by parallelize: how this rank's weights were filled
         self.zero3 = None  # set by parallelize under ZeRO-3: DeepSpeed's partitioner (None: build whole)
+        self.kernels = None  # set by the run before build_model: trainer.kernels.KernelChoice
+        self.compiled_blocks = 0  # set by parallelize under train.compile=blocks
         path = recipe.model.path
         if path is not None:  # say "not a checkpoint" before any tokenizer error could hide it
             check_checkpoint(path, "checkpoint", "config.json, weights, tokenizer files")
@@ -78,6 +80,10 @@ class LlmLoraWorkload(WorkloadDefaults):
             return LlamaConfig(**fields)
         except Exception as exc:
             raise ModelError(f"model.config: not a valid Llama config: {exc}") from None
+
+    def model_type(self) -> str:
+        """The checkpoint's (or config's) model_type: which fused kernels apply (trainer/kernels.py)."""
+        return self._model_config().model_type
 
     def build_model(self) -> torch.nn.Module:
         """Base model (frozen) with LoRA adapters, on the meta device: no rank ever holds the whole
@@ -162,10 +168,21 @@ class LlmLoraWorkload(WorkloadDefaults):
             stages = pipe.stage_modules
         parts = []
         for m in stages:
-            # a pipeline stage hands plain tensors to the schedule: its lm_head stays whole
-            head = apply_tensor_parallel(m, dims, self.recipe.parallel.sequence_parallel and dims.layout.pp == 1,
-                                         shard_head=dims.layout.pp == 1)
+            # the documented order (docs/compile.md): tensor parallel, activation checkpointing (set when
+            # the model was built), compile, data parallel
+            # a pipeline stage's lm_head hands the schedule its vocabulary slice of the logits as a local
+            # tensor (trainer/pipeline.py rebuilds the split for loss_parallel); its final norm runs on a
+            # sequence slice where the norm is frozen and the sequence divides by tp
+            staged = dims.layout.pp > 1
+            frozen_norm = self.recipe.workload == "llm_lora"
+            head = apply_tensor_parallel(m, dims, self.recipe.parallel.sequence_parallel and not staged,
+                                         stage_head=staged, norm_sequence_parallel=staged and frozen_norm
+                                         and self.recipe.data.seq_len % dims.layout.tp == 0)
             self.loss_parallel = self.loss_parallel or head
+            if self.recipe.train.compile == "blocks":
+                from ..compile import compile_blocks
+
+                self.compiled_blocks += compile_blocks(m)
             if mode == "fsdp":  # FSDP2 shards meta parameters; each rank then fills only its shards
                 parts.append(self._materialize(apply_data_parallel(m, dims, mode, device, compute_dtype)))
             elif mode == "deepspeed" and self.recipe.parallel.zero_stage == 3:
@@ -179,6 +196,7 @@ class LlmLoraWorkload(WorkloadDefaults):
                 parts.append(apply_data_parallel(self._materialize(m), dims, mode, device, compute_dtype))
         if dims.layout.pp == 1:
             return parts[0]
+        pipe.vocab_parallel = self.loss_parallel
         pipe.build_schedule(parts)
         return StageList(parts, pipe)
 
@@ -213,6 +231,8 @@ class LlmLoraWorkload(WorkloadDefaults):
     def _summed_ce(self, model: torch.nn.Module, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
         """Summed next-token cross-entropy over answer tokens, and how many tokens it covers."""
         ids = batch["input_ids"]
+        if self.kernels is not None and self.kernels.fused_ce:
+            return self._fused_summed_ce(model, batch)
         # No padding mask: batches are right-padded and attention is causal, so real tokens never see
         # padding and padded positions carry no label - the loss is exact. Passing the mask would make
         # transformers test it on the host every forward (a device sync), and sequence parallelism needs
@@ -226,6 +246,17 @@ class LlmLoraWorkload(WorkloadDefaults):
         if hasattr(loss, "to_local"):  # loss-parallel: a replicated DTensor scalar
             loss = loss.to_local()
         return loss, (labels != IGNORE).sum()
+
+    def _fused_summed_ce(self, model: torch.nn.Module, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        """The same summed loss from liger's fused linear cross-entropy (trainer/kernels.py): through the
+        model's own forward (so DDP and FSDP2 see it), labels shifted inside it as above, and
+        num_items_in_batch=1, for which the causal-LM loss is the sum over labelled tokens (divided by 1).
+        skip_logits: no logits in evaluation either."""
+        ids = batch["input_ids"]
+        positions = torch.arange(ids.shape[1], device=ids.device).unsqueeze(0)
+        out = model(input_ids=ids, position_ids=positions, labels=batch["labels"], num_items_in_batch=1,
+                    skip_logits=True)
+        return out.loss.float(), (batch["labels"][:, 1:] != IGNORE).sum()
 
     def loss_sums(self, model: torch.nn.Module, batch: dict) -> dict:
         return {"loss": self._summed_ce(model, batch)[0]}

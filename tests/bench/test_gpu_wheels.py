@@ -1,0 +1,21 @@
+"""bench/gpu/wheel_reqs.py: the wheels the GPU image already has are dropped (the device machine carries
+64 MiB with the checkout), the rest are kept; torchvision is paired with the torch version. In-process."""
+from __future__ import annotations
+
+from bench.gpu import wheel_reqs
+
+
+def test_prune_keeps_only_what_the_gpu_image_lacks(tmp_path):
+    keep = ["liger_kernel-0.8.5-py3-none-any.whl", "datasets-5.2.0-py3-none-any.whl",
+            "torchvision-0.26.0-cp312-cp312-manylinux_2_28_x86_64.whl"]
+    drop = ["transformers-5.24.0-py3-none-any.whl", "nvidia_nccl_cu13-2.28.9-py3-none-manylinux_2_18_x86_64.whl",
+            "huggingface_hub-1.2.0-py3-none-any.whl", "numpy-2.3.5-cp312-cp312-manylinux_2_28_x86_64.whl"]
+    for name in keep + drop:
+        (tmp_path / name).write_bytes(b"x" * 1000)
+    removed, left = wheel_reqs.prune(str(tmp_path))
+    assert sorted(removed) == sorted(drop) and left == 3000
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(keep)
+
+
+def test_torchvision_pairs_with_torch():
+    assert wheel_reqs.TORCHVISION["2.11"] == "0.26" and wheel_reqs.TORCHVISION["2.13"] == "0.28"

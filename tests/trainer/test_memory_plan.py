@@ -1,0 +1,75 @@
+"""trainer/memory_plan.py: the dry run's memory estimate against the H100 measurements it was calibrated on
+(issue 30, 2026-11-27), how the layout divides it, and the lines `--dry-run` prints. No torch model."""
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import REPO, TINY
+from trainer.cli import main
+from trainer.config import load_recipe
+from trainer.layout import resolve_layout
+from trainer.memory_plan import GiB, activation_elements, plan
+
+BENCH = str(REPO / "bench" / "gpu" / "llama3_8b_shapes.yaml")
+
+
+def estimate(*overrides, world=1, path=BENCH):
+    recipe = load_recipe(path, list(overrides))
+    layout, problems = resolve_layout(recipe, world)
+    assert not problems
+    return plan(recipe, layout)
+
+
+@pytest.mark.parametrize("mbs, kernels, measured_gib", [(2, "none", 50.9), (2, "liger", 37.1), (4, "liger", 58.6)])
+def test_the_8b_lora_shape_is_within_3_percent_of_the_h100_peaks(mbs, kernels, measured_gib):
+    p = estimate(f"train.micro_batch_size={mbs}", f"train.global_batch_size={mbs}", f"model.kernels={kernels}")
+    assert p.total / GiB == pytest.approx(measured_gib, rel=0.03)
+    assert (p.logits == 0) == (kernels == "liger")  # no full-vocabulary logits with the fused cross-entropy
+
+
+def test_micro_batch_4_fits_80_gb_only_with_the_fused_kernels():
+    liger = estimate("train.micro_batch_size=4", "train.global_batch_size=4", "model.kernels=liger")
+    eager = estimate("train.micro_batch_size=4", "train.global_batch_size=4", "model.kernels=none")
+    assert "H100/A100 80 GB: fits" in liger.lines()[1] and "H100/A100 80 GB: does NOT fit" in eager.lines()[1]
+
+
+def test_liger_keeps_less_per_token_than_eager():
+    # Llama-3-8B: 15H + 4I + 4K = 122,880 elements eager, 10H + 3I + 3K = 87,040 with liger
+    assert activation_elements(4096, 14336, 1024, "none") == 122880
+    assert activation_elements(4096, 14336, 1024, "liger") == 87040
+
+
+def test_the_layout_divides_what_it_shards():
+    one = estimate("train.micro_batch_size=2", "train.global_batch_size=2", "model.kernels=none")
+    tp = estimate("train.micro_batch_size=2", "train.global_batch_size=2", "model.kernels=none", "parallel.tp=2",
+                  "parallel.data_parallel=replicate", world=2)
+    assert tp.weights == pytest.approx(one.weights / 2, rel=0.02) and tp.logits == one.logits / 2
+    fsdp = estimate("train.micro_batch_size=2", "train.global_batch_size=8", "parallel.data_parallel=fsdp",
+                    "parallel.dp=4", world=4)
+    assert fsdp.weights == pytest.approx(one.weights / 4, rel=0.01)
+    ac = estimate("train.micro_batch_size=2", "train.global_batch_size=2", "model.activation_checkpointing=true")
+    assert ac.activations_per_micro_batch < one.activations_per_micro_batch / 5
+    pipe = estimate("train.micro_batch_size=1", "train.global_batch_size=8", "parallel.pp=4",
+                    "parallel.data_parallel=replicate", world=4)
+    assert pipe.in_flight == 4 and "x 4 in flight" in pipe.lines()[0]
+
+
+def test_dry_run_prints_the_estimate_and_what_fits(capsys):
+    assert main([BENCH, "--dry-run"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    line = next(x for x in out if x.startswith("# memory per rank, estimated"))
+    assert "activations 42.5 GiB per micro-batch of 8,192 tokens (liger kernels), logits 0.0 GiB" in line
+    assert any(x.startswith("# with 2 GiB kept for CUDA and NCCL: ") for x in out)
+    assert main([TINY, "--dry-run"]) == 0 and "# memory per rank, estimated" in capsys.readouterr().out
+
+
+def test_a_checkpoint_not_readable_here_says_so(capsys):
+    assert main([str(REPO / "recipes" / "llama3_70b_lora.yaml"), "--dry-run", "--world-size", "64"]) == 0
+    assert ("# memory per rank: no estimate, the model's config.json is not readable here (/models/Meta-Llama-3-70B)"
+            in capsys.readouterr().out)
+
+
+def test_full_parameter_training_counts_fp32_master_weights_and_adamw_state():
+    p = estimate("model.kernels=none", path=str(REPO / "recipes" / "tiny_llama_full.yaml"))
+    assert p.weights == p.gradients == p.optimizer / 2 > 0  # 4 bytes each, AdamW's two fp32 moments
+    assert " MiB" in p.lines()[0]  # a tiny model in units that show it
