@@ -120,7 +120,9 @@ def free_port() -> int:
 
 
 def trainer_args(run: PlannedRun) -> list[str]:
-    return [run.workload.recipe, *run.workload.overrides, f"output_dir={run.dir}"]
+    config = [f"fabric.config.{k}={str(v).lower() if isinstance(v, bool) else v}"
+              for k, v in run.variant.fabric_config.items()]
+    return [run.workload.recipe, *run.workload.overrides, *config, f"output_dir={run.dir}"]
 
 
 def local_command(ev: Evaluation, run: PlannedRun) -> list[str]:
