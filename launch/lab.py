@@ -30,6 +30,7 @@ import time
 
 from telemetry.analysis import rates
 from telemetry.errors import HarnessError, OneLineParser, output_dir_problem, print_errors
+from telemetry.rundir import RUN_JSON
 
 SUBNET_BASE = "10.213"  # only ever assigned inside the lab's own namespaces
 IFACE = "fab0"
@@ -261,7 +262,7 @@ def run_in_lab(lab: Lab, nproc: int, recipe_args: list[str], output_dir: str, ti
         return 0
     # torchrun reports any worker failure as 1; the job's own exit code (2 = bad input) says more
     try:
-        with open(os.path.join(output_dir, "run.json"), encoding="utf-8") as f:
+        with open(os.path.join(output_dir, RUN_JSON), encoding="utf-8") as f:
             recorded = json.load(f).get("exit_code")
         if isinstance(recorded, int) and recorded != 0:
             return recorded

@@ -23,6 +23,7 @@ import sys
 import time
 from datetime import datetime, timezone
 
+from launch import link_counters as lc
 from telemetry.analysis import rates
 from telemetry.analysis import link_tests as lt
 from telemetry.errors import InputError, OneLineParser, output_dir_problem, print_errors
@@ -125,6 +126,13 @@ def run_links(args) -> dict:
     if args.tool == "iperf3" and devices != [None]:
         devices = [None] * len(devices)  # iperf3 streams go wherever routing sends them; one pair per entry
     os.makedirs(os.path.join(args.output, "raw"), exist_ok=True)
+    # host counters on both nodes and the switch exporter, before and after: the run's verdict and figures
+    nodes = {"server": args.server, "client": args.client} if args.counters else {}
+    before = {role: lc.snapshot(_prefix(args.exec, host)) for role, host in nodes.items()}
+    switch = None
+    if args.switch_metrics:
+        from telemetry.capture.switch_metrics import SwitchWatch
+        switch = SwitchWatch(args.switch_metrics)
     servers, links = [], []
     for i, dev in enumerate(devices):
         s_cmd, c_cmd = commands(args, i, dev)
@@ -161,8 +169,12 @@ def run_links(args) -> dict:
         both_ways = 2 if (link.get("result") or {}).get("bidirectional") else 1  # -b adds the two directions
         link["bidirectional"] = both_ways == 2
         link["percent_of_line"] = lt.percent_of_line(gbps, link["line_rate_gbps"] and link["line_rate_gbps"] * both_ways)
+    after = {role: lc.snapshot(_prefix(args.exec, host)) for role, host in nodes.items()}
+    counters = {role: {"node": host, **lc.node_result(before[role][0], after[role][0],
+                                                       before[role][1] or after[role][1])}
+                for role, host in nodes.items()}
     total = [link["gbps"] for link in links if link["gbps"] is not None]
-    return {"tool": args.tool, "server": args.server, "client": args.client, "server_addr": args.server_addr,
+    return {"counters": counters or None, "switch": switch.finish() if switch else None,"tool": args.tool, "server": args.server, "client": args.client, "server_addr": args.server_addr,
             "started": started, "duration_s": args.duration, "links": links,
             "aggregate_gbps": sum(total) if len(total) == len(links) else None,
             "aggregate_reason": None if len(total) == len(links) else "a link has no result"}
@@ -208,6 +220,9 @@ def parse_args(argv):
     p.add_argument("--line-rate", help="the link's line rate (100mbit, 400gbit...); default: the HCA's rate")
     p.add_argument("--timeout-s", type=int, default=60, help="grace beyond --duration before a side is killed")
     p.add_argument("--output", required=True, help="directory for linktest.json and the raw outputs")
+    p.add_argument("--no-counters", dest="counters", action="store_false",
+                   help="do not read the nodes' NIC/RDMA counters before and after the test")
+    p.add_argument("--switch-metrics", help="a switch exporter's Prometheus URL, read before and after the test")
     args = p.parse_args(argv)
     if args.tool not in TOOLS:
         raise LinkTestError(f"--tool: got {args.tool!r}; allowed: {', '.join(TOOLS)}")
@@ -230,6 +245,9 @@ def parse_args(argv):
                 raise rates.RateError(f"--line-rate: got {args.line_rate!r}; expected a rate such as 100mbit")
         except rates.RateError as exc:
             raise LinkTestError(str(exc).replace("--rate", "--line-rate")) from None
+    if args.switch_metrics and not re.match(r"^https?://", args.switch_metrics):
+        raise LinkTestError(f"--switch-metrics: got {args.switch_metrics!r}; expected an http:// or https:// URL "
+                            "of a Prometheus text endpoint")
     if args.exec and "{host}" not in args.exec:
         raise LinkTestError(f"--exec: got {args.exec!r}; it must name the node as {{host}}, e.g. 'ssh {{host}}'")
     if problem := output_dir_problem(args.output, "--output"):
@@ -283,6 +301,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"link {link['index']} {link['device'] or args.server_addr}:{link['port']}: {figure}")
     if result["aggregate_gbps"] is not None and len(result["links"]) > 1:
         print(f"all links at once: {result['aggregate_gbps']:.3f} Gb/s")
+    for role, r in (result["counters"] or {}).items():
+        print(lc.verdict_line(r["node"], role, r))
+    if result["switch"]:
+        print(lc.switch_line(result["switch"]))
     failed = [link for link in result["links"] if link.get("result") is None]
     return 1 if failed else 0
 

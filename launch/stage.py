@@ -468,9 +468,8 @@ def main(argv: list[str] | None = None) -> int:
         for line in exc.problems:
             print_errors(str(line))
         return 2
-    print("error: give RECIPE [key=value ...] --to DIR, or --verify DIR, or --check-layout KIND DIR (one of "
-          "them); see python -m launch.stage --help", file=sys.stderr)
-    return 2
+    return print_errors("give RECIPE [key=value ...] --to DIR, or --verify DIR, or --check-layout KIND DIR (one of "
+                        "them); see python -m launch.stage --help")
 
 
 if __name__ == "__main__":

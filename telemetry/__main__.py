@@ -1,6 +1,7 @@
 """python -m telemetry report RUN | compare [LABEL=]RUN ... --out DIR [--sweep LABEL=DIR] [--busbw-axis log|linear]
    [--line-rate LABEL=RATE] [--expect-transport LABEL=TRANSPORT] | project RUN [RUN ...] --rate RATE
    | nccl-tests FILE_OR_RUN [...] [--json OUT] [--csv OUT] | export RUN --to tensorboard,wandb,parquet,trace
+   | mllog RUN [--out FILE] [--org ORG] [--platform TEXT] [--no-check] | p2p RUN [--reference FILE]
    | watch RUN [--once] [--interval S]"""
 from __future__ import annotations
 
@@ -57,6 +58,17 @@ def main(argv: list[str] | None = None) -> int:
     nt.add_argument("inputs", nargs="+", help="nccl-tests output files, or sweep run directories")
     nt.add_argument("--json", default=None, help="write the JSON here (one object; a list for several inputs)")
     nt.add_argument("--csv", default=None, help="write one CSV row per table row here")
+    mll = sub.add_parser("mllog", help="write a run's :::MLLOG lines (MLPerf Training's log format) and check them "
+                         "with MLCommons' compliance checker")
+    mll.add_argument("run", help="a bert_pretraining, image_classification or llm_lora run directory")
+    mll.add_argument("--out", default=None, help="the file to write (default: RUN/mllog.txt)")
+    mll.add_argument("--org", default="fabric-harness", help="submission_org (default fabric-harness)")
+    mll.add_argument("--platform", default=None, help="submission_platform (default: hosts x devices from run.json)")
+    mll.add_argument("--no-check", dest="check", action="store_false", help="do not run the compliance checker")
+    p2p = sub.add_parser("p2p", help="a sweep's GPU pair matrix in p2pBandwidthLatencyTest's layout, with ratios "
+                         "against that sample's output from a reference system")
+    p2p.add_argument("run", help="a sweep run directory with sweep.ops including p2p_matrix")
+    p2p.add_argument("--reference", default=None, help="p2pBandwidthLatencyTest's output (a text file)")
     exp = sub.add_parser("export", help="write TensorBoard, W&B (offline), Parquet or trace files from a run directory")
     exp.add_argument("run")
     exp.add_argument("--to", required=True, help="comma-separated: tensorboard, wandb, parquet, trace")
@@ -92,6 +104,10 @@ def main(argv: list[str] | None = None) -> int:
             for p in result.get("projection") or []:
                 print(f"  projection {p['label']}: predicted {p['predicted_s']:.3f} s, measured {p['measured_s']:.3f} s "
                       f"({p['error'] * 100:+.1f}%)")
+        elif args.command == "p2p":
+            return _p2p(args)
+        elif args.command == "mllog":
+            return _mllog(args)
         elif args.command == "nccl-tests":
             return _nccl_tests(args)
         elif args.command == "export":
@@ -254,6 +270,46 @@ def _project(args) -> int:
             json.dump({"measured": {k: v for k, v in profile.items() if k != "ops"}, "ops": profile["ops"],
                        "projections": results}, f, indent=1)
     return 0
+
+
+def _p2p(args) -> int:
+    from telemetry.analysis import p2p_matrix as pm
+    m = pm.ours(args.run)
+    if m is None:
+        return print_errors(f"{args.run}: no p2p_matrix in collectives.json; allowed: a sweep run with "
+                            "sweep.ops including p2p_matrix (GPUs only)")
+    print(pm.render(m))
+    if args.reference:
+        try:
+            with open(args.reference, encoding="utf-8", errors="replace") as f:
+                ref = pm.parse_reference(f.read())
+        except OSError as exc:
+            return print_errors(f"--reference {args.reference}: {exc.strerror or exc}")
+        if not ref.get("bidirectional") and not ref.get("latency_gpu"):
+            return print_errors(f"--reference {args.reference}: no p2pBandwidthLatencyTest matrix in it")
+        rows = pm.ratios(m, ref)
+        widths = [max(len(str(c)) for c in col) for col in zip(pm.HEADER, *rows)]
+        print()
+        for r in [pm.HEADER] + rows:
+            print("  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip())
+    return 0
+
+
+def _mllog(args) -> int:
+    from telemetry.analysis.mllog_lines import MllogError, check, write
+    try:
+        result = write(args.run, args.out, args.org, args.platform)
+    except MllogError as exc:
+        return print_errors(str(exc))
+    print(f"wrote {result['path']}: {result['lines']} :::MLLOG lines, benchmark {result['benchmark']}, "
+          f"{result['evaluations']} evaluations")
+    if not args.check:
+        return 0
+    ok, said = check(result["path"], result["benchmark"])
+    last = [line for line in said.splitlines() if line.strip()][-3:]
+    print(f"compliance checker (training {result['ruleset']}, open division): {'SUCCESS' if ok else 'FAILED'}"
+          + ("" if ok else ": " + " | ".join(last)))
+    return 0 if ok else 1
 
 
 def _export(args) -> int:

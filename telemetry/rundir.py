@@ -117,6 +117,7 @@ RUN_FIELDS: tuple[Field, ...] = (
     Field(("status", "exit_code", "error"), "running, completed, target_reached, failed (exit 2 bad input, 1 fault), interrupted (130); the one error line"),
     Field(("start_time", "end_time", "duration_s", "attempt", "attempts"), "UTC ISO times; every attempt of a resumed run"),
     Field(("inventory",), "every host's GPU, driver, CUDA, NICs and firmware, OFED/rdma-core, OS, kernel, CPU, container image and GPU-to-NIC topology; each unknown null with a reason"),
+    Field(("fabric_config",), "what the fabric was: each of topology, oversubscription, routing, pfc_priority, ecn, dcqcn, switch_model, switch_os, nic_firmware, port_speed, fec with its value and source (recipe fabric.config, the hosts' NIC tools and sysfs, the switch exporter's labels) or null with the reason"),
     Field(("switch_metrics",), "switch counter deltas from the Prometheus endpoint `telemetry.switch_metrics_url`, read at start and end"),
     Field(("engine", "notes"), "runs recorded for another loop (NeMo, Lightning, Bridge): the engine, and what it could not provide"),
 )

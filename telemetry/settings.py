@@ -11,6 +11,9 @@ EXPORT_KINDS = ("tensorboard", "wandb", "parquet", "trace")  # written by teleme
 class TelemetrySettings:
     enabled: bool = True
     nccl_debug: bool = True  # NCCL_DEBUG=INFO into the run's logs/ (for the transport verdict)
+    # adds TUNING to NCCL_DEBUG_SUBSYS: rank 0 of each communicator logs the algorithm and protocol of every
+    # collective it launches (one line per call: the collective sweep turns it on; long training runs pay in log size)
+    nccl_tuning: bool = False
     cross_rank_every: int = 1  # steps between cross-rank reductions to rank 0; 0 = never
     # steps between exact medians across ranks (every rank's values go to rank 0); None: every cross-rank step up to
     # MEDIAN_EVERY_STEP_UP_TO ranks, every MEDIAN_EVERY_AT_SCALE steps above; 0 = never
@@ -26,9 +29,11 @@ class TelemetrySettings:
     export: list[str] = field(default_factory=list)
     link_probe_every: int = 5  # steps between link probes between hosts (telemetry/stragglers.py); 0 = never
     link_probe_bytes: int = 64 << 10
-    # whole-server power from each host's BMC (telemetry/capture/bmc_power.py): "ipmitool", a Redfish address
-    # (https://bmc-host), or None. Credentials: FABRIC_HARNESS_BMC_USER / FABRIC_HARNESS_BMC_PASSWORD, never here
-    bmc: str | None = None
+    # whole-server power from each host's BMC (telemetry/capture/bmc_power.py): "ipmitool" (each node's local
+    # BMC), a Redfish address template with {host} (https://{host}-bmc), a {host: address} map, one address
+    # (one BMC: read by the first host only), or None. Credentials: FABRIC_HARNESS_BMC_USER /
+    # FABRIC_HARNESS_BMC_PASSWORD, never here
+    bmc: str | dict | None = None
     bmc_chassis: str | None = None  # Redfish chassis Id; None: the first one the BMC lists with a power reading
     bmc_sample_interval_s: float = 1.0
     ethtool: bool = True  # PFC pause and port discard counters from ethtool -S (telemetry/capture/congestion.py)

@@ -134,11 +134,30 @@ TELEMETRY_EXPORTS = EXPORT_KINDS
 
 
 @dataclass
+class FabricSetup:
+    """What the fabric was, as the user states it (what no host can read); null = not stated. The hosts' own
+    readings (PFC/ECN per priority, NIC firmware, port speed, FEC) fill what is null, with their source, and
+    are shown beside a stated value that disagrees (telemetry/analysis/fabric_config.py)."""
+    topology: Optional[Literal["single-switch", "leaf-spine", "rail-optimized", "fat-tree", "dragonfly",
+                               "back-to-back", "other"]] = None
+    oversubscription: Optional[str] = None  # "1:1", "2:1" (uplink:downlink)
+    routing: Optional[Literal["ecmp", "dynamic-load-balancing", "adaptive-routing", "packet-spraying", "scheduled",
+                              "static"]] = None
+    pfc_priority: Optional[int] = None  # the lossless priority (0-7)
+    ecn: Optional[str] = None  # the switch's ECN marking thresholds, as configured ("kmin 150KB kmax 1500KB p 5%")
+    dcqcn: Optional[bool] = None
+    switch_model: Optional[str] = None
+    switch_os: Optional[str] = None
+    nic_firmware: Optional[str] = None
+
+
+@dataclass
 class FabricConfig:
     expect: Literal["any", "roce", "infiniband", "efa", "tcp", "tcpx", "intra-node"] = "any"
     # NCCL only: NVLink/P2P, shared memory and NVLS off before the process group starts, so that every byte
     # crosses the network; the NCCL log is then checked for channels that still went via P2P/SHM
     force_network: bool = False
+    config: FabricSetup = field(default_factory=FabricSetup)  # what the fabric was (docs/compare.md)
 
 
 @dataclass
@@ -275,6 +294,8 @@ def check_recipe(r: Recipe) -> list[str]:
     if not r.output_dir.strip():
         p.append("output_dir: empty; allowed: a directory path")
     p += within("distributed", r.distributed, ("timeout_s",), 1, TIMEOUT_MAX_S, " (7 days)")
+    if r.fabric.config.pfc_priority is not None:
+        p += within("fabric.config", r.fabric.config, ("pfc_priority",), 0, 7, " (an 802.1p priority)")
     if r.job == "sweep":
         from .sweep.recipe_checks import check_sweep
         return p + check_sweep(r.sweep) + _check_telemetry(r)
@@ -399,11 +420,15 @@ def _check_telemetry(r: Recipe) -> list[str]:
                  "up to 60")
     if tel.bmc_sample_interval_s <= 0:
         p.append(f"telemetry.bmc_sample_interval_s: got {tel.bmc_sample_interval_s}; expected a number > 0 (seconds)")
-    if tel.bmc is not None and tel.bmc != "ipmitool" and not str(tel.bmc).startswith(("http://", "https://")):
-        p.append(f"telemetry.bmc: got {tel.bmc!r}; allowed: ipmitool, an http:// or https:// Redfish address, or null")
-    elif tel.bmc is not None and "@" in str(tel.bmc).split("://", 1)[-1].split("/", 1)[0]:
-        p.append("telemetry.bmc: credentials in the address would be recorded; set FABRIC_HARNESS_BMC_USER and "
-                 "FABRIC_HARNESS_BMC_PASSWORD instead")
+    bmcs = tel.bmc.items() if isinstance(tel.bmc, dict) else [(None, tel.bmc)] if tel.bmc is not None else []
+    for host, spec in bmcs:
+        key = "telemetry.bmc" + (f".{host}" if host is not None else "")
+        if not isinstance(spec, str) or (spec != "ipmitool" and not spec.startswith(("http://", "https://"))):
+            p.append(f"{key}: got {spec!r}; allowed: ipmitool, an http:// or https:// Redfish address (with {{host}} "
+                     "for each host's own), a map of host names to addresses, or null")
+        elif "@" in spec.split("://", 1)[-1].split("/", 1)[0]:
+            p.append(f"{key}: credentials in the address would be recorded; set FABRIC_HARNESS_BMC_USER and "
+                     "FABRIC_HARNESS_BMC_PASSWORD instead")
     if tel.switch_metrics_url is not None and not str(tel.switch_metrics_url).startswith(("http://", "https://")):
         p.append(f"telemetry.switch_metrics_url: got {tel.switch_metrics_url!r}; expected an http:// or https:// "
                  "Prometheus metrics address, or null")

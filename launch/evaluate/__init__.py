@@ -14,7 +14,7 @@ from typing import Callable
 
 from .runner import (COMPLETE, EXIT_FAILED, EXIT_INPUT, EXIT_INTERRUPTED, EXIT_MISMATCH, EvaluateError,
                      SlurmAllocation, check_launcher, execute, lab_command, local_command, plan,
-                     read_status, resume_state, set_aside, setting, slurm_command, slurm_nproc, tail)
+                     read_run_field, read_status, resume_state, set_aside, setting, slurm_command, slurm_nproc, tail)
 from .spec import Evaluation
 from telemetry.analysis.transport_claims import check_transport
 from telemetry.errors import print_errors
@@ -24,19 +24,64 @@ Launch = Callable[[list, dict, str, float, bool], tuple]
 
 
 def _fabric(run_dir: str) -> dict | None:
-    try:
-        with open(os.path.join(run_dir, "run.json"), encoding="utf-8") as f:
-            return json.load(f).get("fabric")
-    except (OSError, json.JSONDecodeError):
-        return None
+    return read_run_field(run_dir, "fabric")
+
+
+def _launch_one(ev: Evaluation, run, alloc, launch: Launch, verbose: bool, say) -> dict:
+    """Start one run of the matrix in its own directory (an incomplete earlier attempt set aside first) and
+    wait for it; returns its exit code, duration and whether it timed out."""
+    aside = set_aside(run.dir)
+    if aside:
+        say(f"  an incomplete earlier attempt was moved to {aside}")
+    os.makedirs(run.dir)
+    with open(os.path.join(run.dir, "evaluate.json"), "w", encoding="utf-8") as f:
+        json.dump({"evaluation": ev.name, "variant": run.variant.name, "workload": run.workload.name,
+                   "repeat": run.repeat, "expect_transport": run.variant.expect_transport,
+                   "setting": setting(ev, run)}, f, indent=1)
+    env = {**os.environ, **run.variant.env, "PYTHONUNBUFFERED": "1"}
+    if ev.launcher == "local":
+        cmd = local_command(ev, run)
+    elif ev.launcher == "lab":
+        cmd = lab_command(ev, run)
+    else:
+        from .runner import free_port
+        cmd = slurm_command(ev, run, alloc.job_id if alloc else "JOB")
+        env.update(FH_NPROC=str(slurm_nproc(ev)), FH_RDZV_PORT=str(free_port()))
+    log = os.path.join(run.dir, "launch.log")
+    started = time.monotonic()
+    code, timed_out = launch(cmd, env, log, ev.options["timeout"] + 120, verbose)
+    return {"exit_code": code, "duration_s": round(time.monotonic() - started, 3), "timed_out": timed_out}
+
+
+def _judge(run, result: dict, say) -> None:
+    """The run's status from its run.json and, when complete, its transport check and metric; a failure
+    shows the launch log's last lines."""
+    from telemetry.analysis.evaluation_stats import run_metric
+
+    result["status"] = read_status(run.dir)
+    if result["status"] in COMPLETE:
+        result["check"] = check_transport(run.variant.expect_transport, _fabric(run.dir))
+        result["metric"] = run_metric(run.dir, run.workload.sweep)
+        c = result["check"]
+        used = f"{c['detected']}" + (f" over {', '.join(c['interfaces'])}" if c["interfaces"] else "")
+        note = {"ok": "ok", "mismatch": "TRANSPORT MISMATCH", "unknown": "not verified"}[c["verdict"]]
+        if result["action"] == "run":
+            say(f"  {result['status']} in {result['duration_s']:.1f} s; transport {used} (expected "
+                f"{c['expected']}): {note}" + (f": {c['reason']}" if c.get("reason") else ""))
+        elif c["verdict"] != "ok":
+            say(f"  transport {used} (expected {c['expected']}): {note}: {c['reason']}")
+    else:
+        why = "timed out" if result.get("timed_out") else f"exit {result['exit_code']}"
+        say(f"  FAILED ({why}, run.json status {result['status'] or 'missing'}); last lines of "
+            f"{os.path.join(run.dir, 'launch.log')}:")
+        for line in tail(os.path.join(run.dir, "launch.log")).splitlines():
+            print(f"    {line}", flush=True)
 
 
 def run_evaluation(ev: Evaluation, verbose: bool = False, dry_run: bool = False, launch: Launch | None = None,
                    render: bool = True) -> int:
     """Run what is missing of the matrix, then the summary; returns the exit code. `launch` replaces the real
     launcher (tests); `render` False skips the compare reports."""
-    from telemetry.analysis.evaluation_stats import run_metric
-
     from . import summary
 
     def say(msg: str) -> None:
@@ -87,45 +132,8 @@ def run_evaluation(ev: Evaluation, verbose: bool = False, dry_run: bool = False,
                     say(f"{where}: kept (completed earlier)")
                 else:
                     say(f"{where} ...")
-                    aside = set_aside(run.dir)
-                    if aside:
-                        say(f"  an incomplete earlier attempt was moved to {aside}")
-                    os.makedirs(run.dir)
-                    with open(os.path.join(run.dir, "evaluate.json"), "w", encoding="utf-8") as f:
-                        json.dump({"evaluation": ev.name, "variant": run.variant.name, "workload": run.workload.name,
-                                   "repeat": run.repeat, "expect_transport": run.variant.expect_transport,
-                                   "setting": setting(ev, run)}, f, indent=1)
-                    env = {**os.environ, **run.variant.env, "PYTHONUNBUFFERED": "1"}
-                    if ev.launcher == "local":
-                        cmd = local_command(ev, run)
-                    elif ev.launcher == "lab":
-                        cmd = lab_command(ev, run)
-                    else:
-                        from .runner import free_port
-                        cmd = slurm_command(ev, run, alloc.job_id if alloc else "JOB")
-                        env.update(FH_NPROC=str(slurm_nproc(ev)), FH_RDZV_PORT=str(free_port()))
-                    log = os.path.join(run.dir, "launch.log")
-                    started = time.monotonic()
-                    code, timed_out = launch(cmd, env, log, ev.options["timeout"] + 120, verbose)
-                    result.update(exit_code=code, duration_s=round(time.monotonic() - started, 3), timed_out=timed_out)
-                result["status"] = read_status(run.dir)
-                if result["status"] in COMPLETE:
-                    result["check"] = check_transport(run.variant.expect_transport, _fabric(run.dir))
-                    result["metric"] = run_metric(run.dir, run.workload.sweep)
-                    c = result["check"]
-                    used = f"{c['detected']}" + (f" over {', '.join(c['interfaces'])}" if c["interfaces"] else "")
-                    note = {"ok": "ok", "mismatch": "TRANSPORT MISMATCH", "unknown": "not verified"}[c["verdict"]]
-                    if result["action"] == "run":
-                        say(f"  {result['status']} in {result['duration_s']:.1f} s; transport {used} (expected "
-                            f"{c['expected']}): {note}" + (f": {c['reason']}" if c.get("reason") else ""))
-                    elif c["verdict"] != "ok":
-                        say(f"  transport {used} (expected {c['expected']}): {note}: {c['reason']}")
-                else:
-                    why = "timed out" if result.get("timed_out") else f"exit {result['exit_code']}"
-                    say(f"  FAILED ({why}, run.json status {result['status'] or 'missing'}); last lines of "
-                        f"{os.path.join(run.dir, 'launch.log')}:")
-                    for line in tail(os.path.join(run.dir, "launch.log")).splitlines():
-                        print(f"    {line}", flush=True)
+                    result.update(_launch_one(ev, run, alloc, launch, verbose, say))
+                _judge(run, result, say)
                 results.append(result)
                 summary.write_record(ev, record)
                 if result["action"] == "run":

@@ -21,6 +21,7 @@ from launch.lab import pump
 
 from .spec import Evaluation, Variant, Workload
 from telemetry.errors import InputError
+from telemetry.rundir import RUN_JSON
 
 COMPLETE = ("completed", "target_reached")
 # Exit codes: 0 all good; 1 a run or the report failed; 2 bad input; 3 a variant used another transport
@@ -62,12 +63,17 @@ def setting(ev: Evaluation, run: PlannedRun) -> dict:
             "recipe": run.workload.recipe, "overrides": redact_tree(list(run.workload.overrides))}
 
 
-def read_status(run_dir: str) -> str | None:
+def read_run_field(run_dir: str, key: str):
+    """One field of the run's run.json; None when it is missing or unreadable."""
     try:
-        with open(os.path.join(run_dir, "run.json"), encoding="utf-8") as f:
-            return json.load(f).get("status")
-    except (OSError, json.JSONDecodeError):
+        with open(os.path.join(run_dir, RUN_JSON), encoding="utf-8") as f:
+            return json.load(f).get(key)
+    except (OSError, json.JSONDecodeError, AttributeError):
         return None
+
+
+def read_status(run_dir: str) -> str | None:
+    return read_run_field(run_dir, "status")
 
 
 def resume_state(ev: Evaluation, runs: list[PlannedRun]) -> dict[int, str]:
@@ -114,7 +120,9 @@ def free_port() -> int:
 
 
 def trainer_args(run: PlannedRun) -> list[str]:
-    return [run.workload.recipe, *run.workload.overrides, f"output_dir={run.dir}"]
+    config = [f"fabric.config.{k}={str(v).lower() if isinstance(v, bool) else v}"
+              for k, v in run.variant.fabric_config.items()]
+    return [run.workload.recipe, *run.workload.overrides, *config, f"output_dir={run.dir}"]
 
 
 def local_command(ev: Evaluation, run: PlannedRun) -> list[str]:

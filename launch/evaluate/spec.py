@@ -6,6 +6,8 @@ loader (no torch is imported).
 """
 from __future__ import annotations
 
+import dataclasses
+
 import difflib
 import math
 import os
@@ -23,7 +25,7 @@ NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 TOP_KEYS = ("name", "launcher", "repeats", "out", "variants", "workloads", "local", "lab", "slurm")
-VARIANT_KEYS = ("name", "expect_transport", "env", "lab", "hosts")
+VARIANT_KEYS = ("name", "expect_transport", "env", "lab", "hosts", "fabric_config")
 VARIANT_LAB_KEYS = ("rate", "mtu", "nodes")
 WORKLOAD_KEYS = ("name", "recipe", "overrides")
 LAUNCHER_KEYS = {"local": ("nproc_per_node", "timeout"),
@@ -46,6 +48,8 @@ class Variant:
     env: dict[str, str] = field(default_factory=dict)
     lab: dict[str, Any] = field(default_factory=dict)  # rate, mtu, nodes (launcher lab)
     hosts: list[str] = field(default_factory=list)  # launcher slurm: the allocation's nodes to run on
+    # what this variant's fabric was (the recipe's fabric.config keys): given to its runs as overrides
+    fabric_config: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -175,7 +179,21 @@ def _variant(raw: Any, i: int, launcher: str, problems: list[str]) -> Variant | 
             problems.append(f"{path}.hosts: got {raw_hosts!r}; expected a non-empty list of Slurm node names")
         else:
             hosts = list(raw_hosts)
-    return Variant(name, expect if isinstance(expect, str) else "", env, lab, hosts)
+    fabric_config: dict[str, Any] = {}
+    if "fabric_config" in raw:
+        from trainer.config import FabricSetup
+        allowed = [f.name for f in dataclasses.fields(FabricSetup)]
+        raw_cfg = raw["fabric_config"]
+        if not isinstance(raw_cfg, dict):
+            problems.append(f"{path}.fabric_config: got {raw_cfg!r}; expected a mapping with keys {', '.join(allowed)}")
+        else:
+            _keys(raw_cfg, f"{path}.fabric_config", tuple(allowed), problems)
+            for k, v in raw_cfg.items():
+                if k in allowed and not isinstance(v, (str, int, float, bool)):
+                    problems.append(f"{path}.fabric_config.{k}: got {v!r}; expected a string, number or true/false")
+                elif k in allowed:
+                    fabric_config[k] = v
+    return Variant(name, expect if isinstance(expect, str) else "", env, lab, hosts, fabric_config)
 
 
 def _resolve(path: str, base: str) -> str | None:

@@ -7,8 +7,10 @@ import json
 import os
 import subprocess
 import sys
+from urllib.parse import quote
 
 from telemetry.analysis import evaluation_stats as st
+from telemetry.analysis.report import md_escape
 from telemetry.analysis.transport_claims import group_verdict
 
 from .spec import Evaluation
@@ -30,16 +32,12 @@ def variant_verdicts(ev: Evaluation, results: list[dict]) -> dict[str, dict]:
 def statistics(ev: Evaluation, results: list[dict]) -> dict:
     out = {}
     for w in ev.workloads:
-        values, by_round, metric = {}, {}, None
-        for v in ev.variants:
-            vals, rounds = [], {}
-            for r in results:
-                if r["workload"] == w.name and r["variant"] == v.name and (r.get("metric") or {}).get("value") is not None:
-                    vals.append(r["metric"]["value"])
-                    rounds[r["round"]] = r["metric"]["value"]
-                    metric = metric or {k: r["metric"][k] for k in ("name", "unit", "higher_is_better")}
-            values[v.name], by_round[v.name] = vals, rounds
-        out[w.name] = {"metric": metric, **st.summarize(values, by_round)}
+        mine = [r for r in results if r["workload"] == w.name and (r.get("metric") or {}).get("value") is not None]
+        metric = next(({k: r["metric"].get(k) for k in ("name", "unit", "higher_is_better")} for r in mine), None)
+        runs = [{"variant": r["variant"], "round": r["round"], "value": r["metric"]["value"], "index": r["index"]}
+                for r in mine]
+        out[w.name] = {"metric": metric, **st.summarize_runs(runs, [v.name for v in ev.variants],
+                                                              bool((metric or {}).get("higher_is_better")))}
     return out
 
 
@@ -123,20 +121,32 @@ def tables(ev: Evaluation, record: dict) -> list[tuple[str, list[str], list[list
         s = record["statistics"][w.name]
         m = s["metric"] or {"name": "metric", "unit": ""}
         many = any(d["n"] >= st.MIN_REPEATS_FOR_INTERVAL for d in s["variants"].values())
-        header = ["variant", f"{m['name']} ({m['unit']}), mean ± sd"] + (["MLPerf mean (best, worst dropped)"] if many else []) \
+        header = ["variant", f"{m['name']} ({m['unit']}), mean ± sd"] + (
+            ["MLPerf mean (best, worst dropped)", "95% interval of the mean"] if many else []) \
             + [f"vs {ev.variants[0].name}"]
         rows = []
         base = ev.variants[0].name
         for v in ev.variants:
             d = s["variants"][v.name]
             pair = next((p for p in s["differences"] if p["a"] == base and p["b"] == v.name), None)
-            rows.append([v.name, _fmt_stat(d)] + ([st.fmt(d["mlperf_mean"])] if many else [])
+            ci = d.get("mean_interval")
+            rows.append([v.name, _fmt_stat(d)] + ([st.fmt(d["mlperf_mean"]),
+                                                   f"[{st.fmt(ci[0])}, {st.fmt(ci[1])}]" if ci else "n/a"]
+                                                  if many else [])
                         + ["baseline" if v.name == base else _fmt_diff(pair)[0]])
         out.append((f"Workload {w.name} ({'collective sweep' if w.sweep else 'training'})", header, rows, [[""] * len(header)] * len(rows)))
         drows = [[f"{p['b']} vs {p['a']}", _fmt_diff(p)[0], _fmt_diff(p)[1]]
                  + (list(_fmt_diff(p["paired"])) if p.get("paired") else ["n/a", "n/a"]) for p in s["differences"]]
+        ranking = s.get("ranking") or []
+        if ranking:
+            rrows = [[str(r["rank"]), r["variant"], str(r["round"]), st.fmt(r["value"]), r["dropped"] or ""]
+                     for r in ranking]
+            out.append((f"Workload {w.name}: every run ranked, {'highest' if m.get('higher_is_better') else 'lowest'} "
+                        f"{m['name']} first", ["rank", "variant", "round", f"{m['name']} ({m['unit']})",
+                                               "left out of the olympic mean"], rrows, [[""] * 5] * len(rrows)))
         out.append((f"Workload {w.name}: differences between variants (95% intervals: Welch t over the runs, "
-                    "needs 5 runs each; paired t over the rounds, needs 5 rounds with both)",
+                    f"needs {st.MIN_REPEATS_FOR_INTERVAL} runs each; paired t over the rounds, needs "
+                    f"{st.MIN_REPEATS_FOR_INTERVAL} rounds with both)",
                     ["pair", "difference of means", "95% interval (Welch)", "mean difference per round",
                      "95% interval (paired by round)"], drows, [[""] * 5] * len(drows)))
     rows, classes = [], []
@@ -188,11 +198,11 @@ def write_pages(ev: Evaluation, record: dict) -> None:
     title = f"fabric-harness evaluation: {ev.name}"
     sub = (f"{len(ev.variants)} variants x {len(ev.workloads)} workloads x {ev.repeats} repeats, launcher "
            f"{ev.launcher}, interleaved rounds (variant order rotated each round)")
-    md = [f"# {title}\n", f"{sub}\n"]
+    md = [f"# {md_escape(title)}\n", f"{md_escape(sub)}\n"]
     body = [f"<h1>{html.escape(title)}</h1><p>{html.escape(sub)}</p>"]
     for cls, text in banners(record):
         mark = {"bad": "**[X] ", "unsure": "**[?] ", "good": "**[ok] "}[cls]
-        md.append(f"> {mark}{text}**\n")
+        md.append(f"> {mark}{md_escape(text)}**\n")
         body.append(f"<div class='banner {cls}'>{html.escape(text)}</div>")
     md.append("## Comparison reports\n")
     body.append("<h2>Comparison reports</h2><ul>")
@@ -201,17 +211,18 @@ def write_pages(ev: Evaluation, record: dict) -> None:
             rel = os.path.relpath(rep["html"], ev.out)
             rel_md = os.path.relpath(rep["md"], ev.out)
             note = f" (with the sweeps of workload {rep['sweep']})" if rep["sweep"] else ""
-            md.append(f"- {rep['workload']}{note}: [{rel_md}](<{rel_md}>)")
+            md.append(f"- {md_escape(rep['workload'] + note)}: [{md_escape(rel_md)}](<{quote(rel_md)}>)")
             body.append(f"<li>{html.escape(rep['workload'] + note)}: <a href='{html.escape(rel)}'>{html.escape(rel)}</a></li>")
         else:
-            md.append(f"- {rep['workload']}: none ({rep['error']})")
+            md.append(f"- {md_escape(rep['workload'])}: none ({md_escape(rep['error'])})")
             body.append(f"<li>{html.escape(rep['workload'])}: none ({html.escape(rep['error'])})</li>")
     md.append("")
     body.append("</ul>")
     for heading, header, rows, classes in tables(ev, record):
-        md += [f"## {heading}\n", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        md += [f"## {md_escape(heading)}\n", "| " + " | ".join(map(md_escape, header)) + " |",
+               "|" + "---|" * len(header)]
         for row, cls in zip(rows, classes):
-            md.append("| " + " | ".join(f"**{c}**" if k == "bad" and c else c.replace("|", "\\|")
+            md.append("| " + " | ".join(f"**{md_escape(c)}**" if k == "bad" and c else md_escape(c)
                                         for c, k in zip(row, cls)) + " |")
         md.append("")
         body.append(f"<h2>{html.escape(heading)}</h2><table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in header)

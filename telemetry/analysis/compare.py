@@ -12,18 +12,23 @@ import json
 import math
 import os
 import statistics
+from dataclasses import replace
 
 from telemetry import coverage
-from telemetry.analysis import compare_figures
+from telemetry.analysis import (compare_figures, congestion_summary, fabric_config, nccl_algorithms, normalised,
+                                power_table)
 from telemetry.analysis.compare_figures import rate_text, size_text, time_text
-from telemetry.analysis.fabric_summary import fabric_rows, line_rate_bps, workload_line, workload_rows
+from telemetry.analysis.fabric_summary import fabric_rows, workload_line, workload_rows
+from telemetry.analysis.line_rate import LineRate, job_line_rate, of_line_text
+from telemetry.analysis.line_rate import describe as describe_line_rate
+from telemetry.analysis.line_rate import parse_given as parse_given_line_rate
 from telemetry.analysis.projection import ProjectionError, combine_profiles, measured_profile, project
 from telemetry.analysis.repeats import merge_sweeps, spread
 from telemetry.analysis.report import fmt, fmt_bytes, partial_note, scope_label, summarize, write_documents
 from telemetry.analysis.runs import Run, RunError, given_twice, load_run, upgrade_sweep
 from telemetry.analysis.transport_claims import TRANSPORTS, check_transport, claim_problem, group_verdict
 from telemetry.errors import InputError
-from telemetry.analysis.inventory_summary import inventory_rows
+from telemetry.analysis.inventory_summary import hardware_warnings, inventory_rows
 
 # Recipe parts that legitimately differ between runs of one fabric comparison.
 IGNORED_KEYS = {"output_dir", "name", "recipe_path", "telemetry", "fabric", "distributed"}
@@ -184,12 +189,8 @@ def _vs(value, base) -> str:
     return "" if p is None else f" ({p * 100:+.1f}%, {_ratio(value, base)})"
 
 
-def _of_line(gbps, rate_bps) -> str:
-    if gbps is None or not rate_bps:
-        return ""
-    share = gbps * 8e9 / rate_bps
-    # above 100%: the rate is not the link the traffic crossed, or busbw counts intra-host hops too
-    return f"; {share * 100:.1f}% of line rate" + (" (ABOVE the line rate: check the rate)" if share > 1.05 else "")
+def _of_line(gbps, rate: LineRate | None) -> str:
+    return of_line_text(gbps, rate)
 
 
 def _sd_text(sd, text) -> str:
@@ -202,21 +203,21 @@ def _range_text(sizes) -> str:
     return f"{size_text(sizes[0])} - {size_text(sizes[-1])} ({len(sizes)} sizes)" if sizes else "none"
 
 
-def line_rates(groups: list, labels: list[str], given: dict[str, float] | None = None) -> list[tuple]:
-    """Per fabric (bits per second or None, where it comes from): --line-rate first, else what its runs
-    recorded (all its runs agreeing)."""
+def line_rates(groups: list, labels: list[str], given: dict[str, LineRate] | None = None) -> list[LineRate]:
+    """Per fabric, the NICs its job used per host x their rates (telemetry/analysis/line_rate.py):
+    --line-rate first, else what its runs recorded (all its runs agreeing)."""
     out = []
     for lab, group in zip(labels, groups):
-        found = [line_rate_bps(r) for r in group]
-        rates = {bps for bps, _ in found}
-        bps, why = found[0] if len(rates) == 1 else (None, "its runs differ in link rate")
+        found = [job_line_rate(r) for r in group]
+        rate = found[0] if len({f.total_bps for f in found}) == 1 else LineRate(None, 1, "its runs differ in link rate")
         if given and lab in given:
-            bps, why = given[lab], "--line-rate"
+            rate = given[lab]
         per_host = _ranks_per_host(group[0])
-        if bps and per_host and per_host > 1:
+        if rate.total_bps and per_host and per_host > rate.nics:
             # busbw counts every hop of the algorithm, the intra-host ones (NVLink, PCIe) too
-            why += f"; {per_host} ranks per host: busbw counts intra-host hops too, so it can exceed one link"
-        out.append((bps, why))
+            rate = replace(rate, why=rate.why + f"; {per_host} ranks per host: busbw counts intra-host hops too, so "
+                                                f"it can exceed {'one link' if rate.nics == 1 else 'the NICs'}")
+        out.append(rate)
     return out
 
 
@@ -229,7 +230,7 @@ def compare_sweeps(labels, groups, out, plt, busbw_axis: str = "log", rates: lis
                    ) -> tuple[list, list, list]:
     """groups: per fabric its sweeps (repeats: their mean and spread). Tables, figures, warnings."""
     merged = [merge_sweeps(g) for g in groups]
-    rates = rates or [(None, "unknown")] * len(labels)
+    rates = rates or [LineRate(None, 1, "unknown")] * len(labels)
     tables, figures, warnings = [], [], []
     ops = [op for op in merged[0]["ops"] if all(op in s["ops"] for s in merged)]
     if not ops:
@@ -276,7 +277,7 @@ def compare_sweeps(labels, groups, out, plt, busbw_axis: str = "log", rates: lis
         extra = [(lab, z) for lab, z in extra if z]
         cells = []
         base = None
-        for j, (g, (bps, _why)) in enumerate(zip(groups, rates)):
+        for j, (g, rate) in enumerate(zip(groups, rates)):
             st = spread(avg_busbw(s, op, common) for s in g)
             if st is None:
                 cells.append("n/a (no busbw at the common sizes)")
@@ -286,7 +287,7 @@ def compare_sweeps(labels, groups, out, plt, busbw_axis: str = "log", rates: lis
             text = rate_text(st["mean"]) + (f" ± {rate_text(st['sd'])} (n={st['n']})" if st["sd"] else "")
             if j:
                 text += _vs(st["mean"], base)
-            text += _of_line(st["mean"], bps)
+            text += _of_line(st["mean"], rate)
             cells.append(text)
         avg_rows.append([op, _range_text(common)] + cells)
         if extra:
@@ -302,11 +303,10 @@ def compare_sweeps(labels, groups, out, plt, busbw_axis: str = "log", rates: lis
     tables.append((title, ["collective", "common sizes", *labels], avg_rows))
 
     # against the line rate: peak and average busbw as a share of one link's rate
-    rate_rows = [["line rate"] + [f"{_fmt_bits(bps)} ({rate_text(bps / 8e9)}; {why})" if bps else f"unknown: {why}"
-                                  for bps, why in rates]]
+    rate_rows = [["line rate"] + [describe_line_rate(rate) for rate in rates]]
     for op in ops:
         cells = []
-        for s, (bps, _why) in zip(merged, rates):
+        for s, rate in zip(merged, rates):
             peak = max(((r["size"], b["busbw_GBps"]) for r in s["ops"][op]["rows"]
                         if (b := _best_block(r)) and b.get("busbw_GBps") is not None), key=lambda p: p[1],
                        default=None)
@@ -314,9 +314,11 @@ def compare_sweeps(labels, groups, out, plt, busbw_axis: str = "log", rates: lis
                 cells.append("n/a")
                 continue
             cells.append(f"{rate_text(peak[1])} at {size_text(peak[0])}"
-                         + (_of_line(peak[1], bps).replace("; ", ": ") if bps else ": % of line rate unknown"))
+                         + (_of_line(peak[1], rate).replace("; ", ": ", 1) if rate.total_bps
+                            else ": % of line rate unknown"))
         rate_rows.append([f"{op}: peak busbw"] + cells)
-    tables.append(("Bus bandwidth against the line rate (busbw x 8 / the rate of one link the traffic used)",
+    tables.append(("Bus bandwidth against the line rate (busbw x 8 / the rate of the links the traffic used on a "
+                   "host: its NICs x their rates)",
                    ["", *labels], rate_rows))
 
     lat_keys = [k for k in merged[0].get("latency_us", {}) if all(k in s.get("latency_us", {}) for s in merged)]
@@ -329,7 +331,7 @@ def compare_sweeps(labels, groups, out, plt, busbw_axis: str = "log", rates: lis
                                                     + (f" ({_pct(v, base) * 100:+.0f}%)" if j and base else "")
                                                     for j, (v, sd, s) in enumerate(zip(vals, sds, merged))])
     tables.append(("Small-message latency (us), change relative to the first run", ["test"] + labels, lat_rows))
-    gbps = [bps / 8e9 if bps else None for bps, _ in rates]
+    gbps = [r.total_bps / 8e9 if r.total_bps else None for r in rates]
     for op in ops:
         name = compare_figures.sweep_figure(plt, out, op, labels, merged, _best_block, busbw_axis, gbps)
         zeros = busbw_axis == "log" and any((b := _best_block(r)) and b.get("busbw_GBps") == 0
@@ -340,13 +342,6 @@ def compare_sweeps(labels, groups, out, plt, busbw_axis: str = "log", rates: lis
                         + ("; sizes whose busbw reads 0.00 (under 5 MB/s as nccl-tests prints it) are not drawn "
                            "on the log axis" if zeros else "")))
     return tables, figures, warnings
-
-
-def _fmt_bits(bps: float) -> str:
-    for unit, scale in (("Tbit/s", 1e12), ("Gbit/s", 1e9), ("Mbit/s", 1e6), ("kbit/s", 1e3)):
-        if bps >= scale:
-            return f"{bps / scale:.3g} {unit}"
-    return f"{bps:.3g} bit/s"
 
 
 # ---------------------------------------------------------------- training
@@ -537,13 +532,13 @@ def compare_training(groups, labels, out, plt, rates: list[tuple] | None = None)
               ("Loss-curve parity", ["", ""], [["verdict", parity["verdict"]],
                                                ["steps compared", str(parity["steps_compared"])]])]
     comm_ops = sorted({op for s in sums for op in s["comm"]})
-    rates = rates or [(None, "unknown")] * len(labels)
+    rates = rates or [LineRate(None, 1, "unknown")] * len(labels)
 
-    def comm_cell(c: dict, bps) -> str:
+    def comm_cell(c: dict, rate) -> str:
         busbw = c.get("busbw_GBps")
         return (fmt(c.get("time_per_step_s"), "s") + " / " + (rate_text(busbw) if busbw is not None else "n/a")
-                + _of_line(busbw, bps).replace(";", ",") + (" (partial)" if c.get("partial") else ""))
-    comm_rows = [[op] + [comm_cell(s["comm"].get(op) or {}, bps) for s, (bps, _) in zip(sums, rates)]
+                + _of_line(busbw, rate).replace("; ", ", ", 1) + (" (partial)" if c.get("partial") else ""))
+    comm_rows = [[op] + [comm_cell(s["comm"].get(op) or {}, rate) for s, rate in zip(sums, rates)]
                  for op in comm_ops]
     tables.append(("Communication per step: time / busbw (median), with the % of line rate where it is known",
                    ["collective", *labels], comm_rows))
@@ -759,7 +754,22 @@ def compare(paths: list[str], out: str, allow_mismatch: bool = False, sweeps: li
                 notes.append("collective sweeps left out: " + ", ".join(f"{lab} has none" for lab, f in
                                                                         zip(labels, found) if not f)
                              + " (give one with --sweep LABEL=DIR)")
-    facts = fabric_rows(groups) + inventory_rows(groups)
+    # NCCL's algorithm and protocol per collective and size, from the TUNING lines of each fabric's logs
+    sources = [[r.path for r in g] + [p if os.path.isdir(p) else os.path.dirname(p)
+                                      for p in (attached or {}).get(lab, [])] for lab, g in zip(labels, groups)]
+    if algo := nccl_algorithms.compare_section(labels, sources):
+        tables.append(algo)
+    tables += congestion_tables(labels, groups, sources, kinds[0])
+    power_dirs = [next((d for d in src if os.path.isfile(os.path.join(d, "collectives.json"))), "") for src in sources]
+    if any(power_dirs) and (power := power_table.table(labels, power_dirs)):
+        tables.append(power)
+    sums = data.get("summaries") or [None] * len(labels)
+    normal = normalised.table(labels, [normalised.figures([d for d in src if os.path.isdir(d)], sm, g[0].metrics)
+                                       for src, sm, g in zip(sources, sums, groups)])
+    if normal:
+        tables.append(normal)
+    inventory = inventory_rows(groups)
+    facts = fabric_rows(groups) + fabric_config.compare_rows([[r.info for r in g] for g in groups]) + inventory
     facts.append(["status"] + [" / ".join(dict.fromkeys(str(r.info.get("status")) for r in g)) for g in groups])
     claim_row, claim_warnings, verdicts = transport_claim_rows(labels, groups, claims)
     facts += claim_row
@@ -767,6 +777,7 @@ def compare(paths: list[str], out: str, allow_mismatch: bool = False, sweeps: li
     tables.insert(1, ("Workload", ["", *labels], work))
     warnings = claim_warnings + [w for r in runs
                                  if (w := ((r.info.get("fabric") or {}).get("expectation") or {}).get("warning"))]
+    warnings += hardware_warnings(labels, inventory)
     warnings += data.pop("warnings", [])
     warnings += sweep_warnings
     if problems:
@@ -779,12 +790,31 @@ def compare(paths: list[str], out: str, allow_mismatch: bool = False, sweeps: li
     result = {"labels": labels, "runs": paths, "groups": {lab: [r.path for r in g] for lab, g in zip(labels, groups)},
               **{k: v for k, v in data.items() if k != "summaries"}, "sweeps": attached,
               "figures": [n for n, _ in figures], "warnings": warnings,
-              "line_rates_bps": {lab: bps for lab, (bps, _) in zip(labels, rates)}, "busbw_axis": busbw_axis,
+              "line_rates_bps": {lab: r.total_bps for lab, r in zip(labels, rates)},
+              "line_rate_nics": {lab: r.nics for lab, r in zip(labels, rates)}, "busbw_axis": busbw_axis,
               "transport_checks": verdicts,
               "workload": {row[0]: dict(zip(labels, row[1:])) for row in work}}
     with open(os.path.join(out, "compare.json"), "w", encoding="utf-8") as f:
         json.dump(result, f, indent=1, default=lambda o: None if isinstance(o, float) and math.isnan(o) else str(o))
     return result
+
+
+def congestion_tables(labels: list[str], groups: list[list[Run]], sources: list[list[str]], kind: str) -> list:
+    """Congestion and loss per fabric (hosts' counters, the switch's), and per sweep size where recorded."""
+    rows = congestion_summary.compare_rows([[(r.path, r.info, r.metrics) for r in g] for g in groups])
+    out = [("Congestion and loss: summed over the hosts and the run (repeats: their mean); the switch's counter "
+            "deltas between the run's start and end", ["", *labels], rows)]
+    sweep_dirs = [next((d for d in src if os.path.isfile(os.path.join(d, "sweep.jsonl"))), "") for src in sources]
+    if any(sweep_dirs):
+        ops = sorted({o for d in sweep_dirs if d for (o, _) in congestion_summary.sweep_totals(d)})
+        for op in ops:
+            size_rows = congestion_summary.sweep_rows(labels, sweep_dirs, op)
+            if size_rows:
+                size_rows = [[size_text(int(r[0]))] + r[1:] for r in size_rows]
+                out.append((f"{op}: congestion and loss per size, summed over hosts (PFC pause frames received / "
+                            "ECN-marked packets / CNPs sent / drops, discards, retransmissions)",
+                            ["size", *labels], size_rows))
+    return out
 
 
 def _parse_claims(args: list[str], labels: list[str]) -> dict[str, str]:
@@ -824,9 +854,9 @@ def transport_claim_rows(labels: list[str], groups: list[list[Run]], claims: dic
     return [row], warnings, verdicts
 
 
-def _parse_line_rates(args: list[str], labels: list[str]) -> dict[str, float]:
-    """--line-rate LABEL=RATE (tc units: 100gbit, 400gbit, 5mbit) -> {label: bits per second}."""
-    from telemetry.analysis.rates import RateError, parse_rate
+def _parse_line_rates(args: list[str], labels: list[str]) -> dict[str, LineRate]:
+    """--line-rate LABEL=RATE or LABEL=NxRATE (tc units: 100gbit, 8x400gbit: N NICs per host) -> {label: rate}."""
+    from telemetry.analysis.rates import RateError
     out = {}
     for arg in args:
         lab, _, rate = arg.rpartition("=")
@@ -834,12 +864,12 @@ def _parse_line_rates(args: list[str], labels: list[str]) -> dict[str, float]:
             raise CompareError(f"--line-rate {arg}: expected LABEL=RATE with LABEL one of "
                                f"{', '.join(map(repr, labels))}")
         try:
-            bps = parse_rate(rate)
+            given = parse_given_line_rate(rate, "--rate")
         except RateError as exc:
             raise CompareError(str(exc).replace("--rate", f"--line-rate {lab}=")) from None
-        if bps is None:
+        if given.total_bps is None:
             raise CompareError(f"--line-rate {arg}: 'none' has no line rate; give a rate such as 100gbit")
-        out[lab] = bps
+        out[lab] = given
     return out
 
 

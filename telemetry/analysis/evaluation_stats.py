@@ -1,13 +1,18 @@
 """Statistics of an evaluation's repeats: one headline number per run, summarised per fabric variant.
 
-- mean and sample standard deviation of the repeats;
-- with 5 or more repeats, the MLPerf-style mean: the best and the worst run dropped, the rest averaged
-  (MLPerf Training scores a benchmark this way over its required runs);
-- with 5 or more repeats of both variants, a 95% interval of the difference of their means: Welch's
-  t-interval (unequal variances), as scipy.stats.ttest_ind(..., equal_var=False).confidence_interval gives it;
-- with 5 or more rounds in which both variants completed, the same difference paired by round: the mean of
-  the per-round differences with its paired t-interval (scipy.stats.ttest_rel). The runner interleaves
-  the variants within each round, so a drift of the hosts shared by a round's runs cancels in the pairs
+- the headline: a training run's time to train where its recipe sets a target (MLPerf Training's score:
+  from the first step's start to the step that reached it), else its median iteration time; a sweep's
+  all_reduce average bus bandwidth;
+- mean and sample standard deviation of the repeats, with the 95% t-interval of the mean (from 3 runs:
+  t(0.975, 2) = 4.30 makes it wide, but it says how far 3 runs pin the mean down);
+- from 3 repeats, the olympic mean as MLPerf Training scores a benchmark (training_rules.adoc, "Benchmark
+  results"): the fastest and the slowest run dropped, the rest averaged; and every run ranked, the two
+  dropped ones marked;
+- from 3 repeats of both variants, a 95% interval of the difference of their means: Welch's t-interval
+  (unequal variances), as scipy.stats.ttest_ind(..., equal_var=False).confidence_interval gives it;
+- from 3 rounds in which both variants completed, the same difference paired by round: the mean of the
+  per-round differences with its paired t-interval (scipy.stats.ttest_rel). The runner interleaves the
+  variants within each round, so a drift of the hosts shared by a round's runs cancels in the pairs
   instead of widening the interval.
 
 Imports no torch (analysis).
@@ -19,7 +24,7 @@ import math
 import os
 import statistics
 
-MIN_REPEATS_FOR_INTERVAL = 5
+MIN_REPEATS_FOR_INTERVAL = 3  # the olympic mean drops 2 runs: 3 is the fewest that leaves one
 
 
 def run_metric(run_dir: str, sweep: bool) -> dict:
@@ -41,23 +46,60 @@ def run_metric(run_dir: str, sweep: bool) -> dict:
         run = load_run(run_dir)
     except RunError as exc:
         return {"name": "iteration time", "unit": "s", "value": None, "reason": str(exc)}
+    from telemetry.analysis.compare import time_to_train
+    ttt = time_to_train(run)
+    if ttt is not None:  # a target in the recipe: scored as MLPerf scores it
+        return {"name": f"time to train ({ttt['target']})", "unit": "s", "value": ttt.get("seconds"),
+                "higher_is_better": False, "reason": ttt.get("why")}
     value = median([r.get("step_time_s") for r in run.timed_steps()])
     return {"name": "iteration time", "unit": "s", "value": value, "higher_is_better": False,
             "reason": None if value is not None else "no timed steps"}
 
 
-def mlperf_mean(values: list[float]) -> float | None:
-    """Mean with the best and the worst run dropped; None under 5 runs (MLPerf's rule needs enough runs)."""
+def olympic_mean(values: list[float]) -> float | None:
+    """MLPerf Training's score over a benchmark's runs: the fastest and the slowest dropped, the rest
+    averaged; None under 3 runs (nothing would be left)."""
     if len(values) < MIN_REPEATS_FOR_INTERVAL:
         return None
     kept = sorted(values)[1:-1]
     return sum(kept) / len(kept)
 
 
+mlperf_mean = olympic_mean  # the name evaluation.json has used
+
+
+def mean_interval(values: list[float]) -> list[float] | None:
+    """95% t-interval of the mean (scipy.stats.t); None under 3 values."""
+    n = len(values)
+    if n < MIN_REPEATS_FOR_INTERVAL:
+        return None
+    m, sd = statistics.fmean(values), statistics.stdev(values)
+    if sd == 0:
+        return [m, m]
+    from scipy import stats
+    half = float(stats.t.ppf(0.975, n - 1)) * sd / math.sqrt(n)
+    return [m - half, m + half]
+
+
 def describe(values: list[float]) -> dict:
     n = len(values)
     return {"n": n, "values": values, "mean": statistics.fmean(values) if n else None,
-            "sd": statistics.stdev(values) if n >= 2 else None, "mlperf_mean": mlperf_mean(values)}
+            "sd": statistics.stdev(values) if n >= 2 else None, "mlperf_mean": olympic_mean(values),
+            "mean_interval": mean_interval(values)}
+
+
+def rank_runs(runs: list[dict], higher_is_better: bool = False) -> list[dict]:
+    """Every run with a value, best first: {rank, variant, round, value, dropped}. `dropped` marks, per
+    variant, the fastest and the slowest run the olympic mean leaves out (from 3 runs of that variant)."""
+    ranked = sorted((r for r in runs if r.get("value") is not None), key=lambda r: r["value"],
+                    reverse=higher_is_better)
+    out = [{**r, "rank": i + 1, "dropped": None} for i, r in enumerate(ranked)]
+    for variant in dict.fromkeys(r["variant"] for r in out):
+        mine = [r for r in out if r["variant"] == variant]
+        if len(mine) >= MIN_REPEATS_FOR_INTERVAL:
+            mine[0]["dropped"] = "best of its variant (olympic mean)"
+            mine[-1]["dropped"] = "worst of its variant (olympic mean)"
+    return out
 
 
 def difference(a: list[float], b: list[float]) -> dict:
@@ -124,6 +166,14 @@ def summarize(values_by_variant: dict[str, list[float]],
                 pair["paired"] = paired_difference(rounds_by_variant.get(a, {}), rounds_by_variant.get(b, {}))
             pairs.append(pair)
     return {"variants": {n: describe(v) for n, v in values_by_variant.items()}, "differences": pairs}
+
+
+def summarize_runs(runs: list[dict], names: list[str], higher_is_better: bool = False) -> dict:
+    """summarize() from the runs ({variant, round, value}) with the ranking beside it."""
+    values = {n: [r["value"] for r in runs if r["variant"] == n and r.get("value") is not None] for n in names}
+    rounds = {n: {r["round"]: r["value"] for r in runs if r["variant"] == n and r.get("value") is not None}
+              for n in names}
+    return {**summarize(values, rounds), "ranking": rank_runs(runs, higher_is_better)}
 
 
 def fmt(value: float | None, digits: int = 4) -> str:

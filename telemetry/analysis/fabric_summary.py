@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 
+from telemetry.analysis.roce_summary import roce_fact
 from telemetry.analysis.runs import Run
 
 
@@ -138,6 +139,7 @@ def facts(run: Run) -> dict[str, str]:
     used = _used_interfaces(fab)
     return {"link rate": _link_rate(fab, used), "interfaces (MTU)": _interfaces(fab, used),
             "NCCL version": _nccl_version(run, fab), "transport; GPUDirect RDMA": _transport(fab),
+            "RoCE GID; traffic class": roce_fact(run),
             "hosts": _hosts(run), "devices": _devices(run), "duration": _duration(run)}
 
 

@@ -313,6 +313,64 @@ def efficiency_for(profile: dict) -> float:
     return LAB_EFFICIENCY[min(LAB_EFFICIENCY, key=lambda m: abs(m - mtu))]
 
 
+def _grow_groups(units: list[dict], n: int, n_new: int, node_ratio: float, links) -> None:
+    """Each unit's group size on the target: a group across nodes grows with the node count; one inside a
+    node keeps its size; the whole world's (no group) is the new world. And how many transfers share a node's
+    link at once, measured and on the target (sharing())."""
+    for u in units:
+        if u["group"] is None:
+            u["size_new"] = n_new
+        elif u["scope"] == "inter":
+            u["size_new"] = max(1, round(u["size"] * node_ratio))
+        else:
+            u["size_new"] = u["size"]
+        inter = u["group"] is not None and u["scope"] == "inter"
+        u["share_measured"] = sharing(n, u["size"], links) if inter else 1.0
+        u["share_new"] = sharing(n_new, u["size_new"], links) if inter else 1.0
+
+
+def _add_unit(per_op: dict, by_group: dict, u: dict, figures: dict) -> None:
+    """One unit's bytes and times added to its collective's and its group's totals."""
+    o = per_op.setdefault(u["op"], {k: 0 if k == "bytes" else 0.0 for k in figures})
+    for k, v in figures.items():
+        o[k] += v
+    if u["group"] is not None:
+        g = by_group.setdefault(u["group"], {"dim": u.get("dim"), "scope": u["scope"], "size": u["size"],
+                                             "size_new": u["size_new"], "on_target_link": u["scope"] == "inter",
+                                             "link_sharing": u["share_new"],
+                                             **{k: 0 if k == "bytes" else 0.0 for k in figures if k != "fixed_s"}})
+        for k, v in figures.items():
+            if k != "fixed_s":
+                g[k] += v
+
+
+def _step_times(profile: dict, comm_new: float, comm_range: dict, compute_scale: float, cpu_shared: float) -> dict:
+    """The predicted step from the predicted communication: compute scaled, what communication hides behind
+    it, and the interval's ends."""
+    comm, exposed = profile["comm_time_s"], profile["exposed_s"]
+    # Communication can hide behind the compute that runs while it is in flight: at least what was hidden
+    # in the measured run, at most the backward compute after the first asynchronous call (the overlap
+    # window). What does not fit is exposed, and so is, at the least, the measured exposed tail (the last
+    # calls, issued when nothing is left to compute) stretched as communication stretches.
+    window = max(comm - exposed, (profile.get("overlap_window_s") or 0.0) * compute_scale)
+    tail = exposed / comm if comm > 0 else 1.0
+
+    def exposed_at(c: float) -> float:
+        return max(c - window, c * tail, 0.0)
+
+    # each rank's share of the batch scales its forward and backward, not a replicated optimizer step
+    optimizer = min(profile.get("optimizer_s") or 0.0, profile["step_time_s"] - exposed) if compute_scale != 1 else 0.0
+    alone = (profile["step_time_s"] - exposed - optimizer) * compute_scale + optimizer
+    # lab nodes on one host: more ranks than cores time-share them
+    compute = alone * cpu_shared
+    exposed_new = exposed_at(comm_new)
+    step = compute + exposed_new
+    q_lo, q_hi = profile.get("step_spread") or (1.0, 1.0)
+    low = alone * q_lo + exposed_at(comm_range["fast"])
+    high = compute * q_hi + exposed_at(comm_range["slow"])
+    return {"step": step, "compute": compute, "window": window, "exposed": exposed_new, "low": low, "high": high}
+
+
 def project(profile: dict, link_bps: float | None, latency_s: float = 0.0,
             efficiency: float | None = None, burst_bytes: float = 0.0, nodes: int | None = None,
             busbw_table: dict | None = None, intra_bps: float | None = None) -> dict:
@@ -340,18 +398,7 @@ def project(profile: dict, link_bps: float | None, latency_s: float = 0.0,
     measured_Bps = profile["link_bps"] / 8 * efficiency if profile["link_bps"] else None
     idle = profile["step_time_s"] - profile["comm_time_s"]
     units = _units(profile)
-    for u in units:  # a group across nodes grows with the node count; one inside a node keeps its size
-        if u["group"] is None:
-            u["size_new"] = n_new
-        elif u["scope"] == "inter":
-            u["size_new"] = max(1, round(u["size"] * nodes / nodes_measured))
-        else:
-            u["size_new"] = u["size"]
-    links = profile.get("links_per_node")
-    for u in units:  # transfers sharing a node's link at once: the link carries all of them (sharing())
-        inter = u["group"] is not None and u["scope"] == "inter"
-        u["share_measured"] = sharing(n, u["size"], links) if inter else 1.0
-        u["share_new"] = sharing(n_new, u["size_new"], links) if inter else 1.0
+    _grow_groups(units, n, n_new, nodes / nodes_measured, profile.get("links_per_node"))
     wires = [u["bytes"] * bus_factor(u["op"], u["size"]) * u["share_measured"] for u in units]
     # only inter-node traffic went over the measured run's (shaped) links and goes over the target's
     total = sum(w for u, w in zip(units, wires) if u["scope"] == "inter") or 1.0
@@ -403,48 +450,17 @@ def project(profile: dict, link_bps: float | None, latency_s: float = 0.0,
                 return (fixed + w if measured_Bps else max(fixed, w)) + latency_s * calls
             t_new = carried(on_wire)
             lo_w, hi_w = on_wire / lo_eff, on_wire / hi_eff
-        o = per_op.setdefault(op, {"bytes": 0, "wire_bytes": 0.0, "measured_s": 0.0, "fixed_s": 0.0, "wire_s": 0.0,
-                                   "predicted_s": 0.0})
-        for k, v in (("bytes", u["bytes"]), ("wire_bytes", wire_target), ("measured_s", u["time_s"]),
-                     ("fixed_s", fixed), ("wire_s", on_wire), ("predicted_s", t_new)):
-            o[k] += v
-        if u["group"] is not None:
-            g = by_group.setdefault(u["group"], {"dim": u.get("dim"), "scope": u["scope"], "size": u["size"],
-                                                 "size_new": u["size_new"], "on_target_link": u["scope"] == "inter",
-                                                 "link_sharing": u["share_new"],
-                                                 "bytes": 0, "wire_bytes": 0.0, "measured_s": 0.0, "wire_s": 0.0,
-                                                 "predicted_s": 0.0})
-            for k, v in (("bytes", u["bytes"]), ("wire_bytes", wire_target), ("measured_s", u["time_s"]),
-                         ("wire_s", on_wire), ("predicted_s", t_new)):
-                g[k] += v
+        _add_unit(per_op, by_group, u, {"bytes": u["bytes"], "wire_bytes": wire_target, "measured_s": u["time_s"],
+                                        "fixed_s": fixed, "wire_s": on_wire, "predicted_s": t_new})
         comm_new += t_new
         wire_new += on_wire if u["scope"] == "inter" else 0.0
         comm_range["slow"] += carried(lo_w)
         comm_range["fast"] += carried(hi_w)
-    comm, exposed = profile["comm_time_s"], profile["exposed_s"]
-    # Communication can hide behind the compute that runs while it is in flight: at least what was hidden
-    # in the measured run, at most the backward compute after the first asynchronous call (the overlap
-    # window). What does not fit is exposed, and so is, at the least, the measured exposed tail (the last
-    # calls, issued when nothing is left to compute) stretched as communication stretches.
-    window = max(comm - exposed, (profile.get("overlap_window_s") or 0.0) * compute_scale)
-    tail = exposed / comm if comm > 0 else 1.0
-
-    def exposed_at(c: float) -> float:
-        return max(c - window, c * tail, 0.0)
-
-    # each rank's share of the batch scales its forward and backward, not a replicated optimizer step
-    optimizer = min(profile.get("optimizer_s") or 0.0, profile["step_time_s"] - exposed) if compute_scale != 1 else 0.0
-    alone = (profile["step_time_s"] - exposed - optimizer) * compute_scale + optimizer
-    # lab nodes on one host: more ranks than cores time-share them
-    compute = alone * cpu_shared
-    exposed_new = exposed_at(comm_new)
-    step = compute + exposed_new
-    q_lo, q_hi = profile.get("step_spread") or (1.0, 1.0)
-    low = alone * q_lo + exposed_at(comm_range["fast"])
-    high = compute * q_hi + exposed_at(comm_range["slow"])
+    t = _step_times(profile, comm_new, comm_range, compute_scale, cpu_shared)
+    step, compute, window, exposed_new = t["step"], t["compute"], t["window"], t["exposed"]
     # what the target's links add to the step: under NEGLIGIBLE of it, no faster fabric helps measurably
     negligible = wire_new < NEGLIGIBLE * step
-    return {"step_time_s": step, "interval_s": (min(low, step), max(high, step)), "comm_time_s": comm_new,
+    return {"step_time_s": step, "interval_s": (min(t["low"], step), max(t["high"], step)), "comm_time_s": comm_new,
             "wire_s": wire_new, "fixed_s": comm_new - wire_new, "compute_s": compute, "hidden_s": window,
             "comm_share": exposed_new / step if step else None, "negligible": negligible,
             "link_bps": link_bps, "latency_s": latency_s, "efficiency": efficiency, "by_op": per_op,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import html
 import os
+import re
 import statistics
 from urllib.parse import quote
 
@@ -320,15 +321,20 @@ def group_rows(s: dict) -> tuple[str, list[str], list[list[str]]] | None:
 
 
 # Markdown's inline syntax (and raw HTML, which Markdown passes through): run names, paths, host names and
-# other recorded text are shown as text, as html.escape does for the HTML report. Underscores are left as
-# they are (inside words they are not emphasis, and collective names are full of them); $ stops math
-# renderers; line breaks would end a table row or start a heading (so # and ! need no escape mid-line).
-_MD_SPECIAL = str.maketrans({c: "\\" + c for c in "\\`*[]|$~"} | {"<": "&lt;", ">": "&gt;", "&": "&amp;",
-                                                                        "\n": " ", "\r": " "})
+# other recorded text are shown as text, as html.escape does for the HTML report, and the .md file stays
+# plain text for a reader of the file: "->" is written as it is, not as "-&gt;". A backslash before ASCII
+# punctuation is CommonMark's escape (spec 2.4); only what would start markup is escaped: a "<" that opens a
+# tag or autolink, an "&" that spells an entity. Underscores are left as they are (inside words they are not
+# emphasis, and collective names are full of them); $ stops math renderers; line breaks would end a table
+# row or start a heading (so # and ! need no escape mid-line, and > only quotes at the start of a line).
+_MD_SPECIAL = str.maketrans({c: "\\" + c for c in "\\`*[]|$~"} | {"\n": " ", "\r": " "})
+_MD_TAG = re.compile(r"<(?=[A-Za-z/!?])")
+_MD_ENTITY = re.compile(r"&(?=#?[0-9A-Za-z]+;)")
 
 
 def md_escape(text) -> str:
-    return str(text).translate(_MD_SPECIAL)
+    out = str(text).translate(_MD_SPECIAL)
+    return _MD_ENTITY.sub(r"\\&", _MD_TAG.sub(r"\\<", out))
 
 
 def _md_table(header, rows) -> str:
@@ -501,6 +507,12 @@ def write_report(run_path: str, out: str | None = None) -> dict:
                else None)
     from telemetry.analysis.flight_recorder import section as flight_recorder  # a hung or timed-out run's dumps
     hang = flight_recorder(run_path)
+    from telemetry.analysis.nccl_algorithms import run_section as nccl_algorithms  # NCCL's TUNING lines
+    algo = nccl_algorithms(run_path)
+    from telemetry.analysis.fabric_config import report_section as fabric_config  # what the fabric was
+    config = fabric_config(run.info) if "nccl_tests" not in run.info else None
     write_documents(out, "report", title, f"Run directory: {os.path.abspath(run_path)}",
-                    [w for w in (warning, partial) if w], tables(s) + ([hang] if hang else []), figures)
+                    [w for w in (warning, partial) if w],
+                    tables(s) + ([config] if config else []) + ([algo] if algo else []) + ([hang] if hang else []),
+                    figures)
     return {"out": out, "summary": s, "figures": [n for n, _ in figures]}

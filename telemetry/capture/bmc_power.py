@@ -221,6 +221,29 @@ class RedfishSource:
         return self._parse(self._get(self.path))
 
 
+def bmc_for_host(spec, host: str, first_host: bool, hosts: int | None = None) -> tuple[str | None, str | None]:
+    """This host's BMC address from telemetry.bmc, so that each BMC is read once, by its own node:
+    'ipmitool' (every node its local BMC), a template with {host} (https://{host}-bmc), a {host: address}
+    map (the host as `hostname` says, or its short name), or one address. One address on a job of several
+    hosts is one BMC: only the first host reads it, the others say why. (address, None) or (None, reason)."""
+    if not spec:
+        return None, "telemetry.bmc is not set"
+    short = host.split(".")[0]
+    if isinstance(spec, dict):
+        address = spec.get(host) or spec.get(short)
+        if not address:
+            return None, f"telemetry.bmc has no address for host {host} (its map names {', '.join(sorted(spec))})"
+        return str(address), None
+    if spec == "ipmitool":
+        return spec, None
+    if "{host}" in spec:
+        return spec.format(host=short), None
+    if hosts is not None and hosts > 1 and not first_host:
+        return None, (f"telemetry.bmc is one address for {hosts} hosts: one BMC, read by the first host only; give a "
+                      "{host} template or a host -> address map to read every server's own")
+    return spec, None
+
+
 def open_bmc_source(spec: str | None, chassis: str | None = None):
     """`spec`: 'ipmitool', a Redfish base URL (http:// or https://), or None (no BMC)."""
     if not spec:

@@ -9,6 +9,7 @@ import os
 import socket
 import struct
 
+from telemetry.capture import roce
 from telemetry.capture.counters import list_hcas, list_interfaces
 from telemetry.capture.environment import host_info, redacted_env
 from telemetry.capture.nccl_log import parse_dir
@@ -18,12 +19,13 @@ NCCL_LOG_PATTERN = "nccl.%h.%p.log"
 _SIOCGIFADDR = 0x8915
 
 
-def configure_nccl_logging(log_dir: str, environ=os.environ) -> dict:
+def configure_nccl_logging(log_dir: str, environ=os.environ, tuning: bool = False) -> dict:
     """Point NCCL's INFO log into the run directory, unless the user already chose their own settings.
+    tuning: TUNING too (the algorithm and protocol of each collective, telemetry/analysis/nccl_algorithms.py).
 
     Must run before the process group is created: NCCL reads these once, at init.
     """
-    wanted = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET,GRAPH,ENV",
+    wanted = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET,GRAPH,ENV" + (",TUNING" if tuning else ""),
               "NCCL_DEBUG_FILE": os.path.join(os.path.abspath(log_dir), NCCL_LOG_PATTERN)}
     applied = {}
     for key, value in wanted.items():
@@ -159,6 +161,7 @@ def describe(backend: str, nccl_version: str | None, sysfs: str = "/sys", enviro
     interfaces = list_interfaces(sysfs)
     info = {"backend": backend, "nccl_version": nccl_version, "environment": redacted_env(environ),
             "interfaces": interfaces, "hcas": list_hcas(sysfs), "transport": None, "nccl": None}
+    info["roce"] = roce.describe(sysfs, info["hcas"])  # GID types and traffic class of the RoCE ports
     if environ.get("FABRIC_HARNESS_LAB"):  # launched by launch.lab: the emulated links' description
         try:
             info["lab"] = json.loads(environ["FABRIC_HARNESS_LAB"])

@@ -16,6 +16,7 @@ import re
 import shutil
 import subprocess
 
+from telemetry.capture import host_hardware, nic_qos
 GPU_QUERY = "name,driver_version,vbios_version,pci.bus_id,uuid"
 # NGC containers' own release variables: (variable, image it implies or None)
 NGC_RELEASES = (("NVIDIA_PYTORCH_VERSION", "nvcr.io/nvidia/pytorch:{}-py3"),
@@ -173,6 +174,9 @@ def collect(root: str = "/", run=subprocess.run, env: dict | None = None, interf
         reasons["cpu_model"] = "no model name in /proc/cpuinfo"
     inv["cpu_count"] = os.cpu_count()
     inv["container"] = _container(root, env, reasons)
+    hardware, why = host_hardware.collect(root, run, inv["gpus"], inv["nics"])  # DMI, memory, PCIe, optics
+    inv.update(hardware)
+    reasons.update(why)
     inv["reasons"] = reasons
     return inv
 
@@ -199,6 +203,7 @@ def _nics(root: str, run, interfaces: list[str] | None, reasons: dict) -> list[d
         dev = by_netdev.get(name)
         if dev:
             nic.update(_rdma(ib, dev))
+        nic["qos"] = nic_qos.collect(name, os.path.join(root, "sys"), run)  # FEC, PFC, ECN, speed
         out.append(nic)
     for dev in rdma_only:  # an InfiniBand HCA whose netdev (IPoIB) is absent
         out.append({"interface": None, "driver": None, "driver_version": None, "firmware": None, "bus_info": None,

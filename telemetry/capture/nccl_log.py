@@ -111,27 +111,56 @@ class _State:
         self.mnnvl: bool | None = None
 
 
+def _feed_connection(st: _State, line: str) -> bool:
+    """A connection line (`Channel 00/0 : 0[0] -> 1[1] via NET/IB/0`) or a CollNet one; True when it was."""
+    # match at the word Channel/Ring rather than searching the whole line: most lines are these
+    at = max(line.rfind("Channel "), line.rfind("Ring "))
+    if at >= 0 and (m := _CONNECTION.match(line, at + (8 if line.startswith("Channel ", at) else 5))):
+        kind, net, dev, gdr = _connection_kind(m.group(3))
+        st.kinds[kind] += 1
+        if net is not None:
+            st.net_names.add(net)
+            st.net_dev_used.add(dev)
+            st.gdr_conn[gdr] += 1
+        elif kind in ("P2P", "SHM"):
+            st.local_edges.add((m.group(1), m.group(2)))
+            if kind == "P2P" and m.group(3).startswith("P2P/MNNVL"):
+                st.mnnvl = True
+        return True
+    if m := _COLLNET.search(line):
+        st.collnet[f"COLLNET/{m.group(1)}"] += 1
+        st.collnet_gdr[bool(m.group(3))] += 1
+        st.collnet_dev.add(int(m.group(2)))
+        return True
+    return False
+
+
+def _feed_net_devices(st: _State, line: str) -> bool:
+    """NCCL's NET/Socket or NET/IB device list; True when the line was one."""
+    if "NET/Socket" in line and "Using" in line:
+        for idx, ifname, addr in _SOCKET_DEVICE.findall(line):
+            st.socket_devices[ifname] = {"index": int(idx), "interface": ifname, "address": addr}
+        return True
+    devices = _IB_DEVICE.findall(line)
+    if devices:
+        merged = {int(i): set(re.findall(r"\] ?([\w.\-]+):\d+/", body)) for i, body in _MERGED.findall(line)}
+        for idx, dev, port, link, sharp in devices:
+            st.ib_devices[(dev, int(port))] = {"index": int(idx), "device": dev, "port": int(port),
+                                               "link_layer": "RoCE" if link == "RoCE" else "InfiniBand",
+                                               "sharp": bool(sharp)}
+            if not merged:
+                st.dev_by_index.setdefault(int(idx), set()).add(dev)
+        for idx, names in merged.items():
+            st.dev_by_index.setdefault(idx, set()).update(names)
+        if m := _OOB.search(line):
+            st.oob = m.group(1)
+        return True
+    return False
+
+
 def _feed(st: _State, line: str) -> None:
-    if "via " in line:
-        # match at the word Channel/Ring rather than searching the whole line: most lines are these
-        at = max(line.rfind("Channel "), line.rfind("Ring "))
-        if at >= 0 and (m := _CONNECTION.match(line, at + (8 if line.startswith("Channel ", at) else 5))):
-            kind, net, dev, gdr = _connection_kind(m.group(3))
-            st.kinds[kind] += 1
-            if net is not None:
-                st.net_names.add(net)
-                st.net_dev_used.add(dev)
-                st.gdr_conn[gdr] += 1
-            elif kind in ("P2P", "SHM"):
-                st.local_edges.add((m.group(1), m.group(2)))
-                if kind == "P2P" and m.group(3).startswith("P2P/MNNVL"):
-                    st.mnnvl = True
-            return
-        if m := _COLLNET.search(line):
-            st.collnet[f"COLLNET/{m.group(1)}"] += 1
-            st.collnet_gdr[bool(m.group(3))] += 1
-            st.collnet_dev.add(int(m.group(2)))
-            return
+    if "via " in line and _feed_connection(st, line):
+        return
     if "NCCL version" in line and "compiled with" not in line:
         if m := _VERSION.search(line):
             st.versions.add(m.group(1))
@@ -170,25 +199,8 @@ def _feed(st: _State, line: str) -> None:
         elif h := _GDR_HCA.search(what):  # what one HCA supports
             st.gdr_hca[h.group(2)] = on
         return
-    if "NET/" in line:
-        if "NET/Socket" in line and "Using" in line:
-            for idx, ifname, addr in _SOCKET_DEVICE.findall(line):
-                st.socket_devices[ifname] = {"index": int(idx), "interface": ifname, "address": addr}
-            return
-        devices = _IB_DEVICE.findall(line)
-        if devices:
-            merged = {int(i): set(re.findall(r"\] ?([\w.\-]+):\d+/", body)) for i, body in _MERGED.findall(line)}
-            for idx, dev, port, link, sharp in devices:
-                st.ib_devices[(dev, int(port))] = {"index": int(idx), "device": dev, "port": int(port),
-                                                   "link_layer": "RoCE" if link == "RoCE" else "InfiniBand",
-                                                   "sharp": bool(sharp)}
-                if not merged:
-                    st.dev_by_index.setdefault(int(idx), set()).add(dev)
-            for idx, names in merged.items():
-                st.dev_by_index.setdefault(idx, set()).update(names)
-            if m := _OOB.search(line):
-                st.oob = m.group(1)
-            return
+    if "NET/" in line and _feed_net_devices(st, line):
+        return
     if "libibverbs" in line or "No device" in line:
         if _NO_IB.search(line):
             st.no_ib = True
@@ -260,23 +272,9 @@ def parse_lines(lines) -> dict:
     return _summarize(st)
 
 
-def _summarize(st: _State) -> dict:
-    unknown: dict[str, str] = {}
-    if st.collnet and not st.collnet_refused:
-        st.kinds.update(st.collnet)
-        st.gdr_conn.update(st.collnet_gdr)
-
-    # version
-    version = None
-    if len(st.versions) == 1:
-        version = next(iter(st.versions))
-    elif st.versions:
-        unknown["nccl_version"] = f"ranks report different versions: {', '.join(sorted(st.versions))}"
-    else:
-        unknown["nccl_version"] = "no NCCL version line in the log"
-
-    # network: what NCCL said it uses, else what the connections went through, else (NCCL < 2.6, which
-    # logs no "Using network") what its init found, unless a plugin was loaded
+def _network(st: _State, unknown: dict) -> str | None:
+    """What NCCL said it uses, else what the connections went through, else (NCCL < 2.6, which logs no
+    "Using network") what its init found, unless a plugin was loaded."""
     network = None
     named = set(st.networks)
     if len(named) == 1:
@@ -295,10 +293,11 @@ def _summarize(st: _State) -> dict:
         network, st.network_line = "Socket", "no Using network line: NET/IB found no device, NET/Socket's list"
     else:
         unknown["network"] = "no network line and no network connection in the log"
+    return network
 
-    # devices of that network
-    ib_devices = sorted(st.ib_devices.values(), key=lambda d: (d["index"], d["device"]))
-    socket_devices = sorted(st.socket_devices.values(), key=lambda d: d["index"])
+
+def _devices(st: _State, network: str | None, ib_devices: list, socket_devices: list, unknown: dict) -> list | None:
+    """The devices of that network, as the log lists them."""
     devices = None
     if network is None:
         unknown["devices"] = "the network is unknown"
@@ -315,6 +314,28 @@ def _summarize(st: _State) -> dict:
                               "not device names or ports")
     else:
         unknown["devices"] = "no device list in the log"
+    return devices
+
+
+def _summarize(st: _State) -> dict:
+    unknown: dict[str, str] = {}
+    if st.collnet and not st.collnet_refused:
+        st.kinds.update(st.collnet)
+        st.gdr_conn.update(st.collnet_gdr)
+
+    # version
+    version = None
+    if len(st.versions) == 1:
+        version = next(iter(st.versions))
+    elif st.versions:
+        unknown["nccl_version"] = f"ranks report different versions: {', '.join(sorted(st.versions))}"
+    else:
+        unknown["nccl_version"] = "no NCCL version line in the log"
+
+    network = _network(st, unknown)
+    ib_devices = sorted(st.ib_devices.values(), key=lambda d: (d["index"], d["device"]))
+    socket_devices = sorted(st.socket_devices.values(), key=lambda d: d["index"])
+    devices = _devices(st, network, ib_devices, socket_devices, unknown)
 
     # which transports the connections used
     channels = dict(st.kinds)

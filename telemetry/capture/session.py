@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import socket
 import statistics
 import sys
 import time
@@ -204,7 +205,8 @@ class Telemetry:
             enable_nccl_timing()
             if settings.nccl_debug and run_dir:
                 os.makedirs(os.path.join(run_dir, "logs"), exist_ok=True)
-                applied.update(fabric.configure_nccl_logging(os.path.join(run_dir, "logs")))
+                applied.update(fabric.configure_nccl_logging(os.path.join(run_dir, "logs"),
+                                                             tuning=settings.nccl_tuning))
         return applied
 
     # ------------------------------------------------------------ lifecycle
@@ -284,13 +286,23 @@ class Telemetry:
     def _start_bmc(self) -> None:
         """One sampler per host. A BMC that cannot be reached leaves server power unknown, with the reason;
         the job itself goes on."""
+        hosts = self._host_count()
+        address, why = bmc_power.bmc_for_host(self.s.bmc, socket.gethostname(), self.rank == 0, hosts)
+        if address is None:
+            self._bmc_info = {"source": None, "reason": why}
+            return
         try:
-            source = bmc_power.open_bmc_source(self.s.bmc, self.s.bmc_chassis)
+            source = bmc_power.open_bmc_source(address, self.s.bmc_chassis)
             self.bmc = bmc_power.PowerSampler(source, self.s.bmc_sample_interval_s).start()
             self._bmc_info = {**source.describe(), "interval_s": self.s.bmc_sample_interval_s}
         except bmc_power.BmcError as exc:
             self._bmc_info = {"source": None, "reason": str(exc)}
             print(f"[telemetry] server power not read: {exc}", file=sys.stderr, flush=True)
+
+    def _host_count(self) -> int | None:
+        """Hosts in the job: world size over the ranks per host torchrun says (LOCAL_WORLD_SIZE)."""
+        local = int(os.environ.get("LOCAL_WORLD_SIZE", "0") or 0)
+        return max(1, self.world // local) if local else None
 
     def _choose_rdma_ports(self, nccl_devices: list[dict] | None = None) -> None:
         """Count the RDMA ports NCCL uses, not every HCA in the host (storage cards: rdma_devices.py): NCCL_IB_HCA
@@ -348,7 +360,7 @@ class Telemetry:
         `into`: the caller's record for the step, filled in place. On NCCL with `hold_reports_s` > 0, the
         communication fields of a step given `into` are completed at the next step's end (or at `flush`),
         when the watchdog's completion reports of its last calls (up to ~100 ms late) are in; until then the
-        record carries `_held: True` (trainer/rundir.py writes held records in order once released)."""
+        record carries `_held: True` (telemetry/rundir.py writes held records in order once released)."""
         if not self.started:
             return {}
         t_end = time.perf_counter()
@@ -542,6 +554,7 @@ class Telemetry:
             deltas, _ = self.counters.take(None, time.perf_counter())
             self._loss_steps.append(deltas)
             out["counters"] = deltas
+            out["congestion"] = congestion_figures(deltas)  # PFC, ECN, CNPs per sweep size
             out.update(tx_bytes=_sum_key(deltas, "net:", "tx_bytes"), rx_bytes=_sum_key(deltas, "net:", "rx_bytes"),
                        rdma_tx_bytes=_sum_key(deltas, "rdma:", "port_xmit_bytes"),
                        rdma_rx_bytes=_sum_key(deltas, "rdma:", "port_rcv_bytes"),

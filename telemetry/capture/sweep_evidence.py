@@ -2,6 +2,7 @@
 whole-server power per (operation, size) window and one counter verdict for the sweep, per host."""
 from __future__ import annotations
 
+import socket
 import sys
 
 from telemetry.capture import bmc_power
@@ -11,15 +12,18 @@ from telemetry.capture.congestion import summarize
 class SweepEvidence:
     """On each host's first rank: a BMC sampler and a counter reader, opened before the sweep."""
 
-    def __init__(self, bmc: str | None, chassis: str | None, interval_s: float, interfaces, sysfs: str = "/sys",
-                 ethtool: bool = True):
+    def __init__(self, bmc, chassis: str | None, interval_s: float, interfaces, sysfs: str = "/sys",
+                 ethtool: bool = True, host: str | None = None, first_host: bool = True, hosts: int | None = None):
         from telemetry.capture.counters import CounterReader  # moves to capture with the layout change
 
         self.marks: list[tuple[str, int, float, float]] = []  # (op, bytes, t0, t1) on time.monotonic()
         self.sampler, self.info = None, {"source": None, "reason": "telemetry.bmc is not set"}
-        if bmc:
+        address, why = bmc_power.bmc_for_host(bmc, host or socket.gethostname(), first_host, hosts)
+        if address is None and bmc:
+            self.info = {"source": None, "reason": why}
+        if address:
             try:
-                source = bmc_power.open_bmc_source(bmc, chassis)
+                source = bmc_power.open_bmc_source(address, chassis)
                 self.sampler = bmc_power.PowerSampler(source, interval_s).start()
                 self.info = {**source.describe(), "interval_s": interval_s}
             except bmc_power.BmcError as exc:

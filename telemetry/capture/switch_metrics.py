@@ -21,6 +21,7 @@ MAX_SERIES = 20000  # a large switch exports tens of thousands of series; deltas
 # series worth a line in the report: congestion and loss (PFC, ECN/WRED, drops, discards, errors, a link that
 # went down); node_exporter spells errors "errs" (node_network_receive_errs_total) and IB "link_downed"
 NOTABLE = re.compile(r"pfc|pause|ecn|wred|drop|discard|error|err_|errs|crc|fcs|downed", re.I)
+SPEED = re.compile(r"ifHighSpeed|speed", re.I)
 
 
 class SwitchMetricsError(HarnessError):
@@ -90,11 +91,43 @@ def deltas(before: dict, after: dict) -> dict:
         elif kind == "gauge" and value != old:
             gauges[key] = {"before": old, "after": value}
     items = sorted(counters.items(), key=lambda kv: -kv[1])
+    # port speeds (IF-MIB ifHighSpeed in Mbit/s, or *speed* gauges) for utilization: they do not change, so
+    # gauges_changed never holds them
+    speeds = {k: v for k, (kind, v) in a.items() if kind == "gauge" and SPEED.search(k.split("{")[0])}
     return {"seconds": after["time"] - before["time"],
             "counters": dict(items[:MAX_SERIES]), "counters_cut": max(0, len(items) - MAX_SERIES),
             "notable": {k: v for k, v in items if NOTABLE.search(k)},
             "resets": resets, "gauges_changed": dict(list(gauges.items())[:MAX_SERIES]),
-            "new_series": sorted(set(a) - set(b))[:100], "gone_series": sorted(set(b) - set(a))[:100]}
+            "new_series": sorted(set(a) - set(b))[:100], "gone_series": sorted(set(b) - set(a))[:100],
+            "port_speeds": dict(list(speeds.items())[:MAX_SERIES])}
+
+
+# a switch's identity in the labels of an info series (value 1), as exporters write it: SONiC's hwsku and
+# platform, node_exporter's node_os_info{name,version}, vendors' model / os_version / software_version
+_MODEL_LABELS = ("model", "hwsku", "platform", "product_name", "product", "hardware_model", "chassis_model")
+_OS_LABELS = ("os_version", "software_version", "sw_version", "sonic_os_version", "os", "version")
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+def identity(series: dict) -> dict:
+    """{"switch_model", "switch_os", "series"} from the labels of `*_info` series: the model from the first that
+    names one, the OS from that series where it names one too, else from the first that does."""
+    found = []
+    for key in sorted(series):
+        name, _, rest = key.partition("{")
+        if not name.endswith("_info") or not rest:
+            continue
+        labels = dict(_LABEL.findall(rest))
+        model = next((labels[k] for k in _MODEL_LABELS if labels.get(k)), None)
+        os_name = next((labels[k] for k in _OS_LABELS if labels.get(k)), None)
+        if os_name and labels.get("name") and labels["name"] not in os_name:  # node_os_info{name="SONiC",version=...}
+            os_name = f"{labels['name']} {os_name}"
+        if model or os_name:
+            found.append((name, model, os_name))
+    with_model = [f for f in found if f[1]]
+    first = with_model[0] if with_model else (found[0] if found else (None, None, None))
+    os_name = first[2] or next((f[2] for f in found if f[2]), None)
+    return {"switch_model": first[1], "switch_os": os_name, "series": first[0]}
 
 
 class SwitchWatch:
@@ -116,4 +149,5 @@ class SwitchWatch:
             after = scrape(self.url)
         except SwitchMetricsError as exc:
             return {**out, "deltas": None, "reason": f"last read failed: {exc}"}
-        return {**out, "series": len(after["series"]), "deltas": deltas(self.before, after)}
+        return {**out, "series": len(after["series"]), "deltas": deltas(self.before, after),
+                "identity": identity(self.before["series"])}

@@ -345,6 +345,9 @@ class RunRecorder(Hooks):
             self.on_train_end(status)
             if dist.is_initialized():
                 self.check_fabric(final=True)  # the whole run's NCCL logs, not only the first step's
+            if self.rank == 0:  # what the fabric was: fabric.config, the hosts' readings, the switch's labels
+                from telemetry.analysis.fabric_config import resolve
+                self.rundir.update(fabric_config=resolve(self.rundir.info))
             if self.telemetry is not None:
                 out = self.telemetry.summary()
                 out.update(summary or {})

@@ -17,6 +17,7 @@ from launch.evaluate.spec import SpecError, load_evaluation
 from telemetry.analysis.evaluation_stats import difference, mlperf_mean, paired_difference
 
 from ..conftest import REPO
+from ..telemetry.test_report_formats import assert_same_tables
 
 SWEEP = str(REPO / "recipes" / "collectives.yaml")
 TINY = str(REPO / "recipes" / "tiny_llama_lora.yaml")
@@ -145,7 +146,8 @@ def test_transport_check():
 
 
 def test_statistics():
-    assert mlperf_mean([1.0, 2.0, 3.0, 4.0]) is None
+    assert mlperf_mean([1.0, 2.0]) is None and mlperf_mean([3.0, 1.0, 2.0]) == 2.0  # 3 runs: the middle one
+    assert mlperf_mean([1.0, 2.0, 3.0, 4.0]) == 2.5
     assert mlperf_mean([10.0, 1.0, 2.0, 3.0, 100.0]) == pytest.approx(5.0)
     d = difference([1, 2, 3, 4, 5], [2, 3, 4, 5, 6])
     # equal variances 2.5, n 5: standard error 1, Welch df 8, t(0.975, 8) = 2.306004
@@ -153,7 +155,11 @@ def test_statistics():
     assert d["interval"] == pytest.approx([1 - 2.306004, 1 + 2.306004], abs=1e-5)
     assert d["excludes_zero"] is False
     short = difference([1, 2], [3, 4])
-    assert short["interval"] is None and short["reason"] == "fewer than 5 runs of each"
+    assert short["interval"] is None and short["reason"] == "fewer than 3 runs of each"
+    # 3 runs each: usable, if wide (t(0.975, 2 * ...) from Welch's df 4 here: 2.776445, standard error 1)
+    three = difference([1, 2, 3], [3, 4, 5])
+    assert three["interval"] == pytest.approx([2 - 2.776445 * (2 / 3) ** 0.5, 2 + 2.776445 * (2 / 3) ** 0.5],
+                                              abs=1e-5)
 
 
 
@@ -172,7 +178,7 @@ def test_differences_paired_by_round():
     # only rounds where both completed pair up; too few rounds give the difference with the reason
     short = paired_difference({1: 1.0, 2: 2.0, 3: 3.0}, {2: 2.5, 3: 3.5, 4: 9.0})
     assert short["rounds"] == 2 and short["diff"] == pytest.approx(0.5) and short["interval"] is None
-    assert short["reason"] == "fewer than 5 rounds in which both completed"
+    assert short["reason"] == "fewer than 3 rounds in which both completed"
     assert paired_difference({1: 1.0}, {2: 1.0})["reason"] == "no round in which both completed"
 
 
@@ -304,7 +310,8 @@ def test_five_repeats_add_the_mlperf_mean_and_intervals(tmp_path, capsys):
     assert paired["rounds"] == 5 and paired["excludes_zero"]
     assert paired["interval"][1] - paired["interval"][0] < pair["interval"][1] - pair["interval"][0]
     page = (tmp_path / "out" / "evaluation.md").read_text()
-    assert "MLPerf mean (best, worst dropped)" in page and "| slow vs fast | +100.0% | [+" in page
+    assert "MLPerf mean (best, worst dropped)" in page and "| slow vs fast | +100.0% | \\[+" in page
+    assert assert_same_tables(tmp_path / "out", "evaluation") >= 2  # the .md renders to the .html's cells
 
 
 def test_file_read_with_the_recipe_readers_limits(tmp_path):
@@ -339,3 +346,42 @@ def test_argument_mistakes_are_one_line(capsys):
         main([])
     assert info.value.code == 2 and capsys.readouterr().err == (
         "error: the following arguments are required: evaluation; see python -m launch.evaluate --help\n")
+
+
+def test_a_variants_fabric_config_reaches_its_runs_as_overrides(tmp_path):
+    from launch.evaluate.runner import trainer_args
+    doc = good(tmp_path, repeats=1)
+    doc["variants"][0]["fabric_config"] = {"routing": "ecmp", "pfc_priority": 3, "dcqcn": True}
+    ev = load_evaluation(write(tmp_path, doc))
+    first = next(r for r in plan(ev) if r.variant.name == "fast")
+    args = trainer_args(first)
+    assert {"fabric.config.routing=ecmp", "fabric.config.pfc_priority=3", "fabric.config.dcqcn=true"} <= set(args)
+    doc["variants"][1]["fabric_config"] = {"routeing": "ecmp", "switch_os": ["x"]}
+    got = problems(tmp_path, doc)
+    assert any(p.startswith("variants[1].fabric_config.routeing: unknown key; did you mean 'routing'?") for p in got), got
+    assert any("fabric_config.switch_os: got ['x']" in p for p in got), got
+
+
+def test_olympic_mean_interval_and_ranking_at_three_repeats(tmp_path):
+    from telemetry.analysis import evaluation_stats as st
+    # t(0.975, 2) = 4.302653; sd 1, n 3
+    assert st.mean_interval([1.0, 2.0, 3.0]) == pytest.approx([2 - 4.302653 / 3 ** 0.5, 2 + 4.302653 / 3 ** 0.5],
+                                                              abs=1e-5)
+    assert st.mean_interval([1.0, 2.0]) is None
+    runs = [{"variant": "roce", "round": r, "value": v} for r, v in ((1, 30.0), (2, 10.0), (3, 20.0))] + \
+        [{"variant": "tcp", "round": r, "value": v} for r, v in ((1, 50.0), (2, 40.0))]
+    ranked = st.rank_runs(runs)
+    assert [(r["rank"], r["variant"], r["value"]) for r in ranked] == [
+        (1, "roce", 10.0), (2, "roce", 20.0), (3, "roce", 30.0), (4, "tcp", 40.0), (5, "tcp", 50.0)]
+    assert ranked[0]["dropped"].startswith("best") and ranked[2]["dropped"].startswith("worst")
+    assert ranked[1]["dropped"] is None and ranked[3]["dropped"] is None  # tcp: 2 runs, nothing dropped
+    s = st.summarize_runs(runs, ["roce", "tcp"])
+    assert s["variants"]["roce"]["mlperf_mean"] == 20.0 and s["ranking"][0]["value"] == 10.0
+    # a recipe with a target: the run's headline is its time to train, as MLPerf scores it
+    from ..telemetry.recorded import write_run
+    run = write_run(tmp_path / "ttt", train_extra={"target_eval_loss": 2.7}, info_extra={"final": {
+        "target_reached_step": 4}}, times=True)
+    m = st.run_metric(str(run), sweep=False)
+    assert m["name"] == "time to train (eval_loss 2.7)" and m["value"] == pytest.approx(5.0)
+    missed = write_run(tmp_path / "missed", train_extra={"target_eval_loss": 2.7}, times=True)
+    assert st.run_metric(str(missed), sweep=False)["value"] is None

@@ -115,7 +115,7 @@ def test_perftest_on_every_nic_at_once_with_a_replayed_table(tmp_path, monkeypat
     out = tmp_path / "out"
     assert main(["--tool", "ib_write_bw", "--server", "n1", "--client", "n2", "--server-addr", "10.0.0.1",
                  "--devices", "mlx5_0,mlx5_1", "--gid-index", "3", "--duration", "1", "--line-rate", "400gbit",
-                 "--output", str(out)]) == 0
+                 "--no-counters", "--output", str(out)]) == 0
     res = json.loads((out / "linktest.json").read_text())
     calls = sorted(c for c in log.read_text().splitlines() if c != "--version")  # the check that it is installed
     assert len(calls) == 4  # a server and a client per device
@@ -135,8 +135,80 @@ def test_latency_test_replayed(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
     out = tmp_path / "out"
     assert main(["--tool", "ib_send_lat", "--server", "n1", "--client", "n2", "--server-addr", "10.0.0.1",
-                 "--devices", "mlx5_0", "--output", str(out)]) == 0
+                 "--devices", "mlx5_0", "--no-counters", "--output", str(out)]) == 0
     (link,) = json.loads((out / "linktest.json").read_text())["links"]
     assert link["gbps"] is None and link["result"]["kind"] == "latency" and link["result"]["rows"][0]["t_typical_us"] == 0.98
     assert "8388608 B: typical 2302.01 us, 99.9% 2335.48 us" in capsys.readouterr().out
     assert "--report_gbits" not in link["client_cmd"]
+
+
+SNAP_BEFORE = """/sys/class/net/eth0/statistics/rx_packets 1000
+/sys/class/net/eth0/statistics/rx_dropped 0
+/sys/class/infiniband/mlx5_0/ports/1/counters/port_rcv_data 100
+/sys/class/infiniband/mlx5_0/ports/1/hw_counters/out_of_sequence 5
+/sys/class/infiniband/mlx5_0/ports/1/hw_counters/np_cnp_sent 10
+/sys/class/infiniband/mlx5_0/ports/1/hw_counters/packet_seq_err 0
+ethtool:eth0 NIC statistics:
+ethtool:eth0      rx_prio3_pause: 7
+ethtool:eth0      rx_prio3_pause_duration: 70
+ethtool:eth0      rx_bytes: 123
+"""
+
+
+def test_node_snapshots_give_the_runs_verdict_and_figures():
+    from launch import link_counters as lc
+    before = lc.parse_snapshot(SNAP_BEFORE)
+    assert before["eth:eth0"] == {"rx_prio3_pause": 7, "rx_prio3_pause_duration": 70}  # only what classify knows
+    after = lc.parse_snapshot(SNAP_BEFORE.replace("rx_prio3_pause: 7", "rx_prio3_pause: 19").replace(
+        "np_cnp_sent 10", "np_cnp_sent 14").replace("packet_seq_err 0", "packet_seq_err 2").replace(
+        "port_rcv_data 100", "port_rcv_data 350"))
+    r = lc.node_result(before, after, None)
+    assert r["verdict"] == "loss" and r["deltas"]["rdma:mlx5_0/1"]["port_rcv_bytes"] == 1000
+    assert r["congestion"]["pfc"]["rx_pause"] == {"prio3": 12} and r["congestion"]["cnp_sent"] == 4
+    line = lc.verdict_line("n2", "client", r)
+    assert line.startswith("counters n2 (client): loss: drops, errors or retransmissions seen: "
+                           "rdma:mlx5_0/1:packet_seq_err")
+    assert "PFC pause frames received 12 / sent n/a, ECN-marked n/a, CNPs sent 4 / handled n/a" in line
+    assert lc.verdict_line("n1", "server", lc.node_result(None, None, "ssh refused")) == \
+        "counters n1 (server): not read: ssh refused"
+
+
+@pytest.mark.integration
+def test_link_test_reads_this_hosts_counters_and_a_real_switch_exporter(tmp_path, monkeypatch, capsys):
+    """The replayed perftest run with counters read here (this machine's sysfs, through sh) and a
+    Prometheus exporter on loopback (the switch_metrics tests' server) read before and after."""
+    from ..telemetry.test_switch_metrics import Exporter
+    table = os.path.join(os.path.dirname(__file__), "..", "telemetry", "evidence_fixtures",
+                         "perftest_write_bw_gbits_issue273.txt")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    stub = bin_dir / "ib_write_bw"
+    stub.write_text(f"#!/bin/sh\ncat {table}\n")
+    stub.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    exporter = Exporter()
+    try:
+        import launch.linktest as linktest
+        real, calls = linktest.lc.snapshot, []
+
+        def snapshot(prefix):  # the switch counted discards during the test: seen by the reads after it
+            calls.append(prefix)
+            if len(calls) == 3:
+                exporter.values.update(discards="17")
+            return real(prefix)
+        monkeypatch.setattr(linktest.lc, "snapshot", snapshot)
+        out = tmp_path / "out"
+        assert main(["--tool", "ib_write_bw", "--server", "n1", "--client", "n2", "--server-addr", "10.0.0.1",
+                     "--duration", "1", "--line-rate", "400gbit", "--switch-metrics", exporter.url,
+                     "--output", str(out)]) == 0
+    finally:
+        exporter.close()
+    lines = capsys.readouterr().out.splitlines()
+    res = json.loads((out / "linktest.json").read_text())
+    assert set(res["counters"]) == {"server", "client"}
+    assert res["counters"]["client"]["verdict"] in ("clean", "loss")  # this VM's NICs, whatever they did
+    assert any(line.startswith("counters n2 (client): ") for line in lines)
+    assert res["switch"]["deltas"]["counters"]['ifInDiscards{ifIndex="1",ifName="Ethernet0"}'] == 7
+    assert f"switch {exporter.url}: drops/discards 7, PFC/pause n/a, ECN/WRED n/a, errors n/a" in "\n".join(lines)
+    assert main(["--tool", "iperf3", "--server", "a", "--client", "b", "--server-addr", "10.0.0.1",
+                 "--switch-metrics", "switch:9100", "--output", str(tmp_path / "x")]) == 2

@@ -186,3 +186,13 @@ def test_without_holding_the_late_reports_go_untimed(late_nccl, tmp_path, monkey
     monkeypatch.setitem(SETTINGS, "hold_reports_s", 0.0)
     rows = run_bridge(late_nccl, tmp_path)
     assert all(r["comm"]["all_reduce"]["untimed"] > 0 for r in rows[:-1])  # the last step waited for its own
+
+
+def test_the_recorder_writes_only_declared_fields(late_nccl, tmp_path):
+    """run.json's keys as an engine loop's recorder writes them are the schema's (telemetry/rundir.py)."""
+    from telemetry.rundir import RUN_FIELDS, RUN_JSON, field_names
+
+    run_bridge(late_nccl, tmp_path)
+    info = json.loads((tmp_path / RUN_JSON).read_text())
+    assert set(info) - field_names(RUN_FIELDS) == set()
+    assert info["status"] == "completed" and info["engine"] == "megatron-bridge"

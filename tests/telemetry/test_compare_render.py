@@ -76,3 +76,36 @@ def test_every_figure_of_the_compare_report_loads_in_chromium(tmp_path):
     assert not broken, f"figures that did not load: {broken}"
     assert not page["failed"] and not page["errors"], page
     assert page["headings"][:2] == ["Fabrics", "Workload"] and "Figures" in page["headings"]
+
+
+@pytest.mark.integration
+def test_the_fabric_evaluation_tables_render_in_chromium(tmp_path):
+    """A sweep comparison with the fabric-evaluation tables (fabric configuration rows, congestion and loss,
+    server power per size, NCCL's algorithm per size, the line rate) renders in Chromium with no error."""
+    from .test_congestion_summary import with_hosts
+    from .test_fabric_config import info as config_info
+    from .test_nccl_algorithms import _with_logs
+    from .test_power_per_host import sweep_run
+    from telemetry.analysis.compare import compare
+
+    browser = _browser()
+    a = with_hosts(sweep_run(tmp_path / "roce", {1024: 800.0, 1048576: 900.0}, gpu_w=300.0))
+    b = with_hosts(sweep_run(tmp_path / "tcp", {1024: 880.0, 1048576: 810.0}, gpu_w=330.0, scale=3.0), pfc_rx=0)
+    _with_logs(a, "nccl_ebpf_2.29.7_broadcast_socket.log")
+    for run, routing in ((a, "ecmp"), (b, "adaptive-routing")):
+        info = json.loads((run / "run.json").read_text())
+        extra = config_info({"routing": routing})
+        info["recipe"]["fabric"] = extra["recipe"]["fabric"]
+        info.update({k: v for k, v in extra.items() if k != "recipe"})
+        (run / "run.json").write_text(json.dumps(info))
+    out = tmp_path / "cmp"
+    compare([f"roce -> 8x400G={a}", f"tcp <slow>={b}"], str(out))
+    page = render(out / "compare.html", browser)
+    assert not page["failed"] and not page["errors"], page
+    headings = page["headings"]
+    for start in ("Congestion and loss", "Server power per collective and size",
+                  "NCCL's algorithm and protocol per collective and size", "Bus bandwidth against the line rate"):
+        assert any(h.startswith(start) for h in headings), (start, headings)
+    html = (out / "compare.html").read_text()
+    assert "config: routing" in html and "differs: adaptive-routing (recipe fabric.config)" in html
+    assert "roce -&gt; 8x400G" in html and "tcp &lt;slow&gt;" in html  # labels are text

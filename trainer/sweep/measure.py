@@ -34,7 +34,7 @@ from telemetry.work_progress import WorkProgress
 from ..error_report import InputError
 from .output import (BLOCKS_ALL, HEADER, MISSING, TEST_OF, avg_busbw, describe_straggler, device_info, footer,
                      format_row, preamble, spread_line, timed_block, write_sweep_files)
-from .plan import CHECK_CHUNK, counts, human, memory_problem, sizes
+from .plan import CHECK_CHUNK, counts, held_here, human, memory_problem, sizes
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16,
           "bfloat16": torch.bfloat16, "int32": torch.int32, "int64": torch.int64, "int8": torch.int8,
@@ -364,7 +364,8 @@ class Sweep:
                                     self.wrong_total(wrong), self.cfg.repeat_stat)
             if each is not None:
                 row[key]["per_iter"] = iteration_stats(self.gather_iters(each), self.cfg.per_iter_skip)
-            held += self.hold(case, row[key]["time_us"] / 1e6)
+            if held_here(self.cfg, size):  # sweep.power_sizes: only the sizes whose power is read
+                held += self.hold(case, row[key]["time_us"] / 1e6)
             del case  # this form's buffers go before the next form's (or the next size's) are made
         self._record_size(op, row, held, time.perf_counter() - t_size)
         return row
@@ -737,8 +738,10 @@ def run_job(recipe, rec, device: torch.device) -> dict:
     evidence = None
     if tel.enabled and int(os.environ.get("LOCAL_RANK", "0")) == 0:  # host-wide: one reader per host
         from telemetry.capture.sweep_evidence import SweepEvidence
+        local = int(os.environ.get("LOCAL_WORLD_SIZE", "0") or 0)
         evidence = SweepEvidence(tel.bmc, tel.bmc_chassis, tel.bmc_sample_interval_s, tel.interfaces,
-                                 ethtool=tel.ethtool)
+                                 ethtool=tel.ethtool, host=host_info()["hostname"], first_host=dist.get_rank() == 0,
+                                 hosts=max(1, dist.get_world_size() // local) if local else None)
     result = run_sweep(recipe.sweep, device, hosts, say, meter=telemetry if telemetry and telemetry.started else None,
                        marks=evidence.marks if evidence is not None else None)
     rec.check_fabric(final=False)  # NCCL's communicators exist now: record and check the transport

@@ -90,6 +90,13 @@ def dry_run_line(ops: list[str], max_bytes: int, world: int, dtype: str, in_plac
             f"receive buffers; the same at any rank count) + {human(DEVICE_RESERVE_BYTES)} reserve; "
             f"checked against {what}, {human(device_bytes)}")
 
+def held_here(cfg, size: int) -> bool:
+    """Whether a size is held for sweep.min_seconds_per_size: every size, or those of sweep.power_sizes."""
+    if not getattr(cfg, "power_sizes", None):
+        return True
+    return size in {parse_size(v, "sweep.power_sizes", []) for v in cfg.power_sizes}
+
+
 def sizes(lo: int, hi: int, factor: int) -> list[int]:
     out, s = [], lo
     while s <= hi:
@@ -136,6 +143,8 @@ class SweepConfig:
     per_iter_skip: int = 0  # -K: leading iterations left out of the per-iteration statistics
     # hold each size this long (more iterations, untimed) so that the power sampler reads it; 0 = no hold
     min_seconds_per_size: float = 0.0
+    # only these sizes are held (e.g. [8K, 1M, 128M]: the first evaluation's power table); empty: every size
+    power_sizes: list[Union[int, str]] = field(default_factory=list)
     # a size's slowest rank is named when its mean iteration time exceeds the fastest rank's by this much
     straggler_pct: float = 10.0
 

@@ -26,6 +26,19 @@ def check_sweep(sw: SweepConfig) -> list[str]:
         p.append(f"sweep.per_iter_skip: got {sw.per_iter_skip}; expected fewer than sweep.iters ({sw.iters})")
     if not 0 <= sw.min_seconds_per_size <= 3600:
         p.append(f"sweep.min_seconds_per_size: got {sw.min_seconds_per_size}; expected seconds in [0, 3600]")
+    if sw.power_sizes:
+        swept, s = set(), lo
+        while lo and hi and sw.factor >= 2 and s <= hi:  # the sweep's sizes (plan.sizes)
+            swept.add(s)
+            s *= sw.factor
+        for i, v in enumerate(sw.power_sizes):
+            n = parse_size(v, f"sweep.power_sizes[{i}]", p)
+            if n and swept and n not in swept:
+                p.append(f"sweep.power_sizes[{i}]: {v!r} is not one of the sweep's sizes ({sw.min_bytes} x "
+                         f"{sw.factor}^k up to {sw.max_bytes}); allowed: a size the sweep measures")
+        if sw.min_seconds_per_size <= 0:
+            p.append("sweep.power_sizes: set, but sweep.min_seconds_per_size is 0: nothing is held long enough for "
+                     "a power reading; allowed: sweep.min_seconds_per_size > 0 (e.g. 5)")
     if sw.straggler_pct <= 0:
         p.append(f"sweep.straggler_pct: got {sw.straggler_pct}; expected a percentage > 0")
     return p

@@ -18,7 +18,7 @@ from ..compat import enable_activation_checkpointing, ensure_torchvision_importa
 from ..data.mlm import build_mlm_datasets
 from ..materialize import is_meta
 from .hf import ModelError, check_checkpoint, config_fields
-from .contract import WorkloadDefaults
+from .contract import TokenWorkload
 
 ensure_torchvision_importable()  # before transformers (trainer/compat.py)
 
@@ -42,9 +42,8 @@ class GatheredBertForPreTraining(BertForPreTraining):
         return self.cls.predictions(masked), self.cls.seq_relationship(out.pooler_output)
 
 
-class BertPretrainingWorkload(WorkloadDefaults):
+class BertPretrainingWorkload(TokenWorkload):
     loss_terms = (("mlm_loss", "masked_tokens"), ("nsp_loss", "sequences"))
-    has_tokens = True
     accuracy = "masked-LM"
 
     def __init__(self, recipe, device: torch.device, weight_dtype: torch.dtype):
@@ -176,11 +175,3 @@ class BertPretrainingWorkload(WorkloadDefaults):
     @staticmethod
     def loss_counts(batch: dict) -> dict:
         return {"masked_tokens": int(batch["masked_lm_valid"].sum()), "sequences": int(batch["input_ids"].shape[0])}
-
-    @staticmethod
-    def input_tokens(batch: dict) -> int:
-        return int(batch["attention_mask"].sum())
-
-    @staticmethod
-    def padded_tokens(batch: dict) -> int:
-        return int(batch["input_ids"].numel())

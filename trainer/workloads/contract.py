@@ -60,3 +60,17 @@ class WorkloadDefaults:
 
     def loss_context(self) -> ContextManager:
         return contextlib.nullcontext()
+
+
+class TokenWorkload(WorkloadDefaults):
+    """A language model's token counts, read off the host-side batch: real tokens (the attention mask) and
+    positions computed, padding included (what the GPUs spend FLOPs on)."""
+    has_tokens = True
+
+    @staticmethod
+    def input_tokens(batch: dict) -> int:
+        return int(batch["attention_mask"].sum())
+
+    @staticmethod
+    def padded_tokens(batch: dict) -> int:
+        return int(batch["input_ids"].numel())

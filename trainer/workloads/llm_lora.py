@@ -11,7 +11,7 @@ from ..compat import enable_activation_checkpointing
 from ..data.sft import IGNORE, build_datasets
 from ..positions import plain_positions
 from .hf import ModelError, check_checkpoint, check_dir, config_fields
-from .contract import WorkloadDefaults
+from .contract import TokenWorkload
 
 
 def keep_adapter_inputs(model: torch.nn.Module, compute_dtype: torch.dtype) -> int:
@@ -36,9 +36,8 @@ def keep_adapter_inputs(model: torch.nn.Module, compute_dtype: torch.dtype) -> i
     return changed
 
 
-class LlmLoraWorkload(WorkloadDefaults):
+class LlmLoraWorkload(TokenWorkload):
     loss_terms = (("loss", "label_tokens"),)
-    has_tokens = True
     accuracy = None
 
     def __init__(self, recipe, device: torch.device, weight_dtype: torch.dtype):
@@ -267,15 +266,6 @@ class LlmLoraWorkload(WorkloadDefaults):
     @staticmethod
     def loss_counts(batch: dict) -> dict:
         return {"label_tokens": int((batch["labels"][:, 1:] != IGNORE).sum())}
-
-    @staticmethod
-    def input_tokens(batch: dict) -> int:
-        return int(batch["attention_mask"].sum())
-
-    @staticmethod
-    def padded_tokens(batch: dict) -> int:
-        """Positions the model computes, padding included: what the GPUs spend FLOPs on."""
-        return int(batch["input_ids"].numel())
 
     @staticmethod
     def position_pairs(batch: dict) -> int:

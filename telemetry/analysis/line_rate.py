@@ -1,0 +1,147 @@
+"""The line rate a job's traffic had on each host: the NICs it used there times their rates.
+
+A host with 8 NICs of 400 Gbit/s gives an inter-node collective 3.2 Tbit/s; busbw held against one of them
+reads "677% of line rate". The NICs used are NCCL's device list (its "NET/IB : Using [0]mlx5_0:1/RoCE ..."
+line: every NIC it stripes channels over), else gloo's one interface; their rates come from each host's
+inventory (`/sys/class/infiniband/*/ports/1/rate`), else the HCA list and interface speeds in run.json's
+fabric record. Hosts that differ give the smallest host (the one the collective waits for).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from telemetry.analysis.fabric_summary import line_rate_bps
+from telemetry.analysis.runs import Run
+
+_GBPS = re.compile(r"\s*([\d.]+)\s*Gb/sec")
+_COUNT = re.compile(r"^\s*(\d+)\s*[x*]\s*(\S+)\s*$", re.I)
+
+
+@dataclass(frozen=True)
+class LineRate:
+    """Per host: `nic_bps` the rate of each NIC used (one value where they agree), `nics` how many."""
+    nic_bps: float | None
+    nics: int
+    why: str
+    per_nic: dict[str, float | None] = field(default_factory=dict)  # NIC -> bits/s, the first host's
+
+    @property
+    def total_bps(self) -> float | None:
+        if self.per_nic and all(self.per_nic.values()):
+            return sum(self.per_nic.values())
+        return self.nic_bps * self.nics if self.nic_bps else None
+
+
+def _rate_bps(text) -> float | None:
+    m = _GBPS.match(str(text or ""))
+    return float(m.group(1)) * 1e9 if m else None
+
+
+def used_nics(fab: dict) -> list[str]:
+    """The NICs (RDMA devices with their port, or interfaces) NCCL or gloo used, as named in its log."""
+    devices = ((fab.get("nccl") or {}).get("devices")) or []
+    names = list(dict.fromkeys(d["device"] + (f":{d['port']}" if d.get("port") is not None else "")
+                               for d in devices if d.get("device")))
+    if names:
+        return names
+    gloo = (fab.get("gloo") or {}).get("interface")
+    return [gloo] if gloo else []
+
+
+def _rates_from_inventory(inv: dict, used: list[str]) -> dict[str, float | None]:
+    nics = inv.get("nics") or []
+    out = {}
+    for u in used:
+        dev = u.split(":")[0]
+        nic = next((n for n in nics if dev in (n.get("rdma_device"), n.get("interface"))), None)
+        out[u] = _rate_bps(nic.get("rate")) if nic else None
+    return out
+
+
+def _rates_from_fabric(fab: dict, used: list[str]) -> dict[str, float | None]:
+    hcas = {h.get("device"): h for h in fab.get("hcas") or []}
+    ifs = {i.get("name"): i for i in fab.get("interfaces") or []}
+    gloo = fab.get("gloo") or {}
+    out = {}
+    for u in used:
+        dev = u.split(":")[0]
+        bps = _rate_bps((hcas.get(dev) or {}).get("rate"))
+        if bps is None and (ifs.get(dev) or {}).get("speed_mbps"):
+            bps = ifs[dev]["speed_mbps"] * 1e6
+        if bps is None and dev == gloo.get("interface") and gloo.get("speed_mbps"):
+            bps = gloo["speed_mbps"] * 1e6
+        out[u] = bps
+    return out
+
+
+def job_line_rate(run: Run) -> LineRate:
+    """The NICs the job used per host x their rates; one link's rate (lab, single NIC) as before."""
+    fab = run.info.get("fabric") or {}
+    used = used_nics(fab)
+    if fab.get("lab") or len(used) <= 1:
+        bps, why = line_rate_bps(run)
+        return LineRate(bps, 1, why, {used[0]: bps} if used and bps else {})
+    hosts = run.info.get("inventory") or {}
+    per_host = {h: _rates_from_inventory(inv, used) for h, inv in hosts.items()}
+    per_host = {h: r for h, r in per_host.items() if all(r.values())}
+    if per_host:
+        host, rates = min(per_host.items(), key=lambda kv: sum(kv[1].values()))
+        totals = {sum(r.values()) for r in per_host.values()}
+        source = "NCCL's device list; rates from the inventory" + (
+            f" (hosts differ: {host}, the smallest, is used)" if len(totals) > 1 else "")
+    else:
+        rates = _rates_from_fabric(fab, used)
+        source = "NCCL's device list; rates from run.json's HCA list"
+        if not all(rates.values()):
+            missing = [u for u, r in rates.items() if not r]
+            return LineRate(None, len(used), f"{len(used)} NICs used, no rate recorded for {', '.join(missing)}",
+                            rates)
+    distinct = set(rates.values())
+    nic_bps = distinct.pop() if len(distinct) == 1 else None
+    return LineRate(nic_bps, len(used), f"{len(used)} NICs per host: {source}", rates)
+
+
+def parse_given(text: str, what: str) -> LineRate:
+    """--line-rate's value: RATE (the host's one NIC) or N x RATE (N NICs per host, e.g. 8x400gbit)."""
+    from telemetry.analysis.rates import parse_rate
+    m = _COUNT.match(text)
+    count, rate = (int(m.group(1)), m.group(2)) if m else (1, text)
+    bps = parse_rate(rate, what)
+    if bps is None:
+        return LineRate(None, count, "'none' has no line rate")
+    return LineRate(bps, max(count, 1), "--line-rate")
+
+
+def of_line_text(gbps: float | None, rate: LineRate | None) -> str:
+    """'; 84.6% of line rate' for one NIC; with several, against all of them, and what one NIC carries."""
+    total = rate.total_bps if rate else None
+    if gbps is None or not total:
+        return ""
+    share = gbps * 8e9 / total
+    # above 100%: the rate is not the link the traffic crossed, or busbw counts intra-host hops too
+    text = f"; {share * 100:.1f}% of line rate"
+    if rate.nics > 1:
+        text += (f" ({rate.nics} NICs: {gbps / rate.nics * 8:.3g} Gbit/s per NIC"
+                 + (f" of {rate.nic_bps / 1e9:g}" if rate.nic_bps else "") + ")")
+    return text + (" (ABOVE the line rate: check the rate)" if share > 1.05 else "")
+
+
+def bits_text(bps: float) -> str:
+    for unit, scale in (("Tbit/s", 1e12), ("Gbit/s", 1e9), ("Mbit/s", 1e6), ("kbit/s", 1e3)):
+        if bps >= scale:
+            return f"{bps / scale:.3g} {unit}"
+    return f"{bps:.3g} bit/s"
+
+
+def describe(rate: LineRate) -> str:
+    """The line-rate row's cell: '8 x 400 Gbit/s = 3.2 Tbit/s per host (...)'."""
+    from telemetry.analysis.compare_figures import rate_text
+    total = rate.total_bps
+    if not total:
+        return f"unknown: {rate.why}"
+    if rate.nics > 1:
+        each = (f"{rate.nics} x {bits_text(rate.nic_bps)}" if rate.nic_bps else
+                " + ".join(bits_text(b) for b in rate.per_nic.values()))
+        return f"{each} = {bits_text(total)} per host ({rate_text(total / 8e9)}; {rate.why})"
+    return f"{bits_text(total)} ({rate_text(total / 8e9)}; {rate.why})"

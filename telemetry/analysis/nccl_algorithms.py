@@ -1,0 +1,167 @@
+"""Which algorithm (ring, tree, NVLS, CollNet, PAT) and protocol (LL, LL128, Simple) NCCL chose, per
+collective and message size, from its TUNING debug lines (NCCL_DEBUG=INFO, NCCL_DEBUG_SUBSYS including
+TUNING; rank 0 of each communicator prints one line per collective it launches).
+
+NCCL has printed three shapes of that line (src/enqueue.cc); each is read anywhere in a line, whatever the
+launcher put before it:
+
+- before 2.19, numbers and no collective: `262144 Bytes -> Algo 0 proto 1 time 54.707825` (NVIDIA/nccl#1453);
+  the collective is then the last `AllReduce: opCount ...` line (NCCL_DEBUG_SUBSYS=COLL) of that process
+  where there is one, else unknown;
+- some 2.18 builds name it: `AllGather: 37756928 Bytes -> Algo 1 proto 2 time 2860.208008`;
+- 2.19 and later, names: `AllReduce: 4194304 Bytes -> Algo Tree proto Simple channel{Lo..Hi}={0..7}`, from
+  2.23 in capitals (`Algo RING proto SIMPLE`), from 2.24 with ` comm 0x...` after it.
+
+Algorithm numbers are NCCL's enum (0 Tree, 1 Ring, 2 CollNetDirect, 3 CollNetChain, 4 NVLS, 5 NVLSTree;
+2 was plain CollNet before 2.14), protocols 0 LL, 1 LL128, 2 Simple. Names are written as 2.23+ does.
+"""
+from __future__ import annotations
+
+import glob
+import os
+import re
+from collections import Counter
+
+ALGORITHMS = {0: "TREE", 1: "RING", 2: "COLLNET_DIRECT", 3: "COLLNET_CHAIN", 4: "NVLS", 5: "NVLS_TREE", 6: "PAT"}
+PROTOCOLS = {0: "LL", 1: "LL128", 2: "SIMPLE"}
+_NAMES = {"TREE": "TREE", "RING": "RING", "COLLNETDIRECT": "COLLNET_DIRECT", "COLLNETCHAIN": "COLLNET_CHAIN",
+          "COLLNET": "COLLNET", "NVLS": "NVLS", "NVLSTREE": "NVLS_TREE", "PAT": "PAT",
+          "LL": "LL", "LL128": "LL128", "SIMPLE": "SIMPLE"}
+COLLECTIVES = ("AllReduce", "AllGather", "ReduceScatter", "Broadcast", "Reduce", "AllToAll", "Send", "Recv",
+               "SendRecv")
+_COLL = "|".join(COLLECTIVES)
+_TUNING = re.compile(rf"(?:\b({_COLL}):\s*)?\b(\d+) Bytes -> Algo (\w+) proto (\w+)"
+                     r"(?: time ([\d.]+))?(?: channel\{Lo\.\.Hi\}=\{(\d+)\.\.(\d+)\})?(?: comm (0x[0-9a-f]+))?")
+# NCCL_DEBUG_SUBSYS=COLL: "AllReduce: opCount 1f sendbuff ... count 1048576 datatype 7 ... comm 0x.. [nranks=8]"
+_COLL_LINE = re.compile(rf"\b({_COLL}): opCount ")
+_PROCESS = re.compile(r"([A-Za-z0-9][\w.\-]*:\d+):\d+ \[ ?\d+ ?\] NCCL INFO")
+# torch's names for NCCL's collectives (the harness's sweeps and comm records)
+TORCH_NAMES = {"all_reduce": "AllReduce", "all_gather": "AllGather", "all_gather_into_tensor": "AllGather",
+               "reduce_scatter": "ReduceScatter", "reduce_scatter_tensor": "ReduceScatter",
+               "broadcast": "Broadcast", "reduce": "Reduce", "all_to_all": "SendRecv",
+               "all_to_all_single": "SendRecv", "send": "Send", "recv": "Recv"}
+
+
+def _name(token: str, table: dict[int, str], version: tuple[int, int] | None) -> str:
+    if token.isdigit():
+        n = int(token)
+        if table is ALGORITHMS and n == 2 and version and version < (2, 14):
+            return "COLLNET"
+        return table.get(n, f"unknown ({n})")
+    return _NAMES.get(token.upper().replace("_", ""), token.upper())
+
+
+def parse_lines(lines, version: tuple[int, int] | None = None) -> list[dict]:
+    """One record per TUNING line: collective (None where the line and the log do not say), bytes, algorithm,
+    protocol, NCCL's estimated time in us (older lines), channel range, communicator."""
+    out, last_coll = [], {}
+    for line in lines:
+        proc = (m.group(1) if (m := _PROCESS.search(line)) else "")
+        for c in _COLL_LINE.finditer(line):
+            last_coll[proc] = c.group(1)
+        for m in _TUNING.finditer(line):
+            coll, size, algo, proto, t, lo, hi, comm = m.groups()
+            out.append({"collective": coll or last_coll.get(proc), "bytes": int(size),
+                        "algorithm": _name(algo, ALGORITHMS, version), "protocol": _name(proto, PROTOCOLS, version),
+                        "time_us": float(t) if t else None, "channels": [int(lo), int(hi)] if lo else None,
+                        "comm": comm, "named": coll is not None})
+    return out
+
+
+def _version(lines: list[str]) -> tuple[int, int] | None:
+    for line in lines:
+        if m := re.search(r"NCCL version (\d+)\.(\d+)\.", line):
+            return int(m.group(1)), int(m.group(2))
+    return None
+
+
+def log_files(run_dir: str) -> list[str]:
+    """The run's NCCL logs (logs/nccl.*.log), else a text file holding NCCL lines (an nccl-tests output)."""
+    paths = sorted(glob.glob(os.path.join(run_dir, "logs", "nccl*.log")))
+    if not paths and os.path.isfile(run_dir):
+        paths = [run_dir]
+    return paths
+
+
+def read_run(run_dir: str, max_bytes: int = 64 << 20) -> list[dict]:
+    """Every TUNING record of a run directory's NCCL logs (each file read up to max_bytes)."""
+    records = []
+    for path in log_files(run_dir):
+        with open(path, encoding="utf-8", errors="replace") as f:
+            lines = f.read(max_bytes).splitlines()
+        records += parse_lines(lines, _version(lines))
+    return records
+
+
+def choices(records: list[dict]) -> dict[tuple[str, int], Counter]:
+    """(collective, bytes) -> Counter of "ALGO/PROTO" over every call."""
+    out: dict[tuple[str, int], Counter] = {}
+    for r in records:
+        key = (r["collective"] or "unknown collective", r["bytes"])
+        out.setdefault(key, Counter())[f"{r['algorithm']}/{r['protocol']}"] += 1
+    return out
+
+
+def choice_text(counter: Counter | None) -> str:
+    """'RING/SIMPLE' or, where NCCL chose differently between calls, 'RING/LL 3, TREE/LL 1'."""
+    if not counter:
+        return "n/a (no TUNING line)"
+    if len(counter) == 1:
+        return next(iter(counter))
+    return ", ".join(f"{k} {n}" for k, n in counter.most_common())
+
+
+def why_missing(run_dir: str) -> str:
+    if not log_files(run_dir):
+        return "no NCCL log (NCCL_DEBUG=INFO into the run's logs/: telemetry.nccl_debug)"
+    return "no TUNING lines (set telemetry.nccl_tuning=true, or NCCL_DEBUG_SUBSYS with TUNING)"
+
+
+def size_text(n: int) -> str:
+    for unit, scale in (("GB", 1 << 30), ("MB", 1 << 20), ("KB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:g} {unit}"
+    return f"{n} B"
+
+
+def run_section(run_dir: str, max_rows: int = 60) -> tuple[str, list[str], list[list[str]]] | None:
+    """The report's table: collective, size, algorithm/protocol (calls). None where the run has no line."""
+    records = read_run(run_dir)
+    if not records:
+        return None
+    by = choices(records)
+    rows = [[coll, size_text(size), choice_text(c), str(sum(c.values()))] for (coll, size), c in sorted(by.items())]
+    title = "NCCL's algorithm and protocol per collective and size (its TUNING lines, rank 0 of each communicator)"
+    if len(rows) > max_rows:
+        title += f"; the first {max_rows} of {len(rows)}"
+    if any(not r["named"] for r in records):
+        title += "; NCCL before 2.19 names no collective in the line: taken from its COLL line where there is one"
+    return title, ["collective", "size", "algorithm/protocol", "calls"], rows[:max_rows]
+
+
+def compare_section(labels: list[str], run_dirs: list[list[str]], max_rows: int = 60
+                    ) -> tuple[str, list[str], list[list[str]]] | None:
+    """The comparison's table: per collective and size, each fabric's choice ("differs" where not the first's)."""
+    per = []
+    for dirs in run_dirs:
+        records = [r for d in dirs for r in read_run(d)]
+        per.append(choices(records) if records else None)
+    if not any(per):
+        return None
+    keys = sorted({k for p in per if p for k in p})
+    rows = []
+    for key in keys:
+        cells = []
+        base = choice_text(per[0].get(key)) if per[0] else None
+        for j, p in enumerate(per):
+            if p is None:
+                cells.append("n/a: " + why_missing(run_dirs[j][0]))
+                continue
+            text = choice_text(p.get(key))
+            cells.append(text + (" (differs)" if j and base and text != base and p.get(key) and per[0].get(key)
+                                 else ""))
+        rows.append([key[0], size_text(key[1])] + cells)
+    title = "NCCL's algorithm and protocol per collective and size (TUNING lines)"
+    if len(rows) > max_rows:
+        title += f"; the first {max_rows} of {len(rows)}"
+    return title, ["collective", "size", *labels], rows[:max_rows]
