@@ -17,6 +17,7 @@ from __future__ import annotations
 import atexit
 import os
 import re
+import time
 import sys
 
 from telemetry.capture.live_series import RunSeries, identity
@@ -109,18 +110,21 @@ class LiveExporter:
         return paths
 
     def start_push(self) -> None:
+        """Every pusher built before any starts: one that cannot be built leaves no other pushing (and no
+        run_finished for a run that never started)."""
         from telemetry.capture.live_push import OtlpPusher, PushgatewayPusher
 
+        pushers = []
         if self.s.pushgateway:
-            self.pushers.append(PushgatewayPusher(self.series, self.s.pushgateway, self.s.push_interval_s).start())
+            pushers.append(PushgatewayPusher(self.series, self.s.pushgateway, self.s.push_interval_s))
         if self.s.otlp:
             try:
-                pusher = OtlpPusher(self.series, self.s.otlp, self.s.push_interval_s)
+                pushers.append(OtlpPusher(self.series, self.s.otlp, self.s.push_interval_s))
             except ImportError as exc:
                 self.close()
                 raise InputError(f"telemetry.otlp: the OpenTelemetry SDK is not installed ({exc.name}); allowed: "
                                  "pip install -e '.[otlp]', or telemetry.otlp: null") from None
-            self.pushers.append(pusher.start())
+        self.pushers = [p.start() for p in pushers]
 
     def set_hosts(self, hosts: list[str]) -> None:
         """Every rank's host, once known: serve exactly the ranks on this host."""
@@ -129,14 +133,24 @@ class LiveExporter:
             self.series.set_ranks(mine)
 
     def close(self) -> None:
-        """The last lines read, the run marked finished in a last push; the server stops."""
-        self.series.refresh()
+        """The last lines read, the run marked finished in a last push; the server stops. Never raises: the
+        caller still has ranks to wait for (a failure here is one warning line)."""
+        try:
+            self.series.refresh()
+        except Exception as exc:
+            self._warn(exc)
         self.series.finished = True
         for pusher in self.pushers:
-            pusher.close()
+            try:
+                pusher.close()
+            except Exception as exc:
+                self._warn(exc)
         if self.server is not None:
-            self.server.shutdown()
-            self.server.server_close()
+            try:
+                self.server.shutdown()
+                self.server.server_close()
+            except Exception as exc:
+                self._warn(exc)
             self.server = None
         if self.port is not None:
             for path in self.targets_paths:
@@ -144,6 +158,29 @@ class LiveExporter:
                     os.remove(path)  # no scraping of a port that is gone (or reused)
                 except OSError:
                     pass
+
+    def _warn(self, exc: Exception) -> None:
+        if not getattr(self, "_warned", False):
+            self._warned = True
+            print(f"[telemetry] warning: closing the live exporter failed ({type(exc).__name__}: {exc}); "
+                  "the run goes on", file=sys.stderr, flush=True)
+
+    def wait_final(self, final_step: int, timeout_s: float) -> bool:
+        """Wait (bounded) until every served rank's file has reached `final_step`: the other local ranks
+        write their last (held) step lines a moment after this one, and the finished push should carry
+        them. True when all arrived."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                self.series.refresh()
+                if all(s >= final_step for s in self.series.last_steps().values()):
+                    return True
+            except Exception as exc:
+                self._warn(exc)
+                return False
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.1)
 
 
 _EXPORTER: list[LiveExporter | None] = [None]  # the process's one exporter (a port is a process-wide thing)
@@ -176,10 +213,24 @@ def current() -> LiveExporter | None:
     return _EXPORTER[0]
 
 
-def close_exporter() -> None:
+# beyond the other ranks' hold_reports_s: their last held lines are written when their own close flushes them
+FINAL_WAIT_MARGIN_S = 3.0
+
+
+def close_exporter(final_step: int | None = None, wait_s: float = 0.0) -> None:
+    """Close this process's exporter. `final_step`: the run's last step; the other local ranks' last (held)
+    lines are waited for, up to `wait_s`, so that the finished push carries them."""
     exporter, _EXPORTER[0] = _EXPORTER[0], None
-    if exporter is not None:
-        exporter.close()
+    if exporter is None:
+        return
+    if final_step is not None and wait_s > 0:
+        exporter.wait_final(final_step, wait_s)
+    exporter.close()
+
+
+def final_wait_s(hold_reports_s: float | None) -> float:
+    """How long local rank 0 waits for the other local ranks' last lines at the end."""
+    return float(hold_reports_s or 0.0) + FINAL_WAIT_MARGIN_S
 
 
 def exposition() -> bytes:

@@ -12,7 +12,10 @@ import threading
 
 from telemetry.capture.live_series import BY_NAME, PREFIX, RunSeries
 
-UNITS = {"seconds": "s", "bytes": "By", "joules": "J", "watts": "W", "ratio": "1"}
+# longest suffix first: bytes_per_second is a rate, not a size
+UNITS = {"bytes_per_second": "By/s", "tokens_per_second": "{token}/s", "samples_per_second": "{sample}/s",
+         "flops_per_second": "{flop}/s", "seconds": "s", "bytes": "By", "joules": "J",
+         "watts": "W", "ratio": "1"}
 
 
 class _Pusher:
@@ -34,8 +37,8 @@ class _Pusher:
             self._safe_push()
 
     def _safe_push(self) -> None:
-        self.series.refresh()
-        try:
+        try:  # a rank line of an unexpected shape is a failed push too, never a dead thread
+            self.series.refresh()
             self.push()
             self.pushes += 1
         except Exception as exc:  # the job goes on without its live series; said once, counted

@@ -164,6 +164,7 @@ class Telemetry:
         self._shared_tracer = shared is not None
         self._nvml = nvml
         self._file = None
+        self.last_step_written: int | None = None  # the newest step of this rank's file (the exporter waits for it)
         self._group = None
         self._loss_steps: list[dict] = []
         self.rdma_ports: dict | None = None  # counted / excluded RDMA ports (rdma_devices.select)
@@ -649,6 +650,7 @@ class Telemetry:
         if self._file is not None:
             self._file.write(json.dumps(record, default=_json_default) + "\n")
             self._file.flush()
+            self.last_step_written = record.get("step")
 
     # ------------------------------------------------------------ end
 
@@ -721,8 +723,8 @@ class Telemetry:
             self._events.close()
             self._events = None
         self.started = False
-        if live:
-            live_export.close_exporter()  # the last lines pushed, the run marked finished
+        if live:  # the last lines pushed (the other local ranks' too), the run marked finished
+            live_export.close_exporter(self.last_step_written, live_export.final_wait_s(self.s.hold_reports_s))
         if self.s.export and self.run_dir:
             self._wait_for_ranks()
 

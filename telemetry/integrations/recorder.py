@@ -366,4 +366,8 @@ class RunRecorder(Hooks):
                      "status": status}]
             self.rundir.update(**end)
             self.rundir.close()
-            live_export.close_exporter()  # its last push reads every line and marks the run finished
+            # its last push reads every line (the other local ranks' last ones waited for), marks the run finished
+            tel = self.telemetry
+            live_export.close_exporter(getattr(tel, "last_step_written", None),
+                                       live_export.final_wait_s(getattr(getattr(tel, "s", None), "hold_reports_s",
+                                                                        None)))

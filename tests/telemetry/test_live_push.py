@@ -103,3 +103,90 @@ def test_a_failing_push_is_one_warning_and_the_run_goes_on(series, capsys):
     assert pusher.failures == 2
     err = capsys.readouterr().err
     assert err.count("warning: Pushgateway push") == 1
+
+
+def test_a_rank_line_of_an_unexpected_shape_is_a_failed_push_not_a_dead_thread(series, tmp_path, capsys):
+    rx = Receiver()
+    try:
+        pusher = PushgatewayPusher(series, rx.url, 3600)
+        write_lines(tmp_path / rank_file(0, "telemetry.jsonl"), [{"step": 3, "comm_groups": ["dp"]}])
+        pusher._safe_push()  # the refresh fails inside the guarded push: counted and said, never raised
+        pusher._safe_push()
+    finally:
+        rx.close()
+    assert pusher.failures == 1 and pusher.pushes == 1
+    assert capsys.readouterr().err.count("warning: Pushgateway push") == 1
+
+
+def _exporter(tmp_path, environ, **settings):
+    from telemetry.capture.live_export import LiveExporter
+    from telemetry.settings import TelemetrySettings
+
+    return LiveExporter(TelemetrySettings(**settings), str(tmp_path), environ)
+
+
+def test_closing_the_exporter_never_raises_and_warns_once(tmp_path, capsys):
+    exporter = _exporter(tmp_path, {"RANK": "0", "LOCAL_RANK": "0"}, pushgateway="http://127.0.0.1:9")
+    write_lines(tmp_path / rank_file(0, "telemetry.jsonl"), [{"step": 1, "comm_groups": ["dp"]}])
+
+    class Broken:
+        def close(self):
+            raise RuntimeError("push thread gone")
+    exporter.pushers = [Broken(), Broken()]
+    exporter.close()  # the caller still has the other ranks to wait for
+    err = capsys.readouterr().err
+    assert err.count("warning: closing the live exporter failed") == 1 and exporter.series.finished
+
+
+def test_no_pusher_starts_when_another_cannot_be_built(tmp_path, monkeypatch):
+    from telemetry.capture import live_push
+    from telemetry.errors import InputError
+
+    def no_sdk(*args, **kwargs):
+        raise ImportError("no opentelemetry", name="opentelemetry")
+    monkeypatch.setattr(live_push.OtlpPusher, "__init__", no_sdk)
+    rx = Receiver()
+    try:
+        exporter = _exporter(tmp_path, {"RANK": "0", "LOCAL_RANK": "0"}, pushgateway=rx.url,
+                             otlp="http://127.0.0.1:9/v1/metrics")
+        with pytest.raises(InputError, match="telemetry.otlp"):
+            exporter.start_push()
+    finally:
+        rx.close()
+    # no push at all: in particular no run_finished for a run that never started
+    assert exporter.pushers == [] and rx.requests == []
+
+
+def test_the_finished_push_waits_for_the_other_local_ranks_last_lines(tmp_path):
+    from telemetry.capture import live_export
+
+    rx = Receiver()
+    try:
+        exporter = _exporter(tmp_path, {"RANK": "0", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2"}, pushgateway=rx.url,
+                             push_interval_s=3600)
+        exporter.start_push()
+        write_lines(tmp_path / rank_file(0, "telemetry.jsonl"), [rank_line(1), rank_line(2)])
+        write_lines(tmp_path / rank_file(1, "telemetry.jsonl"), [rank_line(1)])
+        # rank 1 writes its last (held) step a moment after rank 0 closes
+        later = threading.Timer(0.5, write_lines, (tmp_path / rank_file(1, "telemetry.jsonl"), [rank_line(2)]))
+        later.start()
+        live_export._EXPORTER[0] = exporter
+        live_export.close_exporter(final_step=2, wait_s=30)
+        later.join()
+    finally:
+        live_export._EXPORTER[0] = None
+        rx.close()
+    from prometheus_client.parser import text_string_to_metric_families
+
+    got = {(s.name, s.labels.get("rank")): s.value
+           for fam in text_string_to_metric_families(rx.requests[-1][3].decode()) for s in fam.samples}
+    assert got[("fabric_harness_steps_total", "1")] == 2 and got[("fabric_harness_run_finished", None)] == 1
+
+
+def test_otlp_units_of_rates_are_rates():
+    from telemetry.capture.live_push import UNITS
+
+    def unit(name):
+        return next((u for suffix, u in UNITS.items() if name.endswith(suffix)), "1")
+    assert unit("collective_busbw_bytes_per_second") == "By/s" and unit("step_collective_bytes") == "By"
+    assert unit("tokens_per_second") == "{token}/s" and unit("device_flops_per_second") == "{flop}/s"
