@@ -69,11 +69,14 @@ SERIES: tuple[Series, ...] = (
            "calls)"),
     Series("collective_untimed_bytes", "counter", COMM, "bytes of the calls without a duration"),
     Series("tracer_calls", "counter", ("rank", "group", "outcome"), "the collective tracer's health (a step "
-           "record's `comm_health`): calls seen (outcome all), timed, and why the rest has no time (late, "
-           "no_duration, captured, compiled, no_timing, other_untimed); between steps: reported_after_close, "
-           "never_reported, unclaimed_reports, queue_full (telemetry/coverage.py)"),
-    Series("tracer_bytes", "counter", ("rank", "group", "outcome"), "bytes of the calls the tracer saw (outcome "
-           "all) and of those timed (timed)"),
+           "record's `comm_health`), per process group: calls timed (outcome timed) and, for the rest, why they "
+           "have no time (late, no_duration, captured, compiled, no_timing, other_untimed); the outcomes "
+           "partition the calls, so sum() over outcome is every call seen (telemetry/coverage.py)"),
+    Series("tracer_bytes", "counter", ("rank", "group", "outcome"), "bytes of the calls the tracer saw, per "
+           "process group: timed and untimed (sum() over outcome is every byte seen)"),
+    Series("tracer_events", "counter", ("rank", "group", "kind"), "what the tracer met between steps, per process "
+           "group: reported_after_close, never_reported, unclaimed_reports, queue_full (not calls of a step: "
+           "never add them to tracer_calls)"),
     Series("gpu_power_watts", "gauge", RANK, "the rank's GPU mean power over the newest step (NVML)"),
     Series("gpu_energy_joules", "counter", RANK, "the rank's GPU energy (NVML counter deltas)"),
     # ---- per host, from its local rank 0's line (host-wide sources are read once per host)
@@ -106,9 +109,10 @@ SERIES: tuple[Series, ...] = (
 )
 BY_NAME = {s.name: s for s in SERIES}
 PFC_KINDS = {"rx_pause": "rx", "tx_pause": "tx", "rx_pause_global": "rx", "tx_pause_global": "tx"}
-# a record's `comm_health` counts (telemetry/coverage.py): outcome label -> key
-HEALTH_CALLS = {"all": "calls", "timed": "timed", **{k: k for k in (*coverage.UNTIMED, *coverage.BETWEEN)}}
-HEALTH_BYTES = {"all": "bytes", "timed": "timed_bytes"}
+# a record's `comm_health` counts (telemetry/coverage.py): outcome label -> key. Only outcomes that partition
+# the calls (timed + each untimed reason = calls), so a sum over the label counts each call once.
+HEALTH_CALLS = {"timed": "timed", **{k: k for k in coverage.UNTIMED}}
+HEALTH_EVENTS = coverage.BETWEEN
 
 
 def identity(run_dir: str, environ=os.environ) -> dict:
@@ -179,12 +183,17 @@ class RunSeries:
                 self._add("collective_untimed_bytes", key, c.get("untimed_bytes"))
         health = line.get("comm_health")
         if isinstance(health, dict):
-            # per process group where the tracer splits them, else the step's totals under group "all"
-            for group, h in (health.get("by_group") or {"all": health}).items():
-                for outcome, key in HEALTH_CALLS.items():
-                    self._add("tracer_calls", (r, str(group), outcome), (h or {}).get(key))
-                for outcome, key in HEALTH_BYTES.items():
-                    self._add("tracer_bytes", (r, str(group), outcome), (h or {}).get(key))
+            # per process group only: a synthetic group for the totals could collide with a real group's name
+            for group, h in (health.get("by_group") or {}).items():
+                h, key = h or {}, (r, str(group))
+                for outcome, k in HEALTH_CALLS.items():
+                    self._add("tracer_calls", (*key, outcome), h.get(k))
+                timed_bytes, all_bytes = _num(h.get("timed_bytes")), _num(h.get("bytes"))
+                self._add("tracer_bytes", (*key, "timed"), timed_bytes)
+                if all_bytes is not None:
+                    self._add("tracer_bytes", (*key, "untimed"), max(0.0, all_bytes - (timed_bytes or 0.0)))
+                for kind in HEALTH_EVENTS:
+                    self._add("tracer_events", (*key, kind), h.get(kind))
         self._add("gpu_energy_joules", (r,), line.get("gpu_energy_j"))
         host = line.get("host")
         if isinstance(host, dict):
@@ -230,6 +239,12 @@ class RunSeries:
                 for line in self._job.new():
                     self._fold_job(line)
                     self._latest_job = line
+
+    def last_steps(self) -> dict[int, int]:
+        """{served rank: the step of its newest line read, -1 when none yet}."""
+        with self._lock:
+            steps = {r: _num((self._latest.get(r) or {}).get("step")) for r in self.ranks}
+        return {r: -1 if v is None else int(v) for r, v in steps.items()}
 
     # ------------------------------------------------------------ the families
     def samples(self) -> dict[str, list[tuple[tuple, float]]]:

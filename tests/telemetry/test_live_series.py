@@ -117,14 +117,29 @@ def test_tracer_health_becomes_counters_per_group_and_outcome(tmp_path):
     series = RunSeries(str(tmp_path), [0], IDENT, job_metrics=False)
     dp = {"calls": 10, "bytes": 1000, "timed": 7, "timed_bytes": 900, "late": 2, "no_duration": 1, "captured": 0,
           "never_reported": 1, "timing": "completion_hook", "calls_pct": 70.0}
-    health = {"calls": 10, "bytes": 1000, "timed": 7, "timed_bytes": 900, "calls_pct": 70.0, "by_group": {"dp": dp},
-              "verdict": "timing covers 70% of calls and 90% of bytes; missing: ..."}
+    # the step's totals carry the same counts again: they must not be added under a made-up group
+    health = {"calls": 10, "bytes": 1000, "timed": 7, "timed_bytes": 900, "never_reported": 1, "calls_pct": 70.0,
+              "by_group": {"dp": dp}, "verdict": "timing covers 70% of calls and 90% of bytes; missing: ..."}
     write_lines(tmp_path / rank_file(0, "telemetry.jsonl"), [{**rank_line(1), "comm_health": health}] * 2)
     got = scrape(series)
     calls = {dict(k[1])["outcome"]: v for k, v in got.items() if k[0] == "fabric_harness_tracer_calls_total"}
-    assert calls["all"] == 20 and calls["timed"] == 14 and calls["late"] == 4 and calls["never_reported"] == 2
-    assert calls["captured"] == 0 and "calls_pct" not in calls and "timing" not in calls
-    assert got[("fabric_harness_tracer_bytes_total", lab(rank="0", group="dp", outcome="timed"))] == 1800
+    assert calls["timed"] == 14 and calls["late"] == 4 and calls["captured"] == 0
+    assert "all" not in calls and "never_reported" not in calls and "calls_pct" not in calls
+    # the outcomes partition the calls: a sum() over them is every call seen, once
+    assert sum(calls.values()) == 20
+    tracer = [dict(k[1]) for k in got if k[0].startswith("fabric_harness_tracer_")]
+    assert {t["group"] for t in tracer} == {"dp"}
+    nbytes = {dict(k[1])["outcome"]: v for k, v in got.items() if k[0] == "fabric_harness_tracer_bytes_total"}
+    assert nbytes == {"timed": 1800, "untimed": 200}
+    events = {dict(k[1])["kind"]: v for k, v in got.items() if k[0] == "fabric_harness_tracer_events_total"}
+    assert events == {"never_reported": 2}
+
+
+def test_last_steps_say_how_far_each_served_rank_got(tmp_path):
+    series = RunSeries(str(tmp_path), [0, 1], IDENT, job_metrics=False)
+    write_lines(tmp_path / rank_file(0, "telemetry.jsonl"), [rank_line(1), rank_line(2)])
+    series.refresh()
+    assert series.last_steps() == {0: 2, 1: -1}
 
 
 def test_every_series_is_named_by_the_conventions():
