@@ -38,6 +38,7 @@ class WorkProgress:
         self.stream = stream or sys.stdout
         self.plain_every_s = plain_every_s
         self.done = 0
+        self._lock = threading.Lock()  # the ticker thread (tick_every) and the caller both advance
         self._t0 = self._said = time.monotonic()
         self._bar = None
         self._ticker: threading.Thread | None = None
@@ -75,6 +76,10 @@ class WorkProgress:
     def advance(self, n: int = 1, note: str = "") -> None:
         if not self.enabled:
             return
+        with self._lock:
+            self._advance(n, note)
+
+    def _advance(self, n: int, note: str) -> None:
         self.done += n
         if self._bar is not None:
             self._bar.update(self._task, advance=n, description=note)
@@ -106,8 +111,11 @@ class WorkProgress:
             self._stop = threading.Event()
 
             def tick():
-                while not self._stop.wait(period_s) and self.done < self.total:
-                    self.advance()
+                while not self._stop.wait(period_s):
+                    with self._lock:  # checked and advanced at once: the caller may finish the work meanwhile
+                        if self.done >= self.total:
+                            return
+                        self._advance(1, "")
             self._ticker = threading.Thread(target=tick, daemon=True)
             self._ticker.start()
         return self

@@ -98,8 +98,10 @@ class RunWatch:
         max_steps = recipe.get("max_steps")
         last = self.recent[-1] if self.recent else {}
         step = last.get("step")
-        times = [m["time"] for m in self.recent if isinstance(m.get("time"), (int, float))]
-        per_step = (times[-1] - times[0]) / (len(times) - 1) if len(times) > 1 else last.get("step_time_s")
+        clock = [(m["step"], m["time"]) for m in self.recent if isinstance(m.get("time"), (int, float))]
+        # per step, not per line: lines can skip steps (a resumed run, a lost line)
+        per_step = ((clock[-1][1] - clock[0][1]) / (clock[-1][0] - clock[0][0])
+                    if len(clock) > 1 and clock[-1][0] > clock[0][0] else last.get("step_time_s"))
         eta = (max_steps - step) * per_step if (self.running and isinstance(max_steps, int) and step is not None
                                                  and per_step) else None
         ranks = []
@@ -165,12 +167,19 @@ def _verdict(found: dict) -> str:
     return stragglers.describe(found["findings"][0]) if found.get("findings") else found["verdict"]
 
 
+def _server_power(s: dict, sep: str) -> str:
+    """Whole-server power (BMC) beside the GPUs', where the run records it."""
+    w = s.get("job_server_power_w")
+    return "" if _num(w) is None else f"{sep}server power {_fmt(w, ',.0f', ' W')}"
+
+
 def plain_lines(s: dict) -> list[str]:
     """The view as plain lines (not a terminal, or --once into a pipe)."""
     total = f"/{s['max_steps']}" if s["max_steps"] is not None else ""
     head = (f"{s['name']}: {s['status']} | step {s['step'] if s['step'] is not None else '-'}{total} | "
             f"{_fmt(s['s_per_step'], '.3f', ' s/step')} | eta {_eta(s['eta_s'])} | loss {_fmt(s['loss'], '.4f')} | "
-            f"{_fmt(s['tokens_per_s'], ',.0f', ' tok/s')} | GPU power {_fmt(s['job_gpu_power_w'], ',.0f', ' W')}")
+            f"{_fmt(s['tokens_per_s'], ',.0f', ' tok/s')} | GPU power {_fmt(s['job_gpu_power_w'], ',.0f', ' W')}"
+            + _server_power(s, " | "))
     out = [head]
     for r in s["ranks"]:
         out.append(f"  rank {r['rank']}: step {r['step']} | step time {_fmt(r['step_time_s'], '.3f', ' s')} | "
@@ -202,7 +211,7 @@ def rich_view(s: dict):
     title = Text.assemble((s["name"], "bold"), f"  {s['status']}  step {done}/{total or '?'}  ",
                           f"eta {_eta(s['eta_s'])}  {_fmt(s['s_per_step'], '.3f', ' s/step')}  "
                           f"loss {_fmt(s['loss'], '.4f')}  {_fmt(s['tokens_per_s'], ',.0f', ' tok/s')}  "
-                          f"GPU power {_fmt(s['job_gpu_power_w'], ',.0f', ' W')}")
+                          f"GPU power {_fmt(s['job_gpu_power_w'], ',.0f', ' W')}{_server_power(s, '  ')}")
     table = Table(box=None, pad_edge=False)
     for col in ("rank", "step", "step time", "comm share", "GPU power"):
         table.add_column(col, justify="right")

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from telemetry.analysis import watch as watch_mod
-from telemetry.analysis.watch import RunWatch, plain_lines, watch
+from telemetry.analysis.watch import RunWatch, plain_lines, rich_view, watch
 from tests.conftest import REPO
 
 
@@ -60,6 +60,34 @@ def test_a_running_run_shows_progress_eta_ranks_and_verdicts(tmp_path):
     with open(tmp_path / "metrics.jsonl", "a") as m:
         m.write(': 4.7, "step_time_s": 0.5, "time": 1010.5}\n')
     assert state.poll() and state.snapshot()["step"] == 21
+
+
+def test_the_eta_counts_steps_not_lines(tmp_path):
+    (tmp_path / "run.json").write_text(json.dumps({"name": "demo", "status": "running", "recipe": {"max_steps": 100}}))
+    # every other step logged: 2 s between lines is 1 s per step
+    with open(tmp_path / "metrics.jsonl", "w") as m:
+        for step in range(2, 22, 2):
+            m.write(json.dumps({"step": step, "time": 1000.0 + step, "step_time_s": 0.9}) + "\n")
+    state = RunWatch(str(tmp_path))
+    state.poll()
+    s = state.snapshot()
+    assert s["s_per_step"] == pytest.approx(1.0) and s["eta_s"] == pytest.approx(80.0)
+
+
+def test_server_power_is_shown_beside_gpu_power_where_recorded(tmp_path):
+    make_run(tmp_path, 3)
+    state = RunWatch(str(tmp_path))
+    state.poll()
+    assert "server power" not in plain_lines(state.snapshot())[0]
+    with open(tmp_path / "metrics.jsonl", "a") as m:
+        m.write(json.dumps({"step": 4, "time": 1002.0, "job_gpu_power_w": 650.0, "job_server_power_w": 1800.0}) + "\n")
+    state.poll()
+    s = state.snapshot()
+    assert plain_lines(s)[0].endswith("GPU power 650 W | server power 1,800 W")
+    from rich.console import Console
+    console = Console(width=200, record=True)
+    console.print(rich_view(s))
+    assert "server power 1,800 W" in console.export_text()
 
 
 def test_the_straggler_verdict_is_the_runs_own_detector(tmp_path):

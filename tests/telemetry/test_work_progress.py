@@ -96,3 +96,28 @@ def test_a_bar_on_the_terminal_leaves_a_redirected_stdout_alone(capsys):
         print("#  size  count")  # stdout is pytest's capture here: not a terminal
         p.advance()
     assert capsys.readouterr().out == "#  size  count\n" and "#  size" not in tty.getvalue()
+
+
+def test_the_ticker_and_the_caller_advance_under_one_lock():
+    import sys
+    import threading
+
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as possible: a lost `done += n` would show
+    try:
+        p = WorkProgress("work", 10**9, stream=io.StringIO(), plain_every_s=3600).start()
+        workers = [threading.Thread(target=lambda: [p.advance() for _ in range(20000)]) for _ in range(4)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+    finally:
+        sys.setswitchinterval(before)
+    assert p.done == 80000
+    # the ticker stops at the total even when the caller reached it in between
+    tty = Terminal()
+    t = WorkProgress("linktest", 5, "s", stream=tty).start().tick_every(0.001)
+    t.advance(5)
+    time.sleep(0.05)
+    t.close()
+    assert t.done == 5
