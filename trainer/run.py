@@ -161,6 +161,7 @@ def open_run(recipe: Recipe, layout: Layout, rank: int, lock: RunLock, argv: lis
 def set_up(st: RunState) -> None:
     """Device, backend, the process group, every rank's host, the fabric check and the meshes."""
     recipe, rundir = st.recipe, st.rundir
+    st.rec.open_live()  # the live exporter's port, before pick_device makes a CUDA context (docs/live.md)
     st.device = pick_device()
     st.backend = pick_backend(recipe.distributed.backend, st.device)
     st.rec.prepare(st.backend, recipe.fabric.force_network)  # NCCL reads its environment at init

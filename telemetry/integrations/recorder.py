@@ -145,6 +145,11 @@ class RunRecorder(Hooks):
         self.rundir.update(**head, **fields, software=software, environment=redacted_env())
         return self.previous
 
+    def open_live(self) -> None:
+        """The node's live exporter (its port taken) before the device is picked: a port in use is one error
+        line before any GPU work. prepare() opens it too, for owners that do not call this."""
+        live_export.open_exporter(self.settings, self.run_dir)
+
     def prepare(self, backend: str, force: bool = False) -> None:
         """The environment NCCL reads once, at process-group init: its log files, timing, and `force`
         (fabric.force_network: every byte over the network)."""

@@ -256,3 +256,11 @@ def test_a_loop_that_only_starts_the_session_gets_the_exporter_too(tmp_path, mon
     finally:
         tel.close()
     assert live_export.current() is None
+
+
+def test_telemetry_off_turns_the_exporter_off_but_still_checks_the_values(tmp_path, monkeypatch):
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    assert live_export.open_exporter(TelemetrySettings(enabled=False, prometheus="auto"), str(tmp_path)) is None
+    assert live_export.current() is None
+    with pytest.raises(InputError, match="telemetry.prometheus"):
+        live_export.open_exporter(TelemetrySettings(enabled=False, prometheus="yes"), str(tmp_path))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 
+import torch
 import torch.distributed as dist
 
 from telemetry.capture.environment import host_info
@@ -56,3 +57,18 @@ def test_an_unwritable_output_dir_is_refused_before_the_run(tmp_path, capsys):
     code, err = run(capsys, f"output_dir={target}", *STEPS)
     assert code == 2 and err.strip() == (f"error: output_dir: {str(target)!r} is a file, not a directory; "
                                          "allowed: a new or existing directory")
+
+
+def test_a_port_in_use_is_refused_before_the_device_is_picked(tmp_path, capsys, monkeypatch):
+    import socket
+
+    import trainer.run as run_mod
+    picked = []
+    monkeypatch.setattr(run_mod, "pick_device", lambda: picked.append(1) or torch.device("cpu"))
+    with socket.socket() as busy:
+        busy.bind(("0.0.0.0", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        code, err = run(capsys, f"output_dir={tmp_path / 'run'}", *STEPS, f"telemetry.prometheus={port}")
+    assert code == 2 and f"error: telemetry.prometheus: cannot serve on port {port}" in err
+    assert picked == []  # no CUDA context made before the port was taken (docs/live.md)
