@@ -169,6 +169,12 @@ def test_prometheus_scrapes_every_rank_with_values_from_the_run_directory(live_r
         expr = f'fabric_harness_tracer_calls_total{{rank="{rank}",group="dp",outcome="timed"}}'
         want = sum(x["comm_health"]["by_group"]["dp"]["timed"] for x in lines if x["step"] <= step)
         assert float(prom.last(expr)[0]["value"][1]) == want > 0
+        # the outcomes partition the calls: their sum is every call the tracer saw, counted once
+        outcomes = prom.last(f'fabric_harness_tracer_calls_total{{rank="{rank}",group="dp"}}')
+        want = sum(x["comm_health"]["by_group"]["dp"]["calls"] for x in lines if x["step"] <= step)
+        assert sum(float(o["value"][1]) for o in outcomes) == want
+        assert not prom.last('fabric_harness_tracer_calls_total{outcome="all"}')
+        assert not prom.last('fabric_harness_tracer_calls_total{group="all"}')
     # the job's figures, from metrics.jsonl (rank 0's node)
     metrics = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     n = int(float(prom.last("fabric_harness_job_steps_total")[0]["value"][1]))
