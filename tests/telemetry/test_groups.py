@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 
-from telemetry.capture import collectives, comm_groups, completion_hooks
+from telemetry.capture import comm_groups, completion_hooks
 from telemetry.capture.collectives import (CollectiveTracer, DIST_SPECS, group_identity, ranks_name, register_group,
                                    set_host_map)
 from telemetry.analysis.projection import measured_profile, project
