@@ -56,7 +56,7 @@ def worker(rate: float, calls: int, steps: int) -> dict:
     from torch._C._distributed_c10d import OpType
     from types import SimpleNamespace
 
-    from telemetry.capture import collectives
+    from telemetry.capture import completion_hooks
     from telemetry.capture.collectives import DIST_SPECS, CollectiveTracer
 
     class PretendGroup:  # what the tracer needs of a ProcessGroupNCCL here: a size, a name, the hook
@@ -68,7 +68,7 @@ def worker(rate: float, calls: int, steps: int) -> dict:
         def _register_on_completion_hook(self, hook):
             self.hook = hook
 
-    collectives._backend_name = lambda pg: "nccl"
+    completion_hooks.backend_name = lambda pg: "nccl"
     pg = PretendGroup()
     tracer = CollectiveTracer()
     reduce = tracer._wrap_dist("all_reduce", lambda tensor, op=None, group=None, async_op=False: None,

@@ -32,7 +32,6 @@ import time
 import urllib.request
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
 
 
 def run_once(args, exporter: bool, workdir: str) -> tuple[list[float], int]:

@@ -47,12 +47,13 @@ def worker(variant: str, package_dir: str, steps: int, out: str) -> None:
     tracer = None
     if variant != "off":
         code, path = variant.split("-")
-        mod = importlib.import_module(f"{'oldtel' if code == 'old' else 'telemetry'}.collectives")
+        mod = importlib.import_module("oldtel.collectives" if code == "old" else "telemetry.capture.collectives")
         if path == "nccl" and code == "old":
             mod.CollectiveTracer._group_info = staticmethod(lambda g: (dist.get_world_size(g), "nccl"))
-        elif path == "nccl":
-            mod._backend_name = lambda pg: "nccl"
-            mod._register_completion_hook = lambda pg, hook: None  # accepted; no reports are needed here
+        elif path == "nccl":  # the backend seams live in the tracer's completion-hook module
+            hooks = importlib.import_module("telemetry.capture.completion_hooks")
+            hooks.backend_name = lambda pg: "nccl"
+            hooks._register_completion_hook = lambda pg, hook: None  # accepted; no reports are needed here
         tracer = mod.CollectiveTracer().install()
     torch.manual_seed(0)
     model = torch.nn.Sequential(*[torch.nn.Linear(1024, 1024) for _ in range(8)])

@@ -11,7 +11,8 @@ from telemetry.errors import OneLineParser, output_dir_problem, output_file_prob
 from telemetry.analysis.runs import RunError
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> OneLineParser:
+    """The command line: one subcommand per report."""
     parser = OneLineParser(prog="python -m telemetry", description="Reports from run directories.")
     sub = parser.add_subparsers(dest="command", required=True)
     rep = sub.add_parser("report", help="write report.md, report.html and PNG figures for one run")
@@ -78,7 +79,11 @@ def main(argv: list[str] | None = None) -> int:
     wat.add_argument("run", help="a run directory (the recipe's output_dir), on this host or a shared filesystem")
     wat.add_argument("--once", action="store_true", help="print the view once and exit (scripts, tests)")
     wat.add_argument("--interval", type=float, default=2.0, help="seconds between reads (default 2)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     if args.command == "watch":
         return _watch(args)
     problem = _output_problem(args)
@@ -90,20 +95,7 @@ def main(argv: list[str] | None = None) -> int:
             result = write_report(args.run, args.out)
             print(f"wrote {result['out']}/report.html and report.md with {len(result['figures'])} figures")
         elif args.command == "compare":
-            from telemetry.analysis.compare import CompareError, compare
-            try:
-                result = compare(args.runs, args.out, args.allow_mismatch, args.sweep, args.busbw_axis,
-                                 args.line_rate, args.expect_transport)
-            except CompareError as exc:
-                print_errors(exc)
-                return 2
-            print(f"wrote {args.out}/compare.html and compare.md ({result['kind']}: {' vs '.join(result['labels'])})")
-            for lab, check in result.get("transport_checks", {}).items():
-                if check["verdict"] != "ok":
-                    print(f"  transport {lab}: {check['verdict']}: {'; '.join(check['reasons'])}", file=sys.stderr)
-            for p in result.get("projection") or []:
-                print(f"  projection {p['label']}: predicted {p['predicted_s']:.3f} s, measured {p['measured_s']:.3f} s "
-                      f"({p['error'] * 100:+.1f}%)")
+            return _compare(args)
         elif args.command == "p2p":
             return _p2p(args)
         elif args.command == "mllog":
@@ -117,6 +109,24 @@ def main(argv: list[str] | None = None) -> int:
     except RunError as exc:
         print_errors(exc)
         return 2
+    return 0
+
+
+def _compare(args) -> int:
+    from telemetry.analysis.compare import CompareError, compare
+    try:
+        result = compare(args.runs, args.out, args.allow_mismatch, args.sweep, args.busbw_axis,
+                         args.line_rate, args.expect_transport)
+    except CompareError as exc:
+        print_errors(exc)
+        return 2
+    print(f"wrote {args.out}/compare.html and compare.md ({result['kind']}: {' vs '.join(result['labels'])})")
+    for lab, check in result.get("transport_checks", {}).items():
+        if check["verdict"] != "ok":
+            print(f"  transport {lab}: {check['verdict']}: {'; '.join(check['reasons'])}", file=sys.stderr)
+    for p in result.get("projection") or []:
+        print(f"  projection {p['label']}: predicted {p['predicted_s']:.3f} s, measured {p['measured_s']:.3f} s "
+              f"({p['error'] * 100:+.1f}%)")
     return 0
 
 
@@ -157,36 +167,34 @@ def _fmt_rate(bps: float) -> str:
     return f"{bps:.3g} bit/s"
 
 
-def _project(args) -> int:
-    import json
+def _project_targets(args) -> tuple[str | None, list[int], list[tuple], float | None]:
+    """The options of `project`, checked: (problem or None, node counts, targets (label, rate in bit/s,
+    busbw table), the intra-node links' rate)."""
     import math
     import os
 
-    from telemetry.analysis.projection import (ProjectionError, combine_profiles, efficiency_for, load_busbw_table,
-                             measured_profile, negligible_above_bps, project)
+    from telemetry.analysis.projection import ProjectionError, load_busbw_table
     from telemetry.analysis.rates import RateError, bytes_unit_warning, parse_rate
-    from telemetry.analysis.runs import given_twice, load_run
 
-    fail = print_errors
     if not args.rate and not args.busbw_table:
-        return fail("project: give the target fabric: --rate RATE (tc units, e.g. 100gbit) and/or --busbw-table "
-                    "FILE (nccl-tests output)")
+        return ("project: give the target fabric: --rate RATE (tc units, e.g. 100gbit) and/or --busbw-table "
+                "FILE (nccl-tests output)"), [], [], None
     eff = args.efficiency
     if eff is not None and not 0 < eff <= 1:
-        return fail(f"--efficiency: got {eff}; expected a fraction in (0, 1]")
+        return f"--efficiency: got {eff}; expected a fraction in (0, 1]", [], [], None
     if not math.isfinite(args.latency_us) or args.latency_us < 0:
-        return fail(f"--latency-us: got {args.latency_us}; expected a finite number of microseconds >= 0")
+        return (f"--latency-us: got {args.latency_us}; expected a finite number of microseconds >= 0"), [], [], None
     nodes = []
     for n in args.nodes:
         if not n.isdigit() or int(n) < 1:
-            return fail(f"--nodes: got {n!r}; expected a whole number of nodes >= 1")
+            return f"--nodes: got {n!r}; expected a whole number of nodes >= 1", [], [], None
         nodes.append(int(n))
     targets = []
     try:
         for rate in args.rate:
             bps = parse_rate(rate)
             if bps is None:
-                return fail("--rate: got 'none'; give the target's rate (tc units, e.g. 100gbit)")
+                return "--rate: got 'none'; give the target's rate (tc units, e.g. 100gbit)", [], [], None
             if warning := bytes_unit_warning(rate):
                 print(warning, file=sys.stderr)
             targets.append((rate, bps, None))
@@ -196,20 +204,15 @@ def _project(args) -> int:
         if args.intra_rate is not None:
             intra_bps = parse_rate(args.intra_rate, "--intra-rate")
             if intra_bps is None:
-                return fail("--intra-rate: got 'none'; give the intra-node links' rate (tc units, e.g. 900gbit)")
+                return ("--intra-rate: got 'none'; give the intra-node links' rate (tc units, e.g. 900gbit)", [], [],
+                        None)
     except (RateError, ProjectionError) as exc:
-        return fail(str(exc).removeprefix("error: "))
-    if twice := given_twice(args.run):
-        return fail(f"{twice} is given twice; allowed: each run directory once (its repeats are other runs)")
-    profiles = []
-    for path in args.run:
-        profiles.append(measured_profile(load_run(path)))
-        if profiles[-1]["step_time_s"] is None:
-            return fail(f"{path}: no timed steps to project from")
-    try:
-        profile = combine_profiles(profiles)
-    except ProjectionError as exc:
-        return fail(str(exc))
+        return str(exc).removeprefix("error: "), [], [], None
+    return None, nodes, targets, intra_bps
+
+
+def _print_measured(profile: dict) -> None:
+    """What the runs measured, and what an unshaped link means for the projection."""
     if profile.get("repeats"):
         print(f"{profile['repeats']} repeats: median step times "
               + ", ".join(f"{t:.4f}" for t in profile["repeat_step_times_s"]) + " s")
@@ -223,8 +226,10 @@ def _project(args) -> int:
         print("  its links were not shaped: the communication time it measured is the transfer at the host's speed "
               "plus per-call overhead; on a target each call takes the larger of that and its bytes over the "
               "target's bandwidth")
-    if eff is None:
-        eff = efficiency_for(profile)
+
+
+def _print_partial(profile: dict) -> None:
+    """Bytes per step that had no time: where they were, and what the projection does with them."""
     if profile.get("partial"):
         groups = profile.get("groups") or {}
         inter = sum(g.get("untimed_bytes") or 0 for g in groups.values() if g["scope"] == "inter")
@@ -234,33 +239,68 @@ def _project(args) -> int:
         else:
             print(f"  partial: {inter if groups else profile['untimed_bytes']} bytes per step"
                   + (" on inter-node groups" if groups else "") + " had no time; the projection leaves them out")
+
+
+def _print_projection(p: dict, label: str, table, eff, args, intra_bps, profile: dict, n: int | None) -> None:
+    """One projection: the step time with its interval, each group's part, notes, and whether it matters."""
+    from telemetry.analysis.projection import negligible_above_bps
+
+    low, high = p["interval_s"]
+    where = f"{label}, {p['nodes']} node(s)"
+    print(f"  {where}: predicted {p['step_time_s']:.4f} s/step [{low:.4f}, {high:.4f}] (communication "
+          f"{p['comm_time_s']:.4f} s: {p['wire_s']:.4f} s on the wire + {p['fixed_s']:.4f} s fixed; "
+          + ("busbw from the table)" if table else f"efficiency {eff})"))
+    for name, g in p["by_group"].items():
+        shared = g.get("link_sharing") or 1.0
+        where_g = (("on the target link" + (f", {shared:g} transfers sharing each link" if shared > 1 else ""))
+                   if g["on_target_link"] else
+                   "intra-node, " + (f"at {args.intra_rate}" if intra_bps else "as measured"))
+        ranks = (f"{g['size']} ranks" if g.get("size_new", g["size"]) == g["size"] else
+                 f"{g['size']} ranks measured, {g['size_new']} projected")
+        print(f"    group {name} ({g['scope']}-node, {ranks}): {g['bytes']:.0f} bytes, "
+              f"measured {g['measured_s']:.4f} s -> {g['predicted_s']:.4f} s ({where_g})")
+    for note in p["notes"]:
+        print(f"    {note}")
+    if p["negligible"]:
+        knee = None if table else negligible_above_bps(profile, efficiency=eff, nodes=n)
+        print(f"    communication is negligible here: the link adds {p['wire_s'] * 1e3:.2f} ms, under 5% of "
+              "the step; a faster fabric cannot make this step measurably faster"
+              + (f" (true of any link above {_fmt_rate(knee)})" if knee else ""))
+
+
+def _project(args) -> int:
+    import json
+
+    from telemetry.analysis.projection import ProjectionError, combine_profiles, efficiency_for, measured_profile, project
+    from telemetry.analysis.runs import given_twice, load_run
+
+    fail = print_errors
+    problem, nodes, targets, intra_bps = _project_targets(args)
+    if problem:
+        return fail(problem)
+    eff = args.efficiency
+    if twice := given_twice(args.run):
+        return fail(f"{twice} is given twice; allowed: each run directory once (its repeats are other runs)")
+    profiles = []
+    for path in args.run:
+        profiles.append(measured_profile(load_run(path)))
+        if profiles[-1]["step_time_s"] is None:
+            return fail(f"{path}: no timed steps to project from")
+    try:
+        profile = combine_profiles(profiles)
+    except ProjectionError as exc:
+        return fail(str(exc))
+    _print_measured(profile)
+    if eff is None:
+        eff = efficiency_for(profile)
+    _print_partial(profile)
     results = []
     try:
         for label, bps, table in targets:
             for n in nodes or [None]:
                 p = project(profile, bps, args.latency_us * 1e-6, eff, nodes=n, busbw_table=table,
                             intra_bps=intra_bps)
-                low, high = p["interval_s"]
-                where = f"{label}, {p['nodes']} node(s)"
-                print(f"  {where}: predicted {p['step_time_s']:.4f} s/step [{low:.4f}, {high:.4f}] (communication "
-                      f"{p['comm_time_s']:.4f} s: {p['wire_s']:.4f} s on the wire + {p['fixed_s']:.4f} s fixed; "
-                      + ("busbw from the table)" if table else f"efficiency {eff})"))
-                for name, g in p["by_group"].items():
-                    shared = g.get("link_sharing") or 1.0
-                    where_g = (("on the target link" + (f", {shared:g} transfers sharing each link" if shared > 1 else ""))
-                               if g["on_target_link"] else
-                               "intra-node, " + (f"at {args.intra_rate}" if intra_bps else "as measured"))
-                    ranks = (f"{g['size']} ranks" if g.get("size_new", g["size"]) == g["size"] else
-                             f"{g['size']} ranks measured, {g['size_new']} projected")
-                    print(f"    group {name} ({g['scope']}-node, {ranks}): {g['bytes']:.0f} bytes, "
-                          f"measured {g['measured_s']:.4f} s -> {g['predicted_s']:.4f} s ({where_g})")
-                for note in p["notes"]:
-                    print(f"    {note}")
-                if p["negligible"]:
-                    knee = None if table else negligible_above_bps(profile, efficiency=eff, nodes=n)
-                    print(f"    communication is negligible here: the link adds {p['wire_s'] * 1e3:.2f} ms, under 5% of "
-                          "the step; a faster fabric cannot make this step measurably faster"
-                          + (f" (true of any link above {_fmt_rate(knee)})" if knee else ""))
+                _print_projection(p, label, table, eff, args, intra_bps, profile, n)
                 results.append({"target": label, "rate_bps": bps, **{k: v for k, v in p.items() if k != "by_op"},
                                 "by_op": p["by_op"]})
     except ProjectionError as exc:

@@ -1,6 +1,6 @@
 """Tracer health: how much of the communication the collective timing covers, and why the rest has no time.
 
-One dict shape for a step (metrics.jsonl `comm_health`, built by telemetry/capture/collectives.py) and for
+One dict shape for a step (metrics.jsonl `comm_health`, built by telemetry/capture/comm_step.py) and for
 a run (run.json `telemetry.comm_health`, the steps added up), read by the report and the comparison. Pure
 Python: every room imports it.
 

@@ -80,6 +80,18 @@ def rate_text(gbps) -> str:
     return f"{_num(bps)} B/s" if bps else "0.00 GB/s (under 5 MB/s as printed)"
 
 
+def pct_change(value, base) -> float | None:
+    """(value - base) / base; None where either is unknown or the base is 0."""
+    if value is None or base in (None, 0):
+        return None
+    return (value - base) / base
+
+
+def pct_text(p) -> str:
+    """' (+12.3%)', or '' for an unknown change."""
+    return "" if p is None else f" ({p * 100:+.1f}%)"
+
+
 def _log_ticks(lo: float, hi: float, base: float = 10.0) -> list[float]:
     """Ticks at 1, 2, 5 (or 1 only, over wide ranges) times powers of ten from lo to hi: at least two."""
     lo, hi = max(lo, 1e-300), max(hi, 1e-300)

@@ -46,7 +46,7 @@ def run_metric(run_dir: str, sweep: bool) -> dict:
         run = load_run(run_dir)
     except RunError as exc:
         return {"name": "iteration time", "unit": "s", "value": None, "reason": str(exc)}
-    from telemetry.analysis.compare import time_to_train
+    from telemetry.analysis.training_comparison import time_to_train
     ttt = time_to_train(run)
     if ttt is not None:  # a target in the recipe: scored as MLPerf scores it
         return {"name": f"time to train ({ttt['target']})", "unit": "s", "value": ttt.get("seconds"),

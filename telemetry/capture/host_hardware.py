@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
+from telemetry.capture.host_tool import run_tool
 
 NVIDIA = "0x10de"
 
@@ -25,16 +25,6 @@ def _read(path: str) -> str | None:
         return None
 
 
-def _tool(run, *cmd: str) -> tuple[str | None, str | None]:
-    if run is subprocess.run and shutil.which(cmd[0]) is None:
-        return None, f"{cmd[0]} is not installed"
-    try:
-        proc = run(list(cmd), capture_output=True, text=True, timeout=20)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return None, f"{' '.join(cmd)}: {type(exc).__name__}"
-    if proc.returncode != 0:
-        return None, f"{' '.join(cmd)} failed: {(proc.stderr or proc.stdout).strip()[:160]}"
-    return proc.stdout, None
 
 
 def parse_dmidecode_memory(text: str) -> dict:
@@ -119,7 +109,7 @@ def collect(root: str = "/", run=subprocess.run, gpus: list[dict] | None = None,
     out["memory_gib"] = round(int(m.group(1)) / 1024 ** 2, 1) if m else None
     if out["memory_gib"] is None:
         reasons["memory_gib"] = "no MemTotal in /proc/meminfo"
-    text, why = _tool(run, "dmidecode", "-t", "17")
+    text, why = run_tool(run, "dmidecode", "-t", "17")
     mem = parse_dmidecode_memory(text) if text else None
     out["memory_dimms"] = mem["dimms"] if mem else None
     out["memory_type"] = mem["memory_type"] if mem else None
@@ -156,7 +146,7 @@ def collect(root: str = "/", run=subprocess.run, gpus: list[dict] | None = None,
         dev = os.path.realpath(os.path.join(root, "sys", "class", "net", iface, "device")) if iface else None
         nic["pcie"] = pci_link(root, os.path.basename(dev)) if dev and os.path.isdir(dev) else None
         if iface:
-            text, why = _tool(run, "ethtool", "-m", iface)
+            text, why = run_tool(run, "ethtool", "-m", iface)
             nic["module"] = parse_ethtool_module(text) if text else None
             if text is None:
                 nic.setdefault("module_reason", why)
@@ -166,7 +156,7 @@ def collect(root: str = "/", run=subprocess.run, gpus: list[dict] | None = None,
                 if _read(os.path.join(pci, d, "vendor")) == NVIDIA
                 and (_read(os.path.join(pci, d, "class")) or "").startswith("0x0680")]
     out["nvswitches"] = len(switches)
-    text, why = _tool(run, "nv-fabricmanager", "--version")
+    text, why = run_tool(run, "nv-fabricmanager", "--version")
     m = re.search(r"version is\s*:?\s*(\S+)", text or "", re.I)
     out["fabric_manager"] = m.group(1) if m else None
     if out["fabric_manager"] is None:

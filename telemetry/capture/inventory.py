@@ -13,10 +13,10 @@ import io
 import os
 import platform
 import re
-import shutil
 import subprocess
 
 from telemetry.capture import host_hardware, nic_qos
+from telemetry.capture.host_tool import run_tool
 GPU_QUERY = "name,driver_version,vbios_version,pci.bus_id,uuid"
 # NGC containers' own release variables: (variable, image it implies or None)
 NGC_RELEASES = (("NVIDIA_PYTORCH_VERSION", "nvcr.io/nvidia/pytorch:{}-py3"),
@@ -25,17 +25,6 @@ NGC_RELEASES = (("NVIDIA_PYTORCH_VERSION", "nvcr.io/nvidia/pytorch:{}-py3"),
                 ("CUDA_VERSION", None), ("NVIDIA_BUILD_ID", None))
 
 
-def _tool(run, *cmd: str) -> tuple[str | None, str | None]:
-    """(stdout, None) or (None, reason)."""
-    if run is subprocess.run and shutil.which(cmd[0]) is None:
-        return None, f"{cmd[0]} is not installed"
-    try:
-        proc = run(list(cmd), capture_output=True, text=True, timeout=20)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return None, f"{' '.join(cmd)}: {type(exc).__name__}"
-    if proc.returncode != 0:
-        return None, f"{' '.join(cmd)} failed: {(proc.stderr or proc.stdout).strip()[:160]}"
-    return proc.stdout, None
 
 
 def parse_gpu_query(text: str) -> list[dict]:
@@ -134,7 +123,7 @@ def collect(root: str = "/", run=subprocess.run, env: dict | None = None, interf
     reasons: dict[str, str] = {}
     inv: dict = {}
 
-    out, why = _tool(run, "nvidia-smi", f"--query-gpu={GPU_QUERY}", "--format=csv,noheader")
+    out, why = run_tool(run, "nvidia-smi", f"--query-gpu={GPU_QUERY}", "--format=csv,noheader")
     inv["gpus"] = parse_gpu_query(out) if out else None
     if why:
         reasons["gpus"] = why
@@ -146,14 +135,14 @@ def collect(root: str = "/", run=subprocess.run, env: dict | None = None, interf
     inv["cuda_runtime"] = cuda_runtime
     if cuda_runtime is None:
         reasons["cuda_runtime"] = "this torch build has no CUDA"
-    topo, why = _tool(run, "nvidia-smi", "topo", "-m") if inv["gpus"] else (None, reasons.get("gpus", "no GPU"))
+    topo, why = run_tool(run, "nvidia-smi", "topo", "-m") if inv["gpus"] else (None, reasons.get("gpus", "no GPU"))
     inv["topology"] = parse_topology(topo) if topo else None
     if inv["topology"] is None:
         reasons["topology"] = why or "nvidia-smi topo -m printed nothing"
 
     inv["nics"] = _nics(root, run, interfaces, reasons)
 
-    ofed, why = _tool(run, "ofed_info", "-s")
+    ofed, why = run_tool(run, "ofed_info", "-s")
     inv["ofed"] = ofed.strip().rstrip(":") if ofed and ofed.strip() else None
     if inv["ofed"] is None:
         reasons["ofed"] = why or "ofed_info printed nothing"
@@ -195,7 +184,7 @@ def _nics(root: str, run, interfaces: list[str] | None, reasons: dict) -> list[d
     rdma_only = [d for d in (sorted(os.listdir(ib)) if os.path.isdir(ib) else []) if d not in by_netdev.values()]
     out = []
     for name in names:
-        info, why = _tool(run, "ethtool", "-i", name)
+        info, why = run_tool(run, "ethtool", "-i", name)
         nic = {"interface": name, **(parse_ethtool_i(info) if info else
                                      {"driver": None, "driver_version": None, "firmware": None, "bus_info": None})}
         if why:
@@ -223,10 +212,10 @@ def _rdma(ib: str, dev: str) -> dict:
 
 
 def _rdma_core(run) -> str | None:
-    out, _ = _tool(run, "dpkg-query", "-W", "-f=${Version}", "rdma-core")
+    out, _ = run_tool(run, "dpkg-query", "-W", "-f=${Version}", "rdma-core")
     if out and out.strip():
         return out.strip()
-    out, _ = _tool(run, "rpm", "-q", "--qf", "%{VERSION}-%{RELEASE}", "rdma-core")
+    out, _ = run_tool(run, "rpm", "-q", "--qf", "%{VERSION}-%{RELEASE}", "rdma-core")
     return out.strip() if out and out.strip() and "not installed" not in out else None
 
 

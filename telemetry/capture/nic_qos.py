@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
+from telemetry.capture.host_tool import run_tool
 
 _ACTIVE_FEC = re.compile(r"^\s*Active FEC encoding:\s*(.+?)\s*$", re.M)
 _CONFIGURED_FEC = re.compile(r"^\s*(?:Supported/)?Configured FEC encodings:\s*(.+?)\s*$", re.M)
@@ -78,16 +78,6 @@ def read_ecn(root: str, interface: str) -> dict | None:
     return out
 
 
-def _tool(run, *cmd: str) -> tuple[str | None, str | None]:
-    if run is subprocess.run and shutil.which(cmd[0]) is None:
-        return None, f"{cmd[0]} is not installed"
-    try:
-        proc = run(list(cmd), capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return None, f"{' '.join(cmd)}: {type(exc).__name__}"
-    if proc.returncode != 0:
-        return None, f"{' '.join(cmd)} failed: {(proc.stderr or proc.stdout).strip()[:120]}"
-    return proc.stdout, None
 
 
 def collect(interface: str, root: str = "/sys", run=subprocess.run) -> dict:
@@ -105,9 +95,9 @@ def collect(interface: str, root: str = "/sys", run=subprocess.run) -> dict:
     else:
         out["reasons"]["speed_mbps"] = f"/sys/class/net/{interface}/speed unreadable or -1 (link down, virtual)"
 
-    text, why = _tool(run, "ethtool", "-I", "--show-fec", interface)
+    text, why = run_tool(run, "ethtool", "-I", "--show-fec", interface, timeout=10, limit=120)
     if text is None:  # -I (counters) is newer than --show-fec
-        text, why = _tool(run, "ethtool", "--show-fec", interface)
+        text, why = run_tool(run, "ethtool", "--show-fec", interface, timeout=10, limit=120)
     out["fec"] = parse_show_fec(text) if text else None
     if out["fec"] and out["fec"]["active"]:
         out["sources"]["fec"] = f"ethtool --show-fec {interface}"
@@ -115,10 +105,10 @@ def collect(interface: str, root: str = "/sys", run=subprocess.run) -> dict:
         out["fec"] = None
         out["reasons"]["fec"] = why or "ethtool --show-fec named no encoding"
 
-    text, why = _tool(run, "dcb", "pfc", "show", "dev", interface)
+    text, why = run_tool(run, "dcb", "pfc", "show", "dev", interface, timeout=10, limit=120)
     pfc, source = (parse_dcb_pfc(text), f"dcb pfc show dev {interface}") if text else (None, None)
     if pfc is None:
-        qos, why2 = _tool(run, "mlnx_qos", "-i", interface)
+        qos, why2 = run_tool(run, "mlnx_qos", "-i", interface, timeout=10, limit=120)
         parsed = parse_mlnx_qos(qos) if qos else {}
         pfc, source = parsed.get("pfc_enabled"), f"mlnx_qos -i {interface}"
         if parsed.get("trust"):

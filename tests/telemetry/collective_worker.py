@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import OpType
 
-from telemetry.capture import collectives
+from telemetry.capture import completion_hooks
 from telemetry.capture.collectives import CollectiveTracer
 
 
@@ -46,9 +46,9 @@ def fsdp_retention(tracer) -> dict:
         assert pg not in hooks, "registered twice"
         hooks[pg] = hook
 
-    saved = collectives._backend_name, collectives._register_completion_hook
-    collectives._backend_name = lambda pg: "nccl"
-    collectives._register_completion_hook = register
+    saved = completion_hooks.backend_name, completion_hooks._register_completion_hook
+    completion_hooks.backend_name = lambda pg: "nccl"
+    completion_hooks._register_completion_hook = register
     dist.all_gather_single, dist.reduce_scatter_single = all_gather_single, reduce_scatter_single
     nccl = CollectiveTracer().install()
     try:
@@ -67,7 +67,7 @@ def fsdp_retention(tracer) -> dict:
         summary = nccl.end_step().summary()
     finally:
         nccl.uninstall()
-        collectives._backend_name, collectives._register_completion_hook = saved
+        completion_hooks.backend_name, completion_hooks._register_completion_hook = saved
         dist.all_gather_single, dist.reduce_scatter_single = orig["all_gather_single"], orig["reduce_scatter_single"]
         tracer.install()
     return {"all_gathers": len(refs), "alive_at_step_end": alive, "summary": summary, "hooks": len(hooks)}

@@ -14,7 +14,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from telemetry.capture import collectives, early, session
+from telemetry.capture import collective_calls, collectives, completion_hooks, early, session
 from telemetry.capture.collectives import DIST_SPECS
 from telemetry.capture.session import Telemetry, TelemetrySettings
 from telemetry.integrations import adapters, recorder
@@ -42,9 +42,9 @@ class OneRankNccl:
 def late_nccl(monkeypatch):
     """The clock every module reads, a tp and a dp group reporting late, torch.distributed saying NCCL."""
     clock = Clock()
-    for module in (collectives, session, recorder, adapters):
+    for module in (collectives, collective_calls, completion_hooks, session, recorder, adapters):
         monkeypatch.setattr(module, "time", clock)
-    monkeypatch.setattr(collectives, "_backend_name", lambda pg: getattr(pg, "backend", None))
+    monkeypatch.setattr(completion_hooks, "backend_name", lambda pg: getattr(pg, "backend", None))
     monkeypatch.setattr(session, "dist", OneRankNccl())
     collectives.set_host_map(["a", "a", "b", "b"])
     early.reset()

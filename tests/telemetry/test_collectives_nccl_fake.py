@@ -32,7 +32,7 @@ import torch.distributed as dist
 from torch._C._distributed_c10d import OpType
 
 from telemetry import coverage
-from telemetry.capture import collectives
+from telemetry.capture import collective_calls, collectives, completion_hooks, cuda_events
 from telemetry.capture.collectives import DIST_SPECS, FUNCOL_SPECS, LATE, CollectiveTracer
 
 
@@ -240,7 +240,7 @@ class P2P:
 
 @pytest.fixture(autouse=True)
 def fake_backends(monkeypatch):
-    monkeypatch.setattr(collectives, "_backend_name", lambda pg: getattr(pg, "backend", None))
+    monkeypatch.setattr(completion_hooks, "backend_name", lambda pg: getattr(pg, "backend", None))
 
 
 def wrap(tracer, name, fn):
@@ -402,7 +402,7 @@ def test_the_hook_never_raises_into_the_watchdog():
         def op_type(self):
             raise RuntimeError("boom")
     before = collectives.UNMATCHED["<error>"]
-    collectives._dispatch(10**9, Broken())
+    completion_hooks.dispatch(10**9, Broken())
     assert collectives.UNMATCHED["<error>"] == before + 1
 
 
@@ -461,7 +461,8 @@ def simulate(monkeypatch, report_delay_s: float, device_lag_s: float, hold: bool
     from telemetry.capture import session
 
     clock = Clock()
-    monkeypatch.setattr(collectives, "time", clock)
+    for module in (collectives, collective_calls, completion_hooks):  # the tracer's modules that read the clock
+        monkeypatch.setattr(module, "time", clock)
     monkeypatch.setattr(session, "time", clock)
     collectives.set_host_map(["a", "a", "b", "b"])
     tp = FakeProcessGroupNCCL("tp-pg", ranks=[0, 1], dim="tp", clock=clock, device_lag_s=device_lag_s,
@@ -636,7 +637,7 @@ def test_the_hook_only_queues_reports_the_step_end_matches_them():
 
 
 def test_a_full_report_queue_is_said_in_the_health(monkeypatch):
-    monkeypatch.setattr(collectives, "REPORT_QUEUE_MAX", 4)
+    monkeypatch.setattr(completion_hooks, "REPORT_QUEUE_MAX", 4)
     g, tracer = FakeProcessGroupNCCL("small-queue", dim="pp"), CollectiveTracer()
     reduce = wrap(tracer, "all_reduce", all_reduce)
     tracer.begin_step()
@@ -655,7 +656,7 @@ def test_the_hook_goes_on_when_the_group_is_made_not_at_its_first_call():
         made.append(FakeProcessGroupNCCL(f"made-{len(made)}"))
         return made[-1]
 
-    new_group_registering = collectives._registering(new_group)
+    new_group_registering = collective_calls.registering(new_group)
     pg = new_group_registering(ranks=[0, 1])
     assert pg.registrations == 1 and pg.hook is not None  # before any call on it
     mesh_pg = FakeProcessGroupNCCL("mesh-dp")
@@ -672,7 +673,7 @@ def test_the_hook_goes_on_when_the_group_is_made_not_at_its_first_call():
 def test_install_wraps_the_group_makers_and_uninstall_restores_them(monkeypatch):
     from torch.distributed import device_mesh
 
-    monkeypatch.setattr(collectives, "_register_completion_hook", lambda pg, hook: None)
+    monkeypatch.setattr(completion_hooks, "_register_completion_hook", lambda pg, hook: None)
     before = (dist.new_group, device_mesh.new_group, dist.distributed_c10d.new_group)
     tracer = CollectiveTracer().install()
     try:
@@ -728,10 +729,11 @@ class FakeProcessGroupNCCLWithoutHook(FakeProcessGroupNCCL):
 
 def events_world(monkeypatch):
     clock = Clock()
-    monkeypatch.setattr(collectives, "time", clock)
+    for module in (collectives, collective_calls, completion_hooks):  # the tracer's modules that read the clock
+        monkeypatch.setattr(module, "time", clock)
     current = FakeCudaStream(clock)
-    monkeypatch.setattr(collectives, "_events_available", lambda: True)
-    monkeypatch.setattr(collectives, "_new_event", lambda: FakeCudaEvent(current))
+    monkeypatch.setattr(cuda_events, "events_available", lambda: True)
+    monkeypatch.setattr(cuda_events, "new_event", lambda: FakeCudaEvent(current))
     g = FakeProcessGroupNCCLWithoutHook("nohook", dim="dp", clock=clock, device_lag_s=0.0)
 
     def all_reduce_on_device(tensor, op=None, group=None, async_op=False):
@@ -777,7 +779,7 @@ def test_without_the_hook_cuda_events_time_blocking_calls_and_late_events_are_he
 
 def test_without_the_hook_and_without_a_gpu_the_calls_are_untimed_with_the_reason(monkeypatch):
     g, tracer = FakeProcessGroupNCCLWithoutHook("nohook-cpu"), CollectiveTracer()
-    monkeypatch.setattr(collectives, "_events_available", lambda: False)
+    monkeypatch.setattr(cuda_events, "events_available", lambda: False)
     reduce = wrap(tracer, "all_reduce", all_reduce)
     tracer.begin_step()
     reduce(torch.ones(4), group=g)

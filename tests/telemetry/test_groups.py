@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 
-from telemetry.capture import collectives
+from telemetry.capture import comm_groups, completion_hooks
 from telemetry.capture.collectives import (CollectiveTracer, DIST_SPECS, group_identity, ranks_name, register_group,
                                    set_host_map)
 from telemetry.analysis.projection import measured_profile, project
@@ -54,7 +54,7 @@ def test_a_group_is_named_by_its_mesh_dimension_and_scoped_by_its_ranks_hosts():
 def test_without_a_host_map_the_scope_is_unknown_with_the_reason():
     set_host_map(None)
     ident = group_identity(Group([0, 1]))
-    assert ident["scope"] is None and ident["scope_reason"] == collectives.NO_HOSTS
+    assert ident["scope"] is None and ident["scope_reason"] == comm_groups.NO_HOSTS
 
 
 def test_the_step_breaks_down_by_group_with_each_groups_bus_factor(monkeypatch):
@@ -62,7 +62,7 @@ def test_the_step_breaks_down_by_group_with_each_groups_bus_factor(monkeypatch):
     register_group(tp, "tp")
     register_group(dp, "dp")
     tracer = CollectiveTracer()
-    monkeypatch.setattr(collectives, "_backend_name", lambda pg: "gloo")
+    monkeypatch.setattr(completion_hooks, "backend_name", lambda pg: "gloo")
     reduce = tracer._wrap_dist("all_reduce", lambda tensor, op=None, group=None, async_op=False: None,
                                DIST_SPECS["all_reduce"])
     tracer.begin_step()

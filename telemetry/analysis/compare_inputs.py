@@ -1,0 +1,129 @@
+"""The inputs of a fabric comparison: loading runs (run directories, nccl-tests text files), the fabric label
+each run derives, their recipes' differences, the collective sweeps that belong to them, and each fabric's
+line rate."""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import replace
+
+from telemetry.analysis.line_rate import LineRate, job_line_rate
+from telemetry.analysis.runs import Run, load_run, upgrade_sweep
+from telemetry.errors import InputError
+
+# Recipe parts that legitimately differ between runs of one fabric comparison.
+IGNORED_KEYS = {"output_dir", "name", "recipe_path", "telemetry", "fabric", "distributed"}
+
+
+class CompareError(InputError):
+    """Runs that cannot be compared; the message says why and what to do."""
+
+
+def _flatten(d, prefix=""):
+    out = {}
+    for k, v in (d or {}).items():
+        key = f"{prefix}.{k}" if prefix else k
+        if isinstance(v, dict):
+            out.update(_flatten(v, key))
+        else:
+            out[key] = v
+    return out
+
+
+def recipe_differences(a: Run, b: Run) -> list[str]:
+    ra = {k: v for k, v in _flatten(a.info.get("recipe")).items() if k.split(".")[0] not in IGNORED_KEYS}
+    rb = {k: v for k, v in _flatten(b.info.get("recipe")).items() if k.split(".")[0] not in IGNORED_KEYS}
+    diffs = [f"{k} ({ra.get(k)!r} vs {rb.get(k)!r})" for k in sorted(set(ra) | set(rb)) if ra.get(k) != rb.get(k)]
+    wa, wb = (a.info.get("layout") or {}).get("world_size"), (b.info.get("layout") or {}).get("world_size")
+    if wa != wb:
+        diffs.append(f"world size ({wa} vs {wb})")
+    return diffs
+
+
+def label(run: Run) -> str:
+    """The fabric a run used, as a short label: runs with the same label are repeats of one fabric."""
+    fab = run.info.get("fabric") or {}
+    lab = fab.get("lab") or {}
+    if lab:
+        return f"{lab.get('rate')} lab" if lab.get("rate_bps") else "unshaped lab"
+    if "nccl_tests" in run.info:  # a text table says nothing of its fabric: it is its own label
+        return f"{fab.get('backend')}: {run.name}"
+    rate = _link_speed(fab)
+    return f"{fab.get('transport') or fab.get('backend') or 'unknown transport'}" + (f" {rate}" if rate else "")
+
+
+def _link_speed(fab: dict) -> str | None:
+    """The used NIC's speed (Mb/s from sysfs), or the used HCA port's rate, as a label suffix."""
+    gloo = (fab.get("gloo") or {})
+    if gloo.get("speed_mbps"):
+        return f"{gloo['speed_mbps'] / 1000:g}G"
+    used = {d.get("device") for d in ((fab.get("nccl") or {}).get("devices") or [])}
+    rates = {h.get("rate") for h in fab.get("hcas") or [] if h.get("device") in used and h.get("rate")}
+    return rates.pop().split(" (")[0].replace(" Gb/sec", "G") if len(rates) == 1 else None
+
+
+
+def load_input(path: str) -> Run:
+    """A run directory, or an nccl-tests text file (the user's own nccl-tests run, a vendor's published table)."""
+    if os.path.isfile(path):
+        from telemetry.analysis.nccl_tests import NcclTestsError, as_run
+        try:
+            return as_run(path)
+        except NcclTestsError as exc:
+            raise CompareError(str(exc)) from None
+    return load_run(path)
+
+
+def sweep_of(run: Run) -> dict | None:
+    if "nccl_tests" in run.info:  # read from a text file
+        return run.info["nccl_tests"]
+    path = os.path.join(run.path, "collectives.json")
+    return _read_sweep(path) if os.path.exists(path) else None
+
+
+def _read_sweep(path: str) -> dict:
+    with open(path, encoding="utf-8") as f:
+        return upgrade_sweep(json.load(f))  # older sweeps' unit names too
+
+
+def is_sweep(run: Run) -> bool:
+    """A collective sweep (the collectives workload, or an nccl-tests text file) rather than training."""
+    workload = (run.info.get("recipe") or {}).get("workload")
+    return "nccl_tests" in run.info or workload == "collectives" or (workload is None and sweep_of(run) is not None)
+
+
+def sweep_of_training_run(run: Run) -> tuple[dict, str] | None:
+    """A sweep that belongs to a training run: collectives.json in its directory, or a sweep run directory
+    inside it (e.g. output_dir=RUN/sweep). (sweep, where) or None."""
+    if os.path.isfile(os.path.join(run.path, "collectives.json")):
+        return sweep_of(run), os.path.join(run.path, "collectives.json")
+    for sub in sorted(os.listdir(run.path)) if os.path.isdir(run.path) else []:
+        path = os.path.join(run.path, sub, "collectives.json")
+        if os.path.isfile(path):
+            return _read_sweep(path), path
+    return None
+
+
+
+def line_rates(groups: list, labels: list[str], given: dict[str, LineRate] | None = None) -> list[LineRate]:
+    """Per fabric, the NICs its job used per host x their rates (telemetry/analysis/line_rate.py):
+    --line-rate first, else what its runs recorded (all its runs agreeing)."""
+    out = []
+    for lab, group in zip(labels, groups):
+        found = [job_line_rate(r) for r in group]
+        rate = found[0] if len({f.total_bps for f in found}) == 1 else LineRate(None, 1, "its runs differ in link rate")
+        if given and lab in given:
+            rate = given[lab]
+        per_host = _ranks_per_host(group[0])
+        if rate.total_bps and per_host and per_host > rate.nics:
+            # busbw counts every hop of the algorithm, the intra-host ones (NVLink, PCIe) too
+            rate = replace(rate, why=rate.why + f"; {per_host} ranks per host: busbw counts intra-host hops too, so "
+                                                f"it can exceed {'one link' if rate.nics == 1 else 'the NICs'}")
+        out.append(rate)
+    return out
+
+
+def _ranks_per_host(run: Run) -> int | None:
+    hosts = [h.get("hostname") for h in run.info.get("hosts") or [] if h.get("hostname")]
+    return round(len(hosts) / len(set(hosts))) if hosts else None
+

@@ -1,0 +1,362 @@
+"""The collective tracer's call wrappers: what each torch.distributed entry point costs in bytes, and installing the wrappers."""
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+import time
+
+import torch.distributed as dist
+
+from telemetry.capture import completion_hooks
+from telemetry.capture.comm_groups import group_identity
+from telemetry.capture.comm_step import FUNCOL_GLOO, NO_FUTURE, Call
+
+_NBYTES = lambda t: t.numel() * t.element_size()  # noqa: E731
+
+
+
+def _sum_bytes(tensors) -> int:
+    return sum(_NBYTES(t) for t in tensors)
+
+
+# c10d OpType names a call's works report as (ProcessGroupNCCL; NCCL's barrier is a 1-element all_reduce)
+_AR, _BAR = frozenset({"ALLREDUCE"}), frozenset({"BARRIER", "ALLREDUCE"})
+_AG = frozenset({"_ALLGATHER_BASE", "ALLGATHER"})
+_AG_LIST = _AG | {"ALLGATHER_COALESCED", "COALESCED"}
+_RS = frozenset({"_REDUCE_SCATTER_BASE", "REDUCE_SCATTER"})
+_RS_LIST = _RS | {"REDUCE_SCATTER_TENSOR_COALESCED", "COALESCED"}
+_A2A = frozenset({"ALLTOALL_BASE", "ALLTOALL"})
+_BC, _RED = frozenset({"BROADCAST"}), frozenset({"REDUCE"})
+_SEND, _RECV = frozenset({"SEND"}), frozenset({"RECV", "RECVANYSOURCE"})
+_BATCH = frozenset({"COALESCED"})
+# one work for a whole _coalescing_manager block: COALESCED, or the fast path's *_COALESCED types
+_BLOCK = frozenset({"COALESCED", "ALLREDUCE_COALESCED", "ALLGATHER_COALESCED", "REDUCE_SCATTER_TENSOR_COALESCED"})
+_P2P = frozenset({"send", "recv", "sendrecv"})  # NCCL runs point-to-point on streams of their own
+
+# name -> (collective type, bytes from the bound arguments, whether the call takes async_op, NCCL op types)
+DIST_SPECS = {
+    "all_reduce": ("all_reduce", lambda a: _NBYTES(a["tensor"]), True, _AR),
+    "all_gather_into_tensor": ("all_gather", lambda a: _NBYTES(a["output_tensor"]), True, _AG),
+    "all_gather_single": ("all_gather", lambda a: _NBYTES(a["output_tensor"]), True, _AG),
+    "all_gather": ("all_gather", lambda a: _NBYTES(a["tensor"]) * len(a["tensor_list"]), True, _AG_LIST),
+    "reduce_scatter_tensor": ("reduce_scatter", lambda a: _NBYTES(a["input"]), True, _RS),
+    "reduce_scatter_single": ("reduce_scatter", lambda a: _NBYTES(a["input"]), True, _RS),
+    "reduce_scatter": ("reduce_scatter", lambda a: _sum_bytes(a["input_list"]), True, _RS_LIST),
+    "all_to_all_single": ("all_to_all", lambda a: _NBYTES(a["input"]), True, _A2A),
+    "all_to_all": ("all_to_all", lambda a: _sum_bytes(a["input_tensor_list"]), True, _A2A | _BATCH),
+    "broadcast": ("broadcast", lambda a: _NBYTES(a["tensor"]), True, _BC),
+    "reduce": ("reduce", lambda a: _NBYTES(a["tensor"]), True, _RED),
+    "barrier": ("barrier", lambda a: 0, True, _BAR),
+    "send": ("send", lambda a: _NBYTES(a["tensor"]), False, _SEND),
+    "recv": ("recv", lambda a: _NBYTES(a["tensor"]), False, _RECV),
+    "isend": ("send", lambda a: _NBYTES(a["tensor"]), False, _SEND),
+    "irecv": ("recv", lambda a: _NBYTES(a["tensor"]), False, _RECV),
+}
+FUNCOL_SPECS = {
+    "all_reduce": ("all_reduce", lambda a, n: _NBYTES(a["self"]), _AR),
+    "all_reduce_coalesced": ("all_reduce", lambda a, n: _sum_bytes(a["self"]),
+                             frozenset({"ALLREDUCE_COALESCED", "COALESCED"})),
+    "all_gather_tensor": ("all_gather", lambda a, n: _NBYTES(a["self"]) * n, _AG),
+    "all_gather_single": ("all_gather", lambda a, n: _NBYTES(a["self"]) * n, _AG),
+    "reduce_scatter_tensor": ("reduce_scatter", lambda a, n: _NBYTES(a["self"]), _RS),
+    "reduce_scatter_single": ("reduce_scatter", lambda a, n: _NBYTES(a["self"]), _RS),
+    "all_to_all_single": ("all_to_all", lambda a, n: _NBYTES(a["self"]), _A2A),
+    "broadcast": ("broadcast", lambda a, n: _NBYTES(a["self"]), _BC),
+}
+_ASYNC_RETURNING = {"isend", "irecv"}
+# Also wrapped where distributed_c10d looks them up as module globals: P2POp and batch_isend_irecv test
+# identity against isend/irecv; torch 2.13's all_gather_into_tensor/reduce_scatter_tensor delegate to
+# the *_single names there, and DeepSpeed's coalesced all-gather calls distributed_c10d's directly.
+_C10D_GLOBALS = ("isend", "irecv", "all_gather_into_tensor", "all_gather_single", "reduce_scatter_tensor",
+                 "reduce_scatter_single")  # return a Work without an async_op flag
+
+
+def registering(fn):
+    """A group-creating function that registers the new group's completion hook before returning it."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        pg = fn(*args, **kwargs)
+        try:
+            completion_hooks.register_timing(pg)
+        except Exception:  # noqa: BLE001 - a non-member placeholder or a foreign object: its first call decides
+            pass
+        return pg
+    return wrapper
+
+
+class CallWrappers:
+    """The wrapping half of CollectiveTracer: installs the wrappers and builds them. Each wrapper records a
+    `Call` through the tracer (`_call`, `_record`), which owns the queues, the steps and their records."""
+
+    def _wrap_entry_points(self, c10d) -> None:
+        """Put the wrappers in place of torch.distributed's collectives, functional collectives, DDP's
+        broadcasts, batch_isend_irecv and the coalescing manager (the originals kept for `uninstall`)."""
+        for name, spec in DIST_SPECS.items():
+            fn = getattr(dist, name, None)
+            if fn is not None:
+                wrapper = self._wrap_dist(name, fn, spec)
+                self._patch(dist, name, wrapper)
+                if name in _C10D_GLOBALS and getattr(c10d, name, None) is fn:
+                    self._patch(c10d, name, wrapper)
+        try:
+            import torch.distributed._functional_collectives as funcol
+        except ImportError:  # very old torch: no functional collectives to see
+            funcol = None
+        if funcol is not None:
+            for name, spec in FUNCOL_SPECS.items():
+                fn = getattr(funcol, name, None)
+                if fn is not None:
+                    self._patch(funcol, name, self._wrap_funcol(fn, spec))
+        if hasattr(dist, "_broadcast_coalesced"):  # DDP's parameter and buffer broadcasts
+            self._patch(dist, "_broadcast_coalesced", self._wrap_broadcast_coalesced(dist._broadcast_coalesced))
+        if hasattr(dist, "batch_isend_irecv"):
+            self._patch(dist, "batch_isend_irecv", self._wrap_batch(dist.batch_isend_irecv))
+        if hasattr(c10d, "_coalescing_manager"):  # Megatron's DDP gradient sync, DeepSpeed's coalesced gathers
+            wrapped = self._wrap_coalescing(c10d._coalescing_manager)
+            if getattr(dist, "_coalescing_manager", None) is c10d._coalescing_manager:
+                self._patch(dist, "_coalescing_manager", wrapped)
+            self._patch(c10d, "_coalescing_manager", wrapped)
+
+    def _register_groups(self, c10d) -> None:
+        """Completion hooks on every NCCL group at its creation: the groups that exist now, and those made
+        later through new_group/split_group (DeviceMesh binds them in its own module)."""
+        try:
+            existing = list(c10d._world.pg_map)
+        except (AttributeError, RuntimeError):
+            existing = []
+        for pg in existing:
+            completion_hooks.register_timing(pg)
+        modules = [c10d]
+        try:
+            from torch.distributed import device_mesh
+            modules.append(device_mesh)
+        except ImportError:
+            pass
+        for name in ("new_group", "split_group", "_new_group_with_tag"):
+            fn = getattr(c10d, name, None)
+            if fn is None:
+                continue
+            wrapper = registering(fn)
+            for module in modules:
+                if getattr(module, name, None) is fn:
+                    self._patch(module, name, wrapper)
+            if getattr(dist, name, None) is fn:
+                self._patch(dist, name, wrapper)
+
+    def original(self, name: str):
+        """The unwrapped torch.distributed function (telemetry's own gathers must not count)."""
+        return self._orig.get((dist, name), getattr(dist, name))
+
+    def _patch(self, module, name: str, wrapper) -> None:
+        self._orig[(module, name)] = getattr(module, name)
+        wrapper.__wrapped__ = self._orig[(module, name)]
+        setattr(module, name, wrapper)
+
+    def _wrap_dist(self, name, fn, spec):
+        op, nbytes_of, has_async, types = spec
+        sig = inspect.signature(fn)
+        tracer = self
+
+        def wrapper(*args, **kwargs):
+            if tracer._depth:  # a collective implemented by another one: count the outer call only
+                return fn(*args, **kwargs)
+            bound = sig.bind(*args, **kwargs)
+            bound.apply_defaults()
+            a = bound.arguments
+            pg, size, backend = tracer._group_info(a.get("group"))
+            call = Call(op, nbytes_of(a), size, backend, tracer._source("dist"), time.perf_counter())
+            caller_async = bool(a.get("async_op", False)) if has_async else name in _ASYNC_RETURNING
+            result = tracer._call(fn, call, pg, types, args, kwargs, sync=not caller_async)
+            if backend == "nccl":  # timed by the group's completion report; the Work stays the caller's
+                return result
+            if caller_async and result is not None:
+                tracer._attach(call, result)
+            else:
+                call.t_done, call.blocking = time.perf_counter(), True
+            return result
+
+        wrapper.__name__ = fn.__name__
+        wrapper.__doc__ = fn.__doc__
+        return wrapper
+
+    @staticmethod
+    def _attach(call: Call, work) -> None:
+        """gloo: time to completion from the work's future; the callback holds the call, not the work."""
+        try:
+            fut = work.get_future()
+        except (RuntimeError, AttributeError):  # gloo's send/recv works have no future: time unknown
+            call.untimed_reason = NO_FUTURE
+            return
+
+        def done(_fut, call=call):
+            call.t_done = time.perf_counter()
+        fut.add_done_callback(done)
+
+    def _wrap_batch(self, fn):
+        tracer = self
+
+        def wrapper(p2p_op_list):
+            if tracer._depth or not p2p_op_list:
+                return fn(p2p_op_list)
+            t0 = time.perf_counter()
+            # torch tests `op is isend` against the current functions: ops built before install
+            # hold the originals, so point them at the installed ones
+            current = {tracer.original("isend"): dist.isend, tracer.original("irecv"): dist.irecv}
+            kinds = []
+            for p2p in p2p_op_list:
+                p2p.op = current.get(p2p.op, p2p.op)
+                kinds.append("send" if p2p.op is dist.isend else "recv")
+            pg, size, backend = tracer._group_info(p2p_op_list[0].group)
+            if backend == "nccl":  # NCCL coalesces the batch into one work: one entry for the batch
+                sent = sum(_NBYTES(p.tensor) for p, k in zip(p2p_op_list, kinds) if k == "send")
+                received = sum(_NBYTES(p.tensor) for p, k in zip(p2p_op_list, kinds) if k == "recv")
+                op = "sendrecv" if set(kinds) == {"send", "recv"} else kinds[0]
+                call = Call(op, max(sent, received), size, backend, tracer._source("dist"), t0)
+                return tracer._call(fn, call, pg, _BATCH, (p2p_op_list,), {}, sync=False)
+            tracer._local.depth = 1
+            try:
+                works = fn(p2p_op_list)
+            finally:
+                tracer._local.depth = 0
+            t_returned = time.perf_counter()
+            for i, p2p in enumerate(p2p_op_list):  # gloo: one work per op
+                ppg, psize, pbackend = tracer._group_info(p2p.group)
+                call = tracer._record(Call(kinds[i], _NBYTES(p2p.tensor), psize, pbackend,
+                                           tracer._source("dist"), t0, t_returned=t_returned,
+                                           group=group_identity(ppg) if ppg is not None else None))
+                work = works[i] if works is not None and i < len(works) else None
+                if work is not None:
+                    tracer._attach(call, work)
+                else:
+                    call.untimed_reason = NO_FUTURE
+            return works
+
+        wrapper.__name__ = fn.__name__
+        return wrapper
+
+    def _wrap_broadcast_coalesced(self, fn):
+        tracer = self
+
+        def wrapper(process_group, tensors, buffer_size, *args, **kwargs):
+            if tracer._depth:
+                return fn(process_group, tensors, buffer_size, *args, **kwargs)
+            pg, size, backend = tracer._group_info(process_group)
+            call = Call("broadcast", _sum_bytes(tensors), size, backend, tracer._source("ddp"), time.perf_counter())
+            # one broadcast work per bucket: on NCCL the group's sequence number counts them
+            result = tracer._call(fn, call, pg, _BC, (process_group, tensors, buffer_size, *args), kwargs,
+                                  several=True)
+            if backend != "nccl":
+                call.t_done, call.blocking = time.perf_counter(), True  # blocking on gloo
+            return result
+
+        return wrapper
+
+    def _wrap_funcol(self, fn, spec):
+        op, nbytes_of, types = spec
+        sig = inspect.signature(fn)
+        tracer = self
+
+        def wrapper(*args, **kwargs):
+            if tracer._depth:
+                return fn(*args, **kwargs)
+            bound = sig.bind(*args, **kwargs)
+            bound.apply_defaults()
+            group = bound.arguments.get("group")
+            pg = funcol_pg(group)
+            size = pg.size() if pg is not None else funcol_group_size(group)
+            backend = completion_hooks.backend_name(pg) if pg is not None else None
+            call = Call(op, nbytes_of(bound.arguments, size), size, backend, tracer._source("funcol"),
+                        time.perf_counter())
+            if backend != "nccl":  # waited on at an unknown later point; its bytes show as untimed
+                call.untimed_reason = FUNCOL_GLOO if backend == "gloo" else f"functional collective on {backend}"
+            return tracer._call(fn, call, pg, types, args, kwargs, sync=False)
+
+        wrapper.__name__ = fn.__name__
+        return wrapper
+
+    def _wrap_coalescing(self, fn):
+        """A `_coalescing_manager` block on NCCL is one work, reported once as COALESCED (or a *_COALESCED
+        fast path) with no sizes: one entry for the block, with the summed bytes of the calls inside."""
+        tracer = self
+
+        @contextlib.contextmanager
+        def wrapper(group=None, device=None, async_ops=False):
+            pg, size, backend = tracer._group_info(group)
+            if tracer._depth or getattr(tracer._local, "block", None) is not None or backend != "nccl":
+                with fn(group, device, async_ops) as cm:
+                    yield cm
+                return
+            inner = fn(group, device, async_ops)
+            block = tracer._local.block = []
+            t0 = time.perf_counter()
+            try:
+                cm = inner.__enter__()
+            except BaseException:
+                tracer._local.block = None
+                raise
+            try:
+                yield cm
+            except BaseException as exc:
+                tracer._local.block = None
+                if not inner.__exit__(type(exc), exc, exc.__traceback__):
+                    raise
+                return
+            tracer._local.block = None
+            if not block:
+                inner.__exit__(None, None, None)
+                return
+            call = Call(block[0].op, sum(c.nbytes for c in block), size, backend, block[0].source,
+                        min(c.t_issue for c in block) if block else t0, coalesced=len(block))
+            # the block's work is issued at the manager's exit: queued first, as its report may beat the return
+            tracer._call(lambda: inner.__exit__(None, None, None), call, pg, _BLOCK, (), {}, sync=not async_ops)
+
+        wrapper.__wrapped__ = fn
+        return wrapper
+
+    def attach_ddp(self, ddp_model) -> None:
+        """Route DDP's bucket all-reduces through the traced all_reduce, averaged as DDP does."""
+        from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+
+        tracer = self
+
+        def hook(process_group, bucket):
+            tracer._local.source = "ddp"
+            try:
+                return allreduce_hook(process_group, bucket)
+            finally:
+                tracer._local.source = None
+
+        ddp_model.register_comm_hook(ddp_model.process_group, hook)
+
+
+def funcol_pg(group):
+    """The process group a functional collective runs on (None for the legacy rank-list form)."""
+    try:
+        from torch.distributed.device_mesh import DeviceMesh
+
+        if isinstance(group, DeviceMesh):
+            return group.get_group() if group.ndim == 1 else None
+        if isinstance(group, tuple) and len(group) == 2 and isinstance(group[0], DeviceMesh):
+            return group[0].get_group(group[1])
+        if isinstance(group, str):
+            from torch.distributed.distributed_c10d import _resolve_process_group
+            return _resolve_process_group(group)
+    except (RuntimeError, ValueError, ImportError, KeyError):
+        return None
+    if isinstance(group, dist.ProcessGroup) or (hasattr(group, "size") and hasattr(group, "group_name")):
+        return group
+    return None
+
+
+def funcol_group_size(group) -> int:
+    try:
+        from torch.distributed.device_mesh import DeviceMesh
+
+        if isinstance(group, DeviceMesh):
+            return group.size()
+        if isinstance(group, list):
+            return len(group[0]) if group and isinstance(group[0], list) else len(group)
+    except (RuntimeError, ValueError, ImportError):
+        pass
+    return 1
