@@ -29,7 +29,12 @@ def gloo_connects_lazily(timeout_s: float | None = None) -> bool:
     before = os.environ.get("TORCH_GLOO_LAZY_INIT")
     os.environ["TORCH_GLOO_LAZY_INIT"] = "1"
     try:
-        dist.ProcessGroupGloo(store, 0, 2, timeout)
+        # its own device on loopback: the default device listens on every interface (seen as '::' beside a
+        # standalone run's loopback-only sockets), and nothing outside this process is ever meant to connect
+        options = dist.ProcessGroupGloo._Options()
+        options._timeout = timeout
+        options._devices = [dist.ProcessGroupGloo.create_device(hostname="127.0.0.1")]
+        dist.ProcessGroupGloo(store, 0, 2, options)
         lazy = True
     except RuntimeError:  # DistStoreError: it waited for rank 1's address, i.e. connected eagerly
         lazy = False
