@@ -18,11 +18,11 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import subprocess
 import sys
 import threading
 import time
+from bench.support.results import append_result
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(REPO, "bench", "results", "hook_dispatch.jsonl")
@@ -146,15 +146,7 @@ def main() -> int:
         if proc.returncode != 0:
             raise SystemExit(f"error: the measurement of {label} ({code}) failed:\n{proc.stderr[-2000:]}")
         result = json.loads(proc.stdout.strip().splitlines()[-1])
-        import torch
-        record = {"command": " ".join(["python -m bench.hook_dispatch", *sys.argv[1:]]), "code": label,
-                  "code_path": code, "date": str(datetime.date.today()),
-                  "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} cores, torch {torch.__version__}",
-                  **result}
-        print(json.dumps(record), flush=True)
-        os.makedirs(os.path.dirname(RESULTS), exist_ok=True)
-        with open(RESULTS, "a", encoding="utf-8") as f:
-            f.write(json.dumps(record) + "\n")
+        append_result(RESULTS, "bench.hook_dispatch", {"code": label, "code_path": code, **result})
     return 0
 
 

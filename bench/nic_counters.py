@@ -14,14 +14,12 @@ Results: one JSON line per N in bench/results/nic_counters.jsonl (command, machi
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import os
-import platform
 import statistics
 import sys
 import tempfile
 import time
+from bench.support.results import append_result
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURE = os.path.join(REPO, "tests", "telemetry", "evidence_fixtures", "ethtool_S_mlx5_core_ethq.txt")
@@ -129,16 +127,8 @@ def main() -> int:
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--ethtool-s", type=float, default=0.3, help="seconds the stand-in ethtool takes per call")
     args = p.parse_args()
-    import torch
     for n in args.nics:
-        record = {"command": " ".join(["python -m bench.nic_counters", *sys.argv[1:]]),
-                  "date": str(datetime.date.today()),
-                  "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} cores, torch {torch.__version__}",
-                  **measure(n, args.steps, args.ethtool_s)}
-        print(json.dumps(record), flush=True)
-        os.makedirs(os.path.dirname(RESULTS), exist_ok=True)
-        with open(RESULTS, "a", encoding="utf-8") as f:
-            f.write(json.dumps(record) + "\n")
+        append_result(RESULTS, "bench.nic_counters", measure(n, args.steps, args.ethtool_s))
     return 0
 
 
