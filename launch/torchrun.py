@@ -11,13 +11,15 @@ join fails after `join_timeout` (--rdzv-conf join_timeout=S, torch's default 600
 RendezvousError deep in torch's agent; this entry point turns it into one line naming the rendezvous, the
 nodes it waited for and the timeout, exit code 1.
 
-One setting is changed: TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 (unless set). With the agent's store shared
-with the workers (torch's default since 2.4), a node that stayed rank 0 keeps the bootstrap address it
-published in the first round and never publishes it in the next, so a restarted node waits for
-MASTER_ADDR in the new round's keys until read_timeout and the rejoin fails (reproduced on torch 2.13 by
-tests/launch/test_torchrun.py; dynamic_rendezvous.py rebuilds that info only for a first round or a new
-rank 0). Without sharing every round publishes it again; the workers' own store is then a TCPStore on
-rank 0's free port, as before torch 2.4.
+One setting is changed where more than one node may join (--nnodes above 1):
+TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 (unless set). With the agent's store shared with the workers (torch's
+default since 2.4), a node that stayed rank 0 keeps the bootstrap address it published in the first round
+and never publishes it in the next, so a restarted node waits for MASTER_ADDR in the new round's keys until
+read_timeout and the rejoin fails (reproduced on torch 2.13 by tests/launch/test_torchrun.py;
+dynamic_rendezvous.py rebuilds that info only for a first round or a new rank 0). Without sharing every
+round publishes it again; the workers' own store is then a TCPStore on rank 0's free port, as before torch
+2.4, and a TCPStore listens on every interface (the other nodes connect to it). One node has no node to
+rejoin, so it keeps torch's shared store and its workers open no listener of their own.
 """
 from __future__ import annotations
 
@@ -40,11 +42,12 @@ def main(argv: list[str] | None = None) -> int:
     from torch.distributed.elastic.rendezvous.api import (RendezvousClosedError, RendezvousConnectionError,
                                                           RendezvousError, RendezvousTimeoutError)
     from torch.distributed.run import main as torchrun_main
-    from torch.distributed.run import parse_args
+    from torch.distributed.run import parse_args, parse_min_max_nnodes
 
     argv = sys.argv[1:] if argv is None else argv
-    os.environ.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")  # a restarted node can rejoin (docstring)
     args = parse_args(argv)  # as torchrun parses them (PET_* variables included, as the training operator sets)
+    if parse_min_max_nnodes(args.nnodes)[1] > 1:
+        os.environ.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")  # a restarted node can rejoin (docstring)
     try:
         torchrun_main(argv)
     except RendezvousTimeoutError:

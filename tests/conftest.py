@@ -110,6 +110,30 @@ def _guarded_popen_init(self, args, *a, **k):
 subprocess.Popen.__init__ = _guarded_popen_init
 
 
+def unset_env(monkeypatch, *names: str) -> None:
+    """Unset `names` for this test and unset them again afterwards, also where the code under test sets
+    them (monkeypatch.delenv of an absent variable records nothing to undo)."""
+    for name in names:
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
+
+
+@pytest.fixture(autouse=True)
+def _environ_unchanged(request):
+    """A test that changes os.environ (or lets the code under test change it) without monkeypatch leaks the
+    change into every later test and every process they start: a leaked TORCH_DISABLE_SHARE_RDZV_TCP_STORE
+    made rank 0 of later torchrun runs serve a store on every interface. Checked after monkeypatch undoes."""
+    before = dict(os.environ)
+    yield
+    changed = sorted(k for k in before.keys() | os.environ.keys()
+                     if before.get(k) != os.environ.get(k) and k != "PYTEST_CURRENT_TEST")  # pytest's own
+    if changed:
+        os.environ.clear()
+        os.environ.update(before)
+        pytest.fail(f"{request.node.nodeid} left os.environ changed ({', '.join(changed)}): set or remove "
+                    "variables with monkeypatch.setenv/delenv (restored after the test)", pytrace=False)
+
+
 def pytest_runtest_setup(item):
     _CURRENT[0] = item
 

@@ -13,6 +13,7 @@ import shlex
 import subprocess
 import sys
 import warnings
+from unittest import mock
 
 import pytest
 
@@ -161,7 +162,9 @@ def module_parser(module: str) -> argparse.ArgumentParser | None:
         for (owner, name), value in patches.items():
             setattr(owner, name, value)
         sys.argv = [module]
-        with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+        # patch.dict: os.environ as it was afterwards, whatever the module's main sets before it parses (a
+        # leaked TORCH_DISABLE_SHARE_RDZV_TCP_STORE reached every later torchrun run of the suite)
+        with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings(), mock.patch.dict(os.environ):
             warnings.simplefilter("ignore", RuntimeWarning)  # runpy: the module is already imported as launch.X
             runpy.run_module(module, run_name="__main__", alter_sys=False)
     except _Caught as exc:

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from ..conftest import REPO
+from ..conftest import REPO, unset_env
 
 WORKER = REPO / "tests" / "launch" / "rdzv_worker.py"
 JOIN_TIMEOUT_S = 60
@@ -107,3 +107,22 @@ def test_a_node_whose_peers_never_come_fails_in_one_line_after_join_timeout(tmp_
     assert "for 2 nodes, join_timeout 5 s: not every node joined in time" in lines[-1]
     assert [line for line in lines if line.startswith("error:")] == lines[-1:]
     assert time.monotonic() - t0 < 120 and not os.listdir(tmp_path)  # no worker ever started
+
+
+@pytest.mark.parametrize("argv, off", [(["--standalone", "--nproc-per-node=2", "-m", "trainer"], False),
+                                       (["--nnodes", "1", "--nproc-per-node=2", "-m", "trainer"], False),
+                                       (["--nnodes", "2", "--rdzv-backend", "c10d", "-m", "trainer"], True),
+                                       (["--nnodes", "1:3", "--rdzv-backend", "c10d", "-m", "trainer"], True)])
+def test_store_sharing_is_turned_off_only_where_a_node_can_rejoin(monkeypatch, argv, off):
+    """Unshared, rank 0's worker serves the store on every interface: only a job of several nodes needs
+    that (a restarted node rejoins); on one node torch's shared store leaves the workers no listener."""
+    import torch.distributed.run
+
+    from launch import torchrun
+
+    unset_env(monkeypatch, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE")
+    seen = []
+    monkeypatch.setattr(torch.distributed.run, "main",
+                        lambda argv: seen.append(os.environ.get("TORCH_DISABLE_SHARE_RDZV_TCP_STORE")))
+    assert torchrun.main(argv) == 0
+    assert seen == (["1"] if off else [None])

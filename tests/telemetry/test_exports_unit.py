@@ -9,6 +9,7 @@ import os
 import pytest
 
 from telemetry.analysis.exports import check_kinds, export_run, step_scalars
+from tests.conftest import unset_env
 from tests.telemetry.recorded import write_run
 
 
@@ -54,6 +55,7 @@ def test_wandb_offline_run_written_without_network(run_dir, monkeypatch):
     monkeypatch.setenv("WANDB_BASE_URL", "http://127.0.0.1:9")  # nothing listens: offline must not need it
     monkeypatch.setenv("WANDB_MODE", "offline")  # restored after the test (the writer sets these too)
     monkeypatch.setenv("WANDB_SILENT", "true")
+    unset_env(monkeypatch, "WANDB_SERVICE")  # wandb.init sets it for the processes it starts
     result = export_run(str(run_dir), ["wandb"])
     path = result["wandb"].get("path")
     assert path, result

@@ -10,7 +10,7 @@ from packaging.version import Version
 from trainer import torch_floor
 from trainer.cli import main
 
-from ..conftest import REPO, TINY
+from ..conftest import REPO, TINY, unset_env
 
 try:
     import tomllib
@@ -78,7 +78,7 @@ def test_missing_module_is_reported_not_raised():
 
 
 def test_cli_refuses_an_old_torch_with_exit_2(tmp_path, capsys, monkeypatch):
-    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    unset_env(monkeypatch, "WORLD_SIZE", "HF_HUB_OFFLINE", "TOKENIZERS_PARALLELISM")  # the CLI sets the last two
     monkeypatch.setattr(torch_floor, "APIS", [("torch.distributed.fsdp.fully_shard", "2.6", lambda: False)])
     assert main([TINY, f"output_dir={tmp_path / 'run'}"]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
