@@ -22,6 +22,14 @@ A step flags a rank when its value is at least RATIO times the mean of the other
 the reduction's max, max_rank, mean and count, so it costs nothing more at any scale); a finding needs
 the same rank flagged on most of a window of recent samples (the 2-core development machine shows
 single-step stalls of 50% and more on healthy runs: bench/results/stragglers.md).
+
+Compute also needs time. Scheduler noise on an oversubscribed host comes in episodes measured in seconds
+(another process's burst), not in steps: a healthy 2-rank lab run under the full test suite had one rank
+1.5x slower on 8 of 10 steps of ~0.3 s, one noisy window of ~3 s, and was named a straggler. So the
+window is the last COMPUTE_WINDOW steps, or more of them until they span COMPUTE_SPAN_S seconds, and
+COMPUTE_SHARE of its steps must flag the same rank: on 0.3 s steps that is 28 of the last 34, on 1 s
+steps 8 of 10. A real straggler (a slow device, a throttled clock, an injected delay) is slow on every
+step and is named as soon as its window is full.
 """
 from __future__ import annotations
 
@@ -29,13 +37,16 @@ import math
 from collections import deque
 
 COMPUTE_RATIO = 1.5  # the rank's compute takes at least 50% longer than the others' mean
-COMPUTE_WINDOW, COMPUTE_NEEDED = 10, 8  # flagged on 8 of the last 10 steps
+COMPUTE_WINDOW, COMPUTE_SPAN_S = 10, 10.0  # the window: the last 10 steps, or more until they span 10 s
+COMPUTE_SHARE = 0.8  # flagged on 80% of the window's steps (8 of 10 when 10 steps span 10 s)
+COMPUTE_NEEDED = round(COMPUTE_SHARE * COMPUTE_WINDOW)  # the fewest flagged steps a finding can have
 LINK_RATIO = 4.0  # the transfer takes at least 4x the other transfers' mean
 LINK_FLOOR_S = 0.002  # and 2 ms more: sub-millisecond probes on fast links are all scheduler noise
 LINK_WINDOW, LINK_NEEDED = 4, 3  # flagged on 3 of the last 4 probes
 
 RULE = (f"compute: a rank's step time outside collectives >= {COMPUTE_RATIO}x the other ranks' mean on "
-        f"{COMPUTE_NEEDED} of {COMPUTE_WINDOW} consecutive steps; network: one host's link-probe transfer >= "
+        f"{COMPUTE_SHARE:.0%} of the last {COMPUTE_WINDOW} or more consecutive steps spanning at least "
+        f"{COMPUTE_SPAN_S:g} s; network: one host's link-probe transfer >= "
         f"{LINK_RATIO:g}x the other hosts' mean and {LINK_FLOOR_S * 1e3:g} ms slower on {LINK_NEEDED} of "
         f"{LINK_WINDOW} consecutive probes")
 
@@ -68,7 +79,7 @@ class StragglerDetector:
     def __init__(self, hosts: list[str] | None):
         self.hosts = list(hosts) if hosts else None
         self.ring = leaders(self.hosts) if self.hosts else []
-        self._compute: deque = deque(maxlen=COMPUTE_WINDOW)
+        self._compute: deque = deque()  # (step, flagged rank or None, top, others, step seconds)
         self._link: deque = deque(maxlen=LINK_WINDOW)
         self.findings: list[dict] = []
         self._found: set = set()
@@ -86,8 +97,17 @@ class StragglerDetector:
         if compute is not None:
             self.steps += 1
             rank, top, others = compute
-            self._compute.append((step, rank if top >= COMPUTE_RATIO * others and top > 0 else None, top, others))
-            new += self._persisting("compute", self._compute, COMPUTE_NEEDED, rank)
+            # the step's time: the slowest rank's, else rank 0's own, else (lines without either) at least the
+            # top compute
+            step_s = (ranks.get("step_time_s") or {}).get("max") or record.get("step_time_s") or max(top, 0.0)
+            self._compute.append((step, rank if top >= COMPUTE_RATIO * others and top > 0 else None, top, others,
+                                  step_s))
+            while len(self._compute) > COMPUTE_WINDOW and \
+                    sum(s[4] for s in self._compute) - self._compute[0][4] >= COMPUTE_SPAN_S:
+                self._compute.popleft()  # older than both the last COMPUTE_WINDOW steps and COMPUTE_SPAN_S
+            if len(self._compute) >= COMPUTE_WINDOW and sum(s[4] for s in self._compute) >= COMPUTE_SPAN_S:
+                needed = max(COMPUTE_NEEDED, math.ceil(COMPUTE_SHARE * len(self._compute)))
+                new += self._persisting("compute", self._compute, needed, rank)
         link = _outlier(ranks.get("link_in_s"))
         if link is not None:
             self.probes += 1

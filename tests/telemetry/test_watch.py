@@ -91,12 +91,12 @@ def test_server_power_is_shown_beside_gpu_power_where_recorded(tmp_path):
 
 
 def test_the_straggler_verdict_is_the_runs_own_detector(tmp_path):
-    make_run(tmp_path, 12, slow_rank=1, loss_events=3.0)
+    make_run(tmp_path, 20, slow_rank=1, loss_events=3.0)  # 20 steps of 0.5 s: the 10 s a compute finding needs
     state = RunWatch(str(tmp_path))
     state.poll()
     lines = plain_lines(state.snapshot())
     assert "straggler: straggler rank 1 on b: compute:" in lines[4]
-    assert lines[5] == "  counters: LOSS: 36 drop/discard/error events in 12 steps"
+    assert lines[5] == "  counters: LOSS: 60 drop/discard/error events in 20 steps"
 
 
 def test_the_timing_coverage_verdict_is_shown_where_recorded(tmp_path):
