@@ -3,8 +3,6 @@ tests/telemetry/evidence_fixtures/README.md), the switch exporter's labels, the 
 their rows in the report and the comparison."""
 from __future__ import annotations
 
-import os
-import subprocess
 
 from telemetry.analysis.compare import compare
 from telemetry.analysis.fabric_config import KEYS, compare_rows, resolve
@@ -12,14 +10,8 @@ from telemetry.analysis.report import write_report
 from telemetry.capture import nic_qos
 from telemetry.capture.switch_metrics import identity, parse
 
+from ..evidence import Tools, fixture
 from ..recorded import write_run
-
-FIX = os.path.join(os.path.dirname(__file__), "..", "evidence_fixtures")
-
-
-def fixture(name: str) -> str:
-    with open(os.path.join(FIX, name), encoding="utf-8") as f:
-        return f.read()
 
 
 def test_fec_of_three_ethtool_versions():
@@ -35,17 +27,6 @@ def test_pfc_from_dcb_and_mlnx_qos():
     assert nic_qos.parse_dcb_pfc(fixture("dcb_pfc_show_one_line.txt")) == [3]
     assert nic_qos.parse_dcb_pfc("pfc-cap 8 macsec-bypass off delay 0\n") is None
     assert nic_qos.parse_mlnx_qos(fixture("mlnx_qos_rdma_qos_sh.txt")) == {"trust": "dscp", "pfc_enabled": [5]}
-
-
-class Tools:
-    def __init__(self, answers):
-        self.answers = answers
-
-    def __call__(self, cmd, **kwargs):
-        key = " ".join(cmd)
-        if key not in self.answers:
-            raise FileNotFoundError(cmd[0])
-        return subprocess.CompletedProcess(cmd, 0, self.answers[key], "")
 
 
 def nic_tree(root, prio=3):

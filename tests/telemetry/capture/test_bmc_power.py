@@ -5,12 +5,12 @@ from __future__ import annotations
 import base64
 import json
 import os
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from telemetry.capture import bmc_power as bp
+
+from .loopback import LoopbackServer, QuietHandler
 
 FIX = os.path.join(os.path.dirname(__file__), "..", "evidence_fixtures")
 
@@ -78,7 +78,7 @@ def test_ipmitool_source_counts_a_zero_reading_as_a_failed_read(tmp_path, monkey
     assert sampler.samples == [] and sampler.errors == 1 and "no power sensor" in sampler.last_error
 
 
-class Bmc:
+class Bmc(LoopbackServer):
     """A Redfish service on 127.0.0.1 that needs basic auth and serves the given documents."""
 
     def __init__(self, docs: dict[str, dict], user="admin", password="s3cret-pw"):
@@ -86,33 +86,19 @@ class Bmc:
         expected = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
         bmc = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             def do_GET(self):  # noqa: N802
                 bmc.hits.append(self.path)
                 auth = self.headers.get("Authorization")
                 bmc.seen_auth.append(auth)
                 if auth != expected:
-                    self.send_response(401)
-                    self.end_headers()
+                    self.reply(401)
                     return
                 doc = bmc.docs.get(self.path)
                 body = json.dumps(doc).encode() if doc is not None else b"{}"
-                self.send_response(200 if doc is not None else 404)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                self.reply(200 if doc is not None else 404, body, "application/json")
 
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
+        super().__init__(Handler)
 
 
 CHASSIS = "/redfish/v1/Chassis/1U"

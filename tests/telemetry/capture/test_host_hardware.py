@@ -4,36 +4,18 @@ fabrics differ in anything but the fabric."""
 from __future__ import annotations
 
 import os
-import subprocess
 
 from telemetry.analysis.compare import compare
 from telemetry.analysis.inventory_summary import hardware_warnings
 from telemetry.capture import host_hardware as hh
 
+from ..evidence import Tools, fixture
 from ..recorded import write_run
-
-FIX = os.path.join(os.path.dirname(__file__), "..", "evidence_fixtures")
-
-
-def fixture(name):
-    with open(os.path.join(FIX, name), encoding="utf-8") as f:
-        return f.read()
 
 
 def write(path, text):
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
-
-
-class Tools:
-    def __init__(self, answers):
-        self.answers = answers
-
-    def __call__(self, cmd, **kwargs):
-        key = " ".join(cmd)
-        if key not in self.answers:
-            raise FileNotFoundError(cmd[0])
-        return subprocess.CompletedProcess(cmd, 0, self.answers[key], "")
 
 
 def test_optics_and_memory_from_real_output():

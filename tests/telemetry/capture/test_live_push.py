@@ -3,7 +3,6 @@ receiver that decodes what the OpenTelemetry SDK sends with the OTLP protobuf de
 Pushgateway stand-in that records the PUT (the real Pushgateway: test_live_prometheus.py)."""
 from __future__ import annotations
 
-import http.server
 import threading
 
 import pytest
@@ -13,33 +12,24 @@ from telemetry.capture.live_series import RunSeries
 from telemetry.rundir import rank_file
 from tests.telemetry.capture.test_live_series import IDENT, rank_line, write_lines
 
+from .loopback import LoopbackServer, QuietHandler
 
-class Receiver:
+
+class Receiver(LoopbackServer):
     """A real HTTP server on a free port keeping each request's method, path and body."""
 
     def __init__(self, status: int = 200):
         got = self.requests = []
 
-        class Handler(http.server.BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             def _take(self):
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 got.append((self.command, self.path, self.headers.get("Content-Type"), body))
-                self.send_response(status)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
+                self.reply(status)
 
             do_POST = do_PUT = do_DELETE = _take
 
-            def log_message(self, *args):
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_port}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
+        super().__init__(Handler)
 
 
 @pytest.fixture

@@ -2,12 +2,11 @@
 without _total, declared by # TYPE) and SONiC-exporter-style names, deltas between two reads, a reset."""
 from __future__ import annotations
 
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
 import pytest
 
 from telemetry.capture import switch_metrics as sm
+
+from .loopback import LoopbackServer, QuietHandler
 
 PAGE = """# HELP ifHCInOctets The total number of octets received on the interface - 1.3.6.1.2.1.31.1.1.1.6
 # TYPE ifHCInOctets counter
@@ -27,34 +26,23 @@ scrape_duration_seconds 0.02
 """
 
 
-class Exporter:
+class Exporter(LoopbackServer):
+    """A Prometheus text endpoint at /metrics serving `page` with the current `values` filled in."""
+
     def __init__(self, page: str = PAGE):
         self.page = page
         self.values = {"octets": "1.0e+09", "discards": "10", "pfc": "100", "wm": "2048"}
         exporter = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             def do_GET(self):  # noqa: N802
                 page = exporter.page
                 for k, v in exporter.values.items():
                     page = page.replace("{" + k + "}", v)
-                body = page.encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                self.reply(200, page.encode(), "text/plain; version=0.0.4")
 
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/metrics"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
+        super().__init__(Handler)
+        self.url += "/metrics"
 
 
 @pytest.fixture

@@ -17,23 +17,17 @@ ensure_torchvision_importable()  # CUDA torchvision next to CPU torch (trainer/c
 import megatron.core  # noqa: E402  binds torch.distributed.all_gather_into_tensor now
 import lightning.pytorch as pl  # noqa: E402
 
+from tests.telemetry.integrations.lightning_tiny import Tiny, data  # noqa: E402
+
 GATHER_ELEMENTS = 256  # float32 per rank: the all-gather's output is world x 1 KiB
 
 
-class Tiny(pl.LightningModule):
-    def __init__(self):
-        super().__init__()
-        self.layer = torch.nn.Linear(8, 1)
-
+class GatheringTiny(Tiny):
     def training_step(self, batch, batch_idx):
-        x, y = batch
         mine = torch.ones(GATHER_ELEMENTS)
         out = torch.empty(GATHER_ELEMENTS * torch.distributed.get_world_size())
         megatron.core.dist_all_gather_func(out, mine)  # the call only an early tracer sees
-        return torch.nn.functional.mse_loss(self.layer(x), y)
-
-    def configure_optimizers(self):
-        return torch.optim.SGD(self.parameters(), lr=0.1)
+        return super().training_step(batch, batch_idx)
 
 
 def main():
@@ -43,11 +37,11 @@ def main():
         from telemetry.integrations.lightning import TelemetryCallback
         callbacks.append(TelemetryCallback(run_dir))
     torch.manual_seed(0)
-    data = torch.utils.data.TensorDataset(torch.randn(64, 8), torch.randn(64, 1))
+    dataset = data(64)
     trainer = pl.Trainer(max_steps=steps, accelerator="cpu", devices=2, strategy="ddp", logger=False,
                          enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                          callbacks=callbacks, default_root_dir=run_dir, use_distributed_sampler=True)
-    trainer.fit(Tiny(), torch.utils.data.DataLoader(data, batch_size=4))
+    trainer.fit(GatheringTiny(), torch.utils.data.DataLoader(dataset, batch_size=4))
 
 
 if __name__ == "__main__":

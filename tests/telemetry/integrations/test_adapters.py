@@ -34,25 +34,15 @@ def test_hugging_face_trainer_callback(tmp_path):
 def test_lightning_callback(tmp_path):
     import lightning.pytorch as pl
 
-    class Tiny(pl.LightningModule):
-        def __init__(self):
-            super().__init__()
-            self.layer = torch.nn.Linear(8, 1)
+    from .lightning_tiny import Tiny, data
 
-        def training_step(self, batch, batch_idx):
-            x, y = batch
-            return torch.nn.functional.mse_loss(self.layer(x), y)
-
-        def configure_optimizers(self):
-            return torch.optim.SGD(self.parameters(), lr=0.1)
-
-    data = torch.utils.data.TensorDataset(torch.randn(16, 8), torch.randn(16, 1))
+    dataset = data(16)
     telemetry = Telemetry(TelemetrySettings())
     callback = lightning_callback(telemetry)
     trainer = pl.Trainer(max_steps=4, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
                          enable_progress_bar=False, enable_model_summary=False, callbacks=[callback],
                          default_root_dir=str(tmp_path))
-    trainer.fit(Tiny(), torch.utils.data.DataLoader(data, batch_size=4))
+    trainer.fit(Tiny(), torch.utils.data.DataLoader(dataset, batch_size=4))
     rows = callback.clock.records
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
     assert all(r["loss"] > 0 and r["step_time_s"] > 0 and "comm" in r for r in rows)
