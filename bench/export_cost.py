@@ -12,24 +12,19 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
+
+from bench.support.torchrun_runs import add_run_options, step_gaps, train
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def run_once(recipe: str, nproc: int, steps: int, export: str, workdir: str) -> tuple[str, list[float]]:
     out = os.path.join(workdir, f"run-{len(os.listdir(workdir))}")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", "-m",
-           "trainer", recipe, f"output_dir={out}", f"max_steps={steps}", f"telemetry.export={export}",
-           "train.eval_every_samples=null", "train.save_final=false", "train.resume=never"]
-    subprocess.run(cmd, cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": "1"}, check=True, capture_output=True,
-                   timeout=900)
-    with open(os.path.join(out, "metrics.jsonl")) as f:
-        stamps = [json.loads(line)["time"] for line in f]
-    return out, [b - a for a, b in zip(stamps, stamps[1:])]
+    train(recipe, nproc, steps, out, [f"telemetry.export={export}"])
+    return out, step_gaps(out)
 
 
 def write_cost_us(calls_per_step: int, steps: int = 2000) -> float:
@@ -56,11 +51,7 @@ def write_cost_us(calls_per_step: int, steps: int = 2000) -> float:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--recipe", default="recipes/tiny_llama_lora.yaml")
-    p.add_argument("--nproc", type=int, default=2)
-    p.add_argument("--steps", type=int, default=30)
-    p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--skip", type=int, default=3, help="warm-up steps left out")
+    add_run_options(p, steps=30, skip=3)
     a = p.parse_args()
     from telemetry.analysis.exports import export_run
 

@@ -17,13 +17,12 @@ warm-up.
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import os
 import platform
 import statistics
-import sys
 import time
+
+from bench.support.results import append_line, line_start
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(REPO, "bench", "results", "host_per_layer.jsonl")
@@ -103,15 +102,10 @@ def main(argv: list[str] | None = None) -> None:
                   f"{row['host_ms_per_layer']:.2f} ms and {per_ops:.0f} aten ops per layer (forward + backward), "
                   f"{row['us_per_op']:.1f} us per op; x {FULL_LAYERS} layers = "
                   f"{row['host_ms_per_micro_batch_80_layers']:.0f} ms of host work per micro-batch", flush=True)
-    result = {"benchmark": "host_per_layer", "date": datetime.date.today().isoformat(),
-              "command": " ".join(["python -m bench.host_per_layer", *(argv if argv is not None else sys.argv[1:])]),
-              "machine": f"2-core CPU dev VM ({platform.machine()}, {os.cpu_count()} cores), 1 thread",
-              "recipe": "recipes/llama70b_lora.yaml at small width (head dim 8), LoRA r32 q/k/v, bf16 autocast",
-              "seq": args.seq, "reps": args.reps, "rows": rows}
-    if args.out:
-        with open(args.out, "a", encoding="utf-8") as f:
-            f.write(json.dumps(result) + "\n")
-        print(f"appended to {os.path.relpath(args.out, REPO)}")
+    machine = f"2-core CPU dev VM ({platform.machine()}, {os.cpu_count()} cores), 1 thread"
+    append_line(args.out, {**line_start("bench.host_per_layer", argv, machine),
+                           "recipe": "recipes/llama70b_lora.yaml at small width (head dim 8), LoRA r32 q/k/v, bf16 "
+                           "autocast", "seq": args.seq, "reps": args.reps, "rows": rows})
 
 
 if __name__ == "__main__":

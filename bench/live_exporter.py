@@ -24,24 +24,32 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
 import time
 import urllib.request
 
+from bench.support.torchrun_runs import add_run_options, step_gaps, train
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _train_while(args, out: str, extra: list[str], scraper, stop: threading.Event, timeout: int) -> None:
+    """The recipe under torchrun into `out` (overrides `extra` added) while `scraper` runs in a thread; `stop`
+    is set when the run ends, and the scraper is waited for."""
+    t = threading.Thread(target=scraper, daemon=True)
+    t.start()
+    try:
+        train(args.recipe, args.nproc, args.steps, out, extra, timeout=timeout)
+    finally:
+        stop.set()
+        t.join()
 
 
 def run_once(args, exporter: bool, workdir: str) -> tuple[list[float], int]:
     out = os.path.join(workdir, f"run-{'on' if exporter else 'off'}-{len(os.listdir(workdir))}")
     os.makedirs(os.path.join(out, "logs"))
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={args.nproc}", "-m",
-           "trainer", args.recipe, f"output_dir={out}", f"max_steps={args.steps}", "train.eval_every_samples=null",
-           "train.save_final=false", "train.resume=never"]
-    if exporter:
-        cmd.append("telemetry.prometheus=auto")
     scrapes = [0]
     stop = threading.Event()
 
@@ -55,25 +63,13 @@ def run_once(args, exporter: bool, workdir: str) -> tuple[list[float], int]:
                     scrapes[0] += 1
                 except (OSError, ValueError, IndexError, KeyError):
                     pass
-    t = threading.Thread(target=scrape, daemon=True)
-    t.start()
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": REPO}
-    try:
-        subprocess.run(cmd, cwd=REPO, env=env, check=True, capture_output=True, timeout=900)
-    finally:
-        stop.set()
-        t.join()
-    with open(os.path.join(out, "metrics.jsonl")) as f:
-        stamps = [json.loads(line)["time"] for line in f]
-    return [b - a for a, b in zip(stamps, stamps[1:])][args.skip:], scrapes[0]
+    _train_while(args, out, ["telemetry.prometheus=auto"] if exporter else [], scrape, stop, timeout=900)
+    return step_gaps(out)[args.skip:], scrapes[0]
 
 
 def windows(args, workdir: str) -> dict:
     out = os.path.join(workdir, "windows")
     os.makedirs(os.path.join(out, "logs"))
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={args.nproc}", "-m",
-           "trainer", args.recipe, f"output_dir={out}", f"max_steps={args.steps}", "train.eval_every_samples=null",
-           "train.save_final=false", "train.resume=never", "telemetry.prometheus=auto"]
     spans: list[tuple[float, float, bool]] = []  # (start, end, scraped)
     stop = threading.Event()
     count = [0]
@@ -100,14 +96,7 @@ def windows(args, workdir: str) -> dict:
                     time.sleep(0.05)
             spans.append((t0, time.time(), scraped))
             scraped = not scraped
-    t = threading.Thread(target=scraper, daemon=True)
-    t.start()
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": REPO}
-    try:
-        subprocess.run(cmd, cwd=REPO, env=env, check=True, capture_output=True, timeout=1800)
-    finally:
-        stop.set()
-        t.join()
+    _train_while(args, out, ["telemetry.prometheus=auto"], scraper, stop, timeout=1800)
     with open(os.path.join(out, "metrics.jsonl")) as f:
         lines = [json.loads(x) for x in f][args.skip:]
     by = {True: [], False: []}
@@ -154,11 +143,7 @@ def scrape_cost(ranks: int, groups: int, new: int, repeats: int = 20) -> dict:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--recipe", default="recipes/tiny_llama_lora.yaml")
-    p.add_argument("--nproc", type=int, default=2)
-    p.add_argument("--steps", type=int, default=40)
-    p.add_argument("--skip", type=int, default=5, help="warm-up steps left out")
-    p.add_argument("--rounds", type=int, default=3)
+    add_run_options(p, steps=40, skip=5)
     p.add_argument("--scrape-every", type=float, default=1.0)
     p.add_argument("--ranks", type=int, default=8)
     p.add_argument("--groups", type=int, default=3)

@@ -9,7 +9,6 @@ Goal (issue 30): harness / hand loop <= 1.02 on the tiny Llama recipe on CPU.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import platform
@@ -17,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 
+from bench.support.results import append_line, line_start
 from bench.support.step_parity import op_table, run_worker
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -76,19 +76,14 @@ def main(argv: list[str] | None = None) -> None:
                   f"profiled steps each): {len(differ)} ops with other call counts, then the largest "
                   "time differences of the same ops:")
             print(op_table(differ + [r for r in res["ops"] if not r["calls_differ"]][:8]), flush=True)
-    result = {"benchmark": "loop_parity", "date": datetime.date.today().isoformat(),
-              "command": " ".join(["python -m bench.loop_parity", *(argv if argv is not None else sys.argv[1:])]),
-              "machine": f"2-core CPU dev VM ({platform.machine()}, {os.cpu_count()} cores)",
-              "recipe": args.recipe, "steps_per_run": args.steps, "warmup": args.warmup,
+    machine = f"2-core CPU dev VM ({platform.machine()}, {os.cpu_count()} cores)"
+    result = {**line_start("bench.loop_parity", argv, machine), "recipe": args.recipe, "steps_per_run": args.steps, "warmup": args.warmup,
               "overrides": args.overrides,
               "worlds": {n: {**{k: v for k, v in r.items() if not k.endswith("_samples_s") and k != "ops"},
                              "ops_calls_differ": [o for o in r["ops"] if o["calls_differ"]],
                              "ops_top_time_diff": [o for o in r["ops"] if not o["calls_differ"]][:10]}
                          for n, r in runs.items()}}
-    if args.out:
-        with open(args.out, "a", encoding="utf-8") as f:
-            f.write(json.dumps(result) + "\n")
-        print(f"appended to {os.path.relpath(args.out, REPO)}")
+    append_line(args.out, result)
 
 
 if __name__ == "__main__":

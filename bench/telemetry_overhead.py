@@ -14,32 +14,23 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import tempfile
+
+from bench.support.torchrun_runs import add_run_options, step_gaps, train
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def run_once(recipe: str, nproc: int, steps: int, enabled: bool, extra: list[str], workdir: str) -> list[float]:
     out = os.path.join(workdir, f"run-{'on' if enabled else 'off'}-{len(os.listdir(workdir))}")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", "-m",
-           "trainer", recipe, f"output_dir={out}", f"max_steps={steps}", f"telemetry.enabled={str(enabled).lower()}",
-           "train.eval_every_samples=null", "train.save_final=false", "train.resume=never", *extra]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    subprocess.run(cmd, cwd=REPO, env=env, check=True, capture_output=True, timeout=900)
-    with open(os.path.join(out, "metrics.jsonl")) as f:
-        stamps = [json.loads(line)["time"] for line in f]
-    return [b - a for a, b in zip(stamps, stamps[1:])]
+    train(recipe, nproc, steps, out, [f"telemetry.enabled={str(enabled).lower()}", *extra])
+    return step_gaps(out)
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--recipe", default="recipes/tiny_llama_lora.yaml")
-    p.add_argument("--nproc", type=int, default=2)
-    p.add_argument("--steps", type=int, default=40)
-    p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--skip", type=int, default=5)
+    add_run_options(p, steps=40, skip=5)
     p.add_argument("--out", default=None, help="append the result as a JSON line to this file")
     p.add_argument("overrides", nargs="*")
     args = p.parse_args()

@@ -65,7 +65,13 @@ def run_cli(out: Path, *overrides: str, nproc: int = 1, recipe: str = TINY, env:
     # CUDA_VISIBLE_DEVICES="": these are CPU/gloo runs, also on a machine with a GPU
     full_env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "CUDA_VISIBLE_DEVICES": "",
                 **(env or {})}
-    proc = subprocess.Popen(cmd, cwd=REPO, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    return run_bounded(cmd, full_env, timeout, out)
+
+
+def run_bounded(cmd: list[str], env: dict, timeout: int, out: Path) -> Result:
+    """`cmd` from the repository root in a session of its own; on timeout its whole group is killed and
+    the test fails with the end of its output."""
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)
     try:
         stdout, stderr = proc.communicate(timeout=timeout)
@@ -74,6 +80,17 @@ def run_cli(out: Path, *overrides: str, nproc: int = 1, recipe: str = TINY, env:
         stdout, stderr = proc.communicate()
         pytest.fail(f"timed out after {timeout}s: {' '.join(cmd)}\n{stdout[-3000:]}\n{stderr[-3000:]}")
     return Result(proc.returncode, stdout, stderr, out)
+
+
+class Payload:
+    """Unpickling this runs a shell command that creates `marker`: what a loader that unpickles an
+    untrusted file (a checkpoint, a flight-recorder dump) must refuse."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return os.system, (f"touch {self.marker}",)
 
 
 # --- test tiers --------------------------------------------------------------------------------------

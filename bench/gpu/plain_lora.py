@@ -36,13 +36,6 @@ def make_data(path: str, rows: int, seq: int, seed: int = 0) -> None:
             f.write(json.dumps({"input_ids": [rng.randrange(3, SHAPES["vocab_size"]) for _ in range(seq)]}) + "\n")
 
 
-def spread(times: list[float]) -> dict:
-    ordered = sorted(times)
-    pick = lambda q: ordered[min(len(ordered) - 1, int(q * len(ordered)))]  # noqa: E731
-    return {"median_step_s": statistics.median(times), "p10_step_s": pick(0.1), "p90_step_s": pick(0.9),
-            "spread_pct": 100 * (pick(0.9) - pick(0.1)) / statistics.median(times)}
-
-
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--make-data")
@@ -76,6 +69,7 @@ def main() -> None:
     from transformers import AutoModelForCausalLM, LlamaConfig
 
     from flops import automodel_lora_per_token, llama_params, mfu, ours_per_token  # beside this script
+    from step_spread import emit, spread
     from trainer.throughput import peak_tflops
 
     torch.manual_seed(0)
@@ -134,10 +128,7 @@ def main() -> None:
               "mfu_automodel": mfu(tokens / med, automodel_lora_per_token(counts), peak), "peak_tflops": peak,
               "peak_memory_GiB": torch.cuda.max_memory_allocated() / 2**30 if dev.type == "cuda" else None,
               "device": torch.cuda.get_device_name() if dev.type == "cuda" else "cpu", "torch": torch.__version__}
-    print(json.dumps(result))
-    if args.out:
-        with open(args.out, "w", encoding="utf-8") as f:
-            json.dump(result, f, indent=1)
+    emit(result, args.out)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,6 @@ the harness the same optimizer); ResNet-50 in channels_last, optionally compiled
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 
@@ -28,6 +27,7 @@ def main() -> None:
     p.add_argument("--out")
     args = p.parse_args()
 
+    from step_spread import emit, spread  # beside this script
     from trainer.compat import prepare_torchvision
 
     prepare_torchvision(args.model == "resnet")  # importable where needed, hidden from transformers otherwise
@@ -70,17 +70,12 @@ def main() -> None:
         torch.cuda.synchronize()
         if step >= args.warmup:
             times.append(time.perf_counter() - start)
-    ordered = sorted(times)
     med = statistics.median(times)
     result = {"what": f"plain {args.model} loop", "micro_batch": args.batch, "compile": args.compile,
-              "channels_last": args.model == "resnet", "steps_timed": args.steps, "median_step_s": med,
-              "spread_pct": 100 * (ordered[int(0.9 * (len(ordered) - 1))] - ordered[int(0.1 * (len(ordered) - 1))]) / med,
+              "channels_last": args.model == "resnet", "steps_timed": args.steps, **spread(times),
               "samples_per_s": args.batch / med, "peak_memory_GiB": torch.cuda.max_memory_allocated() / 2**30,
               "device": torch.cuda.get_device_name(), "torch": torch.__version__}
-    print(json.dumps(result))
-    if args.out:
-        with open(args.out, "w", encoding="utf-8") as f:
-            json.dump(result, f, indent=1)
+    emit(result, args.out)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from flops import automodel_lora_per_token, llama_params, mfu  # beside this script
+from step_spread import spread  # beside this script
 
 
 def _machine() -> str:
@@ -51,12 +52,6 @@ def _pytest(out: Path) -> list[tuple[str, str, str]]:
     return rows
 
 
-def _spread(times: list[float]) -> float:
-    ordered = sorted(times)
-    pick = lambda q: ordered[min(len(ordered) - 1, int(q * len(ordered)))]  # noqa: E731
-    return 100 * (pick(0.9) - pick(0.1)) / statistics.median(times)
-
-
 def _harness(run_dir: Path, warmup: int) -> dict | None:
     metrics = run_dir / "metrics.jsonl"
     if not metrics.exists():
@@ -75,7 +70,7 @@ def _harness(run_dir: Path, warmup: int) -> dict | None:
     peak = json.loads(final.read_text()).get("peak_memory_bytes") if final else None
     out = {"status": info.get("status"), "steps": len(rows), "timed": len(timed),
            "median_step_s": statistics.median(r["step_time_s"] for r in timed),
-           "spread_pct": _spread([r["step_time_s"] for r in timed]),
+           "spread_pct": spread([r["step_time_s"] for r in timed])["spread_pct"],
            "tokens_per_s": statistics.median(r["tokens_per_s"] for r in timed) if timed[0].get("tokens_per_s") else None,
            "samples_per_s": statistics.median(r["samples_per_s"] for r in timed),
            "mfu": statistics.median(r["mfu"] for r in timed) if timed[0].get("mfu") is not None else None,

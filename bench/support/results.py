@@ -8,6 +8,8 @@ import os
 import platform
 import sys
 
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
 
 def machine() -> str:
     import torch
@@ -23,3 +25,20 @@ def append_result(path: str, module: str, fields: dict) -> dict:
     with open(path, "a", encoding="utf-8") as f:
         f.write(json.dumps(record) + "\n")
     return record
+
+
+def line_start(module: str, argv: list[str] | None, machine: str) -> dict:
+    """The first fields of a results line written with `append_line`: benchmark, date, the command as typed
+    (`python -m bench.NAME` and its arguments: `argv`, else sys.argv's) and the machine as described."""
+    return {"benchmark": module.rsplit(".", 1)[-1], "date": datetime.date.today().isoformat(),
+            "command": " ".join([f"python -m {module}", *(argv if argv is not None else sys.argv[1:])]),
+            "machine": machine}
+
+
+def append_line(path: str | None, record: dict) -> None:
+    """Append `record` to `path` as one JSON line and say where (nothing without a path)."""
+    if not path:
+        return
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps(record) + "\n")
+    print(f"appended to {os.path.relpath(path, REPO)}")

@@ -3,15 +3,13 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-from ..conftest import REPO, TINY, Result
+from ..conftest import TINY, Result, run_bounded
 
 NO_GPU = "needs a CUDA GPU (torch.cuda.is_available() is False); bash bench/gpu/run.sh runs these on one"
 GPU = [pytest.mark.gpu, pytest.mark.integration,
@@ -36,15 +34,7 @@ def run_on_gpu(out: Path, *overrides: str, recipe: str = TINY, timeout: int = 42
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=1", "-m", "trainer",
            recipe, f"output_dir={out}", *overrides]
     env = {**os.environ, "OMP_NUM_THREADS": "4", "PYTHONUNBUFFERED": "1", **gpu_env()}
-    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
-    try:
-        stdout, stderr = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        stdout, stderr = proc.communicate()
-        pytest.fail(f"timed out after {timeout}s: {' '.join(cmd)}\n{stdout[-3000:]}\n{stderr[-3000:]}")
-    res = Result(proc.returncode, stdout, stderr, out)
+    res = run_bounded(cmd, env, timeout, out)
     assert res.returncode == 0, res.stderr[-4000:]
     return res
 

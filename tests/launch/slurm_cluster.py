@@ -17,8 +17,12 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+import pytest
 
 DAEMONS = ("munged", "slurmctld", "slurmd")
 CLIENTS = ("sbatch", "srun", "scontrol", "sinfo", "squeue", "scancel")
@@ -29,6 +33,25 @@ def missing_tools() -> list[str]:
     """Slurm and munge programs that are not installed (sbin included: apt puts the daemons there)."""
     path = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"])
     return [t for t in (*DAEMONS, "mungekey", *CLIENTS) if shutil.which(t, path=path) is None]
+
+
+def module_marks() -> list:
+    """pytestmark of a module whose tests run jobs on a private cluster: integration tests, skipped with
+    the reason where Slurm/munge are not installed or this is not root."""
+    missing = missing_tools()
+    return [pytest.mark.integration,
+            pytest.mark.skipif(bool(missing), reason=f"Slurm/munge not installed (missing: {', '.join(missing)}); "
+                               "apt-get install slurmctld slurmd slurm-client munge"),
+            pytest.mark.skipif(os.geteuid() != 0, reason="the private Slurm cluster runs its daemons as root")]
+
+
+@contextmanager
+def checked_cluster(root: Path) -> Iterator[SlurmCluster]:
+    """A running one-node cluster; on leaving, fails if a process of it outlived its teardown."""
+    cluster = SlurmCluster(root)
+    with cluster:
+        yield cluster
+    assert not cluster.tagged_pids(), "processes of the test cluster outlived its teardown"
 
 
 def _which(tool: str) -> str:

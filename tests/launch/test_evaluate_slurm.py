@@ -13,26 +13,18 @@ import pytest
 import yaml
 
 from ..conftest import REPO, TINY
-from .slurm_cluster import SlurmCluster, missing_tools
+from .slurm_cluster import checked_cluster, module_marks
 
 QUICK = ["max_steps=3", "data.seq_len=64", "train.log_every=1", "train.eval_every_samples=null",
          "train.save_final=false", "distributed.timeout_s=60"]
 
-_missing = missing_tools()
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.skipif(bool(_missing), reason=f"Slurm/munge not installed (missing: {', '.join(_missing)}); "
-                       "apt-get install slurmctld slurmd slurm-client munge"),
-    pytest.mark.skipif(os.geteuid() != 0, reason="the private Slurm cluster runs its daemons as root"),
-]
+pytestmark = module_marks()
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    c = SlurmCluster(tmp_path_factory.mktemp("slurm-evaluate"))
-    with c:
+    with checked_cluster(tmp_path_factory.mktemp("slurm-evaluate")) as c:
         yield c
-    assert not c.tagged_pids(), "processes of the test cluster outlived its teardown"
 
 
 def test_two_variants_run_as_steps_of_one_allocation(cluster, tmp_path):

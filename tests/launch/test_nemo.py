@@ -501,27 +501,43 @@ def test_run_under_torchrun_builds_the_job_for_the_launchers_world(launcher_env,
     assert "num_nodes = 8" in text and "devices = 8" in text, text
 
 
+def _printed_job_over_a_stale_one(tmp_path, capsys, stale: str) -> tuple[str, str, Path]:
+    """(the output_dir override, the 2-node x 4-GPU nemo2 job as --print gives it, its path), with an
+    earlier run's job (`stale` after a comment line) left at that path."""
+    override = f"output_dir={tmp_path / 'run'}"
+    code, printed, err = run_cli(capsys, RECIPES / "llama70b_lora.yaml", "--engine", "nemo2", "--print",
+                                 "--nodes", "2", "--gpus-per-node", "4", override)
+    assert code == 0, err
+    job = tmp_path / "run" / "engine" / "nemo2_job.py"
+    job.parent.mkdir(parents=True)
+    job.write_text("# an earlier run's job\n" + stale)
+    return override, printed, job
+
+
+def _task_environ() -> dict:
+    """This environment without any launcher's variables: each task adds the ones its launcher sets."""
+    return {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS and not k.startswith("SLURM_")}
+
+
+def _task(env: dict, override: str) -> subprocess.Popen:
+    """tests/launch/srun_task.py running the job with --run, as one launched task."""
+    return subprocess.Popen([sys.executable, str(REPO / "tests" / "launch" / "srun_task.py"),
+                             str(RECIPES / "llama70b_lora.yaml"), "--engine", "nemo2", "--run", override],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
 @pytest.mark.integration
 def test_srun_tasks_all_run_the_same_complete_job(tmp_path, capsys):
     """8 processes started as srun starts its tasks (SLURM_PROCID/LOCALID/NODEID, no RANK), all at once, over
     a stale job of an earlier run: every task runs the whole current job, byte for byte the printed one."""
-    run_dir = tmp_path / "run"
-    override = f"output_dir={run_dir}"
-    code, printed, err = run_cli(capsys, RECIPES / "llama70b_lora.yaml", "--engine", "nemo2", "--print",
-                                 "--nodes", "2", "--gpus-per-node", "4", override)
-    assert code == 0, err
-    job = run_dir / "engine" / "nemo2_job.py"
-    job.parent.mkdir(parents=True)
-    job.write_text("# an earlier run's job\n" + "x = 1\n" * 200_000)
-    base = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS and not k.startswith("SLURM_")}
+    override, printed, job = _printed_job_over_a_stale_one(tmp_path, capsys, "x = 1\n" * 200_000)
+    base = _task_environ()
     base.update(PYTHONPATH=str(REPO), TASK_OUT=str(tmp_path), SLURM_NNODES="2", SLURM_NTASKS_PER_NODE="4",
                 SLURM_NTASKS="8", SLURM_JOB_ID="77")
     procs = []
     for task in range(8):
         env = dict(base, SLURM_PROCID=str(task), SLURM_LOCALID=str(task % 4), SLURM_NODEID=str(task // 4))
-        procs.append(subprocess.Popen([sys.executable, str(REPO / "tests" / "launch" / "srun_task.py"),
-                                       str(RECIPES / "llama70b_lora.yaml"), "--engine", "nemo2", "--run", override],
-                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        procs.append(_task(env, override))
     for p in procs:
         out, err = p.communicate(timeout=300)
         assert p.returncode == 0, err
@@ -537,22 +553,13 @@ def test_torchrun_workers_that_start_before_rank_0_run_the_current_job(tmp_path,
     """torchrun's workers 1..7 start (and finish) before rank 0 reaches --run, over an earlier run's job: each
     runs the current job all the same. (Before: only rank 0 wrote the file and nobody waited, so these ran
     the stale job.)"""
-    run_dir = tmp_path / "run"
-    override = f"output_dir={run_dir}"
-    code, printed, err = run_cli(capsys, RECIPES / "llama70b_lora.yaml", "--engine", "nemo2", "--print",
-                                 "--nodes", "2", "--gpus-per-node", "4", override)
-    assert code == 0, err
-    job = run_dir / "engine" / "nemo2_job.py"
-    job.parent.mkdir(parents=True)
-    job.write_text("# an earlier run's job\nx = 1\n")
-    base = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS and not k.startswith("SLURM_")}
+    override, printed, job = _printed_job_over_a_stale_one(tmp_path, capsys, "x = 1\n")
+    base = _task_environ()
     base.update(PYTHONPATH=str(REPO), TASK_OUT=str(tmp_path), WORLD_SIZE="8", LOCAL_WORLD_SIZE="4")
 
     def worker(rank: int) -> subprocess.Popen:
         env = dict(base, RANK=str(rank), LOCAL_RANK=str(rank % 4), GROUP_RANK=str(rank // 4))
-        return subprocess.Popen([sys.executable, str(REPO / "tests" / "launch" / "srun_task.py"),
-                                 str(RECIPES / "llama70b_lora.yaml"), "--engine", "nemo2", "--run", override],
-                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        return _task(env, override)
 
     for group in ([worker(r) for r in range(1, 8)], [worker(0)]):  # rank 0 last
         for p in group:

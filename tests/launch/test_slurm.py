@@ -19,7 +19,7 @@ import pytest
 from launch.lab import Lab, leftover_namespaces
 
 from ..conftest import REPO, TINY
-from .slurm_cluster import Node, SlurmCluster, free_port, missing_tools
+from .slurm_cluster import Node, SlurmCluster, checked_cluster, free_port, module_marks
 
 SBATCH = str(REPO / "launch" / "slurm" / "train.sbatch")
 # The tiny recipe, 3 short steps (tests/conftest.py FAST, shorter still)
@@ -28,21 +28,13 @@ QUICK = ["max_steps=3", "data.seq_len=64", "train.log_every=1", "train.eval_ever
 FINISHED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL",
             "DEADLINE", "PREEMPTED"}
 
-_missing = missing_tools()
-pytestmark = [
-    pytest.mark.integration,  # a private Slurm cluster runs real jobs
-    pytest.mark.skipif(bool(_missing), reason=f"Slurm/munge not installed (missing: {', '.join(_missing)}); "
-                       "apt-get install slurmctld slurmd slurm-client munge"),
-    pytest.mark.skipif(os.geteuid() != 0, reason="the private Slurm cluster runs its daemons as root"),
-]
+pytestmark = module_marks()  # a private Slurm cluster runs real jobs
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    c = SlurmCluster(tmp_path_factory.mktemp("slurm"))
-    with c:
+    with checked_cluster(tmp_path_factory.mktemp("slurm")) as c:
         yield c
-    assert not c.tagged_pids(), "processes of the test cluster outlived its teardown"
 
 
 def job_env() -> dict:

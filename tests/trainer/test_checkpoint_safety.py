@@ -20,6 +20,8 @@ from torch.distributed.checkpoint.state_dict import get_state_dict
 from trainer import checkpoint
 from trainer.error_report import FaultError, InputError
 
+from ..conftest import Payload
+
 
 @pytest.fixture(scope="module", autouse=True)
 def group():
@@ -49,16 +51,6 @@ def _save(root, step=2, **kw):
 def _load(path, **kw):
     model, optimizer, scheduler = _parts(seed=1, **kw)
     return checkpoint.load(str(path), model, optimizer, scheduler), model, optimizer, scheduler
-
-
-class Payload:
-    """Unpickling this runs a shell command that creates `marker`."""
-
-    def __init__(self, marker):
-        self.marker = str(marker)
-
-    def __reduce__(self):
-        return os.system, (f"touch {self.marker}",)
 
 
 def test_round_trip_restores_weights_optimizer_scheduler_and_rng(tmp_path):

@@ -124,6 +124,22 @@ def _latest_step(out: Path) -> int:
     return json.loads((out / "checkpoints" / "latest.json").read_text())["step"]
 
 
+def _saved_on_signal_and_resumed(job: Job, signame: str) -> dict:
+    """After `signame` reached a 2-rank job: it stopped with the current step saved and named the signal
+    in run.json, and a rerun resumes from that step and recomputes none before it. Returns run.json."""
+    job.finish()
+    info = job.run_json()
+    saved = _latest_step(job.out)
+    assert info["status"] == "interrupted" and info["exit_code"] == 130, info
+    assert f"interrupted by {signame}: stopped after step {saved}, checkpoint saved" == info["error"]
+    assert job.steps() == list(range(1, saved + 1))  # every completed step is in the checkpoint
+    again = run_cli(job.out, *FAST, f"max_steps={saved + 1}", nproc=2, timeout=240)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"resumed from {job.out / 'checkpoints' / f'step-{saved:07d}'} at step {saved}" in again.stdout
+    assert [r["step"] for r in again.metrics()] == list(range(1, saved + 2))
+    return info
+
+
 @pytest.mark.integration
 def test_sigterm_saves_the_current_step_and_resume_recomputes_nothing(tmp_path):
     out = tmp_path / "run"
@@ -135,28 +151,21 @@ def test_sigterm_saves_the_current_step_and_resume_recomputes_nothing(tmp_path):
     # a standalone run: the workers' sockets (gloo, and NCCL's bootstrap on GPUs) listen on loopback only
     assert all(_loopback(a) for addrs in listening.values() for a in addrs), f"{listening}\n{_who_listens(workers)}"
     os.kill(job.proc.pid, signal.SIGTERM)  # torchrun's agent passes it to every worker, as a scheduler would
-    job.finish()
-    info = job.run_json()
-    saved = _latest_step(out)
-    assert info["status"] == "interrupted" and info["exit_code"] == 130, info
-    assert f"interrupted by SIGTERM: stopped after step {saved}, checkpoint saved" == info["error"]
-    assert job.steps() == list(range(1, saved + 1))  # every completed step is in the checkpoint
+    info = _saved_on_signal_and_resumed(job, "SIGTERM")
     assert info["environment"]["GLOO_SOCKET_IFNAME"] == info["environment"]["NCCL_SOCKET_IFNAME"] == "lo"
-    again = run_cli(out, *FAST, f"max_steps={saved + 1}", nproc=2, timeout=240)
-    assert again.returncode == 0, again.stderr[-3000:]
-    assert f"resumed from {out / 'checkpoints' / f'step-{saved:07d}'} at step {saved}" in again.stdout
-    assert [r["step"] for r in again.metrics()] == list(range(1, saved + 2))
 
 
 @pytest.mark.integration
-def test_sigterm_without_save_on_signal_stops_at_once(tmp_path):
+@pytest.mark.parametrize("signame, send", [("SIGTERM", os.kill),  # a scheduler, to the process
+                                           ("SIGINT", os.killpg)])  # Ctrl-C: a terminal, to the group
+def test_without_save_on_signal_it_stops_at_once_naming_the_signal(tmp_path, signame, send):
     out = tmp_path / "run"
     job = Job(out, "max_steps=40", "train.save_on_signal=false")
     job.wait_for("step 2/40")
-    os.kill(job.proc.pid, signal.SIGTERM)
+    send(job.proc.pid, getattr(signal, signame))
     assert job.finish() == 130
     info = job.run_json()
-    assert info["status"] == "interrupted" and info["error"] == "interrupted by SIGTERM"
+    assert info["status"] == "interrupted" and info["error"] == f"interrupted by {signame}", info
     assert not (out / "checkpoints" / "latest.json").exists()
 
 
@@ -287,29 +296,8 @@ def test_ctrl_c_to_torchrun_saves_the_current_step_and_the_rerun_resumes(tmp_pat
     job = Job(out, "max_steps=40", "train.save_every=0", nproc=2)
     job.wait_for("step 3/40")
     os.killpg(job.proc.pid, signal.SIGINT)  # as a terminal does: the session's group is torchrun's
-    job.finish()
-    info = job.run_json()
-    saved = _latest_step(out)
-    assert info["status"] == "interrupted" and info["exit_code"] == 130, info
-    assert f"interrupted by SIGINT: stopped after step {saved}, checkpoint saved" == info["error"]
-    assert job.steps() == list(range(1, saved + 1))
+    _saved_on_signal_and_resumed(job, "SIGINT")
     assert "rank 0: interrupted by SIGINT: stopped after step" in job.output, job.output[-3000:]
-    again = run_cli(out, *FAST, f"max_steps={saved + 1}", nproc=2, timeout=240)
-    assert again.returncode == 0, again.stderr[-3000:]
-    assert f"resumed from {out / 'checkpoints' / f'step-{saved:07d}'} at step {saved}" in again.stdout
-    assert [r["step"] for r in again.metrics()] == list(range(1, saved + 2))
-
-
-@pytest.mark.integration
-def test_ctrl_c_without_save_on_signal_names_sigint(tmp_path):
-    out = tmp_path / "run"
-    job = Job(out, "max_steps=40", "train.save_on_signal=false")
-    job.wait_for("step 2/40")
-    os.killpg(job.proc.pid, signal.SIGINT)
-    assert job.finish() == 130
-    info = job.run_json()
-    assert info["status"] == "interrupted" and info["error"] == "interrupted by SIGINT", info
-    assert not (out / "checkpoints" / "latest.json").exists()
 
 
 @pytest.mark.integration

@@ -3,7 +3,6 @@
 `telemetry report` names the rank that never entered the collective."""
 from __future__ import annotations
 
-import os
 import pickle
 import shutil
 import subprocess
@@ -15,7 +14,7 @@ import pytest
 
 from telemetry.analysis.flight_recorder import DumpError, analyze, read_dir, read_dump
 
-from ...conftest import REPO
+from ...conftest import REPO, Payload
 from ..recorded import write_run
 
 FIXTURE = Path(__file__).parent / "flight_recorder"
@@ -38,14 +37,6 @@ def test_a_collective_every_rank_entered_but_one_did_not_finish():
     dumps[1]["entries"].append(extra)
     assert analyze(dumps) == ["all_reduce #4 (process group 0, sizes [[1024]]) did not finish on rank 0; "
                               "every rank with a dump entered it"]
-
-
-class Payload:
-    def __init__(self, marker):
-        self.marker = str(marker)
-
-    def __reduce__(self):
-        return os.system, (f"touch {self.marker}",)
 
 
 def test_a_crafted_dump_runs_nothing(tmp_path):
