@@ -9,6 +9,7 @@ import sys
 
 from telemetry.errors import OneLineParser, output_dir_problem, output_file_problem, print_errors
 from telemetry.analysis.runs import RunError
+from telemetry.rundir import EXPORTS, REPORT, StepKey
 
 
 def _parser() -> OneLineParser:
@@ -149,7 +150,7 @@ def _output_problem(args) -> str | None:
 
     out = getattr(args, "out", None)
     if args.command in ("report", "export") and out is None and os.path.isdir(args.run):
-        out = os.path.join(args.run, "report" if args.command == "report" else "exports")
+        out = os.path.join(args.run, REPORT if args.command == "report" else EXPORTS)
     if out is not None and (args.command != "report" or os.path.isdir(args.run)):
         if problem := output_dir_problem(out, "--out"):
             return problem
@@ -221,7 +222,7 @@ def _print_measured(profile: dict) -> None:
           f"{hi * 100 - 100:+.0f}% over {profile['steps']} steps) on {profile['nodes']} node(s), "
           f"{profile['world_size']} ranks; communication {profile['comm_time_s']:.4f} s, exposed "
           f"{profile['exposed_s']:.4f} s" + (f", overlap window {profile['overlap_window_s']:.4f} s"
-                                              if profile.get("overlap_window_s") else ""))
+                                              if profile.get(StepKey.OVERLAP_WINDOW_S) else ""))
     if not profile["link_bps"]:
         print("  its links were not shaped: the communication time it measured is the transfer at the host's speed "
               "plus per-call overhead; on a target each call takes the larger of that and its bytes over the "
@@ -284,7 +285,7 @@ def _project(args) -> int:
     profiles = []
     for path in args.run:
         profiles.append(measured_profile(load_run(path)))
-        if profiles[-1]["step_time_s"] is None:
+        if profiles[-1][StepKey.STEP_TIME_S] is None:
             return fail(f"{path}: no timed steps to project from")
     try:
         profile = combine_profiles(profiles)

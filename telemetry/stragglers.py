@@ -28,6 +28,8 @@ from __future__ import annotations
 import math
 from collections import deque
 
+from telemetry.rundir import StepKey
+
 COMPUTE_RATIO = 1.5  # the rank's compute takes at least 50% longer than the others' mean
 COMPUTE_WINDOW, COMPUTE_NEEDED = 10, 8  # flagged on 8 of the last 10 steps
 LINK_RATIO = 4.0  # the transfer takes at least 4x the other transfers' mean
@@ -88,7 +90,7 @@ class StragglerDetector:
             rank, top, others = compute
             self._compute.append((step, rank if top >= COMPUTE_RATIO * others and top > 0 else None, top, others))
             new += self._persisting("compute", self._compute, COMPUTE_NEEDED, rank)
-        link = _outlier(ranks.get("link_in_s"))
+        link = _outlier(ranks.get(StepKey.LINK_IN_S))
         if link is not None:
             self.probes += 1
             receiver, top, others = link

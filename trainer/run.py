@@ -39,6 +39,7 @@ from .seeding import seed_training_streams
 from .stop import Interrupted, StopRequests
 from .throughput import peak_tflops
 from .workloads import get_workload
+from telemetry.rundir import StepKey
 
 ensure_torchvision_importable()  # an in-process caller that did not decide first (python -m trainer decides in cli.py)
 
@@ -278,8 +279,8 @@ def train(st: RunState) -> None:
                                      "load": trainer.workload.load_stats,
                                      "peak_memory_bytes": _peak_memory_bytes(st.device)})
     st.status = "target_reached" if state.target_reached_step else "completed"
-    rundir.update(final={"step": state.step, "loss": state.last_loss, "eval_loss": state.last_eval_loss,
-                         "eval_accuracy": state.last_eval_accuracy,
+    rundir.update(final={StepKey.STEP: state.step, StepKey.LOSS: state.last_loss,
+                         StepKey.EVAL_LOSS: state.last_eval_loss, StepKey.EVAL_ACCURACY: state.last_eval_accuracy,
                          "target_reached_step": state.target_reached_step, "trainable": fingerprint})
     loss = f", final loss {state.last_loss:.4f}" if state.last_loss is not None else ""
     trainer.progress.info(f"done: {state.step} steps{loss}; run directory {os.path.abspath(st.recipe.output_dir)}")

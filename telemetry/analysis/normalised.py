@@ -10,6 +10,8 @@ import json
 import os
 import statistics
 
+from telemetry.rundir import StepKey
+
 
 def _p2p(run_dir: str) -> dict | None:
     try:
@@ -41,9 +43,9 @@ def figures(run_dirs: list[str], summary: dict | None, metrics: list[dict]) -> d
         for k, v in {**(_p2p(d) or {}), **_sweep(d)}.items():
             out.setdefault(k, v)
     if summary:
-        sps = ((summary.get("spread") or {}).get("samples_per_s") or {}).get("mean")
+        sps = ((summary.get("spread") or {}).get(StepKey.SAMPLES_PER_S) or {}).get("mean")
         out["throughput (samples/s)"] = (sps, True)
-    prof = [r.get("step_time_s") for r in metrics if r.get("profiled") and r.get("step_time_s") is not None]
+    prof = [r.get(StepKey.STEP_TIME_S) for r in metrics if r.get("profiled") and r.get(StepKey.STEP_TIME_S) is not None]
     if metrics:
         out["profiled step time (s, median)"] = (statistics.median(prof) if prof else None, False)
     return out
