@@ -59,11 +59,11 @@ def step_rows(run) -> list[dict]:
     name, label = os.path.basename(os.path.normpath(run.path)), run.name
     rows = []
     for r in run.metrics:
-        if r.get("step") is None:
+        if r.get(StepKey.STEP) is None:
             continue
-        spread = r.get("ranks") or {}
+        spread = r.get(StepKey.RANKS) or {}
         st, ct = spread.get(StepKey.STEP_TIME_S) or {}, spread.get(StepKey.COMM_TIME_S) or {}
-        ex = r.get("exposed") or {}
+        ex = r.get(StepKey.EXPOSED) or {}
         rows.append({
             "run": name, "run_name": label, StepKey.STEP: int(r[StepKey.STEP]), StepKey.TIME: _num(r.get(StepKey.TIME)),
             **{k: _num(r.get(k)) for k in (StepKey.LOSS, StepKey.LR, StepKey.GRAD_NORM, StepKey.STEP_TIME_S,
@@ -75,38 +75,35 @@ def step_rows(run) -> list[dict]:
             "exposed_share": _num(ex.get("exposed_share")), "exposed_s": _num(ex.get("exposed_s")),
             "step_time_s_min": _num(st.get("min")), "step_time_s_max": _num(st.get("max")),
             "step_time_s_max_rank": _num(st.get("max_rank"), int), "comm_time_s_max": _num(ct.get("max")),
-            "comm_time_s_max_rank": _num(ct.get("max_rank"), int), StepKey.PROFILED: bool(r.get("profiled", False))})
+            "comm_time_s_max_rank": _num(ct.get("max_rank"), int), StepKey.PROFILED: bool(r.get(StepKey.PROFILED, False))})
     return rows
+
+
+def _rank_steps(run):
+    """(the row's run, rank and step columns, the record) for every line of every rank's file."""
+    name, label = os.path.basename(os.path.normpath(run.path)), run.name
+    for rank, records in sorted(run.ranks.items()):
+        for r in records:
+            yield {"run": name, "run_name": label, "rank": rank, "step": _num(r.get(StepKey.STEP), int)}, r
+
+
+def _op_columns(s: dict) -> dict:
+    """One collective type's figures: a record's `comm` entry, or a process group's `by_op` one."""
+    return {"count": _num(s.get("count"), int), "bytes": _num(s.get("bytes"), int), "time_s": _num(s.get("time_s")),
+            "busbw_GBps": _num(s.get("busbw_GBps")), "untimed": _num(s.get("untimed"), int)}
 
 
 def collective_rows(run) -> list[dict]:
-    name, label = os.path.basename(os.path.normpath(run.path)), run.name
-    rows = []
-    for rank, records in sorted(run.ranks.items()):
-        for r in records:
-            for op, s in sorted((r.get("comm") or {}).items()):
-                rows.append({"run": name, "run_name": label, "rank": rank, "step": _num(r.get("step"), int),
-                             "op": op, "count": _num(s.get("count"), int), "bytes": _num(s.get("bytes"), int),
-                             "time_s": _num(s.get("time_s")), "busbw_GBps": _num(s.get("busbw_GBps")),
-                             "untimed": _num(s.get("untimed"), int), "untimed_reason": s.get("untimed_reason")})
-    return rows
+    return [{**head, "op": op, **_op_columns(s), "untimed_reason": s.get("untimed_reason")}
+            for head, r in _rank_steps(run) for op, s in sorted((r.get(StepKey.COMM) or {}).items())]
 
 
 def group_rows(run) -> list[dict]:
     """One row per rank, step, process group and collective type; busbw at that group's size."""
-    name, label = os.path.basename(os.path.normpath(run.path)), run.name
-    rows = []
-    for rank, records in sorted(run.ranks.items()):
-        for r in records:
-            for group, g in sorted((r.get(StepKey.COMM_GROUPS) or {}).items()):
-                for op, s in sorted((g.get("by_op") or {}).items()):
-                    rows.append({"run": name, "run_name": label, "rank": rank, "step": _num(r.get("step"), int),
-                                 "group": group, "dim": g.get("dim"), "scope": g.get("scope"),
-                                 "group_size": _num(g.get("size"), int), "op": op,
-                                 "count": _num(s.get("count"), int), "bytes": _num(s.get("bytes"), int),
-                                 "time_s": _num(s.get("time_s")), "busbw_GBps": _num(s.get("busbw_GBps")),
-                                 "untimed": _num(s.get("untimed"), int)})
-    return rows
+    return [{**head, "group": group, "dim": g.get("dim"), "scope": g.get("scope"),
+             "group_size": _num(g.get("size"), int), "op": op, **_op_columns(s)}
+            for head, r in _rank_steps(run) for group, g in sorted((r.get(StepKey.COMM_GROUPS) or {}).items())
+            for op, s in sorted((g.get("by_op") or {}).items())]
 
 
 def call_rows(run) -> list[dict]:
