@@ -82,7 +82,7 @@ class StragglerDetector:
 
     def feed(self, step: int, record: dict) -> list[dict]:
         """New findings at this step (usually none)."""
-        ranks = record.get("ranks") or {}
+        ranks = record.get(StepKey.RANKS) or {}
         new = []
         compute = _outlier(ranks.get("compute_s"))
         if compute is not None:
@@ -146,8 +146,8 @@ def detect(records: list[dict], hosts: list[str] | None) -> dict:
     """Replay a run's metrics lines (rank 0's records) through the detector: the report's view."""
     det = StragglerDetector(hosts)
     for r in records:
-        if isinstance(r.get("step"), int):
-            det.feed(r["step"], r)
+        if isinstance(r.get(StepKey.STEP), int):
+            det.feed(r[StepKey.STEP], r)
     return det.summary()
 
 

@@ -127,7 +127,8 @@ class Trainer:
         self.state.resumed_from = self.state.step
         # the run's last loss and evaluation so far, so that a resume with nothing left to do keeps them
         done = self.rundir.metrics_up_to(self.state.step)
-        self.state.last_loss = next((r["loss"] for r in reversed(done) if r.get("loss") is not None), None)
+        self.state.last_loss = next((r[StepKey.LOSS] for r in reversed(done) if r.get(StepKey.LOSS) is not None),
+                                    None)
         last_eval = next((r for r in reversed(done) if r.get(StepKey.EVAL_LOSS) is not None), {})
         self.state.last_eval_loss = last_eval.get(StepKey.EVAL_LOSS)
         self.state.last_eval_accuracy = last_eval.get(StepKey.EVAL_ACCURACY)
@@ -229,7 +230,7 @@ class Trainer:
         if len(terms) > 1:
             record.update(term_losses)
         record.update({count: int(totals[k]) for k, (_, count) in enumerate(terms)})
-        record["epoch"] = self.sampler.epoch_of(step)
+        record[StepKey.EPOCH] = self.sampler.epoch_of(step)
         record.update(step_figures(flops, step_time, self.layout.world_size, self.peak_tflops))
         if not math.isfinite(loss_value):
             raise FloatingPointError(f"loss is {loss_value} at step {step}; stopping (lower train.lr, "
@@ -327,8 +328,8 @@ class Trainer:
             # the same steps vote on every rank and every vote agrees: all ranks stop after the same step
             why = self.stops.agree(step) if self.stops is not None else None
             record[StepKey.HARNESS_S] = harness_s + (time.perf_counter() - t_vote) + write_s
-            record["time"] = time.time()  # wall clock at the step's end: lines steps up with outside counters
-            self.state.step, self.state.last_loss = step, record["loss"]
+            record[StepKey.TIME] = time.time()  # wall clock at the step's end: lines steps up with outside counters
+            self.state.step, self.state.last_loss = step, record[StepKey.LOSS]
             t_write = time.perf_counter()
             self.rundir.write_metrics(record)
             self.progress.step(record)

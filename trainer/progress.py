@@ -23,14 +23,14 @@ class Progress:
 
     def step(self, rec: dict) -> None:
         self._times.append(rec[StepKey.STEP_TIME_S])
-        step = rec["step"]
+        step = rec[StepKey.STEP]
         if not self.enabled or (step % self.every and step != self.max_steps):
             return
         recent = self._times[-20:]
         # the first step includes warm-up (allocator, first collectives); leave it out of the ETA when possible
         per_step = sum(recent[1:] or recent) / len(recent[1:] or recent)
         eta = datetime.timedelta(seconds=round(per_step * (self.max_steps - step)))
-        parts = [f"step {step}/{self.max_steps}", f"loss {rec['loss']:.4f}", f"lr {rec['lr']:.2e}",
+        parts = [f"step {step}/{self.max_steps}", f"loss {rec[StepKey.LOSS]:.4f}", f"lr {rec[StepKey.LR]:.2e}",
                  f"{rec['step_time_s']:.3f} s/step"]
         if rec.get(StepKey.TOKENS_PER_S) is not None:
             parts.append(f"{rec['tokens_per_s']:,.0f} tok/s")

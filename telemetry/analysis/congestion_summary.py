@@ -69,8 +69,8 @@ def _host_lines(run_dir: str):
                     rec = json.loads(line)
                 except json.JSONDecodeError:
                     continue  # a truncated last line
-                if isinstance(rec, dict) and isinstance(rec.get("host"), dict):
-                    yield rec["host"]
+                if isinstance(rec, dict) and isinstance(rec.get(StepKey.HOST), dict):
+                    yield rec[StepKey.HOST]
 
 
 def run_totals(run_dir: str, metrics: list[dict] | None = None) -> dict | None:
@@ -83,7 +83,7 @@ def run_totals(run_dir: str, metrics: list[dict] | None = None) -> dict | None:
             add_interval(acc, host.get("congestion"), host.get("counters"))
     if not seen and metrics:  # an older run, or no per-rank files: rank 0's host from metrics.jsonl
         for rec in metrics:
-            host = rec.get("host") or {}
+            host = rec.get(StepKey.HOST) or {}
             if "counters" in host or "congestion" in host:
                 seen = True
                 add_interval(acc, host.get("congestion"), host.get("counters"))

@@ -63,11 +63,11 @@ def write(run_dir: str, out: str | None = None, org: str = "fabric-harness", pla
     if bench is None:
         raise MllogError(f"{run_dir}: workload {workload!r} has no MLPerf Training benchmark; allowed: "
                          + ", ".join(f"{w} ({b})" for w, b in BENCHMARKS.items()))
-    steps = [r for r in run.metrics if r.get("step") is not None and r.get("time") is not None]
+    steps = [r for r in run.metrics if r.get(StepKey.STEP) is not None and r.get(StepKey.TIME) is not None]
     if not steps:
         raise MllogError(f"{run_dir}: metrics.jsonl has no step with its wall clock (`time`): nothing to time")
     first = steps[0]
-    run_start = first["time"] - (first.get(StepKey.STEP_TIME_S) or 0.0)
+    run_start = first[StepKey.TIME] - (first.get(StepKey.STEP_TIME_S) or 0.0)
     init_start = _start_s(run.info) or run_start
     layout = run.info.get("layout") or {}
     gbs = layout.get("global_batch_size") or (recipe.get("train") or {}).get("global_batch_size")

@@ -45,7 +45,8 @@ def figures(run_dirs: list[str], summary: dict | None, metrics: list[dict]) -> d
     if summary:
         sps = ((summary.get("spread") or {}).get(StepKey.SAMPLES_PER_S) or {}).get("mean")
         out["throughput (samples/s)"] = (sps, True)
-    prof = [r.get(StepKey.STEP_TIME_S) for r in metrics if r.get("profiled") and r.get(StepKey.STEP_TIME_S) is not None]
+    prof = [r.get(StepKey.STEP_TIME_S) for r in metrics
+            if r.get(StepKey.PROFILED) and r.get(StepKey.STEP_TIME_S) is not None]
     if metrics:
         out["profiled step time (s, median)"] = (statistics.median(prof) if prof else None, False)
     return out

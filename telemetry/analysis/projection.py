@@ -82,19 +82,19 @@ def measured_profile(run: Run, summary: dict | None = None) -> dict:
     timed = run.timed_steps()
     ops = {}
     for op, c in s["comm"].items():
-        steps = [r for r in timed if op in (r.get("comm") or {})]
+        steps = [r for r in timed if op in (r.get(StepKey.COMM) or {})]
         # the rank that arrived last waited least: its time is the collective itself, the others'
         # extra is waiting for it (imbalance, which a faster fabric does not remove)
-        last_arrival = median([((r.get("ranks") or {}).get("comm_time_s_by_op") or {}).get(op, {}).get("min")
+        last_arrival = median([((r.get(StepKey.RANKS) or {}).get("comm_time_s_by_op") or {}).get(op, {}).get("min")
                                for r in steps])
         t = last_arrival if last_arrival is not None else c["time_per_step_s"]
         ops[op] = {"bytes": c["bytes_per_step"], "time_s": t or 0.0,
-                   "calls": median([r["comm"][op]["count"] for r in steps]) or 0}
+                   "calls": median([r[StepKey.COMM][op]["count"] for r in steps]) or 0}
     groups = _group_profile(timed, ops, world)
     summed = sum(o["time_s"] for o in ops.values())
     # wall time with a collective in flight, on the rank that waited least: concurrent calls (DDP's buckets
     # on gloo's two threads, or queued behind each other) count once, as they share the link
-    union_min = median([((r.get("ranks") or {}).get(StepKey.COMM_TIME_S) or {}).get("min") for r in timed])
+    union_min = median([((r.get(StepKey.RANKS) or {}).get(StepKey.COMM_TIME_S) or {}).get("min") for r in timed])
     union_own = median([r.get(StepKey.COMM_TIME_S) for r in timed])
     comm = union_min if union_min is not None else union_own if union_own is not None else summed
     if summed > comm > 0:

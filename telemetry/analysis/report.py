@@ -112,7 +112,7 @@ def summarize(run: Run) -> dict:
     comm: dict[str, dict] = {}
     reasons: set[str] = set()
     for op in RECORDED_OPS:
-        rows = [r["comm"][op] for r in steps if op in (r.get("comm") or {})]
+        rows = [r[StepKey.COMM][op] for r in steps if op in (r.get(StepKey.COMM) or {})]
         if not rows:
             continue
         t = median([x["time_s"] for x in rows])
@@ -127,7 +127,7 @@ def summarize(run: Run) -> dict:
     comm_time = median([r.get(StepKey.COMM_TIME_S) for r in steps])
     per_step_untimed = []
     for r in steps:
-        stats = (r.get("comm") or {}).values()
+        stats = (r.get(StepKey.COMM) or {}).values()
         known = [_untimed_bytes(x) for x in stats]
         per_step_untimed.append(None if None in known else sum(known))
     comm_partial = any(c["partial"] for c in comm.values())
@@ -143,14 +143,15 @@ def summarize(run: Run) -> dict:
         exposed_comm["reason"] = None
     exposed_comm["share"] = (exposed_comm["per_step_s"] / med if exposed_comm["per_step_s"] is not None and med
                              else None)
-    windows = [r["exposed"] for r in run.metrics if r.get("exposed")]
+    windows = [r[StepKey.EXPOSED] for r in run.metrics if r.get(StepKey.EXPOSED)]
     exposed = None
     if windows:
         ops = sorted({op for w in windows for op in w["by_op"]})
         exposed = {"windows": len(windows), "share": _mean([w["exposed_share"] for w in windows]),
                    "comm_share": _mean([w["comm_share"] for w in windows]),
                    "by_op": {op: _mean([w["by_op"].get(op, {}).get("exposed_share") for w in windows]) for op in ops}}
-    spreads = [r["ranks"][StepKey.STEP_TIME_S] for r in steps if (r.get("ranks") or {}).get(StepKey.STEP_TIME_S)]
+    spreads = [r[StepKey.RANKS][StepKey.STEP_TIME_S] for r in steps
+               if (r.get(StepKey.RANKS) or {}).get(StepKey.STEP_TIME_S)]
     energy_rows = [r.get(StepKey.JOB_GPU_ENERGY_J) for r in steps]
     energy_step = median(energy_rows)
     tel = run.info.get("telemetry") or {}
@@ -161,7 +162,7 @@ def summarize(run: Run) -> dict:
               {"reason": next((r.get(StepKey.GPU_ENERGY_REASON) for r in run.metrics
                                if r.get(StepKey.GPU_ENERGY_REASON)),
                               tel.get(StepKey.GPU_ENERGY_REASON) or "no energy readings in this run")})
-    losses = [r["loss"] for r in run.metrics if r.get("loss") is not None]
+    losses = [r[StepKey.LOSS] for r in run.metrics if r.get(StepKey.LOSS) is not None]
     evals = [r[StepKey.EVAL_LOSS] for r in run.metrics if r.get(StepKey.EVAL_LOSS) is not None]
     fab = run.info.get("fabric") or {}
     return {
@@ -173,7 +174,7 @@ def summarize(run: Run) -> dict:
         StepKey.SAMPLES_PER_S: gbs / med if gbs and med else None,
         StepKey.TOKENS_PER_S: median([r.get(StepKey.TOKENS_PER_S) for r in steps]),
         "padded_tokens_per_step": median([r.get(StepKey.PADDED_TOKENS) for r in steps]),
-        "tokens_per_step": median([r.get("tokens") for r in steps]),
+        "tokens_per_step": median([r.get(StepKey.TOKENS) for r in steps]),
         # the harness's own per-step work outside step_time_s (None for runs recorded before the field)
         "harness_per_step_s": (harness := median([r.get(StepKey.HARNESS_S) for r in steps])),
         "harness_share": harness / med if harness is not None and med else None,
@@ -365,7 +366,7 @@ def plots(run: Run, out: str) -> list[tuple[str, str]]:
     import matplotlib.pyplot as plt
 
     m = run.metrics
-    steps = [r["step"] for r in m]
+    steps = [r[StepKey.STEP] for r in m]
     made = []
 
     from matplotlib.ticker import MaxNLocator
@@ -380,8 +381,8 @@ def plots(run: Run, out: str) -> list[tuple[str, str]]:
         made.append((name, title))
 
     fig, ax = plt.subplots(figsize=(7, 3.6))
-    ax.plot(steps, [r.get("loss") for r in m], label="train loss")
-    ev = [(r["step"], r[StepKey.EVAL_LOSS]) for r in m if r.get(StepKey.EVAL_LOSS) is not None]
+    ax.plot(steps, [r.get(StepKey.LOSS) for r in m], label="train loss")
+    ev = [(r[StepKey.STEP], r[StepKey.EVAL_LOSS]) for r in m if r.get(StepKey.EVAL_LOSS) is not None]
     if ev:
         ax.plot(*zip(*ev), "o-", label="eval loss")
     ax.set_xlabel("step"), ax.set_ylabel("loss"), ax.legend(), ax.grid(alpha=0.3)
@@ -389,11 +390,12 @@ def plots(run: Run, out: str) -> list[tuple[str, str]]:
 
     fig, ax = plt.subplots(figsize=(7, 3.6))
     ax.plot(steps, [r.get(StepKey.STEP_TIME_S) for r in m], label="rank 0")
-    band = [(r["step"], r["ranks"][StepKey.STEP_TIME_S]) for r in m if (r.get("ranks") or {}).get(StepKey.STEP_TIME_S)]
+    band = [(r[StepKey.STEP], r[StepKey.RANKS][StepKey.STEP_TIME_S]) for r in m
+            if (r.get(StepKey.RANKS) or {}).get(StepKey.STEP_TIME_S)]
     if band:
         ax.fill_between([b[0] for b in band], [b[1]["min"] for b in band], [b[1]["max"] for b in band],
                         alpha=0.3, label="min-max across ranks")
-    prof = [r["step"] for r in m if r.get("profiled")]
+    prof = [r[StepKey.STEP] for r in m if r.get(StepKey.PROFILED)]
     if prof:
         ax.plot(prof, [next(x[StepKey.STEP_TIME_S] for x in m if x[StepKey.STEP] == p) for p in prof], "x",
                 label="profiled step")
@@ -401,16 +403,16 @@ def plots(run: Run, out: str) -> list[tuple[str, str]]:
     save(fig, "step_time.png", "Step time")
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.6), gridspec_kw={"width_ratios": [2, 1]})
-    ops = [op for op in RECORDED_OPS if any(op in (r.get("comm") or {}) for r in m)]
+    ops = [op for op in RECORDED_OPS if any(op in (r.get(StepKey.COMM) or {}) for r in m)]
     bottom = [0.0] * len(m)
     for op in ops:
-        vals = [((r.get("comm") or {}).get(op) or {}).get("time_s") or 0.0 for r in m]
+        vals = [((r.get(StepKey.COMM) or {}).get(op) or {}).get("time_s") or 0.0 for r in m]
         ax1.bar(steps, vals, bottom=bottom, label=op)
         bottom = [b + v for b, v in zip(bottom, vals)]
     ax1.set_xlabel("step"), ax1.set_ylabel("communication time (s)")
     if ops:
         ax1.legend(fontsize=8)
-    windows = [r["exposed"] for r in m if r.get("exposed")]
+    windows = [r[StepKey.EXPOSED] for r in m if r.get(StepKey.EXPOSED)]
     if windows:
         names = sorted({op for w in windows for op in w["by_op"]})
         ax2.bar(["all"] + names, [_mean([w["exposed_share"] for w in windows]) * 100] +
@@ -443,7 +445,7 @@ def plots(run: Run, out: str) -> list[tuple[str, str]]:
         if any(v is not None for v in vals):
             ax.plot(steps, [(v or 0) / 1e6 for v in vals], label=label)
             plotted = True
-    losses = [(r["step"], r[StepKey.JOB_LOSS_EVENTS]) for r in m if r.get(StepKey.JOB_LOSS_EVENTS)]
+    losses = [(r[StepKey.STEP], r[StepKey.JOB_LOSS_EVENTS]) for r in m if r.get(StepKey.JOB_LOSS_EVENTS)]
     if losses:
         ax.plot(*zip(*losses), "rv", label="loss events")
     if plotted:

@@ -46,7 +46,7 @@ class Run:
     def timed_steps(self) -> list[dict]:
         """Steps fit for timing statistics: not the warm-up step, not profiled steps, not steps in which
         torch.compile compiled (`compile_s` > 0, train.compile=blocks)."""
-        rows = [r for r in self.metrics if not r.get("profiled")]
+        rows = [r for r in self.metrics if not r.get(StepKey.PROFILED)]
         rows = rows[1:] if len(rows) > 1 else rows
         steady = [r for r in rows if not r.get(StepKey.COMPILE_S)]
         return steady or rows

@@ -17,14 +17,14 @@ from telemetry.rundir import StepKey
 
 
 def loss_parity(runs: list[Run]) -> dict:
-    base = {r["step"]: r["loss"] for r in runs[0].metrics if r.get("loss") is not None}
+    base = {r[StepKey.STEP]: r[StepKey.LOSS] for r in runs[0].metrics if r.get(StepKey.LOSS) is not None}
     worst, at = 0.0, None
     for run in runs[1:]:
         for r in run.metrics:
-            if r.get("step") in base and r.get("loss") is not None:
-                d = abs(r["loss"] - base[r["step"]])
+            if r.get(StepKey.STEP) in base and r.get(StepKey.LOSS) is not None:
+                d = abs(r[StepKey.LOSS] - base[r[StepKey.STEP]])
                 if d > worst:
-                    worst, at = d, r["step"]
+                    worst, at = d, r[StepKey.STEP]
     common = min(len(base), *(len(r.metrics) for r in runs[1:])) if len(runs) > 1 else len(base)
     if worst == 0.0:
         verdict = "identical"
@@ -103,9 +103,9 @@ def time_to_train(run: Run) -> dict | None:
     what = ", ".join(f"{k.removeprefix('target_')} {v}" for k, v in target.items())
     if not step:
         return {"target": what, "seconds": None, "why": f"target not reached ({run.info.get('status')})"}
-    rows = [r for r in run.metrics if r.get("step") is not None and r["step"] <= step]
+    rows = [r for r in run.metrics if r.get(StepKey.STEP) is not None and r[StepKey.STEP] <= step]
     first = rows[0] if rows else None
-    end = next((r for r in rows if r["step"] == step), None)
+    end = next((r for r in rows if r[StepKey.STEP] == step), None)
     if first and end and first.get(StepKey.TIME) is not None and end.get(StepKey.TIME) is not None \
             and first.get(StepKey.STEP_TIME_S):
         return {"target": what, "seconds": end[StepKey.TIME] - (first[StepKey.TIME] - first[StepKey.STEP_TIME_S]),
@@ -305,7 +305,8 @@ def training_figures(plt, out: str, groups, labels: list[str], sums: list[dict],
                              f"{what} per fabric, % difference from {labels[0]}"
                              + (" (mean; bars: one standard deviation)" if repeats else ""), text)
         figures.append((name, f"{what} per fabric with the % difference from the first"))
-    curves = [[(r["step"], r["loss"]) for r in run.metrics if r.get("loss") is not None] for run in runs]
+    curves = [[(r[StepKey.STEP], r[StepKey.LOSS]) for r in run.metrics if r.get(StepKey.LOSS) is not None]
+              for run in runs]
     compare_figures.loss_curves(plt, out, labels, curves, f"loss parity: {parity['verdict']}")
     figures.append(("loss.png", "Loss curves overlaid (one line style and marker per fabric, so identical curves "
                                 "stay visible" + ("; the first run of each fabric" if repeats else "") + ")"))

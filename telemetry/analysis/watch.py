@@ -57,7 +57,7 @@ class RunWatch:
                 self.info, new = info, True
         except (OSError, ValueError):
             pass  # not written yet, or being replaced: the last one read stands
-        rows = [upgrade_record(r) for r in self._metrics.new() if isinstance(r.get("step"), int)]
+        rows = [upgrade_record(r) for r in self._metrics.new() if isinstance(r.get(StepKey.STEP), int)]
         if rows:
             new = True
             self.recent.extend(rows)
@@ -72,7 +72,7 @@ class RunWatch:
                 hosts = [h.get("hostname") if isinstance(h, dict) else h for h in self.info.get("hosts") or []]
                 self.detector = stragglers.StragglerDetector(hosts or None)
             for r in self._pending:
-                self.detector.feed(r["step"], r)
+                self.detector.feed(r[StepKey.STEP], r)
             self._pending = []
         for path in rank_files(self.run_dir, RANK_TELEMETRY):
             m = re.search(rf"rank(\d+)\.{re.escape(RANK_TELEMETRY)}$", path)
@@ -96,7 +96,7 @@ class RunWatch:
         recipe = info.get("recipe") or {}
         max_steps = recipe.get("max_steps")
         last = self.recent[-1] if self.recent else {}
-        step = last.get("step")
+        step = last.get(StepKey.STEP)
         clock = [(m["step"], m["time"]) for m in self.recent if isinstance(m.get("time"), (int, float))]
         # per step, not per line: lines can skip steps (a resumed run, a lost line)
         per_step = ((clock[-1][1] - clock[0][1]) / (clock[-1][0] - clock[0][0])
@@ -182,7 +182,7 @@ def plain_lines(s: dict) -> list[str]:
             + _server_power(s, " | "))
     out = [head]
     for r in s["ranks"]:
-        out.append(f"  rank {r['rank']}: step {r['step']} | step time {_fmt(r['step_time_s'], '.3f', ' s')} | "
+        out.append(f"  rank {r['rank']}: step {r[StepKey.STEP]} | step time {_fmt(r['step_time_s'], '.3f', ' s')} | "
                    f"comm {_fmt(r['comm_share'] * 100 if r['comm_share'] is not None else None, '.1f', '%')} | "
                    f"GPU {_fmt(r['gpu_power_w'], '.0f', ' W')}")
     if s["other_ranks"]:
@@ -217,7 +217,7 @@ def rich_view(s: dict):
         table.add_column(col, justify="right")
     slow = {r["rank"] for r in s["slowest"][:1]} if len(s["ranks"]) > 1 else set()
     for r in s["ranks"]:
-        table.add_row(str(r["rank"]), str(r["step"]), _fmt(r[StepKey.STEP_TIME_S], ".3f", " s"),
+        table.add_row(str(r["rank"]), str(r[StepKey.STEP]), _fmt(r[StepKey.STEP_TIME_S], ".3f", " s"),
                       _fmt(r["comm_share"] * 100 if r["comm_share"] is not None else None, ".1f", "%"),
                       _fmt(r[StepKey.GPU_POWER_W], ".0f", " W"), style="yellow" if r["rank"] in slow else None)
     if s["other_ranks"]:

@@ -195,7 +195,7 @@ class RunSeries:
                 for kind in HEALTH_EVENTS:
                     self._add("tracer_events", (*key, kind), h.get(kind))
         self._add("gpu_energy_joules", (r,), line.get(StepKey.GPU_ENERGY_J))
-        host = line.get("host")
+        host = line.get(StepKey.HOST)
         if isinstance(host, dict):
             self._fold_host(host)
 
@@ -224,7 +224,7 @@ class RunSeries:
 
     def _fold_job(self, line: dict) -> None:
         self._add("job_steps", (), 1)
-        self._add("tokens", (), line.get("tokens"))
+        self._add("tokens", (), line.get(StepKey.TOKENS))
 
     def refresh(self) -> None:
         """Read what the ranks appended since the last call."""
@@ -255,7 +255,7 @@ class RunSeries:
                 out[name].append((labels, v))
             for rank, line in sorted(self._latest.items()):
                 r = (str(rank),)
-                for name, value in (("step", line.get("step")), ("step_seconds", line.get(StepKey.STEP_TIME_S)),
+                for name, value in (("step", line.get(StepKey.STEP)), ("step_seconds", line.get(StepKey.STEP_TIME_S)),
                                     ("step_compute_seconds", _compute(line)),
                                     ("step_comm_seconds", line.get(StepKey.COMM_TIME_S)),
                                     ("step_exposed_comm_seconds", line.get(StepKey.EXPOSED_COMM_S)),
@@ -275,7 +275,8 @@ class RunSeries:
                                              busbw * 1e9 if busbw is not None else None)):
                             if _num(value) is not None:
                                 out[name].append((key, _num(value)))
-                server = ((line.get("host") or {}).get("server_power") or {}) if isinstance(line.get("host"), dict) else {}
+                host = line.get(StepKey.HOST)
+                server = (host.get("server_power") or {}) if isinstance(host, dict) else {}
                 if _num(server.get("watts")) is not None:
                     out["server_power_watts"].append(((), _num(server["watts"])))
             job = self._latest_job or {}
@@ -325,5 +326,5 @@ def _compute(line: dict) -> float | None:
     if step is None:
         return None
     if comm is None:
-        return step if not line.get("comm") else None
+        return step if not line.get(StepKey.COMM) else None
     return step - comm

@@ -653,7 +653,7 @@ class Telemetry:
         if self._file is not None:
             self._file.write(json.dumps(record, default=_json_default) + "\n")
             self._file.flush()
-            self.last_step_written = record.get("step")
+            self.last_step_written = record.get(StepKey.STEP)
 
     # ------------------------------------------------------------ end
 

@@ -305,7 +305,7 @@ class RunRecorder(Hooks):
                   # the engine's data pipeline pads and packs: our token count is not known here
                   StepKey.TOKENS_PER_S: None, **(extra or {})}
         self.on_step_end(step, record)
-        record["time"] = time.time()
+        record[StepKey.TIME] = time.time()
         self.write_step(record)
         return record
 

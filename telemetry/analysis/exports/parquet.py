@@ -115,7 +115,7 @@ def call_rows(run) -> list[dict]:
         for line in read_jsonl(path):
             for op, t, dur, nbytes, size, source, *rest in line.get("calls") or ():
                 bw = nbytes * bus_factor(op, max(size, 1)) / dur / 1e9 if dur else None
-                rows.append({"run": name, "run_name": label, "rank": line.get("rank"), "step": line.get("step"),
+                rows.append({"run": name, "run_name": label, "rank": line.get("rank"), "step": line.get(StepKey.STEP),
                              "op": op, "t_issue": t, "duration_s": dur, "bytes": nbytes, "group_size": size,
                              "busbw_GBps": bw, "source": source, "group": rest[0] if rest else None})
     return rows
