@@ -45,7 +45,7 @@ def test_ours_in_the_samples_layout_and_the_ratios(tmp_path, capsys):
     empty = tmp_path / "empty"
     empty.mkdir()
     assert main(["p2p", str(empty)]) == 2
-    assert "no p2p_matrix in collectives.json" in capsys.readouterr().err
+    assert "neither p2p_matrix in collectives.json nor p2p_bandwidth.json" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("text", ["", "nothing here\n"])
