@@ -209,3 +209,20 @@ def test_libcudart_found_where_torch_loaded_it(tmp_path):
     assert found[0] == "/venv/lib/python3.12/site-packages/nvidia/cuda_runtime/lib/libcudart.so.12"
     assert found[1] == str(wheel / "lib" / "libcudart.so.13") and "libcudart.so" in found
 
+
+
+@pytest.mark.integration
+def test_the_copy_kernel_copies_under_tritons_interpreter():
+    """The SM path's kernel run by Triton's CPU interpreter (TRITON_INTERPRET=1): a grid smaller than the
+    buffer, so each program loops, and a length that is not a multiple of its block."""
+    import os
+    import subprocess
+    import sys
+    pytest.importorskip("triton")
+    code = ("import torch\nfrom launch.cuda_peer import _copy_kernel\nn = 5 * 512 * 3 + 7\n"
+            "src = torch.arange(n, dtype=torch.int32)\ndst = torch.zeros(n, dtype=torch.int32)\n"
+            "_copy_kernel()[(3,)](dst, src, n, BLOCK=512, num_warps=4)\nassert torch.equal(src, dst)\nprint('ok')\n")
+    repo = Path(__file__).parents[2]
+    res = subprocess.run([sys.executable, "-c", code], cwd=repo, capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(repo)})
+    assert res.returncode == 0 and res.stdout.strip() == "ok", res.stderr[-2000:]
