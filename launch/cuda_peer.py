@@ -152,7 +152,7 @@ def _copy_kernel():
             start = tl.program_id(0) * BLOCK
             step = tl.num_programs(0) * BLOCK
             for off in range(start, n, step):
-                idx = off + tl.arange(0, BLOCK)
+                idx = tl.multiple_of(off, BLOCK) + tl.arange(0, BLOCK)  # aligned: 16-byte loads and stores
                 mask = idx < n
                 tl.store(dst + idx, tl.load(src + idx, mask=mask), mask=mask)
 
@@ -168,6 +168,7 @@ class TorchCuda:
         self.torch = torch
         torch.cuda.init()
         self.rt = CudaRuntime(load_cudart())
+        self._grids: dict[int, int] = {}
 
     def device_count(self) -> int:
         return self.torch.cuda.device_count()
@@ -229,14 +230,19 @@ class TorchCuda:
     def memcpy_peer(self, dst: Buffer, src: Buffer, nbytes: int, stream) -> None:
         self.rt.memcpy_peer_async(dst.ptr, dst.device, src.ptr, src.device, nbytes, stream.cuda_stream)
 
+    def _grid(self, d: int) -> int:
+        """A full device, as the sample's cudaOccupancyMaxPotentialBlockSize grid: 128-thread programs up to
+        each SM's resident-thread limit."""
+        if d not in self._grids:
+            props = self.torch.cuda.get_device_properties(d)
+            self._grids[d] = props.multi_processor_count * (getattr(props, "max_threads_per_multi_processor", 2048)
+                                                            // 128)
+        return self._grids[d]
+
     def copy_kernel(self, dst: Buffer, src: Buffer, nbytes: int, stream) -> None:
         d = stream.device.index
-        props = self.torch.cuda.get_device_properties(d)
-        # a full device, as the sample's cudaOccupancyMaxPotentialBlockSize grid: 128-thread programs up to
-        # each SM's resident-thread limit
-        grid = props.multi_processor_count * (getattr(props, "max_threads_per_multi_processor", 2048) // 128)
         with self.torch.cuda.device(d), self.torch.cuda.stream(stream):
-            _copy_kernel()[(grid,)](dst, src, nbytes // 4, BLOCK=512, num_warps=4)
+            _copy_kernel()[(self._grid(d),)](dst, src, nbytes // 4, BLOCK=512, num_warps=4)
 
     def host_time(self) -> float:
         return time.perf_counter()

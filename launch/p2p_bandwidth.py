@@ -89,9 +89,10 @@ def _open(rt, i: int, j: int, p2p: bool, notes: set) -> bool:
     as one without access)."""
     if i == j:
         return False
-    if not p2p:
-        _disable(rt, i, j, notes)
-        _disable(rt, j, i, notes)
+    if not p2p:  # off, even where another library turned it on (a pair that cannot have it has it off)
+        for a, b in ((i, j), (j, i)):
+            if rt.can_access_peer(a, b):
+                _disable(rt, a, b, notes)
         return False
     if not (rt.can_access_peer(i, j) and rt.can_access_peer(j, i)):
         return False
@@ -221,6 +222,11 @@ def measure(rt, engines: list[str], num_elems: int = NUM_ELEMS, p2p_read: bool =
     out = {}
     try:
         for engine in engines:
+            if engine == "sm":  # compile and load the kernel on every GPU before anything is timed
+                for d in range(n):
+                    rt.set_device(d)
+                    rt.copy_kernel(ctx.small_d2d[d], ctx.small[d], LATENCY_ELEMS * 4, ctx.s0[d])
+                    rt.sync(ctx.s0[d])
             m: dict = {"unidirectional": {}, "bidirectional": {}, "latency_gpu": {}, "latency_cpu": {}}
             paths: dict = {"unidirectional": {}, "bidirectional": {}, "latency": {}}
             modes = [("disabled", False, False), ("enabled", True, False)] + ([("enabled_reads", True, True)]
