@@ -43,6 +43,9 @@ def test_copies_move_the_bytes():
         for copy in (rt.memcpy_peer, rt.copy_kernel):
             src = torch.arange(n, dtype=torch.int32, device="cuda:0")
             dst = torch.zeros(n, dtype=torch.int32, device=f"cuda:{dst_dev}")
+            torch.cuda.synchronize(0)  # filled on torch's stream; ours does not wait for it
+            if dst_dev:
+                torch.cuda.synchronize(dst_dev)
             rt.set_device(0)
             s = rt.stream(0)
             copy(_wrap(dst), _wrap(src), n * 4, s)
