@@ -17,7 +17,7 @@ from .common import GPU
 pytestmark = GPU
 
 COUNT = torch.cuda.device_count() if torch.cuda.is_available() else 0
-REF = REPO / "tests" / "telemetry" / "p2p" / "p2pBandwidthLatencyTest_rtx5090_pair.txt"
+REF = REPO / "tests" / "telemetry" / "analysis" / "p2p" / "p2pBandwidthLatencyTest_rtx5090_pair.txt"
 
 
 def _run(*args: str, timeout: int = 480) -> subprocess.CompletedProcess:

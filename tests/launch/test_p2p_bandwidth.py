@@ -1,6 +1,6 @@
 """launch.p2p_bandwidth, p2pBandwidthLatencyTest's measurement, on FakeCudaRuntime (tests/launch/fake_cuda.py):
 which copy each cell times and how, both P2P modes, both engines, the matrices' assembly, the sample's
-table layout (against its real output, tests/telemetry/p2p/) and the error paths."""
+table layout (against its real output, tests/telemetry/analysis/p2p/) and the error paths."""
 from __future__ import annotations
 
 import json
@@ -15,7 +15,7 @@ from telemetry.analysis import p2p_matrix as pm
 
 from .fake_cuda import FakeCudaRuntime
 
-REF = Path(__file__).parents[1] / "telemetry" / "p2p" / "p2pBandwidthLatencyTest_rtx5090_pair.txt"
+REF = Path(__file__).parents[1] / "telemetry" / "analysis" / "p2p" / "p2pBandwidthLatencyTest_rtx5090_pair.txt"
 N = 2_500_000  # int32 elements: 10 MB per copy
 NB = N * 4
 
