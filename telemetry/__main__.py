@@ -67,9 +67,11 @@ def _parser() -> OneLineParser:
     mll.add_argument("--org", default="fabric-harness", help="submission_org (default fabric-harness)")
     mll.add_argument("--platform", default=None, help="submission_platform (default: hosts x devices from run.json)")
     mll.add_argument("--no-check", dest="check", action="store_false", help="do not run the compliance checker")
-    p2p = sub.add_parser("p2p", help="a sweep's GPU pair matrix in p2pBandwidthLatencyTest's layout, with ratios "
-                         "against that sample's output from a reference system")
-    p2p.add_argument("run", help="a sweep run directory with sweep.ops including p2p_matrix")
+    p2p = sub.add_parser("p2p", help="GPU pair matrices (a sweep's NCCL p2p_matrix, launch.p2p_bandwidth's) in "
+                         "p2pBandwidthLatencyTest's layout, with ratios against that sample's output from a reference "
+                         "system")
+    p2p.add_argument("run", help="a sweep run directory with sweep.ops including p2p_matrix, or the --out "
+                     "directory of python -m launch.p2p_bandwidth")
     p2p.add_argument("--reference", default=None, help="p2pBandwidthLatencyTest's output (a text file)")
     exp = sub.add_parser("export", help="write TensorBoard, W&B (offline), Parquet or trace files from a run directory")
     exp.add_argument("run")
@@ -315,24 +317,33 @@ def _project(args) -> int:
 
 def _p2p(args) -> int:
     from telemetry.analysis import p2p_matrix as pm
-    m = pm.ours(args.run)
-    if m is None:
-        return print_errors(f"{args.run}: no p2p_matrix in collectives.json; allowed: a sweep run with "
-                            "sweep.ops including p2p_matrix (GPUs only)")
-    print(pm.render(m))
+    m, own = pm.ours(args.run), pm.measured(args.run)
+    if m is None and own is None:
+        return print_errors(f"{args.run}: neither p2p_matrix in collectives.json nor {pm.BANDWIDTH_FILE}; allowed: a "
+                            "sweep run with sweep.ops including p2p_matrix (GPUs only), or the --out directory of "
+                            "python -m launch.p2p_bandwidth")
+    ref = None
     if args.reference:
         try:
             with open(args.reference, encoding="utf-8", errors="replace") as f:
                 ref = pm.parse_reference(f.read())
         except OSError as exc:
             return print_errors(f"--reference {args.reference}: {exc.strerror or exc}")
-        if not ref.get("bidirectional") and not ref.get("latency_gpu"):
+        if not any(k in ref for k in ("unidirectional", "bidirectional", "latency_gpu")):
             return print_errors(f"--reference {args.reference}: no p2pBandwidthLatencyTest matrix in it")
-        rows = pm.ratios(m, ref)
-        widths = [max(len(str(c)) for c in col) for col in zip(pm.HEADER, *rows)]
-        print()
-        for r in [pm.HEADER] + rows:
-            print("  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip())
+    if m is not None:
+        print(pm.render(m))
+        if ref is not None:
+            print()
+            print(pm.text_table(pm.HEADER, pm.ratios(m, ref)))
+    if own is not None:
+        for name, e in own["engines"].items():
+            print(f"{chr(10) if m is not None else ''}# launch.p2p_bandwidth, engine {name}: {e['engine']}")
+            print(pm.render_matrices(e["matrices"], own.get("connectivity")))
+            if ref is not None:
+                ratios = pm.ratio_matrices(e["matrices"], ref)
+                print(f"\n# engine {name} against {args.reference}, ours / reference")
+                print(pm.text_table(pm.RATIO_HEADER, pm.ratio_rows(ratios)))
     return 0
 
 
