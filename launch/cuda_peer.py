@@ -20,6 +20,8 @@ import glob
 import os
 import time
 
+from telemetry.errors import HarnessError
+
 # Errors the measurement handles by name (values from the CUDA runtime's cudaError_t)
 PEER_ACCESS_UNSUPPORTED = "cudaErrorPeerAccessUnsupported"  # 217
 PEER_ACCESS_ALREADY_ENABLED = "cudaErrorPeerAccessAlreadyEnabled"  # 704
@@ -31,7 +33,7 @@ PEER_ACCESS_NOT_ENABLED = "cudaErrorPeerAccessNotEnabled"  # 705
 HOLD_CYCLES = 50_000_000
 
 
-class CudaError(RuntimeError):
+class CudaError(HarnessError):
     """A CUDA runtime call that did not return cudaSuccess: `name` is cudaGetErrorName's."""
 
     def __init__(self, call: str, code: int, name: str):
