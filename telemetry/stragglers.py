@@ -36,6 +36,8 @@ from __future__ import annotations
 import math
 from collections import deque
 
+from telemetry.rundir import StepKey
+
 COMPUTE_RATIO = 1.5  # the rank's compute takes at least 50% longer than the others' mean
 COMPUTE_WINDOW, COMPUTE_SPAN_S = 10, 10.0  # the window: the last 10 steps, or more until they span 10 s
 COMPUTE_SHARE = 0.8  # flagged on 80% of the window's steps (8 of 10 when 10 steps span 10 s)
@@ -91,7 +93,7 @@ class StragglerDetector:
 
     def feed(self, step: int, record: dict) -> list[dict]:
         """New findings at this step (usually none)."""
-        ranks = record.get("ranks") or {}
+        ranks = record.get(StepKey.RANKS) or {}
         new = []
         compute = _outlier(ranks.get("compute_s"))
         if compute is not None:
@@ -99,7 +101,8 @@ class StragglerDetector:
             rank, top, others = compute
             # the step's time: the slowest rank's, else rank 0's own, else (lines without either) at least the
             # top compute
-            step_s = (ranks.get("step_time_s") or {}).get("max") or record.get("step_time_s") or max(top, 0.0)
+            step_s = ((ranks.get(StepKey.STEP_TIME_S) or {}).get("max") or record.get(StepKey.STEP_TIME_S)
+                      or max(top, 0.0))
             self._compute.append((step, rank if top >= COMPUTE_RATIO * others and top > 0 else None, top, others,
                                   step_s))
             while len(self._compute) > COMPUTE_WINDOW and \
@@ -108,7 +111,7 @@ class StragglerDetector:
             if len(self._compute) >= COMPUTE_WINDOW and sum(s[4] for s in self._compute) >= COMPUTE_SPAN_S:
                 needed = max(COMPUTE_NEEDED, math.ceil(COMPUTE_SHARE * len(self._compute)))
                 new += self._persisting("compute", self._compute, needed, rank)
-        link = _outlier(ranks.get("link_in_s"))
+        link = _outlier(ranks.get(StepKey.LINK_IN_S))
         if link is not None:
             self.probes += 1
             receiver, top, others = link
@@ -164,8 +167,8 @@ def detect(records: list[dict], hosts: list[str] | None) -> dict:
     """Replay a run's metrics lines (rank 0's records) through the detector: the report's view."""
     det = StragglerDetector(hosts)
     for r in records:
-        if isinstance(r.get("step"), int):
-            det.feed(r["step"], r)
+        if isinstance(r.get(StepKey.STEP), int):
+            det.feed(r[StepKey.STEP], r)
     return det.summary()
 
 

@@ -135,6 +135,11 @@ def unset_env(monkeypatch, *names: str) -> None:
         monkeypatch.delenv(name)
 
 
+# set by pytest itself, and by libraries for the whole process when first imported (lightning, deepspeed:
+# torch's CUDA check through NVML), whichever test imports them first
+_PROCESS_WIDE = {"PYTEST_CURRENT_TEST", "PYTORCH_NVML_BASED_CUDA_CHECK"}
+
+
 @pytest.fixture(autouse=True)
 def _environ_unchanged(request):
     """A test that changes os.environ (or lets the code under test change it) without monkeypatch leaks the
@@ -143,7 +148,7 @@ def _environ_unchanged(request):
     before = dict(os.environ)
     yield
     changed = sorted(k for k in before.keys() | os.environ.keys()
-                     if before.get(k) != os.environ.get(k) and k != "PYTEST_CURRENT_TEST")  # pytest's own
+                     if before.get(k) != os.environ.get(k) and k not in _PROCESS_WIDE)
     if changed:
         os.environ.clear()
         os.environ.update(before)
