@@ -58,17 +58,15 @@ def lab_run(out: str, rate: str, steps: int, nodes: int = 2) -> str:
 
 
 def wire_accounting(run: Run, link_bytes_per_node: float) -> dict:
-    """Per node and step (means over the timed steps of every node's counters): interface bytes and frames,
-    their headers, and the payload beyond the groups' link bytes. The counters' windows are not the steps'
-    (they straddle step ends), so only sums over several steps are meaningful."""
+    """Per node and step (medians over the timed steps, then the mean over nodes): interface bytes and frames,
+    their headers, and the payload beyond the groups' link bytes. The sampler's windows are not the steps
+    (one now and then starts inside the step before and holds two steps' traffic), so medians, not sums."""
     nodes = []
     for recs in run.ranks.values():
         rows = [((r.get("host") or {}).get("counters") or {}).get("net:fab0") for r in recs if (r.get("step") or 0) >= 2]
         rows = [c for c in rows if c]
         if rows:
-            tx = sum(c["tx_bytes"] for c in rows) / len(rows)
-            frames = sum(c["tx_packets"] for c in rows) / len(rows)
-            nodes.append((tx, frames))
+            nodes.append((statistics.median(c["tx_bytes"] for c in rows), statistics.median(c["tx_packets"] for c in rows)))
     if not nodes:
         return {}
     tx = statistics.mean(t for t, _ in nodes)

@@ -23,7 +23,9 @@ def test_payload_and_uncounted_traffic_per_node_and_step():
     # 35 pure ACKs (one per two segments) for the other direction's data, plus 1,000 B the harness sent in
     # 5 frames: 110 frames, 100,000 + 1,000 + 110 x 66 bytes. Step 1 (warm-up, connection set-up) is left out
     step = (100_000 + 1_000 + 110 * 66, 110)
-    ranks = {0: [node_counters(1, 999_999, 999), node_counters(2, *step), node_counters(3, *step)],
+    # a sampler window that starts inside the step before holds two steps' traffic: medians, not sums
+    ranks = {0: [node_counters(1, 999_999, 999), node_counters(2, *step), node_counters(3, *step),
+                 node_counters(4, 2 * step[0], 2 * step[1])],
              1: [{"step": 2, "host": {}}, {"step": 3}],  # a node's second rank reads no counters
              2: [node_counters(2, *step), node_counters(3, *step)]}
     run = Run(path="x", info={}, metrics=[], ranks=ranks)
