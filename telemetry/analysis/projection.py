@@ -104,9 +104,17 @@ def measured_profile(run: Run, summary: dict | None = None) -> dict:
                 o["time_s"] *= comm / summed
     comm = min(comm, summed) if summed else comm
     exposed_est = median([r.get("exposed_comm_s") for r in timed])
+    exposed_low = None
     if exposed_est is not None:
-        # the writing rank's estimate; what it waited for a late peer is not the fabric's
-        exposed = max(0.0, exposed_est - max(0.0, (union_own or comm) - comm))
+        # the writing rank's estimate; what it waited for a late peer is not the fabric's. Whether that wait
+        # was exposed (early at a blocking call) or hidden (an asynchronous call in flight while it computed:
+        # the loop's item counts, issued at the step's start) the estimate cannot say: so the exposed part
+        # is at most the least-waiting rank's communication and at least the estimate less the whole wait.
+        # The first is the projection, the second the interval's low end. Taking the second alone called
+        # tp 2 x dp 3 lab baselines 2-4% exposed where rank 0's counts waited during its forward, and hid
+        # the dp traffic of 7 and 14 Mbit/s behind tp's backward calls: -17% and -14% (bench/results/lab_groups.md)
+        exposed = min(exposed_est, comm)
+        exposed_low = max(0.0, exposed_est - max(0.0, (union_own or comm) - comm))
         exposed_from = "estimate"
     elif s["exposed"] and s["step_time_median_s"]:
         exposed, exposed_from = s["exposed"]["share"] * s["step_time_median_s"], "profiled"
@@ -119,6 +127,7 @@ def measured_profile(run: Run, summary: dict | None = None) -> dict:
     spread = ((percentile(times, 0.1) / med, percentile(times, 0.9) / med) if med and len(times) >= 3
               else (1.0, 1.0))
     return {"step_time_s": med, "comm_time_s": comm, "exposed_s": min(exposed, comm), "exposed_from": exposed_from,
+            "exposed_low_s": min(exposed_low if exposed_low is not None else exposed, comm),
             # compute with asynchronous collectives in flight (None: a run recorded before this was kept)
             "overlap_window_s": overlap, "optimizer_s": optimizer,
             "ops": ops, "groups": groups, "world_size": world, "nodes": nodes, "link_bps": lab.get("rate_bps"),
@@ -219,9 +228,11 @@ def combine_profiles(profiles: list[dict]) -> dict:
     low = min(p["step_spread"][0] * p["step_time_s"] for p in profiles) / step
     high = max(p["step_spread"][1] * p["step_time_s"] for p in profiles) / step
     out = dict(first)
-    for key in ("comm_time_s", "exposed_s", "overlap_window_s", "optimizer_s"):
+    for key in ("comm_time_s", "exposed_s", "exposed_low_s", "overlap_window_s", "optimizer_s"):
         out[key] = median([p.get(key) for p in profiles])
     out["exposed_s"] = min(out["exposed_s"], out["comm_time_s"])
+    if out["exposed_low_s"] is not None:
+        out["exposed_low_s"] = min(out["exposed_low_s"], out["exposed_s"])
     out["ops"] = {op: {k: median([p["ops"][op][k] for p in profiles]) for k in ("bytes", "time_s", "calls")}
                   for op in first["ops"]}
     shapes = {tuple(sorted((n, tuple(sorted(g["ops"]))) for n, g in (p.get("groups") or {}).items())) for p in profiles}
@@ -352,21 +363,29 @@ def _step_times(profile: dict, comm_new: float, comm_range: dict, compute_scale:
     # in the measured run, at most the backward compute after the first asynchronous call (the overlap
     # window). What does not fit is exposed, and so is, at the least, the measured exposed tail (the last
     # calls, issued when nothing is left to compute) stretched as communication stretches.
-    window = max(comm - exposed, (profile.get("overlap_window_s") or 0.0) * compute_scale)
-    tail = exposed / comm if comm > 0 else 1.0
+    def exposed_given(e: float):
+        window = max(comm - e, (profile.get("overlap_window_s") or 0.0) * compute_scale)
+        tail = e / comm if comm > 0 else 1.0
+        return window, lambda c: max(c - window, c * tail, 0.0)
 
-    def exposed_at(c: float) -> float:
-        return max(c - window, c * tail, 0.0)
+    window, exposed_at = exposed_given(exposed)
+    # the least the run's estimate allows exposed (measured_profile): the interval's low end
+    low_e = profile.get("exposed_low_s")
+    low_e = exposed if low_e is None else min(low_e, exposed)
+    _, exposed_low_at = exposed_given(low_e)
 
     # each rank's share of the batch scales its forward and backward, not a replicated optimizer step
     optimizer = min(profile.get("optimizer_s") or 0.0, profile["step_time_s"] - exposed) if compute_scale != 1 else 0.0
-    alone = (profile["step_time_s"] - exposed - optimizer) * compute_scale + optimizer
+
+    def compute_alone(e: float) -> float:
+        return (profile["step_time_s"] - e - optimizer) * compute_scale + optimizer
+    alone = compute_alone(exposed)
     # lab nodes on one host: more ranks than cores time-share them
     compute = alone * cpu_shared
     exposed_new = exposed_at(comm_new)
     step = compute + exposed_new
     q_lo, q_hi = profile.get("step_spread") or (1.0, 1.0)
-    low = alone * q_lo + exposed_at(comm_range["fast"])
+    low = min(alone * q_lo + exposed_at(comm_range["fast"]), compute_alone(low_e) * q_lo + exposed_low_at(comm_range["fast"]))
     high = compute * q_hi + exposed_at(comm_range["slow"])
     return {"step": step, "compute": compute, "window": window, "exposed": exposed_new, "low": low, "high": high}
 
