@@ -60,7 +60,10 @@ def lab_run(out: str, rate: str, steps: int, nodes: int = 2) -> str:
 def wire_accounting(run: Run, link_bytes_per_node: float) -> dict:
     """Per node and step (medians over the timed steps, then the mean over nodes): interface bytes and frames,
     their headers, and the payload beyond the groups' link bytes. The sampler's windows are not the steps
-    (one now and then starts inside the step before and holds two steps' traffic), so medians, not sums."""
+    (one now and then starts inside the step before and holds two steps' traffic), so medians, not sums.
+    The counters count the packets the kernel hands the veth: where tbf's burst is larger than a
+    segmentation-offload packet (100 Mbit/s: 25 kB) one counted frame carries several wire frames' payload,
+    and only the slow links' figures (tbf segments whatever exceeds its 16 KiB burst) read as frames."""
     nodes = []
     for recs in run.ranks.values():
         rows = [((r.get("host") or {}).get("counters") or {}).get("net:fab0") for r in recs if (r.get("step") or 0) >= 2]
