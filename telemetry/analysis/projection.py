@@ -12,7 +12,8 @@ overhead and latency: t - S x factor / (B_measured x efficiency), or all of t wh
 links were not shaped) plus `latency_s` x calls where a latency for the new fabric is given.
 
 Overlap: every step records its communication time C (wall time with a call in flight), its exposed part E
-(the per-step estimate) and its overlap window V (backward compute with asynchronous calls in flight).
+(the per-step estimate, capped at the least-waiting rank's C: rank 0's wait for a late peer may have been
+hidden) and its overlap window V (backward compute with asynchronous calls in flight).
 Communication can hide behind at least what hid (C - E) and at most V; the rest is exposed, and at least
 the measured exposed share of it (the last buckets, issued when nothing is left to compute):
 
