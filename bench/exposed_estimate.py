@@ -1,5 +1,5 @@
 """The per-step exposed-communication estimate (`exposed_comm_s`) against the profiler's exposed time on
-the same steps (every step profiled), on CPU with gloo: tests/telemetry/exposed_worker.py, DDP over an MLP
+the same steps (every step profiled), on CPU with gloo: tests/telemetry/capture/exposed_worker.py, DDP over an MLP
 with small buckets (early buckets overlap the backward pass) and a blocking all-reduce per step.
 
     python -m bench.exposed_estimate --steps 20 --runs 2
@@ -29,7 +29,7 @@ import sys
 import tempfile
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-WORKER = os.path.join(REPO, "tests", "telemetry", "exposed_worker.py")
+WORKER = os.path.join(REPO, "tests", "telemetry", "capture", "exposed_worker.py")
 
 
 def _worker_rows(out: str) -> list[dict]:

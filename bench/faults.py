@@ -20,7 +20,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 FILES = ["tests/trainer/test_bad_input.py", "tests/trainer/test_checkpoint_safety.py", "tests/trainer/test_faults.py",
-         "tests/telemetry/test_security.py", "tests/telemetry/test_flight_recorder.py"]
+         "tests/telemetry/capture/test_security.py", "tests/telemetry/analysis/test_flight_recorder.py"]
 
 
 def category(path: str, name: str) -> str | None:

@@ -4,7 +4,7 @@ A NCCL Work keeps its output tensors; under FSDP2 each all-gather output is a wh
 tracer that keeps works until the step ends keeps every block of the step. Measured on CPU: 2 gloo ranks,
 FSDP2 over 8 Linear layers (16 all-gathers a step: forward, and again in backward), the tracer taking its
 NCCL path on gloo groups (the old code: its group lookup answering "nccl"; the new code: the backend
-name answering "nccl" and a fake completion-hook registry, as in tests/telemetry/collective_worker.py).
+name answering "nccl" and a fake completion-hook registry, as in tests/telemetry/capture/collective_worker.py).
 The old code is read from git (`--old-rev`), into a temporary package.
 
     python -m bench.retained_tensors [--old-rev REV] [--steps 2] [--out bench/results/retained_tensors.jsonl]

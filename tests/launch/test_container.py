@@ -206,7 +206,7 @@ def test_build_context_has_the_project_and_not_its_outputs():
     assert path.exists(), "no .dockerignore: the context would carry .git, runs/ and every cache"
     rules = dockerignore_rules(path.read_text())
     junk = [".git/HEAD", "runs/tiny_llama_lora/metrics.jsonl", "runs/x/checkpoints/step-0000006/.metadata",
-            "trainer/__pycache__/run.cpython-312.pyc", "tests/telemetry/__pycache__/test_fabric.cpython-312.pyc",
+            "trainer/__pycache__/run.cpython-312.pyc", "tests/telemetry/capture/__pycache__/test_fabric.cpython-312.pyc",
             "fabric_harness.egg-info/PKG-INFO", ".pytest_cache/v/cache/nodeids", ".venv/bin/python",
             "build/lib/trainer/run.py", ".benchmarks/Linux-CPython-3.11-64bit/0001.json"]
     assert [p for p in junk if not excluded(p, rules)] == []

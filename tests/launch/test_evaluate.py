@@ -17,7 +17,7 @@ from launch.evaluate.spec import SpecError, load_evaluation
 from telemetry.analysis.evaluation_stats import difference, mlperf_mean, paired_difference
 
 from ..conftest import REPO
-from ..telemetry.test_report_formats import assert_same_tables
+from ..telemetry.analysis.test_report_formats import assert_same_tables
 
 SWEEP = str(REPO / "recipes" / "collectives.yaml")
 TINY = str(REPO / "recipes" / "tiny_llama_lora.yaml")

@@ -177,7 +177,7 @@ def test_node_snapshots_give_the_runs_verdict_and_figures():
 def test_link_test_reads_this_hosts_counters_and_a_real_switch_exporter(tmp_path, monkeypatch, capsys):
     """The replayed perftest run with counters read here (this machine's sysfs, through sh) and a
     Prometheus exporter on loopback (the switch_metrics tests' server) read before and after."""
-    from ..telemetry.test_switch_metrics import Exporter
+    from ..telemetry.capture.test_switch_metrics import Exporter
     table = os.path.join(os.path.dirname(__file__), "..", "telemetry", "evidence_fixtures",
                          "perftest_write_bw_gbits_issue273.txt")
     bin_dir = tmp_path / "bin"

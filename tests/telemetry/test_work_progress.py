@@ -36,15 +36,20 @@ def test_plain_lines_carry_the_count_and_the_eta(monkeypatch):
     assert "\x1b" not in out.getvalue()
 
 
-def test_many_short_units_are_thinned_to_one_line_per_interval_and_the_last(monkeypatch):
+def plain_output(monkeypatch, label: str, total: int, unit: str, every_s: float, step_s: float) -> str:
+    """What a WorkProgress on a plain stream prints over `total` units, each `step_s` long on a fake clock."""
     clock = Clock()
     monkeypatch.setattr(progress_mod.time, "monotonic", clock)
     out = io.StringIO()
-    with WorkProgress("sweep", 100, "sizes", stream=out, plain_every_s=30) as p:
-        for _ in range(100):
-            clock.now += 1
+    with WorkProgress(label, total, unit, stream=out, plain_every_s=every_s) as p:
+        for _ in range(total):
+            clock.now += step_s
             p.advance()
-    lines = out.getvalue().splitlines()
+    return out.getvalue()
+
+
+def test_many_short_units_are_thinned_to_one_line_per_interval_and_the_last(monkeypatch):
+    lines = plain_output(monkeypatch, "sweep", 100, "sizes", every_s=30, step_s=1).splitlines()
     assert [line.split()[1] for line in lines] == ["30/100", "60/100", "90/100", "100/100"]
     assert lines[-1] == "[sweep] 100/100 sizes done, eta 0:00:00"
 
@@ -79,14 +84,7 @@ def test_tick_every_advances_a_terminal_bar_until_closed():
 
 
 def test_quick_work_with_an_interval_prints_nothing(monkeypatch):
-    clock = Clock()
-    monkeypatch.setattr(progress_mod.time, "monotonic", clock)
-    out = io.StringIO()
-    with WorkProgress("verify", 9, "files", stream=out, plain_every_s=10) as p:
-        for _ in range(9):
-            clock.now += 0.1
-            p.advance()
-    assert out.getvalue() == ""
+    assert plain_output(monkeypatch, "verify", 9, "files", every_s=10, step_s=0.1) == ""
 
 
 def test_a_bar_on_the_terminal_leaves_a_redirected_stdout_alone(capsys):

@@ -165,7 +165,7 @@ def test_sweep_writes_nccl_tests_json_beside_the_table(sweep_run, tmp_path, caps
         assert back["ops"][op]["avg_busbw_GBps"] == pytest.approx(out["ops"][op]["avg_busbw_GBps"])
     assert telemetry_main(["nccl-tests", str(sweep_run.out / "nccl-tests" / "all_reduce.json")]) == 0
     assert "18 rows in 1 table(s) (all_reduce)" in capsys.readouterr().out
-    vendor = str(REPO / "tests" / "telemetry" / "nccl_tests_json" / "all_reduce_perf_v1_2.17.8_misspelt.json")
+    vendor = str(REPO / "tests" / "telemetry" / "analysis" / "nccl_tests_json" / "all_reduce_perf_v1_2.17.8_misspelt.json")
     assert telemetry_main(["compare", str(sweep_run.out), vendor, "--out", str(tmp_path / "cmpj")]) == 0
     md = (tmp_path / "cmpj" / "compare.md").read_text()
     assert "## all_reduce: time and bus bandwidth at every size both runs have" in md and "\n| 8 B | " in md

@@ -7,8 +7,8 @@ import json
 import pytest
 
 from ..conftest import REPO, run_cli
-from ..telemetry.test_bmc_power import Bmc, chassis_docs
-from ..telemetry.test_switch_metrics import Exporter
+from ..telemetry.capture.test_bmc_power import Bmc, chassis_docs
+from ..telemetry.capture.test_switch_metrics import Exporter
 
 SWEEP = str(REPO / "recipes" / "collectives.yaml")
 

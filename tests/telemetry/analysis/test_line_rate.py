@@ -1,0 +1,81 @@
+"""% of line rate on hosts with several NICs: against the NICs the job used on a host x their rates, with
+what one NIC carries; an 8-NIC host no longer reads "677% of line rate"."""
+from __future__ import annotations
+
+import pytest
+
+from telemetry.analysis.compare import CompareError, compare
+from telemetry.analysis.line_rate import LineRate, job_line_rate, of_line_text, parse_given
+from telemetry.analysis.runs import load_run
+
+from ..recorded import sweep_result, write_run
+from .test_compare import NCCL_TABLES
+
+NDR = "400 Gb/sec (4X NDR)"
+
+
+def eight_nic_fabric(rate=NDR):
+    devices = [{"device": f"mlx5_{i}", "port": 1, "link_layer": "InfiniBand"} for i in range(8)]
+    return {"nccl": {"devices": devices, "network": "IB", "transport": "ib"},
+            "hcas": [{"device": f"mlx5_{i}", "port": 1, "rate": rate} for i in range(8)]}
+
+
+def inventory(rate=NDR, nics=8):
+    return {"nics": [{"interface": f"ib{i}", "rdma_device": f"mlx5_{i}", "rate": rate} for i in range(nics)]}
+
+
+def test_eight_nics_of_400g_are_3_2_tbit_per_host(tmp_path):
+    run = load_run(str(write_run(tmp_path / "r", transport="ib", fabric_extra=eight_nic_fabric(),
+                                 info_extra={"inventory": {"a": inventory(), "b": inventory()}})))
+    rate = job_line_rate(run)
+    assert rate.nics == 8 and rate.nic_bps == 400e9 and rate.total_bps == 3.2e12
+    assert "NCCL's device list; rates from the inventory" in rate.why
+    # 338.6 GB/s busbw (an 8-GPU H100 host pair's all-reduce) against one NIC would be 677%
+    assert of_line_text(338.6, LineRate(400e9, 1, "")) == "; 677.2% of line rate (ABOVE the line rate: check the rate)"
+    assert of_line_text(338.6, rate) == "; 84.7% of line rate (8 NICs: 339 Gbit/s per NIC of 400)"
+
+
+def test_a_host_with_fewer_nics_sets_the_rate_and_run_json_is_the_fallback(tmp_path):
+    hosts = {"a": inventory(), "b": {"nics": inventory()["nics"][:7] + [
+        {"interface": "ib7", "rdma_device": "mlx5_7", "rate": "200 Gb/sec (4X HDR)"}]}}
+    run = load_run(str(write_run(tmp_path / "r", transport="ib", fabric_extra=eight_nic_fabric(),
+                                 info_extra={"inventory": hosts})))
+    rate = job_line_rate(run)
+    assert rate.total_bps == 3.0e12 and rate.nic_bps is None and "hosts differ: b, the smallest" in rate.why
+    run = load_run(str(write_run(tmp_path / "s", transport="ib", fabric_extra=eight_nic_fabric())))
+    assert job_line_rate(run).total_bps == 3.2e12 and "run.json's HCA list" in job_line_rate(run).why
+    run = load_run(str(write_run(tmp_path / "t", transport="ib", fabric_extra=eight_nic_fabric(rate=None))))
+    assert job_line_rate(run).total_bps is None and "no rate recorded for mlx5_0:1" in job_line_rate(run).why
+
+
+def test_given_rate_counts_nics():
+    assert parse_given("8x400gbit", "--rate").total_bps == 3.2e12
+    assert parse_given("400gbit", "--rate").nics == 1
+
+
+def test_compare_shows_the_host_rate_and_per_nic_share(tmp_path):
+    fab = eight_nic_fabric()
+    inv = {"inventory": {"a": inventory(), "b": inventory()}}
+    big = sweep_result(scale=1.0)
+    for op in big["ops"].values():  # 300 GB/s at 1 MB: an 8-NIC host's busbw
+        for row in op["rows"]:
+            for b in (row["out_of_place"], row["in_place"]):
+                if b and row["size"] == 1048576:
+                    b["busbw_GBps"] = 300.0
+    a = write_run(tmp_path / "ndr", transport="ib", sweep=big, fabric_extra=fab, info_extra=inv)
+    b = write_run(tmp_path / "one", transport="tcp", sweep=sweep_result(scale=2.0), rate_bps=1e10)
+    result = compare([f"ndr={a}", f"one={b}"], str(tmp_path / "cmp"))
+    md = (tmp_path / "cmp" / "compare.md").read_text()
+    assert ("| line rate | 8 x 400 Gbit/s = 3.2 Tbit/s per host (400 GB/s; 8 NICs per host: NCCL's device list; "
+            "rates from the inventory) | 10 Gbit/s (1.25 GB/s; lab rate 10000mbit) |") in md
+    assert "| all_reduce: peak busbw | 300 GB/s at 1 MB: 75.0% of line rate (8 NICs: 300 Gbit/s per NIC of 400) |" in md
+    assert result["line_rates_bps"]["ndr"] == 3.2e12 and result["line_rate_nics"] == {"ndr": 8, "one": 1}
+
+
+def test_line_rate_option_takes_a_nic_count(tmp_path):
+    a, b = NCCL_TABLES / "all_reduce_perf_h100_16ranks.txt", NCCL_TABLES / "all_reduce_perf_2.20_unalign_excerpt.txt"
+    compare([f"h100={a}", f"gb10={b}"], str(tmp_path / "cmp"), line_rate=["h100=8x400gbit"])
+    md = (tmp_path / "cmp" / "compare.md").read_text()
+    assert "| line rate | 8 x 400 Gbit/s = 3.2 Tbit/s per host (400 GB/s; --line-rate) |" in md
+    with pytest.raises(CompareError, match="--line-rate h100="):
+        compare([f"h100={a}", f"gb10={b}"], str(tmp_path / "x"), line_rate=["h100=8xfast"])

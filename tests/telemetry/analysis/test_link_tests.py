@@ -1,0 +1,201 @@
+"""Parsers for raw link tests, on real published perftest and iperf3 output (evidence_fixtures/README.md)."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from telemetry.analysis import link_tests as lt
+
+FIX = os.path.join(os.path.dirname(__file__), "..", "evidence_fixtures")
+
+
+def read(name: str) -> str:
+    with open(os.path.join(FIX, name), encoding="utf-8") as f:
+        return f.read()
+
+
+def test_bandwidth_table_in_mb_per_second_becomes_gbps():
+    r = lt.parse_perftest(read("perftest_write_bw_mb.txt"))
+    assert r["test"] == "RDMA_Write BW Test" and r["kind"] == "bandwidth"
+    assert r["device"] == "mlx4_0" and r["link_type"] == "IB" and r["bw_unit"] == "MB/sec"
+    assert len(r["rows"]) == 23 and r["rows"][0]["bytes"] == 2 and r["rows"][-1]["bytes"] == 8388608
+    big = r["rows"][-1]
+    assert big["iterations"] == 20000 and big["msg_rate_mpps"] == pytest.approx(0.000458)
+    # 3665.25 MiB/s = 30.75 Gb/s: a 40 Gb/s QDR link carries 32 Gb/s of data after 8b/10b
+    assert big["bw_avg_gbps"] == pytest.approx(3665.25 * 2**20 * 8 / 1e9)
+    assert 30 < big["bw_avg_gbps"] < 32
+
+
+def test_bandwidth_table_in_gbits_with_tabs_and_no_peak():
+    r = lt.parse_perftest(read("perftest_write_bw_gbits_issue273.txt"))
+    assert r["test"] == "RDMA_Write Post List BW Test" and r["link_type"] == "Ethernet"
+    (row,) = r["rows"]
+    assert row == {"bytes": 8, "iterations": 224958464, "bw_peak_gbps": None, "bw_avg_gbps": 0.48,
+                   "msg_rate_mpps": 7.498617}
+
+
+def test_latency_table():
+    r = lt.parse_perftest(read("perftest_write_lat.txt"))
+    assert r["kind"] == "latency" and r["test"] == "RDMA_Write Latency Test" and len(r["rows"]) == 23
+    first = r["rows"][0]
+    assert first == {"bytes": 2, "iterations": 20000, "t_min_us": 0.88, "t_max_us": 6.84, "t_typical_us": 0.98,
+                     "t_avg_us": 1.03, "t_stdev_us": 0.20, "p99_us": 1.21, "p99_9_us": 5.42}
+    assert r["rows"][-1]["p99_9_us"] == 2335.48
+
+
+def test_latency_columns_that_ran_together_are_split_at_two_decimals():
+    (row,) = lt.parse_perftest(read("perftest_send_lat_rxe_glued.txt"))["rows"]
+    assert row["t_stdev_us"] == 2465.90 and row["p99_us"] == 1216.65 and row["p99_9_us"] == 37330.73
+
+
+def test_not_perftest_output_is_refused():
+    with pytest.raises(lt.ParseError, match="no perftest result table"):
+        lt.parse_perftest("Couldn't connect to 10.0.0.2:18515\n")
+
+
+def test_out_json_units_come_from_the_command_line():
+    bw = lt.parse_perftest_json(read("perftest_out_json_bw_from_source.json"), report_gbits=True)
+    assert bw["device"] == "mlx5_0" and bw["rows"][0]["bw_avg_gbps"] == 97.45 and bw["bw_unit"] == "Gb/sec"
+    mib = lt.parse_perftest_json(read("perftest_out_json_bw_from_source.json"), report_gbits=False)
+    assert mib["rows"][0]["bw_avg_gbps"] == pytest.approx(97.45 * 2**20 * 8 / 1e9)
+    lat = lt.parse_perftest_json(read("perftest_out_json_lat_from_source.json"), report_gbits=True)
+    assert lat["kind"] == "latency" and lat["rows"][0]["p99_us"] == 1.57 and lat["rows"][0]["p99_9_us"] == 1.93
+
+
+def test_iperf3_tcp_receiver_rate_and_retransmits():
+    r = lt.parse_iperf3(read("iperf3_tcp_cloudpilot.json"))
+    assert r["protocol"] == "TCP" and r["version"] == "iperf 3.9" and r["error"] is None
+    assert r["received_bps"] == pytest.approx(1863405012.088609) and r["retransmits"] == 1006
+    assert lt.percent_of_line(r["received_bps"] / 1e9, 10.0) == pytest.approx(18.634, rel=1e-3)
+
+
+def test_iperf3_udp_loss_and_bidir_reverse():
+    udp = lt.parse_iperf3(read("iperf3_udp_loopback.json"))
+    assert udp["protocol"] == "UDP" and udp["lost_packets"] == 0 and udp["packets"] == 77
+    assert udp["retransmits"] is None and udp["jitter_ms"] > 0
+    bidir = lt.parse_iperf3(read("iperf3_bidir_loopback.json"))
+    assert bidir["bidir"] and bidir["received_bps"] > 0 and bidir["reverse_received_bps"] > 0
+    assert bidir["reverse_retransmits"] is not None
+
+
+def test_iperf3_error_report():
+    r = lt.parse_iperf3(read("iperf3_error_refused.json"))
+    assert r["error"].startswith("unable to connect") and r["received_bps"] is None
+    with pytest.raises(lt.ParseError):
+        lt.parse_iperf3('{"start": {}}')
+
+
+def test_line_rates():
+    assert lt.ib_rate_gbps("400 Gb/sec (4X NDR)") == 400.0 and lt.ib_rate_gbps(None) is None
+    assert lt.percent_of_line(50.0, None) is None and lt.percent_of_line(None, 100.0) is None
+
+
+# --- outputs from other people's machines (evidence_fixtures/README.md) ---
+
+def test_all_sizes_table_whose_first_row_has_six_decimals():
+    r = lt.parse_perftest(read("perftest_write_bw_a_gbits_nvidia_cnc.txt"))
+    assert r["device"] == "mlx5_0" and r["mtu"] == 1024 and r["bw_unit"] == "Gb/sec" and len(r["rows"]) == 23
+    assert r["rows"][0] == {"bytes": 2, "iterations": 5000, "bw_peak_gbps": 0.101672, "bw_avg_gbps": 0.083211,
+                            "msg_rate_mpps": 5.200694}
+    assert r["rows"][-1]["bytes"] == 8388608 and r["rows"][-1]["bw_avg_gbps"] == 93.29
+
+
+def test_cpu_frequency_warnings_and_elisions_between_rows_are_skipped():
+    r = lt.parse_perftest(read("perftest_read_bw_20qp_cpufreq_alibaba.txt"))
+    assert r["test"] == "RDMA_Read BW Test" and r["device"] == "mlx5_bond_0" and r["link_type"] == "Ethernet"
+    assert [row["bytes"] for row in r["rows"]] == [2, 4194304, 8388608]
+    assert r["rows"][-1] == {"bytes": 8388608, "iterations": 20000, "bw_peak_gbps": 165.65, "bw_avg_gbps": 165.63,
+                             "msg_rate_mpps": 0.002468}
+    deepops = lt.parse_perftest(read("perftest_write_bw_rdma_cm_cpufreq_deepops.txt"))
+    assert deepops["connection"] == "RC" and deepops["mtu"] == 4096
+    assert deepops["rows"] == [{"bytes": 65536, "iterations": 5000, "bw_peak_gbps": 92.42, "bw_avg_gbps": 92.40,
+                                "msg_rate_mpps": 0.176230}]
+
+
+def test_three_queue_pairs_over_rdma_cm_on_bnxt_re():
+    r = lt.parse_perftest(read("perftest_write_bw_bnxt_3qp_scc24.txt"))
+    assert r["device"] == "bnxt_re0" and r["mtu"] == 1024
+    assert r["rows"] == [{"bytes": 65536, "iterations": 4159603, "bw_peak_gbps": None, "bw_avg_gbps": 363.47,
+                          "msg_rate_mpps": 0.693268}]
+
+
+def test_read_latency_with_warnings_before_the_row():
+    r = lt.parse_perftest(read("perftest_read_lat_cpufreq_k8s.txt"))
+    assert r["kind"] == "latency" and r["test"] == "RDMA_Read Latency Test"
+    assert r["rows"] == [{"bytes": 2, "iterations": 1000, "t_min_us": 4.70, "t_max_us": 13.20, "t_typical_us": 4.83,
+                          "t_avg_us": 4.82, "t_stdev_us": 0.00, "p99_us": 4.91, "p99_9_us": 13.20}]
+
+
+def test_failed_runs_carry_perftests_own_words():
+    with pytest.raises(lt.ParseError, match=r"perftest said: Couldn't connect to 192\.168\.125\.211:18515 \| "
+                                            r"Unable to open file descriptor"):
+        lt.parse_perftest(read("perftest_error_connect_pr228.txt"))
+    with pytest.raises(lt.ParseError, match=r"Failed to modify QP 122273 to RTR \| Unable to Connect the HCA's"):
+        lt.parse_perftest(read("perftest_error_rtr_issue393.txt"))
+    with pytest.raises(lt.ParseError, match=r"RDMA_Read Latency Test settings are here but no table.*client"):
+        lt.parse_perftest(read("perftest_read_lat_server_no_table_k8s.txt"))
+
+
+def test_out_json_written_without_report_gbits_is_mib_per_second():
+    r = lt.parse_perftest_json(read("perftest_out_json_mb_doca_platform.json"), report_gbits=False)
+    assert r["device"] == "mlx5_11" and r["mtu"] == 1024 and r["bw_unit"] == "MiB/sec"
+    (row,) = r["rows"]
+    assert row["bytes"] == 65536 and row["iterations"] == 5000 and row["msg_rate_mpps"] == 0.035668
+    assert row["bw_avg_gbps"] == pytest.approx(2229.27 * 2**20 * 8 / 1e9)  # 18.7 Gb/s, not 2229 Gb/s
+    assert row["bw_peak_gbps"] == pytest.approx(5293.52 * 2**20 * 8 / 1e9)
+
+
+def test_iperf3_report_after_terminal_junk_with_crlf_and_a_zero_receiver():
+    with open(os.path.join(FIX, "iperf3_tcp_bytes_escape_prefix_cloudpilot.res"), encoding="utf-8", newline="") as f:
+        text = f.read()
+    assert text.startswith("^[[F{") and "\r\n" in text
+    r = lt.parse_iperf3(text)
+    assert r["version"] == "iperf 3.9" and r["sent_bps"] == pytest.approx(12612602.524983905)
+    assert r["retransmits"] == 0
+    # the server counted 0 of the 56320 bytes TCP delivered: unknown, not a rate of 0
+    assert r["received_bps"] is None and "0 bytes received of the 56320" in r["reasons"]["received_bps"]
+    assert r["duration_s"] is None and "-n 10240" in r["reasons"]["duration_s"]
+    with pytest.raises(lt.ParseError, match="not JSON"):
+        lt.parse_iperf3(text[:200])
+
+
+def test_iperf3_314_udp_reverse_and_a_tcp_sender_without_retransmit_counts():
+    udp = lt.parse_iperf3(read("iperf3_udp_reverse_314_macos.json"))
+    assert udp["protocol"] == "UDP" and udp["reverse"] and not udp["bidir"] and udp["version"] == "iperf 3.14"
+    assert udp["received_bps"] == pytest.approx(32034981.770479407) and udp["lost_packets"] == 1
+    assert udp["packets"] == 30421 and udp["lost_percent"] == pytest.approx(0.0032872029190361921)
+    assert udp["jitter_ms"] == pytest.approx(0.068292653230841) and udp["reasons"] == {}
+    tcp = lt.parse_iperf3(read("iperf3_tcp_314_macos_no_retransmits.json"))
+    assert tcp["received_bps"] == pytest.approx(204737447.4407) and tcp["duration_s"] == 10
+    assert tcp["retransmits"] is None and "no retransmission count" in tcp["reasons"]["retransmits"]
+
+
+def test_bidirectional_four_qp_table_from_a_2026_perftest():
+    r = lt.parse_perftest(read("perftest_write_bw_bidir_4qp_ionic_amd.txt"))
+    assert r["test"] == "RDMA_Write Bidirectional BW Test" and r["bidirectional"] and r["qps"] == 4
+    assert r["device"] == "ionic_7" and r["mtu"] == 4096 and r["link_type"] == "Ethernet" and len(r["rows"]) == 23
+    assert r["rows"][0]["bw_peak_gbps"] == 0.147331 and r["rows"][-1] == {
+        "bytes": 8388608, "iterations": 20000, "bw_peak_gbps": 779.21, "bw_avg_gbps": 779.21, "msg_rate_mpps": 0.011611}
+    one_way = lt.parse_perftest(read("perftest_write_bw_bnxt_3qp_scc24.txt"))
+    assert one_way["bidirectional"] is False and one_way["qps"] == 3
+
+
+def test_latency_run_for_a_duration_after_container_noise():
+    """-D leaves t_avg and tps only; FreeFlow's and mlx4's lines before the table (one says "failed") are
+    not the test failing."""
+    r = lt.parse_perftest(read("perftest_send_lat_duration_freeflow.txt"))
+    assert r["kind"] == "latency" and r["device"] == "mlx4_0" and r["link_type"] == "IB" and r["mtu"] == 2048
+    assert r["rows"] == [{"bytes": 2, "iterations": 1289984, "t_avg_us": 3.88, "tps_average": 128993.46}]
+
+
+def test_tables_as_people_paste_them_into_issues():
+    """Quoted with '> ' in a reply, or with a figure in markdown bold: the numbers are the tool's."""
+    quoted = lt.parse_perftest(read("perftest_write_bw_quoted_issue132.txt"))
+    assert quoted["test"] == "RDMA_Write BW Test" and quoted["device"] == "mlx5_0" and quoted["mtu"] == 4096
+    assert [r["bytes"] for r in quoted["rows"]] == [2, 4, 8] and quoted["rows"][-1]["bw_avg_gbps"] == 0.17
+    bold = lt.parse_perftest(read("perftest_send_bw_markdown_bold_issue65.txt"))
+    # two runs pasted one after the other: the first table only, not one table of both
+    assert bold["rows"] == [{"bytes": 1024, "iterations": 1000, "bw_peak_gbps": None,
+                             "bw_avg_gbps": pytest.approx(5544.28 * 2**20 * 8 / 1e9), "msg_rate_mpps": 5.677340}]
+    assert bold["device"] is None and bold["test"] is None  # the issue did not include the settings

@@ -1,0 +1,81 @@
+""":::MLLOG lines from a run directory, written with MLCommons' own logger (mlperf-logging), in the shape of
+real MLPerf BERT logs (tests/telemetry/analysis/mllog/README.md), and passed by MLCommons' compliance checker."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from telemetry.analysis import mllog_lines as ml
+
+from ...conftest import REPO
+from ..recorded import write_run
+
+REAL = Path(__file__).parent / "mllog" / "bert_run_pretraining_excerpt.txt"
+
+
+def job(tmp_path, workload, key="eval_accuracy", values=(0.3, 0.55), reached=True):
+    run = write_run(tmp_path / workload, recipe_extra={"workload": workload}, times=True,
+                    info_extra={"start_time": "2023-11-14T22:12:30+00:00",
+                                **({"final": {"target_reached_step": 6}} if reached else {})})
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()[:-1]]
+    for r in rows:
+        if r["step"] in (3, 6):
+            r[key] = values[0] if r["step"] == 3 else values[1]
+            r["samples_seen"] = r["step"] * 8
+    (run / "metrics.jsonl").write_text("\n".join(map(json.dumps, rows)) + "\n")
+    return run
+
+
+def test_bert_lines_have_the_shape_of_mlperfs_own(tmp_path):
+    res = ml.write(str(job(tmp_path, "bert_pretraining")))
+    assert res["benchmark"] == "bert" and res["evaluations"] == 2
+    ours = ml.lines(res["path"])
+    real = ml.lines(str(REAL))
+    for key in ("run_start", "eval_accuracy"):
+        mine, theirs = next(r for r in ours if r["key"] == key), next(r for r in real if r["key"] == key)
+        assert set(mine) == set(theirs) and mine["event_type"] == theirs["event_type"]
+        assert set(theirs["metadata"]) <= set(mine["metadata"])
+    evals = [r for r in ours if r["key"] == "eval_accuracy"]
+    assert [(e["value"], e["metadata"]["epoch_num"]) for e in evals] == [(0.3, 24), (0.55, 48)]  # samples, as BERT
+    stop = next(r for r in ours if r["key"] == "run_stop")
+    start = next(r for r in ours if r["key"] == "run_start")
+    assert stop["metadata"]["status"] == "success"
+    # run_start at the first step's start (1.7e9 + 2 s step 1 end, 2 s long), run_stop at the last step's end
+    assert start["time_ms"] == 1_700_000_000_000 and stop["time_ms"] == 1_700_000_007_000
+
+
+def test_resnet_epochs_and_lora_loss(tmp_path):
+    res = ml.write(str(job(tmp_path, "image_classification", reached=False)))
+    evals = [r for r in ml.lines(res["path"]) if r["key"] == "eval_accuracy"]
+    assert res["benchmark"] == "resnet" and evals[-1]["metadata"]["epoch_num"] == 1.0  # 48 of 48 samples
+    assert next(r for r in ml.lines(res["path"]) if r["key"] == "run_stop")["metadata"]["status"] == "aborted"
+    lora = ml.write(str(job(tmp_path, "llm_lora", key="eval_loss", values=(1.2, 0.92))))
+    assert [r["value"] for r in ml.lines(lora["path"]) if r["key"] == "eval_accuracy"] == [1.2, 0.92]
+    with pytest.raises(ml.MllogError, match="workload 'collectives' has no MLPerf Training benchmark"):
+        ml.write(str(write_run(tmp_path / "sweep", recipe_extra={"workload": "collectives"}, times=True)))
+
+
+@pytest.mark.integration
+def test_mlcommons_compliance_checker_passes_all_three(tmp_path):
+    for workload, key, values in (("bert_pretraining", "eval_accuracy", (0.3, 0.55)),
+                                  ("image_classification", "eval_accuracy", (0.2, 0.4)),
+                                  ("llm_lora", "eval_loss", (1.2, 0.92))):
+        run = job(tmp_path, workload, key, values)
+        proc = subprocess.run([sys.executable, "-m", "telemetry", "mllog", str(run)], cwd=REPO, capture_output=True,
+                              text=True, timeout=300)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert "compliance checker (training " in proc.stdout and "open division): SUCCESS" in proc.stdout
+    # LoRA's quality is its eval loss: a run whose loss never went below 1.0 fails the checker's rule
+    bad = job(tmp_path / "bad", "llm_lora", "eval_loss", (1.4, 1.2))
+    proc = subprocess.run([sys.executable, "-m", "telemetry", "mllog", str(bad)], cwd=REPO, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 1 and "FAILED" in proc.stdout
+
+
+def test_no_local_path_in_the_lines(tmp_path):
+    res = ml.write(str(job(tmp_path, "bert_pretraining")))
+    assert {r["metadata"]["file"] for r in ml.lines(res["path"])} == {"mllog_lines.py"}

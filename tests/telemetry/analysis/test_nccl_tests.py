@@ -1,0 +1,296 @@
+"""telemetry.analysis.nccl_tests on real nccl-tests outputs (tests/telemetry/nccl_tests_tables/, sources in its README):
+every row of every file is read, into the collective sweep's JSON, and `telemetry compare` takes the files."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from telemetry.analysis.compare import CompareError, compare
+from telemetry.analysis.nccl_tests import CSV_COLUMNS, parse, read, to_csv
+
+TABLES = Path(__file__).parent.parent / "nccl_tests_tables"
+# rows per file, counted by hand from the published text
+ROWS = {
+    "all_gather_perf_mpi_2.18_three_runs.txt": 24,
+    "all_gather_perf_old_no_redop.txt": 34,
+    "all_gather_perf_unchecked_na.txt": 10,
+    "all_reduce_perf_2.20_unalign_excerpt.txt": 4,
+    "all_reduce_perf_efa_old_tagged.txt": 30,
+    "all_reduce_perf_h100_16ranks.txt": 31,
+    "all_reduce_perf_issue78_old_error_col.txt": 2,
+    "all_reduce_perf_mpi_tagged_2.18.txt": 8,
+    "all_reduce_perf_srun_labels_nofooter.txt": 32,
+    "alltoall_perf_issue78_old_blank_redop.txt": 2,
+    "alltoall_perf_old_blank_redop.txt": 34,
+    "reduce_scatter_perf_old.txt": 34,
+    "sendrecv_perf_issue214_excerpt.txt": 5,
+    "all_reduce_perf_issue311_info_lines_inside_table.txt": 15,
+    "all_reduce_perf_issue287_one_5090_wide_cells.txt": 25,
+    "all_reduce_perf_issue287_failed_before_first_row.txt": 0,
+    "alltoall_perf_issue355_2.17.6_failure_in_first_row.txt": 0,
+    "gather_perf_issue350_trace_lines_no_footer.txt": 11,
+    "broadcast_perf_mpi_2.18_condensed_two_runs.txt": 19,
+    "all_reduce_perf_issue182_two_runs_rows_interleaved.txt": 10,
+    "all_reduce_perf_issue167_max_min_redops_excerpt.txt": 11,
+}
+# a line that starts like a row (after a launcher prefix): size, count, a type name
+ROW_LIKE = re.compile(r"^(\[\d+,\d+\]<stdout>:|\d+: )?\s*\d+\s+\d+\s+[a-z0-9]+\s")
+
+
+def test_the_fixtures_are_all_listed_with_a_source():
+    files = sorted(p.name for p in TABLES.glob("*.txt"))
+    assert files == sorted(ROWS)
+    readme = (TABLES / "README.md").read_text()
+    assert all(f"`{name}`" in readme for name in files)
+    ops = {next(iter(read(str(TABLES / name))["ops"])) for name in files}
+    assert {"all_reduce", "all_gather", "reduce_scatter", "sendrecv", "all_to_all", "gather", "broadcast"} <= ops
+
+
+@pytest.mark.parametrize("name", sorted(ROWS))
+def test_every_row_of_every_fixture_is_read(name):
+    text = (TABLES / name).read_text()
+    result = read(str(TABLES / name))
+    # a row cut short by a test failure is not a row
+    assert sum(1 for line in text.splitlines() if ROW_LIKE.match(line) and "failure" not in line) == ROWS[name]
+    assert (result["rows_read"], result["rows_skipped"]) == (ROWS[name], 0)
+    for op in result["ops"].values():
+        for row in op["rows"]:
+            assert row["size"] >= 0 and row["count"] >= 0 and row["type"] == "float"
+            assert row["out_of_place"] or row["in_place"]
+            for block in (row["out_of_place"], row["in_place"]):
+                if block:
+                    assert block["time_us"] > 0 and block["busbw_GBps"] >= 0 and block["algbw_GBps"] >= 0
+
+
+def test_current_layout_with_preamble_and_footer():
+    r = read(str(TABLES / "all_reduce_perf_h100_16ranks.txt"))
+    op = r["ops"]["all_reduce"]
+    assert op["test"] == "all_reduce_perf"  # named by the mpirun command above the output
+    assert r["world_size"] == op["world_size"] == 16 and len({d["host"] for d in op["devices"]}) == 2
+    assert op["devices"][8] == {"rank": 8, "group": 0, "pid": 6733, "host": "ztan-mig-gq73", "device": 0,
+                                "bus_id": "0000:04:00", "name": "NVIDIA H100 80GB HBM3"}
+    assert op["params"] == {"nThread": 1, "nGpus": 1, "minBytes": 8, "maxBytes": 8589934592, "warmup_iters": 5,
+                            "iters": 20, "agg_iters": 1, "validation": 1, "graph": 0, "step": 2, "step_kind": "factor"}
+    last = op["rows"][-1]
+    assert (last["size"], last["count"], last["redop"], last["root"]) == (8589934592, 2147483648, "sum", -1)
+    assert last["out_of_place"] == {"time_us": 47535.0, "algbw_GBps": 180.71, "busbw_GBps": 338.82, "wrong": 0}
+    assert op["avg_busbw_GBps"] == 70.742 and op["avg_busbw_source"] == "footer" and op["wrong"] == 0
+    assert (r["dtype"], r["redop"], r["iters"], r["warmup"], r["time_reduction"]) == ("float32", "sum", 20, 5, None)
+
+
+def test_mpi_tagged_output_of_a_recent_version():
+    r = read(str(TABLES / "all_reduce_perf_mpi_tagged_2.18.txt"))
+    assert list(r["ops"]) == ["all_reduce"]
+    op = r["ops"]["all_reduce"]
+    assert op["test"] == "all_reduce_perf_mpi" and op["version"].startswith("2.18.0 ")
+    assert [d["bus_id"] for d in op["devices"]] == ["0000:02:00", "0000:02:00"]
+    assert op["rows"][0]["in_place"]["time_us"] == 4365.21 and op["avg_busbw_GBps"] == 1.57614
+    # 2.20 adds 'unalign' and a commit to the version line
+    r = read(str(TABLES / "all_reduce_perf_2.20_unalign_excerpt.txt"))
+    op = r["ops"]["all_reduce"]
+    assert op["params"]["unalign"] == 0 and op["version"].startswith("2.20.0 (b4d5bee)")
+    assert op["avg_busbw_source"] == "mean of the rows' busbw (no footer)"
+
+
+def test_old_layouts_error_column_and_blank_redop():
+    r = read(str(TABLES / "all_reduce_perf_efa_old_tagged.txt"))
+    op = r["ops"]["all_reduce"]
+    assert op["world_size"] == 16 and op["devices"][0]["group"] is None and op["devices"][0]["bus_id"] == "0x10"
+    row = op["rows"][-1]
+    assert row["root"] is None and row["redop"] == "sum"  # no root column before 2022
+    # 'error' is the largest error, not a count: wrong is unknown, the error is kept
+    assert row["in_place"] == {"time_us": 184216.0, "algbw_GBps": 23.31, "busbw_GBps": 43.72, "wrong": None,
+                               "error": 5e-07}
+    assert any("largest error" in n for n in op["notes"]) and op["wrong"] == 0  # the footer's count
+    r = read(str(TABLES / "alltoall_perf_issue78_old_blank_redop.txt"))
+    row = r["ops"]["all_to_all"]["rows"][0]
+    assert (row["count"], row["redop"]) == (1048576, None)
+    assert row["out_of_place"]["time_us"] == 520935.0 and row["in_place"]["error"] == 1.0
+    r = read(str(TABLES / "all_gather_perf_old_no_redop.txt"))  # no redop column at all
+    row = r["ops"]["all_gather"]["rows"][5]
+    assert (row["size"], row["count"], row["redop"], row["out_of_place"]["time_us"]) == (32, 1, None, 35.03)
+    assert row["out_of_place"]["error"] is None  # validation 0 prints N/A
+
+
+def test_launcher_prefixes_footerless_tables_and_unchecked_rows():
+    r = read(str(TABLES / "all_reduce_perf_srun_labels_nofooter.txt"))
+    op = r["ops"]["all_reduce"]
+    busbw = [b["busbw_GBps"] for row in op["rows"] for b in (row["out_of_place"], row["in_place"])]
+    assert op["avg_busbw_GBps"] == pytest.approx(sum(busbw) / len(busbw)) and op["wrong"] == 0
+    assert op["rows"][-1]["size"] == 17179869184
+    r = read(str(TABLES / "all_gather_perf_unchecked_na.txt"))
+    op = r["ops"]["all_gather"]
+    assert all(b["wrong"] is None for row in op["rows"] for b in (row["out_of_place"], row["in_place"]))
+    assert op["world_size"] is None and any("N/A" in n for n in op["notes"])
+    r = read(str(TABLES / "sendrecv_perf_issue214_excerpt.txt"))
+    row = r["ops"]["sendrecv"]["rows"][0]
+    assert row["out_of_place"]["wrong"] == 0 and row["in_place"]["wrong"] is None
+    r = read(str(TABLES / "all_gather_perf_mpi_2.18_three_runs.txt"))
+    assert list(r["ops"]) == ["all_gather", "all_gather_2", "all_gather_3"]
+    assert [op["avg_busbw_GBps"] for op in r["ops"].values()] == [1.27827, 0.669677, 1.54607]
+
+
+def test_layouts_nccl_tests_prints_without_a_published_sample():
+    # Built from nccl-tests' format strings (src/util.cu): per-iteration columns and a timestamp (-I 1 -T 1),
+    # an out-of-place block left blank (trace replay), and ranks printing at once under mpirun.
+    header = ("#       size         count      type   redop    root     time   algbw   busbw  #wrong    i_min    "
+              "i_max    i_p99    i_cv%     time   algbw   busbw  #wrong    i_min    i_max    i_p99    i_cv% "
+              "          timestamp")
+    row = ("        1024           256     float     sum      -1    10.50    0.10    0.18       0     9.00"
+           "    12.00    12.00     5.00    10.40    0.10    0.18       0     9.10    11.00    11.00     4.00"
+           "  2026-11-23 10:00:00")
+    blank = "        2048           512     float     sum      -1" + " " * 32 + "    11.00    0.19    0.35       0"
+    text = "\n".join(["# Collective test starting: all_reduce_perf", header, row,
+                      "#       size         count      type   redop    root     time   algbw   busbw  #wrong     time"
+                      "   algbw   busbw  #wrong", blank])
+    r = parse(text)
+    first, second = r["ops"]["all_reduce"]["rows"][0], r["ops"]["unknown"]["rows"][0]  # a table with no name
+    assert first["timestamp"] == "2026-11-23 10:00:00" and first["in_place"]["extra"]["i_p99"] == 11.0
+    assert second["out_of_place"] is None and second["in_place"]["time_us"] == 11.0
+    simple = ("#       size         count      type   redop    root     time   algbw   busbw  #wrong     time   algbw"
+              "   busbw  #wrong")
+    line = ("           8             2     float     sum      -1     5.00    0.00    0.00       0     5.00    0.00"
+            "    0.00       0")
+    # two ranks of a build without MPI, each printing its own table, their lines interleaved
+    text = "\n".join(f"[1,{rank}]<stdout>:{part}" for part in (simple, line) for rank in (0, 1))
+    r = parse(text)
+    assert r["rows_read"] == 2 and len(r["ops"]) == 2  # each rank's stream read on its own
+
+
+def test_csv_and_errors(tmp_path):
+    r = read(str(TABLES / "sendrecv_perf_issue214_excerpt.txt"))
+    lines = to_csv(r).splitlines()
+    assert lines[0].split(",") == CSV_COLUMNS and len(lines) == 6
+    assert lines[1] == "sendrecv,sendrecv_perf,2,256,64,float,sum,-1,34.24,0.01,0.01,0,33.65,0.01,0.01,"
+    empty = tmp_path / "empty.txt"
+    empty.write_text("no table here\n")
+    with pytest.raises(Exception, match="no nccl-tests table found"):
+        read(str(empty))
+
+
+def test_compare_a_vendor_table_with_an_own_nccl_tests_run(tmp_path):
+    vendor, own = str(TABLES / "all_reduce_perf_h100_16ranks.txt"), str(TABLES / "all_reduce_perf_efa_old_tagged.txt")
+    result = compare([vendor, own], str(tmp_path / "cmp"))
+    assert result["kind"] == "sweep" and result["labels"] == [
+        "nccl-tests: all_reduce_perf_h100_16ranks.txt", "nccl-tests: all_reduce_perf_efa_old_tagged.txt"]
+    md = (tmp_path / "cmp" / "compare.md").read_text()
+    assert "| 8 GB |" not in md  # the other run stops at 4 GB: the rows and the average stop there too
+    assert "averages use the common range 8 B - 4 GB (30 sizes) only" in md
+    assert "| 8 B | 124 us | 176 us (+42.8%, 1.43x) |" in md  # best block: 123.5 us vs 176.3 us
+    with pytest.raises(CompareError, match="no collective in common"):
+        compare([vendor, str(TABLES / "alltoall_perf_old_blank_redop.txt")], str(tmp_path / "none"))
+    assert json.loads((tmp_path / "cmp" / "compare.json").read_text())["runs"] == [vendor, own]
+
+
+def test_failed_runs_say_where_they_failed():
+    r = read(str(TABLES / "all_reduce_perf_issue287_failed_before_first_row.txt"))
+    op = r["ops"]["all_reduce"]
+    assert r["failed"] and op["rows"] == [] and op["world_size"] == 2 and op["avg_busbw_GBps"] is None
+    assert op["failures"][0].startswith("GENOA-06: Test NCCL failure common.cu:392") and len(op["failures"]) == 6
+    assert any(n.startswith("the test failed before the first row") for n in op["notes"])
+    # the failure cuts the first row short: not a row, not a skipped row, a failure
+    r = read(str(TABLES / "alltoall_perf_issue355_2.17.6_failure_in_first_row.txt"))
+    op = r["ops"]["all_to_all"]
+    assert r["failed"] and op["rows"] == [] and op["skipped_lines"] == [] and op["world_size"] == 16
+    assert "Test CUDA failure" in op["failures"][0] and len({d["host"] for d in op["devices"]}) == 2
+    assert op["version"].startswith("2.17.6") and r["nccl_version"] == op["nccl_version"] == "2.28.7"
+
+
+def test_nccl_lines_inside_the_table_and_tables_without_footer():
+    r = read(str(TABLES / "all_reduce_perf_issue311_info_lines_inside_table.txt"))
+    op = r["ops"]["all_reduce"]
+    assert (r["world_size"], r["nccl_version"], op["avg_busbw_GBps"], op["wrong"]) == (8, "2.23.4", 8.69534, 0)
+    assert len({d["host"] for d in op["devices"]}) == 4 and op["rows"][-1]["size"] == 4294967296
+    assert op["rows"][-1]["in_place"] == {"time_us": 347314.0, "algbw_GBps": 12.37, "busbw_GBps": 21.64, "wrong": 0}
+    r = read(str(TABLES / "gather_perf_issue350_trace_lines_no_footer.txt"))
+    op = r["ops"]["gather"]
+    assert op["rows"][-1]["size"] == 11408506880 and {row["root"] for row in op["rows"]} == {0}
+    assert {row["redop"] for row in op["rows"]} == {"none"} and r["redop"] is None and r["nccl_version"] == "2.16.5"
+    assert op["avg_busbw_source"] == "mean of the rows' busbw (no footer)"
+    assert any("cut short" in n for n in op["notes"]) and not r["failed"]
+    r = read(str(TABLES / "all_reduce_perf_issue287_one_5090_wide_cells.txt"))
+    op = r["ops"]["all_reduce"]
+    assert op["rows"][-1]["in_place"]["algbw_GBps"] == 1777718.25 and op["avg_busbw_GBps"] == 0.0
+    assert r["world_size"] == 1 and op["avg_busbw_source"] == "footer"
+
+
+def test_broadcast_runs_in_a_condensed_layout():
+    r = read(str(TABLES / "broadcast_perf_mpi_2.18_condensed_two_runs.txt"))
+    assert list(r["ops"]) == ["broadcast", "broadcast_2"]
+    first, second = r["ops"]["broadcast"], r["ops"]["broadcast_2"]
+    assert (first["avg_busbw_GBps"], second["avg_busbw_GBps"]) == (1.85032, 0.276277)  # "1.85032 GB/s"
+    assert first["params"] == {"nThread": 1, "nGpus": 1, "minBytes": 32768, "maxBytes": 134217728,
+                               "warmup_iters": 5, "iters": 20, "step": 2, "step_kind": "factor"}
+    assert first["rows"][0] == {"size": 32768, "count": 8192, "type": "float", "redop": "none", "root": 0,
+                                "out_of_place": {"time_us": 37.46, "algbw_GBps": 0.87, "busbw_GBps": 0.87, "wrong": 0},
+                                "in_place": {"time_us": 133.79, "algbw_GBps": 0.24, "busbw_GBps": 0.24, "wrong": 0}}
+    assert r["nccl_version"] == "2.29.7" and r["world_size"] == 2
+
+
+@pytest.mark.parametrize("name", ["all_reduce_perf_issue311_info_lines_inside_table.txt",
+                                  "all_reduce_perf_mpi_tagged_2.18.txt"])
+def test_windows_line_endings_read_the_same(name, tmp_path):
+    text = (TABLES / name).read_text()
+    crlf = tmp_path / name
+    crlf.write_bytes(text.replace("\n", "\r\n").encode())
+    a, b = read(str(TABLES / name)), read(str(crlf))
+    assert a["ops"] == b["ops"] and a["rows_read"] == b["rows_read"] > 0
+
+
+def test_rows_without_their_header_and_mixed_runs():
+    r = read(str(TABLES / "all_reduce_perf_issue182_two_runs_rows_interleaved.txt"))
+    op = r["ops"]["all_reduce"]
+    assert [row["size"] for row in op["rows"]][5:8] == [256, 8, 512]
+    assert any(n.startswith("no column header") for n in op["notes"])
+    assert any(n.startswith("sizes go back (256 B, then 8 B)") for n in op["notes"])
+    # -o all: each reduction restarts the sizes, which is not a mixed run; no single redop for the file
+    r = read(str(TABLES / "all_reduce_perf_issue167_max_min_redops_excerpt.txt"))
+    op = r["ops"]["all_reduce"]
+    assert [row["redop"] for row in op["rows"]].count("min") == 5 and r["redop"] is None and r["dtype"] == "float32"
+    assert not any(n.startswith("sizes go back") for n in op["notes"])
+
+
+def test_comment_lines_that_lost_their_hash():
+    # NVIDIA/nccl#583, comment of 2021-10-19, as the issue shows it (GitHub turned "# ..." lines into
+    # headings, so the pasted output has no '#'); the stored copy ends after the column header
+    text = """mpirun -np 8 all_reduce_perf -b 32 -f 2 -e 8G
+ nThread 1 nGpus 1 minBytes 32 maxBytes 8589934592 step: 2(factor) warmup iters: 5       iters: 20 validation: 1 single_test: 0 test_buffer_kind: 2
+
+ Using devices
+   Rank  0 Pid 1821213 on AI-A100-Beethoven01 device  0 [0x00] NVIDIA A100-SXM4-40GB
+   Rank  1 Pid 1821214 on AI-A100-Beethoven01 device  1 [0x00] NVIDIA A100-SXM4-40GB
+   Rank  2 Pid 1821215 on AI-A100-Beethoven01 device  2 [0x00] NVIDIA A100-SXM4-40GB
+   Rank  3 Pid 1821216 on AI-A100-Beethoven01 device  3 [0x00] NVIDIA A100-SXM4-40GB
+   Rank  4 Pid 1821217 on AI-A100-Beethoven01 device  4 [0x00] NVIDIA A100-SXM4-40GB
+   Rank  5 Pid 1821218 on AI-A100-Beethoven01 device  5 [0x00] NVIDIA A100-SXM4-40GB
+   Rank  6 Pid 1821219 on AI-A100-Beethoven01 device  6 [0x00] NVIDIA A100-SXM4-40GB
+   Rank  7 Pid 1821223 on AI-A100-Beethoven01 device  7 [0x00] NVIDIA A100-SXM4-40GB
+
+                                                     out-of-place                       in-place
+       size         count    type   redop     time   algbw   busbw  error     time   algbw   busbw  error
+"""
+    r = parse(text)
+    op = r["ops"]["all_reduce"]
+    assert r["world_size"] == 8 and op["devices"][7]["pid"] == 1821223 and op["test"] == "all_reduce_perf"
+    assert op["params"]["maxBytes"] == 8589934592 and op["params"]["validation"] == 1 and op["rows"] == []
+
+
+def test_a_pipe_is_read_like_a_file(tmp_path):
+    """`telemetry nccl-tests /dev/stdin` or `<(kubectl logs POD)`: a FIFO is read; a directory is refused."""
+    import os
+    import threading
+
+    fifo = tmp_path / "out.fifo"
+    os.mkfifo(fifo)
+    text = (TABLES / "all_reduce_perf_mpi_tagged_2.18.txt").read_bytes()
+    writer = threading.Thread(target=lambda: fifo.write_bytes(text))
+    writer.start()
+    r = read(str(fifo))
+    writer.join(timeout=10)
+    assert r["ops"]["all_reduce"]["avg_busbw_GBps"] == 1.57614
+    from telemetry.analysis.nccl_tests import NcclTestsError
+    with pytest.raises(NcclTestsError, match="is a directory"):
+        read(str(tmp_path))

@@ -1,0 +1,269 @@
+"""The projection model against hand-computed values."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from telemetry.analysis.projection import (DEFAULT_EFFICIENCY, ProjectionError, busbw_at, load_busbw_table,
+                                  measured_profile, negligible_above_bps, project)
+from telemetry.analysis.runs import load_run
+
+from ...conftest import REPO
+from ..recorded import write_run
+
+
+def profile(**kw):
+    base = {"step_time_s": 0.2, "comm_time_s": 0.01, "exposed_s": 0.01, "world_size": 2, "link_bps": None,
+            "burst_bytes": 0, "label": "x",
+            "ops": {"all_reduce": {"bytes": 1_000_000, "time_s": 0.01, "calls": 1}}}
+    return {**base, **kw}
+
+
+def test_bytes_over_rate_plus_compute():
+    # 1 MB all-reduce on 2 ranks puts 1 MB x 2(n-1)/n = 1 MB on the link; 8 Mbit/s = 1 MB/s at efficiency 1.
+    # The measured links were unshaped: its 10 ms were the transfer at the host's speed, which the slower
+    # link's 1 s overlaps rather than follows
+    p = project(profile(), 8e6, efficiency=1.0)
+    assert p["by_op"]["all_reduce"]["predicted_s"] == pytest.approx(1.0)
+    assert p["step_time_s"] == pytest.approx(0.19 + 1.0)
+    # a shaped run's part beyond its wire time is per-call cost: it adds (1.01 s measured at 1 MB/s -> 10 ms)
+    shaped = profile(link_bps=8e6, comm_time_s=1.01, exposed_s=1.01, step_time_s=1.2,
+                     ops={"all_reduce": {"bytes": 1_000_000, "time_s": 1.01, "calls": 1}})
+    assert project(shaped, 4e6, efficiency=1.0)["by_op"]["all_reduce"]["predicted_s"] == pytest.approx(0.01 + 2.0)
+
+
+def test_token_bucket_credit_and_latency():
+    # the link idles 0.19 s: a 0.5 MB bucket refills to 190 kB at 1 MB/s, so 810 kB wait for the rate
+    p = project(profile(), 8e6, efficiency=1.0, burst_bytes=500_000, latency_s=0.002)
+    assert p["step_time_s"] == pytest.approx(0.19 + 0.81 + 0.002)
+
+
+def test_overlapped_communication_stays_hidden_up_to_what_was_hidden():
+    # 8 ms of the 10 ms were overlapped with compute: only what exceeds it is exposed at the new rate
+    # (and at least the exposed 20% of it: the last bucket's share, stretched with the rest)
+    p = project(profile(exposed_s=0.002), 8e6, efficiency=1.0)
+    assert p["hidden_s"] == pytest.approx(0.008)
+    assert p["step_time_s"] == pytest.approx((0.2 - 0.002) + (1.0 - 0.008))
+    # with compute enough to hide it all (a 0.15 s window), 0.1 s at 80 Mbit/s still exposes the last
+    # bucket's share: 20% of it, as measured
+    p = project(profile(exposed_s=0.002, overlap_window_s=0.15), 80e6, efficiency=1.0)
+    assert p["step_time_s"] == pytest.approx((0.2 - 0.002) + 0.2 * 0.1)
+
+
+def test_communication_hides_behind_the_overlap_window():
+    # DDP buckets went out during 0.15 s of backward compute; on a fast link 8 of 10 ms hid. At 8 Mbit/s
+    # the 1 s of communication can hide behind all 0.15 s of that compute, not only the 8 ms
+    p = project(profile(exposed_s=0.002, overlap_window_s=0.15), 8e6, efficiency=1.0)
+    assert p["hidden_s"] == pytest.approx(0.15)
+    assert p["step_time_s"] == pytest.approx((0.2 - 0.002) + (1.0 - 0.15))
+    # on twice the nodes each rank computes half: half the window
+    p4 = project(profile(exposed_s=0.002, overlap_window_s=0.15), 8e6, efficiency=1.0, nodes=4)
+    assert p4["hidden_s"] == pytest.approx(0.075)
+
+
+def test_from_a_shaped_run_to_a_faster_link():
+    measured = profile(link_bps=8e6, comm_time_s=1.01, exposed_s=1.01, step_time_s=1.2,
+                       ops={"all_reduce": {"bytes": 1_000_000, "time_s": 1.01, "calls": 1}})
+    p = project(measured, 80e6, efficiency=1.0)
+    assert p["by_op"]["all_reduce"]["fixed_s"] == pytest.approx(0.01)
+    assert p["step_time_s"] == pytest.approx(0.19 + 0.01 + 0.1)
+
+
+def test_profile_from_a_recorded_run(tmp_path):
+    prof = measured_profile(load_run(str(write_run(tmp_path / "r", rate_bps=1e8))))
+    assert prof["step_time_s"] == 1.0 and prof["ops"]["all_reduce"] == {"bytes": 1_000_000, "time_s": 0.25,
+                                                                       "calls": 1}
+    # every step's estimate (0.1 s) rather than the profiled windows' 20% (with the profiler's overhead)
+    assert prof["exposed_s"] == pytest.approx(0.1) and prof["exposed_from"] == "estimate"
+    assert prof["link_bps"] == 1e8
+
+
+def test_concurrent_calls_count_once_and_a_late_peer_is_not_communication(tmp_path):
+    run = load_run(str(write_run(tmp_path / "r", comm_time=0.25, exposed_time=0.2)))
+    for r in run.metrics:
+        # two buckets in flight at once: their durations add to 0.4 s while 0.25 s had a call in flight;
+        # the rank that waited least had a call in flight for 0.2 s (rank 0 waited 0.05 s for it)
+        r["comm"]["all_reduce"]["time_s"] = 0.4
+        r["ranks"]["comm_time_s_by_op"]["all_reduce"]["min"] = 0.4
+        r["ranks"]["comm_time_s"] = {"min": 0.2}
+        r["overlap_window_s"] = 0.3
+    prof = measured_profile(run)
+    assert prof["comm_time_s"] == pytest.approx(0.2) and prof["ops"]["all_reduce"]["time_s"] == pytest.approx(0.2)
+    assert prof["exposed_s"] == pytest.approx(0.15) and prof["overlap_window_s"] == pytest.approx(0.3)
+
+
+def test_a_partial_measurement_makes_a_partial_projection(tmp_path):
+    untimed = {"all_to_all": {"count": 1, "bytes": 2048, "time_s": None, "untimed": 1, "untimed_bytes": 2048,
+                              "busbw_GBps": None, "untimed_reason": "functional collectives are timed on NCCL only"}}
+    prof = measured_profile(load_run(str(write_run(tmp_path / "p", extra_comm=untimed))))
+    assert prof["partial"] is True and prof["untimed_bytes"] == 2048
+    p = project(prof, 8e6)
+    assert p["partial"] is True and p["untimed_bytes"] == 2048
+    whole = measured_profile(load_run(str(write_run(tmp_path / "w"))))
+    assert whole["partial"] is False and project(whole, 8e6)["partial"] is False
+
+
+# ------------------------------------------------------------ node counts, tables, intervals (issue 11 part 6)
+
+def test_more_nodes_changes_the_bus_factor_and_each_ranks_share():
+    # 2 -> 4 ranks: all_reduce puts 1 MB x 2(4-1)/4 = 1.5 MB on each link (1.5 s at 1 MB/s) and the kept
+    # global batch halves each rank's forward and backward
+    p = project(profile(), 8e6, efficiency=1.0, nodes=4)
+    assert p["world_size"] == 4 and p["by_op"]["all_reduce"]["wire_bytes"] == pytest.approx(1.5e6)
+    assert p["by_op"]["all_reduce"]["fixed_s"] == pytest.approx(0.01)
+    assert p["compute_s"] == pytest.approx(0.19 / 2)
+    assert p["step_time_s"] == pytest.approx(0.095 + 1.5)
+    # a replicated optimizer step (40 ms of the 190) costs the same on every rank whatever its share
+    p = project(profile(optimizer_s=0.04), 8e6, efficiency=1.0, nodes=4)
+    assert p["compute_s"] == pytest.approx(0.15 / 2 + 0.04)
+    assert project(profile(optimizer_s=0.04), 8e6, efficiency=1.0)["compute_s"] == pytest.approx(0.19)
+
+
+def test_lab_nodes_sharing_the_hosts_cores():
+    # the lab's 4 ranks on a 2-core host: each core time-shares two ranks, so the halved compute takes 2x;
+    # the interval's low end is the halved compute not slowed
+    p = project(profile(host_cpus=2, step_spread=(1.0, 1.0)), 8e6, efficiency=1.0, nodes=4)
+    assert p["compute_s"] == pytest.approx(0.19) and any("host's 2 cores" in n for n in p["notes"])
+    assert p["interval_s"][0] == pytest.approx(0.095 + 1.5)
+    assert p["interval_s"][1] == pytest.approx(0.19 + 1.5 / 0.85)
+    roomy = project(profile(host_cpus=16, step_spread=(1.0, 1.0)), 8e6, efficiency=1.0, nodes=4)
+    assert roomy["compute_s"] == pytest.approx(0.095)
+    assert roomy["interval_s"][1] == pytest.approx(0.095 + 1.5 / 0.85)
+
+
+def test_interval_from_the_step_spread_and_the_efficiency_range():
+    # compute 0.19 s varies as the measured steps did (-10%/+20%); the 1 MB on the wire at 85-100% of the rate
+    p = project(profile(step_spread=(0.9, 1.2)), 8e6, efficiency=1.0)
+    low, high = p["interval_s"]
+    assert low == pytest.approx(0.19 * 0.9 + 1.0 / 1.0)
+    assert high == pytest.approx(0.19 * 1.2 + 1.0 / 0.85)
+    assert low < p["step_time_s"] < high
+
+
+def test_negligible_communication_is_said_and_where_it_starts():
+    slow, fast, faster = (project(profile(), r) for r in (8e6, 100e9, 400e9))
+    assert not slow["negligible"] and fast["negligible"] and faster["negligible"]
+    # the rate where 1 MB on the wire takes 5% of the 0.2 s step, at the default efficiency
+    assert negligible_above_bps(profile()) == pytest.approx(1e6 * 8 / (0.05 * 0.2) / DEFAULT_EFFICIENCY)
+    assert fast["step_time_s"] == pytest.approx(faster["step_time_s"], rel=1e-3)
+
+
+TABLE = str(Path(__file__).parent.parent / "nccl_tests_tables" / "all_reduce_perf_h100_16ranks.txt")
+
+
+def test_busbw_table_from_real_nccl_tests_output():
+    # that table's out-of-place row at 1 MiB: busbw 9.68 GB/s; at 2 ranks the all-reduce puts 1 MiB on the link
+    table = load_busbw_table(TABLE)
+    prof = profile(ops={"all_reduce": {"bytes": 1048576, "time_s": 0.0, "calls": 1}}, comm_time_s=0.0, exposed_s=0.0)
+    p = project(prof, None, busbw_table=table)
+    assert p["by_op"]["all_reduce"]["wire_s"] == pytest.approx(1048576 / 9.68e9)
+    # between its 1 MiB and 2 MiB rows the call time is linear in size
+    mid = 1048576 * 1.5
+    bw, t = busbw_at(table["all_reduce"], mid)
+    t1, t2 = 1048576 / 9.68e9, 2097152 / 15.48e9
+    assert t == pytest.approx((t1 + t2) / 2) and bw == pytest.approx(mid / t / 1e9)
+    # a flat table at a nominal rate's busbw projects what the rate does
+    flat = {"all_reduce": [(1.0, 1e8 / 8 * DEFAULT_EFFICIENCY / 1e9), (1e9, 1e8 / 8 * DEFAULT_EFFICIENCY / 1e9)]}
+    assert project(profile(), None, busbw_table=flat)["step_time_s"] == pytest.approx(
+        project(profile(), 1e8)["step_time_s"])
+
+
+def test_ops_a_table_lacks_use_its_all_reduce_busbw():
+    table = {"all_reduce": [(1.0, 1.0), (1e9, 1.0)]}
+    p = project(profile(ops={"broadcast": {"bytes": 1e6, "time_s": 0.0, "calls": 1}}), None, busbw_table=table)
+    assert p["by_op"]["broadcast"]["wire_s"] == pytest.approx(1e-3)
+    assert any("broadcast: not in the table" in n for n in p["notes"])
+    with pytest.raises(ProjectionError, match="no sendrecv or all_reduce table"):
+        project(profile(ops={"send": {"bytes": 1e6, "time_s": 0.0, "calls": 1}}), None,
+                busbw_table={"all_gather": [(1.0, 1.0)]})
+
+
+def cli(*args):
+    return subprocess.run([sys.executable, "-m", "telemetry", "project", *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=120)
+
+
+@pytest.mark.integration
+def test_cli_says_why_fast_rates_give_the_same_time(tmp_path):
+    run = str(write_run(tmp_path / "r"))
+    out = tmp_path / "p.json"
+    proc = cli(run, "--rate", "100gbit", "--rate", "400gbit", "--rate", "5mbit", "--nodes", "2", "--nodes", "4",
+               "--busbw-table", TABLE, "--json", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert "links were not shaped" in proc.stdout
+    assert proc.stdout.count("communication is negligible here") == 6  # 100g and 400g, and the H100 table, x2
+    assert "5mbit, 4 node(s): predicted" in proc.stdout
+    got = json.loads(out.read_text())["projections"]
+    assert len(got) == 8 and all(p["interval_s"][0] <= p["step_time_s"] <= p["interval_s"][1] for p in got)
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("args, message", [
+    ((), "error: project: give the target fabric: --rate RATE"),
+    (("--rate", "fast"), "error: --rate: got 'fast'"),
+    (("--rate", "1gbit", "--nodes", "0"), "error: --nodes: got '0'"),
+    (("--busbw-table", "/no/such.txt"), "error: --busbw-table: "),
+    (("--rate", "1gbit", "--efficiency", "1.5"), "error: --efficiency: got 1.5"),
+])
+def test_cli_bad_input_is_one_line(tmp_path, args, message):
+    proc = cli(str(write_run(tmp_path / "r")), *args)
+    assert proc.returncode == 2 and proc.stderr.startswith(message), proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+
+
+def test_lab_runs_take_the_efficiency_measured_for_their_frames():
+    from telemetry.analysis.projection import LAB_EFFICIENCY, efficiency_for
+
+    assert efficiency_for(profile()) == DEFAULT_EFFICIENCY  # not a lab run
+    assert efficiency_for(profile(mtu=1500)) == LAB_EFFICIENCY[1500] == 0.90
+    assert efficiency_for(profile(mtu=9000)) == 0.95 and efficiency_for(profile(mtu=8000)) == 0.95
+    # 1 MB at 8 Mbit/s x 0.90 from an unshaped lab run with 1500-byte frames
+    assert project(profile(mtu=1500), 8e6)["by_op"]["all_reduce"]["wire_s"] == pytest.approx(1.0 / 0.9)
+
+
+def test_repeats_combine_into_medians_and_a_spread_that_holds_every_run():
+    from telemetry.analysis.projection import combine_profiles
+
+    runs = [profile(step_time_s=t, comm_time_s=c, exposed_s=c / 2, step_spread=(0.95, 1.05), steps=19, label=f"r{i}",
+                    ops={"all_reduce": {"bytes": 1_000_000, "time_s": c, "calls": 1}})
+            for i, (t, c) in enumerate([(0.20, 0.010), (0.24, 0.012), (0.18, 0.011)])]
+    both = combine_profiles(runs)
+    assert both["step_time_s"] == 0.20 and both["comm_time_s"] == 0.011 and both["exposed_s"] == 0.0055
+    assert both["ops"]["all_reduce"]["time_s"] == 0.011 and both["steps"] == 57 and both["repeats"] == 3
+    # the 10th percentile of the fastest run and the 90th of the slowest, around the median run
+    assert both["step_spread"] == pytest.approx((0.18 * 0.95 / 0.20, 0.24 * 1.05 / 0.20))
+    assert both["repeat_step_times_s"] == [0.20, 0.24, 0.18] and both["label"] == "r0 (+2 repeats)"
+    # the interval of a projection from the repeats holds each run's own projection
+    one = [project(r, 8e6, efficiency=1.0)["step_time_s"] for r in runs]
+    lo, hi = project(both, 8e6, efficiency=1.0)["interval_s"]
+    assert lo <= min(one) and max(one) <= hi
+    assert combine_profiles(runs[:1]) is runs[0]
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"world_size": 4}, "world_size differs (r0: 2, r1: 4)"),
+    ({"link_bps": 1e8}, "link_bps differs"),
+    ({"ops": {"all_gather": {"bytes": 1, "time_s": 0.01, "calls": 1}}}, "their collectives differ"),
+])
+def test_runs_that_are_not_repeats_of_one_configuration_are_refused(change, message):
+    from telemetry.analysis.projection import combine_profiles
+
+    with pytest.raises(ProjectionError, match="not repeats of one configuration") as err:
+        combine_profiles([profile(label="r0", step_spread=(1, 1), steps=5),
+                          profile(label="r1", step_spread=(1, 1), steps=5, **change)])
+    assert message in str(err.value)
+
+
+@pytest.mark.integration
+def test_cli_projects_from_repeats_and_refuses_mixed_runs(tmp_path):
+    a, b = str(write_run(tmp_path / "a", step_time=1.0)), str(write_run(tmp_path / "b", step_time=1.2))
+    proc = cli(a, b, "--rate", "5mbit")
+    assert proc.returncode == 0, proc.stderr
+    assert "2 repeats: median step times 1.0000, 1.2000 s" in proc.stdout
+    proc = cli(a, str(write_run(tmp_path / "c", rate_bps=1e8)), "--rate", "5mbit")
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+    assert "not repeats of one configuration: link_bps differs" in proc.stderr

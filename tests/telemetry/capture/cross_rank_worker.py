@@ -1,0 +1,94 @@
+"""Run by tests/telemetry/capture/test_session_cross_rank.py under torchrun (gloo): feeds Telemetry.cross_rank
+crafted per-rank values (ties, unknowns on some ranks and on all), computes the same figures the old way
+(every rank's vector on rank 0), records which collectives telemetry issued, and writes OUT/rank<r>.json."""
+from __future__ import annotations
+
+import functools
+import json
+import math
+import os
+import statistics
+import sys
+
+import torch
+import torch.distributed as dist
+
+from telemetry.capture.session import REDUCED, Telemetry, TelemetrySettings
+
+SPIED = ("all_gather_into_tensor", "all_gather_single", "all_gather", "all_gather_object", "all_reduce", "reduce",
+         "gather", "gather_object", "send", "recv", "broadcast", "isend", "irecv")
+STEPS = 4
+MEDIAN_EVERY = 2
+calls: list[dict] = []
+spying = {"on": False}
+
+
+def spy(name, fn):
+    @functools.wraps(fn)  # the tracer binds arguments by the wrapped function's signature
+    def wrapper(*args, **kwargs):
+        if spying["on"]:
+            tensor = args[0] if args and isinstance(args[0], torch.Tensor) else None
+            nbytes = tensor.numel() * tensor.element_size() if tensor is not None else None
+            calls.append({"name": name, "bytes": nbytes})
+        return fn(*args, **kwargs)
+    return wrapper
+
+
+def crafted(rank: int, step: int) -> list[float]:
+    """Multiples of 1/4 (sums are exact in any order), ties across ranks, and unknowns: field 1 on rank 0
+    only at step 2, field 2 everywhere at step 3, about a third of the rest at random-looking places."""
+    out = []
+    for i in range(len(REDUCED)):
+        v = ((rank * 7 + i * 3 + step * 5) % 4) * 0.25 + i
+        if (i == 2 and step == 3) or (i == 1 and step == 2 and rank == 0) or (rank + i + step) % 3 == 0:
+            v = math.nan
+        out.append(v)
+    return out
+
+
+def old_figures(rows: list[list[float]]) -> dict:
+    """The figures as computed before, from every rank's vector (the full gather)."""
+    def spread(i):
+        known = [(row[i], r) for r, row in enumerate(rows) if not math.isnan(row[i])]
+        if not known:
+            return None
+        vs = [v for v, _ in known]
+        return {"min": min(vs), "median": statistics.median(vs), "max": max(vs), "max_rank": max(known)[1],
+                "ranks": len(vs), "sum": sum(vs)}
+    return {name: spread(i) for i, name in enumerate(REDUCED)}
+
+
+def main(out: str) -> None:
+    settings = TelemetrySettings(nccl_debug=False, cross_rank_median_every=MEDIAN_EVERY)
+    Telemetry.prepare_environment(settings, None, "gloo")  # as the harness does, before the process group
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    for name in SPIED:  # before the tracer installs: what it calls "original" is the spy
+        setattr(dist, name, spy(name, getattr(dist, name)))
+    tel = Telemetry(settings, run_dir=os.path.join(out, "run"))
+    tel.start()
+    result = {"rank": rank, "world": world, "steps": [], "GLOO_SOCKET_IFNAME": os.environ.get("GLOO_SOCKET_IFNAME"),
+              "cross_rank_info": tel.cross_rank_info}
+    for step in range(1, STEPS + 1):
+        mine = crafted(rank, step)
+        calls.clear()
+        spying["on"] = True
+        record = tel.cross_rank(mine, step)
+        spying["on"] = False
+        rows: list = [None] * world
+        dist.all_gather_object(rows, mine)  # the reference: every vector, as the old code had it
+        result["steps"].append({"step": step, "calls": list(calls), "record": record,
+                                "reference": old_figures(rows) if rank == 0 else None})
+    # a real step: the job's own all_reduce is counted, telemetry's reduction is not
+    tel.start_step(STEPS + 1)
+    dist.all_reduce(torch.ones(16))
+    result["end_step"] = tel.end_step(STEPS + 1, 0.5)
+    result["summary"] = tel.summary()
+    tel.close()
+    with open(os.path.join(out, f"rank{rank}.json"), "w", encoding="utf-8") as f:
+        json.dump(result, f, default=lambda o: None)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -1,0 +1,96 @@
+"""The collective tracer against known byte counts, on 2 gloo ranks, through every path collectives take."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from ...conftest import REPO
+
+
+@pytest.fixture(scope="module")
+def seen(tmp_path_factory):
+    out = tmp_path_factory.mktemp("collectives")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+           str(REPO / "tests" / "telemetry" / "capture" / "collective_worker.py"), str(out)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
+
+
+@pytest.mark.integration
+def test_explicit_calls_have_nccl_tests_bytes_and_times(seen):
+    for rank, res in enumerate(seen):
+        ex = res["explicit"]
+        assert ex["all_reduce"]["count"] == 2 and ex["all_reduce"]["bytes"] == 4096 + 1024
+        assert ex["all_gather"]["bytes"] == 2048 and ex["reduce_scatter"]["bytes"] == 2048
+        assert ex["all_to_all"]["bytes"] == 2048 and ex["broadcast"]["bytes"] == 400
+        assert ex["barrier"]["count"] == 1 and ex["barrier"]["bytes"] == 0
+        p2p = "send" if rank == 0 else "recv"
+        other = "recv" if rank == 0 else "send"
+        assert ex[p2p]["bytes"] == 256 + 128 and ex[other]["bytes"] == 128  # blocking + batched
+        # gloo's async send/recv works have no future: the batched pair is counted with time null
+        assert ex[other]["untimed"] == 1 and ex[other]["time_s"] is None and ex[other]["untimed_bytes"] == 128
+        assert ex[p2p]["untimed"] == 1 and ex[p2p]["time_s"] >= 0  # the blocking one is timed
+        for op, stats in ex.items():
+            if op not in ("send", "recv"):
+                assert stats["untimed"] == 0 and stats["time_s"] is not None and stats["time_s"] >= 0, op
+        # busbw uses the nccl-tests factor: all_reduce on 2 ranks is x1
+        ar = ex["all_reduce"]
+        assert ar["busbw_GBps"] == pytest.approx((4096 + 1024) / ar["time_s"] / 1e9, rel=1e-6)
+
+
+@pytest.mark.integration
+def test_c10d_module_globals_are_traced_once(seen):
+    for res in seen:
+        single = 1 if res["has_single"] else 0
+        c10d = res["c10d"]
+        assert (c10d["all_gather"]["count"], c10d["all_gather"]["bytes"]) == (2 + single, 2048 * (2 + single))
+        assert (c10d["reduce_scatter"]["count"], c10d["reduce_scatter"]["bytes"]) == (1 + single, 2048 * (1 + single))
+        assert set(c10d) == {"all_gather", "reduce_scatter"}
+
+
+@pytest.mark.integration
+def test_ddp_bucket_bytes_equal_the_trainable_gradient_bytes(seen):
+    trainable_bytes = (16 * 4 + 4) * 4  # second Linear's weight and bias, fp32; the first is frozen
+    for res in seen:
+        assert res["ddp"]["all_reduce"] == {**res["ddp"]["all_reduce"], "count": 1, "bytes": trainable_bytes,
+                                            "untimed": 0}
+        assert res["ddp"]["broadcast"]["bytes"] == 10 * 4  # the registered buffer, broadcast by DDP's C++
+        assert set(res["ddp"]) == {"all_reduce", "broadcast"}
+        assert res["ddp_call_sources"] == ["ddp"]
+
+
+@pytest.mark.integration
+def test_fsdp2_shows_all_gather_and_reduce_scatter(seen):
+    params = 2 * (32 * 32 + 32) * 4
+    for res in seen:
+        fsdp = res["fsdp"]
+        # forward gathers every parameter, backward gathers again (reshard after forward) and reduce-scatters
+        assert fsdp["all_gather"]["bytes"] >= 2 * params and fsdp["reduce_scatter"]["bytes"] >= params
+
+
+@pytest.mark.integration
+def test_fsdp2_on_the_nccl_path_keeps_no_all_gather_output_alive(seen):
+    for res in seen:
+        f = res["fsdp_nccl_path"]
+        # 8 layers, gathered in forward and again in backward; keeping each Work kept all 16 alive
+        assert f["all_gathers"] == 16 and f["alive_at_step_end"] == 0
+        ag, rs = f["summary"]["all_gather"], f["summary"]["reduce_scatter"]
+        assert ag["count"] == 16 and ag["untimed"] == 0 and ag["time_s"] == pytest.approx(0.016)  # from the reports
+        assert rs["count"] == 8 and rs["untimed"] == 0 and f["hooks"] == 1
+
+
+@pytest.mark.integration
+def test_dtensor_tensor_parallel_is_seen_through_functional_collectives(seen):
+    for res in seen:
+        assert res["tp"]["all_reduce"]["count"] >= 1 and res["tp_sources"] == ["funcol"]
+        assert res["tp"]["all_reduce"]["bytes"] == 4 * 16 * 4  # the row-wise layer's [4, 16] fp32 output
+        # gloo gives functional collectives no time: their bytes are reported as untimed, with why
+        ar = res["tp"]["all_reduce"]
+        assert ar["time_s"] is None and ar["untimed_bytes"] == ar["bytes"]
+        assert ar["untimed_reason"] == "functional collectives are timed on NCCL only"

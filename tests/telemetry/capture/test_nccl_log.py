@@ -1,0 +1,257 @@
+"""The NCCL log parser on NCCL's own formats: short synthetic cases, then a corpus of real logs.
+
+tests/telemetry/nccl_logs/ holds excerpts of real NCCL_DEBUG=INFO logs from public issue threads and
+repositories, one .log each, with a .json next to it: the source, what was kept, and the field values read
+by hand ("truth"); a field the excerpt does not establish is null there, with the reason in null_because.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from telemetry.capture.nccl_log import FIELDS, parse_dir, parse_files, parse_lines
+
+CORPUS = Path(__file__).parent.parent / "nccl_logs"
+TRUTH_FILES = sorted(CORPUS.glob("*.json"))
+
+ROCE_GDR = """\
+gpu-node-01:12345:12345 [0] NCCL INFO NCCL version 2.21.5+cuda12.4
+gpu-node-01:12345:12345 [0] NCCL INFO NET/Plugin: No plugin found (libnccl-net.so)
+gpu-node-01:12345:12345 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/RoCE [1]mlx5_1:1/RoCE [RO]; OOB eth0:10.0.0.1<0>
+gpu-node-01:12345:12345 [0] NCCL INFO Using network IB
+gpu-node-01:12345:12400 [0] NCCL INFO NET/IB : GPU Direct RDMA Enabled for HCA 0 'mlx5_0'
+gpu-node-01:12345:12400 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/IPC
+gpu-node-01:12345:12400 [0] NCCL INFO Channel 00/0 : 7[7] -> 8[0] [send] via NET/IB/0/GDRDMA
+gpu-node-01:12345:12400 [0] NCCL INFO Channel 01/0 : 15[7] -> 0[0] [receive] via NET/IB/1/GDRDMA
+"""
+
+IB_NO_GDR = """\
+n1:1:1 [0] NCCL INFO NCCL version 2.19.3+cuda12.2
+n1:1:1 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_3:1/IB ; OOB ib0:192.168.1.5<0>
+n1:1:1 [0] NCCL INFO Using network IB
+n1:1:2 [0] NCCL INFO NET/IB : GPU Direct RDMA Disabled for HCA 0 'mlx5_0' (no module)
+n1:1:2 [0] NCCL INFO Channel 00/0 : 1[1] -> 2[0] [send] via NET/IB/0
+n1:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via SHM/direct/direct
+"""
+
+SOCKET_FALLBACK = """\
+n1:7:7 [0] NCCL INFO NCCL version 2.21.5+cuda12.4
+n1:7:7 [0] NCCL INFO NCCL_IB_DISABLE set by environment to 1.
+n1:7:7 [0] NCCL INFO NET/Socket : Using [0]eth0:10.0.0.1<0> [1]eth1:10.0.1.1<0>
+n1:7:7 [0] NCCL INFO Using network Socket
+n1:7:9 [0] NCCL INFO Channel 00/0 : 1[0] -> 0[0] [receive] via NET/Socket/0
+n1:7:9 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/Socket/0
+"""
+
+SINGLE_NODE = """\
+h:1:1 [0] NCCL INFO NCCL version 2.21.5+cuda12.4
+h:1:1 [0] NCCL INFO NET/IB : No device found.
+h:1:1 [0] NCCL INFO NET/Socket : Using [0]eth0:172.17.0.2<0>
+h:1:1 [0] NCCL INFO Using network Socket
+h:1:3 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read
+h:1:3 [1] NCCL INFO Channel 00/0 : 1[1] -> 0[0] via P2P/direct pointer
+"""
+SINGLE_NODE_SIZE = "h:1:3 [0] NCCL INFO comm 0x1 rank 0 nRanks 2 nNodes 1 localRanks 2 localRank 0 MNNVL 0\n"
+
+PLUGIN = """\
+n:1:1 [0] NCCL INFO NET/Plugin: Loaded net plugin NCCL RDMA Plugin (v8)
+n:1:1 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/RoCE [RO]; OOB bond0:10.1.0.1<0>
+n:1:1 [0] NCCL INFO Using network IBext_v8
+n:1:2 [0] NCCL INFO Channel 02/0 : 3[3] -> 4[0] [send] via NET/IBext_v8/0/GDRDMA
+"""
+
+# The known bug: a network plugin whose name has spaces was read as its first word ("AWS"), and its
+# connections "via NET/AWS Libfabric/0/GDRDMA" were cut at the space, so GDR read as off.
+AWS_LIBFABRIC = """\
+n:1:1 [0] NCCL INFO NET/OFI Selected Provider is efa (found 4 nics)
+n:1:1 [0] NCCL INFO Using network AWS Libfabric
+n:1:2 [0] NCCL INFO Channel 00/0 : 1[1] -> 8[0] [send] via NET/AWS Libfabric/1/GDRDMA
+n:1:2 [0] NCCL INFO Channel 00/0 : 9[1] -> 1[1] [receive] via NET/AWS Libfabric/1(3)/GDRDMA/Shared
+"""
+
+
+def test_roce_with_gpudirect_rdma():
+    out = parse_lines(ROCE_GDR.splitlines())
+    assert out["transport"] == "roce" and out["network"] == "IB" and out["nccl_version"] == "2.21.5"
+    assert [d["device"] for d in out["ib_devices"]] == ["mlx5_0", "mlx5_1"]
+    assert out["ib_devices"][0]["link_layer"] == "RoCE" and out["oob_interface"] == "eth0:10.0.0.1<0>"
+    assert out["gpudirect_rdma"] is True and out["gdr_by_hca"] == {"mlx5_0": True}
+    assert out["channels"] == {"P2P": 1, "NET/IB": 2}
+
+
+def test_infiniband_without_gdr_and_shm_inside_the_node():
+    out = parse_lines(IB_NO_GDR.splitlines())
+    assert out["transport"] == "infiniband" and out["gpudirect_rdma"] is False
+    assert out["channels"] == {"NET/IB": 1, "SHM": 1}
+
+
+def test_silent_fallback_to_tcp_sockets():
+    out = parse_lines(SOCKET_FALLBACK.splitlines())
+    assert out["transport"] == "tcp" and out["network"] == "Socket"
+    assert [d["interface"] for d in out["socket_devices"]] == ["eth0", "eth1"]
+    assert out["gpudirect_rdma"] is False
+
+
+def test_p2p_only_is_intra_node_only_when_the_log_shows_every_rank_on_one_node():
+    out = parse_lines(SINGLE_NODE.splitlines())
+    # ranks 0 and 1 talk over P2P, but nothing says there is no rank 2 on another host
+    assert out["transport"] is None and "transport" in out["unknown"]
+    out = parse_lines((SINGLE_NODE + SINGLE_NODE_SIZE).splitlines())
+    assert out["transport"] == "intra-node" and out["ib_absent"] is True and out["nranks"] == 2
+    assert out["channels"] == {"P2P": 2} and out["gpudirect_rdma"] is None
+    assert "does not apply" in out["unknown"]["gpudirect_rdma"]
+
+
+def test_net_plugin_counts_as_rdma():
+    out = parse_lines(PLUGIN.splitlines())
+    assert out["transport"] == "roce" and out["network"] == "IBext_v8"
+    assert out["net_plugin"] == "NCCL RDMA Plugin" and out["gpudirect_rdma"] is True
+
+
+def test_plugin_name_with_spaces_is_read_whole_and_gdr_stays_on():
+    out = parse_lines(AWS_LIBFABRIC.splitlines())
+    assert out["network"] == "AWS Libfabric"
+    assert out["channels"] == {"NET/AWS Libfabric": 2}
+    assert out["gpudirect_rdma"] is True and out["gdr_connections"] == {"with_gdr": 2, "without_gdr": 0}
+    assert out["provider"] == "efa" and out["transport"] == "efa"
+
+
+# Constructed from the lines Google's and SkyPilot's guides quote (no full TCPX log with a source was found):
+# the plugin's version line and its network name; the connection line follows NCCL's own format.
+TCPX = """\
+a3:1:1 [0] NCCL INFO NET/GPUDirectTCPX ver. 3.1.8.
+a3:1:1 [0] NCCL INFO Using network GPUDirectTCPX_v7
+a3:1:2 [0] NCCL INFO Channel 00/0 : 7[7] -> 8[0] [send] via NET/GPUDirectTCPX_v7/3
+"""
+
+
+def test_google_tcpx_plugin_is_its_own_transport():
+    out = parse_lines(TCPX.splitlines())
+    assert out["network"] == "GPUDirectTCPX_v7" and out["transport"] == "tcpx"
+    assert out["net_plugin"] == "GPUDirectTCPX 3.1.8" and out["hosts"] == ["a3"]
+
+
+def test_multi_node_nvlink_is_one_node_to_nccl():
+    # constructed in NCCL's 2.2x format: two GB200 trays of one NVLink domain (NCCL says nNodes 1, MNNVL 1)
+    lines = ["trayA:1:2 [0] NCCL INFO comm 0x1 rank 0 nRanks 8 nNodes 1 localRanks 8 localRank 0 MNNVL 1",
+             "trayA:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 4[0] via P2P/MNNVL",
+             "trayB:3:4 [0] NCCL INFO Channel 00/0 : 4[0] -> 0[0] via P2P/MNNVL"]
+    out = parse_lines(lines)
+    assert out["transport"] == "intra-node" and out["mnnvl"] is True and out["hosts"] == ["trayA", "trayB"]
+    assert parse_lines(lines[:1])["mnnvl"] is True and parse_lines(["h:1:1 [0] NCCL INFO x"])["mnnvl"] is None
+    assert parse_lines([lines[0].replace("MNNVL 1", "MNNVL 0")])["mnnvl"] is False
+
+
+def test_records_glued_on_one_line_and_collnet_given_up():
+    glued = ("h1:1:2 [0] NCCL INFO Using network IB      h1:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] "
+             "via NET/IB/0/GDRDMA     h2:3:4 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [receive] via NET/IB/0/GDRDMA")
+    out = parse_lines([glued])
+    assert out["network"] == "IB" and out["channels"] == {"NET/IB": 2} and out["hosts"] == ["h1", "h2"]
+    lines = ["h:1:2 [0] NCCL INFO CollNet 00/0 : 0 [receive] via COLLNET/SHARP/0/GDRDMA",
+             "h:1:2 [0] transport.cc:384 NCCL WARN Cannot initialize CollNet, using point-to-point network instead"]
+    assert parse_lines(lines[:1])["channels"] == {"COLLNET/SHARP": 1}
+    out = parse_lines(lines)
+    assert out["channels"] is None and out["collnet_refused"] and out["gpudirect_rdma"] is None
+
+
+def test_unknown_when_nothing_was_logged(tmp_path):
+    out = parse_lines(["some unrelated line"])
+    assert out["transport"] is None and out["network"] is None
+    assert set(out["unknown"]) == set(FIELDS)  # every field null, each with a reason
+    assert parse_dir(str(tmp_path)) is None
+    (tmp_path / "nccl.h.1.log").write_text(ROCE_GDR)
+    (tmp_path / "nccl.h.2.log").write_text(SOCKET_FALLBACK)
+    mixed = parse_dir(str(tmp_path))
+    assert mixed["log_files"] == 2 and mixed["channels"]["NET/Socket"] == 2
+    # two hosts disagree on the network: say so rather than pick one
+    assert mixed["network"] is None and "IB, Socket" in mixed["unknown"]["network"]
+
+
+def test_ring_listing_gives_the_size_only_when_complete():
+    line = "h:1:1 [0] NCCL INFO Channel 00/02 :    0   1   2   3"
+    assert parse_lines([line])["nranks"] == 4
+    # NCCL prints at most 20 ranks of a ring: a 20-entry line may be a longer ring cut short
+    cut = "h:1:1 [0] NCCL INFO Channel 00/16 :" + "".join(f" {r:3d}" for r in range(20))
+    assert parse_lines([cut])["nranks"] is None
+
+
+# ---------------------------------------------------------------- the corpus of real logs
+
+def _devices(devices):
+    return None if devices is None else sorted((d["device"], d["port"], d["link_layer"]) for d in devices)
+
+
+@pytest.mark.parametrize("truth_file", TRUTH_FILES, ids=lambda p: p.stem)
+def test_every_field_right_on_real_logs(truth_file):
+    spec = json.loads(truth_file.read_text())
+    truth = spec["truth"]
+    out = parse_files([str(truth_file.with_suffix(".log"))])
+    got = {"nccl_version": out["nccl_version"], "network": out["network"], "devices": _devices(out["devices"]),
+           "gpudirect_rdma": out["gpudirect_rdma"], "nranks": out["nranks"], "transport": out["transport"],
+           "channel_transports": None if out["channels"] is None else sorted(out["channels"])}
+    want = dict(truth, devices=_devices(truth["devices"]),
+                channel_transports=None if truth["channel_transports"] is None else sorted(truth["channel_transports"]))
+    assert got == want
+    for field, value in truth.items():  # an unknown is null with a reason, never a guess
+        if value is None:
+            assert out["unknown"].get("channels" if field == "channel_transports" else field)
+    for field, value in spec.get("also", {}).items():
+        assert out[field] == value
+
+
+def test_corpus_covers_what_the_issue_asks_for():
+    specs = [json.loads(p.read_text()) for p in TRUTH_FILES]
+    assert len(specs) >= 60 and all(s["source"].startswith("https://github.com/") for s in specs)
+    assert all((p.with_suffix(".log")).exists() for p in TRUTH_FILES)
+    cats = {c for s in specs for c in s["categories"]}
+    assert {"infiniband", "roce", "sockets", "efa", "ibext-sharp-plugin", "plugin-name-with-spaces", "gdr-on",
+            "gdr-off", "p2p", "shm", "nvls", "collnet", "ring-lines", "version-line-without-info",
+            "no-using-network-line", "launcher-prefix", "interleaved-ranks", "nccl-2.3",
+            # added with the second collection (2025-26 logs from other clusters)
+            "collnet-refused-after-connect", "merged-lines", "libfabric-cxi", "torch-warnings",
+            "nccl-tests-interleaved", "plugin-failed-fallback", "timestamp-prefix"} <= cats
+    versions = {s["truth"]["nccl_version"] for s in specs} - {None}
+    assert min(versions, key=lambda v: tuple(map(int, v.split(".")))) == "2.3.7"
+
+
+HEADER_ROCE = """\
+n1:5:5 [0] NCCL INFO NCCL version 2.18.5+cuda12.2
+n1:5:5 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/RoCE [1]mlx5_1:1/RoCE [RO]; OOB eth0:10.0.0.1<0>
+n1:5:5 [0] NCCL INFO Using network IB
+"""
+
+
+def test_transport_from_the_network_line_and_device_link_layer_when_no_connection_is_logged():
+    out = parse_lines(HEADER_ROCE.splitlines())
+    assert out["transport"] == "roce" and out["channels"] is None
+    assert out["transport_basis"] == ("network line (Using network IB); no per-connection lines; devices "
+                                      "mlx5_0:1/RoCE mlx5_1:1/RoCE")
+    ib = parse_lines(HEADER_ROCE.replace("/RoCE", "/IB").replace("network IB", "network IBext_v8").splitlines())
+    assert ib["transport"] == "infiniband" and "Using network IBext_v8" in ib["transport_basis"]
+    sock = parse_lines(SOCKET_FALLBACK.splitlines()[:4])  # header only: the Socket network line
+    assert sock["transport"] == "tcp" and sock["transport_basis"].startswith("network line (Using network Socket)")
+    # connections, when logged, decide, and say so
+    assert parse_lines(ROCE_GDR.splitlines())["transport_basis"].startswith("per-connection lines (via NET/IB)")
+    # neither a network line nor a device list: null with the reason
+    bare = parse_lines(["n1:5:5 [0] NCCL INFO NCCL version 2.18.5+cuda12.2"])
+    assert bare["transport"] is None and bare["transport_basis"] is None
+    assert "no network line" in bare["unknown"]["transport"]
+
+
+def test_node_count_from_older_init_lines_with_host_prefixes():
+    """NCCL < 2.19 logs "rank R nranks N" per rank (no nNodes): every rank's line with its host prefix
+    gives the node count; a missing rank leaves it unknown."""
+    lines = [f"node{r // 4}:1{r}:1{r} [{r % 4}] NCCL INFO comm 0x7f rank {r} nranks 8 cudaDev {r % 4} busId 1000 - "
+             "Init COMPLETE" for r in range(8)]
+    assert parse_lines(lines)["nnodes"] == 2
+    assert parse_lines(lines[:7])["nnodes"] is None
+    # an explicit nNodes line wins
+    assert parse_lines(lines + ["node0:1:1 [0] NCCL INFO comm 0x1 rank 0 nRanks 8 nNodes 3 localRanks 4"])["nnodes"] == 3
+
+
+def test_the_corpus_readme_names_every_log_and_its_source():
+    readme = (CORPUS / "README.md").read_text()
+    for p in TRUTH_FILES:
+        assert f"`{p.stem}.log` | {json.loads(p.read_text())['source']} |" in readme, p.stem

@@ -1,0 +1,85 @@
+"""Secrets never reach a file (by name and by value shape, over a list); Markdown reports show user text as
+text; run names with matplotlib math ("$...$") do not break compare."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from markdown_it import MarkdownIt
+
+from telemetry.analysis.report import md_escape
+from telemetry.capture.environment import REDACTED, redact_text, redact_tree, redacted_env
+
+from ...conftest import REPO
+from ..recorded import write_run
+
+SECRET_NAMES = [
+    "NCCL_TOKEN", "NCCL_API_TOKEN", "GLOO_SECRET", "NCCL_CLIENT_SECRET", "NCCL_PASSWORD", "NCCL_IB_PASSWD",
+    "FI_PASSPHRASE", "NCCL_DB_PWD", "NCCL_API_KEY", "NCCL_APIKEY", "FI_EFA_KEY_ID", "NCCL_PRIVATE_KEY",
+    "NCCL_CREDS", "FI_CREDS", "UCX_CREDENTIALS", "NCCL_CRED_FILE", "NCCL_AUTH", "NCCL_AUTHORIZATION",
+    "GLOO_AUTH_HEADER", "NCCL_COOKIE", "NCCL_SESSION_ID", "NCCL_SIGNATURE", "NCCL_SALT", "NCCL_Mixed_Token",
+]
+# (value, under an innocent name) - shapes of real credentials
+SECRET_VALUES = [
+    "http://user:pw@proxy:3128", "https://alice:s3cr3t@git.example.com/repo.git",
+    "hf_abcdefghijklmnopqrstuvwxyz", "ghp_0123456789abcdefghijABCDEFGHIJ", "github_pat_11ABCDEFG0123456789_xyz",
+    "gho_abcdefghijklmnop", "glpat-abcdefghijklmnop1234", "xoxb-123456789012-abcdefghij", "sk-abcdefghijklmnop1234",
+    "AKIAIOSFODNN7EXAMPLE", "npm_abcdefghijklmnopqrstuvwxyz012345", "pypi-AgEIcHlwaS5vcmcCJGFiY2RlZmdoaWprbG1ubw",
+    "Bearer abc.def", "Basic dXNlcjpwYXNz", "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.abc",
+    "-----BEGIN RSA PRIVATE KEY-----MIIE",
+]
+HARMLESS = {"NCCL_IB_HCA": "mlx5_0,mlx5_1", "NCCL_SOCKET_IFNAME": "eth0", "GLOO_SOCKET_IFNAME": "veth0",
+            "NCCL_DEBUG": "INFO", "NCCL_NET": "IB", "FI_PROVIDER": "efa", "MASTER_ADDR": "10.0.0.1",
+            "NCCL_DEBUG_FILE": "/runs/x/logs/nccl.%h.%p.log", "CUDA_VISIBLE_DEVICES": "0,1,2,3"}
+
+
+@pytest.mark.parametrize("name", SECRET_NAMES)
+def test_secret_names_are_redacted(name):
+    assert redacted_env({name: "plain-looking-value", **HARMLESS}) == {name: REDACTED, **HARMLESS}
+
+
+@pytest.mark.parametrize("value", SECRET_VALUES)
+def test_secret_values_are_redacted_whatever_the_name(value):
+    assert redacted_env({"NCCL_ODD": value})["NCCL_ODD"] == REDACTED
+    assert value not in redact_text(f"python -m trainer r.yaml model.path={value} seed=1")
+    assert value not in str(redact_tree({"model": {"path": value}, "argv": ["x", f"data.dataset={value}"]}))
+
+
+def test_redaction_keeps_fabric_settings_and_plain_text():
+    assert redacted_env(HARMLESS) == HARMLESS
+    text = "python -m trainer recipes/tiny.yaml model.path=/models/Llama-2-70b-hf train.lr=2e-4"
+    assert redact_text(text) == text
+
+
+def test_markdown_escapes_user_text():
+    assert md_escape("a|b") == "a\\|b"
+    assert md_escape("<img src=x onerror=alert(1)>") == "\\<img src=x onerror=alert(1)>"  # no tag: CommonMark
+    assert md_escape("[click](http://evil)") == "\\[click\\](http://evil)"
+    assert md_escape("line\n# heading") == "line # heading"  # no line break: no heading
+    assert md_escape("$x^2$ **b** `c`") == "\\$x^2\\$ \\*\\*b\\*\\* \\`c\\`"
+    assert md_escape("all_reduce 25.0% (partial: 4.1 kB)") == "all_reduce 25.0% (partial: 4.1 kB)"
+
+
+HOSTILE = "$\\frac{a$ <script>alert(1)</script> [x](http://e) | **b**"
+
+
+@pytest.mark.integration
+def test_report_and_compare_with_a_hostile_run_name(tmp_path):
+    a = write_run(tmp_path / "a", name=HOSTILE)
+    b = write_run(tmp_path / "b", name="$unbalanced", step_time=2.0)
+    proc = subprocess.run([sys.executable, "-m", "telemetry", "report", str(a)], cwd=REPO, capture_output=True,
+                          text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    md = (a / "report" / "report.md").read_text()
+    assert "\\<script>" in md and "\\</script>" in md and "\\[x\\](http://e)" in md
+    assert "<script>" not in MarkdownIt("commonmark").enable("table").render(md)
+    assert "<script>" not in (a / "report" / "report.html").read_text()
+    # outside the lab, compare labels runs by transport and name: the names reach matplotlib's legends
+    # labels given on the command line name the columns, legends and tick labels
+    proc = subprocess.run([sys.executable, "-m", "telemetry", "compare", f"{HOSTILE}={a}", f"$unbalanced={b}",
+                           "--out", str(tmp_path / "cmp")], cwd=REPO, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    md = (tmp_path / "cmp" / "compare.md").read_text()
+    assert "\\$unbalanced" in md and "\\<script>" in md and "\\$\\\\frac{a\\$" in md
+    assert (tmp_path / "cmp" / "comm.png").stat().st_size > 1000

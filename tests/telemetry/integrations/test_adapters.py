@@ -1,0 +1,48 @@
+"""The telemetry library outside our trainer: a Hugging Face Trainer and a Lightning Trainer."""
+from __future__ import annotations
+
+import json
+
+import torch
+
+from telemetry.integrations.adapters import hf_callback, lightning_callback
+from telemetry.capture.session import Telemetry, TelemetrySettings
+
+
+def test_hugging_face_trainer_callback(tmp_path):
+    from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainingArguments
+
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                         num_attention_heads=2, num_key_value_heads=1))
+    data = [{"input_ids": torch.randint(0, 64, (16,)), "labels": torch.randint(0, 64, (16,))} for _ in range(12)]
+    metrics = tmp_path / "metrics.jsonl"
+    telemetry = Telemetry(TelemetrySettings(), run_dir=str(tmp_path))
+    args = TrainingArguments(output_dir=str(tmp_path / "hf"), max_steps=3, per_device_train_batch_size=2,
+                             report_to=[], use_cpu=True, save_strategy="no", logging_strategy="no",
+                             disable_tqdm=True)
+    Trainer(model=model, args=args, train_dataset=data, callbacks=[hf_callback(telemetry, str(metrics))]).train()
+    rows = [json.loads(line) for line in metrics.read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    for r in rows:
+        assert r["step_time_s"] > 0 and r["comm"] == {} and r["comm_bytes"] == 0
+        assert r["job_gpu_energy_j"] is None and r["gpu_energy_reason"]
+    assert not telemetry.started  # closed at train end: torch.distributed is unwrapped again
+    assert (tmp_path / "ranks" / "rank00000.telemetry.jsonl").exists()
+
+
+def test_lightning_callback(tmp_path):
+    import lightning.pytorch as pl
+
+    from .lightning_tiny import Tiny, data
+
+    dataset = data(16)
+    telemetry = Telemetry(TelemetrySettings())
+    callback = lightning_callback(telemetry)
+    trainer = pl.Trainer(max_steps=4, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False, callbacks=[callback],
+                         default_root_dir=str(tmp_path))
+    trainer.fit(Tiny(), torch.utils.data.DataLoader(dataset, batch_size=4))
+    rows = callback.clock.records
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    assert all(r["loss"] > 0 and r["step_time_s"] > 0 and "comm" in r for r in rows)
