@@ -129,3 +129,62 @@ def read_dumps(out_prefix: str) -> list[dict[str, int]]:
         d = dumps.setdefault(int(m.group(2)), {"main": 0, "other": 0})
         d["main" if int(m.group(3)) == 1 else "other"] += ir
     return [dumps[n] for n in sorted(dumps)]
+
+
+def self_cost(path: str) -> tuple[dict[str, int], dict[str, int]]:
+    """Instructions each shared object and each function ran themselves (not in their callees) in one dump
+    (written with --compress-strings=no): ({object: Ir}, {function: Ir}). A cost line right after a
+    `calls=` line is the call's inclusive cost and is left to the callee."""
+    by_ob: dict[str, int] = {}
+    by_fn: dict[str, int] = {}
+    ob = fn = "?"
+    after_call = False
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            head = line[:1]
+            if head.isdigit() or head in "+-*":
+                parts = line.split()
+                if not after_call and len(parts) >= 2:
+                    ir = int(parts[1])
+                    by_ob[ob] = by_ob.get(ob, 0) + ir
+                    by_fn[fn] = by_fn.get(fn, 0) + ir
+                after_call = False
+            elif line.startswith("ob="):
+                ob = os.path.basename(line[3:].strip()) or "?"
+            elif line.startswith("fn="):
+                fn = line[3:].strip()
+            elif line.startswith("calls="):
+                after_call = True
+    return by_ob, by_fn
+
+
+def cost_difference(harness: list[str], hand: list[str], top: int = 15) -> dict:
+    """Per step (mean over the dumps): instructions by object and the functions whose own instructions
+    differ most between the loops' dumps (the loop's thread)."""
+    def mean(paths):
+        obs: dict[str, float] = {}
+        fns: dict[str, float] = {}
+        for p in paths:
+            o, f = self_cost(p)
+            for k, v in o.items():
+                obs[k] = obs.get(k, 0.0) + v / len(paths)
+            for k, v in f.items():
+                fns[k] = fns.get(k, 0.0) + v / len(paths)
+        return obs, fns
+    (ho, hf), (po, pf) = mean(harness), mean(hand)
+
+    def rows(a, b, n):
+        out = [{"name": k, "harness": a.get(k, 0.0), "hand": b.get(k, 0.0), "diff": a.get(k, 0.0) - b.get(k, 0.0)}
+               for k in set(a) | set(b)]
+        return sorted(out, key=lambda r: -abs(r["diff"]))[:n]
+    return {"objects": rows(ho, po, 12), "functions": rows(hf, pf, top)}
+
+
+def dump_paths(out_prefix: str) -> list[str]:
+    """The loop thread's dump files in dump order (see read_dumps)."""
+    found = []
+    for path in glob.glob(out_prefix + ".*"):
+        m = _DUMP.search(path)
+        if m and int(m.group(3)) == 1:
+            found.append((int(m.group(2)), path))
+    return [p for _, p in sorted(found)]
