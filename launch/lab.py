@@ -30,7 +30,7 @@ import time
 
 from telemetry.analysis import rates
 from telemetry.errors import HarnessError, OneLineParser, output_dir_problem, print_errors
-from telemetry.rundir import RUN_JSON
+from telemetry.rundir import LOGS, RUN_JSON, RunKey
 
 SUBNET_BASE = "10.213"  # only ever assigned inside the lab's own namespaces
 IFACE = "fab0"
@@ -202,7 +202,7 @@ def run_in_lab(lab: Lab, nproc: int, recipe_args: list[str], output_dir: str, ti
                port: int, program: list[str] | None = None) -> int:
     """One torchrun agent per node; node 0's output is shown, every node's is kept in logs/. The trainer
     runs RECIPE_ARGS with output_dir set, unless `program` (a script and its arguments) is given."""
-    logs = os.path.join(output_dir, "logs")
+    logs = os.path.join(output_dir, LOGS)
     os.makedirs(logs, exist_ok=True)
     lab_info = json.dumps(lab.describe())
     procs, threads, files = [], [], []
@@ -263,7 +263,7 @@ def run_in_lab(lab: Lab, nproc: int, recipe_args: list[str], output_dir: str, ti
     # torchrun reports any worker failure as 1; the job's own exit code (2 = bad input) says more
     try:
         with open(os.path.join(output_dir, RUN_JSON), encoding="utf-8") as f:
-            recorded = json.load(f).get("exit_code")
+            recorded = json.load(f).get(RunKey.EXIT_CODE)
         if isinstance(recorded, int) and recorded != 0:
             return recorded
     except (OSError, json.JSONDecodeError):

@@ -37,7 +37,7 @@ import yaml
 from trainer.binding import apply_override, parse_override
 from trainer.config import RECIPE_RELATIVE_PATHS, RecipeError, load_recipe
 from trainer.recipe_yaml import read_recipe
-from telemetry.errors import InputError, output_dir_problem, print_errors
+from telemetry.errors import InputProblems, output_dir_problem, print_errors
 from telemetry.work_progress import WorkProgress
 
 MANIFEST = "manifest.json"
@@ -51,12 +51,8 @@ SKIP_ALWAYS = ["original/*", ".gitattributes"]
 CHUNK = 16 << 20
 
 
-class StageError(InputError):
+class StageError(InputProblems):
     """Bad input: each entry of `problems` is one complete line."""
-
-    def __init__(self, problems: list[str]):
-        super().__init__("\n".join(problems))
-        self.problems = problems
 
 
 # ---------------------------------------------------------------- what a recipe names

@@ -9,6 +9,7 @@ import sys
 
 from telemetry.errors import OneLineParser, output_dir_problem, output_file_problem, print_errors
 from telemetry.analysis.runs import RunError
+from telemetry.rundir import EXPORTS, REPORT, StepKey
 
 
 def _parser() -> OneLineParser:
@@ -66,9 +67,11 @@ def _parser() -> OneLineParser:
     mll.add_argument("--org", default="fabric-harness", help="submission_org (default fabric-harness)")
     mll.add_argument("--platform", default=None, help="submission_platform (default: hosts x devices from run.json)")
     mll.add_argument("--no-check", dest="check", action="store_false", help="do not run the compliance checker")
-    p2p = sub.add_parser("p2p", help="a sweep's GPU pair matrix in p2pBandwidthLatencyTest's layout, with ratios "
-                         "against that sample's output from a reference system")
-    p2p.add_argument("run", help="a sweep run directory with sweep.ops including p2p_matrix")
+    p2p = sub.add_parser("p2p", help="GPU pair matrices (a sweep's NCCL p2p_matrix, launch.p2p_bandwidth's) in "
+                         "p2pBandwidthLatencyTest's layout, with ratios against that sample's output from a reference "
+                         "system")
+    p2p.add_argument("run", help="a sweep run directory with sweep.ops including p2p_matrix, or the --out "
+                     "directory of python -m launch.p2p_bandwidth")
     p2p.add_argument("--reference", default=None, help="p2pBandwidthLatencyTest's output (a text file)")
     exp = sub.add_parser("export", help="write TensorBoard, W&B (offline), Parquet or trace files from a run directory")
     exp.add_argument("run")
@@ -149,7 +152,7 @@ def _output_problem(args) -> str | None:
 
     out = getattr(args, "out", None)
     if args.command in ("report", "export") and out is None and os.path.isdir(args.run):
-        out = os.path.join(args.run, "report" if args.command == "report" else "exports")
+        out = os.path.join(args.run, REPORT if args.command == "report" else EXPORTS)
     if out is not None and (args.command != "report" or os.path.isdir(args.run)):
         if problem := output_dir_problem(out, "--out"):
             return problem
@@ -221,7 +224,7 @@ def _print_measured(profile: dict) -> None:
           f"{hi * 100 - 100:+.0f}% over {profile['steps']} steps) on {profile['nodes']} node(s), "
           f"{profile['world_size']} ranks; communication {profile['comm_time_s']:.4f} s, exposed "
           f"{profile['exposed_s']:.4f} s" + (f", overlap window {profile['overlap_window_s']:.4f} s"
-                                              if profile.get("overlap_window_s") else ""))
+                                              if profile.get(StepKey.OVERLAP_WINDOW_S) else ""))
     if not profile["link_bps"]:
         print("  its links were not shaped: the communication time it measured is the transfer at the host's speed "
               "plus per-call overhead; on a target each call takes the larger of that and its bytes over the "
@@ -284,7 +287,7 @@ def _project(args) -> int:
     profiles = []
     for path in args.run:
         profiles.append(measured_profile(load_run(path)))
-        if profiles[-1]["step_time_s"] is None:
+        if profiles[-1][StepKey.STEP_TIME_S] is None:
             return fail(f"{path}: no timed steps to project from")
     try:
         profile = combine_profiles(profiles)
@@ -314,24 +317,33 @@ def _project(args) -> int:
 
 def _p2p(args) -> int:
     from telemetry.analysis import p2p_matrix as pm
-    m = pm.ours(args.run)
-    if m is None:
-        return print_errors(f"{args.run}: no p2p_matrix in collectives.json; allowed: a sweep run with "
-                            "sweep.ops including p2p_matrix (GPUs only)")
-    print(pm.render(m))
+    m, own = pm.ours(args.run), pm.measured(args.run)
+    if m is None and own is None:
+        return print_errors(f"{args.run}: neither p2p_matrix in collectives.json nor {pm.BANDWIDTH_FILE}; allowed: a "
+                            "sweep run with sweep.ops including p2p_matrix (GPUs only), or the --out directory of "
+                            "python -m launch.p2p_bandwidth")
+    ref = None
     if args.reference:
         try:
             with open(args.reference, encoding="utf-8", errors="replace") as f:
                 ref = pm.parse_reference(f.read())
         except OSError as exc:
             return print_errors(f"--reference {args.reference}: {exc.strerror or exc}")
-        if not ref.get("bidirectional") and not ref.get("latency_gpu"):
+        if not any(k in ref for k in ("unidirectional", "bidirectional", "latency_gpu")):
             return print_errors(f"--reference {args.reference}: no p2pBandwidthLatencyTest matrix in it")
-        rows = pm.ratios(m, ref)
-        widths = [max(len(str(c)) for c in col) for col in zip(pm.HEADER, *rows)]
-        print()
-        for r in [pm.HEADER] + rows:
-            print("  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip())
+    if m is not None:
+        print(pm.render(m))
+        if ref is not None:
+            print()
+            print(pm.text_table(pm.HEADER, pm.ratios(m, ref)))
+    if own is not None:
+        for name, e in own["engines"].items():
+            print(f"{chr(10) if m is not None else ''}# launch.p2p_bandwidth, engine {name}: {e['engine']}")
+            print(pm.render_matrices(e["matrices"], own.get("connectivity")))
+            if ref is not None:
+                ratios = pm.ratio_matrices(e["matrices"], ref)
+                print(f"\n# engine {name} against {args.reference}, ours / reference")
+                print(pm.text_table(pm.RATIO_HEADER, pm.ratio_rows(ratios)))
     return 0
 
 

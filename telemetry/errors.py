@@ -20,6 +20,15 @@ class InputError(HarnessError):
     exit_code = 2
 
 
+class InputProblems(InputError):
+    """Bad input with one or more problems found together (a recipe, an evaluation file, what a recipe
+    names); each entry of `problems` is one complete line, without the `error: ` prefix."""
+
+    def __init__(self, problems: list[str]):
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
 class FaultError(HarnessError):
     """A fault the harness recognises (disk full, a lost rank or agent, a cut link): str() is one line
     naming what failed and where; exit 1, no traceback. `everywhere`: every rank raises it (rank 0 says it)."""

@@ -13,6 +13,7 @@ import collections
 import contextlib
 import datetime
 import errno
+import glob
 import json
 import os
 import shutil
@@ -26,6 +27,7 @@ from telemetry.errors import HarnessError
 RUN_JSON, METRICS = "run.json", "metrics.jsonl"
 RANKS, LOGS, CHECKPOINTS, REPORT, EXPORTS = "ranks", "logs", "checkpoints", "report", "exports"
 RESERVE = ".reserve"
+RANK_TELEMETRY, RANK_EVENTS, RANK_FINAL = "telemetry.jsonl", "events.jsonl", "final.json"  # ranks/rankNNNNN.<name>
 
 LAYOUT = (
     (RUN_JSON, "resolved recipe, layout, hosts, software versions, environment (fabric settings only, secrets "
@@ -49,8 +51,13 @@ LAYOUT = (
 
 
 def rank_file(rank: int, name: str) -> str:
-    """ranks/rankNNNNN.<name> (name with its extension: "telemetry.jsonl", "final.json")."""
+    """ranks/rankNNNNN.<name> (name with its extension: RANK_TELEMETRY, RANK_FINAL, RANK_EVENTS)."""
     return os.path.join(RANKS, f"rank{rank:05d}.{name}")
+
+
+def rank_files(run_dir: str, name: str) -> list[str]:
+    """Every rank's file of that name in a run directory, in rank order."""
+    return sorted(glob.glob(os.path.join(run_dir, RANKS, f"rank*.{name}")))
 
 
 # ---------------------------------------------------------------------------------------- fields
@@ -125,6 +132,87 @@ RUN_FIELDS: tuple[Field, ...] = (
 
 def field_names(fields: tuple[Field, ...]) -> set[str]:
     return {n for f in fields for n in f.names}
+
+
+# The names code reads and writes through: `record[StepKey.STEP_TIME_S]`, `info[RunKey.STATUS]`.
+class StepKey:
+    """metrics.jsonl's (and the rank files') field names, one constant per name in STEP_FIELDS."""
+    STEP = "step"
+    LOSS = "loss"
+    MLM_LOSS, NSP_LOSS = "mlm_loss", "nsp_loss"
+    LR = "lr"
+    GRAD_NORM = "grad_norm"
+    STEP_TIME_S = "step_time_s"
+    SAMPLES_PER_S = "samples_per_s"
+    TOKENS_PER_S = "tokens_per_s"
+    TOKENS, LABEL_TOKENS, MASKED_TOKENS, SEQUENCES = "tokens", "label_tokens", "masked_tokens", "sequences"
+    IMAGES = "images"
+    PADDED_TOKENS = "padded_tokens"
+    EPOCH = "epoch"
+    TFLOPS_PER_DEVICE, MFU = "tflops_per_device", "mfu"
+    EVAL_LOSS, EVAL_ACCURACY, SAMPLES_SEEN = "eval_loss", "eval_accuracy", "samples_seen"
+    TIME = "time"
+    COMM = "comm"
+    COMM_GROUPS = "comm_groups"
+    COMM_HEALTH = "comm_health"
+    COMM_BYTES = "comm_bytes"
+    COMM_TIME_S = "comm_time_s"
+    EXPOSED_COMM_S, EXPOSED_COMM_REASON = "exposed_comm_s", "exposed_comm_reason"
+    COMPILE_S = "compile_s"
+    HARNESS_S = "harness_s"
+    OPTIMIZER_S = "optimizer_s"
+    OVERLAP_WINDOW_S = "overlap_window_s"
+    RANKS = "ranks"
+    GPU_ENERGY_J, GPU_POWER_W, GPU_ENERGY_REASON = "gpu_energy_j", "gpu_power_w", "gpu_energy_reason"
+    JOB_GPU_ENERGY_J, JOB_GPU_POWER_W = "job_gpu_energy_j", "job_gpu_power_w"
+    JOB_CPU_ENERGY_J = "job_cpu_energy_j"
+    JOB_NET_TX_BYTES, JOB_NET_RX_BYTES = "job_net_tx_bytes", "job_net_rx_bytes"
+    JOB_RDMA_TX_BYTES, JOB_RDMA_RX_BYTES = "job_rdma_tx_bytes", "job_rdma_rx_bytes"
+    JOB_LOSS_EVENTS = "job_loss_events"
+    JOB_REORDER_EVENTS = "job_reorder_events"
+    JOB_SERVER_ENERGY_J, JOB_SERVER_POWER_W = "job_server_energy_j", "job_server_power_w"
+    HOST = "host"
+    LINK_IN_S = "link_in_s"
+    EVAL_TIME_S, EVAL_COMM_BYTES, EVAL_COMM_TIME_S = "eval_time_s", "eval_comm_bytes", "eval_comm_time_s"
+    PROFILED, EXPOSED = "profiled", "exposed"
+
+
+class RunKey:
+    """run.json's field names, one constant per name in RUN_FIELDS."""
+    NAME, RECIPE_PATH, RECIPE, OVERRIDES = "name", "recipe_path", "recipe", "overrides"
+    LAYOUT = "layout"
+    MODEL, DATA = "model", "data"
+    COMPILE = "compile"
+    HOSTS = "hosts"
+    SOFTWARE, DEVICE, BACKEND = "software", "device", "backend"
+    ENVIRONMENT = "environment"
+    FABRIC = "fabric"
+    TELEMETRY = "telemetry"
+    THROUGHPUT, FINAL = "throughput", "final"
+    COMMAND = "command"
+    STATUS, EXIT_CODE, ERROR = "status", "exit_code", "error"
+    START_TIME, END_TIME, DURATION_S, ATTEMPT, ATTEMPTS = "start_time", "end_time", "duration_s", "attempt", "attempts"
+    INVENTORY = "inventory"
+    FABRIC_CONFIG = "fabric_config"
+    SWITCH_METRICS = "switch_metrics"
+    ENGINE, NOTES = "engine", "notes"
+
+def key_names(keys: type) -> set[str]:
+    """The field names a key class declares."""
+    return {v for k, v in vars(keys).items() if k.isupper() and isinstance(v, str)}
+
+
+# The constants are the names in the tables above, no more and no fewer: a field added to one and not the other
+# fails at import, so the code's names cannot drift from the documented ones.
+def check_keys() -> None:
+    for keys, fields in ((StepKey, STEP_FIELDS), (RunKey, RUN_FIELDS)):
+        misnamed = [k for k, v in vars(keys).items() if k.isupper() and k != v.upper()]
+        if key_names(keys) != field_names(fields) or misnamed:
+            raise AssertionError(f"telemetry.rundir: {keys.__name__} and its field table differ: "
+                                 f"{sorted(key_names(keys) ^ field_names(fields)) or misnamed}")
+
+
+check_keys()
 
 
 # Names before the scope and unit rules: job-wide sums now carry job_, bandwidths in bytes/s _GBps. Older

@@ -28,6 +28,8 @@ from __future__ import annotations
 import math
 from collections import deque
 
+from telemetry.rundir import StepKey
+
 COMPUTE_RATIO = 1.5  # the rank's compute takes at least 50% longer than the others' mean
 COMPUTE_WINDOW, COMPUTE_NEEDED = 10, 8  # flagged on 8 of the last 10 steps
 LINK_RATIO = 4.0  # the transfer takes at least 4x the other transfers' mean
@@ -80,7 +82,7 @@ class StragglerDetector:
 
     def feed(self, step: int, record: dict) -> list[dict]:
         """New findings at this step (usually none)."""
-        ranks = record.get("ranks") or {}
+        ranks = record.get(StepKey.RANKS) or {}
         new = []
         compute = _outlier(ranks.get("compute_s"))
         if compute is not None:
@@ -88,7 +90,7 @@ class StragglerDetector:
             rank, top, others = compute
             self._compute.append((step, rank if top >= COMPUTE_RATIO * others and top > 0 else None, top, others))
             new += self._persisting("compute", self._compute, COMPUTE_NEEDED, rank)
-        link = _outlier(ranks.get("link_in_s"))
+        link = _outlier(ranks.get(StepKey.LINK_IN_S))
         if link is not None:
             self.probes += 1
             receiver, top, others = link
@@ -144,8 +146,8 @@ def detect(records: list[dict], hosts: list[str] | None) -> dict:
     """Replay a run's metrics lines (rank 0's records) through the detector: the report's view."""
     det = StragglerDetector(hosts)
     for r in records:
-        if isinstance(r.get("step"), int):
-            det.feed(r["step"], r)
+        if isinstance(r.get(StepKey.STEP), int):
+            det.feed(r[StepKey.STEP], r)
     return det.summary()
 
 

@@ -86,6 +86,8 @@ ROWS = [
     ("linktest-unreachable-node", ["launch.linktest", "--tool", "iperf3", "--server", "a", "--client", "b", "--server-addr",
                                    "10.0.0.1", "--exec", "false {{host}}", "--output", "{root}/lt"], {},
      "cannot reach a with `false a`: exit 1; allowed: a node --exec reaches"),
+    ("p2p-bandwidth-num-elems", ["launch.p2p_bandwidth", "--out", "{root}/p2p", "--num-elems", "0"], {},
+     "--num-elems 0: allowed 1 to 2147483647 (int32 elements per copy)"),
     ("lab-misspelt-recipe-key", ["launch.lab", "--nodes", "2", "--rate", "1gbit", "--", TINY, "max_step=3"], {},
      "max_step: unknown key; did you mean 'max_steps'?"),
     ("lab-timeout-zero", ["launch.lab", "--nodes", "2", "--rate", "1gbit", "--timeout", "0", "--", TINY], {},
@@ -129,6 +131,6 @@ def test_launch_script(files, case_id, argv, env, expected):
 
 def test_no_row_leaves_an_output_behind(files):
     """Refused commands create nothing: no compare, evaluation or link-test directory was made."""
-    for name in ("c1", "c2", "eval-out", "lt"):
+    for name in ("c1", "c2", "eval-out", "lt", "p2p"):
         assert not Path(files["root"], name).exists(), name
     assert json.loads(Path(files["llm"], "run.json").read_text())["status"] == "completed"

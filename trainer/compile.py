@@ -24,6 +24,7 @@ import types
 import torch
 
 from .hook_list import Hooks
+from telemetry.rundir import StepKey
 
 
 def compile_blocks(model: torch.nn.Module) -> int:
@@ -80,12 +81,12 @@ class CompileWatch(Hooks):
 
     def on_step_end(self, step: int, record: dict) -> None:
         with self._lock:
-            record["compile_s"] = round(self._step_s, 6)
+            record[StepKey.COMPILE_S] = round(self._step_s, 6)
             if self._step_s > 0:
                 self.steps_compiling.append(step)
 
     def summary(self) -> dict:
-        return {"mode": "blocks", "blocks": self.blocks, "compile_s": round(self.total_s, 3),
+        return {"mode": "blocks", "blocks": self.blocks, StepKey.COMPILE_S: round(self.total_s, 3),
                 "compiles": self.compiles, "steps_compiling": self.steps_compiling}
 
     def on_train_end(self, status: str) -> None:

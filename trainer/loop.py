@@ -27,6 +27,7 @@ from .progress import Progress
 from .stop import Interrupted
 from .throughput import step_figures, step_flops
 from .workloads.contract import Workload
+from telemetry.rundir import StepKey
 
 
 @dataclass
@@ -126,16 +127,17 @@ class Trainer:
         self.state.resumed_from = self.state.step
         # the run's last loss and evaluation so far, so that a resume with nothing left to do keeps them
         done = self.rundir.metrics_up_to(self.state.step)
-        self.state.last_loss = next((r["loss"] for r in reversed(done) if r.get("loss") is not None), None)
-        last_eval = next((r for r in reversed(done) if r.get("eval_loss") is not None), {})
-        self.state.last_eval_loss = last_eval.get("eval_loss")
-        self.state.last_eval_accuracy = last_eval.get("eval_accuracy")
+        self.state.last_loss = next((r[StepKey.LOSS] for r in reversed(done) if r.get(StepKey.LOSS) is not None),
+                                    None)
+        last_eval = next((r for r in reversed(done) if r.get(StepKey.EVAL_LOSS) is not None), {})
+        self.state.last_eval_loss = last_eval.get(StepKey.EVAL_LOSS)
+        self.state.last_eval_accuracy = last_eval.get(StepKey.EVAL_ACCURACY)
         return self.state.step
 
     def _save(self) -> None:
         step = self.state.step
         checkpoint.save(self.rundir.checkpoints, step, self.model, self.optimizer, self.scheduler,
-                        {"step": step, "samples_seen": step * self.layout.global_batch_size,
+                        {StepKey.STEP: step, StepKey.SAMPLES_SEEN: step * self.layout.global_batch_size,
                          "global_batch_size": self.layout.global_batch_size, "seed": self.recipe.seed})
         self.progress.info(f"checkpoint saved at step {step}")
 
@@ -221,14 +223,14 @@ class Trainer:
                                getattr(self.recipe.data, "seq_len", None))
         else:
             flops = samples * self.flops_per_unit
-        record = {"step": step, "loss": loss_value, "lr": lr, "grad_norm": grad_norm, "step_time_s": step_time,
-                  "samples_per_s": samples / step_time,
-                  "tokens_per_s": tokens / step_time if tokens is not None else None, "tokens": tokens,
-                  "padded_tokens": padded}
+        record = {StepKey.STEP: step, StepKey.LOSS: loss_value, StepKey.LR: lr, StepKey.GRAD_NORM: grad_norm,
+                  StepKey.STEP_TIME_S: step_time, StepKey.SAMPLES_PER_S: samples / step_time,
+                  StepKey.TOKENS_PER_S: tokens / step_time if tokens is not None else None, StepKey.TOKENS: tokens,
+                  StepKey.PADDED_TOKENS: padded}
         if len(terms) > 1:
             record.update(term_losses)
         record.update({count: int(totals[k]) for k, (_, count) in enumerate(terms)})
-        record["epoch"] = self.sampler.epoch_of(step)
+        record[StepKey.EPOCH] = self.sampler.epoch_of(step)
         record.update(step_figures(flops, step_time, self.layout.world_size, self.peak_tflops))
         if not math.isfinite(loss_value):
             raise FloatingPointError(f"loss is {loss_value} at step {step}; stopping (lower train.lr, "
@@ -281,7 +283,7 @@ class Trainer:
 
     def _target_reached(self, record: dict) -> str | None:
         train = self.recipe.train
-        loss, acc = record.get("eval_loss"), record.get("eval_accuracy")
+        loss, acc = record.get(StepKey.EVAL_LOSS), record.get(StepKey.EVAL_ACCURACY)
         if train.target_eval_loss is not None and loss is not None and loss <= train.target_eval_loss:
             return f"eval loss {loss:.4f} <= target {train.target_eval_loss}"
         if train.target_eval_accuracy is not None and acc is not None and acc >= train.target_eval_accuracy:
@@ -319,15 +321,15 @@ class Trainer:
                 for name, value in self.evaluate().items():
                     record[f"eval_{name}"] = value
                 self.hooks.on_eval_end(step, record)
-                self.state.last_eval_loss = record.get("eval_loss")
-                self.state.last_eval_accuracy = record.get("eval_accuracy")
-                record["samples_seen"] = step * self.layout.global_batch_size
+                self.state.last_eval_loss = record.get(StepKey.EVAL_LOSS)
+                self.state.last_eval_accuracy = record.get(StepKey.EVAL_ACCURACY)
+                record[StepKey.SAMPLES_SEEN] = step * self.layout.global_batch_size
             t_vote = time.perf_counter()
             # the same steps vote on every rank and every vote agrees: all ranks stop after the same step
             why = self.stops.agree(step) if self.stops is not None else None
-            record["harness_s"] = harness_s + (time.perf_counter() - t_vote) + write_s
-            record["time"] = time.time()  # wall clock at the step's end: lines steps up with outside counters
-            self.state.step, self.state.last_loss = step, record["loss"]
+            record[StepKey.HARNESS_S] = harness_s + (time.perf_counter() - t_vote) + write_s
+            record[StepKey.TIME] = time.time()  # wall clock at the step's end: lines steps up with outside counters
+            self.state.step, self.state.last_loss = step, record[StepKey.LOSS]
             t_write = time.perf_counter()
             self.rundir.write_metrics(record)
             self.progress.step(record)

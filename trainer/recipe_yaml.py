@@ -7,15 +7,11 @@ from typing import Any, Optional
 
 import yaml
 
-from telemetry.errors import InputError
+from telemetry.errors import InputProblems
 
 
-class RecipeError(InputError):
+class RecipeError(InputProblems):
     """One or more problems in a recipe or its overrides; each is a complete one-line message."""
-
-    def __init__(self, problems: list[str]):
-        super().__init__("\n".join(problems))
-        self.problems = problems
 
 
 MAX_RECIPE_BYTES = 1 << 20  # real recipes are a few KiB; checked before parsing

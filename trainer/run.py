@@ -39,6 +39,7 @@ from .seeding import seed_training_streams
 from .stop import Interrupted, StopRequests
 from .throughput import peak_tflops
 from .workloads import get_workload
+from telemetry.rundir import StepKey
 
 ensure_torchvision_importable()  # an in-process caller that did not decide first (python -m trainer decides in cli.py)
 
@@ -154,7 +155,7 @@ def open_run(recipe: Recipe, layout: Layout, rank: int, lock: RunLock, argv: lis
     rec.open(resume=recipe.train.resume != "never", command=redact_tree(argv), overrides=redact_tree(overrides),
              recipe_path=recipe.recipe_path, recipe=redact_tree(recipe.to_dict()), layout=layout.to_dict())
     st = RunState(recipe, layout, rank, lock, rec)
-    st.stops = StopRequests(recipe.train.save_on_signal).install()
+    st.stops = StopRequests(recipe.train.save_on_signal, peers_gone=lambda: _peers_gone(st)).install()
     return st
 
 
@@ -168,9 +169,6 @@ def set_up(st: RunState) -> None:
     prepare_flight_recorder(rundir.logs)
     init_process_group(st.backend, st.device, recipe.distributed.timeout_s)
     st.rec.start(st.rank, device=st.device, capture=False, inventory=True)
-    # a signal need not wait for the step's end when a peer is gone or rank 0 has already ended the run
-    st.stops.lost = lambda: _lost_ranks(st.hosts, st.trainer, rundir.run_json) or (
-        st.rank != 0 and _closed_by_rank0(rundir.run_json))
     st.dims = ParallelDims(st.layout, st.device.type)
     st.dims.world_mesh  # made once, up front: a mismatch fails here, not mid-step
 
@@ -278,8 +276,8 @@ def train(st: RunState) -> None:
                                      "load": trainer.workload.load_stats,
                                      "peak_memory_bytes": _peak_memory_bytes(st.device)})
     st.status = "target_reached" if state.target_reached_step else "completed"
-    rundir.update(final={"step": state.step, "loss": state.last_loss, "eval_loss": state.last_eval_loss,
-                         "eval_accuracy": state.last_eval_accuracy,
+    rundir.update(final={StepKey.STEP: state.step, StepKey.LOSS: state.last_loss,
+                         StepKey.EVAL_LOSS: state.last_eval_loss, StepKey.EVAL_ACCURACY: state.last_eval_accuracy,
                          "target_reached_step": state.target_reached_step, "trainable": fingerprint})
     loss = f", final loss {state.last_loss:.4f}" if state.last_loss is not None else ""
     trainer.progress.info(f"done: {state.step} steps{loss}; run directory {os.path.abspath(st.recipe.output_dir)}")
@@ -373,6 +371,14 @@ def _peer_gone(exc: BaseException) -> bool:
     text = str(exc)
     return any(k in text for k in ("Connection closed by peer", "Connection reset by peer", "remote worker",
                                    "Broken pipe"))
+
+
+def _peers_gone(st: RunState) -> str | None:
+    """For the stop requests: a signal need not wait for the step's end when a peer on this host is gone or
+    rank 0 has already ended the run (before the hosts are exchanged there is no peer to name)."""
+    run_json = st.rundir.run_json
+    return _lost_ranks(st.hosts, st.trainer, run_json) or (
+        "rank 0 ended the run" if st.rank != 0 and _closed_by_rank0(run_json) else None)
 
 
 def _closed_by_rank0(run_json: str | None) -> bool:

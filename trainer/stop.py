@@ -34,6 +34,7 @@ import os
 import signal
 import threading
 import time
+from typing import Callable
 
 import torch
 import torch.distributed as dist
@@ -56,7 +57,10 @@ def under_torchrun() -> bool:
 
 
 class StopRequests:
-    def __init__(self, save_on_signal: bool):
+    def __init__(self, save_on_signal: bool, peers_gone: Callable[[], str | None] | None = None):
+        """`peers_gone`: asked when a request comes during a step the loop would finish first; it names the
+        peers already gone (a non-empty string), whose collectives would never finish, so the step is not
+        waited for."""
         self.save_on_signal = save_on_signal
         self.code = 0  # the first request's reason (a key of _REASONS)
         self._first_at = 0.0  # when it came (time.monotonic)
@@ -69,7 +73,7 @@ class StopRequests:
         self._old: dict = {}
         self._stop = threading.Event()
         self._agent_lost = False
-        self.lost = None  # set by the run: a callable naming ranks on this host whose process is gone
+        self._peers_gone = peers_gone
         self._thread: threading.Thread | None = None
 
     # -------------------------------------------------------------- install / remove
@@ -98,7 +102,7 @@ class StopRequests:
         elif code == self.code and time.monotonic() - self._first_at < REPEAT_S:
             return  # the launcher's copy of the first signal (module docstring): already being handled
         # a peer already dead: its collectives will not finish, so the step and the save would not either
-        if not (self.deferring and first) or (self.lost is not None and self.lost()):
+        if not (self.deferring and first) or (self._peers_gone is not None and self._peers_gone()):
             raise Interrupted(_REASONS[code] if code != AGENT_GONE else self.agent_gone())
 
     def _on_signal(self, signum, _frame):

@@ -19,6 +19,8 @@ import math
 
 import torch
 
+from telemetry.rundir import StepKey
+
 # Dense peak TFLOP/s by device name fragment (SXM parts unless named), per math mode: bf16/fp16 tensor
 # cores, TF32 tensor cores (fp32 matmuls/convolutions when TF32 is allowed) and plain FP32 on the CUDA cores
 # (TF32 off). Figures from NVIDIA's data sheets and product spec tables (H100, H200, A100, L40, L40S, A10,
@@ -123,6 +125,6 @@ def peak_tflops(device: torch.device, dtype: torch.dtype, ops: str = "matmul") -
 def step_figures(flops: float | None, step_time_s: float, world_size: int, peak: float | None) -> dict:
     """TFLOP/s per device and MFU for a step of `flops` model FLOPs over the world (None: not known)."""
     if flops is None or step_time_s <= 0:
-        return {"tflops_per_device": None, "mfu": None}
+        return {StepKey.TFLOPS_PER_DEVICE: None, StepKey.MFU: None}
     tflops = flops / step_time_s / world_size / 1e12
-    return {"tflops_per_device": tflops, "mfu": tflops / peak if peak else None}
+    return {StepKey.TFLOPS_PER_DEVICE: tflops, StepKey.MFU: tflops / peak if peak else None}

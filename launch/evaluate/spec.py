@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from telemetry.analysis.transport_claims import claim_problem as check_transport
-from telemetry.errors import InputError
+from telemetry.errors import InputProblems
 
 LAUNCHERS = ("local", "lab", "slurm")
 # Transport words a variant may claim; anything else with a digit in it is taken as an interface name
@@ -33,12 +33,8 @@ LAUNCHER_KEYS = {"local": ("nproc_per_node", "timeout"),
                  "slurm": ("nodes", "nproc_per_node", "gpus_per_node", "partition", "srun_args", "timeout")}
 
 
-class SpecError(InputError):
+class SpecError(InputProblems):
     """Problems in an evaluation file; each is one complete line (without the `error: ` prefix)."""
-
-    def __init__(self, problems: list[str]):
-        super().__init__("\n".join(problems))
-        self.problems = problems
 
 
 @dataclass

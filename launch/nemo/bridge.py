@@ -16,7 +16,8 @@ from trainer.config import Recipe
 from trainer.layout import Layout
 
 from .common import (DOLLY_SPLIT, Translation, World, dump, fail, steps_of)
-from .nemo2 import megatron_lora_checks
+from .nemo2 import (megatron_lora_checks, set_megatron_adam, set_megatron_lora, set_megatron_parallel,
+                    set_megatron_recompute)
 
 
 def translate(recipe: Recipe, layout: Layout, world: World, run_dir: str) -> Translation:
@@ -32,44 +33,25 @@ def translate(recipe: Recipe, layout: Layout, world: World, run_dir: str) -> Tra
     fail(problems)
 
     t = Translation("megatron-bridge", recipe, layout, world, model)
-    par, train, data = recipe.parallel, recipe.train, recipe.data
+    train, data = recipe.train, recipe.data
     t.base = f"{model.bridge_recipe}(peft_scheme='lora')"
-    t.set("model.tensor_model_parallel_size", par.tp)
-    t.set("model.pipeline_model_parallel_size", par.pp)
-    t.set("model.virtual_pipeline_model_parallel_size",
-          par.pp_stages_per_rank if par.pp_schedule == "interleaved_1f1b" else None)
-    t.set("model.sequence_parallel", par.sequence_parallel)
-    t.set("model.context_parallel_size", 1)
+    set_megatron_parallel(t, "model", recipe)
     t.set("model.seq_length", data.seq_len)
-    if recipe.model.activation_checkpointing:
-        t.set("model.recompute_granularity", "full")
-        t.set("model.recompute_method", "uniform")
-        t.set("model.recompute_num_layers", 1)
+    set_megatron_recompute(t, "model", recipe)
     t.set("train.train_iters", recipe.max_steps)
     t.set("train.global_batch_size", train.global_batch_size)
     t.set("train.micro_batch_size", train.micro_batch_size)
     every = steps_of(train.eval_every_samples, layout.global_batch_size)
     t.set("validation.eval_interval", every)
-    t.set("peft.dim", recipe.lora.r)
-    t.set("peft.alpha", int(recipe.lora.alpha) if float(recipe.lora.alpha).is_integer() else recipe.lora.alpha)
-    t.set("peft.dropout", recipe.lora.dropout)
-    t.set("peft.dropout_position", "pre")
-    t.set("peft.target_modules", targets)
+    set_megatron_lora(t, recipe, targets)
     t.set("dataset.seq_length", data.seq_len)
     t.set("dataset.dataset_root", f"{recipe.output_dir}/dolly_sft")
     t.set("dataset.seed", data.split_seed)
     t.set("dataset.enable_offline_packing", data.packing)
     if data.packing:
         t.set("dataset.offline_packing_specs.packed_sequence_size", data.seq_len)
-    t.set("optimizer.optimizer", "adam")
-    t.set("optimizer.lr", train.lr)
+    set_megatron_adam(t, "optimizer", recipe)
     t.set("optimizer.min_lr", train.min_lr)
-    t.set("optimizer.weight_decay", train.weight_decay)
-    t.set("optimizer.adam_beta1", train.betas[0])
-    t.set("optimizer.adam_beta2", train.betas[1])
-    t.set("optimizer.adam_eps", train.eps)
-    t.set("optimizer.clip_grad", train.grad_clip if train.grad_clip is not None else 0.0)
-    t.set("optimizer.use_distributed_optimizer", False)
     t.set("scheduler.lr_decay_style", "cosine")
     t.set("scheduler.lr_warmup_iters", train.warmup_steps)
     t.set("scheduler.lr_warmup_init", 0.0)

@@ -54,6 +54,49 @@ def megatron_lora_checks(recipe: Recipe, layout: Layout, engine: str, problems: 
     return model, megatron_targets(recipe.lora.target_modules, "lora.target_modules", problems)
 
 
+def set_megatron_parallel(t: Translation, at: str, recipe: Recipe) -> None:
+    """Our parallel degrees on Megatron's fields, under `at` (NeMo 2: trainer.strategy; Bridge: model)."""
+    par = recipe.parallel
+    t.set(f"{at}.tensor_model_parallel_size", par.tp)
+    t.set(f"{at}.pipeline_model_parallel_size", par.pp)
+    t.set(f"{at}.virtual_pipeline_model_parallel_size",
+          par.pp_stages_per_rank if par.pp_schedule == "interleaved_1f1b" else None)
+    t.set(f"{at}.sequence_parallel", par.sequence_parallel)
+    t.set(f"{at}.context_parallel_size", 1)
+
+
+def set_megatron_recompute(t: Translation, at: str, recipe: Recipe) -> None:
+    """Recompute every layer, as our per-block activation checkpointing does (`at`: the model's config)."""
+    if recipe.model.activation_checkpointing:
+        t.set(f"{at}.recompute_granularity", "full")
+        t.set(f"{at}.recompute_method", "uniform")
+        t.set(f"{at}.recompute_num_layers", 1)
+
+
+def set_megatron_lora(t: Translation, recipe: Recipe, targets: list[str]) -> None:
+    """Our LoRA on Megatron's `peft` (the same fields in NeMo 2 and Bridge)."""
+    lora = recipe.lora
+    t.set("peft.dim", lora.r)
+    t.set("peft.alpha", int(lora.alpha) if float(lora.alpha).is_integer() else lora.alpha)
+    t.set("peft.dropout", lora.dropout)
+    t.set("peft.dropout_position", "pre")  # peft applies lora_dropout to the adapter's input
+    t.set("peft.target_modules", targets)
+
+
+def set_megatron_adam(t: Translation, at: str, recipe: Recipe) -> None:
+    """Our AdamW on Megatron's optimizer config (`at`: NeMo 2's optim.config, Bridge's optimizer); replicated
+    data parallelism, so no optimizer-state sharding."""
+    train = recipe.train
+    t.set(f"{at}.optimizer", "adam")  # Megatron's adam is AdamW (decoupled weight decay)
+    t.set(f"{at}.lr", train.lr)
+    t.set(f"{at}.weight_decay", train.weight_decay)
+    t.set(f"{at}.adam_beta1", train.betas[0])
+    t.set(f"{at}.adam_beta2", train.betas[1])
+    t.set(f"{at}.adam_eps", train.eps)
+    t.set(f"{at}.clip_grad", train.grad_clip if train.grad_clip is not None else 0.0)
+    t.set(f"{at}.use_distributed_optimizer", False)
+
+
 def translate(recipe: Recipe, layout: Layout, world: World, run_dir: str) -> Translation:
     problems: list[str] = []
     model, targets = megatron_lora_checks(recipe, layout, "NeMo 2", problems, {
@@ -64,7 +107,7 @@ def translate(recipe: Recipe, layout: Layout, world: World, run_dir: str) -> Tra
     fail(problems)
 
     t = Translation("nemo2", recipe, layout, world, model)
-    par, train, data = recipe.parallel, recipe.train, recipe.data
+    train, data = recipe.train, recipe.data
     if model.nemo_recipe:
         t.base = (f"llm.{model.nemo_recipe}.finetune_recipe(dir={dump(recipe.output_dir + '/nemo')}, "
                   f"name={dump(recipe.name)}, num_nodes={world.nodes}, num_gpus_per_node={world.gpus_per_node}, "
@@ -78,22 +121,13 @@ def translate(recipe: Recipe, layout: Layout, world: World, run_dir: str) -> Tra
     t.set("trainer.devices", world.gpus_per_node)
     t.set("trainer.max_steps", recipe.max_steps)
     t.set("trainer.log_every_n_steps", train.log_every)
-    t.set("trainer.strategy.tensor_model_parallel_size", par.tp)
-    t.set("trainer.strategy.pipeline_model_parallel_size", par.pp)
-    t.set("trainer.strategy.virtual_pipeline_model_parallel_size",
-          par.pp_stages_per_rank if par.pp_schedule == "interleaved_1f1b" else None)
-    t.set("trainer.strategy.sequence_parallel", par.sequence_parallel)
-    t.set("trainer.strategy.context_parallel_size", 1)
+    set_megatron_parallel(t, "trainer.strategy", recipe)
     every = steps_of(train.eval_every_samples, layout.global_batch_size)
     if every is None:  # no periodic evaluation: Lightning's way is zero validation batches
         t.set("trainer.limit_val_batches", 0)
     else:
         t.set("trainer.val_check_interval", every)
-    t.set("peft.dim", recipe.lora.r)
-    t.set("peft.alpha", int(recipe.lora.alpha) if float(recipe.lora.alpha).is_integer() else recipe.lora.alpha)
-    t.set("peft.dropout", recipe.lora.dropout)
-    t.set("peft.dropout_position", "pre")  # peft applies lora_dropout to the adapter's input
-    t.set("peft.target_modules", targets)
+    set_megatron_lora(t, recipe, targets)
     t.set("data", Code("run.Config(llm.DollyDataModule)"))
     t.set("data.seq_length", data.seq_len)
     t.set("data.global_batch_size", train.global_batch_size)
@@ -103,20 +137,10 @@ def translate(recipe: Recipe, layout: Layout, world: World, run_dir: str) -> Tra
         t.set("data.packed_sequence_specs", Code(f"run.Config(PackedSequenceSpecs, packed_sequence_size={data.seq_len})"))
         t.set("data.dataset_kwargs", {"pad_to_max_length": True})
     t.set("model.config.seq_length", data.seq_len)
-    if recipe.model.activation_checkpointing:  # recompute every layer, as our per-block checkpointing does
-        t.set("model.config.recompute_granularity", "full")
-        t.set("model.config.recompute_method", "uniform")
-        t.set("model.config.recompute_num_layers", 1)
+    set_megatron_recompute(t, "model.config", recipe)
     t.set("model.config.cross_entropy_loss_fusion", False)  # NeMo's LoRA recipes turn it off
-    t.set("optim.config.optimizer", "adam")  # Megatron's adam is AdamW (decoupled weight decay)
-    t.set("optim.config.lr", train.lr)
-    t.set("optim.config.weight_decay", train.weight_decay)
-    t.set("optim.config.adam_beta1", train.betas[0])
-    t.set("optim.config.adam_beta2", train.betas[1])
-    t.set("optim.config.adam_eps", train.eps)
-    t.set("optim.config.clip_grad", train.grad_clip if train.grad_clip is not None else 0.0)
+    set_megatron_adam(t, "optim.config", recipe)
     t.set("optim.config.bf16", True)
-    t.set("optim.config.use_distributed_optimizer", False)  # replicate: no optimizer-state sharding
     t.set("optim.lr_scheduler.warmup_steps", train.warmup_steps)
     t.set("optim.lr_scheduler.constant_steps", 0)
     t.set("optim.lr_scheduler.min_lr", train.min_lr)

@@ -13,6 +13,8 @@ import contextlib
 import math
 import os
 
+from telemetry.rundir import StepKey
+
 # Identical curves (same seed and data: the fabric must not change the losses) would hide each other:
 # each fabric gets its own dash pattern and marker, and the curves are drawn widest first.
 LINE_STYLES = ["-", "--", ":", "-."]
@@ -282,7 +284,8 @@ def step_times(plt, out: str, labels: list[str], groups: list[list[list[dict]]],
     values = []
     for i, (lab, runs) in enumerate(zip(labels, groups)):
         for k, metrics in enumerate(runs):
-            pts = [(r["step"], r["step_time_s"] * 1e6) for r in metrics if r.get("step_time_s") is not None]
+            pts = [(r[StepKey.STEP], r[StepKey.STEP_TIME_S] * 1e6) for r in metrics
+                   if r.get(StepKey.STEP_TIME_S) is not None]
             if not pts:
                 continue
             ax.plot(*zip(*pts), color=f"C{i}", label=plain(lab) if k == 0 else None,

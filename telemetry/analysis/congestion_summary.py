@@ -11,10 +11,11 @@ seconds / the port's speed (IF-MIB ifHighSpeed, Mbit/s). A figure no device repo
 """
 from __future__ import annotations
 
-import glob
 import json
 import os
 import re
+
+from telemetry.rundir import RANK_TELEMETRY, RunKey, StepKey, rank_files
 
 FIELDS = ("pfc_rx_frames", "pfc_tx_frames", "pfc_rx_pause_us", "pfc_tx_pause_us", "ecn_marked", "cnp_sent",
           "cnp_received", "out_of_sequence", "packets_received", "loss_events")
@@ -61,15 +62,15 @@ def finish(acc: dict) -> dict:
 
 
 def _host_lines(run_dir: str):
-    for path in sorted(glob.glob(os.path.join(run_dir, "ranks", "rank*.telemetry.jsonl"))):
+    for path in rank_files(run_dir, RANK_TELEMETRY):
         with open(path, encoding="utf-8", errors="replace") as f:
             for line in f:
                 try:
                     rec = json.loads(line)
                 except json.JSONDecodeError:
                     continue  # a truncated last line
-                if isinstance(rec, dict) and isinstance(rec.get("host"), dict):
-                    yield rec["host"]
+                if isinstance(rec, dict) and isinstance(rec.get(StepKey.HOST), dict):
+                    yield rec[StepKey.HOST]
 
 
 def run_totals(run_dir: str, metrics: list[dict] | None = None) -> dict | None:
@@ -82,14 +83,14 @@ def run_totals(run_dir: str, metrics: list[dict] | None = None) -> dict | None:
             add_interval(acc, host.get("congestion"), host.get("counters"))
     if not seen and metrics:  # an older run, or no per-rank files: rank 0's host from metrics.jsonl
         for rec in metrics:
-            host = rec.get("host") or {}
+            host = rec.get(StepKey.HOST) or {}
             if "counters" in host or "congestion" in host:
                 seen = True
                 add_interval(acc, host.get("congestion"), host.get("counters"))
     if not seen:
         return None
     if metrics:
-        losses = [r.get("job_loss_events") for r in metrics if r.get("job_loss_events") is not None]
+        losses = [r.get(StepKey.JOB_LOSS_EVENTS) for r in metrics if r.get(StepKey.JOB_LOSS_EVENTS) is not None]
         if losses:
             acc["loss_events"] = sum(losses)
     return finish(acc)
@@ -164,7 +165,7 @@ def compare_rows(run_infos: list[list[tuple[str, dict, list]]]) -> list[list[str
     per = []
     for runs in run_infos:
         tots = [t for t in (run_totals(path, metrics) for path, _, metrics in runs) if t]
-        sw = [s for s in (switch_totals(info.get("switch_metrics")) for _, info, _ in runs) if s]
+        sw = [s for s in (switch_totals(info.get(RunKey.SWITCH_METRICS)) for _, info, _ in runs) if s]
         per.append((tots, sw, len(runs)))
 
     def mean(vals):

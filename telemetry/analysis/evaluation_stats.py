@@ -24,6 +24,8 @@ import math
 import os
 import statistics
 
+from telemetry.rundir import StepKey
+
 MIN_REPEATS_FOR_INTERVAL = 3  # the olympic mean drops 2 runs: 3 is the fewest that leaves one
 
 
@@ -51,7 +53,7 @@ def run_metric(run_dir: str, sweep: bool) -> dict:
     if ttt is not None:  # a target in the recipe: scored as MLPerf scores it
         return {"name": f"time to train ({ttt['target']})", "unit": "s", "value": ttt.get("seconds"),
                 "higher_is_better": False, "reason": ttt.get("why")}
-    value = median([r.get("step_time_s") for r in run.timed_steps()])
+    value = median([r.get(StepKey.STEP_TIME_S) for r in run.timed_steps()])
     return {"name": "iteration time", "unit": "s", "value": value, "higher_is_better": False,
             "reason": None if value is not None else "no timed steps"}
 

@@ -8,6 +8,8 @@ run; runs from before are resolved on the fly).
 """
 from __future__ import annotations
 
+from telemetry.rundir import RunKey
+
 KEYS = ("topology", "oversubscription", "routing", "pfc_priority", "ecn", "dcqcn", "switch_model", "switch_os",
         "nic_firmware", "port_speed", "fec")
 STATED_ONLY = {"topology", "oversubscription", "routing"}
@@ -91,7 +93,7 @@ def _host_value(key: str, nics: list[tuple[str, dict]]) -> tuple[object, str | N
 def resolve(info: dict) -> dict[str, dict]:
     """{key: {"value", "source", "reason", "hosts_read"}} for every key of KEYS."""
     stated = (((info.get("recipe") or {}).get("fabric") or {}).get("config")) or {}
-    ident = (info.get("switch_metrics") or {}).get("identity") or {}
+    ident = (info.get(RunKey.SWITCH_METRICS) or {}).get("identity") or {}
     nics = _used_nics(info)
     out = {}
     for key in KEYS:
@@ -118,7 +120,7 @@ def resolve(info: dict) -> dict[str, dict]:
 
 
 def of_run(info: dict) -> dict[str, dict]:
-    return info.get("fabric_config") or resolve(info)
+    return info.get(RunKey.FABRIC_CONFIG) or resolve(info)
 
 
 def cell(entry: dict) -> str:

@@ -11,6 +11,7 @@ import re
 
 from telemetry.analysis.roce_summary import roce_fact
 from telemetry.analysis.runs import Run
+from telemetry.rundir import RunKey
 
 
 def _used_interfaces(fab: dict) -> list[str]:
@@ -127,7 +128,7 @@ def _devices(run: Run) -> str:
 
 
 def _duration(run: Run) -> str:
-    d = run.info.get("duration_s")
+    d = run.info.get(RunKey.DURATION_S)
     if d is None:
         return f"unknown (status {run.info.get('status')}: no end recorded)"
     return f"{d:,.0f} s" if d >= 100 else f"{d:.3g} s"

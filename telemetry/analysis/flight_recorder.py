@@ -21,6 +21,7 @@ import os
 import pickle
 import re
 from telemetry.errors import InputError
+from telemetry.rundir import LOGS
 
 DUMP_DIR = "flight_recorder"
 
@@ -65,7 +66,7 @@ def read_dump(path: str) -> dict:
 def read_dir(run_dir: str) -> dict[int, dict]:
     """{rank: dump} from a run directory's logs/flight_recorder/ (the JSON dump wins over the pickle)."""
     found: dict[int, dict] = {}
-    for path in sorted(glob.glob(os.path.join(run_dir, "logs", DUMP_DIR, "*")), key=lambda p: p.endswith(".json")):
+    for path in sorted(glob.glob(os.path.join(run_dir, LOGS, DUMP_DIR, "*")), key=lambda p: p.endswith(".json")):
         rank = _rank_of(path)
         if rank is None or path.endswith(".tmp"):
             continue
@@ -129,7 +130,7 @@ def analyze(dumps: dict[int, dict]) -> list[str]:
 
 def section(run_dir: str) -> tuple[str, list[str], list[list[str]]] | None:
     """The report's table of findings, or None when the run left no dump."""
-    if not os.path.isdir(os.path.join(run_dir, "logs", DUMP_DIR)):
+    if not os.path.isdir(os.path.join(run_dir, LOGS, DUMP_DIR)):
         return None
     try:
         dumps = read_dir(run_dir)

@@ -23,6 +23,7 @@ import os
 from datetime import datetime
 
 from telemetry.errors import InputError
+from telemetry.rundir import RunKey, StepKey
 
 BENCHMARKS = {"bert_pretraining": "bert", "image_classification": "resnet", "llm_lora": "llama2_70b_lora"}
 RULESETS = {"bert": "5.0.0", "resnet": "4.0.0", "llama2_70b_lora": "5.0.0"}
@@ -37,7 +38,7 @@ def _ms(t: float) -> int:
 
 
 def _start_s(info: dict) -> float | None:
-    text = info.get("start_time")
+    text = info.get(RunKey.START_TIME)
     if not text:
         return None
     try:
@@ -62,17 +63,18 @@ def write(run_dir: str, out: str | None = None, org: str = "fabric-harness", pla
     if bench is None:
         raise MllogError(f"{run_dir}: workload {workload!r} has no MLPerf Training benchmark; allowed: "
                          + ", ".join(f"{w} ({b})" for w, b in BENCHMARKS.items()))
-    steps = [r for r in run.metrics if r.get("step") is not None and r.get("time") is not None]
+    steps = [r for r in run.metrics if r.get(StepKey.STEP) is not None and r.get(StepKey.TIME) is not None]
     if not steps:
         raise MllogError(f"{run_dir}: metrics.jsonl has no step with its wall clock (`time`): nothing to time")
     first = steps[0]
-    run_start = first["time"] - (first.get("step_time_s") or 0.0)
+    run_start = first[StepKey.TIME] - (first.get(StepKey.STEP_TIME_S) or 0.0)
     init_start = _start_s(run.info) or run_start
     layout = run.info.get("layout") or {}
     gbs = layout.get("global_batch_size") or (recipe.get("train") or {}).get("global_batch_size")
     train_samples = (run.info.get("data") or {}).get("train_samples") or (steps[-1]["step"] * gbs if gbs else None)
     eval_samples = (run.info.get("data") or {}).get("eval_samples") or 0
-    evals = [r for r in steps if r.get("eval_accuracy" if bench != "llama2_70b_lora" else "eval_loss") is not None]
+    scored = StepKey.EVAL_ACCURACY if bench != "llama2_70b_lora" else StepKey.EVAL_LOSS
+    evals = [r for r in steps if r.get(scored) is not None]
 
     path = out or os.path.join(run_dir, "mllog.txt")
     # a logger of our own with one file handler (mllog's shared one also prints to stdout and keeps handlers)
@@ -108,13 +110,13 @@ def write(run_dir: str, out: str | None = None, org: str = "fabric-harness", pla
         start(c.RUN_START, t=run_start)
         block_from, samples_from = run_start, 0
         for e in evals:
-            samples = e.get("samples_seen") or (e["step"] * gbs if gbs else e["step"])
+            samples = e.get(StepKey.SAMPLES_SEEN) or (e["step"] * gbs if gbs else e["step"])
             epoch = samples / train_samples if bench == "resnet" and train_samples else samples
             start(c.BLOCK_START, t=block_from, samples_count=samples_from, first_epoch_num=samples_from,
                   epoch_count=max(samples - samples_from, 1))
             end(c.BLOCK_STOP, t=e["time"], samples_count=samples, first_epoch_num=samples_from)
             start(c.EVAL_START, t=e["time"], epoch_num=epoch, samples_count=samples)
-            value = e["eval_accuracy"] if bench != "llama2_70b_lora" else e["eval_loss"]
+            value = e[StepKey.EVAL_ACCURACY] if bench != "llama2_70b_lora" else e[StepKey.EVAL_LOSS]
             event(c.EVAL_ACCURACY, value, e["time"], epoch_num=epoch, samples_count=samples)
             end(c.EVAL_STOP, t=e["time"], epoch_num=epoch, samples_count=samples)
             block_from, samples_from = e["time"], samples

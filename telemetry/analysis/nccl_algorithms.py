@@ -22,6 +22,8 @@ import os
 import re
 from collections import Counter
 
+from telemetry.rundir import LOGS
+
 ALGORITHMS = {0: "TREE", 1: "RING", 2: "COLLNET_DIRECT", 3: "COLLNET_CHAIN", 4: "NVLS", 5: "NVLS_TREE", 6: "PAT"}
 PROTOCOLS = {0: "LL", 1: "LL128", 2: "SIMPLE"}
 _NAMES = {"TREE": "TREE", "RING": "RING", "COLLNETDIRECT": "COLLNET_DIRECT", "COLLNETCHAIN": "COLLNET_CHAIN",
@@ -77,7 +79,7 @@ def _version(lines: list[str]) -> tuple[int, int] | None:
 
 def log_files(run_dir: str) -> list[str]:
     """The run's NCCL logs (logs/nccl.*.log), else a text file holding NCCL lines (an nccl-tests output)."""
-    paths = sorted(glob.glob(os.path.join(run_dir, "logs", "nccl*.log")))
+    paths = sorted(glob.glob(os.path.join(run_dir, LOGS, "nccl*.log")))
     if not paths and os.path.isfile(run_dir):
         paths = [run_dir]
     return paths

@@ -1,5 +1,6 @@
 """One table of every fabric normalised to the first (the reference system), across what the comparison
-measured: the GPU pair matrix (mean bidirectional bandwidth and latency over the pairs), each collective's
+measured: the GPU pair matrices (the sweep's NCCL pairs, and launch.p2p_bandwidth's copy-engine pairs when
+its --out was the run directory; mean bandwidth and latency over the pairs), each collective's
 average bus bandwidth from the sweeps, training throughput, and the step time of the profiled steps
 (the fourth published evaluation's normalised table). A ratio above 1 is that many times the reference's
 value; for times, the reference's value over this one's, so above 1 is always better.
@@ -9,6 +10,8 @@ from __future__ import annotations
 import json
 import os
 import statistics
+
+from telemetry.rundir import StepKey
 
 
 def _p2p(run_dir: str) -> dict | None:
@@ -25,6 +28,25 @@ def _p2p(run_dir: str) -> dict | None:
             "p2p latency (us, mean over pairs)": (statistics.fmean(lat) if lat else None, False)}
 
 
+def _p2p_bandwidth(run_dir: str) -> dict:
+    """launch.p2p_bandwidth's result where its --out was the run directory: the copy engine's pairs with
+    P2P enabled (the sample's default figures), mean over the ordered pairs."""
+    from telemetry.analysis.p2p_matrix import measured
+    e = ((measured(run_dir) or {}).get("engines") or {}).get("ce")
+    if not e:
+        return {}
+    m = e["matrices"]
+
+    def pairs(fam):
+        x = (m.get(fam) or {}).get("enabled") or []
+        v = [c for i, row in enumerate(x) for j, c in enumerate(row) if i != j and c is not None]
+        return statistics.fmean(v) if v else None
+    return {"p2p copy engine unidirectional bandwidth, P2P enabled (GB/s, mean over pairs)":
+            (pairs("unidirectional"), True),
+            "p2p copy engine bidirectional bandwidth, P2P enabled (GB/s, mean over pairs)": (pairs("bidirectional"), True),
+            "p2p copy engine GPU latency, P2P enabled (us, mean over pairs)": (pairs("latency_gpu"), False)}
+
+
 def _sweep(run_dir: str) -> dict:
     try:
         with open(os.path.join(run_dir, "collectives.json"), encoding="utf-8") as f:
@@ -38,12 +60,13 @@ def figures(run_dirs: list[str], summary: dict | None, metrics: list[dict]) -> d
     """name -> (value, higher_is_better) for one fabric."""
     out: dict[str, tuple] = {}
     for d in run_dirs:
-        for k, v in {**(_p2p(d) or {}), **_sweep(d)}.items():
+        for k, v in {**(_p2p(d) or {}), **_p2p_bandwidth(d), **_sweep(d)}.items():
             out.setdefault(k, v)
     if summary:
-        sps = ((summary.get("spread") or {}).get("samples_per_s") or {}).get("mean")
+        sps = ((summary.get("spread") or {}).get(StepKey.SAMPLES_PER_S) or {}).get("mean")
         out["throughput (samples/s)"] = (sps, True)
-    prof = [r.get("step_time_s") for r in metrics if r.get("profiled") and r.get("step_time_s") is not None]
+    prof = [r.get(StepKey.STEP_TIME_S) for r in metrics
+            if r.get(StepKey.PROFILED) and r.get(StepKey.STEP_TIME_S) is not None]
     if metrics:
         out["profiled step time (s, median)"] = (statistics.median(prof) if prof else None, False)
     return out

@@ -1,14 +1,16 @@
-"""The harness's GPU pair matrix beside CUDA's p2pBandwidthLatencyTest: its output read as a reference
-system, ours written in its table layout, and the ratios between them.
+"""GPU pair matrices beside CUDA's p2pBandwidthLatencyTest: its output read as a reference system, ours
+written in its table layout, and the ratios between them.
 
     python -m telemetry p2p RUN [--reference p2pBandwidthLatencyTest.txt]
 
-What is and is not the same: the sweep's `p2p_matrix` (trainer/sweep/run.py) times an NCCL send/recv
-between each pair in both directions at once, with P2P on or off as NCCL_P2P_DISABLE says (one run each);
-its bandwidth is bytes per direction / time, so x 2 is the sample's "Bidirectional" figure (both
-directions added). The sample's unidirectional matrices and its copy-engine path (cudaMemcpyPeerAsync
-between two devices of one process) have no counterpart: the harness runs one process per GPU. Its
-diagonal (a device's copy to itself) has none either, and reads "-".
+Two measurements of ours are read. `p2p_bandwidth.json` (python -m launch.p2p_bandwidth) is the sample's
+own measurement, in one process over every ordered pair: unidirectional and bidirectional bandwidth and
+GPU/CPU latency, P2P enabled and disabled, by the copy engine (cudaMemcpyPeerAsync) and by an SM copy
+kernel; every matrix the sample prints has its counterpart, compared cell by cell. The sweep's
+`p2p_matrix` (collectives.json) times an NCCL send/recv between each pair in both directions at once,
+with P2P on or off as NCCL_P2P_DISABLE says (one run each); its bandwidth is bytes per direction / time,
+so x 2 is the sample's "Bidirectional" figure (both directions added); it has no unidirectional matrix
+and no diagonal (a device's copy to itself), which reads "-".
 """
 from __future__ import annotations
 
@@ -16,12 +18,26 @@ import json
 import os
 import re
 
-_TITLE = re.compile(r"^(Unidirectional|Bidirectional) P2P=(Enabled|Disabled) Bandwidth(?: \(P2P (?:Writes|Reads)\))? "
-                    r"Matrix \(GB/s\)|^P2P=(Enabled|Disabled) Latency(?: \(P2P (Writes|Reads)\))? Matrix \(us\)")
+_TITLE = re.compile(r"^(Unidirectional|Bidirectional) P2P=(Enabled|Disabled) Bandwidth(?: \(P2P (Writes|Reads)\))? "
+                    r"Matrix \(GB/s\)|^P2P=(Enabled|Disabled) Latency(?: \(P2P (Writes|Reads)\))? Matrix \(us\)"
+                    r"|^P2P (Connectivity) Matrix")
+
+# Every matrix the sample prints, in its order: (kind, state, title). `enabled_reads` only with --p2p_read.
+# Latency carries two tables under one title (GPU and CPU), kept as latency_gpu and latency_cpu.
+MATRICES = [("unidirectional", "disabled", "Unidirectional P2P=Disabled Bandwidth Matrix (GB/s)"),
+            ("unidirectional", "enabled", "Unidirectional P2P=Enabled Bandwidth (P2P Writes) Matrix (GB/s)"),
+            ("unidirectional", "enabled_reads", "Unidirectional P2P=Enabled Bandwidth (P2P Reads) Matrix (GB/s)"),
+            ("bidirectional", "disabled", "Bidirectional P2P=Disabled Bandwidth Matrix (GB/s)"),
+            ("bidirectional", "enabled", "Bidirectional P2P=Enabled Bandwidth Matrix (GB/s)"),
+            ("latency", "disabled", "P2P=Disabled Latency Matrix (us)"),
+            ("latency", "enabled", "P2P=Enabled Latency (P2P Writes) Matrix (us)"),
+            ("latency", "enabled_reads", "P2P=Enabled Latency (P2P Reads) Matrix (us)")]
 
 
 def parse_reference(text: str) -> dict:
-    """{"unidirectional"|"bidirectional": {"enabled"|"disabled": matrix}, "latency_gpu"|"latency_cpu": {...}}."""
+    """Every matrix in the sample's output: {"connectivity": matrix, "unidirectional"|"bidirectional"|
+    "latency_gpu"|"latency_cpu": {"disabled"|"enabled"|"enabled_reads": matrix}}. Older samples print
+    "P2P=Enabled" titles without "(P2P Writes)"; those read as writes."""
     out: dict = {}
     key = None
     block = "GPU"
@@ -29,7 +45,10 @@ def parse_reference(text: str) -> dict:
 
     def close():
         if key and rows:
-            out.setdefault(key[0] if key[0] != "latency" else f"latency_{block.lower()}", {})[key[1]] = rows[:]
+            if key[0] == "connectivity":
+                out["connectivity"] = [[int(v) for v in r] for r in rows]
+            else:
+                out.setdefault(key[0] if key[0] != "latency" else f"latency_{block.lower()}", {})[key[1]] = rows[:]
 
     for line in text.splitlines():
         m = _TITLE.match(line.strip())
@@ -37,7 +56,12 @@ def parse_reference(text: str) -> dict:
             close()
             rows.clear()
             block = "GPU"
-            key = ((m.group(1) or "latency").lower(), (m.group(2) or m.group(3)).lower())
+            if m.group(6):
+                key = ("connectivity", "")
+            else:
+                state = (m.group(2) or m.group(4)).lower()
+                reads = (m.group(3) or m.group(5)) == "Reads"
+                key = ((m.group(1) or "latency").lower(), state + ("_reads" if reads else ""))
             continue
         parts = line.split()
         if key and parts and parts[0] in ("GPU", "CPU"):
@@ -117,3 +141,107 @@ def ratios(m: dict, ref: dict) -> list[list[str]]:
 
 
 HEADER = ["pair", "bidirectional GB/s (ours)", "reference", "ratio", "latency us (ours)", "reference", "ratio"]
+
+
+# --- the sample's own measurement (launch.p2p_bandwidth): every matrix, cell for cell -----------------
+
+BANDWIDTH_FILE = "p2p_bandwidth.json"
+
+
+def measured(run_dir: str) -> dict | None:
+    """launch.p2p_bandwidth's result (p2p_bandwidth.json in the directory), or None."""
+    try:
+        with open(os.path.join(run_dir, BANDWIDTH_FILE), encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def _cell(v) -> str:
+    return f"{v:6.2f} " if v is not None else f"{'n/a':>6} "
+
+
+def sample_table(matrix: list[list], corner: str = "D\\D") -> list[str]:
+    """The sample's table, byte for byte: '   D\\D     0      1 ' then '     0 1516.99  38.24 ' (each
+    column index as %6d and each value as %6.02f, a blank after each). None (not measured) is 'n/a'."""
+    lines = [f"   {corner}" + "".join(f"{j:6d} " for j in range(len(matrix)))]
+    lines += [f"{i:6d} " + "".join(_cell(v) for v in row) for i, row in enumerate(matrix)]
+    return lines
+
+
+def connectivity_table(matrix: list[list[int]]) -> list[str]:
+    """The sample's "P2P Connectivity Matrix": 1 where the row's device can access the column's."""
+    lines = ["P2P Connectivity Matrix", "     D\\D" + "".join(f"{j:6d}" for j in range(len(matrix)))]
+    lines += [f"{i:6d}\t" + "".join(f"{v:6d}" for v in row) for i, row in enumerate(matrix)]
+    return lines
+
+
+def render_matrices(matrices: dict, connectivity: list[list[int]] | None = None) -> str:
+    """Every matrix present, titled and laid out as the sample prints it, in its order."""
+    lines = connectivity_table(connectivity) if connectivity else []
+    for kind, state, title in MATRICES:
+        if kind == "latency":
+            gpu = (matrices.get("latency_gpu") or {}).get(state)
+            cpu = (matrices.get("latency_cpu") or {}).get(state)
+            if gpu is None:
+                continue
+            lines += [title, *sample_table(gpu, "GPU")]
+            if cpu is not None:
+                lines += ["", *sample_table(cpu, "CPU")]
+            continue
+        m = (matrices.get(kind) or {}).get(state)
+        if m is not None:
+            lines += [title, *sample_table(m)]
+    return "\n".join(lines)
+
+
+def _keys(matrices: dict):
+    """(family, state, title) of each matrix present: family is the key in `matrices` (latency_gpu...)."""
+    for kind, state, title in MATRICES:
+        families = ("latency_gpu", "latency_cpu") if kind == "latency" else (kind,)
+        for fam in families:
+            if (matrices.get(fam) or {}).get(state) is not None:
+                yield fam, state, (f"{title} [{fam[-3:].upper()}]" if kind == "latency" else title)
+
+
+def ratio_matrices(ours: dict, ref: dict) -> list[dict]:
+    """For every matrix both have: ours / the reference's, cell by cell (None where either lacks the cell
+    or the reference reads 0), with the mean, min and max over the pairs (the diagonal, a device's copy to
+    itself, is in the matrix but not in these). For latency a ratio above 1 means ours is slower."""
+    out = []
+    for fam, state, title in _keys(ours):
+        theirs = (ref.get(fam) or {}).get(state)
+        if theirs is None:
+            continue
+        mine = ours[fam][state]
+        cells = [[(v / theirs[i][j] if v is not None and i < len(theirs) and j < len(theirs[i]) and theirs[i][j]
+                   else None) for j, v in enumerate(row)] for i, row in enumerate(mine)]
+        pairs = [r for i, row in enumerate(cells) for j, r in enumerate(row) if i != j and r is not None]
+        out.append({"family": fam, "state": state, "title": title, "ratio": cells,
+                    "pairs": len(pairs), "mean": sum(pairs) / len(pairs) if pairs else None,
+                    "min": min(pairs) if pairs else None, "max": max(pairs) if pairs else None})
+    return out
+
+
+RATIO_HEADER = ["matrix (ours / reference)", "pairs", "mean", "min", "max"]
+
+
+def ratio_rows(ratios: list[dict]) -> list[list[str]]:
+    """One row per matrix: its title, the pairs compared and the mean/min/max ratio over them."""
+    def f(v):
+        return f"{v:.3g}x" if v is not None else "n/a (no pair in both)"
+    return [[r["title"], str(r["pairs"]), f(r["mean"]), f(r["min"]) if r["min"] is not None else "",
+             f(r["max"]) if r["max"] is not None else ""] for r in ratios]
+
+
+def ratio_tables(ratios: list[dict]) -> str:
+    """Each matrix's ratios in the sample's layout, titled '<the sample's title> (ours / reference)'."""
+    lines = []
+    for r in ratios:
+        lines += [f"{r['title']} (ours / reference)", *sample_table(r["ratio"])]
+    return "\n".join(lines)
+
+
+def text_table(header: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(str(c)) for c in col) for col in zip(header, *rows)]
+    return "\n".join("  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip() for r in [header] + rows)

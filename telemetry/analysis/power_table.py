@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 import os
 
+from telemetry.rundir import RUN_JSON
+
 
 def _json(path: str) -> dict:
     try:
@@ -23,7 +25,7 @@ def _json(path: str) -> dict:
 
 def readings(run_dir: str) -> dict[tuple[str, int], dict]:
     """(op, size) -> {"server_w": mean over hosts, "hosts": n, "gpu_w_per_server", "time_us", "why"}."""
-    info = _json(os.path.join(run_dir, "run.json"))
+    info = _json(os.path.join(run_dir, RUN_JSON))
     power = ((info.get("telemetry") or {}).get("server_power")) or {}
     hosts = [h for h in power.values() if isinstance(h, dict)]
     out: dict[tuple[str, int], dict] = {}

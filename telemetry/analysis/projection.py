@@ -51,6 +51,7 @@ from telemetry.formulas import bus_factor
 from telemetry.analysis.report import summarize
 from telemetry.analysis.runs import Run, median, percentile
 from telemetry.errors import InputError
+from telemetry.rundir import StepKey
 
 DEFAULT_EFFICIENCY = 0.94
 # gloo collectives over the lab's tbf links at large sizes, by frame size: tbf counts whole frames, so
@@ -81,20 +82,20 @@ def measured_profile(run: Run, summary: dict | None = None) -> dict:
     timed = run.timed_steps()
     ops = {}
     for op, c in s["comm"].items():
-        steps = [r for r in timed if op in (r.get("comm") or {})]
+        steps = [r for r in timed if op in (r.get(StepKey.COMM) or {})]
         # the rank that arrived last waited least: its time is the collective itself, the others'
         # extra is waiting for it (imbalance, which a faster fabric does not remove)
-        last_arrival = median([((r.get("ranks") or {}).get("comm_time_s_by_op") or {}).get(op, {}).get("min")
+        last_arrival = median([((r.get(StepKey.RANKS) or {}).get("comm_time_s_by_op") or {}).get(op, {}).get("min")
                                for r in steps])
         t = last_arrival if last_arrival is not None else c["time_per_step_s"]
         ops[op] = {"bytes": c["bytes_per_step"], "time_s": t or 0.0,
-                   "calls": median([r["comm"][op]["count"] for r in steps]) or 0}
+                   "calls": median([r[StepKey.COMM][op]["count"] for r in steps]) or 0}
     groups = _group_profile(timed, ops, world)
     summed = sum(o["time_s"] for o in ops.values())
     # wall time with a collective in flight, on the rank that waited least: concurrent calls (DDP's buckets
     # on gloo's two threads, or queued behind each other) count once, as they share the link
-    union_min = median([((r.get("ranks") or {}).get("comm_time_s") or {}).get("min") for r in timed])
-    union_own = median([r.get("comm_time_s") for r in timed])
+    union_min = median([((r.get(StepKey.RANKS) or {}).get(StepKey.COMM_TIME_S) or {}).get("min") for r in timed])
+    union_own = median([r.get(StepKey.COMM_TIME_S) for r in timed])
     comm = union_min if union_min is not None else union_own if union_own is not None else summed
     if summed > comm > 0:
         for o in ops.values():
@@ -103,7 +104,7 @@ def measured_profile(run: Run, summary: dict | None = None) -> dict:
             for o in g["ops"].values():
                 o["time_s"] *= comm / summed
     comm = min(comm, summed) if summed else comm
-    exposed_est = median([r.get("exposed_comm_s") for r in timed])
+    exposed_est = median([r.get(StepKey.EXPOSED_COMM_S) for r in timed])
     if exposed_est is not None:
         # the writing rank's estimate; what it waited for a late peer is not the fabric's
         exposed = max(0.0, exposed_est - max(0.0, (union_own or comm) - comm))
@@ -112,15 +113,16 @@ def measured_profile(run: Run, summary: dict | None = None) -> dict:
         exposed, exposed_from = s["exposed"]["share"] * s["step_time_median_s"], "profiled"
     else:
         exposed, exposed_from = comm, "all"
-    overlap = median([r.get("overlap_window_s") for r in timed])
-    optimizer = median([r.get("optimizer_s") for r in timed])
-    times = [r.get("step_time_s") for r in timed]
+    overlap = median([r.get(StepKey.OVERLAP_WINDOW_S) for r in timed])
+    optimizer = median([r.get(StepKey.OPTIMIZER_S) for r in timed])
+    times = [r.get(StepKey.STEP_TIME_S) for r in timed]
     med = s["step_time_median_s"]
     spread = ((percentile(times, 0.1) / med, percentile(times, 0.9) / med) if med and len(times) >= 3
               else (1.0, 1.0))
-    return {"step_time_s": med, "comm_time_s": comm, "exposed_s": min(exposed, comm), "exposed_from": exposed_from,
+    return {StepKey.STEP_TIME_S: med, StepKey.COMM_TIME_S: comm, "exposed_s": min(exposed, comm),
+            "exposed_from": exposed_from,
             # compute with asynchronous collectives in flight (None: a run recorded before this was kept)
-            "overlap_window_s": overlap, "optimizer_s": optimizer,
+            StepKey.OVERLAP_WINDOW_S: overlap, StepKey.OPTIMIZER_S: optimizer,
             "ops": ops, "groups": groups, "world_size": world, "nodes": nodes, "link_bps": lab.get("rate_bps"),
             "burst_bytes": lab.get("burst_bytes"), "label": run.name,
             "workload": (run.info.get("recipe") or {}).get("workload"), "step_spread": spread,
@@ -155,12 +157,12 @@ def _group_profile(timed: list[dict], ops: dict, world: int) -> dict:
     ({} for runs recorded before groups: every byte is then taken to cross the fabric, as before). Each
     collective type's time (the cross-rank minimum) is split over its groups as the writing rank's own
     times split it, so the groups add up to the type."""
-    names = sorted({n for r in timed for n in (r.get("comm_groups") or {})})
+    names = sorted({n for r in timed for n in (r.get(StepKey.COMM_GROUPS) or {})})
     if not names:
         return {}
     out = {}
     for name in names:
-        rows = [r["comm_groups"][name] for r in timed if name in (r.get("comm_groups") or {})]
+        rows = [r[StepKey.COMM_GROUPS][name] for r in timed if name in (r.get(StepKey.COMM_GROUPS) or {})]
         last = rows[-1]
         # scope unknown (no host map): on the target link, as every byte was before groups
         g = {"dim": last.get("dim"), "size": last.get("size") or world, "scope": last.get("scope") or "inter",
@@ -208,20 +210,20 @@ def combine_profiles(profiles: list[dict]) -> dict:
         if len(set(values)) > 1:
             each = ", ".join(f"{p['label']}: {v}" for p, v in zip(profiles, values))
             raise ProjectionError(f"the runs given together are not repeats of one configuration: {key} differs ({each})")
-    if any(p["step_time_s"] is None for p in profiles):
-        bad = next(p["label"] for p in profiles if p["step_time_s"] is None)
+    if any(p[StepKey.STEP_TIME_S] is None for p in profiles):
+        bad = next(p["label"] for p in profiles if p[StepKey.STEP_TIME_S] is None)
         raise ProjectionError(f"{bad}: no timed steps to project from")
     ops_sets = {tuple(sorted(p["ops"])) for p in profiles}
     if len(ops_sets) > 1:
         raise ProjectionError("the runs given together are not repeats of one configuration: their collectives "
                               f"differ ({' / '.join(', '.join(o) or 'none' for o in sorted(ops_sets))})")
-    step = median([p["step_time_s"] for p in profiles])
-    low = min(p["step_spread"][0] * p["step_time_s"] for p in profiles) / step
-    high = max(p["step_spread"][1] * p["step_time_s"] for p in profiles) / step
+    step = median([p[StepKey.STEP_TIME_S] for p in profiles])
+    low = min(p["step_spread"][0] * p[StepKey.STEP_TIME_S] for p in profiles) / step
+    high = max(p["step_spread"][1] * p[StepKey.STEP_TIME_S] for p in profiles) / step
     out = dict(first)
-    for key in ("comm_time_s", "exposed_s", "overlap_window_s", "optimizer_s"):
+    for key in (StepKey.COMM_TIME_S, "exposed_s", StepKey.OVERLAP_WINDOW_S, StepKey.OPTIMIZER_S):
         out[key] = median([p.get(key) for p in profiles])
-    out["exposed_s"] = min(out["exposed_s"], out["comm_time_s"])
+    out["exposed_s"] = min(out["exposed_s"], out[StepKey.COMM_TIME_S])
     out["ops"] = {op: {k: median([p["ops"][op][k] for p in profiles]) for k in ("bytes", "time_s", "calls")}
                   for op in first["ops"]}
     shapes = {tuple(sorted((n, tuple(sorted(g["ops"]))) for n, g in (p.get("groups") or {}).items())) for p in profiles}
@@ -233,7 +235,7 @@ def combine_profiles(profiles: list[dict]) -> dict:
                      for name, g in (first.get("groups") or {}).items()}
     out.update(step_time_s=step, step_spread=(min(low, 1.0), max(high, 1.0)),
                steps=sum(p["steps"] for p in profiles), repeats=len(profiles),
-               repeat_step_times_s=[p["step_time_s"] for p in profiles],
+               repeat_step_times_s=[p[StepKey.STEP_TIME_S] for p in profiles],
                label=f"{first['label']} (+{len(profiles) - 1} repeat{'s' if len(profiles) > 2 else ''})",
                partial=any(p.get("partial") for p in profiles))
     return out
@@ -347,20 +349,21 @@ def _add_unit(per_op: dict, by_group: dict, u: dict, figures: dict) -> None:
 def _step_times(profile: dict, comm_new: float, comm_range: dict, compute_scale: float, cpu_shared: float) -> dict:
     """The predicted step from the predicted communication: compute scaled, what communication hides behind
     it, and the interval's ends."""
-    comm, exposed = profile["comm_time_s"], profile["exposed_s"]
+    comm, exposed = profile[StepKey.COMM_TIME_S], profile["exposed_s"]
     # Communication can hide behind the compute that runs while it is in flight: at least what was hidden
     # in the measured run, at most the backward compute after the first asynchronous call (the overlap
     # window). What does not fit is exposed, and so is, at the least, the measured exposed tail (the last
     # calls, issued when nothing is left to compute) stretched as communication stretches.
-    window = max(comm - exposed, (profile.get("overlap_window_s") or 0.0) * compute_scale)
+    window = max(comm - exposed, (profile.get(StepKey.OVERLAP_WINDOW_S) or 0.0) * compute_scale)
     tail = exposed / comm if comm > 0 else 1.0
 
     def exposed_at(c: float) -> float:
         return max(c - window, c * tail, 0.0)
 
     # each rank's share of the batch scales its forward and backward, not a replicated optimizer step
-    optimizer = min(profile.get("optimizer_s") or 0.0, profile["step_time_s"] - exposed) if compute_scale != 1 else 0.0
-    alone = (profile["step_time_s"] - exposed - optimizer) * compute_scale + optimizer
+    optimizer = (min(profile.get(StepKey.OPTIMIZER_S) or 0.0, profile[StepKey.STEP_TIME_S] - exposed)
+                 if compute_scale != 1 else 0.0)
+    alone = (profile[StepKey.STEP_TIME_S] - exposed - optimizer) * compute_scale + optimizer
     # lab nodes on one host: more ranks than cores time-share them
     compute = alone * cpu_shared
     exposed_new = exposed_at(comm_new)
@@ -386,7 +389,7 @@ def project(profile: dict, link_bps: float | None, latency_s: float = 0.0,
     link, each with its own group's bus factor; intra-node groups keep their measured time, or take
     `intra_bps` (bits/s) where given. `by_group` says which is which.
     """
-    if profile["step_time_s"] is None:
+    if profile[StepKey.STEP_TIME_S] is None:
         raise ProjectionError("the measured run has no timed steps to project from")
     n = profile["world_size"]
     nodes_measured = profile.get("nodes") or n  # one rank per node when the run does not say
@@ -396,7 +399,7 @@ def project(profile: dict, link_bps: float | None, latency_s: float = 0.0,
     if efficiency is None:
         efficiency = efficiency_for(profile)
     measured_Bps = profile["link_bps"] / 8 * efficiency if profile["link_bps"] else None
-    idle = profile["step_time_s"] - profile["comm_time_s"]
+    idle = profile[StepKey.STEP_TIME_S] - profile[StepKey.COMM_TIME_S]
     units = _units(profile)
     _grow_groups(units, n, n_new, nodes / nodes_measured, profile.get("links_per_node"))
     wires = [u["bytes"] * bus_factor(u["op"], u["size"]) * u["share_measured"] for u in units]
@@ -460,7 +463,8 @@ def project(profile: dict, link_bps: float | None, latency_s: float = 0.0,
     step, compute, window, exposed_new = t["step"], t["compute"], t["window"], t["exposed"]
     # what the target's links add to the step: under NEGLIGIBLE of it, no faster fabric helps measurably
     negligible = wire_new < NEGLIGIBLE * step
-    return {"step_time_s": step, "interval_s": (min(t["low"], step), max(t["high"], step)), "comm_time_s": comm_new,
+    return {StepKey.STEP_TIME_S: step, "interval_s": (min(t["low"], step), max(t["high"], step)),
+            StepKey.COMM_TIME_S: comm_new,
             "wire_s": wire_new, "fixed_s": comm_new - wire_new, "compute_s": compute, "hidden_s": window,
             "comm_share": exposed_new / step if step else None, "negligible": negligible,
             "link_bps": link_bps, "latency_s": latency_s, "efficiency": efficiency, "by_op": per_op,
@@ -480,6 +484,6 @@ def negligible_above_bps(profile: dict, fraction: float = NEGLIGIBLE, efficiency
     n_new = base["world_size"]
     wire = sum(g["wire_bytes"] for g in base["by_group"].values() if g["on_target_link"]) if base["by_group"] else \
         sum(o["bytes"] * bus_factor(op, n_new) for op, o in profile["ops"].items())
-    if not wire or not base["step_time_s"]:
+    if not wire or not base[StepKey.STEP_TIME_S]:
         return None
-    return wire * 8 / (fraction * base["step_time_s"]) / (efficiency or efficiency_for(profile))
+    return wire * 8 / (fraction * base[StepKey.STEP_TIME_S]) / (efficiency or efficiency_for(profile))

@@ -15,6 +15,7 @@ from telemetry import coverage
 from telemetry.formulas import RECORDED_OPS
 from telemetry.analysis.runs import Run, load_run, median, percentile
 from telemetry.stragglers import report_section as straggler_section
+from telemetry.rundir import REPORT, RunKey, StepKey
 
 
 
@@ -34,10 +35,10 @@ def group_summary(steps: list[dict], step_time_s: float | None = None) -> dict:
     """Communication per process group, medians over `steps` (their `comm_groups`): {name: {dim, size,
     scope, count_per_step, bytes_per_step, time_per_step_s, busbw_GBps, share_of_step, partial, by_op}}.
     Empty for runs recorded before groups were (their communication reads per collective type only)."""
-    names = sorted({g for r in steps for g in (r.get("comm_groups") or {})})
+    names = sorted({g for r in steps for g in (r.get(StepKey.COMM_GROUPS) or {})})
     out = {}
     for name in names:
-        rows = [r["comm_groups"][name] for r in steps if name in (r.get("comm_groups") or {})]
+        rows = [r[StepKey.COMM_GROUPS][name] for r in steps if name in (r.get(StepKey.COMM_GROUPS) or {})]
         last = rows[-1]  # identity as last recorded
         t = median([x.get("time_s") for x in rows])
         ops = sorted({op for x in rows for op in (x.get("by_op") or {})})
@@ -74,10 +75,10 @@ def fabric_share(groups: dict) -> dict | None:
 def run_health(run: Run) -> dict | None:
     """The run's tracer health (telemetry/coverage.py): run.json's, else the recorded steps' added up; None
     for runs recorded before it."""
-    recorded = ((run.info.get("telemetry") or {}).get("comm_health"))
+    recorded = ((run.info.get("telemetry") or {}).get(StepKey.COMM_HEALTH))
     if recorded:
         return recorded
-    steps = [r["comm_health"] for r in run.metrics if isinstance(r.get("comm_health"), dict)]
+    steps = [r[StepKey.COMM_HEALTH] for r in run.metrics if isinstance(r.get(StepKey.COMM_HEALTH), dict)]
     if not steps:
         return None
     total = coverage.empty()
@@ -106,12 +107,12 @@ def summarize(run: Run) -> dict:
     steps = run.timed_steps()
     layout = run.info.get("layout") or {}
     gbs = layout.get("global_batch_size")
-    step_times = [r.get("step_time_s") for r in steps]
+    step_times = [r.get(StepKey.STEP_TIME_S) for r in steps]
     med = median(step_times)
     comm: dict[str, dict] = {}
     reasons: set[str] = set()
     for op in RECORDED_OPS:
-        rows = [r["comm"][op] for r in steps if op in (r.get("comm") or {})]
+        rows = [r[StepKey.COMM][op] for r in steps if op in (r.get(StepKey.COMM) or {})]
         if not rows:
             continue
         t = median([x["time_s"] for x in rows])
@@ -123,72 +124,75 @@ def summarize(run: Run) -> dict:
                     "time_per_step_s": t, "busbw_GBps": median([x.get("busbw_GBps") for x in rows]),
                     "share_of_step": t / med if t is not None and med else None,
                     "partial": partial, "untimed_bytes_per_step": median([_untimed_bytes(x) for x in rows])}
-    comm_time = median([r.get("comm_time_s") for r in steps])
+    comm_time = median([r.get(StepKey.COMM_TIME_S) for r in steps])
     per_step_untimed = []
     for r in steps:
-        stats = (r.get("comm") or {}).values()
+        stats = (r.get(StepKey.COMM) or {}).values()
         known = [_untimed_bytes(x) for x in stats]
         per_step_untimed.append(None if None in known else sum(known))
     comm_partial = any(c["partial"] for c in comm.values())
     # exposed <= communication <= step time on every step, and the three medians are over the same steps,
     # so the shares keep that order (a median is monotone)
-    exposed_steps = [r.get("exposed_comm_s") for r in steps]
+    exposed_steps = [r.get(StepKey.EXPOSED_COMM_S) for r in steps]
     exposed_comm = {"per_step_s": None if None in exposed_steps else median(exposed_steps),
-                    "reason": next((r["exposed_comm_reason"] for r in steps if r.get("exposed_comm_reason")),
-                                   None if steps and "exposed_comm_s" in steps[0] else
+                    "reason": next((r[StepKey.EXPOSED_COMM_REASON] for r in steps
+                                    if r.get(StepKey.EXPOSED_COMM_REASON)),
+                                   None if steps and StepKey.EXPOSED_COMM_S in steps[0] else
                                    "not recorded (a run from before the per-step estimate)")}
     if exposed_comm["per_step_s"] is not None:
         exposed_comm["reason"] = None
     exposed_comm["share"] = (exposed_comm["per_step_s"] / med if exposed_comm["per_step_s"] is not None and med
                              else None)
-    windows = [r["exposed"] for r in run.metrics if r.get("exposed")]
+    windows = [r[StepKey.EXPOSED] for r in run.metrics if r.get(StepKey.EXPOSED)]
     exposed = None
     if windows:
         ops = sorted({op for w in windows for op in w["by_op"]})
         exposed = {"windows": len(windows), "share": _mean([w["exposed_share"] for w in windows]),
                    "comm_share": _mean([w["comm_share"] for w in windows]),
                    "by_op": {op: _mean([w["by_op"].get(op, {}).get("exposed_share") for w in windows]) for op in ops}}
-    spreads = [r["ranks"]["step_time_s"] for r in steps if (r.get("ranks") or {}).get("step_time_s")]
-    energy_rows = [r.get("job_gpu_energy_j") for r in steps]
+    spreads = [r[StepKey.RANKS][StepKey.STEP_TIME_S] for r in steps
+               if (r.get(StepKey.RANKS) or {}).get(StepKey.STEP_TIME_S)]
+    energy_rows = [r.get(StepKey.JOB_GPU_ENERGY_J) for r in steps]
     energy_step = median(energy_rows)
     tel = run.info.get("telemetry") or {}
     energy = ({"per_step_j": energy_step, "per_sample_j": energy_step / gbs if energy_step and gbs else None,
-               "total_j": sum(r.get("job_gpu_energy_j") or 0 for r in run.metrics),
-               "power_w": median([r.get("job_gpu_power_w") for r in steps])}
+               "total_j": sum(r.get(StepKey.JOB_GPU_ENERGY_J) or 0 for r in run.metrics),
+               "power_w": median([r.get(StepKey.JOB_GPU_POWER_W) for r in steps])}
               if energy_step is not None else
-              {"reason": next((r.get("gpu_energy_reason") for r in run.metrics if r.get("gpu_energy_reason")),
-                              tel.get("gpu_energy_reason") or "no energy readings in this run")})
-    losses = [r["loss"] for r in run.metrics if r.get("loss") is not None]
-    evals = [r["eval_loss"] for r in run.metrics if r.get("eval_loss") is not None]
+              {"reason": next((r.get(StepKey.GPU_ENERGY_REASON) for r in run.metrics
+                               if r.get(StepKey.GPU_ENERGY_REASON)),
+                              tel.get(StepKey.GPU_ENERGY_REASON) or "no energy readings in this run")})
+    losses = [r[StepKey.LOSS] for r in run.metrics if r.get(StepKey.LOSS) is not None]
+    evals = [r[StepKey.EVAL_LOSS] for r in run.metrics if r.get(StepKey.EVAL_LOSS) is not None]
     fab = run.info.get("fabric") or {}
     return {
-        "name": run.name, "status": run.info.get("status"), "steps": len(run.metrics),
-        "recipe_name": (run.info.get("recipe") or {}).get("name"), "layout": layout,
-        "backend": fab.get("backend") or run.info.get("backend"), "transport": fab.get("transport"),
-        "expectation": fab.get("expectation"), "hosts": len(run.info.get("hosts") or []) or None,
+        RunKey.NAME: run.name, RunKey.STATUS: run.info.get("status"), "steps": len(run.metrics),
+        "recipe_name": (run.info.get("recipe") or {}).get("name"), RunKey.LAYOUT: layout,
+        RunKey.BACKEND: fab.get("backend") or run.info.get("backend"), "transport": fab.get("transport"),
+        "expectation": fab.get("expectation"), RunKey.HOSTS: len(run.info.get("hosts") or []) or None,
         "step_time_median_s": med, "step_time_p95_s": percentile(step_times, 0.95),
-        "samples_per_s": gbs / med if gbs and med else None,
-        "tokens_per_s": median([r.get("tokens_per_s") for r in steps]),
-        "padded_tokens_per_step": median([r.get("padded_tokens") for r in steps]),
-        "tokens_per_step": median([r.get("tokens") for r in steps]),
+        StepKey.SAMPLES_PER_S: gbs / med if gbs and med else None,
+        StepKey.TOKENS_PER_S: median([r.get(StepKey.TOKENS_PER_S) for r in steps]),
+        "padded_tokens_per_step": median([r.get(StepKey.PADDED_TOKENS) for r in steps]),
+        "tokens_per_step": median([r.get(StepKey.TOKENS) for r in steps]),
         # the harness's own per-step work outside step_time_s (None for runs recorded before the field)
-        "harness_per_step_s": (harness := median([r.get("harness_s") for r in steps])),
+        "harness_per_step_s": (harness := median([r.get(StepKey.HARNESS_S) for r in steps])),
         "harness_share": harness / med if harness is not None and med else None,
         "loss_first": losses[0] if losses else None, "loss_last": losses[-1] if losses else None,
         "eval_loss_last": evals[-1] if evals else None,
-        "comm": comm, "comm_time_per_step_s": comm_time, "comm_health": run_health(run),
+        StepKey.COMM: comm, "comm_time_per_step_s": comm_time, StepKey.COMM_HEALTH: run_health(run),
         "comm_share": comm_time / med if comm_time is not None and med else None,
         # the share counts timed calls only: partial when some calls had no time
         "comm_partial": comm_partial, "comm_untimed_bytes_per_step": median(per_step_untimed),
         "comm_untimed_reasons": sorted(reasons),
         # per process group (mesh dimension) and its scope; {} / None for runs recorded before groups
-        "comm_groups": (groups := group_summary(steps, med)), "fabric_share": fabric_share(groups),
+        StepKey.COMM_GROUPS: (groups := group_summary(steps, med)), "fabric_share": fabric_share(groups),
         "exposed_comm": exposed_comm,  # every step's estimate from the traced calls (same steps as comm_share)
-        "exposed": exposed,  # profiled windows: shares of the profiled window, with the profiler's overhead
+        StepKey.EXPOSED: exposed,  # profiled windows: shares of the profiled window, with the profiler's overhead
         "straggler_s": median([s["max"] - s["min"] for s in spreads]),
         "energy": energy, "counters": tel.get("counters") or {"verdict": None, "reason": "no counter summary"},
         "stragglers": straggler_section(run.info, run.metrics),
-        "server_power": tel.get("server_power"), "switch_metrics": run.info.get("switch_metrics"),
+        "server_power": tel.get("server_power"), RunKey.SWITCH_METRICS: run.info.get(RunKey.SWITCH_METRICS),
     }
 
 
@@ -240,7 +244,7 @@ def tables(s: dict) -> list[tuple[str, list[str], list[list[str]]]]:
     ]
     throughput = [
         ["step time median / p95", f"{fmt(s['step_time_median_s'], 's')} / {fmt(s['step_time_p95_s'], 's')}"],
-        ["samples/s", fmt(s["samples_per_s"])], ["tokens/s", fmt(s["tokens_per_s"])],
+        ["samples/s", fmt(s[StepKey.SAMPLES_PER_S])], ["tokens/s", fmt(s[StepKey.TOKENS_PER_S])],
         ["tokens per step: real / computed (padding included)",
          f"{fmt(s.get('tokens_per_step'))} / {fmt(s.get('padded_tokens_per_step'))}"],
         ["harness work per step, outside step time (telemetry, stop vote, metrics write)",
@@ -268,11 +272,11 @@ def tables(s: dict) -> list[tuple[str, list[str], list[list[str]]]]:
               if "reason" not in e else [["energy", f"not available: {e['reason']}"]])
     c = s["counters"]
     counters = [["verdict", fmt(c.get("verdict"))], ["reason", fmt(c.get("reason"))]]
-    counters += evidence_rows(s.get("server_power"), s.get("switch_metrics"))
+    counters += evidence_rows(s.get("server_power"), s.get(RunKey.SWITCH_METRICS))
     return [("Run", ["", ""], overview), ("Throughput", ["", ""], throughput),
             ("Communication per step (median)", ["collective", "count", "bytes", "time", "busbw", "share of step",
                                                  "exposed share (profiled)", "untimed bytes"], comm_rows),
-            *([group_table] if group_table else []), health_rows(s.get("comm_health")),
+            *([group_table] if group_table else []), health_rows(s.get(StepKey.COMM_HEALTH)),
             ("Energy", ["", ""], energy), ("Fabric counters", ["", ""], counters), s["stragglers"]]
 
 
@@ -305,7 +309,7 @@ def scope_label(g: dict) -> str:
 
 def group_rows(s: dict) -> tuple[str, list[str], list[list[str]]] | None:
     """The table of communication per process group, ending with the fabric's share; None for old runs."""
-    groups = s.get("comm_groups") or {}
+    groups = s.get(StepKey.COMM_GROUPS) or {}
     if not groups:
         return None
     rows = [[name, fmt(g["dim"]), fmt(g["size"]), scope_label(g), ", ".join(sorted(g["by_op"])),
@@ -362,7 +366,7 @@ def plots(run: Run, out: str) -> list[tuple[str, str]]:
     import matplotlib.pyplot as plt
 
     m = run.metrics
-    steps = [r["step"] for r in m]
+    steps = [r[StepKey.STEP] for r in m]
     made = []
 
     from matplotlib.ticker import MaxNLocator
@@ -377,36 +381,38 @@ def plots(run: Run, out: str) -> list[tuple[str, str]]:
         made.append((name, title))
 
     fig, ax = plt.subplots(figsize=(7, 3.6))
-    ax.plot(steps, [r.get("loss") for r in m], label="train loss")
-    ev = [(r["step"], r["eval_loss"]) for r in m if r.get("eval_loss") is not None]
+    ax.plot(steps, [r.get(StepKey.LOSS) for r in m], label="train loss")
+    ev = [(r[StepKey.STEP], r[StepKey.EVAL_LOSS]) for r in m if r.get(StepKey.EVAL_LOSS) is not None]
     if ev:
         ax.plot(*zip(*ev), "o-", label="eval loss")
     ax.set_xlabel("step"), ax.set_ylabel("loss"), ax.legend(), ax.grid(alpha=0.3)
     save(fig, "loss.png", "Loss")
 
     fig, ax = plt.subplots(figsize=(7, 3.6))
-    ax.plot(steps, [r.get("step_time_s") for r in m], label="rank 0")
-    band = [(r["step"], r["ranks"]["step_time_s"]) for r in m if (r.get("ranks") or {}).get("step_time_s")]
+    ax.plot(steps, [r.get(StepKey.STEP_TIME_S) for r in m], label="rank 0")
+    band = [(r[StepKey.STEP], r[StepKey.RANKS][StepKey.STEP_TIME_S]) for r in m
+            if (r.get(StepKey.RANKS) or {}).get(StepKey.STEP_TIME_S)]
     if band:
         ax.fill_between([b[0] for b in band], [b[1]["min"] for b in band], [b[1]["max"] for b in band],
                         alpha=0.3, label="min-max across ranks")
-    prof = [r["step"] for r in m if r.get("profiled")]
+    prof = [r[StepKey.STEP] for r in m if r.get(StepKey.PROFILED)]
     if prof:
-        ax.plot(prof, [next(x["step_time_s"] for x in m if x["step"] == p) for p in prof], "x", label="profiled step")
+        ax.plot(prof, [next(x[StepKey.STEP_TIME_S] for x in m if x[StepKey.STEP] == p) for p in prof], "x",
+                label="profiled step")
     ax.set_xlabel("step"), ax.set_ylabel("step time (s)"), ax.legend(), ax.grid(alpha=0.3)
     save(fig, "step_time.png", "Step time")
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.6), gridspec_kw={"width_ratios": [2, 1]})
-    ops = [op for op in RECORDED_OPS if any(op in (r.get("comm") or {}) for r in m)]
+    ops = [op for op in RECORDED_OPS if any(op in (r.get(StepKey.COMM) or {}) for r in m)]
     bottom = [0.0] * len(m)
     for op in ops:
-        vals = [((r.get("comm") or {}).get(op) or {}).get("time_s") or 0.0 for r in m]
+        vals = [((r.get(StepKey.COMM) or {}).get(op) or {}).get("time_s") or 0.0 for r in m]
         ax1.bar(steps, vals, bottom=bottom, label=op)
         bottom = [b + v for b, v in zip(bottom, vals)]
     ax1.set_xlabel("step"), ax1.set_ylabel("communication time (s)")
     if ops:
         ax1.legend(fontsize=8)
-    windows = [r["exposed"] for r in m if r.get("exposed")]
+    windows = [r[StepKey.EXPOSED] for r in m if r.get(StepKey.EXPOSED)]
     if windows:
         names = sorted({op for w in windows for op in w["by_op"]})
         ax2.bar(["all"] + names, [_mean([w["exposed_share"] for w in windows]) * 100] +
@@ -418,28 +424,28 @@ def plots(run: Run, out: str) -> list[tuple[str, str]]:
     save(fig, "comm.png", "Communication by collective, and exposed share")
 
     fig, ax = plt.subplots(figsize=(7, 3.6))
-    energy = [r.get("job_gpu_energy_j") for r in m]
+    energy = [r.get(StepKey.JOB_GPU_ENERGY_J) for r in m]
     if any(e is not None for e in energy):
         ax.plot(steps, energy, label="energy per step (J)")
         ax2 = ax.twinx()
-        ax2.plot(steps, [r.get("job_gpu_power_w") for r in m], color="tab:red", label="power (W)")
+        ax2.plot(steps, [r.get(StepKey.JOB_GPU_POWER_W) for r in m], color="tab:red", label="power (W)")
         ax2.set_ylabel("power (W)")
         ax.set_ylabel("energy (J)"), ax.set_xlabel("step")
     else:
-        reason = next((r.get("gpu_energy_reason") for r in m if r.get("gpu_energy_reason")), "no readings")
+        reason = next((r.get(StepKey.GPU_ENERGY_REASON) for r in m if r.get(StepKey.GPU_ENERGY_REASON)), "no readings")
         ax.text(0.5, 0.5, f"energy not available:\n{reason}", ha="center", va="center", wrap=True)
         ax.set_axis_off()
     save(fig, "energy.png", "Energy and power")
 
     fig, ax = plt.subplots(figsize=(7, 3.6))
     plotted = False
-    for key, label in (("job_net_tx_bytes", "NIC tx"), ("job_net_rx_bytes", "NIC rx"),
-                       ("job_rdma_tx_bytes", "RDMA tx"), ("job_rdma_rx_bytes", "RDMA rx")):
+    for key, label in ((StepKey.JOB_NET_TX_BYTES, "NIC tx"), (StepKey.JOB_NET_RX_BYTES, "NIC rx"),
+                       (StepKey.JOB_RDMA_TX_BYTES, "RDMA tx"), (StepKey.JOB_RDMA_RX_BYTES, "RDMA rx")):
         vals = [r.get(key) for r in m]
         if any(v is not None for v in vals):
             ax.plot(steps, [(v or 0) / 1e6 for v in vals], label=label)
             plotted = True
-    losses = [(r["step"], r["job_loss_events"]) for r in m if r.get("job_loss_events")]
+    losses = [(r[StepKey.STEP], r[StepKey.JOB_LOSS_EVENTS]) for r in m if r.get(StepKey.JOB_LOSS_EVENTS)]
     if losses:
         ax.plot(*zip(*losses), "rv", label="loss events")
     if plotted:
@@ -496,13 +502,13 @@ def write_documents(out: str, basename: str, title: str, subtitle: str | None, w
 
 def write_report(run_path: str, out: str | None = None) -> dict:
     run = load_run(run_path)
-    out = out or os.path.join(run_path, "report")
+    out = out or os.path.join(run_path, REPORT)
     os.makedirs(out, exist_ok=True)
     s = summarize(run)
     figures = plots(run, out)
     title = f"fabric-harness report: {s['name']}"
     warning = (s["expectation"] or {}).get("warning")
-    health = s.get("comm_health") or {}
+    health = s.get(StepKey.COMM_HEALTH) or {}
     partial = (f"collective {health['verdict']}" if health.get("calls") and health.get("verdict") != coverage.FULL
                else None)
     from telemetry.analysis.flight_recorder import section as flight_recorder  # a hung or timed-out run's dumps

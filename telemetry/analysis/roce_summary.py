@@ -12,6 +12,7 @@ import os
 import re
 
 from telemetry.analysis.runs import Run
+from telemetry.rundir import LOGS
 
 _QP_GID = re.compile(r"NCCL Dev (\d+) Ib[Dd]ev (\d+) Port (\d+) qpn \d+ mtu \d+.*?\bGID (\d+) \(")
 
@@ -22,7 +23,7 @@ def gid_indices_from_log(lines) -> set[int]:
 
 def _log_gids(run_dir: str, max_bytes: int = 16 << 20) -> set[int]:
     found: set[int] = set()
-    for path in sorted(glob.glob(os.path.join(run_dir, "logs", "nccl*.log"))):
+    for path in sorted(glob.glob(os.path.join(run_dir, LOGS, "nccl*.log"))):
         with open(path, encoding="utf-8", errors="replace") as f:
             found |= gid_indices_from_log(f.read(max_bytes).splitlines())
     return found

@@ -1,7 +1,6 @@
 """Reading a run directory back (tolerant of killed jobs: a truncated last line is skipped)."""
 from __future__ import annotations
 
-import glob
 import json
 import os
 import re
@@ -10,7 +9,10 @@ from dataclasses import dataclass, field
 
 from telemetry.errors import InputError
 # the run directory's owner: its reader and the older names (re-exported: analysis reads through here)
-from telemetry.rundir import RENAMED_FIELDS, RENAMED_UNITS, rename_fields, read_jsonl, upgrade_record  # noqa: F401
+from telemetry.rundir import (  # noqa: F401
+    METRICS, RANK_TELEMETRY, RENAMED_FIELDS, RENAMED_UNITS, RUN_JSON, RunKey, StepKey, rank_files, rename_fields,
+    read_jsonl, upgrade_record,
+)
 
 
 class RunError(InputError):
@@ -44,16 +46,17 @@ class Run:
     def timed_steps(self) -> list[dict]:
         """Steps fit for timing statistics: not the warm-up step, not profiled steps, not steps in which
         torch.compile compiled (`compile_s` > 0, train.compile=blocks)."""
-        rows = [r for r in self.metrics if not r.get("profiled")]
+        rows = [r for r in self.metrics if not r.get(StepKey.PROFILED)]
         rows = rows[1:] if len(rows) > 1 else rows
-        steady = [r for r in rows if not r.get("compile_s")]
+        steady = [r for r in rows if not r.get(StepKey.COMPILE_S)]
         return steady or rows
 
 
 # run.json's sections the readers walk into: each an object (hosts a list) or null
-_SECTIONS = {**{k: dict for k in ("recipe", "layout", "fabric", "telemetry", "final", "throughput", "model", "data",
-                                  "software", "inventory", "environment", "switch_metrics", "compile")},
-             "hosts": list, "attempts": list}
+_SECTIONS = {**{k: dict for k in (RunKey.RECIPE, RunKey.LAYOUT, RunKey.FABRIC, RunKey.TELEMETRY, RunKey.FINAL,
+                                  RunKey.THROUGHPUT, RunKey.MODEL, RunKey.DATA, RunKey.SOFTWARE, RunKey.INVENTORY,
+                                  RunKey.ENVIRONMENT, RunKey.SWITCH_METRICS, RunKey.COMPILE)},
+             RunKey.HOSTS: list, RunKey.ATTEMPTS: list}
 
 
 def _json_type(value) -> str:
@@ -61,11 +64,11 @@ def _json_type(value) -> str:
 
 
 def load_run(path: str) -> Run:
-    run_json = os.path.join(path, "run.json")
+    run_json = os.path.join(path, RUN_JSON)
     if not os.path.isdir(path):
         raise RunError(f"{path}: not a directory")
     if not os.path.isfile(run_json):
-        raise RunError(f"{path}: no run.json (is this a run directory?)")
+        raise RunError(f"{path}: no {RUN_JSON} (is this a run directory?)")
     try:
         with open(run_json, encoding="utf-8") as f:
             info = json.load(f)
@@ -83,13 +86,13 @@ def load_run(path: str) -> Run:
             raise RunError(f"{run_json}: '{key}' is a JSON {_json_type(info[key])}; allowed: "
                            f"{'an object' if kind is dict else 'a list'} (or null), as a run writes it")
     ranks = {}
-    for p in sorted(glob.glob(os.path.join(path, "ranks", "rank*.telemetry.jsonl"))):
-        m = re.fullmatch(r"rank(\d+)\.telemetry\.jsonl", os.path.basename(p))
+    for p in rank_files(path, RANK_TELEMETRY):
+        m = re.fullmatch(rf"rank(\d+)\.{re.escape(RANK_TELEMETRY)}", os.path.basename(p))
         if m:  # another file that happens to match the glob is not a rank's
             ranks[int(m.group(1))] = [upgrade_record(r) for r in read_jsonl(p)]
-    final = info.get("final") or {}
+    final = info.get(RunKey.FINAL) or {}
     rename_fields(final, RENAMED_UNITS)  # a sweep's avg_busbw per collective
-    metrics_path = os.path.join(path, "metrics.jsonl")
+    metrics_path = os.path.join(path, METRICS)
     metrics = [upgrade_record(r) for r in read_jsonl(metrics_path)]
     if not metrics and _has_text(metrics_path):
         raise RunError(f"{metrics_path}: no line is a JSON object; allowed: one JSON object per line, as a run "

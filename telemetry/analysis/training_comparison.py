@@ -13,17 +13,18 @@ from telemetry.analysis.projection import ProjectionError, combine_profiles, mea
 from telemetry.analysis.repeats import spread
 from telemetry.analysis.report import fmt, fmt_bytes, partial_note, scope_label, summarize
 from telemetry.analysis.runs import Run
+from telemetry.rundir import StepKey
 
 
 def loss_parity(runs: list[Run]) -> dict:
-    base = {r["step"]: r["loss"] for r in runs[0].metrics if r.get("loss") is not None}
+    base = {r[StepKey.STEP]: r[StepKey.LOSS] for r in runs[0].metrics if r.get(StepKey.LOSS) is not None}
     worst, at = 0.0, None
     for run in runs[1:]:
         for r in run.metrics:
-            if r.get("step") in base and r.get("loss") is not None:
-                d = abs(r["loss"] - base[r["step"]])
+            if r.get(StepKey.STEP) in base and r.get(StepKey.LOSS) is not None:
+                d = abs(r[StepKey.LOSS] - base[r[StepKey.STEP]])
                 if d > worst:
-                    worst, at = d, r["step"]
+                    worst, at = d, r[StepKey.STEP]
     common = min(len(base), *(len(r.metrics) for r in runs[1:])) if len(runs) > 1 else len(base)
     if worst == 0.0:
         verdict = "identical"
@@ -35,14 +36,14 @@ def loss_parity(runs: list[Run]) -> dict:
 
 
 # figures that get a mean and a spread over repeats: (summary key or path, )
-_NUMERIC = ("step_time_median_s", "step_time_mean_s", "step_time_sd_s", "step_time_p95_s", "samples_per_s",
-            "tokens_per_s", "comm_share", "straggler_s", "comm_time_per_step_s", "harness_per_step_s",
+_NUMERIC = ("step_time_median_s", "step_time_mean_s", "step_time_sd_s", "step_time_p95_s", StepKey.SAMPLES_PER_S,
+            StepKey.TOKENS_PER_S, "comm_share", "straggler_s", "comm_time_per_step_s", "harness_per_step_s",
             "padded_tokens_per_step")
 
 
 def step_time_stats(run: Run) -> dict:
     """Mean and sample standard deviation of the timed steps' times (the median is summarize()'s)."""
-    times = [r["step_time_s"] for r in run.timed_steps() if r.get("step_time_s") is not None]
+    times = [r[StepKey.STEP_TIME_S] for r in run.timed_steps() if r.get(StepKey.STEP_TIME_S) is not None]
     return {"step_time_mean_s": statistics.fmean(times) if times else None,
             "step_time_sd_s": statistics.stdev(times) if len(times) > 1 else None, "timed_steps": len(times)}
 
@@ -102,12 +103,14 @@ def time_to_train(run: Run) -> dict | None:
     what = ", ".join(f"{k.removeprefix('target_')} {v}" for k, v in target.items())
     if not step:
         return {"target": what, "seconds": None, "why": f"target not reached ({run.info.get('status')})"}
-    rows = [r for r in run.metrics if r.get("step") is not None and r["step"] <= step]
+    rows = [r for r in run.metrics if r.get(StepKey.STEP) is not None and r[StepKey.STEP] <= step]
     first = rows[0] if rows else None
-    end = next((r for r in rows if r["step"] == step), None)
-    if first and end and first.get("time") is not None and end.get("time") is not None and first.get("step_time_s"):
-        return {"target": what, "seconds": end["time"] - (first["time"] - first["step_time_s"]), "step": step}
-    times = [r.get("step_time_s") for r in rows]
+    end = next((r for r in rows if r[StepKey.STEP] == step), None)
+    if first and end and first.get(StepKey.TIME) is not None and end.get(StepKey.TIME) is not None \
+            and first.get(StepKey.STEP_TIME_S):
+        return {"target": what, "seconds": end[StepKey.TIME] - (first[StepKey.TIME] - first[StepKey.STEP_TIME_S]),
+                "step": step}
+    times = [r.get(StepKey.STEP_TIME_S) for r in rows]
     if rows and None not in times and rows[0]["step"] == 1 and len(rows) == step:
         return {"target": what, "seconds": sum(times), "step": step, "note": "sum of step times"}
     return {"target": what, "seconds": None, "why": "steps up to the target are missing from metrics.jsonl"}
@@ -117,17 +120,17 @@ def group_tables(run_sums: list[list[dict]], labels: list[str]) -> list[tuple]:
     """Communication per process group and scope, one column per fabric (its first run), with the fabric's
     share (the inter-node groups); [] when no run recorded groups (runs from before groups)."""
     firsts = [ss[0] for ss in run_sums]
-    names = sorted({n for s in firsts for n in (s.get("comm_groups") or {})})
+    names = sorted({n for s in firsts for n in (s.get(StepKey.COMM_GROUPS) or {})})
     if not names:
         return []
     rows = []
     for name in names:
-        known = next(s["comm_groups"][name] for s in firsts if name in (s.get("comm_groups") or {}))
+        known = next(s[StepKey.COMM_GROUPS][name] for s in firsts if name in (s.get(StepKey.COMM_GROUPS) or {}))
         head = f"{name} ({scope_label(known)}, {known.get('size')} ranks)"
         rows.append([head] + [
             (fmt_bytes(g["bytes_per_step"]) + " / " + fmt(g["time_per_step_s"], "s") + " / "
              + fmt(g["busbw_GBps"], "GB/s") + (" (partial)" if g["partial"] else "")) if g else "n/a"
-            for g in ((s.get("comm_groups") or {}).get(name) for s in firsts)])
+            for g in ((s.get(StepKey.COMM_GROUPS) or {}).get(name) for s in firsts)])
     shares = []
     for s in firsts:
         f = s.get("fabric_share")
@@ -191,7 +194,7 @@ def headline_rows(sums: list[dict], run_sums: list[list[dict]], ttt: list[list[d
                                                 if s["spread"]["step_time_sd_s"] else "")
                                              for s, rs in zip(sums, run_sums)],
         _row(sums, "iteration time, p95", "step_time_p95_s", "s"),
-        _row(sums, "samples/s", "samples_per_s"), _row(sums, "tokens/s", "tokens_per_s"),
+        _row(sums, "samples/s", StepKey.SAMPLES_PER_S), _row(sums, "tokens/s", StepKey.TOKENS_PER_S),
         ["communication share"] + [_cell(s["spread"]["comm_share"], "%", None, False) + partial_note(s) for s in sums],
         _row(sums, "exposed communication share", "exposed_comm.share", "%", pct=False),
         _row(sums, "straggler spread", "straggler_s", "s", pct=False),
@@ -211,7 +214,7 @@ def headline_rows(sums: list[dict], run_sums: list[list[dict]], ttt: list[list[d
                                      + {True: "match", False: "MISMATCH", None: "not checked"}[
                                          (s["expectation"] or {}).get("match")] for s in ss) for ss in run_sums],
         ["counter verdict"] + [_same(str(s["counters"].get("verdict")) for s in ss) for ss in run_sums],
-        ["collective timing coverage (calls / bytes timed)"] + [_same(_coverage_text(s.get("comm_health"))
+        ["collective timing coverage (calls / bytes timed)"] + [_same(_coverage_text(s.get(StepKey.COMM_HEALTH))
                                                                       for s in ss) for ss in run_sums],
     ]
     return rows
@@ -236,7 +239,7 @@ def _baseline_profile(groups, run_sums) -> dict:
     medians and spread)."""
     profiles = [measured_profile(r, rs) for r, rs in zip(groups[0], run_sums[0])]
     try:
-        return combine_profiles([p for p in profiles if p["step_time_s"] is not None] or profiles[:1])
+        return combine_profiles([p for p in profiles if p[StepKey.STEP_TIME_S] is not None] or profiles[:1])
     except ProjectionError:  # repeats of another layout or link: the first run alone, as before
         return profiles[0]
 
@@ -249,7 +252,7 @@ def projection_section(groups, labels: list[str], sums: list[dict], run_sums: li
     prof = _baseline_profile(groups, run_sums)
     proj_rows, proj, warnings = [], [], []
     # each fabric by its least-covered run: a comparison of times is like for like only at equal coverage
-    worst = {lab: min((s.get("comm_health") or {} for s in ss), key=lambda h: (h.get("calls_pct") is None,
+    worst = {lab: min((s.get(StepKey.COMM_HEALTH) or {} for s in ss), key=lambda h: (h.get("calls_pct") is None,
                                                                                 h.get("calls_pct") or 0.0))
              for lab, ss in zip(labels, run_sums)}
     note = coverage.differs(worst)
@@ -262,12 +265,12 @@ def projection_section(groups, labels: list[str], sums: list[dict], run_sums: li
             continue
         # a lab run on more (or fewer) nodes is projected onto its node count
         p = project(prof, rate, burst_bytes=links.get("burst_bytes") or 0, nodes=links.get("nodes"))
-        err = pct_change(p["step_time_s"], s["step_time_median_s"])
+        err = pct_change(p[StepKey.STEP_TIME_S], s["step_time_median_s"])
         lo, hi = p["interval_s"]
         inside = lo <= s["step_time_median_s"] <= hi
-        proj.append({"label": lab, "rate_bps": rate, "predicted_s": p["step_time_s"], "interval_s": [lo, hi],
+        proj.append({"label": lab, "rate_bps": rate, "predicted_s": p[StepKey.STEP_TIME_S], "interval_s": [lo, hi],
                      "measured_s": s["step_time_median_s"], "error": err, "inside": inside, "partial": p["partial"]})
-        proj_rows.append([lab, fmt(p["step_time_s"], "s"), f"{fmt(lo, 's')} - {fmt(hi, 's')}",
+        proj_rows.append([lab, fmt(p[StepKey.STEP_TIME_S], "s"), f"{fmt(lo, 's')} - {fmt(hi, 's')}",
                           fmt(s["step_time_median_s"], "s"), f"{err * 100:+.1f}%",
                           "yes" if inside else "NO: measured " + ("above" if s["step_time_median_s"] > hi else "below")
                           + " the interval"])
@@ -296,13 +299,14 @@ def training_figures(plt, out: str, groups, labels: list[str], sums: list[dict],
     for key, name, ylabel, what, text in (
             ("step_time_median_s", "iteration_time.png", "iteration time, median", "Iteration time",
              lambda v: time_text(v * 1e6)),
-            ("samples_per_s", "samples_per_s.png", "samples/s", "Throughput", None)):
+            (StepKey.SAMPLES_PER_S, "samples_per_s.png", "samples/s", "Throughput", None)):
         stats = [s["spread"][key] for s in sums]
         compare_figures.bars(plt, out, name, labels, stats, ylabel,
                              f"{what} per fabric, % difference from {labels[0]}"
                              + (" (mean; bars: one standard deviation)" if repeats else ""), text)
         figures.append((name, f"{what} per fabric with the % difference from the first"))
-    curves = [[(r["step"], r["loss"]) for r in run.metrics if r.get("loss") is not None] for run in runs]
+    curves = [[(r[StepKey.STEP], r[StepKey.LOSS]) for r in run.metrics if r.get(StepKey.LOSS) is not None]
+              for run in runs]
     compare_figures.loss_curves(plt, out, labels, curves, f"loss parity: {parity['verdict']}")
     figures.append(("loss.png", "Loss curves overlaid (one line style and marker per fabric, so identical curves "
                                 "stay visible" + ("; the first run of each fabric" if repeats else "") + ")"))

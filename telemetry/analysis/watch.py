@@ -12,7 +12,6 @@ Pure Python, no torch.
 """
 from __future__ import annotations
 
-import glob
 import json
 import os
 import re
@@ -22,7 +21,7 @@ import time
 from collections import deque
 
 from telemetry import stragglers
-from telemetry.rundir import METRICS, RANKS, RUN_JSON, JsonlFollower, upgrade_record
+from telemetry.rundir import METRICS, RANK_TELEMETRY, RUN_JSON, JsonlFollower, StepKey, rank_files, upgrade_record
 
 RECENT = 20  # steps the per-rank medians and the ETA look back over
 SLOWEST = 3
@@ -58,25 +57,25 @@ class RunWatch:
                 self.info, new = info, True
         except (OSError, ValueError):
             pass  # not written yet, or being replaced: the last one read stands
-        rows = [upgrade_record(r) for r in self._metrics.new() if isinstance(r.get("step"), int)]
+        rows = [upgrade_record(r) for r in self._metrics.new() if isinstance(r.get(StepKey.STEP), int)]
         if rows:
             new = True
             self.recent.extend(rows)
             for r in rows:
-                if _num(r.get("job_loss_events")) is not None:
-                    self.loss_events += r["job_loss_events"]
+                if _num(r.get(StepKey.JOB_LOSS_EVENTS)) is not None:
+                    self.loss_events += r[StepKey.JOB_LOSS_EVENTS]
                     self.loss_steps += 1
-                self.reorder_events += _num(r.get("job_reorder_events")) or 0.0
+                self.reorder_events += _num(r.get(StepKey.JOB_REORDER_EVENTS)) or 0.0
             self._pending += rows
         if self._pending and (self.info.get("hosts") or not self.running or len(self._pending) > 100):
             if self.detector is None:  # the run's own detector, fed as the run fed it
                 hosts = [h.get("hostname") if isinstance(h, dict) else h for h in self.info.get("hosts") or []]
                 self.detector = stragglers.StragglerDetector(hosts or None)
             for r in self._pending:
-                self.detector.feed(r["step"], r)
+                self.detector.feed(r[StepKey.STEP], r)
             self._pending = []
-        for path in glob.glob(os.path.join(self.run_dir, RANKS, "rank*.telemetry.jsonl")):
-            m = re.search(r"rank(\d+)\.telemetry\.jsonl$", path)
+        for path in rank_files(self.run_dir, RANK_TELEMETRY):
+            m = re.search(rf"rank(\d+)\.{re.escape(RANK_TELEMETRY)}$", path)
             rank = int(m.group(1))
             if rank not in self._ranks:
                 self._ranks[rank] = JsonlFollower(path, from_end=False, last_bytes=RANK_TAIL_BYTES)
@@ -97,26 +96,26 @@ class RunWatch:
         recipe = info.get("recipe") or {}
         max_steps = recipe.get("max_steps")
         last = self.recent[-1] if self.recent else {}
-        step = last.get("step")
+        step = last.get(StepKey.STEP)
         clock = [(m["step"], m["time"]) for m in self.recent if isinstance(m.get("time"), (int, float))]
         # per step, not per line: lines can skip steps (a resumed run, a lost line)
         per_step = ((clock[-1][1] - clock[0][1]) / (clock[-1][0] - clock[0][0])
-                    if len(clock) > 1 and clock[-1][0] > clock[0][0] else last.get("step_time_s"))
+                    if len(clock) > 1 and clock[-1][0] > clock[0][0] else last.get(StepKey.STEP_TIME_S))
         eta = (max_steps - step) * per_step if (self.running and isinstance(max_steps, int) and step is not None
                                                  and per_step) else None
         ranks = []
         for rank, lines in sorted(self.rank_lines.items()):
             if not lines:
                 continue
-            st = [x["step_time_s"] for x in lines if _num(x.get("step_time_s"))]
-            ct = [x["comm_time_s"] / x["step_time_s"] for x in lines
-                  if _num(x.get("comm_time_s")) is not None and _num(x.get("step_time_s"))]
-            ranks.append({"rank": rank, "step": lines[-1].get("step"),
-                          "step_time_s": statistics.median(st) if st else None,
+            st = [x[StepKey.STEP_TIME_S] for x in lines if _num(x.get(StepKey.STEP_TIME_S))]
+            ct = [x[StepKey.COMM_TIME_S] / x[StepKey.STEP_TIME_S] for x in lines
+                  if _num(x.get(StepKey.COMM_TIME_S)) is not None and _num(x.get(StepKey.STEP_TIME_S))]
+            ranks.append({"rank": rank, StepKey.STEP: lines[-1].get("step"),
+                          StepKey.STEP_TIME_S: statistics.median(st) if st else None,
                           "comm_share": statistics.median(ct) if ct else None,
-                          "gpu_power_w": lines[-1].get("gpu_power_w")})
-        timed = [r for r in ranks if r["step_time_s"] is not None]
-        slowest = sorted(timed, key=lambda r: -r["step_time_s"])
+                          StepKey.GPU_POWER_W: lines[-1].get(StepKey.GPU_POWER_W)})
+        timed = [r for r in ranks if r[StepKey.STEP_TIME_S] is not None]
+        slowest = sorted(timed, key=lambda r: -r[StepKey.STEP_TIME_S])
         found = (info.get("telemetry") or {}).get("stragglers") or (
             self.detector.summary() if self.detector else stragglers.StragglerDetector(None).summary())
         recorded = ((info.get("telemetry") or {}).get("counters") or {}).get("verdict")
@@ -133,15 +132,16 @@ class RunWatch:
         shown, rest = ranks, None
         if len(ranks) > SHOWN_RANKS:  # a big job: the slowest, and the others summed up
             shown = sorted(slowest[:SLOWEST_SHOWN], key=lambda r: r["rank"])
-            others = [r["step_time_s"] for r in slowest[SLOWEST_SHOWN:]]
+            others = [r[StepKey.STEP_TIME_S] for r in slowest[SLOWEST_SHOWN:]]
             rest = {"ranks": len(ranks) - len(shown), "median_step_time_s": statistics.median(others) if others else None}
         return {"name": info.get("name") or os.path.basename(os.path.normpath(self.run_dir)),
-                "status": info.get("status") or "starting", "step": step, "max_steps": max_steps,
-                "eta_s": eta, "s_per_step": per_step, "loss": last.get("loss"),
-                "tokens_per_s": last.get("tokens_per_s"), "job_gpu_power_w": last.get("job_gpu_power_w"),
-                "job_server_power_w": last.get("job_server_power_w"), "ranks": shown, "other_ranks": rest,
+                "status": info.get("status") or "starting", StepKey.STEP: step, "max_steps": max_steps,
+                "eta_s": eta, "s_per_step": per_step, StepKey.LOSS: last.get(StepKey.LOSS),
+                StepKey.TOKENS_PER_S: last.get(StepKey.TOKENS_PER_S),
+                StepKey.JOB_GPU_POWER_W: last.get(StepKey.JOB_GPU_POWER_W),
+                StepKey.JOB_SERVER_POWER_W: last.get(StepKey.JOB_SERVER_POWER_W), "ranks": shown, "other_ranks": rest,
                 "slowest": slowest[:SLOWEST], "straggler": found, "counters": counters, "error": info.get("error"),
-                "coverage": (last.get("comm_health") or {}).get("verdict")}
+                "coverage": (last.get(StepKey.COMM_HEALTH) or {}).get("verdict")}
 
 
 def _num(v) -> float | None:
@@ -169,7 +169,7 @@ def _verdict(found: dict) -> str:
 
 def _server_power(s: dict, sep: str) -> str:
     """Whole-server power (BMC) beside the GPUs', where the run records it."""
-    w = s.get("job_server_power_w")
+    w = s.get(StepKey.JOB_SERVER_POWER_W)
     return "" if _num(w) is None else f"{sep}server power {_fmt(w, ',.0f', ' W')}"
 
 
@@ -182,7 +182,7 @@ def plain_lines(s: dict) -> list[str]:
             + _server_power(s, " | "))
     out = [head]
     for r in s["ranks"]:
-        out.append(f"  rank {r['rank']}: step {r['step']} | step time {_fmt(r['step_time_s'], '.3f', ' s')} | "
+        out.append(f"  rank {r['rank']}: step {r[StepKey.STEP]} | step time {_fmt(r['step_time_s'], '.3f', ' s')} | "
                    f"comm {_fmt(r['comm_share'] * 100 if r['comm_share'] is not None else None, '.1f', '%')} | "
                    f"GPU {_fmt(r['gpu_power_w'], '.0f', ' W')}")
     if s["other_ranks"]:
@@ -217,9 +217,9 @@ def rich_view(s: dict):
         table.add_column(col, justify="right")
     slow = {r["rank"] for r in s["slowest"][:1]} if len(s["ranks"]) > 1 else set()
     for r in s["ranks"]:
-        table.add_row(str(r["rank"]), str(r["step"]), _fmt(r["step_time_s"], ".3f", " s"),
+        table.add_row(str(r["rank"]), str(r[StepKey.STEP]), _fmt(r[StepKey.STEP_TIME_S], ".3f", " s"),
                       _fmt(r["comm_share"] * 100 if r["comm_share"] is not None else None, ".1f", "%"),
-                      _fmt(r["gpu_power_w"], ".0f", " W"), style="yellow" if r["rank"] in slow else None)
+                      _fmt(r[StepKey.GPU_POWER_W], ".0f", " W"), style="yellow" if r["rank"] in slow else None)
     if s["other_ranks"]:
         o = s["other_ranks"]
         table.add_row(f"{o['ranks']} others", "", _fmt(o["median_step_time_s"], ".3f", " s") + " (median)", "", "")

@@ -3,16 +3,53 @@ from __future__ import annotations
 
 import threading
 import weakref
+from typing import Any
 
 import torch.distributed as dist
+
+
+class PerGroup:
+    """A value per process group, held weakly where the group allows it (the entry goes with a destroyed
+    group), else by the group's id with the group kept beside it. Callers hold their own lock."""
+
+    def __init__(self):
+        self._weak: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._strong: dict[int, tuple[object, Any]] = {}  # groups that cannot be weakly referenced
+
+    def get(self, pg) -> Any:
+        try:
+            return self._weak.get(pg)
+        except TypeError:
+            return self._strong.get(id(pg), (None, None))[1]
+
+    def set(self, pg, value) -> None:
+        try:
+            self._weak[pg] = value
+        except TypeError:
+            self._strong[id(pg)] = (pg, value)
+
+    def setdefault(self, pg, value) -> None:
+        try:
+            self._weak.setdefault(pg, value)
+        except TypeError:
+            self._strong.setdefault(id(pg), (pg, value))
+
+    def pop(self, pg) -> None:
+        try:
+            self._weak.pop(pg, None)
+        except TypeError:
+            self._strong.pop(id(pg), None)
+
+    def clear(self) -> None:
+        self._weak.clear()
+        self._strong.clear()
+
 
 # Which mesh dimension each process group is (registered by whoever builds the meshes: trainer/distributed.py),
 # and every rank's host (run.json `hosts`), from which a group's scope follows: "intra" when all its ranks
 # share a host (NVLink, loopback), "inter" when it spans hosts (the fabric).
-_GROUP_DIMS: "weakref.WeakKeyDictionary[object, str]" = weakref.WeakKeyDictionary()
-_GROUP_DIMS_STRONG: dict[int, tuple[object, str]] = {}
-_IDENTITY: "weakref.WeakKeyDictionary[object, dict]" = weakref.WeakKeyDictionary()
-_IDENTITY_STRONG: dict[int, tuple[object, dict]] = {}
+_GROUP_DIMS = PerGroup()  # group -> its mesh dimension
+_IDENTITY = PerGroup()  # group -> group_identity()'s answer
 _HOST_OF_RANK: list[str] | None = None
 INTRA, INTER = "intra", "inter"
 NO_HOSTS = "the host of each rank was not recorded"
@@ -26,12 +63,8 @@ def name_group(pg, dim: str) -> None:
     if pg is None:
         return
     with _LOCK:
-        try:
-            _GROUP_DIMS.setdefault(pg, dim)
-            _IDENTITY.pop(pg, None)
-        except TypeError:  # a group that cannot be weakly referenced
-            _GROUP_DIMS_STRONG.setdefault(id(pg), (pg, dim))
-            _IDENTITY_STRONG.pop(id(pg), None)
+        _GROUP_DIMS.setdefault(pg, dim)
+        _IDENTITY.pop(pg)
 
 
 def group_label(pg) -> str:
@@ -39,10 +72,7 @@ def group_label(pg) -> str:
 
 
 def _registered_dim(pg) -> str | None:
-    try:
-        return _GROUP_DIMS.get(pg)
-    except TypeError:
-        return _GROUP_DIMS_STRONG.get(id(pg), (None, None))[1]
+    return _GROUP_DIMS.get(pg)
 
 
 def _size(pg) -> int:
@@ -58,7 +88,6 @@ def set_host_map(hosts: list[str | None] | None) -> None:
     with _LOCK:
         _HOST_OF_RANK = list(hosts) if hosts else None
         _IDENTITY.clear()
-        _IDENTITY_STRONG.clear()
 
 
 def _group_ranks(pg) -> list[int] | None:
@@ -89,12 +118,7 @@ def group_identity(pg) -> dict:
     "world" for the default group, else a name from its ranks. scope: "intra" (one host), "inter" (spans
     hosts), or None with `scope_reason` when the ranks' hosts are unknown."""
     with _LOCK:
-        try:
-            got = _IDENTITY.get(pg)
-            weak = True
-        except TypeError:
-            got = _IDENTITY_STRONG.get(id(pg), (None, None))[1]
-            weak = False
+        got = _IDENTITY.get(pg)
         if got is not None:
             return got
         host_map = _HOST_OF_RANK
@@ -118,8 +142,5 @@ def group_identity(pg) -> dict:
     if ident["scope"] is None:
         ident["scope_reason"] = NO_HOSTS if host_map is None else "the group's ranks are not known"
     with _LOCK:
-        if weak:
-            _IDENTITY[pg] = ident
-        else:
-            _IDENTITY_STRONG[id(pg)] = (pg, ident)
+        _IDENTITY.set(pg, ident)
     return ident

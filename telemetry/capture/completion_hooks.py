@@ -12,7 +12,7 @@ from collections import Counter, deque
 import torch.distributed as dist
 
 from telemetry.capture import cuda_events
-from telemetry.capture.comm_groups import UNKNOWN_GROUP, group_identity, group_label
+from telemetry.capture.comm_groups import UNKNOWN_GROUP, PerGroup, group_identity, group_label
 
 # A hook cannot be removed or registered twice on a group: one per group for the process, registered when
 # the group is made (the tracer wraps new_group/split_group, and registers the groups that exist at install),
@@ -23,8 +23,7 @@ from telemetry.capture.comm_groups import UNKNOWN_GROUP, group_identity, group_l
 # NCCL calls are timed by CUDA events the tracer records around them on the current stream (`EVENTS`).
 HOOK, EVENTS = "completion_hook", "cuda_events"
 REPORT_QUEUE_MAX = 1 << 18  # reports a group keeps between drains (a few MB); beyond it the oldest are lost
-_HOOKS: "weakref.WeakKeyDictionary[object, tuple]" = weakref.WeakKeyDictionary()
-_HOOKS_STRONG: dict[int, tuple[object, tuple]] = {}  # groups that cannot be weakly referenced
+_HOOKS = PerGroup()  # group -> (token, mechanism, reason)
 _QUEUES: list[tuple[int, deque]] = []  # (token, the group's report queue), appended under _REGISTRY_LOCK
 _TOKEN_GROUP: dict[int, "weakref.ref | object"] = {}  # token -> its process group (for names in the health)
 _TOKENS = itertools.count(1)
@@ -77,19 +76,11 @@ def group_timing(pg) -> tuple[int | None, str | None, str | None]:
     """(token, mechanism, reason) for a group: (token, HOOK, None) once it reports completions to us;
     (token, EVENTS, why no hook) where CUDA events time its calls; (None, None, reason) when nothing can."""
     with _REGISTRY_LOCK:
-        try:
-            got = _HOOKS.get(pg)
-            weak = True
-        except TypeError:
-            got = _HOOKS_STRONG.get(id(pg), (None, None))[1]
-            weak = False
+        got = _HOOKS.get(pg)
         fresh = got is None
         if fresh:
             got = _register(pg)
-            if weak:
-                _HOOKS[pg] = got
-            else:
-                _HOOKS_STRONG[id(pg)] = (pg, got)
+            _HOOKS.set(pg, got)
     if fresh and got[1] != HOOK:
         _announce(pg, got[1], got[2])
     return got

@@ -11,6 +11,8 @@ send/recv on the calling thread). Exposed = union(communication) minus union(com
 """
 from __future__ import annotations
 
+from telemetry.rundir import StepKey
+
 COMM_PREFIXES = ("gloo:", "nccl:")
 # the collective's op on the calling thread: issuing it, which on gloo was seen to take up to 20 ms of a
 # loaded machine's step before gloo's thread started the transfer (the caller waits meanwhile)
@@ -358,7 +360,7 @@ def phase_times(marks: list[tuple[str, float]]) -> dict:
     marks no optimizer step. The projection keeps it when each rank's share of the batch changes: a
     replicated optimizer step costs the same whatever the batch."""
     spans = list(_phases(marks, "optimizer"))
-    return {"optimizer_s": sum(end - begin for begin, end in spans)} if spans else {}
+    return {StepKey.OPTIMIZER_S: sum(end - begin for begin, end in spans)} if spans else {}
 
 
 def step_comm_times(calls, marks: list[tuple[str, float]], window: tuple[float, float],
@@ -372,13 +374,13 @@ def step_comm_times(calls, marks: list[tuple[str, float]], window: tuple[float, 
     are timed on the device (NCCL)."""
     timed = [c for c in calls if c.duration_s is not None]
     comm = call_intervals(timed, window)
-    out = {"comm_time_s": _length(comm) if timed or not calls else None}
+    out = {StepKey.COMM_TIME_S: _length(comm) if timed or not calls else None}
     if any(c.t_done is None for c in timed):
         out.update(exposed_comm_s=None, exposed_comm_reason=HOST_TIMED_ONLY)
-    elif out["comm_time_s"] is None:
+    elif out[StepKey.COMM_TIME_S] is None:
         out.update(exposed_comm_s=None, exposed_comm_reason="no call of the step was timed")
     else:
-        out["exposed_comm_s"] = _length(_intersect(comm, waiting_intervals(calls, marks, window, copy_rate)))
+        out[StepKey.EXPOSED_COMM_S] = _length(_intersect(comm, waiting_intervals(calls, marks, window, copy_rate)))
     # what a slower fabric could still hide (telemetry/analysis/projection.py); host issue times, so known on NCCL too
-    out["overlap_window_s"] = overlap_window(calls, marks, window) if calls else 0.0
+    out[StepKey.OVERLAP_WINDOW_S] = overlap_window(calls, marks, window) if calls else 0.0
     return out

@@ -26,7 +26,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from telemetry import coverage
 from telemetry.capture.congestion import classify
 from telemetry.capture.counters import LOSS_COUNTERS
-from telemetry.rundir import METRICS, JsonlFollower, rank_file
+from telemetry.rundir import METRICS, RANK_TELEMETRY, JsonlFollower, StepKey, rank_file
 
 PREFIX = "fabric_harness_"
 RANK, COMM, HOST, JOB = ("rank",), ("rank", "group", "scope", "op"), (), ()
@@ -153,7 +153,7 @@ class RunSeries:
         with self._lock:
             for r in ranks:
                 if r not in self._tails:
-                    self._tails[r] = JsonlFollower(os.path.join(self.run_dir, rank_file(r, "telemetry.jsonl")),
+                    self._tails[r] = JsonlFollower(os.path.join(self.run_dir, rank_file(r, RANK_TELEMETRY)),
                                            from_end=True)
             self.ranks = sorted(ranks)
 
@@ -167,12 +167,12 @@ class RunSeries:
     def _fold_rank(self, rank: int, line: dict) -> None:
         r = str(rank)
         self._add("steps", (r,), 1)
-        step_time, comm_time = _num(line.get("step_time_s")), _num(line.get("comm_time_s"))
+        step_time, comm_time = _num(line.get(StepKey.STEP_TIME_S)), _num(line.get(StepKey.COMM_TIME_S))
         self._add("train_seconds", (r,), step_time)
         self._add("comm_seconds", (r,), comm_time)
-        self._add("exposed_comm_seconds", (r,), line.get("exposed_comm_s"))
+        self._add("exposed_comm_seconds", (r,), line.get(StepKey.EXPOSED_COMM_S))
         self._add("compute_seconds", (r,), _compute(line))
-        for group, g in (line.get("comm_groups") or {}).items():
+        for group, g in (line.get(StepKey.COMM_GROUPS) or {}).items():
             scope = g.get("scope") or "unknown"
             for op, c in (g.get("by_op") or {}).items():
                 key = (r, str(group), scope, str(op))
@@ -181,7 +181,7 @@ class RunSeries:
                 self._add("collective_calls", key, c.get("count"))
                 self._add("collective_untimed_calls", key, c.get("untimed"))
                 self._add("collective_untimed_bytes", key, c.get("untimed_bytes"))
-        health = line.get("comm_health")
+        health = line.get(StepKey.COMM_HEALTH)
         if isinstance(health, dict):
             # per process group only: a synthetic group for the totals could collide with a real group's name
             for group, h in (health.get("by_group") or {}).items():
@@ -194,8 +194,8 @@ class RunSeries:
                     self._add("tracer_bytes", (*key, "untimed"), max(0.0, all_bytes - (timed_bytes or 0.0)))
                 for kind in HEALTH_EVENTS:
                     self._add("tracer_events", (*key, kind), h.get(kind))
-        self._add("gpu_energy_joules", (r,), line.get("gpu_energy_j"))
-        host = line.get("host")
+        self._add("gpu_energy_joules", (r,), line.get(StepKey.GPU_ENERGY_J))
+        host = line.get(StepKey.HOST)
         if isinstance(host, dict):
             self._fold_host(host)
 
@@ -224,7 +224,7 @@ class RunSeries:
 
     def _fold_job(self, line: dict) -> None:
         self._add("job_steps", (), 1)
-        self._add("tokens", (), line.get("tokens"))
+        self._add("tokens", (), line.get(StepKey.TOKENS))
 
     def refresh(self) -> None:
         """Read what the ranks appended since the last call."""
@@ -255,14 +255,14 @@ class RunSeries:
                 out[name].append((labels, v))
             for rank, line in sorted(self._latest.items()):
                 r = (str(rank),)
-                for name, value in (("step", line.get("step")), ("step_seconds", line.get("step_time_s")),
+                for name, value in (("step", line.get(StepKey.STEP)), ("step_seconds", line.get(StepKey.STEP_TIME_S)),
                                     ("step_compute_seconds", _compute(line)),
-                                    ("step_comm_seconds", line.get("comm_time_s")),
-                                    ("step_exposed_comm_seconds", line.get("exposed_comm_s")),
-                                    ("gpu_power_watts", line.get("gpu_power_w"))):
+                                    ("step_comm_seconds", line.get(StepKey.COMM_TIME_S)),
+                                    ("step_exposed_comm_seconds", line.get(StepKey.EXPOSED_COMM_S)),
+                                    ("gpu_power_watts", line.get(StepKey.GPU_POWER_W))):
                     if _num(value) is not None:
                         out[name].append((r, _num(value)))
-                for group, g in (line.get("comm_groups") or {}).items():
+                for group, g in (line.get(StepKey.COMM_GROUPS) or {}).items():
                     scope = g.get("scope") or "unknown"
                     for op, c in (g.get("by_op") or {}).items():
                         key = (*r, str(group), scope, str(op))
@@ -275,15 +275,16 @@ class RunSeries:
                                              busbw * 1e9 if busbw is not None else None)):
                             if _num(value) is not None:
                                 out[name].append((key, _num(value)))
-                server = ((line.get("host") or {}).get("server_power") or {}) if isinstance(line.get("host"), dict) else {}
+                host = line.get(StepKey.HOST)
+                server = (host.get("server_power") or {}) if isinstance(host, dict) else {}
                 if _num(server.get("watts")) is not None:
                     out["server_power_watts"].append(((), _num(server["watts"])))
             job = self._latest_job or {}
             for name, key, scale in (("loss", "loss", 1), ("learning_rate", "lr", 1),
-                                     ("tokens_per_second", "tokens_per_s", 1),
-                                     ("samples_per_second", "samples_per_s", 1), ("mfu_ratio", "mfu", 1),
-                                     ("device_flops_per_second", "tflops_per_device", 1e12),
-                                     ("job_gpu_power_watts", "job_gpu_power_w", 1)):
+                                     ("tokens_per_second", StepKey.TOKENS_PER_S, 1),
+                                     ("samples_per_second", StepKey.SAMPLES_PER_S, 1), ("mfu_ratio", "mfu", 1),
+                                     ("device_flops_per_second", StepKey.TFLOPS_PER_DEVICE, 1e12),
+                                     ("job_gpu_power_watts", StepKey.JOB_GPU_POWER_W, 1)):
                 if _num(job.get(key)) is not None:
                     out[name].append(((), _num(job[key]) * scale))
             if self.finished:
@@ -321,9 +322,9 @@ def _is_loss(counter: str) -> bool:
 def _compute(line: dict) -> float | None:
     """Step time outside collectives, as telemetry/capture/session.py reduces it: unknown when a collective
     of the step went untimed."""
-    step, comm = _num(line.get("step_time_s")), _num(line.get("comm_time_s"))
+    step, comm = _num(line.get(StepKey.STEP_TIME_S)), _num(line.get(StepKey.COMM_TIME_S))
     if step is None:
         return None
     if comm is None:
-        return step if not line.get("comm") else None
+        return step if not line.get(StepKey.COMM) else None
     return step - comm

@@ -43,6 +43,7 @@ from telemetry.capture.environment import host_info
 from telemetry.capture.exposed import CopyRate, ProfiledWindows, phase_times, step_comm_times
 from telemetry.capture.link_probe import link_probe
 from telemetry.stragglers import StragglerDetector, describe as describe_straggler, leaders
+from telemetry.rundir import LOGS, RANK_EVENTS, RANK_TELEMETRY, RANKS, StepKey, rank_file
 
 
 EVENTS_MAX_CALLS_PER_STEP = 4096  # collectives kept per step in the events file; the rest are counted
@@ -51,20 +52,20 @@ EXPORT_BARRIER_S = 60  # how long rank 0 waits at close for the other ranks' fil
 
 
 # The per-rank vector reduced to rank 0 each step; NaN stands for "unknown".
-REDUCED = ("step_time_s", "comm_time_s", "comm_bytes", *(f"time_{op}" for op in OPS), "gpu_energy_j",
-           "gpu_power_w", "host_cpu_energy_j", "host_net_tx_bytes", "host_net_rx_bytes", "host_rdma_tx_bytes",
-           "host_rdma_rx_bytes", "host_loss_events", "host_reorder_events", "host_server_energy_j",
-           "host_server_power_w", "compute_s", "link_in_s")
+REDUCED = (StepKey.STEP_TIME_S, StepKey.COMM_TIME_S, StepKey.COMM_BYTES, *(f"time_{op}" for op in OPS),
+           StepKey.GPU_ENERGY_J, StepKey.GPU_POWER_W, "host_cpu_energy_j", "host_net_tx_bytes", "host_net_rx_bytes",
+           "host_rdma_tx_bytes", "host_rdma_rx_bytes", "host_loss_events", "host_reorder_events",
+           "host_server_energy_j", "host_server_power_w", "compute_s", StepKey.LINK_IN_S)
 
 
 # rank 0's job-wide sums: record name -> the REDUCED field summed over ranks (host fields come from one
 # rank per host, so the sum is over hosts). Every other field of a record is the writing rank's own.
-JOB_SUMS = {"job_gpu_energy_j": "gpu_energy_j", "job_gpu_power_w": "gpu_power_w",
-            "job_cpu_energy_j": "host_cpu_energy_j", "job_net_tx_bytes": "host_net_tx_bytes",
-            "job_net_rx_bytes": "host_net_rx_bytes", "job_rdma_tx_bytes": "host_rdma_tx_bytes",
-            "job_rdma_rx_bytes": "host_rdma_rx_bytes", "job_loss_events": "host_loss_events",
-            "job_reorder_events": "host_reorder_events", "job_server_energy_j": "host_server_energy_j",
-            "job_server_power_w": "host_server_power_w"}
+JOB_SUMS = {StepKey.JOB_GPU_ENERGY_J: StepKey.GPU_ENERGY_J, StepKey.JOB_GPU_POWER_W: StepKey.GPU_POWER_W,
+            StepKey.JOB_CPU_ENERGY_J: "host_cpu_energy_j", StepKey.JOB_NET_TX_BYTES: "host_net_tx_bytes",
+            StepKey.JOB_NET_RX_BYTES: "host_net_rx_bytes", StepKey.JOB_RDMA_TX_BYTES: "host_rdma_tx_bytes",
+            StepKey.JOB_RDMA_RX_BYTES: "host_rdma_rx_bytes", StepKey.JOB_LOSS_EVENTS: "host_loss_events",
+            StepKey.JOB_REORDER_EVENTS: "host_reorder_events", StepKey.JOB_SERVER_ENERGY_J: "host_server_energy_j",
+            StepKey.JOB_SERVER_POWER_W: "host_server_power_w"}
 
 
 MEDIAN_EVERY_STEP_UP_TO = 16  # ranks: up to here sending every rank's values each step costs next to nothing
@@ -126,9 +127,10 @@ def cross_rank_figures(total: torch.Tensor, gathered: list[list[float]] | None) 
     col = REDUCED.index
     by_op = {op: s for op in OPS if (s := spread(col(f"time_{op}"))) is not None}
     return {
-        "ranks": {"step_time_s": spread(col("step_time_s")), "comm_time_s": spread(col("comm_time_s")),
+        StepKey.RANKS: {StepKey.STEP_TIME_S: spread(col(StepKey.STEP_TIME_S)),
+                        StepKey.COMM_TIME_S: spread(col(StepKey.COMM_TIME_S)),
                   "comm_time_s_by_op": by_op, "compute_s": spread(col("compute_s")),
-                  **({"link_in_s": s} if (s := spread(col("link_in_s"))) is not None else {})},
+                  **({StepKey.LINK_IN_S: s} if (s := spread(col(StepKey.LINK_IN_S))) is not None else {})},
         # sums over the job's GPUs / hosts: the job_ prefix (JOB_SUMS); unprefixed fields are the rank's own
         **{name: total_of(field) for name, field in JOB_SUMS.items()},
     }
@@ -205,8 +207,8 @@ class Telemetry:
         if settings.enabled and backend == "nccl":
             enable_nccl_timing()
             if settings.nccl_debug and run_dir:
-                os.makedirs(os.path.join(run_dir, "logs"), exist_ok=True)
-                applied.update(fabric.configure_nccl_logging(os.path.join(run_dir, "logs"),
+                os.makedirs(os.path.join(run_dir, LOGS), exist_ok=True)
+                applied.update(fabric.configure_nccl_logging(os.path.join(run_dir, LOGS),
                                                              tuning=settings.nccl_tuning))
         return applied
 
@@ -240,7 +242,7 @@ class Telemetry:
             self._choose_rdma_ports()
         if host_leader and self.s.bmc:
             self._start_bmc()
-        trace_dir = os.path.join(self.run_dir, "logs") if self.run_dir and self.s.save_traces else None
+        trace_dir = os.path.join(self.run_dir, LOGS) if self.run_dir and self.s.save_traces else None
         self.windows = ProfiledWindows(self.s.profile_every, self.s.profile_steps, on_gpu, trace_dir, self.rank)
         if not trace:
             self.started = True
@@ -275,11 +277,11 @@ class Telemetry:
             if self.rank == 0:
                 self.stragglers = StragglerDetector(hosts)
         if self.run_dir:
-            ranks = os.path.join(self.run_dir, "ranks")
-            os.makedirs(ranks, exist_ok=True)
-            self._file = open(os.path.join(ranks, f"rank{self.rank:05d}.telemetry.jsonl"), "a", encoding="utf-8")
+            os.makedirs(os.path.join(self.run_dir, RANKS), exist_ok=True)
+            self._file = open(os.path.join(self.run_dir, rank_file(self.rank, RANK_TELEMETRY)), "a", encoding="utf-8")
             if "trace" in (self.s.export or ()):
-                self._events = open(os.path.join(ranks, f"rank{self.rank:05d}.events.jsonl"), "a", encoding="utf-8")
+                self._events = open(os.path.join(self.run_dir, rank_file(self.rank, RANK_EVENTS)), "a",
+                                    encoding="utf-8")
                 # perf_counter times become wall-clock seconds, so ranks line up on one timeline
                 self._clock_offset = time.time() - time.perf_counter()
         self.started = True
@@ -318,7 +320,7 @@ class Telemetry:
         self._rdma_from_log = True  # tried: a log without a device list keeps the NCCL_IB_HCA selection
         if not self.run_dir or not self.counters.ports:
             return
-        nccl = fabric.detect_nccl_transport(os.path.join(self.run_dir, "logs"), fabric.nccl_log_host())
+        nccl = fabric.detect_nccl_transport(os.path.join(self.run_dir, LOGS), fabric.nccl_log_host())
         if nccl and nccl.get("ib_devices"):
             self._choose_rdma_ports(nccl["ib_devices"])
 
@@ -374,8 +376,8 @@ class Telemetry:
         lo = t_end - step_time_s if step_time_s is not None else -math.inf
         window = (max(lo, self._t_step) if self._t_step is not None else lo, t_end)
         record = into if into is not None else {}
-        held = {"step": step, "record": record, "comm": step_comm, "marks": self._marks, "window": window,
-                "step_time_s": step_time_s, "t_end": t_end, "t_step": self._t_step}
+        held = {StepKey.STEP: step, "record": record, StepKey.COMM: step_comm, "marks": self._marks, "window": window,
+                StepKey.STEP_TIME_S: step_time_s, "t_end": t_end, "t_step": self._t_step}
         self._marks = []
         own: dict = {}  # telemetry's own fields: the rank line holds these
         profiled = self.windows.active()
@@ -388,9 +390,9 @@ class Telemetry:
         gpu = self.gpu.step()
         gpu_j = _first(gpu["energy_j"])
         gpu_w = _first(gpu["power_w"])
-        own["gpu_energy_j"], own["gpu_power_w"] = gpu_j, gpu_w
+        own[StepKey.GPU_ENERGY_J], own[StepKey.GPU_POWER_W] = gpu_j, gpu_w
         if gpu.get("reason"):
-            own["gpu_energy_reason"] = gpu["reason"]
+            own[StepKey.GPU_ENERGY_REASON] = gpu["reason"]
         host = {"cpu_j": None, "tx": None, "rx": None, "rdma_tx": None, "rdma_rx": None, "loss": None,
                 "reorder": None, "server_j": None, "server_w": None}
         if self.cpu is not None:
@@ -477,15 +479,15 @@ class Telemetry:
         if any(not c.closed for c in step_comm.calls):
             self.tracer.release(step_comm, wait_s)
         held["own"].update(self._comm_fields(held))
-        coverage.add(self._health, held["own"]["comm_health"])  # once per step, as finally recorded
+        coverage.add(self._health, held["own"][StepKey.COMM_HEALTH])  # once per step, as finally recorded
         held["complete"] = True
 
     def _comm_fields(self, held: dict) -> dict:
         step_comm = held["comm"]
         comm = step_comm.summary()
         comm_bytes, _ = totals(comm)
-        return {"comm": comm, "comm_bytes": comm_bytes, "comm_groups": step_comm.group_summary(),
-                "comm_health": step_comm.health(),
+        return {StepKey.COMM: comm, StepKey.COMM_BYTES: comm_bytes, StepKey.COMM_GROUPS: step_comm.group_summary(),
+                StepKey.COMM_HEALTH: step_comm.health(),
                 **step_comm_times(step_comm.calls, held["marks"], held["window"], self._copy_rate),
                 **phase_times(held["marks"])}
 
@@ -495,8 +497,8 @@ class Telemetry:
         held["reduced"] = True
         step, record = held["step"], held["record"]
         fields = held["own"] if held["complete"] else self._comm_fields(held)
-        comm, comm_bytes, comm_time = fields["comm"], fields["comm_bytes"], fields["comm_time_s"]
-        step_time_s, host = held["step_time_s"], held["host"]
+        comm, comm_bytes, comm_time = fields["comm"], fields[StepKey.COMM_BYTES], fields[StepKey.COMM_TIME_S]
+        step_time_s, host = held[StepKey.STEP_TIME_S], held["host"]
         # time outside collectives (stragglers.py); unknown when some collective went untimed
         compute = (step_time_s - (comm_time or 0.0)
                    if step_time_s is not None and (comm_time is not None or not comm) else None)
@@ -509,8 +511,8 @@ class Telemetry:
             probe = link_probe(self.tracer.original("isend"), self.tracer.original("irecv"), self._group, self.rank,
                                self.probe_ring, self.s.link_probe_bytes)
             if probe is not None:
-                held["own"]["link_in_s"] = probe
-                record["link_in_s"] = probe
+                held["own"][StepKey.LINK_IN_S] = probe
+                record[StepKey.LINK_IN_S] = probe
         mine.append(probe)
         if reduced:
             record.update(self.cross_rank([_nan(v) for v in mine], step))
@@ -523,7 +525,7 @@ class Telemetry:
         own, record = held["own"], held["record"]
         if self._events is not None:
             self._write_events(held["step"], held["t_end"], held["comm"].calls, held["marks"], held["t_step"])
-        self._write_rank_line({"step": held["step"], "step_time_s": held["step_time_s"], **own})
+        self._write_rank_line({StepKey.STEP: held["step"], StepKey.STEP_TIME_S: held[StepKey.STEP_TIME_S], **own})
         record.update(own)
         record.pop("_held", None)
 
@@ -531,17 +533,18 @@ class Telemetry:
         """Energy, mean power and NIC/RDMA counter deltas on this rank since the last call (or start): one
         record per size of the collective sweep. Unknown values are null with the reason."""
         if not self.started:
-            return {"gpu_energy_j": None, "gpu_power_w": None, "gpu_energy_reason": "telemetry disabled"}
+            return {StepKey.GPU_ENERGY_J: None, StepKey.GPU_POWER_W: None,
+                    StepKey.GPU_ENERGY_REASON: "telemetry disabled"}
         gpu = self.gpu.step()
-        out = {"gpu_energy_j": _first(gpu["energy_j"]), "gpu_power_w": _first(gpu["power_w"])}
+        out = {StepKey.GPU_ENERGY_J: _first(gpu["energy_j"]), StepKey.GPU_POWER_W: _first(gpu["power_w"])}
         if gpu.get("reason"):
-            out["gpu_energy_reason"] = gpu["reason"]
-        elif out["gpu_power_w"] is None:
+            out[StepKey.GPU_ENERGY_REASON] = gpu["reason"]
+        elif out[StepKey.GPU_POWER_W] is None:
             every = self.s.power_sample_interval_s
             out["gpu_power_reason"] = (f"no power sample in the interval (sampled every {every} s; hold each size "
                                        "longer with sweep.min_seconds_per_size)")
-        if out["gpu_energy_j"] is not None:
-            self._energy_total["gpu_j"] += out["gpu_energy_j"]
+        if out[StepKey.GPU_ENERGY_J] is not None:
+            self._energy_total["gpu_j"] += out[StepKey.GPU_ENERGY_J]
             self._energy_total["known"] = True
         if self.cpu is not None:
             cpu = self.cpu.step()
@@ -579,8 +582,8 @@ class Telemetry:
         comm = calls.summary()
         window = (self._t_eval, t_end)
         self._t_eval = None
-        return {"eval_time_s": t_end - window[0], "eval_comm_bytes": totals(comm)[0],
-                "eval_comm_time_s": step_comm_times(calls.calls, [], window)["comm_time_s"]}
+        return {StepKey.EVAL_TIME_S: t_end - window[0], StepKey.EVAL_COMM_BYTES: totals(comm)[0],
+                StepKey.EVAL_COMM_TIME_S: step_comm_times(calls.calls, [], window)[StepKey.COMM_TIME_S]}
 
     def _median_every(self) -> int:
         every = self.s.cross_rank_median_every
@@ -650,7 +653,7 @@ class Telemetry:
         if self._file is not None:
             self._file.write(json.dumps(record, default=_json_default) + "\n")
             self._file.flush()
-            self.last_step_written = record.get("step")
+            self.last_step_written = record.get(StepKey.STEP)
 
     # ------------------------------------------------------------ end
 
@@ -659,8 +662,8 @@ class Telemetry:
         if not self.started:
             return {"enabled": False}
         out = {"enabled": True,
-               "gpu_energy_j": self._energy_total["gpu_j"] if self._energy_total["known"] else None,
-               "gpu_energy_reason": self.gpu.reason,
+               StepKey.GPU_ENERGY_J: self._energy_total["gpu_j"] if self._energy_total["known"] else None,
+               StepKey.GPU_ENERGY_REASON: self.gpu.reason,
                "counters": loss_verdict(self._loss_steps) if self.counters is not None else
                {"verdict": None, "reason": "read by the host's local rank 0"}}
         if self.counters is not None:
@@ -680,7 +683,7 @@ class Telemetry:
         if self.cross_rank_info:
             out["cross_rank"] = self.cross_rank_info
         if getattr(self, "_traced", True):
-            out["comm_health"] = self.run_health()
+            out[StepKey.COMM_HEALTH] = self.run_health()
         if self.stragglers is not None:
             out["stragglers"] = self.stragglers.summary()
         if self._exposed:

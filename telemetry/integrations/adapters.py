@@ -11,7 +11,7 @@ import time
 
 from telemetry.analysis.exports import export_after_close
 from telemetry.capture.session import Telemetry
-from telemetry.rundir import InOrder
+from telemetry.rundir import InOrder, StepKey
 
 
 class _StepClock:
@@ -29,7 +29,7 @@ class _StepClock:
 
     def end(self, step: int, extra: dict | None = None) -> dict:
         step_time = time.perf_counter() - self._t0 if self._t0 is not None else None
-        record = {"step": step, "step_time_s": step_time, **(extra or {})}
+        record = {StepKey.STEP: step, StepKey.STEP_TIME_S: step_time, **(extra or {})}
         self.telemetry.end_step(step, step_time, into=record)  # on NCCL: completed at a later step's end
         self.records.append(record)
         self._lines.put(record)

@@ -7,6 +7,7 @@ adapter subclasses whatever recipe class it is given. Both drive telemetry/integ
 from __future__ import annotations
 
 from telemetry.integrations.recorder import RunRecorder
+from telemetry.rundir import StepKey
 
 
 class BridgeTelemetry:
@@ -45,7 +46,7 @@ class BridgeTelemetry:
             except (AttributeError, IndexError, KeyError, TypeError):
                 lr = None
         self.recorder.end_step(context.state.train_state.step, loss=loss, lr=lr,
-                               extra={"grad_norm": context.grad_norm})
+                               extra={StepKey.GRAD_NORM: context.grad_norm})
 
     def on_train_end(self, context) -> None:
         self.recorder.close("completed")
@@ -71,7 +72,7 @@ def automodel_recipe(recipe_cls, run_dir: str, **recorder_args):
             out = super()._run_train_optim_step(*args, **kwargs)
             metrics = getattr(out, "metrics", None) or {}
             rec.end_step(step + 1, loss=metrics.get("loss"), lr=metrics.get("lr"),
-                         extra={"grad_norm": metrics.get("grad_norm")})
+                         extra={StepKey.GRAD_NORM: metrics.get("grad_norm")})  # the engine's own metric name
             return out
 
         def run_train_validation_loop(self, *args, **kwargs):

@@ -37,7 +37,7 @@ from telemetry.capture.counters import merge_verdicts
 from telemetry.capture.environment import redacted_env, software_versions
 from telemetry.capture.hooks import Hooks
 from telemetry.capture.session import Telemetry, TelemetrySettings
-from telemetry.rundir import RunDir, now_iso
+from telemetry.rundir import RunDir, RunKey, StepKey, now_iso
 
 _ACTIVE: set[str] = set()  # run directories a recorder of this process is writing
 
@@ -136,8 +136,9 @@ class RunRecorder(Hooks):
             self.rundir.keep_previous()  # this attempt rewrites run.json: the last one's record stays under logs/
             prior = list(self.previous.get("attempts", []))
             if self.previous.get("status") == "running":  # that attempt died without closing (SIGKILL, node loss)
-                prior.append({"attempt": self.previous.get("attempt"), "start_time": self.previous.get("start_time"),
-                              "end_time": None, "status": "died"})
+                prior.append({RunKey.ATTEMPT: self.previous.get(RunKey.ATTEMPT),
+                              RunKey.START_TIME: self.previous.get(RunKey.START_TIME), RunKey.END_TIME: None,
+                              RunKey.STATUS: "died"})
             self.attempt = len(prior) + 1
             fields.update(attempt=self.attempt, attempts=prior)
         else:
@@ -245,7 +246,7 @@ class RunRecorder(Hooks):
         """The step's capture fields, filled into `record` (every rank: the cross-rank reduction is collective).
         On NCCL its communication fields may follow a step later (`_held` until then: write_step waits)."""
         if self.telemetry is not None and not self.closed:
-            self.telemetry.end_step(step, record.get("step_time_s"), into=record)
+            self.telemetry.end_step(step, record.get(StepKey.STEP_TIME_S), into=record)
         if not self._checked:  # NCCL builds its communicators lazily: the transport is known after step 1
             self._checked = True
             self.check_fabric(final=False)
@@ -298,12 +299,13 @@ class RunRecorder(Hooks):
         step_time = time.perf_counter() - self._t0
         self._t0 = None
         gbs = (self.info.get("layout") or {}).get("global_batch_size")
-        record = {"step": step, "loss": number(loss), "lr": number(lr), "step_time_s": step_time,
-                  "samples_per_s": gbs / step_time if gbs and step_time > 0 else None,
+        record = {StepKey.STEP: step, StepKey.LOSS: number(loss), StepKey.LR: number(lr),
+                  StepKey.STEP_TIME_S: step_time,
+                  StepKey.SAMPLES_PER_S: gbs / step_time if gbs and step_time > 0 else None,
                   # the engine's data pipeline pads and packs: our token count is not known here
-                  "tokens_per_s": None, **(extra or {})}
+                  StepKey.TOKENS_PER_S: None, **(extra or {})}
         self.on_step_end(step, record)
-        record["time"] = time.time()
+        record[StepKey.TIME] = time.time()
         self.write_step(record)
         return record
 
@@ -363,12 +365,12 @@ class RunRecorder(Hooks):
                 self.telemetry.close(live=False)  # the exporter reads the last lines after the run directory's close
                 export_after_close(self.telemetry)
         finally:
-            end = {"status": status, "exit_code": code, "error": error, "end_time": now_iso(),
-                   "duration_s": round(time.time() - self._started, 3) if self._started else None}
+            end = {RunKey.STATUS: status, RunKey.EXIT_CODE: code, RunKey.ERROR: error, RunKey.END_TIME: now_iso(),
+                   RunKey.DURATION_S: round(time.time() - self._started, 3) if self._started else None}
             if self.attempt is not None:
                 end["attempts"] = self.info.get("attempts", []) + [
-                    {"attempt": self.attempt, "start_time": self.info["start_time"], "end_time": end["end_time"],
-                     "status": status}]
+                    {RunKey.ATTEMPT: self.attempt, RunKey.START_TIME: self.info[RunKey.START_TIME],
+                     RunKey.END_TIME: end[RunKey.END_TIME], RunKey.STATUS: status}]
             self.rundir.update(**end)
             self.rundir.close()
             # its last push reads every line (the other local ranks' last ones waited for), marks the run finished

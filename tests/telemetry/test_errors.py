@@ -74,3 +74,15 @@ def test_one_line_parser_and_its_subcommands(capsys):
         with pytest.raises(SystemExit) as info:
             p.parse_args(argv)
         assert info.value.code == 2 and capsys.readouterr().err == line + "\n"
+
+
+def test_the_problem_lists_share_one_class():
+    from launch.evaluate.spec import SpecError
+    from launch.stage import StageError
+    from telemetry.errors import InputProblems
+    from trainer.recipe_yaml import RecipeError
+
+    for cls in (RecipeError, SpecError, StageError):
+        exc = cls(["a: not allowed", "b: missing"])
+        assert isinstance(exc, InputProblems) and exc.exit_code == 2
+        assert exc.problems == ["a: not allowed", "b: missing"] and str(exc) == "a: not allowed\nb: missing"

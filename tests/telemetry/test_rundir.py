@@ -24,6 +24,29 @@ def test_every_field_is_declared_once():
         assert all(f.meaning for f in fields)
 
 
+def test_the_key_constants_are_the_declared_fields_and_drift_fails_at_import(monkeypatch):
+    assert rundir.key_names(rundir.StepKey) == field_names(STEP_FIELDS)
+    assert rundir.key_names(rundir.RunKey) == field_names(RUN_FIELDS)
+    assert rundir.StepKey.STEP_TIME_S == "step_time_s" and rundir.RunKey.EXIT_CODE == "exit_code"
+    monkeypatch.setattr(rundir, "STEP_FIELDS", STEP_FIELDS + (rundir.Field(("new_field_s",), "added to the table only"),))
+    with pytest.raises(AssertionError, match="new_field_s"):
+        rundir.check_keys()
+    monkeypatch.setattr(rundir, "STEP_FIELDS", STEP_FIELDS)
+    monkeypatch.setattr(rundir.RunKey, "EXIT_CODE", "exit_status")  # a constant whose value left its name
+    with pytest.raises(AssertionError):
+        rundir.check_keys()
+
+
+def test_rank_files_are_found_in_rank_order(tmp_path):
+    for rank in (10, 2):
+        path = tmp_path / rundir.rank_file(rank, rundir.RANK_TELEMETRY)
+        path.parent.mkdir(exist_ok=True)
+        path.write_text("")
+    (tmp_path / rundir.RANKS / "rank00003.final.json").write_text("{}")
+    assert [os.path.basename(p) for p in rundir.rank_files(str(tmp_path), rundir.RANK_TELEMETRY)] == [
+        "rank00002.telemetry.jsonl", "rank00010.telemetry.jsonl"]
+
+
 def undeclared(records: list[dict], fields) -> set[str]:
     return {k for r in records for k in r} - field_names(fields)
 

@@ -53,12 +53,22 @@ def test_sigterm_in_the_loop_waits_for_the_step_end(group_of_one):
 
 
 def test_a_lost_peer_does_not_wait_for_the_step(group_of_one):
-    stops = StopRequests(save_on_signal=True).install()
+    stops = StopRequests(save_on_signal=True, peers_gone=lambda: "rank 1 (host h) is gone").install()
     try:
         stops.start_loop()
-        stops.lost = lambda: "rank 1 (host h) is gone"
         with pytest.raises(Interrupted, match="SIGTERM"):
             os.kill(os.getpid(), signal.SIGTERM)
+    finally:
+        stops.remove()
+
+
+def test_no_peer_gone_the_step_is_finished_first(group_of_one):
+    asked = []
+    stops = StopRequests(save_on_signal=True, peers_gone=lambda: asked.append(1)).install()  # None: nobody gone
+    try:
+        stops.start_loop()
+        os.kill(os.getpid(), signal.SIGTERM)  # deferred: no exception here
+        assert asked == [1] and stops.code == 1 and stops.agree() == "SIGTERM"
     finally:
         stops.remove()
 

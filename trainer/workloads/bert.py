@@ -14,6 +14,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from telemetry.rundir import StepKey
+
 from ..compat import enable_activation_checkpointing, ensure_torchvision_importable
 from ..data.mlm import build_mlm_datasets
 from ..materialize import is_meta
@@ -43,7 +45,7 @@ class GatheredBertForPreTraining(BertForPreTraining):
 
 
 class BertPretrainingWorkload(TokenWorkload):
-    loss_terms = (("mlm_loss", "masked_tokens"), ("nsp_loss", "sequences"))
+    loss_terms = ((StepKey.MLM_LOSS, StepKey.MASKED_TOKENS), (StepKey.NSP_LOSS, StepKey.SEQUENCES))
     accuracy = "masked-LM"
 
     def __init__(self, recipe, device: torch.device, weight_dtype: torch.dtype):
@@ -163,7 +165,7 @@ class BertPretrainingWorkload(TokenWorkload):
     def loss_sums(self, model: torch.nn.Module, batch: dict) -> dict:
         mlm, _, nsp_logits, _ = self._forward(model, batch)
         nsp = F.cross_entropy(nsp_logits.float(), batch["next_sentence_labels"], reduction="sum")
-        return {"mlm_loss": mlm, "nsp_loss": nsp}
+        return {StepKey.MLM_LOSS: mlm, StepKey.NSP_LOSS: nsp}
 
     def eval_sums(self, model: torch.nn.Module, batch: dict) -> dict:
         mlm, mlm_logits, _, labels = self._forward(model, batch)
@@ -174,4 +176,5 @@ class BertPretrainingWorkload(TokenWorkload):
 
     @staticmethod
     def loss_counts(batch: dict) -> dict:
-        return {"masked_tokens": int(batch["masked_lm_valid"].sum()), "sequences": int(batch["input_ids"].shape[0])}
+        return {StepKey.MASKED_TOKENS: int(batch["masked_lm_valid"].sum()),
+                StepKey.SEQUENCES: int(batch["input_ids"].shape[0])}

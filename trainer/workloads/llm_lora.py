@@ -12,6 +12,7 @@ from ..data.sft import IGNORE, build_datasets
 from ..positions import plain_positions
 from .hf import ModelError, check_checkpoint, check_dir, config_fields
 from .contract import TokenWorkload
+from telemetry.rundir import StepKey
 
 
 def keep_adapter_inputs(model: torch.nn.Module, compute_dtype: torch.dtype) -> int:
@@ -37,7 +38,7 @@ def keep_adapter_inputs(model: torch.nn.Module, compute_dtype: torch.dtype) -> i
 
 
 class LlmLoraWorkload(TokenWorkload):
-    loss_terms = (("loss", "label_tokens"),)
+    loss_terms = ((StepKey.LOSS, StepKey.LABEL_TOKENS),)
     accuracy = None
 
     def __init__(self, recipe, device: torch.device, weight_dtype: torch.dtype):
@@ -265,7 +266,7 @@ class LlmLoraWorkload(TokenWorkload):
 
     @staticmethod
     def loss_counts(batch: dict) -> dict:
-        return {"label_tokens": int((batch["labels"][:, 1:] != IGNORE).sum())}
+        return {StepKey.LABEL_TOKENS: int((batch["labels"][:, 1:] != IGNORE).sum())}
 
     @staticmethod
     def position_pairs(batch: dict) -> int:

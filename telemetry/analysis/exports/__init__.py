@@ -16,6 +16,7 @@ import sys
 from telemetry.analysis.exports.scalars import step_scalars  # noqa: F401 (the names every exporter shows)
 from telemetry.analysis.runs import Run, load_run
 from telemetry.errors import InputError
+from telemetry.rundir import EXPORTS
 
 from telemetry.settings import EXPORT_KINDS as KINDS  # noqa: E402
 
@@ -33,7 +34,7 @@ def export_run(path: str, kinds, out: str | None = None) -> dict:
     """Write each kind under `out` (default RUN/exports); returns {kind: {"path": ...} or {"error": ...}}."""
     kinds = check_kinds(kinds)
     run = load_run(path)
-    out = out or os.path.join(path, "exports")
+    out = out or os.path.join(path, EXPORTS)
     os.makedirs(out, exist_ok=True)
     result = {}
     for kind in kinds:

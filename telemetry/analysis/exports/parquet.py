@@ -10,11 +10,11 @@ Unknown values are nulls, never 0.
 """
 from __future__ import annotations
 
-import glob
 import json
 import os
 
 from telemetry.analysis.runs import read_jsonl
+from telemetry.rundir import RANK_EVENTS, StepKey, rank_files
 
 
 def _schemas():
@@ -22,13 +22,14 @@ def _schemas():
 
     f64, i64, s = pa.float64(), pa.int64(), pa.string()
     steps = pa.schema([
-        ("run", s), ("run_name", s), ("step", i64), ("time", f64), ("loss", f64), ("lr", f64),
-        ("grad_norm", f64), ("step_time_s", f64), ("samples_per_s", f64), ("tokens_per_s", f64),
-        ("tokens", i64), ("tflops_per_device", f64), ("mfu", f64), ("comm_time_s", f64), ("comm_bytes", i64),
-        ("exposed_comm_s", f64), ("exposed_share", f64), ("exposed_s", f64), ("job_gpu_energy_j", f64),
-        ("job_gpu_power_w", f64), ("job_cpu_energy_j", f64), ("step_time_s_min", f64), ("step_time_s_max", f64),
+        ("run", s), ("run_name", s), (StepKey.STEP, i64), (StepKey.TIME, f64), (StepKey.LOSS, f64),
+        (StepKey.LR, f64), (StepKey.GRAD_NORM, f64), (StepKey.STEP_TIME_S, f64), (StepKey.SAMPLES_PER_S, f64),
+        (StepKey.TOKENS_PER_S, f64), (StepKey.TOKENS, i64), (StepKey.TFLOPS_PER_DEVICE, f64), (StepKey.MFU, f64),
+        (StepKey.COMM_TIME_S, f64), (StepKey.COMM_BYTES, i64), (StepKey.EXPOSED_COMM_S, f64), ("exposed_share", f64),
+        ("exposed_s", f64), (StepKey.JOB_GPU_ENERGY_J, f64), (StepKey.JOB_GPU_POWER_W, f64),
+        (StepKey.JOB_CPU_ENERGY_J, f64), ("step_time_s_min", f64), ("step_time_s_max", f64),
         ("step_time_s_max_rank", i64), ("comm_time_s_max", f64), ("comm_time_s_max_rank", i64),
-        ("eval_loss", f64), ("eval_accuracy", f64), ("profiled", pa.bool_())])
+        (StepKey.EVAL_LOSS, f64), (StepKey.EVAL_ACCURACY, f64), (StepKey.PROFILED, pa.bool_())])
     collectives = pa.schema([
         ("run", s), ("run_name", s), ("rank", i64), ("step", i64), ("op", s), ("count", i64), ("bytes", i64),
         ("time_s", f64), ("busbw_GBps", f64), ("untimed", i64), ("untimed_reason", s)])
@@ -58,53 +59,51 @@ def step_rows(run) -> list[dict]:
     name, label = os.path.basename(os.path.normpath(run.path)), run.name
     rows = []
     for r in run.metrics:
-        if r.get("step") is None:
+        if r.get(StepKey.STEP) is None:
             continue
-        spread = r.get("ranks") or {}
-        st, ct = spread.get("step_time_s") or {}, spread.get("comm_time_s") or {}
-        ex = r.get("exposed") or {}
+        spread = r.get(StepKey.RANKS) or {}
+        st, ct = spread.get(StepKey.STEP_TIME_S) or {}, spread.get(StepKey.COMM_TIME_S) or {}
+        ex = r.get(StepKey.EXPOSED) or {}
         rows.append({
-            "run": name, "run_name": label, "step": int(r["step"]), "time": _num(r.get("time")),
-            **{k: _num(r.get(k)) for k in ("loss", "lr", "grad_norm", "step_time_s", "samples_per_s",
-                                             "tokens_per_s", "tflops_per_device", "mfu", "comm_time_s",
-                                             "exposed_comm_s", "eval_loss", "eval_accuracy",
-                                             "job_gpu_energy_j", "job_gpu_power_w", "job_cpu_energy_j")},
-            "tokens": _num(r.get("tokens"), int), "comm_bytes": _num(r.get("comm_bytes"), int),
+            "run": name, "run_name": label, StepKey.STEP: int(r[StepKey.STEP]), StepKey.TIME: _num(r.get(StepKey.TIME)),
+            **{k: _num(r.get(k)) for k in (StepKey.LOSS, StepKey.LR, StepKey.GRAD_NORM, StepKey.STEP_TIME_S,
+                                           StepKey.SAMPLES_PER_S, StepKey.TOKENS_PER_S, StepKey.TFLOPS_PER_DEVICE,
+                                           StepKey.MFU, StepKey.COMM_TIME_S, StepKey.EXPOSED_COMM_S, StepKey.EVAL_LOSS,
+                                           StepKey.EVAL_ACCURACY, StepKey.JOB_GPU_ENERGY_J, StepKey.JOB_GPU_POWER_W,
+                                           StepKey.JOB_CPU_ENERGY_J)},
+            StepKey.TOKENS: _num(r.get(StepKey.TOKENS), int), StepKey.COMM_BYTES: _num(r.get(StepKey.COMM_BYTES), int),
             "exposed_share": _num(ex.get("exposed_share")), "exposed_s": _num(ex.get("exposed_s")),
             "step_time_s_min": _num(st.get("min")), "step_time_s_max": _num(st.get("max")),
             "step_time_s_max_rank": _num(st.get("max_rank"), int), "comm_time_s_max": _num(ct.get("max")),
-            "comm_time_s_max_rank": _num(ct.get("max_rank"), int), "profiled": bool(r.get("profiled", False))})
+            "comm_time_s_max_rank": _num(ct.get("max_rank"), int), StepKey.PROFILED: bool(r.get(StepKey.PROFILED, False))})
     return rows
+
+
+def _rank_steps(run):
+    """(the row's run, rank and step columns, the record) for every line of every rank's file."""
+    name, label = os.path.basename(os.path.normpath(run.path)), run.name
+    for rank, records in sorted(run.ranks.items()):
+        for r in records:
+            yield {"run": name, "run_name": label, "rank": rank, "step": _num(r.get(StepKey.STEP), int)}, r
+
+
+def _op_columns(s: dict) -> dict:
+    """One collective type's figures: a record's `comm` entry, or a process group's `by_op` one."""
+    return {"count": _num(s.get("count"), int), "bytes": _num(s.get("bytes"), int), "time_s": _num(s.get("time_s")),
+            "busbw_GBps": _num(s.get("busbw_GBps")), "untimed": _num(s.get("untimed"), int)}
 
 
 def collective_rows(run) -> list[dict]:
-    name, label = os.path.basename(os.path.normpath(run.path)), run.name
-    rows = []
-    for rank, records in sorted(run.ranks.items()):
-        for r in records:
-            for op, s in sorted((r.get("comm") or {}).items()):
-                rows.append({"run": name, "run_name": label, "rank": rank, "step": _num(r.get("step"), int),
-                             "op": op, "count": _num(s.get("count"), int), "bytes": _num(s.get("bytes"), int),
-                             "time_s": _num(s.get("time_s")), "busbw_GBps": _num(s.get("busbw_GBps")),
-                             "untimed": _num(s.get("untimed"), int), "untimed_reason": s.get("untimed_reason")})
-    return rows
+    return [{**head, "op": op, **_op_columns(s), "untimed_reason": s.get("untimed_reason")}
+            for head, r in _rank_steps(run) for op, s in sorted((r.get(StepKey.COMM) or {}).items())]
 
 
 def group_rows(run) -> list[dict]:
     """One row per rank, step, process group and collective type; busbw at that group's size."""
-    name, label = os.path.basename(os.path.normpath(run.path)), run.name
-    rows = []
-    for rank, records in sorted(run.ranks.items()):
-        for r in records:
-            for group, g in sorted((r.get("comm_groups") or {}).items()):
-                for op, s in sorted((g.get("by_op") or {}).items()):
-                    rows.append({"run": name, "run_name": label, "rank": rank, "step": _num(r.get("step"), int),
-                                 "group": group, "dim": g.get("dim"), "scope": g.get("scope"),
-                                 "group_size": _num(g.get("size"), int), "op": op,
-                                 "count": _num(s.get("count"), int), "bytes": _num(s.get("bytes"), int),
-                                 "time_s": _num(s.get("time_s")), "busbw_GBps": _num(s.get("busbw_GBps")),
-                                 "untimed": _num(s.get("untimed"), int)})
-    return rows
+    return [{**head, "group": group, "dim": g.get("dim"), "scope": g.get("scope"),
+             "group_size": _num(g.get("size"), int), "op": op, **_op_columns(s)}
+            for head, r in _rank_steps(run) for group, g in sorted((r.get(StepKey.COMM_GROUPS) or {}).items())
+            for op, s in sorted((g.get("by_op") or {}).items())]
 
 
 def call_rows(run) -> list[dict]:
@@ -112,11 +111,11 @@ def call_rows(run) -> list[dict]:
 
     name, label = os.path.basename(os.path.normpath(run.path)), run.name
     rows = []
-    for path in sorted(glob.glob(os.path.join(run.path, "ranks", "rank*.events.jsonl"))):
+    for path in rank_files(run.path, RANK_EVENTS):
         for line in read_jsonl(path):
             for op, t, dur, nbytes, size, source, *rest in line.get("calls") or ():
                 bw = nbytes * bus_factor(op, max(size, 1)) / dur / 1e9 if dur else None
-                rows.append({"run": name, "run_name": label, "rank": line.get("rank"), "step": line.get("step"),
+                rows.append({"run": name, "run_name": label, "rank": line.get("rank"), "step": line.get(StepKey.STEP),
                              "op": op, "t_issue": t, "duration_s": dur, "bytes": nbytes, "group_size": size,
                              "busbw_GBps": bw, "source": source, "group": rest[0] if rest else None})
     return rows

@@ -8,13 +8,13 @@ Needs ranks/rank*.events.jsonl, which ranks keep only when the run had trace in 
 """
 from __future__ import annotations
 
-import glob
 import json
 import os
 
 from telemetry.errors import InputError
 from telemetry.formulas import bus_factor
 from telemetry.analysis.runs import read_jsonl
+from telemetry.rundir import RANK_EVENTS, RANKS, rank_files
 
 STEP_TID = 0
 LANE_TID = 1  # collectives: threads 1, 2, ... one per lane
@@ -85,9 +85,9 @@ def build(lines_by_rank: dict[int, list[dict]], run_name: str) -> dict:
 
 
 def write(run, out: str) -> str:
-    paths = sorted(glob.glob(os.path.join(run.path, "ranks", "rank*.events.jsonl")))
+    paths = rank_files(run.path, RANK_EVENTS)
     if not paths:
-        raise InputError(f"{run.path}/ranks: no rank*.events.jsonl; the trace needs a run with trace "
+        raise InputError(f"{os.path.join(run.path, RANKS)}: no rank*.{RANK_EVENTS}; the trace needs a run with trace "
                          "in telemetry.export (per-call timestamps are kept only then)")
     lines = {}
     for p in paths:

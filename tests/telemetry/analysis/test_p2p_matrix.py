@@ -45,7 +45,7 @@ def test_ours_in_the_samples_layout_and_the_ratios(tmp_path, capsys):
     empty = tmp_path / "empty"
     empty.mkdir()
     assert main(["p2p", str(empty)]) == 2
-    assert "no p2p_matrix in collectives.json" in capsys.readouterr().err
+    assert "neither p2p_matrix in collectives.json nor p2p_bandwidth.json" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("text", ["", "nothing here\n"])
@@ -75,3 +75,42 @@ def test_one_table_normalised_to_the_reference_system(tmp_path):
     assert "| p2p bidirectional bandwidth (GB/s, mean over pairs) | 40 (1x) | 20 (0.5x) |" in md
     assert "| p2p latency (us, mean over pairs) | 2.5 (1x) | 5 (0.5x) |" in md  # a time: ref / this
     assert "| all_reduce: average busbw (GB/s) | 1 (1x) | 0.5 (0.5x) |" in md
+
+
+def test_every_matrix_of_the_sample_read_and_compared():
+    """The connectivity matrix, P2P Reads apart from Writes (a real --p2p_read output), and ours / the
+    reference's for every matrix both have, the diagonal out of the summary."""
+    ref = pm.parse_reference(REF.read_text())
+    assert ref["connectivity"] == [[1, 0], [0, 1]]
+    reads = pm.parse_reference((REF.parent / "p2pBandwidthLatencyTest_6gpu_p2p_read_excerpt.txt").read_text())
+    assert reads["unidirectional"]["enabled_reads"][3][2] == 10.45 and reads["unidirectional"]["enabled"][3][2] == 10.23
+    ours = {"unidirectional": {"disabled": [[1516.99, 19.12], [None, 1537.94]]},
+            "latency_gpu": {"enabled": [[2.09, 25.52], [12.87, 2.08]]}, "latency_cpu": {"enabled": [[1, 2], [3, 4]]}}
+    r = {(x["family"], x["state"]): x for x in pm.ratio_matrices(ours, ref)}
+    assert set(r) == {("unidirectional", "disabled"), ("latency_gpu", "enabled"), ("latency_cpu", "enabled")}
+    uni = r[("unidirectional", "disabled")]
+    assert uni["ratio"] == [[1.0, 0.5], [None, 1.0]] and uni["pairs"] == 1 and uni["mean"] == 0.5
+    assert r[("latency_gpu", "enabled")]["mean"] == pytest.approx((2 + 1) / 2)
+    rows = pm.ratio_rows(list(r.values()))
+    assert rows[0] == ["Unidirectional P2P=Disabled Bandwidth Matrix (GB/s)", "1", "0.5x", "0.5x", "0.5x"]
+    assert "P2P=Enabled Latency (P2P Writes) Matrix (us) [GPU] (ours / reference)\n   D\\D" in pm.ratio_tables(
+        list(r.values()))
+
+
+def test_the_sample_measurement_in_the_normalised_table(tmp_path):
+    """launch.p2p_bandwidth's copy-engine figures join the table when its --out was the run directory."""
+    from telemetry.analysis.compare import compare
+
+    from ..recorded import sweep_result, write_run
+    runs = []
+    for name, bw in (("ref", 40.0), ("other", 20.0)):
+        run = write_run(tmp_path / name, sweep=sweep_result())
+        m = {"unidirectional": {"enabled": [[900.0, bw], [bw, 900.0]]},
+             "bidirectional": {"enabled": [[1800.0, 2 * bw], [2 * bw, 1800.0]]},
+             "latency_gpu": {"enabled": [[2.0, 80 / bw], [80 / bw, 2.0]]}}
+        (run / "p2p_bandwidth.json").write_text(json.dumps({"engines": {"ce": {"matrices": m}}}))
+        runs.append(run)
+    compare([f"ref={runs[0]}", f"other={runs[1]}"], str(tmp_path / "cmp"))
+    md = (tmp_path / "cmp" / "compare.md").read_text()
+    assert "| p2p copy engine bidirectional bandwidth, P2P enabled (GB/s, mean over pairs) | 80 (1x) | 40 (0.5x) |" in md
+    assert "| p2p copy engine GPU latency, P2P enabled (us, mean over pairs) | 2 (1x) | 4 (0.5x) |" in md

@@ -234,3 +234,28 @@ def test_project_names_the_group_size_it_projects_onto(tmp_path, capsys):
     assert "group dp (inter-node, 2 ranks): " in out  # as measured
     assert "group dp (inter-node, 2 ranks measured, 4 projected): " in out  # the group grows with the nodes
     assert "group tp (intra-node, 2 ranks): " in out and "group tp (intra-node, 2 ranks measured" not in out
+
+
+class _NoWeakref:
+    __slots__ = ()  # like a C++ process group binding without weak-reference support
+
+
+def test_a_per_group_value_is_weak_where_it_can_be_and_kept_by_id_where_not():
+    import gc
+
+    cache = comm_groups.PerGroup()
+    weakable, strong = torch.nn.Module(), _NoWeakref()
+    for pg, value in ((weakable, "dp"), (strong, "tp")):
+        cache.setdefault(pg, value)
+        cache.setdefault(pg, "later")  # the first name stays
+        assert cache.get(pg) == value
+    cache.set(strong, "pp")
+    assert cache.get(strong) == "pp" and cache.get(_NoWeakref()) is None
+    del weakable
+    gc.collect()
+    assert len(cache._weak) == 0  # the entry went with its group
+    cache.pop(strong)
+    assert cache.get(strong) is None
+    cache.set(strong, "x")
+    cache.clear()
+    assert cache.get(strong) is None
