@@ -27,7 +27,7 @@ import subprocess
 import sys
 import tempfile
 
-from bench.support.cpu_clocks import CLOCKS, cost_difference, dump_paths, read_dumps, valgrind_command
+from bench.support.cpu_clocks import CLOCKS, read_dumps, valgrind_command
 from bench.support.step_parity import op_table, run_worker
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -73,12 +73,7 @@ def measure_callgrind(recipe: str, steps: int, warmup: int, overrides: list[str]
         raise SystemExit(f"error: the run under callgrind failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
     with open(result, encoding="utf-8") as f:
         res = json.load(f)
-    counted = instruction_summary(res["callgrind_segments"], read_dumps(prefix))
-    paths = dump_paths(prefix)
-    if len(paths) == len(res["callgrind_segments"]):
-        counted["where"] = cost_difference([p for p, s in zip(paths, res["callgrind_segments"]) if s.startswith("harness")],
-                                           [p for p, s in zip(paths, res["callgrind_segments"]) if s.startswith("hand")])
-    return counted
+    return instruction_summary(res["callgrind_segments"], read_dumps(prefix))
 
 
 def instruction_summary(labels: list[str], dumps: list[dict]) -> dict:
@@ -194,11 +189,6 @@ def main(argv: list[str] | None = None) -> None:
                   f"{statistics.median(counted['hand_instructions']) / 1e6:.1f} M; harness / hand "
                   f"{counted['ratio']:.4f} (medians), {counted['ratio_paired_median']:.4f} (adjacent pairs, "
                   f"range {counted['pairs_min']:.4f}-{counted['pairs_max']:.4f})", flush=True)
-            for kind in ("objects", "functions"):
-                print(f"  own instructions per step by {kind[:-1]}, largest differences (M, harness / hand / diff):")
-                for r in counted.get("where", {}).get(kind, [])[:10]:
-                    print(f"    {r['harness'] / 1e6:9.2f} {r['hand'] / 1e6:9.2f} {r['diff'] / 1e6:+8.2f}  {r['name'][:90]}",
-                          flush=True)
     result = {"benchmark": "loop_parity", "date": datetime.date.today().isoformat(),
               "command": " ".join(["python -m bench.loop_parity", *(argv if argv is not None else sys.argv[1:])]),
               "machine": f"2-core CPU dev VM ({platform.machine()}, {os.cpu_count()} cores)",

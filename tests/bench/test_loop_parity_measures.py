@@ -95,16 +95,3 @@ def test_python_calls_per_step_names_the_functions_only_one_loop_calls():
     assert (row["harness_calls"], row["hand_calls"]) == (2, 0)
     assert calls["harness_per_step"] > calls["hand_per_step"]
     assert python_calls(None, hand, {"harness": 0, "hand": 3}) == {}
-
-
-def test_self_cost_leaves_a_calls_inclusive_cost_to_the_callee(tmp_path):
-    from bench.support.cpu_clocks import cost_difference, self_cost
-
-    text = ("events: Ir\nob=/usr/lib/libpython3.11.so\nfl=ceval.c\nfn=_PyEval_EvalFrameDefault\n0 50\n"
-            "cob=/lib/libtorch_cpu.so\ncfn=at::mm\ncalls=1 0\n0 1000\n+1 5\nob=/lib/libtorch_cpu.so\nfn=at::mm\n0 1000\n")
-    (tmp_path / "a").write_text(text)
-    (tmp_path / "b").write_text(text.replace("0 50\n", "0 20\n"))
-    obs, fns = self_cost(str(tmp_path / "a"))
-    assert obs == {"libpython3.11.so": 55, "libtorch_cpu.so": 1000} and fns["_PyEval_EvalFrameDefault"] == 55
-    diff = cost_difference([str(tmp_path / "a")], [str(tmp_path / "b")])
-    assert diff["objects"][0] == {"name": "libpython3.11.so", "harness": 55, "hand": 25, "diff": 30}
