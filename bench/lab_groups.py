@@ -1,33 +1,49 @@
-"""Projection per process group in the fabric lab: tp inside a node, dp across, onto a 10x slower link.
+"""Projection per process group in the fabric lab: tp inside a node, dp across, onto slower links.
 
-    python -m bench.lab_groups [--rounds 2] [--steps 8] [--out /tmp/lab_groups]
-    python -m bench.lab_groups --nodes 3 --targets 20mbit 5mbit --rounds 1   # held-out targets
+    python -m bench.lab_groups [--repeats 2] [--steps 8] [--out /tmp/lab_groups]
+    python -m bench.lab_groups --nodes 3 --targets 7mbit 14mbit --repeats 3 --phase held-out
 
-Each round runs tiny_llama_lora on 2 nodes x 2 ranks (`parallel.tp=2 parallel.dp=2
-parallel.data_parallel=replicate`) at 100 Mbit/s, then at 10 Mbit/s, and projects the 100 Mbit/s run onto
-10 Mbit/s twice: per group (only the inter-node dp group on the link) and as runs recorded before groups were
-(every byte on the link with the world's bus factor). Prints one JSON line per round and appends it to
-bench/results/lab_groups.jsonl. Needs root and iproute2 (the lab). `--nodes N` runs tp 2 x dp N on N nodes,
-`--targets` measures and projects other rates than 10 Mbit/s (each target: its own line, with its error).
+tiny_llama_lora on N nodes x 2 ranks (`parallel.tp=2 parallel.dp=N parallel.data_parallel=replicate`):
+a baseline at 100 Mbit/s and each target rate, in rounds (round k: the baseline, then every target once,
+so that slow and fast stretches of the shared host fall on baselines and targets alike). The baselines'
+repeats are projected together (`telemetry project RUN RUN RUN`: medians, the interval widened to hold
+their spread) onto each target, per group (only the inter-node dp group on the link) and as runs recorded
+before groups were (every byte on the link with the world's bus factor), and compared with the median of
+the target's repeats. One JSON line per target, appended to bench/results/lab_groups.jsonl, with:
+
+- `phase`: `tune` (configurations looked at while changing the model) or `held-out` (never looked at
+  while changing it; bench/results/lab_groups.md says which is which);
+- each run's error alone (the baselines' median against each target run) and the load average around
+  each run (the host is shared);
+- the wire accounting (`wire`): the lab's interface counters per node and step (bytes and frames) against
+  the groups' bytes x bus factor x link sharing. Each frame carries 66 bytes of headers (Ethernet 14, IPv4
+  20, TCP 20 + the timestamp option 12; pure ACKs are only that), so payload = bytes - 66 x frames, and
+  what payload is left over the groups' bytes is traffic the step's collectives do not count: gloo's
+  message headers and the harness's own exchanges between steps (cross-rank tree, stop vote).
+
+Needs root and iproute2 (the lab).
 """
 from __future__ import annotations
 
 import argparse
-import json
 import os
+import statistics
 import subprocess
 import sys
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 
-from telemetry.analysis.projection import measured_profile, project  # noqa: E402
+from bench.support.results import append_result  # noqa: E402
+from telemetry.analysis.projection import combine_profiles, measured_profile, project  # noqa: E402
 from telemetry.analysis.report import summarize  # noqa: E402
-from telemetry.analysis.runs import load_run  # noqa: E402
+from telemetry.analysis.runs import Run, load_run  # noqa: E402
 
 OVERRIDES = ["parallel.tp=2", "parallel.data_parallel=replicate", "train.eval_every_samples=null",
              "train.save_final=false", "distributed.timeout_s=60"]
+BASELINE = "100mbit"
+# Ethernet (14) + IPv4 (20) + TCP (20) + TCP timestamps (12): the bytes each frame adds on the lab's links
+FRAME_HEADER_BYTES = 66
 
 
 def lab_run(out: str, rate: str, steps: int, nodes: int = 2) -> str:
@@ -41,58 +57,81 @@ def lab_run(out: str, rate: str, steps: int, nodes: int = 2) -> str:
     return out
 
 
+def wire_accounting(run: Run, link_bytes_per_node: float) -> dict:
+    """Per node and step (medians over the timed steps, then the mean over nodes): interface bytes and frames,
+    their headers, and the payload beyond the groups' link bytes. The sampler's windows are not the steps
+    (one now and then starts inside the step before and holds two steps' traffic), so medians, not sums.
+    The counters count the packets the kernel hands the veth: where tbf's burst is larger than a
+    segmentation-offload packet (100 Mbit/s: 25 kB) one counted frame carries several wire frames' payload,
+    and only the slow links' figures (tbf segments whatever exceeds its 16 KiB burst) read as frames."""
+    nodes = []
+    for recs in run.ranks.values():
+        rows = [((r.get("host") or {}).get("counters") or {}).get("net:fab0") for r in recs if (r.get("step") or 0) >= 2]
+        rows = [c for c in rows if c]
+        if rows:
+            nodes.append((statistics.median(c["tx_bytes"] for c in rows), statistics.median(c["tx_packets"] for c in rows)))
+    if not nodes:
+        return {}
+    tx = statistics.mean(t for t, _ in nodes)
+    frames = statistics.mean(f for _, f in nodes)
+    payload = tx - FRAME_HEADER_BYTES * frames
+    return {"tx_bytes": round(tx), "frames": round(frames), "header_bytes": round(FRAME_HEADER_BYTES * frames),
+            "payload_bytes": round(payload), "group_link_bytes": round(link_bytes_per_node),
+            "uncounted_payload_bytes": round(payload - link_bytes_per_node),
+            "tx_over_group_bytes": round(tx / link_bytes_per_node, 3) if link_bytes_per_node else None}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--repeats", "--rounds", type=int, default=2, help="rounds of the baseline and every target")
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--out", default="/tmp/lab_groups")
     ap.add_argument("--nodes", type=int, default=2)
     ap.add_argument("--targets", nargs="+", default=["10mbit"], help="target rates (default 10mbit)")
+    ap.add_argument("--phase", choices=["tune", "held-out"], default="tune",
+                    help="tune: looked at while changing the model; held-out: never (bench/results/lab_groups.md)")
     args = ap.parse_args()
     from launch.lab import parse_rate
-    for k in range(args.rounds):
-        fast = lab_run(os.path.join(args.out, f"r{k}-n{args.nodes}-100mbit"), "100mbit", args.steps, args.nodes)
-        base = load_run(fast)
-        prof = measured_profile(base)
-        for rate in args.targets:
-            slow = lab_run(os.path.join(args.out, f"r{k}-n{args.nodes}-{rate}"), rate, args.steps, args.nodes)
-            _report(k, args.nodes, rate, parse_rate(rate), base, prof, load_run(slow))
+    runs: dict[str, list[tuple[Run, tuple]]] = {r: [] for r in [BASELINE, *args.targets]}
+    for k in range(args.repeats):
+        for rate in [BASELINE, *args.targets]:
+            before = os.getloadavg()[0]
+            out = lab_run(os.path.join(args.out, f"r{k}-n{args.nodes}-{rate}"), rate, args.steps, args.nodes)
+            runs[rate].append((load_run(out), (round(before, 2), round(os.getloadavg()[0], 2))))
+    bases = [r for r, _ in runs[BASELINE]]
+    prof = combine_profiles([measured_profile(b) for b in bases])
+    for rate in args.targets:
+        _report(args, rate, parse_rate(rate), prof, bases, runs)
 
 
-def _median(values: list) -> float | None:
-    values = sorted(v for v in values if v is not None)
-    return values[len(values) // 2] if values else None
-
-
-def _report(k: int, nodes: int, rate: str, bps: float, base, prof: dict, target) -> None:
-        burst = target.info["fabric"]["lab"].get("burst_bytes") or 0
-        grouped = project(prof, bps, burst_bytes=burst)
-        flat = project({**prof, "groups": {}}, bps, burst_bytes=burst)
-        st = summarize(target)
-        measured_dp = st["comm_groups"]["dp"]["time_per_step_s"]
-        line = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "round": k, "nodes": nodes,
-                "target": rate, "dp_link_sharing": grouped["by_group"]["dp"].get("link_sharing"),
-                "measured_100mbit_s": summarize(base)["step_time_median_s"],
-                "measured_target_s": st["step_time_median_s"],
-                "error": grouped["step_time_s"] / st["step_time_median_s"] - 1,
-                "interval_holds": grouped["interval_s"][0] <= st["step_time_median_s"] <= grouped["interval_s"][1],
-                "projected_groups_s": grouped["step_time_s"], "interval_s": grouped["interval_s"],
-                "projected_flat_s": flat["step_time_s"],
-                "dp_projected_s": grouped["by_group"]["dp"]["predicted_s"], "dp_measured_rank0_s": measured_dp,
-                # the dp share of the cross-rank minimum all_reduce time, as the projection reads a run
-                "dp_measured_min_s": measured_profile(target)["groups"]["dp"]["ops"]["all_reduce"]["time_s"],
-                "tp_projected_s": grouped["by_group"]["tp"]["predicted_s"],
-                "tp_measured_target_s": st["comm_groups"]["tp"]["time_per_step_s"],
-                "bytes": {n: g["bytes_per_step"] for n, g in st["comm_groups"].items()},
-                # the lab's wire counters (every host's interface: IP/TCP headers and the harness's own traffic
-                # included) against the groups' bytes x bus factor x link sharing, over every node's link
-                "wire_counter_bytes_per_step": _median([r.get("job_net_tx_bytes") for r in target.timed_steps()]),
-                "group_link_bytes_per_step": nodes * sum(g["wire_bytes"] for g in grouped["by_group"].values()
-                                                         if g["on_target_link"])}
-        print(json.dumps(line), flush=True)
-        os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
-        with open(os.path.join(HERE, "results", "lab_groups.jsonl"), "a", encoding="utf-8") as f:
-            f.write(json.dumps(line) + "\n")
+def _report(args, rate: str, bps: float, prof: dict, bases: list[Run], runs: dict) -> None:
+    targets = [r for r, _ in runs[rate]]
+    burst = targets[0].info["fabric"]["lab"].get("burst_bytes") or 0
+    grouped = project(prof, bps, burst_bytes=burst)
+    flat = project({**prof, "groups": {}}, bps, burst_bytes=burst)
+    measured = [summarize(t)["step_time_median_s"] for t in targets]
+    observed = statistics.median(measured)
+    lo, hi = grouped["interval_s"]
+    link_per_node = sum(g["wire_bytes"] for g in grouped["by_group"].values() if g["on_target_link"])
+    dp_target = [measured_profile(t)["groups"]["dp"]["ops"]["all_reduce"]["time_s"] for t in targets]
+    append_result(os.path.join(HERE, "results", "lab_groups.jsonl"), "bench.lab_groups", {
+        "phase": args.phase, "nodes": args.nodes, "target": rate, "repeats": len(targets), "steps": args.steps,
+        "dp_link_sharing": grouped["by_group"]["dp"].get("link_sharing"),
+        "measured_baseline_s": [round(summarize(b)["step_time_median_s"], 4) for b in bases],
+        "measured_target_s": [round(m, 4) for m in measured], "measured_target_median_s": round(observed, 4),
+        "projected_s": round(grouped["step_time_s"], 4), "interval_s": [round(lo, 4), round(hi, 4)],
+        "error": round(grouped["step_time_s"] / observed - 1, 4), "interval_holds": lo <= observed <= hi,
+        # every target run alone against the projection from the baselines together
+        "errors_each": [round(grouped["step_time_s"] / m - 1, 4) for m in measured],
+        "holds_each": [lo <= m <= hi for m in measured],
+        "load_1min": {"baseline": [ld for _, ld in runs[BASELINE]], "target": [ld for _, ld in runs[rate]]},
+        "projected_flat_s": round(flat["step_time_s"], 4),
+        "dp_projected_s": round(grouped["by_group"]["dp"]["predicted_s"], 4),
+        # the dp share of the cross-rank minimum all_reduce time, as the projection reads a run
+        "dp_measured_min_s": [round(t, 4) for t in dp_target],
+        "compute_projected_s": round(grouped["compute_s"], 4),
+        "bytes": {n: g["bytes"] for n, g in grouped["by_group"].items()},
+        "wire": [wire_accounting(t, link_per_node) for t in targets]})
 
 
 if __name__ == "__main__":

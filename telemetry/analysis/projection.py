@@ -12,7 +12,8 @@ overhead and latency: t - S x factor / (B_measured x efficiency), or all of t wh
 links were not shaped) plus `latency_s` x calls where a latency for the new fabric is given.
 
 Overlap: every step records its communication time C (wall time with a call in flight), its exposed part E
-(the per-step estimate) and its overlap window V (backward compute with asynchronous calls in flight).
+(the per-step estimate, capped at the least-waiting rank's C: rank 0's wait for a late peer may have been
+hidden) and its overlap window V (backward compute with asynchronous calls in flight).
 Communication can hide behind at least what hid (C - E) and at most V; the rest is exposed, and at least
 the measured exposed share of it (the last buckets, issued when nothing is left to compute):
 
@@ -105,9 +106,17 @@ def measured_profile(run: Run, summary: dict | None = None) -> dict:
                 o["time_s"] *= comm / summed
     comm = min(comm, summed) if summed else comm
     exposed_est = median([r.get(StepKey.EXPOSED_COMM_S) for r in timed])
+    exposed_low = None
     if exposed_est is not None:
-        # the writing rank's estimate; what it waited for a late peer is not the fabric's
-        exposed = max(0.0, exposed_est - max(0.0, (union_own or comm) - comm))
+        # the writing rank's estimate; what it waited for a late peer is not the fabric's. Whether that wait
+        # was exposed (early at a blocking call) or hidden (an asynchronous call in flight while it computed:
+        # the loop's item counts, issued at the step's start) the estimate cannot say: so the exposed part
+        # is at most the least-waiting rank's communication and at least the estimate less the whole wait.
+        # The first is the projection, the second the interval's low end. Taking the second alone called
+        # tp 2 x dp 3 lab baselines 2-4% exposed where rank 0's counts waited during its forward, and hid
+        # the dp traffic of 7 and 14 Mbit/s behind tp's backward calls: -17% and -14% (bench/results/lab_groups.md)
+        exposed = min(exposed_est, comm)
+        exposed_low = max(0.0, exposed_est - max(0.0, (union_own or comm) - comm))
         exposed_from = "estimate"
     elif s["exposed"] and s["step_time_median_s"]:
         exposed, exposed_from = s["exposed"]["share"] * s["step_time_median_s"], "profiled"
@@ -121,6 +130,7 @@ def measured_profile(run: Run, summary: dict | None = None) -> dict:
               else (1.0, 1.0))
     return {StepKey.STEP_TIME_S: med, StepKey.COMM_TIME_S: comm, "exposed_s": min(exposed, comm),
             "exposed_from": exposed_from,
+            "exposed_low_s": min(exposed_low if exposed_low is not None else exposed, comm),
             # compute with asynchronous collectives in flight (None: a run recorded before this was kept)
             StepKey.OVERLAP_WINDOW_S: overlap, StepKey.OPTIMIZER_S: optimizer,
             "ops": ops, "groups": groups, "world_size": world, "nodes": nodes, "link_bps": lab.get("rate_bps"),
@@ -221,9 +231,11 @@ def combine_profiles(profiles: list[dict]) -> dict:
     low = min(p["step_spread"][0] * p[StepKey.STEP_TIME_S] for p in profiles) / step
     high = max(p["step_spread"][1] * p[StepKey.STEP_TIME_S] for p in profiles) / step
     out = dict(first)
-    for key in (StepKey.COMM_TIME_S, "exposed_s", StepKey.OVERLAP_WINDOW_S, StepKey.OPTIMIZER_S):
+    for key in (StepKey.COMM_TIME_S, "exposed_s", "exposed_low_s", StepKey.OVERLAP_WINDOW_S, StepKey.OPTIMIZER_S):
         out[key] = median([p.get(key) for p in profiles])
     out["exposed_s"] = min(out["exposed_s"], out[StepKey.COMM_TIME_S])
+    if out["exposed_low_s"] is not None:
+        out["exposed_low_s"] = min(out["exposed_low_s"], out["exposed_s"])
     out["ops"] = {op: {k: median([p["ops"][op][k] for p in profiles]) for k in ("bytes", "time_s", "calls")}
                   for op in first["ops"]}
     shapes = {tuple(sorted((n, tuple(sorted(g["ops"]))) for n, g in (p.get("groups") or {}).items())) for p in profiles}
@@ -354,22 +366,30 @@ def _step_times(profile: dict, comm_new: float, comm_range: dict, compute_scale:
     # in the measured run, at most the backward compute after the first asynchronous call (the overlap
     # window). What does not fit is exposed, and so is, at the least, the measured exposed tail (the last
     # calls, issued when nothing is left to compute) stretched as communication stretches.
-    window = max(comm - exposed, (profile.get(StepKey.OVERLAP_WINDOW_S) or 0.0) * compute_scale)
-    tail = exposed / comm if comm > 0 else 1.0
+    def exposed_given(e: float):
+        window = max(comm - e, (profile.get(StepKey.OVERLAP_WINDOW_S) or 0.0) * compute_scale)
+        tail = e / comm if comm > 0 else 1.0
+        return window, lambda c: max(c - window, c * tail, 0.0)
 
-    def exposed_at(c: float) -> float:
-        return max(c - window, c * tail, 0.0)
+    window, exposed_at = exposed_given(exposed)
+    # the least the run's estimate allows exposed (measured_profile): the interval's low end
+    low_e = profile.get("exposed_low_s")
+    low_e = exposed if low_e is None else min(low_e, exposed)
+    _, exposed_low_at = exposed_given(low_e)
 
     # each rank's share of the batch scales its forward and backward, not a replicated optimizer step
     optimizer = (min(profile.get(StepKey.OPTIMIZER_S) or 0.0, profile[StepKey.STEP_TIME_S] - exposed)
                  if compute_scale != 1 else 0.0)
-    alone = (profile[StepKey.STEP_TIME_S] - exposed - optimizer) * compute_scale + optimizer
+
+    def compute_alone(e: float) -> float:
+        return (profile[StepKey.STEP_TIME_S] - e - optimizer) * compute_scale + optimizer
+    alone = compute_alone(exposed)
     # lab nodes on one host: more ranks than cores time-share them
     compute = alone * cpu_shared
     exposed_new = exposed_at(comm_new)
     step = compute + exposed_new
     q_lo, q_hi = profile.get("step_spread") or (1.0, 1.0)
-    low = alone * q_lo + exposed_at(comm_range["fast"])
+    low = min(alone * q_lo + exposed_at(comm_range["fast"]), compute_alone(low_e) * q_lo + exposed_low_at(comm_range["fast"]))
     high = compute * q_hi + exposed_at(comm_range["slow"])
     return {"step": step, "compute": compute, "window": window, "exposed": exposed_new, "low": low, "high": high}
 

@@ -12,6 +12,9 @@ import sys
 import pytest
 import yaml
 
+from bench.lab_groups import wire_accounting
+from telemetry.analysis.runs import load_run
+
 from ..conftest import REPO
 from .test_lab import lab_cli, needs_root, own_namespaces_left
 
@@ -105,3 +108,9 @@ def test_tp_stays_inside_a_node_dp_crosses_and_only_dp_is_projected(tmp_path):
     # the step grows by at most the inter-node part's growth (compute overlapping it can hide some)
     assert 0 < moved <= tenth["inter_predicted_s"] - same["inter_predicted_s"] + 1e-9
     assert tenth["wire_s"] < 1.0  # dp's 103 kB at 10 Mbit/s, not tp's 9 MB (7 s)
+    # the nodes' interfaces carry the dp groups' link bytes (103 kB x bus factor 1 x 2 groups sharing the link)
+    # and 66 bytes of headers a frame; tp's 9.1 MB a step stays on loopback (it would be 44x)
+    link = sum(g["wire_bytes"] for g in tenth["by_group"].values() if g["on_target_link"])
+    assert link == 2 * want["dp"]
+    wire = wire_accounting(load_run(str(slow)), link)
+    assert 0.9 < wire["payload_bytes"] / link < 1.3, wire

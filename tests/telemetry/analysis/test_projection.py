@@ -93,7 +93,24 @@ def test_concurrent_calls_count_once_and_a_late_peer_is_not_communication(tmp_pa
         r["overlap_window_s"] = 0.3
     prof = measured_profile(run)
     assert prof["comm_time_s"] == pytest.approx(0.2) and prof["ops"]["all_reduce"]["time_s"] == pytest.approx(0.2)
-    assert prof["exposed_s"] == pytest.approx(0.15) and prof["overlap_window_s"] == pytest.approx(0.3)
+    # rank 0 waited 0.05 s for the late peer, exposed or hidden it cannot say: its exposed 0.2 s is at most the
+    # least-waiting rank's 0.2 s of communication (the projection) and at least 0.2 - 0.05 (the interval's low end)
+    assert prof["exposed_s"] == pytest.approx(0.2) and prof["exposed_low_s"] == pytest.approx(0.15)
+    assert prof["overlap_window_s"] == pytest.approx(0.3)
+
+
+def test_a_late_peers_wait_hidden_behind_compute_does_not_hide_the_fabric():
+    # tp 2 x dp 3 in the lab: rank 0's item-count all-reduce waited for late peers while rank 0 computed its
+    # forward, so rank 0 recorded 0.049 s exposed of 0.09 s in flight; the least-waiting rank had 0.049 s.
+    # The projection takes all 0.049 s as exposed (the dp all-reduce after backward has nothing to hide
+    # behind); the old reading (0.049 - 0.041 wait = 0.008 s) let 0.3 s of tp's backward calls hide it
+    p = profile(step_time_s=1.0, comm_time_s=0.049, exposed_s=0.049, exposed_low_s=0.008, overlap_window_s=0.3,
+                ops={"all_reduce": {"bytes": 100_000, "time_s": 0.049, "calls": 3}})
+    got = project(p, 2e6, efficiency=1.0)  # 100 kB at 250 kB/s: 0.4 s, all exposed
+    assert got["step_time_s"] == pytest.approx(1.0 - 0.049 + 0.4)
+    # the interval's low end holds the other reading: 0.008/0.049 of the 0.4 s exposed past the 0.3 s window
+    low = (1.0 - 0.008) + max(0.4 - 0.3, 0.4 * 0.008 / 0.049)
+    assert got["interval_s"][0] == pytest.approx(low)
 
 
 def test_a_partial_measurement_makes_a_partial_projection(tmp_path):
