@@ -20,16 +20,18 @@ import contextlib
 import json
 import os
 import statistics
-import time
 from collections import defaultdict
+from pstats import Stats
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+from bench.support.cpu_clocks import CLOCKS, CallgrindSegments, read, threads_cpu, threads_cpu_delta, under_valgrind
 from trainer.hook_list import Hooks
 
 IGNORE = -100
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 class HandLoop:
@@ -101,12 +103,20 @@ class Interleave(Hooks):
     def __init__(self, hand: HandLoop, warmup: int, profile: int, max_steps: int, activities, trace_dir=None):
         self.hand, self.warmup, self.profile, self.max_steps = hand, warmup, profile, max_steps
         self.activities, self.trace_dir = activities, trace_dir
-        self.harness_s: list[float] = []
-        self.hand_s: list[float] = []
+        # per clock (bench/support/cpu_clocks.py: wall, the loop thread's CPU, the process's CPU): seconds per step
+        self.harness_by: dict[str, list[float]] = {c: [] for c in CLOCKS}
+        self.hand_by: dict[str, list[float]] = {c: [] for c in CLOCKS}
+        self.harness_s, self.hand_s = self.harness_by["wall"], self.hand_by["wall"]
+        self.threads_at: dict | None = None  # every thread's CPU when the timed steps began
+        self.threads_cpu: dict[str, float] = {}
+        self.callgrind = CallgrindSegments() if under_valgrind() else None
+        self.harness_py: Stats | None = None  # Python calls (cProfile) in the profiled steps
+        self.hand_py: Stats | None = None
+        self.pyprof = None
         self.harness_ops: dict[str, list[float]] = defaultdict(lambda: [0.0, 0, 0.0])
         self.hand_ops: dict[str, list[float]] = defaultdict(lambda: [0.0, 0, 0.0])
         self.profiled = {"harness": 0, "hand": 0}
-        self.t_out: float | None = None
+        self.t_out: tuple | None = None
         self.prof = None  # the harness iteration now under the profiler
 
     def _profiled(self, step: int) -> bool:
@@ -130,33 +140,75 @@ class Interleave(Hooks):
 
     def on_step_start(self, step: int) -> None:
         self._sync()
-        t_in = time.perf_counter()
+        t_in = read()
+        self._count_instructions(step, "harness")
         if self.prof is not None:  # the previous harness iteration was profiled
+            self.harness_py = self._py_stop(self.harness_py)
             self.prof.stop()
             self._add(self.harness_ops, self.prof)
             self._trace(self.prof, "harness", step - 1)
             self.profiled["harness"] += 1
             self.prof = None
         elif self.t_out is not None and step - 1 > self.warmup:
-            self.harness_s.append(t_in - self.t_out)
+            for c, a, b in zip(CLOCKS, t_in, self.t_out):
+                self.harness_by[c].append(a - b)
         profiled = self._profiled(step)
+        if step == self.warmup + 1:
+            self.threads_at = threads_cpu()
         if profiled:
+            if self.threads_at is not None and not self.threads_cpu:  # the timed steps end here
+                self.threads_cpu = threads_cpu_delta(self.threads_at, threads_cpu())
             with self._profiler() as prof:
+                self._py_start()
                 self.hand.step(step)
                 self._sync()
+                self.hand_py = self._py_stop(self.hand_py)
             self._add(self.hand_ops, prof)
             self._trace(prof, "hand", step)
             self.profiled["hand"] += 1
         else:
-            t0 = time.perf_counter()
+            t0 = read()
             self.hand.step(step)
             self._sync()
             if step > self.warmup:
-                self.hand_s.append(time.perf_counter() - t0)
+                for c, a, b in zip(CLOCKS, read(), t0):
+                    self.hand_by[c].append(a - b)
+            self._count_instructions(step, "hand")
         if profiled:
             self.prof = self._profiler()
             self.prof.start()
-        self.t_out = time.perf_counter()
+            self._py_start()
+        self.t_out = read()
+
+    def _count_instructions(self, step: int, what: str) -> None:
+        """Under callgrind: a dump at each boundary of the timed steps (the profiled ones are left out)."""
+        cg = self.callgrind
+        if cg is None or step <= self.warmup:
+            return
+        if what == "harness":  # entering step `step`: the harness iteration of step - 1 ends
+            if self._profiled(step):
+                cg.end(f"harness {step - 1}")
+            elif cg.on:
+                cg.cut(f"harness {step - 1}")
+            else:
+                cg.begin()
+        elif not self._profiled(step):
+            cg.cut(f"hand {step}")
+
+    def _py_start(self) -> None:
+        import cProfile
+
+        self.pyprof = cProfile.Profile()
+        self.pyprof.enable()
+
+    def _py_stop(self, into: Stats | None) -> Stats:
+        self.pyprof.disable()
+        stats = Stats(self.pyprof)
+        self.pyprof = None
+        if into is not None:
+            into.add(stats)
+            return into
+        return stats
 
     @staticmethod
     def _add(into: dict, prof) -> None:
@@ -167,11 +219,63 @@ class Interleave(Hooks):
 
     def result(self) -> dict:
         h, p = statistics.median(self.harness_s), statistics.median(self.hand_s)
+        steps = len(self.harness_s)
         return {"harness_step_s": h, "hand_step_s": p, **summary(self.harness_s, self.hand_s),
-                "harness_steps_timed": len(self.harness_s), "hand_steps_timed": len(self.hand_s),
+                "harness_steps_timed": steps, "hand_steps_timed": len(self.hand_s),
                 "harness_samples_s": self.harness_s, "hand_samples_s": self.hand_s,
+                "clocks": {c: clock_summary(self.harness_by[c], self.hand_by[c]) for c in CLOCKS},
+                # CPU of each thread over the timed steps (both loops), per harness step: who the background is
+                "threads_cpu_ms_per_step": {k: v / max(steps, 1) * 1e3 for k, v in self.threads_cpu.items()},
                 "profiled_steps": self.profiled,
-                "ops": breakdown(self.harness_ops, self.hand_ops, self.profiled)}
+                "ops": breakdown(self.harness_ops, self.hand_ops, self.profiled),
+                "python_calls": python_calls(self.harness_py, self.hand_py, self.profiled),
+                "callgrind_segments": self.callgrind.labels if self.callgrind else None}
+
+
+def clock_summary(harness: list[float], hand: list[float]) -> dict:
+    """One clock's per-step seconds of both loops: medians, the ratios, and the spread of the adjacent pairs'
+    ratios (10th-90th percentile)."""
+    if not harness or not hand:
+        return {}
+    pairs = sorted(a / b for a, b in zip(harness, hand) if b > 0)
+    return {"harness_ms": statistics.median(harness) * 1e3, "hand_ms": statistics.median(hand) * 1e3,
+            **summary(harness, hand), "pairs_p10": _pct(pairs, 0.1), "pairs_p90": _pct(pairs, 0.9)}
+
+
+def _pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))]
+
+
+def python_calls(harness: Stats | None, hand: Stats | None, profiled: dict, top: int = 15) -> dict:
+    """Python function calls per step in the profiled steps (cProfile: a count, not a time), in total and
+    the functions whose call counts differ most between the loops (with the harness's own time in them)."""
+    if harness is None or hand is None:
+        return {}
+    nh, np_ = max(profiled["harness"], 1), max(profiled["hand"], 1)
+
+    def per_fn(st: Stats, n: int) -> dict:
+        return {_fn_name(k): (v[1] / n, v[2] / n) for k, v in st.stats.items()}  # (calls, own seconds)
+
+    a, b = per_fn(harness, nh), per_fn(hand, np_)
+    rows = [{"function": k, "harness_calls": a.get(k, (0, 0))[0], "hand_calls": b.get(k, (0, 0))[0],
+             "harness_own_ms": a.get(k, (0, 0))[1] * 1e3, "hand_own_ms": b.get(k, (0, 0))[1] * 1e3}
+            for k in set(a) | set(b)]
+    rows = [r for r in rows if abs(r["harness_calls"] - r["hand_calls"]) > 1e-9]
+    rows.sort(key=lambda r: -abs(r["harness_calls"] - r["hand_calls"]))
+    return {"harness_per_step": harness.total_calls / nh, "hand_per_step": hand.total_calls / np_,
+            "differ": rows[:top]}
+
+
+def _fn_name(key: tuple) -> str:
+    path, line, name = key
+    for mark in ("site-packages/", "/lib/python"):
+        if mark in path:
+            path = path.split(mark, 1)[1]
+            break
+    else:
+        path = os.path.relpath(path, REPO) if os.path.isabs(path) else path
+    return f"{path}:{line}({name})" if line else name
 
 
 def breakdown(harness: dict, hand: dict, profiled: dict) -> list[dict]:
@@ -195,13 +299,9 @@ def breakdown(harness: dict, hand: dict, profiled: dict) -> list[dict]:
 def summary(harness_s: list[float], hand_s: list[float]) -> dict:
     """Ratios of the medians, of the 10th percentiles (the least disturbed steps), and the median of
     each harness step over the hand step run just before it (drift cancels)."""
-    def pct(xs, q):
-        xs = sorted(xs)
-        return xs[min(len(xs) - 1, int(q * len(xs)))]
-
     pairs = [h / p for h, p in zip(harness_s, hand_s)]
     return {"ratio": statistics.median(harness_s) / statistics.median(hand_s),
-            "ratio_p10": pct(harness_s, 0.1) / pct(hand_s, 0.1),
+            "ratio_p10": _pct(harness_s, 0.1) / _pct(hand_s, 0.1),
             "ratio_paired_median": statistics.median(pairs)}
 
 

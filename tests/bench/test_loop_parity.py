@@ -26,6 +26,10 @@ def test_loop_parity_at_two_ranks_gives_a_ratio_and_the_ops_that_differ(tmp_path
     world = line["worlds"]["2"]
     assert world["world_size"] == 2 and world["ratio"] > 0 and world["hand_steps_timed"] >= 3
     assert line["machine"].startswith("2-core CPU dev VM") and line["command"].startswith("python -m bench.loop_parity")
+    # wall time, the loop thread's CPU time and the process's, each with both loops' medians and a ratio
+    assert set(world["clocks"]) == {"wall", "cpu", "process_cpu"} and world["clocks"]["cpu"]["ratio"] > 0
+    assert world["python_calls"]["harness_per_step"] > 0 and "MainThread" in world["threads_cpu_ms_per_step"]
+    assert len(line["load_average_1_5_15"]["before"]) == 3
     # the harness reduces its item counts and its loss over dp (two all-reduces the hand loop has not)
     calls = {o["op"]: (o["harness_calls"], o["hand_calls"]) for o in world["ops_calls_differ"]}
     assert calls["c10d::allreduce_"][0] > calls["c10d::allreduce_"][1]
