@@ -203,7 +203,7 @@ def build(st: RunState) -> None:
     # transformers before the data is read and the model built (trainer/kernels.py)
     kernels = resolve_kernels(recipe, device.type, workload.model_type())
     apply_kernels(kernels)
-    workload.kernels = kernels
+    workload.use_kernels(kernels)
     need_eval = recipe.train.eval_every_samples is not None
     train_set, eval_set = workload.build_data(need_eval)
     if need_eval and (eval_set is None or len(eval_set) == 0):

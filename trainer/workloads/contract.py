@@ -19,10 +19,11 @@ class Workload(Protocol):
     load_stats: dict | None  # how this rank's weights were filled (sharded loads), None when not measured
     attention_flops_per_pair: float | None  # attention's FLOPs per (query, key) position pair
     position_pairs: Callable[[dict], int] | None  # a batch's attention pairs at its own length; None: not counted
-    kernels: Any  # trainer.kernels.KernelChoice, set by the run before build_model (model.kernels)
+    kernels: Any  # trainer.kernels.KernelChoice given by use_kernels before build_model (model.kernels)
     compiled_blocks: int  # decoder blocks parallelize compiled (train.compile=blocks)
 
     def model_type(self) -> str | None: ...  # the model family's name where fused kernels may apply
+    def use_kernels(self, kernels: Any) -> None: ...  # the run's fused-kernel choice, before build_model
     def build_data(self, need_eval: bool) -> tuple[Any, Any]: ...
     def build_model(self) -> torch.nn.Module: ...
     def parallelize(self, model: torch.nn.Module, dims, device: torch.device,
@@ -49,6 +50,9 @@ class WorkloadDefaults:
 
     def model_type(self) -> str | None:  # no fused kernels for this family
         return None
+
+    def use_kernels(self, kernels: Any) -> None:  # the workload keeps the choice: build_model/loss read it
+        self.kernels = kernels
 
     @staticmethod
     def input_tokens(batch: dict) -> int:  # workloads without tokens (has_tokens False): never asked

@@ -46,7 +46,7 @@ class LlmLoraWorkload(TokenWorkload):
         self.loss_parallel = False  # set by parallelize: lm_head split over tp
         self.load_stats: dict | None = None  # set by parallelize: how this rank's weights were filled
         self.zero3 = None  # set by parallelize under ZeRO-3: DeepSpeed's partitioner (None: build whole)
-        self.kernels = None  # set by the run before build_model: trainer.kernels.KernelChoice
+        self.kernels = None  # the run's use_kernels before build_model: trainer.kernels.KernelChoice
         self.compiled_blocks = 0  # set by parallelize under train.compile=blocks
         path = recipe.model.path
         if path is not None:  # say "not a checkpoint" before any tokenizer error could hide it
