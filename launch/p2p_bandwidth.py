@@ -119,29 +119,39 @@ def _square(n: int) -> list[list]:
     return [[None] * n for _ in range(n)]
 
 
+def _one_way(rt, ctx: _Ctx, i: int, j: int, access: bool, read: bool, engine: str, small: bool) -> tuple:
+    """One timed span of copies between i and j on i's stream (row i writes to j, or pulls from j when
+    `read`; the diagonal is a copy inside i): (path, GPU ms over the span, host seconds to queue it)."""
+    bufs, d2d = (ctx.small, ctx.small_d2d) if small else (ctx.bufs, ctx.d2d)
+    nb, repeat = (LATENCY_ELEMS * 4, LATENCY_REPEAT) if small else (ctx.nbytes, REPEAT)
+    rt.set_device(i)
+    s = ctx.s0[i]
+    rt.sync(s)
+    rt.hold(s)
+    rt.record(ctx.start[i], s)
+    t0 = rt.host_time()
+    if i == j:
+        path = _enqueue(rt, "ce", False, bufs[i], d2d[i], nb, repeat, s)
+    elif read:
+        path = _enqueue(rt, engine, access, bufs[i], bufs[j], nb, repeat, s)
+    else:
+        path = _enqueue(rt, engine, access, bufs[j], bufs[i], nb, repeat, s)
+    host_s = rt.host_time() - t0
+    rt.record(ctx.stop[i], s)
+    rt.sync(s)
+    return path, rt.elapsed_ms(ctx.start[i], ctx.stop[i]), host_s
+
+
 def unidirectional(rt, ctx: _Ctx, p2p: bool, read: bool, engine: str, notes: set) -> tuple[list, list]:
     """GB/s from the row's GPU to the column's (writes) or pulled by the row's GPU (reads); the paths used."""
-    n, nb = ctx.n, ctx.nbytes
+    n = ctx.n
     bw, paths = _square(n), _square(n)
     for i in range(n):
         for j in range(n):
             access = _open(rt, i, j, p2p, notes)
-            rt.set_device(i)
-            s = ctx.s0[i]
-            rt.sync(s)
-            rt.hold(s)
-            rt.record(ctx.start[i], s)
-            if i == j:
-                path = _enqueue(rt, "ce", False, ctx.bufs[i], ctx.d2d[i], nb, REPEAT, s)
-            elif read:
-                path = _enqueue(rt, engine, access, ctx.bufs[i], ctx.bufs[j], nb, REPEAT, s)
-            else:
-                path = _enqueue(rt, engine, access, ctx.bufs[j], ctx.bufs[i], nb, REPEAT, s)
-            rt.record(ctx.stop[i], s)
-            rt.sync(s)
-            seconds = rt.elapsed_ms(ctx.start[i], ctx.stop[i]) / 1e3
-            gb = nb * REPEAT / 1e9 * (2 if i == j else 1)
-            bw[i][j], paths[i][j] = gb / seconds, path
+            path, ms, _ = _one_way(rt, ctx, i, j, access, read, engine, small=False)
+            gb = ctx.nbytes * REPEAT / 1e9 * (2 if i == j else 1)
+            bw[i][j], paths[i][j] = gb / (ms / 1e3), path
             _close(rt, i, j, access)
     return bw, paths
 
@@ -186,27 +196,13 @@ def bidirectional(rt, ctx: _Ctx, p2p: bool, engine: str, notes: set) -> tuple[li
 
 def latency(rt, ctx: _Ctx, p2p: bool, read: bool, engine: str, notes: set) -> tuple[list, list, list]:
     """us per 16-byte copy: on the GPU (events over 100 copies) and on the host (time to queue one)."""
-    n, nb = ctx.n, LATENCY_ELEMS * 4
+    n = ctx.n
     gpu, cpu, paths = _square(n), _square(n), _square(n)
     for i in range(n):
         for j in range(n):
             access = _open(rt, i, j, p2p, notes)
-            rt.set_device(i)
-            s = ctx.s0[i]
-            rt.sync(s)
-            rt.hold(s)
-            rt.record(ctx.start[i], s)
-            t0 = rt.host_time()
-            if i == j:
-                path = _enqueue(rt, "ce", False, ctx.small[i], ctx.small_d2d[i], nb, LATENCY_REPEAT, s)
-            elif read:
-                path = _enqueue(rt, engine, access, ctx.small[i], ctx.small[j], nb, LATENCY_REPEAT, s)
-            else:
-                path = _enqueue(rt, engine, access, ctx.small[j], ctx.small[i], nb, LATENCY_REPEAT, s)
-            host_s = rt.host_time() - t0
-            rt.record(ctx.stop[i], s)
-            rt.sync(s)
-            gpu[i][j] = rt.elapsed_ms(ctx.start[i], ctx.stop[i]) * 1e3 / LATENCY_REPEAT
+            path, ms, host_s = _one_way(rt, ctx, i, j, access, read, engine, small=True)
+            gpu[i][j] = ms * 1e3 / LATENCY_REPEAT
             cpu[i][j] = host_s * 1e6 / LATENCY_REPEAT
             paths[i][j] = path
             _close(rt, i, j, access)
