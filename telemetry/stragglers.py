@@ -82,6 +82,7 @@ class StragglerDetector:
         self.hosts = list(hosts) if hosts else None
         self.ring = leaders(self.hosts) if self.hosts else []
         self._compute: deque = deque()  # (step, flagged rank or None, top, others, step seconds)
+        self._compute_span_s = 0.0  # the window's step seconds, kept as steps enter and leave it
         self._link: deque = deque(maxlen=LINK_WINDOW)
         self.findings: list[dict] = []
         self._found: set = set()
@@ -105,10 +106,12 @@ class StragglerDetector:
                       or max(top, 0.0))
             self._compute.append((step, rank if top >= COMPUTE_RATIO * others and top > 0 else None, top, others,
                                   step_s))
+            self._compute_span_s += step_s
             while len(self._compute) > COMPUTE_WINDOW and \
-                    sum(s[4] for s in self._compute) - self._compute[0][4] >= COMPUTE_SPAN_S:
-                self._compute.popleft()  # older than both the last COMPUTE_WINDOW steps and COMPUTE_SPAN_S
-            if len(self._compute) >= COMPUTE_WINDOW and sum(s[4] for s in self._compute) >= COMPUTE_SPAN_S:
+                    self._compute_span_s - self._compute[0][4] >= COMPUTE_SPAN_S:
+                # older than both the last COMPUTE_WINDOW steps and COMPUTE_SPAN_S
+                self._compute_span_s -= self._compute.popleft()[4]
+            if len(self._compute) >= COMPUTE_WINDOW and self._compute_span_s >= COMPUTE_SPAN_S:
                 needed = max(COMPUTE_NEEDED, math.ceil(COMPUTE_SHARE * len(self._compute)))
                 new += self._persisting("compute", self._compute, needed, rank)
         link = _outlier(ranks.get(StepKey.LINK_IN_S))
