@@ -15,6 +15,7 @@ the target's repeats. One JSON line per target, appended to bench/results/lab_gr
   while changing it; bench/results/lab_groups.md says which is which);
 - each run's error alone (the baselines' median against each target run) and the load average around
   each run (the host is shared);
+- packets dropped by the shaped links' tbf queues per run (`tbf_drops`, from lab.json);
 - the wire accounting (`wire`): the lab's interface counters per node and step (bytes and frames) against
   the groups' bytes x bus factor x link sharing. Each frame carries 66 bytes of headers (Ethernet 14, IPv4
   20, TCP 20 + the timestamp option 12; pure ACKs are only that), so payload = bytes - 66 x frames, and
@@ -26,6 +27,7 @@ Needs root and iproute2 (the lab).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -131,7 +133,17 @@ def _report(args, rate: str, bps: float, prof: dict, bases: list[Run], runs: dic
         "dp_measured_min_s": [round(t, 4) for t in dp_target],
         "compute_projected_s": round(grouped["compute_s"], 4),
         "bytes": {n: g["bytes"] for n, g in grouped["by_group"].items()},
-        "wire": [wire_accounting(t, link_per_node) for t in targets]})
+        "wire": [wire_accounting(t, link_per_node) for t in targets],
+        # packets the shaped links' queues dropped in each run (lab.json, read from tc before tear-down)
+        "tbf_drops": {"baseline": [tbf_drops(b) for b in bases], "target": [tbf_drops(t) for t in targets]}})
+
+
+def tbf_drops(run: Run) -> int | None:
+    try:
+        with open(os.path.join(run.path, "lab.json"), encoding="utf-8") as f:
+            return json.load(f).get("tbf_drops")
+    except (OSError, ValueError):
+        return None
 
 
 if __name__ == "__main__":

@@ -65,6 +65,18 @@ def queue_bytes(rate_bps: float) -> int:
     return max(int(rate_bps / 8 * 0.02), 256 * 1024)
 
 
+def parse_qdisc_counters(text: str) -> dict:
+    """The root tbf's counters from `tc -s -j qdisc show dev DEV` (iproute2's JSON)."""
+    try:
+        rows = json.loads(text or "[]")
+    except json.JSONDecodeError:
+        return {"counters": None, "reason": "tc -s -j printed no JSON (iproute2 older than 4.13?)"}
+    tbf = [r for r in rows if isinstance(r, dict) and r.get("kind") == "tbf"]
+    if not tbf:
+        return {"counters": None, "reason": "no tbf qdisc on the device"}
+    return {k: tbf[0].get(k) for k in ("bytes", "packets", "drops", "overlimits", "requeues", "backlog")}
+
+
 def _run(cmd: list[str], what: str) -> None:
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
     if proc.returncode != 0:
@@ -110,6 +122,7 @@ class Lab:
         self.namespaces = [f"{self.id}n{i}" for i in range(nodes)]
         self.switch = f"{self.id}sw" if nodes > 2 else None
         self.created: list[str] = []
+        self.shaped: list[tuple[str, str]] = []  # (namespace, device) of every tbf the lab added
 
     def address(self, node: int) -> str:
         return f"{self.subnet}.{node + 1}"
@@ -131,6 +144,20 @@ class Lab:
         _run(["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", dev, "root", "tbf", "rate", rate,
               "burst", str(burst_bytes(bps, self.mtu)), "limit", str(queue_bytes(bps))],
              f"shaping {ns}/{dev} at {rate}")
+        self.shaped.append((ns, dev))
+
+    def qdisc_counters(self) -> dict:
+        """Each shaped link's tbf counters since the lab came up, keyed "namespace/device": bytes and packets
+        sent, packets dropped (the queue was full: TCP retransmits them, time the projection does not model),
+        overlimits (packets that waited for tokens) and requeues. The interface counters the run records hold
+        none of this. A link whose counters cannot be read is null with the reason."""
+        out = {}
+        for ns, dev in self.shaped:
+            proc = subprocess.run(["ip", "netns", "exec", ns, "tc", "-s", "-j", "qdisc", "show", "dev", dev],
+                                  capture_output=True, text=True, timeout=30)
+            out[f"{ns}/{dev}"] = (parse_qdisc_counters(proc.stdout) if proc.returncode == 0 else
+                                  {"counters": None, "reason": (proc.stderr or proc.stdout).strip()[:200]})
+        return out
 
     def up(self) -> "Lab":
         for ns in self.namespaces + ([self.switch] if self.switch else []):
@@ -299,6 +326,28 @@ def _recipe_problems(recipe_args: list[str], world: int) -> list[str]:
     return problems
 
 
+def _record_qdiscs(lab: Lab, output_dir: str) -> None:
+    """The shaped links' tbf counters into lab.json (`qdisc`, per link, and `tbf_drops`, their sum) and one
+    line when the queues dropped: drops mean retransmissions, a step slower than bytes over rate says."""
+    path = os.path.join(output_dir, "lab.json")
+    counters = lab.qdisc_counters()
+    read = [c["drops"] for c in counters.values() if isinstance(c.get("drops"), int)]
+    drops = sum(read) if read and len(read) == len(counters) else None
+    try:
+        with open(path, encoding="utf-8") as f:
+            info = json.load(f)
+        info.update(qdisc=counters, tbf_drops=drops)
+        with open(path + ".tmp", "w", encoding="utf-8") as f:
+            json.dump(info, f, indent=1)
+        os.replace(path + ".tmp", path)
+    except (OSError, json.JSONDecodeError) as exc:
+        print(f"[lab] warning: could not record the links' tbf counters in {path}: {exc}", file=sys.stderr)
+        return
+    if drops:
+        print(f"[lab] the shaped links' queues dropped {drops} packets (lab.json `qdisc`): TCP retransmitted "
+              "them, so steps ran slower than bytes over rate", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--" in argv:
@@ -358,6 +407,7 @@ def main(argv: list[str] | None = None) -> int:
             with open(os.path.join(output_dir, "lab.json"), "w", encoding="utf-8") as f:
                 json.dump({**lab.describe(), "nproc_per_node": args.nproc_per_node, "recipe": recipe_args}, f, indent=1)
             code = run_in_lab(lab, args.nproc_per_node, recipe_args, output_dir, args.timeout, args.port)
+            _record_qdiscs(lab, output_dir)
     except LabError as exc:
         print_errors(exc)
         code = 2

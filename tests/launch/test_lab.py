@@ -119,6 +119,10 @@ def test_tiny_run_at_two_rates_then_compare(tmp_path):
         assert "[lab] torn down" in proc.stdout
         runs.append(out)
     assert own_namespaces_left(*runs) == []
+    # every shaped link's tbf counters are kept (the node's egress on a veth pair: 2 links); bytes went through
+    lab = json.loads((runs[1] / "lab.json").read_text())
+    assert len(lab["qdisc"]) == 2 and all(c["bytes"] > 0 for c in lab["qdisc"].values())
+    assert lab["tbf_drops"] == sum(c["drops"] for c in lab["qdisc"].values())
     info = json.loads((runs[1] / "run.json").read_text())
     assert info["fabric"]["lab"]["rate"] == "5mbit" and info["fabric"]["transport"] == "tcp"
     assert [h["hostname"] for h in info["hosts"]] == ["lab-node0", "lab-node1"]

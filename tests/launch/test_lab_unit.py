@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from launch import lab
-from launch.lab import Lab, LabError, burst_bytes, parse_rate, queue_bytes
+from launch.lab import Lab, LabError, burst_bytes, parse_qdisc_counters, parse_rate, queue_bytes
 
 
 def test_rates_in_tc_units():
@@ -95,3 +95,14 @@ def test_the_recipe_is_checked_on_the_labs_world_before_any_namespace(recipe_arg
     assert lab.main(["--nodes", "3", "--rate", "1gbit", "--", *recipe_args]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and message in err[0], err
+
+
+def test_tbf_counters_from_tc_json():
+    """iproute2's `tc -s -j qdisc show dev fab0` on a lab link (captured on the development VM, iproute2 6.x)."""
+    real = ('[{"kind":"tbf","handle":"81c5:","root":true,"refcnt":3,"options":{"rate":1250000,"burst":16383,'
+            '"lat":196608},"bytes":2210442,"packets":1621,"drops":3,"overlimits":418,"requeues":0,"backlog":0,"qlen":0}]')
+    assert parse_qdisc_counters(real) == {"bytes": 2210442, "packets": 1621, "drops": 3, "overlimits": 418,
+                                          "requeues": 0, "backlog": 0}
+    assert parse_qdisc_counters('[{"kind":"noqueue","handle":"0:"}]') == {"counters": None,
+                                                                          "reason": "no tbf qdisc on the device"}
+    assert parse_qdisc_counters("qdisc tbf 81c5: root")["counters"] is None  # an iproute2 without -j
