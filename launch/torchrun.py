@@ -38,14 +38,69 @@ def _describe(args) -> str:
             f"join_timeout {conf.get('join_timeout', DEFAULT_JOIN_TIMEOUT_S)} s")
 
 
+def _parse(argv: list[str]):
+    """torchrun's own parser, whose mistakes (an unknown option, a value of the wrong type) are one `error:`
+    line instead of argparse's usage block."""
+    from torch.distributed.run import get_args_parser
+
+    parser = get_args_parser()
+    parser.error = lambda message: sys.exit(print_errors(f"{message}; see python -m launch.torchrun --help"))
+    return parser.parse_args(argv)
+
+
+def _launch_problem(args) -> str | None:
+    """What torchrun would raise as a traceback (or leave to every worker to fail on), checked before any
+    agent starts: the values torch's config_from_args refuses, and a training script or module that is not
+    there. None when the launch can go ahead."""
+    import importlib.util
+
+    from torch.distributed.run import config_from_args
+    from torch.distributed.run import logger as run_logger
+
+    import re
+    import shutil
+
+    if not re.fullmatch(r"\d+(:\d+)?", args.nnodes):
+        return f"--nnodes: got {args.nnodes!r}; allowed: N or MIN:MAX, whole numbers of nodes >= 1"
+    nproc = args.nproc_per_node
+    if not (nproc.isdigit() and int(nproc) >= 1) and nproc not in ("cpu", "gpu", "xpu", "auto"):
+        return f"--nproc-per-node: got {nproc!r}; allowed: an integer >= 1, or cpu, gpu, xpu, auto"
+    # torch's own checks (nnodes MIN:MAX, max_restarts, a device that is not there), run again by torchrun
+    # itself: quiet here, and the environment it sets (OMP_NUM_THREADS) left for that run to set
+    env, run_logger.disabled = dict(os.environ), True
+    try:
+        config_from_args(args)
+    except (ValueError, AssertionError, RuntimeError) as exc:
+        return f"torchrun: {exc}"
+    finally:
+        run_logger.disabled = False
+        os.environ.clear()
+        os.environ.update(env)
+    script = args.training_script
+    if args.module:
+        try:
+            found = importlib.util.find_spec(script) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            return f"-m {script}: no such module on this node's sys.path; allowed: an importable module (e.g. trainer)"
+    elif args.no_python and shutil.which(script) is None:
+        return f"--no-python: {script!r} is not a command on PATH; allowed: an executable the workers can run"
+    elif not args.no_python and not os.path.isfile(script):
+        return f"training script: {script!r} is not a file; allowed: a Python file, or -m MODULE"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     from torch.distributed.elastic.rendezvous.api import (RendezvousClosedError, RendezvousConnectionError,
                                                           RendezvousError, RendezvousTimeoutError)
     from torch.distributed.run import main as torchrun_main
-    from torch.distributed.run import parse_args, parse_min_max_nnodes
+    from torch.distributed.run import parse_min_max_nnodes
 
     argv = sys.argv[1:] if argv is None else argv
-    args = parse_args(argv)  # as torchrun parses them (PET_* variables included, as the training operator sets)
+    args = _parse(argv)  # as torchrun parses them (PET_* variables included, as the training operator sets)
+    if problem := _launch_problem(args):
+        return print_errors(problem)
     if parse_min_max_nnodes(args.nnodes)[1] > 1:
         os.environ.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")  # a restarted node can rejoin (docstring)
     try:

@@ -130,5 +130,20 @@ def main(out_dir: str) -> None:
               f"{nsp:.0%} random-next")
 
 
+def cli(argv: list[str] | None = None) -> int:
+    """The command line: a bad output directory is one `error:` line, exit 2, before anything is built."""
+    from telemetry.errors import OneLineParser, output_dir_problem, print_errors
+
+    p = OneLineParser(prog="python -m tools.make_bert_data", description="Write the BERT pretraining demo set.")
+    p.add_argument("out_dir", nargs="?", default=os.path.join(REPO, "recipes", "assets"),
+                   help="directory for fabric_bert_mini_{train,eval}.parquet")
+    args = p.parse_args(argv)
+    if problem := output_dir_problem(args.out_dir, "out_dir"):
+        return print_errors(problem)
+    os.makedirs(args.out_dir, exist_ok=True)
+    main(args.out_dir)
+    return 0
+
+
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else os.path.join(REPO, "recipes", "assets"))
+    sys.exit(cli())

@@ -29,8 +29,20 @@ def build() -> PreTrainedTokenizerFast:
     )
 
 
-if __name__ == "__main__":
-    out = sys.argv[1] if len(sys.argv) > 1 else "recipes/assets/byte_tokenizer"
+def cli(argv: list[str] | None = None) -> int:
+    """The command line: a bad output directory is one `error:` line, exit 2, before anything is built."""
+    from telemetry.errors import OneLineParser, output_dir_problem, print_errors
+
+    p = OneLineParser(prog="python -m tools.make_byte_tokenizer", description="Write the byte-level tokenizer.")
+    p.add_argument("out", nargs="?", default="recipes/assets/byte_tokenizer", help="the tokenizer's directory")
+    args = p.parse_args(argv)
+    if problem := output_dir_problem(args.out, "out"):
+        return print_errors(problem)
     tok = build()
-    tok.save_pretrained(out)
-    print(f"wrote {out} (vocab {len(tok)})")
+    tok.save_pretrained(args.out)
+    print(f"wrote {args.out} (vocab {len(tok)})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(cli())

@@ -62,5 +62,18 @@ def main(path: str, count: int = 800) -> None:
     print(f"wrote {count} rows to {path}")
 
 
+def cli(argv: list[str] | None = None) -> int:
+    """The command line: a bad output path is one `error:` line, exit 2, before anything is written."""
+    from telemetry.errors import OneLineParser, output_file_problem, print_errors
+
+    p = OneLineParser(prog="python -m tools.make_demo_data", description="Write the demo instruction data set.")
+    p.add_argument("path", nargs="?", default="recipes/assets/fabric_dolly_mini.jsonl", help="the JSON-lines file")
+    args = p.parse_args(argv)
+    if problem := output_file_problem(args.path, "path"):
+        return print_errors(problem)
+    main(args.path)
+    return 0
+
+
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "recipes/assets/fabric_dolly_mini.jsonl")
+    sys.exit(cli())

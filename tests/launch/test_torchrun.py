@@ -126,3 +126,28 @@ def test_store_sharing_is_turned_off_only_where_a_node_can_rejoin(monkeypatch, a
                         lambda argv: seen.append(os.environ.get("TORCH_DISABLE_SHARE_RDZV_TCP_STORE")))
     assert torchrun.main(argv) == 0
     assert seen == (["1"] if off else [None])
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["--nproc-per-node", "two", "-m", "trainer"], "--nproc-per-node: got 'two'; allowed: an integer >= 1, or cpu"),
+    (["--nproc-per-node", "0", "-m", "trainer"], "--nproc-per-node: got '0'"),
+    (["--nnodes", "abc", "-m", "trainer"], "--nnodes: got 'abc'; allowed: N or MIN:MAX"),
+    (["--nnodes", "0", "-m", "trainer"], "torchrun: min_nodes must be > 0"),
+    (["--max-restarts", "-1", "-m", "trainer"], "torchrun: max_restarts must be >= 0"),
+    (["--max-restarts", "abc", "-m", "trainer"], "invalid int value: 'abc'; see python -m launch.torchrun --help"),
+    (["--bogus", "-m", "trainer"], "unrecognized arguments: --bogus"),
+    (["/nonexistent/train.py"], "training script: '/nonexistent/train.py' is not a file"),
+    (["-m", "no_such_module.anywhere"], "-m no_such_module.anywhere: no such module"),
+    (["--no-python", "no-such-command-here"], "--no-python: 'no-such-command-here' is not a command on PATH"),
+])
+def test_bad_launch_arguments_are_one_line_before_any_agent_starts(capsys, argv, expected):
+    """What torchrun raises as a traceback (or leaves every worker to fail on) is one line, exit 2."""
+    from launch import torchrun
+
+    try:
+        code = torchrun.main(argv)
+    except SystemExit as exc:  # the parser's own mistakes leave through sys.exit, as argparse's do
+        code = exc.code
+    assert code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: ") and expected in err, err

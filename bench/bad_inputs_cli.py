@@ -1,0 +1,288 @@
+"""Bad inputs handled / tried, across the shipped commands: each case is one command line with one mistake
+(a flag, a value, a file, a run directory), run as the user types it. Handled: exit 2, exactly one `error:`
+line on stderr, no traceback, within the time limit. Everything else is listed with what it did.
+
+    PYTHONPATH=$PWD python -m bench.bad_inputs_cli [--source DIR] [--only PREFIX]
+
+DIR: another checkout to run the same cases against (e.g. `git archive` of an older commit).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+LIMIT_S = 60
+
+
+def _fixtures(root: Path) -> dict[str, str]:
+    """Recorded runs (good, and damaged in one way each), bad files and evaluation specs."""
+    sys.path.insert(0, str(REPO))
+    import yaml
+
+    from tests.telemetry.recorded import write_run
+
+    good = write_run(root / "good", name="a")
+    bert = write_run(root / "bert", name="b", recipe_extra={"workload": "bert_pretraining"})
+    damaged = {}
+    for name, write in {
+        "emptyjson": lambda p: (p / "run.json").write_text(""),
+        "truncjson": lambda p: (p / "run.json").write_text('{"name": "a", "status"'),
+        "binjson": lambda p: (p / "run.json").write_bytes(b"\xff\xfe\x00\x81" * 32),
+        "strjson": lambda p: (p / "run.json").write_text('"a run"'),
+        "badmetrics": lambda p: (p / "metrics.jsonl").write_text(
+            (p / "metrics.jsonl").read_text() + '{"step": 7, "loss": \n'),
+        "listmetrics": lambda p: (p / "metrics.jsonl").write_text("[1, 2]\n"),
+        "nometrics": lambda p: (p / "metrics.jsonl").unlink(),
+        "recipelist": lambda p: (p / "run.json").write_text(
+            json.dumps({**json.loads((p / "run.json").read_text()), "recipe": [1]})),
+    }.items():
+        damaged[name] = write_run(root / name, name="a")
+        write(damaged[name])
+    dirjson = root / "dirjson"
+    (dirjson / "run.json").mkdir(parents=True)
+    (root / "empty").mkdir()
+    (root / "empty.yaml").write_text("")
+    (root / "empty.txt").write_text("")
+    (root / "binary.yaml").write_bytes(b"\x00\xff\x81" * 64)
+    (root / "notes.txt").write_text("hello\n")
+    evaluation = REPO / "recipes" / "evaluations" / "lab_two_rates.yaml"
+    doc = yaml.safe_load(evaluation.read_text())
+    for workload in doc["workloads"]:
+        workload["recipe"] = str(REPO / workload["recipe"])
+    doc["out"] = str(root / "eval-out")
+    (root / "eval-unknown.yaml").write_text(yaml.safe_dump({**doc, "repeat": 3}))
+    (root / "eval-list.yaml").write_text("- a\n- b\n")
+    (root / "eval-repeats-str.yaml").write_text(yaml.safe_dump({**doc, "repeats": "three"}))
+    (root / "eval-variant-unknown.yaml").write_text(yaml.safe_dump(
+        {**doc, "variants": [{**doc["variants"][0], "colour": "red"}, *doc["variants"][1:]]}))
+    (root / "eval-no-recipe.yaml").write_text(yaml.safe_dump(
+        {**doc, "workloads": [{**doc["workloads"][0], "recipe": str(root / "nope.yaml")}]}))
+    return {"root": str(root), "good": str(good), "bert": str(bert), "dirjson": str(dirjson),
+            **{k: str(v) for k, v in damaged.items()}}
+
+
+TINY = "recipes/tiny_llama_lora.yaml"
+T = ["trainer", TINY]
+DRY = ["--dry-run"]
+LAB = ["launch.lab", "--nodes", "2", "--rate", "1gbit"]
+LT = ["launch.linktest", "--tool", "iperf3", "--server", "a", "--client", "b", "--server-addr", "10.0.0.1",
+      "--exec", "true {{host}}", "--output", "{root}/lt"]
+
+# (command, id, argv after `python -m`, extra environment)
+CASES: list[tuple[str, str, list[str], dict]] = [
+    # trainer: recipe keys and values, flags, environment
+    ("trainer", "nested-unknown-key", [*T, "train.lrr=0.1", *DRY], {}),
+    ("trainer", "unknown-section", [*T, "paralel.tp=2", *DRY], {}),
+    ("trainer", "data-unknown-key", [*T, "data.bogus=1", *DRY], {}),
+    ("trainer", "kernels-enum", [*T, "model.kernels=bogus", *DRY], {}),
+    ("trainer", "compile-enum", [*T, "train.compile=maybe", *DRY], {}),
+    ("trainer", "data-parallel-enum", [*T, "parallel.data_parallel=bogus", *DRY], {}),
+    ("trainer", "workload-enum", [*T, "workload=bogus", *DRY], {}),
+    ("trainer", "max-steps-negative", [*T, "max_steps=-1", *DRY], {}),
+    ("trainer", "max-steps-string", [*T, "max_steps=abc", *DRY], {}),
+    ("trainer", "max-steps-inf", [*T, "max_steps=.inf", *DRY], {}),
+    ("trainer", "lr-string", [*T, "train.lr=fast", *DRY], {}),
+    ("trainer", "pp-zero", [*T, "parallel.pp=0", *DRY], {}),
+    ("trainer", "tp-not-dividing-4", [*T, "parallel.tp=3", *DRY, "--world-size", "4"], {}),
+    ("trainer", "world-size-zero", [*T, *DRY, "--world-size", "0"], {}),
+    ("trainer", "world-size-string", [*T, *DRY, "--world-size", "four"], {}),
+    ("trainer", "unknown-flag", [*T, *DRY, "--bogus"], {}),
+    ("trainer", "no-arguments", ["trainer"], {}),
+    ("trainer", "empty-recipe", ["trainer", "{root}/empty.yaml", *DRY], {}),
+    ("trainer", "binary-recipe", ["trainer", "{root}/binary.yaml", *DRY], {}),
+    ("trainer", "recipe-is-dir", ["trainer", "{root}", *DRY], {}),
+    ("trainer", "output-dir-unwritable", [*T, "output_dir=/proc/nope/run", "max_steps=1"], {}),
+    ("trainer", "rank-env-string", [*T, *DRY], {"RANK": "x", "WORLD_SIZE": "2"}),
+    ("trainer", "local-rank-beyond", [*T, *DRY], {"LOCAL_RANK": "5", "LOCAL_WORLD_SIZE": "2"}),
+    # telemetry report
+    ("telemetry report", "missing-path", ["telemetry", "report", "{root}/nope"], {}),
+    ("telemetry report", "file-not-dir", ["telemetry", "report", TINY], {}),
+    ("telemetry report", "run-json-empty", ["telemetry", "report", "{emptyjson}"], {}),
+    ("telemetry report", "run-json-truncated", ["telemetry", "report", "{truncjson}"], {}),
+    ("telemetry report", "run-json-binary", ["telemetry", "report", "{binjson}"], {}),
+    ("telemetry report", "run-json-string", ["telemetry", "report", "{strjson}"], {}),
+    ("telemetry report", "run-json-is-dir", ["telemetry", "report", "{dirjson}"], {}),
+    ("telemetry report", "metrics-bad-line", ["telemetry", "report", "{badmetrics}", "--out", "{root}/r1"], {}),
+    ("telemetry report", "metrics-list-line", ["telemetry", "report", "{listmetrics}", "--out", "{root}/r2"], {}),
+    ("telemetry report", "recipe-is-list", ["telemetry", "report", "{recipelist}", "--out", "{root}/r3"], {}),
+    ("telemetry report", "out-unwritable", ["telemetry", "report", "{good}", "--out", "/proc/nope"], {}),
+    ("telemetry", "unknown-subcommand", ["telemetry", "reprot", "{good}"], {}),
+    # telemetry compare
+    ("telemetry compare", "missing-runs", ["telemetry", "compare", "{root}/x", "{root}/y", "--out", "{root}/c1"], {}),
+    ("telemetry compare", "empty-label", ["telemetry", "compare", "={good}", "b={good}", "--out", "{root}/c2"], {}),
+    ("telemetry compare", "busbw-axis", ["telemetry", "compare", "{good}", "{good}", "--out", "{root}/c3",
+                                         "--busbw-axis", "cubic"], {}),
+    ("telemetry compare", "line-rate-bad", ["telemetry", "compare", "a={good}", "b={good}", "--out", "{root}/c4",
+                                            "--line-rate", "a=fast"], {}),
+    ("telemetry compare", "expect-transport-bad", ["telemetry", "compare", "a={good}", "b={good}", "--out",
+                                                   "{root}/c5", "--expect-transport", "a=carrier-pigeon"], {}),
+    ("telemetry compare", "sweep-no-equals", ["telemetry", "compare", "{good}", "{good}", "--out", "{root}/c6",
+                                              "--sweep", "{good}"], {}),
+    ("telemetry compare", "damaged-run", ["telemetry", "compare", "{good}", "{truncjson}", "--out", "{root}/c7"], {}),
+    ("telemetry compare", "no-metrics", ["telemetry", "compare", "{good}", "{nometrics}", "--out", "{root}/c8"], {}),
+    # telemetry project
+    ("telemetry project", "nodes-string", ["telemetry", "project", "{good}", "--rate", "1gbit", "--nodes", "two"], {}),
+    ("telemetry project", "efficiency-nan", ["telemetry", "project", "{good}", "--rate", "1gbit",
+                                             "--efficiency", "nan"], {}),
+    ("telemetry project", "latency-inf", ["telemetry", "project", "{good}", "--rate", "1gbit", "--latency-us", "inf"], {}),
+    ("telemetry project", "latency-string", ["telemetry", "project", "{good}", "--rate", "1gbit",
+                                             "--latency-us", "soon"], {}),
+    ("telemetry project", "busbw-table-missing", ["telemetry", "project", "{good}", "--busbw-table", "{root}/nope.txt"], {}),
+    ("telemetry project", "busbw-table-empty", ["telemetry", "project", "{good}", "--busbw-table", "{root}/empty.txt"], {}),
+    ("telemetry project", "no-target", ["telemetry", "project", "{good}"], {}),
+    ("telemetry project", "intra-rate-bad", ["telemetry", "project", "{good}", "--rate", "1gbit",
+                                             "--intra-rate", "quick"], {}),
+    ("telemetry project", "run-missing", ["telemetry", "project", "{root}/nope", "--rate", "1gbit"], {}),
+    ("telemetry project", "run-no-metrics", ["telemetry", "project", "{nometrics}", "--rate", "1gbit"], {}),
+    # telemetry nccl-tests / export / mllog / p2p / watch
+    ("telemetry nccl-tests", "missing-file", ["telemetry", "nccl-tests", "{root}/nope.txt"], {}),
+    ("telemetry nccl-tests", "empty-file", ["telemetry", "nccl-tests", "{root}/empty.txt"], {}),
+    ("telemetry nccl-tests", "dir-not-sweep", ["telemetry", "nccl-tests", "{root}/empty"], {}),
+    ("telemetry nccl-tests", "csv-unwritable", ["telemetry", "nccl-tests", "{root}/notes.txt", "--csv", "/proc/x.csv"], {}),
+    ("telemetry export", "to-unknown", ["telemetry", "export", "{good}", "--to", "excel", "--out", "{root}/e1"], {}),
+    ("telemetry export", "to-empty", ["telemetry", "export", "{good}", "--to", "", "--out", "{root}/e2"], {}),
+    ("telemetry export", "run-missing", ["telemetry", "export", "{root}/nope", "--to", "parquet"], {}),
+    ("telemetry export", "run-json-truncated", ["telemetry", "export", "{truncjson}", "--to", "parquet",
+                                                "--out", "{root}/e3"], {}),
+    ("telemetry mllog", "wrong-workload", ["telemetry", "mllog", "{good}", "--out", "{root}/m1.txt", "--no-check"], {}),
+    ("telemetry mllog", "run-missing", ["telemetry", "mllog", "{root}/nope", "--no-check"], {}),
+    ("telemetry mllog", "out-is-dir", ["telemetry", "mllog", "{bert}", "--out", "{root}", "--no-check"], {}),
+    ("telemetry p2p", "not-a-sweep", ["telemetry", "p2p", "{good}"], {}),
+    ("telemetry p2p", "reference-missing", ["telemetry", "p2p", "{good}", "--reference", "{root}/nope.txt"], {}),
+    ("telemetry p2p", "run-missing", ["telemetry", "p2p", "{root}/nope"], {}),
+    ("telemetry watch", "interval-nan", ["telemetry", "watch", "{good}", "--once", "--interval", "nan"], {}),
+    ("telemetry watch", "interval-string", ["telemetry", "watch", "{good}", "--once", "--interval", "fast"], {}),
+    ("telemetry watch", "no-run-json", ["telemetry", "watch", "{root}/empty", "--once"], {}),
+    ("telemetry watch", "run-json-truncated", ["telemetry", "watch", "{truncjson}", "--once"], {}),
+    ("telemetry watch", "run-json-string", ["telemetry", "watch", "{strjson}", "--once"], {}),
+    ("telemetry watch", "metrics-bad-line", ["telemetry", "watch", "{badmetrics}", "--once"], {}),
+    # launch.evaluate
+    ("launch.evaluate", "missing-spec", ["launch.evaluate", "{root}/nope.yaml", "--dry-run"], {}),
+    ("launch.evaluate", "unknown-key", ["launch.evaluate", "{root}/eval-unknown.yaml", "--dry-run"], {}),
+    ("launch.evaluate", "spec-list", ["launch.evaluate", "{root}/eval-list.yaml", "--dry-run"], {}),
+    ("launch.evaluate", "spec-empty", ["launch.evaluate", "{root}/empty.yaml", "--dry-run"], {}),
+    ("launch.evaluate", "spec-binary", ["launch.evaluate", "{root}/binary.yaml", "--dry-run"], {}),
+    ("launch.evaluate", "repeats-string", ["launch.evaluate", "{root}/eval-repeats-str.yaml", "--dry-run"], {}),
+    ("launch.evaluate", "variant-unknown-key", ["launch.evaluate", "{root}/eval-variant-unknown.yaml", "--dry-run"], {}),
+    ("launch.evaluate", "workload-recipe-missing", ["launch.evaluate", "{root}/eval-no-recipe.yaml", "--dry-run"], {}),
+    ("launch.evaluate", "no-arguments", ["launch.evaluate"], {}),
+    ("launch.evaluate", "unknown-flag", ["launch.evaluate", "{root}/eval-unknown.yaml", "--dryrun"], {}),
+    # launch.lab
+    ("launch.lab", "nodes-zero", ["launch.lab", "--nodes", "0", "--rate", "1gbit", "--", TINY], {}),
+    ("launch.lab", "nodes-string", ["launch.lab", "--nodes", "two", "--rate", "1gbit", "--", TINY], {}),
+    ("launch.lab", "rate-bad", ["launch.lab", "--nodes", "2", "--rate", "fast", "--", TINY], {}),
+    ("launch.lab", "slow-node-beyond", [*LAB, "--slow-node", "5", "--slow-rate", "10mbit", "--", TINY], {}),
+    ("launch.lab", "mtu-zero", [*LAB, "--mtu", "0", "--", TINY], {}),
+    ("launch.lab", "port-zero", [*LAB, "--port", "0", "--", TINY], {}),
+    ("launch.lab", "no-recipe", LAB, {}),
+    ("launch.lab", "recipe-missing", [*LAB, "--", "{root}/nope.yaml"], {}),
+    ("launch.lab", "tp-not-dividing", [*LAB, "--", TINY, "parallel.tp=3"], {}),
+    # launch.linktest
+    ("launch.linktest", "tool-unknown", ["launch.linktest", "--tool", "ping", "--server", "a", "--client", "b",
+                                         "--server-addr", "10.0.0.1", "--output", "{root}/lt"], {}),
+    ("launch.linktest", "duration-zero", [*LT, "--duration", "0"], {}),
+    ("launch.linktest", "streams-negative", [*LT, "--streams", "-1"], {}),
+    ("launch.linktest", "udp-rate-bad", [*LT, "--udp-rate", "lots"], {}),
+    ("launch.linktest", "output-unwritable", [*LT[:-1], "/proc/lt"], {}),
+    ("launch.linktest", "missing-required", ["launch.linktest", "--tool", "iperf3"], {}),
+    # launch.stage
+    ("launch.stage", "recipe-missing", ["launch.stage", "{root}/nope.yaml", "--to", "{root}/s1"], {}),
+    ("launch.stage", "verify-missing", ["launch.stage", "--verify", "{root}/nope"], {}),
+    ("launch.stage", "verify-no-manifest", ["launch.stage", "--verify", "{root}/empty"], {}),
+    ("launch.stage", "jobs-zero", ["launch.stage", TINY, "--to", "{root}/s2", "--jobs", "0"], {}),
+    ("launch.stage", "check-layout-kind", ["launch.stage", "--check-layout", "bogus", "{root}/empty"], {}),
+    ("launch.stage", "bad-override", ["launch.stage", TINY, "max_step=3", "--to", "{root}/s3"], {}),
+    ("launch.stage", "no-arguments", ["launch.stage"], {}),
+    # launch.p2p_bandwidth, launch.nemo, launch.torchrun
+    ("launch.p2p_bandwidth", "engine-unknown", ["launch.p2p_bandwidth", "--out", "{root}/p1", "--engine", "dma"], {}),
+    ("launch.p2p_bandwidth", "num-elems-string", ["launch.p2p_bandwidth", "--out", "{root}/p2", "--num-elems", "lots"], {}),
+    ("launch.p2p_bandwidth", "no-gpu", ["launch.p2p_bandwidth", "--out", "{root}/p3"], {}),
+    ("launch.p2p_bandwidth", "reference-missing", ["launch.p2p_bandwidth", "--out", "{root}/p4",
+                                                   "--reference", "{root}/nope.txt"], {}),
+    ("launch.nemo", "engine-unknown", ["launch.nemo", TINY, "--engine", "nemo9"], {}),
+    ("launch.nemo", "gpus-negative", ["launch.nemo", TINY, "--engine", "nemo2", "--gpus-per-node", "-1"], {}),
+    ("launch.nemo", "recipe-missing", ["launch.nemo", "{root}/nope.yaml", "--engine", "nemo2"], {}),
+    ("launch.nemo", "bad-override", ["launch.nemo", TINY, "max_step=3", "--engine", "nemo2"], {}),
+    ("launch.torchrun", "nproc-string", ["launch.torchrun", "--nproc-per-node", "two", "-m", "trainer", TINY], {}),
+    ("launch.torchrun", "script-missing", ["launch.torchrun", "--nproc-per-node", "1", "{root}/nope.py"], {}),
+    # telemetry.integrations.attach, tools, trainer.bert_tf_convert
+    ("attach", "no-command", ["telemetry.integrations.attach", "--run-dir", "{root}/a1"], {}),
+    ("attach", "expect-unknown", ["telemetry.integrations.attach", "--run-dir", "{root}/a2", "--expect", "warp",
+                                  "--", "true"], {}),
+    ("attach", "command-missing", ["telemetry.integrations.attach", "--run-dir", "{root}/a3", "--",
+                                   "/nonexistent/cmd"], {}),
+    ("tools", "call-path-recipe-missing", ["tools.call_path", "{root}/nope.yaml"], {}),
+    ("tools", "call-path-bad-override", ["tools.call_path", TINY, "max_step=3"], {}),
+    ("tools", "demo-data-unwritable", ["tools.make_demo_data", "/proc/nope/d.jsonl"], {}),
+    ("tools", "bert-data-unwritable", ["tools.make_bert_data", "/proc/nope"], {}),
+    ("tools", "byte-tokenizer-unwritable", ["tools.make_byte_tokenizer", "/proc/nope"], {}),
+    ("trainer.bert_tf_convert", "checkpoint-missing", ["trainer.bert_tf_convert", "{root}/nope",
+                                                        "--config", "{root}/nope.json", "--out", "{root}/b1"], {}),
+    ("trainer.bert_tf_convert", "config-not-json", ["trainer.bert_tf_convert", "{root}/nope", "--config",
+                                                     "{root}/notes.txt", "--out", "{root}/b2"], {}),
+]
+
+
+def classify(proc_rc: int | None, stderr: str) -> str:
+    """'handled', or what the command did instead."""
+    if proc_rc is None:
+        return f"hang (> {LIMIT_S} s)"
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    if "Traceback" in stderr:
+        last = lines[-1] if lines else ""
+        return f"traceback, exit {proc_rc}: {last[:140]}"
+    if proc_rc == 0:
+        return "exit 0 (accepted)"
+    if proc_rc != 2:
+        return f"exit {proc_rc}: {' | '.join(lines)[:160]}"
+    if len(lines) != 1 or not lines[0].startswith("error: "):
+        return f"exit 2, {len(lines)} stderr lines: {' | '.join(lines)[:160]}"
+    return "handled"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--source", default=str(REPO), help="checkout whose commands are run")
+    ap.add_argument("--only", default="", help="run only the commands starting with this")
+    ap.add_argument("--verbose", action="store_true", help="print each handled case's line too")
+    args = ap.parse_args()
+    clean = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
+                                                             "MASTER_PORT", "TORCHELASTIC_RUN_ID")}
+    totals: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    with tempfile.TemporaryDirectory() as tmp:
+        files = _fixtures(Path(tmp))
+        for command, case, argv, env in CASES:
+            if not command.startswith(args.only):
+                continue
+            argv = [a.format(**files) for a in argv]
+            try:
+                proc = subprocess.run([sys.executable, "-m", *argv], cwd=args.source, capture_output=True, text=True,
+                                      errors="replace", timeout=LIMIT_S,
+                                      env={**clean, "PYTHONPATH": args.source, **env})
+                verdict = classify(proc.returncode, proc.stderr)
+                line = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else ""
+            except subprocess.TimeoutExpired:
+                verdict, line = classify(None, ""), ""
+            totals[command][1] += 1
+            if verdict == "handled":
+                totals[command][0] += 1
+            if verdict != "handled" or args.verbose:
+                print(f"{command:24} {case:26} {verdict if verdict != 'handled' else line[:150]}", flush=True)
+    print()
+    for command, (ok, n) in totals.items():
+        print(f"| {command} | {ok} / {n} |")
+    ok = sum(v[0] for v in totals.values())
+    n = sum(v[1] for v in totals.values())
+    print(f"handled {ok} / tried {n}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

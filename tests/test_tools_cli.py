@@ -1,0 +1,28 @@
+"""The data and tokenizer tools' command lines: an output path they cannot write is one `error:` line,
+exit 2, before anything is built (and nothing is left behind)."""
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+
+@pytest.mark.parametrize("tool, argv, expected", [
+    ("make_demo_data", ["/proc/nope/d.jsonl"], "path: '/proc/nope' is not a directory"),
+    ("make_demo_data", ["{tmp}"], "is a directory; allowed: a file path"),
+    ("make_bert_data", ["/proc/nope"], "out_dir: cannot write to '/proc/nope'"),
+    ("make_bert_data", ["{tmp}/file"], "is a file, not a directory"),
+    ("make_byte_tokenizer", ["/proc/nope"], "out: cannot write to '/proc/nope'"),
+    ("make_byte_tokenizer", ["a", "b"], "unrecognized arguments: b; see python -m tools.make_byte_tokenizer --help"),
+])
+def test_a_bad_output_path_is_one_line(tmp_path, capsys, tool, argv, expected):
+    (tmp_path / "file").write_text("x")
+    cli = importlib.import_module(f"tools.{tool}").cli
+    try:
+        code = cli([a.format(tmp=tmp_path) for a in argv])
+    except SystemExit as exc:
+        code = exc.code
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.count("\n") == 1 and err.startswith("error: ") and expected in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
