@@ -138,7 +138,9 @@ def bind_dataclass(data: dict, cls: type, prefix: str, problems: list[str]) -> A
             continue
         before = len(problems)
         bound = _bind_value(value, hints[key], path, problems)
-        if len(problems) == before:  # a bad value is reported once; its default keeps later checks sane
+        # a bad value is reported once; its default keeps later checks sane. A section (a nested dataclass)
+        # keeps its good keys: its defaults in their place would be judged by later checks as if written
+        if len(problems) == before or (dataclasses.is_dataclass(bound) and not isinstance(bound, type)):
             kwargs[key] = bound
     try:
         return cls(**kwargs)

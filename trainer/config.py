@@ -234,6 +234,14 @@ def _related(a: str, b: str) -> bool:
     return a == b or a.startswith(b + ".") or b.startswith(a + ".")
 
 
+def _mentions(problem: str, key: str) -> bool:
+    """A later check's line that names a refused key (train.min_lr against train.lr=...) judged that key's
+    default, not what was written: it is noise beside the key's own line."""
+    import re
+
+    return re.search(rf"(?<![\w.]){re.escape(key)}(?![\w])", problem.split(":", 1)[-1]) is not None
+
+
 def load_recipe(path: str, overrides: list[str] = ()) -> Recipe:
     """Read a recipe file, apply overrides, bind and check it (world-size checks come later)."""
     tree = read_recipe(path)
@@ -258,7 +266,8 @@ def load_recipe(path: str, overrides: list[str] = ()) -> Recipe:
             problems.append(problem)
     recipe = bind_dataclass(tree, Recipe, "", problems)
     said = {_problem_key(x) for x in problems}  # a key already refused is not judged again from its default
-    problems += [x for x in check_recipe(recipe) if not any(_related(_problem_key(x), k) for k in said)]
+    problems += [x for x in check_recipe(recipe) if not any(_related(_problem_key(x), k) or _mentions(x, k)
+                                                            for k in said)]
     if problems:
         raise RecipeError(problems)
     recipe.recipe_path = os.path.abspath(path)

@@ -238,3 +238,14 @@ def test_sizes_refused_with_the_spelling_meant(value, hint):
     assert parse_size(value, "sweep.max_bytes", problems) is None
     assert len(problems) == 1 and problems[0].startswith(f"sweep.max_bytes: got {value!r}; expected bytes such as")
     assert problems[0].endswith(hint) or hint in problems[0], problems
+
+
+@pytest.mark.parametrize("override, key", [("data.bogus=1", "data.bogus"), ("train.lrr=1", "train.lrr"),
+                                           ("model.bogus=1", "model.bogus"), ("train.lr=zero", "train.lr")])
+def test_one_bad_key_in_a_section_is_one_line(capsys, monkeypatch, override, key):
+    """The section keeps its good keys: its defaults put in their place (data.seq_len 2048 against the tiny
+    model's 512 positions, train.min_lr against the default lr) are not judged as if the user wrote them."""
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    assert main([TINY, override, "--dry-run"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {key}: "), lines
