@@ -36,18 +36,25 @@ def lab_run(out: str, steps: int, lab_args: list[str], overrides: list[str], arg
 
 
 def margin(run_dir: str, hosts: list[str]) -> dict:
-    """The healthy run replayed: the most flags any one rank collected in any detector window."""
+    """The healthy run replayed: the largest share of a full compute window (>= COMPUTE_WINDOW steps spanning
+    >= COMPUTE_SPAN_S) that flagged one rank, and the most slow probes of one host in a probe window."""
     rows = [json.loads(line) for line in open(os.path.join(run_dir, "metrics.jsonl"), encoding="utf-8")]
     det = stragglers.StragglerDetector(hosts)
-    worst = {"compute": 0, "network": 0}
+    worst = {"compute": (0, 0), "network": 0}
     for r in rows:
         det.feed(r["step"], r)
-        for kind, window in (("compute", det._compute), ("network", det._link)):
+        window = det._compute
+        if len(window) >= stragglers.COMPUTE_WINDOW and det._compute_span_s >= stragglers.COMPUTE_SPAN_S:
             for rank in {s[1] for s in window if s[1] is not None}:
-                worst[kind] = max(worst[kind], sum(1 for s in window if s[1] == rank))
+                n = sum(1 for s in window if s[1] == rank)
+                if n / len(window) > worst["compute"][0] / max(worst["compute"][1], 1):
+                    worst["compute"] = (n, len(window))
+        for rank in {s[1] for s in det._link if s[1] is not None}:
+            worst["network"] = max(worst["network"], sum(1 for s in det._link if s[1] == rank))
     flagged_steps = sum(1 for r in rows if (c := stragglers._outlier((r.get("ranks") or {}).get("compute_s")))
                         and c[1] >= stragglers.COMPUTE_RATIO * c[2])
-    return {"steps": len(rows), "compute_flags_max_in_window": worst["compute"],
+    return {"steps": len(rows), "compute_flags_max_in_window": worst["compute"][0],
+            "compute_window_steps": worst["compute"][1],
             "compute_steps_flagged": flagged_steps, "network_flags_max_in_window": worst["network"]}
 
 
@@ -92,10 +99,12 @@ def main() -> None:
         cells = ["-" if v is None else str(v) for v in r[:8]] + [f"{r[8]:.3f}", f"{r[9]:.0f}"]
         lines.append("| " + " | ".join(cells) + " |")
     m = healthy_margin
+    worst = (f"at most {m['compute_flags_max_in_window']} of a full window's {m['compute_window_steps']} steps flagged "
+             "one rank" if m["compute_window_steps"] else "no full window had a step flagging a rank")
     lines += ["", f"Healthy run's margin (its metrics replayed through the detector): {m['compute_steps_flagged']} of "
-              f"{m['steps']} steps had one rank's compute >= {stragglers.COMPUTE_RATIO}x the other's; at most "
-              f"{m['compute_flags_max_in_window']} flags for one rank in any window of {stragglers.COMPUTE_WINDOW} "
-              f"steps (a finding needs {stragglers.COMPUTE_NEEDED}); at most {m['network_flags_max_in_window']} "
+              f"{m['steps']} steps had one rank's compute >= {stragglers.COMPUTE_RATIO}x the other's; {worst} "
+              f"(windows of >= {stragglers.COMPUTE_WINDOW} steps spanning >= {stragglers.COMPUTE_SPAN_S:g} s; a "
+              f"finding needs {stragglers.COMPUTE_SHARE:.0%} of them); at most {m['network_flags_max_in_window']} "
               f"slow probes for one host in any window of {stragglers.LINK_WINDOW} probes (a finding needs "
               f"{stragglers.LINK_NEEDED}).", ""]
     with open(args.out, "w", encoding="utf-8") as f:

@@ -218,6 +218,10 @@ class Interleave(Hooks):
             into[name][2] += cuda
 
     def result(self) -> dict:
+        if self.trace_dir and dist.get_rank() == 0:  # the profiled steps' Python time, for `python -m pstats`
+            for name, st in (("harness", self.harness_py), ("hand", self.hand_py)):
+                if st is not None:
+                    st.dump_stats(os.path.join(self.trace_dir, f"{name}.pstats"))
         h, p = statistics.median(self.harness_s), statistics.median(self.hand_s)
         steps = len(self.harness_s)
         return {"harness_step_s": h, "hand_step_s": p, **summary(self.harness_s, self.hand_s),

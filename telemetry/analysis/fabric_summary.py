@@ -6,6 +6,7 @@ value is shown.
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 
@@ -24,10 +25,23 @@ def _used_interfaces(fab: dict) -> list[str]:
     return [gloo] if gloo else []
 
 
-def _link_rate(fab: dict, used: list[str]) -> str:
+def _tbf_drops(run: Run) -> str:
+    """What the lab's shaped queues dropped in the run (launch.lab's lab.json, read from tc before tear-down)."""
+    try:
+        with open(os.path.join(run.path, "lab.json"), encoding="utf-8") as f:
+            drops = json.load(f).get("tbf_drops")
+    except (OSError, ValueError, AttributeError):
+        return "queue drops not recorded"
+    if not isinstance(drops, int):
+        return "queue drops not recorded"
+    return "no queue drops" if drops == 0 else f"queues dropped {drops:,} packets: TCP retransmitted them"
+
+
+def _link_rate(fab: dict, used: list[str], run: Run) -> str:
     lab = fab.get("lab") or {}
     if lab:
-        return f"{lab.get('rate')} (emulated: tc tbf)" if lab.get("rate_bps") else "unshaped (emulated lab)"
+        return f"{lab.get('rate')} (emulated: tc tbf; {_tbf_drops(run)})" if lab.get("rate_bps") else \
+            "unshaped (emulated lab)"
     hcas = {h["device"]: h for h in fab.get("hcas") or []}
     rates = [hcas[u.split(":")[0]].get("rate") for u in used if u.split(":")[0] in hcas]
     if any(rates):
@@ -138,7 +152,7 @@ def facts(run: Run) -> dict[str, str]:
     """The fabric rows for one run, as text."""
     fab = run.info.get("fabric") or {}
     used = _used_interfaces(fab)
-    return {"link rate": _link_rate(fab, used), "interfaces (MTU)": _interfaces(fab, used),
+    return {"link rate": _link_rate(fab, used, run), "interfaces (MTU)": _interfaces(fab, used),
             "NCCL version": _nccl_version(run, fab), "transport; GPUDirect RDMA": _transport(fab),
             "RoCE GID; traffic class": roce_fact(run),
             "hosts": _hosts(run), "devices": _devices(run), "duration": _duration(run)}

@@ -171,3 +171,4 @@ class CounterSampler:
         for t in self._threads:
             t.join(timeout=10)
         self._threads.clear()
+        self.reader.close()

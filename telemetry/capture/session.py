@@ -80,34 +80,36 @@ def _nan(v) -> float:
     return float("nan") if v is None else float(v)
 
 
-def reduction_payload(values: list[float], rank: int) -> torch.Tensor:
-    """One rank's contribution; an unknown (NaN) value is left out of every figure, never taken as 0."""
-    v = torch.tensor(values, dtype=torch.float64)
-    known = ~torch.isnan(v)
-    out = torch.empty(_ROWS, len(values), dtype=torch.float64)
-    out[_MAX] = torch.where(known, v, -math.inf)
-    out[_MAX_RANK] = torch.where(known, float(rank), -1.0)
-    out[_MIN] = torch.where(known, v, math.inf)
-    out[_SUM] = torch.where(known, v, 0.0)
-    out[_KNOWN] = known.double()
-    return out
+def reduction_payload(values: list[float], rank: int) -> list[list[float]]:
+    """One rank's contribution, _ROWS rows of one column per value; an unknown (NaN) value is left out of every
+    figure, never taken as 0. Plain lists: a few dozen floats, where torch's per-op dispatch cost more than the
+    arithmetic (bench/cross_rank_scale.py `cpu_costs`); one tensor is made only to send them."""
+    known = [v == v for v in values]  # NaN is the one float unequal to itself
+    r = float(rank)
+    return [[v if k else -math.inf for v, k in zip(values, known)],
+            [r if k else -1.0 for k in known],
+            [v if k else math.inf for v, k in zip(values, known)],
+            [v if k else 0.0 for v, k in zip(values, known)],
+            [1.0 if k else 0.0 for k in known]]
 
 
-def combine_payloads(acc: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
+def combine_payloads(acc: list[list[float]], other: list[list[float]]) -> list[list[float]]:
     """Fold `other`'s first _ROWS rows into `acc`'s (in place). The max keeps its rank; a tie goes to the
     higher rank, as the max over (value, rank) pairs does, so the order of folding does not matter."""
-    take = (other[_MAX] > acc[_MAX]) | ((other[_MAX] == acc[_MAX]) & (other[_MAX_RANK] > acc[_MAX_RANK]))
-    acc[_MAX] = torch.where(take, other[_MAX], acc[_MAX])
-    acc[_MAX_RANK] = torch.where(take, other[_MAX_RANK], acc[_MAX_RANK])
-    acc[_MIN] = torch.minimum(acc[_MIN], other[_MIN])
-    acc[_SUM] += other[_SUM]
-    acc[_KNOWN] += other[_KNOWN]
+    mx, mr, mn, sm, kn = (acc[i] for i in range(_ROWS))
+    omx, omr, omn, osm, okn = (other[i] for i in range(_ROWS))
+    for i in range(len(mx)):
+        if omx[i] > mx[i] or (omx[i] == mx[i] and omr[i] > mr[i]):
+            mx[i], mr[i] = omx[i], omr[i]
+        if omn[i] < mn[i]:
+            mn[i] = omn[i]
+        sm[i] += osm[i]
+        kn[i] += okn[i]
     return acc
 
 
-def cross_rank_figures(total: torch.Tensor, gathered: list[list[float]] | None) -> dict:
+def cross_rank_figures(rows: list[list[float]], gathered: list[list[float]] | None) -> dict:
     """Rank 0's record fields from the reduced payload (and, on median steps, every rank's values)."""
-    rows = total.tolist()
 
     def spread(i: int) -> dict | None:
         count = int(round(rows[_KNOWN][i]))
@@ -598,34 +600,35 @@ class Telemetry:
         every = self._median_every()
         median_step = bool(every) and step % every == 0
         if median_step:  # every rank's values travel up with the reduction, in rank order
-            payload = torch.cat([payload, torch.tensor([mine], dtype=torch.float64)])
+            payload.append(list(mine))
         if self.world > 1:
             payload = self._tree(payload)
         if payload is None:
             return {}
-        return cross_rank_figures(payload[:_ROWS], payload[_ROWS:].tolist() if median_step else None)
+        return cross_rank_figures(payload[:_ROWS], payload[_ROWS:] if median_step else None)
 
-    def _tree(self, payload: torch.Tensor) -> torch.Tensor | None:
+    def _tree(self, payload: list[list[float]]) -> list[list[float]] | None:
         """Binomial tree to rank 0: ceil(log2(world)) rounds, one message per rank, and rank 0 receives
         ceil(log2(world)) of them; torch's gloo reduce and all_gather are rings, world - 1 or more hops
         deep, and a gather fans in world - 1 messages (docs/telemetry.md, at scale). Rows past _ROWS are
         per-rank values (median steps): a sender's subtree is the next `distance` ranks."""
         # isend/irecv, not send/recv: torch's send calls the module's isend, which the tracer wraps
         isend, irecv = self.tracer.original("isend"), self.tracer.original("irecv")
-        per_rank = payload.shape[0] > _ROWS
+        per_rank = len(payload) > _ROWS
         distance = 1
         while distance < self.world:
             if self.rank & distance:  # the side group holds every rank: group ranks are global ranks
-                isend(payload, self.rank - distance, group=self._group).wait()
+                isend(torch.tensor(payload, dtype=torch.float64), self.rank - distance, group=self._group).wait()
                 return None
             src = self.rank + distance
             if src < self.world:
                 rows = _ROWS + (min(distance, self.world - src) if per_rank else 0)
-                incoming = torch.empty(rows, payload.shape[1], dtype=payload.dtype)
+                incoming = torch.empty(rows, len(payload[0]), dtype=torch.float64)
                 irecv(incoming, src, group=self._group).wait()
-                combine_payloads(payload, incoming)
+                got = incoming.tolist()
+                combine_payloads(payload, got)
                 if per_rank:
-                    payload = torch.cat([payload, incoming[_ROWS:]])
+                    payload.extend(got[_ROWS:])
             distance <<= 1
         return payload
 

@@ -35,6 +35,7 @@ class SweepEvidence:
         from telemetry.capture.counters import loss_verdict
 
         deltas = self.counters.delta()
+        self.counters.close()
         out = {"counters": loss_verdict([deltas]), "congestion": summarize(deltas), "server_power": dict(self.info)}
         if self.sampler is not None:
             rows = []

@@ -132,6 +132,7 @@ def test_tiny_run_at_two_rates_then_compare(tmp_path):
     md = (tmp_path / "cmp" / "compare.md").read_text()
     assert "| verdict | identical |" in md  # the fabric changes the time, never the numerics
     assert "5mbit lab" in md and "Projection from 1gbit lab" in md
+    assert "5mbit (emulated: tc tbf; " in md  # with what its queues dropped (lab.json)
     # the lab records its host's cores (projections to more lab nodes need them); project onto 4 nodes
     assert info["fabric"]["lab"]["host_cpus"] == len(os.sched_getaffinity(0))
     proc = subprocess.run([sys.executable, "-m", "telemetry", "project", str(runs[0]), "--rate", "5mbit", "--nodes",

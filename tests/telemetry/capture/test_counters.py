@@ -1,9 +1,13 @@
 """NIC and RDMA counters on a fake sysfs tree and on the real /sys/class/net."""
 from __future__ import annotations
 
+import os
 import socket
 
-from telemetry.capture.counters import CounterReader, list_hcas, list_interfaces, loss_verdict
+import pytest
+
+from telemetry.capture import counters
+from telemetry.capture.counters import CounterReader, SysfsFiles, list_hcas, list_interfaces, loss_verdict, on_sysfs
 
 
 def write(path, value):
@@ -79,3 +83,47 @@ def test_real_loopback_counts_traffic_we_send():
     for s in (client, conn, server):
         s.close()
     assert reader.delta()["net:lo"]["tx_bytes"] >= 100_000
+
+
+def test_kept_descriptors_only_on_a_real_sysfs(tmp_path):
+    """A fake tree of plain files may be rewritten by replacing them: it is read by path every time."""
+    fake_sysfs(tmp_path)
+    assert on_sysfs(str(tmp_path)) is False and CounterReader(root=str(tmp_path))._files is None
+    if not on_sysfs("/sys"):
+        pytest.skip("/sys is not a sysfs mount here")
+    reader = CounterReader(interfaces=["lo"], root="/sys")
+    assert reader._files is not None
+    before = reader.read()["net:lo"]
+    # traffic on loopback between the two reads: the kept descriptors see the kernel's new values
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    for _ in range(50):
+        s.sendto(b"x" * 1000, ("127.0.0.1", 9))
+    s.close()
+    after = reader.read()["net:lo"]
+    assert after["tx_bytes"] - before["tx_bytes"] >= 50 * 1000
+    with open("/sys/class/net/lo/statistics/tx_bytes", encoding="ascii") as f:
+        assert int(f.read()) >= after["tx_bytes"]  # read by path afterwards: never behind the kept descriptor
+    reader.close()
+    assert reader._files._fds == {}
+
+
+def test_a_descriptor_that_fails_is_reopened(tmp_path, monkeypatch):
+    """A fake os.pread that fails once, as a read on a removed device's attribute does (ENODEV)."""
+    path = tmp_path / "tx_bytes"
+    path.write_text("7\n")
+    files = SysfsFiles()
+    assert files.read_int(str(path)) == 7
+    real = os.pread
+    failed = []
+
+    def pread_fails_once(fd, n, offset):
+        if not failed:
+            failed.append(fd)
+            raise OSError(19, "No such device")
+        return real(fd, n, offset)
+    monkeypatch.setattr(counters.os, "pread", pread_fails_once)
+    assert files.read_int(str(path)) is None and files._fds == {}  # dropped, not read as 0
+    path.write_text("9\n")
+    assert files.read_int(str(path)) == 9  # opened afresh
+    assert files.read_int(str(tmp_path / "missing")) is None
+    files.close()

@@ -1,0 +1,31 @@
+"""The fabric rows of a comparison: a lab run's link says what its shaped queues dropped."""
+from __future__ import annotations
+
+import json
+
+from telemetry.analysis.fabric_summary import facts
+from telemetry.analysis.runs import Run
+
+
+def lab_run(path, lab_json=None) -> Run:
+    if lab_json is not None:
+        (path / "lab.json").write_text(json.dumps(lab_json))
+    return Run(path=str(path), info={"fabric": {"lab": {"rate": "5mbit", "rate_bps": 5e6}, "backend": "gloo"}},
+               metrics=[])
+
+
+def test_lab_link_names_its_queue_drops(tmp_path):
+    for name, lab_json, said in [("none", None, "queue drops not recorded"),
+                                 ("old", {"nodes": 2}, "queue drops not recorded"),  # a lab.json from before
+                                 ("clean", {"tbf_drops": 0}, "no queue drops"),
+                                 ("dropped", {"tbf_drops": 1234}, "queues dropped 1,234 packets")]:
+        (tmp_path / name).mkdir()
+        text = facts(lab_run(tmp_path / name, lab_json))["link rate"]
+        assert text.startswith("5mbit (emulated: tc tbf; ") and said in text, (name, text)
+
+
+def test_unshaped_lab_and_unreadable_lab_json(tmp_path):
+    run = Run(path=str(tmp_path), info={"fabric": {"lab": {"rate": "none", "rate_bps": None}}}, metrics=[])
+    assert facts(run)["link rate"] == "unshaped (emulated lab)"
+    (tmp_path / "lab.json").write_text("{not json")
+    assert "queue drops not recorded" in facts(lab_run(tmp_path))["link rate"]
