@@ -29,6 +29,8 @@ def _fixtures(root: Path) -> dict[str, str]:
     from tests.telemetry.recorded import write_run
 
     good = write_run(root / "good", name="a")
+    good2 = write_run(root / "good2", name="a")
+    timed = write_run(root / "timed", name="b", times=True, recipe_extra={"workload": "bert_pretraining"})
     bert = write_run(root / "bert", name="b", recipe_extra={"workload": "bert_pretraining"})
     damaged = {}
     for name, write in {
@@ -64,7 +66,7 @@ def _fixtures(root: Path) -> dict[str, str]:
         {**doc, "variants": [{**doc["variants"][0], "colour": "red"}, *doc["variants"][1:]]}))
     (root / "eval-no-recipe.yaml").write_text(yaml.safe_dump(
         {**doc, "workloads": [{**doc["workloads"][0], "recipe": str(root / "nope.yaml")}]}))
-    return {"root": str(root), "good": str(good), "bert": str(bert), "dirjson": str(dirjson),
+    return {"root": str(root), "good": str(good), "good2": str(good2), "timed": str(timed), "bert": str(bert), "dirjson": str(dirjson),
             **{k: str(v) for k, v in damaged.items()}}
 
 
@@ -81,6 +83,9 @@ CASES: list[tuple[str, str, list[str], dict]] = [
     ("trainer", "nested-unknown-key", [*T, "train.lrr=0.1", *DRY], {}),
     ("trainer", "unknown-section", [*T, "paralel.tp=2", *DRY], {}),
     ("trainer", "data-unknown-key", [*T, "data.bogus=1", *DRY], {}),
+    ("trainer", "model-unknown-key", [*T, "model.bogus=1", *DRY], {}),
+    ("trainer", "lora-unknown-key", [*T, "lora.rank=8", *DRY], {}),
+    ("trainer", "telemetry-unknown-key", [*T, "telemetry.bogus=1", *DRY], {}),
     ("trainer", "kernels-enum", [*T, "model.kernels=bogus", *DRY], {}),
     ("trainer", "compile-enum", [*T, "train.compile=maybe", *DRY], {}),
     ("trainer", "data-parallel-enum", [*T, "parallel.data_parallel=bogus", *DRY], {}),
@@ -119,11 +124,11 @@ CASES: list[tuple[str, str, list[str], dict]] = [
     ("telemetry compare", "empty-label", ["telemetry", "compare", "={good}", "b={good}", "--out", "{root}/c2"], {}),
     ("telemetry compare", "busbw-axis", ["telemetry", "compare", "{good}", "{good}", "--out", "{root}/c3",
                                          "--busbw-axis", "cubic"], {}),
-    ("telemetry compare", "line-rate-bad", ["telemetry", "compare", "a={good}", "b={good}", "--out", "{root}/c4",
+    ("telemetry compare", "line-rate-bad", ["telemetry", "compare", "a={good}", "b={good2}", "--out", "{root}/c4",
                                             "--line-rate", "a=fast"], {}),
-    ("telemetry compare", "expect-transport-bad", ["telemetry", "compare", "a={good}", "b={good}", "--out",
+    ("telemetry compare", "expect-transport-bad", ["telemetry", "compare", "a={good}", "b={good2}", "--out",
                                                    "{root}/c5", "--expect-transport", "a=carrier-pigeon"], {}),
-    ("telemetry compare", "sweep-no-equals", ["telemetry", "compare", "{good}", "{good}", "--out", "{root}/c6",
+    ("telemetry compare", "sweep-no-equals", ["telemetry", "compare", "{good}", "{good2}", "--out", "{root}/c6",
                                               "--sweep", "{good}"], {}),
     ("telemetry compare", "damaged-run", ["telemetry", "compare", "{good}", "{truncjson}", "--out", "{root}/c7"], {}),
     ("telemetry compare", "no-metrics", ["telemetry", "compare", "{good}", "{nometrics}", "--out", "{root}/c8"], {}),
@@ -153,7 +158,7 @@ CASES: list[tuple[str, str, list[str], dict]] = [
                                                 "--out", "{root}/e3"], {}),
     ("telemetry mllog", "wrong-workload", ["telemetry", "mllog", "{good}", "--out", "{root}/m1.txt", "--no-check"], {}),
     ("telemetry mllog", "run-missing", ["telemetry", "mllog", "{root}/nope", "--no-check"], {}),
-    ("telemetry mllog", "out-is-dir", ["telemetry", "mllog", "{bert}", "--out", "{root}", "--no-check"], {}),
+    ("telemetry mllog", "out-is-dir", ["telemetry", "mllog", "{timed}", "--out", "{root}", "--no-check"], {}),
     ("telemetry p2p", "not-a-sweep", ["telemetry", "p2p", "{good}"], {}),
     ("telemetry p2p", "reference-missing", ["telemetry", "p2p", "{good}", "--reference", "{root}/nope.txt"], {}),
     ("telemetry p2p", "run-missing", ["telemetry", "p2p", "{root}/nope"], {}),
@@ -212,6 +217,13 @@ CASES: list[tuple[str, str, list[str], dict]] = [
     ("launch.nemo", "bad-override", ["launch.nemo", TINY, "max_step=3", "--engine", "nemo2"], {}),
     ("launch.torchrun", "nproc-string", ["launch.torchrun", "--nproc-per-node", "two", "-m", "trainer", TINY], {}),
     ("launch.torchrun", "script-missing", ["launch.torchrun", "--nproc-per-node", "1", "{root}/nope.py"], {}),
+    ("launch.torchrun", "nproc-zero", ["launch.torchrun", "--nproc-per-node", "0", "-m", "trainer", TINY], {}),
+    ("launch.torchrun", "nnodes-string", ["launch.torchrun", "--nnodes", "two", "-m", "trainer", TINY], {}),
+    ("launch.torchrun", "nnodes-three-parts", ["launch.torchrun", "--nnodes", "1:2:3", "-m", "trainer", TINY], {}),
+    ("launch.torchrun", "max-restarts-negative", ["launch.torchrun", "--max-restarts", "-1", "-m", "trainer", TINY], {}),
+    ("launch.torchrun", "unknown-flag", ["launch.torchrun", "--nproc-per-gpu", "1", "-m", "trainer", TINY], {}),
+    ("launch.torchrun", "module-missing", ["launch.torchrun", "--nproc-per-node", "1", "-m", "trainr", TINY], {}),
+    ("launch.torchrun", "gpu-without-cuda", ["launch.torchrun", "--nproc-per-node", "gpu", "-m", "trainer", TINY], {}),
     # telemetry.integrations.attach, tools, trainer.bert_tf_convert
     ("attach", "no-command", ["telemetry.integrations.attach", "--run-dir", "{root}/a1"], {}),
     ("attach", "expect-unknown", ["telemetry.integrations.attach", "--run-dir", "{root}/a2", "--expect", "warp",
@@ -221,6 +233,8 @@ CASES: list[tuple[str, str, list[str], dict]] = [
     ("tools", "call-path-recipe-missing", ["tools.call_path", "{root}/nope.yaml"], {}),
     ("tools", "call-path-bad-override", ["tools.call_path", TINY, "max_step=3"], {}),
     ("tools", "demo-data-unwritable", ["tools.make_demo_data", "/proc/nope/d.jsonl"], {}),
+    ("tools", "demo-data-is-dir", ["tools.make_demo_data", "{root}"], {}),
+    ("tools", "demo-data-extra-arg", ["tools.make_demo_data", "{root}/d.jsonl", "800"], {}),
     ("tools", "bert-data-unwritable", ["tools.make_bert_data", "/proc/nope"], {}),
     ("tools", "byte-tokenizer-unwritable", ["tools.make_byte_tokenizer", "/proc/nope"], {}),
     ("trainer.bert_tf_convert", "checkpoint-missing", ["trainer.bert_tf_convert", "{root}/nope",
@@ -228,6 +242,17 @@ CASES: list[tuple[str, str, list[str], dict]] = [
     ("trainer.bert_tf_convert", "config-not-json", ["trainer.bert_tf_convert", "{root}/nope", "--config",
                                                      "{root}/notes.txt", "--out", "{root}/b2"], {}),
 ]
+
+
+# Cases that exit 0 on purpose, and why (counted apart: neither handled nor broken)
+BY_DESIGN = {
+    ("telemetry report", "metrics-bad-line"): "a damaged line is skipped like a torn one (telemetry.rundir.read_jsonl)",
+    ("telemetry compare", "no-metrics"): "a run without steps is compared with its values unknown, each with a reason",
+    ("telemetry watch", "no-run-json"): "a directory the run has not written yet shows 'starting' (docs/live.md)",
+    ("telemetry watch", "run-json-truncated"): "a run.json being replaced: the last one read stands",
+    ("telemetry watch", "run-json-string"): "a run.json being replaced: the last one read stands",
+    ("telemetry watch", "metrics-bad-line"): "a damaged line is skipped like a torn one",
+}
 
 
 def classify(proc_rc: int | None, stderr: str) -> str:
@@ -270,6 +295,9 @@ def main() -> int:
                 line = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else ""
             except subprocess.TimeoutExpired:
                 verdict, line = classify(None, ""), ""
+            if verdict != "handled" and (command, case) in BY_DESIGN:
+                print(f"{command:24} {case:26} by design ({verdict}): {BY_DESIGN[command, case]}", flush=True)
+                continue
             totals[command][1] += 1
             if verdict == "handled":
                 totals[command][0] += 1
@@ -280,7 +308,7 @@ def main() -> int:
         print(f"| {command} | {ok} / {n} |")
     ok = sum(v[0] for v in totals.values())
     n = sum(v[1] for v in totals.values())
-    print(f"handled {ok} / tried {n}")
+    print(f"handled {ok} / tried {n} (and {len(BY_DESIGN)} accepted by design, listed above)")
     return 0
 
 

@@ -151,6 +151,8 @@ def _output_problem(args) -> str | None:
     import os
 
     out = getattr(args, "out", None)
+    if args.command == "mllog":  # --out is a file there (the :::MLLOG lines), not a directory
+        return output_file_problem(out, "--out") if out is not None else None
     if args.command in ("report", "export") and out is None and os.path.isdir(args.run):
         out = os.path.join(args.run, REPORT if args.command == "report" else EXPORTS)
     if out is not None and (args.command != "report" or os.path.isdir(args.run)):

@@ -1,7 +1,7 @@
 """Every command line, as a user types it, with bad input: exit 2 and exactly one `error:` line on stderr
 naming what is wrong (and what is allowed), no traceback. One representative mistake or two per entry
-point; the in-process tables beside each module hold the rest. No row imports torch (--dry-run, or a
-check that comes before the heavy imports), so the module runs in seconds."""
+point; the in-process tables beside each module hold the rest. No row but launch.torchrun's (torch's own parser)
+imports torch (--dry-run, or a check that comes before the heavy imports), so the module runs in seconds."""
 from __future__ import annotations
 
 import json
@@ -93,6 +93,9 @@ ROWS = [
     ("lab-timeout-zero", ["launch.lab", "--nodes", "2", "--rate", "1gbit", "--timeout", "0", "--", TINY], {},
      "--timeout: got 0; expected a number of seconds above 0"),
     ("nemo-nodes-zero", ["launch.nemo", TINY, "--engine", "nemo2", "--nodes", "0"], {}, "--nodes: got 0"),
+    ("torchrun-nproc-string", ["launch.torchrun", "--nproc-per-node", "two", "-m", "trainer", TINY], {},
+     "--nproc-per-node: got 'two'; allowed: an integer >= 1, or cpu, gpu, xpu, auto"),
+    ("demo-data-unwritable", ["tools.make_demo_data", "/proc/nope/d.jsonl"], {}, "path: '/proc/nope' is not a directory"),
 ]
 
 SCRIPTS = [

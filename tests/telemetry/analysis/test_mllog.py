@@ -79,3 +79,18 @@ def test_mlcommons_compliance_checker_passes_all_three(tmp_path):
 def test_no_local_path_in_the_lines(tmp_path):
     res = ml.write(str(job(tmp_path, "bert_pretraining")))
     assert {r["metadata"]["file"] for r in ml.lines(res["path"])} == {"mllog_lines.py"}
+
+
+def test_out_is_a_file_path(tmp_path, capsys):
+    """--out names the file the lines go to: a directory is refused in one line before anything is written,
+    and an existing file is written over (it is not taken for a directory)."""
+    from telemetry.__main__ import main
+
+    run = job(tmp_path, "bert_pretraining")
+    assert main(["mllog", str(run), "--out", str(tmp_path), "--no-check"]) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: --out: {str(tmp_path)!r} is a directory; allowed: a file path\n"
+    old = tmp_path / "old.txt"
+    old.write_text("before\n")
+    assert main(["mllog", str(run), "--out", str(old), "--no-check"]) == 0
+    assert old.read_text().startswith(":::MLLOG")
