@@ -66,6 +66,12 @@ def _fixtures(root: Path) -> dict[str, str]:
         {**doc, "variants": [{**doc["variants"][0], "colour": "red"}, *doc["variants"][1:]]}))
     (root / "eval-no-recipe.yaml").write_text(yaml.safe_dump(
         {**doc, "workloads": [{**doc["workloads"][0], "recipe": str(root / "nope.yaml")}]}))
+    (root / "eval-workload-unknown.yaml").write_text(yaml.safe_dump(
+        {**doc, "workloads": [{**doc["workloads"][0], "overides": ["max_steps=3"]}, *doc["workloads"][1:]]}))
+    (root / "eval-lab-unknown.yaml").write_text(yaml.safe_dump({**doc, "lab": {**(doc.get("lab") or {}), "nodez": 2}}))
+    (root / "eval-launcher.yaml").write_text(yaml.safe_dump({**doc, "launcher": "kubernetes"}))
+    (root / "eval-tab.yaml").write_text("name: x\n\trepeats: 2\n")
+    (root / "list.json").write_text("[1, 2]")
     return {"root": str(root), "good": str(good), "good2": str(good2), "timed": str(timed), "bert": str(bert), "dirjson": str(dirjson),
             **{k: str(v) for k, v in damaged.items()}}
 
@@ -106,6 +112,12 @@ CASES: list[tuple[str, str, list[str], dict]] = [
     ("trainer", "output-dir-unwritable", [*T, "output_dir=/proc/nope/run", "max_steps=1"], {}),
     ("trainer", "rank-env-string", [*T, *DRY], {"RANK": "x", "WORLD_SIZE": "2"}),
     ("trainer", "local-rank-beyond", [*T, *DRY], {"LOCAL_RANK": "5", "LOCAL_WORLD_SIZE": "2"}),
+    ("trainer", "section-is-scalar", [*T, "parallel=3", *DRY], {}),
+    ("trainer", "section-is-null", [*T, "train=null", *DRY], {}),
+    ("trainer", "model-config-list", [*T, "model.config=[1]", *DRY], {}),
+    ("trainer", "override-empty-key", [*T, "=3", *DRY], {}),
+    ("trainer", "master-addr-empty", [*T, *DRY], {"MASTER_ADDR": ""}),
+    ("trainer", "world-size-negative-env", [*T, *DRY], {"WORLD_SIZE": "-2"}),
     # telemetry report
     ("telemetry report", "missing-path", ["telemetry", "report", "{root}/nope"], {}),
     ("telemetry report", "file-not-dir", ["telemetry", "report", TINY], {}),
@@ -168,6 +180,14 @@ CASES: list[tuple[str, str, list[str], dict]] = [
     ("telemetry watch", "run-json-truncated", ["telemetry", "watch", "{truncjson}", "--once"], {}),
     ("telemetry watch", "run-json-string", ["telemetry", "watch", "{strjson}", "--once"], {}),
     ("telemetry watch", "metrics-bad-line", ["telemetry", "watch", "{badmetrics}", "--once"], {}),
+    ("telemetry compare", "sweep-missing-dir", ["telemetry", "compare", "a={good}", "b={good2}", "--out",
+                                                "{root}/c9", "--sweep", "a={root}/nope"], {}),
+    ("telemetry project", "busbw-table-dir", ["telemetry", "project", "{good}", "--busbw-table", "{root}/empty"], {}),
+    ("telemetry nccl-tests", "json-unwritable", ["telemetry", "nccl-tests", "{root}/notes.txt", "--json", "/proc/x.json"], {}),
+    ("telemetry export", "to-duplicate", ["telemetry", "export", "{good}", "--to", "parquet,parquet,pdf",
+                                          "--out", "{root}/e4"], {}),
+    ("telemetry p2p", "reference-is-dir", ["telemetry", "p2p", "{good}", "--reference", "{root}"], {}),
+    ("telemetry report", "out-is-file", ["telemetry", "report", "{good}", "--out", "{root}/notes.txt"], {}),
     # launch.evaluate
     ("launch.evaluate", "missing-spec", ["launch.evaluate", "{root}/nope.yaml", "--dry-run"], {}),
     ("launch.evaluate", "unknown-key", ["launch.evaluate", "{root}/eval-unknown.yaml", "--dry-run"], {}),
@@ -179,6 +199,11 @@ CASES: list[tuple[str, str, list[str], dict]] = [
     ("launch.evaluate", "workload-recipe-missing", ["launch.evaluate", "{root}/eval-no-recipe.yaml", "--dry-run"], {}),
     ("launch.evaluate", "no-arguments", ["launch.evaluate"], {}),
     ("launch.evaluate", "unknown-flag", ["launch.evaluate", "{root}/eval-unknown.yaml", "--dryrun"], {}),
+    ("launch.evaluate", "workload-unknown-key", ["launch.evaluate", "{root}/eval-workload-unknown.yaml", "--dry-run"], {}),
+    ("launch.evaluate", "lab-unknown-key", ["launch.evaluate", "{root}/eval-lab-unknown.yaml", "--dry-run"], {}),
+    ("launch.evaluate", "launcher-enum", ["launch.evaluate", "{root}/eval-launcher.yaml", "--dry-run"], {}),
+    ("launch.evaluate", "yaml-tab", ["launch.evaluate", "{root}/eval-tab.yaml", "--dry-run"], {}),
+    ("launch.evaluate", "spec-is-dir", ["launch.evaluate", "{root}", "--dry-run"], {}),
     # launch.lab
     ("launch.lab", "nodes-zero", ["launch.lab", "--nodes", "0", "--rate", "1gbit", "--", TINY], {}),
     ("launch.lab", "nodes-string", ["launch.lab", "--nodes", "two", "--rate", "1gbit", "--", TINY], {}),
@@ -189,6 +214,8 @@ CASES: list[tuple[str, str, list[str], dict]] = [
     ("launch.lab", "no-recipe", LAB, {}),
     ("launch.lab", "recipe-missing", [*LAB, "--", "{root}/nope.yaml"], {}),
     ("launch.lab", "tp-not-dividing", [*LAB, "--", TINY, "parallel.tp=3"], {}),
+    ("launch.lab", "nproc-zero", ["launch.lab", "--nodes", "2", "--nproc-per-node", "0", "--rate", "1gbit", "--", TINY], {}),
+    ("launch.lab", "slow-rate-without-node", [*LAB, "--slow-rate", "10mbit", "--", TINY], {}),
     # launch.linktest
     ("launch.linktest", "tool-unknown", ["launch.linktest", "--tool", "ping", "--server", "a", "--client", "b",
                                          "--server-addr", "10.0.0.1", "--output", "{root}/lt"], {}),
@@ -197,6 +224,10 @@ CASES: list[tuple[str, str, list[str], dict]] = [
     ("launch.linktest", "udp-rate-bad", [*LT, "--udp-rate", "lots"], {}),
     ("launch.linktest", "output-unwritable", [*LT[:-1], "/proc/lt"], {}),
     ("launch.linktest", "missing-required", ["launch.linktest", "--tool", "iperf3"], {}),
+    ("launch.linktest", "devices-empty", ["launch.linktest", "--tool", "ib_write_bw", "--server", "a", "--client", "b",
+                                          "--server-addr", "10.0.0.1", "--devices", ",", "--exec", "true {{host}}",
+                                          "--output", "{root}/lt2"], {}),
+    ("launch.linktest", "switch-metrics-bad-url", [*LT, "--switch-metrics", "switch1:9101"], {}),
     # launch.stage
     ("launch.stage", "recipe-missing", ["launch.stage", "{root}/nope.yaml", "--to", "{root}/s1"], {}),
     ("launch.stage", "verify-missing", ["launch.stage", "--verify", "{root}/nope"], {}),
@@ -205,6 +236,8 @@ CASES: list[tuple[str, str, list[str], dict]] = [
     ("launch.stage", "check-layout-kind", ["launch.stage", "--check-layout", "bogus", "{root}/empty"], {}),
     ("launch.stage", "bad-override", ["launch.stage", TINY, "max_step=3", "--to", "{root}/s3"], {}),
     ("launch.stage", "no-arguments", ["launch.stage"], {}),
+    ("launch.stage", "check-layout-missing-dir", ["launch.stage", "--check-layout", "imagenet", "{root}/nope"], {}),
+    ("launch.stage", "two-modes", ["launch.stage", "--verify", "{root}/empty", "--check-layout", "bert", "{root}/empty"], {}),
     # launch.p2p_bandwidth, launch.nemo, launch.torchrun
     ("launch.p2p_bandwidth", "engine-unknown", ["launch.p2p_bandwidth", "--out", "{root}/p1", "--engine", "dma"], {}),
     ("launch.p2p_bandwidth", "num-elems-string", ["launch.p2p_bandwidth", "--out", "{root}/p2", "--num-elems", "lots"], {}),
@@ -237,6 +270,12 @@ CASES: list[tuple[str, str, list[str], dict]] = [
     ("tools", "demo-data-extra-arg", ["tools.make_demo_data", "{root}/d.jsonl", "800"], {}),
     ("tools", "bert-data-unwritable", ["tools.make_bert_data", "/proc/nope"], {}),
     ("tools", "byte-tokenizer-unwritable", ["tools.make_byte_tokenizer", "/proc/nope"], {}),
+    ("attach", "run-dir-unwritable", ["telemetry.integrations.attach", "--run-dir", "/proc/nope", "--", "true"], {}),
+    ("tools", "call-path-extra-flag", ["tools.call_path", TINY, "--bogus"], {}),
+    ("trainer.bert_tf_convert", "config-is-list", ["trainer.bert_tf_convert", "{root}/nope", "--config",
+                                                    "{root}/list.json", "--out", "{root}/b3"], {}),
+    ("trainer.bert_tf_convert", "out-is-file", ["trainer.bert_tf_convert", "{root}/nope", "--config",
+                                                 "{root}/notes.txt", "--out", "{root}/notes.txt"], {}),
     ("trainer.bert_tf_convert", "checkpoint-missing", ["trainer.bert_tf_convert", "{root}/nope",
                                                         "--config", "{root}/nope.json", "--out", "{root}/b1"], {}),
     ("trainer.bert_tf_convert", "config-not-json", ["trainer.bert_tf_convert", "{root}/nope", "--config",
@@ -252,6 +291,7 @@ BY_DESIGN = {
     ("telemetry watch", "run-json-truncated"): "a run.json being replaced: the last one read stands",
     ("telemetry watch", "run-json-string"): "a run.json being replaced: the last one read stands",
     ("telemetry watch", "metrics-bad-line"): "a damaged line is skipped like a torn one",
+    ("trainer", "master-addr-empty"): "one process (world size 1) never reads MASTER_ADDR",
 }
 
 

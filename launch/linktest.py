@@ -233,6 +233,9 @@ def parse_args(argv):
             raise LinkTestError(f"--{name.replace('_', '-')}: got {getattr(args, name)}; expected 1 or more")
     if args.gid_index is not None and args.gid_index < 0:
         raise LinkTestError(f"--gid-index: got {args.gid_index}; expected 0 or more")
+    if args.devices is not None and not all(d.strip() for d in args.devices.split(",")):
+        raise LinkTestError(f"--devices: got {args.devices!r}; expected RDMA device names separated by commas "
+                            "(mlx5_0,mlx5_1), or no --devices for the node's default")
     links = max(1, len([d for d in (args.devices or "").split(",") if d]))
     if not 1 <= args.port <= 65536 - links:
         raise LinkTestError(f"--port: got {args.port}; expected a TCP port from 1 to {65536 - links} (link i uses "

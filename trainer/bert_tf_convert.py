@@ -12,7 +12,6 @@ and `global_step` are left out; every tensor the model needs must be there, and 
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -20,7 +19,7 @@ import sys
 
 import numpy as np
 
-from telemetry.errors import InputError
+from telemetry.errors import InputError, OneLineParser, output_dir_problem
 from trainer.tf_checkpoint import TfCheckpointError, load
 
 SKIP = re.compile(r"(adam_[mv]|AdamWeightDecay|LAMB|lamb_|global_step|beta[12]_power|/Momentum|loss_scale)")
@@ -54,6 +53,10 @@ def hf_name(tf_name: str) -> tuple[str, bool]:
 def convert(prefix: str, config: dict) -> dict[str, np.ndarray]:
     """The checkpoint's weights under BertForPreTraining's names, checked against a model of `config`."""
     import torch
+
+    from trainer.compat import ensure_torchvision_importable
+
+    ensure_torchvision_importable()  # transformers imports torchvision when installed (trainer/compat.py)
     from transformers import BertConfig, BertForPreTraining
 
     tensors = {k: v for k, v in load(prefix).items() if not SKIP.search(k)}
@@ -89,6 +92,11 @@ def write(prefix: str, config_path: str, out: str) -> dict:
             config = json.load(f)
     except (OSError, json.JSONDecodeError) as exc:
         raise ConvertError(f"--config {config_path}: {exc}; expected the checkpoint's bert_config.json") from None
+    if not isinstance(config, dict):
+        raise ConvertError(f"--config {config_path}: holds a JSON {type(config).__name__}; expected the "
+                           "checkpoint's bert_config.json (a JSON object)")
+    if problem := output_dir_problem(out, "--out"):
+        raise ConvertError(problem)
     tensors = convert(prefix, config)
     os.makedirs(out, exist_ok=True)
     save_file(tensors, os.path.join(out, "model.safetensors"), metadata={"format": "pt"})
@@ -98,7 +106,7 @@ def write(prefix: str, config_path: str, out: str) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m trainer.bert_tf_convert", description=__doc__.split("\n")[0])
+    p = OneLineParser(prog="python -m trainer.bert_tf_convert", description=__doc__.split("\n")[0])
     p.add_argument("checkpoint", help="the TensorFlow checkpoint prefix (model.ckpt-28252: the path without .index)")
     p.add_argument("--config", required=True, help="its bert_config.json")
     p.add_argument("--out", required=True, help="directory for config.json and model.safetensors")

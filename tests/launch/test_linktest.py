@@ -29,6 +29,8 @@ needs_lab = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("ip") is None o
     (["--tool", "iperf3", "--line-rate", "0gbit"], "--line-rate: got '0gbit'; expected a rate of at least 1bit"),
     (["--tool", "ib_write_bw", "--size", "0"], "--size: got 0; expected 1 or more"),
     (["--tool", "ib_write_bw", "--gid-index", "-1"], "--gid-index: got -1; expected 0 or more"),
+    (["--tool", "ib_write_bw", "--devices", ","], "--devices: got ','; expected RDMA device names separated by commas"),
+    (["--tool", "ib_write_bw", "--devices", "mlx5_0,,mlx5_1"], "--devices: got 'mlx5_0,,mlx5_1'; expected RDMA"),
     (["--tool", "iperf3", "--timeout-s", "0"], "--timeout-s: got 0; expected 1 or more"),
     (["--tool", "iperf3", "--exec", "/no/such/launcher {host}"], "cannot run `/no/such/launcher` to reach a"),
 ])

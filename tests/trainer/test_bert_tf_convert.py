@@ -64,3 +64,26 @@ def test_bad_input_is_one_error_line(tmp_path, capsys):
     (tmp_path / "x.index").write_bytes(b"not a table")
     with pytest.raises(TfCheckpointError, match="not a TensorFlow checkpoint index"):
         list_variables(str(tmp_path / "x"))
+
+
+@pytest.mark.parametrize("config, out, expected", [
+    ("[1]", "o", "holds a JSON list; expected the checkpoint's bert_config.json (a JSON object)"),
+    (None, "file", "--out: '{tmp}/file' is a file, not a directory"),
+    (None, None, "the following arguments are required: --out; see python -m trainer.bert_tf_convert --help"),
+])
+def test_a_bad_config_or_out_is_one_line_before_any_conversion(tmp_path, capsys, config, out, expected):
+    """The config must be a JSON object and --out a directory it can write: checked before the weights are
+    read (not a TypeError or an OSError after the conversion)."""
+    (tmp_path / "file").write_text("x")
+    path = HERE / "bert_config.json"
+    if config is not None:
+        path = tmp_path / "config.json"
+        path.write_text(config)
+    argv = [PREFIX, "--config", str(path)] + (["--out", str(tmp_path / out)] if out else [])
+    try:
+        code = main(argv)
+    except SystemExit as exc:
+        code = exc.code
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("error: ") and err.count("\n") == 1, err
+    assert expected.format(tmp=tmp_path) in err
