@@ -23,23 +23,22 @@ LIMIT_S = 60
 
 def _fixtures(root: Path) -> dict[str, str]:
     """Recorded runs (good, and damaged in one way each), bad files and evaluation specs."""
-    sys.path.insert(0, str(REPO))
     import yaml
 
-    from tests.telemetry.recorded import write_run
+    from bench.support.recorded_runs import write_run
 
     good = write_run(root / "good", name="a")
     good2 = write_run(root / "good2", name="a")
-    timed = write_run(root / "timed", name="b", times=True, recipe_extra={"workload": "bert_pretraining"})
-    bert = write_run(root / "bert", name="b", recipe_extra={"workload": "bert_pretraining"})
+    timed = write_run(root / "timed", name="b", workload="bert_pretraining", times=True)
+    bert = write_run(root / "bert", name="b", workload="bert_pretraining")
     damaged = {}
     for name, write in {
         "emptyjson": lambda p: (p / "run.json").write_text(""),
         "truncjson": lambda p: (p / "run.json").write_text('{"name": "a", "status"'),
         "binjson": lambda p: (p / "run.json").write_bytes(b"\xff\xfe\x00\x81" * 32),
         "strjson": lambda p: (p / "run.json").write_text('"a run"'),
-        "badmetrics": lambda p: (p / "metrics.jsonl").write_text(
-            (p / "metrics.jsonl").read_text() + '{"step": 7, "loss": \n'),
+        "badmetrics": lambda p: (p / "metrics.jsonl").write_text(  # a damaged line between two steps
+            (p / "metrics.jsonl").read_text().replace("\n", '\n{"step": 7, "loss": \n', 1)),
         "listmetrics": lambda p: (p / "metrics.jsonl").write_text("[1, 2]\n"),
         "nometrics": lambda p: (p / "metrics.jsonl").unlink(),
         "recipelist": lambda p: (p / "run.json").write_text(
