@@ -26,3 +26,18 @@ def test_a_bad_output_path_is_one_line(tmp_path, capsys, tool, argv, expected):
     assert code == 2
     assert err.count("\n") == 1 and err.startswith("error: ") and expected in err, err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+
+
+def test_call_path_and_house_rules_refuse_an_unknown_argument_in_one_line(capsys):
+    """tools/call_path.py (run as a file) and tools.house_rules (which takes none) say a stray argument in
+    one line instead of argparse's usage block or ignoring it."""
+    from tests.test_call_path import call_path
+    from tools import house_rules
+
+    for main, argv, prog in ((call_path.main, ["--bogus"], "python tools/call_path.py"),
+                             (house_rules.main, ["extra"], "python -m tools.house_rules")):
+        with pytest.raises(SystemExit) as exc:
+            main(argv)
+        assert exc.value.code == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith("error: unrecognized arguments: ") and f"see {prog} --help" in err

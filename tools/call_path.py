@@ -21,7 +21,6 @@ not a crossing. Timings mean nothing under the profiler; the numbers are counts.
 """
 from __future__ import annotations
 
-import argparse
 import collections
 import os
 import sys
@@ -123,7 +122,9 @@ def measure(argv: list[str]) -> tuple[int, CallPath]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python tools/call_path.py", description=__doc__.split("\n\n")[0])
+    from telemetry.errors import OneLineParser  # a mistaken argument is one error: line, as everywhere
+
+    p = OneLineParser(prog="python tools/call_path.py", description=__doc__.split("\n\n")[0])
     p.add_argument("recipe", nargs="?", default=DEFAULT[0])
     p.add_argument("overrides", nargs="*")
     p.add_argument("--edges", action="store_true", help="list every trainer<->telemetry edge with its count")

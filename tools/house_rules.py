@@ -203,7 +203,10 @@ def rundir_literals(root: Path = REPO) -> tuple[list[str], list[str]]:
     return in_order(field_hits), in_order(file_hits)
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    from telemetry.errors import OneLineParser  # it takes no arguments: one given is a mistake, said in one line
+
+    OneLineParser(prog="python -m tools.house_rules", description=__doc__.split("\n")[0]).parse_args(argv)
     graph, private = import_graph()
     rows = [("files over 800 lines", long_files()), ("functions over 100 lines", long_functions()),
             ("import circles", [" <-> ".join(c) for c in circles(graph)]),
