@@ -71,6 +71,7 @@ def _fixtures(root: Path) -> dict[str, str]:
     (root / "eval-launcher.yaml").write_text(yaml.safe_dump({**doc, "launcher": "kubernetes"}))
     (root / "eval-tab.yaml").write_text("name: x\n\trepeats: 2\n")
     (root / "list.json").write_text("[1, 2]")
+    (root / "object.json").write_text("{}")
     return {"root": str(root), "good": str(good), "good2": str(good2), "timed": str(timed), "bert": str(bert), "dirjson": str(dirjson),
             **{k: str(v) for k, v in damaged.items()}}
 
@@ -271,10 +272,11 @@ CASES: list[tuple[str, str, list[str], dict]] = [
     ("tools", "byte-tokenizer-unwritable", ["tools.make_byte_tokenizer", "/proc/nope"], {}),
     ("attach", "run-dir-unwritable", ["telemetry.integrations.attach", "--run-dir", "/proc/nope", "--", "true"], {}),
     ("tools", "call-path-extra-flag", ["tools.call_path", TINY, "--bogus"], {}),
+    ("tools", "house-rules-argument", ["tools.house_rules", "--fix"], {}),
     ("trainer.bert_tf_convert", "config-is-list", ["trainer.bert_tf_convert", "{root}/nope", "--config",
                                                     "{root}/list.json", "--out", "{root}/b3"], {}),
     ("trainer.bert_tf_convert", "out-is-file", ["trainer.bert_tf_convert", "{root}/nope", "--config",
-                                                 "{root}/notes.txt", "--out", "{root}/notes.txt"], {}),
+                                                 "{root}/object.json", "--out", "{root}/notes.txt"], {}),
     ("trainer.bert_tf_convert", "checkpoint-missing", ["trainer.bert_tf_convert", "{root}/nope",
                                                         "--config", "{root}/nope.json", "--out", "{root}/b1"], {}),
     ("trainer.bert_tf_convert", "config-not-json", ["trainer.bert_tf_convert", "{root}/nope", "--config",
