@@ -44,7 +44,8 @@ _SRUN_LABEL = re.compile(r"^\s*(\d+): ")
 _TEST_NAME = re.compile(r"\b(all_reduce|all_gather|reduce_scatter|alltoallv|alltoall|sendrecv|broadcast|hypercube|"
                         r"reduce|gather|scatter)_perf(?:_mpi)?\b")
 _FILE_OP = re.compile(r"all_reduce|all_gather|reduce_scatter|alltoallv|alltoall|sendrecv|broadcast|hypercube")
-_RANK = re.compile(r"^Rank\s+(\d+)(?:\s+Group\s+(\d+))?(?:\s+Pid\s+(\d+))?\s+on\s+(\S+)\s+device\s+(-?\d+)"
+# a host name may hold blanks where a reporter replaced it ("on NODE A  device  2")
+_RANK = re.compile(r"^Rank\s+(\d+)(?:\s+Group\s+(\d+))?(?:\s+Pid\s+(\d+))?\s+on\s+(\S.*?)\s+device\s+(-?\d+)"
                    r"\s+\[([^\]]*)\]\s*(.*)$")
 _PARAM = re.compile(r"(nThread|nGpus|minBytes|maxBytes|warmup iters|agg iters|iters|validation|graph|unalign)"
                     r":? (-?\d+)")

@@ -30,7 +30,9 @@ import re
 # nccl-tests type names -> torch dtype names (the sweep's `dtype`)
 DTYPES = {"float": "float32", "double": "float64", "half": "float16", "bfloat16": "bfloat16", "int8": "int8",
           "uint8": "uint8", "int32": "int32", "uint32": "uint32", "int64": "int64", "uint64": "uint64",
-          "f8e4m3": "float8_e4m3fn", "f8e5m2": "float8_e5m2"}
+          "f8e4m3": "float8_e4m3fn", "f8e5m2": "float8_e5m2",
+          # the names nccl-tests and NCCL 1's tests printed before 2019
+          "char": "int8", "int": "int32"}
 
 FILE_VERSION = 3  # the writer's JSON_FILE_VERSION this output follows (nccl-tests 2.19.x)
 TIME_FORMAT = "%Y-%m-%d %H:%M:%S"  # nccl-tests' TIME_STRING_FORMAT (local time)

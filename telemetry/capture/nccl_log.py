@@ -32,8 +32,10 @@ _PROVIDER = re.compile(r"Selected [Pp]rovider is ([\w;:+\-]+)")
 # "[0]mlx5_0:1/IB", "[1] mlx5_3:1/RoCE" inside merged devices "[0]={...}", "[2]mlx5_0:1/IB/SHARP"
 _IB_DEVICE = re.compile(r"\[(\d+)\] ?([\w.\-]+):(\d+)/(RoCE|IB)(/SHARP)?")
 _MERGED = re.compile(r"\[(\d+)\]=\{([^}]*)\}")
-_OOB = re.compile(r"; OOB (\S+)")
-_SOCKET_DEVICE = re.compile(r"\[(\d+)\]([^:\s\[]+):(\S+?)<\d+>")
+# "; OOB eth0:10.0.0.1<0>"; NCCL 2.4 printed "; OOB :" when it had no interface (then none is known)
+_OOB = re.compile(r"; OOB ([^\s:<]\S*)")
+# "[0]eth0:10.0.0.1<0>"; NCCL 2.4 may print an interface with no address ("[0]enp41s0f1:<0>")
+_SOCKET_DEVICE = re.compile(r"\[(\d+)\]([^:\s\[]+):(\S*?)<\d+>")
 _GDR = re.compile(r"GPU Direct RDMA (Enabled|Disabled) for (.*)")
 _GDR_HCA = re.compile(r"HCA (\d+) '([^']+)'")
 # A connection: "Channel 00/0 : 0[0] -> 1[1] [send] via NET/IB/0/GDRDMA", "Ring 00 : 3 -> 4 via P2P/IPC", ...
@@ -54,7 +56,8 @@ _NVLS_CHANNELS = re.compile(r"(\d+) nvls channels")
 # NCCL's own prefix "host:pid:tid [dev] NCCL INFO" (some renderings pad the device: "[ 6 ]"), and the host of
 # nccl-tests' "#  Rank  0 Group  0 Pid 123 on HOST device  0 [..]" lines
 _PREFIX_HOST = re.compile(r"(?:^|[\s>:|\]])([A-Za-z0-9][\w.\-]*):\d+:\d+ \[ ?\d+ ?\] NCCL (?:INFO|WARN)")
-_RANK_HOST = re.compile(r"#\s*Rank\s+\d+\s+(?:Group\s+\d+\s+)?(?:Pid\s+\d+\s+)?on\s+(\S+)\s+device")
+# nccl-tests' device list names every rank of its world (a host name may hold blanks: "on NODE A  device")
+_RANK_HOST = re.compile(r"#\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?(?:Pid\s+\d+\s+)?on\s+(\S.*?)\s+device\s+-?\d")
 # A pasted log whose line breaks were lost holds several records on one line: split before each prefix
 _RECORD_START = re.compile(r"\s{2,}(?=[A-Za-z0-9][\w.\-]*:\d+:\d+ \[ ?\d+ ?\] NCCL )")
 # IB unusable: no device, or no verbs library (NCCL <= 2.4 then says only this WARN)
@@ -109,6 +112,8 @@ class _State:
         self.collnet_refused = False
         self.hosts: set[str] = set()
         self.mnnvl: bool | None = None
+        self.test_lists: list[dict[int, str]] = []  # nccl-tests' "# Rank N ... on HOST device D" lists
+        self.test_list_open = False  # the last list may continue (or be cut where the excerpt ends)
 
 
 def _feed_connection(st: _State, line: str) -> bool:
@@ -247,7 +252,13 @@ def _note_host(st: _State, record: str, k: int, seen: set) -> None:
             if m := _PREFIX_HOST.search(record, 0, k + 11):
                 st.hosts.add(m.group(1))
     elif "Rank" in record and (m := _RANK_HOST.search(record)):
-        st.hosts.add(m.group(1))
+        st.hosts.add(m.group(2))
+        if not st.test_list_open:  # a new device list (a log may hold several nccl-tests runs)
+            st.test_lists.append({})
+            st.test_list_open = True
+        st.test_lists[-1][int(m.group(1))] = m.group(2)
+        return
+    st.test_list_open = False  # any other line after the list closes it: the list is whole
 
 
 def parse_lines(lines) -> dict:
@@ -258,6 +269,7 @@ def parse_lines(lines) -> dict:
             line = line.rstrip("\r\n")
             k = line.find(" NCCL ")
             if k > 0:  # the common case inline: this loop runs once per line of every rank's log
+                st.test_list_open = False
                 if (line.find("  ", 0, k) >= 0 or line.find(" NCCL ", k + 6) > 0) and \
                         (parts := _glued(line, k)) is not None:
                     for record in parts:
@@ -348,9 +360,12 @@ def _summarize(st: _State) -> dict:
                                else "no connection line in the log")
 
     # ranks
-    nranks = st.nranks or st.listing_nranks
+    listed = _listed_world(st)
+    nranks = st.nranks or st.listing_nranks or listed
     if nranks is None:
         unknown["nranks"] = "no line gives the communicator size"
+    if st.nnodes is None and listed and nranks == listed:
+        st.nnodes = len({h for ranks in st.test_lists for h in ranks.values()})
     if st.nnodes is None and nranks:
         by_rank = {r: h for (n, r), h in st.rank_hosts.items() if n == nranks}
         if len(by_rank) == nranks:
@@ -385,6 +400,17 @@ def _summarize(st: _State) -> dict:
         "transport_basis": st.basis or None,
         "unknown": {k: unknown[k] for k in FIELDS if k in unknown},
     }
+
+
+def _listed_world(st: _State) -> int | None:
+    """The world size nccl-tests printed before its NCCL lines ("# Using devices", one line per rank): only when
+    every list is whole (ranks 0..n-1, closed by a later line, not cut where an excerpt ends) and all agree."""
+    sizes = set()
+    for i, ranks in enumerate(st.test_lists):
+        if (st.test_list_open and i == len(st.test_lists) - 1) or sorted(ranks) != list(range(len(ranks))):
+            return None
+        sizes.add(len(ranks))
+    return sizes.pop() if len(sizes) == 1 else None
 
 
 def _gdr_verdict(st: _State, nranks, unknown: dict) -> bool | None:

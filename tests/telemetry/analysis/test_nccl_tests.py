@@ -10,6 +10,7 @@ import pytest
 
 from telemetry.analysis.compare import CompareError, compare
 from telemetry.analysis.nccl_tests import CSV_COLUMNS, parse, read, to_csv
+from telemetry.analysis.nccl_tests_json import DTYPES
 
 TABLES = Path(__file__).parent.parent / "nccl_tests_tables"
 # rows per file, counted by hand from the published text
@@ -35,7 +36,18 @@ ROWS = {
     "broadcast_perf_mpi_2.18_condensed_two_runs.txt": 19,
     "all_reduce_perf_issue182_two_runs_rows_interleaved.txt": 10,
     "all_reduce_perf_issue167_max_min_redops_excerpt.txt": 11,
+    # the third collection (each with a .json of values read by hand, see test_hand_read_truth_of_each_new_table)
+    "all_reduce_perf_issue347_host_names_with_spaces_cut_before_average.txt": 1,
+    "all_reduce_perf_issue1244_nvlstree_error_col_title_without_hash.txt": 8,
+    "all_gather_perf_issue1435_bfloat16_linear_steps_excerpt.txt": 7,
+    "all_reduce_perf_aws_k8s_tester_503_tagged_padded_header_excerpt.txt": 3,
+    "all_reduce_perf_dstack_3961_rows_only_wide_wrong_cells.txt": 11,
+    "all_reduce_perf_issue1706_destroy_lines_before_footer.txt": 1,
+    "all_reduce_perf_pytorch_84803_rank_pid_layout_with_wrong_excerpt.txt": 3,
+    "all_gather_test_issue120_nccl1_bytes_N_res_excerpt.txt": 10,
+    "reduce_scatter_perf_issue128_zero_size_rows_excerpt.txt": 7,
 }
+TRUTHS = sorted(TABLES.glob("*.json"))
 # a line that starts like a row (after a launcher prefix): size, count, a type name
 ROW_LIKE = re.compile(r"^(\[\d+,\d+\]<stdout>:|\d+: )?\s*\d+\s+\d+\s+[a-z0-9]+\s")
 
@@ -58,7 +70,7 @@ def test_every_row_of_every_fixture_is_read(name):
     assert (result["rows_read"], result["rows_skipped"]) == (ROWS[name], 0)
     for op in result["ops"].values():
         for row in op["rows"]:
-            assert row["size"] >= 0 and row["count"] >= 0 and row["type"] == "float"
+            assert row["size"] >= 0 and row["count"] >= 0 and row["type"] in DTYPES
             assert row["out_of_place"] or row["in_place"]
             for block in (row["out_of_place"], row["in_place"]):
                 if block:
@@ -294,3 +306,35 @@ def test_a_pipe_is_read_like_a_file(tmp_path):
     from telemetry.analysis.nccl_tests import NcclTestsError
     with pytest.raises(NcclTestsError, match="is a directory"):
         read(str(tmp_path))
+
+
+def _same(got, want) -> bool:
+    """Equal, floats to 1e-9 relative (times in ms are scaled to us), nested dicts and lists alike."""
+    if isinstance(want, dict):
+        return isinstance(got, dict) and set(got) == set(want) and all(_same(got[k], want[k]) for k in want)
+    if isinstance(want, list):
+        return isinstance(got, list) and len(got) == len(want) and all(map(_same, got, want))
+    if isinstance(want, float) and isinstance(got, (int, float)):
+        return got == pytest.approx(want, rel=1e-9, abs=1e-12)
+    return got == want
+
+
+@pytest.mark.parametrize("truth_file", TRUTHS, ids=lambda p: p.stem)
+def test_hand_read_truth_of_each_new_table(truth_file):
+    """Tables collected with a .json beside them (source, what was taken, the values read by hand): every value
+    the reader gives for the table matches, and a value the table does not give is null with the reason noted."""
+    spec = json.loads(truth_file.read_text())
+    truth = spec["truth"]
+    assert spec["source"].startswith("https://github.com/") and f"`{truth_file.stem}.txt`" in \
+        (TABLES / "README.md").read_text()
+    r = read(str(truth_file.with_suffix(".txt")))
+    assert list(r["ops"]) == [truth["op"]] and r["rows_skipped"] == 0
+    op = r["ops"][truth["op"]]
+    got = {"op": truth["op"], "test": op["test"], "rows": len(op["rows"]), "world_size": op["world_size"],
+           "hosts": sorted({d["host"] for d in op["devices"]}), "avg_busbw_GBps": op["avg_busbw_GBps"],
+           "avg_busbw_source": op["avg_busbw_source"], "wrong": op["wrong"], "failed": r["failed"],
+           "nccl_version": r["nccl_version"], "dtype": r["dtype"], "first_row": op["rows"][0]}
+    assert _same(got, truth), {k: (got[k], truth[k]) for k in truth if not _same(got[k], truth[k])}
+    for field, value in truth.items():
+        if value is None:
+            assert spec["null_because"].get(field), f"{field} is null without a reason"

@@ -211,7 +211,10 @@ def test_corpus_covers_what_the_issue_asks_for():
             "no-using-network-line", "launcher-prefix", "interleaved-ranks", "nccl-2.3",
             # added with the second collection (2025-26 logs from other clusters)
             "collnet-refused-after-connect", "merged-lines", "libfabric-cxi", "torch-warnings",
-            "nccl-tests-interleaved", "plugin-failed-fallback", "timestamp-prefix"} <= cats
+            "nccl-tests-interleaved", "plugin-failed-fallback", "timestamp-prefix",
+            # the third collection (NCCL 2.4-2.5 and 2.2x-2.29 formats, pdsh prefixes, redacted host names)
+            "nccl-tests-rank-list", "socket-interface-without-address", "empty-oob", "gin-plugin-lines",
+            "pdsh-prefix", "channel-without-slash", "no-libibverbs", "one-rank", "mnnvl", "redacted"} <= cats
     versions = {s["truth"]["nccl_version"] for s in specs} - {None}
     assert min(versions, key=lambda v: tuple(map(int, v.split(".")))) == "2.3.7"
 
@@ -255,3 +258,35 @@ def test_the_corpus_readme_names_every_log_and_its_source():
     readme = (CORPUS / "README.md").read_text()
     for p in TRUTH_FILES:
         assert f"`{p.stem}.log` | {json.loads(p.read_text())['source']} |" in readme, p.stem
+
+
+def test_nccl_24_lists_without_addresses_and_an_empty_oob():
+    """NCCL 2.4 printed an interface with no address ("[0]enp41s0f1:<0>", nccl-tests#29) and "; OOB :" when it
+    had no out-of-band interface (NVIDIA/nccl#224): the interface is kept, the OOB is unknown, not ":"."""
+    out = parse_lines(["s:1:1 [0] NCCL INFO NET/Socket : Using [0]enp41s0f1:<0> [1]virbr0:<0>",
+                       "s:1:1 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/RoCE ; OOB :"])
+    assert [(d["interface"], d["address"]) for d in out["socket_devices"]] == [("enp41s0f1", ""), ("virbr0", "")]
+    assert out["oob_interface"] is None and out["transport"] == "roce"
+
+
+RANK_LIST = ["# Using devices",
+             "#  Rank  0 Group  0 Pid  1 on NODE A device  0 [0000:04:00] NVIDIA H100 80GB HBM3",
+             "#  Rank  1 Group  0 Pid  2 on NODE A  device  1 [0000:23:00] NVIDIA H100 80GB HBM3",
+             "#   Rank  2 Pid   3 on     hostb device  0 [0x00] Tesla V100-SXM2-32GB"]
+NET = ["hostb:3:3 [0] NCCL INFO NET/Socket : Using [0]eth0:10.0.0.2<0>", "hostb:3:3 [0] NCCL INFO Using network Socket"]
+
+
+def test_world_size_from_a_whole_nccl_tests_device_list():
+    """nccl-tests lists every rank of its world before NCCL's lines: a whole list (ranks 0..n-1, followed by
+    another line) gives the size and the node count; a list cut where an excerpt ends, or with a rank missing,
+    gives neither. A one-rank world then sends nothing between ranks (not "tcp")."""
+    out = parse_lines(RANK_LIST + NET)
+    assert (out["nranks"], out["nnodes"]) == (3, 2) and out["hosts"] == ["NODE A", "hostb"]
+    assert out["transport"] == "tcp"
+    assert parse_lines(NET + RANK_LIST)["nranks"] is None  # the list may go on past the excerpt
+    assert parse_lines(RANK_LIST[:2] + RANK_LIST[3:] + NET)["nranks"] is None  # rank 1 missing
+    one = parse_lines(RANK_LIST[:2] + NET)
+    assert one["nranks"] == 1 and one["transport"] is None and "one-rank" in one["unknown"]["transport"]
+    # NCCL's own count wins over the list
+    assert parse_lines(RANK_LIST + NET + ["hostb:3:4 [0] NCCL INFO comm 0x1 rank 0 nranks 4 cudaDev 0 busId 1000 "
+                                          "- Init COMPLETE"])["nranks"] == 4
