@@ -62,7 +62,7 @@ _LIBRARY_CODE = re.compile(r"nccl-library=(\d+)")
 # has none): read as if the '#' were there
 _HASHLESS = re.compile(r"(?:nThread \d|Using devices$|Rank\s+\d+\s+(?:Group|Pid)|size\s+count\s+type\s|\(B\)\s+\(elements\)|"
                        r"out-of-place\s+in-place|Out of bounds values|Avg bus bandwidth|nccl-tests version|"
-                       r"Collective test (?:starting|concluded))")
+                       r"Collective test (?:starting|concluded)|Blocking Enabled)")
 _ASSUMED_HEADER = "size count type redop root time algbw busbw #wrong time algbw busbw #wrong".split()
 
 
@@ -123,6 +123,10 @@ class _Run:
         self.block_cols = [names.get(t, t) for t in block]
         self.nblocks = len(times)
         self.extra_cols = tokens[times[0] + width * self.nblocks:]
+        if len(self.block_names) != self.nblocks:
+            # block titles that do not match the header (a pasted title line cut to "in-place"): nccl-tests
+            # prints out-of-place first, then in-place
+            self.block_names = list(BLOCKS) if self.nblocks == 2 else self.block_names[-self.nblocks:]
         # nccl-tests of 2017 printed milliseconds and had no units line
         self.time_scale = 1e3 if tokens[0] == "bytes" else 1.0
 
@@ -231,6 +235,9 @@ class _Run:
         if self.failures:
             where = (f"after the row of {self.rows[-1]['size']} B" if self.rows else "before the first row")
             notes.append(f"the test failed {where}: {self.failures[0]}")
+        elif self.nblocks and not self.rows:
+            notes.append("no row after the column header and no failure line: the output was cut, or the run "
+                         "stopped, before the first size")
         for name in BLOCKS:
             if self.rows and all(r.get(name) is None for r in self.rows):
                 missing[name] = "not in this table"
@@ -355,6 +362,8 @@ class _Stream:
             m = re.search(r":\s*(\d+)", body)
             if m and self.run is not None:
                 self.run.oob = int(m.group(1))
+        elif body.startswith("Blocking Enabled"):  # -z 1: a barrier after each collective
+            self.current().params["blocking"] = 1
         elif body.startswith("Avg bus bandwidth"):
             m = re.search(r":\s*(\S+)", body)
             if m and self.run is not None:

@@ -51,6 +51,8 @@ _NRANKS = re.compile(r"\brank (\d+) n[Rr]anks (\d+)")
 _NNODES = re.compile(r"\bnNodes (\d+)")
 # 2.20+: "comm 0x.. rank 0 nRanks 8 nNodes 1 localRanks 8 localRank 0 MNNVL 1": one NVLink domain across trays
 _MNNVL = re.compile(r"\bMNNVL ([01])\b")
+# src/mnnvl.cc: "MNNVL %d cliqueId %x cliqueSize %d cliqueRank %d [nvlDomainSize %d]" (2.20+, a line of its own)
+_MNNVL_CLIQUE = re.compile(r"\bMNNVL ([01]) cliqueId ")
 _RING_GDR = re.compile(r"Connected all rings, use ring PXN \d+ GDR (\d)")
 _NVLS_CHANNELS = re.compile(r"(\d+) nvls channels")
 # NCCL's own prefix "host:pid:tid [dev] NCCL INFO" (some renderings pad the device: "[ 6 ]"), and the host of
@@ -217,6 +219,9 @@ def _feed(st: _State, line: str) -> None:
             # give the node count once every rank's line is there
             if m := _PREFIX_HOST.search(line):
                 st.rank_hosts[(int(n), int(r))] = m.group(1)
+    if "cliqueId" in line and (m := _MNNVL_CLIQUE.search(line)):
+        st.mnnvl = st.mnnvl or m.group(1) == "1"
+        return
     if "nNodes" in line and (m := _NNODES.search(line)):
         st.nnodes = max(st.nnodes or 0, int(m.group(1)))
         if (mn := _MNNVL.search(line)) and not st.mnnvl:

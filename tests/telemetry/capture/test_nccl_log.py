@@ -142,6 +142,12 @@ def test_multi_node_nvlink_is_one_node_to_nccl():
     assert out["transport"] == "intra-node" and out["mnnvl"] is True and out["hosts"] == ["trayA", "trayB"]
     assert parse_lines(lines[:1])["mnnvl"] is True and parse_lines(["h:1:1 [0] NCCL INFO x"])["mnnvl"] is None
     assert parse_lines([lines[0].replace("MNNVL 1", "MNNVL 0")])["mnnvl"] is False
+    # NCCL's own MNNVL line (src/mnnvl.cc's format); the fabric probe line "MNNVL busId ..." (nccl_1769) decides nothing
+    clique = "trayA:1:2 [0] NCCL INFO MNNVL 1 cliqueId 7ffe cliqueSize 8 cliqueRank 2 nvlDomainSize 8"
+    assert parse_lines([clique])["mnnvl"] is True
+    assert parse_lines([clique.replace("MNNVL 1", "MNNVL 0")])["mnnvl"] is False
+    assert parse_lines(["gb:1:2 [1] NCCL INFO MNNVL busId 0x901000 fabric UUID 3143b15bc2cd192b.28cc9b5473fb5b93 "
+                        "cliqueId 0x7ffe state 3 healthMask 0xaa"])["mnnvl"] is None
 
 
 def test_records_glued_on_one_line_and_collnet_given_up():
