@@ -205,6 +205,15 @@ class _Run:
     def to_op(self) -> dict:
         blocks = [b for r in self.rows for n in BLOCKS if (b := r.get(n))]
         notes, missing = [], {}
+        world = len(self.devices) or None
+        listed = [d["rank"] for d in self.devices]
+        if len(set(listed)) != len(listed):
+            # several processes each printed their own device list (nccl-tests built without MPI, started by
+            # mpirun): each ran a world of its own, and the table mixes their runs
+            world = None
+            twice = sorted({r for r in listed if listed.count(r) > 1})
+            notes.append(f"world size unknown: rank {twice[0]} is listed {listed.count(twice[0])} times, so several "
+                         "processes each ran their own test (nccl-tests without MPI?) and their output is mixed")
         if self.avg is not None:
             avg, source = self.avg, "footer"
         else:
@@ -242,7 +251,7 @@ class _Run:
             if self.rows and all(r.get(name) is None for r in self.rows):
                 missing[name] = "not in this table"
         return {"test": self.name, "rows": self.rows, "avg_busbw_GBps": avg, "avg_busbw_source": source,
-                "wrong": wrong, "ranks": self.ranks, "world_size": len(self.devices) or None,
+                "wrong": wrong, "ranks": self.ranks, "world_size": world,
                 "devices": self.devices, "params": self.params, "version": self.version,
                 "nccl_version": self.nccl_version or _from_library_code(self.version), "missing": missing,
                 "failed": bool(self.failures), "failures": self.failures, "notes": notes, "skipped_lines": self.skipped}

@@ -116,6 +116,7 @@ class _State:
         self.mnnvl: bool | None = None
         self.test_lists: list[dict[int, str]] = []  # nccl-tests' "# Rank N ... on HOST device D" lists
         self.test_list_open = False  # the last list may continue (or be cut where the excerpt ends)
+        self.test_list_mixed = False  # a rank listed twice: several worlds' lists mixed
 
 
 def _feed_connection(st: _State, line: str) -> bool:
@@ -261,7 +262,10 @@ def _note_host(st: _State, record: str, k: int, seen: set) -> None:
         if not st.test_list_open:  # a new device list (a log may hold several nccl-tests runs)
             st.test_lists.append({})
             st.test_list_open = True
-        st.test_lists[-1][int(m.group(1))] = m.group(2)
+        rank = int(m.group(1))
+        if rank in st.test_lists[-1]:  # processes each listing their own world (nccl-tests without MPI)
+            st.test_list_mixed = True
+        st.test_lists[-1][rank] = m.group(2)
         return
     st.test_list_open = False  # any other line after the list closes it: the list is whole
 
@@ -410,6 +414,8 @@ def _summarize(st: _State) -> dict:
 def _listed_world(st: _State) -> int | None:
     """The world size nccl-tests printed before its NCCL lines ("# Using devices", one line per rank): only when
     every list is whole (ranks 0..n-1, closed by a later line, not cut where an excerpt ends) and all agree."""
+    if st.test_list_mixed:
+        return None
     sizes = set()
     for i, ranks in enumerate(st.test_lists):
         if (st.test_list_open and i == len(st.test_lists) - 1) or sorted(ranks) != list(range(len(ranks))):
@@ -517,8 +523,8 @@ def _transport(st: _State, network, nranks, unknown: dict) -> str | None:
 def _of_network(st: _State, name: str, used: set, unknown: dict) -> str | None:
     """The transport of NCCL network `name` (Socket, IB, IBext_v8, a plugin's name), from its devices' link
     layers (those of the NET device indexes in `used`, else every listed one) or the plugin's provider."""
-    if name == "Socket":
-        return "tcp"
+    if name == "Socket" or name.startswith("FastSocket"):
+        return "tcp"  # NCCL's sockets, or Google's Fast Socket plugin (TCP with more streams, not GPUDirect)
     if "TCPX" in name or name.startswith("FasTrak"):
         return "tcpx"  # Google's GPUDirect-TCPX/TCPXO plugins: TCP on the wire, payload DMA'd to GPU memory
     if st.provider or name in ("AWS Libfabric", "OFI", "Libfabric"):
@@ -545,6 +551,10 @@ def _of_network(st: _State, name: str, used: set, unknown: dict) -> str | None:
         return "infiniband"
     if links:
         return "roce+infiniband"
+    if name.startswith("gIB"):
+        # Google's gIB plugin (A3 Ultra, A4, A4X) drives the VMs' CX-7 NICs as RDMA over Converged Ethernet
+        st.basis += "; gIB runs on RoCE NICs"
+        return "roce"
     st.basis = ""
     unknown["transport"] = "the log names no device link layer, so InfiniBand and RoCE cannot be told apart"
     return None

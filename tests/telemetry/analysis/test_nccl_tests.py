@@ -48,6 +48,7 @@ ROWS = {
     "reduce_scatter_perf_issue128_zero_size_rows_excerpt.txt": 7,
     "all_reduce_perf_issue252_title_line_cut_to_in_place.txt": 5,
     "all_reduce_perf_issue249_hashless_blocking_line_no_rows.txt": 0,
+    "all_reduce_perf_issue107_two_processes_each_rank_0.txt": 0,
 }
 TRUTHS = sorted(TABLES.glob("*.json"))
 # a line that starts like a row (after a launcher prefix): size, count, a type name

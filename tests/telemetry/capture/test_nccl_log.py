@@ -133,6 +133,22 @@ def test_google_tcpx_plugin_is_its_own_transport():
     assert out["net_plugin"] == "GPUDirectTCPX 3.1.8" and out["hosts"] == ["a3"]
 
 
+def test_google_gib_is_roce_and_fast_socket_is_tcp():
+    # constructed from the lines Google's NCCL/gIB troubleshooting page quotes ("a3ultra-vm-0:606:642 [ 6 ] NCCL
+    # INFO Using network gIB", "NET/gIB : Initializing gIB v1.0.2"), plus a connection line in NCCL's format
+    gib = ["a3ultra-vm-0:606:642 [ 6 ] NCCL INFO NET/gIB : Initializing gIB v1.0.2",
+           "a3ultra-vm-0:606:642 [ 6 ] NCCL INFO Using network gIB",
+           "a3ultra-vm-0:606:650 [ 6 ] NCCL INFO Channel 03/0 : 6[6] -> 14[6] [send] via NET/gIB/3/GDRDMA"]
+    out = parse_lines(gib)
+    assert out["transport"] == "roce" and out["net_plugin"] == "gIB v1.0.2" and out["gpudirect_rdma"] is True
+    assert out["transport_basis"] == "per-connection lines (via NET/gIB); gIB runs on RoCE NICs"
+    assert out["hosts"] == ["a3ultra-vm-0"]
+    # with a device list, its link layer decides as for NCCL's own IB network
+    listed = parse_lines(gib[:2] + ["a3ultra-vm-0:606:642 [ 6 ] NCCL INFO NET/gIB : Using [0]mlx5_0:1/IB ; OOB eth0:10.0.0.2<0>"])
+    assert listed["transport"] == "infiniband"
+    assert parse_lines(["h:1:1 [0] NCCL INFO Using network FastSocket"])["transport"] == "tcp"
+
+
 def test_multi_node_nvlink_is_one_node_to_nccl():
     # constructed in NCCL's 2.2x format: two GB200 trays of one NVLink domain (NCCL says nNodes 1, MNNVL 1)
     lines = ["trayA:1:2 [0] NCCL INFO comm 0x1 rank 0 nRanks 8 nNodes 1 localRanks 8 localRank 0 MNNVL 1",
@@ -290,6 +306,9 @@ def test_world_size_from_a_whole_nccl_tests_device_list():
     assert (out["nranks"], out["nnodes"]) == (3, 2) and out["hosts"] == ["NODE A", "hostb"]
     assert out["transport"] == "tcp"
     assert parse_lines(NET + RANK_LIST)["nranks"] is None  # the list may go on past the excerpt
+    # two processes each listing itself as rank 0 (nccl-tests without MPI, nccl-tests#107): no world size
+    twice = parse_lines(RANK_LIST[:2] + [RANK_LIST[1].replace("NODE A", "hostc")] + NET)
+    assert twice["nranks"] is None and twice["nnodes"] is None
     assert parse_lines(RANK_LIST[:2] + RANK_LIST[3:] + NET)["nranks"] is None  # rank 1 missing
     one = parse_lines(RANK_LIST[:2] + NET)
     assert one["nranks"] == 1 and one["transport"] is None and "one-rank" in one["unknown"]["transport"]
