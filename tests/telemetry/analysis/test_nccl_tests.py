@@ -58,6 +58,7 @@ ROW_LIKE = re.compile(r"^(\[\d+,\d+\]<stdout>:|\d+: )?\s*\d+\s+\d+\s+[a-z0-9]+\s
 def test_the_fixtures_are_all_listed_with_a_source():
     files = sorted(p.name for p in TABLES.glob("*.txt"))
     assert files == sorted(ROWS)
+    assert len(TRUTHS) >= 12 and all(p.with_suffix(".txt").exists() for p in TRUTHS)
     readme = (TABLES / "README.md").read_text()
     assert all(f"`{name}`" in readme for name in files)
     ops = {next(iter(read(str(TABLES / name))["ops"])) for name in files}

@@ -225,7 +225,7 @@ def test_every_field_right_on_real_logs(truth_file):
 
 def test_corpus_covers_what_the_issue_asks_for():
     specs = [json.loads(p.read_text()) for p in TRUTH_FILES]
-    assert len(specs) >= 60 and all(s["source"].startswith("https://github.com/") for s in specs)
+    assert len(specs) >= 76 and all(s["source"].startswith("https://github.com/") for s in specs)
     assert all((p.with_suffix(".log")).exists() for p in TRUTH_FILES)
     cats = {c for s in specs for c in s["categories"]}
     assert {"infiniband", "roce", "sockets", "efa", "ibext-sharp-plugin", "plugin-name-with-spaces", "gdr-on",
