@@ -315,3 +315,20 @@ def test_world_size_from_a_whole_nccl_tests_device_list():
     # NCCL's own count wins over the list
     assert parse_lines(RANK_LIST + NET + ["hostb:3:4 [0] NCCL INFO comm 0x1 rank 0 nranks 4 cudaDev 0 busId 1000 "
                                           "- Init COMPLETE"])["nranks"] == 4
+
+
+# Launchers and log shippers of other clusters put their own text before NCCL's prefix: Open MPI's tags, srun
+# --label, ISO timestamps (CloudWatch, Loki), torchrun's [rankN]:, Ray's actor tag (with its colour codes),
+# pdsh, kubectl logs --prefix.
+LAUNCHER_PREFIXES = ["[1,3]<stdout>:", "12: ", "2025-06-01T10:00:00.123Z ", "[rank3]:", "(RayWorkerWrapper pid=1000) ",
+                     "worker-1: ", "[pod/trainer-0/main] ", "\x1b[36m(Worker pid=7)\x1b[0m "]
+
+
+@pytest.mark.parametrize("prefix", LAUNCHER_PREFIXES)
+def test_every_real_log_reads_the_same_behind_another_launchers_prefix(prefix):
+    keys = ("nccl_version", "network", "devices", "gpudirect_rdma", "channels", "nranks", "nnodes", "transport",
+            "transport_basis", "hosts", "mnnvl", "net_plugin", "provider", "oob_interface")
+    for p in TRUTH_FILES:
+        lines = p.with_suffix(".log").read_text().splitlines()
+        plain, prefixed = parse_lines(lines), parse_lines([prefix + line for line in lines])
+        assert {k: prefixed[k] for k in keys} == {k: plain[k] for k in keys}, p.stem
