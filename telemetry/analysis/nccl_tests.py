@@ -412,12 +412,46 @@ def _op_key(run: _Run, hint: str | None) -> str:
     return hint or "unknown"
 
 
+# nccl-tests' own comment lines (with or without their '#') and its rows (size, count, a type name), wherever a
+# line holds one: what a log shipper's prefix is learnt from
+_ANCHOR = re.compile(r"#\s*(?:nThread \d|Using devices|Rank\s+\d+\s|size\s+count\s|bytes\s+N\s|\(B\)|out-of-place|"
+                     r"Out of bounds|Avg bus bandwidth|nccl-tests version|Collective test)|"
+                     r"(?<!\S)(?:nThread \d+ nGpus|Rank\s+\d+\s+(?:Group|Pid)\s|size\s+count\s+type\s)|"
+                     r"(?<![\w.:])\d+\s+\d+\s+(?:" + "|".join(DTYPES) + r")\s+\S+\s+\S")
+_TAIL_TAG = re.compile(r"(?:\[\d+,\d+\]<(?:stdout|stderr)>:|(?<!\S)\d+:)$")
+
+
+def _shipped_prefix(lines: list[str]) -> re.Pattern | None:
+    """The prefix a log shipper or launcher put before every line (kubectl logs --timestamps, CloudWatch, journald,
+    pdsh, Ray, kubectl --prefix), learnt from the lines that hold one of nccl-tests' comment lines: its shape with
+    each run of digits generalised (timestamps change from line to line), so the rows behind it read too. Open
+    MPI's tags and srun's labels are left to _prefix (they name a stream each)."""
+    shapes: set[str] = set()
+    for line in lines:
+        m = _ANCHOR.search(line)
+        if not m:
+            continue
+        pre = line[:m.start()].rstrip()  # a row's own indent (its numbers are right-aligned) is not the shipper's
+        if t := _TAIL_TAG.search(pre):  # Open MPI's tag or srun's label: _prefix reads those
+            pre = pre[:t.start()].rstrip()
+        if pre and "NCCL " not in pre and len(shapes) < 64:
+            shapes.add(r"\d+".join(re.escape(part) for part in re.split(r"\d+", pre)))
+    if not shapes:
+        return None
+    return re.compile("(?:" + "|".join(sorted(shapes, key=len, reverse=True)) + ")")
+
+
 def parse(text: str, name_hint: str | None = None, path: str | None = None) -> dict:
     """nccl-tests text -> the sweep's JSON. `name_hint`: a file name that may name the test."""
     parser = _Parser()
     streams: dict[object, _Stream] = {}
-    for raw in text.splitlines():
-        split = _prefix(raw.rstrip("\r\n"))
+    lines = text.splitlines()
+    shipped = _shipped_prefix(lines)
+    for raw in lines:
+        raw = raw.rstrip("\r\n")
+        if shipped is not None and (m := shipped.match(raw)):
+            raw = raw[m.end():].lstrip(" \t|")  # "| " of CloudWatch's copy; an MPI tag may follow
+        split = _prefix(raw)
         key, line = split
         if key is None:  # stderr
             continue

@@ -354,3 +354,23 @@ def test_block_titles_that_do_not_match_the_header_and_a_header_without_rows():
     op = read(str(TABLES / "all_reduce_perf_issue249_hashless_blocking_line_no_rows.txt"))["ops"]["all_reduce"]
     assert op["params"]["blocking"] == 1 and op["params"]["iters"] == 5
     assert any(n.startswith("no row after the column header") for n in op["notes"])
+
+
+# What log shippers and launchers of other clusters put before every line (kubectl logs --timestamps, kubectl
+# logs --prefix, Ray's actor tag, pdsh, journald, torchrun): the prefix is learnt from the lines that hold one of
+# nccl-tests' comment lines or rows, so every real table reads as it does bare (Open MPI tags still split streams)
+SHIPPER_PREFIXES = ["2025-06-01T10:00:00.123456789Z ", "[pod/nccl-test-launcher/mpi] ", "(RayWorker pid=3) ",
+                    "worker-0: ", "Jun 01 10:00:00 node1 nccl[123]: ", "[rank0]:"]
+
+
+@pytest.mark.parametrize("prefix", SHIPPER_PREFIXES)
+def test_every_real_table_reads_the_same_behind_a_log_shippers_prefix(prefix):
+    for name in sorted(ROWS):
+        text = (TABLES / name).read_text()
+        bare = parse(text, name_hint=name)
+        shipped = parse("\n".join(prefix + line for line in text.splitlines()), name_hint=name)
+        assert shipped["ops"] == bare["ops"] and shipped["world_size"] == bare["world_size"], name
+    # timestamps that change from line to line, before Open MPI's tags
+    text = (TABLES / "all_reduce_perf_mpi_tagged_2.18.txt").read_text().splitlines()
+    stamped = [f"2025-06-01T10:00:{i % 60:02d}.{i * 7919 % 10 ** 6:06d}Z {line}" for i, line in enumerate(text)]
+    assert parse("\n".join(stamped))["ops"] == parse("\n".join(text))["ops"]
