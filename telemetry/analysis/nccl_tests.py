@@ -104,6 +104,7 @@ class _Run:
         self.rows: list[dict] = []
         self.skipped: list[str] = []
         self.oob = self.avg = None
+        self.avg_check: str | None = None  # "OK"/"FAILED" after the average when a minimum was given
         self.failures: list[str] = []
         self.nccl_version: str | None = None
         self.assumed_header = False
@@ -241,6 +242,11 @@ class _Run:
                              "one run (processes printing at once, or repeated runs) may be mixed")
                 break
             last[key] = row["size"]
+        if wrong:
+            notes.append(f"{wrong} values out of bounds: nccl-tests found wrong results")
+        if self.avg_check == "FAILED":
+            notes.append("the average bus bandwidth is below the minimum the run was given (nccl-tests printed "
+                         "FAILED after it)")
         if self.failures:
             where = (f"after the row of {self.rows[-1]['size']} B" if self.rows else "before the first row")
             notes.append(f"the test failed {where}: {self.failures[0]}")
@@ -251,6 +257,7 @@ class _Run:
             if self.rows and all(r.get(name) is None for r in self.rows):
                 missing[name] = "not in this table"
         return {"test": self.name, "rows": self.rows, "avg_busbw_GBps": avg, "avg_busbw_source": source,
+                "avg_busbw_check": self.avg_check,
                 "wrong": wrong, "ranks": self.ranks, "world_size": world,
                 "devices": self.devices, "params": self.params, "version": self.version,
                 "nccl_version": self.nccl_version or _from_library_code(self.version), "missing": missing,
@@ -374,12 +381,14 @@ class _Stream:
         elif body.startswith("Blocking Enabled"):  # -z 1: a barrier after each collective
             self.current().params["blocking"] = 1
         elif body.startswith("Avg bus bandwidth"):
-            m = re.search(r":\s*(\S+)", body)
+            # "# Avg bus bandwidth    : 95.3009 " and, with a minimum to check against, "... : 12.3 FAILED"
+            m = re.search(r":\s*(\S+)(?:\s+(?:GB/s\s+)?(OK|FAILED)\b)?", body)
             if m and self.run is not None:
                 try:
                     self.run.avg = _num(m.group(1))
                 except ValueError:
                     self.run.avg = None
+                self.run.avg_check = m.group(2)
 
 
 class _Parser:

@@ -206,6 +206,9 @@ def parse_json(doc: dict, name_hint: str | None = None, path: str | None = None)
         ops[key] = {"test": f"{ {'all_to_all': 'alltoall'}.get(op, op)}_perf", "rows": rows,
                     "avg_busbw_GBps": avg if len(cycles) <= 1 else _mean([b["busbw_GBps"] for b in blocks]),
                     "avg_busbw_source": "average_bus_bandwidth" if len(cycles) <= 1 else "mean of this cycle's busbw",
+                    # okay: "unchecked" without a minimum to check against, else true/false (as JSON or as strings)
+                    "avg_busbw_check": {True: "OK", "true": "OK", False: "FAILED", "false": "FAILED"}.get(
+                        avg_obj.get("okay")),
                     "wrong": oob if len(cycles) <= 1 and oob is not None else (sum(wrongs) if wrongs else None),
                     "ranks": None, "world_size": world, "devices": devices,
                     "params": {k: cfg.get(k) for k in ("minimum_bytes", "maximum_bytes", "step_factor", "step_bytes",

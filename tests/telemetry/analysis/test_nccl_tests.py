@@ -374,3 +374,17 @@ def test_every_real_table_reads_the_same_behind_a_log_shippers_prefix(prefix):
     text = (TABLES / "all_reduce_perf_mpi_tagged_2.18.txt").read_text().splitlines()
     stamped = [f"2025-06-01T10:00:{i % 60:02d}.{i * 7919 % 10 ** 6:06d}Z {line}" for i, line in enumerate(text)]
     assert parse("\n".join(stamped))["ops"] == parse("\n".join(text))["ops"]
+
+
+def test_out_of_bounds_and_a_failed_bandwidth_check_are_said():
+    """nccl-tests' footer lines as its source prints them ("# %-20s : %d %s" with OK/FAILED, and the average
+    followed by OK/FAILED when a minimum was given); the rows are nccl-tests#252's."""
+    text = (TABLES / "all_reduce_perf_issue252_title_line_cut_to_in_place.txt").read_text()
+    bad = text.replace("# Out of bounds values : 0 OK", "# Out of bounds values : 248 FAILED").replace(
+        "# Avg bus bandwidth    : 95.3009", "# Avg bus bandwidth    : 95.3009 FAILED")
+    op = parse(bad)["ops"]["unknown"]
+    assert op["wrong"] == 248 and op["avg_busbw_GBps"] == 95.3009 and op["avg_busbw_check"] == "FAILED"
+    assert any(n.startswith("248 values out of bounds") for n in op["notes"])
+    assert any("below the minimum" in n for n in op["notes"])
+    ok = parse(text)["ops"]["unknown"]
+    assert ok["avg_busbw_check"] is None and not any("out of bounds" in n for n in ok["notes"])
