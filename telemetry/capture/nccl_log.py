@@ -64,6 +64,10 @@ _RANK_HOST = re.compile(r"#\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?(?:Pid\s+\d+\s+)
 _RECORD_START = re.compile(r"\s{2,}(?=[A-Za-z0-9][\w.\-]*:\d+:\d+ \[ ?\d+ ?\] NCCL )")
 # IB unusable: no device, or no verbs library (NCCL <= 2.4 then says only this WARN)
 _NO_IB = re.compile(r"NET/IB ?: ?No device found|Failed to open libibverbs")
+# A failed work completion reported by NCCL's IB transport (or a plugin built on it: "NET/IB", "NET/gIB"): that
+# network carried traffic. Its GIDs "::ffff:a.b.c.d" are IPv4-mapped, which only RoCE v2 uses.
+_NET_ERROR = re.compile(r"NET/(\w+) ?: Got completion")
+_V4_GID = re.compile(r"(?:local|remote)Gids? ?::ffff:")
 # NCCL prints at most this many ranks of a ring (graph/rings.cc MAXWIDTH): longer rings are cut
 _RING_LISTING_MAX = 20
 # Lines saying a network plugin (not NCCL's internal IB or Socket) was loaded
@@ -117,6 +121,8 @@ class _State:
         self.test_lists: list[dict[int, str]] = []  # nccl-tests' "# Rank N ... on HOST device D" lists
         self.test_list_open = False  # the last list may continue (or be cut where the excerpt ends)
         self.test_list_mixed = False  # a rank listed twice: several worlds' lists mixed
+        self.error_nets: set[str] = set()  # networks named by their error lines (NCCL_DEBUG=WARN logs)
+        self.v4_gid = False  # an error line with IPv4-mapped GIDs: RoCE v2
 
 
 def _feed_connection(st: _State, line: str) -> bool:
@@ -208,6 +214,10 @@ def _feed(st: _State, line: str) -> None:
             st.gdr_hca[h.group(2)] = on
         return
     if "NET/" in line and _feed_net_devices(st, line):
+        return
+    if "Got completion" in line and (m := _NET_ERROR.search(line)):
+        st.error_nets.add(m.group(1))
+        st.v4_gid = st.v4_gid or bool(_V4_GID.search(line))
         return
     if "libibverbs" in line or "No device" in line:
         if _NO_IB.search(line):
@@ -312,6 +322,9 @@ def _network(st: _State, unknown: dict) -> str | None:
         network, st.network_line = "IB", "no Using network line (NCCL < 2.6): NET/IB's device list"
     elif st.socket_devices and st.no_ib:
         network, st.network_line = "Socket", "no Using network line: NET/IB found no device, NET/Socket's list"
+    elif len(st.error_nets) == 1:
+        network = next(iter(st.error_nets))
+        st.network_line = f"no Using network line: NET/{network}'s error line (that network carried traffic)"
     else:
         unknown["network"] = "no network line and no network connection in the log"
     return network
@@ -551,6 +564,9 @@ def _of_network(st: _State, name: str, used: set, unknown: dict) -> str | None:
         return "infiniband"
     if links:
         return "roce+infiniband"
+    if st.v4_gid:
+        st.basis += "; IPv4-mapped GIDs (::ffff:) in its error lines"
+        return "roce"
     if name.startswith("gIB"):
         # Google's gIB plugin (A3 Ultra, A4, A4X) drives the VMs' CX-7 NICs as RDMA over Converged Ethernet
         st.basis += "; gIB runs on RoCE NICs"

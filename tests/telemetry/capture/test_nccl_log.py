@@ -332,3 +332,20 @@ def test_every_real_log_reads_the_same_behind_another_launchers_prefix(prefix):
         lines = p.with_suffix(".log").read_text().splitlines()
         plain, prefixed = parse_lines(lines), parse_lines([prefix + line for line in lines])
         assert {k: prefixed[k] for k in keys} == {k: plain[k] for k in keys}, p.stem
+
+
+def test_a_warn_only_log_names_its_network_and_ipv4_mapped_gids_mean_roce():
+    """NCCL_DEBUG=WARN logs hold only the error: NET/IB's failed completion shows the IB network carried traffic
+    (nccl-tests#24 in the corpus); its GIDs, when printed, tell RoCE v2 (IPv4-mapped) apart. The line is the one
+    in the title of NVIDIA/nccl#1814."""
+    line = ("hostname-test:987:1260 [7] transport/net_ib.cc:1295 NCCL WARN NET/IB : Got completion from peer "
+            "xxx.xxx.xxx.xxx<55921> with status=12 opcode=1 len=0 vendor err 129 (Send) localGid ::ffff:29.87.4.221 "
+            "remoteGids::ffff:29.87.88.182")
+    out = parse_lines([line])
+    assert out["network"] == "IB" and out["transport"] == "roce"
+    assert out["transport_basis"] == ("no Using network line: NET/IB's error line (that network carried traffic); no "
+                                      "per-connection lines; IPv4-mapped GIDs (::ffff:) in its error lines")
+    # a named network or listed devices still decide
+    listed = parse_lines(["h:1:1 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB ib0:10.0.0.1<0>",
+                          "h:1:1 [0] NCCL INFO Using network IB", line])
+    assert listed["transport"] == "infiniband"
