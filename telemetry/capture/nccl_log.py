@@ -123,6 +123,7 @@ class _State:
         self.test_list_mixed = False  # a rank listed twice: several worlds' lists mixed
         self.error_nets: set[str] = set()  # networks named by their error lines (NCCL_DEBUG=WARN logs)
         self.v4_gid = False  # an error line with IPv4-mapped GIDs: RoCE v2
+        self.no_verbs = False  # IB unusable because libibverbs could not be opened (NCCL <= 2.4 says only that)
 
 
 def _feed_connection(st: _State, line: str) -> bool:
@@ -222,6 +223,8 @@ def _feed(st: _State, line: str) -> None:
     if "libibverbs" in line or "No device" in line:
         if _NO_IB.search(line):
             st.no_ib = True
+            if "libibverbs" in line:
+                st.no_verbs = True
             return
     if "anks " in line:
         for r, n in _NRANKS.findall(line):
@@ -321,7 +324,8 @@ def _network(st: _State, unknown: dict) -> str | None:
     elif st.ib_devices:
         network, st.network_line = "IB", "no Using network line (NCCL < 2.6): NET/IB's device list"
     elif st.socket_devices and st.no_ib:
-        network, st.network_line = "Socket", "no Using network line: NET/IB found no device, NET/Socket's list"
+        why = "libibverbs could not be opened" if st.no_verbs else "NET/IB found no device"
+        network, st.network_line = "Socket", f"no Using network line: {why}, NET/Socket's list"
     elif len(st.error_nets) == 1:
         network = next(iter(st.error_nets))
         st.network_line = f"no Using network line: NET/{network}'s error line (that network carried traffic)"
