@@ -357,8 +357,9 @@ def test_block_titles_that_do_not_match_the_header_and_a_header_without_rows():
 
 
 # What log shippers and launchers of other clusters put before every line (kubectl logs --timestamps, kubectl
-# logs --prefix, Ray's actor tag, pdsh, journald, torchrun, the CloudWatch console's copy): the prefix is learnt from the lines that hold one of
-# nccl-tests' comment lines or rows, so every real table reads as it does bare (Open MPI tags still split streams)
+# logs --prefix, Ray's actor tag, pdsh, journald, torchrun, the CloudWatch console's copy): the prefix is learnt
+# from the lines that hold one of nccl-tests' comment lines or rows, so every real table reads as it does bare
+# (Open MPI tags still split streams)
 SHIPPER_PREFIXES = ["2025-06-01T10:00:00.123456789Z ", "[pod/nccl-test-launcher/mpi] ", "(RayWorker pid=3) ",
                     "worker-0: ", "Jun 01 10:00:00 node1 nccl[123]: ", "[rank0]:", "  | 2024-12-04T07:19:43.480Z | "]
 
