@@ -57,7 +57,10 @@ _RING_GDR = re.compile(r"Connected all rings, use ring PXN \d+ GDR (\d)")
 _NVLS_CHANNELS = re.compile(r"(\d+) nvls channels")
 # NCCL's own prefix "host:pid:tid [dev] NCCL INFO" (some renderings pad the device: "[ 6 ]"), and the host of
 # nccl-tests' "#  Rank  0 Group  0 Pid 123 on HOST device  0 [..]" lines
-_PREFIX_HOST = re.compile(r"(?:^|[\s>:|\]])([A-Za-z0-9][\w.\-]*):\d+:\d+ \[ ?\d+ ?\] NCCL (?:INFO|WARN)")
+# (a WARN line has NCCL's source position, and from 2.2x its function, before "NCCL WARN": "[1] net.cc:626 NCCL WARN",
+# "[0] transport/net_ib/gdaki/gin_host_gdaki.cc:431 (gdakiConnectQp) NCCL WARN")
+_PREFIX_HOST = re.compile(r"(?:^|[\s>:|\]])([A-Za-z0-9][\w.\-]*):\d+:\d+ \[ ?\d+ ?\] (?:[\w./\-]+:\d+ (?:\(\w+\) )?)?"
+                          r"NCCL (?:INFO|WARN)")
 # nccl-tests' device list names every rank of its world (a host name may hold blanks: "on NODE A  device")
 _RANK_HOST = re.compile(r"#\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?(?:Pid\s+\d+\s+)?on\s+(\S.*?)\s+device\s+-?\d")
 # A pasted log whose line breaks were lost holds several records on one line: split before each prefix

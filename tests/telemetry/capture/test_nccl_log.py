@@ -349,3 +349,13 @@ def test_a_warn_only_log_names_its_network_and_ipv4_mapped_gids_mean_roce():
     listed = parse_lines(["h:1:1 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB ib0:10.0.0.1<0>",
                           "h:1:1 [0] NCCL INFO Using network IB", line])
     assert listed["transport"] == "infiniband"
+
+
+def test_host_names_from_warn_lines():
+    """NCCL_DEBUG=WARN logs: the source position (and function) between the device and NCCL WARN. Lines quoted in
+    eth-cscs/cscs-docs#75 (an OFI plugin not found) and NVIDIA/nccl#2237 (GIN on 2.30.7)."""
+    out = parse_lines(["nid006352:34157:34217 [1] net.cc:626 NCCL WARN Error: network AWS Libfabric not found.",
+                       "worker-0:862519:862553 [0] transport/net_ib/gdaki/gin_host_gdaki.cc:431 (gdakiConnectQp) NCCL "
+                       "WARN DOCA failure 21"])
+    assert out["hosts"] == ["nid006352", "worker-0"]
+    assert out["network"] is None  # "network AWS Libfabric not found" is not the network NCCL used
