@@ -44,7 +44,8 @@ _SRUN_LABEL = re.compile(r"^\s*(\d+): ")
 _TEST_NAME = re.compile(r"\b(all_reduce|all_gather|reduce_scatter|alltoallv|alltoall|sendrecv|broadcast|hypercube|"
                         r"reduce|gather|scatter)_perf(?:_mpi)?\b")
 _FILE_OP = re.compile(r"all_reduce|all_gather|reduce_scatter|alltoallv|alltoall|sendrecv|broadcast|hypercube")
-_RANK = re.compile(r"^Rank\s+(\d+)(?:\s+Group\s+(\d+))?(?:\s+Pid\s+(\d+))?\s+on\s+(\S+)\s+device\s+(-?\d+)"
+# a host name may hold blanks where a reporter replaced it ("on NODE A  device  2")
+_RANK = re.compile(r"^Rank\s+(\d+)(?:\s+Group\s+(\d+))?(?:\s+Pid\s+(\d+))?\s+on\s+(\S.*?)\s+device\s+(-?\d+)"
                    r"\s+\[([^\]]*)\]\s*(.*)$")
 _PARAM = re.compile(r"(nThread|nGpus|minBytes|maxBytes|warmup iters|agg iters|iters|validation|graph|unalign)"
                     r":? (-?\d+)")
@@ -61,7 +62,7 @@ _LIBRARY_CODE = re.compile(r"nccl-library=(\d+)")
 # has none): read as if the '#' were there
 _HASHLESS = re.compile(r"(?:nThread \d|Using devices$|Rank\s+\d+\s+(?:Group|Pid)|size\s+count\s+type\s|\(B\)\s+\(elements\)|"
                        r"out-of-place\s+in-place|Out of bounds values|Avg bus bandwidth|nccl-tests version|"
-                       r"Collective test (?:starting|concluded))")
+                       r"Collective test (?:starting|concluded)|Blocking Enabled)")
 _ASSUMED_HEADER = "size count type redop root time algbw busbw #wrong time algbw busbw #wrong".split()
 
 
@@ -103,6 +104,7 @@ class _Run:
         self.rows: list[dict] = []
         self.skipped: list[str] = []
         self.oob = self.avg = None
+        self.avg_check: str | None = None  # "OK"/"FAILED" after the average when a minimum was given
         self.failures: list[str] = []
         self.nccl_version: str | None = None
         self.assumed_header = False
@@ -122,6 +124,10 @@ class _Run:
         self.block_cols = [names.get(t, t) for t in block]
         self.nblocks = len(times)
         self.extra_cols = tokens[times[0] + width * self.nblocks:]
+        if len(self.block_names) != self.nblocks:
+            # block titles that do not match the header (a pasted title line cut to "in-place"): nccl-tests
+            # prints out-of-place first, then in-place
+            self.block_names = list(BLOCKS) if self.nblocks == 2 else self.block_names[-self.nblocks:]
         # nccl-tests of 2017 printed milliseconds and had no units line
         self.time_scale = 1e3 if tokens[0] == "bytes" else 1.0
 
@@ -200,6 +206,15 @@ class _Run:
     def to_op(self) -> dict:
         blocks = [b for r in self.rows for n in BLOCKS if (b := r.get(n))]
         notes, missing = [], {}
+        world = len(self.devices) or None
+        listed = [d["rank"] for d in self.devices]
+        if len(set(listed)) != len(listed):
+            # several processes each printed their own device list (nccl-tests built without MPI, started by
+            # mpirun): each ran a world of its own, and the table mixes their runs
+            world = None
+            twice = sorted({r for r in listed if listed.count(r) > 1})
+            notes.append(f"world size unknown: rank {twice[0]} is listed {listed.count(twice[0])} times, so several "
+                         "processes each ran their own test (nccl-tests without MPI?) and their output is mixed")
         if self.avg is not None:
             avg, source = self.avg, "footer"
         else:
@@ -227,14 +242,23 @@ class _Run:
                              "one run (processes printing at once, or repeated runs) may be mixed")
                 break
             last[key] = row["size"]
+        if wrong:
+            notes.append(f"{wrong} values out of bounds: nccl-tests found wrong results")
+        if self.avg_check == "FAILED":
+            notes.append("the average bus bandwidth is below the minimum the run was given (nccl-tests printed "
+                         "FAILED after it)")
         if self.failures:
             where = (f"after the row of {self.rows[-1]['size']} B" if self.rows else "before the first row")
             notes.append(f"the test failed {where}: {self.failures[0]}")
+        elif self.nblocks and not self.rows:
+            notes.append("no row after the column header and no failure line: the output was cut, or the run "
+                         "stopped, before the first size")
         for name in BLOCKS:
             if self.rows and all(r.get(name) is None for r in self.rows):
                 missing[name] = "not in this table"
         return {"test": self.name, "rows": self.rows, "avg_busbw_GBps": avg, "avg_busbw_source": source,
-                "wrong": wrong, "ranks": self.ranks, "world_size": len(self.devices) or None,
+                "avg_busbw_check": self.avg_check,
+                "wrong": wrong, "ranks": self.ranks, "world_size": world,
                 "devices": self.devices, "params": self.params, "version": self.version,
                 "nccl_version": self.nccl_version or _from_library_code(self.version), "missing": missing,
                 "failed": bool(self.failures), "failures": self.failures, "notes": notes, "skipped_lines": self.skipped}
@@ -354,13 +378,17 @@ class _Stream:
             m = re.search(r":\s*(\d+)", body)
             if m and self.run is not None:
                 self.run.oob = int(m.group(1))
+        elif body.startswith("Blocking Enabled"):  # -z 1: a barrier after each collective
+            self.current().params["blocking"] = 1
         elif body.startswith("Avg bus bandwidth"):
-            m = re.search(r":\s*(\S+)", body)
+            # "# Avg bus bandwidth    : 95.3009 " and, with a minimum to check against, "... : 12.3 FAILED"
+            m = re.search(r":\s*(\S+)(?:\s+(?:GB/s\s+)?(OK|FAILED)\b)?", body)
             if m and self.run is not None:
                 try:
                     self.run.avg = _num(m.group(1))
                 except ValueError:
                     self.run.avg = None
+                self.run.avg_check = m.group(2)
 
 
 class _Parser:
@@ -393,12 +421,46 @@ def _op_key(run: _Run, hint: str | None) -> str:
     return hint or "unknown"
 
 
+# nccl-tests' own comment lines (with or without their '#') and its rows (size, count, a type name), wherever a
+# line holds one: what a log shipper's prefix is learnt from
+_ANCHOR = re.compile(r"#\s*(?:nThread \d|Using devices|Rank\s+\d+\s|size\s+count\s|bytes\s+N\s|\(B\)|out-of-place|"
+                     r"Out of bounds|Avg bus bandwidth|nccl-tests version|Collective test)|"
+                     r"(?<!\S)(?:nThread \d+ nGpus|Rank\s+\d+\s+(?:Group|Pid)\s|size\s+count\s+type\s)|"
+                     r"(?<![\w.:])\d+\s+\d+\s+(?:" + "|".join(DTYPES) + r")\s+\S+\s+\S")
+_TAIL_TAG = re.compile(r"(?:\[\d+,\d+\]<(?:stdout|stderr)>:|(?<!\S)\d+:)$")
+
+
+def _shipped_prefix(lines: list[str]) -> re.Pattern | None:
+    """The prefix a log shipper or launcher put before every line (kubectl logs --timestamps, CloudWatch, journald,
+    pdsh, Ray, kubectl --prefix), learnt from the lines that hold one of nccl-tests' comment lines: its shape with
+    each run of digits generalised (timestamps change from line to line), so the rows behind it read too. Open
+    MPI's tags and srun's labels are left to _prefix (they name a stream each)."""
+    shapes: set[str] = set()
+    for line in lines:
+        m = _ANCHOR.search(line)
+        if not m:
+            continue
+        pre = line[:m.start()].rstrip()  # a row's own indent (its numbers are right-aligned) is not the shipper's
+        if t := _TAIL_TAG.search(pre):  # Open MPI's tag or srun's label: _prefix reads those
+            pre = pre[:t.start()].rstrip()
+        if pre and "NCCL " not in pre and len(shapes) < 64:
+            shapes.add(r"\d+".join(re.escape(part) for part in re.split(r"\d+", pre)))
+    if not shapes:
+        return None
+    return re.compile("(?:" + "|".join(sorted(shapes, key=len, reverse=True)) + ")")
+
+
 def parse(text: str, name_hint: str | None = None, path: str | None = None) -> dict:
     """nccl-tests text -> the sweep's JSON. `name_hint`: a file name that may name the test."""
     parser = _Parser()
     streams: dict[object, _Stream] = {}
-    for raw in text.splitlines():
-        split = _prefix(raw.rstrip("\r\n"))
+    lines = text.splitlines()
+    shipped = _shipped_prefix(lines)
+    for raw in lines:
+        raw = raw.rstrip("\r\n")
+        if shipped is not None and (m := shipped.match(raw)):
+            raw = raw[m.end():].lstrip(" \t|")  # "| " of CloudWatch's copy; an MPI tag may follow
+        split = _prefix(raw)
         key, line = split
         if key is None:  # stderr
             continue

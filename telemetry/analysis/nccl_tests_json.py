@@ -30,7 +30,9 @@ import re
 # nccl-tests type names -> torch dtype names (the sweep's `dtype`)
 DTYPES = {"float": "float32", "double": "float64", "half": "float16", "bfloat16": "bfloat16", "int8": "int8",
           "uint8": "uint8", "int32": "int32", "uint32": "uint32", "int64": "int64", "uint64": "uint64",
-          "f8e4m3": "float8_e4m3fn", "f8e5m2": "float8_e5m2"}
+          "f8e4m3": "float8_e4m3fn", "f8e5m2": "float8_e5m2",
+          # the names nccl-tests and NCCL 1's tests printed before 2019
+          "char": "int8", "int": "int32"}
 
 FILE_VERSION = 3  # the writer's JSON_FILE_VERSION this output follows (nccl-tests 2.19.x)
 TIME_FORMAT = "%Y-%m-%d %H:%M:%S"  # nccl-tests' TIME_STRING_FORMAT (local time)
@@ -204,6 +206,9 @@ def parse_json(doc: dict, name_hint: str | None = None, path: str | None = None)
         ops[key] = {"test": f"{ {'all_to_all': 'alltoall'}.get(op, op)}_perf", "rows": rows,
                     "avg_busbw_GBps": avg if len(cycles) <= 1 else _mean([b["busbw_GBps"] for b in blocks]),
                     "avg_busbw_source": "average_bus_bandwidth" if len(cycles) <= 1 else "mean of this cycle's busbw",
+                    # okay: "unchecked" without a minimum to check against, else true/false (as JSON or as strings)
+                    "avg_busbw_check": {True: "OK", "true": "OK", False: "FAILED", "false": "FAILED"}.get(
+                        avg_obj.get("okay")),
                     "wrong": oob if len(cycles) <= 1 and oob is not None else (sum(wrongs) if wrongs else None),
                     "ranks": None, "world_size": world, "devices": devices,
                     "params": {k: cfg.get(k) for k in ("minimum_bytes", "maximum_bytes", "step_factor", "step_bytes",

@@ -32,8 +32,10 @@ _PROVIDER = re.compile(r"Selected [Pp]rovider is ([\w;:+\-]+)")
 # "[0]mlx5_0:1/IB", "[1] mlx5_3:1/RoCE" inside merged devices "[0]={...}", "[2]mlx5_0:1/IB/SHARP"
 _IB_DEVICE = re.compile(r"\[(\d+)\] ?([\w.\-]+):(\d+)/(RoCE|IB)(/SHARP)?")
 _MERGED = re.compile(r"\[(\d+)\]=\{([^}]*)\}")
-_OOB = re.compile(r"; OOB (\S+)")
-_SOCKET_DEVICE = re.compile(r"\[(\d+)\]([^:\s\[]+):(\S+?)<\d+>")
+# "; OOB eth0:10.0.0.1<0>"; NCCL 2.4 printed "; OOB :" when it had no interface (then none is known)
+_OOB = re.compile(r"; OOB ([^\s:<]\S*)")
+# "[0]eth0:10.0.0.1<0>"; NCCL 2.4 may print an interface with no address ("[0]enp41s0f1:<0>")
+_SOCKET_DEVICE = re.compile(r"\[(\d+)\]([^:\s\[]+):(\S*?)<\d+>")
 _GDR = re.compile(r"GPU Direct RDMA (Enabled|Disabled) for (.*)")
 _GDR_HCA = re.compile(r"HCA (\d+) '([^']+)'")
 # A connection: "Channel 00/0 : 0[0] -> 1[1] [send] via NET/IB/0/GDRDMA", "Ring 00 : 3 -> 4 via P2P/IPC", ...
@@ -49,16 +51,26 @@ _NRANKS = re.compile(r"\brank (\d+) n[Rr]anks (\d+)")
 _NNODES = re.compile(r"\bnNodes (\d+)")
 # 2.20+: "comm 0x.. rank 0 nRanks 8 nNodes 1 localRanks 8 localRank 0 MNNVL 1": one NVLink domain across trays
 _MNNVL = re.compile(r"\bMNNVL ([01])\b")
+# src/mnnvl.cc: "MNNVL %d cliqueId %x cliqueSize %d cliqueRank %d [nvlDomainSize %d]" (2.20+, a line of its own)
+_MNNVL_CLIQUE = re.compile(r"\bMNNVL ([01]) cliqueId ")
 _RING_GDR = re.compile(r"Connected all rings, use ring PXN \d+ GDR (\d)")
 _NVLS_CHANNELS = re.compile(r"(\d+) nvls channels")
 # NCCL's own prefix "host:pid:tid [dev] NCCL INFO" (some renderings pad the device: "[ 6 ]"), and the host of
 # nccl-tests' "#  Rank  0 Group  0 Pid 123 on HOST device  0 [..]" lines
-_PREFIX_HOST = re.compile(r"(?:^|[\s>:|\]])([A-Za-z0-9][\w.\-]*):\d+:\d+ \[ ?\d+ ?\] NCCL (?:INFO|WARN)")
-_RANK_HOST = re.compile(r"#\s*Rank\s+\d+\s+(?:Group\s+\d+\s+)?(?:Pid\s+\d+\s+)?on\s+(\S+)\s+device")
+# (a WARN line has NCCL's source position, and from 2.2x its function, before "NCCL WARN": "[1] net.cc:626 NCCL WARN",
+# "[0] transport/net_ib/gdaki/gin_host_gdaki.cc:431 (gdakiConnectQp) NCCL WARN")
+_PREFIX_HOST = re.compile(r"(?:^|[\s>:|\]])([A-Za-z0-9][\w.\-]*):\d+:\d+ \[ ?\d+ ?\] (?:[\w./\-]+:\d+ (?:\(\w+\) )?)?"
+                          r"NCCL (?:INFO|WARN)")
+# nccl-tests' device list names every rank of its world (a host name may hold blanks: "on NODE A  device")
+_RANK_HOST = re.compile(r"#\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?(?:Pid\s+\d+\s+)?on\s+(\S.*?)\s+device\s+-?\d")
 # A pasted log whose line breaks were lost holds several records on one line: split before each prefix
 _RECORD_START = re.compile(r"\s{2,}(?=[A-Za-z0-9][\w.\-]*:\d+:\d+ \[ ?\d+ ?\] NCCL )")
 # IB unusable: no device, or no verbs library (NCCL <= 2.4 then says only this WARN)
 _NO_IB = re.compile(r"NET/IB ?: ?No device found|Failed to open libibverbs")
+# A failed work completion reported by NCCL's IB transport (or a plugin built on it: "NET/IB", "NET/gIB"): that
+# network carried traffic. Its GIDs "::ffff:a.b.c.d" are IPv4-mapped, which only RoCE v2 uses.
+_NET_ERROR = re.compile(r"NET/(\w+) ?: Got completion")
+_V4_GID = re.compile(r"(?:local|remote)Gids? ?::ffff:")
 # NCCL prints at most this many ranks of a ring (graph/rings.cc MAXWIDTH): longer rings are cut
 _RING_LISTING_MAX = 20
 # Lines saying a network plugin (not NCCL's internal IB or Socket) was loaded
@@ -109,6 +121,12 @@ class _State:
         self.collnet_refused = False
         self.hosts: set[str] = set()
         self.mnnvl: bool | None = None
+        self.test_lists: list[dict[int, str]] = []  # nccl-tests' "# Rank N ... on HOST device D" lists
+        self.test_list_open = False  # the last list may continue (or be cut where the excerpt ends)
+        self.test_list_mixed = False  # a rank listed twice: several worlds' lists mixed
+        self.error_nets: set[str] = set()  # networks named by their error lines (NCCL_DEBUG=WARN logs)
+        self.v4_gid = False  # an error line with IPv4-mapped GIDs: RoCE v2
+        self.no_verbs = False  # IB unusable because libibverbs could not be opened (NCCL <= 2.4 says only that)
 
 
 def _feed_connection(st: _State, line: str) -> bool:
@@ -201,9 +219,15 @@ def _feed(st: _State, line: str) -> None:
         return
     if "NET/" in line and _feed_net_devices(st, line):
         return
+    if "Got completion" in line and (m := _NET_ERROR.search(line)):
+        st.error_nets.add(m.group(1))
+        st.v4_gid = st.v4_gid or bool(_V4_GID.search(line))
+        return
     if "libibverbs" in line or "No device" in line:
         if _NO_IB.search(line):
             st.no_ib = True
+            if "libibverbs" in line:
+                st.no_verbs = True
             return
     if "anks " in line:
         for r, n in _NRANKS.findall(line):
@@ -212,6 +236,9 @@ def _feed(st: _State, line: str) -> None:
             # give the node count once every rank's line is there
             if m := _PREFIX_HOST.search(line):
                 st.rank_hosts[(int(n), int(r))] = m.group(1)
+    if "cliqueId" in line and (m := _MNNVL_CLIQUE.search(line)):
+        st.mnnvl = st.mnnvl or m.group(1) == "1"
+        return
     if "nNodes" in line and (m := _NNODES.search(line)):
         st.nnodes = max(st.nnodes or 0, int(m.group(1)))
         if (mn := _MNNVL.search(line)) and not st.mnnvl:
@@ -247,7 +274,16 @@ def _note_host(st: _State, record: str, k: int, seen: set) -> None:
             if m := _PREFIX_HOST.search(record, 0, k + 11):
                 st.hosts.add(m.group(1))
     elif "Rank" in record and (m := _RANK_HOST.search(record)):
-        st.hosts.add(m.group(1))
+        st.hosts.add(m.group(2))
+        if not st.test_list_open:  # a new device list (a log may hold several nccl-tests runs)
+            st.test_lists.append({})
+            st.test_list_open = True
+        rank = int(m.group(1))
+        if rank in st.test_lists[-1]:  # processes each listing their own world (nccl-tests without MPI)
+            st.test_list_mixed = True
+        st.test_lists[-1][rank] = m.group(2)
+        return
+    st.test_list_open = False  # any other line after the list closes it: the list is whole
 
 
 def parse_lines(lines) -> dict:
@@ -258,6 +294,7 @@ def parse_lines(lines) -> dict:
             line = line.rstrip("\r\n")
             k = line.find(" NCCL ")
             if k > 0:  # the common case inline: this loop runs once per line of every rank's log
+                st.test_list_open = False
                 if (line.find("  ", 0, k) >= 0 or line.find(" NCCL ", k + 6) > 0) and \
                         (parts := _glued(line, k)) is not None:
                     for record in parts:
@@ -290,7 +327,11 @@ def _network(st: _State, unknown: dict) -> str | None:
     elif st.ib_devices:
         network, st.network_line = "IB", "no Using network line (NCCL < 2.6): NET/IB's device list"
     elif st.socket_devices and st.no_ib:
-        network, st.network_line = "Socket", "no Using network line: NET/IB found no device, NET/Socket's list"
+        why = "libibverbs could not be opened" if st.no_verbs else "NET/IB found no device"
+        network, st.network_line = "Socket", f"no Using network line: {why}, NET/Socket's list"
+    elif len(st.error_nets) == 1:
+        network = next(iter(st.error_nets))
+        st.network_line = f"no Using network line: NET/{network}'s error line (that network carried traffic)"
     else:
         unknown["network"] = "no network line and no network connection in the log"
     return network
@@ -348,9 +389,12 @@ def _summarize(st: _State) -> dict:
                                else "no connection line in the log")
 
     # ranks
-    nranks = st.nranks or st.listing_nranks
+    listed = _listed_world(st)
+    nranks = st.nranks or st.listing_nranks or listed
     if nranks is None:
         unknown["nranks"] = "no line gives the communicator size"
+    if st.nnodes is None and listed and nranks == listed:
+        st.nnodes = len({h for ranks in st.test_lists for h in ranks.values()})
     if st.nnodes is None and nranks:
         by_rank = {r: h for (n, r), h in st.rank_hosts.items() if n == nranks}
         if len(by_rank) == nranks:
@@ -385,6 +429,19 @@ def _summarize(st: _State) -> dict:
         "transport_basis": st.basis or None,
         "unknown": {k: unknown[k] for k in FIELDS if k in unknown},
     }
+
+
+def _listed_world(st: _State) -> int | None:
+    """The world size nccl-tests printed before its NCCL lines ("# Using devices", one line per rank): only when
+    every list is whole (ranks 0..n-1, closed by a later line, not cut where an excerpt ends) and all agree."""
+    if st.test_list_mixed:
+        return None
+    sizes = set()
+    for i, ranks in enumerate(st.test_lists):
+        if (st.test_list_open and i == len(st.test_lists) - 1) or sorted(ranks) != list(range(len(ranks))):
+            return None
+        sizes.add(len(ranks))
+    return sizes.pop() if len(sizes) == 1 else None
 
 
 def _gdr_verdict(st: _State, nranks, unknown: dict) -> bool | None:
@@ -486,8 +543,8 @@ def _transport(st: _State, network, nranks, unknown: dict) -> str | None:
 def _of_network(st: _State, name: str, used: set, unknown: dict) -> str | None:
     """The transport of NCCL network `name` (Socket, IB, IBext_v8, a plugin's name), from its devices' link
     layers (those of the NET device indexes in `used`, else every listed one) or the plugin's provider."""
-    if name == "Socket":
-        return "tcp"
+    if name == "Socket" or name.startswith("FastSocket"):
+        return "tcp"  # NCCL's sockets, or Google's Fast Socket plugin (TCP with more streams, not GPUDirect)
     if "TCPX" in name or name.startswith("FasTrak"):
         return "tcpx"  # Google's GPUDirect-TCPX/TCPXO plugins: TCP on the wire, payload DMA'd to GPU memory
     if st.provider or name in ("AWS Libfabric", "OFI", "Libfabric"):
@@ -514,6 +571,13 @@ def _of_network(st: _State, name: str, used: set, unknown: dict) -> str | None:
         return "infiniband"
     if links:
         return "roce+infiniband"
+    if st.v4_gid:
+        st.basis += "; IPv4-mapped GIDs (::ffff:) in its error lines"
+        return "roce"
+    if name.startswith("gIB"):
+        # Google's gIB plugin (A3 Ultra, A4, A4X) drives the VMs' CX-7 NICs as RDMA over Converged Ethernet
+        st.basis += "; gIB runs on RoCE NICs"
+        return "roce"
     st.basis = ""
     unknown["transport"] = "the log names no device link layer, so InfiniBand and RoCE cannot be told apart"
     return None

@@ -10,6 +10,7 @@ import pytest
 
 from telemetry.analysis.compare import CompareError, compare
 from telemetry.analysis.nccl_tests import CSV_COLUMNS, parse, read, to_csv
+from telemetry.analysis.nccl_tests_json import DTYPES
 
 TABLES = Path(__file__).parent.parent / "nccl_tests_tables"
 # rows per file, counted by hand from the published text
@@ -35,7 +36,21 @@ ROWS = {
     "broadcast_perf_mpi_2.18_condensed_two_runs.txt": 19,
     "all_reduce_perf_issue182_two_runs_rows_interleaved.txt": 10,
     "all_reduce_perf_issue167_max_min_redops_excerpt.txt": 11,
+    # the third collection (each with a .json of values read by hand, see test_hand_read_truth_of_each_new_table)
+    "all_reduce_perf_issue347_host_names_with_spaces_cut_before_average.txt": 1,
+    "all_reduce_perf_issue1244_nvlstree_error_col_title_without_hash.txt": 8,
+    "all_gather_perf_issue1435_bfloat16_linear_steps_excerpt.txt": 7,
+    "all_reduce_perf_aws_k8s_tester_503_tagged_padded_header_excerpt.txt": 3,
+    "all_reduce_perf_dstack_3961_rows_only_wide_wrong_cells.txt": 11,
+    "all_reduce_perf_issue1706_destroy_lines_before_footer.txt": 1,
+    "all_reduce_perf_pytorch_84803_rank_pid_layout_with_wrong_excerpt.txt": 3,
+    "all_gather_test_issue120_nccl1_bytes_N_res_excerpt.txt": 10,
+    "reduce_scatter_perf_issue128_zero_size_rows_excerpt.txt": 7,
+    "all_reduce_perf_issue252_title_line_cut_to_in_place.txt": 5,
+    "all_reduce_perf_issue249_hashless_blocking_line_no_rows.txt": 0,
+    "all_reduce_perf_issue107_two_processes_each_rank_0.txt": 0,
 }
+TRUTHS = sorted(TABLES.glob("*.json"))
 # a line that starts like a row (after a launcher prefix): size, count, a type name
 ROW_LIKE = re.compile(r"^(\[\d+,\d+\]<stdout>:|\d+: )?\s*\d+\s+\d+\s+[a-z0-9]+\s")
 
@@ -43,6 +58,7 @@ ROW_LIKE = re.compile(r"^(\[\d+,\d+\]<stdout>:|\d+: )?\s*\d+\s+\d+\s+[a-z0-9]+\s
 def test_the_fixtures_are_all_listed_with_a_source():
     files = sorted(p.name for p in TABLES.glob("*.txt"))
     assert files == sorted(ROWS)
+    assert len(TRUTHS) >= 12 and all(p.with_suffix(".txt").exists() for p in TRUTHS)
     readme = (TABLES / "README.md").read_text()
     assert all(f"`{name}`" in readme for name in files)
     ops = {next(iter(read(str(TABLES / name))["ops"])) for name in files}
@@ -58,7 +74,7 @@ def test_every_row_of_every_fixture_is_read(name):
     assert (result["rows_read"], result["rows_skipped"]) == (ROWS[name], 0)
     for op in result["ops"].values():
         for row in op["rows"]:
-            assert row["size"] >= 0 and row["count"] >= 0 and row["type"] == "float"
+            assert row["size"] >= 0 and row["count"] >= 0 and row["type"] in DTYPES
             assert row["out_of_place"] or row["in_place"]
             for block in (row["out_of_place"], row["in_place"]):
                 if block:
@@ -294,3 +310,82 @@ def test_a_pipe_is_read_like_a_file(tmp_path):
     from telemetry.analysis.nccl_tests import NcclTestsError
     with pytest.raises(NcclTestsError, match="is a directory"):
         read(str(tmp_path))
+
+
+def _same(got, want) -> bool:
+    """Equal, floats to 1e-9 relative (times in ms are scaled to us), nested dicts and lists alike."""
+    if isinstance(want, dict):
+        return isinstance(got, dict) and set(got) == set(want) and all(_same(got[k], want[k]) for k in want)
+    if isinstance(want, list):
+        return isinstance(got, list) and len(got) == len(want) and all(map(_same, got, want))
+    if isinstance(want, float) and isinstance(got, (int, float)):
+        return got == pytest.approx(want, rel=1e-9, abs=1e-12)
+    return got == want
+
+
+@pytest.mark.parametrize("truth_file", TRUTHS, ids=lambda p: p.stem)
+def test_hand_read_truth_of_each_new_table(truth_file):
+    """Tables collected with a .json beside them (source, what was taken, the values read by hand): every value
+    the reader gives for the table matches, and a value the table does not give is null with the reason noted."""
+    spec = json.loads(truth_file.read_text())
+    truth = spec["truth"]
+    assert spec["source"].startswith("https://github.com/") and f"`{truth_file.stem}.txt`" in \
+        (TABLES / "README.md").read_text()
+    r = read(str(truth_file.with_suffix(".txt")))
+    assert list(r["ops"]) == [truth["op"]] and r["rows_skipped"] == 0
+    op = r["ops"][truth["op"]]
+    got = {"op": truth["op"], "test": op["test"], "rows": len(op["rows"]), "world_size": op["world_size"],
+           "hosts": sorted({d["host"] for d in op["devices"]}), "avg_busbw_GBps": op["avg_busbw_GBps"],
+           "avg_busbw_source": op["avg_busbw_source"], "wrong": op["wrong"], "failed": r["failed"],
+           "nccl_version": r["nccl_version"], "dtype": r["dtype"], "first_row": op["rows"][0] if op["rows"] else None}
+    assert _same(got, truth), {k: (got[k], truth[k]) for k in truth if not _same(got[k], truth[k])}
+    for field, value in truth.items():
+        if value is None:
+            assert spec["null_because"].get(field), f"{field} is null without a reason"
+
+
+def test_block_titles_that_do_not_match_the_header_and_a_header_without_rows():
+    """A title line cut to '# in-place' (nccl-tests#252's table with its pasted title given back its '#') once
+    made the out-of-place block read as in-place and dropped the in-place one; titles that do not match the
+    header's blocks now fall back to nccl-tests' order. A header with no row and no failure says so."""
+    text = (TABLES / "all_reduce_perf_issue252_title_line_cut_to_in_place.txt").read_text()
+    row = parse(text.replace("     in-place", "#     in-place"))["ops"]["unknown"]["rows"][0]
+    assert row["out_of_place"]["time_us"] == 10052.0 and row["in_place"]["time_us"] == 9676.9
+    op = read(str(TABLES / "all_reduce_perf_issue249_hashless_blocking_line_no_rows.txt"))["ops"]["all_reduce"]
+    assert op["params"]["blocking"] == 1 and op["params"]["iters"] == 5
+    assert any(n.startswith("no row after the column header") for n in op["notes"])
+
+
+# What log shippers and launchers of other clusters put before every line (kubectl logs --timestamps, kubectl
+# logs --prefix, Ray's actor tag, pdsh, journald, torchrun, the CloudWatch console's copy): the prefix is learnt
+# from the lines that hold one of nccl-tests' comment lines or rows, so every real table reads as it does bare
+# (Open MPI tags still split streams)
+SHIPPER_PREFIXES = ["2025-06-01T10:00:00.123456789Z ", "[pod/nccl-test-launcher/mpi] ", "(RayWorker pid=3) ",
+                    "worker-0: ", "Jun 01 10:00:00 node1 nccl[123]: ", "[rank0]:", "  | 2024-12-04T07:19:43.480Z | "]
+
+
+@pytest.mark.parametrize("prefix", SHIPPER_PREFIXES)
+def test_every_real_table_reads_the_same_behind_a_log_shippers_prefix(prefix):
+    for name in sorted(ROWS):
+        text = (TABLES / name).read_text()
+        bare = parse(text, name_hint=name)
+        shipped = parse("\n".join(prefix + line for line in text.splitlines()), name_hint=name)
+        assert shipped["ops"] == bare["ops"] and shipped["world_size"] == bare["world_size"], name
+    # timestamps that change from line to line, before Open MPI's tags
+    text = (TABLES / "all_reduce_perf_mpi_tagged_2.18.txt").read_text().splitlines()
+    stamped = [f"2025-06-01T10:00:{i % 60:02d}.{i * 7919 % 10 ** 6:06d}Z {line}" for i, line in enumerate(text)]
+    assert parse("\n".join(stamped))["ops"] == parse("\n".join(text))["ops"]
+
+
+def test_out_of_bounds_and_a_failed_bandwidth_check_are_said():
+    """nccl-tests' footer lines as its source prints them ("# %-20s : %d %s" with OK/FAILED, and the average
+    followed by OK/FAILED when a minimum was given); the rows are nccl-tests#252's."""
+    text = (TABLES / "all_reduce_perf_issue252_title_line_cut_to_in_place.txt").read_text()
+    bad = text.replace("# Out of bounds values : 0 OK", "# Out of bounds values : 248 FAILED").replace(
+        "# Avg bus bandwidth    : 95.3009", "# Avg bus bandwidth    : 95.3009 FAILED")
+    op = parse(bad)["ops"]["unknown"]
+    assert op["wrong"] == 248 and op["avg_busbw_GBps"] == 95.3009 and op["avg_busbw_check"] == "FAILED"
+    assert any(n.startswith("248 values out of bounds") for n in op["notes"])
+    assert any("below the minimum" in n for n in op["notes"])
+    ok = parse(text)["ops"]["unknown"]
+    assert ok["avg_busbw_check"] is None and not any("out of bounds" in n for n in ok["notes"])

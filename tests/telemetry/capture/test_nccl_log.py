@@ -133,6 +133,22 @@ def test_google_tcpx_plugin_is_its_own_transport():
     assert out["net_plugin"] == "GPUDirectTCPX 3.1.8" and out["hosts"] == ["a3"]
 
 
+def test_google_gib_is_roce_and_fast_socket_is_tcp():
+    # constructed from the lines Google's NCCL/gIB troubleshooting page quotes ("a3ultra-vm-0:606:642 [ 6 ] NCCL
+    # INFO Using network gIB", "NET/gIB : Initializing gIB v1.0.2"), plus a connection line in NCCL's format
+    gib = ["a3ultra-vm-0:606:642 [ 6 ] NCCL INFO NET/gIB : Initializing gIB v1.0.2",
+           "a3ultra-vm-0:606:642 [ 6 ] NCCL INFO Using network gIB",
+           "a3ultra-vm-0:606:650 [ 6 ] NCCL INFO Channel 03/0 : 6[6] -> 14[6] [send] via NET/gIB/3/GDRDMA"]
+    out = parse_lines(gib)
+    assert out["transport"] == "roce" and out["net_plugin"] == "gIB v1.0.2" and out["gpudirect_rdma"] is True
+    assert out["transport_basis"] == "per-connection lines (via NET/gIB); gIB runs on RoCE NICs"
+    assert out["hosts"] == ["a3ultra-vm-0"]
+    # with a device list, its link layer decides as for NCCL's own IB network
+    listed = parse_lines(gib[:2] + ["a3ultra-vm-0:606:642 [ 6 ] NCCL INFO NET/gIB : Using [0]mlx5_0:1/IB ; OOB eth0:10.0.0.2<0>"])
+    assert listed["transport"] == "infiniband"
+    assert parse_lines(["h:1:1 [0] NCCL INFO Using network FastSocket"])["transport"] == "tcp"
+
+
 def test_multi_node_nvlink_is_one_node_to_nccl():
     # constructed in NCCL's 2.2x format: two GB200 trays of one NVLink domain (NCCL says nNodes 1, MNNVL 1)
     lines = ["trayA:1:2 [0] NCCL INFO comm 0x1 rank 0 nRanks 8 nNodes 1 localRanks 8 localRank 0 MNNVL 1",
@@ -142,6 +158,12 @@ def test_multi_node_nvlink_is_one_node_to_nccl():
     assert out["transport"] == "intra-node" and out["mnnvl"] is True and out["hosts"] == ["trayA", "trayB"]
     assert parse_lines(lines[:1])["mnnvl"] is True and parse_lines(["h:1:1 [0] NCCL INFO x"])["mnnvl"] is None
     assert parse_lines([lines[0].replace("MNNVL 1", "MNNVL 0")])["mnnvl"] is False
+    # NCCL's own MNNVL line (src/mnnvl.cc's format); the fabric probe line "MNNVL busId ..." (nccl_1769) decides nothing
+    clique = "trayA:1:2 [0] NCCL INFO MNNVL 1 cliqueId 7ffe cliqueSize 8 cliqueRank 2 nvlDomainSize 8"
+    assert parse_lines([clique])["mnnvl"] is True
+    assert parse_lines([clique.replace("MNNVL 1", "MNNVL 0")])["mnnvl"] is False
+    assert parse_lines(["gb:1:2 [1] NCCL INFO MNNVL busId 0x901000 fabric UUID 3143b15bc2cd192b.28cc9b5473fb5b93 "
+                        "cliqueId 0x7ffe state 3 healthMask 0xaa"])["mnnvl"] is None
 
 
 def test_records_glued_on_one_line_and_collnet_given_up():
@@ -203,7 +225,7 @@ def test_every_field_right_on_real_logs(truth_file):
 
 def test_corpus_covers_what_the_issue_asks_for():
     specs = [json.loads(p.read_text()) for p in TRUTH_FILES]
-    assert len(specs) >= 60 and all(s["source"].startswith("https://github.com/") for s in specs)
+    assert len(specs) >= 76 and all(s["source"].startswith("https://github.com/") for s in specs)
     assert all((p.with_suffix(".log")).exists() for p in TRUTH_FILES)
     cats = {c for s in specs for c in s["categories"]}
     assert {"infiniband", "roce", "sockets", "efa", "ibext-sharp-plugin", "plugin-name-with-spaces", "gdr-on",
@@ -211,7 +233,10 @@ def test_corpus_covers_what_the_issue_asks_for():
             "no-using-network-line", "launcher-prefix", "interleaved-ranks", "nccl-2.3",
             # added with the second collection (2025-26 logs from other clusters)
             "collnet-refused-after-connect", "merged-lines", "libfabric-cxi", "torch-warnings",
-            "nccl-tests-interleaved", "plugin-failed-fallback", "timestamp-prefix"} <= cats
+            "nccl-tests-interleaved", "plugin-failed-fallback", "timestamp-prefix",
+            # the third collection (NCCL 2.4-2.5 and 2.2x-2.29 formats, pdsh prefixes, redacted host names)
+            "nccl-tests-rank-list", "socket-interface-without-address", "empty-oob", "gin-plugin-lines",
+            "pdsh-prefix", "channel-without-slash", "no-libibverbs", "one-rank", "mnnvl", "redacted"} <= cats
     versions = {s["truth"]["nccl_version"] for s in specs} - {None}
     assert min(versions, key=lambda v: tuple(map(int, v.split(".")))) == "2.3.7"
 
@@ -255,3 +280,82 @@ def test_the_corpus_readme_names_every_log_and_its_source():
     readme = (CORPUS / "README.md").read_text()
     for p in TRUTH_FILES:
         assert f"`{p.stem}.log` | {json.loads(p.read_text())['source']} |" in readme, p.stem
+
+
+def test_nccl_24_lists_without_addresses_and_an_empty_oob():
+    """NCCL 2.4 printed an interface with no address ("[0]enp41s0f1:<0>", nccl-tests#29) and "; OOB :" when it
+    had no out-of-band interface (NVIDIA/nccl#224): the interface is kept, the OOB is unknown, not ":"."""
+    out = parse_lines(["s:1:1 [0] NCCL INFO NET/Socket : Using [0]enp41s0f1:<0> [1]virbr0:<0>",
+                       "s:1:1 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/RoCE ; OOB :"])
+    assert [(d["interface"], d["address"]) for d in out["socket_devices"]] == [("enp41s0f1", ""), ("virbr0", "")]
+    assert out["oob_interface"] is None and out["transport"] == "roce"
+
+
+RANK_LIST = ["# Using devices",
+             "#  Rank  0 Group  0 Pid  1 on NODE A device  0 [0000:04:00] NVIDIA H100 80GB HBM3",
+             "#  Rank  1 Group  0 Pid  2 on NODE A  device  1 [0000:23:00] NVIDIA H100 80GB HBM3",
+             "#   Rank  2 Pid   3 on     hostb device  0 [0x00] Tesla V100-SXM2-32GB"]
+NET = ["hostb:3:3 [0] NCCL INFO NET/Socket : Using [0]eth0:10.0.0.2<0>", "hostb:3:3 [0] NCCL INFO Using network Socket"]
+
+
+def test_world_size_from_a_whole_nccl_tests_device_list():
+    """nccl-tests lists every rank of its world before NCCL's lines: a whole list (ranks 0..n-1, followed by
+    another line) gives the size and the node count; a list cut where an excerpt ends, or with a rank missing,
+    gives neither. A one-rank world then sends nothing between ranks (not "tcp")."""
+    out = parse_lines(RANK_LIST + NET)
+    assert (out["nranks"], out["nnodes"]) == (3, 2) and out["hosts"] == ["NODE A", "hostb"]
+    assert out["transport"] == "tcp"
+    assert parse_lines(NET + RANK_LIST)["nranks"] is None  # the list may go on past the excerpt
+    # two processes each listing itself as rank 0 (nccl-tests without MPI, nccl-tests#107): no world size
+    twice = parse_lines(RANK_LIST[:2] + [RANK_LIST[1].replace("NODE A", "hostc")] + NET)
+    assert twice["nranks"] is None and twice["nnodes"] is None
+    assert parse_lines(RANK_LIST[:2] + RANK_LIST[3:] + NET)["nranks"] is None  # rank 1 missing
+    one = parse_lines(RANK_LIST[:2] + NET)
+    assert one["nranks"] == 1 and one["transport"] is None and "one-rank" in one["unknown"]["transport"]
+    # NCCL's own count wins over the list
+    assert parse_lines(RANK_LIST + NET + ["hostb:3:4 [0] NCCL INFO comm 0x1 rank 0 nranks 4 cudaDev 0 busId 1000 "
+                                          "- Init COMPLETE"])["nranks"] == 4
+
+
+# Launchers and log shippers of other clusters put their own text before NCCL's prefix: Open MPI's tags, srun
+# --label, ISO timestamps (CloudWatch, Loki), torchrun's [rankN]:, Ray's actor tag (with its colour codes),
+# pdsh, kubectl logs --prefix.
+LAUNCHER_PREFIXES = ["[1,3]<stdout>:", "12: ", "2025-06-01T10:00:00.123Z ", "[rank3]:", "(RayWorkerWrapper pid=1000) ",
+                     "worker-1: ", "[pod/trainer-0/main] ", "\x1b[36m(Worker pid=7)\x1b[0m "]
+
+
+@pytest.mark.parametrize("prefix", LAUNCHER_PREFIXES)
+def test_every_real_log_reads_the_same_behind_another_launchers_prefix(prefix):
+    keys = ("nccl_version", "network", "devices", "gpudirect_rdma", "channels", "nranks", "nnodes", "transport",
+            "transport_basis", "hosts", "mnnvl", "net_plugin", "provider", "oob_interface")
+    for p in TRUTH_FILES:
+        lines = p.with_suffix(".log").read_text().splitlines()
+        plain, prefixed = parse_lines(lines), parse_lines([prefix + line for line in lines])
+        assert {k: prefixed[k] for k in keys} == {k: plain[k] for k in keys}, p.stem
+
+
+def test_a_warn_only_log_names_its_network_and_ipv4_mapped_gids_mean_roce():
+    """NCCL_DEBUG=WARN logs hold only the error: NET/IB's failed completion shows the IB network carried traffic
+    (nccl-tests#24 in the corpus); its GIDs, when printed, tell RoCE v2 (IPv4-mapped) apart. The line is the one
+    in the title of NVIDIA/nccl#1814."""
+    line = ("hostname-test:987:1260 [7] transport/net_ib.cc:1295 NCCL WARN NET/IB : Got completion from peer "
+            "xxx.xxx.xxx.xxx<55921> with status=12 opcode=1 len=0 vendor err 129 (Send) localGid ::ffff:29.87.4.221 "
+            "remoteGids::ffff:29.87.88.182")
+    out = parse_lines([line])
+    assert out["network"] == "IB" and out["transport"] == "roce"
+    assert out["transport_basis"] == ("no Using network line: NET/IB's error line (that network carried traffic); no "
+                                      "per-connection lines; IPv4-mapped GIDs (::ffff:) in its error lines")
+    # a named network or listed devices still decide
+    listed = parse_lines(["h:1:1 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB ib0:10.0.0.1<0>",
+                          "h:1:1 [0] NCCL INFO Using network IB", line])
+    assert listed["transport"] == "infiniband"
+
+
+def test_host_names_from_warn_lines():
+    """NCCL_DEBUG=WARN logs: the source position (and function) between the device and NCCL WARN. Lines quoted in
+    eth-cscs/cscs-docs#75 (an OFI plugin not found) and NVIDIA/nccl#2237 (GIN on 2.30.7)."""
+    out = parse_lines(["nid006352:34157:34217 [1] net.cc:626 NCCL WARN Error: network AWS Libfabric not found.",
+                       "worker-0:862519:862553 [0] transport/net_ib/gdaki/gin_host_gdaki.cc:431 (gdakiConnectQp) NCCL "
+                       "WARN DOCA failure 21"])
+    assert out["hosts"] == ["nid006352", "worker-0"]
+    assert out["network"] is None  # "network AWS Libfabric not found" is not the network NCCL used
