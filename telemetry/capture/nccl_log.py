@@ -78,7 +78,7 @@ _PLUGIN_SIGNS = ("Loaded net plugin", "P2P plugin ", "NET/OFI ", "Plugin Path :"
 _KEYS = ("NCCL", "Rank ", "libibverbs", "NET/", " via ", "Ring ", "Channel ", "anks ", "GPU Direct", "etwork", "lugin", "rovider",
          "NVLS", "nvls", "nNodes")
 
-FIELDS = ("nccl_version", "network", "devices", "gpudirect_rdma", "channels", "nranks", "transport", "hosts")
+FIELDS = ("nccl_version", "network", "devices", "gpudirect_rdma", "channels", "nranks", "nnodes", "transport", "hosts")
 
 
 @lru_cache(maxsize=4096)  # a job repeats the same few "via ..." strings on every channel
@@ -399,6 +399,13 @@ def _summarize(st: _State) -> dict:
         by_rank = {r: h for (n, r), h in st.rank_hosts.items() if n == nranks}
         if len(by_rank) == nranks:
             st.nnodes = len(set(by_rank.values()))
+    if st.nnodes is None:
+        if not nranks:
+            unknown["nnodes"] = "no nNodes line, and the communicator size is unknown"
+        else:
+            named = len({r for (n, r) in st.rank_hosts if n == nranks})
+            unknown["nnodes"] = (f"no nNodes line (NCCL < 2.19 logs none), and {named} of {nranks} ranks' init lines "
+                                 "name their host (every rank's log is needed)")
 
     gdr = _gdr_verdict(st, nranks, unknown)
     transport = _transport(st, network, nranks, unknown)

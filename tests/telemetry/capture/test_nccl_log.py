@@ -271,7 +271,8 @@ def test_node_count_from_older_init_lines_with_host_prefixes():
     lines = [f"node{r // 4}:1{r}:1{r} [{r % 4}] NCCL INFO comm 0x7f rank {r} nranks 8 cudaDev {r % 4} busId 1000 - "
              "Init COMPLETE" for r in range(8)]
     assert parse_lines(lines)["nnodes"] == 2
-    assert parse_lines(lines[:7])["nnodes"] is None
+    part = parse_lines(lines[:7])
+    assert part["nnodes"] is None and "7 of 8 ranks" in part["unknown"]["nnodes"]
     # an explicit nNodes line wins
     assert parse_lines(lines + ["node0:1:1 [0] NCCL INFO comm 0x1 rank 0 nRanks 8 nNodes 3 localRanks 4"])["nnodes"] == 3
 
