@@ -110,14 +110,16 @@ def measure(nics: int, steps: int, ethtool_s: float) -> dict:
                 tel.close()
         finally:
             os.environ["PATH"] = os.environ["PATH"].split(os.pathsep, 1)[1]
-    eth_reads = [s for name, s in sampling["sources"].items() if name.startswith("eth:")]
+    # an ethtool source that has not finished a read yet (a short run: ethtool runs at most once a second) has no mean
+    eth_reads = [s["mean_read_s"] for name, s in sampling["sources"].items()
+                 if name.startswith("eth:") and s.get("mean_read_s") is not None]
     return {"nics": nics, "ethtool_nics": eth_nics, "ethtool_s": ethtool_s, "steps": steps,
             "before_step_path_ms_median": round(statistics.median(before) * 1e3, 1),
             "after_end_step_ms_median": round(statistics.median(ends) * 1e3, 3),
             "after_end_step_ms_max": round(max(ends) * 1e3, 3),
             "after_take_us_median": round(statistics.median(takes) * 1e6, 1),
             "steps_with_a_straddling_window": straddled,
-            "ethtool_mean_read_s": round(statistics.mean(s["mean_read_s"] for s in eth_reads), 3) if eth_reads else None,
+            "ethtool_mean_read_s": round(statistics.mean(eth_reads), 3) if eth_reads else None,
             "sysfs_mean_read_ms": round(sampling["sources"]["sysfs"]["mean_read_s"] * 1e3, 3)}
 
 
