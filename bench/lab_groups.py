@@ -27,7 +27,6 @@ Needs root and iproute2 (the lab).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -37,6 +36,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 
 from bench.support.results import append_result  # noqa: E402
+from telemetry.analysis.fabric_summary import lab_tbf_drops  # noqa: E402
 from telemetry.analysis.projection import combine_profiles, measured_profile, project  # noqa: E402
 from telemetry.analysis.report import summarize  # noqa: E402
 from telemetry.analysis.runs import Run, load_run  # noqa: E402
@@ -135,15 +135,9 @@ def _report(args, rate: str, bps: float, prof: dict, bases: list[Run], runs: dic
         "bytes": {n: g["bytes"] for n, g in grouped["by_group"].items()},
         "wire": [wire_accounting(t, link_per_node) for t in targets],
         # packets the shaped links' queues dropped in each run (lab.json, read from tc before tear-down)
-        "tbf_drops": {"baseline": [tbf_drops(b) for b in bases], "target": [tbf_drops(t) for t in targets]}})
+        "tbf_drops": {"baseline": [lab_tbf_drops(b) for b in bases],
+                      "target": [lab_tbf_drops(t) for t in targets]}})
 
-
-def tbf_drops(run: Run) -> int | None:
-    try:
-        with open(os.path.join(run.path, "lab.json"), encoding="utf-8") as f:
-            return json.load(f).get("tbf_drops")
-    except (OSError, ValueError):
-        return None
 
 
 if __name__ == "__main__":

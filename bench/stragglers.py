@@ -44,7 +44,7 @@ def margin(run_dir: str, hosts: list[str]) -> dict:
     for r in rows:
         det.feed(r["step"], r)
         window = det._compute
-        if len(window) >= stragglers.COMPUTE_WINDOW and det._compute_span_s >= stragglers.COMPUTE_SPAN_S:
+        if det.compute_window_full:
             for rank in {s[1] for s in window if s[1] is not None}:
                 n = sum(1 for s in window if s[1] == rank)
                 if n / len(window) > worst["compute"][0] / max(worst["compute"][1], 1):

@@ -111,7 +111,7 @@ class StragglerDetector:
                     self._compute_span_s - self._compute[0][4] >= COMPUTE_SPAN_S:
                 # older than both the last COMPUTE_WINDOW steps and COMPUTE_SPAN_S
                 self._compute_span_s -= self._compute.popleft()[4]
-            if len(self._compute) >= COMPUTE_WINDOW and self._compute_span_s >= COMPUTE_SPAN_S:
+            if self.compute_window_full:
                 needed = max(COMPUTE_NEEDED, math.ceil(COMPUTE_SHARE * len(self._compute)))
                 new += self._persisting("compute", self._compute, needed, rank)
         link = _outlier(ranks.get(StepKey.LINK_IN_S))
@@ -123,6 +123,11 @@ class StragglerDetector:
             self._link.append((step, sender if slow else None, top, others))
             new += self._persisting("network", self._link, LINK_NEEDED, sender)
         return new
+
+    @property
+    def compute_window_full(self) -> bool:
+        """The compute window holds enough for a verdict: >= COMPUTE_WINDOW steps spanning >= COMPUTE_SPAN_S."""
+        return len(self._compute) >= COMPUTE_WINDOW and self._compute_span_s >= COMPUTE_SPAN_S
 
     def _sender(self, receiver: int) -> int:
         """The leader before `receiver` in the probe ring (the receiver itself when the ring is unknown)."""

@@ -25,14 +25,20 @@ def _used_interfaces(fab: dict) -> list[str]:
     return [gloo] if gloo else []
 
 
-def _tbf_drops(run: Run) -> str:
-    """What the lab's shaped queues dropped in the run (launch.lab's lab.json, read from tc before tear-down)."""
+def lab_tbf_drops(run: Run) -> int | None:
+    """Packets the lab's shaped queues dropped in the run (launch.lab's lab.json, read from tc before
+    tear-down); None where the run has no such record."""
     try:
         with open(os.path.join(run.path, "lab.json"), encoding="utf-8") as f:
             drops = json.load(f).get("tbf_drops")
     except (OSError, ValueError, AttributeError):
-        return "queue drops not recorded"
-    if not isinstance(drops, int):
+        return None
+    return drops if isinstance(drops, int) else None
+
+
+def _tbf_drops(run: Run) -> str:
+    drops = lab_tbf_drops(run)
+    if drops is None:
         return "queue drops not recorded"
     return "no queue drops" if drops == 0 else f"queues dropped {drops:,} packets: TCP retransmitted them"
 
