@@ -60,18 +60,25 @@ def lab_run(out: str, rate: str, steps: int, nodes: int = 2) -> str:
 
 
 def wire_accounting(run: Run, link_bytes_per_node: float) -> dict:
-    """Per node and step (medians over the timed steps, then the mean over nodes): interface bytes and frames,
-    their headers, and the payload beyond the groups' link bytes. The sampler's windows are not the steps
-    (one now and then starts inside the step before and holds two steps' traffic), so medians, not sums.
+    """Per node and step (then the mean over nodes): interface bytes and frames, their headers, and the
+    payload beyond the groups' link bytes. The sampler's windows are not the steps: each ends up to a sampling
+    interval (0.1 s) before its step does, so one step's figure can miss its own burst of dp traffic (at the
+    end of backward) and hold the step before's (at 10 Mbit/s, 0.1 s is 125 kB: more than the step's dp
+    bytes), and a median of a few steps' figures with it. The windows are back to back (a step with no new
+    sample passes its traffic to the next), so the sum over steps 2 on, over their count, is off by at most
+    one burst over the whole run: the figure steadies as the run lengthens.
     The counters count the packets the kernel hands the veth: where tbf's burst is larger than a
     segmentation-offload packet (100 Mbit/s: 25 kB) one counted frame carries several wire frames' payload,
     and only the slow links' figures (tbf segments whatever exceeds its 16 KiB burst) read as frames."""
     nodes = []
     for recs in run.ranks.values():
-        rows = [((r.get("host") or {}).get("counters") or {}).get("net:fab0") for r in recs if (r.get("step") or 0) >= 2]
-        rows = [c for c in rows if c]
-        if rows:
-            nodes.append((statistics.median(c["tx_bytes"] for c in rows), statistics.median(c["tx_packets"] for c in rows)))
+        tx = frames = steps = 0
+        for i, r in enumerate(r for r in recs if (r.get("step") or 0) >= 2):
+            c = ((r.get("host") or {}).get("counters") or {}).get("net:fab0")
+            if c:  # the steps before it with no new sample are in its window
+                tx, frames, steps = tx + c["tx_bytes"], frames + c["tx_packets"], i + 1
+        if steps:
+            nodes.append((tx / steps, frames / steps))
     if not nodes:
         return {}
     tx = statistics.mean(t for t, _ in nodes)

@@ -16,6 +16,7 @@ sampled steps only (see `cross_rank_median_every`).
 """
 from __future__ import annotations
 
+import datetime
 import json
 import math
 import os
@@ -138,10 +139,31 @@ def cross_rank_figures(rows: list[list[float]], gathered: list[list[float]] | No
     }
 
 
+def job_timeout() -> datetime.timedelta | None:
+    """The default process group's collective timeout (distributed.timeout_s in the trainer, whatever the
+    adapter's job set), or None where torch does not say. A group made without a timeout gets torch's own
+    default (30 minutes), not the job's: a rank waiting there on a peer behind a cut link would outlive
+    the job's timeout by half an hour."""
+    try:
+        pg = dist.distributed_c10d._get_default_group()
+    except (RuntimeError, ValueError, AttributeError):
+        return None
+    for device in ("cpu", "cuda"):
+        try:
+            timeout = pg._get_backend(torch.device(device)).options._timeout
+        except (RuntimeError, AttributeError):
+            continue
+        if isinstance(timeout, datetime.timedelta):
+            return timeout
+    return None
+
+
 def _side_group(timeout=None):
-    """The CPU-side gloo group for telemetry. Created with gloo's lazy connections where torch has them:
-    the tree only ever talks to log2(world) peers, so each rank opens that many sockets instead of
-    world - 1 at start-up."""
+    """The CPU-side gloo group for telemetry, with the job's collective timeout (job_timeout). Created with
+    gloo's lazy connections where torch has them: the tree only ever talks to log2(world) peers, so each
+    rank opens that many sockets instead of world - 1 at start-up."""
+    if timeout is None:
+        timeout = job_timeout()
     lazy = "TORCH_GLOO_LAZY_INIT" not in os.environ
     if lazy:
         os.environ["TORCH_GLOO_LAZY_INIT"] = "1"  # read when the group is created
@@ -257,7 +279,8 @@ class Telemetry:
                                     "cross-rank reduction"}
         elif dist.is_initialized() and self.world > 1 and self.s.cross_rank_every:
             gloo = fabric.pin_gloo_interface()  # before the group: gloo reads it at creation
-            self._group = _side_group()  # CPU-side, off the training streams
+            timeout = job_timeout()
+            self._group = _side_group(timeout)  # CPU-side, off the training streams
             every = self._median_every()
             median = ("not computed (cross_rank_median_every: 0)" if not every else
                       "every rank's values sent up the same tree every step" if every == 1 else
@@ -266,7 +289,11 @@ class Telemetry:
                 "every": self.s.cross_rank_every,
                 "method": f"binomial-tree reduction to rank 0 over a gloo side group: each rank sends one "
                           f"{_ROWS * len(REDUCED) * 8}-byte message per step; min, mean, max, max_rank, ranks, sums",
-                "median": median, "gloo_interface": gloo}
+                "median": median, "gloo_interface": gloo,
+                # the job's: a peer that stops answering fails the tree as it fails the job's collectives
+                "timeout_s": timeout.total_seconds() if timeout is not None else None}
+            if timeout is None:
+                self.cross_rank_info["timeout_reason"] = "torch did not say the job's timeout: torch's default"
             hosts: list = [None] * self.world  # once, before any step: the tracer drops calls outside steps
             dist.all_gather_object(hosts, host_info()["hostname"], group=self._group)
             self.hosts, self.probe_ring = hosts, leaders(hosts)
@@ -739,7 +766,6 @@ class Telemetry:
         (telemetry.analysis.exports.export_after_close), called by whoever owns the run after close()."""
         if self._group is not None:
             try:
-                import datetime
                 dist.monitored_barrier(group=self._group, timeout=datetime.timedelta(seconds=EXPORT_BARRIER_S))
             except RuntimeError:  # a rank that died: export what is on disk
                 pass

@@ -65,7 +65,7 @@ def test_expected_bytes_follow_the_lora_shapes():
 
 def run_lab(out, rate):
     proc = lab_cli("--nodes", "2", "--nproc-per-node", "2", "--rate", rate, "--", str(RECIPE), f"output_dir={out}",
-                   "max_steps=4", "parallel.tp=2", "parallel.dp=2", "parallel.data_parallel=replicate",
+                   "max_steps=12", "parallel.tp=2", "parallel.dp=2", "parallel.data_parallel=replicate",
                    "train.eval_every_samples=null", "train.save_final=false", "distributed.timeout_s=60",
                    timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
@@ -112,5 +112,6 @@ def test_tp_stays_inside_a_node_dp_crosses_and_only_dp_is_projected(tmp_path):
     # and 66 bytes of headers a frame; tp's 9.1 MB a step stays on loopback (it would be 44x)
     link = sum(g["wire_bytes"] for g in tenth["by_group"].values() if g["on_target_link"])
     assert link == 2 * want["dp"]
+    # over the 11 steps after the first: a sampler window's edge can move a whole dp burst between two steps
     wire = wire_accounting(load_run(str(slow)), link)
     assert 0.9 < wire["payload_bytes"] / link < 1.3, wire

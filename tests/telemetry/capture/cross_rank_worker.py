@@ -1,14 +1,18 @@
 """Run by tests/telemetry/capture/test_session_cross_rank.py under torchrun (gloo): feeds Telemetry.cross_rank
 crafted per-rank values (ties, unknowns on some ranks and on all), computes the same figures the old way
-(every rank's vector on rank 0), records which collectives telemetry issued, and writes OUT/rank<r>.json."""
+(every rank's vector on rank 0), records which collectives telemetry issued, and writes OUT/rank<r>.json.
+With SILENT_PEER_TIMEOUT_S set, the job's timeout is that, rank 1 never sends its first step's values (a peer
+behind a cut link), and rank 0 writes how its wait on the side group ended."""
 from __future__ import annotations
 
+import datetime
 import functools
 import json
 import math
 import os
 import statistics
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -58,6 +62,35 @@ def old_figures(rows: list[list[float]]) -> dict:
     return {name: spread(i) for i, name in enumerate(REDUCED)}
 
 
+def silent_peer(out: str, timeout_s: float) -> None:
+    settings = TelemetrySettings(nccl_debug=False)
+    Telemetry.prepare_environment(settings, None, "gloo")
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=timeout_s))
+    rank = dist.get_rank()
+    tel = Telemetry(settings, run_dir=os.path.join(out, "run"))
+    tel.start()
+    done = os.path.join(out, "rank0.json")
+    if rank == 0:
+        result = {"cross_rank_info": tel.cross_rank_info}
+        began = time.monotonic()
+        try:
+            tel.cross_rank(crafted(rank, 1), 1)
+            result["error"] = None
+        except RuntimeError as exc:
+            result["error"] = str(exc)[:500]
+        result["waited_s"] = time.monotonic() - began
+        with open(done + ".tmp", "w", encoding="utf-8") as f:
+            json.dump(result, f, default=lambda o: None)
+        os.replace(done + ".tmp", done)
+    else:  # silent until rank 0 has its answer (bounded: the test's own timeout ends a hang)
+        while not os.path.exists(done):
+            time.sleep(0.2)
+        with open(os.path.join(out, f"rank{rank}.json"), "w", encoding="utf-8") as f:
+            json.dump({"silent": True}, f)
+    sys.stdout.flush()
+    os._exit(0)  # no tear-down through a group that lost a peer
+
+
 def main(out: str) -> None:
     settings = TelemetrySettings(nccl_debug=False, cross_rank_median_every=MEDIAN_EVERY)
     Telemetry.prepare_environment(settings, None, "gloo")  # as the harness does, before the process group
@@ -91,4 +124,7 @@ def main(out: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    if os.environ.get("SILENT_PEER_TIMEOUT_S"):
+        silent_peer(sys.argv[1], float(os.environ["SILENT_PEER_TIMEOUT_S"]))
+    else:
+        main(sys.argv[1])
