@@ -37,7 +37,8 @@ def worker(iters: int, warmup: int, out: str) -> None:
     import torch
     import torch.distributed as dist
 
-    from telemetry.capture.session import REDUCED, Telemetry, TelemetrySettings, _side_group
+    from telemetry.capture.gloo_lazy import lazy_gloo_group
+    from telemetry.capture.session import REDUCED, Telemetry, TelemetrySettings
 
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -47,7 +48,7 @@ def worker(iters: int, warmup: int, out: str) -> None:
     eager_s = time.perf_counter() - t0
     sockets.append(open_sockets())
     t0 = time.perf_counter()
-    _side_group()  # what the shipped version creates (lazy connections where torch has them)
+    lazy_gloo_group()  # what the shipped version creates (lazy connections where torch has them)
     lazy_s = time.perf_counter() - t0
     tel = Telemetry(TelemetrySettings(nccl_debug=False, cross_rank_median_every=0))
     tel.start()

@@ -8,7 +8,7 @@ all-reduce) run at W = 1,024 on one machine. Per world:
 
 1. Start-up: sockets opened and store look-ups made (a counting wrapper around the shared store) by
    creating the group, before (a world group connected eagerly: every pair
-   at creation, as `dist.new_group(backend="gloo")` does) and now (`trainer.stop.lazy_gloo_group`'s lazy
+   at creation, as `dist.new_group(backend="gloo")` does) and now (`telemetry.capture.gloo_lazy.lazy_gloo_group`'s lazy
    connections: only a listening socket). Eager at 1,024 would need 1,024 x 1,023 sockets, beyond this
    machine's file-descriptor limit: it is skipped above --eager-max and its count is N - 1 per rank.
    An eager gloo (torch 2.7, which ignores TORCH_GLOO_LAZY_INIT) waits for and reads every rank's address:

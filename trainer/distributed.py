@@ -10,6 +10,8 @@ import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
+from telemetry.capture.group_timeout import carry_job_timeout
+
 from .layout import Layout
 
 
@@ -159,6 +161,8 @@ class ParallelDims:
             lay = self.layout
             self._mesh = init_device_mesh(self.device_type, (lay.pp, lay.dp, lay.tp),
                                           mesh_dim_names=("pp", "dp", "tp"))
+            for name in self._mesh.mesh_dim_names:  # DeviceMesh takes no timeout: torch's 10/30 min otherwise
+                carry_job_timeout(self._mesh.get_group(name))
             self._register_groups()
         return self._mesh
 

@@ -39,6 +39,8 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 
+from telemetry.capture.gloo_lazy import lazy_gloo_group
+
 POLL_S = 0.5
 VOTE_INTERVAL_S = 1.0  # the stop vote's target spacing in training time (module docstring)
 MAX_VOTE_EVERY = 1000  # steps between votes at most, however short the steps
@@ -171,19 +173,6 @@ class StopRequests:
         per_step = (now - last_t) / max(step - last_step, 1)
         every = 1 if per_step <= 0 else max(1, min(MAX_VOTE_EVERY, int(VOTE_INTERVAL_S / per_step)))
         return step + every
-
-
-def lazy_gloo_group(**kwargs):
-    """A world-wide gloo group that opens a connection only when a pair first talks (gloo's lazy init,
-    requested for this group alone): created with no connection, only a listening socket."""
-    lazy = "TORCH_GLOO_LAZY_INIT" not in os.environ
-    if lazy:
-        os.environ["TORCH_GLOO_LAZY_INIT"] = "1"  # read when the group is created
-    try:
-        return dist.new_group(backend="gloo", **kwargs)
-    finally:
-        if lazy:
-            del os.environ["TORCH_GLOO_LAZY_INIT"]
 
 
 def tree_peers(rank: int, world: int) -> tuple[int | None, list[int]]:

@@ -46,3 +46,23 @@ def gloo_connects_lazily(timeout_s: float | None = None) -> bool:
     if timeout_s is None:
         _known = lazy
     return lazy
+
+
+def lazy_gloo_group(**kwargs):
+    """A world-wide gloo group that opens a connection only when a pair first talks (gloo's lazy init,
+    requested for this group alone): made with no connection, only a listening socket. Its timeout is the
+    job's (telemetry/capture/group_timeout.py) unless `timeout` is given."""
+    import torch.distributed as dist
+
+    from telemetry.capture.group_timeout import job_timeout
+
+    if kwargs.get("timeout") is None:
+        kwargs["timeout"] = job_timeout()
+    lazy = "TORCH_GLOO_LAZY_INIT" not in os.environ
+    if lazy:
+        os.environ["TORCH_GLOO_LAZY_INIT"] = "1"  # read when the group is created
+    try:
+        return dist.new_group(backend="gloo", **kwargs)
+    finally:
+        if lazy:
+            del os.environ["TORCH_GLOO_LAZY_INIT"]

@@ -35,7 +35,8 @@ from telemetry.settings import TelemetrySettings  # noqa: F401 (the settings the
 from telemetry.capture.collectives import RECORDED_OPS as OPS, CollectiveTracer, enable_nccl_timing, set_host_map, totals
 from telemetry.capture import rdma_devices
 from telemetry.capture.counter_sampler import CounterSampler
-from telemetry.capture.gloo_lazy import gloo_connects_lazily
+from telemetry.capture.gloo_lazy import gloo_connects_lazily, lazy_gloo_group
+from telemetry.capture.group_timeout import job_timeout
 from telemetry.capture.counters import CounterReader, list_hcas, loss_verdict
 from telemetry.capture import bmc_power, live_export
 from telemetry.capture.congestion import summarize as congestion_figures
@@ -137,41 +138,6 @@ def cross_rank_figures(rows: list[list[float]], gathered: list[list[float]] | No
         # sums over the job's GPUs / hosts: the job_ prefix (JOB_SUMS); unprefixed fields are the rank's own
         **{name: total_of(field) for name, field in JOB_SUMS.items()},
     }
-
-
-def job_timeout() -> datetime.timedelta | None:
-    """The default process group's collective timeout (distributed.timeout_s in the trainer, whatever the
-    adapter's job set), or None where torch does not say. A group made without a timeout gets torch's own
-    default (30 minutes), not the job's: a rank waiting there on a peer behind a cut link would outlive
-    the job's timeout by half an hour."""
-    try:
-        pg = dist.distributed_c10d._get_default_group()
-    except (RuntimeError, ValueError, AttributeError):
-        return None
-    for device in ("cpu", "cuda"):
-        try:
-            timeout = pg._get_backend(torch.device(device)).options._timeout
-        except (RuntimeError, AttributeError):
-            continue
-        if isinstance(timeout, datetime.timedelta):
-            return timeout
-    return None
-
-
-def _side_group(timeout=None):
-    """The CPU-side gloo group for telemetry, with the job's collective timeout (job_timeout). Created with
-    gloo's lazy connections where torch has them: the tree only ever talks to log2(world) peers, so each
-    rank opens that many sockets instead of world - 1 at start-up."""
-    if timeout is None:
-        timeout = job_timeout()
-    lazy = "TORCH_GLOO_LAZY_INIT" not in os.environ
-    if lazy:
-        os.environ["TORCH_GLOO_LAZY_INIT"] = "1"  # read when the group is created
-    try:
-        return dist.new_group(backend="gloo", timeout=timeout)
-    finally:
-        if lazy:
-            del os.environ["TORCH_GLOO_LAZY_INIT"]
 
 
 class Telemetry:
@@ -280,7 +246,8 @@ class Telemetry:
         elif dist.is_initialized() and self.world > 1 and self.s.cross_rank_every:
             gloo = fabric.pin_gloo_interface()  # before the group: gloo reads it at creation
             timeout = job_timeout()
-            self._group = _side_group(timeout)  # CPU-side, off the training streams
+            # CPU-side, off the training streams; the tree talks to log2(world) peers: lazy connections
+            self._group = lazy_gloo_group(timeout=timeout)
             every = self._median_every()
             median = ("not computed (cross_rank_median_every: 0)" if not every else
                       "every rank's values sent up the same tree every step" if every == 1 else

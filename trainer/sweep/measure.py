@@ -28,6 +28,7 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 
+from telemetry.capture.group_timeout import job_timeout
 from telemetry.formulas import algbw_GBps, bus_factor
 from telemetry.work_progress import WorkProgress
 
@@ -228,8 +229,10 @@ class Sweep:
         for old in (self.group, self.reverse):
             if old is not None:
                 dist.destroy_process_group(old)
-        self.group = dist.new_group(backend=backend)
-        self.reverse = dist.new_group(backend=backend) if backend == "gloo" and self.world > 1 else None
+        timeout = job_timeout()  # the job's, not torch's default (10 min NCCL, 30 min gloo)
+        self.group = dist.new_group(backend=backend, timeout=timeout)
+        self.reverse = (dist.new_group(backend=backend, timeout=timeout) if backend == "gloo" and self.world > 1
+                        else None)
 
     # ------------------------------------------------------------ timing
 

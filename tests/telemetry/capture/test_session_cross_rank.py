@@ -11,7 +11,6 @@ import subprocess
 import sys
 
 import pytest
-import torch
 
 from telemetry.capture.session import REDUCED, Telemetry, TelemetrySettings, combine_payloads, cross_rank_figures, \
     reduction_payload
@@ -129,23 +128,6 @@ def test_a_silent_peer_fails_the_tree_at_the_jobs_timeout(tmp_path):
     assert got["cross_rank_info"]["timeout_s"] == 3.0
     assert got["error"] and "imed out" in got["error"], got
     assert got["waited_s"] < 60, got  # the job's 3 s (and gloo's slack), never torch's 30 minutes
-
-
-def test_the_side_group_takes_the_jobs_timeout(monkeypatch):
-    import datetime
-
-    import torch.distributed as dist
-
-    from telemetry.capture.session import _side_group, job_timeout
-    assert job_timeout() is None  # no process group: torch's default applies
-    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
-    monkeypatch.setenv("MASTER_PORT", str(_free_port()))
-    dist.init_process_group("gloo", rank=0, world_size=1, timeout=datetime.timedelta(seconds=17))
-    try:
-        assert job_timeout() == datetime.timedelta(seconds=17)
-        assert _side_group()._get_backend(torch.device("cpu")).options._timeout == datetime.timedelta(seconds=17)
-    finally:
-        dist.destroy_process_group()
 
 
 def test_one_process_figures_without_a_process_group():

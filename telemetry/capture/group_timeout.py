@@ -1,0 +1,48 @@
+"""The job's collective timeout, for the process groups made after the default one.
+
+torch gives a group made without a timeout its own default (30 minutes for gloo, 10 for NCCL), not the
+default group's: DeviceMesh's dimension groups, a sweep's fresh groups and the job-wide gloo side groups
+all did, so a rank waiting there on a peer behind a cut link outlived the job's timeout (the trainer's
+distributed.timeout_s) by that much, where the same wait in the default group failed in time.
+"""
+from __future__ import annotations
+
+import datetime
+
+import torch
+import torch.distributed as dist
+
+
+def job_timeout() -> datetime.timedelta | None:
+    """The default process group's timeout, or None where there is none or torch does not say."""
+    try:
+        pg = dist.distributed_c10d._get_default_group()
+    except (RuntimeError, ValueError, AttributeError):
+        return None
+    for device in ("cpu", "cuda"):
+        try:
+            timeout = pg._get_backend(torch.device(device)).options._timeout
+        except (RuntimeError, AttributeError):
+            continue
+        if isinstance(timeout, datetime.timedelta):
+            return timeout
+    return None
+
+
+def group_timeout(group) -> datetime.timedelta | None:
+    """The timeout a group's collectives run under (its CPU backend's, else its CUDA one's)."""
+    for device in ("cpu", "cuda"):
+        try:
+            return group._get_backend(torch.device(device)).options._timeout
+        except (RuntimeError, AttributeError):
+            continue
+    return None
+
+
+def carry_job_timeout(group) -> None:
+    """Give `group` (made by a library that took no timeout, e.g. DeviceMesh) the job's timeout."""
+    timeout = job_timeout()
+    if timeout is None or group is None or group == dist.GroupMember.NON_GROUP_MEMBER:
+        return
+    if group is not dist.distributed_c10d._get_default_group() and group_timeout(group) != timeout:
+        dist.distributed_c10d._set_pg_timeout(timeout, group)
