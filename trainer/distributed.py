@@ -10,7 +10,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
-from telemetry.capture.group_timeout import carry_job_timeout
+from telemetry.capture.group_timeout import GroupWaitFailed, carry_job_timeout
 
 from .layout import Layout
 
@@ -86,9 +86,10 @@ def dump_flight_recorder(logs_dir: str, rank: int) -> dict | None:
 
 
 def describe_timeout(dump: dict | None, rank: int, step: int | None, timeout_s: int, hosts: list,
-                     backend: str, environ=os.environ) -> str:
+                     backend: str, environ=os.environ, exc: BaseException | None = None) -> str:
     """One line for a collective that timed out: which one, at which step, who did not answer, over which
-    interface, and the setting that sets the time."""
+    interface, and the setting that sets the time. Where the failed wait said what and whom it waited for
+    (telemetry's exchange, which the flight recorder does not see: its last entry is the job's), that wins."""
     entries = [e for e in (dump or {}).get("entries", []) if isinstance(e, dict)]
     # NCCL marks the stuck one unfinished; gloo retires a failed one too, so then it is the last issued
     unfinished = [e for e in entries if not e.get("retired") and e.get("state") != "completed"]
@@ -106,6 +107,10 @@ def describe_timeout(dump: dict | None, rank: int, step: int | None, timeout_s: 
         except ValueError:
             pass
 
+    if isinstance(exc, GroupWaitFailed):
+        what = exc.what
+        peers = [exc.peer] if exc.peer is not None else peers
+
     def name(r):
         h = hosts[r] if 0 <= r < len(hosts) and isinstance(hosts[r], dict) else {}
         return f"rank {r} (host {h.get('hostname')})" if h else f"rank {r}"
@@ -113,9 +118,10 @@ def describe_timeout(dump: dict | None, rank: int, step: int | None, timeout_s: 
     iface = f"interface {environ[var]} ({var})" if environ.get(var) else f"the host name's interface ({var} unset)"
     who = name(peers[0]) if len(peers) == 1 else "one of " + ", ".join(name(r) for r in peers)
     at = f"step {step}" if step is not None else "start-up"
+    tail = ("" if isinstance(exc, GroupWaitFailed) else  # not in the dumps: they cannot name anyone for it
+            " (python -m telemetry report RUN names the rank that never entered it)")
     return (f"distributed: {what} at {at} timed out after {timeout_s} s waiting for {who} over {iface}; "
-            f"the time is distributed.timeout_s; dumps in logs/{FLIGHT_RECORDER_DIR}/ "
-            "(python -m telemetry report RUN names the rank that never entered it)")
+            f"the time is distributed.timeout_s; dumps in logs/{FLIGHT_RECORDER_DIR}/{tail}")
 
 
 def is_timeout(exc: BaseException) -> bool:

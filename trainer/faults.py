@@ -1,9 +1,12 @@
 """Faults on purpose, for tests and benchmarks, kept out of the step loop: a straggler (one rank's compute
 late by `debug.delay_s` from `debug.delay_from_step`), and a lost or hung rank after a given step
-(FABRIC_HARNESS_CRASH_AFTER_STEP=N, FABRIC_HARNESS_CRASH_RANK=R, FABRIC_HARNESS_CRASH_MODE=kill|hang|input:
-the resume and fault tests stand it in for a lost node or a cut link; `input`: that rank alone refuses
-its input while the others train on, to test that the `error:` line survives whichever rank fails first). The loop calls `before_step` and
-`after_step`; with nothing asked for, both do nothing."""
+(FABRIC_HARNESS_CRASH_AFTER_STEP=N, FABRIC_HARNESS_CRASH_RANK=R,
+FABRIC_HARNESS_CRASH_MODE=kill|hang|hang_at_step_end|input: the resume and fault tests stand it in for a lost
+node or a cut link; `hang_at_step_end`: silent after step N's collectives but before its end-of-step hooks,
+so the peers wait in telemetry's cross-rank exchange instead of the next step's collectives; `input`: that
+rank alone refuses its input while the others train on, to test that the `error:` line survives whichever
+rank fails first). The loop calls `before_step`, `at_step_end` and `after_step`; with nothing asked for,
+they do nothing."""
 from __future__ import annotations
 
 import os
@@ -31,9 +34,16 @@ class FaultInjection:
         if self.delay_s and step >= self.delay_from_step:
             time.sleep(self.delay_s)
 
+    def at_step_end(self, step: int) -> None:
+        """After the step's compute and collectives, before its end-of-step hooks (telemetry's exchange)."""
+        if (self.crash_mode == "hang_at_step_end" and self.crash_after_step and step == self.crash_after_step
+                and self.rank == self.crash_rank):
+            time.sleep(3600)
+
     def after_step(self, step: int) -> None:
         """After the step is recorded (and checkpointed, if due): the lost or hung rank."""
-        if self.crash_after_step and step == self.crash_after_step and self.rank == self.crash_rank:
+        if (self.crash_after_step and step == self.crash_after_step and self.rank == self.crash_rank
+                and self.crash_mode != "hang_at_step_end"):
             if self.crash_mode == "hang":  # stops answering, as behind a cut link
                 time.sleep(3600)
             if self.crash_mode == "input":  # bad input found by this rank alone, while the others train on

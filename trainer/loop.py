@@ -314,6 +314,7 @@ class Trainer:
         for step in range(start + 1, max_steps + 1):
             record = self.train_step(step)
             t_end = time.perf_counter()
+            self.faults.at_step_end(step)
             self.hooks.on_step_end(step, record)  # the step ends here: evaluation is not part of it
             harness_s = time.perf_counter() - t_end  # telemetry's end-of-step work (and the other hooks')
             if self._eval_due(step):

@@ -326,7 +326,7 @@ def classify_failure(st: RunState, exc: BaseException) -> bool:
     if is_timeout(exc) and dist.is_initialized():  # a peer that does not answer: a cut link, a hung rank
         step = st.trainer.state.step + 1 if st.trainer is not None else None
         st.error = describe_timeout(dump_flight_recorder(rundir.logs, rank), rank, step,
-                                    st.recipe.distributed.timeout_s, st.hosts, dist.get_backend())
+                                    st.recipe.distributed.timeout_s, st.hosts, dist.get_backend(), exc=exc)
         _say(rank, st.error)
         return False
     if isinstance(exc, SystemExit):

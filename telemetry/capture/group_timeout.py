@@ -46,3 +46,13 @@ def carry_job_timeout(group) -> None:
         return
     if group is not dist.distributed_c10d._get_default_group() and group_timeout(group) != timeout:
         dist.distributed_c10d._set_pg_timeout(timeout, group)
+
+
+class GroupWaitFailed(RuntimeError):
+    """A wait on one of telemetry's own groups that failed (a timeout, a peer gone): str() keeps the
+    transport's words, so it is read as any such failure is; `what` and `peer` say what was waited for and on
+    whom, which the flight recorder cannot (telemetry's messages bypass it, so its last entry is the job's)."""
+
+    def __init__(self, exc: BaseException, what: str, peer: int | None):
+        super().__init__(str(exc))
+        self.what, self.peer = what, peer

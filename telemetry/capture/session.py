@@ -36,7 +36,7 @@ from telemetry.capture.collectives import RECORDED_OPS as OPS, CollectiveTracer,
 from telemetry.capture import rdma_devices
 from telemetry.capture.counter_sampler import CounterSampler
 from telemetry.capture.gloo_lazy import gloo_connects_lazily, lazy_gloo_group
-from telemetry.capture.group_timeout import job_timeout
+from telemetry.capture.group_timeout import GroupWaitFailed, job_timeout
 from telemetry.capture.counters import CounterReader, list_hcas, loss_verdict
 from telemetry.capture import bmc_power, live_export
 from telemetry.capture.congestion import summarize as congestion_figures
@@ -80,6 +80,10 @@ _ROWS = 5
 
 def _nan(v) -> float:
     return float("nan") if v is None else float(v)
+
+
+SIDE_GROUP = "telemetry_cross_rank"
+EXCHANGE = f"telemetry's cross-rank exchange (process group {SIDE_GROUP})"
 
 
 def reduction_payload(values: list[float], rank: int) -> list[list[float]]:
@@ -247,7 +251,7 @@ class Telemetry:
             gloo = fabric.pin_gloo_interface()  # before the group: gloo reads it at creation
             timeout = job_timeout()
             # CPU-side, off the training streams; the tree talks to log2(world) peers: lazy connections
-            self._group = lazy_gloo_group(timeout=timeout)
+            self._group = lazy_gloo_group(timeout=timeout, group_desc=SIDE_GROUP)
             every = self._median_every()
             median = ("not computed (cross_rank_median_every: 0)" if not every else
                       "every rank's values sent up the same tree every step" if every == 1 else
@@ -612,13 +616,20 @@ class Telemetry:
         distance = 1
         while distance < self.world:
             if self.rank & distance:  # the side group holds every rank: group ranks are global ranks
-                isend(torch.tensor(payload, dtype=torch.float64), self.rank - distance, group=self._group).wait()
+                dst = self.rank - distance
+                try:
+                    isend(torch.tensor(payload, dtype=torch.float64), dst, group=self._group).wait()
+                except RuntimeError as exc:
+                    raise GroupWaitFailed(exc, EXCHANGE, dst) from exc
                 return None
             src = self.rank + distance
             if src < self.world:
                 rows = _ROWS + (min(distance, self.world - src) if per_rank else 0)
                 incoming = torch.empty(rows, len(payload[0]), dtype=torch.float64)
-                irecv(incoming, src, group=self._group).wait()
+                try:
+                    irecv(incoming, src, group=self._group).wait()
+                except RuntimeError as exc:
+                    raise GroupWaitFailed(exc, EXCHANGE, src) from exc
                 got = incoming.tolist()
                 combine_payloads(payload, got)
                 if per_rank:

@@ -55,6 +55,21 @@ def test_timeout_line_names_the_collective_the_peer_and_the_setting():
     assert "distributed.timeout_s" in line and "\n" not in line
 
 
+def test_a_wait_that_names_itself_wins_over_the_dumps_last_entry():
+    # telemetry's exchange bypasses the flight recorder: the dump's last entry is the job's finished all_reduce
+    from telemetry.capture.group_timeout import GroupWaitFailed
+
+    dump = {"entries": [{"record_id": 2, "profiling_name": "gloo:all_reduce", "collective_seq_id": 7,
+                         "process_group": ["0", "default_pg"], "state": "completed", "retired": True}]}
+    exc = GroupWaitFailed(RuntimeError("Timed out waiting 10000ms for recv operation to complete"),
+                          "telemetry's cross-rank exchange (process group telemetry_cross_rank)", 2)
+    assert d.is_timeout(exc)
+    line = d.describe_timeout(dump, 0, 4, 10, HOSTS, "gloo", {"GLOO_SOCKET_IFNAME": "eth1"}, exc=exc)
+    assert line == ("distributed: telemetry's cross-rank exchange (process group telemetry_cross_rank) at step 4 "
+                    "timed out after 10 s waiting for rank 2 (host c) over interface eth1 (GLOO_SOCKET_IFNAME); the "
+                    "time is distributed.timeout_s; dumps in logs/flight_recorder/")
+
+
 def test_timeout_line_without_a_dump():
     line = d.describe_timeout(None, 0, None, 30, HOSTS, "nccl", {"NCCL_SOCKET_IFNAME": "eth0"})
     assert line.startswith("distributed: a collective at start-up timed out after 30 s waiting for one of "

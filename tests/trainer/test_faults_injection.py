@@ -44,3 +44,18 @@ def test_the_lost_rank_dies_after_its_step(monkeypatch, mode, expected):
         for step in (1, 2, 3):
             f.after_step(step)
     assert events == expected
+
+
+def test_the_rank_silent_at_its_step_end_hangs_there_only(monkeypatch):
+    events = []
+    monkeypatch.setattr(time, "sleep", lambda s: events.append(("sleep", s)))
+    monkeypatch.setattr(os, "kill", lambda pid, sig: events.append("kill"))
+    env = {"FABRIC_HARNESS_CRASH_AFTER_STEP": "2", "FABRIC_HARNESS_CRASH_RANK": "1",
+           "FABRIC_HARNESS_CRASH_MODE": "hang_at_step_end"}
+    for rank in (0, 1):
+        f = FaultInjection.from_recipe(DEBUG, rank, environ=env)
+        for step in (1, 2, 3):
+            f.at_step_end(step)
+            events.append((rank, step))
+            f.after_step(step)  # the step-end hang is the whole fault: no kill after it
+    assert events == [(0, 1), (0, 2), (0, 3), (1, 1), ("sleep", 3600), (1, 2), (1, 3)]
