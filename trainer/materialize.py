@@ -434,10 +434,13 @@ def refuse_whole_load(path: str, model_class: str) -> None:
     world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
     if world == 1:
         return
-    from .workloads.hf import ModelError
+    from .workloads.hf import WEIGHT_FILES, ModelError
 
+    found = [f for f in WEIGHT_FILES if os.path.isfile(os.path.join(path, f))]
+    if not found:  # check_checkpoint says this first in a run; a direct caller gets the same line
+        raise ModelError(f"model.path: {path!r} has no weights; expected one of {', '.join(WEIGHT_FILES)}")
     raise ModelError(
-        f"model.path: {path!r} has no safetensors weights (only pytorch_model.bin), which each of the {world} "
+        f"model.path: {path!r} has no safetensors weights (only {' and '.join(found)}), which each of the {world} "
         "ranks would load whole into host memory instead of its own slices; convert it once: python -c "
         f"\"from transformers import {model_class} as M; M.from_pretrained('{path}', dtype='auto')"
         f".save_pretrained('{path.rstrip('/')}-safetensors')\" (writes model.safetensors shards and config.json; "

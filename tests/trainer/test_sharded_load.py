@@ -163,7 +163,12 @@ def test_a_bin_only_checkpoint_is_refused_across_ranks_with_the_conversion_that_
     message = str(err.value)
     assert "\n" not in message and message.startswith(f"model.path: '{ckpt}' has no safetensors weights")
     assert "each of the 8 ranks would load whole" in message
+    assert "(only pytorch_model.bin)" in message
     code = shlex.split(message.split("python -c ", 1)[1].split(" (writes", 1)[0])[0]
+    empty = tmp_path / "no-weights"
+    empty.mkdir()
+    with pytest.raises(ModelError, match="has no weights; expected one of model.safetensors"):
+        refuse_whole_load(str(empty), "AutoModelForCausalLM")  # not 'only pytorch_model.bin' where there is none
     monkeypatch.undo()  # the conversion runs alone, outside the job
     exec(code, {})  # the printed command, as the user would run it
     assert SafetensorsSource.available(f"{ckpt}-safetensors")
