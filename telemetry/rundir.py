@@ -246,19 +246,24 @@ def now_iso() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
-def read_jsonl(path: str) -> list[dict]:
-    """Every complete line that is a JSON object; a truncated last line (a killed job) is skipped."""
+def read_jsonl(path: str, damaged: list[int] | None = None) -> list[dict]:
+    """Every complete line that is a JSON object; a truncated last line (a killed job) is skipped. Any other
+    line that is not an object is skipped too, and its number (from 1) added to `damaged` if given."""
     rows = []
     if not os.path.exists(path):
         return rows
     with open(path, encoding="utf-8", errors="replace") as f:  # a damaged byte spoils its line, not the file
-        for line in f:
+        for number, line in enumerate(f, 1):
             try:
                 row = json.loads(line)
             except json.JSONDecodeError:
-                continue
+                row = None
+                if not line.endswith("\n"):  # the last line, cut off by a killed job: not damage
+                    continue
             if isinstance(row, dict):  # a step is an object; anything else is damage, skipped like a torn line
                 rows.append(row)
+            elif damaged is not None and line.strip():
+                damaged.append(number)
     return rows
 
 

@@ -13,7 +13,7 @@ from urllib.parse import quote
 
 from telemetry import coverage
 from telemetry.formulas import RECORDED_OPS
-from telemetry.analysis.runs import Run, load_run, median, percentile
+from telemetry.analysis.runs import Run, damage_warning, load_run, median, percentile
 from telemetry.stragglers import report_section as straggler_section
 from telemetry.rundir import REPORT, RunKey, StepKey
 
@@ -518,7 +518,7 @@ def write_report(run_path: str, out: str | None = None) -> dict:
     from telemetry.analysis.fabric_config import report_section as fabric_config  # what the fabric was
     config = fabric_config(run.info) if "nccl_tests" not in run.info else None
     write_documents(out, "report", title, f"Run directory: {os.path.abspath(run_path)}",
-                    [w for w in (warning, partial) if w],
+                    [w for w in (warning, partial, damage_warning(run)) if w],
                     tables(s) + ([config] if config else []) + ([algo] if algo else []) + ([hang] if hang else []),
                     figures)
     return {"out": out, "summary": s, "figures": [n for n, _ in figures]}

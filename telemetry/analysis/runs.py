@@ -38,6 +38,7 @@ class Run:
     info: dict
     metrics: list[dict]
     ranks: dict[int, list[dict]] = field(default_factory=dict)
+    damaged: dict[str, list[int]] = field(default_factory=dict)  # file -> numbers of lines left out as damage
 
     @property
     def name(self) -> str:
@@ -85,19 +86,37 @@ def load_run(path: str) -> Run:
         if info.get(key) is not None and not isinstance(info[key], kind):
             raise RunError(f"{run_json}: '{key}' is a JSON {_json_type(info[key])}; allowed: "
                            f"{'an object' if kind is dict else 'a list'} (or null), as a run writes it")
-    ranks = {}
+    ranks, damaged = {}, {}
     for p in rank_files(path, RANK_TELEMETRY):
         m = re.fullmatch(rf"rank(\d+)\.{re.escape(RANK_TELEMETRY)}", os.path.basename(p))
         if m:  # another file that happens to match the glob is not a rank's
-            ranks[int(m.group(1))] = [upgrade_record(r) for r in read_jsonl(p)]
+            bad: list[int] = []
+            ranks[int(m.group(1))] = [upgrade_record(r) for r in read_jsonl(p, bad)]
+            if bad:
+                damaged[os.path.relpath(p, path)] = bad
     final = info.get(RunKey.FINAL) or {}
     rename_fields(final, RENAMED_UNITS)  # a sweep's avg_busbw per collective
     metrics_path = os.path.join(path, METRICS)
-    metrics = [upgrade_record(r) for r in read_jsonl(metrics_path)]
+    bad = []
+    metrics = [upgrade_record(r) for r in read_jsonl(metrics_path, bad)]
     if not metrics and _has_text(metrics_path):
         raise RunError(f"{metrics_path}: no line is a JSON object; allowed: one JSON object per line, as a run "
                        "writes (a truncated last line is skipped)")
-    return Run(path, info, metrics, ranks)
+    if bad:
+        damaged[METRICS] = bad
+    return Run(path, info, metrics, ranks, damaged)
+
+
+def damage_warning(run: Run) -> str | None:
+    """One line naming the lines a reader left out as damage (not a killed job's cut last line), or None."""
+    if not run.damaged:
+        return None
+
+    def lines(nums: list[int]) -> str:
+        shown = ", ".join(str(n) for n in nums[:5])
+        return f"line{'s' if len(nums) > 1 else ''} {shown}{f' and {len(nums) - 5} more' if len(nums) > 5 else ''}"
+    parts = [f"{name} {lines(nums)}" for name, nums in sorted(run.damaged.items())]
+    return f"left out as damaged (not one JSON object each): {'; '.join(parts)}"
 
 
 def _has_text(path: str) -> bool:

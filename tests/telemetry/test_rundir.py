@@ -95,6 +95,14 @@ def test_a_truncated_last_line_is_skipped_and_old_names_read_as_new(tmp_path):
     assert rows == [{"step": 1, "job_gpu_energy_j": 5, "comm": {"all_reduce": {"busbw_GBps": 1.5}}}]
 
 
+def test_damaged_lines_are_counted_a_cut_last_line_is_not(tmp_path):
+    p = tmp_path / "metrics.jsonl"
+    p.write_text('{"step": 1}\n[1, 2]\n{"step": 2, "lo\n\n\xff\n{"step": 3}\n{"step": 4, "lo')
+    damaged: list[int] = []
+    assert read_jsonl(str(p), damaged) == [{"step": 1}, {"step": 3}]
+    assert damaged == [2, 3, 5]  # a list, a torn line in the middle, a bad byte; not the blank line, not the end
+
+
 @pytest.mark.parametrize("writer", ["trainer.run_writer", "telemetry.integrations.recorder"])
 def test_every_writer_goes_through_the_owner(writer):
     """No second atomic writer or metrics stream: the trainer and the recorder use telemetry.rundir."""

@@ -28,6 +28,22 @@ def test_summary_numbers(tmp_path):
     assert abs(s["straggler_s"] - 0.2) < 1e-12
 
 
+def test_damaged_lines_are_said_in_the_report(tmp_path):
+    from telemetry.analysis.report import write_report
+    from telemetry.analysis.runs import damage_warning
+
+    run = recorded_run(tmp_path / "run", energy=False)
+    assert damage_warning(load_run(str(run))) is None  # the recorded run's cut last line is not damage
+    metrics = run / "metrics.jsonl"
+    lines = metrics.read_text().splitlines(keepends=True)
+    lines[2] = "garbage\n"
+    metrics.write_text("".join(lines))
+    loaded = load_run(str(run))
+    assert loaded.damaged == {"metrics.jsonl": [3]}
+    write_report(str(run))
+    assert "left out as damaged (not one JSON object each): metrics.jsonl line 3" in (run / "report" / "report.md").read_text()
+
+
 @pytest.mark.integration
 def test_report_writes_html_markdown_and_figures(tmp_path):
     run = recorded_run(tmp_path / "run", energy=False)
