@@ -48,6 +48,13 @@ def carry_job_timeout(group) -> None:
         dist.distributed_c10d._set_pg_timeout(timeout, group)
 
 
+def carry_job_timeout_to_all() -> None:
+    """Every group this rank is in takes the job's timeout: after a library made its own without one
+    (DeepSpeed's data-parallel group is `new_group(ranks=range(world))`, a clone of the world)."""
+    for group in list(dist.distributed_c10d._world.pg_map):
+        carry_job_timeout(group)
+
+
 class GroupWaitFailed(RuntimeError):
     """A wait on one of telemetry's own groups that failed (a timeout, a peer gone): str() keeps the
     transport's words, so it is read as any such failure is; `what` and `peer` say what was waited for and on

@@ -19,6 +19,8 @@ import warnings
 import torch
 import torch.distributed as dist
 
+from telemetry.capture.group_timeout import carry_job_timeout_to_all
+
 from ..hook_list import Hooks
 from .deepspeed_config import build
 
@@ -58,6 +60,7 @@ def wrap(model: torch.nn.Module, optimizer: torch.optim.Optimizer, recipe, layou
     _check_values(config)
     engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=config,
                                            dist_init_required=False)
+    carry_job_timeout_to_all()  # its data-parallel group is a world clone made with torch's default timeout
     return engine
 
 
@@ -72,6 +75,7 @@ def zero3_partitioner(recipe, layout, device: torch.device, compute_dtype: torch
     from deepspeed.runtime.zero.offload_config import OffloadDeviceEnum
 
     init = deepspeed.zero.Init(config_dict_or_path=config)
+    carry_job_timeout_to_all()  # the partitioner's groups, made without the job's timeout
     if init.remote_device == OffloadDeviceEnum.nvme or init.zero_param_process_group is not None:
         return None
     return init

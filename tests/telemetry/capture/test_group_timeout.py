@@ -49,14 +49,15 @@ def test_a_group_of_one_takes_the_jobs_timeout(monkeypatch):
 
 
 @pytest.mark.integration
-def test_mesh_sweep_and_vote_groups_at_world_4(tmp_path):
+def test_mesh_sweep_vote_and_deepspeed_groups_at_world_4(tmp_path):
     out = tmp_path / "timeouts.json"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", "--nproc-per-node=4",
            "--master-addr=127.0.0.1", f"--master-port={_free_port()}", SCRIPT, str(out)]
-    proc = subprocess.run(cmd, cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True,
-                          timeout=180)
+    pytest.importorskip("deepspeed", reason="deepspeed is in the test extra: pip install -e .[test]")
+    proc = subprocess.run(cmd, cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": "1", "DS_ACCELERATOR": "cpu"},
+                          capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads(out.read_text())
     # dp and tp of a 2 x 2 mesh are real subgroups (pp of size 1 may be the default group itself)
     assert got == {"default": 7.0, "pp": 7.0, "dp": 7.0, "tp": 7.0, "sweep": 7.0, "sweep_reverse": 7.0,
-                   "stop_vote": 7.0}, got
+                   "stop_vote": 7.0, "deepspeed_dp_made": 1800.0, "deepspeed_dp": 7.0}, got

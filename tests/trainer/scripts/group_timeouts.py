@@ -11,7 +11,7 @@ import torch
 import torch.distributed as dist
 
 from telemetry.capture.gloo_lazy import lazy_gloo_group
-from telemetry.capture.group_timeout import group_timeout
+from telemetry.capture.group_timeout import carry_job_timeout_to_all, group_timeout
 from trainer.distributed import ParallelDims
 from trainer.layout import Layout
 from trainer.sweep.measure import Sweep
@@ -29,6 +29,15 @@ def main(out: str) -> None:
     sweep.new_groups("gloo")
     got["sweep"], got["sweep_reverse"] = group_timeout(sweep.group), group_timeout(sweep.reverse)
     got["stop_vote"] = group_timeout(lazy_gloo_group(group_desc="stop_vote"))
+    # DeepSpeed's data-parallel group: a world clone made without a timeout, then the trainer's carry
+    import deepspeed
+    from deepspeed.utils import groups
+
+    deepspeed.init_distributed(dist_backend="gloo", dist_init_required=False)
+    clone = groups._get_data_parallel_group()
+    got["deepspeed_dp_made"] = group_timeout(clone)
+    carry_job_timeout_to_all()
+    got["deepspeed_dp"] = group_timeout(clone)
     if dist.get_rank() == 0:
         with open(out, "w", encoding="utf-8") as f:
             json.dump({k: v.total_seconds() for k, v in got.items()}, f)
