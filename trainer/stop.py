@@ -40,6 +40,7 @@ import torch
 import torch.distributed as dist
 
 from telemetry.capture.gloo_lazy import lazy_gloo_group
+from telemetry.capture.group_timeout import GroupWaitFailed
 
 POLL_S = 0.5
 VOTE_INTERVAL_S = 1.0  # the stop vote's target spacing in training time (module docstring)
@@ -200,13 +201,21 @@ def tree_max(group, rank: int, world: int, msg: torch.Tensor, on_root=None) -> t
     parent, children = tree_peers(rank, world)
     incoming = torch.empty_like(msg)
     for child in reversed(children):  # smallest subtree first: it is ready soonest
-        group.recv([incoming], child, _TAG).wait()
+        _wait(group.recv([incoming], child, _TAG), child)
         torch.maximum(msg, incoming, out=msg)
     if parent is not None:
-        group.send([msg], parent, _TAG).wait()
-        group.recv([msg], parent, _TAG).wait()
+        _wait(group.send([msg], parent, _TAG), parent)
+        _wait(group.recv([msg], parent, _TAG), parent)
     elif on_root is not None:
         on_root(msg)
     for child in children:
-        group.send([msg], child, _TAG).wait()
+        _wait(group.send([msg], child, _TAG), child)
     return msg
+
+
+def _wait(work, peer: int) -> None:
+    """A vote message's wait; a failure names the vote and the peer (the flight recorder does not see it)."""
+    try:
+        work.wait()
+    except RuntimeError as exc:
+        raise GroupWaitFailed(exc, "the stop vote (process group stop_vote)", peer) from exc

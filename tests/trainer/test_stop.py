@@ -115,6 +115,27 @@ def test_tree_max_gives_every_rank_the_max_and_rank0s_word(world):
     assert _on_every_rank(world, vote) == [[3, 77]] * world
 
 
+def test_a_vote_wait_that_fails_names_the_vote_and_the_peer():
+    import torch
+
+    from telemetry.capture.group_timeout import GroupWaitFailed
+    from trainer.distributed import is_timeout
+
+    class SilentPeers:  # a group whose every wait times out, as gloo's does when the peer never answers
+        def recv(self, tensors, peer, tag):
+            return self
+
+        send = recv
+
+        def wait(self):
+            raise RuntimeError("[gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 10000ms for recv")
+
+    with pytest.raises(GroupWaitFailed) as err:
+        stop.tree_max(SilentPeers(), 0, 4, torch.zeros(2, dtype=torch.int64))
+    assert err.value.what == "the stop vote (process group stop_vote)" and err.value.peer == 1  # smallest subtree
+    assert is_timeout(err.value)  # read as the timeout it is
+
+
 def test_every_rank_stops_after_the_same_step_with_votes_only_on_scheduled_steps(monkeypatch):
     """4 ranks with uneven step times; one rank is signalled mid-run. Votes are spaced by rank 0's step
     times (fewer votes than steps), and every rank returns the request at the same step."""
