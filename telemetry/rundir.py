@@ -512,7 +512,9 @@ def markdown() -> str:
            "edit that module, not this file -->", "",
            "Every run (ours, or a NeMo/Lightning/Bridge loop recorded by `telemetry.integrations.recorder`) "
            "writes one directory. Lines are flushed as written, so a killed job leaves every completed step "
-           "readable, and readers skip a truncated last line; run.json is replaced atomically. Unknown values "
+           "readable, and readers skip a truncated last line (any other line that is not one JSON object is "
+           "left out too, and `telemetry report` names it in a warning at the top); run.json is replaced "
+           "atomically. Unknown values "
            "are null, never 0. How each figure is measured: [telemetry.md](telemetry.md).", "",
            "| path | what it holds |", "| --- | --- |"]
     out += [f"| `{p}` | {d} |" for p, d in LAYOUT]

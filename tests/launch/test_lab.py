@@ -49,8 +49,9 @@ def test_three_nodes_through_a_bridge_with_shaped_links():
         server = f"import socket;s=socket.socket();s.bind(('{lab.address(0)}',5999));s.listen(1);c,_=s.accept();print(c.recv(5).decode())"
         srv = subprocess.Popen(["ip", "netns", "exec", lab.namespaces[0], sys.executable, "-c", server],
                                stdout=subprocess.PIPE, text=True)
-        client = (f"import socket,time\nfor _ in range(50):\n try:\n  socket.create_connection(('{lab.address(0)}',5999),"
-                  f" timeout=1).sendall(b'hello');break\n except OSError: time.sleep(0.1)")
+        # up to 30 s for the server's Python to start and listen on a loaded host; never connected is a failure
+        client = (f"import socket,sys,time\nfor _ in range(300):\n try:\n  socket.create_connection(('{lab.address(0)}',"
+                  f"5999), timeout=1).sendall(b'hello');break\n except OSError: time.sleep(0.1)\nelse: sys.exit(1)")
         assert ns_exec(lab.namespaces[2], sys.executable, "-c", client).returncode == 0
         assert srv.communicate(timeout=30)[0].strip() == "hello"
     assert not [ns for ns in leftover_namespaces() if ns.startswith("fhtest3")]

@@ -128,7 +128,9 @@ def test_two_slurm_nodes_in_the_fabric_lab_run_the_job_over_the_shaped_link(tmp_
     assert info["fabric"]["gloo"]["interface"] == "fab0", info["fabric"]["gloo"]  # the lab's link, not lo
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line]
     assert [r["step"] for r in rows] == [1, 2, 3]
-    assert all(r["job_net_tx_bytes"] and r["job_net_tx_bytes"] >= r["comm_bytes"] > 0 for r in rows), rows
+    # summed over the steps: a step's counters are the sampler's window (0.1 s), which may hand a step's burst
+    # to the next one; the windows are back to back, so the sum holds it
+    assert sum(r["job_net_tx_bytes"] or 0 for r in rows) >= sum(r["comm_bytes"] for r in rows) > 0, rows
 
 
 # ---------------------------------------------------------------- the job's Python, staged data, a wheelhouse

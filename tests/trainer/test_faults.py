@@ -172,8 +172,8 @@ def test_without_save_on_signal_it_stops_at_once_naming_the_signal(tmp_path, sig
 @pytest.mark.integration
 def test_killed_agent_stops_its_workers_and_the_run_directory_is_locked_meanwhile(tmp_path):
     out = tmp_path / "run"
-    job = Job(out, "max_steps=400", "train.save_every=0", torchrun=True)
-    job.wait_for("step 2/400")
+    job = Job(out, "max_steps=100000", "train.save_every=0", torchrun=True)  # killed long before its end
+    job.wait_for("step 2/100000")
     workers = _workers(job.proc.pid)
     assert workers
     # a second run into the live directory is refused, naming the live one

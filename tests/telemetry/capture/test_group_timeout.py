@@ -59,5 +59,5 @@ def test_mesh_sweep_vote_and_deepspeed_groups_at_world_4(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads(out.read_text())
     # dp and tp of a 2 x 2 mesh are real subgroups (pp of size 1 may be the default group itself)
-    assert got == {"default": 7.0, "pp": 7.0, "dp": 7.0, "tp": 7.0, "sweep": 7.0, "sweep_reverse": 7.0,
-                   "stop_vote": 7.0, "deepspeed_dp_made": 1800.0, "deepspeed_dp": 7.0}, got
+    assert got == {"default": 97.0, "pp": 97.0, "dp": 97.0, "tp": 97.0, "sweep": 97.0, "sweep_reverse": 97.0,
+                   "stop_vote": 97.0, "deepspeed_dp_made": 1800.0, "deepspeed_dp": 97.0}, got

@@ -1,4 +1,5 @@
-"""Run by tests/telemetry/capture/test_group_timeout.py under torchrun (4 gloo ranks, job timeout 7 s):
+"""Run by tests/telemetry/capture/test_group_timeout.py under torchrun (4 gloo ranks, job timeout 97 s: a
+value no default has, and long enough for every connection on a loaded 2-core machine):
 writes the timeout of every group the trainer makes after the default one."""
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from trainer.sweep.measure import Sweep
 
 
 def main(out: str) -> None:
-    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=7))
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=97))
     layout = Layout(world_size=4, dp=2, tp=2, pp=1, data_parallel="ddp", global_batch_size=4, micro_batch_size=2,
                     grad_accum_steps=1, per_rank_batch=2)
     dims = ParallelDims(layout, "cpu")
