@@ -1,9 +1,11 @@
 """The job's collective timeout, for the process groups made after the default one.
 
 torch gives a group made without a timeout its own default (30 minutes for gloo, 10 for NCCL), not the
-default group's: DeviceMesh's dimension groups, a sweep's fresh groups and the job-wide gloo side groups
-all did, so a rank waiting there on a peer behind a cut link outlived the job's timeout (the trainer's
-distributed.timeout_s) by that much, where the same wait in the default group failed in time.
+default group's: DeviceMesh's dimension groups, DeepSpeed's data-parallel group, a sweep's fresh groups and
+the job-wide gloo side groups all did, so a rank waiting there on a peer behind a cut link outlived the job's
+timeout (the trainer's distributed.timeout_s) by that much, where the same wait in the default group failed
+in time. Setting it after the group is made holds for the next collective (gloo: a silent peer failed an
+all_reduce in 4.0 s of a 4 s job timeout).
 """
 from __future__ import annotations
 
@@ -56,9 +58,10 @@ def carry_job_timeout_to_all() -> None:
 
 
 class GroupWaitFailed(RuntimeError):
-    """A wait on one of telemetry's own groups that failed (a timeout, a peer gone): str() keeps the
-    transport's words, so it is read as any such failure is; `what` and `peer` say what was waited for and on
-    whom, which the flight recorder cannot (telemetry's messages bypass it, so its last entry is the job's)."""
+    """A wait on one of the harness's own groups (telemetry's exchange, the stop vote) that failed (a timeout,
+    a peer gone): str() keeps the transport's words, so it is read as any such failure is; `what` and `peer`
+    say what was waited for and on whom, which the flight recorder cannot (those messages bypass it, so its
+    last entry is the job's)."""
 
     def __init__(self, exc: BaseException, what: str, peer: int | None):
         super().__init__(str(exc))
