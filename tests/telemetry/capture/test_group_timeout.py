@@ -61,3 +61,15 @@ def test_mesh_sweep_vote_and_deepspeed_groups_at_world_4(tmp_path):
     # dp and tp of a 2 x 2 mesh are real subgroups (pp of size 1 may be the default group itself)
     assert got == {"default": 97.0, "pp": 97.0, "dp": 97.0, "tp": 97.0, "sweep": 97.0, "sweep_reverse": 97.0,
                    "stop_vote": 97.0, "deepspeed_dp_made": 1800.0, "deepspeed_dp": 97.0}, got
+
+
+@pytest.mark.integration
+def test_a_timeout_carried_after_the_group_was_used_holds(tmp_path):
+    worker = str(REPO / "tests" / "telemetry" / "capture" / "late_timeout_worker.py")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", worker, str(tmp_path)]
+    proc = subprocess.run(cmd, cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads((tmp_path / "waited.json").read_text())
+    assert got["error"] and "imed out" in got["error"], got
+    assert got["waited_s"] < 120, got  # the job's 10 s, not the 30 minutes the group was made with
