@@ -37,7 +37,7 @@ import yaml
 from trainer.binding import apply_override, parse_override
 from trainer.config import RECIPE_RELATIVE_PATHS, RecipeError, load_recipe
 from trainer.recipe_yaml import read_recipe
-from telemetry.errors import InputProblems, output_dir_problem, print_errors
+from telemetry.errors import InputProblems, OneLineParser, output_dir_problem, print_errors
 from telemetry.work_progress import WorkProgress
 
 MANIFEST = "manifest.json"
@@ -416,7 +416,7 @@ def stage(recipe_path: str, overrides: list[str], to: str, jobs: int, argv: list
 
 # ---------------------------------------------------------------- command line
 
-class _Parser(argparse.ArgumentParser):
+class _Parser(OneLineParser):  # its own error line; no abbreviated options (OneLineParser)
     def error(self, message):
         print_errors(f"{message}; see python -m launch.stage --help")
         sys.exit(2)

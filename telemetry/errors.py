@@ -49,7 +49,12 @@ def print_errors(*problems: object) -> int:
 class OneLineParser(argparse.ArgumentParser):
     """An argparse parser whose mistakes (a missing argument, a bad choice, a value of the wrong type) are
     one `error:` line naming the command's --help, exit 2, instead of argparse's usage block. Sub-command
-    parsers are of the same kind (argparse makes them of the parent's class)."""
+    parsers are of the same kind (argparse makes them of the parent's class). No abbreviated options: a
+    mistyped `--dry-ru` is refused, not taken for `--dry-run` (nor `--out` for a later `--output`)."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message):
         sys.exit(print_errors(f"{message}; see {self.prog} --help"))

@@ -9,12 +9,12 @@ import yaml
 
 from .config import RecipeError, load_recipe
 from .error_report import report
-from telemetry.errors import print_errors
+from telemetry.errors import OneLineParser, print_errors
 from .launcher_env import env_world_size, launcher_env_problems
 from .layout import resolve_layout
 
 
-class _Parser(argparse.ArgumentParser):
+class _Parser(OneLineParser):  # its own error line; no abbreviated options (OneLineParser)
     def error(self, message):  # one `error:` line (argparse adds the usage block), one rank only
         sys.exit(_fail([f"{message}; see python -m trainer --help"]))
 

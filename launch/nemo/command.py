@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 
+from telemetry.errors import OneLineParser
 from trainer.config import RecipeError, load_recipe
 from trainer.error_report import report
 from trainer.layout import resolve_layout
@@ -25,7 +26,7 @@ TRANSLATORS = {"nemo2": nemo2.translate, "megatron-bridge": bridge.translate, "a
 JOB_FILES = {"nemo2": "nemo2_job.py", "megatron-bridge": "bridge_job.py", "automodel": "automodel.yaml"}
 
 
-class _Parser(argparse.ArgumentParser):
+class _Parser(OneLineParser):  # its own error line; no abbreviated options (OneLineParser)
     def error(self, message):
         sys.exit(_fail([f"{message}; see python -m launch.nemo --help"]))
 

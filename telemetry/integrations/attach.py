@@ -14,7 +14,7 @@ import subprocess
 import sys
 
 from telemetry.capture import fabric
-from telemetry.errors import output_dir_problem, print_errors
+from telemetry.errors import OneLineParser, output_dir_problem, print_errors
 
 RUN_DIR_ENV = "FABRIC_HARNESS_RUN_DIR"  # set: Lightning's entry point adds our callback (telemetry/integrations/lightning.py)
 EXPECT_ENV = "FABRIC_HARNESS_FABRIC_EXPECT"  # any, roce, infiniband, tcp, intra-node
@@ -24,7 +24,7 @@ SITE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_attach_sit
 PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-class _Parser(argparse.ArgumentParser):
+class _Parser(OneLineParser):  # its own error line; no abbreviated options (OneLineParser)
     def error(self, message):
         print_errors(f"{message}; see python -m telemetry.integrations.attach --help")
         sys.exit(2)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import ast
 import importlib
 
+import pytest
+
 from tests.conftest import REPO
 from telemetry.errors import HarnessError, InputError
 
@@ -88,3 +90,23 @@ def test_the_problem_lists_share_one_class():
         exc = cls(["a: not allowed", "b: missing"])
         assert isinstance(exc, InputProblems) and exc.exit_code == 2
         assert exc.problems == ["a: not allowed", "b: missing"] and str(exc) == "a: not allowed\nb: missing"
+
+
+@pytest.mark.parametrize("module", ["trainer.cli", "launch.stage", "launch.nemo.command", "telemetry.integrations.attach"])
+def test_no_parser_takes_an_abbreviated_option(module, capsys):
+    """`--dry-ru` is a typo, not `--dry-run`: every command's parser is a OneLineParser without abbreviations."""
+    from telemetry.errors import OneLineParser
+
+    parser = importlib.import_module(module)._Parser()
+    assert isinstance(parser, OneLineParser) and parser.allow_abbrev is False
+
+
+def test_an_abbreviated_option_is_one_error_line(capsys):
+    from telemetry.errors import OneLineParser
+
+    parser = OneLineParser(prog="python -m x")
+    parser.add_argument("--dry-run", action="store_true")
+    with pytest.raises(SystemExit) as done:
+        parser.parse_args(["--dry-ru"])
+    assert done.value.code == 2
+    assert capsys.readouterr().err.strip() == "error: unrecognized arguments: --dry-ru; see python -m x --help"
