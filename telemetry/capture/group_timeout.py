@@ -21,14 +21,8 @@ def job_timeout() -> datetime.timedelta | None:
         pg = dist.distributed_c10d._get_default_group()
     except (RuntimeError, ValueError, AttributeError):
         return None
-    for device in ("cpu", "cuda"):
-        try:
-            timeout = pg._get_backend(torch.device(device)).options._timeout
-        except (RuntimeError, AttributeError):
-            continue
-        if isinstance(timeout, datetime.timedelta):
-            return timeout
-    return None
+    timeout = group_timeout(pg)
+    return timeout if isinstance(timeout, datetime.timedelta) else None
 
 
 def group_timeout(group) -> datetime.timedelta | None:
