@@ -34,16 +34,18 @@ class FaultInjection:
         if self.delay_s and step >= self.delay_from_step:
             time.sleep(self.delay_s)
 
+    def _lost_here(self, step: int) -> bool:
+        """This rank is the one lost, and this is its step."""
+        return bool(self.crash_after_step) and step == self.crash_after_step and self.rank == self.crash_rank
+
     def at_step_end(self, step: int) -> None:
         """After the step's compute and collectives, before its end-of-step hooks (telemetry's exchange)."""
-        if (self.crash_mode == "hang_at_step_end" and self.crash_after_step and step == self.crash_after_step
-                and self.rank == self.crash_rank):
+        if self.crash_mode == "hang_at_step_end" and self._lost_here(step):
             time.sleep(3600)
 
     def after_step(self, step: int) -> None:
         """After the step is recorded (and checkpointed, if due): the lost or hung rank."""
-        if (self.crash_after_step and step == self.crash_after_step and self.rank == self.crash_rank
-                and self.crash_mode != "hang_at_step_end"):
+        if self.crash_mode != "hang_at_step_end" and self._lost_here(step):
             if self.crash_mode == "hang":  # stops answering, as behind a cut link
                 time.sleep(3600)
             if self.crash_mode == "input":  # bad input found by this rank alone, while the others train on

@@ -434,9 +434,9 @@ def refuse_whole_load(path: str, model_class: str) -> None:
     world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
     if world == 1:
         return
-    from .workloads.hf import WEIGHT_FILES, ModelError
+    from .workloads.hf import WEIGHT_FILES, ModelError, weight_files
 
-    found = [f for f in WEIGHT_FILES if os.path.isfile(os.path.join(path, f))]
+    found = weight_files(path)
     if not found:  # check_checkpoint says this first in a run; a direct caller gets the same line
         raise ModelError(f"model.path: {path!r} has no weights; expected one of {', '.join(WEIGHT_FILES)}")
     raise ModelError(

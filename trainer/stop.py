@@ -40,7 +40,7 @@ import torch
 import torch.distributed as dist
 
 from telemetry.capture.gloo_lazy import lazy_gloo_group
-from telemetry.capture.group_timeout import GroupWaitFailed
+from telemetry.capture.group_timeout import wait_naming
 
 POLL_S = 0.5
 VOTE_INTERVAL_S = 1.0  # the stop vote's target spacing in training time (module docstring)
@@ -191,6 +191,8 @@ def tree_peers(rank: int, world: int) -> tuple[int | None, list[int]]:
 
 
 _TAG = 7301  # the vote's own tag on its own group
+# a failed wait names this (the flight recorder does not see the vote's messages)
+VOTE = "the stop vote (process group stop_vote)"
 
 
 def tree_max(group, rank: int, world: int, msg: torch.Tensor, on_root=None) -> torch.Tensor:
@@ -201,21 +203,14 @@ def tree_max(group, rank: int, world: int, msg: torch.Tensor, on_root=None) -> t
     parent, children = tree_peers(rank, world)
     incoming = torch.empty_like(msg)
     for child in reversed(children):  # smallest subtree first: it is ready soonest
-        _wait(group.recv([incoming], child, _TAG), child)
+        wait_naming(group.recv([incoming], child, _TAG), VOTE, child)
         torch.maximum(msg, incoming, out=msg)
     if parent is not None:
-        _wait(group.send([msg], parent, _TAG), parent)
-        _wait(group.recv([msg], parent, _TAG), parent)
+        wait_naming(group.send([msg], parent, _TAG), VOTE, parent)
+        wait_naming(group.recv([msg], parent, _TAG), VOTE, parent)
     elif on_root is not None:
         on_root(msg)
     for child in children:
-        _wait(group.send([msg], child, _TAG), child)
+        wait_naming(group.send([msg], child, _TAG), VOTE, child)
     return msg
 
-
-def _wait(work, peer: int) -> None:
-    """A vote message's wait; a failure names the vote and the peer (the flight recorder does not see it)."""
-    try:
-        work.wait()
-    except RuntimeError as exc:
-        raise GroupWaitFailed(exc, "the stop vote (process group stop_vote)", peer) from exc

@@ -60,3 +60,11 @@ class GroupWaitFailed(RuntimeError):
     def __init__(self, exc: BaseException, what: str, peer: int | None):
         super().__init__(str(exc))
         self.what, self.peer = what, peer
+
+
+def wait_naming(work, what: str, peer: int) -> None:
+    """`work.wait()`; a failure is raised as GroupWaitFailed naming `what` was waited for and on `peer`."""
+    try:
+        work.wait()
+    except RuntimeError as exc:
+        raise GroupWaitFailed(exc, what, peer) from exc

@@ -36,7 +36,7 @@ from telemetry.capture.collectives import RECORDED_OPS as OPS, CollectiveTracer,
 from telemetry.capture import rdma_devices
 from telemetry.capture.counter_sampler import CounterSampler
 from telemetry.capture.gloo_lazy import gloo_connects_lazily, lazy_gloo_group
-from telemetry.capture.group_timeout import GroupWaitFailed, job_timeout
+from telemetry.capture.group_timeout import job_timeout, wait_naming
 from telemetry.capture.counters import CounterReader, list_hcas, loss_verdict
 from telemetry.capture import bmc_power, live_export
 from telemetry.capture.congestion import summarize as congestion_figures
@@ -617,19 +617,13 @@ class Telemetry:
         while distance < self.world:
             if self.rank & distance:  # the side group holds every rank: group ranks are global ranks
                 dst = self.rank - distance
-                try:
-                    isend(torch.tensor(payload, dtype=torch.float64), dst, group=self._group).wait()
-                except RuntimeError as exc:
-                    raise GroupWaitFailed(exc, EXCHANGE, dst) from exc
+                wait_naming(isend(torch.tensor(payload, dtype=torch.float64), dst, group=self._group), EXCHANGE, dst)
                 return None
             src = self.rank + distance
             if src < self.world:
                 rows = _ROWS + (min(distance, self.world - src) if per_rank else 0)
                 incoming = torch.empty(rows, len(payload[0]), dtype=torch.float64)
-                try:
-                    irecv(incoming, src, group=self._group).wait()
-                except RuntimeError as exc:
-                    raise GroupWaitFailed(exc, EXCHANGE, src) from exc
+                wait_naming(irecv(incoming, src, group=self._group), EXCHANGE, src)
                 got = incoming.tolist()
                 combine_payloads(payload, got)
                 if per_rank:

@@ -26,13 +26,18 @@ def check_dir(path: str, key: str, needs: str) -> None:
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
 
 
+def weight_files(path: str) -> list[str]:
+    """The WEIGHT_FILES present in checkpoint directory `path`."""
+    return [f for f in WEIGHT_FILES if os.path.isfile(os.path.join(path, f))]
+
+
 def check_checkpoint(path: str, needs: str, holds: str) -> None:
     """model.path must be a directory with a config.json and weights (`needs` names it, `holds` lists its files)."""
     check_dir(path, "model.path", needs)
     if not os.path.isfile(os.path.join(path, "config.json")):
         raise ModelError(f"model.path: {path!r} has no config.json; expected a Hugging Face checkpoint "
                          f"directory ({holds})")
-    if not any(os.path.isfile(os.path.join(path, f)) for f in WEIGHT_FILES):
+    if not weight_files(path):
         raise ModelError(f"model.path: {path!r} has a config.json but no weights; expected one of "
                          f"{', '.join(WEIGHT_FILES)} (or model.config instead of model.path for random init)")
 
