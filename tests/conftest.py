@@ -32,6 +32,15 @@ FAST = ["max_steps=6", "data.seq_len=128", "train.log_every=1", "train.eval_ever
         "distributed.timeout_s=60"]
 
 
+def loop_reduction_bytes(step: int, max_steps: int, terms: int = 1) -> int:
+    """Bytes of the training loop's own all-reduces at `step` of a fresh run (trainer/loop.py), all float64:
+    the item counts (each loss term's, real tokens, padded tokens, attention's position pairs: terms + 3) and
+    the loss sums (terms). Step 1 reduces its own counts before its forward; every step reduces its loss
+    sums together with the next step's counts, so the last step sends its sums alone."""
+    counts = 8 * (terms + 3)
+    return (counts if step == 1 else 0) + 8 * terms + (counts if step < max_steps else 0)
+
+
 @dataclass
 class Result:
     returncode: int

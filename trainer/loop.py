@@ -102,7 +102,9 @@ class Trainer:
         self.pipeline = getattr(model, "pipeline", None)  # pp > 1: the schedule runs forward and backward
         self.step_engine = step_engine(self)  # native, pipeline or DeepSpeed: trainer/engines/step.py
         self.faults = FaultInjection.from_recipe(recipe.debug, dist.get_rank())  # only when asked for
-        self._next: tuple[int, list, list] | None = None  # (step, batches, local counts) built ahead
+        # (step, batches, local counts, global counts on the device) built at the previous step's end, the global
+        # counts reduced in the same all-reduce as that step's loss sums
+        self._next: tuple[int, list, list, torch.Tensor] | None = None
 
     # ------------------------------------------------------------ resume
 
@@ -184,15 +186,20 @@ class Trainer:
         t0 = time.perf_counter()
         self.faults.before_step(step)
         ready, self._next = self._next, None
-        # built at the previous step's end, while the device still ran that step (else built now)
-        _, batches, local = ready if ready is not None and ready[0] == step else self._prepare(step)
         terms = wl.loss_terms
         pairs_of = wl.position_pairs
-        counted = self._host_to_device(torch.tensor(local, dtype=torch.float64))
-        # global item counts stay on the device: the loss divides by them without waiting for the host;
-        # the all-reduce is waited for only where the first loss needs it, so the first forward overlaps it
-        scale = ScaleFromCounts(dist.all_reduce(counted, group=self.dp_group, async_op=True), counted, dp,
-                                len(terms))
+        if ready is not None and ready[0] == step:
+            # built at the previous step's end, while the device still ran that step; its global counts came
+            # back with that step's loss sums (one all-reduce for both, not a second one here)
+            _, batches, _, counted = ready
+            scale = ScaleFromCounts(None, counted, dp, len(terms))
+        else:  # the first step of a run (or of a resume): counted now
+            _, batches, local = self._prepare(step)
+            counted = self._host_to_device(torch.tensor(local, dtype=torch.float64))
+            # global item counts stay on the device: the loss divides by them without waiting for the host;
+            # the all-reduce is waited for only where the first loss needs it, so the first forward overlaps it
+            scale = ScaleFromCounts(dist.all_reduce(counted, group=self.dp_group, async_op=True), counted, dp,
+                                    len(terms))
         sums = self.step_engine.forward_backward(step, batches, scale, terms)
         scale()  # the counts are read below: waited for, whatever the engine did
         norm = self.step_engine.finish_gradients()
@@ -201,12 +208,17 @@ class Trainer:
         norm = self.step_engine.apply(norm)
         self.scheduler.step()
         hooks.after_optimizer_step(step)
-        dist.all_reduce(sums, group=self.dp_group)
-        if step < self.recipe.max_steps:  # the host builds the next step's batches while the device works
-            self._next = self._prepare(step + 1)
-        # the step's one host sync: losses, item counts and the gradient norm come back in one transfer
-        host = torch.cat([sums.double(), counted, norm.double().reshape(1)]).tolist()
         n = len(terms)
+        reduced = sums.double()
+        if step < self.recipe.max_steps:  # the host builds the next step's batches while the device works
+            ahead = self._prepare(step + 1)
+            # the next step's item counts ride in this step's loss all-reduce: one small collective per step
+            # (at world 2 on gloo a second one cost ~1% of the step: bench/results/loop_parity.jsonl)
+            reduced = torch.cat([reduced, self._host_to_device(torch.tensor(ahead[2], dtype=torch.float64))])
+            self._next = (*ahead, reduced[n:])
+        dist.all_reduce(reduced, group=self.dp_group)
+        # the step's one host sync: losses, item counts and the gradient norm come back in one transfer
+        host = torch.cat([reduced[:n], counted, norm.double().reshape(1)]).tolist()
         totals, grad_norm = host[n:-1], host[-1]
         term_losses = {name: host[k] / max(totals[k], 1.0) for k, (name, _) in enumerate(terms)}
         loss_value = sum(term_losses.values())

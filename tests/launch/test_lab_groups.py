@@ -15,20 +15,20 @@ import yaml
 from bench.lab_groups import wire_accounting
 from telemetry.analysis.runs import load_run
 
-from ..conftest import REPO
+from ..conftest import REPO, loop_reduction_bytes
 from .test_lab import lab_cli, needs_root, own_namespaces_left
 
 RECIPE = REPO / "recipes" / "tiny_llama_lora.yaml"
 COLWISE, ROWWISE = ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj"), ("o_proj", "down_proj")
 
 
-def expected_bytes(cfg: dict, tp: int, dp: int) -> dict:
-    """Bytes per step on each group, from the model's shapes (fp32 everywhere in this recipe).
+def expected_bytes(cfg: dict, tp: int, dp: int, step: int = 2, max_steps: int = 3) -> dict:
+    """Bytes at `step` of `max_steps` on each group, from the model's shapes (fp32 everywhere in this recipe).
 
     dp (data_parallel: replicate): one flat all-reduce of this rank's local LoRA gradients - a column-parallel
     projection keeps lora_A whole and holds 1/tp of lora_B, a row-parallel one 1/tp of lora_A and all of
-    lora_B - plus the loop's item counts (float64: loss terms, real tokens, padded tokens, attention's
-    position pairs) and loss sums (float32, one term).
+    lora_B - plus the loop's own float64 item counts and loss sums (tests/conftest.py loop_reduction_bytes:
+    a step in the middle sends its loss sum and the next step's counts, 40 bytes).
 
     tp, per micro-batch, with H = a [micro_batch, seq, hidden] activation, R = [micro_batch, seq, r] and
     L = [micro_batch, seq - 1] (loss-parallel cross-entropy: max, sum of exponentials, target logit):
@@ -45,7 +45,7 @@ def expected_bytes(cfg: dict, tp: int, dp: int) -> dict:
     for name, (fan_in, fan_out) in shapes.items():
         a, b = fan_in * r, r * fan_out
         local += a + b // tp if name in COLWISE else a // tp + b
-    dp_bytes = 4 * local * layers + 8 * 4 + 4 * 1
+    dp_bytes = 4 * local * layers + loop_reduction_bytes(step, max_steps)
     mb, seq = train["micro_batch_size"], data["seq_len"]
     accum = train["global_batch_size"] // (mb * dp)
     H, R, L = mb * seq * hidden * 4, mb * seq * r * 4, mb * (seq - 1) * 4
@@ -58,9 +58,13 @@ def expected_bytes(cfg: dict, tp: int, dp: int) -> dict:
 def test_expected_bytes_follow_the_lora_shapes():
     cfg = yaml.safe_load(RECIPE.read_text())
     got = expected_bytes(cfg, tp=2, dp=2)
-    # 25,856 of the 37,376 trainable parameters are local to a tp rank: 4 bytes each, + 36 bytes of counts
-    assert got["dp"] == 25_856 * 4 + 36
-    assert expected_bytes(cfg, tp=1, dp=2)["dp"] == 37_376 * 4 + 36
+    # 25,856 of the 37,376 trainable parameters are local to a tp rank: 4 bytes each, + 40 bytes of the loop's
+    # loss sum and the next step's counts (step 1 also sends its own counts, the last step no next counts)
+    assert got["dp"] == 25_856 * 4 + 40
+    assert expected_bytes(cfg, tp=1, dp=2)["dp"] == 37_376 * 4 + 40
+    assert expected_bytes(cfg, tp=1, dp=2, step=1)["dp"] == 37_376 * 4 + 72
+    assert expected_bytes(cfg, tp=1, dp=2, step=3)["dp"] == 37_376 * 4 + 8
+    assert got["tp"] == expected_bytes(cfg, tp=2, dp=2, step=1)["tp"]  # tp's bytes are the same every step
 
 
 def run_lab(out, rate):
@@ -80,17 +84,18 @@ def test_tp_stays_inside_a_node_dp_crosses_and_only_dp_is_projected(tmp_path):
     fast, slow = run_lab(tmp_path / "100mbit", "100mbit"), run_lab(tmp_path / "10mbit", "10mbit")
     assert own_namespaces_left(fast, slow) == []
     cfg = yaml.safe_load(RECIPE.read_text())
-    want = expected_bytes(cfg, tp=2, dp=2)
+    want = expected_bytes(cfg, tp=2, dp=2)  # a step in the middle: what the projection takes
     for run in (fast, slow):
         info = json.loads((run / "run.json").read_text())
         assert [h["hostname"] for h in info["hosts"]] == ["lab-node0", "lab-node0", "lab-node1", "lab-node1"]
         steps = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
         for rec in steps:
             groups = rec["comm_groups"]
+            at = expected_bytes(cfg, tp=2, dp=2, step=rec["step"], max_steps=len(steps))
             assert set(groups) == {"tp", "dp"}
             assert (groups["tp"]["scope"], groups["tp"]["size"], groups["tp"]["ranks"]) == ("intra", 2, [0, 1])
             assert (groups["dp"]["scope"], groups["dp"]["size"], groups["dp"]["ranks"]) == ("inter", 2, [0, 2])
-            assert groups["tp"]["bytes"] == want["tp"] and groups["dp"]["bytes"] == want["dp"]
+            assert groups["tp"]["bytes"] == at["tp"] and groups["dp"]["bytes"] == at["dp"]
             assert sum(g["bytes"] for g in groups.values()) == rec["comm_bytes"]
     report = subprocess.run([sys.executable, "-m", "telemetry", "report", str(fast)], cwd=REPO, capture_output=True,
                             text=True, timeout=120)

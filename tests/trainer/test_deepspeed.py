@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ..conftest import FAST, REPO, run_cli
+from ..conftest import FAST, REPO, loop_reduction_bytes, run_cli
 
 pytest.importorskip("deepspeed", reason="deepspeed is in the test extra: pip install -e .[test]")
 
@@ -124,7 +124,10 @@ def test_zero3_resume_reproduces_the_uninterrupted_run(straight, tmp_path):
     assert resumed.rank_files()[0]["trainable"] == reference.rank_files()[0]["trainable"]
 
 
-HARNESS_ALL_REDUCES = 2  # the loop's own item-count and loss-sum reductions (trainer/loop.py)
+def loop_all_reduces(step: int) -> int:
+    """The loop's own all-reduces (trainer/loop.py): step 1's item counts, then each step's loss sums (with
+    the next step's counts)."""
+    return 2 if step == 1 else 1
 
 
 @pytest.mark.integration
@@ -132,16 +135,17 @@ def test_comms_logger_sees_what_the_tracer_sees_under_zero3(tmp_path, ds_op_buil
     res = _run(tmp_path / "z3log", *NO_DROPOUT, "max_steps=2", *zero(3),
                "deepspeed={comms_logger: {enabled: true, prof_all: true}}")
     assert res.returncode == 0, res.stderr[-3000:]
-    for rec in res.metrics():
-        ours, theirs = rec["comm"], rec["deepspeed_comm"]
+    steps = res.metrics()
+    for rec in steps:
+        ours, theirs, step = rec["comm"], rec["deepspeed_comm"], rec["step"]
         assert theirs["all_gather"]["count"] > 0 and theirs["reduce_scatter"]["count"] > 0
         for kind, logged in theirs.items():
-            extra = HARNESS_ALL_REDUCES if kind == "all_reduce" else 0
+            extra = loop_all_reduces(step) if kind == "all_reduce" else 0
             assert ours[kind]["count"] == logged["count"] + extra, (kind, ours[kind], logged)
             if kind == "all_gather":  # the logger records the input shard; nccl-tests S is the gathered output
                 assert ours[kind]["bytes"] == 2 * logged["msg_bytes"]
-            elif kind == "all_reduce":  # the loop's two: float64 counts (4) and the float32 loss sum
-                assert ours[kind]["bytes"] == logged["msg_bytes"] + 4 * 8 + 4
+            elif kind == "all_reduce":  # the loop's own: float64 item counts and loss sums
+                assert ours[kind]["bytes"] == logged["msg_bytes"] + loop_reduction_bytes(step, len(steps))
             else:
                 assert ours[kind]["bytes"] == logged["msg_bytes"], kind
         assert set(ours) == set(theirs) | {"all_reduce"}  # nothing DeepSpeed issued escaped either side

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from ..conftest import FAST, REPO, run_cli
+from ..conftest import FAST, REPO, loop_reduction_bytes, run_cli
 
 
 # Dropout masks are drawn per rank, so a bit-for-bit layout comparison turns dropout off.
@@ -78,9 +78,6 @@ def test_padding_to_the_longest_example_takes_the_same_steps_on_fewer_positions(
     assert all(r["harness_s"] > 0 for r in res.metrics())
 
 
-# the loop's own item counts (float64: label tokens, real tokens, padded tokens, attention's position pairs)
-# and loss (float32)
-HARNESS_REDUCTION_BYTES = 4 * 8 + 4
 
 
 def check_telemetry(res, mode):
@@ -88,12 +85,13 @@ def check_telemetry(res, mode):
     info = res.run_json()
     trainable_bytes = info["model"]["trainable_parameters"] * 4  # fp32 LoRA weights on CPU
     all_bytes = info["model"]["parameters"] * 4
-    for rec in res.metrics():
+    steps = res.metrics()
+    for rec in steps:
         comm = rec["comm"]
         if mode == "ddp":
             # one gradient all-reduce per optimizer step (no_sync on the other micro-batch)
             assert set(comm) == {"all_reduce"}
-            assert comm["all_reduce"]["bytes"] == trainable_bytes + HARNESS_REDUCTION_BYTES
+            assert comm["all_reduce"]["bytes"] == trainable_bytes + loop_reduction_bytes(rec["step"], len(steps))
         else:
             # FSDP2 gathers every parameter for forward and again for backward (the root stays gathered
             # after an evaluation's forward), reduce-scatters the grads
@@ -270,7 +268,8 @@ def test_replicated_lora_sends_only_trainable_gradients_across_dp(nproc, overrid
     local_bytes = local.pop()
     if overrides:  # tp shards lora_B (column-parallel) and lora_A (row-parallel): less than the whole
         assert local_bytes < res.run_json()["model"]["trainable_parameters"] * 4
-    for rec in res.metrics():
+    steps = res.metrics()
+    for rec in steps:
         comm = rec["comm"]
         assert "all_gather" not in comm and "reduce_scatter" not in comm  # nothing of the base moves
         ar = comm["all_reduce"]
@@ -279,4 +278,4 @@ def test_replicated_lora_sends_only_trainable_gradients_across_dp(nproc, overrid
         # tp all-reduces are functional collectives (untimed on gloo) and separate from it
         clip_norm = 4 if overrides else 0
         timed_bytes = ar["bytes"] - ar.get("untimed_bytes", 0)
-        assert timed_bytes == local_bytes + HARNESS_REDUCTION_BYTES + clip_norm, (timed_bytes, local_bytes)
+        assert timed_bytes == local_bytes + loop_reduction_bytes(rec["step"], len(steps)) + clip_norm, (timed_bytes, local_bytes)
