@@ -1,0 +1,61 @@
+"""The tracer's argument naming (telemetry/capture/collective_calls.py `arguments_of`) against
+inspect.Signature.bind + apply_defaults, for every torch.distributed and functional-collective entry point
+the tracer wraps, on this torch's own signatures."""
+from __future__ import annotations
+
+import inspect
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from telemetry.capture.collective_calls import DIST_SPECS, FUNCOL_SPECS, arguments_of
+
+funcol = pytest.importorskip("torch.distributed._functional_collectives")
+WRAPPED = [getattr(dist, n) for n in DIST_SPECS if hasattr(dist, n)] + \
+          [getattr(funcol, n) for n in FUNCOL_SPECS if hasattr(funcol, n)]
+
+
+def _bound(fn, args, kwargs) -> dict:
+    b = inspect.signature(fn).bind(*args, **kwargs)
+    b.apply_defaults()
+    return dict(b.arguments)
+
+
+def _calls(fn):
+    """Ways a caller passes a function's arguments: all positional, the first positional and the rest by
+    name, and the required ones only."""
+    params = list(inspect.signature(fn).parameters.values())
+    values = [torch.zeros(2) if p.default is p.empty else p.default for p in params]
+    pos = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    yield tuple(values[:len(pos)]), {p.name: v for p, v in zip(params, values) if p.kind == p.KEYWORD_ONLY}
+    if pos:
+        yield (values[0],), {p.name: v for p, v in zip(params[1:], values[1:])}
+    yield (), {p.name: v for p, v in zip(params, values) if p.default is p.empty}
+
+
+@pytest.mark.parametrize("fn", WRAPPED, ids=lambda f: f"{f.__module__.rsplit('.', 1)[-1]}.{f.__name__}")
+def test_named_arguments_equal_binds(fn):
+    named = arguments_of(fn)
+    for args, kwargs in _calls(fn):
+        assert named(args, kwargs) == _bound(fn, args, kwargs), (args, kwargs)
+
+
+def test_calls_bind_refuses_are_refused_with_binds_words():
+    named = arguments_of(dist.all_reduce)
+    t = torch.zeros(2)
+    for args, kwargs, words in [((t,), {"bogus": 1}, "unexpected keyword argument 'bogus'"),
+                                ((t, None, None, False, 5), {}, "too many positional arguments"),
+                                ((), {}, "missing a required argument: 'tensor'"),
+                                ((t,), {"tensor": t}, "multiple values for argument 'tensor'")]:
+        with pytest.raises(TypeError, match=words):
+            named(args, kwargs)
+
+
+def test_a_signature_with_var_arguments_keeps_bind():
+    def f(a, *rest, b=2, **more):
+        return a
+
+    named = arguments_of(f)
+    assert named((1, 5, 6), {"c": 3}) == _bound(f, (1, 5, 6), {"c": 3}) == {"a": 1, "rest": (5, 6), "b": 2,
+                                                                           "more": {"c": 3}}
