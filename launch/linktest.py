@@ -33,7 +33,11 @@ PERFTEST = ("ib_write_bw", "ib_read_bw", "ib_send_bw", "ib_send_lat", "ib_write_
 TOOLS = PERFTEST + ("iperf3",)
 PACKAGE = {**{t: "perftest" for t in PERFTEST}, "iperf3": "iperf3"}
 DEFAULT_PORT = {"perftest": 18515, "iperf3": 5201}
-SERVER_WAIT_S = 1.0  # perftest and iperf3 servers listen within milliseconds; one second covers ssh start-up
+# Before the clients start, each server must listen on its port: checked with `ss` on the server node
+# (through --exec), for up to SERVER_READY_S (eight ssh sessions opened at once on a busy head node can
+# take seconds); a node without `ss` gets the fixed SERVER_WAIT_S instead.
+SERVER_READY_S = 30.0
+SERVER_WAIT_S = 1.0
 
 
 class LinkTestError(InputError):
@@ -139,7 +143,7 @@ def run_links(args) -> dict:
         servers.append(subprocess.Popen(_prefix(args.exec, args.server) + s_cmd, stdout=subprocess.PIPE,
                                         stderr=subprocess.PIPE, text=True, start_new_session=True))
         links.append({"index": i, "device": dev, "port": args.port + i, "server_cmd": s_cmd, "client_cmd": c_cmd})
-    time.sleep(SERVER_WAIT_S)
+    ready = wait_for_servers(args, links, servers)
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
     clients = [subprocess.Popen(_prefix(args.exec, args.client) + link["client_cmd"], stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, start_new_session=True) for link in links]
@@ -174,10 +178,51 @@ def run_links(args) -> dict:
                                                        before[role][1] or after[role][1])}
                 for role, host in nodes.items()}
     total = [link["gbps"] for link in links if link["gbps"] is not None]
-    return {"counters": counters or None, "switch": switch.finish() if switch else None,"tool": args.tool, "server": args.server, "client": args.client, "server_addr": args.server_addr,
+    return {"counters": counters or None, "switch": switch.finish() if switch else None, "servers_ready": ready,
+            "tool": args.tool, "server": args.server, "client": args.client, "server_addr": args.server_addr,
             "started": started, "duration_s": args.duration, "links": links,
             "aggregate_gbps": sum(total) if len(total) == len(links) else None,
             "aggregate_reason": None if len(total) == len(links) else "a link has no result"}
+
+
+def listening_ports(ss_output: str) -> set[int]:
+    """TCP ports in LISTEN state from `ss -Htln` (local address column: 0.0.0.0:5201, [::]:5201, *:5201,
+    10.0.0.1%eth0:18515)."""
+    ports = set()
+    for line in ss_output.splitlines():
+        cols = line.split()
+        if len(cols) >= 4 and cols[3].rpartition(":")[2].isdigit():
+            ports.add(int(cols[3].rpartition(":")[2]))
+    return ports
+
+
+def wait_for_servers(args, links: list[dict], servers: list) -> dict:
+    """Wait until every server still running listens on its port on the server node (a server that exited
+    is not waited for: its link records why). Returns how the start was judged, for linktest.json."""
+    t0 = time.monotonic()
+    cmd = _prefix(args.exec, args.server) + ["ss", "-Htln"]
+    while True:
+        waiting = [link["port"] for link, server in zip(links, servers) if server.poll() is None]
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+            seen = listening_ports(proc.stdout) if proc.returncode == 0 else None
+        except (OSError, subprocess.TimeoutExpired):
+            seen = None
+        if seen is None:  # no `ss` on the node (or it failed): the fixed wait
+            time.sleep(SERVER_WAIT_S)
+            return {"how": f"fixed wait of {SERVER_WAIT_S} s (`ss -Htln` did not run on {args.server})",
+                    "waited_s": round(time.monotonic() - t0, 3)}
+        missing = sorted(set(waiting) - seen)
+        waited = round(time.monotonic() - t0, 3)
+        if not missing:
+            return {"how": "every running server listened on its port (ss)", "waited_s": waited}
+        if waited >= SERVER_READY_S:
+            for link in links:
+                if link["port"] in missing:
+                    link.setdefault("problems", []).append(
+                        f"server not listening on port {link['port']} after {SERVER_READY_S:.0f} s; client started anyway")
+            return {"how": f"ports {missing} not listening after {SERVER_READY_S:.0f} s", "waited_s": waited}
+        time.sleep(0.1)
 
 
 def _parse(tool: str, out: str) -> tuple[dict | None, str | None]:

@@ -214,3 +214,65 @@ def test_link_test_reads_this_hosts_counters_and_a_real_switch_exporter(tmp_path
     assert f"switch {exporter.url}: drops/discards 7, PFC/pause n/a, ECN/WRED n/a, errors n/a" in "\n".join(lines)
     assert main(["--tool", "iperf3", "--server", "a", "--client", "b", "--server-addr", "10.0.0.1",
                  "--switch-metrics", "switch:9100", "--output", str(tmp_path / "x")]) == 2
+
+
+SS_LINES = """LISTEN 0      128    0.0.0.0:2024 0.0.0.0:*
+LISTEN 0      5            [::]:5201          [::]:*
+LISTEN 0      4096   *:18515 *:*
+LISTEN 0      128    10.0.0.1%eth0:18516 0.0.0.0:*
+"""
+
+
+def test_listening_ports_read_from_ss():
+    from launch.linktest import listening_ports
+    assert listening_ports(SS_LINES) == {2024, 5201, 18515, 18516}
+    assert listening_ports("") == set()
+
+
+SLOW_SERVER = """#!{python}
+import socket, sys, time
+args = sys.argv[1:]
+port = int(args[args.index("-p") + 1])
+table = open({table!r}).read()
+if args[-1] != "127.0.0.1":  # the server: listens only after 1.5 s (a slow ssh start), serves one client
+    time.sleep(1.5)
+    s = socket.create_server(("127.0.0.1", port))
+    s.settimeout(30)
+    conn, _ = s.accept()
+    conn.recv(1)
+    print(table)
+else:  # the client: refused if the server is not listening yet, as perftest's would be
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=5).sendall(b"x")
+    except OSError as exc:
+        sys.exit(f"Couldn't connect to 127.0.0.1:{{port}}: {{exc}}")
+    print(table)
+"""
+
+
+@pytest.mark.integration
+def test_clients_start_once_every_server_listens(tmp_path, monkeypatch):
+    """Servers that take 1.5 s to listen (the fixed one-second wait started the clients too early): the
+    clients start once `ss` shows both ports listening, and both links measure."""
+    import socket
+    import sys
+
+    table = os.path.join(os.path.dirname(__file__), "..", "telemetry", "evidence_fixtures",
+                         "perftest_write_bw_gbits_issue273.txt")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    stub = bin_dir / "ib_write_bw"
+    stub.write_text(SLOW_SERVER.format(python=sys.executable, table=table))
+    stub.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    with socket.socket() as s:  # a free pair of ports, most likely
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1] if s.getsockname()[1] < 65000 else 40000
+    out = tmp_path / "out"
+    assert main(["--tool", "ib_write_bw", "--server", "n1", "--client", "n2", "--server-addr", "127.0.0.1",
+                 "--devices", "mlx5_0,mlx5_1", "--port", str(port), "--duration", "1", "--line-rate", "400gbit",
+                 "--no-counters", "--output", str(out)]) == 0
+    res = json.loads((out / "linktest.json").read_text())
+    assert res["servers_ready"]["how"] == "every running server listened on its port (ss)"
+    assert res["servers_ready"]["waited_s"] >= 1.4
+    assert [lk["gbps"] for lk in res["links"]] == [0.48, 0.48] and all(lk["client_rc"] == 0 for lk in res["links"])
