@@ -13,20 +13,19 @@ times a step on the training thread. Results: one JSON line in bench/results/tra
 from __future__ import annotations
 
 import argparse
-import datetime
 import inspect
-import json
 import os
 import platform
 import statistics
-import sys
 import time
 
 import torch
 import torch.distributed as dist
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from bench.support.results import REPO, append_line, line_start
+
 RESULTS = os.path.join(REPO, "bench", "results", "tracer_call_cost.jsonl")
+MACHINE = f"2-core CPU dev VM ({platform.machine()}, {os.cpu_count()} cores)"
 
 
 def per_call_us(fn, calls: int, repeats: int = 5) -> float:
@@ -128,14 +127,8 @@ def main(argv: list[str] | None = None) -> None:
     whole = traced_call_cost(args.calls)
     print(f"dist.all_reduce of 4 floats, world-1 gloo: {whole['untraced_us']:.1f} us untraced, "
           f"{whole['traced_us']:.1f} us traced, of which the tracer's wrapper {whole['wrapper_own_us']:.1f} us")
-    result = {"benchmark": "tracer_call_cost", "date": datetime.date.today().isoformat(),
-              "command": " ".join(["python -m bench.tracer_call_cost", *(argv if argv is not None else sys.argv[1:])]),
-              "machine": f"2-core CPU dev VM ({platform.machine()}, {os.cpu_count()} cores)",
-              "torch": torch.__version__, "naming": naming, "all_reduce_world1_gloo": whole}
-    if args.out:
-        with open(args.out, "a", encoding="utf-8") as f:
-            f.write(json.dumps(result) + "\n")
-        print(f"appended to {os.path.relpath(args.out, REPO)}")
+    append_line(args.out, {**line_start("bench.tracer_call_cost", argv, MACHINE), "torch": torch.__version__,
+                           "naming": naming, "all_reduce_world1_gloo": whole})
 
 
 if __name__ == "__main__":
