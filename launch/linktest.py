@@ -198,31 +198,46 @@ def listening_ports(ss_output: str) -> set[int]:
 
 def wait_for_servers(args, links: list[dict], servers: list) -> dict:
     """Wait until every server still running listens on its port on the server node (a server that exited
-    is not waited for: its link records why). Returns how the start was judged, for linktest.json."""
+    is not waited for: its link records why). Returns how the start was judged, for linktest.json. A poll
+    that fails (ssh refused while the servers' own sessions open, a slow `srun` step) is polled again, every
+    0.1 s at first and at most every second; only a node without `ss` gets the fixed wait."""
     t0 = time.monotonic()
     cmd = _prefix(args.exec, args.server) + ["ss", "-Htln"]
+    pause, why = 0.1, "no poll answered"
     while True:
         waiting = [link["port"] for link, server in zip(links, servers) if server.poll() is None]
+        waited = round(time.monotonic() - t0, 3)
+        if not waiting:
+            return {"how": "no server still running to wait for (each link records how its server ended)",
+                    "waited_s": waited}
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+            proc = subprocess.run(cmd, capture_output=True, text=True,
+                                  timeout=max(1.0, min(10.0, SERVER_READY_S - waited)))
+            no_ss = proc.returncode == 127 or (proc.returncode != 0 and "No such file" in proc.stderr)
             seen = listening_ports(proc.stdout) if proc.returncode == 0 else None
-        except (OSError, subprocess.TimeoutExpired):
-            seen = None
-        if seen is None:  # no `ss` on the node (or it failed): the fixed wait
+            if seen is None:
+                why = f"`{' '.join(cmd)}` exit {proc.returncode}"
+        except FileNotFoundError:  # run here, or the --exec program itself, is missing
+            no_ss, seen = True, None
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            no_ss, seen, why = False, None, f"`{' '.join(cmd)}`: {exc}"
+        if no_ss:
             time.sleep(SERVER_WAIT_S)
-            return {"how": f"fixed wait of {SERVER_WAIT_S} s (`ss -Htln` did not run on {args.server})",
+            return {"how": f"fixed wait of {SERVER_WAIT_S} s (no `ss` on {args.server})",
                     "waited_s": round(time.monotonic() - t0, 3)}
-        missing = sorted(set(waiting) - seen)
+        missing = sorted(set(waiting) - seen) if seen is not None else sorted(waiting)
         waited = round(time.monotonic() - t0, 3)
         if not missing:
             return {"how": "every running server listened on its port (ss)", "waited_s": waited}
         if waited >= SERVER_READY_S:
+            said = "not listening" if seen is not None else f"not seen listening ({why})"
             for link in links:
                 if link["port"] in missing:
                     link.setdefault("problems", []).append(
-                        f"server not listening on port {link['port']} after {SERVER_READY_S:.0f} s; client started anyway")
-            return {"how": f"ports {missing} not listening after {SERVER_READY_S:.0f} s", "waited_s": waited}
-        time.sleep(0.1)
+                        f"server {said} on port {link['port']} after {SERVER_READY_S:.0f} s; client started anyway")
+            return {"how": f"ports {missing} {said} after {SERVER_READY_S:.0f} s", "waited_s": waited}
+        time.sleep(pause)
+        pause = min(1.0, pause * 2)
 
 
 def _parse(tool: str, out: str) -> tuple[dict | None, str | None]:

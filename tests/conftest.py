@@ -33,7 +33,8 @@ FAST = ["max_steps=6", "data.seq_len=128", "train.log_every=1", "train.eval_ever
 
 
 def loop_reduction_bytes(step: int, max_steps: int, terms: int = 1) -> int:
-    """Bytes of the training loop's own all-reduces at `step` of a fresh run (trainer/loop.py), all float64:
+    """Bytes of the training loop's own all-reduces at `step` of a fresh run that reaches `max_steps` (one
+    stopped early sends the next step's counts at its last step too) (trainer/loop.py), all float64:
     the item counts (each loss term's, real tokens, padded tokens, attention's position pairs: terms + 3) and
     the loss sums (terms). Step 1 reduces its own counts before its forward; every step reduces its loss
     sums together with the next step's counts, so the last step sends its sums alone."""

@@ -213,7 +213,7 @@ class Trainer:
         if step < self.recipe.max_steps:  # the host builds the next step's batches while the device works
             ahead = self._prepare(step + 1)
             # the next step's item counts ride in this step's loss all-reduce: one small collective per step
-            # (at world 2 on gloo a second one cost ~1% of the step: bench/results/loop_parity.jsonl)
+            # (at world 2 on gloo a second one cost ~1.5% of the step: docs/performance.md)
             reduced = torch.cat([reduced, self._host_to_device(torch.tensor(ahead[2], dtype=torch.float64))])
             self._next = (*ahead, reduced[n:])
         dist.all_reduce(reduced, group=self.dp_group)

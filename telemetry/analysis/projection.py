@@ -110,7 +110,8 @@ def measured_profile(run: Run, summary: dict | None = None) -> dict:
     if exposed_est is not None:
         # the writing rank's estimate; what it waited for a late peer is not the fabric's. Whether that wait
         # was exposed (early at a blocking call) or hidden (an asynchronous call in flight while it computed:
-        # the loop's item counts, issued at the step's start) the estimate cannot say: so the exposed part
+        # a DDP bucket during the rest of the backward; before 2026-11-28 also the loop's item counts, issued at
+        # the step's start) the estimate cannot say: so the exposed part
         # is at most the least-waiting rank's communication and at least the estimate less the whole wait.
         # The first is the projection, the second the interval's low end. Taking the second alone called
         # tp 2 x dp 3 lab baselines 2-4% exposed where rank 0's counts waited during its forward, and hid

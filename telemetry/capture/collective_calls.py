@@ -17,9 +17,9 @@ _NBYTES = lambda t: t.numel() * t.element_size()  # noqa: E731
 
 
 def arguments_of(fn):
-    """A function that names a call's arguments as `inspect.Signature.bind` + `apply_defaults` do, at a tenth
-    of the cost (~0.5 us instead of 6-9 on the development VM): every traced call pays it, and a tensor-parallel
-    step makes hundreds. Functions with *args or **kwargs in their signature keep `bind`."""
+    """A function that names a call's arguments as `inspect.Signature.bind` + `apply_defaults` do, at a fifth
+    of the cost or less (bench/tracer_call_cost.py): every traced call pays it, and a tensor-parallel step makes
+    hundreds. Functions with *args or **kwargs in their signature keep `bind`."""
     sig = inspect.signature(fn)
     params = sig.parameters.values()
     if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params):
@@ -30,7 +30,7 @@ def arguments_of(fn):
         return bound
     positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     defaults = {p.name: p.default for p in params if p.default is not p.empty}
-    names = frozenset(sig.parameters)
+    names = frozenset(p.name for p in params if p.kind != p.POSITIONAL_ONLY)  # what a keyword may name
     required = frozenset(p.name for p in params if p.default is p.empty)
 
     def named(args, kwargs):

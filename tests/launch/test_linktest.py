@@ -251,6 +251,7 @@ else:  # the client: refused if the server is not listening yet, as perftest's w
 
 
 @pytest.mark.integration
+@pytest.mark.skipif(shutil.which("ss") is None, reason="needs ss (iproute2) to see the servers listen")
 def test_clients_start_once_every_server_listens(tmp_path, monkeypatch):
     """Servers that take 1.5 s to listen (the fixed one-second wait started the clients too early): the
     clients start once `ss` shows both ports listening, and both links measure."""
@@ -276,3 +277,38 @@ def test_clients_start_once_every_server_listens(tmp_path, monkeypatch):
     assert res["servers_ready"]["how"] == "every running server listened on its port (ss)"
     assert res["servers_ready"]["waited_s"] >= 1.4
     assert [lk["gbps"] for lk in res["links"]] == [0.48, 0.48] and all(lk["client_rc"] == 0 for lk in res["links"])
+
+
+class _Running:
+    """A server process that is still running (never listens)."""
+
+    def poll(self):
+        return None
+
+
+@pytest.mark.integration
+def test_a_node_without_ss_gets_the_fixed_wait():
+    import types
+
+    from launch import linktest
+    args = types.SimpleNamespace(exec="env PATH=/nonexistent", server="n1")  # env: 'ss': not found, exit 127
+    links = [{"port": 18515}]
+    ready = linktest.wait_for_servers(args, links, [_Running()])
+    assert ready["how"] == "fixed wait of 1.0 s (no `ss` on n1)" and ready["waited_s"] >= 1.0
+    assert "problems" not in links[0]
+
+
+@pytest.mark.integration
+def test_polls_that_fail_are_retried_until_the_deadline_then_named(monkeypatch):
+    """ssh refusing while the servers' own sessions open (exit 255) is not a missing `ss`: polled again."""
+    import types
+
+    from launch import linktest
+    monkeypatch.setattr(linktest, "SERVER_READY_S", 0.6)
+    args = types.SimpleNamespace(exec="sh -c 'exit 255'", server="n1")
+    links = [{"port": 18515}, {"port": 18516}]
+    ready = linktest.wait_for_servers(args, links, [_Running(), types.SimpleNamespace(poll=lambda: 0)])
+    assert ready["how"].startswith("ports [18515] not seen listening (`sh -c exit 255 ss -Htln` exit 255)")
+    assert links[0]["problems"] == ["server not seen listening (`sh -c exit 255 ss -Htln` exit 255) on port 18515 "
+                                    "after 1 s; client started anyway"]
+    assert "problems" not in links[1]  # its server had exited: not waited for

@@ -52,6 +52,16 @@ def test_calls_bind_refuses_are_refused_with_binds_words():
             named(args, kwargs)
 
 
+def test_a_positional_only_parameter_given_by_keyword_is_refused_as_bind_refuses_it():
+    def f(a, /, b=1):
+        return a
+
+    named = arguments_of(f)
+    assert named((1,), {"b": 2}) == {"a": 1, "b": 2}
+    with pytest.raises(TypeError, match="positional"):
+        named((), {"a": 1})
+
+
 def test_a_signature_with_var_arguments_keeps_bind():
     def f(a, *rest, b=2, **more):
         return a
