@@ -448,7 +448,6 @@ def _check_telemetry(r: Recipe) -> list[str]:
     if unknown:
         p.append(f"telemetry.export: got {', '.join(map(str, unknown))}; allowed: {', '.join(TELEMETRY_EXPORTS)}")
     p += settings_problems(tel)  # the live exporter's settings (telemetry/capture/live_export.py)
-    p += at_least("distributed", r.distributed, ("timeout_s",), 1)
     return p + _check_debug(r.debug)
 
 

@@ -110,6 +110,8 @@ def _assert_rule(err: str, expected: str) -> None:
     lines = err.strip().splitlines()
     assert lines and all(line.startswith("error: ") for line in lines), err
     assert "Traceback" not in err
+    named = [line.split(":")[1].strip() for line in lines]  # the key each line names: once each
+    assert len(named) == len(set(named)), err
 
 
 @pytest.mark.parametrize("case_id,overrides,expected", OVERRIDES, ids=[c[0] for c in OVERRIDES])
