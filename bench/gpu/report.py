@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import shutil
 import statistics
@@ -28,6 +29,23 @@ def _machine() -> str:
                            capture_output=True, text=True, timeout=30)
         gpu = q.stdout.strip().splitlines()[0] if q.returncode == 0 and q.stdout.strip() else gpu
     return f"{gpu}; {platform.node()}, {platform.python_version()}"
+
+
+def _project() -> str:
+    """The project's commit: git where the tree is a checkout, else FABRIC_HARNESS_COMMIT (a copied tree has
+    no .git: the session that copies it can say which commit it was)."""
+    here = Path(__file__).resolve().parents[2]
+    try:
+        q = subprocess.run(["git", "-C", str(here), "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                           timeout=30)
+        if q.returncode == 0 and q.stdout.strip():
+            dirty = subprocess.run(["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"],
+                                   capture_output=True, text=True, timeout=30).stdout.strip()
+            return q.stdout.strip() + (" with uncommitted changes" if dirty else "")
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+    given = os.environ.get("FABRIC_HARNESS_COMMIT", "").strip()
+    return given or "unknown (no git checkout here and FABRIC_HARNESS_COMMIT not set)"
 
 
 def _steps(out: Path) -> list[list[str]]:
@@ -106,7 +124,7 @@ def main() -> None:
     lines = ["# GPU benchmark (bash bench/gpu/run.sh)", "",
              f"- command: `bash bench/gpu/run.sh --layers {args.layers} --steps {args.steps}`",
              f"- date: {datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}",
-             f"- machine: {_machine()}", ""]
+             f"- machine: {_machine()}", f"- project: {_project()}", ""]
     lines += ["## Steps", "", "| step | outcome | seconds | note |", "|---|---|---|---|"]
     lines += [f"| {s[0]} | {s[1]} | {s[2]} | {s[3] if len(s) > 3 else ''} |" for s in _steps(out)]
     tests = _pytest(out)

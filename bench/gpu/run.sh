@@ -19,6 +19,7 @@
 # Each step has its own time limit and the run a budget; each step's outcome goes to OUT/steps.tsv and
 # OUT/summary.md is rewritten as each step ends, so a run cut short keeps what it measured. Where there is no
 # CUDA GPU every step prints `skipped: <reason>` and the script exits 0 (tests/gpu/test_run_sh.py runs that).
+# The report names the project's commit (git); in a copied tree without .git: FABRIC_HARNESS_COMMIT=<commit> bash ...
 set -u
 cd "$(dirname "$0")/../.."
 INSTALL=1 TESTS=0 LAYERS=32 STEPS=10 WARMUP=3 OUT=bench/gpu/out

@@ -90,6 +90,7 @@ def test_report_writes_each_step_test_and_throughput(tmp_path):
     assert "| pytest | failed | 300 | exit 1, log x |" in text
     assert "| test_nccl::test_a | passed |  |" in text and "| test_energy::test_b | failed | assert 0 > 1 |" in text
     assert "16 of 32 layers" in text
+    assert "\n- project: " in text and "unknown" not in text.split("- project: ")[1].splitlines()[0]  # a checkout
     # AutoModel's convention: 9,000 tokens/s x 32.2 GFLOP per token / 989 TFLOP/s
     assert "| harness, liger, telemetry on | 4 | 9,000 | 0.300 | 0.293 | 40.0 | 0.910 | 0.0% | 11.000 |" in text
     assert "| plain loop, liger | 4 | 8,000 | 0.280 | 0.260 | 38.0 | 1.024 | 2.5% | 11.900 |" in text
