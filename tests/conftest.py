@@ -32,6 +32,12 @@ FAST = ["max_steps=6", "data.seq_len=128", "train.log_every=1", "train.eval_ever
         "distributed.timeout_s=60"]
 
 
+def loop_all_reduces(step: int) -> int:
+    """The training loop's own all-reduces at `step` of a fresh run (trainer/loop.py): step 1's item counts,
+    then each step's loss sums (with the next step's counts)."""
+    return 2 if step == 1 else 1
+
+
 def loop_reduction_bytes(step: int, max_steps: int, terms: int = 1) -> int:
     """Bytes of the training loop's own all-reduces at `step` of a fresh run that reaches `max_steps` (one
     stopped early sends the next step's counts at its last step too) (trainer/loop.py), all float64:

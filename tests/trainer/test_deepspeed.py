@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ..conftest import FAST, REPO, loop_reduction_bytes, run_cli
+from ..conftest import FAST, REPO, loop_all_reduces, loop_reduction_bytes, run_cli
 
 pytest.importorskip("deepspeed", reason="deepspeed is in the test extra: pip install -e .[test]")
 
@@ -122,12 +122,6 @@ def test_zero3_resume_reproduces_the_uninterrupted_run(straight, tmp_path):
     assert resumed.losses() == reference.losses()  # bit for bit
     assert [r["grad_norm"] for r in resumed.metrics()] == [r["grad_norm"] for r in reference.metrics()]
     assert resumed.rank_files()[0]["trainable"] == reference.rank_files()[0]["trainable"]
-
-
-def loop_all_reduces(step: int) -> int:
-    """The loop's own all-reduces (trainer/loop.py): step 1's item counts, then each step's loss sums (with
-    the next step's counts)."""
-    return 2 if step == 1 else 1
 
 
 @pytest.mark.integration
