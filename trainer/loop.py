@@ -357,8 +357,10 @@ class Trainer:
             if why and step < max_steps:  # preempted: keep this step, so no completed step is recomputed
                 if not (train.save_every and step % train.save_every == 0):
                     self._save()
+                self.hooks.on_steps_done()  # every rank stops after this step (the vote agreed)
                 raise Interrupted(f"{why}: stopped after step {step}, checkpoint saved")
             self.faults.after_step(step)
+        self.hooks.on_steps_done()
         if train.save_final and self.state.step > start:
             self._save()
         self.state.status = "completed"

@@ -36,10 +36,13 @@ from telemetry.capture.collectives import RECORDED_OPS as OPS, CollectiveTracer,
 from telemetry.capture import rdma_devices
 from telemetry.capture.counter_sampler import CounterSampler
 from telemetry.capture.gloo_lazy import gloo_connects_lazily, lazy_gloo_group
-from telemetry.capture.group_timeout import job_timeout, wait_naming
+from telemetry.capture.group_timeout import job_timeout
 from telemetry.capture.counters import CounterReader, list_hcas, loss_verdict
 from telemetry.capture import bmc_power, live_export
 from telemetry.capture.congestion import summarize as congestion_figures
+from telemetry.capture.cross_rank import (EXCHANGE, JOB_SUMS, REDUCED, ROWS, SIDE_GROUP, PipelinedTree,  # noqa: F401
+                                          cross_rank_figures, reduction_payload, tree_reduce)
+from telemetry.capture.cross_rank import height as tree_height
 from telemetry.capture.energy import EnergyMeter, open_cpu_source, open_gpu_source
 from telemetry.capture.environment import host_info
 from telemetry.capture.exposed import CopyRate, ProfiledWindows, phase_times, step_comm_times
@@ -53,95 +56,11 @@ EVENTS_MAX_BYTES = 256 << 20  # per rank; past this the file gets one last line 
 EXPORT_BARRIER_S = 60  # how long rank 0 waits at close for the other ranks' files before exporting
 
 
-# The per-rank vector reduced to rank 0 each step; NaN stands for "unknown".
-REDUCED = (StepKey.STEP_TIME_S, StepKey.COMM_TIME_S, StepKey.COMM_BYTES, *(f"time_{op}" for op in OPS),
-           StepKey.GPU_ENERGY_J, StepKey.GPU_POWER_W, "host_cpu_energy_j", "host_net_tx_bytes", "host_net_rx_bytes",
-           "host_rdma_tx_bytes", "host_rdma_rx_bytes", "host_loss_events", "host_reorder_events",
-           "host_server_energy_j", "host_server_power_w", "compute_s", StepKey.LINK_IN_S)
-
-
-# rank 0's job-wide sums: record name -> the REDUCED field summed over ranks (host fields come from one
-# rank per host, so the sum is over hosts). Every other field of a record is the writing rank's own.
-JOB_SUMS = {StepKey.JOB_GPU_ENERGY_J: StepKey.GPU_ENERGY_J, StepKey.JOB_GPU_POWER_W: StepKey.GPU_POWER_W,
-            StepKey.JOB_CPU_ENERGY_J: "host_cpu_energy_j", StepKey.JOB_NET_TX_BYTES: "host_net_tx_bytes",
-            StepKey.JOB_NET_RX_BYTES: "host_net_rx_bytes", StepKey.JOB_RDMA_TX_BYTES: "host_rdma_tx_bytes",
-            StepKey.JOB_RDMA_RX_BYTES: "host_rdma_rx_bytes", StepKey.JOB_LOSS_EVENTS: "host_loss_events",
-            StepKey.JOB_REORDER_EVENTS: "host_reorder_events", StepKey.JOB_SERVER_ENERGY_J: "host_server_energy_j",
-            StepKey.JOB_SERVER_POWER_W: "host_server_power_w"}
-
-
 MEDIAN_EVERY_STEP_UP_TO = 16  # ranks: up to here sending every rank's values each step costs next to nothing
 MEDIAN_EVERY_AT_SCALE = 100  # steps between medians above that (rank 0 receives world x 160 bytes)
 
-# Rows of the fixed-size message each rank sends up the tree: one column per REDUCED field.
-_MAX, _MAX_RANK, _MIN, _SUM, _KNOWN = range(5)
-_ROWS = 5
-
-
 def _nan(v) -> float:
     return float("nan") if v is None else float(v)
-
-
-SIDE_GROUP = "telemetry_cross_rank"
-EXCHANGE = f"telemetry's cross-rank exchange (process group {SIDE_GROUP})"
-
-
-def reduction_payload(values: list[float], rank: int) -> list[list[float]]:
-    """One rank's contribution, _ROWS rows of one column per value; an unknown (NaN) value is left out of every
-    figure, never taken as 0. Plain lists: a few dozen floats, where torch's per-op dispatch cost more than the
-    arithmetic (bench/cross_rank_scale.py `cpu_costs`); one tensor is made only to send them."""
-    known = [v == v for v in values]  # NaN is the one float unequal to itself
-    r = float(rank)
-    return [[v if k else -math.inf for v, k in zip(values, known)],
-            [r if k else -1.0 for k in known],
-            [v if k else math.inf for v, k in zip(values, known)],
-            [v if k else 0.0 for v, k in zip(values, known)],
-            [1.0 if k else 0.0 for k in known]]
-
-
-def combine_payloads(acc: list[list[float]], other: list[list[float]]) -> list[list[float]]:
-    """Fold `other`'s first _ROWS rows into `acc`'s (in place). The max keeps its rank; a tie goes to the
-    higher rank, as the max over (value, rank) pairs does, so the order of folding does not matter."""
-    mx, mr, mn, sm, kn = (acc[i] for i in range(_ROWS))
-    omx, omr, omn, osm, okn = (other[i] for i in range(_ROWS))
-    for i in range(len(mx)):
-        if omx[i] > mx[i] or (omx[i] == mx[i] and omr[i] > mr[i]):
-            mx[i], mr[i] = omx[i], omr[i]
-        if omn[i] < mn[i]:
-            mn[i] = omn[i]
-        sm[i] += osm[i]
-        kn[i] += okn[i]
-    return acc
-
-
-def cross_rank_figures(rows: list[list[float]], gathered: list[list[float]] | None) -> dict:
-    """Rank 0's record fields from the reduced payload (and, on median steps, every rank's values)."""
-
-    def spread(i: int) -> dict | None:
-        count = int(round(rows[_KNOWN][i]))
-        if not count:
-            return None
-        median = None
-        if gathered is not None:
-            known = [row[i] for row in gathered if not math.isnan(row[i])]
-            median = statistics.median(known) if known else None
-        return {"min": rows[_MIN][i], "median": median, "mean": rows[_SUM][i] / count, "max": rows[_MAX][i],
-                "max_rank": int(rows[_MAX_RANK][i]), "ranks": count}
-
-    def total_of(name: str) -> float | None:
-        i = REDUCED.index(name)
-        return rows[_SUM][i] if rows[_KNOWN][i] else None
-
-    col = REDUCED.index
-    by_op = {op: s for op in OPS if (s := spread(col(f"time_{op}"))) is not None}
-    return {
-        StepKey.RANKS: {StepKey.STEP_TIME_S: spread(col(StepKey.STEP_TIME_S)),
-                        StepKey.COMM_TIME_S: spread(col(StepKey.COMM_TIME_S)),
-                  "comm_time_s_by_op": by_op, "compute_s": spread(col("compute_s")),
-                  **({StepKey.LINK_IN_S: s} if (s := spread(col(StepKey.LINK_IN_S))) is not None else {})},
-        # sums over the job's GPUs / hosts: the job_ prefix (JOB_SUMS); unprefixed fields are the rank's own
-        **{name: total_of(field) for name, field in JOB_SUMS.items()},
-    }
 
 
 class Telemetry:
@@ -183,6 +102,7 @@ class Telemetry:
         self._hold = False  # NCCL: steps held for late completion reports (set at start)
         self._held: deque = deque()  # steps whose lines wait for their reports, oldest first
         self._reduce_next: dict | None = None  # the step reduced across ranks at the next step's end
+        self._pipeline: PipelinedTree | None = None  # the tree a level per step (cross_rank.py), for end_step(into=)
         self._health: dict = coverage.empty()  # the run's tracer health: the steps' added up
         self.started = False
 
@@ -252,6 +172,8 @@ class Telemetry:
             timeout = job_timeout()
             # CPU-side, off the training streams; the tree talks to log2(world) peers: lazy connections
             self._group = lazy_gloo_group(timeout=timeout, group_desc=SIDE_GROUP)
+            self._pipeline = PipelinedTree(self.rank, self.world, self._group, self.tracer.original("isend"),
+                                           self.tracer.original("irecv"), len(REDUCED))
             every = self._median_every()
             median = ("not computed (cross_rank_median_every: 0)" if not every else
                       "every rank's values sent up the same tree every step" if every == 1 else
@@ -259,7 +181,10 @@ class Telemetry:
             self.cross_rank_info = {
                 "every": self.s.cross_rank_every,
                 "method": f"binomial-tree reduction to rank 0 over a gloo side group: each rank sends one "
-                          f"{_ROWS * len(REDUCED) * 8}-byte message per step; min, mean, max, max_rank, ranks, sums",
+                          f"{ROWS * len(REDUCED) * 8}-byte message per step; min, mean, max, max_rank, ranks, sums",
+                # a tree level per step, off the step's critical path (cross_rank.py): rank 0's figures of
+                # step s are complete at step s + lag_steps, and its lines of step s are written then
+                "lag_steps": tree_height(0, self.world),
                 "median": median, "gloo_interface": gloo,
                 # the job's: a peer that stops answering fails the tree as it fails the job's collectives
                 "timeout_s": timeout.total_seconds() if timeout is not None else None}
@@ -428,12 +353,21 @@ class Telemetry:
             self._energy_total["known"] = True
         if host["cpu_j"] is not None:
             self._energy_total["cpu_j"] += host["cpu_j"]
-        held.update(gpu_j=gpu_j, gpu_w=gpu_w, host=host, own=own, complete=False, reduced=False)
+        # a record to fill later: the cross-rank reduction goes up the tree a level per step (cross_rank.py)
+        pipelined = into is not None and self._pipeline is not None
+        held.update(gpu_j=gpu_j, gpu_w=gpu_w, host=host, own=own, complete=False, reduced=False, pipelined=pipelined)
         record.update(own)
-        if not hold:
+        if not hold and not pipelined:
             self._complete(held)
             self._reduce(held)
             self._write(held)
+            return record
+        if not hold:  # rank 0's lines of this step wait for its figures; another rank's are written now
+            self._complete(held)
+            record["_held"] = True
+            self._held.append(held)
+            self._reduce(held)
+            self._write_ready(t_end)
             return record
         # Held: the step's communication fields wait for the watchdog's reports, off this thread. Its
         # cross-rank reduction is made a step later on every rank alike (a collective: the same step
@@ -469,6 +403,13 @@ class Telemetry:
                 self._reduce(last)
             else:
                 last["reduced"] = True
+        if self._pipeline is not None:  # the steps still on their way up the tree
+            if collective:
+                for owner, payload in self._pipeline.drain():
+                    self._reduced(owner, payload)
+            else:
+                for owner in self._pipeline.abandon():
+                    owner["reduced"] = True
         self._write_ready(time.perf_counter(), self.s.hold_reports_s if wait_s is None else wait_s)
 
     def _complete(self, held: dict, wait_s: float = 0.0) -> None:
@@ -494,7 +435,6 @@ class Telemetry:
     def _reduce(self, held: dict) -> None:
         """The cross-rank reduction (and link probe) of a step: collective, on every rank for the same step.
         A held step not yet complete is reduced from what its reports said so far (calls without one: no time)."""
-        held["reduced"] = True
         step, record = held["step"], held["record"]
         fields = held["own"] if held["complete"] else self._comm_fields(held)
         comm, comm_bytes, comm_time = fields["comm"], fields[StepKey.COMM_BYTES], fields[StepKey.COMM_TIME_S]
@@ -514,11 +454,31 @@ class Telemetry:
                 held["own"][StepKey.LINK_IN_S] = probe
                 record[StepKey.LINK_IN_S] = probe
         mine.append(probe)
-        if reduced:
-            record.update(self.cross_rank([_nan(v) for v in mine], step))
-            if self.stragglers is not None:
-                for finding in self.stragglers.feed(step, {**record, **fields}):
-                    print(f"[telemetry] {describe_straggler(finding)}", file=sys.stderr, flush=True)
+        values = [_nan(v) for v in mine]
+        if not (reduced and held["pipelined"]):
+            held["reduced"] = True
+            if reduced:
+                record.update(self.cross_rank(values, step))
+                self._feed_stragglers(step, {**record, **fields})
+            return
+        every = self._median_every()
+        per_rank = bool(every) and step % every == 0  # every rank's values travel up too, in rank order
+        payload = reduction_payload(values, self.rank) + ([values] if per_rank else [])
+        held.update(fields=fields, per_rank=per_rank, reduced=self.rank != 0)  # rank 0's: once the tree is in
+        for owner, got in self._pipeline.post(payload, per_rank, held):
+            self._reduced(owner, got)
+
+    def _reduced(self, held: dict, payload: list[list[float]]) -> None:
+        """Rank 0: a step's values from every rank are in (a tree level per step: cross_rank.py)."""
+        record = held["record"]
+        record.update(cross_rank_figures(payload[:ROWS], payload[ROWS:] if held["per_rank"] else None))
+        held["reduced"] = True
+        self._feed_stragglers(held["step"], {**record, **held["fields"]})
+
+    def _feed_stragglers(self, step: int, fields: dict) -> None:
+        if self.stragglers is not None:
+            for finding in self.stragglers.feed(step, fields):
+                print(f"[telemetry] {describe_straggler(finding)}", file=sys.stderr, flush=True)
 
     def _write(self, held: dict) -> None:
         """The step's rank line (and events); its record released to the metrics file."""
@@ -599,37 +559,12 @@ class Telemetry:
         median_step = bool(every) and step % every == 0
         if median_step:  # every rank's values travel up with the reduction, in rank order
             payload.append(list(mine))
-        if self.world > 1:
-            payload = self._tree(payload)
+        if self.world > 1:  # isend/irecv, not send/recv: torch's send calls the module's isend, which the tracer wraps
+            payload = tree_reduce(payload, self.rank, self.world, self._group, self.tracer.original("isend"),
+                                  self.tracer.original("irecv"))
         if payload is None:
             return {}
-        return cross_rank_figures(payload[:_ROWS], payload[_ROWS:] if median_step else None)
-
-    def _tree(self, payload: list[list[float]]) -> list[list[float]] | None:
-        """Binomial tree to rank 0: ceil(log2(world)) rounds, one message per rank, and rank 0 receives
-        ceil(log2(world)) of them; torch's gloo reduce and all_gather are rings, world - 1 or more hops
-        deep, and a gather fans in world - 1 messages (docs/telemetry.md, at scale). Rows past _ROWS are
-        per-rank values (median steps): a sender's subtree is the next `distance` ranks."""
-        # isend/irecv, not send/recv: torch's send calls the module's isend, which the tracer wraps
-        isend, irecv = self.tracer.original("isend"), self.tracer.original("irecv")
-        per_rank = len(payload) > _ROWS
-        distance = 1
-        while distance < self.world:
-            if self.rank & distance:  # the side group holds every rank: group ranks are global ranks
-                dst = self.rank - distance
-                wait_naming(isend(torch.tensor(payload, dtype=torch.float64), dst, group=self._group), EXCHANGE, dst)
-                return None
-            src = self.rank + distance
-            if src < self.world:
-                rows = _ROWS + (min(distance, self.world - src) if per_rank else 0)
-                incoming = torch.empty(rows, len(payload[0]), dtype=torch.float64)
-                wait_naming(irecv(incoming, src, group=self._group), EXCHANGE, src)
-                got = incoming.tolist()
-                combine_payloads(payload, got)
-                if per_rank:
-                    payload.extend(got[_ROWS:])
-            distance <<= 1
-        return payload
+        return cross_rank_figures(payload[:ROWS], payload[ROWS:] if median_step else None)
 
     def _write_events(self, step: int, t_end: float, calls: list, marks: list, t_step: float | None) -> None:
         off = self._clock_offset

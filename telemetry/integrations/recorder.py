@@ -280,6 +280,11 @@ class RunRecorder(Hooks):
         if self.telemetry is not None:
             self.telemetry.mark(name)
 
+    def on_steps_done(self) -> None:
+        # inside the loop's error handling: a peer lost at the very end fails the run with one line
+        if self.telemetry is not None and not self.closed:
+            self.telemetry.flush(collective=True)
+
     def on_train_end(self, status: str) -> None:
         # every rank ends a completed run here together: the held last step is reduced across ranks as usual
         if self.telemetry is not None:

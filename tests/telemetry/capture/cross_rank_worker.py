@@ -17,7 +17,8 @@ import time
 import torch
 import torch.distributed as dist
 
-from telemetry.capture.session import REDUCED, Telemetry, TelemetrySettings
+from telemetry.capture.cross_rank import REDUCED, ROWS, cross_rank_figures, reduction_payload
+from telemetry.capture.session import Telemetry, TelemetrySettings
 
 SPIED = ("all_gather_into_tensor", "all_gather_single", "all_gather", "all_gather_object", "all_reduce", "reduce",
          "gather", "gather_object", "send", "recv", "broadcast", "isend", "irecv")
@@ -112,6 +113,24 @@ def main(out: str) -> None:
         dist.all_gather_object(rows, mine)  # the reference: every vector, as the old code had it
         result["steps"].append({"step": step, "calls": list(calls), "record": record,
                                 "reference": old_figures(rows) if rank == 0 else None})
+    # the same values up the pipelined tree (a level per step; cross_rank.py) over the real side group: rank 0's
+    # figures equal the whole tree's; in steady state one post per step, then the drain at the run's end
+    piped, posts = {}, []
+    for step in range(1, STEPS + 1):
+        mine = crafted(rank, step)
+        per_rank = step % MEDIAN_EVERY == 0
+        calls.clear()
+        spying["on"] = True
+        for owner, got in tel._pipeline.post(reduction_payload(mine, rank) + ([mine] if per_rank else []),
+                                             per_rank, owner=step):
+            median = owner % MEDIAN_EVERY == 0  # the completed step's, a level per step ago
+            piped[owner] = {"at": step, "figures": cross_rank_figures(got[:ROWS], got[ROWS:] if median else None)}
+        spying["on"] = False
+        posts.append(list(calls))
+    for owner, got in tel._pipeline.drain():
+        per_rank = owner % MEDIAN_EVERY == 0
+        piped[owner] = {"at": None, "figures": cross_rank_figures(got[:ROWS], got[ROWS:] if per_rank else None)}
+    result["piped"], result["posts"] = piped, posts
     # a real step: the job's own all_reduce is counted, telemetry's reduction is not
     tel.start_step(STEPS + 1)
     dist.all_reduce(torch.ones(16))

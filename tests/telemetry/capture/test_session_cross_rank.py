@@ -12,8 +12,8 @@ import sys
 
 import pytest
 
-from telemetry.capture.session import REDUCED, Telemetry, TelemetrySettings, combine_payloads, cross_rank_figures, \
-    reduction_payload
+from telemetry.capture.cross_rank import REDUCED, combine_payloads, cross_rank_figures, reduction_payload
+from telemetry.capture.session import Telemetry, TelemetrySettings
 from tests.conftest import REPO
 
 WORKER = str(REPO / "tests" / "telemetry" / "capture" / "cross_rank_worker.py")
@@ -90,6 +90,18 @@ def _check_against_old_gather(results: list[dict]) -> None:
                 sent = next(c["bytes"] for c in calls if c["name"] == "isend")
                 assert sent == PAYLOAD_BYTES + (subtree * VECTOR_BYTES if median_step else 0)
                 assert res["steps"][s]["record"] == {}
+    # the pipelined tree: the same figures, rank 0's complete ceil(log2 world) steps later (or at the drain)
+    piped = results[0]["piped"]
+    assert sorted(piped) == [str(s["step"]) for s in results[0]["steps"]]
+    for step in results[0]["steps"]:
+        got = piped[str(step["step"])]
+        assert got["figures"] == step["record"]
+        assert got["at"] == (step["step"] + rounds if step["step"] + rounds <= len(piped) else None)
+    for r, res in enumerate(results):  # a post sends at most one message and receives from its children
+        for calls in res["posts"]:
+            names = [c["name"] for c in calls]
+            assert names.count("isend") <= (0 if r == 0 else 1) and set(names) <= {"isend", "irecv"}
+        assert all(not res["piped"] for res in results[1:])
 
 
 @pytest.mark.integration

@@ -1,0 +1,157 @@
+"""The pipelined cross-rank tree (telemetry/capture/cross_rank.py) against the figures of the whole tree at once,
+on a fake transport that models gloo's point-to-point matching: receives match sends per (source, tag) in
+posting order, and a receive's wait checks that its message was already sent. Every rank's tree runs in
+this one process, a slot (step) at a time, so the test proves the pipeline's point: in steady state no rank
+ever waits on a message its peer sends in the same step."""
+from __future__ import annotations
+
+import math
+from collections import defaultdict, deque
+
+import pytest
+
+from telemetry.capture.cross_rank import (PIPELINE_TAG, REDUCED, ROWS, PipelinedTree, combine_payloads,
+                                          cross_rank_figures, height, reduction_payload)
+
+
+class FakeGlooP2P:
+    """Point-to-point messages between in-process ranks, matched as gloo does: per (src, dst, tag), the n-th
+    receive posted takes the n-th message sent. `strict`: a receive waited for before its message was sent
+    is an error (in the real job it would block on a peer still training)."""
+
+    def __init__(self):
+        self.sent = defaultdict(deque)  # (src, dst, tag) -> tensors sent, not yet received
+        self.posted = defaultdict(int)  # (src, dst, tag) -> receives posted
+        self.strict = True
+        self.messages = 0
+
+    def endpoint(self, rank: int):
+        fake = self
+
+        class SendWork:
+            def wait(self):
+                return True
+
+        class RecvWork:
+            def __init__(self, key, tensor):
+                self.key, self.tensor = key, tensor
+
+            def wait(self):
+                queue = fake.sent[self.key]
+                if not queue:
+                    if fake.strict:
+                        raise AssertionError(f"rank {rank} waits for {self.key}'s message before it was sent")
+                    raise RuntimeError("no message")
+                got = queue.popleft()
+                assert got.shape == self.tensor.shape, (self.key, got.shape, self.tensor.shape)
+                self.tensor.copy_(got)
+                return True
+
+        def isend(tensor, dst, group=None, tag=0):
+            assert tag == PIPELINE_TAG
+            fake.sent[(rank, dst, tag)].append(tensor.clone())
+            fake.messages += 1
+            return SendWork()
+
+        def irecv(tensor, src, group=None, tag=0):
+            assert tag == PIPELINE_TAG
+            fake.posted[(src, rank, tag)] += 1
+            return RecvWork((src, rank, tag), tensor)
+
+        return isend, irecv
+
+
+def values(rank: int, step: int) -> list[float]:
+    """Multiples of 1/4 (sums exact in any order), ties across ranks, unknowns in scattered places."""
+    out = []
+    for i in range(len(REDUCED)):
+        v = ((rank * 7 + i * 3 + step * 5) % 4) * 0.25 + i
+        out.append(math.nan if (rank + i + step) % 3 == 0 or (i == 2 and step == 3) else v)
+    return out
+
+
+def reference(world: int, step: int, per_rank: bool) -> dict:
+    acc = reduction_payload(values(0, step), 0)
+    for r in range(1, world):
+        combine_payloads(acc, reduction_payload(values(r, step), r))
+    return cross_rank_figures(acc, [values(r, step) for r in range(world)] if per_rank else None)
+
+
+def payload(rank: int, step: int, per_rank: bool) -> list[list[float]]:
+    return reduction_payload(values(rank, step), rank) + ([values(rank, step)] if per_rank else [])
+
+
+def same(a, b) -> bool:
+    """Figures equal, NaN equal to NaN (an all-unknown median)."""
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    return a == b
+
+
+@pytest.mark.parametrize("world", [2, 3, 4, 5, 7, 8, 13, 16])
+@pytest.mark.parametrize("steps", [1, 2, 9])
+def test_pipelined_figures_equal_the_whole_tree_at_once(world, steps):
+    fake = FakeGlooP2P()
+    trees = [PipelinedTree(r, world, None, *fake.endpoint(r), len(REDUCED)) for r in range(world)]
+    done: dict[int, tuple[int, list]] = {}
+    median_every = 3
+    for step in range(1, steps + 1):
+        per_rank = step % median_every == 0
+        # ranks reach their step's end in any order within a step: the last rank first here
+        for r in reversed(range(world)):
+            for owner, got in trees[r].post(payload(r, step, per_rank), per_rank, owner={"step": step}):
+                assert r == 0
+                done[owner["step"]] = (step, got)
+        assert all(t.in_flight() <= t.height + 1 for t in trees)
+    fake.strict = False  # the end of the run: each rank now waits for its children's own draining
+    for r in sorted(range(world), key=lambda r: height(r, world)):  # children drain before their parents
+        for owner, got in trees[r].drain():
+            assert r == 0
+            done[owner["step"]] = (None, got)
+    assert sorted(done) == list(range(1, steps + 1))
+    lag = height(0, world)
+    for step, (completed_at, got) in done.items():
+        per_rank = step % median_every == 0
+        figures = cross_rank_figures(got[:ROWS], got[ROWS:] if per_rank else None)
+        assert same(figures, reference(world, step, per_rank)), (world, step)
+        # rank 0's figures of step s are in at step s + ceil(log2 world), or at the drain
+        assert completed_at == (step + lag if step + lag <= steps else None)
+    assert fake.messages == steps * (world - 1)  # one message per rank and step, as the whole tree sends
+    assert not any(fake.sent.values())  # every message was received
+
+
+def test_heights_and_children_are_the_binomial_tree():
+    assert [height(r, 8) for r in range(8)] == [3, 0, 1, 0, 2, 0, 1, 0]
+    assert height(0, 2) == 1 and height(0, 5) == 3 and height(0, 1024) == 10 and height(0, 1) == 0
+    tree = PipelinedTree(0, 6, None, None, None, 3)
+    assert tree.children == [(1, 0, 1), (2, 1, 2), (4, 2, 2)]  # (rank, height, subtree size)
+    four = PipelinedTree(4, 6, None, None, None, 3)
+    assert (four.parent, four.children) == (0, [(5, 0, 1)])
+
+
+def test_a_rank_stopping_alone_hands_back_what_never_completed():
+    fake = FakeGlooP2P()
+    trees = [PipelinedTree(r, 4, None, *fake.endpoint(r), len(REDUCED)) for r in range(4)]
+    for step in (1, 2, 3):
+        for r in range(3, -1, -1):
+            trees[r].post(payload(r, step, False), False, owner=step)
+    assert trees[0].abandon() == [2, 3]  # height 2: steps 2 and 3 still on their way up
+    assert trees[0].in_flight() == 0 and trees[0].drain() == []
+
+
+def test_a_late_child_is_waited_for_by_name():
+    """A child whose message is not there when its parent completes the slot: the wait fails naming the
+    exchange and the peer (group_timeout.GroupWaitFailed), as the whole tree's wait does."""
+    from telemetry.capture.group_timeout import GroupWaitFailed
+
+    class Late:
+        def wait(self):
+            raise RuntimeError("Timed out waiting 10000ms for recv operation to complete")
+
+    tree = PipelinedTree(0, 2, None, lambda *a, **k: None, lambda *a, **k: Late(), len(REDUCED))
+    tree.post(payload(0, 1, False), False, owner=1)
+    with pytest.raises(GroupWaitFailed) as exc:
+        tree.post(payload(0, 2, False), False, owner=2)
+    assert exc.value.peer == 1 and "cross-rank exchange" in exc.value.what and "Timed out" in str(exc.value)
