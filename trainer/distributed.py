@@ -86,9 +86,9 @@ def dump_flight_recorder(logs_dir: str, rank: int) -> dict | None:
 
 
 def describe_timeout(dump: dict | None, rank: int, step: int | None, timeout_s: int, hosts: list,
-                     backend: str, environ=os.environ, exc: BaseException | None = None) -> str:
+                     backend: str, environ=os.environ, exc: BaseException | None = None, after: bool = False) -> str:
     """One line for a collective that timed out: which one, at which step, who did not answer, over which
-    interface, and the setting that sets the time. Where the failed wait said what and whom it waited for
+    interface, and the setting that sets the time (`after`: the loop took its last step, `step`). Where the failed wait said what and whom it waited for
     (telemetry's exchange, which the flight recorder does not see: its last entry is the job's), that wins."""
     entries = [e for e in (dump or {}).get("entries", []) if isinstance(e, dict)]
     # NCCL marks the stuck one unfinished; gloo retires a failed one too, so then it is the last issued
@@ -117,10 +117,10 @@ def describe_timeout(dump: dict | None, rank: int, step: int | None, timeout_s: 
     var = "NCCL_SOCKET_IFNAME" if backend == "nccl" else "GLOO_SOCKET_IFNAME"
     iface = f"interface {environ[var]} ({var})" if environ.get(var) else f"the host name's interface ({var} unset)"
     who = name(peers[0]) if len(peers) == 1 else "one of " + ", ".join(name(r) for r in peers)
-    at = f"step {step}" if step is not None else "start-up"
+    at = f"{'after' if after else 'at'} step {step}" if step is not None else "at start-up"
     tail = ("" if isinstance(exc, GroupWaitFailed) else  # not in the dumps: they cannot name anyone for it
             " (python -m telemetry report RUN names the rank that never entered it)")
-    return (f"distributed: {what} at {at} timed out after {timeout_s} s waiting for {who} over {iface}; "
+    return (f"distributed: {what} {at} timed out after {timeout_s} s waiting for {who} over {iface}; "
             f"the time is distributed.timeout_s; dumps in logs/{FLIGHT_RECORDER_DIR}/{tail}")
 
 

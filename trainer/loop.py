@@ -39,6 +39,7 @@ class LoopState:
     last_eval_accuracy: float | None = None
     target_reached_step: int | None = None
     resumed_from: int | None = None  # the checkpoint's step when this attempt resumed
+    steps_done: bool = False  # no step follows `step`: what fails now fails after it, not in the next
 
 
 class ScaleFromCounts:
@@ -357,9 +358,11 @@ class Trainer:
             if why and step < max_steps:  # preempted: keep this step, so no completed step is recomputed
                 if not (train.save_every and step % train.save_every == 0):
                     self._save()
+                self.state.steps_done = True
                 self.hooks.on_steps_done()  # every rank stops after this step (the vote agreed)
                 raise Interrupted(f"{why}: stopped after step {step}, checkpoint saved")
             self.faults.after_step(step)
+        self.state.steps_done = True
         self.hooks.on_steps_done()
         if train.save_final and self.state.step > start:
             self._save()

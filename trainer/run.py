@@ -324,9 +324,11 @@ def classify_failure(st: RunState, exc: BaseException) -> bool:
         _say(rank, st.error)
         return False
     if is_timeout(exc) and dist.is_initialized():  # a peer that does not answer: a cut link, a hung rank
-        step = st.trainer.state.step + 1 if st.trainer is not None else None
+        state = st.trainer.state if st.trainer is not None else None
+        step = (state.step if state.steps_done else state.step + 1) if state is not None else None
         st.error = describe_timeout(dump_flight_recorder(rundir.logs, rank), rank, step,
-                                    st.recipe.distributed.timeout_s, st.hosts, dist.get_backend(), exc=exc)
+                                    st.recipe.distributed.timeout_s, st.hosts, dist.get_backend(), exc=exc,
+                                    after=state is not None and state.steps_done)
         _say(rank, st.error)
         return False
     if isinstance(exc, SystemExit):

@@ -68,6 +68,9 @@ def test_a_wait_that_names_itself_wins_over_the_dumps_last_entry():
     assert line == ("distributed: telemetry's cross-rank exchange (process group telemetry_cross_rank) at step 4 "
                     "timed out after 10 s waiting for rank 2 (host c) over interface eth1 (GLOO_SOCKET_IFNAME); the "
                     "time is distributed.timeout_s; dumps in logs/flight_recorder/")
+    # the loop took its last step (the exchange drains after it): the failure is after that step, not in a next
+    after = d.describe_timeout(dump, 0, 4, 10, HOSTS, "gloo", {"GLOO_SOCKET_IFNAME": "eth1"}, exc=exc, after=True)
+    assert after == line.replace(" at step 4 ", " after step 4 ")
 
 
 def test_timeout_line_without_a_dump():
