@@ -12,7 +12,9 @@ Every rank appends its own values to ranks/rank<r>.telemetry.jsonl; rank 0's rec
 min/mean/max/max_rank across ranks and job-wide sums, reduced to rank 0 over a separate gloo group by a
 binomial tree of fixed-size messages (the unwrapped isend/irecv, so the telemetry's own traffic is never
 counted as the job's); the median needs every value, so every rank's vector goes up the same tree on
-sampled steps only (see `cross_rank_median_every`).
+sampled steps only (see `cross_rank_median_every`). With a record to fill later (`end_step(into=...)`, as the
+recorder does) the tree goes up a level per step, and rank 0's figures of a step come ceil(log2 world) steps
+later (telemetry/capture/cross_rank.py).
 """
 from __future__ import annotations
 

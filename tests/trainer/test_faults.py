@@ -133,6 +133,10 @@ def _saved_on_signal_and_resumed(job: Job, signame: str) -> dict:
     assert info["status"] == "interrupted" and info["exit_code"] == 130, info
     assert f"interrupted by {signame}: stopped after step {saved}, checkpoint saved" == info["error"]
     assert job.steps() == list(range(1, saved + 1))  # every completed step is in the checkpoint
+    # every rank stopped after the same step (the vote agreed): the cross-rank tree, a level per step, was
+    # drained there, so the last lines have their figures too
+    lines = [json.loads(x) for x in (job.out / "metrics.jsonl").read_text().splitlines()]
+    assert all(line["ranks"]["step_time_s"]["ranks"] == 2 for line in lines), lines[-1]
     again = run_cli(job.out, *FAST, f"max_steps={saved + 1}", nproc=2, timeout=240)
     assert again.returncode == 0, again.stderr[-3000:]
     assert f"resumed from {job.out / 'checkpoints' / f'step-{saved:07d}'} at step {saved}" in again.stdout
