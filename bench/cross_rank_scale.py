@@ -6,7 +6,8 @@ docs/telemetry.md can model 1,024 ranks.
 
 1. Cross-rank methods, interleaved in one job per world (torchrun --standalone, gloo side group, a
    barrier before each timed call): the shipped tree reduction (`Telemetry.cross_rank`, with and
-   without the median gather), the previous all_gather of every rank's vector, and torch's gloo
+   without the median gather), its pipelined form (`telemetry.cross_rank_pipelined`: one step end's post,
+   a tree level per step), the previous all_gather of every rank's vector, and torch's gloo
    `reduce` (two calls: MAX and SUM) for comparison. Rank 0's time is when the figures exist.
 2. The tiny recipe at each world (10 steps): run.json's hosts list, bytes per step per rank in
    ranks/*.telemetry.jsonl, bytes per step in metrics.jsonl.
@@ -37,6 +38,7 @@ def worker(iters: int, warmup: int, out: str) -> None:
     import torch
     import torch.distributed as dist
 
+    from telemetry.capture.cross_rank import PipelinedTree, reduction_payload
     from telemetry.capture.gloo_lazy import lazy_gloo_group
     from telemetry.capture.session import REDUCED, Telemetry, TelemetrySettings
 
@@ -72,6 +74,11 @@ def worker(iters: int, warmup: int, out: str) -> None:
         tel.cross_rank(mine, 1)
         tel.s.cross_rank_median_every = 0
 
+    piped = PipelinedTree(rank, world, group, tel.tracer.original("isend"), tel.tracer.original("irecv"), fields)
+
+    def tree_pipelined():  # one step end: post this rank's values, fold the parts its children sent a step ago
+        piped.post(reduction_payload(mine, rank), False, None)
+
     def old_all_gather():  # the previous implementation: every rank receives every vector
         local = torch.tensor(mine, dtype=torch.float64)
         buf = torch.empty(world * fields, dtype=torch.float64)
@@ -105,6 +112,7 @@ def worker(iters: int, warmup: int, out: str) -> None:
         tel.tracer.original("gather")(local, bufs, dst=0, group=group)
 
     methods = {"ping-pong 0<->1": hop, "tree": tree, "tree+median": tree_median,
+               "tree, a level per step (one post)": tree_pipelined,
                "all_gather (previous)": old_all_gather,
                "gloo reduce x2": gloo_reduce, "gather to rank 0": flat_gather}
     times: dict[str, list[float]] = {m: [] for m in methods}
@@ -116,6 +124,7 @@ def worker(iters: int, warmup: int, out: str) -> None:
             dt = time.perf_counter() - t
             if it >= warmup:
                 times[name].append(dt)
+    piped.drain()
     rows: list = [None] * world
     dist.all_gather_object(rows, {"times": times, "eager_s": eager_s, "lazy_s": lazy_s, "sockets": socket_counts})
     if rank == 0:

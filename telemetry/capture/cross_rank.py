@@ -4,11 +4,10 @@ vector too).
 
 Two ways to run the same tree:
 
-- `tree_reduce`: the whole tree now. Rank 0 waits for its ceil(log2 world) children in turn, each for its own
-  children: one call is a barrier of the job, as long as the slowest rank's end of step plus log2(world)
-  message latencies. For a caller that needs the figures at once (`Telemetry.cross_rank`, an `end_step`
-  without a record to fill later).
-- `PipelinedTree`: a level of the tree per step, never waiting on a message sent in the same step. A rank
+- `tree_reduce`: the whole tree now (the default). Rank 0 waits for its ceil(log2 world) children in turn, each
+  for its own children: one call is a barrier of the job, as long as the slowest rank's end of step plus
+  log2(world) message latencies; a killed job keeps every completed step's line.
+- `PipelinedTree` (`telemetry.cross_rank_pipelined`, with a record to fill later): a level of the tree per step, never waiting on a message sent in the same step. A rank
   at height h (leaves 0; a rank r > 0 with lowest set bit 2^h; rank 0 ceil(log2 world)) completes at each
   step's end the values of h steps ago: its children (heights below h) sent their part of those in earlier
   steps, so the data is there when it looks, and it sends the combined part to its parent, which completes

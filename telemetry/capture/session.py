@@ -12,9 +12,9 @@ Every rank appends its own values to ranks/rank<r>.telemetry.jsonl; rank 0's rec
 min/mean/max/max_rank across ranks and job-wide sums, reduced to rank 0 over a separate gloo group by a
 binomial tree of fixed-size messages (the unwrapped isend/irecv, so the telemetry's own traffic is never
 counted as the job's); the median needs every value, so every rank's vector goes up the same tree on
-sampled steps only (see `cross_rank_median_every`). With a record to fill later (`end_step(into=...)`, as the
-recorder does) the tree goes up a level per step, and rank 0's figures of a step come ceil(log2 world) steps
-later (telemetry/capture/cross_rank.py).
+sampled steps only (see `cross_rank_median_every`). With `cross_rank_pipelined` and a record to fill later
+(`end_step(into=...)`, as the recorder does) the tree goes up a level per step, and rank 0's figures of a step
+come ceil(log2 world) steps later (telemetry/capture/cross_rank.py).
 """
 from __future__ import annotations
 
@@ -174,8 +174,9 @@ class Telemetry:
             timeout = job_timeout()
             # CPU-side, off the training streams; the tree talks to log2(world) peers: lazy connections
             self._group = lazy_gloo_group(timeout=timeout, group_desc=SIDE_GROUP)
-            self._pipeline = PipelinedTree(self.rank, self.world, self._group, self.tracer.original("isend"),
-                                           self.tracer.original("irecv"), len(REDUCED))
+            if self.s.cross_rank_pipelined:
+                self._pipeline = PipelinedTree(self.rank, self.world, self._group, self.tracer.original("isend"),
+                                               self.tracer.original("irecv"), len(REDUCED))
             every = self._median_every()
             median = ("not computed (cross_rank_median_every: 0)" if not every else
                       "every rank's values sent up the same tree every step" if every == 1 else
@@ -184,9 +185,10 @@ class Telemetry:
                 "every": self.s.cross_rank_every,
                 "method": f"binomial-tree reduction to rank 0 over a gloo side group: each rank sends one "
                           f"{ROWS * len(REDUCED) * 8}-byte message per step; min, mean, max, max_rank, ranks, sums",
-                # a tree level per step, off the step's critical path (cross_rank.py): rank 0's figures of
-                # step s are complete at step s + lag_steps, and its lines of step s are written then
-                "lag_steps": tree_height(0, self.world),
+                # telemetry.cross_rank_pipelined: a tree level per step, off the step's critical path
+                # (cross_rank.py): rank 0's figures of step s are complete at step s + lag_steps, its line then
+                "pipelined": self._pipeline is not None,
+                "lag_steps": tree_height(0, self.world) if self._pipeline is not None else 0,
                 "median": median, "gloo_interface": gloo,
                 # the job's: a peer that stops answering fails the tree as it fails the job's collectives
                 "timeout_s": timeout.total_seconds() if timeout is not None else None}
@@ -355,7 +357,7 @@ class Telemetry:
             self._energy_total["known"] = True
         if host["cpu_j"] is not None:
             self._energy_total["cpu_j"] += host["cpu_j"]
-        # a record to fill later: the cross-rank reduction goes up the tree a level per step (cross_rank.py)
+        # cross_rank_pipelined and a record to fill later: the tree goes up a level per step (cross_rank.py)
         pipelined = into is not None and self._pipeline is not None
         held.update(gpu_j=gpu_j, gpu_w=gpu_w, host=host, own=own, complete=False, reduced=False, pipelined=pipelined)
         record.update(own)
@@ -364,11 +366,12 @@ class Telemetry:
             self._reduce(held)
             self._write(held)
             return record
-        if not hold:  # rank 0's lines of this step wait for its figures; another rank's are written now
+        if not hold:  # rank 0's metrics line of this step waits for its figures; its rank line need not
             self._complete(held)
             record["_held"] = True
             self._held.append(held)
-            self._reduce(held)
+            self._reduce(held)  # (a link probe's time joins the rank's own fields here)
+            self._write_own(held)
             self._write_ready(t_end)
             return record
         # Held: the step's communication fields wait for the watchdog's reports, off this thread. Its
@@ -484,12 +487,18 @@ class Telemetry:
 
     def _write(self, held: dict) -> None:
         """The step's rank line (and events); its record released to the metrics file."""
-        own, record = held["own"], held["record"]
+        if not held.get("own_written"):
+            self._write_own(held)
+        held["record"].update(held["own"])
+        held["record"].pop("_held", None)
+
+    def _write_own(self, held: dict) -> None:
+        """The step's rank line and events: this rank's own fields, complete once its calls are."""
         if self._events is not None:
             self._write_events(held["step"], held["t_end"], held["comm"].calls, held["marks"], held["t_step"])
-        self._write_rank_line({StepKey.STEP: held["step"], StepKey.STEP_TIME_S: held[StepKey.STEP_TIME_S], **own})
-        record.update(own)
-        record.pop("_held", None)
+        self._write_rank_line({StepKey.STEP: held["step"], StepKey.STEP_TIME_S: held[StepKey.STEP_TIME_S],
+                               **held["own"]})
+        held["own_written"] = True
 
     def interval(self) -> dict:
         """Energy, mean power and NIC/RDMA counter deltas on this rank since the last call (or start): one

@@ -121,6 +121,27 @@ def check_telemetry(res, mode):
 
 
 @pytest.mark.integration
+def test_pipelined_cross_rank_figures_reach_every_line_in_step_order(tmp_path):
+    """telemetry.cross_rank_pipelined at 3 ranks: the tree goes up a level per step (rank 0's height 2), rank 0
+    holds each step's metrics line until its figures are in and writes its own rank line at once; the last two
+    steps' figures come from the drain when the loop ends."""
+    res = run_cli(tmp_path / "run", *FAST, "max_steps=5", "train.global_batch_size=12",
+                  "telemetry.cross_rank_pipelined=true", nproc=3, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    lines = res.metrics()
+    assert [r["step"] for r in lines] == [1, 2, 3, 4, 5]
+    for rec in lines:
+        spread = rec["ranks"]["step_time_s"]
+        assert spread["ranks"] == 3 and spread["min"] <= spread["median"] <= spread["max"], rec["step"]
+        assert rec["ranks"]["comm_time_s"]["ranks"] == 3 and "_held" not in rec
+    info = res.run_json()["telemetry"]["cross_rank"]
+    assert info["pipelined"] is True and info["lag_steps"] == 2
+    for rank in range(3):
+        own = [json.loads(x) for x in (res.out / "ranks" / f"rank{rank:05d}.telemetry.jsonl").read_text().splitlines()]
+        assert [x["step"] for x in own] == [1, 2, 3, 4, 5] and not any("ranks" in x for x in own)
+
+
+@pytest.mark.integration
 def test_killed_run_keeps_its_steps_and_resume_equals_an_uninterrupted_run(tmp_path):
     # dropout stays on: equal losses after resume also prove the RNG streams were restored
     out = tmp_path / "resumed"

@@ -93,7 +93,7 @@ def silent_peer(out: str, timeout_s: float) -> None:
 
 
 def main(out: str) -> None:
-    settings = TelemetrySettings(nccl_debug=False, cross_rank_median_every=MEDIAN_EVERY)
+    settings = TelemetrySettings(nccl_debug=False, cross_rank_median_every=MEDIAN_EVERY, cross_rank_pipelined=True)
     Telemetry.prepare_environment(settings, None, "gloo")  # as the harness does, before the process group
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
