@@ -147,8 +147,10 @@ def run_methods(world: int, iters: int, warmup: int, tmp: str) -> dict:
     out = os.path.join(tmp, f"methods-{world}.json")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={world}",
            os.path.abspath(__file__), "--worker", "--iters", str(iters), "--warmup", str(warmup), "--worker-out", out]
-    subprocess.run(cmd, cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": "1"}, check=True, capture_output=True,
-                   timeout=600)
+    # the worker runs as a file: the repository on its path, so it imports bench.support as the parent does
+    env = {**os.environ, "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p)}
+    subprocess.run(cmd, cwd=REPO, env=env, check=True, capture_output=True, timeout=600)
     with open(out, encoding="utf-8") as f:
         return json.load(f)
 
@@ -235,7 +237,7 @@ def cpu_costs(world: int, reps: int) -> dict:
 
     import torch
 
-    from telemetry.capture.session import REDUCED, combine_payloads, cross_rank_figures, reduction_payload
+    from telemetry.capture.cross_rank import REDUCED, combine_payloads, cross_rank_figures, reduction_payload
 
     fields = len(REDUCED)
     rows = [[0.1 + 0.001 * r + i if (r + i) % 7 else math.nan for i in range(fields)] for r in range(world)]

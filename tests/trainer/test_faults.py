@@ -292,42 +292,14 @@ def test_peer_that_stops_answering_is_named_within_the_timeout(tmp_path):
     assert "| rank 1 never entered all_reduce #" in (out / "report" / "report.md").read_text()
 
 
-@pytest.mark.integration
-def test_peer_silent_during_telemetrys_exchange_fails_at_the_jobs_timeout(tmp_path):
-    """Rank 1 goes silent after step 2's collectives, before its end-of-step telemetry: rank 0 waits in the
-    cross-rank exchange, on telemetry's own gloo group. That group once had torch's 30-minute timeout; now
-    the run fails after distributed.timeout_s like any other wait, with the same one line."""
+def _silent_at_step_end(tmp_path, *overrides: str) -> str:
+    """Rank 1 silent after step 2's collectives, before its end-of-step telemetry: the run fails after
+    distributed.timeout_s (10 s) with one error line naming rank 1; returns that line."""
     out = tmp_path / "run"
     began = time.monotonic()
-    res = run_cli(out, *FAST, "max_steps=30", "distributed.timeout_s=10", nproc=2, timeout=300,
+    res = run_cli(out, *FAST, "distributed.timeout_s=10", *overrides, nproc=2, timeout=300,
                   env={"FABRIC_HARNESS_CRASH_AFTER_STEP": "2", "FABRIC_HARNESS_CRASH_RANK": "1",
                        "FABRIC_HARNESS_CRASH_MODE": "hang_at_step_end"})
-    took = time.monotonic() - began
-    assert res.returncode != 0
-    info = json.loads((out / "run.json").read_text())
-    errors = [line for line in res.stderr.splitlines() if line.startswith("error:")]
-    assert errors == [f"error: {info['error']}"], res.stderr[-3000:]
-    assert info["status"] == "failed" and " at step 2 timed out after 10 s waiting for rank 1 (host " \
-        f"{info['hosts'][1]['hostname']}) over interface lo (GLOO_SOCKET_IFNAME); the time is distributed.timeout_s" \
-        in info["error"], info["error"]
-    # telemetry's messages bypass the flight recorder (its last entry is the job's all_reduce): the wait names
-    # itself
-    assert info["error"].startswith("distributed: telemetry's cross-rank exchange (process group "
-                                    "telemetry_cross_rank) at step 2"), info["error"]
-    print(f"start to failure: {took:.0f} s; {info['error']}")
-
-
-@pytest.mark.integration
-def test_pipelined_exchange_waits_for_a_silent_peer_where_it_drains(tmp_path):
-    """telemetry.cross_rank_pipelined: the tree goes up a level per step, so a peer silent mid-run fails the
-    next step's collectives, not telemetry's. Rank 1 goes silent after the last step's collectives, before its
-    end-of-step telemetry: rank 0 ends its steps and waits where the exchange drains, and fails after
-    distributed.timeout_s with one line naming the exchange "after step 2" (no step 3 was ever begun)."""
-    out = tmp_path / "run"
-    began = time.monotonic()
-    res = run_cli(out, *FAST, "max_steps=2", "distributed.timeout_s=10", "train.save_final=false", "telemetry.cross_rank_pipelined=true", nproc=2,
-                  timeout=300, env={"FABRIC_HARNESS_CRASH_AFTER_STEP": "2", "FABRIC_HARNESS_CRASH_RANK": "1",
-                                    "FABRIC_HARNESS_CRASH_MODE": "hang_at_step_end"})
     took = time.monotonic() - began
     assert res.returncode != 0
     info = json.loads((out / "run.json").read_text())
@@ -336,9 +308,29 @@ def test_pipelined_exchange_waits_for_a_silent_peer_where_it_drains(tmp_path):
     assert info["status"] == "failed" and " timed out after 10 s waiting for rank 1 (host " \
         f"{info['hosts'][1]['hostname']}) over interface lo (GLOO_SOCKET_IFNAME); the time is distributed.timeout_s" \
         in info["error"], info["error"]
-    assert info["error"].startswith("distributed: telemetry's cross-rank exchange (process group "
-                                    "telemetry_cross_rank) after step 2"), info["error"]
     print(f"start to failure: {took:.0f} s; {info['error']}")
+    return info["error"]
+
+
+@pytest.mark.integration
+def test_peer_silent_during_telemetrys_exchange_fails_at_the_jobs_timeout(tmp_path):
+    """Rank 0 waits in the cross-rank exchange, on telemetry's own gloo group. That group once had torch's
+    30-minute timeout; now the run fails after distributed.timeout_s like any other wait, with the same one
+    line. Telemetry's messages bypass the flight recorder (its last entry is the job's all_reduce): the wait
+    names itself."""
+    error = _silent_at_step_end(tmp_path, "max_steps=30")
+    assert error.startswith("distributed: telemetry's cross-rank exchange (process group telemetry_cross_rank) "
+                            "at step 2 timed out"), error
+
+
+@pytest.mark.integration
+def test_pipelined_exchange_waits_for_a_silent_peer_where_it_drains(tmp_path):
+    """telemetry.cross_rank_pipelined: the tree goes up a level per step, so a peer silent mid-run fails the
+    next step's collectives, not telemetry's. Silent at the last step's end: rank 0 ends its steps and waits
+    where the exchange drains, named "after step 2" (no step 3 was ever begun)."""
+    error = _silent_at_step_end(tmp_path, "max_steps=2", "train.save_final=false", "telemetry.cross_rank_pipelined=true")
+    assert error.startswith("distributed: telemetry's cross-rank exchange (process group telemetry_cross_rank) "
+                            "after step 2 timed out"), error
 
 
 @pytest.mark.integration
