@@ -158,9 +158,19 @@ def _output_problem(args) -> str | None:
     if out is not None and (args.command != "report" or os.path.isdir(args.run)):
         if problem := output_dir_problem(out, "--out"):
             return problem
+    inputs = {os.path.realpath(p): p for p in [*getattr(args, "inputs", []), *(getattr(args, "busbw_table", None) or [])]}
+    written: dict[str, str] = {}
     for option in ("json", "csv"):
         path = getattr(args, option, None)
-        if path is not None and (problem := output_file_problem(path, f"--{option}")):
+        if path is None:
+            continue
+        if (real := os.path.realpath(path)) in inputs:  # it would be overwritten before anyone read it again
+            return (f"--{option}: {path!r} is the input {inputs[real]!r}; allowed: a file that is not one of "
+                    "the inputs")
+        if real in written:
+            return f"--{option}: {path!r} is also --{written[real]}; allowed: a file of its own for each"
+        written[real] = option
+        if problem := output_file_problem(path, f"--{option}"):
             return problem
     return None
 

@@ -15,6 +15,7 @@ import datetime
 import errno
 import glob
 import json
+import math
 import os
 import shutil
 import sys
@@ -246,9 +247,37 @@ def now_iso() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
-def read_jsonl(path: str, damaged: list[int] | None = None) -> list[dict]:
+# metrics.jsonl's fields that hold one finite number or null (the writers make a non-finite value null)
+NUMBER_STEP_FIELDS: tuple[str, ...] = (
+    StepKey.LOSS, StepKey.MLM_LOSS, StepKey.NSP_LOSS, StepKey.LR, StepKey.GRAD_NORM, StepKey.STEP_TIME_S,
+    StepKey.SAMPLES_PER_S, StepKey.TOKENS_PER_S, StepKey.TOKENS, StepKey.LABEL_TOKENS, StepKey.MASKED_TOKENS,
+    StepKey.SEQUENCES, StepKey.IMAGES, StepKey.PADDED_TOKENS, StepKey.EPOCH, StepKey.TFLOPS_PER_DEVICE, StepKey.MFU,
+    StepKey.EVAL_LOSS, StepKey.EVAL_ACCURACY, StepKey.SAMPLES_SEEN, StepKey.TIME, StepKey.COMM_BYTES,
+    StepKey.COMM_TIME_S, StepKey.EXPOSED_COMM_S, StepKey.COMPILE_S, StepKey.HARNESS_S, StepKey.OPTIMIZER_S,
+    StepKey.OVERLAP_WINDOW_S, StepKey.GPU_ENERGY_J, StepKey.GPU_POWER_W, StepKey.JOB_GPU_ENERGY_J,
+    StepKey.JOB_GPU_POWER_W, StepKey.JOB_CPU_ENERGY_J, StepKey.JOB_NET_TX_BYTES, StepKey.JOB_NET_RX_BYTES,
+    StepKey.JOB_RDMA_TX_BYTES, StepKey.JOB_RDMA_RX_BYTES, StepKey.JOB_SERVER_ENERGY_J, StepKey.JOB_SERVER_POWER_W,
+    StepKey.LINK_IN_S, StepKey.EVAL_TIME_S, StepKey.EVAL_COMM_BYTES, StepKey.EVAL_COMM_TIME_S)
+
+
+def is_step_record(record: dict) -> bool:
+    """Whether a metrics line can be read as a step: `step` an integer >= 1 (where present), each number field
+    a finite number or null, and `step_time_s` not negative. A line written by hand or by another program that
+    fails this is damage (left out and named), not a value the report computes with."""
+    step = record.get(StepKey.STEP)
+    if step is not None and (type(step) is not int or step < 1):
+        return False
+    for key in NUMBER_STEP_FIELDS:
+        value = record.get(key)
+        if value is not None and (type(value) not in (int, float) or not math.isfinite(value)):
+            return False
+    return not (record.get(StepKey.STEP_TIME_S) or 0) < 0
+
+
+def read_jsonl(path: str, damaged: list[int] | None = None, check=None) -> list[dict]:
     """Every complete line that is a JSON object; a truncated last line (a killed job) is skipped. Any other
-    line that is not an object is skipped too, and its number (from 1) added to `damaged` if given."""
+    line that is not an object is skipped too, and its number (from 1) added to `damaged` if given; so is an
+    object that `check` (a function of the row, e.g. is_step_record) refuses."""
     rows = []
     if not os.path.exists(path):
         return rows
@@ -260,7 +289,7 @@ def read_jsonl(path: str, damaged: list[int] | None = None) -> list[dict]:
                 row = None
                 if not line.endswith("\n"):  # the last line, cut off by a killed job: not damage
                     continue
-            if isinstance(row, dict):  # a step is an object; anything else is damage, skipped like a torn line
+            if isinstance(row, dict) and (check is None or check(row)):  # anything else is damage, skipped
                 rows.append(row)
             elif damaged is not None and line.strip():
                 damaged.append(number)

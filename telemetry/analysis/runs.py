@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from telemetry.errors import InputError
 # the run directory's owner: its reader and the older names (re-exported: analysis reads through here)
 from telemetry.rundir import (  # noqa: F401
-    METRICS, RANK_TELEMETRY, RENAMED_FIELDS, RENAMED_UNITS, RUN_JSON, RunKey, StepKey, rank_files, rename_fields,
-    read_jsonl, upgrade_record,
+    METRICS, RANK_TELEMETRY, RENAMED_FIELDS, RENAMED_UNITS, RUN_JSON, RunKey, StepKey, is_step_record, rank_files,
+    rename_fields, read_jsonl, upgrade_record,
 )
 
 
@@ -91,20 +91,26 @@ def load_run(path: str) -> Run:
         m = re.fullmatch(rf"rank(\d+)\.{re.escape(RANK_TELEMETRY)}", os.path.basename(p))
         if m:  # another file that happens to match the glob is not a rank's
             bad: list[int] = []
-            ranks[int(m.group(1))] = [upgrade_record(r) for r in read_jsonl(p, bad)]
+            ranks[int(m.group(1))] = read_jsonl(p, bad, _step)
             if bad:
                 damaged[os.path.relpath(p, path)] = bad
     final = info.get(RunKey.FINAL) or {}
     rename_fields(final, RENAMED_UNITS)  # a sweep's avg_busbw per collective
     metrics_path = os.path.join(path, METRICS)
     bad = []
-    metrics = [upgrade_record(r) for r in read_jsonl(metrics_path, bad)]
+    metrics = read_jsonl(metrics_path, bad, _step)
     if not metrics and _has_text(metrics_path):
-        raise RunError(f"{metrics_path}: no line is a JSON object; allowed: one JSON object per line, as a run "
-                       "writes (a truncated last line is skipped)")
+        raise RunError(f"{metrics_path}: no line is a step record; allowed: one JSON object per line with a "
+                       "finite number or null in each number field, as a run writes (a truncated last line is "
+                       "skipped)")
     if bad:
         damaged[METRICS] = bad
     return Run(path, info, metrics, ranks, damaged)
+
+
+def _step(record: dict) -> bool:
+    """A line under the current names that holds a readable step (telemetry.rundir.is_step_record)."""
+    return is_step_record(upgrade_record(record))
 
 
 def damage_warning(run: Run) -> str | None:
@@ -116,17 +122,18 @@ def damage_warning(run: Run) -> str | None:
         shown = ", ".join(str(n) for n in nums[:5])
         return f"line{'s' if len(nums) > 1 else ''} {shown}{f' and {len(nums) - 5} more' if len(nums) > 5 else ''}"
     parts = [f"{name} {lines(nums)}" for name, nums in sorted(run.damaged.items())]
-    return f"left out as damaged (not one JSON object each): {'; '.join(parts)}"
+    return f"left out as damaged (not one JSON step record each): {'; '.join(parts)}"
 
 
 def _has_text(path: str) -> bool:
     """Whether the file holds something other than one torn JSON line (a run killed in its first step)."""
     try:
         with open(path, "rb") as f:
-            head = f.read(1 << 16).strip()
+            raw = f.read(1 << 16)
     except OSError:
         return False
-    return bool(head) and (b"\n" in head or not head.startswith(b"{"))
+    head = raw.strip()  # a whole line ends with a newline; a torn one does not
+    return bool(head) and (b"\n" in head or raw.rstrip(b" \t\r").endswith(b"\n") or not head.startswith(b"{"))
 
 
 def given_twice(paths: list[str]) -> str | None:

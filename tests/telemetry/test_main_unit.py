@@ -104,7 +104,31 @@ def test_damaged_run_json(capsys, run_dir, damage, words):
 @pytest.mark.parametrize("metrics", [b"\xff\xfe\x00\x81" * 8, b"not json\n[1]\n\"x\"\n"])
 def test_metrics_without_one_step_object(capsys, run_dir, metrics):
     (run_dir / "metrics.jsonl").write_bytes(metrics)
-    assert "metrics.jsonl: no line is a JSON object" in one_error(capsys, ["report", str(run_dir)])
+    assert "metrics.jsonl: no line is a step record" in one_error(capsys, ["report", str(run_dir)])
+
+
+@pytest.mark.parametrize("line", [
+    '{"step": "three", "loss": "x", "step_time_s": "slow"}',  # strings where numbers go (a traceback before)
+    '{"step": 7, "loss": NaN, "step_time_s": Infinity}',  # non-finite: samples/s was reported as 0
+    '{"step": 7, "step_time_s": -1.0}',
+    '{"step": 7, "step_time_s": true}',
+    '{"step": 0, "step_time_s": 1.0}',
+    '{"step": 7.5, "step_time_s": 1.0}',
+    '{"step": 7, "comm_time_s": [0.1]}',
+])
+def test_metrics_lines_with_wrong_values_are_damage(capsys, run_dir, line):
+    """A line another program (or a hand) wrote with a string, NaN or a negative time where a number goes
+    is left out and named, never computed with; every command reads the rest."""
+    from telemetry.analysis.report import summarize
+    from telemetry.analysis.runs import damage_warning, load_run
+    text = (run_dir / "metrics.jsonl").read_text()
+    (run_dir / "metrics.jsonl").write_text(line + "\n" + text)
+    run = load_run(str(run_dir))
+    assert [r["step"] for r in run.metrics][:1] == [1] and damage_warning(run).endswith("metrics.jsonl line 1")
+    s = summarize(run)
+    assert s["step_time_median_s"] > 0 and s["samples_per_s"] > 0
+    (run_dir / "metrics.jsonl").write_text(line + "\n")  # nothing else: one line naming the file
+    assert "metrics.jsonl: no line is a step record" in one_error(capsys, ["report", str(run_dir)])
 
 
 def test_metrics_lines_that_are_not_objects_are_skipped(run_dir):
@@ -180,6 +204,19 @@ def test_busbw_table_that_does_not_exist(capsys, run_dir, tmp_path):
 def test_json_output_that_is_a_directory(capsys, tmp_path):
     line = one_error(capsys, ["nccl-tests", str(TABLES / "all_reduce_perf_h100_16ranks.txt"), "--json", str(tmp_path)])
     assert line == f"error: --json: {str(tmp_path)!r} is a directory; allowed: a file path"
+
+
+def test_json_or_csv_output_that_is_an_input_is_refused(capsys, tmp_path):
+    """--json naming the table being read overwrote it with exit 0 (the nccl-tests output was lost)."""
+    table = tmp_path / "all_reduce.txt"
+    table.write_bytes((TABLES / "all_reduce_perf_h100_16ranks.txt").read_bytes())
+    before = table.read_bytes()
+    for option in ("--json", "--csv"):
+        line = one_error(capsys, ["nccl-tests", str(table), option, str(tmp_path / "." / "all_reduce.txt")])
+        assert line.startswith(f"error: {option}: ") and f"is the input {str(table)!r}" in line
+    assert "is also --json" in one_error(capsys, ["nccl-tests", str(table), "--json", str(tmp_path / "o"),
+                                                  "--csv", str(tmp_path / "o")])
+    assert table.read_bytes() == before and not (tmp_path / "o").exists()
 
 
 def test_project_a_recorded_run_onto_a_slower_link(capsys, run_dir, tmp_path):

@@ -41,7 +41,7 @@ def test_damaged_lines_are_said_in_the_report(tmp_path):
     loaded = load_run(str(run))
     assert loaded.damaged == {"metrics.jsonl": [3]}
     write_report(str(run))
-    assert "left out as damaged (not one JSON object each): metrics.jsonl line 3" in (run / "report" / "report.md").read_text()
+    assert "left out as damaged (not one JSON step record each): metrics.jsonl line 3" in (run / "report" / "report.md").read_text()
 
 
 @pytest.mark.integration
