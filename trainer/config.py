@@ -245,6 +245,9 @@ def _mentions(problem: str, key: str) -> bool:
 def load_recipe(path: str, overrides: list[str] = ()) -> Recipe:
     """Read a recipe file, apply overrides, bind and check it (world-size checks come later)."""
     tree = read_recipe(path)
+    if tree is None and not overrides:  # else the first complaint would be a default (no model), not the file
+        raise RecipeError([f"recipe: {path} is empty (no keys, only comments or nothing); allowed: a YAML mapping "
+                           "of recipe keys such as recipes/tiny_llama_lora.yaml"])
     if tree is None:
         tree = {}
     if not isinstance(tree, dict):

@@ -36,6 +36,8 @@ def split_label(arg: str) -> tuple[str | None, str]:
     if os.path.exists(arg) or "=" not in arg:
         return None, arg
     lab, path = arg.split("=", 1)
+    if not path.strip():  # `fast=$DIR` with DIR unset; said as such, not as "'': not a directory"
+        raise CompareError(f"{arg}: no run directory after '='; allowed: LABEL=RUN or RUN")
     return (lab.strip() or None), path
 
 

@@ -144,6 +144,10 @@ FILES = [
     ("undefined-alias", "name: *nothing\n", "is not valid YAML at line 1"),
     ("section-not-mapping", "train: 5\n", "train: got 5; expected a mapping of"),
     ("numeric-key", "1: x\n", "1: unknown key"),
+    # an empty file was reported as its first missing default ("model: set exactly one of ...")
+    ("empty-file", "", "is empty (no keys, only comments or nothing); allowed: a YAML mapping"),
+    ("comments-only", "# name: x\n\n", "is empty (no keys, only comments or nothing)"),
+    ("null-document", "~\n", "is empty (no keys"),
 ]
 
 

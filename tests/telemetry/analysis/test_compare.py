@@ -254,6 +254,16 @@ def test_label_and_path_on_the_command_line(tmp_path):
     assert split_label("runs/a") == (None, "runs/a")
 
 
+def test_a_label_with_no_run_after_it(capsys, tmp_path):
+    """`fast=` (its directory variable unset) said "error: : not a directory"."""
+    from telemetry.__main__ import main
+    run = write_run(tmp_path / "a", name="a")
+    assert main(["compare", "slow=", f"fast={run}", "--out", str(tmp_path / "c")]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "error: slow=: no run directory after '='; allowed: LABEL=RUN or RUN"]
+    assert not (tmp_path / "c").exists()
+
+
 # ---------------------------------------------------------------- a report fit to publish
 
 NCCL_TABLES = REPO / "tests" / "telemetry" / "nccl_tests_tables"
