@@ -291,6 +291,9 @@ def parse_args(argv):
     for name in ("duration", "qps", "streams", "timeout_s", "ib_port", "size"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             raise LinkTestError(f"--{name.replace('_', '-')}: got {getattr(args, name)}; expected 1 or more")
+    if not args.server_addr.strip() or any(c.isspace() for c in args.server_addr):
+        raise LinkTestError(f"--server-addr: got {args.server_addr!r}; expected the server's address or host name on "
+                            "the fabric under test (10.0.0.1, fe80::1%eth0, node1-ib), no spaces")
     if args.gid_index is not None and args.gid_index < 0:
         raise LinkTestError(f"--gid-index: got {args.gid_index}; expected 0 or more")
     if args.devices is not None and not all(d.strip() for d in args.devices.split(",")):
@@ -360,7 +363,9 @@ def main(argv: list[str] | None = None) -> int:
             figure = f"{rows[-1]['bytes']} B: average {rows[-1]['t_avg_us']} us (run for a duration: no percentiles)"
         else:
             why = ((link.get("result") or {}).get("reasons") or {}).get("received_bps")
-            figure = link.get("parse_error") or (f"no rate: {why}" if why else "no result")
+            said = (link.get("result") or {}).get("error")  # the tool's own words (iperf3 -J: "unable to connect ...")
+            figure = link.get("parse_error") or (f"no rate: {why}" if why else f"no result: {said}" if said
+                                                 else "no result")
         print(f"link {link['index']} {link['device'] or args.server_addr}:{link['port']}: {figure}")
     if result["aggregate_gbps"] is not None and len(result["links"]) > 1:
         print(f"all links at once: {result['aggregate_gbps']:.3f} Gb/s")
@@ -368,7 +373,9 @@ def main(argv: list[str] | None = None) -> int:
         print(lc.verdict_line(r["node"], role, r))
     if result["switch"]:
         print(lc.switch_line(result["switch"]))
-    failed = [link for link in result["links"] if link.get("result") is None]
+    # a link whose tool reported an error measured nothing: a failed test, not exit 0
+    failed = [link for link in result["links"]
+              if link.get("result") is None or (link["result"].get("error") and link["gbps"] is None)]
     return 1 if failed else 0
 
 

@@ -312,3 +312,27 @@ def test_polls_that_fail_are_retried_until_the_deadline_then_named(monkeypatch):
     assert links[0]["problems"] == ["server not seen listening (`sh -c exit 255 ss -Htln` exit 255) on port 18515 "
                                     "after 1 s; client started anyway"]
     assert "problems" not in links[1]  # its server had exited: not waited for
+
+
+def test_a_link_whose_tool_reported_an_error_fails(tmp_path, capsys, monkeypatch):
+    """iperf3 -J that could not connect gives a JSON result with `error`: the run said "no result" and exited 0."""
+    import launch.linktest as lt
+    said = {"tool": "iperf3", "error": "unable to connect to server: Connection refused", "received_bps": None,
+            "reasons": {}}
+    link = {"index": 0, "device": None, "port": 5201, "result": said, "parse_error": None, "gbps": None,
+            "percent_of_line": None}
+    monkeypatch.setattr(lt, "check_tool", lambda *a: None)
+    monkeypatch.setattr(lt, "run_links", lambda args: {"links": [link], "aggregate_gbps": None, "counters": {},
+                                                        "switch": None})
+    assert lt.main(["--tool", "iperf3", "--server", "a", "--client", "b", "--server-addr", "10.0.0.9",
+                    "--output", str(tmp_path)]) == 1
+    assert "link 0 10.0.0.9:5201: no result: unable to connect to server: Connection refused" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("addr", ["10.0.0.1 10.0.0.2", "", "not an ip"])
+def test_a_server_address_with_spaces_is_refused(addr, tmp_path, capsys):
+    """'not an ip' reached iperf3 -c, which failed after the 65 s server wait; the run then exited 0."""
+    assert main(["--tool", "iperf3", "--server", "a", "--client", "b", "--server-addr", addr,
+                 "--output", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == (f"error: --server-addr: got {addr!r}; expected the server's address or host "
+                                       "name on the fabric under test (10.0.0.1, fe80::1%eth0, node1-ib), no spaces\n")
