@@ -282,6 +282,10 @@ def load_evaluation(path: str) -> Evaluation:
         raise SpecError(exc.problems) from None
     if not isinstance(raw, dict):
         raise SpecError([f"evaluation: {path} must hold a mapping with keys {', '.join(TOP_KEYS)}"])
+    if "workload" in raw and not set(raw) & {"variants", "workloads", "launcher"}:  # one line, not one per key
+        raise SpecError([f"evaluation: {path} is a training recipe (it has 'workload'), not an evaluation; allowed: "
+                         "an evaluation file with name, launcher, variants and workloads, whose workloads name "
+                         "recipes (docs/evaluate.md)"])
     return bind(raw, os.path.dirname(os.path.abspath(path)), path)
 
 

@@ -45,6 +45,15 @@ def problems(tmp_path, doc: dict) -> list[str]:
     return info.value.problems
 
 
+def test_a_training_recipe_given_as_the_evaluation_is_one_line():
+    """A recipe passed by mistake gave 13 lines, one per recipe key and one per missing evaluation key."""
+    with pytest.raises(SpecError) as info:
+        load_evaluation(TINY)
+    assert info.value.problems == [f"evaluation: {TINY} is a training recipe (it has 'workload'), not an evaluation; "
+                                   "allowed: an evaluation file with name, launcher, variants and workloads, whose "
+                                   "workloads name recipes (docs/evaluate.md)"]
+
+
 def test_a_good_file_binds_with_defaults(tmp_path):
     ev = load_evaluation(write(tmp_path, good(tmp_path)))
     assert [v.name for v in ev.variants] == ["fast", "slow"] and ev.variants[1].env == {"NCCL_IB_DISABLE": "1"}
