@@ -416,6 +416,11 @@ def project(profile: dict, link_bps: float | None, latency_s: float = 0.0,
     nodes_measured = profile.get("nodes") or n  # one rank per node when the run does not say
     nodes = nodes or nodes_measured
     n_new = max(1, round(n * nodes / nodes_measured))
+    dp, gbs = profile.get("dp") or n, profile.get("global_batch")
+    if gbs and n_new * dp > gbs * n:  # the global batch is kept: a rank with no sample is no layout at all
+        raise ProjectionError(f"--nodes {nodes}: {n_new} ranks give dp {n_new * dp // n}, more than the run's global "
+                              f"batch of {gbs} samples; allowed: at most {gbs * nodes_measured // dp} node(s) "
+                              "(the projection keeps the global batch)")
     compute_scale, cpu_shared, notes = _compute_scale(profile, n_new)
     if efficiency is None:
         efficiency = efficiency_for(profile)

@@ -230,6 +230,17 @@ def test_project_a_recorded_run_onto_a_slower_link(capsys, run_dir, tmp_path):
     assert data["projections"][0]["step_time_s"] > 0
 
 
+def test_project_onto_more_ranks_than_samples_is_refused(capsys, run_dir):
+    """--nodes 1e20 projected 0.1 s/step with "each rank computes 0.00x the samples": a layout that cannot be."""
+    assert main(["project", str(run_dir), "--rate", "1gbit", "--nodes", "8"]) == 0  # 8 ranks, 8 samples: one each
+    capsys.readouterr()
+    for nodes in ("9", "100000000000000000000"):
+        line = one_error(capsys, ["project", str(run_dir), "--rate", "1gbit", "--nodes", nodes])
+        assert line.startswith(f"error: --nodes {nodes}: ") and line.endswith(
+            "more than the run's global batch of 8 samples; allowed: at most 8 node(s) (the projection keeps the "
+            "global batch)")
+
+
 def test_nccl_tests_of_a_missing_file(capsys, tmp_path):
     assert str(tmp_path / "none.txt") in one_error(capsys, ["nccl-tests", str(tmp_path / "none.txt")])
 
