@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import sys
 
-from telemetry.errors import OneLineParser, output_dir_problem, output_file_problem, print_errors
+from telemetry.errors import (OneLineParser, exit_quietly_on_closed_pipe, output_dir_problem, output_file_problem,
+                              print_errors)
 from telemetry.analysis.runs import RunError
 from telemetry.rundir import EXPORTS, REPORT, StepKey
 
@@ -428,4 +429,4 @@ def _nccl_tests(args) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(exit_quietly_on_closed_pipe(main))

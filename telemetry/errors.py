@@ -46,6 +46,20 @@ def print_errors(*problems: object) -> int:
     return 2
 
 
+def exit_quietly_on_closed_pipe(main, *args) -> int:
+    """main(*args), where a reader that stops early (`... --dry-run | head`) ends the command quietly rather
+    than with a BrokenPipeError traceback: stdout is pointed at /dev/null so the interpreter's final flush
+    fails no more, and the status is 141 (128 + SIGPIPE), as a shell tool killed by the closed pipe gives."""
+    import os
+
+    try:
+        return main(*args)
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
+
+
 class OneLineParser(argparse.ArgumentParser):
     """An argparse parser whose mistakes (a missing argument, a bad choice, a value of the wrong type) are
     one `error:` line naming the command's --help, exit 2, instead of argparse's usage block. Sub-command

@@ -110,3 +110,17 @@ def test_an_abbreviated_option_is_one_error_line(capsys):
         parser.parse_args(["--dry-ru"])
     assert done.value.code == 2
     assert capsys.readouterr().err.strip() == "error: unrecognized arguments: --dry-ru; see python -m x --help"
+
+
+def test_a_closed_pipe_ends_the_command_quietly(tmp_path, monkeypatch):
+    """`python -m trainer RECIPE --dry-run | head -1` ended in a BrokenPipeError traceback."""
+    from telemetry.errors import exit_quietly_on_closed_pipe
+
+    def reader_went_away() -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+    with open(tmp_path / "stdout", "w") as out:
+        monkeypatch.setattr("sys.stdout", out)
+        assert exit_quietly_on_closed_pipe(reader_went_away) == 141
+        out.write("dropped")  # stdout now leads to /dev/null: the interpreter's last flush cannot fail
+    assert (tmp_path / "stdout").read_text() == ""
+    assert exit_quietly_on_closed_pipe(lambda code: code, 2) == 2
