@@ -26,7 +26,7 @@ def _parser() -> argparse.ArgumentParser:
         epilog="example: torchrun --standalone --nproc-per-node 2 -m trainer recipes/tiny_llama_lora.yaml "
                "max_steps=10 output_dir=runs/demo")
     p.add_argument("recipe", help="path to a recipe YAML file")
-    p.add_argument("overrides", nargs="*", help="dotted key=value overrides, e.g. train.lr=2e-4 parallel.dp=2")
+    p.add_argument("overrides", nargs="*", default=[], help="dotted key=value overrides, e.g. train.lr=2e-4 parallel.dp=2")
     p.add_argument("--dry-run", action="store_true",
                    help="print the resolved recipe and the layout, load no data or model")
     p.add_argument("--world-size", type=int, default=None,

@@ -42,7 +42,7 @@ def _parser() -> argparse.ArgumentParser:
                             "the harness's telemetry attached.",
                 epilog="example: python -m launch.nemo recipes/llama70b_lora.yaml --engine nemo2 --nodes 8 --print")
     p.add_argument("recipe", help="path to a recipe YAML file")
-    p.add_argument("overrides", nargs="*", help="dotted key=value overrides, as python -m trainer takes them")
+    p.add_argument("overrides", nargs="*", default=[], help="dotted key=value overrides, as python -m trainer takes them")
     p.add_argument("--engine", required=True, choices=ENGINES)
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--print", dest="mode", action="store_const", const="print",

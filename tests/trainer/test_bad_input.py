@@ -250,6 +250,10 @@ def test_bad_command_line_is_one_error_line(capsys, monkeypatch):
     assert info.value.code == 2
     assert capsys.readouterr().err.strip().splitlines() == [
         "error: argument --world-size: invalid int value: 'two'; see python -m trainer --help"]
+    with pytest.raises(SystemExit):  # overrides are optional: only the recipe is named as missing
+        main([])
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "error: the following arguments are required: recipe; see python -m trainer --help"]
 
 
 def test_one_rank_prints_under_torchrun_whichever_fails_first(capsys, monkeypatch):
