@@ -2,6 +2,7 @@
 Every problem is collected (with did-you-mean for unknown keys), so a user fixes a recipe in one pass."""
 from __future__ import annotations
 
+import datetime
 import dataclasses
 import difflib
 import math
@@ -113,6 +114,11 @@ def _bind_value(value: Any, tp: Any, path: str, problems: list[str]) -> Any:
         if isinstance(value, str):
             if "\x00" in value:
                 problems.append(f"{path}: got a string with a NUL character; allowed: text without NUL")
+            return value
+        if isinstance(value, (int, float, datetime.date)) and not isinstance(value, bool):  # YAML read a bare date
+            text = value.isoformat() if isinstance(value, datetime.date) else str(value)  # or number as one
+            problems.append(f"{path}: got {_short(value)} ({type(value).__name__}); expected a string; YAML reads "
+                            f"an unquoted {type(value).__name__} as one: quote it to keep the text ('{text}')")
             return value
     elif tp is dict:
         if isinstance(value, dict):

@@ -69,6 +69,12 @@ OVERRIDES = [
     ("output_dir-empty", ["output_dir="], "output_dir: got None"),
     ("output_dir-blank", ["output_dir=' '"], "output_dir: empty"),
     ("dataset-nul", ["data.dataset=a\x00b"], "data.dataset: got a string with a NUL character"),
+    # a bare date or number where text goes: YAML typed it; the line says how to keep it text
+    ("name-date", ["name=2024-01-01"], "name: got datetime.date(2024, 1, 1) (date); expected a string; YAML reads an "
+     "unquoted date as one: quote it to keep the text ('2024-01-01')"),
+    ("name-number", ["name=1.5"], "name: got 1.5 (float); expected a string; YAML reads an unquoted float"),
+    ("output_dir-int", ["output_dir=2024"], "output_dir: got 2024 (int); expected a string; YAML reads an unquoted int "
+     "as one: quote it to keep the text ('2024')"),
     ("override-dup-keys", ["train={lr: 1, lr: 2}"], "train: the override's value is refused: duplicate key 'lr'"),
     ("override-deep", ["name=" + "[" * 40 + "]" * 40], "name: the override's value is refused: nested deeper"),
     ("bert-image-size", ["data.max_predictions=0"], "data.max_predictions: got 0"),
