@@ -6,7 +6,8 @@ Reads nccl-tests' `-J` JSON files (telemetry/analysis/nccl_tests_json.py) and wh
 
 - the parameters line `# nThread 1 nGpus 1 minBytes 8 maxBytes ... iters: 20 [agg iters: 1] validation: 1 ...`,
   the `# Using devices` block (`#  Rank  0 [Group  0] Pid ... on HOST device  0 [BUS] NAME`, one line per
-  rank: the world size), `# nccl-tests version`, `# Collective test starting/concluded: NAME`;
+  rank: the world size, unknown when the list does not start at rank 0 or names a rank twice), `# nccl-tests
+  version`, `# Collective test starting/concluded: NAME` (the concluded line names a table whose start was cut);
 - the column header, which says which columns a row has: `size count type [redop] [root]`, then per block
   (`out-of-place`, `in-place`) `time algbw busbw` and `#wrong` (a count) or, before 2022, `error` (the
   largest error, not a count: `wrong` is then null), plus any columns later versions add (they are kept
@@ -19,7 +20,7 @@ Reads nccl-tests' `-J` JSON files (telemetry/analysis/nccl_tests_json.py) and wh
   prefixes (`0: `); each prefix is read as its own stream, so ranks printing at once do not mix; lines that
   are none of the above (NCCL INFO, shell prompts, markdown) are skipped.
 
-One run per table. The collective comes from the `Collective test starting` line, a `..._perf` command
+One run per table. The collective comes from the `Collective test starting` (or `concluded`) line, a `..._perf` command
 in the text, or else the file name (`all_gather_perf.txt`); unnamed tables are `unknown`.
 """
 from __future__ import annotations
@@ -215,6 +216,11 @@ class _Run:
             twice = sorted({r for r in listed if listed.count(r) > 1})
             notes.append(f"world size unknown: rank {twice[0]} is listed {listed.count(twice[0])} times, so several "
                          "processes each ran their own test (nccl-tests without MPI?) and their output is mixed")
+        elif listed and sorted(listed) != list(range(len(listed))):
+            # an excerpt that keeps the end of the list ("#  Rank 71 ..." of a 72-rank run): more ranks than listed
+            world = None
+            notes.append(f"world size unknown: the device list names rank {min(listed)}..{max(listed)} "
+                         f"({len(listed)} lines), not every rank from 0")
         if self.avg is not None:
             avg, source = self.avg, "footer"
         else:
@@ -328,6 +334,9 @@ class _Stream:
                 self.close()
             self.current().name = body.split(":", 1)[1].strip()
         elif body.startswith("Collective test concluded:"):
+            run = self.run
+            if run is not None and run.name is None and run.nblocks:  # an excerpt that kept only the end
+                run.name = body.split(":", 1)[1].strip()
             self.close()
         elif body.startswith("fabric-harness test:"):
             m = re.match(r"\s*([\w.-]+)", body.split(":", 1)[1])

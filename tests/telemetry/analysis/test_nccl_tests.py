@@ -49,6 +49,13 @@ ROWS = {
     "all_reduce_perf_issue252_title_line_cut_to_in_place.txt": 5,
     "all_reduce_perf_issue249_hashless_blocking_line_no_rows.txt": 0,
     "all_reduce_perf_issue107_two_processes_each_rank_0.txt": 0,
+    # the fourth collection (rccl-tests and RCCL pull requests, GB200 NVL72, FP8 rows, GCP A3 Mega)
+    "all_reduce_perf_hpc_ai_envs_30_rccl_tests_version_line_mi300x_excerpt.txt": 1,
+    "broadcast_perf_rccl_2075_gfx1151_concluded_footer_excerpt.txt": 10,
+    "all_reduce_perf_rccl_2078_ainic_17GB_rows_footer_excerpt.txt": 4,
+    "all_reduce_perf_coreweave_43_gb200_nvl72_last_rank_line_only.txt": 5,
+    "all_reduce_perf_mscclpp_646_f8e5m2_rows_excerpt.txt": 11,
+    "all_reduce_perf_ai_infra_376_a3mega_tcpxo_na_wrong_excerpt.txt": 10,
 }
 TRUTHS = sorted(TABLES.glob("*.json"))
 # a line that starts like a row (after a launcher prefix): size, count, a type name
