@@ -66,7 +66,10 @@ _NVLS_CHANNELS = re.compile(r"(\d+) nvls channels")
 # nccl-tests' "#  Rank  0 Group  0 Pid 123 on HOST device  0 [..]" lines
 # (a WARN line has NCCL's source position, and from 2.2x its function, before "NCCL WARN": "[1] net.cc:626 NCCL WARN",
 # "[0] transport/net_ib/gdaki/gin_host_gdaki.cc:431 (gdakiConnectQp) NCCL WARN")
-_PREFIX_HOST = re.compile(r"(?:^|[\s>:|\]])([A-Za-z0-9][\w.\-]*):\d+:\d+ \[ ?\d+ ?\] (?:[\w./\-]+:\d+ (?:\(\w+\) )?)?"
+# A log shipper's timestamp may be glued to the host ("...208-07:00ip-10-36-29-253:79:79 [0]"): the host starts
+# after the time zone, not inside it
+_PREFIX_HOST = re.compile(r"(?:^|[\s>:|\]]|(?<=\d[+-]\d\d:\d\d))(?<![+-]\d\d:)"
+                          r"([A-Za-z0-9][\w.\-]*):\d+:\d+ \[ ?\d+ ?\] (?:[\w./\-]+:\d+ (?:\(\w+\) )?)?"
                           r"NCCL (?:INFO|WARN)")
 # nccl-tests' device list names every rank of its world (a host name may hold blanks: "on NODE A  device")
 _RANK_HOST = re.compile(r"#\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?(?:Pid\s+\d+\s+)?on\s+(\S.*?)\s+device\s+-?\d")
@@ -288,7 +291,19 @@ def _glued(line: str, k: int) -> list[str] | None:
     """A pasted log that lost its line breaks holds several records on one line (a second record follows a
     run of blanks, or a first one was cut and a record starts mid-line): the records, else None."""
     parts = _RECORD_START.split(line)
+    if len(parts) > 1:
+        return parts
+    # records glued with no blank at all ("...cudaDriverVersion 12080h100-st-316:17:17 [1] NCCL INFO ...", or
+    # " | " between a log console's two copies of a record): split where the first record's own prefix recurs
+    if (m := _PREFIX_HOST.search(line, 0, k + 11)) is None:
+        return None
+    parts = [p.rstrip(" |") for p in _same_host_start(m.group(1)).split(line) if p]
     return parts if len(parts) > 1 else None
+
+
+@lru_cache(maxsize=256)
+def _same_host_start(host: str) -> re.Pattern:
+    return re.compile(rf"(?={re.escape(host)}:\d+:\d+ \[ ?\d+ ?\] NCCL )")
 
 
 def _note_host(st: _State, record: str, k: int, seen: set) -> None:

@@ -238,7 +238,8 @@ def test_corpus_covers_what_the_issue_asks_for():
             "nccl-tests-rank-list", "socket-interface-without-address", "empty-oob", "gin-plugin-lines",
             "pdsh-prefix", "channel-without-slash", "no-libibverbs", "one-rank", "mnnvl", "redacted",
             # the fourth collection (AMD RCCL, Google's GPUDirect-TCPX warnings, ncclCommInitAll)
-            "rccl", "gpudirect-tcpx", "init-all", "comm-nranks-suffix"} <= cats
+            "rccl", "gpudirect-tcpx", "init-all", "comm-nranks-suffix", "glued-without-blanks",
+            "timestamp-glued-to-host"} <= cats
     versions = {s["truth"]["nccl_version"] for s in specs} - {None}
     assert min(versions, key=lambda v: tuple(map(int, v.split(".")))) == "2.3.7"
 
@@ -399,3 +400,15 @@ def test_gpudirect_tcpx_warnings_name_the_tcpx_network():
                        "172.16.0.11<39187><-172.16.0.95<46723> rx rx ctrl timeout cnt 7, nanos 10000000585"])
     assert out["network"] == "GPUDirectTCPX" and out["transport"] == "tcpx"
     assert out["transport_basis"].startswith("no Using network line: its plugin's warning lines")
+
+
+def test_records_glued_with_no_blank_and_a_timestamp_glued_to_the_host():
+    """aws-ofi-nccl#990's log glues records with no blank ('...(v10)h100-st-...:17:17 [1] NCCL INFO'), which made
+    the plugin name swallow the next record; #889's CloudWatch copy glues the timestamp to the host
+    ('-07:00ip-10-...'), which made a host '00ip-10-...'. Records split where the first one's prefix recurs."""
+    glued = parse_lines(["h:1:2 [1] NCCL INFO NET/Plugin: Loaded net plugin Libfabric (v10)h:1:2 [1] NCCL INFO "
+                         "NET/Plugin: Failed to find ncclCollNetPlugin_v10 symbol."])
+    assert glued["net_plugin"] == "Libfabric"
+    stamped = parse_lines(["  | 2025-05-16T16:39:51.208-07:00ip-10-1-2-3:79:79 [0] NCCL INFO Using network Socket | "
+                           "ip-10-1-2-3:79:79 [0] NCCL INFO Using network Socket"])
+    assert stamped["hosts"] == ["ip-10-1-2-3"] and stamped["network"] == "Socket"
