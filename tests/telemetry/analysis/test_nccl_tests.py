@@ -56,6 +56,8 @@ ROWS = {
     "all_reduce_perf_coreweave_43_gb200_nvl72_last_rank_line_only.txt": 5,
     "all_reduce_perf_mscclpp_646_f8e5m2_rows_excerpt.txt": 11,
     "all_reduce_perf_ai_infra_376_a3mega_tcpxo_na_wrong_excerpt.txt": 10,
+    "broadcast_perf_issue82_root_without_redop_error_na_warn_lines.txt": 1,
+    "all_reduce_perf_aks_rdma_30_rows_after_info_lines_no_header_na.txt": 5,
 }
 TRUTHS = sorted(TABLES.glob("*.json"))
 # a line that starts like a row (after a launcher prefix): size, count, a type name
