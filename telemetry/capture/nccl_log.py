@@ -447,7 +447,9 @@ def _summarize(st: _State) -> dict:
             unknown["nnodes"] = "no nNodes line, and the communicator size is unknown"
         else:
             named = len({r for (n, r) in st.rank_hosts if n == nranks})
-            unknown["nnodes"] = (f"no nNodes line (NCCL < 2.19 logs none), and {named} of {nranks} ranks' init lines "
+            newer = version is not None and tuple(map(int, version.split("."))) >= (2, 19)
+            why = "not in this part of the log" if newer else "NCCL < 2.19 logs none"
+            unknown["nnodes"] = (f"no nNodes line ({why}), and {named} of {nranks} ranks' init lines "
                                  "name their host (every rank's log is needed)")
 
     gdr = _gdr_verdict(st, nranks, unknown)
