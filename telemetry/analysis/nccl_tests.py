@@ -20,7 +20,7 @@ Reads nccl-tests' `-J` JSON files (telemetry/analysis/nccl_tests_json.py) and wh
   prefixes (`0: `); each prefix is read as its own stream, so ranks printing at once do not mix; lines that
   are none of the above (NCCL INFO, shell prompts, markdown) are skipped.
 
-One run per table. The collective comes from the `Collective test starting` (or `concluded`) line, a `..._perf` command
+One run per table (or per preamble whose run failed before its column header: no row, `failed` true). The collective comes from the `Collective test starting` (or `concluded`) line, a `..._perf` command
 in the text, or else the file name (`all_gather_perf.txt`); unnamed tables are `unknown`.
 """
 from __future__ import annotations
@@ -415,7 +415,8 @@ class _Parser:
     def finish(self, run: _Run) -> None:
         if run.name is None:
             run.name = self.pending
-        if run.rows or run.nblocks:
+        # a run that failed before its column header (nccl-tests#219) is still a run: its preamble and failure
+        if run.rows or run.nblocks or (run.failures and (run.params or run.devices)):
             self.done.append(run)
 
 

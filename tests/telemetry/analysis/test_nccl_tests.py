@@ -58,6 +58,7 @@ ROWS = {
     "all_reduce_perf_ai_infra_376_a3mega_tcpxo_na_wrong_excerpt.txt": 10,
     "broadcast_perf_issue82_root_without_redop_error_na_warn_lines.txt": 1,
     "all_reduce_perf_aks_rdma_30_rows_after_info_lines_no_header_na.txt": 5,
+    "all_reduce_perf_issue219_failure_before_header_mpi_abort.txt": 0,
 }
 TRUTHS = sorted(TABLES.glob("*.json"))
 # a line that starts like a row (after a launcher prefix): size, count, a type name
