@@ -56,13 +56,15 @@ _PLACEHOLDERS = {"N/A", "n/a", "NA", "-"}
 # "HOST: Test NCCL failure common.cu:392 '...'", " .. HOST pid 5068: Test failure common.cu:590"; a failure can
 # cut a row short ("2097152  32768  float  none  -1 node0: Test CUDA failure ...")
 _FAILURE = re.compile(r"Test (?:NCCL |CUDA )?failure\b")
-_NCCL_VERSION = re.compile(r"NCCL version (\d+\.\d+\.\d+)")
-_LIBRARY_CODE = re.compile(r"nccl-library=(\d+)")
+# AMD's rccl-tests print RCCL's banner ("RCCL version : 2.28.3-...") and "# rccl-tests version ... rccl-library=22803";
+# RCCL's version is that of the NCCL release it follows
+_NCCL_VERSION = re.compile(r"([NR])CCL version :? ?(\d+\.\d+\.\d+)")
+_LIBRARY_CODE = re.compile(r"[nr]ccl-library=(\d+)")
 # Rows pasted without their header: nccl-tests' layout since 2022 has 13 cells (2 blocks of 4 after 5)
 # nccl-tests' comment lines with their '#' lost (GitHub renders "# text" as a heading, so pasted-back output
 # has none): read as if the '#' were there
 _HASHLESS = re.compile(r"(?:nThread \d|Using devices$|Rank\s+\d+\s+(?:Group|Pid)|size\s+count\s+type\s|\(B\)\s+\(elements\)|"
-                       r"out-of-place\s+in-place|Out of bounds values|Avg bus bandwidth|nccl-tests version|"
+                       r"out-of-place\s+in-place|Out of bounds values|Avg bus bandwidth|[nr]ccl-tests version|"
                        r"Collective test (?:starting|concluded)|Blocking Enabled)")
 _ASSUMED_HEADER = "size count type redop root time algbw busbw #wrong time algbw busbw #wrong".split()
 
@@ -108,6 +110,7 @@ class _Run:
         self.avg_check: str | None = None  # "OK"/"FAILED" after the average when a minimum was given
         self.failures: list[str] = []
         self.nccl_version: str | None = None
+        self.rccl = False  # the library is AMD's RCCL (its banner, or rccl-tests' version line)
         self.assumed_header = False
 
     def empty(self) -> bool:
@@ -253,6 +256,10 @@ class _Run:
         if self.avg_check == "FAILED":
             notes.append("the average bus bandwidth is below the minimum the run was given (nccl-tests printed "
                          "FAILED after it)")
+        if self.rccl:
+            version = self.nccl_version or _from_library_code(self.version)
+            notes.append(f"the library is AMD's RCCL{' ' + version if version else ''}: nccl_version is the NCCL "
+                         "release it follows")
         if self.failures:
             where = (f"after the row of {self.rows[-1]['size']} B" if self.rows else "before the first row")
             notes.append(f"the test failed {where}: {self.failures[0]}")
@@ -308,8 +315,10 @@ class _Stream:
             run = self.run
             if "failure" in text and _FAILURE.search(text):
                 self.current().failures.append(text)
-            elif "NCCL version" in text and (m := _NCCL_VERSION.search(text)):
-                self.current().nccl_version = m.group(1)
+            elif "CCL version" in text and (m := _NCCL_VERSION.search(text)):
+                run = self.current()
+                run.nccl_version = m.group(2)
+                run.rccl = run.rccl or m.group(1) == "R"
             elif run is not None and run.nblocks and text.split()[0].isdigit():
                 run.row(text)
             elif (run is None or not run.nblocks) and (tokens := text.split())[0].isdigit() \
@@ -325,9 +334,11 @@ class _Stream:
             return
         body = text.lstrip("#").strip()
         tokens = body.split()
-        if body.startswith("nccl-tests version"):
+        if body.startswith(("nccl-tests version", "rccl-tests version")):
             self.close()
-            self.current().version = body.split("version", 1)[1].strip()
+            run = self.current()
+            run.version = body.split("version", 1)[1].strip()
+            run.rccl = body.startswith("rccl")
         elif body.startswith("Collective test starting:"):
             run = self.run
             if run is not None and (run.nblocks or run.params):
@@ -434,7 +445,7 @@ def _op_key(run: _Run, hint: str | None) -> str:
 # nccl-tests' own comment lines (with or without their '#') and its rows (size, count, a type name), wherever a
 # line holds one: what a log shipper's prefix is learnt from
 _ANCHOR = re.compile(r"#\s*(?:nThread \d|Using devices|Rank\s+\d+\s|size\s+count\s|bytes\s+N\s|\(B\)|out-of-place|"
-                     r"Out of bounds|Avg bus bandwidth|nccl-tests version|Collective test)|"
+                     r"Out of bounds|Avg bus bandwidth|[nr]ccl-tests version|Collective test)|"
                      r"(?<!\S)(?:nThread \d+ nGpus|Rank\s+\d+\s+(?:Group|Pid)\s|size\s+count\s+type\s)|"
                      r"(?<![\w.:])\d+\s+\d+\s+(?:" + "|".join(DTYPES) + r")\s+\S+\s+\S")
 _TAIL_TAG = re.compile(r"(?:\[\d+,\d+\]<(?:stdout|stderr)>:|(?<!\S)\d+:)$")
