@@ -19,7 +19,7 @@ class TelemetrySettings:
     # MEDIAN_EVERY_STEP_UP_TO ranks, every MEDIAN_EVERY_AT_SCALE steps above; 0 = never
     cross_rank_median_every: int | None = None
     # the reduction up its tree a level per step (telemetry/capture/cross_rank.py), so no step end waits for a
-    # peer's values: saves ceil(log2 N) message latencies per step on rank 0's critical path at scale; rank 0's
+    # peer's current step: saves ceil(log2 N) message latencies per step on rank 0's critical path at scale; rank 0's
     # metrics lines then follow ceil(log2 N) steps late, and a rank 0 killed outright loses those lines
     cross_rank_pipelined: bool = False
     profile_every: int = 0  # steps between profiled windows (exposed communication); 0 = never

@@ -6,7 +6,8 @@ Reads nccl-tests' `-J` JSON files (telemetry/analysis/nccl_tests_json.py) and wh
 
 - the parameters line `# nThread 1 nGpus 1 minBytes 8 maxBytes ... iters: 20 [agg iters: 1] validation: 1 ...`,
   the `# Using devices` block (`#  Rank  0 [Group  0] Pid ... on HOST device  0 [BUS] NAME`, one line per
-  rank: the world size), `# nccl-tests version`, `# Collective test starting/concluded: NAME`;
+  rank: the world size, unknown when the list does not start at rank 0 or names a rank twice), `# nccl-tests
+  version`, `# Collective test starting/concluded: NAME` (the concluded line names a table whose start was cut);
 - the column header, which says which columns a row has: `size count type [redop] [root]`, then per block
   (`out-of-place`, `in-place`) `time algbw busbw` and `#wrong` (a count) or, before 2022, `error` (the
   largest error, not a count: `wrong` is then null), plus any columns later versions add (they are kept
@@ -19,7 +20,7 @@ Reads nccl-tests' `-J` JSON files (telemetry/analysis/nccl_tests_json.py) and wh
   prefixes (`0: `); each prefix is read as its own stream, so ranks printing at once do not mix; lines that
   are none of the above (NCCL INFO, shell prompts, markdown) are skipped.
 
-One run per table. The collective comes from the `Collective test starting` line, a `..._perf` command
+One run per table (or per preamble whose run failed before its column header: no row, `failed` true). The collective comes from the `Collective test starting` (or `concluded`) line, a `..._perf` command
 in the text, or else the file name (`all_gather_perf.txt`); unnamed tables are `unknown`.
 """
 from __future__ import annotations
@@ -55,13 +56,15 @@ _PLACEHOLDERS = {"N/A", "n/a", "NA", "-"}
 # "HOST: Test NCCL failure common.cu:392 '...'", " .. HOST pid 5068: Test failure common.cu:590"; a failure can
 # cut a row short ("2097152  32768  float  none  -1 node0: Test CUDA failure ...")
 _FAILURE = re.compile(r"Test (?:NCCL |CUDA )?failure\b")
-_NCCL_VERSION = re.compile(r"NCCL version (\d+\.\d+\.\d+)")
-_LIBRARY_CODE = re.compile(r"nccl-library=(\d+)")
+# AMD's rccl-tests print RCCL's banner ("RCCL version : 2.28.3-...") and "# rccl-tests version ... rccl-library=22803";
+# RCCL's version is that of the NCCL release it follows
+_NCCL_VERSION = re.compile(r"([NR])CCL version :? ?(\d+\.\d+\.\d+)")
+_LIBRARY_CODE = re.compile(r"[nr]ccl-library=(\d+)")
 # Rows pasted without their header: nccl-tests' layout since 2022 has 13 cells (2 blocks of 4 after 5)
 # nccl-tests' comment lines with their '#' lost (GitHub renders "# text" as a heading, so pasted-back output
 # has none): read as if the '#' were there
 _HASHLESS = re.compile(r"(?:nThread \d|Using devices$|Rank\s+\d+\s+(?:Group|Pid)|size\s+count\s+type\s|\(B\)\s+\(elements\)|"
-                       r"out-of-place\s+in-place|Out of bounds values|Avg bus bandwidth|nccl-tests version|"
+                       r"out-of-place\s+in-place|Out of bounds values|Avg bus bandwidth|[nr]ccl-tests version|"
                        r"Collective test (?:starting|concluded)|Blocking Enabled)")
 _ASSUMED_HEADER = "size count type redop root time algbw busbw #wrong time algbw busbw #wrong".split()
 
@@ -107,6 +110,7 @@ class _Run:
         self.avg_check: str | None = None  # "OK"/"FAILED" after the average when a minimum was given
         self.failures: list[str] = []
         self.nccl_version: str | None = None
+        self.rccl = False  # the library is AMD's RCCL (its banner, or rccl-tests' version line)
         self.assumed_header = False
 
     def empty(self) -> bool:
@@ -215,6 +219,11 @@ class _Run:
             twice = sorted({r for r in listed if listed.count(r) > 1})
             notes.append(f"world size unknown: rank {twice[0]} is listed {listed.count(twice[0])} times, so several "
                          "processes each ran their own test (nccl-tests without MPI?) and their output is mixed")
+        elif listed and sorted(listed) != list(range(len(listed))):
+            # an excerpt that keeps the end of the list ("#  Rank 71 ..." of a 72-rank run): more ranks than listed
+            world = None
+            notes.append(f"world size unknown: the device list names rank {min(listed)}..{max(listed)} "
+                         f"({len(listed)} lines), not every rank from 0")
         if self.avg is not None:
             avg, source = self.avg, "footer"
         else:
@@ -247,6 +256,10 @@ class _Run:
         if self.avg_check == "FAILED":
             notes.append("the average bus bandwidth is below the minimum the run was given (nccl-tests printed "
                          "FAILED after it)")
+        if self.rccl:
+            version = self.nccl_version or _from_library_code(self.version)
+            notes.append(f"the library is AMD's RCCL{' ' + version if version else ''}: nccl_version is the NCCL "
+                         "release it follows")
         if self.failures:
             where = (f"after the row of {self.rows[-1]['size']} B" if self.rows else "before the first row")
             notes.append(f"the test failed {where}: {self.failures[0]}")
@@ -302,8 +315,10 @@ class _Stream:
             run = self.run
             if "failure" in text and _FAILURE.search(text):
                 self.current().failures.append(text)
-            elif "NCCL version" in text and (m := _NCCL_VERSION.search(text)):
-                self.current().nccl_version = m.group(1)
+            elif "CCL version" in text and (m := _NCCL_VERSION.search(text)):
+                run = self.current()
+                run.nccl_version = m.group(2)
+                run.rccl = run.rccl or m.group(1) == "R"
             elif run is not None and run.nblocks and text.split()[0].isdigit():
                 run.row(text)
             elif (run is None or not run.nblocks) and (tokens := text.split())[0].isdigit() \
@@ -319,15 +334,20 @@ class _Stream:
             return
         body = text.lstrip("#").strip()
         tokens = body.split()
-        if body.startswith("nccl-tests version"):
+        if body.startswith(("nccl-tests version", "rccl-tests version")):
             self.close()
-            self.current().version = body.split("version", 1)[1].strip()
+            run = self.current()
+            run.version = body.split("version", 1)[1].strip()
+            run.rccl = body.startswith("rccl")
         elif body.startswith("Collective test starting:"):
             run = self.run
             if run is not None and (run.nblocks or run.params):
                 self.close()
             self.current().name = body.split(":", 1)[1].strip()
         elif body.startswith("Collective test concluded:"):
+            run = self.run
+            if run is not None and run.name is None and run.nblocks:  # an excerpt that kept only the end
+                run.name = body.split(":", 1)[1].strip()
             self.close()
         elif body.startswith("fabric-harness test:"):
             m = re.match(r"\s*([\w.-]+)", body.split(":", 1)[1])
@@ -406,7 +426,8 @@ class _Parser:
     def finish(self, run: _Run) -> None:
         if run.name is None:
             run.name = self.pending
-        if run.rows or run.nblocks:
+        # a run that failed before its column header (nccl-tests#219) is still a run: its preamble and failure
+        if run.rows or run.nblocks or (run.failures and (run.params or run.devices)):
             self.done.append(run)
 
 
@@ -424,7 +445,7 @@ def _op_key(run: _Run, hint: str | None) -> str:
 # nccl-tests' own comment lines (with or without their '#') and its rows (size, count, a type name), wherever a
 # line holds one: what a log shipper's prefix is learnt from
 _ANCHOR = re.compile(r"#\s*(?:nThread \d|Using devices|Rank\s+\d+\s|size\s+count\s|bytes\s+N\s|\(B\)|out-of-place|"
-                     r"Out of bounds|Avg bus bandwidth|nccl-tests version|Collective test)|"
+                     r"Out of bounds|Avg bus bandwidth|[nr]ccl-tests version|Collective test)|"
                      r"(?<!\S)(?:nThread \d+ nGpus|Rank\s+\d+\s+(?:Group|Pid)\s|size\s+count\s+type\s)|"
                      r"(?<![\w.:])\d+\s+\d+\s+(?:" + "|".join(DTYPES) + r")\s+\S+\s+\S")
 _TAIL_TAG = re.compile(r"(?:\[\d+,\d+\]<(?:stdout|stderr)>:|(?<!\S)\d+:)$")

@@ -190,11 +190,14 @@ class PipelinedTree:
     def _complete(self, slot: int) -> list[tuple[Any, list[list[float]]]]:
         if slot < 0 or not self._pending or self._pending[0]["slot"] != slot:
             return []
-        entry = self._pending.popleft()
+        entry = self._pending[0]  # popped once complete: a failed wait leaves it for abandon()
         payload = entry["payload"]
-        for child, work, tensor in entry["recv"]:  # sent a step or more ago: in by now unless a peer is late
+        while entry["recv"]:  # sent a step or more ago: in by now unless a peer is late
+            child, work, tensor = entry["recv"][0]
             wait_naming(work, EXCHANGE, child)
+            entry["recv"].pop(0)
             _fold(payload, tensor.tolist(), entry["per_rank"])
+        self._pending.popleft()
         if self.parent is None:
             return [(entry["owner"], payload)]
         tensor = torch.tensor(payload, dtype=torch.float64)

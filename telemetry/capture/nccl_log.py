@@ -18,6 +18,9 @@ from functools import lru_cache
 
 # NCCL prints the version as an INFO line, or (older releases, NCCL_DEBUG=VERSION/WARN) bare on stdout.
 _VERSION = re.compile(r"NCCL version (\d+\.\d+\.\d+)")
+# AMD's RCCL (NCCL ported to ROCm, its version that of the NCCL release it follows) prints "RCCL version :
+# 2.21.5-HEAD:9a0e6a1" in a banner of its own (older: "RCCL version 2.6.4+hip3.5"), and loads librccl-net.so
+_RCCL_VERSION = re.compile(r"RCCL version :? ?(\d+\.\d+\.\d+)")
 # Plugin names may contain spaces ("AWS Libfabric"): take the rest of the line, not the first word.
 _USING_NETWORK = re.compile(r"Using network (\S+(?: \S+)*)")
 _USING_NETWORK_23 = re.compile(r"Using (internal|external) Network (\S+(?: \S+)*)")  # NCCL 2.3
@@ -48,6 +51,10 @@ _COLLNET = re.compile(r"Coll(?:Net)? \d+(?:/\d+)? : \d+ \[(?:send|receive)\] via
 _COLLNET_REFUSED = "Cannot initialize CollNet"
 _RING_LISTING = re.compile(r"(?:Channel|Ring) \d+(?:/\d+)? :((?: +\d+)+) *$")
 _NRANKS = re.compile(r"\brank (\d+) n[Rr]anks (\d+)")
+# some releases (RCCL among them) end connection and "Connected all rings" lines with "comm 0x.. nRanks 08"
+_COMM_NRANKS = re.compile(r"\bcomm 0x[0-9a-fA-F]+ nRanks (\d+)")
+# ncclCommInitAll (RCCL: ncclCommInitAll_impl) makes every rank in one process, so on one node
+_INIT_ALL = re.compile(r"\bncclCommInitAll(?:_impl)? comm 0x[0-9a-fA-F]+ rank \d+ n[Rr]anks (\d+)")
 _NNODES = re.compile(r"\bnNodes (\d+)")
 # 2.20+: "comm 0x.. rank 0 nRanks 8 nNodes 1 localRanks 8 localRank 0 MNNVL 1": one NVLink domain across trays
 _MNNVL = re.compile(r"\bMNNVL ([01])\b")
@@ -59,7 +66,10 @@ _NVLS_CHANNELS = re.compile(r"(\d+) nvls channels")
 # nccl-tests' "#  Rank  0 Group  0 Pid 123 on HOST device  0 [..]" lines
 # (a WARN line has NCCL's source position, and from 2.2x its function, before "NCCL WARN": "[1] net.cc:626 NCCL WARN",
 # "[0] transport/net_ib/gdaki/gin_host_gdaki.cc:431 (gdakiConnectQp) NCCL WARN")
-_PREFIX_HOST = re.compile(r"(?:^|[\s>:|\]])([A-Za-z0-9][\w.\-]*):\d+:\d+ \[ ?\d+ ?\] (?:[\w./\-]+:\d+ (?:\(\w+\) )?)?"
+# A log shipper's timestamp may be glued to the host ("...208-07:00ip-10-36-29-253:79:79 [0]"): the host starts
+# after the time zone, not inside it
+_PREFIX_HOST = re.compile(r"(?:^|[\s>:|\]]|(?<=\d[+-]\d\d:\d\d))(?<![+-]\d\d:)"
+                          r"([A-Za-z0-9][\w.\-]*):\d+:\d+ \[ ?\d+ ?\] (?:[\w./\-]+:\d+ (?:\(\w+\) )?)?"
                           r"NCCL (?:INFO|WARN)")
 # nccl-tests' device list names every rank of its world (a host name may hold blanks: "on NODE A  device")
 _RANK_HOST = re.compile(r"#\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?(?:Pid\s+\d+\s+)?on\s+(\S.*?)\s+device\s+-?\d")
@@ -71,11 +81,14 @@ _NO_IB = re.compile(r"NET/IB ?: ?No device found|Failed to open libibverbs")
 # network carried traffic. Its GIDs "::ffff:a.b.c.d" are IPv4-mapped, which only RoCE v2 uses.
 _NET_ERROR = re.compile(r"NET/(\w+) ?: Got completion")
 _V4_GID = re.compile(r"(?:local|remote)Gids? ?::ffff:")
+# Google's GPUDirect-TCPX plugin warns from its own functions ("tcpxResult_t tcpxCommProgress(tcpxComm*):1231
+# NCCL WARN ... nic 0, enp12s0, ..."): that plugin's connections existed, so it was the network
+_TCPX_WARN = re.compile(r"\btcpx\w*\([^)]*\):\d+ NCCL WARN")
 # NCCL prints at most this many ranks of a ring (graph/rings.cc MAXWIDTH): longer rings are cut
 _RING_LISTING_MAX = 20
 # Lines saying a network plugin (not NCCL's internal IB or Socket) was loaded
 _PLUGIN_SIGNS = ("Loaded net plugin", "P2P plugin ", "NET/OFI ", "Plugin Path :", "Using external Network")
-_KEYS = ("NCCL", "Rank ", "libibverbs", "NET/", " via ", "Ring ", "Channel ", "anks ", "GPU Direct", "etwork", "lugin", "rovider",
+_KEYS = ("NCCL", "RCCL", "Rank ", "libibverbs", "NET/", " via ", "Ring ", "Channel ", "anks ", "GPU Direct", "etwork", "lugin", "rovider",
          "NVLS", "nvls", "nNodes")
 
 FIELDS = ("nccl_version", "network", "devices", "gpudirect_rdma", "channels", "nranks", "nnodes", "transport", "hosts")
@@ -94,6 +107,8 @@ def _connection_kind(via: str) -> tuple[str, str | None, int | None, bool]:
 class _State:
     def __init__(self):
         self.versions: set[str] = set()
+        self.rccl = False  # RCCL's version banner or its librccl plugin lines
+        self.init_all_nranks = None  # size of a communicator made by ncclCommInitAll (one process)
         self.networks: list[str] = []
         self.plugin = self.provider = self.oob = None
         self.plugin_signs = self.internal_net = self.no_ib = False
@@ -183,6 +198,12 @@ def _feed(st: _State, line: str) -> None:
         if m := _VERSION.search(line):
             st.versions.add(m.group(1))
             return
+    if "RCCL version" in line and (m := _RCCL_VERSION.search(line)):
+        st.versions.add(m.group(1))
+        st.rccl = True
+        return
+    if "librccl" in line:
+        st.rccl = True
     if "etwork" in line:
         if m := _USING_NETWORK.search(line):
             st.networks.append(m.group(1))
@@ -223,6 +244,9 @@ def _feed(st: _State, line: str) -> None:
         st.error_nets.add(m.group(1))
         st.v4_gid = st.v4_gid or bool(_V4_GID.search(line))
         return
+    if "tcpx" in line and _TCPX_WARN.search(line):
+        st.error_nets.add("GPUDirectTCPX")
+        return
     if "libibverbs" in line or "No device" in line:
         if _NO_IB.search(line):
             st.no_ib = True
@@ -236,6 +260,10 @@ def _feed(st: _State, line: str) -> None:
             # give the node count once every rank's line is there
             if m := _PREFIX_HOST.search(line):
                 st.rank_hosts[(int(n), int(r))] = m.group(1)
+        for n in _COMM_NRANKS.findall(line):
+            st.nranks = max(st.nranks or 0, int(n))
+        if "InitAll" in line and (m := _INIT_ALL.search(line)):
+            st.init_all_nranks = max(st.init_all_nranks or 0, int(m.group(1)))
     if "cliqueId" in line and (m := _MNNVL_CLIQUE.search(line)):
         st.mnnvl = st.mnnvl or m.group(1) == "1"
         return
@@ -263,7 +291,19 @@ def _glued(line: str, k: int) -> list[str] | None:
     """A pasted log that lost its line breaks holds several records on one line (a second record follows a
     run of blanks, or a first one was cut and a record starts mid-line): the records, else None."""
     parts = _RECORD_START.split(line)
+    if len(parts) > 1:
+        return parts
+    # records glued with no blank at all ("...cudaDriverVersion 12080h100-st-316:17:17 [1] NCCL INFO ...", or
+    # " | " between a log console's two copies of a record): split where the first record's own prefix recurs
+    if (m := _PREFIX_HOST.search(line, 0, k + 11)) is None:
+        return None
+    parts = [p.rstrip(" |") for p in _same_host_start(m.group(1)).split(line) if p]
     return parts if len(parts) > 1 else None
+
+
+@lru_cache(maxsize=256)
+def _same_host_start(host: str) -> re.Pattern:
+    return re.compile(rf"(?={re.escape(host)}:\d+:\d+ \[ ?\d+ ?\] NCCL )")
 
 
 def _note_host(st: _State, record: str, k: int, seen: set) -> None:
@@ -331,7 +371,8 @@ def _network(st: _State, unknown: dict) -> str | None:
         network, st.network_line = "Socket", f"no Using network line: {why}, NET/Socket's list"
     elif len(st.error_nets) == 1:
         network = next(iter(st.error_nets))
-        st.network_line = f"no Using network line: NET/{network}'s error line (that network carried traffic)"
+        what = "its plugin's warning lines" if network == "GPUDirectTCPX" else f"NET/{network}'s error line"
+        st.network_line = f"no Using network line: {what} (that network carried traffic)"
     else:
         unknown["network"] = "no network line and no network connection in the log"
     return network
@@ -399,12 +440,16 @@ def _summarize(st: _State) -> dict:
         by_rank = {r: h for (n, r), h in st.rank_hosts.items() if n == nranks}
         if len(by_rank) == nranks:
             st.nnodes = len(set(by_rank.values()))
+    if st.nnodes is None and nranks and nranks == st.init_all_nranks and len(st.hosts) <= 1:
+        st.nnodes = 1  # one process made every rank (ncclCommInitAll)
     if st.nnodes is None:
         if not nranks:
             unknown["nnodes"] = "no nNodes line, and the communicator size is unknown"
         else:
             named = len({r for (n, r) in st.rank_hosts if n == nranks})
-            unknown["nnodes"] = (f"no nNodes line (NCCL < 2.19 logs none), and {named} of {nranks} ranks' init lines "
+            newer = version is not None and tuple(map(int, version.split("."))) >= (2, 19)
+            why = "not in this part of the log" if newer else "NCCL < 2.19 logs none"
+            unknown["nnodes"] = (f"no nNodes line ({why}), and {named} of {nranks} ranks' init lines "
                                  "name their host (every rank's log is needed)")
 
     gdr = _gdr_verdict(st, nranks, unknown)
@@ -414,6 +459,8 @@ def _summarize(st: _State) -> dict:
         unknown["hosts"] = "no line carries NCCL's host:pid:tid prefix or an nccl-tests rank line"
     return {
         "nccl_version": version,
+        # RCCL's version is that of the NCCL release it follows; None: no version line and no librccl line
+        "library": "RCCL" if st.rccl else ("NCCL" if st.versions else None),
         "network": network,
         "net_plugin": st.plugin,
         "provider": st.provider,
@@ -533,7 +580,8 @@ def _transport(st: _State, network, nranks, unknown: dict) -> str | None:
         unknown["transport"] = ("no network connection in the log, and nothing shows that every rank "
                                 "shares one node")
     elif st.nnodes == 1:
-        st.basis = "nNodes 1: every rank on one node, no connection lines"
+        st.basis = ("ncclCommInitAll: one process holds every rank" if nranks == st.init_all_nranks
+                    else "nNodes 1: every rank on one node") + ", no connection lines"
         return "intra-node"
     elif network is not None:
         # no per-connection line at all (NCCL logs them at INFO only for some subsystems and versions, and an

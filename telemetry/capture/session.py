@@ -188,7 +188,8 @@ class Telemetry:
                 # telemetry.cross_rank_pipelined: a tree level per step, off the step's critical path
                 # (cross_rank.py): rank 0's figures of step s are complete at step s + lag_steps, its line then
                 "pipelined": self._pipeline is not None,
-                "lag_steps": tree_height(0, self.world) if self._pipeline is not None else 0,
+                # (on NCCL a step is reduced a step later anyway: its late completion reports, hold_reports_s)
+                "lag_steps": (tree_height(0, self.world) if self._pipeline is not None else 0) + int(self._hold),
                 "median": median, "gloo_interface": gloo,
                 # the job's: a peer that stops answering fails the tree as it fails the job's collectives
                 "timeout_s": timeout.total_seconds() if timeout is not None else None}
@@ -379,10 +380,10 @@ class Telemetry:
         # everywhere), from what is in by then; its lines are written once its reports are in, or
         # `hold_reports_s` after its end, in step order.
         record["_held"] = True
+        self._held.append(held)  # before the reduction below: a failure there still leaves it to be written
         previous, self._reduce_next = self._reduce_next, held
         if previous is not None:
             self._reduce(previous)
-        self._held.append(held)
         self._write_ready(t_end)
         return record
 
@@ -408,13 +409,14 @@ class Telemetry:
                 self._reduce(last)
             else:
                 last["reduced"] = True
-        if self._pipeline is not None:  # the steps still on their way up the tree
-            if collective:
-                for owner, payload in self._pipeline.drain():
-                    self._reduced(owner, payload)
-            else:
-                for owner in self._pipeline.abandon():
-                    owner["reduced"] = True
+        if self._pipeline is not None and collective:  # the steps still on their way up the tree
+            for owner, payload in self._pipeline.drain():
+                self._reduced(owner, payload)
+        if not collective:  # a rank stopping alone writes what it has, figures or not (even after a failed wait)
+            if self._pipeline is not None:
+                self._pipeline.abandon()
+            for held in self._held:
+                held["reduced"] = True
         self._write_ready(time.perf_counter(), self.s.hold_reports_s if wait_s is None else wait_s)
 
     def _complete(self, held: dict, wait_s: float = 0.0) -> None:

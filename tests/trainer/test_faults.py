@@ -124,20 +124,22 @@ def _latest_step(out: Path) -> int:
     return json.loads((out / "checkpoints" / "latest.json").read_text())["step"]
 
 
-def _saved_on_signal_and_resumed(job: Job, signame: str) -> dict:
+def _saved_on_signal_and_resumed(job: Job, signame: str, *overrides: str) -> dict:
     """After `signame` reached a 2-rank job: it stopped with the current step saved and named the signal
-    in run.json, and a rerun resumes from that step and recomputes none before it. Returns run.json."""
+    in run.json, and a rerun (with the job's `overrides`) resumes from that step and recomputes none before
+    it. Returns run.json."""
     job.finish()
     info = job.run_json()
     saved = _latest_step(job.out)
     assert info["status"] == "interrupted" and info["exit_code"] == 130, info
     assert f"interrupted by {signame}: stopped after step {saved}, checkpoint saved" == info["error"]
     assert job.steps() == list(range(1, saved + 1))  # every completed step is in the checkpoint
-    # every rank stopped after the same step (the vote agreed): the cross-rank tree, a level per step, was
-    # drained there, so the last lines have their figures too
+    # every rank stopped after the same step (the vote agreed): what the cross-rank exchange still had in
+    # flight (with telemetry.cross_rank_pipelined, the last steps on their way up) was completed, so the last
+    # lines have their figures too
     lines = [json.loads(x) for x in (job.out / "metrics.jsonl").read_text().splitlines()]
     assert all(line["ranks"]["step_time_s"]["ranks"] == 2 for line in lines), lines[-1]
-    again = run_cli(job.out, *FAST, f"max_steps={saved + 1}", nproc=2, timeout=240)
+    again = run_cli(job.out, *FAST, f"max_steps={saved + 1}", *overrides, nproc=2, timeout=240)
     assert again.returncode == 0, again.stderr[-3000:]
     assert f"resumed from {job.out / 'checkpoints' / f'step-{saved:07d}'} at step {saved}" in again.stdout
     assert [r["step"] for r in again.metrics()] == list(range(1, saved + 2))
@@ -338,10 +340,11 @@ def test_ctrl_c_to_torchrun_saves_the_current_step_and_the_rerun_resumes(tmp_pat
     """Ctrl-C in a terminal: SIGINT to torchrun's whole process group (the agent and both workers; the agent
     then forwards its own SIGINT). Saved like SIGTERM, named in run.json; a rerun resumes from it."""
     out = tmp_path / "run"
-    job = Job(out, "max_steps=40", "train.save_every=0", nproc=2)
+    # with the cross-rank tree a level per step: the agreed stop drains it (the SIGTERM test runs the default)
+    job = Job(out, "max_steps=40", "train.save_every=0", "telemetry.cross_rank_pipelined=true", nproc=2)
     job.wait_for("step 3/40")
     os.killpg(job.proc.pid, signal.SIGINT)  # as a terminal does: the session's group is torchrun's
-    _saved_on_signal_and_resumed(job, "SIGINT")
+    _saved_on_signal_and_resumed(job, "SIGINT", "telemetry.cross_rank_pipelined=true")
     assert "rank 0: interrupted by SIGINT: stopped after step" in job.output, job.output[-3000:]
 
 

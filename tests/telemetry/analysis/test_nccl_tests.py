@@ -49,6 +49,17 @@ ROWS = {
     "all_reduce_perf_issue252_title_line_cut_to_in_place.txt": 5,
     "all_reduce_perf_issue249_hashless_blocking_line_no_rows.txt": 0,
     "all_reduce_perf_issue107_two_processes_each_rank_0.txt": 0,
+    # the fourth collection (rccl-tests and RCCL pull requests, GB200 NVL72, FP8 rows, GCP A3 Mega)
+    "all_reduce_perf_hpc_ai_envs_30_rccl_tests_version_line_mi300x_excerpt.txt": 1,
+    "broadcast_perf_rccl_2075_gfx1151_concluded_footer_excerpt.txt": 10,
+    "all_reduce_perf_rccl_2078_ainic_17GB_rows_footer_excerpt.txt": 4,
+    "all_reduce_perf_coreweave_43_gb200_nvl72_last_rank_line_only.txt": 5,
+    "all_reduce_perf_mscclpp_646_f8e5m2_rows_excerpt.txt": 11,
+    "all_reduce_perf_ai_infra_376_a3mega_tcpxo_na_wrong_excerpt.txt": 10,
+    "broadcast_perf_issue82_root_without_redop_error_na_warn_lines.txt": 1,
+    "all_reduce_perf_aks_rdma_30_rows_after_info_lines_no_header_na.txt": 5,
+    "all_reduce_perf_issue219_failure_before_header_mpi_abort.txt": 0,
+    "all_reduce_perf_rocm_systems_3272_rccl_version_banner_before_header_excerpt.txt": 5,
 }
 TRUTHS = sorted(TABLES.glob("*.json"))
 # a line that starts like a row (after a launcher prefix): size, count, a type name
@@ -389,3 +400,19 @@ def test_out_of_bounds_and_a_failed_bandwidth_check_are_said():
     assert any("below the minimum" in n for n in op["notes"])
     ok = parse(text)["ops"]["unknown"]
     assert ok["avg_busbw_check"] is None and not any("out of bounds" in n for n in ok["notes"])
+
+
+def test_rccl_tests_output_names_rccl_and_the_nccl_release_it_follows():
+    """rccl-tests prints RCCL's banner ('RCCL version : 2.28.3-...', rocm-systems#3272 in the corpus) and
+    '# rccl-tests version ... rccl-library=22803': the version is read, and a note says the library is RCCL."""
+    op = read(str(TABLES / "all_reduce_perf_rocm_systems_3272_rccl_version_banner_before_header_excerpt.txt"))
+    assert op["nccl_version"] == "2.28.3"
+    assert "the library is AMD's RCCL 2.28.3: nccl_version is the NCCL release it follows" in \
+        op["ops"]["all_reduce"]["notes"]
+    text = (TABLES / "all_reduce_perf_rocm_systems_3272_rccl_version_banner_before_header_excerpt.txt").read_text()
+    tests_line = "# rccl-tests version 2.17.9-x:f220897c9b rccl-headers=22803 rccl-library=22803\n"
+    banner_free = "\n".join(line for line in text.splitlines() if "version" not in line)
+    run = parse(tests_line + banner_free)["ops"]["unknown"]
+    assert run["nccl_version"] == "2.28.3" and any("AMD's RCCL" in n for n in run["notes"])
+    nccl = read(str(TABLES / "all_reduce_perf_issue1244_nvlstree_error_col_title_without_hash.txt"))
+    assert not any("RCCL" in n for op in nccl["ops"].values() for n in op["notes"])

@@ -155,3 +155,17 @@ def test_a_late_child_is_waited_for_by_name():
     with pytest.raises(GroupWaitFailed) as exc:
         tree.post(payload(0, 2, False), False, owner=2)
     assert exc.value.peer == 1 and "cross-rank exchange" in exc.value.what and "Timed out" in str(exc.value)
+
+
+def test_a_slot_whose_wait_failed_is_still_handed_back_by_abandon():
+    """A child's message that never came: the slot stays pending, so the failing rank's abandon() still hands
+    its owner back (and its held line is written, without figures)."""
+    class Late:
+        def wait(self):
+            raise RuntimeError("Timed out waiting 10000ms for recv operation to complete")
+
+    tree = PipelinedTree(0, 2, None, lambda *a, **k: None, lambda *a, **k: Late(), len(REDUCED))
+    tree.post(payload(0, 1, False), False, owner=1)
+    with pytest.raises(RuntimeError):
+        tree.post(payload(0, 2, False), False, owner=2)
+    assert tree.abandon() == [1, 2]

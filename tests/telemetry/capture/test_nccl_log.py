@@ -236,7 +236,10 @@ def test_corpus_covers_what_the_issue_asks_for():
             "nccl-tests-interleaved", "plugin-failed-fallback", "timestamp-prefix",
             # the third collection (NCCL 2.4-2.5 and 2.2x-2.29 formats, pdsh prefixes, redacted host names)
             "nccl-tests-rank-list", "socket-interface-without-address", "empty-oob", "gin-plugin-lines",
-            "pdsh-prefix", "channel-without-slash", "no-libibverbs", "one-rank", "mnnvl", "redacted"} <= cats
+            "pdsh-prefix", "channel-without-slash", "no-libibverbs", "one-rank", "mnnvl", "redacted",
+            # the fourth collection (AMD RCCL, Google's GPUDirect-TCPX warnings, ncclCommInitAll)
+            "rccl", "gpudirect-tcpx", "init-all", "comm-nranks-suffix", "glued-without-blanks",
+            "timestamp-glued-to-host"} <= cats
     versions = {s["truth"]["nccl_version"] for s in specs} - {None}
     assert min(versions, key=lambda v: tuple(map(int, v.split(".")))) == "2.3.7"
 
@@ -360,3 +363,52 @@ def test_host_names_from_warn_lines():
                        "WARN DOCA failure 21"])
     assert out["hosts"] == ["nid006352", "worker-0"]
     assert out["network"] is None  # "network AWS Libfabric not found" is not the network NCCL used
+
+
+def test_rccl_logs_say_so_and_give_the_nccl_release_they_follow():
+    """RCCL prints its version in a banner of its own (rccl-tests#163 in the corpus), or as an INFO line in
+    older releases; the version is that of the NCCL release RCCL follows, and `library` says it is RCCL."""
+    banner = parse_lines(["RCCL version : 2.21.5-HEAD:9a0e6a1", "HIP version  : 6.3.42134-a9a80e791"])
+    assert banner["nccl_version"] == "2.21.5" and banner["library"] == "RCCL"
+    old = parse_lines(["n:1:1 [0] NCCL INFO RCCL version 2.6.4+hip3.5"])
+    assert old["nccl_version"] == "2.6.4" and old["library"] == "RCCL"
+    plugin_only = parse_lines(["n:1:1 [0] NCCL INFO NET/Plugin: No plugin found (librccl-net.so)"])
+    assert plugin_only["library"] == "RCCL" and plugin_only["nccl_version"] is None
+    assert parse_lines(ROCE_GDR.splitlines())["library"] == "NCCL"
+    assert parse_lines([])["library"] is None
+
+
+def test_comm_nranks_suffix_and_init_all_give_the_size_and_one_node():
+    """'comm 0x.. nRanks 08' at the end of connection lines (rccl#1026) gives the communicator size;
+    ncclCommInitAll makes every rank in one process, so its communicator is on one node (rccl-tests#162),
+    unless the log names other hosts."""
+    suffix = parse_lines(["a:1:2 [1] NCCL INFO Connected all rings comm 0xa5bff40 nRanks 08 busId c6000"])
+    assert suffix["nranks"] == 8
+    init_all = ["h:1:2 [0] NCCL INFO ncclCommInitAll comm 0x1 rank 0 nranks 2 cudaDev 0 busId 1000 commId 0x5 "
+                "- Init START", "h:1:2 [0] NCCL INFO Using network Socket"]
+    out = parse_lines(init_all)
+    assert out["nnodes"] == 1 and out["transport"] == "intra-node"
+    assert out["transport_basis"].startswith("ncclCommInitAll: one process")
+    two_hosts = parse_lines(init_all + ["g:7:8 [0] NCCL INFO Using network Socket"])
+    assert two_hosts["nnodes"] is None and two_hosts["transport"] == "tcp"
+
+
+def test_gpudirect_tcpx_warnings_name_the_tcpx_network():
+    """A log holding only the GPUDirect-TCPX plugin's warnings (nccl-plugin-gpudirecttcpx#1): its connections
+    existed, so the network is TCPX; nothing else is known."""
+    out = parse_lines(["tcpxResult_t tcpxCommProgress(tcpxComm*):1231 NCCL WARN 0x1:0x2, nic 0, enp12s0, "
+                       "172.16.0.11<39187><-172.16.0.95<46723> rx rx ctrl timeout cnt 7, nanos 10000000585"])
+    assert out["network"] == "GPUDirectTCPX" and out["transport"] == "tcpx"
+    assert out["transport_basis"].startswith("no Using network line: its plugin's warning lines")
+
+
+def test_records_glued_with_no_blank_and_a_timestamp_glued_to_the_host():
+    """aws-ofi-nccl#990's log glues records with no blank ('...(v10)h100-st-...:17:17 [1] NCCL INFO'), which made
+    the plugin name swallow the next record; #889's CloudWatch copy glues the timestamp to the host
+    ('-07:00ip-10-...'), which made a host '00ip-10-...'. Records split where the first one's prefix recurs."""
+    glued = parse_lines(["h:1:2 [1] NCCL INFO NET/Plugin: Loaded net plugin Libfabric (v10)h:1:2 [1] NCCL INFO "
+                         "NET/Plugin: Failed to find ncclCollNetPlugin_v10 symbol."])
+    assert glued["net_plugin"] == "Libfabric"
+    stamped = parse_lines(["  | 2025-05-16T16:39:51.208-07:00ip-10-1-2-3:79:79 [0] NCCL INFO Using network Socket | "
+                           "ip-10-1-2-3:79:79 [0] NCCL INFO Using network Socket"])
+    assert stamped["hosts"] == ["ip-10-1-2-3"] and stamped["network"] == "Socket"
