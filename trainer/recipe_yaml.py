@@ -107,6 +107,8 @@ def _yaml_problem(exc: yaml.YAMLError) -> str:
         line = mark.line + 1 if mark is not None else None
         reason = getattr(exc, "problem", None) or getattr(exc, "reason", None) or str(exc)
     reason = " ".join(str(reason).split())
+    if "'\\t' that cannot start any token" in reason:  # PyYAML's words for an indenting tab
+        reason += "; allowed: indentation with spaces (YAML refuses tabs)"
     return (f" at line {line}" if line else "") + f": {reason}"
 
 

@@ -145,6 +145,8 @@ FILES = [
     ("top-scalar", "just text\n", "must hold a mapping at the top level, got str"),
     ("unclosed", "name: [x\n", "is not valid YAML at line 2"),
     ("bad-indent", "train:\n  lr: 1\n bad: 2\n", "is not valid YAML at line 3"),
+    ("tab-indent", "name: x\ntrain:\n\tlr: 1\n", "is not valid YAML at line 3: found character '\\t' that cannot "
+     "start any token; allowed: indentation with spaces (YAML refuses tabs)"),
     ("python-tag", "name: !!python/object/apply:os.system ['true']\n", "is not valid YAML at line 1"),
     ("unhashable-key", "? [a, b]\n: 1\n", "is not valid YAML at line 1: found unhashable key"),
     ("undefined-alias", "name: *nothing\n", "is not valid YAML at line 1"),
