@@ -305,6 +305,28 @@ class _Stream:
             self.parser.finish(self.run)
             self.run = None
 
+    def _plain(self, text: str) -> None:
+        """A line that is not one of nccl-tests' comments: a row, a failure, a library banner, a command line."""
+        run = self.run
+        if "failure" in text and _FAILURE.search(text):
+            self.current().failures.append(text)
+        elif "CCL version" in text and (m := _NCCL_VERSION.search(text)):
+            run = self.current()
+            run.nccl_version = m.group(2)
+            run.rccl = run.rccl or m.group(1) == "R"
+        elif run is not None and run.nblocks and text.split()[0].isdigit():
+            run.row(text)
+        elif (run is None or not run.nblocks) and (tokens := text.split())[0].isdigit() \
+                and len(tokens) == len(_ASSUMED_HEADER) and tokens[2] in DTYPES and tokens[1].isdigit():
+            run = self.current()
+            run.header(list(_ASSUMED_HEADER))
+            run.assumed_header = True
+            run.row(text)
+        else:
+            m = _TEST_NAME.search(text)  # a command line naming the test
+            if m:
+                self.parser.pending = m.group(0)
+
     def feed(self, line: str) -> None:
         text = line.strip()
         if not text:
@@ -312,25 +334,7 @@ class _Stream:
         if not text.startswith("#") and not text[0].isdigit() and _HASHLESS.match(text):
             text = "# " + text
         if not text.startswith("#"):
-            run = self.run
-            if "failure" in text and _FAILURE.search(text):
-                self.current().failures.append(text)
-            elif "CCL version" in text and (m := _NCCL_VERSION.search(text)):
-                run = self.current()
-                run.nccl_version = m.group(2)
-                run.rccl = run.rccl or m.group(1) == "R"
-            elif run is not None and run.nblocks and text.split()[0].isdigit():
-                run.row(text)
-            elif (run is None or not run.nblocks) and (tokens := text.split())[0].isdigit() \
-                    and len(tokens) == len(_ASSUMED_HEADER) and tokens[2] in DTYPES and tokens[1].isdigit():
-                run = self.current()
-                run.header(list(_ASSUMED_HEADER))
-                run.assumed_header = True
-                run.row(text)
-            else:
-                m = _TEST_NAME.search(text)  # a command line naming the test
-                if m:
-                    self.parser.pending = m.group(0)
+            self._plain(text)
             return
         body = text.lstrip("#").strip()
         tokens = body.split()

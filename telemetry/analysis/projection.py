@@ -395,6 +395,18 @@ def _step_times(profile: dict, comm_new: float, comm_range: dict, compute_scale:
     return {"step": step, "compute": compute, "window": window, "exposed": exposed_new, "low": low, "high": high}
 
 
+def _ranks_on(profile: dict, nodes: int, nodes_measured: int) -> int:
+    """The world size on `nodes` nodes; refused where the kept global batch leaves a rank no sample."""
+    n = profile["world_size"]
+    n_new = max(1, round(n * nodes / nodes_measured))
+    dp, gbs = profile.get("dp") or n, profile.get("global_batch")
+    if gbs and n_new * dp > gbs * n:  # the global batch is kept: a rank with no sample is no layout at all
+        raise ProjectionError(f"--nodes {nodes}: {n_new} ranks give dp {n_new * dp // n}, more than the run's global "
+                              f"batch of {gbs} samples; allowed: at most {gbs * nodes_measured // dp} node(s) "
+                              "(the projection keeps the global batch)")
+    return n_new
+
+
 def project(profile: dict, link_bps: float | None, latency_s: float = 0.0,
             efficiency: float | None = None, burst_bytes: float = 0.0, nodes: int | None = None,
             busbw_table: dict | None = None, intra_bps: float | None = None) -> dict:
@@ -415,12 +427,7 @@ def project(profile: dict, link_bps: float | None, latency_s: float = 0.0,
     n = profile["world_size"]
     nodes_measured = profile.get("nodes") or n  # one rank per node when the run does not say
     nodes = nodes or nodes_measured
-    n_new = max(1, round(n * nodes / nodes_measured))
-    dp, gbs = profile.get("dp") or n, profile.get("global_batch")
-    if gbs and n_new * dp > gbs * n:  # the global batch is kept: a rank with no sample is no layout at all
-        raise ProjectionError(f"--nodes {nodes}: {n_new} ranks give dp {n_new * dp // n}, more than the run's global "
-                              f"batch of {gbs} samples; allowed: at most {gbs * nodes_measured // dp} node(s) "
-                              "(the projection keeps the global batch)")
+    n_new = _ranks_on(profile, nodes, nodes_measured)
     compute_scale, cpu_shared, notes = _compute_scale(profile, n_new)
     if efficiency is None:
         efficiency = efficiency_for(profile)
