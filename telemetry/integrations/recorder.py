@@ -354,7 +354,11 @@ class RunRecorder(Hooks):
         try:
             if self.switch is not None:
                 self.rundir.update(switch_metrics=self.switch.finish())
-            self.on_train_end(status)
+            try:
+                self.on_train_end(status)
+            except Exception as exc:  # the end-of-run exchange (a peer lost at the very end): not "completed"
+                status, code, error = ending(exc)
+                raise
             if dist.is_initialized():
                 self.check_fabric(final=True)  # the whole run's NCCL logs, not only the first step's
             if self.rank == 0:  # what the fabric was: fabric.config, the hosts' readings, the switch's labels

@@ -196,3 +196,23 @@ def test_the_recorder_writes_only_declared_fields(late_nccl, tmp_path):
     info = json.loads((tmp_path / RUN_JSON).read_text())
     assert set(info) - field_names(RUN_FIELDS) == set()
     assert info["status"] == "completed" and info["engine"] == "megatron-bridge"
+
+
+def test_a_failed_end_of_run_exchange_is_not_recorded_as_completed(tmp_path):
+    """An engine loop's recorder closes a completed run: the cross-rank exchange still drains there, and a peer
+    lost at that moment fails it. run.json then says failed with the error, not completed, and the error goes on
+    to the caller. (The telemetry here is a stand-in whose flush fails as a timed-out gloo wait does.)"""
+    from telemetry.integrations.recorder import RunRecorder
+
+    class LostPeerAtTheEnd:
+        def flush(self, collective=True, wait_s=None):
+            raise RuntimeError("Timed out waiting 10000ms for recv operation to complete")
+
+    rec = RunRecorder(str(tmp_path / "run"), name="engine_run")
+    rec.open()
+    rec.telemetry = LostPeerAtTheEnd()
+    with pytest.raises(RuntimeError, match="Timed out"):
+        rec.close("completed")
+    info = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert (info["status"], info["exit_code"]) == ("failed", 1)
+    assert info["error"] == "RuntimeError: Timed out waiting 10000ms for recv operation to complete"
