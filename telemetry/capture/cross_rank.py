@@ -162,9 +162,7 @@ class PipelinedTree:
             self._post_receives(slot)
             done += self._complete(slot - self.height)
             slot += 1
-        while self._sends:
-            work, _ = self._sends.popleft()
-            wait_naming(work, EXCHANGE, self.parent)
+        self._reap_sends()
         return done
 
     def abandon(self) -> list[Any]:
