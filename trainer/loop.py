@@ -312,6 +312,12 @@ class Trainer:
 
     # ------------------------------------------------------------ run
 
+    def _steps_done(self) -> None:
+        """No step follows (every rank stops after the same one): what telemetry has in flight completes here,
+        and a failure from now on is after the last step, not in a next one."""
+        self.state.steps_done = True
+        self.hooks.on_steps_done()
+
     def run(self) -> LoopState:
         train, max_steps = self.recipe.train, self.recipe.max_steps
         start = self.maybe_resume()
@@ -358,12 +364,10 @@ class Trainer:
             if why and step < max_steps:  # preempted: keep this step, so no completed step is recomputed
                 if not (train.save_every and step % train.save_every == 0):
                     self._save()
-                self.state.steps_done = True
-                self.hooks.on_steps_done()  # every rank stops after this step (the vote agreed)
+                self._steps_done()  # every rank stops after this step (the vote agreed)
                 raise Interrupted(f"{why}: stopped after step {step}, checkpoint saved")
             self.faults.after_step(step)
-        self.state.steps_done = True
-        self.hooks.on_steps_done()
+        self._steps_done()
         if train.save_final and self.state.step > start:
             self._save()
         self.state.status = "completed"

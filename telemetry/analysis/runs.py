@@ -109,7 +109,8 @@ def load_run(path: str) -> Run:
 
 
 def _step(record: dict) -> bool:
-    """A line under the current names that holds a readable step (telemetry.rundir.is_step_record)."""
+    """A line that holds a readable step (telemetry.rundir.is_step_record), renamed in place to the current
+    names first: the reader returns the rows this check passed, so they come back upgraded."""
     return is_step_record(upgrade_record(record))
 
 
