@@ -64,29 +64,38 @@ _BATCH = frozenset({"COALESCED"})
 _BLOCK = frozenset({"COALESCED", "ALLREDUCE_COALESCED", "ALLGATHER_COALESCED", "REDUCE_SCATTER_TENSOR_COALESCED"})
 _P2P = frozenset({"send", "recv", "sendrecv"})  # NCCL runs point-to-point on streams of their own
 
-# name -> (collective type, bytes from the bound arguments, whether the call takes async_op, NCCL op types)
+_GATHER, _SCATTER = frozenset({"GATHER"}), frozenset({"SCATTER"})
+_AR_LIST = frozenset({"ALLREDUCE_COALESCED", "COALESCED"})
+
+# name -> (collective type, bytes from the bound arguments and the group size, whether the call takes
+# async_op, NCCL op types). gather/scatter: S = the per-rank tensor x n, as nccl-tests' gather_perf and
+# scatter_perf count it; the *_coalesced names are torch's deprecated list forms, still called by older code.
 DIST_SPECS = {
-    "all_reduce": ("all_reduce", lambda a: _NBYTES(a["tensor"]), True, _AR),
-    "all_gather_into_tensor": ("all_gather", lambda a: _NBYTES(a["output_tensor"]), True, _AG),
-    "all_gather_single": ("all_gather", lambda a: _NBYTES(a["output_tensor"]), True, _AG),
-    "all_gather": ("all_gather", lambda a: _NBYTES(a["tensor"]) * len(a["tensor_list"]), True, _AG_LIST),
-    "reduce_scatter_tensor": ("reduce_scatter", lambda a: _NBYTES(a["input"]), True, _RS),
-    "reduce_scatter_single": ("reduce_scatter", lambda a: _NBYTES(a["input"]), True, _RS),
-    "reduce_scatter": ("reduce_scatter", lambda a: _sum_bytes(a["input_list"]), True, _RS_LIST),
-    "all_to_all_single": ("all_to_all", lambda a: _NBYTES(a["input"]), True, _A2A),
-    "all_to_all": ("all_to_all", lambda a: _sum_bytes(a["input_tensor_list"]), True, _A2A | _BATCH),
-    "broadcast": ("broadcast", lambda a: _NBYTES(a["tensor"]), True, _BC),
-    "reduce": ("reduce", lambda a: _NBYTES(a["tensor"]), True, _RED),
-    "barrier": ("barrier", lambda a: 0, True, _BAR),
-    "send": ("send", lambda a: _NBYTES(a["tensor"]), False, _SEND),
-    "recv": ("recv", lambda a: _NBYTES(a["tensor"]), False, _RECV),
-    "isend": ("send", lambda a: _NBYTES(a["tensor"]), False, _SEND),
-    "irecv": ("recv", lambda a: _NBYTES(a["tensor"]), False, _RECV),
+    "all_reduce": ("all_reduce", lambda a, n: _NBYTES(a["tensor"]), True, _AR),
+    "all_reduce_coalesced": ("all_reduce", lambda a, n: _sum_bytes(a["tensors"]), True, _AR_LIST),
+    "all_gather_into_tensor": ("all_gather", lambda a, n: _NBYTES(a["output_tensor"]), True, _AG),
+    "all_gather_single": ("all_gather", lambda a, n: _NBYTES(a["output_tensor"]), True, _AG),
+    "all_gather": ("all_gather", lambda a, n: _NBYTES(a["tensor"]) * len(a["tensor_list"]), True, _AG_LIST),
+    "all_gather_coalesced": ("all_gather", lambda a, n: _sum_bytes(a["input_tensor_list"]) * n, True, _AG_LIST),
+    "reduce_scatter_tensor": ("reduce_scatter", lambda a, n: _NBYTES(a["input"]), True, _RS),
+    "reduce_scatter_single": ("reduce_scatter", lambda a, n: _NBYTES(a["input"]), True, _RS),
+    "reduce_scatter": ("reduce_scatter", lambda a, n: _sum_bytes(a["input_list"]), True, _RS_LIST),
+    "all_to_all_single": ("all_to_all", lambda a, n: _NBYTES(a["input"]), True, _A2A),
+    "all_to_all": ("all_to_all", lambda a, n: _sum_bytes(a["input_tensor_list"]), True, _A2A | _BATCH),
+    "broadcast": ("broadcast", lambda a, n: _NBYTES(a["tensor"]), True, _BC),
+    "reduce": ("reduce", lambda a, n: _NBYTES(a["tensor"]), True, _RED),
+    "gather": ("gather", lambda a, n: _NBYTES(a["tensor"]) * n, True, _GATHER),
+    "scatter": ("scatter", lambda a, n: _NBYTES(a["tensor"]) * n, True, _SCATTER),
+    "barrier": ("barrier", lambda a, n: 0, True, _BAR),
+    "monitored_barrier": ("barrier", lambda a, n: 0, False, _BAR),  # gloo only; blocking
+    "send": ("send", lambda a, n: _NBYTES(a["tensor"]), False, _SEND),
+    "recv": ("recv", lambda a, n: _NBYTES(a["tensor"]), False, _RECV),
+    "isend": ("send", lambda a, n: _NBYTES(a["tensor"]), False, _SEND),
+    "irecv": ("recv", lambda a, n: _NBYTES(a["tensor"]), False, _RECV),
 }
 FUNCOL_SPECS = {
     "all_reduce": ("all_reduce", lambda a, n: _NBYTES(a["self"]), _AR),
-    "all_reduce_coalesced": ("all_reduce", lambda a, n: _sum_bytes(a["self"]),
-                             frozenset({"ALLREDUCE_COALESCED", "COALESCED"})),
+    "all_reduce_coalesced": ("all_reduce", lambda a, n: _sum_bytes(a["self"]), _AR_LIST),
     "all_gather_tensor": ("all_gather", lambda a, n: _NBYTES(a["self"]) * n, _AG),
     "all_gather_single": ("all_gather", lambda a, n: _NBYTES(a["self"]) * n, _AG),
     "reduce_scatter_tensor": ("reduce_scatter", lambda a, n: _NBYTES(a["self"]), _RS),
@@ -97,9 +106,12 @@ FUNCOL_SPECS = {
 _ASYNC_RETURNING = {"isend", "irecv"}
 # Also wrapped where distributed_c10d looks them up as module globals: P2POp and batch_isend_irecv test
 # identity against isend/irecv; torch 2.13's all_gather_into_tensor/reduce_scatter_tensor delegate to
-# the *_single names there, and DeepSpeed's coalesced all-gather calls distributed_c10d's directly.
+# the *_single names there, DeepSpeed's coalesced all-gather calls distributed_c10d's directly, and the
+# object collectives (all_gather_object, gather_object, broadcast_object_list, scatter_object_list,
+# send/recv_object_list: DCP's planning, user metrics) send their pickled bytes through all_gather,
+# gather, broadcast, scatter, send and recv there: counted as those calls, with the bytes on the wire.
 _C10D_GLOBALS = ("isend", "irecv", "all_gather_into_tensor", "all_gather_single", "reduce_scatter_tensor",
-                 "reduce_scatter_single")  # return a Work without an async_op flag
+                 "reduce_scatter_single", "all_gather", "gather", "broadcast", "scatter", "send", "recv")
 
 
 def registering(fn):
@@ -193,7 +205,7 @@ class CallWrappers:
                 return fn(*args, **kwargs)
             a = named(args, kwargs)
             pg, size, backend = tracer._group_info(a.get("group"))
-            call = Call(op, nbytes_of(a), size, backend, tracer._source("dist"), time.perf_counter())
+            call = Call(op, nbytes_of(a, size), size, backend, tracer._source("dist"), time.perf_counter())
             caller_async = bool(a.get("async_op", False)) if has_async else name in _ASYNC_RETURNING
             result = tracer._call(fn, call, pg, types, args, kwargs, sync=not caller_async)
             if backend == "nccl":  # timed by the group's completion report; the Work stays the caller's
