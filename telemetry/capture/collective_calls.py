@@ -4,6 +4,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import sys
 import time
 
 import torch.distributed as dist
@@ -104,14 +105,15 @@ FUNCOL_SPECS = {
     "broadcast": ("broadcast", lambda a, n: _NBYTES(a["self"]), _BC),
 }
 _ASYNC_RETURNING = {"isend", "irecv"}
-# Also wrapped where distributed_c10d looks them up as module globals: P2POp and batch_isend_irecv test
-# identity against isend/irecv; torch 2.13's all_gather_into_tensor/reduce_scatter_tensor delegate to
-# the *_single names there, DeepSpeed's coalesced all-gather calls distributed_c10d's directly, and the
-# object collectives (all_gather_object, gather_object, broadcast_object_list, scatter_object_list,
-# send/recv_object_list: DCP's planning, user metrics) send their pickled bytes through all_gather,
-# gather, broadcast, scatter, send and recv there: counted as those calls, with the bytes on the wire.
-_C10D_GLOBALS = ("isend", "irecv", "all_gather_into_tensor", "all_gather_single", "reduce_scatter_tensor",
-                 "reduce_scatter_single", "all_gather", "gather", "broadcast", "scatter", "send", "recv")
+# Every name is also wrapped where distributed_c10d looks it up as a module global (the same wrapper, a call
+# reached through another wrapped call counts once): P2POp and batch_isend_irecv test identity against
+# isend/irecv; torch 2.13's all_gather_into_tensor/reduce_scatter_tensor delegate to the *_single names
+# there; DeepSpeed's coalesced all-gather calls distributed_c10d's directly; and the object collectives
+# (all_gather_object, gather_object, broadcast_object_list, scatter_object_list, send/recv_object_list:
+# DCP's planning, metrics gathered to rank 0) send their pickled bytes through all_gather, gather, broadcast,
+# scatter, send, recv and batch_isend_irecv there: counted as those calls, with the bytes on the wire.
+# Torch modules that bind collectives when imported (DTensor's mesh_broadcast/mesh_scatter) are rebound too.
+_BINDING_MODULES = ("torch.distributed.tensor._collective_utils",)
 
 
 def registering(fn):
@@ -139,7 +141,7 @@ class CallWrappers:
             if fn is not None:
                 wrapper = self._wrap_dist(name, fn, spec)
                 self._patch(dist, name, wrapper)
-                if name in _C10D_GLOBALS and getattr(c10d, name, None) is fn:
+                if getattr(c10d, name, None) is fn:
                     self._patch(c10d, name, wrapper)
         try:
             import torch.distributed._functional_collectives as funcol
@@ -153,12 +155,26 @@ class CallWrappers:
         if hasattr(dist, "_broadcast_coalesced"):  # DDP's parameter and buffer broadcasts
             self._patch(dist, "_broadcast_coalesced", self._wrap_broadcast_coalesced(dist._broadcast_coalesced))
         if hasattr(dist, "batch_isend_irecv"):
-            self._patch(dist, "batch_isend_irecv", self._wrap_batch(dist.batch_isend_irecv))
+            fn = dist.batch_isend_irecv
+            self._patch(dist, "batch_isend_irecv", self._wrap_batch(fn))
+            if getattr(c10d, "batch_isend_irecv", None) is fn:
+                self._patch(c10d, "batch_isend_irecv", dist.batch_isend_irecv)
         if hasattr(c10d, "_coalescing_manager"):  # Megatron's DDP gradient sync, DeepSpeed's coalesced gathers
             wrapped = self._wrap_coalescing(c10d._coalescing_manager)
             if getattr(dist, "_coalescing_manager", None) is c10d._coalescing_manager:
                 self._patch(dist, "_coalescing_manager", wrapped)
             self._patch(c10d, "_coalescing_manager", wrapped)
+        self._rebind_importers()
+
+    def _rebind_importers(self) -> None:
+        """Point the collectives that loaded torch modules bound at import time at the wrappers."""
+        wrappers = {id(self._orig[(dist, name)]): getattr(dist, name) for (module, name) in list(self._orig)
+                    if module is dist}
+        for modname in _BINDING_MODULES:
+            module = sys.modules.get(modname)
+            for attr, value in list(vars(module).items()) if module is not None else ():
+                if callable(value) and id(value) in wrappers:
+                    self._patch(module, attr, wrappers[id(value)])
 
     def _register_groups(self, c10d) -> None:
         """Completion hooks on every NCCL group at its creation: the groups that exist now, and those made
