@@ -420,6 +420,25 @@ def test_gather_and_scatter_match_their_own_reports_with_nccl_tests_bytes():
     assert s["gather"]["busbw_GBps"] == pytest.approx(200 * 0.5 / 110e-6 / 1e9)  # nccl-tests' (n-1)/n
 
 
+def test_calls_outside_every_step_are_counted_apart_and_never_in_a_step():
+    g, tracer = FakeProcessGroupNCCL("g"), CollectiveTracer()
+    reduce, gat = wrap(tracer, "all_reduce", all_reduce), wrap(tracer, "gather", gather)
+    reduce(torch.ones(10), group=g)  # setup, before any step
+    tracer.begin_step()
+    reduce(torch.ones(20), group=g)
+    g.watchdog()
+    assert tracer.end_step().summary()["all_reduce"]["bytes"] == 80
+    gat(torch.ones(5), None, dst=0, group=g)  # between steps (a checkpoint save)
+    assert tracer.outside_steps() == {"all_reduce": {"count": 1, "bytes": 40}, "gather": {"count": 1, "bytes": 40}}
+    tracer.begin_step()  # an evaluation bracketed as its own step is not outside
+    reduce(torch.ones(3), group=g)
+    g.watchdog()
+    tracer.end_step()
+    reduce(torch.ones(1), group=g)  # after the last step
+    g.watchdog()
+    assert tracer.outside_steps() == {"all_reduce": {"count": 2, "bytes": 44}, "gather": {"count": 1, "bytes": 40}}
+
+
 def test_the_hook_never_raises_into_the_watchdog():
     class Broken:
         @property
