@@ -49,6 +49,7 @@ and each step's accounting and health). This module holds the tracer's state: qu
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -68,7 +69,23 @@ from telemetry.capture.completion_hooks import (EVENTS, HOOK, OVERFLOWS, UNCLAIM
 from telemetry.formulas import OPS, RECORDED_OPS
 
 _P2P = frozenset({"send", "recv", "sendrecv"})  # NCCL runs point-to-point on streams of their own
+HARNESS = "harness"  # a Call's source inside harness_traffic()
 STALE_STEPS = 4  # a queued call with no report this many steps later never gets one (dropped)
+
+
+_HARNESS = threading.local()
+
+
+@contextlib.contextmanager
+def harness_traffic():
+    """The harness's own bookkeeping exchanges (hosts, inventory, a start-up agreement): traced as usual (on
+    NCCL their completion reports are claimed), marked `harness`, and left out of the job's counts."""
+    before = getattr(_HARNESS, "on", False)
+    _HARNESS.on = True
+    try:
+        yield
+    finally:
+        _HARNESS.on = before
 
 
 def enable_nccl_timing(environ=os.environ) -> None:
@@ -174,6 +191,8 @@ class CollectiveTracer(CallWrappers):
         return getattr(self._local, "depth", 0)
 
     def _source(self, default: str) -> str:
+        if getattr(_HARNESS, "on", False):
+            return HARNESS
         return getattr(self._local, "source", None) or default
 
     def _record(self, call: Call) -> Call:
@@ -334,6 +353,8 @@ class CollectiveTracer(CallWrappers):
 
     def _fold_outside(self, calls: list[Call]) -> None:  # holds self._cond
         for c in calls:
+            if c.source == HARNESS:
+                continue
             entry = self._outside.setdefault(c.op, [0, 0])
             entry[0] += 1
             entry[1] += c.nbytes
@@ -344,6 +365,8 @@ class CollectiveTracer(CallWrappers):
             calls = [] if self._open else list(self._step.calls)
             out = {op: list(v) for op, v in self._outside.items()}
         for c in calls:
+            if c.source == HARNESS:
+                continue
             entry = out.setdefault(c.op, [0, 0])
             entry[0] += 1
             entry[1] += c.nbytes
@@ -441,8 +464,8 @@ class CollectiveTracer(CallWrappers):
             self._busy[key] = c.t_done
 
 
-__all__ = ["CollectiveTracer", "Call", "StepComm", "OPS", "RECORDED_OPS", "enable_nccl_timing", "totals",
-           "untimed_bytes", "register_group", "set_host_map", "group_identity", "group_totals",
+__all__ = ["CollectiveTracer", "Call", "StepComm", "OPS", "RECORDED_OPS", "enable_nccl_timing", "harness_traffic",
+           "totals", "untimed_bytes", "register_group", "set_host_map", "group_identity", "group_totals",
            # the parts' names this module has always offered (their homes: see the module's docstring)
            "DIST_SPECS", "FUNCOL_SPECS", "ranks_name", "register_timing", "host_time", "drain_reports", "HOOK",
            "EVENTS", "UNMATCHED", "LATE", "FUNCOL_GLOO", "EVENTS_ASYNC", "STALE_STEPS"]
