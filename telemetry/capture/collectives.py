@@ -88,6 +88,15 @@ def harness_traffic():
         _HARNESS.on = before
 
 
+def _tally(into: dict[str, list[int]], calls: list[Call]) -> None:
+    """Add the job's calls (not the harness's own) to op -> [count, bytes]."""
+    for c in calls:
+        if c.source != HARNESS:
+            entry = into.setdefault(c.op, [0, 0])
+            entry[0] += 1
+            entry[1] += c.nbytes
+
+
 def enable_nccl_timing(environ=os.environ) -> None:
     """Ask ProcessGroupNCCL for start events (needed by its completion hook); must precede init."""
     environ.setdefault("TORCH_NCCL_ENABLE_TIMING", "1")
@@ -348,28 +357,15 @@ class CollectiveTracer(CallWrappers):
     def begin_step(self) -> None:
         with self._cond:
             if not self._open:
-                self._fold_outside(self._step.calls)
+                _tally(self._outside, self._step.calls)
             self._step, self._open = StepComm(), True
-
-    def _fold_outside(self, calls: list[Call]) -> None:  # holds self._cond
-        for c in calls:
-            if c.source == HARNESS:
-                continue
-            entry = self._outside.setdefault(c.op, [0, 0])
-            entry[0] += 1
-            entry[1] += c.nbytes
 
     def outside_steps(self) -> dict[str, dict[str, int]]:
         """Calls made outside every step so far, per collective type: `count` and `bytes` (nccl-tests S)."""
         with self._cond:
-            calls = [] if self._open else list(self._step.calls)
             out = {op: list(v) for op, v in self._outside.items()}
-        for c in calls:
-            if c.source == HARNESS:
-                continue
-            entry = out.setdefault(c.op, [0, 0])
-            entry[0] += 1
-            entry[1] += c.nbytes
+            if not self._open:  # calls since the last step's end (a final evaluation, the last save)
+                _tally(out, self._step.calls)
         return {op: {"count": n, "bytes": b} for op, (n, b) in sorted(out.items())}
 
     def end_step(self, hold: bool = False) -> StepComm:
