@@ -40,7 +40,8 @@ TEST_OPS = {"all_reduce": "all_reduce", "all_gather": "all_gather", "reduce_scat
 OP_TESTS = {op: f"{stem}_perf" for stem, op in TEST_OPS.items()}
 BLOCKS = ("out_of_place", "in_place")
 
-_MPI_TAG = re.compile(r"^\[(\d+),(\d+)\]<(stdout|stderr)>:")
+# (a log pasted as an indented block keeps its indent before the tag)
+_MPI_TAG = re.compile(r"^[ \t]*\[(\d+),(\d+)\]<(stdout|stderr)>:")
 _SRUN_LABEL = re.compile(r"^\s*(\d+): ")
 _TEST_NAME = re.compile(r"\b(all_reduce|all_gather|reduce_scatter|alltoallv|alltoall|sendrecv|broadcast|hypercube|"
                         r"reduce|gather|scatter)_perf(?:_mpi)?\b")
@@ -56,6 +57,10 @@ _PLACEHOLDERS = {"N/A", "n/a", "NA", "-"}
 # "HOST: Test NCCL failure common.cu:392 '...'", " .. HOST pid 5068: Test failure common.cu:590"; a failure can
 # cut a row short ("2097152  32768  float  none  -1 node0: Test CUDA failure ...")
 _FAILURE = re.compile(r"Test (?:NCCL |CUDA )?failure\b")
+# a process killed by a signal says so only through its runtime: UCX ("[host:pid:0:tid] Caught signal 11
+# (Segmentation fault: ..."), Open MPI ("*** Process received signal ***"), the shell ("Segmentation fault (core
+# dumped)")
+_CRASH = re.compile(r"\bCaught signal \d+|\*\*\* Process received signal \*\*\*|\(core dumped\)")
 # AMD's rccl-tests print RCCL's banner ("RCCL version : 2.28.3-...") and "# rccl-tests version ... rccl-library=22803";
 # RCCL's version is that of the NCCL release it follows
 _NCCL_VERSION = re.compile(r"([NR])CCL version :? ?(\d+\.\d+\.\d+)")
@@ -308,7 +313,8 @@ class _Stream:
     def _plain(self, text: str) -> None:
         """A line that is not one of nccl-tests' comments: a row, a failure, a library banner, a command line."""
         run = self.run
-        if "failure" in text and _FAILURE.search(text):
+        if ("failure" in text and _FAILURE.search(text)) or \
+                (("ignal" in text or "dumped" in text) and _CRASH.search(text)):
             self.current().failures.append(text)
         elif "CCL version" in text and (m := _NCCL_VERSION.search(text)):
             run = self.current()

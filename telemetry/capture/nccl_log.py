@@ -23,6 +23,8 @@ _VERSION = re.compile(r"NCCL version (\d+\.\d+\.\d+)")
 _RCCL_VERSION = re.compile(r"RCCL version :? ?(\d+\.\d+\.\d+)")
 # Plugin names may contain spaces ("AWS Libfabric"): take the rest of the line, not the first word.
 _USING_NETWORK = re.compile(r"Using network (\S+(?: \S+)*)")
+# 2.27+: "Assigned NET plugin IB to comm" names the same network (ncclNet->name) before "Using network IB"
+_ASSIGNED_NET = re.compile(r"Assigned NET plugin (\S+(?: \S+)*) to comm")
 _USING_NETWORK_23 = re.compile(r"Using (internal|external) Network (\S+(?: \S+)*)")  # NCCL 2.3
 _LOADED_PLUGIN = re.compile(r"Loaded net plugin (\S.*?)(?: \(v\d+\))?\s*$")
 # Other ways plugins name themselves: the SHARP/IBext plugin ("P2P plugin v8 IBext_v8"), AWS OFI ("NET/OFI
@@ -77,6 +79,8 @@ _RANK_HOST = re.compile(r"#\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?(?:Pid\s+\d+\s+)
 _RECORD_START = re.compile(r"\s{2,}(?=[A-Za-z0-9][\w.\-]*:\d+:\d+ \[ ?\d+ ?\] NCCL )")
 # IB unusable: no device, or no verbs library (NCCL <= 2.4 then says only this WARN)
 _NO_IB = re.compile(r"NET/IB ?: ?No device found|Failed to open libibverbs")
+# IB switched off by the user (NCCL <= 2.5 then logs no "Using network" line, only NET/Socket's list)
+_IB_DISABLED = "NCCL_IB_DISABLE set by environment to 1"
 # A failed work completion reported by NCCL's IB transport (or a plugin built on it: "NET/IB", "NET/gIB"): that
 # network carried traffic. Its GIDs "::ffff:a.b.c.d" are IPv4-mapped, which only RoCE v2 uses.
 _NET_ERROR = re.compile(r"NET/(\w+) ?: Got completion")
@@ -117,7 +121,9 @@ class _State:
         self.socket_devices: dict[str, dict] = {}
         self.gdr_hca: dict[str, bool] = {}  # per HCA: can it do GPUDirect RDMA (NCCL >= 2.19 wording)
         self.gdr_gpu = Counter()  # per GPU/HCA pair: did NCCL decide to use it (NCCL 2.3-2.18 wording)
-        self.ring_gdr: list[int] = []
+        # "GDR 0/1" of each ring line, with its thread's host:pid:tid [dev] (the init thread of one communicator)
+        self.ring_gdr: list[tuple[int, str]] = []
+        self.nnodes_by_thread: dict[str, int] = {}  # nNodes as each init thread logged it
         self.kinds = Counter()
         self.net_names: set[str] = set()
         self.net_dev_used: set[int] = set()
@@ -135,6 +141,7 @@ class _State:
         self.collnet_dev: set[int] = set()
         self.collnet_refused = False
         self.hosts: set[str] = set()
+        self.host_heads = Counter()  # per host: how many distinct host:pid:tid [dev] prefixes named it
         self.mnnvl: bool | None = None
         self.test_lists: list[dict[int, str]] = []  # nccl-tests' "# Rank N ... on HOST device D" lists
         self.test_list_open = False  # the last list may continue (or be cut where the excerpt ends)
@@ -142,6 +149,7 @@ class _State:
         self.error_nets: set[str] = set()  # networks named by their error lines (NCCL_DEBUG=WARN logs)
         self.v4_gid = False  # an error line with IPv4-mapped GIDs: RoCE v2
         self.no_verbs = False  # IB unusable because libibverbs could not be opened (NCCL <= 2.4 says only that)
+        self.ib_disabled = False  # NCCL_IB_DISABLE=1: NCCL does not try IB at all
 
 
 def _feed_connection(st: _State, line: str) -> bool:
@@ -191,6 +199,12 @@ def _feed_net_devices(st: _State, line: str) -> bool:
     return False
 
 
+def _thread(line: str) -> str:
+    """The text before NCCL's level word: host:pid:tid [dev] and any launcher prefix, '' when there is none."""
+    k = line.find(" NCCL ")
+    return line[:k] if k > 0 else ""
+
+
 def _feed(st: _State, line: str) -> None:
     if "via " in line and _feed_connection(st, line):
         return
@@ -204,6 +218,9 @@ def _feed(st: _State, line: str) -> None:
         return
     if "librccl" in line:
         st.rccl = True
+    if "Assigned NET" in line and (m := _ASSIGNED_NET.search(line)):
+        st.networks.append(m.group(1))
+        return
     if "etwork" in line:
         if m := _USING_NETWORK.search(line):
             st.networks.append(m.group(1))
@@ -247,6 +264,9 @@ def _feed(st: _State, line: str) -> None:
     if "tcpx" in line and _TCPX_WARN.search(line):
         st.error_nets.add("GPUDirectTCPX")
         return
+    if _IB_DISABLED in line:
+        st.ib_disabled = True
+        return
     if "libibverbs" in line or "No device" in line:
         if _NO_IB.search(line):
             st.no_ib = True
@@ -269,10 +289,11 @@ def _feed(st: _State, line: str) -> None:
         return
     if "nNodes" in line and (m := _NNODES.search(line)):
         st.nnodes = max(st.nnodes or 0, int(m.group(1)))
+        st.nnodes_by_thread[_thread(line)] = int(m.group(1))
         if (mn := _MNNVL.search(line)) and not st.mnnvl:
             st.mnnvl = mn.group(1) == "1"
     if "GDR " in line and (m := _RING_GDR.search(line)):
-        st.ring_gdr.append(int(m.group(1)))
+        st.ring_gdr.append((int(m.group(1)), _thread(line)))
         return
     if "nvls" in line or "NVLS" in line:
         if m := _NVLS_CHANNELS.search(line):
@@ -313,6 +334,7 @@ def _note_host(st: _State, record: str, k: int, seen: set) -> None:
             seen.add(head)
             if m := _PREFIX_HOST.search(record, 0, k + 11):
                 st.hosts.add(m.group(1))
+                st.host_heads[m.group(1)] += 1
     elif "Rank" in record and (m := _RANK_HOST.search(record)):
         st.hosts.add(m.group(2))
         if not st.test_list_open:  # a new device list (a log may hold several nccl-tests runs)
@@ -366,8 +388,9 @@ def _network(st: _State, unknown: dict) -> str | None:
         unknown["network"] = "a network plugin was loaded and the log does not say which network NCCL used"
     elif st.ib_devices:
         network, st.network_line = "IB", "no Using network line (NCCL < 2.6): NET/IB's device list"
-    elif st.socket_devices and st.no_ib:
-        why = "libibverbs could not be opened" if st.no_verbs else "NET/IB found no device"
+    elif st.socket_devices and (st.no_ib or st.ib_disabled):
+        why = ("NCCL_IB_DISABLE=1" if st.ib_disabled else
+               "libibverbs could not be opened" if st.no_verbs else "NET/IB found no device")
         network, st.network_line = "Socket", f"no Using network line: {why}, NET/Socket's list"
     elif len(st.error_nets) == 1:
         network = next(iter(st.error_nets))
@@ -454,7 +477,7 @@ def _summarize(st: _State) -> dict:
 
     gdr = _gdr_verdict(st, nranks, unknown)
     transport = _transport(st, network, nranks, unknown)
-    hosts = sorted(st.hosts) or None
+    hosts = sorted(_uncut_hosts(st)) or None
     if hosts is None:
         unknown["hosts"] = "no line carries NCCL's host:pid:tid prefix or an nccl-tests rank line"
     return {
@@ -485,6 +508,21 @@ def _summarize(st: _State) -> dict:
     }
 
 
+def _uncut_hosts(st: _State) -> set[str]:
+    """The hosts, less those made by a line cut short and run into the next one when two processes wrote to one
+    stream ("adp-u" + "adp-us-llm-...:235:235 [1] NCCL INFO ..."): a name seen once that is the start of a
+    known host followed by that host."""
+    cut = set()
+    for glued in st.hosts:
+        if st.host_heads[glued] != 1:
+            continue
+        for host in st.hosts:
+            head = glued[:len(glued) - len(host)]
+            if len(glued) > len(host) and glued.endswith(host) and host.startswith(head):
+                cut.add(glued)
+    return st.hosts - cut
+
+
 def _listed_world(st: _State) -> int | None:
     """The world size nccl-tests printed before its NCCL lines ("# Using devices", one line per rank): only when
     every list is whole (ranks 0..n-1, closed by a later line, not cut where an excerpt ends) and all agree."""
@@ -505,9 +543,9 @@ def _gdr_verdict(st: _State, nranks, unknown: dict) -> bool | None:
         return True
     if st.gdr_conn[False]:
         return False
-    if 0 in st.ring_gdr:  # NCCL >= 2.24: some ring network connection did not use GDR
+    if any(g == 0 for g, _ in st.ring_gdr):  # NCCL >= 2.24: some ring network connection did not use GDR
         return False
-    if st.ring_gdr and (st.nnodes or 0) > 1:  # "GDR 1" on a multi-node communicator
+    if any(_multi_node_thread(st, thread) for _, thread in st.ring_gdr):  # "GDR 1" on a multi-node communicator
         return True
     if st.gdr_gpu[True]:
         return True
@@ -524,6 +562,15 @@ def _gdr_verdict(st: _State, nranks, unknown: dict) -> bool | None:
     else:
         unknown["gpudirect_rdma"] = "no connection or GPU Direct RDMA line in the log"
     return None
+
+
+def _multi_node_thread(st: _State, thread: str) -> bool:
+    """Whether the communicator whose init thread printed a ring line spans nodes: that thread's own nNodes line,
+    else (no thread logged one: lines without NCCL's prefix) the log's. A log of several communicators (one
+    process per GPU, each making several) may show one communicator's rings and another's node count."""
+    if st.nnodes_by_thread:
+        return st.nnodes_by_thread.get(thread, 0) > 1
+    return (st.nnodes or 0) > 1
 
 
 def _single_node(st: _State, nranks) -> bool:

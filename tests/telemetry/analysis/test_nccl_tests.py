@@ -60,10 +60,15 @@ ROWS = {
     "all_reduce_perf_aks_rdma_30_rows_after_info_lines_no_header_na.txt": 5,
     "all_reduce_perf_issue219_failure_before_header_mpi_abort.txt": 0,
     "all_reduce_perf_rocm_systems_3272_rccl_version_banner_before_header_excerpt.txt": 5,
+    # the fifth collection (nccl-tests 2.17 crash after the header, 2020 hashless table, Nix, indented MPI tags)
+    "alltoall_perf_nccl_2112_2.17.8_segfault_signal_after_header.txt": 0,
+    "all_gather_perf_issue37_hashless_2020_error_col_out_of_bounds_failed.txt": 1,
+    "all_gather_perf_nixpkgs_251856_one_gpu_nix_store_path_wide_algbw.txt": 1,
+    "indented_mpi_tagged_bottlerocket_304_rows_redop_none_excerpt.txt": 9,
 }
 TRUTHS = sorted(TABLES.glob("*.json"))
 # a line that starts like a row (after a launcher prefix): size, count, a type name
-ROW_LIKE = re.compile(r"^(\[\d+,\d+\]<stdout>:|\d+: )?\s*\d+\s+\d+\s+[a-z0-9]+\s")
+ROW_LIKE = re.compile(r"^\s*(\[\d+,\d+\]<stdout>:|\d+: )?\s*\d+\s+\d+\s+[a-z0-9]+\s")
 
 
 def test_the_fixtures_are_all_listed_with_a_source():
@@ -416,3 +421,20 @@ def test_rccl_tests_output_names_rccl_and_the_nccl_release_it_follows():
     assert run["nccl_version"] == "2.28.3" and any("AMD's RCCL" in n for n in run["notes"])
     nccl = read(str(TABLES / "all_reduce_perf_issue1244_nvlstree_error_col_title_without_hash.txt"))
     assert not any("RCCL" in n for op in nccl["ops"].values() for n in op["notes"])
+
+
+def test_a_crash_by_signal_is_a_failure_and_indented_mpi_tags_are_tags():
+    """A run killed by a signal says so only through its runtime (nccl#2112: UCX's '[host:pid:0:tid] Caught signal
+    11 (Segmentation fault' after the header): the run failed before its first row. A log pasted as an indented
+    block keeps its indent before Open MPI's tag (bottlerocket-kernel-kit#304): the tag is still read."""
+    r = read(str(TABLES / "alltoall_perf_nccl_2112_2.17.8_segfault_signal_after_header.txt"))
+    op = r["ops"]["all_to_all"]
+    assert r["failed"] and op["failures"][0].startswith("[h20-01:3765588:0:3767672] Caught signal 11")
+    assert "the test failed before the first row: [h20-01" in " ".join(op["notes"])
+    text = (TABLES / "alltoall_perf_nccl_2112_2.17.8_segfault_signal_after_header.txt").read_text()
+    for crash in ("[h20-01:3765588] *** Process received signal ***", "Segmentation fault (core dumped)"):
+        assert parse(text.splitlines()[0] + "\n" + "\n".join(text.splitlines()[1:-1] + [crash]))["failed"]
+    assert not parse("\n".join(text.splitlines()[:-1]))["failed"]  # the header alone: cut, not failed
+    rows = (TABLES / "indented_mpi_tagged_bottlerocket_304_rows_redop_none_excerpt.txt").read_text()
+    assert parse(rows)["rows_read"] == 9
+    assert parse(rows.replace("<stdout>", "<stderr>"))["rows_read"] == 0  # stderr lines are still dropped

@@ -225,7 +225,7 @@ def test_every_field_right_on_real_logs(truth_file):
 
 def test_corpus_covers_what_the_issue_asks_for():
     specs = [json.loads(p.read_text()) for p in TRUTH_FILES]
-    assert len(specs) >= 76 and all(s["source"].startswith("https://github.com/") for s in specs)
+    assert len(specs) >= 96 and all(s["source"].startswith("https://github.com/") for s in specs)
     assert all((p.with_suffix(".log")).exists() for p in TRUTH_FILES)
     cats = {c for s in specs for c in s["categories"]}
     assert {"infiniband", "roce", "sockets", "efa", "ibext-sharp-plugin", "plugin-name-with-spaces", "gdr-on",
@@ -239,7 +239,12 @@ def test_corpus_covers_what_the_issue_asks_for():
             "pdsh-prefix", "channel-without-slash", "no-libibverbs", "one-rank", "mnnvl", "redacted",
             # the fourth collection (AMD RCCL, Google's GPUDirect-TCPX warnings, ncclCommInitAll)
             "rccl", "gpudirect-tcpx", "init-all", "comm-nranks-suffix", "glued-without-blanks",
-            "timestamp-glued-to-host"} <= cats
+            "timestamp-glued-to-host",
+            # the fifth collection (IPv6 socket addresses, RAS and ECE lines, Ray actor and markdown quote prefixes,
+            # a cut line glued to the next, several communicators in one log)
+            "ipv6-socket-address", "ib-disabled-by-env", "ras-lines", "qp-ece-lines", "ray-actor-prefix",
+            "nccl-timestamp-prefix", "iwarp-device", "several-communicators", "assigned-net-plugin",
+            "cut-line-glued-to-next", "markdown-quote-prefix", "ring-gdr-of-another-communicator"} <= cats
     versions = {s["truth"]["nccl_version"] for s in specs} - {None}
     assert min(versions, key=lambda v: tuple(map(int, v.split(".")))) == "2.3.7"
 
@@ -412,3 +417,41 @@ def test_records_glued_with_no_blank_and_a_timestamp_glued_to_the_host():
     stamped = parse_lines(["  | 2025-05-16T16:39:51.208-07:00ip-10-1-2-3:79:79 [0] NCCL INFO Using network Socket | "
                            "ip-10-1-2-3:79:79 [0] NCCL INFO Using network Socket"])
     assert stamped["hosts"] == ["ip-10-1-2-3"] and stamped["network"] == "Socket"
+
+
+def test_ib_switched_off_by_the_environment_leaves_sockets():
+    """NCCL 2.5 logs no 'Using network' line (nccl#529): with NCCL_IB_DISABLE=1 and NET/Socket's list the network
+    is Socket; NCCL_IB_DISABLE=0 says nothing about it."""
+    lines = ["h:97:221 [0] NCCL INFO NCCL_IB_DISABLE set by environment to 1.",
+             "h:97:221 [0] NCCL INFO NET/Socket : Using [0]ip6tnl0:fe80::e866:19ff:fe1e:a688%ip6tnl0<0>"]
+    out = parse_lines(lines)
+    assert (out["network"], out["transport"]) == ("Socket", "tcp")
+    assert out["transport_basis"].startswith("no Using network line: NCCL_IB_DISABLE=1, NET/Socket's list")
+    assert out["socket_devices"][0]["address"] == "fe80::e866:19ff:fe1e:a688%ip6tnl0"
+    assert parse_lines([lines[0].replace("to 1.", "to 0."), lines[1]])["network"] is None
+
+
+def test_a_line_cut_short_and_run_into_the_next_adds_no_host():
+    """Two processes writing to one stream (sglang#8974): 'adp-u' + 'adp-us-llm-...:235:235 [1] NCCL INFO' is not a
+    host of its own; two hosts where one name ends with the other are both kept."""
+    host = "adp-us-llm-1-00001-deployment-6f47c67945-s59dl"
+    out = parse_lines([f"{host}:234:234 [0] NCCL INFO Using network Socket",
+                       f"adp-u{host}:235:235 [1] NCCL INFO cudaDriverVersion 12090"])
+    assert out["hosts"] == [host]
+    both = parse_lines(["node1:1:1 [0] NCCL INFO Using network IB", "gpu-node1:2:2 [0] NCCL INFO Using network IB"])
+    assert both["hosts"] == ["gpu-node1", "node1"]
+
+
+def test_ring_gdr_counts_with_its_own_communicators_node_count():
+    """'Connected all rings, use ring PXN 0 GDR 1' says GPUDirect RDMA only for a communicator spanning nodes, and
+    the nNodes line that says so must come from the same init thread (ms-swift#6107 shows one communicator's rings
+    and the next one's 'nNodes 2'). 'Assigned NET plugin IB to comm' (2.27+) names the network."""
+    rings = "n:1:10 [0] NCCL INFO Connected all rings, use ring PXN 0 GDR 1"
+    other = "n:1:20 [0] NCCL INFO comm 0x1 rank 0 nRanks 8 nNodes 2 localRanks 4 localRank 0 MNNVL 0"
+    assert parse_lines([rings, other])["gpudirect_rdma"] is None
+    assert parse_lines([rings, other.replace(":20 ", ":10 ")])["gpudirect_rdma"] is True
+    bare = [line[line.find("NCCL INFO"):] for line in (rings, other)]  # no host prefix (nccl#1584): the log's count
+    assert parse_lines(bare)["gpudirect_rdma"] is True
+    assigned = parse_lines(["n:1:1 [0] NCCL INFO Assigned NET plugin IB to comm",
+                            "n:1:1 [0] NCCL INFO Assigned GIN plugin GIN_IB_GDAKI to comm"])
+    assert assigned["network"] == "IB"
