@@ -199,6 +199,20 @@ def _feed_net_devices(st: _State, line: str) -> bool:
     return False
 
 
+def _feed_network(st: _State, line: str) -> bool:
+    """A line naming the network NCCL uses ("Using network IB", 2.3's "Using internal Network IB", 2.27+'s
+    "Assigned NET plugin IB to comm"); True when it was one."""
+    if m := _USING_NETWORK.search(line):
+        st.networks.append(m.group(1))
+    elif m := _ASSIGNED_NET.search(line):
+        st.networks.append(m.group(1))
+    elif m := _USING_NETWORK_23.search(line):
+        st.networks.append(m.group(2))
+        if m.group(1) == "external":
+            st.plugin, st.plugin_signs = m.group(2), True
+    return m is not None
+
+
 def _thread(line: str) -> str:
     """The text before NCCL's level word: host:pid:tid [dev] and any launcher prefix, '' when there is none."""
     k = line.find(" NCCL ")
@@ -218,18 +232,8 @@ def _feed(st: _State, line: str) -> None:
         return
     if "librccl" in line:
         st.rccl = True
-    if "Assigned NET" in line and (m := _ASSIGNED_NET.search(line)):
-        st.networks.append(m.group(1))
+    if ("etwork" in line or "Assigned NET" in line) and _feed_network(st, line):
         return
-    if "etwork" in line:
-        if m := _USING_NETWORK.search(line):
-            st.networks.append(m.group(1))
-            return
-        if m := _USING_NETWORK_23.search(line):
-            st.networks.append(m.group(2))
-            if m.group(1) == "external":
-                st.plugin, st.plugin_signs = m.group(2), True
-            return
     if _COLLNET_REFUSED in line:
         st.collnet_refused = True
         return
