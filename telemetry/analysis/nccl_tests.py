@@ -57,10 +57,13 @@ _PLACEHOLDERS = {"N/A", "n/a", "NA", "-"}
 # "HOST: Test NCCL failure common.cu:392 '...'", " .. HOST pid 5068: Test failure common.cu:590"; a failure can
 # cut a row short ("2097152  32768  float  none  -1 node0: Test CUDA failure ...")
 _FAILURE = re.compile(r"Test (?:NCCL |CUDA )?failure\b")
-# a process killed by a signal says so only through its runtime: UCX ("[host:pid:0:tid] Caught signal 11
-# (Segmentation fault: ..."), Open MPI ("*** Process received signal ***"), the shell ("Segmentation fault (core
-# dumped)")
-_CRASH = re.compile(r"\bCaught signal \d+|\*\*\* Process received signal \*\*\*|\(core dumped\)")
+# a process killed by a signal, or one that exited with an error before saying why, shows only through its
+# runtime: UCX ("[host:pid:0:tid] Caught signal 11 (Segmentation fault: ..."), Open MPI ("*** Process received
+# signal ***", "mpirun detected that one or more processes exited with non-zero status", "mpirun noticed that
+# process rank 3 ... exited on signal 11"), the shell ("Segmentation fault (core dumped)")
+_CRASH = re.compile(r"\bCaught signal \d+|\*\*\* Process received signal \*\*\*|\(core dumped\)|"
+                    r"\bmpirun (?:detected that one or more processes exited with non-zero status|"
+                    r"noticed that process rank \d+ .*exited on signal)")
 # AMD's rccl-tests print RCCL's banner ("RCCL version : 2.28.3-...") and "# rccl-tests version ... rccl-library=22803";
 # RCCL's version is that of the NCCL release it follows
 _NCCL_VERSION = re.compile(r"([NR])CCL version :? ?(\d+\.\d+\.\d+)")
@@ -314,7 +317,7 @@ class _Stream:
         """A line that is not one of nccl-tests' comments: a row, a failure, a library banner, a command line."""
         run = self.run
         if ("failure" in text and _FAILURE.search(text)) or \
-                (("ignal" in text or "dumped" in text) and _CRASH.search(text)):
+                (("ignal" in text or "dumped" in text or "mpirun" in text) and _CRASH.search(text)):
             self.current().failures.append(text)
         elif "CCL version" in text and (m := _NCCL_VERSION.search(text)):
             run = self.current()

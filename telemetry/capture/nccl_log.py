@@ -62,6 +62,8 @@ _NNODES = re.compile(r"\bnNodes (\d+)")
 _MNNVL = re.compile(r"\bMNNVL ([01])\b")
 # src/mnnvl.cc: "MNNVL %d cliqueId %x cliqueSize %d cliqueRank %d [nvlDomainSize %d]" (2.20+, a line of its own)
 _MNNVL_CLIQUE = re.compile(r"\bMNNVL ([01]) cliqueId ")
+# aws-ofi-nccl, when it cannot stop libfabric from calling CUDA: it then reports no GPUDirect support to NCCL
+_OFI_GDR_OFF = "HMEM, disabling GDR"
 _RING_GDR = re.compile(r"Connected all rings, use ring PXN \d+ GDR (\d)")
 _NVLS_CHANNELS = re.compile(r"(\d+) nvls channels")
 # NCCL's own prefix "host:pid:tid [dev] NCCL INFO" (some renderings pad the device: "[ 6 ]"), and the host of
@@ -120,6 +122,7 @@ class _State:
         self.dev_by_index: dict[int, set] = {}  # NET device index -> device names (merged devices: several)
         self.socket_devices: dict[str, dict] = {}
         self.gdr_hca: dict[str, bool] = {}  # per HCA: can it do GPUDirect RDMA (NCCL >= 2.19 wording)
+        self.gdr_plugin_off = False  # the network plugin said it disabled GPUDirect RDMA
         self.gdr_gpu = Counter()  # per GPU/HCA pair: did NCCL decide to use it (NCCL 2.3-2.18 wording)
         # "GDR 0/1" of each ring line, with its thread's host:pid:tid [dev] (the init thread of one communicator)
         self.ring_gdr: list[tuple[int, str]] = []
@@ -250,6 +253,9 @@ def _feed(st: _State, line: str) -> None:
             st.plugin_signs = True
         if "internal implementation" in line or "internal network plugin" in line:
             st.internal_net = True
+    if _OFI_GDR_OFF in line:
+        st.gdr_plugin_off = True
+        return
     if "rovider" in line and (m := _PROVIDER.search(line)):
         st.provider = m.group(1)
     if "GPU Direct RDMA" in line and (m := _GDR.search(line)):
@@ -546,6 +552,8 @@ def _gdr_verdict(st: _State, nranks, unknown: dict) -> bool | None:
     if st.gdr_conn[True]:
         return True
     if st.gdr_conn[False]:
+        return False
+    if st.gdr_plugin_off:  # the plugin offers NCCL no GPU memory to register
         return False
     if any(g == 0 for g, _ in st.ring_gdr):  # NCCL >= 2.24: some ring network connection did not use GDR
         return False

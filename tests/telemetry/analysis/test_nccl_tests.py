@@ -65,6 +65,7 @@ ROWS = {
     "all_gather_perf_issue37_hashless_2020_error_col_out_of_bounds_failed.txt": 1,
     "all_gather_perf_nixpkgs_251856_one_gpu_nix_store_path_wide_algbw.txt": 1,
     "indented_mpi_tagged_bottlerocket_304_rows_redop_none_excerpt.txt": 9,
+    "all_reduce_perf_nccl_241_2019_header_then_mpirun_nonzero_exit.txt": 0,
 }
 TRUTHS = sorted(TABLES.glob("*.json"))
 # a line that starts like a row (after a launcher prefix): size, count, a type name
@@ -432,7 +433,9 @@ def test_a_crash_by_signal_is_a_failure_and_indented_mpi_tags_are_tags():
     assert r["failed"] and op["failures"][0].startswith("[h20-01:3765588:0:3767672] Caught signal 11")
     assert "the test failed before the first row: [h20-01" in " ".join(op["notes"])
     text = (TABLES / "alltoall_perf_nccl_2112_2.17.8_segfault_signal_after_header.txt").read_text()
-    for crash in ("[h20-01:3765588] *** Process received signal ***", "Segmentation fault (core dumped)"):
+    for crash in ("[h20-01:3765588] *** Process received signal ***", "Segmentation fault (core dumped)",
+                  "mpirun noticed that process rank 3 with PID 0 on node h20-02 exited on signal 11 (Segmentation "
+                  "fault).", "mpirun detected that one or more processes exited with non-zero status, thus causing"):
         assert parse(text.splitlines()[0] + "\n" + "\n".join(text.splitlines()[1:-1] + [crash]))["failed"]
     assert not parse("\n".join(text.splitlines()[:-1]))["failed"]  # the header alone: cut, not failed
     rows = (TABLES / "indented_mpi_tagged_bottlerocket_304_rows_redop_none_excerpt.txt").read_text()

@@ -455,3 +455,13 @@ def test_ring_gdr_counts_with_its_own_communicators_node_count():
     assigned = parse_lines(["n:1:1 [0] NCCL INFO Assigned NET plugin IB to comm",
                             "n:1:1 [0] NCCL INFO Assigned GIN plugin GIN_IB_GDAKI to comm"])
     assert assigned["network"] == "IB"
+
+
+def test_the_ofi_plugin_disabling_gdr_means_no_gpudirect_rdma():
+    """aws-ofi-nccl says 'Could not disable CUDA API usage for HMEM, disabling GDR' (nccl-tests#245) and then offers
+    NCCL no GPU memory: GPUDirect RDMA is off even though no connection line is logged; a connection with
+    /GDRDMA would still decide."""
+    off = "[0] NCCL INFO NET/OFI Could not disable CUDA API usage for HMEM, disabling GDR"
+    assert parse_lines([off])["gpudirect_rdma"] is False
+    conn = "h:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/AWS Libfabric/0/GDRDMA"
+    assert parse_lines([off, conn])["gpudirect_rdma"] is True
