@@ -57,6 +57,8 @@ _NRANKS = re.compile(r"\brank (\d+) n[Rr]anks (\d+)")
 _COMM_NRANKS = re.compile(r"\bcomm 0x[0-9a-fA-F]+ nRanks (\d+)")
 # ncclCommInitAll (RCCL: ncclCommInitAll_impl) makes every rank in one process, so on one node
 _INIT_ALL = re.compile(r"\bncclCommInitAll(?:_impl)? comm 0x[0-9a-fA-F]+ rank \d+ n[Rr]anks (\d+)")
+# NCCL <= 2.4 logs ncclCommInitAll as "NCCL INFO nranks 10", alone on its line
+_INIT_ALL_24 = re.compile(r"NCCL INFO nranks (\d+)\s*$")
 _NNODES = re.compile(r"\bnNodes (\d+)")
 # 2.20+: "comm 0x.. rank 0 nRanks 8 nNodes 1 localRanks 8 localRank 0 MNNVL 1": one NVLink domain across trays
 _MNNVL = re.compile(r"\bMNNVL ([01])\b")
@@ -292,8 +294,9 @@ def _feed(st: _State, line: str) -> None:
                 st.rank_hosts[(int(n), int(r))] = m.group(1)
         for n in _COMM_NRANKS.findall(line):
             st.nranks = max(st.nranks or 0, int(n))
-        if "InitAll" in line and (m := _INIT_ALL.search(line)):
+        if ("InitAll" in line and (m := _INIT_ALL.search(line))) or (m := _INIT_ALL_24.search(line)):
             st.init_all_nranks = max(st.init_all_nranks or 0, int(m.group(1)))
+            st.nranks = max(st.nranks or 0, int(m.group(1)))
     if "cliqueId" in line and (m := _MNNVL_CLIQUE.search(line)):
         st.mnnvl = st.mnnvl or m.group(1) == "1"
         return

@@ -465,3 +465,12 @@ def test_the_ofi_plugin_disabling_gdr_means_no_gpudirect_rdma():
     assert parse_lines([off])["gpudirect_rdma"] is False
     conn = "h:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/AWS Libfabric/0/GDRDMA"
     assert parse_lines([off, conn])["gpudirect_rdma"] is True
+
+
+def test_nccl_24s_bare_nranks_line_is_init_all():
+    """NCCL <= 2.4's ncclCommInitAll logs 'NCCL INFO nranks 10' alone (nccl#241): the communicator size, made by
+    one process, so on one node; 'rank 3 nranks 10' lines are not that line."""
+    out = parse_lines(["node05:192642:192642 [9] NCCL INFO nranks 10", "node05:1:1 [0] NCCL INFO Using network Socket"])
+    assert (out["nranks"], out["nnodes"], out["transport"]) == (10, 1, "intra-node")
+    other = parse_lines(["n:1:1 [0] NCCL INFO comm 0x1 rank 3 nranks 10 cudaDev 3 busId 1000 - Init COMPLETE"])
+    assert other["nranks"] == 10 and other["nnodes"] is None
