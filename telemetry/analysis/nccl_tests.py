@@ -15,7 +15,8 @@ Reads nccl-tests' `-J` JSON files (telemetry/analysis/nccl_tests_json.py) and wh
 - rows, where a blank `redop` cell (old alltoall) or a missing out-of-place block (nccl-tests prints
   blanks there when it skips it) leave fewer tokens; `N/A` cells are null;
 - `# Out of bounds values` and `# Avg bus bandwidth` when present (without the footer the average is the
-  mean busbw of the rows' blocks, as nccl-tests computes it, and says so);
+  mean busbw of the rows' blocks, as nccl-tests computes it, and says so); footer lines alone (a grep of the
+  averages) are runs of their own, with no row;
 - Open MPI's `--tag-output` prefixes (`[1,0]<stdout>:`; stderr lines are dropped) and `srun --label`
   prefixes (`0: `); each prefix is read as its own stream, so ranks printing at once do not mix; lines that
   are none of the above (NCCL INFO, shell prompts, markdown) are skipped.
@@ -248,6 +249,9 @@ class _Run:
             notes.append("wrong per block: null, #wrong reads N/A (validation off)")
         if self.avg is None and self.rows:
             notes.append("no '# Avg bus bandwidth' footer: the output may have been cut short")
+        if self.avg is not None and not self.rows and not self.nblocks:
+            notes.append("only nccl-tests' footer lines: no header and no row (the average covers rows not in the "
+                         "text)")
         if self.assumed_header:
             notes.append("no column header: the rows were read as nccl-tests' layout since 2022 (size count type "
                          "redop root, then time algbw busbw #wrong out-of-place and in-place, times in us)")
@@ -409,19 +413,29 @@ class _Stream:
             self.current().titles(body)
         elif body.startswith("Out of bounds values"):
             m = re.search(r":\s*(\d+)", body)
-            if m and self.run is not None:
-                self.run.oob = int(m.group(1))
+            if m:
+                self._footer_run().oob = int(m.group(1))
         elif body.startswith("Blocking Enabled"):  # -z 1: a barrier after each collective
             self.current().params["blocking"] = 1
         elif body.startswith("Avg bus bandwidth"):
             # "# Avg bus bandwidth    : 95.3009 " and, with a minimum to check against, "... : 12.3 FAILED"
             m = re.search(r":\s*(\S+)(?:\s+(?:GB/s\s+)?(OK|FAILED)\b)?", body)
-            if m and self.run is not None:
+            if m:
+                run = self._footer_run()
                 try:
-                    self.run.avg = _num(m.group(1))
+                    run.avg = _num(m.group(1))
                 except ValueError:
-                    self.run.avg = None
-                self.run.avg_check = m.group(2)
+                    run.avg = None
+                run.avg_check = m.group(2)
+
+    def _footer_run(self) -> _Run:
+        """The run a footer line belongs to: the current one, or a run of its own when the text holds footers only
+        (a grep of 'Avg bus bandwidth', nccl-tests#27) or a second footer follows a run's average."""
+        run = self.run
+        if run is None or run.avg is not None:
+            self.close()
+            run = self.current()
+        return run
 
 
 class _Parser:
@@ -440,7 +454,7 @@ class _Parser:
         if run.name is None:
             run.name = self.pending
         # a run that failed before its column header (nccl-tests#219) is still a run: its preamble and failure
-        if run.rows or run.nblocks or (run.failures and (run.params or run.devices)):
+        if run.rows or run.nblocks or (run.failures and (run.params or run.devices)) or run.avg is not None:
             self.done.append(run)
 
 

@@ -66,6 +66,7 @@ ROWS = {
     "all_gather_perf_nixpkgs_251856_one_gpu_nix_store_path_wide_algbw.txt": 1,
     "indented_mpi_tagged_bottlerocket_304_rows_redop_none_excerpt.txt": 9,
     "all_reduce_perf_nccl_241_2019_header_then_mpirun_nonzero_exit.txt": 0,
+    "all_reduce_perf_issue27_footers_only_two_runs_in_backticks.txt": 0,
 }
 TRUTHS = sorted(TABLES.glob("*.json"))
 # a line that starts like a row (after a launcher prefix): size, count, a type name
@@ -345,20 +346,22 @@ def test_hand_read_truth_of_each_new_table(truth_file):
     """Tables collected with a .json beside them (source, what was taken, the values read by hand): every value
     the reader gives for the table matches, and a value the table does not give is null with the reason noted."""
     spec = json.loads(truth_file.read_text())
-    truth = spec["truth"]
+    # one run's values, or (a passage holding several runs) a list of them in the order of the text
+    truths = spec["truth"] if isinstance(spec["truth"], list) else [spec["truth"]]
     assert spec["source"].startswith("https://github.com/") and f"`{truth_file.stem}.txt`" in \
         (TABLES / "README.md").read_text()
     r = read(str(truth_file.with_suffix(".txt")))
-    assert list(r["ops"]) == [truth["op"]] and r["rows_skipped"] == 0
-    op = r["ops"][truth["op"]]
-    got = {"op": truth["op"], "test": op["test"], "rows": len(op["rows"]), "world_size": op["world_size"],
-           "hosts": sorted({d["host"] for d in op["devices"]}), "avg_busbw_GBps": op["avg_busbw_GBps"],
-           "avg_busbw_source": op["avg_busbw_source"], "wrong": op["wrong"], "failed": r["failed"],
-           "nccl_version": r["nccl_version"], "dtype": r["dtype"], "first_row": op["rows"][0] if op["rows"] else None}
-    assert _same(got, truth), {k: (got[k], truth[k]) for k in truth if not _same(got[k], truth[k])}
-    for field, value in truth.items():
-        if value is None:
-            assert spec["null_because"].get(field), f"{field} is null without a reason"
+    assert list(r["ops"]) == [t["op"] for t in truths] and r["rows_skipped"] == 0
+    for truth, op in zip(truths, r["ops"].values()):
+        got = {"op": truth["op"], "test": op["test"], "rows": len(op["rows"]), "world_size": op["world_size"],
+               "hosts": sorted({d["host"] for d in op["devices"]}), "avg_busbw_GBps": op["avg_busbw_GBps"],
+               "avg_busbw_source": op["avg_busbw_source"], "wrong": op["wrong"], "failed": r["failed"],
+               "nccl_version": r["nccl_version"], "dtype": r["dtype"],
+               "first_row": op["rows"][0] if op["rows"] else None}
+        assert _same(got, truth), {k: (got[k], truth[k]) for k in truth if not _same(got[k], truth[k])}
+        for field, value in truth.items():
+            if value is None:
+                assert spec["null_because"].get(field), f"{field} is null without a reason"
 
 
 def test_block_titles_that_do_not_match_the_header_and_a_header_without_rows():
@@ -441,3 +444,16 @@ def test_a_crash_by_signal_is_a_failure_and_indented_mpi_tags_are_tags():
     rows = (TABLES / "indented_mpi_tagged_bottlerocket_304_rows_redop_none_excerpt.txt").read_text()
     assert parse(rows)["rows_read"] == 9
     assert parse(rows.replace("<stdout>", "<stderr>"))["rows_read"] == 0  # stderr lines are still dropped
+
+
+def test_footer_lines_alone_are_runs_of_their_own():
+    """A grep of nccl-tests' footers (nccl-tests#27 quotes two processes' footers and nothing else): each
+    'Out of bounds' / 'Avg bus bandwidth' pair is a run with its average and no row; after a table, a second
+    footer is a second run, not a new average for the first."""
+    r = read(str(TABLES / "all_reduce_perf_issue27_footers_only_two_runs_in_backticks.txt"))
+    assert [op["avg_busbw_GBps"] for op in r["ops"].values()] == [3.94145, 3.94156]
+    assert all(not op["rows"] and any(n.startswith("only nccl-tests' footer lines") for n in op["notes"])
+               for op in r["ops"].values())
+    table = (TABLES / "all_reduce_perf_issue252_title_line_cut_to_in_place.txt").read_text()
+    both = parse(table + "\n# Avg bus bandwidth    : 1.5\n")["ops"]
+    assert [op["avg_busbw_GBps"] for op in both.values()] == [95.3009, 1.5] and list(both)[1] == "unknown_2"
