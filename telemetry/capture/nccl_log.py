@@ -41,6 +41,9 @@ _MERGED = re.compile(r"\[(\d+)\]=\{([^}]*)\}")
 _OOB = re.compile(r"; OOB ([^\s:<]\S*)")
 # "[0]eth0:10.0.0.1<0>"; NCCL 2.4 may print an interface with no address ("[0]enp41s0f1:<0>")
 _SOCKET_DEVICE = re.compile(r"\[(\d+)\]([^:\s\[]+):(\S*?)<\d+>")
+# NCCL 2.2-2.3 list each interface on a line of its own ("NET : Using interface eth0:172.17.0.2<0>", then "NET/Socket
+# : 1 interfaces found")
+_SOCKET_IF_23 = re.compile(r"NET : Using interface ([^:\s]+):(\S*?)<\d+>")
 _GDR = re.compile(r"GPU Direct RDMA (Enabled|Disabled) for (.*)")
 _GDR_HCA = re.compile(r"HCA (\d+) '([^']+)'")
 # A connection: "Channel 00/0 : 0[0] -> 1[1] [send] via NET/IB/0/GDRDMA", "Ring 00 : 3 -> 4 via P2P/IPC", ...
@@ -77,6 +80,8 @@ _NVLS_CHANNELS = re.compile(r"(\d+) nvls channels")
 _PREFIX_HOST = re.compile(r"(?:^|[\s>:|\]]|(?<=\d[+-]\d\d:\d\d))(?<![+-]\d\d:)"
                           r"([A-Za-z0-9][\w.\-]*):\d+:\d+ \[ ?\d+ ?\] (?:[\w./\-]+:\d+ (?:\(\w+\) )?)?"
                           r"NCCL (?:INFO|WARN)")
+# NCCL <= 2.2 printed its prefix without the word NCCL: "host:1:2 [0] INFO ...", "host:1:2 [0] misc/ibvwrap.cu:61 WARN"
+_PREFIX_HOST_22 = re.compile(r"(?:^|[\s>:|\]])([A-Za-z0-9][\w.\-]*):\d+:\d+ \[ ?\d+ ?\] (?:[\w./\-]+:\d+ )?(?:INFO|WARN) ")
 # nccl-tests' device list names every rank of its world (a host name may hold blanks: "on NODE A  device")
 _RANK_HOST = re.compile(r"#\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?(?:Pid\s+\d+\s+)?on\s+(\S.*?)\s+device\s+-?\d")
 # A pasted log whose line breaks were lost holds several records on one line: split before each prefix
@@ -96,7 +101,7 @@ _TCPX_WARN = re.compile(r"\btcpx\w*\([^)]*\):\d+ NCCL WARN")
 _RING_LISTING_MAX = 20
 # Lines saying a network plugin (not NCCL's internal IB or Socket) was loaded
 _PLUGIN_SIGNS = ("Loaded net plugin", "P2P plugin ", "NET/OFI ", "Plugin Path :", "Using external Network")
-_KEYS = ("NCCL", "RCCL", "Rank ", "libibverbs", "NET/", " via ", "Ring ", "Channel ", "anks ", "GPU Direct", "etwork", "lugin", "rovider",
+_KEYS = ("NCCL", "RCCL", "Rank ", "libibverbs", "NET/", "NET : ", " via ", "Ring ", "Channel ", "anks ", "GPU Direct", "etwork", "lugin", "rovider",
          "NVLS", "nvls", "nNodes")
 
 FIELDS = ("nccl_version", "network", "devices", "gpudirect_rdma", "channels", "nranks", "nnodes", "transport", "hosts")
@@ -123,6 +128,7 @@ class _State:
         self.ib_devices: dict[tuple, dict] = {}
         self.dev_by_index: dict[int, set] = {}  # NET device index -> device names (merged devices: several)
         self.socket_devices: dict[str, dict] = {}
+        self.socket_if_23: dict[str, dict] = {}  # NCCL 2.2-2.3's one-interface-per-line list
         self.gdr_hca: dict[str, bool] = {}  # per HCA: can it do GPUDirect RDMA (NCCL >= 2.19 wording)
         self.gdr_plugin_off = False  # the network plugin said it disabled GPUDirect RDMA
         self.gdr_gpu = Counter()  # per GPU/HCA pair: did NCCL decide to use it (NCCL 2.3-2.18 wording)
@@ -269,6 +275,10 @@ def _feed(st: _State, line: str) -> None:
         return
     if "NET/" in line and _feed_net_devices(st, line):
         return
+    if "NET : Using interface" in line and (m := _SOCKET_IF_23.search(line)):
+        st.socket_if_23.setdefault(m.group(1), {"index": len(st.socket_if_23), "interface": m.group(1),
+                                                "address": m.group(2)})
+        return
     if "Got completion" in line and (m := _NET_ERROR.search(line)):
         st.error_nets.add(m.group(1))
         st.v4_gid = st.v4_gid or bool(_V4_GID.search(line))
@@ -361,6 +371,14 @@ def _note_host(st: _State, record: str, k: int, seen: set) -> None:
     st.test_list_open = False  # any other line after the list closes it: the list is whole
 
 
+def _note_host_22(st: _State, line: str, seen: set) -> None:
+    """The host of a line of NCCL <= 2.2, whose prefix has no word NCCL ("host:1:2 [0] INFO ...")."""
+    if (m := _PREFIX_HOST_22.search(line)) and m.group(0) not in seen:
+        seen.add(m.group(0))
+        st.hosts.add(m.group(1))
+        st.host_heads[m.group(1)] += 1
+
+
 def parse_lines(lines) -> dict:
     st = _State()
     seen: set[str] = set()
@@ -380,6 +398,8 @@ def parse_lines(lines) -> dict:
                     _note_host(st, line, k, seen)
             elif "Rank" in line:
                 _note_host(st, line, k, seen)
+            elif " INFO " in line or " WARN " in line:
+                _note_host_22(st, line, seen)
             _feed(st, line)
     return _summarize(st)
 
@@ -401,7 +421,7 @@ def _network(st: _State, unknown: dict) -> str | None:
         unknown["network"] = "a network plugin was loaded and the log does not say which network NCCL used"
     elif st.ib_devices:
         network, st.network_line = "IB", "no Using network line (NCCL < 2.6): NET/IB's device list"
-    elif st.socket_devices and (st.no_ib or st.ib_disabled):
+    elif (st.socket_devices or st.socket_if_23) and (st.no_ib or st.ib_disabled):
         why = ("NCCL_IB_DISABLE=1" if st.ib_disabled else
                "libibverbs could not be opened" if st.no_verbs else "NET/IB found no device")
         network, st.network_line = "Socket", f"no Using network line: {why}, NET/Socket's list"
@@ -452,7 +472,7 @@ def _summarize(st: _State) -> dict:
 
     network = _network(st, unknown)
     ib_devices = sorted(st.ib_devices.values(), key=lambda d: (d["index"], d["device"]))
-    socket_devices = sorted(st.socket_devices.values(), key=lambda d: d["index"])
+    socket_devices = sorted((st.socket_devices or st.socket_if_23).values(), key=lambda d: d["index"])
     devices = _devices(st, network, ib_devices, socket_devices, unknown)
 
     # which transports the connections used

@@ -244,9 +244,10 @@ def test_corpus_covers_what_the_issue_asks_for():
             # a cut line glued to the next, several communicators in one log)
             "ipv6-socket-address", "ib-disabled-by-env", "ras-lines", "qp-ece-lines", "ray-actor-prefix",
             "nccl-timestamp-prefix", "iwarp-device", "several-communicators", "assigned-net-plugin",
-            "cut-line-glued-to-next", "markdown-quote-prefix", "ring-gdr-of-another-communicator"} <= cats
+            "cut-line-glued-to-next", "markdown-quote-prefix", "ring-gdr-of-another-communicator", "nccl-2.2",
+            "prefix-without-nccl-word", "socket-interface-line-per-interface"} <= cats
     versions = {s["truth"]["nccl_version"] for s in specs} - {None}
-    assert min(versions, key=lambda v: tuple(map(int, v.split(".")))) == "2.3.7"
+    assert min(versions, key=lambda v: tuple(map(int, v.split(".")))) == "2.2.12"
 
 
 HEADER_ROCE = """\
@@ -474,3 +475,17 @@ def test_nccl_24s_bare_nranks_line_is_init_all():
     assert (out["nranks"], out["nnodes"], out["transport"]) == (10, 1, "intra-node")
     other = parse_lines(["n:1:1 [0] NCCL INFO comm 0x1 rank 3 nranks 10 cudaDev 3 busId 1000 - Init COMPLETE"])
     assert other["nranks"] == 10 and other["nnodes"] is None
+
+
+def test_nccl_22_and_23_prefixes_and_socket_interface_lines():
+    """NCCL 2.2 printed 'host:pid:tid [dev] INFO' with no word NCCL (horovod#288): the host is read; NCCL 2.2-2.3
+    list each socket interface on a line of its own ('NET : Using interface ib0:192.168.11.1<0>'): the socket
+    devices when no NET/Socket list is logged. A SHARP library line ('[node:0:174 - context.c:857][..] INFO') is
+    not NCCL's and names no host."""
+    out = parse_lines(["C4140-V100-1:24:201 [0] misc/ibvwrap.cu:61 WARN Failed to open libibverbs.so[.1]",
+                       "C4140-V100-1:24:201 [0] INFO Using internal Network Socket",
+                       "C4140-V100-1:24:201 [0] INFO NET : Using interface ib0:192.168.11.1<0>"])
+    assert out["hosts"] == ["C4140-V100-1"] and out["network"] == "Socket" and out["transport"] == "tcp"
+    assert [(d["device"], d["address"]) for d in out["devices"]] == [("ib0", "192.168.11.1")]
+    sharp = parse_lines(["[node:0:174 - context.c:857][2024-05-30 12:26:47] INFO sharp_job_id:692 tree_idx:0"])
+    assert sharp["hosts"] is None
