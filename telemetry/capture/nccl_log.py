@@ -3,7 +3,7 @@
 Needs NCCL_DEBUG=INFO and NCCL_DEBUG_SUBSYS including INIT,NET. The parser is line-oriented and
 tolerant: unknown lines are skipped, every pattern is searched anywhere in a line (launcher prefixes such
 as `[1,0]<stdout>:`, `0: `, timestamps, or no `host:pid:tid [dev] NCCL INFO` prefix at all), so it works on
-whole multi-rank logs, on excerpts and on partial logs of crashed jobs. It reads the formats of NCCL 2.3 to
+whole multi-rank logs, on excerpts and on partial logs of crashed jobs. It reads the formats of NCCL 2.2 to
 2.30 (see docs/telemetry.md for the lines it relies on and the corpus it is checked against).
 
 A field the log does not establish is None, and `unknown[field]` says why: a wrong value is worse than none.
