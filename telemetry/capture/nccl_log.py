@@ -547,12 +547,9 @@ def _uncut_hosts(st: _State) -> set[str]:
     known host followed by that host."""
     cut = set()
     for glued in st.hosts:
-        if st.host_heads[glued] != 1:
-            continue
-        for host in st.hosts:
-            head = glued[:len(glued) - len(host)]
-            if len(glued) > len(host) and glued.endswith(host) and host.startswith(head):
-                cut.add(glued)
+        if st.host_heads[glued] == 1 and any(glued[i:] in st.hosts and glued[i:].startswith(glued[:i])
+                                             for i in range(1, len(glued))):
+            cut.add(glued)
     return st.hosts - cut
 
 
