@@ -54,7 +54,8 @@ _VIA_NET = re.compile(r"NET/(.+?)/(\d+)(?:\(\d+\))?(/GDRDMA)?")
 _COLLNET = re.compile(r"Coll(?:Net)? \d+(?:/\d+)? : \d+ \[(?:send|receive)\] via COLLNET/(.+?)/(\d+)(/GDRDMA)?")
 # NCCL gave CollNet up after connecting it (SHARP job refused...): its connections carry nothing
 _COLLNET_REFUSED = "Cannot initialize CollNet"
-_RING_LISTING = re.compile(r"(?:Channel|Ring) \d+(?:/\d+)? :((?: +\d+)+) *$")
+# (an editor that turned runs of blanks into tabs leaves "Channel 00/02 :\t0   1")
+_RING_LISTING = re.compile(r"(?:Channel|Ring) \d+(?:/\d+)? :((?:[ \t]+\d+)+)[ \t]*$")
 _NRANKS = re.compile(r"\brank (\d+) n[Rr]anks (\d+)")
 # some releases (RCCL among them) end connection and "Connected all rings" lines with "comm 0x.. nRanks 08"
 _COMM_NRANKS = re.compile(r"\bcomm 0x[0-9a-fA-F]+ nRanks (\d+)")

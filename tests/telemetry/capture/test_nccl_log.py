@@ -489,3 +489,16 @@ def test_nccl_22_and_23_prefixes_and_socket_interface_lines():
     assert [(d["device"], d["address"]) for d in out["devices"]] == [("ib0", "192.168.11.1")]
     sharp = parse_lines(["[node:0:174 - context.c:857][2024-05-30 12:26:47] INFO sharp_job_id:692 tree_idx:0"])
     assert sharp["hosts"] is None
+
+
+@pytest.mark.parametrize("change", ["crlf", "tabs"])
+def test_every_real_log_reads_the_same_with_windows_line_ends_or_tabs(change):
+    """A log saved on Windows (CRLF) or passed through an editor that turns runs of four blanks into tabs reads
+    as it does unchanged (the ring listing 'Channel 00/02 :    0   1' became 'Channel 00/02 :\t0   1')."""
+    keys = ("nccl_version", "network", "devices", "gpudirect_rdma", "channels", "nranks", "nnodes", "transport",
+            "hosts", "socket_devices", "oob_interface")
+    for p in TRUTH_FILES:
+        lines = p.with_suffix(".log").read_text().splitlines()
+        changed = [line + "\r\n" for line in lines] if change == "crlf" else [line.replace("    ", "\t") for line in lines]
+        plain, other = parse_lines(lines), parse_lines(changed)
+        assert {k: other[k] for k in keys} == {k: plain[k] for k in keys}, p.stem
