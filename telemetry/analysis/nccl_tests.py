@@ -43,7 +43,7 @@ BLOCKS = ("out_of_place", "in_place")
 
 # (a log pasted as an indented block keeps its indent before the tag)
 _MPI_TAG = re.compile(r"^[ \t]*\[(\d+),(\d+)\]<(stdout|stderr)>:")
-_SRUN_LABEL = re.compile(r"^\s*(\d+): ")
+_SRUN_LABEL = re.compile(r"^\s*(\d+):[ \t]")  # a tab where an editor turned the label's blanks into one
 _TEST_NAME = re.compile(r"\b(all_reduce|all_gather|reduce_scatter|alltoallv|alltoall|sendrecv|broadcast|hypercube|"
                         r"reduce|gather|scatter)_perf(?:_mpi)?\b")
 _FILE_OP = re.compile(r"all_reduce|all_gather|reduce_scatter|alltoallv|alltoall|sendrecv|broadcast|hypercube")

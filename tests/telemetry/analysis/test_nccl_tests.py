@@ -457,3 +457,13 @@ def test_footer_lines_alone_are_runs_of_their_own():
     table = (TABLES / "all_reduce_perf_issue252_title_line_cut_to_in_place.txt").read_text()
     both = parse(table + "\n# Avg bus bandwidth    : 1.5\n")["ops"]
     assert [op["avg_busbw_GBps"] for op in both.values()] == [95.3009, 1.5] and list(both)[1] == "unknown_2"
+
+
+@pytest.mark.parametrize("name", sorted(ROWS))
+def test_every_real_table_reads_the_same_with_tabs_for_blanks(name):
+    """A table passed through an editor that turns runs of four blanks into tabs (srun's '0:' label then followed by
+    a tab) reads as it does unchanged: the same runs, rows, averages and world size."""
+    text = (TABLES / name).read_text()
+    plain, tabbed = parse(text, name_hint=name), parse(text.replace("    ", "\t"), name_hint=name)
+    assert [(k, op["rows"], op["avg_busbw_GBps"], op["world_size"], op["failed"]) for k, op in tabbed["ops"].items()] == \
+        [(k, op["rows"], op["avg_busbw_GBps"], op["world_size"], op["failed"]) for k, op in plain["ops"].items()]
