@@ -67,6 +67,7 @@ ROWS = {
     "indented_mpi_tagged_bottlerocket_304_rows_redop_none_excerpt.txt": 9,
     "all_reduce_perf_nccl_241_2019_header_then_mpirun_nonzero_exit.txt": 0,
     "all_reduce_perf_issue27_footers_only_two_runs_in_backticks.txt": 0,
+    "all_reduce_perf_issue176_prose_title_sharp_off_error_col_excerpt.txt": 6,
 }
 TRUTHS = sorted(TABLES.glob("*.json"))
 # a line that starts like a row (after a launcher prefix): size, count, a type name
