@@ -475,7 +475,15 @@ _ANCHOR = re.compile(r"#\s*(?:nThread \d|Using devices|Rank\s+\d+\s|size\s+count
                      r"Out of bounds|Avg bus bandwidth|[nr]ccl-tests version|Collective test)|"
                      r"(?<!\S)(?:nThread \d+ nGpus|Rank\s+\d+\s+(?:Group|Pid)\s|size\s+count\s+type\s)|"
                      r"(?<![\w.:])\d+\s+\d+\s+(?:" + "|".join(DTYPES) + r")\s+\S+\s+\S")
+_SIDES = re.compile(r"\s\|\s+")
 _TAIL_TAG = re.compile(r"(?:\[\d+,\d+\]<(?:stdout|stderr)>:|(?<!\S)\d+:)$")
+
+
+def _side_by_side(line: str) -> list[str] | None:
+    """The two halves of a line of two nccl-tests outputs pasted side by side, split at ' | ' (a before/after
+    comparison), when each half is one of nccl-tests' comment lines or rows; else None."""
+    halves = _SIDES.split(line)
+    return halves if len(halves) == 2 and all(_ANCHOR.search(h) for h in halves) else None
 
 
 def _shipped_prefix(lines: list[str]) -> re.Pattern | None:
@@ -508,14 +516,16 @@ def parse(text: str, name_hint: str | None = None, path: str | None = None) -> d
         raw = raw.rstrip("\r\n")
         if shipped is not None and (m := shipped.match(raw)):
             raw = raw[m.end():].lstrip(" \t|")  # "| " of CloudWatch's copy; an MPI tag may follow
-        split = _prefix(raw)
-        key, line = split
+        key, line = _prefix(raw)
         if key is None:  # stderr
             continue
-        stream = streams.get(key)
-        if stream is None:
-            stream = streams[key] = _Stream(parser)
-        stream.feed(line)
+        # two outputs pasted side by side ("... #wrong  |  #  size ...", rccl#1352): each half is a stream of its own
+        halves = _side_by_side(line) if "|" in line else None
+        for half_key, half in ((key, line),) if halves is None else (((key, i), h) for i, h in enumerate(halves)):
+            stream = streams.get(half_key)
+            if stream is None:
+                stream = streams[half_key] = _Stream(parser)
+            stream.feed(half)
     for stream in streams.values():
         stream.close()
     hint = None

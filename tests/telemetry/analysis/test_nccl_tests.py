@@ -68,6 +68,7 @@ ROWS = {
     "all_reduce_perf_nccl_241_2019_header_then_mpirun_nonzero_exit.txt": 0,
     "all_reduce_perf_issue27_footers_only_two_runs_in_backticks.txt": 0,
     "all_reduce_perf_issue176_prose_title_sharp_off_error_col_excerpt.txt": 6,
+    "all_reduce_perf_rccl_1352_two_runs_side_by_side_excerpt.txt": 4,  # 2 lines, each two runs' rows
 }
 TRUTHS = sorted(TABLES.glob("*.json"))
 # a line that starts like a row (after a launcher prefix): size, count, a type name
@@ -89,7 +90,9 @@ def test_every_row_of_every_fixture_is_read(name):
     text = (TABLES / name).read_text()
     result = read(str(TABLES / name))
     # a row cut short by a test failure is not a row
-    assert sum(1 for line in text.splitlines() if ROW_LIKE.match(line) and "failure" not in line) == ROWS[name]
+    # (two outputs pasted side by side hold two rows on a line, joined by '  |  ')
+    assert sum(1 for line in text.splitlines() for part in line.split("  |  ")
+               if ROW_LIKE.match(part) and "failure" not in part) == ROWS[name]
     assert (result["rows_read"], result["rows_skipped"]) == (ROWS[name], 0)
     for op in result["ops"].values():
         for row in op["rows"]:
@@ -468,3 +471,14 @@ def test_every_real_table_reads_the_same_with_tabs_for_blanks(name):
     plain, tabbed = parse(text, name_hint=name), parse(text.replace("    ", "\t"), name_hint=name)
     assert [(k, op["rows"], op["avg_busbw_GBps"], op["world_size"], op["failed"]) for k, op in tabbed["ops"].items()] == \
         [(k, op["rows"], op["avg_busbw_GBps"], op["world_size"], op["failed"]) for k, op in plain["ops"].items()]
+
+
+def test_two_outputs_pasted_side_by_side_are_two_runs():
+    """A before/after comparison pasted side by side (rccl#1352: '... #wrong  |  #  size ...'): each half of a line
+    is its own output; a '|' in other text (the label 'original | fix', CloudWatch's copy) splits nothing."""
+    r = read(str(TABLES / "all_reduce_perf_rccl_1352_two_runs_side_by_side_excerpt.txt"))
+    assert [(k, len(op["rows"]), op["avg_busbw_GBps"]) for k, op in r["ops"].items()] == \
+        [("all_reduce", 2, 37.455), ("all_reduce_2", 2, 37.72)]
+    one = parse("\n".join(line.split("  |  ")[0] for line in
+                          (TABLES / "all_reduce_perf_rccl_1352_two_runs_side_by_side_excerpt.txt").read_text().splitlines()))
+    assert [len(op["rows"]) for op in one["ops"].values()] == [2]
