@@ -15,7 +15,8 @@ Reads nccl-tests' `-J` JSON files (telemetry/analysis/nccl_tests_json.py) and wh
 - rows, where a blank `redop` cell (old alltoall) or a missing out-of-place block (nccl-tests prints
   blanks there when it skips it) leave fewer tokens; `N/A` cells are null;
 - `# Out of bounds values` and `# Avg bus bandwidth` when present (without the footer the average is the
-  mean busbw of the rows' blocks, as nccl-tests computes it, and says so);
+  mean busbw of the rows' blocks, as nccl-tests computes it, and says so); footer lines alone (a grep of the
+  averages) are runs of their own, with no row;
 - Open MPI's `--tag-output` prefixes (`[1,0]<stdout>:`; stderr lines are dropped) and `srun --label`
   prefixes (`0: `); each prefix is read as its own stream, so ranks printing at once do not mix; lines that
   are none of the above (NCCL INFO, shell prompts, markdown) are skipped.
@@ -40,8 +41,9 @@ TEST_OPS = {"all_reduce": "all_reduce", "all_gather": "all_gather", "reduce_scat
 OP_TESTS = {op: f"{stem}_perf" for stem, op in TEST_OPS.items()}
 BLOCKS = ("out_of_place", "in_place")
 
-_MPI_TAG = re.compile(r"^\[(\d+),(\d+)\]<(stdout|stderr)>:")
-_SRUN_LABEL = re.compile(r"^\s*(\d+): ")
+# (a log pasted as an indented block keeps its indent before the tag)
+_MPI_TAG = re.compile(r"^[ \t]*\[(\d+),(\d+)\]<(stdout|stderr)>:")
+_SRUN_LABEL = re.compile(r"^\s*(\d+):[ \t]")  # a tab where an editor turned the label's blanks into one
 _TEST_NAME = re.compile(r"\b(all_reduce|all_gather|reduce_scatter|alltoallv|alltoall|sendrecv|broadcast|hypercube|"
                         r"reduce|gather|scatter)_perf(?:_mpi)?\b")
 _FILE_OP = re.compile(r"all_reduce|all_gather|reduce_scatter|alltoallv|alltoall|sendrecv|broadcast|hypercube")
@@ -56,6 +58,13 @@ _PLACEHOLDERS = {"N/A", "n/a", "NA", "-"}
 # "HOST: Test NCCL failure common.cu:392 '...'", " .. HOST pid 5068: Test failure common.cu:590"; a failure can
 # cut a row short ("2097152  32768  float  none  -1 node0: Test CUDA failure ...")
 _FAILURE = re.compile(r"Test (?:NCCL |CUDA )?failure\b")
+# a process killed by a signal, or one that exited with an error before saying why, shows only through its
+# runtime: UCX ("[host:pid:0:tid] Caught signal 11 (Segmentation fault: ..."), Open MPI ("*** Process received
+# signal ***", "mpirun detected that one or more processes exited with non-zero status", "mpirun noticed that
+# process rank 3 ... exited on signal 11"), the shell ("Segmentation fault (core dumped)")
+_CRASH = re.compile(r"\bCaught signal \d+|\*\*\* Process received signal \*\*\*|\(core dumped\)|"
+                    r"\bmpirun (?:detected that one or more processes exited with non-zero status|"
+                    r"noticed that process rank \d+ .*exited on signal)")
 # AMD's rccl-tests print RCCL's banner ("RCCL version : 2.28.3-...") and "# rccl-tests version ... rccl-library=22803";
 # RCCL's version is that of the NCCL release it follows
 _NCCL_VERSION = re.compile(r"([NR])CCL version :? ?(\d+\.\d+\.\d+)")
@@ -240,6 +249,9 @@ class _Run:
             notes.append("wrong per block: null, #wrong reads N/A (validation off)")
         if self.avg is None and self.rows:
             notes.append("no '# Avg bus bandwidth' footer: the output may have been cut short")
+        if self.avg is not None and not self.rows and not self.nblocks:
+            notes.append("only nccl-tests' footer lines: no header and no row (the average covers rows not in the "
+                         "text)")
         if self.assumed_header:
             notes.append("no column header: the rows were read as nccl-tests' layout since 2022 (size count type "
                          "redop root, then time algbw busbw #wrong out-of-place and in-place, times in us)")
@@ -308,7 +320,8 @@ class _Stream:
     def _plain(self, text: str) -> None:
         """A line that is not one of nccl-tests' comments: a row, a failure, a library banner, a command line."""
         run = self.run
-        if "failure" in text and _FAILURE.search(text):
+        if ("failure" in text and _FAILURE.search(text)) or \
+                (("ignal" in text or "dumped" in text or "mpirun" in text) and _CRASH.search(text)):
             self.current().failures.append(text)
         elif "CCL version" in text and (m := _NCCL_VERSION.search(text)):
             run = self.current()
@@ -400,19 +413,29 @@ class _Stream:
             self.current().titles(body)
         elif body.startswith("Out of bounds values"):
             m = re.search(r":\s*(\d+)", body)
-            if m and self.run is not None:
-                self.run.oob = int(m.group(1))
+            if m:
+                self._footer_run().oob = int(m.group(1))
         elif body.startswith("Blocking Enabled"):  # -z 1: a barrier after each collective
             self.current().params["blocking"] = 1
         elif body.startswith("Avg bus bandwidth"):
             # "# Avg bus bandwidth    : 95.3009 " and, with a minimum to check against, "... : 12.3 FAILED"
             m = re.search(r":\s*(\S+)(?:\s+(?:GB/s\s+)?(OK|FAILED)\b)?", body)
-            if m and self.run is not None:
+            if m:
+                run = self._footer_run()
                 try:
-                    self.run.avg = _num(m.group(1))
+                    run.avg = _num(m.group(1))
                 except ValueError:
-                    self.run.avg = None
-                self.run.avg_check = m.group(2)
+                    run.avg = None
+                run.avg_check = m.group(2)
+
+    def _footer_run(self) -> _Run:
+        """The run a footer line belongs to: the current one, or a run of its own when the text holds footers only
+        (a grep of 'Avg bus bandwidth', nccl-tests#27) or a second footer follows a run's average."""
+        run = self.run
+        if run is None or run.avg is not None:
+            self.close()
+            run = self.current()
+        return run
 
 
 class _Parser:
@@ -431,7 +454,7 @@ class _Parser:
         if run.name is None:
             run.name = self.pending
         # a run that failed before its column header (nccl-tests#219) is still a run: its preamble and failure
-        if run.rows or run.nblocks or (run.failures and (run.params or run.devices)):
+        if run.rows or run.nblocks or (run.failures and (run.params or run.devices)) or run.avg is not None:
             self.done.append(run)
 
 
@@ -452,7 +475,15 @@ _ANCHOR = re.compile(r"#\s*(?:nThread \d|Using devices|Rank\s+\d+\s|size\s+count
                      r"Out of bounds|Avg bus bandwidth|[nr]ccl-tests version|Collective test)|"
                      r"(?<!\S)(?:nThread \d+ nGpus|Rank\s+\d+\s+(?:Group|Pid)\s|size\s+count\s+type\s)|"
                      r"(?<![\w.:])\d+\s+\d+\s+(?:" + "|".join(DTYPES) + r")\s+\S+\s+\S")
+_SIDES = re.compile(r"\s\|\s+")
 _TAIL_TAG = re.compile(r"(?:\[\d+,\d+\]<(?:stdout|stderr)>:|(?<!\S)\d+:)$")
+
+
+def _side_by_side(line: str) -> list[str] | None:
+    """The two halves of a line of two nccl-tests outputs pasted side by side, split at ' | ' (a before/after
+    comparison), when each half is one of nccl-tests' comment lines or rows; else None."""
+    halves = _SIDES.split(line)
+    return halves if len(halves) == 2 and all(_ANCHOR.search(h) for h in halves) else None
 
 
 def _shipped_prefix(lines: list[str]) -> re.Pattern | None:
@@ -485,14 +516,16 @@ def parse(text: str, name_hint: str | None = None, path: str | None = None) -> d
         raw = raw.rstrip("\r\n")
         if shipped is not None and (m := shipped.match(raw)):
             raw = raw[m.end():].lstrip(" \t|")  # "| " of CloudWatch's copy; an MPI tag may follow
-        split = _prefix(raw)
-        key, line = split
+        key, line = _prefix(raw)
         if key is None:  # stderr
             continue
-        stream = streams.get(key)
-        if stream is None:
-            stream = streams[key] = _Stream(parser)
-        stream.feed(line)
+        # two outputs pasted side by side ("... #wrong  |  #  size ...", rccl#1352): each half is a stream of its own
+        halves = _side_by_side(line) if "|" in line else None
+        for half_key, half in ((key, line),) if halves is None else (((key, i), h) for i, h in enumerate(halves)):
+            stream = streams.get(half_key)
+            if stream is None:
+                stream = streams[half_key] = _Stream(parser)
+            stream.feed(half)
     for stream in streams.values():
         stream.close()
     hint = None

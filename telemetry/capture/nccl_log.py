@@ -3,7 +3,7 @@
 Needs NCCL_DEBUG=INFO and NCCL_DEBUG_SUBSYS including INIT,NET. The parser is line-oriented and
 tolerant: unknown lines are skipped, every pattern is searched anywhere in a line (launcher prefixes such
 as `[1,0]<stdout>:`, `0: `, timestamps, or no `host:pid:tid [dev] NCCL INFO` prefix at all), so it works on
-whole multi-rank logs, on excerpts and on partial logs of crashed jobs. It reads the formats of NCCL 2.3 to
+whole multi-rank logs, on excerpts and on partial logs of crashed jobs. It reads the formats of NCCL 2.2 to
 2.30 (see docs/telemetry.md for the lines it relies on and the corpus it is checked against).
 
 A field the log does not establish is None, and `unknown[field]` says why: a wrong value is worse than none.
@@ -23,6 +23,8 @@ _VERSION = re.compile(r"NCCL version (\d+\.\d+\.\d+)")
 _RCCL_VERSION = re.compile(r"RCCL version :? ?(\d+\.\d+\.\d+)")
 # Plugin names may contain spaces ("AWS Libfabric"): take the rest of the line, not the first word.
 _USING_NETWORK = re.compile(r"Using network (\S+(?: \S+)*)")
+# 2.27+: "Assigned NET plugin IB to comm" names the same network (ncclNet->name) before "Using network IB"
+_ASSIGNED_NET = re.compile(r"Assigned NET plugin (\S+(?: \S+)*) to comm")
 _USING_NETWORK_23 = re.compile(r"Using (internal|external) Network (\S+(?: \S+)*)")  # NCCL 2.3
 _LOADED_PLUGIN = re.compile(r"Loaded net plugin (\S.*?)(?: \(v\d+\))?\s*$")
 # Other ways plugins name themselves: the SHARP/IBext plugin ("P2P plugin v8 IBext_v8"), AWS OFI ("NET/OFI
@@ -39,6 +41,9 @@ _MERGED = re.compile(r"\[(\d+)\]=\{([^}]*)\}")
 _OOB = re.compile(r"; OOB ([^\s:<]\S*)")
 # "[0]eth0:10.0.0.1<0>"; NCCL 2.4 may print an interface with no address ("[0]enp41s0f1:<0>")
 _SOCKET_DEVICE = re.compile(r"\[(\d+)\]([^:\s\[]+):(\S*?)<\d+>")
+# NCCL 2.2-2.3 list each interface on a line of its own ("NET : Using interface eth0:172.17.0.2<0>", then "NET/Socket
+# : 1 interfaces found")
+_SOCKET_IF_23 = re.compile(r"NET : Using interface ([^:\s]+):(\S*?)<\d+>")
 _GDR = re.compile(r"GPU Direct RDMA (Enabled|Disabled) for (.*)")
 _GDR_HCA = re.compile(r"HCA (\d+) '([^']+)'")
 # A connection: "Channel 00/0 : 0[0] -> 1[1] [send] via NET/IB/0/GDRDMA", "Ring 00 : 3 -> 4 via P2P/IPC", ...
@@ -49,17 +54,22 @@ _VIA_NET = re.compile(r"NET/(.+?)/(\d+)(?:\(\d+\))?(/GDRDMA)?")
 _COLLNET = re.compile(r"Coll(?:Net)? \d+(?:/\d+)? : \d+ \[(?:send|receive)\] via COLLNET/(.+?)/(\d+)(/GDRDMA)?")
 # NCCL gave CollNet up after connecting it (SHARP job refused...): its connections carry nothing
 _COLLNET_REFUSED = "Cannot initialize CollNet"
-_RING_LISTING = re.compile(r"(?:Channel|Ring) \d+(?:/\d+)? :((?: +\d+)+) *$")
+# (an editor that turned runs of blanks into tabs leaves "Channel 00/02 :\t0   1")
+_RING_LISTING = re.compile(r"(?:Channel|Ring) \d+(?:/\d+)? :((?:[ \t]+\d+)+)[ \t]*$")
 _NRANKS = re.compile(r"\brank (\d+) n[Rr]anks (\d+)")
 # some releases (RCCL among them) end connection and "Connected all rings" lines with "comm 0x.. nRanks 08"
 _COMM_NRANKS = re.compile(r"\bcomm 0x[0-9a-fA-F]+ nRanks (\d+)")
 # ncclCommInitAll (RCCL: ncclCommInitAll_impl) makes every rank in one process, so on one node
 _INIT_ALL = re.compile(r"\bncclCommInitAll(?:_impl)? comm 0x[0-9a-fA-F]+ rank \d+ n[Rr]anks (\d+)")
+# NCCL <= 2.4 logs ncclCommInitAll as "NCCL INFO nranks 10", alone on its line
+_INIT_ALL_24 = re.compile(r"NCCL INFO nranks (\d+)\s*$")
 _NNODES = re.compile(r"\bnNodes (\d+)")
 # 2.20+: "comm 0x.. rank 0 nRanks 8 nNodes 1 localRanks 8 localRank 0 MNNVL 1": one NVLink domain across trays
 _MNNVL = re.compile(r"\bMNNVL ([01])\b")
 # src/mnnvl.cc: "MNNVL %d cliqueId %x cliqueSize %d cliqueRank %d [nvlDomainSize %d]" (2.20+, a line of its own)
 _MNNVL_CLIQUE = re.compile(r"\bMNNVL ([01]) cliqueId ")
+# aws-ofi-nccl, when it cannot stop libfabric from calling CUDA: it then reports no GPUDirect support to NCCL
+_OFI_GDR_OFF = "HMEM, disabling GDR"
 _RING_GDR = re.compile(r"Connected all rings, use ring PXN \d+ GDR (\d)")
 _NVLS_CHANNELS = re.compile(r"(\d+) nvls channels")
 # NCCL's own prefix "host:pid:tid [dev] NCCL INFO" (some renderings pad the device: "[ 6 ]"), and the host of
@@ -71,12 +81,16 @@ _NVLS_CHANNELS = re.compile(r"(\d+) nvls channels")
 _PREFIX_HOST = re.compile(r"(?:^|[\s>:|\]]|(?<=\d[+-]\d\d:\d\d))(?<![+-]\d\d:)"
                           r"([A-Za-z0-9][\w.\-]*):\d+:\d+ \[ ?\d+ ?\] (?:[\w./\-]+:\d+ (?:\(\w+\) )?)?"
                           r"NCCL (?:INFO|WARN)")
+# NCCL <= 2.2 printed its prefix without the word NCCL: "host:1:2 [0] INFO ...", "host:1:2 [0] misc/ibvwrap.cu:61 WARN"
+_PREFIX_HOST_22 = re.compile(r"(?:^|[\s>:|\]])([A-Za-z0-9][\w.\-]*):\d+:\d+ \[ ?\d+ ?\] (?:[\w./\-]+:\d+ )?(?:INFO|WARN) ")
 # nccl-tests' device list names every rank of its world (a host name may hold blanks: "on NODE A  device")
 _RANK_HOST = re.compile(r"#\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?(?:Pid\s+\d+\s+)?on\s+(\S.*?)\s+device\s+-?\d")
 # A pasted log whose line breaks were lost holds several records on one line: split before each prefix
 _RECORD_START = re.compile(r"\s{2,}(?=[A-Za-z0-9][\w.\-]*:\d+:\d+ \[ ?\d+ ?\] NCCL )")
 # IB unusable: no device, or no verbs library (NCCL <= 2.4 then says only this WARN)
 _NO_IB = re.compile(r"NET/IB ?: ?No device found|Failed to open libibverbs")
+# IB switched off by the user (NCCL <= 2.5 then logs no "Using network" line, only NET/Socket's list)
+_IB_DISABLED = "NCCL_IB_DISABLE set by environment to 1"
 # A failed work completion reported by NCCL's IB transport (or a plugin built on it: "NET/IB", "NET/gIB"): that
 # network carried traffic. Its GIDs "::ffff:a.b.c.d" are IPv4-mapped, which only RoCE v2 uses.
 _NET_ERROR = re.compile(r"NET/(\w+) ?: Got completion")
@@ -88,7 +102,7 @@ _TCPX_WARN = re.compile(r"\btcpx\w*\([^)]*\):\d+ NCCL WARN")
 _RING_LISTING_MAX = 20
 # Lines saying a network plugin (not NCCL's internal IB or Socket) was loaded
 _PLUGIN_SIGNS = ("Loaded net plugin", "P2P plugin ", "NET/OFI ", "Plugin Path :", "Using external Network")
-_KEYS = ("NCCL", "RCCL", "Rank ", "libibverbs", "NET/", " via ", "Ring ", "Channel ", "anks ", "GPU Direct", "etwork", "lugin", "rovider",
+_KEYS = ("NCCL", "RCCL", "Rank ", "libibverbs", "NET/", "NET : ", " via ", "Ring ", "Channel ", "anks ", "GPU Direct", "etwork", "lugin", "rovider",
          "NVLS", "nvls", "nNodes")
 
 FIELDS = ("nccl_version", "network", "devices", "gpudirect_rdma", "channels", "nranks", "nnodes", "transport", "hosts")
@@ -115,9 +129,13 @@ class _State:
         self.ib_devices: dict[tuple, dict] = {}
         self.dev_by_index: dict[int, set] = {}  # NET device index -> device names (merged devices: several)
         self.socket_devices: dict[str, dict] = {}
+        self.socket_if_23: dict[str, dict] = {}  # NCCL 2.2-2.3's one-interface-per-line list
         self.gdr_hca: dict[str, bool] = {}  # per HCA: can it do GPUDirect RDMA (NCCL >= 2.19 wording)
+        self.gdr_plugin_off = False  # the network plugin said it disabled GPUDirect RDMA
         self.gdr_gpu = Counter()  # per GPU/HCA pair: did NCCL decide to use it (NCCL 2.3-2.18 wording)
-        self.ring_gdr: list[int] = []
+        # "GDR 0/1" of each ring line, with its thread's host:pid:tid [dev] (the init thread of one communicator)
+        self.ring_gdr: list[tuple[int, str]] = []
+        self.nnodes_by_thread: dict[str, int] = {}  # nNodes as each init thread logged it
         self.kinds = Counter()
         self.net_names: set[str] = set()
         self.net_dev_used: set[int] = set()
@@ -135,6 +153,7 @@ class _State:
         self.collnet_dev: set[int] = set()
         self.collnet_refused = False
         self.hosts: set[str] = set()
+        self.host_heads = Counter()  # per host: how many distinct host:pid:tid [dev] prefixes named it
         self.mnnvl: bool | None = None
         self.test_lists: list[dict[int, str]] = []  # nccl-tests' "# Rank N ... on HOST device D" lists
         self.test_list_open = False  # the last list may continue (or be cut where the excerpt ends)
@@ -142,6 +161,7 @@ class _State:
         self.error_nets: set[str] = set()  # networks named by their error lines (NCCL_DEBUG=WARN logs)
         self.v4_gid = False  # an error line with IPv4-mapped GIDs: RoCE v2
         self.no_verbs = False  # IB unusable because libibverbs could not be opened (NCCL <= 2.4 says only that)
+        self.ib_disabled = False  # NCCL_IB_DISABLE=1: NCCL does not try IB at all
 
 
 def _feed_connection(st: _State, line: str) -> bool:
@@ -191,6 +211,26 @@ def _feed_net_devices(st: _State, line: str) -> bool:
     return False
 
 
+def _feed_network(st: _State, line: str) -> bool:
+    """A line naming the network NCCL uses ("Using network IB", 2.3's "Using internal Network IB", 2.27+'s
+    "Assigned NET plugin IB to comm"); True when it was one."""
+    if m := _USING_NETWORK.search(line):
+        st.networks.append(m.group(1))
+    elif m := _ASSIGNED_NET.search(line):
+        st.networks.append(m.group(1))
+    elif m := _USING_NETWORK_23.search(line):
+        st.networks.append(m.group(2))
+        if m.group(1) == "external":
+            st.plugin, st.plugin_signs = m.group(2), True
+    return m is not None
+
+
+def _thread(line: str) -> str:
+    """The text before NCCL's level word: host:pid:tid [dev] and any launcher prefix, '' when there is none."""
+    k = line.find(" NCCL ")
+    return line[:k] if k > 0 else ""
+
+
 def _feed(st: _State, line: str) -> None:
     if "via " in line and _feed_connection(st, line):
         return
@@ -204,15 +244,8 @@ def _feed(st: _State, line: str) -> None:
         return
     if "librccl" in line:
         st.rccl = True
-    if "etwork" in line:
-        if m := _USING_NETWORK.search(line):
-            st.networks.append(m.group(1))
-            return
-        if m := _USING_NETWORK_23.search(line):
-            st.networks.append(m.group(2))
-            if m.group(1) == "external":
-                st.plugin, st.plugin_signs = m.group(2), True
-            return
+    if ("etwork" in line or "Assigned NET" in line) and _feed_network(st, line):
+        return
     if _COLLNET_REFUSED in line:
         st.collnet_refused = True
         return
@@ -229,6 +262,9 @@ def _feed(st: _State, line: str) -> None:
             st.plugin_signs = True
         if "internal implementation" in line or "internal network plugin" in line:
             st.internal_net = True
+    if _OFI_GDR_OFF in line:
+        st.gdr_plugin_off = True
+        return
     if "rovider" in line and (m := _PROVIDER.search(line)):
         st.provider = m.group(1)
     if "GPU Direct RDMA" in line and (m := _GDR.search(line)):
@@ -240,12 +276,19 @@ def _feed(st: _State, line: str) -> None:
         return
     if "NET/" in line and _feed_net_devices(st, line):
         return
+    if "NET : Using interface" in line and (m := _SOCKET_IF_23.search(line)):
+        st.socket_if_23.setdefault(m.group(1), {"index": len(st.socket_if_23), "interface": m.group(1),
+                                                "address": m.group(2)})
+        return
     if "Got completion" in line and (m := _NET_ERROR.search(line)):
         st.error_nets.add(m.group(1))
         st.v4_gid = st.v4_gid or bool(_V4_GID.search(line))
         return
     if "tcpx" in line and _TCPX_WARN.search(line):
         st.error_nets.add("GPUDirectTCPX")
+        return
+    if _IB_DISABLED in line:
+        st.ib_disabled = True
         return
     if "libibverbs" in line or "No device" in line:
         if _NO_IB.search(line):
@@ -262,17 +305,19 @@ def _feed(st: _State, line: str) -> None:
                 st.rank_hosts[(int(n), int(r))] = m.group(1)
         for n in _COMM_NRANKS.findall(line):
             st.nranks = max(st.nranks or 0, int(n))
-        if "InitAll" in line and (m := _INIT_ALL.search(line)):
+        if ("InitAll" in line and (m := _INIT_ALL.search(line))) or (m := _INIT_ALL_24.search(line)):
             st.init_all_nranks = max(st.init_all_nranks or 0, int(m.group(1)))
+            st.nranks = max(st.nranks or 0, int(m.group(1)))
     if "cliqueId" in line and (m := _MNNVL_CLIQUE.search(line)):
         st.mnnvl = st.mnnvl or m.group(1) == "1"
         return
     if "nNodes" in line and (m := _NNODES.search(line)):
         st.nnodes = max(st.nnodes or 0, int(m.group(1)))
+        st.nnodes_by_thread[_thread(line)] = int(m.group(1))
         if (mn := _MNNVL.search(line)) and not st.mnnvl:
             st.mnnvl = mn.group(1) == "1"
     if "GDR " in line and (m := _RING_GDR.search(line)):
-        st.ring_gdr.append(int(m.group(1)))
+        st.ring_gdr.append((int(m.group(1)), _thread(line)))
         return
     if "nvls" in line or "NVLS" in line:
         if m := _NVLS_CHANNELS.search(line):
@@ -313,6 +358,7 @@ def _note_host(st: _State, record: str, k: int, seen: set) -> None:
             seen.add(head)
             if m := _PREFIX_HOST.search(record, 0, k + 11):
                 st.hosts.add(m.group(1))
+                st.host_heads[m.group(1)] += 1
     elif "Rank" in record and (m := _RANK_HOST.search(record)):
         st.hosts.add(m.group(2))
         if not st.test_list_open:  # a new device list (a log may hold several nccl-tests runs)
@@ -324,6 +370,14 @@ def _note_host(st: _State, record: str, k: int, seen: set) -> None:
         st.test_lists[-1][rank] = m.group(2)
         return
     st.test_list_open = False  # any other line after the list closes it: the list is whole
+
+
+def _note_host_22(st: _State, line: str, seen: set) -> None:
+    """The host of a line of NCCL <= 2.2, whose prefix has no word NCCL ("host:1:2 [0] INFO ...")."""
+    if (m := _PREFIX_HOST_22.search(line)) and m.group(0) not in seen:
+        seen.add(m.group(0))
+        st.hosts.add(m.group(1))
+        st.host_heads[m.group(1)] += 1
 
 
 def parse_lines(lines) -> dict:
@@ -345,6 +399,8 @@ def parse_lines(lines) -> dict:
                     _note_host(st, line, k, seen)
             elif "Rank" in line:
                 _note_host(st, line, k, seen)
+            elif " INFO " in line or " WARN " in line:
+                _note_host_22(st, line, seen)
             _feed(st, line)
     return _summarize(st)
 
@@ -366,8 +422,9 @@ def _network(st: _State, unknown: dict) -> str | None:
         unknown["network"] = "a network plugin was loaded and the log does not say which network NCCL used"
     elif st.ib_devices:
         network, st.network_line = "IB", "no Using network line (NCCL < 2.6): NET/IB's device list"
-    elif st.socket_devices and st.no_ib:
-        why = "libibverbs could not be opened" if st.no_verbs else "NET/IB found no device"
+    elif (st.socket_devices or st.socket_if_23) and (st.no_ib or st.ib_disabled):
+        why = ("NCCL_IB_DISABLE=1" if st.ib_disabled else
+               "libibverbs could not be opened" if st.no_verbs else "NET/IB found no device")
         network, st.network_line = "Socket", f"no Using network line: {why}, NET/Socket's list"
     elif len(st.error_nets) == 1:
         network = next(iter(st.error_nets))
@@ -416,7 +473,7 @@ def _summarize(st: _State) -> dict:
 
     network = _network(st, unknown)
     ib_devices = sorted(st.ib_devices.values(), key=lambda d: (d["index"], d["device"]))
-    socket_devices = sorted(st.socket_devices.values(), key=lambda d: d["index"])
+    socket_devices = sorted((st.socket_devices or st.socket_if_23).values(), key=lambda d: d["index"])
     devices = _devices(st, network, ib_devices, socket_devices, unknown)
 
     # which transports the connections used
@@ -454,7 +511,7 @@ def _summarize(st: _State) -> dict:
 
     gdr = _gdr_verdict(st, nranks, unknown)
     transport = _transport(st, network, nranks, unknown)
-    hosts = sorted(st.hosts) or None
+    hosts = sorted(_uncut_hosts(st)) or None
     if hosts is None:
         unknown["hosts"] = "no line carries NCCL's host:pid:tid prefix or an nccl-tests rank line"
     return {
@@ -485,6 +542,18 @@ def _summarize(st: _State) -> dict:
     }
 
 
+def _uncut_hosts(st: _State) -> set[str]:
+    """The hosts, less those made by a line cut short and run into the next one when two processes wrote to one
+    stream ("adp-u" + "adp-us-llm-...:235:235 [1] NCCL INFO ..."): a name seen once that is the start of a
+    known host followed by that host."""
+    cut = set()
+    for glued in st.hosts:
+        if st.host_heads[glued] == 1 and any(glued[i:] in st.hosts and glued[i:].startswith(glued[:i])
+                                             for i in range(1, len(glued))):
+            cut.add(glued)
+    return st.hosts - cut
+
+
 def _listed_world(st: _State) -> int | None:
     """The world size nccl-tests printed before its NCCL lines ("# Using devices", one line per rank): only when
     every list is whole (ranks 0..n-1, closed by a later line, not cut where an excerpt ends) and all agree."""
@@ -505,9 +574,11 @@ def _gdr_verdict(st: _State, nranks, unknown: dict) -> bool | None:
         return True
     if st.gdr_conn[False]:
         return False
-    if 0 in st.ring_gdr:  # NCCL >= 2.24: some ring network connection did not use GDR
+    if st.gdr_plugin_off:  # the plugin offers NCCL no GPU memory to register
         return False
-    if st.ring_gdr and (st.nnodes or 0) > 1:  # "GDR 1" on a multi-node communicator
+    if any(g == 0 for g, _ in st.ring_gdr):  # NCCL >= 2.24: some ring network connection did not use GDR
+        return False
+    if any(_multi_node_thread(st, thread) for _, thread in st.ring_gdr):  # "GDR 1" on a multi-node communicator
         return True
     if st.gdr_gpu[True]:
         return True
@@ -524,6 +595,15 @@ def _gdr_verdict(st: _State, nranks, unknown: dict) -> bool | None:
     else:
         unknown["gpudirect_rdma"] = "no connection or GPU Direct RDMA line in the log"
     return None
+
+
+def _multi_node_thread(st: _State, thread: str) -> bool:
+    """Whether the communicator whose init thread printed a ring line spans nodes: that thread's own nNodes line,
+    else (no thread logged one: lines without NCCL's prefix) the log's. A log of several communicators (one
+    process per GPU, each making several) may show one communicator's rings and another's node count."""
+    if st.nnodes_by_thread:
+        return st.nnodes_by_thread.get(thread, 0) > 1
+    return (st.nnodes or 0) > 1
 
 
 def _single_node(st: _State, nranks) -> bool:

@@ -60,10 +60,19 @@ ROWS = {
     "all_reduce_perf_aks_rdma_30_rows_after_info_lines_no_header_na.txt": 5,
     "all_reduce_perf_issue219_failure_before_header_mpi_abort.txt": 0,
     "all_reduce_perf_rocm_systems_3272_rccl_version_banner_before_header_excerpt.txt": 5,
+    # the fifth collection (nccl-tests 2.17 crash after the header, 2020 hashless table, Nix, indented MPI tags)
+    "alltoall_perf_nccl_2112_2.17.8_segfault_signal_after_header.txt": 0,
+    "all_gather_perf_issue37_hashless_2020_error_col_out_of_bounds_failed.txt": 1,
+    "all_gather_perf_nixpkgs_251856_one_gpu_nix_store_path_wide_algbw.txt": 1,
+    "indented_mpi_tagged_bottlerocket_304_rows_redop_none_excerpt.txt": 9,
+    "all_reduce_perf_nccl_241_2019_header_then_mpirun_nonzero_exit.txt": 0,
+    "all_reduce_perf_issue27_footers_only_two_runs_in_backticks.txt": 0,
+    "all_reduce_perf_issue176_prose_title_sharp_off_error_col_excerpt.txt": 6,
+    "all_reduce_perf_rccl_1352_two_runs_side_by_side_excerpt.txt": 4,  # 2 lines, each two runs' rows
 }
 TRUTHS = sorted(TABLES.glob("*.json"))
 # a line that starts like a row (after a launcher prefix): size, count, a type name
-ROW_LIKE = re.compile(r"^(\[\d+,\d+\]<stdout>:|\d+: )?\s*\d+\s+\d+\s+[a-z0-9]+\s")
+ROW_LIKE = re.compile(r"^\s*(\[\d+,\d+\]<stdout>:|\d+: )?\s*\d+\s+\d+\s+[a-z0-9]+\s")
 
 
 def test_the_fixtures_are_all_listed_with_a_source():
@@ -81,7 +90,9 @@ def test_every_row_of_every_fixture_is_read(name):
     text = (TABLES / name).read_text()
     result = read(str(TABLES / name))
     # a row cut short by a test failure is not a row
-    assert sum(1 for line in text.splitlines() if ROW_LIKE.match(line) and "failure" not in line) == ROWS[name]
+    # (two outputs pasted side by side hold two rows on a line, joined by '  |  ')
+    assert sum(1 for line in text.splitlines() for part in line.split("  |  ")
+               if ROW_LIKE.match(part) and "failure" not in part) == ROWS[name]
     assert (result["rows_read"], result["rows_skipped"]) == (ROWS[name], 0)
     for op in result["ops"].values():
         for row in op["rows"]:
@@ -339,20 +350,22 @@ def test_hand_read_truth_of_each_new_table(truth_file):
     """Tables collected with a .json beside them (source, what was taken, the values read by hand): every value
     the reader gives for the table matches, and a value the table does not give is null with the reason noted."""
     spec = json.loads(truth_file.read_text())
-    truth = spec["truth"]
+    # one run's values, or (a passage holding several runs) a list of them in the order of the text
+    truths = spec["truth"] if isinstance(spec["truth"], list) else [spec["truth"]]
     assert spec["source"].startswith("https://github.com/") and f"`{truth_file.stem}.txt`" in \
         (TABLES / "README.md").read_text()
     r = read(str(truth_file.with_suffix(".txt")))
-    assert list(r["ops"]) == [truth["op"]] and r["rows_skipped"] == 0
-    op = r["ops"][truth["op"]]
-    got = {"op": truth["op"], "test": op["test"], "rows": len(op["rows"]), "world_size": op["world_size"],
-           "hosts": sorted({d["host"] for d in op["devices"]}), "avg_busbw_GBps": op["avg_busbw_GBps"],
-           "avg_busbw_source": op["avg_busbw_source"], "wrong": op["wrong"], "failed": r["failed"],
-           "nccl_version": r["nccl_version"], "dtype": r["dtype"], "first_row": op["rows"][0] if op["rows"] else None}
-    assert _same(got, truth), {k: (got[k], truth[k]) for k in truth if not _same(got[k], truth[k])}
-    for field, value in truth.items():
-        if value is None:
-            assert spec["null_because"].get(field), f"{field} is null without a reason"
+    assert list(r["ops"]) == [t["op"] for t in truths] and r["rows_skipped"] == 0
+    for truth, op in zip(truths, r["ops"].values()):
+        got = {"op": truth["op"], "test": op["test"], "rows": len(op["rows"]), "world_size": op["world_size"],
+               "hosts": sorted({d["host"] for d in op["devices"]}), "avg_busbw_GBps": op["avg_busbw_GBps"],
+               "avg_busbw_source": op["avg_busbw_source"], "wrong": op["wrong"], "failed": r["failed"],
+               "nccl_version": r["nccl_version"], "dtype": r["dtype"],
+               "first_row": op["rows"][0] if op["rows"] else None}
+        assert _same(got, truth), {k: (got[k], truth[k]) for k in truth if not _same(got[k], truth[k])}
+        for field, value in truth.items():
+            if value is None:
+                assert spec["null_because"].get(field), f"{field} is null without a reason"
 
 
 def test_block_titles_that_do_not_match_the_header_and_a_header_without_rows():
@@ -416,3 +429,56 @@ def test_rccl_tests_output_names_rccl_and_the_nccl_release_it_follows():
     assert run["nccl_version"] == "2.28.3" and any("AMD's RCCL" in n for n in run["notes"])
     nccl = read(str(TABLES / "all_reduce_perf_issue1244_nvlstree_error_col_title_without_hash.txt"))
     assert not any("RCCL" in n for op in nccl["ops"].values() for n in op["notes"])
+
+
+def test_a_crash_by_signal_is_a_failure_and_indented_mpi_tags_are_tags():
+    """A run killed by a signal says so only through its runtime (nccl#2112: UCX's '[host:pid:0:tid] Caught signal
+    11 (Segmentation fault' after the header): the run failed before its first row. A log pasted as an indented
+    block keeps its indent before Open MPI's tag (bottlerocket-kernel-kit#304): the tag is still read."""
+    r = read(str(TABLES / "alltoall_perf_nccl_2112_2.17.8_segfault_signal_after_header.txt"))
+    op = r["ops"]["all_to_all"]
+    assert r["failed"] and op["failures"][0].startswith("[h20-01:3765588:0:3767672] Caught signal 11")
+    assert "the test failed before the first row: [h20-01" in " ".join(op["notes"])
+    text = (TABLES / "alltoall_perf_nccl_2112_2.17.8_segfault_signal_after_header.txt").read_text()
+    for crash in ("[h20-01:3765588] *** Process received signal ***", "Segmentation fault (core dumped)",
+                  "mpirun noticed that process rank 3 with PID 0 on node h20-02 exited on signal 11 (Segmentation "
+                  "fault).", "mpirun detected that one or more processes exited with non-zero status, thus causing"):
+        assert parse(text.splitlines()[0] + "\n" + "\n".join(text.splitlines()[1:-1] + [crash]))["failed"]
+    assert not parse("\n".join(text.splitlines()[:-1]))["failed"]  # the header alone: cut, not failed
+    rows = (TABLES / "indented_mpi_tagged_bottlerocket_304_rows_redop_none_excerpt.txt").read_text()
+    assert parse(rows)["rows_read"] == 9
+    assert parse(rows.replace("<stdout>", "<stderr>"))["rows_read"] == 0  # stderr lines are still dropped
+
+
+def test_footer_lines_alone_are_runs_of_their_own():
+    """A grep of nccl-tests' footers (nccl-tests#27 quotes two processes' footers and nothing else): each
+    'Out of bounds' / 'Avg bus bandwidth' pair is a run with its average and no row; after a table, a second
+    footer is a second run, not a new average for the first."""
+    r = read(str(TABLES / "all_reduce_perf_issue27_footers_only_two_runs_in_backticks.txt"))
+    assert [op["avg_busbw_GBps"] for op in r["ops"].values()] == [3.94145, 3.94156]
+    assert all(not op["rows"] and any(n.startswith("only nccl-tests' footer lines") for n in op["notes"])
+               for op in r["ops"].values())
+    table = (TABLES / "all_reduce_perf_issue252_title_line_cut_to_in_place.txt").read_text()
+    both = parse(table + "\n# Avg bus bandwidth    : 1.5\n")["ops"]
+    assert [op["avg_busbw_GBps"] for op in both.values()] == [95.3009, 1.5] and list(both)[1] == "unknown_2"
+
+
+@pytest.mark.parametrize("name", sorted(ROWS))
+def test_every_real_table_reads_the_same_with_tabs_for_blanks(name):
+    """A table passed through an editor that turns runs of four blanks into tabs (srun's '0:' label then followed by
+    a tab) reads as it does unchanged: the same runs, rows, averages and world size."""
+    text = (TABLES / name).read_text()
+    plain, tabbed = parse(text, name_hint=name), parse(text.replace("    ", "\t"), name_hint=name)
+    assert [(k, op["rows"], op["avg_busbw_GBps"], op["world_size"], op["failed"]) for k, op in tabbed["ops"].items()] == \
+        [(k, op["rows"], op["avg_busbw_GBps"], op["world_size"], op["failed"]) for k, op in plain["ops"].items()]
+
+
+def test_two_outputs_pasted_side_by_side_are_two_runs():
+    """A before/after comparison pasted side by side (rccl#1352: '... #wrong  |  #  size ...'): each half of a line
+    is its own output; a '|' in other text (the label 'original | fix', CloudWatch's copy) splits nothing."""
+    r = read(str(TABLES / "all_reduce_perf_rccl_1352_two_runs_side_by_side_excerpt.txt"))
+    assert [(k, len(op["rows"]), op["avg_busbw_GBps"]) for k, op in r["ops"].items()] == \
+        [("all_reduce", 2, 37.455), ("all_reduce_2", 2, 37.72)]
+    one = parse("\n".join(line.split("  |  ")[0] for line in
+                          (TABLES / "all_reduce_perf_rccl_1352_two_runs_side_by_side_excerpt.txt").read_text().splitlines()))
+    assert [len(op["rows"]) for op in one["ops"].values()] == [2]

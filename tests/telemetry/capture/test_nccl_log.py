@@ -225,7 +225,7 @@ def test_every_field_right_on_real_logs(truth_file):
 
 def test_corpus_covers_what_the_issue_asks_for():
     specs = [json.loads(p.read_text()) for p in TRUTH_FILES]
-    assert len(specs) >= 76 and all(s["source"].startswith("https://github.com/") for s in specs)
+    assert len(specs) >= 96 and all(s["source"].startswith("https://github.com/") for s in specs)
     assert all((p.with_suffix(".log")).exists() for p in TRUTH_FILES)
     cats = {c for s in specs for c in s["categories"]}
     assert {"infiniband", "roce", "sockets", "efa", "ibext-sharp-plugin", "plugin-name-with-spaces", "gdr-on",
@@ -239,9 +239,15 @@ def test_corpus_covers_what_the_issue_asks_for():
             "pdsh-prefix", "channel-without-slash", "no-libibverbs", "one-rank", "mnnvl", "redacted",
             # the fourth collection (AMD RCCL, Google's GPUDirect-TCPX warnings, ncclCommInitAll)
             "rccl", "gpudirect-tcpx", "init-all", "comm-nranks-suffix", "glued-without-blanks",
-            "timestamp-glued-to-host"} <= cats
+            "timestamp-glued-to-host",
+            # the fifth collection (IPv6 socket addresses, RAS and ECE lines, Ray actor and markdown quote prefixes,
+            # a cut line glued to the next, several communicators in one log)
+            "ipv6-socket-address", "ib-disabled-by-env", "ras-lines", "qp-ece-lines", "ray-actor-prefix",
+            "nccl-timestamp-prefix", "iwarp-device", "several-communicators", "assigned-net-plugin",
+            "cut-line-glued-to-next", "markdown-quote-prefix", "ring-gdr-of-another-communicator", "nccl-2.2",
+            "prefix-without-nccl-word", "socket-interface-line-per-interface"} <= cats
     versions = {s["truth"]["nccl_version"] for s in specs} - {None}
-    assert min(versions, key=lambda v: tuple(map(int, v.split(".")))) == "2.3.7"
+    assert min(versions, key=lambda v: tuple(map(int, v.split(".")))) == "2.2.12"
 
 
 HEADER_ROCE = """\
@@ -412,3 +418,87 @@ def test_records_glued_with_no_blank_and_a_timestamp_glued_to_the_host():
     stamped = parse_lines(["  | 2025-05-16T16:39:51.208-07:00ip-10-1-2-3:79:79 [0] NCCL INFO Using network Socket | "
                            "ip-10-1-2-3:79:79 [0] NCCL INFO Using network Socket"])
     assert stamped["hosts"] == ["ip-10-1-2-3"] and stamped["network"] == "Socket"
+
+
+def test_ib_switched_off_by_the_environment_leaves_sockets():
+    """NCCL 2.5 logs no 'Using network' line (nccl#529): with NCCL_IB_DISABLE=1 and NET/Socket's list the network
+    is Socket; NCCL_IB_DISABLE=0 says nothing about it."""
+    lines = ["h:97:221 [0] NCCL INFO NCCL_IB_DISABLE set by environment to 1.",
+             "h:97:221 [0] NCCL INFO NET/Socket : Using [0]ip6tnl0:fe80::e866:19ff:fe1e:a688%ip6tnl0<0>"]
+    out = parse_lines(lines)
+    assert (out["network"], out["transport"]) == ("Socket", "tcp")
+    assert out["transport_basis"].startswith("no Using network line: NCCL_IB_DISABLE=1, NET/Socket's list")
+    assert out["socket_devices"][0]["address"] == "fe80::e866:19ff:fe1e:a688%ip6tnl0"
+    assert parse_lines([lines[0].replace("to 1.", "to 0."), lines[1]])["network"] is None
+
+
+def test_a_line_cut_short_and_run_into_the_next_adds_no_host():
+    """Two processes writing to one stream (sglang#8974): 'adp-u' + 'adp-us-llm-...:235:235 [1] NCCL INFO' is not a
+    host of its own; two hosts where one name ends with the other are both kept."""
+    host = "adp-us-llm-1-00001-deployment-6f47c67945-s59dl"
+    out = parse_lines([f"{host}:234:234 [0] NCCL INFO Using network Socket",
+                       f"adp-u{host}:235:235 [1] NCCL INFO cudaDriverVersion 12090"])
+    assert out["hosts"] == [host]
+    both = parse_lines(["node1:1:1 [0] NCCL INFO Using network IB", "gpu-node1:2:2 [0] NCCL INFO Using network IB"])
+    assert both["hosts"] == ["gpu-node1", "node1"]
+
+
+def test_ring_gdr_counts_with_its_own_communicators_node_count():
+    """'Connected all rings, use ring PXN 0 GDR 1' says GPUDirect RDMA only for a communicator spanning nodes, and
+    the nNodes line that says so must come from the same init thread (ms-swift#6107 shows one communicator's rings
+    and the next one's 'nNodes 2'). 'Assigned NET plugin IB to comm' (2.27+) names the network."""
+    rings = "n:1:10 [0] NCCL INFO Connected all rings, use ring PXN 0 GDR 1"
+    other = "n:1:20 [0] NCCL INFO comm 0x1 rank 0 nRanks 8 nNodes 2 localRanks 4 localRank 0 MNNVL 0"
+    assert parse_lines([rings, other])["gpudirect_rdma"] is None
+    assert parse_lines([rings, other.replace(":20 ", ":10 ")])["gpudirect_rdma"] is True
+    bare = [line[line.find("NCCL INFO"):] for line in (rings, other)]  # no host prefix (nccl#1584): the log's count
+    assert parse_lines(bare)["gpudirect_rdma"] is True
+    assigned = parse_lines(["n:1:1 [0] NCCL INFO Assigned NET plugin IB to comm",
+                            "n:1:1 [0] NCCL INFO Assigned GIN plugin GIN_IB_GDAKI to comm"])
+    assert assigned["network"] == "IB"
+
+
+def test_the_ofi_plugin_disabling_gdr_means_no_gpudirect_rdma():
+    """aws-ofi-nccl says 'Could not disable CUDA API usage for HMEM, disabling GDR' (nccl-tests#245) and then offers
+    NCCL no GPU memory: GPUDirect RDMA is off even though no connection line is logged; a connection with
+    /GDRDMA would still decide."""
+    off = "[0] NCCL INFO NET/OFI Could not disable CUDA API usage for HMEM, disabling GDR"
+    assert parse_lines([off])["gpudirect_rdma"] is False
+    conn = "h:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/AWS Libfabric/0/GDRDMA"
+    assert parse_lines([off, conn])["gpudirect_rdma"] is True
+
+
+def test_nccl_24s_bare_nranks_line_is_init_all():
+    """NCCL <= 2.4's ncclCommInitAll logs 'NCCL INFO nranks 10' alone (nccl#241): the communicator size, made by
+    one process, so on one node; 'rank 3 nranks 10' lines are not that line."""
+    out = parse_lines(["node05:192642:192642 [9] NCCL INFO nranks 10", "node05:1:1 [0] NCCL INFO Using network Socket"])
+    assert (out["nranks"], out["nnodes"], out["transport"]) == (10, 1, "intra-node")
+    other = parse_lines(["n:1:1 [0] NCCL INFO comm 0x1 rank 3 nranks 10 cudaDev 3 busId 1000 - Init COMPLETE"])
+    assert other["nranks"] == 10 and other["nnodes"] is None
+
+
+def test_nccl_22_and_23_prefixes_and_socket_interface_lines():
+    """NCCL 2.2 printed 'host:pid:tid [dev] INFO' with no word NCCL (horovod#288): the host is read; NCCL 2.2-2.3
+    list each socket interface on a line of its own ('NET : Using interface ib0:192.168.11.1<0>'): the socket
+    devices when no NET/Socket list is logged. A SHARP library line ('[node:0:174 - context.c:857][..] INFO') is
+    not NCCL's and names no host."""
+    out = parse_lines(["C4140-V100-1:24:201 [0] misc/ibvwrap.cu:61 WARN Failed to open libibverbs.so[.1]",
+                       "C4140-V100-1:24:201 [0] INFO Using internal Network Socket",
+                       "C4140-V100-1:24:201 [0] INFO NET : Using interface ib0:192.168.11.1<0>"])
+    assert out["hosts"] == ["C4140-V100-1"] and out["network"] == "Socket" and out["transport"] == "tcp"
+    assert [(d["device"], d["address"]) for d in out["devices"]] == [("ib0", "192.168.11.1")]
+    sharp = parse_lines(["[node:0:174 - context.c:857][2024-05-30 12:26:47] INFO sharp_job_id:692 tree_idx:0"])
+    assert sharp["hosts"] is None
+
+
+@pytest.mark.parametrize("change", ["crlf", "tabs"])
+def test_every_real_log_reads_the_same_with_windows_line_ends_or_tabs(change):
+    """A log saved on Windows (CRLF) or passed through an editor that turns runs of four blanks into tabs reads
+    as it does unchanged (the ring listing 'Channel 00/02 :    0   1' became 'Channel 00/02 :\t0   1')."""
+    keys = ("nccl_version", "network", "devices", "gpudirect_rdma", "channels", "nranks", "nnodes", "transport",
+            "hosts", "socket_devices", "oob_interface")
+    for p in TRUTH_FILES:
+        lines = p.with_suffix(".log").read_text().splitlines()
+        changed = [line + "\r\n" for line in lines] if change == "crlf" else [line.replace("    ", "\t") for line in lines]
+        plain, other = parse_lines(lines), parse_lines(changed)
+        assert {k: other[k] for k in keys} == {k: plain[k] for k in keys}, p.stem
