@@ -8,12 +8,13 @@ busbw = algbw x factor(n): the per-link bandwidth a ring would need, comparable 
 | reduce_scatter  | count x elsize x n (count = per-rank out) | (n-1)/n   |
 | all_gather      | count x elsize x n (count = per-rank in)  | (n-1)/n   |
 | all_to_all      | count x elsize x n                       | (n-1)/n   |
+| gather, scatter | count x elsize x n (count = per-rank)    | (n-1)/n   |
 | broadcast, reduce, send/recv | count x elsize              | 1         |
 """
 from __future__ import annotations
 
-OPS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast", "reduce", "send", "recv",
-       "barrier")
+OPS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast", "reduce", "gather", "scatter",
+       "send", "recv", "barrier")
 # Every op name a step's summary can hold: the collectives above plus one coalesced send/recv batch.
 RECORDED_OPS = (*OPS, "sendrecv")
 
@@ -23,7 +24,7 @@ def bus_factor(op: str, n: int) -> float:
         raise ValueError(f"group size must be >= 1, got {n}")
     if op == "all_reduce":
         return 2.0 * (n - 1) / n
-    if op in ("reduce_scatter", "all_gather", "all_to_all"):
+    if op in ("reduce_scatter", "all_gather", "all_to_all", "gather", "scatter"):
         return (n - 1) / n
     if op in ("broadcast", "reduce", "send", "recv", "sendrecv"):
         return 1.0

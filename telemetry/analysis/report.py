@@ -103,6 +103,13 @@ def health_rows(h: dict | None) -> tuple[str, list[str], list[list[str]]]:
     return title, ["group", "timing", *(k.replace("_", " ") for k in keys)], rows
 
 
+def outside_rows(outside: dict) -> tuple[str, list[str], list[list[str]]]:
+    """Rank 0's collectives outside every step (run.json telemetry.comm_outside_steps): counted, not timed."""
+    rows = [[op, fmt(v.get("count")), fmt_bytes(v.get("bytes"))] for op, v in outside.items()]
+    return ("Collectives outside the steps (rank 0: setup, checkpoints; counted, not timed)",
+            ["collective", "calls", "bytes"], rows)
+
+
 def summarize(run: Run) -> dict:
     steps = run.timed_steps()
     layout = run.info.get("layout") or {}
@@ -181,6 +188,7 @@ def summarize(run: Run) -> dict:
         "loss_first": losses[0] if losses else None, "loss_last": losses[-1] if losses else None,
         "eval_loss_last": evals[-1] if evals else None,
         StepKey.COMM: comm, "comm_time_per_step_s": comm_time, StepKey.COMM_HEALTH: run_health(run),
+        "comm_outside_steps": (run.info.get("telemetry") or {}).get("comm_outside_steps"),
         "comm_share": comm_time / med if comm_time is not None and med else None,
         # the share counts timed calls only: partial when some calls had no time
         "comm_partial": comm_partial, "comm_untimed_bytes_per_step": median(per_step_untimed),
@@ -277,6 +285,7 @@ def tables(s: dict) -> list[tuple[str, list[str], list[list[str]]]]:
             ("Communication per step (median)", ["collective", "count", "bytes", "time", "busbw", "share of step",
                                                  "exposed share (profiled)", "untimed bytes"], comm_rows),
             *([group_table] if group_table else []), health_rows(s.get(StepKey.COMM_HEALTH)),
+            *([outside_rows(s["comm_outside_steps"])] if s.get("comm_outside_steps") else []),
             ("Energy", ["", ""], energy), ("Fabric counters", ["", ""], counters), s["stragglers"]]
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import sys
 import time
 
 import torch.distributed as dist
@@ -64,29 +65,38 @@ _BATCH = frozenset({"COALESCED"})
 _BLOCK = frozenset({"COALESCED", "ALLREDUCE_COALESCED", "ALLGATHER_COALESCED", "REDUCE_SCATTER_TENSOR_COALESCED"})
 _P2P = frozenset({"send", "recv", "sendrecv"})  # NCCL runs point-to-point on streams of their own
 
-# name -> (collective type, bytes from the bound arguments, whether the call takes async_op, NCCL op types)
+_GATHER, _SCATTER = frozenset({"GATHER"}), frozenset({"SCATTER"})
+_AR_LIST = frozenset({"ALLREDUCE_COALESCED", "COALESCED"})
+
+# name -> (collective type, bytes from the bound arguments and the group size, whether the call takes
+# async_op, NCCL op types). gather/scatter: S = the per-rank tensor x n, as nccl-tests' gather_perf and
+# scatter_perf count it; the *_coalesced names are torch's deprecated list forms, still called by older code.
 DIST_SPECS = {
-    "all_reduce": ("all_reduce", lambda a: _NBYTES(a["tensor"]), True, _AR),
-    "all_gather_into_tensor": ("all_gather", lambda a: _NBYTES(a["output_tensor"]), True, _AG),
-    "all_gather_single": ("all_gather", lambda a: _NBYTES(a["output_tensor"]), True, _AG),
-    "all_gather": ("all_gather", lambda a: _NBYTES(a["tensor"]) * len(a["tensor_list"]), True, _AG_LIST),
-    "reduce_scatter_tensor": ("reduce_scatter", lambda a: _NBYTES(a["input"]), True, _RS),
-    "reduce_scatter_single": ("reduce_scatter", lambda a: _NBYTES(a["input"]), True, _RS),
-    "reduce_scatter": ("reduce_scatter", lambda a: _sum_bytes(a["input_list"]), True, _RS_LIST),
-    "all_to_all_single": ("all_to_all", lambda a: _NBYTES(a["input"]), True, _A2A),
-    "all_to_all": ("all_to_all", lambda a: _sum_bytes(a["input_tensor_list"]), True, _A2A | _BATCH),
-    "broadcast": ("broadcast", lambda a: _NBYTES(a["tensor"]), True, _BC),
-    "reduce": ("reduce", lambda a: _NBYTES(a["tensor"]), True, _RED),
-    "barrier": ("barrier", lambda a: 0, True, _BAR),
-    "send": ("send", lambda a: _NBYTES(a["tensor"]), False, _SEND),
-    "recv": ("recv", lambda a: _NBYTES(a["tensor"]), False, _RECV),
-    "isend": ("send", lambda a: _NBYTES(a["tensor"]), False, _SEND),
-    "irecv": ("recv", lambda a: _NBYTES(a["tensor"]), False, _RECV),
+    "all_reduce": ("all_reduce", lambda a, n: _NBYTES(a["tensor"]), True, _AR),
+    "all_reduce_coalesced": ("all_reduce", lambda a, n: _sum_bytes(a["tensors"]), True, _AR_LIST),
+    "all_gather_into_tensor": ("all_gather", lambda a, n: _NBYTES(a["output_tensor"]), True, _AG),
+    "all_gather_single": ("all_gather", lambda a, n: _NBYTES(a["output_tensor"]), True, _AG),
+    "all_gather": ("all_gather", lambda a, n: _NBYTES(a["tensor"]) * len(a["tensor_list"]), True, _AG_LIST),
+    "all_gather_coalesced": ("all_gather", lambda a, n: _sum_bytes(a["input_tensor_list"]) * n, True, _AG_LIST),
+    "reduce_scatter_tensor": ("reduce_scatter", lambda a, n: _NBYTES(a["input"]), True, _RS),
+    "reduce_scatter_single": ("reduce_scatter", lambda a, n: _NBYTES(a["input"]), True, _RS),
+    "reduce_scatter": ("reduce_scatter", lambda a, n: _sum_bytes(a["input_list"]), True, _RS_LIST),
+    "all_to_all_single": ("all_to_all", lambda a, n: _NBYTES(a["input"]), True, _A2A),
+    "all_to_all": ("all_to_all", lambda a, n: _sum_bytes(a["input_tensor_list"]), True, _A2A | _BATCH),
+    "broadcast": ("broadcast", lambda a, n: _NBYTES(a["tensor"]), True, _BC),
+    "reduce": ("reduce", lambda a, n: _NBYTES(a["tensor"]), True, _RED),
+    "gather": ("gather", lambda a, n: _NBYTES(a["tensor"]) * n, True, _GATHER),
+    "scatter": ("scatter", lambda a, n: _NBYTES(a["tensor"]) * n, True, _SCATTER),
+    "barrier": ("barrier", lambda a, n: 0, True, _BAR),
+    "monitored_barrier": ("barrier", lambda a, n: 0, False, _BAR),  # gloo only; blocking
+    "send": ("send", lambda a, n: _NBYTES(a["tensor"]), False, _SEND),
+    "recv": ("recv", lambda a, n: _NBYTES(a["tensor"]), False, _RECV),
+    "isend": ("send", lambda a, n: _NBYTES(a["tensor"]), False, _SEND),
+    "irecv": ("recv", lambda a, n: _NBYTES(a["tensor"]), False, _RECV),
 }
 FUNCOL_SPECS = {
     "all_reduce": ("all_reduce", lambda a, n: _NBYTES(a["self"]), _AR),
-    "all_reduce_coalesced": ("all_reduce", lambda a, n: _sum_bytes(a["self"]),
-                             frozenset({"ALLREDUCE_COALESCED", "COALESCED"})),
+    "all_reduce_coalesced": ("all_reduce", lambda a, n: _sum_bytes(a["self"]), _AR_LIST),
     "all_gather_tensor": ("all_gather", lambda a, n: _NBYTES(a["self"]) * n, _AG),
     "all_gather_single": ("all_gather", lambda a, n: _NBYTES(a["self"]) * n, _AG),
     "reduce_scatter_tensor": ("reduce_scatter", lambda a, n: _NBYTES(a["self"]), _RS),
@@ -95,11 +105,15 @@ FUNCOL_SPECS = {
     "broadcast": ("broadcast", lambda a, n: _NBYTES(a["self"]), _BC),
 }
 _ASYNC_RETURNING = {"isend", "irecv"}
-# Also wrapped where distributed_c10d looks them up as module globals: P2POp and batch_isend_irecv test
-# identity against isend/irecv; torch 2.13's all_gather_into_tensor/reduce_scatter_tensor delegate to
-# the *_single names there, and DeepSpeed's coalesced all-gather calls distributed_c10d's directly.
-_C10D_GLOBALS = ("isend", "irecv", "all_gather_into_tensor", "all_gather_single", "reduce_scatter_tensor",
-                 "reduce_scatter_single")  # return a Work without an async_op flag
+# Every name is also wrapped where distributed_c10d looks it up as a module global (the same wrapper, a call
+# reached through another wrapped call counts once): P2POp and batch_isend_irecv test identity against
+# isend/irecv; torch 2.13's all_gather_into_tensor/reduce_scatter_tensor delegate to the *_single names
+# there; DeepSpeed's coalesced all-gather calls distributed_c10d's directly; and the object collectives
+# (all_gather_object, gather_object, broadcast_object_list, scatter_object_list, send/recv_object_list:
+# DCP's planning, metrics gathered to rank 0) send their pickled bytes through all_gather, gather, broadcast,
+# scatter, send, recv and batch_isend_irecv there: counted as those calls, with the bytes on the wire.
+# Torch modules that bind collectives when imported (DTensor's mesh_broadcast/mesh_scatter) are rebound too.
+_BINDING_MODULES = ("torch.distributed.tensor._collective_utils",)
 
 
 def registering(fn):
@@ -127,7 +141,7 @@ class CallWrappers:
             if fn is not None:
                 wrapper = self._wrap_dist(name, fn, spec)
                 self._patch(dist, name, wrapper)
-                if name in _C10D_GLOBALS and getattr(c10d, name, None) is fn:
+                if getattr(c10d, name, None) is fn:
                     self._patch(c10d, name, wrapper)
         try:
             import torch.distributed._functional_collectives as funcol
@@ -141,12 +155,26 @@ class CallWrappers:
         if hasattr(dist, "_broadcast_coalesced"):  # DDP's parameter and buffer broadcasts
             self._patch(dist, "_broadcast_coalesced", self._wrap_broadcast_coalesced(dist._broadcast_coalesced))
         if hasattr(dist, "batch_isend_irecv"):
-            self._patch(dist, "batch_isend_irecv", self._wrap_batch(dist.batch_isend_irecv))
+            fn = dist.batch_isend_irecv
+            self._patch(dist, "batch_isend_irecv", self._wrap_batch(fn))
+            if getattr(c10d, "batch_isend_irecv", None) is fn:
+                self._patch(c10d, "batch_isend_irecv", dist.batch_isend_irecv)
         if hasattr(c10d, "_coalescing_manager"):  # Megatron's DDP gradient sync, DeepSpeed's coalesced gathers
             wrapped = self._wrap_coalescing(c10d._coalescing_manager)
             if getattr(dist, "_coalescing_manager", None) is c10d._coalescing_manager:
                 self._patch(dist, "_coalescing_manager", wrapped)
             self._patch(c10d, "_coalescing_manager", wrapped)
+        self._rebind_importers()
+
+    def _rebind_importers(self) -> None:
+        """Point the collectives that loaded torch modules bound at import time at the wrappers."""
+        wrappers = {id(self._orig[(dist, name)]): getattr(dist, name) for (module, name) in list(self._orig)
+                    if module is dist}
+        for modname in _BINDING_MODULES:
+            module = sys.modules.get(modname)
+            for attr, value in list(vars(module).items()) if module is not None else ():
+                if callable(value) and id(value) in wrappers:
+                    self._patch(module, attr, wrappers[id(value)])
 
     def _register_groups(self, c10d) -> None:
         """Completion hooks on every NCCL group at its creation: the groups that exist now, and those made
@@ -193,7 +221,7 @@ class CallWrappers:
                 return fn(*args, **kwargs)
             a = named(args, kwargs)
             pg, size, backend = tracer._group_info(a.get("group"))
-            call = Call(op, nbytes_of(a), size, backend, tracer._source("dist"), time.perf_counter())
+            call = Call(op, nbytes_of(a, size), size, backend, tracer._source("dist"), time.perf_counter())
             caller_async = bool(a.get("async_op", False)) if has_async else name in _ASYNC_RETURNING
             result = tracer._call(fn, call, pg, types, args, kwargs, sync=not caller_async)
             if backend == "nccl":  # timed by the group's completion report; the Work stays the caller's

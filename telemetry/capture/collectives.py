@@ -130,6 +130,10 @@ class CollectiveTracer(CallWrappers):
         self.dropped = 0  # queued calls never reported within STALE_STEPS steps
         self._by_events: deque[Call] = deque()  # EVENTS: calls whose end event is not read yet, in issue order
         self._between: dict[str, Counter] = {k: Counter() for k in coverage.BETWEEN}  # since the last end_step
+        self._open = False  # between begin_step and end_step
+        # calls made outside any step (setup, DDP's first broadcast, checkpoint saves and loads, whatever a
+        # loop does between its steps): op -> [count, bytes], so that the run still counts every collective
+        self._outside: dict[str, list[int]] = {}
         self._unclaimed_seen: Counter = Counter(UNCLAIMED)  # counted from here on
         self._overflows_seen: Counter = Counter(OVERFLOWS)
         self.installed = False
@@ -324,14 +328,33 @@ class CollectiveTracer(CallWrappers):
 
     def begin_step(self) -> None:
         with self._cond:
-            self._step = StepComm()
+            if not self._open:
+                self._fold_outside(self._step.calls)
+            self._step, self._open = StepComm(), True
+
+    def _fold_outside(self, calls: list[Call]) -> None:  # holds self._cond
+        for c in calls:
+            entry = self._outside.setdefault(c.op, [0, 0])
+            entry[0] += 1
+            entry[1] += c.nbytes
+
+    def outside_steps(self) -> dict[str, dict[str, int]]:
+        """Calls made outside every step so far, per collective type: `count` and `bytes` (nccl-tests S)."""
+        with self._cond:
+            calls = [] if self._open else list(self._step.calls)
+            out = {op: list(v) for op, v in self._outside.items()}
+        for c in calls:
+            entry = out.setdefault(c.op, [0, 0])
+            entry[0] += 1
+            entry[1] += c.nbytes
+        return {op: {"count": n, "bytes": b} for op, (n, b) in sorted(out.items())}
 
     def end_step(self, hold: bool = False) -> StepComm:
         """The step's calls. `hold`: leave its NCCL calls open for completion reports still to come; the
         caller closes the step later with `release` (off the training thread's critical path)."""
         self.drain()  # the reports the hooks queued during the step, matched in one batch
         with self._cond:
-            step, self._step = self._step, StepComm()
+            step, self._step, self._open = self._step, StepComm(), False
             self._steps += 1
             for q in (*self._pending.values(), self._by_events):
                 while q and q[0].step_no < self._steps - STALE_STEPS and q[0].works is not None:

@@ -634,6 +634,7 @@ class Telemetry:
             out["cross_rank"] = self.cross_rank_info
         if getattr(self, "_traced", True):
             out[StepKey.COMM_HEALTH] = self.run_health()
+            out["comm_outside_steps"] = self.tracer.outside_steps()
         if self.stragglers is not None:
             out["stragglers"] = self.stragglers.summary()
         if self._exposed:

@@ -2,10 +2,13 @@
 its collectives; the collective sweep runs and checks its results on NCCL."""
 from __future__ import annotations
 
+import json
 import math
+import os
+import sys
 
-from ..conftest import REPO
-from .common import FAST, GPU, run_on_gpu
+from ..conftest import REPO, run_bounded
+from .common import FAST, GPU, gpu_env, run_on_gpu
 
 pytestmark = GPU
 
@@ -38,3 +41,18 @@ def test_collective_sweep_on_nccl(tmp_path):
     assert info["final"]["wrong"] == 0
     assert set(info["final"]["avg_busbw_GBps"]) >= {"all_reduce", "all_gather", "reduce_scatter"}
     assert (out / "collectives.txt").read_text().count("\n") > 10
+
+
+def test_tracer_times_gather_scatter_and_object_collectives_on_nccl(tmp_path):
+    """ProcessGroupNCCL's completion reports (op types GATHER, SCATTER, ALLGATHER, BROADCAST) time each call;
+    the object collectives count as the c10d collectives they make. (The same file runs on gloo on a CPU.)"""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=1",
+           str(REPO / "tests" / "gpu" / "nccl_tracer_worker.py"), str(tmp_path)]
+    res = run_bounded(cmd, {**os.environ, "PYTHONPATH": str(REPO), **gpu_env()}, 240, tmp_path)
+    assert res.returncode == 0, res.stderr[-4000:]
+    summary = json.loads((tmp_path / "rank0.json").read_text())["summary"]
+    assert set(summary) == {"gather", "scatter", "all_gather", "broadcast"}, summary
+    assert (summary["gather"]["bytes"], summary["scatter"]["bytes"]) == (1024, 1024)  # 1 KiB x 1 rank
+    assert summary["all_gather"]["count"] == 2 and summary["broadcast"]["count"] == 2  # sizes, then payload
+    for op, stats in summary.items():
+        assert stats["untimed"] == 0 and stats["time_s"] is not None and stats["time_s"] >= 0, (op, stats)

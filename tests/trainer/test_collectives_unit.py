@@ -14,7 +14,7 @@ from tests.conftest import REPO
 from trainer.cli import main
 
 SWEEP = str(REPO / "recipes" / "collectives.yaml")
-OPS = ["all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast"]
+OPS = ["all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast", "reduce", "gather", "scatter"]
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +50,7 @@ def test_results_are_checked_and_bus_bandwidth_of_one_rank_is_zero(sweep):
                 if block is None:
                     continue
                 assert block["wrong"] == 0 and block["time_us"] > 0 and block["algbw_GBps"] > 0
-                if op != "broadcast":  # (n - 1) / n of the traffic crosses a link: none in a world of one
+                if op not in ("broadcast", "reduce"):  # (n - 1) / n crosses a link: none in a world of one
                     assert block["busbw_GBps"] == 0.0
 
 
@@ -70,3 +70,24 @@ def test_sendrecv_in_a_world_of_one_is_skipped_with_the_reason(sweep):
     assert code == 0 and "sendrecv" not in result["ops"]
     assert result["skipped"] == {"sendrecv": "needs at least 2 ranks"}
     assert "# fabric-harness: sendrecv skipped: it needs at least 2 ranks" in (out / "collectives.txt").read_text()
+
+
+def test_a_gather_that_delivers_the_wrong_values_is_counted_wrong(tmp_path, monkeypatch):
+    """The check reads the root's result: a gather that moved zeros instead of the operand is caught in
+    both forms (in place, the root's own chunk is overwritten too)."""
+    real = dist.gather
+
+    def zeros_gathered(tensor, gather_list=None, dst=None, group=None, async_op=False, **kw):
+        return real(tensor.new_zeros(tensor.shape), gather_list, dst=dst, group=group, async_op=async_op, **kw)
+    monkeypatch.setattr(dist, "gather", zeros_gathered)
+    out = tmp_path / "run"
+    saved = dict(os.environ)
+    try:
+        code = main([SWEEP, f"output_dir={out}", "sweep.min_bytes=64", "sweep.max_bytes=256", "sweep.iters=1",
+                     "sweep.warmup=0", "sweep.ops=[gather]", "sweep.latency_table=false", "sweep.pairs=false"])
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    rows = json.loads((out / "collectives.json").read_text())["ops"]["gather"]["rows"]
+    assert code == 0  # as nccl-tests: the table says how many were wrong (its footer: FAILED)
+    assert [(r["out_of_place"]["wrong"], r["in_place"]["wrong"]) for r in rows] == [(16, 16), (32, 32), (64, 64)]

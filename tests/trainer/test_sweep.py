@@ -391,6 +391,38 @@ def test_sweep_with_telemetry_hold_and_zero_count_rows(tmp_path):
 
 
 @pytest.mark.integration
+def test_rooted_collectives_at_three_ranks_from_a_root_that_is_not_zero(tmp_path):
+    """reduce, gather and scatter (nccl-tests' reduce_perf, gather_perf, scatter_perf) with root 1 of 3: every
+    result checked, the root in the table, the sizes and bus factors as nccl-tests computes them, and the text
+    read back as those tests."""
+    res = run_cli(tmp_path / "rooted", "sweep.ops=[reduce,gather,scatter]", "sweep.root=1", "sweep.redop=max",
+                  "sweep.min_bytes=4", "sweep.max_bytes=48K", "sweep.factor=4", "sweep.iters=2", "sweep.warmup=1",
+                  "sweep.latency_table=false", "sweep.pairs=false", recipe=SWEEP, nproc=3)
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = json.loads((res.out / "collectives.json").read_text())
+    assert list(out["ops"]) == ["reduce", "gather", "scatter"]
+    for op, doc in out["ops"].items():
+        assert doc["wrong"] == 0 and doc["checked"], op
+        for row in doc["rows"]:
+            assert (row["root"], row["redop"]) == (1, "max" if op == "reduce" else "none")
+            for form in ("out_of_place", "in_place"):
+                block = row[form]
+                if op == "reduce" and form == "out_of_place":
+                    assert block is None  # torch's reduce exists only in place
+                    continue
+                assert block["wrong"] == 0, (op, row["size"], form)
+                factor = 1.0 if op == "reduce" else 2 / 3
+                assert block["busbw_GBps"] == pytest.approx(block["algbw_GBps"] * factor, rel=1e-6, abs=1e-9)
+    assert out["ops"]["reduce"]["missing"] == {"out_of_place": "torch's reduce exists only in place"}
+    gather = out["ops"]["gather"]["rows"]  # S = count per rank x 3 ranks x 4 B
+    assert [(r["size"], r["count"]) for r in gather] == [(0, 0), (12, 1), (60, 5), (252, 21), (1020, 85),
+                                                         (4092, 341), (16380, 1365)]
+    text = read(str(res.out / "collectives.txt"))
+    assert set(text["ops"]) == {"reduce", "gather", "scatter"}
+    assert text["rows_read"] == sum(len(d["rows"]) for d in out["ops"].values())
+
+
+@pytest.mark.integration
 def test_p2p_matrix_is_refused_on_cpu(tmp_path):
     res = run_cli(tmp_path / "p2p", "sweep.ops=[p2p_matrix]", recipe=SWEEP, nproc=1)
     assert res.returncode == 2

@@ -47,6 +47,8 @@ REDOPS = {"sum": dist.ReduceOp.SUM, "prod": dist.ReduceOp.PRODUCT, "min": dist.R
 HOLD_BATCH = 256  # operations in flight at once while holding a size (sweep.min_seconds_per_size)
 HOLD_MAX_ITERS = 1_000_000
 FACTOR_OP = {"sendrecv": "sendrecv"}
+REDUCING = ("all_reduce", "reduce_scatter", "reduce")  # the ops that take sweep.redop
+ROOTED = ("broadcast", "reduce", "gather", "scatter")  # the ops that take sweep.root
 # torch 2.13 renamed the tensor forms; older releases have only the old names
 _ALL_GATHER = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 _REDUCE_SCATTER = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
@@ -154,7 +156,8 @@ class Sweep:
         per, count = counts(op, size, n, self.elsize)
         S = count * self.elsize
         redop_name = self.cfg.redop
-        redop = REDOPS[redop_name] if op in ("all_reduce", "reduce_scatter") else None
+        redop = REDOPS[redop_name] if op in REDUCING else None
+        root = self.cfg.root % n
         if op == "all_reduce":
             if not in_place:
                 return None
@@ -165,7 +168,6 @@ class Sweep:
         if op == "broadcast":
             if not in_place:
                 return None
-            root = self.cfg.root % n
             buf = torch.empty(count, dtype=dt, device=dev)
             src = contribution("sum", root, n)
             return Case(op, count, S, lambda: dist.broadcast(buf, src=root, group=self.group, async_op=True),
@@ -202,7 +204,47 @@ class Sweep:
             if in_place:
                 return None
             return self._exchange_case(op, count, S, (r + 1) % n, (r - 1) % n)
+        if op in ("reduce", "gather", "scatter"):
+            return self._rooted_case(op, count, per, S, root, in_place, redop)
         raise ValueError(op)
+
+    def _rooted_case(self, op: str, count: int, per: int, S: int, root: int, in_place: bool, redop) -> Case | None:
+        """reduce (torch's exists only in place), gather and scatter to or from `root`: only the root's
+        result is checked for reduce and gather (nccl-tests' non-root receive buffers are unused), every
+        rank's chunk for scatter. In place, the root's own chunk is part of the whole buffer, as in
+        nccl-tests; results are zeroed before each check so a stale correct buffer cannot pass."""
+        n, r, dev, dt, redop_name = self.world, self.rank, self.device, self.dtype, self.cfg.redop
+        new = lambda k: torch.empty(k, dtype=dt, device=dev)  # noqa: E731
+        if op == "reduce":
+            if not in_place:
+                return None
+            buf, mine, want = new(count), contribution(redop_name, r, n), reduced(redop_name, n)
+            return Case(op, count, S, lambda: dist.reduce(buf, dst=root, op=redop, group=self.group, async_op=True),
+                        lambda: fill(buf, mine), (lambda: count_wrong(buf, want, n)) if r == root else (lambda: 0))
+        whole = new(count) if r == root else None  # gather's result, scatter's operand: at the root only
+        chunks = list(whole.view(n, per).unbind(0)) if whole is not None else None
+        mine = chunks[r] if in_place and chunks is not None else new(per)  # this rank's operand or result
+        if op == "gather":
+            def prepare():
+                if whole is not None:
+                    whole.zero_()
+                fill(mine, contribution("sum", r, n))
+            # element k of the root's result is element k % per of rank k // per (as all_gather's)
+            check = (lambda: count_wrong(whole, lambda k: (torch.div(k, max(per, 1), rounding_mode="floor") + 1)
+                                         * _base(k % max(per, 1)), n)) if whole is not None else (lambda: 0)
+            return Case(op, count, S, lambda: dist.gather(mine, chunks, dst=root, group=self.group, async_op=True),
+                        prepare, check)
+
+        def scatter_prepare():
+            if whole is None:
+                mine.zero_()
+            else:  # chunk j goes to rank j
+                for j, chunk in enumerate(chunks):
+                    fill(chunk, contribution("sum", j, n))
+                if not in_place:
+                    mine.zero_()
+        return Case(op, count, S, lambda: dist.scatter(mine, chunks, src=root, group=self.group, async_op=True),
+                    scatter_prepare, lambda: count_wrong(mine, contribution("sum", r, n), n))
 
     def _exchange_case(self, op: str, count: int, S: int, peer_to: int, peer_from: int) -> Case:
         dt, dev, r = self.dtype, self.device, self.rank
@@ -643,8 +685,8 @@ def _one_test(sw: Sweep, cfg, op: str, pair, bounds: tuple[int, int], hosts: lis
     rows = []
     started = _stamp()
     base = "sendrecv" if pair else op
-    root = cfg.root if op == "broadcast" else -1
-    redop = cfg.redop if op in ("all_reduce", "reduce_scatter") else "none"
+    root = cfg.root if op in ROOTED else -1
+    redop = cfg.redop if op in REDUCING else "none"
     test = TEST_OF[base]
     ranks = list(pair) if pair else list(range(sw.world))
     say(f"#\n# Collective test starting: {test}")

@@ -38,10 +38,12 @@ _PREFIX_W = (12, 12, 8, 6, 6)
 _BLOCK_W = (7, 6, 6, 6)
 TEST_OF = {"all_reduce": "all_reduce_perf", "reduce_scatter": "reduce_scatter_perf",
             "all_gather": "all_gather_perf", "all_to_all": "alltoall_perf", "sendrecv": "sendrecv_perf",
-            "broadcast": "broadcast_perf"}
+            "broadcast": "broadcast_perf", "reduce": "reduce_perf", "gather": "gather_perf",
+            "scatter": "scatter_perf"}
 # Why a block is null: torch has no such form of the collective.
 MISSING = {("all_reduce", "out_of_place"): "torch's all_reduce exists only in place",
            ("broadcast", "out_of_place"): "torch's broadcast exists only in place",
+           ("reduce", "out_of_place"): "torch's reduce exists only in place",
            ("all_to_all", "in_place"): "all_to_all_single needs distinct input and output buffers",
            ("sendrecv", "in_place"): "send/recv uses separate send and receive buffers"}
 BLOCKS_ALL = ("out_of_place", "in_place")

@@ -2,7 +2,7 @@
 check a 16 GB sweep on a laptop before a 64-GPU job waits in a queue for it.
 
 Sizes follow nccl-tests (its `setupArgs`/`getCollByteCount`): S bytes is S / element size elements in
-all; reduce_scatter, all_gather and alltoall give each rank count = S / size / ranks (rounded down, and 0
+all; reduce_scatter, all_gather, alltoall, gather and scatter give each rank count = S / size / ranks (rounded down, and 0
 below ranks x element size: nccl-tests then runs and prints a zero-element collective, size 0), the others
 count = S / size. Every requested size keeps its own row; the JSON keeps the requested size beside it.
 
@@ -22,7 +22,7 @@ SWEEP_BYTES_MAX = 1 << 36  # 64 GiB: more than any accelerator's memory per buff
 ELEMENT_SIZE = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int32": 4, "int64": 8, "int8": 1,
                 "uint8": 1}
 # Size S counts the whole collective's data: for these, each rank holds S/n (nccl-tests' convention).
-PER_RANK_SPLIT = {"reduce_scatter", "all_gather", "all_to_all"}
+PER_RANK_SPLIT = {"reduce_scatter", "all_gather", "all_to_all", "gather", "scatter"}
 CHECK_CHUNK = 1 << 19  # elements filled or checked at once
 # temporaries per element of a chunk while checking: int64 indices and the formula's intermediates, the
 # expected value in the dtype and as float64, the result as float64, differences, tolerances, a mask
@@ -49,9 +49,9 @@ def buffer_bytes(op: str, size: int, world: int, elsize: int, in_place: str = "b
              "in_place": ("in_place",)}[in_place]
     need = []
     for form in forms:
-        if op in ("all_reduce", "broadcast"):
+        if op in ("all_reduce", "broadcast", "reduce"):
             need.append(total)  # one buffer (torch has only the in-place form)
-        elif op in ("reduce_scatter", "all_gather"):
+        elif op in ("reduce_scatter", "all_gather", "gather", "scatter"):
             need.append(total + (per if form == "out_of_place" else 0))
         else:  # all_to_all, sendrecv, the pairs, p2p_matrix: separate send and receive buffers
             need.append(2 * total)
@@ -105,8 +105,11 @@ def sizes(lo: int, hi: int, factor: int) -> list[int]:
     return out
 
 
-SWEEP_OPS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "sendrecv", "broadcast", "p2p_matrix")
-SWEEP_DEFAULT_OPS = SWEEP_OPS[:-1]  # p2p_matrix is GPU-only and asked for by name
+SWEEP_OPS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "sendrecv", "broadcast", "reduce", "gather",
+             "scatter", "p2p_matrix")
+# what fabric evaluations run; reduce, gather and scatter (nccl-tests' reduce_perf, gather_perf, scatter_perf)
+# and p2p_matrix (GPU-only) are asked for by name
+SWEEP_DEFAULT_OPS = SWEEP_OPS[:6]
 SWEEP_DTYPES = ("float32", "float64", "float16", "bfloat16", "int32", "int64", "int8", "uint8")
 
 
@@ -127,7 +130,7 @@ class SweepConfig:
     repeat_stat: Literal["median", "best"] = "median"
     dtype: str = "float32"  # -d
     redop: Literal["sum", "prod", "min", "max", "avg"] = "sum"  # -o
-    root: int = 0  # -r, for broadcast
+    root: int = 0  # -r, for broadcast, reduce, gather and scatter
     in_place: Literal["both", "out_of_place", "in_place"] = "both"
     check: bool = True  # -c: verify every result
     time_reduction: Literal["avg", "min", "max", "rank0"] = "avg"  # -a

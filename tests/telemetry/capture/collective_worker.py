@@ -6,6 +6,7 @@ import datetime
 import gc
 import json
 import os
+import pickle
 import sys
 import types
 import weakref
@@ -115,6 +116,29 @@ def main(out: str) -> None:
         c10d.reduce_scatter_tensor(torch.empty(256, **f32), torch.ones(512, **f32))
     results["c10d"] = step(tracer, c10d_globals)
     results["has_single"] = hasattr(c10d, "all_gather_single")
+
+    def gathers():
+        dist.gather(torch.ones(64, **f32), [torch.empty(64, **f32) for _ in range(world)] if rank == 0 else None,
+                    dst=0)  # S = 256 B x n
+        dist.scatter(torch.empty(32, **f32), [torch.ones(32, **f32) for _ in range(world)] if rank == 0 else None,
+                     src=0)  # S = 128 B x n
+        work = dist.gather(torch.ones(16, **f32), [torch.empty(16, **f32) for _ in range(world)] if rank == 0
+                           else None, dst=0, async_op=True)  # S = 64 B x n, timed by its future
+        work.wait()
+        dist.monitored_barrier()  # gloo's barrier that names a missing rank
+    results["gathers"] = step(tracer, gathers)
+
+    # object collectives send pickled bytes through c10d's all_gather/broadcast/gather/scatter/send/recv
+    def objects():
+        dist.all_gather_object([None] * world, rank)  # sizes (int64 each), then the payload padded to the largest
+        dist.broadcast_object_list([{"k": 1}], src=0)  # the sizes, then the bytes
+        if rank == 0:
+            dist.send_object_list([[1, 2, 3]], dst=1)
+        else:
+            dist.recv_object_list([None], src=0)
+    results["objects"] = step(tracer, objects)
+    results["pickled"] = {"rank": len(pickle.dumps(rank)), "dict": len(pickle.dumps({"k": 1})),
+                          "list": len(pickle.dumps([1, 2, 3]))}
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(32, 16), torch.nn.Linear(16, 4))

@@ -69,3 +69,25 @@ def test_a_signature_with_var_arguments_keeps_bind():
     named = arguments_of(f)
     assert named((1, 5, 6), {"c": 3}) == _bound(f, (1, 5, 6), {"c": 3}) == {"a": 1, "rest": (5, 6), "b": 2,
                                                                            "more": {"c": 3}}
+
+
+def test_install_wraps_each_name_where_c10d_and_dtensor_look_it_up_and_uninstall_restores_them():
+    from torch.distributed import distributed_c10d as c10d
+    collective_utils = pytest.importorskip("torch.distributed.tensor._collective_utils")
+
+    from telemetry.capture.collectives import CollectiveTracer
+
+    names = [n for n in (*DIST_SPECS, "batch_isend_irecv") if getattr(c10d, n, None) is getattr(dist, n, 0)]
+    before = {n: getattr(c10d, n) for n in names}
+    bound = {n: getattr(collective_utils, n) for n in ("broadcast", "scatter")}
+    tracer = CollectiveTracer().install()
+    try:
+        for n in names:  # the object collectives and c10d's own delegations reach the wrappers
+            assert getattr(c10d, n) is getattr(dist, n) is not before[n], n
+        assert "gather" in names and "scatter" in names and "send" in names
+        for n in bound:  # DTensor's mesh_broadcast / mesh_scatter bound c10d's at import
+            assert getattr(collective_utils, n) is getattr(dist, n) is not bound[n], n
+    finally:
+        tracer.uninstall()
+    assert all(getattr(c10d, n) is getattr(dist, n) is before[n] for n in names)
+    assert all(getattr(collective_utils, n) is fn for n, fn in bound.items())

@@ -55,6 +55,32 @@ def test_c10d_module_globals_are_traced_once(seen):
 
 
 @pytest.mark.integration
+def test_gather_scatter_and_monitored_barrier_have_nccl_tests_bytes(seen):
+    for res in seen:
+        g = res["gathers"]
+        assert set(g) == {"gather", "scatter", "barrier"}
+        assert (g["gather"]["count"], g["gather"]["bytes"]) == (2, (256 + 64) * 2)  # per-rank tensor x n
+        assert (g["scatter"]["count"], g["scatter"]["bytes"]) == (1, 128 * 2)
+        assert (g["barrier"]["count"], g["barrier"]["bytes"]) == (1, 0)
+        for op, stats in g.items():
+            assert stats["untimed"] == 0 and stats["time_s"] is not None and stats["time_s"] >= 0, op
+        # nccl-tests' gather_perf factor (n-1)/n: x 0.5 on 2 ranks
+        assert g["gather"]["busbw_GBps"] == pytest.approx(640 / g["gather"]["time_s"] / 1e9 * 0.5, rel=1e-6)
+
+
+@pytest.mark.integration
+def test_object_collectives_count_the_pickled_bytes_they_send(seen):
+    for rank, res in enumerate(seen):
+        o, size = res["objects"], res["pickled"]
+        ag, bc = o["all_gather"], o["broadcast"]
+        assert (ag["count"], ag["bytes"]) == (2, 8 * 2 + size["rank"] * 2)  # the sizes, then the padded payload
+        assert (bc["count"], bc["bytes"]) == (2, 8 + size["dict"])
+        p2p = "send" if rank == 0 else "recv"
+        assert (o[p2p]["count"], o[p2p]["bytes"]) == (2, 8 + size["list"])
+        assert set(o) == {"all_gather", "broadcast", p2p}
+
+
+@pytest.mark.integration
 def test_ddp_bucket_bytes_equal_the_trainable_gradient_bytes(seen):
     trainable_bytes = (16 * 4 + 4) * 4  # second Linear's weight and bias, fp32; the first is frozen
     for res in seen:

@@ -190,6 +190,16 @@ def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op=Fal
     return work if async_op else None
 
 
+def gather(tensor, gather_list=None, dst=None, group=None, async_op=False, group_dst=None):
+    work = group.issue("GATHER", [tensor])  # the device time of the rank's own part
+    return work if async_op else None
+
+
+def scatter(tensor, scatter_list=None, src=None, group=None, async_op=False, group_src=None):
+    work = group.issue("SCATTER", [tensor])
+    return work if async_op else None
+
+
 def barrier(group=None, async_op=False, device_ids=None):
     work = group.issue("ALLREDUCE", [torch.zeros(1)])  # NCCL's barrier is a 1-element all_reduce
     return work if async_op else None
@@ -394,6 +404,39 @@ def test_reports_are_matched_by_op_type_whatever_their_order():
     g.watchdog(reverse=True)
     s = tracer.end_step().summary()
     assert (s["all_gather"]["time_s"], s["sendrecv"]["time_s"], s["barrier"]["time_s"]) == (410e-6, 210e-6, 14e-6)
+
+
+def test_gather_and_scatter_match_their_own_reports_with_nccl_tests_bytes():
+    g, tracer = FakeProcessGroupNCCL("g"), CollectiveTracer()
+    gat, sca, reduce = wrap(tracer, "gather", gather), wrap(tracer, "scatter", scatter), wrap(tracer, "all_reduce", all_reduce)
+    tracer.begin_step()
+    gat(torch.ones(25), [torch.empty(25), torch.empty(25)], dst=0, group=g)  # 100 B per rank
+    sca(torch.empty(50), None, src=1, group=g)  # 200 B per rank
+    reduce(torch.ones(10), group=g)
+    g.watchdog(reverse=True)
+    s = tracer.end_step().summary()
+    assert (s["gather"]["bytes"], s["scatter"]["bytes"]) == (200, 400)  # the per-rank tensor x n (2)
+    assert (s["gather"]["time_s"], s["scatter"]["time_s"], s["all_reduce"]["time_s"]) == (110e-6, 210e-6, 50e-6)
+    assert s["gather"]["busbw_GBps"] == pytest.approx(200 * 0.5 / 110e-6 / 1e9)  # nccl-tests' (n-1)/n
+
+
+def test_calls_outside_every_step_are_counted_apart_and_never_in_a_step():
+    g, tracer = FakeProcessGroupNCCL("g"), CollectiveTracer()
+    reduce, gat = wrap(tracer, "all_reduce", all_reduce), wrap(tracer, "gather", gather)
+    reduce(torch.ones(10), group=g)  # setup, before any step
+    tracer.begin_step()
+    reduce(torch.ones(20), group=g)
+    g.watchdog()
+    assert tracer.end_step().summary()["all_reduce"]["bytes"] == 80
+    gat(torch.ones(5), None, dst=0, group=g)  # between steps (a checkpoint save)
+    assert tracer.outside_steps() == {"all_reduce": {"count": 1, "bytes": 40}, "gather": {"count": 1, "bytes": 40}}
+    tracer.begin_step()  # an evaluation bracketed as its own step is not outside
+    reduce(torch.ones(3), group=g)
+    g.watchdog()
+    tracer.end_step()
+    reduce(torch.ones(1), group=g)  # after the last step
+    g.watchdog()
+    assert tracer.outside_steps() == {"all_reduce": {"count": 2, "bytes": 44}, "gather": {"count": 1, "bytes": 40}}
 
 
 def test_the_hook_never_raises_into_the_watchdog():
