@@ -32,7 +32,7 @@ import time
 
 from telemetry.analysis import rates
 from telemetry.errors import HarnessError, OneLineParser, output_dir_problem, print_errors
-from telemetry.rundir import LOGS, RUN_JSON, RunKey
+from telemetry.rundir import LOGS, METRICS, RUN_JSON, RunKey
 
 SUBNET_BASE = "10.213"  # only ever assigned inside the lab's own namespaces
 IFACE = "fab0"
@@ -216,6 +216,9 @@ class Lab:
         self.all_namespaces = self.namespaces + ([self.switch] if self.switch else [])
         self.created: list[str] = []
         self.shaped: list[tuple[str, str]] = []  # (namespace, device) of every tbf the lab added
+        # the counters when the run's first step was recorded: what the queues dropped before it (rendezvous,
+        # the start-up broadcast of the model: node 0 sends it to every peer at once) is told apart
+        self.counters_at_first_step: dict | None = None
 
     def address(self, node: int) -> str:
         return f"{self.subnet}.{node + 1}"
@@ -374,8 +377,11 @@ def run_in_lab(lab: Lab, nproc: int, recipe_args: list[str], output_dir: str, ti
         threads.append(t)
     deadline = time.monotonic() + timeout_s
     codes: list[int | None] = [None] * len(procs)
+    metrics = os.path.join(output_dir, METRICS)
     try:
         while any(c is None for c in codes):
+            if lab.counters_at_first_step is None and lab.shaped and _has_a_line(metrics):
+                lab.counters_at_first_step = lab.qdisc_counters()
             for i, p in enumerate(procs):
                 if codes[i] is None:
                     codes[i] = p.poll()
@@ -418,6 +424,13 @@ def run_in_lab(lab: Lab, nproc: int, recipe_args: list[str], output_dir: str, ti
     return failed[0] if failed[0] > 0 else 1
 
 
+def _has_a_line(path: str) -> bool:
+    try:
+        return os.path.getsize(path) > 0
+    except OSError:
+        return False
+
+
 def _output_dir(recipe_args: list[str]) -> str:
     for arg in recipe_args[1:]:
         if arg.startswith("output_dir="):
@@ -446,29 +459,46 @@ def _recipe_problems(recipe_args: list[str], world: int) -> list[str]:
     return problems
 
 
+def _drops(counters: dict) -> int | None:
+    read = [c["drops"] for c in counters.values() if isinstance(c.get("drops"), int)]
+    return sum(read) if read and len(read) == len(counters) else None
+
+
 def _record_qdiscs(lab: Lab, output_dir: str) -> None:
-    """The shaped links' tbf counters into lab.json (`qdisc`, per link, and `tbf_drops`, their sum) and one
-    line when the queues dropped: drops mean retransmissions, a step slower than bytes over rate says."""
+    """The shaped links' tbf counters into lab.json (`qdisc`, per link, and `tbf_drops`, their sum, since the
+    lab came up; `tbf_drops_after_first_step`, those once the run's first step was recorded) and one line when
+    the queues dropped: drops during the steps mean retransmissions, a step slower than bytes over rate says.
+    Drops before it (node 0 broadcasting the model to every peer at once) slow the start-up only."""
     path = os.path.join(output_dir, "lab.json")
     counters = lab.qdisc_counters()
-    read = [c["drops"] for c in counters.values() if isinstance(c.get("drops"), int)]
-    drops = sum(read) if read and len(read) == len(counters) else None
+    drops = _drops(counters)
+    first = lab.counters_at_first_step
+    before = _drops(first) if first else None
+    after = drops - before if drops is not None and before is not None else None
     try:
         with open(path, encoding="utf-8") as f:
             info = json.load(f)
-        info.update(qdisc=counters, tbf_drops=drops)
+        info.update(qdisc=counters, tbf_drops=drops, tbf_drops_after_first_step=after)
         if drops is None:  # unknown is null with its reason, never 0
             info["tbf_drops_reason"] = ("no link was shaped (--rate none): no tbf queue to drop packets" if not counters
                                         else "a shaped link's counters could not be read (see `qdisc`)")
+        if after is None and drops is not None:
+            info["tbf_drops_after_first_step_reason"] = (
+                "the run recorded no step (a collective sweep, or it failed before its first step)" if first is None
+                else "a shaped link's counters could not be read at the first step")
         with open(path + ".tmp", "w", encoding="utf-8") as f:
             json.dump(info, f, indent=1)
         os.replace(path + ".tmp", path)
     except (OSError, json.JSONDecodeError) as exc:
         print(f"[lab] warning: could not record the links' tbf counters in {path}: {exc}", file=sys.stderr)
         return
-    if drops:
-        print(f"[lab] the shaped links' queues dropped {drops} packets (lab.json `qdisc`): TCP retransmitted "
-              "them, so steps ran slower than bytes over rate", file=sys.stderr)
+    if after:
+        print(f"[lab] the shaped links' queues dropped {after} packets during the steps ({drops} in all; lab.json "
+              "`qdisc`): TCP retransmitted them, so steps ran slower than bytes over rate", file=sys.stderr)
+    elif drops:
+        when = "before the first step was recorded (start-up: the model's broadcast to every peer at once)" \
+            if after == 0 else "(when is unknown: no step was recorded)"
+        print(f"[lab] the shaped links' queues dropped {drops} packets {when}; lab.json `qdisc`", file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,6 +1,7 @@
 """launch.lab's pure helpers and argument checks in-process (no namespaces are created)."""
 from __future__ import annotations
 
+import json
 import os
 import signal
 
@@ -172,3 +173,39 @@ def test_stop_signals_wait_until_bring_up_or_teardown_is_done():
         assert signal.getsignal(signal.SIGTERM) is handler
     finally:
         signal.signal(signal.SIGTERM, old)
+
+
+class FakeShapedLab:
+    """Stands in for a Lab whose tc counters are read twice: at the run's first step and before tear-down
+    (the counter values are those of a 3-node lab at 10mbit, lab.json of a run on the development VM)."""
+
+    def __init__(self, at_first_step, at_end):
+        self.counters_at_first_step, self.at_end = at_first_step, at_end
+
+    def qdisc_counters(self):
+        return self.at_end
+
+
+def link(drops):
+    return {"bytes": 5122870, "packets": 4270, "drops": drops, "overlimits": 7032, "requeues": 0, "backlog": 0}
+
+
+@pytest.mark.parametrize("first,end,after,said", [
+    ({"n0/fab0": link(503), "n1/fab0": link(0)}, {"n0/fab0": link(503), "n1/fab0": link(0)}, 0,
+     "dropped 503 packets before the first step was recorded (start-up"),
+    ({"n0/fab0": link(503), "n1/fab0": link(0)}, {"n0/fab0": link(520), "n1/fab0": link(3)}, 20,
+     "dropped 20 packets during the steps (523 in all"),
+    (None, {"n0/fab0": link(7)}, None, "dropped 7 packets (when is unknown: no step was recorded)"),
+    (None, {}, None, None),
+])
+def test_queue_drops_before_and_during_the_steps(tmp_path, capsys, first, end, after, said):
+    (tmp_path / "lab.json").write_text("{}")
+    lab._record_qdiscs(FakeShapedLab(first, end), str(tmp_path))
+    info = json.loads((tmp_path / "lab.json").read_text())
+    assert info["tbf_drops_after_first_step"] == after and info["qdisc"] == end
+    if not end:
+        assert info["tbf_drops"] is None and info["tbf_drops_reason"].startswith("no link was shaped")
+    elif first is None:
+        assert info["tbf_drops_after_first_step_reason"].startswith("the run recorded no step")
+    err = capsys.readouterr().err
+    assert (said in err) if said else err == "", err
