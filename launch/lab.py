@@ -147,7 +147,7 @@ def leftover_of_a_gone_lab(ns: str) -> tuple[bool, str]:
         return False, (f"namespace {ns} was left by a lab that is gone (process {pid}), but processes "
                        f"{' '.join(pids[:8])} still run in it (its nodes' jobs): stop them (kill {' '.join(pids[:8])}) "
                        "and the next lab removes it")
-    return True, f"left by a lab that is gone (process {pid}); nothing ran in it"
+    return True, f"left by a lab that is gone (process {pid}); nothing runs in it"
 
 
 @contextlib.contextmanager
