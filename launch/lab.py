@@ -158,7 +158,8 @@ def signals_deferred():
         yield
         return
     came: list[int] = []
-    old = {s: signal.signal(s, lambda signum, _frame: came.append(signum)) for s in STOP_SIGNALS}
+    old = {s: signal.signal(s, lambda signum, _frame: came.append(signum)) for s in STOP_SIGNALS
+           if signal.getsignal(s) is not signal.SIG_IGN}
     try:
         yield
     finally:
@@ -551,7 +552,8 @@ def main(argv: list[str] | None = None) -> int:
 
     def stop(signum, _frame):
         raise Interrupted(signum)
-    old = {s: signal.signal(s, stop) for s in STOP_SIGNALS}
+    # a signal the lab was started ignoring stays ignored (nohup's SIGHUP, SIGINT of a background job)
+    old = {s: signal.signal(s, stop) for s in STOP_SIGNALS if signal.getsignal(s) is not signal.SIG_IGN}
     code = 1
     try:
         with lab:

@@ -209,3 +209,15 @@ def test_queue_drops_before_and_during_the_steps(tmp_path, capsys, first, end, a
         assert info["tbf_drops_after_first_step_reason"].startswith("the run recorded no step")
     err = capsys.readouterr().err
     assert (said in err) if said else err == "", err
+
+
+def test_a_signal_the_lab_was_started_ignoring_stays_ignored():
+    """nohup ignores SIGHUP for its command: neither the deferral nor the lab's own handlers may undo that."""
+    old = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        with lab.signals_deferred():
+            assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+            signal.raise_signal(signal.SIGHUP)  # ignored: nothing to deliver afterwards
+        assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGHUP, old)
