@@ -46,6 +46,7 @@ OWNER_MARK = "fabric-harness-lab"
 ID_PREFIX = "fh"  # lab ids (namespace names) start with it: fh<pid>
 _MARK = re.compile(rf"^{OWNER_MARK} pid=(\d+) start=(\d+) pidns=(\S+)$")
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+TIMED_OUT = 124  # the exit status of a lab stopped by its --timeout, as timeout(1) gives
 
 
 class LabError(HarnessError):
@@ -379,6 +380,7 @@ def run_in_lab(lab: Lab, nproc: int, recipe_args: list[str], output_dir: str, ti
     deadline = time.monotonic() + timeout_s
     codes: list[int | None] = [None] * len(procs)
     metrics = os.path.join(output_dir, METRICS)
+    timed_out = False
     try:
         while any(c is None for c in codes):
             if lab.counters_at_first_step is None and lab.shaped and _has_a_line(metrics):
@@ -395,7 +397,8 @@ def run_in_lab(lab: Lab, nproc: int, recipe_args: list[str], output_dir: str, ti
                     codes = [c if c is not None else p.poll() for c, p in zip(codes, procs)]
                 break
             if time.monotonic() > deadline:
-                print(f"[lab] timed out after {timeout_s:.0f}s; stopping every node", file=sys.stderr)
+                print(f"[lab] timed out after {timeout_s:g} s (--timeout); stopping every node", file=sys.stderr)
+                timed_out = True
                 break
             time.sleep(0.2)
     finally:
@@ -410,6 +413,8 @@ def run_in_lab(lab: Lab, nproc: int, recipe_args: list[str], output_dir: str, ti
             t.join(timeout=5)
         for f in files:
             f.close()
+    if timed_out:  # as timeout(1) says it: the job recorded itself as interrupted (130), which Ctrl-C also is
+        return TIMED_OUT
     codes = [p.returncode for p in procs]
     failed = [c for c in codes if c != 0]
     if not failed:

@@ -434,3 +434,22 @@ def test_variant_names_and_rates_the_lab_would_refuse(tmp_path):
         "variants[1].name: got 'schnell-ü'; expected a name of letters, digits, '_', '.' or '-' (up to 64, starting "
         "with a letter or digit): it names run directories and report labels",
         "variants[3].name: 'a' is used twice; names must be unique"], found
+
+
+class FakeTimedOutLab(FakeLauncher):
+    """The lab past its --timeout: every node stopped, the job recorded as interrupted, exit 124."""
+
+    def __call__(self, cmd, env, log, timeout, verbose):
+        super().__call__(cmd, env, log, timeout, verbose)
+        out = next(a.split("=", 1)[1] for a in cmd if a.startswith("output_dir="))
+        with open(os.path.join(out, "run.json"), "w") as f:
+            json.dump({"status": "interrupted"}, f)
+        return 124, False
+
+
+def test_a_lab_stopped_by_its_own_timeout_is_reported_as_timed_out(tmp_path, capsys):
+    doc = good(tmp_path, launcher="lab", repeats=1)
+    doc["workloads"] = doc["workloads"][1:]
+    ev = load_evaluation(write(tmp_path, doc))
+    assert run_evaluation(ev, launch=FakeTimedOutLab(), render=False) == 1
+    assert "FAILED (timed out, run.json status interrupted)" in capsys.readouterr().out
