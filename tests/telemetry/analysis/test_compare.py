@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from telemetry.analysis.compare import loss_parity
+from telemetry.analysis.compare import compare, loss_parity
 from telemetry.analysis.runs import load_run
 
 from ...conftest import REPO
@@ -550,3 +550,13 @@ def test_loss_parity_names_the_fabric_that_differs_and_when_it_is_expected(tmp_p
 
 def parity_text(runs) -> str:
     return loss_parity(runs, ["x", "y", "z"])["verdict"]
+
+
+def test_one_label_on_runs_of_different_fabrics_is_said(tmp_path):
+    """LABEL=RUN makes repeats; a label reused by mistake on another fabric would average two fabrics unseen."""
+    a, b = write_run(tmp_path / "a", rate_bps=10e6), write_run(tmp_path / "b", rate_bps=100e6)
+    c, d = write_run(tmp_path / "c", rate_bps=5e6), write_run(tmp_path / "d", rate_bps=5e6)
+    result = compare([f"x={a}", f"x={b}", f"y={c}", f"y={d}"], str(tmp_path / "cmp"))
+    (said,) = [w for w in result["warnings"] if "different fabrics" in w]
+    assert said == (f"the runs labelled 'x' are on different fabrics (10mbit lab: {a}; 100mbit lab: {b}): their "
+                    "figures mix them")
