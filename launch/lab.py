@@ -571,8 +571,11 @@ def main(argv: list[str] | None = None) -> int:
             os.makedirs(output_dir, exist_ok=True)
             with open(os.path.join(output_dir, "lab.json"), "w", encoding="utf-8") as f:
                 json.dump({**lab.describe(), "nproc_per_node": args.nproc_per_node, "recipe": recipe_args}, f, indent=1)
-            code = run_in_lab(lab, args.nproc_per_node, recipe_args, output_dir, args.timeout, args.port)
-            _record_qdiscs(lab, output_dir)
+            try:
+                code = run_in_lab(lab, args.nproc_per_node, recipe_args, output_dir, args.timeout, args.port)
+            finally:  # an interrupted run keeps what its links did too
+                with signals_deferred():
+                    _record_qdiscs(lab, output_dir)
     except LabError as exc:
         print_errors(exc)
         code = 2
