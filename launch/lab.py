@@ -13,8 +13,9 @@ namespaces the lab creates; traffic between ranks of one node goes over loopback
 
 One torchrun agent per node joins a c10d rendezvous on node 0 (`is_host=1` there, 0 elsewhere: host
 names all resolve to loopback here), with GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME set to `fab0`
-(otherwise gloo advertises 127.0.0.1 and hangs). Whatever happens - success, failure, Ctrl-C, a hung
-agent - the namespaces are deleted before the command returns.
+(otherwise gloo advertises 127.0.0.1 and hangs). Whatever happens - success, failure, Ctrl-C, SIGTERM or
+SIGHUP, --timeout, a hung agent - the namespaces are deleted before the command returns. Only SIGKILL skips
+that: each namespace carries its lab's mark, and the next lab removes what a gone lab left (docs/lab.md).
 """
 from __future__ import annotations
 

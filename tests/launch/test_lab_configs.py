@@ -100,7 +100,7 @@ def test_a_lab_stopped_by_sigterm_tears_down_and_exits_143(tmp_path):
         deadline = time.monotonic() + 240
         metrics = out / "metrics.jsonl"
         while time.monotonic() < deadline and proc.poll() is None:
-            if metrics.exists() and metrics.read_text().count("\n") >= 3:  # the lab polls for the first
+            if metrics.exists() and metrics.read_text().count("\n") >= 3:  # a few steps: the lab polls
                 break
             time.sleep(0.5)
         assert proc.poll() is None, "the run ended before the signal"
