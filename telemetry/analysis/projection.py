@@ -138,6 +138,7 @@ def measured_profile(run: Run, summary: dict | None = None) -> dict:
             "burst_bytes": lab.get("burst_bytes"), "label": run.name,
             "workload": (run.info.get("recipe") or {}).get("workload"), "step_spread": spread,
             "steps": len(times), "dp": layout.get("dp") or world, "global_batch": layout.get("global_batch_size"),
+            "micro_batch": layout.get("micro_batch_size"),
             # the lab's nodes share one host's cores (None off the lab: nodes have their own)
             "host_cpus": lab.get("host_cpus"), "mtu": lab.get("mtu"),
             # links each node's ranks share onto the fabric: the lab gives a node one link; elsewhere the RDMA
@@ -340,6 +341,11 @@ def _compute_scale(profile: dict, world_new: int) -> tuple[float, float, list[st
     scale = world / world_new  # the global batch is kept: each rank's share shrinks as dp grows
     notes = [f"global batch kept: each rank computes {scale:.2f}x the samples it did at {world} ranks"
              + ("" if dp == world else " (tp and pp kept)")]
+    gbs, micro, dp_new = profile.get("global_batch"), profile.get("micro_batch"), dp * world_new // world
+    if gbs and micro and gbs % (micro * dp_new):  # the trainer would refuse this layout: say the time is a what-if
+        notes.append(f"the recipe's global batch {gbs} does not divide over micro-batch {micro} x dp {dp_new}: a "
+                     f"run on {world_new} ranks needs another (train.global_batch_size, a multiple of "
+                     f"{micro * dp_new}); projected as if {gbs} samples divided evenly")
     cpus, shared = profile.get("host_cpus"), 1.0
     if cpus:
         shared = max(1.0, world_new / cpus) / max(1.0, world / cpus)

@@ -308,3 +308,13 @@ def test_a_start_up_broadcast_the_timeout_cannot_hold_is_named():
 
 def startup(projection: dict) -> list[str]:
     return [n for n in projection["notes"] if n.startswith("start-up")]
+
+
+def test_a_node_count_the_recipes_global_batch_does_not_divide_over_is_said():
+    """tiny_llama_lora with global batch 12 on 3 lab nodes (micro-batch 4): the trainer refuses 2 or 4 nodes
+    (12 is no multiple of 4 x 2 or 4 x 4), so the projection there is a what-if and says so."""
+    three = profile(world_size=3, dp=3, nodes=3, global_batch=12, micro_batch=4)
+    (note,) = [n for n in project(three, 8e6, nodes=2)["notes"] if "does not divide" in n]
+    assert note == ("the recipe's global batch 12 does not divide over micro-batch 4 x dp 2: a run on 2 ranks needs "
+                    "another (train.global_batch_size, a multiple of 8); projected as if 12 samples divided evenly")
+    assert not [n for n in project({**three, "global_batch": 24}, 8e6, nodes=2)["notes"] if "does not divide" in n]
