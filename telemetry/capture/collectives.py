@@ -49,6 +49,7 @@ and each step's accounting and health). This module holds the tracer's state: qu
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -68,7 +69,32 @@ from telemetry.capture.completion_hooks import (EVENTS, HOOK, OVERFLOWS, UNCLAIM
 from telemetry.formulas import OPS, RECORDED_OPS
 
 _P2P = frozenset({"send", "recv", "sendrecv"})  # NCCL runs point-to-point on streams of their own
+HARNESS = "harness"  # a Call's source inside harness_traffic()
 STALE_STEPS = 4  # a queued call with no report this many steps later never gets one (dropped)
+
+
+_HARNESS = threading.local()
+
+
+@contextlib.contextmanager
+def harness_traffic():
+    """The harness's own bookkeeping exchanges (hosts, inventory, a start-up agreement): traced as usual (on
+    NCCL their completion reports are claimed), marked `harness`, and left out of the job's counts."""
+    before = getattr(_HARNESS, "on", False)
+    _HARNESS.on = True
+    try:
+        yield
+    finally:
+        _HARNESS.on = before
+
+
+def _tally(into: dict[str, list[int]], calls: list[Call]) -> None:
+    """Add the job's calls (not the harness's own) to op -> [count, bytes]."""
+    for c in calls:
+        if c.source != HARNESS:
+            entry = into.setdefault(c.op, [0, 0])
+            entry[0] += 1
+            entry[1] += c.nbytes
 
 
 def enable_nccl_timing(environ=os.environ) -> None:
@@ -174,6 +200,8 @@ class CollectiveTracer(CallWrappers):
         return getattr(self._local, "depth", 0)
 
     def _source(self, default: str) -> str:
+        if getattr(_HARNESS, "on", False):
+            return HARNESS
         return getattr(self._local, "source", None) or default
 
     def _record(self, call: Call) -> Call:
@@ -329,24 +357,15 @@ class CollectiveTracer(CallWrappers):
     def begin_step(self) -> None:
         with self._cond:
             if not self._open:
-                self._fold_outside(self._step.calls)
+                _tally(self._outside, self._step.calls)
             self._step, self._open = StepComm(), True
-
-    def _fold_outside(self, calls: list[Call]) -> None:  # holds self._cond
-        for c in calls:
-            entry = self._outside.setdefault(c.op, [0, 0])
-            entry[0] += 1
-            entry[1] += c.nbytes
 
     def outside_steps(self) -> dict[str, dict[str, int]]:
         """Calls made outside every step so far, per collective type: `count` and `bytes` (nccl-tests S)."""
         with self._cond:
-            calls = [] if self._open else list(self._step.calls)
             out = {op: list(v) for op, v in self._outside.items()}
-        for c in calls:
-            entry = out.setdefault(c.op, [0, 0])
-            entry[0] += 1
-            entry[1] += c.nbytes
+            if not self._open:  # calls since the last step's end (a final evaluation, the last save)
+                _tally(out, self._step.calls)
         return {op: {"count": n, "bytes": b} for op, (n, b) in sorted(out.items())}
 
     def end_step(self, hold: bool = False) -> StepComm:
@@ -441,8 +460,8 @@ class CollectiveTracer(CallWrappers):
             self._busy[key] = c.t_done
 
 
-__all__ = ["CollectiveTracer", "Call", "StepComm", "OPS", "RECORDED_OPS", "enable_nccl_timing", "totals",
-           "untimed_bytes", "register_group", "set_host_map", "group_identity", "group_totals",
+__all__ = ["CollectiveTracer", "Call", "StepComm", "OPS", "RECORDED_OPS", "enable_nccl_timing", "harness_traffic",
+           "totals", "untimed_bytes", "register_group", "set_host_map", "group_identity", "group_totals",
            # the parts' names this module has always offered (their homes: see the module's docstring)
            "DIST_SPECS", "FUNCOL_SPECS", "ranks_name", "register_timing", "host_time", "drain_reports", "HOOK",
            "EVENTS", "UNMATCHED", "LATE", "FUNCOL_GLOO", "EVENTS_ASYNC", "STALE_STEPS"]

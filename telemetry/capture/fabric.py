@@ -10,6 +10,7 @@ import socket
 import struct
 
 from telemetry.capture import roce
+from telemetry.capture.collectives import harness_traffic
 from telemetry.capture.counters import list_hcas, list_interfaces
 from telemetry.capture.environment import host_info, redacted_env
 from telemetry.capture.nccl_log import parse_dir
@@ -228,5 +229,6 @@ def exchange_hosts(rank: int | None = None) -> list[dict]:
     if not live or dist.get_world_size() == 1:
         return [me]
     hosts: list = [None] * dist.get_world_size()
-    dist.all_gather_object(hosts, me)
+    with harness_traffic():
+        dist.all_gather_object(hosts, me)
     return hosts

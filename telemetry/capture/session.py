@@ -34,7 +34,8 @@ import torch.distributed as dist
 from telemetry import coverage
 from telemetry.capture import early, fabric
 from telemetry.settings import TelemetrySettings  # noqa: F401 (the settings the session takes; re-exported)
-from telemetry.capture.collectives import RECORDED_OPS as OPS, CollectiveTracer, enable_nccl_timing, set_host_map, totals
+from telemetry.capture.collectives import RECORDED_OPS as OPS, CollectiveTracer, enable_nccl_timing, harness_traffic, \
+    set_host_map, totals
 from telemetry.capture import rdma_devices
 from telemetry.capture.counter_sampler import CounterSampler
 from telemetry.capture.gloo_lazy import gloo_connects_lazily, lazy_gloo_group
@@ -196,7 +197,8 @@ class Telemetry:
             if timeout is None:
                 self.cross_rank_info["timeout_reason"] = "torch did not say the job's timeout: torch's default"
             hosts: list = [None] * self.world  # once, before any step: the tracer drops calls outside steps
-            dist.all_gather_object(hosts, host_info()["hostname"], group=self._group)
+            with harness_traffic():
+                dist.all_gather_object(hosts, host_info()["hostname"], group=self._group)
             self.hosts, self.probe_ring = hosts, leaders(hosts)
             if live_export.current() is not None:
                 live_export.current().set_hosts(hosts)

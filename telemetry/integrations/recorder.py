@@ -32,7 +32,7 @@ import torch.distributed as dist
 
 from telemetry.analysis.exports import export_after_close
 from telemetry.capture import early, fabric, force_network, live_export
-from telemetry.capture.collectives import set_host_map
+from telemetry.capture.collectives import harness_traffic, set_host_map
 from telemetry.capture.counters import merge_verdicts
 from telemetry.capture.environment import redacted_env, software_versions
 from telemetry.capture.hooks import Hooks
@@ -228,7 +228,8 @@ class RunRecorder(Hooks):
                                                                cuda_runtime=torch.version.cuda)}
         every: list = [None] * (dist.get_world_size() if dist.is_initialized() else 1)
         if dist.is_initialized():
-            dist.all_gather_object(every, mine)
+            with harness_traffic():
+                dist.all_gather_object(every, mine)
         else:
             every = [mine]
         return {h.pop("host"): h for h in every if h is not None}

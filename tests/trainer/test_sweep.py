@@ -258,7 +258,7 @@ def test_formula_operands_reduce_to_their_closed_form():
     """The check compares against a closed form: it must equal the reduction of every rank's operand."""
     import torch
 
-    from trainer.sweep.measure import contribution, reduced
+    from trainer.sweep.operands import contribution, reduced
     idx = torch.arange(1000)
     for n in (1, 2, 3, 8, 64):
         ops = {"sum": lambda a, b: a + b, "prod": lambda a, b: a * b, "min": torch.minimum, "max": torch.maximum}
@@ -275,7 +275,7 @@ def test_check_counts_wrong_elements_chunk_by_chunk():
     import torch
 
     from trainer.sweep.plan import CHECK_CHUNK
-    from trainer.sweep.measure import a2a_value, contribution, count_wrong, fill, reduced
+    from trainer.sweep.operands import a2a_value, contribution, count_wrong, fill, reduced
     n = 8
     for dtype in (torch.float32, torch.float16, torch.bfloat16, torch.int8, torch.int32):
         buf = torch.empty(CHECK_CHUNK * 2 + 7, dtype=dtype)  # three chunks, the last one short

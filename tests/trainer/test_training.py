@@ -112,10 +112,10 @@ def check_telemetry(res, mode):
             assert rec["job_gpu_energy_j"] is not None or rec["gpu_energy_reason"]
     assert info["fabric"]["backend"] == "gloo" and info["fabric"]["transport"] == "loopback"
     assert info["telemetry"]["counters"]["verdict"] in ("clean", "loss")
-    # outside the steps: the hosts' inventory exchange (all_gather_object: its all_gathers), and with DDP the
-    # parameters' first broadcast; counted, never in a step's record
+    # outside the steps: with DDP the parameters' first broadcast; counted, never in a step's record (the
+    # harness's own exchanges of hosts and inventory are not the job's: not counted)
     outside = info["telemetry"]["comm_outside_steps"]
-    assert outside["all_gather"]["count"] >= 2 and outside["all_gather"]["bytes"] > 0
+    assert isinstance(outside, dict)
     if mode == "ddp":
         assert outside["broadcast"]["count"] >= 1 and outside["broadcast"]["bytes"] > 0
     for rank in (0, 1):

@@ -22,8 +22,6 @@ import os
 import resource
 import sys
 import time
-from dataclasses import dataclass
-from typing import Callable
 
 import torch
 import torch.distributed as dist
@@ -35,7 +33,8 @@ from telemetry.work_progress import WorkProgress
 from ..error_report import InputError
 from .output import (BLOCKS_ALL, HEADER, MISSING, TEST_OF, avg_busbw, describe_straggler, device_info, footer,
                      format_row, preamble, spread_line, timed_block, write_sweep_files)
-from .plan import CHECK_CHUNK, counts, held_here, human, memory_problem, sizes
+from .operands import Case, a2a_value, base_value, contribution, count_wrong, fill, reduced
+from .plan import counts, held_here, human, memory_problem, sizes
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16,
           "bfloat16": torch.bfloat16, "int32": torch.int32, "int64": torch.int64, "int8": torch.int8,
@@ -54,83 +53,6 @@ _ALL_GATHER = getattr(dist, "all_gather_single", None) or dist.all_gather_into_t
 _REDUCE_SCATTER = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 
 
-
-
-# ---------------------------------------------------------------- operands from a formula
-# Every operand is a formula of (rank, index), filled on the device in chunks, and every result is checked
-# against the formula's value at that index, also in chunks: no rank holds another rank's data, and nothing
-# beyond the collective's own buffers grows with the size or the rank count (nccl-tests checks the same way).
-
-def _base(idx: torch.Tensor) -> torch.Tensor:
-    # small integers: exact in every dtype, even summed over many ranks
-    return idx % 5 + 1
-
-
-def contribution(redop: str, rank: int, world: int):
-    """Rank's operand of a reduction at global indices idx (int64)."""
-    if redop == "prod":  # 2 at one rank per index, 1 elsewhere: the product is 2 at any rank count
-        return lambda idx: (idx % world == rank).long() + 1
-    return lambda idx: (rank + 1) * _base(idx)
-
-
-def reduced(redop: str, world: int):
-    """The reduction over every rank's contribution at idx, in closed form (float64)."""
-    if redop == "prod":
-        return lambda idx: torch.full(idx.shape, 2.0, dtype=torch.float64, device=idx.device)
-    factor = {"sum": world * (world + 1) / 2, "min": 1.0, "max": float(world), "avg": (world + 1) / 2}[redop]
-    return lambda idx: _base(idx).double() * factor
-
-
-def a2a_value(src: int, dst: int):
-    """Element e of the chunk rank src sends to rank dst (within one byte's range: exact in every dtype)."""
-    return lambda e: (src * 131 + dst * 17 + e) % 251 + 1
-
-
-def _chunks(n: int):
-    for lo in range(0, n, CHECK_CHUNK):
-        yield lo, min(n, lo + CHECK_CHUNK)
-
-
-def fill(buf: torch.Tensor, fn, offset: int = 0) -> None:
-    """buf[i] = fn(offset + i), chunk by chunk (integers wrap as the dtype does)."""
-    for lo, hi in _chunks(buf.numel()):
-        idx = torch.arange(offset + lo, offset + hi, device=buf.device)
-        buf[lo:hi].copy_(fn(idx))
-
-
-def _tolerance(dtype: torch.dtype, world: int) -> float | None:
-    """Relative tolerance for a float dtype (rounding in partial sums), None for integers (exact)."""
-    if not dtype.is_floating_point:
-        return None
-    return torch.finfo(dtype).eps * max(2, world)
-
-
-def count_wrong(out: torch.Tensor, fn, world: int, offset: int = 0) -> int:
-    """Elements of out that differ from fn(offset + i), counted on out's device chunk by chunk."""
-    tol = _tolerance(out.dtype, world)
-    wrong = torch.zeros((), dtype=torch.int64, device=out.device)
-    for lo, hi in _chunks(out.numel()):
-        idx = torch.arange(offset + lo, offset + hi, device=out.device)
-        expected = fn(idx).to(out.dtype)  # what the dtype can hold (integers wrapped, floats rounded)
-        got = out[lo:hi]
-        if tol is None:
-            wrong += (got != expected).sum()
-        else:
-            e = expected.double()
-            wrong += ((got.double() - e).abs() > tol * e.abs().clamp(min=1)).sum()
-    return int(wrong)
-
-
-@dataclass
-class Case:
-    """Buffers and callables for one op at one size and form. launch() issues one operation (async),
-    prepare() puts the operands in place, check() counts this rank's wrong elements after one operation."""
-    op: str
-    count: int  # elements in S
-    size: int  # S in bytes
-    launch: Callable
-    prepare: Callable
-    check: Callable
 
 
 class Sweep:
@@ -179,7 +101,7 @@ class Sweep:
             return Case(op, count, S, lambda: _ALL_GATHER(out, inp, group=self.group, async_op=True),
                         lambda: fill(inp, contribution("sum", r, n)),
                         lambda: count_wrong(out, lambda k: (torch.div(k, max(per, 1), rounding_mode="floor") + 1)
-                                            * _base(k % max(per, 1)), n))
+                                            * base_value(k % max(per, 1)), n))
         if op == "reduce_scatter":
             inp = torch.empty(count, dtype=dt, device=dev)
             out = inp[r * per:(r + 1) * per] if in_place else torch.empty(per, dtype=dt, device=dev)
@@ -231,7 +153,7 @@ class Sweep:
                 fill(mine, contribution("sum", r, n))
             # element k of the root's result is element k % per of rank k // per (as all_gather's)
             check = (lambda: count_wrong(whole, lambda k: (torch.div(k, max(per, 1), rounding_mode="floor") + 1)
-                                         * _base(k % max(per, 1)), n)) if whole is not None else (lambda: 0)
+                                         * base_value(k % max(per, 1)), n)) if whole is not None else (lambda: 0)
             return Case(op, count, S, lambda: dist.gather(mine, chunks, dst=root, group=self.group, async_op=True),
                         prepare, check)
 

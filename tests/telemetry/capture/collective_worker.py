@@ -140,6 +140,25 @@ def main(out: str) -> None:
     results["pickled"] = {"rank": len(pickle.dumps(rank)), "dict": len(pickle.dumps({"k": 1})),
                           "list": len(pickle.dumps([1, 2, 3]))}
 
+    # functional collectives' autograd and coalesced forms (context/expert parallelism), old and new names
+    import warnings
+
+    import torch.distributed._functional_collectives as funcol
+
+    def funcol_forms():
+        g = dist.group.WORLD
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)  # the *_tensor_* names are deprecated in 2.13
+            outs = [funcol.all_gather_tensor_autograd(torch.ones(8, requires_grad=True), 0, g),  # 32 B x n
+                    funcol.reduce_scatter_tensor_autograd(torch.ones(8, requires_grad=True), "sum", 0, g),  # 32 B
+                    funcol.all_to_all_single_autograd(torch.ones(8, requires_grad=True), None, None, g),  # 32 B
+                    *funcol.all_gather_into_tensor_coalesced([torch.ones(4), torch.ones(2)], g),  # 24 B x n
+                    *funcol.reduce_scatter_tensor_coalesced([torch.ones(4), torch.ones(2)], "sum", [0, 0], g),
+                    funcol.permute_tensor(torch.ones(3), [1, 0], g)]  # an all_to_all_single of 12 B
+        for t in outs:
+            funcol.wait_tensor(t)
+    results["funcol_forms"] = step(tracer, funcol_forms)
+
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(32, 16), torch.nn.Linear(16, 4))
     model[0].requires_grad_(False)

@@ -33,7 +33,7 @@ from torch._C._distributed_c10d import OpType
 
 from telemetry import coverage
 from telemetry.capture import collective_calls, collectives, completion_hooks, cuda_events
-from telemetry.capture.collectives import DIST_SPECS, FUNCOL_SPECS, LATE, CollectiveTracer
+from telemetry.capture.collectives import DIST_SPECS, FUNCOL_SPECS, LATE, CollectiveTracer, harness_traffic
 
 
 class FakeWorkInfo:
@@ -435,7 +435,12 @@ def test_calls_outside_every_step_are_counted_apart_and_never_in_a_step():
     g.watchdog()
     tracer.end_step()
     reduce(torch.ones(1), group=g)  # after the last step
+    with harness_traffic():  # the harness's own exchange (hosts, inventory): its report claimed, not counted
+        reduce(torch.ones(7), group=g)
     g.watchdog()
+    assert tracer.outside_steps() == {"all_reduce": {"count": 2, "bytes": 44}, "gather": {"count": 1, "bytes": 40}}
+    tracer.begin_step()
+    assert tracer.end_step().events == {}  # no report went unclaimed
     assert tracer.outside_steps() == {"all_reduce": {"count": 2, "bytes": 44}, "gather": {"count": 1, "bytes": 40}}
 
 
