@@ -192,7 +192,7 @@ class Lab:
             raise LabError(f"--nodes: got {nodes}; a fabric needs at least 2 nodes")
         if nodes > 200:
             raise LabError(f"--nodes: got {nodes}; at most 200")
-        self.nodes, self.rate, self.mtu = nodes, rate.strip(), mtu
+        self.nodes, self.rate, self.mtu = nodes, rate.strip().lower(), mtu  # tc reads units in any case
         self.rate_bps = parse_rate(self.rate)
         if self.rate_bps is not None and self.rate_bps < MIN_RATE_BPS:
             raise LabError(f"--rate: got {rate!r}; tc shapes in whole bytes per second: expected at least 8bit "
@@ -211,7 +211,7 @@ class Lab:
             raise LabError(str(exc).replace("--rate:", "--slow-rate:", 1)) from None
         if slow_rate is not None and self.slow_rate_bps is None:
             raise LabError("--slow-rate: got 'none'; expected a tc rate such as 10mbit")
-        self.slow_rate = slow_rate.strip() if slow_rate is not None else None
+        self.slow_rate = slow_rate.strip().lower() if slow_rate is not None else None
         self.id = lab_id or f"{ID_PREFIX}{os.getpid() % 100000}"
         self.subnet = f"{SUBNET_BASE}.{os.getpid() % 250 + 1}"
         self.namespaces = [f"{self.id}n{i}" for i in range(nodes)]

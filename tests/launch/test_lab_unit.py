@@ -125,7 +125,9 @@ def test_rates_tc_cannot_shape_are_refused_before_anything_is_created(kwargs, me
 
 def test_rates_at_the_edges_are_taken_as_tc_takes_them():
     assert Lab(2, "8bit").rate_bps == 8 and Lab(2, "1.5mbit").rate_bps == 1.5e6
-    assert Lab(2, " 1Gbit ").rate == "1Gbit" and Lab(2, "1Gbit").rate_bps == 1e9  # tc's units ignore case
+    # tc's units ignore case; the lab writes them as tc does, so run.json (and a comparison's fabric label,
+    # `1gbit lab`) is one for `1Gbit` and `1gbit`
+    assert Lab(2, " 1Gbit ").rate == "1gbit" and Lab(2, "1Gbit").rate_bps == 1e9
     assert Lab(2, "10gbit").describe()["burst_bytes"] == 2_500_000
     assert Lab(2, "NONE").rate_bps is None
 
