@@ -13,14 +13,17 @@ namespaces the lab creates; traffic between ranks of one node goes over loopback
 
 One torchrun agent per node joins a c10d rendezvous on node 0 (`is_host=1` there, 0 elsewhere: host
 names all resolve to loopback here), with GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME set to `fab0`
-(otherwise gloo advertises 127.0.0.1 and hangs). Whatever happens - success, failure, Ctrl-C, a hung
-agent - the namespaces are deleted before the command returns.
+(otherwise gloo advertises 127.0.0.1 and hangs). Whatever happens - success, failure, Ctrl-C, SIGTERM or
+SIGHUP, --timeout, a hung agent - the namespaces are deleted before the command returns. Only SIGKILL skips
+that: each namespace carries its lab's mark, and the next lab removes what a gone lab left (docs/lab.md).
 """
 from __future__ import annotations
 
 import json
+import contextlib
 import math
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -30,17 +33,33 @@ import time
 
 from telemetry.analysis import rates
 from telemetry.errors import HarnessError, OneLineParser, output_dir_problem, print_errors
-from telemetry.rundir import LOGS, RUN_JSON, RunKey
+from telemetry.rundir import LOGS, METRICS, RUN_JSON, RunKey
 
 SUBNET_BASE = "10.213"  # only ever assigned inside the lab's own namespaces
 IFACE = "fab0"
 # tbf counts whole frames: with 1500-byte frames the headers (and the ACKs of the other direction) take
 # 4-6% of a shaped link, so bidirectional payload tops out near 93%; 9000-byte frames leave about 1%
 DEFAULT_MTU, MIN_MTU, MAX_MTU = 1500, 576, 65535
+MIN_RATE_BPS = 8  # tc shapes in whole bytes per second: a slower rate is 0, which tc refuses
+# Set as the alias of each namespace's loopback: which lab process (pid, start time, pid namespace) made it,
+# so a later lab can tell a namespace left by a lab that was killed from anyone else's
+OWNER_MARK = "fabric-harness-lab"
+ID_PREFIX = "fh"  # lab ids (namespace names) start with it: fh<pid>
+_MARK = re.compile(rf"^{OWNER_MARK} pid=(\d+) start=(\d+) pidns=(\S+)$")
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+TIMED_OUT = 124  # the exit status of a lab stopped by its --timeout, as timeout(1) gives
 
 
 class LabError(HarnessError):
     """A lab that cannot be brought up or run; one line naming what is wrong."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, taken as Ctrl-C is: stop every node, tear down, exit 128 + the signal."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
 
 
 def parse_rate(rate: str) -> float | None:
@@ -79,8 +98,77 @@ def parse_qdisc_counters(text: str) -> dict:
 
 def _run(cmd: list[str], what: str) -> None:
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
-    if proc.returncode != 0:
-        raise LabError(f"{what}: `{' '.join(cmd)}` failed: {(proc.stderr or proc.stdout).strip()}")
+    if proc.returncode != 0:  # iproute2 prints its usage on several lines: one line, cut
+        said = " ".join((proc.stderr or proc.stdout).split())
+        raise LabError(f"{what}: `{' '.join(cmd)}` failed: {said[:300]}")
+
+
+def _start_time(pid: int) -> str | None:
+    """The process's start time (clock ticks after boot, /proc/PID/stat field 22): with the pid, it names one
+    process (a pid alone is reused); None when no such process runs."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            return f.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def _pid_namespace() -> str:
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return "unknown"
+
+
+def owner_mark() -> str:
+    """This process as the owner of the namespaces it makes (the alias of their loopback)."""
+    return f"{OWNER_MARK} pid={os.getpid()} start={_start_time(os.getpid())} pidns={_pid_namespace()}"
+
+
+def leftover_of_a_gone_lab(ns: str) -> tuple[bool, str]:
+    """(True, why) when namespace `ns` was made by a fabric lab whose process is gone (seen from this pid
+    namespace) and nothing runs in it: provably nobody's, safe to delete. (False, one line saying whose it is
+    and what to do) otherwise."""
+    proc = subprocess.run(["ip", "-n", ns, "-j", "link", "show", "lo"], capture_output=True, text=True, timeout=30)
+    try:
+        alias = (json.loads(proc.stdout or "[]") or [{}])[0].get("ifalias", "")
+    except (json.JSONDecodeError, AttributeError):
+        alias = ""
+    m = _MARK.match(alias or "")
+    if not m:
+        return False, (f"namespace {ns} exists and no fabric lab marked it as its own (a lab older than the mark, "
+                       f"or not a lab's); if nothing uses it: sudo ip netns del {ns}")
+    pid, start, pidns = m.groups()
+    if pidns != _pid_namespace():
+        return False, (f"namespace {ns} belongs to a lab in another pid namespace ({pidns}), which this one cannot "
+                       f"check; if that lab is gone: sudo ip netns del {ns}")
+    if _start_time(int(pid)) == start:
+        return False, f"namespace {ns} belongs to a lab that is still running (process {pid}); let it finish"
+    pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True, timeout=30).stdout.split()
+    if pids:
+        return False, (f"namespace {ns} was left by a lab that is gone (process {pid}), but processes "
+                       f"{' '.join(pids[:8])} still run in it (its nodes' jobs): stop them (kill {' '.join(pids[:8])}) "
+                       "and the next lab removes it")
+    return True, f"left by a lab that is gone (process {pid}); nothing runs in it"
+
+
+@contextlib.contextmanager
+def signals_deferred():
+    """Ctrl-C, SIGTERM and SIGHUP wait until the block is done (bringing the namespaces up or tearing them down
+    half way would leave some behind), then take effect. Only the main thread can set handlers."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    came: list[int] = []
+    old = {s: signal.signal(s, lambda signum, _frame: came.append(signum)) for s in STOP_SIGNALS
+           if signal.getsignal(s) is not signal.SIG_IGN}
+    try:
+        yield
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+        if came:
+            signal.raise_signal(came[0])
 
 
 def check_host() -> None:
@@ -104,25 +192,36 @@ class Lab:
             raise LabError(f"--nodes: got {nodes}; a fabric needs at least 2 nodes")
         if nodes > 200:
             raise LabError(f"--nodes: got {nodes}; at most 200")
-        self.nodes, self.rate, self.mtu = nodes, rate, mtu
-        self.rate_bps = parse_rate(rate)
+        self.nodes, self.rate, self.mtu = nodes, rate.strip().lower(), mtu  # tc reads units in any case
+        self.rate_bps = parse_rate(self.rate)
+        if self.rate_bps is not None and self.rate_bps < MIN_RATE_BPS:
+            raise LabError(f"--rate: got {rate!r}; tc shapes in whole bytes per second: expected at least 8bit "
+                           "(e.g. 100mbit, 1gbit), or 'none' for unshaped links")
         if (slow_node is None) != (slow_rate is None):
             raise LabError("--slow-node and --slow-rate go together: the node whose link is slow and its rate")
         if slow_node is not None and not 0 <= slow_node < nodes:
             raise LabError(f"--slow-node: got {slow_node}; allowed: a node from 0 to {nodes - 1}")
-        self.slow_node, self.slow_rate = slow_node, slow_rate
+        self.slow_node = slow_node
         try:
             self.slow_rate_bps = parse_rate(slow_rate) if slow_rate is not None else None
+            if self.slow_rate_bps is not None and self.slow_rate_bps < MIN_RATE_BPS:
+                raise LabError(f"--rate: got {slow_rate!r}; tc shapes in whole bytes per second: expected at "
+                               "least 8bit (e.g. 10mbit)")
         except LabError as exc:  # the same rule as --rate, named for this option
             raise LabError(str(exc).replace("--rate:", "--slow-rate:", 1)) from None
         if slow_rate is not None and self.slow_rate_bps is None:
             raise LabError("--slow-rate: got 'none'; expected a tc rate such as 10mbit")
-        self.id = lab_id or f"fh{os.getpid() % 100000}"
+        self.slow_rate = slow_rate.strip().lower() if slow_rate is not None else None
+        self.id = lab_id or f"{ID_PREFIX}{os.getpid() % 100000}"
         self.subnet = f"{SUBNET_BASE}.{os.getpid() % 250 + 1}"
         self.namespaces = [f"{self.id}n{i}" for i in range(nodes)]
         self.switch = f"{self.id}sw" if nodes > 2 else None
+        self.all_namespaces = self.namespaces + ([self.switch] if self.switch else [])
         self.created: list[str] = []
         self.shaped: list[tuple[str, str]] = []  # (namespace, device) of every tbf the lab added
+        # the counters when the run's first step was recorded: what the queues dropped before it (rendezvous,
+        # the start-up broadcast of the model: node 0 sends it to every peer at once) is told apart
+        self.counters_at_first_step: dict | None = None
 
     def address(self, node: int) -> str:
         return f"{self.subnet}.{node + 1}"
@@ -135,7 +234,8 @@ class Lab:
                 # every node computes on this one host's cores: a projection to more lab nodes needs it
                 "host_cpus": len(os.sched_getaffinity(0)),
                 "slow_node": self.slow_node, "slow_rate": self.slow_rate, "slow_rate_bps": self.slow_rate_bps,
-                "addresses": [self.address(i) for i in range(self.nodes)], "namespaces": self.namespaces}
+                "addresses": [self.address(i) for i in range(self.nodes)], "namespaces": self.namespaces,
+                "switch": self.switch}
 
     def _shape(self, ns: str, dev: str, slow: bool = False) -> None:
         rate, bps = (self.slow_rate, self.slow_rate_bps) if slow else (self.rate, self.rate_bps)
@@ -159,11 +259,33 @@ class Lab:
                                   {"counters": None, "reason": (proc.stderr or proc.stdout).strip()[:200]})
         return out
 
+    def clear_leftovers(self) -> None:
+        """Namespaces left by labs that were killed (SIGKILL, a crash: no teardown ran) are deleted, one line
+        each, when provably nobody's (leftover_of_a_gone_lab); one of this lab's names held by anything else
+        is a LabError naming it and how to remove it."""
+        for ns in leftover_namespaces():
+            mine = ns in self.all_namespaces
+            if not mine and not ns.startswith(ID_PREFIX):  # names of other kinds are never checked
+                continue
+            gone, why = leftover_of_a_gone_lab(ns)
+            if gone:
+                subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
+                print(f"[lab] removed namespace {ns}, {why}", file=sys.stderr, flush=True)
+            elif mine:
+                raise LabError(f"this lab needs the name {ns}: {why}")
+
     def up(self) -> "Lab":
-        for ns in self.namespaces + ([self.switch] if self.switch else []):
+        with signals_deferred():
+            self.clear_leftovers()
+            self._up()
+        return self
+
+    def _up(self) -> None:
+        mark = owner_mark()
+        for ns in self.all_namespaces:
             _run(["ip", "netns", "add", ns], f"creating namespace {ns}")
             self.created.append(ns)
-            _run(["ip", "-n", ns, "link", "set", "lo", "up"], f"loopback in {ns}")
+            _run(["ip", "-n", ns, "link", "set", "lo", "alias", mark, "up"], f"loopback in {ns}")
         if self.switch is None:
             a, b = self.namespaces
             _run(["ip", "link", "add", IFACE, "netns", a, "type", "veth", "peer", "name", IFACE, "netns", b],
@@ -182,14 +304,18 @@ class Lab:
             _run(["ip", "-n", ns, "addr", "add", f"{self.address(i)}/24", "dev", IFACE], f"address of node {i}")
             _run(["ip", "-n", ns, "link", "set", IFACE, "mtu", str(self.mtu), "up"], f"link up on node {i}")
             self._shape(ns, IFACE, slow=i == self.slow_node)  # node i's egress
-        return self
 
     def down(self) -> list[str]:
         """Delete every namespace the lab made (their links and qdiscs go with them); returns leftovers."""
-        for ns in reversed(self.created):
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
-        self.created = []
-        return [ns for ns in leftover_namespaces() if ns.startswith(self.id)]
+        with signals_deferred():
+            for ns in reversed(self.created):
+                subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
+            self.created = []
+        return self.left_behind()
+
+    def left_behind(self) -> list[str]:
+        """This lab's namespaces that still exist (by exact name: another lab's id may start with this one's)."""
+        return [ns for ns in leftover_namespaces() if ns in self.all_namespaces]
 
     def __enter__(self):
         try:
@@ -254,8 +380,12 @@ def run_in_lab(lab: Lab, nproc: int, recipe_args: list[str], output_dir: str, ti
         threads.append(t)
     deadline = time.monotonic() + timeout_s
     codes: list[int | None] = [None] * len(procs)
+    metrics = os.path.join(output_dir, METRICS)
+    timed_out = False
     try:
         while any(c is None for c in codes):
+            if lab.counters_at_first_step is None and lab.shaped and _has_a_line(metrics):
+                lab.counters_at_first_step = lab.qdisc_counters()
             for i, p in enumerate(procs):
                 if codes[i] is None:
                     codes[i] = p.poll()
@@ -268,7 +398,8 @@ def run_in_lab(lab: Lab, nproc: int, recipe_args: list[str], output_dir: str, ti
                     codes = [c if c is not None else p.poll() for c, p in zip(codes, procs)]
                 break
             if time.monotonic() > deadline:
-                print(f"[lab] timed out after {timeout_s:.0f}s; stopping every node", file=sys.stderr)
+                print(f"[lab] timed out after {timeout_s:g} s (--timeout); stopping every node", file=sys.stderr)
+                timed_out = True
                 break
             time.sleep(0.2)
     finally:
@@ -283,6 +414,8 @@ def run_in_lab(lab: Lab, nproc: int, recipe_args: list[str], output_dir: str, ti
             t.join(timeout=5)
         for f in files:
             f.close()
+    if timed_out:  # as timeout(1) says it: the job recorded itself as interrupted (130), which Ctrl-C also is
+        return TIMED_OUT
     codes = [p.returncode for p in procs]
     failed = [c for c in codes if c != 0]
     if not failed:
@@ -296,6 +429,13 @@ def run_in_lab(lab: Lab, nproc: int, recipe_args: list[str], output_dir: str, ti
     except (OSError, json.JSONDecodeError):
         pass
     return failed[0] if failed[0] > 0 else 1
+
+
+def _has_a_line(path: str) -> bool:
+    try:
+        return os.path.getsize(path) > 0
+    except OSError:
+        return False
 
 
 def _output_dir(recipe_args: list[str]) -> str:
@@ -326,26 +466,46 @@ def _recipe_problems(recipe_args: list[str], world: int) -> list[str]:
     return problems
 
 
+def _drops(counters: dict) -> int | None:
+    read = [c["drops"] for c in counters.values() if isinstance(c.get("drops"), int)]
+    return sum(read) if read and len(read) == len(counters) else None
+
+
 def _record_qdiscs(lab: Lab, output_dir: str) -> None:
-    """The shaped links' tbf counters into lab.json (`qdisc`, per link, and `tbf_drops`, their sum) and one
-    line when the queues dropped: drops mean retransmissions, a step slower than bytes over rate says."""
+    """The shaped links' tbf counters into lab.json (`qdisc`, per link, and `tbf_drops`, their sum, since the
+    lab came up; `tbf_drops_after_first_step`, those once the run's first step was recorded) and one line when
+    the queues dropped: drops during the steps mean retransmissions, a step slower than bytes over rate says.
+    Drops before it (node 0 broadcasting the model to every peer at once) slow the start-up only."""
     path = os.path.join(output_dir, "lab.json")
     counters = lab.qdisc_counters()
-    read = [c["drops"] for c in counters.values() if isinstance(c.get("drops"), int)]
-    drops = sum(read) if read and len(read) == len(counters) else None
+    drops = _drops(counters)
+    first = lab.counters_at_first_step
+    before = _drops(first) if first else None
+    after = drops - before if drops is not None and before is not None else None
     try:
         with open(path, encoding="utf-8") as f:
             info = json.load(f)
-        info.update(qdisc=counters, tbf_drops=drops)
+        info.update(qdisc=counters, tbf_drops=drops, tbf_drops_after_first_step=after)
+        if drops is None:  # unknown is null with its reason, never 0
+            info["tbf_drops_reason"] = ("no link was shaped (--rate none): no tbf queue to drop packets" if not counters
+                                        else "a shaped link's counters could not be read (see `qdisc`)")
+        if after is None and drops is not None:
+            info["tbf_drops_after_first_step_reason"] = (
+                "the run recorded no step (a collective sweep, or it failed before its first step)" if first is None
+                else "a shaped link's counters could not be read at the first step")
         with open(path + ".tmp", "w", encoding="utf-8") as f:
             json.dump(info, f, indent=1)
         os.replace(path + ".tmp", path)
     except (OSError, json.JSONDecodeError) as exc:
         print(f"[lab] warning: could not record the links' tbf counters in {path}: {exc}", file=sys.stderr)
         return
-    if drops:
-        print(f"[lab] the shaped links' queues dropped {drops} packets (lab.json `qdisc`): TCP retransmitted "
-              "them, so steps ran slower than bytes over rate", file=sys.stderr)
+    if after:
+        print(f"[lab] the shaped links' queues dropped {after} packets during the steps ({drops} in all; lab.json "
+              "`qdisc`): TCP retransmitted them, so steps ran slower than bytes over rate", file=sys.stderr)
+    elif drops:
+        when = "before the first step was recorded (start-up: the model's broadcast to every peer at once)" \
+            if after == 0 else "(when is unknown: no step was recorded)"
+        print(f"[lab] the shaped links' queues dropped {drops} packets {when}; lab.json `qdisc`", file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -377,11 +537,16 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--timeout: got {args.timeout:g}; expected a number of seconds above 0")
     if not 1 <= args.port <= 65535:
         p.error(f"--port: got {args.port}; expected a TCP port from 1 to 65535")
-    if problems := _recipe_problems(recipe_args, max(args.nodes, 1) * args.nproc_per_node):
+    problems: list = []
+    try:  # the lab's own arguments and the recipe, every problem in one pass
+        lab = Lab(args.nodes, args.rate, slow_node=args.slow_node, slow_rate=args.slow_rate, mtu=args.mtu)
+    except LabError as exc:
+        problems.append(exc)
+    problems += _recipe_problems(recipe_args, max(args.nodes, 1) * args.nproc_per_node)
+    if problems:
         return print_errors(*problems)  # before any namespace exists: nothing to tear down
     try:
         check_host()
-        lab = Lab(args.nodes, args.rate, slow_node=args.slow_node, slow_rate=args.slow_rate, mtu=args.mtu)
         for rate in (args.rate, args.slow_rate):
             if rate and (warning := rates.bytes_unit_warning(rate)):
                 print(warning, file=sys.stderr)
@@ -392,8 +557,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     def stop(signum, _frame):
-        raise KeyboardInterrupt(signal.Signals(signum).name)
-    old = signal.signal(signal.SIGTERM, stop)
+        raise Interrupted(signum)
+    # a signal the lab was started ignoring stays ignored (nohup's SIGHUP, SIGINT of a background job)
+    old = {s: signal.signal(s, stop) for s in STOP_SIGNALS if signal.getsignal(s) is not signal.SIG_IGN}
     code = 1
     try:
         with lab:
@@ -406,21 +572,27 @@ def main(argv: list[str] | None = None) -> int:
             os.makedirs(output_dir, exist_ok=True)
             with open(os.path.join(output_dir, "lab.json"), "w", encoding="utf-8") as f:
                 json.dump({**lab.describe(), "nproc_per_node": args.nproc_per_node, "recipe": recipe_args}, f, indent=1)
-            code = run_in_lab(lab, args.nproc_per_node, recipe_args, output_dir, args.timeout, args.port)
-            _record_qdiscs(lab, output_dir)
+            try:
+                code = run_in_lab(lab, args.nproc_per_node, recipe_args, output_dir, args.timeout, args.port)
+            finally:  # an interrupted run keeps what its links did too
+                with signals_deferred():
+                    _record_qdiscs(lab, output_dir)
     except LabError as exc:
         print_errors(exc)
         code = 2
-    except KeyboardInterrupt:
-        print("[lab] interrupted; tearing down", file=sys.stderr)
-        code = 130
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM/SIGHUP (a launcher stopping the lab)
+        signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
+        print(f"[lab] interrupted by {signal.Signals(signum).name}; every node was stopped", file=sys.stderr)
+        code = 128 + signum  # as a shell reports a command ended by that signal
     finally:
-        signal.signal(signal.SIGTERM, old)
-    left = [ns for ns in leftover_namespaces() if ns.startswith(lab.id)]
+        for s, handler in old.items():
+            signal.signal(s, handler)
+    left = lab.left_behind()
     if left:
         print(f"[lab] warning: namespaces left behind: {', '.join(left)}", file=sys.stderr)
     else:
-        print(f"[lab] torn down ({lab.nodes} namespaces removed)", flush=True)
+        what = f"{lab.nodes} nodes" + (" and the switch" if lab.switch else "")
+        print(f"[lab] torn down ({len(lab.all_namespaces)} namespaces removed: {what})", flush=True)
     return code
 
 

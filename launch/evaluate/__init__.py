@@ -50,6 +50,9 @@ def _launch_one(ev: Evaluation, run, alloc, launch: Launch, verbose: bool, say) 
     log = os.path.join(run.dir, "launch.log")
     started = time.monotonic()
     code, timed_out = launch(cmd, env, log, ev.options["timeout"] + 120, verbose)
+    if ev.launcher == "lab":  # the lab stops its nodes at `timeout` itself and says so with timeout(1)'s 124
+        from launch.lab import TIMED_OUT
+        timed_out = timed_out or code == TIMED_OUT
     return {"exit_code": code, "duration_s": round(time.monotonic() - started, 3), "timed_out": timed_out}
 
 

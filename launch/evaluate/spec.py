@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from launch.lab import DEFAULT_MTU, MAX_MTU, MIN_MTU, MIN_RATE_BPS
 from telemetry.analysis.transport_claims import claim_problem as check_transport
 from telemetry.errors import InputProblems
 
@@ -156,12 +157,15 @@ def _variant(raw: Any, i: int, launcher: str, problems: list[str]) -> Variant | 
             try:
                 if not isinstance(rate, str):
                     raise rates.RateError(f"--rate: got {rate!r}; expected a tc rate such as 1gbit")
-                rates.parse_rate(rate)
+                bps = rates.parse_rate(rate)
+                if bps is not None and bps < MIN_RATE_BPS:
+                    raise rates.RateError(f"--rate: got {rate!r}; tc shapes in whole bytes per second: expected at "
+                                          "least 8bit (e.g. 100mbit, 1gbit), or 'none' for unshaped links")
                 lab["rate"] = rate
             except rates.RateError as exc:
                 problems.append(f"{path}.lab.rate: " + str(exc).removeprefix("--rate: "))
             if "mtu" in raw_lab:
-                lab["mtu"] = _int(raw_lab, "mtu", f"{path}.lab", 576, problems, 1500, high=65535)
+                lab["mtu"] = _int(raw_lab, "mtu", f"{path}.lab", MIN_MTU, problems, DEFAULT_MTU, high=MAX_MTU)
             if "nodes" in raw_lab:
                 lab["nodes"] = _int(raw_lab, "nodes", f"{path}.lab", 2, problems, 2, high=200)
     hosts: list[str] = []
@@ -329,9 +333,41 @@ def bind(raw: dict, base: str = ".", path: str = "") -> Evaluation:
                 problems.append(f"{what}[{i}].name: {item.name!r} is used twice; names must be unique")
             seen.add(item.name)
     options = _launcher_options(raw, launcher, problems)
+    if not problems and launcher:
+        problems += _layout_problems(launcher, options, variants, workloads)
     if problems:
         raise SpecError(problems)
     return Evaluation(name, launcher, repeats, os.path.abspath(out), variants, workloads, options, path)
+
+
+def world_size(launcher: str, options: dict, variant: Variant) -> int:
+    """The ranks a run of `variant` has: what each workload's layout must fit (a lab variant may set its own
+    node count; a Slurm one its own hosts)."""
+    if launcher == "local":
+        return options["nproc_per_node"]
+    if launcher == "lab":
+        return (variant.lab.get("nodes") or options["nodes"]) * options["nproc_per_node"]
+    per_node = options["nproc_per_node"] or options["gpus_per_node"] or 1
+    return (len(variant.hosts) or options["nodes"]) * per_node
+
+
+def _layout_problems(launcher: str, options: dict, variants: list[Variant], workloads: list[Workload]) -> list[str]:
+    """Each workload's layout on each variant's world size, as the trainer checks it on every rank: a recipe
+    that does not fit one variant is named now, not after the other variants' runs."""
+    from trainer.config import load_recipe
+    from trainer.layout import resolve_layout
+
+    problems = []
+    for i, w in enumerate(workloads):
+        recipe = load_recipe(w.recipe, w.overrides)  # loaded once already: it loads
+        by_world: dict[int, list[str]] = {}
+        for v in variants:
+            by_world.setdefault(world_size(launcher, options, v), []).append(v.name)
+        for world, names in by_world.items():
+            for problem in resolve_layout(recipe, world)[1]:
+                problems.append(f"workloads[{i}] ({w.name}) on variant(s) {', '.join(names)} ({world} ranks): "
+                                f"{problem}")
+    return problems
 
 
 def _count(value: Any) -> str:

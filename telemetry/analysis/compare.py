@@ -53,7 +53,15 @@ def _group(runs: list[Run], given: list[str | None]) -> tuple[list[str], list[li
     elif len(set(derived)) == 1:
         raise CompareError(f"every run is labelled {derived[0]!r}: a comparison needs at least two fabrics")
     labels = list(dict.fromkeys(derived))
-    return labels, [[r for r, d in zip(runs, derived) if d == lab] for lab in labels], note
+    groups = [[r for r, d in zip(runs, derived) if d == lab] for lab in labels]
+    # one label given to runs on different fabrics (a label reused by mistake) makes their mean mix fabrics
+    mixed = [f"the runs labelled {lab!r} are on different fabrics ("
+             + "; ".join(f"{fab}: {', '.join(r.path for r in g if label(r) == fab)}"
+                         for fab in dict.fromkeys(label(r) for r in g)) + "): their figures mix them"
+             for lab, g in zip(labels, groups) if len({label(r) for r in g}) > 1]
+    if mixed:
+        note = " | ".join(([note] if note else []) + mixed)
+    return labels, groups, note
 
 
 def _fabric_index(name: str, labels: list[str], groups: list[list[Run]]) -> int | None:

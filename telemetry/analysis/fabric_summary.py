@@ -25,22 +25,29 @@ def _used_interfaces(fab: dict) -> list[str]:
     return [gloo] if gloo else []
 
 
-def lab_tbf_drops(run: Run) -> int | None:
-    """Packets the lab's shaped queues dropped in the run (launch.lab's lab.json, read from tc before
-    tear-down); None where the run has no such record."""
+def lab_tbf_drops(run: Run) -> tuple[int | None, int | None]:
+    """Packets the lab's shaped queues dropped in the run, in all and once its first step was recorded
+    (launch.lab's lab.json, read from tc before tear-down); None where the run has no such record."""
     try:
         with open(os.path.join(run.path, "lab.json"), encoding="utf-8") as f:
-            drops = json.load(f).get("tbf_drops")
+            info = json.load(f)
+        drops, after = info.get("tbf_drops"), info.get("tbf_drops_after_first_step")
     except (OSError, ValueError, AttributeError):
-        return None
-    return drops if isinstance(drops, int) else None
+        return None, None
+    return (drops if isinstance(drops, int) else None), (after if isinstance(after, int) else None)
 
 
 def _tbf_drops(run: Run) -> str:
-    drops = lab_tbf_drops(run)
+    drops, after = lab_tbf_drops(run)
     if drops is None:
         return "queue drops not recorded"
-    return "no queue drops" if drops == 0 else f"queues dropped {drops:,} packets: TCP retransmitted them"
+    if drops == 0:
+        return "no queue drops"
+    if after == 0:  # node 0's start-up broadcast of the model to every peer at once: the steps were not slowed
+        return f"queues dropped {drops:,} packets at start-up, none during the steps"
+    if after is not None:
+        return f"queues dropped {after:,} packets during the steps ({drops:,} in all): TCP retransmitted them"
+    return f"queues dropped {drops:,} packets: TCP retransmitted them"
 
 
 def _link_rate(fab: dict, used: list[str], run: Run) -> str:

@@ -138,13 +138,44 @@ def measured_profile(run: Run, summary: dict | None = None) -> dict:
             "burst_bytes": lab.get("burst_bytes"), "label": run.name,
             "workload": (run.info.get("recipe") or {}).get("workload"), "step_spread": spread,
             "steps": len(times), "dp": layout.get("dp") or world, "global_batch": layout.get("global_batch_size"),
+            "micro_batch": layout.get("micro_batch_size"),
             # the lab's nodes share one host's cores (None off the lab: nodes have their own)
             "host_cpus": lab.get("host_cpus"), "mtu": lab.get("mtu"),
             # links each node's ranks share onto the fabric: the lab gives a node one link; elsewhere the RDMA
             # ports NCCL used on rank 0's host (run.json telemetry.rdma_ports), else unknown
             "links_per_node": 1 if lab else _links_of(run),
             # measured times leave out calls without a time: what is projected from them is partial too
-            "partial": bool(s.get("comm_partial")), "untimed_bytes": s.get("comm_untimed_bytes_per_step")}
+            "partial": bool(s.get("comm_partial")), "untimed_bytes": s.get("comm_untimed_bytes_per_step"),
+            **_startup(run)}
+
+
+def _startup(run: Run) -> dict:
+    """The start-up broadcast (rank 0 sends the model to every rank: DDP's first broadcast, recorded in run.json
+    telemetry.comm_outside_steps) with the backend and the recipe's distributed.timeout_s that bounds it."""
+    outside = (run.info.get("telemetry") or {}).get("comm_outside_steps") or {}
+    recipe = run.info.get("recipe") or {}
+    return {"startup_bytes": (outside.get("broadcast") or {}).get("bytes"),
+            "backend": (run.info.get("fabric") or {}).get("backend"),
+            "timeout_s": (recipe.get("distributed") or {}).get("timeout_s") if isinstance(recipe, dict) else None}
+
+
+def startup_notes(profile: dict, link_bps: float | None, efficiency: float, nodes: int, n_new: int) -> list[str]:
+    """A note where the target link makes the start-up broadcast take half of distributed.timeout_s or more:
+    gloo's broadcast sends from rank 0 to each other rank in turn, so node 0's link carries the model once per
+    rank on another node (NCCL's pipelined ring: once). In the lab, 1.9 MB to 1 peer at 100kbit and 14 MB to 3
+    peers at 1.5mbit failed at start-up with the timeout; 14 MB to 3 peers at 10mbit (about 40 s) ran."""
+    size, timeout = profile.get("startup_bytes"), profile.get("timeout_s")
+    if not (size and timeout and link_bps):
+        return []
+    remote = n_new - n_new // max(nodes, 1)
+    copies = remote if profile.get("backend") == "gloo" else min(remote, 1)
+    took = size * copies * 8 / (link_bps * efficiency)
+    if took < 0.5 * timeout:
+        return []
+    verdict = ("over distributed.timeout_s, so the run would fail at start-up: raise it" if took > timeout else
+               "at least half of distributed.timeout_s")
+    return [f"start-up: node 0 sends the model ({size / 1e6:.1f} MB) over its link {copies} time(s), about "
+            f"{took:.0f} s at this rate: {verdict} ({timeout:g} s)"]
 
 
 def _links_of(run: Run) -> int | None:
@@ -310,6 +341,11 @@ def _compute_scale(profile: dict, world_new: int) -> tuple[float, float, list[st
     scale = world / world_new  # the global batch is kept: each rank's share shrinks as dp grows
     notes = [f"global batch kept: each rank computes {scale:.2f}x the samples it did at {world} ranks"
              + ("" if dp == world else " (tp and pp kept)")]
+    gbs, micro, dp_new = profile.get("global_batch"), profile.get("micro_batch"), dp * world_new // world
+    if gbs and micro and gbs % (micro * dp_new):  # the trainer would refuse this layout: say the time is a what-if
+        notes.append(f"the recipe's global batch {gbs} does not divide over micro-batch {micro} x dp {dp_new}: a "
+                     f"run on {world_new} ranks needs another (train.global_batch_size, a multiple of "
+                     f"{micro * dp_new}); projected as if {gbs} samples divided evenly")
     cpus, shared = profile.get("host_cpus"), 1.0
     if cpus:
         shared = max(1.0, world_new / cpus) / max(1.0, world / cpus)
@@ -415,8 +451,7 @@ def project(profile: dict, link_bps: float | None, latency_s: float = 0.0,
 
     `burst_bytes`: the token bucket of a shaped link (the lab's tbf burst; 0 for real NICs). The link idles
     while the step computes, so up to that many bytes of each step pass without waiting for tokens.
-    Returns the step time with `interval_s` (low, high), the predicted communication's share of the step,
-    and `negligible` (communication adds less than the measured step-to-step spread).
+    Returns the step time with `interval_s` (low, high), its communication share and `negligible` (the links add under 5%).
 
     Runs that recorded process groups (`comm_groups`) put only the inter-node groups' traffic on the target
     link, each with its own group's bus factor; intra-node groups keep their measured time, or take
@@ -504,7 +539,8 @@ def project(profile: dict, link_bps: float | None, latency_s: float = 0.0,
             "by_group": by_group, "intra_bps": intra_bps,
             "inter_measured_s": sum(g["measured_s"] for g in by_group.values() if g["on_target_link"]),
             "inter_predicted_s": sum(g["predicted_s"] for g in by_group.values() if g["on_target_link"]),
-            "nodes": nodes, "world_size": n_new, "from": profile["label"], "notes": list(dict.fromkeys(notes)),
+            "nodes": nodes, "world_size": n_new, "from": profile["label"],
+            "notes": list(dict.fromkeys(notes + startup_notes(profile, link_bps, efficiency, nodes, n_new))),
             "table": busbw_table is not None, "partial": bool(profile.get("partial")),
             "untimed_bytes": profile.get("untimed_bytes")}
 

@@ -16,15 +16,18 @@ from telemetry.analysis.runs import Run
 from telemetry.rundir import StepKey
 
 
-def loss_parity(runs: list[Run]) -> dict:
+def loss_parity(runs: list[Run], labels: list[str] | None = None) -> dict:
+    """The largest loss difference of any run from the first at the same step. `labels` (one per run) name the
+    run that differs most, which matters with more than two fabrics; a world size other than the first run's
+    changes the order of the gradient sums, so a difference there is said to be expected."""
     base = {r[StepKey.STEP]: r[StepKey.LOSS] for r in runs[0].metrics if r.get(StepKey.LOSS) is not None}
-    worst, at = 0.0, None
+    worst, at, who = 0.0, None, None
     for run in runs[1:]:
         for r in run.metrics:
             if r.get(StepKey.STEP) in base and r.get(StepKey.LOSS) is not None:
                 d = abs(r[StepKey.LOSS] - base[r[StepKey.STEP]])
                 if d > worst:
-                    worst, at = d, r[StepKey.STEP]
+                    worst, at, who = d, r[StepKey.STEP], run
     common = min(len(base), *(len(r.metrics) for r in runs[1:])) if len(runs) > 1 else len(base)
     if worst == 0.0:
         verdict = "identical"
@@ -32,6 +35,12 @@ def loss_parity(runs: list[Run]) -> dict:
         verdict = "equal within 1e-4 (summation order)"
     else:
         verdict = f"DIFFERENT: max |delta loss| {worst:.3g} at step {at}"
+        if labels and len(runs) > 2:
+            verdict += f" ({labels[runs.index(who)]} against {labels[0]})"
+        worlds = [(r.info.get("layout") or {}).get("world_size") for r in (runs[0], who)]
+        if None not in worlds and worlds[0] != worlds[1]:
+            verdict += (f"; expected where the world size differs ({worlds[0]} vs {worlds[1]} ranks): the gradient "
+                        "sums run in another order")
     return {"verdict": verdict, "max_abs_diff": worst, "at_step": at, "steps_compared": common}
 
 
@@ -330,7 +339,7 @@ def compare_training(groups, labels, out, plt, rates: list[tuple] | None = None)
     repeats = any(len(g) > 1 for g in groups)
     ttt = [[time_to_train(r) for r in g] for g in groups]
     rows = headline_rows(sums, run_sums, ttt)
-    parity = loss_parity(all_runs)
+    parity = loss_parity(all_runs, [label for g, label in zip(groups, labels) for _ in g])
     title = "Training: iteration time, throughput, communication, energy (relative to the first fabric)"
     if repeats:
         title += "; repeats: mean ± standard deviation (n runs)"

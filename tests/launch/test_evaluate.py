@@ -104,6 +104,10 @@ def test_lab_and_slurm_sections(tmp_path):
     doc = good(tmp_path, launcher="slurm", slurm={"nodes": 2, "gpus_per_node": 8, "partition": "gpu",
                                                   "srun_args": ["--mpi=none"]})
     doc["variants"][1]["hosts"] = ["node01", "node02"]
+    assert problems(tmp_path, doc) == [  # 2 nodes x 8 GPUs: the layout is checked on 16 ranks
+        "workloads[1] (train) on variant(s) fast, slow (16 ranks): train.global_batch_size: 16 is not divisible by "
+        "micro_batch_size x dp = 4 x 16 = 64; allowed: multiples of 64"]
+    doc["workloads"][1]["overrides"].append("train.global_batch_size=64")
     ev = load_evaluation(write(tmp_path, doc))
     assert ev.options["srun_args"] == ["--mpi=none"] and ev.variants[1].hosts == ["node01", "node02"]
 
@@ -394,3 +398,58 @@ def test_olympic_mean_interval_and_ranking_at_three_repeats(tmp_path):
     assert m["name"] == "time to train (eval_loss 2.7)" and m["value"] == pytest.approx(5.0)
     missed = write_run(tmp_path / "missed", train_extra={"target_eval_loss": 2.7}, times=True)
     assert st.run_metric(str(missed), sweep=False)["value"] is None
+
+
+def test_each_workload_must_fit_each_variants_world_before_any_run(tmp_path):
+    """A lab variant with its own node count gets the layout check the trainer makes on every rank: here,
+    not after the other variants' runs (the 3-node run failed with exit 2 after two runs had taken minutes)."""
+    doc = good(tmp_path, launcher="lab", lab={"nodes": 2, "nproc_per_node": 1})
+    doc["variants"] = [{"name": "none", "expect_transport": "fab0", "lab": {"rate": "none"}},
+                       {"name": "10mbit-3", "expect_transport": "tcp", "lab": {"rate": "10mbit", "nodes": 3}},
+                       {"name": "1gbit-5", "expect_transport": "tcp", "lab": {"rate": "1gbit", "nodes": 5}},
+                       {"name": "1gbit-4", "expect_transport": "tcp", "lab": {"rate": "1gbit", "nodes": 4}}]
+    found = problems(tmp_path, doc)
+    assert found == [
+        "workloads[1] (train) on variant(s) 10mbit-3 (3 ranks): train.global_batch_size: 16 is not divisible by "
+        "micro_batch_size x dp = 4 x 3 = 12; allowed: multiples of 12",
+        "workloads[1] (train) on variant(s) 1gbit-5 (5 ranks): train.global_batch_size: 16 is not divisible by "
+        "micro_batch_size x dp = 4 x 5 = 20; allowed: multiples of 20"], found  # the sweep fits any world
+    doc["workloads"][1]["overrides"].append("train.global_batch_size=240")
+    ev = load_evaluation(write(tmp_path, doc))
+    assert [v.lab for v in ev.variants] == [{"rate": "none"}, {"rate": "10mbit", "nodes": 3},
+                                            {"rate": "1gbit", "nodes": 5}, {"rate": "1gbit", "nodes": 4}]
+
+
+def test_variant_names_and_rates_the_lab_would_refuse(tmp_path):
+    doc = good(tmp_path, launcher="lab")
+    doc["variants"] = [{"name": "fast link", "expect_transport": "tcp", "lab": {"rate": "7bit"}},
+                       {"name": "schnell-ü", "expect_transport": "tcp", "lab": {"rate": "1Gbit"}},
+                       {"name": "a", "expect_transport": "tcp"}, {"name": "a", "expect_transport": "tcp"}]
+    found = problems(tmp_path, doc)
+    assert found == [
+        "variants[0].name: got 'fast link'; expected a name of letters, digits, '_', '.' or '-' (up to 64, starting "
+        "with a letter or digit): it names run directories and report labels",
+        "variants[0].lab.rate: got '7bit'; tc shapes in whole bytes per second: expected at least 8bit (e.g. "
+        "100mbit, 1gbit), or 'none' for unshaped links",
+        "variants[1].name: got 'schnell-ü'; expected a name of letters, digits, '_', '.' or '-' (up to 64, starting "
+        "with a letter or digit): it names run directories and report labels",
+        "variants[3].name: 'a' is used twice; names must be unique"], found
+
+
+class FakeTimedOutLab(FakeLauncher):
+    """The lab past its --timeout: every node stopped, the job recorded as interrupted, exit 124."""
+
+    def __call__(self, cmd, env, log, timeout, verbose):
+        super().__call__(cmd, env, log, timeout, verbose)
+        out = next(a.split("=", 1)[1] for a in cmd if a.startswith("output_dir="))
+        with open(os.path.join(out, "run.json"), "w") as f:
+            json.dump({"status": "interrupted"}, f)
+        return 124, False
+
+
+def test_a_lab_stopped_by_its_own_timeout_is_reported_as_timed_out(tmp_path, capsys):
+    doc = good(tmp_path, launcher="lab", repeats=1)
+    doc["workloads"] = doc["workloads"][1:]
+    ev = load_evaluation(write(tmp_path, doc))
+    assert run_evaluation(ev, launch=FakeTimedOutLab(), render=False) == 1
+    assert "FAILED (timed out, run.json status interrupted)" in capsys.readouterr().out

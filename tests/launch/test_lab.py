@@ -73,7 +73,8 @@ def own_namespaces_left(*run_dirs) -> list[str]:
     only this run's own namespaces are its to clean up)."""
     mine = set()
     for d in run_dirs:
-        mine |= set(json.loads((d / "lab.json").read_text())["namespaces"])
+        lab = json.loads((d / "lab.json").read_text())
+        mine |= set(lab["namespaces"]) | ({lab["switch"]} if lab.get("switch") else set())
     return sorted(mine & set(leftover_namespaces()))
 
 
@@ -124,6 +125,7 @@ def test_tiny_run_at_two_rates_then_compare(tmp_path):
     lab = json.loads((runs[1] / "lab.json").read_text())
     assert len(lab["qdisc"]) == 2 and all(c["bytes"] > 0 for c in lab["qdisc"].values())
     assert lab["tbf_drops"] == sum(c["drops"] for c in lab["qdisc"].values())
+    assert 0 <= lab["tbf_drops_after_first_step"] <= lab["tbf_drops"]  # the counters were read at the first step
     info = json.loads((runs[1] / "run.json").read_text())
     assert info["fabric"]["lab"]["rate"] == "5mbit" and info["fabric"]["transport"] == "tcp"
     assert [h["hostname"] for h in info["hosts"]] == ["lab-node0", "lab-node1"]

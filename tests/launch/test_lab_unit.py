@@ -1,6 +1,10 @@
 """launch.lab's pure helpers and argument checks in-process (no namespaces are created)."""
 from __future__ import annotations
 
+import json
+import os
+import signal
+
 import pytest
 
 from launch import lab
@@ -106,3 +110,116 @@ def test_tbf_counters_from_tc_json():
     assert parse_qdisc_counters('[{"kind":"noqueue","handle":"0:"}]') == {"counters": None,
                                                                           "reason": "no tbf qdisc on the device"}
     assert parse_qdisc_counters("qdisc tbf 81c5: root")["counters"] is None  # an iproute2 without -j
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    ({"rate": "7bit"}, "--rate: got '7bit'; tc shapes in whole bytes per second: expected at least 8bit"),
+    ({"rate": "1gbit", "slow_node": 1, "slow_rate": "1bit"}, "--slow-rate: got '1bit'; tc shapes in whole bytes"),
+])
+def test_rates_tc_cannot_shape_are_refused_before_anything_is_created(kwargs, message):
+    """tc turns a rate under one byte per second into 0 and refuses it after the namespaces exist."""
+    with pytest.raises(LabError) as info:
+        Lab(2, **kwargs)
+    assert str(info.value).startswith(message)
+
+
+def test_rates_at_the_edges_are_taken_as_tc_takes_them():
+    assert Lab(2, "8bit").rate_bps == 8 and Lab(2, "1.5mbit").rate_bps == 1.5e6
+    # tc's units ignore case; the lab writes them as tc does, so run.json (and a comparison's fabric label,
+    # `1gbit lab`) is one for `1Gbit` and `1gbit`
+    assert Lab(2, " 1Gbit ").rate == "1gbit" and Lab(2, "1Gbit").rate_bps == 1e9
+    assert Lab(2, "10gbit").describe()["burst_bytes"] == 2_500_000
+    assert Lab(2, "NONE").rate_bps is None
+
+
+def test_main_names_the_labs_and_the_recipes_problems_in_one_pass(capsys):
+    assert lab.main(["--nodes", "2", "--rate", "0", "--mtu", "68", "--", "recipes/tiny_llama_lora.yaml",
+                     "max_step=3"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and err[0].startswith("error: --mtu: got 68; expected 576 to 65535 bytes"), err
+    assert "max_step: unknown key" in err[1]
+
+
+def test_a_bridge_names_its_switch_and_teardown_checks_exact_names(monkeypatch):
+    lb = Lab(4, "1gbit", lab_id="fh12")
+    assert lb.describe()["switch"] == "fh12sw" and lb.all_namespaces == [f"fh12n{i}" for i in range(4)] + ["fh12sw"]
+    assert Lab(2, "1gbit", lab_id="fh12").describe()["switch"] is None
+    # lab fh1 is not lab fh12's prefix owner: only its own names count as left behind
+    monkeypatch.setattr(lab, "leftover_namespaces", lambda: ["fh12n0", "fh12sw", "fh1n1", "other"])
+    assert Lab(2, "none", lab_id="fh1").left_behind() == ["fh1n1"]
+    assert Lab(3, "none", lab_id="fh12").left_behind() == ["fh12n0", "fh12sw"]
+
+
+def test_the_owner_mark_names_this_process():
+    m = lab._MARK.match(lab.owner_mark())
+    assert m and int(m.group(1)) == os.getpid() and m.group(2) == lab._start_time(os.getpid())
+    assert lab._start_time(4194304) is None  # above Linux's pid limit: no such process, ever
+
+
+def test_stop_signals_wait_until_bring_up_or_teardown_is_done():
+    came = []
+
+    def handler(signum, _frame):
+        came.append(signum)
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGTERM, handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with lab.signals_deferred():
+                signal.raise_signal(signal.SIGTERM)
+                signal.raise_signal(signal.SIGHUP)
+                assert came == []  # not yet: the block runs to its end
+                came.append("block done")
+        assert came == ["block done", signal.SIGTERM]  # then the first signal takes effect, once
+        assert signal.getsignal(signal.SIGTERM) is handler
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+class FakeShapedLab:
+    """Stands in for a Lab whose tc counters are read twice: at the run's first step and before tear-down
+    (the counter values are those of a 3-node lab at 10mbit, lab.json of a run on the development VM)."""
+
+    def __init__(self, at_first_step, at_end):
+        self.counters_at_first_step, self.at_end = at_first_step, at_end
+
+    def qdisc_counters(self):
+        return self.at_end
+
+
+def link(drops):
+    return {"bytes": 5122870, "packets": 4270, "drops": drops, "overlimits": 7032, "requeues": 0, "backlog": 0}
+
+
+@pytest.mark.parametrize("first,end,after,said", [
+    ({"n0/fab0": link(503), "n1/fab0": link(0)}, {"n0/fab0": link(503), "n1/fab0": link(0)}, 0,
+     "dropped 503 packets before the first step was recorded (start-up"),
+    ({"n0/fab0": link(503), "n1/fab0": link(0)}, {"n0/fab0": link(520), "n1/fab0": link(3)}, 20,
+     "dropped 20 packets during the steps (523 in all"),
+    (None, {"n0/fab0": link(7)}, None, "dropped 7 packets (when is unknown: no step was recorded)"),
+    (None, {}, None, None),
+])
+def test_queue_drops_before_and_during_the_steps(tmp_path, capsys, first, end, after, said):
+    (tmp_path / "lab.json").write_text("{}")
+    lab._record_qdiscs(FakeShapedLab(first, end), str(tmp_path))
+    info = json.loads((tmp_path / "lab.json").read_text())
+    assert info["tbf_drops_after_first_step"] == after and info["qdisc"] == end
+    if not end:
+        assert info["tbf_drops"] is None and info["tbf_drops_reason"].startswith("no link was shaped")
+    elif first is None:
+        assert info["tbf_drops_after_first_step_reason"].startswith("the run recorded no step")
+    err = capsys.readouterr().err
+    assert (said in err) if said else err == "", err
+
+
+def test_a_signal_the_lab_was_started_ignoring_stays_ignored():
+    """nohup ignores SIGHUP for its command: neither the deferral nor the lab's own handlers may undo that."""
+    old = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        with lab.signals_deferred():
+            assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+            signal.raise_signal(signal.SIGHUP)  # ignored: nothing to deliver afterwards
+        assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGHUP, old)

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from telemetry.analysis.compare import loss_parity
+from telemetry.analysis.compare import compare, loss_parity
 from telemetry.analysis.runs import load_run
 
 from ...conftest import REPO
@@ -532,3 +532,31 @@ def test_an_unfinished_sweep_is_one_error_line_not_a_traceback(tmp_path):
         with pytest.raises(CompareError, match=r"running: a collective sweep run without collectives\.json "
                                                r"\(run\.json status completed\): only a finished sweep"):
             compare([str(p) for p in order], str(tmp_path / "cmp"))
+
+
+def test_loss_parity_names_the_fabric_that_differs_and_when_it_is_expected(tmp_path):
+    """With more than two fabrics the verdict names the run that differs most; a run on another world size
+    (a lab variant with 3 nodes against 2) differs by the order of its gradient sums, and the verdict says so."""
+    a, b = write_run(tmp_path / "a"), write_run(tmp_path / "b")
+    c = write_run(tmp_path / "c", losses=[3.0, 2.9, 2.8, 2.75, 2.6, 2.5])
+    runs = [load_run(str(p)) for p in (a, b, c)]
+    parity = loss_parity(runs, ["unshaped", "10mbit", "10mbit-3nodes"])
+    assert parity["verdict"].startswith("DIFFERENT") and parity["verdict"].endswith("(10mbit-3nodes against unshaped)")
+    runs[2].info["layout"] = {**(runs[2].info.get("layout") or {}), "world_size": 3}
+    runs[0].info["layout"] = {**(runs[0].info.get("layout") or {}), "world_size": 2}
+    assert parity_text(runs).endswith("; expected where the world size differs (2 vs 3 ranks): the gradient sums run "
+                                      "in another order")
+
+
+def parity_text(runs) -> str:
+    return loss_parity(runs, ["x", "y", "z"])["verdict"]
+
+
+def test_one_label_on_runs_of_different_fabrics_is_said(tmp_path):
+    """LABEL=RUN makes repeats; a label reused by mistake on another fabric would average two fabrics unseen."""
+    a, b = write_run(tmp_path / "a", rate_bps=10e6), write_run(tmp_path / "b", rate_bps=100e6)
+    c, d = write_run(tmp_path / "c", rate_bps=5e6), write_run(tmp_path / "d", rate_bps=5e6)
+    result = compare([f"x={a}", f"x={b}", f"y={c}", f"y={d}"], str(tmp_path / "cmp"))
+    (said,) = [w for w in result["warnings"] if "different fabrics" in w]
+    assert said == (f"the runs labelled 'x' are on different fabrics (10mbit lab: {a}; 100mbit lab: {b}): their "
+                    "figures mix them")

@@ -18,7 +18,12 @@ def test_lab_link_names_its_queue_drops(tmp_path):
     for name, lab_json, said in [("none", None, "queue drops not recorded"),
                                  ("old", {"nodes": 2}, "queue drops not recorded"),  # a lab.json from before
                                  ("clean", {"tbf_drops": 0}, "no queue drops"),
-                                 ("dropped", {"tbf_drops": 1234}, "queues dropped 1,234 packets")]:
+                                 ("dropped", {"tbf_drops": 1234}, "queues dropped 1,234 packets"),
+                                 # a 3-node lab at 10mbit: node 0 sends the model to both peers at once
+                                 ("start-up", {"tbf_drops": 503, "tbf_drops_after_first_step": 0},
+                                  "queues dropped 503 packets at start-up, none during the steps"),
+                                 ("steps", {"tbf_drops": 503, "tbf_drops_after_first_step": 40},
+                                  "queues dropped 40 packets during the steps (503 in all): TCP retransmitted")]:
         (tmp_path / name).mkdir()
         text = facts(lab_run(tmp_path / name, lab_json))["link rate"]
         assert text.startswith("5mbit (emulated: tc tbf; ") and said in text, (name, text)

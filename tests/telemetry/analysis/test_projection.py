@@ -284,3 +284,37 @@ def test_cli_projects_from_repeats_and_refuses_mixed_runs(tmp_path):
     proc = cli(a, str(write_run(tmp_path / "c", rate_bps=1e8)), "--rate", "5mbit")
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
     assert "not repeats of one configuration: link_bps differs" in proc.stderr
+
+
+def test_a_start_up_broadcast_the_timeout_cannot_hold_is_named():
+    """gloo's broadcast sends the model from rank 0 to each rank on another node in turn: 1.9 MB to 2 peers at
+    1 Mbit/s (efficiency 0.9) is 2 x 1.9e6 x 8 / 0.9e6 = 33.6 s, over half of a 60 s timeout; to 4 peers,
+    67 s, over it. Measured in the lab: 1.9 MB to 1 peer at 100kbit failed at start-up after 60 s."""
+    lab = profile(startup_bytes=1_892_992, timeout_s=60, backend="gloo")
+    (note,) = startup(project(lab, 1e6, efficiency=0.9, nodes=3))
+    assert note == ("start-up: node 0 sends the model (1.9 MB) over its link 2 time(s), about 34 s at this rate: at "
+                    "least half of distributed.timeout_s (60 s)")
+    assert startup(project(lab, 1e6, efficiency=0.9, nodes=5))[0].endswith(
+        "4 time(s), about 67 s at this rate: over distributed.timeout_s, so the run would fail at start-up: raise "
+        "it (60 s)")
+    assert startup(project(lab, 1e5, efficiency=0.9))  # 2 nodes at 100kbit: 168 s
+    assert startup(project(lab, 10e6, efficiency=0.9, nodes=5)) == []  # 6.7 s: nothing to say
+    # NCCL pipelines a broadcast along its ring: node 0's link carries the model once
+    assert "link 1 time(s), about 17 s" in " ".join(
+        project({**lab, "backend": "nccl", "timeout_s": 30}, 1e6, efficiency=0.9, nodes=5)["notes"])
+    # a run recorded before the start-up broadcast was counted, or an unshaped target: no note
+    assert startup(project(profile(), 1e5, efficiency=0.9)) == [] == startup(project(lab, None))
+
+
+def startup(projection: dict) -> list[str]:
+    return [n for n in projection["notes"] if n.startswith("start-up")]
+
+
+def test_a_node_count_the_recipes_global_batch_does_not_divide_over_is_said():
+    """tiny_llama_lora with global batch 12 on 3 lab nodes (micro-batch 4): the trainer refuses 2 or 4 nodes
+    (12 is no multiple of 4 x 2 or 4 x 4), so the projection there is a what-if and says so."""
+    three = profile(world_size=3, dp=3, nodes=3, global_batch=12, micro_batch=4)
+    (note,) = [n for n in project(three, 8e6, nodes=2)["notes"] if "does not divide" in n]
+    assert note == ("the recipe's global batch 12 does not divide over micro-batch 4 x dp 2: a run on 2 ranks needs "
+                    "another (train.global_batch_size, a multiple of 8); projected as if 12 samples divided evenly")
+    assert not [n for n in project({**three, "global_batch": 24}, 8e6, nodes=2)["notes"] if "does not divide" in n]
