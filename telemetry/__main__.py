@@ -144,6 +144,11 @@ def _watch(args) -> int:
                             "output_dir)")
     if not (args.interval > 0):
         return print_errors(f"--interval: got {args.interval}; expected seconds > 0")
+    from telemetry.rundir import looks_like_run_dir
+    if not looks_like_run_dir(args.run):
+        return print_errors(f"watch: {args.run!r} is not a run directory (no run.json, metrics.jsonl, ranks/ or "
+                            "logs/ in it); allowed: a run directory (the recipe's output_dir), or an empty one "
+                            "a run is about to write")
     return watch(args.run, once=args.once, interval_s=args.interval)
 
 

@@ -51,6 +51,16 @@ LAYOUT = (
 )
 
 
+def looks_like_run_dir(path: str) -> bool:
+    """Empty (a run about to start) or holding something of a run directory's own: what `watch` follows."""
+    try:
+        entries = set(os.listdir(path))
+    except OSError:
+        return False
+    own = {RUN_JSON, METRICS, RANKS, LOGS, CHECKPOINTS, "run.lock", RESERVE, "collectives.txt", "lab.json"}
+    return not entries or bool(entries & own)
+
+
 def rank_file(rank: int, name: str) -> str:
     """ranks/rankNNNNN.<name> (name with its extension: RANK_TELEMETRY, RANK_FINAL, RANK_EVENTS)."""
     return os.path.join(RANKS, f"rank{rank:05d}.{name}")

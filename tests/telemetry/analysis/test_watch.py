@@ -185,6 +185,23 @@ def test_bad_arguments_are_one_error_line(tmp_path, capsys):
                    "recipe's output_dir)", "error: --interval: got 0.0; expected seconds > 0"]
 
 
+def test_a_directory_that_is_no_run_is_refused_an_empty_one_is_awaited(tmp_path, capsys):
+    from telemetry.__main__ import main
+
+    other = tmp_path / "home"
+    other.mkdir()
+    (other / "notes.txt").write_text("not a run")
+    assert main(["watch", str(other), "--once"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: watch: '{other}' is not a run directory (no run.json, metrics.jsonl")
+    starting = tmp_path / "starting"
+    (starting / "logs").mkdir(parents=True)  # a run that has made its logs/ and nothing else yet
+    assert main(["watch", str(starting), "--once"]) == 0
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["watch", str(empty), "--once"]) == 0
+
+
 def test_once_on_a_directory_the_run_has_not_written_yet(tmp_path):
     out = io.StringIO()
     assert watch(str(tmp_path), once=True, out=out) == 0
