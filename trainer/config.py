@@ -298,6 +298,17 @@ def _check_batch_memory(r: Recipe) -> list[str]:
     return p
 
 
+def _check_resume(value) -> list[str]:
+    """auto, never, or a path: a bare word that is neither (nor a directory here) is a typo, not a path (a path
+    of the cluster's, absent on a laptop's dry run, is judged when the run loads it)."""
+    v = str(value)
+    if v in ("auto", "never") or os.sep in v or os.path.isdir(v):
+        return []
+    hint = f" (did you mean {v.strip().lower()!r}?)" if v.strip().lower() in ("auto", "never") else ""
+    return [f"train.resume: got {v!r}{hint}; allowed: auto (the latest checkpoint in output_dir), never, or a "
+            "checkpoint directory's path"]
+
+
 def check_recipe(r: Recipe) -> list[str]:
     """Checks that need no world size. Each problem names the key, the value and what is allowed."""
     p = []
@@ -318,6 +329,7 @@ def check_recipe(r: Recipe) -> list[str]:
     if t.global_batch_size >= 1:  # below 1 is said once, above
         p += within("train", t, ("global_batch_size",), 1, GLOBAL_BATCH_MAX)
     p += _check_batch_memory(r)
+    p += _check_resume(t.resume)
     if t.weight_decay < 0:
         p.append(f"train.weight_decay: got {t.weight_decay}; expected a number >= 0")
     if t.eps <= 0:

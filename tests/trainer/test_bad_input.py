@@ -104,6 +104,10 @@ OVERRIDES = [
     ("delay-from-zero", ["debug.delay_from_step=0"], "debug.delay_from_step: got 0; expected an integer >= 1"),
     ("probe-bytes-zero", ["telemetry.link_probe_bytes=0"], "telemetry.link_probe_bytes: got 0; expected an integer from 4"),
     ("probe-every-negative", ["telemetry.link_probe_every=-1"], "telemetry.link_probe_every: got -1; expected an integer >= 0"),
+    # a bare word is a typo of auto/never, not a path (a path absent here is judged when the run loads it)
+    ("resume-word", ["train.resume=maybe"], "train.resume: got 'maybe'; allowed: auto (the latest checkpoint in "
+                                            "output_dir), never, or a checkpoint directory's path"),
+    ("resume-case", ["train.resume=Never"], "train.resume: got 'Never' (did you mean 'never'?); allowed: auto"),
 ]
 
 
