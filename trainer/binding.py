@@ -170,6 +170,18 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     return key.split("."), value
 
 
+def repeated_overrides(overrides) -> list[str]:
+    """One line per key given more than once with different values: the last is used (as a shell script that
+    appends to a command expects), but a typo'd value may be the one that was meant."""
+    seen: dict[str, list[str]] = {}
+    for text in overrides:
+        if "=" in text:
+            key, raw = text.split("=", 1)
+            seen.setdefault(key.strip(), []).append(raw)
+    return [f"{key} given {len(values)} times on the command line ({', then '.join(map(repr, values))}); "
+            f"the last, {values[-1]!r}, is used" for key, values in seen.items() if len(set(values)) > 1]
+
+
 def apply_override(tree: dict, parts: list[str], value: Any) -> Optional[str]:
     node = tree
     for i, part in enumerate(parts[:-1]):

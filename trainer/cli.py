@@ -7,6 +7,7 @@ import sys
 
 import yaml
 
+from .binding import repeated_overrides
 from .config import RecipeError, load_recipe
 from .error_report import report
 from telemetry.errors import OneLineParser, print_errors
@@ -76,6 +77,9 @@ def main(argv: list[str] | None = None) -> int:
         recipe = load_recipe(args.recipe, args.overrides)
     except RecipeError as exc:
         return _fail(exc.problems)
+    if os.environ.get("RANK", "0") == "0":  # said once, by rank 0
+        for line in repeated_overrides(args.overrides):
+            print(f"warning: {line}", file=sys.stderr)
     world = _world_size(args, recipe)
     layout, problems = resolve_layout(recipe, world)
     if problems:

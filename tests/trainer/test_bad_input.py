@@ -448,3 +448,20 @@ def test_without_a_launcher_rank_0_prints(capsys, monkeypatch):
         monkeypatch.setenv("RANK", "0")
         assert main([TINY, "train.lr=nan", "--dry-run"]) == 2
         assert capsys.readouterr().err.count("error: train.lr") == 1
+
+
+def test_an_override_given_twice_with_different_values_is_said_once_and_the_last_used(capsys, monkeypatch):
+    from trainer.binding import repeated_overrides
+
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.delenv("RANK", raising=False)
+    assert main([TINY, "max_steps=10", "train.lr=1e-3", "max_steps=20", "train.lr=1e-3", "--dry-run"]) == 0
+    out, err = capsys.readouterr()
+    assert err.splitlines() == ["warning: max_steps given 2 times on the command line ('10', then '20'); the last, "
+                                "'20', is used"]  # the same value twice says nothing
+    assert "\nmax_steps: 20\n" in out
+    monkeypatch.setenv("RANK", "1")  # under torchrun only rank 0 says it
+    assert main([TINY, "max_steps=10", "max_steps=20", "--dry-run"]) == 0
+    assert capsys.readouterr().err == ""
+    assert repeated_overrides(["a=1", "b=2", "a=3", "a=1"]) == [
+        "a given 3 times on the command line ('1', then '3', then '1'); the last, '1', is used"]
