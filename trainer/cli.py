@@ -8,7 +8,8 @@ import sys
 import yaml
 
 from .binding import repeated_overrides
-from .config import RecipeError, load_recipe
+from .config import RECIPE_RELATIVE_PATHS, RecipeError, load_recipe
+from .binding import value_at
 from .error_report import report
 from telemetry.errors import OneLineParser, print_errors
 from .launcher_env import env_world_size, launcher_env_problems
@@ -34,6 +35,23 @@ def _parser() -> argparse.ArgumentParser:
                    help="with --dry-run: the world size to check the layout against "
                         "(default: torchrun's WORLD_SIZE, else dp x tp x pp with dp=-1 counted as 1)")
     return p
+
+
+def _absent_paths(recipe) -> list[str]:
+    """A dry run's notes on local paths the recipe names that are not on this machine: a recipe for a cluster
+    is still accepted (its paths may exist only there); a real run refuses them at start, before any step."""
+    tree, out = recipe.to_dict(), []
+    for dotted in (*RECIPE_RELATIVE_PATHS, "model.config", "train.resume"):
+        value = value_at(tree, dotted)
+        if not isinstance(value, str) or value in ("auto", "never") or os.path.exists(os.path.expanduser(value)):
+            continue
+        # a hub name (org/name) is looked up in the local cache at start; only what is surely a path is named
+        pathlike = (os.path.isabs(value) or value.startswith((".", "~")) or value.count("/") > 1
+                    or value.endswith((".jsonl", ".json", ".parquet", ".csv", ".txt", ".arrow")))
+        if pathlike:
+            out.append(f"{dotted}: {value!r} does not exist on this machine; a run refuses it at start unless it "
+                       "exists where the run starts (a cluster's path is fine here)")
+    return out
 
 
 def _fail(problems: list[str]) -> int:
@@ -118,6 +136,8 @@ def main(argv: list[str] | None = None) -> int:
             where = recipe.model.config if isinstance(recipe.model.config, str) else recipe.model.path
             print(f"# memory per rank: no estimate, the model's config.json is not readable here ({where})")
         print(f"# {layout.describe()}")
+        for line in _absent_paths(recipe):
+            print(f"warning: {line}", file=sys.stderr)
         return 0
     problems = _check_output_dir(recipe.output_dir)
     if problems:

@@ -465,3 +465,16 @@ def test_an_override_given_twice_with_different_values_is_said_once_and_the_last
     assert capsys.readouterr().err == ""
     assert repeated_overrides(["a=1", "b=2", "a=3", "a=1"]) == [
         "a given 3 times on the command line ('1', then '3', then '1'); the last, '1', is used"]
+
+
+def test_a_dry_run_accepts_a_cluster_recipe_and_names_the_paths_missing_here(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.delenv("RANK", raising=False)
+    here = tmp_path / "train.jsonl"
+    here.write_text("{}\n")
+    assert main([TINY, f"data.dataset={here}", "data.eval_dataset=/cluster/eval.jsonl", "train.resume=/ckpt/step-9",
+                 "--dry-run"]) == 0  # accepted: the paths may exist only on the cluster
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"warning: {key}: {value!r} does not exist on this machine; a run refuses it at start unless it "
+                   "exists where the run starts (a cluster's path is fine here)"
+                   for key, value in (("data.eval_dataset", "/cluster/eval.jsonl"), ("train.resume", "/ckpt/step-9"))]
