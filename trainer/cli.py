@@ -37,11 +37,15 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _absent_paths(recipe) -> list[str]:
-    """A dry run's notes on local paths the recipe names that are not on this machine: a recipe for a cluster
-    is still accepted (its paths may exist only there); a real run refuses them at start, before any step."""
+def _absent_paths(recipe) -> list[tuple[str, str]]:
+    """(key, value) of each local path the recipe names that is not on this machine. A dry run names them as
+    warnings (a recipe for a cluster is still accepted: its paths may exist only there); a real run refuses
+    each at start, before any step, with one line recorded in run.json (tests/trainer/test_training.py)."""
     tree, out = recipe.to_dict(), []
+    unread = recipe.job == "sweep" or recipe.data.synthetic  # the data keys are not read by such a run
     for dotted in (*RECIPE_RELATIVE_PATHS, "model.config", "train.resume"):
+        if unread and dotted.startswith("data."):
+            continue
         value = value_at(tree, dotted)
         if not isinstance(value, str) or value in ("auto", "never") or os.path.exists(os.path.expanduser(value)):
             continue
@@ -49,8 +53,7 @@ def _absent_paths(recipe) -> list[str]:
         pathlike = (os.path.isabs(value) or value.startswith((".", "~")) or value.count("/") > 1
                     or value.endswith((".jsonl", ".json", ".parquet", ".csv", ".txt", ".arrow")))
         if pathlike:
-            out.append(f"{dotted}: {value!r} does not exist on this machine; a run refuses it at start unless it "
-                       "exists where the run starts (a cluster's path is fine here)")
+            out.append((dotted, value))
     return out
 
 
@@ -136,8 +139,9 @@ def main(argv: list[str] | None = None) -> int:
             where = recipe.model.config if isinstance(recipe.model.config, str) else recipe.model.path
             print(f"# memory per rank: no estimate, the model's config.json is not readable here ({where})")
         print(f"# {layout.describe()}")
-        for line in _absent_paths(recipe):
-            print(f"warning: {line}", file=sys.stderr)
+        for key, value in _absent_paths(recipe):
+            print(f"warning: {key}: {value!r} does not exist on this machine; a run refuses it at start unless it "
+                  "exists where the run starts (a cluster's path is fine here)", file=sys.stderr)
         return 0
     problems = _check_output_dir(recipe.output_dir)
     if problems:

@@ -478,3 +478,11 @@ def test_a_dry_run_accepts_a_cluster_recipe_and_names_the_paths_missing_here(tmp
     assert err == [f"warning: {key}: {value!r} does not exist on this machine; a run refuses it at start unless it "
                    "exists where the run starts (a cluster's path is fine here)"
                    for key, value in (("data.eval_dataset", "/cluster/eval.jsonl"), ("train.resume", "/ckpt/step-9"))]
+
+
+def test_data_paths_of_a_synthetic_run_are_not_read_so_not_checked(capsys, monkeypatch):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.delenv("RANK", raising=False)
+    recipe = str(Path(REPO) / "recipes" / "tiny_resnet.yaml")
+    assert main([recipe, "data.dataset=/data/imagenet", "--dry-run"]) == 0
+    assert "warning" not in capsys.readouterr().err
