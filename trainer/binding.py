@@ -76,6 +76,11 @@ def _bind_value(value: Any, tp: Any, path: str, problems: list[str]) -> Any:
     elif origin is Literal:
         if value in typing.get_args(tp) and type(value) in {type(a) for a in typing.get_args(tp)}:
             return value
+        words = [str(a) for a in typing.get_args(tp)]  # a near-miss spelling (cosin, BF16) is named, like a key
+        close = difflib.get_close_matches(str(value).strip().lower(), words, n=1, cutoff=0.6)
+        if isinstance(value, str) and close:
+            problems.append(f"{path}: got {_short(value)}; did you mean '{close[0]}'? allowed: {', '.join(words)}")
+            return value
     elif origin is list:
         (inner,) = typing.get_args(tp)
         if isinstance(value, list):

@@ -20,6 +20,9 @@ BAD_OVERRIDES = [
     (["parallel.pp=2", "parallel.dp=1"], "parallel: dp x tp x pp = 1 x 1 x 2 = 2 does not equal the world size 1"),
     (["parallel.data_parallel=zero3"], "parallel.data_parallel: got 'zero3' (str); expected one of 'ddp', 'fsdp'"),
     (["parallel.tp=0"], "parallel.tp: got 0; expected an integer >= 1"),
+    (["train.schedule=cosin"], "train.schedule: got 'cosin'; did you mean 'cosine'? allowed: cosine, poly, linear, "
+     "constant"),
+    (["train.precision=BF16"], "train.precision: got 'BF16'; did you mean 'bf16'? allowed: auto, bf16, fp32"),
     (["model.dtype=fp16"], "model.dtype: got 'fp16'"),
     (["lora.dropout=1.5"], "lora.dropout: got 1.5; expected a number in [0, 1)"),
     (["lora.target_modules=q_proj"], "lora.target_modules: got 'q_proj' (str); expected a list of strings"),
