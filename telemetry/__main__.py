@@ -149,6 +149,13 @@ def _watch(args) -> int:
         return print_errors(f"watch: {args.run!r} is not a run directory (no run.json, metrics.jsonl, ranks/ or "
                             "logs/ in it); allowed: a run directory (the recipe's output_dir), or an empty one "
                             "a run is about to write")
+    from telemetry.analysis.runs import RunError, read_run_json
+    from telemetry.rundir import RUN_JSON
+    if os.path.isfile(os.path.join(args.run, RUN_JSON)):  # written atomically: damage, not a run starting
+        try:
+            read_run_json(os.path.join(args.run, RUN_JSON))
+        except RunError as exc:
+            return print_errors(f"watch: {exc}")
     return watch(args.run, once=args.once, interval_s=args.interval)
 
 

@@ -64,12 +64,8 @@ def _json_type(value) -> str:
     return {dict: "object", list: "list", str: "string", bool: "boolean"}.get(type(value), "number")
 
 
-def load_run(path: str) -> Run:
-    run_json = os.path.join(path, RUN_JSON)
-    if not os.path.isdir(path):
-        raise RunError(f"{path}: not a directory")
-    if not os.path.isfile(run_json):
-        raise RunError(f"{path}: no {RUN_JSON} (is this a run directory?)")
+def read_run_json(run_json: str) -> dict:
+    """run.json as the JSON object a run writes (atomically: a damaged one is damage, never a half-written file)."""
     try:
         with open(run_json, encoding="utf-8") as f:
             info = json.load(f)
@@ -82,6 +78,16 @@ def load_run(path: str) -> Run:
         raise RunError(f"{run_json}: cannot read: {exc.strerror or exc}") from None
     if not isinstance(info, dict):
         raise RunError(f"{run_json}: holds a JSON {_json_type(info)}; allowed: the JSON object a run writes")
+    return info
+
+
+def load_run(path: str) -> Run:
+    run_json = os.path.join(path, RUN_JSON)
+    if not os.path.isdir(path):
+        raise RunError(f"{path}: not a directory")
+    if not os.path.isfile(run_json):
+        raise RunError(f"{path}: no {RUN_JSON} (is this a run directory?)")
+    info = read_run_json(run_json)
     for key, kind in _SECTIONS.items():
         if info.get(key) is not None and not isinstance(info[key], kind):
             raise RunError(f"{run_json}: '{key}' is a JSON {_json_type(info[key])}; allowed: "

@@ -202,6 +202,22 @@ def test_a_directory_that_is_no_run_is_refused_an_empty_one_is_awaited(tmp_path,
     assert main(["watch", str(empty), "--once"]) == 0
 
 
+@pytest.mark.parametrize("content,expected", [
+    (b'{"status": "comp', "not valid JSON ("),
+    (b"[1, 2]", "holds a JSON list; allowed: the JSON object a run writes"),
+    (b"\xff\xfe", "not UTF-8 text (byte 0xff at offset 0); allowed: the JSON object a run writes"),
+])
+def test_a_damaged_run_json_is_one_error_line_not_a_run_starting(content, expected, tmp_path, capsys):
+    """run.json is written atomically (telemetry/rundir.py), so a damaged one is damage: watch says so and exits 2
+    instead of showing the run as `starting` forever."""
+    from telemetry.__main__ import main
+
+    (tmp_path / "run.json").write_bytes(content)
+    assert main(["watch", str(tmp_path), "--once"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: watch: {tmp_path / 'run.json'}: ") and expected in err[0]
+
+
 def test_once_on_a_directory_the_run_has_not_written_yet(tmp_path):
     out = io.StringIO()
     assert watch(str(tmp_path), once=True, out=out) == 0
