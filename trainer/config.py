@@ -53,7 +53,7 @@ class DataConfig:
     # A local .jsonl/.json/.parquet path, or a hub name already in the local Hugging Face cache.
     dataset: str = "databricks/databricks-dolly-15k"
     format: Literal["dolly", "pretokenized"] = "dolly"
-    eval_dataset: Optional[str] = None  # pretokenized/BERT eval set; without it the validation split
+    eval_dataset: Optional[str] = None  # an eval set of its own (any format); without it the validation split
     seq_len: int = 2048
     packing: bool = False
     # llm_lora, unpacked: pad each micro-batch to its longest sequence (as NeMo's fine-tuning data does)

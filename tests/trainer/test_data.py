@@ -95,6 +95,23 @@ def test_build_from_local_jsonl_and_parquet(tmp_path, tok):
     assert len(train) == 24
 
 
+def test_instruction_data_with_an_eval_set_of_its_own(tmp_path, tok):
+    """data.eval_dataset with Dolly-format data: the evaluation reads it and every row of data.dataset trains
+    (it was ignored, the split's validation rows evaluated instead); a missing or malformed one is one line."""
+    lines = DEMO.read_text().splitlines()
+    (tmp_path / "eval.jsonl").write_text("\n".join(lines[:7]) + "\n")
+    cfg = data_cfg(eval_dataset=str(tmp_path / "eval.jsonl"))
+    train, evals = build_datasets(cfg, tok, need_eval=True)
+    everything, _ = build_datasets(data_cfg(split=[1.0, 0.0, 0.0]), tok, need_eval=False)
+    assert len(evals) == 7 and len(train) == len(everything)
+    assert build_datasets(cfg, tok, need_eval=False)[1] is None
+    with pytest.raises(DataError, match="data.eval_dataset: path '/no/eval.jsonl' does not exist"):
+        build_datasets(data_cfg(eval_dataset="/no/eval.jsonl"), tok, need_eval=True)
+    (tmp_path / "bad.jsonl").write_text(json.dumps({"prompt": "p"}) + "\n")
+    with pytest.raises(DataError, match="data.eval_dataset: .* lacks the Dolly field"):
+        build_datasets(data_cfg(eval_dataset=str(tmp_path / "bad.jsonl")), tok, need_eval=True)
+
+
 def test_pretokenized_sets_keep_their_labels(tmp_path, tok):
     import datasets
     rows = [{"input_ids": list(range(5, 5 + 16)), "labels": [IGNORE] * 8 + list(range(13, 21))} for _ in range(6)]

@@ -251,6 +251,18 @@ def pretokenized_examples(table, key: str) -> list[tuple[list[int], list[int]]]:
     return out
 
 
+def _check_dolly(table, key: str, path: str) -> None:
+    """The Dolly fields, each text: a number or list where text belongs fails deep in the tokenizer."""
+    missing = [f for f in DOLLY_FIELDS if f not in table.column_names]
+    if missing:
+        raise DataError(f"{key}: {path!r} lacks the Dolly field(s) {', '.join(missing)}; "
+                        f"found {', '.join(table.column_names)}")
+    for f in DOLLY_FIELDS:
+        dtype = getattr(table.features[f], "dtype", None)
+        if dtype not in ("string", "large_string", "null"):
+            raise DataError(f"{key}: {path!r} field {f!r} holds {table.features[f]}; expected text (a string per row)")
+
+
 def build_datasets(cfg, tokenizer, need_eval: bool,
                    pad_multiple: int = 16) -> tuple[TokenizedSet, TokenizedSet | None]:
     """Train set and (when asked for) eval set from the recipe's `data` section. With `data.padding:
@@ -259,19 +271,21 @@ def build_datasets(cfg, tokenizer, need_eval: bool,
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (tokenizer.eos_token_id or 0)
     table = load_table(cfg.dataset, "data.dataset")
     if cfg.format == "dolly":
-        missing = [f for f in DOLLY_FIELDS if f not in table.column_names]
-        if missing:
-            raise DataError(f"data.dataset: {cfg.dataset!r} lacks the Dolly field(s) {', '.join(missing)}; "
-                            f"found {', '.join(table.column_names)}")
-        for f in DOLLY_FIELDS:  # a number or list where text belongs fails deep in the tokenizer
-            dtype = getattr(table.features[f], "dtype", None)
-            if dtype not in ("string", "large_string", "null"):
-                raise DataError(f"data.dataset: {cfg.dataset!r} field {f!r} holds {table.features[f]}; "
-                                "expected text (a string per row)")
-        train_idx, val_idx, _ = split_indices(len(table), cfg.split, cfg.split_seed)
-        train_rows = table.select(train_idx[:cfg.max_train_samples])
-        train = tokenize_dolly(list(train_rows), tokenizer)
-        evals = tokenize_dolly(list(table.select(val_idx[:cfg.max_eval_samples])), tokenizer) if need_eval else None
+        _check_dolly(table, "data.dataset", cfg.dataset)
+        if cfg.eval_dataset is not None:  # an eval set of its own: every row of data.dataset trains (as BERT's)
+            train = tokenize_dolly(list(table.select(range(min(len(table), cfg.max_train_samples or len(table))))),
+                                   tokenizer)
+            evals = None
+            if need_eval:
+                eval_table = load_table(cfg.eval_dataset, "data.eval_dataset")
+                _check_dolly(eval_table, "data.eval_dataset", cfg.eval_dataset)
+                n = min(len(eval_table), cfg.max_eval_samples or len(eval_table))
+                evals = tokenize_dolly(list(eval_table.select(range(n))), tokenizer)
+        else:
+            train_idx, val_idx, _ = split_indices(len(table), cfg.split, cfg.split_seed)
+            train = tokenize_dolly(list(table.select(train_idx[:cfg.max_train_samples])), tokenizer)
+            evals = (tokenize_dolly(list(table.select(val_idx[:cfg.max_eval_samples])), tokenizer)
+                     if need_eval else None)
     else:
         train = pretokenized_examples(table, "data.dataset")[:cfg.max_train_samples]
         evals = None
