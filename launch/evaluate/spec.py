@@ -212,9 +212,18 @@ def _workload(raw: Any, i: int, base: str, problems: list[str]) -> Workload | No
     if not isinstance(overrides, list) or not all(isinstance(o, str) for o in overrides):
         problems.append(f"{path}.overrides: got {overrides!r}; expected a list of key=value strings")
         overrides = []
+    seen: dict[str, str] = {}
     for o in overrides:
-        if o.split("=", 1)[0].strip() == "output_dir":
+        key = o.split("=", 1)[0].strip()
+        if key == "output_dir":
             problems.append(f"{path}.overrides: {o!r}: the runner sets output_dir (under `out`); leave it out")
+        elif key == "fabric.config" or key.startswith("fabric.config."):
+            # the runner appends each variant's fabric_config: the same key twice, the workload's silently lost
+            problems.append(f"{path}.overrides: {o!r}: a fabric's configuration belongs to the variants "
+                            "(variants[].fabric_config), which the runner gives every run; leave it out")
+        elif key in seen:
+            problems.append(f"{path}.overrides: {key} is given twice ({seen[key]!r} and {o!r}); allowed: each key once")
+        seen.setdefault(key, o)
     recipe = raw.get("recipe")
     if "recipe" not in raw:
         return None

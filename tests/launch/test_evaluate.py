@@ -453,3 +453,15 @@ def test_a_lab_stopped_by_its_own_timeout_is_reported_as_timed_out(tmp_path, cap
     ev = load_evaluation(write(tmp_path, doc))
     assert run_evaluation(ev, launch=FakeTimedOutLab(), render=False) == 1
     assert "FAILED (timed out, run.json status interrupted)" in capsys.readouterr().out
+
+
+def test_a_workload_override_the_runner_would_repeat_is_refused(tmp_path):
+    """The runner appends each variant's fabric_config as fabric.config.KEY=...: a workload setting one too would
+    put the key twice on the trainer's command line (the last silently winning); a key given twice is refused."""
+    doc = good(tmp_path)
+    doc["workloads"][1]["overrides"] = ["fabric.config.routing=ecmp", "max_steps=3", "max_steps=5"]
+    found = problems(tmp_path, doc)
+    assert ("workloads[1].overrides: 'fabric.config.routing=ecmp': a fabric's configuration belongs to the variants "
+            "(variants[].fabric_config), which the runner gives every run; leave it out") in found, found
+    assert "workloads[1].overrides: max_steps is given twice ('max_steps=3' and 'max_steps=5'); allowed: each key " \
+           "once" in found, found
