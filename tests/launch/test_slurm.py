@@ -97,6 +97,7 @@ def test_bad_recipe_job_fails_with_one_error_line_in_its_output_and_run_json(clu
     errors = [line for line in job["output"].splitlines() if line.startswith("error:")]
     assert job["JobState"] == "FAILED", job["output"][-4000:]
     assert errors == [expected], job["output"][-4000:]
+    assert "given 2 times" not in job["output"]  # the script's default output_dir yields to the user's
     info = json.loads((out / "run.json").read_text())
     assert info["status"] == "failed" and info["exit_code"] == 2
     assert info["error"] == expected.removeprefix("error: ")
