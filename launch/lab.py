@@ -439,7 +439,7 @@ def _has_a_line(path: str) -> bool:
 
 
 def _output_dir(recipe_args: list[str]) -> str:
-    for arg in recipe_args[1:]:
+    for arg in reversed(recipe_args[1:]):  # the last one, as the trainer reads a key given twice (and warns)
         if arg.startswith("output_dir="):
             return arg.split("=", 1)[1]
     import yaml

@@ -57,6 +57,9 @@ def test_output_dir_from_the_override_then_the_recipe(tmp_path):
     recipe.write_text("name: x\noutput_dir: runs/from_recipe\n")
     assert lab._output_dir([str(recipe), "max_steps=1", "output_dir=/tmp/o"]) == "/tmp/o"
     assert lab._output_dir([str(recipe)]) == "runs/from_recipe"
+    # given twice: the last, as the trainer's recipe check (which the lab runs first) reads it; the lab wrote the
+    # first one's directory while the check judged the second's
+    assert lab._output_dir([str(recipe), "output_dir=/tmp/a", "output_dir=/tmp/b"]) == "/tmp/b"
     assert lab._output_dir([str(tmp_path / "missing.yaml")]) == "runs/lab"
 
 
