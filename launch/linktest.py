@@ -285,7 +285,10 @@ def parse_args(argv):
     p.add_argument("--switch-metrics", help="a switch exporter's Prometheus URL, read before and after the test")
     args = p.parse_args(argv)
     if args.tool not in TOOLS:
-        raise LinkTestError(f"--tool: got {args.tool!r}; allowed: {', '.join(TOOLS)}")
+        import difflib
+        close = difflib.get_close_matches(str(args.tool).lower(), list(TOOLS), n=1)
+        hint = f"did you mean '{close[0]}'? " if close else ""
+        raise LinkTestError(f"--tool: got {args.tool!r}; {hint}allowed: {', '.join(TOOLS)}")
     if args.port is None:
         args.port = DEFAULT_PORT[PACKAGE[args.tool]]
     for name in ("duration", "qps", "streams", "timeout_s", "ib_port", "size"):

@@ -18,6 +18,7 @@ needs_lab = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("ip") is None o
 
 @pytest.mark.parametrize("argv,message", [
     (["--tool", "nc"], "--tool: got 'nc'; allowed: ib_write_bw"),
+    (["--tool", "iprf3"], "--tool: got 'iprf3'; did you mean 'iperf3'? allowed: ib_write_bw"),
     (["--tool", "iperf3", "--line-rate", "fast"], "--line-rate: got 'fast'"),
     (["--tool", "iperf3", "--exec", "ssh"], "--exec: got 'ssh'; it must name the node as {host}"),
     (["--tool", "iperf3", "--duration", "0"], "--duration: got 0; expected 1 or more"),
