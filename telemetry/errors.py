@@ -74,6 +74,20 @@ class OneLineParser(argparse.ArgumentParser):
         sys.exit(print_errors(f"{message}; see {self.prog} --help"))
 
 
+def dangling_link_problem(path: str, what: str) -> str | None:
+    """A symbolic link on `path` that leads nowhere (a loop, or a missing target) does not exist to
+    os.path.exists, yet nothing can be created there: makedirs fails with EEXIST or ELOOP."""
+    import os
+
+    probe = os.path.abspath(path)
+    while probe != os.path.dirname(probe):
+        if os.path.islink(probe) and not os.path.exists(probe):
+            return (f"{what}: {probe!r} is a symbolic link that leads nowhere (a loop or a missing target: "
+                    f"{os.readlink(probe)!r}); allowed: a new or existing directory")
+        probe = os.path.dirname(probe)
+    return None
+
+
 def output_dir_problem(path: str, what: str) -> str | None:
     """None when `path` is a directory this process can write in, or one it can create; else the one line
     saying why not, naming `what` (the option or key). Creates nothing: bad input leaves no empty directory."""
@@ -81,6 +95,8 @@ def output_dir_problem(path: str, what: str) -> str | None:
 
     if os.path.exists(path) and not os.path.isdir(path):
         return f"{what}: {path!r} is a file, not a directory; allowed: a new or existing directory"
+    if problem := dangling_link_problem(path, what):
+        return problem
     existing = os.path.abspath(path)
     while not os.path.exists(existing):
         existing = os.path.dirname(existing)

@@ -11,7 +11,7 @@ from .binding import repeated_overrides
 from .config import RECIPE_RELATIVE_PATHS, RecipeError, load_recipe
 from .binding import value_at
 from .error_report import report
-from telemetry.errors import OneLineParser, print_errors
+from telemetry.errors import OneLineParser, dangling_link_problem, print_errors
 from .launcher_env import env_world_size, launcher_env_problems
 from .layout import resolve_layout
 
@@ -67,6 +67,8 @@ def _check_output_dir(path: str) -> list[str]:
     """output_dir must be a directory this process can create and write, before any rank starts a run."""
     if os.path.exists(path) and not os.path.isdir(path):
         return [f"output_dir: {path!r} is a file, not a directory; allowed: a new or existing directory"]
+    if problem := dangling_link_problem(path, "output_dir"):
+        return [problem]
     probe = os.path.join(path, f".write-test.{os.getpid()}")
     try:
         os.makedirs(path, exist_ok=True)

@@ -124,3 +124,21 @@ def test_a_closed_pipe_ends_the_command_quietly(tmp_path, monkeypatch):
         out.write("dropped")  # stdout now leads to /dev/null: the interpreter's last flush cannot fail
     assert (tmp_path / "stdout").read_text() == ""
     assert exit_quietly_on_closed_pipe(lambda code: code, 2) == 2
+
+
+def test_output_dir_through_a_link_that_leads_nowhere_is_one_line(tmp_path):
+    """A symlink loop or a dangling link does not exist to os.path.exists, yet makedirs fails there (EEXIST,
+    ELOOP): it is named before anything is written, for every command that takes an output directory."""
+    from telemetry.errors import output_dir_problem
+
+    (tmp_path / "loop1").symlink_to("loop2")
+    (tmp_path / "loop2").symlink_to("loop1")
+    (tmp_path / "dangling").symlink_to(tmp_path / "gone")
+    assert output_dir_problem(str(tmp_path / "loop1"), "--out") == (
+        f"--out: {str(tmp_path / 'loop1')!r} is a symbolic link that leads nowhere (a loop or a missing target: "
+        "'loop2'); allowed: a new or existing directory")
+    assert output_dir_problem(str(tmp_path / "dangling" / "run"), "--out").startswith(
+        f"--out: {str(tmp_path / 'dangling')!r} is a symbolic link that leads nowhere")
+    (tmp_path / "real").mkdir()
+    (tmp_path / "good").symlink_to(tmp_path / "real")
+    assert output_dir_problem(str(tmp_path / "good" / "run"), "--out") is None

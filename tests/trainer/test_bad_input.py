@@ -486,3 +486,14 @@ def test_data_paths_of_a_synthetic_run_are_not_read_so_not_checked(capsys, monke
     recipe = str(Path(REPO) / "recipes" / "tiny_resnet.yaml")
     assert main([recipe, "data.dataset=/data/imagenet", "--dry-run"]) == 0
     assert "warning" not in capsys.readouterr().err
+
+
+def test_output_dir_that_is_a_symlink_loop_is_one_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.delenv("RANK", raising=False)
+    (tmp_path / "loop1").symlink_to("loop2")
+    (tmp_path / "loop2").symlink_to("loop1")
+    assert main([TINY, f"output_dir={tmp_path / 'loop1'}", "max_steps=1"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"error: output_dir: {str(tmp_path / 'loop1')!r} is a symbolic link that leads nowhere (a loop or a missing "
+        "target: 'loop2'); allowed: a new or existing directory"]
