@@ -180,6 +180,7 @@ CASES: list[tuple[str, str, list[str], dict]] = [
     ("telemetry p2p", "run-missing", ["telemetry", "p2p", "{root}/nope"], {}),
     ("telemetry watch", "interval-nan", ["telemetry", "watch", "{good}", "--once", "--interval", "nan"], {}),
     ("telemetry watch", "interval-string", ["telemetry", "watch", "{good}", "--once", "--interval", "fast"], {}),
+    ("telemetry watch", "interval-inf", ["telemetry", "watch", "{good}", "--interval", "inf"], {}),
     ("telemetry watch", "no-run-json", ["telemetry", "watch", "{root}/empty", "--once"], {}),
     ("telemetry watch", "run-json-truncated", ["telemetry", "watch", "{truncjson}", "--once"], {}),
     ("telemetry watch", "run-json-string", ["telemetry", "watch", "{strjson}", "--once"], {}),

@@ -142,8 +142,8 @@ def _watch(args) -> int:
     if not os.path.isdir(args.run):
         return print_errors(f"watch: {args.run!r} is not a directory; allowed: a run directory (the recipe's "
                             "output_dir)")
-    if not (args.interval > 0):
-        return print_errors(f"--interval: got {args.interval}; expected seconds > 0")
+    if not (0 < args.interval <= 3600):  # NaN fails too; inf would overflow time.sleep after the first view
+        return print_errors(f"--interval: got {args.interval}; expected seconds > 0 and at most 3600")
     from telemetry.rundir import looks_like_run_dir
     if not looks_like_run_dir(args.run):
         return print_errors(f"watch: {args.run!r} is not a run directory (no run.json, metrics.jsonl, ranks/ or "

@@ -180,9 +180,11 @@ def test_bad_arguments_are_one_error_line(tmp_path, capsys):
 
     assert main(["watch", str(tmp_path / "missing")]) == 2
     assert main(["watch", str(tmp_path), "--interval", "0"]) == 2
+    assert main(["watch", str(tmp_path), "--interval", "inf"]) == 2  # time.sleep(inf) overflowed after one view
     err = capsys.readouterr().err.splitlines()
     assert err == [f"error: watch: '{tmp_path / 'missing'}' is not a directory; allowed: a run directory (the "
-                   "recipe's output_dir)", "error: --interval: got 0.0; expected seconds > 0"]
+                   "recipe's output_dir)", "error: --interval: got 0.0; expected seconds > 0 and at most 3600",
+                   "error: --interval: got inf; expected seconds > 0 and at most 3600"]
 
 
 def test_a_directory_that_is_no_run_is_refused_an_empty_one_is_awaited(tmp_path, capsys):
