@@ -94,27 +94,26 @@ DIST_SPECS = {
     "isend": ("send", lambda a, n: _NBYTES(a["tensor"]), False, _SEND),
     "irecv": ("recv", lambda a, n: _NBYTES(a["tensor"]), False, _RECV),
 }
+# functional collectives: one spec per kind, under each name torch has given it (torch 2.13's *_tensor_*
+# names delegate to the *_single_* ones: a call counts once). The autograd forms (context and expert
+# parallelism, sequence-parallel regions) are the forward's call; the backward's collective is issued by
+# autograd in C++ (on NCCL its report shows as unclaimed).
+_F_AG = ("all_gather", lambda a, n: _NBYTES(a["self"]) * n, _AG)
+_F_RS = ("reduce_scatter", lambda a, n: _NBYTES(a["self"]), _RS)
+_F_A2A = ("all_to_all", lambda a, n: _NBYTES(a["self"]), _A2A)
+_F_AG_LIST = ("all_gather", lambda a, n: _sum_bytes(a["self"]) * n, _AG_LIST)
+_F_RS_LIST = ("reduce_scatter", lambda a, n: _sum_bytes(a["inputs"]), _RS_LIST)
 FUNCOL_SPECS = {
     "all_reduce": ("all_reduce", lambda a, n: _NBYTES(a["self"]), _AR),
     "all_reduce_coalesced": ("all_reduce", lambda a, n: _sum_bytes(a["self"]), _AR_LIST),
-    "all_gather_tensor": ("all_gather", lambda a, n: _NBYTES(a["self"]) * n, _AG),
-    "all_gather_single": ("all_gather", lambda a, n: _NBYTES(a["self"]) * n, _AG),
-    "reduce_scatter_tensor": ("reduce_scatter", lambda a, n: _NBYTES(a["self"]), _RS),
-    "reduce_scatter_single": ("reduce_scatter", lambda a, n: _NBYTES(a["self"]), _RS),
-    "all_to_all_single": ("all_to_all", lambda a, n: _NBYTES(a["self"]), _A2A),
     "broadcast": ("broadcast", lambda a, n: _NBYTES(a["self"]), _BC),
-    # the autograd forms (context and expert parallelism, sequence-parallel regions): the forward's call; the
-    # backward's collective is issued by autograd in C++ (on NCCL its report shows as unclaimed)
-    # (torch 2.13's *_tensor_* names delegate to the *_single_* ones: a call counts once)
-    "all_gather_tensor_autograd": ("all_gather", lambda a, n: _NBYTES(a["self"]) * n, _AG),
-    "all_gather_single_autograd": ("all_gather", lambda a, n: _NBYTES(a["self"]) * n, _AG),
-    "reduce_scatter_tensor_autograd": ("reduce_scatter", lambda a, n: _NBYTES(a["self"]), _RS),
-    "reduce_scatter_single_autograd": ("reduce_scatter", lambda a, n: _NBYTES(a["self"]), _RS),
-    "all_to_all_single_autograd": ("all_to_all", lambda a, n: _NBYTES(a["self"]), _A2A),
-    "all_gather_into_tensor_coalesced": ("all_gather", lambda a, n: _sum_bytes(a["self"]) * n, _AG_LIST),
-    "all_gather_single_coalesced": ("all_gather", lambda a, n: _sum_bytes(a["self"]) * n, _AG_LIST),
-    "reduce_scatter_tensor_coalesced": ("reduce_scatter", lambda a, n: _sum_bytes(a["inputs"]), _RS_LIST),
-    "reduce_scatter_single_coalesced": ("reduce_scatter", lambda a, n: _sum_bytes(a["inputs"]), _RS_LIST),
+    **dict.fromkeys(("all_gather_tensor", "all_gather_single", "all_gather_tensor_autograd",
+                     "all_gather_single_autograd"), _F_AG),
+    **dict.fromkeys(("reduce_scatter_tensor", "reduce_scatter_single", "reduce_scatter_tensor_autograd",
+                     "reduce_scatter_single_autograd"), _F_RS),
+    **dict.fromkeys(("all_to_all_single", "all_to_all_single_autograd"), _F_A2A),
+    **dict.fromkeys(("all_gather_into_tensor_coalesced", "all_gather_single_coalesced"), _F_AG_LIST),
+    **dict.fromkeys(("reduce_scatter_tensor_coalesced", "reduce_scatter_single_coalesced"), _F_RS_LIST),
 }
 _ASYNC_RETURNING = {"isend", "irecv"}
 # Every name is also wrapped where distributed_c10d looks it up as a module global (the same wrapper, a call
