@@ -428,6 +428,20 @@ def test_cli_malformed_data_sets_run_json_error(tmp_path):
 
 
 @pytest.mark.integration
+def test_cli_token_ids_past_the_vocabulary(tmp_path):
+    # pretokenized rows made for another tokenizer: one line before any step, not an embedding traceback
+    data = tmp_path / "tokens.jsonl"
+    data.write_text("".join(json.dumps({"input_ids": [3 + (i * 7 + j) % 250 for j in range(40)] + [128000]}) + "\n"
+                            for i in range(32)))
+    res = run_cli(tmp_path / "out", *FAST, f"data.dataset={data}", "data.format=pretokenized", timeout=180)
+    assert res.returncode == 2, res.stderr[-2000:]
+    assert [line for line in res.stderr.splitlines() if line.startswith("error:")] == [
+        "error: data.dataset: input_ids holds token id 128000, outside the model's vocabulary; allowed: 0 to 259 "
+        "(model vocab_size 260)"]
+    assert "Traceback" not in res.stderr and res.run_json()["exit_code"] == 2
+
+
+@pytest.mark.integration
 def test_cli_misspelt_model_config_key(tmp_path):
     res = run_cli(tmp_path / "out", *FAST, "model.config.num_hiden_layers=32", timeout=180)
     assert res.returncode == 2, res.stderr[-2000:]

@@ -124,6 +124,24 @@ def test_pretokenized_sets_keep_their_labels(tmp_path, tok):
     assert train.labels[0, :8].tolist() == [IGNORE] * 8 and train.labels[0, 8:].tolist() == list(range(13, 21))
 
 
+def test_token_ids_past_the_vocabulary_are_one_line_not_an_embedding_error(tmp_path, tok):
+    # an id >= vocab_size fails in the embedding with a traceback on CPU and a device-side assert on CUDA
+    from trainer.data.sft import check_token_ids
+    rows = [{"input_ids": [5, 6, 7, 1030], "labels": [IGNORE, 6, 7, 1030]}, {"input_ids": [1, 2], "labels": [1, 2]}]
+    datasets_mod = pytest.importorskip("datasets")
+    datasets_mod.Dataset.from_list(rows).to_parquet(str(tmp_path / "train.parquet"))
+    cfg = data_cfg(dataset=str(tmp_path / "train.parquet"), format="pretokenized", seq_len=8)
+    train, _ = build_datasets(cfg, tok, need_eval=False)
+    check_token_ids(train, 2048, "data.dataset")  # padding (pad id) and IGNORE labels are not ids the model reads
+    with pytest.raises(DataError) as err:
+        check_token_ids(train, 1024, "data.dataset")
+    assert str(err.value) == ("data.dataset: input_ids holds token id 1030, outside the model's vocabulary; "
+                              "allowed: 0 to 1023 (model vocab_size 1024)")
+    train.input_ids[train.input_ids == 1030] = 3  # a label past the vocabulary alone is named as a label
+    with pytest.raises(DataError, match=r"labels holds token id 1030, .* or -100 in labels to skip a position"):
+        check_token_ids(train, 1024, "data.dataset")
+
+
 def test_missing_data_file_fails_with_one_line():
     # hub names not in the cache are covered through the CLI (tests/trainer/test_training.py), which
     # sets HF_HUB_OFFLINE before datasets is imported

@@ -251,6 +251,24 @@ def pretokenized_examples(table, key: str) -> list[tuple[list[int], list[int]]]:
     return out
 
 
+def check_token_ids(data: TokenizedSet, vocab_size: int, key: str) -> None:
+    """Every token id (and every label the loss reads) within the model's vocabulary: an id past it fails
+    in the embedding with a traceback on CPU and a device-side assert that kills the context on CUDA."""
+    if len(data) == 0:
+        return
+    ids = data.input_ids[data.attention_mask.bool()]
+    labels = data.labels[data.labels != IGNORE]
+    for col, values in (("input_ids", ids), ("labels", labels)):
+        if values.numel() == 0:
+            continue
+        low, high = int(values.min()), int(values.max())
+        if low < 0 or high >= vocab_size:
+            bad = low if low < 0 else high
+            raise DataError(f"{key}: {col} holds token id {bad}, outside the model's vocabulary; allowed: "
+                            f"0 to {vocab_size - 1} (model vocab_size {vocab_size})"
+                            + (f", or {IGNORE} in labels to skip a position" if col == "labels" else ""))
+
+
 def _check_dolly(table, key: str, path: str) -> None:
     """The Dolly fields, each text: a number or list where text belongs fails deep in the tokenizer."""
     missing = [f for f in DOLLY_FIELDS if f not in table.column_names]

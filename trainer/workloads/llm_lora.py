@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from ..compat import enable_activation_checkpointing
-from ..data.sft import IGNORE, build_datasets
+from ..data.sft import IGNORE, build_datasets, check_token_ids
 from ..positions import plain_positions
 from .hf import ModelError, check_checkpoint, check_dir, config_fields
 from .contract import TokenWorkload
@@ -153,7 +153,12 @@ class LlmLoraWorkload(TokenWorkload):
         par = self.recipe.parallel
         # sequence parallelism slices the sequence over tp: a cut batch must still divide by it
         multiple = math.lcm(16, par.tp) if par.sequence_parallel and par.tp > 1 else 16
-        return build_datasets(self.recipe.data, self.tokenizer, need_eval, pad_multiple=multiple)
+        sets = build_datasets(self.recipe.data, self.tokenizer, need_eval, pad_multiple=multiple)
+        vocab = self._model_config().vocab_size
+        for key, data in zip(("data.dataset", "data.eval_dataset"), sets):
+            if data is not None:
+                check_token_ids(data, vocab, key)
+        return sets
 
     def parallelize(self, model, dims, device: torch.device, compute_dtype: torch.dtype) -> torch.nn.Module:
         """Pipeline split (pp > 1), then tensor parallel, then data parallel - on each stage."""
