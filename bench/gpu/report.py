@@ -48,9 +48,16 @@ def _project() -> str:
     return given or "unknown (no git checkout here and FABRIC_HARNESS_COMMIT not set)"
 
 
+# run.sh's steps in the order it runs them: rows kept from an earlier call (--only) sort into place
+ORDER = ("install", "data", "harness_telemetry_on", "harness_telemetry_off", "plain_lora", "plain_lora_compile",
+         "harness_compile", "plain_lora_eager", "bert_harness", "bert_plain", "resnet_harness", "resnet_plain",
+         "profile", "pytest", "report")
+
+
 def _steps(out: Path) -> list[list[str]]:
     path = out / "steps.tsv"
-    return [line.split("\t") for line in path.read_text().splitlines() if line] if path.exists() else []
+    rows = [line.split("\t") for line in path.read_text().splitlines() if line] if path.exists() else []
+    return sorted(rows, key=lambda r: ORDER.index(r[0]) if r[0] in ORDER else len(ORDER))
 
 
 def _pytest(out: Path) -> list[tuple[str, str, str]]:

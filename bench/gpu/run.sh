@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # The GPU benchmark in one command, on one H100/H200, from a machine that has Python and torch but none of
 # our other dependencies, in under 9 minutes (pytest -m gpu only with --tests, a few minutes more):
-#   bash bench/gpu/run.sh [--no-install] [--tests] [--layers N] [--steps N] [--out DIR]
+#   bash bench/gpu/run.sh [--no-install] [--tests] [--layers N] [--steps N] [--out DIR] [--only STEP,...]
+#        [--budget S]
+# --only runs the named steps (and the report) and keeps the other steps' rows of an earlier run in OUT: a
+# device that allows 10 minutes a command takes the benchmark in one call and `--only pytest` in a second.
 # install    the project, liger-kernel and torchvision from bench/gpu/wheels/ (bench/gpu/fetch_wheels.sh fills
 #            it on a machine with PyPI; nothing is downloaded here)
 # Llama-3-8B-shaped LoRA (random init, seq 2048, bf16, micro-batch 4; --layers cuts the 32 layers):
@@ -22,7 +25,8 @@
 # The report names the project's commit (git); in a copied tree without .git: FABRIC_HARNESS_COMMIT=<commit> bash ...
 set -u
 cd "$(dirname "$0")/../.."
-INSTALL=1 TESTS=0 LAYERS=32 STEPS=10 WARMUP=3 OUT=bench/gpu/out
+INSTALL=1 TESTS=0 LAYERS=32 STEPS=10 WARMUP=3 OUT=bench/gpu/out ONLY="" BUDGET_S=""
+ALLOWED="--no-install, --tests, --layers N, --steps N, --out DIR, --only STEP[,STEP...], --budget SECONDS"
 while [ $# -gt 0 ]; do
   case "$1" in
     --no-install) INSTALL=0 ;;
@@ -30,25 +34,53 @@ while [ $# -gt 0 ]; do
     --layers) LAYERS=$2; shift ;;
     --steps) STEPS=$2; shift ;;
     --out) OUT=$2; shift ;;
-    *) echo "error: unknown argument '$1'; allowed: --no-install, --tests, --layers N, --steps N, --out DIR" >&2
+    --only) ONLY=",${2:-},"; shift ;;
+    --budget) BUDGET_S=${2:-}; shift ;;
+    *) echo "error: unknown argument '$1'; allowed: $ALLOWED" >&2
        exit 2 ;;
   esac
   shift
 done
+ALL_STEPS="install data harness_telemetry_on harness_telemetry_off plain_lora plain_lora_compile harness_compile
+  plain_lora_eager bert_harness bert_plain resnet_harness resnet_plain profile pytest report"
+if [ -n "$ONLY" ]; then
+  for name in ${ONLY//,/ }; do
+    case " $(echo $ALL_STEPS) " in
+      *" $name "*) ;;
+      *) echo "error: --only: unknown step '$name'; allowed: $(echo $ALL_STEPS | tr ' ' ',')" >&2; exit 2 ;;
+    esac
+  done
+  [ "$ONLY" = ",," ] && { echo "error: --only: no step named; allowed: $(echo $ALL_STEPS | tr ' ' ',')" >&2; exit 2; }
+  case "$ONLY" in *,pytest,*) TESTS=1 ;; esac
+fi
+if [ -z "$BUDGET_S" ]; then  # the benchmark in under 9 minutes; pytest -m gpu about 7 more
+  if [ $TESTS -eq 1 ] && [ -z "$ONLY" ]; then BUDGET_S=960; else BUDGET_S=530; fi
+elif ! [[ "$BUDGET_S" =~ ^[1-9][0-9]*$ ]]; then
+  echo "error: --budget: '$BUDGET_S' is not a whole number of seconds; allowed: 1 or more" >&2; exit 2
+fi
 PY=${PYTHON:-python3}
-BUDGET_S=$(( TESTS ? 960 : 530 ))
 START=$(date +%s)
 mkdir -p "$OUT"
-: > "$OUT/steps.tsv"
+if [ -n "$ONLY" ] && [ -f "$OUT/steps.tsv" ]; then  # keep the other steps' rows of an earlier run
+  awk -F '\t' -v only="$ONLY" 'index(only, "," $1 ",") == 0 && $1 != "report"' "$OUT/steps.tsv" > "$OUT/steps.tsv.keep"
+  mv "$OUT/steps.tsv.keep" "$OUT/steps.tsv"
+else
+  : > "$OUT/steps.tsv"
+fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 
 summary() { "$PY" bench/gpu/report.py "$OUT" "$OUT/summary.md" --layers "$LAYERS" --steps "$STEPS" \
               --warmup "$WARMUP" > /dev/null 2>&1 || true; }
 record() { printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" >> "$OUT/steps.tsv"; }
-skip() { echo "[$1] skipped: $2"; record "$1" skipped 0 "$2"; }
+skip() {
+  if ! wanted "$1"; then echo "[$1] not in --only; an earlier run's row is kept"; return; fi
+  echo "[$1] skipped: $2"; record "$1" skipped 0 "$2"
+}
+wanted() { [ -z "$ONLY" ] || [ "$1" = report ] || case "$ONLY" in *",$1,"*) true ;; *) false ;; esac; }
 step() {  # NAME LIMIT_S COMMAND...: run it bounded, its output in $OUT/NAME.log
   local name=$1 limit=$2 left rc t0 dt
   shift 2
+  if ! wanted "$name"; then echo "[$name] not in --only; an earlier run's row is kept"; return; fi
   left=$(( BUDGET_S - ($(date +%s) - START) ))
   if [ "$left" -lt 30 ]; then skip "$name" "the ${BUDGET_S}s budget of this run is spent"; return; fi
   [ "$limit" -gt "$left" ] && limit=$left
@@ -96,6 +128,10 @@ else
 fi
 
 TOKENS="$OUT/tokens.jsonl"  # random token rows, the same for the harness and the plain loop
+if [ -n "$ONLY" ] && [ ! -s "$TOKENS" ] && ! wanted data \
+    && case "$ONLY" in *,harness_*|*,plain_lora*) true ;; *) false ;; esac; then
+  ONLY="$ONLY,data,"  # the Llama steps read these rows
+fi
 gpu_step data 60 "$PY" bench/gpu/plain_lora.py --make-data "$TOKENS" --seq 2048 --rows 64
 harness() {  # NAME LIMIT_S OVERRIDES...: the harness on the 8B shape
   local name=$1 limit=$2
@@ -124,7 +160,10 @@ gpu_step bert_harness 120 "$PY" -m torch.distributed.run --standalone --nproc-pe
   "output_dir=$OUT/bert_harness"
 gpu_step bert_plain 90 "$PY" bench/gpu/plain_models.py bert --batch 32 --steps "$STEPS" --warmup "$WARMUP" \
   --out "$OUT/bert_plain.json"
-if [ -z "$NO_GPU" ] && ! "$PY" -c "import torchvision" > /dev/null 2>&1; then
+# importable as the harness imports it: a torchvision built for another CUDA than the machine's torch loses
+# only its C++ ops, which trainer.compat stands in for (ResNet-50 does not use them)
+if [ -z "$NO_GPU" ] && ! "$PY" -c "from trainer.compat import ensure_torchvision_importable as ok; assert ok()" \
+    > /dev/null 2>&1; then
   skip resnet_harness "torchvision is not importable (fetch_wheels.sh carries it in bench/gpu/wheels/)"
   skip resnet_plain "torchvision is not importable"
 else

@@ -25,7 +25,9 @@ TOOLS = ("pytest>=7.4", "setuptools>=68", "wheel")  # the tests, and building th
 GPU_IMAGE_HAS = ("torch", "triton", "transformers", "peft", "accelerate", "lightning", "pytorch-lightning",
                  "nvidia-ml-py", "tensorboard", "pyarrow", "pandas", "numpy", "pyyaml", "requests", "matplotlib",
                  "scipy", "safetensors", "tokenizers", "huggingface-hub", "pillow", "sympy", "networkx", "jinja2",
-                 "fsspec", "setuptools", "wheel", "pytest", "nvidia-*")
+                 "fsspec", "pytest", "nvidia-*")
+# setuptools and wheel travel although the image has them: pip builds the project (`-e .`) in an isolated
+# environment, which --no-index fills from the wheels directory only
 CARRY_MIB = 64
 # torch -> torchvision releases (PyTorch's compatibility table)
 TORCHVISION = {"2.9": "0.24", "2.10": "0.25", "2.11": "0.26", "2.12": "0.27", "2.13": "0.28"}

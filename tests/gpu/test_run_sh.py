@@ -43,7 +43,39 @@ def test_unknown_argument_is_one_error_line(tmp_path):
                          timeout=60)
     assert res.returncode == 2
     assert res.stderr.strip().splitlines() == [
-        "error: unknown argument '--layer'; allowed: --no-install, --tests, --layers N, --steps N, --out DIR"]
+        "error: unknown argument '--layer'; allowed: --no-install, --tests, --layers N, --steps N, --out DIR, "
+        "--only STEP[,STEP...], --budget SECONDS"]
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("args,line", [
+    (["--only", "pytets"], "error: --only: unknown step 'pytets'; allowed: " + ",".join(STEPS)),
+    (["--only", ""], "error: --only: no step named; allowed: " + ",".join(STEPS)),
+    (["--budget", "9m"], "error: --budget: '9m' is not a whole number of seconds; allowed: 1 or more"),
+])
+def test_bad_only_and_budget_are_one_error_line(tmp_path, args, line):
+    res = subprocess.run(["bash", "bench/gpu/run.sh", "--out", str(tmp_path), *args], cwd=REPO, capture_output=True,
+                         text=True, timeout=60)
+    assert res.returncode == 2 and res.stderr.strip().splitlines() == [line]
+
+
+@pytest.mark.integration
+def test_only_runs_the_named_steps_and_keeps_an_earlier_calls_rows(tmp_path):
+    # a device allowing 10 minutes a command: the benchmark in one call, `--only pytest` in the next
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHON": sys.executable}
+    first = subprocess.run(["bash", "bench/gpu/run.sh", "--no-install", "--out", str(tmp_path)], cwd=REPO, env=env,
+                           capture_output=True, text=True, timeout=180)
+    assert first.returncode == 0, first.stderr[-2000:]
+    res = subprocess.run(["bash", "bench/gpu/run.sh", "--no-install", "--out", str(tmp_path), "--only", "pytest"],
+                         cwd=REPO, env=env, capture_output=True, text=True, timeout=180)
+    assert res.returncode == 0, res.stderr[-2000:]
+    lines = [line for line in res.stdout.splitlines() if line.startswith("[")]
+    ran = [line.split("]")[0][1:] for line in lines if "not in --only" not in line]
+    assert ran == ["pytest", "report"], res.stdout  # --only pytest means --tests; the report always
+    assert lines[STEPS.index("pytest")].startswith("[pytest] skipped: no CUDA GPU")
+    rows = [line.split("\t") for line in (tmp_path / "steps.tsv").read_text().splitlines()]
+    assert sorted(r[0] for r in rows) == sorted(STEPS)  # the first call's rows kept, the re-run ones replaced
+    assert [r[3] for r in rows if r[0] == "pytest"] == ["no CUDA GPU (torch.cuda.is_available() is False)"]
 
 
 SHAPE = {"vocab_size": 128256, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
@@ -70,7 +102,8 @@ def _harness_dir(path: Path, tokens_per_s: float) -> None:
 def test_report_writes_each_step_test_and_throughput(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
-    (out / "steps.tsv").write_text("install\tok\t40\t\npytest\tfailed\t300\texit 1, log x\n")
+    # rows of a second call (--only) come after the first call's: the report puts them in run.sh's order
+    (out / "steps.tsv").write_text("install\tok\t40\t\nreport\tok\t1\t\npytest\tfailed\t300\texit 1, log x\n")
     (out / "pytest.xml").write_text(
         '<testsuites><testsuite><testcase classname="tests.gpu.test_nccl" name="test_a"/>'
         '<testcase classname="tests.gpu.test_energy" name="test_b"><failure message="assert 0 &gt; 1"/></testcase>'
@@ -87,7 +120,7 @@ def test_report_writes_each_step_test_and_throughput(tmp_path):
                          cwd=REPO, capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stderr
     text = results.read_text()
-    assert "| pytest | failed | 300 | exit 1, log x |" in text
+    assert "| pytest | failed | 300 | exit 1, log x |\n| report | ok | 1 |  |" in text
     assert "| test_nccl::test_a | passed |  |" in text and "| test_energy::test_b | failed | assert 0 > 1 |" in text
     assert "16 of 32 layers" in text
     assert "\n- project: " in text and "unknown" not in text.split("- project: ")[1].splitlines()[0]  # a checkout
