@@ -147,6 +147,12 @@ class CallWrappers:
     def _wrap_entry_points(self, c10d) -> None:
         """Put the wrappers in place of torch.distributed's collectives, functional collectives, DDP's
         broadcasts, batch_isend_irecv and the coalescing manager (the originals kept for `uninstall`)."""
+        # imported before any name is wrapped: it binds c10d's collectives at import (its legacy_* names, the
+        # keys of dynamo's remap table), and those must stay torch's own, installed or not
+        try:
+            import torch.distributed._functional_collectives as funcol
+        except ImportError:  # very old torch: no functional collectives to see
+            funcol = None
         for name, spec in DIST_SPECS.items():
             fn = getattr(dist, name, None)
             if fn is not None:
@@ -154,10 +160,6 @@ class CallWrappers:
                 self._patch(dist, name, wrapper)
                 if getattr(c10d, name, None) is fn:
                     self._patch(c10d, name, wrapper)
-        try:
-            import torch.distributed._functional_collectives as funcol
-        except ImportError:  # very old torch: no functional collectives to see
-            funcol = None
         if funcol is not None:
             for name, spec in FUNCOL_SPECS.items():
                 fn = getattr(funcol, name, None)
@@ -186,6 +188,21 @@ class CallWrappers:
             for attr, value in list(vars(module).items()) if module is not None else ():
                 if callable(value) and id(value) in wrappers:
                     self._patch(module, attr, wrappers[id(value)])
+
+    def _unbind_importers(self) -> None:
+        """Before `uninstall` restores the patched attributes: a torch.distributed module imported while the
+        wrappers were in place (DTensor's _collective_utils, imported when a job first uses DTensor) bound a
+        wrapper; it gets the original back too, else its calls would go to this tracer once uninstalled and no
+        later tracer would see them."""
+        wrapped = {id(w): (w, fn) for (m, name), fn in self._orig.items()
+                   if getattr(w := getattr(m, name), "__wrapped__", None) is fn}  # still this tracer's wrapper
+        for modname, module in list(sys.modules.items()):
+            if module is None or not modname.startswith("torch.distributed"):
+                continue
+            for attr, value in list(getattr(module, "__dict__", {}).items()):
+                pair = wrapped.get(id(value))
+                if pair is not None and pair[0] is value:
+                    setattr(module, attr, pair[1])
 
     def _register_groups(self, c10d) -> None:
         """Completion hooks on every NCCL group at its creation: the groups that exist now, and those made

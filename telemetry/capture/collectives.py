@@ -181,6 +181,7 @@ class CollectiveTracer(CallWrappers):
 
     def uninstall(self) -> None:
         self.drain()  # reports already in are this tracer's: matched (or counted unclaimed) now, not by the next
+        self._unbind_importers()
         for (module, name), fn in self._orig.items():
             setattr(module, name, fn)
         self._orig.clear()
