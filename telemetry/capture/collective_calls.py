@@ -47,6 +47,11 @@ def arguments_of(fn):
     return named
 
 
+def _outside(group) -> bool:
+    """The placeholder new_group gives a rank that is not in the group (torch's calls return at once on it)."""
+    return isinstance(group, int) and not isinstance(group, bool) and group == dist.GroupMember.NON_GROUP_MEMBER
+
+
 def _sum_bytes(tensors) -> int:
     return sum(_NBYTES(t) for t in tensors)
 
@@ -248,6 +253,8 @@ class CallWrappers:
             if tracer._depth:  # a collective implemented by another one: count the outer call only
                 return fn(*args, **kwargs)
             a = named(args, kwargs)
+            if _outside(a.get("group")):  # torch returns at once on a rank outside the group: nothing ran
+                return fn(*args, **kwargs)
             pg, size, backend = tracer._group_info(a.get("group"))
             call = Call(op, nbytes_of(a, size), size, backend, tracer._source("dist"), time.perf_counter())
             caller_async = bool(a.get("async_op", False)) if has_async else name in _ASYNC_RETURNING

@@ -406,6 +406,29 @@ def test_reports_are_matched_by_op_type_whatever_their_order():
     assert (s["all_gather"]["time_s"], s["sendrecv"]["time_s"], s["barrier"]["time_s"]) == (410e-6, 210e-6, 14e-6)
 
 
+def test_a_rank_outside_the_group_counts_nothing():
+    """torch returns at once on a rank outside the call's group (new_group gives it NON_GROUP_MEMBER): no
+    collective ran there, so none is counted (it was: an all_reduce, gather and barrier of a group of rank 0
+    alone showed on rank 1 too, with their bytes)."""
+    issued = []  # torch's early return for a non-member: a warning, no work
+
+    def reduce_(tensor, op=None, group=None, async_op=False):
+        issued.append("all_reduce")
+
+    def gather_(tensor, gather_list=None, dst=None, group=None, async_op=False, group_dst=None):
+        issued.append("gather")
+
+    def barrier_(group=None, async_op=False, device_ids=None):
+        issued.append("barrier")
+    tracer, outside = CollectiveTracer(), dist.GroupMember.NON_GROUP_MEMBER
+    tracer.begin_step()
+    wrap(tracer, "all_reduce", reduce_)(torch.ones(4), group=outside)
+    wrap(tracer, "gather", gather_)(torch.ones(4), None, dst=0, group=outside)
+    wrap(tracer, "barrier", barrier_)(group=outside)
+    assert issued == ["all_reduce", "gather", "barrier"]  # the call still reaches torch
+    assert tracer.end_step().summary() == {}
+
+
 def test_gather_and_scatter_match_their_own_reports_with_nccl_tests_bytes():
     g, tracer = FakeProcessGroupNCCL("g"), CollectiveTracer()
     gat, sca, reduce = wrap(tracer, "gather", gather), wrap(tracer, "scatter", scatter), wrap(tracer, "all_reduce", all_reduce)
