@@ -81,7 +81,7 @@ DIST_SPECS = {
     "all_reduce_coalesced": ("all_reduce", lambda a, n: _sum_bytes(a["tensors"]), True, _AR_LIST),
     "all_gather_into_tensor": ("all_gather", lambda a, n: _NBYTES(a["output_tensor"]), True, _AG),
     "all_gather_single": ("all_gather", lambda a, n: _NBYTES(a["output_tensor"]), True, _AG),
-    "all_gather": ("all_gather", lambda a, n: _NBYTES(a["tensor"]) * len(a["tensor_list"]), True, _AG_LIST),
+    "all_gather": ("all_gather", lambda a, n: _sum_bytes(a["tensor_list"]), True, _AG_LIST),  # sizes may differ
     "all_gather_coalesced": ("all_gather", lambda a, n: _sum_bytes(a["input_tensor_list"]) * n, True, _AG_LIST),
     "reduce_scatter_tensor": ("reduce_scatter", lambda a, n: _NBYTES(a["input"]), True, _RS),
     "reduce_scatter_single": ("reduce_scatter", lambda a, n: _NBYTES(a["input"]), True, _RS),

@@ -429,6 +429,22 @@ def test_a_rank_outside_the_group_counts_nothing():
     assert tracer.end_step().summary() == {}
 
 
+def test_an_all_gather_of_uneven_tensors_counts_what_it_gathered():
+    """ProcessGroupNCCL's all_gather takes output tensors of different sizes (one broadcast per rank in one
+    coalesced ALLGATHER work): S is the gathered bytes, the same on every rank; it was this rank's input x n."""
+    def all_gather(tensor_list, tensor, group=None, async_op=False):
+        work = group.issue("ALLGATHER", tensor_list)
+        return work if async_op else None
+    g, tracer = FakeProcessGroupNCCL("g"), CollectiveTracer()
+    gat = wrap(tracer, "all_gather", all_gather)
+    for mine in (torch.ones(10), torch.ones(30)):  # rank 0's and rank 1's call: 40 B and 120 B in, 160 B gathered
+        tracer.begin_step()
+        gat([torch.empty(10), torch.empty(30)], mine, group=g)
+        g.watchdog()
+        s = tracer.end_step().summary()["all_gather"]
+        assert (s["count"], s["bytes"], s["untimed"]) == (1, 160, 0)
+
+
 def test_gather_and_scatter_match_their_own_reports_with_nccl_tests_bytes():
     g, tracer = FakeProcessGroupNCCL("g"), CollectiveTracer()
     gat, sca, reduce = wrap(tracer, "gather", gather), wrap(tracer, "scatter", scatter), wrap(tracer, "all_reduce", all_reduce)
