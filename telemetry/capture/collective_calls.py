@@ -130,6 +130,11 @@ _ASYNC_RETURNING = {"isend", "irecv"}
 # scatter, send, recv and batch_isend_irecv there: counted as those calls, with the bytes on the wire.
 # Torch modules that bind collectives when imported (DTensor's mesh_broadcast/mesh_scatter) are rebound too.
 _BINDING_MODULES = ("torch.distributed.tensor._collective_utils",)
+# DTensor's Shard(i) -> Shard(j) redistribute: on an accelerator one all_to_all issued through
+# torch.ops._dtensor.shard_dim_alltoall, no torch.distributed call (placement_types binds the function at
+# import); on CPU torch falls back to a functional all_gather, counted as that.
+_DTENSOR_A2A = ("torch.distributed.tensor._collective_utils", "shard_dim_alltoall",
+                ("torch.distributed.tensor.placement_types",))
 
 
 def registering(fn):
@@ -158,6 +163,10 @@ class CallWrappers:
             import torch.distributed._functional_collectives as funcol
         except ImportError:  # very old torch: no functional collectives to see
             funcol = None
+        try:  # DTensor, likewise: loaded now, so that its bindings are rebound below
+            import torch.distributed.tensor.placement_types  # noqa: F401
+        except ImportError:
+            pass
         for name, spec in DIST_SPECS.items():
             fn = getattr(dist, name, None)
             if fn is not None:
@@ -183,6 +192,34 @@ class CallWrappers:
                 self._patch(dist, "_coalescing_manager", wrapped)
             self._patch(c10d, "_coalescing_manager", wrapped)
         self._rebind_importers()
+        self._wrap_dtensor_alltoall()
+
+    def _wrap_dtensor_alltoall(self) -> None:
+        modname, name, importers = _DTENSOR_A2A
+        module = sys.modules.get(modname)
+        fn = getattr(module, name, None)
+        if fn is None:
+            return
+        wrapper = self._wrap_shard_dim_alltoall(fn)
+        for target in (module, *(sys.modules.get(m) for m in importers)):
+            if getattr(target, name, None) is fn:
+                self._patch(target, name, wrapper)
+
+    def _wrap_shard_dim_alltoall(self, fn):
+        tracer = self
+
+        def wrapper(input, gather_dim, shard_dim, mesh, mesh_dim):
+            if tracer._depth or mesh.device_type == "cpu":  # torch's CPU fallback: counted as its all_gather
+                return fn(input, gather_dim, shard_dim, mesh, mesh_dim)
+            pg, size, backend = tracer._group_info(mesh.get_group(mesh_dim))
+            call = Call("all_to_all", _NBYTES(input), size, backend, tracer._source("dtensor"), time.perf_counter())
+            result = tracer._call(fn, call, pg, _A2A, (input, gather_dim, shard_dim, mesh, mesh_dim), {})
+            if backend != "nccl":  # the op waits for its work
+                call.t_done, call.blocking = time.perf_counter(), True
+            return result
+
+        wrapper.__name__ = fn.__name__
+        return wrapper
 
     def _rebind_importers(self) -> None:
         """Point the collectives that loaded torch modules bound at import time at the wrappers."""

@@ -150,3 +150,18 @@ print("ok")
     proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
+
+
+def test_dtensors_shard_dim_alltoall_is_wrapped_where_placement_types_bound_it_and_restored():
+    utils = pytest.importorskip("torch.distributed.tensor._collective_utils")
+    placement_types = pytest.importorskip("torch.distributed.tensor.placement_types")
+    from telemetry.capture.collectives import CollectiveTracer
+
+    before = utils.shard_dim_alltoall
+    assert placement_types.shard_dim_alltoall is before
+    tracer = CollectiveTracer().install()
+    try:
+        assert placement_types.shard_dim_alltoall is utils.shard_dim_alltoall is not before
+    finally:
+        tracer.uninstall()
+    assert placement_types.shard_dim_alltoall is utils.shard_dim_alltoall is before
