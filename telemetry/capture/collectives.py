@@ -361,6 +361,12 @@ class CollectiveTracer(CallWrappers):
                 _tally(self._outside, self._step.calls)
             self._step, self._open = StepComm(), True
 
+    def next_run(self) -> None:
+        """A tracer the runs of one process share (telemetry/capture/early.py), at a run's close: the calls it
+        still holds and its tally of calls outside the steps were that run's; what follows is the next run's."""
+        with self._cond:
+            self._step, self._open, self._outside = StepComm(), False, {}
+
     def outside_steps(self) -> dict[str, dict[str, int]]:
         """Calls made outside every step so far, per collective type: `count` and `bytes` (nccl-tests S)."""
         with self._cond:

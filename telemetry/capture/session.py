@@ -661,8 +661,8 @@ class Telemetry:
         if not self.started:
             return
         self.flush(collective=False)  # a step still held (a run that did not end through on_train_end)
-        if self._shared_tracer:  # modules bound its wrappers at import: it stays, holding no calls
-            self.tracer.begin_step()
+        if self._shared_tracer:  # modules bound its wrappers at import: it stays, holding none of this run's calls
+            self.tracer.next_run()
         elif getattr(self, "_traced", True):
             self.tracer.uninstall()
         self.gpu.close()
