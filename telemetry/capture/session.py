@@ -689,7 +689,8 @@ class Telemetry:
         (telemetry.analysis.exports.export_after_close), called by whoever owns the run after close()."""
         if self._group is not None:
             try:
-                dist.monitored_barrier(group=self._group, timeout=datetime.timedelta(seconds=EXPORT_BARRIER_S))
+                with harness_traffic():  # monitored_barrier is traced: this wait is the harness's, not the job's
+                    dist.monitored_barrier(group=self._group, timeout=datetime.timedelta(seconds=EXPORT_BARRIER_S))
             except RuntimeError:  # a rank that died: export what is on disk
                 pass
 

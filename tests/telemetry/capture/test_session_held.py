@@ -75,3 +75,30 @@ def test_runs_sharing_the_process_tracer_each_count_their_own_calls_outside_the_
         assert seen == [{"all_reduce": {"count": 1, "bytes": 4}}, {"all_reduce": {"count": 1, "bytes": 40}}]
     finally:
         early.reset()
+
+
+def test_the_barrier_before_rank_0_exports_is_the_harnesss_own(tmp_path, monkeypatch):
+    """close() waits for every rank (a monitored_barrier on the side group) before rank 0 exports; with the
+    process tracer that barrier is traced and was counted as the next run's collective outside the steps."""
+    import types
+
+    from telemetry.capture import early
+    from telemetry.capture.collectives import DIST_SPECS
+
+    early.reset()
+    try:
+        tracer = early.install()
+        waited = []
+        barrier = tracer._wrap_dist("monitored_barrier", lambda group=None, timeout=None, wait_all_ranks=False:
+                                    waited.append(group), DIST_SPECS["monitored_barrier"])
+        monkeypatch.setattr(session, "dist", types.SimpleNamespace(**{**vars(session.dist),
+                                                                      "monitored_barrier": barrier}))
+        tel = session.Telemetry(session.TelemetrySettings(cross_rank_every=0, link_probe_every=0, nccl_debug=False,
+                                                          power_sample_interval_s=60.0, sysfs="/nonexistent",
+                                                          export=["parquet"]), run_dir=str(tmp_path))
+        tel.start()
+        tel._group = side = object()  # stand-in side group
+        tel.close()
+        assert waited == [side] and tracer.outside_steps() == {}
+    finally:
+        early.reset()
