@@ -23,6 +23,7 @@ import datetime
 import gc
 import threading
 import time
+import types
 import weakref
 from collections import deque
 
@@ -443,6 +444,25 @@ def test_an_all_gather_of_uneven_tensors_counts_what_it_gathered():
         g.watchdog()
         s = tracer.end_step().summary()["all_gather"]
         assert (s["count"], s["bytes"], s["untimed"]) == (1, 160, 0)
+
+
+def test_dtensor_shard_to_shard_on_nccl_claims_its_all_to_all_report():
+    """DTensor's Shard(i) -> Shard(j) on an accelerator: torch.ops._dtensor.shard_dim_alltoall, one ALLTOALL_BASE
+    work; its report is claimed (it was unclaimed: no traced call), S = the rank's shard."""
+    g, tracer = FakeProcessGroupNCCL("tp"), CollectiveTracer()
+    mesh = types.SimpleNamespace(device_type="cuda", get_group=lambda dim: g)
+
+    def shard_dim_alltoall(input, gather_dim, shard_dim, mesh, mesh_dim):
+        g.issue("ALLTOALL_BASE", [input]).wait()
+        return input.clone()
+    a2a = tracer._wrap_shard_dim_alltoall(shard_dim_alltoall)
+    tracer.begin_step()
+    a2a(torch.ones(4, 6), 0, 1, mesh, 0)
+    g.watchdog()
+    step = tracer.end_step()
+    s = step.summary()["all_to_all"]
+    assert (s["count"], s["bytes"], s["untimed"], s["time_s"]) == (1, 96, 0, g.durations[0][1])
+    assert "unclaimed_reports" not in step.events
 
 
 def test_gather_and_scatter_match_their_own_reports_with_nccl_tests_bytes():
