@@ -47,6 +47,11 @@ def arguments_of(fn):
     return named
 
 
+def _outside(group) -> bool:
+    """The placeholder new_group gives a rank that is not in the group (torch's calls return at once on it)."""
+    return isinstance(group, int) and not isinstance(group, bool) and group == dist.GroupMember.NON_GROUP_MEMBER
+
+
 def _sum_bytes(tensors) -> int:
     return sum(_NBYTES(t) for t in tensors)
 
@@ -76,7 +81,7 @@ DIST_SPECS = {
     "all_reduce_coalesced": ("all_reduce", lambda a, n: _sum_bytes(a["tensors"]), True, _AR_LIST),
     "all_gather_into_tensor": ("all_gather", lambda a, n: _NBYTES(a["output_tensor"]), True, _AG),
     "all_gather_single": ("all_gather", lambda a, n: _NBYTES(a["output_tensor"]), True, _AG),
-    "all_gather": ("all_gather", lambda a, n: _NBYTES(a["tensor"]) * len(a["tensor_list"]), True, _AG_LIST),
+    "all_gather": ("all_gather", lambda a, n: _sum_bytes(a["tensor_list"]), True, _AG_LIST),  # sizes may differ
     "all_gather_coalesced": ("all_gather", lambda a, n: _sum_bytes(a["input_tensor_list"]) * n, True, _AG_LIST),
     "reduce_scatter_tensor": ("reduce_scatter", lambda a, n: _NBYTES(a["input"]), True, _RS),
     "reduce_scatter_single": ("reduce_scatter", lambda a, n: _NBYTES(a["input"]), True, _RS),
@@ -125,6 +130,11 @@ _ASYNC_RETURNING = {"isend", "irecv"}
 # scatter, send, recv and batch_isend_irecv there: counted as those calls, with the bytes on the wire.
 # Torch modules that bind collectives when imported (DTensor's mesh_broadcast/mesh_scatter) are rebound too.
 _BINDING_MODULES = ("torch.distributed.tensor._collective_utils",)
+# DTensor's Shard(i) -> Shard(j) redistribute: on an accelerator one all_to_all issued through
+# torch.ops._dtensor.shard_dim_alltoall, no torch.distributed call (placement_types binds the function at
+# import); on CPU torch falls back to a functional all_gather, counted as that.
+_DTENSOR_A2A = ("torch.distributed.tensor._collective_utils", "shard_dim_alltoall",
+                ("torch.distributed.tensor.placement_types",))
 
 
 def registering(fn):
@@ -147,6 +157,16 @@ class CallWrappers:
     def _wrap_entry_points(self, c10d) -> None:
         """Put the wrappers in place of torch.distributed's collectives, functional collectives, DDP's
         broadcasts, batch_isend_irecv and the coalescing manager (the originals kept for `uninstall`)."""
+        # imported before any name is wrapped: it binds c10d's collectives at import (its legacy_* names, the
+        # keys of dynamo's remap table), and those must stay torch's own, installed or not
+        try:
+            import torch.distributed._functional_collectives as funcol
+        except ImportError:  # very old torch: no functional collectives to see
+            funcol = None
+        try:  # DTensor, likewise: loaded now, so that its bindings are rebound below
+            import torch.distributed.tensor.placement_types  # noqa: F401
+        except ImportError:
+            pass
         for name, spec in DIST_SPECS.items():
             fn = getattr(dist, name, None)
             if fn is not None:
@@ -154,10 +174,6 @@ class CallWrappers:
                 self._patch(dist, name, wrapper)
                 if getattr(c10d, name, None) is fn:
                     self._patch(c10d, name, wrapper)
-        try:
-            import torch.distributed._functional_collectives as funcol
-        except ImportError:  # very old torch: no functional collectives to see
-            funcol = None
         if funcol is not None:
             for name, spec in FUNCOL_SPECS.items():
                 fn = getattr(funcol, name, None)
@@ -176,6 +192,34 @@ class CallWrappers:
                 self._patch(dist, "_coalescing_manager", wrapped)
             self._patch(c10d, "_coalescing_manager", wrapped)
         self._rebind_importers()
+        self._wrap_dtensor_alltoall()
+
+    def _wrap_dtensor_alltoall(self) -> None:
+        modname, name, importers = _DTENSOR_A2A
+        module = sys.modules.get(modname)
+        fn = getattr(module, name, None)
+        if fn is None:
+            return
+        wrapper = self._wrap_shard_dim_alltoall(fn)
+        for target in (module, *(sys.modules.get(m) for m in importers)):
+            if getattr(target, name, None) is fn:
+                self._patch(target, name, wrapper)
+
+    def _wrap_shard_dim_alltoall(self, fn):
+        tracer = self
+
+        def wrapper(input, gather_dim, shard_dim, mesh, mesh_dim):
+            if tracer._depth or mesh.device_type == "cpu":  # torch's CPU fallback: counted as its all_gather
+                return fn(input, gather_dim, shard_dim, mesh, mesh_dim)
+            pg, size, backend = tracer._group_info(mesh.get_group(mesh_dim))
+            call = Call("all_to_all", _NBYTES(input), size, backend, tracer._source("dtensor"), time.perf_counter())
+            result = tracer._call(fn, call, pg, _A2A, (input, gather_dim, shard_dim, mesh, mesh_dim), {})
+            if backend != "nccl":  # the op waits for its work
+                call.t_done, call.blocking = time.perf_counter(), True
+            return result
+
+        wrapper.__name__ = fn.__name__
+        return wrapper
 
     def _rebind_importers(self) -> None:
         """Point the collectives that loaded torch modules bound at import time at the wrappers."""
@@ -186,6 +230,21 @@ class CallWrappers:
             for attr, value in list(vars(module).items()) if module is not None else ():
                 if callable(value) and id(value) in wrappers:
                     self._patch(module, attr, wrappers[id(value)])
+
+    def _unbind_importers(self) -> None:
+        """Before `uninstall` restores the patched attributes: a torch.distributed module imported while the
+        wrappers were in place (DTensor's _collective_utils, imported when a job first uses DTensor) bound a
+        wrapper; it gets the original back too, else its calls would go to this tracer once uninstalled and no
+        later tracer would see them."""
+        wrapped = {id(w): (w, fn) for (m, name), fn in self._orig.items()
+                   if getattr(w := getattr(m, name), "__wrapped__", None) is fn}  # still this tracer's wrapper
+        for modname, module in list(sys.modules.items()):
+            if module is None or not modname.startswith("torch.distributed"):
+                continue
+            for attr, value in list(getattr(module, "__dict__", {}).items()):
+                pair = wrapped.get(id(value))
+                if pair is not None and pair[0] is value:
+                    setattr(module, attr, pair[1])
 
     def _register_groups(self, c10d) -> None:
         """Completion hooks on every NCCL group at its creation: the groups that exist now, and those made
@@ -231,6 +290,8 @@ class CallWrappers:
             if tracer._depth:  # a collective implemented by another one: count the outer call only
                 return fn(*args, **kwargs)
             a = named(args, kwargs)
+            if _outside(a.get("group")):  # torch returns at once on a rank outside the group: nothing ran
+                return fn(*args, **kwargs)
             pg, size, backend = tracer._group_info(a.get("group"))
             call = Call(op, nbytes_of(a, size), size, backend, tracer._source("dist"), time.perf_counter())
             caller_async = bool(a.get("async_op", False)) if has_async else name in _ASYNC_RETURNING

@@ -181,6 +181,7 @@ class CollectiveTracer(CallWrappers):
 
     def uninstall(self) -> None:
         self.drain()  # reports already in are this tracer's: matched (or counted unclaimed) now, not by the next
+        self._unbind_importers()
         for (module, name), fn in self._orig.items():
             setattr(module, name, fn)
         self._orig.clear()
@@ -359,6 +360,12 @@ class CollectiveTracer(CallWrappers):
             if not self._open:
                 _tally(self._outside, self._step.calls)
             self._step, self._open = StepComm(), True
+
+    def next_run(self) -> None:
+        """A tracer the runs of one process share (telemetry/capture/early.py), at a run's close: the calls it
+        still holds and its tally of calls outside the steps were that run's; what follows is the next run's."""
+        with self._cond:
+            self._step, self._open, self._outside = StepComm(), False, {}
 
     def outside_steps(self) -> dict[str, dict[str, int]]:
         """Calls made outside every step so far, per collective type: `count` and `bytes` (nccl-tests S)."""

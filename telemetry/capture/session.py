@@ -661,8 +661,8 @@ class Telemetry:
         if not self.started:
             return
         self.flush(collective=False)  # a step still held (a run that did not end through on_train_end)
-        if self._shared_tracer:  # modules bound its wrappers at import: it stays, holding no calls
-            self.tracer.begin_step()
+        if self._shared_tracer:  # modules bound its wrappers at import: it stays, holding none of this run's calls
+            self.tracer.next_run()
         elif getattr(self, "_traced", True):
             self.tracer.uninstall()
         self.gpu.close()
@@ -689,7 +689,8 @@ class Telemetry:
         (telemetry.analysis.exports.export_after_close), called by whoever owns the run after close()."""
         if self._group is not None:
             try:
-                dist.monitored_barrier(group=self._group, timeout=datetime.timedelta(seconds=EXPORT_BARRIER_S))
+                with harness_traffic():  # monitored_barrier is traced: this wait is the harness's, not the job's
+                    dist.monitored_barrier(group=self._group, timeout=datetime.timedelta(seconds=EXPORT_BARRIER_S))
             except RuntimeError:  # a rank that died: export what is on disk
                 pass
 

@@ -190,6 +190,22 @@ def main(out: str) -> None:
     results["tp"] = tp_step.summary()
     results["tp_sources"] = sorted({c.source for c in tp_step.calls})
 
+    # DTensor Shard(0) -> Shard(1): on CPU torch's fallback all_gather; on an accelerator one all_to_all through
+    # torch.ops._dtensor.shard_dim_alltoall, taken here on gloo by a mesh that says it is not a CPU mesh
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.tensor import Shard, distribute_tensor
+    sharded = distribute_tensor(torch.arange(24.0).reshape(4, 6), mesh, [Shard(0)])  # 2 x 6 floats a rank
+    results["shard_to_shard_cpu"] = step(tracer, lambda: sharded.redistribute(mesh, [Shard(1)]).to_local())
+    cpu_type = DeviceMesh.device_type
+    DeviceMesh.device_type = property(lambda self: "cuda")
+    try:
+        tracer.begin_step()
+        moved = sharded.redistribute(mesh, [Shard(1)]).to_local()
+        results["shard_to_shard_accelerator"] = tracer.end_step().summary()
+        results["shard_to_shard_values"] = moved.flatten().tolist()
+    finally:
+        DeviceMesh.device_type = cpu_type
+
     with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
         json.dump(results, f, indent=1)
     tracer.uninstall()

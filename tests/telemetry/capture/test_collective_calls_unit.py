@@ -91,3 +91,77 @@ def test_install_wraps_each_name_where_c10d_and_dtensor_look_it_up_and_uninstall
         tracer.uninstall()
     assert all(getattr(c10d, n) is getattr(dist, n) is before[n] for n in names)
     assert all(getattr(collective_utils, n) is fn for n, fn in bound.items())
+
+
+def test_a_torch_module_imported_while_installed_gets_the_originals_back_at_uninstall(monkeypatch):
+    """DTensor's _collective_utils is imported when a job first uses DTensor, often after install: its
+    `from distributed_c10d import broadcast, scatter` then binds the wrappers. Uninstall gives it the
+    originals back; before, its calls kept going to the uninstalled tracer and a later tracer never saw them."""
+    import sys
+    import types
+
+    from torch.distributed import distributed_c10d as c10d
+
+    from telemetry.capture.collectives import CollectiveTracer
+
+    originals = {n: getattr(c10d, n) for n in ("broadcast", "scatter", "all_reduce")}
+    tracer = CollectiveTracer().install()
+    try:
+        late = types.ModuleType("torch.distributed._imported_while_traced")
+        for n in originals:  # what `from torch.distributed.distributed_c10d import ...` binds now
+            setattr(late, n, getattr(c10d, n))
+        late.unrelated = len
+        monkeypatch.setitem(sys.modules, late.__name__, late)
+        assert all(getattr(late, n) is not fn for n, fn in originals.items())
+    finally:
+        tracer.uninstall()
+    assert all(getattr(late, n) is fn for n, fn in originals.items())
+    assert late.unrelated is len
+
+
+@pytest.mark.integration
+def test_functional_collectives_bind_torchs_own_functions_whatever_the_install_order():
+    """torch.distributed._functional_collectives binds c10d's collectives when imported (legacy_*, the keys of
+    dynamo's remap table for compiled code). The tracer imports it before wrapping anything, so those bindings
+    stay torch's own: imported under the wrappers, they outlived uninstall (dynamo then no longer remapped
+    dist.all_reduce in compiled code)."""
+    import os
+    import subprocess
+    import sys
+
+    from ...conftest import REPO
+
+    script = """
+import sys
+from torch.distributed import distributed_c10d as c10d
+from telemetry.capture.collectives import CollectiveTracer
+assert "torch.distributed._functional_collectives" not in sys.modules
+names = ("all_reduce", "isend", "irecv", "all_gather", "all_to_all_single", "batch_isend_irecv")
+originals = {n: getattr(c10d, n) for n in names}
+tracer = CollectiveTracer().install()
+import torch.distributed._functional_collectives as funcol
+tracer.uninstall()
+bound = {n: getattr(funcol, "legacy_" + n) for n in ("allreduce", "isend", "irecv", "all_gather",
+                                                      "all_to_all_single", "batch_p2p_ops")}
+assert list(bound.values()) == list(originals.values()), bound
+assert all(fn in funcol.traceable_collective_remaps for fn in originals.values())
+print("ok")
+"""
+    proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
+
+
+def test_dtensors_shard_dim_alltoall_is_wrapped_where_placement_types_bound_it_and_restored():
+    utils = pytest.importorskip("torch.distributed.tensor._collective_utils")
+    placement_types = pytest.importorskip("torch.distributed.tensor.placement_types")
+    from telemetry.capture.collectives import CollectiveTracer
+
+    before = utils.shard_dim_alltoall
+    assert placement_types.shard_dim_alltoall is before
+    tracer = CollectiveTracer().install()
+    try:
+        assert placement_types.shard_dim_alltoall is utils.shard_dim_alltoall is not before
+    finally:
+        tracer.uninstall()
+    assert placement_types.shard_dim_alltoall is utils.shard_dim_alltoall is before

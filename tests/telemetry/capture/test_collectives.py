@@ -130,3 +130,16 @@ def test_dtensor_tensor_parallel_is_seen_through_functional_collectives(seen):
         ar = res["tp"]["all_reduce"]
         assert ar["time_s"] is None and ar["untimed_bytes"] == ar["bytes"]
         assert ar["untimed_reason"] == "functional collectives are timed on NCCL only"
+
+
+@pytest.mark.integration
+def test_dtensor_shard_to_shard_counts_the_collective_that_ran(seen):
+    """Shard(0) -> Shard(1) of a 4 x 6 float tensor: on an accelerator torch issues one all_to_all through
+    torch.ops._dtensor.shard_dim_alltoall, S = the rank's 48 B shard (it went uncounted: no torch.distributed
+    call); on CPU its fallback, a functional all_gather of 48 B x 2, is what ran."""
+    for rank, res in enumerate(seen):
+        cpu, acc = res["shard_to_shard_cpu"], res["shard_to_shard_accelerator"]
+        assert {op: (v["count"], v["bytes"]) for op, v in cpu.items()} == {"all_gather": (1, 96)}
+        assert {op: (v["count"], v["bytes"]) for op, v in acc.items()} == {"all_to_all": (1, 48)}
+        assert acc["all_to_all"]["untimed"] == 0 and acc["all_to_all"]["time_s"] >= 0
+        assert res["shard_to_shard_values"] == [r * 6 + c for r in range(4) for c in range(3 * rank, 3 * rank + 3)]

@@ -23,6 +23,7 @@ import datetime
 import gc
 import threading
 import time
+import types
 import weakref
 from collections import deque
 
@@ -404,6 +405,64 @@ def test_reports_are_matched_by_op_type_whatever_their_order():
     g.watchdog(reverse=True)
     s = tracer.end_step().summary()
     assert (s["all_gather"]["time_s"], s["sendrecv"]["time_s"], s["barrier"]["time_s"]) == (410e-6, 210e-6, 14e-6)
+
+
+def test_a_rank_outside_the_group_counts_nothing():
+    """torch returns at once on a rank outside the call's group (new_group gives it NON_GROUP_MEMBER): no
+    collective ran there, so none is counted (it was: an all_reduce, gather and barrier of a group of rank 0
+    alone showed on rank 1 too, with their bytes)."""
+    issued = []  # torch's early return for a non-member: a warning, no work
+
+    def reduce_(tensor, op=None, group=None, async_op=False):
+        issued.append("all_reduce")
+
+    def gather_(tensor, gather_list=None, dst=None, group=None, async_op=False, group_dst=None):
+        issued.append("gather")
+
+    def barrier_(group=None, async_op=False, device_ids=None):
+        issued.append("barrier")
+    tracer, outside = CollectiveTracer(), dist.GroupMember.NON_GROUP_MEMBER
+    tracer.begin_step()
+    wrap(tracer, "all_reduce", reduce_)(torch.ones(4), group=outside)
+    wrap(tracer, "gather", gather_)(torch.ones(4), None, dst=0, group=outside)
+    wrap(tracer, "barrier", barrier_)(group=outside)
+    assert issued == ["all_reduce", "gather", "barrier"]  # the call still reaches torch
+    assert tracer.end_step().summary() == {}
+
+
+def test_an_all_gather_of_uneven_tensors_counts_what_it_gathered():
+    """ProcessGroupNCCL's all_gather takes output tensors of different sizes (one broadcast per rank in one
+    coalesced ALLGATHER work): S is the gathered bytes, the same on every rank; it was this rank's input x n."""
+    def all_gather(tensor_list, tensor, group=None, async_op=False):
+        work = group.issue("ALLGATHER", tensor_list)
+        return work if async_op else None
+    g, tracer = FakeProcessGroupNCCL("g"), CollectiveTracer()
+    gat = wrap(tracer, "all_gather", all_gather)
+    for mine in (torch.ones(10), torch.ones(30)):  # rank 0's and rank 1's call: 40 B and 120 B in, 160 B gathered
+        tracer.begin_step()
+        gat([torch.empty(10), torch.empty(30)], mine, group=g)
+        g.watchdog()
+        s = tracer.end_step().summary()["all_gather"]
+        assert (s["count"], s["bytes"], s["untimed"]) == (1, 160, 0)
+
+
+def test_dtensor_shard_to_shard_on_nccl_claims_its_all_to_all_report():
+    """DTensor's Shard(i) -> Shard(j) on an accelerator: torch.ops._dtensor.shard_dim_alltoall, one ALLTOALL_BASE
+    work; its report is claimed (it was unclaimed: no traced call), S = the rank's shard."""
+    g, tracer = FakeProcessGroupNCCL("tp"), CollectiveTracer()
+    mesh = types.SimpleNamespace(device_type="cuda", get_group=lambda dim: g)
+
+    def shard_dim_alltoall(input, gather_dim, shard_dim, mesh, mesh_dim):
+        g.issue("ALLTOALL_BASE", [input]).wait()
+        return input.clone()
+    a2a = tracer._wrap_shard_dim_alltoall(shard_dim_alltoall)
+    tracer.begin_step()
+    a2a(torch.ones(4, 6), 0, 1, mesh, 0)
+    g.watchdog()
+    step = tracer.end_step()
+    s = step.summary()["all_to_all"]
+    assert (s["count"], s["bytes"], s["untimed"], s["time_s"]) == (1, 96, 0, g.durations[0][1])
+    assert "unclaimed_reports" not in step.events
 
 
 def test_gather_and_scatter_match_their_own_reports_with_nccl_tests_bytes():

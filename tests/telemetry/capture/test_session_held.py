@@ -40,3 +40,65 @@ def test_a_failed_probe_on_the_hold_path_still_writes_every_held_step(tmp_path, 
     assert all("comm" in r for r in records)  # released with their own fields
     lines = (tmp_path / "ranks" / "rank00000.telemetry.jsonl").read_text().splitlines()
     assert [json.loads(x)["step"] for x in lines] == [1, 2, 3]
+
+
+def test_runs_sharing_the_process_tracer_each_count_their_own_calls_outside_the_steps(tmp_path, monkeypatch):
+    """The tracer installed early (telemetry/capture/early.py) serves every Telemetry of the process. A run's
+    comm_outside_steps holds its own setup calls: the second run showed the first run's and lost its own (the
+    first run's close left the tracer inside a step, so the second run's setup calls were dropped at its
+    first step)."""
+    import torch
+
+    from telemetry.capture import completion_hooks, early
+    from telemetry.capture.collectives import DIST_SPECS
+    from tests.telemetry.capture.test_collectives_nccl_fake import FakeProcessGroupNCCL, all_reduce
+
+    monkeypatch.setattr(completion_hooks, "backend_name", lambda pg: getattr(pg, "backend", None))
+    early.reset()
+    try:
+        tracer, g = early.install(), FakeProcessGroupNCCL("g")
+        reduce = tracer._wrap_dist("all_reduce", all_reduce, DIST_SPECS["all_reduce"])  # on the pretend NCCL group
+        seen = []
+        for run, setup_elements in ((1, 1), (2, 10)):
+            tel = session.Telemetry(session.TelemetrySettings(cross_rank_every=0, link_probe_every=0, nccl_debug=False,
+                                                              power_sample_interval_s=60.0, sysfs="/nonexistent"),
+                                    run_dir=str(tmp_path / f"run{run}"))
+            tel.start()
+            assert tel.tracer is tracer
+            reduce(torch.ones(setup_elements), group=g)  # setup, before the first step
+            tel.start_step(1)
+            reduce(torch.ones(2), group=g)
+            g.watchdog()
+            tel.end_step(1, 0.01)
+            seen.append(tel.summary()["comm_outside_steps"])
+            tel.close()
+        assert seen == [{"all_reduce": {"count": 1, "bytes": 4}}, {"all_reduce": {"count": 1, "bytes": 40}}]
+    finally:
+        early.reset()
+
+
+def test_the_barrier_before_rank_0_exports_is_the_harnesss_own(tmp_path, monkeypatch):
+    """close() waits for every rank (a monitored_barrier on the side group) before rank 0 exports; with the
+    process tracer that barrier is traced and was counted as the next run's collective outside the steps."""
+    import types
+
+    from telemetry.capture import early
+    from telemetry.capture.collectives import DIST_SPECS
+
+    early.reset()
+    try:
+        tracer = early.install()
+        waited = []
+        barrier = tracer._wrap_dist("monitored_barrier", lambda group=None, timeout=None, wait_all_ranks=False:
+                                    waited.append(group), DIST_SPECS["monitored_barrier"])
+        monkeypatch.setattr(session, "dist", types.SimpleNamespace(**{**vars(session.dist),
+                                                                      "monitored_barrier": barrier}))
+        tel = session.Telemetry(session.TelemetrySettings(cross_rank_every=0, link_probe_every=0, nccl_debug=False,
+                                                          power_sample_interval_s=60.0, sysfs="/nonexistent",
+                                                          export=["parquet"]), run_dir=str(tmp_path))
+        tel.start()
+        tel._group = side = object()  # stand-in side group
+        tel.close()
+        assert waited == [side] and tracer.outside_steps() == {}
+    finally:
+        early.reset()
