@@ -122,7 +122,7 @@ def _compare(args) -> int:
         result = compare(args.runs, args.out, args.allow_mismatch, args.sweep, args.busbw_axis,
                          args.line_rate, args.expect_transport)
     except CompareError as exc:
-        print_errors(exc)
+        print_errors(*str(exc).splitlines())  # one line per input that cannot be read
         return 2
     print(f"wrote {args.out}/compare.html and compare.md ({result['kind']}: {' vs '.join(result['labels'])})")
     for lab, check in result.get("transport_checks", {}).items():

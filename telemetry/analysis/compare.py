@@ -23,6 +23,7 @@ from telemetry.analysis.compare_inputs import (CompareError, is_sweep, label, li
 from telemetry.analysis.fabric_summary import fabric_rows, workload_line, workload_rows
 from telemetry.analysis.inventory_summary import hardware_warnings, inventory_rows
 from telemetry.analysis.line_rate import LineRate
+from telemetry.errors import InputError
 from telemetry.analysis.line_rate import parse_given as parse_given_line_rate
 from telemetry.analysis.report import write_documents
 from telemetry.analysis.runs import Run, RunError, given_twice
@@ -209,7 +210,14 @@ def compare(paths: list[str], out: str, allow_mismatch: bool = False, sweeps: li
     if twice := given_twice(paths):
         raise CompareError(f"{twice} is given twice; allowed: each run directory once (repeats are separate runs "
                            "with one label)")
-    runs = [load_input(p) for p in paths]
+    runs, unreadable = [], []
+    for p in paths:  # every input that cannot be read is named, not only the first
+        try:
+            runs.append(load_input(p))
+        except InputError as exc:
+            unreadable.append(" ".join(str(exc).split()))
+    if unreadable:
+        raise CompareError("\n".join(unreadable))
     kind = _check_kinds(runs, paths, sweeps)
     problems, notes = _recipe_problems(runs, allow_mismatch)
     labels, groups, group_note = _group(runs, list(given))

@@ -65,6 +65,9 @@ def _link_speed(fab: dict) -> str | None:
 
 def load_input(path: str) -> Run:
     """A run directory, or an nccl-tests text file (the user's own nccl-tests run, a vendor's published table)."""
+    if not os.path.exists(path):
+        raise CompareError(f"{path}: does not exist; allowed: a run directory (a run's output_dir, holding "
+                           "run.json) or an nccl-tests output file")
     if os.path.isfile(path):
         from telemetry.analysis.nccl_tests import NcclTestsError, as_run
         try:

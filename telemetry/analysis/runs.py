@@ -83,10 +83,12 @@ def read_run_json(run_json: str) -> dict:
 
 def load_run(path: str) -> Run:
     run_json = os.path.join(path, RUN_JSON)
+    allowed = f"allowed: a run directory (a run's output_dir, holding {RUN_JSON} and {METRICS})"
     if not os.path.isdir(path):
-        raise RunError(f"{path}: not a directory")
+        what = "is a file" if os.path.isfile(path) else "not a directory"
+        raise RunError(f"{path}: {what}; {allowed}")
     if not os.path.isfile(run_json):
-        raise RunError(f"{path}: no {RUN_JSON} (is this a run directory?)")
+        raise RunError(f"{path}: no {RUN_JSON} (is this a run directory?); {allowed}")
     info = read_run_json(run_json)
     for key, kind in _SECTIONS.items():
         if info.get(key) is not None and not isinstance(info[key], kind):

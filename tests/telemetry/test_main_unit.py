@@ -30,11 +30,33 @@ def run_dir(tmp_path):
 
 
 def test_report_of_a_missing_directory(capsys, tmp_path):
-    assert one_error(capsys, ["report", str(tmp_path / "nope")]) == f"error: {tmp_path / 'nope'}: not a directory"
+    assert one_error(capsys, ["report", str(tmp_path / "nope")]) == (
+        f"error: {tmp_path / 'nope'}: not a directory; allowed: a run directory (a run's output_dir, holding "
+        "run.json and metrics.jsonl)")
 
 
 def test_report_of_a_directory_without_run_json(capsys, tmp_path):
-    assert "no run.json (is this a run directory?)" in one_error(capsys, ["report", str(tmp_path)])
+    assert one_error(capsys, ["report", str(tmp_path)]) == (
+        f"error: {tmp_path}: no run.json (is this a run directory?); allowed: a run directory (a run's output_dir, "
+        "holding run.json and metrics.jsonl)")
+
+
+def test_report_and_mllog_of_a_file_say_a_run_directory_is_wanted(capsys, tmp_path):
+    (tmp_path / "mlperf.log").write_text(":::MLLOG {}\n")
+    for command in ("report", "mllog"):
+        assert one_error(capsys, [command, str(tmp_path / "mlperf.log")]) == (
+            f"error: {tmp_path / 'mlperf.log'}: is a file; allowed: a run directory (a run's output_dir, holding "
+            "run.json and metrics.jsonl)")
+
+
+def test_compare_names_every_input_it_cannot_read(capsys, tmp_path):
+    (tmp_path / "empty").mkdir()
+    main(["compare", str(tmp_path / "empty"), str(tmp_path / "gone"), "--out", str(tmp_path / "out")])
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"error: {tmp_path / 'empty'}: no run.json (is this a run directory?); allowed: a run directory (a run's "
+        "output_dir, holding run.json and metrics.jsonl)",
+        f"error: {tmp_path / 'gone'}: does not exist; allowed: a run directory (a run's output_dir, holding "
+        "run.json) or an nccl-tests output file"]
 
 
 def test_compare_of_a_missing_run(capsys, tmp_path, run_dir):

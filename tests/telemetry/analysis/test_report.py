@@ -105,7 +105,9 @@ def test_runs_recorded_under_the_old_names_are_read_under_the_new(tmp_path):
 def test_report_on_a_missing_run_is_one_line(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "telemetry", "report", str(tmp_path / "nope")], cwd=REPO,
                           capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 2 and proc.stderr.strip() == f"error: {tmp_path / 'nope'}: not a directory"
+    assert proc.returncode == 2 and proc.stderr.strip() == (
+        f"error: {tmp_path / 'nope'}: not a directory; allowed: a run directory (a run's output_dir, holding "
+        "run.json and metrics.jsonl)")
 
 
 TP_UNTIMED = {"all_gather": {"count": 2, "bytes": 4096, "time_s": None, "untimed": 2, "untimed_bytes": 4096,
