@@ -418,7 +418,7 @@ def stage(recipe_path: str, overrides: list[str], to: str, jobs: int, argv: list
 
 class _Parser(OneLineParser):  # its own error line; no abbreviated options (OneLineParser)
     def error(self, message):
-        print_errors(f"{message}; see python -m launch.stage --help")
+        print_errors(f"{self.explained(message)}; see python -m launch.stage --help")
         sys.exit(2)
 
 

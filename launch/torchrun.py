@@ -26,7 +26,7 @@ from __future__ import annotations
 import os
 import sys
 
-from telemetry.errors import print_errors
+from telemetry.errors import print_errors, with_allowed
 
 DEFAULT_JOIN_TIMEOUT_S = 600  # torch.distributed.elastic.rendezvous.dynamic_rendezvous: join_timeout
 
@@ -44,7 +44,7 @@ def _parse(argv: list[str]):
     from torch.distributed.run import get_args_parser
 
     parser = get_args_parser()
-    parser.error = lambda message: sys.exit(print_errors(f"{message}; see python -m launch.torchrun --help"))
+    parser.error = lambda message: sys.exit(print_errors(f"{with_allowed(message, sys.argv[1:])}; see python -m launch.torchrun --help"))
     return parser.parse_args(argv)
 
 

@@ -70,8 +70,37 @@ class OneLineParser(argparse.ArgumentParser):
         kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
 
+    def parse_known_args(self, args=None, namespace=None):
+        self._argv_seen = list(sys.argv[1:] if args is None else args)  # for error(): what the user typed
+        return super().parse_known_args(args, namespace)
+
+    def explained(self, message: str) -> str:
+        """argparse's message with what is allowed (with_allowed), for subclasses' own error()."""
+        return with_allowed(message, getattr(self, "_argv_seen", sys.argv[1:]))
+
     def error(self, message):
-        sys.exit(print_errors(f"{message}; see {self.prog} --help"))
+        sys.exit(print_errors(f"{self.explained(message)}; see {self.prog} --help"))
+
+
+_ALLOWED_FOR_TYPE = {"int": "a whole number", "float": "a number"}
+
+
+def with_allowed(message: str, argv: list[str]) -> str:
+    """argparse's own lines, completed with what is allowed: the kind of number a typed option takes, and
+    how to give a value that starts with '-' (argparse reads `--rate -5gbit` as two options)."""
+    import re
+
+    typed = re.search(r"invalid (int|float) value: ", message)
+    if typed:
+        return f"{message}; allowed: {_ALLOWED_FOR_TYPE[typed.group(1)]}"
+    missing = re.match(r"argument (\S+): expected one argument$", message)
+    if missing:
+        names = missing.group(1).split("/")
+        for i, arg in enumerate(argv[:-1]):
+            if arg in names and argv[i + 1].startswith("-") and len(argv[i + 1]) > 1:
+                return (f"{message}; a value that starts with '-' is written {arg}={argv[i + 1]} "
+                        f"(here {argv[i + 1]!r} was read as an option)")
+    return message
 
 
 def dangling_link_problem(path: str, what: str) -> str | None:

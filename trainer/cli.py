@@ -18,7 +18,7 @@ from .layout import resolve_layout
 
 class _Parser(OneLineParser):  # its own error line; no abbreviated options (OneLineParser)
     def error(self, message):  # one `error:` line (argparse adds the usage block), one rank only
-        sys.exit(_fail([f"{message}; see python -m trainer --help"]))
+        sys.exit(_fail([f"{self.explained(message)}; see python -m trainer --help"]))
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -28,7 +28,7 @@ JOB_FILES = {"nemo2": "nemo2_job.py", "megatron-bridge": "bridge_job.py", "autom
 
 class _Parser(OneLineParser):  # its own error line; no abbreviated options (OneLineParser)
     def error(self, message):
-        sys.exit(_fail([f"{message}; see python -m launch.nemo --help"]))
+        sys.exit(_fail([f"{self.explained(message)}; see python -m launch.nemo --help"]))
 
 
 def _fail(problems: list[str]) -> int:

@@ -26,7 +26,7 @@ PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 class _Parser(OneLineParser):  # its own error line; no abbreviated options (OneLineParser)
     def error(self, message):
-        print_errors(f"{message}; see python -m telemetry.integrations.attach --help")
+        print_errors(f"{self.explained(message)}; see python -m telemetry.integrations.attach --help")
         sys.exit(2)
 
 

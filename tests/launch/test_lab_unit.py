@@ -82,7 +82,7 @@ def test_main_needs_the_recipe_after_the_separator(capsys):
     (["--timeout", "nan"], "--timeout: got nan; expected a number of seconds above 0"),
     (["--port", "99999"], "--port: got 99999; expected a TCP port from 1 to 65535"),
     (["--nproc-per-node", "0"], "--nproc-per-node: got 0; expected an integer >= 1"),
-    (["--nodes", "two"], "argument --nodes: invalid int value: 'two'; see python -m launch.lab --help"),
+    (["--nodes", "two"], "argument --nodes: invalid int value: 'two'; allowed: a whole number; see python -m launch.lab --help"),
 ])
 def test_bad_arguments_are_one_line_before_anything_is_created(args, message, capsys):
     with pytest.raises(SystemExit) as info:

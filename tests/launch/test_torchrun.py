@@ -135,7 +135,7 @@ def test_store_sharing_is_turned_off_only_where_a_node_can_rejoin(monkeypatch, a
     (["--nnodes", "abc", "-m", "trainer"], "--nnodes: got 'abc'; allowed: N or MIN:MAX"),
     (["--nnodes", "0", "-m", "trainer"], "torchrun: min_nodes must be > 0"),
     (["--max-restarts", "-1", "-m", "trainer"], "torchrun: max_restarts must be >= 0"),
-    (["--max-restarts", "abc", "-m", "trainer"], "invalid int value: 'abc'; see python -m launch.torchrun --help"),
+    (["--max-restarts", "abc", "-m", "trainer"], "invalid int value: 'abc'; allowed: a whole number; see python -m launch.torchrun --help"),
     (["--bogus", "-m", "trainer"], "unrecognized arguments: --bogus"),
     (["/nonexistent/train.py"], "training script: '/nonexistent/train.py' is not a file"),
     (["-m", "no_such_module.anywhere"], "-m no_such_module.anywhere: no such module"),

@@ -73,7 +73,11 @@ def test_one_line_parser_and_its_subcommands(capsys):
     p = OneLineParser(prog="tool")
     sub = p.add_subparsers(dest="cmd", required=True)
     sub.add_parser("go").add_argument("--n", type=int)
-    for argv, line in ((["go", "--n", "x"], "error: argument --n: invalid int value: 'x'; see tool go --help"),
+    for argv, line in ((["go", "--n", "x"], "error: argument --n: invalid int value: 'x'; allowed: a whole number; see tool go --help"),
+                       (["go", "--n", "1.5"], "error: argument --n: invalid int value: '1.5'; allowed: a whole number; "
+                        "see tool go --help"),
+                       (["go", "--n", "-5x"], "error: argument --n: expected one argument; a value that starts with '-' "
+                        "is written --n=-5x (here '-5x' was read as an option); see tool go --help"),
                        ([], "error: the following arguments are required: cmd; see tool --help")):
         with pytest.raises(SystemExit) as info:
             p.parse_args(argv)

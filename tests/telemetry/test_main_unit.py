@@ -105,7 +105,7 @@ def test_project_repeats_of_different_workloads(capsys, tmp_path, run_dir):
     ([], "the following arguments are required: command; see python -m telemetry --help"),
     (["compare", "a", "b"], "the following arguments are required: --out; see python -m telemetry compare --help"),
     (["project", "r", "--rate", "1gbit", "--efficiency", "abc"],
-     "argument --efficiency: invalid float value: 'abc'; see python -m telemetry project --help"),
+     "argument --efficiency: invalid float value: 'abc'; allowed: a number; see python -m telemetry project --help"),
 ])
 def test_argument_mistakes_are_one_line(capsys, argv, words):
     assert one_exit(capsys, argv) == f"error: {words}"

@@ -261,7 +261,7 @@ def test_bad_command_line_is_one_error_line(capsys, monkeypatch):
         main([TINY, "--dry-run", "--world-size", "two"])
     assert info.value.code == 2
     assert capsys.readouterr().err.strip().splitlines() == [
-        "error: argument --world-size: invalid int value: 'two'; see python -m trainer --help"]
+        "error: argument --world-size: invalid int value: 'two'; allowed: a whole number; see python -m trainer --help"]
     with pytest.raises(SystemExit):  # overrides are optional: only the recipe is named as missing
         main([])
     assert capsys.readouterr().err.strip().splitlines() == [
