@@ -33,7 +33,7 @@ import time
 
 from telemetry.analysis import rates
 from telemetry.errors import HarnessError, OneLineParser, output_dir_problem, print_errors
-from telemetry.rundir import LOGS, METRICS, RUN_JSON, RunKey
+from telemetry.rundir import LAB, LOGS, METRICS, RUN_JSON, RunKey
 
 SUBNET_BASE = "10.213"  # only ever assigned inside the lab's own namespaces
 IFACE = "fab0"
@@ -476,7 +476,7 @@ def _record_qdiscs(lab: Lab, output_dir: str) -> None:
     lab came up; `tbf_drops_after_first_step`, those once the run's first step was recorded) and one line when
     the queues dropped: drops during the steps mean retransmissions, a step slower than bytes over rate says.
     Drops before it (node 0 broadcasting the model to every peer at once) slow the start-up only."""
-    path = os.path.join(output_dir, "lab.json")
+    path = os.path.join(output_dir, LAB)
     counters = lab.qdisc_counters()
     drops = _drops(counters)
     first = lab.counters_at_first_step
@@ -570,7 +570,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[lab] {lab.nodes} nodes x {args.nproc_per_node} ranks, {lab.describe()['topology']}, links "
                   f"{shaped}; run directory {output_dir}", flush=True)
             os.makedirs(output_dir, exist_ok=True)
-            with open(os.path.join(output_dir, "lab.json"), "w", encoding="utf-8") as f:
+            with open(os.path.join(output_dir, LAB), "w", encoding="utf-8") as f:
                 json.dump({**lab.describe(), "nproc_per_node": args.nproc_per_node, "recipe": recipe_args}, f, indent=1)
             try:
                 code = run_in_lab(lab, args.nproc_per_node, recipe_args, output_dir, args.timeout, args.port)

@@ -28,6 +28,7 @@ from telemetry.errors import HarnessError
 RUN_JSON, METRICS = "run.json", "metrics.jsonl"
 RANKS, LOGS, CHECKPOINTS, REPORT, EXPORTS = "ranks", "logs", "checkpoints", "report", "exports"
 RESERVE = ".reserve"
+LAB = "lab.json"  # written by python -m launch.lab beside the run's own files
 RANK_TELEMETRY, RANK_EVENTS, RANK_FINAL = "telemetry.jsonl", "events.jsonl", "final.json"  # ranks/rankNNNNN.<name>
 
 LAYOUT = (
@@ -45,6 +46,8 @@ LAYOUT = (
                  "prometheus-targets.HOST.json (while a run with telemetry.prometheus is live: the node's "
                  "metrics address as a Prometheus file_sd target list, docs/live.md)"),
     ("collectives.txt, .json, .csv", "a collective sweep's tables (nccl-tests layout)"),
+    (LAB, "a run in the fabric lab (python -m launch.lab): the emulated nodes, link rates and MTU, each shaped "
+          "link, and the links' tc tbf counters read before tear-down (qdisc, tbf_drops, tbf_drops_after_first_step)"),
     (f"run.lock, {RESERVE}", "while a run is live: who holds the directory; 1 MiB given back if the disk fills"),
     (f"{REPORT}/", "written by python -m telemetry report RUN"),
     (f"{EXPORTS}/", "TensorBoard, W&B, Parquet and trace exports (telemetry.export or python -m telemetry export)"),
@@ -57,7 +60,7 @@ def looks_like_run_dir(path: str) -> bool:
         entries = set(os.listdir(path))
     except OSError:
         return False
-    own = {RUN_JSON, METRICS, RANKS, LOGS, CHECKPOINTS, "run.lock", RESERVE, "collectives.txt", "lab.json"}
+    own = {RUN_JSON, METRICS, RANKS, LOGS, CHECKPOINTS, "run.lock", RESERVE, "collectives.txt", LAB}
     return not entries or bool(entries & own)
 
 

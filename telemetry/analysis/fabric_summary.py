@@ -12,7 +12,7 @@ import re
 
 from telemetry.analysis.roce_summary import roce_fact
 from telemetry.analysis.runs import Run
-from telemetry.rundir import RunKey
+from telemetry.rundir import LAB, RunKey
 
 
 def _used_interfaces(fab: dict) -> list[str]:
@@ -29,7 +29,7 @@ def lab_tbf_drops(run: Run) -> tuple[int | None, int | None]:
     """Packets the lab's shaped queues dropped in the run, in all and once its first step was recorded
     (launch.lab's lab.json, read from tc before tear-down); None where the run has no such record."""
     try:
-        with open(os.path.join(run.path, "lab.json"), encoding="utf-8") as f:
+        with open(os.path.join(run.path, LAB), encoding="utf-8") as f:
             info = json.load(f)
         drops, after = info.get("tbf_drops"), info.get("tbf_drops_after_first_step")
     except (OSError, ValueError, AttributeError):
