@@ -56,15 +56,20 @@ def _launch_one(ev: Evaluation, run, alloc, launch: Launch, verbose: bool, say) 
     return {"exit_code": code, "duration_s": round(time.monotonic() - started, 3), "timed_out": timed_out}
 
 
-def _judge(run, result: dict, say) -> None:
-    """The run's status from its run.json and, when complete, its transport check and metric; a failure
-    shows the launch log's last lines."""
+def _assess(run, result: dict) -> None:
+    """The run's status from its run.json and, when complete, its transport check and metric."""
     from telemetry.analysis.evaluation_stats import run_metric
 
     result["status"] = read_status(run.dir)
     if result["status"] in COMPLETE:
         result["check"] = check_transport(run.variant.expect_transport, _fabric(run.dir))
         result["metric"] = run_metric(run.dir, run.workload.sweep)
+
+
+def _judge(run, result: dict, say) -> None:
+    """_assess, said; a failure shows the launch log's last lines."""
+    _assess(run, result)
+    if result["status"] in COMPLETE:
         c = result["check"]
         used = f"{c['detected']}" + (f" over {', '.join(c['interfaces'])}" if c["interfaces"] else "")
         note = {"ok": "ok", "mismatch": "TRANSPORT MISMATCH", "unknown": "not verified"}[c["verdict"]]
@@ -118,10 +123,14 @@ def run_evaluation(ev: Evaluation, verbose: bool = False, dry_run: bool = False,
     results = record["runs"]
     interrupted = False
     need_alloc = ev.launcher == "slurm" and kept < len(runs) and launch is execute
-    def terminate(_signum, _frame):  # SIGTERM (scancel, kill) ends like Ctrl-C: the run stopped, a record written
+    stopped_by: list[int] = []
+
+    def terminate(signum, _frame):  # SIGTERM (scancel, kill) ends like Ctrl-C: the run stopped, a record written
+        stopped_by.append(signum)
         raise KeyboardInterrupt
 
     old_term = signal.signal(signal.SIGTERM, terminate)
+    current = None
     progress = WorkProgress("evaluate", len(runs) - kept, "runs").start()  # kept runs take no time: not in the ETA
     try:
         with (SlurmAllocation(ev, say) if need_alloc else nullcontext()) as alloc:
@@ -135,14 +144,22 @@ def run_evaluation(ev: Evaluation, verbose: bool = False, dry_run: bool = False,
                     say(f"{where}: kept (completed earlier)")
                 else:
                     say(f"{where} ...")
+                    current = (run, result)  # recorded as interrupted if a signal stops it
                     result.update(_launch_one(ev, run, alloc, launch, verbose, say))
                 _judge(run, result, say)
                 results.append(result)
+                current = None
                 summary.write_record(ev, record)
                 if result["action"] == "run":
                     progress.advance(note=f"{run.variant.name} x {run.workload.name}: {result['status'] or 'failed'}")
     except KeyboardInterrupt:
         interrupted = True
+        if current is not None and current[1] not in results:  # its directory keeps what it wrote: say where
+            run, result = current
+            result["interrupted"] = True
+            _assess(run, result)  # complete where it ended just before the signal came
+            result["status"] = result["status"] if result["status"] in COMPLETE else "interrupted"
+            results.append(result)
         say("interrupted; the runs so far are kept (run the same command again to continue)")
     finally:
         progress.close()
@@ -152,7 +169,9 @@ def run_evaluation(ev: Evaluation, verbose: bool = False, dry_run: bool = False,
     record["statistics"] = summary.statistics(ev, results)
     record["reports"] = summary.compare_reports(ev, results, say) if render and not interrupted else []
     mismatch = [n for n, v in record["verdicts"].items() if v["verdict"] == "mismatch"]
-    code = (EXIT_INTERRUPTED if interrupted else EXIT_MISMATCH if mismatch
+    # as a shell reports a process ended by a signal: 130 for Ctrl-C (SIGINT), 143 for SIGTERM
+    interrupted_code = 128 + stopped_by[0] if stopped_by else EXIT_INTERRUPTED
+    code = (interrupted_code if interrupted else EXIT_MISMATCH if mismatch
             else EXIT_FAILED if record["failed"] or any(r["error"] for r in record["reports"]) else 0)
     record.update(mismatched_variants=mismatch, exit_code=code, finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
     summary.write_record(ev, record)

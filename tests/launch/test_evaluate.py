@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import re
 
 import pytest
@@ -453,6 +454,29 @@ def test_a_lab_stopped_by_its_own_timeout_is_reported_as_timed_out(tmp_path, cap
     ev = load_evaluation(write(tmp_path, doc))
     assert run_evaluation(ev, launch=FakeTimedOutLab(), render=False) == 1
     assert "FAILED (timed out, run.json status interrupted)" in capsys.readouterr().out
+
+
+class FakeSignalledLauncher(FakeLauncher):
+    """The evaluation itself receives a signal while its first run is under way (scancel, kill, Ctrl-C)."""
+
+    def __init__(self, signum):
+        super().__init__()
+        self.signum = signum
+
+    def __call__(self, cmd, env, log, timeout, verbose):
+        code = super().__call__(cmd, env, log, timeout, verbose)
+        os.kill(os.getpid(), self.signum)
+        return code
+
+
+@pytest.mark.parametrize("signum,code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_signalled_evaluation_exits_as_a_shell_reports_the_signal(tmp_path, capsys, signum, code):
+    doc = good(tmp_path, repeats=2)
+    ev = load_evaluation(write(tmp_path, doc))
+    assert run_evaluation(ev, launch=FakeSignalledLauncher(signum), render=False) == code
+    assert "interrupted; the runs so far are kept" in capsys.readouterr().out
+    record = json.loads((tmp_path / "out" / "evaluation.json").read_text())
+    assert record["exit_code"] == code and len(record["runs"]) == 1  # the run under way when the signal came
 
 
 def test_a_workload_override_the_runner_would_repeat_is_refused(tmp_path):
