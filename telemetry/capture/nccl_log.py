@@ -656,6 +656,12 @@ def _transport(st: _State, network, nranks, unknown: dict) -> str | None:
         return "intra-node"
     if nranks == 1:
         unknown["transport"] = "a one-rank communicator sends nothing between ranks"
+    elif (st.kinds or st.nvls_channels or st.nvls_lines) and (st.nnodes or 0) > 1 and network is not None:
+        # NCCL says the ranks span nodes, yet the log shows only P2P/SHM/NVLS connections (an excerpt
+        # deduplicated or cut before the network ones): what crosses nodes goes over the network NCCL chose
+        said = st.network_line or f"network line (Using network {network})"
+        st.basis = f"{said}; nNodes {st.nnodes} but only intra-node connection lines"
+        return _of_network(st, network, set(), unknown)
     elif st.kinds or st.nvls_channels or st.nvls_lines:
         unknown["transport"] = ("no network connection in the log, and nothing shows that every rank "
                                 "shares one node")
