@@ -7,8 +7,8 @@ line, whatever the launcher put before it:
 
 - 2.20-2.22, numbers and no collective: `262144 Bytes -> Algo 0 proto 1 time 54.707825` (NVIDIA/nccl#1453);
   the collective is then the last `AllReduce: opCount ...` line (NCCL_DEBUG_SUBSYS=COLL) of that process
-  where there is one, else unknown. Through 2.22 the same text is also a TRACE line (NCCL_DEBUG=TRACE, debug
-  builds only, every rank: `h:1:2 [0] 12.5 topoGetAlgoInfo:1203 NCCL TRACE 8 Bytes -> ...`), the only one
+  where there is one, else unknown. Every release also has the same text as a TRACE line (NCCL_DEBUG=TRACE,
+  debug builds only, every rank: `h:1:2 [0] 12.5 topoGetAlgoInfo:1203 NCCL TRACE 8 Bytes -> ...`), the only one
   before 2.20: TRACE records are kept only where the log has no INFO one (they repeat rank 0's INFO lines);
 - 2.23 names the collective, numbers for the rest: `AllGather: 37756928 Bytes -> Algo 1 proto 2 time 2860.208008`;
 - 2.24 and later, names: `AllReduce: 4194304 Bytes -> Algo RING proto SIMPLE channel{Lo..Hi}={0..7}` (NCCL's
@@ -18,13 +18,17 @@ line, whatever the launcher put before it:
   instead, and the line names the kernel, not an algorithm: `AllReduce [Symmetric]: 2097152 Bytes -> Kernel
   AllReduce_RSxLDMC_AGxSTMC nchannels 16 nthreads 512` (2.28 adds ` nWorks 1`);
 - 2.29 and later, a collective offloaded to the copy engines (NCCL_CTA_POLICY zero): `AllGather [Copy Engine]:
-  1048576 Bytes -> cudaMemcpy` (`; CE synchronization with NVLS` after it where NVLS syncs the copies).
+  1048576 Bytes -> cudaMemcpy` (`; CE synchronization with NVLS` after it where NVLS syncs the copies); 2.30 adds
+  `AllGather [Hierarchical CE]: 1048576 Bytes -> RMA proxy + CE` (copy engines within a node, the network's RMA
+  proxy between nodes).
 
-Collective names are ncclFuncToString's (`AlltoAll`, `Gather` and `Scatter` from 2.28). Algorithm numbers are
+Collective names are ncclFuncToString's (`AlltoAll`, `Gather` and `Scatter` from 2.28; 2.30's PutSignal, Signal
+and WaitSignal are one-sided and log no TUNING line). Algorithm numbers are
 NCCL's enum (0 Tree, 1 Ring, 2 CollNetDirect, 3 CollNetChain, 4 NVLS, 5 NVLSTree, 6 PAT; 2 was plain CollNet
 before 2.14), protocols 0 LL, 1 LL128, 2 Simple. Names are written as 2.24+ does. A symmetric kernel's record has
 algorithm SYMMETRIC, the kernel's name and no protocol (the kernel name says which loads and stores it uses, not
-one of NCCL's three protocols); a copy-engine record has algorithm COPY_ENGINE and no protocol.
+one of NCCL's three protocols); a copy-engine record has algorithm COPY_ENGINE (HIERARCHICAL_CE for 2.30's) and
+no protocol.
 
 `tuning_table` reads the latency/bandwidth table rank 0 prints at init (src/graph/tuning.cc: `Algorithm |`,
 `Protocol |`, `Max NThreads |`, then one row per collective of `latency/bandwidth` cells, three algorithms a
@@ -52,6 +56,7 @@ _TUNING = re.compile(rf"(?:\b({_COLL}):\s*)?\b(\d+) Bytes -> Algo (\w+) proto (\
 _SYMMETRIC = re.compile(rf"\b({_COLL}) \[Symmetric\]:\s*(\d+) Bytes -> Kernel (\w+) nchannels (\d+) nthreads (\d+)"
                         r"(?: nWorks (\d+))?")
 _COPY_ENGINE = re.compile(rf"\b({_COLL}) \[Copy Engine\]:\s*(\d+) Bytes -> cudaMemcpy(; CE synchronization with NVLS)?")
+_HIERARCHICAL_CE = re.compile(rf"\b({_COLL}) \[Hierarchical CE\]:\s*(\d+) Bytes -> RMA proxy \+ CE")
 # NCCL_DEBUG_SUBSYS=COLL: "AllReduce: opCount 1f sendbuff ... count 1048576 datatype 7 ... comm 0x.. [nranks=8]"
 _COLL_LINE = re.compile(rf"\b({_COLL}): opCount ")
 _PROCESS = re.compile(r"([A-Za-z0-9][\w.\-]*:\d+):\d+ \[ ?\d+ ?\] NCCL INFO")
@@ -83,7 +88,7 @@ def parse_lines(lines, version: tuple[int, int] | None = None) -> list[dict]:
     """One record per TUNING line: collective (None where the line and the log do not say), bytes, algorithm,
     protocol, NCCL's estimated time in us (older lines), channel range, communicator; for a symmetric kernel
     (2.27+) its kernel name, channel and thread counts and (2.28+) work count; for a copy-engine collective
-    (2.29+) whether NVLS synchronised it."""
+    (2.29+) whether NVLS synchronised it; 2.30's hierarchical copy-engine collectives."""
     out, last_coll = [], {}
     for line in lines:
         if "Bytes ->" not in line:
@@ -107,17 +112,22 @@ def parse_lines(lines, version: tuple[int, int] | None = None) -> list[dict]:
                                nworks=int(nworks) if nworks else None))
         for m in _COPY_ENGINE.finditer(line):
             out.append(_record(m.group(1), m.group(2), "COPY_ENGINE", None, nvls_sync=m.group(3) is not None))
+        for m in _HIERARCHICAL_CE.finditer(line):
+            out.append(_record(m.group(1), m.group(2), "HIERARCHICAL_CE", None))
     if any(r["trace"] for r in out) and not all(r["trace"] for r in out):
         out = [r for r in out if not r["trace"]]
     return out
 
 
 def label(r: dict) -> str:
-    """'RING/SIMPLE'; 'SYMMETRIC/AllReduce_RSxLDMC_AGxSTMC' (the kernel); 'COPY_ENGINE/cudaMemcpy'."""
+    """'RING/SIMPLE'; 'SYMMETRIC/AllReduce_RSxLDMC_AGxSTMC' (the kernel); 'COPY_ENGINE/cudaMemcpy';
+    'HIERARCHICAL_CE/RMA proxy + CE'."""
     if r["algorithm"] == "SYMMETRIC":
         return f"SYMMETRIC/{r['kernel']}"
     if r["algorithm"] == "COPY_ENGINE":
         return "COPY_ENGINE/cudaMemcpy" + (" (NVLS sync)" if r["nvls_sync"] else "")
+    if r["algorithm"] == "HIERARCHICAL_CE":
+        return "HIERARCHICAL_CE/RMA proxy + CE"
     return f"{r['algorithm']}/{r['protocol']}"
 
 

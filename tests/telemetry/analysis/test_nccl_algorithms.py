@@ -69,7 +69,8 @@ def test_symmetric_kernel_line_2_28():
 def test_lines_written_from_nccls_format_strings():
     """No public log of these was found: each line is NCCL's format string (named in the module docstring) filled
     in, behind a launcher prefix: 2.27's symmetric line without nWorks, 2.29's copy-engine line with and without
-    the NVLS note, and ncclFuncToString's 2.28 names AlltoAll, Gather and Scatter."""
+    the NVLS note, 2.30's hierarchical copy-engine line, and ncclFuncToString's 2.28 names AlltoAll, Gather and
+    Scatter."""
     p = "h:1:2 [0] NCCL INFO "
     r = parse_lines([p + "ReduceScatter [Symmetric]: 65536 Bytes -> Kernel ReduceScatter_LL nchannels 8 nthreads 256",
                      p + "AllGather [Copy Engine]: 1048576 Bytes -> cudaMemcpy",
@@ -77,11 +78,12 @@ def test_lines_written_from_nccls_format_strings():
                      p + "AlltoAll: 8192 Bytes -> Algo RING proto SIMPLE channel{Lo..Hi}={0..1}",
                      p + "Gather: 8192 Bytes -> Algo RING proto SIMPLE channel{Lo..Hi}={0..1}",
                      p + "Scatter: 8192 Bytes -> Algo PAT proto SIMPLE channel{Lo..Hi}={0..0}",
-                     p + "AllGather: 262144 Bytes -> Algo 6 proto 2 time 12.5"])
+                     p + "AllGather: 262144 Bytes -> Algo 6 proto 2 time 12.5",
+                     p + "AllGather [Hierarchical CE]: 2097152 Bytes -> RMA proxy + CE"])
     assert [(x["collective"], label(x)) for x in r] == [
         ("ReduceScatter", "SYMMETRIC/ReduceScatter_LL"), ("AllGather", "COPY_ENGINE/cudaMemcpy"),
         ("AlltoAll", "COPY_ENGINE/cudaMemcpy (NVLS sync)"), ("AlltoAll", "RING/SIMPLE"), ("Gather", "RING/SIMPLE"),
-        ("Scatter", "PAT/SIMPLE"), ("AllGather", "PAT/SIMPLE")]
+        ("Scatter", "PAT/SIMPLE"), ("AllGather", "PAT/SIMPLE"), ("AllGather", "HIERARCHICAL_CE/RMA proxy + CE")]
     assert r[0]["nworks"] is None and r[0]["nchannels"] == 8
 
 
