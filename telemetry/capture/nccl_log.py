@@ -16,6 +16,8 @@ import re
 from collections import Counter
 from functools import lru_cache
 
+from telemetry.capture.nccl_warnings import Warnings
+
 # NCCL prints the version as an INFO line, or (older releases, NCCL_DEBUG=VERSION/WARN) bare on stdout.
 _VERSION = re.compile(r"NCCL version (\d+\.\d+\.\d+)")
 # AMD's RCCL (NCCL ported to ROCm, its version that of the NCCL release it follows) prints "RCCL version :
@@ -162,6 +164,7 @@ class _State:
         self.v4_gid = False  # an error line with IPv4-mapped GIDs: RoCE v2
         self.no_verbs = False  # IB unusable because libibverbs could not be opened (NCCL <= 2.4 says only that)
         self.ib_disabled = False  # NCCL_IB_DISABLE=1: NCCL does not try IB at all
+        self.warnings = Warnings()  # NCCL's WARN lines, grouped by message
 
 
 def _feed_connection(st: _State, line: str) -> bool:
@@ -234,6 +237,8 @@ def _thread(line: str) -> str:
 def _feed(st: _State, line: str) -> None:
     if "via " in line and _feed_connection(st, line):
         return
+    if "WARN" in line:
+        st.warnings.add(line)
     if "NCCL version" in line and "compiled with" not in line:
         if m := _VERSION.search(line):
             st.versions.add(m.group(1))
@@ -538,6 +543,7 @@ def _summarize(st: _State) -> dict:
         "collnet_refused": st.collnet_refused,
         "transport": transport,
         "transport_basis": st.basis or None,
+        "warnings": st.warnings.summary(),
         "unknown": {k: unknown[k] for k in FIELDS if k in unknown},
     }
 
