@@ -239,10 +239,9 @@ def _feed(st: _State, line: str) -> None:
         return
     if "WARN" in line:
         st.warnings.add(line)
-    if "NCCL version" in line and "compiled with" not in line:
-        if m := _VERSION.search(line):
-            st.versions.add(m.group(1))
-            return
+    if "NCCL version" in line and "compiled with" not in line and (m := _VERSION.search(line)):
+        st.versions.add(m.group(1))
+        return
     if "RCCL version" in line and (m := _RCCL_VERSION.search(line)):
         st.versions.add(m.group(1))
         st.rccl = True
