@@ -8,6 +8,11 @@ invented (a value where the log establishes none). The baseline revision's parse
 `git show REV:telemetry/capture/nccl_log.py`; its older schema had no devices/nranks keys, so devices are taken
 from its ib_devices (or socket interfaces) and nranks reads as null.
 
+TUNING: for every log in tests/telemetry/nccl_tuning/ named in its truth.json, the per-collective
+algorithm/protocol records of telemetry/analysis/nccl_algorithms.py (right, missed, extra, as multisets of
+(collective, bytes, label)) and the algorithm/protocol pairs its init-time table enables (a baseline without
+`tuning_table` misses them all).
+
 Rate: MB/s over synthetic per-rank logs of an 8-GPU RoCE node (bench/cross_rank_scale.py), rounds
 interleaved between the two parsers. Prints one JSON line.
 """
@@ -68,6 +73,40 @@ def accuracy(parser) -> dict:
             "by_field": {k: dict(v) for k, v in score.items()}}
 
 
+TUNING_CORPUS = os.path.join(ROOT, "tests", "telemetry", "nccl_tuning")
+
+
+def tuning_accuracy(mod) -> dict:
+    truth = json.load(open(os.path.join(TUNING_CORPUS, "truth.json"), encoding="utf-8"))
+    score = {"records": collections.Counter(), "enabled": collections.Counter()}
+    for name, want in truth.items():
+        if name.startswith("_"):
+            continue
+        lines = open(os.path.join(TUNING_CORPUS, name), encoding="utf-8").read().splitlines()
+        recs = mod.parse_lines(lines)
+        label = getattr(mod, "label", None) or (lambda r: f"{r['algorithm']}/{r['protocol']}")
+        have = collections.Counter((r["collective"], r["bytes"], label(r)) for r in recs)
+        wanted = collections.Counter(tuple(x) for x in want["records"])
+        score["records"].update(right=sum((have & wanted).values()), missed=sum((wanted - have).values()),
+                                extra=sum((have - wanted).values()))
+        table = mod.enabled(mod.tuning_table(lines)) if hasattr(mod, "tuning_table") else {}
+        have_e = {(c, k) for c, ks in table.items() for k in ks}
+        want_e = {(c, k) for c, ks in (want["enabled"] or {}).items() for k in ks}
+        score["enabled"].update(right=len(have_e & want_e), missed=len(want_e - have_e), extra=len(have_e - want_e))
+    return {"logs": sum(1 for k in truth if not k.startswith("_")), **{k: dict(v) for k, v in score.items()}}
+
+
+def _baseline_file(rev: str, where: tuple[str, ...], tmp: str, name: str):
+    for path in where:
+        shown = subprocess.run(["git", "show", f"{rev}:{path}"], cwd=ROOT, capture_output=True, text=True)
+        if shown.returncode == 0:
+            out = os.path.join(tmp, name + ".py")
+            with open(out, "w", encoding="utf-8") as f:
+                f.write(shown.stdout)
+            return _load(out, name)
+    return None
+
+
 def rate(parsers: dict, files: int, rounds: int) -> dict:
     from bench.cross_rank_scale import parse_rate
     out = {k: [] for k in parsers}
@@ -90,22 +129,21 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        base_path = os.path.join(tmp, "baseline_nccl_log.py")
         # the parser moved to telemetry/capture/ with the package split; older revisions have it at the top
-        for where in ("telemetry/capture/nccl_log.py", "telemetry/nccl_log.py"):
-            shown = subprocess.run(["git", "show", f"{args.baseline}:{where}"], cwd=ROOT, capture_output=True, text=True)
-            if shown.returncode == 0:
-                break
-        else:
+        base = _baseline_file(args.baseline, ("telemetry/capture/nccl_log.py", "telemetry/nccl_log.py"), tmp,
+                              "baseline_nccl_log")
+        if base is None:
             sys.exit(f"error: {args.baseline} has no nccl_log.py (looked for telemetry/capture/ and telemetry/)")
-        with open(base_path, "w", encoding="utf-8") as f:
-            f.write(shown.stdout)
-        parsers = {"baseline": _load(base_path, "baseline_nccl_log"),
+        parsers = {"baseline": base,
                    "current": _load(os.path.join(ROOT, "telemetry", "capture", "nccl_log.py"), "current_nccl_log")}
+        tuning = {"baseline": _baseline_file(args.baseline, ("telemetry/analysis/nccl_algorithms.py",), tmp,
+                                             "baseline_nccl_algorithms"),
+                  "current": _load(os.path.join(ROOT, "telemetry", "analysis", "nccl_algorithms.py"),
+                                   "current_nccl_algorithms")}
         print(json.dumps({"baseline": args.baseline,
                           "accuracy": {k: accuracy(p) for k, p in parsers.items()},
+                          "tuning": {k: tuning_accuracy(m) if m else None for k, m in tuning.items()},
                           "rate": rate(parsers, args.files, args.rounds)}))
-
 
 if __name__ == "__main__":
     main()

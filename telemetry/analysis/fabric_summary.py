@@ -128,7 +128,10 @@ def _transport(fab: dict) -> str:
     gdr = nccl.get("gpudirect_rdma")
     why = (nccl.get("unknown") or {}).get("gpudirect_rdma")
     gdr_text = {True: "GDR on", False: "GDR off"}.get(gdr, f"GDR unknown ({why or 'not in the log'})")
-    return f"{transport}; {gdr_text}"
+    # NCCL's WARN lines by kind (telemetry/capture/nccl_warnings.py): a transport that worked only after errors
+    kinds = (nccl.get("warnings") or {}).get("by_kind") or {}
+    warned = "; NCCL WARN lines: " + ", ".join(f"{n} {k}" for k, n in sorted(kinds.items(), key=lambda kv: -kv[1]))
+    return f"{transport}; {gdr_text}" + (warned if kinds else "")
 
 
 def _hosts(run: Run) -> str:

@@ -16,6 +16,8 @@ import re
 from collections import Counter
 from functools import lru_cache
 
+from telemetry.capture.nccl_warnings import Warnings
+
 # NCCL prints the version as an INFO line, or (older releases, NCCL_DEBUG=VERSION/WARN) bare on stdout.
 _VERSION = re.compile(r"NCCL version (\d+\.\d+\.\d+)")
 # AMD's RCCL (NCCL ported to ROCm, its version that of the NCCL release it follows) prints "RCCL version :
@@ -162,6 +164,7 @@ class _State:
         self.v4_gid = False  # an error line with IPv4-mapped GIDs: RoCE v2
         self.no_verbs = False  # IB unusable because libibverbs could not be opened (NCCL <= 2.4 says only that)
         self.ib_disabled = False  # NCCL_IB_DISABLE=1: NCCL does not try IB at all
+        self.warnings = Warnings()  # NCCL's WARN lines, grouped by message
 
 
 def _feed_connection(st: _State, line: str) -> bool:
@@ -234,10 +237,11 @@ def _thread(line: str) -> str:
 def _feed(st: _State, line: str) -> None:
     if "via " in line and _feed_connection(st, line):
         return
-    if "NCCL version" in line and "compiled with" not in line:
-        if m := _VERSION.search(line):
-            st.versions.add(m.group(1))
-            return
+    if "WARN" in line:
+        st.warnings.add(line)
+    if "NCCL version" in line and "compiled with" not in line and (m := _VERSION.search(line)):
+        st.versions.add(m.group(1))
+        return
     if "RCCL version" in line and (m := _RCCL_VERSION.search(line)):
         st.versions.add(m.group(1))
         st.rccl = True
@@ -538,6 +542,7 @@ def _summarize(st: _State) -> dict:
         "collnet_refused": st.collnet_refused,
         "transport": transport,
         "transport_basis": st.basis or None,
+        "warnings": st.warnings.summary(),
         "unknown": {k: unknown[k] for k in FIELDS if k in unknown},
     }
 
@@ -656,6 +661,12 @@ def _transport(st: _State, network, nranks, unknown: dict) -> str | None:
         return "intra-node"
     if nranks == 1:
         unknown["transport"] = "a one-rank communicator sends nothing between ranks"
+    elif (st.kinds or st.nvls_channels or st.nvls_lines) and (st.nnodes or 0) > 1 and network is not None:
+        # NCCL says the ranks span nodes, yet the log shows only P2P/SHM/NVLS connections (an excerpt
+        # deduplicated or cut before the network ones): what crosses nodes goes over the network NCCL chose
+        said = st.network_line or f"network line (Using network {network})"
+        st.basis = f"{said}; nNodes {st.nnodes} but only intra-node connection lines"
+        return _of_network(st, network, set(), unknown)
     elif st.kinds or st.nvls_channels or st.nvls_lines:
         unknown["transport"] = ("no network connection in the log, and nothing shows that every rank "
                                 "shares one node")

@@ -34,3 +34,12 @@ def test_unshaped_lab_and_unreadable_lab_json(tmp_path):
     assert facts(run)["link rate"] == "unshaped (emulated lab)"
     (tmp_path / "lab.json").write_text("{not json")
     assert "queue drops not recorded" in facts(lab_run(tmp_path))["link rate"]
+
+
+def test_transport_row_names_nccls_warn_lines_by_kind(tmp_path):
+    nccl = {"gpudirect_rdma": True, "warnings": {"total": 4, "by_kind": {"verbs_call": 1, "completion_error": 3},
+                                                 "messages": []}}
+    run = Run(path=str(tmp_path), info={"fabric": {"transport": "roce", "nccl": nccl}}, metrics=[])
+    assert facts(run)["transport; GPUDirect RDMA"] == "roce; GDR on; NCCL WARN lines: 3 completion_error, 1 verbs_call"
+    del nccl["warnings"]  # a run.json from before the field, or a log without WARN lines
+    assert facts(run)["transport; GPUDirect RDMA"] == "roce; GDR on"

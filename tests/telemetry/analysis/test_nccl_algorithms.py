@@ -6,7 +6,7 @@ import shutil
 from pathlib import Path
 
 from telemetry.analysis.compare import compare
-from telemetry.analysis.nccl_algorithms import choices, parse_lines, read_run, run_section
+from telemetry.analysis.nccl_algorithms import choices, enabled, label, parse_lines, read_run, run_section, tuning_table
 
 from ..recorded import write_run
 
@@ -30,7 +30,8 @@ def test_named_with_numbers_and_coll_lines():
     r = records("ai_on_eks_slinky_fsdp_named_numeric.log")
     assert len(r) == 1 and r[0] == {"collective": "AllGather", "bytes": 37756928, "algorithm": "RING",
                                     "protocol": "SIMPLE", "time_us": 2860.208008, "channels": None, "comm": None,
-                                    "named": True}
+                                    "named": True, "kernel": None, "nchannels": None, "nthreads": None,
+                                    "nworks": None, "nvls_sync": None, "trace": False}
 
 
 def test_a_numbered_line_takes_its_collective_from_the_processs_coll_line():
@@ -49,6 +50,68 @@ def test_2_19_and_later_names():
         ("AllReduce", "TREE", "SIMPLE"), ("AllGather", "RING", "LL128")]
     (ptr,) = records("log_parser_2.2x_comm_pointer.log")
     assert ptr["comm"] == "0x55a7a339db50" and ptr["algorithm"] == "TREE" and ptr["protocol"] == "LL"
+
+
+def test_2_26_nvls_lines_with_a_leading_blank():
+    r = records("nccl_1906_2.26.2_nvls_and_ring_allgather.log")
+    assert [(x["collective"], x["bytes"], label(x), x["channels"]) for x in r] == [
+        ("AllGather", 579600, "NVLS/SIMPLE", [0, 15]), ("AllGather", 515200, "RING/LL", [0, 23])]
+
+
+def test_symmetric_kernel_line_2_28():
+    (r,) = records("pytorch_docs_2.28_symmetric_kernel.log")
+    assert (r["collective"], r["bytes"], r["algorithm"], r["protocol"]) == ("AllReduce", 2097152, "SYMMETRIC", None)
+    assert (r["kernel"], r["nchannels"], r["nthreads"], r["nworks"]) == ("AllReduce_RSxLDMC_AGxSTMC", 16, 512, 1)
+    assert label(r) == "SYMMETRIC/AllReduce_RSxLDMC_AGxSTMC"
+    assert choices([r]) == {("AllReduce", 2097152): {"SYMMETRIC/AllReduce_RSxLDMC_AGxSTMC": 1}}
+
+
+def test_lines_written_from_nccls_format_strings():
+    """No public log of these was found: each line is NCCL's format string (named in the module docstring) filled
+    in, behind a launcher prefix: 2.27's symmetric line without nWorks, 2.29's copy-engine line with and without
+    the NVLS note, 2.30's hierarchical copy-engine line, and ncclFuncToString's 2.28 names AlltoAll, Gather and
+    Scatter."""
+    p = "h:1:2 [0] NCCL INFO "
+    r = parse_lines([p + "ReduceScatter [Symmetric]: 65536 Bytes -> Kernel ReduceScatter_LL nchannels 8 nthreads 256",
+                     p + "AllGather [Copy Engine]: 1048576 Bytes -> cudaMemcpy",
+                     p + "AlltoAll [Copy Engine]: 4096 Bytes -> cudaMemcpy; CE synchronization with NVLS",
+                     p + "AlltoAll: 8192 Bytes -> Algo RING proto SIMPLE channel{Lo..Hi}={0..1}",
+                     p + "Gather: 8192 Bytes -> Algo RING proto SIMPLE channel{Lo..Hi}={0..1}",
+                     p + "Scatter: 8192 Bytes -> Algo PAT proto SIMPLE channel{Lo..Hi}={0..0}",
+                     p + "AllGather: 262144 Bytes -> Algo 6 proto 2 time 12.5",
+                     p + "AllGather [Hierarchical CE]: 2097152 Bytes -> RMA proxy + CE"])
+    assert [(x["collective"], label(x)) for x in r] == [
+        ("ReduceScatter", "SYMMETRIC/ReduceScatter_LL"), ("AllGather", "COPY_ENGINE/cudaMemcpy"),
+        ("AlltoAll", "COPY_ENGINE/cudaMemcpy (NVLS sync)"), ("AlltoAll", "RING/SIMPLE"), ("Gather", "RING/SIMPLE"),
+        ("Scatter", "PAT/SIMPLE"), ("AllGather", "PAT/SIMPLE"), ("AllGather", "HIERARCHICAL_CE/RMA proxy + CE")]
+    assert r[0]["nworks"] is None and r[0]["nchannels"] == 8
+
+
+def test_trace_lines_count_only_where_no_info_line_says_it():
+    """TRACE(NCCL_COLL, "%ld Bytes -> Algo %d proto %d time %f") behind debug.cc's TRACE prefix, filled in."""
+    trace = "h:1:2 [0] 15.25 topoGetAlgoInfo:1203 NCCL TRACE 8 Bytes -> Algo 1 proto 0 time 9.5"
+    info = "h:1:2 [0] NCCL INFO 8 Bytes -> Algo 1 proto 0 time 9.5"
+    assert [r["trace"] for r in parse_lines([trace, trace])] == [True, True]
+    assert [r["trace"] for r in parse_lines([info, trace])] == [False]
+
+
+def test_init_time_tuning_table_with_a_pat_block():
+    lines = (CORPUS / "nccl_ebpf_2.29.7_tuning_table_pat_block.log").read_text().splitlines()
+    t = tuning_table(lines)
+    assert t["AllReduce"]["TREE/LL"] == {"latency_us": 16.8, "bandwidth_GBps": 0.5}
+    assert t["AllGather"]["PAT/SIMPLE"] == {"latency_us": 17.6, "bandwidth_GBps": 3.6}
+    assert t["AllReduce"]["COLLNET_CHAIN/SIMPLE"] == {"latency_us": 14.0, "bandwidth_GBps": 0.0}
+    assert len(t["Broadcast"]) == 21  # 7 algorithms x 3 protocols; the PAT block prints 9 protocol names for 3 cells
+    e = enabled(t)
+    assert e["AllGather"] == ["PAT/SIMPLE", "RING/LL", "RING/SIMPLE"]
+    assert e["AllReduce"] == ["RING/LL", "RING/SIMPLE", "TREE/LL", "TREE/SIMPLE"]
+    assert len(records("nccl_ebpf_2.29.7_tuning_table_pat_block.log")) == 4
+
+
+def test_table_rows_without_their_header_are_not_read():
+    log = Path(__file__).parent.parent / "nccl_logs"
+    (path,) = log.glob("kserve_3791_*.log")
+    assert tuning_table(path.read_text().splitlines()) == {}
 
 
 def test_choices_count_calls_per_size():

@@ -502,3 +502,43 @@ def test_every_real_log_reads_the_same_with_windows_line_ends_or_tabs(change):
         changed = [line + "\r\n" for line in lines] if change == "crlf" else [line.replace("    ", "\t") for line in lines]
         plain, other = parse_lines(lines), parse_lines(changed)
         assert {k: other[k] for k in keys} == {k: plain[k] for k in keys}, p.stem
+
+
+def test_2_27_and_2_28_lines_written_from_nccls_format_strings():
+    """No public 2.28 log with these lines has a source this corpus can cite, so they are NCCL's format strings
+    (src/transport/net_ib.cc, src/plugin/net.cc, src/transport/net.cc at v2.28.9-1) filled in: 2.28's per-port
+    discovery line numbers physical ports (`[3] roceP2p1s0f1:uverbs3:1/RoCE`), not the virtual devices of the
+    `Using` line and the connections; the GIN plugin line is not the network; 2.27's `/GDRDMA(PCI)` is GDR on."""
+    p = "h1:7:7 [0] NCCL INFO "
+    q = "h2:8:8 [0] NCCL INFO "
+    lines = [p + "NCCL version 2.28.9+cuda13.0",
+             p + "NET/IB: [3] roceP2p1s0f1:uverbs3:1/RoCE provider=Mlx5 speed=200000 context=0x1 pciPath=/sys/x ar=0",
+             p + "NET/IB : Made virtual device [1] name=roceP2p1s0f1 speed=200000 ndevs=1",
+             p + "NET/IB : Using [0]rocep1s0f1:1/RoCE [1]roceP2p1s0f1:1/RoCE [RO]; OOB enp1s0f1np1:192.168.100.15<0>",
+             p + "Assigned NET plugin IB to comm",
+             p + "Assigned GIN plugin GIN_IB_GDAKI to comm",
+             p + "comm 0x1 rank 0 nRanks 2 nNodes 2 localRanks 1 localRank 0 MNNVL 0",
+             p + "Channel 00/0 : 1[0] -> 0[0] [receive] via NET/IB/1/GDRDMA(PCI)",
+             q + "Channel 00/0 : 1[0] -> 0[0] [send] via NET/IB/1/GDRDMA(PCI)/Shared"]
+    r = parse_lines(lines)
+    assert r["network"] == "IB" and r["transport"] == "roce" and r["gpudirect_rdma"] is True
+    assert [(d["device"], d["port"], d["link_layer"]) for d in r["devices"]] == [
+        ("rocep1s0f1", 1, "RoCE"), ("roceP2p1s0f1", 1, "RoCE")]
+    assert r["channels"] == {"NET/IB": 2} and r["nnodes"] == 2
+
+
+def test_ranks_on_several_nodes_with_only_intra_node_connection_lines_take_the_network_line():
+    """An excerpt that keeps rank 0's P2P connections but none of its network ones (deduplicated across ranks,
+    or cut) while NCCL says nNodes 4: what crosses nodes uses the network NCCL chose. Before, the transport was
+    null ('nothing shows that every rank shares one node'). Lines are NCCL 2.28's format strings filled in, with
+    aws-ofi-nccl's provider line as the corpus's aws_ofi_nccl_801 log prints it."""
+    head = ["NCCL INFO NCCL version 2.28.3+cuda12.9", "NCCL INFO NET/Plugin: Loaded net plugin AWS Libfabric (v6)",
+            "NCCL INFO NET/OFI Selected Provider is cxi (found 2 nics)", "NCCL INFO Using network AWS Libfabric",
+            "NCCL INFO comm 0x79ec210 rank 0 nRanks 16 nNodes 4 localRanks 4 localRank 0 MNNVL 0",
+            "NCCL INFO Channel 01/0 : 0[0] -> 1[1] via P2P/CUMEM/read"]
+    r = parse_lines(head)
+    assert r["transport"] == "libfabric/cxi" and "nNodes 4 but only intra-node" in r["transport_basis"]
+    one_node = parse_lines([line.replace("nNodes 4", "nNodes 1") for line in head])
+    assert one_node["transport"] == "intra-node"
+    no_network = parse_lines([line for line in head if "Using network" not in line and "plugin" not in line])
+    assert no_network["transport"] is None and no_network["unknown"]["transport"]
