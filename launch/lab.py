@@ -65,7 +65,7 @@ class Interrupted(KeyboardInterrupt):
 def parse_rate(rate: str) -> float | None:
     """Bits per second from tc units (1gbit, 100mbit, 125mbps = bytes/s); None for 'none' (unshaped)."""
     try:
-        return rates.parse_rate(rate)
+        return rates.parse_rate(rate, min_bps=MIN_RATE_BPS)
     except rates.RateError as exc:
         raise LabError(str(exc)) from None
 
@@ -207,10 +207,14 @@ class Lab:
             if self.slow_rate_bps is not None and self.slow_rate_bps < MIN_RATE_BPS:
                 raise LabError(f"--rate: got {slow_rate!r}; tc shapes in whole bytes per second: expected at "
                                "least 8bit (e.g. 10mbit)")
-        except LabError as exc:  # the same rule as --rate, named for this option
-            raise LabError(str(exc).replace("--rate:", "--slow-rate:", 1)) from None
+        except LabError as exc:  # the same rule as --rate, named for this option; a slow link is shaped
+            raise LabError(str(exc).replace("--rate:", "--slow-rate:", 1)
+                           .replace(", or 'none' for unshaped links", "")) from None
         if slow_rate is not None and self.slow_rate_bps is None:
             raise LabError("--slow-rate: got 'none'; expected a tc rate such as 10mbit")
+        if self.slow_rate_bps is not None and self.rate_bps is not None and self.slow_rate_bps >= self.rate_bps:
+            raise LabError(f"--slow-rate: got {slow_rate!r}, not slower than --rate {rate!r}; expected a rate below "
+                           "--rate (one slow link among healthy ones)")
         self.slow_rate = slow_rate.strip().lower() if slow_rate is not None else None
         self.id = lab_id or f"{ID_PREFIX}{os.getpid() % 100000}"
         self.subnet = f"{SUBNET_BASE}.{os.getpid() % 250 + 1}"
@@ -547,8 +551,8 @@ def main(argv: list[str] | None = None) -> int:
         return print_errors(*problems)  # before any namespace exists: nothing to tear down
     try:
         check_host()
-        for rate in (args.rate, args.slow_rate):
-            if rate and (warning := rates.bytes_unit_warning(rate)):
+        for option, rate in (("--rate", args.rate), ("--slow-rate", args.slow_rate)):
+            if rate and (warning := rates.bytes_unit_warning(rate, option)):
                 print(warning, file=sys.stderr)
         output_dir = os.path.abspath(_output_dir(recipe_args))
         recipe_args = [a for a in recipe_args if not a.startswith("output_dir=")]

@@ -245,8 +245,14 @@ def _print_measured(profile: dict) -> None:
         print(f"{profile['repeats']} repeats: median step times "
               + ", ".join(f"{t:.4f}" for t in profile["repeat_step_times_s"]) + " s")
     lo, hi = profile["step_spread"]
-    print(f"measured {profile['label']}: {profile['step_time_s']:.4f} s/step (10-90%: {lo * 100 - 100:+.0f}%/"
-          f"{hi * 100 - 100:+.0f}% over {profile['steps']} steps) on {profile['nodes']} node(s), "
+    # under 3 timed steps (and no repeats) the spread is unknown, not 0: the interval then holds only the
+    # range of link efficiencies
+    n = profile["steps"]
+    spread = (f"10-90%: {lo * 100 - 100:+.0f}%/{hi * 100 - 100:+.0f}% over {n} steps" if n >= 3
+              or profile.get("repeats") else f"{n} step{'s' if n != 1 else ''}: its 10-90% spread is unknown (needs "
+              "3 timed steps), so the interval holds only the link's efficiency range")
+    print(f"measured {profile['label']}: {profile['step_time_s']:.4f} s/step ({spread}) "
+          f"on {profile['nodes']} node(s), "
           f"{profile['world_size']} ranks; communication {profile['comm_time_s']:.4f} s, exposed "
           f"{profile['exposed_s']:.4f} s" + (f", overlap window {profile['overlap_window_s']:.4f} s"
                                               if profile.get(StepKey.OVERLAP_WINDOW_S) else ""))

@@ -134,7 +134,7 @@ def local_command(ev: Evaluation, run: PlannedRun) -> list[str]:
 def lab_command(ev: Evaluation, run: PlannedRun) -> list[str]:
     lab = run.variant.lab
     cmd = [sys.executable, "-m", "launch.lab", "--nodes", str(lab.get("nodes", ev.options["nodes"])),
-           "--nproc-per-node", str(ev.options["nproc_per_node"]), "--rate", lab.get("rate", "none"),
+           "--nproc-per-node", str(lab.get("nproc_per_node", ev.options["nproc_per_node"])), "--rate", lab.get("rate", "none"),
            "--timeout", str(ev.options["timeout"]), "--port", str(free_port())]
     if "mtu" in lab:
         cmd += ["--mtu", str(lab["mtu"])]

@@ -27,7 +27,7 @@ ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 TOP_KEYS = ("name", "launcher", "repeats", "out", "variants", "workloads", "local", "lab", "slurm")
 VARIANT_KEYS = ("name", "expect_transport", "env", "lab", "hosts", "fabric_config")
-VARIANT_LAB_KEYS = ("rate", "mtu", "nodes")
+VARIANT_LAB_KEYS = ("rate", "mtu", "nodes", "nproc_per_node")
 WORKLOAD_KEYS = ("name", "recipe", "overrides")
 LAUNCHER_KEYS = {"local": ("nproc_per_node", "timeout"),
                  "lab": ("nodes", "nproc_per_node", "timeout"),
@@ -43,7 +43,7 @@ class Variant:
     name: str
     expect_transport: str
     env: dict[str, str] = field(default_factory=dict)
-    lab: dict[str, Any] = field(default_factory=dict)  # rate, mtu, nodes (launcher lab)
+    lab: dict[str, Any] = field(default_factory=dict)  # rate, mtu, nodes, nproc_per_node (launcher lab)
     hosts: list[str] = field(default_factory=list)  # launcher slurm: the allocation's nodes to run on
     # what this variant's fabric was (the recipe's fabric.config keys): given to its runs as overrides
     fabric_config: dict[str, Any] = field(default_factory=dict)
@@ -157,7 +157,7 @@ def _variant(raw: Any, i: int, launcher: str, problems: list[str]) -> Variant | 
             try:
                 if not isinstance(rate, str):
                     raise rates.RateError(f"--rate: got {rate!r}; expected a tc rate such as 1gbit")
-                bps = rates.parse_rate(rate)
+                bps = rates.parse_rate(rate, min_bps=MIN_RATE_BPS)
                 if bps is not None and bps < MIN_RATE_BPS:
                     raise rates.RateError(f"--rate: got {rate!r}; tc shapes in whole bytes per second: expected at "
                                           "least 8bit (e.g. 100mbit, 1gbit), or 'none' for unshaped links")
@@ -168,6 +168,8 @@ def _variant(raw: Any, i: int, launcher: str, problems: list[str]) -> Variant | 
                 lab["mtu"] = _int(raw_lab, "mtu", f"{path}.lab", MIN_MTU, problems, DEFAULT_MTU, high=MAX_MTU)
             if "nodes" in raw_lab:
                 lab["nodes"] = _int(raw_lab, "nodes", f"{path}.lab", 2, problems, 2, high=200)
+            if "nproc_per_node" in raw_lab:
+                lab["nproc_per_node"] = _int(raw_lab, "nproc_per_node", f"{path}.lab", 1, problems, 1)
     hosts: list[str] = []
     if "hosts" in raw:
         raw_hosts = raw["hosts"]
@@ -351,11 +353,12 @@ def bind(raw: dict, base: str = ".", path: str = "") -> Evaluation:
 
 def world_size(launcher: str, options: dict, variant: Variant) -> int:
     """The ranks a run of `variant` has: what each workload's layout must fit (a lab variant may set its own
-    node count; a Slurm one its own hosts)."""
+    node count and ranks per node; a Slurm one its own hosts)."""
     if launcher == "local":
         return options["nproc_per_node"]
     if launcher == "lab":
-        return (variant.lab.get("nodes") or options["nodes"]) * options["nproc_per_node"]
+        return (variant.lab.get("nodes") or options["nodes"]) * (variant.lab.get("nproc_per_node")
+                                                                 or options["nproc_per_node"])
     per_node = options["nproc_per_node"] or options["gpus_per_node"] or 1
     return (len(variant.hosts) or options["nodes"]) * per_node
 

@@ -18,9 +18,9 @@ class RateError(InputError, ValueError):
     """A rate that is not in tc units; one line naming the value and what is allowed."""
 
 
-def parse_rate(rate: str, what: str = "--rate") -> float | None:
+def parse_rate(rate: str, what: str = "--rate", min_bps: float = 1) -> float | None:
     """Bits per second from tc units (1gbit, 100mbit, 125mbps = bytes/s); None for 'none' (unshaped). `what`:
-    the option or key the messages name."""
+    the option or key the messages name; `min_bps`: the slowest rate allowed (tc shapes in whole bytes/s: 8)."""
     if rate.lower() == "none":
         return None
     m = _RATE.match(rate.strip())
@@ -28,20 +28,22 @@ def parse_rate(rate: str, what: str = "--rate") -> float | None:
         raise RateError(f"{what}: got {rate!r}; expected a tc rate such as 10gbit, 1gbit, 100mbit, 500kbit, "
                         "or 'none' for unshaped links")
     bps = float(m.group(1)) * _RATE_BITS[m.group(2).lower()]
-    if bps < 1:  # tc cannot shape to nothing; a link that carries nothing is no fabric
-        raise RateError(f"{what}: got {rate!r}; expected a rate of at least 1bit (e.g. 100mbit, 1gbit), or 'none' "
-                        "for unshaped links")
+    if bps < min_bps:  # tc cannot shape to nothing; a link that carries nothing is no fabric
+        why = "tc shapes in whole bytes per second: " if min_bps > 1 else ""
+        raise RateError(f"{what}: got {rate!r}; {why}expected {'at least' if why else 'a rate of at least'} "
+                        f"{min_bps:g}bit (e.g. 100mbit, 1gbit), or 'none' for unshaped links")
     return bps
 
 
-def bytes_unit_warning(rate: str) -> str | None:
-    """A one-line warning when `rate` is in tc's bytes-per-second units (`mbps` and the like), else None."""
+def bytes_unit_warning(rate: str, what: str = "--rate") -> str | None:
+    """A one-line warning when `rate` is in tc's bytes-per-second units (`mbps` and the like), else None;
+    `what`: the option or key it names."""
     m = _RATE.match(rate.strip())
     if not m or not m.group(2).lower().endswith("bps"):
         return None
     number, unit = m.group(1), m.group(2).lower()
     bits = unit[:-3] + "bit"
-    return (f"warning: --rate {rate}: in tc units '{unit}' is bytes per second, so this is "
+    return (f"warning: {what} {rate}: in tc units '{unit}' is bytes per second, so this is "
             f"{_fmt_bits(float(number) * _RATE_BITS[unit])}; for {_fmt_bits(float(number) * _RATE_BITS[bits])} "
             f"write {number}{bits}")
 

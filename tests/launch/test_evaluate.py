@@ -113,6 +113,30 @@ def test_lab_and_slurm_sections(tmp_path):
     assert ev.options["srun_args"] == ["--mpi=none"] and ev.variants[1].hosts == ["node01", "node02"]
 
 
+def test_a_lab_variant_sets_its_own_ranks_per_node(tmp_path):
+    from launch.evaluate.runner import lab_command
+    from launch.evaluate.spec import world_size
+    doc = good(tmp_path, launcher="lab", lab={"nodes": 2, "nproc_per_node": 1})
+    doc["variants"][0]["lab"] = {"rate": "1gbit", "nproc_per_node": 3}
+    doc["variants"][1]["lab"] = {"rate": "10mbit", "nodes": 3, "nproc_per_node": 0}
+    found = problems(tmp_path, doc)
+    assert "variants[1].lab.nproc_per_node: got 0; expected an integer >= 1" in found, found
+    doc["variants"][1]["lab"] = {"rate": "10mbit", "nodes": 3}
+    assert problems(tmp_path, doc) == [  # 2 nodes x 3 ranks: the layout is checked on 6 ranks, 3 x 1 on 3
+        "workloads[1] (train) on variant(s) fast (6 ranks): train.global_batch_size: 16 is not divisible by "
+        "micro_batch_size x dp = 4 x 6 = 24; allowed: multiples of 24",
+        "workloads[1] (train) on variant(s) slow (3 ranks): train.global_batch_size: 16 is not divisible by "
+        "micro_batch_size x dp = 4 x 3 = 12; allowed: multiples of 12"]
+    doc["workloads"][1]["overrides"].append("train.global_batch_size=24")
+    ev = load_evaluation(write(tmp_path, doc))
+    assert [world_size("lab", ev.options, v) for v in ev.variants] == [6, 3]
+    runs = plan(ev)
+    fast = next(r for r in runs if r.variant.name == "fast")
+    slow = next(r for r in runs if r.variant.name == "slow")
+    assert lab_command(ev, fast)[3:7] == ["--nodes", "2", "--nproc-per-node", "3"]
+    assert lab_command(ev, slow)[3:7] == ["--nodes", "3", "--nproc-per-node", "1"]
+
+
 def test_cli_prints_error_lines_and_exits_2(tmp_path, capsys):
     doc = good(tmp_path, repeats="two")
     doc["variants"] = doc["variants"][:1]

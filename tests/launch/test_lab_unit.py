@@ -118,12 +118,23 @@ def test_tbf_counters_from_tc_json():
 @pytest.mark.parametrize("kwargs,message", [
     ({"rate": "7bit"}, "--rate: got '7bit'; tc shapes in whole bytes per second: expected at least 8bit"),
     ({"rate": "1gbit", "slow_node": 1, "slow_rate": "1bit"}, "--slow-rate: got '1bit'; tc shapes in whole bytes"),
+    # under one bit per second is told the same floor as under one byte (before: "at least 1bit", then 8bit)
+    ({"rate": "0.1bit"}, "--rate: got '0.1bit'; tc shapes in whole bytes per second: expected at least 8bit"),
+    ({"rate": "1gbit", "slow_node": 1, "slow_rate": "0.1bit"},
+     "--slow-rate: got '0.1bit'; tc shapes in whole bytes per second: expected at least 8bit (e.g. 100mbit, 1gbit)"),
+    # a slow link is shaped: 'none' is not offered for it, and it must be slower than the others
+    ({"rate": "1gbit", "slow_node": 1, "slow_rate": "0"},
+     "--slow-rate: got '0'; expected a tc rate such as 10gbit, 1gbit, 100mbit, 500kbit"),
+    ({"rate": "10mbit", "slow_node": 1, "slow_rate": "1gbit"}, "--slow-rate: got '1gbit', not slower than --rate "
+     "'10mbit'; expected a rate below --rate (one slow link among healthy ones)"),
+    ({"rate": "10mbit", "slow_node": 0, "slow_rate": "10Mbit"}, "--slow-rate: got '10Mbit', not slower than"),
 ])
 def test_rates_tc_cannot_shape_are_refused_before_anything_is_created(kwargs, message):
     """tc turns a rate under one byte per second into 0 and refuses it after the namespaces exist."""
     with pytest.raises(LabError) as info:
         Lab(2, **kwargs)
     assert str(info.value).startswith(message)
+    assert "'none'" not in str(info.value) or "slow_rate" not in kwargs
 
 
 def test_rates_at_the_edges_are_taken_as_tc_takes_them():

@@ -339,3 +339,13 @@ def test_compare_two_recorded_fabrics(capsys, tmp_path, run_dir):
     out = capsys.readouterr().out
     assert out.startswith(f"wrote {tmp_path / 'cmp'}/compare.html and compare.md (") and "fast vs slow" in out
     assert (tmp_path / "cmp" / "compare.md").read_text().count("slow") > 0
+
+
+def test_project_from_a_run_too_short_for_a_spread_says_so(capsys, tmp_path):
+    """A 2-step run printed its 10-90% step spread as +0%/+0%: unknown, not none (the first step is not timed)."""
+    run = write_run(tmp_path / "run", rate_bps=1e9, times=True)
+    metrics = run / "metrics.jsonl"
+    metrics.write_text("".join(metrics.read_text().splitlines(keepends=True)[:2]))
+    assert main(["project", str(run), "--rate", "100mbit"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert "1 step: its 10-90% spread is unknown (needs 3 timed steps)" in first and "+0%" not in first, first

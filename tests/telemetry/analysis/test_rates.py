@@ -19,6 +19,8 @@ def test_a_rate_in_bytes_per_second_is_named_with_its_bit_rate():
                                             "this is 80 Mbit/s; for 10 Mbit/s write 10mbit")
     assert "so this is 12 Gbit/s; for 1.5 Gbit/s write 1.5gbit" in bytes_unit_warning("1.5GBPS")
     assert bytes_unit_warning("10mbit") is None and bytes_unit_warning("none") is None
+    assert bytes_unit_warning("10GBps", "--slow-rate").startswith("warning: --slow-rate 10GBps: in tc units 'gbps' "
+                                                                  "is bytes per second, so this is 80 Gbit/s")
 
 
 def test_lab_uses_the_shared_parser():
