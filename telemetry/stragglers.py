@@ -88,6 +88,7 @@ class StragglerDetector:
         self._found: set = set()
         self.steps = 0
         self.probes = 0
+        self.compute_judged = False  # the compute window was full at least once: a "none" means something
 
     def _host(self, rank: int) -> str | None:
         return self.hosts[rank] if self.hosts and 0 <= rank < len(self.hosts) else None
@@ -112,6 +113,7 @@ class StragglerDetector:
                 # older than both the last COMPUTE_WINDOW steps and COMPUTE_SPAN_S
                 self._compute_span_s -= self._compute.popleft()[4]
             if self.compute_window_full:
+                self.compute_judged = True
                 needed = max(COMPUTE_NEEDED, math.ceil(COMPUTE_SHARE * len(self._compute)))
                 new += self._persisting("compute", self._compute, needed, rank)
         link = _outlier(ranks.get(StepKey.LINK_IN_S))
@@ -158,8 +160,13 @@ class StragglerDetector:
             first = self.findings[0]
             out.update(verdict=first["verdict"], rank=first["rank"], host=first["host"],
                        detected_at_step=first["detected_at_step"])
-        elif self.steps or self.probes:
+        elif self.compute_judged or self.probes >= LINK_NEEDED:
             out.update(verdict="none", rank=None, host=None, detected_at_step=None)
+        elif self.steps or self.probes:  # too short a run for the rule: unknown, not "none"
+            out.update(verdict=None, rank=None, host=None, detected_at_step=None,
+                       reason=f"too few to judge: {self.steps} steps checked (the compute rule needs "
+                              f"{COMPUTE_WINDOW} spanning {COMPUTE_SPAN_S:g} s) and {self.probes} link probes "
+                              f"(the network rule needs {LINK_NEEDED})")
         else:
             out.update(verdict=None, rank=None, host=None, detected_at_step=None,
                        reason="no cross-rank step times (one rank, or telemetry.cross_rank_every: 0)")

@@ -138,12 +138,23 @@ def _old_rule_flags(compute: list[list[float]], rank: int) -> int:
     return max(sum(flags[i:i + 10]) for i in range(len(flags) - 9))
 
 
+def test_a_run_too_short_for_the_rule_is_unknown_not_none():
+    """4 steps and no link probe (a short lab run): the rule could not have named anyone, so the verdict is
+    unknown with the reason, not "none"."""
+    s = detect(steps([[0.2, 0.21]] * 4, step_s=0.3), ["a", "b"])
+    assert s["verdict"] is None and s["findings"] == [] and s["steps_checked"] == 4
+    assert s["reason"] == ("too few to judge: 4 steps checked (the compute rule needs 10 spanning 10 s) and 0 link "
+                           "probes (the network rule needs 3)")
+    assert stragglers.report_section({"telemetry": {"stragglers": s}}, [])[2][0][1].startswith(
+        "not checked: too few to judge")
+
+
 def test_a_noise_episode_of_a_few_seconds_on_a_loaded_host_names_nobody():
     """An oversubscribed host: another job takes rank 1's core for ~4 s of 0.3 s steps, and rank 1 computes
     1.6-2.2x slower on 13 steps in a row. That is one noisy window (the rule of 8 of 10 steps named it, as
     it did once in CI's healthy lab run); a straggler must stay slow for COMPUTE_SPAN_S."""
     rng = random.Random(3)
-    compute = [[rng.uniform(0.2, 0.3), rng.uniform(0.2, 0.3)] for _ in range(30)]
+    compute = [[rng.uniform(0.2, 0.3), rng.uniform(0.2, 0.3)] for _ in range(40)]  # 12 s: the window fills
     for row in compute[8:21]:
         row[1] = row[0] * rng.uniform(1.6, 2.2)
     assert _old_rule_flags(compute, 1) >= 8
