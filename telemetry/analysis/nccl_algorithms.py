@@ -243,6 +243,22 @@ def run_section(run_dir: str, max_rows: int = 60) -> tuple[str, list[str], list[
     return title, ["collective", "size", "algorithm/protocol", "calls"], rows[:max_rows]
 
 
+def table_section(run_dir: str) -> tuple[str, list[str], list[list[str]]] | None:
+    """The report's table of what NCCL could pick: per collective, the algorithm/protocol pairs its init-time
+    tuning table gives a bandwidth (the last communicator's table in each log; NCCL_DEBUG_SUBSYS with TUNING
+    prints it). An algorithm missing here (NVLS, COLLNET_*, PAT) was disabled or not available on this fabric."""
+    tables = {}
+    for path in log_files(run_dir):
+        with open(path, encoding="utf-8", errors="replace") as f:
+            tables.update(tuning_table(f.read(64 << 20).splitlines()))
+    if not tables:
+        return None
+    rows = [[coll, ", ".join(pairs) or "none (every bandwidth 0)", str(len(tables[coll]) - len(pairs))]
+            for coll, pairs in sorted(enabled(tables).items())]
+    return ("What NCCL could pick per collective (its init-time latency/bandwidth table: pairs with a bandwidth "
+            "above 0)", ["collective", "algorithm/protocol pairs enabled", "pairs at 0"], rows)
+
+
 def compare_section(labels: list[str], run_dirs: list[list[str]], max_rows: int = 60
                     ) -> tuple[str, list[str], list[list[str]]] | None:
     """The comparison's table: per collective and size, each fabric's choice ("differs" where not the first's)."""

@@ -140,3 +140,19 @@ def test_report_and_compare_tables(tmp_path):
     md = (tmp_path / "cmp" / "compare.md").read_text()
     assert "| Broadcast | 32 KB | RING/SIMPLE | TREE/LL (differs) |" in md
     assert "| Broadcast | 128 MB | RING/SIMPLE | n/a (no TUNING line) |" in md
+
+
+def test_table_section_lists_what_nccl_could_pick_from_its_init_table(tmp_path):
+    """A real 2.29.7 init table (eunomia-bpf/nccl-eBPF, sockets): LL128 has bandwidth 0 everywhere, PAT only for
+    the gathers and scatters: the report's table says so per collective."""
+    from telemetry.analysis.nccl_algorithms import table_section
+
+    (tmp_path / "logs").mkdir()
+    assert table_section(str(tmp_path)) is None  # no log: no table
+    shutil.copy(CORPUS / "nccl_ebpf_2.29.7_tuning_table_pat_block.log", tmp_path / "logs" / "nccl.host.1.log")
+    title, header, rows = table_section(str(tmp_path))
+    assert header == ["collective", "algorithm/protocol pairs enabled", "pairs at 0"]
+    assert rows == [["AllGather", "PAT/SIMPLE, RING/LL, RING/SIMPLE", "18"],
+                    ["AllReduce", "RING/LL, RING/SIMPLE, TREE/LL, TREE/SIMPLE", "17"],
+                    ["Broadcast", "RING/LL, RING/SIMPLE", "19"], ["Reduce", "RING/LL, RING/SIMPLE", "19"],
+                    ["ReduceScatter", "PAT/SIMPLE, RING/LL, RING/SIMPLE", "18"]]
