@@ -37,6 +37,24 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _model_config_problems(recipe) -> list[str]:
+    """A dry run checks model.config's sizes as the run would (trainer/workloads/hf.py, no torch): a negative
+    or zero size, or heads that do not divide, would otherwise pass the dry run (and its memory plan) and
+    fail only when the job starts. A config.json path that is not on this machine is left to the run."""
+    spec = recipe.model.config
+    if recipe.workload not in ("llm_lora", "llm_full", "bert_pretraining") or spec is None:
+        return []
+    if isinstance(spec, str) and not os.path.isfile(spec):
+        return []
+    from .workloads.hf import ModelError, config_fields
+
+    try:
+        config_fields(spec)
+    except ModelError as exc:
+        return [str(exc)]
+    return []
+
+
 def _absent_paths(recipe) -> list[tuple[str, str]]:
     """(key, value) of each local path the recipe names that is not on this machine. A dry run names them as
     warnings (a recipe for a cluster is still accepted: its paths may exist only there); a real run refuses
@@ -108,6 +126,9 @@ def main(argv: list[str] | None = None) -> int:
     if problems:
         return _fail(problems)
     line = None
+    problems = _model_config_problems(recipe) if args.dry_run else []
+    if problems:
+        return _fail(problems)
     if args.dry_run and recipe.job == "sweep":
         from .sweep.plan import dry_run_memory
 
