@@ -72,6 +72,8 @@ def _fixtures(root: Path) -> dict[str, str]:
     (root / "eval-lab-unknown.yaml").write_text(yaml.safe_dump({**doc, "lab": {**(doc.get("lab") or {}), "nodez": 2}}))
     (root / "eval-launcher.yaml").write_text(yaml.safe_dump({**doc, "launcher": "kubernetes"}))
     (root / "eval-tab.yaml").write_text("name: x\n\trepeats: 2\n")
+    (root / "eval-repeats-huge.yaml").write_text(yaml.safe_dump({**doc, "repeats": 10**30}))
+    (root / "header-only.txt").write_text("#  size  count  type  redop  root  time  algbw  busbw  #wrong\n")
     (root / "list.json").write_text("[1, 2]")
     (root / "object.json").write_text("{}")
     return {"root": str(root), "good": str(good), "good2": str(good2), "timed": str(timed), "bert": str(bert), "dirjson": str(dirjson),
@@ -122,6 +124,8 @@ CASES: list[tuple[str, str, list[str], dict]] = [
     ("trainer", "override-empty-key", [*T, "=3", *DRY], {}),
     ("trainer", "master-addr-empty", [*T, *DRY], {"MASTER_ADDR": ""}),
     ("trainer", "world-size-negative-env", [*T, *DRY], {"WORLD_SIZE": "-2"}),
+    ("trainer", "config-size-negative", [*T, "model.config.hidden_size=-1", *DRY], {}),
+    ("trainer", "config-heads-not-dividing", [*T, "model.config.num_attention_heads=3", *DRY], {}),
     # telemetry report
     ("telemetry report", "missing-path", ["telemetry", "report", "{root}/nope"], {}),
     ("telemetry report", "file-not-dir", ["telemetry", "report", TINY], {}),
@@ -136,7 +140,7 @@ CASES: list[tuple[str, str, list[str], dict]] = [
     ("telemetry report", "out-unwritable", ["telemetry", "report", "{good}", "--out", "/proc/nope"], {}),
     ("telemetry", "unknown-subcommand", ["telemetry", "reprot", "{good}"], {}),
     # telemetry compare
-    ("telemetry compare", "missing-runs", ["telemetry", "compare", "{root}/x", "{root}/y", "--out", "{root}/c1"], {}),
+    ("telemetry compare", "missing-run", ["telemetry", "compare", "{good}", "{root}/y", "--out", "{root}/c1"], {}),
     ("telemetry compare", "empty-label", ["telemetry", "compare", "={good}", "b={good}", "--out", "{root}/c2"], {}),
     ("telemetry compare", "busbw-axis", ["telemetry", "compare", "{good}", "{good}", "--out", "{root}/c3",
                                          "--busbw-axis", "cubic"], {}),
@@ -193,10 +197,17 @@ CASES: list[tuple[str, str, list[str], dict]] = [
     ("telemetry export", "to-duplicate", ["telemetry", "export", "{good}", "--to", "parquet,parquet,pdf",
                                           "--out", "{root}/e4"], {}),
     ("telemetry p2p", "reference-is-dir", ["telemetry", "p2p", "{good}", "--reference", "{root}"], {}),
+    ("telemetry report", "out-empty", ["telemetry", "report", "{good}", "--out", ""], {}),
+    ("telemetry project", "rate-negative", ["telemetry", "project", "{good}", "--rate=-5gbit"], {}),
+    ("telemetry nccl-tests", "header-only", ["telemetry", "nccl-tests", "{root}/header-only.txt"], {}),
+    ("telemetry compare", "line-rate-twice", ["telemetry", "compare", "a={good}", "b={good2}", "--out", "{root}/c11",
+                                              "--line-rate", "a=1gbit", "--line-rate", "a=2gbit"], {}),
+    ("telemetry compare", "empty-label-second", ["telemetry", "compare", "a={good}", "={good2}", "--out", "{root}/c10"], {}),
     ("telemetry report", "out-is-file", ["telemetry", "report", "{good}", "--out", "{root}/notes.txt"], {}),
     # launch.evaluate
     ("launch.evaluate", "missing-spec", ["launch.evaluate", "{root}/nope.yaml", "--dry-run"], {}),
     ("launch.evaluate", "unknown-key", ["launch.evaluate", "{root}/eval-unknown.yaml", "--dry-run"], {}),
+    ("launch.evaluate", "repeats-huge", ["launch.evaluate", "{root}/eval-repeats-huge.yaml", "--dry-run"], {}),
     ("launch.evaluate", "spec-list", ["launch.evaluate", "{root}/eval-list.yaml", "--dry-run"], {}),
     ("launch.evaluate", "spec-empty", ["launch.evaluate", "{root}/empty.yaml", "--dry-run"], {}),
     ("launch.evaluate", "spec-binary", ["launch.evaluate", "{root}/binary.yaml", "--dry-run"], {}),

@@ -41,6 +41,8 @@ def files(tmp_path_factory) -> dict[str, str]:
     (root / "no-variants.yaml").write_text(yaml.safe_dump({**doc, "variants": []}))
     (root / "repeats-0.yaml").write_text(yaml.safe_dump({**doc, "repeats": 0}))
     (root / "duplicate-key.yaml").write_text(yaml.safe_dump(doc) + "repeats: 3\n")
+    (root / "repeats-huge.yaml").write_text(yaml.safe_dump({**doc, "repeats": 10**30}))
+    (root / "header-only.txt").write_text("#  size  count  type  redop  root  time  algbw  busbw  #wrong\n")
     return {"root": str(root), **{k: str(v) for k, v in runs.items()}}
 
 
@@ -79,6 +81,15 @@ ROWS = [
     ("evaluate-no-variants", ["launch.evaluate", "{root}/no-variants.yaml", "--dry-run"], {},
      "variants: got 0 item(s); expected a list of at least 2"),
     ("evaluate-repeats-0", ["launch.evaluate", "{root}/repeats-0.yaml", "--dry-run"], {}, "repeats: got 0; expected an integer from 1 to 1000"),
+    ("evaluate-repeats-huge", ["launch.evaluate", "{root}/repeats-huge.yaml", "--dry-run"], {},
+     "repeats: got 1000000000000000000000000000000; expected an integer from 1 to 1000"),
+    ("trainer-config-size-negative", ["trainer", TINY, "model.config.hidden_size=-1", "--dry-run"], {},
+     "model.config.hidden_size: got -1; expected an integer from 1 to"),
+    ("report-out-empty", ["telemetry", "report", "{llm}", "--out", ""], {}, "--out: got ''; allowed: a non-empty directory"),
+    ("project-negative-rate", ["telemetry", "project", "{llm}", "--rate=-5gbit"], {}, "--rate: got '-5gbit', a negative rate"),
+    ("compare-empty-label", ["telemetry", "compare", "a={llm}", "={bert}", "--out", "{root}/c3"], {},
+     "={bert}: no label before '='; allowed: LABEL=RUN or RUN"),
+    ("nccl-tests-header-only", ["telemetry", "nccl-tests", "{root}/header-only.txt"], {}, "a table header and nothing else"),
     ("evaluate-duplicate-key", ["launch.evaluate", "{root}/duplicate-key.yaml", "--dry-run"], {}, "duplicate key 'repeats'"),
     ("stage-to-a-file", ["launch.stage", TINY, "--to", TINY], {}, "--to: '" + TINY + "' is a file"),
     ("linktest-port", ["launch.linktest", "--tool", "iperf3", "--server", "a", "--client", "b", "--server-addr", "10.0.0.1",
@@ -134,6 +145,6 @@ def test_launch_script(files, case_id, argv, env, expected):
 
 def test_no_row_leaves_an_output_behind(files):
     """Refused commands create nothing: no compare, evaluation or link-test directory was made."""
-    for name in ("c1", "c2", "eval-out", "lt", "p2p"):
+    for name in ("c1", "c2", "c3", "eval-out", "lt", "p2p"):
         assert not Path(files["root"], name).exists(), name
     assert json.loads(Path(files["llm"], "run.json").read_text())["status"] == "completed"

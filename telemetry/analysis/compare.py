@@ -336,10 +336,13 @@ def _parse_line_rates(args: list[str], labels: list[str]) -> dict[str, LineRate]
         if lab not in labels:
             raise CompareError(f"--line-rate {arg}: expected LABEL=RATE with LABEL one of "
                                f"{', '.join(map(repr, labels))}")
+        if lab in out:  # the last one silently won
+            raise CompareError(f"--line-rate {arg}: label {lab!r} is given a line rate twice; allowed: one "
+                               "--line-rate per label")
         try:
-            given = parse_given_line_rate(rate, "--rate")
+            given = parse_given_line_rate(rate, f"--line-rate {lab}")
         except RateError as exc:
-            raise CompareError(str(exc).replace("--rate", f"--line-rate {lab}=")) from None
+            raise CompareError(str(exc).replace(", or 'none' for unshaped links", "")) from None
         if given.total_bps is None:
             raise CompareError(f"--line-rate {arg}: 'none' has no line rate; give a rate such as 100gbit")
         out[lab] = given

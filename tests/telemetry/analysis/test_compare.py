@@ -415,8 +415,13 @@ def test_nccl_tests_hosts_gpus_and_line_rate_given(tmp_path):
             "so it can exceed one link) | unknown: an nccl-tests table does not name its link rate") in md
     with pytest.raises(CompareError, match=r"--line-rate x=1gbit: expected LABEL=RATE with LABEL one of 'h100', 'gb10'"):
         compare([f"h100={a}", f"gb10={b}"], str(tmp_path / "x"), line_rate=["x=1gbit"])
-    with pytest.raises(CompareError, match="--line-rate h100="):
+    with pytest.raises(CompareError) as info:  # was "--line-rate h100=: got 'fast'; ... or 'none' for unshaped"
         compare([f"h100={a}", f"gb10={b}"], str(tmp_path / "x"), line_rate=["h100=fast"])
+    assert str(info.value) == ("--line-rate h100: got 'fast'; expected a tc rate such as 10gbit, 1gbit, 100mbit, "
+                               "500kbit")
+    with pytest.raises(CompareError, match=r"--line-rate h100=2gbit: label 'h100' is given a line rate twice; "
+                                           r"allowed: one --line-rate per label"):  # the last one silently won
+        compare([f"h100={a}", f"gb10={b}"], str(tmp_path / "x"), line_rate=["h100=1gbit", "h100=2gbit"])
 
 
 def test_workload_header_mean_median_and_projection_miss(tmp_path):
