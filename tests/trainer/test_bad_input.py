@@ -108,6 +108,8 @@ OVERRIDES = [
     ("resume-word", ["train.resume=maybe"], "train.resume: got 'maybe'; allowed: auto (the latest checkpoint in "
                                             "output_dir), never, or a checkpoint directory's path"),
     ("resume-case", ["train.resume=Never"], "train.resume: got 'Never' (did you mean 'never'?); allowed: auto"),
+    ("sweep-ops-twice", ["sweep.ops=[all_reduce,broadcast,all_reduce]"],
+     "sweep.ops: all_reduce given twice; allowed: each op once (sweep.repeats repeats them)"),
     # model.config sizes: the dry run checks them as the run would (it passed them, and planned the memory of
     # a model with a negative hidden size as fitting every card)
     ("config-hidden-negative", ["model.config.hidden_size=-1"],

@@ -10,6 +10,8 @@ def check_sweep(sw: SweepConfig) -> list[str]:
     bad = [op for op in sw.ops if op not in SWEEP_OPS]
     if bad or not sw.ops:
         p.append(f"sweep.ops: got {sw.ops}; allowed: {', '.join(SWEEP_OPS)}")
+    elif twice := sorted({op for op in sw.ops if sw.ops.count(op) > 1}):  # its second table replaced the first
+        p.append(f"sweep.ops: {', '.join(twice)} given twice; allowed: each op once (sweep.repeats repeats them)")
     if sw.dtype not in SWEEP_DTYPES:
         p.append(f"sweep.dtype: got {sw.dtype!r}; allowed: {', '.join(SWEEP_DTYPES)}")
     lo, hi = parse_size(sw.min_bytes, "sweep.min_bytes", p), parse_size(sw.max_bytes, "sweep.max_bytes", p)
