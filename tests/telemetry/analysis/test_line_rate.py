@@ -77,5 +77,5 @@ def test_line_rate_option_takes_a_nic_count(tmp_path):
     compare([f"h100={a}", f"gb10={b}"], str(tmp_path / "cmp"), line_rate=["h100=8x400gbit"])
     md = (tmp_path / "cmp" / "compare.md").read_text()
     assert "| line rate | 8 x 400 Gbit/s = 3.2 Tbit/s per host (400 GB/s; --line-rate) |" in md
-    with pytest.raises(CompareError, match="--line-rate h100="):
+    with pytest.raises(CompareError, match="--line-rate h100: got 'fast'; expected a tc rate"):
         compare([f"h100={a}", f"gb10={b}"], str(tmp_path / "x"), line_rate=["h100=8xfast"])
