@@ -16,6 +16,10 @@ from .launcher_env import env_world_size, launcher_env_problems
 from .layout import resolve_layout
 
 
+# the config class each workload builds its model.config into (the dry run checks the keys against it)
+CONFIG_CLASSES = {"llm_lora": "LlamaConfig", "llm_full": "LlamaConfig", "bert_pretraining": "BertConfig"}
+
+
 class _Parser(OneLineParser):  # its own error line; no abbreviated options (OneLineParser)
     def error(self, message):  # one `error:` line (argparse adds the usage block), one rank only
         sys.exit(_fail([f"{self.explained(message)}; see python -m trainer --help"]))
@@ -108,6 +112,12 @@ def main(argv: list[str] | None = None) -> int:
     if problems:
         return _fail(problems)
     line = None
+    if args.dry_run and recipe.model.path is None and recipe.workload in CONFIG_CLASSES:
+        from .workloads.hf import config_problems  # the model.config keys as the run will check them
+
+        problems = config_problems(recipe.model.config, CONFIG_CLASSES[recipe.workload])
+        if problems:
+            return _fail(problems)
     if args.dry_run and recipe.job == "sweep":
         from .sweep.plan import dry_run_memory
 
