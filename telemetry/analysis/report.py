@@ -1,7 +1,8 @@
 """`python -m telemetry report RUN`: one run's story in tables and plots (Markdown, HTML, PNG).
 
 The numbers come from `summarize()`, which the compare command reuses, so a figure means the same
-thing in both. Timing statistics leave out the first (warm-up) step and profiled steps.
+thing in both. Timing statistics leave out the first (warm-up) step, the first step
+of each resumed attempt (it warms up again), and profiled steps.
 """
 from __future__ import annotations
 
