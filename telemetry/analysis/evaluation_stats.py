@@ -127,7 +127,7 @@ def rank_runs(runs: list[dict], higher_is_better: bool = False) -> list[dict]:
 
 def difference(a: list[float], b: list[float]) -> dict:
     """mean(b) - mean(a), as a value and a fraction of mean(a), with Welch's 95% interval when both have
-    at least 5 values (else the interval is None with the reason)."""
+    at least MIN_REPEATS_FOR_INTERVAL (3) values (else the interval is None with the reason)."""
     if not a or not b:
         return {"diff": None, "pct": None, "interval": None, "pct_interval": None, "reason": "no values"}
     ma, mb = statistics.fmean(a), statistics.fmean(b)
@@ -150,7 +150,7 @@ def difference(a: list[float], b: list[float]) -> dict:
 
 def paired_difference(a: dict[int, float], b: dict[int, float]) -> dict:
     """b - a paired by round ({round: value}; rounds where both have a value): the mean per-round difference,
-    as a value and a fraction of a's mean over those rounds, with the paired 95% t-interval from 5 pairs."""
+    as a value and a fraction of a's mean over those rounds, with the paired 95% t-interval from MIN_REPEATS_FOR_INTERVAL (3) pairs."""
     rounds = sorted(set(a) & set(b))
     out = {"method": "paired t-interval over rounds, 95%", "rounds": len(rounds), "diff": None, "pct": None,
            "interval": None, "pct_interval": None, "reason": None}
