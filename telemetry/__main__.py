@@ -415,6 +415,12 @@ def _export(args) -> int:
     return 1 if failed else 2 if bad_input else 0
 
 
+def _only_a_header(result: dict) -> bool:
+    """No rows and nothing else read: no footer average, no device or parameter lines, no failure."""
+    return not result["rows_read"] and not result["failed"] and not any(
+        op.get("avg_busbw_GBps") is not None or op.get("devices") or op.get("params") for op in result["ops"].values())
+
+
 def _nccl_tests(args) -> int:
     import json
     import os
@@ -432,6 +438,9 @@ def _nccl_tests(args) -> int:
         except (OSError, NcclTestsError) as exc:
             print_errors(exc)
             return 2
+        if _only_a_header(result):  # an empty table written as if it were one (a failed or cut run is kept)
+            return print_errors(f"{path}: a table header and nothing else (no rows, no footer, no devices, no "
+                                "failure line); allowed: nccl-tests output with at least one of them")
         results.append(result)
         print(f"{path}: {result['rows_read']} rows in {len(result['ops'])} table(s) "
               f"({', '.join(result['ops'])}), {result['rows_skipped']} lines not read")

@@ -122,6 +122,8 @@ def output_dir_problem(path: str, what: str) -> str | None:
     saying why not, naming `what` (the option or key). Creates nothing: bad input leaves no empty directory."""
     import os
 
+    if not path.strip():  # '' is not "the default": os.path.abspath('') is the current directory
+        return f"{what}: got {path!r}; allowed: a non-empty directory path"
     if os.path.exists(path) and not os.path.isdir(path):
         return f"{what}: {path!r} is a file, not a directory; allowed: a new or existing directory"
     if problem := dangling_link_problem(path, what):
@@ -146,6 +148,8 @@ def output_file_problem(path: str, what: str) -> str | None:
     saying why not. Leaves no file behind where there was none."""
     import os
 
+    if not path.strip():
+        return f"{what}: got {path!r}; allowed: a non-empty file path"
     if os.path.isdir(path):
         return f"{what}: {path!r} is a directory; allowed: a file path"
     parent = os.path.dirname(os.path.abspath(path))

@@ -78,7 +78,7 @@ ROWS = [
      "--run-dir: '" + TINY + "' is a file"),
     ("evaluate-no-variants", ["launch.evaluate", "{root}/no-variants.yaml", "--dry-run"], {},
      "variants: got 0 item(s); expected a list of at least 2"),
-    ("evaluate-repeats-0", ["launch.evaluate", "{root}/repeats-0.yaml", "--dry-run"], {}, "repeats: got 0; expected an integer >= 1"),
+    ("evaluate-repeats-0", ["launch.evaluate", "{root}/repeats-0.yaml", "--dry-run"], {}, "repeats: got 0; expected an integer from 1 to 1000"),
     ("evaluate-duplicate-key", ["launch.evaluate", "{root}/duplicate-key.yaml", "--dry-run"], {}, "duplicate key 'repeats'"),
     ("stage-to-a-file", ["launch.stage", TINY, "--to", TINY], {}, "--to: '" + TINY + "' is a file"),
     ("linktest-port", ["launch.linktest", "--tool", "iperf3", "--server", "a", "--client", "b", "--server-addr", "10.0.0.1",

@@ -25,6 +25,7 @@ LAUNCHERS = ("local", "lab", "slurm")
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
+MAX_REPEATS = 1000  # rounds; each is a run per variant x workload (a typo's 10**30 hung the dry run building the plan)
 TOP_KEYS = ("name", "launcher", "repeats", "out", "variants", "workloads", "local", "lab", "slurm")
 VARIANT_KEYS = ("name", "expect_transport", "env", "lab", "hosts", "fabric_config")
 VARIANT_LAB_KEYS = ("rate", "mtu", "nodes", "nproc_per_node")
@@ -317,7 +318,7 @@ def bind(raw: dict, base: str = ".", path: str = "") -> Evaluation:
         hint = f"did you mean '{close[0]}'? " if close else ""
         problems.append(f"launcher: got {launcher!r}; {hint}allowed: {', '.join(LAUNCHERS)}")
         launcher = None  # no launcher: the checks that depend on it are not made (they would name another)
-    repeats = _int(raw, "repeats", "", 1, problems, 1)
+    repeats = _int(raw, "repeats", "", 1, problems, 1, high=MAX_REPEATS)
     out = raw.get("out", os.path.join("runs", f"eval-{name}"))
     if not isinstance(out, str) or not out:
         problems.append(f"out: got {out!r}; expected a directory path")

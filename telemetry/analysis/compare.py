@@ -39,7 +39,9 @@ def split_label(arg: str) -> tuple[str | None, str]:
     lab, path = arg.split("=", 1)
     if not path.strip():  # `fast=$DIR` with DIR unset; said as such, not as "'': not a directory"
         raise CompareError(f"{arg}: no run directory after '='; allowed: LABEL=RUN or RUN")
-    return (lab.strip() or None), path
+    if not lab.strip():  # `$LABEL=DIR` with LABEL unset: was taken as unlabelled, its fabric's name in its place
+        raise CompareError(f"{arg}: no label before '='; allowed: LABEL=RUN or RUN")
+    return lab.strip(), path
 
 
 def _group(runs: list[Run], given: list[str | None]) -> tuple[list[str], list[list[Run]], str | None]:

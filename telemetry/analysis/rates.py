@@ -24,6 +24,9 @@ def parse_rate(rate: str, what: str = "--rate", min_bps: float = 1) -> float | N
     if rate.lower() == "none":
         return None
     m = _RATE.match(rate.strip())
+    if not m and _RATE.match(rate.strip().lstrip("-")):
+        raise RateError(f"{what}: got {rate!r}, a negative rate; expected a tc rate of at least {min_bps:g}bit "
+                        "such as 10gbit, 1gbit, 100mbit, or 'none' for unshaped links")
     if not m:
         raise RateError(f"{what}: got {rate!r}; expected a tc rate such as 10gbit, 1gbit, 100mbit, 500kbit, "
                         "or 'none' for unshaped links")

@@ -73,7 +73,7 @@ def test_every_problem_is_one_line_naming_its_key(tmp_path):
         "variantz: unknown key; did you mean 'variants'? allowed: name, launcher, repeats, out, variants, workloads, "
         "local, lab, slurm",
         "launcher: got 'slrum'; did you mean 'slurm'? allowed: local, lab, slurm",
-        "repeats: got 0; expected an integer >= 1",
+        "repeats: got 0; expected an integer from 1 to 1000",
         "variants[0].expect_transport: got 'rcoe'; did you mean 'roce'? expected one of ib, infiniband, roce, efa, "
         "socket, tcp, tcpx, intra-node, or an interface name such as eth0 or fab0",
         "variants[1].env: '1BAD' is not an environment variable name (letters, digits, '_')",
@@ -142,11 +142,19 @@ def test_cli_prints_error_lines_and_exits_2(tmp_path, capsys):
     doc["variants"] = doc["variants"][:1]
     assert main([write(tmp_path, doc)]) == 2
     err = capsys.readouterr().err.splitlines()
-    assert err == ["error: repeats: got 'two'; expected an integer >= 1",
+    assert err == ["error: repeats: got 'two'; expected an integer from 1 to 1000",
                    "error: variants: got 1 item(s); expected a list of at least 2 fabric variants (a comparison "
                    "needs two)"]
     assert main([str(tmp_path / "missing.yaml")]) == 2
     assert capsys.readouterr().err.strip() == f"error: evaluation: '{tmp_path / 'missing.yaml'}' is not a file"
+
+
+def test_repeats_are_bounded(tmp_path):
+    # repeats: 10**30 (a typo) passed the check and the dry run hung building a plan of that many rounds
+    assert problems(tmp_path, good(tmp_path, repeats=10**30)) == [
+        "repeats: got 1000000000000000000000000000000; expected an integer from 1 to 1000"]
+    assert problems(tmp_path, good(tmp_path, repeats=1001)) == ["repeats: got 1001; expected an integer from 1 to 1000"]
+    assert load_evaluation(write(tmp_path, good(tmp_path, repeats=1000))).repeats == 1000
 
 
 def test_plan_interleaves_rounds_and_rotates_the_variants(tmp_path):

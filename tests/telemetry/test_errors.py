@@ -66,6 +66,16 @@ def test_output_file_checks_leave_no_file(tmp_path):
         f"--json: {str(tmp_path / 'no')!r} is not a directory")
 
 
+def test_an_empty_output_path_is_refused_not_taken_for_the_current_directory(tmp_path, monkeypatch):
+    # `--out ''` passed the checks (os.path.abspath('') is the current directory) and was then taken as unset
+    from telemetry.errors import output_dir_problem, output_file_problem
+    monkeypatch.chdir(tmp_path)
+    assert output_dir_problem("", "--out") == "--out: got ''; allowed: a non-empty directory path"
+    assert output_dir_problem("  ", "--out") == "--out: got '  '; allowed: a non-empty directory path"
+    assert output_file_problem("", "--json") == "--json: got ''; allowed: a non-empty file path"
+    assert not list(tmp_path.iterdir())
+
+
 def test_one_line_parser_and_its_subcommands(capsys):
     import pytest
 

@@ -218,6 +218,24 @@ def test_nccl_tests_of_a_directory_without_a_table(capsys, tmp_path):
         "output file")
 
 
+def test_nccl_tests_of_a_header_without_rows(capsys, tmp_path):
+    # it printed "0 rows in 1 table(s)" and exited 0 (and --json wrote an empty table)
+    cut = tmp_path / "cut.txt"
+    cut.write_text("#  size  count  type  redop  root  time  algbw  busbw  #wrong  time  algbw  busbw  #wrong\n"
+                   "#   (B)  (elements)  (us)  (GB/s)  (GB/s)  (us)  (GB/s)  (GB/s)\n")
+    out = tmp_path / "cut.json"
+    assert one_error(capsys, ["nccl-tests", str(cut), "--json", str(out)]) == (
+        f"error: {cut}: a table header and nothing else (no rows, no footer, no devices, no failure line); allowed: "
+        "nccl-tests output with at least one of them")
+    assert not out.exists()
+    # real outputs without rows still convert: a failure before the first row, footers only, device lines only
+    tables = Path(__file__).parent / "nccl_tests_tables"
+    for name in ("all_reduce_perf_issue287_failed_before_first_row.txt",
+                 "all_reduce_perf_issue27_footers_only_two_runs_in_backticks.txt",
+                 "all_reduce_perf_issue249_hashless_blocking_line_no_rows.txt"):
+        assert main(["nccl-tests", str(tables / name), "--json", str(out)]) == 0 and out.exists(), name
+
+
 def test_busbw_table_that_does_not_exist(capsys, run_dir, tmp_path):
     line = one_error(capsys, ["project", str(run_dir), "--busbw-table", str(tmp_path / "gone.txt")])
     assert line.startswith(f"error: --busbw-table: {tmp_path / 'gone.txt'}: does not exist; allowed: an nccl-tests")

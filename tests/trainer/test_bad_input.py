@@ -108,6 +108,18 @@ OVERRIDES = [
     ("resume-word", ["train.resume=maybe"], "train.resume: got 'maybe'; allowed: auto (the latest checkpoint in "
                                             "output_dir), never, or a checkpoint directory's path"),
     ("resume-case", ["train.resume=Never"], "train.resume: got 'Never' (did you mean 'never'?); allowed: auto"),
+    # model.config sizes: the dry run checks them as the run would (it passed them, and planned the memory of
+    # a model with a negative hidden size as fitting every card)
+    ("config-hidden-negative", ["model.config.hidden_size=-1"],
+     "model.config.hidden_size: got -1; expected an integer from 1 to"),
+    ("config-layers-zero", ["model.config.num_hidden_layers=0"], "model.config.num_hidden_layers: got 0; expected"),
+    ("config-heads-not-dividing", ["model.config.num_attention_heads=3"],
+     "model.config.hidden_size: 128 is not divisible by num_attention_heads 3"),
+    ("config-kv-not-dividing", ["model.config.num_key_value_heads=3"],
+     "model.config.num_key_value_heads: 3 does not divide num_attention_heads 4"),
+    ("config-vocab-inf", ["model.config.vocab_size=.inf"], "model.config.vocab_size: NaN or infinity"),
+    ("config-hidden-bool", ["model.config.hidden_size=true"], "model.config.hidden_size: got True; expected"),
+    ("bert-config-type-vocab-zero", ["model.config.type_vocab_size=0"], "model.config.type_vocab_size: got 0"),
 ]
 
 

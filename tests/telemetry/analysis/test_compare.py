@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from telemetry.analysis.compare import compare, loss_parity
+from telemetry.analysis.compare import CompareError, compare, loss_parity
 from telemetry.analysis.runs import load_run
 
 from ...conftest import REPO
@@ -263,6 +263,8 @@ def test_label_and_path_on_the_command_line(tmp_path):
     assert split_label(str(odd)) == (None, str(odd))
     assert split_label(f"roce={odd}") == ("roce", str(odd))
     assert split_label("runs/a") == (None, "runs/a")
+    with pytest.raises(CompareError, match=r"no label before '='; allowed: LABEL=RUN or RUN"):
+        split_label(f"={odd}x")  # an empty label (`$LABEL=DIR`, LABEL unset) was taken as no label
 
 
 def test_a_label_with_no_run_after_it(capsys, tmp_path):

@@ -14,6 +14,16 @@ def test_tc_units_bits_and_bytes():
         parse_rate("10 Mb/s")
 
 
+def test_a_negative_rate_is_named_as_negative():
+    # `--rate=-5gbit` (argparse reads `--rate -5gbit` as an option) got the generic "expected a tc rate" line
+    with pytest.raises(RateError, match=r"--rate: got '-5gbit', a negative rate; expected a tc rate of at least 1bit"):
+        parse_rate("-5gbit")
+    with pytest.raises(RateError, match=r"--slow-rate: got '-1.5mbps', a negative rate; expected a tc rate of at least 8bit"):
+        parse_rate("-1.5mbps", "--slow-rate", min_bps=8)
+    with pytest.raises(RateError, match="expected a tc rate such as"):  # not a rate at all: the generic line
+        parse_rate("-fast")
+
+
 def test_a_rate_in_bytes_per_second_is_named_with_its_bit_rate():
     assert bytes_unit_warning("10mbps") == ("warning: --rate 10mbps: in tc units 'mbps' is bytes per second, so "
                                             "this is 80 Mbit/s; for 10 Mbit/s write 10mbit")
