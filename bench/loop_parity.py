@@ -152,12 +152,13 @@ def main(argv: list[str] | None = None) -> None:
     if args.worker:
         run_worker(args.recipe, args.overrides, args.warmup, args.profile, args.result, args.trace_dir)
         return
+    # bad input: one error: line and exit status 2, as every entry point (was exit 1 through SystemExit(str))
     if args.steps < args.warmup + args.profile + 5:
-        raise SystemExit(f"error: --steps {args.steps} leaves fewer than 5 timed steps after --warmup "
-                         f"{args.warmup} and --profile {args.profile}; allowed: >= {args.warmup + args.profile + 5}")
+        p.exit(2, f"error: --steps {args.steps} leaves fewer than 5 timed steps after --warmup "
+                  f"{args.warmup} and --profile {args.profile}; allowed: >= {args.warmup + args.profile + 5}\n")
     if args.repeat < 1 or args.callgrind < 0:
-        raise SystemExit(f"error: --repeat {args.repeat} / --callgrind {args.callgrind}; allowed: --repeat >= 1, "
-                         "--callgrind >= 0")
+        p.exit(2, f"error: --repeat {args.repeat} / --callgrind {args.callgrind}; allowed: --repeat >= 1, "
+                  "--callgrind >= 0\n")
     load_before = load_average()
     runs, repeats, counted = {}, {}, None
     with tempfile.TemporaryDirectory() as tmp:

@@ -32,10 +32,13 @@ def variant_verdicts(ev: Evaluation, results: list[dict]) -> dict[str, dict]:
 def statistics(ev: Evaluation, results: list[dict]) -> dict:
     out = {}
     for w in ev.workloads:
-        mine = [r for r in results if r["workload"] == w.name and (r.get("metric") or {}).get("value") is not None]
-        metric = next(({k: r["metric"].get(k) for k in ("name", "unit", "higher_is_better")} for r in mine), None)
-        runs = [{"variant": r["variant"], "round": r["round"], "value": r["metric"]["value"], "index": r["index"]}
-                for r in mine]
+        # runs with a value, and those that missed their target (MLPerf may drop one as the slowest)
+        mine = [r for r in results if r["workload"] == w.name and ((r.get("metric") or {}).get("value") is not None
+                                                                   or (r.get("metric") or {}).get("converged") is False)]
+        metric = next(({k: r["metric"].get(k) for k in ("name", "unit", "higher_is_better")} for r in mine
+                       if r["metric"].get("value") is not None), None)
+        runs = [{"variant": r["variant"], "round": r["round"], "value": r["metric"]["value"], "index": r["index"],
+                 **({"converged": r["metric"]["converged"]} if "converged" in r["metric"] else {})} for r in mine]
         out[w.name] = {"metric": metric, **st.summarize_runs(runs, [v.name for v in ev.variants],
                                                               bool((metric or {}).get("higher_is_better")))}
     return out
@@ -120,7 +123,7 @@ def tables(ev: Evaluation, record: dict) -> list[tuple[str, list[str], list[list
     for w in ev.workloads:
         s = record["statistics"][w.name]
         m = s["metric"] or {"name": "metric", "unit": ""}
-        many = any(d["n"] >= st.MIN_REPEATS_FOR_INTERVAL for d in s["variants"].values())
+        many = any(d["n"] + d.get("not_converged", 0) >= st.MIN_REPEATS_FOR_INTERVAL for d in s["variants"].values())
         header = ["variant", f"{m['name']} ({m['unit']}), mean ± sd"] + (
             ["MLPerf mean (best, worst dropped)", "95% interval of the mean"] if many else []) \
             + [f"vs {ev.variants[0].name}"]
@@ -130,7 +133,11 @@ def tables(ev: Evaluation, record: dict) -> list[tuple[str, list[str], list[list
             d = s["variants"][v.name]
             pair = next((p for p in s["differences"] if p["a"] == base and p["b"] == v.name), None)
             ci = d.get("mean_interval")
-            rows.append([v.name, _fmt_stat(d)] + ([st.fmt(d["mlperf_mean"]),
+            olympic = st.fmt(d["mlperf_mean"]) + (f" ({d['not_converged']} missed the target, dropped as the slowest)"
+                                                  if d.get("not_converged") and d["mlperf_mean"] is not None else
+                                                  f": {d['mlperf_mean_reason']}" if d.get("mlperf_mean_reason")
+                                                  and d.get("not_converged") else "")
+            rows.append([v.name, _fmt_stat(d)] + ([olympic,
                                                    f"[{st.fmt(ci[0])}, {st.fmt(ci[1])}]" if ci else "n/a"]
                                                   if many else [])
                         + ["baseline" if v.name == base else _fmt_diff(pair)[0]])

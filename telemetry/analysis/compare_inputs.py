@@ -13,6 +13,8 @@ from telemetry.errors import InputError
 
 # Recipe parts that legitimately differ between runs of one fabric comparison.
 IGNORED_KEYS = {"output_dir", "name", "recipe_path", "telemetry", "fabric", "distributed"}
+# and single settings that change where a run starts or what it prints, not what a step does
+IGNORED_SETTINGS = {"train.resume", "train.log_every"}
 
 
 class CompareError(InputError):
@@ -31,8 +33,10 @@ def _flatten(d, prefix=""):
 
 
 def recipe_differences(a: Run, b: Run) -> list[str]:
-    ra = {k: v for k, v in _flatten(a.info.get("recipe")).items() if k.split(".")[0] not in IGNORED_KEYS}
-    rb = {k: v for k, v in _flatten(b.info.get("recipe")).items() if k.split(".")[0] not in IGNORED_KEYS}
+    def kept(run: Run) -> dict:
+        return {k: v for k, v in _flatten(run.info.get("recipe")).items()
+                if k.split(".")[0] not in IGNORED_KEYS and k not in IGNORED_SETTINGS}
+    ra, rb = kept(a), kept(b)
     diffs = [f"{k} ({ra.get(k)!r} vs {rb.get(k)!r})" for k in sorted(set(ra) | set(rb)) if ra.get(k) != rb.get(k)]
     wa, wb = (a.info.get("layout") or {}).get("world_size"), (b.info.get("layout") or {}).get("world_size")
     if wa != wb:

@@ -51,20 +51,32 @@ def run_metric(run_dir: str, sweep: bool) -> dict:
     from telemetry.analysis.training_comparison import time_to_train
     ttt = time_to_train(run)
     if ttt is not None:  # a target in the recipe: scored as MLPerf scores it
+        # a run that missed the target did not converge: MLPerf's score may drop one such run as the slowest
+        reached = (run.info.get("final") or {}).get("target_reached_step") is not None
         return {"name": f"time to train ({ttt['target']})", "unit": "s", "value": ttt.get("seconds"),
-                "higher_is_better": False, "reason": ttt.get("why")}
+                "higher_is_better": False, "reason": ttt.get("why"), "converged": reached}
     value = median([r.get(StepKey.STEP_TIME_S) for r in run.timed_steps()])
     return {"name": "iteration time", "unit": "s", "value": value, "higher_is_better": False,
             "reason": None if value is not None else "no timed steps"}
 
 
-def olympic_mean(values: list[float]) -> float | None:
+def olympic_mean(values: list[float], not_converged: int = 0) -> float | None:
     """MLPerf Training's score over a benchmark's runs: the fastest and the slowest dropped, the rest
-    averaged; None under 3 runs (nothing would be left)."""
-    if len(values) < MIN_REPEATS_FOR_INTERVAL:
+    averaged; None under 3 runs (nothing would be left). `not_converged`: runs that missed the target (not in
+    `values`): one is the slowest run, the one dropped (training_rules.adoc: "a single non-converging run may
+    be treated as the slowest run and dropped"); more than one leaves no valid score (None)."""
+    if not_converged > 1 or len(values) + not_converged < MIN_REPEATS_FOR_INTERVAL:
         return None
-    kept = sorted(values)[1:-1]
+    kept = sorted(values)[1:] if not_converged else sorted(values)[1:-1]
     return sum(kept) / len(kept)
+
+
+def _olympic_reason(n: int, not_converged: int) -> str | None:
+    if not_converged > 1:
+        return f"{not_converged} runs missed the target: MLPerf's score is invalid with more than one"
+    if n + not_converged < MIN_REPEATS_FOR_INTERVAL:
+        return f"fewer than {MIN_REPEATS_FOR_INTERVAL} runs"
+    return None
 
 
 mlperf_mean = olympic_mean  # the name evaluation.json has used
@@ -83,30 +95,39 @@ def mean_interval(values: list[float]) -> list[float] | None:
     return [m - half, m + half]
 
 
-def describe(values: list[float]) -> dict:
+def describe(values: list[float], not_converged: int = 0) -> dict:
+    """`not_converged`: the variant's runs that missed the target (no value), for the olympic mean."""
     n = len(values)
     return {"n": n, "values": values, "mean": statistics.fmean(values) if n else None,
-            "sd": statistics.stdev(values) if n >= 2 else None, "mlperf_mean": olympic_mean(values),
-            "mean_interval": mean_interval(values)}
+            "sd": statistics.stdev(values) if n >= 2 else None,
+            "mlperf_mean": olympic_mean(values, not_converged), "not_converged": not_converged,
+            "mlperf_mean_reason": _olympic_reason(n, not_converged), "mean_interval": mean_interval(values)}
 
 
 def rank_runs(runs: list[dict], higher_is_better: bool = False) -> list[dict]:
     """Every run with a value, best first: {rank, variant, round, value, dropped}. `dropped` marks, per
-    variant, the fastest and the slowest run the olympic mean leaves out (from 3 runs of that variant)."""
+    variant, the fastest and the slowest run the olympic mean leaves out (from 3 runs of that variant); where one
+    run of the variant missed the target, it is the slowest dropped, so only the fastest is marked here; where
+    more than one did, the variant has no olympic mean and nothing is marked."""
+    missed = {}
+    for r in runs:
+        if r.get("converged") is False:
+            missed[r["variant"]] = missed.get(r["variant"], 0) + 1
     ranked = sorted((r for r in runs if r.get("value") is not None), key=lambda r: r["value"],
                     reverse=higher_is_better)
     out = [{**r, "rank": i + 1, "dropped": None} for i, r in enumerate(ranked)]
     for variant in dict.fromkeys(r["variant"] for r in out):
         mine = [r for r in out if r["variant"] == variant]
-        if len(mine) >= MIN_REPEATS_FOR_INTERVAL:
+        if olympic_mean([r["value"] for r in mine], missed.get(variant, 0)) is not None:
             mine[0]["dropped"] = "best of its variant (olympic mean)"
-            mine[-1]["dropped"] = "worst of its variant (olympic mean)"
+            if not missed.get(variant):
+                mine[-1]["dropped"] = "worst of its variant (olympic mean)"
     return out
 
 
 def difference(a: list[float], b: list[float]) -> dict:
     """mean(b) - mean(a), as a value and a fraction of mean(a), with Welch's 95% interval when both have
-    at least 5 values (else the interval is None with the reason)."""
+    at least MIN_REPEATS_FOR_INTERVAL (3) values (else the interval is None with the reason)."""
     if not a or not b:
         return {"diff": None, "pct": None, "interval": None, "pct_interval": None, "reason": "no values"}
     ma, mb = statistics.fmean(a), statistics.fmean(b)
@@ -129,7 +150,7 @@ def difference(a: list[float], b: list[float]) -> dict:
 
 def paired_difference(a: dict[int, float], b: dict[int, float]) -> dict:
     """b - a paired by round ({round: value}; rounds where both have a value): the mean per-round difference,
-    as a value and a fraction of a's mean over those rounds, with the paired 95% t-interval from 5 pairs."""
+    as a value and a fraction of a's mean over those rounds, with the paired 95% t-interval from MIN_REPEATS_FOR_INTERVAL (3) pairs."""
     rounds = sorted(set(a) & set(b))
     out = {"method": "paired t-interval over rounds, 95%", "rounds": len(rounds), "diff": None, "pct": None,
            "interval": None, "pct_interval": None, "reason": None}
@@ -156,7 +177,8 @@ def paired_difference(a: dict[int, float], b: dict[int, float]) -> dict:
 
 
 def summarize(values_by_variant: dict[str, list[float]],
-              rounds_by_variant: dict[str, dict[int, float]] | None = None) -> dict:
+              rounds_by_variant: dict[str, dict[int, float]] | None = None,
+              not_converged: dict[str, int] | None = None) -> dict:
     """Per variant its description, and every pair's difference (each later variant against each earlier);
     with each value's round, the pair's difference paired by round too."""
     names = list(values_by_variant)
@@ -167,7 +189,8 @@ def summarize(values_by_variant: dict[str, list[float]],
             if rounds_by_variant is not None:
                 pair["paired"] = paired_difference(rounds_by_variant.get(a, {}), rounds_by_variant.get(b, {}))
             pairs.append(pair)
-    return {"variants": {n: describe(v) for n, v in values_by_variant.items()}, "differences": pairs}
+    return {"variants": {n: describe(v, (not_converged or {}).get(n, 0)) for n, v in values_by_variant.items()},
+            "differences": pairs}
 
 
 def summarize_runs(runs: list[dict], names: list[str], higher_is_better: bool = False) -> dict:
@@ -175,7 +198,8 @@ def summarize_runs(runs: list[dict], names: list[str], higher_is_better: bool = 
     values = {n: [r["value"] for r in runs if r["variant"] == n and r.get("value") is not None] for n in names}
     rounds = {n: {r["round"]: r["value"] for r in runs if r["variant"] == n and r.get("value") is not None}
               for n in names}
-    return {**summarize(values, rounds), "ranking": rank_runs(runs, higher_is_better)}
+    missed = {n: sum(1 for r in runs if r["variant"] == n and r.get("converged") is False) for n in names}
+    return {**summarize(values, rounds, missed), "ranking": rank_runs(runs, higher_is_better)}
 
 
 def fmt(value: float | None, digits: int = 4) -> str:

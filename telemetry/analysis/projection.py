@@ -364,20 +364,44 @@ def efficiency_for(profile: dict) -> float:
     return LAB_EFFICIENCY[min(LAB_EFFICIENCY, key=lambda m: abs(m - mtu))]
 
 
-def _grow_groups(units: list[dict], n: int, n_new: int, node_ratio: float, links) -> None:
+def _spans_nodes_on_target(units: list[dict], per_node: int, node_ratio: float) -> dict:
+    """For a run measured on one node: which of its (intra-node) groups span nodes on the target, and their size
+    there. The harness's mesh is (pp, dp, tp), tp innermost; more nodes of as many ranks each grow dp. A group
+    spans nodes when its members' stride times its size passes the ranks of one node."""
+    sizes = {u.get("dim"): u["size"] for u in units if u["group"] is not None}
+    tp = sizes.get("tp", 1)
+    dp_new = max(1, round(sizes.get("dp", 1) * node_ratio))
+    stride_size = {"tp": (1, tp), "dp": (tp, dp_new), "pp": (tp * dp_new, sizes.get("pp", 1))}
+    return {dim: size for dim, (stride, size) in stride_size.items() if dim in sizes and size > 1
+            and stride * size > per_node}
+
+
+def _grow_groups(units: list[dict], n: int, n_new: int, node_ratio: float, links, nodes_measured: int = 0) -> list:
     """Each unit's group size on the target: a group across nodes grows with the node count; one inside a
-    node keeps its size; the whole world's (no group) is the new world. And how many transfers share a node's
-    link at once, measured and on the target (sharing())."""
+    node keeps its size; the whole world's (no group) is the new world. A run measured on one node has only
+    groups inside it: those that span nodes on the target (_spans_nodes_on_target) go onto the target link,
+    their measured traffic counted as none of it on a link (`from_intra`). And how many transfers share a
+    node's link at once, measured and on the target (sharing()). Returns notes."""
+    notes = []
+    spans = (_spans_nodes_on_target(units, n, node_ratio) if nodes_measured == 1 and node_ratio > 1 else {})
     for u in units:
+        u["from_intra"] = False
         if u["group"] is None:
             u["size_new"] = n_new
         elif u["scope"] == "inter":
             u["size_new"] = max(1, round(u["size"] * node_ratio))
+        elif u.get("dim") in spans:
+            u.update(size_new=spans[u["dim"]], scope="inter", from_intra=True)
         else:
             u["size_new"] = u["size"]
         inter = u["group"] is not None and u["scope"] == "inter"
-        u["share_measured"] = sharing(n, u["size"], links) if inter else 1.0
+        u["share_measured"] = sharing(n, u["size"], links) if inter and not u["from_intra"] else 1.0
         u["share_new"] = sharing(n_new, u["size_new"], links) if inter else 1.0
+    for dim, size in sorted(spans.items()):
+        was = next(u["size"] for u in units if u.get("dim") == dim)
+        notes.append(f"the {dim} group (size {was}, inside the one node measured) spans nodes on the target (size "
+                     f"{size}): its traffic goes onto the target link, timed from its bytes")
+    return notes
 
 
 def _add_unit(per_op: dict, by_group: dict, u: dict, figures: dict) -> None:
@@ -393,6 +417,20 @@ def _add_unit(per_op: dict, by_group: dict, u: dict, figures: dict) -> None:
         for k, v in figures.items():
             if k != "fixed_s":
                 g[k] += v
+
+
+def _table_wire_s(busbw_table: dict, u: dict, wire_target: float, notes: list) -> float:
+    """A unit's time on the wire at the busbw a table gives at its calls' size (the table's time already holds
+    the fabric's latency); all_reduce's table for a collective it lacks."""
+    op = u["op"]
+    points = busbw_table.get(TABLE_OP.get(op, op)) or busbw_table.get("all_reduce")
+    if points is None:
+        raise ProjectionError(f"--busbw-table: no {TABLE_OP.get(op, op)} or all_reduce table for the "
+                              f"run's {op}; the table has {', '.join(sorted(busbw_table))}")
+    if TABLE_OP.get(op, op) not in busbw_table:
+        notes.append(f"{op}: not in the table, timed with all_reduce's busbw")
+    bw, _ = busbw_at(points, u["bytes"] / max(u["calls"], 1))
+    return wire_target / (bw * 1e9)
 
 
 def _step_times(profile: dict, comm_new: float, comm_range: dict, compute_scale: float, cpu_shared: float) -> dict:
@@ -469,8 +507,10 @@ def project(profile: dict, link_bps: float | None, latency_s: float = 0.0,
     measured_Bps = profile["link_bps"] / 8 * efficiency if profile["link_bps"] else None
     idle = profile[StepKey.STEP_TIME_S] - profile[StepKey.COMM_TIME_S]
     units = _units(profile)
-    _grow_groups(units, n, n_new, nodes / nodes_measured, profile.get("links_per_node"))
-    wires = [u["bytes"] * bus_factor(u["op"], u["size"]) * u["share_measured"] for u in units]
+    notes += _grow_groups(units, n, n_new, nodes / nodes_measured, profile.get("links_per_node"), nodes_measured)
+    # what crossed the measured run's links: none of a group that was inside its one node
+    wires = [0.0 if u["from_intra"] else u["bytes"] * bus_factor(u["op"], u["size"]) * u["share_measured"]
+             for u in units]
     # only inter-node traffic went over the measured run's (shaped) links and goes over the target's
     total = sum(w for u, w in zip(units, wires) if u["scope"] == "inter") or 1.0
     credit_measured = _credit(profile.get("burst_bytes") or 0, profile["link_bps"], idle)
@@ -499,16 +539,7 @@ def project(profile: dict, link_bps: float | None, latency_s: float = 0.0,
             fixed = u["time_s"] - (max(wire - credit_measured * share, 0.0) / measured_Bps if measured_Bps else 0.0)
             fixed = max(fixed, 0.0)
             if busbw_table is not None:
-                points = busbw_table.get(TABLE_OP.get(op, op)) or busbw_table.get("all_reduce")
-                if points is None:
-                    raise ProjectionError(f"--busbw-table: no {TABLE_OP.get(op, op)} or all_reduce table for the "
-                                          f"run's {op}; the table has {', '.join(sorted(busbw_table))}")
-                if TABLE_OP.get(op, op) not in busbw_table:
-                    notes.append(f"{op}: not in the table, timed with all_reduce's busbw")
-                calls = max(u["calls"], 1)
-                # the table's busbw at each call's size; its time already holds the fabric's latency
-                bw, _ = busbw_at(points, u["bytes"] / calls)
-                on_wire = wire_target / (bw * 1e9)
+                on_wire = _table_wire_s(busbw_table, u, wire_target, notes)
             else:
                 target_Bps = link_bps / 8 * efficiency if link_bps else None
                 on_wire = (max(wire_target - credit_target * share, 0.0) / target_Bps) if target_Bps else 0.0
@@ -517,8 +548,11 @@ def project(profile: dict, link_bps: float | None, latency_s: float = 0.0,
             # run's is the transfer itself at the host's speed (copies through the kernel), which a slower link
             # overlaps rather than follows (tiny_resnet in the lab: 45 ms unshaped + 119 ms of wire at 1 Gbit/s
             # predicted 164 ms; 127 ms measured)
-            def carried(w: float, fixed=fixed, calls=u["calls"]) -> float:
-                return (fixed + w if measured_Bps else max(fixed, w)) + latency_s * calls
+            # a group measured inside one node: its time was the transfer at the host's (or NVLink's) speed,
+            # which the link's transfer replaces rather than follows
+            def carried(w: float, fixed=fixed, calls=u["calls"], add=bool(measured_Bps) and not u["from_intra"]
+                        ) -> float:
+                return (fixed + w if add else max(fixed, w)) + latency_s * calls
             t_new = carried(on_wire)
             lo_w, hi_w = on_wire / lo_eff, on_wire / hi_eff
         _add_unit(per_op, by_group, u, {"bytes": u["bytes"], "wire_bytes": wire_target, "measured_s": u["time_s"],

@@ -1,7 +1,8 @@
 """`python -m telemetry report RUN`: one run's story in tables and plots (Markdown, HTML, PNG).
 
 The numbers come from `summarize()`, which the compare command reuses, so a figure means the same
-thing in both. Timing statistics leave out the first (warm-up) step and profiled steps.
+thing in both. Timing statistics leave out the first (warm-up) step, the first step
+of each resumed attempt (it warms up again), and profiled steps.
 """
 from __future__ import annotations
 
@@ -163,7 +164,9 @@ def summarize(run: Run) -> dict:
     energy_step = median(energy_rows)
     tel = run.info.get("telemetry") or {}
     energy = ({"per_step_j": energy_step, "per_sample_j": energy_step / gbs if energy_step and gbs else None,
-               "total_j": sum(r.get(StepKey.JOB_GPU_ENERGY_J) or 0 for r in run.metrics),
+               # a step without a reading is unknown, not 0 J: no total then, with the count
+               "total_j": None if None in (all_j := [r.get(StepKey.JOB_GPU_ENERGY_J) for r in run.metrics])
+               else sum(all_j), "steps_without_energy": sum(1 for v in all_j if v is None),
                "power_w": median([r.get(StepKey.JOB_GPU_POWER_W) for r in steps])}
               if energy_step is not None else
               {"reason": next((r.get(StepKey.GPU_ENERGY_REASON) for r in run.metrics
@@ -276,7 +279,8 @@ def tables(s: dict) -> list[tuple[str, list[str], list[list[str]]]]:
     group_table = group_rows(s)
     e = s["energy"]
     energy = ([["energy per step", fmt(e["per_step_j"], "J")], ["energy per sample", fmt(e["per_sample_j"], "J")],
-               ["total energy", fmt(e["total_j"], "J")], ["GPU power (sampled)", fmt(e["power_w"], "W")]]
+               ["total energy", fmt(e["total_j"], "J") if e.get("total_j") is not None or not e.get("steps_without_energy")
+                else f"n/a ({e['steps_without_energy']} of {s['steps']} steps without a reading)"], ["GPU power (sampled)", fmt(e["power_w"], "W")]]
               if "reason" not in e else [["energy", f"not available: {e['reason']}"]])
     c = s["counters"]
     counters = [["verdict", fmt(c.get("verdict"))], ["reason", fmt(c.get("reason"))]]

@@ -6,6 +6,7 @@ import os
 import re
 import statistics
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from telemetry.errors import InputError
 # the run directory's owner: its reader and the older names (re-exported: analysis reads through here)
@@ -45,12 +46,41 @@ class Run:
         return self.info.get("name") or os.path.basename(os.path.normpath(self.path))
 
     def timed_steps(self) -> list[dict]:
-        """Steps fit for timing statistics: not the warm-up step, not profiled steps, not steps in which
-        torch.compile compiled (`compile_s` > 0, train.compile=blocks)."""
+        """Steps fit for timing statistics: not the warm-up step, nor a resumed attempt's first step (it warms
+        up again), not profiled steps, not steps in which torch.compile compiled (`compile_s` > 0,
+        train.compile=blocks)."""
+        warm = {id(r) for r in self._resumed_first_steps()}
         rows = [r for r in self.metrics if not r.get(StepKey.PROFILED)]
         rows = rows[1:] if len(rows) > 1 else rows
+        rows = [r for r in rows if id(r) not in warm] or rows
         steady = [r for r in rows if not r.get(StepKey.COMPILE_S)]
         return steady or rows
+
+    def _resumed_first_steps(self) -> list[dict]:
+        """The first step of every attempt after the first (run.json `attempts` and this attempt's start_time):
+        the first row that started at or after the attempt's start."""
+        starts = set()
+        for a in [*(self.info.get(RunKey.ATTEMPTS) or []), self.info]:
+            t = _epoch(a.get(RunKey.START_TIME)) if isinstance(a, dict) else None
+            if t is not None:
+                starts.add(t)
+        out = []
+        for t in sorted(starts)[1:]:
+            first = next((r for r in self.metrics if isinstance(r.get(StepKey.TIME), (int, float))
+                          and r[StepKey.TIME] - (r.get(StepKey.STEP_TIME_S) or 0.0) >= t), None)
+            if first is not None and first is not self.metrics[0]:
+                out.append(first)
+        return out
+
+
+def _epoch(text) -> float | None:
+    """Seconds since the epoch of a run.json time (UTC ISO), None where it is not one."""
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
 
 
 # run.json's sections the readers walk into: each an object (hosts a list) or null

@@ -54,3 +54,17 @@ def test_profile_step_refuses_too_few_steps(capsys):
 
     assert main(["--out", "unused", "--steps", "3"]) == 2
     assert capsys.readouterr().err.startswith("error: --steps 3 leaves fewer than 3 timed steps")
+
+
+@pytest.mark.parametrize("argv, start", [
+    (["--steps", "6", "--profile", "0"], "error: --steps 6 leaves fewer than 5 timed steps"),
+    (["--repeat", "0"], "error: --repeat 0 / --callgrind 0; allowed: --repeat >= 1"),
+])
+def test_loop_parity_refuses_bad_counts_with_status_2(argv, start, capsys):
+    from bench.loop_parity import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["--out", "", *argv])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(start) and err.count("\n") == 1 and "Traceback" not in err

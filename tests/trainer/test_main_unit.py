@@ -46,3 +46,23 @@ def test_unknown_option_is_one_error_line(monkeypatch, capsys):
     assert run_module(monkeypatch, TINY, "--fast") == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: unrecognized arguments: --fast") and "--help" in err[0]
+
+
+@pytest.mark.parametrize("args,lines", [
+    # what the run refuses at model build, the dry run (a laptop checking a cluster's recipe) refuses too
+    (["model.config.num_hiden_layers=32"], ["error: model.config.num_hiden_layers: unknown key for LlamaConfig (did "
+                                            "you mean 'num_hidden_layers'?); allowed: the fields of LlamaConfig"]),
+    (["model.config.hidden_size=65"], ["error: model.config.hidden_size: 65 is not divisible by num_attention_heads 4"]),
+    (["parallel.tp=3", "--world-size", "3"],
+     ["error: parallel.tp: 3 does not divide the model's num_attention_heads (4); allowed: divisors of 4",
+      "error: parallel.tp: 3 does not divide the model's num_key_value_heads (2); allowed: divisors of 2",
+      "error: parallel.tp: 3 does not divide the model's intermediate_size (352); allowed: divisors of 352"]),
+])
+def test_dry_run_checks_the_model_config_as_the_run_would(monkeypatch, capsys, args, lines):
+    assert run_module(monkeypatch, TINY, *args, "--dry-run") == 2
+    assert capsys.readouterr().err.strip().splitlines() == lines
+
+
+def test_dry_run_leaves_a_clusters_config_path_to_the_run(monkeypatch, capsys):
+    assert run_module(monkeypatch, TINY, "model.config=/cluster/models/llama/config.json", "--dry-run") == 0
+    assert "'/cluster/models/llama/config.json' does not exist on this machine" in capsys.readouterr().err

@@ -4,6 +4,7 @@ from __future__ import annotations
 from ..checks import at_least
 from ..config import Recipe
 from .data_checks import check_split, check_synthetic_or_path
+from .hf import config_problems
 
 def check(r: Recipe) -> list[str]:
     p = []
@@ -11,6 +12,8 @@ def check(r: Recipe) -> list[str]:
     if (m.path is None) == (m.config is None):
         p.append("model: set exactly one of model.path (a local BERT checkpoint directory) "
                  "or model.config (BertConfig fields, random init); got " + ("both" if m.path else "neither"))
+    if m.path is None:  # a checkpoint's config.json is read where the run starts
+        p += config_problems(m.config)
     p += at_least("data", d, ("seq_len",), 8)
     if not 1 <= d.max_predictions <= d.seq_len:
         p.append(f"data.max_predictions: got {d.max_predictions}; expected 1..data.seq_len ({d.seq_len})")

@@ -68,6 +68,39 @@ def _non_finite(value, path: str):
     return None
 
 
+def config_problems(spec, cls_name: str | None = None, tp: int | None = None) -> list[str]:
+    """model.config checked without building anything: its fields as config_fields checks them, and tp against
+    the heads and MLP width it splits. With `cls_name` (the dry run) also its keys against the family's config
+    class, which imports transformers (and torch: seconds); the run checks those keys when it builds the model.
+    A config.json path that is not on this machine is left to the run (a cluster's path is fine for a dry run)."""
+    if spec is None or (isinstance(spec, str) and not os.path.isfile(spec)):
+        return []
+    cls = None
+    if cls_name is not None:
+        from ..compat import prepare_torchvision
+
+        prepare_torchvision(False)  # language models need no torchvision; a broken one breaks transformers' import
+        try:
+            import transformers
+
+            cls = getattr(transformers, cls_name)
+        except Exception:  # transformers missing or broken here: the sizes and divisibility are still checked
+            cls = None
+    try:
+        fields = config_fields(spec, cls)
+    except ModelError as exc:
+        return [str(exc)]
+    problems = []
+    if isinstance(tp, int) and tp > 1:
+        heads = fields.get("num_attention_heads")
+        for key in ("num_attention_heads", "num_key_value_heads", "intermediate_size"):
+            value = fields.get(key, heads if key == "num_key_value_heads" else None)
+            if isinstance(value, int) and not isinstance(value, bool) and value % tp:
+                problems.append(f"parallel.tp: {tp} does not divide the model's {key} ({value}); "
+                                f"allowed: divisors of {value}")
+    return problems
+
+
 def config_fields(spec, cls=None) -> dict:
     """model.config as a mapping of config fields: given inline, or read from a config.json path.
     With `cls` (the family's config class) unknown keys are refused: transformers keeps any unknown

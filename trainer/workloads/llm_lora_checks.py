@@ -4,6 +4,7 @@ from __future__ import annotations
 from ..checks import at_least
 from ..config import SEQ_LEN_MAX, Recipe
 from .data_checks import check_split
+from .hf import config_problems
 
 def check(r: Recipe) -> list[str]:
     p = []
@@ -13,6 +14,8 @@ def check(r: Recipe) -> list[str]:
                  "or model.config (random init); got " + ("both" if m.path else "neither"))
     if m.config is not None and m.tokenizer is None:
         p.append("model.tokenizer: required with model.config (random init has no tokenizer of its own)")
+    if m.path is None:  # a checkpoint's config.json is read where the run starts
+        p += config_problems(m.config, tp=r.parallel.tp)
     p += at_least("lora", r.lora, ("r",), 1)
     if r.lora.alpha <= 0:
         p.append(f"lora.alpha: got {r.lora.alpha}; expected a number > 0")

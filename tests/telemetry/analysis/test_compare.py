@@ -60,6 +60,17 @@ def test_refuses_different_recipes_and_says_why(tmp_path):
     assert "compared despite different recipes" in (tmp_path / "cmp" / "compare.md").read_text()
 
 
+def test_runs_differing_only_in_where_they_start_or_what_they_print_are_one_recipe(tmp_path):
+    from telemetry.analysis.compare_inputs import recipe_differences
+    from telemetry.analysis.runs import load_run
+
+    a = load_run(str(write_run(tmp_path / "a", train_extra={"resume": "auto", "log_every": 10})))
+    b = load_run(str(write_run(tmp_path / "b", train_extra={"resume": "never", "log_every": 1})))
+    assert recipe_differences(a, b) == []
+    c = load_run(str(write_run(tmp_path / "c", train_extra={"resume": "never", "grad_clip": 0.5})))
+    assert recipe_differences(b, c) == ["train.grad_clip (None vs 0.5)"]
+
+
 @pytest.mark.integration
 def test_sweep_comparison_with_latency_reduction(tmp_path):
     tcp = write_run(tmp_path / "tcp", sweep=sweep_result(scale=3.0))

@@ -318,3 +318,38 @@ def test_a_node_count_the_recipes_global_batch_does_not_divide_over_is_said():
     assert note == ("the recipe's global batch 12 does not divide over micro-batch 4 x dp 2: a run on 2 ranks needs "
                     "another (train.global_batch_size, a multiple of 8); projected as if 12 samples divided evenly")
     assert not [n for n in project({**three, "global_batch": 24}, 8e6, nodes=2)["notes"] if "does not divide" in n]
+
+
+def _grouped(world: int, groups: dict) -> dict:
+    """A run measured on one node whose process groups were all inside it (telemetry's comm_groups)."""
+    ops = {"all_reduce": {"bytes": sum(g["bytes"] for g in groups.values()), "time_s": 0.01, "calls": len(groups)}}
+    return profile(world_size=world, nodes=1, dp=groups.get("dp", {}).get("size", 1), ops=ops, groups={
+        dim: {"dim": dim, "scope": "intra", "size": g["size"],
+              "ops": {"all_reduce": {"bytes": g["bytes"], "time_s": 0.005, "calls": 1}}} for dim, g in groups.items()})
+
+
+def test_a_one_node_run_projected_onto_more_nodes_puts_the_groups_that_span_them_on_the_link():
+    """Measured on one node, every group was inside it. On 2 nodes of as many ranks the dp group (the mesh's
+    middle dimension, grown to twice its size) spans them and its all-reduce goes over the link; tp (innermost,
+    2 of the node's 4 ranks) stays inside. It predicted nothing on the wire before."""
+    p = _grouped(4, {"tp": {"size": 2, "bytes": 4_000_000}, "dp": {"size": 2, "bytes": 1_000_000}})
+    got = project(p, 100e6, nodes=2, efficiency=1.0)
+    dp, tp = got["by_group"]["dp"], got["by_group"]["tp"]
+    assert (dp["size_new"], dp["on_target_link"]) == (4, True)
+    assert dp["wire_bytes"] == 1_000_000 * 2 * 3 / 4  # ring all-reduce over 4 ranks: 2 (n-1)/n of the bytes
+    assert dp["wire_s"] == pytest.approx(1_500_000 * 8 / 100e6)  # 0.12 s at 100 Mbit/s
+    assert dp["predicted_s"] == pytest.approx(max(0.005, 0.12))  # replaces the on-node transfer, not added to it
+    assert (tp["size_new"], tp["on_target_link"], tp["predicted_s"]) == (2, False, 0.005)
+    assert any("the dp group (size 2, inside the one node measured) spans nodes" in n for n in got["notes"])
+    # the same run projected onto its own one node: nothing on a link, as before
+    same = project(p, 100e6, efficiency=1.0)
+    assert not any(g["on_target_link"] for g in same["by_group"].values()) and same["wire_s"] == 0.0
+
+
+def test_only_the_groups_wider_than_a_node_on_the_target_span_nodes():
+    """tp 4 x dp 2 measured on one node of 8 ranks, onto 2 nodes of 8: tp (stride 1, 4 ranks) stays inside a
+    node; dp (stride 4, 4 ranks on the target) spans both."""
+    p = _grouped(8, {"tp": {"size": 4, "bytes": 1_000_000}, "dp": {"size": 2, "bytes": 1_000_000}})
+    got = project(p, 100e6, nodes=2, efficiency=1.0)
+    assert got["by_group"]["tp"]["on_target_link"] is False and got["by_group"]["dp"]["on_target_link"] is True
+    assert got["by_group"]["dp"]["size_new"] == 4
