@@ -54,9 +54,13 @@ def test_unknown_option_is_one_error_line(monkeypatch, capsys):
                                             "you mean 'num_hidden_layers'?); allowed: the fields of LlamaConfig"]),
     (["model.config.hidden_size=65"], ["error: model.config.hidden_size: 65 is not divisible by num_attention_heads 4"]),
     (["parallel.tp=3", "--world-size", "3"],
-     ["error: parallel.tp: 3 does not divide the model's num_attention_heads (4); allowed: divisors of 4",
-      "error: parallel.tp: 3 does not divide the model's num_key_value_heads (2); allowed: divisors of 2",
-      "error: parallel.tp: 3 does not divide the model's intermediate_size (352); allowed: divisors of 352"]),
+     # one mistake, one line (it was three, each naming parallel.tp)
+     ["error: parallel.tp: 3 does not divide the model's num_attention_heads (4), num_key_value_heads (2), "
+      "intermediate_size (352); allowed: 1, 2 (what divides num_attention_heads, num_key_value_heads, "
+      "intermediate_size)"]),
+    (["parallel.tp=4", "--world-size", "4"],
+     ["error: parallel.tp: 4 does not divide the model's num_key_value_heads (2); allowed: 1, 2 (what divides "
+      "num_attention_heads, num_key_value_heads, intermediate_size)"]),
 ])
 def test_dry_run_checks_the_model_config_as_the_run_would(monkeypatch, capsys, args, lines):
     assert run_module(monkeypatch, TINY, *args, "--dry-run") == 2

@@ -90,15 +90,20 @@ def config_problems(spec, cls_name: str | None = None, tp: int | None = None) ->
         fields = config_fields(spec, cls)
     except ModelError as exc:
         return [str(exc)]
-    problems = []
-    if isinstance(tp, int) and tp > 1:
-        heads = fields.get("num_attention_heads")
-        for key in ("num_attention_heads", "num_key_value_heads", "intermediate_size"):
-            value = fields.get(key, heads if key == "num_key_value_heads" else None)
-            if isinstance(value, int) and not isinstance(value, bool) and value % tp:
-                problems.append(f"parallel.tp: {tp} does not divide the model's {key} ({value}); "
-                                f"allowed: divisors of {value}")
-    return problems
+    if not (isinstance(tp, int) and tp > 1):
+        return []
+    heads = fields.get("num_attention_heads")
+    sizes = {key: fields.get(key, heads if key == "num_key_value_heads" else None)
+             for key in ("num_attention_heads", "num_key_value_heads", "intermediate_size")}
+    sizes = {k: v for k, v in sizes.items() if isinstance(v, int) and not isinstance(v, bool) and v > 0}
+    bad = [f"{key} ({value})" for key, value in sizes.items() if value % tp]
+    if not bad:
+        return []
+    # one mistake, one line (it was a line per size, each naming parallel.tp)
+    common = math.gcd(*sizes.values())
+    divisors = [d for d in range(1, common + 1) if common % d == 0]
+    return [f"parallel.tp: {tp} does not divide the model's {', '.join(bad)}; allowed: "
+            f"{', '.join(map(str, divisors))} (what divides {', '.join(sizes)})"]
 
 
 def config_fields(spec, cls=None) -> dict:
