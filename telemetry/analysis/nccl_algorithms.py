@@ -185,14 +185,21 @@ def log_files(run_dir: str) -> list[str]:
     return paths
 
 
-def read_run(run_dir: str, max_bytes: int = 64 << 20) -> list[dict]:
-    """Every TUNING record of a run directory's NCCL logs (each file read up to max_bytes)."""
-    records = []
+def read_logs(run_dir: str, max_bytes: int = 64 << 20) -> tuple[list[dict], dict]:
+    """Each of a run directory's NCCL logs read once (up to max_bytes): every TUNING record, and the init-time
+    tuning tables (tuning_table; the last communicator's table of each log)."""
+    records, tables = [], {}
     for path in log_files(run_dir):
         with open(path, encoding="utf-8", errors="replace") as f:
             lines = f.read(max_bytes).splitlines()
         records += parse_lines(lines, _version(lines))
-    return records
+        tables.update(tuning_table(lines))
+    return records, tables
+
+
+def read_run(run_dir: str, max_bytes: int = 64 << 20) -> list[dict]:
+    """Every TUNING record of a run directory's NCCL logs (each file read up to max_bytes)."""
+    return read_logs(run_dir, max_bytes)[0]
 
 
 def choices(records: list[dict]) -> dict[tuple[str, int], Counter]:
@@ -226,9 +233,18 @@ def size_text(n: int) -> str:
     return f"{n} B"
 
 
-def run_section(run_dir: str, max_rows: int = 60) -> tuple[str, list[str], list[list[str]]] | None:
-    """The report's table: collective, size, algorithm/protocol (calls). None where the run has no line."""
-    records = read_run(run_dir)
+def report_sections(run_dir: str) -> list[tuple[str, list[str], list[list[str]]]]:
+    """The report's NCCL tables, the logs read once: what NCCL picked (run_section), what it could pick
+    (table_section); each only where the logs hold its lines."""
+    records, tables = read_logs(run_dir)
+    return [t for t in (run_section(run_dir, records=records), table_section(run_dir, tables=tables)) if t]
+
+
+def run_section(run_dir: str, max_rows: int = 60, records: list[dict] | None = None
+                ) -> tuple[str, list[str], list[list[str]]] | None:
+    """The report's table: collective, size, algorithm/protocol (calls). None where the run has no line.
+    `records`: the run's, already read (read_logs)."""
+    records = read_run(run_dir) if records is None else records
     if not records:
         return None
     by = choices(records)
@@ -243,14 +259,12 @@ def run_section(run_dir: str, max_rows: int = 60) -> tuple[str, list[str], list[
     return title, ["collective", "size", "algorithm/protocol", "calls"], rows[:max_rows]
 
 
-def table_section(run_dir: str) -> tuple[str, list[str], list[list[str]]] | None:
+def table_section(run_dir: str, tables: dict | None = None) -> tuple[str, list[str], list[list[str]]] | None:
     """The report's table of what NCCL could pick: per collective, the algorithm/protocol pairs its init-time
     tuning table gives a bandwidth (the last communicator's table in each log; NCCL_DEBUG_SUBSYS with TUNING
-    prints it). An algorithm missing here (NVLS, COLLNET_*, PAT) was disabled or not available on this fabric."""
-    tables = {}
-    for path in log_files(run_dir):
-        with open(path, encoding="utf-8", errors="replace") as f:
-            tables.update(tuning_table(f.read(64 << 20).splitlines()))
+    prints it). An algorithm missing here (NVLS, COLLNET_*, PAT) was disabled or not available on this fabric.
+    `tables`: the run's, already read (read_logs)."""
+    tables = read_logs(run_dir)[1] if tables is None else tables
     if not tables:
         return None
     rows = [[coll, ", ".join(pairs) or "none (every bandwidth 0)", str(len(tables[coll]) - len(pairs))]

@@ -526,9 +526,8 @@ def write_report(run_path: str, out: str | None = None) -> dict:
                else None)
     from telemetry.analysis.flight_recorder import section as flight_recorder  # a hung or timed-out run's dumps
     hang = flight_recorder(run_path)
-    from telemetry.analysis.nccl_algorithms import run_section as nccl_algorithms  # NCCL's TUNING lines
-    from telemetry.analysis.nccl_algorithms import table_section as nccl_table  # and what it could have picked
-    algo = [t for t in (nccl_algorithms(run_path), nccl_table(run_path)) if t]
+    from telemetry.analysis.nccl_algorithms import report_sections  # NCCL's choices, and what it could pick
+    algo = report_sections(run_path)
     from telemetry.analysis.fabric_config import report_section as fabric_config  # what the fabric was
     config = fabric_config(run.info) if "nccl_tests" not in run.info else None
     write_documents(out, "report", title, f"Run directory: {os.path.abspath(run_path)}",

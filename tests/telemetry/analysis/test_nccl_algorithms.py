@@ -156,3 +156,15 @@ def test_table_section_lists_what_nccl_could_pick_from_its_init_table(tmp_path):
                     ["AllReduce", "RING/LL, RING/SIMPLE, TREE/LL, TREE/SIMPLE", "17"],
                     ["Broadcast", "RING/LL, RING/SIMPLE", "19"], ["Reduce", "RING/LL, RING/SIMPLE", "19"],
                     ["ReduceScatter", "PAT/SIMPLE, RING/LL, RING/SIMPLE", "18"]]
+
+
+def test_report_sections_give_both_tables_from_one_reading_of_the_logs(tmp_path):
+    from telemetry.analysis.nccl_algorithms import report_sections, table_section
+
+    (tmp_path / "logs").mkdir()
+    assert report_sections(str(tmp_path)) == []
+    for i, name in enumerate(("nccl_ebpf_2.29.7_tuning_table_pat_block.log", "nccl_ebpf_2.29.7_broadcast_socket.log")):
+        shutil.copy(CORPUS / name, tmp_path / "logs" / f"nccl.host.{i}.log")
+    picked, could = report_sections(str(tmp_path))
+    assert picked == run_section(str(tmp_path)) and could == table_section(str(tmp_path))
+    assert picked[1] == ["collective", "size", "algorithm/protocol", "calls"]
