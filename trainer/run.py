@@ -139,6 +139,8 @@ def run(recipe: Recipe, layout: Layout, argv: list[str], overrides: list[str]) -
         st.status = st.status if st.status != "failed" else "completed"
         st.code = 0
     except BaseException as exc:  # BaseException: torch's CheckpointException is not an Exception
+        if st.stops is not None:  # torchrun's SIGTERM, while this rank says why, must not cut it short
+            st.stops.closing()
         if classify_failure(st, exc):
             raise  # SystemExit: the finally below records it first
     finally:
@@ -342,8 +344,8 @@ def classify_failure(st: RunState, exc: BaseException) -> bool:
 def close(st: RunState) -> None:
     """Always, error or not: flight-recorder dumps after a failure, the other hooks' end, then the recorder's
     close (telemetry summary and exports, run.json's final status), the lock, the process group."""
-    if st.stops is not None:
-        st.stops.remove()
+    if st.stops is not None:  # a signal now (torchrun stopping the others) waits for run.json's final status
+        st.stops.closing()
     if st.code != 0 and dist.is_initialized():
         dump_flight_recorder(st.rundir.logs, st.rank)  # what every rank last entered, for telemetry report
     try:
@@ -356,6 +358,8 @@ def close(st: RunState) -> None:
             st.lock.release()
             if dist.is_initialized():
                 dist.destroy_process_group()
+            if st.stops is not None:
+                st.stops.remove()
 
 
 def _say(rank: int, error: str) -> None:

@@ -78,6 +78,7 @@ class StopRequests:
         self._agent_lost = False
         self._peers_gone = peers_gone
         self._thread: threading.Thread | None = None
+        self._closing_signal_at: float | None = None  # a signal while the run closes (closing())
 
     # -------------------------------------------------------------- install / remove
 
@@ -88,6 +89,24 @@ class StopRequests:
             self._thread = threading.Thread(target=self._watch_agent, name="agent-watch", daemon=True)
             self._thread.start()
         return self
+
+    def closing(self) -> None:
+        """The run is ending (its record not yet written): a signal now must not cut that short. torchrun
+        SIGTERMs every worker as soon as one fails, and the default action would end this one between its
+        `error:` line and run.json's final status, leaving the run `running`. So a signal is noted and
+        ignored while the run closes (torchrun allows 30 s before its SIGKILL); only a deliberate second
+        request, more than REPEAT_S after the first, stops the close at once."""
+        self._stop.set()
+        self.deferring = False
+        for signum in self._old:
+            signal.signal(signum, self._on_signal_while_closing)
+
+    def _on_signal_while_closing(self, signum, _frame):
+        now = time.monotonic()
+        if self._closing_signal_at is None or now - self._closing_signal_at < REPEAT_S:
+            self._closing_signal_at = self._closing_signal_at or now
+            return
+        raise Interrupted(f"{_REASONS[_CODES.get(signum, SIGTERM)]} (again, while the run was closing)")
 
     def remove(self) -> None:
         self._stop.set()

@@ -227,7 +227,7 @@ def test_lost_rank_is_named_with_its_host(tmp_path):
     assert res.returncode != 0
     info = json.loads((out / "run.json").read_text())
     host = info["hosts"][1]
-    assert info["status"] == "failed", info
+    assert info["status"] == "failed", (info, res.stderr[-3000:])
     assert info["error"].startswith(f"rank 1 (host {host['hostname']}, pid {host['pid']}) was lost after step "), \
         info["error"]
 

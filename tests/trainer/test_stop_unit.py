@@ -35,6 +35,23 @@ def test_sigterm_outside_the_loop_stops_at_once():
     assert signal.getsignal(signal.SIGTERM) is not stops._on_signal  # the previous handler is back
 
 
+def test_a_signal_while_the_run_closes_is_noted_not_obeyed(monkeypatch):
+    """torchrun SIGTERMs the survivors as soon as one rank dies: the default action would end a rank between
+    its error line and run.json's final status (the run stayed `running`)."""
+    stops = StopRequests(save_on_signal=True).install()
+    try:
+        stops.closing()
+        os.kill(os.getpid(), signal.SIGTERM)  # torchrun's: ignored, the close goes on
+        os.kill(os.getpid(), signal.SIGINT)  # within REPEAT_S: the same request's copy
+        assert stops._closing_signal_at is not None
+        monkeypatch.setattr("trainer.stop.REPEAT_S", 0.0)
+        with pytest.raises(Interrupted, match=r"SIGINT \(again, while the run was closing\)"):
+            os.kill(os.getpid(), signal.SIGINT)  # a deliberate second request still stops it
+    finally:
+        stops.remove()
+    assert signal.getsignal(signal.SIGTERM) not in (stops._on_signal, stops._on_signal_while_closing)
+
+
 def test_sigterm_in_the_loop_waits_for_the_step_end(group_of_one):
     stops = StopRequests(save_on_signal=True).install()
     try:
