@@ -26,13 +26,14 @@ LLAMA_ROWWISE = ("self_attn.o_proj", "mlp.down_proj")
 
 
 def _check_divisible(config, tp: int) -> None:
-    from .error_report import InputError
+    """The built model's config (a checkpoint's too) against tp: the recipe check's rule and line."""
+    from .workloads.hf import tp_problem
 
-    for key in ("num_attention_heads", "num_key_value_heads", "intermediate_size"):
-        value = getattr(config, key, None)
-        if value is not None and value % tp:
-            raise InputError(f"parallel.tp: {tp} does not divide the model's {key} ({value}); "
-                             f"allowed: divisors of {value}")
+    line = tp_problem(config, tp)
+    if line:
+        from .error_report import InputError
+
+        raise InputError(line)
 
 
 def apply_tensor_parallel(model: torch.nn.Module, dims: ParallelDims, sequence_parallel: bool = False,

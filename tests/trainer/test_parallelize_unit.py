@@ -50,8 +50,10 @@ def test_degree_one_leaves_the_model_alone(group_of_one, workload):
 def test_tp_must_divide_the_heads():
     config = types.SimpleNamespace(num_attention_heads=4, num_key_value_heads=2, intermediate_size=352)
     _check_divisible(config, 2)
+    # the recipe check's line (trainer/workloads/hf.py tp_problem): one rule, one wording
     with pytest.raises(InputError, match=r"^parallel.tp: 4 does not divide the model's num_key_value_heads \(2\); "
-                                         r"allowed: divisors of 2$"):
+                                         r"allowed: 1, 2 \(what divides num_attention_heads, num_key_value_heads, "
+                                         r"intermediate_size\)$"):
         _check_divisible(config, 4)
 
 

@@ -92,18 +92,30 @@ def config_problems(spec, cls_name: str | None = None, tp: int | None = None) ->
         return [str(exc)]
     if not (isinstance(tp, int) and tp > 1):
         return []
-    heads = fields.get("num_attention_heads")
-    sizes = {key: fields.get(key, heads if key == "num_key_value_heads" else None)
-             for key in ("num_attention_heads", "num_key_value_heads", "intermediate_size")}
+    return [line] if (line := tp_problem(fields, tp)) else []
+
+
+TP_SPLIT_SIZES = ("num_attention_heads", "num_key_value_heads", "intermediate_size")
+
+
+def tp_problem(fields, tp: int) -> str | None:
+    """The line for a tp that does not divide what it splits (heads, key/value heads, MLP width), or None:
+    one rule, one wording, for the recipe check (a config's fields) and the built model (its config object,
+    a checkpoint's too). `fields`: a mapping or an object with those attributes; no key/value heads means as
+    many as attention heads."""
+    sizes = {key: fields.get(key) if isinstance(fields, dict) else getattr(fields, key, None)
+             for key in TP_SPLIT_SIZES}
+    if sizes["num_key_value_heads"] is None:
+        sizes["num_key_value_heads"] = sizes["num_attention_heads"]
     sizes = {k: v for k, v in sizes.items() if isinstance(v, int) and not isinstance(v, bool) and v > 0}
     bad = [f"{key} ({value})" for key, value in sizes.items() if value % tp]
     if not bad:
-        return []
+        return None
     # one mistake, one line (it was a line per size, each naming parallel.tp)
     common = math.gcd(*sizes.values())
     divisors = [d for d in range(1, common + 1) if common % d == 0]
-    return [f"parallel.tp: {tp} does not divide the model's {', '.join(bad)}; allowed: "
-            f"{', '.join(map(str, divisors))} (what divides {', '.join(sizes)})"]
+    return (f"parallel.tp: {tp} does not divide the model's {', '.join(bad)}; allowed: "
+            f"{', '.join(map(str, divisors))} (what divides {', '.join(sizes)})")
 
 
 def config_fields(spec, cls=None) -> dict:
