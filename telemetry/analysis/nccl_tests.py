@@ -486,6 +486,21 @@ def _side_by_side(line: str) -> list[str] | None:
     return halves if len(halves) == 2 and all(_ANCHOR.search(h) for h in halves) else None
 
 
+# a row that GitHub's editor turned into a markdown table ("1024 | 512 | half | sum | -1 | 5.39 | ...", mscclpp#736):
+# every cell one token; "-- | -- | ..." (the table's rule) says nothing
+_PIPE_CELL = re.compile(r"[^\s|]+")
+_PIPE_RULE = re.compile(r":?-+:?")
+
+
+def _pipe_row(line: str) -> str | None:
+    """A markdown table row's cells joined by blanks (an nccl-tests row again); '' for the table's rule line;
+    None when the line is not a row of one-token cells."""
+    cells = [c.strip() for c in line.strip().strip("|").split("|")]
+    if len(cells) < 3 or not all(_PIPE_CELL.fullmatch(c) for c in cells):
+        return None
+    return "" if all(_PIPE_RULE.fullmatch(c) for c in cells) else " ".join(cells)
+
+
 def _shipped_prefix(lines: list[str]) -> re.Pattern | None:
     """The prefix a log shipper or launcher put before every line (kubectl logs --timestamps, CloudWatch, journald,
     pdsh, Ray, kubectl --prefix), learnt from the lines that hold one of nccl-tests' comment lines: its shape with
@@ -510,7 +525,8 @@ def parse(text: str, name_hint: str | None = None, path: str | None = None) -> d
     """nccl-tests text -> the sweep's JSON. `name_hint`: a file name that may name the test."""
     parser = _Parser()
     streams: dict[object, _Stream] = {}
-    lines = text.splitlines()
+    # markdown escapes a '#' at the start of a line ("\\#  size  count ...", mscclpp#736): the '#' is nccl-tests'
+    lines = [line.replace("\\#", "#") if "\\#" in line else line for line in text.splitlines()]
     shipped = _shipped_prefix(lines)
     for raw in lines:
         raw = raw.rstrip("\r\n")
@@ -521,6 +537,8 @@ def parse(text: str, name_hint: str | None = None, path: str | None = None) -> d
             continue
         # two outputs pasted side by side ("... #wrong  |  #  size ...", rccl#1352): each half is a stream of its own
         halves = _side_by_side(line) if "|" in line else None
+        if halves is None and "|" in line and (row := _pipe_row(line)) is not None:
+            line = row
         for half_key, half in ((key, line),) if halves is None else (((key, i), h) for i, h in enumerate(halves)):
             stream = streams.get(half_key)
             if stream is None:

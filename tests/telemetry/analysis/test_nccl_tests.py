@@ -69,6 +69,12 @@ ROWS = {
     "all_reduce_perf_issue27_footers_only_two_runs_in_backticks.txt": 0,
     "all_reduce_perf_issue176_prose_title_sharp_off_error_col_excerpt.txt": 6,
     "all_reduce_perf_rccl_1352_two_runs_side_by_side_excerpt.txt": 4,  # 2 lines, each two runs' rows
+    # the sixth collection (code fence and backtick glued to the '#', a markdown pipe table, a modified build)
+    "all_reduce_perf_issue150_code_fence_glued_to_first_hash_line_excerpt.txt": 4,
+    "all_reduce_perf_nccl_1184_tree_row_then_host_prefixed_failure_excerpt.txt": 1,
+    "all_reduce_perf_mscclpp_736_markdown_pipe_table_half_excerpt.txt": 9,
+    "all_reduce_perf_nccl_583_hashless_fork_params_header_only.txt": 0,
+    "all_reduce_perf_nccl_258_backtick_glued_2019_error_col_excerpt.txt": 4,
 }
 TRUTHS = sorted(TABLES.glob("*.json"))
 # a line that starts like a row (after a launcher prefix): size, count, a type name
@@ -90,9 +96,10 @@ def test_every_row_of_every_fixture_is_read(name):
     text = (TABLES / name).read_text()
     result = read(str(TABLES / name))
     # a row cut short by a test failure is not a row
-    # (two outputs pasted side by side hold two rows on a line, joined by '  |  ')
+    # (two outputs pasted side by side hold two rows on a line, joined by '  |  '; a markdown table's row has
+    # ' | ' between its cells)
     assert sum(1 for line in text.splitlines() for part in line.split("  |  ")
-               if ROW_LIKE.match(part) and "failure" not in part) == ROWS[name]
+               if ROW_LIKE.match(part.replace(" | ", " ")) and "failure" not in part) == ROWS[name]
     assert (result["rows_read"], result["rows_skipped"]) == (ROWS[name], 0)
     for op in result["ops"].values():
         for row in op["rows"]:
@@ -482,3 +489,16 @@ def test_two_outputs_pasted_side_by_side_are_two_runs():
     one = parse("\n".join(line.split("  |  ")[0] for line in
                           (TABLES / "all_reduce_perf_rccl_1352_two_runs_side_by_side_excerpt.txt").read_text().splitlines()))
     assert [len(op["rows"]) for op in one["ops"].values()] == [2]
+
+
+def test_a_markdown_pipe_table_reads_as_its_rows():
+    """GitHub's editor turns pasted rows into a markdown table ('1024 | 512 | half | sum | ...', a '-- | --' rule
+    line, header lines escaped as '\\#', mscclpp#736): it once read as 'a table header and nothing else', its 9
+    rows skipped; now each row reads as the same row printed plainly, and a markdown table of prose is no row."""
+    text = (TABLES / "all_reduce_perf_mscclpp_736_markdown_pipe_table_half_excerpt.txt").read_text()
+    plain = "\n".join(line.replace("\\#", "#").replace(" | ", "   ") for line in text.splitlines()
+                      if not line.startswith("--"))
+    assert parse(text)["ops"] == parse(plain)["ops"]
+    assert parse(text)["rows_read"] == 9
+    prose = "| size | what it means |\n| -- | -- |\n| 1024 | one KiB per rank |\n"
+    assert parse(text + "\n" + prose)["ops"] == parse(text)["ops"]
