@@ -168,3 +168,14 @@ def test_report_sections_give_both_tables_from_one_reading_of_the_logs(tmp_path)
     picked, could = report_sections(str(tmp_path))
     assert picked == run_section(str(tmp_path)) and could == table_section(str(tmp_path))
     assert picked[1] == ["collective", "size", "algorithm/protocol", "calls"]
+
+
+def test_a_code_fence_glued_to_the_first_line_and_nvls_tree():
+    """nccl#1752 quoted its TUNING lines with the markdown fence glued to the first host prefix ('```se2-r1-...'):
+    both lines read, NVLS_TREE as its own algorithm; RCCL's collective-trace lines (rccl#429: 'AllReduce: opCount ...'
+    and '## [...] KL hwid ...') are calls, not choices."""
+    r = records("nccl_1752_fence_glued_tree_and_nvls_tree.log")
+    assert [(x["collective"], x["bytes"], label(x), x["channels"]) for x in r] == [
+        ("AllReduce", 16777216, "TREE/LL128", [0, 15]), ("AllReduce", 33554432, "NVLS_TREE/SIMPLE", [0, 15])]
+    trace = (CORPUS.parent / "nccl_logs" / "rccl_429_coll_trace_opcount_kernel_lines.log").read_text()
+    assert parse_lines(trace.splitlines()) == []

@@ -542,3 +542,15 @@ def test_ranks_on_several_nodes_with_only_intra_node_connection_lines_take_the_n
     assert one_node["transport"] == "intra-node"
     no_network = parse_lines([line for line in head if "Using network" not in line and "plugin" not in line])
     assert no_network["transport"] is None and no_network["unknown"]["transport"]
+
+
+def test_rccl_warnings_with_source_paths_and_a_bracketed_timestamp():
+    """RCCL's WARN lines carry the full path of the hipified source (rccl#908: '.../hipify/src/init.cc:125 NCCL WARN
+    Missing "iommu=pt" ...'): each is one warning under its message, the library is RCCL and its version the NCCL
+    release it follows; NCCL's own '[2025-07-21 19:05:29] ' prefix (nccl#1788) leaves the host readable."""
+    rccl = parse_files([str(CORPUS / "rccl_908_rccl2.18.3_gtest_iommu_warns_hip_ipc.log")])
+    assert rccl["library"] == "RCCL" and rccl["nccl_version"] == "2.18.3"
+    assert rccl["warnings"]["total"] == 4
+    assert rccl["warnings"]["messages"][-1]["message"] == "hipIpcGetMemHandle failed : invalid argument"
+    nvls = parse_files([str(CORPUS / "nccl_1788_bracket_timestamp_nvls_cuda_warn.log")])
+    assert nvls["hosts"] == ["node004"] and nvls["warnings"]["by_kind"] == {"cuda": 1}
