@@ -477,7 +477,7 @@ class CallWrappers:
         the call's autograd node (none: its result carries no autograd history, nothing runs in backward). Each
         run of the node is a call on the forward's group: queued for its completion report on NCCL; on gloo
         timed around the node, which waits for its work (wait_tensor blocks on CPU); elsewhere untimed with the
-        forward's reason."""
+        forward's reason. A backward run after this tracer's uninstall counts nothing here."""
         key, op, types, times_n = spec
         outputs = list(result) if isinstance(result, (list, tuple)) else [result]
         if _compiling() or not any(getattr(t, "grad_fn", None) is not None for t in outputs):
@@ -491,6 +491,8 @@ class CallWrappers:
         tracer, running = self, []
 
         def before(grad_outputs):
+            if tracer.retired:  # a graph that outlived its tracer: on NCCL the report shows as unclaimed
+                return
             call = Call(op, nbytes, size, backend, source, time.perf_counter(), untimed_reason=reason)
             tracer._opening(call, pg, types)
             running.append(call)

@@ -164,6 +164,7 @@ class CollectiveTracer(CallWrappers):
         self._unclaimed_seen: Counter = Counter(UNCLAIMED)  # counted from here on
         self._overflows_seen: Counter = Counter(OVERFLOWS)
         self.installed = False
+        self.retired = False  # uninstalled: hooks it left on autograd nodes count nothing (collective_calls.py)
         completion_hooks.add_tracer(self)
 
     # ------------------------------------------------------------ install
@@ -177,7 +178,7 @@ class CollectiveTracer(CallWrappers):
         self._register_groups(c10d)
         drain_reports()  # works that completed before this tracer existed are not its steps' business
         self._unclaimed_seen = Counter(UNCLAIMED)
-        self.installed = True
+        self.installed, self.retired = True, False
         return self
 
     def uninstall(self) -> None:
@@ -194,7 +195,7 @@ class CollectiveTracer(CallWrappers):
                 for call in q:
                     call.queued = False
             self._pending.clear()
-        self.installed = False
+        self.installed, self.retired = False, True
 
 
     # ------------------------------------------------------------ recording

@@ -119,8 +119,11 @@ def test_a_collective_of_a_collectives_output_hooks_its_own_node_once(tracer, gr
     assert _calls(tracer, chained) == [("all_gather", 12), ("all_gather", 12)] + [("reduce_scatter", 12)] * 4
 
 
-def test_a_backward_after_uninstall_counts_in_no_later_tracer(group_of_one):
+def test_a_graph_that_outlives_its_tracer_counts_its_backward_nowhere(group_of_one):
+    """Its hooks are the uninstalled tracer's: counting there would hide the call from the tracer in use (on NCCL
+    the uninstalled one would claim the report); counting nothing leaves the report unclaimed, which says so."""
     first = CollectiveTracer().install()
+    first.begin_step()
     y = funcol.all_gather_single(torch.ones(2, requires_grad=True), 0, group_of_one)
     first.uninstall()
     later = CollectiveTracer().install()
@@ -130,6 +133,7 @@ def test_a_backward_after_uninstall_counts_in_no_later_tracer(group_of_one):
         assert later.end_step().calls == []
     finally:
         later.uninstall()
+    assert [c.op for c in first.end_step().calls] == ["all_gather"]
 
 
 # ---------------------------------------------------------------- the NCCL path (pretend ProcessGroupNCCL)
