@@ -7,6 +7,7 @@ import inspect
 import sys
 import time
 
+import torch
 import torch.distributed as dist
 
 from telemetry.capture import completion_hooks
@@ -101,8 +102,8 @@ DIST_SPECS = {
 }
 # functional collectives: one spec per kind, under each name torch has given it (torch 2.13's *_tensor_*
 # names delegate to the *_single_* ones: a call counts once). The autograd forms (context and expert
-# parallelism, sequence-parallel regions) are the forward's call; the backward's collective is issued by
-# autograd in C++ (on NCCL its report shows as unclaimed).
+# parallelism, sequence-parallel regions) are the forward's call; the collective their backward issues is
+# counted from hooks on the call's autograd node (FUNCOL_BACKWARD).
 _F_AG = ("all_gather", lambda a, n: _NBYTES(a["self"]) * n, _AG)
 _F_RS = ("reduce_scatter", lambda a, n: _NBYTES(a["self"]), _RS)
 _F_A2A = ("all_to_all", lambda a, n: _NBYTES(a["self"]), _A2A)
@@ -120,11 +121,36 @@ FUNCOL_SPECS = {
     **dict.fromkeys(("all_gather_into_tensor_coalesced", "all_gather_single_coalesced"), _F_AG_LIST),
     **dict.fromkeys(("reduce_scatter_tensor_coalesced", "reduce_scatter_single_coalesced"), _F_RS_LIST),
 }
+# What the backward of a functional collective issues: the collective's transpose on the same group, issued by
+# autograd without a call to anything wrapped here (torch 2.13's _functional_collectives.py registers these
+# backwards with torch.library.register_autograd on every _c10d_functional op, the *_autograd names' and the
+# plain ones' alike: they call torch.ops._c10d_functional directly; older torch: C++ autograd of the
+# _c10d_functional_autograd ops). name -> (the autograd node's name, lower case without underscores; the op the
+# backward issues; its NCCL op types; whether S is the forward's output bytes x n (the all_gather of a
+# reduce_scatter's gradient) or the output bytes (the gradient reduce-scattered, all-reduced or sent back).
+# all_reduce and reduce_scatter backwards refuse any reduce op but sum (they raise before issuing anything).
+_B_AG = ("allgatherintotensor", "reduce_scatter", _RS, False)
+_B_RS = ("reducescattertensor", "all_gather", _AG, True)
+FUNCOL_BACKWARD = {
+    "all_reduce": ("allreduce", "all_reduce", _AR, False),
+    "all_reduce_coalesced": ("allreducecoalesced", "all_reduce", _AR_LIST, False),
+    **dict.fromkeys(("all_gather_tensor", "all_gather_single", "all_gather_tensor_autograd",
+                     "all_gather_single_autograd"), _B_AG),
+    **dict.fromkeys(("reduce_scatter_tensor", "reduce_scatter_single", "reduce_scatter_tensor_autograd",
+                     "reduce_scatter_single_autograd"), _B_RS),
+    **dict.fromkeys(("all_to_all_single", "all_to_all_single_autograd"),
+                    ("alltoallsingle", "all_to_all", _A2A, False)),
+    **dict.fromkeys(("all_gather_into_tensor_coalesced", "all_gather_single_coalesced"),
+                    ("allgatherintotensorcoalesced", "reduce_scatter", _RS_LIST, False)),
+    **dict.fromkeys(("reduce_scatter_tensor_coalesced", "reduce_scatter_single_coalesced"),
+                    ("reducescattertensorcoalesced", "all_gather", _AG_LIST, True)),
+}
+_NODE_DEPTH = 6  # the collective's node lies within a few nodes of its result (wait, view, chunk-cat)
 _ASYNC_RETURNING = {"isend", "irecv"}
 # Every name is also wrapped where distributed_c10d looks it up as a module global (the same wrapper, a call
 # reached through another wrapped call counts once): P2POp and batch_isend_irecv test identity against
-# isend/irecv; torch 2.13's all_gather_into_tensor/reduce_scatter_tensor delegate to the *_single names
-# there; DeepSpeed's coalesced all-gather calls distributed_c10d's directly; and the object collectives
+# isend/irecv (and P2POp.op reads back the current one: P2POpFunction); torch 2.13's all_gather_into_tensor/
+# reduce_scatter_tensor delegate to the *_single names there; DeepSpeed's coalesced all-gather calls distributed_c10d's directly; and the object collectives
 # (all_gather_object, gather_object, broadcast_object_list, scatter_object_list, send/recv_object_list:
 # DCP's planning, metrics gathered to rank 0) send their pickled bytes through all_gather, gather, broadcast,
 # scatter, send, recv and batch_isend_irecv there: counted as those calls, with the bytes on the wire.
@@ -135,6 +161,46 @@ _BINDING_MODULES = ("torch.distributed.tensor._collective_utils",)
 # import); on CPU torch falls back to a functional all_gather, counted as that.
 _DTENSOR_A2A = ("torch.distributed.tensor._collective_utils", "shard_dim_alltoall",
                 ("torch.distributed.tensor.placement_types",))
+
+
+TRACED = "traced_by_fabric_harness"  # set on each wrapper this module installs (its __wrapped__: what it replaced)
+ABSENT = object()  # an attribute install added where there was none: uninstall deletes it
+
+
+def torch_own(fn):
+    """The function a (chain of) tracer wrapper(s) stands for: torch's own."""
+    while getattr(fn, TRACED, False):
+        fn = fn.__wrapped__
+    return fn
+
+
+class P2POpFunction:
+    """`P2POp.op` while a tracer is installed. torch's batch_isend_irecv and P2POp test `op is isend` against
+    distributed_c10d's current isend; a P2POp keeps the function it was given. One built while the tracer was
+    installed held the wrapper: used after uninstall (or under a later tracer), torch took its isend for an irecv
+    and passed it `group_src` (TypeError), an irecv's wrapper still counted into the uninstalled tracer, and a
+    later tracer's batch wrapper counted the send as a recv.
+    One built before install held torch's own, and the batch wrapper re-pointed it at the wrapper for good (the
+    same failure when reused after uninstall). So each P2POp stores torch's own function, and reads back the
+    current one: the wrapper while installed; once uninstalled this descriptor is gone and the stored one is
+    what torch expects."""
+
+    def __get__(self, p2p, owner=None):
+        if p2p is None:
+            return self
+        try:
+            op = p2p.__dict__["op"]
+        except KeyError:
+            raise AttributeError("op") from None
+        c10d = sys.modules.get("torch.distributed.distributed_c10d")
+        for name in ("isend", "irecv"):
+            current = getattr(c10d, name, None)
+            if current is not None and torch_own(current) is op:
+                return current
+        return op
+
+    def __set__(self, p2p, value):
+        p2p.__dict__["op"] = torch_own(value)
 
 
 def registering(fn):
@@ -178,7 +244,7 @@ class CallWrappers:
             for name, spec in FUNCOL_SPECS.items():
                 fn = getattr(funcol, name, None)
                 if fn is not None:
-                    self._patch(funcol, name, self._wrap_funcol(fn, spec))
+                    self._patch(funcol, name, self._wrap_funcol(fn, spec, FUNCOL_BACKWARD.get(name)))
         if hasattr(dist, "_broadcast_coalesced"):  # DDP's parameter and buffer broadcasts
             self._patch(dist, "_broadcast_coalesced", self._wrap_broadcast_coalesced(dist._broadcast_coalesced))
         if hasattr(dist, "batch_isend_irecv"):
@@ -193,6 +259,10 @@ class CallWrappers:
             self._patch(c10d, "_coalescing_manager", wrapped)
         self._rebind_importers()
         self._wrap_dtensor_alltoall()
+        p2p_op = getattr(c10d, "P2POp", None)
+        if p2p_op is not None:
+            self._orig[(p2p_op, "op")] = vars(p2p_op).get("op", ABSENT)
+            p2p_op.op = P2POpFunction()
 
     def _wrap_dtensor_alltoall(self) -> None:
         modname, name, importers = _DTENSOR_A2A
@@ -279,6 +349,7 @@ class CallWrappers:
     def _patch(self, module, name: str, wrapper) -> None:
         self._orig[(module, name)] = getattr(module, name)
         wrapper.__wrapped__ = self._orig[(module, name)]
+        setattr(wrapper, TRACED, True)
         setattr(module, name, wrapper)
 
     def _wrap_dist(self, name, fn, spec):
@@ -328,13 +399,9 @@ class CallWrappers:
             if tracer._depth or not p2p_op_list:
                 return fn(p2p_op_list)
             t0 = time.perf_counter()
-            # torch tests `op is isend` against the current functions: ops built before install
-            # hold the originals, so point them at the installed ones
-            current = {tracer.original("isend"): dist.isend, tracer.original("irecv"): dist.irecv}
-            kinds = []
-            for p2p in p2p_op_list:
-                p2p.op = current.get(p2p.op, p2p.op)
-                kinds.append("send" if p2p.op is dist.isend else "recv")
+            # each P2POp reads back the installed isend/irecv, whenever it was built (P2POpFunction)
+            isend = torch_own(dist.isend)
+            kinds = ["send" if torch_own(p2p.op) is isend else "recv" for p2p in p2p_op_list]
             pg, size, backend = tracer._group_info(p2p_op_list[0].group)
             if backend == "nccl":  # NCCL coalesces the batch into one work: one entry for the batch
                 sent = sum(_NBYTES(p.tensor) for p, k in zip(p2p_op_list, kinds) if k == "send")
@@ -380,7 +447,7 @@ class CallWrappers:
 
         return wrapper
 
-    def _wrap_funcol(self, fn, spec):
+    def _wrap_funcol(self, fn, spec, backward=None):
         op, nbytes_of, types = spec
         named = arguments_of(fn)
         tracer = self
@@ -397,10 +464,48 @@ class CallWrappers:
                         time.perf_counter())
             if backend != "nccl":  # waited on at an unknown later point; its bytes show as untimed
                 call.untimed_reason = FUNCOL_GLOO if backend == "gloo" else f"functional collective on {backend}"
-            return tracer._call(fn, call, pg, types, args, kwargs, sync=False)
+            result = tracer._call(fn, call, pg, types, args, kwargs, sync=False)
+            if backward is not None and str(a.get("reduceOp", "sum")).lower() == "sum":
+                tracer._hook_backward(backward, a.get("self", a.get("inputs")), result, pg, call)
+            return result
 
         wrapper.__name__ = fn.__name__
         return wrapper
+
+    def _hook_backward(self, spec, inputs, result, pg, forward: Call) -> None:
+        """The collective the backward of a functional collective issues, counted from a pre-hook and a hook on
+        the call's autograd node (none: its result carries no autograd history, nothing runs in backward). Each
+        run of the node is a call on the forward's group: queued for its completion report on NCCL; on gloo
+        timed around the node, which waits for its work (wait_tensor blocks on CPU); elsewhere untimed with the
+        forward's reason. A backward run after this tracer's uninstall counts nothing here."""
+        key, op, types, times_n = spec
+        outputs = list(result) if isinstance(result, (list, tuple)) else [result]
+        if _compiling() or not any(getattr(t, "grad_fn", None) is not None for t in outputs):
+            return
+        node = autograd_node(outputs, inputs if isinstance(inputs, (list, tuple)) else [inputs], key)
+        if node is None:
+            return
+        nbytes = _sum_bytes(outputs) * (forward.group_size if times_n else 1)
+        size, backend, source = forward.group_size, forward.backend, forward.source
+        reason = None if backend in ("nccl", "gloo") else forward.untimed_reason
+        tracer, running = self, []
+
+        def before(grad_outputs):
+            if tracer.retired:  # a graph that outlived its tracer: on NCCL the report shows as unclaimed
+                return
+            call = Call(op, nbytes, size, backend, source, time.perf_counter(), untimed_reason=reason)
+            tracer._opening(call, pg, types)
+            running.append(call)
+
+        def after(grad_inputs, grad_outputs):
+            if running:
+                call = running.pop()
+                tracer._issued(call, pg)
+                if backend == "gloo":
+                    call.t_done, call.blocking = time.perf_counter(), True
+
+        node.register_prehook(before)
+        node.register_hook(after)
 
     def _wrap_coalescing(self, fn):
         """A `_coalescing_manager` block on NCCL is one work, reported once as COALESCED (or a *_COALESCED
@@ -455,6 +560,34 @@ class CallWrappers:
                 tracer._local.source = None
 
         ddp_model.register_comm_hook(ddp_model.process_group, hook)
+
+
+def _compiling() -> bool:
+    try:
+        return bool(torch.compiler.is_compiling())
+    except (RuntimeError, AttributeError):
+        return False
+
+
+def autograd_node(outputs, inputs, key: str):
+    """The autograd node of the collective that made `outputs` (its name holds `key`, lower case without
+    underscores; a coalesced form's name and key both say coalesced): the nearest to the outputs, never one of
+    the inputs' own history (an input made by an earlier collective has a node of the same name)."""
+    stop = {t.grad_fn for t in inputs if isinstance(t, torch.Tensor) and t.grad_fn is not None}
+    frontier, seen = [t.grad_fn for t in outputs if getattr(t, "grad_fn", None) is not None], set()
+    coalesced = key.endswith("coalesced")
+    for _ in range(_NODE_DEPTH):
+        following = []
+        for node in frontier:
+            if node in seen or node in stop:
+                continue
+            seen.add(node)
+            name = node.name().lower().replace("_", "")
+            if key in name and ("coalesced" in name) == coalesced:
+                return node
+            following.extend(n for n, _ in node.next_functions if n is not None)
+        frontier = following
+    return None
 
 
 def funcol_pg(group):

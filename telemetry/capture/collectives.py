@@ -7,7 +7,8 @@ Python entry points every PyTorch parallelism goes through -
   all_gather_single / reduce_scatter_single, pipeline stages' isend/irecv/batch_isend_irecv, DeepSpeed
   ZeRO's gathers and reduce-scatters (DeepSpeed binds them at `deepspeed.initialize`: install first);
   the all-gather/reduce-scatter names also where distributed_c10d calls them as module globals;
-- `torch.distributed._functional_collectives.*`: DTensor tensor parallelism;
+- `torch.distributed._functional_collectives.*`: DTensor tensor parallelism; the collective a functional
+  collective's backward issues (autograd calls nothing wrapped) from hooks on the call's autograd node;
 - DDP's gradient buckets, which its C++ reducer issues directly, through a DDP comm hook that
   performs the stock average all-reduce (`attach_ddp`); DDP's parameter and buffer broadcasts
   through `torch.distributed._broadcast_coalesced`.
@@ -60,7 +61,7 @@ import torch.distributed as dist
 
 from telemetry import coverage
 from telemetry.capture import completion_hooks, cuda_events
-from telemetry.capture.collective_calls import DIST_SPECS, FUNCOL_SPECS, CallWrappers
+from telemetry.capture.collective_calls import ABSENT, DIST_SPECS, FUNCOL_SPECS, CallWrappers
 from telemetry.capture.comm_groups import group_identity, name_group, ranks_name, set_host_map
 from telemetry.capture.comm_step import (CAPTURED, COMPILED, EVENTS_ASYNC, FUNCOL_GLOO, LATE, NO_DURATION, Call,
                                          StepComm, call_group, group_totals, totals, untimed_bytes)
@@ -163,6 +164,7 @@ class CollectiveTracer(CallWrappers):
         self._unclaimed_seen: Counter = Counter(UNCLAIMED)  # counted from here on
         self._overflows_seen: Counter = Counter(OVERFLOWS)
         self.installed = False
+        self.retired = False  # uninstalled: hooks it left on autograd nodes count nothing (collective_calls.py)
         completion_hooks.add_tracer(self)
 
     # ------------------------------------------------------------ install
@@ -176,21 +178,24 @@ class CollectiveTracer(CallWrappers):
         self._register_groups(c10d)
         drain_reports()  # works that completed before this tracer existed are not its steps' business
         self._unclaimed_seen = Counter(UNCLAIMED)
-        self.installed = True
+        self.installed, self.retired = True, False
         return self
 
     def uninstall(self) -> None:
         self.drain()  # reports already in are this tracer's: matched (or counted unclaimed) now, not by the next
         self._unbind_importers()
         for (module, name), fn in self._orig.items():
-            setattr(module, name, fn)
+            if fn is ABSENT:
+                delattr(module, name)
+            else:
+                setattr(module, name, fn)
         self._orig.clear()
         with self._cond:
             for q in self._pending.values():  # the group hooks stay (they cannot be removed), find nothing
                 for call in q:
                     call.queued = False
             self._pending.clear()
-        self.installed = False
+        self.installed, self.retired = False, True
 
 
     # ------------------------------------------------------------ recording
@@ -240,10 +245,7 @@ class CollectiveTracer(CallWrappers):
                 return fn(*args, **kwargs)
             finally:
                 self._local.depth = 0
-        if pg is not None and call.group is None:
-            call.group = group_identity(pg)
-        if nccl:
-            self._queue(call, pg, types, sync)
+        self._opening(call, pg, types, sync)
         seq = _sequence_number(pg) if several and call.queued and call.events is None else None
         self._local.depth = 1
         try:
@@ -254,6 +256,19 @@ class CollectiveTracer(CallWrappers):
             raise
         finally:
             self._local.depth = 0
+        self._issued(call, pg, seq)
+        return result
+
+    def _opening(self, call: Call, pg, types, sync: bool = True) -> None:
+        """Before `call`'s works are issued: its group, and on NCCL its place in the group's queue."""
+        if pg is not None and call.group is None:
+            call.group = group_identity(pg)
+        if call.backend == "nccl" and pg is not None:
+            self._queue(call, pg, types, sync)
+
+    def _issued(self, call: Call, pg, seq: int | None = None) -> None:
+        """`call`'s works are issued (and, `sync`, waited for on the stream): it joins the current step; on NCCL
+        it now expects its reports (one, or the works counted from the group's sequence number `seq`)."""
         if call.events is not None:  # behind the work's end on this stream (the caller waited for it)
             end = cuda_events.new_event()
             end.record()
@@ -265,7 +280,6 @@ class CollectiveTracer(CallWrappers):
             with self._cond:
                 call.works = after - seq if after is not None and after - seq >= 1 else 1
                 self._settle(call)
-        return result
 
     def _queue(self, call: Call, pg, types, sync: bool = True) -> None:
         if _compiling():  # dynamo is tracing: the call's runs happen inside the compiled graph
