@@ -492,6 +492,19 @@ def _ranks_on(profile: dict, nodes: int, nodes_measured: int, ranks_per_node: in
     return n_new
 
 
+def _link_bytes(units: list[dict]) -> tuple[list[float], float, list[float], float]:
+    """Each unit's bytes on its busiest link, in the measured run and on the target, with the totals over the
+    inter-node units (what the token bucket's credit is spread over, on each run's own link). A group measured
+    inside one node (`from_intra`) crossed no link then, and crosses the target's."""
+    wires = [0.0 if u["from_intra"] else u["bytes"] * bus_factor(u["op"], u["size"]) * u["share_measured"]
+             for u in units]
+    wires_target = [u["bytes"] * bus_factor(u["op"], u["size_new"]) * u["share_new"] for u in units]
+
+    def on_link(ws: list[float]) -> float:
+        return sum(w for u, w in zip(units, ws) if u["scope"] == "inter") or 1.0
+    return wires, on_link(wires), wires_target, on_link(wires_target)
+
+
 def project(profile: dict, link_bps: float | None, latency_s: float = 0.0,
             efficiency: float | None = None, burst_bytes: float = 0.0, nodes: int | None = None,
             busbw_table: dict | None = None, intra_bps: float | None = None,
@@ -522,11 +535,7 @@ def project(profile: dict, link_bps: float | None, latency_s: float = 0.0,
     units = _units(profile)
     notes += _grow_groups(units, n, n_new, nodes / nodes_measured, profile.get("links_per_node"), nodes_measured,
                           nodes)
-    # what crossed the measured run's links: none of a group that was inside its one node
-    wires = [0.0 if u["from_intra"] else u["bytes"] * bus_factor(u["op"], u["size"]) * u["share_measured"]
-             for u in units]
-    # only inter-node traffic went over the measured run's (shaped) links and goes over the target's
-    total = sum(w for u, w in zip(units, wires) if u["scope"] == "inter") or 1.0
+    wires, total, wires_target, total_target = _link_bytes(units)
     credit_measured = _credit(profile.get("burst_bytes") or 0, profile["link_bps"], idle)
     credit_target = _credit(burst_bytes, link_bps, idle * compute_scale)
     if busbw_table is not None:
@@ -535,9 +544,7 @@ def project(profile: dict, link_bps: float | None, latency_s: float = 0.0,
         lo_eff, hi_eff = EFFICIENCY_RANGE[0] / efficiency, EFFICIENCY_RANGE[1] / efficiency
     per_op, by_group, comm_new, wire_new = {}, {}, 0.0, 0.0
     comm_range = {"slow": 0.0, "fast": 0.0}
-    for u, wire in zip(units, wires):
-        op = u["op"]
-        wire_target = u["bytes"] * bus_factor(op, u["size_new"]) * u["share_new"]
+    for u, wire, wire_target in zip(units, wires, wires_target):
         if u["scope"] != "inter":
             # inside a node (NVLink, loopback): not on the target link. As measured, or at its own rate
             # (`intra_bps`), taken as the measured run's unshaped transfer at least (max, as below)
@@ -549,14 +556,16 @@ def project(profile: dict, link_bps: float | None, latency_s: float = 0.0,
             t_new = carried(on_wire)
             lo_w = hi_w = on_wire
         else:
-            share = wire / total  # the step's credit, spread over the inter-node collectives by their bytes
+            # the step's credit, spread over the inter-node collectives by their bytes on each run's links
+            share = wire / total
             fixed = u["time_s"] - (max(wire - credit_measured * share, 0.0) / measured_Bps if measured_Bps else 0.0)
             fixed = max(fixed, 0.0)
             if busbw_table is not None:
                 on_wire = _table_wire_s(busbw_table, u, wire_target, notes)
             else:
                 target_Bps = link_bps / 8 * efficiency if link_bps else None
-                on_wire = (max(wire_target - credit_target * share, 0.0) / target_Bps) if target_Bps else 0.0
+                on_wire = (max(wire_target - credit_target * wire_target / total_target, 0.0) / target_Bps
+                           if target_Bps else 0.0)
 
             # a shaped run's fixed part is per-call cost and latency: it adds to the new wire time. An unshaped
             # run's is the transfer itself at the host's speed (copies through the kernel), which a slower link

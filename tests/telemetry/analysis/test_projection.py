@@ -365,6 +365,20 @@ def test_a_one_node_run_onto_nodes_of_fewer_ranks_keeps_its_world_and_puts_dp_on
     assert project(p, 10e6, nodes=2, efficiency=1.0)["world_size"] == 4
 
 
+def test_a_one_node_run_s_group_on_the_target_link_gets_the_token_bucket_s_credit():
+    """The target's tbf bucket lets `burst` bytes of each step through at once, spread over the collectives on
+    its link by their bytes. That spread was taken from the bytes on the MEASURED run's links, none for a group
+    inside the one node measured: its share was 0 and the credit never applied (the lab's 16 KiB bucket left
+    out of 150 kB: +11% on the wire time at 10 Mbit/s, bench/lab_projection_one_node.py)."""
+    p = _grouped(2, {"dp": {"size": 2, "bytes": 150_000}})
+    # the link idles 0.19 s a step, so the 15 kB bucket is full: 135 kB wait for the rate
+    got = project(p, 10e6, nodes=2, ranks_per_node=1, efficiency=1.0, burst_bytes=15_000)
+    assert got["by_group"]["dp"]["wire_s"] == pytest.approx(135_000 * 8 / 10e6)
+    # onto 2 nodes of 2 ranks (4 ranks, dp 4: 1.5x the bytes on the link), the same credit
+    got = project(p, 10e6, nodes=2, efficiency=1.0, burst_bytes=15_000)
+    assert got["by_group"]["dp"]["wire_s"] == pytest.approx((225_000 - 15_000) * 8 / 10e6)
+
+
 def test_another_count_per_node_is_refused_from_a_run_on_more_than_one_node():
     two = profile(nodes=2)  # 2 nodes x 1 rank
     assert project(two, 10e6, nodes=4, ranks_per_node=1)["world_size"] == 4
