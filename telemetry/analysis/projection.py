@@ -481,7 +481,7 @@ def _ranks_on(profile: dict, nodes: int, nodes_measured: int, ranks_per_node: in
     if ranks_per_node is not None and ranks_per_node * nodes != n_new:
         if nodes_measured != 1:
             raise ProjectionError(f"--ranks-per-node {ranks_per_node}: the run was measured on {nodes_measured} "
-                                  f"nodes of {n // nodes_measured} ranks; allowed: {n // nodes_measured} (another "
+                                  f"nodes of {n // nodes_measured} rank(s); allowed: {n // nodes_measured} (another "
                                   "count per node only from a run measured on one node)")
         n_new = ranks_per_node * nodes
     dp, gbs = profile.get("dp") or n, profile.get("global_batch")

@@ -382,7 +382,7 @@ def test_a_one_node_run_s_group_on_the_target_link_gets_the_token_bucket_s_credi
 def test_another_count_per_node_is_refused_from_a_run_on_more_than_one_node():
     two = profile(nodes=2)  # 2 nodes x 1 rank
     assert project(two, 10e6, nodes=4, ranks_per_node=1)["world_size"] == 4
-    with pytest.raises(ProjectionError, match=r"--ranks-per-node 2: the run was measured on 2 nodes of 1 ranks; "
+    with pytest.raises(ProjectionError, match=r"--ranks-per-node 2: the run was measured on 2 nodes of 1 rank\(s\); "
                                               r"allowed: 1 \(another count per node only from a run measured on "
                                               r"one node\)"):
         project(two, 10e6, nodes=2, ranks_per_node=2)
