@@ -49,6 +49,9 @@ def _parser() -> OneLineParser:
                       help="the target fabric as nccl-tests output (busbw per size); repeatable")
     proj.add_argument("--nodes", action="append", default=[], metavar="N",
                       help="node count to project onto (same ranks per node); repeatable; default: as measured")
+    proj.add_argument("--ranks-per-node", default=None, metavar="G",
+                      help="ranks on each target node (default: as measured); another count only from a run "
+                           "measured on one node (its 2 ranks onto --nodes 2 --ranks-per-node 1)")
     proj.add_argument("--latency-us", type=float, default=0.0, help="extra latency per collective call")
     proj.add_argument("--efficiency", type=float, default=None,
                       help="fraction of the line rate collectives achieve (default: measured on gloo/tbf)")
@@ -217,6 +220,9 @@ def _project_targets(args) -> tuple[str | None, list[int], list[tuple], float | 
         if not n.isdigit() or int(n) < 1:
             return f"--nodes: got {n!r}; expected a whole number of nodes >= 1", [], [], None
         nodes.append(int(n))
+    rpn = args.ranks_per_node
+    if rpn is not None and (not rpn.isdigit() or int(rpn) < 1):
+        return f"--ranks-per-node: got {rpn!r}; expected a whole number of ranks >= 1", [], [], None
     targets = []
     try:
         for rate in args.rate:
@@ -237,6 +243,10 @@ def _project_targets(args) -> tuple[str | None, list[int], list[tuple], float | 
     except (RateError, ProjectionError) as exc:
         return str(exc).removeprefix("error: "), [], [], None
     return None, nodes, targets, intra_bps
+
+
+def _int_or_none(value: str | None) -> int | None:
+    return None if value is None else int(value)
 
 
 def _print_measured(profile: dict) -> None:
@@ -280,7 +290,7 @@ def _print_projection(p: dict, label: str, table, eff, args, intra_bps, profile:
     from telemetry.analysis.projection import negligible_above_bps
 
     low, high = p["interval_s"]
-    where = f"{label}, {p['nodes']} node(s)"
+    where = f"{label}, {p['nodes']} node(s)" + (f" x {args.ranks_per_node} rank(s)" if args.ranks_per_node else "")
     print(f"  {where}: predicted {p['step_time_s']:.4f} s/step [{low:.4f}, {high:.4f}] (communication "
           f"{p['comm_time_s']:.4f} s: {p['wire_s']:.4f} s on the wire + {p['fixed_s']:.4f} s fixed; "
           + ("busbw from the table)" if table else f"efficiency {eff})"))
@@ -296,7 +306,8 @@ def _print_projection(p: dict, label: str, table, eff, args, intra_bps, profile:
     for note in p["notes"]:
         print(f"    {note}")
     if p["negligible"]:
-        knee = None if table else negligible_above_bps(profile, efficiency=eff, nodes=n)
+        knee = None if table else negligible_above_bps(profile, efficiency=eff, nodes=n,
+                                                       ranks_per_node=_int_or_none(args.ranks_per_node))
         print(f"    communication is negligible here: the link adds {p['wire_s'] * 1e3:.2f} ms, under 5% of "
               "the step; a faster fabric cannot make this step measurably faster"
               + (f" (true of any link above {_fmt_rate(knee)})" if knee else ""))
@@ -333,7 +344,7 @@ def _project(args) -> int:
         for label, bps, table in targets:
             for n in nodes or [None]:
                 p = project(profile, bps, args.latency_us * 1e-6, eff, nodes=n, busbw_table=table,
-                            intra_bps=intra_bps)
+                            intra_bps=intra_bps, ranks_per_node=_int_or_none(args.ranks_per_node))
                 _print_projection(p, label, table, eff, args, intra_bps, profile, n)
                 results.append({"target": label, "rate_bps": bps, **{k: v for k, v in p.items() if k != "by_op"},
                                 "by_op": p["by_op"]})

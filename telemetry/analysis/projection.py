@@ -364,26 +364,29 @@ def efficiency_for(profile: dict) -> float:
     return LAB_EFFICIENCY[min(LAB_EFFICIENCY, key=lambda m: abs(m - mtu))]
 
 
-def _spans_nodes_on_target(units: list[dict], per_node: int, node_ratio: float) -> dict:
+def _spans_nodes_on_target(units: list[dict], per_node: int, world_ratio: float) -> dict:
     """For a run measured on one node: which of its (intra-node) groups span nodes on the target, and their size
-    there. The harness's mesh is (pp, dp, tp), tp innermost; more nodes of as many ranks each grow dp. A group
-    spans nodes when its members' stride times its size passes the ranks of one node."""
+    there. The harness's mesh is (pp, dp, tp), tp innermost; a bigger world grows dp (`world_ratio`: the
+    target's ranks over the run's). A group spans nodes when its members' stride times its size passes the
+    target's ranks per node (`per_node`)."""
     sizes = {u.get("dim"): u["size"] for u in units if u["group"] is not None}
     tp = sizes.get("tp", 1)
-    dp_new = max(1, round(sizes.get("dp", 1) * node_ratio))
+    dp_new = max(1, round(sizes.get("dp", 1) * world_ratio))
     stride_size = {"tp": (1, tp), "dp": (tp, dp_new), "pp": (tp * dp_new, sizes.get("pp", 1))}
     return {dim: size for dim, (stride, size) in stride_size.items() if dim in sizes and size > 1
             and stride * size > per_node}
 
 
-def _grow_groups(units: list[dict], n: int, n_new: int, node_ratio: float, links, nodes_measured: int = 0) -> list:
+def _grow_groups(units: list[dict], n: int, n_new: int, node_ratio: float, links, nodes_measured: int = 0,
+                 nodes: int = 0) -> list:
     """Each unit's group size on the target: a group across nodes grows with the node count; one inside a
     node keeps its size; the whole world's (no group) is the new world. A run measured on one node has only
-    groups inside it: those that span nodes on the target (_spans_nodes_on_target) go onto the target link,
-    their measured traffic counted as none of it on a link (`from_intra`). And how many transfers share a
-    node's link at once, measured and on the target (sharing()). Returns notes."""
+    groups inside it: on more nodes (`nodes`, of n_new / nodes ranks each) those that span them
+    (_spans_nodes_on_target) go onto the target link, their measured traffic counted as none of it on a link
+    (`from_intra`). And how many transfers share a node's link at once, measured and on the target
+    (sharing()). Returns notes."""
     notes = []
-    spans = (_spans_nodes_on_target(units, n, node_ratio) if nodes_measured == 1 and node_ratio > 1 else {})
+    spans = (_spans_nodes_on_target(units, n_new // nodes, n_new / n) if nodes_measured == 1 and nodes > 1 else {})
     for u in units:
         u["from_intra"] = False
         if u["group"] is None:
@@ -469,10 +472,18 @@ def _step_times(profile: dict, comm_new: float, comm_range: dict, compute_scale:
     return {"step": step, "compute": compute, "window": window, "exposed": exposed_new, "low": low, "high": high}
 
 
-def _ranks_on(profile: dict, nodes: int, nodes_measured: int) -> int:
-    """The world size on `nodes` nodes; refused where the kept global batch leaves a rank no sample."""
+def _ranks_on(profile: dict, nodes: int, nodes_measured: int, ranks_per_node: int | None = None) -> int:
+    """The world size on `nodes` nodes of `ranks_per_node` ranks (None: as many as measured); refused where the
+    kept global batch leaves a rank no sample, or where another count per node is asked of a run measured on
+    more than one node (which of its groups crossed which link would have to be re-read)."""
     n = profile["world_size"]
     n_new = max(1, round(n * nodes / nodes_measured))
+    if ranks_per_node is not None and ranks_per_node * nodes != n_new:
+        if nodes_measured != 1:
+            raise ProjectionError(f"--ranks-per-node {ranks_per_node}: the run was measured on {nodes_measured} "
+                                  f"nodes of {n // nodes_measured} rank(s); allowed: {n // nodes_measured} (another "
+                                  "count per node only from a run measured on one node)")
+        n_new = ranks_per_node * nodes
     dp, gbs = profile.get("dp") or n, profile.get("global_batch")
     if gbs and n_new * dp > gbs * n:  # the global batch is kept: a rank with no sample is no layout at all
         raise ProjectionError(f"--nodes {nodes}: {n_new} ranks give dp {n_new * dp // n}, more than the run's global "
@@ -481,11 +492,26 @@ def _ranks_on(profile: dict, nodes: int, nodes_measured: int) -> int:
     return n_new
 
 
+def _link_bytes(units: list[dict]) -> tuple[list[float], float, list[float], float]:
+    """Each unit's bytes on its busiest link, in the measured run and on the target, with the totals over the
+    inter-node units (what the token bucket's credit is spread over, on each run's own link). A group measured
+    inside one node (`from_intra`) crossed no link then, and crosses the target's."""
+    wires = [0.0 if u["from_intra"] else u["bytes"] * bus_factor(u["op"], u["size"]) * u["share_measured"]
+             for u in units]
+    wires_target = [u["bytes"] * bus_factor(u["op"], u["size_new"]) * u["share_new"] for u in units]
+
+    def on_link(ws: list[float]) -> float:
+        return sum(w for u, w in zip(units, ws) if u["scope"] == "inter") or 1.0
+    return wires, on_link(wires), wires_target, on_link(wires_target)
+
+
 def project(profile: dict, link_bps: float | None, latency_s: float = 0.0,
             efficiency: float | None = None, burst_bytes: float = 0.0, nodes: int | None = None,
-            busbw_table: dict | None = None, intra_bps: float | None = None) -> dict:
+            busbw_table: dict | None = None, intra_bps: float | None = None,
+            ranks_per_node: int | None = None) -> dict:
     """Predicted step time on a fabric of `link_bps` bits/s per link (None: unshaped, as fast as measured),
-    or of the busbw in `busbw_table` (load_busbw_table), on `nodes` nodes (None: as measured).
+    or of the busbw in `busbw_table` (load_busbw_table), on `nodes` nodes (None: as measured) of
+    `ranks_per_node` ranks each (None: as measured; another count only from a run measured on one node).
 
     `burst_bytes`: the token bucket of a shaped link (the lab's tbf burst; 0 for real NICs). The link idles
     while the step computes, so up to that many bytes of each step pass without waiting for tokens.
@@ -500,19 +526,16 @@ def project(profile: dict, link_bps: float | None, latency_s: float = 0.0,
     n = profile["world_size"]
     nodes_measured = profile.get("nodes") or n  # one rank per node when the run does not say
     nodes = nodes or nodes_measured
-    n_new = _ranks_on(profile, nodes, nodes_measured)
+    n_new = _ranks_on(profile, nodes, nodes_measured, ranks_per_node)
     compute_scale, cpu_shared, notes = _compute_scale(profile, n_new)
     if efficiency is None:
         efficiency = efficiency_for(profile)
     measured_Bps = profile["link_bps"] / 8 * efficiency if profile["link_bps"] else None
     idle = profile[StepKey.STEP_TIME_S] - profile[StepKey.COMM_TIME_S]
     units = _units(profile)
-    notes += _grow_groups(units, n, n_new, nodes / nodes_measured, profile.get("links_per_node"), nodes_measured)
-    # what crossed the measured run's links: none of a group that was inside its one node
-    wires = [0.0 if u["from_intra"] else u["bytes"] * bus_factor(u["op"], u["size"]) * u["share_measured"]
-             for u in units]
-    # only inter-node traffic went over the measured run's (shaped) links and goes over the target's
-    total = sum(w for u, w in zip(units, wires) if u["scope"] == "inter") or 1.0
+    notes += _grow_groups(units, n, n_new, nodes / nodes_measured, profile.get("links_per_node"), nodes_measured,
+                          nodes)
+    wires, total, wires_target, total_target = _link_bytes(units)
     credit_measured = _credit(profile.get("burst_bytes") or 0, profile["link_bps"], idle)
     credit_target = _credit(burst_bytes, link_bps, idle * compute_scale)
     if busbw_table is not None:
@@ -521,9 +544,7 @@ def project(profile: dict, link_bps: float | None, latency_s: float = 0.0,
         lo_eff, hi_eff = EFFICIENCY_RANGE[0] / efficiency, EFFICIENCY_RANGE[1] / efficiency
     per_op, by_group, comm_new, wire_new = {}, {}, 0.0, 0.0
     comm_range = {"slow": 0.0, "fast": 0.0}
-    for u, wire in zip(units, wires):
-        op = u["op"]
-        wire_target = u["bytes"] * bus_factor(op, u["size_new"]) * u["share_new"]
+    for u, wire, wire_target in zip(units, wires, wires_target):
         if u["scope"] != "inter":
             # inside a node (NVLink, loopback): not on the target link. As measured, or at its own rate
             # (`intra_bps`), taken as the measured run's unshaped transfer at least (max, as below)
@@ -535,14 +556,16 @@ def project(profile: dict, link_bps: float | None, latency_s: float = 0.0,
             t_new = carried(on_wire)
             lo_w = hi_w = on_wire
         else:
-            share = wire / total  # the step's credit, spread over the inter-node collectives by their bytes
+            # the step's credit, spread over the inter-node collectives by their bytes on each run's links
+            share = wire / total
             fixed = u["time_s"] - (max(wire - credit_measured * share, 0.0) / measured_Bps if measured_Bps else 0.0)
             fixed = max(fixed, 0.0)
             if busbw_table is not None:
                 on_wire = _table_wire_s(busbw_table, u, wire_target, notes)
             else:
                 target_Bps = link_bps / 8 * efficiency if link_bps else None
-                on_wire = (max(wire_target - credit_target * share, 0.0) / target_Bps) if target_Bps else 0.0
+                on_wire = (max(wire_target - credit_target * wire_target / total_target, 0.0) / target_Bps
+                           if target_Bps else 0.0)
 
             # a shaped run's fixed part is per-call cost and latency: it adds to the new wire time. An unshaped
             # run's is the transfer itself at the host's speed (copies through the kernel), which a slower link
@@ -580,10 +603,10 @@ def project(profile: dict, link_bps: float | None, latency_s: float = 0.0,
 
 
 def negligible_above_bps(profile: dict, fraction: float = NEGLIGIBLE, efficiency: float | None = None,
-                         nodes: int | None = None) -> float | None:
+                         nodes: int | None = None, ranks_per_node: int | None = None) -> float | None:
     """The link rate above which the bytes on the wire take less than `fraction` of the step: the rate past
     which a faster fabric cannot shorten this job's step by more than that."""
-    base = project(profile, None, nodes=nodes)
+    base = project(profile, None, nodes=nodes, ranks_per_node=ranks_per_node)
     n_new = base["world_size"]
     wire = sum(g["wire_bytes"] for g in base["by_group"].values() if g["on_target_link"]) if base["by_group"] else \
         sum(o["bytes"] * bus_factor(op, n_new) for op, o in profile["ops"].items())

@@ -79,6 +79,9 @@ def test_compare_with_a_bad_axis(capsys, tmp_path, run_dir):
     (["--rate", "1gbit", "--latency-us", "inf"], "--latency-us: got inf; expected a finite number"),
     (["--rate", "0mbit"], "--rate: got '0mbit'; expected a rate of at least 1bit"),
     (["--rate", "1gbit", "--nodes", "two"], "--nodes: got 'two'; expected a whole number of nodes >= 1"),
+    (["--rate", "1gbit", "--ranks-per-node", "0"], "--ranks-per-node: got '0'; expected a whole number of ranks >= 1"),
+    (["--rate", "1gbit", "--nodes", "2", "--ranks-per-node", "2"],
+     "--ranks-per-node 2: the run was measured on 2 nodes of 1 rank(s); allowed: 1"),
     (["--rate", "none"], "--rate: got 'none'; give the target's rate"),
     (["--rate", "fast"], "got 'fast'"),
 ])

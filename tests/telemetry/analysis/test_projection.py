@@ -346,6 +346,48 @@ def test_a_one_node_run_projected_onto_more_nodes_puts_the_groups_that_span_them
     assert not any(g["on_target_link"] for g in same["by_group"].values()) and same["wire_s"] == 0.0
 
 
+def test_a_one_node_run_onto_nodes_of_fewer_ranks_keeps_its_world_and_puts_dp_on_the_link():
+    """2 ranks measured on one node onto 2 nodes x 1 rank (the lab's 2-node layout): the same world, so compute
+    and dp stay; dp now spans the nodes and its all-reduce (2 (n-1)/n = 1x its bytes) goes over the link.
+    `nodes=2` alone keeps 2 ranks a node (4 ranks, compute halved): the one-node run could not be projected onto
+    the layout it is compared with in bench/lab_projection_one_node.py."""
+    p = _grouped(2, {"dp": {"size": 2, "bytes": 150_000}})
+    got = project(p, 10e6, nodes=2, ranks_per_node=1, efficiency=1.0)
+    dp = got["by_group"]["dp"]
+    assert (got["world_size"], dp["size_new"], dp["on_target_link"]) == (2, 2, True)
+    assert dp["wire_s"] == pytest.approx(150_000 * 8 / 10e6)  # 0.12 s at 10 Mbit/s
+    assert got["compute_s"] == pytest.approx(0.2 - 0.01)  # each rank's share of the batch is unchanged
+    assert got["step_time_s"] == pytest.approx(0.19 + 0.12)
+    assert not any("global batch kept" in n for n in got["notes"])
+    # 1 rank a node on 1 node: nothing spans a node, nothing goes on a link
+    assert project(p, 10e6, nodes=1, ranks_per_node=1, efficiency=1.0)["wire_s"] == 0.0
+    # the measured ranks per node, as before
+    assert project(p, 10e6, nodes=2, efficiency=1.0)["world_size"] == 4
+
+
+def test_a_one_node_run_s_group_on_the_target_link_gets_the_token_bucket_s_credit():
+    """The target's tbf bucket lets `burst` bytes of each step through at once, spread over the collectives on
+    its link by their bytes. That spread was taken from the bytes on the MEASURED run's links, none for a group
+    inside the one node measured: its share was 0 and the credit never applied (the lab's 16 KiB bucket left
+    out of 150 kB: +11% on the wire time at 10 Mbit/s, bench/lab_projection_one_node.py)."""
+    p = _grouped(2, {"dp": {"size": 2, "bytes": 150_000}})
+    # the link idles 0.19 s a step, so the 15 kB bucket is full: 135 kB wait for the rate
+    got = project(p, 10e6, nodes=2, ranks_per_node=1, efficiency=1.0, burst_bytes=15_000)
+    assert got["by_group"]["dp"]["wire_s"] == pytest.approx(135_000 * 8 / 10e6)
+    # onto 2 nodes of 2 ranks (4 ranks, dp 4: 1.5x the bytes on the link), the same credit
+    got = project(p, 10e6, nodes=2, efficiency=1.0, burst_bytes=15_000)
+    assert got["by_group"]["dp"]["wire_s"] == pytest.approx((225_000 - 15_000) * 8 / 10e6)
+
+
+def test_another_count_per_node_is_refused_from_a_run_on_more_than_one_node():
+    two = profile(nodes=2)  # 2 nodes x 1 rank
+    assert project(two, 10e6, nodes=4, ranks_per_node=1)["world_size"] == 4
+    with pytest.raises(ProjectionError, match=r"--ranks-per-node 2: the run was measured on 2 nodes of 1 rank\(s\); "
+                                              r"allowed: 1 \(another count per node only from a run measured on "
+                                              r"one node\)"):
+        project(two, 10e6, nodes=2, ranks_per_node=2)
+
+
 def test_only_the_groups_wider_than_a_node_on_the_target_span_nodes():
     """tp 4 x dp 2 measured on one node of 8 ranks, onto 2 nodes of 8: tp (stride 1, 4 ranks) stays inside a
     node; dp (stride 4, 4 ranks on the target) spans both."""
