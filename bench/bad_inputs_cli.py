@@ -29,6 +29,9 @@ def _fixtures(root: Path) -> dict[str, str]:
 
     good = write_run(root / "good", name="a")
     good2 = write_run(root / "good2", name="a")
+    # runs whose record an output path would replace (one each: the code before replaced it)
+    own = write_run(root / "own", name="a", times=True)
+    own2 = write_run(root / "own2", name="a", times=True)
     timed = write_run(root / "timed", name="b", workload="bert_pretraining", times=True)
     bert = write_run(root / "bert", name="b", workload="bert_pretraining")
     damaged = {}
@@ -43,6 +46,18 @@ def _fixtures(root: Path) -> dict[str, str]:
         "nometrics": lambda p: (p / "metrics.jsonl").unlink(),
         "recipelist": lambda p: (p / "run.json").write_text(
             json.dumps({**json.loads((p / "run.json").read_text()), "recipe": [1]})),
+        # shaped wrong inside (each was a traceback in the report or watch): the only lines, so each is one line
+        "nostep": lambda p: (p / "metrics.jsonl").write_text('{"loss": 2.0, "step_time_s": 1.0}\n' * 3),
+        "commlist": lambda p: (p / "metrics.jsonl").write_text('{"step": 1, "comm": [1, 2]}\n'),
+        "ranksstr": lambda p: (p / "metrics.jsonl").write_text('{"step": 1, "step_time_s": 1.0, "ranks": "x"}\n'),
+        "hugestep": lambda p: (p / "metrics.jsonl").write_text('{"step": %d, "step_time_s": 1.0}\n' % 10**30),
+        "countersstr": lambda p: (p / "run.json").write_text(
+            json.dumps({**json.loads((p / "run.json").read_text()), "telemetry": {"counters": "clean"}})),
+        "hostsnum": lambda p: (p / "run.json").write_text(
+            json.dumps({**json.loads((p / "run.json").read_text()), "hosts": [1, 2]})),
+        "deepjson": lambda p: (p / "run.json").write_text('{"name": "a", "x": ' + "[" * 100000 + "]" * 100000 + "}"),
+        "metricsdir": lambda p: ((p / "metrics.jsonl").unlink(), (p / "metrics.jsonl").mkdir()),
+        "metricsfifo": lambda p: ((p / "metrics.jsonl").unlink(), os.mkfifo(p / "metrics.jsonl")),
     }.items():
         damaged[name] = write_run(root / name, name="a")
         write(damaged[name])
@@ -76,7 +91,7 @@ def _fixtures(root: Path) -> dict[str, str]:
     (root / "header-only.txt").write_text("#  size  count  type  redop  root  time  algbw  busbw  #wrong\n")
     (root / "list.json").write_text("[1, 2]")
     (root / "object.json").write_text("{}")
-    return {"root": str(root), "good": str(good), "good2": str(good2), "timed": str(timed), "bert": str(bert), "dirjson": str(dirjson),
+    return {"root": str(root), "own": str(own), "own2": str(own2), "good": str(good), "good2": str(good2), "timed": str(timed), "bert": str(bert), "dirjson": str(dirjson),
             **{k: str(v) for k, v in damaged.items()}}
 
 
@@ -204,6 +219,36 @@ CASES: list[tuple[str, str, list[str], dict]] = [
                                               "--line-rate", "a=1gbit", "--line-rate", "a=2gbit"], {}),
     ("telemetry compare", "empty-label-second", ["telemetry", "compare", "a={good}", "={good2}", "--out", "{root}/c10"], {}),
     ("telemetry report", "out-is-file", ["telemetry", "report", "{good}", "--out", "{root}/notes.txt"], {}),
+    # round of 2026-11-29 (later): shapes inside run directories, launcher variables alone, output over a record
+    ("trainer", "model-config-empty", [*T, "model.config={{}}", *DRY], {}),  # {{}}: format() gives {}
+    ("trainer", "world-size-env-alone", [*T, "max_steps=1", "output_dir={root}/t-ws"], {"WORLD_SIZE": "2"}),
+    ("trainer", "rank-env-alone", [*T, "max_steps=1", "output_dir={root}/t-rank"], {"RANK": "3"}),
+    ("telemetry report", "metrics-no-step", ["telemetry", "report", "{nostep}", "--out", "{root}/r4"], {}),
+    ("telemetry report", "metrics-comm-list", ["telemetry", "report", "{commlist}", "--out", "{root}/r5"], {}),
+    ("telemetry report", "metrics-ranks-string", ["telemetry", "report", "{ranksstr}", "--out", "{root}/r6"], {}),
+    ("telemetry report", "metrics-step-huge", ["telemetry", "report", "{hugestep}", "--out", "{root}/r7"], {}),
+    ("telemetry report", "counters-string", ["telemetry", "report", "{countersstr}", "--out", "{root}/r8"], {}),
+    ("telemetry report", "hosts-numbers", ["telemetry", "report", "{hostsnum}", "--out", "{root}/r9"], {}),
+    ("telemetry report", "run-json-deep", ["telemetry", "report", "{deepjson}", "--out", "{root}/r10"], {}),
+    ("telemetry report", "metrics-is-dir", ["telemetry", "report", "{metricsdir}", "--out", "{root}/r11"], {}),
+    ("telemetry report", "metrics-fifo", ["telemetry", "report", "{metricsfifo}", "--out", "{root}/r12"], {}),
+    ("telemetry compare", "metrics-fifo", ["telemetry", "compare", "{good}", "{metricsfifo}", "--out", "{root}/c12"], {}),
+    ("telemetry project", "metrics-is-dir", ["telemetry", "project", "{metricsdir}", "--rate", "1gbit"], {}),
+    ("telemetry project", "json-over-run-json", ["telemetry", "project", "{own}", "--rate", "1gbit",
+                                                 "--json", "{own}/run.json"], {}),
+    ("telemetry mllog", "out-over-run-json", ["telemetry", "mllog", "{own2}", "--out", "{own2}/run.json", "--no-check"], {}),
+    ("telemetry watch", "counters-string", ["telemetry", "watch", "{countersstr}", "--once"], {}),
+    ("telemetry watch", "metrics-fifo", ["telemetry", "watch", "{metricsfifo}", "--once"], {}),
+    ("telemetry watch", "metrics-ranks-string", ["telemetry", "watch", "{ranksstr}", "--once"], {}),
+    ("launch.lab", "nodes-huge", ["launch.lab", "--nodes", "100000", "--rate", "1gbit", "--", TINY], {}),
+    ("launch.torchrun", "master-port-zero", ["launch.torchrun", "--nproc-per-node", "1", "--master-port", "0",
+                                             "-m", "trainer", TINY, "--dry-run"], {}),
+    ("launch.torchrun", "master-port-huge", ["launch.torchrun", "--nproc-per-node", "1", "--master-port", "70000",
+                                             "-m", "trainer", TINY, "--dry-run"], {}),
+    ("launch.torchrun", "rdzv-endpoint-bad", ["launch.torchrun", "--nnodes", "2", "--rdzv-backend", "c10d",
+                                              "--rdzv-endpoint", "node0:port:x", "-m", "trainer", TINY], {}),
+    ("launch.torchrun", "node-rank-beyond", ["launch.torchrun", "--nnodes", "2", "--node-rank", "5",
+                                             "--master-addr", "127.0.0.1", "-m", "trainer", TINY], {}),
     # launch.evaluate
     ("launch.evaluate", "missing-spec", ["launch.evaluate", "{root}/nope.yaml", "--dry-run"], {}),
     ("launch.evaluate", "unknown-key", ["launch.evaluate", "{root}/eval-unknown.yaml", "--dry-run"], {}),
@@ -308,6 +353,7 @@ BY_DESIGN = {
     ("telemetry watch", "no-run-json"): "a directory the run has not written yet shows 'starting' (docs/live.md)",
     ("telemetry watch", "metrics-bad-line"): "a damaged line is skipped like a torn one",
     ("trainer", "master-addr-empty"): "one process (world size 1) never reads MASTER_ADDR",
+    ("telemetry watch", "metrics-ranks-string"): "a damaged line is skipped like a torn one (a traceback before)",
 }
 
 

@@ -40,6 +40,7 @@ IFACE = "fab0"
 # tbf counts whole frames: with 1500-byte frames the headers (and the ACKs of the other direction) take
 # 4-6% of a shaped link, so bidirectional payload tops out near 93%; 9000-byte frames leave about 1%
 DEFAULT_MTU, MIN_MTU, MAX_MTU = 1500, 576, 65535
+MIN_NODES, MAX_NODES = 2, 200
 MIN_RATE_BPS = 8  # tc shapes in whole bytes per second: a slower rate is 0, which tc refuses
 # Set as the alias of each namespace's loopback: which lab process (pid, start time, pid namespace) made it,
 # so a later lab can tell a namespace left by a lab that was killed from anyone else's
@@ -188,10 +189,10 @@ class Lab:
                  slow_rate: str | None = None, mtu: int = DEFAULT_MTU):
         if not MIN_MTU <= mtu <= MAX_MTU:
             raise LabError(f"--mtu: got {mtu}; expected {MIN_MTU} to {MAX_MTU} bytes (1500 Ethernet, 9000 jumbo frames)")
-        if nodes < 2:
-            raise LabError(f"--nodes: got {nodes}; a fabric needs at least 2 nodes")
-        if nodes > 200:
-            raise LabError(f"--nodes: got {nodes}; at most 200")
+        if nodes < MIN_NODES:
+            raise LabError(f"--nodes: got {nodes}; a fabric needs at least {MIN_NODES} nodes")
+        if nodes > MAX_NODES:
+            raise LabError(f"--nodes: got {nodes}; at most {MAX_NODES}")
         self.nodes, self.rate, self.mtu = nodes, rate.strip().lower(), mtu  # tc reads units in any case
         self.rate_bps = parse_rate(self.rate)
         if self.rate_bps is not None and self.rate_bps < MIN_RATE_BPS:
@@ -454,9 +455,10 @@ def _output_dir(recipe_args: list[str]) -> str:
         return "runs/lab"
 
 
-def _recipe_problems(recipe_args: list[str], world: int) -> list[str]:
+def _recipe_problems(recipe_args: list[str], world: int | None) -> list[str]:
     """The recipe, its overrides, its layout on the lab's world and its output_dir, checked as python -m trainer
-    will check them on every node: a mistake is one line here, not a torchrun failure in each namespace."""
+    will check them on every node: a mistake is one line here, not a torchrun failure in each namespace.
+    `world` None: --nodes was refused, so the layout is not judged on it (that would be the same mistake again)."""
     from trainer.config import RecipeError, load_recipe
     from trainer.layout import resolve_layout
 
@@ -464,7 +466,7 @@ def _recipe_problems(recipe_args: list[str], world: int) -> list[str]:
         recipe = load_recipe(recipe_args[0], recipe_args[1:])
     except RecipeError as exc:
         return list(exc.problems)
-    _, problems = resolve_layout(recipe, world)
+    _, problems = resolve_layout(recipe, world) if world is not None else (None, [])
     if not problems and (problem := output_dir_problem(recipe.output_dir, "output_dir")):
         problems = [problem]
     return problems
@@ -546,7 +548,8 @@ def main(argv: list[str] | None = None) -> int:
         lab = Lab(args.nodes, args.rate, slow_node=args.slow_node, slow_rate=args.slow_rate, mtu=args.mtu)
     except LabError as exc:
         problems.append(exc)
-    problems += _recipe_problems(recipe_args, max(args.nodes, 1) * args.nproc_per_node)
+    nodes_ok = MIN_NODES <= args.nodes <= MAX_NODES
+    problems += _recipe_problems(recipe_args, args.nodes * args.nproc_per_node if nodes_ok else None)
     if problems:
         return print_errors(*problems)  # before any namespace exists: nothing to tear down
     try:

@@ -29,6 +29,8 @@ import sys
 from telemetry.errors import print_errors, with_allowed
 
 DEFAULT_JOIN_TIMEOUT_S = 600  # torch.distributed.elastic.rendezvous.dynamic_rendezvous: join_timeout
+DEFAULT_RDZV_PORT = 29400  # torch.distributed.elastic.rendezvous.c10d_rendezvous_backend's default port
+PORT_MAX = 65535
 
 
 def _describe(args) -> str:
@@ -48,6 +50,31 @@ def _parse(argv: list[str]):
     return parser.parse_args(argv)
 
 
+def _rendezvous_problem(args) -> str | None:
+    """Where the nodes meet, checked before any agent starts: a port out of range was a ValueError traceback
+    from torch's rendezvous (or, for --master-port 0, every worker refusing MASTER_PORT 0 in a failure box),
+    and a --node-rank beyond the static rendezvous's --nnodes waited forever for a node slot that never
+    exists. None when fine."""
+    from torch.distributed.elastic.rendezvous.utils import parse_rendezvous_endpoint
+
+    if args.master_port is not None and not 1 <= args.master_port <= PORT_MAX:
+        return (f"--master-port: got {args.master_port}; allowed: a TCP port from 1 to {PORT_MAX} (the workers' "
+                "MASTER_PORT)")
+    if args.rdzv_endpoint:
+        try:
+            _, port = parse_rendezvous_endpoint(args.rdzv_endpoint, default_port=DEFAULT_RDZV_PORT)
+        except ValueError:
+            port = 0
+        if not 1 <= port <= PORT_MAX:
+            return (f"--rdzv-endpoint: got {args.rdzv_endpoint!r}; allowed: HOST or HOST:PORT, a port from 1 "
+                    f"to {PORT_MAX} (e.g. node0:29400)")
+    top = int(args.nnodes.split(":")[-1])
+    if args.rdzv_backend == "static" and not args.standalone and top >= 1 and not 0 <= args.node_rank < top:
+        return (f"--node-rank: got {args.node_rank}; allowed: 0 to {top - 1} (one per node of --nnodes "
+                f"{args.nnodes}; the static rendezvous waits for exactly those)")
+    return None
+
+
 def _launch_problem(args) -> str | None:
     """What torchrun would raise as a traceback (or leave to every worker to fail on), checked before any
     agent starts: the values torch's config_from_args refuses, and a training script or module that is not
@@ -65,6 +92,8 @@ def _launch_problem(args) -> str | None:
     nproc = args.nproc_per_node
     if not (nproc.isdigit() and int(nproc) >= 1) and nproc not in ("cpu", "gpu", "xpu", "auto"):
         return f"--nproc-per-node: got {nproc!r}; allowed: an integer >= 1, or cpu, gpu, xpu, auto"
+    if problem := _rendezvous_problem(args):
+        return problem
     # torch's own checks (nnodes MIN:MAX, max_restarts, a device that is not there), run again by torchrun
     # itself: quiet here, and the environment it sets (OMP_NUM_THREADS) left for that run to set
     env, run_logger.disabled = dict(os.environ), True

@@ -10,7 +10,7 @@ import sys
 from telemetry.errors import (OneLineParser, exit_quietly_on_closed_pipe, output_dir_problem, output_file_problem,
                               print_errors)
 from telemetry.analysis.runs import RunError
-from telemetry.rundir import EXPORTS, REPORT, StepKey
+from telemetry.rundir import EXPORTS, REPORT, StepKey, recorded_by_run
 
 
 def _parser() -> OneLineParser:
@@ -152,13 +152,19 @@ def _watch(args) -> int:
         return print_errors(f"watch: {args.run!r} is not a run directory (no run.json, metrics.jsonl, ranks/ or "
                             "logs/ in it); allowed: a run directory (the recipe's output_dir), or an empty one "
                             "a run is about to write")
-    from telemetry.analysis.runs import RunError, read_run_json
-    from telemetry.rundir import RUN_JSON
-    if os.path.isfile(os.path.join(args.run, RUN_JSON)):  # written atomically: damage, not a run starting
+    from telemetry.analysis.runs import RunError, read_run_json, shape_problem
+    from telemetry.rundir import METRICS, RUN_JSON
+    run_json = os.path.join(args.run, RUN_JSON)
+    if os.path.isfile(run_json):  # written atomically: damage, not a run starting
         try:
-            read_run_json(os.path.join(args.run, RUN_JSON))
+            problem = shape_problem(read_run_json(run_json))
         except RunError as exc:
             return print_errors(f"watch: {exc}")
+        if problem:
+            return print_errors(f"watch: {run_json}: {problem}, as a run writes it")
+    metrics = os.path.join(args.run, METRICS)
+    if os.path.exists(metrics) and not os.path.isfile(metrics):  # a FIFO would block the view forever
+        return print_errors(f"watch: {metrics}: not a regular file; allowed: the JSON-lines file a run writes")
     return watch(args.run, once=args.once, interval_s=args.interval)
 
 
@@ -167,8 +173,16 @@ def _output_problem(args) -> str | None:
     import os
 
     out = getattr(args, "out", None)
+    runs = getattr(args, "run", None)
+    run_dirs = [r for r in ([runs] if isinstance(runs, str) else runs or []) if os.path.isdir(r)]
+
+    def recorded(path: str, option: str) -> str | None:  # a file the run wrote: writing over it loses it
+        if any(recorded_by_run(path, d) for d in run_dirs):
+            return (f"{option}: {path!r} is part of the input run's record (run.json, metrics.jsonl, ranks/, ...) "
+                    "and would be overwritten; allowed: another file name (a new one in the run directory is fine)")
+        return None
     if args.command == "mllog":  # --out is a file there (the :::MLLOG lines), not a directory
-        return output_file_problem(out, "--out") if out is not None else None
+        return (recorded(out, "--out") or output_file_problem(out, "--out")) if out is not None else None
     if args.command in ("report", "export") and out is None and os.path.isdir(args.run):
         out = os.path.join(args.run, REPORT if args.command == "report" else EXPORTS)
     if out is not None and (args.command != "report" or os.path.isdir(args.run)):
@@ -185,6 +199,8 @@ def _output_problem(args) -> str | None:
                     "the inputs")
         if real in written:
             return f"--{option}: {path!r} is also --{written[real]}; allowed: a file of its own for each"
+        if problem := recorded(path, f"--{option}"):
+            return problem
         written[real] = option
         if problem := output_file_problem(path, f"--{option}"):
             return problem

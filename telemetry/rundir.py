@@ -22,7 +22,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from telemetry.errors import HarnessError
+from telemetry.errors import HarnessError, InputError
 
 # ---------------------------------------------------------------------------------------- layout
 RUN_JSON, METRICS = "run.json", "metrics.jsonl"
@@ -54,14 +54,25 @@ LAYOUT = (
 )
 
 
+# what a run itself writes at the top of its directory (files, and folders with everything in them)
+RUN_OWN = frozenset({RUN_JSON, METRICS, RANKS, LOGS, CHECKPOINTS, "run.lock", RESERVE, "collectives.txt", LAB})
+
+
 def looks_like_run_dir(path: str) -> bool:
     """Empty (a run about to start) or holding something of a run directory's own: what `watch` follows."""
     try:
         entries = set(os.listdir(path))
     except OSError:
         return False
-    own = {RUN_JSON, METRICS, RANKS, LOGS, CHECKPOINTS, "run.lock", RESERVE, "collectives.txt", LAB}
-    return not entries or bool(entries & own)
+    return not entries or bool(entries & RUN_OWN)
+
+
+def recorded_by_run(path: str, run_dir: str) -> bool:
+    """Whether `path` is something the run in `run_dir` wrote (run.json, metrics.jsonl, a rank file, a
+    checkpoint, ...): a command's output written there would replace the record."""
+    real, top = os.path.realpath(path), os.path.realpath(run_dir)
+    rel = os.path.relpath(real, top)
+    return not rel.startswith(os.pardir) and rel != os.curdir and rel.split(os.sep)[0] in RUN_OWN
 
 
 def rank_file(rank: int, name: str) -> str:
@@ -249,7 +260,8 @@ def rename_fields(d: dict, names: dict) -> dict:
 def upgrade_record(record: dict) -> dict:
     """A metrics.jsonl (or ranks/) line under the current names; current lines pass unchanged."""
     rename_fields(record, RENAMED_FIELDS)
-    for stats in (record.get("comm") or {}).values():
+    comm = record.get("comm")
+    for stats in (comm.values() if isinstance(comm, dict) else ()):  # another shape is damage: is_step_record
         if isinstance(stats, dict):
             rename_fields(stats, RENAMED_UNITS)
     return record
@@ -273,17 +285,61 @@ NUMBER_STEP_FIELDS: tuple[str, ...] = (
     StepKey.LINK_IN_S, StepKey.EVAL_TIME_S, StepKey.EVAL_COMM_BYTES, StepKey.EVAL_COMM_TIME_S)
 
 
-def is_step_record(record: dict) -> bool:
-    """Whether a metrics line can be read as a step: `step` an integer >= 1 (where present), each number field
-    a finite number or null, and `step_time_s` not negative. A line written by hand or by another program that
-    fails this is damage (left out and named), not a value the report computes with."""
-    step = record.get(StepKey.STEP)
-    if step is not None and (type(step) is not int or step < 1):
+# per-collective tables (`comm`, `comm_groups`, their `by_op`): each entry's counts, bytes and times are
+# finite numbers >= 0 or null; `ranks`: each spread's figures finite numbers or null
+_TABLE_NUMBERS = ("count", "bytes", "time_s", "untimed", "untimed_bytes", "busbw_GBps")
+_SPREAD_NUMBERS = ("min", "mean", "max", "median")
+_OBJECT_STEP_FIELDS = (StepKey.COMM_HEALTH, StepKey.HOST, StepKey.EXPOSED)
+_INT_LIMIT = 1 << 63  # what numpy (plots, medians) holds; a bigger integer is no count a run wrote
+
+
+def _number(value, low: float | None = None) -> bool:
+    return value is None or (type(value) in (int, float) and math.isfinite(value) and abs(value) < _INT_LIMIT
+                             and (low is None or value >= low))
+
+
+def _table(table) -> bool:
+    """null, or {name: {count, bytes, time_s, ...: number >= 0 or null, by_op: the same table}}."""
+    if table is None:
+        return True
+    return isinstance(table, dict) and all(
+        isinstance(entry, dict) and all(_number(entry.get(k), 0) for k in _TABLE_NUMBERS)
+        and _table(entry.get("by_op")) for entry in table.values())
+
+
+def _spreads(ranks) -> bool:
+    """null, or {field: {min, mean, max, median: number or null, ...} or {op: such a spread} (by op)}."""
+    if ranks is None:
+        return True
+    if not isinstance(ranks, dict):
         return False
-    for key in NUMBER_STEP_FIELDS:
-        value = record.get(key)
-        if value is not None and (type(value) not in (int, float) or not math.isfinite(value)):
+    for spread in ranks.values():
+        if spread is None:
+            continue
+        if not isinstance(spread, dict):
             return False
+        inner = [v for k, v in spread.items() if k not in _SPREAD_NUMBERS and isinstance(v, dict)]
+        if not all(_number(spread.get(k)) for k in _SPREAD_NUMBERS) or not all(_spreads({0: v}) for v in inner):
+            return False
+    return True
+
+
+def is_step_record(record: dict) -> bool:
+    """Whether a metrics line can be read as a step: `step` an integer from 1, each number field a finite
+    number or null, `step_time_s` not negative, and the nested fields shaped as a run writes them (`comm`
+    and `comm_groups` tables of counts, bytes and times >= 0, `ranks` spreads of numbers, objects where
+    objects go). A line written by hand or by another program that fails this is damage (left out and named),
+    not a value the report computes with (a missing step or a string in `comm` was a traceback)."""
+    step = record.get(StepKey.STEP)
+    if type(step) is not int or not 1 <= step < _INT_LIMIT:
+        return False
+    if not all(_number(record.get(key)) for key in NUMBER_STEP_FIELDS):
+        return False
+    if not (_table(record.get(StepKey.COMM)) and _table(record.get(StepKey.COMM_GROUPS))
+            and _spreads(record.get(StepKey.RANKS))):
+        return False
+    if any(record.get(key) is not None and not isinstance(record[key], dict) for key in _OBJECT_STEP_FIELDS):
+        return False
     return not (record.get(StepKey.STEP_TIME_S) or 0) < 0
 
 
@@ -294,11 +350,13 @@ def read_jsonl(path: str, damaged: list[int] | None = None, check=None) -> list[
     rows = []
     if not os.path.exists(path):
         return rows
+    if not os.path.isfile(path):  # a FIFO would block the reader forever, a directory fail in open()
+        raise InputError(f"{path}: not a regular file; allowed: the JSON-lines file a run writes")
     with open(path, encoding="utf-8", errors="replace") as f:  # a damaged byte spoils its line, not the file
         for number, line in enumerate(f, 1):
             try:
                 row = json.loads(line)
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, RecursionError):  # RecursionError: arrays nested thousands deep
                 row = None
                 if not line.endswith("\n"):  # the last line, cut off by a killed job: not damage
                     continue
@@ -323,6 +381,8 @@ class JsonlFollower:
         self._partial = b""
 
     def new(self) -> list[dict]:
+        if not os.path.isfile(self.path):  # not written yet; a FIFO or directory is none of a run's (open blocks)
+            return []
         try:
             with open(self.path, "rb") as f:
                 size = os.fstat(f.fileno()).st_size
@@ -340,7 +400,7 @@ class JsonlFollower:
         for line in lines:
             try:
                 row = json.loads(line)
-            except ValueError:
+            except (ValueError, RecursionError):
                 continue
             if isinstance(row, dict):
                 out.append(row)

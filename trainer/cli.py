@@ -98,7 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_intermixed_args(argv)
     if args.world_size is not None and not args.dry_run:
         return _fail(["--world-size: only with --dry-run; a real run takes its world size from torchrun"])
-    if problems := launcher_env_problems():  # every process says it: who is rank 0 is what is in doubt
+    # every process says it: who is rank 0 is what is in doubt
+    if problems := launcher_env_problems(dry_run=args.dry_run):
         return print_errors(*problems)
     try:
         recipe = load_recipe(args.recipe, args.overrides)

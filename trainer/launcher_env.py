@@ -20,9 +20,12 @@ def _int(environ: Mapping[str, str], name: str) -> int | str | None:
         return raw
 
 
-def launcher_env_problems(environ: Mapping[str, str] = os.environ) -> list[str]:
+def launcher_env_problems(environ: Mapping[str, str] = os.environ, dry_run: bool = False) -> list[str]:
     """One line per launcher variable that is set but unusable: WORLD_SIZE, RANK, LOCAL_WORLD_SIZE,
-    LOCAL_RANK, MASTER_PORT. Unset variables are fine (a single process)."""
+    LOCAL_RANK, MASTER_PORT. Unset variables are fine (a single process). A real run also needs RANK and
+    WORLD_SIZE together: the process group joins torchrun's only with both, so WORLD_SIZE 2 alone built a
+    group of one under a two-rank layout (a torch traceback), and RANK 3 alone a rank 3 of one process that
+    recorded nothing (rank 0 writes run.json). A dry run reads WORLD_SIZE alone as the size to plan for."""
     problems, got = [], {}
     wants = {"WORLD_SIZE": (1, None), "LOCAL_WORLD_SIZE": (1, None), "RANK": (0, None), "LOCAL_RANK": (0, None),
              "MASTER_PORT": (1, PORT_MAX)}
@@ -39,6 +42,12 @@ def launcher_env_problems(environ: Mapping[str, str] = os.environ) -> list[str]:
     for rank, size in (("RANK", "WORLD_SIZE"), ("LOCAL_RANK", "LOCAL_WORLD_SIZE")):
         if rank in got and size in got and got[rank] >= got[size]:
             problems.append(f"{rank}: got {got[rank]}; expected an integer from 0 to {size} - 1 = {got[size] - 1}")
+    if not dry_run and got.get("WORLD_SIZE", 1) > 1 and _int(environ, "RANK") is None:
+        problems.append(f"WORLD_SIZE: got {got['WORLD_SIZE']} but RANK is unset; allowed: both set, as torchrun "
+                        "sets them for each process (python -m launch.torchrun ...), or neither for one process")
+    if not dry_run and got.get("RANK", 0) > 0 and _int(environ, "WORLD_SIZE") is None:
+        problems.append(f"RANK: got {got['RANK']} but WORLD_SIZE is unset (one process, rank 0); allowed: both "
+                        "set, as torchrun sets them for each process, or RANK unset or 0 for one process")
     if "LOCAL_WORLD_SIZE" in got and "WORLD_SIZE" in got and got["LOCAL_WORLD_SIZE"] > got["WORLD_SIZE"]:
         problems.append(f"LOCAL_WORLD_SIZE: got {got['LOCAL_WORLD_SIZE']}; expected at most WORLD_SIZE "
                         f"({got['WORLD_SIZE']})")

@@ -101,6 +101,9 @@ def read_run_json(run_json: str) -> dict:
             info = json.load(f)
     except json.JSONDecodeError as exc:
         raise RunError(f"{run_json}: not valid JSON ({exc})") from None
+    except RecursionError:
+        raise RunError(f"{run_json}: nested too deeply to read (thousands of levels); allowed: the JSON object a "
+                       "run writes") from None
     except UnicodeDecodeError as exc:
         raise RunError(f"{run_json}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start}); "
                        "allowed: the JSON object a run writes") from None
@@ -109,6 +112,38 @@ def read_run_json(run_json: str) -> dict:
     if not isinstance(info, dict):
         raise RunError(f"{run_json}: holds a JSON {_json_type(info)}; allowed: the JSON object a run writes")
     return info
+
+
+# objects inside run.json's sections that the readers walk into (each an object or null)
+_SUBSECTIONS = {RunKey.TELEMETRY: ("counters", StepKey.COMM_HEALTH, "stragglers", "comm_outside_steps", "server_power",
+                                   "cross_rank", "energy", "rdma_ports"),
+                RunKey.FABRIC: ("expectation",)}
+# layout's counts: an integer >= 1 or null
+_LAYOUT_COUNTS = ("world_size", "dp", "tp", "pp", "global_batch_size", "micro_batch_size", "grad_accum_steps")
+
+
+def shape_problem(info: dict) -> str | None:
+    """What in run.json is not shaped as a run writes it (a section of the wrong JSON type, a host that is
+    not an object, a layout count that is not a positive integer), or None. Said as `'KEY' is ...; allowed:
+    ...` for the caller to name the file."""
+    for key, kind in _SECTIONS.items():
+        if info.get(key) is not None and not isinstance(info[key], kind):
+            return (f"'{key}' is a JSON {_json_type(info[key])}; allowed: "
+                    f"{'an object' if kind is dict else 'a list'} (or null)")
+    for key, names in _SUBSECTIONS.items():
+        section = info.get(key) or {}
+        for name in names:
+            if section.get(name) is not None and not isinstance(section[name], dict):
+                return f"'{key}.{name}' is a JSON {_json_type(section[name])}; allowed: an object (or null)"
+    for i, host in enumerate(info.get(RunKey.HOSTS) or []):
+        if not isinstance(host, dict):
+            return f"'{RunKey.HOSTS}[{i}]' is {json.dumps(host)[:40]}; allowed: an object per rank"
+    layout = info.get(RunKey.LAYOUT) or {}
+    for name in _LAYOUT_COUNTS:
+        value = layout.get(name)
+        if value is not None and (type(value) is not int or value < 1):
+            return f"'{RunKey.LAYOUT}.{name}' is {json.dumps(value)}; allowed: an integer >= 1 (or null)"
+    return None
 
 
 def load_run(path: str) -> Run:
@@ -120,23 +155,25 @@ def load_run(path: str) -> Run:
     if not os.path.isfile(run_json):
         raise RunError(f"{path}: no {RUN_JSON} (is this a run directory?); {allowed}")
     info = read_run_json(run_json)
-    for key, kind in _SECTIONS.items():
-        if info.get(key) is not None and not isinstance(info[key], kind):
-            raise RunError(f"{run_json}: '{key}' is a JSON {_json_type(info[key])}; allowed: "
-                           f"{'an object' if kind is dict else 'a list'} (or null), as a run writes it")
+    problem = shape_problem(info)
+    if problem:
+        raise RunError(f"{run_json}: {problem}, as a run writes it")
     ranks, damaged = {}, {}
-    for p in rank_files(path, RANK_TELEMETRY):
-        m = re.fullmatch(rf"rank(\d+)\.{re.escape(RANK_TELEMETRY)}", os.path.basename(p))
-        if m:  # another file that happens to match the glob is not a rank's
-            bad: list[int] = []
-            ranks[int(m.group(1))] = read_jsonl(p, bad, _step)
-            if bad:
-                damaged[os.path.relpath(p, path)] = bad
-    final = info.get(RunKey.FINAL) or {}
-    rename_fields(final, RENAMED_UNITS)  # a sweep's avg_busbw per collective
-    metrics_path = os.path.join(path, METRICS)
-    bad = []
-    metrics = read_jsonl(metrics_path, bad, _step)
+    try:
+        for p in rank_files(path, RANK_TELEMETRY):
+            m = re.fullmatch(rf"rank(\d+)\.{re.escape(RANK_TELEMETRY)}", os.path.basename(p))
+            if m:  # another file that happens to match the glob is not a rank's
+                bad: list[int] = []
+                ranks[int(m.group(1))] = read_jsonl(p, bad, _step)
+                if bad:
+                    damaged[os.path.relpath(p, path)] = bad
+        final = info.get(RunKey.FINAL) or {}
+        rename_fields(final, RENAMED_UNITS)  # a sweep's avg_busbw per collective
+        metrics_path = os.path.join(path, METRICS)
+        bad = []
+        metrics = read_jsonl(metrics_path, bad, _step)
+    except InputError as exc:  # a directory or FIFO where a rank file or metrics.jsonl goes
+        raise RunError(str(exc)) from None
     if not metrics and _has_text(metrics_path):
         raise RunError(f"{metrics_path}: no line is a step record; allowed: one JSON object per line with a "
                        "finite number or null in each number field, as a run writes (a truncated last line is "

@@ -21,7 +21,10 @@ import time
 from collections import deque
 
 from telemetry import stragglers
-from telemetry.rundir import METRICS, RANK_TELEMETRY, RUN_JSON, JsonlFollower, StepKey, rank_files, upgrade_record
+from telemetry.analysis.runs import shape_problem
+from telemetry.rundir import (
+    METRICS, RANK_TELEMETRY, RUN_JSON, JsonlFollower, StepKey, is_step_record, rank_files, upgrade_record,
+)
 
 RECENT = 20  # steps the per-rank medians and the ETA look back over
 SLOWEST = 3
@@ -53,11 +56,12 @@ class RunWatch:
         try:
             with open(os.path.join(self.run_dir, RUN_JSON), encoding="utf-8") as f:
                 info = json.load(f)
-            if isinstance(info, dict) and info != self.info:
+            if isinstance(info, dict) and info != self.info and shape_problem(info) is None:
                 self.info, new = info, True
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
             pass  # not written yet, or being replaced: the last one read stands
-        rows = [upgrade_record(r) for r in self._metrics.new() if isinstance(r.get(StepKey.STEP), int)]
+        # a line that is not a readable step is damage, left out as the report leaves it out
+        rows = [r for r in self._metrics.new() if is_step_record(upgrade_record(r))]
         if rows:
             new = True
             self.recent.extend(rows)
@@ -80,7 +84,7 @@ class RunWatch:
             if rank not in self._ranks:
                 self._ranks[rank] = JsonlFollower(path, from_end=False, last_bytes=RANK_TAIL_BYTES)
                 self.rank_lines[rank] = deque(maxlen=RECENT)
-            lines = self._ranks[rank].new()
+            lines = [r for r in self._ranks[rank].new() if is_step_record(upgrade_record(r))]
             if lines:
                 self.rank_lines[rank].extend(lines)
                 new = True

@@ -69,6 +69,9 @@ def test_main_refuses_bad_input_with_one_error_line(capsys):
     assert err == ["error: --nodes: got 1; a fabric needs at least 2 nodes"]
     assert lab.main(["--nodes", "2", "--rate", "quick", "--", "recipes/tiny_llama_lora.yaml"]) == 2
     assert capsys.readouterr().err.startswith("error: --rate: got 'quick'")
+    # a refused node count is one line: the recipe's batch is not judged again on 100000 nodes
+    assert lab.main(["--nodes", "100000", "--rate", "1gbit", "--", "recipes/tiny_llama_lora.yaml"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == ["error: --nodes: got 100000; at most 200"]
 
 
 def test_main_needs_the_recipe_after_the_separator(capsys):

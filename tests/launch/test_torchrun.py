@@ -140,6 +140,13 @@ def test_store_sharing_is_turned_off_only_where_a_node_can_rejoin(monkeypatch, a
     (["/nonexistent/train.py"], "training script: '/nonexistent/train.py' is not a file"),
     (["-m", "no_such_module.anywhere"], "-m no_such_module.anywhere: no such module"),
     (["--no-python", "no-such-command-here"], "--no-python: 'no-such-command-here' is not a command on PATH"),
+    # a port out of range: a ValueError traceback from torch's rendezvous, or (0) every worker refusing it
+    (["--master-port", "0", "-m", "trainer"], "--master-port: got 0; allowed: a TCP port from 1 to 65535"),
+    (["--master-port", "70000", "-m", "trainer"], "--master-port: got 70000; allowed: a TCP port from 1 to 65535"),
+    (["--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "node0:port:x", "-m", "trainer"],
+     "--rdzv-endpoint: got 'node0:port:x'; allowed: HOST or HOST:PORT, a port from 1 to 65535"),
+    # a node rank the static rendezvous has no slot for: it waited forever
+    (["--nnodes", "2", "--node-rank", "5", "-m", "trainer"], "--node-rank: got 5; allowed: 0 to 1"),
 ])
 def test_bad_launch_arguments_are_one_line_before_any_agent_starts(capsys, argv, expected):
     """What torchrun raises as a traceback (or leaves every worker to fail on) is one line, exit 2."""

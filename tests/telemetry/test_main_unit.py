@@ -120,6 +120,13 @@ def test_argument_mistakes_are_one_line(capsys, argv, words):
     ('{"recipe": "x"}', "run.json: 'recipe' is a JSON string; allowed: an object (or null), as a run writes it"),
     ('{"layout": [1]}', "run.json: 'layout' is a JSON list; allowed: an object (or null)"),
     ('{"hosts": {"a": 1}}', "run.json: 'hosts' is a JSON object; allowed: a list (or null)"),
+    # inside the sections, what the readers walk into (each was an AttributeError or TypeError traceback)
+    ('{"hosts": [1, null]}', "run.json: 'hosts[0]' is 1; allowed: an object per rank, as a run writes it"),
+    ('{"fabric": {"expectation": "y"}}', "run.json: 'fabric.expectation' is a JSON string; allowed: an object"),
+    ('{"telemetry": {"counters": "x"}}', "run.json: 'telemetry.counters' is a JSON string; allowed: an object"),
+    ('{"layout": {"world_size": "two"}}', "run.json: 'layout.world_size' is \"two\"; allowed: an integer >= 1"),
+    ('{"layout": {"world_size": NaN}}', "run.json: 'layout.world_size' is NaN; allowed: an integer >= 1"),
+    ('{"a": ' + "[" * 100000 + "]" * 100000 + "}", "run.json: nested too deeply to read (thousands of levels)"),
 ])
 def test_damaged_run_json(capsys, run_dir, damage, words):
     (run_dir / "run.json").write_bytes(damage if isinstance(damage, bytes) else damage.encode())
@@ -140,6 +147,19 @@ def test_metrics_without_one_step_object(capsys, run_dir, metrics):
     '{"step": 0, "step_time_s": 1.0}',
     '{"step": 7.5, "step_time_s": 1.0}',
     '{"step": 7, "comm_time_s": [0.1]}',
+    # shapes the report walked into: each was a traceback (KeyError, AttributeError, TypeError, RecursionError)
+    '{"loss": 2.0, "step_time_s": 1.0}',  # no step
+    '{"step": 1000000000000000000000000000001, "step_time_s": 1.0}',  # beyond what numpy holds (the plots)
+    '{"step": 7, "comm": [1, 2]}',
+    '{"step": 7, "comm": {"all_reduce": "x"}}',
+    '{"step": 7, "comm": {"all_reduce": {"count": "1", "bytes": "1MB", "time_s": "fast"}}}',
+    '{"step": 7, "comm": {"all_reduce": {"count": 1, "bytes": -5, "time_s": 0.25}}}',
+    '{"step": 7, "comm_groups": {"dp": {"by_op": {"all_reduce": {"bytes": "x"}}}}}',
+    '{"step": 7, "ranks": "x"}',
+    '{"step": 7, "ranks": {"step_time_s": [1, 2]}}',
+    '{"step": 7, "ranks": {"comm_time_s_by_op": {"all_reduce": {"min": "x"}}}}',
+    '{"step": 7, "exposed": 0.5}',
+    '{"step": 7, "x": ' + "[" * 5000 + "]" * 5000 + "}",
 ])
 def test_metrics_lines_with_wrong_values_are_damage(capsys, run_dir, line):
     """A line another program (or a hand) wrote with a string, NaN or a negative time where a number goes
@@ -154,6 +174,46 @@ def test_metrics_lines_with_wrong_values_are_damage(capsys, run_dir, line):
     assert s["step_time_median_s"] > 0 and s["samples_per_s"] > 0
     (run_dir / "metrics.jsonl").write_text(line + "\n")  # nothing else: one line naming the file
     assert "metrics.jsonl: no line is a step record" in one_error(capsys, ["report", str(run_dir)])
+
+
+def test_a_report_of_damaged_lines_between_steps_is_written(tmp_path, capsys, run_dir):
+    """The damage the report's tables and plots walked into (no step, a list or strings in comm, a string in
+    ranks, a step beyond int64): left out and named, the report written from the rest."""
+    text = (run_dir / "metrics.jsonl").read_text().splitlines(keepends=True)
+    bad = ['{"loss": 2.0}\n', '{"step": 7, "comm": [1]}\n', '{"step": 8, "ranks": "x"}\n',
+           '{"step": 100000000000000000000000, "step_time_s": 1.0}\n']
+    (run_dir / "metrics.jsonl").write_text("".join([*text[:2], *bad, *text[2:]]))
+    assert main(["report", str(run_dir), "--out", str(tmp_path / "out")]) == 0
+    assert "metrics.jsonl lines 3, 4, 5, 6" in (tmp_path / "out" / "report.md").read_text()
+
+
+def test_metrics_that_is_not_a_regular_file_is_one_line(capsys, run_dir):
+    """A directory was an IsADirectoryError traceback; a FIFO blocked every reader forever (open waits for a
+    writer), watch included."""
+    import os
+    metrics = run_dir / "metrics.jsonl"
+    metrics.unlink()
+    metrics.mkdir()
+    for command in (["report", str(run_dir)], ["project", str(run_dir), "--rate", "1gbit"],
+                    ["watch", str(run_dir), "--once"]):
+        assert "metrics.jsonl: not a regular file; allowed: the JSON-lines file a run writes" in one_error(capsys, command)
+    metrics.rmdir()
+    os.mkfifo(metrics)
+    for command in (["report", str(run_dir)], ["watch", str(run_dir), "--once"]):
+        assert "metrics.jsonl: not a regular file" in one_error(capsys, command)
+
+
+@pytest.mark.parametrize("argv", [["project", "{run}", "--rate", "1gbit", "--json", "{run}/run.json"],
+                                  ["project", "{run}", "--rate", "1gbit", "--json", "{run}/metrics.jsonl"],
+                                  ["mllog", "{run}", "--out", "{run}/run.json", "--no-check"]])
+def test_an_output_file_over_the_runs_own_record_is_refused(capsys, run_dir, argv):
+    """`project RUN --json RUN/run.json` replaced the run's run.json with the projection (the record lost)."""
+    before = (run_dir / "run.json").read_bytes(), (run_dir / "metrics.jsonl").read_bytes()
+    line = one_error(capsys, [a.format(run=run_dir) for a in argv])
+    assert "is part of the input run's record (run.json, metrics.jsonl, ranks/, ...) and would be overwritten" in line
+    assert ((run_dir / "run.json").read_bytes(), (run_dir / "metrics.jsonl").read_bytes()) == before
+    assert main(["project", str(run_dir), "--rate", "1gbit", "--json", str(run_dir / "projection.json")]) == 0
+    assert main(["project", str(run_dir), "--rate", "1gbit", "--json", str(run_dir / "projection.json")]) == 0
 
 
 def test_metrics_lines_that_are_not_objects_are_skipped(run_dir):

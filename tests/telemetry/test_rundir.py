@@ -160,3 +160,31 @@ def test_the_last_attempts_record_is_kept_before_a_new_attempt_rewrites_it(tmp_p
     assert json.loads((tmp_path / "logs" / "run.attempt-2.json").read_text()) == record
     assert RunDir(str(tmp_path / "fresh"), rank=0).keep_previous() is None
     assert RunDir(str(tmp_path), rank=1).keep_previous() is None
+
+
+def test_a_step_record_is_shaped_as_a_run_writes_it():
+    """The nested fields too: the readers walk into them (comm tables, ranks spreads), so a line with another
+    shape is damage, like a string where a number goes."""
+    from telemetry.rundir import is_step_record
+    good = {"step": 3, "step_time_s": 1.0, "profiled": True,
+            "comm": {"all_reduce": {"count": 2, "bytes": 8, "time_s": None, "untimed": 0, "busbw_GBps": 0.1}},
+            "comm_groups": {"dp": {"dim": "dp", "ranks": [0, 1], "bytes": 8, "by_op": {"all_reduce": {"bytes": 8}}}},
+            "ranks": {"step_time_s": {"min": 0.9, "mean": 1.0, "max": 1.1, "max_rank": 1, "ranks": 2, "median": None},
+                      "comm_time_s_by_op": {"all_reduce": {"min": 0.2, "max": 0.3}}},
+            "exposed": {"window_s": 1.0}, "host": None}
+    assert is_step_record(good)
+    for damage in ({"step": None}, {"step": 1 << 63}, {"comm": [1]}, {"comm": {"all_reduce": 1}},
+                   {"comm": {"all_reduce": {"bytes": -1}}}, {"comm": {"all_reduce": {"time_s": "x"}}},
+                   {"comm_groups": {"dp": {"by_op": {"all_reduce": {"count": float("nan")}}}}},
+                   {"ranks": "x"}, {"ranks": {"step_time_s": [1]}}, {"ranks": {"comm_time_s_by_op": {"x": {"min": "a"}}}},
+                   {"exposed": 0.5}, {"comm_health": []}, {"tokens": 1 << 70}):
+        assert not is_step_record({**good, **damage}), damage
+
+
+def test_recorded_by_run_names_the_runs_own_files(tmp_path):
+    from telemetry.rundir import recorded_by_run
+    run = tmp_path / "run"
+    for path in ("run.json", "metrics.jsonl", "ranks/rank00000.telemetry.jsonl", "checkpoints/latest.json"):
+        assert recorded_by_run(str(run / path), str(run)), path
+    for path in (run / "projection.json", run / "report" / "report.md", tmp_path / "run.json", run):
+        assert not recorded_by_run(str(path), str(run)), path

@@ -122,6 +122,11 @@ OVERRIDES = [
     ("config-vocab-inf", ["model.config.vocab_size=.inf"], "model.config.vocab_size: NaN or infinity"),
     ("config-hidden-bool", ["model.config.hidden_size=true"], "model.config.hidden_size: got True; expected"),
     ("bert-config-type-vocab-zero", ["model.config.type_vocab_size=0"], "model.config.type_vocab_size: got 0"),
+    # an empty model.config built the family's defaults (a 7B Llama from random init); the dry run said
+    # "config.json is not readable here (None)"
+    ("config-empty", ["model.config={}"], "model.config: no fields (an empty mapping builds the family's default "
+     "model, such as a 7B Llama, from random init); allowed: the model's sizes"),
+    ("bert-config-empty", ["model.config={}"], "model.config: no fields"),
 ]
 
 
@@ -267,6 +272,22 @@ def test_bad_launcher_environment(env, expected, capsys, monkeypatch):
     assert main([TINY, "--dry-run"]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0], lines
+
+
+@pytest.mark.parametrize("env,expected", [({"WORLD_SIZE": "2"}, "WORLD_SIZE: got 2 but RANK is unset"),
+                                          ({"RANK": "3"}, "RANK: got 3 but WORLD_SIZE is unset")])
+def test_a_launcher_variable_alone_is_one_line_before_the_run_starts(env, expected, tmp_path, capsys, monkeypatch):
+    """A real run (not --dry-run) with WORLD_SIZE and no RANK failed with torch's mesh traceback; with RANK and no
+    WORLD_SIZE it exited 0 with no run.json (rank 3 of one process). Now one line, nothing created."""
+    for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_PORT", "TORCHELASTIC_RUN_ID"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    out = tmp_path / "run"
+    assert main([TINY, f"output_dir={out}", "max_steps=1"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {expected}"), lines
+    assert not out.exists()
 
 
 def test_bad_command_line_is_one_error_line(capsys, monkeypatch):

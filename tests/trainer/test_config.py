@@ -223,6 +223,22 @@ def test_launcher_environment_problems():
         "MASTER_PORT: got '65536'; expected an integer from 1 to 65535 (as torchrun or srun sets it)"]
 
 
+def test_a_real_run_needs_rank_and_world_size_together():
+    """WORLD_SIZE 2 alone built a group of one under a two-rank layout (a torch traceback); RANK 3 alone ran
+    as rank 3 of one process and recorded nothing. A dry run plans for WORLD_SIZE alone, as before."""
+    from trainer.launcher_env import launcher_env_problems
+    assert launcher_env_problems({"WORLD_SIZE": "2"}) == [
+        "WORLD_SIZE: got 2 but RANK is unset; allowed: both set, as torchrun sets them for each process "
+        "(python -m launch.torchrun ...), or neither for one process"]
+    assert launcher_env_problems({"RANK": "3"}) == [
+        "RANK: got 3 but WORLD_SIZE is unset (one process, rank 0); allowed: both set, as torchrun sets them for "
+        "each process, or RANK unset or 0 for one process"]
+    for alone in ({"WORLD_SIZE": "2"}, {"RANK": "3"}):
+        assert launcher_env_problems(alone, dry_run=True) == []
+    for fine in ({"WORLD_SIZE": "1"}, {"RANK": "0"}, {"RANK": "1", "WORLD_SIZE": "2"}):
+        assert launcher_env_problems(fine) == []
+
+
 @pytest.mark.parametrize("value,size", [(4096, 4096), ("4K", 4096), ("64M", 64 << 20), ("1.5G", 3 << 29),
                                         ("16g", 16 << 30), ("64MB", 64 << 20), ("8", 8)])
 def test_sizes_accepted(value, size):

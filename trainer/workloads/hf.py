@@ -138,6 +138,10 @@ def config_fields(spec, cls=None) -> dict:
     if not isinstance(fields, dict):
         raise ModelError(f"{where}: got {type(fields).__name__}; expected a mapping of config fields")
     fields = {k: v for k, v in fields.items() if k not in _IDENTITY_KEYS}
+    if not fields:  # transformers would build the family's defaults: a 7B Llama or BERT-base, from random init
+        raise ModelError(f"{where}: no fields (an empty mapping builds the family's default model, such as a 7B "
+                         "Llama, from random init); allowed: the model's sizes (vocab_size, hidden_size, "
+                         "num_hidden_layers, ...), a config.json path, or model.path for a checkpoint")
     bad = _non_finite(fields, "model.config")
     if bad:
         raise ModelError(f"{bad}: NaN or infinity; expected a finite number")

@@ -208,6 +208,10 @@ def test_a_directory_that_is_no_run_is_refused_an_empty_one_is_awaited(tmp_path,
     (b'{"status": "comp', "not valid JSON ("),
     (b"[1, 2]", "holds a JSON list; allowed: the JSON object a run writes"),
     (b"\xff\xfe", "not UTF-8 text (byte 0xff at offset 0); allowed: the JSON object a run writes"),
+    # shaped wrong inside: an AttributeError traceback from the view
+    (b'{"telemetry": {"counters": "x"}}', "'telemetry.counters' is a JSON string; allowed: an object (or null)"),
+    (b'{"hosts": ["a", 1]}', "'hosts[0]' is \"a\"; allowed: an object per rank"),
+    (b'{"a": ' + b"[" * 100000 + b"]" * 100000 + b"}", "nested too deeply to read"),
 ])
 def test_a_damaged_run_json_is_one_error_line_not_a_run_starting(content, expected, tmp_path, capsys):
     """run.json is written atomically (telemetry/rundir.py), so a damaged one is damage: watch says so and exits 2
@@ -218,6 +222,19 @@ def test_a_damaged_run_json_is_one_error_line_not_a_run_starting(content, expect
     assert main(["watch", str(tmp_path), "--once"]) == 2
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and err[0].startswith(f"error: watch: {tmp_path / 'run.json'}: ") and expected in err[0]
+
+
+def test_damaged_metrics_lines_are_left_out_as_the_report_leaves_them(tmp_path):
+    """A line the run could not have written (ranks a string: an AttributeError in the straggler detector; no
+    step; a deep nest: a RecursionError) is skipped; the steps around it are shown."""
+    make_run(tmp_path, 5, status="completed")
+    with open(tmp_path / "metrics.jsonl", "a") as m:
+        m.write('{"step": 6, "ranks": "x"}\n{"loss": 1.0}\n{"step": 7, "x": ' + "[" * 5000 + "]" * 5000 + "}\n")
+    with open(tmp_path / "ranks" / "rank00000.telemetry.jsonl", "a") as f:
+        f.write('{"step": 6, "step_time_s": "slow"}\n')
+    out = io.StringIO()
+    assert watch(str(tmp_path), once=True, out=out) == 0
+    assert out.getvalue().startswith("demo: completed | step 5/100")
 
 
 def test_once_on_a_directory_the_run_has_not_written_yet(tmp_path):
