@@ -48,6 +48,7 @@ OWNER_MARK = "fabric-harness-lab"
 ID_PREFIX = "fh"  # lab ids (namespace names) start with it: fh<pid>
 _MARK = re.compile(rf"^{OWNER_MARK} pid=(\d+) start=(\d+) pidns=(\S+)$")
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+WORKER_GRACE_S = 30  # a stopped agent's workers record the run's end within this (torchrun's own grace)
 TIMED_OUT = 124  # the exit status of a lab stopped by its --timeout, as timeout(1) gives
 
 
@@ -408,13 +409,16 @@ def run_in_lab(lab: Lab, nproc: int, recipe_args: list[str], output_dir: str, ti
                 break
             time.sleep(0.2)
     finally:
+        orphans = []
         for p in procs:
             if p.poll() is None:
+                orphans += _children(p.pid)  # torchrun starts each worker in a session of its own
                 try:
                     os.killpg(p.pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
             p.wait(timeout=30)
+        _let_orphans_finish(orphans)
         for t in threads:
             t.join(timeout=5)
         for f in files:
@@ -434,6 +438,43 @@ def run_in_lab(lab: Lab, nproc: int, recipe_args: list[str], output_dir: str, ti
     except (OSError, json.JSONDecodeError):
         pass
     return failed[0] if failed[0] > 0 else 1
+
+
+def _children(pid: int) -> list[int]:
+    """The processes `pid` started (a torchrun agent's workers), from /proc; none when it is gone."""
+    found = []
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children", encoding="ascii") as f:
+                found += [int(c) for c in f.read().split()]
+    except OSError:
+        pass
+    return found
+
+
+def _alive(pid: int) -> bool:
+    """Whether `pid` still runs (a zombie has ended; an orphan's is reaped by init, not by us)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            return f.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _let_orphans_finish(pids: list[int]) -> None:
+    """The workers of a stopped agent: each sees its agent gone, finishes its step, saves it and records the
+    run as interrupted (trainer/stop.py). Waited for, so that run.json holds that status once the lab
+    returns (a launcher reads it at once: launch.evaluate); they had only the output pipe's 5 s to do it.
+    Given torchrun's own grace for its workers (30 s), then killed."""
+    deadline = time.monotonic() + WORKER_GRACE_S
+    while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    for pid in pids:
+        if _alive(pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
 
 def _has_a_line(path: str) -> bool:

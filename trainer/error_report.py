@@ -3,13 +3,16 @@ first rank that finds the problem. The error classes themselves (InputError: exi
 line) are the project's one set, telemetry/errors.py."""
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import signal
 import tempfile
+import threading
 
 from telemetry.errors import FaultError, InputError, print_errors
 
-__all__ = ["FaultError", "InputError", "first_to_report", "one_line", "report"]  # the errors: telemetry/errors.py
+__all__ = ["FaultError", "InputError", "first_to_report", "one_line", "report", "signals_held"]  # the errors: telemetry/errors.py
 
 
 def one_line(exc: BaseException, limit: int = 500) -> str:
@@ -63,7 +66,33 @@ def first_to_report() -> bool:
     return True
 
 
+@contextlib.contextmanager
+def signals_held():
+    """SIGTERM and SIGINT wait until the block is done, then take effect as they would have (the handler that
+    was in place, or the default action). Only the main thread can set handlers; elsewhere nothing is held."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    came: list[int] = []
+    old = {}
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        handler = signal.getsignal(signum)
+        if handler is not None and handler is not signal.SIG_IGN:  # None: set outside Python, left alone
+            old[signum] = signal.signal(signum, lambda s, _frame: came.append(s))
+    try:
+        yield
+    finally:
+        for signum, handler in old.items():
+            signal.signal(signum, handler)
+        if came:
+            signal.raise_signal(came[0])
+
+
 def report(*messages: object) -> None:
-    """The `error:` line (one per problem), printed by the first rank to report (see first_to_report)."""
-    if first_to_report():
-        print_errors(*messages)
+    """The `error:` line (one per problem), printed by the first rank to report (see first_to_report). A
+    signal meanwhile waits for the line: the rank that claimed the line is the one that must print it, and
+    torchrun SIGTERMs it as soon as another rank exits (that rank found the same problem, and left it to
+    this one); the default action would end it between the claim and the line, and no rank would say it."""
+    with signals_held():
+        if first_to_report():
+            print_errors(*messages)

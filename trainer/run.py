@@ -139,8 +139,16 @@ def run(recipe: Recipe, layout: Layout, argv: list[str], overrides: list[str]) -
         st.status = st.status if st.status != "failed" else "completed"
         st.code = 0
     except BaseException as exc:  # BaseException: torch's CheckpointException is not an Exception
-        if st.stops is not None:  # torchrun's SIGTERM, while this rank says why, must not cut it short
-            st.stops.closing()
+        # torchrun's SIGTERM, while this rank says why, must not cut it short. It may already be on its way
+        # (sent when another rank died of the same fault): its handler then runs as closing() is entered,
+        # and its Interrupted would replace this failure, unclassified. It is the failure's echo: closing()
+        # again, and the failure is what is recorded. Inline, not in a function: entering one runs handlers.
+        while st.stops is not None:
+            try:
+                st.stops.closing()
+                break
+            except Interrupted:
+                pass
         if classify_failure(st, exc):
             raise  # SystemExit: the finally below records it first
     finally:

@@ -38,3 +38,33 @@ def test_a_program_of_ones_own_runs_on_every_node(tmp_path):
     assert [s["sum"] for s in seen] == [3.0, 3.0]
     assert sorted(s["node"] for s in seen) == ["lab-node0", "lab-node1"] and {s["ifname"] for s in seen} == {IFACE}
     assert not (tmp_path / "run.json").exists()  # the trainer did not run
+
+
+# node 1's rank fails at once; node 0's waits for its agent to go (the lab stops it after the failure), then
+# takes a while to record its end, as the trainer does (finish the step, save it, write run.json)
+SLOW_TO_RECORD = """
+import os, sys, time
+out, rank = sys.argv[1], os.environ["RANK"]
+if rank == "1":
+    sys.exit(1)
+agent = os.getppid()
+while os.getppid() == agent:
+    time.sleep(0.2)
+time.sleep(8)  # longer than the 5 s the lab used to give, by way of its output pipe
+with open(os.path.join(out, "recorded"), "w") as f:
+    f.write("the end, recorded after the agent was stopped")
+"""
+
+
+@pytest.mark.integration
+@needs_root
+def test_the_lab_returns_after_a_stopped_agents_workers_have_recorded_their_end(tmp_path):
+    """The lab stops a node's torchrun agent (SIGKILL) after another node failed, at its --timeout, or on a
+    signal; the agent's workers, in sessions of their own, then see it gone and record the run's end.
+    The lab returned while they still did: launch.evaluate read run.json's status `running`."""
+    script = tmp_path / "prog.py"
+    script.write_text(SLOW_TO_RECORD)
+    with Lab(2, "none") as lab:
+        code = run_in_lab(lab, 1, [], str(tmp_path), 240, 29443, program=[str(script), str(tmp_path)])
+    assert code != 0
+    assert (tmp_path / "recorded").exists(), (tmp_path / "logs" / "lab-node0.log").read_text()[-2000:]

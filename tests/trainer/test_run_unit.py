@@ -72,3 +72,32 @@ def test_a_port_in_use_is_refused_before_the_device_is_picked(tmp_path, capsys, 
         code, err = run(capsys, f"output_dir={tmp_path / 'run'}", *STEPS, f"telemetry.prometheus={port}")
     assert code == 2 and f"error: telemetry.prometheus: cannot serve on port {port}" in err
     assert picked == []  # no CUDA context made before the port was taken (docs/live.md)
+
+
+def test_a_signal_that_comes_with_the_failure_does_not_replace_it(tmp_path, capsys, monkeypatch):
+    """torchrun SIGTERMs the survivors as soon as one rank dies: a SIGTERM pending as the failure reaches
+    run() has its handler run when closing() is entered, before closing() replaces that handler. Its
+    Interrupted took the failure's place: run.json had no error and the `error:` line was never printed."""
+    import trainer.run as run_mod
+    from trainer.error_report import InputError
+    from trainer.stop import Interrupted, StopRequests
+
+    def fail(st):
+        raise InputError("data: fault for the test; allowed: none")
+
+    real_closing, calls = StopRequests.closing, []
+
+    def closing_entered_by_a_signal(self):
+        calls.append(1)
+        if len(calls) == 1:
+            raise Interrupted("SIGTERM")  # what the handler raises, on closing()'s first line
+        real_closing(self)
+
+    monkeypatch.setattr(run_mod, "set_up", fail)
+    monkeypatch.setattr(StopRequests, "closing", closing_entered_by_a_signal)
+    out = tmp_path / "run"
+    code, err = run(capsys, f"output_dir={out}", *STEPS)
+    info = json.loads((out / "run.json").read_text())
+    assert code == 2 and err.strip() == "error: data: fault for the test; allowed: none", err
+    assert info["status"] == "failed" and info["exit_code"] == 2 and info["error"].startswith("data: fault"), info
+    assert not (out / "run.lock").exists()
