@@ -118,8 +118,9 @@ def read_run_json(run_json: str) -> dict:
 _SUBSECTIONS = {RunKey.TELEMETRY: ("counters", StepKey.COMM_HEALTH, "stragglers", "comm_outside_steps", "server_power",
                                    "cross_rank", "energy", "rdma_ports"),
                 RunKey.FABRIC: ("expectation",)}
-# layout's counts: an integer >= 1 or null
-_LAYOUT_COUNTS = ("world_size", "dp", "tp", "pp", "global_batch_size", "micro_batch_size", "grad_accum_steps")
+# layout's counts: an integer >= 1 or null; the batch counts 0 too (a collective sweep has no batch)
+_LAYOUT_COUNTS = {"world_size": 1, "dp": 1, "tp": 1, "pp": 1, "global_batch_size": 0, "micro_batch_size": 0,
+                  "grad_accum_steps": 0}
 
 
 def shape_problem(info: dict) -> str | None:
@@ -139,10 +140,11 @@ def shape_problem(info: dict) -> str | None:
         if not isinstance(host, dict):
             return f"'{RunKey.HOSTS}[{i}]' is {json.dumps(host)[:40]}; allowed: an object per rank"
     layout = info.get(RunKey.LAYOUT) or {}
-    for name in _LAYOUT_COUNTS:
+    for name, low in _LAYOUT_COUNTS.items():
         value = layout.get(name)
-        if value is not None and (type(value) is not int or value < 1):
-            return f"'{RunKey.LAYOUT}.{name}' is {json.dumps(value)}; allowed: an integer >= 1 (or null)"
+        if value is not None and (type(value) is not int or value < low):
+            sweep = " (0: a collective sweep)" if low == 0 else ""
+            return f"'{RunKey.LAYOUT}.{name}' is {json.dumps(value)}; allowed: an integer >= {low}{sweep} (or null)"
     return None
 
 

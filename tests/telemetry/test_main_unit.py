@@ -126,11 +126,23 @@ def test_argument_mistakes_are_one_line(capsys, argv, words):
     ('{"telemetry": {"counters": "x"}}', "run.json: 'telemetry.counters' is a JSON string; allowed: an object"),
     ('{"layout": {"world_size": "two"}}', "run.json: 'layout.world_size' is \"two\"; allowed: an integer >= 1"),
     ('{"layout": {"world_size": NaN}}', "run.json: 'layout.world_size' is NaN; allowed: an integer >= 1"),
+    ('{"layout": {"global_batch_size": -1}}',
+     "run.json: 'layout.global_batch_size' is -1; allowed: an integer >= 0 (0: a collective sweep)"),
     ('{"a": ' + "[" * 100000 + "]" * 100000 + "}", "run.json: nested too deeply to read (thousands of levels)"),
 ])
 def test_damaged_run_json(capsys, run_dir, damage, words):
     (run_dir / "run.json").write_bytes(damage if isinstance(damage, bytes) else damage.encode())
     assert words in one_error(capsys, ["report", str(run_dir)])
+
+
+def test_a_sweeps_layout_has_no_batch(capsys, run_dir):
+    """A collective sweep records its batch counts as 0 (the stricter run.json check refused it: launch.evaluate
+    then made no comparison of a training workload with its sweep)."""
+    from telemetry.analysis.runs import shape_problem
+
+    assert shape_problem({"layout": {"world_size": 2, "dp": 2, "tp": 1, "pp": 1, "global_batch_size": 0,
+                                     "micro_batch_size": 0, "grad_accum_steps": 0}}) is None
+    assert "'layout.dp' is 0; allowed: an integer >= 1" in shape_problem({"layout": {"dp": 0}})
 
 
 @pytest.mark.parametrize("metrics", [b"\xff\xfe\x00\x81" * 8, b"not json\n[1]\n\"x\"\n"])
