@@ -293,6 +293,11 @@ def train(st: RunState) -> None:
     trainer.progress.info(f"done: {state.step} steps{loss}; run directory {os.path.abspath(st.recipe.output_dir)}")
 
 
+# how long a rank whose collective failed on a closed connection waits for the peer's process to be gone
+# (to name it): a peer saving or writing its record under load takes seconds; torchrun allows 30 s
+PEER_EXIT_S = 10.0
+
+
 def classify_failure(st: RunState, exc: BaseException) -> bool:
     """What went wrong, as run.json's status, exit code and one error line: bad input (2), a signal (130),
     a fault recognised for what it is or a lost peer (1, one line), a crash (1, traceback). Returns True
@@ -323,7 +328,7 @@ def classify_failure(st: RunState, exc: BaseException) -> bool:
     # a crash: keep the traceback on stderr, the summary in run.json (SystemExit is recorded too)
     st.error = one_line(exc)
     lost = _lost_ranks(st.hosts, st.trainer, rundir.run_json) if not isinstance(exc, SystemExit) else None
-    deadline = time.monotonic() + 3
+    deadline = time.monotonic() + PEER_EXIT_S
     while not lost and _peer_gone(exc) and time.monotonic() < deadline:
         time.sleep(0.1)  # the peer's sockets close while it is still exiting: give it a moment
         lost = _lost_ranks(st.hosts, st.trainer, rundir.run_json)
@@ -331,6 +336,10 @@ def classify_failure(st: RunState, exc: BaseException) -> bool:
         lost = _lost_remote_ranks(exc, st.hosts, st.trainer)
     if lost:  # a collective failed because a peer died: say which, not the transport's words
         st.error = f"{lost}; {st.error}"
+        _say(rank, st.error)
+        return False
+    if _peer_gone(exc) and not isinstance(exc, SystemExit):  # a peer still exiting, or none named: no traceback
+        st.error = f"a peer closed its connection (its own log says why); {st.error}"
         _say(rank, st.error)
         return False
     if is_timeout(exc) and dist.is_initialized():  # a peer that does not answer: a cut link, a hung rank

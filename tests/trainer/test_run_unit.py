@@ -101,3 +101,22 @@ def test_a_signal_that_comes_with_the_failure_does_not_replace_it(tmp_path, caps
     assert code == 2 and err.strip() == "error: data: fault for the test; allowed: none", err
     assert info["status"] == "failed" and info["exit_code"] == 2 and info["error"].startswith("data: fault"), info
     assert not (out / "run.lock").exists()
+
+
+def test_a_closed_connection_whose_peer_is_not_named_is_one_line(tmp_path, capsys, monkeypatch):
+    """A collective failed on a closed connection and no lost peer could be named (it was still exiting after
+    the wait under load, or it runs elsewhere unnamed): one line with the transport's words, no traceback."""
+    import trainer.run as run_mod
+
+    def fail(st):
+        raise RuntimeError("[gloo/transport/tcp/pair.cc:553] Connection closed by peer [10.0.0.9]:26252")
+
+    monkeypatch.setattr(run_mod, "set_up", fail)
+    monkeypatch.setattr(run_mod, "PEER_EXIT_S", 0.2)
+    out = tmp_path / "run"
+    code, err = run(capsys, f"output_dir={out}", *STEPS)
+    info = json.loads((out / "run.json").read_text())
+    assert code == 1 and "Traceback" not in err, err
+    assert err.strip().splitlines() == [f"error: {info['error']}"], err
+    assert info["status"] == "failed" and info["error"].startswith(
+        "a peer closed its connection (its own log says why); RuntimeError: [gloo"), info
