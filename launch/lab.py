@@ -20,7 +20,6 @@ that: each namespace carries its lab's mark, and the next lab removes what a gon
 from __future__ import annotations
 
 import json
-import contextlib
 import math
 import os
 import re
@@ -34,6 +33,7 @@ import time
 from telemetry.analysis import rates
 from telemetry.errors import HarnessError, OneLineParser, output_dir_problem, print_errors
 from telemetry.rundir import LAB, LOGS, METRICS, RUN_JSON, RunKey
+from telemetry.signals import deferred
 
 SUBNET_BASE = "10.213"  # only ever assigned inside the lab's own namespaces
 IFACE = "fab0"
@@ -154,23 +154,10 @@ def leftover_of_a_gone_lab(ns: str) -> tuple[bool, str]:
     return True, f"left by a lab that is gone (process {pid}); nothing runs in it"
 
 
-@contextlib.contextmanager
 def signals_deferred():
     """Ctrl-C, SIGTERM and SIGHUP wait until the block is done (bringing the namespaces up or tearing them down
-    half way would leave some behind), then take effect. Only the main thread can set handlers."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    came: list[int] = []
-    old = {s: signal.signal(s, lambda signum, _frame: came.append(signum)) for s in STOP_SIGNALS
-           if signal.getsignal(s) is not signal.SIG_IGN}
-    try:
-        yield
-    finally:
-        for s, handler in old.items():
-            signal.signal(s, handler)
-        if came:
-            signal.raise_signal(came[0])
+    half way would leave some behind), then take effect."""
+    return deferred(STOP_SIGNALS)
 
 
 def check_host() -> None:

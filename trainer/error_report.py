@@ -3,14 +3,13 @@ first rank that finds the problem. The error classes themselves (InputError: exi
 line) are the project's one set, telemetry/errors.py."""
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import signal
 import tempfile
-import threading
 
 from telemetry.errors import FaultError, InputError, print_errors
+from telemetry.signals import deferred
 
 __all__ = ["FaultError", "InputError", "first_to_report", "one_line", "report", "signals_held"]  # the errors: telemetry/errors.py
 
@@ -66,26 +65,9 @@ def first_to_report() -> bool:
     return True
 
 
-@contextlib.contextmanager
 def signals_held():
-    """SIGTERM and SIGINT wait until the block is done, then take effect as they would have (the handler that
-    was in place, or the default action). Only the main thread can set handlers; elsewhere nothing is held."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    came: list[int] = []
-    old = {}
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        handler = signal.getsignal(signum)
-        if handler is not None and handler is not signal.SIG_IGN:  # None: set outside Python, left alone
-            old[signum] = signal.signal(signum, lambda s, _frame: came.append(s))
-    try:
-        yield
-    finally:
-        for signum, handler in old.items():
-            signal.signal(signum, handler)
-        if came:
-            signal.raise_signal(came[0])
+    """SIGTERM and SIGINT wait until the block is done, then take effect as they would have."""
+    return deferred((signal.SIGTERM, signal.SIGINT))
 
 
 def report(*messages: object) -> None:
