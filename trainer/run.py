@@ -152,6 +152,13 @@ def run(recipe: Recipe, layout: Layout, argv: list[str], overrides: list[str]) -
         if classify_failure(st, exc):
             raise  # SystemExit: the finally below records it first
     finally:
+        # the same after a run that ended well: a signal now waits for run.json's final status (close())
+        while st.stops is not None:
+            try:
+                st.stops.closing()
+                break
+            except Interrupted:
+                pass
         close(st)
     return st.code
 
@@ -360,9 +367,8 @@ def classify_failure(st: RunState, exc: BaseException) -> bool:
 
 def close(st: RunState) -> None:
     """Always, error or not: flight-recorder dumps after a failure, the other hooks' end, then the recorder's
-    close (telemetry summary and exports, run.json's final status), the lock, the process group."""
-    if st.stops is not None:  # a signal now (torchrun stopping the others) waits for run.json's final status
-        st.stops.closing()
+    close (telemetry summary and exports, run.json's final status), the lock, the process group. run() has
+    made a signal wait meanwhile (StopRequests.closing)."""
     if st.code != 0 and dist.is_initialized():
         dump_flight_recorder(st.rundir.logs, st.rank)  # what every rank last entered, for telemetry report
     try:
