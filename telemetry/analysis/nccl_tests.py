@@ -101,6 +101,12 @@ def _num(tok: str) -> float | None:
     return v if math.isfinite(v) else None
 
 
+def _cell_ends(text: str) -> list[int]:
+    """The column after each blank-separated cell of a line (after any leading '#'); a tab counts as the four
+    blanks an editor replaced by it."""
+    return [m.end() for m in re.finditer(r"[^\s#]\S*", text.replace("\t", "    "))]
+
+
 class _Run:
     def __init__(self, seq: int, name: str | None = None):
         self.seq, self.name = seq, name
@@ -121,13 +127,14 @@ class _Run:
         self.nccl_version: str | None = None
         self.rccl = False  # the library is AMD's RCCL (its banner, or rccl-tests' version line)
         self.assumed_header = False
+        self.block_ends: list[int] = []
 
     def empty(self) -> bool:
         return not (self.rows or self.params or self.devices or self.nblocks)
 
     # ---------------------------------------------------------------- header
 
-    def header(self, tokens: list[str]) -> None:
+    def header(self, tokens: list[str], text: str | None = None) -> None:
         times = [i for i, t in enumerate(tokens) if t in ("time", "cputime")]
         names = {"bytes": "size", "N": "count", "op": "redop"}
         self.prefix_cols = [names.get(t, t) for t in tokens[:times[0]]]
@@ -143,6 +150,12 @@ class _Run:
             self.block_names = list(BLOCKS) if self.nblocks == 2 else self.block_names[-self.nblocks:]
         # nccl-tests of 2017 printed milliseconds and had no units line
         self.time_scale = 1e3 if tokens[0] == "bytes" else 1.0
+        # where each block ends, in columns from the end of the size cell (cells are right-aligned under their
+        # titles): a row holding one block's cells shows by its columns which block that is
+        ends = _cell_ends(text or "")
+        ends = ends[len(ends) - len(tokens):] if len(ends) >= len(tokens) else []
+        self.block_ends = [ends[len(self.prefix_cols) + (k + 1) * width - 1] - ends[0]
+                           for k in range(self.nblocks)] if ends else []
 
     def units(self, tokens: list[str]) -> None:
         for t in tokens:
@@ -175,7 +188,14 @@ class _Run:
             npre -= 1
             blocks = [tokens[npre + i * nblk:npre + (i + 1) * nblk] for i in range(self.nblocks)]
         elif self.nblocks == 2 and len(tokens) == npre + nblk:
-            blocks = [None, tokens[npre:]]  # nccl-tests leaves the out-of-place block blank when it skips it
+            # one block's cells: nccl-tests leaves the out-of-place block blank when it skips it; mscclpp-test
+            # (in-place titled first) ends the row after the in-place block when it skips out-of-place
+            blocks = [None, tokens[npre:]]
+            ends = _cell_ends(line)
+            if self.block_ends and len(ends) == len(tokens):
+                at = ends[-1] - ends[0]
+                if abs(at - self.block_ends[0]) < abs(at - self.block_ends[1]):
+                    blocks = [tokens[npre:], None]
         else:
             self.skipped.append(f"{len(tokens)} cells, the header has {ncols}: {line.strip()}")
             return
@@ -402,7 +422,7 @@ class _Stream:
                 self.close()
                 run = self.current()
                 run.block_names = titles
-            run.header(tokens)
+            run.header(tokens, text)
         elif tokens and tokens[0] == "(B)":
             if self.run is not None:
                 self.run.units(tokens)
