@@ -83,6 +83,10 @@ _NVLS_CHANNELS = re.compile(r"(\d+) nvls channels")
 _PREFIX_HOST = re.compile(r"(?:^|[\s>:|\]]|(?<=\d[+-]\d\d:\d\d))(?<![+-]\d\d:)"
                           r"([A-Za-z0-9][\w.\-]*):\d+:\d+ \[ ?\d+ ?\] (?:[\w./\-]+:\d+ (?:\(\w+\) )?)?"
                           r"NCCL (?:INFO|WARN)")
+# A prefix holding the host and the device only, no pid:tid ("gpu-server320 [5] NCCL INFO", NVIDIA/nccl#1920's
+# Kubernetes log): the host is a word of its own (after a blank or at the start) that begins with a letter
+_PREFIX_HOST_ONLY = re.compile(r"(?:^|(?<=\s))([A-Za-z][\w.\-]*) \[ ?\d+ ?\] (?:[\w./\-]+:\d+ (?:\(\w+\) )?)?"
+                               r"NCCL (?:INFO|WARN)")
 # NCCL <= 2.2 printed its prefix without the word NCCL: "host:1:2 [0] INFO ...", "host:1:2 [0] misc/ibvwrap.cu:61 WARN"
 _PREFIX_HOST_22 = re.compile(r"(?:^|[\s>:|\]])([A-Za-z0-9][\w.\-]*):\d+:\d+ \[ ?\d+ ?\] (?:[\w./\-]+:\d+ )?(?:INFO|WARN) ")
 # nccl-tests' device list names every rank of its world (a host name may hold blanks: "on NODE A  device")
@@ -360,7 +364,7 @@ def _note_host(st: _State, record: str, k: int, seen: set) -> None:
         head = record[:k]  # "host:pid:tid [dev]" repeats on every line of a thread: look each one up once
         if head not in seen:
             seen.add(head)
-            if m := _PREFIX_HOST.search(record, 0, k + 11):
+            if m := _PREFIX_HOST.search(record, 0, k + 11) or _PREFIX_HOST_ONLY.search(record, 0, k + 11):
                 st.hosts.add(m.group(1))
                 st.host_heads[m.group(1)] += 1
     elif "Rank" in record and (m := _RANK_HOST.search(record)):

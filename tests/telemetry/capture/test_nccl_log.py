@@ -245,7 +245,11 @@ def test_corpus_covers_what_the_issue_asks_for():
             "ipv6-socket-address", "ib-disabled-by-env", "ras-lines", "qp-ece-lines", "ray-actor-prefix",
             "nccl-timestamp-prefix", "iwarp-device", "several-communicators", "assigned-net-plugin",
             "cut-line-glued-to-next", "markdown-quote-prefix", "ring-gdr-of-another-communicator", "nccl-2.2",
-            "prefix-without-nccl-word", "socket-interface-line-per-interface"} <= cats
+            "prefix-without-nccl-word", "socket-interface-line-per-interface",
+            # the seventh collection (a host-only prefix behind kubectl timestamps, a code fence glued to the host,
+            # viewer line numbers between lines, an interface alias with a colon, 2.3's per-device IB lines)
+            "host-only-prefix", "code-fence-glued-to-host", "line-number-lines", "interface-alias-with-colon",
+            "ib-device-line-per-device", "mnnvl-probe-no-fabric"} <= cats
     versions = {s["truth"]["nccl_version"] for s in specs} - {None}
     assert min(versions, key=lambda v: tuple(map(int, v.split(".")))) == "2.2.12"
 
@@ -554,3 +558,14 @@ def test_rccl_warnings_with_source_paths_and_a_bracketed_timestamp():
     assert rccl["warnings"]["messages"][-1]["message"] == "hipIpcGetMemHandle failed : invalid argument"
     nvls = parse_files([str(CORPUS / "nccl_1788_bracket_timestamp_nvls_cuda_warn.log")])
     assert nvls["hosts"] == ["node004"] and nvls["warnings"]["by_kind"] == {"cuda": 1}
+
+
+def test_a_prefix_with_the_host_and_no_pid_or_thread():
+    """NVIDIA/nccl#1920's Kubernetes log prints 'gpu-server320 [5] NCCL INFO' (no ':pid:tid') behind kubectl's
+    timestamp: the host was not read. A word of its own before '[dev] NCCL' is the host; a timestamp's tail
+    ('...10:00:00.123Z [0] NCCL INFO') or a launcher's tag before a device-only prefix is not."""
+    out = parse_files([str(CORPUS / "nccl_1920_k8s_timestamp_host_only_prefix_socket_warn.log")])
+    assert out["hosts"] == ["gpu-server320"] and out["warnings"]["total"] == 1
+    for line in ("2025-06-01T10:00:00.123Z [0] NCCL INFO Using network IB", "[1,3]<stdout>:[0] NCCL INFO Using network IB",
+                 "(RayWorkerWrapper pid=1000) [0] NCCL INFO Using network IB", "12: [0] NCCL INFO Using network IB"):
+        assert parse_lines([line])["hosts"] is None, line
