@@ -84,6 +84,8 @@ ROWS = {
     "alltoall_perf_msccl_48_eight_nodes_in_place_na_excerpt.txt": 3,
     "all_gather_perf_rccl_1490_srun_label_padded_mi250x_excerpt.txt": 5,
     "all_reduce_perf_rccl_929_mpich_mi250x_2023_error_col_excerpt.txt": 8,
+    "alltoall_perf_oci_gb300_128_ranks_elided_list_truncated_comment_excerpt.txt": 2,
+    "sendrecv_perf_li_plus_playground_command_line_eight_gpus_one_process.txt": 4,
 }
 TRUTHS = sorted(TABLES.glob("*.json"))
 # a line that starts like a row (after a launcher prefix): size, count, a type name
