@@ -277,6 +277,8 @@ CASES: list[tuple[str, str, list[str], dict]] = [
     ("launch.lab", "recipe-missing", [*LAB, "--", "{root}/nope.yaml"], {}),
     ("launch.lab", "tp-not-dividing", [*LAB, "--", TINY, "parallel.tp=3"], {}),
     ("launch.lab", "nproc-zero", ["launch.lab", "--nodes", "2", "--nproc-per-node", "0", "--rate", "1gbit", "--", TINY], {}),
+    ("launch.lab", "nproc-huge", ["launch.lab", "--nodes", "200", "--nproc-per-node", "64", "--rate", "1gbit", "--",
+                                  TINY, "train.global_batch_size=51200"], {}),
     ("launch.lab", "slow-rate-without-node", [*LAB, "--slow-rate", "10mbit", "--", TINY], {}),
     # launch.linktest
     ("launch.linktest", "tool-unknown", ["launch.linktest", "--tool", "ping", "--server", "a", "--client", "b",
@@ -313,6 +315,7 @@ CASES: list[tuple[str, str, list[str], dict]] = [
     ("launch.torchrun", "nproc-string", ["launch.torchrun", "--nproc-per-node", "two", "-m", "trainer", TINY], {}),
     ("launch.torchrun", "script-missing", ["launch.torchrun", "--nproc-per-node", "1", "{root}/nope.py"], {}),
     ("launch.torchrun", "nproc-zero", ["launch.torchrun", "--nproc-per-node", "0", "-m", "trainer", TINY], {}),
+    ("launch.torchrun", "nproc-huge", ["launch.torchrun", "--nproc-per-node", "100000", "-m", "trainer", TINY], {}),
     ("launch.torchrun", "nnodes-string", ["launch.torchrun", "--nnodes", "two", "-m", "trainer", TINY], {}),
     ("launch.torchrun", "nnodes-three-parts", ["launch.torchrun", "--nnodes", "1:2:3", "-m", "trainer", TINY], {}),
     ("launch.torchrun", "max-restarts-negative", ["launch.torchrun", "--max-restarts", "-1", "-m", "trainer", TINY], {}),

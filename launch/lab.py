@@ -30,6 +30,7 @@ import sys
 import threading
 import time
 
+from launch import host_capacity
 from telemetry.analysis import rates
 from telemetry.errors import HarnessError, OneLineParser, output_dir_problem, print_errors
 from telemetry.rundir import LAB, LOGS, METRICS, RUN_JSON, RunKey
@@ -577,6 +578,10 @@ def main(argv: list[str] | None = None) -> int:
     except LabError as exc:
         problems.append(exc)
     nodes_ok = MIN_NODES <= args.nodes <= MAX_NODES
+    workers = args.nodes * args.nproc_per_node
+    if nodes_ok and (crowd := host_capacity.workers_problem(
+            "--nodes x --nproc-per-node", f"{args.nodes} x {args.nproc_per_node}", workers, host_capacity.available_bytes())):
+        problems.append(crowd)  # every emulated node's workers run on this one host
     problems += _recipe_problems(recipe_args, args.nodes * args.nproc_per_node if nodes_ok else None)
     if problems:
         return print_errors(*problems)  # before any namespace exists: nothing to tear down

@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 import sys
 
+from launch import host_capacity
 from telemetry.errors import print_errors, with_allowed
 
 DEFAULT_JOIN_TIMEOUT_S = 600  # torch.distributed.elastic.rendezvous.dynamic_rendezvous: join_timeout
@@ -92,6 +93,9 @@ def _launch_problem(args) -> str | None:
     nproc = args.nproc_per_node
     if not (nproc.isdigit() and int(nproc) >= 1) and nproc not in ("cpu", "gpu", "xpu", "auto"):
         return f"--nproc-per-node: got {nproc!r}; allowed: an integer >= 1, or cpu, gpu, xpu, auto"
+    if nproc.isdigit() and (problem := host_capacity.workers_problem(
+            "--nproc-per-node", nproc, int(nproc), host_capacity.available_bytes())):
+        return problem
     if problem := _rendezvous_problem(args):
         return problem
     # torch's own checks (nnodes MIN:MAX, max_restarts, a device that is not there), run again by torchrun
