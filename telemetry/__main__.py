@@ -1,6 +1,6 @@
 """python -m telemetry report RUN | compare [LABEL=]RUN ... --out DIR [--sweep LABEL=DIR] [--busbw-axis log|linear]
    [--line-rate LABEL=RATE] [--expect-transport LABEL=TRANSPORT] | project RUN [RUN ...] --rate RATE
-   | nccl-tests FILE_OR_RUN [...] [--json OUT] [--csv OUT] | export RUN --to tensorboard,wandb,parquet,trace
+   | nccl-tests FILE_OR_RUN [...] [--json OUT] [--csv OUT] | nccl-log LOG [...] [--expect T] [--json OUT] | export RUN --to tensorboard,wandb,parquet,trace
    | mllog RUN [--out FILE] [--org ORG] [--platform TEXT] [--no-check] | p2p RUN [--reference FILE]
    | watch RUN [--once] [--interval S]"""
 from __future__ import annotations
@@ -9,6 +9,7 @@ import sys
 
 from telemetry.errors import (OneLineParser, exit_quietly_on_closed_pipe, output_dir_problem, output_file_problem,
                               print_errors)
+from telemetry.analysis.nccl_log_view import EXPECTABLE
 from telemetry.analysis.runs import RunError
 from telemetry.rundir import EXPORTS, REPORT, StepKey, recorded_by_run
 
@@ -64,6 +65,16 @@ def _parser() -> OneLineParser:
     nt.add_argument("inputs", nargs="+", help="nccl-tests output files, or sweep run directories")
     nt.add_argument("--json", default=None, help="write the JSON here (one object; a list for several inputs)")
     nt.add_argument("--csv", default=None, help="write one CSV row per table row here")
+    nl = sub.add_parser("nccl-log", help="what a job's NCCL_DEBUG=INFO log says of the fabric it used: transport, "
+                        "network and plugin, devices, GPUDirect RDMA, nodes and ranks, connections, NCCL's "
+                        "algorithm choices, warnings")
+    nl.add_argument("inputs", nargs="+", metavar="LOG",
+                    help="one job's logs: files (every rank's, or one console log), a folder of them, a run "
+                    "directory (its logs/), or - for standard input")
+    nl.add_argument("--expect", default=None, metavar="TRANSPORT",
+                    help="the transport the fabric should have used (" + ", ".join(EXPECTABLE) + "): exit status "
+                    "3 when the log shows another, or does not show which")
+    nl.add_argument("--json", default=None, help="write the reading here as JSON (run.json's fabric.nccl fields)")
     mll = sub.add_parser("mllog", help="write a run's :::MLLOG lines (MLPerf Training's log format) and check them "
                          "with MLCommons' compliance checker")
     mll.add_argument("run", help="a bert_pretraining, image_classification or llm_lora run directory")
@@ -109,6 +120,8 @@ def main(argv: list[str] | None = None) -> int:
             return _mllog(args)
         elif args.command == "nccl-tests":
             return _nccl_tests(args)
+        elif args.command == "nccl-log":
+            return _nccl_log(args)
         elif args.command == "export":
             return _export(args)
         else:
@@ -446,6 +459,34 @@ def _only_a_header(result: dict) -> bool:
     """No rows and nothing else read: no footer average, no device or parameter lines, no failure."""
     return not result["rows_read"] and not result["failed"] and not any(
         op.get("avg_busbw_GBps") is not None or op.get("devices") or op.get("params") for op in result["ops"].values())
+
+
+def _nccl_log(args) -> int:
+    import json
+
+    from telemetry.analysis.nccl_log_view import NcclLogError, expectation, lines_of, log_paths, read
+    if args.expect is not None and args.expect not in EXPECTABLE:
+        return print_errors(f"--expect: got {args.expect!r}; allowed: {', '.join(EXPECTABLE)}")
+    try:
+        paths = log_paths(args.inputs)
+        reading = read(paths)
+    except NcclLogError as exc:
+        return print_errors(exc)
+    except OSError as exc:  # a file that went away or a FIFO that failed between the check and the read
+        return print_errors(f"{exc.filename}: {exc.strerror}; allowed: a log file this user can read")
+    if not reading["nccl_lines"]:
+        return print_errors(f"{', '.join(args.inputs)}: no line names NCCL or RCCL; allowed: a job's output or "
+                            "NCCL_DEBUG_FILE written with NCCL_DEBUG=INFO (NCCL_DEBUG_SUBSYS including INIT,NET)")
+    for line in lines_of(reading):
+        print(line)
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(reading, f, indent=1)
+    if args.expect is None:
+        return 0
+    met, line = expectation(args.expect, reading.get("transport"))
+    print(line, file=sys.stdout if met else sys.stderr)
+    return 0 if met else 3
 
 
 def _nccl_tests(args) -> int:

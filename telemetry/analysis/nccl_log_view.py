@@ -1,0 +1,146 @@
+"""`python -m telemetry nccl-log`: what a job's NCCL log says about the fabric it used, for logs the harness did
+not write (a NeMo, Megatron or nccl-tests job's output, `kubectl logs`, a Slurm job's .out file).
+
+The reading is the run directory's (`telemetry/capture/nccl_log.py`, run.json `fabric.nccl`); this module finds
+the files, says it in lines a person reads, and holds it against the transport the fabric claims."""
+from __future__ import annotations
+
+import glob
+import os
+import sys
+from collections import Counter
+
+from telemetry.capture import nccl_log
+from telemetry.errors import HarnessError
+from telemetry.rundir import LOGS
+
+# fabric.expect's vocabulary (trainer/config.py), less "any"
+EXPECTABLE = ("roce", "infiniband", "efa", "tcp", "tcpx", "intra-node")
+TUNING_MAX_BYTES = 64 << 20  # per file, as the run directory's reader (nccl_algorithms.read_logs)
+
+
+class NcclLogError(HarnessError):
+    """An input that holds no NCCL log to read."""
+
+
+def log_paths(inputs: list[str]) -> list[str]:
+    """The files to read, in the order given: a file (or `-`, standard input) as it is; a directory is a run
+    directory (its logs/nccl*.log) or a folder of one job's per-rank logs (its nccl*.log, else *.log)."""
+    paths: list[str] = []
+    for item in inputs:
+        if item == "-":
+            paths.append(item)
+        elif os.path.isdir(item):
+            for pattern in (os.path.join(LOGS, "nccl*.log"), "nccl*.log", "*.log"):
+                found = sorted(glob.glob(os.path.join(glob.escape(item), pattern)))
+                if found:
+                    paths += found
+                    break
+            else:
+                raise NcclLogError(f"{item}: a directory without {LOGS}/nccl*.log, nccl*.log or *.log; allowed: a run "
+                                   "directory, a folder of one job's NCCL logs, or a log file")
+        elif not os.path.exists(item):
+            raise NcclLogError(f"{item}: does not exist; allowed: a log file (NCCL_DEBUG=INFO output), a folder of "
+                               "them, a run directory, or - for standard input")
+        elif not os.access(item, os.R_OK):
+            raise NcclLogError(f"{item}: not readable by this user; allowed: a log file this user can read")
+        else:
+            paths.append(item)  # a FIFO too: <(kubectl logs ...) is one
+    if len(set(paths)) < len(paths):
+        twice = next(p for p in paths if paths.count(p) > 1)
+        raise NcclLogError(f"{twice}: given twice; allowed: each log once (its ranks would count twice)")
+    return paths
+
+
+def _open(path: str):
+    return (open(sys.stdin.fileno(), encoding="utf-8", errors="replace", closefd=False) if path == "-"
+            else open(path, encoding="utf-8", errors="replace"))
+
+
+def read(paths: list[str]) -> dict:
+    """The log's reading (nccl_log.parse_lines' fields) over every file as one job, plus `nccl_lines` (lines
+    naming NCCL or RCCL), `log_files`, and `tuning`: "ALGO/PROTO" -> calls per collective, from TUNING lines."""
+    from telemetry.analysis import nccl_algorithms
+
+    counted = Counter()
+    kept: list[str] = []  # TUNING lines only (each file's first TUNING_MAX_BYTES): the rest streams through
+
+    def lines():
+        for path in paths:
+            size = 0
+            with _open(path) as f:
+                for line in f:
+                    if "NCCL" in line or "RCCL" in line:
+                        counted["nccl"] += 1
+                        if "Bytes ->" in line or "opCount" in line or " | " in line:
+                            size += len(line)
+                            if size <= TUNING_MAX_BYTES:
+                                kept.append(line)
+                    yield line
+
+    out = nccl_log.parse_lines(lines())
+    out["log_files"] = len(paths)
+    out["nccl_lines"] = counted["nccl"]
+    tuning: dict[str, Counter] = {}
+    for r in nccl_algorithms.parse_lines(kept):
+        tuning.setdefault(r["collective"] or "unknown collective", Counter())[nccl_algorithms.label(r)] += 1
+    out["tuning"] = {coll: dict(c.most_common()) for coll, c in sorted(tuning.items())} or None
+    return out
+
+
+def expectation(expected: str, detected: str | None) -> tuple[bool, str]:
+    """(met, the line saying so). Unknown is not met: a check that cannot see the transport cannot pass."""
+    if detected is None:
+        return False, f"transport: expected {expected!r}; the log does not establish it (see 'unknown' above)"
+    if detected == expected or (expected == "efa" and detected == "libfabric/efa"):
+        return True, f"transport: {detected}, as expected"
+    why = (" - NCCL fell back to TCP sockets (check NCCL_IB_DISABLE, NCCL_IB_HCA, NCCL_SOCKET_IFNAME, NCCL_NET "
+           "and the RDMA devices)" if detected == "tcp" else "")
+    return False, f"FABRIC MISMATCH: expected {expected!r}, the log shows {detected!r}{why}"
+
+
+def _or(value, unknown: dict, key: str) -> str:
+    if value is None or value == [] or value == {}:
+        return f"unknown ({unknown[key]})" if key in unknown else "unknown"
+    return str(value)
+
+
+def lines_of(r: dict) -> list[str]:
+    """The reading, a fact a line; every unknown field with its reason."""
+    unknown = r.get("unknown") or {}
+    hosts = r.get("hosts") or []
+    shown = ", ".join(hosts[:8]) + (f", ... ({len(hosts)} in all)" if len(hosts) > 8 else "")
+    out = [f"read {r['log_files']} file(s), {r['nccl_lines']:,} NCCL lines; hosts: {shown or 'none named'}",
+           f"library: {r.get('library') or 'NCCL'} {_or(r.get('nccl_version'), unknown, 'nccl_version')}",
+           f"transport: {_or(r.get('transport'), unknown, 'transport')}"
+           + (f" (from {r['transport_basis']})" if r.get("transport") and r.get("transport_basis") else ""),
+           f"network: {_or(r.get('network'), unknown, 'network')}"
+           + (f"; plugin {r['net_plugin']}" if r.get("net_plugin") else "")
+           + (f"; provider {r['provider']}" if r.get("provider") else "")]
+    devices = r.get("devices")
+    if devices:
+        out.append("devices: " + ", ".join(_device(d) for d in devices))
+    else:
+        out.append(f"devices: {_or(None, unknown, 'devices')}")
+    gdr = r.get("gpudirect_rdma")
+    out.append(f"GPUDirect RDMA: {'on' if gdr else 'off' if gdr is False else _or(None, unknown, 'gpudirect_rdma')}")
+    out.append(f"nodes: {_or(r.get('nnodes'), unknown, 'nnodes')}; ranks: {_or(r.get('nranks'), unknown, 'nranks')}"
+               + ("; MNNVL on (one NVLink domain spans the trays)" if r.get("mnnvl") else ""))
+    channels = r.get("channels") or {}
+    out.append("connections: " + (", ".join(f"{k} {v}" for k, v in sorted(channels.items(), key=lambda kv: -kv[1]))
+                                  if channels else _or(None, unknown, "channels"))
+               + ("; CollNet refused by SHARP, point-to-point used" if r.get("collnet_refused") else ""))
+    for coll, choices in (r.get("tuning") or {}).items():
+        out.append(f"tuning {coll}: " + ", ".join(f"{k} x{v}" for k, v in choices.items()))
+    warnings = r.get("warnings") or {}
+    for w in warnings.get("messages") or []:
+        out.append(f"WARN x{w['count']} [{w['kind']}]: {w['message']}")
+    return out
+
+
+def _device(d) -> str:
+    if not isinstance(d, dict):
+        return str(d)
+    port, layer, address = d.get("port"), d.get("link_layer"), d.get("address")
+    return (f"{d.get('device')}{':' + str(port) if port is not None else ''}{'/' + layer if layer else ''}"
+            f"{' (' + address + ')' if address else ''}")

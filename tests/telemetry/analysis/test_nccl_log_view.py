@@ -1,0 +1,112 @@
+"""`python -m telemetry nccl-log`: every real log of the corpus read as a user would give it, the transport held
+against a claim, and the inputs it refuses."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from telemetry.__main__ import main
+from telemetry.analysis import nccl_log_view
+
+CORPUS = Path(__file__).resolve().parents[1] / "nccl_logs"
+LOGS = sorted(CORPUS.glob("*.log"))
+
+
+def _truth(log: Path) -> dict:
+    return json.loads(log.with_suffix(".json").read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize("log", LOGS, ids=[p.stem for p in LOGS])
+def test_every_real_log_reads_with_its_hand_read_transport(log, tmp_path, capsys):
+    truth = _truth(log)["truth"]
+    out = tmp_path / "reading.json"
+    assert main(["nccl-log", str(log), "--json", str(out)]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    reading = json.loads(out.read_text())
+    assert reading["transport"] == truth.get("transport", reading["transport"])
+    assert reading["nccl_version"] == truth.get("nccl_version", reading["nccl_version"])
+    line = next(p for p in printed if p.startswith("transport: "))
+    if reading["transport"] is None:  # an unknown is said with its reason, never a guess
+        assert line.startswith("transport: unknown (") and reading["unknown"]["transport"] in line
+    else:
+        assert line.startswith(f"transport: {reading['transport']} (from ")
+    assert printed[0].startswith("read 1 file(s), ") and reading["nccl_lines"] > 0
+
+
+def _known(transport: str) -> Path:
+    return next(p for p in LOGS if _truth(p)["truth"].get("transport") == transport)
+
+
+def test_expect_passes_on_the_transport_used_and_fails_with_exit_3_otherwise(capsys):
+    roce = _known("roce")
+    assert main(["nccl-log", str(roce), "--expect", "roce"]) == 0
+    assert "transport: roce, as expected" in capsys.readouterr().out
+    assert main(["nccl-log", str(roce), "--expect", "infiniband"]) == 3
+    assert "FABRIC MISMATCH: expected 'infiniband', the log shows 'roce'" in capsys.readouterr().err
+    assert main(["nccl-log", str(_known("tcp")), "--expect", "roce"]) == 3
+    assert "NCCL fell back to TCP sockets" in capsys.readouterr().err
+    unknown = next(p for p in LOGS if "transport" in _truth(p)["truth"] and _truth(p)["truth"]["transport"] is None)
+    assert main(["nccl-log", str(unknown), "--expect", "infiniband"]) == 3  # unseen is not a pass
+    assert "the log does not establish it" in capsys.readouterr().err
+
+
+def test_a_run_directory_a_folder_of_rank_logs_and_stdin(tmp_path, monkeypatch, capsys):
+    lines = _known("roce").read_text(encoding="utf-8")
+    run = tmp_path / "run"
+    (run / "logs").mkdir(parents=True)
+    (run / "logs" / "nccl.node0.11.log").write_text(lines)
+    (run / "logs" / "other.txt").write_text("not read")
+    assert main(["nccl-log", str(run)]) == 0
+    assert capsys.readouterr().out.startswith("read 1 file(s), ")
+    ranks = tmp_path / "ranks"
+    ranks.mkdir()
+    (ranks / "rank0.log").write_text(lines)
+    (ranks / "rank1.log").write_text(lines)
+    assert main(["nccl-log", str(ranks), "--expect", "roce"]) == 0
+    assert capsys.readouterr().out.startswith("read 2 file(s), ")
+    read_end, write_end = os.pipe()
+    os.write(write_end, lines.encode())
+    os.close(write_end)
+    monkeypatch.setattr("sys.stdin", os.fdopen(read_end))
+    assert main(["nccl-log", "-", "--expect", "roce"]) == 0
+
+
+def test_tuning_lines_become_the_algorithm_choices(tmp_path, capsys):
+    tuning = Path(__file__).resolve().parents[1] / "nccl_tuning"
+    log = next(p for p in sorted(tuning.glob("*.log")) if "Bytes ->" in p.read_text(encoding="utf-8", errors="replace"))
+    out = tmp_path / "t.json"
+    assert main(["nccl-log", str(log), "--json", str(out)]) == 0
+    reading = json.loads(out.read_text())
+    assert reading["tuning"] and all(sum(c.values()) > 0 for c in reading["tuning"].values())
+    assert any(line.startswith("tuning ") for line in capsys.readouterr().out.splitlines())
+
+
+@pytest.mark.parametrize("make, argv, expected", [
+    (None, ["{tmp}/missing.log"], "missing.log: does not exist; allowed: a log file"),
+    ("empty_dir", ["{tmp}/d"], "a directory without logs/nccl*.log, nccl*.log or *.log"),
+    ("plain", ["{tmp}/plain.log"], "no line names NCCL or RCCL; allowed: a job's output"),
+    ("plain", ["{tmp}/plain.log", "{tmp}/plain.log"], "plain.log: given twice"),
+    ("plain", ["{tmp}/plain.log", "--expect", "ib"], "--expect: got 'ib'; allowed: roce, infiniband, efa"),
+    ("binary", ["{tmp}/core.bin"], "no line names NCCL or RCCL"),
+])
+def test_bad_input_is_one_line_and_exit_2(make, argv, expected, tmp_path, capsys):
+    if make == "empty_dir":
+        (tmp_path / "d").mkdir()
+    elif make == "plain":
+        (tmp_path / "plain.log").write_text("epoch 1 loss 2.3\n")
+    elif make == "binary":
+        (tmp_path / "core.bin").write_bytes(bytes(range(256)) * 64)
+    assert main(["nccl-log", *[a.format(tmp=tmp_path) for a in argv]]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and expected in err[0], err
+
+
+def test_expectable_is_the_recipes_vocabulary():
+    from typing import get_args, get_type_hints
+
+    from trainer.config import FabricConfig
+    allowed = set(get_args(get_type_hints(FabricConfig)["expect"])) - {"any"}
+    assert set(nccl_log_view.EXPECTABLE) == allowed
