@@ -465,11 +465,12 @@ def _nccl_log(args) -> int:
     import json
 
     from telemetry.analysis.nccl_log_view import NcclLogError, expectation, lines_of, log_paths, read
+    from telemetry.capture.nccl_log import parse_lines
     if args.expect is not None and args.expect not in EXPECTABLE:
         return print_errors(f"--expect: got {args.expect!r}; allowed: {', '.join(EXPECTABLE)}")
     try:
         paths = log_paths(args.inputs)
-        reading = read(paths)
+        reading = read(paths, parse_lines)
     except NcclLogError as exc:
         return print_errors(exc)
     except OSError as exc:  # a file that went away or a FIFO that failed between the check and the read

@@ -10,7 +10,6 @@ import os
 import sys
 from collections import Counter
 
-from telemetry.capture import nccl_log
 from telemetry.errors import HarnessError
 from telemetry.rundir import LOGS
 
@@ -57,9 +56,11 @@ def _open(path: str):
             else open(path, encoding="utf-8", errors="replace"))
 
 
-def read(paths: list[str]) -> dict:
-    """The log's reading (nccl_log.parse_lines' fields) over every file as one job, plus `nccl_lines` (lines
-    naming NCCL or RCCL), `log_files`, and `tuning`: "ALGO/PROTO" -> calls per collective, from TUNING lines."""
+def read(paths: list[str], parse_lines) -> dict:
+    """The log's reading over every file as one job, plus `nccl_lines` (lines naming NCCL or RCCL),
+    `log_files`, and `tuning`: "ALGO/PROTO" -> calls per collective, from TUNING lines. `parse_lines` is the
+    run's own reader (telemetry/capture/nccl_log.py), handed in by the command line: analysis does not import
+    capture."""
     from telemetry.analysis import nccl_algorithms
 
     counted = Counter()
@@ -78,7 +79,7 @@ def read(paths: list[str]) -> dict:
                                 kept.append(line)
                     yield line
 
-    out = nccl_log.parse_lines(lines())
+    out = parse_lines(lines())
     out["log_files"] = len(paths)
     out["nccl_lines"] = counted["nccl"]
     tuning: dict[str, Counter] = {}
