@@ -9,7 +9,7 @@ import sys
 
 from telemetry.errors import (OneLineParser, exit_quietly_on_closed_pipe, output_dir_problem, output_file_problem,
                               print_errors)
-from telemetry.analysis.nccl_log_view import EXPECTABLE
+from telemetry.analysis.transport_claims import TRANSPORTS
 from telemetry.analysis.runs import RunError
 from telemetry.rundir import EXPORTS, REPORT, StepKey, recorded_by_run
 
@@ -72,8 +72,8 @@ def _parser() -> OneLineParser:
                     help="one job's logs: files (every rank's, or one console log), a folder of them, a run "
                     "directory (its logs/), or - for standard input")
     nl.add_argument("--expect", default=None, metavar="TRANSPORT",
-                    help="the transport the fabric should have used (" + ", ".join(EXPECTABLE) + "): exit status "
-                    "3 when the log shows another, or does not show which")
+                    help="the transport the fabric should have used (" + ", ".join(TRANSPORTS) + ", or an HCA or "
+                    "interface such as mlx5_0): exit status 3 when the log shows another, or does not show which")
     nl.add_argument("--json", default=None, help="write the reading here as JSON (run.json's fabric.nccl fields)")
     mll = sub.add_parser("mllog", help="write a run's :::MLLOG lines (MLPerf Training's log format) and check them "
                          "with MLCommons' compliance checker")
@@ -466,8 +466,9 @@ def _nccl_log(args) -> int:
 
     from telemetry.analysis.nccl_log_view import NcclLogError, expectation, lines_of, log_paths, read
     from telemetry.capture.nccl_log import parse_lines
-    if args.expect is not None and args.expect not in EXPECTABLE:
-        return print_errors(f"--expect: got {args.expect!r}; allowed: {', '.join(EXPECTABLE)}")
+    from telemetry.analysis.transport_claims import claim_problem
+    if args.expect is not None and (problem := claim_problem(args.expect, "--expect")):
+        return print_errors(problem)
     try:
         paths = log_paths(args.inputs)
         reading = read(paths, parse_lines)
@@ -485,7 +486,7 @@ def _nccl_log(args) -> int:
             json.dump(reading, f, indent=1)
     if args.expect is None:
         return 0
-    met, line = expectation(args.expect, reading.get("transport"))
+    met, line = expectation(args.expect, reading)
     print(line, file=sys.stdout if met else sys.stderr)
     return 0 if met else 3
 

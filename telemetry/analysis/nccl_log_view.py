@@ -10,11 +10,10 @@ import os
 import sys
 from collections import Counter
 
+from telemetry.analysis.transport_claims import check_transport
 from telemetry.errors import HarnessError
 from telemetry.rundir import LOGS
 
-# fabric.expect's vocabulary (trainer/config.py), less "any"
-EXPECTABLE = ("roce", "infiniband", "efa", "tcp", "tcpx", "intra-node")
 TUNING_MAX_BYTES = 64 << 20  # per file, as the run directory's reader (nccl_algorithms.read_logs)
 
 
@@ -89,15 +88,17 @@ def read(paths: list[str], parse_lines) -> dict:
     return out
 
 
-def expectation(expected: str, detected: str | None) -> tuple[bool, str]:
-    """(met, the line saying so). Unknown is not met: a check that cannot see the transport cannot pass."""
-    if detected is None:
-        return False, f"transport: expected {expected!r}; the log does not establish it (see 'unknown' above)"
-    if detected == expected or (expected == "efa" and detected == "libfabric/efa"):
-        return True, f"transport: {detected}, as expected"
+def expectation(expected: str, reading: dict) -> tuple[bool, str]:
+    """(met, the line saying so), by the rule evaluations and `compare --expect-transport` use
+    (transport_claims.check_transport). Unknown is not met: a check that cannot see the transport cannot pass."""
+    check = check_transport(expected, {"backend": "nccl", "transport": reading.get("transport"), "nccl": reading})
+    if check["verdict"] == "ok":
+        return True, f"transport: {check['detected'] or expected}, as expected ({expected})"
+    if check["verdict"] == "unknown":
+        return False, f"transport: expected {expected!r}; the log does not establish it ({check['reason']})"
     why = (" - NCCL fell back to TCP sockets (check NCCL_IB_DISABLE, NCCL_IB_HCA, NCCL_SOCKET_IFNAME, NCCL_NET "
-           "and the RDMA devices)" if detected == "tcp" else "")
-    return False, f"FABRIC MISMATCH: expected {expected!r}, the log shows {detected!r}{why}"
+           "and the RDMA devices)" if check["detected"] == "tcp" and expected not in ("tcp", "socket") else "")
+    return False, f"FABRIC MISMATCH: {check['reason']}{why}"
 
 
 def _or(value, unknown: dict, key: str) -> str:

@@ -45,7 +45,15 @@ def test_expect_passes_on_the_transport_used_and_fails_with_exit_3_otherwise(cap
     assert main(["nccl-log", str(roce), "--expect", "roce"]) == 0
     assert "transport: roce, as expected" in capsys.readouterr().out
     assert main(["nccl-log", str(roce), "--expect", "infiniband"]) == 3
-    assert "FABRIC MISMATCH: expected 'infiniband', the log shows 'roce'" in capsys.readouterr().err
+    assert "FABRIC MISMATCH: expected infiniband, the run used roce" in capsys.readouterr().err
+    # an HCA claim, by the rule compare --expect-transport uses: the devices NCCL listed
+    one = next(p for p in LOGS if _truth(p)["truth"].get("transport") in ("roce", "infiniband")
+               and len(json.loads(_reading(p))["devices"] or []) == 1)
+    hca = json.loads(_reading(one))["devices"][0]["device"]
+    assert main(["nccl-log", str(one), "--expect", hca]) == 0
+    assert f"as expected ({hca})" in capsys.readouterr().out
+    assert main(["nccl-log", str(one), "--expect", "mlx5_99"]) == 3
+    assert f"expected interface mlx5_99, the run used {hca}" in capsys.readouterr().err
     assert main(["nccl-log", str(_known("tcp")), "--expect", "roce"]) == 3
     assert "NCCL fell back to TCP sockets" in capsys.readouterr().err
     unknown = next(p for p in LOGS if "transport" in _truth(p)["truth"] and _truth(p)["truth"]["transport"] is None)
@@ -89,7 +97,7 @@ def test_tuning_lines_become_the_algorithm_choices(tmp_path, capsys):
     ("empty_dir", ["{tmp}/d"], "a directory without logs/nccl*.log, nccl*.log or *.log"),
     ("plain", ["{tmp}/plain.log"], "no line names NCCL or RCCL; allowed: a job's output"),
     ("plain", ["{tmp}/plain.log", "{tmp}/plain.log"], "plain.log: given twice"),
-    ("plain", ["{tmp}/plain.log", "--expect", "ib"], "--expect: got 'ib'; allowed: roce, infiniband, efa"),
+    ("plain", ["{tmp}/plain.log", "--expect", "rcoe"], "--expect: got 'rcoe'; did you mean 'roce'? expected one of ib,"),
     ("binary", ["{tmp}/core.bin"], "no line names NCCL or RCCL"),
 ])
 def test_bad_input_is_one_line_and_exit_2(make, argv, expected, tmp_path, capsys):
@@ -104,9 +112,15 @@ def test_bad_input_is_one_line_and_exit_2(make, argv, expected, tmp_path, capsys
     assert len(err) == 1 and err[0].startswith("error: ") and expected in err[0], err
 
 
-def test_expectable_is_the_recipes_vocabulary():
+def test_every_value_of_fabric_expect_is_a_claim_nccl_log_takes():
     from typing import get_args, get_type_hints
 
+    from telemetry.analysis.transport_claims import claim_problem
     from trainer.config import FabricConfig
-    allowed = set(get_args(get_type_hints(FabricConfig)["expect"])) - {"any"}
-    assert set(nccl_log_view.EXPECTABLE) == allowed
+    for value in set(get_args(get_type_hints(FabricConfig)["expect"])) - {"any"}:
+        assert claim_problem(value, "--expect") is None, value
+
+
+def _reading(log: Path) -> str:
+    from telemetry.capture.nccl_log import parse_lines
+    return json.dumps(nccl_log_view.read([str(log)], parse_lines))
