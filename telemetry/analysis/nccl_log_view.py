@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import glob
 import os
+import stat
 import sys
 from collections import Counter
 
@@ -14,6 +15,7 @@ from telemetry.analysis.transport_claims import check_transport
 from telemetry.errors import HarnessError
 from telemetry.rundir import LOGS
 
+LINE_MAX_CHARS = 1 << 20  # longer lines are read in pieces of this size (no NCCL record is near it)
 TUNING_MAX_BYTES = 64 << 20  # per file, as the run directory's reader (nccl_algorithms.read_logs)
 
 
@@ -40,6 +42,9 @@ def log_paths(inputs: list[str]) -> list[str]:
         elif not os.path.exists(item):
             raise NcclLogError(f"{item}: does not exist; allowed: a log file (NCCL_DEBUG=INFO output), a folder of "
                                "them, a run directory, or - for standard input")
+        elif (kind := _special(item)) is not None:
+            raise NcclLogError(f"{item}: is {kind}, not a log; allowed: a log file, a FIFO such as <(kubectl logs "
+                               "POD), a folder of logs, a run directory, or - for standard input")
         elif not os.access(item, os.R_OK):
             raise NcclLogError(f"{item}: not readable by this user; allowed: a log file this user can read")
         else:
@@ -48,6 +53,17 @@ def log_paths(inputs: list[str]) -> list[str]:
         twice = next(p for p in paths if paths.count(p) > 1)
         raise NcclLogError(f"{twice}: given twice; allowed: each log once (its ranks would count twice)")
     return paths
+
+
+def _special(path: str) -> str | None:
+    """'a character device' (/dev/zero would be read forever), 'a block device' or 'a socket'; None for a
+    regular file, a FIFO or a directory."""
+    mode = os.stat(path).st_mode
+    for test, name in ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return None
 
 
 def _open(path: str):
@@ -69,7 +85,7 @@ def read(paths: list[str], parse_lines) -> dict:
         for path in paths:
             size = 0
             with _open(path) as f:
-                for line in f:
+                for line in iter(lambda: f.readline(LINE_MAX_CHARS), ""):  # a file with no line break stays bounded
                     if "NCCL" in line or "RCCL" in line:
                         counted["nccl"] += 1
                         if "Bytes ->" in line or "opCount" in line or " | " in line:

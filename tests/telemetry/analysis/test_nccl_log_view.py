@@ -99,6 +99,7 @@ def test_tuning_lines_become_the_algorithm_choices(tmp_path, capsys):
     ("plain", ["{tmp}/plain.log", "{tmp}/plain.log"], "plain.log: given twice"),
     ("plain", ["{tmp}/plain.log", "--expect", "rcoe"], "--expect: got 'rcoe'; did you mean 'roce'? expected one of ib,"),
     ("binary", ["{tmp}/core.bin"], "no line names NCCL or RCCL"),
+    (None, ["/dev/zero"], "/dev/zero: is a character device, not a log"),
 ])
 def test_bad_input_is_one_line_and_exit_2(make, argv, expected, tmp_path, capsys):
     if make == "empty_dir":
