@@ -74,7 +74,7 @@ def test_layer_split_and_stage_placement():
     assert split_layers(80, 8)[0] == list(range(10))
     assert [len(s) for s in split_layers(10, 4)] == [3, 3, 2, 2]
     assert stage_ids(1, 4, 2) == [1, 5]  # interleaved: every pp-th stage
-    with pytest.raises(InputError, match="parallel.pp: 4 pipeline stages need at least as many decoder layers"):
+    with pytest.raises(InputError, match=r"parallel.pp: 4 pipeline stages \(pp x pp_stages_per_rank\) need at least as many decoder layers"):
         split_layers(2, 4)
 
 

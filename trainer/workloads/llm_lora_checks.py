@@ -4,7 +4,7 @@ from __future__ import annotations
 from ..checks import at_least
 from ..config import SEQ_LEN_MAX, Recipe
 from .data_checks import check_split
-from .hf import config_problems
+from .hf import config_problems, pp_layers_problem
 
 def check(r: Recipe) -> list[str]:
     p = []
@@ -16,6 +16,10 @@ def check(r: Recipe) -> list[str]:
         p.append("model.tokenizer: required with model.config (random init has no tokenizer of its own)")
     if m.path is None:  # a checkpoint's config.json is read where the run starts
         p += config_problems(m.config, tp=r.parallel.tp)
+        if isinstance(m.config, dict) and isinstance(r.parallel.pp, int) and r.parallel.pp > 1:
+            stages = r.parallel.pp * r.parallel.pp_stages_per_rank  # split_layers' rule, before any rank starts
+            if line := pp_layers_problem(m.config.get("num_hidden_layers"), stages):
+                p.append(line)
     p += at_least("lora", r.lora, ("r",), 1)
     if r.lora.alpha <= 0:
         p.append(f"lora.alpha: got {r.lora.alpha}; expected a number > 0")
