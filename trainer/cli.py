@@ -61,19 +61,6 @@ def _absent_paths(recipe) -> list[tuple[str, str]]:
     return out
 
 
-def _special_files(recipe) -> list[str]:
-    """A recipe path that exists but is a FIFO, a device or a socket: never a checkpoint, tokenizer or data
-    set (a run opening a FIFO with no writer waits forever), refused by the dry run and the run alike."""
-    from telemetry.input_files import not_a_file
-
-    tree, out = recipe.to_dict(), []
-    for dotted in (*RECIPE_RELATIVE_PATHS, "model.config", "train.resume"):
-        value = value_at(tree, dotted)
-        if isinstance(value, str) and not os.path.isdir(value) and (kind := not_a_file(os.path.expanduser(value))):
-            out.append(f"{dotted}: {value!r} {kind}; allowed: a regular file or a directory, as the key names")
-    return out
-
-
 def _fail(problems: list[str]) -> int:
     # Under torchrun every rank finds the same problem; the first to get here says it (trainer/error_report.py)
     report(*problems)
@@ -146,8 +133,6 @@ def main(argv: list[str] | None = None) -> int:
     if os.environ.get("RANK", "0") == "0":  # said once, by rank 0
         for line in repeated_overrides(args.overrides):
             print(f"warning: {line}", file=sys.stderr)
-    if problems := _special_files(recipe):
-        return _fail(problems)
     world = _world_size(args, recipe)
     layout, problems = resolve_layout(recipe, world)
     if problems:

@@ -6,6 +6,22 @@ from ..config import SEQ_LEN_MAX, Recipe
 from .data_checks import check_split
 from .hf import config_problems, pp_layers_problem
 
+LLAMA_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+def _unknown_llama_modules(names) -> str | None:
+    """A target module no Llama layer has (peft's own error came only once the model was built): the names
+    peft matches are a module's last dotted part (or the whole dotted name)."""
+    import difflib
+
+    unknown = [n for n in names if isinstance(n, str) and n.rsplit(".", 1)[-1] not in LLAMA_LINEAR]
+    if not unknown:
+        return None
+    close = difflib.get_close_matches(unknown[0].rsplit(".", 1)[-1], LLAMA_LINEAR, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return f"lora.target_modules: {unknown[0]!r} is no Llama linear layer{hint}; allowed: {', '.join(LLAMA_LINEAR)}"
+
+
 def check(r: Recipe) -> list[str]:
     p = []
     m = r.model
@@ -27,6 +43,8 @@ def check(r: Recipe) -> list[str]:
         p.append(f"lora.dropout: got {r.lora.dropout}; expected a number in [0, 1)")
     if not r.lora.target_modules:
         p.append("lora.target_modules: empty; name at least one module, e.g. [q_proj, v_proj]")
+    elif m.family == "llama" and (line := _unknown_llama_modules(r.lora.target_modules)):
+        p.append(line)
     d = r.data
     p += at_least("data", d, ("seq_len",), 8)
     limit = m.config.get("max_position_embeddings") if isinstance(m.config, dict) else None
