@@ -58,6 +58,12 @@ def _fixtures(root: Path) -> dict[str, str]:
         "deepjson": lambda p: (p / "run.json").write_text('{"name": "a", "x": ' + "[" * 100000 + "]" * 100000 + "}"),
         "metricsdir": lambda p: ((p / "metrics.jsonl").unlink(), (p / "metrics.jsonl").mkdir()),
         "metricsfifo": lambda p: ((p / "metrics.jsonl").unlink(), os.mkfifo(p / "metrics.jsonl")),
+        "nanmetrics": lambda p: (p / "metrics.jsonl").write_text('{"step": 1, "step_time_s": NaN, "loss": Infinity}\n'),
+        "layoutstr": lambda p: (p / "run.json").write_text(
+            json.dumps({**json.loads((p / "run.json").read_text()), "layout": {"world_size": "two"}})),
+        "fabricstr": lambda p: (p / "run.json").write_text(
+            json.dumps({**json.loads((p / "run.json").read_text()), "fabric": "tcp"})),
+        "rundangling": lambda p: ((p / "run.json").unlink(), (p / "run.json").symlink_to(p / "gone.json")),
     }.items():
         damaged[name] = write_run(root / name, name="a")
         write(damaged[name])
@@ -90,8 +96,30 @@ def _fixtures(root: Path) -> dict[str, str]:
     (root / "eval-repeats-huge.yaml").write_text(yaml.safe_dump({**doc, "repeats": 10**30}))
     (root / "header-only.txt").write_text("#  size  count  type  redop  root  time  algbw  busbw  #wrong\n")
     (root / "list.json").write_text("[1, 2]")
+    # round of 2026-11-29 (bad inputs, third): special files, another recipe's run, evaluation type confusion
+    os.mkfifo(root / "fifo")  # no writer: whatever opens it to read waits forever
+    (root / "dangling.yaml").symlink_to(root / "gone.yaml")
+    (root / "merge-scalar.yaml").write_text("name: x\ntrain:\n  <<: 5\n")
+    (root / "tp-list.yaml").write_text((REPO / TINY).read_text().replace("  tp: 1\n", "  tp: [2]\n"))
+    write_run(root / "otherrecipe", name="b", workload="bert_pretraining")
+    for name, change in {
+        "dup-variant": {"variants": [doc["variants"][0], doc["variants"][0]]},
+        "variant-slash": {"variants": [{**doc["variants"][0], "name": "../x"}, doc["variants"][1]]},
+        "variants-map": {"variants": {"a": 1}},
+        "repeats-bool": {"repeats": True},
+        "repeats-float": {"repeats": 2.5},
+        "rate-bad": {"variants": [{**doc["variants"][0], "lab": {"rate": "fast"}}, doc["variants"][1]]},
+        "mtu-str": {"variants": [{**doc["variants"][0], "lab": {"rate": "1gbit", "mtu": "9000B"}}, doc["variants"][1]]},
+        "overrides-str": {"workloads": [{**doc["workloads"][0], "overrides": "max_steps=3"}]},
+        "workloads-empty": {"workloads": []},
+        "out-empty": {"out": ""},
+        "lab-nodes-str": {"lab": {**doc["lab"], "nodes": "two"}},
+        "variant-null": {"variants": [None, doc["variants"][1]]},
+        "workload-tp": {"workloads": [{**doc["workloads"][1], "overrides": ["parallel.tp=3"]}]},
+    }.items():
+        (root / f"eval-{name}.yaml").write_text(yaml.safe_dump({**doc, **change}))
     (root / "object.json").write_text("{}")
-    return {"root": str(root), "own": str(own), "own2": str(own2), "good": str(good), "good2": str(good2), "timed": str(timed), "bert": str(bert), "dirjson": str(dirjson),
+    return {"root": str(root), "otherrecipe": str(root / "otherrecipe"), "own": str(own), "own2": str(own2), "good": str(good), "good2": str(good2), "timed": str(timed), "bert": str(bert), "dirjson": str(dirjson),
             **{k: str(v) for k, v in damaged.items()}}
 
 
@@ -351,6 +379,72 @@ CASES: list[tuple[str, str, list[str], dict]] = [
                                                         "--config", "{root}/nope.json", "--out", "{root}/b1"], {}),
     ("trainer.bert_tf_convert", "config-not-json", ["trainer.bert_tf_convert", "{root}/nope", "--config",
                                                      "{root}/notes.txt", "--out", "{root}/b2"], {}),
+    # round of 2026-11-29 (third): YAML type confusion, override syntax, special files, world sizes, damaged
+    # runs, flags out of range (each was run; the ones marked "was" broke the contract before the fix beside it)
+    ("trainer", "tp-yes", [*T, "parallel.tp=yes", *DRY], {}),
+    ("trainer", "tp-float", [*T, "parallel.tp=2.5", *DRY], {}),
+    ("trainer", "tp-exponent", [*T, "parallel.tp=1e3", *DRY], {}),
+    ("trainer", "dp-mismatch", [*T, "parallel.dp=3", *DRY, "--world-size", "4"], {}),
+    ("trainer", "global-batch-16M", [*T, "train.global_batch_size=16M", *DRY], {}),
+    ("trainer", "lr-map", [*T, "train.lr={{a: 1}}", *DRY], {}),
+    ("trainer", "target-modules-string", [*T, "lora.target_modules=q_proj", *DRY], {}),
+    ("trainer", "packing-int", [*T, "data.packing=2", *DRY], {}),
+    ("trainer", "override-double-dot", [*T, "train..lr=1", *DRY], {}),
+    ("trainer", "override-into-scalar", [*T, "train.lr.x=1", *DRY], {}),
+    ("trainer", "override-unicode-key", [*T, "tr\u0430in.lr=1", *DRY], {}),
+    ("trainer", "override-unclosed-list", [*T, "train.betas=[0.9,", *DRY], {}),
+    ("trainer", "recipe-merge-scalar", ["trainer", "{root}/merge-scalar.yaml", *DRY], {}),
+    ("trainer", "recipe-tp-list", ["trainer", "{root}/tp-list.yaml", *DRY], {}),
+    ("trainer", "recipe-fifo", ["trainer", "{root}/fifo", *DRY], {}),
+    ("trainer", "recipe-dangling-link", ["trainer", "{root}/dangling.yaml", *DRY], {}),
+    ("trainer", "recipe-dev-null", ["trainer", "/dev/null", *DRY], {}),
+    ("trainer", "world-size-prime", [*T, "parallel.tp=2", *DRY, "--world-size", "7"], {}),
+    ("trainer", "master-port-float", [*T, *DRY], {"MASTER_PORT": "29500.0"}),
+    ("trainer", "output-dir-dev-null", [*T, "output_dir=/dev/null", "max_steps=1"], {}),
+    ("trainer", "dataset-fifo", [*T, "data.dataset={root}/fifo", *DRY], {}),  # was: accepted, the run hung
+    ("trainer", "model-config-dev-zero", [*T, "model.config=/dev/zero", *DRY], {}),  # was: read until OOM-killed
+    ("trainer", "model-config-dir", [*T, "model.config={root}", *DRY], {}),  # was: accepted
+    ("trainer", "resume-is-a-file", [*T, "train.resume=" + TINY, *DRY], {}),  # was: accepted
+    ("trainer", "pp-over-layers", [*T, "parallel.pp=4", *DRY, "--world-size", "4"], {}),  # was: accepted
+    ("trainer", "name-empty", [*T, "name=''", *DRY], {}),  # was: accepted
+    ("trainer", "world-size-flag-negative", [*T, *DRY, "--world-size", "-4"], {}),  # was: named "world size"
+    ("trainer", "output-dir-other-recipe", [*T, "output_dir={otherrecipe}", "max_steps=1"], {}),  # was: exit 0
+    ("trainer", "master-addr-unset", [*T, "output_dir={root}/t-ma", "max_steps=1"],  # was: torch traceback
+     {"WORLD_SIZE": "1", "RANK": "0"}),
+    ("telemetry report", "metrics-nan", ["telemetry", "report", "{nanmetrics}", "--out", "{root}/r13"], {}),
+    ("telemetry report", "layout-wrong-type", ["telemetry", "report", "{layoutstr}", "--out", "{root}/r14"], {}),
+    ("telemetry report", "fabric-string", ["telemetry", "report", "{fabricstr}", "--out", "{root}/r15"], {}),
+    ("telemetry report", "run-json-dangling", ["telemetry", "report", "{rundangling}"], {}),
+    ("telemetry compare", "same-label-twice", ["telemetry", "compare", "a={good}", "a={good2}", "--out", "{root}/c13"], {}),
+    ("telemetry project", "nodes-zero", ["telemetry", "project", "{good}", "--rate", "1gbit", "--nodes", "0"], {}),
+    ("telemetry project", "efficiency-two", ["telemetry", "project", "{good}", "--rate", "1gbit", "--efficiency", "2"], {}),
+    ("telemetry project", "rate-with-space", ["telemetry", "project", "{good}", "--rate", "1 gbit"], {}),
+    ("telemetry project", "ranks-per-node-superscript", ["telemetry", "project", "{good}", "--rate", "1gbit",
+                                                          "--ranks-per-node", "\u00b2"], {}),  # was: traceback
+    ("telemetry project", "busbw-table-dev-zero", ["telemetry", "project", "{good}", "--busbw-table", "/dev/zero"],
+     {}),  # was: read until OOM-killed
+    ("telemetry nccl-tests", "dev-zero", ["telemetry", "nccl-tests", "/dev/zero"], {}),  # was: OOM-killed
+    ("telemetry watch", "interval-zero", ["telemetry", "watch", "{good}", "--once", "--interval", "0"], {}),
+    ("telemetry watch", "layout-wrong-type", ["telemetry", "watch", "{layoutstr}", "--once"], {}),
+    ("telemetry export", "out-is-file", ["telemetry", "export", "{good}", "--to", "parquet", "--out", TINY], {}),
+    ("launch.lab", "nodes-1000", ["launch.lab", "--nodes", "1000", "--rate", "1gbit", "--", TINY], {}),
+    ("launch.lab", "nodes-one", ["launch.lab", "--nodes", "1", "--rate", "1gbit", "--", TINY], {}),
+    ("launch.lab", "mtu-100", [*LAB, "--mtu", "100", "--", TINY], {}),
+    ("launch.lab", "port-70000", [*LAB, "--port", "70000", "--", TINY], {}),
+    ("launch.lab", "rate-zero", ["launch.lab", "--nodes", "2", "--rate", "0mbit", "--", TINY], {}),
+    ("launch.lab", "timeout-nan", [*LAB, "--timeout", "nan", "--", TINY], {}),
+    ("launch.lab", "no-ip-tool", [*LAB, "--", TINY], {"PATH": "/nonexistent"}),
+    ("launch.lab", "recipe-fifo", [*LAB, "--", "{root}/fifo"], {}),
+    *[("launch.evaluate", name, ["launch.evaluate", "{root}/eval-" + name + ".yaml", "--dry-run"], {}) for name in (
+        "dup-variant", "variant-slash", "variants-map", "repeats-bool", "repeats-float", "rate-bad", "mtu-str",
+        "overrides-str", "workloads-empty", "out-empty", "lab-nodes-str", "variant-null", "workload-tp")],
+    ("launch.evaluate", "spec-fifo", ["launch.evaluate", "{root}/fifo", "--dry-run"], {}),
+    ("launch.torchrun", "nnodes-zero", ["launch.torchrun", "--nnodes", "0", "-m", "trainer", TINY], {}),  # was: min_nodes
+    ("launch.torchrun", "nproc-superscript", ["launch.torchrun", "--nproc-per-node", "\u00b2", "-m", "trainer", TINY],
+     {}),  # was: traceback
+    ("launch.stage", "to-dev-null", ["launch.stage", TINY, "--to", "/dev/null"], {}),
+    ("trainer.bert_tf_convert", "config-dev-zero", ["trainer.bert_tf_convert", "{root}/nope", "--config", "/dev/zero",
+                                                     "--out", "{root}/b4"], {}),  # was: read until OOM-killed
 ]
 
 

@@ -88,10 +88,11 @@ def _launch_problem(args) -> str | None:
     import re
     import shutil
 
-    if not re.fullmatch(r"\d+(:\d+)?", args.nnodes):
-        return f"--nnodes: got {args.nnodes!r}; allowed: N or MIN:MAX, whole numbers of nodes >= 1"
+    nodes = [int(n) for n in args.nnodes.split(":")] if re.fullmatch(r"[0-9]+(:[0-9]+)?", args.nnodes) else []
+    if not nodes or min(nodes) < 1 or nodes[0] > nodes[-1]:  # 0 was torch's "min_nodes must be > 0" line
+        return f"--nnodes: got {args.nnodes!r}; allowed: N or MIN:MAX, whole numbers of nodes >= 1 with MIN <= MAX"
     nproc = args.nproc_per_node
-    if not (nproc.isdigit() and int(nproc) >= 1) and nproc not in ("cpu", "gpu", "xpu", "auto"):
+    if not (nproc.isascii() and nproc.isdigit() and int(nproc) >= 1) and nproc not in ("cpu", "gpu", "xpu", "auto"):
         return f"--nproc-per-node: got {nproc!r}; allowed: an integer >= 1, or cpu, gpu, xpu, auto"
     if nproc.isdigit() and (problem := host_capacity.workers_problem(
             "--nproc-per-node", nproc, int(nproc), host_capacity.available_bytes())):

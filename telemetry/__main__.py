@@ -246,11 +246,11 @@ def _project_targets(args) -> tuple[str | None, list[int], list[tuple], float | 
         return (f"--latency-us: got {args.latency_us}; expected a finite number of microseconds >= 0"), [], [], None
     nodes = []
     for n in args.nodes:
-        if not n.isdigit() or int(n) < 1:
+        if not (n.isascii() and n.isdigit()) or int(n) < 1:
             return f"--nodes: got {n!r}; expected a whole number of nodes >= 1", [], [], None
         nodes.append(int(n))
     rpn = args.ranks_per_node
-    if rpn is not None and (not rpn.isdigit() or int(rpn) < 1):
+    if rpn is not None and (not (rpn.isascii() and rpn.isdigit()) or int(rpn) < 1):
         return f"--ranks-per-node: got {rpn!r}; expected a whole number of ranks >= 1", [], [], None
     targets = []
     try:
@@ -395,11 +395,12 @@ def _p2p(args) -> int:
                             "python -m launch.p2p_bandwidth")
     ref = None
     if args.reference:
-        try:
-            with open(args.reference, encoding="utf-8", errors="replace") as f:
-                ref = pm.parse_reference(f.read())
-        except OSError as exc:
-            return print_errors(f"--reference {args.reference}: {exc.strerror or exc}")
+        from telemetry.input_files import InputFileError, read_limited
+        try:  # bounded: a device or a huge log is refused, not read until memory runs out
+            ref = pm.parse_reference(read_limited(args.reference, 64 << 20, streams=True).decode("utf-8", "replace"))
+        except (OSError, InputFileError) as exc:
+            return print_errors(f"--reference {args.reference}: {getattr(exc, 'strerror', None) or exc}; allowed: "
+                                "p2pBandwidthLatencyTest's output, a text file of at most 64 MiB")
         if not any(k in ref for k in ("unidirectional", "bidirectional", "latency_gpu")):
             return print_errors(f"--reference {args.reference}: no p2pBandwidthLatencyTest matrix in it")
     if m is not None:

@@ -40,9 +40,12 @@ class FaultError(HarnessError):
 
 def print_errors(*problems: object) -> int:
     """Each problem as one `error:` line on stderr (whitespace folded, whatever the cause); returns 2, the
-    exit status of bad input. Under a launcher of several ranks, trainer.error_report.report decides who prints."""
+    exit status of bad input. Under a launcher of several ranks, trainer.error_report.report decides who prints.
+    Credential-shaped parts (a URL's password, a token) are redacted: a launcher keeps stderr in a log file."""
+    from telemetry.redaction import redact_text
+
     for problem in problems:
-        print(f"error: {' '.join(str(problem).split())}", file=sys.stderr, flush=True)
+        print(f"error: {redact_text(' '.join(str(problem).split()))}", file=sys.stderr, flush=True)
     return 2
 
 

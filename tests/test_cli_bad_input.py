@@ -43,6 +43,7 @@ def files(tmp_path_factory) -> dict[str, str]:
     (root / "duplicate-key.yaml").write_text(yaml.safe_dump(doc) + "repeats: 3\n")
     (root / "repeats-huge.yaml").write_text(yaml.safe_dump({**doc, "repeats": 10**30}))
     (root / "header-only.txt").write_text("#  size  count  type  redop  root  time  algbw  busbw  #wrong\n")
+    os.mkfifo(root / "fifo")  # no writer: a read of it waits forever
     return {"root": str(root), **{k: str(v) for k, v in runs.items()}}
 
 
@@ -107,6 +108,18 @@ ROWS = [
     ("torchrun-nproc-string", ["launch.torchrun", "--nproc-per-node", "two", "-m", "trainer", TINY], {},
      "--nproc-per-node: got 'two'; allowed: an integer >= 1, or cpu, gpu, xpu, auto"),
     ("demo-data-unwritable", ["tools.make_demo_data", "/proc/nope/d.jsonl"], {}, "path: '/proc/nope' is not a directory"),
+    # third round: each was a hang, a read until the memory ran out, a traceback or an exit 0
+    ("trainer-dataset-fifo", ["trainer", TINY, "data.dataset={root}/fifo", "--dry-run"], {},
+     "data.dataset: '{root}/fifo' is a FIFO (named pipe), not a regular file; allowed: a regular file or a directory"),
+    ("trainer-other-recipes-run", ["trainer", TINY, "output_dir={bert}", "max_steps=1"], {},
+     "output_dir: '{bert}' holds a run of another recipe ('b', workload bert_pretraining;"),
+    ("trainer-rendezvous-unset", ["trainer", TINY, "output_dir={root}/ma", "max_steps=1"], {"WORLD_SIZE": "1", "RANK": "0"},
+     "unset, but RANK and WORLD_SIZE are set"),
+    ("nccl-tests-device", ["telemetry", "nccl-tests", "/dev/zero"], {}, "/dev/zero: holds more than 256 MiB; allowed: an"),
+    ("project-superscript-digit", ["telemetry", "project", "{llm}", "--rate", "1gbit", "--ranks-per-node", "\u00b2"], {},
+     "--ranks-per-node: got '\u00b2'; expected a whole number of ranks >= 1"),
+    ("bert-convert-config-device", ["trainer.bert_tf_convert", "{root}/nope", "--config", "/dev/zero", "--out",
+                                    "{root}/b1"], {}, "--config /dev/zero: is a character device, not a regular file"),
 ]
 
 SCRIPTS = [
@@ -145,6 +158,7 @@ def test_launch_script(files, case_id, argv, env, expected):
 
 def test_no_row_leaves_an_output_behind(files):
     """Refused commands create nothing: no compare, evaluation or link-test directory was made."""
-    for name in ("c1", "c2", "c3", "eval-out", "lt", "p2p"):
+    for name in ("c1", "c2", "c3", "eval-out", "lt", "p2p", "ma", "b1"):
         assert not Path(files["root"], name).exists(), name
     assert json.loads(Path(files["llm"], "run.json").read_text())["status"] == "completed"
+    assert sorted(p.name for p in Path(files["bert"]).iterdir()) == ["metrics.jsonl", "run.json"]  # nothing set aside

@@ -87,10 +87,12 @@ def convert(prefix: str, config: dict) -> dict[str, np.ndarray]:
 
 def write(prefix: str, config_path: str, out: str) -> dict:
     from safetensors.numpy import save_file
-    try:
-        with open(config_path, encoding="utf-8") as f:
-            config = json.load(f)
-    except (OSError, json.JSONDecodeError) as exc:
+    from telemetry.input_files import read_limited
+
+    from .workloads.hf import CONFIG_MAX_BYTES
+    try:  # bounded: --config /dev/zero is refused, not read until memory runs out
+        config = json.loads(read_limited(config_path, CONFIG_MAX_BYTES))
+    except (OSError, ValueError) as exc:
         raise ConvertError(f"--config {config_path}: {exc}; expected the checkpoint's bert_config.json") from None
     if not isinstance(config, dict):
         raise ConvertError(f"--config {config_path}: holds a JSON {type(config).__name__}; expected the "

@@ -67,10 +67,33 @@ def _fail(problems: list[str]) -> int:
     return 2
 
 
-def _check_output_dir(path: str) -> list[str]:
+def _other_recipes_run(path: str, recipe) -> str | None:
+    """The line for an output_dir that holds another recipe's run (run.json names another recipe or workload):
+    this run would set that record aside and resume from, or mix its metrics with, another model's."""
+    import json
+
+    from telemetry.rundir import RUN_JSON
+    try:
+        with open(os.path.join(path, RUN_JSON), encoding="utf-8") as f:
+            earlier = json.load(f).get("recipe")
+    except (OSError, ValueError, AttributeError):  # none, or damaged: the run sets a damaged one aside
+        return None
+    if not isinstance(earlier, dict):
+        return None
+    theirs = (earlier.get("name"), earlier.get("workload"))
+    if theirs == (recipe.name, recipe.workload) or theirs == (None, None):
+        return None
+    return (f"output_dir: {path!r} holds a run of another recipe ({theirs[0]!r}, workload {theirs[1]}; this one is "
+            f"{recipe.name!r}, workload {recipe.workload}); allowed: a new directory, or this recipe's own to "
+            "resume or rerun it")
+
+
+def _check_output_dir(path: str, recipe) -> list[str]:
     """output_dir must be a directory this process can create and write, before any rank starts a run."""
     if os.path.exists(path) and not os.path.isdir(path):
         return [f"output_dir: {path!r} is a file, not a directory; allowed: a new or existing directory"]
+    if problem := _other_recipes_run(path, recipe):
+        return [problem]
     if problem := dangling_link_problem(path, "output_dir"):
         return [problem]
     probe = os.path.join(path, f".write-test.{os.getpid()}")
@@ -98,6 +121,8 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_intermixed_args(argv)
     if args.world_size is not None and not args.dry_run:
         return _fail(["--world-size: only with --dry-run; a real run takes its world size from torchrun"])
+    if args.world_size is not None and args.world_size < 1:  # the flag, not the layout, is what is wrong
+        return _fail([f"--world-size: got {args.world_size}; expected an integer >= 1 (the number of ranks)"])
     # every process says it: who is rank 0 is what is in doubt
     if problems := launcher_env_problems(dry_run=args.dry_run):
         return print_errors(*problems)
@@ -156,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"warning: {key}: {value!r} does not exist on this machine; a run refuses it at start unless it "
                   "exists where the run starts (a cluster's path is fine here)", file=sys.stderr)
         return 0
-    problems = _check_output_dir(recipe.output_dir)
+    problems = _check_output_dir(recipe.output_dir, recipe)
     if problems:
         return _fail(problems)
     # Nothing is fetched at run time unless the user asks: hub names must already be in the local cache.

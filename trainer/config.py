@@ -298,10 +298,27 @@ def _check_batch_memory(r: Recipe) -> list[str]:
     return p
 
 
+def _special_files(r: Recipe) -> list[str]:
+    """A recipe path that exists but is a FIFO, a device or a socket: never a checkpoint, tokenizer or data set
+    (a run opening a FIFO with no writer waits forever; staging copied it with a traceback)."""
+    from telemetry.input_files import not_a_file
+
+    out = []
+    for dotted in RECIPE_RELATIVE_PATHS:
+        section, name = dotted.split(".")
+        value = getattr(getattr(r, section), name, None)
+        if isinstance(value, str) and not os.path.isdir(value) and (kind := not_a_file(os.path.expanduser(value))):
+            out.append(f"{dotted}: {value!r} {kind}; allowed: a regular file or a directory, as the key names")
+    return out
+
+
 def _check_resume(value) -> list[str]:
     """auto, never, or a path: a bare word that is neither (nor a directory here) is a typo, not a path (a path
     of the cluster's, absent on a laptop's dry run, is judged when the run loads it)."""
     v = str(value)
+    if v not in ("auto", "never") and os.path.exists(v) and not os.path.isdir(v):  # a file of the checkpoint's
+        return [f"train.resume: {v!r} is a file, not a checkpoint directory; allowed: auto (the latest checkpoint "
+                "in output_dir), never, or a checkpoint directory's path"]
     if v in ("auto", "never") or os.sep in v or os.path.isdir(v):
         return []
     hint = f" (did you mean {v.strip().lower()!r}?)" if v.strip().lower() in ("auto", "never") else ""
@@ -316,6 +333,9 @@ def check_recipe(r: Recipe) -> list[str]:
     p += within("", r, ("seed",), 0, SEED_MAX)
     if not r.output_dir.strip():
         p.append("output_dir: empty; allowed: a directory path")
+    p += _special_files(r)
+    if isinstance(r.name, str) and not r.name.strip():  # it labels the run in run.json, reports and comparisons
+        p.append(f"name: got {r.name!r}; allowed: a non-empty name (it labels the run in run.json and reports)")
     p += within("distributed", r.distributed, ("timeout_s",), 1, TIMEOUT_MAX_S, " (7 days)")
     if r.fabric.config.pfc_priority is not None:
         p += within("fabric.config", r.fabric.config, ("pfc_priority",), 0, 7, " (an 802.1p priority)")

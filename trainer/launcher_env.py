@@ -48,6 +48,11 @@ def launcher_env_problems(environ: Mapping[str, str] = os.environ, dry_run: bool
     if not dry_run and got.get("RANK", 0) > 0 and _int(environ, "WORLD_SIZE") is None:
         problems.append(f"RANK: got {got['RANK']} but WORLD_SIZE is unset (one process, rank 0); allowed: both "
                         "set, as torchrun sets them for each process, or RANK unset or 0 for one process")
+    if not dry_run and not problems and "RANK" in got and "WORLD_SIZE" in got:  # torch's env:// reads all four
+        if missing := [name for name in ("MASTER_ADDR", "MASTER_PORT") if not environ.get(name, "").strip()]:
+            problems.append(f"{' and '.join(missing)}: unset, but RANK and WORLD_SIZE are set, so the run joins a "
+                            "launcher's group at MASTER_ADDR:MASTER_PORT; allowed: all four set, as torchrun sets "
+                            "them (python -m launch.torchrun ...), or RANK and WORLD_SIZE unset for one process")
     if "LOCAL_WORLD_SIZE" in got and "WORLD_SIZE" in got and got["LOCAL_WORLD_SIZE"] > got["WORLD_SIZE"]:
         problems.append(f"LOCAL_WORLD_SIZE: got {got['LOCAL_WORLD_SIZE']}; expected at most WORLD_SIZE "
                         f"({got['WORLD_SIZE']})")

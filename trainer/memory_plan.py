@@ -68,9 +68,11 @@ def _config(recipe) -> dict | None:
     if isinstance(spec, dict):
         return spec
     path = spec if isinstance(spec, str) else os.path.join(recipe.model.path or "", "config.json")
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
+    from telemetry.input_files import read_limited
+
+    from .workloads.hf import CONFIG_MAX_BYTES
+    try:  # a regular file of bounded size (model.config=/dev/zero read until memory ran out)
+        return json.loads(read_limited(path, CONFIG_MAX_BYTES))
     except (OSError, ValueError):
         return None
 

@@ -24,6 +24,7 @@ from torch import nn
 
 from .data.sft import IGNORE
 from .error_report import InputError
+from .workloads.hf import pp_layers_problem
 
 
 class LlamaStage(nn.Module):
@@ -59,9 +60,8 @@ class LlamaStage(nn.Module):
 
 def split_layers(num_layers: int, num_stages: int) -> list[list[int]]:
     """Contiguous, as even as possible; earlier stages take the remainder."""
-    if num_layers < num_stages:
-        raise InputError(f"parallel.pp: {num_stages} pipeline stages need at least as many decoder layers; "
-                         f"the model has {num_layers} (lower parallel.pp or parallel.pp_stages_per_rank)")
+    if problem := pp_layers_problem(num_layers, num_stages):
+        raise InputError(problem)
     base, extra = divmod(num_layers, num_stages)
     out, start = [], 0
     for s in range(num_stages):

@@ -8,6 +8,7 @@ from typing import Any, Optional
 import yaml
 
 from telemetry.errors import InputProblems
+from telemetry.input_files import what_is_there
 
 
 class RecipeError(InputProblems):
@@ -115,8 +116,8 @@ def _yaml_problem(exc: yaml.YAMLError) -> str:
 def read_recipe(path: str, what: str = "recipe") -> Any:
     """The parsed YAML of a recipe file, or RecipeError naming the file (and line) and what is allowed. `what`:
     the kind of file, as the messages name it (an evaluation file is read with the same limits)."""
-    if not os.path.isfile(path):
-        raise RecipeError([f"{what}: {path!r} is not a file"])
+    if not os.path.isfile(path):  # a FIFO or device is not opened: with no writer a read waits forever
+        raise RecipeError([f"{what}: {path!r} is not a file ({what_is_there(path)}); allowed: a YAML file"])
     try:
         with open(path, "rb") as f:
             raw = f.read(MAX_RECIPE_BYTES + 1)  # bounded even if the size changes under us

@@ -66,7 +66,7 @@ def _env_int(name: str) -> int | None:
     if not raw:
         return None
     head = raw.split("(")[0].split(",")[0]
-    if not head.isdigit() or int(head) < 1:
+    if not (head.isascii() and head.isdigit()) or int(head) < 1:
         raise RecipeError([f"{name}: got {raw!r}; expected a positive integer (as the launcher sets it)"])
     return int(head)
 

@@ -602,14 +602,21 @@ def parse(text: str, name_hint: str | None = None, path: str | None = None) -> d
     }
 
 
+MAX_INPUT_BYTES = 256 << 20  # a full nccl-tests sweep of every op prints well under 1 MiB
+
+
 def read(path: str) -> dict:
     """Parse one nccl-tests output file (its text, or its `-J` JSON); NcclTestsError when it holds no table."""
     if not os.path.exists(path) or os.path.isdir(path):  # pipes (/dev/stdin, <(kubectl logs ...)) are read
         what = "does not exist" if not os.path.exists(path) else "is a directory"
         raise NcclTestsError(f"{path}: {what}; allowed: an nccl-tests output file (its text or its -J JSON) or "
                              "a sweep's collectives.txt")
-    with open(path, encoding="utf-8", errors="replace") as f:
-        text = f.read()
+    from telemetry.input_files import InputFileError, read_limited
+    try:  # bounded: /dev/zero, or a log far larger than any sweep's table, is refused, not read into memory
+        text = read_limited(path, MAX_INPUT_BYTES, streams=True).decode("utf-8", errors="replace")
+    except InputFileError as exc:
+        raise NcclTestsError(f"{path}: {exc}; allowed: an nccl-tests output file (its text or its -J JSON) of at "
+                             f"most {MAX_INPUT_BYTES >> 20} MiB, or a sweep's collectives.txt") from None
     if text.lstrip().startswith("{"):
         import json
 

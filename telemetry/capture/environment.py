@@ -3,10 +3,11 @@ from __future__ import annotations
 
 import os
 import platform
-import re
 import socket
 import sys
 from importlib import metadata
+
+from telemetry.redaction import REDACTED, SECRET_NAME, SECRET_VALUE, is_secret, redact_text  # noqa: F401
 
 # Settings that decide which fabric and transport a job uses (docs/reference.md section 4), plus the
 # launcher's identity. Anything else in the environment is not recorded at all.
@@ -14,30 +15,6 @@ RECORDED_PREFIXES = ("NCCL_", "GLOO_", "UCX_", "FI_", "TORCH_NCCL_", "TORCH_DIST
                      "CUDA_DEVICE_MAX_CONNECTIONS", "OMP_NUM_THREADS", "SLURM_JOB_ID", "SLURM_NNODES",
                      "SLURM_JOB_NODELIST", "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
                      "TORCHELASTIC_RUN_ID", "HF_HUB_OFFLINE")
-# Names that hold secrets, matched anywhere in the name (so *_CREDS, *_APIKEY, X_AUTHORIZATION are caught).
-SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSW|PASSPHRASE|(^|_)PWD($|_)|KEY|CRED|AUTH|COOKIE|SESSION|PRIVATE|"
-                         r"SIGNATURE|SALT", re.I)
-# Values that look like credentials whatever their name: URLs with a password, bearer/basic authorization,
-# vendor token shapes (Hugging Face, GitHub, GitLab, Slack, OpenAI-style, AWS access keys, npm, PyPI),
-# JSON web tokens and PEM private keys.
-SECRET_VALUE = re.compile(
-    r"://[^/\s:@]+:[^/\s@]+@"
-    r"|\b(hf|ghp|gho|ghu|ghs|ghr|github_pat|glpat|sk|xox[abpors]|npm)[_-][A-Za-z0-9_-]{8,}"
-    r"|\bpypi-[A-Za-z0-9_-]{16,}"
-    r"|\b(AKIA|ASIA)[0-9A-Z]{16}\b"
-    r"|\b(Bearer|Basic)\s+\S+"
-    r"|\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\."
-    r"|-----BEGIN [A-Z ]*PRIVATE KEY-----", re.I)
-REDACTED = "<redacted>"
-
-
-def is_secret(name: str, value: str) -> bool:
-    return bool(SECRET_NAME.search(name) or SECRET_VALUE.search(value))
-
-
-def redact_text(text: str) -> str:
-    """`text` with every credential-shaped part replaced (command lines, overrides, recipe strings)."""
-    return SECRET_VALUE.sub(REDACTED, text)
 
 
 def redact_tree(obj):

@@ -34,7 +34,7 @@ from telemetry.analysis.exports import export_after_close
 from telemetry.capture import early, fabric, force_network, live_export
 from telemetry.capture.collectives import harness_traffic, set_host_map
 from telemetry.capture.counters import merge_verdicts
-from telemetry.capture.environment import redacted_env, software_versions
+from telemetry.capture.environment import redact_text, redacted_env, software_versions
 from telemetry.capture.hooks import Hooks
 from telemetry.capture.session import Telemetry, TelemetrySettings
 from telemetry.rundir import RunDir, RunKey, StepKey, now_iso
@@ -375,7 +375,9 @@ class RunRecorder(Hooks):
                 self.telemetry.close(live=False)  # the exporter reads the last lines after the run directory's close
                 export_after_close(self.telemetry)
         finally:
-            end = {RunKey.STATUS: status, RunKey.EXIT_CODE: code, RunKey.ERROR: error, RunKey.END_TIME: now_iso(),
+            # the error line names the input it refuses, which may hold a credential (a URL's password)
+            end = {RunKey.STATUS: status, RunKey.EXIT_CODE: code,
+                   RunKey.ERROR: redact_text(error) if isinstance(error, str) else error, RunKey.END_TIME: now_iso(),
                    RunKey.DURATION_S: round(time.time() - self._started, 3) if self._started else None}
             if self.attempt is not None:
                 end["attempts"] = self.info.get("attempts", []) + [

@@ -146,7 +146,8 @@ def test_cli_prints_error_lines_and_exits_2(tmp_path, capsys):
                    "error: variants: got 1 item(s); expected a list of at least 2 fabric variants (a comparison "
                    "needs two)"]
     assert main([str(tmp_path / "missing.yaml")]) == 2
-    assert capsys.readouterr().err.strip() == f"error: evaluation: '{tmp_path / 'missing.yaml'}' is not a file"
+    assert capsys.readouterr().err.strip() == (f"error: evaluation: '{tmp_path / 'missing.yaml'}' is not a file (no such file or "
+                                                  "directory); allowed: a YAML file")
 
 
 def test_repeats_are_bounded(tmp_path):

@@ -133,7 +133,10 @@ def test_store_sharing_is_turned_off_only_where_a_node_can_rejoin(monkeypatch, a
     (["--nproc-per-node", "two", "-m", "trainer"], "--nproc-per-node: got 'two'; allowed: an integer >= 1, or cpu"),
     (["--nproc-per-node", "0", "-m", "trainer"], "--nproc-per-node: got '0'"),
     (["--nnodes", "abc", "-m", "trainer"], "--nnodes: got 'abc'; allowed: N or MIN:MAX"),
-    (["--nnodes", "0", "-m", "trainer"], "torchrun: min_nodes must be > 0"),
+    (["--nnodes", "0", "-m", "trainer"], "--nnodes: got '0'; allowed: N or MIN:MAX, whole numbers of nodes >= 1 with "
+     "MIN <= MAX"),  # was torch's own words, naming min_nodes
+    (["--nnodes", "3:2", "-m", "trainer"], "--nnodes: got '3:2'; allowed: N or MIN:MAX"),
+    (["--nproc-per-node", "\u00b2", "-m", "trainer"], "--nproc-per-node: got '\u00b2'; allowed: an integer >= 1"),
     (["--max-restarts", "-1", "-m", "trainer"], "torchrun: max_restarts must be >= 0"),
     (["--max-restarts", "abc", "-m", "trainer"], "invalid int value: 'abc'; allowed: a whole number; see python -m launch.torchrun --help"),
     (["--bogus", "-m", "trainer"], "unrecognized arguments: --bogus"),

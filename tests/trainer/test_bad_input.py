@@ -3,6 +3,7 @@ no traceback. Most rows stop at `--dry-run` (no process group); a few go through
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -124,6 +125,13 @@ OVERRIDES = [
     ("bert-config-type-vocab-zero", ["model.config.type_vocab_size=0"], "model.config.type_vocab_size: got 0"),
     # an empty model.config built the family's defaults (a 7B Llama from random init); the dry run said
     # "config.json is not readable here (None)"
+    # found by the third bad-input round: each was accepted by the dry run (the run failed later, or hung)
+    ("pp-over-layers", ["parallel.pp=4"], "parallel.pp: 4 pipeline stages (pp x pp_stages_per_rank) need at least "
+     "as many decoder layers; the model has 2; allowed: pp x pp_stages_per_rank <= 2"),
+    ("name-empty", ["name=''"], "name: got ''; allowed: a non-empty name"),
+    ("resume-is-a-file", ["train.resume=" + TINY], "is a file, not a checkpoint directory; allowed: auto"),
+    ("config-dev-zero", ["model.config=/dev/zero"], "model.config: '/dev/zero' is a character device, not a regular "
+     "file; allowed: a config.json file"),  # it was read until the memory ran out
     ("config-empty", ["model.config={}"], "model.config: no fields (an empty mapping builds the family's default "
      "model, such as a 7B Llama, from random init); allowed: the model's sizes"),
     ("bert-config-empty", ["model.config={}"], "model.config: no fields"),
@@ -546,3 +554,57 @@ def test_output_dir_that_is_a_symlink_loop_is_one_line(tmp_path, capsys, monkeyp
     assert capsys.readouterr().err.splitlines() == [
         f"error: output_dir: {str(tmp_path / 'loop1')!r} is a symbolic link that leads nowhere (a loop or a missing "
         "target: 'loop2'); allowed: a new or existing directory"]
+
+
+def test_a_fifo_or_directory_where_a_file_is_named_is_one_line(tmp_path, capsys, monkeypatch):
+    """A FIFO as data.dataset passed the dry run and the run waited on it forever; a directory as model.config
+    passed the dry run. Each is one line naming the key and what kind of file it is."""
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.delenv("RANK", raising=False)
+    fifo = tmp_path / "data.jsonl"
+    os.mkfifo(fifo)
+    assert main([TINY, f"data.dataset={fifo}", "--dry-run"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"error: data.dataset: {str(fifo)!r} is a FIFO (named pipe), not a regular file; allowed: a regular file or "
+        "a directory, as the key names"]
+    assert main([TINY, f"model.config={tmp_path}", "--dry-run"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"error: model.config: {str(tmp_path)!r} is a directory, not a regular file; allowed: a config.json file (a "
+        "checkpoint directory is model.path)"]
+
+
+def test_an_output_dir_holding_another_recipes_run_is_refused_untouched(tmp_path, capsys, monkeypatch):
+    """A run into a directory holding another recipe's run exited 0, its run.json and metrics replaced (kept under
+    logs/, but checkpoints of another model were there to resume). Now one line, nothing written."""
+    from bench.support.recorded_runs import write_run
+
+    for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_PORT", "TORCHELASTIC_RUN_ID"):
+        monkeypatch.delenv(name, raising=False)
+    run = write_run(tmp_path / "bert", name="b", workload="bert_pretraining")
+    before = {p.name: p.read_bytes() for p in run.iterdir()}
+    assert main([TINY, f"output_dir={run}", "max_steps=1"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"error: output_dir: {str(run)!r} holds a run of another recipe ('b', workload bert_pretraining; this one is "
+        "'tiny_llama_lora', workload llm_lora); allowed: a new directory, or this recipe's own to resume or rerun it"]
+    assert {p.name: p.read_bytes() for p in run.iterdir()} == before
+
+
+def test_rank_and_world_size_without_a_rendezvous_address_is_one_line(tmp_path, capsys, monkeypatch):
+    """WORLD_SIZE=1 RANK=0 exported by hand (no torchrun) was torch's env:// ValueError traceback, exit 1."""
+    for name in ("LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    monkeypatch.setenv("RANK", "0")
+    assert main([TINY, f"output_dir={tmp_path / 'run'}", "max_steps=1"]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: MASTER_ADDR and MASTER_PORT: unset, but RANK and "
+                                                   "WORLD_SIZE are set"), lines
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_negative_world_size_flag_names_the_flag(capsys, monkeypatch):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.delenv("RANK", raising=False)
+    assert main([TINY, "--dry-run", "--world-size", "-4"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "error: --world-size: got -4; expected an integer >= 1 (the number of ranks)"]

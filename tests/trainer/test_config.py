@@ -215,7 +215,8 @@ def test_torchvision_is_imported_only_for_image_workloads(needed):
 def test_launcher_environment_problems():
     from trainer.launcher_env import env_world_size, launcher_env_problems
     assert launcher_env_problems({}) == [] and env_world_size({}) == 1
-    good = {"WORLD_SIZE": "4", "RANK": "3", "LOCAL_WORLD_SIZE": "2", "LOCAL_RANK": "1", "MASTER_PORT": "29500"}
+    good = {"WORLD_SIZE": "4", "RANK": "3", "LOCAL_WORLD_SIZE": "2", "LOCAL_RANK": "1", "MASTER_ADDR": "node0",
+            "MASTER_PORT": "29500"}
     assert launcher_env_problems(good) == [] and env_world_size(good) == 4
     assert launcher_env_problems({"WORLD_SIZE": ""}) == [] and env_world_size({"WORLD_SIZE": "x"}) == 1
     assert launcher_env_problems({"WORLD_SIZE": "2", "RANK": "x", "MASTER_PORT": "65536"}) == [
@@ -230,12 +231,18 @@ def test_a_real_run_needs_rank_and_world_size_together():
     assert launcher_env_problems({"WORLD_SIZE": "2"}) == [
         "WORLD_SIZE: got 2 but RANK is unset; allowed: both set, as torchrun sets them for each process "
         "(python -m launch.torchrun ...), or neither for one process"]
+    assert launcher_env_problems({"WORLD_SIZE": "1", "RANK": "0", "MASTER_ADDR": " "}) == [  # a torch traceback
+        "MASTER_ADDR and MASTER_PORT: unset, but RANK and WORLD_SIZE are set, so the run joins a launcher's group at "
+        "MASTER_ADDR:MASTER_PORT; allowed: all four set, as torchrun sets them (python -m launch.torchrun ...), or "
+        "RANK and WORLD_SIZE unset for one process"]
+    assert launcher_env_problems({"WORLD_SIZE": "1", "RANK": "0"}, dry_run=True) == []
     assert launcher_env_problems({"RANK": "3"}) == [
         "RANK: got 3 but WORLD_SIZE is unset (one process, rank 0); allowed: both set, as torchrun sets them for "
         "each process, or RANK unset or 0 for one process"]
     for alone in ({"WORLD_SIZE": "2"}, {"RANK": "3"}):
         assert launcher_env_problems(alone, dry_run=True) == []
-    for fine in ({"WORLD_SIZE": "1"}, {"RANK": "0"}, {"RANK": "1", "WORLD_SIZE": "2"}):
+    for fine in ({"WORLD_SIZE": "1"}, {"RANK": "0"},
+                 {"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "node0", "MASTER_PORT": "29500"}):
         assert launcher_env_problems(fine) == []
 
 

@@ -9,7 +9,8 @@ from ..conftest import TINY
 
 
 def layout(world, *overrides):
-    return resolve_layout(load_recipe(TINY, list(overrides)), world)
+    # 8 decoder layers: the tiny model's 2 would refuse the pipelines of 4 stages these tests plan
+    return resolve_layout(load_recipe(TINY, ["model.config.num_hidden_layers=8", *overrides]), world)
 
 
 def test_dp_is_derived_and_grad_accum_fills_the_global_batch():

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from tests.conftest import TINY
-from trainer.config import load_recipe
+from trainer.config import RecipeError, load_recipe
 from trainer.data.sft import IGNORE
 from trainer.throughput import flops_per_token, matmul_params
 from trainer.workloads import get_workload
@@ -95,7 +95,12 @@ def test_missing_tokenizer_is_one_line_naming_the_key(tmp_path):
 
 
 def test_unknown_lora_target_is_one_line_naming_the_key():
-    recipe = load_recipe(TINY, [*SMALL, "lora.target_modules=[no_such_proj]"])
+    with pytest.raises(RecipeError) as refused:  # the recipe check (the dry run) names Llama's layers
+        load_recipe(TINY, [*SMALL, "lora.target_modules=[q_prj]"])
+    assert refused.value.problems == ["lora.target_modules: 'q_prj' is no Llama linear layer (did you mean "
+                                      "'q_proj'?); allowed: q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj"]
+    recipe = load_recipe(TINY, SMALL)
+    recipe.lora.target_modules = ["no_such_proj"]  # past the check: peft's own refusal is one line too
     w = get_workload("llm_lora")(recipe, torch.device("cpu"), torch.float32)
     with pytest.raises(ModelError) as info:
         w.build_model()

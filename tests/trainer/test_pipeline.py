@@ -74,7 +74,7 @@ def test_layer_split_and_stage_placement():
     assert split_layers(80, 8)[0] == list(range(10))
     assert [len(s) for s in split_layers(10, 4)] == [3, 3, 2, 2]
     assert stage_ids(1, 4, 2) == [1, 5]  # interleaved: every pp-th stage
-    with pytest.raises(InputError, match="parallel.pp: 4 pipeline stages need at least as many decoder layers"):
+    with pytest.raises(InputError, match=r"parallel.pp: 4 pipeline stages \(pp x pp_stages_per_rank\) need at least as many decoder layers"):
         split_layers(2, 4)
 
 
@@ -82,5 +82,7 @@ def test_layer_split_and_stage_placement():
 def test_too_few_layers_is_one_clear_line(tmp_path):
     res = run_cli(tmp_path / "run", *FAST, "parallel.pp=2", "parallel.pp_schedule=interleaved_1f1b",
                   "parallel.pp_stages_per_rank=2", nproc=2)
-    assert res.returncode != 0 and res.run_json()["exit_code"] == 2  # torchrun itself exits 1 for any failure
-    assert "error: parallel.pp: 4 pipeline stages need at least as many decoder layers; the model has 2" in res.stderr
+    # refused by the recipe check on every rank, before a run directory is made (the run failed at its build)
+    assert res.returncode != 0 and not (tmp_path / "run" / "run.json").exists()
+    assert ("error: parallel.pp: 4 pipeline stages (pp x pp_stages_per_rank) need at least as many decoder layers; "
+            "the model has 2; allowed: pp x pp_stages_per_rank <= 2") in res.stderr

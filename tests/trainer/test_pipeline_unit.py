@@ -49,8 +49,9 @@ def test_two_stages_chained_equal_the_whole_model(parts):
 
 
 def test_more_stages_than_layers_is_one_line():
-    with pytest.raises(InputError, match=r"^parallel.pp: 3 pipeline stages need at least as many decoder layers; "
-                                         r"the model has 2 \(lower parallel.pp or parallel.pp_stages_per_rank\)$"):
+    with pytest.raises(InputError, match=r"^parallel.pp: 3 pipeline stages \(pp x pp_stages_per_rank\) need at least "
+                                         r"as many decoder layers; the model has 2; allowed: pp x "
+                                         r"pp_stages_per_rank <= 2$"):
         split_layers(2, 3)
 
 

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from telemetry.input_files import not_a_file
+
 from ..error_report import InputError
 from .sampler import StepSampler  # noqa: F401  (re-exported: it was born here)
 
@@ -131,6 +133,10 @@ def load_table(spec: str, key: str):
                            if f.endswith((".jsonl", ".json", ".parquet")))
             if not files:
                 raise DataError(f"{key}: directory {spec!r} holds no .jsonl, .json or .parquet files")
+        for path in [files] if isinstance(files, str) else files:  # a FIFO is opened and waited on forever
+            if kind := not_a_file(path):
+                raise DataError(f"{key}: {path!r} {kind}; allowed: a .jsonl, .json or .parquet file, or a "
+                                "directory of them")
         first = files if isinstance(files, str) else files[0]
         builder = "parquet" if first.endswith(".parquet") else "json"
         if os.path.isfile(spec) and not spec.endswith((".jsonl", ".json", ".parquet")):

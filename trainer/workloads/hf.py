@@ -7,6 +7,8 @@ import json
 import math
 import os
 
+from telemetry.input_files import InputFileError, not_a_file, read_limited
+
 from ..error_report import InputError
 
 # identity keys of a saved config.json; the workload picks the config class itself
@@ -47,6 +49,7 @@ def check_checkpoint(path: str, needs: str, holds: str) -> None:
 _SIZE_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
               "num_key_value_heads", "max_position_embeddings", "head_dim", "type_vocab_size")
 _SIZE_MAX = 1 << 24
+CONFIG_MAX_BYTES = 16 << 20  # a config.json is a few KiB; /dev/zero is not read until memory runs out
 
 
 def known_config_keys(cls) -> set[str]:
@@ -73,6 +76,8 @@ def config_problems(spec, cls_name: str | None = None, tp: int | None = None) ->
     the heads and MLP width it splits. With `cls_name` (the dry run) also its keys against the family's config
     class, which imports transformers (and torch: seconds); the run checks those keys when it builds the model.
     A config.json path that is not on this machine is left to the run (a cluster's path is fine for a dry run)."""
+    if isinstance(spec, str) and (kind := not_a_file(spec)):  # a directory given for its config.json
+        return [f"model.config: {spec!r} {kind}; allowed: a config.json file (a checkpoint directory is model.path)"]
     if spec is None or (isinstance(spec, str) and not os.path.isfile(spec)):
         return []
     cls = None
@@ -96,6 +101,16 @@ def config_problems(spec, cls_name: str | None = None, tp: int | None = None) ->
 
 
 TP_SPLIT_SIZES = ("num_attention_heads", "num_key_value_heads", "intermediate_size")
+
+
+def pp_layers_problem(num_layers, num_stages) -> str | None:
+    """The line for more pipeline stages (pp x pp_stages_per_rank) than decoder layers to give them, or None:
+    one wording for the recipe check (model.config) and the built model (a checkpoint's config too)."""
+    ints = all(isinstance(v, int) and not isinstance(v, bool) for v in (num_layers, num_stages))
+    if not ints or num_layers < 1 or num_layers >= num_stages:
+        return None
+    return (f"parallel.pp: {num_stages} pipeline stages (pp x pp_stages_per_rank) need at least as many decoder "
+            f"layers; the model has {num_layers}; allowed: pp x pp_stages_per_rank <= {num_layers}")
 
 
 def tp_problem(fields, tp: int) -> str | None:
@@ -129,8 +144,9 @@ def config_fields(spec, cls=None) -> dict:
             raise ModelError(f"model.config: {spec!r} is not a file (expected a config.json)")
         where = f"model.config ({spec})"
         try:
-            with open(spec, encoding="utf-8") as f:
-                fields = json.load(f)
+            fields = json.loads(read_limited(spec, CONFIG_MAX_BYTES))
+        except InputFileError as exc:
+            raise ModelError(f"model.config: {spec!r} {exc}; allowed: a config.json file") from None
         except ValueError as exc:  # also UnicodeDecodeError
             raise ModelError(f"model.config: {spec!r} is not JSON: {' '.join(str(exc).split())}") from None
         except OSError as exc:

@@ -4,7 +4,23 @@ from __future__ import annotations
 from ..checks import at_least
 from ..config import SEQ_LEN_MAX, Recipe
 from .data_checks import check_split
-from .hf import config_problems
+from .hf import config_problems, pp_layers_problem
+
+LLAMA_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+def _unknown_llama_modules(names) -> str | None:
+    """A target module no Llama layer has (peft's own error came only once the model was built): the names
+    peft matches are a module's last dotted part (or the whole dotted name)."""
+    import difflib
+
+    unknown = [n for n in names if isinstance(n, str) and n.rsplit(".", 1)[-1] not in LLAMA_LINEAR]
+    if not unknown:
+        return None
+    close = difflib.get_close_matches(unknown[0].rsplit(".", 1)[-1], LLAMA_LINEAR, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return f"lora.target_modules: {unknown[0]!r} is no Llama linear layer{hint}; allowed: {', '.join(LLAMA_LINEAR)}"
+
 
 def check(r: Recipe) -> list[str]:
     p = []
@@ -16,6 +32,10 @@ def check(r: Recipe) -> list[str]:
         p.append("model.tokenizer: required with model.config (random init has no tokenizer of its own)")
     if m.path is None:  # a checkpoint's config.json is read where the run starts
         p += config_problems(m.config, tp=r.parallel.tp)
+        if isinstance(m.config, dict) and isinstance(r.parallel.pp, int) and r.parallel.pp > 1:
+            stages = r.parallel.pp * r.parallel.pp_stages_per_rank  # split_layers' rule, before any rank starts
+            if line := pp_layers_problem(m.config.get("num_hidden_layers"), stages):
+                p.append(line)
     p += at_least("lora", r.lora, ("r",), 1)
     if r.lora.alpha <= 0:
         p.append(f"lora.alpha: got {r.lora.alpha}; expected a number > 0")
@@ -23,6 +43,8 @@ def check(r: Recipe) -> list[str]:
         p.append(f"lora.dropout: got {r.lora.dropout}; expected a number in [0, 1)")
     if not r.lora.target_modules:
         p.append("lora.target_modules: empty; name at least one module, e.g. [q_proj, v_proj]")
+    elif m.family == "llama" and (line := _unknown_llama_modules(r.lora.target_modules)):
+        p.append(line)
     d = r.data
     p += at_least("data", d, ("seq_len",), 8)
     limit = m.config.get("max_position_embeddings") if isinstance(m.config, dict) else None

@@ -1,0 +1,35 @@
+"""Credential-shaped text, redacted wherever the harness writes what a user gave it: run.json's command line,
+recipe and error, the recorded environment, and every `error:` line (a launcher keeps stderr in a file).
+A top-level module: the capture room and telemetry.errors both use it."""
+from __future__ import annotations
+
+import re
+
+# Names that hold secrets, matched anywhere in the name (so *_CREDS, *_APIKEY, X_AUTHORIZATION are caught).
+SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSW|PASSPHRASE|(^|_)PWD($|_)|KEY|CRED|AUTH|COOKIE|SESSION|PRIVATE|"
+                         r"SIGNATURE|SALT", re.I)
+# Values that look like credentials whatever their name: URLs with a password, bearer/basic authorization,
+# vendor token shapes (Hugging Face, GitHub, GitLab, Slack, OpenAI-style, AWS access keys, npm, PyPI),
+# JSON web tokens and PEM private keys.
+SECRET_VALUE = re.compile(
+    r"://[^/\s:@]+:[^/\s@]+@"
+    # (a tail in capitals and underscores only is a variable's name, HF_HUB_OFFLINE, not a token)
+    r"|\b(hf|ghp|gho|ghu|ghs|ghr|github_pat|glpat|sk|xox[abpors]|npm)[_-](?=(?-i:[A-Za-z0-9_-]*[a-z0-9]))"
+    r"[A-Za-z0-9_-]{8,}"
+    r"|\bpypi-[A-Za-z0-9_-]{16,}"
+    r"|\b(AKIA|ASIA)[0-9A-Z]{16}\b"
+    r"|\b(Bearer|Basic)\s+\S+"
+    r"|\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\."
+    r"|-----BEGIN [A-Z ]*PRIVATE KEY-----", re.I)
+REDACTED = "<redacted>"
+
+
+def is_secret(name: str, value: str) -> bool:
+    return bool(SECRET_NAME.search(name) or SECRET_VALUE.search(value))
+
+
+def redact_text(text: str) -> str:
+    """`text` with every credential-shaped part replaced (command lines, overrides, recipe strings)."""
+    return SECRET_VALUE.sub(REDACTED, text)
+
+
