@@ -395,21 +395,9 @@ def run_in_lab(lab: Lab, nproc: int, recipe_args: list[str], output_dir: str, ti
                 timed_out = True
                 break
             time.sleep(0.2)
-    finally:
-        orphans = []
-        for p in procs:
-            if p.poll() is None:
-                orphans += _children(p.pid)  # torchrun starts each worker in a session of its own
-                try:
-                    os.killpg(p.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            p.wait(timeout=30)
-        _let_orphans_finish(orphans)
-        for t in threads:
-            t.join(timeout=5)
-        for f in files:
-            f.close()
+    finally:  # held against a second Ctrl-C: cut half way, it left the workers running and run.json 'running'
+        with signals_deferred():
+            _stop_agents(procs, threads, files)
     if timed_out:  # as timeout(1) says it: the job recorded itself as interrupted (130), which Ctrl-C also is
         return TIMED_OUT
     codes = [p.returncode for p in procs]
@@ -425,6 +413,27 @@ def run_in_lab(lab: Lab, nproc: int, recipe_args: list[str], output_dir: str, ti
     except (OSError, json.JSONDecodeError):
         pass
     return failed[0] if failed[0] > 0 else 1
+
+
+def _stop_agents(procs: list, threads: list, files: list) -> None:
+    """Stop every torchrun agent still running, let its workers record their end, close the nodes' logs."""
+    orphans = []
+    for p in procs:
+        if p.poll() is None:
+            orphans += _children(p.pid)  # torchrun starts each worker in a session of its own
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        p.wait(timeout=30)
+    if any(_alive(pid) for pid in orphans):
+        print(f"[lab] stopping: waiting up to {WORKER_GRACE_S} s for the workers to record their end in run.json "
+              "(a further Ctrl-C waits for this too)", file=sys.stderr, flush=True)
+    _let_orphans_finish(orphans)
+    for t in threads:
+        t.join(timeout=5)
+    for f in files:
+        f.close()
 
 
 def _children(pid: int) -> list[int]:
