@@ -227,6 +227,7 @@ class Lab:
                 # every node computes on this one host's cores: a projection to more lab nodes needs it
                 "host_cpus": len(os.sched_getaffinity(0)),
                 "slow_node": self.slow_node, "slow_rate": self.slow_rate, "slow_rate_bps": self.slow_rate_bps,
+                "slow_burst_bytes": burst_bytes(self.slow_rate_bps, self.mtu) if self.slow_rate_bps else None,
                 "addresses": [self.address(i) for i in range(self.nodes)], "namespaces": self.namespaces,
                 "switch": self.switch}
 

@@ -49,6 +49,7 @@ from __future__ import annotations
 
 
 from telemetry.formulas import bus_factor
+from telemetry.analysis.fabric_summary import lab_slowest_link
 from telemetry.analysis.report import summarize
 from telemetry.analysis.runs import Run, median, percentile
 from telemetry.errors import InputError
@@ -129,13 +130,16 @@ def measured_profile(run: Run, summary: dict | None = None) -> dict:
     med = s["step_time_median_s"]
     spread = ((percentile(times, 0.1) / med, percentile(times, 0.9) / med) if med and len(times) >= 3
               else (1.0, 1.0))
+    # a lab run with --slow-node: its collectives waited on the slow egress, so that is the measured rate
+    link_bps, burst, link_note = lab_slowest_link(lab) if lab else (None, None, None)
+    link_note = link_note if lab.get("slow_rate_bps") else None
     return {StepKey.STEP_TIME_S: med, StepKey.COMM_TIME_S: comm, "exposed_s": min(exposed, comm),
             "exposed_from": exposed_from,
             "exposed_low_s": min(exposed_low if exposed_low is not None else exposed, comm),
             # compute with asynchronous collectives in flight (None: a run recorded before this was kept)
             StepKey.OVERLAP_WINDOW_S: overlap, StepKey.OPTIMIZER_S: optimizer,
-            "ops": ops, "groups": groups, "world_size": world, "nodes": nodes, "link_bps": lab.get("rate_bps"),
-            "burst_bytes": lab.get("burst_bytes"), "label": run.name,
+            "ops": ops, "groups": groups, "world_size": world, "nodes": nodes, "link_bps": link_bps,
+            "burst_bytes": burst, "link_note": link_note, "label": run.name,
             "workload": (run.info.get("recipe") or {}).get("workload"), "step_spread": spread,
             "steps": len(times), "dp": layout.get("dp") or world, "global_batch": layout.get("global_batch_size"),
             "micro_batch": layout.get("micro_batch_size"),
