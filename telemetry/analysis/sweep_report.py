@@ -49,7 +49,7 @@ def _op_table(op: str, sweep: dict, rate) -> tuple:
             continue
         kind, b = found
         rows.append([size_text(r["size"]), kind, time_text(b.get("time_us")), rate_text(b.get("algbw_GBps")),
-                     rate_text(b.get("busbw_GBps")), of_line_text(b.get("busbw_GBps"), rate).removeprefix("; ")
+                     rate_text(b.get("busbw_GBps")), of_line_text(b.get("busbw_GBps"), rate, r["size"]).removeprefix("; ")
                      or "unknown", fmt(b.get("wrong"))])
     return (f"{op}: time and bandwidth at every size", ["size", "block", "time", "algbw", "busbw",
                                                          "busbw of line rate", "#wrong"], rows)

@@ -21,3 +21,20 @@ def test_a_sweep_report_shows_sizes_bandwidths_line_rate_and_latency(tmp_path):
     assert "step time median" not in md and "a run from before" not in md
     assert result["figures"] == ["sweep_all_reduce.png", "sweep_sendrecv.png"]
     assert (run / "report" / "sweep_all_reduce.png").stat().st_size > 1000
+
+
+def test_busbw_above_a_lab_rate_is_put_down_to_the_token_bucket_only_where_it_can_be(tmp_path):
+    """A 16 KiB tc burst lets a small message through at the host's speed: 2 KB send/recv read 150% of a
+    1mbit link in the lab. At 1 MB the bucket adds under 2%: far above the rate, the rate itself is wrong."""
+    lab = {"rate": "10mbit", "rate_bps": 1e7, "burst_bytes": 16384, "mtu": 1500, "nodes": 2, "topology": "veth pair"}
+    run = write_run(tmp_path / "sweep", sweep=sweep_result(), fabric_extra={"lab": lab})
+    write_report(str(run))
+    md = (run / "report" / "report.md").read_text()
+    small = next(line for line in md.splitlines() if line.startswith("| 8 B | in-place"))
+    big = next(line for line in md.splitlines() if line.startswith("| 1 MB | in-place"))
+    assert "32.0% of line rate |" in small
+    assert "(ABOVE the line rate: check the rate)" in big
+    from telemetry.analysis.line_rate import LineRate, of_line_text
+    rate = LineRate(1e6, 1, "lab rate 1mbit", burst_bytes=16384)
+    assert "tc burst of 16 KiB" in of_line_text(188e-6, rate, 2048)
+    assert "check the rate" in of_line_text(188e-6, LineRate(1e6, 1, "interface speed"), 2048)
