@@ -69,3 +69,45 @@ def test_ctrl_c_pressed_again_while_stopping_still_stops_every_worker(tmp_path):
     assert json.loads((out / "run.json").read_text())["status"] == "interrupted"
     assert "[lab] interrupted by SIGINT; every node was stopped" in stderr
     assert not own_namespaces_left(out)
+
+
+# rank 0 writes run.json 'running' as the trainer does; every rank then hangs (a collective at start-up over a
+# slow link: 1.9 MB at 1mbit) and never records its end; the lab's --timeout stops the agents
+STUCK = """
+import json, os, sys, time
+out, rank = sys.argv[1], os.environ["RANK"]
+if rank == "0":
+    with open(os.path.join(out, "run.json"), "w") as f:
+        json.dump({"status": "running", "exit_code": None}, f)
+while True:
+    time.sleep(0.2)
+"""
+
+
+def test_workers_the_lab_had_to_kill_leave_run_json_interrupted_not_running(tmp_path, monkeypatch, capsys):
+    """Ctrl-C 6 s into a 2-node run at 1mbit: the ranks were in the start-up broadcast, did not record their end
+    in the 30 s the lab gives, and were killed; run.json said 'running' of a job that was gone."""
+    from launch import lab as lab_module
+    monkeypatch.setattr(lab_module, "WORKER_GRACE_S", 2)
+    script = tmp_path / "prog.py"
+    script.write_text(STUCK)
+    with lab_module.Lab(2, "none") as lab:
+        code = lab_module.run_in_lab(lab, 1, [], str(tmp_path), 8, 29447, program=[str(script), str(tmp_path)])
+    assert code == lab_module.TIMED_OUT
+    info = json.loads((tmp_path / "run.json").read_text())
+    assert info["status"] == "interrupted" and info["exit_code"] == 130 and info["end_time"]
+    assert info["error"].startswith("stopped by the lab: its workers had not recorded their end 2 s after")
+    assert "run.json closed as interrupted" in capsys.readouterr().err
+    assert not processes_running(str(script))
+
+
+def processes_running(needle: str) -> list[int]:
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if needle.encode() in f.read():
+                    found.append(int(pid))
+        except OSError:
+            pass
+    return found
