@@ -60,6 +60,17 @@ def lab_links(lab: dict) -> str:
     return links
 
 
+def lab_row(run: Run) -> list[str] | None:
+    """A report's row for a lab run: its links, nodes, topology, MTU and what the shaped queues dropped (the
+    interface counters in the run's records never see those drops). None off the lab."""
+    lab = (run.info.get("fabric") or {}).get("lab") or {}
+    if not lab:
+        return None
+    shaped = lab.get("rate_bps") or lab.get("slow_rate_bps")
+    return ["lab links", f"{lab_links(lab)}; {lab.get('nodes')} nodes, {lab.get('topology')}, MTU {lab.get('mtu')}"
+            + (f"; {_tbf_drops(run)} (lab.json)" if shaped else "")]
+
+
 def _tbf_drops(run: Run) -> str:
     drops, after = lab_tbf_drops(run)
     if drops is None:

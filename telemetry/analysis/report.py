@@ -530,6 +530,10 @@ def write_report(run_path: str, out: str | None = None) -> dict:
         sections, figures = sweep_sections(run, out, _pyplot())
     else:
         figures = plots(run, out)
+        from telemetry.analysis.fabric_summary import lab_row  # the links a lab run had, and their queue drops
+        sections = tables(s)
+        if (row := lab_row(run)) is not None:
+            sections[0][2].append(row)
     title = f"fabric-harness report: {s['name']}"
     warning = (s["expectation"] or {}).get("warning")
     health = s.get(StepKey.COMM_HEALTH) or {}
@@ -543,6 +547,6 @@ def write_report(run_path: str, out: str | None = None) -> dict:
     config = fabric_config(run.info) if "nccl_tests" not in run.info else None
     write_documents(out, "report", title, f"Run directory: {os.path.abspath(run_path)}",
                     [w for w in (warning, partial, damage_warning(run)) if w],
-                    (sections if sweep else tables(s)) + ([config] if config else []) + algo + ([hang] if hang else []),
+                    sections + ([config] if config else []) + algo + ([hang] if hang else []),
                     figures)
     return {"out": out, "summary": s, "figures": [n for n, _ in figures]}

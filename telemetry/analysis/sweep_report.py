@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from telemetry.analysis.compare_figures import rate_text, size_text, time_text
 from telemetry.analysis.compare_inputs import label, sweep_of
-from telemetry.analysis.fabric_summary import lab_links
+from telemetry.analysis.fabric_summary import lab_row
 from telemetry.analysis.line_rate import job_line_rate, of_line_text
 from telemetry.analysis.report import fmt
 from telemetry.analysis.runs import Run
@@ -36,8 +36,7 @@ def _overview(run: Run, sweep: dict) -> tuple:
             ["sizes", f"{size_text(sweep.get('min_bytes'))} to {size_text(sweep.get('max_bytes'))}, "
                       f"{sweep.get('iters')} timed iterations each after {sweep.get('warmup')} warm-up"]]
     if lab:
-        rows.append(["lab links", f"{lab_links(lab)}; {lab.get('nodes')} nodes, {lab.get('topology')}, "
-                                  f"MTU {lab.get('mtu')}"])
+        rows.append(lab_row(run))
     return ("Sweep", ["", ""], rows)
 
 

@@ -12,6 +12,7 @@ import pytest
 from telemetry.analysis.compare_inputs import label
 from telemetry.analysis.fabric_summary import lab_slowest_link, line_rate_bps
 from telemetry.analysis.projection import measured_profile, project
+from telemetry.analysis.report import write_report
 from telemetry.analysis.runs import load_run
 
 from ..recorded import write_run
@@ -57,3 +58,14 @@ def test_labels_tell_layouts_and_slow_nodes_apart(tmp_path):
     assert label(lab_run(tmp_path, "c", lab(), world=4)) == "100mbit lab 2x2"
     assert label(lab_run(tmp_path, "d", lab(**SLOW))) == "100mbit lab, node 1 at 2mbit"
     assert label(lab_run(tmp_path, "e", lab("none", None, nodes=3), world=3)) == "unshaped lab 3x1"
+
+
+def test_the_report_of_a_lab_run_names_its_links_and_their_queue_drops(tmp_path):
+    """The report said nothing of the lab: not its rate or slow node, not the 887 packets its queues dropped
+    (the counters table read 'clean: no drops', from interfaces that never see a tbf drop)."""
+    lab_run(tmp_path, "r", {**lab(**SLOW), "topology": "veth pair"})
+    (run_dir := tmp_path / "r").joinpath("lab.json").write_text('{"tbf_drops": 887, "tbf_drops_after_first_step": 0}')
+    write_report(str(run_dir))
+    md = (run_dir / "report" / "report.md").read_text()
+    assert ("| lab links | 100mbit, node 1's egress 2mbit; 2 nodes, veth pair, MTU 1500; queues dropped 887 packets "
+            "at start-up, none during the steps (lab.json) |") in md

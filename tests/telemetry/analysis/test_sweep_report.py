@@ -13,7 +13,7 @@ def test_a_sweep_report_shows_sizes_bandwidths_line_rate_and_latency(tmp_path):
     run = write_run(tmp_path / "sweep", sweep=sweep_result(), fabric_extra={"lab": lab})
     result = write_report(str(run))
     md = (run / "report" / "report.md").read_text()
-    assert "| lab links | 10gbit; 2 nodes, veth pair, MTU 1500 |" in md
+    assert "| lab links | 10gbit; 2 nodes, veth pair, MTU 1500; queue drops not recorded (lab.json) |" in md
     assert "## all_reduce: time and bandwidth at every size" in md and "## sendrecv: time and bandwidth" in md
     # 1 MB in 1.0686 ms: 981 MB/s busbw, 78.5% of a 10 Gbit/s lab link
     assert "| 1 MB | in-place | 1.07 ms | 981 MB/s | 981 MB/s | 78.5% of line rate | 0 |" in md
