@@ -69,3 +69,16 @@ def test_the_report_of_a_lab_run_names_its_links_and_their_queue_drops(tmp_path)
     md = (run_dir / "report" / "report.md").read_text()
     assert ("| lab links | 100mbit, node 1's egress 2mbit; 2 nodes, veth pair, MTU 1500; queues dropped 887 packets "
             "at start-up, none during the steps (lab.json) |") in md
+
+
+def test_a_comparison_projects_onto_the_runs_own_ranks_per_node_or_says_why_not(tmp_path):
+    """A 2 x 2 baseline against a 4 x 1 run: the projection went onto 4 nodes x 2 = 8 ranks, not the run's 4,
+    and was flagged PROJECTION MISSED (+16.9%). A run measured on several nodes keeps its ranks per node."""
+    from telemetry.analysis.compare import compare
+    lab_run(tmp_path, "two", lab("5mbit", 5e6), world=4)
+    lab_run(tmp_path, "four", lab("5mbit", 5e6, nodes=4), world=4)
+    result = compare([str(tmp_path / "two"), str(tmp_path / "four")], str(tmp_path / "cmp"), allow_mismatch=True)
+    assert result["labels"] == ["5mbit lab 2x2", "5mbit lab 4x1"]
+    assert ("no projection onto 5mbit lab 4x1: its 1 rank(s) per node: the run was measured on 2 nodes of 2 rank(s)"
+            in " ".join(result["warnings"]))
+    assert not [w for w in result["warnings"] if w.startswith("PROJECTION MISSED")]
