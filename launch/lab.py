@@ -29,6 +29,7 @@ import subprocess
 import sys
 import threading
 import time
+from datetime import datetime, timezone
 
 from launch import host_capacity
 from telemetry.analysis import rates
@@ -228,6 +229,7 @@ class Lab:
                 # every node computes on this one host's cores: a projection to more lab nodes needs it
                 "host_cpus": len(os.sched_getaffinity(0)),
                 "slow_node": self.slow_node, "slow_rate": self.slow_rate, "slow_rate_bps": self.slow_rate_bps,
+                "slow_burst_bytes": burst_bytes(self.slow_rate_bps, self.mtu) if self.slow_rate_bps else None,
                 "addresses": [self.address(i) for i in range(self.nodes)], "namespaces": self.namespaces,
                 "switch": self.switch}
 
@@ -396,21 +398,9 @@ def run_in_lab(lab: Lab, nproc: int, recipe_args: list[str], output_dir: str, ti
                 timed_out = True
                 break
             time.sleep(0.2)
-    finally:
-        orphans = []
-        for p in procs:
-            if p.poll() is None:
-                orphans += _children(p.pid)  # torchrun starts each worker in a session of its own
-                try:
-                    os.killpg(p.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            p.wait(timeout=30)
-        _let_orphans_finish(orphans)
-        for t in threads:
-            t.join(timeout=5)
-        for f in files:
-            f.close()
+    finally:  # held against a second Ctrl-C: cut half way, it left the workers running and run.json 'running'
+        with signals_deferred():
+            _stop_agents(procs, threads, files, output_dir)
     if timed_out:  # as timeout(1) says it: the job recorded itself as interrupted (130), which Ctrl-C also is
         return TIMED_OUT
     codes = [p.returncode for p in procs]
@@ -426,6 +416,28 @@ def run_in_lab(lab: Lab, nproc: int, recipe_args: list[str], output_dir: str, ti
     except (OSError, json.JSONDecodeError):
         pass
     return failed[0] if failed[0] > 0 else 1
+
+
+def _stop_agents(procs: list, threads: list, files: list, output_dir: str) -> None:
+    """Stop every torchrun agent still running, let its workers record their end, close the nodes' logs."""
+    orphans = []
+    for p in procs:
+        if p.poll() is None:
+            orphans += _children(p.pid)  # torchrun starts each worker in a session of its own
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        p.wait(timeout=30)
+    if any(_alive(pid) for pid in orphans):
+        print(f"[lab] stopping: waiting up to {WORKER_GRACE_S} s for the workers to record their end in run.json "
+              "(a further Ctrl-C waits for this too)", file=sys.stderr, flush=True)
+    if _let_orphans_finish(orphans):
+        _close_abandoned_record(output_dir)
+    for t in threads:
+        t.join(timeout=5)
+    for f in files:
+        f.close()
 
 
 def _children(pid: int) -> list[int]:
@@ -449,20 +461,45 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def _let_orphans_finish(pids: list[int]) -> None:
+def _let_orphans_finish(pids: list[int]) -> list[int]:
     """The workers of a stopped agent: each sees its agent gone, finishes its step, saves it and records the
     run as interrupted (trainer/stop.py). Waited for, so that run.json holds that status once the lab
     returns (a launcher reads it at once: launch.evaluate); they had only the output pipe's 5 s to do it.
-    Given torchrun's own grace for its workers (30 s), then killed."""
+    Given torchrun's own grace for its workers (30 s), then killed; the ones killed are returned."""
     deadline = time.monotonic() + WORKER_GRACE_S
     while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.2)
+    killed = []
     for pid in pids:
         if _alive(pid):
             try:
                 os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
             except ProcessLookupError:
                 pass
+    return killed
+
+
+def _close_abandoned_record(output_dir: str) -> None:
+    """run.json of workers the lab had to kill (stuck in start-up or inside a collective, they never recorded
+    their end): 'running' would say a job runs that is gone, so it is closed as interrupted, saying why."""
+    path = os.path.join(output_dir, RUN_JSON)
+    try:
+        with open(path, encoding="utf-8") as f:
+            info = json.load(f)
+        if info.get(RunKey.STATUS) != "running":
+            return
+        info.update({RunKey.STATUS: "interrupted", RunKey.EXIT_CODE: 128 + signal.SIGINT,
+                     RunKey.END_TIME: datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                     RunKey.ERROR: f"stopped by the lab: its workers had not recorded their end {WORKER_GRACE_S} s after "
+                                   "their torchrun agents were stopped (in start-up or inside a collective), so the lab "
+                                   "killed them"})
+        with open(path + ".tmp", "w", encoding="utf-8") as f:
+            json.dump(info, f, indent=1)
+        os.replace(path + ".tmp", path)
+    except (OSError, ValueError, AttributeError):
+        return
+    print("[lab] the workers were killed before they recorded their end: run.json closed as interrupted", file=sys.stderr)
 
 
 def _has_a_line(path: str) -> bool:

@@ -295,6 +295,9 @@ def _print_measured(profile: dict) -> None:
           f"{profile['world_size']} ranks; communication {profile['comm_time_s']:.4f} s, exposed "
           f"{profile['exposed_s']:.4f} s" + (f", overlap window {profile['overlap_window_s']:.4f} s"
                                               if profile.get(StepKey.OVERLAP_WINDOW_S) else ""))
+    if profile.get("link_note"):
+        print(f"  measured at {profile['link_bps'] / 1e6:g} Mbit/s: {profile['link_note']}; its collectives waited on "
+              "that link, so the projection starts from its rate")
     if not profile["link_bps"]:
         print("  its links were not shaped: the communication time it measured is the transfer at the host's speed "
               "plus per-call overhead; on a target each call takes the larger of that and its bytes over the "

@@ -138,6 +138,8 @@ def lab_command(ev: Evaluation, run: PlannedRun) -> list[str]:
            "--timeout", str(ev.options["timeout"]), "--port", str(free_port())]
     if "mtu" in lab:
         cmd += ["--mtu", str(lab["mtu"])]
+    if "slow_node" in lab:
+        cmd += ["--slow-node", str(lab["slow_node"]), "--slow-rate", lab["slow_rate"]]
     return [*cmd, "--", *trainer_args(run)]
 
 

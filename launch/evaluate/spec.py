@@ -28,7 +28,7 @@ ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 MAX_REPEATS = 1000  # rounds; each is a run per variant x workload (a typo's 10**30 hung the dry run building the plan)
 TOP_KEYS = ("name", "launcher", "repeats", "out", "variants", "workloads", "local", "lab", "slurm")
 VARIANT_KEYS = ("name", "expect_transport", "env", "lab", "hosts", "fabric_config")
-VARIANT_LAB_KEYS = ("rate", "mtu", "nodes", "nproc_per_node")
+VARIANT_LAB_KEYS = ("rate", "mtu", "nodes", "nproc_per_node", "slow_node", "slow_rate")
 WORKLOAD_KEYS = ("name", "recipe", "overrides")
 LAUNCHER_KEYS = {"local": ("nproc_per_node", "timeout"),
                  "lab": ("nodes", "nproc_per_node", "timeout"),
@@ -171,6 +171,12 @@ def _variant(raw: Any, i: int, launcher: str, problems: list[str]) -> Variant | 
                 lab["nodes"] = _int(raw_lab, "nodes", f"{path}.lab", 2, problems, 2, high=200)
             if "nproc_per_node" in raw_lab:
                 lab["nproc_per_node"] = _int(raw_lab, "nproc_per_node", f"{path}.lab", 1, problems, 1)
+            # one slow link among healthy ones (the lab's --slow-node/--slow-rate): checked with the lab's own
+            # rules once the node count is known (_slow_link_problems)
+            if "slow_node" in raw_lab:
+                lab["slow_node"] = _int(raw_lab, "slow_node", f"{path}.lab", 0, problems, 0)
+            if "slow_rate" in raw_lab:
+                lab["slow_rate"] = raw_lab["slow_rate"] if isinstance(raw_lab["slow_rate"], str) else repr(raw_lab["slow_rate"])
     hosts: list[str] = []
     if "hosts" in raw:
         raw_hosts = raw["hosts"]
@@ -345,6 +351,8 @@ def bind(raw: dict, base: str = ".", path: str = "") -> Evaluation:
                 problems.append(f"{what}[{i}].name: {item.name!r} is used twice; names must be unique")
             seen.add(item.name)
     options = _launcher_options(raw, launcher, problems)
+    if launcher == "lab":
+        problems += _slow_link_problems(options, variants)
     if not problems and launcher:
         problems += _layout_problems(launcher, options, variants, workloads)
     if problems:
@@ -362,6 +370,28 @@ def world_size(launcher: str, options: dict, variant: Variant) -> int:
                                                                  or options["nproc_per_node"])
     per_node = options["nproc_per_node"] or options["gpus_per_node"] or 1
     return (len(variant.hosts) or options["nodes"]) * per_node
+
+
+def _slow_link_problems(options: dict, variants: list[Variant]) -> list[str]:
+    """A variant's slow node and rate, by the lab's own rules (launch.lab.Lab checks its arguments without
+    making anything): both or neither, a node of the variant's lab, a rate below the others'."""
+    from launch.lab import Lab, LabError
+    problems = []
+    for i, v in enumerate(variants):
+        lab = v.lab
+        if "slow_node" not in lab and "slow_rate" not in lab:
+            continue
+        try:
+            Lab(lab.get("nodes") or options.get("nodes") or 2, lab.get("rate", "none"), slow_node=lab.get("slow_node"),
+                slow_rate=lab.get("slow_rate"), mtu=lab.get("mtu", DEFAULT_MTU))
+        except LabError as exc:
+            said = str(exc)
+            for option, key in (("--slow-node and --slow-rate", "slow_node and slow_rate"), ("--slow-node", "slow_node"),
+                                ("--slow-rate", "slow_rate"), ("--rate", "lab.rate")):
+                said = said.replace(option, key)
+            problems.append(f"variants[{i}].lab.{said}" if said.startswith("slow_") and ":" in said.split()[0]
+                            else f"variants[{i}].lab: {said}")
+    return problems
 
 
 def _layout_problems(launcher: str, options: dict, variants: list[Variant], workloads: list[Workload]) -> list[str]:

@@ -49,11 +49,26 @@ def label(run: Run) -> str:
     fab = run.info.get("fabric") or {}
     lab = fab.get("lab") or {}
     if lab:
-        return f"{lab.get('rate')} lab" if lab.get("rate_bps") else "unshaped lab"
+        return _lab_label(run, lab)
     if "nccl_tests" in run.info:  # a text table says nothing of its fabric: it is its own label
         return f"{fab.get('backend')}: {run.name}"
     rate = _link_speed(fab)
     return f"{fab.get('transport') or fab.get('backend') or 'unknown transport'}" + (f" {rate}" if rate else "")
+
+
+def _lab_label(run: Run, lab: dict) -> str:
+    """`10mbit lab` for the lab's default of 2 nodes x 1 rank; another layout or a slow node is part of the
+    fabric too (`10mbit lab 4x1`, `10mbit lab 2x2`, `100mbit lab, node 1 at 2mbit`): a 2 x 2 and a 4 x 1 run
+    at one rate were called one fabric, and a run with a slow node a repeat of the healthy one."""
+    text = f"{lab.get('rate')} lab" if lab.get("rate_bps") else "unshaped lab"
+    nodes = lab.get("nodes")
+    world = (run.info.get("layout") or {}).get("world_size") or len(run.info.get("hosts") or []) or None
+    per_node = world // nodes if isinstance(nodes, int) and nodes > 0 and world and world % nodes == 0 else None
+    if nodes and (nodes, per_node) != (2, 1):
+        text += f" {nodes}x{per_node if per_node else '?'}"
+    if lab.get("slow_rate_bps"):
+        text += f", node {lab.get('slow_node')} at {lab.get('slow_rate')}"
+    return text
 
 
 def _link_speed(fab: dict) -> str | None:

@@ -37,6 +37,40 @@ def lab_tbf_drops(run: Run) -> tuple[int | None, int | None]:
     return (drops if isinstance(drops, int) else None), (after if isinstance(after, int) else None)
 
 
+def lab_slowest_link(lab: dict) -> tuple[float | None, float | None, str]:
+    """The rate (bits/s) a lab run's collectives waited on, its tbf burst (bytes) and how to say it. A ring,
+    a tree or a broadcast crosses every node's link, so with `--slow-node` the slow egress paced them all:
+    a 2-node run at 100mbit with node 1 at 2mbit stepped as fast as one at 2mbit everywhere. (None, None,
+    why) for an unshaped lab."""
+    rate, slow = lab.get("rate_bps"), lab.get("slow_rate_bps")
+    if slow and (not rate or slow < rate):
+        burst = lab.get("slow_burst_bytes") or max(int(slow / 8 * 0.002), 16 * 1024, int(lab.get("mtu") or 1500) + 14)
+        return slow, burst, (f"node {lab.get('slow_node')}'s egress at {lab.get('slow_rate')} (--slow-node), the "
+                             f"slowest link ({lab.get('rate')} elsewhere)")
+    if rate:
+        return rate, lab.get("burst_bytes"), f"lab rate {lab.get('rate')}"
+    return None, None, "unshaped lab: the veth pair has no line rate"
+
+
+def lab_links(lab: dict) -> str:
+    """A lab's links in a few words: its rate, and the slow node's egress where it has one."""
+    links = lab.get("rate") if lab.get("rate_bps") else "unshaped"
+    if lab.get("slow_rate_bps"):
+        links += f", node {lab.get('slow_node')}'s egress {lab.get('slow_rate')}"
+    return links
+
+
+def lab_row(run: Run) -> list[str] | None:
+    """A report's row for a lab run: its links, nodes, topology, MTU and what the shaped queues dropped (the
+    interface counters in the run's records never see those drops). None off the lab."""
+    lab = (run.info.get("fabric") or {}).get("lab") or {}
+    if not lab:
+        return None
+    shaped = lab.get("rate_bps") or lab.get("slow_rate_bps")
+    return ["lab links", f"{lab_links(lab)}; {lab.get('nodes')} nodes, {lab.get('topology')}, MTU {lab.get('mtu')}"
+            + (f"; {_tbf_drops(run)} (lab.json)" if shaped else "")]
+
+
 def _tbf_drops(run: Run) -> str:
     drops, after = lab_tbf_drops(run)
     if drops is None:
@@ -53,8 +87,8 @@ def _tbf_drops(run: Run) -> str:
 def _link_rate(fab: dict, used: list[str], run: Run) -> str:
     lab = fab.get("lab") or {}
     if lab:
-        return f"{lab.get('rate')} (emulated: tc tbf; {_tbf_drops(run)})" if lab.get("rate_bps") else \
-            "unshaped (emulated lab)"
+        shaped = lab.get("rate_bps") or lab.get("slow_rate_bps")
+        return f"{lab_links(lab)} (emulated: tc tbf; {_tbf_drops(run)})" if shaped else "unshaped (emulated lab)"
     hcas = {h["device"]: h for h in fab.get("hcas") or []}
     rates = [hcas[u.split(":")[0]].get("rate") for u in used if u.split(":")[0] in hcas]
     if any(rates):
@@ -76,8 +110,8 @@ def line_rate_bps(run: Run) -> tuple[float | None, str]:
     fab = run.info.get("fabric") or {}
     lab = fab.get("lab") or {}
     if lab:
-        return (lab["rate_bps"], f"lab rate {lab.get('rate')}") if lab.get("rate_bps") else (
-            None, "unshaped lab: the veth pair has no line rate")
+        bps, _, why = lab_slowest_link(lab)
+        return bps, why
     used = _used_interfaces(fab)
     hcas = {h["device"]: h for h in fab.get("hcas") or []}
     rates = {hcas[u.split(":")[0]].get("rate") for u in used if u.split(":")[0] in hcas} - {None}

@@ -372,11 +372,16 @@ def _html_table(header, rows) -> str:
 
 # ---------------------------------------------------------------- plots
 
-def plots(run: Run, out: str) -> list[tuple[str, str]]:
+def _pyplot():
     import matplotlib
     matplotlib.use("Agg")
     matplotlib.rcParams["text.parse_math"] = False  # run names are text: "$" in one is no formula
     import matplotlib.pyplot as plt
+    return plt
+
+
+def plots(run: Run, out: str) -> list[tuple[str, str]]:
+    plt = _pyplot()
 
     m = run.metrics
     steps = [r[StepKey.STEP] for r in m]
@@ -518,7 +523,17 @@ def write_report(run_path: str, out: str | None = None) -> dict:
     out = out or os.path.join(run_path, REPORT)
     os.makedirs(out, exist_ok=True)
     s = summarize(run)
-    figures = plots(run, out)
+    from telemetry.analysis.compare_inputs import is_sweep
+    sweep = is_sweep(run)  # a sweep has no steps: its sizes and bandwidths, not a training report of n/a
+    if sweep:
+        from telemetry.analysis.sweep_report import sweep_sections
+        sections, figures = sweep_sections(run, out, _pyplot())
+    else:
+        figures = plots(run, out)
+        from telemetry.analysis.fabric_summary import lab_row  # the links a lab run had, and their queue drops
+        sections = tables(s)
+        if (row := lab_row(run)) is not None:
+            sections[0][2].append(row)
     title = f"fabric-harness report: {s['name']}"
     warning = (s["expectation"] or {}).get("warning")
     health = s.get(StepKey.COMM_HEALTH) or {}
@@ -532,6 +547,6 @@ def write_report(run_path: str, out: str | None = None) -> dict:
     config = fabric_config(run.info) if "nccl_tests" not in run.info else None
     write_documents(out, "report", title, f"Run directory: {os.path.abspath(run_path)}",
                     [w for w in (warning, partial, damage_warning(run)) if w],
-                    tables(s) + ([config] if config else []) + algo + ([hang] if hang else []),
+                    sections + ([config] if config else []) + algo + ([hang] if hang else []),
                     figures)
     return {"out": out, "summary": s, "figures": [n for n, _ in figures]}

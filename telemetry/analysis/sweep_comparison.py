@@ -168,7 +168,7 @@ def line_rate_table(ops: list[str], labels: list[str], merged: list[dict], rates
                 cells.append("n/a")
                 continue
             cells.append(f"{rate_text(peak[1])} at {size_text(peak[0])}"
-                         + (of_line_text(peak[1], rate).replace("; ", ": ", 1) if rate.total_bps
+                         + (of_line_text(peak[1], rate, peak[0]).replace("; ", ": ", 1) if rate.total_bps
                             else ": % of line rate unknown"))
         rate_rows.append([f"{op}: peak busbw"] + cells)
     return ("Bus bandwidth against the line rate (busbw x 8 / the rate of the links the traffic used on a "

@@ -8,6 +8,7 @@ import statistics
 from telemetry import coverage
 from telemetry.analysis import compare_figures
 from telemetry.analysis.compare_figures import pct_change, pct_text, rate_text, time_text
+from telemetry.analysis.fabric_summary import lab_slowest_link
 from telemetry.analysis.line_rate import LineRate, of_line_text
 from telemetry.analysis.projection import ProjectionError, combine_profiles, measured_profile, project
 from telemetry.analysis.repeats import spread
@@ -269,11 +270,20 @@ def projection_section(groups, labels: list[str], sums: list[dict], run_sums: li
         warnings.append(note)
     for run, lab, s in zip(runs[1:], labels[1:], sums[1:]):
         links = (run.info.get("fabric") or {}).get("lab") or {}
-        rate = links.get("rate_bps")
+        rate, burst, _ = lab_slowest_link(links)  # a run with a slow node: the rate its collectives waited on
         if rate is None or s["step_time_median_s"] is None:
             continue
-        # a lab run on more (or fewer) nodes is projected onto its node count
-        p = project(prof, rate, burst_bytes=links.get("burst_bytes") or 0, nodes=links.get("nodes"))
+        # a lab run on more (or fewer) nodes is projected onto its node count and its ranks per node: a 2 x 2
+        # baseline onto a 4 x 1 run was projected onto 4 x 2 = 8 ranks, not the run's 4
+        nodes = links.get("nodes")
+        world = (run.info.get("layout") or {}).get("world_size")
+        per_node = world // nodes if nodes and world and world % nodes == 0 else None
+        try:
+            p = project(prof, rate, burst_bytes=burst or 0, nodes=nodes, ranks_per_node=per_node)
+        except ProjectionError as exc:
+            warnings.append(f"no projection onto {lab}: " + str(exc).replace(f"--ranks-per-node {per_node}: ",
+                                                                          f"its {per_node} rank(s) per node: "))
+            continue
         err = pct_change(p[StepKey.STEP_TIME_S], s["step_time_median_s"])
         lo, hi = p["interval_s"]
         inside = lo <= s["step_time_median_s"] <= hi

@@ -1,0 +1,68 @@
+"""`telemetry report` of one collective sweep: per collective its time, algbw and busbw at every size against
+the line rate, the averages, the small-message latency and the time and busbw versus size figures.
+
+A sweep has no steps: the training report rendered for it was all n/a (step time, losses, "a run from before
+the tracer health"), with empty figures, and left out every figure the sweep measured.
+"""
+from __future__ import annotations
+
+from telemetry.analysis.compare_figures import rate_text, size_text, time_text
+from telemetry.analysis.compare_inputs import label, sweep_of
+from telemetry.analysis.fabric_summary import lab_row
+from telemetry.analysis.line_rate import job_line_rate, of_line_text
+from telemetry.analysis.report import fmt
+from telemetry.analysis.runs import Run
+from telemetry.analysis.sweep_comparison import average_table, latency_table, line_rate_table, sweep_figures
+
+
+def _best(row: dict) -> tuple[str, dict] | None:
+    """The out-of-place block, else the in-place one (a collective measured only in place), with its name."""
+    for kind in ("out_of_place", "in_place"):
+        if row.get(kind):
+            return kind.replace("_", "-"), row[kind]
+    return None
+
+
+def _overview(run: Run, sweep: dict) -> tuple:
+    fab = run.info.get("fabric") or {}
+    lab = fab.get("lab") or {}
+    hosts = list(dict.fromkeys(h.get("hostname") for h in run.info.get("hosts") or [] if h.get("hostname")))
+    exp = fab.get("expectation") or {}
+    verdict = "matches" if exp.get("match") else "MISMATCH" if exp.get("match") is False else "not checked"
+    rows = [["status", fmt(run.info.get("status"))],
+            ["ranks", f"{sweep.get('world_size')} on {len(hosts)} host(s)" + (f": {', '.join(hosts)}" if hosts else "")],
+            ["backend / transport", f"{fab.get('backend') or sweep.get('backend')} / {fab.get('transport') or 'unknown'}"],
+            ["expected fabric", f"{exp.get('expected', 'any')} ({verdict})"],
+            ["sizes", f"{size_text(sweep.get('min_bytes'))} to {size_text(sweep.get('max_bytes'))}, "
+                      f"{sweep.get('iters')} timed iterations each after {sweep.get('warmup')} warm-up"]]
+    if lab:
+        rows.append(lab_row(run))
+    return ("Sweep", ["", ""], rows)
+
+
+def _op_table(op: str, sweep: dict, rate) -> tuple:
+    rows = []
+    for r in sweep["ops"][op]["rows"]:
+        found = _best(r)
+        if found is None:
+            continue
+        kind, b = found
+        rows.append([size_text(r["size"]), kind, time_text(b.get("time_us")), rate_text(b.get("algbw_GBps")),
+                     rate_text(b.get("busbw_GBps")), of_line_text(b.get("busbw_GBps"), rate, r["size"]).removeprefix("; ")
+                     or "unknown", fmt(b.get("wrong"))])
+    return (f"{op}: time and bandwidth at every size", ["size", "block", "time", "algbw", "busbw",
+                                                         "busbw of line rate", "#wrong"], rows)
+
+
+def sweep_sections(run: Run, out: str, plt) -> tuple[list, list]:
+    """The report's tables and figures for a sweep run."""
+    sweep = sweep_of(run)
+    if not sweep or not sweep.get("ops"):
+        return [("Sweep", ["", ""], [["result", "no collectives.json: the sweep did not finish"]])], []
+    rate = job_line_rate(run)
+    ops = list(sweep["ops"])
+    name = label(run)
+    tables = [_overview(run, sweep)] + [_op_table(op, sweep, rate) for op in ops]
+    average, _ = average_table(ops, [name], [[sweep]], [rate])
+    tables += [average, line_rate_table(ops, [name], [sweep], [rate]), latency_table([name], [sweep])]
+    return tables, sweep_figures(plt, out, ops, [name], [sweep], "log", [rate], False)

@@ -1,0 +1,98 @@
+"""What a lab run's fabric was, beyond its rate: its node layout and a slow node.
+
+Found in the lab (2026-11-29): a 2-node run at 100mbit with node 1's egress at 2mbit stepped exactly as a
+run at 2mbit everywhere (0.686 s), yet `telemetry project` took it as measured at 100mbit: it predicted
+1.35 s at 2mbit and called the communication negligible; `compare` labelled it `100mbit lab`, a repeat of a
+healthy run. A 2 x 2 and a 4 x 1 run at one rate were both `5mbit lab`: "every run is on one fabric".
+"""
+from __future__ import annotations
+
+import pytest
+
+from telemetry.analysis.compare_inputs import label
+from telemetry.analysis.fabric_summary import lab_slowest_link, line_rate_bps
+from telemetry.analysis.projection import measured_profile, project
+from telemetry.analysis.report import write_report
+from telemetry.analysis.runs import load_run
+
+from ..recorded import write_run
+
+
+def lab(rate="100mbit", rate_bps=1e8, nodes=2, **slow) -> dict:
+    return {"rate": rate, "rate_bps": rate_bps, "burst_bytes": 16384, "mtu": 1500, "nodes": nodes,
+            "slow_node": None, "slow_rate": None, "slow_rate_bps": None, **slow}
+
+
+SLOW = {"slow_node": 1, "slow_rate": "2mbit", "slow_rate_bps": 2e6}
+
+
+def lab_run(tmp_path, name, links, world=2):
+    hosts = [{"hostname": f"lab-node{i * links['nodes'] // world}"} for i in range(world)]
+    return load_run(str(write_run(tmp_path / name, fabric_extra={"lab": links},
+                                  info_extra={"hosts": hosts, "layout": {"world_size": world, "dp": world, "tp": 1,
+                                                                         "pp": 1, "global_batch_size": 8}})))
+
+
+def test_the_slowest_link_is_the_rate_the_collectives_waited_on():
+    assert lab_slowest_link(lab())[:2] == (1e8, 16384)
+    bps, burst, why = lab_slowest_link(lab(**SLOW))
+    assert (bps, burst) == (2e6, 16384) and why.startswith("node 1's egress at 2mbit (--slow-node)")
+    # an unshaped lab with one slow node: that node's egress is the only shaped link
+    assert lab_slowest_link(lab("none", None, **SLOW))[0] == 2e6
+    assert lab_slowest_link(lab("none", None))[0] is None
+
+
+def test_a_slow_node_run_is_projected_from_its_slow_link(tmp_path):
+    slow = measured_profile(lab_run(tmp_path, "slow", lab(**SLOW)))
+    uniform = measured_profile(lab_run(tmp_path, "uniform", lab("2mbit", 2e6)))
+    assert slow["link_bps"] == 2e6 and "node 1's egress at 2mbit" in slow["link_note"]
+    assert uniform["link_note"] is None
+    for target in (2e6, 1e8):  # the same figures as from a run at that rate on every link
+        assert project(slow, target)["step_time_s"] == pytest.approx(project(uniform, target)["step_time_s"])
+    assert line_rate_bps(lab_run(tmp_path, "slow2", lab(**SLOW)))[0] == 2e6
+
+
+def test_labels_tell_layouts_and_slow_nodes_apart(tmp_path):
+    assert label(lab_run(tmp_path, "a", lab())) == "100mbit lab"  # the lab's default 2 x 1
+    assert label(lab_run(tmp_path, "b", lab(nodes=4), world=4)) == "100mbit lab 4x1"
+    assert label(lab_run(tmp_path, "c", lab(), world=4)) == "100mbit lab 2x2"
+    assert label(lab_run(tmp_path, "d", lab(**SLOW))) == "100mbit lab, node 1 at 2mbit"
+    assert label(lab_run(tmp_path, "e", lab("none", None, nodes=3), world=3)) == "unshaped lab 3x1"
+
+
+def test_the_report_of_a_lab_run_names_its_links_and_their_queue_drops(tmp_path):
+    """The report said nothing of the lab: not its rate or slow node, not the 887 packets its queues dropped
+    (the counters table read 'clean: no drops', from interfaces that never see a tbf drop)."""
+    lab_run(tmp_path, "r", {**lab(**SLOW), "topology": "veth pair"})
+    (run_dir := tmp_path / "r").joinpath("lab.json").write_text('{"tbf_drops": 887, "tbf_drops_after_first_step": 0}')
+    write_report(str(run_dir))
+    md = (run_dir / "report" / "report.md").read_text()
+    assert ("| lab links | 100mbit, node 1's egress 2mbit; 2 nodes, veth pair, MTU 1500; queues dropped 887 packets "
+            "at start-up, none during the steps (lab.json) |") in md
+
+
+def test_a_comparison_projects_onto_the_runs_own_ranks_per_node_or_says_why_not(tmp_path):
+    """A 2 x 2 baseline against a 4 x 1 run: the projection went onto 4 nodes x 2 = 8 ranks, not the run's 4,
+    and was flagged PROJECTION MISSED (+16.9%). A run measured on several nodes keeps its ranks per node."""
+    from telemetry.analysis.compare import compare
+    lab_run(tmp_path, "two", lab("5mbit", 5e6), world=4)
+    lab_run(tmp_path, "four", lab("5mbit", 5e6, nodes=4), world=4)
+    result = compare([str(tmp_path / "two"), str(tmp_path / "four")], str(tmp_path / "cmp"), allow_mismatch=True)
+    assert result["labels"] == ["5mbit lab 2x2", "5mbit lab 4x1"]
+    assert ("no projection onto 5mbit lab 4x1: its 1 rank(s) per node: the run was measured on 2 nodes of 2 rank(s)"
+            in " ".join(result["warnings"]))
+    assert not [w for w in result["warnings"] if w.startswith("PROJECTION MISSED")]
+
+
+def test_bytes_without_a_time_stay_off_the_target_link_as_their_time_stays_in_the_step(tmp_path):
+    """A tp 2 x pp 2 lab run on 2 x 2 at 50mbit: gloo's send/recv between the pipeline stages (1 MB a step) have
+    no time, which is inside the measured step. Their bytes went on the link all the same: projected onto its
+    own link the run was predicted at 0.865 s against 0.512 s measured, while the projection said it left
+    them out."""
+    untimed = {"send": {"count": 4, "bytes": 524288, "time_s": None, "untimed": 4, "untimed_bytes": 524288,
+                        "busbw_GBps": None, "untimed_reason": "this backend's work has no future to time it"}}
+    with_p2p = measured_profile(load_run(str(write_run(tmp_path / "p", rate_bps=5e7, extra_comm=untimed))))
+    without = measured_profile(load_run(str(write_run(tmp_path / "w", rate_bps=5e7))))
+    assert with_p2p["partial"] and with_p2p["ops"]["send"]["bytes"] == 0
+    for target in (5e7, 5e6):
+        assert project(with_p2p, target)["step_time_s"] == pytest.approx(project(without, target)["step_time_s"])

@@ -1,0 +1,40 @@
+"""`telemetry report` of a collective sweep shows the sweep (found in the lab, 2026-11-29: the report of a
+3-node sweep at 1mbit was the training report, every row n/a, the tracer 'not recorded (a run from before the
+tracer health)', five empty figures, and none of the sizes, bandwidths or latencies the sweep measured)."""
+from __future__ import annotations
+
+from telemetry.analysis.report import write_report
+
+from ..recorded import sweep_result, write_run
+
+
+def test_a_sweep_report_shows_sizes_bandwidths_line_rate_and_latency(tmp_path):
+    lab = {"rate": "10gbit", "rate_bps": 1e10, "burst_bytes": 16384, "mtu": 1500, "nodes": 2, "topology": "veth pair"}
+    run = write_run(tmp_path / "sweep", sweep=sweep_result(), fabric_extra={"lab": lab})
+    result = write_report(str(run))
+    md = (run / "report" / "report.md").read_text()
+    assert "| lab links | 10gbit; 2 nodes, veth pair, MTU 1500; queue drops not recorded (lab.json) |" in md
+    assert "## all_reduce: time and bandwidth at every size" in md and "## sendrecv: time and bandwidth" in md
+    # 1 MB in 1.0686 ms: 981 MB/s busbw, 78.5% of a 10 Gbit/s lab link
+    assert "| 1 MB | in-place | 1.07 ms | 981 MB/s | 981 MB/s | 78.5% of line rate | 0 |" in md
+    assert "all_reduce_4B | 40" in md and "line rate | 10 Gbit/s" in md
+    assert "step time median" not in md and "a run from before" not in md
+    assert result["figures"] == ["sweep_all_reduce.png", "sweep_sendrecv.png"]
+    assert (run / "report" / "sweep_all_reduce.png").stat().st_size > 1000
+
+
+def test_busbw_above_a_lab_rate_is_put_down_to_the_token_bucket_only_where_it_can_be(tmp_path):
+    """A 16 KiB tc burst lets a small message through at the host's speed: 2 KB send/recv read 150% of a
+    1mbit link in the lab. At 1 MB the bucket adds under 2%: far above the rate, the rate itself is wrong."""
+    lab = {"rate": "10mbit", "rate_bps": 1e7, "burst_bytes": 16384, "mtu": 1500, "nodes": 2, "topology": "veth pair"}
+    run = write_run(tmp_path / "sweep", sweep=sweep_result(), fabric_extra={"lab": lab})
+    write_report(str(run))
+    md = (run / "report" / "report.md").read_text()
+    small = next(line for line in md.splitlines() if line.startswith("| 8 B | in-place"))
+    big = next(line for line in md.splitlines() if line.startswith("| 1 MB | in-place"))
+    assert "32.0% of line rate |" in small
+    assert "(ABOVE the line rate: check the rate)" in big
+    from telemetry.analysis.line_rate import LineRate, of_line_text
+    rate = LineRate(1e6, 1, "lab rate 1mbit", burst_bytes=16384)
+    assert "tc burst of 16 KiB" in of_line_text(188e-6, rate, 2048)
+    assert "check the rate" in of_line_text(188e-6, LineRate(1e6, 1, "interface speed"), 2048)
