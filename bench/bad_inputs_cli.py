@@ -19,6 +19,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 LIMIT_S = 60
+MEMORY_CAP = 8 << 30
 
 
 def _fixtures(root: Path) -> dict[str, str]:
@@ -443,6 +444,10 @@ CASES: list[tuple[str, str, list[str], dict]] = [
     ("launch.torchrun", "nproc-superscript", ["launch.torchrun", "--nproc-per-node", "\u00b2", "-m", "trainer", TINY],
      {}),  # was: traceback
     ("launch.stage", "to-dev-null", ["launch.stage", TINY, "--to", "/dev/null"], {}),
+    ("launch.stage", "dataset-fifo", ["launch.stage", TINY, "data.dataset={root}/fifo", "--to", "{root}/s4"],
+     {}),  # was: shutil.SpecialFileError traceback
+    ("trainer", "target-module-typo", [*T, "lora.target_modules=[q_prj]", *DRY], {}),  # was: accepted
+    ("tools", "call-path-dataset-fifo", ["tools.call_path", TINY, "data.dataset={root}/fifo"], {}),
     ("trainer.bert_tf_convert", "config-dev-zero", ["trainer.bert_tf_convert", "{root}/nope", "--config", "/dev/zero",
                                                      "--out", "{root}/b4"], {}),  # was: read until OOM-killed
 ]
@@ -457,6 +462,14 @@ BY_DESIGN = {
     ("trainer", "master-addr-empty"): "one process (world size 1) never reads MASTER_ADDR",
     ("telemetry watch", "metrics-ranks-string"): "a damaged line is skipped like a torn one (a traceback before)",
 }
+
+
+def _memory_cap() -> None:
+    """Each case's address space capped (8 GiB: a dry run with torch imported needs about 3): a checkout that
+    reads /dev/zero until memory runs out fails alone with MemoryError, not by the machine's OOM killer."""
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_CAP, MEMORY_CAP))
 
 
 def classify(proc_rc: int | None, stderr: str) -> str:
@@ -493,7 +506,7 @@ def main() -> int:
             argv = [a.format(**files) for a in argv]
             try:
                 proc = subprocess.run([sys.executable, "-m", *argv], cwd=args.source, capture_output=True, text=True,
-                                      errors="replace", timeout=LIMIT_S,
+                                      errors="replace", timeout=LIMIT_S, preexec_fn=_memory_cap,
                                       env={**clean, "PYTHONPATH": args.source, **env})
                 verdict = classify(proc.returncode, proc.stderr)
                 line = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else ""
