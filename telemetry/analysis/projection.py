@@ -90,11 +90,12 @@ def measured_profile(run: Run, summary: dict | None = None) -> dict:
         last_arrival = median([((r.get(StepKey.RANKS) or {}).get("comm_time_s_by_op") or {}).get(op, {}).get("min")
                                for r in steps])
         t = last_arrival if last_arrival is not None else c["time_per_step_s"]
-        # bytes without a time stay out, as their time does: that time is inside the step as measured (in its
-        # compute), so putting their bytes on the target link counted them twice (a tp 2 x pp 2 lab run's untimed
-        # gloo send/recv, 1 MB a step, projected onto its own 50mbit link: +69%)
-        ops[op] = {"bytes": max((c["bytes_per_step"] or 0) - (c.get("untimed_bytes_per_step") or 0), 0),
-                   "time_s": t or 0.0,
+        # bytes without a time that crossed the measured link stay out, as their time does: it is inside the step
+        # as measured, so putting their bytes on the target link counted them twice (a tp 2 x pp 2 lab run's
+        # untimed gloo send/recv, 1 MB a step, projected onto its own 50mbit link: +69%). On one node they
+        # crossed no link: a target of more nodes carries them
+        untimed = (c.get("untimed_bytes_per_step") or 0) if nodes > 1 else 0
+        ops[op] = {"bytes": max((c["bytes_per_step"] or 0) - untimed, 0), "time_s": t or 0.0,
                    "calls": median([r[StepKey.COMM][op]["count"] for r in steps]) or 0}
     groups = _group_profile(timed, ops, world)
     summed = sum(o["time_s"] for o in ops.values())
@@ -220,7 +221,9 @@ def _group_profile(timed: list[dict], ops: dict, world: int) -> dict:
              "untimed_bytes": median([x.get("untimed_bytes") for x in rows]) or 0}
         for op in sorted({op for x in rows for op in (x.get("by_op") or {})}):
             per = [(x.get("by_op") or {}).get(op) or {} for x in rows]
-            g["ops"][op] = {"bytes": median([max((p.get("bytes") or 0) - (p.get("untimed_bytes") or 0), 0)
+            # as for the collective types (measured_profile): untimed bytes of a group that crossed the link stay out
+            off = g["scope"] == "inter" and g["scope_known"]
+            g["ops"][op] = {"bytes": median([max((p.get("bytes") or 0) - ((p.get("untimed_bytes") or 0) if off else 0), 0)
                                              for p in per if p.get("bytes") is not None]) or 0,
                             "own_s": median([p.get("time_s") for p in per]) or 0.0,
                             "calls": median([p.get("count") for p in per]) or 0}
