@@ -109,8 +109,8 @@ def main(argv: list[str] | None = None) -> int:
         return print_errors(problem)
     try:
         if args.command == "report":
-            from telemetry.analysis.report import write_report
-            result = write_report(args.run, args.out)
+            from telemetry.analysis.sweep_report import write_run_report
+            result = write_run_report(args.run, args.out)
             print(f"wrote {result['out']}/report.html and report.md with {len(result['figures'])} figures")
         elif args.command == "compare":
             return _compare(args)

@@ -518,15 +518,16 @@ def write_documents(out: str, basename: str, title: str, subtitle: str | None, w
                 f"<style>{CSS}</style></head><body>{''.join(body)}</body></html>\n")
 
 
-def write_report(run_path: str, out: str | None = None) -> dict:
+def write_report(run_path: str, out: str | None = None, sweep_sections=None) -> dict:
+    """report.md, report.html and figures of one run. `sweep_sections(run, out, plt)` gives a collective
+    sweep's own tables and figures (telemetry/analysis/sweep_report.py write_run_report passes it)."""
     run = load_run(run_path)
     out = out or os.path.join(run_path, REPORT)
     os.makedirs(out, exist_ok=True)
     s = summarize(run)
     from telemetry.analysis.compare_inputs import is_sweep
-    sweep = is_sweep(run)  # a sweep has no steps: its sizes and bandwidths, not a training report of n/a
+    sweep = sweep_sections is not None and is_sweep(run)  # no steps: its sizes and bandwidths, not rows of n/a
     if sweep:
-        from telemetry.analysis.sweep_report import sweep_sections
         sections, figures = sweep_sections(run, out, _pyplot())
     else:
         figures = plots(run, out)

@@ -10,7 +10,7 @@ from telemetry.analysis.compare_figures import rate_text, size_text, time_text
 from telemetry.analysis.compare_inputs import label, sweep_of
 from telemetry.analysis.fabric_summary import lab_row
 from telemetry.analysis.line_rate import job_line_rate, of_line_text
-from telemetry.analysis.report import fmt
+from telemetry.analysis.report import fmt, write_report
 from telemetry.analysis.runs import Run
 from telemetry.analysis.sweep_comparison import average_table, latency_table, line_rate_table, sweep_figures
 
@@ -66,3 +66,8 @@ def sweep_sections(run: Run, out: str, plt) -> tuple[list, list]:
     average, _ = average_table(ops, [name], [[sweep]], [rate])
     tables += [average, line_rate_table(ops, [name], [sweep], [rate]), latency_table([name], [sweep])]
     return tables, sweep_figures(plt, out, ops, [name], [sweep], "log", [rate], False)
+
+
+def write_run_report(run_path: str, out: str | None = None) -> dict:
+    """`python -m telemetry report RUN`: a training run's report, or a collective sweep's."""
+    return write_report(run_path, out, sweep_sections=sweep_sections)

@@ -98,7 +98,8 @@ class RunWatch:
         """What the view shows, as plain data (the renderers format it)."""
         info = self.info
         recipe = info.get("recipe") or {}
-        max_steps = recipe.get("max_steps")
+        sweep = recipe.get("workload") == "collectives"  # no steps: the recipe's max_steps is not its length
+        max_steps = None if sweep else recipe.get("max_steps")
         last = self.recent[-1] if self.recent else {}
         step = last.get(StepKey.STEP)
         clock = [(m["step"], m["time"]) for m in self.recent if isinstance(m.get("time"), (int, float))]
@@ -139,7 +140,7 @@ class RunWatch:
             others = [r[StepKey.STEP_TIME_S] for r in slowest[SLOWEST_SHOWN:]]
             rest = {"ranks": len(ranks) - len(shown), "median_step_time_s": statistics.median(others) if others else None}
         return {"name": info.get("name") or os.path.basename(os.path.normpath(self.run_dir)),
-                "status": info.get("status") or "starting", StepKey.STEP: step, "max_steps": max_steps,
+                "status": info.get("status") or "starting", StepKey.STEP: step, "max_steps": max_steps, "sweep": sweep,
                 "eta_s": eta, "s_per_step": per_step, StepKey.LOSS: last.get(StepKey.LOSS),
                 StepKey.TOKENS_PER_S: last.get(StepKey.TOKENS_PER_S),
                 StepKey.JOB_GPU_POWER_W: last.get(StepKey.JOB_GPU_POWER_W),
@@ -180,6 +181,10 @@ def _server_power(s: dict, sep: str) -> str:
 def plain_lines(s: dict) -> list[str]:
     """The view as plain lines (not a terminal, or --once into a pipe)."""
     total = f"/{s['max_steps']}" if s["max_steps"] is not None else ""
+    if s.get("sweep"):  # a collective sweep writes its tables at the end, no step lines
+        return [f"{s['name']}: {s['status']} | a collective sweep: no steps to follow; its sizes and bandwidths: "
+                "python -m telemetry report RUN once it is done", f"  counters: {s['counters']}"] + (
+            [f"  error: {s['error']}"] if s["error"] else [])
     head = (f"{s['name']}: {s['status']} | step {s['step'] if s['step'] is not None else '-'}{total} | "
             f"{_fmt(s['s_per_step'], '.3f', ' s/step')} | eta {_eta(s['eta_s'])} | loss {_fmt(s['loss'], '.4f')} | "
             f"{_fmt(s['tokens_per_s'], ',.0f', ' tok/s')} | GPU power {_fmt(s['job_gpu_power_w'], ',.0f', ' W')}"
@@ -210,6 +215,8 @@ def rich_view(s: dict):
     from rich.table import Table
     from rich.text import Text
 
+    if s.get("sweep"):
+        return Text("\n".join(plain_lines(s)))
     total = s["max_steps"] or 0
     done = s["step"] or 0
     title = Text.assemble((s["name"], "bold"), f"  {s['status']}  step {done}/{total or '?'}  ",

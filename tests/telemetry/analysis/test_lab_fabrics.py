@@ -96,3 +96,25 @@ def test_bytes_without_a_time_stay_off_the_target_link_as_their_time_stays_in_th
     assert with_p2p["partial"] and with_p2p["ops"]["send"]["bytes"] == 0
     for target in (5e7, 5e6):
         assert project(with_p2p, target)["step_time_s"] == pytest.approx(project(without, target)["step_time_s"])
+
+
+def test_untimed_bytes_of_a_group_inside_one_node_still_go_on_a_link_a_target_gives_it(tmp_path):
+    """Inside the node measured they crossed no link (tp's DTensor all-reduces on gloo have no time): onto more
+    nodes their bytes are what the new link carries, so only a group that crossed the measured link drops them."""
+    import json
+
+    def run(name, scope, hosts):
+        path = write_run(tmp_path / name, info_extra={"hosts": [{"hostname": h} for h in hosts]})
+        lines = (path / "metrics.jsonl").read_text().splitlines()
+        out = []
+        for line in lines[:-1]:  # the last one is cut mid-line on purpose
+            rec = json.loads(line)
+            rec["comm_groups"] = {"dp": {"dim": "dp", "size": 2, "scope": scope, "ranks": [0, 1], "by_op": {
+                "all_reduce": {"count": 1, "bytes": 1_000_000, "time_s": 0.25, "untimed": 1,
+                               "untimed_bytes": 600_000}}}}
+            out.append(json.dumps(rec))
+        (path / "metrics.jsonl").write_text("\n".join(out) + "\n")
+        return measured_profile(load_run(str(path)))
+
+    assert run("one", "intra", ["a", "a"])["groups"]["dp"]["ops"]["all_reduce"]["bytes"] == 1_000_000
+    assert run("two", "inter", ["a", "b"])["groups"]["dp"]["ops"]["all_reduce"]["bytes"] == 400_000

@@ -238,6 +238,7 @@ def test_lab_runs_take_the_efficiency_measured_for_their_frames():
     assert efficiency_for(profile()) == DEFAULT_EFFICIENCY  # not a lab run
     assert efficiency_for(profile(mtu=1500)) == LAB_EFFICIENCY[1500] == 0.90
     assert efficiency_for(profile(mtu=9000)) == 0.95 and efficiency_for(profile(mtu=8000)) == 0.95
+    assert efficiency_for(profile(mtu=576)) == 0.85  # the lab's smallest frames, measured at 10mbit
     # 1 MB at 8 Mbit/s x 0.90 from an unshaped lab run with 1500-byte frames
     assert project(profile(mtu=1500), 8e6)["by_op"]["all_reduce"]["wire_s"] == pytest.approx(1.0 / 0.9)
 

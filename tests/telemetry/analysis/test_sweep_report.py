@@ -3,7 +3,7 @@
 tracer health)', five empty figures, and none of the sizes, bandwidths or latencies the sweep measured)."""
 from __future__ import annotations
 
-from telemetry.analysis.report import write_report
+from telemetry.analysis.sweep_report import write_run_report as write_report
 
 from ..recorded import sweep_result, write_run
 

@@ -241,3 +241,16 @@ def test_once_on_a_directory_the_run_has_not_written_yet(tmp_path):
     out = io.StringIO()
     assert watch(str(tmp_path), once=True, out=out) == 0
     assert out.getvalue().startswith(f"{tmp_path.name}: starting | step - | n/a | eta n/a")
+
+
+def test_a_collective_sweep_is_not_shown_as_steps_of_the_recipes_max_steps(tmp_path):
+    """A lab sweep showed `step -/100`: the recipe's default max_steps, for a workload that has no steps."""
+    (tmp_path / "run.json").write_text(json.dumps({"name": "collectives", "status": "running",
+                                                   "recipe": {"workload": "collectives", "max_steps": 100}}))
+    state = RunWatch(str(tmp_path))
+    state.poll()
+    s = state.snapshot()
+    assert s["sweep"] and s["max_steps"] is None
+    lines = plain_lines(s)
+    assert lines[0].startswith("collectives: running | a collective sweep: no steps to follow") and "/100" not in lines[0]
+    assert "/100" not in str(rich_view(s))
