@@ -148,6 +148,19 @@ def check(path: str, benchmark: str) -> tuple[bool, str]:
 
 
 def lines(path: str) -> list[dict]:
-    """The file's records as dicts (":::MLLOG {json}")."""
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line.split(":::MLLOG", 1)[1]) for line in f if ":::MLLOG" in line]
+    """The file's records as dicts (":::MLLOG {json}"); MllogError naming the first line whose record is not a
+    JSON object (a cut or damaged log)."""
+    out = []
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for n, line in enumerate(f, 1):
+            if ":::MLLOG" not in line:
+                continue
+            try:
+                record = json.loads(line.split(":::MLLOG", 1)[1])
+            except (ValueError, RecursionError):
+                record = None
+            if not isinstance(record, dict):
+                raise MllogError(f"{path}:{n}: not a :::MLLOG record (a JSON object after ':::MLLOG'); allowed: "
+                                 "lines that MLPerf's logger (mlperf_logging.mllog) writes")
+            out.append(record)
+    return out

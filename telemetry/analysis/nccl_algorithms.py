@@ -59,7 +59,8 @@ _COPY_ENGINE = re.compile(rf"\b({_COLL}) \[Copy Engine\]:\s*(\d+) Bytes -> cudaM
 _HIERARCHICAL_CE = re.compile(rf"\b({_COLL}) \[Hierarchical CE\]:\s*(\d+) Bytes -> RMA proxy \+ CE")
 # NCCL_DEBUG_SUBSYS=COLL: "AllReduce: opCount 1f sendbuff ... count 1048576 datatype 7 ... comm 0x.. [nranks=8]"
 _COLL_LINE = re.compile(rf"\b({_COLL}): opCount ")
-_PROCESS = re.compile(r"([A-Za-z0-9][\w.\-]*:\d+):\d+ \[ ?\d+ ?\] NCCL INFO")
+# (starts after a non-alphanumeric, as the leftmost match always did: tried inside a long word it was quadratic)
+_PROCESS = re.compile(r"(?<![A-Za-z0-9])([A-Za-z0-9][\w.\-]*:\d+):\d+ \[ ?\d+ ?\] NCCL INFO")
 # torch's names for NCCL's collectives (the harness's sweeps and comm records)
 TORCH_NAMES = {"all_reduce": "AllReduce", "all_gather": "AllGather", "all_gather_into_tensor": "AllGather",
                "reduce_scatter": "ReduceScatter", "reduce_scatter_tensor": "ReduceScatter",
@@ -100,23 +101,41 @@ def parse_lines(lines, version: tuple[int, int] | None = None) -> list[dict]:
         proc = (m.group(1) if (m := _PROCESS.search(line)) else "")
         for c in _COLL_LINE.finditer(line):
             last_coll[proc] = c.group(1)
-        for m in _TUNING.finditer(line):
-            coll, size, algo, proto, t, lo, hi, comm = m.groups()
-            out.append(_record(coll or last_coll.get(proc), size, _name(algo, ALGORITHMS, version),
-                               _name(proto, PROTOCOLS, version), time_us=float(t) if t else None,
-                               channels=[int(lo), int(hi)] if lo else None, comm=comm, named=coll is not None,
-                               trace=" NCCL TRACE " in line))
-        for m in _SYMMETRIC.finditer(line):
-            coll, size, kernel, nch, nthr, nworks = m.groups()
-            out.append(_record(coll, size, "SYMMETRIC", None, kernel=kernel, nchannels=int(nch), nthreads=int(nthr),
-                               nworks=int(nworks) if nworks else None))
-        for m in _COPY_ENGINE.finditer(line):
-            out.append(_record(m.group(1), m.group(2), "COPY_ENGINE", None, nvls_sync=m.group(3) is not None))
-        for m in _HIERARCHICAL_CE.finditer(line):
-            out.append(_record(m.group(1), m.group(2), "HIERARCHICAL_CE", None))
+        try:
+            out += _line_records(line, last_coll.get(proc), version)
+        except ValueError:  # a number of over 4,300 digits (int() refuses it): not a line NCCL wrote
+            continue
     if any(r["trace"] for r in out) and not all(r["trace"] for r in out):
         out = [r for r in out if not r["trace"]]
     return out
+
+
+def _line_records(line: str, last_coll: str | None, version: tuple[int, int] | None) -> list[dict]:
+    out = []
+    trace = " NCCL TRACE " in line  # once a line: a line of many glued records is not searched per record
+    for m in _TUNING.finditer(line):
+        coll, size, algo, proto, t, lo, hi, comm = m.groups()
+        out.append(_record(coll or last_coll, size, _name(algo, ALGORITHMS, version),
+                           _name(proto, PROTOCOLS, version), time_us=_float(t),
+                           channels=[int(lo), int(hi)] if lo else None, comm=comm, named=coll is not None,
+                           trace=trace))
+    for m in _SYMMETRIC.finditer(line):
+        coll, size, kernel, nch, nthr, nworks = m.groups()
+        out.append(_record(coll, size, "SYMMETRIC", None, kernel=kernel, nchannels=int(nch), nthreads=int(nthr),
+                           nworks=int(nworks) if nworks else None))
+    for m in _COPY_ENGINE.finditer(line):
+        out.append(_record(m.group(1), m.group(2), "COPY_ENGINE", None, nvls_sync=m.group(3) is not None))
+    for m in _HIERARCHICAL_CE.finditer(line):
+        out.append(_record(m.group(1), m.group(2), "HIERARCHICAL_CE", None))
+    return out
+
+
+def _float(text: str | None) -> float | None:
+    """NCCL's estimated time; None where the line has none or a damaged one ("1.2.3")."""
+    try:
+        return float(text) if text else None
+    except ValueError:
+        return None
 
 
 def label(r: dict) -> str:
@@ -159,10 +178,17 @@ def tuning_table(lines) -> dict[str, dict[str, dict[str, float]]]:
         names = list(dict.fromkeys(protos))  # the Protocol line repeats LL LL128 Simple per algorithm slot
         row = out.setdefault(m.group(1), {})
         for i, (lat, bw) in enumerate(cells):
-            if i // len(names) < len(algos):
-                row[f"{algos[i // len(names)]}/{names[i % len(names)]}"] = {"latency_us": float(lat),
-                                                                           "bandwidth_GBps": float(bw)}
+            if i // len(names) < len(algos) and (value := _cell(lat, bw)) is not None:
+                row[f"{algos[i // len(names)]}/{names[i % len(names)]}"] = value
     return out
+
+
+def _cell(lat: str, bw: str) -> dict[str, float] | None:
+    """A `latency/bandwidth` cell; None for a damaged one ("1.2.3/ 4"): its pair is then not in the table."""
+    try:
+        return {"latency_us": float(lat), "bandwidth_GBps": float(bw)}
+    except ValueError:
+        return None
 
 
 def enabled(table: dict[str, dict[str, dict[str, float]]]) -> dict[str, list[str]]:

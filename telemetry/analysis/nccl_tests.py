@@ -48,7 +48,8 @@ _TEST_NAME = re.compile(r"\b(all_reduce|all_gather|reduce_scatter|alltoallv|allt
                         r"reduce|gather|scatter)_perf(?:_mpi)?\b")
 _FILE_OP = re.compile(r"all_reduce|all_gather|reduce_scatter|alltoallv|alltoall|sendrecv|broadcast|hypercube")
 # a host name may hold blanks where a reporter replaced it ("on NODE A  device  2")
-_RANK = re.compile(r"^Rank\s+(\d+)(?:\s+Group\s+(\d+))?(?:\s+Pid\s+(\d+))?\s+on\s+(\S.*?)\s+device\s+(-?\d+)"
+# (the host grows a word at a time: a lazy "\S.*?" before "\s+device" is quadratic in a long run of blanks)
+_RANK = re.compile(r"^Rank\s+(\d+)(?:\s+Group\s+(\d+))?(?:\s+Pid\s+(\d+))?\s+on\s+(\S+(?:\s+\S+)*?)\s+device\s+(-?\d+)"
                    r"\s+\[([^\]]*)\]\s*(.*)$")
 _PARAM = re.compile(r"(nThread|nGpus|minBytes|maxBytes|warmup iters|agg iters|iters|validation|graph|unalign)"
                     r":? (-?\d+)")
@@ -154,8 +155,10 @@ class _Run:
         # titles): a row holding one block's cells shows by its columns which block that is
         ends = _cell_ends(text or "")
         ends = ends[len(ends) - len(tokens):] if len(ends) >= len(tokens) else []
+        # (a header cut inside its last block, "... time algbw busb", has fewer cells than its blocks: no ends)
+        last = len(self.prefix_cols) + self.nblocks * width - 1
         self.block_ends = [ends[len(self.prefix_cols) + (k + 1) * width - 1] - ends[0]
-                           for k in range(self.nblocks)] if ends else []
+                           for k in range(self.nblocks)] if ends and last < len(ends) else []
 
     def units(self, tokens: list[str]) -> None:
         for t in tokens:
@@ -563,7 +566,10 @@ def parse(text: str, name_hint: str | None = None, path: str | None = None) -> d
             stream = streams.get(half_key)
             if stream is None:
                 stream = streams[half_key] = _Stream(parser)
-            stream.feed(half)
+            try:
+                stream.feed(half)
+            except ValueError:  # a number of over 4,300 digits (int() refuses it): not a line nccl-tests wrote
+                continue
     for stream in streams.values():
         stream.close()
     hint = None
@@ -625,6 +631,9 @@ def read(path: str) -> dict:
             doc = json.loads(text)
         except ValueError as exc:
             raise NcclTestsError(f"{path}: not valid JSON ({exc}); expected nccl-tests -J output") from None
+        except RecursionError:
+            raise NcclTestsError(f"{path}: JSON nested too deeply to read; expected nccl-tests -J output (nested "
+                                 "three levels)") from None
         if not is_nccl_tests_json(doc):
             raise NcclTestsError(f"{path}: JSON without nccl-tests' 'config' and 'results' keys; expected the "
                                  "file nccl-tests -J writes")

@@ -114,25 +114,45 @@ def is_nccl_tests_json(doc) -> bool:
     return isinstance(doc, dict) and isinstance(doc.get("results"), list) and "config" in doc
 
 
+# A document another tool edited may hold any JSON value where nccl-tests writes a number, a string or an object:
+# such a value reads as unknown (null), never as an exception.
+
+def _obj(v) -> dict:
+    return v if isinstance(v, dict) else {}
+
+
+def _text(v) -> str | None:
+    return v if isinstance(v, str) else None
+
+
 def _num(v):
-    """A JSON number, or null for nccl-tests' "nan" string and anything that is not finite."""
-    if isinstance(v, bool) or v is None:
-        return None
+    """A JSON number, or null for nccl-tests' "nan" string and anything that is not a finite number."""
     if isinstance(v, str):
         try:
             v = float(v)
         except ValueError:
             return None
-    return float(v) if math.isfinite(float(v)) else None
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    try:
+        v = float(v)
+    except OverflowError:  # an integer beyond a float's range
+        return None
+    return v if math.isfinite(v) else None
+
+
+def _whole(v) -> int | None:
+    """A count or byte size: a whole number not below 0, else null."""
+    n = _num(v)
+    return int(n) if n is not None and n >= 0 and n.is_integer() else None
 
 
 def _read_block(b, per_iter) -> dict | None:
     if not isinstance(b, dict):
         return None
     t = _num(b.get("time", b.get("cpu_time")))
-    w = _num(b.get("nwrong"))
     out = {"time_us": t, "algbw_GBps": _num(b.get("alg_bw")), "busbw_GBps": _num(b.get("bus_bw")),
-           "wrong": None if w is None else int(w)}
+           "wrong": _whole(b.get("nwrong"))}
     if "cpu_time" in b:
         out["time_is"] = "cpu time (-C 1)"
     if isinstance(per_iter, dict):
@@ -141,12 +161,13 @@ def _read_block(b, per_iter) -> dict | None:
 
 
 def _op_name(doc: dict, hint: str | None) -> str:
-    for text in [a for a in doc.get("args") or [] if isinstance(a, str)][:1] + [hint or ""]:
+    args = doc.get("args") if isinstance(doc.get("args"), list) else []
+    for text in [a for a in args if isinstance(a, str)][:1] + [hint or ""]:
         m = _TEST.search(os.path.basename(text))
         if m:
             stem = m.group(1)
             return _STEMS.get(stem, stem)
-    if isinstance(doc.get("fabric_harness"), dict) and doc["fabric_harness"].get("op"):
+    if isinstance(doc.get("fabric_harness"), dict) and _text(doc["fabric_harness"].get("op")):
         return doc["fabric_harness"]["op"]
     return "unknown"
 
@@ -156,7 +177,7 @@ def _cycles(results: list[dict]) -> list[list[dict]]:
     cycles: list[list[dict]] = []
     last = None
     for r in results:
-        size = r.get("size")
+        size = _whole(r.get("size"))
         if not cycles or (last is not None and size is not None and size <= last and
                           not (size == 0 and last == 0)):
             cycles.append([])
@@ -167,16 +188,16 @@ def _cycles(results: list[dict]) -> list[list[dict]]:
 
 def parse_json(doc: dict, name_hint: str | None = None, path: str | None = None) -> dict:
     """An nccl-tests JSON document -> the sweep's JSON schema (what telemetry.analysis.nccl_tests.read returns)."""
-    cfg = doc.get("config") or {}
+    cfg = _obj(doc.get("config"))
     devices = [{"rank": d.get("rank"), "group": d.get("group"), "pid": d.get("pid"), "host": d.get("hostname"),
                 "device": d.get("device"), "bus_id": d.get("device_hex"), "name": d.get("device_info")}
-               for d in cfg.get("devices") or [] if isinstance(d, dict)]
-    per_proc = (cfg.get("nthreads") or 1) * (cfg.get("ngpus") or 1)
+               for d in (cfg.get("devices") if isinstance(cfg.get("devices"), list) else []) if isinstance(d, dict)]
+    per_proc = (_whole(cfg.get("nthreads")) or 1) * (_whole(cfg.get("ngpus")) or 1)
     world = len(devices) * per_proc if devices else None
-    avg_obj = doc.get("average_bus_bandwidth") or doc.get("average_bus_bandwidith") or {}
+    avg_obj = _obj(doc.get("average_bus_bandwidth") or doc.get("average_bus_bandwidith"))
     avg = _num(avg_obj.get("bandwidth", avg_obj.get("bandwidith")))
     misspelt = "average_bus_bandwidith" in doc
-    oob = (doc.get("out_of_bounds") or {}).get("count")
+    oob = _whole(_obj(doc.get("out_of_bounds")).get("count"))
     op = _op_name(doc, name_hint)
     harness = doc.get("fabric_harness") if isinstance(doc.get("fabric_harness"), dict) else {}
     cycles = _cycles([r for r in doc["results"] if isinstance(r, dict)])
@@ -189,8 +210,8 @@ def parse_json(doc: dict, name_hint: str | None = None, path: str | None = None)
                 root = int(str(root).strip()) if root is not None else None
             except ValueError:
                 root = None
-            row = {"size": r.get("size"), "count": r.get("count"), "type": r.get("type"), "redop": r.get("redop"),
-                   "root": root}
+            row = {"size": _whole(r.get("size")), "count": _whole(r.get("count")), "type": _text(r.get("type")),
+                   "redop": _text(r.get("redop")), "root": root}
             for b in BLOCKS:
                 row[b] = _read_block(r.get(b), r.get(f"{b}_per_iter"))
             rows.append(row)
@@ -208,7 +229,7 @@ def parse_json(doc: dict, name_hint: str | None = None, path: str | None = None)
                     "avg_busbw_source": "average_bus_bandwidth" if len(cycles) <= 1 else "mean of this cycle's busbw",
                     # okay: "unchecked" without a minimum to check against, else true/false (as JSON or as strings)
                     "avg_busbw_check": {True: "OK", "true": "OK", False: "FAILED", "false": "FAILED"}.get(
-                        avg_obj.get("okay")),
+                        okay) if isinstance(okay := avg_obj.get("okay"), (bool, str)) else None,
                     "wrong": oob if len(cycles) <= 1 and oob is not None else (sum(wrongs) if wrongs else None),
                     "ranks": None, "world_size": world, "devices": devices,
                     "params": {k: cfg.get(k) for k in ("minimum_bytes", "maximum_bytes", "step_factor", "step_bytes",

@@ -15,6 +15,7 @@ and no diagonal (a device's copy to itself), which reads "-".
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 
@@ -34,6 +35,11 @@ MATRICES = [("unidirectional", "disabled", "Unidirectional P2P=Disabled Bandwidt
             ("latency", "enabled_reads", "P2P=Enabled Latency (P2P Reads) Matrix (us)")]
 
 
+def _finite(v: float) -> float | None:
+    """A cell's value; None (unknown) for nan and inf, which the sample never prints for a measurement."""
+    return v if math.isfinite(v) else None
+
+
 def parse_reference(text: str) -> dict:
     """Every matrix in the sample's output: {"connectivity": matrix, "unidirectional"|"bidirectional"|
     "latency_gpu"|"latency_cpu": {"disabled"|"enabled"|"enabled_reads": matrix}}. Older samples print
@@ -45,8 +51,9 @@ def parse_reference(text: str) -> dict:
 
     def close():
         if key and rows:
-            if key[0] == "connectivity":
-                out["connectivity"] = [[int(v) for v in r] for r in rows]
+            if key[0] == "connectivity":  # 0/1; anything else (a damaged cell) is unknown
+                out["connectivity"] = [[int(v) if v is not None and v.is_integer() else None for v in r]
+                                       for r in rows]
             else:
                 out.setdefault(key[0] if key[0] != "latency" else f"latency_{block.lower()}", {})[key[1]] = rows[:]
 
@@ -71,7 +78,7 @@ def parse_reference(text: str) -> dict:
             continue
         if key and len(parts) > 1 and parts[0].isdigit():
             try:
-                rows.append([float(p) for p in parts[1:]])
+                rows.append([_finite(float(p)) for p in parts[1:]])
             except ValueError:
                 continue
         elif key and parts and not parts[0].startswith("D\\D") and not parts[0].isdigit():

@@ -28,7 +28,10 @@ _USING_NETWORK = re.compile(r"Using network (\S+(?: \S+)*)")
 # 2.27+: "Assigned NET plugin IB to comm" names the same network (ncclNet->name) before "Using network IB"
 _ASSIGNED_NET = re.compile(r"Assigned NET plugin (\S+(?: \S+)*) to comm")
 _USING_NETWORK_23 = re.compile(r"Using (internal|external) Network (\S+(?: \S+)*)")  # NCCL 2.3
-_LOADED_PLUGIN = re.compile(r"Loaded net plugin (\S.*?)(?: \(v\d+\))?\s*$")
+# (the name is the rest of the line less its " (v8)": cut in code, as a lazy group before "\s*$" backtracks
+# quadratically over a long run of blanks)
+_LOADED_PLUGIN = re.compile(r"Loaded net plugin (\S.*)")
+_PLUGIN_VERSION = re.compile(r" \(v\d+\)$")
 # Other ways plugins name themselves: the SHARP/IBext plugin ("P2P plugin v8 IBext_v8"), AWS OFI ("NET/OFI
 # Initializing aws-ofi-nccl 1.9.1-aws", older "NET/OFI Using aws-ofi-nccl 1.3.0aws"), Google's gIB and TCPX
 _PLUGIN_NAMES = (re.compile(r"P2P plugin (?:v\d+ )?(\S+)"),
@@ -38,7 +41,7 @@ _PLUGIN_NAMES = (re.compile(r"P2P plugin (?:v\d+ )?(\S+)"),
 _PROVIDER = re.compile(r"Selected [Pp]rovider is ([\w;:+\-]+)")
 # "[0]mlx5_0:1/IB", "[1] mlx5_3:1/RoCE" inside merged devices "[0]={...}", "[2]mlx5_0:1/IB/SHARP"
 _IB_DEVICE = re.compile(r"\[(\d+)\] ?([\w.\-]+):(\d+)/(RoCE|IB)(/SHARP)?")
-_MERGED = re.compile(r"\[(\d+)\]=\{([^}]*)\}")
+_MERGED = re.compile(r"\[(\d+)\]=\{([^{}]*)\}")  # (no "{" inside: many unclosed "[0]={" stay linear)
 # "; OOB eth0:10.0.0.1<0>"; NCCL 2.4 printed "; OOB :" when it had no interface (then none is known)
 _OOB = re.compile(r"; OOB ([^\s:<]\S*)")
 # "[0]eth0:10.0.0.1<0>"; NCCL 2.4 may print an interface with no address ("[0]enp41s0f1:<0>")
@@ -90,9 +93,11 @@ _PREFIX_HOST_ONLY = re.compile(r"(?:^|(?<=\s))([A-Za-z][\w.\-]*) \[ ?\d+ ?\] (?:
 # NCCL <= 2.2 printed its prefix without the word NCCL: "host:1:2 [0] INFO ...", "host:1:2 [0] misc/ibvwrap.cu:61 WARN"
 _PREFIX_HOST_22 = re.compile(r"(?:^|[\s>:|\]])([A-Za-z0-9][\w.\-]*):\d+:\d+ \[ ?\d+ ?\] (?:[\w./\-]+:\d+ )?(?:INFO|WARN) ")
 # nccl-tests' device list names every rank of its world (a host name may hold blanks: "on NODE A  device")
-_RANK_HOST = re.compile(r"#\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?(?:Pid\s+\d+\s+)?on\s+(\S.*?)\s+device\s+-?\d")
+# (the host grows a word at a time: a lazy "\S.*?" before "\s+device" backtracks quadratically over long blank runs)
+_RANK_HOST = re.compile(r"#\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?(?:Pid\s+\d+\s+)?on\s+(\S+(?:\s+\S+)*?)\s+device\s+-?\d")
 # A pasted log whose line breaks were lost holds several records on one line: split before each prefix
-_RECORD_START = re.compile(r"\s{2,}(?=[A-Za-z0-9][\w.\-]*:\d+:\d+ \[ ?\d+ ?\] NCCL )")
+# (from the first blank of a run only: tried at every blank of a long run, it took time quadratic in the run)
+_RECORD_START = re.compile(r"(?<!\s)\s{2,}(?=[A-Za-z0-9][\w.\-]*:\d+:\d+ \[ ?\d+ ?\] NCCL )")
 # IB unusable: no device, or no verbs library (NCCL <= 2.4 then says only this WARN)
 _NO_IB = re.compile(r"NET/IB ?: ?No device found|Failed to open libibverbs")
 # IB switched off by the user (NCCL <= 2.5 then logs no "Using network" line, only NET/Socket's list)
@@ -259,7 +264,7 @@ def _feed(st: _State, line: str) -> None:
         return
     if "lugin" in line or "NET/" in line:
         if m := _LOADED_PLUGIN.search(line):
-            st.plugin = m.group(1)
+            st.plugin = _PLUGIN_VERSION.sub("", m.group(1).rstrip())
         elif st.plugin is None:
             for pattern in _PLUGIN_NAMES:
                 if m := pattern.search(line):
@@ -393,24 +398,30 @@ def parse_lines(lines) -> dict:
     seen: set[str] = set()
     for line in lines:
         if "via " in line or any(k in line for k in _KEYS):
-            line = line.rstrip("\r\n")
-            k = line.find(" NCCL ")
-            if k > 0:  # the common case inline: this loop runs once per line of every rank's log
-                st.test_list_open = False
-                if (line.find("  ", 0, k) >= 0 or line.find(" NCCL ", k + 6) > 0) and \
-                        (parts := _glued(line, k)) is not None:
-                    for record in parts:
-                        _note_host(st, record, record.find(" NCCL "), seen)
-                        _feed(st, record)
-                    continue
-                if line[:k] not in seen:
-                    _note_host(st, line, k, seen)
-            elif "Rank" in line:
-                _note_host(st, line, k, seen)
-            elif " INFO " in line or " WARN " in line:
-                _note_host_22(st, line, seen)
-            _feed(st, line)
+            try:
+                _read_line(st, line.rstrip("\r\n"), seen)
+            except ValueError:  # a number of over 4,300 digits (int() refuses it): not a line NCCL wrote
+                continue
     return _summarize(st)
+
+
+def _read_line(st: _State, line: str, seen: set) -> None:
+    k = line.find(" NCCL ")
+    if k > 0:  # the common case first: this runs once per line of every rank's log
+        st.test_list_open = False
+        if (line.find("  ", 0, k) >= 0 or line.find(" NCCL ", k + 6) > 0) and \
+                (parts := _glued(line, k)) is not None:
+            for record in parts:
+                _note_host(st, record, record.find(" NCCL "), seen)
+                _feed(st, record)
+            return
+        if line[:k] not in seen:
+            _note_host(st, line, k, seen)
+    elif "Rank" in line:
+        _note_host(st, line, k, seen)
+    elif " INFO " in line or " WARN " in line:
+        _note_host_22(st, line, seen)
+    _feed(st, line)
 
 
 def _network(st: _State, unknown: dict) -> str | None:
@@ -556,9 +567,10 @@ def _uncut_hosts(st: _State) -> set[str]:
     stream ("adp-u" + "adp-us-llm-...:235:235 [1] NCCL INFO ..."): a name seen once that is the start of a
     known host followed by that host."""
     cut = set()
+    lengths = {len(h) for h in st.hosts}  # the tails worth looking up (each slice of a long name costs its length)
     for glued in st.hosts:
-        if st.host_heads[glued] == 1 and any(glued[i:] in st.hosts and glued[i:].startswith(glued[:i])
-                                             for i in range(1, len(glued))):
+        if st.host_heads[glued] == 1 and any(n < len(glued) and glued[-n:] in st.hosts and
+                                             glued[-n:].startswith(glued[:-n]) for n in lengths):
             cut.add(glued)
     return st.hosts - cut
 

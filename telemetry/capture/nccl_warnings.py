@@ -24,7 +24,9 @@ from __future__ import annotations
 import re
 from collections import Counter
 
-_WARN = re.compile(r"(?:NCCL WARN|\] [\w./\-]+:\d+ WARN)\s+(.*?)\s*$")
+# the message is the rest of the line, its trailing blanks cut in code (a lazy "(.*?)\s*$" is quadratic in a
+# long run of blanks inside the message)
+_WARN = re.compile(r"(?:NCCL WARN|\] [\w./\-]+:\d+ WARN)\s+(.*)")
 _KINDS = (("verbs_call", re.compile(r"\bCall to ibv_\w+|\bibv_\w+ failed")),
           ("completion_error", re.compile(r"Got completion")),
           ("no_device", re.compile(r"No device found|Failed to open libibverbs")),
@@ -51,8 +53,9 @@ class Warnings:
 
     def add(self, line: str) -> None:
         if m := _WARN.search(line):
-            if m.group(1) in self.messages or len(self.messages) < MAX_MESSAGES:
-                self.messages[m.group(1)] += 1
+            message = m.group(1).rstrip()
+            if message in self.messages or len(self.messages) < MAX_MESSAGES:
+                self.messages[message] += 1
 
     def summary(self) -> dict | None:
         """None where the log has no WARN line; else the total, the count per kind and each distinct message

@@ -94,3 +94,17 @@ def test_out_is_a_file_path(tmp_path, capsys):
     old.write_text("before\n")
     assert main(["mllog", str(run), "--out", str(old), "--no-check"]) == 0
     assert old.read_text().startswith(":::MLLOG")
+
+
+def test_a_damaged_record_is_an_mllog_error_naming_its_line(tmp_path):
+    # found by mutation fuzzing: json.loads raised on a record cut short, and invalid UTF-8 raised on reading
+    good = REAL.read_text(encoding="utf-8").splitlines()[0]
+    path = tmp_path / "mllog.txt"
+    path.write_bytes(b"\xff\xfe other output\n" + good.encode() + b"\n" + good[:40].encode() + b"\n")
+    with pytest.raises(ml.MllogError, match=r"mllog.txt:3: not a :::MLLOG record"):
+        ml.lines(str(path))
+    path.write_text(good + "\n:::MLLOG " + "[" * 100_000 + "\n", encoding="utf-8")
+    with pytest.raises(ml.MllogError, match=r":2: "):
+        ml.lines(str(path))
+    path.write_bytes(b"\xff\n" + good.encode() + b"\n")
+    assert ml.lines(str(path))[0]["key"] == "run_start"

@@ -179,3 +179,20 @@ def test_a_code_fence_glued_to_the_first_line_and_nvls_tree():
         ("AllReduce", 16777216, "TREE/LL128", [0, 15]), ("AllReduce", 33554432, "NVLS_TREE/SIMPLE", [0, 15])]
     trace = (CORPUS.parent / "nccl_logs" / "rccl_429_coll_trace_opcount_kernel_lines.log").read_text()
     assert parse_lines(trace.splitlines()) == []
+
+
+# ---- found by mutation fuzzing (inputs minimised): no exception, and no time quadratic in a long line
+
+def test_many_records_glued_on_one_line_and_a_long_word_before_one():
+    line = "[0] NCCL INFO 805306368 Bytes -> Algo 1 proto 2 time 3970.683594" * 20_000
+    assert len(parse_lines([line])) == 20_000  # each record used to search the whole line again
+    assert len(parse_lines(["a" * 100_000 + " 8 Bytes -> Algo 1 proto 2 time 1.0"])) == 1
+
+
+def test_damaged_numbers_are_unknown_or_leave_their_line_unread():
+    recs = parse_lines(["8 Bytes -> Algo 1 proto 2 time 1.2.3", "9" * 5000 + " Bytes -> Algo 1 proto 2 time 1.0"])
+    assert [(r["bytes"], r["time_us"]) for r in recs] == [(8, None)]
+    table = tuning_table(["Algorithm |  Tree", "Protocol |  LL  LL128  Simple",
+                          "AllReduce |  1.2.3/ 4.0 |  5.0/ 6.0 |  7.0/ 8.0 |"])
+    assert table == {"AllReduce": {"TREE/LL128": {"latency_us": 5.0, "bandwidth_GBps": 6.0},
+                                   "TREE/SIMPLE": {"latency_us": 7.0, "bandwidth_GBps": 8.0}}}

@@ -537,3 +537,30 @@ def test_a_markdown_pipe_table_reads_as_its_rows():
     assert parse(text)["rows_read"] == 9
     prose = "| size | what it means |\n| -- | -- |\n| 1024 | one KiB per rank |\n"
     assert parse(text + "\n" + prose)["ops"] == parse(text)["ops"]
+
+
+# ---- found by mutation fuzzing (inputs minimised): no exception, and no time quadratic in a long line
+
+def test_header_cut_inside_its_last_block():
+    for cut in ("busb", "", "busbw #wrong time"):
+        out = parse("#  size count type redop root time algbw busbw #wrong time algbw " + cut + "\n"
+                    "           8             2     float     sum      -1     9.1    0.00    0.00      0     9.0    0.00"
+                    "    0.00      0\n")
+        assert out["rows_read"] + out["rows_skipped"] == 1  # read, or kept as a line not read; no IndexError
+
+
+def test_device_line_with_a_long_run_of_blanks_before_device():
+    out = parse("#  Rank  0 Group  0 Pid 1 on node-a" + " " * 100_000 + "device  0 [0x1b] NVIDIA H100\n"
+                "#  size count type redop root time algbw busbw #wrong time algbw busbw #wrong\n"
+                "           8             2     float     sum      -1     9.1    0.00    0.00      0     9.0    0.00"
+                "    0.00      0\n")
+    assert [d["host"] for op in out["ops"].values() for d in op["devices"]] == ["node-a"]
+
+
+def test_a_number_python_will_not_convert_leaves_its_line_unread():
+    big = "9" * 5000  # int() refuses strings of over 4,300 digits (ValueError)
+    out = parse(f"# nThread 1 nGpus {big} minBytes 8\n# Out of bounds values : {big} OK\n"
+                "#  size count type redop root time algbw busbw #wrong time algbw busbw #wrong\n"
+                "           8             2     float     sum      -1     9.1    0.00    0.00      0     9.0    0.00"
+                "    0.00      0\n", name_hint="all_reduce_perf.txt")
+    assert out["rows_read"] == 1

@@ -152,3 +152,30 @@ def test_force_network_flag_lands_in_run_json(tmp_path, log, all_net, capsys):
     assert check["all_net"] is all_net
     err = capsys.readouterr().err
     assert ("FORCE_NETWORK VIOLATED" in err) is (not all_net)
+
+
+# ---- found by mutation fuzzing (inputs minimised): a value of the wrong JSON type is unknown, never an exception
+
+def test_values_of_the_wrong_type_read_as_unknown():
+    doc = {"args": 1.5, "config": {"nthreads": {}, "ngpus": "2", "devices": [{"rank": 0}, 7]},
+           "results": [{"size": 8, "count": [], "type": ["float"], "redop": "sum", "root": [1],
+                        "out_of_place": {"time": [], "alg_bw": "1e999", "bus_bw": 99999999999999999999 ** 20,
+                                         "nwrong": -1.5},
+                        "in_place": 3},
+                       {"size": "x"}, {"size": 4}],
+           "average_bus_bandwidth": 5.0, "out_of_bounds": [], "fabric_harness": {"op": []}}
+    out = parse_json(doc, name_hint="all_reduce_perf.json")
+    assert out["world_size"] == 2 and out["dtype"] is None  # one device dict, ngpus "2" (a number as text)
+    row = out["ops"]["all_reduce"]["rows"][0]
+    assert (row["size"], row["count"], row["type"], row["root"]) == (8, None, None, None)
+    assert row["out_of_place"] == {"time_us": None, "algbw_GBps": None, "busbw_GBps": None, "wrong": None}
+    assert row["in_place"] is None and out["ops"]["all_reduce"]["avg_busbw_GBps"] is None
+    assert parse_json({"config": [], "results": [], "average_bus_bandwidth": {"okay": []}})["ops"]["unknown"][
+        "avg_busbw_check"] is None
+
+
+def test_json_nested_too_deeply_is_an_input_error(tmp_path):
+    path = tmp_path / "all_reduce_perf.json"
+    path.write_text('{"config": ' + "[" * 100_000, encoding="utf-8")
+    with pytest.raises(NcclTestsError, match="nested too deeply"):
+        read(str(path))

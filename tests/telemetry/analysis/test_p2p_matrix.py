@@ -114,3 +114,12 @@ def test_the_sample_measurement_in_the_normalised_table(tmp_path):
     md = (tmp_path / "cmp" / "compare.md").read_text()
     assert "| p2p copy engine bidirectional bandwidth, P2P enabled (GB/s, mean over pairs) | 80 (1x) | 40 (0.5x) |" in md
     assert "| p2p copy engine GPU latency, P2P enabled (us, mean over pairs) | 2 (1x) | 4 (0.5x) |" in md
+
+
+def test_reference_cells_that_are_not_finite_are_unknown():
+    # found by mutation fuzzing: int(nan) raised in the connectivity matrix
+    ref = pm.parse_reference("P2P Connectivity Matrix\n     D\\D     0     1\n     0\t     1     nan\n     1\t   inf     1\n"
+                             "Unidirectional P2P=Disabled Bandwidth Matrix (GB/s)\n   D\\D     0      1 \n"
+                             "     0 1e999  -inf \n     1  38.92 1537.94 \n")
+    assert ref["connectivity"] == [[1, None], [None, 1]]
+    assert ref["unidirectional"]["disabled"] == [[None, None], [38.92, 1537.94]]

@@ -569,3 +569,43 @@ def test_a_prefix_with_the_host_and_no_pid_or_thread():
     for line in ("2025-06-01T10:00:00.123Z [0] NCCL INFO Using network IB", "[1,3]<stdout>:[0] NCCL INFO Using network IB",
                  "(RayWorkerWrapper pid=1000) [0] NCCL INFO Using network IB", "12: [0] NCCL INFO Using network IB"):
         assert parse_lines([line])["hosts"] is None, line
+
+
+# ---- found by mutation fuzzing (inputs minimised): no exception, and no time quadratic in a long line
+
+BLANKS = " " * 100_000  # a pattern that backtracked over this run took minutes; read in linear time it is instant
+
+
+def test_rank_list_host_before_a_long_run_of_blanks():
+    r = parse_lines([f"#  Rank  0 Group  0 Pid 1 on node-a{BLANKS}device  0 [0x1b] NVIDIA H100"])
+    assert r["hosts"] == ["node-a"]
+
+
+def test_plugin_name_and_warning_with_long_runs_of_blanks():
+    r = parse_lines([f"h:1:2 [0] NCCL INFO Loaded net plugin NCCL RDMA Plugin (v8){BLANKS}",
+                     f"h:1:2 [0] NCCL INFO Loaded net plugin a{BLANKS}b",
+                     f"h:1:2 [0] misc/socket.cc:1 NCCL WARN x{BLANKS}y{BLANKS}"])
+    assert r["net_plugin"] == f"a{BLANKS}b"
+    assert [w["message"] for w in r["warnings"]["messages"]] == [f"x{BLANKS}y"]
+    assert parse_lines(["h:1:2 [0] NCCL INFO Loaded net plugin NCCL RDMA Plugin (v8)  "])["net_plugin"] == \
+        "NCCL RDMA Plugin"
+
+
+def test_glued_records_split_at_a_long_run_of_blanks_and_unclosed_merged_devices():
+    r = parse_lines([f"h:1:2 [0] NCCL INFO x{BLANKS}y NCCL INFO z",
+                     "h:1:2 [0] NCCL INFO NET/IB : Using " + "[0]={" * 20_000])
+    assert r["hosts"] == ["h"]
+
+
+def test_a_number_python_will_not_convert_leaves_its_line_unread():
+    big = "9" * 5000  # int() refuses strings of over 4,300 digits (ValueError)
+    r = parse_lines([f"h:1:2 [0] NCCL INFO comm 0x1 rank 0 nranks {big} cudaDev 0",
+                     f"#  Rank {big} Group  0 Pid 1 on h device  0 [0x1] X",
+                     "h:1:2 [0] NCCL INFO comm 0x1 rank 0 nranks 2 cudaDev 0"])
+    assert r["nranks"] == 2
+
+
+def test_a_very_long_host_name():
+    # every tail of each host name was sliced and looked up (quadratic in the name's length)
+    host = "rdma-gpu-tr" + "." * 60_000 + "ain-worker-0"
+    assert parse_lines([f"{host}:19485:21058 [1] NCCL INFO Using network IB"])["hosts"] == [host]
