@@ -14,8 +14,10 @@ SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSW|PASSPHRASE|(^|_)PWD($|_)|KEY|CRED|
 SECRET_VALUE = re.compile(
     r"://[^/\s:@]+:[^/\s@]+@"
     # (a tail in capitals and underscores only is a variable's name, HF_HUB_OFFLINE, not a token)
-    r"|\b(hf|ghp|gho|ghu|ghs|ghr|github_pat|glpat|sk|xox[abpors]|npm)[_-](?=(?-i:[A-Za-z0-9_-]*[a-z0-9]))"
-    r"[A-Za-z0-9_-]{8,}"
+    # Hugging Face, GitHub and npm tokens are one run of letters and digits after the prefix (hf_ + 34): a tail
+    # with '-' or '_' in it is a name, hf-internal-testing/..., /data/hf_datasets/, not a token
+    r"|\b(hf|ghp|gho|ghu|ghs|ghr|npm)[_-](?=(?-i:[A-Za-z0-9]*[a-z0-9]))[A-Za-z0-9]{16,}"
+    r"|\b(github_pat|glpat|sk|xox[abpors])[_-](?=(?-i:[A-Za-z0-9_-]*[a-z0-9]))[A-Za-z0-9_-]{8,}"
     r"|\bpypi-[A-Za-z0-9_-]{16,}"
     r"|\b(AKIA|ASIA)[0-9A-Z]{16}\b"
     r"|\b(Bearer|Basic)\s+\S+"

@@ -62,6 +62,9 @@ def split_layers(num_layers: int, num_stages: int) -> list[list[int]]:
     """Contiguous, as even as possible; earlier stages take the remainder."""
     if problem := pp_layers_problem(num_layers, num_stages):
         raise InputError(problem)
+    if num_layers < num_stages:  # a model without layers (the recipe check's range names its config key)
+        raise InputError(f"parallel.pp: {num_stages} pipeline stages need decoder layers; the model has "
+                         f"{num_layers}; allowed: a model with at least {num_stages} decoder layers")
     base, extra = divmod(num_layers, num_stages)
     out, start = [], 0
     for s in range(num_stages):

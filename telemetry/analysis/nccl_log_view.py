@@ -49,8 +49,9 @@ def log_paths(inputs: list[str]) -> list[str]:
             raise NcclLogError(f"{item}: not readable by this user; allowed: a log file this user can read")
         else:
             paths.append(item)  # a FIFO too: <(kubectl logs ...) is one
-    if len(set(paths)) < len(paths):
-        twice = next(p for p in paths if paths.count(p) > 1)
+    same = [p if p == "-" else os.path.realpath(p) for p in paths]  # a.log and ./a.log, or a folder and its log
+    if len(set(same)) < len(same):
+        twice = next(p for p, key in zip(paths, same) if same.count(key) > 1)
         raise NcclLogError(f"{twice}: given twice; allowed: each log once (its ranks would count twice)")
     return paths
 

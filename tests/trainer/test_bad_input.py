@@ -608,3 +608,21 @@ def test_a_negative_world_size_flag_names_the_flag(capsys, monkeypatch):
     assert main([TINY, "--dry-run", "--world-size", "-4"]) == 2
     assert capsys.readouterr().err.splitlines() == [
         "error: --world-size: got -4; expected an integer >= 1 (the number of ranks)"]
+
+
+def test_an_output_dir_holding_this_recipes_run_under_a_redacted_name_is_its_own(tmp_path, capsys, monkeypatch):
+    """run.json records the recipe redacted: a name shaped like a credential ('basic lora' reads as HTTP Basic
+    authorization) is '<redacted>' there, and the rerun of that very recipe was refused as another recipe's."""
+    import trainer.torch_floor
+    from bench.support.recorded_runs import write_run
+    from telemetry.redaction import redact_text
+
+    for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_PORT", "TORCHELASTIC_RUN_ID"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("TOKENIZERS_PARALLELISM", "false")
+    monkeypatch.setattr(trainer.torch_floor, "check", lambda: "stop: past the output_dir check")  # no run starts
+    assert redact_text("basic lora") != "basic lora"
+    run = write_run(tmp_path / "own", name=redact_text("basic lora"), workload="llm_lora")
+    assert main([TINY, f"output_dir={run}", "name=basic lora", "max_steps=1"]) == 2
+    assert capsys.readouterr().err.splitlines() == ["error: stop: past the output_dir check"]

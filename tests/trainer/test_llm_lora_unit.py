@@ -98,7 +98,10 @@ def test_unknown_lora_target_is_one_line_naming_the_key():
     with pytest.raises(RecipeError) as refused:  # the recipe check (the dry run) names Llama's layers
         load_recipe(TINY, [*SMALL, "lora.target_modules=[q_prj]"])
     assert refused.value.problems == ["lora.target_modules: 'q_prj' is no Llama linear layer (did you mean "
-                                      "'q_proj'?); allowed: q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj"]
+                                      "'q_proj'?); allowed: q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj, "
+                                      "lm_head"]
+    assert load_recipe(TINY, [*SMALL, "lora.target_modules=[q_proj,lm_head]"]).lora.target_modules == [
+        "q_proj", "lm_head"]  # the output projection is a Linear peft adapts: it trained before the check
     recipe = load_recipe(TINY, SMALL)
     recipe.lora.target_modules = ["no_such_proj"]  # past the check: peft's own refusal is one line too
     w = get_workload("llm_lora")(recipe, torch.device("cpu"), torch.float32)

@@ -55,6 +55,12 @@ def test_more_stages_than_layers_is_one_line():
         split_layers(2, 3)
 
 
+def test_a_model_without_layers_is_refused_not_given_empty_stages():
+    # pp_layers_problem leaves 0 layers to the config's range check; the built model's split refuses it still
+    with pytest.raises(InputError, match=r"^parallel.pp: 2 pipeline stages need decoder layers; the model has 0"):
+        split_layers(0, 2)
+
+
 def test_one_stage_schedule_gives_the_summed_loss(parts):
     recipe, workload, batch = parts
     expected = workload.loss_sums(whole(workload), batch)["loss"].item()

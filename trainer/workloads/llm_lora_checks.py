@@ -6,7 +6,8 @@ from ..config import SEQ_LEN_MAX, Recipe
 from .data_checks import check_split
 from .hf import config_problems, pp_layers_problem
 
-LLAMA_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+# lm_head is a Linear too: peft adapts it (a tiny Llama with [q_proj, lm_head] trained at 14fb94c)
+LLAMA_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "lm_head")
 
 
 def _unknown_llama_modules(names) -> str | None:

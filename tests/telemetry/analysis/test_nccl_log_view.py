@@ -97,6 +97,8 @@ def test_tuning_lines_become_the_algorithm_choices(tmp_path, capsys):
     ("empty_dir", ["{tmp}/d"], "a directory without logs/nccl*.log, nccl*.log or *.log"),
     ("plain", ["{tmp}/plain.log"], "no line names NCCL or RCCL; allowed: a job's output"),
     ("plain", ["{tmp}/plain.log", "{tmp}/plain.log"], "plain.log: given twice"),
+    ("plain", ["{tmp}/plain.log", "{tmp}/./plain.log"], "plain.log: given twice"),  # one file, spelt twice
+    ("plain", ["{tmp}", "{tmp}/plain.log"], "plain.log: given twice"),  # a folder of logs and a log in it
     ("plain", ["{tmp}/plain.log", "--expect", "rcoe"], "--expect: got 'rcoe'; did you mean 'roce'? expected one of ib,"),
     ("binary", ["{tmp}/core.bin"], "no line names NCCL or RCCL"),
     (None, ["/dev/zero"], "/dev/zero: is a character device, not a log"),

@@ -420,6 +420,9 @@ def test_a_row_with_one_blocks_cells_is_read_by_their_columns():
         got = parse("\n".join(prefix + line for line in header + rows))["ops"]["unknown"]["rows"]
         assert got[0]["out_of_place"] is None and got[0]["in_place"]["time_us"] == 94.33
         assert got[1]["in_place"] is None and got[1]["out_of_place"]["time_us"] == 99.47
+    # blanks collapsed (a table copied out of a web page): the columns say nothing, nccl-tests' order stands
+    collapsed = parse("\n".join(" ".join(line.split()) for line in header + rows[:1]))["ops"]["unknown"]["rows"]
+    assert collapsed[0]["out_of_place"] is None and collapsed[0]["in_place"]["time_us"] == 94.33
 
 
 # What log shippers and launchers of other clusters put before every line (kubectl logs --timestamps, kubectl

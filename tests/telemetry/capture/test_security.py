@@ -83,3 +83,12 @@ def test_report_and_compare_with_a_hostile_run_name(tmp_path):
     md = (tmp_path / "cmp" / "compare.md").read_text()
     assert "\\$unbalanced" in md and "\\<script>" in md and "\\$\\\\frac{a\\$" in md
     assert (tmp_path / "cmp" / "comm.png").stat().st_size > 1000
+
+
+@pytest.mark.parametrize("text", [
+    "model.path: 'hf-internal-testing/tiny-random-gpt2' is not in the local cache",  # the hub's test models
+    "data.dataset: '/data/hf_datasets/wikitext' does not exist", "output_dir: '/scratch/hf_cache_dir/run1'",
+    "ghs_runner_workdir/npm-packages-dir"])
+def test_error_lines_keep_hub_names_and_paths(text):
+    # every error: line is redacted: a hub name or path that starts like a token prefix is no token
+    assert redact_text(text) == text
