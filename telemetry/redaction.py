@@ -24,10 +24,14 @@ SECRET_VALUE = re.compile(
     r"|\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\."
     r"|-----BEGIN [A-Z ]*PRIVATE KEY-----", re.I)
 REDACTED = "<redacted>"
+# Fabric settings whose names hold KEY but no secret: an InfiniBand partition key (NCCL_IB_PKEY, UCX_IB_PKEY)
+# is the fabric's partition, which a fabric report must show
+NOT_SECRET_NAME = re.compile(r"(^|_)PKEY$", re.I)
 
 
 def is_secret(name: str, value: str) -> bool:
-    return bool(SECRET_NAME.search(name) or SECRET_VALUE.search(value))
+    by_name = SECRET_NAME.search(name) and not NOT_SECRET_NAME.search(name)
+    return bool(by_name or SECRET_VALUE.search(value))
 
 
 def redact_text(text: str) -> str:

@@ -31,7 +31,9 @@ SECRET_VALUES = [
 ]
 HARMLESS = {"NCCL_IB_HCA": "mlx5_0,mlx5_1", "NCCL_SOCKET_IFNAME": "eth0", "GLOO_SOCKET_IFNAME": "veth0",
             "NCCL_DEBUG": "INFO", "NCCL_NET": "IB", "FI_PROVIDER": "efa", "MASTER_ADDR": "10.0.0.1",
-            "NCCL_DEBUG_FILE": "/runs/x/logs/nccl.%h.%p.log", "CUDA_VISIBLE_DEVICES": "0,1,2,3"}
+            "NCCL_DEBUG_FILE": "/runs/x/logs/nccl.%h.%p.log", "CUDA_VISIBLE_DEVICES": "0,1,2,3",
+            # an InfiniBand partition key is the fabric's partition, not a credential
+            "NCCL_IB_PKEY": "0x8001", "UCX_IB_PKEY": "0x7fff"}
 
 
 @pytest.mark.parametrize("name", SECRET_NAMES)
