@@ -20,9 +20,12 @@ SECRET_VALUE = re.compile(
     r"|\b(github_pat|glpat|sk|xox[abpors])[_-](?=(?-i:[A-Za-z0-9_-]*[a-z0-9]))[A-Za-z0-9_-]{8,}"
     r"|\bpypi-[A-Za-z0-9_-]{16,}"
     r"|\b(AKIA|ASIA)[0-9A-Z]{16}\b"
-    r"|\b(Bearer|Basic)\s+\S+"
+    r"|\bBearer\s+\S+"
     r"|\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\."
     r"|-----BEGIN [A-Z ]*PRIVATE KEY-----", re.I)
+# Basic authorization is base64 of "user:password": redacted when the word after "Basic" decodes to that shape,
+# so prose ("basic lora", "Basic settings") is left as it is
+BASIC = re.compile(r"\bBasic\s+([A-Za-z0-9+/]{4,}={0,2})(?![A-Za-z0-9+/=])", re.I)
 REDACTED = "<redacted>"
 # Fabric settings whose names hold KEY but no secret: an InfiniBand partition key (NCCL_IB_PKEY, UCX_IB_PKEY)
 # is the fabric's partition, which a fabric report must show
@@ -31,11 +34,24 @@ NOT_SECRET_NAME = re.compile(r"(^|_)PKEY$", re.I)
 
 def is_secret(name: str, value: str) -> bool:
     by_name = SECRET_NAME.search(name) and not NOT_SECRET_NAME.search(name)
-    return bool(by_name or SECRET_VALUE.search(value))
+    return bool(by_name or SECRET_VALUE.search(value) or any(_is_basic(m) for m in BASIC.finditer(value)))
+
+
+def _is_basic(match: re.Match) -> bool:
+    import base64
+    import binascii
+
+    word = match.group(1)
+    try:
+        decoded = base64.b64decode(word + "=" * (-len(word) % 4), validate=True)
+    except (binascii.Error, ValueError):
+        return False
+    return b":" in decoded and decoded.isascii() and decoded.decode("ascii").isprintable()
 
 
 def redact_text(text: str) -> str:
     """`text` with every credential-shaped part replaced (command lines, overrides, recipe strings)."""
-    return SECRET_VALUE.sub(REDACTED, text)
+    text = SECRET_VALUE.sub(REDACTED, text)
+    return BASIC.sub(lambda m: REDACTED if _is_basic(m) else m.group(0), text)
 
 

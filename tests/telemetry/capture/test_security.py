@@ -26,7 +26,7 @@ SECRET_VALUES = [
     "hf_abcdefghijklmnopqrstuvwxyz", "ghp_0123456789abcdefghijABCDEFGHIJ", "github_pat_11ABCDEFG0123456789_xyz",
     "gho_abcdefghijklmnop", "glpat-abcdefghijklmnop1234", "xoxb-123456789012-abcdefghij", "sk-abcdefghijklmnop1234",
     "AKIAIOSFODNN7EXAMPLE", "npm_abcdefghijklmnopqrstuvwxyz012345", "pypi-AgEIcHlwaS5vcmcCJGFiY2RlZmdoaWprbG1ubw",
-    "Bearer abc.def", "Basic dXNlcjpwYXNz", "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.abc",
+    "Bearer abc.def", "Basic dXNlcjpwYXNz", "Authorization: basic YWxpY2U6czNjcjN0", "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.abc",
     "-----BEGIN RSA PRIVATE KEY-----MIIE",
 ]
 HARMLESS = {"NCCL_IB_HCA": "mlx5_0,mlx5_1", "NCCL_SOCKET_IFNAME": "eth0", "GLOO_SOCKET_IFNAME": "veth0",
@@ -90,7 +90,9 @@ def test_report_and_compare_with_a_hostile_run_name(tmp_path):
 @pytest.mark.parametrize("text", [
     "model.path: 'hf-internal-testing/tiny-random-gpt2' is not in the local cache",  # the hub's test models
     "data.dataset: '/data/hf_datasets/wikitext' does not exist", "output_dir: '/scratch/hf_cache_dir/run1'",
-    "ghs_runner_workdir/npm-packages-dir"])
+    "ghs_runner_workdir/npm-packages-dir",
+    # prose after "Basic": Basic authorization is base64 of user:password, which these are not
+    "name: 'basic lora' names another recipe's run", "Basic settings apply", "basic Zm9vYmFy"])
 def test_error_lines_keep_hub_names_and_paths(text):
     # every error: line is redacted: a hub name or path that starts like a token prefix is no token
     assert redact_text(text) == text
