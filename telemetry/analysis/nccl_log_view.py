@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import glob
 import os
-import stat
 import sys
 from collections import Counter
 
 from telemetry.analysis.transport_claims import check_transport
 from telemetry.errors import HarnessError
+from telemetry.input_files import what_is_there
 from telemetry.rundir import LOGS
 
 LINE_MAX_CHARS = 1 << 20  # longer lines are read in pieces of this size (no NCCL record is near it)
@@ -42,7 +42,7 @@ def log_paths(inputs: list[str]) -> list[str]:
         elif not os.path.exists(item):
             raise NcclLogError(f"{item}: does not exist; allowed: a log file (NCCL_DEBUG=INFO output), a folder of "
                                "them, a run directory, or - for standard input")
-        elif (kind := _special(item)) is not None:
+        elif (kind := what_is_there(item)) in ("a character device", "a block device", "a socket"):
             raise NcclLogError(f"{item}: is {kind}, not a log; allowed: a log file, a FIFO such as <(kubectl logs "
                                "POD), a folder of logs, a run directory, or - for standard input")
         elif not os.access(item, os.R_OK):
@@ -54,17 +54,6 @@ def log_paths(inputs: list[str]) -> list[str]:
         twice = next(p for p, key in zip(paths, same) if same.count(key) > 1)
         raise NcclLogError(f"{twice}: given twice; allowed: each log once (its ranks would count twice)")
     return paths
-
-
-def _special(path: str) -> str | None:
-    """'a character device' (/dev/zero would be read forever), 'a block device' or 'a socket'; None for a
-    regular file, a FIFO or a directory."""
-    mode = os.stat(path).st_mode
-    for test, name in ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-                       (stat.S_ISSOCK, "a socket")):
-        if test(mode):
-            return name
-    return None
 
 
 def _open(path: str):
