@@ -17,7 +17,9 @@ SECRET_VALUE = re.compile(
     # Hugging Face, GitHub and npm tokens are one run of letters and digits after the prefix (hf_ + 34): a tail
     # with '-' or '_' in it is a name, hf-internal-testing/..., /data/hf_datasets/, not a token
     r"|\b(hf|ghp|gho|ghu|ghs|ghr|npm)[_-](?=(?-i:[A-Za-z0-9]*[a-z0-9]))[A-Za-z0-9]{16,}"
-    r"|\b(github_pat|glpat|sk|xox[abpors])[_-](?=(?-i:[A-Za-z0-9_-]*[a-z0-9]))[A-Za-z0-9_-]{8,}"
+    # GitHub fine-grained, GitLab, OpenAI-style and Slack tokens carry 20 or more characters after the prefix;
+    # a shorter tail is a name (/data/sk-learn-models)
+    r"|\b(github_pat|glpat|sk|xox[abpors])[_-](?=(?-i:[A-Za-z0-9_-]*[a-z0-9]))[A-Za-z0-9_-]{20,}"
     r"|\bpypi-[A-Za-z0-9_-]{16,}"
     r"|\b(AKIA|ASIA)[0-9A-Z]{16}\b"
     r"|\bBearer\s+\S+"

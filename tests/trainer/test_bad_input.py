@@ -611,7 +611,7 @@ def test_a_negative_world_size_flag_names_the_flag(capsys, monkeypatch):
 
 
 def test_an_output_dir_holding_this_recipes_run_under_a_redacted_name_is_its_own(tmp_path, capsys, monkeypatch):
-    """run.json records the recipe redacted: a name shaped like a credential ('sk-llama-lora-v1' reads as an
+    """run.json records the recipe redacted: a name shaped like a credential ('sk-0123456789abcdefghijklmn' reads as an
     OpenAI-style key) is '<redacted>' there, and the rerun of that very recipe was refused as another recipe's."""
     import trainer.torch_floor
     from bench.support.recorded_runs import write_run
@@ -622,7 +622,7 @@ def test_an_output_dir_holding_this_recipes_run_under_a_redacted_name_is_its_own
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("TOKENIZERS_PARALLELISM", "false")
     monkeypatch.setattr(trainer.torch_floor, "check", lambda: "stop: past the output_dir check")  # no run starts
-    assert redact_text("sk-llama-lora-v1") != "sk-llama-lora-v1"
-    run = write_run(tmp_path / "own", name=redact_text("sk-llama-lora-v1"), workload="llm_lora")
-    assert main([TINY, f"output_dir={run}", "name=sk-llama-lora-v1", "max_steps=1"]) == 2
+    assert redact_text("sk-0123456789abcdefghijklmn") != "sk-0123456789abcdefghijklmn"
+    run = write_run(tmp_path / "own", name=redact_text("sk-0123456789abcdefghijklmn"), workload="llm_lora")
+    assert main([TINY, f"output_dir={run}", "name=sk-0123456789abcdefghijklmn", "max_steps=1"]) == 2
     assert capsys.readouterr().err.splitlines() == ["error: stop: past the output_dir check"]

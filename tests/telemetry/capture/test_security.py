@@ -92,7 +92,9 @@ def test_report_and_compare_with_a_hostile_run_name(tmp_path):
     "data.dataset: '/data/hf_datasets/wikitext' does not exist", "output_dir: '/scratch/hf_cache_dir/run1'",
     "ghs_runner_workdir/npm-packages-dir",
     # prose after "Basic": Basic authorization is base64 of user:password, which these are not
-    "name: 'basic lora' names another recipe's run", "Basic settings apply", "basic Zm9vYmFy"])
+    "name: 'basic lora' names another recipe's run", "Basic settings apply", "basic Zm9vYmFy",
+    # a name or path after an OpenAI/GitLab/Slack-style prefix, shorter than any such token
+    "data.dataset: '/data/sk-learn-models/train.jsonl' does not exist", "name: 'sk-llama-lora-v1'"])
 def test_error_lines_keep_hub_names_and_paths(text):
     # every error: line is redacted: a hub name or path that starts like a token prefix is no token
     assert redact_text(text) == text
