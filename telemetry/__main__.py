@@ -11,7 +11,7 @@ from telemetry.errors import (OneLineParser, exit_quietly_on_closed_pipe, output
                               print_errors)
 from telemetry.analysis.transport_claims import TRANSPORTS
 from telemetry.analysis.runs import RunError
-from telemetry.rundir import EXPORTS, REPORT, StepKey, recorded_by_run
+from telemetry.rundir import EXPORTS, REPORT, SWEEP_TABLE, StepKey, recorded_by_run
 
 
 def _parser() -> OneLineParser:
@@ -503,10 +503,10 @@ def _nccl_tests(args) -> int:
     results = []
     for path in args.inputs:
         if os.path.isdir(path):  # a sweep's run directory: its table
-            if not os.path.isfile(os.path.join(path, "collectives.txt")):
-                return print_errors(f"{path}: a directory without collectives.txt; allowed: a sweep's run directory "
+            if not os.path.isfile(os.path.join(path, SWEEP_TABLE)):
+                return print_errors(f"{path}: a directory without {SWEEP_TABLE}; allowed: a sweep's run directory "
                                     "or an nccl-tests output file")
-            path = os.path.join(path, "collectives.txt")
+            path = os.path.join(path, SWEEP_TABLE)
         try:
             result = read(path)
         except (OSError, NcclTestsError) as exc:

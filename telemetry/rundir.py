@@ -29,6 +29,8 @@ RUN_JSON, METRICS = "run.json", "metrics.jsonl"
 RANKS, LOGS, CHECKPOINTS, REPORT, EXPORTS = "ranks", "logs", "checkpoints", "report", "exports"
 RESERVE = ".reserve"
 LAB = "lab.json"  # written by python -m launch.lab beside the run's own files
+# a collective sweep's nccl-tests table, written line by line as each size is measured (what watch follows)
+SWEEP_TABLE = "collectives.txt"
 RANK_TELEMETRY, RANK_EVENTS, RANK_FINAL = "telemetry.jsonl", "events.jsonl", "final.json"  # ranks/rankNNNNN.<name>
 
 LAYOUT = (
@@ -45,7 +47,8 @@ LAYOUT = (
                  "profiler traces, flight_recorder/ (what each rank last entered, written on a failure or hang), "
                  "prometheus-targets.HOST.json (while a run with telemetry.prometheus is live: the node's "
                  "metrics address as a Prometheus file_sd target list, docs/live.md)"),
-    ("collectives.txt, .json, .csv", "a collective sweep's tables (nccl-tests layout)"),
+    (f"{SWEEP_TABLE}, collectives.json, .csv", "a collective sweep's tables (nccl-tests layout); the text table is "
+                                               "written as each size is measured, so a sweep cut short keeps its rows"),
     (LAB, "a run in the fabric lab (python -m launch.lab): the emulated nodes, link rates and MTU, each shaped "
           "link, and the links' tc tbf counters read before tear-down (qdisc, tbf_drops, tbf_drops_after_first_step)"),
     (f"run.lock, {RESERVE}", "while a run is live: who holds the directory; 1 MiB given back if the disk fills"),
@@ -55,7 +58,7 @@ LAYOUT = (
 
 
 # what a run itself writes at the top of its directory (files, and folders with everything in them)
-RUN_OWN = frozenset({RUN_JSON, METRICS, RANKS, LOGS, CHECKPOINTS, "run.lock", RESERVE, "collectives.txt", LAB})
+RUN_OWN = frozenset({RUN_JSON, METRICS, RANKS, LOGS, CHECKPOINTS, "run.lock", RESERVE, SWEEP_TABLE, LAB})
 
 
 def looks_like_run_dir(path: str) -> bool:

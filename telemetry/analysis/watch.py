@@ -21,6 +21,7 @@ import time
 from collections import deque
 
 from telemetry import stragglers
+from telemetry.analysis import sweep_progress
 from telemetry.analysis.runs import shape_problem
 from telemetry.rundir import (
     METRICS, RANK_TELEMETRY, RUN_JSON, JsonlFollower, StepKey, is_step_record, rank_files, upgrade_record,
@@ -49,6 +50,7 @@ class RunWatch:
         self._metrics = JsonlFollower(os.path.join(run_dir, METRICS), from_end=False)
         self._ranks: dict[int, JsonlFollower] = {}
         self.rank_lines: dict[int, deque] = {}
+        self.sweep = sweep_progress.SweepProgress(run_dir)  # a collective sweep's table, as it is written
 
     def poll(self) -> bool:
         """Read what was added; True when there is something new."""
@@ -88,7 +90,7 @@ class RunWatch:
             if lines:
                 self.rank_lines[rank].extend(lines)
                 new = True
-        return new
+        return self.sweep.poll() or new
 
     @property
     def running(self) -> bool:
@@ -141,6 +143,9 @@ class RunWatch:
             rest = {"ranks": len(ranks) - len(shown), "median_step_time_s": statistics.median(others) if others else None}
         return {"name": info.get("name") or os.path.basename(os.path.normpath(self.run_dir)),
                 "status": info.get("status") or "starting", StepKey.STEP: step, "max_steps": max_steps, "sweep": sweep,
+                "sweep_progress": self.sweep.snapshot() if sweep else None,
+                "sweep_ops": [op for op in (recipe.get("sweep") or {}).get("ops") or [] if op != "p2p_matrix"]
+                if sweep else None,
                 "eta_s": eta, "s_per_step": per_step, StepKey.LOSS: last.get(StepKey.LOSS),
                 StepKey.TOKENS_PER_S: last.get(StepKey.TOKENS_PER_S),
                 StepKey.JOB_GPU_POWER_W: last.get(StepKey.JOB_GPU_POWER_W),
@@ -181,9 +186,11 @@ def _server_power(s: dict, sep: str) -> str:
 def plain_lines(s: dict) -> list[str]:
     """The view as plain lines (not a terminal, or --once into a pipe)."""
     total = f"/{s['max_steps']}" if s["max_steps"] is not None else ""
-    if s.get("sweep"):  # a collective sweep writes its tables at the end, no step lines
-        return [f"{s['name']}: {s['status']} | a collective sweep: no steps to follow; its sizes and bandwidths: "
-                "python -m telemetry report RUN once it is done", f"  counters: {s['counters']}"] + (
+    if s.get("sweep"):  # no steps: the sizes measured so far, from the table the sweep writes as it goes
+        progress = s.get("sweep_progress") or {"tests": []}
+        return [f"{s['name']}: {s['status']} | a collective sweep: {progress.get('sizes_done', 0)} sizes measured in "
+                f"{len(progress['tests'])} tests; the whole table: python -m telemetry report RUN once it is done"] + (
+            sweep_progress.lines(progress, s.get("sweep_ops"))) + [f"  counters: {s['counters']}"] + (
             [f"  error: {s['error']}"] if s["error"] else [])
     head = (f"{s['name']}: {s['status']} | step {s['step'] if s['step'] is not None else '-'}{total} | "
             f"{_fmt(s['s_per_step'], '.3f', ' s/step')} | eta {_eta(s['eta_s'])} | loss {_fmt(s['loss'], '.4f')} | "
@@ -270,8 +277,9 @@ def watch(run_dir: str, once: bool = False, interval_s: float = 2.0, out=None) -
         shown = None
         while True:
             s = state.snapshot()
-            if (s["step"], s["status"]) != shown:
-                shown = (s["step"], s["status"])
+            now = (s["step"], s["status"], (s.get("sweep_progress") or {}).get("sizes_done"))
+            if now != shown:  # a new step, a new status, or a sweep's new sizes
+                shown = now
                 print("\n".join(plain_lines(s)), file=out, flush=True)
             if not state.running:
                 return 0

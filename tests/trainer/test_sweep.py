@@ -3,11 +3,17 @@ text output reads, row for row, as nccl-tests output."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 
 from telemetry.__main__ import main as telemetry_main
 from telemetry.analysis.nccl_tests import CSV_COLUMNS, read, to_csv
+from telemetry.analysis.watch import RunWatch, plain_lines
 from trainer.cli import main
 from trainer.sweep.output import HEADER, avg_busbw, fit, format_row, timed_block
 from trainer.sweep.plan import sizes
@@ -86,6 +92,51 @@ def test_two_rank_sweep_is_correct_and_recorded(sweep_run):
     text = (sweep_run.out / "collectives.txt").read_text()
     assert text.count("# Avg bus bandwidth") == 7 and text.count("# Collective test starting:") == 7
     assert text.count("# Using devices") == 7 and text.count("# nThread 1 nGpus 1 minBytes 8 maxBytes 1048576") == 7
+    assert text == sweep_run.stdout  # the file is written line by line as stdout is: the same table
+    # watch on the finished run: every test done, with the footer's average
+    state = RunWatch(str(sweep_run.out))
+    state.poll()
+    tests = state.snapshot()["sweep_progress"]["tests"]
+    assert [t["op"] for t in tests] == list(out["ops"]) and all(t["done"] and t["sizes_done"] == 18 for t in tests)
+    assert [t["avg_busbw_GBps"] for t in tests] == [pytest.approx(r["avg_busbw_GBps"], rel=1e-3)
+                                                    for r in out["ops"].values()]
+
+
+@pytest.mark.integration
+def test_the_table_is_written_as_measured_so_watch_follows_it_and_a_killed_sweep_keeps_it(tmp_path):
+    """A sweep wrote collectives.txt only at its end: `telemetry watch` saw nothing of a sweep in progress, and
+    a sweep killed at its 20th size lost the 19 it had measured."""
+    out = tmp_path / "sweep"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "-m", "trainer",
+           SWEEP, f"output_dir={out}", "sweep.ops=[all_reduce,all_gather]", "sweep.max_bytes=64K",
+           "sweep.iters=2", "sweep.warmup=1", "sweep.min_seconds_per_size=0.4", "sweep.latency_table=false",
+           "sweep.pairs=false"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "CUDA_VISIBLE_DEVICES": ""}
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    seen = None
+    try:
+        deadline = time.monotonic() + 240
+        state = RunWatch(str(out))
+        while time.monotonic() < deadline and proc.poll() is None:
+            state.poll()
+            s = state.snapshot()
+            progress = s.get("sweep_progress") or {}
+            if s["status"] == "running" and progress.get("sizes_done", 0) >= 3:
+                seen = progress
+                break
+            time.sleep(0.2)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # the job killed mid-sweep (a node lost, scancel)
+        _, err = proc.communicate()
+    assert seen is not None, f"watch never saw 3 sizes of a running sweep:\n{err[-3000:]}"
+    first = seen["tests"][0]
+    assert first["op"] == "all_reduce" and first["sizes_planned"] == 14 and not first["done"]
+    assert any(line.startswith("  all_reduce: ") for line in plain_lines(state.snapshot()))
+    # what it measured is kept, and reads as nccl-tests output cut short
+    kept = read(str(out / "collectives.txt"))
+    assert len(kept["ops"]["all_reduce"]["rows"]) >= 3
+    assert not (out / "collectives.json").exists()  # the numbers file is written at the end, as before
 
 
 def minimal_reader(text: str) -> list[list[str]]:

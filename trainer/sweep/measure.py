@@ -28,6 +28,7 @@ import torch.distributed as dist
 
 from telemetry.capture.group_timeout import job_timeout
 from telemetry.formulas import algbw_GBps, bus_factor
+from telemetry.rundir import SWEEP_TABLE
 from telemetry.work_progress import WorkProgress
 
 from ..error_report import InputError
@@ -686,21 +687,34 @@ def _latency(sw: Sweep, cfg, say) -> dict:
 
 def run_job(recipe, rec, device: torch.device) -> dict:
     """The sweep as a job (recipe.job == "sweep"), driven by the run's recorder (telemetry/integrations/recorder.py)
-    after the process group exists. A collective sweep: the nccl-tests table on stdout and in collectives.txt, numbers in collectives.json,
-    nccl-tests' JSON per collective in nccl-tests/, energy/power/counters per size in sweep.jsonl."""
+    after the process group exists. A collective sweep: the nccl-tests table on stdout and in collectives.txt
+    (as it is measured), numbers in collectives.json, nccl-tests' JSON per collective in nccl-tests/,
+    energy/power/counters per size in sweep.jsonl."""
+    rec.start_capture(trace=False)  # meters only (energy, power, counters): the sweep times its own calls
+    rundir = rec.rundir
+    # rank 0's table goes to the run directory line by line, as nccl-tests' output goes to a job's log: `telemetry
+    # watch` follows it, and a sweep that fails or is killed at its 20th size keeps the 19 it measured
+    table = open(os.path.join(rundir.path, SWEEP_TABLE), "w", encoding="utf-8") if rundir.rank == 0 else None
+
+    def say(text: str) -> None:
+        if table is not None:
+            print(text, flush=True)
+            table.write(text + "\n")
+            table.flush()
+    try:
+        return _sweep_job(recipe, rec, device, say)
+    finally:
+        if table is not None:
+            table.close()
+
+
+def _sweep_job(recipe, rec, device: torch.device, say) -> dict:
     from telemetry.capture.counters import merge_verdicts
     from telemetry.capture.environment import host_info
 
     from ..run_writer import write_json_atomic
 
-    rec.start_capture(trace=False)  # meters only (energy, power, counters): the sweep times its own calls
     rundir, hosts, telemetry, swept = rec.rundir, rec.hosts, rec.telemetry, {}
-    lines: list[str] = []
-
-    def say(text: str) -> None:
-        if rundir.rank == 0:
-            print(text, flush=True)
-            lines.append(text)
     tel = recipe.telemetry
     evidence = None
     if tel.enabled and int(os.environ.get("LOCAL_RANK", "0")) == 0:  # host-wide: one reader per host
@@ -718,8 +732,6 @@ def run_job(recipe, rec, device: torch.device) -> dict:
     if rundir.rank == 0:
         result["fabric"] = {k: rundir.info["fabric"].get(k) for k in ("backend", "transport", "force_network")}
         write_json_atomic(os.path.join(rundir.path, "collectives.json"), result)
-        with open(os.path.join(rundir.path, "collectives.txt"), "w", encoding="utf-8") as f:
-            f.write("\n".join(lines) + "\n")
         write_sweep_files(rundir.path, result, rundir.info.get("command") or [], rundir.info.get("environment") or {},
                           rundir.info["software"].get("nccl") if device.type == "cuda" else None)
         if result["hosts_evidence"]:  # the sweep's loss verdict over every host, and each host's server power

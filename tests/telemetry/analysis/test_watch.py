@@ -252,5 +252,5 @@ def test_a_collective_sweep_is_not_shown_as_steps_of_the_recipes_max_steps(tmp_p
     s = state.snapshot()
     assert s["sweep"] and s["max_steps"] is None
     lines = plain_lines(s)
-    assert lines[0].startswith("collectives: running | a collective sweep: no steps to follow") and "/100" not in lines[0]
+    assert lines[0].startswith("collectives: running | a collective sweep: 0 sizes measured") and "/100" not in lines[0]
     assert "/100" not in str(rich_view(s))
