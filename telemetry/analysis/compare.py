@@ -30,6 +30,7 @@ from telemetry.analysis.runs import Run, RunError, given_twice
 from telemetry.analysis.sweep_comparison import compare_sweeps
 from telemetry.analysis.training_comparison import compare_training, group_tables, loss_parity, time_to_train
 from telemetry.analysis.transport_claims import TRANSPORTS, check_transport, claim_problem, group_verdict
+from telemetry.rundir import SWEEP_TABLE
 
 
 def split_label(arg: str) -> tuple[str | None, str]:
@@ -114,8 +115,11 @@ def _check_kinds(runs: list[Run], paths: list[str], sweeps: list[str] | None) ->
         raise CompareError("--sweep adds a fabric's sweep to a training comparison; these runs are sweeps already")
     for run in runs if kinds[0] == "sweep" else []:
         if sweep_of(run) is None:  # a sweep still running, failed or killed before it wrote its tables
+            kept = os.path.join(run.path, SWEEP_TABLE)
+            hint = (f"; the sizes it measured before it stopped are in {kept}, which compare takes as nccl-tests "
+                    "output" if os.path.isfile(kept) and os.path.getsize(kept) else "")
             raise CompareError(f"{run.path}: a collective sweep run without collectives.json (run.json status "
-                               f"{run.info.get('status') or 'unknown'}): only a finished sweep can be compared")
+                               f"{run.info.get('status') or 'unknown'}): only a finished sweep can be compared{hint}")
     return kinds[0]
 
 

@@ -578,3 +578,20 @@ def test_one_label_on_runs_of_different_fabrics_is_said(tmp_path):
     (said,) = [w for w in result["warnings"] if "different fabrics" in w]
     assert said == (f"the runs labelled 'x' are on different fabrics (10mbit lab: {a}; 100mbit lab: {b}): their "
                     "figures mix them")
+
+
+def test_a_sweep_cut_short_is_refused_with_where_its_measured_sizes_are(tmp_path):
+    from .test_sweep_progress import HEAD, ROWS
+    cut = tmp_path / "cut"
+    cut.mkdir()
+    (cut / "run.json").write_text(json.dumps({"name": "collectives", "status": "failed",
+                                              "recipe": {"workload": "collectives"}}))
+    (cut / "collectives.txt").write_text(HEAD + "\n".join(ROWS) + "\n")
+    done = write_run(tmp_path / "done", sweep=sweep_result())
+    with pytest.raises(CompareError) as info:
+        compare([str(cut), str(done)], str(tmp_path / "cmp"))
+    assert str(info.value) == (f"{cut}: a collective sweep run without collectives.json (run.json status failed): "
+                               f"only a finished sweep can be compared; the sizes it measured before it stopped are in "
+                               f"{cut}/collectives.txt, which compare takes as nccl-tests output")
+    compare([str(cut / "collectives.txt"), str(done)], str(tmp_path / "cmp"))  # as the error says
+    assert "all_reduce" in (tmp_path / "cmp" / "compare.md").read_text()

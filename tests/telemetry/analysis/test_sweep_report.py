@@ -38,3 +38,28 @@ def test_busbw_above_a_lab_rate_is_put_down_to_the_token_bucket_only_where_it_ca
     rate = LineRate(1e6, 1, "lab rate 1mbit", burst_bytes=16384)
     assert "tc burst of 16 KiB" in of_line_text(188e-6, rate, 2048)
     assert "check the rate" in of_line_text(188e-6, LineRate(1e6, 1, "interface speed"), 2048)
+
+
+def test_a_sweep_cut_short_reports_the_sizes_its_table_holds(tmp_path):
+    """A sweep that fails or is killed keeps collectives.txt (written as each size is measured) but writes no
+    collectives.json: the report showed only 'the sweep did not finish'; now it shows what was measured."""
+    from .test_sweep_progress import FOOTER, HEAD, ROWS
+    import json
+    run = tmp_path / "cut"
+    run.mkdir()
+    (run / "run.json").write_text(json.dumps({"name": "collectives", "status": "failed",
+                                              "recipe": {"workload": "collectives"}}))
+    second = HEAD.replace("all_reduce", "all_gather").replace("sum      -1", "none     -1")
+    (run / "collectives.txt").write_text(HEAD + "\n".join(ROWS) + "\n" + FOOTER + second + ROWS[0].replace(
+        "sum", "none") + "\n" + ROWS[1][:20])
+    write_report(str(run))
+    md = (run / "report" / "report.md").read_text()
+    assert ("| result | the sweep did not finish (run.json status failed): 5 sizes in 2 tests measured before it "
+            "stopped, read from collectives.txt (no collectives.json) |") in md
+    assert "| sizes | 8 B to 64 B, 5 timed iterations each after 1 warm-up |" in md
+    assert "## all_reduce: time and bandwidth at every size" in md and "## all_gather: time and bandwidth" in md
+    assert "| 32 B | in-place | 112 us |" in md
+    (run / "collectives.txt").write_text(HEAD)  # started, nothing measured
+    write_report(str(run))
+    md = (run / "report" / "report.md").read_text()
+    assert "no collectives.json: the sweep did not finish, and its collectives.txt holds no measured size" in md
