@@ -31,6 +31,7 @@ RESERVE = ".reserve"
 LAB = "lab.json"  # written by python -m launch.lab beside the run's own files
 # a collective sweep's nccl-tests table, written line by line as each size is measured (what watch follows)
 SWEEP_TABLE = "collectives.txt"
+SWEEP_SIZES = "sweep.jsonl"  # a sweep's energy, power and counters per size, a line as each size is measured
 RANK_TELEMETRY, RANK_EVENTS, RANK_FINAL = "telemetry.jsonl", "events.jsonl", "final.json"  # ranks/rankNNNNN.<name>
 
 LAYOUT = (

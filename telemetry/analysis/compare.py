@@ -30,7 +30,7 @@ from telemetry.analysis.runs import Run, RunError, given_twice
 from telemetry.analysis.sweep_comparison import compare_sweeps
 from telemetry.analysis.training_comparison import compare_training, group_tables, loss_parity, time_to_train
 from telemetry.analysis.transport_claims import TRANSPORTS, check_transport, claim_problem, group_verdict
-from telemetry.rundir import SWEEP_TABLE
+from telemetry.rundir import SWEEP_SIZES, SWEEP_TABLE
 
 
 def split_label(arg: str) -> tuple[str | None, str]:
@@ -281,7 +281,7 @@ def congestion_tables(labels: list[str], groups: list[list[Run]], sources: list[
     rows = congestion_summary.compare_rows([[(r.path, r.info, r.metrics) for r in g] for g in groups])
     out = [("Congestion and loss: summed over the hosts and the run (repeats: their mean); the switch's counter "
             "deltas between the run's start and end", ["", *labels], rows)]
-    sweep_dirs = [next((d for d in src if os.path.isfile(os.path.join(d, "sweep.jsonl"))), "") for src in sources]
+    sweep_dirs = [next((d for d in src if os.path.isfile(os.path.join(d, SWEEP_SIZES))), "") for src in sources]
     if any(sweep_dirs):
         ops = sorted({o for d in sweep_dirs if d for (o, _) in congestion_summary.sweep_totals(d)})
         for op in ops:

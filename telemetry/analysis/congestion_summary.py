@@ -15,7 +15,7 @@ import json
 import os
 import re
 
-from telemetry.rundir import RANK_TELEMETRY, RunKey, StepKey, rank_files
+from telemetry.rundir import RANK_TELEMETRY, SWEEP_SIZES, RunKey, StepKey, rank_files
 
 FIELDS = ("pfc_rx_frames", "pfc_tx_frames", "pfc_rx_pause_us", "pfc_tx_pause_us", "ecn_marked", "cnp_sent",
           "cnp_received", "out_of_sequence", "packets_received", "loss_events")
@@ -98,7 +98,7 @@ def run_totals(run_dir: str, metrics: list[dict] | None = None) -> dict | None:
 
 def sweep_totals(run_dir: str) -> dict[tuple[str, int], dict]:
     """(op, size) -> the figures over that size's interval (sweep.jsonl), summed over hosts."""
-    path = os.path.join(run_dir, "sweep.jsonl")
+    path = os.path.join(run_dir, SWEEP_SIZES)
     out: dict[tuple[str, int], dict] = {}
     if not os.path.isfile(path):
         return out

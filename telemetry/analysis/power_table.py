@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 
-from telemetry.rundir import RUN_JSON
+from telemetry.rundir import RUN_JSON, SWEEP_SIZES
 
 
 def _json(path: str) -> dict:
@@ -45,7 +45,7 @@ def readings(run_dir: str) -> dict[tuple[str, int], dict]:
                 times[(op, r.get("requested_bytes") or r["size"])] = min(b["time_us"] for b in blocks)
                 times.setdefault((op, r["size"]), times[(op, r.get("requested_bytes") or r["size"])])
     gpu = {}
-    path = os.path.join(run_dir, "sweep.jsonl")
+    path = os.path.join(run_dir, SWEEP_SIZES)
     if os.path.isfile(path):
         with open(path, encoding="utf-8") as f:
             for line in f:

@@ -93,6 +93,9 @@ def test_two_rank_sweep_is_correct_and_recorded(sweep_run):
     assert text.count("# Avg bus bandwidth") == 7 and text.count("# Collective test starting:") == 7
     assert text.count("# Using devices") == 7 and text.count("# nThread 1 nGpus 1 minBytes 8 maxBytes 1048576") == 7
     assert text == sweep_run.stdout  # the file is written line by line as stdout is: the same table
+    sizes_lines = (sweep_run.out / "sweep.jsonl").read_text().splitlines()  # rewritten at the end with the transport
+    assert len(sizes_lines) == 126 and all(json.loads(x)["transport"] == "loopback" for x in sizes_lines)
+    assert not (sweep_run.out / "sweep.jsonl.tmp").exists()
     # watch on the finished run: every test done, with the footer's average
     state = RunWatch(str(sweep_run.out))
     state.poll()
@@ -137,6 +140,10 @@ def test_the_table_is_written_as_measured_so_watch_follows_it_and_a_killed_sweep
     kept = read(str(out / "collectives.txt"))
     assert len(kept["ops"]["all_reduce"]["rows"]) >= 3
     assert not (out / "collectives.json").exists()  # the numbers file is written at the end, as before
+    # each size's energy, power and counters likewise, a line as each size is measured
+    records = [json.loads(line) for line in (out / "sweep.jsonl").read_text().splitlines()]
+    assert len(records) >= 3 and [r["size"] for r in records[:3]] == [8, 16, 32]
+    assert all(r["op"] == "all_reduce" and "transport" not in r for r in records[:3])
 
 
 def minimal_reader(text: str) -> list[list[str]]:

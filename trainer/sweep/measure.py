@@ -17,6 +17,7 @@ with the reason under `missing`. telemetry/analysis/nccl_tests.py reads this tex
 """
 from __future__ import annotations
 
+import json
 import math
 import os
 import resource
@@ -28,7 +29,7 @@ import torch.distributed as dist
 
 from telemetry.capture.group_timeout import job_timeout
 from telemetry.formulas import algbw_GBps, bus_factor
-from telemetry.rundir import SWEEP_TABLE
+from telemetry.rundir import SWEEP_SIZES, SWEEP_TABLE
 from telemetry.work_progress import WorkProgress
 
 from ..error_report import InputError
@@ -70,6 +71,7 @@ class Sweep:
         self.reverse = None
         self.meter = None  # per-size energy/power/counter intervals (telemetry.capture.session.Telemetry.interval)
         self.size_records: list[dict] = []  # rank 0's, one per size and collective
+        self.on_size = None  # rank 0: called with each size record as it is made (sweep.jsonl as it goes)
 
     # ------------------------------------------------------------ cases
 
@@ -347,6 +349,8 @@ class Sweep:
         dist.all_gather_object(every, mine, group=self.group)
         if self.rank == 0:
             self.size_records.append(size_record(op, row, held, seconds, every))
+            if self.on_size is not None:
+                self.on_size(self.size_records[-1])
 
     def pair_time(self, a: int, b: int, size: int, iters: int, check: bool = False,
                   repeats: int = 1) -> tuple[list[float], int | None]:
@@ -540,14 +544,16 @@ def _stamp() -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S")  # nccl-tests' start_time/end_time format (local time)
 
 
-def run_sweep(cfg, device: torch.device, hosts: list[dict], say, meter=None, marks: list | None = None) -> dict:
+def run_sweep(cfg, device: torch.device, hosts: list[dict], say, meter=None, marks: list | None = None,
+              on_size=None) -> dict:
     """Run every op over every size; `say` prints on rank 0. Returns the JSON-ready result. `meter`: a
-    started telemetry session (meters only) read once per size. `marks`, when given, gets (op, bytes,
-    start, end) on time.monotonic() for each row: server power per size."""
+    started telemetry session (meters only) read once per size; rank 0 hands each size's record to `on_size`
+    as it is made. `marks`, when given, gets (op, bytes, start, end) on time.monotonic() for each row: server
+    power per size."""
     from trainer.sweep.plan import parse_size
 
     sw = Sweep(cfg, device, hosts)
-    sw.meter = meter
+    sw.meter, sw.on_size = meter, on_size
     problems: list[str] = []
     lo = parse_size(cfg.min_bytes, "sweep.min_bytes", problems)
     hi = parse_size(cfg.max_bytes, "sweep.max_bytes", problems)
@@ -694,21 +700,28 @@ def run_job(recipe, rec, device: torch.device) -> dict:
     rundir = rec.rundir
     # rank 0's table goes to the run directory line by line, as nccl-tests' output goes to a job's log: `telemetry
     # watch` follows it, and a sweep that fails or is killed at its 20th size keeps the 19 it measured
+    # (and each size's energy, power and counters to sweep.jsonl: the end rewrites it with the transport)
     table = open(os.path.join(rundir.path, SWEEP_TABLE), "w", encoding="utf-8") if rundir.rank == 0 else None
+    per_size = open(os.path.join(rundir.path, SWEEP_SIZES), "w", encoding="utf-8") if rundir.rank == 0 else None
 
     def say(text: str) -> None:
         if table is not None:
             print(text, flush=True)
             table.write(text + "\n")
             table.flush()
+
+    def on_size(record: dict) -> None:
+        per_size.write(json.dumps(record) + "\n")
+        per_size.flush()
     try:
-        return _sweep_job(recipe, rec, device, say)
+        return _sweep_job(recipe, rec, device, say, on_size if per_size is not None else None)
     finally:
-        if table is not None:
-            table.close()
+        for f in (table, per_size):
+            if f is not None:
+                f.close()
 
 
-def _sweep_job(recipe, rec, device: torch.device, say) -> dict:
+def _sweep_job(recipe, rec, device: torch.device, say, on_size) -> dict:
     from telemetry.capture.counters import merge_verdicts
     from telemetry.capture.environment import host_info
 
@@ -724,7 +737,7 @@ def _sweep_job(recipe, rec, device: torch.device, say) -> dict:
                                  ethtool=tel.ethtool, host=host_info()["hostname"], first_host=dist.get_rank() == 0,
                                  hosts=max(1, dist.get_world_size() // local) if local else None)
     result = run_sweep(recipe.sweep, device, hosts, say, meter=telemetry if telemetry and telemetry.started else None,
-                       marks=evidence.marks if evidence is not None else None)
+                       marks=evidence.marks if evidence is not None else None, on_size=on_size)
     rec.check_fabric(final=False)  # NCCL's communicators exist now: record and check the transport
     per_host: list = [None] * dist.get_world_size()
     dist.all_gather_object(per_host, {"host": host_info()["hostname"], **evidence.finish()} if evidence else None)

@@ -9,6 +9,7 @@ import statistics
 import torch
 
 from telemetry.formulas import algbw_GBps
+from telemetry.rundir import SWEEP_SIZES
 
 
 def describe_straggler(s: dict) -> str:
@@ -155,6 +156,9 @@ def write_sweep_files(run_dir: str, result: dict, argv: list[str], env: dict, nc
         doc = to_nccl_tests(result, op, argv, env_lines, nccl_version_code(nccl_version))
         with open(os.path.join(folder, f"{op}.json"), "w", encoding="utf-8") as f:
             json.dump(doc, f, indent=1)
-    with open(os.path.join(run_dir, "sweep.jsonl"), "w", encoding="utf-8") as f:
+    # the lines written as each size was measured, again with the transport (known once the sweep is done)
+    path = os.path.join(run_dir, SWEEP_SIZES)
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
         for rec in result.get("sizes", []):
             f.write(json.dumps({**rec, "transport": (result.get("fabric") or {}).get("transport")}) + "\n")
+    os.replace(path + ".tmp", path)
