@@ -14,6 +14,7 @@ from telemetry.analysis.transport_claims import check_transport
 from telemetry.errors import HarnessError
 from telemetry.input_files import what_is_there
 from telemetry.rundir import LOGS
+from telemetry.transport_hints import TCP_FALLBACK
 
 LINE_MAX_CHARS = 1 << 20  # longer lines are read in pieces of this size (no NCCL record is near it)
 TUNING_MAX_BYTES = 64 << 20  # per file, as the run directory's reader (nccl_algorithms.read_logs)
@@ -102,8 +103,7 @@ def expectation(expected: str, reading: dict) -> tuple[bool, str]:
         return True, f"transport: {check['detected'] or expected}, as expected ({expected})"
     if check["verdict"] == "unknown":
         return False, f"transport: expected {expected!r}; the log does not establish it ({check['reason']})"
-    why = (" - NCCL fell back to TCP sockets (check NCCL_IB_DISABLE, NCCL_IB_HCA, NCCL_SOCKET_IFNAME, NCCL_NET "
-           "and the RDMA devices)" if check["detected"] == "tcp" and expected not in ("tcp", "socket") else "")
+    why = TCP_FALLBACK if check["detected"] == "tcp" and expected not in ("tcp", "socket") else ""
     return False, f"FABRIC MISMATCH: {check['reason']}{why}"
 
 

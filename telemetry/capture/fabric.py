@@ -14,6 +14,7 @@ from telemetry.capture.collectives import harness_traffic
 from telemetry.capture.counters import list_hcas, list_interfaces
 from telemetry.capture.environment import host_info, redacted_env
 from telemetry.capture.nccl_log import parse_dir
+from telemetry.transport_hints import TCP_FALLBACK
 
 EXPECTATIONS = ("any", "roce", "infiniband", "efa", "tcp", "tcpx", "intra-node")
 NCCL_LOG_PATTERN = "nccl.%h.%p.log"
@@ -205,8 +206,7 @@ def check_expectation(expected: str, detected: str | None) -> dict:
     out = {"expected": expected, "detected": detected, "match": match}
     if not match:
         out["warning"] = (f"FABRIC MISMATCH: the recipe expects {expected!r} but this run used {detected!r}"
-                          + (" - NCCL fell back to TCP sockets (check NCCL_IB_DISABLE, NCCL_IB_HCA, "
-                             "NCCL_SOCKET_IFNAME and the RDMA devices)" if detected == "tcp" else ""))
+                          + (TCP_FALLBACK if detected == "tcp" else ""))
     return out
 
 
