@@ -15,13 +15,16 @@ from telemetry.rundir import SWEEP_TABLE
 
 MAX_READ = 8 << 20
 # the sweep's first line: "... float32, 8 to 67108864 bytes x2, warm-up 5, ..." (trainer/sweep/measure.py)
-_BOUNDS = re.compile(r"collective sweep: .*?, (\d+) to (\d+) bytes x(\d+),")
+# (or "+1048576," for a sweep that adds sweep.step_bytes each step)
+_BOUNDS = re.compile(r"collective sweep: .*?, (\d+) to (\d+) bytes (?:x(\d+)|\+(\d+)),")
 
 
-def planned_sizes(lo: int, hi: int, factor: int) -> int | None:
-    """How many sizes each test runs: lo, lo x factor, ... up to hi (the sweep's own rule)."""
-    if lo < 1 or hi < lo or factor < 2:
+def planned_sizes(lo: int, hi: int, factor: int | None, step: int | None = None) -> int | None:
+    """How many sizes each test runs: lo, lo x factor (or lo + step), ... up to hi (the sweep's own rule)."""
+    if lo < 1 or hi < lo or (step is None and (factor is None or factor < 2)) or (step is not None and step < 1):
         return None
+    if step is not None:
+        return (hi - lo) // step + 1
     n, s = 0, lo
     while s <= hi:
         n, s = n + 1, s * factor
@@ -62,7 +65,8 @@ class SweepProgress:
         self._seen = (st.st_size, st.st_mtime_ns)
         text = text[:text.rfind("\n") + 1]  # a line being written waits for the next read
         if (m := _BOUNDS.search(text[:4096])) is not None:
-            self.sizes_per_test = planned_sizes(*(int(g) for g in m.groups()))
+            lo, hi, factor, step = (int(g) if g is not None else None for g in m.groups())
+            self.sizes_per_test = planned_sizes(lo, hi, factor, step)
         parsed = nccl_tests.parse(text)
         self.latency = parsed.get("latency_us")
         self.tests = [self._test(key, op) for key, op in parsed["ops"].items()]

@@ -373,6 +373,7 @@ def test_sizes_round_as_nccl_tests_and_memory_does_not_grow_with_ranks():
 def test_dry_run_checks_the_largest_size_against_device_memory(capsys):
     assert main([SWEEP, "--dry-run", "--world-size", "64", "sweep.max_bytes=16G"]) == 0
     out = capsys.readouterr().out
+    assert "# sweep sizes: 32 per collective (8 to 16G, x2 each step) x 6 collectives = 192 rows" in out
     assert "# sweep memory: the largest size, 16.0 GiB, needs 32.0 GiB per rank (sendrecv" in out
     assert "checked against an assumed 80 GB GPU" in out
     assert main([SWEEP, "--dry-run", "--world-size", "64", "sweep.max_bytes=64G"]) == 2
@@ -506,3 +507,44 @@ def test_p2p_matrix_on_gpus(tmp_path):
     for a in range(n):
         assert m["bandwidth_GBps"][a][a] is None
         assert all(m["bandwidth_GBps"][a][b] > 0 and m["latency_us"][a][b] > 0 for b in range(n) if b != a)
+
+
+def test_a_linear_sweep_adds_step_bytes_as_nccl_tests_minus_i_does(capsys):
+    """nccl-tests -i (step bytes) had no sweep key: only -f's geometric sizes could be measured."""
+    assert sizes(1024, 4096, 2, 1024) == [1024, 2048, 3072, 4096] and sizes(8, 30, 2, 10) == [8, 18, 28]
+    from trainer.sweep.plan import count_sizes
+    assert count_sizes(1 << 20, 256 << 20, 2, 1 << 20) == 256 and count_sizes(8, 64, 2) == 4
+    assert main([SWEEP, "--dry-run", "--world-size", "8", "sweep.min_bytes=1M", "sweep.max_bytes=256M",
+                 "sweep.step_bytes=1M"]) == 0
+    assert "# sweep sizes: 256 per collective (1M to 256M, +1M each step) x 6 collectives = 1536 rows" in \
+        capsys.readouterr().out
+    assert main([SWEEP, "--dry-run", "sweep.step_bytes=8"]) == 2  # 8 B steps up to 64M: 8 million sizes
+    assert capsys.readouterr().err.strip() == (
+        "error: sweep.step_bytes: 8 to '64M' in steps of 8 is 8388608 sizes per collective; allowed: at most 4096 "
+        "(a larger step_bytes, or null to multiply by sweep.factor)")
+    assert main([SWEEP, "--dry-run", "sweep.step_bytes=0", "sweep.min_bytes=1M", "sweep.max_bytes=8M",
+                 "sweep.power_sizes=[2M,3.5M]", "sweep.min_seconds_per_size=1"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == ["error: sweep.step_bytes: got 0; expected at least 1 byte"]
+    assert main([SWEEP, "--dry-run", "sweep.step_bytes=1M", "sweep.min_bytes=1M", "sweep.max_bytes=8M",
+                 "sweep.power_sizes=[2M,3.5M]", "sweep.min_seconds_per_size=1"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "error: sweep.power_sizes[1]: '3.5M' is not one of the sweep's sizes (1M + 1M each step up to 8M); "
+        "allowed: a size the sweep measures")
+
+
+@pytest.mark.integration
+def test_a_linear_sweep_runs_and_reads_back_as_nccl_tests_output(tmp_path):
+    res = run_cli(tmp_path / "lin", "sweep.min_bytes=1K", "sweep.max_bytes=4K", "sweep.step_bytes=1K",
+                  "sweep.ops=[all_reduce]", "sweep.iters=2", "sweep.warmup=1", "sweep.latency_table=false",
+                  "sweep.pairs=false", recipe=SWEEP, nproc=2)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "1024 to 4096 bytes +1024," in res.stdout and "step: 1024(bytes)" in res.stdout
+    back = read(str(res.out / "collectives.txt"))
+    assert [r["size"] for r in back["ops"]["all_reduce"]["rows"]] == [1024, 2048, 3072, 4096]
+    assert back["ops"]["all_reduce"]["params"]["step_kind"] == "bytes"
+    doc = json.loads((res.out / "nccl-tests" / "all_reduce.json").read_text())
+    assert doc["config"]["step_bytes"] == 1024 and "step_factor" not in doc["config"]
+    assert json.loads((res.out / "collectives.json").read_text())["step_bytes"] == 1024
+    state = RunWatch(str(res.out))
+    state.poll()
+    assert state.snapshot()["sweep_progress"]["tests"][0]["sizes_planned"] == 4

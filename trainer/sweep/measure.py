@@ -36,7 +36,7 @@ from ..error_report import InputError
 from .output import (BLOCKS_ALL, HEADER, MISSING, TEST_OF, avg_busbw, describe_straggler, device_info, footer,
                      format_row, preamble, spread_line, timed_block, write_sweep_files)
 from .operands import Case, a2a_value, base_value, contribution, count_wrong, fill, reduced
-from .plan import counts, held_here, human, memory_problem, sizes
+from .plan import count_sizes, counts, held_here, human, memory_problem, sizes, step_of, step_text
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16,
           "bfloat16": torch.bfloat16, "int32": torch.int32, "int64": torch.int64, "int8": torch.int8,
@@ -557,6 +557,7 @@ def run_sweep(cfg, device: torch.device, hosts: list[dict], say, meter=None, mar
     problems: list[str] = []
     lo = parse_size(cfg.min_bytes, "sweep.min_bytes", problems)
     hi = parse_size(cfg.max_bytes, "sweep.max_bytes", problems)
+    step = step_of(cfg, problems)
     if cfg.root >= sw.world:
         raise InputError(f"sweep.root: got {cfg.root}; allowed: 0..{sw.world - 1} at world size {sw.world}")
     if "p2p_matrix" in cfg.ops and device.type != "cuda":
@@ -573,10 +574,10 @@ def run_sweep(cfg, device: torch.device, hosts: list[dict], say, meter=None, mar
     result = {"source": "fabric-harness", "world_size": sw.world, "dtype": cfg.dtype, "redop": cfg.redop,
               "iters": cfg.iters, "warmup": cfg.warmup, "repeats": cfg.repeats,
               "repeat_stat": cfg.repeat_stat, "time_reduction": cfg.time_reduction, "min_bytes": lo, "max_bytes": hi,
-              "factor": cfg.factor, "per_iter_timing": cfg.per_iter_timing, "per_iter_skip": cfg.per_iter_skip,
+              "factor": cfg.factor, "step_bytes": step, "per_iter_timing": cfg.per_iter_timing, "per_iter_skip": cfg.per_iter_skip,
               "min_seconds_per_size": cfg.min_seconds_per_size, "backend": dist.get_backend(), "ops": {}}
     say(f"# fabric-harness collective sweep: {sw.world} ranks on {len(set(sw.hosts))} host(s), {cfg.dtype}, "
-        f"{lo} to {hi} bytes x{cfg.factor}, warm-up {cfg.warmup}, iters {cfg.iters}, time {cfg.time_reduction}"
+        f"{lo} to {hi} bytes {step_text(cfg.factor, step)}, warm-up {cfg.warmup}, iters {cfg.iters}, time {cfg.time_reduction}"
         + (f", {cfg.repeat_stat} of {cfg.repeats} repeats" if cfg.repeats > 1 else ""))
     jobs = [(op, None) for op in cfg.ops if op != "p2p_matrix"]
     if sw.world == 1 and "sendrecv" in cfg.ops:  # a ring of one sends to itself: gloo has no such pair
@@ -587,11 +588,11 @@ def run_sweep(cfg, device: torch.device, hosts: list[dict], say, meter=None, mar
         jobs += [(f"sendrecv_{name}", pair) for name, pair in sw.pairs().items() if pair is not None]
     backend = dist.get_backend()
     # on stderr: stdout is the nccl-tests table
-    progress = WorkProgress("sweep", len(jobs) * len(list(sizes(lo, hi, cfg.factor))), "sizes", sys.stderr,
+    progress = WorkProgress("sweep", len(jobs) * count_sizes(lo, hi, cfg.factor, step), "sizes", sys.stderr,
                         sw.rank == 0, plain_every_s=30).start()
     for op, pair in jobs:
         sw.new_groups(backend)  # fresh connections: no state left by the previous test
-        result["ops"][op] = _one_test(sw, cfg, op, pair, (lo, hi), hosts, devices, say, marks, progress)
+        result["ops"][op] = _one_test(sw, cfg, op, pair, (lo, hi, step), hosts, devices, say, marks, progress)
     progress.close()
     if "p2p_matrix" in cfg.ops:
         sw.new_groups(backend)
@@ -609,7 +610,7 @@ def run_sweep(cfg, device: torch.device, hosts: list[dict], say, meter=None, mar
 def _one_test(sw: Sweep, cfg, op: str, pair, bounds: tuple[int, int], hosts: list[dict], devices: list,
               say, marks: list | None, progress: WorkProgress | None = None) -> dict:
     """One nccl-tests run: every size of `op` (or send/recv between `pair` only), its table and its JSON."""
-    lo, hi = bounds
+    lo, hi, step = bounds
     type_name = TYPE_NAMES[cfg.dtype]
     rows = []
     started = _stamp()
@@ -621,9 +622,9 @@ def _one_test(sw: Sweep, cfg, op: str, pair, bounds: tuple[int, int], hosts: lis
     say(f"#\n# Collective test starting: {test}")
     say(f"# fabric-harness test: {op}" + (f" (ranks {pair[0]} and {pair[1]}: send/recv between this pair only)"
                                           if pair else ""))
-    say("\n".join(preamble(cfg, lo, hi, ranks, hosts, devices)))
+    say("\n".join(preamble(cfg, lo, hi, ranks, hosts, devices, step)))
     say(HEADER)
-    for size in sizes(lo, hi, cfg.factor):
+    for size in sizes(lo, hi, cfg.factor, step):
         t0 = time.monotonic()
         row = sw.measure_pair(pair, size) if pair else sw.measure(op, size)
         if marks is not None:

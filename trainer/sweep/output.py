@@ -107,9 +107,11 @@ def device_info(device: torch.device) -> dict:
     return {"device": -1, "bus_id": "cpu", "name": f"CPU {platform.machine()}".strip()}
 
 
-def preamble(cfg, lo: int, hi: int, ranks: list[int], hosts: list[dict], devices: list[dict]) -> list[str]:
+def preamble(cfg, lo: int, hi: int, ranks: list[int], hosts: list[dict], devices: list[dict],
+             step: int | None = None) -> list[str]:
     """The parameters line and '# Using devices' of one nccl-tests run (one process and GPU per rank)."""
-    lines = [f"# nThread 1 nGpus 1 minBytes {lo} maxBytes {hi} step: {cfg.factor}(factor) warmup iters: "
+    stepping = f"{step}(bytes)" if step else f"{cfg.factor}(factor)"  # nccl-tests' -i or -f
+    lines = [f"# nThread 1 nGpus 1 minBytes {lo} maxBytes {hi} step: {stepping} warmup iters: "
              f"{cfg.warmup} iters: {cfg.iters} agg iters: 1 validation: {int(bool(cfg.check))} graph: 0 unalign: 0",
              "#", "# Using devices"]
     for r in ranks:

@@ -97,7 +97,23 @@ def held_here(cfg, size: int) -> bool:
     return size in {parse_size(v, "sweep.power_sizes", []) for v in cfg.power_sizes}
 
 
-def sizes(lo: int, hi: int, factor: int) -> list[int]:
+MAX_SIZES = 4096  # per collective: a linear sweep of 1M steps up to 4G; more is a typo (-i 8 up to 1G: 134M sizes)
+
+
+def count_sizes(lo: int, hi: int, factor: int, step: int | None = None) -> int:
+    """How many sizes `sizes` gives, without making the list."""
+    if step:
+        return (hi - lo) // step + 1 if hi >= lo else 0
+    n, s = 0, lo
+    while s <= hi:
+        n, s = n + 1, s * factor
+    return n
+
+
+def sizes(lo: int, hi: int, factor: int, step: int | None = None) -> list[int]:
+    """The sizes nccl-tests measures: lo, then x factor (-f), or + step bytes (-i) when a step is given, up to hi."""
+    if step:
+        return list(range(lo, hi + 1, step))
     out, s = [], lo
     while s <= hi:
         out.append(s)
@@ -120,6 +136,8 @@ class SweepConfig:
     min_bytes: Union[int, str] = 8  # sizes accept K/M/G suffixes (powers of 1024), like nccl-tests -b/-e
     max_bytes: Union[int, str] = "64M"
     factor: int = 2  # -f: multiply the size by this each step
+    # -i: add this many bytes each step instead (nccl-tests' linear sweep, e.g. 1M from 1M to 256M); null: factor
+    step_bytes: Union[int, str, None] = None
     warmup: int = 5  # -w
     iters: int = 20  # -n
     # timed runs of `iters` per size (no nccl-tests flag): the row shows their median, the JSON their spread;
@@ -204,4 +222,21 @@ def dry_run_memory(sw: SweepConfig, world: int) -> tuple[str, str | None]:
         else ASSUMED_DEVICE_BYTES
     what = "sweep.device_memory" if given else "an assumed 80 GB GPU (set sweep.device_memory for another)"
     args = (sw.ops, hi, world, sw.dtype, sw.in_place, device, what)
-    return dry_run_line(*args), memory_problem(*args)
+    lo, step = parse_size(sw.min_bytes, "sweep.min_bytes", scratch), step_of(sw, scratch)
+    n = count_sizes(lo, hi, sw.factor, step) if lo and hi else 0
+    ops = [op for op in sw.ops if op != "p2p_matrix"]
+    # how long it will be: the rows the tables will hold (send/recv pairs, where asked for, add up to two tables)
+    how = f"+{sw.step_bytes}" if step else f"x{sw.factor}"
+    sizes_line = (f"# sweep sizes: {n} per collective ({sw.min_bytes} to {sw.max_bytes}, {how} each step) x "
+                  f"{len(ops)} collectives = {n * len(ops)} rows")
+    return sizes_line + "\n" + dry_run_line(*args), memory_problem(*args)
+
+
+def step_of(sw: SweepConfig, problems: list[str]) -> int | None:
+    """sweep.step_bytes in bytes, or None (the sweep multiplies by sweep.factor)."""
+    return None if sw.step_bytes is None else parse_size(sw.step_bytes, "sweep.step_bytes", problems)
+
+
+def step_text(factor: int, step: int | None) -> str:
+    """How the sweep steps, as its first line says it: x2 or +1048576."""
+    return f"+{step}" if step else f"x{factor}"

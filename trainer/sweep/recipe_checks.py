@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..checks import at_least
-from .plan import SWEEP_DTYPES, SWEEP_OPS, SweepConfig, parse_size
+from .plan import MAX_SIZES, SWEEP_DTYPES, SWEEP_OPS, SweepConfig, count_sizes, parse_size, sizes, step_of
 
 
 def check_sweep(sw: SweepConfig) -> list[str]:
@@ -28,16 +28,21 @@ def check_sweep(sw: SweepConfig) -> list[str]:
         p.append(f"sweep.per_iter_skip: got {sw.per_iter_skip}; expected fewer than sweep.iters ({sw.iters})")
     if not 0 <= sw.min_seconds_per_size <= 3600:
         p.append(f"sweep.min_seconds_per_size: got {sw.min_seconds_per_size}; expected seconds in [0, 3600]")
+    step = step_of(sw, p)
+    stepping = step if sw.step_bytes is not None else sw.factor >= 2  # a bad step or factor: no sizes to check against
+    planned = count_sizes(lo, hi, sw.factor, step) if lo and hi and stepping else None
+    if planned is not None and planned > MAX_SIZES:  # only a linear sweep gets there
+        p.append(f"sweep.step_bytes: {sw.min_bytes!r} to {sw.max_bytes!r} in steps of {sw.step_bytes!r} is {planned} "
+                 f"sizes per collective; allowed: at most {MAX_SIZES} (a larger step_bytes, or null to multiply by "
+                 "sweep.factor)")
     if sw.power_sizes:
-        swept, s = set(), lo
-        while lo and hi and sw.factor >= 2 and s <= hi:  # the sweep's sizes (plan.sizes)
-            swept.add(s)
-            s *= sw.factor
+        swept = set(sizes(lo, hi, sw.factor, step)) if planned is not None and planned <= MAX_SIZES else set()
+        rule = f"+ {sw.step_bytes} each step" if step else f"x {sw.factor}^k"
         for i, v in enumerate(sw.power_sizes):
             n = parse_size(v, f"sweep.power_sizes[{i}]", p)
             if n and swept and n not in swept:
-                p.append(f"sweep.power_sizes[{i}]: {v!r} is not one of the sweep's sizes ({sw.min_bytes} x "
-                         f"{sw.factor}^k up to {sw.max_bytes}); allowed: a size the sweep measures")
+                p.append(f"sweep.power_sizes[{i}]: {v!r} is not one of the sweep's sizes ({sw.min_bytes} {rule} up "
+                         f"to {sw.max_bytes}); allowed: a size the sweep measures")
         if sw.min_seconds_per_size <= 0:
             p.append("sweep.power_sizes: set, but sweep.min_seconds_per_size is 0: nothing is held long enough for "
                      "a power reading; allowed: sweep.min_seconds_per_size > 0 (e.g. 5)")
