@@ -98,3 +98,29 @@ def test_report_and_compare_with_a_hostile_run_name(tmp_path):
 def test_error_lines_keep_hub_names_and_paths(text):
     # every error: line is redacted: a hub name or path that starts like a token prefix is no token
     assert redact_text(text) == text
+
+
+@pytest.mark.parametrize("text", [
+    "data.dataset: '/data/sk-learn-models-checkpoints/train.jsonl' does not exist",
+    "output_dir: '/scratch/sk-hynix-cluster-benchmarks/run1'", "name: 'sk-image-classification-baseline'"])
+def test_a_long_name_after_sk_is_no_token(text):
+    # an OpenAI/Anthropic key after 'sk-' is random text (48 letters and digits, or base64url in long runs); a
+    # name of words joined by '-' is not, however long
+    assert redact_text(text) == text
+
+
+@pytest.mark.parametrize("token", ["sk-" + "aB3" * 16, "sk-proj-" + "Ab1_" * 4 + "x9Yz" * 10 + "-Qw2" * 6,
+                                   "sk-ant-api03-" + "Zx9-" * 3 + "aBcD3fGh" * 10 + "AA"])
+def test_openai_and_anthropic_keys_are_still_redacted(token):
+    assert token not in redact_text(f"python -m trainer r.yaml model.path={token} seed=1")
+
+
+def test_redaction_is_linear_in_a_run_of_token_prefixes():
+    # every '-' ends a word, so each 'SK-' could start a token: a look-ahead scanned the rest of the run from
+    # each one (24 KB took seconds). Counted, not timed: the pattern must decide each start once.
+    import telemetry.redaction as redaction
+
+    text = "SK-" * 8000
+    assert redact_text(text) == text
+    tried = redaction.TOKEN_RUN.findall(text)
+    assert len(tried) <= 1  # the whole run is one candidate, judged once
