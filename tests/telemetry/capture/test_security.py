@@ -124,3 +124,10 @@ def test_redaction_is_linear_in_a_run_of_token_prefixes():
     assert redact_text(text) == text
     tried = redaction.TOKEN_RUN.findall(text)
     assert len(tried) <= 1  # the whole run is one candidate, judged once
+
+
+def test_a_lower_case_word_after_asia_is_no_aws_key():
+    # an AWS access key id is AKIA/ASIA and 16 capitals or digits: the pattern took 'asia' + 16 letters in any case
+    text = "data.dataset: '/data/asiapacificsalesdata.jsonl' does not exist"
+    assert redact_text(text) == text
+    assert "AKIAIOSFODNN7EXAMPLE" not in redact_text("key AKIAIOSFODNN7EXAMPLE")
