@@ -17,7 +17,7 @@ SECRET_VALUE = re.compile(
     # Hugging Face, GitHub and npm tokens are one run of letters and digits after the prefix (hf_ + 34): a tail
     # with '-' or '_' in it is a name, hf-internal-testing/..., /data/hf_datasets/, not a token
     r"|\b(hf|ghp|gho|ghu|ghs|ghr|npm)[_-](?=(?-i:[A-Za-z0-9]*[a-z0-9]))[A-Za-z0-9]{16,}"
-    r"|\bpypi-[A-Za-z0-9_-]{16,}"
+    r"|\bpypi-(?-i:AgE)[A-Za-z0-9_-]{16,}"  # (a macaroon: base64 from 'AgE'; /srv/pypi-mirror-packages is a name)
     r"|\b(?-i:(AKIA|ASIA)[0-9A-Z]{16})\b"  # (capitals only, as AWS writes them: /data/asiapacificsalesdata is a name)
     r"|\bBearer\s+\S+"
     r"|\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\."

@@ -131,3 +131,10 @@ def test_a_lower_case_word_after_asia_is_no_aws_key():
     text = "data.dataset: '/data/asiapacificsalesdata.jsonl' does not exist"
     assert redact_text(text) == text
     assert "AKIAIOSFODNN7EXAMPLE" not in redact_text("key AKIAIOSFODNN7EXAMPLE")
+
+
+def test_a_path_after_pypi_is_no_pypi_token():
+    # a PyPI token is 'pypi-' and a macaroon, whose base64 starts 'AgE': a mirror's path is a name
+    text = "data.dataset: '/srv/pypi-mirror-packages-cache/train.jsonl' does not exist"
+    assert redact_text(text) == text
+    assert "pypi-AgENdGVzdC5weXBpLm9yZwIkYWJj" not in redact_text("token pypi-AgENdGVzdC5weXBpLm9yZwIkYWJj")
