@@ -187,7 +187,9 @@ def _output_problem(args) -> str | None:
 
     out = getattr(args, "out", None)
     runs = getattr(args, "run", None)
-    run_dirs = [r for r in ([runs] if isinstance(runs, str) else runs or []) if os.path.isdir(r)]
+    # a directory given as an input (nccl-log's run directory, nccl-tests' sweep) is a run's record too
+    run_dirs = [r for r in ([runs] if isinstance(runs, str) else runs or []) + list(getattr(args, "inputs", None) or [])
+                if os.path.isdir(r)]
 
     def recorded(path: str, option: str) -> str | None:  # a file the run wrote: writing over it loses it
         if any(recorded_by_run(path, d) for d in run_dirs):
@@ -467,6 +469,7 @@ def _only_a_header(result: dict) -> bool:
 
 def _nccl_log(args) -> int:
     import json
+    import os
 
     from telemetry.analysis.nccl_log_view import NcclLogError, expectation, lines_of, log_paths, read
     from telemetry.capture.nccl_log import parse_lines
@@ -475,6 +478,10 @@ def _nccl_log(args) -> int:
         return print_errors(problem)
     try:
         paths = log_paths(args.inputs)
+        if args.json and os.path.realpath(args.json) in {os.path.realpath(p) for p in paths if p != "-"}:
+            # a log found in a folder given: the inputs as given were checked before, not the files in them
+            return print_errors(f"--json: {args.json!r} is one of the logs read; allowed: a file that is not one "
+                                "of the inputs")
         reading = read(paths, parse_lines)
     except NcclLogError as exc:
         return print_errors(exc)

@@ -72,7 +72,7 @@ def _other_recipes_run(path: str, recipe) -> str | None:
     this run would set that record aside and resume from, or mix its metrics with, another model's."""
     import json
 
-    from telemetry.redaction import redact_text
+    from telemetry.redaction import REDACTED, redact_text
     from telemetry.rundir import RUN_JSON
     try:
         with open(os.path.join(path, RUN_JSON), encoding="utf-8") as f:
@@ -85,6 +85,8 @@ def _other_recipes_run(path: str, recipe) -> str | None:
     # run.json holds the recipe redacted (redact_tree): a name shaped like a credential is recorded redacted
     ours = {(recipe.name, recipe.workload), (redact_text(str(recipe.name)), recipe.workload)}
     if theirs in ours or theirs == (None, None):
+        return None
+    if theirs == (REDACTED, recipe.workload):  # a name redacted by an earlier, wider rule: unknown, not another
         return None
     return (f"output_dir: {path!r} holds a run of another recipe ({theirs[0]!r}, workload {theirs[1]}; this one is "
             f"{recipe.name!r}, workload {recipe.workload}); allowed: a new directory, or this recipe's own to "

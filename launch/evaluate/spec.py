@@ -329,14 +329,15 @@ def bind(raw: dict, base: str = ".", path: str = "") -> Evaluation:
     if not isinstance(out, str) or not out:
         problems.append(f"out: got {out!r}; expected a directory path")
         out = "."
-    variants = []
+    variants, at = [], []  # at: (index in the file, variant), for lines naming variants[i]
     raw_variants = raw.get("variants")
     if "variants" in raw:
         if not isinstance(raw_variants, list) or len(raw_variants) < 2:
             problems.append(f"variants: got {_count(raw_variants)}; expected a list of at least 2 fabric variants "
                             "(a comparison needs two)")
         else:
-            variants = [v for i, r in enumerate(raw_variants) if (v := _variant(r, i, launcher, problems))]
+            at = [(i, v) for i, r in enumerate(raw_variants) if (v := _variant(r, i, launcher, problems))]
+            variants = [v for _, v in at]
     workloads = []
     raw_workloads = raw.get("workloads")
     if "workloads" in raw:
@@ -352,7 +353,7 @@ def bind(raw: dict, base: str = ".", path: str = "") -> Evaluation:
             seen.add(item.name)
     options = _launcher_options(raw, launcher, problems)
     if launcher == "lab":
-        problems += _slow_link_problems(options, variants)
+        problems += _slow_link_problems(options, at)
     if not problems and launcher:
         problems += _layout_problems(launcher, options, variants, workloads)
     if problems:
@@ -372,12 +373,12 @@ def world_size(launcher: str, options: dict, variant: Variant) -> int:
     return (len(variant.hosts) or options["nodes"]) * per_node
 
 
-def _slow_link_problems(options: dict, variants: list[Variant]) -> list[str]:
+def _slow_link_problems(options: dict, variants: list[tuple[int, Variant]]) -> list[str]:
     """A variant's slow node and rate, by the lab's own rules (launch.lab.Lab checks its arguments without
     making anything): both or neither, a node of the variant's lab, a rate below the others'."""
     from launch.lab import Lab, LabError
     problems = []
-    for i, v in enumerate(variants):
+    for i, v in variants:  # i: the variant's place in the file (one that is no mapping is not in the list)
         lab = v.lab
         if "slow_node" not in lab and "slow_rate" not in lab:
             continue

@@ -17,6 +17,8 @@ MAX_READ = 8 << 20
 # the sweep's first line: "... float32, 8 to 67108864 bytes x2, warm-up 5, ..." (trainer/sweep/measure.py)
 # (or "+1048576," for a sweep that adds sweep.step_bytes each step)
 _BOUNDS = re.compile(r"collective sweep: .*?, (\d+) to (\d+) bytes (?:x(\d+)|\+(\d+)),")
+# a test the sweep will not run: "# fabric-harness: sendrecv skipped: it needs at least 2 ranks (this world has 1)"
+_SKIPPED = re.compile(r"^# fabric-harness: (\w+) skipped: (.*)$", re.M)
 
 
 def planned_sizes(lo: int, hi: int, factor: int | None, step: int | None = None) -> int | None:
@@ -48,6 +50,7 @@ class SweepProgress:
         self.tests: list[dict] = []
         self.sizes_per_test: int | None = None
         self.latency: dict | None = None
+        self.skipped: dict[str, str] = {}
 
     def poll(self) -> bool:
         """True when the table changed since the last read."""
@@ -67,6 +70,7 @@ class SweepProgress:
         if (m := _BOUNDS.search(text[:4096])) is not None:
             lo, hi, factor, step = (int(g) if g is not None else None for g in m.groups())
             self.sizes_per_test = planned_sizes(lo, hi, factor, step)
+        self.skipped = {m.group(1): m.group(2).strip() for m in _SKIPPED.finditer(text[:1 << 16])}
         parsed = nccl_tests.parse(text)
         self.latency = parsed.get("latency_us")
         self.tests = [self._test(key, op) for key, op in parsed["ops"].items()]
@@ -84,7 +88,7 @@ class SweepProgress:
 
     def snapshot(self) -> dict:
         return {"tests": self.tests, "sizes_done": sum(t["sizes_done"] for t in self.tests),
-                "sizes_per_test": self.sizes_per_test, "latency_us": self.latency}
+                "sizes_per_test": self.sizes_per_test, "latency_us": self.latency, "skipped": self.skipped}
 
 
 def human_bytes(n: int | None) -> str:
@@ -115,9 +119,11 @@ def lines(progress: dict, planned_ops: list[str] | None) -> list[str]:
         else:
             out.append(f"{head}: starting")
     started = {t["op"] for t in tests}
-    waiting = [op for op in planned_ops or [] if op not in started]
+    skipped = progress.get("skipped") or {}
+    waiting = [op for op in planned_ops or [] if op not in started and op not in skipped]
     if waiting:
         out.append("  not started: " + ", ".join(waiting))
+    out += [f"  skipped: {op} ({why})" for op, why in skipped.items()]
     if progress.get("latency_us"):
         out.append("  latency: " + ", ".join(f"{k.removesuffix('_us')} {v:.2f} us"
                                              for k, v in progress["latency_us"].items()

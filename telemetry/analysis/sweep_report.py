@@ -61,6 +61,11 @@ def _op_table(op: str, sweep: dict, rate) -> tuple:
 def sweep_sections(run: Run, out: str, plt) -> tuple[list, list]:
     """The report's tables and figures for a sweep run."""
     sweep, cut = sweep_of(run), None
+    if sweep and not sweep.get("ops") and sweep.get("p2p_matrix"):  # sweep.ops=[p2p_matrix]: finished, no test
+        overview = _overview(run, sweep)
+        overview[2].insert(0, ["result", "collectives.json holds no collective test: this sweep measured the GPU "
+                                         "pairs' p2p matrix only (python -m telemetry p2p RUN shows it)"])
+        return [overview], []
     if not sweep or not sweep.get("ops"):
         sweep = _cut_short(run)
         if sweep is None:

@@ -546,3 +546,13 @@ def test_a_lab_variant_with_one_slow_node_checked_by_the_labs_rules(tmp_path):
     slow = next(r for r in plan(ev) if r.variant.name == "slow")
     cmd = lab_command(ev, slow)
     assert cmd[cmd.index("--slow-node") + 1:cmd.index("--slow-node") + 4] == ["2", "--slow-rate", "2mbit"]
+
+
+def test_a_slow_link_problem_names_its_own_variant_after_one_that_is_no_mapping(tmp_path):
+    """A variant that is no mapping is left out of the list: the slow-link check counted the rest from 0 and named
+    variants[0] for the problem of variants[1]."""
+    doc = good(tmp_path, launcher="lab", lab={"nodes": 2})
+    doc["variants"] = ["not a mapping", {"name": "fast", "lab": {"rate": "10mbit", "slow_node": 2, "slow_rate": "2mbit"}},
+                       {"name": "slow", "lab": {"rate": "10mbit"}}]
+    found = problems(tmp_path, doc)
+    assert "variants[1].lab.slow_node: got 2; allowed: a node from 0 to 1" in found, found

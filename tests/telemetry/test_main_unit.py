@@ -371,6 +371,20 @@ def test_nccl_tests_table_to_json_and_csv(capsys, tmp_path):
     assert len(rows) == data["rows_read"] + 1  # one header line
 
 
+def test_nccl_tests_json_never_replaces_a_sweeps_own_files(capsys, tmp_path):
+    """`nccl-tests RUN --json RUN/collectives.json` wrote the table's reading over the sweep's own record (its
+    hosts, fabric, memory, p2p matrix and latency): a sweep run directory given is a run's record."""
+    run = tmp_path / "sweep"
+    run.mkdir()
+    (run / "collectives.txt").write_text((TABLES / "all_reduce_perf_h100_16ranks.txt").read_text())
+    for name in ("collectives.json", "collectives.csv"):
+        (run / name).write_text("the sweep's own")
+        err = one_error(capsys, ["nccl-tests", str(run), f"--{name.split('.')[1]}", str(run / name)])
+        assert err.startswith(f"error: --{name.split('.')[1]}: ") and "part of the input run's record" in err
+        assert (run / name).read_text() == "the sweep's own"
+    assert main(["nccl-tests", str(run), "--json", str(run / "table.json")]) == 0  # a new name beside them
+
+
 def test_export_with_an_unknown_kind(capsys, run_dir):
     assert one_error(capsys, ["export", str(run_dir), "--to", "csv"]).startswith("error: --to: got ['csv']; allowed:")
 

@@ -626,3 +626,24 @@ def test_an_output_dir_holding_this_recipes_run_under_a_redacted_name_is_its_own
     run = write_run(tmp_path / "own", name=redact_text("sk-0123456789abcdefghijklmn"), workload="llm_lora")
     assert main([TINY, f"output_dir={run}", "name=sk-0123456789abcdefghijklmn", "max_steps=1"]) == 2
     assert capsys.readouterr().err.splitlines() == ["error: stop: past the output_dir check"]
+
+
+def test_a_run_recorded_under_a_name_an_older_redaction_took_is_still_its_own(tmp_path, capsys, monkeypatch):
+    """A name the redaction once took for a key ('sk-image-classification-baseline', before an sk- key needed a
+    run of 16 letters and digits) is '<redacted>' in that run.json: unknown, so not another recipe's."""
+    import trainer.torch_floor
+    from bench.support.recorded_runs import write_run
+    from telemetry.redaction import REDACTED, redact_text
+
+    for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_PORT", "TORCHELASTIC_RUN_ID"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("TOKENIZERS_PARALLELISM", "false")
+    monkeypatch.setattr(trainer.torch_floor, "check", lambda: "stop: past the output_dir check")  # no run starts
+    assert redact_text("sk-image-classification-baseline") == "sk-image-classification-baseline"
+    run = write_run(tmp_path / "own", name=REDACTED, workload="llm_lora")
+    assert main([TINY, f"output_dir={run}", "name=sk-image-classification-baseline", "max_steps=1"]) == 2
+    assert capsys.readouterr().err.splitlines() == ["error: stop: past the output_dir check"]
+    other = write_run(tmp_path / "other", name=REDACTED, workload="bert_pretraining")  # another workload still is
+    assert main([TINY, f"output_dir={other}", "max_steps=1"]) == 2
+    assert "holds a run of another recipe" in capsys.readouterr().err

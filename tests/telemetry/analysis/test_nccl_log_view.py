@@ -127,3 +127,24 @@ def test_every_value_of_fabric_expect_is_a_claim_nccl_log_takes():
 def _reading(log: Path) -> str:
     from telemetry.capture.nccl_log import parse_lines
     return json.dumps(nccl_log_view.read([str(log)], parse_lines))
+
+
+def test_json_never_writes_over_a_log_or_record_of_a_folder_given(tmp_path, capsys):
+    """--json was checked against the inputs as given: a log found inside a folder given (its own input) and
+    the run.json of a run directory given were written over with the reading."""
+    lines = _known("roce").read_text(encoding="utf-8")
+    run = tmp_path / "run"
+    (run / "logs").mkdir(parents=True)
+    (run / "logs" / "nccl.node0.11.log").write_text(lines)
+    (run / "run.json").write_text('{"status": "finished"}')
+    ranks = tmp_path / "ranks"
+    ranks.mkdir()
+    (ranks / "rank0.log").write_text(lines)
+    for inputs, out in (([run], run / "run.json"), ([run], run / "logs" / "nccl.node0.11.log"),
+                        ([ranks], ranks / "rank0.log")):
+        before = out.read_text()
+        assert main(["nccl-log", *map(str, inputs), "--json", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: --json: ") and err.count("\n") == 1 and "allowed:" in err
+        assert out.read_text() == before
+    assert main(["nccl-log", str(run), "--json", str(run / "nccl.json")]) == 0  # a new file beside them is fine

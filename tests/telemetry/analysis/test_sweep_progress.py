@@ -80,3 +80,15 @@ def test_a_sweep_without_its_table_yet_says_so(tmp_path):
     state = RunWatch(str(run))
     state.poll()
     assert "  no size measured yet (the table is written as each size is measured)" in plain_lines(state.snapshot())
+
+
+def test_a_test_the_sweep_skipped_is_not_waiting_to_start(tmp_path):
+    """A sweep of one rank skips sendrecv and says so in its table: watch listed it as 'not started' to the end."""
+    skipped = "# fabric-harness: all_gather skipped: it needs at least 2 ranks (this world has 1)\n"
+    run = sweep_dir(tmp_path, HEAD.replace("#\n# Collective test starting", skipped + "#\n# Collective test starting", 1)
+                    + "\n".join(ROWS) + "\n" + FOOTER, status="finished")
+    p = SweepProgress(str(run))
+    p.poll()
+    out = lines(p.snapshot(), ["all_reduce", "all_gather"])
+    assert "  not started: all_gather" not in out
+    assert out[-1] == "  skipped: all_gather (it needs at least 2 ranks (this world has 1))"

@@ -63,3 +63,24 @@ def test_a_sweep_cut_short_reports_the_sizes_its_table_holds(tmp_path):
     write_report(str(run))
     md = (run / "report" / "report.md").read_text()
     assert "no collectives.json: the sweep did not finish, and its collectives.txt holds no measured size" in md
+
+
+def test_a_finished_sweep_of_the_p2p_matrix_only_is_not_called_unfinished(tmp_path):
+    """sweep.ops=[p2p_matrix] (docs/nccl-tests.md) writes collectives.json with no collective test in ops: the
+    report said 'no collectives.json: the sweep did not finish' of a finished run."""
+    import json
+    run = tmp_path / "p2p"
+    run.mkdir()
+    (run / "run.json").write_text(json.dumps({"name": "collectives", "status": "finished",
+                                              "recipe": {"workload": "collectives", "sweep": {"ops": ["p2p_matrix"]}}}))
+    (run / "collectives.json").write_text(json.dumps({
+        "source": "fabric-harness", "world_size": 2, "ops": {}, "min_bytes": 8, "max_bytes": 1048576,
+        "p2p_matrix": {"size": 1048576, "p2p_disabled": False, "bandwidth_GBps": [[None, 10.0], [10.0, None]],
+                       "latency_us": [[None, 5.0], [5.0, None]]}}))
+    (run / "collectives.txt").write_text("# fabric-harness collective sweep: 2 ranks on 1 host(s), float32, 8 to "
+                                         "1048576 bytes x2, warm-up 5, iters 20, time avg\n")
+    write_report(str(run))
+    md = (run / "report" / "report.md").read_text()
+    assert "did not finish" not in md
+    assert ("| result | collectives.json holds no collective test: this sweep measured the GPU pairs' p2p matrix "
+            "only (python -m telemetry p2p RUN shows it) |") in md

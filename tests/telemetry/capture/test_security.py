@@ -98,3 +98,43 @@ def test_report_and_compare_with_a_hostile_run_name(tmp_path):
 def test_error_lines_keep_hub_names_and_paths(text):
     # every error: line is redacted: a hub name or path that starts like a token prefix is no token
     assert redact_text(text) == text
+
+
+@pytest.mark.parametrize("text", [
+    "data.dataset: '/data/sk-learn-models-checkpoints/train.jsonl' does not exist",
+    "output_dir: '/scratch/sk-hynix-cluster-benchmarks/run1'", "name: 'sk-image-classification-baseline'"])
+def test_a_long_name_after_sk_is_no_token(text):
+    # an OpenAI/Anthropic key after 'sk-' is random text (48 letters and digits, or base64url in long runs); a
+    # name of words joined by '-' is not, however long
+    assert redact_text(text) == text
+
+
+@pytest.mark.parametrize("token", ["sk-" + "aB3" * 16, "sk-proj-" + "Ab1_" * 4 + "x9Yz" * 10 + "-Qw2" * 6,
+                                   "sk-ant-api03-" + "Zx9-" * 3 + "aBcD3fGh" * 10 + "AA"])
+def test_openai_and_anthropic_keys_are_still_redacted(token):
+    assert token not in redact_text(f"python -m trainer r.yaml model.path={token} seed=1")
+
+
+def test_redaction_is_linear_in_a_run_of_token_prefixes():
+    # every '-' ends a word, so each 'SK-' could start a token: a look-ahead scanned the rest of the run from
+    # each one (24 KB took seconds). Counted, not timed: the pattern must decide each start once.
+    import telemetry.redaction as redaction
+
+    text = "SK-" * 8000
+    assert redact_text(text) == text
+    tried = redaction.TOKEN_RUN.findall(text)
+    assert len(tried) <= 1  # the whole run is one candidate, judged once
+
+
+def test_a_lower_case_word_after_asia_is_no_aws_key():
+    # an AWS access key id is AKIA/ASIA and 16 capitals or digits: the pattern took 'asia' + 16 letters in any case
+    text = "data.dataset: '/data/asiapacificsalesdata.jsonl' does not exist"
+    assert redact_text(text) == text
+    assert "AKIAIOSFODNN7EXAMPLE" not in redact_text("key AKIAIOSFODNN7EXAMPLE")
+
+
+def test_a_path_after_pypi_is_no_pypi_token():
+    # a PyPI token is 'pypi-' and a macaroon, whose base64 starts 'AgE': a mirror's path is a name
+    text = "data.dataset: '/srv/pypi-mirror-packages-cache/train.jsonl' does not exist"
+    assert redact_text(text) == text
+    assert "pypi-AgENdGVzdC5weXBpLm9yZwIkYWJj" not in redact_text("token pypi-AgENdGVzdC5weXBpLm9yZwIkYWJj")
