@@ -61,7 +61,7 @@ LAYOUT = (
 # what a run itself writes at the top of its directory (files, and folders with everything in them); a collective
 # sweep's record too (trainer/sweep/output.py write_sweep_files), which `nccl-tests RUN --json` must not replace
 RUN_OWN = frozenset({RUN_JSON, METRICS, RANKS, LOGS, CHECKPOINTS, "run.lock", RESERVE, SWEEP_TABLE, LAB,
-                     "collectives.json", "collectives.csv", "nccl-tests", "sweep.jsonl"})
+                     "collectives.json", "collectives.csv", "nccl-tests", SWEEP_SIZES})
 
 
 def looks_like_run_dir(path: str) -> bool:
