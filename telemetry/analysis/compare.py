@@ -19,7 +19,7 @@ import os
 from telemetry.analysis import compare_figures, congestion_summary, fabric_config, nccl_algorithms, normalised, power_table
 from telemetry.analysis.compare_figures import size_text
 from telemetry.analysis.compare_inputs import (CompareError, is_sweep, label, line_rates, load_input, recipe_differences,
-                                               sweep_of, sweep_of_training_run)
+                                               sweep_cut_short, sweep_of, sweep_of_training_run)
 from telemetry.analysis.fabric_summary import fabric_rows, workload_line, workload_rows
 from telemetry.analysis.inventory_summary import hardware_warnings, inventory_rows
 from telemetry.analysis.line_rate import LineRate
@@ -117,7 +117,7 @@ def _check_kinds(runs: list[Run], paths: list[str], sweeps: list[str] | None) ->
         if sweep_of(run) is None:  # a sweep still running, failed or killed before it wrote its tables
             kept = os.path.join(run.path, SWEEP_TABLE)
             hint = (f"; the sizes it measured before it stopped are in {kept}, which compare takes as nccl-tests "
-                    "output" if os.path.isfile(kept) and os.path.getsize(kept) else "")
+                    "output" if sweep_cut_short(run) is not None else "")
             raise CompareError(f"{run.path}: a collective sweep run without collectives.json (run.json status "
                                f"{run.info.get('status') or 'unknown'}): only a finished sweep can be compared{hint}")
     return kinds[0]

@@ -7,9 +7,11 @@ import json
 import os
 from dataclasses import replace
 
+from telemetry.analysis import nccl_tests
 from telemetry.analysis.line_rate import LineRate, job_line_rate
 from telemetry.analysis.runs import Run, load_run, upgrade_sweep
 from telemetry.errors import InputError
+from telemetry.rundir import SWEEP_TABLE
 
 # Recipe parts that legitimately differ between runs of one fabric comparison.
 IGNORED_KEYS = {"output_dir", "name", "recipe_path", "telemetry", "fabric", "distributed"}
@@ -106,6 +108,22 @@ def sweep_of(run: Run) -> dict | None:
 def _read_sweep(path: str) -> dict:
     with open(path, encoding="utf-8") as f:
         return upgrade_sweep(json.load(f))  # older sweeps' unit names too
+
+
+def sweep_cut_short(run: Run) -> dict | None:
+    """A sweep that failed or was killed: the sizes its table holds (written as each was measured), or None."""
+    path = os.path.join(run.path, SWEEP_TABLE)
+    if not os.path.isfile(path):
+        return None
+    try:
+        sweep = nccl_tests.read(path)
+    except (OSError, nccl_tests.NcclTestsError):
+        return None
+    sweep["ops"] = {op: r for op, r in sweep["ops"].items() if r.get("rows")}
+    params = next(iter(sweep["ops"].values()), {}).get("params") or {}
+    sweep.setdefault("min_bytes", params.get("minBytes"))  # the overview's range, from nccl-tests' own line
+    sweep.setdefault("max_bytes", params.get("maxBytes"))
+    return sweep if sweep["ops"] else None
 
 
 def is_sweep(run: Run) -> bool:

@@ -6,11 +6,9 @@ the tracer health"), with empty figures, and left out every figure the sweep mea
 """
 from __future__ import annotations
 
-import os
 
-from telemetry.analysis import nccl_tests
 from telemetry.analysis.compare_figures import rate_text, size_text, time_text
-from telemetry.analysis.compare_inputs import label, sweep_of
+from telemetry.analysis.compare_inputs import label, sweep_cut_short, sweep_of
 from telemetry.analysis.fabric_summary import lab_row
 from telemetry.analysis.line_rate import job_line_rate, of_line_text
 from telemetry.analysis.report import fmt, write_report
@@ -67,7 +65,7 @@ def sweep_sections(run: Run, out: str, plt) -> tuple[list, list]:
                                          "pairs' p2p matrix only (python -m telemetry p2p RUN shows it)"])
         return [overview], []
     if not sweep or not sweep.get("ops"):
-        sweep = _cut_short(run)
+        sweep = sweep_cut_short(run)
         if sweep is None:
             return [("Sweep", ["", ""], [["result", "no collectives.json: the sweep did not finish, and its "
                                                     f"{SWEEP_TABLE} holds no measured size"]])], []
@@ -84,22 +82,6 @@ def sweep_sections(run: Run, out: str, plt) -> tuple[list, list]:
     average, _ = average_table(ops, [name], [[sweep]], [rate])
     tables += [average, line_rate_table(ops, [name], [sweep], [rate]), latency_table([name], [sweep])]
     return tables, sweep_figures(plt, out, ops, [name], [sweep], "log", [rate], False)
-
-
-def _cut_short(run: Run) -> dict | None:
-    """A sweep that failed or was killed: the sizes its table holds (written as each was measured), or None."""
-    path = os.path.join(run.path, SWEEP_TABLE)
-    if not os.path.isfile(path):
-        return None
-    try:
-        sweep = nccl_tests.read(path)
-    except (OSError, nccl_tests.NcclTestsError):
-        return None
-    sweep["ops"] = {op: r for op, r in sweep["ops"].items() if r.get("rows")}
-    params = next(iter(sweep["ops"].values()), {}).get("params") or {}
-    sweep.setdefault("min_bytes", params.get("minBytes"))  # the overview's range, from nccl-tests' own line
-    sweep.setdefault("max_bytes", params.get("maxBytes"))
-    return sweep if sweep["ops"] else None
 
 
 def write_run_report(run_path: str, out: str | None = None) -> dict:

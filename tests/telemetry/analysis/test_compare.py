@@ -595,3 +595,7 @@ def test_a_sweep_cut_short_is_refused_with_where_its_measured_sizes_are(tmp_path
                                f"{cut}/collectives.txt, which compare takes as nccl-tests output")
     compare([str(cut / "collectives.txt"), str(done)], str(tmp_path / "cmp"))  # as the error says
     assert "all_reduce" in (tmp_path / "cmp" / "compare.md").read_text()
+    (cut / "collectives.txt").write_text(HEAD)  # started, nothing measured: no pointer to an empty table
+    with pytest.raises(CompareError) as info:
+        compare([str(cut), str(done)], str(tmp_path / "cmp2"))
+    assert str(info.value).endswith("only a finished sweep can be compared")
