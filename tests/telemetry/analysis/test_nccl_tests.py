@@ -95,6 +95,7 @@ ROWS = {
     "all_reduce_perf_issue44_2019_no_redop_error_col_footer_cut_excerpt.txt": 13,
     "all_reduce_perf_nccl_428_2020_root_prompt_command_two_t4_one_row.txt": 1,
     "all_reduce_perf_mooncake_3484_rows_only_excerpt.txt": 11,
+    "all_gather_perf_dranet_gke_b200_gib_kubectl_exec_script_16_ranks.txt": 24,
 }
 TRUTHS = sorted(TABLES.glob("*.json"))
 # a line that starts like a row (after a launcher prefix, or nccl#1453's per-write tag '[0]'): size, count, a type
