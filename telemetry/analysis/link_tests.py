@@ -292,8 +292,19 @@ def parse_iperf3(report: str | dict) -> dict:
         reasons["duration_s"] = (f"the test ran to a byte count (-n {test['bytes']})" if test.get("bytes") else
                                  f"the test ran to a block count (-k {test['blocks']})")
     sent, received = sums["sum_sent"], sums["sum_received"]
-    if protocol == "UDP" and received is None:  # iperf3 before 3.10: one UDP 'sum', from the receiver's counts
-        received = sent = sums["sum"]
+    old_udp = protocol == "UDP" and received is None and sent is None and sums["sum"] is not None
+    if old_udp:
+        # iperf3 before 3.10 ends a UDP test with one 'sum': its loss and jitter are the receiver's counts, but its
+        # bytes and rate are what the client's streams moved (-k 10000 blocks of 8192 B: 81920000
+        # bytes with 69 of 9996 datagrams lost, 0-complexity/selfhealing): the rate the receiver saw is not in it
+        loss = sums["sum"]
+        if not out["reverse"]:
+            sent = sums["sum"]
+        else:
+            reasons["sent_bps"] = "iperf3 before 3.10 reports one UDP 'sum'; with -R it does not say whose bytes it holds"
+        reasons["received_bps"] = ("iperf3 before 3.10 reports one UDP 'sum' of the bytes sent, with the receiver's "
+                                   f"loss ({loss.get('lost_packets')} of {loss.get('packets')} datagrams lost); the "
+                                   "rate the receiver saw is not in the report")
     out["received_bps"] = _bps(received)
     out["sent_bps"] = _bps(sent)
     if protocol == "TCP" and _zero_of_sent(received, sent):
@@ -311,7 +322,7 @@ def parse_iperf3(report: str | dict) -> dict:
         reasons["retransmits"] = "the sending side's iperf3 reported no retransmission count (none on macOS or BSD)"
     out["seconds"] = (received or sent or {}).get("seconds")
     if protocol == "UDP":
-        loss_src = received or {}
+        loss_src = received or (sums["sum"] if old_udp else None) or {}
         out["lost_packets"] = loss_src.get("lost_packets")
         out["packets"] = loss_src.get("packets")
         out["lost_percent"] = loss_src.get("lost_percent")

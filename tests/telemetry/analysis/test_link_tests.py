@@ -266,3 +266,16 @@ def test_non_finite_figures_are_unknown_and_wrong_kinds_in_json_are_parse_errors
         lt.parse_iperf3('{"end": ' + "[" * 100_000)
     with pytest.raises(lt.ParseError, match=r"'results' is a list"):
         lt.parse_perftest_json('{"results": [1]}', report_gbits=True)
+
+
+def test_iperf3_before_3_10_udp_one_sum_is_the_senders_bytes_with_the_receivers_loss():
+    """iperf 3.1.3 (0-complexity/selfhealing): -u -k 10000 of 8192 B ends with one 'sum' of 81920000 bytes, the
+    10000 blocks sent, and the receiver's 69 of 9996 datagrams lost. It was read as the receiver's rate too."""
+    with open(os.path.join(FIX, "iperf3_udp_blocks_3.1.3_one_sum_command_before_json_selfhealing.res"),
+              encoding="utf-8") as f:
+        r = lt.parse_iperf3(f.read())
+    assert (r["version"], r["protocol"], r["streams"], r["reverse"], r["bidir"]) == ("iperf 3.1.3", "UDP", 1, False, False)
+    assert r["sent_bps"] == 834711189.017002 and r["received_bps"] is None
+    assert "69 of 9996 datagrams lost" in r["reasons"]["received_bps"]
+    assert (r["lost_packets"], r["packets"], r["lost_percent"], r["jitter_ms"]) == (69, 9996, 0.690276, 0.092)
+    assert r["duration_s"] is None and "-k 10000" in r["reasons"]["duration_s"] and r["seconds"] == 0.785134
