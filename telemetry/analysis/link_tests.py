@@ -17,6 +17,7 @@ No torch here: analysis modules run where only the run directory is.
 from __future__ import annotations
 
 import json
+import math
 import re
 from telemetry.errors import InputError
 
@@ -27,7 +28,12 @@ _HEADER_WORDS = (("BW peak", "BW_peak"), ("BW average", "BW_average"), ("99.9% p
                  ("99% percentile", "p99"), ("tps average", "tps_average"), ("BW Port", "BW_Port"),
                  ("MsgRate Port", "MsgRate_Port"))
 _TITLE = re.compile(r"^\s*(\S.*?(?:BW|Latency) Test)\s*$")
-_FIELD = re.compile(r"^\s*([A-Za-z][\w.* ]*?)\s*:\s*(\S[^:\t]*?)\s*(?:\t|$)")
+# a setting's name; the setting is read in code ("Name : value" up to a tab, the value without a colon): the
+# pattern it replaced, a lazy name then "\s*:", backtracked quadratically over a long run of blanks
+_FIELD_NAME = re.compile(r"[A-Za-z][\w.* ]*")
+# two settings on one line are separated by a tab, or by 3+ blanks before a capital (from a run's first blank only:
+# tried at every blank of a long run, the split took time quadratic in the run)
+_SETTINGS_SPLIT = re.compile(r"\t+|(?<! ) {3,}(?=[A-Z])")
 _TWO_DECIMALS = re.compile(r"-?\d+\.\d{2}")
 _QUOTE = re.compile(r"^(?:[ \t]*>)+ ?")
 # what perftest prints when a run fails ("Couldn't connect to ...", "Failed to modify QP ... to RTR",
@@ -78,22 +84,22 @@ def parse_perftest(text: str) -> dict:
                 title = m.group(1)
                 latency = "Latency" in title
                 continue
-            if line.lstrip().startswith("#bytes"):
+            if line.lstrip().startswith("#bytes") and _columns(line)[0][0] == "bytes":
                 columns = _columns(line)
                 latency = latency or any(name.startswith("t_") for name, _ in columns)
                 continue
-            for part in re.split(r"\t+| {3,}(?=[A-Z])", line):
-                f = _FIELD.match(part)
-                if f and title is not None:
-                    settings.setdefault(f.group(1).strip(), f.group(2).strip())
+            if title is not None:
+                for part in _SETTINGS_SPLIT.split(line):
+                    if f := _field(part):
+                        settings.setdefault(*f)
             continue
         if line.strip().startswith("---") or (rows and line.lstrip().startswith("#bytes")):
             if rows:
                 break  # the table ends at its closing line, or where another run's table begins
             continue
         values = _row_values(line, len(columns), latency)
-        if values is not None:
-            rows.append(_row(columns, values))
+        if values is not None and (row := _row(columns, values)) is not None:
+            rows.append(row)
     if columns is None:
         where = (f"; the {title} settings are here but no table: perftest prints some results (ib_read_*) on the "
                  "client only, read the client's output" if title and not _said(text) else "")
@@ -108,6 +114,15 @@ def parse_perftest(text: str) -> dict:
             "bw_unit": units.get("BW_average"), "rows": rows}
 
 
+def _field(part: str) -> tuple[str, str] | None:
+    """('Mtu', '4096[B]') of ' Mtu             : 4096[B]'; None for a part that is not one setting."""
+    name, colon, value = part.partition(":")
+    name, value = name.strip(), value.strip()
+    if not colon or not value or ":" in value or not _FIELD_NAME.fullmatch(name):
+        return None
+    return name, value
+
+
 def _said(text: str) -> str:
     """perftest's own failure lines, for the error message: '; perftest said: ...' or ''."""
     lines = [ln.strip() for ln in text.splitlines() if _FAILURE.search(ln) and not ln.lstrip().startswith("#")]
@@ -116,36 +131,47 @@ def _said(text: str) -> str:
 
 
 def _int(value) -> int | None:
-    return value if isinstance(value, int) else int(value) if str(value or "").strip().isdigit() else None
+    """A count from a setting; None for anything else (and for digits no count has: int() refuses 4,300 of them)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    text = str(value or "").strip()
+    return int(text) if text.isdigit() and len(text) <= 18 else None
 
 
 def _mtu(value) -> int | None:
     """Mtu as bytes: '4096[B]' in the table's settings, 4096 in --out_json."""
     if isinstance(value, int):
         return value
-    m = re.match(r"\s*(\d+)", str(value or ""))
+    m = re.match(r"\s*(\d{1,18})(?!\d)", str(value or ""))
     return int(m.group(1)) if m else None
 
 
-def _row(columns: list[tuple[str, str | None]], values: list[float]) -> dict:
+def _row(columns: list[tuple[str, str | None]], values: list[float]) -> dict | None:
+    """One result row; None when its size or iteration count is not a whole number (not a row perftest printed).
+    A figure that is not finite ("nan", "inf", as a failed run prints) is unknown: None."""
     row: dict = {}
     for (name, unit), v in zip(columns, values):
-        if name == "bytes":
-            row["bytes"] = int(v)
-        elif name == "iterations":
-            row["iterations"] = int(v)
-        elif name in ("BW_peak", "BW_average") or name.startswith("BW_Port"):
-            key = {"BW_peak": "bw_peak_gbps", "BW_average": "bw_avg_gbps"}.get(name, name.lower() + "_gbps")
-            row[key] = to_gbps(v, unit)
-        elif name.startswith("MsgRate"):
-            row["msg_rate_mpps" if name == "MsgRate" else name.lower() + "_mpps"] = v
-        elif unit == "usec" or name in ("p99", "p99.9"):
-            row[{"p99": "p99_us", "p99.9": "p99_9_us"}.get(name, name + "_us")] = v
-        else:
-            row[name] = v
+        if name in ("bytes", "iterations"):
+            if not math.isfinite(v) or v != int(v) or v < 0:
+                return None
+            row[name] = int(v)
+            continue
+        key, bandwidth = _row_key(name, unit)
+        row[key] = None if not math.isfinite(v) else to_gbps(v, unit) if bandwidth else v
     if row.get("bw_peak_gbps") == 0.0:  # perftest prints 0.00 when it did not measure the peak (-D, -N)
         row["bw_peak_gbps"] = None
     return row
+
+
+def _row_key(name: str, unit: str | None) -> tuple[str, bool]:
+    """The row's key for a column, and whether the column is a bandwidth (converted to Gb/s)."""
+    if name in ("BW_peak", "BW_average") or name.startswith("BW_Port"):
+        return {"BW_peak": "bw_peak_gbps", "BW_average": "bw_avg_gbps"}.get(name, name.lower() + "_gbps"), True
+    if name.startswith("MsgRate"):
+        return ("msg_rate_mpps" if name == "MsgRate" else name.lower() + "_mpps"), False
+    if unit == "usec" or name in ("p99", "p99.9"):
+        return {"p99": "p99_us", "p99.9": "p99_9_us"}.get(name, name + "_us"), False
+    return name, False
 
 
 def to_gbps(value: float, unit: str | None) -> float:
@@ -160,11 +186,21 @@ def parse_perftest_json(text: str, report_gbits: bool) -> dict:
     """perftest's --out_json file. It does not say its unit: Gb/s with --report_gbits, else MiB/s."""
     try:
         data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ParseError(f"perftest --out_json file is not JSON: {exc}") from None
-    res, info = data.get("results") or {}, data.get("test_info") or {}
+    except ValueError as exc:  # not JSON, or a number of over 4,300 digits (int() refuses it)
+        raise ParseError(f"perftest --out_json file is not JSON perftest wrote: {exc}") from None
+    except RecursionError:
+        raise ParseError("perftest --out_json file nests too deeply to read; expected perftest's object of "
+                         "'test_info' and 'results'") from None
+    if not isinstance(data, dict):
+        raise ParseError(f"perftest --out_json file holds {_kind(data)}; expected an object with 'test_info' and "
+                         "'results'")
+    res = _object(data, "results", "perftest --out_json") or {}
+    info = _object(data, "test_info", "perftest --out_json") or {}
     if not res:
         raise ParseError("perftest --out_json file has no 'results'")
+    for key in ("MsgSize", "n_iterations", "t_min", "t_max", "t_typical", "t_avg", "t_stdev", "percentile_99",
+                "percentile_99.9", "tps_average", "avg_lat", "BW_peak", "BW_average", "bw_avg", "MsgRate", "msgRate_avg"):
+        _number(res, key, "perftest --out_json 'results'")
     unit = "Gb/sec" if report_gbits else "MiB/sec"
     row: dict = {"bytes": res.get("MsgSize"), "iterations": res.get("n_iterations")}
     latency = "t_avg" in res or "avg_lat" in res
@@ -201,9 +237,33 @@ def _iperf3_json(report: str | dict) -> dict:
         raise ParseError("not an iperf3 -J report: no JSON object in the text")
     try:
         data, _ = json.JSONDecoder().raw_decode(report[start:])
-    except json.JSONDecodeError as exc:
+    except ValueError as exc:  # not JSON, or a number of over 4,300 digits (int() refuses it)
         raise ParseError(f"iperf3 -J output is not JSON: {exc}") from None
+    except RecursionError:
+        raise ParseError("iperf3 -J output nests too deeply to read; expected iperf3's report (an object of "
+                         "'start', 'intervals' and 'end')") from None
     return data
+
+
+def _kind(value) -> str:
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean"}.get(
+        type(value), "null" if value is None else "a number")
+
+
+def _object(parent: dict, key: str, where: str) -> dict | None:
+    """parent[key] when it is an object, None when absent or null; ParseError naming it otherwise."""
+    value = parent.get(key)
+    if value is None or isinstance(value, dict):
+        return value
+    raise ParseError(f"{where}: '{key}' is {_kind(value)}; expected an object")
+
+
+def _number(parent: dict, key: str, where: str) -> float | int | None:
+    """parent[key] when it is a number, None when absent or null; ParseError naming it otherwise."""
+    value = parent.get(key)
+    if value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)):
+        return value
+    raise ParseError(f"{where}: '{key}' is {_kind(value)}; expected a number")
 
 
 def parse_iperf3(report: str | dict) -> dict:
@@ -214,9 +274,11 @@ def parse_iperf3(report: str | dict) -> dict:
     data = _iperf3_json(report)
     if not isinstance(data, dict) or ("end" not in data and "error" not in data):
         raise ParseError("not an iperf3 -J report: no 'end' or 'error' member")
-    start = data.get("start") or {}
-    test = start.get("test_start") or {}
-    end = data.get("end") or {}
+    start = _object(data, "start", "iperf3 -J report") or {}
+    test = _object(start, "test_start", "iperf3 -J report 'start'") or {}
+    end = _object(data, "end", "iperf3 -J report") or {}
+    sums = {key: _sum(end, key) for key in ("sum_sent", "sum_received", "sum", "sum_sent_bidir_reverse",
+                                            "sum_received_bidir_reverse")}
     protocol = test.get("protocol")
     out = {"tool": "iperf3", "version": start.get("version"), "protocol": protocol,
            "streams": test.get("num_streams"), "duration_s": test.get("duration"),
@@ -229,9 +291,20 @@ def parse_iperf3(report: str | dict) -> dict:
         out["duration_s"] = None  # iperf3 writes 0 when the test ran to an amount (-n, -k), not for a time
         reasons["duration_s"] = (f"the test ran to a byte count (-n {test['bytes']})" if test.get("bytes") else
                                  f"the test ran to a block count (-k {test['blocks']})")
-    sent, received = end.get("sum_sent"), end.get("sum_received")
-    if protocol == "UDP" and received is None:  # iperf3 before 3.10: one UDP 'sum', from the receiver's counts
-        received = sent = end.get("sum")
+    sent, received = sums["sum_sent"], sums["sum_received"]
+    old_udp = protocol == "UDP" and received is None and sent is None and sums["sum"] is not None
+    if old_udp:
+        # iperf3 before 3.10 ends a UDP test with one 'sum': its loss and jitter are the receiver's counts, but its
+        # bytes and rate are what the client's streams moved (-k 10000 blocks of 8192 B: 81920000
+        # bytes with 69 of 9996 datagrams lost, 0-complexity/selfhealing): the rate the receiver saw is not in it
+        loss = sums["sum"]
+        if not out["reverse"]:
+            sent = sums["sum"]
+        else:
+            reasons["sent_bps"] = "iperf3 before 3.10 reports one UDP 'sum'; with -R it does not say whose bytes it holds"
+        reasons["received_bps"] = ("iperf3 before 3.10 reports one UDP 'sum' of the bytes sent, with the receiver's "
+                                   f"loss ({loss.get('lost_packets')} of {loss.get('packets')} datagrams lost); the "
+                                   "rate the receiver saw is not in the report")
     out["received_bps"] = _bps(received)
     out["sent_bps"] = _bps(sent)
     if protocol == "TCP" and _zero_of_sent(received, sent):
@@ -249,20 +322,31 @@ def parse_iperf3(report: str | dict) -> dict:
         reasons["retransmits"] = "the sending side's iperf3 reported no retransmission count (none on macOS or BSD)"
     out["seconds"] = (received or sent or {}).get("seconds")
     if protocol == "UDP":
-        loss_src = received or {}
+        loss_src = received or (sums["sum"] if old_udp else None) or {}
         out["lost_packets"] = loss_src.get("lost_packets")
         out["packets"] = loss_src.get("packets")
         out["lost_percent"] = loss_src.get("lost_percent")
         out["jitter_ms"] = loss_src.get("jitter_ms")
     if out["bidir"]:
-        out["reverse_received_bps"] = _bps(end.get("sum_received_bidir_reverse"))
-        out["reverse_sent_bps"] = _bps(end.get("sum_sent_bidir_reverse"))
-        out["reverse_retransmits"] = (end.get("sum_sent_bidir_reverse") or {}).get("retransmits")
-        if protocol == "TCP" and _zero_of_sent(end.get("sum_received_bidir_reverse"), end.get("sum_sent_bidir_reverse")):
+        out["reverse_received_bps"] = _bps(sums["sum_received_bidir_reverse"])
+        out["reverse_sent_bps"] = _bps(sums["sum_sent_bidir_reverse"])
+        out["reverse_retransmits"] = (sums["sum_sent_bidir_reverse"] or {}).get("retransmits")
+        if protocol == "TCP" and _zero_of_sent(sums["sum_received_bidir_reverse"], sums["sum_sent_bidir_reverse"]):
             out["reverse_received_bps"] = None
             reasons["reverse_received_bps"] = "the reverse receiver reported 0 bytes of the bytes sent to it"
     out["reasons"] = reasons
     return out
+
+
+def _sum(end: dict, key: str) -> dict | None:
+    """One of the report's totals ('sum_sent', ...): an object whose figures are numbers; ParseError naming the
+    figure that is not."""
+    section = _object(end, key, "iperf3 -J report 'end'")
+    for figure in ("bits_per_second", "bytes", "seconds", "retransmits", "lost_packets", "packets", "lost_percent",
+                   "jitter_ms"):
+        if section is not None:
+            _number(section, figure, f"iperf3 -J report 'end.{key}'")
+    return section
 
 
 def _zero_of_sent(received: dict | None, sent: dict | None) -> bool:

@@ -44,6 +44,10 @@ BLOCKS = ("out_of_place", "in_place")
 # (a log pasted as an indented block keeps its indent before the tag)
 _MPI_TAG = re.compile(r"^[ \t]*\[(\d+),(\d+)\]<(stdout|stderr)>:")
 _SRUN_LABEL = re.compile(r"^\s*(\d+):[ \t]")  # a tab where an editor turned the label's blanks into one
+# a launcher that tags each write of a process ("[0]", NVIDIA/nccl#1453): a row is several writes, so the tag
+# starts the line and recurs glued to the cell before it ("...  sum      -1[0]    1626.5 ...   0[0]    2302.3 ...")
+_WRITE_TAG = re.compile(r"^[ \t]*\[(\d+)\][ \t]")
+_OPTION_AFTER = re.compile(r"\s+-\w")  # the test's first option: what makes a '#' line a command
 _TEST_NAME = re.compile(r"\b(all_reduce|all_gather|reduce_scatter|alltoallv|alltoall|sendrecv|broadcast|hypercube|"
                         r"reduce|gather|scatter)_perf(?:_mpi)?\b")
 _FILE_OP = re.compile(r"all_reduce|all_gather|reduce_scatter|alltoallv|alltoall|sendrecv|broadcast|hypercube")
@@ -77,6 +81,16 @@ _HASHLESS = re.compile(r"(?:nThread \d|Using devices$|Rank\s+\d+\s+(?:Group|Pid)
                        r"out-of-place\s+in-place|Out of bounds values|Avg bus bandwidth|[nr]ccl-tests version|"
                        r"Collective test (?:starting|concluded)|Blocking Enabled)")
 _ASSUMED_HEADER = "size count type redop root time algbw busbw #wrong time algbw busbw #wrong".split()
+# and before 2022 (the largest error in place of #wrong, no root; before 2019 no redop either), by their cell count
+_ASSUMED_OLD = {12: "size count type redop time algbw busbw error time algbw busbw error".split(),
+                11: "size count type time algbw busbw error time algbw busbw error".split()}
+_ERROR_CELL = re.compile(r"N/A|[-+]?\d+(?:\.\d+)?(?:e[-+]\d+)?")
+_LAYOUT_NOTE = {13: "nccl-tests' layout since 2022 (size count type redop root, then time algbw busbw #wrong "
+                    "out-of-place and in-place, times in us)",
+                12: "nccl-tests' layout of 2019-2021 (size count type redop, then time algbw busbw error "
+                    "out-of-place and in-place, times in us)",
+                11: "nccl-tests' layout before 2019 (size count type, then time algbw busbw error out-of-place "
+                    "and in-place, times in us)"}
 
 
 class NcclTestsError(InputError):
@@ -91,6 +105,12 @@ def _prefix(line: str) -> tuple[object, str] | None:
     m = _SRUN_LABEL.match(line)
     if m:
         return ("srun", m.group(1)), line[m.end():]
+    m = _WRITE_TAG.match(line)
+    if m:
+        tag = f"[{m.group(1)}]"
+        rest = line[m.end():]
+        # (str.replace, not a regex: a line of many tags stays linear)
+        return ("tag", m.group(1)), rest.replace(tag, " ") if tag in rest else rest
     return "", line
 
 
@@ -279,8 +299,7 @@ class _Run:
             notes.append("only nccl-tests' footer lines: no header and no row (the average covers rows not in the "
                          "text)")
         if self.assumed_header:
-            notes.append("no column header: the rows were read as nccl-tests' layout since 2022 (size count type "
-                         "redop root, then time algbw busbw #wrong out-of-place and in-place, times in us)")
+            notes.append(f"no column header: the rows were read as {_LAYOUT_NOTE[self.assumed_header]}")
         last: dict = {}
         for row in self.rows:  # one test prints each (type, redop) series with growing sizes
             key = (row.get("type"), row.get("redop"))
@@ -326,6 +345,21 @@ def _from_library_code(tests_version: str | None) -> str | None:
     return f"{major}.{rest // 100}.{rest % 100}"
 
 
+def _assumed_header(tokens: list[str]) -> list[str] | None:
+    """The column header of a row pasted without one (size, count and a type name first): the layout its cell
+    count names, when its cells fit it; else None."""
+    if len(tokens) < 11 or not (tokens[0].isdigit() and tokens[1].isdigit() and tokens[2] in DTYPES):
+        return None
+    if len(tokens) == len(_ASSUMED_HEADER):
+        return list(_ASSUMED_HEADER)
+    header = _ASSUMED_OLD.get(len(tokens))
+    # the older layouts: a redop name (12 cells) or a time (11) after the type, an error cell ending each block
+    if header is None or tokens[3][0].isdigit() != (len(tokens) == 11) or \
+            not (_ERROR_CELL.fullmatch(tokens[-1]) and _ERROR_CELL.fullmatch(tokens[-5])):
+        return None
+    return list(header)
+
+
 class _Stream:
     """One launcher stream (one rank's tagged output, or the untagged text)."""
 
@@ -355,11 +389,10 @@ class _Stream:
             run.rccl = run.rccl or m.group(1) == "R"
         elif run is not None and run.nblocks and text.split()[0].isdigit():
             run.row(text)
-        elif (run is None or not run.nblocks) and (tokens := text.split())[0].isdigit() \
-                and len(tokens) == len(_ASSUMED_HEADER) and tokens[2] in DTYPES and tokens[1].isdigit():
+        elif (run is None or not run.nblocks) and (header := _assumed_header(text.split())):
             run = self.current()
-            run.header(list(_ASSUMED_HEADER))
-            run.assumed_header = True
+            run.header(header)
+            run.assumed_header = len(header)
             run.row(text)
         else:
             m = _TEST_NAME.search(text)  # a command line naming the test
@@ -443,6 +476,9 @@ class _Stream:
                 self._footer_run().oob = int(m.group(1))
         elif body.startswith("Blocking Enabled"):  # -z 1: a barrier after each collective
             self.current().params["blocking"] = 1
+        elif "_perf" in body and (m := _TEST_NAME.search(body)) and _OPTION_AFTER.match(body, m.end()):
+            # a command line behind a root shell's "# " prompt ("# ./build/all_reduce_perf -b 8 ...", nccl#428)
+            self.parser.pending = m.group(0)
         elif body.startswith("Avg bus bandwidth"):
             # "# Avg bus bandwidth    : 95.3009 " and, with a minimum to check against, "... : 12.3 FAILED"
             m = re.search(r":\s*(\S+)(?:\s+(?:GB/s\s+)?(OK|FAILED)\b)?", body)
@@ -502,7 +538,7 @@ _ANCHOR = re.compile(r"#\s*(?:nThread \d|Using devices|Rank\s+\d+\s|size\s+count
                      r"(?<!\S)(?:nThread \d+ nGpus|Rank\s+\d+\s+(?:Group|Pid)\s|size\s+count\s+type\s)|"
                      r"(?<![\w.:])\d+\s+\d+\s+(?:" + "|".join(DTYPES) + r")\s+\S+\s+\S")
 _SIDES = re.compile(r"\s\|\s+")
-_TAIL_TAG = re.compile(r"(?:\[\d+,\d+\]<(?:stdout|stderr)>:|(?<!\S)\d+:)$")
+_TAIL_TAG = re.compile(r"(?:\[\d+,\d+\]<(?:stdout|stderr)>:|(?<!\S)\d+:|(?<![\w\]])\[\d+\])$")
 
 
 def _side_by_side(line: str) -> list[str] | None:

@@ -82,8 +82,9 @@ _NVLS_CHANNELS = re.compile(r"(\d+) nvls channels")
 # (a WARN line has NCCL's source position, and from 2.2x its function, before "NCCL WARN": "[1] net.cc:626 NCCL WARN",
 # "[0] transport/net_ib/gdaki/gin_host_gdaki.cc:431 (gdakiConnectQp) NCCL WARN")
 # A log shipper's timestamp may be glued to the host ("...208-07:00ip-10-36-29-253:79:79 [0]"): the host starts
-# after the time zone, not inside it
-_PREFIX_HOST = re.compile(r"(?:^|[\s>:|\]]|(?<=\d[+-]\d\d:\d\d))(?<![+-]\d\d:)"
+# after the time zone, not inside it. A line quoted in markdown inline code starts with a backtick ("`host:1:2 [0]
+# ... NCCL WARN ...`", NVIDIA/nccl#733), or a code fence glued to it ("```host:1:2 [0] NCCL INFO", NVIDIA/nccl#857)
+_PREFIX_HOST = re.compile(r"(?:^|[\s>:|\]`]|(?<=\d[+-]\d\d:\d\d))(?<![+-]\d\d:)"
                           r"([A-Za-z0-9][\w.\-]*):\d+:\d+ \[ ?\d+ ?\] (?:[\w./\-]+:\d+ (?:\(\w+\) )?)?"
                           r"NCCL (?:INFO|WARN)")
 # A prefix holding the host and the device only, no pid:tid ("gpu-server320 [5] NCCL INFO", NVIDIA/nccl#1920's
@@ -91,7 +92,7 @@ _PREFIX_HOST = re.compile(r"(?:^|[\s>:|\]]|(?<=\d[+-]\d\d:\d\d))(?<![+-]\d\d:)"
 _PREFIX_HOST_ONLY = re.compile(r"(?:^|(?<=\s))([A-Za-z][\w.\-]*) \[ ?\d+ ?\] (?:[\w./\-]+:\d+ (?:\(\w+\) )?)?"
                                r"NCCL (?:INFO|WARN)")
 # NCCL <= 2.2 printed its prefix without the word NCCL: "host:1:2 [0] INFO ...", "host:1:2 [0] misc/ibvwrap.cu:61 WARN"
-_PREFIX_HOST_22 = re.compile(r"(?:^|[\s>:|\]])([A-Za-z0-9][\w.\-]*):\d+:\d+ \[ ?\d+ ?\] (?:[\w./\-]+:\d+ )?(?:INFO|WARN) ")
+_PREFIX_HOST_22 = re.compile(r"(?:^|[\s>:|\]`])([A-Za-z0-9][\w.\-]*):\d+:\d+ \[ ?\d+ ?\] (?:[\w./\-]+:\d+ )?(?:INFO|WARN) ")
 # nccl-tests' device list names every rank of its world (a host name may hold blanks: "on NODE A  device")
 # (the host grows a word at a time: a lazy "\S.*?" before "\s+device" backtracks quadratically over long blank runs)
 _RANK_HOST = re.compile(r"#\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?(?:Pid\s+\d+\s+)?on\s+(\S+(?:\s+\S+)*?)\s+device\s+-?\d")

@@ -199,3 +199,83 @@ def test_tables_as_people_paste_them_into_issues():
     assert bold["rows"] == [{"bytes": 1024, "iterations": 1000, "bw_peak_gbps": None,
                              "bw_avg_gbps": pytest.approx(5544.28 * 2**20 * 8 / 1e9), "msg_rate_mpps": 5.677340}]
     assert bold["device"] is None and bold["test"] is None  # the issue did not include the settings
+
+
+# --- the eighth collection: values read by hand from each file (evidence_fixtures/README.md) ---
+
+MIB = 2**20 * 8 / 1e9  # one MiB/s (perftest's "MB/sec") in Gb/s
+
+
+def test_atomic_bandwidth_test_on_a_software_ib_device():
+    r = lt.parse_perftest(read("perftest_atomic_cmp_swap_bw_pib_issue4.txt"))
+    assert (r["test"], r["kind"], r["device"], r["link_type"], r["mtu"], r["qps"], r["connection"], r["bw_unit"]) == \
+        ("Atomic CMP_AND_SWAP BW Test", "bandwidth", "pib_1", "IB", 4096, 1, "RC", "MB/sec")
+    assert r["rows"] == [{"bytes": 8, "iterations": 1000, "bw_peak_gbps": pytest.approx(1.70 * MIB),
+                          "bw_avg_gbps": pytest.approx(1.67 * MIB), "msg_rate_mpps": 0.219031}]
+
+
+def test_read_bandwidth_pasted_without_rules_and_an_iterations_column_without_hash():
+    r = lt.parse_perftest(read("perftest_read_bw_no_rules_iterations_without_hash_ucx8852.txt"))
+    assert (r["test"], r["device"], r["link_type"], r["mtu"], r["connection"]) == \
+        ("RDMA_Read BW Test", "mlx5_1", "IB", 4096, "RC")
+    assert [row["bytes"] for row in r["rows"]] == [2, 4, 8, 16, 32, 64, 128]
+    assert r["rows"][0] == {"bytes": 2, "iterations": 1000, "bw_peak_gbps": pytest.approx(4.86 * MIB),
+                            "bw_avg_gbps": pytest.approx(4.67 * MIB), "msg_rate_mpps": 2.450225}
+    assert r["rows"][-1]["bw_avg_gbps"] == pytest.approx(310.05 * MIB)
+
+
+def test_gpudirect_runs_with_cuda_lines_around_the_table():
+    h200 = lt.parse_perftest(read("perftest_write_bw_use_cuda_dmabuf_h200_pod_a_gbits.txt"))
+    assert (h200["device"], h200["link_type"], h200["mtu"], h200["qps"], h200["bw_unit"], len(h200["rows"])) == \
+        ("mlx5_3", "Ethernet", 4096, 1, "Gb/sec", 23)
+    assert h200["rows"][0] == {"bytes": 2, "iterations": 5000, "bw_peak_gbps": 0.057240, "bw_avg_gbps": 0.056633,
+                               "msg_rate_mpps": 3.539560}
+    assert h200["rows"][-1] == {"bytes": 8388608, "iterations": 5000, "bw_peak_gbps": 140.55, "bw_avg_gbps": 140.40,
+                                "msg_rate_mpps": 0.002092}
+    rtx = lt.parse_perftest(read("perftest_write_bw_use_cuda_mib_cpufreq_inside_table_rtx4080.txt"))
+    assert (rtx["device"], rtx["link_type"], rtx["mtu"], rtx["bw_unit"]) == ("mlx5_0", "IB", 4096, "MiB/sec")
+    assert rtx["rows"] == [{"bytes": 65536, "iterations": 5000, "bw_peak_gbps": pytest.approx(14954.91 * MIB),
+                            "bw_avg_gbps": pytest.approx(14948.67 * MIB), "msg_rate_mpps": 0.239179}]
+
+
+def test_failures_before_any_table_carry_perftests_words():
+    with pytest.raises(lt.ParseError, match=r"perftest said: .*CUDA DMA-BUF cannot be used without CUDA \| "
+                                            r"Parser function exited with Error"):
+        lt.parse_perftest(read("perftest_error_cuda_dmabuf_option_order_issue336.txt"))
+    with pytest.raises(lt.ParseError) as err:
+        lt.parse_perftest(read("perftest_error_rdma_cm_server_and_client_issue132.txt"))
+    for said in ("ethernet_read_keys: Couldn't read remote address", "Failed to exchange data between server and "
+                 "clients", "Failed to modify QP to RTS", "Unable to Connect the HCA's through the link"):
+        assert said in str(err.value)
+
+
+def test_non_finite_figures_are_unknown_and_wrong_kinds_in_json_are_parse_errors():
+    """Found by test_link_tests_fuzz.py: a 'nan' count raised ValueError, a JSON figure of the wrong kind raised
+    TypeError or AttributeError, and deep nesting RecursionError; none of them a ParseError (exit 2)."""
+    head = "  RDMA_Write BW Test\n #bytes  #iterations  BW peak[Gb/sec]  BW average[Gb/sec]  MsgRate[Mpps]\n"
+    (row,) = lt.parse_perftest(head + " 65536  5000  nan  inf  0.1\n")["rows"]
+    assert row == {"bytes": 65536, "iterations": 5000, "bw_peak_gbps": None, "bw_avg_gbps": None,
+                   "msg_rate_mpps": 0.1}
+    with pytest.raises(lt.ParseError, match="no result rows"):
+        lt.parse_perftest(head + " 65536  nan  1.0  1.0  0.1\n")
+    with pytest.raises(lt.ParseError, match=r"'end.sum_received': 'bits_per_second' is a string; expected a number"):
+        lt.parse_iperf3('{"end": {"sum_received": {"bits_per_second": "9e9"}}}')
+    with pytest.raises(lt.ParseError, match=r"'start' is a list; expected an object"):
+        lt.parse_iperf3('{"error": "x", "start": []}')
+    with pytest.raises(lt.ParseError, match="nests too deeply"):
+        lt.parse_iperf3('{"end": ' + "[" * 100_000)
+    with pytest.raises(lt.ParseError, match=r"'results' is a list"):
+        lt.parse_perftest_json('{"results": [1]}', report_gbits=True)
+
+
+def test_iperf3_before_3_10_udp_one_sum_is_the_senders_bytes_with_the_receivers_loss():
+    """iperf 3.1.3 (0-complexity/selfhealing): -u -k 10000 of 8192 B ends with one 'sum' of 81920000 bytes, the
+    10000 blocks sent, and the receiver's 69 of 9996 datagrams lost. It was read as the receiver's rate too."""
+    with open(os.path.join(FIX, "iperf3_udp_blocks_3.1.3_one_sum_command_before_json_selfhealing.res"),
+              encoding="utf-8") as f:
+        r = lt.parse_iperf3(f.read())
+    assert (r["version"], r["protocol"], r["streams"], r["reverse"], r["bidir"]) == ("iperf 3.1.3", "UDP", 1, False, False)
+    assert r["sent_bps"] == 834711189.017002 and r["received_bps"] is None
+    assert "69 of 9996 datagrams lost" in r["reasons"]["received_bps"]
+    assert (r["lost_packets"], r["packets"], r["lost_percent"], r["jitter_ms"]) == (69, 9996, 0.690276, 0.092)
+    assert r["duration_s"] is None and "-k 10000" in r["reasons"]["duration_s"] and r["seconds"] == 0.785134

@@ -86,11 +86,21 @@ ROWS = {
     "all_reduce_perf_rccl_929_mpich_mi250x_2023_error_col_excerpt.txt": 8,
     "alltoall_perf_oci_gb300_128_ranks_elided_list_truncated_comment_excerpt.txt": 2,
     "sendrecv_perf_li_plus_playground_command_line_eight_gpus_one_process.txt": 4,
+    # the eighth collection (a launcher tag inside rows, prompts and env lines before the header, library 23004)
+    "all_reduce_perf_nccl_1453_bracket_rank_tag_inside_rows_excerpt.txt": 10,
+    "all_reduce_perf_issue232_shell_prompt_command_tree_two_nodes_excerpt.txt": 5,
+    "all_reduce_perf_nccl_1411_env_lines_before_header_excerpt.txt": 7,
+    "all_reduce_perf_issue119_linear_step_sizes_footer_excerpt.txt": 6,
+    "alltoall_perf_nccl_2169_2.17.8_library_23004_header_cut_before_first_row.txt": 0,
+    "all_reduce_perf_issue44_2019_no_redop_error_col_footer_cut_excerpt.txt": 13,
+    "all_reduce_perf_nccl_428_2020_root_prompt_command_two_t4_one_row.txt": 1,
+    "all_reduce_perf_mooncake_3484_rows_only_excerpt.txt": 11,
+    "all_gather_perf_dranet_gke_b200_gib_kubectl_exec_script_16_ranks.txt": 24,
 }
 TRUTHS = sorted(TABLES.glob("*.json"))
-# a line that starts like a row (after a launcher prefix): size, count, a type name
+# a line that starts like a row (after a launcher prefix, or nccl#1453's per-write tag '[0]'): size, count, a type
 # (mscclpp-test's rows have no type: a time follows the count)
-ROW_LIKE = re.compile(r"^\s*(\[\d+,\d+\]<stdout>:|\d+: )?\s*\d+\s+\d+\s+[a-z0-9.]+\s")
+ROW_LIKE = re.compile(r"^\s*(\[\d+,\d+\]<stdout>:|\d+: |\[\d+\])?\s*\d+\s+\d+\s+[a-z0-9.]+\s")
 
 
 def test_the_fixtures_are_all_listed_with_a_source():
@@ -567,3 +577,34 @@ def test_a_number_python_will_not_convert_leaves_its_line_unread():
                 "           8             2     float     sum      -1     9.1    0.00    0.00      0     9.0    0.00"
                 "    0.00      0\n", name_hint="all_reduce_perf.txt")
     assert out["rows_read"] == 1
+
+
+def test_rows_tagged_at_every_write_rows_of_the_older_layouts_without_header_and_a_command_behind_a_prompt():
+    """Three faults found on the eighth collection of real tables. nccl#1453: a launcher tagged each write with
+    '[0]', so the tag recurs glued inside every row ('-1[0]'), and every row was skipped. nccl-tests#44: rows of
+    the pre-2019 layout (no redop, no root, an error cell per block) pasted without their header were no table
+    at all. nccl#428: the command behind a root shell's '# ' prompt was taken for a comment, so the test had no
+    name."""
+    tagged = ("[0]      1048576        262144     float     sum      -1[0]    1626.5    0.64    1.24      0[0]    "
+              "2302.3    0.46    0.87      0\n"
+              "[1]      1048576        262144     float     sum      -1[1]    1700.0    0.62    1.20      0[1]    "
+              "1800.0    0.58    1.10      0\n")
+    ops = parse(tagged)["ops"]
+    assert [op["rows"][0]["out_of_place"]["time_us"] for op in ops.values()] == [1626.5, 1700.0]  # a stream each
+    assert ops["unknown"]["rows"][0]["in_place"] == {"time_us": 2302.3, "algbw_GBps": 0.46, "busbw_GBps": 0.87,
+                                                     "wrong": 0}
+    old = "       32768          4096   float    13.39    1.22    1.22  0e+00    11.85    1.38    1.38  0e+00\n"
+    row = parse(old)["ops"]["unknown"]["rows"][0]
+    assert (row["redop"], row["root"], row["out_of_place"]["error"], row["in_place"]["busbw_GBps"]) == \
+        (None, None, 0.0, 1.38)
+    assert "before 2019" in " ".join(parse(old)["ops"]["unknown"]["notes"])
+    with_redop = "   268435456      67108864     float     sum   122131    2.20    4.33  2e-06   122165    2.20    4.33  2e-06"
+    assert parse(with_redop)["ops"]["unknown"]["rows"][0]["out_of_place"]["error"] == 2e-06
+    # eleven or twelve cells that do not fit those layouts are not read as a table
+    assert not parse("   32768  4096  float  sum  1.22  1.22  0e+00  11.85  1.38  1.38  0e+00")["ops"]
+    assert not parse("   32768  4096  float  13.39  1.22  1.22  0e+00  11.85  1.38  1.38  sum")["ops"]
+    prompt = ("# CUDA_VISIBLE_DEVICES=0,1 ./build/all_reduce_perf  -b 8 -e 128M -f 2 -g 2\n"
+              "#       size         count    type   redop     time   algbw   busbw  error     time   algbw   busbw  error\n"
+              + old.replace("float", "float     sum"))
+    assert parse(prompt)["ops"]["all_reduce"]["test"] == "all_reduce_perf"
+    assert "all_reduce" not in parse(prompt.replace("  -b 8 -e 128M -f 2 -g 2", " results"))["ops"]  # no option

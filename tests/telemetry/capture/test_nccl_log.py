@@ -225,7 +225,7 @@ def test_every_field_right_on_real_logs(truth_file):
 
 def test_corpus_covers_what_the_issue_asks_for():
     specs = [json.loads(p.read_text()) for p in TRUTH_FILES]
-    assert len(specs) >= 96 and all(s["source"].startswith("https://github.com/") for s in specs)
+    assert len(specs) >= 108 and all(s["source"].startswith("https://github.com/") for s in specs)
     assert all((p.with_suffix(".log")).exists() for p in TRUTH_FILES)
     cats = {c for s in specs for c in s["categories"]}
     assert {"infiniband", "roce", "sockets", "efa", "ibext-sharp-plugin", "plugin-name-with-spaces", "gdr-on",
@@ -249,7 +249,11 @@ def test_corpus_covers_what_the_issue_asks_for():
             # the seventh collection (a host-only prefix behind kubectl timestamps, a code fence glued to the host,
             # viewer line numbers between lines, an interface alias with a colon, 2.3's per-device IB lines)
             "host-only-prefix", "code-fence-glued-to-host", "line-number-lines", "interface-alias-with-colon",
-            "ib-device-line-per-device", "mnnvl-probe-no-fabric"} <= cats
+            "ib-device-line-per-device", "mnnvl-probe-no-fabric",
+            # the eighth collection (k9s pane bars, markdown inline code, a redacted pid:tid, GIN/RMA plugin lines,
+            # libfabric's tcp provider, aws-ofi-nccl's own test binary, NCCL 2.28)
+            "k9s-pane-bars", "inline-code-backticks", "redacted-pid-tid", "rma-plugin-line", "libfabric-tcp-provider",
+            "plugin-test-binary", "nccl-2.28"} <= cats
     versions = {s["truth"]["nccl_version"] for s in specs} - {None}
     assert min(versions, key=lambda v: tuple(map(int, v.split(".")))) == "2.2.12"
 
@@ -609,3 +613,13 @@ def test_a_very_long_host_name():
     # every tail of each host name was sliced and looked up (quadratic in the name's length)
     host = "rdma-gpu-tr" + "." * 60_000 + "ain-worker-0"
     assert parse_lines([f"{host}:19485:21058 [1] NCCL INFO Using network IB"])["hosts"] == [host]
+
+
+def test_a_line_quoted_in_markdown_inline_code_or_behind_a_fence_names_its_host():
+    """NVIDIA/nccl#733 quotes its one WARN line in backticks; #857 glued a code fence to the first line."""
+    warn = ("problem 1: `task-646--1-mhpnk:91:123 [0] transport/net_ib.cc:881 NCCL WARN NET/IB : Got completion "
+            "from peer 172.17.127.143<49577> with error 12, opcode 1, len 0, vendor err 129`")
+    out = parse_lines([warn])
+    assert out["hosts"] == ["task-646--1-mhpnk"] and out["network"] == "IB"
+    assert parse_lines(["```ai:480850:480850 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>"])["hosts"] == ["ai"]
+    assert parse_lines(["`old:1:2 [0] INFO NET : Using interface eth0:10.0.0.1<0>`"])["hosts"] == ["old"]
