@@ -278,6 +278,15 @@ def _int_or_none(value: str | None) -> int | None:
     return None if value is None else int(value)
 
 
+def _compute_text(profile: dict) -> str:
+    """The time outside exposed communication as the projection reads it, step by step, with its own spread."""
+    compute, spread = profile.get("compute_s"), profile.get("compute_spread")
+    if compute is None or not spread:
+        return ""
+    known = profile["steps"] >= 3 or profile.get("repeats")
+    return f"; compute {compute:.4f} s" + (f" ({spread[0] * 100 - 100:+.0f}%/{spread[1] * 100 - 100:+.0f}%)" if known else "")
+
+
 def _print_measured(profile: dict) -> None:
     """What the runs measured, and what an unshaped link means for the projection."""
     if profile.get("repeats"):
@@ -294,7 +303,7 @@ def _print_measured(profile: dict) -> None:
           f"on {profile['nodes']} node(s), "
           f"{profile['world_size']} ranks; communication {profile['comm_time_s']:.4f} s, exposed "
           f"{profile['exposed_s']:.4f} s" + (f", overlap window {profile['overlap_window_s']:.4f} s"
-                                              if profile.get(StepKey.OVERLAP_WINDOW_S) else ""))
+                                              if profile.get(StepKey.OVERLAP_WINDOW_S) else "") + _compute_text(profile))
     if profile.get("link_note"):
         print(f"  measured at {profile['link_bps'] / 1e6:g} Mbit/s: {profile['link_note']}; its collectives waited on "
               "that link, so the projection starts from its rate")

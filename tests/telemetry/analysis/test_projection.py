@@ -396,3 +396,69 @@ def test_only_the_groups_wider_than_a_node_on_the_target_span_nodes():
     got = project(p, 100e6, nodes=2, efficiency=1.0)
     assert got["by_group"]["tp"]["on_target_link"] is False and got["by_group"]["dp"]["on_target_link"] is True
     assert got["by_group"]["dp"]["size_new"] == 4
+
+
+# ------------------------------------------------------------ upward from a link-bound run (lab, fourth round)
+
+# tiny_llama_lora, 2 lab nodes at 2 Mbit/s, 2026-11-29 (bench/results/lab_configs.md, fourth round): per step
+# (step, step time, least-waiting rank's communication, rank 0's communication, rank 0's exposed estimate)
+LINK_BOUND_2MBIT = [(1, 3.4584, 0.6655, 3.4239, 0.6757), (2, 0.6482, 0.596, 0.5987, 0.5987),
+                    (3, 0.6474, 0.6049, 0.6049, 0.6049), (4, 0.6536, 0.6117, 0.6126, 0.6126),
+                    (5, 0.6453, 0.604, 0.6046, 0.6046), (6, 0.6653, 0.5798, 0.5798, 0.5798),
+                    (7, 0.6729, 0.5803, 0.5861, 0.5861), (8, 0.655, 0.5742, 0.5816, 0.5816)]
+
+
+def _link_bound_run(tmp_path, steps=LINK_BOUND_2MBIT, name="r"):
+    run = load_run(str(write_run(tmp_path / name, rate_bps=2e6, comm_time=0.6, exposed_time=0.6)))
+    template = {k: v for k, v in run.metrics[1].items() if k != "profiled"}
+    run.metrics = []
+    for step, t, c_min, c_own, exposed in steps:
+        run.metrics.append({**template, "step": step, "step_time_s": t, "comm_time_s": c_own, "exposed_comm_s": exposed,
+                            "comm": {"all_reduce": {"count": 2, "bytes": 149_544, "time_s": c_own, "untimed": 0}},
+                            "ranks": {"step_time_s": {"min": t, "max": t}, "comm_time_s": {"min": c_min},
+                                      "comm_time_s_by_op": {"all_reduce": {"min": c_min}}}})
+    return run
+
+
+def test_a_link_bound_runs_compute_is_read_step_by_step(tmp_path):
+    from telemetry.analysis.runs import percentile
+
+    prof = measured_profile(_link_bound_run(tmp_path))
+    # median step 0.6536 s less median communication 0.596 s read 0.0576 s of compute; the steps' own remainders
+    # (step time less the exposed part, capped at the least-waiting rank's communication) have a median of 0.0522
+    assert prof["step_time_s"] - prof["exposed_s"] == pytest.approx(0.0576)
+    per = [t - min(e, c) for _, t, c, _, e in LINK_BOUND_2MBIT[1:]]
+    assert prof["compute_s"] == pytest.approx(0.0522)
+    # the compute's own spread (0.041-0.093 s over the steps), not the step time's -1%/+2%
+    assert prof["compute_spread"] == pytest.approx((percentile(per, 0.1) / 0.0522, percentile(per, 0.9) / 0.0522))
+    assert prof["step_spread"][1] < 1.03 < prof["compute_spread"][1]
+
+
+def test_upward_from_a_link_bound_run_projects_its_compute_with_its_own_spread(tmp_path):
+    prof = measured_profile(_link_bound_run(tmp_path))
+    got = project(prof, 100e6, efficiency=0.9)
+    wire = 149_544 / (100e6 / 8 * 0.9)
+    # before: 0.0576 + 0.0133 = 0.0709 s with the interval [0.0689, 0.0729]; the 100mbit run measured 0.0558 s
+    assert got["step_time_s"] == pytest.approx(0.0522 + wire)
+    lo, hi = got["interval_s"]
+    assert lo == pytest.approx(0.0522 * prof["compute_spread"][0] + wire * 0.9)  # the wire at 100% of the rate
+    assert hi == pytest.approx(0.0522 * prof["compute_spread"][1] + wire / (0.85 / 0.9))
+    assert lo < 0.0558 < hi
+    assert any("link-bound (91% of it on the link)" in n for n in got["notes"])
+    # downward (onto a slower link) the note is not given: the step is then mostly the link
+    assert not any("link-bound" in n for n in project(prof, 1e6, efficiency=0.9)["notes"])
+
+
+def test_repeats_combine_their_compute_and_its_spread(tmp_path):
+    from telemetry.analysis.projection import combine_profiles
+
+    slower = [(s, t + 0.03, c, o, e) for s, t, c, o, e in LINK_BOUND_2MBIT]  # the host busier: 0.03 s more compute
+    runs = [measured_profile(_link_bound_run(tmp_path, LINK_BOUND_2MBIT, "a")),
+            measured_profile(_link_bound_run(tmp_path, slower, "b")),
+            measured_profile(_link_bound_run(tmp_path, LINK_BOUND_2MBIT, "c"))]
+    both = combine_profiles(runs)
+    assert both["compute_s"] == pytest.approx(0.0522)
+    assert both["compute_spread"][1] == pytest.approx(runs[1]["compute_spread"][1] * runs[1]["compute_s"] / 0.0522)
+    assert both["compute_spread"][0] == pytest.approx(runs[0]["compute_spread"][0])
+    # a run recorded without per-step figures leaves the combined compute unknown: T - E is taken
+    assert combine_profiles([runs[0], {**runs[1], "compute_s": None}])["compute_s"] is None
