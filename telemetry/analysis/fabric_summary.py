@@ -38,10 +38,12 @@ def lab_tbf_drops(run: Run) -> tuple[int | None, int | None]:
 
 
 def lab_slowest_link(lab: dict) -> tuple[float | None, float | None, str]:
-    """The rate (bits/s) a lab run's collectives waited on, its tbf burst (bytes) and how to say it. A ring,
-    a tree or a broadcast crosses every node's link, so with `--slow-node` the slow egress paced them all:
-    a 2-node run at 100mbit with node 1 at 2mbit stepped as fast as one at 2mbit everywhere. (None, None,
-    why) for an unshaped lab."""
+    """The rate (bits/s) a lab run's collectives waited on, its tbf burst (bytes) and how to say it. A ring
+    crosses every node's egress, so with `--slow-node` the slow egress paced them all: a 2-node run at 100mbit
+    with node 1 at 2mbit stepped as fast as one at 2mbit everywhere. A broadcast need not: the slow node only
+    receives it where it forwards to no one (3 nodes at 20mbit, node 2 at 2mbit: broadcast of 64 KB from rank
+    0 took 43 ms, as with no slow node; line_rate.of_line_text says so). (None, None, why) for an unshaped
+    lab."""
     rate, slow = lab.get("rate_bps"), lab.get("slow_rate_bps")
     if slow and (not rate or slow < rate):
         burst = lab.get("slow_burst_bytes") or max(int(slow / 8 * 0.002), 16 * 1024, int(lab.get("mtu") or 1500) + 14)
