@@ -47,8 +47,10 @@ def lab_slowest_link(lab: dict) -> tuple[float | None, float | None, str]:
     rate, slow = lab.get("rate_bps"), lab.get("slow_rate_bps")
     if slow and (not rate or slow < rate):
         burst = lab.get("slow_burst_bytes") or max(int(slow / 8 * 0.002), 16 * 1024, int(lab.get("mtu") or 1500) + 14)
+        # the others unshaped (--rate none): said so, not "none elsewhere"
+        others = lab.get("rate") if rate else "unshaped"
         return slow, burst, (f"node {lab.get('slow_node')}'s egress at {lab.get('slow_rate')} (--slow-node), the "
-                             f"slowest link ({lab.get('rate')} elsewhere)")
+                             f"slowest link ({others} elsewhere)")
     if rate:
         return rate, lab.get("burst_bytes"), f"lab rate {lab.get('rate')}"
     return None, None, "unshaped lab: the veth pair has no line rate"

@@ -39,6 +39,10 @@ def test_the_slowest_link_is_the_rate_the_collectives_waited_on():
     assert (bps, burst) == (2e6, 16384) and why.startswith("node 1's egress at 2mbit (--slow-node)")
     # an unshaped lab with one slow node: that node's egress is the only shaped link
     assert lab_slowest_link(lab("none", None, **SLOW))[0] == 2e6
+    # and says the others are unshaped (before: "the slowest link (none elsewhere)", a 3-node --rate none lab at MTU
+    # 9000 with node 1 at 10mbit, bench/results/lab_configs.md fourth round)
+    assert lab_slowest_link(lab("none", None, **SLOW))[2].endswith("the slowest link (unshaped elsewhere)")
+    assert lab_slowest_link(lab(**SLOW))[2].endswith("the slowest link (100mbit elsewhere)")
     assert lab_slowest_link(lab("none", None))[0] is None
 
 
