@@ -357,6 +357,7 @@ def _print_projection(p: dict, label: str, table, eff, args, intra_bps, profile:
 def _project(args) -> int:
     import json
 
+    from telemetry.analysis.fabric_summary import lab_burst_bytes
     from telemetry.analysis.projection import ProjectionError, combine_profiles, efficiency_for, measured_profile, project
     from telemetry.analysis.runs import given_twice, load_run
 
@@ -381,11 +382,18 @@ def _project(args) -> int:
         eff = efficiency_for(profile)
     _print_partial(profile)
     results = []
+    # a lab run projected onto a rate: the lab at that rate, its tc bucket included, as `compare` and the bench
+    # take it (without it a 2mbit target put the bucket's 16 KiB of tiny LoRA's 150 kB on the wire: +11%)
+    lab_target = bool(profile.get("mtu")) and any(bps for _, bps, table in targets if table is None)
+    if lab_target:
+        print("  each --rate target is the fabric lab at that rate, its tc bucket included (2 ms at the rate, at "
+              "least 16 KiB, passes at once after the step's compute); a NIC has none")
     try:
         for label, bps, table in targets:
+            burst = lab_burst_bytes(bps, profile["mtu"]) if lab_target and bps and table is None else 0.0
             for n in nodes or [None]:
                 p = project(profile, bps, args.latency_us * 1e-6, eff, nodes=n, busbw_table=table,
-                            intra_bps=intra_bps, ranks_per_node=_int_or_none(args.ranks_per_node))
+                            intra_bps=intra_bps, ranks_per_node=_int_or_none(args.ranks_per_node), burst_bytes=burst)
                 _print_projection(p, label, table, eff, args, intra_bps, profile, n)
                 results.append({"target": label, "rate_bps": bps, **{k: v for k, v in p.items() if k != "by_op"},
                                 "by_op": p["by_op"]})

@@ -37,6 +37,12 @@ def lab_tbf_drops(run: Run) -> tuple[int | None, int | None]:
     return (drops if isinstance(drops, int) else None), (after if isinstance(after, int) else None)
 
 
+def lab_burst_bytes(rate_bps: float, mtu: int | None = None) -> int:
+    """The fabric lab's tbf burst at a rate (launch/lab.py burst_bytes, the rule it shapes with): 2 ms at the
+    rate, at least 16 KiB and one frame."""
+    return max(int(rate_bps / 8 * 0.002), 16 * 1024, int(mtu or 1500) + 14)
+
+
 def lab_slowest_link(lab: dict) -> tuple[float | None, float | None, str]:
     """The rate (bits/s) a lab run's collectives waited on, its tbf burst (bytes) and how to say it. A ring
     crosses every node's egress, so with `--slow-node` the slow egress paced them all: a 2-node run at 100mbit
@@ -46,7 +52,7 @@ def lab_slowest_link(lab: dict) -> tuple[float | None, float | None, str]:
     lab."""
     rate, slow = lab.get("rate_bps"), lab.get("slow_rate_bps")
     if slow and (not rate or slow < rate):
-        burst = lab.get("slow_burst_bytes") or max(int(slow / 8 * 0.002), 16 * 1024, int(lab.get("mtu") or 1500) + 14)
+        burst = lab.get("slow_burst_bytes") or lab_burst_bytes(slow, lab.get("mtu"))
         # the others unshaped (--rate none): said so, not "none elsewhere"
         others = lab.get("rate") if rate else "unshaped"
         return slow, burst, (f"node {lab.get('slow_node')}'s egress at {lab.get('slow_rate')} (--slow-node), the "

@@ -122,3 +122,12 @@ def test_untimed_bytes_of_a_group_inside_one_node_still_go_on_a_link_a_target_gi
 
     assert run("one", "intra", ["a", "a"])["groups"]["dp"]["ops"]["all_reduce"]["bytes"] == 1_000_000
     assert run("two", "inter", ["a", "b"])["groups"]["dp"]["ops"]["all_reduce"]["bytes"] == 400_000
+
+
+def test_the_lab_burst_rule_is_the_one_the_lab_shapes_with():
+    from launch.lab import burst_bytes
+    from telemetry.analysis.fabric_summary import lab_burst_bytes
+
+    for rate in (8, 1e6, 2e6, 100e6, 1e9, 10e9, 80e9):
+        for mtu in (576, 1500, 9000, 65535):
+            assert lab_burst_bytes(rate, mtu) == burst_bytes(rate, mtu)

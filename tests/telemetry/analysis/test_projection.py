@@ -462,3 +462,22 @@ def test_repeats_combine_their_compute_and_its_spread(tmp_path):
     assert both["compute_spread"][0] == pytest.approx(runs[0]["compute_spread"][0])
     # a run recorded without per-step figures leaves the combined compute unknown: T - E is taken
     assert combine_profiles([runs[0], {**runs[1], "compute_s": None}])["compute_s"] is None
+
+
+@pytest.mark.integration
+def test_cli_projects_a_lab_run_onto_the_lab_at_each_rate_with_its_bucket(tmp_path):
+    # the fourth round (bench/results/lab_configs.md): from a 100mbit lab run onto 2mbit the CLI put all 150 kB
+    # on the wire (0.665 s); the lab's tbf at 2mbit passes its 16 KiB at once (0.592 s; measured 0.582-0.596 s)
+    mtu = {"fabric_extra": {"lab": {"rate": "100mbit", "rate_bps": 1e8, "burst_bytes": 25000, "mtu": 1500}}}
+    run = str(write_run(tmp_path / "lab", **mtu))
+    out = tmp_path / "p.json"
+    proc = cli(run, "--rate", "2mbit", "--efficiency", "1.0", "--json", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert "each --rate target is the fabric lab at that rate, its tc bucket included" in proc.stdout
+    wire = json.loads(out.read_text())["projections"][0]["wire_s"]
+    # 1 MB all_reduce of 2 ranks; the step's 0.75 s of compute refill the whole 16 KiB bucket at 250 kB/s
+    assert wire == pytest.approx((1_000_000 - 16384) / 250_000)
+    # a run off the lab: a NIC, no bucket
+    plain = cli(str(write_run(tmp_path / "nic")), "--rate", "2mbit", "--efficiency", "1.0", "--json", str(out))
+    assert "tc bucket" not in plain.stdout
+    assert json.loads(out.read_text())["projections"][0]["wire_s"] == pytest.approx(1_000_000 / 250_000)
