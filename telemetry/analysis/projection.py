@@ -529,6 +529,23 @@ def _step_times(profile: dict, comm_new: float, comm_range: dict, compute_scale:
     return {"step": step, "compute": compute, "window": window, "exposed": exposed_new, "low": low, "high": high}
 
 
+def _shortfall(time_s: float, wire_s: float, efficiency: float, upward: bool) -> tuple[float, float]:
+    """A shaped run's time beyond its wire time (at `efficiency`): (fixed seconds, factor on the target's wire
+    time). One run cannot tell a per-call cost (it stays) from a link efficiency below the one assumed (it scales
+    with bytes over the rate). Onto a faster link (`upward`), a shortfall an efficiency within EFFICIENCY_RANGE
+    explains is read as that: 2 lab nodes x 3 ranks at 5mbit took 0.4365 s for 0.414 s of wire at 0.90 (an
+    efficiency of 0.85), and as per-call cost its 22.6 ms went onto 50mbit whole: 0.064 s of communication
+    against 0.0444 s measured (0.0437 s read as efficiency). Onto a slower link, or past that range, it is per-call
+    cost, as before: there the efficiency reading is amplified instead (50mbit onto 5mbit read +15% against
+    +11%; 100mbit's 9.6 ms over 11 ms of wire is latency). The interval's slow end holds the per-call reading.
+    An unshaped run (`wire_s` 0): all of it is the transfer at the host's speed, the fixed part."""
+    residual = max(time_s - wire_s, 0.0)
+    if wire_s <= 0 or not upward or residual > wire_s * (efficiency / EFFICIENCY_RANGE[0] - 1.0):
+        return residual, 1.0
+    slow = min(residual, wire_s * (efficiency / EFFICIENCY_RANGE[0] - 1.0))
+    return residual - slow, 1.0 + slow / wire_s
+
+
 def _link_bound_note(profile: dict, comm_new: float) -> list[str]:
     """Where the measured step was mostly its link and the target's communication is much shorter, the projected
     step is mostly the measured compute: a small remainder of the measured step, which a single run reads
@@ -625,34 +642,37 @@ def project(profile: dict, link_bps: float | None, latency_s: float = 0.0,
                 return max(fixed, w)
             t_new = carried(on_wire)
             lo_w = hi_w = on_wire
+            slow_end = carried(lo_w)
         else:
             # the step's credit, spread over the inter-node collectives by their bytes on each run's links
             share = wire / total
-            fixed = u["time_s"] - (max(wire - credit_measured * share, 0.0) / measured_Bps if measured_Bps else 0.0)
-            fixed = max(fixed, 0.0)
+            wire_measured = max(wire - credit_measured * share, 0.0) / measured_Bps if measured_Bps else 0.0
+            # onto a faster link only (the shortfall is amplified the other way: see _shortfall)
+            upward = bool(measured_Bps and link_bps and busbw_table is None and link_bps > profile["link_bps"])
+            fixed, slower = _shortfall(u["time_s"], wire_measured, efficiency, upward)
+            as_per_call = max(u["time_s"] - wire_measured, 0.0)  # the other reading, for the interval's slow end
             if busbw_table is not None:
-                on_wire = _table_wire_s(busbw_table, u, wire_target, notes)
+                on_wire = base_wire = _table_wire_s(busbw_table, u, wire_target, notes)
             else:
                 target_Bps = link_bps / 8 * efficiency if link_bps else None
-                on_wire = (max(wire_target - credit_target * wire_target / total_target, 0.0) / target_Bps
-                           if target_Bps else 0.0)
+                base_wire = (max(wire_target - credit_target * wire_target / total_target, 0.0) / target_Bps
+                             if target_Bps else 0.0)
+                on_wire = base_wire * slower
 
-            # a shaped run's fixed part is per-call cost and latency: it adds to the new wire time. An unshaped
-            # run's is the transfer itself at the host's speed (copies through the kernel), which a slower link
-            # overlaps rather than follows (tiny_resnet in the lab: 45 ms unshaped + 119 ms of wire at 1 Gbit/s
-            # predicted 164 ms; 127 ms measured)
-            # a group measured inside one node: its time was the transfer at the host's (or NVLink's) speed,
-            # which the link's transfer replaces rather than follows
+            # a shaped run's fixed part is per-call cost: it adds to the new wire time. An unshaped run's (or a group's
+            # inside one node) is the transfer at the host's speed, which a slower link overlaps rather than follows
+            # (tiny_resnet in the lab: 45 ms unshaped + 119 ms of wire at 1 Gbit/s predicted 164 ms; 127 ms measured)
             def carried(w: float, fixed=fixed, calls=u["calls"], add=bool(measured_Bps) and not u["from_intra"]
                         ) -> float:
                 return (fixed + w if add else max(fixed, w)) + latency_s * calls
             t_new = carried(on_wire)
-            lo_w, hi_w = on_wire / lo_eff, on_wire / hi_eff
+            lo_w, hi_w = base_wire / lo_eff, base_wire / hi_eff
+            slow_end = carried(lo_w, fixed=max(fixed, as_per_call) if measured_Bps else fixed)
         _add_unit(per_op, by_group, u, {"bytes": u["bytes"], "wire_bytes": wire_target, "measured_s": u["time_s"],
                                         "fixed_s": fixed, "wire_s": on_wire, "predicted_s": t_new})
         comm_new += t_new
         wire_new += on_wire if u["scope"] == "inter" else 0.0
-        comm_range["slow"] += carried(lo_w)
+        comm_range["slow"] += slow_end
         comm_range["fast"] += carried(hi_w)
     t = _step_times(profile, comm_new, comm_range, compute_scale, cpu_shared)
     step, compute, window, exposed_new = t["step"], t["compute"], t["window"], t["exposed"]

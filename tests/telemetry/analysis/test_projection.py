@@ -30,7 +30,8 @@ def test_bytes_over_rate_plus_compute():
     p = project(profile(), 8e6, efficiency=1.0)
     assert p["by_op"]["all_reduce"]["predicted_s"] == pytest.approx(1.0)
     assert p["step_time_s"] == pytest.approx(0.19 + 1.0)
-    # a shaped run's part beyond its wire time is per-call cost: it adds (1.01 s measured at 1 MB/s -> 10 ms)
+    # onto a slower link a shaped run's part beyond its wire time is per-call cost: it adds (1.01 s measured at
+    # 1 MB/s -> 10 ms)
     shaped = profile(link_bps=8e6, comm_time_s=1.01, exposed_s=1.01, step_time_s=1.2,
                      ops={"all_reduce": {"bytes": 1_000_000, "time_s": 1.01, "calls": 1}})
     assert project(shaped, 4e6, efficiency=1.0)["by_op"]["all_reduce"]["predicted_s"] == pytest.approx(0.01 + 2.0)
@@ -66,11 +67,39 @@ def test_communication_hides_behind_the_overlap_window():
 
 
 def test_from_a_shaped_run_to_a_faster_link():
+    # 1.01 s for 1 s of wire at efficiency 1.0: an efficiency of 0.99, within the range collectives reach
+    # (85-100%): the 10 ms scale with the wire, 0.1 s at 80 Mbit/s taking 0.101 s, no per-call part
     measured = profile(link_bps=8e6, comm_time_s=1.01, exposed_s=1.01, step_time_s=1.2,
                        ops={"all_reduce": {"bytes": 1_000_000, "time_s": 1.01, "calls": 1}})
     p = project(measured, 80e6, efficiency=1.0)
-    assert p["by_op"]["all_reduce"]["fixed_s"] == pytest.approx(0.01)
-    assert p["step_time_s"] == pytest.approx(0.19 + 0.01 + 0.1)
+    assert p["by_op"]["all_reduce"]["fixed_s"] == pytest.approx(0.0)
+    assert p["step_time_s"] == pytest.approx(0.19 + 0.101)
+    # the interval's slow end holds the other reading (10 ms per call) with the wire at 85%
+    assert p["interval_s"][1] == pytest.approx(0.19 + 0.01 + 0.1 / 0.85)
+    # 1.3 s: past what 85% explains (1 / 0.85 = 1.176 s): per-call cost, all 0.3 s, as before
+    slow = profile(link_bps=8e6, comm_time_s=1.3, exposed_s=1.3, step_time_s=1.49,
+                   ops={"all_reduce": {"bytes": 1_000_000, "time_s": 1.3, "calls": 1}})
+    p = project(slow, 80e6, efficiency=1.0)
+    assert p["by_op"]["all_reduce"]["fixed_s"] == pytest.approx(0.3)
+    assert p["step_time_s"] == pytest.approx(0.19 + 0.3 + 0.1)
+
+
+def test_a_slow_runs_efficiency_shortfall_is_not_taken_for_per_call_cost():
+    # 2 lab nodes x 3 ranks at 5mbit, 2026-11-29 (bench/results/lab_configs.md, fourth round): the dp all_reduce
+    # of 149,544 bytes over 6 ranks puts x 2(6-1)/6 on the link, less the 16 KiB bucket: 0.414 s at 90% of the
+    # rate, 0.4365 s measured (85.3%). Before, the 22.6 ms went onto 50mbit as per-call cost: 0.064 s against
+    # 0.0444 s measured there
+    p = profile(link_bps=5e6, burst_bytes=16384, world_size=6, step_time_s=0.5201, comm_time_s=0.4365,
+                exposed_s=0.4365, ops={"all_reduce": {"bytes": 149_544, "time_s": 0.4365, "calls": 2}})
+    got = project(p, 50e6, efficiency=0.9, burst_bytes=16384)
+    wire_measured = (149_544 * 10 / 6 - 16384) / (5e6 / 8 * 0.9)
+    assert got["by_op"]["all_reduce"]["fixed_s"] == pytest.approx(0.0)
+    base = (149_544 * 10 / 6 - 16384) / (50e6 / 8 * 0.9)
+    assert got["comm_time_s"] == pytest.approx(base * 0.4365 / wire_measured)
+    assert 0.043 < got["comm_time_s"] < 0.045  # the measured 0.0444 s
+    # downward (onto 2mbit) the same shortfall stays per-call cost: amplified as efficiency it would read 1.06x
+    down = project(p, 2e6, efficiency=0.9, burst_bytes=16384)
+    assert down["by_op"]["all_reduce"]["fixed_s"] == pytest.approx(0.4365 - wire_measured)
 
 
 def test_profile_from_a_recorded_run(tmp_path):
@@ -469,7 +498,8 @@ def test_cli_projects_a_lab_run_onto_the_lab_at_each_rate_with_its_bucket(tmp_pa
     # the fourth round (bench/results/lab_configs.md): from a 100mbit lab run onto 2mbit the CLI put all 150 kB
     # on the wire (0.665 s); the lab's tbf at 2mbit passes its 16 KiB at once (0.592 s; measured 0.582-0.596 s)
     mtu = {"fabric_extra": {"lab": {"rate": "100mbit", "rate_bps": 1e8, "burst_bytes": 25000, "mtu": 1500}}}
-    run = str(write_run(tmp_path / "lab", **mtu))
+    # its 1 MB all_reduce took its wire time at 100mbit (less the 25 kB bucket) at efficiency 1.0
+    run = str(write_run(tmp_path / "lab", comm_time=(1e6 - 25000) / 12.5e6, exposed_time=(1e6 - 25000) / 12.5e6, **mtu))
     out = tmp_path / "p.json"
     proc = cli(run, "--rate", "2mbit", "--efficiency", "1.0", "--json", str(out))
     assert proc.returncode == 0, proc.stderr
