@@ -280,6 +280,15 @@ def _int_or_none(value: str | None) -> int | None:
     return None if value is None else int(value)
 
 
+def _compute_text(profile: dict) -> str:
+    """The time outside exposed communication as the projection reads it, step by step, with its own spread."""
+    compute, spread = profile.get("compute_s"), profile.get("compute_spread")
+    if compute is None or not spread:
+        return ""
+    known = profile["steps"] >= 3 or profile.get("repeats")
+    return f"; compute {compute:.4f} s" + (f" ({spread[0] * 100 - 100:+.0f}%/{spread[1] * 100 - 100:+.0f}%)" if known else "")
+
+
 def _print_measured(profile: dict) -> None:
     """What the runs measured, and what an unshaped link means for the projection."""
     if profile.get("repeats"):
@@ -296,7 +305,7 @@ def _print_measured(profile: dict) -> None:
           f"on {profile['nodes']} node(s), "
           f"{profile['world_size']} ranks; communication {profile['comm_time_s']:.4f} s, exposed "
           f"{profile['exposed_s']:.4f} s" + (f", overlap window {profile['overlap_window_s']:.4f} s"
-                                              if profile.get(StepKey.OVERLAP_WINDOW_S) else ""))
+                                              if profile.get(StepKey.OVERLAP_WINDOW_S) else "") + _compute_text(profile))
     if profile.get("link_note"):
         print(f"  measured at {profile['link_bps'] / 1e6:g} Mbit/s: {profile['link_note']}; its collectives waited on "
               "that link, so the projection starts from its rate")
@@ -350,6 +359,7 @@ def _print_projection(p: dict, label: str, table, eff, args, intra_bps, profile:
 def _project(args) -> int:
     import json
 
+    from telemetry.analysis.fabric_summary import lab_burst_bytes
     from telemetry.analysis.projection import ProjectionError, combine_profiles, efficiency_for, measured_profile, project
     from telemetry.analysis.runs import given_twice, load_run
 
@@ -374,11 +384,18 @@ def _project(args) -> int:
         eff = efficiency_for(profile)
     _print_partial(profile)
     results = []
+    # a lab run projected onto a rate: the lab at that rate, its tc bucket included, as `compare` and the bench
+    # take it (without it a 2mbit target put the bucket's 16 KiB of tiny LoRA's 150 kB on the wire: +11%)
+    lab_target = bool(profile.get("mtu")) and any(bps for _, bps, table in targets if table is None)
+    if lab_target:
+        print("  each --rate target is the fabric lab at that rate, its tc bucket included (2 ms at the rate, at "
+              "least 16 KiB, passes at once after the step's compute); a NIC has none")
     try:
         for label, bps, table in targets:
+            burst = lab_burst_bytes(bps, profile["mtu"]) if lab_target and bps and table is None else 0.0
             for n in nodes or [None]:
                 p = project(profile, bps, args.latency_us * 1e-6, eff, nodes=n, busbw_table=table,
-                            intra_bps=intra_bps, ranks_per_node=_int_or_none(args.ranks_per_node))
+                            intra_bps=intra_bps, ranks_per_node=_int_or_none(args.ranks_per_node), burst_bytes=burst)
                 _print_projection(p, label, table, eff, args, intra_bps, profile, n)
                 results.append({"target": label, "rate_bps": bps, **{k: v for k, v in p.items() if k != "by_op"},
                                 "by_op": p["by_op"]})

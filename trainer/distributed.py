@@ -86,7 +86,8 @@ def dump_flight_recorder(logs_dir: str, rank: int) -> dict | None:
 
 
 def describe_timeout(dump: dict | None, rank: int, step: int | None, timeout_s: int, hosts: list,
-                     backend: str, environ=os.environ, exc: BaseException | None = None, after: bool = False) -> str:
+                     backend: str, environ=os.environ, exc: BaseException | None = None, after: bool = False,
+                     sweeping: str | None = None) -> str:
     """One line for a collective that timed out: which one, at which step, who did not answer, over which
     interface, and the setting that sets the time (`after`: the loop took its last step, `step`). Where the failed wait said what and whom it waited for
     (telemetry's exchange, which the flight recorder does not see: its last entry is the job's), that wins."""
@@ -118,8 +119,14 @@ def describe_timeout(dump: dict | None, rank: int, step: int | None, timeout_s: 
     iface = f"interface {environ[var]} ({var})" if environ.get(var) else f"the host name's interface ({var} unset)"
     who = name(peers[0]) if len(peers) == 1 else "one of " + ", ".join(name(r) for r in peers)
     at = f"{'after' if after else 'at'} step {step}" if step is not None else "at start-up"
+    if sweeping:  # a sweep has no steps: its case, and that one call of it may outlast the timeout on a slow link
+        at = f"in the sweep's {sweeping}"
     tail = ("" if isinstance(exc, GroupWaitFailed) else  # not in the dumps: they cannot name anyone for it
             " (python -m telemetry report RUN names the rank that never entered it)")
+    if sweeping:
+        return (f"distributed: {what} {at} timed out after {timeout_s} s waiting for {who} over {iface}; the time is "
+                "distributed.timeout_s, which one call of this size must finish within (on a slow link, raise it or "
+                f"lower sweep.max_bytes); dumps in logs/{FLIGHT_RECORDER_DIR}/")
     return (f"distributed: {what} {at} timed out after {timeout_s} s waiting for {who} over {iface}; "
             f"the time is distributed.timeout_s; dumps in logs/{FLIGHT_RECORDER_DIR}/{tail}")
 

@@ -354,7 +354,7 @@ def classify_failure(st: RunState, exc: BaseException) -> bool:
         step = (state.step if state.steps_done else state.step + 1) if state is not None else None
         st.error = describe_timeout(dump_flight_recorder(rundir.logs, rank), rank, step,
                                     st.recipe.distributed.timeout_s, st.hosts, dist.get_backend(), exc=exc,
-                                    after=state is not None and state.steps_done)
+                                    after=state is not None and state.steps_done, sweeping=_sweeping(st))
         _say(rank, st.error)
         return False
     if isinstance(exc, SystemExit):
@@ -363,6 +363,14 @@ def classify_failure(st: RunState, exc: BaseException) -> bool:
         return True
     traceback.print_exc()
     return False
+
+
+def _sweeping(st: RunState) -> str | None:
+    """The sweep's case in progress where the job is a sweep (trainer/sweep/measure.py), else None."""
+    if st.recipe is None or st.recipe.job != "sweep":
+        return None
+    from .sweep.measure import sweep_position
+    return sweep_position()
 
 
 def close(st: RunState) -> None:

@@ -37,16 +37,26 @@ def lab_tbf_drops(run: Run) -> tuple[int | None, int | None]:
     return (drops if isinstance(drops, int) else None), (after if isinstance(after, int) else None)
 
 
+def lab_burst_bytes(rate_bps: float, mtu: int | None = None) -> int:
+    """The fabric lab's tbf burst at a rate (launch/lab.py burst_bytes, the rule it shapes with): 2 ms at the
+    rate, at least 16 KiB and one frame."""
+    return max(int(rate_bps / 8 * 0.002), 16 * 1024, int(mtu or 1500) + 14)
+
+
 def lab_slowest_link(lab: dict) -> tuple[float | None, float | None, str]:
-    """The rate (bits/s) a lab run's collectives waited on, its tbf burst (bytes) and how to say it. A ring,
-    a tree or a broadcast crosses every node's link, so with `--slow-node` the slow egress paced them all:
-    a 2-node run at 100mbit with node 1 at 2mbit stepped as fast as one at 2mbit everywhere. (None, None,
-    why) for an unshaped lab."""
+    """The rate (bits/s) a lab run's collectives waited on, its tbf burst (bytes) and how to say it. A ring
+    crosses every node's egress, so with `--slow-node` the slow egress paced them all: a 2-node run at 100mbit
+    with node 1 at 2mbit stepped as fast as one at 2mbit everywhere. A broadcast need not: the slow node only
+    receives it where it forwards to no one (3 nodes at 20mbit, node 2 at 2mbit: broadcast of 64 KB from rank
+    0 took 43 ms, as with no slow node; line_rate.of_line_text says so). (None, None, why) for an unshaped
+    lab."""
     rate, slow = lab.get("rate_bps"), lab.get("slow_rate_bps")
     if slow and (not rate or slow < rate):
-        burst = lab.get("slow_burst_bytes") or max(int(slow / 8 * 0.002), 16 * 1024, int(lab.get("mtu") or 1500) + 14)
+        burst = lab.get("slow_burst_bytes") or lab_burst_bytes(slow, lab.get("mtu"))
+        # the others unshaped (--rate none): said so, not "none elsewhere"
+        others = lab.get("rate") if rate else "unshaped"
         return slow, burst, (f"node {lab.get('slow_node')}'s egress at {lab.get('slow_rate')} (--slow-node), the "
-                             f"slowest link ({lab.get('rate')} elsewhere)")
+                             f"slowest link ({others} elsewhere)")
     if rate:
         return rate, lab.get("burst_bytes"), f"lab rate {lab.get('rate')}"
     return None, None, "unshaped lab: the veth pair has no line rate"

@@ -28,6 +28,10 @@ class LineRate:
     # the lab's tc token bucket (bytes): after an idle moment that much passes at the host's speed, so a
     # sweep's small sizes read above the rate (1mbit, 16 KB burst: send/recv of 2 KB at 150%)
     burst_bytes: float | None = None
+    # a lab with --slow-node: the line rate is that node's egress, the slowest link; traffic the node does not send
+    # (a broadcast from a root elsewhere) never crosses it. Its node, and the other links' rate (None: unshaped)
+    slow_node: int | None = None
+    other_bps: float | None = None
 
     @property
     def total_bps(self) -> float | None:
@@ -84,8 +88,11 @@ def job_line_rate(run: Run) -> LineRate:
     used = used_nics(fab)
     if fab.get("lab") or len(used) <= 1:
         bps, why = line_rate_bps(run)
-        burst = lab_slowest_link(fab["lab"])[1] if fab.get("lab") else None
-        return LineRate(bps, 1, why, {used[0]: bps} if used and bps else {}, burst_bytes=burst)
+        lab = fab.get("lab") or {}
+        burst = lab_slowest_link(lab)[1] if lab else None
+        slow = lab.get("slow_node") if lab.get("slow_rate_bps") else None
+        return LineRate(bps, 1, why, {used[0]: bps} if used and bps else {}, burst_bytes=burst, slow_node=slow,
+                        other_bps=lab.get("rate_bps") if slow is not None else None)
     hosts = run.info.get("inventory") or {}
     per_host = {h: _rates_from_inventory(inv, used) for h, inv in hosts.items()}
     per_host = {h: r for h, r in per_host.items() if all(r.values())}
@@ -136,6 +143,15 @@ def of_line_text(gbps: float | None, rate: LineRate | None, size: float | None =
     if rate.nics > 1:
         text += (f" ({rate.nics} NICs: {gbps / rate.nics * 8:.3g} Gbit/s per NIC"
                  + (f" of {rate.nic_bps / 1e9:g}" if rate.nic_bps else "") + ")")
+    # the slow link is one node's egress, not every transfer's: where the bucket cannot explain the share at this
+    # size (an average over sizes: it may, name both)
+    if share > 1.05 and rate.slow_node is not None and (size is None or not _burst_explains(share, rate, size)):
+        other = (f"{gbps * 8e9 / rate.other_bps * 100:.1f}% of the other links' {bits_text(rate.other_bps)}"
+                 if rate.other_bps else "the other links are unshaped")
+        burst = (f"; the tc burst of {rate.burst_bytes / 1024:g} KiB also passes at the host's speed"
+                 if size is None and rate.burst_bytes else "")
+        return text + (f" (above the slow link's rate: it is node {rate.slow_node}'s egress, which traffic that node "
+                       f"does not send, such as a broadcast from another node's rank, never crosses: {other}{burst})")
     if share > 1.05 and _burst_explains(share, rate, size):  # the lab's token bucket, not a wrong rate
         return text + (f" (above the line rate: the links' tc burst of {rate.burst_bytes / 1024:g} KiB passes at the "
                        "host's speed after an idle moment, so small messages beat the rate)")

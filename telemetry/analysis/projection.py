@@ -137,6 +137,7 @@ def measured_profile(run: Run, summary: dict | None = None) -> dict:
     med = s["step_time_median_s"]
     spread = ((percentile(times, 0.1) / med, percentile(times, 0.9) / med) if med and len(times) >= 3
               else (1.0, 1.0))
+    compute, compute_spread = _compute_of_steps(timed, exposed_from)
     # a lab run with --slow-node: its collectives waited on the slow egress, so that is the measured rate
     link_bps, burst, link_note = lab_slowest_link(lab) if lab else (None, None, None)
     link_note = link_note if lab.get("slow_rate_bps") else None
@@ -148,6 +149,8 @@ def measured_profile(run: Run, summary: dict | None = None) -> dict:
             "ops": ops, "groups": groups, "world_size": world, "nodes": nodes, "link_bps": link_bps,
             "burst_bytes": burst, "link_note": link_note, "label": run.name,
             "workload": (run.info.get("recipe") or {}).get("workload"), "step_spread": spread,
+            # the time outside exposed communication, step by step (None: no per-step exposed part)
+            "compute_s": compute, "compute_spread": compute_spread,
             "steps": len(times), "dp": layout.get("dp") or world, "global_batch": layout.get("global_batch_size"),
             "micro_batch": layout.get("micro_batch_size"),
             # the lab's nodes share one host's cores (None off the lab: nodes have their own)
@@ -158,6 +161,33 @@ def measured_profile(run: Run, summary: dict | None = None) -> dict:
             # measured times leave out calls without a time: what is projected from them is partial too
             "partial": bool(s.get("comm_partial")), "untimed_bytes": s.get("comm_untimed_bytes_per_step"),
             **_startup(run)}
+
+
+def _compute_of_steps(timed: list[dict], exposed_from: str) -> tuple[float | None, tuple[float, float] | None]:
+    """The time outside exposed communication, step by step: its median and its 10th-90th percentiles over the
+    median ((1, 1) under 3 steps); (None, None) where steps do not record their exposed part.
+
+    Read per step, not as median step less median exposed: on a link-bound run (tiny LoRA at 2 Mbit/s, 0.65 s
+    steps of which 0.60 s on the link) compute is the small difference of two large figures that move from
+    step to step, and the difference of their medians read 0.058 s where the steps' own remainders had a
+    median of 0.052 s. Its spread is its own: the step time's relative spread (a few % on a link-bound run)
+    put on the compute said +-2% where the steps' compute moved 0.041-0.093 s (bench/results/lab_configs.md,
+    fourth round)."""
+    if exposed_from == "profiled":
+        return None, None
+    per = []
+    for r in timed:
+        t = r.get(StepKey.STEP_TIME_S)
+        c = ((r.get(StepKey.RANKS) or {}).get(StepKey.COMM_TIME_S) or {}).get("min")
+        c = r.get(StepKey.COMM_TIME_S) if c is None else c
+        if t is None or c is None:
+            continue
+        e = r.get(StepKey.EXPOSED_COMM_S) if exposed_from == "estimate" else None
+        per.append(max(t - (c if e is None else min(e, c)), 0.0))
+    med = median(per)
+    if not med:
+        return None, None
+    return med, ((percentile(per, 0.1) / med, percentile(per, 0.9) / med) if len(per) >= 3 else (1.0, 1.0))
 
 
 def _startup(run: Run) -> dict:
@@ -291,6 +321,15 @@ def combine_profiles(profiles: list[dict]) -> dict:
     out["groups"] = {name: {**g, "ops": {op: {k: median([p["groups"][name]["ops"][op][k] for p in profiles])
                                               for k in ("bytes", "time_s", "calls", "own_s")} for op in g["ops"]}}
                      for name, g in (first.get("groups") or {}).items()}
+    computes = [p.get("compute_s") for p in profiles]
+    if all(c is not None for c in computes):
+        # as the step spread: the fastest run's 10th percentile of compute to the slowest's 90th, around the median
+        mid = median(computes)
+        spreads = [p.get("compute_spread") or (1.0, 1.0) for p in profiles]
+        out.update(compute_s=mid, compute_spread=(min(min(s[0] * c for s, c in zip(spreads, computes)) / mid, 1.0),
+                                                  max(max(s[1] * c for s, c in zip(spreads, computes)) / mid, 1.0)))
+    else:
+        out.update(compute_s=None, compute_spread=None)
     out.update(step_time_s=step, step_spread=(min(low, 1.0), max(high, 1.0)),
                steps=sum(p["steps"] for p in profiles), repeats=len(profiles),
                repeat_step_times_s=[p[StepKey.STEP_TIME_S] for p in profiles],
@@ -469,21 +508,55 @@ def _step_times(profile: dict, comm_new: float, comm_range: dict, compute_scale:
     low_e = exposed if low_e is None else min(low_e, exposed)
     _, exposed_low_at = exposed_given(low_e)
 
+    # the time outside exposed communication: read step by step where the run has it (measured_profile)
+    base = profile.get("compute_s")
+    base = profile[StepKey.STEP_TIME_S] - exposed if base is None else base
     # each rank's share of the batch scales its forward and backward, not a replicated optimizer step
-    optimizer = (min(profile.get(StepKey.OPTIMIZER_S) or 0.0, profile[StepKey.STEP_TIME_S] - exposed)
-                 if compute_scale != 1 else 0.0)
+    optimizer = min(profile.get(StepKey.OPTIMIZER_S) or 0.0, base) if compute_scale != 1 else 0.0
 
     def compute_alone(e: float) -> float:
-        return (profile[StepKey.STEP_TIME_S] - e - optimizer) * compute_scale + optimizer
+        return (base + exposed - e - optimizer) * compute_scale + optimizer
     alone = compute_alone(exposed)
     # lab nodes on one host: more ranks than cores time-share them
     compute = alone * cpu_shared
     exposed_new = exposed_at(comm_new)
     step = compute + exposed_new
-    q_lo, q_hi = profile.get("step_spread") or (1.0, 1.0)
+    # the compute varies as the measured steps' compute did (not as their step time: on a link-bound run that
+    # is mostly the link's steady time)
+    q_lo, q_hi = profile.get("compute_spread") or profile.get("step_spread") or (1.0, 1.0)
     low = min(alone * q_lo + exposed_at(comm_range["fast"]), compute_alone(low_e) * q_lo + exposed_low_at(comm_range["fast"]))
     high = compute * q_hi + exposed_at(comm_range["slow"])
     return {"step": step, "compute": compute, "window": window, "exposed": exposed_new, "low": low, "high": high}
+
+
+def _shortfall(time_s: float, wire_s: float, efficiency: float, upward: bool) -> tuple[float, float]:
+    """A shaped run's time beyond its wire time (at `efficiency`): (fixed seconds, factor on the target's wire
+    time). One run cannot tell a per-call cost (it stays) from a link efficiency below the one assumed (it scales
+    with bytes over the rate). Onto a faster link (`upward`), a shortfall an efficiency within EFFICIENCY_RANGE
+    explains is read as that: 2 lab nodes x 3 ranks at 5mbit took 0.4365 s for 0.414 s of wire at 0.90 (an
+    efficiency of 0.85), and as per-call cost its 22.6 ms went onto 50mbit whole: 0.064 s of communication
+    against 0.0444 s measured (0.0437 s read as efficiency). Onto a slower link, or past that range, it is per-call
+    cost, as before: there the efficiency reading is amplified instead (50mbit onto 5mbit read +15% against
+    +11%; 100mbit's 9.6 ms over 11 ms of wire is latency). The interval's slow end holds the per-call reading.
+    An unshaped run (`wire_s` 0): all of it is the transfer at the host's speed, the fixed part."""
+    residual = max(time_s - wire_s, 0.0)
+    if wire_s <= 0 or not upward or residual > wire_s * (efficiency / EFFICIENCY_RANGE[0] - 1.0):
+        return residual, 1.0
+    slow = min(residual, wire_s * (efficiency / EFFICIENCY_RANGE[0] - 1.0))
+    return residual - slow, 1.0 + slow / wire_s
+
+
+def _link_bound_note(profile: dict, comm_new: float) -> list[str]:
+    """Where the measured step was mostly its link and the target's communication is much shorter, the projected
+    step is mostly the measured compute: a small remainder of the measured step, which a single run reads
+    loosely. Says how loosely (the steps' own spread of it, which the interval holds)."""
+    step, comm, compute = profile[StepKey.STEP_TIME_S], profile[StepKey.COMM_TIME_S], profile.get("compute_s")
+    if not (compute and step and comm) or compute > 0.25 * step or comm_new > 0.5 * comm:
+        return []
+    lo, hi = profile.get("compute_spread") or (1.0, 1.0)
+    return [f"the measured step was link-bound ({comm / step:.0%} of it on the link): its compute, {compute:.4f} s, "
+            f"is what is left of it and moved {lo * 100 - 100:+.0f}%/{hi * 100 - 100:+.0f}% over its steps (the "
+            "interval holds that); a run on a faster link, or repeats, read it more closely"]
 
 
 def _ranks_on(profile: dict, nodes: int, nodes_measured: int, ranks_per_node: int | None = None) -> int:
@@ -569,37 +642,41 @@ def project(profile: dict, link_bps: float | None, latency_s: float = 0.0,
                 return max(fixed, w)
             t_new = carried(on_wire)
             lo_w = hi_w = on_wire
+            slow_end = carried(lo_w)
         else:
             # the step's credit, spread over the inter-node collectives by their bytes on each run's links
             share = wire / total
-            fixed = u["time_s"] - (max(wire - credit_measured * share, 0.0) / measured_Bps if measured_Bps else 0.0)
-            fixed = max(fixed, 0.0)
+            wire_measured = max(wire - credit_measured * share, 0.0) / measured_Bps if measured_Bps else 0.0
+            # onto a faster link only (the shortfall is amplified the other way: see _shortfall)
+            upward = bool(measured_Bps and link_bps and busbw_table is None and link_bps > profile["link_bps"])
+            fixed, slower = _shortfall(u["time_s"], wire_measured, efficiency, upward)
+            as_per_call = max(u["time_s"] - wire_measured, 0.0)  # the other reading, for the interval's slow end
             if busbw_table is not None:
-                on_wire = _table_wire_s(busbw_table, u, wire_target, notes)
+                on_wire = base_wire = _table_wire_s(busbw_table, u, wire_target, notes)
             else:
                 target_Bps = link_bps / 8 * efficiency if link_bps else None
-                on_wire = (max(wire_target - credit_target * wire_target / total_target, 0.0) / target_Bps
-                           if target_Bps else 0.0)
+                base_wire = (max(wire_target - credit_target * wire_target / total_target, 0.0) / target_Bps
+                             if target_Bps else 0.0)
+                on_wire = base_wire * slower
 
-            # a shaped run's fixed part is per-call cost and latency: it adds to the new wire time. An unshaped
-            # run's is the transfer itself at the host's speed (copies through the kernel), which a slower link
-            # overlaps rather than follows (tiny_resnet in the lab: 45 ms unshaped + 119 ms of wire at 1 Gbit/s
-            # predicted 164 ms; 127 ms measured)
-            # a group measured inside one node: its time was the transfer at the host's (or NVLink's) speed,
-            # which the link's transfer replaces rather than follows
+            # a shaped run's fixed part is per-call cost: it adds to the new wire time. An unshaped run's (or a group's
+            # inside one node) is the transfer at the host's speed, which a slower link overlaps rather than follows
+            # (tiny_resnet in the lab: 45 ms unshaped + 119 ms of wire at 1 Gbit/s predicted 164 ms; 127 ms measured)
             def carried(w: float, fixed=fixed, calls=u["calls"], add=bool(measured_Bps) and not u["from_intra"]
                         ) -> float:
                 return (fixed + w if add else max(fixed, w)) + latency_s * calls
             t_new = carried(on_wire)
-            lo_w, hi_w = on_wire / lo_eff, on_wire / hi_eff
+            lo_w, hi_w = base_wire / lo_eff, base_wire / hi_eff
+            slow_end = carried(lo_w, fixed=max(fixed, as_per_call) if measured_Bps else fixed)
         _add_unit(per_op, by_group, u, {"bytes": u["bytes"], "wire_bytes": wire_target, "measured_s": u["time_s"],
                                         "fixed_s": fixed, "wire_s": on_wire, "predicted_s": t_new})
         comm_new += t_new
         wire_new += on_wire if u["scope"] == "inter" else 0.0
-        comm_range["slow"] += carried(lo_w)
+        comm_range["slow"] += slow_end
         comm_range["fast"] += carried(hi_w)
     t = _step_times(profile, comm_new, comm_range, compute_scale, cpu_shared)
     step, compute, window, exposed_new = t["step"], t["compute"], t["window"], t["exposed"]
+    notes += _link_bound_note(profile, comm_new)
     # what the target's links add to the step: under NEGLIGIBLE of it, no faster fabric helps measurably
     negligible = wire_new < NEGLIGIBLE * step
     return {StepKey.STEP_TIME_S: step, "interval_s": (min(t["low"], step), max(t["high"], step)),

@@ -105,3 +105,28 @@ def test_group_of_one_meshes_and_the_flight_recorder_dump(tmp_path, monkeypatch)
             assert saved == dump and "entries" in saved
     finally:
         dist.destroy_process_group()
+
+
+def test_a_sweeps_timeout_names_the_case_not_start_up():
+    # 2 lab nodes at 1mbit, the sweep's broadcast of 1 MiB (8 s at the rate) under distributed.timeout_s=6
+    # (bench/results/lab_configs.md, fourth round): before, "broadcast #1 (process group undefined) at start-up
+    # timed out after 6 s waiting for rank 0": no step, so start-up, and no word of the size
+    dump = {"entries": [{"record_id": 1, "profiling_name": "gloo:broadcast", "collective_seq_id": 1,
+                         "process_group": ["1", "undefined"], "state": "scheduled", "retired": False}]}
+    line = d.describe_timeout(dump, 1, None, 6, HOSTS[:2], "gloo", {"GLOO_SOCKET_IFNAME": "fab0"},
+                              sweeping="broadcast of 1.0 MiB (1048576 bytes)")
+    assert line.startswith("distributed: broadcast #1 (process group undefined) in the sweep's broadcast of 1.0 MiB "
+                           "(1048576 bytes) timed out after 6 s waiting for rank 0 (host a) over interface fab0")
+    assert "start-up" not in line and "one call of this size must finish within" in line
+    assert "sweep.max_bytes" in line and "\n" not in line
+
+
+def test_the_sweep_says_which_case_it_is_in():
+    from trainer.sweep import measure
+
+    assert measure.sweep_position() is None
+    measure.POSITION["now"] = "all_reduce of 8 B (8 bytes)"
+    try:
+        assert measure.sweep_position() == "all_reduce of 8 B (8 bytes)"
+    finally:
+        measure.POSITION.pop("now")

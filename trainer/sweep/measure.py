@@ -544,6 +544,17 @@ def _stamp() -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S")  # nccl-tests' start_time/end_time format (local time)
 
 
+# what the sweep is measuring now ("broadcast of 1.0 MiB"), for a failure's one line (trainer/run.py): without it a
+# collective that timed out in the sweep was said to be "at start-up" (no training step), and the sweep's
+# broadcast of 1 MiB at 1mbit (8 s) under distributed.timeout_s=6 read as rank 0 not answering
+POSITION: dict[str, str] = {}
+
+
+def sweep_position() -> str | None:
+    """The sweep's case in progress, or None outside one."""
+    return POSITION.get("now")
+
+
 def run_sweep(cfg, device: torch.device, hosts: list[dict], say, meter=None, marks: list | None = None,
               on_size=None) -> dict:
     """Run every op over every size; `say` prints on rank 0. Returns the JSON-ready result. `meter`: a
@@ -599,7 +610,9 @@ def run_sweep(cfg, device: torch.device, hosts: list[dict], say, meter=None, mar
         result["p2p_matrix"] = _p2p_matrix(sw, hi, say)
     if cfg.latency_table:
         sw.new_groups(backend)
+        POSITION["now"] = "the latency table (4 B all_reduce, 48 B send/recv)"
         result["latency_us"] = _latency(sw, cfg, say)
+    POSITION.pop("now", None)
     mem: list = [None] * sw.world
     dist.all_gather_object(mem, {"rank": sw.rank, **watch.result()})
     result["memory"] = {"per_rank": mem, "device_memory_bytes": memory, "device_memory_is": what}
@@ -626,6 +639,7 @@ def _one_test(sw: Sweep, cfg, op: str, pair, bounds: tuple[int, int], hosts: lis
     say(HEADER)
     for size in sizes(lo, hi, cfg.factor, step):
         t0 = time.monotonic()
+        POSITION["now"] = f"{op} of {human(size)} ({size} bytes" + (f", ranks {pair[0]} and {pair[1]})" if pair else ")")
         row = sw.measure_pair(pair, size) if pair else sw.measure(op, size)
         if marks is not None:
             marks.append((op, size, t0, time.monotonic()))

@@ -39,6 +39,10 @@ def test_the_slowest_link_is_the_rate_the_collectives_waited_on():
     assert (bps, burst) == (2e6, 16384) and why.startswith("node 1's egress at 2mbit (--slow-node)")
     # an unshaped lab with one slow node: that node's egress is the only shaped link
     assert lab_slowest_link(lab("none", None, **SLOW))[0] == 2e6
+    # and says the others are unshaped (before: "the slowest link (none elsewhere)", a 3-node --rate none lab at MTU
+    # 9000 with node 1 at 10mbit, bench/results/lab_configs.md fourth round)
+    assert lab_slowest_link(lab("none", None, **SLOW))[2].endswith("the slowest link (unshaped elsewhere)")
+    assert lab_slowest_link(lab(**SLOW))[2].endswith("the slowest link (100mbit elsewhere)")
     assert lab_slowest_link(lab("none", None))[0] is None
 
 
@@ -118,3 +122,12 @@ def test_untimed_bytes_of_a_group_inside_one_node_still_go_on_a_link_a_target_gi
 
     assert run("one", "intra", ["a", "a"])["groups"]["dp"]["ops"]["all_reduce"]["bytes"] == 1_000_000
     assert run("two", "inter", ["a", "b"])["groups"]["dp"]["ops"]["all_reduce"]["bytes"] == 400_000
+
+
+def test_the_lab_burst_rule_is_the_one_the_lab_shapes_with():
+    from launch.lab import burst_bytes
+    from telemetry.analysis.fabric_summary import lab_burst_bytes
+
+    for rate in (8, 1e6, 2e6, 100e6, 1e9, 10e9, 80e9):
+        for mtu in (576, 1500, 9000, 65535):
+            assert lab_burst_bytes(rate, mtu) == burst_bytes(rate, mtu)

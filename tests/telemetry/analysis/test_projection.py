@@ -30,7 +30,8 @@ def test_bytes_over_rate_plus_compute():
     p = project(profile(), 8e6, efficiency=1.0)
     assert p["by_op"]["all_reduce"]["predicted_s"] == pytest.approx(1.0)
     assert p["step_time_s"] == pytest.approx(0.19 + 1.0)
-    # a shaped run's part beyond its wire time is per-call cost: it adds (1.01 s measured at 1 MB/s -> 10 ms)
+    # onto a slower link a shaped run's part beyond its wire time is per-call cost: it adds (1.01 s measured at
+    # 1 MB/s -> 10 ms)
     shaped = profile(link_bps=8e6, comm_time_s=1.01, exposed_s=1.01, step_time_s=1.2,
                      ops={"all_reduce": {"bytes": 1_000_000, "time_s": 1.01, "calls": 1}})
     assert project(shaped, 4e6, efficiency=1.0)["by_op"]["all_reduce"]["predicted_s"] == pytest.approx(0.01 + 2.0)
@@ -66,11 +67,39 @@ def test_communication_hides_behind_the_overlap_window():
 
 
 def test_from_a_shaped_run_to_a_faster_link():
+    # 1.01 s for 1 s of wire at efficiency 1.0: an efficiency of 0.99, within the range collectives reach
+    # (85-100%): the 10 ms scale with the wire, 0.1 s at 80 Mbit/s taking 0.101 s, no per-call part
     measured = profile(link_bps=8e6, comm_time_s=1.01, exposed_s=1.01, step_time_s=1.2,
                        ops={"all_reduce": {"bytes": 1_000_000, "time_s": 1.01, "calls": 1}})
     p = project(measured, 80e6, efficiency=1.0)
-    assert p["by_op"]["all_reduce"]["fixed_s"] == pytest.approx(0.01)
-    assert p["step_time_s"] == pytest.approx(0.19 + 0.01 + 0.1)
+    assert p["by_op"]["all_reduce"]["fixed_s"] == pytest.approx(0.0)
+    assert p["step_time_s"] == pytest.approx(0.19 + 0.101)
+    # the interval's slow end holds the other reading (10 ms per call) with the wire at 85%
+    assert p["interval_s"][1] == pytest.approx(0.19 + 0.01 + 0.1 / 0.85)
+    # 1.3 s: past what 85% explains (1 / 0.85 = 1.176 s): per-call cost, all 0.3 s, as before
+    slow = profile(link_bps=8e6, comm_time_s=1.3, exposed_s=1.3, step_time_s=1.49,
+                   ops={"all_reduce": {"bytes": 1_000_000, "time_s": 1.3, "calls": 1}})
+    p = project(slow, 80e6, efficiency=1.0)
+    assert p["by_op"]["all_reduce"]["fixed_s"] == pytest.approx(0.3)
+    assert p["step_time_s"] == pytest.approx(0.19 + 0.3 + 0.1)
+
+
+def test_a_slow_runs_efficiency_shortfall_is_not_taken_for_per_call_cost():
+    # 2 lab nodes x 3 ranks at 5mbit, 2026-11-29 (bench/results/lab_configs.md, fourth round): the dp all_reduce
+    # of 149,544 bytes over 6 ranks puts x 2(6-1)/6 on the link, less the 16 KiB bucket: 0.414 s at 90% of the
+    # rate, 0.4365 s measured (85.3%). Before, the 22.6 ms went onto 50mbit as per-call cost: 0.064 s against
+    # 0.0444 s measured there
+    p = profile(link_bps=5e6, burst_bytes=16384, world_size=6, step_time_s=0.5201, comm_time_s=0.4365,
+                exposed_s=0.4365, ops={"all_reduce": {"bytes": 149_544, "time_s": 0.4365, "calls": 2}})
+    got = project(p, 50e6, efficiency=0.9, burst_bytes=16384)
+    wire_measured = (149_544 * 10 / 6 - 16384) / (5e6 / 8 * 0.9)
+    assert got["by_op"]["all_reduce"]["fixed_s"] == pytest.approx(0.0)
+    base = (149_544 * 10 / 6 - 16384) / (50e6 / 8 * 0.9)
+    assert got["comm_time_s"] == pytest.approx(base * 0.4365 / wire_measured)
+    assert 0.043 < got["comm_time_s"] < 0.045  # the measured 0.0444 s
+    # downward (onto 2mbit) the same shortfall stays per-call cost: amplified as efficiency it would read 1.06x
+    down = project(p, 2e6, efficiency=0.9, burst_bytes=16384)
+    assert down["by_op"]["all_reduce"]["fixed_s"] == pytest.approx(0.4365 - wire_measured)
 
 
 def test_profile_from_a_recorded_run(tmp_path):
@@ -396,3 +425,89 @@ def test_only_the_groups_wider_than_a_node_on_the_target_span_nodes():
     got = project(p, 100e6, nodes=2, efficiency=1.0)
     assert got["by_group"]["tp"]["on_target_link"] is False and got["by_group"]["dp"]["on_target_link"] is True
     assert got["by_group"]["dp"]["size_new"] == 4
+
+
+# ------------------------------------------------------------ upward from a link-bound run (lab, fourth round)
+
+# tiny_llama_lora, 2 lab nodes at 2 Mbit/s, 2026-11-29 (bench/results/lab_configs.md, fourth round): per step
+# (step, step time, least-waiting rank's communication, rank 0's communication, rank 0's exposed estimate)
+LINK_BOUND_2MBIT = [(1, 3.4584, 0.6655, 3.4239, 0.6757), (2, 0.6482, 0.596, 0.5987, 0.5987),
+                    (3, 0.6474, 0.6049, 0.6049, 0.6049), (4, 0.6536, 0.6117, 0.6126, 0.6126),
+                    (5, 0.6453, 0.604, 0.6046, 0.6046), (6, 0.6653, 0.5798, 0.5798, 0.5798),
+                    (7, 0.6729, 0.5803, 0.5861, 0.5861), (8, 0.655, 0.5742, 0.5816, 0.5816)]
+
+
+def _link_bound_run(tmp_path, steps=LINK_BOUND_2MBIT, name="r"):
+    run = load_run(str(write_run(tmp_path / name, rate_bps=2e6, comm_time=0.6, exposed_time=0.6)))
+    template = {k: v for k, v in run.metrics[1].items() if k != "profiled"}
+    run.metrics = []
+    for step, t, c_min, c_own, exposed in steps:
+        run.metrics.append({**template, "step": step, "step_time_s": t, "comm_time_s": c_own, "exposed_comm_s": exposed,
+                            "comm": {"all_reduce": {"count": 2, "bytes": 149_544, "time_s": c_own, "untimed": 0}},
+                            "ranks": {"step_time_s": {"min": t, "max": t}, "comm_time_s": {"min": c_min},
+                                      "comm_time_s_by_op": {"all_reduce": {"min": c_min}}}})
+    return run
+
+
+def test_a_link_bound_runs_compute_is_read_step_by_step(tmp_path):
+    from telemetry.analysis.runs import percentile
+
+    prof = measured_profile(_link_bound_run(tmp_path))
+    # median step 0.6536 s less median communication 0.596 s read 0.0576 s of compute; the steps' own remainders
+    # (step time less the exposed part, capped at the least-waiting rank's communication) have a median of 0.0522
+    assert prof["step_time_s"] - prof["exposed_s"] == pytest.approx(0.0576)
+    per = [t - min(e, c) for _, t, c, _, e in LINK_BOUND_2MBIT[1:]]
+    assert prof["compute_s"] == pytest.approx(0.0522)
+    # the compute's own spread (0.041-0.093 s over the steps), not the step time's -1%/+2%
+    assert prof["compute_spread"] == pytest.approx((percentile(per, 0.1) / 0.0522, percentile(per, 0.9) / 0.0522))
+    assert prof["step_spread"][1] < 1.03 < prof["compute_spread"][1]
+
+
+def test_upward_from_a_link_bound_run_projects_its_compute_with_its_own_spread(tmp_path):
+    prof = measured_profile(_link_bound_run(tmp_path))
+    got = project(prof, 100e6, efficiency=0.9)
+    wire = 149_544 / (100e6 / 8 * 0.9)
+    # before: 0.0576 + 0.0133 = 0.0709 s with the interval [0.0689, 0.0729]; the 100mbit run measured 0.0558 s
+    assert got["step_time_s"] == pytest.approx(0.0522 + wire)
+    lo, hi = got["interval_s"]
+    assert lo == pytest.approx(0.0522 * prof["compute_spread"][0] + wire * 0.9)  # the wire at 100% of the rate
+    assert hi == pytest.approx(0.0522 * prof["compute_spread"][1] + wire / (0.85 / 0.9))
+    assert lo < 0.0558 < hi
+    assert any("link-bound (91% of it on the link)" in n for n in got["notes"])
+    # downward (onto a slower link) the note is not given: the step is then mostly the link
+    assert not any("link-bound" in n for n in project(prof, 1e6, efficiency=0.9)["notes"])
+
+
+def test_repeats_combine_their_compute_and_its_spread(tmp_path):
+    from telemetry.analysis.projection import combine_profiles
+
+    slower = [(s, t + 0.03, c, o, e) for s, t, c, o, e in LINK_BOUND_2MBIT]  # the host busier: 0.03 s more compute
+    runs = [measured_profile(_link_bound_run(tmp_path, LINK_BOUND_2MBIT, "a")),
+            measured_profile(_link_bound_run(tmp_path, slower, "b")),
+            measured_profile(_link_bound_run(tmp_path, LINK_BOUND_2MBIT, "c"))]
+    both = combine_profiles(runs)
+    assert both["compute_s"] == pytest.approx(0.0522)
+    assert both["compute_spread"][1] == pytest.approx(runs[1]["compute_spread"][1] * runs[1]["compute_s"] / 0.0522)
+    assert both["compute_spread"][0] == pytest.approx(runs[0]["compute_spread"][0])
+    # a run recorded without per-step figures leaves the combined compute unknown: T - E is taken
+    assert combine_profiles([runs[0], {**runs[1], "compute_s": None}])["compute_s"] is None
+
+
+@pytest.mark.integration
+def test_cli_projects_a_lab_run_onto_the_lab_at_each_rate_with_its_bucket(tmp_path):
+    # the fourth round (bench/results/lab_configs.md): from a 100mbit lab run onto 2mbit the CLI put all 150 kB
+    # on the wire (0.665 s); the lab's tbf at 2mbit passes its 16 KiB at once (0.592 s; measured 0.582-0.596 s)
+    mtu = {"fabric_extra": {"lab": {"rate": "100mbit", "rate_bps": 1e8, "burst_bytes": 25000, "mtu": 1500}}}
+    # its 1 MB all_reduce took its wire time at 100mbit (less the 25 kB bucket) at efficiency 1.0
+    run = str(write_run(tmp_path / "lab", comm_time=(1e6 - 25000) / 12.5e6, exposed_time=(1e6 - 25000) / 12.5e6, **mtu))
+    out = tmp_path / "p.json"
+    proc = cli(run, "--rate", "2mbit", "--efficiency", "1.0", "--json", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert "each --rate target is the fabric lab at that rate, its tc bucket included" in proc.stdout
+    wire = json.loads(out.read_text())["projections"][0]["wire_s"]
+    # 1 MB all_reduce of 2 ranks; the step's 0.75 s of compute refill the whole 16 KiB bucket at 250 kB/s
+    assert wire == pytest.approx((1_000_000 - 16384) / 250_000)
+    # a run off the lab: a NIC, no bucket
+    plain = cli(str(write_run(tmp_path / "nic")), "--rate", "2mbit", "--efficiency", "1.0", "--json", str(out))
+    assert "tc bucket" not in plain.stdout
+    assert json.loads(out.read_text())["projections"][0]["wire_s"] == pytest.approx(1_000_000 / 250_000)
