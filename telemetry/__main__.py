@@ -155,11 +155,23 @@ def _watch(args) -> int:
 
     from telemetry.analysis.watch import watch
 
-    if not os.path.isdir(args.run):
-        return print_errors(f"watch: {args.run!r} is not a directory; allowed: a run directory (the recipe's "
-                            "output_dir)")
     if not (0 < args.interval <= 3600):  # NaN fails too; inf would overflow time.sleep after the first view
         return print_errors(f"--interval: got {args.interval}; expected seconds > 0 and at most 3600")
+    parent = os.path.dirname(os.path.abspath(args.run))
+    if not os.path.lexists(args.run) and not args.once and os.path.isdir(parent):
+        # a job still in the queue has not made its output_dir yet: wait for it, as for an empty one
+        import time
+        print(f"watch: waiting for {args.run} to be created (the job's output_dir; Ctrl-C to stop)", file=sys.stderr,
+              flush=True)
+        try:
+            while not os.path.lexists(args.run):
+                time.sleep(args.interval)
+        except KeyboardInterrupt:
+            return 130
+    if not os.path.isdir(args.run):
+        where = "" if os.path.isdir(parent) or os.path.lexists(args.run) else f" (nor is {parent})"
+        return print_errors(f"watch: {args.run!r} is not a directory{where}; allowed: a run directory (the recipe's "
+                            "output_dir), or one a queued job will create in an existing directory")
     from telemetry.rundir import looks_like_run_dir
     if not looks_like_run_dir(args.run):
         return print_errors(f"watch: {args.run!r} is not a run directory (no run.json, metrics.jsonl, ranks/ or "

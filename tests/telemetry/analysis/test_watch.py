@@ -178,13 +178,36 @@ def test_a_big_job_shows_its_slowest_ranks_and_reads_only_the_rank_files_tails(t
 def test_bad_arguments_are_one_error_line(tmp_path, capsys):
     from telemetry.__main__ import main
 
-    assert main(["watch", str(tmp_path / "missing")]) == 2
+    assert main(["watch", str(tmp_path / "no" / "missing")]) == 2  # nor its parent: a typo, not a queued job
+    assert main(["watch", str(tmp_path / "missing"), "--once"]) == 2  # --once does not wait
     assert main(["watch", str(tmp_path), "--interval", "0"]) == 2
     assert main(["watch", str(tmp_path), "--interval", "inf"]) == 2  # time.sleep(inf) overflowed after one view
     err = capsys.readouterr().err.splitlines()
-    assert err == [f"error: watch: '{tmp_path / 'missing'}' is not a directory; allowed: a run directory (the "
-                   "recipe's output_dir)", "error: --interval: got 0.0; expected seconds > 0 and at most 3600",
+    assert err == [f"error: watch: '{tmp_path / 'no' / 'missing'}' is not a directory (nor is {tmp_path / 'no'}); "
+                   "allowed: a run directory (the recipe's output_dir), or one a queued job will create in an "
+                   "existing directory",
+                   f"error: watch: '{tmp_path / 'missing'}' is not a directory; allowed: a run directory (the "
+                   "recipe's output_dir), or one a queued job will create in an existing directory",
+                   "error: --interval: got 0.0; expected seconds > 0 and at most 3600",
                    "error: --interval: got inf; expected seconds > 0 and at most 3600"]
+
+
+def test_a_run_directory_a_queued_job_has_not_made_yet_is_awaited(tmp_path, capsys):
+    """`watch runs/x` before the job left the queue refused the directory; now it waits for it to appear."""
+    import threading
+    from telemetry.__main__ import main
+
+    run = tmp_path / "queued"
+
+    def job_starts():  # the directory appears whole (renamed into place): the test is about waiting, not tearing
+        time.sleep(0.3)
+        make_run(tmp_path / "staging", steps=3, status="completed")
+        os.rename(tmp_path / "staging", run)
+    threading.Thread(target=job_starts, daemon=True).start()
+    assert main(["watch", str(run), "--interval", "0.05"]) == 0
+    out, err = capsys.readouterr()
+    assert err.splitlines()[0] == f"watch: waiting for {run} to be created (the job's output_dir; Ctrl-C to stop)"
+    assert out.startswith("demo: completed | step 3/100")
 
 
 def test_a_directory_that_is_no_run_is_refused_an_empty_one_is_awaited(tmp_path, capsys):
