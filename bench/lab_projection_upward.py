@@ -19,12 +19,11 @@ import statistics
 import subprocess
 import sys
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
+from launch.lab import burst_bytes
+from telemetry.analysis.projection import combine_profiles, measured_profile, project
+from telemetry.analysis.runs import load_run
 
-from launch.lab import burst_bytes  # noqa: E402
-from telemetry.analysis.projection import combine_profiles, measured_profile, project  # noqa: E402
-from telemetry.analysis.runs import load_run  # noqa: E402
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 RATES = {"2mbit": 2e6, "100mbit": 100e6, "5mbit": 5e6, "50mbit": 50e6, "10mbit": 10e6, "none": None}
 PAIRS = [("2mbit", "100mbit"), ("2mbit", "50mbit"), ("2mbit", "10mbit"), ("5mbit", "50mbit"), ("5mbit", "100mbit"),
