@@ -80,7 +80,7 @@ def _json_tensor(obj) -> torch.Tensor:
 def _from_json_tensor(t: torch.Tensor, where: str):
     try:
         return json.loads(bytes(t.numpy().tobytes()).decode())
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except ValueError as exc:  # UnicodeDecodeError, JSONDecodeError, an integer int() refuses (4300+ digits)
         raise InputError(f"train.resume: {where} is damaged ({exc}); use an earlier checkpoint "
                          "or train.resume=never") from None
 
@@ -250,7 +250,7 @@ def _read_pointer(root: str) -> dict | None:
     try:
         with open(pointer, encoding="utf-8") as f:
             data = json.load(f)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (OSError, ValueError) as exc:  # ValueError: not UTF-8, not JSON, an integer of 4300+ digits
         raise InputError(f"train.resume: {pointer} is damaged ({exc}); expected JSON with 'step' and 'path' "
                          "(remove it to start fresh, or set train.resume to a step directory)") from None
     path = data.get("path") if isinstance(data, dict) else None

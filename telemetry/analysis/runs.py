@@ -101,12 +101,15 @@ def read_run_json(run_json: str) -> dict:
             info = json.load(f)
     except json.JSONDecodeError as exc:
         raise RunError(f"{run_json}: not valid JSON ({exc})") from None
-    except RecursionError:
-        raise RunError(f"{run_json}: nested too deeply to read (thousands of levels); allowed: the JSON object a "
-                       "run writes") from None
     except UnicodeDecodeError as exc:
         raise RunError(f"{run_json}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start}); "
                        "allowed: the JSON object a run writes") from None
+    except ValueError as exc:  # an integer of more digits than int() converts (sys.get_int_max_str_digits())
+        raise RunError(f"{run_json}: not readable as JSON ({exc.args[0].split(';')[0]}); allowed: the JSON object "
+                       "a run writes (its integers have at most 20 digits)") from None
+    except RecursionError:
+        raise RunError(f"{run_json}: nested too deeply to read (thousands of levels); allowed: the JSON object a "
+                       "run writes") from None
     except OSError as exc:
         raise RunError(f"{run_json}: cannot read: {exc.strerror or exc}") from None
     if not isinstance(info, dict):

@@ -129,6 +129,9 @@ def test_argument_mistakes_are_one_line(capsys, argv, words):
     ('{"layout": {"global_batch_size": -1}}',
      "run.json: 'layout.global_batch_size' is -1; allowed: an integer >= 0 (0: a collective sweep)"),
     ('{"a": ' + "[" * 100000 + "]" * 100000 + "}", "run.json: nested too deeply to read (thousands of levels)"),
+    # more digits than int() converts (sys.get_int_max_str_digits()): a ValueError traceback before
+    pytest.param('{"layout": {"world_size": ' + "9" * 5000 + "}}",
+                 "run.json: not readable as JSON (Exceeds the limit (4300", id="int-of-5000-digits"),
 ])
 def test_damaged_run_json(capsys, run_dir, damage, words):
     (run_dir / "run.json").write_bytes(damage if isinstance(damage, bytes) else damage.encode())
@@ -172,6 +175,8 @@ def test_metrics_without_one_step_object(capsys, run_dir, metrics):
     '{"step": 7, "ranks": {"comm_time_s_by_op": {"all_reduce": {"min": "x"}}}}',
     '{"step": 7, "exposed": 0.5}',
     '{"step": 7, "x": ' + "[" * 5000 + "]" * 5000 + "}",
+    # more digits than int() converts: a ValueError traceback before
+    pytest.param('{"step": 7, "loss": ' + "9" * 5000 + "}", id="int-of-5000-digits"),
 ])
 def test_metrics_lines_with_wrong_values_are_damage(capsys, run_dir, line):
     """A line another program (or a hand) wrote with a string, NaN or a negative time where a number goes

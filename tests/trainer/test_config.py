@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from trainer.cli import main
-from trainer.config import Recipe, load_recipe
+from trainer.config import Recipe, RecipeError, load_recipe
 
 from ..conftest import REPO, TINY
 
@@ -136,6 +136,22 @@ def test_yaml_safe_loading_only(tmp_path, capsys):
     path.write_text("name: !!python/object/apply:os.system ['echo hacked']\n")
     assert main([str(path)]) == 2
     assert "not valid YAML" in capsys.readouterr().err
+
+
+def test_an_integer_of_more_digits_than_python_converts_is_one_line(tmp_path):
+    """int() refuses more than sys.get_int_max_str_digits() digits (4300): a ValueError traceback from PyYAML's
+    int constructor, in a recipe file, an override and an evaluation file alike (one loader)."""
+    digits = "9" * 5000
+    path = tmp_path / "big.yaml"
+    path.write_text((REPO / TINY).read_text().replace("max_steps: 60", f"max_steps: {digits}"))
+    with pytest.raises(RecipeError) as info:
+        load_recipe(str(path))
+    assert info.value.problems == [f"recipe: {path} is not valid YAML at line 7: an integer of 5000 digits; "
+                                   "allowed: at most 4300 digits (a 64-bit value has 19)"]
+    with pytest.raises(RecipeError) as info:
+        load_recipe(TINY, [f"train.betas=[0.9, {digits}]"])
+    assert info.value.problems == ["train.betas: the override's value is refused: an integer of 5000 digits; "
+                                   "allowed: at most 4300 digits (a 64-bit value has 19)"]
 
 
 def test_overrides_parse_yaml_values_and_paths_resolve_against_the_recipe():
