@@ -307,7 +307,8 @@ def _step_of(path: str) -> str:
 def load(path: str, model, optimizer, scheduler) -> tuple[dict, bool]:
     """Restore in place; returns the trainer state and whether this rank's RNG was restored."""
     if not os.path.isfile(os.path.join(path, ".metadata")):
-        raise InputError(f"train.resume: {path!r} is not a checkpoint directory (no DCP .metadata)")
+        raise InputError(f"train.resume: {path!r} is not a checkpoint directory (no DCP .metadata); allowed: a "
+                         "step directory (RUN/checkpoints/step-NNNNNNN), auto (the latest in output_dir) or never")
     where = f"{_step_of(path)} ({path})"
     meta = read_metadata(path)
     saved = meta.state_dict_metadata

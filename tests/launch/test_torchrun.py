@@ -12,6 +12,7 @@ import sys
 import time
 
 import pytest
+import torch
 
 from ..conftest import REPO, unset_env
 
@@ -152,6 +153,17 @@ def test_store_sharing_is_turned_off_only_where_a_node_can_rejoin(monkeypatch, a
     (["--nnodes", "2", "--node-rank", "5", "-m", "trainer"], "--node-rank: got 5; allowed: 0 to 1"),
 ])
 def test_bad_launch_arguments_are_one_line_before_any_agent_starts(capsys, argv, expected):
+    _one_line(capsys, argv, expected)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal of gpu on a machine without CUDA")
+def test_gpu_workers_without_cuda_say_what_is_allowed(capsys):
+    """torch's words alone were `torchrun: Cuda is not available.`"""
+    _one_line(capsys, ["--nproc-per-node", "gpu", "-m", "trainer"], "--nproc-per-node: got 'gpu', but Cuda is not "
+              "available here; allowed: an integer >= 1, cpu or auto")
+
+
+def _one_line(capsys, argv, expected):
     """What torchrun raises as a traceback (or leaves every worker to fail on) is one line, exit 2."""
     from launch import torchrun
 

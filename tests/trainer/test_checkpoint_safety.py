@@ -128,7 +128,8 @@ def _first_data_file(path):
     ("truncate-data", "cannot be read: rank 0:"),
     ("empty-metadata", ".metadata is damaged or not DCP metadata (EOFError"),
     ("garbage-metadata", ".metadata is damaged or not DCP metadata"),
-    ("no-metadata", "is not a checkpoint directory (no DCP .metadata)"),
+    ("no-metadata", "is not a checkpoint directory (no DCP .metadata); allowed: a step directory "
+     "(RUN/checkpoints/step-NNNNNNN), auto (the latest in output_dir) or never"),
     ("metadata-path-escape", "names a data file outside the checkpoint: '../x.distcp'"),
 ])
 def test_damaged_checkpoint_is_one_line_naming_file_and_step(tmp_path, damage, expected):
