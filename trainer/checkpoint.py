@@ -251,7 +251,8 @@ def _read_pointer(root: str) -> dict | None:
         with open(pointer, encoding="utf-8") as f:
             data = json.load(f)
     except (OSError, ValueError) as exc:  # ValueError: not UTF-8, not JSON, an integer of 4300+ digits
-        raise InputError(f"train.resume: {pointer} is damaged ({exc}); expected JSON with 'step' and 'path' "
+        reason = str(exc).split("; use sys.set_int_max_str_digits()")[0]  # advice for programmers, not users
+        raise InputError(f"train.resume: {pointer} is damaged ({reason}); expected JSON with 'step' and 'path' "
                          "(remove it to start fresh, or set train.resume to a step directory)") from None
     path = data.get("path") if isinstance(data, dict) else None
     step = data.get("step") if isinstance(data, dict) else None
