@@ -9,6 +9,7 @@ DIR: another checkout to run the same cases against (e.g. `git archive` of an ol
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -503,7 +504,8 @@ def main() -> int:
     clean = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
                                                              "MASTER_PORT", "TORCHELASTIC_RUN_ID")}
     totals: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
+        stack.callback(round4.release, Path(tmp))  # before the directory's removal, even after an error
         files = {**_fixtures(Path(tmp)), **round4.fixtures(Path(tmp), REPO)}
         for command, case, argv, env in (ROUNDS[args.round] if args.round else [*CASES, *round4.CASES]):
             if not command.startswith(args.only):

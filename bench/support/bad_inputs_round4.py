@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from pathlib import Path
 
 from bench.support.recorded_runs import write_run
@@ -154,6 +155,10 @@ def fixtures(root: Path, repo: Path) -> dict[str, str]:
     (root / "eval4-dup-key.yaml").write_text(yaml.safe_dump(doc) + "repeats: 3\n")
     (root / "eval4-dangling.yaml").symlink_to(root / "gone-eval.yaml")
     (root / "eval4-int5000.yaml").write_text(yaml.safe_dump(doc).replace("repeats: 2", "repeats: " + "9" * 5000))
+    (root / "eval4-out-immutable.yaml").write_text(yaml.safe_dump({**doc, "out": str(root / "r4-immutable" / "e")}))
+    immutable = root / "r4-immutable"  # root may write anywhere but here (chattr +i: no entry added or removed)
+    immutable.mkdir()
+    subprocess.run(["chattr", "+i", str(immutable)], capture_output=True)
     loop = root / "r4runloop"
     loop.symlink_to(loop)
     out["r4runloop"] = str(loop)
@@ -388,4 +393,28 @@ CASES += [
      {}),
     ("telemetry mllog", "device-number", ["telemetry", "mllog", "{r4devicenum}", "--no-check", "--out",
                                           "{root}/q64.txt"], {}),
+]
+
+
+def release(root: Path) -> None:
+    """Undo what fixtures() made that the temporary directory's removal cannot remove (the immutable flag)."""
+    subprocess.run(["chattr", "-i", str(root / "r4-immutable")], capture_output=True)
+
+
+# Writing where not even root can (an immutable directory): each command's output check. Reading what root
+# cannot read is not tried: root reads any file whatever its mode, and chattr has no flag against reading.
+CASES += [
+    ("trainer", "output-dir-immutable", [*T, "max_steps=1", "output_dir={root}/r4-immutable/run"], {}),
+    ("telemetry report", "out-immutable", ["telemetry", "report", "{good}", "--out", "{root}/r4-immutable/r"], {}),
+    ("telemetry export", "out-immutable", ["telemetry", "export", "{good}", "--to", "parquet", "--out",
+                                           "{root}/r4-immutable/x"], {}),
+    ("telemetry mllog", "out-immutable", ["telemetry", "mllog", "{timed}", "--no-check", "--out",
+                                          "{root}/r4-immutable/m.txt"], {}),
+    ("telemetry compare", "out-immutable", ["telemetry", "compare", "{good}", "{good2}", "--out",
+                                            "{root}/r4-immutable/c"], {}),
+    ("telemetry project", "json-immutable", ["telemetry", "project", "{good}", "--rate", "1gbit", "--json",
+                                             "{root}/r4-immutable/p.json"], {}),
+    ("launch.evaluate", "out-immutable", ["launch.evaluate", "{root}/eval4-out-immutable.yaml", "--dry-run"], {}),
+    ("launch.stage", "to-immutable", ["launch.stage", TINY, "--to", "{root}/r4-immutable/s"], {}),
+    ("launch.linktest", "output-immutable", [*LT4, "--output", "{root}/r4-immutable/lt"], {}),
 ]
