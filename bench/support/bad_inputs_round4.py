@@ -76,7 +76,7 @@ def fixtures(root: Path, repo: Path) -> dict[str, str]:
         if name == "r4sweep":
             path = write_run(root / name, name="sweep", workload="collective_sweep")
         else:
-            path = write_run(root / name, name="a")
+            path = write_run(root / name, name="a", times=name == "r4devicenum")  # mllog needs step times
             damage(path)
         out[name] = str(path)
     (root / "r4-crlf-bom.yaml").write_bytes(b"\xef\xbb\xbf" + (repo / TINY).read_bytes().replace(b"\n", b"\r\n"))
