@@ -418,3 +418,13 @@ CASES += [
     ("launch.stage", "to-immutable", ["launch.stage", TINY, "--to", "{root}/r4-immutable/s"], {}),
     ("launch.linktest", "output-immutable", [*LT4, "--output", "{root}/r4-immutable/lt"], {}),
 ]
+
+SW = ["trainer", "recipes/collectives.yaml"]
+CASES += [  # the collective sweep's keys (a dry run plans the sweep)
+    ("trainer", "sweep-op-unknown", [*SW, "sweep.ops=[all_reduce,bogus]", *DRY], {}),
+    ("trainer", "sweep-max-below-min", [*SW, "sweep.min_bytes=1G", "sweep.max_bytes=1K", *DRY], {}),
+    ("trainer", "sweep-iters-zero", [*SW, "sweep.iters=0", *DRY], {}),
+    ("trainer", "sweep-latency-iters-exponent", [*SW, "sweep.latency_iters=1e9", *DRY], {}),
+    ("trainer", "sweep-pairs-maybe", [*SW, "sweep.pairs=maybe", *DRY], {}),
+    ("trainer", "sweep-dtype-unknown", [*SW, "sweep.dtype=float128", *DRY], {}),
+]
