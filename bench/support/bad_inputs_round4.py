@@ -110,7 +110,7 @@ def fixtures(root: Path, repo: Path) -> dict[str, str]:
     (root / "r4-ckpt-run" / "checkpoints" / "latest.json").write_text(json.dumps({"step": 3, "path": "step-0000003"}))
     (root / "r4-data-dir").mkdir()
     (root / "r4-data-bin.jsonl").write_bytes(b"\x89PNG\r\n" + bytes(range(256)) * 8)
-    (root / "r4-data-oneline.jsonl").write_text('{"instruction": "' + "a" * (8 << 20) + '", "context": "", '
+    (root / "r4-data-oneline.jsonl").write_text('{"instruction": "' + "a" * (2 << 20) + '", "context": "", '
                                                 '"response": "b", "category": "x"}\n')
     doc = yaml.safe_load((repo / "recipes" / "evaluations" / "lab_two_rates.yaml").read_text())
     for workload in doc["workloads"]:
@@ -427,4 +427,7 @@ CASES += [  # the collective sweep's keys (a dry run plans the sweep)
     ("trainer", "sweep-latency-iters-exponent", [*SW, "sweep.latency_iters=1e9", *DRY], {}),
     ("trainer", "sweep-pairs-maybe", [*SW, "sweep.pairs=maybe", *DRY], {}),
     ("trainer", "sweep-dtype-unknown", [*SW, "sweep.dtype=float128", *DRY], {}),
+]
+CASES += [  # one row of 2 MiB: past the byte tokenizer's maximum (1 MiB tokens), and past any data.seq_len
+    ("trainer", "dataset-one-huge-row", [*T, "data.dataset={root}/r4-data-oneline.jsonl", *RUN("huge-row")], {}),
 ]
