@@ -2,13 +2,14 @@
 (a flag, a value, a file, a run directory), run as the user types it. Handled: exit 2, exactly one `error:`
 line on stderr, no traceback, within the time limit. Everything else is listed with what it did.
 
-    PYTHONPATH=$PWD python -m bench.bad_inputs_cli [--source DIR] [--only PREFIX]
+    PYTHONPATH=$PWD python -m bench.bad_inputs_cli [--source DIR] [--only PREFIX] [--round 4]
 
 DIR: another checkout to run the same cases against (e.g. `git archive` of an older commit).
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -16,6 +17,8 @@ import sys
 import tempfile
 from collections import defaultdict
 from pathlib import Path
+
+from bench.support import bad_inputs_round4 as round4
 
 REPO = Path(__file__).resolve().parents[1]
 LIMIT_S = 60
@@ -461,7 +464,9 @@ BY_DESIGN = {
     ("telemetry watch", "metrics-bad-line"): "a damaged line is skipped like a torn one",
     ("trainer", "master-addr-empty"): "one process (world size 1) never reads MASTER_ADDR",
     ("telemetry watch", "metrics-ranks-string"): "a damaged line is skipped like a torn one (a traceback before)",
+    **round4.BY_DESIGN,
 }
+ROUNDS = {4: round4.CASES}  # the cases of a round kept in a module of its own (--round N runs only those)
 
 
 def _memory_cap() -> None:
@@ -494,13 +499,15 @@ def main() -> int:
     ap.add_argument("--source", default=str(REPO), help="checkout whose commands are run")
     ap.add_argument("--only", default="", help="run only the commands starting with this")
     ap.add_argument("--verbose", action="store_true", help="print each handled case's line too")
+    ap.add_argument("--round", type=int, choices=sorted(ROUNDS), help="run only that round's cases")
     args = ap.parse_args()
     clean = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
                                                              "MASTER_PORT", "TORCHELASTIC_RUN_ID")}
     totals: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-    with tempfile.TemporaryDirectory() as tmp:
-        files = _fixtures(Path(tmp))
-        for command, case, argv, env in CASES:
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
+        stack.callback(round4.release, Path(tmp))  # before the directory's removal, even after an error
+        files = {**_fixtures(Path(tmp)), **round4.fixtures(Path(tmp), REPO)}
+        for command, case, argv, env in (ROUNDS[args.round] if args.round else [*CASES, *round4.CASES]):
             if not command.startswith(args.only):
                 continue
             argv = [a.format(**files) for a in argv]

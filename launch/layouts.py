@@ -14,6 +14,7 @@ from __future__ import annotations
 import glob
 import os
 from telemetry.errors import print_errors
+from telemetry.input_files import what_is_there
 
 KINDS = ("imagenet", "bert", "mlperf-llama")
 
@@ -118,6 +119,7 @@ def check_layout(kind: str, root: str) -> int:
         print_errors(f"--check-layout: unknown kind {kind!r}; allowed: {', '.join(KINDS)}")
         return 2
     if not os.path.isdir(root):
-        print_errors(f"--check-layout {kind}: {root!r} is not a directory")
+        print_errors(f"--check-layout {kind}: {root!r} is not a directory ({what_is_there(root)}); allowed: the "
+                     f"data set's root directory")
         return 2
     return checks[kind](os.path.abspath(root))

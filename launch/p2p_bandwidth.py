@@ -281,7 +281,8 @@ def _reference(path: str) -> dict:
         with open(path, encoding="utf-8", errors="replace") as f:
             ref = pm.parse_reference(f.read())
     except OSError as exc:
-        raise ValueError(f"--reference {path}: {exc.strerror or exc}") from None
+        raise ValueError(f"--reference {path}: {exc.strerror or exc}; allowed: a text file of "
+                         "p2pBandwidthLatencyTest's output") from None
     if not any(k in ref for k in ("unidirectional", "bidirectional", "latency_gpu")):
         raise ValueError(f"--reference {path}: no p2pBandwidthLatencyTest matrix in it; allowed: the sample's "
                          "output (a text file)")

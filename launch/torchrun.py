@@ -32,6 +32,8 @@ from telemetry.errors import print_errors, with_allowed
 DEFAULT_JOIN_TIMEOUT_S = 600  # torch.distributed.elastic.rendezvous.dynamic_rendezvous: join_timeout
 DEFAULT_RDZV_PORT = 29400  # torch.distributed.elastic.rendezvous.c10d_rendezvous_backend's default port
 PORT_MAX = 65535
+# --rdzv-conf keys torch reads as whole seconds (RendezvousParameters.get_as_int: a ValueError traceback otherwise)
+RDZV_SECONDS = ("join_timeout", "last_call_timeout", "close_timeout", "read_timeout", "timeout")
 
 
 def _describe(args) -> str:
@@ -69,10 +71,36 @@ def _rendezvous_problem(args) -> str | None:
         if not 1 <= port <= PORT_MAX:
             return (f"--rdzv-endpoint: got {args.rdzv_endpoint!r}; allowed: HOST or HOST:PORT, a port from 1 "
                     f"to {PORT_MAX} (e.g. node0:29400)")
+    from torch.distributed.elastic.rendezvous import rendezvous_handler_registry
+
+    known = sorted(getattr(rendezvous_handler_registry, "_registry", None) or ("c10d", "etcd", "etcd-v2", "static"))
+    if not args.standalone and args.rdzv_backend not in known:  # a ValueError traceback in the agent
+        return f"--rdzv-backend: got {args.rdzv_backend!r}; allowed: {', '.join(known)}"
+    for item in filter(None, (args.rdzv_conf or "").split(",")):
+        key, _, value = item.partition("=")
+        if key.strip() in RDZV_SECONDS and not (value.strip().isascii() and value.strip().isdigit()):
+            return (f"--rdzv-conf: {key.strip()}={value.strip()!r}; allowed: a whole number of seconds "
+                    f"(KEY=VALUE,... with {', '.join(RDZV_SECONDS)} in seconds)")
     top = int(args.nnodes.split(":")[-1])
+    if args.standalone and top != 1:  # the standalone store is this node's alone: it waited for nodes never coming
+        return (f"--standalone: one node, but --nnodes is {args.nnodes}; allowed: --standalone with --nnodes 1, or "
+                "--rdzv-backend c10d --rdzv-endpoint HOST:PORT for several nodes")
     if args.rdzv_backend == "static" and not args.standalone and top >= 1 and not 0 <= args.node_rank < top:
         return (f"--node-rank: got {args.node_rank}; allowed: 0 to {top - 1} (one per node of --nnodes "
                 f"{args.nnodes}; the static rendezvous waits for exactly those)")
+    return None
+
+
+def _agent_problem(args) -> str | None:
+    """The agent's own settings torch takes as given: a --monitor-interval that is NaN (a ValueError traceback)
+    or not above 0 (an AssertionError traceback), a --log-dir that is a file (NotADirectoryError)."""
+    import math
+
+    if not (math.isfinite(args.monitor_interval) and args.monitor_interval > 0):
+        return (f"--monitor-interval: got {args.monitor_interval}; allowed: seconds above 0 (torch's default 0.1) "
+                "between the agent's checks of its workers")
+    if args.log_dir and os.path.exists(args.log_dir) and not os.path.isdir(args.log_dir):
+        return f"--log-dir: {args.log_dir!r} is a file; allowed: a directory (made if missing)"
     return None
 
 
@@ -97,7 +125,7 @@ def _launch_problem(args) -> str | None:
     if nproc.isdigit() and (problem := host_capacity.workers_problem(
             "--nproc-per-node", nproc, int(nproc), host_capacity.available_bytes())):
         return problem
-    if problem := _rendezvous_problem(args):
+    if problem := _rendezvous_problem(args) or _agent_problem(args):
         return problem
     # torch's own checks (nnodes MIN:MAX, max_restarts, a device that is not there), run again by torchrun
     # itself: quiet here, and the environment it sets (OMP_NUM_THREADS) left for that run to set
@@ -105,6 +133,9 @@ def _launch_problem(args) -> str | None:
     try:
         config_from_args(args)
     except (ValueError, AssertionError, RuntimeError) as exc:
+        if nproc in ("gpu", "xpu"):  # torch says only "Cuda is not available."
+            return (f"--nproc-per-node: got {nproc!r}, but {str(exc).rstrip('.')} here; allowed: an integer >= 1, "
+                    "cpu or auto (one worker per device found, else per CPU)")
         return f"torchrun: {exc}"
     finally:
         run_logger.disabled = False

@@ -386,7 +386,8 @@ def _project(args) -> int:
     for path in args.run:
         profiles.append(measured_profile(load_run(path)))
         if profiles[-1][StepKey.STEP_TIME_S] is None:
-            return fail(f"{path}: no timed steps to project from")
+            return fail(f"{path}: no timed steps to project from; allowed: a run whose metrics.jsonl has steps "
+                        "with step_time_s")
     try:
         profile = combine_profiles(profiles)
     except ProjectionError as exc:

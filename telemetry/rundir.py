@@ -362,7 +362,9 @@ def read_jsonl(path: str, damaged: list[int] | None = None, check=None) -> list[
         for number, line in enumerate(f, 1):
             try:
                 row = json.loads(line)
-            except (json.JSONDecodeError, RecursionError):  # RecursionError: arrays nested thousands deep
+            # ValueError: JSONDecodeError, or an integer of more digits than int() converts (4300);
+            # RecursionError: arrays nested thousands deep
+            except (ValueError, RecursionError):
                 row = None
                 if not line.endswith("\n"):  # the last line, cut off by a killed job: not damage
                     continue

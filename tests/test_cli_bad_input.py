@@ -44,6 +44,7 @@ def files(tmp_path_factory) -> dict[str, str]:
     (root / "repeats-huge.yaml").write_text(yaml.safe_dump({**doc, "repeats": 10**30}))
     (root / "header-only.txt").write_text("#  size  count  type  redop  root  time  algbw  busbw  #wrong\n")
     os.mkfifo(root / "fifo")  # no writer: a read of it waits forever
+    (root / "empty-dir").mkdir()
     return {"root": str(root), **{k: str(v) for k, v in runs.items()}}
 
 
@@ -120,6 +121,9 @@ ROWS = [
      "--ranks-per-node: got '\u00b2'; expected a whole number of ranks >= 1"),
     ("bert-convert-config-device", ["trainer.bert_tf_convert", "{root}/nope", "--config", "/dev/zero", "--out",
                                     "{root}/b1"], {}, "--config /dev/zero: is a character device, not a regular file"),
+    # fourth round: a tokenizer that cannot load said what is allowed (the reason cut it off at 300 characters)
+    ("trainer-tokenizer-empty-dir", ["trainer", TINY, "model.tokenizer={root}/empty-dir", "max_steps=1",
+                                     "output_dir={root}/tok"], {}, "model.tokenizer: cannot load a tokenizer from '{root}/empty-dir' ("),
 ]
 
 SCRIPTS = [

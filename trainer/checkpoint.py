@@ -80,7 +80,7 @@ def _json_tensor(obj) -> torch.Tensor:
 def _from_json_tensor(t: torch.Tensor, where: str):
     try:
         return json.loads(bytes(t.numpy().tobytes()).decode())
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except ValueError as exc:  # UnicodeDecodeError, JSONDecodeError, an integer int() refuses (4300+ digits)
         raise InputError(f"train.resume: {where} is damaged ({exc}); use an earlier checkpoint "
                          "or train.resume=never") from None
 
@@ -250,8 +250,9 @@ def _read_pointer(root: str) -> dict | None:
     try:
         with open(pointer, encoding="utf-8") as f:
             data = json.load(f)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(f"train.resume: {pointer} is damaged ({exc}); expected JSON with 'step' and 'path' "
+    except (OSError, ValueError) as exc:  # ValueError: not UTF-8, not JSON, an integer of 4300+ digits
+        reason = str(exc).split("; use sys.set_int_max_str_digits()")[0]  # advice for programmers, not users
+        raise InputError(f"train.resume: {pointer} is damaged ({reason}); expected JSON with 'step' and 'path' "
                          "(remove it to start fresh, or set train.resume to a step directory)") from None
     path = data.get("path") if isinstance(data, dict) else None
     step = data.get("step") if isinstance(data, dict) else None
@@ -307,7 +308,8 @@ def _step_of(path: str) -> str:
 def load(path: str, model, optimizer, scheduler) -> tuple[dict, bool]:
     """Restore in place; returns the trainer state and whether this rank's RNG was restored."""
     if not os.path.isfile(os.path.join(path, ".metadata")):
-        raise InputError(f"train.resume: {path!r} is not a checkpoint directory (no DCP .metadata)")
+        raise InputError(f"train.resume: {path!r} is not a checkpoint directory (no DCP .metadata); allowed: a "
+                         "step directory (RUN/checkpoints/step-NNNNNNN), auto (the latest in output_dir) or never")
     where = f"{_step_of(path)} ({path})"
     meta = read_metadata(path)
     saved = meta.state_dict_metadata

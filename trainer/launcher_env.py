@@ -56,6 +56,47 @@ def launcher_env_problems(environ: Mapping[str, str] = os.environ, dry_run: bool
     if "LOCAL_WORLD_SIZE" in got and "WORLD_SIZE" in got and got["LOCAL_WORLD_SIZE"] > got["WORLD_SIZE"]:
         problems.append(f"LOCAL_WORLD_SIZE: got {got['LOCAL_WORLD_SIZE']}; expected at most WORLD_SIZE "
                         f"({got['WORLD_SIZE']})")
+    if not dry_run and not problems and "RANK" in got and "WORLD_SIZE" in got:
+        problems += _master_addr_problems(environ)
+    return problems + _process_group_env_problems(environ, dry_run)
+
+
+def _master_addr_problems(environ: Mapping[str, str]) -> list[str]:
+    """A MASTER_ADDR no resolver knows: torch's store client retried it until distributed.timeout_s, silent."""
+    import socket
+
+    addr = environ.get("MASTER_ADDR", "").strip()
+    if not addr:
+        return []
+    try:
+        socket.getaddrinfo(addr, None)
+    except socket.gaierror as exc:
+        if exc.errno in (socket.EAI_NONAME, getattr(socket, "EAI_NODATA", socket.EAI_NONAME)):  # not a transient
+            return [f"MASTER_ADDR: {addr!r} does not resolve on this host ({exc.strerror}); allowed: the host name "
+                    "or address of rank 0's node, as torchrun sets it"]
+    return []
+
+
+def _process_group_env_problems(environ: Mapping[str, str], dry_run: bool) -> list[str]:
+    """Variables torch's process groups read: a flight-recorder buffer size that is not a whole number made
+    the gloo group's constructor wait forever; a GLOO_SOCKET_IFNAME naming no interface of this host was
+    gloo's `enforce fail ... Unable to find address` traceback (a real run only: a dry run may plan for
+    another host)."""
+    problems = []
+    for name in ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE"):
+        raw = environ.get(name, "").strip()
+        if raw and not (raw.isascii() and raw.isdigit()):
+            problems.append(f"{name}: got {environ[name]!r}; allowed: a whole number of flight-recorder entries "
+                            "(the run sets 2000 when it is unset)")
+    ifnames = [n.strip() for n in environ.get("GLOO_SOCKET_IFNAME", "").split(",") if n.strip()]
+    if ifnames and not dry_run:
+        import socket
+
+        here = [name for _, name in socket.if_nameindex()]
+        if missing := [n for n in ifnames if n not in here]:
+            problems.append(f"GLOO_SOCKET_IFNAME: {', '.join(map(repr, missing))} is no network interface of "
+                            f"{socket.gethostname()}; allowed: {', '.join(here)} (comma-separated for several), or "
+                            "unset")
     return problems
 
 

@@ -3,6 +3,7 @@ each refusal one line naming the file and what is allowed. No torch."""
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any, Optional
 
 import yaml
@@ -67,6 +68,19 @@ class _RecipeLoader(yaml.SafeLoader):
                     raise Refused(f"duplicate key {key!r} (first at line {first}); each key may appear once", line)
                 seen[key] = line
         return super().construct_mapping(node, deep)
+
+    def construct_yaml_int(self, node):
+        """An integer Python refuses to convert (more digits than sys.get_int_max_str_digits(), 4300 by default:
+        int() raises ValueError, which was a traceback) is refused with its line."""
+        try:
+            return super().construct_yaml_int(node)
+        except ValueError:
+            digits = sum(c.isdigit() for c in str(node.value))
+            raise Refused(f"an integer of {digits} digits; allowed: at most {sys.get_int_max_str_digits()} digits "
+                          "(a 64-bit value has 19)", node.start_mark.line + 1) from None
+
+
+_RecipeLoader.add_constructor("tag:yaml.org,2002:int", _RecipeLoader.construct_yaml_int)
 
 
 def _expanded_nodes(node, memo: dict) -> int:

@@ -21,9 +21,11 @@ import os
 import pickle
 import re
 from telemetry.errors import InputError
+from telemetry.input_files import MiB, InputFileError, read_limited
 from telemetry.rundir import LOGS
 
 DUMP_DIR = "flight_recorder"
+MAX_DUMP_BYTES = 256 * MiB  # a dump of TORCH_FR_BUFFER_SIZE=2000 entries with stacks is a few MiB
 
 
 class DumpError(InputError, ValueError):
@@ -45,9 +47,11 @@ def _rank_of(path: str) -> int | None:
 
 def read_dump(path: str) -> dict:
     """One rank's dump (JSON or NCCL's pickle), as plain data."""
-    try:
-        with open(path, "rb") as f:
-            raw = f.read()
+    try:  # bounded, and never a FIFO (its read waited forever for a writer) or a device (/dev/zero: memory)
+        raw = read_limited(path, MAX_DUMP_BYTES)
+    except InputFileError as exc:
+        raise DumpError(f"{path}: {exc}; allowed: a flight-recorder dump (torch's JSON or NCCL's pickle), a "
+                        "regular file") from None
     except OSError as exc:
         raise DumpError(f"{path}: cannot read ({exc.strerror or exc})") from None
     try:

@@ -86,8 +86,12 @@ def _epoch(text) -> float | None:
 # run.json's sections the readers walk into: each an object (hosts a list) or null
 _SECTIONS = {**{k: dict for k in (RunKey.RECIPE, RunKey.LAYOUT, RunKey.FABRIC, RunKey.TELEMETRY, RunKey.FINAL,
                                   RunKey.THROUGHPUT, RunKey.MODEL, RunKey.DATA, RunKey.SOFTWARE, RunKey.INVENTORY,
-                                  RunKey.ENVIRONMENT, RunKey.SWITCH_METRICS, RunKey.COMPILE)},
-             RunKey.HOSTS: list, RunKey.ATTEMPTS: list}
+                                  RunKey.ENVIRONMENT, RunKey.SWITCH_METRICS, RunKey.COMPILE, RunKey.DEVICE)},
+             RunKey.HOSTS: list, RunKey.ATTEMPTS: list, RunKey.COMMAND: list, RunKey.OVERRIDES: list,
+             # the texts the reports print and the exports write as columns (a list as `name` failed the
+             # Parquet export with exit 1; a number as `status` or `error` was shown as is)
+             **{k: str for k in (RunKey.NAME, RunKey.STATUS, RunKey.ERROR, RunKey.RECIPE_PATH, RunKey.START_TIME,
+                                 RunKey.END_TIME, RunKey.BACKEND)}}
 
 
 def _json_type(value) -> str:
@@ -100,13 +104,16 @@ def read_run_json(run_json: str) -> dict:
         with open(run_json, encoding="utf-8") as f:
             info = json.load(f)
     except json.JSONDecodeError as exc:
-        raise RunError(f"{run_json}: not valid JSON ({exc})") from None
-    except RecursionError:
-        raise RunError(f"{run_json}: nested too deeply to read (thousands of levels); allowed: the JSON object a "
-                       "run writes") from None
+        raise RunError(f"{run_json}: not valid JSON ({exc}); allowed: the JSON object a run writes") from None
     except UnicodeDecodeError as exc:
         raise RunError(f"{run_json}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start}); "
                        "allowed: the JSON object a run writes") from None
+    except ValueError as exc:  # an integer of more digits than int() converts (sys.get_int_max_str_digits())
+        raise RunError(f"{run_json}: not readable as JSON ({exc.args[0].split(';')[0]}); allowed: the JSON object "
+                       "a run writes (its integers have at most 20 digits)") from None
+    except RecursionError:
+        raise RunError(f"{run_json}: nested too deeply to read (thousands of levels); allowed: the JSON object a "
+                       "run writes") from None
     except OSError as exc:
         raise RunError(f"{run_json}: cannot read: {exc.strerror or exc}") from None
     if not isinstance(info, dict):
@@ -130,7 +137,7 @@ def shape_problem(info: dict) -> str | None:
     for key, kind in _SECTIONS.items():
         if info.get(key) is not None and not isinstance(info[key], kind):
             return (f"'{key}' is a JSON {_json_type(info[key])}; allowed: "
-                    f"{'an object' if kind is dict else 'a list'} (or null)")
+                    f"{ {dict: 'an object', list: 'a list', str: 'a string'}[kind]} (or null)")
     for key, names in _SUBSECTIONS.items():
         section = info.get(key) or {}
         for name in names:

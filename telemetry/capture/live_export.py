@@ -36,14 +36,38 @@ def prometheus_problem(value) -> str | None:
     return f"telemetry.prometheus: got {value!r}; allowed: a TCP port 1-65535, auto (a free port), or null (off)"
 
 
+def _address_problem(value) -> str | None:
+    """What is wrong with a push address (None when usable): an http(s) URL with a host, a port 1-65535 if
+    given, no spaces. The push itself only failed, with a warning every interval for the whole run, on an
+    address that cannot name a server (`http://`, `http://gw:port`, `http://c:99999/v1/metrics`)."""
+    from urllib.parse import urlsplit
+
+    if not (isinstance(value, str) and value.startswith(("http://", "https://"))):
+        return "expected an http:// or https:// address, or null"
+    if any(c.isspace() or not c.isprintable() for c in value):
+        return "holds a space or control character; allowed: an http:// or https:// address without spaces"
+    try:
+        parts = urlsplit(value)
+        port = parts.port
+    except ValueError as exc:  # a port that is not a number, or out of range; a malformed [IPv6] host
+        return f"not an address ({exc}); allowed: http://HOST:PORT with a port from 1 to 65535"
+    if not parts.hostname:
+        return "names no host; allowed: http://HOST:PORT (e.g. http://gw:9091)"
+    if port == 0:
+        return "port 0; allowed: a port from 1 to 65535"
+    return None
+
+
 def push_problems(pushgateway, otlp, interval_s) -> list[str]:
     p = []
     for key, value in (("pushgateway", pushgateway), ("otlp", otlp)):
-        if value is not None and not (isinstance(value, str) and value.startswith(("http://", "https://"))):
-            p.append(f"telemetry.{key}: got {value!r}; expected an http:// or https:// address, or null")
-        elif isinstance(value, str) and "@" in value.split("://", 1)[-1].split("/", 1)[0]:
+        if value is None:
+            continue
+        if isinstance(value, str) and "@" in value.split("://", 1)[-1].split("/", 1)[0]:
             p.append(f"telemetry.{key}: credentials in the address would be recorded; allowed: an address without "
                      "user:password@")
+        elif problem := _address_problem(value):
+            p.append(f"telemetry.{key}: got {value!r}; {problem}")
     if not isinstance(interval_s, (int, float)) or isinstance(interval_s, bool) or interval_s < PUSH_INTERVAL_MIN_S:
         p.append(f"telemetry.push_interval_s: got {interval_s!r}; expected seconds >= {PUSH_INTERVAL_MIN_S:g}")
     return p

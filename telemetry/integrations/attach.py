@@ -59,7 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return subprocess.call(command, env=env)
     except FileNotFoundError:
-        print_errors(f"command: {command[0]!r} not found")
+        print_errors(f"command: {command[0]!r} not found; allowed: a program on PATH or a path to an executable, "
+                     "after --")
         return 2
     except KeyboardInterrupt:
         return 130

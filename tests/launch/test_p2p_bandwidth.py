@@ -168,7 +168,8 @@ def test_telemetry_p2p_reads_the_measurement(tmp_path, capsys):
     ([], FakeCudaRuntime(n=1), "needs 2 or more on this node; found 1", 2),
     (["--engine", "sm"], FakeCudaRuntime(n=2, triton=False), "--engine sm needs Triton", 2),
     (["--reference", "{ref_empty}"], FakeCudaRuntime(n=2), "no p2pBandwidthLatencyTest matrix in it", 2),
-    (["--reference", "{missing}"], FakeCudaRuntime(n=2), "No such file or directory", 2),
+    (["--reference", "{missing}"], FakeCudaRuntime(n=2), "No such file or directory; allowed: a text file of "
+     "p2pBandwidthLatencyTest's output", 2),
     ([], FakeCudaRuntime(n=2, fail_copy_after=3), "cudaMemcpyPeerAsync: cudaErrorIllegalAddress (700)", 1),
 ])
 def test_errors_are_one_line(tmp_path, capsys, argv, backend, expected, code):

@@ -207,6 +207,9 @@ def test_cli_modes_are_exclusive_and_verify_needs_a_manifest(tmp_path, capsys):
     assert st.main([TINY, "--to", str(tmp_path), "--verify", str(tmp_path)]) == 2
     assert st.main(["--check-layout", "coco", str(tmp_path)]) == 2
     assert "allowed: imagenet, bert, mlperf-llama" in capsys.readouterr().err
+    assert st.main(["--check-layout", "bert", str(tmp_path / "nope")]) == 2
+    assert capsys.readouterr().err.strip() == (f"error: --check-layout bert: '{tmp_path / 'nope'}' is not a directory "
+                                               "(no such file or directory); allowed: the data set's root directory")
 
 
 @pytest.mark.integration

@@ -12,8 +12,9 @@ import sys
 import time
 
 import pytest
+import torch
 
-from ..conftest import REPO, unset_env
+from ..conftest import REPO, TINY, unset_env
 
 WORKER = REPO / "tests" / "launch" / "rdzv_worker.py"
 JOIN_TIMEOUT_S = 60
@@ -150,8 +151,29 @@ def test_store_sharing_is_turned_off_only_where_a_node_can_rejoin(monkeypatch, a
      "--rdzv-endpoint: got 'node0:port:x'; allowed: HOST or HOST:PORT, a port from 1 to 65535"),
     # a node rank the static rendezvous has no slot for: it waited forever
     (["--nnodes", "2", "--node-rank", "5", "-m", "trainer"], "--node-rank: got 5; allowed: 0 to 1"),
+    # fourth round: tracebacks from the agent (ValueError, AssertionError, NotADirectoryError), and a hang
+    (["--nnodes", "2", "--rdzv-backend", "zk", "--rdzv-endpoint", "h:29400", "-m", "trainer"],
+     "--rdzv-backend: got 'zk'; allowed: c10d, etcd, etcd-v2, static"),
+    (["--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "h:29400", "--rdzv-conf", "join_timeout=soon",
+      "-m", "trainer"], "--rdzv-conf: join_timeout='soon'; allowed: a whole number of seconds"),
+    (["--monitor-interval", "nan", "-m", "trainer"], "--monitor-interval: got nan; allowed: seconds above 0"),
+    (["--monitor-interval", "-1", "-m", "trainer"], "--monitor-interval: got -1.0; allowed: seconds above 0"),
+    (["--log-dir", TINY, "-m", "trainer"], f"--log-dir: {TINY!r} is a file; allowed: a directory"),
+    (["--standalone", "--nnodes", "2", "-m", "trainer"],  # waited for a second node that cannot join
+     "--standalone: one node, but --nnodes is 2; allowed: --standalone with --nnodes 1"),
 ])
 def test_bad_launch_arguments_are_one_line_before_any_agent_starts(capsys, argv, expected):
+    _one_line(capsys, argv, expected)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal of gpu on a machine without CUDA")
+def test_gpu_workers_without_cuda_say_what_is_allowed(capsys):
+    """torch's words alone were `torchrun: Cuda is not available.`"""
+    _one_line(capsys, ["--nproc-per-node", "gpu", "-m", "trainer"], "--nproc-per-node: got 'gpu', but Cuda is not "
+              "available here; allowed: an integer >= 1, cpu or auto")
+
+
+def _one_line(capsys, argv, expected):
     """What torchrun raises as a traceback (or leaves every worker to fail on) is one line, exit 2."""
     from launch import torchrun
 

@@ -116,6 +116,8 @@ def test_argument_mistakes_are_one_line(capsys, argv, words):
 
 @pytest.mark.parametrize("damage,words", [
     ("[1, 2]", "run.json: holds a JSON list; allowed: the JSON object a run writes"),
+    ('{"name": "x", "sta', "run.json: not valid JSON (Unterminated string starting at: line 1 column 15 (char 14)); "
+     "allowed: the JSON object a run writes"),
     (b"\xff\xfe\x00", "run.json: not UTF-8 text (byte 0xff at offset 0)"),
     ('{"recipe": "x"}', "run.json: 'recipe' is a JSON string; allowed: an object (or null), as a run writes it"),
     ('{"layout": [1]}', "run.json: 'layout' is a JSON list; allowed: an object (or null)"),
@@ -129,6 +131,15 @@ def test_argument_mistakes_are_one_line(capsys, argv, words):
     ('{"layout": {"global_batch_size": -1}}',
      "run.json: 'layout.global_batch_size' is -1; allowed: an integer >= 0 (0: a collective sweep)"),
     ('{"a": ' + "[" * 100000 + "]" * 100000 + "}", "run.json: nested too deeply to read (thousands of levels)"),
+    # the texts reports print and exports write as columns, and the device: a list as `name` failed the
+    # Parquet export (exit 1), a number as `device` was an AttributeError traceback in mllog
+    ('{"name": ["a"]}', "run.json: 'name' is a JSON list; allowed: a string (or null), as a run writes it"),
+    ('{"status": 3}', "run.json: 'status' is a JSON number; allowed: a string (or null)"),
+    ('{"device": 5}', "run.json: 'device' is a JSON number; allowed: an object (or null)"),
+    ('{"command": "python -m trainer"}', "run.json: 'command' is a JSON string; allowed: a list (or null)"),
+    # more digits than int() converts (sys.get_int_max_str_digits()): a ValueError traceback before
+    pytest.param('{"layout": {"world_size": ' + "9" * 5000 + "}}",
+                 "run.json: not readable as JSON (Exceeds the limit (4300", id="int-of-5000-digits"),
 ])
 def test_damaged_run_json(capsys, run_dir, damage, words):
     (run_dir / "run.json").write_bytes(damage if isinstance(damage, bytes) else damage.encode())
@@ -143,6 +154,12 @@ def test_a_sweeps_layout_has_no_batch(capsys, run_dir):
     assert shape_problem({"layout": {"world_size": 2, "dp": 2, "tp": 1, "pp": 1, "global_batch_size": 0,
                                      "micro_batch_size": 0, "grad_accum_steps": 0}}) is None
     assert "'layout.dp' is 0; allowed: an integer >= 1" in shape_problem({"layout": {"dp": 0}})
+
+
+def test_a_projection_of_a_run_without_steps_says_what_it_needs(capsys, run_dir):
+    (run_dir / "metrics.jsonl").unlink()
+    assert one_error(capsys, ["project", str(run_dir), "--rate", "1gbit"]).endswith(
+        "no timed steps to project from; allowed: a run whose metrics.jsonl has steps with step_time_s")
 
 
 @pytest.mark.parametrize("metrics", [b"\xff\xfe\x00\x81" * 8, b"not json\n[1]\n\"x\"\n"])
@@ -172,6 +189,8 @@ def test_metrics_without_one_step_object(capsys, run_dir, metrics):
     '{"step": 7, "ranks": {"comm_time_s_by_op": {"all_reduce": {"min": "x"}}}}',
     '{"step": 7, "exposed": 0.5}',
     '{"step": 7, "x": ' + "[" * 5000 + "]" * 5000 + "}",
+    # more digits than int() converts: a ValueError traceback before
+    pytest.param('{"step": 7, "loss": ' + "9" * 5000 + "}", id="int-of-5000-digits"),
 ])
 def test_metrics_lines_with_wrong_values_are_damage(capsys, run_dir, line):
     """A line another program (or a hand) wrote with a string, NaN or a negative time where a number goes

@@ -128,7 +128,8 @@ def _first_data_file(path):
     ("truncate-data", "cannot be read: rank 0:"),
     ("empty-metadata", ".metadata is damaged or not DCP metadata (EOFError"),
     ("garbage-metadata", ".metadata is damaged or not DCP metadata"),
-    ("no-metadata", "is not a checkpoint directory (no DCP .metadata)"),
+    ("no-metadata", "is not a checkpoint directory (no DCP .metadata); allowed: a step directory "
+     "(RUN/checkpoints/step-NNNNNNN), auto (the latest in output_dir) or never"),
     ("metadata-path-escape", "names a data file outside the checkpoint: '../x.distcp'"),
 ])
 def test_damaged_checkpoint_is_one_line_naming_file_and_step(tmp_path, damage, expected):
@@ -161,6 +162,8 @@ def test_damaged_checkpoint_is_one_line_naming_file_and_step(tmp_path, damage, e
     ('{"step": 2, "path": "../../etc"}', "latest.json is damaged: expected 'step'"),
     ('{"step": 9, "path": "step-0000009"}', "latest.json points at step 9, but"),
     ("", "latest.json is damaged (Expecting value"),
+    pytest.param('{"step": ' + "9" * 5000 + ', "path": "step-0000002"}', "latest.json is damaged (Exceeds the limit",
+                 id="int-of-5000-digits"),
 ])
 def test_damaged_latest_pointer(tmp_path, content, expected):
     _save(tmp_path)

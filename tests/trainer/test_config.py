@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from trainer.cli import main
-from trainer.config import Recipe, load_recipe
+from trainer.config import Recipe, RecipeError, load_recipe
 
 from ..conftest import REPO, TINY
 
@@ -138,6 +138,22 @@ def test_yaml_safe_loading_only(tmp_path, capsys):
     assert "not valid YAML" in capsys.readouterr().err
 
 
+def test_an_integer_of_more_digits_than_python_converts_is_one_line(tmp_path):
+    """int() refuses more than sys.get_int_max_str_digits() digits (4300): a ValueError traceback from PyYAML's
+    int constructor, in a recipe file, an override and an evaluation file alike (one loader)."""
+    digits = "9" * 5000
+    path = tmp_path / "big.yaml"
+    path.write_text((REPO / TINY).read_text().replace("max_steps: 60", f"max_steps: {digits}"))
+    with pytest.raises(RecipeError) as info:
+        load_recipe(str(path))
+    assert info.value.problems == [f"recipe: {path} is not valid YAML at line 7: an integer of 5000 digits; "
+                                   "allowed: at most 4300 digits (a 64-bit value has 19)"]
+    with pytest.raises(RecipeError) as info:
+        load_recipe(TINY, [f"train.betas=[0.9, {digits}]"])
+    assert info.value.problems == ["train.betas: the override's value is refused: an integer of 5000 digits; "
+                                   "allowed: at most 4300 digits (a 64-bit value has 19)"]
+
+
 def test_overrides_parse_yaml_values_and_paths_resolve_against_the_recipe():
     r = load_recipe(TINY, ["lora.target_modules=[q_proj,v_proj]", "train.lr=1e-2", "train.grad_clip=null",
                            "data.dataset=./local.jsonl"])
@@ -215,7 +231,7 @@ def test_torchvision_is_imported_only_for_image_workloads(needed):
 def test_launcher_environment_problems():
     from trainer.launcher_env import env_world_size, launcher_env_problems
     assert launcher_env_problems({}) == [] and env_world_size({}) == 1
-    good = {"WORLD_SIZE": "4", "RANK": "3", "LOCAL_WORLD_SIZE": "2", "LOCAL_RANK": "1", "MASTER_ADDR": "node0",
+    good = {"WORLD_SIZE": "4", "RANK": "3", "LOCAL_WORLD_SIZE": "2", "LOCAL_RANK": "1", "MASTER_ADDR": "127.0.0.1",
             "MASTER_PORT": "29500"}
     assert launcher_env_problems(good) == [] and env_world_size(good) == 4
     assert launcher_env_problems({"WORLD_SIZE": ""}) == [] and env_world_size({"WORLD_SIZE": "x"}) == 1
@@ -242,8 +258,37 @@ def test_a_real_run_needs_rank_and_world_size_together():
     for alone in ({"WORLD_SIZE": "2"}, {"RANK": "3"}):
         assert launcher_env_problems(alone, dry_run=True) == []
     for fine in ({"WORLD_SIZE": "1"}, {"RANK": "0"},
-                 {"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "node0", "MASTER_PORT": "29500"}):
+                 {"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}):
         assert launcher_env_problems(fine) == []
+
+
+def test_process_group_variables_that_cannot_work_are_named(monkeypatch):
+    """A MASTER_ADDR no resolver knows (torch's store client retried it silently until the timeout), a
+    flight-recorder buffer size that is not a number (the gloo group's constructor waited forever) and a
+    GLOO_SOCKET_IFNAME naming no interface here (gloo's enforce-fail traceback)."""
+    import socket
+
+    from trainer.launcher_env import launcher_env_problems
+
+    def no_such_name(host, *args, **kwargs):
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    monkeypatch.setattr(socket, "getaddrinfo", no_such_name)
+    group = {"WORLD_SIZE": "1", "RANK": "0", "MASTER_ADDR": "no-such-host.invalid", "MASTER_PORT": "29500"}
+    assert launcher_env_problems(group) == [
+        "MASTER_ADDR: 'no-such-host.invalid' does not resolve on this host (Name or service not known); allowed: "
+        "the host name or address of rank 0's node, as torchrun sets it"]
+    assert launcher_env_problems(group, dry_run=True) == []  # a dry run may plan for another network
+    monkeypatch.undo()
+    assert launcher_env_problems({"TORCH_FR_BUFFER_SIZE": "lots"}, dry_run=True) == [
+        "TORCH_FR_BUFFER_SIZE: got 'lots'; allowed: a whole number of flight-recorder entries (the run sets 2000 "
+        "when it is unset)"]
+    assert launcher_env_problems({"TORCH_FR_BUFFER_SIZE": "2000"}) == []
+    names = [name for _, name in socket.if_nameindex()]
+    (bad,) = launcher_env_problems({"GLOO_SOCKET_IFNAME": f"{names[0]},bogus0"})
+    assert bad.startswith("GLOO_SOCKET_IFNAME: 'bogus0' is no network interface of ") and names[0] in bad
+    assert launcher_env_problems({"GLOO_SOCKET_IFNAME": "bogus0"}, dry_run=True) == []
+    assert launcher_env_problems({"GLOO_SOCKET_IFNAME": ",".join(names)}) == []
 
 
 @pytest.mark.parametrize("value,size", [(4096, 4096), ("4K", 4096), ("64M", 64 << 20), ("1.5G", 3 << 29),

@@ -52,6 +52,19 @@ def test_padding_masks_pad_and_drops_examples_whose_answer_is_cut(tok):
     assert (out.input_ids[0][out.attention_mask[0] == 0] == tok.pad_token_id).all()
 
 
+def test_a_row_longer_than_the_tokenizers_maximum_is_no_warning(tok, monkeypatch):
+    """Such a row is cut or dropped at data.seq_len; transformers' warning that the sequence is longer than the
+    model's maximum was a second stderr line beside a data set's one error line."""
+    from transformers import tokenization_utils_base
+
+    said = []
+    monkeypatch.setattr(tokenization_utils_base.logger, "warning", lambda msg, *a, **k: said.append(msg))
+    monkeypatch.setattr(tok, "model_max_length", 8)
+    monkeypatch.setattr(tok, "deprecation_warnings", {})
+    [(ids, _)] = tokenize_dolly([{"instruction": "a" * 40, "context": "", "response": "b"}], tok)
+    assert len(ids) > 8 and not [m for m in said if "Token indices sequence length" in str(m)], said
+
+
 def test_packing_fills_every_position_and_keeps_answer_only_labels(tok):
     rows = [{"instruction": f"q{i}", "context": "", "response": f"a{i}"} for i in range(50)]
     ex = tokenize_dolly(rows, tok)

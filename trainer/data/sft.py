@@ -186,6 +186,12 @@ def tokenize_dolly(rows, tokenizer) -> list[tuple[list[int], list[int]]]:
     if not len(rows):  # an empty split (data.split with a 0): the fast tokenizer fails on an empty batch
         return []
     prompts, answers = zip(*(dolly_prompt(r) for r in rows))
+    # a row longer than the tokenizer's model_max_length is cut or dropped at data.seq_len (to_fixed_length), so
+    # transformers' one-time "Token indices sequence length is longer ..." warning says nothing true of the run;
+    # it was a second stderr line beside the one error line of a data set with no usable row
+    warned = getattr(tokenizer, "deprecation_warnings", None)
+    if isinstance(warned, dict):
+        warned["sequence-length-is-longer-than-the-specified-maximum"] = True
     p_ids = tokenizer(list(prompts), add_special_tokens=True)["input_ids"]
     a_ids = tokenizer(list(answers), add_special_tokens=False)["input_ids"]
     eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
@@ -318,7 +324,9 @@ def build_datasets(cfg, tokenizer, need_eval: bool,
                                           "data.eval_dataset")[:cfg.max_eval_samples]
     train_set = to_fixed_length(train, cfg.seq_len, pad_id, cfg.packing)
     if len(train_set) == 0:
-        raise DataError(f"data.dataset: no usable training sequences in {cfg.dataset!r} at seq_len {cfg.seq_len}")
+        raise DataError(f"data.dataset: no usable training sequences in {cfg.dataset!r} at seq_len {cfg.seq_len}; "
+                        "allowed: rows with an answer that starts within data.seq_len tokens (a longer seq_len, "
+                        "or data.packing: true)")
     eval_set = to_fixed_length(evals, cfg.seq_len, pad_id, cfg.packing) if evals is not None else None
     if cfg.padding == "longest":
         for s in (train_set, eval_set):

@@ -63,8 +63,10 @@ class LlmLoraWorkload(TokenWorkload):
         try:
             tok = AutoTokenizer.from_pretrained(path)
         except Exception as exc:
-            reason = " ".join(str(exc).split())[:300]
-            raise ModelError(f"{key}: cannot load a tokenizer from {path!r}: {reason}") from None
+            reason = " ".join(str(exc).split())[:200]
+            raise ModelError(f"{key}: cannot load a tokenizer from {path!r} ({reason}); allowed: a directory with "
+                             "the files a tokenizer's save_pretrained writes (tokenizer.json, "
+                             "tokenizer_config.json)") from None
         if tok.pad_token_id is None:  # Llama tokenizers ship without one; padding is masked anyway
             tok.pad_token = tok.eos_token
         return tok

@@ -3,6 +3,7 @@
 `telemetry report` names the rank that never entered the collective."""
 from __future__ import annotations
 
+import os
 import pickle
 import shutil
 import subprocess
@@ -64,3 +65,26 @@ def test_report_shows_the_hang_analysis(tmp_path):
     md = (run / "report" / "report.md").read_text()
     assert "## Flight recorder (hang analysis; dumps from ranks 0, 1)" in md
     assert "| rank 1 never entered all_reduce #4 (process group 0, sizes \\[\\[1024\\]\\]); its last was all_reduce #3 |" in md
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero", "directory"])
+def test_a_dump_that_is_no_regular_file_is_named_not_read(tmp_path, kind):
+    """A FIFO where a dump goes waited forever in the report (no writer), /dev/zero was read until memory ran
+    out: each is now the report's one finding that the dump is unreadable, naming what is there."""
+    from telemetry.analysis.flight_recorder import section
+
+    dumps = tmp_path / "logs" / "flight_recorder"
+    dumps.mkdir(parents=True)
+    path = dumps / "rank0.json"
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "dev-zero":
+        path.symlink_to("/dev/zero")
+    else:
+        path.mkdir()
+    with pytest.raises(DumpError) as info:
+        read_dump(str(path))
+    what = {"fifo": "a FIFO (named pipe)", "dev-zero": "a character device", "directory": "a directory"}[kind]
+    assert f"rank0.json: is {what}, not a regular file; allowed: a flight-recorder dump" in str(info.value)
+    title, _, rows = section(str(tmp_path))
+    assert rows == [[f"unreadable: {info.value}"]]

@@ -163,6 +163,27 @@ def test_push_settings_are_checked():
     assert len(got) == 3 and "telemetry.pushgateway" in got[0] and "credentials" in got[1]
 
 
+@pytest.mark.parametrize("key", ["pushgateway", "otlp"])
+@pytest.mark.parametrize("address,words", [
+    ("http://", "names no host"),
+    ("http://gw:port", "not an address (Port could not be cast to integer value as 'port')"),
+    ("http://collector:99999/v1/metrics", "not an address (Port out of range"),
+    ("http://gw:0", "port 0; allowed: a port from 1 to 65535"),
+    ("http://collector :4318/v1/metrics", "holds a space or control character"),
+    ("http://[::1:9091", "not an address (Invalid IPv6 URL)"),
+])
+def test_a_push_address_that_names_no_server_is_refused(key, address, words):
+    """Each was accepted; the run then warned of a failed push every interval until it ended."""
+    got = live_export.push_problems(*((address, None) if key == "pushgateway" else (None, address)), 15)
+    assert got == [f"telemetry.{key}: got {address!r}; {got[0].split('; ', 1)[1]}"] and words in got[0]
+    assert "allowed" in got[0] or "expected" in got[0]
+
+
+def test_good_push_addresses_pass():
+    for address in ("http://gw:9091", "https://[::1]:9091/x", "http://collector:4318/v1/metrics", "https://gw"):
+        assert live_export.push_problems(address, address, 15) == []
+
+
 def test_a_port_in_use_is_one_error_line_before_anything_runs(tmp_path, monkeypatch):
     monkeypatch.setenv("LOCAL_RANK", "0")
     with socket.socket() as busy:

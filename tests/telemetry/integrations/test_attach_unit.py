@@ -35,7 +35,8 @@ def test_unknown_fabric_is_one_error_line(capsys, tmp_path):
 
 def test_a_missing_command_is_named(capsys, tmp_path):
     assert attach.main(["--run-dir", str(tmp_path), "--", "no-such-command-fh"]) == 2
-    assert capsys.readouterr().err.strip() == "error: command: 'no-such-command-fh' not found"
+    assert capsys.readouterr().err.strip() == ("error: command: 'no-such-command-fh' not found; allowed: a program "
+                                               "on PATH or a path to an executable, after --")
 
 
 def test_a_run_directory_that_cannot_be_written_stops_before_the_job(capsys, tmp_path):
