@@ -427,6 +427,9 @@ CASES += [  # the collective sweep's keys (a dry run plans the sweep)
     ("trainer", "sweep-latency-iters-exponent", [*SW, "sweep.latency_iters=1e9", *DRY], {}),
     ("trainer", "sweep-pairs-maybe", [*SW, "sweep.pairs=maybe", *DRY], {}),
     ("trainer", "sweep-dtype-unknown", [*SW, "sweep.dtype=float128", *DRY], {}),
+    ("trainer", "sweep-step-bytes-zero", [*SW, "sweep.step_bytes=0", *DRY], {}),
+    ("trainer", "sweep-step-bytes-word", [*SW, "sweep.step_bytes=linear", *DRY], {}),
+    ("trainer", "sweep-step-bytes-8-million-sizes", [*SW, "sweep.step_bytes=8", *DRY], {}),
 ]
 CASES += [  # one row of 2 MiB: past the byte tokenizer's maximum (1 MiB tokens), and past any data.seq_len
     ("trainer", "dataset-one-huge-row", [*T, "data.dataset={root}/r4-data-oneline.jsonl", *RUN("huge-row")], {}),
