@@ -135,9 +135,6 @@ def test_the_sweep_says_which_case_it_is_in():
 def test_a_timeout_between_two_tests_is_not_named_as_the_last_size_of_the_first(monkeypatch):
     # the sweep makes fresh process groups before each test (Sweep.new_groups); a timeout there, or in the p2p
     # matrix after the tests, was named by the previous test's largest size ("in the sweep's all_reduce of 64 B")
-    import torch
-    import torch.distributed as dist
-
     from trainer.sweep import measure
     from trainer.sweep.plan import SweepConfig
 
@@ -157,3 +154,7 @@ def test_a_timeout_between_two_tests_is_not_named_as_the_last_size_of_the_first(
         dist.destroy_process_group()
         measure.POSITION.pop("now", None)
     assert seen == ["new process groups for its all_reduce test", "new process groups for its broadcast test"]
+    # and the line gives no advice on a call's size there
+    line = d.describe_timeout(None, 0, None, 6, HOSTS[:2], "gloo", {}, sweeping=seen[1])
+    assert "in the sweep's new process groups for its broadcast test timed out" in line
+    assert "one call of this size" not in line
