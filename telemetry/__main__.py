@@ -399,13 +399,13 @@ def _project(args) -> int:
     results = []
     # a lab run projected onto a rate: the lab at that rate, its tc bucket included, as `compare` and the bench
     # take it (without it a 2mbit target put the bucket's 16 KiB of tiny LoRA's 150 kB on the wire: +11%)
-    lab_target = bool(profile.get("mtu")) and any(bps for _, bps, table in targets if table is None)
+    lab_target = bool(profile.get("lab") or profile.get("mtu")) and any(bps for _, bps, table in targets if table is None)
     if lab_target:
         print("  each --rate target is the fabric lab at that rate, its tc bucket included (2 ms at the rate, at "
               "least 16 KiB, passes at once after the step's compute); a NIC has none")
     try:
         for label, bps, table in targets:
-            burst = lab_burst_bytes(bps, profile["mtu"]) if lab_target and bps and table is None else 0.0
+            burst = lab_burst_bytes(bps, profile.get("mtu")) if lab_target and bps and table is None else 0.0
             for n in nodes or [None]:
                 p = project(profile, bps, args.latency_us * 1e-6, eff, nodes=n, busbw_table=table,
                             intra_bps=intra_bps, ranks_per_node=_int_or_none(args.ranks_per_node), burst_bytes=burst)

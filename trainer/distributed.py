@@ -123,7 +123,7 @@ def describe_timeout(dump: dict | None, rank: int, step: int | None, timeout_s: 
         at = f"in the sweep's {sweeping}"
     tail = ("" if isinstance(exc, GroupWaitFailed) else  # not in the dumps: they cannot name anyone for it
             " (python -m telemetry report RUN names the rank that never entered it)")
-    if sweeping:
+    if sweeping and "bytes)" in sweeping:  # a size's call (not the set-up of a test's groups, nor the latency table)
         return (f"distributed: {what} {at} timed out after {timeout_s} s waiting for {who} over {iface}; the time is "
                 "distributed.timeout_s, which one call of this size must finish within (on a slow link, raise it or "
                 f"lower sweep.max_bytes); dumps in logs/{FLIGHT_RECORDER_DIR}/")

@@ -155,6 +155,8 @@ def measured_profile(run: Run, summary: dict | None = None) -> dict:
             "micro_batch": layout.get("micro_batch_size"),
             # the lab's nodes share one host's cores (None off the lab: nodes have their own)
             "host_cpus": lab.get("host_cpus"), "mtu": lab.get("mtu"),
+            # a fabric lab run (its mtu is recorded from 2026-11-23 on; its rate and burst from before)
+            "lab": bool(lab),
             # links each node's ranks share onto the fabric: the lab gives a node one link; elsewhere the RDMA
             # ports NCCL used on rank 0's host (run.json telemetry.rdma_ports), else unknown
             "links_per_node": 1 if lab else _links_of(run),

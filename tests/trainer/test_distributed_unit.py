@@ -130,3 +130,31 @@ def test_the_sweep_says_which_case_it_is_in():
         assert measure.sweep_position() == "all_reduce of 8 B (8 bytes)"
     finally:
         measure.POSITION.pop("now")
+
+
+def test_a_timeout_between_two_tests_is_not_named_as_the_last_size_of_the_first(monkeypatch):
+    # the sweep makes fresh process groups before each test (Sweep.new_groups); a timeout there, or in the p2p
+    # matrix after the tests, was named by the previous test's largest size ("in the sweep's all_reduce of 64 B")
+    from trainer.sweep import measure
+    from trainer.sweep.plan import SweepConfig
+
+    seen = []
+    real = measure.Sweep.new_groups
+
+    def new_groups(self, backend):
+        seen.append(measure.sweep_position())
+        real(self, backend)
+    monkeypatch.setattr(measure.Sweep, "new_groups", new_groups)
+    cfg = SweepConfig(ops=["all_reduce", "broadcast"], min_bytes=8, max_bytes=64, iters=1, warmup=0,
+                      latency_table=False)
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        measure.run_sweep(cfg, torch.device("cpu"), [{"hostname": "a"}], lambda text: None)
+    finally:
+        dist.destroy_process_group()
+        measure.POSITION.pop("now", None)
+    assert seen == ["new process groups for its all_reduce test", "new process groups for its broadcast test"]
+    # and the line gives no advice on a call's size there
+    line = d.describe_timeout(None, 0, None, 6, HOSTS[:2], "gloo", {}, sweeping=seen[1])
+    assert "in the sweep's new process groups for its broadcast test timed out" in line
+    assert "one call of this size" not in line

@@ -548,3 +548,17 @@ def test_a_linear_sweep_runs_and_reads_back_as_nccl_tests_output(tmp_path):
     state = RunWatch(str(res.out))
     state.poll()
     assert state.snapshot()["sweep_progress"]["tests"][0]["sizes_planned"] == 4
+
+
+def test_the_dry_runs_row_count_holds_the_pair_tables_and_leaves_out_what_one_rank_skips(capsys):
+    # sweep.pairs (the recipe's default) adds a send/recv table for a pair inside a node and one across nodes,
+    # where the world has them: the count said 6 tables' rows only; at one rank sendrecv is skipped (5 tables)
+    assert main([SWEEP, "--dry-run", "--world-size", "8", "sweep.max_bytes=64"]) == 0
+    out = capsys.readouterr().out
+    assert ("# sweep sizes: 4 per collective (8 to 64, x2 each step) x 6 collectives = 24 rows, and up to 8 more "
+            "in sweep.pairs' 2 send/recv tables") in out
+    assert main([SWEEP, "--dry-run", "--world-size", "1", "sweep.max_bytes=64"]) == 0
+    out = capsys.readouterr().out
+    assert "x 5 collectives = 20 rows (sendrecv skipped: it needs at least 2 ranks)\n" in out
+    assert main([SWEEP, "--dry-run", "--world-size", "8", "sweep.max_bytes=64", "sweep.pairs=false"]) == 0
+    assert "x 6 collectives = 24 rows\n" in capsys.readouterr().out

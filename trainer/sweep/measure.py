@@ -602,15 +602,18 @@ def run_sweep(cfg, device: torch.device, hosts: list[dict], say, meter=None, mar
     progress = WorkProgress("sweep", len(jobs) * count_sizes(lo, hi, cfg.factor, step), "sizes", sys.stderr,
                         sw.rank == 0, plain_every_s=30).start()
     for op, pair in jobs:
+        # (said, not the previous test's last size: a timeout here is the groups' set-up)
+        POSITION["now"] = f"new process groups for its {op} test"
         sw.new_groups(backend)  # fresh connections: no state left by the previous test
         result["ops"][op] = _one_test(sw, cfg, op, pair, (lo, hi, step), hosts, devices, say, marks, progress)
     progress.close()
     if "p2p_matrix" in cfg.ops:
+        POSITION["now"] = f"p2p matrix ({human(hi)} send/recv between each pair of GPUs)"
         sw.new_groups(backend)
         result["p2p_matrix"] = _p2p_matrix(sw, hi, say)
     if cfg.latency_table:
-        sw.new_groups(backend)
         POSITION["now"] = "the latency table (4 B all_reduce, 48 B send/recv)"
+        sw.new_groups(backend)
         result["latency_us"] = _latency(sw, cfg, say)
     POSITION.pop("now", None)
     mem: list = [None] * sw.world

@@ -224,11 +224,16 @@ def dry_run_memory(sw: SweepConfig, world: int) -> tuple[str, str | None]:
     args = (sw.ops, hi, world, sw.dtype, sw.in_place, device, what)
     lo, step = parse_size(sw.min_bytes, "sweep.min_bytes", scratch), step_of(sw, scratch)
     n = count_sizes(lo, hi, sw.factor, step) if lo and hi else 0
-    ops = [op for op in sw.ops if op != "p2p_matrix"]
-    # how long it will be: the rows the tables will hold (send/recv pairs, where asked for, add up to two tables)
+    # how long it will be: the rows the tables will hold (one rank skips sendrecv; send/recv pairs, where asked
+    # for, add up to two tables: a pair inside a node and one across nodes, where the world has them)
+    ops = [op for op in sw.ops if op != "p2p_matrix" and not (op == "sendrecv" and world == 1)]
+    pairs = 2 if sw.pairs and "sendrecv" in sw.ops and world > 1 else 0
     how = f"+{sw.step_bytes}" if step else f"x{sw.factor}"
     sizes_line = (f"# sweep sizes: {n} per collective ({sw.min_bytes} to {sw.max_bytes}, {how} each step) x "
-                  f"{len(ops)} collectives = {n * len(ops)} rows")
+                  f"{len(ops)} collectives = {n * len(ops)} rows"
+                  + (f", and up to {pairs * n} more in sweep.pairs' {pairs} send/recv tables (a pair inside a node, "
+                     "one across nodes, where the world has them)" if pairs else "")
+                  + (" (sendrecv skipped: it needs at least 2 ranks)" if world == 1 and "sendrecv" in sw.ops else ""))
     return sizes_line + "\n" + dry_run_line(*args), memory_problem(*args)
 
 

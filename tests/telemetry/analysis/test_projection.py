@@ -511,3 +511,17 @@ def test_cli_projects_a_lab_run_onto_the_lab_at_each_rate_with_its_bucket(tmp_pa
     plain = cli(str(write_run(tmp_path / "nic")), "--rate", "2mbit", "--efficiency", "1.0", "--json", str(out))
     assert "tc bucket" not in plain.stdout
     assert json.loads(out.read_text())["projections"][0]["wire_s"] == pytest.approx(1_000_000 / 250_000)
+
+
+def test_a_lab_run_recorded_before_the_lab_kept_its_mtu_is_projected_onto_the_lab(tmp_path, capsys):
+    # lab runs of 2026-11-21..23 recorded their rate and tbf burst but no mtu (launch/lab.py added it with --mtu):
+    # their --rate targets are the lab at that rate too, its bucket included, not a NIC
+    from telemetry.__main__ import main
+
+    lab = {"fabric_extra": {"lab": {"rate": "100mbit", "rate_bps": 1e8, "burst_bytes": 25000}}}
+    run = str(write_run(tmp_path / "lab", comm_time=(1e6 - 25000) / 12.5e6, exposed_time=(1e6 - 25000) / 12.5e6,
+                        **lab))
+    out = tmp_path / "p.json"
+    assert main(["project", run, "--rate", "2mbit", "--efficiency", "1.0", "--json", str(out)]) == 0
+    assert "each --rate target is the fabric lab at that rate, its tc bucket included" in capsys.readouterr().out
+    assert json.loads(out.read_text())["projections"][0]["wire_s"] == pytest.approx((1_000_000 - 16384) / 250_000)
