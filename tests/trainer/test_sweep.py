@@ -518,6 +518,9 @@ def test_a_linear_sweep_adds_step_bytes_as_nccl_tests_minus_i_does(capsys):
                  "sweep.step_bytes=1M"]) == 0
     assert "# sweep sizes: 256 per collective (1M to 256M, +1M each step) x 6 collectives = 1536 rows" in \
         capsys.readouterr().out
+    assert main([SWEEP, "--dry-run", "sweep.min_bytes=1M", "sweep.max_bytes=8M", "sweep.step_bytes=1M",
+                 "sweep.factor=1"]) == 0  # nccl-tests' -f 1 -i 1M: the factor is unused
+    capsys.readouterr()
     assert main([SWEEP, "--dry-run", "sweep.step_bytes=8"]) == 2  # 8 B steps up to 64M: 8 million sizes
     assert capsys.readouterr().err.strip() == (
         "error: sweep.step_bytes: 8 to '64M' in steps of 8 is 8388608 sizes per collective; allowed: at most 4096 "

@@ -17,7 +17,9 @@ def check_sweep(sw: SweepConfig) -> list[str]:
     lo, hi = parse_size(sw.min_bytes, "sweep.min_bytes", p), parse_size(sw.max_bytes, "sweep.max_bytes", p)
     if lo and hi and lo > hi:
         p.append(f"sweep.max_bytes: {sw.max_bytes!r} is below sweep.min_bytes {sw.min_bytes!r}")
-    p += at_least("sweep", sw, ("factor",), 2) + at_least("sweep", sw, ("iters", "latency_iters", "repeats"), 1)
+    # with step_bytes the factor is unused, and nccl-tests' own spelling of a linear sweep is -f 1 -i STEP
+    p += at_least("sweep", sw, ("factor",), 2 if sw.step_bytes is None else 1)
+    p += at_least("sweep", sw, ("iters", "latency_iters", "repeats"), 1)
     p += at_least("sweep", sw, ("warmup",), 0)
     if sw.root < 0:
         p.append(f"sweep.root: got {sw.root}; expected a rank >= 0")
