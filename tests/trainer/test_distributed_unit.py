@@ -150,10 +150,12 @@ def test_a_timeout_between_two_tests_is_not_named_as_the_last_size_of_the_first(
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     try:
         measure.run_sweep(cfg, torch.device("cpu"), [{"hostname": "a"}], lambda text: None)
+        closing = measure.sweep_position()  # the gathers after the last test are named too, not "at start-up"
     finally:
         dist.destroy_process_group()
         measure.POSITION.pop("now", None)
     assert seen == ["new process groups for its all_reduce test", "new process groups for its broadcast test"]
+    assert closing == "the closing exchange after the last test (each rank's peak memory and host evidence)"
     # and the line gives no advice on a call's size there
     line = d.describe_timeout(None, 0, None, 6, HOSTS[:2], "gloo", {}, sweeping=seen[1])
     assert "in the sweep's new process groups for its broadcast test timed out" in line

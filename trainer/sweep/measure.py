@@ -615,7 +615,8 @@ def run_sweep(cfg, device: torch.device, hosts: list[dict], say, meter=None, mar
         POSITION["now"] = "the latency table (4 B all_reduce, 48 B send/recv)"
         sw.new_groups(backend)
         result["latency_us"] = _latency(sw, cfg, say)
-    POSITION.pop("now", None)
+    # the closing exchanges (peak memory here, each host's evidence in the job) are no size's call either
+    POSITION["now"] = "the closing exchange after the last test (each rank's peak memory and host evidence)"
     mem: list = [None] * sw.world
     dist.all_gather_object(mem, {"rank": sw.rank, **watch.result()})
     result["memory"] = {"per_rank": mem, "device_memory_bytes": memory, "device_memory_is": what}
@@ -734,6 +735,7 @@ def run_job(recipe, rec, device: torch.device) -> dict:
     try:
         return _sweep_job(recipe, rec, device, say, on_size if per_size is not None else None)
     finally:
+        POSITION.pop("now", None)
         for f in (table, per_size):
             if f is not None:
                 f.close()
