@@ -120,7 +120,7 @@ def describe_timeout(dump: dict | None, rank: int, step: int | None, timeout_s: 
     who = name(peers[0]) if len(peers) == 1 else "one of " + ", ".join(name(r) for r in peers)
     at = f"{'after' if after else 'at'} step {step}" if step is not None else "at start-up"
     if sweeping:  # a sweep has no steps: its case, and that one call of it may outlast the timeout on a slow link
-        at = f"in the sweep's {sweeping}"
+        at = f"in the sweep's {sweeping.removeprefix('the ')}"
     tail = ("" if isinstance(exc, GroupWaitFailed) else  # not in the dumps: they cannot name anyone for it
             " (python -m telemetry report RUN names the rank that never entered it)")
     if sweeping and "bytes)" in sweeping:  # a size's call (not the set-up of a test's groups, nor the latency table)

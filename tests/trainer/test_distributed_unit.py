@@ -156,6 +156,8 @@ def test_a_timeout_between_two_tests_is_not_named_as_the_last_size_of_the_first(
         measure.POSITION.pop("now", None)
     assert seen == ["new process groups for its all_reduce test", "new process groups for its broadcast test"]
     assert closing == "the closing exchange after the last test (each rank's peak memory and host evidence)"
+    line = d.describe_timeout(None, 0, None, 6, HOSTS[:2], "gloo", {}, sweeping=closing)
+    assert "in the sweep's closing exchange after the last test" in line  # not "the sweep's the closing ..."
     # and the line gives no advice on a call's size there
     line = d.describe_timeout(None, 0, None, 6, HOSTS[:2], "gloo", {}, sweeping=seen[1])
     assert "in the sweep's new process groups for its broadcast test timed out" in line
