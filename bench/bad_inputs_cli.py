@@ -2,7 +2,7 @@
 (a flag, a value, a file, a run directory), run as the user types it. Handled: exit 2, exactly one `error:`
 line on stderr, no traceback, within the time limit. Everything else is listed with what it did.
 
-    PYTHONPATH=$PWD python -m bench.bad_inputs_cli [--source DIR] [--only PREFIX] [--round 4]
+    PYTHONPATH=$PWD python -m bench.bad_inputs_cli [--source DIR] [--only PREFIX] [--round 4|5]
 
 DIR: another checkout to run the same cases against (e.g. `git archive` of an older commit).
 """
@@ -19,6 +19,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from bench.support import bad_inputs_round4 as round4
+from bench.support import bad_inputs_round5 as round5
 
 REPO = Path(__file__).resolve().parents[1]
 LIMIT_S = 60
@@ -465,8 +466,9 @@ BY_DESIGN = {
     ("trainer", "master-addr-empty"): "one process (world size 1) never reads MASTER_ADDR",
     ("telemetry watch", "metrics-ranks-string"): "a damaged line is skipped like a torn one (a traceback before)",
     **round4.BY_DESIGN,
+    **round5.BY_DESIGN,
 }
-ROUNDS = {4: round4.CASES}  # the cases of a round kept in a module of its own (--round N runs only those)
+ROUNDS = {4: round4.CASES, 5: round5.CASES}  # the cases of a round kept in a module of its own (--round N runs only those)
 
 
 def _memory_cap() -> None:
@@ -506,8 +508,8 @@ def main() -> int:
     totals: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
         stack.callback(round4.release, Path(tmp))  # before the directory's removal, even after an error
-        files = {**_fixtures(Path(tmp)), **round4.fixtures(Path(tmp), REPO)}
-        for command, case, argv, env in (ROUNDS[args.round] if args.round else [*CASES, *round4.CASES]):
+        files = {**_fixtures(Path(tmp)), **round4.fixtures(Path(tmp), REPO), **round5.fixtures(Path(tmp), REPO)}
+        for command, case, argv, env in (ROUNDS[args.round] if args.round else [*CASES, *round4.CASES, *round5.CASES]):
             if not command.startswith(args.only):
                 continue
             argv = [a.format(**files) for a in argv]

@@ -297,6 +297,13 @@ def parse_args(argv):
     if not args.server_addr.strip() or any(c.isspace() for c in args.server_addr):
         raise LinkTestError(f"--server-addr: got {args.server_addr!r}; expected the server's address or host name on "
                             "the fabric under test (10.0.0.1, fe80::1%eth0, node1-ib), no spaces")
+    parts = args.server_addr.split(".")
+    if len(parts) == 4 and all(x.isdigit() and x.isascii() for x in parts) and any(int(x) > 255 for x in parts):
+        raise LinkTestError(f"--server-addr: got {args.server_addr!r}; an IPv4 address has four numbers from 0 to 255 "
+                            "(10.0.0.1); allowed: the server's address or host name on the fabric under test")
+    if args.exec and args.server == args.client:  # without --exec both sides run here, whatever the names
+        raise LinkTestError(f"--client: {args.client!r} is also --server, through --exec; allowed: another node "
+                            "(the test measures the link between two nodes), or no --exec to run both sides here")
     if args.gid_index is not None and args.gid_index < 0:
         raise LinkTestError(f"--gid-index: got {args.gid_index}; expected 0 or more")
     if args.devices is not None and not all(d.strip() for d in args.devices.split(",")):

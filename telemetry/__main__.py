@@ -5,6 +5,7 @@
    | watch RUN [--once] [--interval S]"""
 from __future__ import annotations
 
+import contextlib
 import sys
 
 from telemetry.errors import (OneLineParser, exit_quietly_on_closed_pipe, output_dir_problem, output_file_problem,
@@ -415,9 +416,9 @@ def _project(args) -> int:
     except ProjectionError as exc:
         return fail(str(exc))
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump({"measured": {k: v for k, v in profile.items() if k != "ops"}, "ops": profile["ops"],
-                       "projections": results}, f, indent=1)
+        doc = {"measured": {k: v for k, v in profile.items() if k != "ops"}, "ops": profile["ops"],
+               "projections": results}
+        return _write_output(args.json, "--json", lambda f: json.dump(doc, f, indent=1))
     return 0
 
 
@@ -522,9 +523,8 @@ def _nccl_log(args) -> int:
                             "NCCL_DEBUG_FILE written with NCCL_DEBUG=INFO (NCCL_DEBUG_SUBSYS including INIT,NET)")
     for line in lines_of(reading):
         print(line)
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(reading, f, indent=1)
+    if args.json and _write_output(args.json, "--json", lambda f: json.dump(reading, f, indent=1)):
+        return 2
     if args.expect is None:
         return 0
     met, line = expectation(args.expect, reading)
@@ -555,14 +555,33 @@ def _nccl_tests(args) -> int:
         results.append(result)
         print(f"{path}: {result['rows_read']} rows in {len(result['ops'])} table(s) "
               f"({', '.join(result['ops'])}), {result['rows_skipped']} lines not read")
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(results[0] if len(results) == 1 else results, f, indent=1)
+    def csv_rows(f) -> None:
+        for i, result in enumerate(results):
+            text = to_csv(result)
+            f.write(text if i == 0 else text.split("\n", 1)[1])  # one header line
+    if args.json and _write_output(args.json, "--json",
+                                   lambda f: json.dump(results[0] if len(results) == 1 else results, f, indent=1)):
+        return 2
     if args.csv:
-        with open(args.csv, "w", encoding="utf-8", newline="") as f:
-            for i, result in enumerate(results):
-                text = to_csv(result)
-                f.write(text if i == 0 else text.split("\n", 1)[1])  # one header line
+        return _write_output(args.csv, "--csv", csv_rows)
+    return 0
+
+
+def _write_output(path: str, option: str, write) -> int:
+    """write(f) into path; 0, or 2 with one line when the file cannot take it (a full disk, /dev/full, a quota:
+    the checks before the read see a writable place, not its free space). A regular file left half-written
+    is removed, so no reader takes it for a whole one."""
+    import os
+
+    try:
+        with open(path, "w", encoding="utf-8", newline="") as f:
+            write(f)
+    except OSError as exc:
+        if os.path.isfile(path):
+            with contextlib.suppress(OSError):
+                os.remove(path)
+        return print_errors(f"{option}: {path!r} could not be written ({exc.strerror or exc}); allowed: a file "
+                            "on a filesystem with free space that this user can write")
     return 0
 
 

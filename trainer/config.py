@@ -242,6 +242,20 @@ def _mentions(problem: str, key: str) -> bool:
     return re.search(rf"(?<![\w.]){re.escape(key)}(?![\w])", problem.split(":", 1)[-1]) is not None
 
 
+HOME_PATHS = (*RECIPE_RELATIVE_PATHS, "model.config", "train.resume", "output_dir")
+
+
+def _expand_home(tree: dict) -> None:
+    """`~/x` and `~user/x` in a path key (from the recipe or an override) read as the shell reads them: the dry
+    run checked the expanded path, the run opened the literal one and said it did not exist."""
+    for dotted in HOME_PATHS:
+        value = value_at(tree, dotted)
+        if isinstance(value, str) and value.startswith("~"):
+            parent = value_at(tree, dotted.rsplit(".", 1)[0]) if "." in dotted else tree
+            if isinstance(parent, dict):
+                parent[dotted.rsplit(".", 1)[-1]] = os.path.expanduser(value)
+
+
 def load_recipe(path: str, overrides: list[str] = ()) -> Recipe:
     """Read a recipe file, apply overrides, bind and check it (world-size checks come later)."""
     tree = read_recipe(path)
@@ -267,6 +281,7 @@ def load_recipe(path: str, overrides: list[str] = ()) -> Recipe:
         problem = apply_override(tree, parts, value)
         if problem:
             problems.append(problem)
+    _expand_home(tree)
     recipe = bind_dataclass(tree, Recipe, "", problems)
     said = {_problem_key(x) for x in problems}  # a key already refused is not judged again from its default
     problems += [x for x in check_recipe(recipe) if not any(_related(_problem_key(x), k) or _mentions(x, k)

@@ -206,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
             print_errors(problem)
         return EXIT_INPUT
     if args.out:
-        ev.out = os.path.abspath(args.out)
+        ev.out = os.path.abspath(os.path.expanduser(args.out))
     if problem := output_dir_problem(ev.out, "--out" if args.out else "out"):
         print_errors(problem)
         return EXIT_INPUT

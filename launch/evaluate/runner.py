@@ -20,7 +20,7 @@ from typing import Callable
 from launch.lab import pump
 
 from .spec import Evaluation, Variant, Workload
-from telemetry.errors import InputError
+from telemetry.errors import InputError, output_dir_problem
 from telemetry.rundir import RUN_JSON
 
 COMPLETE = ("completed", "target_reached")
@@ -80,6 +80,13 @@ def resume_state(ev: Evaluation, runs: list[PlannedRun]) -> dict[int, str]:
     """run index -> 'keep' (complete, same setting) or 'run'; EvaluateError lists kept runs whose setting
     changed (their numbers would be reported under a setting they were not measured with)."""
     actions, problems = {}, []
+    for parent in dict.fromkeys(os.path.dirname(run.dir) for run in runs):  # a file where runs/W/V goes
+        if problem := output_dir_problem(parent, "out"):
+            raise EvaluateError(problem + f" (under `out` {ev.out!r} the runner keeps runs/WORKLOAD/VARIANT/rN; "
+                                "give another `out` or remove what is in the way)")
+    if (other := _recorded_name(ev.out)) is not None and other != ev.name:  # its summary would be replaced
+        raise EvaluateError(f"out: {ev.out!r} holds the evaluation {other!r} (its evaluation.json); this one is "
+                            f"{ev.name!r}; allowed: another `out`, or the name of the evaluation recorded there")
     for run in runs:
         if read_status(run.dir) not in COMPLETE:
             actions[run.index] = "run"
@@ -98,6 +105,16 @@ def resume_state(ev: Evaluation, runs: list[PlannedRun]) -> dict[int, str]:
     if problems:
         raise EvaluateError(" | ".join(problems[:3]) + (f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""))
     return actions
+
+
+def _recorded_name(out: str) -> str | None:
+    """The name in out/evaluation.json, or None (none there, or not readable: rewritten from the runs)."""
+    try:
+        with open(os.path.join(out, "evaluation.json"), encoding="utf-8") as f:
+            name = json.load(f).get("name")
+    except (OSError, ValueError, AttributeError, RecursionError):
+        return None
+    return name if isinstance(name, str) else None
 
 
 def set_aside(run_dir: str) -> str | None:

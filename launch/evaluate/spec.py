@@ -206,6 +206,7 @@ def _variant(raw: Any, i: int, launcher: str, problems: list[str]) -> Variant | 
 
 
 def _resolve(path: str, base: str) -> str | None:
+    path = os.path.expanduser(path)  # `~/recipes/x.yaml` as the shell reads it
     for candidate in (path, os.path.join(base, path)):
         if os.path.isfile(candidate):
             return os.path.abspath(candidate)
@@ -358,7 +359,8 @@ def bind(raw: dict, base: str = ".", path: str = "") -> Evaluation:
         problems += _layout_problems(launcher, options, variants, workloads)
     if problems:
         raise SpecError(problems)
-    return Evaluation(name, launcher, repeats, os.path.abspath(out), variants, workloads, options, path)
+    return Evaluation(name, launcher, repeats, os.path.abspath(os.path.expanduser(out)), variants, workloads, options,
+                      path)
 
 
 def world_size(launcher: str, options: dict, variant: Variant) -> int:

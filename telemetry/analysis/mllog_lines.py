@@ -17,6 +17,7 @@ benchmark in it: ResNet 4.0.0 (its last), BERT and Llama 2 70B LoRA 5.0.0 (RULES
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -81,7 +82,7 @@ def write(run_dir: str, out: str | None = None, org: str = "fabric-harness", pla
     sink = logging.getLogger("fabric_harness.mllog")
     sink.propagate, sink.handlers = False, []
     sink.setLevel(logging.INFO)
-    handler = logging.FileHandler(path, mode="w", encoding="utf-8")
+    handler = _RaisingFileHandler(path, mode="w", encoding="utf-8")
     sink.addHandler(handler)
     logger = MLLogger(logger=sink, root_dir=os.path.dirname(os.path.abspath(__file__)))  # "file": this module
     try:
@@ -122,12 +123,28 @@ def write(run_dir: str, out: str | None = None, org: str = "fabric-harness", pla
             block_from, samples_from = e["time"], samples
         reached = (run.info.get("final") or {}).get("target_reached_step") or run.info.get("status") == "target_reached"
         end(c.RUN_STOP, t=steps[-1]["time"], status="success" if reached else "aborted")
+    except OSError as exc:  # the place passed the checks before the read, but did not take the lines (a full disk)
+        with contextlib.suppress(OSError):
+            handler.close()
+        if os.path.isfile(path):  # no half-written log is left to be taken for a whole one
+            os.remove(path)
+        raise MllogError(f"--out: {path!r} could not be written ({exc.strerror or exc}); allowed: a file on a "
+                         "filesystem with free space that this user can write") from None
     finally:
-        handler.close()
+        with contextlib.suppress(OSError):
+            handler.close()
         sink.handlers = []
     with open(path, encoding="utf-8") as f:
         lines = sum(1 for line in f if line.startswith(":::MLLOG"))
     return {"path": path, "benchmark": bench, "ruleset": RULESETS[bench], "lines": lines, "evaluations": len(evals)}
+
+
+class _RaisingFileHandler(logging.FileHandler):
+    """A FileHandler whose write errors reach the caller: logging's own handler prints a 'Logging error'
+    traceback per line to stderr and goes on (a full disk gave 16 of them and exit 0)."""
+
+    def handleError(self, record) -> None:  # noqa: N802 - logging's name
+        raise  # the OSError emit() is handling
 
 
 def _platform(info: dict) -> str:

@@ -556,3 +556,23 @@ def test_a_slow_link_problem_names_its_own_variant_after_one_that_is_no_mapping(
                        {"name": "slow", "lab": {"rate": "10mbit"}}]
     found = problems(tmp_path, doc)
     assert "variants[1].lab.slow_node: got 2; allowed: a node from 0 to 1" in found, found
+
+
+def test_an_out_reused_by_another_evaluation_or_blocked_is_refused(tmp_path, capsys, monkeypatch):
+    """Each a dry run with exit 0 before: `out` holding another evaluation's evaluation.json (its summary was
+    replaced at the end), a file where out/runs goes (the real run stopped at makedirs)."""
+    doc = good(tmp_path)
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "evaluation.json").write_text(json.dumps({"name": "another"}))
+    assert main([write(tmp_path, doc), "--dry-run"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"error: out: {str(tmp_path / 'out')!r} holds the evaluation 'another' (its evaluation.json); this one is "
+        "'two'; allowed: another `out`, or the name of the evaluation recorded there")
+    (tmp_path / "out" / "evaluation.json").write_text('{"name": "tw')  # half-written: rewritten from the runs
+    assert main([write(tmp_path, doc), "--dry-run"]) == 0
+    (tmp_path / "out" / "runs").write_text("x")
+    assert main([write(tmp_path, doc), "--dry-run"]) == 2
+    assert "out/runs' is a file, so " in capsys.readouterr().err
+    # `~` in out reads as the shell reads it (it was a directory named '~' under the working directory)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert load_evaluation(write(tmp_path, {**doc, "out": "~/e"})).out == str(tmp_path / "home" / "e")

@@ -337,3 +337,14 @@ def test_a_server_address_with_spaces_is_refused(addr, tmp_path, capsys):
                  "--output", str(tmp_path)]) == 2
     assert capsys.readouterr().err == (f"error: --server-addr: got {addr!r}; expected the server's address or host "
                                        "name on the fabric under test (10.0.0.1, fe80::1%eth0, node1-ib), no spaces\n")
+
+
+def test_one_node_on_both_sides_or_an_impossible_ipv4_is_one_line(tmp_path, capsys):
+    """Each ran the test before (exit 1, a failed measurement, or a reading of the node against itself)."""
+    base = ["--tool", "iperf3", "--exec", "true {host}", "--output", str(tmp_path / "o")]
+    assert main([*base, "--server", "a", "--client", "a", "--server-addr", "10.0.0.1"]) == 2
+    assert capsys.readouterr().err.startswith("error: --client: 'a' is also --server, through --exec; allowed: ")
+    assert main([*base, "--server", "a", "--client", "b", "--server-addr", "10.0.0.300"]) == 2
+    assert capsys.readouterr().err.startswith("error: --server-addr: got '10.0.0.300'; an IPv4 address has four "
+                                              "numbers from 0 to 255")
+    assert not (tmp_path / "o").exists()

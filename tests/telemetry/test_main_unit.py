@@ -11,6 +11,7 @@ import pytest
 
 from telemetry.__main__ import main
 from tests.telemetry.recorded import write_run
+from bench.support.recorded_runs import write_run as write_recorded_run
 
 TABLES = Path(__file__).parent / "nccl_tests_tables"
 
@@ -475,3 +476,24 @@ def test_project_from_a_run_too_short_for_a_spread_says_so(capsys, tmp_path):
     assert main(["project", str(run), "--rate", "100mbit"]) == 0
     first = capsys.readouterr().out.splitlines()[0]
     assert "1 step: its 10-90% spread is unknown (needs 3 timed steps)" in first and "+0%" not in first, first
+
+
+@pytest.mark.parametrize("argv", [
+    ["nccl-tests", str(TABLES / "all_reduce_perf_h100_16ranks.txt"), "--csv", "/dev/full"],
+    ["nccl-tests", str(TABLES / "all_reduce_perf_h100_16ranks.txt"), "--json", "/dev/full"],
+    ["nccl-log", str(Path(__file__).parent / "nccl_logs" / "nccl_tests_228_ib_two_hcas.log"), "--json", "/dev/full"],
+])
+def test_an_output_file_on_a_full_disk_is_one_line(capsys, argv):
+    """/dev/full stands for a full disk: the checks before the read see a writable place; the write failed with
+    an OSError traceback."""
+    line = one_error(capsys, argv)
+    assert "'/dev/full' could not be written (No space left on device); allowed: " in line
+
+
+def test_project_and_mllog_on_a_full_disk_are_one_line(capsys, tmp_path):
+    run = write_recorded_run(tmp_path / "r", name="b", workload="bert_pretraining", times=True)
+    assert "--json: '/dev/full' could not be written" in one_error(
+        capsys, ["project", str(run), "--rate", "1gbit", "--json", "/dev/full"])
+    # logging's FileHandler printed a 'Logging error' traceback per line and the command exited 0
+    assert "--out: '/dev/full' could not be written" in one_error(
+        capsys, ["mllog", str(run), "--no-check", "--out", "/dev/full"])

@@ -320,3 +320,13 @@ def test_one_bad_key_in_a_section_is_one_line(capsys, monkeypatch, override, key
     assert main([TINY, override, "--dry-run"]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: {key}: "), lines
+
+
+def test_a_home_path_reads_as_the_shell_reads_it(tmp_path, monkeypatch):
+    """`data.dataset=~/d.jsonl`: the dry run checked the expanded path and said nothing; the run opened '~/d.jsonl'
+    literally and stopped with 'does not exist'."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    r = load_recipe(str(TINY), ["data.dataset=~/d.jsonl", "model.tokenizer=~/tok", "output_dir=~/run"])
+    assert (r.data.dataset, r.model.tokenizer, r.output_dir) == (
+        str(tmp_path / "d.jsonl"), str(tmp_path / "tok"), str(tmp_path / "run"))
+    assert load_recipe(str(TINY), ["data.dataset=$HOME/d.jsonl"]).data.dataset == "$HOME/d.jsonl"  # no variables

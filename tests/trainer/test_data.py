@@ -160,7 +160,8 @@ def test_missing_data_file_fails_with_one_line():
     # sets HF_HUB_OFFLINE before datasets is imported
     with pytest.raises(DataError) as err:
         load_table("/no/such/file.jsonl", "data.dataset")
-    assert str(err.value) == "data.dataset: path '/no/such/file.jsonl' does not exist"
+    assert str(err.value).startswith("data.dataset: path '/no/such/file.jsonl' does not exist; allowed: a .jsonl, "
+                                     ".json or .parquet file")
 
 
 def test_missing_dolly_fields_are_named(tmp_path, tok):

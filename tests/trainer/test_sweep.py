@@ -565,3 +565,17 @@ def test_the_dry_runs_row_count_holds_the_pair_tables_and_leaves_out_what_one_ra
     assert "x 5 collectives = 20 rows (sendrecv skipped: it needs at least 2 ranks)\n" in out
     assert main([SWEEP, "--dry-run", "--world-size", "8", "sweep.max_bytes=64", "sweep.pairs=false"]) == 0
     assert "x 6 collectives = 24 rows\n" in capsys.readouterr().out
+
+
+def test_a_step_larger_than_the_range_is_refused_as_one_size(capsys):
+    """nccl-tests -b 8 -e 1M -i 1G measures 8 bytes alone: a step past the range (a unit slip) was accepted."""
+    assert main([SWEEP, "--dry-run", "sweep.step_bytes=1G", "sweep.min_bytes=8", "sweep.max_bytes=1M"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "error: sweep.step_bytes: '1G' is more than the range from sweep.min_bytes 8 to sweep.max_bytes '1M': only "
+        "min_bytes would be measured; allowed: a step up to max_bytes - min_bytes (1048568 bytes), or min_bytes = "
+        "max_bytes for one size")
+    assert main([SWEEP, "--dry-run", "sweep.step_bytes=1G", "sweep.min_bytes=1M", "sweep.max_bytes=1M"]) == 0
+    assert main([SWEEP, "--dry-run", "sweep.step_bytes=1M", "sweep.min_bytes=1M", "sweep.max_bytes=2M"]) == 0
+    capsys.readouterr()
+    assert main([SWEEP, "--dry-run", "sweep.min_bytes=1G", "sweep.max_bytes=1K"]) == 2
+    assert "allowed: max_bytes >= min_bytes" in capsys.readouterr().err

@@ -333,10 +333,11 @@ def load_mlm_set(spec: str, key: str, seq_len: int, max_predictions: int, vocab_
     if files is not None:
         return Hdf5Set(files, key, seq_len, max_predictions, type_vocab_size)
     if spec.endswith(HDF5_SUFFIXES) and not os.path.exists(spec):
-        raise DataError(f"{key}: path {spec!r} does not exist")
+        raise DataError(f"{key}: path {spec!r} does not exist; allowed: .hdf5 shards on this machine (a relative "
+                        "path is read from the recipe's directory, then from the working directory)")
     if not os.path.exists(spec):  # BERT data is always local: no hub look-up
-        raise DataError(f"{key}: path {spec!r} does not exist (expected a .jsonl/.parquet file, .hdf5 shards, "
-                        "or a directory of them)")
+        raise DataError(f"{key}: path {spec!r} does not exist; allowed: a .jsonl/.parquet file, .hdf5 shards, "
+                        "or a directory of them, on this machine")
     return _load_table_set(spec, key, seq_len, max_predictions, vocab_size, type_vocab_size)
 
 

@@ -156,7 +156,9 @@ def load_table(spec: str, key: str):
             raise DataError(f"{key}: {spec!r} holds no rows")
         return table
     if spec.startswith((".", "/")) or spec.endswith((".jsonl", ".json", ".parquet")):
-        raise DataError(f"{key}: path {spec!r} does not exist")
+        raise DataError(f"{key}: path {spec!r} does not exist; allowed: a .jsonl, .json or .parquet file (or a "
+                        "directory of them) on this machine; a relative path is read from the recipe's directory, "
+                        "then from the working directory, and $VARIABLES are not expanded")
     try:
         return datasets.load_dataset(spec, split="train")
     except Exception as exc:

@@ -16,7 +16,8 @@ def check_sweep(sw: SweepConfig) -> list[str]:
         p.append(f"sweep.dtype: got {sw.dtype!r}; allowed: {', '.join(SWEEP_DTYPES)}")
     lo, hi = parse_size(sw.min_bytes, "sweep.min_bytes", p), parse_size(sw.max_bytes, "sweep.max_bytes", p)
     if lo and hi and lo > hi:
-        p.append(f"sweep.max_bytes: {sw.max_bytes!r} is below sweep.min_bytes {sw.min_bytes!r}")
+        p.append(f"sweep.max_bytes: {sw.max_bytes!r} is below sweep.min_bytes {sw.min_bytes!r}; allowed: "
+                 "max_bytes >= min_bytes (equal for one size)")
     # with step_bytes the factor is unused, and nccl-tests' own spelling of a linear sweep is -f 1 -i STEP
     p += at_least("sweep", sw, ("factor",), 2 if sw.step_bytes is None else 1)
     p += at_least("sweep", sw, ("iters", "latency_iters", "repeats"), 1)
@@ -37,6 +38,10 @@ def check_sweep(sw: SweepConfig) -> list[str]:
         p.append(f"sweep.step_bytes: {sw.min_bytes!r} to {sw.max_bytes!r} in steps of {sw.step_bytes!r} is {planned} "
                  f"sizes per collective; allowed: at most {MAX_SIZES} (a larger step_bytes, or null to multiply by "
                  "sweep.factor)")
+    if step and lo and hi and lo < hi < lo + step:  # nccl-tests -i larger than -e minus -b: one size, min_bytes
+        p.append(f"sweep.step_bytes: {sw.step_bytes!r} is more than the range from sweep.min_bytes {sw.min_bytes!r} "
+                 f"to sweep.max_bytes {sw.max_bytes!r}: only min_bytes would be measured; allowed: a step up to "
+                 f"max_bytes - min_bytes ({hi - lo} bytes), or min_bytes = max_bytes for one size")
     if sw.power_sizes:
         swept = set(sizes(lo, hi, sw.factor, step)) if planned is not None and planned <= MAX_SIZES else set()
         rule = f"+ {sw.step_bytes} each step" if step else f"x {sw.factor}^k"
