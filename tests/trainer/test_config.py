@@ -320,3 +320,15 @@ def test_one_bad_key_in_a_section_is_one_line(capsys, monkeypatch, override, key
     assert main([TINY, override, "--dry-run"]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: {key}: "), lines
+
+
+def test_a_binary_or_hex_integer_with_no_digits_is_not_called_too_long(tmp_path):
+    """YAML 1.1 reads 0b_ and 0x_ as integers with no digits after the prefix: int() refuses them, and the
+    line read "an integer of 1 digits; allowed: at most 4300 digits", which is not what is wrong."""
+    path = tmp_path / "empty.yaml"
+    path.write_text((REPO / TINY).read_text().replace("max_steps: 60", "max_steps: 0x_"))
+    with pytest.raises(RecipeError) as info:
+        load_recipe(str(path))
+    (line,) = info.value.problems
+    assert line.startswith(f"recipe: {path} is not valid YAML at line 7: ") and "4300" not in line
+    assert "'0x_'" in line and "allowed:" in line
