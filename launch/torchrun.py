@@ -133,7 +133,7 @@ def _launch_problem(args) -> str | None:
     try:
         config_from_args(args)
     except (ValueError, AssertionError, RuntimeError) as exc:
-        if nproc in ("gpu", "xpu"):  # torch says only "Cuda is not available."
+        if nproc in ("gpu", "xpu") and "not available" in str(exc):  # torch says only "Cuda is not available."
             return (f"--nproc-per-node: got {nproc!r}, but {str(exc).rstrip('.')} here; allowed: an integer >= 1, "
                     "cpu or auto (one worker per device found, else per CPU)")
         return f"torchrun: {exc}"

@@ -76,6 +76,9 @@ class _RecipeLoader(yaml.SafeLoader):
             return super().construct_yaml_int(node)
         except ValueError:
             digits = sum(c.isdigit() for c in str(node.value))
+            if digits <= sys.get_int_max_str_digits():  # YAML 1.1's 0b_ or 0x_: a prefix with no digits after it
+                raise Refused(f"{node.value!r} is no number (no digits after its 0b/0x); allowed: an integer such as "
+                              "60, 0x3c or 0b111100", node.start_mark.line + 1) from None
             raise Refused(f"an integer of {digits} digits; allowed: at most {sys.get_int_max_str_digits()} digits "
                           "(a 64-bit value has 19)", node.start_mark.line + 1) from None
 

@@ -173,6 +173,13 @@ def test_gpu_workers_without_cuda_say_what_is_allowed(capsys):
               "available here; allowed: an integer >= 1, cpu or auto")
 
 
+def test_gpu_workers_with_another_mistake_name_that_mistake(capsys):
+    """torch's other refusals beside --nproc-per-node gpu were put down to gpu: "--nproc-per-node: got 'gpu', but
+    max_restarts must be >= 0 here", on a machine with CUDA or without."""
+    _one_line(capsys, ["--nproc-per-node", "gpu", "--max-restarts", "-1", "-m", "trainer"],
+              "error: torchrun: max_restarts must be >= 0")
+
+
 def _one_line(capsys, argv, expected):
     """What torchrun raises as a traceback (or leaves every worker to fail on) is one line, exit 2."""
     from launch import torchrun

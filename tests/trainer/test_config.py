@@ -330,3 +330,15 @@ def test_a_home_path_reads_as_the_shell_reads_it(tmp_path, monkeypatch):
     assert (r.data.dataset, r.model.tokenizer, r.output_dir) == (
         str(tmp_path / "d.jsonl"), str(tmp_path / "tok"), str(tmp_path / "run"))
     assert load_recipe(str(TINY), ["data.dataset=$HOME/d.jsonl"]).data.dataset == "$HOME/d.jsonl"  # no variables
+
+
+def test_a_binary_or_hex_integer_with_no_digits_is_not_called_too_long(tmp_path):
+    """YAML 1.1 reads 0b_ and 0x_ as integers with no digits after the prefix: int() refuses them, and the
+    line read "an integer of 1 digits; allowed: at most 4300 digits", which is not what is wrong."""
+    path = tmp_path / "empty.yaml"
+    path.write_text((REPO / TINY).read_text().replace("max_steps: 60", "max_steps: 0x_"))
+    with pytest.raises(RecipeError) as info:
+        load_recipe(str(path))
+    (line,) = info.value.problems
+    assert line.startswith(f"recipe: {path} is not valid YAML at line 7: ") and "4300" not in line
+    assert "'0x_'" in line and "allowed:" in line

@@ -162,3 +162,29 @@ def test_a_timeout_between_two_tests_is_not_named_as_the_last_size_of_the_first(
     line = d.describe_timeout(None, 0, None, 6, HOSTS[:2], "gloo", {}, sweeping=seen[1])
     assert "in the sweep's new process groups for its broadcast test timed out" in line
     assert "one call of this size" not in line
+
+
+def test_a_timeout_in_a_pairs_size_gives_the_advice_on_one_call_of_that_size(monkeypatch):
+    # sweep.pairs' send/recv tables (on by default): the case read "sendrecv_inter of 1.0 MiB (1048576 bytes,
+    # ranks 0 and 1)", which describe_timeout did not take for a size's call: no word of the size's advice
+    from trainer.sweep import measure
+    from trainer.sweep.plan import SweepConfig
+
+    seen = []
+
+    def measure_pair(self, pair, size):
+        seen.append(measure.sweep_position())
+        raise TimeoutError("the pair's send/recv")
+    monkeypatch.setattr(measure.Sweep, "pairs", lambda self: {"inter": (0, 0)})
+    monkeypatch.setattr(measure.Sweep, "measure_pair", measure_pair)
+    cfg = SweepConfig(ops=["sendrecv"], min_bytes=64, max_bytes=64, iters=1, warmup=0, latency_table=False)
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        with pytest.raises(TimeoutError):
+            measure.run_sweep(cfg, torch.device("cpu"), [{"hostname": "a"}], lambda text: None)
+    finally:
+        dist.destroy_process_group()
+        measure.POSITION.pop("now", None)
+    assert seen and "sendrecv_inter of 64 B (64 bytes" in seen[0] and "ranks 0 and 0" in seen[0]
+    line = d.describe_timeout(None, 0, None, 6, HOSTS[:2], "gloo", {}, sweeping=seen[0])
+    assert "one call of this size must finish within" in line and "sweep.max_bytes" in line

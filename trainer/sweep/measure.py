@@ -643,7 +643,8 @@ def _one_test(sw: Sweep, cfg, op: str, pair, bounds: tuple[int, int], hosts: lis
     say(HEADER)
     for size in sizes(lo, hi, cfg.factor, step):
         t0 = time.monotonic()
-        POSITION["now"] = f"{op} of {human(size)} ({size} bytes" + (f", ranks {pair[0]} and {pair[1]})" if pair else ")")
+        # "(N bytes)" marks a size's call for describe_timeout's advice on one call of a size; a pair's ranks after it
+        POSITION["now"] = f"{op} of {human(size)} ({size} bytes)" + (f" between ranks {pair[0]} and {pair[1]}" if pair else "")
         row = sw.measure_pair(pair, size) if pair else sw.measure(op, size)
         if marks is not None:
             marks.append((op, size, t0, time.monotonic()))
