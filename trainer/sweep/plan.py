@@ -101,13 +101,10 @@ MAX_SIZES = 4096  # per collective: a linear sweep of 1M steps up to 4G; more is
 
 
 def count_sizes(lo: int, hi: int, factor: int, step: int | None = None) -> int:
-    """How many sizes `sizes` gives, without making the list."""
+    """How many sizes `sizes` gives; a linear sweep's without making the list (a typo can ask for millions)."""
     if step:
         return (hi - lo) // step + 1 if hi >= lo else 0
-    n, s = 0, lo
-    while s <= hi:
-        n, s = n + 1, s * factor
-    return n
+    return len(sizes(lo, hi, factor))  # geometric: a few dozen at most
 
 
 def sizes(lo: int, hi: int, factor: int, step: int | None = None) -> list[int]:
