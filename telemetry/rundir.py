@@ -377,7 +377,9 @@ def read_jsonl(path: str, damaged: list[int] | None = None, check=None) -> list[
 
 class JsonlFollower:
     """The complete JSON-object lines appended to a file since the last read (a live run's metrics.jsonl or
-    rank file); a torn last line waits for its end; a file replaced by a shorter one is read again whole."""
+    rank file); a torn last line waits for its end; a file replaced (renamed over, or truncated and shorter) is
+    read again whole, so a reader that must not count a line twice keys its lines (a sweep's sweep.jsonl is
+    rewritten at the end with the same lines and one field more)."""
 
     def __init__(self, path: str, from_end: bool, last_bytes: int | None = None):
         """`from_end`: only lines written from now on; `last_bytes`: start that far before the end (the
@@ -387,15 +389,19 @@ class JsonlFollower:
         self.offset = size if from_end else max(0, size - last_bytes) if last_bytes else 0
         self._skip_first = self.offset > 0 and not from_end
         self._partial = b""
+        self._inode = _inode(path)
 
     def new(self) -> list[dict]:
         if not os.path.isfile(self.path):  # not written yet; a FIFO or directory is none of a run's (open blocks)
             return []
         try:
             with open(self.path, "rb") as f:
-                size = os.fstat(f.fileno()).st_size
-                if size < self.offset:  # replaced (a resume set the file aside): read the new one whole
-                    self.offset, self._partial = 0, b""
+                st = os.fstat(f.fileno())
+                # replaced (a resume set the file aside, a writer renamed a new one over it): read the new one
+                # whole; a longer file renamed over the old one would otherwise be read from the old offset
+                if st.st_size < self.offset or (self._inode is not None and st.st_ino != self._inode):
+                    self.offset, self._partial, self._skip_first = 0, b"", False
+                self._inode = st.st_ino
                 f.seek(self.offset)
                 data = f.read()
         except OSError:
@@ -413,6 +419,13 @@ class JsonlFollower:
             if isinstance(row, dict):
                 out.append(row)
         return out
+
+
+def _inode(path: str) -> int | None:
+    try:
+        return os.stat(path).st_ino
+    except OSError:
+        return None
 
 
 def write_json_atomic(path: str, data: Any) -> None:

@@ -1,7 +1,8 @@
 """The run's live series: what a node's ranks recorded, as Prometheus metric families.
 
 Read, never told: each rank already appends one flushed line per step to ranks/rankNNNNN.telemetry.jsonl,
-and rank 0 one to metrics.jsonl (telemetry/rundir.py owns both). `RunSeries` follows those files from
+and rank 0 one to metrics.jsonl (telemetry/rundir.py owns both), or, in a collective sweep, one per size
+to sweep.jsonl. `RunSeries` follows those files from
 where they stood when it was made: at each scrape (or push) it reads the lines added since the last one,
 adds them to its counters and keeps the newest line of each rank for the gauges. So no rank does any work
 for the exporter during its step, and no rank waits for a scrape; a scrape costs the reading of the new
@@ -26,10 +27,12 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from telemetry import coverage
 from telemetry.capture.congestion import classify
 from telemetry.capture.counters import LOSS_COUNTERS
-from telemetry.rundir import METRICS, RANK_TELEMETRY, JsonlFollower, StepKey, rank_file
+from telemetry.rundir import METRICS, RANK_TELEMETRY, SWEEP_SIZES, JsonlFollower, StepKey, rank_file
 
 PREFIX = "fabric_harness_"
 RANK, COMM, HOST, JOB = ("rank",), ("rank", "group", "scope", "op"), (), ()
+SWEEP, SWEEP_PLACED = ("op",), ("op", "placement")  # placement: out_of_place, in_place (nccl-tests' two blocks)
+PLACEMENTS = ("out_of_place", "in_place")
 
 
 @dataclass(frozen=True)
@@ -106,6 +109,21 @@ SERIES: tuple[Series, ...] = (
     Series("job_steps", "counter", JOB, "optimizer steps of the job (rank 0's metrics lines)"),
     Series("run_finished", "gauge", JOB, "1 once the run closed (pushed at the end; the group then stays until "
            "deleted)"),
+    # ---- a collective sweep (a job without steps), from sweep.jsonl (served by the node of rank 0)
+    Series("sweep_size_bytes", "gauge", SWEEP, "the newest size the sweep measured in this test (nccl-tests' size "
+           "column; op: the collective, or sendrecv_PAIR for a pair test)"),
+    Series("sweep_time_seconds", "gauge", SWEEP_PLACED, "that size's time per operation (nccl-tests' time), "
+           "out-of-place and in-place"),
+    Series("sweep_algbw_bytes_per_second", "gauge", SWEEP_PLACED, "that size's algorithm bandwidth (nccl-tests' "
+           "algbw)"),
+    Series("sweep_busbw_bytes_per_second", "gauge", SWEEP_PLACED, "that size's bus bandwidth (nccl-tests' busbw)"),
+    Series("sweep_sizes", "counter", SWEEP, "sizes the sweep measured in this test"),
+    Series("sweep_sizes_planned", "gauge", SWEEP, "sizes each test of the sweep measures (from sweep.min_bytes, "
+           "max_bytes and factor or step_bytes): progress is sweep_sizes_total / this"),
+    Series("sweep_wrong_elements", "counter", SWEEP, "elements that failed the sweep's check (nccl-tests' #wrong), "
+           "both placements; absent when the check is off"),
+    Series("sweep_gpu_power_watts", "gauge", SWEEP, "every GPU of the job, summed, over the newest size (NVML)"),
+    Series("sweep_gpu_energy_joules", "counter", SWEEP, "every GPU's energy over this test's sizes (NVML)"),
 )
 BY_NAME = {s.name: s for s in SERIES}
 PFC_KINDS = {"rx_pause": "rx", "tx_pause": "tx", "rx_pause_global": "rx", "tx_pause_global": "tx"}
@@ -143,6 +161,11 @@ class RunSeries:
         self.ranks: list[int] = []
         self.set_ranks(ranks)
         self._job = JsonlFollower(os.path.join(run_dir, METRICS), from_end=True) if job_metrics else None
+        # a sweep's sizes, read whole (the exporter opens before the sweep writes its first size); the end
+        # rewrites the file with the same lines: each (test, size) is counted once
+        self._sweep = JsonlFollower(os.path.join(run_dir, SWEEP_SIZES), from_end=False) if job_metrics else None
+        self._sweep_seen: set[tuple] = set()
+        self._latest_size: dict[str, dict] = {}  # test -> its newest size's line
         self._latest: dict[int, dict] = {}
         self._latest_job: dict | None = None
         self._counters: dict[tuple[str, tuple], float] = {}
@@ -226,6 +249,24 @@ class RunSeries:
         self._add("job_steps", (), 1)
         self._add("tokens", (), line.get(StepKey.TOKENS))
 
+    def _fold_size(self, line: dict) -> None:
+        op, size = line.get("op"), _num(line.get("size"))
+        if not isinstance(op, str) or size is None:
+            return
+        key = (op, size, line.get("requested_bytes"))
+        if key in self._sweep_seen:
+            return
+        self._sweep_seen.add(key)
+        self._add("sweep_sizes", (op,), 1)
+        wrong = [_num((line.get(p) or {}).get("wrong")) for p in PLACEMENTS if isinstance(line.get(p), dict)]
+        if any(w is not None for w in wrong):
+            self._add("sweep_wrong_elements", (op,), sum(w for w in wrong if w is not None))
+        ranks = line.get("ranks") if isinstance(line.get("ranks"), list) else []
+        # (a sweep's size line holds the step record's GPU keys: each rank's, and their sum)
+        if ranks and all(_num((r or {}).get(StepKey.GPU_ENERGY_J)) is not None for r in ranks):  # partial: no total
+            self._add("sweep_gpu_energy_joules", (op,), line.get(StepKey.GPU_ENERGY_J))
+        self._latest_size[op] = line
+
     def refresh(self) -> None:
         """Read what the ranks appended since the last call."""
         with self._lock:
@@ -239,6 +280,9 @@ class RunSeries:
                 for line in self._job.new():
                     self._fold_job(line)
                     self._latest_job = line
+            if self._sweep is not None:
+                for line in self._sweep.new():
+                    self._fold_size(line)
 
     def last_steps(self) -> dict[int, int]:
         """{served rank: the step of its newest line read, -1 when none yet}."""
@@ -287,9 +331,28 @@ class RunSeries:
                                      ("job_gpu_power_watts", StepKey.JOB_GPU_POWER_W, 1)):
                 if _num(job.get(key)) is not None:
                     out[name].append(((), _num(job[key]) * scale))
+            self._size_samples(out)
             if self.finished:
                 out["run_finished"].append(((), 1.0))
         return out
+
+    def _size_samples(self, out: dict) -> None:
+        """The gauges of each test's newest size (under the lock)."""
+        for op, line in self._latest_size.items():
+            for name, value in (("sweep_size_bytes", line.get("size")),
+                                ("sweep_sizes_planned", line.get("sizes_planned")),
+                                ("sweep_gpu_power_watts", _whole_sum(line.get(StepKey.GPU_POWER_W)))):
+                if _num(value) is not None:
+                    out[name].append(((op,), _num(value)))
+            for placement in PLACEMENTS:
+                block = line.get(placement)
+                if not isinstance(block, dict):
+                    continue
+                for name, key, scale in (("sweep_time_seconds", "time_us", 1e-6),
+                                         ("sweep_algbw_bytes_per_second", "algbw_GBps", 1e9),
+                                         ("sweep_busbw_bytes_per_second", "busbw_GBps", 1e9)):
+                    if _num(block.get(key)) is not None:
+                        out[name].append(((op, placement), _num(block[key]) * scale))
 
     def families(self) -> list:
         base_names, base = ("job", "run", "host"), (self.ident["job"], self.ident["run"], self.ident["host"])
@@ -312,6 +375,13 @@ class RunSeries:
 
     def describe(self):
         return []  # families vary with what the run records: no describe-time checks on registration
+
+
+def _whole_sum(values) -> float | None:
+    """The sum of every rank's value, unknown when any rank's is (a partial sum is no job total)."""
+    if not isinstance(values, list) or not values or any(_num(v) is None for v in values):
+        return None
+    return sum(_num(v) for v in values)
 
 
 def _is_loss(counter: str) -> bool:

@@ -188,3 +188,24 @@ def test_recorded_by_run_names_the_runs_own_files(tmp_path):
         assert recorded_by_run(str(run / path), str(run)), path
     for path in (run / "projection.json", run / "report" / "report.md", tmp_path / "run.json", run):
         assert not recorded_by_run(str(path), str(run)), path
+
+
+def test_a_follower_reads_new_lines_waits_for_a_torn_one_and_rereads_a_replaced_file(tmp_path):
+    from telemetry.rundir import JsonlFollower
+
+    path = tmp_path / "sweep.jsonl"
+    follower = JsonlFollower(str(path), from_end=False)
+    assert follower.new() == []  # not written yet
+    path.write_text('{"a": 1}\n{"a": 2}\n{"a"')
+    assert follower.new() == [{"a": 1}, {"a": 2}]
+    with open(path, "a") as f:
+        f.write(': 3}\n')
+    assert follower.new() == [{"a": 3}]
+    # renamed over by a LONGER file (a sweep's end rewrites its lines with one field more): read whole from its
+    # start, not from the old offset (which fell in the middle of a line and lost or garbled the lines after)
+    (tmp_path / "new").write_text("".join(f'{{"a": {i}, "transport": "loopback"}}\n' for i in (1, 2, 3)))
+    os.replace(tmp_path / "new", path)
+    assert [x["a"] for x in follower.new()] == [1, 2, 3]
+    assert follower.new() == []
+    path.write_text('{"b": 1}\n')  # truncated and shorter (a resume set the file aside): read whole too
+    assert follower.new() == [{"b": 1}]

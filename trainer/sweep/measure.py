@@ -72,6 +72,7 @@ class Sweep:
         self.meter = None  # per-size energy/power/counter intervals (telemetry.capture.session.Telemetry.interval)
         self.size_records: list[dict] = []  # rank 0's, one per size and collective
         self.on_size = None  # rank 0: called with each size record as it is made (sweep.jsonl as it goes)
+        self.sizes_planned: int | None = None  # per test: the live series' "sizes planned" (telemetry/capture)
 
     # ------------------------------------------------------------ cases
 
@@ -348,7 +349,8 @@ class Sweep:
         every: list = [None] * self.world
         dist.all_gather_object(every, mine, group=self.group)
         if self.rank == 0:
-            self.size_records.append(size_record(op, row, held, seconds, every))
+            self.size_records.append({**size_record(op, row, held, seconds, every),
+                                      "sizes_planned": self.sizes_planned})
             if self.on_size is not None:
                 self.on_size(self.size_records[-1])
 
@@ -599,7 +601,8 @@ def run_sweep(cfg, device: torch.device, hosts: list[dict], say, meter=None, mar
         jobs += [(f"sendrecv_{name}", pair) for name, pair in sw.pairs().items() if pair is not None]
     backend = dist.get_backend()
     # on stderr: stdout is the nccl-tests table
-    progress = WorkProgress("sweep", len(jobs) * count_sizes(lo, hi, cfg.factor, step), "sizes", sys.stderr,
+    sw.sizes_planned = count_sizes(lo, hi, cfg.factor, step)
+    progress = WorkProgress("sweep", len(jobs) * sw.sizes_planned, "sizes", sys.stderr,
                         sw.rank == 0, plain_every_s=30).start()
     for op, pair in jobs:
         # (said, not the previous test's last size: a timeout here is the groups' set-up)

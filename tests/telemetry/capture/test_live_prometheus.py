@@ -263,3 +263,102 @@ def test_a_port_in_use_stops_the_run_with_one_error_line_before_training(tmp_pat
     assert lines and all(f"telemetry.prometheus: cannot serve on port {port}" in x for x in lines), res.stderr[-2000:]
     assert "live_export.py" not in res.stderr  # no traceback of ours (torchrun prints its own for a failed child)
     assert not (tmp_path / "run" / "metrics.jsonl").exists() or not (tmp_path / "run" / "metrics.jsonl").read_text()
+
+
+# ---- a collective sweep (a job without steps): its sizes as live series ----------------------------------
+
+SWEEP_RECIPE = str(REPO / "recipes" / "collectives.yaml")
+
+
+@pytest.fixture(scope="module")
+def live_sweep(tmp_path_factory):
+    """A real 2-rank gloo sweep with telemetry.prometheus=auto and a Pushgateway: scraped while it measures
+    (each size held 0.3 s so several scrapes fall inside it), pushed at the end after sweep.jsonl's rewrite."""
+    bins = _binaries()
+    tmp = tmp_path_factory.mktemp("live-sweep")
+    out = tmp / "sweep"
+    gw_port = _free_port()
+    gw = subprocess.Popen([bins["prometheus-pushgateway"], f"--web.listen-address=127.0.0.1:{gw_port}"],
+                          stdout=subprocess.DEVNULL, stderr=open(tmp / "pushgateway.log", "w"))
+    try:
+        _wait_http(f"http://127.0.0.1:{gw_port}/-/ready")
+        texts: list[str] = []
+        stop = threading.Event()
+
+        def capture():  # the exposition text while the sweep runs, read from the target list it writes
+            while not stop.is_set():
+                for path in glob.glob(str(out / "logs" / "prometheus-targets.*.json")):
+                    try:
+                        port = json.loads(Path(path).read_text())[0]["targets"][0].rsplit(":", 1)[1]
+                        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+                    except (OSError, ValueError, IndexError, KeyError):
+                        continue
+                    if "fabric_harness_sweep_sizes_total" in text:
+                        texts.append(text)
+                stop.wait(0.3)
+
+        watcher = threading.Thread(target=capture, daemon=True)
+        watcher.start()
+        res = run_cli(out, "sweep.ops=[all_reduce,all_gather]", "sweep.max_bytes=8K", "sweep.iters=2",
+                      "sweep.warmup=1", "sweep.min_seconds_per_size=0.3", "sweep.latency_table=false",
+                      "sweep.pairs=false", "telemetry.prometheus=auto",
+                      f"telemetry.pushgateway=http://127.0.0.1:{gw_port}", "telemetry.push_interval_s=1",
+                      recipe=SWEEP_RECIPE, nproc=2, env={"FABRIC_HARNESS_JOB": "livesweep"}, timeout=400)
+        stop.set()
+        watcher.join()
+        assert res.returncode == 0, res.stderr[-3000:]
+        pushed = urllib.request.urlopen(f"http://127.0.0.1:{gw_port}/metrics", timeout=10).read().decode()
+        yield {"out": out, "texts": texts, "pushed": pushed, "promtool": bins["promtool"]}
+    finally:
+        gw.terminate()
+        gw.wait(timeout=30)
+
+
+def _samples(text: str, name: str) -> dict[frozenset, float]:
+    from prometheus_client.parser import text_string_to_metric_families
+    return {frozenset((k, v) for k, v in s.labels.items() if k in ("op", "placement")): s.value
+            for fam in text_string_to_metric_families(text) for s in fam.samples if s.name == name}
+
+
+def test_a_sweeps_sizes_are_served_while_it_measures(live_sweep):
+    """A sweep served no series at all (it writes no step lines): a scrape during an hour-long sweep was empty."""
+    texts, out = live_sweep["texts"], live_sweep["out"]
+    assert len(texts) >= 2, "no exposition text with the sweep's series was read while it ran"
+    table = json.loads((out / "collectives.json").read_text())["ops"]
+    rows = {op: {row["size"]: row for row in r["rows"]} for op, r in table.items()}
+    grew = []
+    for text in texts:
+        done = _samples(text, "fabric_harness_sweep_sizes_total")
+        sizes = _samples(text, "fabric_harness_sweep_size_bytes")
+        for key, n in done.items():
+            op = dict(key)["op"]
+            assert 1 <= n <= len(rows[op]) and _samples(text, "fabric_harness_sweep_sizes_planned")[key] == 11
+            size = int(sizes[key])
+            assert size == sorted(rows[op])[int(n) - 1]  # the newest size measured is the n-th of the table
+            busbw = _samples(text, "fabric_harness_sweep_busbw_bytes_per_second")
+            for placement in ("out_of_place", "in_place"):
+                block = rows[op][size][placement]
+                got = busbw.get(frozenset({("op", op), ("placement", placement)}))
+                assert (got is None) == (block is None), (op, placement)
+                if block is not None:
+                    assert got == pytest.approx(block["busbw_GBps"] * 1e9, rel=1e-6)
+        grew.append(sum(done.values()))
+    assert grew == sorted(grew) and grew[-1] > grew[0]  # followed as the sweep went
+    proc = subprocess.run([live_sweep["promtool"], "check", "metrics"], input=texts[-1], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_the_last_push_counts_each_size_once_after_the_rewrite(live_sweep):
+    """sweep.jsonl is renamed over at the end with the same lines and the transport: each size counted once."""
+    pushed, out = live_sweep["pushed"], live_sweep["out"]
+    lines = [json.loads(x) for x in (out / "sweep.jsonl").read_text().splitlines()]
+    assert all(x["transport"] == "loopback" for x in lines)  # the rewritten file
+    done = _samples(pushed, "fabric_harness_sweep_sizes_total")
+    assert done == {frozenset({("op", "all_reduce")}): 11.0, frozenset({("op", "all_gather")}): 11.0}
+    assert _samples(pushed, "fabric_harness_sweep_size_bytes") == {k: 8192.0 for k in done}
+    assert _samples(pushed, "fabric_harness_sweep_wrong_elements_total") == {k: 0.0 for k in done}
+    # no GPU here: GPU power and energy are unknown, so no sample (never a made-up 0)
+    assert not _samples(pushed, "fabric_harness_sweep_gpu_power_watts")
+    assert not _samples(pushed, "fabric_harness_sweep_gpu_energy_joules_total")
+    assert "fabric_harness_run_finished{" in pushed

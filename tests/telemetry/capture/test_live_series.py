@@ -285,3 +285,53 @@ def test_telemetry_off_turns_the_exporter_off_but_still_checks_the_values(tmp_pa
     assert live_export.current() is None
     with pytest.raises(InputError, match="telemetry.prometheus"):
         live_export.open_exporter(TelemetrySettings(enabled=False, prometheus="yes"), str(tmp_path))
+
+
+def size_line(op: str, size: int, power=(300.0, 310.0), energy=(3.0, 3.1), wrong=0) -> dict:
+    """A line of sweep.jsonl as trainer/sweep/measure.py's size_record writes it (two ranks)."""
+    ranks = [{"rank": i, "gpu_power_w": p, "gpu_energy_j": e} for i, (p, e) in enumerate(zip(power, energy))]
+    known = [e for e in energy if e is not None]
+    return {"op": op, "size": size, "requested_bytes": size, "count": size // 4,
+            "out_of_place": None if op == "all_reduce" else {"time_us": 20.0, "algbw_GBps": 0.4, "busbw_GBps": 0.2,
+                                                             "wrong": wrong},
+            "in_place": {"time_us": 10.0, "algbw_GBps": size / 10e-6 / 1e9, "busbw_GBps": 1.5, "wrong": wrong},
+            "gpu_energy_j": sum(known) if known else None, "gpu_power_w": list(power), "ranks": ranks,
+            "sizes_planned": 4}
+
+
+def test_a_sweeps_sizes_become_series_each_size_counted_once(tmp_path):
+    series = RunSeries(str(tmp_path), [0], IDENT, job_metrics=True)
+    path = tmp_path / "sweep.jsonl"
+    write_lines(path, [size_line("all_reduce", 8), size_line("all_reduce", 16), size_line("all_gather", 8, wrong=3)],
+                torn='{"op": "all_gather", "si')
+    got = scrape(series)
+    labels = lambda **kv: frozenset({**IDENT, **kv}.items())  # noqa: E731
+    assert got[("fabric_harness_sweep_sizes_total", labels(op="all_reduce"))] == 2
+    assert got[("fabric_harness_sweep_sizes_total", labels(op="all_gather"))] == 1  # the torn line waits
+    assert got[("fabric_harness_sweep_size_bytes", labels(op="all_reduce"))] == 16
+    assert got[("fabric_harness_sweep_sizes_planned", labels(op="all_reduce"))] == 4
+    assert got[("fabric_harness_sweep_time_seconds", labels(op="all_reduce", placement="in_place"))] == \
+        pytest.approx(10e-6)
+    assert ("fabric_harness_sweep_time_seconds", labels(op="all_reduce", placement="out_of_place")) not in got
+    assert got[("fabric_harness_sweep_busbw_bytes_per_second", labels(op="all_gather", placement="out_of_place"))] \
+        == pytest.approx(0.2e9)
+    assert got[("fabric_harness_sweep_wrong_elements_total", labels(op="all_gather"))] == 6
+    assert got[("fabric_harness_sweep_gpu_power_watts", labels(op="all_reduce"))] == 610
+    assert got[("fabric_harness_sweep_gpu_energy_joules_total", labels(op="all_reduce"))] == pytest.approx(12.2)
+    # the end renames the same lines, with the transport, over the file: nothing counted twice
+    lines = [size_line("all_reduce", 8), size_line("all_reduce", 16), size_line("all_gather", 8, wrong=3),
+             size_line("all_gather", 16, power=(300.0, None), energy=(3.0, None))]
+    (tmp_path / "new").write_text("".join(json.dumps({**x, "transport": "tcp"}) + "\n" for x in lines))
+    (tmp_path / "new").replace(path)
+    got = scrape(series)
+    assert got[("fabric_harness_sweep_sizes_total", labels(op="all_reduce"))] == 2
+    assert got[("fabric_harness_sweep_sizes_total", labels(op="all_gather"))] == 2
+    # one rank's GPU unknown: no job total (a partial sum would read as a drop in power)
+    assert ("fabric_harness_sweep_gpu_power_watts", labels(op="all_gather")) not in got
+    assert got[("fabric_harness_sweep_gpu_energy_joules_total", labels(op="all_gather"))] == pytest.approx(6.1)
+
+
+def test_a_node_without_rank_0_serves_no_sweep(tmp_path):
+    series = RunSeries(str(tmp_path), [2, 3], IDENT, job_metrics=False)
+    write_lines(tmp_path / "sweep.jsonl", [size_line("all_reduce", 8)])
+    assert not [k for k in scrape(series) if k[0].startswith("fabric_harness_sweep_")]
