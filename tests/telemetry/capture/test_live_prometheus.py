@@ -78,11 +78,9 @@ class Prom:
         return self.get("/api/v1/query", query=f"last_over_time({expr}[30m])")["result"]
 
 
-@pytest.fixture(scope="module")
-def live_run(tmp_path_factory):
-    bins = _binaries()
-    tmp = tmp_path_factory.mktemp("live")
-    out = tmp / "run"
+def _servers(bins: dict, tmp: Path, out: Path) -> tuple[list, int, int]:
+    """Debian's Prometheus, scraping what file_sd finds in OUT/logs (the target list a run writes), and a
+    Pushgateway: (processes, Prometheus port, Pushgateway port)."""
     (out / "logs").mkdir(parents=True)  # the directory file_sd watches
     prom_port, gw_port = _free_port(), _free_port()
     cfg = tmp / "prometheus.yml"
@@ -97,8 +95,19 @@ def live_run(tmp_path_factory):
     procs = [subprocess.Popen([bins["prometheus"], f"--config.file={cfg}", f"--storage.tsdb.path={tmp / 'data'}",
                                f"--web.listen-address=127.0.0.1:{prom_port}"],
                               stdout=subprocess.DEVNULL, stderr=open(tmp / "prometheus.log", "w")),
-             subprocess.Popen([bins["prometheus-pushgateway"], f"--web.listen-address=127.0.0.1:{gw_port}"],
+             # Debian's build persists to /var/lib/prometheus by default: another run's groups came back
+             subprocess.Popen([bins["prometheus-pushgateway"], f"--web.listen-address=127.0.0.1:{gw_port}",
+                               f"--persistence.file={tmp / 'pushgateway.data'}"],
                               stdout=subprocess.DEVNULL, stderr=open(tmp / "pushgateway.log", "w"))]
+    return procs, prom_port, gw_port
+
+
+@pytest.fixture(scope="module")
+def live_run(tmp_path_factory):
+    bins = _binaries()
+    tmp = tmp_path_factory.mktemp("live")
+    out = tmp / "run"
+    procs, prom_port, gw_port = _servers(bins, tmp, out)
     try:
         _wait_http(f"http://127.0.0.1:{prom_port}/-/ready")
         _wait_http(f"http://127.0.0.1:{gw_port}/-/ready")
@@ -218,6 +227,10 @@ def test_every_dashboard_query_returns_data_from_the_scraped_run(live_run):
         data = prom.get("/api/v1/query_range", query=q, start=live_run["t0"], end=live_run["t1"], step="1")
         hardware = any(f"fabric_harness_{h}" in expr for h in HARDWARE_ONLY)
         has = any(r["values"] for r in data["result"])
+        if "fabric_harness_sweep_" in expr:  # a sweep's panels: data from a sweep only (the test below)
+            if has:
+                wrong.append(f"{title}: {expr} returned data for a training run")
+            continue
         if hardware and has:
             wrong.append(f"{title}: {expr} returned data on a machine without that hardware")
         elif not hardware and not has:
@@ -277,11 +290,11 @@ def live_sweep(tmp_path_factory):
     bins = _binaries()
     tmp = tmp_path_factory.mktemp("live-sweep")
     out = tmp / "sweep"
-    gw_port = _free_port()
-    gw = subprocess.Popen([bins["prometheus-pushgateway"], f"--web.listen-address=127.0.0.1:{gw_port}"],
-                          stdout=subprocess.DEVNULL, stderr=open(tmp / "pushgateway.log", "w"))
+    procs, prom_port, gw_port = _servers(bins, tmp, out)
     try:
+        _wait_http(f"http://127.0.0.1:{prom_port}/-/ready")
         _wait_http(f"http://127.0.0.1:{gw_port}/-/ready")
+        t0 = time.time()
         texts: list[str] = []
         stop = threading.Event()
 
@@ -308,10 +321,13 @@ def live_sweep(tmp_path_factory):
         watcher.join()
         assert res.returncode == 0, res.stderr[-3000:]
         pushed = urllib.request.urlopen(f"http://127.0.0.1:{gw_port}/metrics", timeout=10).read().decode()
-        yield {"out": out, "texts": texts, "pushed": pushed, "promtool": bins["promtool"]}
+        time.sleep(1)
+        yield {"out": out, "texts": texts, "pushed": pushed, "promtool": bins["promtool"],
+               "prom": Prom(f"http://127.0.0.1:{prom_port}"), "t0": t0, "t1": time.time()}
     finally:
-        gw.terminate()
-        gw.wait(timeout=30)
+        for p in procs:
+            p.terminate()
+            p.wait(timeout=30)
 
 
 def _samples(text: str, name: str) -> dict[frozenset, float]:
@@ -362,3 +378,16 @@ def test_the_last_push_counts_each_size_once_after_the_rewrite(live_sweep):
     assert not _samples(pushed, "fabric_harness_sweep_gpu_power_watts")
     assert not _samples(pushed, "fabric_harness_sweep_gpu_energy_joules_total")
     assert "fabric_harness_run_finished{" in pushed
+
+
+def test_the_dashboards_sweep_panels_show_a_sweep_scraped_by_prometheus(live_sweep):
+    prom = live_sweep["prom"]
+    queries = [(title, expr) for title, expr in _dashboard_queries() if "fabric_harness_sweep_" in expr]
+    assert len(queries) >= 3
+    for title, expr in queries:
+        q = expr.replace("$job", "livesweep").replace("$run", live_sweep["out"].name).replace("$host", ".*")
+        data = prom.get("/api/v1/query_range", query=q, start=live_sweep["t0"], end=live_sweep["t1"], step="1")
+        ops = {r["metric"].get("op") for r in data["result"] if r["values"]}
+        assert ops == {"all_reduce", "all_gather"}, (title, expr, data["result"][:2])
+    progress = prom.last('fabric_harness_sweep_sizes_total{op="all_reduce"}')
+    assert 1 <= float(progress[0]["value"][1]) <= 11
