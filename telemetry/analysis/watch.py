@@ -277,8 +277,9 @@ def watch(run_dir: str, once: bool = False, interval_s: float = 2.0, out=None) -
         shown = None
         while True:
             s = state.snapshot()
-            now = (s["step"], s["status"], (s.get("sweep_progress") or {}).get("sizes_done"))
-            if now != shown:  # a new step, a new status, or a sweep's new sizes
+            # a sweep's whole progress, not its count of sizes: a test's footer and the latency table add none
+            now = (s["step"], s["status"], s.get("sweep_progress"))
+            if now != shown:  # a new step, a new status, or a sweep's new sizes, concluded test or latency
                 shown = now
                 print("\n".join(plain_lines(s)), file=out, flush=True)
             if not state.running:

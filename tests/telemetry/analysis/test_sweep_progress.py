@@ -146,3 +146,29 @@ def test_a_table_written_again_from_the_start_is_read_again(tmp_path):
     replaced.replace(run / "collectives.txt")
     assert p.poll()
     assert [(x["op"], x["sizes_done"]) for x in p.snapshot()["tests"]] == [("broadcast", 1)]
+
+
+def test_plain_watch_prints_a_test_concluding_and_the_latency_table_without_a_new_size(tmp_path, monkeypatch):
+    """Into a pipe, watch printed a new view only on a new size or status: a test's footer, and the latency table
+    after the last test (minutes at a slow link), stayed unseen until something else changed."""
+    import io
+
+    from telemetry.analysis import watch as watch_mod
+    run = sweep_dir(tmp_path, HEAD + "\n".join(ROWS) + "\n")
+    table = run / "collectives.txt"
+    steps = [FOOTER, "#\n# fabric-harness latency (us): all_reduce_4B 80.50, sendrecv_48B 95.25\n"]
+
+    def later(_):
+        if steps:
+            with open(table, "a") as f:
+                f.write(steps.pop(0))
+        else:
+            (run / "run.json").write_text((run / "run.json").read_text().replace("running", "finished"))
+    monkeypatch.setattr(watch_mod.time, "sleep", later)
+    out = io.StringIO()
+    assert watch_mod.watch(str(run), out=out) == 0
+    text = out.getvalue()
+    assert "  all_reduce: 4/4 sizes, done: avg bus bandwidth 0.16 GB/s" in text
+    views = text.split("collectives: ")[1:]
+    assert [v.split(" |")[0] for v in views] == ["running", "running", "running", "finished"]
+    assert "latency: all_reduce_4B 80.50 us" in views[2]
