@@ -736,13 +736,17 @@ def run_job(recipe, rec, device: torch.device) -> dict:
     def on_size(record: dict) -> None:
         per_size.write(json.dumps(record) + "\n")
         per_size.flush()
+    POSITION.pop("now", None)  # a position an earlier sweep in this process left is not this one's
     try:
-        return _sweep_job(recipe, rec, device, say, on_size if per_size is not None else None)
+        swept = _sweep_job(recipe, rec, device, say, on_size if per_size is not None else None)
     finally:
-        POSITION.pop("now", None)
         for f in (table, per_size):
             if f is not None:
                 f.close()
+    # cleared only when the sweep ends well: on a failure trainer/run.py's handler, which runs after this
+    # function has returned, names the case from it (a `finally` here cleared it first: "at start-up" again)
+    POSITION.pop("now", None)
+    return swept
 
 
 def _sweep_job(recipe, rec, device: torch.device, say, on_size) -> dict:
