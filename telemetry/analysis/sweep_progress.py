@@ -136,6 +136,9 @@ def human_bytes(n: int | None) -> str:
 def lines(progress: dict, planned_ops: list[str] | None) -> list[str]:
     """The sweep's part of the plain view: a line per test, and the planned tests not started yet."""
     tests = progress["tests"]
+    if not tests and planned_ops is not None and not planned_ops:  # sweep.ops=[p2p_matrix]: no test to wait for
+        return ["  no collective test: sweep.ops holds p2p_matrix only (python -m telemetry p2p RUN shows it once "
+                "the sweep is done)"]
     if not tests:
         return ["  no size measured yet (the table is written as each size is measured)"]
     out = []

@@ -144,8 +144,9 @@ class RunWatch:
         return {"name": info.get("name") or os.path.basename(os.path.normpath(self.run_dir)),
                 "status": info.get("status") or "starting", StepKey.STEP: step, "max_steps": max_steps, "sweep": sweep,
                 "sweep_progress": self.sweep.snapshot() if sweep else None,
-                "sweep_ops": [op for op in (recipe.get("sweep") or {}).get("ops") or [] if op != "p2p_matrix"]
-                if sweep else None,
+                # None where the recipe does not list them (not "no test": that is sweep.ops=[p2p_matrix])
+                "sweep_ops": [op for op in ops if op != "p2p_matrix"] if sweep and isinstance(
+                    ops := (recipe.get("sweep") or {}).get("ops"), list) else None,
                 "eta_s": eta, "s_per_step": per_step, StepKey.LOSS: last.get(StepKey.LOSS),
                 StepKey.TOKENS_PER_S: last.get(StepKey.TOKENS_PER_S),
                 StepKey.JOB_GPU_POWER_W: last.get(StepKey.JOB_GPU_POWER_W),

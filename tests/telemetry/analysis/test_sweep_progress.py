@@ -172,3 +172,16 @@ def test_plain_watch_prints_a_test_concluding_and_the_latency_table_without_a_ne
     views = text.split("collectives: ")[1:]
     assert [v.split(" |")[0] for v in views] == ["running", "running", "running", "finished"]
     assert "latency: all_reduce_4B 80.50 us" in views[2]
+
+
+def test_a_sweep_of_the_p2p_matrix_only_is_not_waiting_for_a_size(tmp_path):
+    """sweep.ops=[p2p_matrix] writes no collective test: watch said 'no size measured yet' to the end."""
+    run = sweep_dir(tmp_path, HEAD.split("\n", 1)[0] + "\n", status="completed")
+    (run / "run.json").write_text((run / "run.json").read_text().replace(
+        '["all_reduce", "all_gather", "p2p_matrix"]', '["p2p_matrix"]'))
+    state = RunWatch(str(run))
+    state.poll()
+    text = plain_lines(state.snapshot())
+    assert not any("no size measured yet" in line for line in text)
+    assert ("  no collective test: sweep.ops holds p2p_matrix only (python -m telemetry p2p RUN shows it once "
+            "the sweep is done)") in text
