@@ -32,6 +32,9 @@ LAB = "lab.json"  # written by python -m launch.lab beside the run's own files
 # a collective sweep's nccl-tests table, written line by line as each size is measured (what watch follows)
 SWEEP_TABLE = "collectives.txt"
 SWEEP_SIZES = "sweep.jsonl"  # a sweep's energy, power and counters per size, a line as each size is measured
+SWEEP_JSON, SWEEP_CSV, SWEEP_NCCL_TESTS = "collectives.json", "collectives.csv", "nccl-tests"  # written at its end
+# a sweep's whole record: a rerun moves an earlier attempt's to logs/sweep.attempt-N/ before it writes its own
+SWEEP_RECORD = (SWEEP_TABLE, SWEEP_JSON, SWEEP_CSV, SWEEP_NCCL_TESTS, SWEEP_SIZES)
 RANK_TELEMETRY, RANK_EVENTS, RANK_FINAL = "telemetry.jsonl", "events.jsonl", "final.json"  # ranks/rankNNNNN.<name>
 
 LAYOUT = (
@@ -44,7 +47,8 @@ LAYOUT = (
                   "(phase marks and calls, only when the trace export is asked for)"),
     (f"{CHECKPOINTS}/", "DCP checkpoints and latest.json"),
     (f"{LOGS}/", "NCCL debug logs (nccl.HOST.PID.log), metrics lines set aside on resume, each earlier "
-                 "attempt's run.json (run.attempt-N.json; run.damaged-TIME.json when it could not be read), "
+                 "attempt's run.json (run.attempt-N.json; run.damaged-TIME.json when it could not be read) and "
+                 "collective sweep's record (sweep.attempt-N/), "
                  "profiler traces, flight_recorder/ (what each rank last entered, written on a failure or hang), "
                  "prometheus-targets.HOST.json (while a run with telemetry.prometheus is live: the node's "
                  "metrics address as a Prometheus file_sd target list, docs/live.md)"),
@@ -60,8 +64,7 @@ LAYOUT = (
 
 # what a run itself writes at the top of its directory (files, and folders with everything in them); a collective
 # sweep's record too (trainer/sweep/output.py write_sweep_files), which `nccl-tests RUN --json` must not replace
-RUN_OWN = frozenset({RUN_JSON, METRICS, RANKS, LOGS, CHECKPOINTS, "run.lock", RESERVE, SWEEP_TABLE, LAB,
-                     "collectives.json", "collectives.csv", "nccl-tests", SWEEP_SIZES})
+RUN_OWN = frozenset({RUN_JSON, METRICS, RANKS, LOGS, CHECKPOINTS, "run.lock", RESERVE, LAB, *SWEEP_RECORD})
 
 
 def looks_like_run_dir(path: str) -> bool:

@@ -18,7 +18,7 @@ import os
 
 from telemetry.analysis import compare_figures, congestion_summary, fabric_config, nccl_algorithms, normalised, power_table
 from telemetry.analysis.compare_figures import size_text
-from telemetry.analysis.compare_inputs import (CompareError, is_sweep, label, line_rates, load_input, recipe_differences,
+from telemetry.analysis.compare_inputs import (CompareError, cut_short_words, is_sweep, label, line_rates, load_input, recipe_differences,
                                                sweep_cut_short, sweep_of, sweep_of_training_run)
 from telemetry.analysis.fabric_summary import fabric_rows, workload_line, workload_rows
 from telemetry.analysis.inventory_summary import hardware_warnings, inventory_rows
@@ -116,8 +116,8 @@ def _check_kinds(runs: list[Run], paths: list[str], sweeps: list[str] | None) ->
     for run in runs if kinds[0] == "sweep" else []:
         if sweep_of(run) is None:  # a sweep still running, failed or killed before it wrote its tables
             kept = os.path.join(run.path, SWEEP_TABLE)
-            hint = (f"; the sizes it measured before it stopped are in {kept}, which compare takes as nccl-tests "
-                    "output" if sweep_cut_short(run) is not None else "")
+            hint = (f"; the sizes it measured {cut_short_words(run)[1]} are in {kept}, which compare takes as "
+                    "nccl-tests output" if sweep_cut_short(run) is not None else "")
             raise CompareError(f"{run.path}: a collective sweep run without collectives.json (run.json status "
                                f"{run.info.get('status') or 'unknown'}): only a finished sweep can be compared{hint}")
     return kinds[0]

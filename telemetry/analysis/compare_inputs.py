@@ -126,6 +126,14 @@ def sweep_cut_short(run: Run) -> dict | None:
     return sweep if sweep["ops"] else None
 
 
+def cut_short_words(run: Run) -> tuple[str, str]:
+    """How to say a sweep without collectives.json: ('did not finish', 'before it stopped'), or for one whose
+    run.json still says running (live, or killed before it could say so) ('has not finished', 'so far')."""
+    if run.info.get("status") == "running":
+        return "has not finished", "so far"
+    return "did not finish", "before it stopped"
+
+
 def is_sweep(run: Run) -> bool:
     """A collective sweep (the collectives workload, or an nccl-tests text file) rather than training."""
     workload = (run.info.get("recipe") or {}).get("workload")

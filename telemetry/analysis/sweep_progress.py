@@ -3,7 +3,9 @@ as each size is measured): what `python -m telemetry watch` shows for a sweep, a
 
 The table is read with the nccl-tests parser the report uses (telemetry/analysis/nccl_tests.py), so a size is
 shown once its row is complete; a torn last line waits for the next read. The file is read again only when it
-has grown or changed, and only its first MAX_READ bytes (a full sweep of every op writes well under 1 MiB).
+has grown or changed, and then from the end of the last concluded test: a linear sweep of 4,096 sizes per test
+writes MBs, and parsing all of it at every read made each read cost more as the sweep went on. A file written
+again from the start (shorter than what was read, or another file) is read again from its start.
 """
 from __future__ import annotations
 
@@ -13,7 +15,8 @@ import re
 from telemetry.analysis import nccl_tests
 from telemetry.rundir import SWEEP_TABLE
 
-MAX_READ = 8 << 20
+MAX_READ = 8 << 20  # bytes read at once from where the last read settled: one test's table is under 1 MiB
+_CONCLUDED = b"# Collective test concluded:"
 # the sweep's first line: "... float32, 8 to 67108864 bytes x2, warm-up 5, ..." (trainer/sweep/measure.py)
 # (or "+1048576," for a sweep that adds sweep.step_bytes each step)
 _BOUNDS = re.compile(r"collective sweep: .*?, (\d+) to (\d+) bytes (?:x(\d+)|\+(\d+)),")
@@ -46,7 +49,12 @@ class SweepProgress:
 
     def __init__(self, run_dir: str):
         self.path = os.path.join(run_dir, SWEEP_TABLE)
-        self._seen: tuple[int, int] | None = None
+        self._seen: tuple[int, int, int] | None = None
+        self._reset()
+
+    def _reset(self) -> None:
+        self._offset = 0  # bytes read and settled: the sweep's first lines and its concluded tests
+        self._settled: dict[str, dict] = {}  # the concluded tests, read once
         self.tests: list[dict] = []
         self.sizes_per_test: int | None = None
         self.latency: dict | None = None
@@ -58,23 +66,47 @@ class SweepProgress:
             st = os.stat(self.path)
         except OSError:
             return False
-        if (st.st_size, st.st_mtime_ns) == self._seen:
+        seen = (st.st_ino, st.st_size, st.st_mtime_ns)
+        if seen == self._seen:
             return False
+        if self._seen is None or st.st_ino != self._seen[0] or st.st_size < self._offset:
+            self._reset()  # written again from the start, or replaced
         try:
-            with open(self.path, encoding="utf-8", errors="replace") as f:
-                text = f.read(MAX_READ)
+            with open(self.path, "rb") as f:
+                f.seek(self._offset)
+                data = f.read(MAX_READ)
         except OSError:
             return False
-        self._seen = (st.st_size, st.st_mtime_ns)
-        text = text[:text.rfind("\n") + 1]  # a line being written waits for the next read
-        if (m := _BOUNDS.search(text[:4096])) is not None:
-            lo, hi, factor, step = (int(g) if g is not None else None for g in m.groups())
-            self.sizes_per_test = planned_sizes(lo, hi, factor, step)
-        self.skipped = {m.group(1): m.group(2).strip() for m in _SKIPPED.finditer(text[:1 << 16])}
-        parsed = nccl_tests.parse(text)
-        self.latency = parsed.get("latency_us")
-        self.tests = [self._test(key, op) for key, op in parsed["ops"].items()]
+        self._seen = seen
+        data = data[:data.rfind(b"\n") + 1]  # a line being written waits for the next read
+        if self._offset == 0:  # the sweep's first lines: its sizes, and the tests it skips
+            head = data[:1 << 16].decode("utf-8", errors="replace")
+            if (m := _BOUNDS.search(head[:4096])) is not None:
+                lo, hi, factor, step = (int(g) if g is not None else None for g in m.groups())
+                self.sizes_per_test = planned_sizes(lo, hi, factor, step)
+            self.skipped = {m.group(1): m.group(2).strip() for m in _SKIPPED.finditer(head)}
+        end = data.rfind(_CONCLUDED)
+        end = data.find(b"\n", end) + 1 if end >= 0 else 0
+        if end:  # tests concluded since the last read: parsed once, kept
+            for key, op in self._parse(data[:end])["ops"].items():
+                self._settled[self._unique(key)] = self._test(key, op)
+            self._offset += end
+        parsed = self._parse(data[end:])  # the test in progress (and the latency table at the end)
+        self.latency = parsed.get("latency_us") or self.latency
+        self.tests = list(self._settled.values()) + [self._test(self._unique(key), op)
+                                                     for key, op in parsed["ops"].items()]
         return True
+
+    @staticmethod
+    def _parse(data: bytes) -> dict:
+        return nccl_tests.parse(data.decode("utf-8", errors="replace"))
+
+    def _unique(self, key: str) -> str:
+        """The parser's own rule for a second table of one op (all_reduce_2), across the reads."""
+        unique, n = key, 2
+        while unique in self._settled:
+            unique, n = f"{key}_{n}", n + 1
+        return unique
 
     def _test(self, key: str, op: dict) -> dict:
         rows = op.get("rows") or []
@@ -104,6 +136,9 @@ def human_bytes(n: int | None) -> str:
 def lines(progress: dict, planned_ops: list[str] | None) -> list[str]:
     """The sweep's part of the plain view: a line per test, and the planned tests not started yet."""
     tests = progress["tests"]
+    if not tests and planned_ops is not None and not planned_ops:  # sweep.ops=[p2p_matrix]: no test to wait for
+        return ["  no collective test: sweep.ops holds p2p_matrix only (python -m telemetry p2p RUN shows it once "
+                "the sweep is done)"]
     if not tests:
         return ["  no size measured yet (the table is written as each size is measured)"]
     out = []

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 
 from telemetry.analysis.compare_figures import rate_text, size_text, time_text
-from telemetry.analysis.compare_inputs import label, sweep_cut_short, sweep_of
+from telemetry.analysis.compare_inputs import cut_short_words, label, sweep_cut_short, sweep_of
 from telemetry.analysis.fabric_summary import lab_row
 from telemetry.analysis.line_rate import job_line_rate, of_line_text
 from telemetry.analysis.report import fmt, write_report
@@ -69,9 +69,11 @@ def sweep_sections(run: Run, out: str, plt) -> tuple[list, list]:
         if sweep is None:
             return [("Sweep", ["", ""], [["result", "no collectives.json: the sweep did not finish, and its "
                                                     f"{SWEEP_TABLE} holds no measured size"]])], []
-        cut = (f"the sweep did not finish (run.json status {fmt(run.info.get('status'))}): "
-               f"{sweep['rows_read']} sizes in {len(sweep['ops'])} tests measured before it stopped, read from "
-               f"{SWEEP_TABLE} (no collectives.json)")
+        verb, when = cut_short_words(run)
+        status = fmt(run.info.get("status")) + (": still running, or killed before it could say so"
+                                                if verb == "has not finished" else "")
+        cut = (f"the sweep {verb} (run.json status {status}): {sweep['rows_read']} sizes in {len(sweep['ops'])} "
+               f"tests measured {when}, read from {SWEEP_TABLE} (no collectives.json)")
     rate = job_line_rate(run)
     ops = list(sweep["ops"])
     name = label(run)

@@ -144,8 +144,9 @@ class RunWatch:
         return {"name": info.get("name") or os.path.basename(os.path.normpath(self.run_dir)),
                 "status": info.get("status") or "starting", StepKey.STEP: step, "max_steps": max_steps, "sweep": sweep,
                 "sweep_progress": self.sweep.snapshot() if sweep else None,
-                "sweep_ops": [op for op in (recipe.get("sweep") or {}).get("ops") or [] if op != "p2p_matrix"]
-                if sweep else None,
+                # None where the recipe does not list them (not "no test": that is sweep.ops=[p2p_matrix])
+                "sweep_ops": [op for op in ops if op != "p2p_matrix"] if sweep and isinstance(
+                    ops := (recipe.get("sweep") or {}).get("ops"), list) else None,
                 "eta_s": eta, "s_per_step": per_step, StepKey.LOSS: last.get(StepKey.LOSS),
                 StepKey.TOKENS_PER_S: last.get(StepKey.TOKENS_PER_S),
                 StepKey.JOB_GPU_POWER_W: last.get(StepKey.JOB_GPU_POWER_W),
@@ -277,8 +278,9 @@ def watch(run_dir: str, once: bool = False, interval_s: float = 2.0, out=None) -
         shown = None
         while True:
             s = state.snapshot()
-            now = (s["step"], s["status"], (s.get("sweep_progress") or {}).get("sizes_done"))
-            if now != shown:  # a new step, a new status, or a sweep's new sizes
+            # a sweep's whole progress, not its count of sizes: a test's footer and the latency table add none
+            now = (s["step"], s["status"], s.get("sweep_progress"))
+            if now != shown:  # a new step, a new status, or a sweep's new sizes, concluded test or latency
                 shown = now
                 print("\n".join(plain_lines(s)), file=out, flush=True)
             if not state.running:

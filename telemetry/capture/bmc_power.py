@@ -14,6 +14,7 @@ a step shorter than that gets the average of the samples around it, and says how
 """
 from __future__ import annotations
 
+import bisect
 import os
 import re
 import shutil
@@ -260,6 +261,10 @@ def open_bmc_source(spec: str | None, chassis: str | None = None):
 
 # ------------------------------------------------------------------ sampling
 
+def _time(sample: tuple) -> float:
+    return sample[0]
+
+
 class PowerSampler:
     """Reads `source` every `interval_s` in a daemon thread; `window(t0, t1)` gives the average watts and
     the energy over any span of time.monotonic(), `step()` the span since the last call."""
@@ -299,14 +304,15 @@ class PowerSampler:
         """Average power and energy over [t0, t1]: the BMC's energy counter where it has one, else
         time-weighted watts (each sample holds until the next). None with a reason when no sample
         falls in or before the window."""
-        with self._lock:
-            samples = list(self.samples)
-        inside = [s for s in samples if t0 <= s[0] <= t1]
-        before = [s for s in samples if s[0] < t0]
-        pts = ([before[-1]] if before else []) + inside
+        with self._lock:  # in time order (each appended as it is read, under the lock): the span by bisection,
+            # not a scan of every sample kept (a window per sweep size or training step, over hours of samples)
+            first = bisect.bisect_left(self.samples, t0, key=_time)
+            inside = self.samples[first:bisect.bisect_right(self.samples, t1, key=_time)]
+            pts = self.samples[first - 1:first] + inside if first else inside
+            any_sample = bool(self.samples)
         if not pts or t1 <= t0:
             return {"watts": None, "energy_j": None, "samples": 0,
-                    "reason": "no BMC sample yet" if not samples else "no BMC sample in or before this window"}
+                    "reason": "no BMC sample yet" if not any_sample else "no BMC sample in or before this window"}
         energy = 0.0
         covered_from = max(pts[0][0], t0)  # before the first sample ever taken nothing is known
         for i, (t, w, _) in enumerate(pts):

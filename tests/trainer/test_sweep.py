@@ -579,3 +579,26 @@ def test_a_step_larger_than_the_range_is_refused_as_one_size(capsys):
     capsys.readouterr()
     assert main([SWEEP, "--dry-run", "sweep.min_bytes=1G", "sweep.max_bytes=1K"]) == 2
     assert "allowed: max_bytes >= min_bytes" in capsys.readouterr().err
+
+
+@pytest.mark.integration
+def test_a_rerun_keeps_the_earlier_sweeps_record_whole_and_does_not_mix_it_with_its_own(tmp_path):
+    """A rerun into a finished sweep's directory emptied collectives.txt and sweep.jsonl at its start (they are
+    written as each size is measured) but left the earlier collectives.json, .csv and nccl-tests/: a rerun that
+    failed or was killed left the earlier sweep's numbers as its own (the report showed them) beside its own
+    empty table, and the earlier table was lost. The earlier record now moves whole to logs/sweep.attempt-N/."""
+    out = tmp_path / "sweep"
+    small = ("sweep.max_bytes=64", "sweep.ops=[all_reduce]", "sweep.iters=2", "sweep.warmup=1", "sweep.latency_iters=2")
+    first = run_cli(out, *small, recipe=SWEEP)
+    assert first.returncode == 0, first.stderr[-3000:]
+    table, numbers = (out / "collectives.txt").read_text(), (out / "collectives.json").read_text()
+    again = run_cli(out, *small, "sweep.root=3", recipe=SWEEP)  # fails at its start: root 3 of 1 rank
+    assert again.returncode == 2 and "sweep.root: got 3" in again.stderr
+    kept = out / "logs" / "sweep.attempt-1"
+    assert (kept / "collectives.txt").read_text() == table and (kept / "collectives.json").read_text() == numbers
+    assert {p.name for p in kept.iterdir()} == {"collectives.txt", "collectives.json", "collectives.csv",
+                                                "nccl-tests", "sweep.jsonl"}
+    assert not (out / "collectives.json").exists() and not (out / "nccl-tests").exists()
+    assert telemetry_main(["report", str(out)]) == 0
+    md = (out / "report" / "report.md").read_text()
+    assert "no collectives.json: the sweep did not finish, and its collectives.txt holds no measured size" in md

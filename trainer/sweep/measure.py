@@ -29,12 +29,13 @@ import torch.distributed as dist
 
 from telemetry.capture.group_timeout import job_timeout
 from telemetry.formulas import algbw_GBps, bus_factor
-from telemetry.rundir import SWEEP_SIZES, SWEEP_TABLE
+from telemetry.rundir import SWEEP_JSON, SWEEP_SIZES, SWEEP_TABLE
 from telemetry.work_progress import WorkProgress
 
 from ..error_report import InputError
 from .output import (BLOCKS_ALL, HEADER, MISSING, TEST_OF, avg_busbw, describe_straggler, device_info, footer,
-                     format_row, preamble, spread_line, timed_block, write_sweep_files)
+                     format_row, keep_earlier_record, preamble, spread_line, timed_block,
+                     write_sweep_files)
 from .operands import Case, a2a_value, base_value, contribution, count_wrong, fill, reduced
 from .plan import count_sizes, counts, held_here, human, memory_problem, sizes, step_of, step_text
 
@@ -721,6 +722,8 @@ def run_job(recipe, rec, device: torch.device) -> dict:
     energy/power/counters per size in sweep.jsonl."""
     rec.start_capture(trace=False)  # meters only (energy, power, counters): the sweep times its own calls
     rundir = rec.rundir
+    if rundir.rank == 0:  # a rerun: the earlier attempt's record is kept whole, not mixed with this one's
+        keep_earlier_record(rundir.path, rec.attempt)
     # rank 0's table goes to the run directory line by line, as nccl-tests' output goes to a job's log: `telemetry
     # watch` follows it, and a sweep that fails or is killed at its 20th size keeps the 19 it measured
     # (and each size's energy, power and counters to sweep.jsonl: the end rewrites it with the transport)
@@ -736,13 +739,17 @@ def run_job(recipe, rec, device: torch.device) -> dict:
     def on_size(record: dict) -> None:
         per_size.write(json.dumps(record) + "\n")
         per_size.flush()
+    POSITION.pop("now", None)  # a position an earlier sweep in this process left is not this one's
     try:
-        return _sweep_job(recipe, rec, device, say, on_size if per_size is not None else None)
+        swept = _sweep_job(recipe, rec, device, say, on_size if per_size is not None else None)
     finally:
-        POSITION.pop("now", None)
         for f in (table, per_size):
             if f is not None:
                 f.close()
+    # cleared only when the sweep ends well: on a failure trainer/run.py's handler, which runs after this
+    # function has returned, names the case from it (a `finally` here cleared it first: "at start-up" again)
+    POSITION.pop("now", None)
+    return swept
 
 
 def _sweep_job(recipe, rec, device: torch.device, say, on_size) -> dict:
@@ -768,7 +775,7 @@ def _sweep_job(recipe, rec, device: torch.device, say, on_size) -> dict:
     result["hosts_evidence"] = [h for h in per_host if h is not None]
     if rundir.rank == 0:
         result["fabric"] = {k: rundir.info["fabric"].get(k) for k in ("backend", "transport", "force_network")}
-        write_json_atomic(os.path.join(rundir.path, "collectives.json"), result)
+        write_json_atomic(os.path.join(rundir.path, SWEEP_JSON), result)
         write_sweep_files(rundir.path, result, rundir.info.get("command") or [], rundir.info.get("environment") or {},
                           rundir.info["software"].get("nccl") if device.type == "cuda" else None)
         if result["hosts_evidence"]:  # the sweep's loss verdict over every host, and each host's server power

@@ -5,11 +5,12 @@ from __future__ import annotations
 import os
 import platform
 import statistics
+import sys
 
 import torch
 
 from telemetry.formulas import algbw_GBps
-from telemetry.rundir import SWEEP_SIZES
+from telemetry.rundir import LOGS, SWEEP_CSV, SWEEP_NCCL_TESTS, SWEEP_RECORD, SWEEP_SIZES
 
 
 def describe_straggler(s: dict) -> str:
@@ -149,9 +150,9 @@ def write_sweep_files(run_dir: str, result: dict, argv: list[str], env: dict, nc
     from telemetry.analysis.nccl_tests_json import nccl_version_code, to_nccl_tests
     from telemetry.analysis.nccl_tests import to_csv
 
-    with open(os.path.join(run_dir, "collectives.csv"), "w", encoding="utf-8") as f:
+    with open(os.path.join(run_dir, SWEEP_CSV), "w", encoding="utf-8") as f:
         f.write(to_csv(result))
-    folder = os.path.join(run_dir, "nccl-tests")
+    folder = os.path.join(run_dir, SWEEP_NCCL_TESTS)
     os.makedirs(folder, exist_ok=True)
     env_lines = [f"{k}={v}" for k, v in sorted(env.items())]  # already redacted (run.json's environment)
     for op in result["ops"]:
@@ -164,3 +165,28 @@ def write_sweep_files(run_dir: str, result: dict, argv: list[str], env: dict, nc
         for rec in result.get("sizes", []):
             f.write(json.dumps({**rec, "transport": (result.get("fabric") or {}).get("transport")}) + "\n")
     os.replace(path + ".tmp", path)
+
+
+def keep_earlier_record(run_dir: str, attempt: int | None) -> str | None:
+    """Rank 0, before a sweep writes its table: an earlier attempt's sweep record (its table, numbers, CSV, nccl-tests
+    JSON and sizes) moved whole to logs/sweep.attempt-N/ (N: that attempt). The table and sizes are written as each
+    size is measured, the rest at the end: a rerun that failed or was killed left the earlier numbers beside its own
+    table, read as its own. Returns the folder, None when there was no record."""
+    found = [name for name in SWEEP_RECORD if os.path.lexists(os.path.join(run_dir, name))]
+    if not found:
+        return None
+    n = attempt - 1 if isinstance(attempt, int) and attempt > 1 else 0
+    folder = os.path.join(run_dir, LOGS, f"sweep.attempt-{n}")
+    k = 1
+    while os.path.lexists(folder):  # attempts restart at 1 without resume: never overwrite a kept record
+        folder = os.path.join(run_dir, LOGS, f"sweep.attempt-{n}.{k}")
+        k += 1
+    try:
+        os.makedirs(folder)
+        for name in found:
+            os.replace(os.path.join(run_dir, name), os.path.join(folder, name))
+    except OSError as exc:
+        print(f"warning: could not move the earlier sweep's record in {run_dir} to {folder}: {exc}", file=sys.stderr,
+              flush=True)
+        return None
+    return folder

@@ -593,6 +593,11 @@ def test_a_sweep_cut_short_is_refused_with_where_its_measured_sizes_are(tmp_path
     assert str(info.value) == (f"{cut}: a collective sweep run without collectives.json (run.json status failed): "
                                f"only a finished sweep can be compared; the sizes it measured before it stopped are in "
                                f"{cut}/collectives.txt, which compare takes as nccl-tests output")
+    (cut / "run.json").write_text((cut / "run.json").read_text().replace("failed", "running"))
+    with pytest.raises(CompareError) as info:  # still running: its sizes so far, not 'before it stopped'
+        compare([str(cut), str(done)], str(tmp_path / "cmp"))
+    assert "(run.json status running): only a finished sweep can be compared; the sizes it measured so far are " \
+           "in " in str(info.value)
     compare([str(cut / "collectives.txt"), str(done)], str(tmp_path / "cmp"))  # as the error says
     assert "all_reduce" in (tmp_path / "cmp" / "compare.md").read_text()
     (cut / "collectives.txt").write_text(HEAD)  # started, nothing measured: no pointer to an empty table

@@ -92,3 +92,96 @@ def test_a_test_the_sweep_skipped_is_not_waiting_to_start(tmp_path):
     out = lines(p.snapshot(), ["all_reduce", "all_gather"])
     assert "  not started: all_gather" not in out
     assert out[-1] == "  skipped: all_gather (it needs at least 2 ranks (this world has 1))"
+
+
+def _table(tests: list[str], rows: int, last_rows: int | None = None) -> str:
+    """A sweep's table: `tests` concluded in turn, the last with `last_rows` rows and no footer when given."""
+    text = HEAD.split("\n", 1)[0] + "\n"
+    section = HEAD.split("\n", 1)[1]
+    for i, op in enumerate(tests):
+        n = last_rows if last_rows is not None and i == len(tests) - 1 else rows
+        body = "\n".join(ROWS[j % 4] for j in range(n)) + ("\n" if n else "")
+        text += section.replace("all_reduce", op) + body
+        if last_rows is None or i < len(tests) - 1:
+            text += FOOTER.replace("all_reduce", op)
+    return text
+
+
+def test_a_long_sweep_is_not_parsed_again_from_its_start_at_every_read(tmp_path, monkeypatch):
+    """watch reads the table every 2 s: a 4,096-size sweep's table is MBs, and parsing all of it at every read
+    made watch's cost grow with the sweep (0.6 s a read at 4.4 MB). Concluded tests are read once; each read
+    parses the test in progress only, and shows what a read of the whole table shows."""
+    from telemetry.analysis import sweep_progress
+    parsed: list[int] = []
+    real = sweep_progress.nccl_tests.parse
+    monkeypatch.setattr(sweep_progress.nccl_tests, "parse", lambda text, *a, **k: parsed.append(len(text)) or real(text))
+    ops = ["all_reduce", "all_gather", "broadcast"]
+    run = sweep_dir(tmp_path, _table(ops[:2], 40))
+    p = SweepProgress(str(run))
+    assert p.poll()
+    first = sum(parsed)
+    for n in range(1, 4):
+        (run / "collectives.txt").write_text(_table(ops, 40, last_rows=n))
+        parsed.clear()
+        assert p.poll()
+        assert sum(parsed) < first / 4  # the broadcast test's lines, not the two concluded tests again
+        whole = SweepProgress(str(run))
+        whole.poll()
+        assert p.snapshot() == whole.snapshot()
+    t = p.snapshot()["tests"]
+    assert [(x["op"], x["sizes_done"], x["done"]) for x in t] == [("all_reduce", 40, True), ("all_gather", 40, True),
+                                                                  ("broadcast", 3, False)]
+
+
+def test_a_table_written_again_from_the_start_is_read_again(tmp_path):
+    """A rerun into the directory truncates collectives.txt (or a copy replaces it): what was read is dropped."""
+    run = sweep_dir(tmp_path, _table(["all_reduce", "all_gather"], 4))
+    p = SweepProgress(str(run))
+    p.poll()
+    (run / "collectives.txt").write_text(_table(["all_reduce"], 4, last_rows=2))
+    assert p.poll()
+    assert [(x["op"], x["sizes_done"]) for x in p.snapshot()["tests"]] == [("all_reduce", 2)]
+    replaced = tmp_path / "new.txt"
+    replaced.write_text(_table(["broadcast"], 4, last_rows=1) + "\n" * 4000)
+    replaced.replace(run / "collectives.txt")
+    assert p.poll()
+    assert [(x["op"], x["sizes_done"]) for x in p.snapshot()["tests"]] == [("broadcast", 1)]
+
+
+def test_plain_watch_prints_a_test_concluding_and_the_latency_table_without_a_new_size(tmp_path, monkeypatch):
+    """Into a pipe, watch printed a new view only on a new size or status: a test's footer, and the latency table
+    after the last test (minutes at a slow link), stayed unseen until something else changed."""
+    import io
+
+    from telemetry.analysis import watch as watch_mod
+    run = sweep_dir(tmp_path, HEAD + "\n".join(ROWS) + "\n")
+    table = run / "collectives.txt"
+    steps = [FOOTER, "#\n# fabric-harness latency (us): all_reduce_4B 80.50, sendrecv_48B 95.25\n"]
+
+    def later(_):
+        if steps:
+            with open(table, "a") as f:
+                f.write(steps.pop(0))
+        else:
+            (run / "run.json").write_text((run / "run.json").read_text().replace("running", "finished"))
+    monkeypatch.setattr(watch_mod.time, "sleep", later)
+    out = io.StringIO()
+    assert watch_mod.watch(str(run), out=out) == 0
+    text = out.getvalue()
+    assert "  all_reduce: 4/4 sizes, done: avg bus bandwidth 0.16 GB/s" in text
+    views = text.split("collectives: ")[1:]
+    assert [v.split(" |")[0] for v in views] == ["running", "running", "running", "finished"]
+    assert "latency: all_reduce_4B 80.50 us" in views[2]
+
+
+def test_a_sweep_of_the_p2p_matrix_only_is_not_waiting_for_a_size(tmp_path):
+    """sweep.ops=[p2p_matrix] writes no collective test: watch said 'no size measured yet' to the end."""
+    run = sweep_dir(tmp_path, HEAD.split("\n", 1)[0] + "\n", status="completed")
+    (run / "run.json").write_text((run / "run.json").read_text().replace(
+        '["all_reduce", "all_gather", "p2p_matrix"]', '["p2p_matrix"]'))
+    state = RunWatch(str(run))
+    state.poll()
+    text = plain_lines(state.snapshot())
+    assert not any("no size measured yet" in line for line in text)
+    assert ("  no collective test: sweep.ops holds p2p_matrix only (python -m telemetry p2p RUN shows it once "
+            "the sweep is done)") in text

@@ -59,6 +59,13 @@ def test_a_sweep_cut_short_reports_the_sizes_its_table_holds(tmp_path):
     assert "| sizes | 8 B to 64 B, 5 timed iterations each after 1 warm-up |" in md
     assert "## all_reduce: time and bandwidth at every size" in md and "## all_gather: time and bandwidth" in md
     assert "| 32 B | in-place | 112 us |" in md
+    # a sweep still running (or killed before it could say so: run.json still says running) has not stopped
+    (run / "run.json").write_text((run / "run.json").read_text().replace("failed", "running"))
+    write_report(str(run))
+    md = (run / "report" / "report.md").read_text()
+    assert ("| result | the sweep has not finished (run.json status running: still running, or killed before it "
+            "could say so): 5 sizes in 2 tests measured so far, read from collectives.txt (no collectives.json) |"
+            ) in md
     (run / "collectives.txt").write_text(HEAD)  # started, nothing measured
     write_report(str(run))
     md = (run / "report" / "report.md").read_text()

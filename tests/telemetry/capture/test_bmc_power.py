@@ -346,3 +346,36 @@ def test_a_chassis_whose_link_fails_does_not_hide_the_next(creds):
         assert src.chassis == "1U" and src.read()["watts"] == 344.0
     finally:
         bmc.close()
+
+
+def test_a_window_reads_the_samples_around_it_not_every_sample():
+    """window() scanned every sample kept: a sweep reads one window per size (a linear sweep: 4,096 sizes per
+    collective) and a training run one per step, over hours of 1 s samples, so the work grew as sizes x samples
+    (the sweep's end waited minutes on it while the other ranks waited at its gather). The samples are in time
+    order: a window finds its span by bisection, and gives what the scan gave."""
+    compared = [0]
+
+    class Time(float):  # a sample's time that counts how often it is compared
+        def _count(self, other, op):
+            compared[0] += 1
+            return op(float(self), float(other))
+        __lt__ = lambda self, o: self._count(o, float.__lt__)  # noqa: E731
+        __le__ = lambda self, o: self._count(o, float.__le__)  # noqa: E731
+        __gt__ = lambda self, o: self._count(o, float.__gt__)  # noqa: E731
+        __ge__ = lambda self, o: self._count(o, float.__ge__)  # noqa: E731
+
+    now = [Time(0.0)]
+    src = Steady(100.0)
+    s = bp.PowerSampler(src, clock=lambda: now[0])
+    for i in range(20000):
+        now[0], src.watts = Time(float(i)), 100.0 + i % 7
+        s.sample()
+    compared[0] = 0
+    w = s.window(10000.5, 10003.5)
+    assert compared[0] < 200  # about 2 x log2(20,000) x 2, not 2 x 20,000
+    # 0.5 s at the sample of t=10000, then 1 s at each of t=10001..10003
+    watts = [100.0 + i % 7 for i in (10000, 10001, 10002, 10003)]
+    assert w["energy_j"] == pytest.approx(0.5 * watts[0] + watts[1] + watts[2] + 0.5 * watts[3])
+    assert w["samples"] == 3
+    assert s.window(-5.0, -1.0)["watts"] is None and s.window(30000.0, 30001.0)["samples"] == 0
+    assert s.window(30000.0, 30001.0)["watts"] == pytest.approx(100.0 + 19999 % 7)  # the last sample holds
