@@ -43,3 +43,27 @@ def algbw_GBps(size_bytes: float, time_s: float | None) -> float | None:
 def busbw_GBps(op: str, size_bytes: float, time_s: float | None, n: int) -> float | None:
     alg = algbw_GBps(size_bytes, time_s)
     return None if alg is None else alg * bus_factor(op, n)
+
+
+def sweep_sizes(lo: int, hi: int, factor: int, step: int | None = None) -> list[int]:
+    """The sizes a collective sweep measures, as nccl-tests steps them: lo, then x factor (-f), or + step bytes
+    (-i) when a step is given, up to hi inclusive (the harness's sweep and the readers of its table share it)."""
+    if step:
+        return list(range(lo, hi + 1, step))
+    if lo < 1 or factor < 2:
+        raise ValueError(f"a geometric sweep needs lo >= 1 and factor >= 2, got lo {lo}, factor {factor}")
+    out, s = [], lo
+    while s <= hi:
+        out.append(s)
+        s *= factor
+    return out
+
+
+def count_sweep_sizes(lo: int, hi: int, factor: int | None, step: int | None = None) -> int | None:
+    """How many sizes `sweep_sizes` gives, a linear sweep's without making the list (a typo can ask for
+    millions); None where no sweep steps that way (lo < 1, hi < lo, a factor under 2 without a step)."""
+    if lo < 1 or hi < lo or (step is not None and step < 1) or (not step and (factor is None or factor < 2)):
+        return None
+    if step:
+        return (hi - lo) // step + 1
+    return len(sweep_sizes(lo, hi, factor))  # geometric: a few dozen at most

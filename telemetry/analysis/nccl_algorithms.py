@@ -41,6 +41,7 @@ import os
 import re
 from collections import Counter
 
+from telemetry.analysis.compare_figures import size_text
 from telemetry.rundir import LOGS
 
 ALGORITHMS = {0: "TREE", 1: "RING", 2: "COLLNET_DIRECT", 3: "COLLNET_CHAIN", 4: "NVLS", 5: "NVLS_TREE", 6: "PAT"}
@@ -250,13 +251,6 @@ def why_missing(run_dir: str) -> str:
     if not log_files(run_dir):
         return "no NCCL log (NCCL_DEBUG=INFO into the run's logs/: telemetry.nccl_debug)"
     return "no TUNING lines (set telemetry.nccl_tuning=true, or NCCL_DEBUG_SUBSYS with TUNING)"
-
-
-def size_text(n: int) -> str:
-    for unit, scale in (("GB", 1 << 30), ("MB", 1 << 20), ("KB", 1 << 10)):
-        if n >= scale:
-            return f"{n / scale:g} {unit}"
-    return f"{n} B"
 
 
 def report_sections(run_dir: str) -> list[tuple[str, list[str], list[list[str]]]]:

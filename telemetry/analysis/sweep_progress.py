@@ -13,6 +13,8 @@ import os
 import re
 
 from telemetry.analysis import nccl_tests
+from telemetry.analysis.compare_figures import size_text
+from telemetry.formulas import count_sweep_sizes
 from telemetry.rundir import SWEEP_TABLE
 
 MAX_READ = 8 << 20  # bytes read at once from where the last read settled: one test's table is under 1 MiB
@@ -22,18 +24,6 @@ _CONCLUDED = b"# Collective test concluded:"
 _BOUNDS = re.compile(r"collective sweep: .*?, (\d+) to (\d+) bytes (?:x(\d+)|\+(\d+)),")
 # a test the sweep will not run: "# fabric-harness: sendrecv skipped: it needs at least 2 ranks (this world has 1)"
 _SKIPPED = re.compile(r"^# fabric-harness: (\w+) skipped: (.*)$", re.M)
-
-
-def planned_sizes(lo: int, hi: int, factor: int | None, step: int | None = None) -> int | None:
-    """How many sizes each test runs: lo, lo x factor (or lo + step), ... up to hi (the sweep's own rule)."""
-    if lo < 1 or hi < lo or (step is None and (factor is None or factor < 2)) or (step is not None and step < 1):
-        return None
-    if step is not None:
-        return (hi - lo) // step + 1
-    n, s = 0, lo
-    while s <= hi:
-        n, s = n + 1, s * factor
-    return n
 
 
 def _busbw(row: dict) -> tuple[float | None, str | None]:
@@ -83,7 +73,7 @@ class SweepProgress:
             head = data[:1 << 16].decode("utf-8", errors="replace")
             if (m := _BOUNDS.search(head[:4096])) is not None:
                 lo, hi, factor, step = (int(g) if g is not None else None for g in m.groups())
-                self.sizes_per_test = planned_sizes(lo, hi, factor, step)
+                self.sizes_per_test = count_sweep_sizes(lo, hi, factor, step)
             self.skipped = {m.group(1): m.group(2).strip() for m in _SKIPPED.finditer(head)}
         end = data.rfind(_CONCLUDED)
         end = data.find(b"\n", end) + 1 if end >= 0 else 0
@@ -123,16 +113,6 @@ class SweepProgress:
                 "sizes_per_test": self.sizes_per_test, "latency_us": self.latency, "skipped": self.skipped}
 
 
-def human_bytes(n: int | None) -> str:
-    if n is None:
-        return "n/a"
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024 or unit == "TiB":
-            return f"{n:g} {unit}" if unit == "B" else f"{n:.4g} {unit}"
-        n /= 1024
-    return f"{n} B"
-
-
 def lines(progress: dict, planned_ops: list[str] | None) -> list[str]:
     """The sweep's part of the plain view: a line per test, and the planned tests not started yet."""
     tests = progress["tests"]
@@ -150,7 +130,7 @@ def lines(progress: dict, planned_ops: list[str] | None) -> list[str]:
             out.append(f"{head}, done: avg bus bandwidth {t['avg_busbw_GBps']:g} GB/s{wrong}")
         elif t["sizes_done"]:
             bw = "n/a" if t["last_busbw_GBps"] is None else f"{t['last_busbw_GBps']:g} GB/s ({t['last_block']})"
-            out.append(f"{head}, last {human_bytes(t['last_size'])}: busbw {bw}")
+            out.append(f"{head}, last {size_text(t['last_size'])}: busbw {bw}")
         else:
             out.append(f"{head}: starting")
     started = {t["op"] for t in tests}

@@ -27,3 +27,17 @@ def test_bandwidths_by_hand():
 def test_unknown_collective_is_refused():
     with pytest.raises(ValueError, match="unknown collective 'allreduce'"):
         bus_factor("allreduce", 2)
+
+
+def test_a_sweeps_sizes_follow_nccl_tests_rule_and_are_counted_without_a_list():
+    from telemetry.formulas import count_sweep_sizes, sweep_sizes
+
+    assert sweep_sizes(8, 64, 2) == [8, 16, 32, 64] and sweep_sizes(8, 100, 4) == [8, 32]
+    assert sweep_sizes(1 << 20, 3 << 20, 2, 1 << 20) == [1 << 20, 2 << 20, 3 << 20]  # -i: step wins
+    assert count_sweep_sizes(8, 64, 2) == 4 and count_sweep_sizes(8, 67108864, 2) == 24
+    assert count_sweep_sizes(8, 64 << 30, 2, 8) == 8_589_934_592  # a typo's count, without its list
+    # no sweep steps that way: unknown, never a loop without end
+    assert count_sweep_sizes(0, 8, 2) is None and count_sweep_sizes(8, 4, 2) is None
+    assert count_sweep_sizes(8, 64, 1) is None and count_sweep_sizes(8, 64, 2, 0) is None
+    with pytest.raises(ValueError):
+        sweep_sizes(8, 64, 1)

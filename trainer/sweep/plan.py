@@ -16,6 +16,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Literal, Union
 
+from telemetry.formulas import count_sweep_sizes, sweep_sizes
+
 SWEEP_WORKLOAD = "collectives"  # the recipe's `workload` value that makes the job a sweep (Recipe.job)
 SWEEP_BYTES_MAX = 1 << 36  # 64 GiB: more than any accelerator's memory per buffer
 
@@ -101,21 +103,12 @@ MAX_SIZES = 4096  # per collective: a linear sweep of 1M steps up to 4G; more is
 
 
 def count_sizes(lo: int, hi: int, factor: int, step: int | None = None) -> int:
-    """How many sizes `sizes` gives; a linear sweep's without making the list (a typo can ask for millions)."""
-    if step:
-        return (hi - lo) // step + 1 if hi >= lo else 0
-    return len(sizes(lo, hi, factor))  # geometric: a few dozen at most
+    """How many sizes `sizes` gives (telemetry.formulas owns the rule: `telemetry watch` counts them too); 0 for
+    an empty range."""
+    return count_sweep_sizes(lo, hi, factor, step) or 0
 
 
-def sizes(lo: int, hi: int, factor: int, step: int | None = None) -> list[int]:
-    """The sizes nccl-tests measures: lo, then x factor (-f), or + step bytes (-i) when a step is given, up to hi."""
-    if step:
-        return list(range(lo, hi + 1, step))
-    out, s = [], lo
-    while s <= hi:
-        out.append(s)
-        s *= factor
-    return out
+sizes = sweep_sizes  # the sizes nccl-tests measures: lo, then x factor (-f), or + step bytes (-i), up to hi
 
 
 SWEEP_OPS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "sendrecv", "broadcast", "reduce", "gather",

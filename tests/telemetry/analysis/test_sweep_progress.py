@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from telemetry.analysis.sweep_progress import SweepProgress, human_bytes, lines, planned_sizes
+from telemetry.analysis.sweep_progress import SweepProgress, lines
 from telemetry.analysis.watch import RunWatch, plain_lines
 
 HEAD = """# fabric-harness collective sweep: 2 ranks on 1 host(s), float32, 8 to 64 bytes x2, warm-up 1, iters 5, time avg
@@ -32,12 +32,6 @@ def sweep_dir(tmp_path, text: str, status: str = "running"):
                    "sweep": {"ops": ["all_reduce", "all_gather", "p2p_matrix"]}}}))
     (tmp_path / "collectives.txt").write_text(text)
     return tmp_path
-
-
-def test_planned_sizes_follow_the_sweeps_own_rule():
-    assert planned_sizes(8, 64, 2) == 4 and planned_sizes(8, 100, 4) == 2 and planned_sizes(8, 67108864, 2) == 24
-    assert planned_sizes(0, 8, 2) is None and planned_sizes(8, 4, 2) is None and planned_sizes(8, 64, 1) is None
-    assert human_bytes(8) == "8 B" and human_bytes(1 << 20) == "1 MiB" and human_bytes(None) == "n/a"
 
 
 def test_a_test_in_progress_shows_its_sizes_and_last_bandwidth_and_waits_for_a_torn_line(tmp_path):
