@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 
 from telemetry.analysis import nccl_tests
 from telemetry.analysis.compare_figures import size_text
@@ -55,6 +56,8 @@ class SweepProgress:
         try:
             st = os.stat(self.path)
         except OSError:
+            return False
+        if not stat.S_ISREG(st.st_mode):  # a FIFO or a directory is no sweep's table (opening a FIFO blocks)
             return False
         seen = (st.st_ino, st.st_size, st.st_mtime_ns)
         if seen == self._seen:

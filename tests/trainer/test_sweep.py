@@ -602,3 +602,29 @@ def test_a_rerun_keeps_the_earlier_sweeps_record_whole_and_does_not_mix_it_with_
     assert telemetry_main(["report", str(out)]) == 0
     md = (out / "report" / "report.md").read_text()
     assert "no collectives.json: the sweep did not finish, and its collectives.txt holds no measured size" in md
+
+
+def test_a_factor_above_two_beside_step_bytes_is_refused_as_ambiguous(capsys):
+    """nccl-tests' -f 4 -i 1M multiplies by 4 (-f wins); the harness's step_bytes always adds: say so."""
+    from trainer.sweep.plan import SweepConfig
+    from trainer.sweep.recipe_checks import check_sweep
+
+    got = check_sweep(SweepConfig(min_bytes="1M", max_bytes="8M", step_bytes="1M", factor=4))
+    assert got == ["sweep.factor: 4 beside sweep.step_bytes '1M': a sweep either multiplies or adds (nccl-tests' -f "
+                   "above 1 would win over -i); allowed: sweep.step_bytes=null to multiply by 4, or sweep.factor=1 "
+                   "(or 2, the default) to add 1M each step"]
+    for factor in (1, 2):  # nccl-tests' -f 1 -i STEP, and the default
+        assert check_sweep(SweepConfig(min_bytes="1M", max_bytes="8M", step_bytes="1M", factor=factor)) == []
+
+
+def test_the_end_files_are_written_whole_or_not_at_all(tmp_path, monkeypatch):
+    """A job stopped (or a disk full) while the end's files were written left half a collectives.csv or
+    nccl-tests JSON, read as whole: each is now written beside and renamed, and a failure leaves neither."""
+    from trainer.sweep import output
+
+    def full(src, dst):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(output.os, "replace", full)
+    with pytest.raises(OSError):
+        output._write_atomic(str(tmp_path / "collectives.csv"), "a,b\n1,2\n")
+    assert list(tmp_path.iterdir()) == []  # neither the file nor its .tmp

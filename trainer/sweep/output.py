@@ -2,6 +2,7 @@
 files beside collectives.json (collectives.csv, nccl-tests/<op>.json, sweep.jsonl)."""
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import statistics
@@ -150,21 +151,30 @@ def write_sweep_files(run_dir: str, result: dict, argv: list[str], env: dict, nc
     from telemetry.analysis.nccl_tests_json import nccl_version_code, to_nccl_tests
     from telemetry.analysis.nccl_tests import to_csv
 
-    with open(os.path.join(run_dir, SWEEP_CSV), "w", encoding="utf-8") as f:
-        f.write(to_csv(result))
+    # each file whole or not at all: a job killed while they are written leaves no half a file read as whole
+    _write_atomic(os.path.join(run_dir, SWEEP_CSV), to_csv(result))
     folder = os.path.join(run_dir, SWEEP_NCCL_TESTS)
     os.makedirs(folder, exist_ok=True)
     env_lines = [f"{k}={v}" for k, v in sorted(env.items())]  # already redacted (run.json's environment)
     for op in result["ops"]:
         doc = to_nccl_tests(result, op, argv, env_lines, nccl_version_code(nccl_version))
-        with open(os.path.join(folder, f"{op}.json"), "w", encoding="utf-8") as f:
-            json.dump(doc, f, indent=1)
+        _write_atomic(os.path.join(folder, f"{op}.json"), json.dumps(doc, indent=1))
     # the lines written as each size was measured, again with the transport (known once the sweep is done)
-    path = os.path.join(run_dir, SWEEP_SIZES)
-    with open(path + ".tmp", "w", encoding="utf-8") as f:
-        for rec in result.get("sizes", []):
-            f.write(json.dumps({**rec, "transport": (result.get("fabric") or {}).get("transport")}) + "\n")
-    os.replace(path + ".tmp", path)
+    transport = (result.get("fabric") or {}).get("transport")
+    _write_atomic(os.path.join(run_dir, SWEEP_SIZES),
+                  "".join(json.dumps({**rec, "transport": transport}) + "\n" for rec in result.get("sizes", [])))
+
+
+def _write_atomic(path: str, text: str) -> None:
+    tmp = f"{path}.tmp"
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        raise
 
 
 def keep_earlier_record(run_dir: str, attempt: int | None) -> str | None:

@@ -20,6 +20,12 @@ def check_sweep(sw: SweepConfig) -> list[str]:
                  "max_bytes >= min_bytes (equal for one size)")
     # with step_bytes the factor is unused, and nccl-tests' own spelling of a linear sweep is -f 1 -i STEP
     p += at_least("sweep", sw, ("factor",), 2 if sw.step_bytes is None else 1)
+    if sw.step_bytes is not None and isinstance(sw.factor, int) and sw.factor > 2:
+        # nccl-tests' -f above 1 wins over -i (a doubling sweep); here step_bytes always adds: say which, not guess
+        # (2 is the default, and 1 is nccl-tests' own spelling of a linear sweep, -f 1 -i STEP)
+        p.append(f"sweep.factor: {sw.factor} beside sweep.step_bytes {sw.step_bytes!r}: a sweep either multiplies or "
+                 "adds (nccl-tests' -f above 1 would win over -i); allowed: sweep.step_bytes=null to multiply by "
+                 f"{sw.factor}, or sweep.factor=1 (or 2, the default) to add {sw.step_bytes} each step")
     p += at_least("sweep", sw, ("iters", "latency_iters", "repeats"), 1)
     p += at_least("sweep", sw, ("warmup",), 0)
     if sw.root < 0:

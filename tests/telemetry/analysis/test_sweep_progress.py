@@ -3,6 +3,8 @@ shows it: sizes done per test against the planned count, the last size's bus ban
 its footer, a torn last line waiting, and the tests not started yet."""
 from __future__ import annotations
 
+import os
+
 import json
 
 from telemetry.analysis.sweep_progress import SweepProgress, lines
@@ -179,3 +181,10 @@ def test_a_sweep_of_the_p2p_matrix_only_is_not_waiting_for_a_size(tmp_path):
     assert not any("no size measured yet" in line for line in text)
     assert ("  no collective test: sweep.ops holds p2p_matrix only (python -m telemetry p2p RUN shows it once "
             "the sweep is done)") in text
+
+
+def test_a_table_that_is_a_fifo_is_not_opened(tmp_path):
+    """Opening a FIFO blocks until a writer comes: watch hung on a run directory whose table was one."""
+    os.mkfifo(tmp_path / "collectives.txt")
+    progress = SweepProgress(str(tmp_path))
+    assert progress.poll() is False and progress.snapshot()["tests"] == []
