@@ -402,7 +402,15 @@ class _Stream:
         else:
             m = _TEST_NAME.search(text)  # a command line naming the test
             if m:
-                self.parser.pending = m.group(0)
+                self.command(m.group(0))
+
+    def command(self, name: str) -> None:
+        """A command line naming a test: it names the run that starts after it. A table already read (its rows or
+        its footer) is another test's (nccl#340: `./broadcast_perf ...` pasted under the previous test's footer)."""
+        run = self.run
+        if run is not None and (run.rows or run.avg is not None):
+            self.close()
+        self.parser.pending = name
 
     def feed(self, line: str) -> None:
         text = line.strip()
@@ -487,7 +495,7 @@ class _Stream:
             self.current().params["blocking"] = 1
         elif "_perf" in body and (m := _TEST_NAME.search(body)) and _OPTION_AFTER.match(body, m.end()):
             # a command line behind a root shell's "# " prompt ("# ./build/all_reduce_perf -b 8 ...", nccl#428)
-            self.parser.pending = m.group(0)
+            self.command(m.group(0))
         elif body.startswith("Avg bus bandwidth"):
             # "# Avg bus bandwidth    : 95.3009 " and, with a minimum to check against, "... : 12.3 FAILED"
             m = re.search(r":\s*(\S+)(?:\s+(?:GB/s\s+)?(OK|FAILED)\b)?", body)

@@ -101,6 +101,8 @@ ROWS = {
     "all_reduce_perf_gardenlinux_4556_txt_fence_2026_rows_excerpt.txt": 8,
     "rows_redop_none_deepep_303_h20_zero_size_rows_collective_unnamed_excerpt.txt": 10,
     "all_reduce_test_nccl_23_2016_nccl1_uses_device_lines_k10_denormal_res.txt": 3,
+    "rows_footer_then_next_tests_command_nccl_340_2020_no_redop_error_col_excerpt.txt": 12,
+    "all_reduce_perf_nccl_1184_proto_simple_wrong_counts_elided_rows_excerpt.txt": 3,
 }
 TRUTHS = sorted(TABLES.glob("*.json"))
 # a line that starts like a row (after a launcher prefix, or nccl#1453's per-write tag '[0]'): size, count, a type
@@ -631,3 +633,20 @@ def test_nccl_1s_device_lines_and_test_name_and_why_a_collective_is_unknown():
     assert not any(n.startswith("collective unknown") for n in named["notes"])
     # a name that only ends like a test program is not one
     assert list(parse("run my_all_reduce_test_suite first\n" + text)["ops"]) == ["unknown"]
+
+
+def test_a_command_line_after_a_tables_footer_names_the_next_test_not_that_table():
+    """nccl#340: the next test's command ('./broadcast_perf ...') pasted under a footer named the table above it
+    broadcast; a command names the run that starts after it."""
+    name = "rows_footer_then_next_tests_command_nccl_340_2020_no_redop_error_col_excerpt.txt"
+    text = (TABLES / name).read_text()
+    ops = parse(text)["ops"]
+    assert list(ops) == ["unknown"] and ops["unknown"]["test"] is None and len(ops["unknown"]["rows"]) == 12
+    # the broadcast run that follows is named by it
+    bcast = "# nThread 1 nGpus 2 minBytes 8 maxBytes 8 step: 2(factor) warmup iters: 5 iters: 20 validation: 1\n" \
+            "#       size    count   type   root     time   algbw   busbw  error     time   algbw   busbw  error\n" \
+            "           8        2  float      0     5.10    0.00    0.00  0e+00     5.00    0.00    0.00  0e+00\n"
+    ops = parse(text + bcast)["ops"]
+    assert list(ops) == ["unknown", "broadcast"] and ops["broadcast"]["test"] == "broadcast_perf"
+    # a command above its table still names it
+    assert list(parse("./broadcast_perf -b 8 -e 8 -g 2\n" + bcast)["ops"]) == ["broadcast"]
