@@ -68,7 +68,10 @@ def _row_values(line: str, ncols: int, latency: bool) -> list[float] | None:
     if latency:  # columns that ran together: every latency figure has exactly two decimals
         rest = _TWO_DECIMALS.findall(" ".join(tokens[2:]))
         if len(rest) + 2 == ncols:
-            return [float(tokens[0]), float(tokens[1]), *map(float, rest)]
+            try:  # the pattern checks the figures, not the iteration count: a mangled one is no row
+                return [float(tokens[0]), float(tokens[1]), *map(float, rest)]
+            except ValueError:
+                return None
     return None
 
 

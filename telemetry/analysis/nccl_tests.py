@@ -22,7 +22,8 @@ Reads nccl-tests' `-J` JSON files (telemetry/analysis/nccl_tests_json.py) and wh
   are none of the above (NCCL INFO, shell prompts, markdown) are skipped.
 
 One run per table (or per preamble whose run failed before its column header: no row, `failed` true). The collective comes from the `Collective test starting` (or `concluded`) line, a `..._perf` command
-in the text, or else the file name (`all_gather_perf.txt`); unnamed tables are `unknown`.
+(or NCCL 1's `..._test`) in the text, or else the file name (`all_gather_perf.txt`); unnamed tables are `unknown`,
+with a note that says so.
 """
 from __future__ import annotations
 
@@ -49,12 +50,16 @@ _SRUN_LABEL = re.compile(r"^\s*(\d+):[ \t]")  # a tab where an editor turned the
 _WRITE_TAG = re.compile(r"^[ \t]*\[(\d+)\][ \t]")
 _OPTION_AFTER = re.compile(r"\s+-\w")  # the test's first option: what makes a '#' line a command
 _TEST_NAME = re.compile(r"\b(all_reduce|all_gather|reduce_scatter|alltoallv|alltoall|sendrecv|broadcast|hypercube|"
-                        r"reduce|gather|scatter)_perf(?:_mpi)?\b")
+                        r"reduce|gather|scatter)_perf(?:_mpi)?\b"
+                        # NCCL 1's own test programs (test/single/all_reduce_test, 2016-17), whose layout is read too
+                        r"|\b(?:all_reduce|all_gather|reduce_scatter|broadcast|reduce)_test\b")
 _FILE_OP = re.compile(r"all_reduce|all_gather|reduce_scatter|alltoallv|alltoall|sendrecv|broadcast|hypercube")
 # a host name may hold blanks where a reporter replaced it ("on NODE A  device  2")
 # (the host grows a word at a time: a lazy "\S.*?" before "\s+device" is quadratic in a long run of blanks)
 _RANK = re.compile(r"^Rank\s+(\d+)(?:\s+Group\s+(\d+))?(?:\s+Pid\s+(\d+))?\s+on\s+(\S+(?:\s+\S+)*?)\s+device\s+(-?\d+)"
                    r"\s+\[([^\]]*)\]\s*(.*)$")
+# NCCL 1's test programs list one process's devices without host or pid ("#   Rank  0 uses device  0 [0x26] Tesla K10")
+_RANK_NCCL1 = re.compile(r"^Rank\s+(\d+)\s+uses\s+device\s+(-?\d+)\s+\[([^\]]*)\]\s*(.*)$")
 _PARAM = re.compile(r"(nThread|nGpus|minBytes|maxBytes|warmup iters|agg iters|iters|validation|graph|unalign)"
                     r":? (-?\d+)")
 _STEP = re.compile(r"step: (\d+)\((\w+)\)")
@@ -397,7 +402,15 @@ class _Stream:
         else:
             m = _TEST_NAME.search(text)  # a command line naming the test
             if m:
-                self.parser.pending = m.group(0)
+                self.command(m.group(0))
+
+    def command(self, name: str) -> None:
+        """A command line naming a test: it names the run that starts after it. A table already read (its rows or
+        its footer) is another test's (nccl#340: `./broadcast_perf ...` pasted under the previous test's footer)."""
+        run = self.run
+        if run is not None and (run.rows or run.avg is not None):
+            self.close()
+        self.parser.pending = name
 
     def feed(self, line: str) -> None:
         text = line.strip()
@@ -454,6 +467,10 @@ class _Stream:
                 "rank": int(m.group(1)), "group": None if m.group(2) is None else int(m.group(2)),
                 "pid": None if m.group(3) is None else int(m.group(3)), "host": m.group(4),
                 "device": int(m.group(5)), "bus_id": m.group(6), "name": m.group(7).strip()})
+        elif tokens and tokens[0] == "Rank" and (m := _RANK_NCCL1.match(body)):
+            self.current().devices.append({
+                "rank": int(m.group(1)), "group": None, "pid": None, "host": None, "device": int(m.group(2)),
+                "bus_id": m.group(3), "name": m.group(4).strip()})
         elif tokens and tokens[0] in ("size", "bytes") and ("time" in tokens or "cputime" in tokens):
             run = self.current()
             if run.rows:  # a second table without a preamble: a second run
@@ -478,7 +495,7 @@ class _Stream:
             self.current().params["blocking"] = 1
         elif "_perf" in body and (m := _TEST_NAME.search(body)) and _OPTION_AFTER.match(body, m.end()):
             # a command line behind a root shell's "# " prompt ("# ./build/all_reduce_perf -b 8 ...", nccl#428)
-            self.parser.pending = m.group(0)
+            self.command(m.group(0))
         elif body.startswith("Avg bus bandwidth"):
             # "# Avg bus bandwidth    : 95.3009 " and, with a minimum to check against, "... : 12.3 FAILED"
             m = re.search(r":\s*(\S+)(?:\s+(?:GB/s\s+)?(OK|FAILED)\b)?", body)
@@ -524,7 +541,7 @@ def _op_key(run: _Run, hint: str | None) -> str:
     if run.key:
         return run.key
     if run.name:
-        stem = re.sub(r"_perf(_mpi)?$", "", os.path.basename(run.name))
+        stem = re.sub(r"_(?:perf(?:_mpi)?|test)$", "", os.path.basename(run.name))
         if stem in TEST_OPS:
             return TEST_OPS[stem]
         return stem
@@ -623,6 +640,10 @@ def parse(text: str, name_hint: str | None = None, path: str | None = None) -> d
         while unique in ops:
             unique, n = f"{key}_{n}", n + 1
         ops[unique] = run.to_op()
+        if key == "unknown":
+            ops[unique]["notes"].append(
+                "collective unknown: no 'Collective test' line, test command line or collective in the file name "
+                "names it (the rows' redop and root do not tell, e.g., all_gather from alltoall)")
     first = next(iter(ops.values()), None)
     types = [r["type"] for op in ops.values() for r in op["rows"] if r.get("type")]
     redops = [r["redop"] for op in ops.values() for r in op["rows"] if r.get("redop") not in (None, "none")]

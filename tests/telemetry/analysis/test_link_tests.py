@@ -279,3 +279,29 @@ def test_iperf3_before_3_10_udp_one_sum_is_the_senders_bytes_with_the_receivers_
     assert "69 of 9996 datagrams lost" in r["reasons"]["received_bps"]
     assert (r["lost_packets"], r["packets"], r["lost_percent"], r["jitter_ms"]) == (69, 9996, 0.690276, 0.092)
     assert r["duration_s"] is None and "-k 10000" in r["reasons"]["duration_s"] and r["seconds"] == 0.785134
+
+
+# --- the ninth collection: values read by hand from each file before the parser ran ---
+
+def test_send_bandwidth_over_rdma_cm_on_roce_v1_pasted_without_rules():
+    r = lt.parse_perftest(read("perftest_send_bw_rdma_cm_roce_v1_no_rules_gbits_ucx9430.txt"))
+    assert (r["test"], r["kind"], r["device"], r["link_type"], r["mtu"], r["qps"], r["connection"], r["bw_unit"],
+            r["bidirectional"]) == ("Send BW Test", "bandwidth", "rocep68s0", "Ethernet", 1024, 1, "RC", "Gb/sec", False)
+    assert r["rows"] == [{"bytes": 65536, "iterations": 1000, "bw_peak_gbps": 36.43, "bw_avg_gbps": 36.07,
+                          "msg_rate_mpps": 0.068798}]
+
+
+def test_a_result_header_whose_row_was_cut_is_no_result():
+    with pytest.raises(lt.ParseError, match="a result header but no result rows"):
+        lt.parse_perftest(read("perftest_write_bw_server_duration_header_row_cut_issue234.txt"))
+
+
+def test_a_latency_row_whose_columns_ran_together_with_no_iteration_count_is_no_row():
+    """Found by test_link_tests_fuzz.py once the ninth collection's files joined its seeds: a latency row whose
+    figures ran together was split at two decimals, but its iteration count was taken on trust, and a cell that is
+    no number raised ValueError (a traceback) instead of leaving the line unread."""
+    head = "                    RDMA_Read Latency Test\n #bytes #iterations    t_min[usec]    t_max[usec]\n"
+    with pytest.raises(lt.ParseError, match="no result rows"):
+        lt.parse_perftest(head + " 2      x\u0219       1289984            3.88           128993.46\n")
+    (row,) = lt.parse_perftest(head + " 2      1000       3.8812.34\n")["rows"]
+    assert (row["bytes"], row["iterations"], row["t_min_us"], row["t_max_us"]) == (2, 1000, 3.88, 12.34)

@@ -96,6 +96,13 @@ ROWS = {
     "all_reduce_perf_nccl_428_2020_root_prompt_command_two_t4_one_row.txt": 1,
     "all_reduce_perf_mooncake_3484_rows_only_excerpt.txt": 11,
     "all_gather_perf_dranet_gke_b200_gib_kubectl_exec_script_16_ranks.txt": 24,
+    # the ninth collection (-g 8 in one process, NCCL 1's device lines and test name, an unnamed redop-none table)
+    "all_reduce_perf_nccl_1530_g8_one_process_rtx4090_tree_header_cut_before_first_row.txt": 0,
+    "all_reduce_perf_gardenlinux_4556_txt_fence_2026_rows_excerpt.txt": 8,
+    "rows_redop_none_deepep_303_h20_zero_size_rows_collective_unnamed_excerpt.txt": 10,
+    "all_reduce_test_nccl_23_2016_nccl1_uses_device_lines_k10_denormal_res.txt": 3,
+    "rows_footer_then_next_tests_command_nccl_340_2020_no_redop_error_col_excerpt.txt": 12,
+    "all_reduce_perf_nccl_1184_proto_simple_wrong_counts_elided_rows_excerpt.txt": 3,
 }
 TRUTHS = sorted(TABLES.glob("*.json"))
 # a line that starts like a row (after a launcher prefix, or nccl#1453's per-write tag '[0]'): size, count, a type
@@ -388,7 +395,7 @@ def test_hand_read_truth_of_each_new_table(truth_file):
     assert list(r["ops"]) == [t["op"] for t in truths] and r["rows_skipped"] == 0
     for truth, op in zip(truths, r["ops"].values()):
         got = {"op": truth["op"], "test": op["test"], "rows": len(op["rows"]), "world_size": op["world_size"],
-               "hosts": sorted({d["host"] for d in op["devices"]}), "avg_busbw_GBps": op["avg_busbw_GBps"],
+               "hosts": sorted({d["host"] for d in op["devices"]} - {None}), "avg_busbw_GBps": op["avg_busbw_GBps"],
                "avg_busbw_source": op["avg_busbw_source"], "wrong": op["wrong"], "failed": r["failed"],
                "nccl_version": r["nccl_version"], "dtype": r["dtype"],
                "first_row": op["rows"][0] if op["rows"] else None}
@@ -608,3 +615,38 @@ def test_rows_tagged_at_every_write_rows_of_the_older_layouts_without_header_and
               + old.replace("float", "float     sum"))
     assert parse(prompt)["ops"]["all_reduce"]["test"] == "all_reduce_perf"
     assert "all_reduce" not in parse(prompt.replace("  -b 8 -e 128M -f 2 -g 2", " results"))["ops"]  # no option
+
+
+def test_nccl_1s_device_lines_and_test_name_and_why_a_collective_is_unknown():
+    """NCCL 1's test programs (nccl#23, 2016) list devices as 'Rank  0 uses device  0 [0x26] NAME' (no host, no pid)
+    and are named <collective>_test: the world size and the test are read from them. A table that nothing names
+    stays `unknown`, and its notes say why (redop none and root -1 fit all_gather and alltoall alike)."""
+    op = read(str(TABLES / "all_reduce_test_nccl_23_2016_nccl1_uses_device_lines_k10_denormal_res.txt"))["ops"]
+    assert list(op) == ["all_reduce"] and op["all_reduce"]["test"] == "all_reduce_test"
+    devices = op["all_reduce"]["devices"]
+    assert op["all_reduce"]["world_size"] == 4 and [d["bus_id"] for d in devices] == ["0x26", "0x27", "0x2a", "0x2b"]
+    assert {(d["host"], d["pid"], d["name"]) for d in devices} == {(None, None, "Tesla K10.G1.8GB")}
+    text = (TABLES / "rows_redop_none_deepep_303_h20_zero_size_rows_collective_unnamed_excerpt.txt").read_text()
+    unnamed = parse(text)["ops"]["unknown"]
+    assert any(n.startswith("collective unknown: no 'Collective test' line") for n in unnamed["notes"])
+    named = parse(text, name_hint="alltoall_perf.txt")["ops"]["all_to_all"]
+    assert not any(n.startswith("collective unknown") for n in named["notes"])
+    # a name that only ends like a test program is not one
+    assert list(parse("run my_all_reduce_test_suite first\n" + text)["ops"]) == ["unknown"]
+
+
+def test_a_command_line_after_a_tables_footer_names_the_next_test_not_that_table():
+    """nccl#340: the next test's command ('./broadcast_perf ...') pasted under a footer named the table above it
+    broadcast; a command names the run that starts after it."""
+    name = "rows_footer_then_next_tests_command_nccl_340_2020_no_redop_error_col_excerpt.txt"
+    text = (TABLES / name).read_text()
+    ops = parse(text)["ops"]
+    assert list(ops) == ["unknown"] and ops["unknown"]["test"] is None and len(ops["unknown"]["rows"]) == 12
+    # the broadcast run that follows is named by it
+    bcast = "# nThread 1 nGpus 2 minBytes 8 maxBytes 8 step: 2(factor) warmup iters: 5 iters: 20 validation: 1\n" \
+            "#       size    count   type   root     time   algbw   busbw  error     time   algbw   busbw  error\n" \
+            "           8        2  float      0     5.10    0.00    0.00  0e+00     5.00    0.00    0.00  0e+00\n"
+    ops = parse(text + bcast)["ops"]
+    assert list(ops) == ["unknown", "broadcast"] and ops["broadcast"]["test"] == "broadcast_perf"
+    # a command above its table still names it
+    assert list(parse("./broadcast_perf -b 8 -e 8 -g 2\n" + bcast)["ops"]) == ["broadcast"]
