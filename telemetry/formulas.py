@@ -67,3 +67,15 @@ def count_sweep_sizes(lo: int, hi: int, factor: int | None, step: int | None = N
     if step:
         return (hi - lo) // step + 1
     return len(sweep_sizes(lo, hi, factor))  # geometric: a few dozen at most
+
+
+def sweep_pairs(hosts: list[str]) -> dict[str, tuple[int, int] | None]:
+    """The pairs a sweep's send/recv pair tests measure (sweep.pairs), from each rank's host: the first two ranks
+    on one host (intra_node) and the first ranks of the first two hosts (inter_node); None where the world has
+    no such pair. The sweep runs them as tests named sendrecv_intra_node and sendrecv_inter_node."""
+    by_host: dict[str, list[int]] = {}
+    for rank, host in enumerate(hosts):
+        by_host.setdefault(host, []).append(rank)
+    intra = next(((rs[0], rs[1]) for rs in by_host.values() if len(rs) > 1), None)
+    heads = [rs[0] for rs in by_host.values()]
+    return {"intra_node": intra, "inter_node": (heads[0], heads[1]) if len(heads) > 1 else None}

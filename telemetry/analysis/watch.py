@@ -22,6 +22,7 @@ from collections import deque
 
 from telemetry import stragglers
 from telemetry.analysis import sweep_progress
+from telemetry.formulas import sweep_pairs
 from telemetry.analysis.runs import shape_problem
 from telemetry.rundir import (
     METRICS, RANK_TELEMETRY, RUN_JSON, JsonlFollower, StepKey, is_step_record, rank_files, upgrade_record,
@@ -145,14 +146,30 @@ class RunWatch:
                 "status": info.get("status") or "starting", StepKey.STEP: step, "max_steps": max_steps, "sweep": sweep,
                 "sweep_progress": self.sweep.snapshot() if sweep else None,
                 # None where the recipe does not list them (not "no test": that is sweep.ops=[p2p_matrix])
-                "sweep_ops": [op for op in ops if op != "p2p_matrix"] if sweep and isinstance(
-                    ops := (recipe.get("sweep") or {}).get("ops"), list) else None,
+                "sweep_ops": _sweep_tests(recipe.get("sweep") or {}, info.get("hosts")) if sweep else None,
                 "eta_s": eta, "s_per_step": per_step, StepKey.LOSS: last.get(StepKey.LOSS),
                 StepKey.TOKENS_PER_S: last.get(StepKey.TOKENS_PER_S),
                 StepKey.JOB_GPU_POWER_W: last.get(StepKey.JOB_GPU_POWER_W),
                 StepKey.JOB_SERVER_POWER_W: last.get(StepKey.JOB_SERVER_POWER_W), "ranks": shown, "other_ranks": rest,
                 "slowest": slowest[:SLOWEST], "straggler": found, "counters": counters, "error": info.get("error"),
                 "coverage": (last.get(StepKey.COMM_HEALTH) or {}).get("verdict")}
+
+
+def _sweep_tests(sweep: dict, hosts) -> list[str] | None:
+    """The tests a sweep's recipe plans, in the order it runs them: its ops (p2p_matrix is no test of sizes),
+    then, with sweep.pairs and sendrecv, a send/recv test per pair the hosts have (known once run.json names
+    them). None where the recipe does not list them (not "no test": that is sweep.ops=[p2p_matrix])."""
+    ops = sweep.get("ops")
+    if not isinstance(ops, list):
+        return None
+    tests = [op for op in ops if op != "p2p_matrix"]
+    hosts = hosts if isinstance(hosts, list) else []
+    if all(isinstance(h, dict) for h in hosts):  # run.json's hosts: one record per rank
+        hosts = sorted(hosts, key=lambda h: h.get("rank") if isinstance(h.get("rank"), int) else 0)
+    names = [h.get("hostname") if isinstance(h, dict) else h for h in hosts]
+    if sweep.get("pairs", True) and "sendrecv" in tests and len(names) > 1 and all(isinstance(n, str) for n in names):
+        tests += [f"sendrecv_{name}" for name, pair in sweep_pairs(names).items() if pair is not None]
+    return tests
 
 
 def _num(v) -> float | None:

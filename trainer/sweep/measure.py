@@ -28,7 +28,7 @@ import torch
 import torch.distributed as dist
 
 from telemetry.capture.group_timeout import job_timeout
-from telemetry.formulas import algbw_GBps, bus_factor
+from telemetry.formulas import algbw_GBps, bus_factor, sweep_pairs
 from telemetry.rundir import SWEEP_JSON, SWEEP_SIZES, SWEEP_TABLE
 from telemetry.work_progress import WorkProgress
 
@@ -386,12 +386,7 @@ class Sweep:
 
     def pairs(self) -> dict[str, tuple[int, int] | None]:
         """One pair of ranks on the same host and one on different hosts, where the world has them."""
-        by_host: dict[str, list[int]] = {}
-        for rank, host in enumerate(self.hosts):
-            by_host.setdefault(host, []).append(rank)
-        intra = next(((rs[0], rs[1]) for rs in by_host.values() if len(rs) > 1), None)
-        heads = [rs[0] for rs in by_host.values()]
-        return {"intra_node": intra, "inter_node": (heads[0], heads[1]) if len(heads) > 1 else None}
+        return sweep_pairs(self.hosts)
 
     def measure_pair(self, pair: tuple[int, int], size: int) -> dict:
         count = size // self.elsize

@@ -188,3 +188,29 @@ def test_a_table_that_is_a_fifo_is_not_opened(tmp_path):
     os.mkfifo(tmp_path / "collectives.txt")
     progress = SweepProgress(str(tmp_path))
     assert progress.poll() is False and progress.snapshot()["tests"] == []
+
+
+def test_the_pair_tests_the_hosts_have_are_listed_as_not_started(tmp_path):
+    """With sweep.pairs, a sweep ends with a send/recv test per pair its hosts have: watch never listed them."""
+    run = sweep_dir(tmp_path, HEAD + "\n".join(ROWS[:2]) + "\n")
+    info = json.loads((run / "run.json").read_text())
+    info["recipe"]["sweep"]["ops"] = ["all_reduce", "sendrecv"]
+    # 3 ranks, two on node-a: both pair tests (the first two ranks of a host; the first ranks of two hosts)
+    info["hosts"] = [{"rank": r, "hostname": h} for r, h in ((2, "node-b"), (0, "node-a"), (1, "node-a"))]
+    (run / "run.json").write_text(json.dumps(info))
+    state = RunWatch(str(run))
+    state.poll()
+    s = state.snapshot()
+    assert s["sweep_ops"] == ["all_reduce", "sendrecv", "sendrecv_intra_node", "sendrecv_inter_node"]
+    assert "  not started: sendrecv, sendrecv_intra_node, sendrecv_inter_node" in plain_lines(s)
+    info["recipe"]["sweep"]["pairs"] = False  # or one host of one rank each: no pair test
+    info["hosts"] = [{"rank": 0, "hostname": "a"}, {"rank": 1, "hostname": "b"}]
+    (run / "run.json").write_text(json.dumps(info))
+    state = RunWatch(str(run))
+    state.poll()
+    assert state.snapshot()["sweep_ops"] == ["all_reduce", "sendrecv"]
+    info["recipe"]["sweep"]["pairs"] = True
+    (run / "run.json").write_text(json.dumps(info))
+    state = RunWatch(str(run))
+    state.poll()
+    assert state.snapshot()["sweep_ops"] == ["all_reduce", "sendrecv", "sendrecv_inter_node"]
