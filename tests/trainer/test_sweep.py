@@ -628,3 +628,12 @@ def test_the_end_files_are_written_whole_or_not_at_all(tmp_path, monkeypatch):
     with pytest.raises(OSError):
         output._write_atomic(str(tmp_path / "collectives.csv"), "a,b\n1,2\n")
     assert list(tmp_path.iterdir()) == []  # neither the file nor its .tmp
+
+
+def test_the_memory_line_names_an_op_the_world_runs():
+    """At 1 rank the sweep skips sendrecv, yet the dry run's memory line named it as the largest need."""
+    from trainer.sweep.plan import largest_need
+
+    assert largest_need(["all_reduce", "sendrecv"], 64 << 20, 1, "float32", "both")[1] == "all_reduce"
+    assert largest_need(["all_reduce", "sendrecv"], 64 << 20, 2, "float32", "both")[1] == "sendrecv"
+    assert largest_need(["sendrecv"], 64 << 20, 1, "float32", "both")[1] == "sendrecv"  # nothing else to name

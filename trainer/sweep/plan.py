@@ -71,7 +71,8 @@ def human(n: int) -> str:
 def largest_need(ops: list[str], max_bytes: int, world: int, dtype: str, in_place: str) -> tuple[int, str]:
     """(bytes per rank, op) of the hungriest op at the largest size."""
     elsize = ELEMENT_SIZE[dtype]
-    return max((buffer_bytes(op, max_bytes, world, elsize, in_place), op) for op in ops)
+    run = [op for op in ops if not (op == "sendrecv" and world < 2)] or ops  # a world of 1 skips sendrecv
+    return max((buffer_bytes(op, max_bytes, world, elsize, in_place), op) for op in run)
 
 
 def memory_problem(ops: list[str], max_bytes: int, world: int, dtype: str, in_place: str, device_bytes: int,
