@@ -116,7 +116,7 @@ def sweep_cut_short(run: Run) -> dict | None:
     if not os.path.isfile(path):
         return None
     try:
-        sweep = nccl_tests.read(path)
+        sweep = nccl_tests.read(path, being_written=True)  # the sweep writes whole lines: a torn one is being written
     except (OSError, nccl_tests.NcclTestsError):
         return None
     sweep["ops"] = {op: r for op, r in sweep["ops"].items() if r.get("rows")}

@@ -671,8 +671,10 @@ def parse(text: str, name_hint: str | None = None, path: str | None = None) -> d
 MAX_INPUT_BYTES = 256 << 20  # a full nccl-tests sweep of every op prints well under 1 MiB
 
 
-def read(path: str) -> dict:
-    """Parse one nccl-tests output file (its text, or its `-J` JSON); NcclTestsError when it holds no table."""
+def read(path: str, being_written: bool = False) -> dict:
+    """Parse one nccl-tests output file (its text, or its `-J` JSON); NcclTestsError when it holds no table.
+    `being_written`: a table still written line by line (a sweep's collectives.txt): a last line without its
+    newline is a row being written, left for the next read, not a line that could not be read."""
     if not os.path.exists(path) or os.path.isdir(path):  # pipes (/dev/stdin, <(kubectl logs ...)) are read
         what = "does not exist" if not os.path.exists(path) else "is a directory"
         raise NcclTestsError(f"{path}: {what}; allowed: an nccl-tests output file (its text or its -J JSON) or "
@@ -698,6 +700,8 @@ def read(path: str) -> dict:
             raise NcclTestsError(f"{path}: JSON without nccl-tests' 'config' and 'results' keys; expected the "
                                  "file nccl-tests -J writes")
         return parse_json(doc, name_hint=path, path=path)
+    if being_written:
+        text = text[:text.rfind("\n") + 1]
     result = parse(text, name_hint=path, path=path)
     if not result["ops"]:
         raise NcclTestsError(f"{path}: no nccl-tests table found (expected a '#  size  count  type ...' "

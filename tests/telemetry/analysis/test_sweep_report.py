@@ -91,3 +91,18 @@ def test_a_finished_sweep_of_the_p2p_matrix_only_is_not_called_unfinished(tmp_pa
     assert "did not finish" not in md
     assert ("| result | collectives.json holds no collective test: this sweep measured the GPU pairs' p2p matrix "
             "only (python -m telemetry p2p RUN shows it) |") in md
+
+
+def test_a_row_being_written_is_left_for_the_next_read(tmp_path):
+    """A running sweep's last line may be half written: cut inside its last number ('#wrong' 12 read as 1) it
+    parsed as a whole row with a wrong value. The sweep writes whole lines, so a line without its newline waits."""
+    from .test_sweep_progress import HEAD, ROWS
+    from telemetry.analysis import nccl_tests
+
+    row = ROWS[1][:-1] + "12"  # 12 wrong elements, in the last column
+    path = tmp_path / "collectives.txt"
+    path.write_text(HEAD + ROWS[0] + "\n" + row[:-1])  # the writer has written all but the final "2\n"
+    torn = nccl_tests.read(str(path))
+    assert torn["ops"]["all_reduce"]["rows"][-1]["in_place"]["wrong"] == 1  # what a plain read makes of it
+    waiting = nccl_tests.read(str(path), being_written=True)
+    assert [r["size"] for r in waiting["ops"]["all_reduce"]["rows"]] == [8] and waiting["rows_skipped"] == 0
