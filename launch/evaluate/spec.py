@@ -339,19 +339,22 @@ def bind(raw: dict, base: str = ".", path: str = "") -> Evaluation:
         else:
             at = [(i, v) for i, r in enumerate(raw_variants) if (v := _variant(r, i, launcher, problems))]
             variants = [v for _, v in at]
-    workloads = []
+    workloads, at_w = [], []
     raw_workloads = raw.get("workloads")
     if "workloads" in raw:
         if not isinstance(raw_workloads, list) or not raw_workloads:
             problems.append(f"workloads: got {_count(raw_workloads)}; expected a list of at least 1 workload")
         else:
-            workloads = [w for i, r in enumerate(raw_workloads) if (w := _workload(r, i, base, problems))]
-    for what, items in (("variants", variants), ("workloads", workloads)):
-        seen = set()
-        for i, item in enumerate(items):
+            at_w = [(i, w) for i, r in enumerate(raw_workloads) if (w := _workload(r, i, base, problems))]
+            workloads = [w for _, w in at_w]
+    # the index in the file, not in the list of the valid ones (an invalid entry before shifted it)
+    for what, items in (("variants", at), ("workloads", at_w)):
+        seen: dict[str, int] = {}
+        for i, item in items:
             if item.name in seen:
-                problems.append(f"{what}[{i}].name: {item.name!r} is used twice; names must be unique")
-            seen.add(item.name)
+                problems.append(f"{what}[{i}].name: {item.name!r} is used twice (also {what}[{seen[item.name]}]); "
+                                "names must be unique")
+            seen.setdefault(item.name, i)
     options = _launcher_options(raw, launcher, problems)
     if launcher == "lab":
         problems += _slow_link_problems(options, at)

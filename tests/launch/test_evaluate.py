@@ -81,7 +81,7 @@ def test_every_problem_is_one_line_naming_its_key(tmp_path):
         "workloads[0].recipe: 'no/such.yaml' is not a file (a path relative to the current directory or to the "
         "evaluation file)",
         "workloads[1].overrides: 'output_dir=/tmp/x': the runner sets output_dir (under `out`); leave it out",
-        "variants[1].name: 'fast' is used twice; names must be unique",
+        "variants[1].name: 'fast' is used twice (also variants[0]); names must be unique",
         "lab.nodes: got 1; expected an integer >= 2",
     ]
     for line in expected:
@@ -467,7 +467,7 @@ def test_variant_names_and_rates_the_lab_would_refuse(tmp_path):
         "100mbit, 1gbit), or 'none' for unshaped links",
         "variants[1].name: got 'schnell-ü'; expected a name of letters, digits, '_', '.' or '-' (up to 64, starting "
         "with a letter or digit): it names run directories and report labels",
-        "variants[3].name: 'a' is used twice; names must be unique"], found
+        "variants[3].name: 'a' is used twice (also variants[2]); names must be unique"], found
 
 
 class FakeTimedOutLab(FakeLauncher):
@@ -576,3 +576,11 @@ def test_an_out_reused_by_another_evaluation_or_blocked_is_refused(tmp_path, cap
     # `~` in out reads as the shell reads it (it was a directory named '~' under the working directory)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     assert load_evaluation(write(tmp_path, {**doc, "out": "~/e"})).out == str(tmp_path / "home" / "e")
+
+
+def test_a_name_used_twice_is_named_at_its_index_in_the_file(tmp_path):
+    """An entry the checks dropped (not a mapping) shifted the index the 'used twice' line gave."""
+    doc = good(tmp_path)
+    doc["variants"] = ["not-a-mapping", {"name": "a"}, {"name": "a"}]
+    found = problems(tmp_path, doc)
+    assert "variants[2].name: 'a' is used twice (also variants[1]); names must be unique" in found, found
