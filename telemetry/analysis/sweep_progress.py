@@ -10,7 +10,9 @@ from __future__ import annotations
 import os
 import re
 
+from telemetry import formulas
 from telemetry.analysis import nccl_tests
+from telemetry.analysis.compare_figures import rate_text
 from telemetry.rundir import SWEEP_TABLE
 
 MAX_READ = 8 << 20
@@ -18,6 +20,7 @@ MAX_READ = 8 << 20
 # (or "+1048576," for a sweep that adds sweep.step_bytes each step)
 _BOUNDS = re.compile(r"collective sweep: .*?, (\d+) to (\d+) bytes (?:x(\d+)|\+(\d+)),")
 # a test the sweep will not run: "# fabric-harness: sendrecv skipped: it needs at least 2 ranks (this world has 1)"
+_RANKS = re.compile(r"collective sweep: (\d+) ranks")
 _SKIPPED = re.compile(r"^# fabric-harness: (\w+) skipped: (.*)$", re.M)
 
 
@@ -33,11 +36,20 @@ def planned_sizes(lo: int, hi: int, factor: int | None, step: int | None = None)
     return n
 
 
-def _busbw(row: dict) -> tuple[float | None, str | None]:
+def _busbw(row: dict, op: str | None, ranks: int | None) -> tuple[float | None, str | None]:
+    """The row's busbw and its block. The table prints two decimals of GB/s, so a link under 5 MB/s reads 0.00
+    there: then it is the size over the printed time (several digits) x the collective's bus factor, as the
+    sweep computed it (unknown, None, where the op or the rank count is not known)."""
     for block in ("out_of_place", "in_place"):
         b = row.get(block)
         if isinstance(b, dict) and isinstance(b.get("busbw_GBps"), (int, float)):
-            return b["busbw_GBps"], block.replace("_", "-")
+            busbw = b["busbw_GBps"]
+            if busbw == 0 and row.get("size"):
+                try:
+                    busbw = formulas.busbw_GBps(op or "", row["size"], (b.get("time_us") or 0) / 1e6, ranks or 0)
+                except ValueError:  # an op the formulas do not know, or no rank count
+                    busbw = None
+            return busbw, block.replace("_", "-")
     return None, None
 
 
@@ -49,6 +61,7 @@ class SweepProgress:
         self._seen: tuple[int, int] | None = None
         self.tests: list[dict] = []
         self.sizes_per_test: int | None = None
+        self.ranks: int | None = None  # the sweep's world, from its first line (a test's device list says more)
         self.latency: dict | None = None
         self.skipped: dict[str, str] = {}
 
@@ -70,6 +83,7 @@ class SweepProgress:
         if (m := _BOUNDS.search(text[:4096])) is not None:
             lo, hi, factor, step = (int(g) if g is not None else None for g in m.groups())
             self.sizes_per_test = planned_sizes(lo, hi, factor, step)
+        self.ranks = int(m.group(1)) if (m := _RANKS.search(text[:4096])) else None
         self.skipped = {m.group(1): m.group(2).strip() for m in _SKIPPED.finditer(text[:1 << 16])}
         parsed = nccl_tests.parse(text)
         self.latency = parsed.get("latency_us")
@@ -79,7 +93,9 @@ class SweepProgress:
     def _test(self, key: str, op: dict) -> dict:
         rows = op.get("rows") or []
         last = rows[-1] if rows else None
-        busbw, block = _busbw(last) if last else (None, None)
+        # the collective of the test ("sendrecv_inter_node": a sendrecv between one pair of ranks)
+        kind = next((o for o in formulas.RECORDED_OPS if key == o or key.startswith(o + "_")), None)
+        busbw, block = _busbw(last, kind, op.get("world_size") or self.ranks) if last else (None, None)
         return {"op": key, "test": op.get("test"), "sizes_done": len(rows), "sizes_planned": self.sizes_per_test,
                 "last_size": last.get("size") if last else None, "last_busbw_GBps": busbw, "last_block": block,
                 "avg_busbw_GBps": op.get("avg_busbw_GBps"), "wrong": op.get("wrong"),
@@ -101,6 +117,12 @@ def human_bytes(n: int | None) -> str:
     return f"{n} B"
 
 
+def _bw(gbps: float | None) -> str:
+    """GB/s as the table prints it (two decimals), below 0.01 GB/s in MB/s or kB/s (a 5 Mbit/s link's 0.000575
+    GB/s is 575 kB/s, where the table's rows read 0.00)."""
+    return "n/a" if gbps is None else f"{gbps:g} GB/s" if gbps >= 0.01 or gbps == 0 else rate_text(gbps)
+
+
 def lines(progress: dict, planned_ops: list[str] | None) -> list[str]:
     """The sweep's part of the plain view: a line per test, and the planned tests not started yet."""
     tests = progress["tests"]
@@ -112,9 +134,9 @@ def lines(progress: dict, planned_ops: list[str] | None) -> list[str]:
         head = f"  {t['op']}: {t['sizes_done']}{of} sizes"
         if t["done"]:
             wrong = f", {t['wrong']} wrong" if t["wrong"] else ""
-            out.append(f"{head}, done: avg bus bandwidth {t['avg_busbw_GBps']:g} GB/s{wrong}")
+            out.append(f"{head}, done: avg bus bandwidth {_bw(t['avg_busbw_GBps'])}{wrong}")
         elif t["sizes_done"]:
-            bw = "n/a" if t["last_busbw_GBps"] is None else f"{t['last_busbw_GBps']:g} GB/s ({t['last_block']})"
+            bw = "n/a" if t["last_busbw_GBps"] is None else f"{_bw(t['last_busbw_GBps'])} ({t['last_block']})"
             out.append(f"{head}, last {human_bytes(t['last_size'])}: busbw {bw}")
         else:
             out.append(f"{head}: starting")

@@ -189,7 +189,8 @@ def plain_lines(s: dict) -> list[str]:
     if s.get("sweep"):  # no steps: the sizes measured so far, from the table the sweep writes as it goes
         progress = s.get("sweep_progress") or {"tests": []}
         return [f"{s['name']}: {s['status']} | a collective sweep: {progress.get('sizes_done', 0)} sizes measured in "
-                f"{len(progress['tests'])} tests; the whole table: python -m telemetry report RUN once it is done"] + (
+                f"{len(progress['tests'])} tests; the whole table: python -m telemetry report RUN"
+                + (" once it is done" if s["status"] in ("starting", "running") else "")] + (
             sweep_progress.lines(progress, s.get("sweep_ops"))) + [f"  counters: {s['counters']}"] + (
             [f"  error: {s['error']}"] if s["error"] else [])
     head = (f"{s['name']}: {s['status']} | step {s['step'] if s['step'] is not None else '-'}{total} | "
