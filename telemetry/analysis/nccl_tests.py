@@ -41,6 +41,24 @@ TEST_OPS = {"all_reduce": "all_reduce", "all_gather": "all_gather", "reduce_scat
 OP_TESTS = {op: f"{stem}_perf" for stem, op in TEST_OPS.items()}
 BLOCKS = ("out_of_place", "in_place")
 
+
+
+def block_busbw(key: str, row: dict, block: dict, ranks: int | None) -> float | None:
+    """A row's busbw in GB/s. nccl-tests prints two decimals of GB/s, so a link under 5 MB/s (a slow lab link)
+    reads 0.00 in every row: there it is the size over the printed time (several digits) x the collective's bus
+    factor at `ranks`, as nccl-tests computes it; None where the time, the collective (`key`, the op's key:
+    `sendrecv_inter_node` is a sendrecv) or the rank count is unknown. A printed value above 0 is kept."""
+    from telemetry import formulas
+    busbw = block.get("busbw_GBps")
+    if not isinstance(busbw, (int, float)) or busbw > 0 or not row.get("size"):
+        return busbw if isinstance(busbw, (int, float)) else None
+    op = next((o for o in formulas.RECORDED_OPS if key == o or key.startswith(o + "_")), None)
+    time_us = block.get("time_us")
+    if op is None or not ranks or not isinstance(time_us, (int, float)) or time_us <= 0:
+        return None  # under the printed precision and nothing to compute it from: unknown, not 0
+    return formulas.busbw_GBps(op, row["size"], time_us / 1e6, ranks)
+
+
 # (a log pasted as an indented block keeps its indent before the tag)
 _MPI_TAG = re.compile(r"^[ \t]*\[(\d+),(\d+)\]<(stdout|stderr)>:")
 _SRUN_LABEL = re.compile(r"^\s*(\d+):[ \t]")  # a tab where an editor turned the label's blanks into one

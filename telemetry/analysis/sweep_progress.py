@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import re
 
-from telemetry import formulas
 from telemetry.analysis import nccl_tests
 from telemetry.analysis.compare_figures import rate_text
 from telemetry.rundir import SWEEP_TABLE
@@ -36,20 +35,13 @@ def planned_sizes(lo: int, hi: int, factor: int | None, step: int | None = None)
     return n
 
 
-def _busbw(row: dict, op: str | None, ranks: int | None) -> tuple[float | None, str | None]:
-    """The row's busbw and its block. The table prints two decimals of GB/s, so a link under 5 MB/s reads 0.00
-    there: then it is the size over the printed time (several digits) x the collective's bus factor, as the
-    sweep computed it (unknown, None, where the op or the rank count is not known)."""
+def _busbw(key: str, row: dict, ranks: int | None) -> tuple[float | None, str | None]:
+    """The row's busbw and its block (the out-of-place one where measured); under the table's two decimals of GB/s
+    (a slow link), from the row's time (nccl_tests.block_busbw)."""
     for block in ("out_of_place", "in_place"):
         b = row.get(block)
         if isinstance(b, dict) and isinstance(b.get("busbw_GBps"), (int, float)):
-            busbw = b["busbw_GBps"]
-            if busbw == 0 and row.get("size"):
-                try:
-                    busbw = formulas.busbw_GBps(op or "", row["size"], (b.get("time_us") or 0) / 1e6, ranks or 0)
-                except ValueError:  # an op the formulas do not know, or no rank count
-                    busbw = None
-            return busbw, block.replace("_", "-")
+            return nccl_tests.block_busbw(key, row, b, ranks), block.replace("_", "-")
     return None, None
 
 
@@ -93,9 +85,7 @@ class SweepProgress:
     def _test(self, key: str, op: dict) -> dict:
         rows = op.get("rows") or []
         last = rows[-1] if rows else None
-        # the collective of the test ("sendrecv_inter_node": a sendrecv between one pair of ranks)
-        kind = next((o for o in formulas.RECORDED_OPS if key == o or key.startswith(o + "_")), None)
-        busbw, block = _busbw(last, kind, op.get("world_size") or self.ranks) if last else (None, None)
+        busbw, block = _busbw(key, last, op.get("world_size") or self.ranks) if last else (None, None)
         return {"op": key, "test": op.get("test"), "sizes_done": len(rows), "sizes_planned": self.sizes_per_test,
                 "last_size": last.get("size") if last else None, "last_busbw_GBps": busbw, "last_block": block,
                 "avg_busbw_GBps": op.get("avg_busbw_GBps"), "wrong": op.get("wrong"),
