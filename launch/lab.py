@@ -525,6 +525,7 @@ def _recipe_problems(recipe_args: list[str], world: int | None) -> list[str]:
     """The recipe, its overrides, its layout on the lab's world and its output_dir, checked as python -m trainer
     will check them on every node: a mistake is one line here, not a torchrun failure in each namespace.
     `world` None: --nodes was refused, so the layout is not judged on it (that would be the same mistake again)."""
+    from trainer.cli import other_recipes_run
     from trainer.config import RecipeError, load_recipe
     from trainer.layout import resolve_layout
 
@@ -533,7 +534,10 @@ def _recipe_problems(recipe_args: list[str], world: int | None) -> list[str]:
     except RecipeError as exc:
         return list(exc.problems)
     _, problems = resolve_layout(recipe, world) if world is not None else (None, [])
-    if not problems and (problem := output_dir_problem(recipe.output_dir, "output_dir")):
+    if not problems and (problem := output_dir_problem(recipe.output_dir, "output_dir")
+                         # another recipe's run there: the trainer refuses it on every node, after the lab has
+                         # written its lab.json over that run's (a 3-node sweep's record then named a 2-node lab)
+                         or other_recipes_run(recipe.output_dir, recipe)):
         problems = [problem]
     return problems
 
