@@ -204,8 +204,12 @@ class Lab:
         if slow_rate is not None and self.slow_rate_bps is None:
             raise LabError("--slow-rate: got 'none'; expected a tc rate such as 10mbit")
         if self.slow_rate_bps is not None and self.rate_bps is not None and self.slow_rate_bps >= self.rate_bps:
-            raise LabError(f"--slow-rate: got {slow_rate!r}, not slower than --rate {rate!r}; expected a rate below "
-                           "--rate (one slow link among healthy ones)")
+            # in tc a rate in bps is bytes per second: `--rate 1mbps` is 8 Mbit/s, as fast as `--slow-rate 8mbit`
+            in_bits = (f" ({rate!r} is {rates.bits_text(self.rate_bps)}, {slow_rate!r} "
+                       f"{rates.bits_text(self.slow_rate_bps)}: tc's kbps, mbps and gbps are bytes per second)"
+                       if any(r.strip().lower().endswith("bps") for r in (rate, slow_rate)) else "")
+            raise LabError(f"--slow-rate: got {slow_rate!r}, not slower than --rate {rate!r}{in_bits}; expected a rate "
+                           "below --rate (one slow link among healthy ones)")
         self.slow_rate = slow_rate.strip().lower() if slow_rate is not None else None
         self.id = lab_id or f"{ID_PREFIX}{os.getpid() % 100000}"
         self.subnet = f"{SUBNET_BASE}.{os.getpid() % 250 + 1}"

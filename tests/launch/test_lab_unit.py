@@ -150,6 +150,10 @@ def test_tbf_counters_from_tc_json():
     ({"rate": "10mbit", "slow_node": 1, "slow_rate": "1gbit"}, "--slow-rate: got '1gbit', not slower than --rate "
      "'10mbit'; expected a rate below --rate (one slow link among healthy ones)"),
     ({"rate": "10mbit", "slow_node": 0, "slow_rate": "10Mbit"}, "--slow-rate: got '10Mbit', not slower than"),
+    # round 5: a rate in bytes per second is as fast as eight times the bits; the line says what each is
+    ({"rate": "1mbps", "slow_node": 1, "slow_rate": "8mbit"}, "--slow-rate: got '8mbit', not slower than --rate "
+     "'1mbps' ('1mbps' is 8 Mbit/s, '8mbit' 8 Mbit/s: tc's kbps, mbps and gbps are bytes per second); expected a "
+     "rate below --rate"),
 ])
 def test_rates_tc_cannot_shape_are_refused_before_anything_is_created(kwargs, message):
     """tc turns a rate under one byte per second into 0 and refuses it after the namespaces exist."""
