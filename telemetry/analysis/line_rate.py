@@ -137,6 +137,8 @@ def of_line_text(gbps: float | None, rate: LineRate | None, size: float | None =
     total = rate.total_bps if rate else None
     if gbps is None or not total:
         return ""
+    if gbps == 0:  # nccl-tests' two decimals of GB/s: 0.00 is a rate under 5 MB/s, not none
+        return "; share of line rate unknown (0.00 GB/s as printed: under its two decimals)"
     share = gbps * 8e9 / total
     # above 100%: the rate is not the link the traffic crossed, or busbw counts intra-host hops too
     text = f"; {share * 100:.1f}% of line rate"

@@ -59,6 +59,27 @@ def block_busbw(key: str, row: dict, block: dict, ranks: int | None) -> float | 
     return formulas.busbw_GBps(op, row["size"], time_us / 1e6, ranks)
 
 
+def bandwidths_from_times(result: dict) -> dict:
+    """`result` (parse/read) with every block that printed 0.00 GB/s given its algbw and busbw from its size and
+    time (block_busbw), marked `bandwidth_from_time`; an op's average without a footer is then the mean of those.
+    For a table of a slow link read as a run's record (a lab sweep cut short), where 0.00 read as 0 B/s and 0% of
+    line rate. Blocks it cannot compute keep what was printed."""
+    for key, op in result.get("ops", {}).items():
+        ranks = op.get("world_size") or result.get("world_size")
+        changed = False
+        for row in op.get("rows") or []:
+            for name in BLOCKS:
+                b = row.get(name)
+                if not b or b.get("busbw_GBps") != 0 or not (busbw := block_busbw(key, row, b, ranks)):
+                    continue
+                b.update(algbw_GBps=row["size"] / (b["time_us"] / 1e6) / 1e9, busbw_GBps=busbw, bandwidth_from_time=True)
+                changed = True
+        if changed and op.get("avg_busbw_source") != "footer":
+            vals = [b["busbw_GBps"] for r in op["rows"] for n in BLOCKS if (b := r.get(n)) and b.get("busbw_GBps") is not None]
+            op["avg_busbw_GBps"] = sum(vals) / len(vals) if vals else op.get("avg_busbw_GBps")
+    return result
+
+
 # (a log pasted as an indented block keeps its indent before the tag)
 _MPI_TAG = re.compile(r"^[ \t]*\[(\d+),(\d+)\]<(stdout|stderr)>:")
 _SRUN_LABEL = re.compile(r"^\s*(\d+):[ \t]")  # a tab where an editor turned the label's blanks into one
@@ -732,6 +753,8 @@ def as_run(path: str):
     from telemetry.analysis.runs import Run
 
     result = read(path)
+    if result["source"] != "nccl-tests":  # the harness's own sweep (a slow lab link prints 0.00 GB/s in every row);
+        bandwidths_from_times(result)     # nccl-tests' own tables are shown as printed
     # the `#  Rank N ... on HOST device D [BUS] NAME` lines name the hosts and the GPU model: the largest
     # table's (a sendrecv pair test names two ranks only)
     devices = max((op.get("devices") or [] for op in result["ops"].values()), key=len, default=[])
