@@ -152,8 +152,12 @@ def of_line_text(gbps: float | None, rate: LineRate | None, size: float | None =
                  if rate.other_bps else "the other links are unshaped")
         burst = (f"; the tc burst of {rate.burst_bytes / 1024:g} KiB also passes at the host's speed"
                  if size is None and rate.burst_bytes else "")
+        # and a collective's time is the mean over its ranks (nccl-tests' -a default): in a send/recv ring on 4
+        # nodes only 2 ranks wait on node 0's egress, the other 2 finish at the healthy rate and pull the mean up
         return text + (f" (above the slow link's rate: it is node {rate.slow_node}'s egress, which traffic that node "
-                       f"does not send, such as a broadcast from another node's rank, never crosses: {other}{burst})")
+                       "does not send, such as a broadcast from another node's rank, never crosses; and a time averaged "
+                       "over the ranks (sweep.time_reduction avg) counts the ranks whose transfers avoid it at the "
+                       f"healthy rate: {other}{burst})")
     if share > 1.05 and _burst_explains(share, rate, size):  # the lab's token bucket, not a wrong rate
         return text + (f" (above the line rate: the links' tc burst of {rate.burst_bytes / 1024:g} KiB passes at the "
                        "host's speed after an idle moment, so small messages beat the rate)")
