@@ -33,6 +33,7 @@ from datetime import datetime, timezone
 
 from launch import host_capacity
 from telemetry.analysis import rates
+from telemetry.analysis.fabric_summary import lab_links
 from telemetry.errors import HarnessError, OneLineParser, output_dir_problem, print_errors
 from telemetry.rundir import LAB, LOGS, METRICS, RUN_JSON, RunKey
 from telemetry.signals import deferred
@@ -648,10 +649,8 @@ def main(argv: list[str] | None = None) -> int:
     code = 1
     try:
         with lab:
-            shaped = (f"{lab.rate} (burst {burst_bytes(lab.rate_bps, lab.mtu)} B, MTU {lab.mtu})" if lab.rate_bps
-                      else f"unshaped (MTU {lab.mtu})")
-            if lab.slow_node is not None:
-                shaped += f", node {lab.slow_node}'s egress {lab.slow_rate}"
+            shaped = (f"{lab_links(lab.describe())} (burst {burst_bytes(lab.rate_bps, lab.mtu)} B, MTU {lab.mtu})"
+                      if lab.rate_bps else f"{lab_links(lab.describe())} (MTU {lab.mtu})")
             print(f"[lab] {lab.nodes} nodes x {args.nproc_per_node} ranks, {lab.describe()['topology']}, links "
                   f"{shaped}; run directory {output_dir}", flush=True)
             os.makedirs(output_dir, exist_ok=True)
