@@ -32,6 +32,7 @@ import math
 import os
 import re
 from telemetry.errors import InputError
+from telemetry.rundir import SWEEP_TABLE
 from telemetry.analysis.nccl_tests_json import DTYPES  # nccl-tests' type names, its text and JSON alike
 
 # nccl-tests binary stem -> the sweep's collective name
@@ -758,7 +759,10 @@ def as_run(path: str):
     # the `#  Rank N ... on HOST device D [BUS] NAME` lines name the hosts and the GPU model: the largest
     # table's (a sendrecv pair test names two ranks only)
     devices = max((op.get("devices") or [] for op in result["ops"].values()), key=len, default=[])
-    info = {"name": os.path.basename(path), "status": f"{result['source']} output",
+    name = os.path.basename(path)
+    if name == SWEEP_TABLE:  # every sweep's table has this name: two runs' read `#1` and `#2`; their directory says
+        name = f"{os.path.basename(os.path.dirname(os.path.abspath(path)))}/{name}"
+    info = {"name": name, "status": f"{result['source']} output",
             "fabric": {"transport": None, "backend": "nccl-tests" if result["source"] == "nccl-tests"
                        else "sweep text"},
             "layout": {"world_size": result["world_size"]}, "nccl_tests": result,

@@ -116,3 +116,17 @@ def test_a_slow_labs_sweep_cut_short_shows_its_bandwidth_not_0_percent(tmp_path)
     assert "0.0% of line rate" not in md
     assert of_line_text(0.0, LineRate(1e6, 1, "lab rate 1mbit")) == (
         "; share of line rate unknown (0.00 GB/s as printed: under its two decimals)")
+
+
+def test_two_runs_collectives_txt_are_labelled_by_their_directory(tmp_path):
+    """Round 5: `telemetry compare A/collectives.txt B/collectives.txt` labelled them `collectives.txt #1` and
+    `#2`; each is now named by its run directory."""
+    from telemetry.analysis.nccl_tests import as_run
+
+    from .test_sweep_progress import FOOTER, HEAD, ROWS
+    for name in ("sweep-1mbit", "sweep-5mbit"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "collectives.txt").write_text(HEAD + "\n".join(ROWS) + "\n" + FOOTER)
+    assert as_run(str(tmp_path / "sweep-1mbit" / "collectives.txt")).name == "sweep-1mbit/collectives.txt"
+    (tmp_path / "all_reduce_perf.txt").write_text(HEAD + "\n".join(ROWS) + "\n" + FOOTER)
+    assert as_run(str(tmp_path / "all_reduce_perf.txt")).name == "all_reduce_perf.txt"  # any other file: its name
