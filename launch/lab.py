@@ -33,6 +33,7 @@ from datetime import datetime, timezone
 
 from launch import host_capacity
 from telemetry.analysis import rates
+from telemetry.analysis.fabric_summary import lab_links
 from telemetry.errors import HarnessError, OneLineParser, output_dir_problem, print_errors
 from telemetry.rundir import LAB, LOGS, METRICS, RUN_JSON, RunKey
 from telemetry.signals import deferred
@@ -204,8 +205,12 @@ class Lab:
         if slow_rate is not None and self.slow_rate_bps is None:
             raise LabError("--slow-rate: got 'none'; expected a tc rate such as 10mbit")
         if self.slow_rate_bps is not None and self.rate_bps is not None and self.slow_rate_bps >= self.rate_bps:
-            raise LabError(f"--slow-rate: got {slow_rate!r}, not slower than --rate {rate!r}; expected a rate below "
-                           "--rate (one slow link among healthy ones)")
+            # in tc a rate in bps is bytes per second: `--rate 1mbps` is 8 Mbit/s, as fast as `--slow-rate 8mbit`
+            in_bits = (f" ({rate!r} is {rates.bits_text(self.rate_bps)}, {slow_rate!r} "
+                       f"{rates.bits_text(self.slow_rate_bps)}: tc's kbps, mbps and gbps are bytes per second)"
+                       if any(r.strip().lower().endswith("bps") for r in (rate, slow_rate)) else "")
+            raise LabError(f"--slow-rate: got {slow_rate!r}, not slower than --rate {rate!r}{in_bits}; expected a rate "
+                           "below --rate (one slow link among healthy ones)")
         self.slow_rate = slow_rate.strip().lower() if slow_rate is not None else None
         self.id = lab_id or f"{ID_PREFIX}{os.getpid() % 100000}"
         self.subnet = f"{SUBNET_BASE}.{os.getpid() % 250 + 1}"
@@ -525,6 +530,7 @@ def _recipe_problems(recipe_args: list[str], world: int | None) -> list[str]:
     """The recipe, its overrides, its layout on the lab's world and its output_dir, checked as python -m trainer
     will check them on every node: a mistake is one line here, not a torchrun failure in each namespace.
     `world` None: --nodes was refused, so the layout is not judged on it (that would be the same mistake again)."""
+    from trainer.cli import other_recipes_run
     from trainer.config import RecipeError, load_recipe
     from trainer.layout import resolve_layout
 
@@ -533,7 +539,10 @@ def _recipe_problems(recipe_args: list[str], world: int | None) -> list[str]:
     except RecipeError as exc:
         return list(exc.problems)
     _, problems = resolve_layout(recipe, world) if world is not None else (None, [])
-    if not problems and (problem := output_dir_problem(recipe.output_dir, "output_dir")):
+    if not problems and (problem := output_dir_problem(recipe.output_dir, "output_dir")
+                         # another recipe's run there: the trainer refuses it on every node, after the lab has
+                         # written its lab.json over that run's (a 3-node sweep's record then named a 2-node lab)
+                         or other_recipes_run(recipe.output_dir, recipe)):
         problems = [problem]
     return problems
 
@@ -640,10 +649,8 @@ def main(argv: list[str] | None = None) -> int:
     code = 1
     try:
         with lab:
-            shaped = (f"{lab.rate} (burst {burst_bytes(lab.rate_bps, lab.mtu)} B, MTU {lab.mtu})" if lab.rate_bps
-                      else f"unshaped (MTU {lab.mtu})")
-            if lab.slow_node is not None:
-                shaped += f", node {lab.slow_node}'s egress {lab.slow_rate}"
+            shaped = (f"{lab_links(lab.describe())} (burst {burst_bytes(lab.rate_bps, lab.mtu)} B, MTU {lab.mtu})"
+                      if lab.rate_bps else f"{lab_links(lab.describe())} (MTU {lab.mtu})")
             print(f"[lab] {lab.nodes} nodes x {args.nproc_per_node} ranks, {lab.describe()['topology']}, links "
                   f"{shaped}; run directory {output_dir}", flush=True)
             os.makedirs(output_dir, exist_ok=True)

@@ -273,9 +273,11 @@ def _project_targets(args) -> tuple[str | None, list[int], list[tuple], float | 
             bps = parse_rate(rate)
             if bps is None:
                 return "--rate: got 'none'; give the target's rate (tc units, e.g. 100gbit)", [], [], None
+            label = rate
             if warning := bytes_unit_warning(rate):
                 print(warning, file=sys.stderr)
-            targets.append((rate, bps, None))
+                label = f"{rate} ({_fmt_rate(bps)})"  # each line that names the target says it in bits too
+            targets.append((label, bps, None))
         for path in args.busbw_table:
             targets.append((os.path.basename(path), None, load_busbw_table(path)))
         intra_bps = None

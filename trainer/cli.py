@@ -67,7 +67,7 @@ def _fail(problems: list[str]) -> int:
     return 2
 
 
-def _other_recipes_run(path: str, recipe) -> str | None:
+def other_recipes_run(path: str, recipe) -> str | None:
     """The line for an output_dir that holds another recipe's run (run.json names another recipe or workload):
     this run would set that record aside and resume from, or mix its metrics with, another model's."""
     import json
@@ -97,7 +97,7 @@ def _check_output_dir(path: str, recipe) -> list[str]:
     """output_dir must be a directory this process can create and write, before any rank starts a run."""
     if os.path.exists(path) and not os.path.isdir(path):
         return [f"output_dir: {path!r} is a file, not a directory; allowed: a new or existing directory"]
-    if problem := _other_recipes_run(path, recipe):
+    if problem := other_recipes_run(path, recipe):
         return [problem]
     if problem := dangling_link_problem(path, "output_dir"):
         return [problem]

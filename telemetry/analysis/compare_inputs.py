@@ -120,6 +120,7 @@ def sweep_cut_short(run: Run) -> dict | None:
     except (OSError, nccl_tests.NcclTestsError):
         return None
     sweep["ops"] = {op: r for op, r in sweep["ops"].items() if r.get("rows")}
+    nccl_tests.bandwidths_from_times(sweep)  # a slow link's rows print 0.00 GB/s: not 0% of its line rate
     params = next(iter(sweep["ops"].values()), {}).get("params") or {}
     sweep.setdefault("min_bytes", params.get("minBytes"))  # the overview's range, from nccl-tests' own line
     sweep.setdefault("max_bytes", params.get("maxBytes"))

@@ -62,11 +62,18 @@ def lab_slowest_link(lab: dict) -> tuple[float | None, float | None, str]:
     return None, None, "unshaped lab: the veth pair has no line rate"
 
 
+def _in_bits(rate, bps) -> str:
+    """A tc rate as given, and in bits where it was given in tc's bytes units: '1mbps (8 Mbit/s)'."""
+    from telemetry.analysis.rates import bits_text
+    return f"{rate} ({bits_text(bps)})" if str(rate).strip().lower().endswith("bps") and bps else str(rate)
+
+
 def lab_links(lab: dict) -> str:
-    """A lab's links in a few words: its rate, and the slow node's egress where it has one."""
-    links = lab.get("rate") if lab.get("rate_bps") else "unshaped"
+    """A lab's links in a few words: its rate, and the slow node's egress where it has one. A rate in tc's bytes
+    per second (`1mbps`) is named in bits too: read as 1 Mbit/s it is off by 8."""
+    links = _in_bits(lab.get("rate"), lab.get("rate_bps")) if lab.get("rate_bps") else "unshaped"
     if lab.get("slow_rate_bps"):
-        links += f", node {lab.get('slow_node')}'s egress {lab.get('slow_rate')}"
+        links += f", node {lab.get('slow_node')}'s egress {_in_bits(lab.get('slow_rate'), lab.get('slow_rate_bps'))}"
     return links
 
 

@@ -137,6 +137,8 @@ def of_line_text(gbps: float | None, rate: LineRate | None, size: float | None =
     total = rate.total_bps if rate else None
     if gbps is None or not total:
         return ""
+    if gbps == 0:  # nccl-tests' two decimals of GB/s: 0.00 is a rate under 5 MB/s, not none
+        return "; share of line rate unknown (0.00 GB/s as printed: under its two decimals)"
     share = gbps * 8e9 / total
     # above 100%: the rate is not the link the traffic crossed, or busbw counts intra-host hops too
     text = f"; {share * 100:.1f}% of line rate"
@@ -150,8 +152,12 @@ def of_line_text(gbps: float | None, rate: LineRate | None, size: float | None =
                  if rate.other_bps else "the other links are unshaped")
         burst = (f"; the tc burst of {rate.burst_bytes / 1024:g} KiB also passes at the host's speed"
                  if size is None and rate.burst_bytes else "")
+        # and a collective's time is the mean over its ranks (nccl-tests' -a default): in a send/recv ring on 4
+        # nodes only 2 ranks wait on node 0's egress, the other 2 finish at the healthy rate and pull the mean up
         return text + (f" (above the slow link's rate: it is node {rate.slow_node}'s egress, which traffic that node "
-                       f"does not send, such as a broadcast from another node's rank, never crosses: {other}{burst})")
+                       "does not send, such as a broadcast from another node's rank, never crosses; and a time averaged "
+                       "over the ranks (sweep.time_reduction avg) counts the ranks whose transfers avoid it at the "
+                       f"healthy rate: {other}{burst})")
     if share > 1.05 and _burst_explains(share, rate, size):  # the lab's token bucket, not a wrong rate
         return text + (f" (above the line rate: the links' tc burst of {rate.burst_bytes / 1024:g} KiB passes at the "
                        "host's speed after an idle moment, so small messages beat the rate)")

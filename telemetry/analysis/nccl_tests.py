@@ -33,6 +33,7 @@ import math
 import os
 import re
 from telemetry.errors import InputError
+from telemetry.rundir import SWEEP_TABLE
 from telemetry.analysis.nccl_tests_json import DTYPES  # nccl-tests' type names, its text and JSON alike
 
 # nccl-tests binary stem -> the sweep's collective name
@@ -41,6 +42,45 @@ TEST_OPS = {"all_reduce": "all_reduce", "all_gather": "all_gather", "reduce_scat
             "reduce": "reduce", "gather": "gather", "scatter": "scatter", "hypercube": "hypercube"}
 OP_TESTS = {op: f"{stem}_perf" for stem, op in TEST_OPS.items()}
 BLOCKS = ("out_of_place", "in_place")
+
+
+
+def block_busbw(key: str, row: dict, block: dict, ranks: int | None) -> float | None:
+    """A row's busbw in GB/s. nccl-tests prints two decimals of GB/s, so a link under 5 MB/s (a slow lab link)
+    reads 0.00 in every row: there it is the size over the printed time (several digits) x the collective's bus
+    factor at `ranks`, as nccl-tests computes it; None where the time, the collective (`key`, the op's key:
+    `sendrecv_inter_node` is a sendrecv) or the rank count is unknown. A printed value above 0 is kept."""
+    from telemetry import formulas
+    busbw = block.get("busbw_GBps")
+    if not isinstance(busbw, (int, float)) or busbw > 0 or not row.get("size"):
+        return busbw if isinstance(busbw, (int, float)) else None
+    op = next((o for o in formulas.RECORDED_OPS if key == o or key.startswith(o + "_")), None)
+    time_us = block.get("time_us")
+    if op is None or not ranks or not isinstance(time_us, (int, float)) or time_us <= 0:
+        return None  # under the printed precision and nothing to compute it from: unknown, not 0
+    return formulas.busbw_GBps(op, row["size"], time_us / 1e6, ranks)
+
+
+def bandwidths_from_times(result: dict) -> dict:
+    """`result` (parse/read) with every block that printed 0.00 GB/s given its algbw and busbw from its size and
+    time (block_busbw), marked `bandwidth_from_time`; an op's average without a footer is then the mean of those.
+    For a table of a slow link read as a run's record (a lab sweep cut short), where 0.00 read as 0 B/s and 0% of
+    line rate. Blocks it cannot compute keep what was printed."""
+    for key, op in result.get("ops", {}).items():
+        ranks = op.get("world_size") or result.get("world_size")
+        changed = False
+        for row in op.get("rows") or []:
+            for name in BLOCKS:
+                b = row.get(name)
+                if not b or b.get("busbw_GBps") != 0 or not (busbw := block_busbw(key, row, b, ranks)):
+                    continue
+                b.update(algbw_GBps=row["size"] / (b["time_us"] / 1e6) / 1e9, busbw_GBps=busbw, bandwidth_from_time=True)
+                changed = True
+        if changed and op.get("avg_busbw_source") != "footer":
+            vals = [b["busbw_GBps"] for r in op["rows"] for n in BLOCKS if (b := r.get(n)) and b.get("busbw_GBps") is not None]
+            op["avg_busbw_GBps"] = sum(vals) / len(vals) if vals else op.get("avg_busbw_GBps")
+    return result
+
 
 # (a log pasted as an indented block keeps its indent before the tag)
 _MPI_TAG = re.compile(r"^[ \t]*\[(\d+),(\d+)\]<(stdout|stderr)>:")
@@ -739,10 +779,15 @@ def as_run(path: str):
     from telemetry.analysis.runs import Run
 
     result = read(path)
+    if result["source"] != "nccl-tests":  # the harness's own sweep (a slow lab link prints 0.00 GB/s in every row);
+        bandwidths_from_times(result)     # nccl-tests' own tables are shown as printed
     # the `#  Rank N ... on HOST device D [BUS] NAME` lines name the hosts and the GPU model: the largest
     # table's (a sendrecv pair test names two ranks only)
     devices = max((op.get("devices") or [] for op in result["ops"].values()), key=len, default=[])
-    info = {"name": os.path.basename(path), "status": f"{result['source']} output",
+    name = os.path.basename(path)
+    if name == SWEEP_TABLE:  # every sweep's table has this name: two runs' read `#1` and `#2`; their directory says
+        name = f"{os.path.basename(os.path.dirname(os.path.abspath(path)))}/{name}"
+    info = {"name": name, "status": f"{result['source']} output",
             "fabric": {"transport": None, "backend": "nccl-tests" if result["source"] == "nccl-tests"
                        else "sweep text"},
             "layout": {"world_size": result["world_size"]}, "nccl_tests": result,

@@ -350,20 +350,32 @@ def combine_profiles(profiles: list[dict]) -> dict:
 
 
 def load_busbw_table(path: str) -> dict:
-    """An nccl-tests output file (or a sweep's collectives.txt) as {op: [(size, busbw GB/s), ...]}: the
-    out-of-place block where measured, else the in-place one; rows without a busbw are left out."""
-    from telemetry.analysis.nccl_tests import NcclTestsError, read
+    """An nccl-tests output file (or a sweep's collectives.txt, or the sweep's run directory) as {op: [(size, busbw
+    GB/s), ...]}: the out-of-place block where measured, else the in-place one; rows without a busbw are left out."""
+    import os
+
+    from telemetry.analysis.nccl_tests import NcclTestsError, block_busbw, read
+    from telemetry.rundir import SWEEP_TABLE
+    if os.path.isdir(path):  # a sweep's run directory: its table
+        if not os.path.isfile(os.path.join(path, SWEEP_TABLE)):
+            raise ProjectionError(f"--busbw-table: {path}: a directory without {SWEEP_TABLE} (not a collective sweep's "
+                                  "run directory); allowed: an nccl-tests output file (its text or its -J JSON), a "
+                                  f"sweep's {SWEEP_TABLE} or its run directory")
+        path = os.path.join(path, SWEEP_TABLE)
     try:
         result = read(path)
     except (OSError, NcclTestsError) as exc:
         raise ProjectionError(f"--busbw-table: {exc}") from None
     table = {}
+    ranks = result.get("world_size")
     for op, r in result["ops"].items():
         points = []
         for row in r["rows"]:
             block = row.get("out_of_place") or row.get("in_place") or {}
-            if row.get("size") and block.get("busbw_GBps"):
-                points.append((float(row["size"]), float(block["busbw_GBps"])))
+            # a slow link's rows print 0.00 GB/s: the busbw is then read from their time (a lab's own sweep)
+            busbw = block_busbw(op, row, block, r.get("world_size") or ranks) if block else None
+            if row.get("size") and busbw:
+                points.append((float(row["size"]), float(busbw)))
         if points:
             table[op] = sorted(points)
     if not table:

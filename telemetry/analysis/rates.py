@@ -51,6 +51,11 @@ def bytes_unit_warning(rate: str, what: str = "--rate") -> str | None:
             f"write {number}{bits}")
 
 
+def bits_text(bps: float) -> str:
+    """A rate in bits per second as a person reads it: 8 Mbit/s, 1.5 Gbit/s."""
+    return _fmt_bits(bps)
+
+
 def _fmt_bits(bps: float) -> str:
     for unit, size in (("Tbit/s", 1e12), ("Gbit/s", 1e9), ("Mbit/s", 1e6), ("kbit/s", 1e3)):
         if bps >= size:

@@ -230,6 +230,18 @@ def fmt_bytes(n) -> str:
     return f"{n:.0f} B"
 
 
+def overlap_note(c: dict) -> str:
+    """' (N calls a step in flight together: ...)' where one collective's summed call times pass the step: DDP's
+    buckets on gloo's threads wait on one another, each timed from its start, so its time counts the link once per
+    call and the busbw over it understates what the link carried (comm_time_s, their union, is the wall time)."""
+    share = c.get("share_of_step")
+    if not isinstance(share, (int, float)) or share <= 1.0:
+        return ""
+    calls = c.get("count_per_step")
+    return (f" ({calls:g} calls a step, in flight together: their times add up to {share * 100:.0f}% of the step, so "
+            "this busbw understates the link)" if isinstance(calls, (int, float)) and calls > 1 else "")
+
+
 def partial_note(s: dict) -> str:
     """' (partial: N untimed per step: why)' when the communication time leaves calls out, else ''."""
     if not s.get("comm_partial"):
@@ -274,7 +286,8 @@ def tables(s: dict) -> list[tuple[str, list[str], list[list[str]]]]:
     for op, c in s["comm"].items():
         exp_op = (s["exposed"] or {}).get("by_op", {}).get(op)
         comm_rows.append([op, fmt(c["count_per_step"]), fmt_bytes(c["bytes_per_step"]), fmt(c["time_per_step_s"], "s"),
-                          fmt(c["busbw_GBps"], "GB/s"), fmt(c["share_of_step"], "%") + (" (partial)" if c["partial"] else ""),
+                          fmt(c["busbw_GBps"], "GB/s"), fmt(c["share_of_step"], "%") + (" (partial)" if c["partial"] else "")
+                          + overlap_note(c),
                           fmt(exp_op, "%"), fmt_bytes(c["untimed_bytes_per_step"]) if c["partial"] else ""])
     group_table = group_rows(s)
     e = s["energy"]

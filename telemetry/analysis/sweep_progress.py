@@ -14,7 +14,7 @@ import re
 import stat
 
 from telemetry.analysis import nccl_tests
-from telemetry.analysis.compare_figures import size_text
+from telemetry.analysis.compare_figures import rate_text, size_text
 from telemetry.formulas import count_sweep_sizes
 from telemetry.rundir import SWEEP_TABLE
 
@@ -24,14 +24,17 @@ _CONCLUDED = b"# Collective test concluded:"
 # (or "+1048576," for a sweep that adds sweep.step_bytes each step)
 _BOUNDS = re.compile(r"collective sweep: .*?, (\d+) to (\d+) bytes (?:x(\d+)|\+(\d+)),")
 # a test the sweep will not run: "# fabric-harness: sendrecv skipped: it needs at least 2 ranks (this world has 1)"
+_RANKS = re.compile(r"collective sweep: (\d+) ranks")
 _SKIPPED = re.compile(r"^# fabric-harness: (\w+) skipped: (.*)$", re.M)
 
 
-def _busbw(row: dict) -> tuple[float | None, str | None]:
+def _busbw(key: str, row: dict, ranks: int | None) -> tuple[float | None, str | None]:
+    """The row's busbw and its block (the out-of-place one where measured); under the table's two decimals of GB/s
+    (a slow link), from the row's time (nccl_tests.block_busbw)."""
     for block in ("out_of_place", "in_place"):
         b = row.get(block)
         if isinstance(b, dict) and isinstance(b.get("busbw_GBps"), (int, float)):
-            return b["busbw_GBps"], block.replace("_", "-")
+            return nccl_tests.block_busbw(key, row, b, ranks), block.replace("_", "-")
     return None, None
 
 
@@ -48,6 +51,7 @@ class SweepProgress:
         self._settled: dict[str, dict] = {}  # the concluded tests, read once
         self.tests: list[dict] = []
         self.sizes_per_test: int | None = None
+        self.ranks: int | None = None  # the sweep's world, from its first line (a test's device list says more)
         self.latency: dict | None = None
         self.skipped: dict[str, str] = {}
 
@@ -77,6 +81,7 @@ class SweepProgress:
             if (m := _BOUNDS.search(head[:4096])) is not None:
                 lo, hi, factor, step = (int(g) if g is not None else None for g in m.groups())
                 self.sizes_per_test = count_sweep_sizes(lo, hi, factor, step)
+            self.ranks = int(m.group(1)) if (m := _RANKS.search(head[:4096])) else None
             self.skipped = {m.group(1): m.group(2).strip() for m in _SKIPPED.finditer(head)}
         end = data.rfind(_CONCLUDED)
         end = data.find(b"\n", end) + 1 if end >= 0 else 0
@@ -104,7 +109,7 @@ class SweepProgress:
     def _test(self, key: str, op: dict) -> dict:
         rows = op.get("rows") or []
         last = rows[-1] if rows else None
-        busbw, block = _busbw(last) if last else (None, None)
+        busbw, block = _busbw(key, last, op.get("world_size") or self.ranks) if last else (None, None)
         return {"op": key, "test": op.get("test"), "sizes_done": len(rows), "sizes_planned": self.sizes_per_test,
                 "last_size": last.get("size") if last else None, "last_busbw_GBps": busbw, "last_block": block,
                 "avg_busbw_GBps": op.get("avg_busbw_GBps"), "wrong": op.get("wrong"),
@@ -114,6 +119,12 @@ class SweepProgress:
     def snapshot(self) -> dict:
         return {"tests": self.tests, "sizes_done": sum(t["sizes_done"] for t in self.tests),
                 "sizes_per_test": self.sizes_per_test, "latency_us": self.latency, "skipped": self.skipped}
+
+
+def _bw(gbps: float | None) -> str:
+    """GB/s as the table prints it (two decimals), below 0.01 GB/s in MB/s or kB/s (a 5 Mbit/s link's 0.000575
+    GB/s is 575 kB/s, where the table's rows read 0.00)."""
+    return "n/a" if gbps is None else f"{gbps:g} GB/s" if gbps >= 0.01 or gbps == 0 else rate_text(gbps)
 
 
 def lines(progress: dict, planned_ops: list[str] | None) -> list[str]:
@@ -130,9 +141,9 @@ def lines(progress: dict, planned_ops: list[str] | None) -> list[str]:
         head = f"  {t['op']}: {t['sizes_done']}{of} sizes"
         if t["done"]:
             wrong = f", {t['wrong']} wrong" if t["wrong"] else ""
-            out.append(f"{head}, done: avg bus bandwidth {t['avg_busbw_GBps']:g} GB/s{wrong}")
+            out.append(f"{head}, done: avg bus bandwidth {_bw(t['avg_busbw_GBps'])}{wrong}")
         elif t["sizes_done"]:
-            bw = "n/a" if t["last_busbw_GBps"] is None else f"{t['last_busbw_GBps']:g} GB/s ({t['last_block']})"
+            bw = "n/a" if t["last_busbw_GBps"] is None else f"{_bw(t['last_busbw_GBps'])} ({t['last_block']})"
             out.append(f"{head}, last {size_text(t['last_size'])}: busbw {bw}")
         else:
             out.append(f"{head}: starting")

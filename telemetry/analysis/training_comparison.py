@@ -12,7 +12,7 @@ from telemetry.analysis.fabric_summary import lab_slowest_link
 from telemetry.analysis.line_rate import LineRate, of_line_text
 from telemetry.analysis.projection import ProjectionError, combine_profiles, measured_profile, project
 from telemetry.analysis.repeats import spread
-from telemetry.analysis.report import fmt, fmt_bytes, partial_note, scope_label, summarize
+from telemetry.analysis.report import fmt, fmt_bytes, overlap_note, partial_note, scope_label, summarize
 from telemetry.analysis.runs import Run
 from telemetry.rundir import StepKey
 
@@ -233,7 +233,8 @@ def headline_rows(sums: list[dict], run_sums: list[list[dict]], ttt: list[list[d
 def _comm_cell(c: dict, rate) -> str:
     busbw = c.get("busbw_GBps")
     return (fmt(c.get("time_per_step_s"), "s") + " / " + (rate_text(busbw) if busbw is not None else "n/a")
-            + of_line_text(busbw, rate).replace("; ", ", ", 1) + (" (partial)" if c.get("partial") else ""))
+            + of_line_text(busbw, rate).replace("; ", ", ", 1) + (" (partial)" if c.get("partial") else "")
+            + overlap_note(c))
 
 
 def comm_table(labels: list[str], sums: list[dict], comm_ops: list[str], rates: list) -> tuple:

@@ -143,7 +143,7 @@ class RunWatch:
             others = [r[StepKey.STEP_TIME_S] for r in slowest[SLOWEST_SHOWN:]]
             rest = {"ranks": len(ranks) - len(shown), "median_step_time_s": statistics.median(others) if others else None}
         return {"name": info.get("name") or os.path.basename(os.path.normpath(self.run_dir)),
-                "status": info.get("status") or "starting", StepKey.STEP: step, "max_steps": max_steps, "sweep": sweep,
+                "status": info.get("status") or "starting", "recorded": bool(info), StepKey.STEP: step, "max_steps": max_steps, "sweep": sweep,
                 "sweep_progress": self.sweep.snapshot() if sweep else None,
                 # None where the recipe does not list them (not "no test": that is sweep.ops=[p2p_matrix])
                 "sweep_ops": _sweep_tests(recipe.get("sweep") or {}, info.get("hosts")) if sweep else None,
@@ -204,10 +204,14 @@ def _server_power(s: dict, sep: str) -> str:
 def plain_lines(s: dict) -> list[str]:
     """The view as plain lines (not a terminal, or --once into a pipe)."""
     total = f"/{s['max_steps']}" if s["max_steps"] is not None else ""
+    if s.get("recorded") is False and s["step"] is None:  # nothing of the job yet: no steps, ranks or sweep to show
+        return [f"{s['name']}: starting | no run.json yet: the job has not started writing here (a lab brings up its "
+                "nodes and torchrun its ranks first)"]
     if s.get("sweep"):  # no steps: the sizes measured so far, from the table the sweep writes as it goes
         progress = s.get("sweep_progress") or {"tests": []}
         return [f"{s['name']}: {s['status']} | a collective sweep: {progress.get('sizes_done', 0)} sizes measured in "
-                f"{len(progress['tests'])} tests; the whole table: python -m telemetry report RUN once it is done"] + (
+                f"{len(progress['tests'])} tests; the whole table: python -m telemetry report RUN"
+                + (" once it is done" if s["status"] in ("starting", "running") else "")] + (
             sweep_progress.lines(progress, s.get("sweep_ops"))) + [f"  counters: {s['counters']}"] + (
             [f"  error: {s['error']}"] if s["error"] else [])
     head = (f"{s['name']}: {s['status']} | step {s['step'] if s['step'] is not None else '-'}{total} | "
@@ -240,7 +244,7 @@ def rich_view(s: dict):
     from rich.table import Table
     from rich.text import Text
 
-    if s.get("sweep"):
+    if s.get("sweep") or (s.get("recorded") is False and s["step"] is None):
         return Text("\n".join(plain_lines(s)))
     total = s["max_steps"] or 0
     done = s["step"] or 0

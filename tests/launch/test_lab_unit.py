@@ -107,6 +107,25 @@ def test_the_recipe_is_checked_on_the_labs_world_before_any_namespace(recipe_arg
     assert len(err) == 1 and err[0].startswith("error: ") and message in err[0], err
 
 
+def test_an_output_dir_holding_another_recipes_run_is_refused_before_its_lab_json_is_written(tmp_path, capsys,
+                                                                                             monkeypatch):
+    """Round 5: `lab ... -- recipes/tiny_bert.yaml output_dir=SWEEP` made the namespaces, wrote lab.json over the
+    sweep's own (its 3-node lab then read as 2 nodes), and the trainer's refusal came back as a torchrun
+    traceback and exit 1. Now it is the trainer's line, exit 2, before anything is made or written."""
+    run = tmp_path / "sweep"
+    run.mkdir()
+    (run / "run.json").write_text(json.dumps({"status": "completed",
+                                              "recipe": {"name": "collectives", "workload": "collectives"}}))
+    (run / "lab.json").write_text('{"nodes": 3}')
+    monkeypatch.setattr(lab, "check_host", lambda: pytest.fail("the output_dir is checked first"))
+    assert lab.main(["--nodes", "2", "--rate", "5mbit", "--", "recipes/tiny_bert.yaml", f"output_dir={run}"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"error: output_dir: {str(run)!r} holds a run of another recipe ('collectives', workload "
+                   "collectives; this one is 'tiny_bert', workload bert_pretraining); allowed: a new directory, or "
+                   "this recipe's own to resume or rerun it"], err
+    assert json.loads((run / "lab.json").read_text()) == {"nodes": 3}
+
+
 def test_tbf_counters_from_tc_json():
     """iproute2's `tc -s -j qdisc show dev fab0` on a lab link (captured on the development VM, iproute2 6.x)."""
     real = ('[{"kind":"tbf","handle":"81c5:","root":true,"refcnt":3,"options":{"rate":1250000,"burst":16383,'
@@ -131,6 +150,10 @@ def test_tbf_counters_from_tc_json():
     ({"rate": "10mbit", "slow_node": 1, "slow_rate": "1gbit"}, "--slow-rate: got '1gbit', not slower than --rate "
      "'10mbit'; expected a rate below --rate (one slow link among healthy ones)"),
     ({"rate": "10mbit", "slow_node": 0, "slow_rate": "10Mbit"}, "--slow-rate: got '10Mbit', not slower than"),
+    # round 5: a rate in bytes per second is as fast as eight times the bits; the line says what each is
+    ({"rate": "1mbps", "slow_node": 1, "slow_rate": "8mbit"}, "--slow-rate: got '8mbit', not slower than --rate "
+     "'1mbps' ('1mbps' is 8 Mbit/s, '8mbit' 8 Mbit/s: tc's kbps, mbps and gbps are bytes per second); expected a "
+     "rate below --rate"),
 ])
 def test_rates_tc_cannot_shape_are_refused_before_anything_is_created(kwargs, message):
     """tc turns a rate under one byte per second into 0 and refuses it after the namespaces exist."""

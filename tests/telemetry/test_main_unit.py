@@ -365,6 +365,15 @@ def test_project_a_recorded_run_onto_a_slower_link(capsys, run_dir, tmp_path):
     assert data["projections"][0]["step_time_s"] > 0
 
 
+def test_project_onto_a_rate_in_bytes_names_it_in_bits_on_every_line(capsys, run_dir):
+    """Round 5 of the lab: `project RUN --rate 25mbps` warned once, then printed `25mbps, 2 node(s): predicted`,
+    which reads as 25 Mbit/s among other targets in bits."""
+    assert main(["project", str(run_dir), "--rate", "25mbps", "--rate", "50mbit"]) == 0
+    captured = capsys.readouterr()
+    assert "warning: --rate 25mbps: in tc units 'mbps' is bytes per second, so this is 200 Mbit/s" in captured.err
+    assert "  25mbps (200 Mbit/s), " in captured.out and "  50mbit, " in captured.out
+
+
 def test_project_onto_more_ranks_than_samples_is_refused(capsys, run_dir):
     """--nodes 1e20 projected 0.1 s/step with "each rank computes 0.00x the samples": a layout that cannot be."""
     assert main(["project", str(run_dir), "--rate", "1gbit", "--nodes", "8"]) == 0  # 8 ranks, 8 samples: one each

@@ -43,3 +43,17 @@ def test_transport_row_names_nccls_warn_lines_by_kind(tmp_path):
     assert facts(run)["transport; GPUDirect RDMA"] == "roce; GDR on; NCCL WARN lines: 3 completion_error, 1 verbs_call"
     del nccl["warnings"]  # a run.json from before the field, or a log without WARN lines
     assert facts(run)["transport; GPUDirect RDMA"] == "roce; GDR on"
+
+
+def test_a_lab_rate_in_tc_bytes_units_is_named_in_bits_too():
+    """Round 5 of the lab: variants `rate: 1mbps` and `rate: 8mbit` are one link (8 Mbit/s) and measured alike
+    (+0.6%), but the comparison's link row read `1mbps` beside `8mbit`, as if 8 times slower."""
+    from launch.evaluate.summary import lab_setting_text
+    from telemetry.analysis.fabric_summary import lab_links
+    assert lab_links({"rate": "1mbps", "rate_bps": 8e6}) == "1mbps (8 Mbit/s)"
+    assert lab_links({"rate": "8mbit", "rate_bps": 8e6}) == "8mbit"
+    assert lab_links({"rate": "100mbit", "rate_bps": 1e8, "slow_node": 1, "slow_rate": "250kbps",
+                      "slow_rate_bps": 2e6}) == "100mbit, node 1's egress 250kbps (2 Mbit/s)"
+    assert lab_links({"rate": "none", "rate_bps": None}) == "unshaped"
+    assert lab_setting_text("rate", "1mbps") == "1mbps (8 Mbit/s)" and lab_setting_text("rate", "8mbit") == "8mbit"
+    assert lab_setting_text("mtu", 9000) == "9000" and lab_setting_text("slow_rate", "1gbps") == "1gbps (8 Gbit/s)"

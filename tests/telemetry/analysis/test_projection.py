@@ -218,6 +218,47 @@ def test_busbw_table_from_real_nccl_tests_output():
         project(profile(), 1e8)["step_time_s"])
 
 
+# the head of a 3-node lab sweep at 5 Mbit/s (round 5 of the lab): two decimals of GB/s read 0.00 in every row
+SLOW_SWEEP = """# fabric-harness collective sweep: 3 ranks on 3 host(s), float32, 65536 to 131072 bytes +65536, warm-up 1, iters 3, time avg
+#
+# Collective test starting: all_reduce_perf
+# fabric-harness test: all_reduce
+# nThread 1 nGpus 1 minBytes 65536 maxBytes 131072 step: 65536(bytes) warmup iters: 1 iters: 3 agg iters: 1 validation: 1 graph: 0 unalign: 0
+#
+# Using devices
+#  Rank  0 Group  0 Pid  22621 on  lab-node0 device -1 [cpu] CPU x86_64
+#  Rank  1 Group  0 Pid  22623 on  lab-node1 device -1 [cpu] CPU x86_64
+#  Rank  2 Group  0 Pid  22622 on  lab-node2 device -1 [cpu] CPU x86_64
+#
+#                                                              out-of-place                       in-place
+#       size         count      type   redop    root     time   algbw   busbw  #wrong     time   algbw   busbw  #wrong
+#        (B)    (elements)                               (us)  (GB/s)  (GB/s)             (us)  (GB/s)  (GB/s)
+       65536         16384     float     sum      -1      N/A     N/A     N/A     N/A   150634    0.00    0.00       0
+      131072         32768     float     sum      -1      N/A     N/A     N/A     N/A   297795    0.00    0.00       0
+# Out of bounds values : 0 OK
+# Avg bus bandwidth    : 0.000575137
+#
+# Collective test concluded: all_reduce_perf
+"""
+
+
+def test_a_slow_labs_own_sweep_is_a_busbw_table_and_its_run_directory_too(tmp_path):
+    """`project RUN --busbw-table SWEEP/collectives.txt` of a lab sweep at 5 Mbit/s was refused: 'has no rows with a
+    size and a busbw' (each row prints 0.00 GB/s). Each row's busbw is its size over its time x 2(n-1)/n."""
+    (tmp_path / "collectives.txt").write_text(SLOW_SWEEP)
+    table = load_busbw_table(str(tmp_path / "collectives.txt"))
+    assert table["all_reduce"] == [(65536.0, pytest.approx(65536 / 0.150634 * 4 / 3 / 1e9)),
+                                   (131072.0, pytest.approx(131072 / 0.297795 * 4 / 3 / 1e9))]
+    assert load_busbw_table(str(tmp_path)) == table  # the sweep's run directory names its table
+    (tmp_path / "collectives.txt").unlink()
+    with pytest.raises(ProjectionError, match=r"a directory without collectives.txt \(not a collective sweep's run "
+                                              r"directory\); allowed: .*its run directory$"):
+        load_busbw_table(str(tmp_path))
+    # a row of 0.00 whose time is unknown is left out, never taken as a bandwidth of 0
+    (tmp_path / "t.txt").write_text(SLOW_SWEEP.replace("297795", "   N/A"))
+    assert len(load_busbw_table(str(tmp_path / "t.txt"))["all_reduce"]) == 1
+
+
 def test_ops_a_table_lacks_use_its_all_reduce_busbw():
     table = {"all_reduce": [(1.0, 1.0), (1e9, 1.0)]}
     p = project(profile(ops={"broadcast": {"bytes": 1e6, "time_s": 0.0, "calls": 1}}), None, busbw_table=table)

@@ -66,7 +66,9 @@ def test_watch_shows_a_running_sweeps_sizes_not_steps(tmp_path):
     assert s["sweep"] and s["max_steps"] is None and s["sweep_ops"] == ["all_reduce", "all_gather"]
     text = plain_lines(s)
     assert text[0].startswith("collectives: running | a collective sweep: 2 sizes measured in 1 tests")
-    assert text[1:3] == ["  all_reduce: 2/4 sizes, last 16 B: busbw 0 GB/s (in-place)", "  not started: all_gather"]
+    # 16 B in 519.78 us prints 0.00 GB/s: the size over the time x 2(n-1)/n at 2 ranks (the sweep's first line)
+    assert text[1:3] == ["  all_reduce: 2/4 sizes, last 16 B: busbw 30.8 kB/s (in-place)", "  not started: all_gather"]
+    assert text[0].endswith("python -m telemetry report RUN once it is done")
     assert "/100" not in "\n".join(text)
 
 
@@ -214,3 +216,28 @@ def test_the_pair_tests_the_hosts_have_are_listed_as_not_started(tmp_path):
     state = RunWatch(str(run))
     state.poll()
     assert state.snapshot()["sweep_ops"] == ["all_reduce", "sendrecv", "sendrecv_inter_node"]
+
+
+def test_a_slow_links_bandwidth_is_not_shown_as_0_and_a_finished_sweep_is_not_waited_for(tmp_path):
+    """Round 5 of the lab: a 3-node sweep at 5 Mbit/s read `busbw 0 GB/s` at every size in watch (the table prints
+    two decimals of GB/s) and `avg bus bandwidth 0.000575137 GB/s`; the rows' times give the bandwidth, and a
+    completed sweep's headline no longer says `once it is done`."""
+    head = HEAD.replace("2 ranks on 1 host(s), float32, 8 to 64 bytes x2", "3 ranks on 3 host(s), float32, 16384 to "
+                        "32768 bytes +16384").replace("all_reduce", "all_gather")
+    rows = ["       16384          1365     float    none      -1  20522.0    0.00    0.00       0  20297.1    0.00    0.00       0",
+            "       32760          2730     float    none      -1  38719.4    0.00    0.00       0  38697.9    0.00    0.00       0"]
+    run = sweep_dir(tmp_path, head + rows[0] + "\n")
+    p = SweepProgress(str(run))
+    p.poll()
+    t = p.snapshot()["tests"][0]
+    assert t["sizes_planned"] == 2 and abs(t["last_busbw_GBps"] - 16384 / 0.0205220 * 2 / 3 / 1e9) < 1e-12
+    assert lines(p.snapshot(), ["all_gather"]) == ["  all_gather: 1/2 sizes, last 16 KB: busbw 532 kB/s (out-of-place)"]
+    footer = "# Out of bounds values : 0 OK\n# Avg bus bandwidth    : 0.000568019\n#\n# Collective test concluded: all_gather_perf\n"
+    sweep_dir(tmp_path, head + "\n".join(rows) + "\n" + footer, status="completed")
+    state = RunWatch(str(run))
+    state.poll()
+    text = plain_lines(state.snapshot())
+    assert text[0].endswith("the whole table: python -m telemetry report RUN"), text[0]
+    assert text[1] == "  all_gather: 2/2 sizes, done: avg bus bandwidth 568 kB/s"
+    # a row whose time is unknown stays unknown, never 0
+    assert lines({"tests": [{**t, "last_busbw_GBps": None}]}, None)[0].endswith("busbw n/a")

@@ -106,3 +106,49 @@ def test_a_row_being_written_is_left_for_the_next_read(tmp_path):
     assert torn["ops"]["all_reduce"]["rows"][-1]["in_place"]["wrong"] == 1  # what a plain read makes of it
     waiting = nccl_tests.read(str(path), being_written=True)
     assert [r["size"] for r in waiting["ops"]["all_reduce"]["rows"]] == [8] and waiting["rows_skipped"] == 0
+
+
+def test_a_slow_labs_sweep_cut_short_shows_its_bandwidth_not_0_percent(tmp_path):
+    """Round 5: a 2-node sweep at 1mbit stopped by Ctrl-C after 4 sizes; its report read every row `0.00 GB/s
+    (under 5 MB/s as printed)` and `0.0% of line rate` (the table's two decimals of GB/s), where 32 KB in 282 ms is
+    116 kB/s, 93% of the link. A printed 0.00 that cannot be computed is an unknown share, never 0%."""
+    import json
+
+    from telemetry.analysis.line_rate import LineRate, of_line_text
+    run = tmp_path / "cut"
+    run.mkdir()
+    (run / "run.json").write_text(json.dumps({"name": "collectives", "status": "interrupted", "recipe": {
+        "workload": "collectives"}, "fabric": {"lab": {"rate": "1mbit", "rate_bps": 1e6, "burst_bytes": 16384,
+                                                       "mtu": 1500, "nodes": 2, "topology": "veth pair"}}}))
+    head = ("# fabric-harness collective sweep: 2 ranks on 2 host(s), float32, 4096 to 262144 bytes x2, warm-up 1, "
+            "iters 2, time avg\n#\n# Collective test starting: all_reduce_perf\n# fabric-harness test: all_reduce\n"
+            "# nThread 1 nGpus 1 minBytes 4096 maxBytes 262144 step: 2(factor) warmup iters: 1 iters: 2 agg iters: 1 "
+            "validation: 1 graph: 0 unalign: 0\n#\n# Using devices\n"
+            "#  Rank  0 Group  0 Pid  22621 on  lab-node0 device -1 [cpu] CPU x86_64\n"
+            "#  Rank  1 Group  0 Pid  22623 on  lab-node1 device -1 [cpu] CPU x86_64\n#\n"
+            "#                                                              out-of-place                       in-place\n"
+            "#       size         count      type   redop    root     time   algbw   busbw  #wrong     time   algbw   busbw  #wrong\n"
+            "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)             (us)  (GB/s)  (GB/s)\n")
+    (run / "collectives.txt").write_text(head + "       32768          8192     float     sum      -1      N/A     N/A     "
+                                         "N/A     N/A   282348    0.00    0.00       0\n")
+    write_report(str(run))
+    md = (run / "report" / "report.md").read_text()
+    # 32768 B / 0.282348 s = 116 kB/s, x 2(2-1)/2 = 1: 92.8% of 125 kB/s
+    assert "| 32 KB | in-place | 282 ms | 116 kB/s | 116 kB/s | 92.8% of line rate | 0 |" in md, md
+    assert "0.0% of line rate" not in md
+    assert of_line_text(0.0, LineRate(1e6, 1, "lab rate 1mbit")) == (
+        "; share of line rate unknown (0.00 GB/s as printed: under its two decimals)")
+
+
+def test_two_runs_collectives_txt_are_labelled_by_their_directory(tmp_path):
+    """Round 5: `telemetry compare A/collectives.txt B/collectives.txt` labelled them `collectives.txt #1` and
+    `#2`; each is now named by its run directory."""
+    from telemetry.analysis.nccl_tests import as_run
+
+    from .test_sweep_progress import FOOTER, HEAD, ROWS
+    for name in ("sweep-1mbit", "sweep-5mbit"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "collectives.txt").write_text(HEAD + "\n".join(ROWS) + "\n" + FOOTER)
+    assert as_run(str(tmp_path / "sweep-1mbit" / "collectives.txt")).name == "sweep-1mbit/collectives.txt"
+    (tmp_path / "all_reduce_perf.txt").write_text(HEAD + "\n".join(ROWS) + "\n" + FOOTER)
+    assert as_run(str(tmp_path / "all_reduce_perf.txt")).name == "all_reduce_perf.txt"  # any other file: its name

@@ -261,9 +261,13 @@ def test_damaged_metrics_lines_are_left_out_as_the_report_leaves_them(tmp_path):
 
 
 def test_once_on_a_directory_the_run_has_not_written_yet(tmp_path):
+    """Round 5 of the lab: watch on a sweep's directory while its lab came up showed a training view, `step - |
+    n/a | eta n/a | loss n/a`, and `straggler: not checked (... one rank, or telemetry.cross_rank_every: 0)`,
+    a reason that was not true of the job; before run.json there is nothing of the job to show."""
     out = io.StringIO()
     assert watch(str(tmp_path), once=True, out=out) == 0
-    assert out.getvalue().startswith(f"{tmp_path.name}: starting | step - | n/a | eta n/a")
+    assert out.getvalue() == (f"{tmp_path.name}: starting | no run.json yet: the job has not started writing here (a "
+                              "lab brings up its nodes and torchrun its ranks first)\n")
 
 
 def test_a_collective_sweep_is_not_shown_as_steps_of_the_recipes_max_steps(tmp_path):
