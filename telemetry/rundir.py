@@ -29,6 +29,7 @@ RUN_JSON, METRICS = "run.json", "metrics.jsonl"
 RANKS, LOGS, CHECKPOINTS, REPORT, EXPORTS = "ranks", "logs", "checkpoints", "report", "exports"
 RESERVE = ".reserve"
 LAB = "lab.json"  # written by python -m launch.lab beside the run's own files
+MLLOG = "mllog.txt"  # written by python -m telemetry mllog RUN
 # a collective sweep's nccl-tests table, written line by line as each size is measured (what watch follows)
 SWEEP_TABLE = "collectives.txt"
 SWEEP_SIZES = "sweep.jsonl"  # a sweep's energy, power and counters per size, a line as each size is measured
@@ -52,13 +53,17 @@ LAYOUT = (
                  "profiler traces, flight_recorder/ (what each rank last entered, written on a failure or hang), "
                  "prometheus-targets.HOST.json (while a run with telemetry.prometheus is live: the node's "
                  "metrics address as a Prometheus file_sd target list, docs/live.md)"),
-    (f"{SWEEP_TABLE}, collectives.json, .csv", "a collective sweep's tables (nccl-tests layout); the text table is "
-                                               "written as each size is measured, so a sweep cut short keeps its rows"),
+    (f"{SWEEP_TABLE}, {SWEEP_JSON}, .csv", "a collective sweep's tables (nccl-tests layout); the text table is "
+                                           "written as each size is measured, so a sweep cut short keeps its rows"),
+    (f"{SWEEP_NCCL_TESTS}/, {SWEEP_SIZES}", "a collective sweep's nccl-tests/<op>.json (each collective in nccl-tests' "
+                                            "-J JSON schema) and sweep.jsonl (a line per size and collective as it "
+                                            "is measured: energy, power, NIC/RDMA counter deltas; docs/nccl-tests.md)"),
     (LAB, "a run in the fabric lab (python -m launch.lab): the emulated nodes, link rates and MTU, each shaped "
           "link, and the links' tc tbf counters read before tear-down (qdisc, tbf_drops, tbf_drops_after_first_step)"),
     (f"run.lock, {RESERVE}", "while a run is live: who holds the directory; 1 MiB given back if the disk fills"),
     (f"{REPORT}/", "written by python -m telemetry report RUN"),
     (f"{EXPORTS}/", "TensorBoard, W&B, Parquet and trace exports (telemetry.export or python -m telemetry export)"),
+    (MLLOG, "the run's :::MLLOG lines, written by python -m telemetry mllog RUN (docs/reports.md)"),
 )
 
 

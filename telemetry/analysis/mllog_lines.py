@@ -24,7 +24,7 @@ import os
 from datetime import datetime
 
 from telemetry.errors import InputError
-from telemetry.rundir import RunKey, StepKey
+from telemetry.rundir import MLLOG, RunKey, StepKey
 
 BENCHMARKS = {"bert_pretraining": "bert", "image_classification": "resnet", "llm_lora": "llama2_70b_lora"}
 RULESETS = {"bert": "5.0.0", "resnet": "4.0.0", "llama2_70b_lora": "5.0.0"}
@@ -77,7 +77,7 @@ def write(run_dir: str, out: str | None = None, org: str = "fabric-harness", pla
     scored = StepKey.EVAL_ACCURACY if bench != "llama2_70b_lora" else StepKey.EVAL_LOSS
     evals = [r for r in steps if r.get(scored) is not None]
 
-    path = out or os.path.join(run_dir, "mllog.txt")
+    path = out or os.path.join(run_dir, MLLOG)
     # a logger of our own with one file handler (mllog's shared one also prints to stdout and keeps handlers)
     sink = logging.getLogger("fabric_harness.mllog")
     sink.propagate, sink.handlers = False, []

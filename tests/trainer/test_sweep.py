@@ -389,6 +389,19 @@ def test_dry_run_checks_the_largest_size_against_device_memory(capsys):
     assert "sweep.device_memory: got 'lots'" in err and "sweep.min_seconds_per_size: got -1.0" in err
 
 
+def test_dry_run_memory_of_one_rank_names_a_collective_that_runs(capsys):
+    # a world of one skips sendrecv; the collectives that run need as much (all_to_all, and reduce_scatter's share
+    # and whole at one rank), and the line names one of them with what it holds
+    assert main([SWEEP, "--dry-run", "sweep.max_bytes=256M"]) == 0
+    out = capsys.readouterr().out
+    assert "(sendrecv skipped: it needs at least 2 ranks)" in out
+    assert "needs 544.0 MiB per rank (reduce_scatter, its share and the whole;" in out and "(sendrecv," not in out
+    assert main([SWEEP, "--dry-run", "sweep.max_bytes=256M", "sweep.ops=[all_to_all,sendrecv]"]) == 0
+    assert "per rank (all_to_all, send and receive buffers;" in capsys.readouterr().out
+    assert main([SWEEP, "--dry-run", "sweep.max_bytes=256M", "sweep.ops=[all_reduce]"]) == 0
+    assert "per rank (all_reduce, one buffer, in place;" in capsys.readouterr().out
+
+
 def test_iteration_statistics_follow_nccl_tests():
     from trainer.sweep.measure import iteration_stats
     # two ranks, 5 iterations: times_us is the slower rank's per iteration; one iteration skipped

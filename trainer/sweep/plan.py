@@ -69,10 +69,11 @@ def human(n: int) -> str:
 
 
 def largest_need(ops: list[str], max_bytes: int, world: int, dtype: str, in_place: str) -> tuple[int, str]:
-    """(bytes per rank, op) of the hungriest op at the largest size."""
+    """(bytes per rank, op) of the hungriest op at the largest size, among the ops that run at this world size
+    (a world of one skips sendrecv, so the need never names it there)."""
     elsize = ELEMENT_SIZE[dtype]
-    run = [op for op in ops if not (op == "sendrecv" and world < 2)] or ops  # a world of 1 skips sendrecv
-    return max((buffer_bytes(op, max_bytes, world, elsize, in_place), op) for op in run)
+    runs = [op for op in ops if not (op == "sendrecv" and world < 2)] or list(ops)
+    return max((buffer_bytes(op, max_bytes, world, elsize, in_place), op) for op in runs)
 
 
 def memory_problem(ops: list[str], max_bytes: int, world: int, dtype: str, in_place: str, device_bytes: int,
@@ -89,8 +90,11 @@ def memory_problem(ops: list[str], max_bytes: int, world: int, dtype: str, in_pl
 def dry_run_line(ops: list[str], max_bytes: int, world: int, dtype: str, in_place: str, device_bytes: int,
                  what: str) -> str:
     need, op = largest_need(ops, max_bytes, world, dtype, in_place)
-    return (f"# sweep memory: the largest size, {human(max_bytes)}, needs {human(need)} per rank ({op}, send and "
-            f"receive buffers; the same at any rank count) + {human(DEVICE_RESERVE_BYTES)} reserve; "
+    held = ("one buffer, in place" if op in ("all_reduce", "broadcast", "reduce")
+            else "its share and the whole" if op in ("reduce_scatter", "all_gather", "gather", "scatter")
+            else "send and receive buffers")
+    return (f"# sweep memory: the largest size, {human(max_bytes)}, needs {human(need)} per rank ({op}, {held}; "
+            f"the same at any rank count) + {human(DEVICE_RESERVE_BYTES)} reserve; "
             f"checked against {what}, {human(device_bytes)}")
 
 def held_here(cfg, size: int) -> bool:
