@@ -161,9 +161,11 @@ class RunSeries:
         self.ranks: list[int] = []
         self.set_ranks(ranks)
         self._job = JsonlFollower(os.path.join(run_dir, METRICS), from_end=True) if job_metrics else None
-        # a sweep's sizes, read whole (the exporter opens before the sweep writes its first size); the end
-        # rewrites the file with the same lines: each (test, size) is counted once
-        self._sweep = JsonlFollower(os.path.join(run_dir, SWEEP_SIZES), from_end=False) if job_metrics else None
+        # a sweep's sizes from now on: the exporter opens before the sweep writes its first size, and a sweep.jsonl
+        # already there is an earlier attempt's (a rerun moves it to logs/ before its first size: the follower
+        # then reads the new file whole); the end rewrites the file with the same lines: each (test, size) is
+        # counted once
+        self._sweep = JsonlFollower(os.path.join(run_dir, SWEEP_SIZES), from_end=True) if job_metrics else None
         self._sweep_seen: set[tuple] = set()
         self._latest_size: dict[str, dict] = {}  # test -> its newest size's line
         self._latest: dict[int, dict] = {}

@@ -335,3 +335,26 @@ def test_a_node_without_rank_0_serves_no_sweep(tmp_path):
     series = RunSeries(str(tmp_path), [2, 3], IDENT, job_metrics=False)
     write_lines(tmp_path / "sweep.jsonl", [size_line("all_reduce", 8)])
     assert not [k for k in scrape(series) if k[0].startswith("fabric_harness_sweep_")]
+
+
+def test_a_rerun_serves_its_own_sizes_not_the_earlier_attempts(tmp_path):
+    # a rerun in the same run directory: the exporter opens (trainer/run.py, open_live) before the sweep moves the
+    # earlier attempt's record to logs/sweep.attempt-N (trainer/sweep/output.py keep_earlier_record), and a scrape
+    # can come in between. The earlier attempt's sizes are not this run's: neither counted nor served, and this
+    # run's sizes (the same ops and sizes) are counted and served as they come
+    path = tmp_path / "sweep.jsonl"
+    earlier = [size_line("all_reduce", 8), size_line("all_reduce", 16)]
+    write_lines(path, [{**x, "transport": "tcp"} for x in earlier])
+    series = RunSeries(str(tmp_path), [0], IDENT, job_metrics=True)
+    labels = lambda **kv: frozenset({**IDENT, **kv}.items())  # noqa: E731
+    assert not [k for k in scrape(series) if k[0].startswith("fabric_harness_sweep_")]
+    (tmp_path / "logs" / "sweep.attempt-1").mkdir(parents=True)
+    path.replace(tmp_path / "logs" / "sweep.attempt-1" / "sweep.jsonl")
+    rerun = {**size_line("all_reduce", 8), "in_place": {"time_us": 40.0, "algbw_GBps": 0.2, "busbw_GBps": 0.4,
+                                                        "wrong": 0}}
+    write_lines(path, [rerun])
+    got = scrape(series)
+    assert got[("fabric_harness_sweep_sizes_total", labels(op="all_reduce"))] == 1
+    assert got[("fabric_harness_sweep_size_bytes", labels(op="all_reduce"))] == 8
+    assert got[("fabric_harness_sweep_time_seconds", labels(op="all_reduce", placement="in_place"))] == \
+        pytest.approx(40e-6)
