@@ -111,7 +111,8 @@ SERIES: tuple[Series, ...] = (
            "deleted)"),
     # ---- a collective sweep (a job without steps), from sweep.jsonl (served by the node of rank 0)
     Series("sweep_size_bytes", "gauge", SWEEP, "the newest size the sweep measured in this test (nccl-tests' size "
-           "column; op: the collective, or sendrecv_PAIR for a pair test)"),
+           "column; op: the test as collectives.json names it, the collective or sendrecv_intra_node, "
+           "sendrecv_inter_node for a pair test)"),
     Series("sweep_time_seconds", "gauge", SWEEP_PLACED, "that size's time per operation (nccl-tests' time), "
            "out-of-place and in-place"),
     Series("sweep_algbw_bytes_per_second", "gauge", SWEEP_PLACED, "that size's algorithm bandwidth (nccl-tests' "

@@ -172,7 +172,7 @@ def test_a_timeout_in_a_pairs_size_gives_the_advice_on_one_call_of_that_size(mon
 
     seen = []
 
-    def measure_pair(self, pair, size):
+    def measure_pair(self, pair, size, test):
         seen.append(measure.sweep_position())
         raise TimeoutError("the pair's send/recv")
     monkeypatch.setattr(measure.Sweep, "pairs", lambda self: {"inter": (0, 0)})

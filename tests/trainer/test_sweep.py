@@ -95,6 +95,9 @@ def test_two_rank_sweep_is_correct_and_recorded(sweep_run):
     assert text == sweep_run.stdout  # the file is written line by line as stdout is: the same table
     sizes_lines = (sweep_run.out / "sweep.jsonl").read_text().splitlines()  # rewritten at the end with the transport
     assert len(sizes_lines) == 126 and all(json.loads(x)["transport"] == "loopback" for x in sizes_lines)
+    # each line names its test as collectives.json does (a pair's too: the live series' op label, the power table's
+    # join with the rows)
+    assert {json.loads(x)["op"] for x in sizes_lines} == set(out["ops"])
     assert not (sweep_run.out / "sweep.jsonl.tmp").exists()
     # watch on the finished run: every test done, with the footer's average
     state = RunWatch(str(sweep_run.out))

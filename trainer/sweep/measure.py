@@ -388,7 +388,9 @@ class Sweep:
         """One pair of ranks on the same host and one on different hosts, where the world has them."""
         return sweep_pairs(self.hosts)
 
-    def measure_pair(self, pair: tuple[int, int], size: int) -> dict:
+    def measure_pair(self, pair: tuple[int, int], size: int, test: str) -> dict:
+        """Send/recv between `pair` only; sweep.jsonl's line names `test` (sendrecv_intra_node, ...), as
+        collectives.json, watch and the live series' op label do."""
         count = size // self.elsize
         t_size = time.perf_counter()
         times, wrong = self.pair_time(pair[0], pair[1], count * self.elsize, self.cfg.iters,
@@ -396,7 +398,7 @@ class Sweep:
         row = {"size": count * self.elsize, "count": count, "requested_bytes": size, "ranks": list(pair),
                "out_of_place": timed_block(times, count * self.elsize, 1.0, wrong, self.cfg.repeat_stat),
                "in_place": None}
-        self._record_size(f"sendrecv_pair_{pair[0]}_{pair[1]}", row, 0, time.perf_counter() - t_size)
+        self._record_size(test, row, 0, time.perf_counter() - t_size)
         return row
 
     def p2p_matrix(self, size: int, latency_bytes: int = 4) -> dict:
@@ -644,7 +646,7 @@ def _one_test(sw: Sweep, cfg, op: str, pair, bounds: tuple[int, int], hosts: lis
         t0 = time.monotonic()
         # "(N bytes)" marks a size's call for describe_timeout's advice on one call of a size; a pair's ranks after it
         POSITION["now"] = f"{op} of {human(size)} ({size} bytes)" + (f" between ranks {pair[0]} and {pair[1]}" if pair else "")
-        row = sw.measure_pair(pair, size) if pair else sw.measure(op, size)
+        row = sw.measure_pair(pair, size, op) if pair else sw.measure(op, size)
         if marks is not None:
             marks.append((op, size, t0, time.monotonic()))
         row.update(type=type_name, redop=redop, root=root)
