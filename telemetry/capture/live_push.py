@@ -18,6 +18,14 @@ UNITS = {"bytes_per_second": "By/s", "tokens_per_second": "{token}/s", "samples_
          "watts": "W", "ratio": "1"}
 
 
+def otlp_unit(name: str) -> str:
+    """A series' OTLP unit, from its name's suffix; none for a count (steps, calls, a sweep's sizes). A Prometheus
+    fed by OTLP appends the unit's words to the name unless the name holds them, and "1" becomes "_ratio": a count
+    with unit "1" was fabric_harness_sweep_sizes_ratio_total there, not the name scraped (the OpenTelemetry
+    specification, compatibility/prometheus_and_openmetrics.md)."""
+    return next((u for suffix, u in UNITS.items() if name.endswith(suffix)), "")
+
+
 class _Pusher:
     what = "push"
 
@@ -121,9 +129,8 @@ class OtlpPusher(_Pusher):
             return callback
 
         for s in BY_NAME.values():
-            unit = next((u for suffix, u in UNITS.items() if s.name.endswith(suffix)), "1")
             make = meter.create_observable_counter if s.kind == "counter" else meter.create_observable_gauge
-            make(PREFIX + s.name, callbacks=[observer(s.name)], unit=unit, description=s.help)
+            make(PREFIX + s.name, callbacks=[observer(s.name)], unit=otlp_unit(s.name), description=s.help)
 
     def push(self) -> None:
         self._current = self.series.samples()

@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from telemetry.capture.live_push import OtlpPusher, PushgatewayPusher
-from telemetry.capture.live_series import RunSeries
+from telemetry.capture.live_series import PREFIX, SERIES, RunSeries
 from telemetry.rundir import rank_file
 from tests.telemetry.capture.test_live_series import IDENT, rank_line, write_lines
 
@@ -174,9 +174,38 @@ def test_the_finished_push_waits_for_the_other_local_ranks_last_lines(tmp_path):
 
 
 def test_otlp_units_of_rates_are_rates():
-    from telemetry.capture.live_push import UNITS
+    from telemetry.capture.live_push import otlp_unit as unit
 
-    def unit(name):
-        return next((u for suffix, u in UNITS.items() if name.endswith(suffix)), "1")
     assert unit("collective_busbw_bytes_per_second") == "By/s" and unit("step_collective_bytes") == "By"
     assert unit("tokens_per_second") == "{token}/s" and unit("device_flops_per_second") == "{flop}/s"
+
+
+# The OpenTelemetry specification's OTLP-to-Prometheus names (a collector's Prometheus exporters, Prometheus' own OTLP
+# receiver): the unit's words appended unless the name holds them, "{...}" dropped, "1" becoming "ratio", and
+# _total on a counter (https://github.com/open-telemetry/opentelemetry-specification/blob/main/specification/
+# compatibility/prometheus_and_openmetrics.md, "OTLP Metric points to Prometheus")
+PROM_UNIT_WORDS = {"By": "bytes", "s": "seconds", "J": "joules", "W": "watts", "1": "ratio"}
+PROM_PER_WORDS = {"s": "second"}  # "foo/bar": foo_per_bar, bar in the singular
+
+
+def prometheus_name_of_otlp(name: str, unit: str, counter: bool) -> str:
+    main, _, per = unit.partition("/")
+    words = [w for w in (PROM_UNIT_WORDS.get(main, main) if "{" not in main else "",
+                         f"per_{PROM_PER_WORDS.get(per, per)}" if per else "") if w]
+    for w in words:
+        if w not in name:
+            name += "_" + w
+    return name + ("_total" if counter and not name.endswith("_total") else "")
+
+
+def test_every_series_pushed_over_otlp_keeps_its_prometheus_name():
+    # counts (steps, calls, a sweep's sizes measured and planned) had unit "1": through a collector they became
+    # fabric_harness_sweep_sizes_planned_ratio and fabric_harness_sweep_sizes_ratio_total, and the dashboard's
+    # queries (a sweep's progress) found nothing
+    from telemetry.capture.live_push import otlp_unit
+
+    for s in SERIES:
+        scraped = PREFIX + s.name + ("_total" if s.kind == "counter" else "")
+        assert prometheus_name_of_otlp(PREFIX + s.name, otlp_unit(s.name), s.kind == "counter") == scraped, s.name
+    assert otlp_unit("sweep_busbw_bytes_per_second") == "By/s" and otlp_unit("sweep_size_bytes") == "By"
+    assert otlp_unit("tokens_per_second") == "{token}/s" and otlp_unit("mfu_ratio") == "1"
