@@ -383,11 +383,15 @@ def read_jsonl(path: str, damaged: list[int] | None = None, check=None) -> list[
     return rows
 
 
+FOLLOW_CHECK_BYTES = 4096  # what a follower compares of a file with a new inode number: a few lines' worth
+
+
 class JsonlFollower:
     """The complete JSON-object lines appended to a file since the last read (a live run's metrics.jsonl or
     rank file); a torn last line waits for its end; a file replaced (renamed over, or truncated and shorter) is
-    read again whole, so a reader that must not count a line twice keys its lines (a sweep's sweep.jsonl is
-    rewritten at the end with the same lines and one field more)."""
+    read again whole, unless it holds the bytes last read where they were (then it is read on), so a reader
+    that must not count a line twice keys its lines (a sweep's sweep.jsonl is rewritten at the end with the
+    same lines and one field more)."""
 
     def __init__(self, path: str, from_end: bool, last_bytes: int | None = None):
         """`from_end`: only lines written from now on; `last_bytes`: start that far before the end (the
@@ -398,6 +402,7 @@ class JsonlFollower:
         self._skip_first = self.offset > 0 and not from_end
         self._partial = b""
         self._inode = _inode(path)
+        self._seen = b""  # the last bytes read (up to `offset`): whether a file with a new inode continues them
 
     def new(self) -> list[dict]:
         if not os.path.isfile(self.path):  # not written yet; a FIFO or directory is none of a run's (open blocks)
@@ -406,15 +411,19 @@ class JsonlFollower:
             with open(self.path, "rb") as f:
                 st = os.fstat(f.fileno())
                 # replaced (a resume set the file aside, a writer renamed a new one over it): read the new one
-                # whole; a longer file renamed over the old one would otherwise be read from the old offset
-                if st.st_size < self.offset or (self._inode is not None and st.st_ino != self._inode):
-                    self.offset, self._partial, self._skip_first = 0, b"", False
+                # whole; a longer file renamed over the old one would otherwise be read from the old offset. A
+                # new inode number whose file holds what was read (a FUSE mount without stable numbers, a copy
+                # with lines added) is read on: read whole, every line would come twice
+                if st.st_size < self.offset or (self._inode is not None and st.st_ino != self._inode
+                                                and not self._continues(f)):
+                    self.offset, self._partial, self._skip_first, self._seen = 0, b"", False, b""
                 self._inode = st.st_ino
                 f.seek(self.offset)
                 data = f.read()
         except OSError:
             return []
         self.offset += len(data)
+        self._seen = (self._seen + data)[-FOLLOW_CHECK_BYTES:]
         *lines, self._partial = (self._partial + data).split(b"\n")
         if self._skip_first and lines:
             lines, self._skip_first = lines[1:], False
@@ -427,6 +436,14 @@ class JsonlFollower:
             if isinstance(row, dict):
                 out.append(row)
         return out
+
+
+    def _continues(self, f) -> bool:
+        """Whether the open file holds, just before `offset`, the bytes last read there."""
+        if not self._seen or self.offset < len(self._seen):
+            return False
+        f.seek(self.offset - len(self._seen))
+        return f.read(len(self._seen)) == self._seen
 
 
 def _inode(path: str) -> int | None:

@@ -209,3 +209,23 @@ def test_a_follower_reads_new_lines_waits_for_a_torn_one_and_rereads_a_replaced_
     assert follower.new() == []
     path.write_text('{"b": 1}\n')  # truncated and shorter (a resume set the file aside): read whole too
     assert follower.new() == [{"b": 1}]
+
+
+def test_a_follower_reads_on_where_a_new_inode_holds_what_it_read(tmp_path):
+    # a file whose inode number changed but whose content continues what was read (a FUSE mount without stable
+    # inode numbers, sshfs without -o use_ino, numbers a file again once the kernel forgot it; a copy renamed over
+    # with lines added): only the added lines are new. Read whole, a live exporter counted every step again and
+    # watch fed every line twice
+    from telemetry.rundir import JsonlFollower
+
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 1}\n{"step": 2}\n{"st')
+    follower = JsonlFollower(str(path), from_end=False)
+    assert [x["step"] for x in follower.new()] == [1, 2]
+    (tmp_path / "copy").write_text('{"step": 1}\n{"step": 2}\n{"step": 3}\n{"step": 4}\n')
+    os.replace(tmp_path / "copy", path)
+    assert [x["step"] for x in follower.new()] == [3, 4]
+    # a new file that does not continue it (the sweep's end rewrite, a line with one field more) is read whole
+    (tmp_path / "copy").write_text('{"step": 1, "t": 0}\n{"step": 2, "t": 0}\n{"step": 3, "t": 0}\n{"step": 4}\n{"step": 5}\n')
+    os.replace(tmp_path / "copy", path)
+    assert [x["step"] for x in follower.new()] == [1, 2, 3, 4, 5]
