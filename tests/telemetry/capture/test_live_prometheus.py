@@ -218,6 +218,27 @@ def _dashboard_queries() -> list[tuple[str, str]]:
     return [(p["title"], t["expr"]) for p in board["panels"] for t in p.get("targets", [])]
 
 
+def _variable_values(prom: Prom, job: str, run: str, t0: float, t1: float) -> dict[str, list[str]]:
+    """The dashboard's job, run and host variables as Grafana fills them: label_values(SELECTOR, LABEL), the
+    selector with the variables already chosen, through Prometheus' label values API."""
+    board = json.loads(DASHBOARD.read_text())
+    out = {}
+    for var in board["templating"]["list"]:
+        query = var.get("query")
+        query = query.get("query") if isinstance(query, dict) else query
+        m = re.fullmatch(r"label_values\((.*),\s*(\w+)\)", query or "")
+        if m:
+            selector = m.group(1).replace("$job", job).replace("$run", run)
+            out[var["name"]] = prom.get(f"/api/v1/label/{m.group(2)}/values", **{"match[]": selector},
+                                        start=t0, end=t1)
+    return out
+
+
+def test_the_dashboards_variables_list_the_scraped_run(live_run):
+    got = _variable_values(live_run["prom"], JOB, live_run["out"].name, live_run["t0"], live_run["t1"])
+    assert JOB in got["job"] and live_run["out"].name in got["run"] and got["host"], got
+
+
 def test_every_dashboard_query_returns_data_from_the_scraped_run(live_run):
     prom = live_run["prom"]
     empty, wrong = [], []
@@ -382,6 +403,10 @@ def test_the_last_push_counts_each_size_once_after_the_rewrite(live_sweep):
 
 def test_the_dashboards_sweep_panels_show_a_sweep_scraped_by_prometheus(live_sweep):
     prom = live_sweep["prom"]
+    # the job, run and host to pick: a sweep has no fabric_harness_step, which the variables were read from, so
+    # Grafana offered no job, run or host of a sweep and its panels stayed empty
+    got = _variable_values(prom, "livesweep", live_sweep["out"].name, live_sweep["t0"], live_sweep["t1"])
+    assert "livesweep" in got["job"] and live_sweep["out"].name in got["run"] and got["host"], got
     queries = [(title, expr) for title, expr in _dashboard_queries() if "fabric_harness_sweep_" in expr]
     assert len(queries) >= 3
     for title, expr in queries:
