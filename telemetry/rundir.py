@@ -403,6 +403,7 @@ class JsonlFollower:
         self._partial = b""
         self._inode = _inode(path)
         self._seen = b""  # the last bytes read (up to `offset`): whether a file with a new inode continues them
+        self.replaced = 0  # times the file was found replaced and read again from its start
 
     def new(self) -> list[dict]:
         if not os.path.isfile(self.path):  # not written yet; a FIFO or directory is none of a run's (open blocks)
@@ -417,6 +418,7 @@ class JsonlFollower:
                 if st.st_size < self.offset or (self._inode is not None and st.st_ino != self._inode
                                                 and not self._continues(f)):
                     self.offset, self._partial, self._skip_first, self._seen = 0, b"", False, b""
+                    self.replaced += 1
                 self._inode = st.st_ino
                 f.seek(self.offset)
                 data = f.read()

@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
+import time
 from dataclasses import dataclass
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -162,6 +163,9 @@ class RunSeries:
         self.ranks: list[int] = []
         self.set_ranks(ranks)
         self._job = JsonlFollower(os.path.join(run_dir, METRICS), from_end=True) if job_metrics else None
+        # a resume rewrites metrics.jsonl with an earlier attempt's steps up to its checkpoint after this opened:
+        # the follower reads the new file whole, and its lines stamped before now are not this run's to count
+        self._since = time.time()
         # a sweep's sizes from now on: the exporter opens before the sweep writes its first size, and a sweep.jsonl
         # already there is an earlier attempt's (a rerun moves it to logs/ before its first size: the follower
         # then reads the new file whole); the end rewrites the file with the same lines: each (test, size) is
@@ -281,6 +285,8 @@ class RunSeries:
                     self._latest[rank] = line
             if self._job is not None:
                 for line in self._job.new():
+                    if self._job.replaced and (_num(line.get(StepKey.TIME)) or self._since) < self._since:
+                        continue
                     self._fold_job(line)
                     self._latest_job = line
             if self._sweep is not None:

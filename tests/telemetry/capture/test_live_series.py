@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 import urllib.request
 
 import pytest
@@ -358,3 +359,21 @@ def test_a_rerun_serves_its_own_sizes_not_the_earlier_attempts(tmp_path):
     assert got[("fabric_harness_sweep_size_bytes", labels(op="all_reduce"))] == 8
     assert got[("fabric_harness_sweep_time_seconds", labels(op="all_reduce", placement="in_place"))] == \
         pytest.approx(40e-6)
+
+
+def test_a_resumes_kept_steps_are_not_counted_again(tmp_path):
+    # a resume moves metrics.jsonl aside and writes the steps up to its checkpoint into a new one
+    # (telemetry/rundir.py open_metrics) after the exporter opened: read whole as a replaced file, those steps
+    # (an earlier attempt's) were counted as this run's: job_steps_total and tokens_total jumped by them
+    now = time.time()
+    old = [{"step": s, "loss": 3.0, "tokens": 10, "time": now - 100 + s} for s in range(1, 6)]
+    write_lines(tmp_path / "metrics.jsonl", old)
+    series = RunSeries(str(tmp_path), [0], IDENT, job_metrics=True)
+    labels = frozenset(IDENT.items())
+    assert ("fabric_harness_job_steps_total", labels) not in scrape(series)
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "metrics.jsonl").replace(tmp_path / "logs" / "metrics.before-resume-1.jsonl")
+    write_lines(tmp_path / "metrics.jsonl", old[:3] + [{"step": 4, "loss": 1.5, "tokens": 10, "time": time.time()}])
+    got = scrape(series)
+    assert got[("fabric_harness_job_steps_total", labels)] == 1 and got[("fabric_harness_tokens_total", labels)] == 10
+    assert got[("fabric_harness_loss", labels)] == 1.5
