@@ -64,7 +64,11 @@ class RunWatch:
         except (OSError, ValueError, RecursionError):
             pass  # not written yet, or being replaced: the last one read stands
         # a line that is not a readable step is damage, left out as the report leaves it out
+        replaced = self._metrics.replaced
         rows = [r for r in self._metrics.new() if is_step_record(upgrade_record(r))]
+        if self._metrics.replaced != replaced:  # a resume rewrote metrics.jsonl: what was read is the new file's
+            self._forget_steps()
+            new = True
         if rows:
             new = True
             self.recent.extend(rows)
@@ -92,6 +96,12 @@ class RunWatch:
                 self.rank_lines[rank].extend(lines)
                 new = True
         return self.sweep.poll() or new
+
+    def _forget_steps(self) -> None:
+        """What the metrics lines fed (the file is read again from its start)."""
+        self.recent.clear()
+        self.loss_events, self.loss_steps, self.reorder_events = 0.0, 0, 0.0
+        self.detector, self._pending = None, []
 
     @property
     def running(self) -> bool:

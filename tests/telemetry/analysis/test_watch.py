@@ -281,3 +281,20 @@ def test_a_collective_sweep_is_not_shown_as_steps_of_the_recipes_max_steps(tmp_p
     lines = plain_lines(s)
     assert lines[0].startswith("collectives: running | a collective sweep: 0 sizes measured") and "/100" not in lines[0]
     assert "/100" not in str(rich_view(s))
+
+
+def test_a_resume_rewriting_metrics_is_read_as_the_new_file_not_added_twice(tmp_path):
+    # a resume moves metrics.jsonl aside and writes the steps up to its checkpoint into a new one (telemetry/rundir.py
+    # open_metrics): watch read the new file whole and added its lines to what it had, so the loss events of the kept
+    # steps counted twice and the newest step read 12 after 20
+    make_run(tmp_path, 20, loss_events=1.0)
+    state = RunWatch(str(tmp_path))
+    state.poll()
+    assert plain_lines(state.snapshot())[5] == "  counters: LOSS: 20 drop/discard/error events in 20 steps"
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "metrics.jsonl").replace(tmp_path / "logs" / "metrics.before-resume-1.jsonl")
+    kept = (tmp_path / "logs" / "metrics.before-resume-1.jsonl").read_text().splitlines()[:12]
+    (tmp_path / "metrics.jsonl").write_text("".join(x + "\n" for x in kept))
+    assert state.poll()
+    s = state.snapshot()
+    assert s["step"] == 12 and plain_lines(s)[5] == "  counters: LOSS: 12 drop/discard/error events in 12 steps"
