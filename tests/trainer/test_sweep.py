@@ -653,3 +653,14 @@ def test_the_memory_line_names_an_op_the_world_runs():
     assert largest_need(["all_reduce", "sendrecv"], 64 << 20, 1, "float32", "both")[1] == "all_reduce"
     assert largest_need(["all_reduce", "sendrecv"], 64 << 20, 2, "float32", "both")[1] == "sendrecv"
     assert largest_need(["sendrecv"], 64 << 20, 1, "float32", "both")[1] == "sendrecv"  # nothing else to name
+
+
+def test_a_world_of_one_needs_no_memory_for_the_p2p_matrix():
+    """p2p_matrix measures each pair of ranks: at 1 rank there is none and it allocates nothing, yet the dry run (and
+    the run's own check) counted its send and receive buffers as the largest need."""
+    from trainer.sweep.plan import largest_need, memory_problem
+
+    assert largest_need(["all_reduce", "p2p_matrix"], 64 << 20, 1, "float32", "both")[1] == "all_reduce"
+    assert largest_need(["all_reduce", "p2p_matrix"], 64 << 20, 2, "float32", "both")[1] == "p2p_matrix"
+    assert memory_problem(["all_reduce", "p2p_matrix"], 3 << 30, 1, "float32", "both", 4 << 30, "a 4 GiB GPU",
+                          reserve=0) is None

@@ -70,9 +70,9 @@ def human(n: int) -> str:
 
 def largest_need(ops: list[str], max_bytes: int, world: int, dtype: str, in_place: str) -> tuple[int, str]:
     """(bytes per rank, op) of the hungriest op at the largest size, among the ops that run at this world size
-    (a world of one skips sendrecv, so the need never names it there)."""
+    (a world of one skips sendrecv, and its p2p matrix has no pair to measure: the need never names them there)."""
     elsize = ELEMENT_SIZE[dtype]
-    runs = [op for op in ops if not (op == "sendrecv" and world < 2)] or list(ops)
+    runs = [op for op in ops if not (op in ("sendrecv", "p2p_matrix") and world < 2)] or list(ops)
     return max((buffer_bytes(op, max_bytes, world, elsize, in_place), op) for op in runs)
 
 
