@@ -125,7 +125,8 @@ SERIES: tuple[Series, ...] = (
     Series("sweep_wrong_elements", "counter", SWEEP, "elements that failed the sweep's check (nccl-tests' #wrong), "
            "both placements; absent when the check is off"),
     Series("sweep_gpu_power_watts", "gauge", SWEEP, "every GPU of the job, summed, over the newest size (NVML)"),
-    Series("sweep_gpu_energy_joules", "counter", SWEEP, "every GPU's energy over this test's sizes (NVML)"),
+    Series("sweep_gpu_energy_joules", "counter", SWEEP, "every GPU's energy over this test's sizes whose energy "
+           "every rank read (NVML); a size with one rank's unknown adds nothing: compare with sweep_sizes_total"),
 )
 BY_NAME = {s.name: s for s in SERIES}
 PFC_KINDS = {"rx_pause": "rx", "tx_pause": "tx", "rx_pause_global": "rx", "tx_pause_global": "tx"}
