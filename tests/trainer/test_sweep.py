@@ -579,3 +579,20 @@ def test_a_step_larger_than_the_range_is_refused_as_one_size(capsys):
     capsys.readouterr()
     assert main([SWEEP, "--dry-run", "sweep.min_bytes=1G", "sweep.max_bytes=1K"]) == 2
     assert "allowed: max_bytes >= min_bytes" in capsys.readouterr().err
+
+
+def test_a_factor_beside_step_bytes_and_a_root_beyond_the_planned_world_are_refused(capsys):
+    """nccl-tests' -f 4 -i 1M multiplies by 4 (a factor above 1 wins); the sweep added 1M and left the factor
+    unused without a word. sweep.root 5 at --world-size 2 passed the dry run and was refused once the ranks ran."""
+    assert main([SWEEP, "--dry-run", "sweep.min_bytes=1M", "sweep.max_bytes=8M", "sweep.step_bytes=1M",
+                 "sweep.factor=4"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "error: sweep.factor: got 4 beside sweep.step_bytes '1M': the sweep adds step_bytes each step and would "
+        "not use the factor (nccl-tests multiplies when both -f and -i are given); allowed: sweep.step_bytes null "
+        "to multiply by the factor, or sweep.factor 1 with step_bytes")
+    assert main([SWEEP, "--dry-run", "sweep.min_bytes=1M", "sweep.max_bytes=8M", "sweep.step_bytes=1M",
+                 "sweep.factor=2"]) == 0  # the recipe's default factor cannot be told from one given
+    capsys.readouterr()
+    assert main([SWEEP, "--dry-run", "--world-size", "2", "sweep.root=5"]) == 2
+    assert capsys.readouterr().err.strip() == "error: sweep.root: got 5; allowed: 0..1 at world size 2"
+    assert main([SWEEP, "--dry-run", "--world-size", "8", "sweep.root=5"]) == 0

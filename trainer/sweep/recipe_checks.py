@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..checks import at_least
-from .plan import MAX_SIZES, SWEEP_DTYPES, SWEEP_OPS, SweepConfig, count_sizes, parse_size, sizes, step_of
+from .plan import DEFAULT_FACTOR, MAX_SIZES, SWEEP_DTYPES, SWEEP_OPS, SweepConfig, count_sizes, parse_size, sizes, step_of
 
 
 def check_sweep(sw: SweepConfig) -> list[str]:
@@ -20,6 +20,12 @@ def check_sweep(sw: SweepConfig) -> list[str]:
                  "max_bytes >= min_bytes (equal for one size)")
     # with step_bytes the factor is unused, and nccl-tests' own spelling of a linear sweep is -f 1 -i STEP
     p += at_least("sweep", sw, ("factor",), 2 if sw.step_bytes is None else 1)
+    if sw.step_bytes is not None and isinstance(sw.factor, int) and sw.factor > DEFAULT_FACTOR:
+        # nccl-tests' -f 4 -i 1M multiplies by 4 (a factor above 1 wins); the sweep adds step_bytes and the
+        # factor went unused without a word. Only the default factor cannot be told from one the user gave.
+        p.append(f"sweep.factor: got {sw.factor} beside sweep.step_bytes {sw.step_bytes!r}: the sweep adds "
+                 "step_bytes each step and would not use the factor (nccl-tests multiplies when both -f and -i are "
+                 "given); allowed: sweep.step_bytes null to multiply by the factor, or sweep.factor 1 with step_bytes")
     p += at_least("sweep", sw, ("iters", "latency_iters", "repeats"), 1)
     p += at_least("sweep", sw, ("warmup",), 0)
     if sw.root < 0:
