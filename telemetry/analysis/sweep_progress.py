@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 
 from telemetry.analysis import nccl_tests
+from telemetry.input_files import not_a_file
 from telemetry.rundir import SWEEP_TABLE
 
 MAX_READ = 8 << 20
@@ -51,6 +53,7 @@ class SweepProgress:
         self.sizes_per_test: int | None = None
         self.latency: dict | None = None
         self.skipped: dict[str, str] = {}
+        self.unreadable: str | None = None  # why the table cannot be read (it is not a regular file)
 
     def poll(self) -> bool:
         """True when the table changed since the last read."""
@@ -58,6 +61,11 @@ class SweepProgress:
             st = os.stat(self.path)
         except OSError:
             return False
+        if not stat.S_ISREG(st.st_mode):  # a FIFO's open waited for a writer forever; a device was read as text
+            was, self.unreadable = self.unreadable, f"{SWEEP_TABLE} {not_a_file(self.path)}"
+            self.tests, self._seen = [], None
+            return was != self.unreadable
+        self.unreadable = None
         if (st.st_size, st.st_mtime_ns) == self._seen:
             return False
         try:
@@ -88,7 +96,8 @@ class SweepProgress:
 
     def snapshot(self) -> dict:
         return {"tests": self.tests, "sizes_done": sum(t["sizes_done"] for t in self.tests),
-                "sizes_per_test": self.sizes_per_test, "latency_us": self.latency, "skipped": self.skipped}
+                "sizes_per_test": self.sizes_per_test, "latency_us": self.latency, "skipped": self.skipped,
+                "unreadable": self.unreadable}
 
 
 def human_bytes(n: int | None) -> str:
@@ -104,6 +113,8 @@ def human_bytes(n: int | None) -> str:
 def lines(progress: dict, planned_ops: list[str] | None) -> list[str]:
     """The sweep's part of the plain view: a line per test, and the planned tests not started yet."""
     tests = progress["tests"]
+    if progress.get("unreadable"):
+        return [f"  the sweep's table cannot be read: {progress['unreadable']} (the sweep writes it as a file)"]
     if not tests:
         return ["  no size measured yet (the table is written as each size is measured)"]
     out = []

@@ -144,14 +144,22 @@ class RunWatch:
         return {"name": info.get("name") or os.path.basename(os.path.normpath(self.run_dir)),
                 "status": info.get("status") or "starting", StepKey.STEP: step, "max_steps": max_steps, "sweep": sweep,
                 "sweep_progress": self.sweep.snapshot() if sweep else None,
-                "sweep_ops": [op for op in (recipe.get("sweep") or {}).get("ops") or [] if op != "p2p_matrix"]
-                if sweep else None,
+                "sweep_ops": _sweep_ops(recipe) if sweep else None,
                 "eta_s": eta, "s_per_step": per_step, StepKey.LOSS: last.get(StepKey.LOSS),
                 StepKey.TOKENS_PER_S: last.get(StepKey.TOKENS_PER_S),
                 StepKey.JOB_GPU_POWER_W: last.get(StepKey.JOB_GPU_POWER_W),
                 StepKey.JOB_SERVER_POWER_W: last.get(StepKey.JOB_SERVER_POWER_W), "ranks": shown, "other_ranks": rest,
                 "slowest": slowest[:SLOWEST], "straggler": found, "counters": counters, "error": info.get("error"),
                 "coverage": (last.get(StepKey.COMM_HEALTH) or {}).get("verdict")}
+
+
+def _sweep_ops(recipe: dict) -> list[str] | None:
+    """The ops the sweep's recipe plans, p2p_matrix aside (no table row); None when run.json's recipe does not
+    say them as a list of names (another shape is not guessed at: the tests already started are shown)."""
+    ops = recipe.get("sweep").get("ops") if isinstance(recipe.get("sweep"), dict) else None
+    if not isinstance(ops, list):
+        return None
+    return [op for op in ops if isinstance(op, str) and op != "p2p_matrix"]
 
 
 def _num(v) -> float | None:

@@ -497,3 +497,12 @@ def test_project_and_mllog_on_a_full_disk_are_one_line(capsys, tmp_path):
     # logging's FileHandler printed a 'Logging error' traceback per line and the command exited 0
     assert "--out: '/dev/full' could not be written" in one_error(
         capsys, ["mllog", str(run), "--no-check", "--out", "/dev/full"])
+
+
+def test_watch_refuses_a_sweep_table_that_is_not_a_regular_file(capsys, tmp_path):
+    """A FIFO in place of collectives.txt: `watch --once` waited for a writer forever."""
+    import os
+    run = write_run(tmp_path / "sweep", rate_bps=1e9)
+    os.mkfifo(run / "collectives.txt")
+    assert one_error(capsys, ["watch", str(run), "--once"]) == (
+        f"error: watch: {run / 'collectives.txt'}: not a regular file; allowed: the text table a sweep writes")

@@ -92,3 +92,27 @@ def test_a_test_the_sweep_skipped_is_not_waiting_to_start(tmp_path):
     out = lines(p.snapshot(), ["all_reduce", "all_gather"])
     assert "  not started: all_gather" not in out
     assert out[-1] == "  skipped: all_gather (it needs at least 2 ranks (this world has 1))"
+
+
+def test_a_table_that_is_not_a_regular_file_is_not_opened_and_odd_recipes_are_not_guessed(tmp_path):
+    """collectives.txt as a FIFO: the view's open waited for a writer forever; a /dev/zero link was read as text.
+    run.json's recipe.sweep as a word, or its ops as a number, were an AttributeError / TypeError traceback."""
+    import os
+
+    run = sweep_dir(tmp_path, "")
+    (run / "collectives.txt").unlink()
+    os.mkfifo(run / "collectives.txt")
+    p = SweepProgress(str(run))
+    assert p.poll() and not p.poll()
+    assert lines(p.snapshot(), ["all_reduce"]) == [
+        "  the sweep's table cannot be read: collectives.txt is a FIFO (named pipe), not a regular file (the sweep "
+        "writes it as a file)"]
+    for sweep in ("all_reduce", {"ops": 5}, {"ops": ["all_reduce", None, 3]}):
+        info = json.loads((run / "run.json").read_text())
+        info["recipe"]["sweep"] = sweep
+        (run / "run.json").write_text(json.dumps(info))
+        state = RunWatch(str(run))
+        state.poll()
+        s = state.snapshot()
+        assert s["sweep_ops"] == (["all_reduce"] if isinstance(sweep, dict) and sweep["ops"] != 5 else None)
+        assert plain_lines(s)[0].startswith("collectives: running | a collective sweep: 0 sizes")
