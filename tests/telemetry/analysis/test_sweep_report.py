@@ -84,3 +84,34 @@ def test_a_finished_sweep_of_the_p2p_matrix_only_is_not_called_unfinished(tmp_pa
     assert "did not finish" not in md
     assert ("| result | collectives.json holds no collective test: this sweep measured the GPU pairs' p2p matrix "
             "only (python -m telemetry p2p RUN shows it) |") in md
+
+
+def test_a_damaged_collectives_json_is_one_line_and_damaged_size_lines_are_left_out(tmp_path):
+    """A half-written collectives.json was a JSONDecodeError traceback, a FIFO in its place a report waiting
+    forever; a binary line in sweep.jsonl was a UnicodeDecodeError traceback in compare's power and congestion
+    tables, a list where a size's record goes an AttributeError."""
+    import json
+    import os
+
+    import pytest
+
+    from telemetry.analysis.congestion_summary import sweep_totals
+    from telemetry.analysis.power_table import readings
+    from telemetry.analysis.runs import RunError
+
+    run = write_run(tmp_path / "sweep", sweep=sweep_result())
+    (run / "collectives.json").write_text('{"ops": {"all_reduce": ')
+    with pytest.raises(RunError) as exc:
+        write_report(str(run))
+    assert str(exc.value).startswith(f"{run / 'collectives.json'}: not valid JSON (Expecting value")
+    assert str(exc.value).endswith("; allowed: the JSON object the sweep writes at its end (a sweep cut short has "
+                                   "none: remove the file and its collectives.txt is read)")
+    (run / "collectives.json").unlink()
+    os.mkfifo(run / "collectives.json")
+    with pytest.raises(RunError, match="collectives.json: is a FIFO \\(named pipe\\), not a regular file; allowed"):
+        write_report(str(run))
+    good = {"op": "all_reduce", "size": 8, "gpu_power_w_sum": 300.0, "loss_events": 2, "ranks": [{"counters": {}}]}
+    (run / "sweep.jsonl").write_bytes(b"\xff\xfe\x00\n[1, 2]\n" + json.dumps({"op": 5, "size": "x"}).encode()
+                                      + b"\n" + json.dumps(good).encode() + b"\n")
+    assert list(sweep_totals(str(run))) == [("all_reduce", 8)]
+    assert [r["gpu_w_per_server"] for r in readings(str(run)).values()] == [150.0]  # 300 W over its 2 hosts
