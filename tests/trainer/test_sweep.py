@@ -32,7 +32,8 @@ def test_sizes_and_size_parsing(capsys):
     assert main([SWEEP, "sweep.max_bytes=lots", "sweep.ops=[all_reduce,allreduce]", "sweep.factor=1"]) == 2
     err = capsys.readouterr().err
     assert "sweep.max_bytes: got 'lots'; expected bytes such as 8, 4K, 64M or 1G" in err
-    assert "sweep.ops: got ['all_reduce', 'allreduce']; allowed: all_reduce, reduce_scatter" in err
+    assert ("sweep.ops: got ['all_reduce', 'allreduce']; did you mean 'all_reduce' for 'allreduce'? allowed: "
+            "all_reduce, reduce_scatter") in err
     assert "sweep.factor: got 1; expected an integer >= 2" in err
 
 
@@ -596,3 +597,18 @@ def test_a_factor_beside_step_bytes_and_a_root_beyond_the_planned_world_are_refu
     assert main([SWEEP, "--dry-run", "--world-size", "2", "sweep.root=5"]) == 2
     assert capsys.readouterr().err.strip() == "error: sweep.root: got 5; allowed: 0..1 at world size 2"
     assert main([SWEEP, "--dry-run", "--world-size", "8", "sweep.root=5"]) == 0
+
+
+def test_nccl_tests_spellings_of_ops_and_dtypes_get_the_sweeps_name(capsys):
+    """nccl-tests' binaries and -d names (alltoall_perf, -d half) and torch's bf16 were refused with the list
+    alone: the name the user meant was left to find in it."""
+    assert main([SWEEP, "--dry-run", "sweep.ops=[alltoall, all_gather_perf, bogus]", "sweep.dtype=half"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "error: sweep.ops: got ['alltoall', 'all_gather_perf', 'bogus']; did you mean 'all_to_all' for 'alltoall', "
+        "'all_gather' for 'all_gather_perf'? allowed: all_reduce, reduce_scatter, all_gather, all_to_all, sendrecv, "
+        "broadcast, reduce, gather, scatter, p2p_matrix",
+        "error: sweep.dtype: got 'half'; did you mean 'float16'? allowed: float32, float64, float16, bfloat16, int32, "
+        "int64, int8, uint8"]
+    assert main([SWEEP, "--dry-run", "sweep.dtype=fp8"]) == 2
+    assert capsys.readouterr().err.strip() == ("error: sweep.dtype: got 'fp8'; allowed: float32, float64, float16, "
+                                               "bfloat16, int32, int64, int8, uint8")

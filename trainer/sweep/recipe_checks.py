@@ -5,15 +5,37 @@ from ..checks import at_least
 from .plan import DEFAULT_FACTOR, MAX_SIZES, SWEEP_DTYPES, SWEEP_OPS, SweepConfig, count_sizes, parse_size, sizes, step_of
 
 
+# short spellings of the sweep's dtypes: nccl-tests' -d float, half, double; torch's and NeMo's bf16, fp16
+DTYPE_SPELLINGS = {"float": "float32", "fp32": "float32", "f32": "float32", "half": "float16", "fp16": "float16",
+                   "f16": "float16", "double": "float64", "fp64": "float64", "f64": "float64", "bf16": "bfloat16",
+                   "int": "int32", "char": "int8", "byte": "uint8"}
+
+
+def _op_meant(op: object) -> str | None:
+    """The sweep op an nccl-tests spelling names: alltoall, allreduce, all_reduce_perf, All-Reduce."""
+    key = str(op).lower().removesuffix("_perf").replace("_", "").replace("-", "")
+    return next((name for name in SWEEP_OPS if name.replace("_", "") == key), None)
+
+
+def _ops_problem(ops: list) -> str | None:
+    bad = [op for op in ops if op not in SWEEP_OPS]
+    if bad or not ops:
+        hints = [f"'{meant}' for {op!r}" for op in bad if (meant := _op_meant(op))]
+        hint = f"did you mean {', '.join(hints)}? " if hints else ""
+        return f"sweep.ops: got {ops}; {hint}allowed: {', '.join(SWEEP_OPS)}"
+    if twice := sorted({op for op in ops if ops.count(op) > 1}):  # its second table replaced the first
+        return f"sweep.ops: {', '.join(twice)} given twice; allowed: each op once (sweep.repeats repeats them)"
+    return None
+
+
 def check_sweep(sw: SweepConfig) -> list[str]:
     p: list[str] = []
-    bad = [op for op in sw.ops if op not in SWEEP_OPS]
-    if bad or not sw.ops:
-        p.append(f"sweep.ops: got {sw.ops}; allowed: {', '.join(SWEEP_OPS)}")
-    elif twice := sorted({op for op in sw.ops if sw.ops.count(op) > 1}):  # its second table replaced the first
-        p.append(f"sweep.ops: {', '.join(twice)} given twice; allowed: each op once (sweep.repeats repeats them)")
+    if problem := _ops_problem(sw.ops):
+        p.append(problem)
     if sw.dtype not in SWEEP_DTYPES:
-        p.append(f"sweep.dtype: got {sw.dtype!r}; allowed: {', '.join(SWEEP_DTYPES)}")
+        meant = DTYPE_SPELLINGS.get(str(sw.dtype).lower())
+        hint = f"did you mean {meant!r}? " if meant else ""
+        p.append(f"sweep.dtype: got {sw.dtype!r}; {hint}allowed: {', '.join(SWEEP_DTYPES)}")
     lo, hi = parse_size(sw.min_bytes, "sweep.min_bytes", p), parse_size(sw.max_bytes, "sweep.max_bytes", p)
     if lo and hi and lo > hi:
         p.append(f"sweep.max_bytes: {sw.max_bytes!r} is below sweep.min_bytes {sw.min_bytes!r}; allowed: "
