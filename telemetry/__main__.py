@@ -538,12 +538,15 @@ def _nccl_tests(args) -> int:
     import os
 
     from telemetry.analysis.nccl_tests import NcclTestsError, read, to_csv
+    from telemetry.input_files import what_is_there
     results = []
     for path in args.inputs:
         if os.path.isdir(path):  # a sweep's run directory: its table
-            if not os.path.isfile(os.path.join(path, SWEEP_TABLE)):
-                return print_errors(f"{path}: a directory without {SWEEP_TABLE}; allowed: a sweep's run directory "
-                                    "or an nccl-tests output file")
+            if not os.path.isfile(os.path.join(path, SWEEP_TABLE)):  # its table a FIFO was 'without' it
+                there = what_is_there(os.path.join(path, SWEEP_TABLE))
+                what = (f"a directory without {SWEEP_TABLE}" if there == "no such file or directory" else
+                        f"its {SWEEP_TABLE} is {there}, not a regular file")
+                return print_errors(f"{path}: {what}; allowed: a sweep's run directory or an nccl-tests output file")
             path = os.path.join(path, SWEEP_TABLE)
         try:
             result = read(path)

@@ -311,6 +311,11 @@ def test_nccl_tests_of_a_directory_without_a_table(capsys, tmp_path):
     assert one_error(capsys, ["nccl-tests", str(tmp_path)]) == (
         f"error: {tmp_path}: a directory without collectives.txt; allowed: a sweep's run directory or an nccl-tests "
         "output file")
+    import os
+    os.mkfifo(tmp_path / "collectives.txt")  # was called 'a directory without collectives.txt'
+    assert one_error(capsys, ["nccl-tests", str(tmp_path)]) == (
+        f"error: {tmp_path}: its collectives.txt is a FIFO (named pipe), not a regular file; allowed: a sweep's run "
+        "directory or an nccl-tests output file")
 
 
 def test_nccl_tests_of_a_header_without_rows(capsys, tmp_path):
