@@ -110,13 +110,14 @@ def human_bytes(n: int | None) -> str:
     return f"{n} B"
 
 
-def lines(progress: dict, planned_ops: list[str] | None) -> list[str]:
+def lines(progress: dict, planned_ops: list[str] | None, running: bool = True) -> list[str]:
     """The sweep's part of the plain view: a line per test, and the planned tests not started yet."""
     tests = progress["tests"]
     if progress.get("unreadable"):
         return [f"  the sweep's table cannot be read: {progress['unreadable']} (the sweep writes it as a file)"]
-    if not tests:
-        return ["  no size measured yet (the table is written as each size is measured)"]
+    if not tests:  # a sweep that stopped will measure nothing more: 'yet' is for one still running
+        return ["  no size measured yet (the table is written as each size is measured)" if running else
+                f"  no size measured: the table ({SWEEP_TABLE}) holds no complete row"]
     out = []
     for t in tests:
         of = f"/{t['sizes_planned']}" if t["sizes_planned"] else ""
@@ -128,7 +129,7 @@ def lines(progress: dict, planned_ops: list[str] | None) -> list[str]:
             bw = "n/a" if t["last_busbw_GBps"] is None else f"{t['last_busbw_GBps']:g} GB/s ({t['last_block']})"
             out.append(f"{head}, last {human_bytes(t['last_size'])}: busbw {bw}")
         else:
-            out.append(f"{head}: starting")
+            out.append(f"{head}: starting" if running else f"{head}: none measured before the sweep stopped")
     started = {t["op"] for t in tests}
     skipped = progress.get("skipped") or {}
     waiting = [op for op in planned_ops or [] if op not in started and op not in skipped]

@@ -198,7 +198,7 @@ def plain_lines(s: dict) -> list[str]:
         progress = s.get("sweep_progress") or {"tests": []}
         return [f"{s['name']}: {s['status']} | a collective sweep: {progress.get('sizes_done', 0)} sizes measured in "
                 f"{len(progress['tests'])} tests; the whole table: python -m telemetry report RUN once it is done"] + (
-            sweep_progress.lines(progress, s.get("sweep_ops"))) + [f"  counters: {s['counters']}"] + (
+            sweep_progress.lines(progress, s.get("sweep_ops"), s["status"] in ("running", "starting"))) + [f"  counters: {s['counters']}"] + (
             [f"  error: {s['error']}"] if s["error"] else [])
     head = (f"{s['name']}: {s['status']} | step {s['step'] if s['step'] is not None else '-'}{total} | "
             f"{_fmt(s['s_per_step'], '.3f', ' s/step')} | eta {_eta(s['eta_s'])} | loss {_fmt(s['loss'], '.4f')} | "

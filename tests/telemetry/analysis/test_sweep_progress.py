@@ -82,6 +82,17 @@ def test_a_sweep_without_its_table_yet_says_so(tmp_path):
     assert "  no size measured yet (the table is written as each size is measured)" in plain_lines(state.snapshot())
 
 
+def test_a_sweep_that_stopped_before_a_row_is_not_said_to_measure_one_yet(tmp_path):
+    run = sweep_dir(tmp_path, HEAD, status="failed")
+    state = RunWatch(str(run))
+    state.poll()
+    assert plain_lines(state.snapshot())[1] == "  all_reduce: 0/4 sizes: none measured before the sweep stopped"
+    (run / "collectives.txt").write_text("")
+    state = RunWatch(str(run))
+    state.poll()
+    assert plain_lines(state.snapshot())[1] == "  no size measured: the table (collectives.txt) holds no complete row"
+
+
 def test_a_test_the_sweep_skipped_is_not_waiting_to_start(tmp_path):
     """A sweep of one rank skips sendrecv and says so in its table: watch listed it as 'not started' to the end."""
     skipped = "# fabric-harness: all_gather skipped: it needs at least 2 ranks (this world has 1)\n"

@@ -63,6 +63,13 @@ def test_a_sweep_cut_short_reports_the_sizes_its_table_holds(tmp_path):
     write_report(str(run))
     md = (run / "report" / "report.md").read_text()
     assert "no collectives.json: the sweep did not finish, and its collectives.txt holds no measured size" in md
+    import os
+    (run / "collectives.txt").unlink()
+    os.mkfifo(run / "collectives.txt")  # not opened (it would wait for a writer); it was said to hold no size
+    write_report(str(run))
+    md = (run / "report" / "report.md").read_text()
+    assert ("no collectives.json: the sweep did not finish, and its collectives.txt is a FIFO (named pipe), not a "
+            "regular file (not read)") in md
 
 
 def test_a_finished_sweep_of_the_p2p_matrix_only_is_not_called_unfinished(tmp_path):
