@@ -2,7 +2,7 @@
 (a flag, a value, a file, a run directory), run as the user types it. Handled: exit 2, exactly one `error:`
 line on stderr, no traceback, within the time limit. Everything else is listed with what it did.
 
-    PYTHONPATH=$PWD python -m bench.bad_inputs_cli [--source DIR] [--only PREFIX] [--round 4|5]
+    PYTHONPATH=$PWD python -m bench.bad_inputs_cli [--source DIR] [--only PREFIX] [--round 4|5|6]
 
 DIR: another checkout to run the same cases against (e.g. `git archive` of an older commit).
 """
@@ -20,6 +20,7 @@ from pathlib import Path
 
 from bench.support import bad_inputs_round4 as round4
 from bench.support import bad_inputs_round5 as round5
+from bench.support import bad_inputs_round6 as round6
 
 REPO = Path(__file__).resolve().parents[1]
 LIMIT_S = 60
@@ -467,8 +468,9 @@ BY_DESIGN = {
     ("telemetry watch", "metrics-ranks-string"): "a damaged line is skipped like a torn one (a traceback before)",
     **round4.BY_DESIGN,
     **round5.BY_DESIGN,
+    **round6.BY_DESIGN,
 }
-ROUNDS = {4: round4.CASES, 5: round5.CASES}  # the cases of a round kept in a module of its own (--round N runs only those)
+ROUNDS = {4: round4.CASES, 5: round5.CASES, 6: round6.CASES}  # the cases of a round kept in a module of its own (--round N runs only those)
 
 
 def _memory_cap() -> None:
@@ -508,15 +510,21 @@ def main() -> int:
     totals: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
         stack.callback(round4.release, Path(tmp))  # before the directory's removal, even after an error
-        files = {**_fixtures(Path(tmp)), **round4.fixtures(Path(tmp), REPO), **round5.fixtures(Path(tmp), REPO)}
-        for command, case, argv, env in (ROUNDS[args.round] if args.round else [*CASES, *round4.CASES, *round5.CASES]):
+        stack.callback(round6.release)
+        files = {**_fixtures(Path(tmp)), **round4.fixtures(Path(tmp), REPO), **round5.fixtures(Path(tmp), REPO),
+                 **round6.fixtures(Path(tmp), REPO)}
+        for command, case, argv, env in (ROUNDS[args.round] if args.round else
+                                         [*CASES, *round4.CASES, *round5.CASES, *round6.CASES]):
             if not command.startswith(args.only):
                 continue
             argv = [a.format(**files) for a in argv]
+            env = {k: v.format(**files) for k, v in env.items()}
+            # a Python module as `python -m` runs it; a shell script (launch/slurm/train.sbatch) through bash
+            command_line = argv if argv[0] == "bash" else [sys.executable, "-m", *argv]
             try:
-                proc = subprocess.run([sys.executable, "-m", *argv], cwd=args.source, capture_output=True, text=True,
+                proc = subprocess.run(command_line, cwd=args.source, capture_output=True, text=True,
                                       errors="replace", timeout=LIMIT_S, preexec_fn=_memory_cap,
-                                      env={**clean, "PYTHONPATH": args.source, **env})
+                                      stdin=subprocess.DEVNULL, env={**clean, "PYTHONPATH": args.source, **env})
                 verdict = classify(proc.returncode, proc.stderr)
                 line = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else ""
             except subprocess.TimeoutExpired:

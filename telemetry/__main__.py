@@ -179,7 +179,7 @@ def _watch(args) -> int:
                             "logs/ in it); allowed: a run directory (the recipe's output_dir), or an empty one "
                             "a run is about to write")
     from telemetry.analysis.runs import RunError, read_run_json, shape_problem
-    from telemetry.rundir import METRICS, RUN_JSON
+    from telemetry.rundir import METRICS, RUN_JSON, SWEEP_TABLE
     run_json = os.path.join(args.run, RUN_JSON)
     if os.path.isfile(run_json):  # written atomically: damage, not a run starting
         try:
@@ -188,9 +188,10 @@ def _watch(args) -> int:
             return print_errors(f"watch: {exc}")
         if problem:
             return print_errors(f"watch: {run_json}: {problem}, as a run writes it")
-    metrics = os.path.join(args.run, METRICS)
-    if os.path.exists(metrics) and not os.path.isfile(metrics):  # a FIFO would block the view forever
-        return print_errors(f"watch: {metrics}: not a regular file; allowed: the JSON-lines file a run writes")
+    for name, what in ((METRICS, "the JSON-lines file a run writes"), (SWEEP_TABLE, "the text table a sweep writes")):
+        path = os.path.join(args.run, name)
+        if os.path.exists(path) and not os.path.isfile(path):  # a FIFO would block the view forever
+            return print_errors(f"watch: {path}: not a regular file; allowed: {what}")
     return watch(args.run, once=args.once, interval_s=args.interval)
 
 
@@ -539,12 +540,15 @@ def _nccl_tests(args) -> int:
     import os
 
     from telemetry.analysis.nccl_tests import NcclTestsError, read, to_csv
+    from telemetry.input_files import what_is_there
     results = []
     for path in args.inputs:
         if os.path.isdir(path):  # a sweep's run directory: its table
-            if not os.path.isfile(os.path.join(path, SWEEP_TABLE)):
-                return print_errors(f"{path}: a directory without {SWEEP_TABLE}; allowed: a sweep's run directory "
-                                    "or an nccl-tests output file")
+            if not os.path.isfile(os.path.join(path, SWEEP_TABLE)):  # its table a FIFO was 'without' it
+                there = what_is_there(os.path.join(path, SWEEP_TABLE))
+                what = (f"a directory without {SWEEP_TABLE}" if there == "no such file or directory" else
+                        f"its {SWEEP_TABLE} is {there}, not a regular file")
+                return print_errors(f"{path}: {what}; allowed: a sweep's run directory or an nccl-tests output file")
             path = os.path.join(path, SWEEP_TABLE)
         try:
             result = read(path)

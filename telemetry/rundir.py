@@ -338,6 +338,15 @@ def _spreads(ranks) -> bool:
     return True
 
 
+def is_size_record(record: dict) -> bool:
+    """Whether a sweep.jsonl line can be read as one size's interval, as the sweep writes it: `op` a name, `size`
+    a whole number of bytes, `ranks` (if any) a list of objects, `gpu_power_w_sum` (if any) a number."""
+    size, ranks, power = record.get("size"), record.get("ranks"), record.get("gpu_power_w_sum")
+    return (isinstance(record.get("op"), str) and isinstance(size, int) and not isinstance(size, bool) and size >= 0
+            and (ranks is None or (isinstance(ranks, list) and all(isinstance(r, dict) for r in ranks)))
+            and (power is None or (isinstance(power, (int, float)) and not isinstance(power, bool))))
+
+
 def is_step_record(record: dict) -> bool:
     """Whether a metrics line can be read as a step: `step` an integer from 1, each number field a finite
     number or null, `step_time_s` not negative, and the nested fields shaped as a run writes them (`comm`

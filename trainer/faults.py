@@ -14,6 +14,17 @@ import signal
 import time
 
 
+CRASH_MODES = ("kill", "hang", "hang_at_step_end", "input")
+
+
+def _whole(environ, name: str, allowed: str) -> int:
+    raw = environ.get(name, "").strip() or "0"
+    if not (raw.isascii() and raw.isdigit()):
+        from .error_report import InputError
+        raise InputError(f"{name}: got {environ[name]!r}; allowed: {allowed}")
+    return int(raw)
+
+
 class FaultInjection:
     def __init__(self, rank: int, delay_s: float = 0.0, delay_from_step: int = 1, crash_after_step: int = 0,
                  crash_rank: int = 0, crash_mode: str = "kill"):
@@ -23,11 +34,20 @@ class FaultInjection:
 
     @classmethod
     def from_recipe(cls, debug, rank: int, environ=os.environ) -> "FaultInjection":
+        """The recipe's straggler and the environment's lost rank; InputError (one line naming the variable)
+        for a value that is not one (a word where a step goes was a ValueError traceback, an unknown mode a
+        kill)."""
+        mode = environ.get("FABRIC_HARNESS_CRASH_MODE", "").strip() or "kill"
+        if mode not in CRASH_MODES:
+            from .error_report import InputError
+            raise InputError(f"FABRIC_HARNESS_CRASH_MODE: got {mode!r}; allowed: {', '.join(CRASH_MODES)}, or unset "
+                             "(kill)")
         return cls(rank, delay_s=debug.delay_s if debug.delay_rank == rank else 0.0,
                    delay_from_step=debug.delay_from_step,
-                   crash_after_step=int(environ.get("FABRIC_HARNESS_CRASH_AFTER_STEP", "0")),
-                   crash_rank=int(environ.get("FABRIC_HARNESS_CRASH_RANK", "0")),
-                   crash_mode=environ.get("FABRIC_HARNESS_CRASH_MODE", "kill"))
+                   crash_after_step=_whole(environ, "FABRIC_HARNESS_CRASH_AFTER_STEP", "a step number >= 1 (0 or "
+                                           "unset: no crash)"),
+                   crash_rank=_whole(environ, "FABRIC_HARNESS_CRASH_RANK", "a rank >= 0 (unset: 0)"),
+                   crash_mode=mode)
 
     def before_step(self, step: int) -> None:
         """Inside the step's time, before its compute: the straggler's delay."""

@@ -3,7 +3,9 @@ count or port that is not a number is one `error:` line naming the variable, not
 torch's rendezvous."""
 from __future__ import annotations
 
+import json
 import os
+import re
 from typing import Mapping
 
 PORT_MAX = 65535
@@ -58,7 +60,31 @@ def launcher_env_problems(environ: Mapping[str, str] = os.environ, dry_run: bool
                         f"({got['WORLD_SIZE']})")
     if not dry_run and not problems and "RANK" in got and "WORLD_SIZE" in got:
         problems += _master_addr_problems(environ)
-    return problems + _process_group_env_problems(environ, dry_run)
+    return problems + _process_group_env_problems(environ, dry_run) + _harness_env_problems(environ)
+
+
+NODE_NAME = re.compile(r"^[^\s\x00-\x1f\x7f]{1,253}$")  # a host name's length, no space or control character
+
+
+def _harness_env_problems(environ: Mapping[str, str]) -> list[str]:
+    """The variables launch.lab sets for each node's ranks, set by hand to garbage: a node name with a newline
+    went into run.json, the live series' labels and every view; FABRIC_HARNESS_LAB that is not JSON was
+    recorded as no lab at all, without a word."""
+    problems = []
+    node = environ.get("FABRIC_HARNESS_NODE", "")
+    if node and not NODE_NAME.match(node):
+        problems.append(f"FABRIC_HARNESS_NODE: got {node!r}; allowed: a node name without spaces or control "
+                        "characters, up to 253 (launch.lab sets it), or unset for the host name")
+    lab = environ.get("FABRIC_HARNESS_LAB", "").strip()
+    if lab:
+        try:
+            doc = json.loads(lab)
+        except (ValueError, RecursionError):
+            doc = None
+        if not isinstance(doc, dict):
+            problems.append(f"FABRIC_HARNESS_LAB: got {lab[:80]!r}; allowed: the JSON object launch.lab sets (the "
+                            "emulated links' description), or unset")
+    return problems
 
 
 def _master_addr_problems(environ: Mapping[str, str]) -> list[str]:

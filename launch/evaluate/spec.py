@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from launch.lab import DEFAULT_MTU, MAX_MTU, MIN_MTU, MIN_RATE_BPS
+from launch.lab import DEFAULT_MTU, MAX_MTU, MAX_NODES, MIN_MTU, MIN_NODES, MIN_RATE_BPS
 from telemetry.analysis.transport_claims import claim_problem as check_transport
 from telemetry.errors import InputProblems
 
@@ -25,6 +25,7 @@ LAUNCHERS = ("local", "lab", "slurm")
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
+MAX_PER_NODE = 1024  # ranks or GPUs on one node (the largest nodes have 8 to 72 GPUs)
 MAX_REPEATS = 1000  # rounds; each is a run per variant x workload (a typo's 10**30 hung the dry run building the plan)
 TOP_KEYS = ("name", "launcher", "repeats", "out", "variants", "workloads", "local", "lab", "slurm")
 VARIANT_KEYS = ("name", "expect_transport", "env", "lab", "hosts", "fabric_config")
@@ -170,7 +171,8 @@ def _variant(raw: Any, i: int, launcher: str, problems: list[str]) -> Variant | 
             if "nodes" in raw_lab:
                 lab["nodes"] = _int(raw_lab, "nodes", f"{path}.lab", 2, problems, 2, high=200)
             if "nproc_per_node" in raw_lab:
-                lab["nproc_per_node"] = _int(raw_lab, "nproc_per_node", f"{path}.lab", 1, problems, 1)
+                lab["nproc_per_node"] = _int(raw_lab, "nproc_per_node", f"{path}.lab", 1, problems, 1,
+                                             high=MAX_PER_NODE)
             # one slow link among healthy ones (the lab's --slow-node/--slow-rate): checked with the lab's own
             # rules once the node count is known (_slow_link_problems)
             if "slow_node" in raw_lab:
@@ -264,13 +266,16 @@ def _launcher_options(raw: dict, launcher: str, problems: list[str]) -> dict:
             problems.append(f"{which}: got {section!r}; expected a mapping with keys {', '.join(LAUNCHER_KEYS[which])}")
             continue
         _keys(section, which, LAUNCHER_KEYS[which], problems)
-        low_nodes = 2 if which == "lab" else 1
+        low_nodes, high_nodes = (MIN_NODES, MAX_NODES) if which == "lab" else (1, None)  # the lab's own limits
         if "nodes" in section:
-            opts["nodes"] = _int(section, "nodes", which, low_nodes, problems, opts["nodes"])
+            opts["nodes"] = _int(section, "nodes", which, low_nodes, problems, opts["nodes"], high=high_nodes)
+        # ranks or GPUs on one node: a typo's 100000 was refused only as the workloads' batch not dividing
         if "nproc_per_node" in section:
-            opts["nproc_per_node"] = _int(section, "nproc_per_node", which, 1, problems, opts["nproc_per_node"])
+            opts["nproc_per_node"] = _int(section, "nproc_per_node", which, 1, problems, opts["nproc_per_node"],
+                                          high=MAX_PER_NODE)
         if "gpus_per_node" in section:
-            opts["gpus_per_node"] = _int(section, "gpus_per_node", which, 0, problems, opts["gpus_per_node"])
+            opts["gpus_per_node"] = _int(section, "gpus_per_node", which, 0, problems, opts["gpus_per_node"],
+                                         high=MAX_PER_NODE)
         if "timeout" in section:
             t = section["timeout"]
             if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t <= 0:

@@ -79,7 +79,8 @@ def launcher_world() -> tuple[int | None, int | None, str | None]:
     if world and local:
         if world % local:
             raise RecipeError([f"WORLD_SIZE {world} is not a multiple of LOCAL_WORLD_SIZE {local}: the nodes run "
-                               "different numbers of ranks, which the NeMo engines cannot express"])
+                               "different numbers of ranks, which the NeMo engines cannot express; allowed: the same "
+                               "number of ranks on every node (torchrun --nproc-per-node N on each)"])
         return world // local, local, f"torchrun (WORLD_SIZE={world}, LOCAL_WORLD_SIZE={local})"
     nodes = _env_int("SLURM_NNODES") or _env_int("NNODES")
     per_node = _env_int("SLURM_NTASKS_PER_NODE") if "SLURM_NNODES" in os.environ else None

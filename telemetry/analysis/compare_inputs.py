@@ -9,8 +9,9 @@ from dataclasses import replace
 
 from telemetry.analysis import nccl_tests
 from telemetry.analysis.line_rate import LineRate, job_line_rate
-from telemetry.analysis.runs import Run, load_run, upgrade_sweep
+from telemetry.analysis.runs import Run, RunError, load_run, upgrade_sweep
 from telemetry.errors import InputError
+from telemetry.input_files import InputFileError, read_limited
 from telemetry.rundir import SWEEP_TABLE
 
 # Recipe parts that legitimately differ between runs of one fabric comparison.
@@ -105,9 +106,25 @@ def sweep_of(run: Run) -> dict | None:
     return _read_sweep(path) if os.path.exists(path) else None
 
 
+SWEEP_JSON_LIMIT = 256 << 20  # a full sweep of every op at every size is a few MiB
+
+
 def _read_sweep(path: str) -> dict:
-    with open(path, encoding="utf-8") as f:
-        return upgrade_sweep(json.load(f))  # older sweeps' unit names too
+    """A sweep's collectives.json; RunError (one line) when it is not the JSON object the sweep writes: a FIFO
+    waited forever, a half-written file was a JSONDecodeError traceback."""
+    allowed = ("allowed: the JSON object the sweep writes at its end (a sweep cut short has none: remove the file "
+               f"and its {SWEEP_TABLE} is read)")
+    try:
+        doc = json.loads(read_limited(path, SWEEP_JSON_LIMIT).decode("utf-8"))
+    except InputFileError as exc:
+        raise RunError(f"{path}: {exc}; {allowed}") from None
+    except OSError as exc:
+        raise RunError(f"{path}: cannot read: {exc.strerror or exc}; {allowed}") from None
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise RunError(f"{path}: not valid JSON ({str(exc)[:120]}); {allowed}") from None
+    if not isinstance(doc, dict):
+        raise RunError(f"{path}: holds a JSON {type(doc).__name__}, not an object; {allowed}")
+    return upgrade_sweep(doc)  # older sweeps' unit names too
 
 
 def sweep_cut_short(run: Run) -> dict | None:

@@ -15,7 +15,7 @@ import json
 import os
 import re
 
-from telemetry.rundir import RANK_TELEMETRY, SWEEP_SIZES, RunKey, StepKey, rank_files
+from telemetry.rundir import RANK_TELEMETRY, SWEEP_SIZES, RunKey, StepKey, is_size_record, rank_files, read_jsonl
 
 FIELDS = ("pfc_rx_frames", "pfc_tx_frames", "pfc_rx_pause_us", "pfc_tx_pause_us", "ecn_marked", "cnp_sent",
           "cnp_received", "out_of_sequence", "packets_received", "loss_events")
@@ -102,18 +102,13 @@ def sweep_totals(run_dir: str) -> dict[tuple[str, int], dict]:
     out: dict[tuple[str, int], dict] = {}
     if not os.path.isfile(path):
         return out
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for line in f:
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            acc: dict = {}
-            for r in rec.get("ranks") or []:
-                if "counters" in r or "congestion" in r:
-                    add_interval(acc, r.get("congestion"), r.get("counters"))
-            acc["loss_events"] = rec.get("loss_events")
-            out[(rec.get("op"), rec.get("size"))] = finish(acc)
+    for rec in read_jsonl(path, check=is_size_record):  # a damaged or wrongly shaped line is left out
+        acc: dict = {}
+        for r in rec.get("ranks") or []:
+            if "counters" in r or "congestion" in r:
+                add_interval(acc, r.get("congestion"), r.get("counters"))
+        acc["loss_events"] = rec.get("loss_events")
+        out[(rec.get("op"), rec.get("size"))] = finish(acc)
     return out
 
 

@@ -48,6 +48,10 @@ def log_paths(inputs: list[str]) -> list[str]:
                                "POD), a folder of logs, a run directory, or - for standard input")
         elif not os.access(item, os.R_OK):
             raise NcclLogError(f"{item}: not readable by this user; allowed: a log file this user can read")
+        elif packed := _compressed(item):  # read as text, a .log.gz was 'no line names NCCL'
+            tool, cat = packed
+            raise NcclLogError(f"{item}: is {tool}-compressed, not text; allowed: the log itself, e.g. {cat} {item} | "
+                               "python -m telemetry nccl-log -")
         else:
             paths.append(item)  # a FIFO too: <(kubectl logs ...) is one
     same = [p if p == "-" else os.path.realpath(p) for p in paths]  # a.log and ./a.log, or a folder and its log
@@ -55,6 +59,23 @@ def log_paths(inputs: list[str]) -> list[str]:
         twice = next(p for p, key in zip(paths, same) if same.count(key) > 1)
         raise NcclLogError(f"{twice}: given twice; allowed: each log once (its ranks would count twice)")
     return paths
+
+
+COMPRESSED = ((b"\x1f\x8b", ("gzip", "zcat")), (b"\x28\xb5\x2f\xfd", ("zstd", "zstdcat")),
+              (b"BZh", ("bzip2", "bzcat")), (b"\xfd7zXZ\x00", ("xz", "xzcat")))
+
+
+def _compressed(path: str) -> tuple[str, str] | None:
+    """(format, the tool that prints it) when a regular file starts with a compressor's magic bytes (a FIFO is
+    not peeked at: its bytes would be lost to the reader)."""
+    if not os.path.isfile(path):
+        return None
+    try:
+        with open(path, "rb") as f:
+            head = f.read(6)
+    except OSError:
+        return None
+    return next((found for magic, found in COMPRESSED if head.startswith(magic)), None)
 
 
 def _open(path: str):

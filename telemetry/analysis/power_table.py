@@ -12,15 +12,19 @@ from __future__ import annotations
 import json
 import os
 
-from telemetry.rundir import RUN_JSON, SWEEP_SIZES
+from telemetry.rundir import RUN_JSON, SWEEP_SIZES, is_size_record, read_jsonl
 
 
 def _json(path: str) -> dict:
+    """The JSON object in `path`, or {} (no file, not a regular file: a FIFO's open waited forever, damaged)."""
+    if not os.path.isfile(path):
+        return {}
     try:
         with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except (OSError, json.JSONDecodeError):
+            doc = json.load(f)
+    except (OSError, ValueError, RecursionError):  # JSONDecodeError, UnicodeDecodeError, nesting thousands deep
         return {}
+    return doc if isinstance(doc, dict) else {}
 
 
 def readings(run_dir: str) -> dict[tuple[str, int], dict]:
@@ -46,16 +50,11 @@ def readings(run_dir: str) -> dict[tuple[str, int], dict]:
                 times.setdefault((op, r["size"]), times[(op, r.get("requested_bytes") or r["size"])])
     gpu = {}
     path = os.path.join(run_dir, SWEEP_SIZES)
-    if os.path.isfile(path):
-        with open(path, encoding="utf-8") as f:
-            for line in f:
-                try:
-                    rec = json.loads(line)
-                except json.JSONDecodeError:
-                    continue
-                if rec.get("gpu_power_w_sum") is not None:
-                    key = (rec["op"], rec.get("requested_bytes") or rec["size"])
-                    gpu[key] = rec["gpu_power_w_sum"] / n_hosts
+    # a damaged, torn or wrongly shaped line is left out (a binary line was a UnicodeDecodeError traceback)
+    for rec in read_jsonl(path, check=is_size_record) if os.path.isfile(path) else []:
+        if rec.get("gpu_power_w_sum") is not None:
+            key = (rec["op"], rec.get("requested_bytes") or rec["size"])
+            gpu[key] = rec["gpu_power_w_sum"] / n_hosts
     result = {}
     for key in set(out) | set(gpu):
         e = out.get(key, {"server_w": [], "hosts": 0})

@@ -16,6 +16,7 @@ import stat
 from telemetry.analysis import nccl_tests
 from telemetry.analysis.compare_figures import rate_text, size_text
 from telemetry.formulas import count_sweep_sizes
+from telemetry.input_files import not_a_file
 from telemetry.rundir import SWEEP_TABLE
 
 MAX_READ = 8 << 20  # bytes read at once from where the last read settled: one test's table is under 1 MiB
@@ -54,6 +55,7 @@ class SweepProgress:
         self.ranks: int | None = None  # the sweep's world, from its first line (a test's device list says more)
         self.latency: dict | None = None
         self.skipped: dict[str, str] = {}
+        self.unreadable: str | None = None  # why the table cannot be read (it is not a regular file)
 
     def poll(self) -> bool:
         """True when the table changed since the last read."""
@@ -61,8 +63,11 @@ class SweepProgress:
             st = os.stat(self.path)
         except OSError:
             return False
-        if not stat.S_ISREG(st.st_mode):  # a FIFO or a directory is no sweep's table (opening a FIFO blocks)
-            return False
+        if not stat.S_ISREG(st.st_mode):  # a FIFO's open waited for a writer forever; a device was read as text
+            was, self.unreadable = self.unreadable, f"{SWEEP_TABLE} {not_a_file(self.path)}"
+            self.tests, self._seen = [], None
+            return was != self.unreadable
+        self.unreadable = None
         seen = (st.st_ino, st.st_size, st.st_mtime_ns)
         if seen == self._seen:
             return False
@@ -118,7 +123,8 @@ class SweepProgress:
 
     def snapshot(self) -> dict:
         return {"tests": self.tests, "sizes_done": sum(t["sizes_done"] for t in self.tests),
-                "sizes_per_test": self.sizes_per_test, "latency_us": self.latency, "skipped": self.skipped}
+                "sizes_per_test": self.sizes_per_test, "latency_us": self.latency, "skipped": self.skipped,
+                "unreadable": self.unreadable}
 
 
 def _bw(gbps: float | None) -> str:
@@ -127,14 +133,17 @@ def _bw(gbps: float | None) -> str:
     return "n/a" if gbps is None else f"{gbps:g} GB/s" if gbps >= 0.01 or gbps == 0 else rate_text(gbps)
 
 
-def lines(progress: dict, planned_ops: list[str] | None) -> list[str]:
+def lines(progress: dict, planned_ops: list[str] | None, running: bool = True) -> list[str]:
     """The sweep's part of the plain view: a line per test, and the planned tests not started yet."""
     tests = progress["tests"]
+    if progress.get("unreadable"):
+        return [f"  the sweep's table cannot be read: {progress['unreadable']} (the sweep writes it as a file)"]
     if not tests and planned_ops is not None and not planned_ops:  # sweep.ops=[p2p_matrix]: no test to wait for
         return ["  no collective test: sweep.ops holds p2p_matrix only (python -m telemetry p2p RUN shows it once "
                 "the sweep is done)"]
-    if not tests:
-        return ["  no size measured yet (the table is written as each size is measured)"]
+    if not tests:  # a sweep that stopped will measure nothing more: 'yet' is for one still running
+        return ["  no size measured yet (the table is written as each size is measured)" if running else
+                f"  no size measured: the table ({SWEEP_TABLE}) holds no complete row"]
     out = []
     for t in tests:
         of = f"/{t['sizes_planned']}" if t["sizes_planned"] else ""
@@ -146,7 +155,7 @@ def lines(progress: dict, planned_ops: list[str] | None) -> list[str]:
             bw = "n/a" if t["last_busbw_GBps"] is None else f"{_bw(t['last_busbw_GBps'])} ({t['last_block']})"
             out.append(f"{head}, last {size_text(t['last_size'])}: busbw {bw}")
         else:
-            out.append(f"{head}: starting")
+            out.append(f"{head}: starting" if running else f"{head}: none measured before the sweep stopped")
     started = {t["op"] for t in tests}
     skipped = progress.get("skipped") or {}
     waiting = [op for op in planned_ops or [] if op not in started and op not in skipped]

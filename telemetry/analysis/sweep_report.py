@@ -6,6 +6,7 @@ the tracer health"), with empty figures, and left out every figure the sweep mea
 """
 from __future__ import annotations
 
+import os
 
 from telemetry.analysis.compare_figures import rate_text, size_text, time_text
 from telemetry.analysis.compare_inputs import cut_short_words, label, sweep_cut_short, sweep_of
@@ -14,6 +15,7 @@ from telemetry.analysis.line_rate import job_line_rate, of_line_text
 from telemetry.analysis.report import fmt, write_report
 from telemetry.analysis.runs import Run
 from telemetry.analysis.sweep_comparison import average_table, latency_table, line_rate_table, sweep_figures
+from telemetry.input_files import what_is_there
 from telemetry.rundir import SWEEP_TABLE
 
 
@@ -67,8 +69,11 @@ def sweep_sections(run: Run, out: str, plt) -> tuple[list, list]:
     if not sweep or not sweep.get("ops"):
         sweep = sweep_cut_short(run)
         if sweep is None:
-            return [("Sweep", ["", ""], [["result", "no collectives.json: the sweep did not finish, and its "
-                                                    f"{SWEEP_TABLE} holds no measured size"]])], []
+            there = what_is_there(os.path.join(run.path, SWEEP_TABLE))  # a FIFO is not opened: it was said empty
+            table = (f"its {SWEEP_TABLE} is {there}, not a regular file (not read)"
+                     if there not in ("a regular file", "no such file or directory") else
+                     f"its {SWEEP_TABLE} holds no measured size")
+            return [("Sweep", ["", ""], [["result", f"no collectives.json: the sweep did not finish, and {table}"]])], []
         verb, when = cut_short_words(run)
         status = fmt(run.info.get("status")) + (": still running, or killed before it could say so"
                                                 if verb == "has not finished" else "")

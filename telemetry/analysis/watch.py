@@ -156,7 +156,7 @@ class RunWatch:
                 "status": info.get("status") or "starting", "recorded": bool(info), StepKey.STEP: step, "max_steps": max_steps, "sweep": sweep,
                 "sweep_progress": self.sweep.snapshot() if sweep else None,
                 # None where the recipe does not list them (not "no test": that is sweep.ops=[p2p_matrix])
-                "sweep_ops": _sweep_tests(recipe.get("sweep") or {}, info.get("hosts")) if sweep else None,
+                "sweep_ops": _sweep_tests(recipe, info.get("hosts")) if sweep else None,
                 "eta_s": eta, "s_per_step": per_step, StepKey.LOSS: last.get(StepKey.LOSS),
                 StepKey.TOKENS_PER_S: last.get(StepKey.TOKENS_PER_S),
                 StepKey.JOB_GPU_POWER_W: last.get(StepKey.JOB_GPU_POWER_W),
@@ -165,14 +165,16 @@ class RunWatch:
                 "coverage": (last.get(StepKey.COMM_HEALTH) or {}).get("verdict")}
 
 
-def _sweep_tests(sweep: dict, hosts) -> list[str] | None:
+def _sweep_tests(recipe: dict, hosts) -> list[str] | None:
     """The tests a sweep's recipe plans, in the order it runs them: its ops (p2p_matrix is no test of sizes),
     then, with sweep.pairs and sendrecv, a send/recv test per pair the hosts have (known once run.json names
-    them). None where the recipe does not list them (not "no test": that is sweep.ops=[p2p_matrix])."""
+    them). None where run.json's recipe does not say the ops as a list (another shape is not guessed at: the
+    tests already started are shown)."""
+    sweep = recipe.get("sweep") if isinstance(recipe, dict) and isinstance(recipe.get("sweep"), dict) else {}
     ops = sweep.get("ops")
     if not isinstance(ops, list):
         return None
-    tests = [op for op in ops if op != "p2p_matrix"]
+    tests = [op for op in ops if isinstance(op, str) and op != "p2p_matrix"]
     hosts = hosts if isinstance(hosts, list) else []
     if all(isinstance(h, dict) for h in hosts):  # run.json's hosts: one record per rank
         hosts = sorted(hosts, key=lambda h: h.get("rank") if isinstance(h.get("rank"), int) else 0)
@@ -222,7 +224,7 @@ def plain_lines(s: dict) -> list[str]:
         return [f"{s['name']}: {s['status']} | a collective sweep: {progress.get('sizes_done', 0)} sizes measured in "
                 f"{len(progress['tests'])} tests; the whole table: python -m telemetry report RUN"
                 + (" once it is done" if s["status"] in ("starting", "running") else "")] + (
-            sweep_progress.lines(progress, s.get("sweep_ops"))) + [f"  counters: {s['counters']}"] + (
+            sweep_progress.lines(progress, s.get("sweep_ops"), s["status"] in ("running", "starting"))) + [f"  counters: {s['counters']}"] + (
             [f"  error: {s['error']}"] if s["error"] else [])
     head = (f"{s['name']}: {s['status']} | step {s['step'] if s['step'] is not None else '-'}{total} | "
             f"{_fmt(s['s_per_step'], '.3f', ' s/step')} | eta {_eta(s['eta_s'])} | loss {_fmt(s['loss'], '.4f')} | "

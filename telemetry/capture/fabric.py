@@ -167,7 +167,9 @@ def describe(backend: str, nccl_version: str | None, sysfs: str = "/sys", enviro
     if environ.get("FABRIC_HARNESS_LAB"):  # launched by launch.lab: the emulated links' description
         try:
             info["lab"] = json.loads(environ["FABRIC_HARNESS_LAB"])
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # the trainer refuses it at start (trainer/launcher_env.py)
+            info["lab"] = None
+        if not isinstance(info["lab"], dict):
             info["lab"] = None
     if backend == "gloo":
         used = gloo_interface(environ)

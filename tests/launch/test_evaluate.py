@@ -82,7 +82,7 @@ def test_every_problem_is_one_line_naming_its_key(tmp_path):
         "evaluation file)",
         "workloads[1].overrides: 'output_dir=/tmp/x': the runner sets output_dir (under `out`); leave it out",
         "variants[1].name: 'fast' is used twice (also variants[0]); names must be unique",
-        "lab.nodes: got 1; expected an integer >= 2",
+        "lab.nodes: got 1; expected an integer from 2 to 200",
     ]
     for line in expected:
         assert line in found, (line, found)
@@ -113,6 +113,20 @@ def test_lab_and_slurm_sections(tmp_path):
     assert ev.options["srun_args"] == ["--mpi=none"] and ev.variants[1].hosts == ["node01", "node02"]
 
 
+def test_absurd_node_and_per_node_counts_are_named_by_their_key(tmp_path):
+    """slurm.gpus_per_node 100000 and lab.nodes 100000 were refused only as a workload's batch not dividing
+    200000 ranks: the line named the batch, not the typo."""
+    doc = good(tmp_path, launcher="slurm", slurm={"nodes": 2, "gpus_per_node": 100000, "nproc_per_node": 2000})
+    for variant in doc["variants"]:
+        variant.pop("lab", None)
+    assert problems(tmp_path, doc) == ["slurm.nproc_per_node: got 2000; expected an integer from 1 to 1024",
+                                       "slurm.gpus_per_node: got 100000; expected an integer from 0 to 1024"]
+    doc = good(tmp_path, launcher="lab", lab={"nodes": 100000})
+    doc["variants"][0]["lab"] = {"rate": "1gbit", "nproc_per_node": 5000}
+    assert problems(tmp_path, doc) == ["variants[0].lab.nproc_per_node: got 5000; expected an integer from 1 to 1024",
+                                       "lab.nodes: got 100000; expected an integer from 2 to 200"]
+
+
 def test_a_lab_variant_sets_its_own_ranks_per_node(tmp_path):
     from launch.evaluate.runner import lab_command
     from launch.evaluate.spec import world_size
@@ -120,7 +134,7 @@ def test_a_lab_variant_sets_its_own_ranks_per_node(tmp_path):
     doc["variants"][0]["lab"] = {"rate": "1gbit", "nproc_per_node": 3}
     doc["variants"][1]["lab"] = {"rate": "10mbit", "nodes": 3, "nproc_per_node": 0}
     found = problems(tmp_path, doc)
-    assert "variants[1].lab.nproc_per_node: got 0; expected an integer >= 1" in found, found
+    assert "variants[1].lab.nproc_per_node: got 0; expected an integer from 1 to 1024" in found, found
     doc["variants"][1]["lab"] = {"rate": "10mbit", "nodes": 3}
     assert problems(tmp_path, doc) == [  # 2 nodes x 3 ranks: the layout is checked on 6 ranks, 3 x 1 on 3
         "workloads[1] (train) on variant(s) fast (6 ranks): train.global_batch_size: 16 is not divisible by "

@@ -472,6 +472,7 @@ def test_flags_that_contradict_torchruns_world_are_refused(launcher_env, capsys)
     launcher_env.setenv("WORLD_SIZE", "60")
     code, out, err = run_cli(capsys, RECIPES / "llama70b_lora.yaml", "--engine", "nemo2", "--json")
     assert code == 2 and "not a multiple of LOCAL_WORLD_SIZE 8" in err
+    assert err.strip().endswith("; allowed: the same number of ranks on every node (torchrun --nproc-per-node N on each)")
     launcher_env.delenv("WORLD_SIZE")
     launcher_env.setenv("SLURM_NNODES", "eight")
     code, out, err = run_cli(capsys, RECIPES / "llama70b_lora.yaml", "--engine", "nemo2", "--json")

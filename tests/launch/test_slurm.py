@@ -201,7 +201,8 @@ def test_staged_recipe_runs_offline_after_installing_from_a_wheelhouse(cluster, 
 
 @pytest.mark.parametrize("args,env,expected", [
     (["no/such/recipe.yaml"], {}, "error: recipe: 'no/such/recipe.yaml' is not a file (paths are relative to the "
-                                  "submission directory {cwd})"),
+                                  "submission directory {cwd}); allowed: a recipe YAML file, relative to that "
+                                  "directory or absolute"),
     ([TINY], {"RDZV_PORT": "99999"}, "error: RDZV_PORT: got '99999'; expected a TCP port from 1 to 65535"),
     ([TINY], {"NPROC_PER_NODE": "two"}, "error: NPROC_PER_NODE: got 'two'; expected an integer >= 1 (ranks per node)"),
 ])

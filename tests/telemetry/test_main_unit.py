@@ -311,6 +311,11 @@ def test_nccl_tests_of_a_directory_without_a_table(capsys, tmp_path):
     assert one_error(capsys, ["nccl-tests", str(tmp_path)]) == (
         f"error: {tmp_path}: a directory without collectives.txt; allowed: a sweep's run directory or an nccl-tests "
         "output file")
+    import os
+    os.mkfifo(tmp_path / "collectives.txt")  # was called 'a directory without collectives.txt'
+    assert one_error(capsys, ["nccl-tests", str(tmp_path)]) == (
+        f"error: {tmp_path}: its collectives.txt is a FIFO (named pipe), not a regular file; allowed: a sweep's run "
+        "directory or an nccl-tests output file")
 
 
 def test_nccl_tests_of_a_header_without_rows(capsys, tmp_path):
@@ -506,3 +511,12 @@ def test_project_and_mllog_on_a_full_disk_are_one_line(capsys, tmp_path):
     # logging's FileHandler printed a 'Logging error' traceback per line and the command exited 0
     assert "--out: '/dev/full' could not be written" in one_error(
         capsys, ["mllog", str(run), "--no-check", "--out", "/dev/full"])
+
+
+def test_watch_refuses_a_sweep_table_that_is_not_a_regular_file(capsys, tmp_path):
+    """A FIFO in place of collectives.txt: `watch --once` waited for a writer forever."""
+    import os
+    run = write_run(tmp_path / "sweep", rate_bps=1e9)
+    os.mkfifo(run / "collectives.txt")
+    assert one_error(capsys, ["watch", str(run), "--once"]) == (
+        f"error: watch: {run / 'collectives.txt'}: not a regular file; allowed: the text table a sweep writes")

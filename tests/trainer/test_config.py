@@ -240,6 +240,19 @@ def test_launcher_environment_problems():
         "MASTER_PORT: got '65536'; expected an integer from 1 to 65535 (as torchrun or srun sets it)"]
 
 
+def test_the_lab_variables_set_to_garbage_are_named():
+    """launch.lab's FABRIC_HARNESS_NODE with a newline went into run.json and the live labels; a
+    FABRIC_HARNESS_LAB that is not a JSON object was recorded as no lab, without a word."""
+    from trainer.launcher_env import launcher_env_problems
+    assert launcher_env_problems({"FABRIC_HARNESS_NODE": "a\nb", "FABRIC_HARNESS_LAB": "{rate: 1gbit"}) == [
+        "FABRIC_HARNESS_NODE: got 'a\\nb'; allowed: a node name without spaces or control characters, up to 253 "
+        "(launch.lab sets it), or unset for the host name",
+        "FABRIC_HARNESS_LAB: got '{rate: 1gbit'; allowed: the JSON object launch.lab sets (the emulated links' "
+        "description), or unset"]
+    assert launcher_env_problems({"FABRIC_HARNESS_LAB": "5"}, dry_run=True)[0].startswith("FABRIC_HARNESS_LAB: got '5'")
+    assert launcher_env_problems({"FABRIC_HARNESS_NODE": "lab-node1", "FABRIC_HARNESS_LAB": '{"rate": "1gbit"}'}) == []
+
+
 def test_a_real_run_needs_rank_and_world_size_together():
     """WORLD_SIZE 2 alone built a group of one under a two-rank layout (a torch traceback); RANK 3 alone ran
     as rank 3 of one process and recorded nothing. A dry run plans for WORLD_SIZE alone, as before."""

@@ -59,3 +59,20 @@ def test_the_rank_silent_at_its_step_end_hangs_there_only(monkeypatch):
             events.append((rank, step))
             f.after_step(step)  # the step-end hang is the whole fault: no kill after it
     assert events == [(0, 1), (0, 2), (0, 3), (1, 1), ("sleep", 3600), (1, 2), (1, 3)]
+
+
+def test_fault_variables_that_are_not_values_are_one_line(monkeypatch):
+    """A word as the crash step was a ValueError traceback; an unknown mode killed the rank as 'kill' does."""
+    from trainer.error_report import InputError
+    monkeypatch.setattr(os, "kill", lambda *a: pytest.fail("killed"))
+    quiet = SimpleNamespace(delay_rank=None, delay_s=0.0, delay_from_step=1)
+    for environ, line in (
+            ({"FABRIC_HARNESS_CRASH_AFTER_STEP": "two"},
+             "FABRIC_HARNESS_CRASH_AFTER_STEP: got 'two'; allowed: a step number >= 1 (0 or unset: no crash)"),
+            ({"FABRIC_HARNESS_CRASH_RANK": "-1"}, "FABRIC_HARNESS_CRASH_RANK: got '-1'; allowed: a rank >= 0 (unset: 0)"),
+            ({"FABRIC_HARNESS_CRASH_AFTER_STEP": "1", "FABRIC_HARNESS_CRASH_MODE": "explode"},
+             "FABRIC_HARNESS_CRASH_MODE: got 'explode'; allowed: kill, hang, hang_at_step_end, input, or unset (kill)")):
+        with pytest.raises(InputError) as exc:
+            FaultInjection.from_recipe(quiet, 0, environ=environ)
+        assert str(exc.value) == line
+    assert FaultInjection.from_recipe(quiet, 0, environ={"FABRIC_HARNESS_CRASH_MODE": ""}).crash_mode == "kill"

@@ -32,7 +32,8 @@ def test_sizes_and_size_parsing(capsys):
     assert main([SWEEP, "sweep.max_bytes=lots", "sweep.ops=[all_reduce,allreduce]", "sweep.factor=1"]) == 2
     err = capsys.readouterr().err
     assert "sweep.max_bytes: got 'lots'; expected bytes such as 8, 4K, 64M or 1G" in err
-    assert "sweep.ops: got ['all_reduce', 'allreduce']; allowed: all_reduce, reduce_scatter" in err
+    assert ("sweep.ops: got ['all_reduce', 'allreduce']; did you mean 'all_reduce' for 'allreduce'? allowed: "
+            "all_reduce, reduce_scatter") in err
     assert "sweep.factor: got 1; expected an integer >= 2" in err
 
 
@@ -620,19 +621,6 @@ def test_a_rerun_keeps_the_earlier_sweeps_record_whole_and_does_not_mix_it_with_
     assert "no collectives.json: the sweep did not finish, and its collectives.txt holds no measured size" in md
 
 
-def test_a_factor_above_two_beside_step_bytes_is_refused_as_ambiguous(capsys):
-    """nccl-tests' -f 4 -i 1M multiplies by 4 (-f wins); the harness's step_bytes always adds: say so."""
-    from trainer.sweep.plan import SweepConfig
-    from trainer.sweep.recipe_checks import check_sweep
-
-    got = check_sweep(SweepConfig(min_bytes="1M", max_bytes="8M", step_bytes="1M", factor=4))
-    assert got == ["sweep.factor: 4 beside sweep.step_bytes '1M': a sweep either multiplies or adds (nccl-tests' -f "
-                   "above 1 would win over -i); allowed: sweep.step_bytes=null to multiply by 4, or sweep.factor=1 "
-                   "(or 2, the default) to add 1M each step"]
-    for factor in (1, 2):  # nccl-tests' -f 1 -i STEP, and the default
-        assert check_sweep(SweepConfig(min_bytes="1M", max_bytes="8M", step_bytes="1M", factor=factor)) == []
-
-
 def test_the_end_files_are_written_whole_or_not_at_all(tmp_path, monkeypatch):
     """A job stopped (or a disk full) while the end's files were written left half a collectives.csv or
     nccl-tests JSON, read as whole: each is now written beside and renamed, and a failure leaves neither."""
@@ -664,3 +652,35 @@ def test_a_world_of_one_needs_no_memory_for_the_p2p_matrix():
     assert largest_need(["all_reduce", "p2p_matrix"], 64 << 20, 2, "float32", "both")[1] == "p2p_matrix"
     assert memory_problem(["all_reduce", "p2p_matrix"], 3 << 30, 1, "float32", "both", 4 << 30, "a 4 GiB GPU",
                           reserve=0) is None
+
+
+def test_a_factor_beside_step_bytes_and_a_root_beyond_the_planned_world_are_refused(capsys):
+    """nccl-tests' -f 4 -i 1M multiplies by 4 (a factor above 1 wins); the sweep added 1M and left the factor
+    unused without a word. sweep.root 5 at --world-size 2 passed the dry run and was refused once the ranks ran."""
+    assert main([SWEEP, "--dry-run", "sweep.min_bytes=1M", "sweep.max_bytes=8M", "sweep.step_bytes=1M",
+                 "sweep.factor=4"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "error: sweep.factor: got 4 beside sweep.step_bytes '1M': the sweep adds step_bytes each step and would "
+        "not use the factor (nccl-tests multiplies when both -f and -i are given); allowed: sweep.step_bytes null "
+        "to multiply by the factor, or sweep.factor 1 with step_bytes")
+    assert main([SWEEP, "--dry-run", "sweep.min_bytes=1M", "sweep.max_bytes=8M", "sweep.step_bytes=1M",
+                 "sweep.factor=2"]) == 0  # the recipe's default factor cannot be told from one given
+    capsys.readouterr()
+    assert main([SWEEP, "--dry-run", "--world-size", "2", "sweep.root=5"]) == 2
+    assert capsys.readouterr().err.strip() == "error: sweep.root: got 5; allowed: 0..1 at world size 2"
+    assert main([SWEEP, "--dry-run", "--world-size", "8", "sweep.root=5"]) == 0
+
+
+def test_nccl_tests_spellings_of_ops_and_dtypes_get_the_sweeps_name(capsys):
+    """nccl-tests' binaries and -d names (alltoall_perf, -d half) and torch's bf16 were refused with the list
+    alone: the name the user meant was left to find in it."""
+    assert main([SWEEP, "--dry-run", "sweep.ops=[alltoall, all_gather_perf, bogus]", "sweep.dtype=half"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "error: sweep.ops: got ['alltoall', 'all_gather_perf', 'bogus']; did you mean 'all_to_all' for 'alltoall', "
+        "'all_gather' for 'all_gather_perf'? allowed: all_reduce, reduce_scatter, all_gather, all_to_all, sendrecv, "
+        "broadcast, reduce, gather, scatter, p2p_matrix",
+        "error: sweep.dtype: got 'half'; did you mean 'float16'? allowed: float32, float64, float16, bfloat16, int32, "
+        "int64, int8, uint8"]
+    assert main([SWEEP, "--dry-run", "sweep.dtype=fp8"]) == 2
+    assert capsys.readouterr().err.strip() == ("error: sweep.dtype: got 'fp8'; allowed: float32, float64, float16, "
+                                               "bfloat16, int32, int64, int8, uint8")

@@ -561,7 +561,7 @@ def run_sweep(cfg, device: torch.device, hosts: list[dict], say, meter=None, mar
     started telemetry session (meters only) read once per size; rank 0 hands each size's record to `on_size`
     as it is made. `marks`, when given, gets (op, bytes, start, end) on time.monotonic() for each row: server
     power per size."""
-    from trainer.sweep.plan import parse_size
+    from trainer.sweep.plan import parse_size, root_problem
 
     sw = Sweep(cfg, device, hosts)
     sw.meter, sw.on_size = meter, on_size
@@ -569,8 +569,8 @@ def run_sweep(cfg, device: torch.device, hosts: list[dict], say, meter=None, mar
     lo = parse_size(cfg.min_bytes, "sweep.min_bytes", problems)
     hi = parse_size(cfg.max_bytes, "sweep.max_bytes", problems)
     step = step_of(cfg, problems)
-    if cfg.root >= sw.world:
-        raise InputError(f"sweep.root: got {cfg.root}; allowed: 0..{sw.world - 1} at world size {sw.world}")
+    if problem := root_problem(cfg.root, sw.world):
+        raise InputError(problem)
     if "p2p_matrix" in cfg.ops and device.type != "cuda":
         raise InputError(f"sweep.ops: p2p_matrix measures GPU pairs over NCCL and needs CUDA devices; this run is on "
                          f"{device.type} ({dist.get_backend()}); allowed: the other ops on CPU")

@@ -121,6 +121,7 @@ SWEEP_OPS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "sendre
 # what fabric evaluations run; reduce, gather and scatter (nccl-tests' reduce_perf, gather_perf, scatter_perf)
 # and p2p_matrix (GPU-only) are asked for by name
 SWEEP_DEFAULT_OPS = SWEEP_OPS[:6]
+DEFAULT_FACTOR = 2
 SWEEP_DTYPES = ("float32", "float64", "float16", "bfloat16", "int32", "int64", "int8", "uint8")
 
 
@@ -130,7 +131,7 @@ class SweepConfig:
     ops: list[str] = field(default_factory=lambda: list(SWEEP_DEFAULT_OPS))
     min_bytes: Union[int, str] = 8  # sizes accept K/M/G suffixes (powers of 1024), like nccl-tests -b/-e
     max_bytes: Union[int, str] = "64M"
-    factor: int = 2  # -f: multiply the size by this each step
+    factor: int = DEFAULT_FACTOR  # -f: multiply the size by this each step
     # -i: add this many bytes each step instead (nccl-tests' linear sweep, e.g. 1M from 1M to 256M); null: factor
     step_bytes: Union[int, str, None] = None
     warmup: int = 5  # -w
@@ -217,6 +218,8 @@ def dry_run_memory(sw: SweepConfig, world: int) -> tuple[str, str | None]:
         else ASSUMED_DEVICE_BYTES
     what = "sweep.device_memory" if given else "an assumed 80 GB GPU (set sweep.device_memory for another)"
     args = (sw.ops, hi, world, sw.dtype, sw.in_place, device, what)
+    if problem := root_problem(sw.root, world):  # the run refused it only once its ranks had started
+        return "", problem
     lo, step = parse_size(sw.min_bytes, "sweep.min_bytes", scratch), step_of(sw, scratch)
     n = count_sizes(lo, hi, sw.factor, step) if lo and hi else 0
     # how long it will be: the rows the tables will hold (one rank skips sendrecv; send/recv pairs, where asked
@@ -230,6 +233,13 @@ def dry_run_memory(sw: SweepConfig, world: int) -> tuple[str, str | None]:
                      "one across nodes, where the world has them)" if pairs else "")
                   + (" (sendrecv skipped: it needs at least 2 ranks)" if world == 1 and "sendrecv" in sw.ops else ""))
     return sizes_line + "\n" + dry_run_line(*args), memory_problem(*args)
+
+
+def root_problem(root: int, world: int) -> str | None:
+    """sweep.root against the world: a rank of it (the dry run plans for --world-size, the run checks its own)."""
+    if 0 <= root < world:
+        return None
+    return f"sweep.root: got {root}; allowed: 0..{world - 1} at world size {world}"
 
 
 def step_of(sw: SweepConfig, problems: list[str]) -> int | None:

@@ -2,30 +2,52 @@
 from __future__ import annotations
 
 from ..checks import at_least
-from .plan import MAX_SIZES, SWEEP_DTYPES, SWEEP_OPS, SweepConfig, count_sizes, parse_size, sizes, step_of
+from .plan import DEFAULT_FACTOR, MAX_SIZES, SWEEP_DTYPES, SWEEP_OPS, SweepConfig, count_sizes, parse_size, sizes, step_of
+
+
+# short spellings of the sweep's dtypes: nccl-tests' -d float, half, double; torch's and NeMo's bf16, fp16
+DTYPE_SPELLINGS = {"float": "float32", "fp32": "float32", "f32": "float32", "half": "float16", "fp16": "float16",
+                   "f16": "float16", "double": "float64", "fp64": "float64", "f64": "float64", "bf16": "bfloat16",
+                   "int": "int32", "char": "int8", "byte": "uint8"}
+
+
+def _op_meant(op: object) -> str | None:
+    """The sweep op an nccl-tests spelling names: alltoall, allreduce, all_reduce_perf, All-Reduce."""
+    key = str(op).lower().removesuffix("_perf").replace("_", "").replace("-", "")
+    return next((name for name in SWEEP_OPS if name.replace("_", "") == key), None)
+
+
+def _ops_problem(ops: list) -> str | None:
+    bad = [op for op in ops if op not in SWEEP_OPS]
+    if bad or not ops:
+        hints = [f"'{meant}' for {op!r}" for op in bad if (meant := _op_meant(op))]
+        hint = f"did you mean {', '.join(hints)}? " if hints else ""
+        return f"sweep.ops: got {ops}; {hint}allowed: {', '.join(SWEEP_OPS)}"
+    if twice := sorted({op for op in ops if ops.count(op) > 1}):  # its second table replaced the first
+        return f"sweep.ops: {', '.join(twice)} given twice; allowed: each op once (sweep.repeats repeats them)"
+    return None
 
 
 def check_sweep(sw: SweepConfig) -> list[str]:
     p: list[str] = []
-    bad = [op for op in sw.ops if op not in SWEEP_OPS]
-    if bad or not sw.ops:
-        p.append(f"sweep.ops: got {sw.ops}; allowed: {', '.join(SWEEP_OPS)}")
-    elif twice := sorted({op for op in sw.ops if sw.ops.count(op) > 1}):  # its second table replaced the first
-        p.append(f"sweep.ops: {', '.join(twice)} given twice; allowed: each op once (sweep.repeats repeats them)")
+    if problem := _ops_problem(sw.ops):
+        p.append(problem)
     if sw.dtype not in SWEEP_DTYPES:
-        p.append(f"sweep.dtype: got {sw.dtype!r}; allowed: {', '.join(SWEEP_DTYPES)}")
+        meant = DTYPE_SPELLINGS.get(str(sw.dtype).lower())
+        hint = f"did you mean {meant!r}? " if meant else ""
+        p.append(f"sweep.dtype: got {sw.dtype!r}; {hint}allowed: {', '.join(SWEEP_DTYPES)}")
     lo, hi = parse_size(sw.min_bytes, "sweep.min_bytes", p), parse_size(sw.max_bytes, "sweep.max_bytes", p)
     if lo and hi and lo > hi:
         p.append(f"sweep.max_bytes: {sw.max_bytes!r} is below sweep.min_bytes {sw.min_bytes!r}; allowed: "
                  "max_bytes >= min_bytes (equal for one size)")
     # with step_bytes the factor is unused, and nccl-tests' own spelling of a linear sweep is -f 1 -i STEP
     p += at_least("sweep", sw, ("factor",), 2 if sw.step_bytes is None else 1)
-    if sw.step_bytes is not None and isinstance(sw.factor, int) and sw.factor > 2:
-        # nccl-tests' -f above 1 wins over -i (a doubling sweep); here step_bytes always adds: say which, not guess
-        # (2 is the default, and 1 is nccl-tests' own spelling of a linear sweep, -f 1 -i STEP)
-        p.append(f"sweep.factor: {sw.factor} beside sweep.step_bytes {sw.step_bytes!r}: a sweep either multiplies or "
-                 "adds (nccl-tests' -f above 1 would win over -i); allowed: sweep.step_bytes=null to multiply by "
-                 f"{sw.factor}, or sweep.factor=1 (or 2, the default) to add {sw.step_bytes} each step")
+    if sw.step_bytes is not None and isinstance(sw.factor, int) and sw.factor > DEFAULT_FACTOR:
+        # nccl-tests' -f 4 -i 1M multiplies by 4 (a factor above 1 wins); the sweep adds step_bytes and the
+        # factor went unused without a word. Only the default factor cannot be told from one the user gave.
+        p.append(f"sweep.factor: got {sw.factor} beside sweep.step_bytes {sw.step_bytes!r}: the sweep adds "
+                 "step_bytes each step and would not use the factor (nccl-tests multiplies when both -f and -i are "
+                 "given); allowed: sweep.step_bytes null to multiply by the factor, or sweep.factor 1 with step_bytes")
     p += at_least("sweep", sw, ("iters", "latency_iters", "repeats"), 1)
     p += at_least("sweep", sw, ("warmup",), 0)
     if sw.root < 0:

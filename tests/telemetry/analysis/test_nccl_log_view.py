@@ -102,6 +102,8 @@ def test_tuning_lines_become_the_algorithm_choices(tmp_path, capsys):
     ("plain", ["{tmp}/plain.log", "--expect", "rcoe"], "--expect: got 'rcoe'; did you mean 'roce'? expected one of ib,"),
     ("binary", ["{tmp}/core.bin"], "no line names NCCL or RCCL"),
     (None, ["/dev/zero"], "/dev/zero: is a character device, not a log"),
+    # a .log.gz was read as text: 'no line names NCCL or RCCL'
+    ("gzip", ["{tmp}/nccl.log.gz"], "nccl.log.gz: is gzip-compressed, not text; allowed: the log itself, e.g. zcat "),
 ])
 def test_bad_input_is_one_line_and_exit_2(make, argv, expected, tmp_path, capsys):
     if make == "empty_dir":
@@ -110,6 +112,9 @@ def test_bad_input_is_one_line_and_exit_2(make, argv, expected, tmp_path, capsys
         (tmp_path / "plain.log").write_text("epoch 1 loss 2.3\n")
     elif make == "binary":
         (tmp_path / "core.bin").write_bytes(bytes(range(256)) * 64)
+    elif make == "gzip":
+        import gzip
+        (tmp_path / "nccl.log.gz").write_bytes(gzip.compress(b"host:1:1 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1\n"))
     assert main(["nccl-log", *[a.format(tmp=tmp_path) for a in argv]]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and expected in err[0], err

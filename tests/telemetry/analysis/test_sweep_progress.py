@@ -3,7 +3,6 @@ shows it: sizes done per test against the planned count, the last size's bus ban
 its footer, a torn last line waiting, and the tests not started yet."""
 from __future__ import annotations
 
-import os
 
 import json
 
@@ -78,6 +77,17 @@ def test_a_sweep_without_its_table_yet_says_so(tmp_path):
     state = RunWatch(str(run))
     state.poll()
     assert "  no size measured yet (the table is written as each size is measured)" in plain_lines(state.snapshot())
+
+
+def test_a_sweep_that_stopped_before_a_row_is_not_said_to_measure_one_yet(tmp_path):
+    run = sweep_dir(tmp_path, HEAD, status="failed")
+    state = RunWatch(str(run))
+    state.poll()
+    assert plain_lines(state.snapshot())[1] == "  all_reduce: 0/4 sizes: none measured before the sweep stopped"
+    (run / "collectives.txt").write_text("")
+    state = RunWatch(str(run))
+    state.poll()
+    assert plain_lines(state.snapshot())[1] == "  no size measured: the table (collectives.txt) holds no complete row"
 
 
 def test_a_test_the_sweep_skipped_is_not_waiting_to_start(tmp_path):
@@ -185,13 +195,6 @@ def test_a_sweep_of_the_p2p_matrix_only_is_not_waiting_for_a_size(tmp_path):
             "the sweep is done)") in text
 
 
-def test_a_table_that_is_a_fifo_is_not_opened(tmp_path):
-    """Opening a FIFO blocks until a writer comes: watch hung on a run directory whose table was one."""
-    os.mkfifo(tmp_path / "collectives.txt")
-    progress = SweepProgress(str(tmp_path))
-    assert progress.poll() is False and progress.snapshot()["tests"] == []
-
-
 def test_the_pair_tests_the_hosts_have_are_listed_as_not_started(tmp_path):
     """With sweep.pairs, a sweep ends with a send/recv test per pair its hosts have: watch never listed them."""
     run = sweep_dir(tmp_path, HEAD + "\n".join(ROWS[:2]) + "\n")
@@ -241,3 +244,27 @@ def test_a_slow_links_bandwidth_is_not_shown_as_0_and_a_finished_sweep_is_not_wa
     assert text[1] == "  all_gather: 2/2 sizes, done: avg bus bandwidth 568 kB/s"
     # a row whose time is unknown stays unknown, never 0
     assert lines({"tests": [{**t, "last_busbw_GBps": None}]}, None)[0].endswith("busbw n/a")
+
+
+def test_a_table_that_is_not_a_regular_file_is_not_opened_and_odd_recipes_are_not_guessed(tmp_path):
+    """collectives.txt as a FIFO: the view's open waited for a writer forever; a /dev/zero link was read as text.
+    run.json's recipe.sweep as a word, or its ops as a number, were an AttributeError / TypeError traceback."""
+    import os
+
+    run = sweep_dir(tmp_path, "")
+    (run / "collectives.txt").unlink()
+    os.mkfifo(run / "collectives.txt")
+    p = SweepProgress(str(run))
+    assert p.poll() and not p.poll()
+    assert lines(p.snapshot(), ["all_reduce"]) == [
+        "  the sweep's table cannot be read: collectives.txt is a FIFO (named pipe), not a regular file (the sweep "
+        "writes it as a file)"]
+    for sweep in ("all_reduce", {"ops": 5}, {"ops": ["all_reduce", None, 3]}):
+        info = json.loads((run / "run.json").read_text())
+        info["recipe"]["sweep"] = sweep
+        (run / "run.json").write_text(json.dumps(info))
+        state = RunWatch(str(run))
+        state.poll()
+        s = state.snapshot()
+        assert s["sweep_ops"] == (["all_reduce"] if isinstance(sweep, dict) and sweep["ops"] != 5 else None)
+        assert plain_lines(s)[0].startswith("collectives: running | a collective sweep: 0 sizes")

@@ -70,6 +70,13 @@ def test_a_sweep_cut_short_reports_the_sizes_its_table_holds(tmp_path):
     write_report(str(run))
     md = (run / "report" / "report.md").read_text()
     assert "no collectives.json: the sweep did not finish, and its collectives.txt holds no measured size" in md
+    import os
+    (run / "collectives.txt").unlink()
+    os.mkfifo(run / "collectives.txt")  # not opened (it would wait for a writer); it was said to hold no size
+    write_report(str(run))
+    md = (run / "report" / "report.md").read_text()
+    assert ("no collectives.json: the sweep did not finish, and its collectives.txt is a FIFO (named pipe), not a "
+            "regular file (not read)") in md
 
 
 def test_a_finished_sweep_of_the_p2p_matrix_only_is_not_called_unfinished(tmp_path):
@@ -152,3 +159,34 @@ def test_two_runs_collectives_txt_are_labelled_by_their_directory(tmp_path):
     assert as_run(str(tmp_path / "sweep-1mbit" / "collectives.txt")).name == "sweep-1mbit/collectives.txt"
     (tmp_path / "all_reduce_perf.txt").write_text(HEAD + "\n".join(ROWS) + "\n" + FOOTER)
     assert as_run(str(tmp_path / "all_reduce_perf.txt")).name == "all_reduce_perf.txt"  # any other file: its name
+
+
+def test_a_damaged_collectives_json_is_one_line_and_damaged_size_lines_are_left_out(tmp_path):
+    """A half-written collectives.json was a JSONDecodeError traceback, a FIFO in its place a report waiting
+    forever; a binary line in sweep.jsonl was a UnicodeDecodeError traceback in compare's power and congestion
+    tables, a list where a size's record goes an AttributeError."""
+    import json
+    import os
+
+    import pytest
+
+    from telemetry.analysis.congestion_summary import sweep_totals
+    from telemetry.analysis.power_table import readings
+    from telemetry.analysis.runs import RunError
+
+    run = write_run(tmp_path / "sweep", sweep=sweep_result())
+    (run / "collectives.json").write_text('{"ops": {"all_reduce": ')
+    with pytest.raises(RunError) as exc:
+        write_report(str(run))
+    assert str(exc.value).startswith(f"{run / 'collectives.json'}: not valid JSON (Expecting value")
+    assert str(exc.value).endswith("; allowed: the JSON object the sweep writes at its end (a sweep cut short has "
+                                   "none: remove the file and its collectives.txt is read)")
+    (run / "collectives.json").unlink()
+    os.mkfifo(run / "collectives.json")
+    with pytest.raises(RunError, match="collectives.json: is a FIFO \\(named pipe\\), not a regular file; allowed"):
+        write_report(str(run))
+    good = {"op": "all_reduce", "size": 8, "gpu_power_w_sum": 300.0, "loss_events": 2, "ranks": [{"counters": {}}]}
+    (run / "sweep.jsonl").write_bytes(b"\xff\xfe\x00\n[1, 2]\n" + json.dumps({"op": 5, "size": "x"}).encode()
+                                      + b"\n" + json.dumps(good).encode() + b"\n")
+    assert list(sweep_totals(str(run))) == [("all_reduce", 8)]
+    assert [r["gpu_w_per_server"] for r in readings(str(run)).values()] == [150.0]  # 300 W over its 2 hosts
