@@ -17,8 +17,10 @@ from telemetry.capture.collective_calls import FUNCOL_BACKWARD, FUNCOL_SPECS
 from telemetry.capture.collectives import CollectiveTracer
 
 from .test_collectives_nccl_fake import FakeGlooGroup, FakeProcessGroupNCCL
+from .torch_names import Funcol, backward_ones
 
-funcol = pytest.importorskip("torch.distributed._functional_collectives")
+pytest.importorskip("torch.distributed._functional_collectives")
+funcol = Funcol()  # torch 2.13's *_single names, or the older ones of the same collectives
 
 
 @pytest.fixture
@@ -57,7 +59,7 @@ def test_each_functional_backward_is_counted_with_its_transposed_op_and_bytes(tr
                 *funcol.all_reduce_coalesced([x, x[:2]], "sum", g),
                 *funcol.all_gather_single_coalesced([x, x[:2]], g),
                 *funcol.reduce_scatter_single_coalesced([x, x[:2]], "sum", [0, 0], g)]
-        sum(o.sum() for o in outs).backward()
+        backward_ones(outs)
 
     calls = _calls(tracer, forms)
     forward, backward = calls[:9], calls[9:]
