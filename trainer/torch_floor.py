@@ -4,14 +4,24 @@ The floor is the newest of the releases that introduced an API the harness calls
 the API, the pull request that added it and the first release that shipped it; the check looks for the
 API itself (an NGC pre-release such as 2.7.0a0+7c8ec84dab.nv25.03 carries the version of the release it
 precedes, so the version string alone cannot tell). pyproject.toml declares the same floor as
-`torch>=2.8.0a0`; docs/containers.md names the NGC images that meet it.
+`torch>=2.9.0a0`; docs/containers.md names the NGC images that meet it. Verified on CPU against PyPI's torch
+2.8.0 and 2.11.0 (docs/containers.md#verified-releases): 2.8 lacks the pipeline schedules' eval().
 """
 from __future__ import annotations
 
 import inspect
 from typing import Callable
 
-FLOOR = "2.8"  # the release of the newest API below (gloo's lazy connections)
+FLOOR = "2.9"  # the release of the newest API below (the pipeline schedules' eval())
+
+
+def _has_schedule_eval() -> bool:
+    # pytorch/pytorch#157795 (merged 2025-07, before the 2.9 branch cut): first in torch 2.9. A pipelined run
+    # evaluates with schedule.eval() (forward and loss, no backward); torch 2.8's schedules have only step(),
+    # and a forward-only step there computes no loss (its loss follows _has_backward). Found on torch 2.8.0:
+    # Pipeline.evaluate raised AttributeError (tests/trainer/test_pipeline_unit.py).
+    from torch.distributed.pipelining.schedules import PipelineScheduleSingle, ScheduleInterleaved1F1B
+    return all(callable(getattr(cls, "eval", None)) for cls in (PipelineScheduleSingle, ScheduleInterleaved1F1B))
 
 
 def _gloo_connects_lazily() -> bool:
@@ -59,6 +69,7 @@ def _has_group_desc() -> bool:
 
 # (what the harness calls, the release that introduced it, how to look for it), newest first
 APIS: list[tuple[str, str, Callable[[], bool]]] = [
+    ("torch.distributed.pipelining schedules' eval()", "2.9", _has_schedule_eval),
     ("gloo lazy connections (TORCH_GLOO_LAZY_INIT, probed)", "2.8", _gloo_connects_lazily),
     ("torch.distributed.tensor.distribute_tensor(src_data_rank=...)", "2.7", _has_src_data_rank),
     ("torch.distributed.fsdp.fully_shard", "2.6", _has_public_fully_shard),
@@ -90,7 +101,7 @@ def check(version: str | None = None, apis=None) -> str | None:
         version = torch.__version__
     # a build at or past the floor that still lacks it (a custom build, a patched gloo) is not "too old"
     what = "is too old" if _release(version) < _release(FLOOR) else "lacks what its release should have"
-    return (f"torch {version} {what}: this harness needs torch >= {FLOOR} (an NGC PyTorch image 25.06 or "
+    return (f"torch {version} {what}: this harness needs torch >= {FLOOR} (an NGC PyTorch image 25.09 or "
             f"newer, docs/containers.md); missing: {missing}")
 
 

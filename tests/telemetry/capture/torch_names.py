@@ -1,8 +1,9 @@
 """torch's collectives under the names the installed torch has, for tests that call them by name.
 
 torch 2.13 named the tensor forms *_single (its *_tensor / *_into_tensor names delegate to them and are
-deprecated); torch 2.8 to 2.12 have only the older names, with the same arguments. Each name is looked up when
-it is called, not when this module is imported: an installed tracer replaces the module attributes.
+deprecated); torch 2.11 (and 2.8, both run on CPU) has only the older names, with the same arguments. Each
+name is looked up when it is called, not when this module is imported: an installed tracer replaces the
+module attributes.
 """
 from __future__ import annotations
 
@@ -34,15 +35,6 @@ class Funcol:
         if fn is None:
             raise AttributeError(name)
         return fn
-
-
-def plain_funcols_have_autograd() -> bool:
-    """Whether the plain functional collectives (all_gather_tensor, all_reduce, ...) are differentiable.
-    torch 2.9 registered their backwards (torch.library.register_autograd); in torch 2.8 only the *_autograd
-    forms have one, and a backward through a plain form reaches no collective."""
-    import torch.distributed._functional_collectives as module
-
-    return hasattr(module, "all_gather_into_tensor_backward")
 
 
 def backward_ones(outs) -> None:
