@@ -40,4 +40,26 @@ class Funcol:
 def backward_ones(outs) -> None:
     """sum(o.sum() for o in outs).backward() with contiguous gradients: o.sum()'s is an expanded one, which the
     *_autograd forms' backwards refuse before torch 2.13 ("Expected input.is_contiguous()", torch 2.8 and 2.11)."""
+    outs = [o for o in outs if o.requires_grad]
     torch.autograd.backward(outs, [torch.ones_like(o) for o in outs])
+
+
+# the *_autograd form of each collective, differentiable on every torch the harness supports
+AUTOGRAD_FORM = {"all_gather_single": "all_gather_tensor_autograd", "reduce_scatter_single": "reduce_scatter_tensor_autograd",
+                 "all_to_all_single": "all_to_all_single_autograd"}
+
+
+def plain_funcols_have_autograd() -> bool:
+    """Whether the plain functional collectives (all_gather_tensor, all_reduce, ...) have a backward that issues
+    the transposed collective: torch 2.11 registers one (torch.library.register_autograd); in torch 2.9 and
+    2.8 only the *_autograd forms have one, and a plain form's output that needs a gradient fails at its wait."""
+    import torch.distributed._functional_collectives as module
+
+    return hasattr(module, "all_gather_into_tensor_backward")
+
+
+def differentiable(name: str):
+    """The functional collective `name` (torch 2.13's name) in a form whose backward issues a collective: the
+    plain one where torch gives it a backward, else its *_autograd form. Looked up at each call."""
+    funcol = Funcol()
+    return getattr(funcol, name if plain_funcols_have_autograd() else AUTOGRAD_FORM[name])
