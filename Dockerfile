@@ -1,8 +1,8 @@
 # NGC PyTorch 26.09 (the newest tag confirmed on 2026-11-23): Ubuntu 24.04, Python 3.12, CUDA 13.4,
 # torch 2.14.0a0+b2c75dd062.nv26.09, NCCL 2.31 as reported for this tag - check inside with
 #   python -c "import torch; print(torch.__version__, torch.cuda.nccl.version())"
-# The image keeps NGC's torch, CUDA and NCCL builds: the project asks for torch>=2.8.0a0 (its floor: NGC
-# 25.06 or newer, trainer/torch_floor.py), which NGC's pre-release versions satisfy
+# The image keeps NGC's torch, CUDA and NCCL builds: the project asks for torch>=2.11.0a0 (its floor: an NGC
+# image with torch 2.11 or newer, trainer/torch_floor.py), which NGC's pre-release versions satisfy
 # (tests/launch/test_container.py), NGC's pip constraints file pins them, and the install step below
 # fails the build if torch changed anyway. Running it: docs/containers.md.
 FROM nvcr.io/nvidia/pytorch:26.09-py3

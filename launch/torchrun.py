@@ -93,9 +93,13 @@ def _rendezvous_problem(args) -> str | None:
 
 def _agent_problem(args) -> str | None:
     """The agent's own settings torch takes as given: a --monitor-interval that is NaN (a ValueError traceback)
-    or not above 0 (an AssertionError traceback), a --log-dir that is a file (NotADirectoryError)."""
+    or not above 0 (an AssertionError traceback), a --log-dir that is a file (NotADirectoryError), a negative
+    --max-restarts (torch 2.8's check is a bare assert: its AssertionError has no message)."""
     import math
 
+    if args.max_restarts < 0:
+        return (f"--max-restarts: got {args.max_restarts}; allowed: a whole number >= 0 (torchrun: max_restarts "
+                "must be >= 0), the times the agent restarts the workers after a failure")
     if not (math.isfinite(args.monitor_interval) and args.monitor_interval > 0):
         return (f"--monitor-interval: got {args.monitor_interval}; allowed: seconds above 0 (torch's default 0.1) "
                 "between the agent's checks of its workers")
@@ -136,7 +140,8 @@ def _launch_problem(args) -> str | None:
         if nproc in ("gpu", "xpu") and "not available" in str(exc):  # torch says only "Cuda is not available."
             return (f"--nproc-per-node: got {nproc!r}, but {str(exc).rstrip('.')} here; allowed: an integer >= 1, "
                     "cpu or auto (one worker per device found, else per CPU)")
-        return f"torchrun: {exc}"
+        # a bare assert in torch's checks has no message: name where it came from rather than print nothing
+        return f"torchrun: {exc or f'{type(exc).__name__} in torch.distributed.run.config_from_args'}"
     finally:
         run_logger.disabled = False
         os.environ.clear()

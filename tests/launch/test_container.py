@@ -25,10 +25,10 @@ try:
 except ModuleNotFoundError:  # Python 3.10: the test extra installs tomli there
     import tomli as tomllib
 
-# torch versions of NGC PyTorch images: 25.06 (the oldest whose version meets the floor, trainer/torch_floor.py)
-# and 26.09 (the current base); 25.03's torch 2.7 has no lazy gloo connections and is refused
-NGC_TORCH = ("2.8.0a0+5228986c39.nv25.06", "2.14.0a0+b2c75dd062.nv26.09")
-NGC_TORCH_TOO_OLD = "2.7.0a0+7c8ec84dab.nv25.03"
+# torch versions NGC-style: a pre-release of the floor's release (the form NGC's builds take; no NGC tag of it
+# is noted here) and 26.09's (the current base); 25.09's torch 2.9 fails the distributed tests and is refused
+NGC_TORCH = ("2.11.0a0", "2.14.0a0+b2c75dd062.nv26.09")
+NGC_TORCH_TOO_OLD = "2.9.0a0+50eac811a6.nv25.09"
 
 
 def project_requirements() -> list[Requirement]:
@@ -75,13 +75,13 @@ def _pip(python: Path, *args: str, timeout: int = 120) -> subprocess.CompletedPr
 
 @pytest.mark.integration
 def test_pip_keeps_an_installed_ngc_torch(tmp_path):
-    """A fresh venv holds NGC 25.06's torch (a stand-in of that version); the index offers a PyPI torch 2.8.0
+    """A fresh venv holds a pre-release torch 2.11.0a0 (a stand-in, as NGC's builds are); the index offers a PyPI torch 2.11.0
     and every other requirement at its lower bound. pip's plan for the project's requirements must leave
-    torch alone; with "torch>=2.8" (or, before, "torch>=2.6" and NGC 25.01) it planned to install PyPI's torch over NGC's."""
+    torch alone; with "torch>=2.11" (or, before, "torch>=2.8" and NGC 25.06, "torch>=2.6" and NGC 25.01) it planned to install PyPI's torch over NGC's."""
     wheels = tmp_path / "wheels"
     wheels.mkdir()
     ngc = stand_in_wheel(tmp_path, "torch", NGC_TORCH[0])  # installed only, never offered
-    stand_in_wheel(wheels, "torch", "2.8.0")
+    stand_in_wheel(wheels, "torch", "2.11.0")
     others = {}
     for req in project_requirements():
         if canonicalize_name(req.name) == "torch":

@@ -41,8 +41,8 @@ def test_torch_without_src_data_rank_is_one_line_naming_versions_and_api(monkeyp
     monkeypatch.setattr(dt, "distribute_tensor", distribute_tensor)
     assert "src_data_rank" not in inspect.signature(dt.distribute_tensor).parameters
     problem = torch_floor.check(version="2.6.0a0+ecf3bae40a.nv25.01")
-    assert problem == ("torch 2.6.0a0+ecf3bae40a.nv25.01 is too old: this harness needs torch >= 2.8 (an NGC "
-                       "PyTorch image 25.06 or newer, docs/containers.md); missing: "
+    assert problem == ("torch 2.6.0a0+ecf3bae40a.nv25.01 is too old: this harness needs torch >= 2.11 (an NGC "
+                       "PyTorch image with torch 2.11 or newer, docs/containers.md); missing: "
                        "torch.distributed.tensor.distribute_tensor(src_data_rank=...) (torch 2.7)")
 
 
@@ -62,10 +62,35 @@ def test_a_torch_whose_gloo_connects_eagerly_is_refused_by_behaviour(monkeypatch
     assert "TORCH_GLOO_LAZY_INIT" not in os.environ
     monkeypatch.setattr(torch_floor, "PROBE_TIMEOUT_S", 0.2)
     monkeypatch.setattr(dist, "ProcessGroupGloo", eager)
-    problem = torch_floor.check(version="2.8.0")
+    problem = torch_floor.check(version="2.11.0")
     assert torch_floor.check(version="2.7.0a0+7c8ec84dab.nv25.03").startswith("torch 2.7.0a0+7c8ec84dab.nv25.03 is too old")
-    assert problem.startswith("torch 2.8.0 lacks what its release should have: this harness needs torch >= 2.8") and \
+    assert problem.startswith("torch 2.11.0 lacks what its release should have: this harness needs torch >= 2.11") and \
         problem.endswith("missing: gloo lazy connections (TORCH_GLOO_LAZY_INIT, probed) (torch 2.8)"), problem
+
+
+def test_a_torch_whose_pipeline_schedules_have_no_eval_is_refused(monkeypatch):
+    """torch 2.8's schedules have step() only (PyPI's torch 2.8.0, run on CPU: Pipeline.evaluate raised
+    AttributeError); the check names the API and the release that brought it."""
+    from torch.distributed.pipelining import ScheduleGPipe
+
+    owner = next(cls for cls in ScheduleGPipe.__mro__ if "eval" in vars(cls))
+    monkeypatch.setattr(owner, "eval", None)
+    problem = torch_floor.check(version="2.8.0+cu128")
+    assert problem == ("torch 2.8.0+cu128 is too old: this harness needs torch >= 2.11 (an NGC PyTorch image with "
+                       "torch 2.11 or newer, docs/containers.md); missing: torch.distributed.pipelining schedules' "
+                       "eval() (torch 2.9)"), problem
+
+
+def test_a_release_below_the_floor_is_refused_even_with_every_api(monkeypatch):
+    """torch 2.9.1 has every API and fails the distributed tests (bench/RESULTS.md): the release is read."""
+    import torch
+
+    monkeypatch.setattr(torch, "__version__", "2.9.1+cu128")
+    assert torch_floor.check() == ("torch 2.9.1+cu128 is too old: this harness needs torch >= 2.11 (an NGC PyTorch "
+                                   "image with torch 2.11 or newer, docs/containers.md); missing: distributed tests "
+                                   "passing (tensor-parallel LoRA and pipeline runs fail on torch 2.9) (torch 2.11)")
+    monkeypatch.setattr(torch, "__version__", "2.11.0a0")  # a pre-release of 2.11, as NGC builds are
+    assert torch_floor.check() is None
 
 
 def test_missing_module_is_reported_not_raised():

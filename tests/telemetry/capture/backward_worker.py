@@ -10,9 +10,11 @@ import warnings
 
 import torch
 import torch.distributed as dist
-import torch.distributed._functional_collectives as funcol
 
 from telemetry.capture.collectives import CollectiveTracer
+from tests.telemetry.capture.torch_names import Funcol, backward_ones
+
+funcol = Funcol()  # torch 2.13's *_single names, or the older ones of the same collectives
 
 
 def backwards(tracer, rank: int) -> dict:
@@ -29,7 +31,7 @@ def backwards(tracer, rank: int) -> dict:
                 *funcol.all_gather_single_coalesced([x[:4], x[:2]], g),
                 *funcol.reduce_scatter_single_coalesced([x[:4], x[:2]], "sum", [0, 0], g)]
     n_forward = len(tracer._step.calls)
-    sum(o.sum() for o in outs).backward()
+    backward_ones(outs)
     step = tracer.end_step()
     for c in step.calls:
         c.resolve()

@@ -17,6 +17,7 @@ from torch._C._distributed_c10d import OpType
 
 from telemetry.capture import completion_hooks
 from telemetry.capture.collectives import CollectiveTracer
+from tests.telemetry.capture.torch_names import dist_name
 
 
 def step(tracer, fn):
@@ -32,7 +33,9 @@ def fsdp_retention(tracer) -> dict:
 
     tracer.uninstall()
     hooks, issued, refs = {}, [], []
-    orig = {name: getattr(dist, name) for name in ("all_gather_single", "reduce_scatter_single")}
+    # FSDP2 calls torch 2.13's *_single names, or all_gather_into_tensor / reduce_scatter_tensor before them
+    ag_name, rs_name = dist_name("all_gather_single"), dist_name("reduce_scatter_single")
+    orig = {"all_gather_single": getattr(dist, ag_name), "reduce_scatter_single": getattr(dist, rs_name)}
 
     def all_gather_single(output_tensor, input_tensor, group=None, async_op=False):
         refs.append(weakref.ref(output_tensor))
@@ -50,7 +53,8 @@ def fsdp_retention(tracer) -> dict:
     saved = completion_hooks.backend_name, completion_hooks._register_completion_hook
     completion_hooks.backend_name = lambda pg: "nccl"
     completion_hooks._register_completion_hook = register
-    dist.all_gather_single, dist.reduce_scatter_single = all_gather_single, reduce_scatter_single
+    setattr(dist, ag_name, all_gather_single)
+    setattr(dist, rs_name, reduce_scatter_single)
     nccl = CollectiveTracer().install()
     try:
         torch.manual_seed(0)
@@ -69,7 +73,8 @@ def fsdp_retention(tracer) -> dict:
     finally:
         nccl.uninstall()
         completion_hooks.backend_name, completion_hooks._register_completion_hook = saved
-        dist.all_gather_single, dist.reduce_scatter_single = orig["all_gather_single"], orig["reduce_scatter_single"]
+        setattr(dist, ag_name, orig["all_gather_single"])
+        setattr(dist, rs_name, orig["reduce_scatter_single"])
         tracer.install()
     return {"all_gathers": len(refs), "alive_at_step_end": alive, "summary": summary, "hooks": len(hooks)}
 

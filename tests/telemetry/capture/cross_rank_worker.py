@@ -98,7 +98,8 @@ def main(out: str) -> None:
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     for name in SPIED:  # before the tracer installs: what it calls "original" is the spy
-        setattr(dist, name, spy(name, getattr(dist, name)))
+        if hasattr(dist, name):  # all_gather_single: torch 2.13 on
+            setattr(dist, name, spy(name, getattr(dist, name)))
     tel = Telemetry(settings, run_dir=os.path.join(out, "run"))
     tel.start()
     result = {"rank": rank, "world": world, "steps": [], "GLOO_SOCKET_IFNAME": os.environ.get("GLOO_SOCKET_IFNAME"),

@@ -17,8 +17,10 @@ from telemetry.capture.collective_calls import FUNCOL_BACKWARD, FUNCOL_SPECS
 from telemetry.capture.collectives import CollectiveTracer
 
 from .test_collectives_nccl_fake import FakeGlooGroup, FakeProcessGroupNCCL
+from .torch_names import Funcol, backward_ones, differentiable, plain_funcols_have_autograd
 
-funcol = pytest.importorskip("torch.distributed._functional_collectives")
+pytest.importorskip("torch.distributed._functional_collectives")
+funcol = Funcol()  # torch 2.13's *_single names, or the older ones of the same collectives
 
 
 @pytest.fixture
@@ -49,15 +51,17 @@ def test_each_functional_backward_is_counted_with_its_transposed_op_and_bytes(tr
     back (S = output bytes); here n = 1, the pretend NCCL test below takes n = 4, the 2-rank run n = 2."""
     g = group_of_one
     x = torch.ones(6, 4, requires_grad=True)  # 96 B
+    plain_backward = plain_funcols_have_autograd()
+    p = x if plain_backward else x.detach()  # torch 2.9 and older: the plain forms have no backward to count
 
     def forms():
-        outs = [funcol.all_gather_tensor_autograd(x, 0, g), funcol.all_gather_single(x, 1, g),
-                funcol.reduce_scatter_tensor_autograd(x, "sum", 0, g), funcol.reduce_scatter_single(x, "SUM", 1, g),
-                funcol.all_to_all_single_autograd(x, None, None, g), funcol.all_reduce(x, "sum", g),
-                *funcol.all_reduce_coalesced([x, x[:2]], "sum", g),
-                *funcol.all_gather_single_coalesced([x, x[:2]], g),
-                *funcol.reduce_scatter_single_coalesced([x, x[:2]], "sum", [0, 0], g)]
-        sum(o.sum() for o in outs).backward()
+        outs = [funcol.all_gather_tensor_autograd(x, 0, g), funcol.all_gather_single(p, 1, g),
+                funcol.reduce_scatter_tensor_autograd(x, "sum", 0, g), funcol.reduce_scatter_single(p, "SUM", 1, g),
+                funcol.all_to_all_single_autograd(x, None, None, g), funcol.all_reduce(p, "sum", g),
+                *funcol.all_reduce_coalesced([p, p[:2]], "sum", g),
+                *funcol.all_gather_single_coalesced([p, p[:2]], g),
+                *funcol.reduce_scatter_single_coalesced([p, p[:2]], "sum", [0, 0], g)]
+        backward_ones(outs)
 
     calls = _calls(tracer, forms)
     forward, backward = calls[:9], calls[9:]
@@ -66,6 +70,9 @@ def test_each_functional_backward_is_counted_with_its_transposed_op_and_bytes(tr
                        ("all_to_all", 96), ("all_reduce", 96), ("all_reduce", both), ("all_gather", both),
                        ("reduce_scatter", both)]
     # autograd runs the nodes in reverse order of creation
+    if not plain_backward:
+        assert backward == [("all_to_all", 96), ("all_gather", 96), ("reduce_scatter", 96)]
+        return
     assert backward == [("all_gather", both), ("reduce_scatter", both), ("all_reduce", both), ("all_reduce", 96),
                         ("all_to_all", 96), ("all_gather", 96), ("all_gather", 96), ("reduce_scatter", 96),
                         ("reduce_scatter", 96)]
@@ -74,7 +81,7 @@ def test_each_functional_backward_is_counted_with_its_transposed_op_and_bytes(tr
 
 def test_a_backward_on_gloo_is_timed_around_its_node_with_the_forwards_group(tracer, group_of_one):
     tracer.begin_step()
-    funcol.all_gather_single(torch.ones(8, requires_grad=True), 0, group_of_one).sum().backward()
+    backward_ones([differentiable("all_gather_single")(torch.ones(8, requires_grad=True), 0, group_of_one)])
     step = tracer.end_step()
     fwd, bwd = step.calls
     assert (bwd.op, bwd.nbytes, bwd.backend, bwd.group_size) == ("reduce_scatter", 32, "gloo", 1)
@@ -94,15 +101,17 @@ def test_no_backward_is_counted_when_none_runs_or_none_is_issued(tracer, group_o
         outs = [funcol.all_gather_single(x.detach(), 0, g)]  # no autograd history
         with torch.no_grad():
             outs.append(funcol.all_reduce(x, "sum", g))
-        outs.append(funcol.all_to_all_single(x, None, None, g))  # history, but backward never runs
+        outs.append(differentiable("all_to_all_single")(x, None, None, g))  # history, but backward never runs
         for o in outs:
             funcol.wait_tensor(o)
     assert _calls(tracer, without) == [("all_gather", 16), ("all_reduce", 16), ("all_to_all", 16)]
 
+    if not plain_funcols_have_autograd():
+        return  # torch 2.9 and older: only the *_autograd form has a backward, and it refuses max in the forward
     tracer.begin_step()
     y = funcol.reduce_scatter_single(x, "max", 0, g)  # torch's backward refuses all but sum, before issuing
     with pytest.raises(RuntimeError, match="only supports 'sum'"):
-        y.sum().backward()
+        backward_ones([y])
     assert [(c.op, c.nbytes) for c in tracer.end_step().calls] == [("reduce_scatter", 16)]
 
 
@@ -112,10 +121,10 @@ def test_a_collective_of_a_collectives_output_hooks_its_own_node_once(tracer, gr
     x = torch.ones(3, requires_grad=True)
 
     def chained():
-        y = funcol.all_gather_single(x, 0, g)
-        z = funcol.all_gather_single(y * 2, 0, g)
-        z.sum().backward(retain_graph=True)
-        z.sum().backward()  # each run of a node issues its collective again
+        y = differentiable("all_gather_single")(x, 0, g)
+        z = differentiable("all_gather_single")(y * 2, 0, g)
+        torch.autograd.backward([z], [torch.ones_like(z)], retain_graph=True)
+        backward_ones([z])  # each run of a node issues its collective again
     assert _calls(tracer, chained) == [("all_gather", 12), ("all_gather", 12)] + [("reduce_scatter", 12)] * 4
 
 
@@ -124,12 +133,12 @@ def test_a_graph_that_outlives_its_tracer_counts_its_backward_nowhere(group_of_o
     the uninstalled one would claim the report); counting nothing leaves the report unclaimed, which says so."""
     first = CollectiveTracer().install()
     first.begin_step()
-    y = funcol.all_gather_single(torch.ones(2, requires_grad=True), 0, group_of_one)
+    y = differentiable("all_gather_single")(torch.ones(2, requires_grad=True), 0, group_of_one)
     first.uninstall()
     later = CollectiveTracer().install()
     try:
         later.begin_step()
-        y.sum().backward()
+        backward_ones([y])
         assert later.end_step().calls == []
     finally:
         later.uninstall()
