@@ -99,6 +99,13 @@ def _servers(bins: dict, tmp: Path, out: Path) -> tuple[list, int, int]:
              subprocess.Popen([bins["prometheus-pushgateway"], f"--web.listen-address=127.0.0.1:{gw_port}",
                                f"--persistence.file={tmp / 'pushgateway.data'}"],
                               stdout=subprocess.DEVNULL, stderr=open(tmp / "pushgateway.log", "w"))]
+    try:
+        _wait_http(f"http://127.0.0.1:{prom_port}/-/ready")
+        _wait_http(f"http://127.0.0.1:{gw_port}/-/ready")
+    except BaseException:
+        for p in procs:
+            p.terminate()
+        raise
     return procs, prom_port, gw_port
 
 
@@ -109,8 +116,6 @@ def live_run(tmp_path_factory):
     out = tmp / "run"
     procs, prom_port, gw_port = _servers(bins, tmp, out)
     try:
-        _wait_http(f"http://127.0.0.1:{prom_port}/-/ready")
-        _wait_http(f"http://127.0.0.1:{gw_port}/-/ready")
         texts: list[str] = []
         stop = threading.Event()
 
@@ -313,8 +318,6 @@ def live_sweep(tmp_path_factory):
     out = tmp / "sweep"
     procs, prom_port, gw_port = _servers(bins, tmp, out)
     try:
-        _wait_http(f"http://127.0.0.1:{prom_port}/-/ready")
-        _wait_http(f"http://127.0.0.1:{gw_port}/-/ready")
         t0 = time.time()
         texts: list[str] = []
         stop = threading.Event()
