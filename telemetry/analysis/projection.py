@@ -349,9 +349,16 @@ def combine_profiles(profiles: list[dict]) -> dict:
     return out
 
 
-def load_busbw_table(path: str) -> dict:
+class BusbwTable(dict):
+    """{op: [(size, busbw GB/s), ...]} and, for a fabric lab's own sweep, `lab_link`: (bits/s, tbf burst bytes)
+    of the link its calls waited on (None otherwise: a NIC has no token bucket)."""
+    lab_link: tuple[float, float] | None = None
+
+
+def load_busbw_table(path: str) -> BusbwTable:
     """An nccl-tests output file (or a sweep's collectives.txt, or the sweep's run directory) as {op: [(size, busbw
-    GB/s), ...]}: the out-of-place block where measured, else the in-place one; rows without a busbw are left out."""
+    GB/s), ...]}: the out-of-place block where measured, else the in-place one; rows without a busbw are left out.
+    A sweep run in the fabric lab (its run.json says so) carries its link's rate and tc bucket (`lab_link`)."""
     import os
 
     from telemetry.analysis.nccl_tests import NcclTestsError, block_busbw, read
@@ -366,7 +373,8 @@ def load_busbw_table(path: str) -> dict:
         result = read(path)
     except (OSError, NcclTestsError) as exc:
         raise ProjectionError(f"--busbw-table: {exc}") from None
-    table = {}
+    table = BusbwTable()
+    table.lab_link = _table_lab_link(path)
     ranks = result.get("world_size")
     for op, r in result["ops"].items():
         points = []
@@ -381,6 +389,27 @@ def load_busbw_table(path: str) -> dict:
     if not table:
         raise ProjectionError(f"--busbw-table: {path} has no rows with a size and a busbw")
     return table
+
+
+def _table_lab_link(path: str) -> tuple[float, float] | None:
+    """(bits/s, burst bytes) of the lab link a sweep's own table was measured on: its collectives.txt beside the
+    run.json that records the lab (python -m launch.lab); None for any other file."""
+    import json
+    import os
+
+    from telemetry.rundir import RUN_JSON, SWEEP_TABLE
+    if os.path.basename(path) != SWEEP_TABLE:
+        return None
+    try:
+        with open(os.path.join(os.path.dirname(path) or ".", RUN_JSON), encoding="utf-8") as f:
+            info = json.load(f)
+    except (OSError, ValueError, RecursionError):
+        return None
+    lab = ((info.get("fabric") or {}).get("lab") or {}) if isinstance(info, dict) else {}
+    if not isinstance(lab, dict) or not lab:
+        return None
+    bps, burst, _ = lab_slowest_link(lab)
+    return (float(bps), float(burst)) if bps and burst else None
 
 
 def busbw_at(points: list[tuple[float, float]], size: float) -> tuple[float, float]:
@@ -496,6 +525,21 @@ def _add_unit(per_op: dict, by_group: dict, u: dict, figures: dict) -> None:
         for k, v in figures.items():
             if k != "fixed_s":
                 g[k] += v
+
+
+def _target_credit(busbw_table: dict | None, burst_bytes: float, link_bps: float | None, idle_s: float,
+                   notes: list) -> float:
+    """Bytes of a step that pass the target's token bucket at once: a --rate target's (the lab at that rate), or
+    a table's from the fabric lab's own sweep (`lab_link`). That sweep ran its calls back to back, its tc bucket
+    empty; a training step's compute refills it (a 3-node 5mbit run projected onto its lab's sweep read +4.8%
+    slow without it). A NIC's table has no bucket."""
+    table_link = getattr(busbw_table, "lab_link", None)
+    if not table_link:
+        return _credit(burst_bytes, link_bps, idle_s)
+    notes.append(f"the table is the fabric lab's own sweep: its tc bucket ({table_link[1]:.0f} bytes at "
+                 f"{table_link[0] / 1e6:g} Mbit/s) refills while the step computes, which the sweep's back-to-back "
+                 "calls never let it")
+    return _credit(table_link[1], table_link[0], idle_s)
 
 
 def _table_wire_s(busbw_table: dict, u: dict, wire_target: float, notes: list) -> float:
@@ -647,7 +691,7 @@ def project(profile: dict, link_bps: float | None, latency_s: float = 0.0,
                           nodes)
     wires, total, wires_target, total_target = _link_bytes(units)
     credit_measured = _credit(profile.get("burst_bytes") or 0, profile["link_bps"], idle)
-    credit_target = _credit(burst_bytes, link_bps, idle * compute_scale)
+    credit_target = _target_credit(busbw_table, burst_bytes, link_bps, idle * compute_scale, notes)
     if busbw_table is not None:
         lo_eff, hi_eff = TABLE_RANGE
     else:
@@ -675,7 +719,8 @@ def project(profile: dict, link_bps: float | None, latency_s: float = 0.0,
             fixed, slower = _shortfall(u["time_s"], wire_measured, efficiency, upward)
             as_per_call = max(u["time_s"] - wire_measured, 0.0)  # the other reading, for the interval's slow end
             if busbw_table is not None:
-                on_wire = base_wire = _table_wire_s(busbw_table, u, wire_target, notes)
+                after_credit = max(wire_target - credit_target * wire_target / total_target, 0.0)
+                on_wire = base_wire = _table_wire_s(busbw_table, u, after_credit, notes)
             else:
                 target_Bps = link_bps / 8 * efficiency if link_bps else None
                 base_wire = (max(wire_target - credit_target * wire_target / total_target, 0.0) / target_Bps

@@ -259,6 +259,32 @@ def test_a_slow_labs_own_sweep_is_a_busbw_table_and_its_run_directory_too(tmp_pa
     assert len(load_busbw_table(str(tmp_path / "t.txt"))["all_reduce"]) == 1
 
 
+def test_a_labs_own_sweep_as_a_table_keeps_the_labs_token_bucket(tmp_path):
+    """The lab's own sweep runs its calls back to back, its tc bucket empty; a training step's compute refills it.
+    Projected onto its lab's sweep, a 2-node 5mbit run (0.3218 s measured) read 0.3524 s, outside its interval;
+    with the bucket, as a --rate target has it, 0.3237 s (bench/results/lab_configs.md)."""
+    import json
+
+    (tmp_path / "collectives.txt").write_text(SLOW_SWEEP)
+    plain = load_busbw_table(str(tmp_path))
+    assert plain.lab_link is None  # no run.json: no lab known, no bucket (a NIC has none)
+    (tmp_path / "run.json").write_text(json.dumps({"fabric": {"lab": {"rate": "5mbit", "rate_bps": 5e6,
+                                                                       "burst_bytes": 16384}}}))
+    lab = load_busbw_table(str(tmp_path))
+    assert lab == plain and lab.lab_link == (5e6, 16384.0)
+    # 0.09 s of compute a step: the bucket refills whole (16 KiB in 26 ms at 5 Mbit/s)
+    prof = profile(ops={"all_reduce": {"bytes": 149544, "time_s": 0.23, "calls": 1}}, step_time_s=0.3218,
+                   comm_time_s=0.23, exposed_s=0.23)
+    without, with_bucket = project(prof, None, busbw_table=plain), project(prof, None, busbw_table=lab)
+    bw, _ = busbw_at(plain["all_reduce"], 149544)
+    assert without["by_op"]["all_reduce"]["wire_s"] == pytest.approx(149544 / (bw * 1e9))
+    assert with_bucket["by_op"]["all_reduce"]["wire_s"] == pytest.approx((149544 - 16384) / (bw * 1e9))
+    assert any("its tc bucket (16384 bytes at 5 Mbit/s)" in n for n in with_bucket["notes"])
+    # a table file that is not a sweep's own collectives.txt carries no lab, whatever sits beside it
+    (tmp_path / "t.txt").write_text(SLOW_SWEEP)
+    assert load_busbw_table(str(tmp_path / "t.txt")).lab_link is None
+
+
 def test_ops_a_table_lacks_use_its_all_reduce_busbw():
     table = {"all_reduce": [(1.0, 1.0), (1e9, 1.0)]}
     p = project(profile(ops={"broadcast": {"bytes": 1e6, "time_s": 0.0, "calls": 1}}), None, busbw_table=table)
