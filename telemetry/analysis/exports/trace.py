@@ -43,6 +43,9 @@ def build(lines_by_rank: dict[int, list[dict]], run_name: str) -> dict:
     def us(t: float) -> float:
         return round((t - origin) * 1e6, 3)
 
+    def span(a: float, b: float) -> float:  # at the same nanosecond resolution as `us` (not 19032.001999999997)
+        return round(us(b) - us(a), 3)
+
     events = []
     for rank, lines in sorted(lines_by_rank.items()):
         events.append({"ph": "M", "name": "process_name", "pid": rank, "tid": 0, "args": {"name": f"rank {rank}"}})
@@ -54,14 +57,14 @@ def build(lines_by_rank: dict[int, list[dict]], run_name: str) -> dict:
                 continue
             step = ln.get("step")
             events.append({"ph": "X", "name": f"step {step}", "cat": "step", "pid": rank, "tid": STEP_TID,
-                           "ts": us(ln["t0"]), "dur": us(ln["t1"]) - us(ln["t0"]),
+                           "ts": us(ln["t0"]), "dur": span(ln["t0"], ln["t1"]),
                            "args": {"step": step, "calls": len(ln.get("calls") or ()),
                                     "calls_dropped": ln.get("calls_dropped", 0)}})
             for name, a, b in _phases(ln):
                 a, b = max(a, ln["t0"]), min(b, ln["t1"])  # inside the step, so the slices nest
                 if b >= a:
                     events.append({"ph": "X", "name": name, "cat": "phase", "pid": rank, "tid": STEP_TID,
-                                   "ts": us(a), "dur": us(b) - us(a), "args": {"step": step}})
+                                   "ts": us(a), "dur": span(a, b), "args": {"step": step}})
             for op, t, dur, nbytes, size, source, *rest in ln.get("calls") or ():
                 args = {"step": step, "bytes": nbytes, "group_size": size, "source": source,
                         **({"group": rest[0]} if rest and rest[0] else {}),
@@ -79,7 +82,7 @@ def build(lines_by_rank: dict[int, list[dict]], run_name: str) -> dict:
                                    "args": {"name": "collectives" if lane == 0 else f"collectives ({lane + 1})"}})
                 lane_end[lane] = end
                 events.append({"ph": "X", "name": op, "cat": "collective", "pid": rank, "tid": LANE_TID + lane,
-                               "ts": us(t), "dur": us(end) - us(t), "args": args})
+                               "ts": us(t), "dur": span(t, end), "args": args})
     return {"traceEvents": events, "displayTimeUnit": "ms",
             "otherData": {"run": run_name, "origin_unix_s": origin}}
 
