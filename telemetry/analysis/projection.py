@@ -394,18 +394,17 @@ def load_busbw_table(path: str) -> BusbwTable:
 def _table_lab_link(path: str) -> tuple[float, float] | None:
     """(bits/s, burst bytes) of the lab link a sweep's own table was measured on: its collectives.txt beside the
     run.json that records the lab (python -m launch.lab); None for any other file."""
-    import json
     import os
 
+    from telemetry.analysis.runs import RunError, read_run_json
     from telemetry.rundir import RUN_JSON, SWEEP_TABLE
     if os.path.basename(path) != SWEEP_TABLE:
         return None
     try:
-        with open(os.path.join(os.path.dirname(path) or ".", RUN_JSON), encoding="utf-8") as f:
-            info = json.load(f)
-    except (OSError, ValueError, RecursionError):
+        info = read_run_json(os.path.join(os.path.dirname(path) or ".", RUN_JSON))
+    except RunError:  # none beside it, or damaged: no lab known, no bucket
         return None
-    lab = ((info.get("fabric") or {}).get("lab") or {}) if isinstance(info, dict) else {}
+    lab = (info.get("fabric") or {}).get("lab") if isinstance(info.get("fabric"), dict) else None
     if not isinstance(lab, dict) or not lab:
         return None
     bps, burst, _ = lab_slowest_link(lab)
