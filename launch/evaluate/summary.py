@@ -86,10 +86,33 @@ def compare_reports(ev: Evaluation, results: list[dict], say) -> list[dict]:
     return reports
 
 
-def _fmt_stat(d: dict) -> str:
+# a slow lab link's busbw is a few kB/s: shown in GB/s it read 0.0005779
+_RATE_SCALES = (("GB/s", 1.0), ("MB/s", 1e3), ("kB/s", 1e6), ("B/s", 1e9))
+
+
+def display_metric(stats: dict) -> tuple[dict, float]:
+    """The workload's metric with the unit its table shows (a bandwidth in GB/s rescaled so the largest mean
+    reads >= 1: MB/s, kB/s), and the factor its values are multiplied by; evaluation.json keeps GB/s."""
+    m = dict(stats["metric"] or {"name": "metric", "unit": ""})
+    if m.get("unit") != "GB/s":
+        return m, 1.0
+    top = max((abs(d["mean"]) for d in stats["variants"].values() if d.get("mean")), default=None)
+    if not top:
+        return m, 1.0
+    unit, factor = next(((u, f) for u, f in _RATE_SCALES if top * f >= 1), _RATE_SCALES[-1])
+    m["unit"] = unit
+    return m, factor
+
+
+def _scaled(value, factor: float):
+    return None if value is None else value * factor
+
+
+def _fmt_stat(d: dict, factor: float = 1.0) -> str:
     if not d["n"]:
         return "n/a"
-    text = st.fmt(d["mean"]) + (f" ± {st.fmt(d['sd'], 2)}" if d["sd"] is not None else "") + f" (n={d['n']})"
+    text = st.fmt(_scaled(d["mean"], factor)) + (f" ± {st.fmt(_scaled(d['sd'], factor), 2)}" if d["sd"] is not None
+                                                  else "") + f" (n={d['n']})"
     return text
 
 
@@ -133,7 +156,7 @@ def tables(ev: Evaluation, record: dict) -> list[tuple[str, list[str], list[list
                                                      "interfaces used", "check"], rows, classes))
     for w in ev.workloads:
         s = record["statistics"][w.name]
-        m = s["metric"] or {"name": "metric", "unit": ""}
+        m, k = display_metric(s)
         many = any(d["n"] + d.get("not_converged", 0) >= st.MIN_REPEATS_FOR_INTERVAL for d in s["variants"].values())
         header = ["variant", f"{m['name']} ({m['unit']}), mean ± sd"] + (
             ["MLPerf mean (best, worst dropped)", "95% interval of the mean"] if many else []) \
@@ -144,12 +167,12 @@ def tables(ev: Evaluation, record: dict) -> list[tuple[str, list[str], list[list
             d = s["variants"][v.name]
             pair = next((p for p in s["differences"] if p["a"] == base and p["b"] == v.name), None)
             ci = d.get("mean_interval")
-            olympic = st.fmt(d["mlperf_mean"]) + (f" ({d['not_converged']} missed the target, dropped as the slowest)"
+            olympic = st.fmt(_scaled(d["mlperf_mean"], k)) + (f" ({d['not_converged']} missed the target, dropped as the slowest)"
                                                   if d.get("not_converged") and d["mlperf_mean"] is not None else
                                                   f": {d['mlperf_mean_reason']}" if d.get("mlperf_mean_reason")
                                                   and d.get("not_converged") else "")
-            rows.append([v.name, _fmt_stat(d)] + ([olympic,
-                                                   f"[{st.fmt(ci[0])}, {st.fmt(ci[1])}]" if ci else "n/a"]
+            rows.append([v.name, _fmt_stat(d, k)] + ([olympic,
+                                                      f"[{st.fmt(ci[0] * k)}, {st.fmt(ci[1] * k)}]" if ci else "n/a"]
                                                   if many else [])
                         + ["baseline" if v.name == base else _fmt_diff(pair)[0]])
         out.append((f"Workload {w.name} ({'collective sweep' if w.sweep else 'training'})", header, rows, [[""] * len(header)] * len(rows)))
@@ -157,7 +180,7 @@ def tables(ev: Evaluation, record: dict) -> list[tuple[str, list[str], list[list
                  + (list(_fmt_diff(p["paired"])) if p.get("paired") else ["n/a", "n/a"]) for p in s["differences"]]
         ranking = s.get("ranking") or []
         if ranking:
-            rrows = [[str(r["rank"]), r["variant"], str(r["round"]), st.fmt(r["value"]), r["dropped"] or ""]
+            rrows = [[str(r["rank"]), r["variant"], str(r["round"]), st.fmt(_scaled(r["value"], k)), r["dropped"] or ""]
                      for r in ranking]
             out.append((f"Workload {w.name}: every run ranked, {'highest' if m.get('higher_is_better') else 'lowest'} "
                         f"{m['name']} first", ["rank", "variant", "round", f"{m['name']} ({m['unit']})",
@@ -268,7 +291,9 @@ def final_table(ev: Evaluation, record: dict) -> str:
     rows = []
     for w in ev.workloads:
         s = record["statistics"][w.name]
-        m = s["metric"] or {"name": "-", "unit": ""}
+        m, k = display_metric(s)
+        if not s["metric"]:
+            m["name"] = "-"
         for v in ev.variants:
             d = s["variants"][v.name]
             vd = record["verdicts"][v.name]
@@ -278,9 +303,9 @@ def final_table(ev: Evaluation, record: dict) -> str:
             row = [w.name, v.name, v.expect_transport, ",".join(vd["detected"]) or "-",
                    {"mismatch": "MISMATCH", "unknown": "unknown"}.get(vd["verdict"], vd["verdict"]),
                    f"{d['n']}/{total}", f"{m['name']} ({m['unit']})" if m["unit"] else m["name"],
-                   st.fmt(d["mean"]), st.fmt(d["sd"], 2)]
+                   st.fmt(_scaled(d["mean"], k)), st.fmt(_scaled(d["sd"], k), 2)]
             if many:
-                row.append(st.fmt(d["mlperf_mean"]))
+                row.append(st.fmt(_scaled(d["mlperf_mean"], k)))
             row.append(pct)
             if many:
                 row.append(ci)

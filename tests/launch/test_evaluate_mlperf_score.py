@@ -68,3 +68,27 @@ def test_the_page_shows_the_score_with_the_missed_run():
     table = next(t for t in summary.tables(ev, record) if t[0].startswith("Workload train ("))
     assert "MLPerf mean (best, worst dropped)" in table[1]
     assert table[2][0][2] == "20 (1 missed the target, dropped as the slowest)"
+
+
+def test_a_slow_links_busbw_is_shown_in_a_unit_that_reads():
+    # a lab sweep at 5mbit averages ~578 kB/s: evaluation.json keeps GB/s, the tables show kB/s (was 0.0005779)
+    from types import SimpleNamespace
+    from launch.evaluate import summary
+    ev = SimpleNamespace(variants=[SimpleNamespace(name="a", lab={}, expect_transport="socket", hosts=None),
+                                   SimpleNamespace(name="b", lab={}, expect_transport="socket", hosts=None)],
+                         workloads=[SimpleNamespace(name="sweep", sweep=True)], repeats=3)
+    runs = [{"variant": v, "round": i, "value": x, "index": i} for v, xs in
+            (("a", [0.000578, 0.000577, 0.000579]), ("b", [0.000604, 0.000604, 0.000605])) for i, x in enumerate(xs, 1)]
+    stats = {"metric": {"name": "all_reduce avg busbw", "unit": "GB/s", "higher_is_better": True},
+             **st.summarize_runs(runs, ["a", "b"], True)}
+    ok = {"verdict": "ok", "detected": [], "interfaces": [], "reasons": []}
+    record = {"verdicts": {"a": ok, "b": ok}, "env": {"a": {}, "b": {}}, "statistics": {"sweep": stats}, "runs": []}
+    table = next(t for t in summary.tables(ev, record) if t[0].startswith("Workload sweep ("))
+    assert table[1][1] == "all_reduce avg busbw (kB/s), mean ± sd"
+    assert table[2][0][1].startswith("578 ± 1 (n=3)")
+    console = summary.final_table(ev, record)
+    assert "all_reduce avg busbw (kB/s)" in console and "0.000578" not in console
+    assert stats["metric"]["unit"] == "GB/s"  # the record itself is not rescaled
+    # a fast fabric's busbw stays in GB/s
+    fast = dict(stats, variants={k: dict(d, mean=d["mean"] * 1e5) for k, d in stats["variants"].items()})
+    assert summary.display_metric(fast) == (stats["metric"], 1.0)
