@@ -634,6 +634,17 @@ def test_the_end_files_are_written_whole_or_not_at_all(tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []  # neither the file nor its .tmp
 
 
+def test_a_rerun_removes_the_half_written_file_a_killed_run_left(tmp_path):
+    """A SIGKILL inside _write_atomic leaves sweep.jsonl.tmp: no reader opens it, and a rerun removed nothing."""
+    from trainer.sweep import output
+    (tmp_path / "sweep.jsonl").write_text('{"op": "all_reduce"}\n')
+    (tmp_path / "sweep.jsonl.tmp").write_text('{"op": "all_red')
+    (tmp_path / "collectives.csv.tmp").write_text("a,b\n")
+    kept = output.keep_earlier_record(str(tmp_path), 2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["logs"]
+    assert os.listdir(kept) == ["sweep.jsonl"]
+
+
 def test_the_memory_line_names_an_op_the_world_runs():
     """At 1 rank the sweep skips sendrecv, yet the dry run's memory line named it as the largest need."""
     from trainer.sweep.plan import largest_need

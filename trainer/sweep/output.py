@@ -182,6 +182,9 @@ def keep_earlier_record(run_dir: str, attempt: int | None) -> str | None:
     JSON and sizes) moved whole to logs/sweep.attempt-N/ (N: that attempt). The table and sizes are written as each
     size is measured, the rest at the end: a rerun that failed or was killed left the earlier numbers beside its own
     table, read as its own. Returns the folder, None when there was no record."""
+    for name in SWEEP_RECORD:  # a half-written file of a run killed inside _write_atomic: never read, never kept
+        with contextlib.suppress(OSError):
+            os.remove(os.path.join(run_dir, f"{name}.tmp"))
     found = [name for name in SWEEP_RECORD if os.path.lexists(os.path.join(run_dir, name))]
     if not found:
         return None
