@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from telemetry.analysis.fabric_summary import lab_slowest_link, line_rate_bps
 from telemetry.analysis.runs import Run
+from telemetry.analysis.rates import bits_text
 
 _GBPS = re.compile(r"\s*([\d.]+)\s*Gb/sec")
 _COUNT = re.compile(r"^\s*(\d+)\s*[x*]\s*(\S+)\s*$", re.I)
@@ -162,13 +163,6 @@ def of_line_text(gbps: float | None, rate: LineRate | None, size: float | None =
         return text + (f" (above the line rate: the links' tc burst of {rate.burst_bytes / 1024:g} KiB passes at the "
                        "host's speed after an idle moment, so small messages beat the rate)")
     return text + (" (ABOVE the line rate: check the rate)" if share > 1.05 else "")
-
-
-def bits_text(bps: float) -> str:
-    for unit, scale in (("Tbit/s", 1e12), ("Gbit/s", 1e9), ("Mbit/s", 1e6), ("kbit/s", 1e3)):
-        if bps >= scale:
-            return f"{bps / scale:.3g} {unit}"
-    return f"{bps:.3g} bit/s"
 
 
 def describe(rate: LineRate) -> str:

@@ -59,5 +59,5 @@ def bits_text(bps: float) -> str:
 def _fmt_bits(bps: float) -> str:
     for unit, size in (("Tbit/s", 1e12), ("Gbit/s", 1e9), ("Mbit/s", 1e6), ("kbit/s", 1e3)):
         if bps >= size:
-            return f"{bps / size:g} {unit}"
-    return f"{bps:g} bit/s"
+            return f"{bps / size:.4g} {unit}"
+    return f"{bps:.4g} bit/s"
