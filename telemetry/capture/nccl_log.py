@@ -16,9 +16,12 @@ import re
 from collections import Counter
 from functools import lru_cache
 
+from telemetry.capture.nccl_ras import RasTable
 from telemetry.capture.nccl_warnings import Warnings
 
-# NCCL prints the version as an INFO line, or (older releases, NCCL_DEBUG=VERSION/WARN) bare on stdout.
+# NCCL prints the version as an INFO line, or (older releases, NCCL_DEBUG=VERSION/WARN) bare on stdout. ("compiled
+# with NCCL version X" is the headers a program was built against; "NCCL version X compiled with CUDA Y", the RAS
+# report's, is the running library.)
 _VERSION = re.compile(r"NCCL version (\d+\.\d+\.\d+)")
 # AMD's RCCL (NCCL ported to ROCm, its version that of the NCCL release it follows) prints "RCCL version :
 # 2.21.5-HEAD:9a0e6a1" in a banner of its own (older: "RCCL version 2.6.4+hip3.5"), and loads librccl-net.so
@@ -115,7 +118,7 @@ _RING_LISTING_MAX = 20
 # Lines saying a network plugin (not NCCL's internal IB or Socket) was loaded
 _PLUGIN_SIGNS = ("Loaded net plugin", "P2P plugin ", "NET/OFI ", "Plugin Path :", "Using external Network")
 _KEYS = ("NCCL", "RCCL", "Rank ", "libibverbs", "NET/", "NET : ", " via ", "Ring ", "Channel ", "anks ", "GPU Direct", "etwork", "lugin", "rovider",
-         "NVLS", "nvls", "nNodes")
+         "NVLS", "nvls", "nNodes", "Status")
 
 FIELDS = ("nccl_version", "network", "devices", "gpudirect_rdma", "channels", "nranks", "nnodes", "transport", "hosts")
 
@@ -152,7 +155,7 @@ class _State:
         self.net_names: set[str] = set()
         self.net_dev_used: set[int] = set()
         self.gdr_conn = Counter()  # network connections with / without GDRDMA
-        self.local_edges: set[tuple[int, int]] = set()  # P2P/SHM connections: both ends on one node
+        self.local_edges: set[tuple[str, str]] = set()  # P2P/SHM connections: both ends on one node
         self.nranks = self.nnodes = None
         self.rank_hosts: dict[tuple[int, int], str] = {}  # (nranks, rank) -> host, from per-rank init lines
         self.basis = ""  # what the transport verdict rests on (set by _transport)
@@ -175,6 +178,7 @@ class _State:
         self.no_verbs = False  # IB unusable because libibverbs could not be opened (NCCL <= 2.4 says only that)
         self.ib_disabled = False  # NCCL_IB_DISABLE=1: NCCL does not try IB at all
         self.warnings = Warnings()  # NCCL's WARN lines, grouped by message
+        self.ras = RasTable()  # the NCCL RAS client report's communicators table (its rows hold none of _KEYS)
 
 
 def _feed_connection(st: _State, line: str) -> bool:
@@ -249,7 +253,7 @@ def _feed(st: _State, line: str) -> None:
         return
     if "WARN" in line:
         st.warnings.add(line)
-    if "NCCL version" in line and "compiled with" not in line and (m := _VERSION.search(line)):
+    if "NCCL version" in line and (m := _VERSION.search(line)) and "compiled with" not in line[:m.start()]:
         st.versions.add(m.group(1))
         return
     if "RCCL version" in line and (m := _RCCL_VERSION.search(line)):
@@ -398,7 +402,7 @@ def parse_lines(lines) -> dict:
     st = _State()
     seen: set[str] = set()
     for line in lines:
-        if "via " in line or any(k in line for k in _KEYS):
+        if st.ras.open or "via " in line or any(k in line for k in _KEYS):
             try:
                 _read_line(st, line.rstrip("\r\n"), seen)
             except ValueError:  # a number of over 4,300 digits (int() refuses it): not a line NCCL wrote
@@ -407,6 +411,9 @@ def parse_lines(lines) -> dict:
 
 
 def _read_line(st: _State, line: str, seen: set) -> None:
+    if (st.ras.open or "Status" in line) and st.ras.feed(line):  # the RAS report's communicators table
+        st.nranks = max(st.nranks or 0, st.ras.nranks() or 0) or None
+        return
     k = line.find(" NCCL ")
     if k > 0:  # the common case first: this runs once per line of every rank's log
         st.test_list_open = False
@@ -519,8 +526,12 @@ def _summarize(st: _State) -> dict:
             st.nnodes = len(set(by_rank.values()))
     if st.nnodes is None and nranks and nranks == st.init_all_nranks and len(st.hosts) <= 1:
         st.nnodes = 1  # one process made every rank (ncclCommInitAll)
+    if st.nnodes is None and nranks and st.ras.rows:
+        st.nnodes = st.ras.nnodes(nranks)
     if st.nnodes is None:
-        if not nranks:
+        if nranks and st.ras.rows:
+            unknown["nnodes"] = st.ras.why_no_nnodes(nranks)
+        elif not nranks:
             unknown["nnodes"] = "no nNodes line, and the communicator size is unknown"
         else:
             named = len({r for (n, r) in st.rank_hosts if n == nranks})
@@ -643,7 +654,9 @@ def _single_node(st: _State, nranks) -> bool:
             x = parent[x]
         return x
 
-    for a, b in st.local_edges:
+    for a, b in st.local_edges:  # (rank numbers as written: a damaged one may be too long for int())
+        if len(a) > 9 or len(b) > 9:
+            continue
         a, b = int(a), int(b)
         if a < nranks and b < nranks:
             parent[root(a)] = root(b)
