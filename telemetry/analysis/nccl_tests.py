@@ -118,7 +118,7 @@ _CRASH = re.compile(r"\bCaught signal \d+|\*\*\* Process received signal \*\*\*|
 # AMD's rccl-tests print RCCL's banner ("RCCL version : 2.28.3-...") and "# rccl-tests version ... rccl-library=22803";
 # RCCL's version is that of the NCCL release it follows
 _NCCL_VERSION = re.compile(r"([NR])CCL version :? ?(\d+\.\d+\.\d+)")
-_LIBRARY_CODE = re.compile(r"[nr]ccl-library=(\d+)")
+_LIBRARY_CODE = re.compile(r"[nr]ccl-library=(\d{1,9})\b")  # (a damaged code too long for int(): none)
 # Rows pasted without their header: nccl-tests' layout since 2022 has 13 cells (2 blocks of 4 after 5)
 # nccl-tests' comment lines with their '#' lost (GitHub renders "# text" as a heading, so pasted-back output
 # has none): read as if the '#' were there
