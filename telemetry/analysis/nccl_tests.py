@@ -179,6 +179,7 @@ class _Run:
         self.key = self.ranks = self.version = None
         self.params: dict = {}
         self.devices: list[dict] = []
+        self.list_open = False  # the device list was the stream's last line so far: it may go on past the text
         self.prefix_cols: list[str] = []
         self.block_cols: list[str] = []
         self.extra_cols: list[str] = []
@@ -319,6 +320,11 @@ class _Run:
             twice = sorted({r for r in listed if listed.count(r) > 1})
             notes.append(f"world size unknown: rank {twice[0]} is listed {listed.count(twice[0])} times, so several "
                          "processes each ran their own test (nccl-tests without MPI?) and their output is mixed")
+        elif self.list_open:
+            # the text ends inside the device list (an excerpt cut there, nccl#1403): more ranks may follow
+            world = None
+            notes.append(f"world size unknown: the text ends inside the device list (ranks {min(listed)}.."
+                         f"{max(listed)} listed), which may go on")
         elif listed and sorted(listed) != list(range(len(listed))):
             # an excerpt that keeps the end of the list ("#  Rank 71 ..." of a 72-rank run): more ranks than listed
             world = None
@@ -368,6 +374,9 @@ class _Run:
         elif self.nblocks and not self.rows:
             notes.append("no row after the column header and no failure line: the output was cut, or the run "
                          "stopped, before the first size")
+        elif not self.nblocks and not self.rows and self.avg is None:
+            notes.append("no column header after the preamble and no failure line: the output was cut, or the run "
+                         "stopped, before its table")
         for name in BLOCKS:
             if self.rows and all(r.get(name) is None for r in self.rows):
                 missing[name] = "not in this table"
@@ -456,6 +465,8 @@ class _Stream:
         text = line.strip()
         if not text:
             return
+        if self.run is not None:
+            self.run.list_open = False
         if not text.startswith("#") and not text[0].isdigit() and _HASHLESS.match(text):
             text = "# " + text
         if not text.startswith("#"):
@@ -503,6 +514,7 @@ class _Stream:
                 run.params["step"] = int(m.group(1))
                 run.params["step_kind"] = m.group(2)
         elif tokens and tokens[0] == "Rank" and (m := _RANK.match(body)):
+            self.current().list_open = True
             self.current().devices.append({
                 "rank": int(m.group(1)), "group": None if m.group(2) is None else int(m.group(2)),
                 "pid": None if m.group(3) is None else int(m.group(3)), "host": m.group(4),
@@ -572,8 +584,10 @@ class _Parser:
     def finish(self, run: _Run) -> None:
         if run.name is None:
             run.name = self.pending
-        # a run that failed before its column header (nccl-tests#219) is still a run: its preamble and failure
-        if run.rows or run.nblocks or (run.failures and (run.params or run.devices)) or run.avg is not None:
+        # a run that failed before its column header (nccl-tests#219) is still a run: its preamble and failure;
+        # so is a whole preamble (parameters and device list) whose output was cut before the header (nccl#1403)
+        if run.rows or run.nblocks or (run.failures and (run.params or run.devices)) or run.avg is not None \
+                or (run.params and run.devices):
             self.done.append(run)
 
 
