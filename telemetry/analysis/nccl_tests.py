@@ -33,7 +33,6 @@ import math
 import os
 import re
 from telemetry.errors import InputError
-from telemetry.rundir import SWEEP_TABLE
 from telemetry.analysis.nccl_tests_json import DTYPES  # nccl-tests' type names, its text and JSON alike
 
 # nccl-tests binary stem -> the sweep's collective name
@@ -784,27 +783,3 @@ def to_csv(result: dict) -> str:
                 cells += [block.get(k) for k in ("time_us", "algbw_GBps", "busbw_GBps", "wrong")]
             w.writerow(["" if c is None else c for c in cells])
     return out.getvalue()
-
-
-# ---------------------------------------------------------------- compare
-
-def as_run(path: str):
-    """A text file as a run for `telemetry compare`: no recipe, no metrics, the tables as its sweep."""
-    from telemetry.analysis.runs import Run
-
-    result = read(path)
-    if result["source"] != "nccl-tests":  # the harness's own sweep (a slow lab link prints 0.00 GB/s in every row);
-        bandwidths_from_times(result)     # nccl-tests' own tables are shown as printed
-    # the `#  Rank N ... on HOST device D [BUS] NAME` lines name the hosts and the GPU model: the largest
-    # table's (a sendrecv pair test names two ranks only)
-    devices = max((op.get("devices") or [] for op in result["ops"].values()), key=len, default=[])
-    name = os.path.basename(path)
-    if name == SWEEP_TABLE:  # every sweep's table has this name: two runs' read `#1` and `#2`; their directory says
-        name = f"{os.path.basename(os.path.dirname(os.path.abspath(path)))}/{name}"
-    info = {"name": name, "status": f"{result['source']} output",
-            "fabric": {"transport": None, "backend": "nccl-tests" if result["source"] == "nccl-tests"
-                       else "sweep text"},
-            "layout": {"world_size": result["world_size"]}, "nccl_tests": result,
-            "hosts": [{"rank": d.get("rank"), "hostname": d.get("host")} for d in devices if d.get("host")],
-            "devices": [{"rank": d.get("rank"), "name": d.get("name"), "bus_id": d.get("bus_id")} for d in devices]}
-    return Run(path, info, [], {})
