@@ -108,6 +108,8 @@ _NO_IB = re.compile(r"NET/IB ?: ?No device found|Failed to open libibverbs")
 _IB_DISABLED = "NCCL_IB_DISABLE set by environment to 1"
 # A failed work completion reported by NCCL's IB transport (or a plugin built on it: "NET/IB", "NET/gIB"): that
 # network carried traffic. Its GIDs "::ffff:a.b.c.d" are IPv4-mapped, which only RoCE v2 uses.
+# (Printed from the HPC-X plugin's own source, "ib_plugin.c:1615 NCCL WARN NET/IB : Got completion ...", it is the
+# plugin's network, whose name the line does not give.)
 _NET_ERROR = re.compile(r"NET/(\w+) ?: Got completion")
 _V4_GID = re.compile(r"(?:local|remote)Gids? ?::ffff:")
 # Google's GPUDirect-TCPX plugin warns from its own functions ("tcpxResult_t tcpxCommProgress(tcpxComm*):1231
@@ -299,7 +301,7 @@ def _feed(st: _State, line: str) -> None:
                                                 "address": m.group(2)})
         return
     if "Got completion" in line and (m := _NET_ERROR.search(line)):
-        st.error_nets.add(m.group(1))
+        st.error_nets.add("a plugin's" if "_plugin.c:" in line else m.group(1))
         st.v4_gid = st.v4_gid or bool(_V4_GID.search(line))
         return
     if "tcpx" in line and _TCPX_WARN.search(line):
@@ -453,6 +455,9 @@ def _network(st: _State, unknown: dict) -> str | None:
         why = ("NCCL_IB_DISABLE=1" if st.ib_disabled else
                "libibverbs could not be opened" if st.no_verbs else "NET/IB found no device")
         network, st.network_line = "Socket", f"no Using network line: {why}, NET/Socket's list"
+    elif st.error_nets == {"a plugin's"}:
+        unknown["network"] = ("NET/IB's error lines come from a network plugin's own source (ib_plugin.c): the "
+                              "plugin's network carried traffic, its name is not in the log")
     elif len(st.error_nets) == 1:
         network = next(iter(st.error_nets))
         what = "its plugin's warning lines" if network == "GPUDirectTCPX" else f"NET/{network}'s error line"

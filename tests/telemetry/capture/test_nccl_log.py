@@ -678,3 +678,14 @@ def test_a_rank_number_too_long_for_int_in_a_p2p_line_is_skipped():
              "h:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/IPC"]
     assert parse_lines(lines)["transport"] == "intra-node"
 
+
+
+def test_an_ib_error_line_from_the_hpcx_plugins_own_source_does_not_name_the_network_ib():
+    """nccl#1405: 'ib_plugin.c:1615 NCCL WARN NET/IB : Got completion ...' is printed by the HPC-X SHARP plugin's
+    own code (IBext), so it was read as NCCL's own IB network; the plugin's network name is not in the line."""
+    line = ("w:1:2 [4] {} NCCL WARN NET/IB : Got completion from peer 10.0.0.2<5> with status=12 opcode=0 len=0 "
+            "vendor err 129 (Recv) localGid ::ffff:10.0.0.1 remoteGids::ffff:10.0.0.2")
+    plugin = parse_lines([line.format("ib_plugin.c:1615")])
+    assert plugin["network"] is None and "plugin's own source" in plugin["unknown"]["network"]
+    own = parse_lines([line.format("transport/net_ib.cc:1295")])
+    assert own["network"] == "IB" and own["transport"] == "roce"
