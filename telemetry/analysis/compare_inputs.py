@@ -85,16 +85,35 @@ def _link_speed(fab: dict) -> str | None:
 
 
 
+def nccl_tests_run(path: str) -> Run:
+    """A text file as a run for `telemetry compare`: no recipe, no metrics, the tables as its sweep."""
+    result = nccl_tests.read(path)
+    if result["source"] != "nccl-tests":  # the harness's own sweep (a slow lab link prints 0.00 GB/s in every row);
+        nccl_tests.bandwidths_from_times(result)  # nccl-tests' own tables are shown as printed
+    # the `#  Rank N ... on HOST device D [BUS] NAME` lines name the hosts and the GPU model: the largest
+    # table's (a sendrecv pair test names two ranks only)
+    devices = max((op.get("devices") or [] for op in result["ops"].values()), key=len, default=[])
+    name = os.path.basename(path)
+    if name == SWEEP_TABLE:  # every sweep's table has this name: two runs' read `#1` and `#2`; their directory says
+        name = f"{os.path.basename(os.path.dirname(os.path.abspath(path)))}/{name}"
+    info = {"name": name, "status": f"{result['source']} output",
+            "fabric": {"transport": None, "backend": "nccl-tests" if result["source"] == "nccl-tests"
+                       else "sweep text"},
+            "layout": {"world_size": result["world_size"]}, "nccl_tests": result,
+            "hosts": [{"rank": d.get("rank"), "hostname": d.get("host")} for d in devices if d.get("host")],
+            "devices": [{"rank": d.get("rank"), "name": d.get("name"), "bus_id": d.get("bus_id")} for d in devices]}
+    return Run(path, info, [], {})
+
+
 def load_input(path: str) -> Run:
     """A run directory, or an nccl-tests text file (the user's own nccl-tests run, a vendor's published table)."""
     if not os.path.exists(path):
         raise CompareError(f"{path}: does not exist; allowed: a run directory (a run's output_dir, holding "
                            "run.json) or an nccl-tests output file")
     if os.path.isfile(path):
-        from telemetry.analysis.nccl_tests import NcclTestsError, as_run
         try:
-            return as_run(path)
-        except NcclTestsError as exc:
+            return nccl_tests_run(path)
+        except nccl_tests.NcclTestsError as exc:
             raise CompareError(str(exc)) from None
     return load_run(path)
 

@@ -75,11 +75,25 @@ def _row_values(line: str, ncols: int, latency: bool) -> list[float] | None:
     return None
 
 
+def _without_log_prefix(lines: list[str]) -> list[str]:
+    """perftest's lines as a test harness or log shipper logged them ("2019-07-16 03:43:24,134 process  L0458
+    DEBUG| [stdout]  #bytes ..."): the text before the result header's '#bytes' is taken as the prefix, its digit
+    runs and blank runs as any, and taken off every line that starts with it. Lines are unchanged when the header
+    has nothing but blanks before it (or there is no header)."""
+    head = next((line for line in lines if "#bytes" in line), None)
+    prefix = head[:head.index("#bytes")].rstrip() if head else ""
+    if not prefix or _QUOTE.fullmatch(prefix + " "):
+        return lines
+    pattern = re.compile("".join(r"\d+" if part.isdigit() else r"\s+" if part.isspace() else re.escape(part)
+                                 for part in re.findall(r"\d+|\s+|[^\d\s]+", prefix)) + " ?")
+    return [line[m.end():] if (m := pattern.match(line)) else line for line in lines]
+
+
 def parse_perftest(text: str) -> dict:
     """The test's title, settings (device, link type...) and its result rows; raises ParseError when
     the text holds no perftest result table."""
     title, settings, rows, columns, latency = None, {}, [], None, False
-    for line in text.splitlines():
+    for line in _without_log_prefix(text.splitlines()):
         line = _QUOTE.sub("", line)  # output quoted in an e-mail or issue reply ("> ")
         if columns is None:
             m = _TITLE.match(line)

@@ -33,7 +33,6 @@ import math
 import os
 import re
 from telemetry.errors import InputError
-from telemetry.rundir import SWEEP_TABLE
 from telemetry.analysis.nccl_tests_json import DTYPES  # nccl-tests' type names, its text and JSON alike
 
 # nccl-tests binary stem -> the sweep's collective name
@@ -118,7 +117,7 @@ _CRASH = re.compile(r"\bCaught signal \d+|\*\*\* Process received signal \*\*\*|
 # AMD's rccl-tests print RCCL's banner ("RCCL version : 2.28.3-...") and "# rccl-tests version ... rccl-library=22803";
 # RCCL's version is that of the NCCL release it follows
 _NCCL_VERSION = re.compile(r"([NR])CCL version :? ?(\d+\.\d+\.\d+)")
-_LIBRARY_CODE = re.compile(r"[nr]ccl-library=(\d+)")
+_LIBRARY_CODE = re.compile(r"[nr]ccl-library=(\d{1,9})\b")  # (a damaged code too long for int(): none)
 # Rows pasted without their header: nccl-tests' layout since 2022 has 13 cells (2 blocks of 4 after 5)
 # nccl-tests' comment lines with their '#' lost (GitHub renders "# text" as a heading, so pasted-back output
 # has none): read as if the '#' were there
@@ -179,6 +178,7 @@ class _Run:
         self.key = self.ranks = self.version = None
         self.params: dict = {}
         self.devices: list[dict] = []
+        self.list_open = False  # the device list was the stream's last line so far: it may go on past the text
         self.prefix_cols: list[str] = []
         self.block_cols: list[str] = []
         self.extra_cols: list[str] = []
@@ -319,6 +319,11 @@ class _Run:
             twice = sorted({r for r in listed if listed.count(r) > 1})
             notes.append(f"world size unknown: rank {twice[0]} is listed {listed.count(twice[0])} times, so several "
                          "processes each ran their own test (nccl-tests without MPI?) and their output is mixed")
+        elif self.list_open:
+            # the text ends inside the device list (an excerpt cut there, nccl#1403): more ranks may follow
+            world = None
+            notes.append(f"world size unknown: the text ends inside the device list (ranks {min(listed)}.."
+                         f"{max(listed)} listed), which may go on")
         elif listed and sorted(listed) != list(range(len(listed))):
             # an excerpt that keeps the end of the list ("#  Rank 71 ..." of a 72-rank run): more ranks than listed
             world = None
@@ -368,6 +373,9 @@ class _Run:
         elif self.nblocks and not self.rows:
             notes.append("no row after the column header and no failure line: the output was cut, or the run "
                          "stopped, before the first size")
+        elif not self.nblocks and not self.rows and self.avg is None:
+            notes.append("no column header after the preamble and no failure line: the output was cut, or the run "
+                         "stopped, before its table")
         for name in BLOCKS:
             if self.rows and all(r.get(name) is None for r in self.rows):
                 missing[name] = "not in this table"
@@ -456,6 +464,8 @@ class _Stream:
         text = line.strip()
         if not text:
             return
+        if self.run is not None:
+            self.run.list_open = False
         if not text.startswith("#") and not text[0].isdigit() and _HASHLESS.match(text):
             text = "# " + text
         if not text.startswith("#"):
@@ -503,6 +513,7 @@ class _Stream:
                 run.params["step"] = int(m.group(1))
                 run.params["step_kind"] = m.group(2)
         elif tokens and tokens[0] == "Rank" and (m := _RANK.match(body)):
+            self.current().list_open = True
             self.current().devices.append({
                 "rank": int(m.group(1)), "group": None if m.group(2) is None else int(m.group(2)),
                 "pid": None if m.group(3) is None else int(m.group(3)), "host": m.group(4),
@@ -572,8 +583,10 @@ class _Parser:
     def finish(self, run: _Run) -> None:
         if run.name is None:
             run.name = self.pending
-        # a run that failed before its column header (nccl-tests#219) is still a run: its preamble and failure
-        if run.rows or run.nblocks or (run.failures and (run.params or run.devices)) or run.avg is not None:
+        # a run that failed before its column header (nccl-tests#219) is still a run: its preamble and failure;
+        # so is a whole preamble (parameters and device list) whose output was cut before the header (nccl#1403)
+        if run.rows or run.nblocks or (run.failures and (run.params or run.devices)) or run.avg is not None \
+                or (run.params and run.devices):
             self.done.append(run)
 
 
@@ -770,27 +783,3 @@ def to_csv(result: dict) -> str:
                 cells += [block.get(k) for k in ("time_us", "algbw_GBps", "busbw_GBps", "wrong")]
             w.writerow(["" if c is None else c for c in cells])
     return out.getvalue()
-
-
-# ---------------------------------------------------------------- compare
-
-def as_run(path: str):
-    """A text file as a run for `telemetry compare`: no recipe, no metrics, the tables as its sweep."""
-    from telemetry.analysis.runs import Run
-
-    result = read(path)
-    if result["source"] != "nccl-tests":  # the harness's own sweep (a slow lab link prints 0.00 GB/s in every row);
-        bandwidths_from_times(result)     # nccl-tests' own tables are shown as printed
-    # the `#  Rank N ... on HOST device D [BUS] NAME` lines name the hosts and the GPU model: the largest
-    # table's (a sendrecv pair test names two ranks only)
-    devices = max((op.get("devices") or [] for op in result["ops"].values()), key=len, default=[])
-    name = os.path.basename(path)
-    if name == SWEEP_TABLE:  # every sweep's table has this name: two runs' read `#1` and `#2`; their directory says
-        name = f"{os.path.basename(os.path.dirname(os.path.abspath(path)))}/{name}"
-    info = {"name": name, "status": f"{result['source']} output",
-            "fabric": {"transport": None, "backend": "nccl-tests" if result["source"] == "nccl-tests"
-                       else "sweep text"},
-            "layout": {"world_size": result["world_size"]}, "nccl_tests": result,
-            "hosts": [{"rank": d.get("rank"), "hostname": d.get("host")} for d in devices if d.get("host")],
-            "devices": [{"rank": d.get("rank"), "name": d.get("name"), "bus_id": d.get("bus_id")} for d in devices]}
-    return Run(path, info, [], {})

@@ -16,9 +16,12 @@ import re
 from collections import Counter
 from functools import lru_cache
 
+from telemetry.capture.nccl_ras import RasTable
 from telemetry.capture.nccl_warnings import Warnings
 
-# NCCL prints the version as an INFO line, or (older releases, NCCL_DEBUG=VERSION/WARN) bare on stdout.
+# NCCL prints the version as an INFO line, or (older releases, NCCL_DEBUG=VERSION/WARN) bare on stdout. ("compiled
+# with NCCL version X" is the headers a program was built against; "NCCL version X compiled with CUDA Y", the RAS
+# report's, is the running library.)
 _VERSION = re.compile(r"NCCL version (\d+\.\d+\.\d+)")
 # AMD's RCCL (NCCL ported to ROCm, its version that of the NCCL release it follows) prints "RCCL version :
 # 2.21.5-HEAD:9a0e6a1" in a banner of its own (older: "RCCL version 2.6.4+hip3.5"), and loads librccl-net.so
@@ -105,6 +108,8 @@ _NO_IB = re.compile(r"NET/IB ?: ?No device found|Failed to open libibverbs")
 _IB_DISABLED = "NCCL_IB_DISABLE set by environment to 1"
 # A failed work completion reported by NCCL's IB transport (or a plugin built on it: "NET/IB", "NET/gIB"): that
 # network carried traffic. Its GIDs "::ffff:a.b.c.d" are IPv4-mapped, which only RoCE v2 uses.
+# (Printed from the HPC-X plugin's own source, "ib_plugin.c:1615 NCCL WARN NET/IB : Got completion ...", it is the
+# plugin's network, whose name the line does not give.)
 _NET_ERROR = re.compile(r"NET/(\w+) ?: Got completion")
 _V4_GID = re.compile(r"(?:local|remote)Gids? ?::ffff:")
 # Google's GPUDirect-TCPX plugin warns from its own functions ("tcpxResult_t tcpxCommProgress(tcpxComm*):1231
@@ -115,7 +120,7 @@ _RING_LISTING_MAX = 20
 # Lines saying a network plugin (not NCCL's internal IB or Socket) was loaded
 _PLUGIN_SIGNS = ("Loaded net plugin", "P2P plugin ", "NET/OFI ", "Plugin Path :", "Using external Network")
 _KEYS = ("NCCL", "RCCL", "Rank ", "libibverbs", "NET/", "NET : ", " via ", "Ring ", "Channel ", "anks ", "GPU Direct", "etwork", "lugin", "rovider",
-         "NVLS", "nvls", "nNodes")
+         "NVLS", "nvls", "nNodes", "Status")
 
 FIELDS = ("nccl_version", "network", "devices", "gpudirect_rdma", "channels", "nranks", "nnodes", "transport", "hosts")
 
@@ -152,7 +157,7 @@ class _State:
         self.net_names: set[str] = set()
         self.net_dev_used: set[int] = set()
         self.gdr_conn = Counter()  # network connections with / without GDRDMA
-        self.local_edges: set[tuple[int, int]] = set()  # P2P/SHM connections: both ends on one node
+        self.local_edges: set[tuple[str, str]] = set()  # P2P/SHM connections: both ends on one node
         self.nranks = self.nnodes = None
         self.rank_hosts: dict[tuple[int, int], str] = {}  # (nranks, rank) -> host, from per-rank init lines
         self.basis = ""  # what the transport verdict rests on (set by _transport)
@@ -175,6 +180,7 @@ class _State:
         self.no_verbs = False  # IB unusable because libibverbs could not be opened (NCCL <= 2.4 says only that)
         self.ib_disabled = False  # NCCL_IB_DISABLE=1: NCCL does not try IB at all
         self.warnings = Warnings()  # NCCL's WARN lines, grouped by message
+        self.ras = RasTable()  # the NCCL RAS client report's communicators table (its rows hold none of _KEYS)
 
 
 def _feed_connection(st: _State, line: str) -> bool:
@@ -249,7 +255,7 @@ def _feed(st: _State, line: str) -> None:
         return
     if "WARN" in line:
         st.warnings.add(line)
-    if "NCCL version" in line and "compiled with" not in line and (m := _VERSION.search(line)):
+    if "NCCL version" in line and (m := _VERSION.search(line)) and "compiled with" not in line[:m.start()]:
         st.versions.add(m.group(1))
         return
     if "RCCL version" in line and (m := _RCCL_VERSION.search(line)):
@@ -295,7 +301,7 @@ def _feed(st: _State, line: str) -> None:
                                                 "address": m.group(2)})
         return
     if "Got completion" in line and (m := _NET_ERROR.search(line)):
-        st.error_nets.add(m.group(1))
+        st.error_nets.add("a plugin's" if "_plugin.c:" in line else m.group(1))
         st.v4_gid = st.v4_gid or bool(_V4_GID.search(line))
         return
     if "tcpx" in line and _TCPX_WARN.search(line):
@@ -398,7 +404,7 @@ def parse_lines(lines) -> dict:
     st = _State()
     seen: set[str] = set()
     for line in lines:
-        if "via " in line or any(k in line for k in _KEYS):
+        if st.ras.open or "via " in line or any(k in line for k in _KEYS):
             try:
                 _read_line(st, line.rstrip("\r\n"), seen)
             except ValueError:  # a number of over 4,300 digits (int() refuses it): not a line NCCL wrote
@@ -407,6 +413,9 @@ def parse_lines(lines) -> dict:
 
 
 def _read_line(st: _State, line: str, seen: set) -> None:
+    if (st.ras.open or "Status" in line) and st.ras.feed(line):  # the RAS report's communicators table
+        st.nranks = max(st.nranks or 0, st.ras.nranks() or 0) or None
+        return
     k = line.find(" NCCL ")
     if k > 0:  # the common case first: this runs once per line of every rank's log
         st.test_list_open = False
@@ -446,6 +455,9 @@ def _network(st: _State, unknown: dict) -> str | None:
         why = ("NCCL_IB_DISABLE=1" if st.ib_disabled else
                "libibverbs could not be opened" if st.no_verbs else "NET/IB found no device")
         network, st.network_line = "Socket", f"no Using network line: {why}, NET/Socket's list"
+    elif st.error_nets == {"a plugin's"}:
+        unknown["network"] = ("NET/IB's error lines come from a network plugin's own source (ib_plugin.c): the "
+                              "plugin's network carried traffic, its name is not in the log")
     elif len(st.error_nets) == 1:
         network = next(iter(st.error_nets))
         what = "its plugin's warning lines" if network == "GPUDirectTCPX" else f"NET/{network}'s error line"
@@ -519,8 +531,12 @@ def _summarize(st: _State) -> dict:
             st.nnodes = len(set(by_rank.values()))
     if st.nnodes is None and nranks and nranks == st.init_all_nranks and len(st.hosts) <= 1:
         st.nnodes = 1  # one process made every rank (ncclCommInitAll)
+    if st.nnodes is None and nranks and st.ras.rows:
+        st.nnodes = st.ras.nnodes(nranks)
     if st.nnodes is None:
-        if not nranks:
+        if nranks and st.ras.rows:
+            unknown["nnodes"] = st.ras.why_no_nnodes(nranks)
+        elif not nranks:
             unknown["nnodes"] = "no nNodes line, and the communicator size is unknown"
         else:
             named = len({r for (n, r) in st.rank_hosts if n == nranks})
@@ -643,7 +659,9 @@ def _single_node(st: _State, nranks) -> bool:
             x = parent[x]
         return x
 
-    for a, b in st.local_edges:
+    for a, b in st.local_edges:  # (rank numbers as written: a damaged one may be too long for int())
+        if len(a) > 9 or len(b) > 9:
+            continue
         a, b = int(a), int(b)
         if a < nranks and b < nranks:
             parent[root(a)] = root(b)

@@ -305,3 +305,22 @@ def test_a_latency_row_whose_columns_ran_together_with_no_iteration_count_is_no_
         lt.parse_perftest(head + " 2      x\u0219       1289984            3.88           128993.46\n")
     (row,) = lt.parse_perftest(head + " 2      1000       3.8812.34\n")["rows"]
     assert (row["bytes"], row["iterations"], row["t_min_us"], row["t_max_us"]) == (2, 1000, 3.88, 12.34)
+
+
+# --- the tenth collection (evidence_fixtures/README.md) ---
+
+def test_perftest_lines_behind_a_test_harness_log_prefix():
+    """avocado-misc-tests logs each line of perftest as '2019-07-16 03:43:24,134 process  L0458 DEBUG| [stdout] ...'
+    (avocado-misc-tests#1196): the reader found no '#bytes' header (it looked only at a line's start). Values read
+    by hand: one row of 1024 bytes, 1000 iterations, 1476.74 MB/sec average, 1.512181 Mpps; the peak printed 0.00
+    (not measured: null); the title is not in the passage."""
+    r = lt.parse_perftest(read("perftest_send_bw_multicast_avocado_log_prefix_pr1196.txt"))
+    assert (r["test"], r["kind"], r["bw_unit"], r["device"]) == (None, "bandwidth", "MB/sec", None)
+    assert r["rows"] == [{"bytes": 1024, "iterations": 1000, "bw_peak_gbps": None,
+                          "bw_avg_gbps": pytest.approx(1476.74 * MIB), "msg_rate_mpps": 1.512181}]
+    # other prefixes a launcher or shipper puts before every line, timestamps that change from line to line
+    table = read("perftest_write_bw_gbits_issue273.txt")
+    plain = lt.parse_perftest(table)
+    for prefix in ("0: ", "[1,0]<stdout>:", "2024-08-03T10:00:0{}.123Z pod-a ", "worker-1 | "):
+        lines = [prefix.format(i % 10) + line for i, line in enumerate(table.splitlines())]
+        assert lt.parse_perftest("\n".join(lines)) == plain, prefix

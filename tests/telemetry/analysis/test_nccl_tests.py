@@ -103,6 +103,9 @@ ROWS = {
     "all_reduce_test_nccl_23_2016_nccl1_uses_device_lines_k10_denormal_res.txt": 3,
     "rows_footer_then_next_tests_command_nccl_340_2020_no_redop_error_col_excerpt.txt": 12,
     "all_reduce_perf_nccl_1184_proto_simple_wrong_counts_elided_rows_excerpt.txt": 3,
+    # the tenth collection (six runs behind shell prompts in one blog post, a one-GPU run's re-spaced header)
+    "all_reduce_perf_autodl_2080ti_six_runs_prompts_one_gpu_reduce_wide_cells.txt": 168,
+    "all_reduce_perf_nccl_1403_root_prompt_mpirun_line_hosts_alternating_list_cut_at_rank_7.txt": 0,
 }
 TRUTHS = sorted(TABLES.glob("*.json"))
 # a line that starts like a row (after a launcher prefix, or nccl#1453's per-write tag '[0]'): size, count, a type
@@ -650,3 +653,27 @@ def test_a_command_line_after_a_tables_footer_names_the_next_test_not_that_table
     assert list(ops) == ["unknown", "broadcast"] and ops["broadcast"]["test"] == "broadcast_perf"
     # a command above its table still names it
     assert list(parse("./broadcast_perf -b 8 -e 8 -g 2\n" + bcast)["ops"]) == ["broadcast"]
+
+
+def test_a_library_code_too_long_for_int_is_no_version():
+    """Found by the fuzz test once the tenth collection changed its draws: a damaged 'nccl-library=' code of 5000
+    digits (int() refuses over 4300) crashed the summary that turns the code into NCCL's version."""
+    head = "# nccl-tests version 2.17.6 nccl-headers=22807 nccl-library=" + "9" * 5000 + "\n"
+    name = "sendrecv_perf_li_plus_playground_command_line_eight_gpus_one_process.txt"  # (no version line of its own)
+    r = parse(head + (TABLES / name).read_text())
+    assert r["nccl_version"] is None and r["rows_read"] == ROWS[name]
+
+
+def test_a_preamble_cut_before_its_header_is_a_run_whose_world_size_is_unknown():
+    """nccl#1403's excerpt ends inside the device list (ranks 0-7 of 16) before any column header: it was 'no
+    nccl-tests table found' (exit 2), then, read as a run, its 8 listed ranks made a world of 8. A whole preamble is
+    a run (no row, not failed, a note says why), and a list the text ends inside gives no world size."""
+    r = read(str(TABLES / "all_reduce_perf_nccl_1403_root_prompt_mpirun_line_hosts_alternating_list_cut_at_rank_7.txt"))
+    op = r["ops"]["all_reduce"]
+    assert (op["rows"], op["world_size"], r["failed"]) == ([], None, False)
+    assert any("ends inside the device list" in n for n in op["notes"])
+    assert any("no column header after the preamble" in n for n in op["notes"])
+    # the same list closed by another line is whole
+    text = (TABLES / "all_reduce_perf_nccl_1403_root_prompt_mpirun_line_hosts_alternating_list_cut_at_rank_7.txt").read_text()
+    assert parse(text + "#\n")["ops"]["all_reduce"]["world_size"] == 8
+

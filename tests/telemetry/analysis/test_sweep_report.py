@@ -150,7 +150,7 @@ def test_a_slow_labs_sweep_cut_short_shows_its_bandwidth_not_0_percent(tmp_path)
 def test_two_runs_collectives_txt_are_labelled_by_their_directory(tmp_path):
     """Round 5: `telemetry compare A/collectives.txt B/collectives.txt` labelled them `collectives.txt #1` and
     `#2`; each is now named by its run directory."""
-    from telemetry.analysis.nccl_tests import as_run
+    from telemetry.analysis.compare_inputs import nccl_tests_run as as_run
 
     from .test_sweep_progress import FOOTER, HEAD, ROWS
     for name in ("sweep-1mbit", "sweep-5mbit"):

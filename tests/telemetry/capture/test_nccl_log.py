@@ -225,7 +225,7 @@ def test_every_field_right_on_real_logs(truth_file):
 
 def test_corpus_covers_what_the_issue_asks_for():
     specs = [json.loads(p.read_text()) for p in TRUTH_FILES]
-    assert len(specs) >= 152 and all(s["source"].startswith("https://github.com/") for s in specs)
+    assert len(specs) >= 163 and all(s["source"].startswith("https://github.com/") for s in specs)
     assert all((p.with_suffix(".log")).exists() for p in TRUTH_FILES)
     cats = {c for s in specs for c in s["categories"]}
     assert {"infiniband", "roce", "sockets", "efa", "ibext-sharp-plugin", "plugin-name-with-spaces", "gdr-on",
@@ -257,7 +257,11 @@ def test_corpus_covers_what_the_issue_asks_for():
             # the ninth collection (torch's error messages without NCCL's prefix, a refused bootstrap, a KubeVirt VM,
             # Proxy Service lines of two pods, 2.8's bus ids in connection lines, an rccl-tests list with full BDFs)
             "torch-dist-backend-error", "bootstrap-connect-retrying", "kubevirt-vm", "proxy-service-lines",
-            "bus-id-in-rank-connections", "rank-pid-layout-full-bdf"} <= cats
+            "bus-id-in-rank-connections", "rank-pid-layout-full-bdf",
+            # the tenth collection (NCCL RAS client reports, torch's watchdog lines, NCCL_DEBUG_FILE output, a
+            # topology dump without NCCL's prefix, NCCL 2.0's WARN line)
+            "ras-client-report", "ras-incomplete", "torch-watchdog-timeout", "nccl-debug-file",
+            "topology-dump-without-prefix", "nccl-2.0"} <= cats
     versions = {s["truth"]["nccl_version"] for s in specs} - {None}
     assert min(versions, key=lambda v: tuple(map(int, v.split(".")))) == "2.2.12"
 
@@ -627,3 +631,61 @@ def test_a_line_quoted_in_markdown_inline_code_or_behind_a_fence_names_its_host(
     assert out["hosts"] == ["task-646--1-mhpnk"] and out["network"] == "IB"
     assert parse_lines(["```ai:480850:480850 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>"])["hosts"] == ["ai"]
     assert parse_lines(["`old:1:2 [0] INFO NET : Using interface eth0:10.0.0.1<0>`"])["hosts"] == ["old"]
+
+
+RAS_REPORT = """\
+NCCL version 2.26.2 compiled with CUDA 12.6
+CUDA runtime version 12060, driver version 12060
+
+Communicators... (0.00s)
+=============
+
+Group     Comms     Nodes     Ranks     Ranks     Ranks    Status  Errors
+    #  in group  per comm  per node  per comm  in group
+    0         1         4         8        32        32   RUNNING  MISMATCH
+    1         8         1         4         4        32   RUNNING      OK
+
+Errors
+======
+"""
+
+
+def test_the_nccl_ras_clients_report_gives_version_communicator_size_and_nodes():
+    """ncclras prints the job's NCCL as 'NCCL version X compiled with CUDA Y' (a line the parser once skipped for
+    its 'compiled with') and a communicators table whose rows hold none of NCCL's words: the largest 'ranks per
+    comm' is the size, its 'nodes per comm' the node count when every rank of the group answered."""
+    out = parse_lines(RAS_REPORT.splitlines())
+    assert (out["nccl_version"], out["nranks"], out["nnodes"]) == ("2.26.2", 32, 4)
+    assert out["network"] is None and out["transport"] is None and out["unknown"]["transport"]
+    # behind a launcher's prefix, and with tabs for runs of blanks
+    assert parse_lines(["12: " + line for line in RAS_REPORT.splitlines()])["nranks"] == 32
+    assert parse_lines([line.replace("    ", "\t") for line in RAS_REPORT.splitlines()])["nnodes"] == 4
+    # INCOMPLETE: the group's rows count fewer ranks than its communicators hold, so no node count
+    short = parse_lines(RAS_REPORT.replace("32   RUNNING  MISMATCH", "31   RUNNING  INCOMPLETE").splitlines())
+    assert short["nranks"] == 32 and short["nnodes"] is None and "did not answer" in short["unknown"]["nnodes"]
+    # a program's build-time 'compiled with NCCL version' is not the library it runs
+    built = parse_lines(["nccl-tests compiled with NCCL version 2.18.1", "h:1:1 [0] NCCL INFO NCCL version 2.21.5"])
+    assert built["nccl_version"] == "2.21.5"
+    # a row-like line outside the table is not a communicator
+    assert parse_lines(["    0         1         4         8        32        32   RUNNING  OK"])["nranks"] is None
+
+
+def test_a_rank_number_too_long_for_int_in_a_p2p_line_is_skipped():
+    """Found by the fuzz test: a damaged P2P connection line with a 5000-digit rank (int() refuses over 4300
+    digits) crashed the check of whether every rank is on one node."""
+    lines = ["h:1:1 [0] NCCL INFO comm 0x1 rank 0 nRanks 2 nNodes 1 localRanks 2 localRank 0 MNNVL 0",
+             f"h:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> {'9' * 5000}[1] via P2P/IPC",
+             "h:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/IPC"]
+    assert parse_lines(lines)["transport"] == "intra-node"
+
+
+
+def test_an_ib_error_line_from_the_hpcx_plugins_own_source_does_not_name_the_network_ib():
+    """nccl#1405: 'ib_plugin.c:1615 NCCL WARN NET/IB : Got completion ...' is printed by the HPC-X SHARP plugin's
+    own code (IBext), so it was read as NCCL's own IB network; the plugin's network name is not in the line."""
+    line = ("w:1:2 [4] {} NCCL WARN NET/IB : Got completion from peer 10.0.0.2<5> with status=12 opcode=0 len=0 "
+            "vendor err 129 (Recv) localGid ::ffff:10.0.0.1 remoteGids::ffff:10.0.0.2")
+    plugin = parse_lines([line.format("ib_plugin.c:1615")])
+    assert plugin["network"] is None and "plugin's own source" in plugin["unknown"]["network"]
+    own = parse_lines([line.format("transport/net_ib.cc:1295")])
+    assert own["network"] == "IB" and own["transport"] == "roce"
