@@ -52,12 +52,20 @@ HARNESS = "harness/"  # keys of the harness's own JSON state inside the checkpoi
 
 # ------------------------------------------------------------------ harness state as JSON
 
-def _rng_state() -> dict:
-    kind, keys, pos, has_gauss, gauss = np.random.get_state()
-    version, internal, gauss_next = random.getstate()
+def host_rng() -> tuple:
+    """The host's RNG streams as they stand (python, numpy, torch's CPU generator), kept as they are: cheap
+    enough to take at every step. The loop takes them before it draws the next step's batches ahead of
+    time (an image set's crops draw from torch's generator), and a checkpoint saved after that draw holds
+    these, so a resumed run draws that step's batches as the uninterrupted run did."""
+    return random.getstate(), np.random.get_state(), torch.get_rng_state()
+
+
+def _rng_state(host: tuple | None = None) -> dict:
+    """Every RNG stream as JSON: the host's from `host` (host_rng) or as they stand, CUDA's as it stands."""
+    (version, internal, gauss_next), (kind, keys, pos, has_gauss, gauss), cpu = host or host_rng()
     state = {"python": [version, list(internal), gauss_next],
              "numpy": [kind, keys.tolist(), int(pos), int(has_gauss), float(gauss)],
-             "torch": torch.get_rng_state().tolist()}
+             "torch": cpu.tolist()}
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state().tolist()
     return state
@@ -197,7 +205,9 @@ def _remove(path: str) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def save(root: str, step: int, model, optimizer, scheduler, trainer_state: dict) -> str:
+def save(root: str, step: int, model, optimizer, scheduler, trainer_state: dict, rng: tuple | None = None) -> str:
+    """Write the checkpoint of `step`; `rng`: the host's RNG streams to save (host_rng) instead of the
+    current ones."""
     final = step_dir(root, step)
     partial = final + PARTIAL
     rank = dist.get_rank()
@@ -212,7 +222,7 @@ def save(root: str, step: int, model, optimizer, scheduler, trainer_state: dict)
         state = {"model": msd, "optim": osd}
     state.update({HARNESS + "scheduler": _json_tensor(scheduler.state_dict()),
                   HARNESS + "trainer": _json_tensor(trainer_state),
-                  f"{HARNESS}rng/rank{rank}": _json_tensor(_rng_state())})
+                  f"{HARNESS}rng/rank{rank}": _json_tensor(_rng_state(rng))})
     try:
         dcp.save(state, checkpoint_id=partial)
     except BaseException as exc:  # DCP raises CheckpointException (not an Exception) with every rank's error
