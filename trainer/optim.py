@@ -57,11 +57,11 @@ def _sharding(p: torch.Tensor):
         return None
     dims = []
     for dim, placement in enumerate(p.placements):
-        if placement.is_shard():
-            dims.append(dim)
-        elif not placement.is_replicate():
+        if placement.is_partial():
             raise ValueError(f"LARS/LAMB: parameter placement {placement} is not supported; "
                              f"expected Shard or Replicate")
+        if not placement.is_replicate():  # Shard, or FSDP2's _StridedShard over a TP-sharded dim (is_shard() False)
+            dims.append(dim)
     return (p.device_mesh, tuple(dims)) if dims else None
 
 
