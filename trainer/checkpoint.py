@@ -60,6 +60,13 @@ def host_rng() -> tuple:
     return random.getstate(), np.random.get_state(), torch.get_rng_state()
 
 
+def host_rng_moved(before: tuple) -> bool:
+    """Whether any of the host's RNG streams drew since `before` (host_rng) was taken."""
+    (py, (_, keys, pos, has_gauss, gauss), cpu), now = before, host_rng()
+    return (py != now[0] or not np.array_equal(keys, now[1][1]) or (pos, has_gauss, gauss) != tuple(now[1][2:])
+            or not torch.equal(cpu, now[2]))
+
+
 def _rng_state(host: tuple | None = None) -> dict:
     """Every RNG stream as JSON: the host's from `host` (host_rng) or as they stand, CUDA's as it stands."""
     (version, internal, gauss_next), (kind, keys, pos, has_gauss, gauss), cpu = host or host_rng()

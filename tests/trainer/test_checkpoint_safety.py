@@ -272,3 +272,16 @@ def test_truncated_safetensors_is_one_line(tmp_path):
         SafetensorsSource(str(tmp_path))
     assert str(info.value).startswith(f"model.path: {str(tmp_path / 'model.safetensors')!r} is damaged (")
     assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("draw", ["torch", "numpy", "python"])
+def test_host_rng_moved_sees_a_draw_from_any_host_stream(draw):
+    """The loop saves the streams from before the next step's batches only when building them drew (trainer/loop.py)."""
+    import random
+
+    import numpy as np
+
+    before = checkpoint.host_rng()
+    assert not checkpoint.host_rng_moved(before)
+    {"torch": lambda: torch.rand(1), "numpy": np.random.rand, "python": random.random}[draw]()
+    assert checkpoint.host_rng_moved(before)
