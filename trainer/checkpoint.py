@@ -42,9 +42,18 @@ from .engines import deepspeed as ds
 from .error_report import FaultError, InputError
 from .run_writer import now_iso, write_json_atomic
 
-OPTIONS = StateDictOptions(ignore_frozen_params=True)
+# The optimizer's state flattened by parameter name: its param groups' settings are saved per parameter
+# (optim.param_groups.<fqn>.lr), not per group index (optim.param_groups.0.lr, ...params). Pipeline ranks hold
+# different parameters: index-keyed groups collided across them, one rank's were kept, and every other rank's
+# resume failed (as torchtitan does for the same reason). Keyed by parameter, a checkpoint also loads onto
+# another split of the layers.
+OPTIONS = StateDictOptions(ignore_frozen_params=True, flatten_optimizer_state_dict=True)
 # Frozen weights are absent on purpose; missing trainable keys are checked against the metadata first.
-LOAD_OPTIONS = StateDictOptions(ignore_frozen_params=True, strict=False)
+LOAD_OPTIONS = StateDictOptions(ignore_frozen_params=True, strict=False, flatten_optimizer_state_dict=True)
+# checkpoints written before: param groups by index (they load wherever every rank held the same parameters)
+LEGACY_OPTIONS = StateDictOptions(ignore_frozen_params=True)
+LEGACY_LOAD_OPTIONS = StateDictOptions(ignore_frozen_params=True, strict=False)
+LEGACY_KEY = "optim.param_groups.0.params"  # only the by-index layout stores a group's parameter list
 LATEST = "latest.json"
 PARTIAL = ".partial"
 HARNESS = "harness/"  # keys of the harness's own JSON state inside the checkpoint
@@ -335,11 +344,11 @@ def load(path: str, model, optimizer, scheduler) -> tuple[dict, bool]:
         if HARNESS + key not in saved:
             raise InputError(f"train.resume: {where} has no {HARNESS}{key}: written by an older harness "
                              "(pickled state, refused) or another program; use train.resume=never")
-    engine = ds.is_engine(model)
+    engine, legacy = ds.is_engine(model), LEGACY_KEY in saved
     if engine:
         state = {"deepspeed": _deepspeed_templates(saved, rank, where)}
     else:
-        msd, osd = get_state_dict(model, optimizer, options=OPTIONS)
+        msd, osd = get_state_dict(model, optimizer, options=LEGACY_OPTIONS if legacy else OPTIONS)
         state = {"model": msd, "optim": osd}
         problems = _shape_problems(meta, state, path)
         if problems:
@@ -365,7 +374,7 @@ def load(path: str, model, optimizer, scheduler) -> tuple[dict, bool]:
         ds.load_checkpoint_state(model, state["deepspeed"], plain)
     else:
         set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"],
-                       options=LOAD_OPTIONS)
+                       options=LEGACY_LOAD_OPTIONS if legacy else LOAD_OPTIONS)
     scheduler.load_state_dict(_from_json_tensor(state[HARNESS + "scheduler"], f"{where} scheduler state"))
     restored = rng_key in state
     if restored:
