@@ -42,9 +42,18 @@ from .engines import deepspeed as ds
 from .error_report import FaultError, InputError
 from .run_writer import now_iso, write_json_atomic
 
-OPTIONS = StateDictOptions(ignore_frozen_params=True)
+# The optimizer's state flattened by parameter name: its param groups' settings are saved per parameter
+# (optim.param_groups.<fqn>.lr), not per group index (optim.param_groups.0.lr, ...params). Pipeline ranks hold
+# different parameters: index-keyed groups collided across them, one rank's were kept, and every other rank's
+# resume failed (as torchtitan does for the same reason). Keyed by parameter, a checkpoint also loads onto
+# another split of the layers.
+OPTIONS = StateDictOptions(ignore_frozen_params=True, flatten_optimizer_state_dict=True)
 # Frozen weights are absent on purpose; missing trainable keys are checked against the metadata first.
-LOAD_OPTIONS = StateDictOptions(ignore_frozen_params=True, strict=False)
+LOAD_OPTIONS = StateDictOptions(ignore_frozen_params=True, strict=False, flatten_optimizer_state_dict=True)
+# checkpoints written before: param groups by index (they load wherever every rank held the same parameters)
+LEGACY_OPTIONS = StateDictOptions(ignore_frozen_params=True)
+LEGACY_LOAD_OPTIONS = StateDictOptions(ignore_frozen_params=True, strict=False)
+LEGACY_KEY = "optim.param_groups.0.params"  # only the by-index layout stores a group's parameter list
 LATEST = "latest.json"
 PARTIAL = ".partial"
 HARNESS = "harness/"  # keys of the harness's own JSON state inside the checkpoint
@@ -52,12 +61,27 @@ HARNESS = "harness/"  # keys of the harness's own JSON state inside the checkpoi
 
 # ------------------------------------------------------------------ harness state as JSON
 
-def _rng_state() -> dict:
-    kind, keys, pos, has_gauss, gauss = np.random.get_state()
-    version, internal, gauss_next = random.getstate()
+def host_rng() -> tuple:
+    """The host's RNG streams as they stand (python, numpy, torch's CPU generator), kept as they are: cheap
+    enough to take at every step. The loop takes them before it draws the next step's batches ahead of
+    time (an image set's crops draw from torch's generator), and a checkpoint saved after that draw holds
+    these, so a resumed run draws that step's batches as the uninterrupted run did."""
+    return random.getstate(), np.random.get_state(), torch.get_rng_state()
+
+
+def host_rng_moved(before: tuple) -> bool:
+    """Whether any of the host's RNG streams drew since `before` (host_rng) was taken."""
+    (py, (_, keys, pos, has_gauss, gauss), cpu), now = before, host_rng()
+    return (py != now[0] or not np.array_equal(keys, now[1][1]) or (pos, has_gauss, gauss) != tuple(now[1][2:])
+            or not torch.equal(cpu, now[2]))
+
+
+def _rng_state(host: tuple | None = None) -> dict:
+    """Every RNG stream as JSON: the host's from `host` (host_rng) or as they stand, CUDA's as it stands."""
+    (version, internal, gauss_next), (kind, keys, pos, has_gauss, gauss), cpu = host or host_rng()
     state = {"python": [version, list(internal), gauss_next],
              "numpy": [kind, keys.tolist(), int(pos), int(has_gauss), float(gauss)],
-             "torch": torch.get_rng_state().tolist()}
+             "torch": cpu.tolist()}
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state().tolist()
     return state
@@ -197,7 +221,9 @@ def _remove(path: str) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def save(root: str, step: int, model, optimizer, scheduler, trainer_state: dict) -> str:
+def save(root: str, step: int, model, optimizer, scheduler, trainer_state: dict, rng: tuple | None = None) -> str:
+    """Write the checkpoint of `step`; `rng`: the host's RNG streams to save (host_rng) instead of the
+    current ones."""
     final = step_dir(root, step)
     partial = final + PARTIAL
     rank = dist.get_rank()
@@ -212,7 +238,7 @@ def save(root: str, step: int, model, optimizer, scheduler, trainer_state: dict)
         state = {"model": msd, "optim": osd}
     state.update({HARNESS + "scheduler": _json_tensor(scheduler.state_dict()),
                   HARNESS + "trainer": _json_tensor(trainer_state),
-                  f"{HARNESS}rng/rank{rank}": _json_tensor(_rng_state())})
+                  f"{HARNESS}rng/rank{rank}": _json_tensor(_rng_state(rng))})
     try:
         dcp.save(state, checkpoint_id=partial)
     except BaseException as exc:  # DCP raises CheckpointException (not an Exception) with every rank's error
@@ -318,11 +344,11 @@ def load(path: str, model, optimizer, scheduler) -> tuple[dict, bool]:
         if HARNESS + key not in saved:
             raise InputError(f"train.resume: {where} has no {HARNESS}{key}: written by an older harness "
                              "(pickled state, refused) or another program; use train.resume=never")
-    engine = ds.is_engine(model)
+    engine, legacy = ds.is_engine(model), LEGACY_KEY in saved
     if engine:
         state = {"deepspeed": _deepspeed_templates(saved, rank, where)}
     else:
-        msd, osd = get_state_dict(model, optimizer, options=OPTIONS)
+        msd, osd = get_state_dict(model, optimizer, options=LEGACY_OPTIONS if legacy else OPTIONS)
         state = {"model": msd, "optim": osd}
         problems = _shape_problems(meta, state, path)
         if problems:
@@ -348,7 +374,7 @@ def load(path: str, model, optimizer, scheduler) -> tuple[dict, bool]:
         ds.load_checkpoint_state(model, state["deepspeed"], plain)
     else:
         set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"],
-                       options=LOAD_OPTIONS)
+                       options=LEGACY_LOAD_OPTIONS if legacy else LOAD_OPTIONS)
     scheduler.load_state_dict(_from_json_tensor(state[HARNESS + "scheduler"], f"{where} scheduler state"))
     restored = rng_key in state
     if restored:

@@ -15,7 +15,9 @@ Where the fused cross-entropy cannot keep that contract the run says so once and
 - tensor parallel: lm_head is split over the vocabulary and the loss runs vocabulary-parallel
   (`loss_parallel`); the fused kernel reads the whole lm_head weight;
 - pipeline stages: the loss is the schedule's loss function on the last stage's output;
-- DeepSpeed ZeRO-3: lm_head's weight is a partition outside its module's own forward.
+- DeepSpeed ZeRO-3: lm_head's weight is a partition outside its module's own forward;
+- a LoRA adapter on lm_head (lora.target_modules): the kernel reads `lm_head.weight`, which for peft's LoRA
+  layer is the frozen base weight alone - the adapter would add nothing to the loss and get no gradient.
 
 Asked for by name where it cannot run (no CUDA, no Triton, liger-kernel missing, a family without kernels):
 one `error:` line at start, before any step. `auto` falls back to none, with the reason in run.json.
@@ -76,6 +78,11 @@ def fused_ce_fallback(recipe) -> str | None:
                 "the cross-entropy stays eager there")
     if par.data_parallel == "deepspeed" and par.zero_stage == 3:
         return "DeepSpeed ZeRO-3 partitions lm_head's weight outside its own forward; the cross-entropy stays eager"
+    targets = recipe.lora.target_modules if recipe.workload == "llm_lora" else []
+    if any(isinstance(t, str) and t.rsplit(".", 1)[-1] == "lm_head" for t in targets or []):
+        return ("lora.target_modules adapts lm_head: the fused kernel reads lm_head.weight, the frozen base weight "
+                "without the adapter, so the adapter would neither count in the loss nor train; the cross-entropy "
+                "stays eager")
     return None
 
 

@@ -106,6 +106,7 @@ class Trainer:
         # (step, batches, local counts, global counts on the device) built at the previous step's end, the global
         # counts reduced in the same all-reduce as that step's loss sums
         self._next: tuple[int, list, list, torch.Tensor] | None = None
+        self._rng_before_next: tuple | None = None  # the host's RNG streams before _next was drawn
 
     # ------------------------------------------------------------ resume
 
@@ -141,7 +142,8 @@ class Trainer:
         step = self.state.step
         checkpoint.save(self.rundir.checkpoints, step, self.model, self.optimizer, self.scheduler,
                         {StepKey.STEP: step, StepKey.SAMPLES_SEEN: step * self.layout.global_batch_size,
-                         "global_batch_size": self.layout.global_batch_size, "seed": self.recipe.seed})
+                         "global_batch_size": self.layout.global_batch_size, "seed": self.recipe.seed},
+                        rng=self._rng_before_next if self._next is not None else None)  # None: as they are
         self.progress.info(f"checkpoint saved at step {step}")
 
     # ------------------------------------------------------------ step
@@ -212,7 +214,11 @@ class Trainer:
         n = len(terms)
         reduced = sums.double()
         if step < self.recipe.max_steps:  # the host builds the next step's batches while the device works
+            # where that drew from the RNG streams (an image set's crops), a checkpoint of this step holds them
+            # as they were before: a run resumed from it draws the next step's batches again, from that state
+            before = checkpoint.host_rng()
             ahead = self._prepare(step + 1)
+            self._rng_before_next = before if checkpoint.host_rng_moved(before) else None
             # the next step's item counts ride in this step's loss all-reduce: one small collective per step
             # (at world 2 on gloo a second one cost ~1.5% of the step: docs/performance.md)
             reduced = torch.cat([reduced, self._host_to_device(torch.tensor(ahead[2], dtype=torch.float64))])

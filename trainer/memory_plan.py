@@ -13,8 +13,15 @@ SDPA/flash attention (no sequence x sequence matrix is kept):
   its output and o_proj's input; the MLP keeps gate, up, SiLU(gate) and down_proj's input;
 - liger kernels (model.kernels=liger): 10 H + 3 I + 3 K: its RMSNorm keeps no fp32 copy (-4 H), SwiGLU
   recomputes SiLU(gate) in backward (-I) and RoPE works in place (-H - K).
+Of these, the two norms' part (8 H eager, 4 H liger: input, fp32 copy, output - the projections' input) is
+per token over the whole hidden size; the rest is split over attention heads and MLP columns. Tensor
+parallelism divides that rest by tp; the norms' part only with sequence parallelism (each rank keeps its
+slice of the sequence), as in Megatron's activation formula (Korthikanti et al. 2022, sbh(10 + 24/t + ...)
+without sequence parallelism, everything / t with it).
 Logits: eager cross-entropy holds the bf16 logits, their fp32 copy and its gradient at the peak of
 backward: 10 bytes x vocab per token; liger's fused linear cross-entropy holds a chunk of them (counted 0).
+Under tensor parallelism the vocabulary (embedding, lm_head, logits) is split over tp unless the embeddings
+are tied or the vocabulary does not divide by tp (trainer/parallelize.py).
 LoRA's own activations (r values per projection) are left out.
 
 Calibrated on one H100 (issue 30's measurements, 2026-11-27: Llama-3-8B shape, LoRA r16 on 7 projections,
@@ -77,9 +84,11 @@ def _config(recipe) -> dict | None:
         return None
 
 
-def activation_elements(h: int, i: int, k: int, kernels: str) -> int:
-    """Elements kept for backward per token per decoder layer (formula in the module docstring)."""
-    return 10 * h + 3 * i + 3 * k if kernels == "liger" else 15 * h + 4 * i + 4 * k
+def activation_elements(h: int, i: int, k: int, kernels: str, tp: int = 1, sequence_parallel: bool = False) -> float:
+    """Elements one rank keeps for backward per token per decoder layer (formula in the module docstring):
+    the norms' part is divided by tp only under sequence parallelism, the heads' and columns' part always."""
+    norms, split = (4 * h, 6 * h + 3 * i + 3 * k) if kernels == "liger" else (8 * h, 7 * h + 4 * i + 4 * k)
+    return (norms + split) / tp if sequence_parallel else norms + split / tp
 
 
 def plan(recipe, layout) -> MemoryPlan | None:
@@ -97,13 +106,15 @@ def plan(recipe, layout) -> MemoryPlan | None:
     k = cfg.get("num_key_value_heads", heads) * head_dim
     tied = cfg.get("tie_word_embeddings", False)
     tp, pp, dp = layout.tp, layout.pp, layout.dp
+    sp = recipe.parallel.sequence_parallel and tp > 1
+    vocab_tp = tp if not tied and v % tp == 0 else 1  # embedding, lm_head and logits split over tp
     wbytes = 4 if recipe.model.dtype == "fp32" else 2
     abytes = 4 if recipe.train.precision == "fp32" else 2
     per_layer = h * heads * head_dim * 2 + h * k * 2 + 3 * h * i  # q, o; k, v; gate, up, down
     vocab = v * h * (1 if tied else 2)
     stage_layers = -(-layers // pp)
     # the largest stage: the first holds the embedding, the last the head; with pp 1 one rank holds both
-    base = stage_layers * per_layer / tp + (vocab if pp == 1 else v * h) / tp
+    base = stage_layers * per_layer / tp + (vocab if pp == 1 else v * h) / vocab_tp
     lora = recipe.workload == "llm_lora"
     if lora:
         r, targets = recipe.lora.r, set(recipe.lora.target_modules)
@@ -126,14 +137,14 @@ def plan(recipe, layout) -> MemoryPlan | None:
     kernels = recipe.model.kernels
     kernels = "liger" if kernels in ("auto", "liger") else "none"  # a dry run plans for the GPU it will run on
     tokens = layout.micro_batch_size * recipe.data.seq_len
-    per_token = activation_elements(h, i, k, kernels) * abytes / tp
+    per_token = activation_elements(h, i, k, kernels, tp, sp) * abytes
     if recipe.model.activation_checkpointing:  # each layer keeps its input; one layer is recomputed at a time
-        acts = tokens * (stage_layers * h * abytes + per_token)
+        acts = tokens * (stage_layers * h * abytes / (tp if sp else 1) + per_token)
     else:
         acts = tokens * stage_layers * per_token
     in_flight = 1
     if pp > 1:
         in_flight = layout.grad_accum_steps if layout.pp_schedule == "gpipe" else min(pp, layout.grad_accum_steps)
     fused = kernels == "liger" and fused_ce_fallback(recipe) is None
-    logits = 0.0 if fused else tokens * v / tp * 10
+    logits = 0.0 if fused else tokens * v / vocab_tp * 10
     return MemoryPlan(weights, grads, optim, acts, in_flight, logits, kernels, tokens)

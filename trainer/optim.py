@@ -57,11 +57,11 @@ def _sharding(p: torch.Tensor):
         return None
     dims = []
     for dim, placement in enumerate(p.placements):
-        if placement.is_shard():
-            dims.append(dim)
-        elif not placement.is_replicate():
+        if placement.is_partial():
             raise ValueError(f"LARS/LAMB: parameter placement {placement} is not supported; "
                              f"expected Shard or Replicate")
+        if not placement.is_replicate():  # Shard, or FSDP2's _StridedShard over a TP-sharded dim (is_shard() False)
+            dims.append(dim)
     return (p.device_mesh, tuple(dims)) if dims else None
 
 
@@ -290,6 +290,9 @@ def build_optimizer(model: torch.nn.Module, train, max_steps: int):
                               weight_decay=wd)
     else:
         raise ValueError(f"train.optimizer: got {kind!r}; allowed: adamw, lamb, lars, sgd")
+    # no empty group (a LoRA model has no 1-d parameter for the no-decay group): a checkpoint keys the groups'
+    # settings by parameter (trainer/checkpoint.py), and an empty group has none to be found by
+    opt.param_groups[:] = [g for g in opt.param_groups if g["params"]] or opt.param_groups[:1]
     warm, steps = train.warmup_steps, max_steps
     if train.schedule == "cosine":
         make = partial(get_cosine_with_min_lr_schedule_with_warmup, num_warmup_steps=warm, num_training_steps=steps,

@@ -90,7 +90,10 @@ def test_crafted_optimizer_value_does_not_run_a_command(tmp_path):
     marker = tmp_path / f"pwned-{uuid.uuid4().hex}"
     model, optimizer, scheduler = _parts()
     msd, osd = get_state_dict(model, optimizer, options=checkpoint.OPTIONS)
-    osd["param_groups"][0]["lr"] = Payload(marker)
+    lrs = [key for key in osd if key.startswith("param_groups.") and key.endswith(".lr")]  # one per parameter
+    assert lrs
+    for key in lrs:
+        osd[key] = Payload(marker)
     path = tmp_path / "step-0000002"
     dcp.save({"model": msd, "optim": osd, "harness/scheduler": checkpoint._json_tensor(scheduler.state_dict()),
               "harness/trainer": checkpoint._json_tensor({"step": 2})}, checkpoint_id=str(path))
@@ -105,6 +108,24 @@ def test_crafted_optimizer_value_does_not_run_a_command(tmp_path):
     with contextlib.suppress(BaseException):
         dcp.load({"model": msd2, "optim": osd2}, checkpoint_id=str(path))
     assert marker.exists()
+
+
+def test_optimizer_groups_are_keyed_by_parameter_and_the_by_index_layout_still_loads(tmp_path):
+    """Param groups by parameter name (pipeline ranks hold different parameters: by group index they collided);
+    a checkpoint written before, with groups by index, still resumes."""
+    model, optimizer, scheduler = _save(tmp_path / "new")
+    saved = checkpoint.read_metadata(checkpoint.find_latest(str(tmp_path / "new"))).state_dict_metadata
+    assert "optim.param_groups.0.weight.lr" in saved and checkpoint.LEGACY_KEY not in saved
+    msd, osd = get_state_dict(model, optimizer, options=checkpoint.LEGACY_OPTIONS)
+    legacy = tmp_path / "legacy" / "step-0000002"
+    dcp.save({"model": msd, "optim": osd, "harness/scheduler": checkpoint._json_tensor(scheduler.state_dict()),
+              "harness/trainer": checkpoint._json_tensor({"step": 2})}, checkpoint_id=str(legacy))
+    assert checkpoint.LEGACY_KEY in checkpoint.read_metadata(str(legacy)).state_dict_metadata
+    for path in (checkpoint.find_latest(str(tmp_path / "new")), legacy):
+        (state, _), loaded, opt2, _ = _load(path)
+        assert state["step"] == 2 and opt2.param_groups[0]["lr"] == optimizer.param_groups[0]["lr"]
+        for p, q in zip(optimizer.param_groups[0]["params"], opt2.param_groups[0]["params"]):
+            assert torch.equal(optimizer.state[p]["exp_avg_sq"], opt2.state[q]["exp_avg_sq"])
 
 
 def test_old_pickled_harness_state_is_refused(tmp_path):
@@ -272,3 +293,16 @@ def test_truncated_safetensors_is_one_line(tmp_path):
         SafetensorsSource(str(tmp_path))
     assert str(info.value).startswith(f"model.path: {str(tmp_path / 'model.safetensors')!r} is damaged (")
     assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("draw", ["torch", "numpy", "python"])
+def test_host_rng_moved_sees_a_draw_from_any_host_stream(draw):
+    """The loop saves the streams from before the next step's batches only when building them drew (trainer/loop.py)."""
+    import random
+
+    import numpy as np
+
+    before = checkpoint.host_rng()
+    assert not checkpoint.host_rng_moved(before)
+    {"torch": lambda: torch.rand(1), "numpy": np.random.rand, "python": random.random}[draw]()
+    assert checkpoint.host_rng_moved(before)

@@ -73,11 +73,27 @@ def test_explicit_liger_on_cpu_and_for_another_family(gpu_machine):
 @pytest.mark.parametrize("overrides, words", [
     (["parallel.tp=2"], "parallel.tp 2: lm_head is split over the vocabulary"),
     (["parallel.pp=2", "train.global_batch_size=8"], "parallel.pp 2: the last pipeline stage"),
-    (["parallel.data_parallel=deepspeed", "parallel.zero_stage=3"], "DeepSpeed ZeRO-3 partitions lm_head")])
+    (["parallel.data_parallel=deepspeed", "parallel.zero_stage=3"], "DeepSpeed ZeRO-3 partitions lm_head"),
+    # liger's loss reads lm_head.weight: for peft's LoRA layer the base weight alone, the adapter left out
+    (["lora.target_modules=[q_proj,lm_head]"], "lora.target_modules adapts lm_head")])
 def test_fused_cross_entropy_falls_back_with_its_reason(gpu_machine, overrides, words):
     choice = kernels.resolve(recipe("model.kernels=liger", *overrides), "cuda")
     assert choice.used == "liger" and not choice.fused_ce and choice.kernels == ["rope", "rms_norm", "swiglu"]
     assert choice.fallback.startswith(words)
+
+
+def test_an_lm_head_adapter_is_not_in_the_weight_the_fused_loss_reads():
+    """Why an lm_head adapter turns the fused cross-entropy off: liger's loss takes `model.lm_head.weight`,
+    and peft's LoRA layer answers with its base layer's weight (the adapter is applied only in its forward)."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=2)
+    model = get_peft_model(LlamaForCausalLM(config), LoraConfig(r=2, target_modules=["q_proj", "lm_head"]))
+    head = model.get_base_model().lm_head
+    assert head.weight is head.base_layer.weight and not head.weight.requires_grad
+    assert any(p.requires_grad for n, p in head.named_parameters() if "lora_" in n)
 
 
 def test_recipe_checks_refuse_a_family_without_kernels_and_accept_liger_for_llama():

@@ -73,3 +73,32 @@ def test_full_parameter_training_counts_fp32_master_weights_and_adamw_state():
     p = estimate("model.kernels=none", path=str(REPO / "recipes" / "tiny_llama_full.yaml"))
     assert p.weights == p.gradients == p.optimizer / 2 > 0  # 4 bytes each, AdamW's two fp32 moments
     assert " MiB" in p.lines()[0]  # a tiny model in units that show it
+
+
+def test_tensor_parallel_splits_the_norms_activations_only_with_sequence_parallelism():
+    """Without sequence parallelism every tp rank keeps the norms' inputs and outputs for the whole hidden size
+    (8 H of the eager 15 H + 4 I + 4 K); the estimate divided all of it by tp (tp 8 at Llama-3-8B's shape, bf16:
+    86 KiB per token per layer kept, not 30)."""
+    h, i, k = 4096, 14336, 1024
+    assert activation_elements(h, i, k, "none", tp=8) == 8 * h + (7 * h + 4 * i + 4 * k) / 8
+    assert activation_elements(h, i, k, "none", tp=8, sequence_parallel=True) == (15 * h + 4 * i + 4 * k) / 8
+    assert activation_elements(h, i, k, "liger", tp=2) == 4 * h + (6 * h + 3 * i + 3 * k) / 2
+    mb = ("train.micro_batch_size=2", "train.global_batch_size=2", "model.kernels=none")
+    one = estimate(*mb)
+    tp = estimate(*mb, "parallel.tp=2", "parallel.data_parallel=replicate", world=2)
+    sp = estimate(*mb, "parallel.tp=2", "parallel.data_parallel=replicate", "parallel.sequence_parallel=true",
+                  "model.attn_implementation=sdpa", world=2)
+    assert sp.activations_per_micro_batch == pytest.approx(one.activations_per_micro_batch / 2)
+    assert tp.activations_per_micro_batch == pytest.approx(
+        one.activations_per_micro_batch * (8 * h + (7 * h + 4 * i + 4 * k) / 2) / (15 * h + 4 * i + 4 * k))
+    ac = ("model.activation_checkpointing=true",)  # the kept layer inputs: a sequence slice under sp only
+    assert (estimate(*mb, *ac, "parallel.tp=2", "parallel.data_parallel=replicate", world=2).activations_per_micro_batch
+            > estimate(*mb, *ac, "parallel.tp=2", "parallel.data_parallel=replicate", "parallel.sequence_parallel=true",
+                       "model.attn_implementation=sdpa", world=2).activations_per_micro_batch)
+
+
+def test_tied_or_indivisible_vocabulary_stays_whole_under_tensor_parallelism():
+    mb = ("train.micro_batch_size=2", "train.global_batch_size=2", "model.kernels=none")
+    one = estimate(*mb)
+    odd = estimate(*mb, "model.config.vocab_size=128257", "parallel.tp=2", "parallel.data_parallel=replicate", world=2)
+    assert odd.logits == pytest.approx(one.logits * 128257 / 128256)  # lm_head not split: whole logits

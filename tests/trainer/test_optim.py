@@ -263,10 +263,12 @@ class CrossMeshRule(TorchDispatchMode):
 
 
 def _two_mesh_model(seed: int):
-    """Parameters as LoRA under FSDP2 over TP has them: some on the dp mesh, some on the (dp, tp) mesh,
-    plus a plain tensor. Shapes are uneven so that shards differ in size (one rank's is empty)."""
+    """Parameters as LoRA under FSDP2 over TP has them: some on the dp mesh, some on the (dp, tp) mesh
+    (FSDP2's dp placement over a dim TP shards too is a _StridedShard, whose is_shard() is False), plus a
+    plain tensor. Shapes are uneven so that shards differ in size (one rank's is empty)."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+    from torch.distributed.tensor.placement_types import _StridedShard
 
     world = init_device_mesh("cpu", (2, 1), mesh_dim_names=("dp", "tp"))
     dp = world["dp"]
@@ -274,10 +276,11 @@ def _two_mesh_model(seed: int):
     full = {"a": torch.randn(5, 3, generator=gen), "a_bias": torch.randn(3, generator=gen),
             "one_row": torch.randn(1, 4, generator=gen), "b": torch.randn(4, 6, generator=gen),
             "b_bias": torch.randn(4, generator=gen), "rep": torch.randn(2, 2, generator=gen),
-            "plain": torch.randn(3, 2, generator=gen)}
+            "plain": torch.randn(3, 2, generator=gen), "strided": torch.randn(6, 2, generator=gen)}
     layout = {"a": (dp, [Shard(0)]), "a_bias": (dp, [Shard(0)]), "one_row": (dp, [Shard(0)]),
               "b": (world, [Shard(0), Shard(1)]), "b_bias": (world, [Shard(0), Replicate()]),
-              "rep": (world, [Replicate(), Replicate()])}
+              "rep": (world, [Replicate(), Replicate()]),
+              "strided": (world, [_StridedShard(0, split_factor=1), Shard(0)])}  # even: distribute_tensor needs it
     model = torch.nn.Module()
     for name, tensor in full.items():
         value = distribute_tensor(tensor, *layout[name]) if name in layout else tensor.clone()
