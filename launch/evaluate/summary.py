@@ -105,8 +105,8 @@ def _fmt_diff(p: dict) -> tuple[str, str]:
 
 def lab_setting_text(key: str, value) -> str:
     """A lab setting as written, a rate in tc's bytes units named in bits too ('1mbps (8 Mbit/s)')."""
-    from telemetry.analysis.rates import RateError, bits_text, bytes_unit_warning, parse_rate
-    if key in ("rate", "slow_rate") and isinstance(value, str) and bytes_unit_warning(value):
+    from telemetry.analysis.rates import RateError, bits_text, misreadable, parse_rate
+    if key in ("rate", "slow_rate") and isinstance(value, str) and misreadable(value):
         try:
             return f"{value} ({bits_text(parse_rate(value))})"
         except RateError:
@@ -121,7 +121,9 @@ def tables(ev: Evaluation, record: dict) -> list[tuple[str, list[str], list[list
     rows, classes = [], []
     for v in ev.variants:
         vd = verdicts[v.name]
-        setting = ", ".join([f"lab {k} {lab_setting_text(k, val)}" for k, val in v.lab.items()] + [f"{k}={val}" for k, val in record["env"][v.name].items()]
+        # a lab variant that names no rate runs unshaped links: say so, not "-" (a variant beside shaped ones)
+        unshaped = ["lab rate none (unshaped, the default)"] if ev.launcher == "lab" and "rate" not in v.lab else []
+        setting = ", ".join(unshaped + [f"lab {k} {lab_setting_text(k, val)}" for k, val in v.lab.items()] + [f"{k}={val}" for k, val in record["env"][v.name].items()]
                             + ([f"hosts {','.join(v.hosts)}"] if v.hosts else [])) or "-"
         check = {"ok": "ok", "mismatch": "MISMATCH", "unknown": "not verified", "not run": "not run"}[vd["verdict"]]
         if vd["reasons"]:
