@@ -207,8 +207,10 @@ class Lab:
         if self.slow_rate_bps is not None and self.rate_bps is not None and self.slow_rate_bps >= self.rate_bps:
             # in tc a rate in bps is bytes per second: `--rate 1mbps` is 8 Mbit/s, as fast as `--slow-rate 8mbit`
             in_bits = (f" ({rate!r} is {rates.bits_text(self.rate_bps)}, {slow_rate!r} "
-                       f"{rates.bits_text(self.slow_rate_bps)}: tc's kbps, mbps and gbps are bytes per second)"
-                       if any(r.strip().lower().endswith("bps") for r in (rate, slow_rate)) else "")
+                       f"{rates.bits_text(self.slow_rate_bps)}: "
+                       + ("tc's kbps, mbps and gbps are bytes per second)" if any(rates.bytes_unit_warning(r)
+                          for r in (rate, slow_rate)) else "tc's kibit, mibit and gibit are 1024-based)")
+                       if any(rates.misreadable(r) for r in (rate, slow_rate)) else "")
             raise LabError(f"--slow-rate: got {slow_rate!r}, not slower than --rate {rate!r}{in_bits}; expected a rate "
                            "below --rate (one slow link among healthy ones)")
         self.slow_rate = slow_rate.strip().lower() if slow_rate is not None else None
@@ -533,6 +535,7 @@ def _recipe_problems(recipe_args: list[str], world: int | None) -> list[str]:
     from trainer.cli import other_recipes_run
     from trainer.config import RecipeError, load_recipe
     from trainer.layout import resolve_layout
+    from trainer.runlock import RunLock
 
     try:
         recipe = load_recipe(recipe_args[0], recipe_args[1:])
@@ -542,7 +545,10 @@ def _recipe_problems(recipe_args: list[str], world: int | None) -> list[str]:
     if not problems and (problem := output_dir_problem(recipe.output_dir, "output_dir")
                          # another recipe's run there: the trainer refuses it on every node, after the lab has
                          # written its lab.json over that run's (a 3-node sweep's record then named a 2-node lab)
-                         or other_recipes_run(recipe.output_dir, recipe)):
+                         or other_recipes_run(recipe.output_dir, recipe)
+                         # a live run there (another lab's, a torchrun's): the trainer refuses it on every node,
+                         # after this lab has written its lab.json over the live run's (two labs, one output_dir)
+                         or RunLock(recipe.output_dir, rank=1).in_use()):
         problems = [problem]
     return problems
 

@@ -126,6 +126,29 @@ def test_an_output_dir_holding_another_recipes_run_is_refused_before_its_lab_jso
     assert json.loads((run / "lab.json").read_text()) == {"nodes": 3}
 
 
+def test_an_output_dir_of_a_live_run_is_refused_before_its_lab_json_is_written(tmp_path, capsys, monkeypatch):
+    """Round 6: a second lab given the output_dir of a lab run still going made its namespaces, wrote its lab.json
+    over the running one's, and its trainer's refusal came back as a torchrun traceback; the first run's lab.json
+    then named the second lab (2 nodes at 5mbit for a 10mbit run). Now its run.lock is read first: one line, exit 2."""
+    import os
+    import socket
+
+    run = tmp_path / "live"
+    run.mkdir()
+    (run / "run.json").write_text(json.dumps({"status": "running",
+                                              "recipe": {"name": "tiny_llama_lora", "workload": "llm_lora"}}))
+    (run / "lab.json").write_text('{"nodes": 2, "rate": "10mbit"}')
+    monkeypatch.delenv("FABRIC_HARNESS_NODE", raising=False)
+    (run / "run.lock").write_text(json.dumps({"owner": "torchrun fh1 at 10.213.9.1:41000", "pid": os.getpid(),
+                                              "host": socket.gethostname(), "start_time": "2026-11-29T15:42:49+00:00"}))
+    monkeypatch.setattr(lab, "check_host", lambda: pytest.fail("the output_dir is checked first"))
+    assert lab.main(["--nodes", "2", "--rate", "5mbit", "--", "recipes/tiny_llama_lora.yaml", f"output_dir={run}"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: output_dir: {str(run)!r} is in use by a live run (torchrun fh1 "
+                                               "at 10.213.9.1:41000"), err
+    assert json.loads((run / "lab.json").read_text()) == {"nodes": 2, "rate": "10mbit"}
+
+
 def test_tbf_counters_from_tc_json():
     """iproute2's `tc -s -j qdisc show dev fab0` on a lab link (captured on the development VM, iproute2 6.x)."""
     real = ('[{"kind":"tbf","handle":"81c5:","root":true,"refcnt":3,"options":{"rate":1250000,"burst":16383,'
