@@ -503,6 +503,20 @@ def test_a_lab_stopped_by_its_own_timeout_is_reported_as_timed_out(tmp_path, cap
     assert "FAILED (timed out, run.json status interrupted)" in capsys.readouterr().out
 
 
+def test_a_lab_variant_without_a_rate_is_named_unshaped_beside_shaped_ones(tmp_path):
+    """Round 6 of the lab: variants `plain` (no `lab:`) and `slow` (`lab: {rate: 2Mibit}`); the report's setting
+    column read `-` for plain, which ran a lab with unshaped links."""
+    doc = good(tmp_path, launcher="lab", repeats=1)
+    doc["variants"] = [{"name": "plain", "expect_transport": "tcp"},
+                       {"name": "slow", "expect_transport": "tcp", "lab": {"rate": "2Mibit"}}]
+    doc["workloads"] = doc["workloads"][1:]
+    ev = load_evaluation(write(tmp_path, doc))
+    assert run_evaluation(ev, launch=FakeLauncher(), render=False) == 0
+    text = (tmp_path / "out" / "evaluation.md").read_text()
+    assert "| plain | lab rate none (unshaped, the default) | tcp |" in text
+    assert "| slow | lab rate 2Mibit (2.09715 Mbit/s) | tcp |" in text
+
+
 class FakeSignalledLauncher(FakeLauncher):
     """The evaluation itself receives a signal while its first run is under way (scancel, kill, Ctrl-C)."""
 
