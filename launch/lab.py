@@ -35,7 +35,7 @@ from launch import host_capacity
 from telemetry.analysis import rates
 from telemetry.analysis.fabric_summary import lab_links
 from telemetry.errors import HarnessError, OneLineParser, output_dir_problem, print_errors
-from telemetry.rundir import LAB, LOGS, METRICS, RUN_JSON, RunKey
+from telemetry.rundir import LAB, LOGS, METRICS, RUN_JSON, RunKey, StepKey
 from telemetry.signals import deferred
 
 SUBNET_BASE = "10.213"  # only ever assigned inside the lab's own namespaces
@@ -381,20 +381,25 @@ def run_in_lab(lab: Lab, nproc: int, recipe_args: list[str], output_dir: str, ti
         t = threading.Thread(target=pump, args=(proc.stdout, sinks), daemon=True)
         t.start()
         threads.append(t)
-    deadline = time.monotonic() + timeout_s
+    deadline, started = time.monotonic() + timeout_s, time.time()
     codes: list[int | None] = [None] * len(procs)
     metrics = os.path.join(output_dir, METRICS)
     timed_out = False
     try:
         while any(c is None for c in codes):
-            if lab.counters_at_first_step is None and lab.shaped and _has_a_line(metrics):
+            if lab.counters_at_first_step is None and lab.shaped and _has_a_step_since(metrics, started):
                 lab.counters_at_first_step = lab.qdisc_counters()
             for i, p in enumerate(procs):
                 if codes[i] is None:
                     codes[i] = p.poll()
             if any(c not in (None, 0) for c in codes) or codes[0] is not None:
                 # a node failed, or node 0 finished: give the others a short grace, then stop them
-                # (a torchrun agent can hang after its workers end)
+                # (a torchrun agent can hang after its workers end). Name the failed node: only node 0's
+                # output is shown, and its error is the lost peer's echo (torchrun's traceback from node 0)
+                for i, c in enumerate(codes):
+                    if c not in (None, 0):
+                        print(f"[lab] node {i}'s torchrun agent exited {c} (its log: {os.path.join(logs, f'lab-node{i}.log')})",
+                              file=sys.stderr, flush=True)
                 grace = time.monotonic() + 30
                 while any(c is None for c in codes) and time.monotonic() < grace:
                     time.sleep(0.2)
@@ -509,11 +514,24 @@ def _close_abandoned_record(output_dir: str) -> None:
     print("[lab] the workers were killed before they recorded their end: run.json closed as interrupted", file=sys.stderr)
 
 
-def _has_a_line(path: str) -> bool:
+def _has_a_step_since(path: str, since: float) -> bool:
+    """metrics.jsonl's last line is a step recorded at or after `since` (epoch seconds): this lab's run has
+    recorded its first step. A resumed run's file holds the earlier attempt's steps from the start (their
+    time before `since`): taken for this run's first step, its start-up drops read as drops during the steps."""
     try:
-        return os.path.getsize(path) > 0
+        with open(path, "rb") as f:
+            f.seek(max(0, os.path.getsize(path) - 65536))
+            lines = f.read().splitlines()
     except OSError:
         return False
+    for raw in reversed(lines):
+        try:
+            last = json.loads(raw)
+        except ValueError:  # a line being written
+            continue
+        when = last.get(StepKey.TIME) if isinstance(last, dict) else None
+        return isinstance(when, (int, float)) and when >= since
+    return False
 
 
 def _output_dir(recipe_args: list[str]) -> str:
@@ -551,6 +569,31 @@ def _recipe_problems(recipe_args: list[str], world: int | None) -> list[str]:
                          or RunLock(recipe.output_dir, rank=1).in_use()):
         problems = [problem]
     return problems
+
+
+LINK_KEYS = ("nodes", "nproc_per_node", "rate_bps", "mtu", "slow_node", "slow_rate_bps")
+
+
+def _earlier_labs(output_dir: str, now: dict) -> tuple[list, str | None]:
+    """The labs earlier attempts in output_dir ran on (lab.json's `earlier_labs`, kept when this lab writes its
+    own), and a warning when the last one's links differ: a resumed run keeps the steps measured there, and its
+    step times, the projection and compare then mix two fabrics (a 3-node run resumed at 20mbit from 5mbit)."""
+    try:
+        with open(os.path.join(output_dir, LAB), encoding="utf-8") as f:
+            old = json.load(f)
+    except (OSError, ValueError):
+        return [], None
+    if not isinstance(old, dict):
+        return [], None
+    earlier = [e for e in old.get("earlier_labs") or [] if isinstance(e, dict)]
+    last = {k: old.get(k) for k in (*LINK_KEYS, "rate", "slow_rate")}
+    if all(last[k] == now.get(k) for k in LINK_KEYS):
+        return earlier, None
+    was = f"{last['nodes']} x {last['nproc_per_node']} at {lab_links(last)}"
+    return earlier + [last], (
+        f"[lab] warning: {output_dir} holds a run made on another lab ({was}, MTU {last['mtu']}); a resume keeps its "
+        "steps measured there, so this run's step times mix two fabrics (lab.json `earlier_labs`); for a "
+        "measurement of this lab use a new output_dir")
 
 
 def _drops(counters: dict) -> int | None:
@@ -660,8 +703,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[lab] {lab.nodes} nodes x {args.nproc_per_node} ranks, {lab.describe()['topology']}, links "
                   f"{shaped}; run directory {output_dir}", flush=True)
             os.makedirs(output_dir, exist_ok=True)
+            now = {**lab.describe(), "nproc_per_node": args.nproc_per_node, "recipe": recipe_args}
+            earlier, warning = _earlier_labs(output_dir, now)
+            if warning:
+                print(warning, file=sys.stderr, flush=True)
             with open(os.path.join(output_dir, LAB), "w", encoding="utf-8") as f:
-                json.dump({**lab.describe(), "nproc_per_node": args.nproc_per_node, "recipe": recipe_args}, f, indent=1)
+                json.dump({**now, **({"earlier_labs": earlier} if earlier else {})}, f, indent=1)
             try:
                 code = run_in_lab(lab, args.nproc_per_node, recipe_args, output_dir, args.timeout, args.port)
             finally:  # an interrupted run keeps what its links did too

@@ -149,6 +149,33 @@ def test_an_output_dir_of_a_live_run_is_refused_before_its_lab_json_is_written(t
     assert json.loads((run / "lab.json").read_text()) == {"nodes": 2, "rate": "10mbit"}
 
 
+def test_a_resumed_runs_kept_steps_are_not_its_first_step(tmp_path):
+    """Round 6: a 3-node lab at 5mbit resumed from step 2 read its kept steps as its first: the queues' 125
+    start-up drops were printed as `dropped 125 packets during the steps`. A step counts from the lab's start."""
+    metrics = tmp_path / "metrics.jsonl"
+    assert not lab._has_a_step_since(str(metrics), 1000.0)
+    metrics.write_text('{"step": 1, "time": 900.0}\n{"step": 2, "time": 950.5}\n')
+    assert not lab._has_a_step_since(str(metrics), 1000.0)
+    metrics.write_text(metrics.read_text() + '{"step": 3, "time": 1000.2}\n{"step": 4, "ti')  # one being written
+    assert lab._has_a_step_since(str(metrics), 1000.0)
+
+
+def test_a_run_resumed_on_another_lab_is_warned_of_and_the_earlier_lab_kept(tmp_path):
+    """Round 6: a 3-node run at 5mbit resumed at 20mbit from its step-3 checkpoint; its lab.json then named 20mbit
+    alone while step 2 (0.47 s, at 5mbit) stayed among its timed steps (the projection's spread read +91%)."""
+    five = {"nodes": 3, "nproc_per_node": 1, "rate": "5mbit", "rate_bps": 5e6, "mtu": 1500, "slow_node": None,
+            "slow_rate": None, "slow_rate_bps": None, "tbf_drops": 3}
+    (tmp_path / "lab.json").write_text(json.dumps(five))
+    same = {**five, "tbf_drops": None}
+    assert lab._earlier_labs(str(tmp_path), same) == ([], None)
+    earlier, warning = lab._earlier_labs(str(tmp_path), {**five, "rate": "20mbit", "rate_bps": 2e7})
+    assert earlier == [{k: v for k, v in five.items() if k != "tbf_drops"}]
+    assert warning.startswith(f"[lab] warning: {tmp_path} holds a run made on another lab (3 x 1 at 5mbit, MTU 1500); "
+                              "a resume keeps its steps measured there")
+    (tmp_path / "lab.json").write_text(json.dumps({**five, "rate": "20mbit", "rate_bps": 2e7, "earlier_labs": earlier}))
+    assert len(lab._earlier_labs(str(tmp_path), {**five, "nodes": 5})[0]) == 2  # every earlier lab, in order
+
+
 def test_tbf_counters_from_tc_json():
     """iproute2's `tc -s -j qdisc show dev fab0` on a lab link (captured on the development VM, iproute2 6.x)."""
     real = ('[{"kind":"tbf","handle":"81c5:","root":true,"refcnt":3,"options":{"rate":1250000,"burst":16383,'
