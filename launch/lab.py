@@ -185,6 +185,9 @@ class Lab:
         if nodes > MAX_NODES:
             raise LabError(f"--nodes: got {nodes}; at most {MAX_NODES}")
         self.nodes, self.rate, self.mtu = nodes, rate.strip().lower(), mtu  # tc reads units in any case
+        if "," in rate:  # a rate per node, as a network engineer may try
+            raise LabError(f"--rate: got {rate!r}; one rate for every link, per-node rates are not supported; allowed: "
+                           "one tc rate (e.g. 100mbit), and --slow-node with --slow-rate for one slower node")
         self.rate_bps = parse_rate(self.rate)
         if self.rate_bps is not None and self.rate_bps < MIN_RATE_BPS:
             raise LabError(f"--rate: got {rate!r}; tc shapes in whole bytes per second: expected at least 8bit "
@@ -638,6 +641,31 @@ def _record_qdiscs(lab: Lab, output_dir: str) -> None:
         print(f"[lab] the shaped links' queues dropped {drops} packets {when}; lab.json `qdisc`", file=sys.stderr)
 
 
+LAB_OPTIONS = ("--nodes", "--nproc-per-node", "--rate", "--slow-node", "--slow-rate", "--mtu", "--timeout", "--port")
+NETEM_OPTIONS = ("--delay", "--latency", "--jitter", "--loss", "--netem", "--corrupt", "--reorder", "--duplicate")
+
+
+def _option_problems(ours: list[str]) -> list[str]:
+    """What argparse would take silently or name badly: an option given twice (the last one won: `--rate 10mbit
+    --rate 100mbit` ran every link at 100mbit), and netem's impairments, which the lab does not add."""
+    seen: dict[str, list[str]] = {}
+    problems = []
+    for i, arg in enumerate(ours):
+        name, eq, value = arg.partition("=")
+        if name in NETEM_OPTIONS:
+            problems.append(f"{name}: the lab shapes bandwidth only (tc tbf) and adds no delay, jitter or loss (tc "
+                            "netem); allowed: --rate, --mtu, --slow-node with --slow-rate")
+        elif name in LAB_OPTIONS:
+            seen.setdefault(name, []).append(value if eq else (ours[i + 1] if i + 1 < len(ours) else ""))
+    for name, values in seen.items():
+        if len(values) > 1:
+            per_node = " (one rate for every link; one slower node: --slow-node with --slow-rate)" \
+                if name == "--rate" else ""
+            problems.append(f"{name}: given {len(values)} times ({', '.join(map(repr, values))}); allowed: once"
+                            + per_node)
+    return problems
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--" in argv:
@@ -658,6 +686,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="frame size of the lab's links (default 1500; 9000 for jumbo frames as on training fabrics)")
     p.add_argument("--timeout", type=float, default=1800, help="seconds before every node is stopped")
     p.add_argument("--port", type=int, default=29400, help="rendezvous port on node 0")
+    if given := _option_problems(ours):
+        return print_errors(*given)
     args = p.parse_args(ours)
     if not recipe_args:
         p.error("give the recipe after --, e.g. -- recipes/tiny_llama_lora.yaml max_steps=10")

@@ -85,13 +85,34 @@ def test_main_needs_the_recipe_after_the_separator(capsys):
     (["--timeout", "nan"], "--timeout: got nan; expected a number of seconds above 0"),
     (["--port", "99999"], "--port: got 99999; expected a TCP port from 1 to 65535"),
     (["--nproc-per-node", "0"], "--nproc-per-node: got 0; expected an integer >= 1"),
-    (["--nodes", "two"], "argument --nodes: invalid int value: 'two'; allowed: a whole number; see python -m launch.lab --help"),
+    (["--port", "http"], "argument --port: invalid int value: 'http'; allowed: a whole number; see python -m launch.lab --help"),
 ])
 def test_bad_arguments_are_one_line_before_anything_is_created(args, message, capsys):
     with pytest.raises(SystemExit) as info:
         lab.main(["--nodes", "2", "--rate", "1gbit", *args, "--", "recipes/tiny_llama_lora.yaml"])
     err = capsys.readouterr().err.strip().splitlines()
     assert info.value.code == 2 and len(err) == 1 and err[0].startswith(f"error: {message}"), err
+
+
+@pytest.mark.parametrize("args,message", [
+    # round 6: argparse kept the last of two, every link then at 100mbit; netem's options were "unrecognized"
+    (["--rate=100mbit"], "--rate: given 2 times ('1gbit', '100mbit'); allowed: once (one rate for every link; one "
+                         "slower node: --slow-node with --slow-rate)"),
+    (["--nodes", "3"], "--nodes: given 2 times ('2', '3'); allowed: once"),
+    (["--delay", "10ms"], "--delay: the lab shapes bandwidth only (tc tbf) and adds no delay, jitter or loss (tc "
+                          "netem); allowed: --rate, --mtu, --slow-node with --slow-rate"),
+    (["--loss=1%"], "--loss: the lab shapes bandwidth only"),
+])
+def test_options_given_twice_and_netem_impairments_are_refused(args, message, capsys):
+    assert lab.main(["--nodes", "2", "--rate", "1gbit", *args, "--", "recipes/tiny_llama_lora.yaml"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: {message}"), err
+
+
+def test_a_rate_per_node_is_refused_with_what_the_lab_offers():
+    with pytest.raises(LabError, match=r"--rate: got '10mbit,100mbit'; one rate for every link, per-node rates are not "
+                                       r"supported; allowed: one tc rate \(e.g. 100mbit\), and --slow-node with --slow-rate"):
+        lab.Lab(2, "10mbit,100mbit")
 
 
 @pytest.mark.parametrize("recipe_args,message", [
