@@ -32,6 +32,7 @@ import time
 from datetime import datetime, timezone
 
 from launch import host_capacity
+from launch.console import pump, say
 from telemetry.analysis import rates
 from telemetry.analysis.fabric_summary import lab_links
 from telemetry.errors import HarnessError, OneLineParser, output_dir_problem, print_errors
@@ -344,17 +345,6 @@ def cut_link(lab: Lab, node: int) -> None:
 def leftover_namespaces() -> list[str]:
     proc = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=30)
     return [line.split()[0] for line in proc.stdout.splitlines() if line.strip()]
-
-
-def pump(stream, sinks) -> None:
-    """Copy a child's output, line by line, to every sink (a log file, the console) as it comes."""
-    for line in iter(stream.readline, ""):
-        for sink in sinks:
-            try:
-                sink.write(line)
-                sink.flush()
-            except ValueError:  # the node's log was closed: a process still holding the pipe outlived the run
-                pass
 
 
 def run_in_lab(lab: Lab, nproc: int, recipe_args: list[str], output_dir: str, timeout_s: float,
@@ -730,8 +720,8 @@ def main(argv: list[str] | None = None) -> int:
         with lab:
             shaped = (f"{lab_links(lab.describe())} (burst {burst_bytes(lab.rate_bps, lab.mtu)} B, MTU {lab.mtu})"
                       if lab.rate_bps else f"{lab_links(lab.describe())} (MTU {lab.mtu})")
-            print(f"[lab] {lab.nodes} nodes x {args.nproc_per_node} ranks, {lab.describe()['topology']}, links "
-                  f"{shaped}; run directory {output_dir}", flush=True)
+            say(f"[lab] {lab.nodes} nodes x {args.nproc_per_node} ranks, {lab.describe()['topology']}, links "
+                f"{shaped}; run directory {output_dir}")
             os.makedirs(output_dir, exist_ok=True)
             now = {**lab.describe(), "nproc_per_node": args.nproc_per_node, "recipe": recipe_args}
             earlier, warning = _earlier_labs(output_dir, now)
@@ -759,7 +749,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[lab] warning: namespaces left behind: {', '.join(left)}", file=sys.stderr)
     else:
         what = f"{lab.nodes} nodes" + (" and the switch" if lab.switch else "")
-        print(f"[lab] torn down ({len(lab.all_namespaces)} namespaces removed: {what})", flush=True)
+        say(f"[lab] torn down ({len(lab.all_namespaces)} namespaces removed: {what})")
     return code
 
 
