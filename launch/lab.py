@@ -583,10 +583,11 @@ def _earlier_labs(output_dir: str, now: dict) -> tuple[list, str | None]:
     if all(last[k] == now.get(k) for k in LINK_KEYS):
         return earlier, None
     was = f"{last['nodes']} x {last['nproc_per_node']} at {lab_links(last)}"
+    last["replaced_at"] = time.time()  # steps recorded before it ran on that lab: the run's reader leaves them out
     return earlier + [last], (
         f"[lab] warning: {output_dir} holds a run made on another lab ({was}, MTU {last['mtu']}); a resume keeps its "
-        "steps measured there, so this run's step times mix two fabrics (lab.json `earlier_labs`); for a "
-        "measurement of this lab use a new output_dir")
+        "steps measured there, which its report and projection leave out (lab.json `earlier_labs`); for a "
+        "whole run on this lab use a new output_dir")
 
 
 def _drops(counters: dict) -> int | None:

@@ -190,6 +190,7 @@ def test_a_run_resumed_on_another_lab_is_warned_of_and_the_earlier_lab_kept(tmp_
     same = {**five, "tbf_drops": None}
     assert lab._earlier_labs(str(tmp_path), same) == ([], None)
     earlier, warning = lab._earlier_labs(str(tmp_path), {**five, "rate": "20mbit", "rate_bps": 2e7})
+    assert isinstance(earlier[0].pop("replaced_at"), float)  # when: the steps before it are the other lab's
     assert earlier == [{k: v for k, v in five.items() if k != "tbf_drops"}]
     assert warning.startswith(f"[lab] warning: {tmp_path} holds a run made on another lab (3 x 1 at 5mbit, MTU 1500); "
                               "a resume keeps its steps measured there")
