@@ -86,6 +86,23 @@ def compare_reports(ev: Evaluation, results: list[dict], say) -> list[dict]:
     return reports
 
 
+def readable(s: dict) -> dict:
+    """A workload's statistics for display: a busbw in GB/s whose every value is below 0.01 (a slow lab link)
+    is shown in MB/s or kB/s (`0.0005685 GB/s` read as 568.5 kB/s). evaluation.json keeps GB/s."""
+    m = s.get("metric") or {}
+    values = [v for d in s["variants"].values() for v in d.get("values") or []]
+    if m.get("unit") != "GB/s" or not values or max(abs(v) for v in values) >= 0.01:
+        return s
+    unit, k = ("MB/s", 1e3) if max(abs(v) for v in values) >= 0.001 else ("kB/s", 1e6)
+
+    def scale(x):
+        return [scale(v) for v in x] if isinstance(x, list) else x * k if isinstance(x, (int, float)) else x
+    keys = ("mean", "sd", "mlperf_mean", "mean_interval", "values")
+    variants = {n: {**d, **{key: scale(d.get(key)) for key in keys}} for n, d in s["variants"].items()}
+    ranking = [{**r, "value": scale(r.get("value"))} for r in s.get("ranking") or []]
+    return {**s, "metric": {**m, "unit": unit}, "variants": variants, "ranking": ranking}
+
+
 def _fmt_stat(d: dict) -> str:
     if not d["n"]:
         return "n/a"
@@ -134,7 +151,7 @@ def tables(ev: Evaluation, record: dict) -> list[tuple[str, list[str], list[list
     out.append(("Variants and the transport check", ["variant", "setting", "expected", "transport used",
                                                      "interfaces used", "check"], rows, classes))
     for w in ev.workloads:
-        s = record["statistics"][w.name]
+        s = readable(record["statistics"][w.name])
         m = s["metric"] or {"name": "metric", "unit": ""}
         many = any(d["n"] + d.get("not_converged", 0) >= st.MIN_REPEATS_FOR_INTERVAL for d in s["variants"].values())
         header = ["variant", f"{m['name']} ({m['unit']}), mean ± sd"] + (
@@ -269,7 +286,7 @@ def final_table(ev: Evaluation, record: dict) -> str:
         header.append("95% interval")
     rows = []
     for w in ev.workloads:
-        s = record["statistics"][w.name]
+        s = readable(record["statistics"][w.name])
         m = s["metric"] or {"name": "-", "unit": ""}
         for v in ev.variants:
             d = s["variants"][v.name]

@@ -517,6 +517,26 @@ def test_a_lab_variant_without_a_rate_is_named_unshaped_beside_shaped_ones(tmp_p
     assert "| slow | lab rate 2Mibit (2.09715 Mbit/s) | tcp |" in text
 
 
+def test_a_slow_links_busbw_is_shown_in_a_unit_it_reads_in():
+    """Rounds 5 and 6 of the lab: a 5mbit sweep's busbw read `0.0005685 ± 3.1e-06` GB/s in the console and
+    evaluation.md; evaluation.json keeps GB/s, the tables show MB/s or kB/s when every value is below 0.01."""
+    from launch.evaluate.summary import readable
+    from telemetry.analysis import evaluation_stats as st
+    runs = [{"variant": v, "round": i, "value": x, "index": i}
+            for i, (v, x) in enumerate([("small", 0.0005663), ("small", 0.0005707), ("wide", 0.002329),
+                                        ("wide", 0.002205)])]
+    stats = {"metric": {"name": "all_reduce avg busbw", "unit": "GB/s", "higher_is_better": True},
+             **st.summarize_runs(runs, ["small", "wide"], True)}
+    shown = readable(stats)
+    assert shown["metric"]["unit"] == "MB/s" and shown["variants"]["small"]["mean"] == pytest.approx(0.5685)
+    assert [r["value"] for r in shown["ranking"]] == pytest.approx([2.329, 2.205, 0.5707, 0.5663])
+    assert stats["metric"]["unit"] == "GB/s" and stats["variants"]["small"]["mean"] == pytest.approx(0.0005685)
+    slow = {**stats, "variants": {k: {**d, "values": [x / 10 for x in d["values"]]} for k, d in stats["variants"].items()}}
+    assert readable(slow)["metric"]["unit"] == "kB/s"
+    fast = {**stats, "variants": {"a": {**stats["variants"]["wide"], "values": [1.5]}}}
+    assert readable(fast) is fast  # a busbw that reads well in GB/s stays as it is
+
+
 class FakeSignalledLauncher(FakeLauncher):
     """The evaluation itself receives a signal while its first run is under way (scancel, kill, Ctrl-C)."""
 
