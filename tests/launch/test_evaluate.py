@@ -537,6 +537,25 @@ def test_a_slow_links_busbw_is_shown_in_a_unit_it_reads_in():
     assert readable(fast) is fast  # a busbw that reads well in GB/s stays as it is
 
 
+def test_a_second_evaluation_into_a_live_ones_out_is_refused(tmp_path, capsys, monkeypatch):
+    """Round 6 of the lab: two `launch.evaluate FILE --out D` at once each moved the other's live run aside as
+    "an incomplete earlier attempt" and wrote evaluation.json over the other's (one completed, one failed)."""
+    import socket
+
+    out = tmp_path / "out"
+    out.mkdir()
+    monkeypatch.delenv("FABRIC_HARNESS_NODE", raising=False)
+    (out / "run.lock").write_text(json.dumps({"owner": "pid 1 on elsewhere", "pid": os.getpid(),
+                                              "host": socket.gethostname(), "start_time": "2026-11-29T16:06:00+00:00"}))
+    path = write(tmp_path, good(tmp_path, out=str(out)))
+    assert main([path, "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: --out: {str(out)!r} is in use by a live evaluation (pid 1 on "
+                                               "elsewhere"), err
+    assert err[0].endswith("allowed: wait for it to end, stop it, or another --out")
+    assert main([path, "--dry-run"]) == 0  # a dry run only reads: it may look while the other runs
+
+
 class FakeSignalledLauncher(FakeLauncher):
     """The evaluation itself receives a signal while its first run is under way (scancel, kill, Ctrl-C)."""
 
