@@ -32,10 +32,11 @@ import time
 from datetime import datetime, timezone
 
 from launch import host_capacity
+from launch.console import pump, say
 from telemetry.analysis import rates
 from telemetry.analysis.fabric_summary import lab_links
 from telemetry.errors import HarnessError, OneLineParser, output_dir_problem, print_errors
-from telemetry.rundir import LAB, LOGS, METRICS, RUN_JSON, RunKey
+from telemetry.rundir import LAB, LOGS, METRICS, RUN_JSON, RunKey, StepKey
 from telemetry.signals import deferred
 
 SUBNET_BASE = "10.213"  # only ever assigned inside the lab's own namespaces
@@ -185,6 +186,9 @@ class Lab:
         if nodes > MAX_NODES:
             raise LabError(f"--nodes: got {nodes}; at most {MAX_NODES}")
         self.nodes, self.rate, self.mtu = nodes, rate.strip().lower(), mtu  # tc reads units in any case
+        if "," in rate:  # a rate per node, as a network engineer may try
+            raise LabError(f"--rate: got {rate!r}; one rate for every link, per-node rates are not supported; allowed: "
+                           "one tc rate (e.g. 100mbit), and --slow-node with --slow-rate for one slower node")
         self.rate_bps = parse_rate(self.rate)
         if self.rate_bps is not None and self.rate_bps < MIN_RATE_BPS:
             raise LabError(f"--rate: got {rate!r}; tc shapes in whole bytes per second: expected at least 8bit "
@@ -207,8 +211,10 @@ class Lab:
         if self.slow_rate_bps is not None and self.rate_bps is not None and self.slow_rate_bps >= self.rate_bps:
             # in tc a rate in bps is bytes per second: `--rate 1mbps` is 8 Mbit/s, as fast as `--slow-rate 8mbit`
             in_bits = (f" ({rate!r} is {rates.bits_text(self.rate_bps)}, {slow_rate!r} "
-                       f"{rates.bits_text(self.slow_rate_bps)}: tc's kbps, mbps and gbps are bytes per second)"
-                       if any(r.strip().lower().endswith("bps") for r in (rate, slow_rate)) else "")
+                       f"{rates.bits_text(self.slow_rate_bps)}: "
+                       + ("tc's kbps, mbps and gbps are bytes per second)" if any(rates.bytes_unit_warning(r)
+                          for r in (rate, slow_rate)) else "tc's kibit, mibit and gibit are 1024-based)")
+                       if any(rates.misreadable(r) for r in (rate, slow_rate)) else "")
             raise LabError(f"--slow-rate: got {slow_rate!r}, not slower than --rate {rate!r}{in_bits}; expected a rate "
                            "below --rate (one slow link among healthy ones)")
         self.slow_rate = slow_rate.strip().lower() if slow_rate is not None else None
@@ -341,17 +347,6 @@ def leftover_namespaces() -> list[str]:
     return [line.split()[0] for line in proc.stdout.splitlines() if line.strip()]
 
 
-def pump(stream, sinks) -> None:
-    """Copy a child's output, line by line, to every sink (a log file, the console) as it comes."""
-    for line in iter(stream.readline, ""):
-        for sink in sinks:
-            try:
-                sink.write(line)
-                sink.flush()
-            except ValueError:  # the node's log was closed: a process still holding the pipe outlived the run
-                pass
-
-
 def run_in_lab(lab: Lab, nproc: int, recipe_args: list[str], output_dir: str, timeout_s: float,
                port: int, program: list[str] | None = None) -> int:
     """One torchrun agent per node; node 0's output is shown, every node's is kept in logs/. The trainer
@@ -379,20 +374,25 @@ def run_in_lab(lab: Lab, nproc: int, recipe_args: list[str], output_dir: str, ti
         t = threading.Thread(target=pump, args=(proc.stdout, sinks), daemon=True)
         t.start()
         threads.append(t)
-    deadline = time.monotonic() + timeout_s
+    deadline, started = time.monotonic() + timeout_s, time.time()
     codes: list[int | None] = [None] * len(procs)
     metrics = os.path.join(output_dir, METRICS)
     timed_out = False
     try:
         while any(c is None for c in codes):
-            if lab.counters_at_first_step is None and lab.shaped and _has_a_line(metrics):
+            if lab.counters_at_first_step is None and lab.shaped and _has_a_step_since(metrics, started):
                 lab.counters_at_first_step = lab.qdisc_counters()
             for i, p in enumerate(procs):
                 if codes[i] is None:
                     codes[i] = p.poll()
             if any(c not in (None, 0) for c in codes) or codes[0] is not None:
                 # a node failed, or node 0 finished: give the others a short grace, then stop them
-                # (a torchrun agent can hang after its workers end)
+                # (a torchrun agent can hang after its workers end). Name the failed node: only node 0's
+                # output is shown, and its error is the lost peer's echo (torchrun's traceback from node 0)
+                for i, c in enumerate(codes):
+                    if c not in (None, 0):
+                        print(f"[lab] node {i}'s torchrun agent exited {c} (its log: {os.path.join(logs, f'lab-node{i}.log')})",
+                              file=sys.stderr, flush=True)
                 grace = time.monotonic() + 30
                 while any(c is None for c in codes) and time.monotonic() < grace:
                     time.sleep(0.2)
@@ -507,11 +507,24 @@ def _close_abandoned_record(output_dir: str) -> None:
     print("[lab] the workers were killed before they recorded their end: run.json closed as interrupted", file=sys.stderr)
 
 
-def _has_a_line(path: str) -> bool:
+def _has_a_step_since(path: str, since: float) -> bool:
+    """metrics.jsonl's last line is a step recorded at or after `since` (epoch seconds): this lab's run has
+    recorded its first step. A resumed run's file holds the earlier attempt's steps from the start (their
+    time before `since`): taken for this run's first step, its start-up drops read as drops during the steps."""
     try:
-        return os.path.getsize(path) > 0
+        with open(path, "rb") as f:
+            f.seek(max(0, os.path.getsize(path) - 65536))
+            lines = f.read().splitlines()
     except OSError:
         return False
+    for raw in reversed(lines):
+        try:
+            last = json.loads(raw)
+        except ValueError:  # a line being written
+            continue
+        when = last.get(StepKey.TIME) if isinstance(last, dict) else None
+        return isinstance(when, (int, float)) and when >= since
+    return False
 
 
 def _output_dir(recipe_args: list[str]) -> str:
@@ -533,6 +546,7 @@ def _recipe_problems(recipe_args: list[str], world: int | None) -> list[str]:
     from trainer.cli import other_recipes_run
     from trainer.config import RecipeError, load_recipe
     from trainer.layout import resolve_layout
+    from trainer.runlock import RunLock
 
     try:
         recipe = load_recipe(recipe_args[0], recipe_args[1:])
@@ -542,9 +556,38 @@ def _recipe_problems(recipe_args: list[str], world: int | None) -> list[str]:
     if not problems and (problem := output_dir_problem(recipe.output_dir, "output_dir")
                          # another recipe's run there: the trainer refuses it on every node, after the lab has
                          # written its lab.json over that run's (a 3-node sweep's record then named a 2-node lab)
-                         or other_recipes_run(recipe.output_dir, recipe)):
+                         or other_recipes_run(recipe.output_dir, recipe)
+                         # a live run there (another lab's, a torchrun's): the trainer refuses it on every node,
+                         # after this lab has written its lab.json over the live run's (two labs, one output_dir)
+                         or RunLock(recipe.output_dir, rank=1).in_use()):
         problems = [problem]
     return problems
+
+
+LINK_KEYS = ("nodes", "nproc_per_node", "rate_bps", "mtu", "slow_node", "slow_rate_bps")
+
+
+def _earlier_labs(output_dir: str, now: dict) -> tuple[list, str | None]:
+    """The labs earlier attempts in output_dir ran on (lab.json's `earlier_labs`, kept when this lab writes its
+    own), and a warning when the last one's links differ: a resumed run keeps the steps measured there, and its
+    step times, the projection and compare then mix two fabrics (a 3-node run resumed at 20mbit from 5mbit)."""
+    try:
+        with open(os.path.join(output_dir, LAB), encoding="utf-8") as f:
+            old = json.load(f)
+    except (OSError, ValueError):
+        return [], None
+    if not isinstance(old, dict):
+        return [], None
+    earlier = [e for e in old.get("earlier_labs") or [] if isinstance(e, dict)]
+    last = {k: old.get(k) for k in (*LINK_KEYS, "rate", "slow_rate")}
+    if all(last[k] == now.get(k) for k in LINK_KEYS):
+        return earlier, None
+    was = f"{last['nodes']} x {last['nproc_per_node']} at {lab_links(last)}"
+    last["replaced_at"] = time.time()  # steps recorded before it ran on that lab: the run's reader leaves them out
+    return earlier + [last], (
+        f"[lab] warning: {output_dir} holds a run made on another lab ({was}, MTU {last['mtu']}); a resume keeps its "
+        "steps measured there, which its report and projection leave out (lab.json `earlier_labs`); for a "
+        "whole run on this lab use a new output_dir")
 
 
 def _drops(counters: dict) -> int | None:
@@ -589,6 +632,31 @@ def _record_qdiscs(lab: Lab, output_dir: str) -> None:
         print(f"[lab] the shaped links' queues dropped {drops} packets {when}; lab.json `qdisc`", file=sys.stderr)
 
 
+LAB_OPTIONS = ("--nodes", "--nproc-per-node", "--rate", "--slow-node", "--slow-rate", "--mtu", "--timeout", "--port")
+NETEM_OPTIONS = ("--delay", "--latency", "--jitter", "--loss", "--netem", "--corrupt", "--reorder", "--duplicate")
+
+
+def _option_problems(ours: list[str]) -> list[str]:
+    """What argparse would take silently or name badly: an option given twice (the last one won: `--rate 10mbit
+    --rate 100mbit` ran every link at 100mbit), and netem's impairments, which the lab does not add."""
+    seen: dict[str, list[str]] = {}
+    problems = []
+    for i, arg in enumerate(ours):
+        name, eq, value = arg.partition("=")
+        if name in NETEM_OPTIONS:
+            problems.append(f"{name}: the lab shapes bandwidth only (tc tbf) and adds no delay, jitter or loss (tc "
+                            "netem); allowed: --rate, --mtu, --slow-node with --slow-rate")
+        elif name in LAB_OPTIONS:
+            seen.setdefault(name, []).append(value if eq else (ours[i + 1] if i + 1 < len(ours) else ""))
+    for name, values in seen.items():
+        if len(values) > 1:
+            per_node = " (one rate for every link; one slower node: --slow-node with --slow-rate)" \
+                if name == "--rate" else ""
+            problems.append(f"{name}: given {len(values)} times ({', '.join(map(repr, values))}); allowed: once"
+                            + per_node)
+    return problems
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--" in argv:
@@ -609,6 +677,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="frame size of the lab's links (default 1500; 9000 for jumbo frames as on training fabrics)")
     p.add_argument("--timeout", type=float, default=1800, help="seconds before every node is stopped")
     p.add_argument("--port", type=int, default=29400, help="rendezvous port on node 0")
+    if given := _option_problems(ours):
+        return print_errors(*given)
     args = p.parse_args(ours)
     if not recipe_args:
         p.error("give the recipe after --, e.g. -- recipes/tiny_llama_lora.yaml max_steps=10")
@@ -651,11 +721,15 @@ def main(argv: list[str] | None = None) -> int:
         with lab:
             shaped = (f"{lab_links(lab.describe())} (burst {burst_bytes(lab.rate_bps, lab.mtu)} B, MTU {lab.mtu})"
                       if lab.rate_bps else f"{lab_links(lab.describe())} (MTU {lab.mtu})")
-            print(f"[lab] {lab.nodes} nodes x {args.nproc_per_node} ranks, {lab.describe()['topology']}, links "
-                  f"{shaped}; run directory {output_dir}", flush=True)
+            say(f"[lab] {lab.nodes} nodes x {args.nproc_per_node} ranks, {lab.describe()['topology']}, links "
+                f"{shaped}; run directory {output_dir}")
             os.makedirs(output_dir, exist_ok=True)
+            now = {**lab.describe(), "nproc_per_node": args.nproc_per_node, "recipe": recipe_args}
+            earlier, warning = _earlier_labs(output_dir, now)
+            if warning:
+                print(warning, file=sys.stderr, flush=True)
             with open(os.path.join(output_dir, LAB), "w", encoding="utf-8") as f:
-                json.dump({**lab.describe(), "nproc_per_node": args.nproc_per_node, "recipe": recipe_args}, f, indent=1)
+                json.dump({**now, **({"earlier_labs": earlier} if earlier else {})}, f, indent=1)
             try:
                 code = run_in_lab(lab, args.nproc_per_node, recipe_args, output_dir, args.timeout, args.port)
             finally:  # an interrupted run keeps what its links did too
@@ -676,7 +750,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[lab] warning: namespaces left behind: {', '.join(left)}", file=sys.stderr)
     else:
         what = f"{lab.nodes} nodes" + (" and the switch" if lab.switch else "")
-        print(f"[lab] torn down ({len(lab.all_namespaces)} namespaces removed: {what})", flush=True)
+        say(f"[lab] torn down ({len(lab.all_namespaces)} namespaces removed: {what})")
     return code
 
 

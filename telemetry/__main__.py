@@ -250,7 +250,7 @@ def _project_targets(args) -> tuple[str | None, list[int], list[tuple], float | 
     import os
 
     from telemetry.analysis.projection import ProjectionError, load_busbw_table
-    from telemetry.analysis.rates import RateError, bytes_unit_warning, parse_rate
+    from telemetry.analysis.rates import RateError, bytes_unit_warning, misreadable, parse_rate
 
     if not args.rate and not args.busbw_table:
         return ("project: give the target fabric: --rate RATE (tc units, e.g. 100gbit) and/or --busbw-table "
@@ -277,7 +277,8 @@ def _project_targets(args) -> tuple[str | None, list[int], list[tuple], float | 
             label = rate
             if warning := bytes_unit_warning(rate):
                 print(warning, file=sys.stderr)
-                label = f"{rate} ({_fmt_rate(bps)})"  # each line that names the target says it in bits too
+            if misreadable(rate):  # bytes units, or 1024-based (10Mibit): each line naming the target says it in bits
+                label = f"{rate} ({_fmt_rate(bps)})"
             targets.append((label, bps, None))
         for path in args.busbw_table:
             targets.append((os.path.basename(path), None, load_busbw_table(path)))

@@ -76,6 +76,12 @@ class RunLock:
                 f"pid {data.get('pid')} on host {data.get('host')}, since {data.get('start_time')}; {LOCK}); "
                 "allowed: wait for it to end, stop it, or another output_dir")
 
+    def in_use(self) -> str | None:
+        """The one-line reason when another job's live run holds the directory, else None; writes nothing (the
+        fabric lab asks before it writes its lab.json there)."""
+        data = self._read()
+        return self._problem(data) if data is not None and not data["stale"] and data.get("owner") != self.key else None
+
     def acquire(self) -> str | None:
         """None when this run may use the directory, else the one-line reason it may not."""
         data = self._read()

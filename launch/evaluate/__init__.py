@@ -210,8 +210,23 @@ def main(argv: list[str] | None = None) -> int:
     if problem := output_dir_problem(ev.out, "--out" if args.out else "out"):
         print_errors(problem)
         return EXIT_INPUT
+    lock = None
+    if not args.dry_run:  # one evaluation at a time in an output directory
+        from trainer.runlock import RunLock
+        os.makedirs(ev.out, exist_ok=True)
+        lock = RunLock(ev.out, 0)
+        if problem := lock.acquire():
+            # two at once each moved the other's live run aside as "an incomplete earlier attempt" and wrote
+            # evaluation.json over the other's (one said completed, the other failed)
+            key = "--out" if args.out else "out"
+            print_errors(problem.replace("output_dir:", f"{key}:", 1).replace("a live run", "a live evaluation", 1)
+                         .replace("another output_dir", f"another {key}"))
+            return EXIT_INPUT
     try:
         return run_evaluation(ev, verbose=args.verbose, dry_run=args.dry_run)
     except EvaluateError as exc:
         print_errors(exc)
         return EXIT_INPUT
+    finally:
+        if lock is not None:
+            lock.release()

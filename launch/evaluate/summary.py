@@ -86,33 +86,27 @@ def compare_reports(ev: Evaluation, results: list[dict], say) -> list[dict]:
     return reports
 
 
-# a slow lab link's busbw is a few kB/s: shown in GB/s it read 0.0005779
-_RATE_SCALES = (("GB/s", 1.0), ("MB/s", 1e3), ("kB/s", 1e6), ("B/s", 1e9))
+def readable(s: dict) -> dict:
+    """A workload's statistics for display: a busbw in GB/s whose every value is below 0.01 (a slow lab link)
+    is shown in MB/s or kB/s (`0.0005685 GB/s` read as 568.5 kB/s). evaluation.json keeps GB/s."""
+    m = s.get("metric") or {}
+    values = [v for d in s["variants"].values() for v in d.get("values") or []]
+    if m.get("unit") != "GB/s" or not values or max(abs(v) for v in values) >= 0.01:
+        return s
+    unit, k = ("MB/s", 1e3) if max(abs(v) for v in values) >= 0.001 else ("kB/s", 1e6)
+
+    def scale(x):
+        return [scale(v) for v in x] if isinstance(x, list) else x * k if isinstance(x, (int, float)) else x
+    keys = ("mean", "sd", "mlperf_mean", "mean_interval", "values")
+    variants = {n: {**d, **{key: scale(d.get(key)) for key in keys}} for n, d in s["variants"].items()}
+    ranking = [{**r, "value": scale(r.get("value"))} for r in s.get("ranking") or []]
+    return {**s, "metric": {**m, "unit": unit}, "variants": variants, "ranking": ranking}
 
 
-def display_metric(stats: dict) -> tuple[dict, float]:
-    """The workload's metric with the unit its table shows (a bandwidth in GB/s rescaled so the largest mean
-    reads >= 1: MB/s, kB/s), and the factor its values are multiplied by; evaluation.json keeps GB/s."""
-    m = dict(stats["metric"] or {"name": "metric", "unit": ""})
-    if m.get("unit") != "GB/s":
-        return m, 1.0
-    top = max((abs(d["mean"]) for d in stats["variants"].values() if d.get("mean")), default=None)
-    if not top:
-        return m, 1.0
-    unit, factor = next(((u, f) for u, f in _RATE_SCALES if top * f >= 1), _RATE_SCALES[-1])
-    m["unit"] = unit
-    return m, factor
-
-
-def _scaled(value, factor: float):
-    return None if value is None else value * factor
-
-
-def _fmt_stat(d: dict, factor: float = 1.0) -> str:
+def _fmt_stat(d: dict) -> str:
     if not d["n"]:
         return "n/a"
-    text = st.fmt(_scaled(d["mean"], factor)) + (f" ± {st.fmt(_scaled(d['sd'], factor), 2)}" if d["sd"] is not None
-                                                  else "") + f" (n={d['n']})"
+    text = st.fmt(d["mean"]) + (f" ± {st.fmt(d['sd'], 2)}" if d["sd"] is not None else "") + f" (n={d['n']})"
     return text
 
 
@@ -128,8 +122,8 @@ def _fmt_diff(p: dict) -> tuple[str, str]:
 
 def lab_setting_text(key: str, value) -> str:
     """A lab setting as written, a rate in tc's bytes units named in bits too ('1mbps (8 Mbit/s)')."""
-    from telemetry.analysis.rates import RateError, bits_text, bytes_unit_warning, parse_rate
-    if key in ("rate", "slow_rate") and isinstance(value, str) and bytes_unit_warning(value):
+    from telemetry.analysis.rates import RateError, bits_text, misreadable, parse_rate
+    if key in ("rate", "slow_rate") and isinstance(value, str) and misreadable(value):
         try:
             return f"{value} ({bits_text(parse_rate(value))})"
         except RateError:
@@ -144,7 +138,9 @@ def tables(ev: Evaluation, record: dict) -> list[tuple[str, list[str], list[list
     rows, classes = [], []
     for v in ev.variants:
         vd = verdicts[v.name]
-        setting = ", ".join([f"lab {k} {lab_setting_text(k, val)}" for k, val in v.lab.items()] + [f"{k}={val}" for k, val in record["env"][v.name].items()]
+        # a lab variant that names no rate runs unshaped links: say so, not "-" (a variant beside shaped ones)
+        unshaped = ["lab rate none (unshaped, the default)"] if ev.launcher == "lab" and "rate" not in v.lab else []
+        setting = ", ".join(unshaped + [f"lab {k} {lab_setting_text(k, val)}" for k, val in v.lab.items()] + [f"{k}={val}" for k, val in record["env"][v.name].items()]
                             + ([f"hosts {','.join(v.hosts)}"] if v.hosts else [])) or "-"
         check = {"ok": "ok", "mismatch": "MISMATCH", "unknown": "not verified", "not run": "not run"}[vd["verdict"]]
         if vd["reasons"]:
@@ -155,8 +151,8 @@ def tables(ev: Evaluation, record: dict) -> list[tuple[str, list[str], list[list
     out.append(("Variants and the transport check", ["variant", "setting", "expected", "transport used",
                                                      "interfaces used", "check"], rows, classes))
     for w in ev.workloads:
-        s = record["statistics"][w.name]
-        m, k = display_metric(s)
+        s = readable(record["statistics"][w.name])
+        m = s["metric"] or {"name": "metric", "unit": ""}
         many = any(d["n"] + d.get("not_converged", 0) >= st.MIN_REPEATS_FOR_INTERVAL for d in s["variants"].values())
         header = ["variant", f"{m['name']} ({m['unit']}), mean ± sd"] + (
             ["MLPerf mean (best, worst dropped)", "95% interval of the mean"] if many else []) \
@@ -167,12 +163,12 @@ def tables(ev: Evaluation, record: dict) -> list[tuple[str, list[str], list[list
             d = s["variants"][v.name]
             pair = next((p for p in s["differences"] if p["a"] == base and p["b"] == v.name), None)
             ci = d.get("mean_interval")
-            olympic = st.fmt(_scaled(d["mlperf_mean"], k)) + (f" ({d['not_converged']} missed the target, dropped as the slowest)"
+            olympic = st.fmt(d["mlperf_mean"]) + (f" ({d['not_converged']} missed the target, dropped as the slowest)"
                                                   if d.get("not_converged") and d["mlperf_mean"] is not None else
                                                   f": {d['mlperf_mean_reason']}" if d.get("mlperf_mean_reason")
                                                   and d.get("not_converged") else "")
-            rows.append([v.name, _fmt_stat(d, k)] + ([olympic,
-                                                      f"[{st.fmt(ci[0] * k)}, {st.fmt(ci[1] * k)}]" if ci else "n/a"]
+            rows.append([v.name, _fmt_stat(d)] + ([olympic,
+                                                   f"[{st.fmt(ci[0])}, {st.fmt(ci[1])}]" if ci else "n/a"]
                                                   if many else [])
                         + ["baseline" if v.name == base else _fmt_diff(pair)[0]])
         out.append((f"Workload {w.name} ({'collective sweep' if w.sweep else 'training'})", header, rows, [[""] * len(header)] * len(rows)))
@@ -180,7 +176,7 @@ def tables(ev: Evaluation, record: dict) -> list[tuple[str, list[str], list[list
                  + (list(_fmt_diff(p["paired"])) if p.get("paired") else ["n/a", "n/a"]) for p in s["differences"]]
         ranking = s.get("ranking") or []
         if ranking:
-            rrows = [[str(r["rank"]), r["variant"], str(r["round"]), st.fmt(_scaled(r["value"], k)), r["dropped"] or ""]
+            rrows = [[str(r["rank"]), r["variant"], str(r["round"]), st.fmt(r["value"]), r["dropped"] or ""]
                      for r in ranking]
             out.append((f"Workload {w.name}: every run ranked, {'highest' if m.get('higher_is_better') else 'lowest'} "
                         f"{m['name']} first", ["rank", "variant", "round", f"{m['name']} ({m['unit']})",
@@ -290,10 +286,8 @@ def final_table(ev: Evaluation, record: dict) -> str:
         header.append("95% interval")
     rows = []
     for w in ev.workloads:
-        s = record["statistics"][w.name]
-        m, k = display_metric(s)
-        if not s["metric"]:
-            m["name"] = "-"
+        s = readable(record["statistics"][w.name])
+        m = s["metric"] or {"name": "-", "unit": ""}
         for v in ev.variants:
             d = s["variants"][v.name]
             vd = record["verdicts"][v.name]
@@ -303,9 +297,9 @@ def final_table(ev: Evaluation, record: dict) -> str:
             row = [w.name, v.name, v.expect_transport, ",".join(vd["detected"]) or "-",
                    {"mismatch": "MISMATCH", "unknown": "unknown"}.get(vd["verdict"], vd["verdict"]),
                    f"{d['n']}/{total}", f"{m['name']} ({m['unit']})" if m["unit"] else m["name"],
-                   st.fmt(_scaled(d["mean"], k)), st.fmt(_scaled(d["sd"], k), 2)]
+                   st.fmt(d["mean"]), st.fmt(d["sd"], 2)]
             if many:
-                row.append(st.fmt(_scaled(d["mlperf_mean"], k)))
+                row.append(st.fmt(d["mlperf_mean"]))
             row.append(pct)
             if many:
                 row.append(ci)

@@ -28,8 +28,13 @@ def _used_interfaces(fab: dict) -> list[str]:
 def lab_tbf_drops(run: Run) -> tuple[int | None, int | None]:
     """Packets the lab's shaped queues dropped in the run, in all and once its first step was recorded
     (launch.lab's lab.json, read from tc before tear-down); None where the run has no such record."""
+    return lab_tbf_drops_at(run.path)
+
+
+def lab_tbf_drops_at(run_dir: str) -> tuple[int | None, int | None]:
+    """lab_tbf_drops of the run directory `run_dir` (telemetry watch reads it while the run goes on)."""
     try:
-        with open(os.path.join(run.path, LAB), encoding="utf-8") as f:
+        with open(os.path.join(run_dir, LAB), encoding="utf-8") as f:
             info = json.load(f)
         drops, after = info.get("tbf_drops"), info.get("tbf_drops_after_first_step")
     except (OSError, ValueError, AttributeError):
@@ -63,9 +68,10 @@ def lab_slowest_link(lab: dict) -> tuple[float | None, float | None, str]:
 
 
 def _in_bits(rate, bps) -> str:
-    """A tc rate as given, and in bits where it was given in tc's bytes units: '1mbps (8 Mbit/s)'."""
-    from telemetry.analysis.rates import bits_text
-    return f"{rate} ({bits_text(bps)})" if str(rate).strip().lower().endswith("bps") and bps else str(rate)
+    """A tc rate as given, and in bits where it was given in tc's bytes units or binary prefixes: '1mbps (8 Mbit/s)',
+    '1mibit (1.04858 Mbit/s)'."""
+    from telemetry.analysis.rates import bits_text, misreadable
+    return f"{rate} ({bits_text(bps)})" if misreadable(rate) and bps else str(rate)
 
 
 def lab_links(lab: dict) -> str:
@@ -89,7 +95,13 @@ def lab_row(run: Run) -> list[str] | None:
 
 
 def _tbf_drops(run: Run) -> str:
-    drops, after = lab_tbf_drops(run)
+    return lab_drops_text(run.path)
+
+
+def lab_drops_text(run_dir: str) -> str:
+    """What the lab's shaped queues dropped, in words (lab.json; 'queue drops not recorded' before the lab's
+    tear-down wrote them)."""
+    drops, after = lab_tbf_drops_at(run_dir)
     if drops is None:
         return "queue drops not recorded"
     if drops == 0:

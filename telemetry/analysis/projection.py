@@ -456,6 +456,9 @@ def _compute_scale(profile: dict, world_new: int) -> tuple[float, float, list[st
         if shared > 1.0:
             notes.append(f"lab: {world_new} ranks share the host's {cpus} cores: compute projected {shared:.2f}x "
                          "slower (the interval's low end: not slowed)")
+        elif shared < 1.0:  # fewer ranks than the measured run time-share the cores: each gets more of them
+            notes.append(f"lab: {world_new} ranks share the host's {cpus} cores where {world} did: each rank's "
+                         f"compute projected {shared:.2f}x the time of its samples")
     return scale, shared, notes
 
 
@@ -590,6 +593,9 @@ def _step_times(profile: dict, comm_new: float, comm_range: dict, compute_scale:
     # the compute varies as the measured steps' compute did (not as their step time: on a link-bound run that
     # is mostly the link's steady time)
     q_lo, q_hi = profile.get("compute_spread") or profile.get("step_spread") or (1.0, 1.0)
+    # the low end leaves out a slow-down from more ranks on the lab's cores, never the speed-up of fewer: left
+    # in, 5 lab ranks projected onto 3 put the low end at 1.67x the compute, and the interval began at its point
+    q_lo *= min(cpu_shared, 1.0)
     low = min(alone * q_lo + exposed_at(comm_range["fast"]), compute_alone(low_e) * q_lo + exposed_low_at(comm_range["fast"]))
     high = compute * q_hi + exposed_at(comm_range["slow"])
     return {"step": step, "compute": compute, "window": window, "exposed": exposed_new, "low": low, "high": high}

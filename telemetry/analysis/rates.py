@@ -2,16 +2,20 @@
 
 tc's units: `bit`, `kbit`, `mbit`, `gbit`, `tbit` are bits per second (1e3 steps); `bps`, `kbps`, `mbps`,
 `gbps`, `tbps` are BYTES per second. `10mbps` is therefore 80 Mbit/s, not 10: an easy mistake, so
-`bytes_unit_warning` names it.
+`bytes_unit_warning` names it. tc also takes the binary (IEC) prefixes, 1024 steps: `kibit`, `mibit`, `gibit`,
+`tibit` and `kibps` ... `tibps` (iproute2's tc/tc_util.c suffix table, any case: `1Mibit` shapes to 1048576
+bit/s, `tc qdisc show` prints 1048Kbit).
 """
 from __future__ import annotations
 
 import re
 from telemetry.errors import InputError
 
-_RATE = re.compile(r"^(\d+(?:\.\d+)?)(bit|kbit|mbit|gbit|tbit|bps|kbps|mbps|gbps|tbps)$", re.I)
 _RATE_BITS = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12,
-              "bps": 8, "kbps": 8e3, "mbps": 8e6, "gbps": 8e9, "tbps": 8e12}  # tc: "bps" is bytes/s
+              "bps": 8, "kbps": 8e3, "mbps": 8e6, "gbps": 8e9, "tbps": 8e12,  # tc: "bps" is bytes/s
+              "kibit": 2.0 ** 10, "mibit": 2.0 ** 20, "gibit": 2.0 ** 30, "tibit": 2.0 ** 40,
+              "kibps": 8 * 2.0 ** 10, "mibps": 8 * 2.0 ** 20, "gibps": 8 * 2.0 ** 30, "tibps": 8 * 2.0 ** 40}
+_RATE = re.compile(r"^(\d+(?:\.\d+)?)(" + "|".join(sorted(_RATE_BITS, key=len, reverse=True)) + ")$", re.I)
 
 
 class RateError(InputError, ValueError):
@@ -49,6 +53,13 @@ def bytes_unit_warning(rate: str, what: str = "--rate") -> str | None:
     return (f"warning: {what} {rate}: in tc units '{unit}' is bytes per second, so this is "
             f"{_fmt_bits(float(number) * _RATE_BITS[unit])}; for {_fmt_bits(float(number) * _RATE_BITS[bits])} "
             f"write {number}{bits}")
+
+
+def misreadable(rate: str) -> bool:
+    """True for a rate whose unit is easy to misread: tc's bytes-per-second units (`mbps`) and the binary
+    prefixes (`mibit`: 1,048,576 bit/s); such a rate is shown with its bit rate beside it."""
+    m = _RATE.match(str(rate).strip())
+    return bool(m) and (m.group(2).lower().endswith("bps") or "i" in m.group(2).lower()[:2])
 
 
 def bits_text(bps: float) -> str:

@@ -11,7 +11,7 @@ from datetime import datetime
 from telemetry.errors import InputError
 # the run directory's owner: its reader and the older names (re-exported: analysis reads through here)
 from telemetry.rundir import (  # noqa: F401
-    METRICS, RANK_TELEMETRY, RENAMED_FIELDS, RENAMED_UNITS, RUN_JSON, RunKey, StepKey, is_step_record, rank_files,
+    LAB, METRICS, RANK_TELEMETRY, RENAMED_FIELDS, RENAMED_UNITS, RUN_JSON, RunKey, StepKey, is_step_record, rank_files,
     rename_fields, read_jsonl, upgrade_record,
 )
 
@@ -53,8 +53,23 @@ class Run:
         rows = [r for r in self.metrics if not r.get(StepKey.PROFILED)]
         rows = rows[1:] if len(rows) > 1 else rows
         rows = [r for r in rows if id(r) not in warm] or rows
+        if (since := self.lab_since()) is not None:  # kept steps of an attempt on another fabric lab
+            rows = [r for r in rows if _started(r) is not None and _started(r) >= since] or rows
         steady = [r for r in rows if not r.get(StepKey.COMPILE_S)]
         return steady or rows
+
+    def lab_since(self) -> float | None:
+        """When the fabric lab the run's lab.json describes took the run over (epoch seconds), where an earlier
+        attempt ran on another lab (its `earlier_labs`, launch/lab.py): a run resumed at 20mbit from a 5mbit
+        checkpoint kept step 2 at 5mbit (0.47 s) among steps at 0.19 s. None otherwise."""
+        try:
+            with open(os.path.join(self.path, LAB), encoding="utf-8") as f:
+                earlier = json.load(f).get("earlier_labs") or []
+            times = [e.get("replaced_at") for e in earlier if isinstance(e, dict)]
+        except (OSError, ValueError, AttributeError, TypeError):
+            return None
+        times = [t for t in times if isinstance(t, (int, float)) and not isinstance(t, bool)]
+        return max(times) if times else None
 
     def _resumed_first_steps(self) -> list[dict]:
         """The first step of every attempt after the first (run.json `attempts` and this attempt's start_time):
@@ -71,6 +86,12 @@ class Run:
             if first is not None and first is not self.metrics[0]:
                 out.append(first)
         return out
+
+
+def _started(row: dict) -> float | None:
+    """When a step began (epoch seconds): its recorded time less its step time."""
+    t = row.get(StepKey.TIME)
+    return t - (row.get(StepKey.STEP_TIME_S) or 0.0) if isinstance(t, (int, float)) and not isinstance(t, bool) else None
 
 
 def _epoch(text) -> float | None:

@@ -147,6 +147,7 @@ class RunWatch:
                 counters += f"; {self.reorder_events:g} packets reordered"
         else:
             counters = "not read (no NIC counters recorded yet)"
+        counters += _lab_queues(info, self.run_dir)
         shown, rest = ranks, None
         if len(ranks) > SHOWN_RANKS:  # a big job: the slowest, and the others summed up
             shown = sorted(slowest[:SLOWEST_SHOWN], key=lambda r: r["rank"])
@@ -163,6 +164,20 @@ class RunWatch:
                 StepKey.JOB_SERVER_POWER_W: last.get(StepKey.JOB_SERVER_POWER_W), "ranks": shown, "other_ranks": rest,
                 "slowest": slowest[:SLOWEST], "straggler": found, "counters": counters, "error": info.get("error"),
                 "coverage": (last.get(StepKey.COMM_HEALTH) or {}).get("verdict")}
+
+
+def _lab_queues(info: dict, run_dir: str) -> str:
+    """A fabric lab run's shaped queues, which the interface counters above never see: a lab run read `clean`
+    while its queues had dropped 271 packets at start-up. Their drops are read from tc as the lab tears down."""
+    from telemetry.analysis.fabric_summary import lab_drops_text, lab_links
+
+    lab = (info.get("fabric") or {}).get("lab") or {}
+    if not (lab.get("rate_bps") or lab.get("slow_rate_bps")):
+        return ""
+    text = lab_drops_text(run_dir)
+    if text == "queue drops not recorded" and info.get("status") in (None, "starting", "running"):
+        text = "queue drops are read as the lab tears down"
+    return f"; lab links {lab_links(lab)}: {text} (lab.json)"
 
 
 def _sweep_tests(recipe: dict, hosts) -> list[str] | None:

@@ -86,9 +86,24 @@ def local_ranks(environ=os.environ) -> list[int]:
     return list(range(rank - local, rank - local + size))
 
 
+def lab_node_address(environ=os.environ) -> tuple[str, str] | None:
+    """(address, namespace) of this node when it is a node of the fabric lab (launch.lab sets
+    FABRIC_HARNESS_LAB and FABRIC_HARNESS_NODE=lab-nodeI), else None. Its host name (lab-nodeI) resolves
+    nowhere, and its address is reachable only from inside the lab's namespaces, not from the host's own."""
+    import json
+
+    m = re.fullmatch(r"lab-node(\d+)", environ.get("FABRIC_HARNESS_NODE", ""))
+    try:
+        lab = json.loads(environ.get("FABRIC_HARNESS_LAB") or "null")
+        return (str(lab["addresses"][int(m.group(1))]), str(lab["namespaces"][int(m.group(1))])) if m else None
+    except (ValueError, TypeError, KeyError, IndexError):
+        return None
+
+
 class LiveExporter:
     def __init__(self, settings, run_dir: str, environ=os.environ):
         self.s, self.run_dir = settings, run_dir
+        self.lab_node = lab_node_address(environ)
         self.ident = identity(run_dir, environ)
         rank = int(environ.get("RANK", "0"))
         ranks = local_ranks(environ)
@@ -111,7 +126,8 @@ class LiveExporter:
         self.port = self.server.server_port
         self.registry = registry
         os.makedirs(os.path.join(self.run_dir, LOGS), exist_ok=True)
-        target = f"{self.ident['host']}:{self.port}"
+        # a lab node: its address on the lab's links (any lab namespace reaches it), not its name, which resolves nowhere
+        target = f"{self.lab_node[0] if self.lab_node else self.ident['host']}:{self.port}"
         for path in self.targets_paths:
             try:
                 os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -120,8 +136,10 @@ class LiveExporter:
                 self.close()
                 raise InputError(f"telemetry.prometheus_targets_dir: cannot write {path}: {exc.strerror or exc}; "
                                  "allowed: a writable directory, or null") from None
+        where = (f" (fabric lab node {self.ident['host']}: reachable from inside the lab's namespaces only; from the host, "
+                 f"ip netns exec {self.lab_node[1]} curl -s http://{target}/metrics)" if self.lab_node else "")
         print(f"[telemetry] Prometheus metrics of ranks {self.series.ranks[0]}-{self.series.ranks[-1]} at "
-              f"http://{target}/metrics", file=sys.stderr, flush=True)
+              f"http://{target}/metrics{where}", file=sys.stderr, flush=True)
 
     @property
     def targets_paths(self) -> list[str]:

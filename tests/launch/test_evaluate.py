@@ -503,6 +503,59 @@ def test_a_lab_stopped_by_its_own_timeout_is_reported_as_timed_out(tmp_path, cap
     assert "FAILED (timed out, run.json status interrupted)" in capsys.readouterr().out
 
 
+def test_a_lab_variant_without_a_rate_is_named_unshaped_beside_shaped_ones(tmp_path):
+    """Round 6 of the lab: variants `plain` (no `lab:`) and `slow` (`lab: {rate: 2Mibit}`); the report's setting
+    column read `-` for plain, which ran a lab with unshaped links."""
+    doc = good(tmp_path, launcher="lab", repeats=1)
+    doc["variants"] = [{"name": "plain", "expect_transport": "tcp"},
+                       {"name": "slow", "expect_transport": "tcp", "lab": {"rate": "2Mibit"}}]
+    doc["workloads"] = doc["workloads"][1:]
+    ev = load_evaluation(write(tmp_path, doc))
+    assert run_evaluation(ev, launch=FakeLauncher(), render=False) == 0
+    text = (tmp_path / "out" / "evaluation.md").read_text()
+    assert "| plain | lab rate none (unshaped, the default) | tcp |" in text
+    assert "| slow | lab rate 2Mibit (2.09715 Mbit/s) | tcp |" in text
+
+
+def test_a_slow_links_busbw_is_shown_in_a_unit_it_reads_in():
+    """Rounds 5 and 6 of the lab: a 5mbit sweep's busbw read `0.0005685 ± 3.1e-06` GB/s in the console and
+    evaluation.md; evaluation.json keeps GB/s, the tables show MB/s or kB/s when every value is below 0.01."""
+    from launch.evaluate.summary import readable
+    from telemetry.analysis import evaluation_stats as st
+    runs = [{"variant": v, "round": i, "value": x, "index": i}
+            for i, (v, x) in enumerate([("small", 0.0005663), ("small", 0.0005707), ("wide", 0.002329),
+                                        ("wide", 0.002205)])]
+    stats = {"metric": {"name": "all_reduce avg busbw", "unit": "GB/s", "higher_is_better": True},
+             **st.summarize_runs(runs, ["small", "wide"], True)}
+    shown = readable(stats)
+    assert shown["metric"]["unit"] == "MB/s" and shown["variants"]["small"]["mean"] == pytest.approx(0.5685)
+    assert [r["value"] for r in shown["ranking"]] == pytest.approx([2.329, 2.205, 0.5707, 0.5663])
+    assert stats["metric"]["unit"] == "GB/s" and stats["variants"]["small"]["mean"] == pytest.approx(0.0005685)
+    slow = {**stats, "variants": {k: {**d, "values": [x / 10 for x in d["values"]]} for k, d in stats["variants"].items()}}
+    assert readable(slow)["metric"]["unit"] == "kB/s"
+    fast = {**stats, "variants": {"a": {**stats["variants"]["wide"], "values": [1.5]}}}
+    assert readable(fast) is fast  # a busbw that reads well in GB/s stays as it is
+
+
+def test_a_second_evaluation_into_a_live_ones_out_is_refused(tmp_path, capsys, monkeypatch):
+    """Round 6 of the lab: two `launch.evaluate FILE --out D` at once each moved the other's live run aside as
+    "an incomplete earlier attempt" and wrote evaluation.json over the other's (one completed, one failed)."""
+    import socket
+
+    out = tmp_path / "out"
+    out.mkdir()
+    monkeypatch.delenv("FABRIC_HARNESS_NODE", raising=False)
+    (out / "run.lock").write_text(json.dumps({"owner": "pid 1 on elsewhere", "pid": os.getpid(),
+                                              "host": socket.gethostname(), "start_time": "2026-11-29T16:06:00+00:00"}))
+    path = write(tmp_path, good(tmp_path, out=str(out)))
+    assert main([path, "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: --out: {str(out)!r} is in use by a live evaluation (pid 1 on "
+                                               "elsewhere"), err
+    assert err[0].endswith("allowed: wait for it to end, stop it, or another --out")
+    assert main([path, "--dry-run"]) == 0  # a dry run only reads: it may look while the other runs
+
+
 class FakeSignalledLauncher(FakeLauncher):
     """The evaluation itself receives a signal while its first run is under way (scancel, kill, Ctrl-C)."""
 

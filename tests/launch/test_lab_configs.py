@@ -117,3 +117,14 @@ def test_a_lab_stopped_by_sigterm_tears_down_and_exits_143(tmp_path):
     assert lab["switch"] and not set(lab["namespaces"] + [lab["switch"]]) & set(leftover_namespaces())
     # the links' counters are kept on this path too: 3 node egresses and 3 switch ports, read at the first step
     assert len(lab["qdisc"]) == 6 and lab["tbf_drops_after_first_step"] is not None
+
+
+def test_tcs_binary_rate_units_shape_as_tc_reads_them():
+    """Round 6: `--rate 10Mibit` (tc's 1024-based units) was refused; tc shapes it to 10485760 bit/s."""
+    tag = f"fhib{os.getpid() % 1000}"
+    with Lab(3, "10Mibit", lab_id=tag, slow_node=2, slow_rate="2KiBps") as lab:
+        assert lab.rate_bps == 10 * 2 ** 20 and lab.slow_rate_bps == 8 * 2 * 1024
+        assert "rate 10485Kbit" in ns_exec(lab.namespaces[0], "tc", "qdisc", "show", "dev", "fab0").stdout
+        assert "rate 16384bit" in ns_exec(lab.namespaces[2], "tc", "qdisc", "show", "dev", "fab0").stdout
+        assert "rate 10485Kbit" in ns_exec(lab.switch, "tc", "qdisc", "show", "dev", "p2").stdout
+    assert not [ns for ns in leftover_namespaces() if ns.startswith(tag)]

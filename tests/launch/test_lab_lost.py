@@ -20,7 +20,7 @@ needs_root = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("ip") is None,
 
 @pytest.mark.integration
 @needs_root
-def test_rank_lost_on_another_host_is_named_with_its_host(tmp_path, monkeypatch):
+def test_rank_lost_on_another_host_is_named_with_its_host(tmp_path, monkeypatch, capsys):
     out = tmp_path / "run"
     monkeypatch.setenv("FABRIC_HARNESS_CRASH_AFTER_STEP", "2")
     monkeypatch.setenv("FABRIC_HARNESS_CRASH_RANK", "1")
@@ -31,6 +31,8 @@ def test_rank_lost_on_another_host_is_named_with_its_host(tmp_path, monkeypatch)
         namespaces = lab.namespaces
     assert not [ns for ns in leftover_namespaces() if ns in namespaces]
     assert code != 0
+    # the lab names the node whose agent failed (only node 0's output is shown: its error is the lost peer's echo)
+    assert f"[lab] node 1's torchrun agent exited 1 (its log: {out / 'logs' / 'lab-node1.log'})" in capsys.readouterr().err
     info = json.loads((out / "run.json").read_text())
     peer = info["hosts"][1]
     assert peer["hostname"] == "lab-node1" and peer["address"]

@@ -85,13 +85,34 @@ def test_main_needs_the_recipe_after_the_separator(capsys):
     (["--timeout", "nan"], "--timeout: got nan; expected a number of seconds above 0"),
     (["--port", "99999"], "--port: got 99999; expected a TCP port from 1 to 65535"),
     (["--nproc-per-node", "0"], "--nproc-per-node: got 0; expected an integer >= 1"),
-    (["--nodes", "two"], "argument --nodes: invalid int value: 'two'; allowed: a whole number; see python -m launch.lab --help"),
+    (["--port", "http"], "argument --port: invalid int value: 'http'; allowed: a whole number; see python -m launch.lab --help"),
 ])
 def test_bad_arguments_are_one_line_before_anything_is_created(args, message, capsys):
     with pytest.raises(SystemExit) as info:
         lab.main(["--nodes", "2", "--rate", "1gbit", *args, "--", "recipes/tiny_llama_lora.yaml"])
     err = capsys.readouterr().err.strip().splitlines()
     assert info.value.code == 2 and len(err) == 1 and err[0].startswith(f"error: {message}"), err
+
+
+@pytest.mark.parametrize("args,message", [
+    # round 6: argparse kept the last of two, every link then at 100mbit; netem's options were "unrecognized"
+    (["--rate=100mbit"], "--rate: given 2 times ('1gbit', '100mbit'); allowed: once (one rate for every link; one "
+                         "slower node: --slow-node with --slow-rate)"),
+    (["--nodes", "3"], "--nodes: given 2 times ('2', '3'); allowed: once"),
+    (["--delay", "10ms"], "--delay: the lab shapes bandwidth only (tc tbf) and adds no delay, jitter or loss (tc "
+                          "netem); allowed: --rate, --mtu, --slow-node with --slow-rate"),
+    (["--loss=1%"], "--loss: the lab shapes bandwidth only"),
+])
+def test_options_given_twice_and_netem_impairments_are_refused(args, message, capsys):
+    assert lab.main(["--nodes", "2", "--rate", "1gbit", *args, "--", "recipes/tiny_llama_lora.yaml"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: {message}"), err
+
+
+def test_a_rate_per_node_is_refused_with_what_the_lab_offers():
+    with pytest.raises(LabError, match=r"--rate: got '10mbit,100mbit'; one rate for every link, per-node rates are not "
+                                       r"supported; allowed: one tc rate \(e.g. 100mbit\), and --slow-node with --slow-rate"):
+        lab.Lab(2, "10mbit,100mbit")
 
 
 @pytest.mark.parametrize("recipe_args,message", [
@@ -124,6 +145,57 @@ def test_an_output_dir_holding_another_recipes_run_is_refused_before_its_lab_jso
                    "collectives; this one is 'tiny_bert', workload bert_pretraining); allowed: a new directory, or "
                    "this recipe's own to resume or rerun it"], err
     assert json.loads((run / "lab.json").read_text()) == {"nodes": 3}
+
+
+def test_an_output_dir_of_a_live_run_is_refused_before_its_lab_json_is_written(tmp_path, capsys, monkeypatch):
+    """Round 6: a second lab given the output_dir of a lab run still going made its namespaces, wrote its lab.json
+    over the running one's, and its trainer's refusal came back as a torchrun traceback; the first run's lab.json
+    then named the second lab (2 nodes at 5mbit for a 10mbit run). Now its run.lock is read first: one line, exit 2."""
+    import os
+    import socket
+
+    run = tmp_path / "live"
+    run.mkdir()
+    (run / "run.json").write_text(json.dumps({"status": "running",
+                                              "recipe": {"name": "tiny_llama_lora", "workload": "llm_lora"}}))
+    (run / "lab.json").write_text('{"nodes": 2, "rate": "10mbit"}')
+    monkeypatch.delenv("FABRIC_HARNESS_NODE", raising=False)
+    (run / "run.lock").write_text(json.dumps({"owner": "torchrun fh1 at 10.213.9.1:41000", "pid": os.getpid(),
+                                              "host": socket.gethostname(), "start_time": "2026-11-29T15:42:49+00:00"}))
+    monkeypatch.setattr(lab, "check_host", lambda: pytest.fail("the output_dir is checked first"))
+    assert lab.main(["--nodes", "2", "--rate", "5mbit", "--", "recipes/tiny_llama_lora.yaml", f"output_dir={run}"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: output_dir: {str(run)!r} is in use by a live run (torchrun fh1 "
+                                               "at 10.213.9.1:41000"), err
+    assert json.loads((run / "lab.json").read_text()) == {"nodes": 2, "rate": "10mbit"}
+
+
+def test_a_resumed_runs_kept_steps_are_not_its_first_step(tmp_path):
+    """Round 6: a 3-node lab at 5mbit resumed from step 2 read its kept steps as its first: the queues' 125
+    start-up drops were printed as `dropped 125 packets during the steps`. A step counts from the lab's start."""
+    metrics = tmp_path / "metrics.jsonl"
+    assert not lab._has_a_step_since(str(metrics), 1000.0)
+    metrics.write_text('{"step": 1, "time": 900.0}\n{"step": 2, "time": 950.5}\n')
+    assert not lab._has_a_step_since(str(metrics), 1000.0)
+    metrics.write_text(metrics.read_text() + '{"step": 3, "time": 1000.2}\n{"step": 4, "ti')  # one being written
+    assert lab._has_a_step_since(str(metrics), 1000.0)
+
+
+def test_a_run_resumed_on_another_lab_is_warned_of_and_the_earlier_lab_kept(tmp_path):
+    """Round 6: a 3-node run at 5mbit resumed at 20mbit from its step-3 checkpoint; its lab.json then named 20mbit
+    alone while step 2 (0.47 s, at 5mbit) stayed among its timed steps (the projection's spread read +91%)."""
+    five = {"nodes": 3, "nproc_per_node": 1, "rate": "5mbit", "rate_bps": 5e6, "mtu": 1500, "slow_node": None,
+            "slow_rate": None, "slow_rate_bps": None, "tbf_drops": 3}
+    (tmp_path / "lab.json").write_text(json.dumps(five))
+    same = {**five, "tbf_drops": None}
+    assert lab._earlier_labs(str(tmp_path), same) == ([], None)
+    earlier, warning = lab._earlier_labs(str(tmp_path), {**five, "rate": "20mbit", "rate_bps": 2e7})
+    assert isinstance(earlier[0].pop("replaced_at"), float)  # when: the steps before it are the other lab's
+    assert earlier == [{k: v for k, v in five.items() if k != "tbf_drops"}]
+    assert warning.startswith(f"[lab] warning: {tmp_path} holds a run made on another lab (3 x 1 at 5mbit, MTU 1500); "
+                              "a resume keeps its steps measured there")
+    (tmp_path / "lab.json").write_text(json.dumps({**five, "rate": "20mbit", "rate_bps": 2e7, "earlier_labs": earlier}))
+    assert len(lab._earlier_labs(str(tmp_path), {**five, "nodes": 5})[0]) == 2  # every earlier lab, in order
 
 
 def test_tbf_counters_from_tc_json():

@@ -377,6 +377,10 @@ def test_project_onto_a_rate_in_bytes_names_it_in_bits_on_every_line(capsys, run
     captured = capsys.readouterr()
     assert "warning: --rate 25mbps: in tc units 'mbps' is bytes per second, so this is 200 Mbit/s" in captured.err
     assert "  25mbps (200 Mbit/s), " in captured.out and "  50mbit, " in captured.out
+    # round 6: tc's 1024-based units, no warning (they are bits) but named in bits like the bytes units
+    assert main(["project", str(run_dir), "--rate", "10Mibit"]) == 0
+    captured = capsys.readouterr()
+    assert "  10Mibit (10.5 Mbit/s), " in captured.out and "warning" not in captured.err
 
 
 def test_project_onto_more_ranks_than_samples_is_refused(capsys, run_dir):

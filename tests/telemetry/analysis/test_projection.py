@@ -181,6 +181,16 @@ def test_lab_nodes_sharing_the_hosts_cores():
     assert roomy["interval_s"][1] == pytest.approx(0.095 + 1.5 / 0.85)
 
 
+def test_fewer_lab_ranks_on_the_hosts_cores_keep_the_intervals_low_end():
+    # 4 lab ranks on a 2-core host projected onto 2: each computes twice the samples on a core of its own, so
+    # the compute stays 0.19 s. The low end took the doubled compute unshared (0.38 s x 0.9) and was clipped to
+    # the point: from 5 lab nodes onto 3, 0.4858 s [0.4858, 0.5404] against 0.475 s measured (2026-11-29)
+    p = project(profile(host_cpus=2, world_size=4, step_spread=(0.9, 1.2)), 8e6, efficiency=1.0, nodes=2)
+    assert p["compute_s"] == pytest.approx(0.19) and any("where 4 did" in n for n in p["notes"])
+    assert p["interval_s"][0] == pytest.approx(p["step_time_s"] - 0.19 * 0.1)
+    assert p["interval_s"][1] == pytest.approx(0.19 * 1.2 + p["comm_time_s"] / 0.85)
+
+
 def test_interval_from_the_step_spread_and_the_efficiency_range():
     # compute 0.19 s varies as the measured steps did (-10%/+20%); the 1 MB on the wire at 85-100% of the rate
     p = project(profile(step_spread=(0.9, 1.2)), 8e6, efficiency=1.0)

@@ -38,3 +38,14 @@ def test_lab_uses_the_shared_parser():
     assert lab_parse_rate("125mbps") == 1e9
     with pytest.raises(LabError, match="expected a tc rate"):
         lab_parse_rate("fast")
+
+
+def test_tcs_binary_prefixes_are_rates_too():
+    """tc takes kibit/mibit/gibit/tibit and kibps ... tibps, 1024-based, in any case (iproute2 tc_util.c's
+    suffix table; `tc qdisc add ... rate 1Mibit` shows 1048Kbit): the lab refused `--rate 1Mibit`."""
+    from telemetry.analysis.rates import misreadable
+    assert parse_rate("1Mibit") == 2 ** 20 and parse_rate("2gibit") == 2 * 2 ** 30 and parse_rate("1kibit") == 1024
+    assert parse_rate("1KiBps") == 8192 and parse_rate("1.5MiBps") == 1.5 * 8 * 2 ** 20
+    assert "so this is 8.192 kbit/s; for 1.024 kbit/s write 1kibit" in bytes_unit_warning("1kibps")
+    assert bytes_unit_warning("1mibit") is None
+    assert misreadable("1Mibit") and misreadable("1mbps") and not misreadable("10mbit") and not misreadable("none")

@@ -43,3 +43,17 @@ def test_a_run_without_attempts_drops_step_one_only(tmp_path):
     run.info.pop("attempts")
     run.info.pop("start_time")
     assert [r[StepKey.STEP] for r in run.timed_steps()] == [2, 3, 4, 5, 6]
+
+
+def test_steps_kept_from_an_attempt_on_another_lab_are_left_out(tmp_path):
+    """Round 6 of the lab: a 3-node run resumed at 20mbit from a 5mbit checkpoint kept step 2 (0.47 s, at 5mbit)
+    among steps of 0.19 s; launch.lab now records when the lab changed (lab.json `earlier_labs`, `replaced_at`)."""
+    run = _resumed_run(tmp_path)
+    lab = {"nodes": 2, "rate": "20mbit", "earlier_labs": [{"nodes": 2, "rate": "5mbit", "replaced_at": 1_795_914_590.0}]}
+    (tmp_path / "run" / "lab.json").write_text(json.dumps(lab))
+    assert run.lab_since() == 1_795_914_590.0
+    assert [r[StepKey.STEP] for r in run.timed_steps()] == [5, 6]
+    (tmp_path / "run" / "lab.json").write_text(json.dumps({"nodes": 2, "rate": "20mbit"}))  # one lab all along
+    assert run.lab_since() is None and [r[StepKey.STEP] for r in run.timed_steps()] == [2, 3, 5, 6]
+    (tmp_path / "run" / "lab.json").write_text("[1, 2]")  # damaged: read as no record
+    assert run.lab_since() is None

@@ -298,3 +298,26 @@ def test_a_resume_rewriting_metrics_is_read_as_the_new_file_not_added_twice(tmp_
     assert state.poll()
     s = state.snapshot()
     assert s["step"] == 12 and plain_lines(s)[5] == "  counters: LOSS: 12 drop/discard/error events in 12 steps"
+
+
+def test_a_lab_runs_shaped_queues_are_shown_beside_the_interface_counters(tmp_path):
+    """Round 6 of the lab: watch read `counters: clean (run.json)` on a 3-node 10mbit lab run whose queues had
+    dropped 271 packets at start-up (lab.json): the interface counters never see the tbf's drops."""
+    make_run(tmp_path, 5)
+    info = json.loads((tmp_path / "run.json").read_text())
+    info["fabric"] = {"lab": {"rate": "10mbit", "rate_bps": 1e7, "nodes": 3}}
+    (tmp_path / "run.json").write_text(json.dumps(info))
+    state = RunWatch(str(tmp_path))
+    state.poll()
+    assert state.snapshot()["counters"] == ("clean: 0 loss events in 5 steps; lab links 10mbit: queue drops are read "
+                                            "as the lab tears down (lab.json)")
+    (tmp_path / "lab.json").write_text(json.dumps({"tbf_drops": 271, "tbf_drops_after_first_step": 0}))
+    info["status"] = "completed"
+    (tmp_path / "run.json").write_text(json.dumps(info))
+    state.poll()
+    assert state.snapshot()["counters"].endswith("; lab links 10mbit: queues dropped 271 packets at start-up, none "
+                                                 "during the steps (lab.json)")
+    info["fabric"]["lab"] = {"rate": "none", "rate_bps": None}  # unshaped: no queue to tell of
+    (tmp_path / "run.json").write_text(json.dumps(info))
+    state.poll()
+    assert "lab links" not in state.snapshot()["counters"]

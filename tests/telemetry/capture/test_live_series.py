@@ -215,6 +215,27 @@ def test_auto_serves_the_node_ranks_over_http_and_writes_its_target(tmp_path, mo
     assert not list((tmp_path / "logs").glob("prometheus-targets.*")) and not list(shared.iterdir())
 
 
+def test_a_lab_node_names_its_lab_address_and_how_the_host_reaches_it(tmp_path, monkeypatch, capsys):
+    """launch.lab names its nodes lab-nodeI, a name that resolves nowhere, and their addresses exist only inside
+    the lab's namespaces: the target and the printed line carry the node's address and the namespace to curl from
+    (a 5 x 2 lab printed http://lab-node0:46715/metrics, 2026-11-29)."""
+    lab = {"addresses": ["10.213.7.1", "10.213.7.2"], "namespaces": ["fh7n0", "fh7n1"]}
+    for k, v in {"LOCAL_RANK": "0", "RANK": "2", "LOCAL_WORLD_SIZE": "2", "FABRIC_HARNESS_NODE": "lab-node1",
+                 "FABRIC_HARNESS_LAB": json.dumps(lab)}.items():
+        monkeypatch.setenv(k, v)
+    exporter = live_export.open_exporter(TelemetrySettings(prometheus="auto"), str(tmp_path))
+    try:
+        target = json.loads((tmp_path / "logs" / "prometheus-targets.lab-node1.json").read_text())
+        assert target[0]["targets"] == [f"10.213.7.2:{exporter.port}"] and exporter.ident["host"] == "lab-node1"
+        assert (f"at http://10.213.7.2:{exporter.port}/metrics (fabric lab node lab-node1: reachable from inside the "
+                f"lab's namespaces only; from the host, ip netns exec fh7n1 curl -s http://10.213.7.2:{exporter.port}"
+                "/metrics)") in capsys.readouterr().err
+    finally:
+        live_export.close_exporter()
+    monkeypatch.setenv("FABRIC_HARNESS_LAB", "not json")  # a damaged description: the host name, as elsewhere
+    assert live_export.lab_node_address() is None
+
+
 def test_other_local_ranks_serve_nothing(tmp_path, monkeypatch):
     monkeypatch.setenv("LOCAL_RANK", "1")
     assert live_export.open_exporter(TelemetrySettings(prometheus="auto"), str(tmp_path)) is None
