@@ -514,7 +514,7 @@ def test_a_lab_variant_without_a_rate_is_named_unshaped_beside_shaped_ones(tmp_p
     assert run_evaluation(ev, launch=FakeLauncher(), render=False) == 0
     text = (tmp_path / "out" / "evaluation.md").read_text()
     assert "| plain | lab rate none (unshaped, the default) | tcp |" in text
-    assert "| slow | lab rate 2Mibit (2.09715 Mbit/s) | tcp |" in text
+    assert "| slow | lab rate 2Mibit (2.097 Mbit/s) | tcp |" in text
 
 
 def test_a_slow_links_busbw_is_shown_in_a_unit_it_reads_in():

@@ -57,7 +57,7 @@ def test_run_metric_says_whether_the_run_converged(tmp_path):
 def test_the_page_shows_the_score_with_the_missed_run():
     from types import SimpleNamespace
     from launch.evaluate import summary
-    ev = SimpleNamespace(variants=[SimpleNamespace(name="roce", lab={}, expect_transport="roce", hosts=None)],
+    ev = SimpleNamespace(launcher="local", variants=[SimpleNamespace(name="roce", lab={}, expect_transport="roce", hosts=None)],
                          workloads=[SimpleNamespace(name="train", sweep=False)])
     runs = [{"variant": "roce", "round": i, "value": v, "converged": v is not None, "index": i}
             for i, v in enumerate([10.0, 20.0, None], 1)]
@@ -74,7 +74,7 @@ def test_a_slow_links_busbw_is_shown_in_a_unit_that_reads():
     # a lab sweep at 5mbit averages ~578 kB/s: evaluation.json keeps GB/s, the tables show kB/s (was 0.0005779)
     from types import SimpleNamespace
     from launch.evaluate import summary
-    ev = SimpleNamespace(variants=[SimpleNamespace(name="a", lab={}, expect_transport="socket", hosts=None),
+    ev = SimpleNamespace(launcher="lab", variants=[SimpleNamespace(name="a", lab={}, expect_transport="socket", hosts=None),
                                    SimpleNamespace(name="b", lab={}, expect_transport="socket", hosts=None)],
                          workloads=[SimpleNamespace(name="sweep", sweep=True)], repeats=3)
     runs = [{"variant": v, "round": i, "value": x, "index": i} for v, xs in
