@@ -6,7 +6,8 @@ decoder-only transformer fine-tuned with LoRA (PaLM appendix B's 6N + 12LHQT, ad
     forward            2 N        (N = parameters in matmuls: every Linear, lm_head included, embeddings not)
     backward, inputs   2 N        (activation gradients flow through frozen layers too)
     backward, weights  2 N_train  (only trainable weights get gradients: LoRA's)
-    attention          12 L d T   (QK^T and AV: 4 L d T forward, twice that backward; T = sequence length)
+    attention          12 L d T   (QK^T and AV: 4 L d T forward, twice that backward; T = sequence length;
+                                   d = heads x head_dim, the hidden size unless the config sets head_dim)
 
 For full fine-tuning (N_train = N) this is the familiar 6N + 12LdT. The per-token figure in run.json uses
 the recipe's data.seq_len; a step's FLOPs use each micro-batch's own padded length T_b (padding to the
@@ -83,13 +84,14 @@ def matmul_params(model: torch.nn.Module) -> tuple[int, int]:
     return total, trainable
 
 
-def flops_per_token(n_matmul: int, n_trainable: int, layers: int, hidden: int, seq_len: int) -> float:
-    return 4.0 * n_matmul + 2.0 * n_trainable + attention_flops_per_pair(layers, hidden) * seq_len
+def flops_per_token(n_matmul: int, n_trainable: int, layers: int, width: int, seq_len: int) -> float:
+    return 4.0 * n_matmul + 2.0 * n_trainable + attention_flops_per_pair(layers, width) * seq_len
 
 
-def attention_flops_per_pair(layers: int, hidden: int) -> float:
-    """Attention's model FLOPs per (query position, key position) pair, forward and backward."""
-    return 12.0 * layers * hidden
+def attention_flops_per_pair(layers: int, width: int) -> float:
+    """Attention's model FLOPs per (query position, key position) pair, forward and backward; width: the
+    query's heads x head_dim (hidden_size in the usual configs)."""
+    return 12.0 * layers * width
 
 
 def step_flops(positions: int, position_pairs: int | None, per_token: float, per_pair: float | None,

@@ -81,6 +81,21 @@ def test_flops_follow_the_formula(workload, model):
     assert "LoRA r=8" in workload.describe([0] * 5) and "5 training sequences of 64 tokens" in workload.describe([0] * 5)
 
 
+def test_attention_flops_use_the_heads_width_where_a_config_sets_its_own_head_dim():
+    """Attention scores and values are heads x head_dim wide; the formula read hidden_size, which a config
+    with its own head_dim (Gemma-style) sets apart: 4 heads x 64 = 256 here, hidden 128."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+    config = LlamaConfig(vocab_size=64, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, head_dim=64)
+    recipe = load_recipe(TINY, SMALL)
+    wl = get_workload("llm_lora")(recipe, torch.device("cpu"), torch.float32)
+    model = LlamaForCausalLM(config)
+    per, _, _ = wl.flops(model)
+    n, n_train = matmul_params(model)
+    assert wl.attention_flops_per_pair == 12.0 * 2 * 256
+    assert per == 4.0 * n + 2.0 * n_train + 12.0 * 2 * 256 * 64
+
+
 def test_no_loss_parallel_without_tensor_parallel(workload):
     assert workload.loss_parallel is False
     with workload.loss_context():  # a no-op context

@@ -213,8 +213,12 @@ class LlmLoraWorkload(TokenWorkload):
 
         config = (model.get_base_model() if hasattr(model, "get_base_model") else model).config
         n, n_train = matmul_params(model)
-        self.attention_flops_per_pair = attention_flops_per_pair(config.num_hidden_layers, config.hidden_size)
-        per = flops_per_token(n, n_train, config.num_hidden_layers, config.hidden_size, self.recipe.data.seq_len)
+        # attention's width is heads x head_dim (q's output), which a config with its own head_dim sets apart
+        # from hidden_size
+        heads = config.num_attention_heads
+        width = heads * (getattr(config, "head_dim", None) or config.hidden_size // heads)
+        self.attention_flops_per_pair = attention_flops_per_pair(config.num_hidden_layers, width)
+        per = flops_per_token(n, n_train, config.num_hidden_layers, width, self.recipe.data.seq_len)
         return per, "token", ("4N + 2N_trainable + 12 L d T per computed token (T = data.seq_len here; a step's "
                               "MFU uses each micro-batch's own padded length; trainer/throughput.py). MFU counts "
                               "the positions the GPUs compute (padded_tokens, padding included); tokens/s counts "
