@@ -342,6 +342,11 @@ def cut_link(lab: Lab, node: int) -> None:
     _run(["ip", "-n", lab.namespaces[node], "link", "set", IFACE, "down"], f"cutting node {node}'s link")
 
 
+def node_name(i: int) -> str:
+    """Node i's host name inside the lab (FABRIC_HARNESS_NODE): its run.json, run.lock and live series name it."""
+    return f"lab-node{i}"
+
+
 def leftover_namespaces() -> list[str]:
     proc = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=30)
     return [line.split()[0] for line in proc.stdout.splitlines() if line.strip()]
@@ -357,7 +362,7 @@ def run_in_lab(lab: Lab, nproc: int, recipe_args: list[str], output_dir: str, ti
     procs, threads, files = [], [], []
     for i, ns in enumerate(lab.namespaces):
         env = {**os.environ, "GLOO_SOCKET_IFNAME": IFACE, "NCCL_SOCKET_IFNAME": IFACE, "OMP_NUM_THREADS": "1",
-               "FABRIC_HARNESS_NODE": f"lab-node{i}", "FABRIC_HARNESS_LAB": lab_info, "PYTHONUNBUFFERED": "1",
+               "FABRIC_HARNESS_NODE": node_name(i), "FABRIC_HARNESS_LAB": lab_info, "PYTHONUNBUFFERED": "1",
                # the lab's nodes share one host: CPU and gloo ranks, also on a machine with a GPU
                "CUDA_VISIBLE_DEVICES": ""}
         cmd = ["ip", "netns", "exec", ns, sys.executable, "-m", "torch.distributed.run",
@@ -559,7 +564,8 @@ def _recipe_problems(recipe_args: list[str], world: int | None) -> list[str]:
                          or other_recipes_run(recipe.output_dir, recipe)
                          # a live run there (another lab's, a torchrun's): the trainer refuses it on every node,
                          # after this lab has written its lab.json over the live run's (two labs, one output_dir)
-                         or RunLock(recipe.output_dir, rank=1).in_use()):
+                         # (its trainer's lock names its node, lab-nodeI, a name of this host: judged by its pid)
+                         or RunLock(recipe.output_dir, rank=1).in_use(tuple(node_name(i) for i in range(MAX_NODES)))):
         problems = [problem]
     return problems
 
