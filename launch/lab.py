@@ -580,6 +580,13 @@ def _earlier_labs(output_dir: str, now: dict) -> tuple[list, str | None]:
     try:
         with open(os.path.join(output_dir, LAB), encoding="utf-8") as f:
             old = json.load(f)
+    except FileNotFoundError:  # no lab's run; steps recorded there are a run made off the lab (torchrun on the host)
+        if not _has_text(os.path.join(output_dir, METRICS)):
+            return [], None
+        off = {**{k: None for k in (*LINK_KEYS, "rate", "slow_rate")}, "off_lab": True, "replaced_at": time.time()}
+        return [off], (f"[lab] warning: {output_dir} holds a run made off the lab (no lab.json); a resume keeps its "
+                       "steps measured there, which its report and projection leave out (lab.json `earlier_labs`); "
+                       "for a whole run on this lab use a new output_dir")
     except (OSError, ValueError):
         return [], None
     if not isinstance(old, dict):
@@ -594,6 +601,13 @@ def _earlier_labs(output_dir: str, now: dict) -> tuple[list, str | None]:
         f"[lab] warning: {output_dir} holds a run made on another lab ({was}, MTU {last['mtu']}); a resume keeps its "
         "steps measured there, which its report and projection leave out (lab.json `earlier_labs`); for a "
         "whole run on this lab use a new output_dir")
+
+
+def _has_text(path: str) -> bool:
+    try:
+        return os.path.getsize(path) > 0
+    except OSError:
+        return False
 
 
 def _drops(counters: dict) -> int | None:

@@ -198,6 +198,27 @@ def test_a_run_resumed_on_another_lab_is_warned_of_and_the_earlier_lab_kept(tmp_
     assert len(lab._earlier_labs(str(tmp_path), {**five, "nodes": 5})[0]) == 2  # every earlier lab, in order
 
 
+def test_a_run_made_off_the_lab_and_resumed_in_it_is_warned_of_too(tmp_path):
+    """A run begun by torchrun on the host (no lab.json) and resumed in the lab mixed its unshaped steps with the
+    lab's, unwarned: with no lab.json its earlier attempt was taken for no attempt at all. Its steps (metrics.jsonl)
+    now make an earlier, off-lab entry with `replaced_at`, which the run's reader times from."""
+    from types import SimpleNamespace
+
+    from telemetry.analysis.runs import Run
+
+    now = {"nodes": 2, "nproc_per_node": 1, "rate": "5mbit", "rate_bps": 5e6, "mtu": 1500, "slow_node": None,
+           "slow_rate": None, "slow_rate_bps": None}
+    assert lab._earlier_labs(str(tmp_path), now) == ([], None)  # a new run: nothing earlier
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1, "time": 1000.0, "step_time_s": 0.1}\n')
+    earlier, warning = lab._earlier_labs(str(tmp_path), now)
+    assert len(earlier) == 1 and earlier[0]["off_lab"] is True and isinstance(earlier[0]["replaced_at"], float)
+    assert warning.startswith(f"[lab] warning: {tmp_path} holds a run made off the lab (no lab.json); a resume keeps "
+                              "its steps measured there"), warning
+    (tmp_path / "lab.json").write_text(json.dumps({**now, "earlier_labs": earlier}))
+    assert lab._earlier_labs(str(tmp_path), now) == (earlier, None)  # the next resume on this lab keeps it
+    assert Run.lab_since(SimpleNamespace(path=str(tmp_path))) == earlier[0]["replaced_at"]
+
+
 def test_the_run_lock_of_a_killed_lab_run_is_not_taken_for_a_live_one(tmp_path, monkeypatch):
     """A lab's trainer writes its run.lock as host lab-node0 (FABRIC_HARNESS_NODE), on this very host. The
     lab's pre-check took that for another host and trusted the lock's age: for 60 s after a killed lab run its
