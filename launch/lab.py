@@ -277,7 +277,7 @@ class Lab:
             gone, why = leftover_of_a_gone_lab(ns)
             if gone:
                 subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
-                print(f"[lab] removed namespace {ns}, {why}", file=sys.stderr, flush=True)
+                say(f"[lab] removed namespace {ns}, {why}", sys.stderr)
             elif mine:
                 raise LabError(f"this lab needs the name {ns}: {why}")
 
@@ -342,6 +342,11 @@ def cut_link(lab: Lab, node: int) -> None:
     _run(["ip", "-n", lab.namespaces[node], "link", "set", IFACE, "down"], f"cutting node {node}'s link")
 
 
+def node_name(i: int) -> str:
+    """Node i's host name inside the lab (FABRIC_HARNESS_NODE): its run.json, run.lock and live series name it."""
+    return f"lab-node{i}"
+
+
 def leftover_namespaces() -> list[str]:
     proc = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=30)
     return [line.split()[0] for line in proc.stdout.splitlines() if line.strip()]
@@ -357,7 +362,7 @@ def run_in_lab(lab: Lab, nproc: int, recipe_args: list[str], output_dir: str, ti
     procs, threads, files = [], [], []
     for i, ns in enumerate(lab.namespaces):
         env = {**os.environ, "GLOO_SOCKET_IFNAME": IFACE, "NCCL_SOCKET_IFNAME": IFACE, "OMP_NUM_THREADS": "1",
-               "FABRIC_HARNESS_NODE": f"lab-node{i}", "FABRIC_HARNESS_LAB": lab_info, "PYTHONUNBUFFERED": "1",
+               "FABRIC_HARNESS_NODE": node_name(i), "FABRIC_HARNESS_LAB": lab_info, "PYTHONUNBUFFERED": "1",
                # the lab's nodes share one host: CPU and gloo ranks, also on a machine with a GPU
                "CUDA_VISIBLE_DEVICES": ""}
         cmd = ["ip", "netns", "exec", ns, sys.executable, "-m", "torch.distributed.run",
@@ -391,15 +396,15 @@ def run_in_lab(lab: Lab, nproc: int, recipe_args: list[str], output_dir: str, ti
                 # output is shown, and its error is the lost peer's echo (torchrun's traceback from node 0)
                 for i, c in enumerate(codes):
                     if c not in (None, 0):
-                        print(f"[lab] node {i}'s torchrun agent exited {c} (its log: {os.path.join(logs, f'lab-node{i}.log')})",
-                              file=sys.stderr, flush=True)
+                        say(f"[lab] node {i}'s torchrun agent exited {c} (its log: {os.path.join(logs, f'lab-node{i}.log')})",
+                            sys.stderr)
                 grace = time.monotonic() + 30
                 while any(c is None for c in codes) and time.monotonic() < grace:
                     time.sleep(0.2)
                     codes = [c if c is not None else p.poll() for c, p in zip(codes, procs)]
                 break
             if time.monotonic() > deadline:
-                print(f"[lab] timed out after {timeout_s:g} s (--timeout); stopping every node", file=sys.stderr)
+                say(f"[lab] timed out after {timeout_s:g} s (--timeout); stopping every node", sys.stderr)
                 timed_out = True
                 break
             time.sleep(0.2)
@@ -435,8 +440,8 @@ def _stop_agents(procs: list, threads: list, files: list, output_dir: str) -> No
                 pass
         p.wait(timeout=30)
     if any(_alive(pid) for pid in orphans):
-        print(f"[lab] stopping: waiting up to {WORKER_GRACE_S} s for the workers to record their end in run.json "
-              "(a further Ctrl-C waits for this too)", file=sys.stderr, flush=True)
+        say(f"[lab] stopping: waiting up to {WORKER_GRACE_S} s for the workers to record their end in run.json "
+            "(a further Ctrl-C waits for this too)", sys.stderr)
     if _let_orphans_finish(orphans):
         _close_abandoned_record(output_dir)
     for t in threads:
@@ -504,7 +509,7 @@ def _close_abandoned_record(output_dir: str) -> None:
         os.replace(path + ".tmp", path)
     except (OSError, ValueError, AttributeError):
         return
-    print("[lab] the workers were killed before they recorded their end: run.json closed as interrupted", file=sys.stderr)
+    say("[lab] the workers were killed before they recorded their end: run.json closed as interrupted", sys.stderr)
 
 
 def _has_a_step_since(path: str, since: float) -> bool:
@@ -559,7 +564,8 @@ def _recipe_problems(recipe_args: list[str], world: int | None) -> list[str]:
                          or other_recipes_run(recipe.output_dir, recipe)
                          # a live run there (another lab's, a torchrun's): the trainer refuses it on every node,
                          # after this lab has written its lab.json over the live run's (two labs, one output_dir)
-                         or RunLock(recipe.output_dir, rank=1).in_use()):
+                         # (its trainer's lock names its node, lab-nodeI, a name of this host: judged by its pid)
+                         or RunLock(recipe.output_dir, rank=1).in_use(tuple(node_name(i) for i in range(MAX_NODES)))):
         problems = [problem]
     return problems
 
@@ -574,6 +580,13 @@ def _earlier_labs(output_dir: str, now: dict) -> tuple[list, str | None]:
     try:
         with open(os.path.join(output_dir, LAB), encoding="utf-8") as f:
             old = json.load(f)
+    except FileNotFoundError:  # no lab's run; steps recorded there are a run made off the lab (torchrun on the host)
+        if not _has_text(os.path.join(output_dir, METRICS)):
+            return [], None
+        off = {**{k: None for k in (*LINK_KEYS, "rate", "slow_rate")}, "off_lab": True, "replaced_at": time.time()}
+        return [off], (f"[lab] warning: {output_dir} holds a run made off the lab (no lab.json); a resume keeps its "
+                       "steps measured there, which its report and projection leave out (lab.json `earlier_labs`); "
+                       "for a whole run on this lab use a new output_dir")
     except (OSError, ValueError):
         return [], None
     if not isinstance(old, dict):
@@ -588,6 +601,13 @@ def _earlier_labs(output_dir: str, now: dict) -> tuple[list, str | None]:
         f"[lab] warning: {output_dir} holds a run made on another lab ({was}, MTU {last['mtu']}); a resume keeps its "
         "steps measured there, which its report and projection leave out (lab.json `earlier_labs`); for a "
         "whole run on this lab use a new output_dir")
+
+
+def _has_text(path: str) -> bool:
+    try:
+        return os.path.getsize(path) > 0
+    except OSError:
+        return False
 
 
 def _drops(counters: dict) -> int | None:
@@ -621,15 +641,15 @@ def _record_qdiscs(lab: Lab, output_dir: str) -> None:
             json.dump(info, f, indent=1)
         os.replace(path + ".tmp", path)
     except (OSError, json.JSONDecodeError) as exc:
-        print(f"[lab] warning: could not record the links' tbf counters in {path}: {exc}", file=sys.stderr)
+        say(f"[lab] warning: could not record the links' tbf counters in {path}: {exc}", sys.stderr)
         return
     if after:
-        print(f"[lab] the shaped links' queues dropped {after} packets during the steps ({drops} in all; lab.json "
-              "`qdisc`): TCP retransmitted them, so steps ran slower than bytes over rate", file=sys.stderr)
+        say(f"[lab] the shaped links' queues dropped {after} packets during the steps ({drops} in all; lab.json "
+            "`qdisc`): TCP retransmitted them, so steps ran slower than bytes over rate", sys.stderr)
     elif drops:
         when = "before the first step was recorded (start-up: the model's broadcast to every peer at once)" \
             if after == 0 else "(when is unknown: no step was recorded)"
-        print(f"[lab] the shaped links' queues dropped {drops} packets {when}; lab.json `qdisc`", file=sys.stderr)
+        say(f"[lab] the shaped links' queues dropped {drops} packets {when}; lab.json `qdisc`", sys.stderr)
 
 
 LAB_OPTIONS = ("--nodes", "--nproc-per-node", "--rate", "--slow-node", "--slow-rate", "--mtu", "--timeout", "--port")
@@ -705,7 +725,7 @@ def main(argv: list[str] | None = None) -> int:
         check_host()
         for option, rate in (("--rate", args.rate), ("--slow-rate", args.slow_rate)):
             if rate and (warning := rates.bytes_unit_warning(rate, option)):
-                print(warning, file=sys.stderr)
+                say(warning, sys.stderr)
         output_dir = os.path.abspath(_output_dir(recipe_args))
         recipe_args = [a for a in recipe_args if not a.startswith("output_dir=")]
     except LabError as exc:
@@ -727,7 +747,7 @@ def main(argv: list[str] | None = None) -> int:
             now = {**lab.describe(), "nproc_per_node": args.nproc_per_node, "recipe": recipe_args}
             earlier, warning = _earlier_labs(output_dir, now)
             if warning:
-                print(warning, file=sys.stderr, flush=True)
+                say(warning, sys.stderr)
             with open(os.path.join(output_dir, LAB), "w", encoding="utf-8") as f:
                 json.dump({**now, **({"earlier_labs": earlier} if earlier else {})}, f, indent=1)
             try:
@@ -740,14 +760,14 @@ def main(argv: list[str] | None = None) -> int:
         code = 2
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM/SIGHUP (a launcher stopping the lab)
         signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
-        print(f"[lab] interrupted by {signal.Signals(signum).name}; every node was stopped", file=sys.stderr)
+        say(f"[lab] interrupted by {signal.Signals(signum).name}; every node was stopped", sys.stderr)
         code = 128 + signum  # as a shell reports a command ended by that signal
     finally:
         for s, handler in old.items():
             signal.signal(s, handler)
     left = lab.left_behind()
     if left:
-        print(f"[lab] warning: namespaces left behind: {', '.join(left)}", file=sys.stderr)
+        say(f"[lab] warning: namespaces left behind: {', '.join(left)}", sys.stderr)
     else:
         what = f"{lab.nodes} nodes" + (" and the switch" if lab.switch else "")
         say(f"[lab] torn down ({len(lab.all_namespaces)} namespaces removed: {what})")

@@ -52,7 +52,7 @@ class RunLock:
         self.held = False
         self._stop = threading.Event()
 
-    def _read(self) -> dict | None:
+    def _read(self, local_hosts: tuple[str, ...] = ()) -> dict | None:
         try:
             with open(self.path, encoding="utf-8") as f:
                 data = json.load(f)
@@ -65,7 +65,7 @@ class RunLock:
             return {"stale": True}
         here = host_info()["hostname"]
         pid = data.get("pid")
-        if data.get("host") == here and isinstance(pid, int):
+        if data.get("host") in (here, *local_hosts) and isinstance(pid, int):
             data["stale"] = not pid_alive(pid)
         else:
             data["stale"] = age > STALE_S
@@ -76,10 +76,11 @@ class RunLock:
                 f"pid {data.get('pid')} on host {data.get('host')}, since {data.get('start_time')}; {LOCK}); "
                 "allowed: wait for it to end, stop it, or another output_dir")
 
-    def in_use(self) -> str | None:
+    def in_use(self, local_hosts: tuple[str, ...] = ()) -> str | None:
         """The one-line reason when another job's live run holds the directory, else None; writes nothing (the
-        fabric lab asks before it writes its lab.json there)."""
-        data = self._read()
+        fabric lab asks before it writes its lab.json there). `local_hosts`: other names of this host whose
+        locks are judged by their pid (the lab's nodes, lab-nodeI, run here)."""
+        data = self._read(local_hosts)
         return self._problem(data) if data is not None and not data["stale"] and data.get("owner") != self.key else None
 
     def acquire(self) -> str | None:

@@ -69,7 +69,7 @@ def lab_slowest_link(lab: dict) -> tuple[float | None, float | None, str]:
 
 def _in_bits(rate, bps) -> str:
     """A tc rate as given, and in bits where it was given in tc's bytes units or binary prefixes: '1mbps (8 Mbit/s)',
-    '1mibit (1.04858 Mbit/s)'."""
+    '1mibit (1.049 Mbit/s)'."""
     from telemetry.analysis.rates import bits_text, misreadable
     return f"{rate} ({bits_text(bps)})" if misreadable(rate) and bps else str(rate)
 

@@ -59,7 +59,8 @@ def misreadable(rate: str) -> bool:
     """True for a rate whose unit is easy to misread: tc's bytes-per-second units (`mbps`) and the binary
     prefixes (`mibit`: 1,048,576 bit/s); such a rate is shown with its bit rate beside it."""
     m = _RATE.match(str(rate).strip())
-    return bool(m) and (m.group(2).lower().endswith("bps") or "i" in m.group(2).lower()[:2])
+    unit = m.group(2).lower() if m else ""
+    return unit.endswith("bps") or unit[1:3] == "ib"  # kibit, mibps...; not plain `bit`, whose 'i' is no prefix
 
 
 def bits_text(bps: float) -> str:

@@ -531,10 +531,10 @@ def _summarize(st: _State) -> dict:
             st.nnodes = len(set(by_rank.values()))
     if st.nnodes is None and nranks and nranks == st.init_all_nranks and len(st.hosts) <= 1:
         st.nnodes = 1  # one process made every rank (ncclCommInitAll)
-    if st.nnodes is None and nranks and st.ras.rows:
+    if st.nnodes is None and nranks and st.ras.holds(nranks):
         st.nnodes = st.ras.nnodes(nranks)
     if st.nnodes is None:
-        if nranks and st.ras.rows:
+        if nranks and st.ras.holds(nranks):
             unknown["nnodes"] = st.ras.why_no_nnodes(nranks)
         elif not nranks:
             unknown["nnodes"] = "no nNodes line, and the communicator size is unknown"

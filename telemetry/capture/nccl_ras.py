@@ -47,6 +47,11 @@ class RasTable:
         """The largest communicator size of the tables (a group of no communicator has 0)."""
         return max((r[2] for r in self.rows), default=0) or None
 
+    def holds(self, nranks: int) -> bool:
+        """Whether a row of the tables is of `nranks`-rank communicators (the log's other lines may give another
+        size: the RAS report then says nothing of that communicator's nodes)."""
+        return any(r[2] == nranks for r in self.rows)
+
     def nnodes(self, nranks: int) -> int | None:
         """Nodes per communicator of the rows of `nranks`-rank communicators, when every rank of each such group
         answered; None otherwise (or when no row holds communicators of that size)."""

@@ -30,3 +30,24 @@ def test_a_line_to_a_gone_reader_sends_the_rest_to_devnull(tmp_path):
     console.say("[lab] and again", stream)
     assert os.readlink(f"/proc/self/fd/{stream.fileno()}") == os.devnull
     stream.close()
+
+
+def test_the_labs_stderr_lines_survive_a_reader_gone_behind_2_and_1(tmp_path, monkeypatch):
+    """`python -m launch.lab ... 2>&1 | head`: when head has gone before node 0 writes again, the next line is one
+    of the lab's own on stderr (a run.json closed, the queues' drops, 'torn down'); printed plainly it raised
+    BrokenPipeError, and the lab ended with a traceback and exit 1 instead of the job's exit code."""
+    import json
+    import sys
+
+    from launch import lab
+
+    (tmp_path / "run.json").write_text(json.dumps({"status": "running"}))
+    read, write = os.pipe()
+    os.close(read)  # the reader has gone
+    stream = os.fdopen(write, "w", buffering=1)  # line-buffered, as Python's stderr is on a pipe
+    monkeypatch.setattr(sys, "stderr", stream)
+    lab._close_abandoned_record(str(tmp_path))  # no BrokenPipeError
+    assert json.loads((tmp_path / "run.json").read_text())["status"] == "interrupted"
+    assert os.readlink(f"/proc/self/fd/{stream.fileno()}") == os.devnull
+    monkeypatch.undo()
+    stream.close()

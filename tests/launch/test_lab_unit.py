@@ -198,6 +198,52 @@ def test_a_run_resumed_on_another_lab_is_warned_of_and_the_earlier_lab_kept(tmp_
     assert len(lab._earlier_labs(str(tmp_path), {**five, "nodes": 5})[0]) == 2  # every earlier lab, in order
 
 
+def test_a_run_made_off_the_lab_and_resumed_in_it_is_warned_of_too(tmp_path):
+    """A run begun by torchrun on the host (no lab.json) and resumed in the lab mixed its unshaped steps with the
+    lab's, unwarned: with no lab.json its earlier attempt was taken for no attempt at all. Its steps (metrics.jsonl)
+    now make an earlier, off-lab entry with `replaced_at`, which the run's reader times from."""
+    from types import SimpleNamespace
+
+    from telemetry.analysis.runs import Run
+
+    now = {"nodes": 2, "nproc_per_node": 1, "rate": "5mbit", "rate_bps": 5e6, "mtu": 1500, "slow_node": None,
+           "slow_rate": None, "slow_rate_bps": None}
+    assert lab._earlier_labs(str(tmp_path), now) == ([], None)  # a new run: nothing earlier
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1, "time": 1000.0, "step_time_s": 0.1}\n')
+    earlier, warning = lab._earlier_labs(str(tmp_path), now)
+    assert len(earlier) == 1 and earlier[0]["off_lab"] is True and isinstance(earlier[0]["replaced_at"], float)
+    assert warning.startswith(f"[lab] warning: {tmp_path} holds a run made off the lab (no lab.json); a resume keeps "
+                              "its steps measured there"), warning
+    (tmp_path / "lab.json").write_text(json.dumps({**now, "earlier_labs": earlier}))
+    assert lab._earlier_labs(str(tmp_path), now) == (earlier, None)  # the next resume on this lab keeps it
+    assert Run.lab_since(SimpleNamespace(path=str(tmp_path))) == earlier[0]["replaced_at"]
+
+
+def test_the_run_lock_of_a_killed_lab_run_is_not_taken_for_a_live_one(tmp_path, monkeypatch):
+    """A lab's trainer writes its run.lock as host lab-node0 (FABRIC_HARNESS_NODE), on this very host. The
+    lab's pre-check took that for another host and trusted the lock's age: for 60 s after a killed lab run its
+    resume was refused as 'in use by a live run', where the trainer itself (lab-node0 too) sees the pid gone."""
+    import os
+    import time
+
+    from trainer.runlock import pid_alive
+
+    dead = next(pid for pid in range(2 ** 22 + 1, 2 ** 22 + 100) if not pid_alive(pid))
+    run = tmp_path / "killed"
+    run.mkdir()
+    (run / "run.lock").write_text(json.dumps({"owner": "torchrun fh1 at 10.213.0.1:29400", "pid": dead,
+                                              "host": "lab-node0", "start_time": "2026-11-29T15:42:49+00:00"}))
+    now = time.time()
+    os.utime(run / "run.lock", (now, now))  # its last heartbeat a moment ago
+    monkeypatch.delenv("FABRIC_HARNESS_NODE", raising=False)
+    assert lab._recipe_problems(["recipes/tiny_llama_lora.yaml", f"output_dir={run}"], 2) == []
+    # a live one (its pid alive) on lab-node0 is still refused
+    (run / "run.lock").write_text(json.dumps({"owner": "torchrun fh1 at 10.213.0.1:29400", "pid": os.getpid(),
+                                              "host": "lab-node0", "start_time": "2026-11-29T15:42:49+00:00"}))
+    (problem,) = lab._recipe_problems(["recipes/tiny_llama_lora.yaml", f"output_dir={run}"], 2)
+    assert f"output_dir: {str(run)!r} is in use by a live run (torchrun fh1" in str(problem)
+
+
 def test_tbf_counters_from_tc_json():
     """iproute2's `tc -s -j qdisc show dev fab0` on a lab link (captured on the development VM, iproute2 6.x)."""
     real = ('[{"kind":"tbf","handle":"81c5:","root":true,"refcnt":3,"options":{"rate":1250000,"burst":16383,'

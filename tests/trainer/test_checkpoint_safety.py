@@ -306,3 +306,33 @@ def test_host_rng_moved_sees_a_draw_from_any_host_stream(draw):
     assert not checkpoint.host_rng_moved(before)
     {"torch": lambda: torch.rand(1), "numpy": np.random.rand, "python": random.random}[draw]()
     assert checkpoint.host_rng_moved(before)
+
+
+def test_a_by_index_checkpoint_with_an_empty_group_resumes_without_it(tmp_path):
+    """A LoRA run checkpointed before param groups were keyed by parameter held an empty no-decay group (group 1);
+    build_optimizer now drops it. The by-index checkpoint (2 groups) still loads onto the 1-group optimizer."""
+    def parts(seed, drop):
+        torch.manual_seed(seed)
+        model = torch.nn.Sequential(torch.nn.Linear(4, 3, bias=False), torch.nn.Linear(3, 2))
+        model[1].requires_grad_(False)  # the frozen base: no trainable 1-d parameter
+        trainable = [p for p in model.parameters() if p.requires_grad]
+        optimizer = torch.optim.AdamW([{"params": [p for p in trainable if p.ndim > 1], "weight_decay": 0.1},
+                                       {"params": [p for p in trainable if p.ndim <= 1], "weight_decay": 0.0}], lr=1e-2)
+        if drop:
+            optimizer.param_groups[:] = [g for g in optimizer.param_groups if g["params"]]
+        return model, optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0)
+
+    model, optimizer, scheduler = parts(0, drop=False)
+    model(torch.randn(5, 4)).sum().backward()
+    optimizer.step()
+    scheduler.step()
+    msd, osd = get_state_dict(model, optimizer, options=checkpoint.LEGACY_OPTIONS)
+    assert [len(g["params"]) for g in osd["param_groups"]] == [1, 0]
+    path = tmp_path / "step-0000002"
+    dcp.save({"model": msd, "optim": osd, "harness/scheduler": checkpoint._json_tensor(scheduler.state_dict()),
+              "harness/trainer": checkpoint._json_tensor({"step": 2})}, checkpoint_id=str(path))
+    model2, optimizer2, scheduler2 = parts(1, drop=True)
+    state, _ = checkpoint.load(str(path), model2, optimizer2, scheduler2)
+    assert state["step"] == 2 and len(optimizer2.param_groups) == 1
+    (p,), (q,) = optimizer.param_groups[0]["params"], optimizer2.param_groups[0]["params"]
+    assert torch.equal(optimizer.state[p]["exp_avg"], optimizer2.state[q]["exp_avg"]) and torch.equal(p, q)

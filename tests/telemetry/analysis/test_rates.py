@@ -49,3 +49,16 @@ def test_tcs_binary_prefixes_are_rates_too():
     assert "so this is 8.192 kbit/s; for 1.024 kbit/s write 1kibit" in bytes_unit_warning("1kibps")
     assert bytes_unit_warning("1mibit") is None
     assert misreadable("1Mibit") and misreadable("1mbps") and not misreadable("10mbit") and not misreadable("none")
+
+
+@pytest.mark.parametrize("rate", ["10bit", "8BIT", "1.5bit", "100kbit", "1Gbit"])
+def test_plain_bit_rates_are_not_misreadable(rate):
+    """`bit` has an 'i' in its first two letters but no binary prefix: '10bit' was shown as '10bit (10 bit/s)'."""
+    from telemetry.analysis.rates import misreadable
+    assert not misreadable(rate)
+
+
+@pytest.mark.parametrize("rate", ["1kibit", "1KiBps", "2.5MIBIT", "1tibps", "10bps", "3GBPS"])
+def test_binary_and_bytes_rates_are_misreadable(rate):
+    from telemetry.analysis.rates import misreadable
+    assert misreadable(rate)

@@ -663,6 +663,19 @@ def test_the_nccl_ras_clients_report_gives_version_communicator_size_and_nodes()
     # INCOMPLETE: the group's rows count fewer ranks than its communicators hold, so no node count
     short = parse_lines(RAS_REPORT.replace("32   RUNNING  MISMATCH", "31   RUNNING  INCOMPLETE").splitlines())
     assert short["nranks"] == 32 and short["nnodes"] is None and "did not answer" in short["unknown"]["nnodes"]
+
+
+def test_a_ras_table_without_the_logs_communicator_size_is_not_its_nnodes_reason():
+    """The INFO lines give a 16-rank communicator; the RAS table holds only a whole 8-rank group: it says nothing of
+    the 16-rank communicator's nodes, and the reason was untrue ('the RAS report's rows of the 16-rank
+    communicators count fewer ranks than they hold')."""
+    table = RAS_REPORT.split("Errors\n======")[0].replace(
+        "    0         1         4         8        32        32   RUNNING  MISMATCH\n", "").replace(
+        "    1         8         1         4         4        32", "    1         1         2         4         8         8")
+    out = parse_lines(["host1:123:130 [0] NCCL INFO comm 0x55d0 rank 0 nranks 16 cudaDev 0 nvmlDev 0 busId 18000 "
+                       "commId 0x1 - Init COMPLETE", *table.splitlines()])
+    assert out["nranks"] == 16 and out["nnodes"] is None
+    assert "RAS" not in out["unknown"]["nnodes"] and "1 of 16 ranks' init lines" in out["unknown"]["nnodes"]
     # a program's build-time 'compiled with NCCL version' is not the library it runs
     built = parse_lines(["nccl-tests compiled with NCCL version 2.18.1", "h:1:1 [0] NCCL INFO NCCL version 2.21.5"])
     assert built["nccl_version"] == "2.21.5"
