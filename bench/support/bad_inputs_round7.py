@@ -230,7 +230,7 @@ CASES: list[tuple[str, str, list[str], dict]] = [
     # paths: spaces, newlines, variables, read-only and full filesystems
     ("trainer", "recipe-path-with-space", ["trainer", "{root}/r7 space.yaml", *DRY], {}),
     ("trainer", "output-dir-newline", [*T, "max_steps=1", 'output_dir="{root}/t7-a\\nb"'], {}),
-    ("trainer", "output-dir-tab-in-file", ["trainer", "{root}/r7-tab-dir.yaml", "max_steps=1"], {}),
+    ("trainer", "output-dir-tab-in-file", ["trainer", "{root}/r7-tab-dir.yaml", *DRY], {}),
     ("trainer", "output-dir-env-var", [*T, "max_steps=1", "output_dir=$R7_NOPE/x"], {}),
     ("trainer", "output-dir-read-only-fs", [*T, "max_steps=1", "output_dir={r7ro}/run"], {}),
     ("trainer", "output-dir-read-only-existing", [*T, "max_steps=1", "output_dir={r7ro}/old-run"], {}),
