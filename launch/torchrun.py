@@ -71,6 +71,9 @@ def _rendezvous_problem(args) -> str | None:
         if not 1 <= port <= PORT_MAX:
             return (f"--rdzv-endpoint: got {args.rdzv_endpoint!r}; allowed: HOST or HOST:PORT, a port from 1 "
                     f"to {PORT_MAX} (e.g. node0:29400)")
+    if not args.standalone and not str(args.rdzv_id).strip():  # torch refuses it only once the agent starts
+        return (f"--rdzv-id: got {args.rdzv_id!r}; allowed: a non-empty id every node of the job gives alike "
+                "(e.g. $SLURM_JOB_ID; torchrun's default is none)")
     from torch.distributed.elastic.rendezvous import rendezvous_handler_registry
 
     known = sorted(getattr(rendezvous_handler_registry, "_registry", None) or ("c10d", "etcd", "etcd-v2", "static"))

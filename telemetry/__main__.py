@@ -130,6 +130,14 @@ def main(argv: list[str] | None = None) -> int:
     except RunError as exc:
         print_errors(exc)
         return 2
+    except OSError as exc:  # the place passed the checks before the read, but did not take the files (a full disk)
+        import errno
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
+            raise
+        option = "--out" if getattr(args, "out", None) else "--json"
+        where = exc.filename if isinstance(exc.filename, str) else getattr(args, "out", None) or args.json
+        return print_errors(f"{option}: {where!r} could not be written ({exc.strerror or exc}); allowed: a place on "
+                            "a filesystem with free space that this user can write")
     return 0
 
 

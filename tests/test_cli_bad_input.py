@@ -43,6 +43,8 @@ def files(tmp_path_factory) -> dict[str, str]:
     (root / "duplicate-key.yaml").write_text(yaml.safe_dump(doc) + "repeats: 3\n")
     (root / "repeats-huge.yaml").write_text(yaml.safe_dump({**doc, "repeats": 10**30}))
     (root / "header-only.txt").write_text("#  size  count  type  redop  root  time  algbw  busbw  #wrong\n")
+    doc["variants"][0]["env"] = {"WORLD_SIZE": "4"}
+    (root / "env-world-size.yaml").write_text(yaml.safe_dump(doc))
     os.mkfifo(root / "fifo")  # no writer: a read of it waits forever
     (root / "empty-dir").mkdir()
     return {"root": str(root), **{k: str(v) for k, v in runs.items()}}
@@ -122,6 +124,18 @@ ROWS = [
     ("bert-convert-config-device", ["trainer.bert_tf_convert", "{root}/nope", "--config", "/dev/zero", "--out",
                                     "{root}/b1"], {}, "--config /dev/zero: is a character device, not a regular file"),
     # fourth round: a tokenizer that cannot load said what is allowed (the reason cut it off at 300 characters)
+    # seventh round: each was an exit 0 (or, for the empty rendezvous id, a wait on the endpoint)
+    ("trainer-octal-looking-int", ["trainer", TINY, "max_steps=010", "--dry-run"], {},
+     "max_steps: the override's value is refused: '010' is an octal number in YAML 1.1 (8), not 10"),
+    ("trainer-output-dir-variable", ["trainer", TINY, "output_dir=$SCRATCH/run", "--dry-run"], {},
+     "output_dir: got '$SCRATCH/run'; $SCRATCH is not expanded"),
+    ("trainer-srun-without-torchrun", ["trainer", TINY, "max_steps=1", "output_dir={root}/srun"],
+     {"SLURM_STEP_NUM_TASKS": "2", "SLURM_PROCID": "1"}, "SLURM_STEP_NUM_TASKS: got 2 (srun started this command"),
+    ("evaluate-env-world-size", ["launch.evaluate", "{root}/env-world-size.yaml", "--dry-run"], {},
+     "variants[0].env.WORLD_SIZE: set by the launcher for each rank"),
+    ("torchrun-empty-rdzv-id", ["launch.torchrun", "--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint",
+                                "node0:29400", "--rdzv-id", "", "-m", "trainer", TINY], {},
+     "--rdzv-id: got ''; allowed: a non-empty id"),
     ("trainer-tokenizer-empty-dir", ["trainer", TINY, "model.tokenizer={root}/empty-dir", "max_steps=1",
                                      "output_dir={root}/tok"], {}, "model.tokenizer: cannot load a tokenizer from '{root}/empty-dir' ("),
 ]
@@ -160,9 +174,22 @@ def test_launch_script(files, case_id, argv, env, expected):
     _one_line(["bash", str(REPO / argv[0]), *argv[1:]], env, expected, files["root"])
 
 
+def test_sbatch_host_list_scontrol_cannot_expand_is_one_line(files, tmp_path):
+    """scontrol's own errors and exit 1 were the job's output for a host list it could not expand."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "scontrol").write_text("#!/bin/sh\necho 'scontrol: error: Unable to create hostlist' >&2\nexit 1\n")
+    (bin_dir / "scontrol").chmod(0o755)
+    env = {"SLURM_JOB_NODELIST": "node[2-1]", "SLURM_JOB_ID": "7", "SLURM_SUBMIT_DIR": str(REPO),
+           "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    _one_line(["bash", str(REPO / "launch" / "slurm" / "train.sbatch"), TINY], env,
+              "SLURM_JOB_NODELIST: got 'node[2-1]'; scontrol show hostnames could not expand it (scontrol: error: "
+              "Unable to create hostlist); allowed: the job's host list as Slurm sets it", str(REPO))
+
+
 def test_no_row_leaves_an_output_behind(files):
     """Refused commands create nothing: no compare, evaluation or link-test directory was made."""
-    for name in ("c1", "c2", "c3", "eval-out", "lt", "p2p", "ma", "b1"):
+    for name in ("c1", "c2", "c3", "eval-out", "lt", "p2p", "ma", "b1", "srun"):
         assert not Path(files["root"], name).exists(), name
     assert json.loads(Path(files["llm"], "run.json").read_text())["status"] == "completed"
     assert sorted(p.name for p in Path(files["bert"]).iterdir()) == ["metrics.jsonl", "run.json"]  # nothing set aside

@@ -136,6 +136,18 @@ def _field_names(cls: type) -> list[str]:
     return [f.name for f in dataclasses.fields(cls) if f.name != "recipe_path"]
 
 
+def _odd_letters(key: str) -> str:
+    """A key's characters outside printable ASCII, named: a look-alike letter (Cyrillic е for e) or one that shows
+    as nothing (a zero-width space) makes a key that reads as a known one unknown."""
+    import unicodedata
+
+    odd = [c for c in dict.fromkeys(key) if not (c.isascii() and c.isprintable())]
+    if not odd:
+        return ""
+    return " (it holds " + ", ".join(f"U+{ord(c):04X} {unicodedata.name(c, 'unnamed')}" for c in odd[:4]) + \
+        ": not the ASCII letters it may look like)"
+
+
 def bind_dataclass(data: dict, cls: type, prefix: str, problems: list[str]) -> Any:
     hints = typing.get_type_hints(cls)
     names = _field_names(cls)
@@ -145,7 +157,7 @@ def bind_dataclass(data: dict, cls: type, prefix: str, problems: list[str]) -> A
         if key not in names:
             close = difflib.get_close_matches(str(key), names, n=1)
             hint = f"did you mean '{close[0]}'? " if close else ""
-            problems.append(f"{path}: unknown key; {hint}allowed: {', '.join(names)}")
+            problems.append(f"{path}: unknown key{_odd_letters(str(key))}; {hint}allowed: {', '.join(names)}")
             continue
         before = len(problems)
         bound = _bind_value(value, hints[key], path, problems)

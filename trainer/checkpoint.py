@@ -217,6 +217,21 @@ def _nearly_full(path: str, below: int = 1 << 20) -> bool:
     return st.f_bavail * st.f_frsize < below
 
 
+def _no_room(why: str) -> bool:
+    """A write refused for the filesystem's sake: full, over quota, or read-only."""
+    return any(text in why for text in ("No space left", "Disk quota exceeded", "Read-only file system"))
+
+
+def _free(path: str) -> str:
+    while path and not os.path.exists(path):
+        path = os.path.dirname(path)
+    try:
+        st = os.statvfs(path or ".")
+    except OSError:
+        return "free space unknown"
+    return f"{st.f_bavail * st.f_frsize >> 10} KiB free there now"
+
+
 def _remove(path: str) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
@@ -252,8 +267,11 @@ def save(root: str, step: int, model, optimizer, scheduler, trainer_state: dict,
             raise
         previous = find_latest_step(root)
         kept = f"latest.json still points at step {previous}" if previous is not None else "no earlier checkpoint"
+        # a filesystem that filled up is a fault of the run's (exit 1), but the line says what would make room
+        room = (f"; allowed: an output_dir on a filesystem with room for the checkpoints ({_free(root)}), or "
+                "train.save_final=false with train.save_every=0 (no checkpoint)") if _no_room(why) else ""
         raise FaultError(f"checkpoint at step {step} not written ({why}); "
-                         f"partial checkpoint removed, {kept}") from None
+                         f"partial checkpoint removed, {kept}{room}") from None
     dist.barrier()
     if rank == 0:  # the pointer moves only once every rank has written its part
         try:

@@ -47,7 +47,7 @@ def _absent_paths(recipe) -> list[tuple[str, str]]:
     each at start, before any step, with one line recorded in run.json (tests/trainer/test_training.py)."""
     tree, out = recipe.to_dict(), []
     unread = recipe.job == "sweep" or recipe.data.synthetic  # the data keys are not read by such a run
-    for dotted in (*RECIPE_RELATIVE_PATHS, "model.config", "train.resume"):
+    for dotted in (*RECIPE_RELATIVE_PATHS, "model.config", "train.resume", "telemetry.sysfs"):
         if unread and dotted.startswith("data."):
             continue
         value = value_at(tree, dotted)
@@ -186,6 +186,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"warning: {key}: {value!r} does not exist on this machine; a run refuses it at start unless it "
                   "exists where the run starts (a cluster's path is fine here)", file=sys.stderr)
         return 0
+    if recipe.telemetry.enabled and not os.path.isdir(os.path.expanduser(recipe.telemetry.sysfs)):
+        # every NIC counter would be unknown, without a word on why
+        return _fail([f"telemetry.sysfs: {recipe.telemetry.sysfs!r} is not a directory on this host; allowed: "
+                      "where this host's /sys is mounted (default /sys; its class/net holds the NIC counters)"])
     problems = _check_output_dir(recipe.output_dir, recipe)
     if problems:
         return _fail(problems)

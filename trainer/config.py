@@ -341,6 +341,21 @@ def _check_resume(value) -> list[str]:
             "checkpoint directory's path"]
 
 
+def _output_dir_text(path: str) -> list[str]:
+    """output_dir names the run in log lines, run.json and the live series' labels: no control character; and
+    no `$VAR`, which nothing expands here (the recipe is read by no shell: a literal '$VAR' directory was made)."""
+    import re
+
+    if any(ord(c) < 32 or ord(c) == 127 for c in path):
+        return [f"output_dir: got {path!r}, with a control character (a newline, tab or escape); allowed: a path of "
+                "printable characters (it names the run in log lines, run.json and the live series' labels)"]
+    if m := re.search(r"\$(\{[A-Za-z_]\w*\}|[A-Za-z_]\w*)", path):
+        return [f"output_dir: got {path!r}; {m.group(0)} is not expanded (no shell reads a recipe or a quoted "
+                "override); allowed: the path written out, or the variable left unquoted on the command line "
+                "for the shell to expand"]
+    return []
+
+
 def check_recipe(r: Recipe) -> list[str]:
     """Checks that need no world size. Each problem names the key, the value and what is allowed."""
     p = []
@@ -348,6 +363,7 @@ def check_recipe(r: Recipe) -> list[str]:
     p += within("", r, ("seed",), 0, SEED_MAX)
     if not r.output_dir.strip():
         p.append("output_dir: empty; allowed: a directory path")
+    p += _output_dir_text(r.output_dir)
     p += _special_files(r)
     if isinstance(r.name, str) and not r.name.strip():  # it labels the run in run.json, reports and comparisons
         p.append(f"name: got {r.name!r}; allowed: a non-empty name (it labels the run in run.json and reports)")
@@ -491,6 +507,12 @@ def _check_telemetry(r: Recipe) -> list[str]:
     if tel.switch_metrics_url is not None and not str(tel.switch_metrics_url).startswith(("http://", "https://")):
         p.append(f"telemetry.switch_metrics_url: got {tel.switch_metrics_url!r}; expected an http:// or https:// "
                  "Prometheus metrics address, or null")
+    elif tel.switch_metrics_url is not None and "@" in str(tel.switch_metrics_url).split("://", 1)[-1].split("/")[0]:
+        p.append("telemetry.switch_metrics_url: credentials in the address would be recorded; allowed: an address "
+                 "without user:password@ (an exporter behind a proxy that adds them)")
+    if isinstance(tel.sysfs, str) and not tel.sysfs.strip():
+        p.append(f"telemetry.sysfs: got {tel.sysfs!r}; allowed: the directory this host's /sys is mounted at "
+                 "(default /sys)")
     if not isinstance(tel.hold_reports_s, (int, float)) or isinstance(tel.hold_reports_s, bool) \
             or not 0 <= tel.hold_reports_s <= 60:
         p.append(f"telemetry.hold_reports_s: got {tel.hold_reports_s!r}; expected seconds from 0 to 60 (0 = never hold)")

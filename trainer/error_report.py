@@ -11,13 +11,28 @@ import tempfile
 from telemetry.errors import FaultError, InputError, print_errors
 from telemetry.signals import deferred
 
-__all__ = ["FaultError", "InputError", "first_to_report", "one_line", "report", "signals_held"]  # the errors: telemetry/errors.py
+__all__ = ["FaultError", "InputError", "first_to_report", "no_room", "no_room_line", "one_line", "report",
+           "signals_held"]  # the errors: telemetry/errors.py
 
 
 def one_line(exc: BaseException, limit: int = 500) -> str:
     """`Type: message` on one line, for run.json's `error`."""
     text = " ".join(str(exc).split())
     return f"{type(exc).__name__}: {text[:limit]}" if text else type(exc).__name__
+
+
+def no_room(exc: BaseException) -> bool:
+    """A write the run directory's filesystem refused: full, over quota, or read-only. One line, not a
+    traceback: exit 2 before the run has recorded anything (output_dir is unusable), 1 once it has (a fault)."""
+    import errno
+
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
+
+
+def no_room_line(output_dir: str, exc: OSError) -> str:
+    where = exc.filename if isinstance(exc.filename, str) else output_dir
+    return (f"output_dir: {where!r} could not be written ({exc.strerror or exc}); what was recorded before is "
+            "kept; allowed: an output_dir on a writable filesystem with free space")
 
 
 def _launcher_key() -> str | None:

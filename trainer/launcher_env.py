@@ -55,12 +55,30 @@ def launcher_env_problems(environ: Mapping[str, str] = os.environ, dry_run: bool
             problems.append(f"{' and '.join(missing)}: unset, but RANK and WORLD_SIZE are set, so the run joins a "
                             "launcher's group at MASTER_ADDR:MASTER_PORT; allowed: all four set, as torchrun sets "
                             "them (python -m launch.torchrun ...), or RANK and WORLD_SIZE unset for one process")
-    if "LOCAL_WORLD_SIZE" in got and "WORLD_SIZE" in got and got["LOCAL_WORLD_SIZE"] > got["WORLD_SIZE"]:
+    world = got.get("WORLD_SIZE", None if dry_run else 1)  # a real run without WORLD_SIZE is one process
+    if "LOCAL_WORLD_SIZE" in got and world is not None and got["LOCAL_WORLD_SIZE"] > world:
         problems.append(f"LOCAL_WORLD_SIZE: got {got['LOCAL_WORLD_SIZE']}; expected at most WORLD_SIZE "
-                        f"({got['WORLD_SIZE']})")
+                        f"({world}{'' if 'WORLD_SIZE' in got else ', unset: one process'})")
+    if "LOCAL_RANK" in got and "RANK" in got and got["LOCAL_RANK"] > got["RANK"]:
+        # a node's local ranks number its ranks in order from 0, so none exceeds its global rank
+        problems.append(f"LOCAL_RANK: got {got['LOCAL_RANK']} beside RANK {got['RANK']}; expected at most RANK (a "
+                        "node's local ranks count its ranks from 0, as torchrun and srun set them)")
+    problems += _slurm_step_problems(environ, dry_run)
     if not dry_run and not problems and "RANK" in got and "WORLD_SIZE" in got:
         problems += _master_addr_problems(environ)
     return problems + _process_group_env_problems(environ, dry_run) + _harness_env_problems(environ)
+
+
+def _slurm_step_problems(environ: Mapping[str, str], dry_run: bool) -> list[str]:
+    """`srun -n 2 python -m trainer ...` without torchrun: each task, lacking RANK and WORLD_SIZE, would be a
+    run of one process, every one writing the same output_dir."""
+    tasks = _int(environ, "SLURM_STEP_NUM_TASKS")
+    if dry_run or not isinstance(tasks, int) or tasks < 2 or "RANK" in environ or "WORLD_SIZE" in environ:
+        return []
+    return [f"SLURM_STEP_NUM_TASKS: got {tasks} (srun started this command {tasks} times) but RANK and WORLD_SIZE "
+            "are unset, so each task would be a run of one process writing the same output_dir; allowed: torchrun "
+            "under srun (launch/slurm/train.sbatch, python -m launch.torchrun), RANK/WORLD_SIZE/MASTER_ADDR/"
+            "MASTER_PORT exported per task, or srun --ntasks 1"]
 
 
 NODE_NAME = re.compile(r"^[^\s\x00-\x1f\x7f]{1,253}$")  # a host name's length, no space or control character

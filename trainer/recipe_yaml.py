@@ -71,7 +71,10 @@ class _RecipeLoader(yaml.SafeLoader):
 
     def construct_yaml_int(self, node):
         """An integer Python refuses to convert (more digits than sys.get_int_max_str_digits(), 4300 by default:
-        int() raises ValueError, which was a traceback) is refused with its line."""
+        int() raises ValueError, which was a traceback) is refused with its line; so are YAML 1.1's octal (010 is
+        8) and base-60 (1:30 is 90) forms, which YAML 1.2, JSON and a reader of the recipe take for other numbers
+        (07 and 00 read the same either way)."""
+        _refuse_yaml11_number(node)
         try:
             return super().construct_yaml_int(node)
         except ValueError:
@@ -82,8 +85,29 @@ class _RecipeLoader(yaml.SafeLoader):
             raise Refused(f"an integer of {digits} digits; allowed: at most {sys.get_int_max_str_digits()} digits "
                           "(a 64-bit value has 19)", node.start_mark.line + 1) from None
 
+    def construct_yaml_float(self, node):
+        _refuse_yaml11_number(node, octal=False)
+        return super().construct_yaml_float(node)
+
+
+def _refuse_yaml11_number(node, octal: bool = True) -> None:
+    """YAML 1.1 (PyYAML) reads a leading zero as octal (max_steps: 010 is 8) and colons as base 60 (1:30 is 90):
+    a recipe's reader, YAML 1.2 and JSON see other numbers, so the value is refused with what to write."""
+    text = str(node.value)
+    digits = text.lstrip("+-").replace("_", "")
+    line = node.start_mark.line + 1
+    if ":" in digits:
+        raise Refused(f"{text!r} is a base-60 number in YAML 1.1 (1:30 is 90); allowed: the number itself, or "
+                      f"quoted text ('{text}')", line)
+    if octal and len(digits) > 1 and digits[0] == "0" and digits.isdigit() and int(digits, 8) != int(digits):
+        sign = "-" if text.startswith("-") else ""
+        plain = sign + (digits.lstrip("0") or "0")
+        raise Refused(f"{text!r} is an octal number in YAML 1.1 ({sign}{int(digits, 8)}), not {plain}; allowed: "
+                      f"{plain} without the leading zero, or quoted text ('{text}')", line)
+
 
 _RecipeLoader.add_constructor("tag:yaml.org,2002:int", _RecipeLoader.construct_yaml_int)
+_RecipeLoader.add_constructor("tag:yaml.org,2002:float", _RecipeLoader.construct_yaml_float)
 
 
 def _expanded_nodes(node, memo: dict) -> int:

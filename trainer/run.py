@@ -26,7 +26,7 @@ from .data.sampler import StepSampler
 from .distributed import (ParallelDims, describe_timeout, dump_flight_recorder, init_process_group, is_timeout,
                           pick_backend, pick_device, prepare_flight_recorder)
 from .engines import deepspeed as deepspeed_engine
-from .error_report import FaultError, InputError, one_line, print_errors, report
+from .error_report import FaultError, InputError, no_room, no_room_line, one_line, print_errors, report
 from .hook_list import HookList
 from .kernels import apply as apply_kernels, resolve as resolve_kernels
 from .layout import Layout
@@ -132,7 +132,14 @@ def run(recipe: Recipe, layout: Layout, argv: list[str], overrides: list[str]) -
     if problem:
         report(problem)
         return 2
-    st = open_run(recipe, layout, rank, lock, argv, overrides)
+    try:
+        st = open_run(recipe, layout, rank, lock, argv, overrides)
+    except OSError as exc:  # run.json's first version not written: output_dir on a full or read-only filesystem
+        lock.release()
+        if not no_room(exc):
+            raise
+        report(no_room_line(recipe.output_dir, exc))
+        return 2
     try:
         set_up(st)
         JOBS[recipe.job](st)
@@ -325,6 +332,10 @@ def classify_failure(st: RunState, exc: BaseException) -> bool:
         print(f"[trainer] rank {rank}: {st.error}; completed steps stay in metrics.jsonl", file=sys.stderr,
               flush=True)
         return False
+    if no_room(exc):  # a rank's file or an export refused by a filesystem that filled up: a fault, one line
+        st.error = no_room_line(st.recipe.output_dir, exc)
+        report(st.error)
+        return False
     if isinstance(exc, FaultError):  # a fault recognised for what it is: one line, no traceback
         st.error = str(exc)
         if not exc.everywhere:
@@ -384,7 +395,14 @@ def close(st: RunState) -> None:
     finally:
         try:
             resumed = bool(st.trainer is not None and st.trainer.state.resumed_from)
-            st.rec.close(st.status, st.code, st.error, resumed=resumed, summary=st.swept)
+            try:
+                st.rec.close(st.status, st.code, st.error, resumed=resumed, summary=st.swept)
+            except OSError as exc:  # run.json's last version refused: said once, with what was kept
+                if not no_room(exc):
+                    raise
+                if st.code == 0:  # a failure before this has said its line; run.json keeps its last version
+                    st.code = 1
+                    report(no_room_line(st.recipe.output_dir, exc))
         finally:
             st.lock.release()
             if dist.is_initialized():

@@ -24,6 +24,10 @@ LAUNCHERS = ("local", "lab", "slurm")
 # (eth0, ens1f0, fab0, mlx5_0), held against the interface gloo or NCCL's socket/HCA devices used.
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# what torchrun, srun and the lab set for each rank: a variant's value would be overwritten or break the launch
+LAUNCHER_ENV = ("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
+                "ROLE_RANK", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID",
+                "FABRIC_HARNESS_LAB", "FABRIC_HARNESS_NODE")
 
 MAX_PER_NODE = 1024  # ranks or GPUs on one node (the largest nodes have 8 to 72 GPUs)
 MAX_REPEATS = 1000  # rounds; each is a run per variant x workload (a typo's 10**30 hung the dry run building the plan)
@@ -140,8 +144,16 @@ def _variant(raw: Any, i: int, launcher: str, problems: list[str]) -> Variant | 
     for k, v in raw_env.items():
         if not isinstance(k, str) or not ENV_NAME.match(k):
             problems.append(f"{path}.env: {k!r} is not an environment variable name (letters, digits, '_')")
-        elif isinstance(v, bool) or not isinstance(v, (str, int, float)):
-            problems.append(f"{path}.env.{k}: got {v!r}; expected a string or number (quote it: \"1\", \"yes\")")
+        elif k in LAUNCHER_ENV:
+            problems.append(f"{path}.env.{k}: set by the launcher for each rank (torchrun, srun, the lab); "
+                            "allowed: variables the runs read as they are (NCCL_*, GLOO_*, UCX_*, ...)")
+        elif isinstance(v, bool) or not isinstance(v, (str, int, float)) or (isinstance(v, float) and
+                                                                            not math.isfinite(v)):
+            problems.append(f"{path}.env.{k}: got {v!r}; expected a string or finite number (quote it: \"1\", "
+                            "\"yes\")")
+        elif isinstance(v, str) and any(ord(c) < 32 or ord(c) == 127 for c in v):
+            problems.append(f"{path}.env.{k}: got {v!r}, with a control character (a newline or NUL); allowed: "
+                            "one line of printable text")
         else:
             env[k] = str(v)
     lab: dict[str, Any] = {}
@@ -188,6 +200,10 @@ def _variant(raw: Any, i: int, launcher: str, problems: list[str]) -> Variant | 
         elif not isinstance(raw_hosts, list) or not raw_hosts or not all(
                 isinstance(h, str) and h and not any(c.isspace() or c == "," for c in h) for h in raw_hosts):
             problems.append(f"{path}.hosts: got {raw_hosts!r}; expected a non-empty list of Slurm node names")
+        elif len(set(raw_hosts)) < len(raw_hosts):
+            twice = sorted({h for h in raw_hosts if raw_hosts.count(h) > 1})
+            problems.append(f"{path}.hosts: {', '.join(twice)} named twice; allowed: each node once (a node runs "
+                            "its ranks once, with slurm.nproc_per_node of them)")
         else:
             hosts = list(raw_hosts)
     fabric_config: dict[str, Any] = {}
@@ -326,7 +342,7 @@ def bind(raw: dict, base: str = ".", path: str = "") -> Evaluation:
     name = _name(raw.get("name"), "name", problems) if "name" in raw else "evaluation"
     launcher = raw.get("launcher", "local")
     if launcher not in LAUNCHERS:
-        close = difflib.get_close_matches(str(launcher), LAUNCHERS, n=1)
+        close = difflib.get_close_matches(str(launcher).lower(), LAUNCHERS, n=1)
         hint = f"did you mean '{close[0]}'? " if close else ""
         problems.append(f"launcher: got {launcher!r}; {hint}allowed: {', '.join(LAUNCHERS)}")
         launcher = None  # no launcher: the checks that depend on it are not made (they would name another)
@@ -334,6 +350,10 @@ def bind(raw: dict, base: str = ".", path: str = "") -> Evaluation:
     out = raw.get("out", os.path.join("runs", f"eval-{name}"))
     if not isinstance(out, str) or not out:
         problems.append(f"out: got {out!r}; expected a directory path")
+        out = "."
+    elif any(ord(c) < 32 or ord(c) == 127 for c in out):  # each run's output_dir is under it (the trainer refuses)
+        problems.append(f"out: got {out!r}, with a control character (a newline or tab); allowed: a path of "
+                        "printable characters (the runs' output_dir is under it)")
         out = "."
     variants, at = [], []  # at: (index in the file, variant), for lines naming variants[i]
     raw_variants = raw.get("variants")

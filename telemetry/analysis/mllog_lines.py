@@ -24,7 +24,7 @@ import os
 from datetime import datetime
 
 from telemetry.errors import InputError
-from telemetry.rundir import MLLOG, RunKey, StepKey
+from telemetry.rundir import MLLOG, RUN_JSON, RunKey, StepKey
 
 BENCHMARKS = {"bert_pretraining": "bert", "image_classification": "resnet", "llm_lora": "llama2_70b_lora"}
 RULESETS = {"bert": "5.0.0", "resnet": "4.0.0", "llama2_70b_lora": "5.0.0"}
@@ -64,16 +64,24 @@ def write(run_dir: str, out: str | None = None, org: str = "fabric-harness", pla
     if bench is None:
         raise MllogError(f"{run_dir}: workload {workload!r} has no MLPerf Training benchmark; allowed: "
                          + ", ".join(f"{w} ({b})" for w, b in BENCHMARKS.items()))
-    steps = [r for r in run.metrics if r.get(StepKey.STEP) is not None and r.get(StepKey.TIME) is not None]
+    # in step order: lines out of order (a file put together by hand) would start the run at its last step
+    steps = sorted((r for r in run.metrics if r.get(StepKey.STEP) is not None and r.get(StepKey.TIME) is not None),
+                   key=lambda r: r[StepKey.STEP])
     if not steps:
         raise MllogError(f"{run_dir}: metrics.jsonl has no step with its wall clock (`time`): nothing to time")
     first = steps[0]
     run_start = first[StepKey.TIME] - (first.get(StepKey.STEP_TIME_S) or 0.0)
     init_start = _start_s(run.info) or run_start
     layout = run.info.get("layout") or {}
-    gbs = layout.get("global_batch_size") or (recipe.get("train") or {}).get("global_batch_size")
-    train_samples = (run.info.get("data") or {}).get("train_samples") or (steps[-1]["step"] * gbs if gbs else None)
-    eval_samples = (run.info.get("data") or {}).get("eval_samples") or 0
+    train = recipe.get("train") if isinstance(recipe.get("train"), dict) else {}
+    data = run.info.get("data") or {}
+    where = os.path.join(run_dir, RUN_JSON)
+    gbs = layout.get("global_batch_size") or _count(train.get("global_batch_size"), "recipe.train.global_batch_size",
+                                                    1, where)
+    train_samples = _count(data.get("train_samples"), "data.train_samples", 1, where) or (
+        steps[-1]["step"] * gbs if gbs else None)
+    eval_samples = _count(data.get("eval_samples"), "data.eval_samples", 0, where) or 0
+    _count(recipe.get("seed"), "recipe.seed", 0, where)
     scored = StepKey.EVAL_ACCURACY if bench != "llama2_70b_lora" else StepKey.EVAL_LOSS
     evals = [r for r in steps if r.get(scored) is not None]
 
@@ -137,6 +145,14 @@ def write(run_dir: str, out: str | None = None, org: str = "fabric-harness", pla
     with open(path, encoding="utf-8") as f:
         lines = sum(1 for line in f if line.startswith(":::MLLOG"))
     return {"path": path, "benchmark": bench, "ruleset": RULESETS[bench], "lines": lines, "evaluations": len(evals)}
+
+
+def _count(value, key: str, low: int, run_json: str) -> int | None:
+    """A count the log states (a batch, samples, the seed): an integer >= low, or None when not recorded."""
+    if value is None or (type(value) is int and value >= low):
+        return value
+    raise MllogError(f"{run_json}: '{key}' is {json.dumps(value)[:60]}; allowed: an integer >= {low} (or null), "
+                     "as a run writes it")
 
 
 class _RaisingFileHandler(logging.FileHandler):

@@ -58,6 +58,22 @@ def _address_problem(value) -> str | None:
     return None
 
 
+def _gateway_path_problem(url: str) -> str | None:
+    """prometheus_client's push_to_gateway appends /metrics/job/JOB/LABEL/VALUE... to the address: a query or
+    fragment would end up before that path, and a grouping path of the user's own would nest a second one."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    if parts.query or parts.fragment or url.rstrip().endswith(("?", "#")):
+        return ("holds a ?query or #fragment, which the push would put before the /metrics/job/... it appends; "
+                "allowed: http://HOST:PORT (or a proxy's path prefix) without ? or #")
+    if "/metrics/job/" in parts.path + "/" or parts.path.rstrip("/").endswith("/metrics"):
+        return ("holds /metrics (the scrape path) or a /metrics/job/... grouping path; the push appends "
+                "/metrics/job/JOB and the run and host labels itself; allowed: the gateway's address alone, "
+                "http://HOST:PORT (or a proxy's path prefix)")
+    return None
+
+
 def push_problems(pushgateway, otlp, interval_s) -> list[str]:
     p = []
     for key, value in (("pushgateway", pushgateway), ("otlp", otlp)):
@@ -68,6 +84,8 @@ def push_problems(pushgateway, otlp, interval_s) -> list[str]:
                      "user:password@")
         elif problem := _address_problem(value):
             p.append(f"telemetry.{key}: got {value!r}; {problem}")
+        elif key == "pushgateway" and (problem := _gateway_path_problem(value)):
+            p.append(f"telemetry.pushgateway: got {value!r}; {problem}")
     if not isinstance(interval_s, (int, float)) or isinstance(interval_s, bool) or interval_s < PUSH_INTERVAL_MIN_S:
         p.append(f"telemetry.push_interval_s: got {interval_s!r}; expected seconds >= {PUSH_INTERVAL_MIN_S:g}")
     return p

@@ -77,7 +77,7 @@ def test_every_problem_is_one_line_naming_its_key(tmp_path):
         "variants[0].expect_transport: got 'rcoe'; did you mean 'roce'? expected one of ib, infiniband, roce, efa, "
         "socket, tcp, tcpx, intra-node, or an interface name such as eth0 or fab0",
         "variants[1].env: '1BAD' is not an environment variable name (letters, digits, '_')",
-        "variants[1].env.OK: got True; expected a string or number (quote it: \"1\", \"yes\")",
+        "variants[1].env.OK: got True; expected a string or finite number (quote it: \"1\", \"yes\")",
         "workloads[0].recipe: 'no/such.yaml' is not a file (a path relative to the current directory or to the "
         "evaluation file)",
         "workloads[1].overrides: 'output_dir=/tmp/x': the runner sets output_dir (under `out`); leave it out",
@@ -651,3 +651,32 @@ def test_a_name_used_twice_is_named_at_its_index_in_the_file(tmp_path):
     doc["variants"] = ["not-a-mapping", {"name": "a"}, {"name": "a"}]
     found = problems(tmp_path, doc)
     assert "variants[2].name: 'a' is used twice (also variants[1]); names must be unique" in found, found
+
+
+@pytest.mark.parametrize("env,line", [
+    ({"WORLD_SIZE": "4"}, "variants[1].env.WORLD_SIZE: set by the launcher for each rank (torchrun, srun, the lab); "
+     "allowed: variables the runs read as they are (NCCL_*, GLOO_*, UCX_*, ...)"),
+    ({"MASTER_PORT": 29501}, "variants[1].env.MASTER_PORT: set by the launcher for each rank"),
+    ({"NCCL_ALGO": "Ring\nTree"}, "variants[1].env.NCCL_ALGO: got 'Ring\\nTree', with a control character (a newline "
+     "or NUL); allowed: one line of printable text"),
+    ({"NCCL_ALGO": "Ring\x00"}, "variants[1].env.NCCL_ALGO: got 'Ring\\x00', with a control character"),
+    ({"NCCL_BUFFSIZE": float("nan")}, "variants[1].env.NCCL_BUFFSIZE: got nan; expected a string or finite number"),
+])
+def test_a_variant_env_the_launcher_owns_or_no_process_takes_is_refused(tmp_path, env, line):
+    """A variant's WORLD_SIZE was overwritten by torchrun without a word; a NUL in a value was a ValueError
+    traceback when the run's process started, a newline or NaN reached NCCL as is."""
+    doc = good(tmp_path)
+    doc["variants"][1]["env"] = env
+    found = problems(tmp_path, doc)
+    assert len(found) == 1 and found[0].startswith(line), found
+
+
+def test_a_slurm_host_named_twice_and_an_out_with_a_newline_are_refused(tmp_path):
+    doc = good(tmp_path, launcher="slurm", slurm={"nodes": 2}, out=str(tmp_path / "a\nb"))
+    doc["variants"][0]["hosts"] = ["n1", "n1"]
+    found = problems(tmp_path, doc)
+    assert "variants[0].hosts: n1 named twice; allowed: each node once (a node runs its ranks once, with " \
+           "slurm.nproc_per_node of them)" in found, found
+    assert any(p.startswith("out: got ") and "with a control character" in p for p in found), found
+    assert problems(tmp_path, good(tmp_path, launcher="LAB")) == [
+        "launcher: got 'LAB'; did you mean 'lab'? allowed: local, lab, slurm"]

@@ -153,6 +153,9 @@ def test_store_sharing_is_turned_off_only_where_a_node_can_rejoin(monkeypatch, a
     # a node rank the static rendezvous has no slot for: it waited forever
     (["--nnodes", "2", "--node-rank", "5", "-m", "trainer"], "--node-rank: got 5; allowed: 0 to 1"),
     # fourth round: tracebacks from the agent (ValueError, AssertionError, NotADirectoryError), and a hang
+    # an empty id reached torch's agent, which waited on the endpoint before refusing it
+    (["--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "h:29400", "--rdzv-id", " ", "-m", "trainer"],
+     "--rdzv-id: got ' '; allowed: a non-empty id every node of the job gives alike"),
     (["--nnodes", "2", "--rdzv-backend", "zk", "--rdzv-endpoint", "h:29400", "-m", "trainer"],
      "--rdzv-backend: got 'zk'; allowed: c10d, etcd, etcd-v2, static"),
     (["--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "h:29400", "--rdzv-conf", "join_timeout=soon",

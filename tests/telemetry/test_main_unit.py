@@ -524,3 +524,18 @@ def test_watch_refuses_a_sweep_table_that_is_not_a_regular_file(capsys, tmp_path
     os.mkfifo(run / "collectives.txt")
     assert one_error(capsys, ["watch", str(run), "--once"]) == (
         f"error: watch: {run / 'collectives.txt'}: not a regular file; allowed: the text table a sweep writes")
+
+
+def test_an_out_on_a_filesystem_that_fills_up_is_one_line(capsys, tmp_path, monkeypatch):
+    """--out passed the checks (a writable place) but the report's files did not fit: an OSError traceback."""
+    import errno
+
+    from telemetry.analysis import sweep_report
+
+    def full(run, out):
+        raise OSError(errno.ENOSPC, "No space left on device", f"{out}/report.md")
+    monkeypatch.setattr(sweep_report, "write_run_report", full)
+    run = write_run(tmp_path / "run", name="a")
+    line = one_error(capsys, ["report", str(run), "--out", str(tmp_path / "r")])
+    assert line == (f"error: --out: '{tmp_path}/r/report.md' could not be written (No space left on device); allowed: "
+                    "a place on a filesystem with free space that this user can write")

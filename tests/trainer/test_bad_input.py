@@ -135,6 +135,26 @@ OVERRIDES = [
     ("config-empty", ["model.config={}"], "model.config: no fields (an empty mapping builds the family's default "
      "model, such as a 7B Llama, from random init); allowed: the model's sizes"),
     ("bert-config-empty", ["model.config={}"], "model.config: no fields"),
+    # seventh round: YAML 1.1 numbers that read as another number, look-alike keys, output_dir's text, push paths
+    ("octal-looking", ["max_steps=010"], "max_steps: the override's value is refused: '010' is an octal number in "
+     "YAML 1.1 (8), not 10; allowed: 10 without the leading zero, or quoted text ('010')"),
+    ("octal-negative", ["seed=-010"], "'-010' is an octal number in YAML 1.1 (-8), not -10"),
+    ("octal-in-a-name", ["name=0755"], "name: the override's value is refused: '0755' is an octal number"),
+    ("base-60", ["train.warmup_steps=1:30"], "train.warmup_steps: the override's value is refused: '1:30' is a "
+     "base-60 number in YAML 1.1 (1:30 is 90); allowed: the number itself, or quoted text ('1:30')"),
+    ("base-60-float", ["train.lr=1:30.5"], "train.lr: the override's value is refused: '1:30.5' is a base-60"),
+    ("lookalike-key", ["max_st\u0435ps=3"], "max_st\u0435ps: unknown key (it holds U+0435 CYRILLIC SMALL LETTER IE: "
+     "not the ASCII letters it may look like); did you mean 'max_steps'?"),
+    ("zero-width-key", ["max_steps\u200b=3"], "(it holds U+200B ZERO WIDTH SPACE: not the ASCII letters"),
+    ("output-dir-newline", ['output_dir="runs/a\\nb"'], "output_dir: got 'runs/a\\nb', with a control character"),
+    ("output-dir-variable", ["output_dir=$SCRATCH/run"], "output_dir: got '$SCRATCH/run'; $SCRATCH is not expanded "
+     "(no shell reads a recipe or a quoted override); allowed: the path written out"),
+    ("output-dir-braced-variable", ["output_dir=/x/${USER}/r"], "${USER} is not expanded"),
+    ("pushgateway-job-path", ["telemetry.pushgateway=http://gw:9091/metrics/job/train"],
+     "telemetry.pushgateway: got 'http://gw:9091/metrics/job/train'; holds /metrics (the scrape path) or a "
+     "/metrics/job/... grouping path; the push appends /metrics/job/JOB"),
+    ("pushgateway-scrape-path", ["telemetry.pushgateway=http://gw:9091/metrics"], "holds /metrics (the scrape path)"),
+    ("pushgateway-query", ["telemetry.pushgateway=http://gw:9091/?x=1"], "holds a ?query or #fragment"),
 ]
 
 
@@ -187,6 +207,10 @@ FILES = [
     ("empty-file", "", "is empty (no keys, only comments or nothing); allowed: a YAML mapping"),
     ("comments-only", "# name: x\n\n", "is empty (no keys, only comments or nothing)"),
     ("null-document", "~\n", "is empty (no keys"),
+    ("octal-in-file", TINY_TEXT.replace("max_steps: ", "max_steps: 0"), "at line 7: '060' is an octal number in "
+     "YAML 1.1 (48), not 60"),
+    ("lookalike-key-in-file", TINY_TEXT.replace("max_steps:", "max_st\u0435ps:"), "max_st\u0435ps: unknown key (it "
+     "holds U+0435 CYRILLIC SMALL LETTER IE"),
 ]
 
 
@@ -198,7 +222,7 @@ def test_bad_recipe_file(case_id, content, expected, tmp_path, capsys, monkeypat
     assert main([str(path), "--dry-run"]) == 2
     err = capsys.readouterr().err
     _assert_rule(err, expected)
-    if case_id not in ("section-not-mapping", "numeric-key"):
+    if case_id not in ("section-not-mapping", "numeric-key", "lookalike-key-in-file"):  # these name the key
         assert str(path) in err  # the file is named
 
 
@@ -269,6 +293,8 @@ def test_one_mistake_is_one_line_not_its_consequences(overrides, line, capsys, m
     ({"MASTER_PORT": "0"}, "MASTER_PORT: got '0'; expected an integer from 1 to 65535"),
     ({"MASTER_PORT": "99999"}, "MASTER_PORT: got '99999'; expected an integer from 1 to 65535"),
     ({"MASTER_PORT": "http"}, "MASTER_PORT: got 'http'; expected an integer from 1 to 65535"),
+    ({"RANK": "0", "LOCAL_RANK": "1", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2"},
+     "LOCAL_RANK: got 1 beside RANK 0; expected at most RANK (a node's local ranks count its ranks from 0"),
 ])
 def test_bad_launcher_environment(env, expected, capsys, monkeypatch):
     """A launcher variable that is not a usable number is one line naming it, before anything reads it
@@ -283,7 +309,13 @@ def test_bad_launcher_environment(env, expected, capsys, monkeypatch):
 
 
 @pytest.mark.parametrize("env,expected", [({"WORLD_SIZE": "2"}, "WORLD_SIZE: got 2 but RANK is unset"),
-                                          ({"RANK": "3"}, "RANK: got 3 but WORLD_SIZE is unset")])
+                                          ({"RANK": "3"}, "RANK: got 3 but WORLD_SIZE is unset"),
+                                          ({"LOCAL_WORLD_SIZE": "2"}, "LOCAL_WORLD_SIZE: got 2; expected at most "
+                                           "WORLD_SIZE (1, unset: one process)"),
+                                          # srun -n 2 python -m trainer: two runs of one process, one output_dir
+                                          ({"SLURM_STEP_NUM_TASKS": "2", "SLURM_PROCID": "1"},
+                                           "SLURM_STEP_NUM_TASKS: got 2 (srun started this command 2 times) but "
+                                           "RANK and WORLD_SIZE are unset")])
 def test_a_launcher_variable_alone_is_one_line_before_the_run_starts(env, expected, tmp_path, capsys, monkeypatch):
     """A real run (not --dry-run) with WORLD_SIZE and no RANK failed with torch's mesh traceback; with RANK and no
     WORLD_SIZE it exited 0 with no run.json (rank 3 of one process). Now one line, nothing created."""

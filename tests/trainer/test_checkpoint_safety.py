@@ -20,7 +20,7 @@ from torch.distributed.checkpoint.state_dict import get_state_dict
 from trainer import checkpoint
 from trainer.error_report import FaultError, InputError
 
-from ..conftest import Payload
+from ..conftest import REPO, TINY, Payload
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -266,6 +266,24 @@ def test_disk_full_while_writing_metrics_still_records_the_failure(tmp_path):
         assert run["status"] == "failed" and "No space left" in run["error"]
         assert not [p for p in os.listdir(disk / "run") if ".tmp" in p]
         shutil.rmtree(disk / "run")
+
+
+@pytest.mark.integration
+def test_an_output_dir_too_small_for_run_json_is_one_line_not_a_traceback(tmp_path):
+    """A filesystem with room for the write probe but not for run.json's first version: an OSError traceback from
+    the atomic writer. Now one line naming output_dir and what is allowed, exit 2 (nothing was recorded)."""
+    import sys
+
+    with _small_disk(tmp_path / "disk", "8k") as disk:
+        env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_PORT")}
+        proc = subprocess.run([sys.executable, "-m", "trainer", TINY, "max_steps=1", f"output_dir={disk}/run"],
+                              capture_output=True, text=True, cwd=REPO, env={**env, "PYTHONPATH": str(REPO)},
+                              timeout=300)
+        errors = [line for line in proc.stderr.splitlines() if line.strip() and not line.startswith("[trainer]")]
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+        assert errors == [f"error: output_dir: '{disk}/run' could not be written (No space left on device); what "
+                          "was recorded before is kept; allowed: an output_dir on a writable filesystem with free "
+                          "space"], proc.stderr
 
 
 def test_model_directory_without_weights_is_one_line(tmp_path):

@@ -28,3 +28,16 @@ def test_a_signal_between_the_claim_and_the_line_waits_for_the_line(monkeypatch,
     finally:
         signal.signal(signal.SIGTERM, old)
     assert capsys.readouterr().err == "error: train.lr: got 'nan'\n"
+
+
+def test_a_full_or_read_only_filesystem_is_one_line_naming_output_dir():
+    import errno
+
+    assert error_report.no_room(OSError(errno.ENOSPC, "No space left on device"))
+    assert error_report.no_room(OSError(errno.EROFS, "Read-only file system"))
+    assert error_report.no_room(OSError(errno.EDQUOT, "Disk quota exceeded"))
+    assert not error_report.no_room(OSError(errno.EACCES, "Permission denied"))
+    assert not error_report.no_room(ValueError("No space left on device"))
+    line = error_report.no_room_line("runs/a", OSError(errno.ENOSPC, "No space left on device", "runs/a/run.json"))
+    assert line == ("output_dir: 'runs/a/run.json' could not be written (No space left on device); what was "
+                    "recorded before is kept; allowed: an output_dir on a writable filesystem with free space")

@@ -108,3 +108,33 @@ def test_a_damaged_record_is_an_mllog_error_naming_its_line(tmp_path):
         ml.lines(str(path))
     path.write_bytes(b"\xff\n" + good.encode() + b"\n")
     assert ml.lines(str(path))[0]["key"] == "run_start"
+
+
+@pytest.mark.parametrize("field,value,line", [
+    ("recipe", {"workload": "bert_pretraining", "train": {"global_batch_size": "8"}},
+     "'recipe.train.global_batch_size' is \"8\"; allowed: an integer >= 1 (or null), as a run writes it"),
+    ("recipe", {"workload": "bert_pretraining", "seed": "x" * 100}, "'recipe.seed' is \"xxxx"),
+    ("data", {"train_samples": -5}, "'data.train_samples' is -5; allowed: an integer >= 1 (or null)"),
+    ("data", {"eval_samples": "many"}, "'data.eval_samples' is \"many\"; allowed: an integer >= 0 (or null)"),
+])
+def test_a_count_of_the_wrong_type_is_refused_not_logged(tmp_path, field, value, line):
+    """A string batch size was multiplied as a string ("8" * 6 samples) into the log, exit 0."""
+    run = job(tmp_path, "bert_pretraining")
+    info = json.loads((run / "run.json").read_text())
+    info["layout"].pop("global_batch_size", None)
+    (run / "run.json").write_text(json.dumps({**info, field: value}))
+    with pytest.raises(ml.MllogError) as exc:
+        ml.write(str(run), str(tmp_path / "m.txt"))
+    assert line in str(exc.value)
+    assert not (tmp_path / "m.txt").exists()
+
+
+def test_steps_are_read_in_step_order(tmp_path):
+    """Lines out of order started the log at the last step (run_stop before run_start)."""
+    run = job(tmp_path, "bert_pretraining")
+    lines = (run / "metrics.jsonl").read_text().splitlines(keepends=True)
+    (run / "metrics.jsonl").write_text("".join(reversed(lines)))
+    got = ml.lines(ml.write(str(run))["path"])
+    start = next(r for r in got if r["key"] == "run_start")["time_ms"]
+    stop = next(r for r in got if r["key"] == "run_stop")["time_ms"]
+    assert start < stop

@@ -181,8 +181,21 @@ def test_a_push_address_that_names_no_server_is_refused(key, address, words):
 
 
 def test_good_push_addresses_pass():
-    for address in ("http://gw:9091", "https://[::1]:9091/x", "http://collector:4318/v1/metrics", "https://gw"):
+    for address in ("http://gw:9091", "https://[::1]:9091/x", "https://gw", "https://proxy/pushgateway/"):
         assert live_export.push_problems(address, address, 15) == []
+    assert live_export.push_problems(None, "http://collector:4318/v1/metrics", 15) == []
+
+
+def test_a_pushgateway_address_with_the_path_the_push_appends_is_refused():
+    """push_to_gateway appends /metrics/job/JOB/...: the scrape path or a grouping path given too pushed to
+    /metrics/metrics/job/..., a query or fragment came before the appended path."""
+    for address, what in (("http://gw:9091/metrics", "holds /metrics (the scrape path)"),
+                          ("http://gw:9091/metrics/job/train", "holds /metrics (the scrape path) or a /metrics/job/"),
+                          ("http://gw:9091/?x=1", "holds a ?query or #fragment"),
+                          ("http://gw:9091#top", "holds a ?query or #fragment")):
+        got = live_export.push_problems(address, None, 15)
+        assert len(got) == 1 and got[0].startswith(f"telemetry.pushgateway: got {address!r}; {what}"), got
+        assert "allowed: " in got[0]
 
 
 def test_a_port_in_use_is_one_error_line_before_anything_runs(tmp_path, monkeypatch):
