@@ -553,6 +553,10 @@ def _recipe_problems(recipe_args: list[str], world: int | None) -> list[str]:
     from trainer.layout import resolve_layout
     from trainer.runlock import RunLock
 
+    if "--dry-run" in recipe_args[1:]:  # the trainer's flag, which the lab (it runs the job) does not pass on
+        return [f"--dry-run after the recipe: the lab runs the job on its nodes and takes key=value overrides there; "
+                f"to check the recipe on the lab's world without running it: python -m trainer {recipe_args[0]} "
+                f"--dry-run --world-size {world or 'N'}"]
     try:
         recipe = load_recipe(recipe_args[0], recipe_args[1:])
     except RecipeError as exc:

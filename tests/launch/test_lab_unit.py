@@ -120,6 +120,10 @@ def test_a_rate_per_node_is_refused_with_what_the_lab_offers():
     (["recipes/tiny_llama_lora.yaml", "max_step=3"], "max_step: unknown key; did you mean 'max_steps'?"),
     (["recipes/tiny_llama_lora.yaml", "train.global_batch_size=10"],
      "train.global_batch_size: 10 is not divisible by micro_batch_size x dp = 4 x 3 = 12"),
+    (["recipes/tiny_llama_lora.yaml", "--dry-run"],  # was "--dry-run: an override must look like key.path=value"
+     "--dry-run after the recipe: the lab runs the job on its nodes and takes key=value overrides there; to check "
+     "the recipe on the lab's world without running it: python -m trainer recipes/tiny_llama_lora.yaml --dry-run "
+     "--world-size 3"),
 ])
 def test_the_recipe_is_checked_on_the_labs_world_before_any_namespace(recipe_args, message, capsys, monkeypatch):
     monkeypatch.setattr(lab, "check_host", lambda: pytest.fail("the recipe is checked first"))
