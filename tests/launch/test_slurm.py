@@ -45,14 +45,20 @@ def job_env() -> dict:
 
 
 def submit(cluster: SlurmCluster, logs: Path, *args: str, cwd: Path | None = None, nodes: int = 1,
-           timeout: float = 180, netns: str | None = "controller", env: dict | None = None) -> dict:
+           timeout: float = 180, netns: str | None = "controller", env: dict | None = None,
+           sbatch: tuple[str, ...] = ()) -> dict:
     """sbatch the script as a user would on CPU nodes, from `cwd` (default: the job's log directory); wait
     for the job to finish; returns its scontrol fields, its id and its output."""
-    proc = cluster.run(["sbatch", "--parsable", f"--nodes={nodes}", "--gpus-per-node=0",
+    proc = cluster.run(["sbatch", "--parsable", f"--nodes={nodes}", "--gpus-per-node=0", *sbatch,
                         f"--output={logs / 'job-%j.out'}", SBATCH, *args], env={**job_env(), **(env or {})},
                        cwd=cwd or logs, netns=netns)
     assert proc.returncode == 0, proc.stderr + cluster.logs()
-    job_id = proc.stdout.strip().split(";")[0]
+    return wait_job(cluster, logs, proc.stdout.strip().split(";")[0], timeout, netns)
+
+
+def wait_job(cluster: SlurmCluster, logs: Path, job_id: str, timeout: float = 180,
+             netns: str | None = "controller") -> dict:
+    """The job's scontrol fields, id and output once it has finished."""
     # polling here rather than sbatch --wait, whose back-off adds up to half a minute
     deadline = time.monotonic() + timeout
     while True:
@@ -219,3 +225,71 @@ def test_missing_staged_dir_is_one_line(cluster, tmp_path):
     assert job["JobState"] == "FAILED" and errors == [
         f"error: {tmp_path / 'nowhere'} (STAGED_DIR or WHEELHOUSE) is not a directory on "
         + errors[0].split(" is not a directory on ")[1]], job["output"][-3000:]
+
+
+# ---------------------------------------------------------------- stopping a running job: scancel, --signal=B:
+
+def started(cluster: SlurmCluster, logs: Path, run: Path, *args: str, sbatch: tuple[str, ...] = (),
+            timeout: float = 180) -> str:
+    """Submits a long tiny run into `run` and returns its job id once a training step is recorded."""
+    proc = cluster.run(["sbatch", "--parsable", "--nodes=1", "--gpus-per-node=0", *sbatch,
+                        f"--output={logs / 'job-%j.out'}", SBATCH, TINY, f"output_dir={run}", *args,
+                        *[o for o in QUICK if not o.startswith("max_steps=")], "max_steps=100000",
+                        "train.save_every=0"], env=job_env(), cwd=logs)
+    assert proc.returncode == 0, proc.stderr + cluster.logs()
+    job_id = proc.stdout.strip().split(";")[0]
+    deadline = time.monotonic() + timeout
+    while not ((run / "metrics.jsonl").exists() and (run / "metrics.jsonl").read_text().count("\n") >= 2):
+        if time.monotonic() > deadline:
+            cluster.run(["scancel", job_id])
+            pytest.fail(f"job {job_id} recorded no step in {timeout:.0f}s\n" + cluster.logs())
+        time.sleep(0.5)
+    return job_id
+
+
+@pytest.mark.parametrize("how", [["scancel"], ["scancel", "--batch", "--signal=USR1"]], ids=["scancel", "batch-USR1"])
+def test_stopped_job_saves_its_step_and_records_interrupted(cluster, tmp_path, how):
+    """What preemption, scancel and `sbatch --signal=B:USR1@120` do to a running job: every rank finishes its
+    step, saves a checkpoint, and run.json says `interrupted` (a rerun into the directory resumes there)."""
+    run = tmp_path / "run"
+    job_id = started(cluster, tmp_path, run)
+    assert cluster.run([*how, job_id]).returncode == 0
+    job = wait_job(cluster, tmp_path, job_id)
+    info = json.loads((run / "run.json").read_text())
+    assert info["status"] == "interrupted", (info["status"], info["error"], job["output"][-4000:])
+    latest = json.loads((run / "checkpoints" / "latest.json").read_text())
+    assert latest["step"] >= 2, latest
+
+
+
+def test_requeued_job_resumes_in_its_run_directory(cluster, tmp_path):
+    """A job requeued (preemption with PreemptMode=REQUEUE, `scontrol requeue`, a node failure with --requeue)
+    starts again under the same job id, so in the same run directory: its second attempt resumes from the
+    checkpoint the first saved on SIGTERM, and the job's output keeps both attempts."""
+    run = tmp_path / "run"
+    job_id = started(cluster, tmp_path, run)
+    assert cluster.run(["scontrol", "requeue", job_id]).returncode == 0
+    deadline = time.monotonic() + 400  # Slurm holds a requeued job back (BeginTime) for a while
+    out = tmp_path / f"job-{job_id}.out"
+
+    def resumed() -> bool:
+        info = json.loads((run / "run.json").read_text())
+        return info.get("attempt") == 2 and "resumed from" in out.read_text(errors="replace")
+
+    while not resumed():
+        if time.monotonic() > deadline:
+            cluster.run(["scancel", job_id])
+            pytest.fail("no second attempt resumed\n" + cluster.run(["scontrol", "show", "job", job_id]).stdout
+                        + out.read_text(errors="replace")[-3000:])
+        time.sleep(0.5)
+    count = (run / "metrics.jsonl").read_text().count("\n")
+    while (run / "metrics.jsonl").read_text().count("\n") < count + 2 and time.monotonic() < deadline:
+        time.sleep(0.5)
+    cluster.run(["scancel", job_id])
+    job = wait_job(cluster, tmp_path, job_id)
+    info = json.loads((run / "run.json").read_text())
+    assert [a["status"] for a in info["attempts"]] == ["interrupted", "interrupted"], info["attempts"]
+    steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines() if line]
+    assert steps == list(range(1, len(steps) + 1)), steps[:5]  # one run, resumed: not restarted at step 1
+    log = job["output"]
+    assert log.count("fabric-harness: 1 nodes x 2 ranks") == 2, log[-4000:]  # both attempts' output kept
