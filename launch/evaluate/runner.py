@@ -174,7 +174,7 @@ if [[ $ADDR =~ ^[0-9.]+$ ]] && command -v ip >/dev/null; then
   SRC=$(ip route get "$ADDR" 2>/dev/null | grep -o "src [^ ]*" | head -n 1 | cut -d" " -f2 || true)
   [[ -n $SRC ]] && LOCAL=(--local-addr "$SRC")
 fi
-exec torchrun --nnodes "$SLURM_STEP_NUM_NODES" --nproc-per-node "$FH_NPROC" --max-restarts 0 \
+exec python -m launch.torchrun --nnodes "$SLURM_STEP_NUM_NODES" --nproc-per-node "$FH_NPROC" --max-restarts 0 \
   --rdzv-id "$SLURM_JOB_ID-$SLURM_STEP_ID" --rdzv-backend c10d --rdzv-endpoint "$ADDR:$FH_RDZV_PORT" \
   --rdzv-conf "is_host=$(( SLURM_NODEID == 0 ))" ${LOCAL[@]+"${LOCAL[@]}"} -m trainer "$@"
 '''

@@ -259,6 +259,9 @@ def test_stopped_job_saves_its_step_and_records_interrupted(cluster, tmp_path, h
     assert info["status"] == "interrupted", (info["status"], info["error"], job["output"][-4000:])
     latest = json.loads((run / "checkpoints" / "latest.json").read_text())
     assert latest["step"] >= 2, latest
+    if how == ["scancel"]:  # the agents too got SIGTERM: each says so in a line (torchrun's own was a traceback)
+        assert "Traceback" not in job["output"], job["output"][-4000:]
+        assert "torchrun: stopped by SIGTERM; its workers were sent SIGTERM" in job["output"], job["output"][-4000:]
 
 
 
