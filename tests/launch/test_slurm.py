@@ -296,3 +296,15 @@ def test_requeued_job_resumes_in_its_run_directory(cluster, tmp_path):
     assert steps == list(range(1, len(steps) + 1)), steps[:5]  # one run, resumed: not restarted at step 1
     log = job["output"]
     assert log.count("fabric-harness: 1 nodes x 2 ranks") == 2, log[-4000:]  # both attempts' output kept
+
+
+def test_srun_of_several_trainer_tasks_without_torchrun_is_one_line_each(cluster, tmp_path):
+    """`srun -n 2 python -m trainer ...`, the usual Slurm idiom, sets no RANK/WORLD_SIZE: each task was a run of
+    one process in the same output_dir (one trained on, the other failed on its lock)."""
+    out = tmp_path / "run"
+    proc = cluster.run(["srun", "--ntasks=2", "--kill-on-bad-exit=1", sys.executable, "-m", "trainer", TINY,
+                        f"output_dir={out}", *QUICK], env=job_env(), cwd=tmp_path, timeout=180)
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert proc.returncode == 2 and len(errors) == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert all(e.startswith("error: SLURM_STEP_NUM_TASKS: got 2, but RANK and WORLD_SIZE are unset") for e in errors)
+    assert not out.exists()  # refused before any run directory
