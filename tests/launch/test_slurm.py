@@ -308,3 +308,14 @@ def test_srun_of_several_trainer_tasks_without_torchrun_is_one_line_each(cluster
     assert proc.returncode == 2 and len(errors) == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert all(e.startswith("error: SLURM_STEP_NUM_TASKS: got 2, but RANK and WORLD_SIZE are unset") for e in errors)
     assert not out.exists()  # refused before any run directory
+
+
+def test_script_run_with_bash_inside_salloc_trains(cluster, tmp_path):
+    """`salloc --nodes 1` then `bash launch/slurm/train.sbatch RECIPE`: salloc sets no SLURM_CPUS_ON_NODE, which
+    the script read under `set -u` ('unbound variable' before any node started)."""
+    out = tmp_path / "run"
+    proc = cluster.run(["salloc", "--nodes=1", "bash", SBATCH, TINY, f"output_dir={out}", *QUICK], env=job_env(),
+                       cwd=tmp_path, timeout=240)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "unbound variable" not in proc.stderr
+    assert json.loads((out / "run.json").read_text())["status"] == "completed"
