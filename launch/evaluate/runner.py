@@ -250,7 +250,9 @@ def check_launcher(ev: Evaluation) -> None:
         missing = [t for t in ("srun", "scontrol", "scancel") + (() if os.environ.get("SLURM_JOB_ID") else ("salloc",))
                    if shutil.which(t) is None]
         if missing:
-            raise EvaluateError(f"launcher slurm: {', '.join(missing)} not found on PATH (the Slurm client commands)")
+            raise EvaluateError(f"launcher slurm: {', '.join(missing)} not found on PATH (the Slurm client commands); "
+                                "allowed: run it where they are (a Slurm login node, or inside salloc/sbatch), or "
+                                "launcher local or lab")
 
 
 # ---------------------------------------------------------------- running one

@@ -598,3 +598,14 @@ def test_a_name_used_twice_is_named_at_its_index_in_the_file(tmp_path):
     doc["variants"] = ["not-a-mapping", {"name": "a"}, {"name": "a"}]
     found = problems(tmp_path, doc)
     assert "variants[2].name: 'a' is used twice (also variants[1]); names must be unique" in found, found
+
+
+def test_slurm_launcher_without_the_slurm_commands_is_one_line(tmp_path, capsys, monkeypatch):
+    """A host without Slurm's client commands (a laptop, a pod): one line naming them and what to do instead."""
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    assert main([write(tmp_path, good(tmp_path, launcher="slurm"))]) == 2
+    err = capsys.readouterr().err
+    assert err == ("error: launcher slurm: srun, scontrol, scancel, salloc not found on PATH (the Slurm client "
+                   "commands); allowed: run it where they are (a Slurm login node, or inside salloc/sbatch), or "
+                   "launcher local or lab\n"), err

@@ -38,7 +38,7 @@ def cluster(tmp_path_factory):
 
 
 def job_env() -> dict:
-    """What sbatch exports to the job: this interpreter's torchrun first on PATH, one thread per rank."""
+    """What sbatch exports to the job: this interpreter first on PATH (its python runs launch.torchrun), one thread per rank."""
     return {"PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),
             "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "NPROC_PER_NODE": "2",
             "RDZV_PORT": str(free_port())}
