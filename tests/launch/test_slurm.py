@@ -319,3 +319,17 @@ def test_script_run_with_bash_inside_salloc_trains(cluster, tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "unbound variable" not in proc.stderr
     assert json.loads((out / "run.json").read_text())["status"] == "completed"
+
+
+def test_ranks_per_node_default_to_each_nodes_gpus_inside_salloc(tmp_path):
+    """`salloc --gpus-per-node 2` then `bash launch/slurm/train.sbatch RECIPE`: salloc's shell has no
+    SLURM_GPUS_ON_NODE (only its steps do), and the script started 1 rank per node instead of 2. The GPUs are
+    Slurm gres of stand-in device files; with no CUDA here the ranks train on the CPU."""
+    with checked_cluster(tmp_path / "slurm", [Node("fhgpu0", gpus=2)]) as cluster:
+        env = {k: v for k, v in job_env().items() if k != "NPROC_PER_NODE"}
+        out = tmp_path / "run"
+        proc = cluster.run(["salloc", "--nodes=1", "--gpus-per-node=2", "bash", SBATCH, TINY, f"output_dir={out}",
+                            *QUICK], env=env, cwd=tmp_path, timeout=240)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    info = json.loads((out / "run.json").read_text())
+    assert info["status"] == "completed" and info["layout"]["world_size"] == 2, info["layout"]
