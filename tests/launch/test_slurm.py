@@ -209,8 +209,11 @@ def test_staged_recipe_runs_offline_after_installing_from_a_wheelhouse(cluster, 
     (["no/such/recipe.yaml"], {}, "error: recipe: 'no/such/recipe.yaml' is not a file (paths are relative to the "
                                   "submission directory {cwd}); allowed: a recipe YAML file, relative to that "
                                   "directory or absolute"),
-    ([TINY], {"RDZV_PORT": "99999"}, "error: RDZV_PORT: got '99999'; expected a TCP port from 1 to 65535"),
-    ([TINY], {"NPROC_PER_NODE": "two"}, "error: NPROC_PER_NODE: got 'two'; expected an integer >= 1 (ranks per node)"),
+    ([TINY], {"RDZV_PORT": "99999"}, "error: RDZV_PORT: got '99999'; expected a TCP port from 1 to 65535, without a leading 0"),
+    ([TINY], {"NPROC_PER_NODE": "two"}, "error: NPROC_PER_NODE: got 'two'; expected an integer >= 1 (ranks per node), without a leading 0"),
+    # a leading zero was bash's own 'value too great for base' line (octal) before this one
+    ([TINY], {"RDZV_PORT": "08"}, "error: RDZV_PORT: got '08'; expected a TCP port from 1 to 65535, without a leading 0"),
+    ([TINY], {"NPROC_PER_NODE": "09"}, "error: NPROC_PER_NODE: got '09'; expected an integer >= 1 (ranks per node), without a leading 0"),
 ])
 def test_bad_submission_is_one_line_before_any_node_starts(cluster, tmp_path, args, env, expected):
     job = submit(cluster, tmp_path, *args, env=env)
