@@ -24,6 +24,7 @@ rejoin, so it keeps torch's shared store and its workers open no listener of the
 from __future__ import annotations
 
 import os
+import signal
 import sys
 
 from launch import host_capacity
@@ -167,6 +168,7 @@ def _launch_problem(args) -> str | None:
 def main(argv: list[str] | None = None) -> int:
     from torch.distributed.elastic.rendezvous.api import (RendezvousClosedError, RendezvousConnectionError,
                                                           RendezvousError, RendezvousTimeoutError)
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.run import main as torchrun_main
     from torch.distributed.run import parse_min_max_nnodes
 
@@ -193,6 +195,11 @@ def main(argv: list[str] | None = None) -> int:
     except RendezvousError as exc:
         print_errors(f"{_describe(args)}: {type(exc).__name__}: {exc}")
         return 1
+    except SignalException as exc:  # scancel, preemption, a pod deleted: torch's traceback said only this
+        name = signal.Signals(exc.sigval).name
+        print(f"torchrun: stopped by {name}; its workers were sent {name} and have ended (a training run saves "
+              "its step first, train.save_on_signal)", file=sys.stderr)
+        return 128 + exc.sigval
     return 0
 
 

@@ -130,7 +130,7 @@ ROWS = [
     ("trainer-output-dir-variable", ["trainer", TINY, "output_dir=$SCRATCH/run", "--dry-run"], {},
      "output_dir: got '$SCRATCH/run'; $SCRATCH is not expanded"),
     ("trainer-srun-without-torchrun", ["trainer", TINY, "max_steps=1", "output_dir={root}/srun"],
-     {"SLURM_STEP_NUM_TASKS": "2", "SLURM_PROCID": "1"}, "SLURM_STEP_NUM_TASKS: got 2 (srun started this command"),
+     {"SLURM_STEP_NUM_TASKS": "2", "SLURM_PROCID": "1"}, "SLURM_STEP_NUM_TASKS: got 2, but RANK and WORLD_SIZE are unset"),
     ("evaluate-env-world-size", ["launch.evaluate", "{root}/env-world-size.yaml", "--dry-run"], {},
      "variants[0].env.WORLD_SIZE: set by the launcher for each rank"),
     ("torchrun-empty-rdzv-id", ["launch.torchrun", "--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint",

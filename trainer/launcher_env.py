@@ -63,22 +63,24 @@ def launcher_env_problems(environ: Mapping[str, str] = os.environ, dry_run: bool
         # a node's local ranks number its ranks in order from 0, so none exceeds its global rank
         problems.append(f"LOCAL_RANK: got {got['LOCAL_RANK']} beside RANK {got['RANK']}; expected at most RANK (a "
                         "node's local ranks count its ranks from 0, as torchrun and srun set them)")
-    problems += _slurm_step_problems(environ, dry_run)
     if not dry_run and not problems and "RANK" in got and "WORLD_SIZE" in got:
         problems += _master_addr_problems(environ)
+    if not dry_run and "RANK" not in got and "WORLD_SIZE" not in got:
+        problems += _srun_tasks_problems(environ)
     return problems + _process_group_env_problems(environ, dry_run) + _harness_env_problems(environ)
 
 
-def _slurm_step_problems(environ: Mapping[str, str], dry_run: bool) -> list[str]:
-    """`srun -n 2 python -m trainer ...` without torchrun: each task, lacking RANK and WORLD_SIZE, would be a
-    run of one process, every one writing the same output_dir."""
+def _srun_tasks_problems(environ: Mapping[str, str]) -> list[str]:
+    """`srun -n 8 python -m trainer ...` with no torchrun: Slurm numbers its tasks (SLURM_PROCID) but sets no
+    RANK or WORLD_SIZE, so each task was a run of one process, every one into the same output_dir (the first
+    took it, the rest failed on its lock) and the step trained on one device."""
     tasks = _int(environ, "SLURM_STEP_NUM_TASKS")
-    if dry_run or not isinstance(tasks, int) or tasks < 2 or "RANK" in environ or "WORLD_SIZE" in environ:
+    if not isinstance(tasks, int) or tasks <= 1:
         return []
-    return [f"SLURM_STEP_NUM_TASKS: got {tasks} (srun started this command {tasks} times) but RANK and WORLD_SIZE "
-            "are unset, so each task would be a run of one process writing the same output_dir; allowed: torchrun "
-            "under srun (launch/slurm/train.sbatch, python -m launch.torchrun), RANK/WORLD_SIZE/MASTER_ADDR/"
-            "MASTER_PORT exported per task, or srun --ntasks 1"]
+    return [f"SLURM_STEP_NUM_TASKS: got {tasks}, but RANK and WORLD_SIZE are unset: each of srun's {tasks} tasks "
+            "would be a run of one process, all in one output_dir; allowed: one task per node starting the ranks "
+            "with torchrun (sbatch launch/slurm/train.sbatch RECIPE, or srun --ntasks-per-node=1 python -m "
+            "launch.torchrun ... -m trainer RECIPE), or one task (srun -n 1)"]
 
 
 NODE_NAME = re.compile(r"^[^\s\x00-\x1f\x7f]{1,253}$")  # a host name's length, no space or control character

@@ -174,7 +174,7 @@ if [[ $ADDR =~ ^[0-9.]+$ ]] && command -v ip >/dev/null; then
   SRC=$(ip route get "$ADDR" 2>/dev/null | grep -o "src [^ ]*" | head -n 1 | cut -d" " -f2 || true)
   [[ -n $SRC ]] && LOCAL=(--local-addr "$SRC")
 fi
-exec torchrun --nnodes "$SLURM_STEP_NUM_NODES" --nproc-per-node "$FH_NPROC" --max-restarts 0 \
+exec python -m launch.torchrun --nnodes "$SLURM_STEP_NUM_NODES" --nproc-per-node "$FH_NPROC" --max-restarts 0 \
   --rdzv-id "$SLURM_JOB_ID-$SLURM_STEP_ID" --rdzv-backend c10d --rdzv-endpoint "$ADDR:$FH_RDZV_PORT" \
   --rdzv-conf "is_host=$(( SLURM_NODEID == 0 ))" ${LOCAL[@]+"${LOCAL[@]}"} -m trainer "$@"
 '''
@@ -250,7 +250,9 @@ def check_launcher(ev: Evaluation) -> None:
         missing = [t for t in ("srun", "scontrol", "scancel") + (() if os.environ.get("SLURM_JOB_ID") else ("salloc",))
                    if shutil.which(t) is None]
         if missing:
-            raise EvaluateError(f"launcher slurm: {', '.join(missing)} not found on PATH (the Slurm client commands)")
+            raise EvaluateError(f"launcher slurm: {', '.join(missing)} not found on PATH (the Slurm client commands); "
+                                "allowed: run it where they are (a Slurm login node, or inside salloc/sbatch), or "
+                                "launcher local or lab")
 
 
 # ---------------------------------------------------------------- running one

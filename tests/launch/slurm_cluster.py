@@ -46,9 +46,10 @@ def module_marks() -> list:
 
 
 @contextmanager
-def checked_cluster(root: Path) -> Iterator[SlurmCluster]:
-    """A running one-node cluster; on leaving, fails if a process of it outlived its teardown."""
-    cluster = SlurmCluster(root)
+def checked_cluster(root: Path, nodes: list[Node] | None = None) -> Iterator[SlurmCluster]:
+    """A running cluster (one plain node unless `nodes`); on leaving, fails if a process of it outlived its
+    teardown."""
+    cluster = SlurmCluster(root, nodes)
     with cluster:
         yield cluster
     assert not cluster.tagged_pids(), "processes of the test cluster outlived its teardown"
@@ -72,6 +73,11 @@ class Node:
     name: str
     addr: str = "127.0.0.1"
     netns: str | None = None  # run this node's slurmd inside a network namespace
+    gpus: int = 0  # GPUs as a gres of character devices (GPU_FILES): Slurm's GPU variables, no GPU behind them
+
+
+# Stand-ins for /dev/nvidia*: Slurm only needs a device file per GPU (no cgroup plugin constrains them here)
+GPU_FILES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/urandom")
 
 
 class SlurmCluster:
@@ -140,7 +146,13 @@ class SlurmCluster:
             "SlurmdDebug=info",
         ]
         for n in self.nodes:
-            lines.append(f"NodeName={n.name} NodeAddr={n.addr} NodeHostname={host} {self.hardware()} State=UNKNOWN")
+            gres = f" Gres=gpu:{n.gpus}" if n.gpus else ""
+            lines.append(f"NodeName={n.name} NodeAddr={n.addr} NodeHostname={host} {self.hardware()}{gres} "
+                         "State=UNKNOWN")
+        if any(n.gpus for n in self.nodes):  # gres.conf is read from slurm.conf's directory
+            lines.append("GresTypes=gpu")
+            (self.root / "gres.conf").write_text("AutoDetect=off\n" + "".join(
+                f"NodeName={n.name} Name=gpu File={f}\n" for n in self.nodes for f in GPU_FILES[:n.gpus]))
         lines.append(f"PartitionName=debug Nodes={','.join(n.name for n in self.nodes)} Default=YES "
                      "MaxTime=INFINITE State=UP")
         self.conf.write_text("\n".join(lines) + "\n")

@@ -680,3 +680,14 @@ def test_a_slurm_host_named_twice_and_an_out_with_a_newline_are_refused(tmp_path
     assert any(p.startswith("out: got ") and "with a control character" in p for p in found), found
     assert problems(tmp_path, good(tmp_path, launcher="LAB")) == [
         "launcher: got 'LAB'; did you mean 'lab'? allowed: local, lab, slurm"]
+
+
+def test_slurm_launcher_without_the_slurm_commands_is_one_line(tmp_path, capsys, monkeypatch):
+    """A host without Slurm's client commands (a laptop, a pod): one line naming them and what to do instead."""
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    assert main([write(tmp_path, good(tmp_path, launcher="slurm"))]) == 2
+    err = capsys.readouterr().err
+    assert err == ("error: launcher slurm: srun, scontrol, scancel, salloc not found on PATH (the Slurm client "
+                   "commands); allowed: run it where they are (a Slurm login node, or inside salloc/sbatch), or "
+                   "launcher local or lab\n"), err

@@ -36,7 +36,7 @@ def test_two_variants_run_as_steps_of_one_allocation(cluster, tmp_path):
            "workloads": [{"name": "train", "recipe": TINY, "overrides": QUICK}]}
     path = tmp_path / "eval.yaml"
     path.write_text(yaml.safe_dump(doc))
-    # this interpreter's torchrun first on PATH, as a user's environment would have it
+    # this interpreter first on PATH (its python runs launch.torchrun), as a user's environment would have it
     env = cluster.env({"PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),
                        "OMP_NUM_THREADS": "1"})
     env.pop("SLURM_JOB_ID", None)

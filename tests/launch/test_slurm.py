@@ -38,21 +38,27 @@ def cluster(tmp_path_factory):
 
 
 def job_env() -> dict:
-    """What sbatch exports to the job: this interpreter's torchrun first on PATH, one thread per rank."""
+    """What sbatch exports to the job: this interpreter first on PATH (its python runs launch.torchrun), one thread per rank."""
     return {"PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),
             "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "NPROC_PER_NODE": "2",
             "RDZV_PORT": str(free_port())}
 
 
 def submit(cluster: SlurmCluster, logs: Path, *args: str, cwd: Path | None = None, nodes: int = 1,
-           timeout: float = 180, netns: str | None = "controller", env: dict | None = None) -> dict:
+           timeout: float = 180, netns: str | None = "controller", env: dict | None = None,
+           sbatch: tuple[str, ...] = ()) -> dict:
     """sbatch the script as a user would on CPU nodes, from `cwd` (default: the job's log directory); wait
     for the job to finish; returns its scontrol fields, its id and its output."""
-    proc = cluster.run(["sbatch", "--parsable", f"--nodes={nodes}", "--gpus-per-node=0",
+    proc = cluster.run(["sbatch", "--parsable", f"--nodes={nodes}", "--gpus-per-node=0", *sbatch,
                         f"--output={logs / 'job-%j.out'}", SBATCH, *args], env={**job_env(), **(env or {})},
                        cwd=cwd or logs, netns=netns)
     assert proc.returncode == 0, proc.stderr + cluster.logs()
-    job_id = proc.stdout.strip().split(";")[0]
+    return wait_job(cluster, logs, proc.stdout.strip().split(";")[0], timeout, netns)
+
+
+def wait_job(cluster: SlurmCluster, logs: Path, job_id: str, timeout: float = 180,
+             netns: str | None = "controller") -> dict:
+    """The job's scontrol fields, id and output once it has finished."""
     # polling here rather than sbatch --wait, whose back-off adds up to half a minute
     deadline = time.monotonic() + timeout
     while True:
@@ -203,8 +209,11 @@ def test_staged_recipe_runs_offline_after_installing_from_a_wheelhouse(cluster, 
     (["no/such/recipe.yaml"], {}, "error: recipe: 'no/such/recipe.yaml' is not a file (paths are relative to the "
                                   "submission directory {cwd}); allowed: a recipe YAML file, relative to that "
                                   "directory or absolute"),
-    ([TINY], {"RDZV_PORT": "99999"}, "error: RDZV_PORT: got '99999'; expected a TCP port from 1 to 65535"),
-    ([TINY], {"NPROC_PER_NODE": "two"}, "error: NPROC_PER_NODE: got 'two'; expected an integer >= 1 (ranks per node)"),
+    ([TINY], {"RDZV_PORT": "99999"}, "error: RDZV_PORT: got '99999'; expected a TCP port from 1 to 65535, without a leading 0"),
+    ([TINY], {"NPROC_PER_NODE": "two"}, "error: NPROC_PER_NODE: got 'two'; expected an integer >= 1 (ranks per node), without a leading 0"),
+    # a leading zero was bash's own 'value too great for base' line (octal) before this one
+    ([TINY], {"RDZV_PORT": "08"}, "error: RDZV_PORT: got '08'; expected a TCP port from 1 to 65535, without a leading 0"),
+    ([TINY], {"NPROC_PER_NODE": "09"}, "error: NPROC_PER_NODE: got '09'; expected an integer >= 1 (ranks per node), without a leading 0"),
 ])
 def test_bad_submission_is_one_line_before_any_node_starts(cluster, tmp_path, args, env, expected):
     job = submit(cluster, tmp_path, *args, env=env)
@@ -219,3 +228,111 @@ def test_missing_staged_dir_is_one_line(cluster, tmp_path):
     assert job["JobState"] == "FAILED" and errors == [
         f"error: {tmp_path / 'nowhere'} (STAGED_DIR or WHEELHOUSE) is not a directory on "
         + errors[0].split(" is not a directory on ")[1]], job["output"][-3000:]
+
+
+# ---------------------------------------------------------------- stopping a running job: scancel, --signal=B:
+
+def started(cluster: SlurmCluster, logs: Path, run: Path, *args: str, sbatch: tuple[str, ...] = (),
+            timeout: float = 180) -> str:
+    """Submits a long tiny run into `run` and returns its job id once a training step is recorded."""
+    proc = cluster.run(["sbatch", "--parsable", "--nodes=1", "--gpus-per-node=0", *sbatch,
+                        f"--output={logs / 'job-%j.out'}", SBATCH, TINY, f"output_dir={run}", *args,
+                        *[o for o in QUICK if not o.startswith("max_steps=")], "max_steps=100000",
+                        "train.save_every=0"], env=job_env(), cwd=logs)
+    assert proc.returncode == 0, proc.stderr + cluster.logs()
+    job_id = proc.stdout.strip().split(";")[0]
+    deadline = time.monotonic() + timeout
+    while not ((run / "metrics.jsonl").exists() and (run / "metrics.jsonl").read_text().count("\n") >= 2):
+        if time.monotonic() > deadline:
+            cluster.run(["scancel", job_id])
+            pytest.fail(f"job {job_id} recorded no step in {timeout:.0f}s\n" + cluster.logs())
+        time.sleep(0.5)
+    return job_id
+
+
+@pytest.mark.parametrize("how", [["scancel"], ["scancel", "--batch", "--signal=USR1"]], ids=["scancel", "batch-USR1"])
+def test_stopped_job_saves_its_step_and_records_interrupted(cluster, tmp_path, how):
+    """What preemption, scancel and `sbatch --signal=B:USR1@120` do to a running job: every rank finishes its
+    step, saves a checkpoint, and run.json says `interrupted` (a rerun into the directory resumes there)."""
+    run = tmp_path / "run"
+    job_id = started(cluster, tmp_path, run)
+    assert cluster.run([*how, job_id]).returncode == 0
+    job = wait_job(cluster, tmp_path, job_id)
+    info = json.loads((run / "run.json").read_text())
+    assert info["status"] == "interrupted", (info["status"], info["error"], job["output"][-4000:])
+    latest = json.loads((run / "checkpoints" / "latest.json").read_text())
+    assert latest["step"] >= 2, latest
+    if how == ["scancel"]:  # the agents too got SIGTERM: each says so in a line (torchrun's own was a traceback)
+        assert "Traceback" not in job["output"], job["output"][-4000:]
+        assert "torchrun: stopped by SIGTERM; its workers were sent SIGTERM" in job["output"], job["output"][-4000:]
+
+
+
+def test_requeued_job_resumes_in_its_run_directory(cluster, tmp_path):
+    """A job requeued (preemption with PreemptMode=REQUEUE, `scontrol requeue`, a node failure with --requeue)
+    starts again under the same job id, so in the same run directory: its second attempt resumes from the
+    checkpoint the first saved on SIGTERM, and the job's output keeps both attempts."""
+    run = tmp_path / "run"
+    job_id = started(cluster, tmp_path, run)
+    assert cluster.run(["scontrol", "requeue", job_id]).returncode == 0
+    deadline = time.monotonic() + 400  # Slurm holds a requeued job back (BeginTime) for a while
+    out = tmp_path / f"job-{job_id}.out"
+
+    def resumed() -> bool:
+        info = json.loads((run / "run.json").read_text())
+        return info.get("attempt") == 2 and "resumed from" in out.read_text(errors="replace")
+
+    while not resumed():
+        if time.monotonic() > deadline:
+            cluster.run(["scancel", job_id])
+            pytest.fail("no second attempt resumed\n" + cluster.run(["scontrol", "show", "job", job_id]).stdout
+                        + out.read_text(errors="replace")[-3000:])
+        time.sleep(0.5)
+    count = (run / "metrics.jsonl").read_text().count("\n")
+    while (run / "metrics.jsonl").read_text().count("\n") < count + 2 and time.monotonic() < deadline:
+        time.sleep(0.5)
+    cluster.run(["scancel", job_id])
+    job = wait_job(cluster, tmp_path, job_id)
+    info = json.loads((run / "run.json").read_text())
+    assert [a["status"] for a in info["attempts"]] == ["interrupted", "interrupted"], info["attempts"]
+    steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines() if line]
+    assert steps == list(range(1, len(steps) + 1)), steps[:5]  # one run, resumed: not restarted at step 1
+    log = job["output"]
+    assert log.count("fabric-harness: 1 nodes x 2 ranks") == 2, log[-4000:]  # both attempts' output kept
+
+
+def test_srun_of_several_trainer_tasks_without_torchrun_is_one_line_each(cluster, tmp_path):
+    """`srun -n 2 python -m trainer ...`, the usual Slurm idiom, sets no RANK/WORLD_SIZE: each task was a run of
+    one process in the same output_dir (one trained on, the other failed on its lock)."""
+    out = tmp_path / "run"
+    proc = cluster.run(["srun", "--ntasks=2", "--kill-on-bad-exit=1", sys.executable, "-m", "trainer", TINY,
+                        f"output_dir={out}", *QUICK], env=job_env(), cwd=tmp_path, timeout=180)
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert proc.returncode == 2 and len(errors) == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert all(e.startswith("error: SLURM_STEP_NUM_TASKS: got 2, but RANK and WORLD_SIZE are unset") for e in errors)
+    assert not out.exists()  # refused before any run directory
+
+
+def test_script_run_with_bash_inside_salloc_trains(cluster, tmp_path):
+    """`salloc --nodes 1` then `bash launch/slurm/train.sbatch RECIPE`: salloc sets no SLURM_CPUS_ON_NODE, which
+    the script read under `set -u` ('unbound variable' before any node started)."""
+    out = tmp_path / "run"
+    proc = cluster.run(["salloc", "--nodes=1", "bash", SBATCH, TINY, f"output_dir={out}", *QUICK], env=job_env(),
+                       cwd=tmp_path, timeout=240)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "unbound variable" not in proc.stderr
+    assert json.loads((out / "run.json").read_text())["status"] == "completed"
+
+
+def test_ranks_per_node_default_to_each_nodes_gpus_inside_salloc(tmp_path):
+    """`salloc --gpus-per-node 2` then `bash launch/slurm/train.sbatch RECIPE`: salloc's shell has no
+    SLURM_GPUS_ON_NODE (only its steps do), and the script started 1 rank per node instead of 2. The GPUs are
+    Slurm gres of stand-in device files; with no CUDA here the ranks train on the CPU."""
+    with checked_cluster(tmp_path / "slurm", [Node("fhgpu0", gpus=2)]) as cluster:
+        env = {k: v for k, v in job_env().items() if k != "NPROC_PER_NODE"}
+        out = tmp_path / "run"
+        proc = cluster.run(["salloc", "--nodes=1", "--gpus-per-node=2", "bash", SBATCH, TINY, f"output_dir={out}",
+                            *QUICK], env=env, cwd=tmp_path, timeout=240)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    info = json.loads((out / "run.json").read_text())
+    assert info["status"] == "completed" and info["layout"]["world_size"] == 2, info["layout"]

@@ -195,3 +195,28 @@ def _one_line(capsys, argv, expected):
     assert code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("error: ") and expected in err, err
+
+
+@pytest.mark.integration
+def test_a_stopped_launcher_says_so_in_one_line_not_a_traceback(tmp_path):
+    """scancel, a preemption or a deleted pod sends the agent SIGTERM: it stops its workers and ends with
+    128 + 15, and what it says is one line (torch's own agent raised SignalException: a traceback)."""
+    worker = tmp_path / "worker.py"
+    worker.write_text("import pathlib, sys, time\npathlib.Path(sys.argv[1]).touch()\ntime.sleep(600)\n")
+    ready = tmp_path / "ready"
+    agent = subprocess.Popen([sys.executable, "-m", "launch.torchrun", "--standalone", "--nproc-per-node", "1",
+                              "--monitor-interval", "0.2", str(worker), str(ready)],
+                             env=dict(os.environ, PYTHONPATH=str(REPO)), cwd=REPO, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + ROUND_DEADLINE_S
+        while not ready.exists() and agent.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert ready.exists(), agent.communicate(timeout=60)
+        agent.send_signal(signal.SIGTERM)
+        _, err = agent.communicate(timeout=120)
+    finally:
+        _kill(agent)
+    assert agent.returncode == 128 + signal.SIGTERM, err
+    assert "Traceback" not in err, err
+    assert err.splitlines()[-1].startswith("torchrun: stopped by SIGTERM; its workers were sent SIGTERM"), err

@@ -314,8 +314,7 @@ def test_bad_launcher_environment(env, expected, capsys, monkeypatch):
                                            "WORLD_SIZE (1, unset: one process)"),
                                           # srun -n 2 python -m trainer: two runs of one process, one output_dir
                                           ({"SLURM_STEP_NUM_TASKS": "2", "SLURM_PROCID": "1"},
-                                           "SLURM_STEP_NUM_TASKS: got 2 (srun started this command 2 times) but "
-                                           "RANK and WORLD_SIZE are unset")])
+                                           "SLURM_STEP_NUM_TASKS: got 2, but RANK and WORLD_SIZE are unset")])
 def test_a_launcher_variable_alone_is_one_line_before_the_run_starts(env, expected, tmp_path, capsys, monkeypatch):
     """A real run (not --dry-run) with WORLD_SIZE and no RANK failed with torch's mesh traceback; with RANK and no
     WORLD_SIZE it exited 0 with no run.json (rank 3 of one process). Now one line, nothing created."""

@@ -228,6 +228,21 @@ def test_torchvision_is_imported_only_for_image_workloads(needed):
     assert proc.stdout.split() == [str(needed), str(needed)]
 
 
+def test_srun_tasks_without_torchrun_are_one_line_each():
+    """`srun -n 2 python -m trainer` (no torchrun): each task was a world of one, all in one output_dir."""
+    from trainer.launcher_env import launcher_env_problems
+    srun = {"SLURM_STEP_NUM_TASKS": "2", "SLURM_PROCID": "1", "SLURM_JOB_ID": "7"}
+    problems = launcher_env_problems(srun)
+    assert len(problems) == 1 and problems[0].startswith(
+        "SLURM_STEP_NUM_TASKS: got 2, but RANK and WORLD_SIZE are unset: each of srun's 2 tasks would be a run of "
+        "one process, all in one output_dir; allowed: one task per node starting the ranks with torchrun"), problems
+    assert launcher_env_problems(srun, dry_run=True) == []  # a plan only
+    assert launcher_env_problems({**srun, "SLURM_STEP_NUM_TASKS": "1"}) == []  # srun -n 1: one process
+    # torchrun under srun (one task per node, as train.sbatch runs it) sets the ranks: fine
+    assert launcher_env_problems({**srun, "RANK": "3", "WORLD_SIZE": "4", "MASTER_ADDR": "127.0.0.1",
+                                  "MASTER_PORT": "29500"}) == []
+
+
 def test_launcher_environment_problems():
     from trainer.launcher_env import env_world_size, launcher_env_problems
     assert launcher_env_problems({}) == [] and env_world_size({}) == 1
