@@ -22,11 +22,13 @@ import threading
 import time
 from dataclasses import dataclass
 
-from telemetry.capture.counters import CounterReader, diff
+from telemetry.capture.counters import CounterReader, diff, went_back
 
 SYSFS = "sysfs"
 # ethtool starts a process per read: at most one per NIC a second (PFC pauses and discards need no finer grain)
 ETHTOOL_MIN_INTERVAL_S = 1.0
+COUNTER_WENT_BACK = ("these counters went back (device reset or re-registered, or a 32-bit counter wrapped): "
+                     "their growth in this window is unknown and left out")
 NO_SAMPLE = "no new sample of this source since the previous step (its growth goes to the next step)"
 
 
@@ -156,6 +158,10 @@ class CounterSampler:
                 "in_step_share": round(inside / (b - a), 4) if b > a else None,
                 "step_share": round(inside / (t_end - origin), 4) if t_end > origin else None,
                 "straddles": bool(a < origin - slack or b < t_end - slack)}
+            back = went_back(taken.values, latest.values)
+            if back:  # left out of the deltas: a reset or a wrap, growth unknown
+                windows[src.name]["went_back"] = back
+                windows[src.name]["went_back_reason"] = COUNTER_WENT_BACK
         return deltas, windows
 
     def describe(self) -> dict:

@@ -46,7 +46,7 @@ from telemetry.capture.congestion import summarize as congestion_figures
 from telemetry.capture.cross_rank import (EXCHANGE, JOB_SUMS, REDUCED, ROWS, SIDE_GROUP, PipelinedTree,  # noqa: F401
                                           cross_rank_figures, reduction_payload, tree_reduce)
 from telemetry.capture.cross_rank import height as tree_height
-from telemetry.capture.energy import EnergyMeter, open_cpu_source, open_gpu_source
+from telemetry.capture.energy import EnergyMeter, open_cpu_source, open_gpu_source, total_j
 from telemetry.capture.environment import host_info
 from telemetry.capture.exposed import CopyRate, ProfiledWindows, phase_times, step_comm_times
 from telemetry.capture.link_probe import link_probe
@@ -329,7 +329,7 @@ class Telemetry:
                 "reorder": None, "server_j": None, "server_w": None}
         if self.cpu is not None:
             cpu = self.cpu.step()
-            host["cpu_j"] = _sum(cpu["energy_j"])
+            host["cpu_j"] = total_j(cpu["energy_j"])
             own["host"] = {"cpu_energy_j": host["cpu_j"]}
             if cpu.get("reason"):
                 own["host"]["cpu_energy_reason"] = cpu["reason"]
@@ -523,7 +523,7 @@ class Telemetry:
             self._energy_total["known"] = True
         if self.cpu is not None:
             cpu = self.cpu.step()
-            out["cpu_energy_j"] = _sum(cpu["energy_j"])
+            out["cpu_energy_j"] = total_j(cpu["energy_j"])
             if cpu.get("reason"):
                 out["cpu_energy_reason"] = cpu["reason"]
         if self.counters is not None:
@@ -699,13 +699,6 @@ def _first(d):
     if not d:
         return None
     return next(iter(d.values()))
-
-
-def _sum(d):
-    if not d:
-        return None
-    known = [v for v in d.values() if v is not None]
-    return sum(known) if known else None
 
 
 def _sum_key(deltas: dict, prefix: str, key: str):
