@@ -908,3 +908,30 @@ def test_device_placement_is_per_stream_never_before_issue_and_carried_across_st
     later = collectives.Call("all_reduce", 8, 2, "nccl", "dist", 2.05, duration_s=0.1, token=1)
     tracer.place([later])  # the next step: behind what the stream still had
     assert later.t_start == pytest.approx(2.1)
+
+
+def isend(tensor, dst=None, group=None, tag=0, group_dst=None):
+    """ProcessGroupNCCL's isend: inside a coalescing block, part of the block's one work (as batch_isend_irecv
+    relies on), else a work on the peer's point-to-point stream."""
+    return group.issue("SEND", [tensor], stream="nccl" if group.coalescing is not None else f"p2p:{dst}")
+
+
+def irecv(tensor, src=None, group=None, tag=0, group_src=None):
+    return group.issue("RECV", [tensor], stream="nccl" if group.coalescing is not None else f"p2p:{src}")
+
+
+def test_sends_and_receives_in_a_coalescing_block_are_one_sendrecv_as_a_batch_is():
+    """A pipeline exchange written as isend/irecv inside _coalescing_manager (what batch_isend_irecv does
+    itself): one work, counted as batch_isend_irecv counts it - sendrecv, S = the larger direction's bytes."""
+    g, tracer = FakeProcessGroupNCCL("pp"), CollectiveTracer()
+    send_, recv_ = wrap(tracer, "isend", isend), wrap(tracer, "irecv", irecv)
+    block = tracer._wrap_coalescing(coalescing_manager)
+    tracer.begin_step()
+    with block(group=g, async_ops=True):
+        send_(torch.ones(32), dst=1, group=g)
+        recv_(torch.empty(32), src=1, group=g)
+    assert [d[0] for d in g.durations] == ["COALESCED"]
+    g.watchdog()
+    summary = tracer.end_step().summary()
+    assert set(summary) == {"sendrecv"} and summary["sendrecv"]["bytes"] == 128
+    assert summary["sendrecv"]["count"] == 1 and summary["sendrecv"]["untimed"] == 0
