@@ -90,7 +90,7 @@ class Telemetry:
         self.bmc: bmc_power.PowerSampler | None = None
         self._bmc_info: dict = {"source": None, "reason": "telemetry.bmc is not set"}
         self._server = {"energy_j": 0.0, "seconds": 0.0, "known": False}
-        self._energy_total = {"gpu_j": 0.0, "cpu_j": 0.0, "known": False}
+        self._energy_total = {"gpu_j": 0.0, "cpu_j": 0.0, "known": False, "unknown": 0, "intervals": 0}
         self._exposed: list[dict] = []
         self._t_step = None
         self._t_eval = None
@@ -355,9 +355,7 @@ class Telemetry:
                 self._server["energy_j"] += server["energy_j"]
                 self._server["seconds"] += server["seconds"]
                 self._server["known"] = True
-        if gpu_j is not None:
-            self._energy_total["gpu_j"] += gpu_j
-            self._energy_total["known"] = True
+        self._add_gpu_energy(gpu_j)
         if host["cpu_j"] is not None:
             self._energy_total["cpu_j"] += host["cpu_j"]
         # cross_rank_pipelined and a record to fill later: the tree goes up a level per step (cross_rank.py)
@@ -518,9 +516,7 @@ class Telemetry:
             every = self.s.power_sample_interval_s
             out["gpu_power_reason"] = (f"no power sample in the interval (sampled every {every} s; hold each size "
                                        "longer with sweep.min_seconds_per_size)")
-        if out[StepKey.GPU_ENERGY_J] is not None:
-            self._energy_total["gpu_j"] += out[StepKey.GPU_ENERGY_J]
-            self._energy_total["known"] = True
+        self._add_gpu_energy(out[StepKey.GPU_ENERGY_J])
         if self.cpu is not None:
             cpu = self.cpu.step()
             out["cpu_energy_j"] = total_j(cpu["energy_j"])
@@ -609,13 +605,32 @@ class Telemetry:
 
     # ------------------------------------------------------------ end
 
+    def _add_gpu_energy(self, joules: float | None) -> None:
+        """A step's (or sweep interval's) GPU energy into the run's total; an unknown one is counted apart."""
+        total = self._energy_total
+        total["intervals"] += 1
+        if joules is None:
+            total["unknown"] += 1
+        else:
+            total["gpu_j"] += joules
+            total["known"] = True
+
+    def _gpu_energy_total(self) -> tuple[float | None, str | None]:
+        """The run's GPU energy and why it is null: a total over some intervals only is not the run's."""
+        total = self._energy_total
+        if self.gpu.reason is not None or not total["known"]:
+            return None, self.gpu.reason
+        if total["unknown"]:
+            return None, (f"the GPU energy of {total['unknown']} of {total['intervals']} steps or intervals is unknown "
+                          "(their records' gpu_energy_reason says why)")
+        return total["gpu_j"], None
+
     def summary(self) -> dict:
         """What goes into run.json at the end: energy, loss verdict, exposed windows (this rank's view)."""
         if not self.started:
             return {"enabled": False}
-        out = {"enabled": True,
-               StepKey.GPU_ENERGY_J: self._energy_total["gpu_j"] if self._energy_total["known"] else None,
-               StepKey.GPU_ENERGY_REASON: self.gpu.reason,
+        gpu_j, gpu_reason = self._gpu_energy_total()
+        out = {"enabled": True, StepKey.GPU_ENERGY_J: gpu_j, StepKey.GPU_ENERGY_REASON: gpu_reason,
                "counters": loss_verdict(self._loss_steps) if self.counters is not None else
                {"verdict": None, "reason": "read by the host's local rank 0"}}
         if self.counters is not None:

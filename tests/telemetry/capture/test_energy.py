@@ -330,3 +330,26 @@ def test_a_package_unread_makes_the_hosts_cpu_energy_unknown_not_a_partial_sum()
     step = meter.step()
     assert step["energy_j"] == {"cpu-package0": 20.0, "cpu-package1": None}
     assert total_j(step["energy_j"]) is None and "cpu-package1" in step["reason"]
+
+
+def test_the_runs_gpu_energy_is_null_with_the_reason_when_a_steps_is_unknown(tmp_path):
+    """Through the session: a GPU whose counter went back in step 2 (a driver reload, played back from recorded
+    readings): run.json's gpu_energy_j is not steps 1 and 3 alone presented as the run's, but null with why."""
+    from telemetry.capture.session import Telemetry
+    from telemetry.settings import TelemetrySettings
+
+    tel = Telemetry(TelemetrySettings(sysfs=str(tmp_path), interfaces=[], cross_rank_every=0), run_dir=None)
+    tel.start(trace=False)
+    try:
+        tel.gpu.close()
+        tel.gpu = EnergyMeter(ReplayEnergy("nvml", ["gpu0"], [[5000.0], [5000.0], [5100.0], [20.0], [80.0]]))
+        records = []
+        for step in (1, 2, 3):
+            tel.start_step(step)
+            records.append(tel.end_step(step, step_time_s=1.0, into={}))
+        assert [r["gpu_energy_j"] for r in records] == [100.0, None, 60.0]
+        assert "went back" in records[1]["gpu_energy_reason"]
+        summary = tel.summary()
+        assert summary["gpu_energy_j"] is None and "1 of 3" in summary["gpu_energy_reason"]
+    finally:
+        tel.close()
