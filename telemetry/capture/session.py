@@ -277,7 +277,7 @@ class Telemetry:
             return
         self.tracer.begin_step()
         self.windows.start(step)
-        for meter in (self.gpu, self.cpu):  # the first step's energy counts from its start
+        for meter in (self.gpu, self.cpu, self.bmc):  # the first step's energy counts from its start
             if meter is not None:
                 meter.begin()
         self._t_step = time.perf_counter()
