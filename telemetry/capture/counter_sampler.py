@@ -66,6 +66,7 @@ class CounterSampler:
                                             max(interval_s, ETHTOOL_MIN_INTERVAL_S)))
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+        self._begun = False
         # the first sample of every source: the reader's own first read (at its construction, just now), so
         # start-up runs no extra ethtool per NIC
         now = self.clock()
@@ -131,6 +132,21 @@ class CounterSampler:
         """Read every source on the calling thread (the collective sweep's intervals, not the step path)."""
         for src in self.sources:
             self.sample(src)
+
+    def begin(self) -> dict[str, dict[str, int]]:
+        """The first step starts now: each source's newest sample becomes the one the step counts from, so the
+        traffic before it (model broadcast, checkpoint load, data download) is no step's. Returns that growth
+        (the run's loss verdict still counts it); later calls return {} and change nothing."""
+        if self._begun:
+            return {}
+        self._begun = True
+        before: dict[str, dict[str, int]] = {}
+        for src in self.sources:
+            latest, taken = src.latest, src.taken
+            if latest is not None and taken is not None and latest is not taken:
+                before.update(diff(taken.values, latest.values))
+                src.taken = latest
+        return before
 
     def take(self, t_start: float | None, t_end: float) -> tuple[dict, dict]:
         """(per-device counter growth, per-source window) for the step (t_start, t_end]: each source's newest

@@ -280,6 +280,10 @@ class Telemetry:
         for meter in (self.gpu, self.cpu, self.bmc):  # the first step's energy counts from its start
             if meter is not None:
                 meter.begin()
+        if self.counters is not None:  # and its counters: what grew before is no step's (but its loss counts)
+            before = self.counters.begin()
+            if before:
+                self._loss_steps.append(before)
         self._t_step = time.perf_counter()
         self._marks = []
 

@@ -189,3 +189,31 @@ def test_a_counter_that_went_back_is_unknown_never_negative_nor_loss(tmp_path):
                                            "rdma:mlx5_0/1:port_xmit_data"]
     assert "unknown" in windows[SYSFS]["went_back_reason"]
     assert loss_verdict([deltas])["verdict"] == "clean"
+
+
+def test_the_first_steps_counters_count_from_its_start_and_setup_loss_still_counts(tmp_path):
+    """The sampler starts at telemetry's start; before step 1 the model's parameters are broadcast and a
+    checkpoint is read over the fabric (modelled as growth sampled before the step): step 1's RDMA bytes are its
+    own, as the tracer leaves setup collectives out of the steps, while a drop during setup stays in the
+    returned growth for the run's loss verdict."""
+    mlx5_port(tmp_path)
+    rdma_bytes(tmp_path, 0)
+    hw = tmp_path / "class" / "infiniband" / "mlx5_0" / "ports" / "1" / "hw_counters"
+    clock = Clock()
+    sampler = CounterSampler(CounterReader(interfaces=[], root=str(tmp_path)), interval_s=0.1, clock=clock,
+                             start=False)
+    (sysfs,) = sampler.sources
+    device = "rdma:mlx5_0/1"
+    clock.now = 150.0  # setup: 5000 words and one ack timeout before step 1
+    rdma_bytes(tmp_path, 5000)
+    write(hw / "local_ack_timeout_err", 1)
+    sampler.sample(sysfs)
+    before = sampler.begin()  # step 1 starts
+    assert before[device]["port_xmit_bytes"] == 20000 and before[device]["local_ack_timeout_err"] == 1
+    assert sampler.begin() == {}  # later steps change nothing
+    clock.now = 151.0
+    rdma_bytes(tmp_path, 5100)
+    sampler.sample(sysfs)
+    deltas, _ = sampler.take(150.0, 151.0)
+    assert deltas[device]["port_xmit_bytes"] == 400 and deltas[device]["local_ack_timeout_err"] == 0
+    assert loss_verdict([before, deltas])["verdict"] == "loss"
