@@ -406,6 +406,8 @@ class CollectiveTracer(CallWrappers):
                        and (q[0].t_returned if q[0].t_returned is not None else q[0].t_issue) < old):
                     call = q.popleft()
                     call.queued, call.events = False, None
+                    if not call.closed:  # its step still held (hold_reports_s over STALE_S): untimed, and why
+                        call.untimed_reason = LATE
                     self.dropped += 1
                     self._between["never_reported"][call_group(call)] += 1
             step.events = {k: dict(v) for k, v in self._between.items() if v}
