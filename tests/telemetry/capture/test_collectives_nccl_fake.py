@@ -975,3 +975,23 @@ def test_short_steps_under_a_held_record_keep_each_report_on_its_own_call(monkey
         (call,) = comm.calls
         assert call.duration_s == pytest.approx(g.device_time(400 * s)), (s, call.untimed_reason)
     assert tracer.dropped == 0
+
+
+def test_a_call_given_up_on_while_its_step_is_held_says_it_was_late(monkeypatch):
+    """hold_reports_s set above STALE_S: the call is given up on before its step is released; the record says
+    why (late), not an unknown reason."""
+    clock = Clock()
+    monkeypatch.setattr(collectives, "time", clock)
+    g, tracer = FakeProcessGroupNCCL("g"), CollectiveTracer()
+    reduce = wrap(tracer, "all_reduce", all_reduce)
+    tracer.begin_step()
+    reduce(torch.ones(4), group=g)
+    g.streams["nccl"].clear()  # the watchdog never reports it
+    first = tracer.end_step(hold=True)
+    clock.advance(collectives.STALE_S + 1)
+    for _ in range(collectives.STALE_STEPS + 1):
+        tracer.begin_step()
+        tracer.end_step(hold=True)
+    assert tracer.dropped == 1
+    summary = tracer.release(first).summary()["all_reduce"]
+    assert summary["untimed"] == 1 and summary["untimed_reason"] == LATE
