@@ -135,7 +135,7 @@ STEP_FIELDS: tuple[Field, ...] = (
     Field(('overlap_window_s',), "backward compute between the first and the last asynchronous collective the pass issued (DDP's buckets), less the time spent issuing: the compute that communication can hide behind"),
     Field(('ranks',), "across ranks: `step_time_s`, `comm_time_s`, `comm_time_s_by_op.<op>`, `compute_s` (step time outside collectives) and, on link-probe steps of multi-host jobs, `link_in_s` (the probe's receive time at each host's first rank), each `{min, mean, max, max_rank, ranks, median}` (a fixed-size reduction to rank 0; with `telemetry.cross_rank_pipelined` a tree level per step, and rank 0 writes step s's line at step s + run.json `telemetry.cross_rank.lag_steps`; `median` is exact on sampled steps, `telemetry.cross_rank_median_every`, else null)"),
     Field(('gpu_energy_j', 'gpu_power_w', 'gpu_energy_reason'), "rank 0's own GPU: NVML's energy counter delta since the previous step's end (step 1: since its start), power as the mean of the samples taken in that interval or, in a step shorter than the sampler's period with none, the energy delta over the interval's duration; and why it is null when it is"),
-    Field(('job_gpu_energy_j', 'job_gpu_power_w'), "the same summed over all the job's GPUs; null without NVML"),
+    Field(('job_gpu_energy_j', 'job_gpu_power_w', 'job_gpu_energy_reason'), "the same summed over all the job's GPUs; null without NVML, and null where some ranks' GPU energy is unknown in the step (never the other GPUs' sum), with the reason"),
     Field(('job_cpu_energy_j',), 'CPU package energy (RAPL) summed over hosts; null where unreadable'),
     Field(('job_net_tx_bytes', 'job_net_rx_bytes'), 'NIC byte counters of the interfaces in use, summed over hosts'),
     Field(('job_rdma_tx_bytes', 'job_rdma_rx_bytes'), "RDMA port data counters (x 4 bytes; EFA: its hw_counters tx_bytes/rx_bytes) of the ports NCCL uses (its log's device list, else NCCL_IB_HCA; run.json telemetry.rdma_ports), summed over hosts; null without RDMA devices"),
@@ -204,6 +204,7 @@ class StepKey:
     RANKS = "ranks"
     GPU_ENERGY_J, GPU_POWER_W, GPU_ENERGY_REASON = "gpu_energy_j", "gpu_power_w", "gpu_energy_reason"
     JOB_GPU_ENERGY_J, JOB_GPU_POWER_W = "job_gpu_energy_j", "job_gpu_power_w"
+    JOB_GPU_ENERGY_REASON = "job_gpu_energy_reason"
     JOB_CPU_ENERGY_J = "job_cpu_energy_j"
     JOB_NET_TX_BYTES, JOB_NET_RX_BYTES = "job_net_tx_bytes", "job_net_rx_bytes"
     JOB_RDMA_TX_BYTES, JOB_RDMA_RX_BYTES = "job_rdma_tx_bytes", "job_rdma_rx_bytes"

@@ -169,8 +169,9 @@ def summarize(run: Run) -> dict:
                else sum(all_j), "steps_without_energy": sum(1 for v in all_j if v is None),
                "power_w": median([r.get(StepKey.JOB_GPU_POWER_W) for r in steps])}
               if energy_step is not None else
-              {"reason": next((r.get(StepKey.GPU_ENERGY_REASON) for r in run.metrics
-                               if r.get(StepKey.GPU_ENERGY_REASON)),
+              {"reason": next((r.get(StepKey.JOB_GPU_ENERGY_REASON) or r.get(StepKey.GPU_ENERGY_REASON)
+                               for r in run.metrics
+                               if r.get(StepKey.JOB_GPU_ENERGY_REASON) or r.get(StepKey.GPU_ENERGY_REASON)),
                               tel.get(StepKey.GPU_ENERGY_REASON) or "no energy readings in this run")})
     losses = [r[StepKey.LOSS] for r in run.metrics if r.get(StepKey.LOSS) is not None]
     evals = [r[StepKey.EVAL_LOSS] for r in run.metrics if r.get(StepKey.EVAL_LOSS) is not None]

@@ -277,6 +277,7 @@ class PowerSampler:
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._last = clock()
+        self._begun = False
         self._thread = threading.Thread(target=self._loop, name="bmc-power", daemon=True)
 
     def start(self) -> "PowerSampler":
@@ -329,6 +330,13 @@ class PowerSampler:
             energy, method = rate * (t1 - t0), "BMC energy counter"
         return {"watts": energy / (t1 - t0), "energy_j": energy, "seconds": t1 - t0, "samples": len(inside),
                 "method": method}
+
+    def begin(self) -> None:
+        """The first step starts now: its window opens here, not when the sampler started (model build, data
+        loading and checkpoint loads are no step's). Later calls do nothing, so that consecutive steps meet."""
+        if not self._begun:
+            self._begun = True
+            self._last = self.clock()
 
     def step(self) -> dict:
         now = self.clock()

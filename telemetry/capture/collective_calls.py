@@ -538,7 +538,8 @@ class CallWrappers:
             if not block:
                 inner.__exit__(None, None, None)
                 return
-            call = Call(block[0].op, sum(c.nbytes for c in block), size, backend, block[0].source,
+            op, nbytes = block_op_bytes(block)
+            call = Call(op, nbytes, size, backend, block[0].source,
                         min(c.t_issue for c in block) if block else t0, coalesced=len(block))
             # the block's work is issued at the manager's exit: queued first, as its report may beat the return
             tracer._call(lambda: inner.__exit__(None, None, None), call, pg, _BLOCK, (), {}, sync=not async_ops)
@@ -560,6 +561,16 @@ class CallWrappers:
                 tracer._local.source = None
 
         ddp_model.register_comm_hook(ddp_model.process_group, hook)
+
+
+def block_op_bytes(block: list) -> tuple[str, int]:
+    """(collective type, S) of a coalescing block's calls, as one work: sends and receives together are a
+    `sendrecv` of the larger of the bytes sent and received (as batch_isend_irecv counts them), else the
+    first call's type with the calls' summed bytes."""
+    ops = {c.op for c in block}
+    if ops == {"send", "recv"}:
+        return "sendrecv", max(sum(c.nbytes for c in block if c.op == k) for k in ("send", "recv"))
+    return block[0].op, sum(c.nbytes for c in block)
 
 
 def _compiling() -> bool:

@@ -71,7 +71,11 @@ from telemetry.formulas import OPS, RECORDED_OPS
 
 _P2P = frozenset({"send", "recv", "sendrecv"})  # NCCL runs point-to-point on streams of their own
 HARNESS = "harness"  # a Call's source inside harness_traffic()
-STALE_STEPS = 4  # a queued call with no report this many steps later never gets one (dropped)
+# A queued call with no report this many steps later, and this long after it was issued, never gets one
+# (dropped). Both: the watchdog reports ~100 ms late, so 10 ms steps see a report ~10 steps on, and a call
+# dropped before its report came had that report credited to the next call of its type.
+STALE_STEPS = 4
+STALE_S = 10.0
 
 
 _HARNESS = threading.local()
@@ -154,7 +158,7 @@ class CollectiveTracer(CallWrappers):
         self._steps = 0
         self._busy: dict[tuple, float] = {}  # (group token, stream): where its last placed work ended
         self.late = 0  # reports that arrived after their step's record was made
-        self.dropped = 0  # queued calls never reported within STALE_STEPS steps
+        self.dropped = 0  # queued calls never reported within STALE_STEPS steps and STALE_S seconds
         self._by_events: deque[Call] = deque()  # EVENTS: calls whose end event is not read yet, in issue order
         self._between: dict[str, Counter] = {k: Counter() for k in coverage.BETWEEN}  # since the last end_step
         self._open = False  # between begin_step and end_step
@@ -396,10 +400,14 @@ class CollectiveTracer(CallWrappers):
         with self._cond:
             step, self._step, self._open = self._step, StepComm(), False
             self._steps += 1
+            old = time.perf_counter() - STALE_S
             for q in (*self._pending.values(), self._by_events):
-                while q and q[0].step_no < self._steps - STALE_STEPS and q[0].works is not None:
+                while (q and q[0].step_no < self._steps - STALE_STEPS and q[0].works is not None
+                       and (q[0].t_returned if q[0].t_returned is not None else q[0].t_issue) < old):
                     call = q.popleft()
                     call.queued, call.events = False, None
+                    if not call.closed:  # its step still held (hold_reports_s over STALE_S): untimed, and why
+                        call.untimed_reason = LATE
                     self.dropped += 1
                     self._between["never_reported"][call_group(call)] += 1
             step.events = {k: dict(v) for k, v in self._between.items() if v}

@@ -22,11 +22,13 @@ import threading
 import time
 from dataclasses import dataclass
 
-from telemetry.capture.counters import CounterReader, diff
+from telemetry.capture.counters import CounterReader, diff, went_back
 
 SYSFS = "sysfs"
 # ethtool starts a process per read: at most one per NIC a second (PFC pauses and discards need no finer grain)
 ETHTOOL_MIN_INTERVAL_S = 1.0
+COUNTER_WENT_BACK = ("these counters went back (device reset or re-registered, or a 32-bit counter wrapped): "
+                     "their growth in this window is unknown and left out")
 NO_SAMPLE = "no new sample of this source since the previous step (its growth goes to the next step)"
 
 
@@ -64,6 +66,7 @@ class CounterSampler:
                                             max(interval_s, ETHTOOL_MIN_INTERVAL_S)))
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+        self._begun = False
         # the first sample of every source: the reader's own first read (at its construction, just now), so
         # start-up runs no extra ethtool per NIC
         now = self.clock()
@@ -130,6 +133,21 @@ class CounterSampler:
         for src in self.sources:
             self.sample(src)
 
+    def begin(self) -> dict[str, dict[str, int]]:
+        """The first step starts now: each source's newest sample becomes the one the step counts from, so the
+        traffic before it (model broadcast, checkpoint load, data download) is no step's. Returns that growth
+        (the run's loss verdict still counts it); later calls return {} and change nothing."""
+        if self._begun:
+            return {}
+        self._begun = True
+        before: dict[str, dict[str, int]] = {}
+        for src in self.sources:
+            latest, taken = src.latest, src.taken
+            if latest is not None and taken is not None and latest is not taken:
+                before.update(diff(taken.values, latest.values))
+                src.taken = latest
+        return before
+
     def take(self, t_start: float | None, t_end: float) -> tuple[dict, dict]:
         """(per-device counter growth, per-source window) for the step (t_start, t_end]: each source's newest
         sample less the one the previous step ended on."""
@@ -156,6 +174,10 @@ class CounterSampler:
                 "in_step_share": round(inside / (b - a), 4) if b > a else None,
                 "step_share": round(inside / (t_end - origin), 4) if t_end > origin else None,
                 "straddles": bool(a < origin - slack or b < t_end - slack)}
+            back = went_back(taken.values, latest.values)
+            if back:  # left out of the deltas: a reset or a wrap, growth unknown
+                windows[src.name]["went_back"] = back
+                windows[src.name]["went_back_reason"] = COUNTER_WENT_BACK
         return deltas, windows
 
     def describe(self) -> dict:

@@ -199,11 +199,13 @@ class CounterReader:
 
 
 def diff(before: dict[str, dict[str, int]], now: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
-    """Per-device counter growth from `before` to `now`, RDMA data words as bytes."""
+    """Per-device counter growth from `before` to `now`, RDMA data words as bytes. A counter that went back
+    (the device was reset or re-registered, or a 32-bit driver counter wrapped: which, and how often, cannot be
+    told) has unknown growth: it is left out, never a negative count (went_back names it)."""
     out = {}
     for dev, values in now.items():
         prior = before.get(dev, {})
-        d = {k: v - prior[k] for k, v in values.items() if k in prior}
+        d = {k: v - prior[k] for k, v in values.items() if k in prior and v >= prior[k]}
         for k in WORDS:  # report bytes, not 4-byte words
             if k in d:
                 d[k.replace("_data", "_bytes")] = d.pop(k) * 4
@@ -213,6 +215,12 @@ def diff(before: dict[str, dict[str, int]], now: dict[str, dict[str, int]]) -> d
                     d[words] = d[own]
         out[dev] = d
     return out
+
+
+def went_back(before: dict[str, dict[str, int]], now: dict[str, dict[str, int]]) -> list[str]:
+    """'device:counter' for each counter lower in `now` than in `before` (its growth is unknown: diff)."""
+    return sorted(f"{dev}:{k}" for dev, values in now.items() for k, v in values.items()
+                  if k in before.get(dev, {}) and v < before[dev][k])
 
 
 def _kind(name: str) -> str | None:

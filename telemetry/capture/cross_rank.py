@@ -210,8 +210,13 @@ class PipelinedTree:
             wait_naming(work, EXCHANGE, self.parent)
 
 
-def cross_rank_figures(rows: list[list[float]], gathered: list[list[float]] | None) -> dict:
-    """Rank 0's record fields from the reduced payload (and, on median steps, every rank's values)."""
+# job sums that every rank contributes to (one GPU each): a sum over fewer ranks is not the job's
+EVERY_RANK_SUMS = (StepKey.JOB_GPU_ENERGY_J, StepKey.JOB_GPU_POWER_W)
+
+
+def cross_rank_figures(rows: list[list[float]], gathered: list[list[float]] | None, world: int | None = None) -> dict:
+    """Rank 0's record fields from the reduced payload (and, on median steps, every rank's values). `world`: the
+    ranks reduced; a job-wide GPU sum that fewer of them knew is null, with `job_gpu_energy_reason`."""
 
     def spread(i: int) -> dict | None:
         count = int(round(rows[KNOWN][i]))
@@ -230,11 +235,19 @@ def cross_rank_figures(rows: list[list[float]], gathered: list[list[float]] | No
 
     col = REDUCED.index
     by_op = {op: s for op in OPS if (s := spread(col(f"time_{op}"))) is not None}
+    sums = {name: total_of(field) for name, field in JOB_SUMS.items()}
+    known = int(round(rows[KNOWN][col(StepKey.GPU_ENERGY_J)]))
+    partial = {}
+    if world is not None and 0 < known < world:  # not the job's GPUs, only some: unknown, never their sum
+        for name in EVERY_RANK_SUMS:
+            sums[name] = None
+        partial[StepKey.JOB_GPU_ENERGY_REASON] = (f"the GPU energy of {world - known} of {world} ranks is unknown "
+                                                  "this step (each rank's gpu_energy_reason says why)")
     return {
         StepKey.RANKS: {StepKey.STEP_TIME_S: spread(col(StepKey.STEP_TIME_S)),
                         StepKey.COMM_TIME_S: spread(col(StepKey.COMM_TIME_S)),
                   "comm_time_s_by_op": by_op, "compute_s": spread(col("compute_s")),
                   **({StepKey.LINK_IN_S: s} if (s := spread(col(StepKey.LINK_IN_S))) is not None else {})},
         # sums over the job's GPUs / hosts: the job_ prefix (JOB_SUMS); unprefixed fields are the rank's own
-        **{name: total_of(field) for name, field in JOB_SUMS.items()},
+        **sums, **partial,
     }

@@ -155,7 +155,10 @@ class NvmlEnergy:
     def energy_j(self) -> list[float | None]:
         out = []
         for h, ok in zip(self.handles, self._energy_ok):
-            out.append(self.nvml.nvmlDeviceGetTotalEnergyConsumption(h) / 1000.0 if ok else None)
+            try:  # a read failing mid-run (GPU lost, driver busy) is an unknown reading, not the training's end
+                out.append(self.nvml.nvmlDeviceGetTotalEnergyConsumption(h) / 1000.0 if ok else None)
+            except self.nvml.NVMLError:
+                out.append(None)
         return out
 
     def power_w(self) -> list[float | None]:
@@ -277,6 +280,14 @@ def open_cpu_source(root: str = "/sys") -> EnergySource:
     return rapl if rapl.reason is None else Unavailable("rapl", rapl.reason)
 
 
+def total_j(energy: dict | None) -> float | None:
+    """The devices' total energy (J) from EnergyMeter.step()'s `energy_j`: None when any device's is unknown (a
+    package that could not be read is not 0 J; the step's reason names it)."""
+    if not energy or any(v is None for v in energy.values()):
+        return None
+    return sum(energy.values())
+
+
 class EnergyMeter:
     """Per-step energy from counter deltas plus a background power sampler for one source.
 
@@ -328,12 +339,18 @@ class EnergyMeter:
         t_now = self.clock()
         seconds, self._t_last = t_now - self._t_last, t_now
         wraps = self.source.wrap_j() if hasattr(self.source, "wrap_j") else [None] * len(now)
-        energy = []
-        for before, after, wrap in zip(self._last, now, wraps):
+        energy, why = [], []
+        for device, before, after, wrap in zip(self.source.devices(), self._last, now, wraps):
             if before is None or after is None:
                 energy.append(None)
+                if self._energy_known(device):  # a board without the counter says so in the meter's reason
+                    why.append(f"{device}: the energy counter could not be read at the interval's "
+                               f"{'start' if before is None else 'end'}")
             elif after < before:  # counter wrapped (RAPL) or driver reloaded
                 energy.append(after + wrap - before if wrap else None)
+                if not wrap:
+                    why.append(f"{device}: the energy counter went back ({before:.3f} J to {after:.3f} J: driver "
+                               "reloaded or counter reset), this interval's energy is unknown")
             else:
                 energy.append(after - before)
         self._last = now
@@ -348,7 +365,17 @@ class EnergyMeter:
                 power.append(energy[i] / seconds)
             else:
                 power.append(None)
-        return {"energy_j": dict(zip(self.source.devices(), energy)), "power_w": dict(zip(self.source.devices(), power))}
+        out = {"energy_j": dict(zip(self.source.devices(), energy)), "power_w": dict(zip(self.source.devices(), power))}
+        if why:
+            out["reason"] = "; ".join(why)
+        return out
+
+    def _energy_known(self, device: str) -> bool:
+        """Whether `device` has an energy counter at all (NVML: not on pre-Volta boards)."""
+        ok = getattr(self.source, "_energy_ok", None)
+        if ok is None:
+            return True
+        return dict(zip(self.source.devices(), ok)).get(device, True)
 
     def describe(self) -> dict:
         """What this meter reads, for run.json: the source, each device (for NVML: which physical GPU,

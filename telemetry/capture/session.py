@@ -46,7 +46,7 @@ from telemetry.capture.congestion import summarize as congestion_figures
 from telemetry.capture.cross_rank import (EXCHANGE, JOB_SUMS, REDUCED, ROWS, SIDE_GROUP, PipelinedTree,  # noqa: F401
                                           cross_rank_figures, reduction_payload, tree_reduce)
 from telemetry.capture.cross_rank import height as tree_height
-from telemetry.capture.energy import EnergyMeter, open_cpu_source, open_gpu_source
+from telemetry.capture.energy import EnergyMeter, open_cpu_source, open_gpu_source, total_j
 from telemetry.capture.environment import host_info
 from telemetry.capture.exposed import CopyRate, ProfiledWindows, phase_times, step_comm_times
 from telemetry.capture.link_probe import link_probe
@@ -90,7 +90,7 @@ class Telemetry:
         self.bmc: bmc_power.PowerSampler | None = None
         self._bmc_info: dict = {"source": None, "reason": "telemetry.bmc is not set"}
         self._server = {"energy_j": 0.0, "seconds": 0.0, "known": False}
-        self._energy_total = {"gpu_j": 0.0, "cpu_j": 0.0, "known": False}
+        self._energy_total = {"gpu_j": 0.0, "cpu_j": 0.0, "known": False, "unknown": 0, "intervals": 0}
         self._exposed: list[dict] = []
         self._t_step = None
         self._t_eval = None
@@ -277,9 +277,13 @@ class Telemetry:
             return
         self.tracer.begin_step()
         self.windows.start(step)
-        for meter in (self.gpu, self.cpu):  # the first step's energy counts from its start
+        for meter in (self.gpu, self.cpu, self.bmc):  # the first step's energy counts from its start
             if meter is not None:
                 meter.begin()
+        if self.counters is not None:  # and its counters: what grew before is no step's (but its loss counts)
+            before = self.counters.begin()
+            if before:
+                self._loss_steps.append(before)
         self._t_step = time.perf_counter()
         self._marks = []
 
@@ -329,7 +333,7 @@ class Telemetry:
                 "reorder": None, "server_j": None, "server_w": None}
         if self.cpu is not None:
             cpu = self.cpu.step()
-            host["cpu_j"] = _sum(cpu["energy_j"])
+            host["cpu_j"] = total_j(cpu["energy_j"])
             own["host"] = {"cpu_energy_j": host["cpu_j"]}
             if cpu.get("reason"):
                 own["host"]["cpu_energy_reason"] = cpu["reason"]
@@ -355,9 +359,7 @@ class Telemetry:
                 self._server["energy_j"] += server["energy_j"]
                 self._server["seconds"] += server["seconds"]
                 self._server["known"] = True
-        if gpu_j is not None:
-            self._energy_total["gpu_j"] += gpu_j
-            self._energy_total["known"] = True
+        self._add_gpu_energy(gpu_j)
         if host["cpu_j"] is not None:
             self._energy_total["cpu_j"] += host["cpu_j"]
         # cross_rank_pipelined and a record to fill later: the tree goes up a level per step (cross_rank.py)
@@ -480,7 +482,7 @@ class Telemetry:
     def _reduced(self, held: dict, payload: list[list[float]]) -> None:
         """Rank 0: a step's values from every rank are in (a tree level per step: cross_rank.py)."""
         record = held["record"]
-        record.update(cross_rank_figures(payload[:ROWS], payload[ROWS:] if held["per_rank"] else None))
+        record.update(cross_rank_figures(payload[:ROWS], payload[ROWS:] if held["per_rank"] else None, self.world))
         held["reduced"] = True
         self._feed_stragglers(held["step"], {**record, **held["fields"]})
 
@@ -518,12 +520,10 @@ class Telemetry:
             every = self.s.power_sample_interval_s
             out["gpu_power_reason"] = (f"no power sample in the interval (sampled every {every} s; hold each size "
                                        "longer with sweep.min_seconds_per_size)")
-        if out[StepKey.GPU_ENERGY_J] is not None:
-            self._energy_total["gpu_j"] += out[StepKey.GPU_ENERGY_J]
-            self._energy_total["known"] = True
+        self._add_gpu_energy(out[StepKey.GPU_ENERGY_J])
         if self.cpu is not None:
             cpu = self.cpu.step()
-            out["cpu_energy_j"] = _sum(cpu["energy_j"])
+            out["cpu_energy_j"] = total_j(cpu["energy_j"])
             if cpu.get("reason"):
                 out["cpu_energy_reason"] = cpu["reason"]
         if self.counters is not None:
@@ -579,7 +579,7 @@ class Telemetry:
                                   self.tracer.original("irecv"))
         if payload is None:
             return {}
-        return cross_rank_figures(payload[:ROWS], payload[ROWS:] if median_step else None)
+        return cross_rank_figures(payload[:ROWS], payload[ROWS:] if median_step else None, self.world)
 
     def _write_events(self, step: int, t_end: float, calls: list, marks: list, t_step: float | None) -> None:
         off = self._clock_offset
@@ -609,13 +609,32 @@ class Telemetry:
 
     # ------------------------------------------------------------ end
 
+    def _add_gpu_energy(self, joules: float | None) -> None:
+        """A step's (or sweep interval's) GPU energy into the run's total; an unknown one is counted apart."""
+        total = self._energy_total
+        total["intervals"] += 1
+        if joules is None:
+            total["unknown"] += 1
+        else:
+            total["gpu_j"] += joules
+            total["known"] = True
+
+    def _gpu_energy_total(self) -> tuple[float | None, str | None]:
+        """The run's GPU energy and why it is null: a total over some intervals only is not the run's."""
+        total = self._energy_total
+        if self.gpu.reason is not None or not total["known"]:
+            return None, self.gpu.reason
+        if total["unknown"]:
+            return None, (f"the GPU energy of {total['unknown']} of {total['intervals']} steps or intervals is unknown "
+                          "(their records' gpu_energy_reason says why)")
+        return total["gpu_j"], None
+
     def summary(self) -> dict:
         """What goes into run.json at the end: energy, loss verdict, exposed windows (this rank's view)."""
         if not self.started:
             return {"enabled": False}
-        out = {"enabled": True,
-               StepKey.GPU_ENERGY_J: self._energy_total["gpu_j"] if self._energy_total["known"] else None,
-               StepKey.GPU_ENERGY_REASON: self.gpu.reason,
+        gpu_j, gpu_reason = self._gpu_energy_total()
+        out = {"enabled": True, StepKey.GPU_ENERGY_J: gpu_j, StepKey.GPU_ENERGY_REASON: gpu_reason,
                "counters": loss_verdict(self._loss_steps) if self.counters is not None else
                {"verdict": None, "reason": "read by the host's local rank 0"}}
         if self.counters is not None:
@@ -699,13 +718,6 @@ def _first(d):
     if not d:
         return None
     return next(iter(d.values()))
-
-
-def _sum(d):
-    if not d:
-        return None
-    known = [v for v in d.values() if v is not None]
-    return sum(known) if known else None
 
 
 def _sum_key(deltas: dict, prefix: str, key: str):

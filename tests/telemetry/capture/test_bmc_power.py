@@ -379,3 +379,22 @@ def test_a_window_reads_the_samples_around_it_not_every_sample():
     assert w["samples"] == 3
     assert s.window(-5.0, -1.0)["watts"] is None and s.window(30000.0, 30001.0)["samples"] == 0
     assert s.window(30000.0, 30001.0)["watts"] == pytest.approx(100.0 + 19999 % 7)  # the last sample holds
+
+
+def test_the_first_steps_server_energy_counts_from_its_start_not_from_the_samplers():
+    """A BMC sampler started 60 s before training (model build, data loading at 500 W), then 1000 W in a 1 s
+    step 1 (a stand-in source and clock): step 1's server energy is the step's own, as the GPU and CPU
+    meters count it, not the build's 30 kJ as well."""
+    now = [0.0]
+    src = Steady(500.0)
+    s = bp.PowerSampler(src, interval_s=1.0, clock=lambda: now[0])  # samples taken by hand, no thread
+    s.sample()
+    now[0] = 60.0
+    src.watts = 1000.0
+    s.sample()
+    s.begin()  # step 1 starts
+    now[0] = 60.5
+    s.begin()  # a later call changes nothing
+    now[0] = 61.0
+    first = s.step()
+    assert first["energy_j"] == pytest.approx(1000.0) and first["seconds"] == pytest.approx(1.0)

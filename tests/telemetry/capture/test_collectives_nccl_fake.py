@@ -522,14 +522,19 @@ def test_settle_waits_for_the_steps_reports():
     assert tracer.end_step().summary()["all_reduce"]["time_s"] == 26e-6
 
 
-def test_a_call_never_reported_is_dropped_after_a_few_steps():
+def test_a_call_never_reported_is_dropped_after_a_few_steps(monkeypatch):
+    clock = Clock()
+    monkeypatch.setattr(collectives, "time", clock)
     g, tracer = FakeProcessGroupNCCL("g"), CollectiveTracer()
     reduce = wrap(tracer, "all_reduce", all_reduce)
     tracer.begin_step()
     reduce(torch.ones(4), group=g)
     g.streams["nccl"].clear()  # e.g. a work the watchdog never saw
-    for _ in range(collectives.STALE_STEPS + 2):
+    for _ in range(collectives.STALE_STEPS + 2):  # steps, but too soon: a report may still come
         tracer.end_step()
+    assert tracer.dropped == 0
+    clock.advance(collectives.STALE_S + 1)
+    tracer.end_step()
     assert tracer.dropped == 1 and not any(tracer._pending.values())
 
 
@@ -662,7 +667,9 @@ def test_tracer_health_per_step_and_per_run_under_late_reports(monkeypatch):
     assert run["timed"] + run["late"] == run["calls"] == 35
 
 
-def test_tracer_health_names_never_reported_no_duration_and_unclaimed_by_group():
+def test_tracer_health_names_never_reported_no_duration_and_unclaimed_by_group(monkeypatch):
+    clock = Clock()
+    monkeypatch.setattr(collectives, "time", clock)
     dp, tp = FakeProcessGroupNCCL("dp-pg", dim="dp"), FakeProcessGroupNCCL("tp-pg", dim="tp")
     collectives.register_group(dp, "dp")
     collectives.register_group(tp, "tp")
@@ -685,6 +692,7 @@ def test_tracer_health_names_never_reported_no_duration_and_unclaimed_by_group()
                                "duration; tp: 1 not reported when the step closed; completion reports matched no "
                                "traced call: 1 on dp; those are collectives the tracer did not see (compiled "
                                "graphs, calls from C++)")
+    clock.advance(collectives.STALE_S + 1)
     gave_up = [tracer.end_step().health() for _ in range(collectives.STALE_STEPS + 1)]
     assert sum(h["never_reported"] for h in gave_up) == 1
     assert [h["by_group"]["tp"]["never_reported"] for h in gave_up if h["never_reported"]] == [1]
@@ -908,3 +916,82 @@ def test_device_placement_is_per_stream_never_before_issue_and_carried_across_st
     later = collectives.Call("all_reduce", 8, 2, "nccl", "dist", 2.05, duration_s=0.1, token=1)
     tracer.place([later])  # the next step: behind what the stream still had
     assert later.t_start == pytest.approx(2.1)
+
+
+def isend(tensor, dst=None, group=None, tag=0, group_dst=None):
+    """ProcessGroupNCCL's isend: inside a coalescing block, part of the block's one work (as batch_isend_irecv
+    relies on), else a work on the peer's point-to-point stream."""
+    return group.issue("SEND", [tensor], stream="nccl" if group.coalescing is not None else f"p2p:{dst}")
+
+
+def irecv(tensor, src=None, group=None, tag=0, group_src=None):
+    return group.issue("RECV", [tensor], stream="nccl" if group.coalescing is not None else f"p2p:{src}")
+
+
+def test_sends_and_receives_in_a_coalescing_block_are_one_sendrecv_as_a_batch_is():
+    """A pipeline exchange written as isend/irecv inside _coalescing_manager (what batch_isend_irecv does
+    itself): one work, counted as batch_isend_irecv counts it - sendrecv, S = the larger direction's bytes."""
+    g, tracer = FakeProcessGroupNCCL("pp"), CollectiveTracer()
+    send_, recv_ = wrap(tracer, "isend", isend), wrap(tracer, "irecv", irecv)
+    block = tracer._wrap_coalescing(coalescing_manager)
+    tracer.begin_step()
+    with block(group=g, async_ops=True):
+        send_(torch.ones(32), dst=1, group=g)
+        recv_(torch.empty(32), src=1, group=g)
+    assert [d[0] for d in g.durations] == ["COALESCED"]
+    g.watchdog()
+    summary = tracer.end_step().summary()
+    assert set(summary) == {"sendrecv"} and summary["sendrecv"]["bytes"] == 128
+    assert summary["sendrecv"]["count"] == 1 and summary["sendrecv"]["untimed"] == 0
+
+
+def test_short_steps_under_a_held_record_keep_each_report_on_its_own_call(monkeypatch):
+    """10 ms steps, the pretend watchdog reporting 100 ms after the device finished (ProcessGroupNCCL's ~100 ms
+    poll): a call's report comes ~10 steps after its step ended, well inside the session's 2 s hold. The call
+    waits for it: timed with its own duration, never given up on while its step is held, and its report never
+    credited to a later call of the same type (which would shift every later duration by one call)."""
+    clock = Clock()
+    for module in (collectives, collective_calls, completion_hooks):
+        monkeypatch.setattr(module, "time", clock)
+    g = FakeProcessGroupNCCL("dp-pg", clock=clock, report_delay_s=0.1)
+    tracer = CollectiveTracer()
+    completion_hooks.register_timing(g)
+    reduce = wrap(tracer, "all_reduce", all_reduce)
+    held, done = collections.deque(), []
+    for step in range(1, 21):
+        tracer.begin_step()
+        clock.advance(0.005)
+        reduce(torch.ones(100 * step), group=g)  # each step's own size: its duration names it
+        clock.advance(0.005)
+        held.append((step, tracer.end_step(hold=True)))
+        while held and tracer.pending(held[0][1]) == 0:  # the session's check at each step's end
+            s, comm = held.popleft()
+            done.append((s, tracer.release(comm)))
+    clock.advance(0.5)
+    while held:
+        s, comm = held.popleft()
+        done.append((s, tracer.release(comm)))
+    for s, comm in done:
+        (call,) = comm.calls
+        assert call.duration_s == pytest.approx(g.device_time(400 * s)), (s, call.untimed_reason)
+    assert tracer.dropped == 0
+
+
+def test_a_call_given_up_on_while_its_step_is_held_says_it_was_late(monkeypatch):
+    """hold_reports_s set above STALE_S: the call is given up on before its step is released; the record says
+    why (late), not an unknown reason."""
+    clock = Clock()
+    monkeypatch.setattr(collectives, "time", clock)
+    g, tracer = FakeProcessGroupNCCL("g"), CollectiveTracer()
+    reduce = wrap(tracer, "all_reduce", all_reduce)
+    tracer.begin_step()
+    reduce(torch.ones(4), group=g)
+    g.streams["nccl"].clear()  # the watchdog never reports it
+    first = tracer.end_step(hold=True)
+    clock.advance(collectives.STALE_S + 1)
+    for _ in range(collectives.STALE_STEPS + 1):
+        tracer.begin_step()
+        tracer.end_step(hold=True)
+    assert tracer.dropped == 1
+    summary = tracer.release(first).summary()["all_reduce"]
+    assert summary["untimed"] == 1 and summary["untimed_reason"] == LATE

@@ -14,7 +14,7 @@ import pytest
 from telemetry.capture import congestion as cg
 from telemetry.capture import counter_sampler
 from telemetry.capture.counter_sampler import NO_SAMPLE, SYSFS, CounterSampler
-from telemetry.capture.counters import CounterReader
+from telemetry.capture.counters import CounterReader, loss_verdict
 
 from .test_congestion import mlx5_port, published
 from .test_counters import write
@@ -162,3 +162,58 @@ def test_a_port_left_out_after_a_sample_was_read_is_not_counted(tmp_path):
     sampler.keep_ports([("mlx5_0", 1)])  # then NCCL's log names mlx5_0 only (a storage card is mlx5_1)
     deltas, _ = sampler.take(None, 1e9)
     assert set(deltas) == {"rdma:mlx5_0/1"}
+
+
+def test_a_counter_that_went_back_is_unknown_never_negative_nor_loss(tmp_path):
+    """A port reset (driver reload, link flap re-registering the device) or a 32-bit driver counter wrapping
+    brings counters back near 0 (modelled on the fake sysfs tree): its growth is unknown and left out with the
+    reason, never a negative byte count, and a loss counter that went back does not make the run 'loss'."""
+    mlx5_port(tmp_path, oos=50)
+    rdma_bytes(tmp_path, 1000)
+    hw = tmp_path / "class" / "infiniband" / "mlx5_0" / "ports" / "1" / "hw_counters"
+    write(hw / "local_ack_timeout_err", 7)
+    clock = Clock()
+    sampler = CounterSampler(CounterReader(interfaces=[], root=str(tmp_path)), interval_s=0.1, clock=clock,
+                             start=False)
+    (sysfs,) = sampler.sources
+    clock.now = 101.0
+    rdma_bytes(tmp_path, 10)  # the port was reset: its counters restart from 0
+    write(hw / "local_ack_timeout_err", 0)
+    write(hw / "out_of_sequence", 0)
+    sampler.sample(sysfs)
+    deltas, windows = sampler.take(100.0, 101.0)
+    grown = deltas["rdma:mlx5_0/1"]
+    assert all(v >= 0 for v in grown.values()), grown
+    assert "port_xmit_bytes" not in grown and "local_ack_timeout_err" not in grown
+    assert windows[SYSFS]["went_back"] == ["rdma:mlx5_0/1:local_ack_timeout_err", "rdma:mlx5_0/1:out_of_sequence",
+                                           "rdma:mlx5_0/1:port_xmit_data"]
+    assert "unknown" in windows[SYSFS]["went_back_reason"]
+    assert loss_verdict([deltas])["verdict"] == "clean"
+
+
+def test_the_first_steps_counters_count_from_its_start_and_setup_loss_still_counts(tmp_path):
+    """The sampler starts at telemetry's start; before step 1 the model's parameters are broadcast and a
+    checkpoint is read over the fabric (modelled as growth sampled before the step): step 1's RDMA bytes are its
+    own, as the tracer leaves setup collectives out of the steps, while a drop during setup stays in the
+    returned growth for the run's loss verdict."""
+    mlx5_port(tmp_path)
+    rdma_bytes(tmp_path, 0)
+    hw = tmp_path / "class" / "infiniband" / "mlx5_0" / "ports" / "1" / "hw_counters"
+    clock = Clock()
+    sampler = CounterSampler(CounterReader(interfaces=[], root=str(tmp_path)), interval_s=0.1, clock=clock,
+                             start=False)
+    (sysfs,) = sampler.sources
+    device = "rdma:mlx5_0/1"
+    clock.now = 150.0  # setup: 5000 words and one ack timeout before step 1
+    rdma_bytes(tmp_path, 5000)
+    write(hw / "local_ack_timeout_err", 1)
+    sampler.sample(sysfs)
+    before = sampler.begin()  # step 1 starts
+    assert before[device]["port_xmit_bytes"] == 20000 and before[device]["local_ack_timeout_err"] == 1
+    assert sampler.begin() == {}  # later steps change nothing
+    clock.now = 151.0
+    rdma_bytes(tmp_path, 5100)
+    sampler.sample(sysfs)
+    deltas, _ = sampler.take(150.0, 151.0)
+    assert deltas[device]["port_xmit_bytes"] == 400 and deltas[device]["local_ack_timeout_err"] == 0
+    assert loss_verdict([before, deltas])["verdict"] == "loss"

@@ -169,3 +169,25 @@ def test_a_slot_whose_wait_failed_is_still_handed_back_by_abandon():
     with pytest.raises(RuntimeError):
         tree.post(payload(0, 2, False), False, owner=2)
     assert tree.abandon() == [1, 2]
+
+
+def test_a_job_gpu_sum_over_some_ranks_is_unknown_with_a_reason_not_their_sum():
+    """Four ranks, rank 2's GPU energy unknown this step (its NVML read failed): the job's GPU energy and power
+    are null with the reason, not three GPUs' sum presented as the job's; with every rank known, the sum."""
+    def values(rank, energy):
+        v = [float("nan")] * len(REDUCED)
+        v[REDUCED.index("gpu_energy_j")], v[REDUCED.index("gpu_power_w")] = energy, energy * 2
+        return reduction_payload(v, rank)
+
+    payloads = [values(r, float("nan") if r == 2 else 100.0) for r in range(4)]
+    acc = payloads[0]
+    for p in payloads[1:]:
+        combine_payloads(acc, p)
+    out = cross_rank_figures(acc, None, 4)
+    assert out["job_gpu_energy_j"] is None and out["job_gpu_power_w"] is None
+    assert "1 of 4 ranks" in out["job_gpu_energy_reason"]
+    whole = [values(r, 100.0) for r in range(4)]
+    for p in whole[1:]:
+        combine_payloads(whole[0], p)
+    out = cross_rank_figures(whole[0], None, 4)
+    assert out["job_gpu_energy_j"] == 400.0 and "job_gpu_energy_reason" not in out

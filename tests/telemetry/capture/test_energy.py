@@ -14,7 +14,8 @@ from unittest import mock
 import pynvml
 import pytest
 
-from telemetry.capture.energy import EnergyMeter, NvmlEnergy, ReplayEnergy, Unavailable, open_cpu_source, open_gpu_source
+from telemetry.capture.energy import (EnergyMeter, NvmlEnergy, ReplayEnergy, Unavailable, open_cpu_source, open_gpu_source,
+                                       total_j)
 
 # Four GPUs as NVML (PCI order) sees them: index i has UUID GPU-<UUIDS[i]> and bus 0x18 + 0x10 i.
 UUIDS = [f"{i:08x}-1111-2222-3333-{0xabc000 + i:012x}" for i in range(4)]
@@ -285,5 +286,70 @@ def test_a_session_counts_the_first_steps_energy_from_its_start(tmp_path):
         tel.start_step(1)
         (dom / "energy_uj").write_text("53000000\n")  # 2 J in the step
         assert tel.cpu.step()["energy_j"] == {"cpu-package0": pytest.approx(2.0)}
+    finally:
+        tel.close()
+
+
+def test_an_nvml_read_failing_mid_run_is_unknown_with_a_reason_not_a_crash():
+    """A fake NVML whose energy read fails on one step (NVML_ERROR_UNKNOWN, as a busy or lost GPU answers):
+    that step's energy is null with the reason; the training step is not ended by the telemetry."""
+    readings = iter([1_000_000, 1_000_000, pynvml.NVMLError(pynvml.NVML_ERROR_UNKNOWN), 1_300_000, 1_400_000])
+
+    def read(_handle):
+        value = next(readings)
+        if isinstance(value, Exception):
+            raise value
+        return value
+
+    nvml = fake_nvml([])
+    nvml.nvmlDeviceGetTotalEnergyConsumption.side_effect = read
+    meter = EnergyMeter(NvmlEnergy([0], nvml=nvml), sample_interval_s=3600)
+    failed = meter.step()
+    assert failed["energy_j"] == {"gpu0": None} and "could not be read" in failed["reason"]
+    after = meter.step()  # its start was the failed reading: unknown too, never two steps' energy in one
+    assert after["energy_j"] == {"gpu0": None} and after["reason"]
+    assert meter.step()["energy_j"] == {"gpu0": pytest.approx(100.0)}
+    meter.close()
+
+
+def test_an_energy_counter_that_went_back_is_unknown_with_a_reason():
+    """NVML's counter is mJ since driver load: a driver reload sets it back. No wrap range applies, so the
+    interval's energy is null with the reason (never negative, never 0)."""
+    meter = EnergyMeter(ReplayEnergy("nvml", ["gpu0"], [[5000.0], [5100.0], [20.0], [80.0]]))
+    assert meter.step()["energy_j"] == {"gpu0": 100.0}
+    back = meter.step()
+    assert back["energy_j"] == {"gpu0": None} and "went back" in back["reason"]
+    later = meter.step()
+    assert later["energy_j"] == {"gpu0": 60.0} and "reason" not in later
+
+
+def test_a_package_unread_makes_the_hosts_cpu_energy_unknown_not_a_partial_sum():
+    """Two RAPL packages (fake tree), one whose counter went back without a wrap range: the host's CPU energy
+    is null with the reason, not package 0's alone."""
+    meter = EnergyMeter(ReplayEnergy("rapl", ["cpu-package0", "cpu-package1"], [[10.0, 50.0], [30.0, 5.0]]))
+    step = meter.step()
+    assert step["energy_j"] == {"cpu-package0": 20.0, "cpu-package1": None}
+    assert total_j(step["energy_j"]) is None and "cpu-package1" in step["reason"]
+
+
+def test_the_runs_gpu_energy_is_null_with_the_reason_when_a_steps_is_unknown(tmp_path):
+    """Through the session: a GPU whose counter went back in step 2 (a driver reload, played back from recorded
+    readings): run.json's gpu_energy_j is not steps 1 and 3 alone presented as the run's, but null with why."""
+    from telemetry.capture.session import Telemetry
+    from telemetry.settings import TelemetrySettings
+
+    tel = Telemetry(TelemetrySettings(sysfs=str(tmp_path), interfaces=[], cross_rank_every=0), run_dir=None)
+    tel.start(trace=False)
+    try:
+        tel.gpu.close()
+        tel.gpu = EnergyMeter(ReplayEnergy("nvml", ["gpu0"], [[5000.0], [5000.0], [5100.0], [20.0], [80.0]]))
+        records = []
+        for step in (1, 2, 3):
+            tel.start_step(step)
+            records.append(tel.end_step(step, step_time_s=1.0, into={}))
+        assert [r["gpu_energy_j"] for r in records] == [100.0, None, 60.0]
+        assert "went back" in records[1]["gpu_energy_reason"]
+        summary = tel.summary()
+        assert summary["gpu_energy_j"] is None and "1 of 3" in summary["gpu_energy_reason"]
     finally:
         tel.close()
