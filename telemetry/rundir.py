@@ -142,6 +142,7 @@ STEP_FIELDS: tuple[Field, ...] = (
     Field(('job_loss_events',), 'growth of drop, discard, error and retransmission counters, summed over hosts'),
     Field(('job_reorder_events',), 'packets that arrived out of sequence (mlx5 `out_of_sequence`: reordering, not loss), summed over hosts'),
     Field(('job_server_energy_j', 'job_server_power_w'), "whole-server energy and mean power from each host's BMC (`telemetry.bmc`), summed over hosts; null without a BMC ([evidence.md](evidence.md))"),
+    Field(('job_host_reason',), "where some hosts' value of a `job_` host sum above (CPU energy, NIC and RDMA bytes, loss and reorder events, server energy and power) is unknown in the step: that sum is null (never the other hosts' sum) and this names each such field with the count of hosts it lacks; absent when every host knew"),
     Field(('host',), "rank 0's host: `cpu_energy_j`, the raw per-device counter deltas, `congestion` (PFC pauses per priority, ECN marks, CNPs) and `server_power`"),
     Field(('link_in_s',), "on link-probe steps of a multi-host job: seconds rank 0 took to receive the probe from the previous host (`ranks.link_in_s` has every host's)"),
     Field(('eval_time_s', 'eval_comm_bytes', 'eval_comm_time_s'), "on evaluation steps: the evaluation after the step, and its own collectives (never counted in the step's `comm` or `step_time_s`)"),
@@ -211,6 +212,7 @@ class StepKey:
     JOB_LOSS_EVENTS = "job_loss_events"
     JOB_REORDER_EVENTS = "job_reorder_events"
     JOB_SERVER_ENERGY_J, JOB_SERVER_POWER_W = "job_server_energy_j", "job_server_power_w"
+    JOB_HOST_REASON = "job_host_reason"
     HOST = "host"
     LINK_IN_S = "link_in_s"
     EVAL_TIME_S, EVAL_COMM_BYTES, EVAL_COMM_TIME_S = "eval_time_s", "eval_comm_bytes", "eval_comm_time_s"

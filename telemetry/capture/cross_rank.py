@@ -214,9 +214,12 @@ class PipelinedTree:
 EVERY_RANK_SUMS = (StepKey.JOB_GPU_ENERGY_J, StepKey.JOB_GPU_POWER_W)
 
 
-def cross_rank_figures(rows: list[list[float]], gathered: list[list[float]] | None, world: int | None = None) -> dict:
+def cross_rank_figures(rows: list[list[float]], gathered: list[list[float]] | None, world: int | None = None,
+                       hosts: int | None = None) -> dict:
     """Rank 0's record fields from the reduced payload (and, on median steps, every rank's values). `world`: the
-    ranks reduced; a job-wide GPU sum that fewer of them knew is null, with `job_gpu_energy_reason`."""
+    ranks reduced; a job-wide GPU sum that fewer of them knew is null, with `job_gpu_energy_reason`. `hosts`: the
+    job's hosts (each host's first rank reads the host-wide sources); a host sum fewer of them knew is null,
+    named in `job_host_reason`."""
 
     def spread(i: int) -> dict | None:
         count = int(round(rows[KNOWN][i]))
@@ -243,6 +246,15 @@ def cross_rank_figures(rows: list[list[float]], gathered: list[list[float]] | No
             sums[name] = None
         partial[StepKey.JOB_GPU_ENERGY_REASON] = (f"the GPU energy of {world - known} of {world} ranks is unknown "
                                                   "this step (each rank's gpu_energy_reason says why)")
+    lacking = []
+    for name, field in JOB_SUMS.items():
+        known_hosts = int(round(rows[KNOWN][col(field)]))
+        if name not in EVERY_RANK_SUMS and hosts is not None and 0 < known_hosts < hosts:
+            sums[name] = None  # some hosts' counters or meters only: not the job's
+            lacking.append(f"{name} ({hosts - known_hosts} of {hosts} hosts unknown)")
+    if lacking:
+        partial[StepKey.JOB_HOST_REASON] = ("unknown on some hosts this step, so not summed: " + ", ".join(lacking)
+                                            + " (run.json telemetry says which sources each host lacks)")
     return {
         StepKey.RANKS: {StepKey.STEP_TIME_S: spread(col(StepKey.STEP_TIME_S)),
                         StepKey.COMM_TIME_S: spread(col(StepKey.COMM_TIME_S)),

@@ -482,7 +482,8 @@ class Telemetry:
     def _reduced(self, held: dict, payload: list[list[float]]) -> None:
         """Rank 0: a step's values from every rank are in (a tree level per step: cross_rank.py)."""
         record = held["record"]
-        record.update(cross_rank_figures(payload[:ROWS], payload[ROWS:] if held["per_rank"] else None, self.world))
+        record.update(cross_rank_figures(payload[:ROWS], payload[ROWS:] if held["per_rank"] else None, self.world,
+                                         self._host_count()))
         held["reduced"] = True
         self._feed_stragglers(held["step"], {**record, **held["fields"]})
 
@@ -579,7 +580,8 @@ class Telemetry:
                                   self.tracer.original("irecv"))
         if payload is None:
             return {}
-        return cross_rank_figures(payload[:ROWS], payload[ROWS:] if median_step else None, self.world)
+        return cross_rank_figures(payload[:ROWS], payload[ROWS:] if median_step else None, self.world,
+                                  self._host_count())
 
     def _write_events(self, step: int, t_end: float, calls: list, marks: list, t_step: float | None) -> None:
         off = self._clock_offset

@@ -191,3 +191,32 @@ def test_a_job_gpu_sum_over_some_ranks_is_unknown_with_a_reason_not_their_sum():
         combine_payloads(whole[0], p)
     out = cross_rank_figures(whole[0], None, 4)
     assert out["job_gpu_energy_j"] == 400.0 and "job_gpu_energy_reason" not in out
+
+
+def test_a_job_host_sum_over_some_hosts_is_unknown_with_a_reason_not_their_sum():
+    """Two hosts of two ranks each; each host's first rank reads the host-wide sources. Host 1 has no RDMA port
+    counters this step: the job's RDMA bytes are null with the reason, not host 0's bytes presented as the
+    job's; its NIC bytes (both hosts read them) stay the sum."""
+    def values(rank, rdma):
+        v = [float("nan")] * len(REDUCED)
+        if rank % 2 == 0:  # the host's first rank
+            v[REDUCED.index("host_net_tx_bytes")] = 1000.0
+            v[REDUCED.index("host_rdma_tx_bytes")] = rdma
+        return reduction_payload(v, rank)
+
+    def reduced(per_rank):
+        acc = per_rank[0]
+        for p in per_rank[1:]:
+            combine_payloads(acc, p)
+        return acc
+
+    out = cross_rank_figures(reduced([values(r, float("nan") if r == 2 else 500.0) for r in range(4)]), None, 4, 2)
+    assert out["job_net_tx_bytes"] == 2000.0
+    assert out["job_rdma_tx_bytes"] is None
+    assert "job_rdma_tx_bytes (1 of 2 hosts unknown)" in out["job_host_reason"]
+    assert "job_net_tx_bytes" not in out["job_host_reason"]
+    whole = cross_rank_figures(reduced([values(r, 500.0) for r in range(4)]), None, 4, 2)
+    assert whole["job_rdma_tx_bytes"] == 1000.0 and "job_host_reason" not in whole
+    # the host count unknown (no LOCAL_WORLD_SIZE): the sum over those that knew, as before
+    assert cross_rank_figures(reduced([values(r, float("nan") if r == 2 else 500.0) for r in range(4)]),
+                              None, 4)["job_rdma_tx_bytes"] == 500.0
