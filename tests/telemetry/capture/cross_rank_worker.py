@@ -117,6 +117,8 @@ def main(out: str) -> None:
     # the same values up the pipelined tree (a level per step; cross_rank.py) over the real side group: rank 0's
     # figures equal the whole tree's; in steady state one post per step, then the drain at the run's end
     piped, posts = {}, []
+    world = dist.get_world_size()
+    hosts = world // int(os.environ["LOCAL_WORLD_SIZE"])  # torchrun's, as the session counts hosts
     for step in range(1, STEPS + 1):
         mine = crafted(rank, step)
         per_rank = step % MEDIAN_EVERY == 0
@@ -125,12 +127,14 @@ def main(out: str) -> None:
         for owner, got in tel._pipeline.post(reduction_payload(mine, rank) + ([mine] if per_rank else []),
                                              per_rank, owner=step):
             median = owner % MEDIAN_EVERY == 0  # the completed step's, a level per step ago
-            piped[owner] = {"at": step, "figures": cross_rank_figures(got[:ROWS], got[ROWS:] if median else None)}
+            piped[owner] = {"at": step, "figures": cross_rank_figures(got[:ROWS], got[ROWS:] if median else None,
+                                                                        world, hosts)}
         spying["on"] = False
         posts.append(list(calls))
     for owner, got in tel._pipeline.drain():
         per_rank = owner % MEDIAN_EVERY == 0
-        piped[owner] = {"at": None, "figures": cross_rank_figures(got[:ROWS], got[ROWS:] if per_rank else None)}
+        piped[owner] = {"at": None, "figures": cross_rank_figures(got[:ROWS], got[ROWS:] if per_rank else None,
+                                                                   world, hosts)}
     result["piped"], result["posts"] = piped, posts
     # a real step: the job's own all_reduce is counted, telemetry's reduction is not
     tel.start_step(STEPS + 1)
