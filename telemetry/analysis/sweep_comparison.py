@@ -5,7 +5,7 @@ from __future__ import annotations
 from telemetry.analysis import compare_figures
 from telemetry.analysis.compare_figures import pct_change, rate_text, size_text, time_text
 from telemetry.analysis.compare_inputs import CompareError
-from telemetry.analysis.line_rate import LineRate, of_line_text
+from telemetry.analysis.line_rate import LineRate, backend_note, of_line_text
 from telemetry.analysis.line_rate import describe as describe_line_rate
 from telemetry.analysis.repeats import merge_sweeps, spread
 from telemetry.analysis.report import fmt
@@ -127,6 +127,8 @@ def _average_cells(op: str, groups: list[list[dict]], rates: list, common: list[
         if j:
             text += _vs(st["mean"], base)
         text += of_line_text(st["mean"], rate)
+        if rate is not None and rate.total_bps:
+            text += backend_note(op, g[0].get("backend"))
         cells.append(text)
     return cells
 
@@ -168,7 +170,8 @@ def line_rate_table(ops: list[str], labels: list[str], merged: list[dict], rates
                 cells.append("n/a")
                 continue
             cells.append(f"{rate_text(peak[1])} at {size_text(peak[0])}"
-                         + (of_line_text(peak[1], rate, peak[0]).replace("; ", ": ", 1) if rate.total_bps
+                         + (of_line_text(peak[1], rate, peak[0]).replace("; ", ": ", 1)
+                            + backend_note(op, s.get("backend")) if rate.total_bps
                             else ": % of line rate unknown"))
         rate_rows.append([f"{op}: peak busbw"] + cells)
     return ("Bus bandwidth against the line rate (busbw x 8 / the rate of the links the traffic used on a "

@@ -11,7 +11,7 @@ import os
 from telemetry.analysis.compare_figures import rate_text, size_text, time_text
 from telemetry.analysis.compare_inputs import cut_short_words, label, sweep_cut_short, sweep_of
 from telemetry.analysis.fabric_summary import lab_row
-from telemetry.analysis.line_rate import job_line_rate, of_line_text
+from telemetry.analysis.line_rate import backend_note, job_line_rate, of_line_text
 from telemetry.analysis.report import fmt, write_report
 from telemetry.analysis.runs import Run
 from telemetry.analysis.sweep_comparison import average_table, latency_table, line_rate_table, sweep_figures
@@ -54,7 +54,7 @@ def _op_table(op: str, sweep: dict, rate) -> tuple:
         rows.append([size_text(r["size"]), kind, time_text(b.get("time_us")), rate_text(b.get("algbw_GBps")),
                      rate_text(b.get("busbw_GBps")), of_line_text(b.get("busbw_GBps"), rate, r["size"]).removeprefix("; ")
                      or "unknown", fmt(b.get("wrong"))])
-    return (f"{op}: time and bandwidth at every size", ["size", "block", "time", "algbw", "busbw",
+    return (f"{op}: time and bandwidth at every size" + backend_note(op, sweep.get("backend")), ["size", "block", "time", "algbw", "busbw",
                                                          "busbw of line rate", "#wrong"], rows)
 
 

@@ -107,3 +107,24 @@ def test_a_slow_nodes_lab_names_traffic_that_does_not_cross_its_slow_egress(tmp_
     # an average over sizes: both
     avg = of_line_text(0.00106, rate)
     assert "node 2's egress" in avg and "also passes at the host's speed" in avg
+
+
+def test_gloo_reduce_scatter_is_named_where_its_busbw_reads_half_the_link():
+    """Round 7 of the lab (3 nodes at 10mbit, every collective): reduce_scatter read 47% of the line rate beside
+    all_reduce's 93% at the same sizes, with nothing said; gloo runs it as an all_reduce of the whole buffer (its
+    fab0 counters: the same bytes a call as all_reduce), so the tables say so; NCCL's reduce_scatter is not."""
+    from telemetry.analysis.line_rate import backend_note
+    from telemetry.analysis.sweep_comparison import average_table, line_rate_table
+    rate = LineRate(10e6, 1, "lab rate 10mbit")
+    rows = [{"size": s, "count": s // 12, "in_place": None,
+             "out_of_place": {"time_us": s / 0.589e-3, "algbw_GBps": 0.000883, "busbw_GBps": 0.000589, "wrong": 0}}
+            for s in (32760, 65532)]
+    sweep = {"world_size": 3, "backend": "gloo", "ops": {"reduce_scatter": {"rows": rows}}, "latency_us": {}}
+    (_, _, avg_rows), _ = average_table(["reduce_scatter"], ["lab"], [[sweep]], [rate])
+    assert "47.1% of line rate (gloo runs reduce_scatter as an all_reduce of the whole buffer" in avg_rows[0][2]
+    _, _, peak_rows = line_rate_table(["reduce_scatter"], ["lab"], [sweep], [rate])
+    assert "half the line rate is the most it can read" in peak_rows[1][1]
+    nccl = {**sweep, "backend": "nccl"}
+    (_, _, avg_rows), _ = average_table(["reduce_scatter"], ["lab"], [[nccl]], [rate])
+    assert avg_rows[0][2].endswith("47.1% of line rate")
+    assert backend_note("all_reduce", "gloo") == "" and backend_note("reduce_scatter", None) == ""
