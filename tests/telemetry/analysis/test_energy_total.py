@@ -31,3 +31,21 @@ def test_a_step_without_a_reading_leaves_the_total_unknown(tmp_path):
     assert s["energy"]["per_step_j"] == 500.0
     assert s["energy"]["total_j"] is None
     assert _energy_row(s)["total energy"] == "n/a (1 of 6 steps without a reading)"
+
+
+def test_layout_row_names_gradient_accumulation_and_busbw_reads_in_its_unit(tmp_path):
+    """Lab round 7 (tiny LoRA, 2 nodes, micro batch 2 of global 16: 4 accumulation steps): the report's layout
+    read only 'global batch 16' and the per-step all_reduce busbw '0.0013 GB/s'; the 2 calls and 150 kB a step
+    were the same as with micro batch 8 (DDP syncs once a step), which the row now says."""
+    from telemetry.analysis.report import accumulation_text
+    lay = {"dp": 2, "tp": 1, "pp": 1, "data_parallel": "ddp", "global_batch_size": 16, "micro_batch_size": 2,
+           "grad_accum_steps": 4}
+    assert accumulation_text(lay) == ("; micro batch 2 x 4 accumulation steps per rank, the gradients synchronised "
+                                      "once a step (the communication below is per step, not per micro-batch)")
+    assert accumulation_text({**lay, "grad_accum_steps": 1}) == ""
+    assert "synchronised" not in accumulation_text({**lay, "data_parallel": "fsdp"})
+    s = summarize(load_run(str(write_run(tmp_path / "r"))))
+    s["layout"] = lay
+    flat = [c for _, _, rows in tables(s) for r in rows for c in r]
+    assert any("micro batch 2 x 4 accumulation steps" in c for c in flat)
+    assert not any(c.endswith(" GB/s") and c.startswith("0.00") for c in flat)
