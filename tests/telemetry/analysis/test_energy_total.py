@@ -49,3 +49,14 @@ def test_layout_row_names_gradient_accumulation_and_busbw_reads_in_its_unit(tmp_
     flat = [c for _, _, rows in tables(s) for r in rows for c in r]
     assert any("micro batch 2 x 4 accumulation steps" in c for c in flat)
     assert not any(c.endswith(" GB/s") and c.startswith("0.00") for c in flat)
+
+
+def test_a_partial_collectives_busbw_says_partial(tmp_path):
+    """Lab round 7 (tiny Llama dp 2 x tp 2 x pp 2 on 4 nodes): all_reduce, 2.1 MB a step of which 44 B were timed
+    (tp's functional collectives and pp's untimed on gloo), read busbw '585 B/s' with only its share marked."""
+    s = summarize(load_run(str(write_run(tmp_path / "r"))))
+    op = next(iter(s["comm"]))
+    s["comm"][op].update(partial=True, untimed_bytes_per_step=2_100_000, busbw_GBps=5.85e-7)
+    rows = next(r for title, _, r in tables(s) if title.startswith("Communication per step"))
+    row = next(r for r in rows if r[0] == op)
+    assert row[4] == "585 B/s (partial)" and row[5].endswith("(partial)")
