@@ -180,16 +180,23 @@ def line_rate_table(ops: list[str], labels: list[str], merged: list[dict], rates
 
 
 def latency_table(labels: list[str], merged: list[dict]) -> tuple:
-    """Small-message latency every fabric's sweep measured, change relative to the first."""
-    lat_keys = [k for k in merged[0].get("latency_us", {}) if all(k in s.get("latency_us", {}) for s in merged)]
+    """Small-message latency any fabric's sweep measured, change relative to the first; a fabric without the test
+    (an nccl-tests table has no latency table) reads 'not measured' rather than hiding the others' (lab round 7:
+    a lab sweep against an nccl-tests table read '_none recorded_' beside its own 1,695 us)."""
+    lat_keys = list(dict.fromkeys(k for s in merged for k in s.get("latency_us") or {}))
     lat_rows = []
     for k in lat_keys:
-        base = merged[0]["latency_us"][k]
-        vals = [s["latency_us"][k] for s in merged]
-        sds = [(s.get("latency_sd_us") or {}).get(k) for s in merged]
-        lat_rows.append([k.removesuffix("_us")] + [fmt(v) + (f" ± {fmt(sd)} (n={s['merged_sweeps']})" if sd else "")
-                                                    + (f" ({pct_change(v, base) * 100:+.0f}%)" if j and base else "")
-                                                    for j, (v, sd, s) in enumerate(zip(vals, sds, merged))])
+        base = (merged[0].get("latency_us") or {}).get(k)
+        cells = []
+        for j, s in enumerate(merged):
+            v = (s.get("latency_us") or {}).get(k)
+            if v is None:
+                cells.append("not measured")
+                continue
+            sd = (s.get("latency_sd_us") or {}).get(k)
+            cells.append(fmt(v) + (f" ± {fmt(sd)} (n={s['merged_sweeps']})" if sd else "")
+                         + (f" ({pct_change(v, base) * 100:+.0f}%)" if j and base else ""))
+        lat_rows.append([k.removesuffix("_us")] + cells)
     return ("Small-message latency (us), change relative to the first run", ["test"] + labels, lat_rows)
 
 

@@ -128,3 +128,18 @@ def test_gloo_reduce_scatter_is_named_where_its_busbw_reads_half_the_link():
     (_, _, avg_rows), _ = average_table(["reduce_scatter"], ["lab"], [[nccl]], [rate])
     assert avg_rows[0][2].endswith("47.1% of line rate")
     assert backend_note("all_reduce", "gloo") == "" and backend_note("reduce_scatter", None) == ""
+
+
+def test_latency_table_keeps_a_test_only_one_fabric_measured():
+    """Lab round 7: `telemetry compare` of a lab sweep with an nccl-tests table (which prints no latency table)
+    read '_none recorded_' beside the lab's own all_reduce 4 B latency; now its row with 'not measured'."""
+    from telemetry.analysis.sweep_comparison import latency_table
+    lab = {"latency_us": {"all_reduce_4B_us": 1694.7, "sendrecv_48B_us": 105.2}}
+    table = {"latency_us": {}}
+    _, header, rows = latency_table(["lab", "nccl-tests"], [lab, table])
+    assert header == ["test", "lab", "nccl-tests"]
+    assert rows == [["all_reduce_4B", "1,695", "not measured"], ["sendrecv_48B", "105", "not measured"]]
+    _, _, rows = latency_table(["nccl-tests", "lab"], [table, lab])
+    assert rows[0] == ["all_reduce_4B", "not measured", "1,695"]
+    _, _, rows = latency_table(["a", "b"], [lab, {"latency_us": {"all_reduce_4B_us": 3389.4}}])
+    assert rows[0] == ["all_reduce_4B", "1,695", "3,389 (+100%)"]
