@@ -353,7 +353,8 @@ def group_rows(s: dict) -> tuple[str, list[str], list[list[str]]] | None:
         return None
     rows = [[name, fmt(g["dim"]), fmt(g["size"]), scope_label(g), ", ".join(sorted(g["by_op"])),
              fmt(g["count_per_step"]), fmt_bytes(g["bytes_per_step"]), fmt(g["time_per_step_s"], "s"),
-             rate_text(g["busbw_GBps"]) + (" (partial)" if g["partial"] else "")]
+             ("n/a (one rank: its calls move no bytes between ranks)" if g["size"] == 1 else
+              rate_text(g["busbw_GBps"]) + (" (partial)" if g["partial"] else ""))]
             for name, g in groups.items()]
     f = s.get("fabric_share") or {}
     rows.append(["fabric share (inter-node groups)", ", ".join(f.get("groups") or []) or "none", "", "", "", "",

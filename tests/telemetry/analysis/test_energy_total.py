@@ -60,3 +60,15 @@ def test_a_partial_collectives_busbw_says_partial(tmp_path):
     rows = next(r for title, _, r in tables(s) if title.startswith("Communication per step"))
     row = next(r for r in rows if r[0] == op)
     assert row[4] == "585 B/s (partial)" and row[5].endswith("(partial)")
+
+
+def test_a_one_rank_groups_busbw_is_not_read_as_a_slow_one():
+    """Lab round 7 (tp 2 x pp 2 on 4 ranks: dp of 1 rank): the dp row read busbw `0.00 GB/s (under 5 MB/s as
+    printed)`, nccl-tests' rounding for a busbw that is (n-1)/n = 0 of nothing."""
+    from telemetry.analysis.report import group_rows
+    from telemetry.rundir import StepKey
+    g = {"dim": "dp", "size": 1, "scope": "intra", "by_op": {"all_reduce": {}}, "count_per_step": 3,
+         "bytes_per_step": 48, "time_per_step_s": 0.00678, "busbw_GBps": 0.0, "partial": False}
+    _, _, rows = group_rows({StepKey.COMM_GROUPS: {"dp": g, "pp": {**g, "dim": "pp", "size": 2, "busbw_GBps": 1.16e-5}}})
+    assert rows[0][-1] == "n/a (one rank: its calls move no bytes between ranks)"
+    assert rows[1][-1] == "11.6 kB/s"
