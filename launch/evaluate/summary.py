@@ -110,11 +110,13 @@ def _fmt_stat(d: dict) -> str:
     return text
 
 
-def _fmt_diff(p: dict) -> tuple[str, str]:
+def fmt_diff(p: dict) -> tuple[str, str]:
     pct = "n/a" if p["pct"] is None else f"{p['pct'] * 100:+.1f}%"
     if p["pct_interval"]:
         lo, hi = p["pct_interval"]
         ci = f"[{lo * 100:+.1f}%, {hi * 100:+.1f}%]" + ("" if p.get("excludes_zero") else " (includes 0)")
+        if lo < -1:  # every metric (time, busbw) is positive: a fall of over 100% is the t-interval's width alone
+            ci += " (below -100%, a value under zero: the runs spread too widely to bound a fall; more repeats narrow it)"
     else:
         ci = f"n/a: {p['reason']}" if p.get("reason") else "n/a"
     return pct, ci
@@ -170,10 +172,10 @@ def tables(ev: Evaluation, record: dict) -> list[tuple[str, list[str], list[list
             rows.append([v.name, _fmt_stat(d)] + ([olympic,
                                                    f"[{st.fmt(ci[0])}, {st.fmt(ci[1])}]" if ci else "n/a"]
                                                   if many else [])
-                        + ["baseline" if v.name == base else _fmt_diff(pair)[0]])
+                        + ["baseline" if v.name == base else fmt_diff(pair)[0]])
         out.append((f"Workload {w.name} ({'collective sweep' if w.sweep else 'training'})", header, rows, [[""] * len(header)] * len(rows)))
-        drows = [[f"{p['b']} vs {p['a']}", _fmt_diff(p)[0], _fmt_diff(p)[1]]
-                 + (list(_fmt_diff(p["paired"])) if p.get("paired") else ["n/a", "n/a"]) for p in s["differences"]]
+        drows = [[f"{p['b']} vs {p['a']}", fmt_diff(p)[0], fmt_diff(p)[1]]
+                 + (list(fmt_diff(p["paired"])) if p.get("paired") else ["n/a", "n/a"]) for p in s["differences"]]
         ranking = s.get("ranking") or []
         if ranking:
             rrows = [[str(r["rank"]), r["variant"], str(r["round"]), st.fmt(r["value"]), r["dropped"] or ""]
@@ -293,7 +295,7 @@ def final_table(ev: Evaluation, record: dict) -> str:
             vd = record["verdicts"][v.name]
             total = sum(1 for r in record["runs"] if r["workload"] == w.name and r["variant"] == v.name)
             pair = next((p for p in s["differences"] if p["a"] == ev.variants[0].name and p["b"] == v.name), None)
-            pct, ci = _fmt_diff(pair) if pair else ("baseline", "-")
+            pct, ci = fmt_diff(pair) if pair else ("baseline", "-")
             row = [w.name, v.name, v.expect_transport, ",".join(vd["detected"]) or "-",
                    {"mismatch": "MISMATCH", "unknown": "unknown"}.get(vd["verdict"], vd["verdict"]),
                    f"{d['n']}/{total}", f"{m['name']} ({m['unit']})" if m["unit"] else m["name"],

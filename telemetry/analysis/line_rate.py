@@ -165,6 +165,17 @@ def of_line_text(gbps: float | None, rate: LineRate | None, size: float | None =
     return text + (" (ABOVE the line rate: check the rate)" if share > 1.05 else "")
 
 
+def backend_note(op: str, backend: str | None) -> str:
+    """Why a collective's busbw reads below the link by the backend's own algorithm, not the fabric: gloo runs
+    reduce_scatter as an all_reduce of the whole buffer (telemetry/capture/collectives.py), so each rank puts
+    about 2(n-1)/n x S on the wire where nccl-tests' busbw counts (n-1)/n x S: half the link at best."""
+    if op == "reduce_scatter" and backend == "gloo":
+        return (" (gloo runs reduce_scatter as an all_reduce of the whole buffer: twice the bytes nccl-tests' busbw "
+                "counts cross the link, so about half the line rate is the most it can read; all_reduce at the "
+                "same sizes measures the link)")
+    return ""
+
+
 def describe(rate: LineRate) -> str:
     """The line-rate row's cell: '8 x 400 Gbit/s = 3.2 Tbit/s per host (...)'."""
     from telemetry.analysis.compare_figures import rate_text

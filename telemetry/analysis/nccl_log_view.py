@@ -6,6 +6,7 @@ the files, says it in lines a person reads, and holds it against the transport t
 from __future__ import annotations
 
 import glob
+import json
 import os
 import sys
 from collections import Counter
@@ -13,7 +14,7 @@ from collections import Counter
 from telemetry.analysis.transport_claims import check_transport
 from telemetry.errors import HarnessError
 from telemetry.input_files import what_is_there
-from telemetry.rundir import LOGS
+from telemetry.rundir import LOGS, RUN_JSON
 from telemetry.transport_hints import TCP_FALLBACK
 
 LINE_MAX_CHARS = 1 << 20  # longer lines are read in pieces of this size (no NCCL record is near it)
@@ -38,8 +39,9 @@ def log_paths(inputs: list[str]) -> list[str]:
                     paths += found
                     break
             else:
-                raise NcclLogError(f"{item}: a directory without {LOGS}/nccl*.log, nccl*.log or *.log; allowed: a run "
-                                   "directory, a folder of one job's NCCL logs, or a log file")
+                raise NcclLogError(f"{item}: a directory without {LOGS}/nccl*.log, nccl*.log or *.log"
+                                   + _backend_note(item) + "; allowed: a run directory, a folder of one job's NCCL "
+                                   "logs, or a log file")
         elif not os.path.exists(item):
             raise NcclLogError(f"{item}: does not exist; allowed: a log file (NCCL_DEBUG=INFO output), a folder of "
                                "them, a run directory, or - for standard input")
@@ -59,6 +61,19 @@ def log_paths(inputs: list[str]) -> list[str]:
         twice = next(p for p, key in zip(paths, same) if same.count(key) > 1)
         raise NcclLogError(f"{twice}: given twice; allowed: each log once (its ranks would count twice)")
     return paths
+
+
+def _backend_note(path: str) -> str:
+    """Why a run directory has no NCCL log: its run.json names another backend (the fabric lab's runs are gloo over
+    TCP: lab round 7 read only 'a directory without logs/nccl*.log')."""
+    try:
+        with open(os.path.join(path, RUN_JSON), encoding="utf-8") as f:
+            backend = json.load(f).get("backend")
+    except (OSError, ValueError, AttributeError):
+        return ""
+    if isinstance(backend, str) and backend != "nccl":
+        return f" (its {RUN_JSON} names backend {backend}: the job used no NCCL, so it wrote no NCCL log)"
+    return ""
 
 
 COMPRESSED = ((b"\x1f\x8b", ("gzip", "zcat")), (b"\x28\xb5\x2f\xfd", ("zstd", "zstdcat")),

@@ -14,6 +14,7 @@ from urllib.parse import quote
 
 from telemetry import coverage
 from telemetry.formulas import RECORDED_OPS
+from telemetry.analysis.compare_figures import rate_text
 from telemetry.analysis.runs import Run, damage_warning, load_run, median, percentile
 from telemetry.stragglers import report_section as straggler_section
 from telemetry.rundir import REPORT, RunKey, StepKey
@@ -253,6 +254,18 @@ def partial_note(s: dict) -> str:
     return f" (partial: {amount}{': ' + why if why else ''})"
 
 
+def accumulation_text(lay: dict) -> str:
+    """'; micro batch 2 x 4 accumulation steps per rank, one gradient sync a step' where a step accumulates: the
+    communication tables are per step, not per micro-batch (DDP's no_sync holds the all_reduce to the last one)."""
+    accum = lay.get("grad_accum_steps")
+    if not isinstance(accum, int) or accum <= 1:
+        return ""
+    text = f"; micro batch {lay.get('micro_batch_size')} x {accum} accumulation steps per rank"
+    if lay.get("data_parallel") == "ddp" and lay.get("pp") in (1, None):
+        text += ", the gradients synchronised once a step"
+    return text + " (the communication below is per step, not per micro-batch)"
+
+
 def tables(s: dict) -> list[tuple[str, list[str], list[list[str]]]]:
     lay = s["layout"]
     exp = s["expectation"] or {}
@@ -260,7 +273,7 @@ def tables(s: dict) -> list[tuple[str, list[str], list[list[str]]]]:
     overview = [
         ["status", fmt(s["status"])], ["steps", fmt(s["steps"])],
         ["layout", f"dp {lay.get('dp')} x tp {lay.get('tp')} x pp {lay.get('pp')} ({lay.get('data_parallel')}), "
-                   f"global batch {lay.get('global_batch_size')}"],
+                   f"global batch {lay.get('global_batch_size')}" + accumulation_text(lay)],
         ["backend / transport", f"{s['backend']} / {s['transport'] or 'unknown'}"],
         ["expected fabric", f"{exp.get('expected', 'any')} ({verdict})"],
         ["loss first -> last", f"{fmt(s['loss_first'], digits=4)} -> {fmt(s['loss_last'], digits=4)}"],
@@ -287,8 +300,8 @@ def tables(s: dict) -> list[tuple[str, list[str], list[list[str]]]]:
     for op, c in s["comm"].items():
         exp_op = (s["exposed"] or {}).get("by_op", {}).get(op)
         comm_rows.append([op, fmt(c["count_per_step"]), fmt_bytes(c["bytes_per_step"]), fmt(c["time_per_step_s"], "s"),
-                          fmt(c["busbw_GBps"], "GB/s"), fmt(c["share_of_step"], "%") + (" (partial)" if c["partial"] else "")
-                          + overlap_note(c),
+                          rate_text(c["busbw_GBps"]) + (" (partial)" if c["partial"] else ""),
+                          fmt(c["share_of_step"], "%") + (" (partial)" if c["partial"] else "") + overlap_note(c),
                           fmt(exp_op, "%"), fmt_bytes(c["untimed_bytes_per_step"]) if c["partial"] else ""])
     group_table = group_rows(s)
     e = s["energy"]
@@ -341,7 +354,8 @@ def group_rows(s: dict) -> tuple[str, list[str], list[list[str]]] | None:
         return None
     rows = [[name, fmt(g["dim"]), fmt(g["size"]), scope_label(g), ", ".join(sorted(g["by_op"])),
              fmt(g["count_per_step"]), fmt_bytes(g["bytes_per_step"]), fmt(g["time_per_step_s"], "s"),
-             fmt(g["busbw_GBps"], "GB/s") + (" (partial)" if g["partial"] else "")]
+             ("n/a (one rank: its calls move no bytes between ranks)" if g["size"] == 1 else
+              rate_text(g["busbw_GBps"]) + (" (partial)" if g["partial"] else ""))]
             for name, g in groups.items()]
     f = s.get("fabric_share") or {}
     rows.append(["fabric share (inter-node groups)", ", ".join(f.get("groups") or []) or "none", "", "", "", "",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from telemetry.analysis import compare_figures
 from telemetry.analysis.compare_figures import pct_change, rate_text, size_text, time_text
 from telemetry.analysis.compare_inputs import CompareError
-from telemetry.analysis.line_rate import LineRate, of_line_text
+from telemetry.analysis.line_rate import LineRate, backend_note, of_line_text
 from telemetry.analysis.line_rate import describe as describe_line_rate
 from telemetry.analysis.repeats import merge_sweeps, spread
 from telemetry.analysis.report import fmt
@@ -127,6 +127,8 @@ def _average_cells(op: str, groups: list[list[dict]], rates: list, common: list[
         if j:
             text += _vs(st["mean"], base)
         text += of_line_text(st["mean"], rate)
+        if rate is not None and rate.total_bps:
+            text += backend_note(op, g[0].get("backend"))
         cells.append(text)
     return cells
 
@@ -168,7 +170,8 @@ def line_rate_table(ops: list[str], labels: list[str], merged: list[dict], rates
                 cells.append("n/a")
                 continue
             cells.append(f"{rate_text(peak[1])} at {size_text(peak[0])}"
-                         + (of_line_text(peak[1], rate, peak[0]).replace("; ", ": ", 1) if rate.total_bps
+                         + (of_line_text(peak[1], rate, peak[0]).replace("; ", ": ", 1)
+                            + backend_note(op, s.get("backend")) if rate.total_bps
                             else ": % of line rate unknown"))
         rate_rows.append([f"{op}: peak busbw"] + cells)
     return ("Bus bandwidth against the line rate (busbw x 8 / the rate of the links the traffic used on a "
@@ -177,16 +180,23 @@ def line_rate_table(ops: list[str], labels: list[str], merged: list[dict], rates
 
 
 def latency_table(labels: list[str], merged: list[dict]) -> tuple:
-    """Small-message latency every fabric's sweep measured, change relative to the first."""
-    lat_keys = [k for k in merged[0].get("latency_us", {}) if all(k in s.get("latency_us", {}) for s in merged)]
+    """Small-message latency any fabric's sweep measured, change relative to the first; a fabric without the test
+    (an nccl-tests table has no latency table) reads 'not measured' rather than hiding the others' (lab round 7:
+    a lab sweep against an nccl-tests table read '_none recorded_' beside its own 1,695 us)."""
+    lat_keys = list(dict.fromkeys(k for s in merged for k in s.get("latency_us") or {}))
     lat_rows = []
     for k in lat_keys:
-        base = merged[0]["latency_us"][k]
-        vals = [s["latency_us"][k] for s in merged]
-        sds = [(s.get("latency_sd_us") or {}).get(k) for s in merged]
-        lat_rows.append([k.removesuffix("_us")] + [fmt(v) + (f" ± {fmt(sd)} (n={s['merged_sweeps']})" if sd else "")
-                                                    + (f" ({pct_change(v, base) * 100:+.0f}%)" if j and base else "")
-                                                    for j, (v, sd, s) in enumerate(zip(vals, sds, merged))])
+        base = (merged[0].get("latency_us") or {}).get(k)
+        cells = []
+        for j, s in enumerate(merged):
+            v = (s.get("latency_us") or {}).get(k)
+            if v is None:
+                cells.append("not measured")
+                continue
+            sd = (s.get("latency_sd_us") or {}).get(k)
+            cells.append(fmt(v) + (f" ± {fmt(sd)} (n={s['merged_sweeps']})" if sd else "")
+                         + (f" ({pct_change(v, base) * 100:+.0f}%)" if j and base else ""))
+        lat_rows.append([k.removesuffix("_us")] + cells)
     return ("Small-message latency (us), change relative to the first run", ["test"] + labels, lat_rows)
 
 

@@ -9,7 +9,7 @@ from telemetry import coverage
 from telemetry.analysis import compare_figures
 from telemetry.analysis.compare_figures import pct_change, pct_text, rate_text, time_text
 from telemetry.analysis.fabric_summary import lab_slowest_link
-from telemetry.analysis.line_rate import LineRate, of_line_text
+from telemetry.analysis.line_rate import LineRate, backend_note, of_line_text
 from telemetry.analysis.projection import ProjectionError, combine_profiles, measured_profile, project
 from telemetry.analysis.repeats import spread
 from telemetry.analysis.report import fmt, fmt_bytes, overlap_note, partial_note, scope_label, summarize
@@ -230,16 +230,17 @@ def headline_rows(sums: list[dict], run_sums: list[list[dict]], ttt: list[list[d
     return rows
 
 
-def _comm_cell(c: dict, rate) -> str:
+def _comm_cell(c: dict, rate, op: str, backend) -> str:
     busbw = c.get("busbw_GBps")
+    share = of_line_text(busbw, rate).replace("; ", ", ", 1)
     return (fmt(c.get("time_per_step_s"), "s") + " / " + (rate_text(busbw) if busbw is not None else "n/a")
-            + of_line_text(busbw, rate).replace("; ", ", ", 1) + (" (partial)" if c.get("partial") else "")
+            + share + (backend_note(op, backend) if share else "") + (" (partial)" if c.get("partial") else "")
             + overlap_note(c))
 
 
 def comm_table(labels: list[str], sums: list[dict], comm_ops: list[str], rates: list) -> tuple:
     """Communication per step and collective: time / busbw, with the % of line rate where it is known."""
-    comm_rows = [[op] + [_comm_cell(s["comm"].get(op) or {}, rate) for s, rate in zip(sums, rates)]
+    comm_rows = [[op] + [_comm_cell(s["comm"].get(op) or {}, rate, op, s.get("backend")) for s, rate in zip(sums, rates)]
                  for op in comm_ops]
     return ("Communication per step: time / busbw (median), with the % of line rate where it is known",
             ["collective", *labels], comm_rows)

@@ -691,3 +691,18 @@ def test_slurm_launcher_without_the_slurm_commands_is_one_line(tmp_path, capsys,
     assert err == ("error: launcher slurm: srun, scontrol, scancel, salloc not found on PATH (the Slurm client "
                    "commands); allowed: run it where they are (a Slurm login node, or inside salloc/sbatch), or "
                    "launcher local or lab\n"), err
+
+
+def test_a_difference_interval_below_minus_100_percent_is_named():
+    """Lab round 7 (lab_two_rates at 3 repeats): the sweep's all_reduce avg busbw, 3.4-6.7 MB/s on 1gbit against
+    0.58-0.99 MB/s on 10mbit, read `[-173.8%, +9.0%] (includes 0)`: a busbw under zero; the line now says why."""
+    from telemetry.analysis import evaluation_stats as st
+    from launch.evaluate.summary import fmt_diff
+    runs = [{"variant": "1gbit", "round": r, "value": v} for r, v in ((1, 3.417), (2, 3.897), (3, 6.656))] + \
+        [{"variant": "10mbit", "round": r, "value": v} for r, v in ((1, 0.8895), (2, 0.5811), (3, 0.9875))]
+    s = st.summarize_runs(runs, ["1gbit", "10mbit"])
+    pct, ci = fmt_diff(s["differences"][0])
+    assert pct == "-82.4%" and ci.startswith("[-17") and "(includes 0)" in ci
+    assert ci.endswith("(below -100%, a value under zero: the runs spread too widely to bound a fall; more repeats "
+                       "narrow it)")
+    assert "below -100%" not in fmt_diff({"pct": -0.5, "pct_interval": [-0.9, -0.1], "excludes_zero": True})[1]

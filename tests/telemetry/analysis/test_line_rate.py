@@ -107,3 +107,51 @@ def test_a_slow_nodes_lab_names_traffic_that_does_not_cross_its_slow_egress(tmp_
     # an average over sizes: both
     avg = of_line_text(0.00106, rate)
     assert "node 2's egress" in avg and "also passes at the host's speed" in avg
+
+
+def test_gloo_reduce_scatter_is_named_where_its_busbw_reads_half_the_link():
+    """Round 7 of the lab (3 nodes at 10mbit, every collective): reduce_scatter read 47% of the line rate beside
+    all_reduce's 93% at the same sizes, with nothing said; gloo runs it as an all_reduce of the whole buffer (its
+    fab0 counters: the same bytes a call as all_reduce), so the tables say so; NCCL's reduce_scatter is not."""
+    from telemetry.analysis.line_rate import backend_note
+    from telemetry.analysis.sweep_comparison import average_table, line_rate_table
+    rate = LineRate(10e6, 1, "lab rate 10mbit")
+    rows = [{"size": s, "count": s // 12, "in_place": None,
+             "out_of_place": {"time_us": s / 0.589e-3, "algbw_GBps": 0.000883, "busbw_GBps": 0.000589, "wrong": 0}}
+            for s in (32760, 65532)]
+    sweep = {"world_size": 3, "backend": "gloo", "ops": {"reduce_scatter": {"rows": rows}}, "latency_us": {}}
+    (_, _, avg_rows), _ = average_table(["reduce_scatter"], ["lab"], [[sweep]], [rate])
+    assert "47.1% of line rate (gloo runs reduce_scatter as an all_reduce of the whole buffer" in avg_rows[0][2]
+    _, _, peak_rows = line_rate_table(["reduce_scatter"], ["lab"], [sweep], [rate])
+    assert "half the line rate is the most it can read" in peak_rows[1][1]
+    nccl = {**sweep, "backend": "nccl"}
+    (_, _, avg_rows), _ = average_table(["reduce_scatter"], ["lab"], [[nccl]], [rate])
+    assert avg_rows[0][2].endswith("47.1% of line rate")
+    assert backend_note("all_reduce", "gloo") == "" and backend_note("reduce_scatter", None) == ""
+
+
+def test_latency_table_keeps_a_test_only_one_fabric_measured():
+    """Lab round 7: `telemetry compare` of a lab sweep with an nccl-tests table (which prints no latency table)
+    read '_none recorded_' beside the lab's own all_reduce 4 B latency; now its row with 'not measured'."""
+    from telemetry.analysis.sweep_comparison import latency_table
+    lab = {"latency_us": {"all_reduce_4B_us": 1694.7, "sendrecv_48B_us": 105.2}}
+    table = {"latency_us": {}}
+    _, header, rows = latency_table(["lab", "nccl-tests"], [lab, table])
+    assert header == ["test", "lab", "nccl-tests"]
+    assert rows == [["all_reduce_4B", "1,695", "not measured"], ["sendrecv_48B", "105", "not measured"]]
+    _, _, rows = latency_table(["nccl-tests", "lab"], [table, lab])
+    assert rows[0] == ["all_reduce_4B", "not measured", "1,695"]
+    _, _, rows = latency_table(["a", "b"], [lab, {"latency_us": {"all_reduce_4B_us": 3389.4}}])
+    assert rows[0] == ["all_reduce_4B", "1,695", "3,389 (+100%)"]
+
+
+def test_training_comparison_names_gloo_reduce_scatter_too():
+    """Lab round 7, dp 2 x tp 2 x pp 2 (fsdp) at 20mbit: reduce_scatter read 597 kB/s a step, 24% of the rate."""
+    from telemetry.analysis.training_comparison import comm_table
+    rate = LineRate(20e6, 1, "lab rate 20mbit")
+    c = {"time_per_step_s": 0.395, "busbw_GBps": 0.000597, "partial": False}
+    _, _, rows = comm_table(["a", "b"], [{"backend": "gloo", "comm": {"reduce_scatter": c}},
+                                         {"backend": "nccl", "comm": {"reduce_scatter": c}}], ["reduce_scatter"],
+                            [rate, rate])
+    assert "23.9% of line rate (gloo runs reduce_scatter as an all_reduce" in rows[0][1]
+    assert rows[0][2].endswith("23.9% of line rate")

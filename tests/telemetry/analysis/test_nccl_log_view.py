@@ -158,3 +158,17 @@ def test_json_never_writes_over_a_log_or_record_of_a_folder_given(tmp_path, caps
         assert err.startswith("error: --json: ") and err.count("\n") == 1 and "allowed:" in err
         assert out.read_text() == before
     assert main(["nccl-log", str(run), "--json", str(run / "nccl.json")]) == 0  # a new file beside them is fine
+
+
+def test_a_gloo_run_directory_is_told_it_used_no_nccl(tmp_path):
+    """Lab round 7: `telemetry nccl-log` on a fabric lab run (gloo over TCP) said only that the directory had no
+    logs/nccl*.log; now the line says the run used no NCCL. A run directory without run.json reads as before."""
+    run = tmp_path / "lab-run"
+    (run / "logs").mkdir(parents=True)
+    (run / "run.json").write_text(json.dumps({"backend": "gloo"}))
+    with pytest.raises(nccl_log_view.NcclLogError, match=r"names backend gloo: the job used no NCCL, so it wrote no "
+                                                         r"NCCL log\); allowed: a run directory"):
+        nccl_log_view.log_paths([str(run)])
+    (run / "run.json").write_text("{not json")
+    with pytest.raises(nccl_log_view.NcclLogError, match=r"or \*\.log; allowed"):
+        nccl_log_view.log_paths([str(run)])

@@ -607,3 +607,20 @@ def test_a_lab_run_recorded_before_the_lab_kept_its_mtu_is_projected_onto_the_la
     assert main(["project", run, "--rate", "2mbit", "--efficiency", "1.0", "--json", str(out)]) == 0
     assert "each --rate target is the fabric lab at that rate, its tc bucket included" in capsys.readouterr().out
     assert json.loads(out.read_text())["projections"][0]["wire_s"] == pytest.approx((1_000_000 - 16384) / 250_000)
+
+
+def test_untimed_bytes_across_the_link_withhold_the_negligible_verdict():
+    """Lab round 7: tiny Llama tp 2 x pp 2 on 2 nodes with node 1's egress at 5mbit, 1.98 s a step against 0.51 s at
+    50mbit everywhere; its pipeline send/recv (1 MB a step, gloo: untimed) sat inside the step's compute and the
+    projection onto 50mbit said 'communication is negligible ... any link above 1.44 kbit/s'."""
+    groups = {"pp": {"dim": "pp", "scope": "inter", "size": 2, "untimed_bytes": 1_048_576,
+                     "ops": {"all_reduce": {"bytes": 8, "time_s": 0.0007, "calls": 2}}}}
+    p = profile(step_time_s=1.98, comm_time_s=0.0007, exposed_s=0.0007, nodes=2, groups=groups,
+                ops={"all_reduce": {"bytes": 8, "time_s": 0.0007, "calls": 2}}, partial=True, untimed_bytes=1_048_576)
+    got = project(p, 50e6, efficiency=0.9)
+    assert not got["negligible"]
+    assert any(n.startswith("1048576 bytes a step on inter-node groups had no time (sends and receives each counted, "
+                            "up to 0.1864 s on this link's wire)") and n.endswith("whether the fabric matters is not "
+                                                                                  "judged") for n in got["notes"])
+    timed = {**groups, "pp": {**groups["pp"], "untimed_bytes": 0}}
+    assert project(profile(step_time_s=1.98, nodes=2, groups=timed, ops=p["ops"]), 50e6)["negligible"]

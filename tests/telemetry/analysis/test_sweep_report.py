@@ -190,3 +190,15 @@ def test_a_damaged_collectives_json_is_one_line_and_damaged_size_lines_are_left_
                                       + b"\n" + json.dumps(good).encode() + b"\n")
     assert list(sweep_totals(str(run))) == [("all_reduce", 8)]
     assert [r["gpu_w_per_server"] for r in readings(str(run)).values()] == [150.0]  # 300 W over its 2 hosts
+
+
+def test_all_to_all_with_several_ranks_a_node_names_its_ceiling():
+    """Lab round 7: 3 nodes x 2 ranks at 10mbit, all_to_all read 65.2% of the rate at 128 KB beside all_gather's
+    99.9%, with nothing said: each node's link carries 2 x 4/6 of the size where busbw counts 5/6."""
+    from telemetry.analysis.sweep_report import ceiling_note
+    note = ceiling_note("all_to_all", 6, 3)
+    assert note.startswith(" (2 ranks a node: each node's link carries 2 x 4/6 of the size where busbw counts 5/6")
+    assert "reads 62.5% here" in note
+    assert ceiling_note("all_to_all", 3, 3) == ""  # one rank a node: busbw is the link
+    assert ceiling_note("all_gather", 6, 3) == "" and ceiling_note("all_to_all", 6, 0) == ""
+    assert "reads 23.4% here" in ceiling_note("all_to_all", 16, 2)  # 2 nodes x 8 ranks: 15 / (8 x 8)
