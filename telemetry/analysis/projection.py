@@ -750,19 +750,17 @@ def project(profile: dict, link_bps: float | None, latency_s: float = 0.0,
     t = _step_times(profile, comm_new, comm_range, compute_scale, cpu_shared)
     step, compute, window, exposed_new = t["step"], t["compute"], t["window"], t["exposed"]
     notes += _link_bound_note(profile, comm_new)
-    # what the target's links add to the step: under NEGLIGIBLE of it, no faster fabric helps measurably; not said
-    # where bytes that crossed the link had no time (their wait is in the step's compute)
+    # under NEGLIGIBLE of the step, no faster fabric helps; not where untimed bytes crossed the link (wait in compute)
     untimed_inter = _untimed_inter_note(profile, link_bps, efficiency, busbw_table is not None, notes)
     negligible = wire_new < NEGLIGIBLE * step and not untimed_inter
     return {StepKey.STEP_TIME_S: step, "interval_s": (min(t["low"], step), max(t["high"], step)),
             StepKey.COMM_TIME_S: comm_new,
             "wire_s": wire_new, "fixed_s": comm_new - wire_new, "compute_s": compute, "hidden_s": window,
             "comm_share": exposed_new / step if step else None, "negligible": negligible,
-            "link_bps": link_bps, "latency_s": latency_s, "efficiency": efficiency, "by_op": per_op,
-            "by_group": by_group, "intra_bps": intra_bps,
+            "link_bps": link_bps, "latency_s": latency_s, "efficiency": efficiency, "by_op": per_op, "by_group": by_group,
             "inter_measured_s": sum(g["measured_s"] for g in by_group.values() if g["on_target_link"]),
             "inter_predicted_s": sum(g["predicted_s"] for g in by_group.values() if g["on_target_link"]),
-            "nodes": nodes, "world_size": n_new, "from": profile["label"],
+            "intra_bps": intra_bps, "nodes": nodes, "world_size": n_new, "from": profile["label"],
             "notes": list(dict.fromkeys(notes + startup_notes(profile, link_bps, efficiency, nodes, n_new))),
             "table": busbw_table is not None, "partial": bool(profile.get("partial")),
             "untimed_bytes": profile.get("untimed_bytes")}
