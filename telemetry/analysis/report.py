@@ -300,7 +300,8 @@ def tables(s: dict) -> list[tuple[str, list[str], list[list[str]]]]:
     for op, c in s["comm"].items():
         exp_op = (s["exposed"] or {}).get("by_op", {}).get(op)
         comm_rows.append([op, fmt(c["count_per_step"]), fmt_bytes(c["bytes_per_step"]), fmt(c["time_per_step_s"], "s"),
-                          rate_text(c["busbw_GBps"]) + (" (partial)" if c["partial"] else ""),
+                          rate_text(c["busbw_GBps"]) + (" (partial)" if c["partial"] and c["busbw_GBps"] is not None
+                                                        else ""),
                           fmt(c["share_of_step"], "%") + (" (partial)" if c["partial"] else "") + overlap_note(c),
                           fmt(exp_op, "%"), fmt_bytes(c["untimed_bytes_per_step"]) if c["partial"] else ""])
     group_table = group_rows(s)
