@@ -244,13 +244,6 @@ def _output_problem(args) -> str | None:
     return None
 
 
-def _fmt_rate(bps: float) -> str:
-    for unit, scale in (("Tbit/s", 1e12), ("Gbit/s", 1e9), ("Mbit/s", 1e6), ("kbit/s", 1e3)):
-        if bps >= scale:
-            return f"{bps / scale:.3g} {unit}"
-    return f"{bps:.3g} bit/s"
-
-
 def _project_targets(args) -> tuple[str | None, list[int], list[tuple], float | None]:
     """The options of `project`, checked: (problem or None, node counts, targets (label, rate in bit/s,
     busbw table), the intra-node links' rate)."""
@@ -258,7 +251,7 @@ def _project_targets(args) -> tuple[str | None, list[int], list[tuple], float | 
     import os
 
     from telemetry.analysis.projection import ProjectionError, load_busbw_table
-    from telemetry.analysis.rates import RateError, bytes_unit_warning, misreadable, parse_rate
+    from telemetry.analysis.rates import RateError, bytes_unit_warning, parse_rate, with_bits
 
     if not args.rate and not args.busbw_table:
         return ("project: give the target fabric: --rate RATE (tc units, e.g. 100gbit) and/or --busbw-table "
@@ -282,12 +275,10 @@ def _project_targets(args) -> tuple[str | None, list[int], list[tuple], float | 
             bps = parse_rate(rate)
             if bps is None:
                 return "--rate: got 'none'; give the target's rate (tc units, e.g. 100gbit)", [], [], None
-            label = rate
             if warning := bytes_unit_warning(rate):
                 print(warning, file=sys.stderr)
-            if misreadable(rate):  # bytes units, or 1024-based (10Mibit): each line naming the target says it in bits
-                label = f"{rate} ({_fmt_rate(bps)})"
-            targets.append((label, bps, None))
+            # bytes units, or 1024-based (10Mibit): each line naming the target says it in bits
+            targets.append((with_bits(rate, bps), bps, None))
         for path in args.busbw_table:
             targets.append((os.path.basename(path), None, load_busbw_table(path)))
         intra_bps = None
@@ -374,11 +365,12 @@ def _print_projection(p: dict, label: str, table, eff, args, intra_bps, profile:
     for note in p["notes"]:
         print(f"    {note}")
     if p["negligible"]:
+        from telemetry.analysis.rates import bits_text
         knee = None if table else negligible_above_bps(profile, efficiency=eff, nodes=n,
                                                        ranks_per_node=_int_or_none(args.ranks_per_node))
         print(f"    communication is negligible here: the link adds {p['wire_s'] * 1e3:.2f} ms, under 5% of "
               "the step; a faster fabric cannot make this step measurably faster"
-              + (f" (true of any link above {_fmt_rate(knee)})" if knee else ""))
+              + (f" (true of any link above {bits_text(knee)})" if knee else ""))
 
 
 def _project(args) -> int:

@@ -124,13 +124,8 @@ def fmt_diff(p: dict) -> tuple[str, str]:
 
 def lab_setting_text(key: str, value) -> str:
     """A lab setting as written, a rate in tc's bytes units named in bits too ('1mbps (8 Mbit/s)')."""
-    from telemetry.analysis.rates import RateError, bits_text, misreadable, parse_rate
-    if key in ("rate", "slow_rate") and isinstance(value, str) and misreadable(value):
-        try:
-            return f"{value} ({bits_text(parse_rate(value))})"
-        except RateError:
-            return value
-    return str(value)
+    from telemetry.analysis.rates import with_bits
+    return with_bits(value) if key in ("rate", "slow_rate") and isinstance(value, str) else str(value)
 
 
 def tables(ev: Evaluation, record: dict) -> list[tuple[str, list[str], list[list[str]], list[list[str]]]]:

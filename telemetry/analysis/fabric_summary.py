@@ -10,6 +10,7 @@ import json
 import os
 import re
 
+from telemetry.analysis.rates import with_bits
 from telemetry.analysis.roce_summary import roce_fact
 from telemetry.analysis.runs import Run
 from telemetry.rundir import LAB, RunKey
@@ -67,19 +68,12 @@ def lab_slowest_link(lab: dict) -> tuple[float | None, float | None, str]:
     return None, None, "unshaped lab: the veth pair has no line rate"
 
 
-def _in_bits(rate, bps) -> str:
-    """A tc rate as given, and in bits where it was given in tc's bytes units or binary prefixes: '1mbps (8 Mbit/s)',
-    '1mibit (1.049 Mbit/s)'."""
-    from telemetry.analysis.rates import bits_text, misreadable
-    return f"{rate} ({bits_text(bps)})" if misreadable(rate) and bps else str(rate)
-
-
 def lab_links(lab: dict) -> str:
     """A lab's links in a few words: its rate, and the slow node's egress where it has one. A rate in tc's bytes
     per second (`1mbps`) is named in bits too: read as 1 Mbit/s it is off by 8."""
-    links = _in_bits(lab.get("rate"), lab.get("rate_bps")) if lab.get("rate_bps") else "unshaped"
+    links = with_bits(lab.get("rate"), lab.get("rate_bps")) if lab.get("rate_bps") else "unshaped"
     if lab.get("slow_rate_bps"):
-        links += f", node {lab.get('slow_node')}'s egress {_in_bits(lab.get('slow_rate'), lab.get('slow_rate_bps'))}"
+        links += f", node {lab.get('slow_node')}'s egress {with_bits(lab.get('slow_rate'), lab.get('slow_rate_bps'))}"
     return links
 
 

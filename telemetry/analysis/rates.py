@@ -63,6 +63,19 @@ def misreadable(rate: str) -> bool:
     return unit.endswith("bps") or unit[1:3] == "ib"  # kibit, mibps...; not plain `bit`, whose 'i' is no prefix
 
 
+def with_bits(rate, bps: float | None = None) -> str:
+    """A rate as written, with its bit rate beside it where its unit is easy to misread ('1mbps (8 Mbit/s)',
+    '10Mibit (10.49 Mbit/s)'); `bps`: its bit rate where already parsed."""
+    if not misreadable(rate):
+        return str(rate)
+    if bps is None:
+        try:
+            bps = parse_rate(str(rate))
+        except RateError:
+            return str(rate)
+    return f"{rate} ({bits_text(bps)})" if bps else str(rate)
+
+
 def bits_text(bps: float) -> str:
     """A rate in bits per second as a person reads it: 8 Mbit/s, 1.5 Gbit/s."""
     return _fmt_bits(bps)

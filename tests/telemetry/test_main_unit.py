@@ -380,7 +380,7 @@ def test_project_onto_a_rate_in_bytes_names_it_in_bits_on_every_line(capsys, run
     # round 6: tc's 1024-based units, no warning (they are bits) but named in bits like the bytes units
     assert main(["project", str(run_dir), "--rate", "10Mibit"]) == 0
     captured = capsys.readouterr()
-    assert "  10Mibit (10.5 Mbit/s), " in captured.out and "warning" not in captured.err
+    assert "  10Mibit (10.49 Mbit/s), " in captured.out and "warning" not in captured.err
 
 
 def test_project_onto_more_ranks_than_samples_is_refused(capsys, run_dir):
