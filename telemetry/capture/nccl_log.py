@@ -24,8 +24,12 @@ from telemetry.capture.nccl_warnings import Warnings
 # report's, is the running library.)
 _VERSION = re.compile(r"NCCL version (\d+\.\d+\.\d+)")
 # AMD's RCCL (NCCL ported to ROCm, its version that of the NCCL release it follows) prints "RCCL version :
-# 2.21.5-HEAD:9a0e6a1" in a banner of its own (older: "RCCL version 2.6.4+hip3.5"), and loads librccl-net.so
+# 2.21.5-HEAD:9a0e6a1" in a banner of its own (older: "RCCL version 2.6.4+hip3.5"), and loads librccl-net.so; with
+# no banner, a WARN from its hipified sources or its ROCm SMI line names it (legacy-rocm-build#6074, rccl#957)
 _RCCL_VERSION = re.compile(r"RCCL version :? ?(\d+\.\d+\.\d+)")
+_RCCL_SIGNS = ("/rccl/", "hipify/src/", "alternative rsmi functionality")
+# aws-ofi-nccl's own test binary (nccl_message_transfer) names the network and each process's host (aws-ofi-nccl#22)
+_OFI_TEST_NET = re.compile(r"NCCLNet device used on ([\w.\-]+) is (\S.*)")
 # Plugin names may contain spaces ("AWS Libfabric"): take the rest of the line, not the first word.
 _USING_NETWORK = re.compile(r"Using network (\S+(?: \S+)*)")
 # 2.27+: "Assigned NET plugin IB to comm" names the same network (ncclNet->name) before "Using network IB"
@@ -142,7 +146,7 @@ class _State:
         self.init_all_nranks = None  # size of a communicator made by ncclCommInitAll (one process)
         self.networks: list[str] = []
         self.plugin = self.provider = self.oob = None
-        self.plugin_signs = self.internal_net = self.no_ib = False
+        self.plugin_signs = self.internal_net = self.no_ib = self.collnet_refused = False
         self.ib_devices: dict[tuple, dict] = {}
         self.dev_by_index: dict[int, set] = {}  # NET device index -> device names (merged devices: several)
         self.socket_devices: dict[str, dict] = {}
@@ -154,21 +158,17 @@ class _State:
         self.ring_gdr: list[tuple[int, str]] = []
         self.nnodes_by_thread: dict[str, int] = {}  # nNodes as each init thread logged it
         self.kinds = Counter()
-        self.net_names: set[str] = set()
-        self.net_dev_used: set[int] = set()
+        self.net_names, self.net_dev_used = set(), set()  # the networks and NET device indexes connections name
         self.gdr_conn = Counter()  # network connections with / without GDRDMA
         self.local_edges: set[tuple[str, str]] = set()  # P2P/SHM connections: both ends on one node
-        self.nranks = self.nnodes = None
+        self.nranks = self.nnodes = self.listing_nranks = None
         self.rank_hosts: dict[tuple[int, int], str] = {}  # (nranks, rank) -> host, from per-rank init lines
         self.basis = ""  # what the transport verdict rests on (set by _transport)
         self.network_line = ""  # where the network came from when no "Using network" line named it
-        self.listing_nranks = None
-        self.nvls_channels = 0
-        self.nvls_lines = 0
+        self.nvls_channels = self.nvls_lines = 0
         self.collnet = Counter()  # CollNet connections per kind, kept apart: NCCL may give CollNet up later
         self.collnet_gdr = Counter()
         self.collnet_dev: set[int] = set()
-        self.collnet_refused = False
         self.hosts: set[str] = set()
         self.host_heads = Counter()  # per host: how many distinct host:pid:tid [dev] prefixes named it
         self.mnnvl: bool | None = None
@@ -262,8 +262,11 @@ def _feed(st: _State, line: str) -> None:
         st.versions.add(m.group(1))
         st.rccl = True
         return
-    if "librccl" in line:
+    if "librccl" in line or any(sign in line for sign in _RCCL_SIGNS):
         st.rccl = True
+    if "NCCLNet device used" in line and (m := _OFI_TEST_NET.search(line)):
+        st.hosts.add(m.group(1))
+        st.networks.append(m.group(2).rstrip().rstrip("."))
     if ("etwork" in line or "Assigned NET" in line) and _feed_network(st, line):
         return
     if _COLLNET_REFUSED in line:

@@ -702,3 +702,28 @@ def test_an_ib_error_line_from_the_hpcx_plugins_own_source_does_not_name_the_net
     assert plugin["network"] is None and "plugin's own source" in plugin["unknown"]["network"]
     own = parse_lines([line.format("transport/net_ib.cc:1295")])
     assert own["network"] == "IB" and own["transport"] == "roce"
+
+
+def test_the_ofi_plugins_own_test_binary_names_its_network_hosts_and_warnings():
+    """aws-ofi-nccl's nccl_message_transfer (aws-ofi-nccl#22, 2019) prints no NCCL prefix: 'NCCLNet device used on HOST
+    is AWS Libfabric.' names the network and each process's host, and its 'WARN: Function: f Line: n:' lines are
+    warnings (they were not counted: the report said the log had none)."""
+    out = parse_files([str(CORPUS / "aws_ofi_nccl_22_2019_plugin_test_binary_two_hosts_efa_av_warn.log")])
+    assert (out["network"], out["provider"], out["transport"]) == ("AWS Libfabric", "efa", "efa")
+    assert out["hosts"] == ["ip-172-0-1-161", "ip-172-0-1-23"]
+    assert out["warnings"] == {"total": 2, "by_kind": {"plugin": 2}, "messages": [
+        {"kind": "plugin", "message": "NET/OFI Couldn't open AV. RC: -22, ERROR: Invalid argument", "count": 2}]}
+    older = parse_files([str(CORPUS / "aws_ofi_nccl_67_plugin_test_binary_function_line_format_no_provider.log")])
+    assert older["network"] is None and older["warnings"]["total"] == 2  # behind DeepSpeed's host prefix too
+
+
+def test_rccl_without_its_banner_is_named_by_its_sources_and_rsmi_line():
+    """An RCCL log excerpt without the 'RCCL version' banner (legacy-rocm-build#6074: a WARN from
+    .../rccl/build/hipify/src/..., 'initialized internal alternative rsmi functionality') is RCCL's, its version
+    unknown; NVIDIA's NCCL prints neither."""
+    out = parse_files([str(CORPUS / "rocm_build_6074_rccl2.27.7_bracket_timestamp_rccl_source_warn_comm_init_all_impl_"
+                                    "rank_tag.log")])
+    assert (out["library"], out["nccl_version"], out["nranks"], out["nnodes"]) == ("RCCL", None, 2, 1)
+    assert parse_lines(["h:1:2 [0] NCCL INFO initialized internal alternative rsmi functionality"])["library"] == "RCCL"
+    nvidia = parse_lines(["h:1:2 [0] misc/ibvwrap.cc:187 NCCL WARN Call to ibv_modify_qp failed"])
+    assert nvidia["library"] is None
