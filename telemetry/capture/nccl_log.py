@@ -232,7 +232,7 @@ def _feed_net_devices(st: _State, line: str) -> bool:
 
 def _feed_network(st: _State, line: str) -> bool:
     """A line naming the network NCCL uses ("Using network IB", 2.3's "Using internal Network IB", 2.27+'s
-    "Assigned NET plugin IB to comm"); True when it was one."""
+    "Assigned NET plugin IB to comm", the OFI plugin's test binary's "NCCLNet device used"); True when it was one."""
     if m := _USING_NETWORK.search(line):
         st.networks.append(m.group(1))
     elif m := _ASSIGNED_NET.search(line):
@@ -241,6 +241,9 @@ def _feed_network(st: _State, line: str) -> bool:
         st.networks.append(m.group(2))
         if m.group(1) == "external":
             st.plugin, st.plugin_signs = m.group(2), True
+    elif m := _OFI_TEST_NET.search(line):
+        st.hosts.add(m.group(1))
+        st.networks.append(m.group(2).rstrip().rstrip("."))
     return m is not None
 
 
@@ -264,10 +267,7 @@ def _feed(st: _State, line: str) -> None:
         return
     if "librccl" in line or any(sign in line for sign in _RCCL_SIGNS):
         st.rccl = True
-    if "NCCLNet device used" in line and (m := _OFI_TEST_NET.search(line)):
-        st.hosts.add(m.group(1))
-        st.networks.append(m.group(2).rstrip().rstrip("."))
-    if ("etwork" in line or "Assigned NET" in line) and _feed_network(st, line):
+    if ("etwork" in line or "Assigned NET" in line or "NCCLNet device" in line) and _feed_network(st, line):
         return
     if _COLLNET_REFUSED in line:
         st.collnet_refused = True
