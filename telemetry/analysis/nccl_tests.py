@@ -99,8 +99,10 @@ _RANK = re.compile(r"^Rank\s+(\d+)(?:\s+Group\s+(\d+))?(?:\s+Pid\s+(\d+))?\s+on\
                    r"\s+\[([^\]]*)\]\s*(.*)$")
 # NCCL 1's test programs list one process's devices without host or pid ("#   Rank  0 uses device  0 [0x26] Tesla K10")
 _RANK_NCCL1 = re.compile(r"^Rank\s+(\d+)\s+uses\s+device\s+(-?\d+)\s+\[([^\]]*)\]\s*(.*)$")
-_PARAM = re.compile(r"(nThread|nGpus|minBytes|maxBytes|warmup iters|agg iters|iters|validation|graph|unalign)"
-                    r":? (-?\d+)")
+# (rccl-tests before 2024 wrote "# nThreads: 1 nGpus: 2 nRanks: 1 minBytes: 8 ... warmupIters: 5 iters: 20", rccl#957)
+_PARAM = re.compile(r"(nThread|nGpus|nRanks|minBytes|maxBytes|warmup ?[Ii]ters|agg iters|iters|validation|graph|"
+                    r"unalign)s?:? (-?\d+)")
+_PARAM_KEYS = {"warmupIters": "warmup_iters", "warmup Iters": "warmup_iters"}
 _STEP = re.compile(r"step: (\d+)\((\w+)\)")
 _TIMESTAMP = re.compile(r"^\d{4}-\d\d-\d\d$")
 _PLACEHOLDERS = {"N/A", "n/a", "NA", "-"}
@@ -121,7 +123,7 @@ _LIBRARY_CODE = re.compile(r"[nr]ccl-library=(\d{1,9})\b")  # (a damaged code to
 # Rows pasted without their header: nccl-tests' layout since 2022 has 13 cells (2 blocks of 4 after 5)
 # nccl-tests' comment lines with their '#' lost (GitHub renders "# text" as a heading, so pasted-back output
 # has none): read as if the '#' were there
-_HASHLESS = re.compile(r"(?:nThread \d|Using devices$|Rank\s+\d+\s+(?:Group|Pid)|size\s+count\s+type\s|\(B\)\s+\(elements\)|"
+_HASHLESS = re.compile(r"(?:nThreads?:? \d|Using devices$|Rank\s+\d+\s+(?:Group|Pid)|size\s+count\s+type\s|\(B\)\s+\(elements\)|"
                        r"out-of-place\s+in-place|Out of bounds values|Avg bus bandwidth|[nr]ccl-tests version|"
                        r"Collective test (?:starting|concluded)|Blocking Enabled)")
 _ASSUMED_HEADER = "size count type redop root time algbw busbw #wrong time algbw busbw #wrong".split()
@@ -507,7 +509,7 @@ class _Stream:
             if run is not None and (run.params or run.nblocks):
                 self.close()
             run = self.current()
-            run.params = {k.replace(" ", "_"): int(v) for k, v in _PARAM.findall(body)}
+            run.params = {_PARAM_KEYS.get(k, k.replace(" ", "_")): int(v) for k, v in _PARAM.findall(body)}
             m = _STEP.search(body)
             if m:
                 run.params["step"] = int(m.group(1))
@@ -603,7 +605,7 @@ def _op_key(run: _Run, hint: str | None) -> str:
 
 # nccl-tests' own comment lines (with or without their '#') and its rows (size, count, a type name), wherever a
 # line holds one: what a log shipper's prefix is learnt from
-_ANCHOR = re.compile(r"#\s*(?:nThread \d|Using devices|Rank\s+\d+\s|size\s+count\s|bytes\s+N\s|\(B\)|out-of-place|"
+_ANCHOR = re.compile(r"#\s*(?:nThreads?:? \d|Using devices|Rank\s+\d+\s|size\s+count\s|bytes\s+N\s|\(B\)|out-of-place|"
                      r"Out of bounds|Avg bus bandwidth|[nr]ccl-tests version|Collective test)|"
                      r"(?<!\S)(?:nThread \d+ nGpus|Rank\s+\d+\s+(?:Group|Pid)\s|size\s+count\s+type\s)|"
                      r"(?<![\w.:])\d+\s+\d+\s+(?:" + "|".join(DTYPES) + r")\s+\S+\s+\S")

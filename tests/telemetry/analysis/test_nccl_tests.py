@@ -106,6 +106,12 @@ ROWS = {
     # the tenth collection (six runs behind shell prompts in one blog post, a one-GPU run's re-spaced header)
     "all_reduce_perf_autodl_2080ti_six_runs_prompts_one_gpu_reduce_wide_cells.txt": 168,
     "all_reduce_perf_nccl_1403_root_prompt_mpirun_line_hosts_alternating_list_cut_at_rank_7.txt": 0,
+    # the eleventh collection (rows only with #wrong 0, preambles only: srun with an MPI build's binary name, old
+    # rccl-tests' 'nThreads: 1 nGpus: 2 nRanks: 1' behind a glued fence, three commands before one preamble)
+    "all_reduce_perf_mscclpp_507_nvls_fallback_rows_only_trailing_blank_titles_excerpt.txt": 6,
+    "all_reduce_perf_soperator_428_srun_pmix_command_in_backticks_mpi_binary_list_cut_at_rank_11.txt": 0,
+    "all_reduce_perf_rccl_957_prose_command_fence_glued_colon_params_two_gpus_info_lines_no_header.txt": 0,
+    "all_reduce_perf_mscclpp_477_script_three_commands_then_one_preamble_version_nvls_marker.txt": 0,
 }
 TRUTHS = sorted(TABLES.glob("*.json"))
 # a line that starts like a row (after a launcher prefix, or nccl#1453's per-write tag '[0]'): size, count, a type
@@ -677,3 +683,17 @@ def test_a_preamble_cut_before_its_header_is_a_run_whose_world_size_is_unknown()
     text = (TABLES / "all_reduce_perf_nccl_1403_root_prompt_mpirun_line_hosts_alternating_list_cut_at_rank_7.txt").read_text()
     assert parse(text + "#\n")["ops"]["all_reduce"]["world_size"] == 8
 
+
+def test_old_rccl_tests_parameters_with_colons_behind_a_glued_fence_make_a_run():
+    """rccl-tests before 2024 wrote '# nThreads: 1 nGpus: 2 nRanks: 1 minBytes: 8 ... warmupIters: 5 iters: 20'
+    (rccl#957, pasted with a markdown fence glued before it): a preamble of its own, its parameters read; the reader
+    once found no run in it ("no nccl-tests table found", exit 2)."""
+    r = read(str(TABLES / "all_reduce_perf_rccl_957_prose_command_fence_glued_colon_params_two_gpus_info_lines_no_header.txt"))
+    op = r["ops"]["all_reduce"]
+    assert (op["world_size"], op["rows"], r["iters"], r["warmup"]) == (2, [], 20, 5)
+    assert {k: op["params"][k] for k in ("nThread", "nGpus", "nRanks", "minBytes")} == {
+        "nThread": 1, "nGpus": 2, "nRanks": 1, "minBytes": 8}
+    # the current wording reads as before
+    assert parse("# nThread 1 nGpus 8 minBytes 8 maxBytes 128 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 "
+                 "validation: 1 graph: 0\n#  Rank  0 Group  0 Pid 1 on h device  0 [0x1b] GPU\n#\n")[
+        "ops"]["unknown"]["params"]["warmup_iters"] == 5
