@@ -324,3 +324,50 @@ def test_perftest_lines_behind_a_test_harness_log_prefix():
     for prefix in ("0: ", "[1,0]<stdout>:", "2024-08-03T10:00:0{}.123Z pod-a ", "worker-1 | "):
         lines = [prefix.format(i % 10) + line for i, line in enumerate(table.splitlines())]
         assert lt.parse_perftest("\n".join(lines)) == plain, prefix
+
+
+# --- the eleventh collection (evidence_fixtures/README.md): values read by hand before the reader was run ---
+
+def test_bidirectional_sweep_from_rocm_docs_behind_an_rst_indent_with_a_placeholder_device():
+    """ROCm/gpu-cluster-networking's D2D example: a 3-blank reStructuredText indent on every line, the command behind
+    '$ (...)', the device a placeholder; 23 rows from 2 B to 8 MiB (the first with six decimals)."""
+    r = lt.parse_perftest(read("perftest_write_bw_bidir_a_sweep_rocm_docs_rst_indent_placeholder_device.txt"))
+    assert (r["test"], r["kind"], r["device"], r["link_type"], r["connection"], r["mtu"], r["qps"], r["bidirectional"],
+            r["bw_unit"]) == ("RDMA_Write Bidirectional BW Test", "bandwidth", "<RDMA-NIC-2>", "Ethernet", "RC", 4096, 1,
+                              True, "Gb/sec")
+    rows = r["rows"]
+    assert [row["bytes"] for row in rows] == [2 ** k for k in range(1, 24)]
+    assert {row["iterations"] for row in rows} == {5000}
+    assert rows[0] == {"bytes": 2, "iterations": 5000, "bw_peak_gbps": 0.142947, "bw_avg_gbps": 0.012281,
+                       "msg_rate_mpps": 0.767588}
+    assert rows[-1] == {"bytes": 8388608, "iterations": 5000, "bw_peak_gbps": 204.59, "bw_avg_gbps": 204.59,
+                        "msg_rate_mpps": 0.003049}
+    assert max(row["bw_avg_gbps"] for row in rows) == 204.59
+
+
+def test_latency_row_of_tabbed_cells_after_two_cpu_frequency_warnings():
+    """A ConnectX-7 NDR pair joined by a DAC cable (code index file 58145501009): 2025 perftest's two-setting lines
+    ('Lock-free', 'Using Enhanced Reorder'), two CPU-frequency warnings between the header and the row, the row's
+    cells joined by tabs; the next run's prompt after the closing rule is not a row."""
+    r = lt.parse_perftest(read("perftest_send_lat_ndr_dac_cpufreq_twice_tabbed_row_lock_free_settings.txt"))
+    assert (r["test"], r["kind"], r["device"], r["link_type"], r["connection"], r["mtu"], r["qps"]) == (
+        "Send Latency Test", "latency", "mlx5_0", "IB", "RC", 4096, 1)
+    assert r["rows"] == [{"bytes": 2, "iterations": 1000, "t_min_us": 1.24, "t_max_us": 5.19, "t_typical_us": 1.27,
+                          "t_avg_us": 1.27, "t_stdev_us": 0.0, "p99_us": 1.37, "p99_9_us": 5.19}]
+
+
+@pytest.mark.parametrize("name, said", [
+    ("perftest_write_bw_server_root_prompt_cut_before_result_header_issue240.txt",
+     "the RDMA_Write BW Test settings are here but no table"),
+    ("perftest_send_bw_bond_rdma_cm_exchange_date_and_xtrace_lines_cut_issue82.txt",
+     "the Send BW Test settings are here but no table"),
+    ("perftest_write_bw_report_min_bw_indented_four_header_only_pr214.txt",
+     "the RDMA_Write BW Test settings are here but no table"),
+    ("perftest_send_bw_two_qps_server_first_row_cut_byteps371.txt",
+     "a result header but no result rows"),
+])
+def test_outputs_cut_before_their_result_are_no_result(name, said):
+    """Pastes the stored copies cut before the result (perftest#240, #82, PR#214) or inside the first row (byteps#371,
+    '2  2000  0.00'): no result, and a cut row is not a row; the error says which."""
+    with pytest.raises(lt.ParseError, match=said):
+        lt.parse_perftest(read(name))
