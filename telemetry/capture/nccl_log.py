@@ -243,7 +243,8 @@ def _feed_network(st: _State, line: str) -> bool:
             st.plugin, st.plugin_signs = m.group(2), True
     elif m := _OFI_TEST_NET.search(line):
         st.hosts.add(m.group(1))
-        st.networks.append(m.group(2).rstrip().rstrip("."))
+        st.networks.append(name := m.group(2).rstrip().rstrip("."))
+        st.network_line = f"no Using network line: the OFI plugin's test names it (NCCLNet device ... is {name})"
     return m is not None
 
 
@@ -497,7 +498,6 @@ def _summarize(st: _State) -> dict:
         st.kinds.update(st.collnet)
         st.gdr_conn.update(st.collnet_gdr)
 
-    # version
     version = None
     if len(st.versions) == 1:
         version = next(iter(st.versions))

@@ -710,6 +710,7 @@ def test_the_ofi_plugins_own_test_binary_names_its_network_hosts_and_warnings():
     warnings (they were not counted: the report said the log had none)."""
     out = parse_files([str(CORPUS / "aws_ofi_nccl_22_2019_plugin_test_binary_two_hosts_efa_av_warn.log")])
     assert (out["network"], out["provider"], out["transport"]) == ("AWS Libfabric", "efa", "efa")
+    assert out["transport_basis"].startswith("no Using network line: the OFI plugin's test names it")
     assert out["hosts"] == ["ip-172-0-1-161", "ip-172-0-1-23"]
     assert out["warnings"] == {"total": 2, "by_kind": {"plugin": 2}, "messages": [
         {"kind": "plugin", "message": "NET/OFI Couldn't open AV. RC: -22, ERROR: Invalid argument", "count": 2}]}
