@@ -251,7 +251,10 @@ def _iperf3_json(report: str | dict) -> dict:
         return report
     start = report.find("{")
     if start < 0:
-        raise ParseError("not an iperf3 -J report: no JSON object in the text")
+        # iperf3's own text report ("[ ID] Interval  Transfer  Bandwidth/Bitrate ...", esnet/iperf#703) is not read
+        said = ("; this is iperf3's text report, which is not read: run iperf3 with -J (--json)"
+                if "[ ID] Interval" in report or "Connecting to host" in report else "")
+        raise ParseError("not an iperf3 -J report: no JSON object in the text" + said)
     try:
         data, _ = json.JSONDecoder().raw_decode(report[start:])
     except ValueError as exc:  # not JSON, or a number of over 4,300 digits (int() refuses it)

@@ -371,3 +371,13 @@ def test_outputs_cut_before_their_result_are_no_result(name, said):
     '2  2000  0.00'): no result, and a cut row is not a row; the error says which."""
     with pytest.raises(lt.ParseError, match=said):
         lt.parse_perftest(read(name))
+
+
+def test_iperf3_text_report_is_refused_with_what_to_run_instead():
+    """esnet/iperf#703's client output (iperf3 3.x text, the 'Bandwidth' column of before 3.3, every interval after
+    the first at 0.00 bits/sec): not read, and the error now says it is iperf3's text report and to run with -J."""
+    with pytest.raises(lt.ParseError, match=r"no JSON object in the text; this is iperf3's text report, which is not "
+                                            r"read: run iperf3 with -J \(--json\)"):
+        lt.parse_iperf3(read("iperf3_text_not_json_zero_intervals_iperf703.txt"))
+    with pytest.raises(lt.ParseError, match=r"no JSON object in the text$"):
+        lt.parse_iperf3("hello")

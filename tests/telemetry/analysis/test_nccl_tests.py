@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from telemetry.analysis.compare import CompareError, compare
-from telemetry.analysis.nccl_tests import CSV_COLUMNS, parse, read, to_csv
+from telemetry.analysis.nccl_tests import CSV_COLUMNS, NcclTestsError, parse, read, to_csv
 from telemetry.analysis.nccl_tests_json import DTYPES
 
 TABLES = Path(__file__).parent.parent / "nccl_tests_tables"
@@ -697,3 +697,17 @@ def test_old_rccl_tests_parameters_with_colons_behind_a_glued_fence_make_a_run()
     assert parse("# nThread 1 nGpus 8 minBytes 8 maxBytes 128 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 "
                  "validation: 1 graph: 0\n#  Rank  0 Group  0 Pid 1 on h device  0 [0x1b] GPU\n#\n")[
         "ops"]["unknown"]["params"]["warmup_iters"] == 5
+
+
+def test_a_tab_separated_summary_made_from_rccl_tests_runs_is_not_a_table(capsys):
+    """rocm-systems#9409's 'Before' block (size, type, redop, busbw, algo, proto, nchannels): not nccl-tests output,
+    refused with exit 2 and one error line naming the file and what was expected, no traceback."""
+    from telemetry.__main__ import main
+
+    path = str(TABLES / "not_nccl_tests_rocm_systems_9409_tab_separated_tuning_summary.tsv")
+    with pytest.raises(NcclTestsError, match="no nccl-tests table found"):
+        read(path)
+    assert main(["nccl-tests", path]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: {path}: no nccl-tests table found (expected")
+
