@@ -26,7 +26,7 @@ from collections import Counter
 
 # the message is the rest of the line, its trailing blanks cut in code (a lazy "(.*?)\s*$" is quadratic in a
 # long run of blanks inside the message)
-# (aws-ofi-nccl before 1.0 wrote "WARN: Function: create_nccl_ofi_component Line: 459: NET/OFI ..." with no NCCL prefix)
+# (aws-ofi-nccl's own test programs write "WARN: Function: create_nccl_ofi_component Line: 459: NET/OFI ...", no prefix)
 _WARN = re.compile(r"(?:NCCL WARN|\] [\w./\-]+:\d+ WARN|\bWARN: Function: \w+ Line: \d+:)\s+(.*)")
 _KINDS = (("verbs_call", re.compile(r"\bCall to ibv_\w+|\bibv_\w+ failed")),
           ("completion_error", re.compile(r"Got completion")),
