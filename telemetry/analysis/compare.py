@@ -177,7 +177,8 @@ def _evidence_tables(labels: list[str], groups: list[list[Run]], sources: list[l
     if any(power_dirs) and (power := power_table.table(labels, power_dirs)):
         tables.append(power)
     sums = data.get("summaries") or [None] * len(labels)
-    normal = normalised.table(labels, [normalised.figures([d for d in src if os.path.isdir(d)], sm, g[0].metrics)
+    normal = normalised.table(labels, [normalised.figures([d for d in src if os.path.isdir(d)], sm,
+                                                         [r.metrics for r in g])
                                        for src, sm, g in zip(sources, sums, groups)])
     if normal:
         tables.append(normal)
