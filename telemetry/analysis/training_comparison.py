@@ -126,29 +126,49 @@ def time_to_train(run: Run) -> dict | None:
     return {"target": what, "seconds": None, "why": "steps up to the target are missing from metrics.jsonl"}
 
 
+def _mean_of(dicts: list[dict], key: str):
+    """The mean of `key` over the dicts that know it; None when none does."""
+    st = spread(d.get(key) for d in dicts)
+    return st["mean"] if st else None
+
+
+def _group_cell(gs: list[dict]) -> str:
+    """One group of one fabric: bytes / time / busbw per step, the mean over the runs that recorded it."""
+    if not gs:
+        return "n/a (not recorded)"
+    text = (fmt_bytes(_mean_of(gs, "bytes_per_step")) + " / " + fmt(_mean_of(gs, "time_per_step_s"), "s") + " / "
+            + fmt(_mean_of(gs, "busbw_GBps"), "GB/s") + (" (partial)" if any(g.get("partial") for g in gs) else ""))
+    return text + (f" (mean, n={len(gs)})" if len(gs) > 1 else "")
+
+
+def _share_cell(shares: list[dict]) -> str:
+    if not shares:
+        return "n/a (no groups recorded)"
+    f = shares[0]
+    text = (f"{fmt_bytes(_mean_of(shares, 'bytes_per_step'))} ({fmt(_mean_of(shares, 'bytes_share'), '%')}) / "
+            f"{fmt(_mean_of(shares, 'time_per_step_s'), 's')}: {', '.join(f['groups']) or 'none'}")
+    return text + (f" (mean, n={len(shares)})" if len(shares) > 1 else "")
+
+
 def group_tables(run_sums: list[list[dict]], labels: list[str]) -> list[tuple]:
-    """Communication per process group and scope, one column per fabric (its first run), with the fabric's
-    share (the inter-node groups); [] when no run recorded groups (runs from before groups)."""
-    firsts = [ss[0] for ss in run_sums]
-    names = sorted({n for s in firsts for n in (s.get(StepKey.COMM_GROUPS) or {})})
+    """Communication per process group and scope, one column per fabric (repeats: the mean over its runs; the
+    first run's alone disagreed with the per-collective table beside it), with the fabric's share (the
+    inter-node groups); [] when no run recorded groups (runs from before groups)."""
+    names = sorted({n for ss in run_sums for s in ss for n in (s.get(StepKey.COMM_GROUPS) or {})})
     if not names:
         return []
     rows = []
     for name in names:
-        known = next(s[StepKey.COMM_GROUPS][name] for s in firsts if name in (s.get(StepKey.COMM_GROUPS) or {}))
+        known = next(s[StepKey.COMM_GROUPS][name] for ss in run_sums for s in ss
+                     if name in (s.get(StepKey.COMM_GROUPS) or {}))
         head = f"{name} ({scope_label(known)}, {known.get('size')} ranks)"
-        rows.append([head] + [
-            (fmt_bytes(g["bytes_per_step"]) + " / " + fmt(g["time_per_step_s"], "s") + " / "
-             + fmt(g["busbw_GBps"], "GB/s") + (" (partial)" if g["partial"] else "")) if g else "n/a"
-            for g in ((s.get(StepKey.COMM_GROUPS) or {}).get(name) for s in firsts)])
-    shares = []
-    for s in firsts:
-        f = s.get("fabric_share")
-        shares.append("n/a (no groups recorded)" if f is None else
-                      f"{fmt_bytes(f['bytes_per_step'])} ({fmt(f['bytes_share'], '%')}) / {fmt(f['time_per_step_s'], 's')}"
-                      f": {', '.join(f['groups']) or 'none'}")
-    rows.append(["fabric share (inter-node groups)"] + shares)
-    return [("Communication per process group: bytes / time / busbw per step (median)", ["group", *labels], rows)]
+        rows.append([head] + [_group_cell([g for s in ss if (g := (s.get(StepKey.COMM_GROUPS) or {}).get(name))])
+                              for ss in run_sums])
+    rows.append(["fabric share (inter-node groups)"]
+                + [_share_cell([s["fabric_share"] for s in ss if s.get("fabric_share") is not None]) for ss in run_sums])
+    repeats = any(len(ss) > 1 for ss in run_sums)
+    return [("Communication per process group: bytes / time / busbw per step (median)"
+             + ("; repeats: their mean" if repeats else ""), ["group", *labels], rows)]
 
 
 def _coverage_text(h: dict | None) -> str:

@@ -1,0 +1,25 @@
+"""The training comparison's tables with repeats (review56: the communication-per-group table showed each
+fabric's first run alone, 0.00458 s for a fabric whose three runs' all_reduce, the group's only collective,
+read 0.0119 s as their mean in the table above it)."""
+from __future__ import annotations
+
+from telemetry.analysis.training_comparison import group_tables
+
+
+def _summary(time_s, bytes_=1000, busbw=0.5, scope="inter"):
+    g = {"dim": "dp", "size": 2, "scope": scope, "bytes_per_step": bytes_, "time_per_step_s": time_s,
+         "busbw_GBps": busbw, "partial": False}
+    share = {"groups": ["dp"] if scope == "inter" else [], "bytes_per_step": bytes_ if scope == "inter" else 0,
+             "bytes_share": 1.0 if scope == "inter" else 0.0, "time_per_step_s": time_s if scope == "inter" else None}
+    return {"comm_groups": {"dp": g}, "fabric_share": share}
+
+
+def test_group_cells_are_the_mean_over_the_repeats():
+    run_sums = [[_summary(0.1), _summary(0.2), _summary(0.6)], [_summary(1.0)]]
+    (title, header, rows), = group_tables(run_sums, ["a", "b"])
+    assert header == ["group", "a", "b"]
+    dp = rows[0]
+    assert dp[1].startswith("1 kB / 0.3 s / 0.5 GB/s") and "n=3" in dp[1], dp
+    assert dp[2] == "1 kB / 1 s / 0.5 GB/s", dp  # one run: its values, no n
+    assert "0.3 s" in rows[1][1] and "n=3" in rows[1][1], rows[1]
+    assert "repeats: their mean" in title
