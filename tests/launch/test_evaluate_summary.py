@@ -1,0 +1,25 @@
+"""The evaluation's front page where a variant has no value for a workload (review56: its row read a bare
+"n/a" in every column, and its difference to the baseline "n/a", with no reason: every run failed)."""
+from __future__ import annotations
+
+import json
+
+from launch.evaluate import run_evaluation
+from launch.evaluate.spec import load_evaluation
+
+from .test_evaluate import FakeLauncher, good, write
+
+
+def test_a_variant_without_a_value_says_why(tmp_path, capsys):
+    doc = good(tmp_path)
+    doc["workloads"] = doc["workloads"][1:]  # train only
+    ev = load_evaluation(write(tmp_path, doc))
+    runs = tmp_path / "out" / "runs" / "train" / "slow"
+    assert run_evaluation(ev, launch=FakeLauncher(fail={str(runs / "r1"), str(runs / "r2")}), render=False) == 1
+    out = capsys.readouterr().out
+    md = (tmp_path / "out" / "evaluation.md").read_text()
+    assert "| slow | n/a: no completed run (2 of 2 did not complete) | n/a: no completed run |" in md, md
+    record = json.loads((tmp_path / "out" / "evaluation.json").read_text())
+    assert record["statistics"]["train"]["variants"]["slow"]["n"] == 0
+    line = next(ln for ln in out.splitlines() if ln.startswith("train") and " slow " in ln)
+    assert "0/2" in line and "n/a: no completed run" in line, line
