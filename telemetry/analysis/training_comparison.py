@@ -145,6 +145,8 @@ def _share_cell(shares: list[dict]) -> str:
     if not shares:
         return "n/a (no groups recorded)"
     f = shares[0]
+    if not any(x.get("groups") for x in shares):  # its time was "n/a: none", read as an unknown time
+        return "none: every group stayed inside one node (0 B a step on the fabric)"
     text = (f"{fmt_bytes(_mean_of(shares, 'bytes_per_step'))} ({fmt(_mean_of(shares, 'bytes_share'), '%')}) / "
             f"{fmt(_mean_of(shares, 'time_per_step_s'), 's')}: {', '.join(f['groups']) or 'none'}")
     return text + (f" (mean, n={len(shares)})" if len(shares) > 1 else "")

@@ -23,3 +23,8 @@ def test_group_cells_are_the_mean_over_the_repeats():
     assert dp[2] == "1 kB / 1 s / 0.5 GB/s", dp  # one run: its values, no n
     assert "0.3 s" in rows[1][1] and "n=3" in rows[1][1], rows[1]
     assert "repeats: their mean" in title
+
+
+def test_a_fabric_without_inter_node_groups_says_so_in_its_share():
+    (_, _, rows), = group_tables([[_summary(0.1, scope="intra")] * 2], ["a"])
+    assert rows[-1][1] == "none: every group stayed inside one node (0 B a step on the fabric)", rows[-1]
