@@ -86,6 +86,9 @@ def compare_reports(ev: Evaluation, results: list[dict], say) -> list[dict]:
     return reports
 
 
+_SCALE = {"MB/s": 1e3, "kB/s": 1e6}  # readable()'s units, from GB/s
+
+
 def readable(s: dict) -> dict:
     """A workload's statistics for display: a busbw in GB/s whose every value is below 0.01 (a slow lab link)
     is shown in MB/s or kB/s (`0.0005685 GB/s` read as 568.5 kB/s). evaluation.json keeps GB/s."""
@@ -93,7 +96,8 @@ def readable(s: dict) -> dict:
     values = [v for d in s["variants"].values() for v in d.get("values") or []]
     if m.get("unit") != "GB/s" or not values or max(abs(v) for v in values) >= 0.01:
         return s
-    unit, k = ("MB/s", 1e3) if max(abs(v) for v in values) >= 0.001 else ("kB/s", 1e6)
+    unit = "MB/s" if max(abs(v) for v in values) >= 0.001 else "kB/s"
+    k = _SCALE[unit]
 
     def scale(x):
         return [scale(v) for v in x] if isinstance(x, list) else x * k if isinstance(x, (int, float)) else x
@@ -207,13 +211,17 @@ def tables(ev: Evaluation, record: dict) -> list[tuple[str, list[str], list[list
                     ["pair", "difference of means", "95% interval (Welch)", "mean difference per round",
                      "95% interval (paired by round)"], drows, [[""] * 5] * len(drows)))
     rows, classes = [], []
+    shown = {w.name: (readable(record["statistics"][w.name]).get("metric") or {}).get("unit") for w in ev.workloads}
     for r in record["runs"]:
         c = r.get("check") or {}
         val = (r.get("metric") or {}).get("value")
+        unit = shown.get(r["workload"]) or (r.get("metric") or {}).get("unit")
+        if val is not None and unit in _SCALE:  # as its workload's table shows it (a slow link's kB/s)
+            val *= _SCALE[unit]
         rows.append([str(r["index"]), str(r["round"]), r["workload"], r["variant"], r["status"] or "missing",
                      r["action"], "-" if r.get("duration_s") is None else f"{r['duration_s']:.1f}",
                      str(c.get("detected", "-")), c.get("verdict", "-").replace("mismatch", "MISMATCH"),
-                     st.fmt(val), os.path.relpath(r["dir"], ev.out)])
+                     st.fmt(val) + (f" {unit}" if val is not None and unit else ""), os.path.relpath(r["dir"], ev.out)])
         classes.append([""] * 4 + ["" if r["status"] in ("completed", "target_reached") else "bad", "", "", "",
                                    {"mismatch": "bad", "unknown": "unsure", "ok": "good"}.get(c.get("verdict"), ""),
                                    "", ""])

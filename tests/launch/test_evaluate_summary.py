@@ -23,3 +23,13 @@ def test_a_variant_without_a_value_says_why(tmp_path, capsys):
     assert record["statistics"]["train"]["variants"]["slow"]["n"] == 0
     line = next(ln for ln in out.splitlines() if ln.startswith("train") and " slow " in ln)
     assert "0/2" in line and "n/a: no completed run" in line, line
+
+
+def test_the_runs_table_gives_each_metric_its_unit(tmp_path, capsys):
+    """Sweep busbw (GB/s) and training iteration time (s) share one 'metric' column: a bare 0.5 was either."""
+    ev = load_evaluation(write(tmp_path, good(tmp_path, repeats=1)))
+    assert run_evaluation(ev, launch=FakeLauncher(), render=False) == 0
+    md = (tmp_path / "out" / "evaluation.md").read_text()
+    runs = md[md.index("## Runs in the order they ran"):]
+    assert "| sweep | slow | completed | run |" in runs and "| 0.5 GB/s | runs/sweep/slow/r1 |" in runs, runs
+    assert "| 0.5 s | runs/train/slow/r1 |" in runs, runs
