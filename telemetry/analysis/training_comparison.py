@@ -10,7 +10,8 @@ from telemetry.analysis import compare_figures
 from telemetry.analysis.compare_figures import pct_change, pct_text, rate_text, time_text
 from telemetry.analysis.fabric_summary import lab_slowest_link
 from telemetry.analysis.line_rate import LineRate, backend_note, of_line_text
-from telemetry.analysis.projection import ProjectionError, combine_profiles, measured_profile, project
+from telemetry.analysis.projection import (EFFICIENCY_RANGE, ProjectionError, combine_profiles, measured_profile,
+                                           project)
 from telemetry.analysis.repeats import spread
 from telemetry.analysis.report import fmt, fmt_bytes, overlap_note, partial_note, scope_label, summarize
 from telemetry.analysis.runs import Run
@@ -313,10 +314,12 @@ def projection_section(groups, labels: list[str], sums: list[dict], run_sums: li
         inside = lo <= s["step_time_median_s"] <= hi
         proj.append({"label": lab, "rate_bps": rate, "predicted_s": p[StepKey.STEP_TIME_S], "interval_s": [lo, hi],
                      "measured_s": s["step_time_median_s"], "error": err, "inside": inside, "partial": p["partial"]})
+        assumed = "; ".join([f"link efficiency {p['efficiency']:.2f}", f"tc bucket {fmt_bytes(burst or 0)}",
+                             *(p.get("notes") or [])])
         proj_rows.append([lab, fmt(p[StepKey.STEP_TIME_S], "s"), f"{fmt(lo, 's')} - {fmt(hi, 's')}",
                           fmt(s["step_time_median_s"], "s"), f"{err * 100:+.1f}%",
                           "yes" if inside else "NO: measured " + ("above" if s["step_time_median_s"] > hi else "below")
-                          + " the interval"])
+                          + " the interval", assumed])
         if not inside:
             warnings.append(f"PROJECTION MISSED {lab}: predicted {fmt(p['step_time_s'], 's')} against "
                             f"{fmt(s['step_time_median_s'], 's')} measured ({err * 100:+.1f}%), outside its interval "
@@ -327,9 +330,11 @@ def projection_section(groups, labels: list[str], sums: list[dict], run_sums: li
     # the projection rescales measured collective times: untimed calls are missing from them
     caveat = (f"; partial: the baseline has {fmt_bytes(prof['untimed_bytes'])} per step untimed"
               if prof.get("partial") else "")
+    lo_eff, hi_eff = EFFICIENCY_RANGE
     return [(f"Projection from {labels[0]} (compute + bytes x bus factor / rate): predicted vs measured "
-             "median iteration time" + caveat,
-             ["fabric", "predicted iteration", "interval", "measured iteration", "error", "in interval"],
+             "median iteration time" + caveat + "; interval: compute's 10th-90th percentile, wire at "
+             f"{lo_eff * 100:.0f}-{hi_eff * 100:.0f}% of the rate (docs/projection.md)",
+             ["fabric", "predicted iteration", "interval", "measured iteration", "error", "in interval", "assumed"],
              proj_rows)], proj, warnings
 
 

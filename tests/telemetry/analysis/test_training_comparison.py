@@ -28,3 +28,19 @@ def test_group_cells_are_the_mean_over_the_repeats():
 def test_a_fabric_without_inter_node_groups_says_so_in_its_share():
     (_, _, rows), = group_tables([[_summary(0.1, scope="intra")] * 2], ["a"])
     assert rows[-1][1] == "none: every group stayed inside one node (0 B a step on the fabric)", rows[-1]
+
+
+def test_the_projection_table_states_what_it_assumed(tmp_path):
+    """The link efficiency, the tc bucket and the interval's sources beside the numbers (review56: the table gave
+    a predicted time and its interval with none of them; `telemetry project` prints them)."""
+    from telemetry.analysis.compare import compare
+
+    from ..recorded import write_run
+    a = write_run(tmp_path / "a", rate_bps=100e6, step_time=1.0, comm_time=0.1)
+    b = write_run(tmp_path / "b", rate_bps=10e6, step_time=1.8, comm_time=0.9)
+    compare([f"fast={a}", f"slow={b}"], str(tmp_path / "cmp"))
+    md = (tmp_path / "cmp" / "compare.md").read_text()
+    assert "| error | in interval | assumed |" in md
+    row = next(line for line in md.splitlines() if line.startswith("| slow | 1.77 s |"))
+    assert "link efficiency 0.94" in row and "tc bucket 0 B" in row, row
+    assert "interval: compute's 10th-90th percentile, wire at 85-100%" in md
