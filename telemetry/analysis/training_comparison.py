@@ -85,7 +85,7 @@ def group_summary(sums: list[dict]) -> dict:
             per = [s["comm"][op] for s in sums if op in s["comm"]]
             g["comm"][op] = {**per[0], **{k: (spread(c.get(k) for c in per) or {}).get("mean")
                                           for k in ("time_per_step_s", "busbw_GBps", "bytes_per_step")},
-                             "partial": any(c.get("partial") for c in per)}
+                             "partial": any(c.get("partial") for c in per), "runs": len(per)}
         g["comm_partial"] = any(s.get("comm_partial") for s in sums)
     return g
 
@@ -258,7 +258,7 @@ def _comm_cell(c: dict, rate, op: str, backend) -> str:
     share = of_line_text(busbw, rate).replace("; ", ", ", 1)
     return (fmt(c.get("time_per_step_s"), "s") + " / " + (rate_text(busbw) if busbw is not None else "n/a")
             + share + (backend_note(op, backend) if share else "") + (" (partial)" if c.get("partial") else "")
-            + overlap_note(c))
+            + overlap_note(c) + (f" (mean, n={c['runs']})" if c.get("runs", 1) > 1 else ""))
 
 
 def comm_table(labels: list[str], sums: list[dict], comm_ops: list[str], rates: list) -> tuple:

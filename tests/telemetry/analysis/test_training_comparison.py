@@ -44,3 +44,15 @@ def test_the_projection_table_states_what_it_assumed(tmp_path):
     row = next(line for line in md.splitlines() if line.startswith("| slow | 1.77 s |"))
     assert "link efficiency 0.94" in row and "tc bucket 0 B" in row, row
     assert "interval: compute's 10th-90th percentile, wire at 85-100%" in md
+
+
+def test_the_per_collective_table_says_its_cells_are_means_of_repeats():
+    from telemetry.analysis.line_rate import LineRate
+    from telemetry.analysis.training_comparison import comm_table, group_summary
+    one = {"comm": {"all_reduce": {"time_per_step_s": 0.1, "busbw_GBps": 0.02, "bytes_per_step": 1000}},
+           "energy": {}, "exposed_comm": {}}
+    two = {**one, "comm": {"all_reduce": {"time_per_step_s": 0.3, "busbw_GBps": 0.04, "bytes_per_step": 1000}}}
+    sums = [group_summary([one, two]), group_summary([one])]
+    _, _, rows = comm_table(["a", "b"], sums, ["all_reduce"], [LineRate(None, 1, "unknown")] * 2)
+    assert rows[0][1] == "0.2 s / 30 MB/s (mean, n=2)", rows
+    assert rows[0][2] == "0.1 s / 20 MB/s", rows
