@@ -181,7 +181,8 @@ def tables(ev: Evaluation, record: dict) -> list[tuple[str, list[str], list[list
         many = any(d["n"] + d.get("not_converged", 0) >= st.MIN_REPEATS_FOR_INTERVAL for d in s["variants"].values())
         header = ["variant", f"{m['name']} ({m['unit']}), mean ± sd"] + (
             ["MLPerf mean (best, worst dropped)", "95% interval of the mean"] if many else []) \
-            + [f"vs {ev.variants[0].name}"]
+            + [f"vs {ev.variants[0].name}" + ("" if m.get("higher_is_better") is None else
+                                              " (higher is better)" if m["higher_is_better"] else " (lower is better)")]
         rows = []
         base = ev.variants[0].name
         for v in ev.variants:

@@ -33,3 +33,12 @@ def test_the_runs_table_gives_each_metric_its_unit(tmp_path, capsys):
     runs = md[md.index("## Runs in the order they ran"):]
     assert "| sweep | slow | completed | run |" in runs and "| 0.5 GB/s | runs/sweep/slow/r1 |" in runs, runs
     assert "| 0.5 s | runs/train/slow/r1 |" in runs, runs
+
+
+def test_each_workload_table_says_which_way_is_better(tmp_path):
+    """A +42% busbw is a gain and a +50% iteration time a loss; the 'vs' column now says which way is better."""
+    ev = load_evaluation(write(tmp_path, good(tmp_path, repeats=1)))
+    assert run_evaluation(ev, launch=FakeLauncher(), render=False) == 0
+    md = (tmp_path / "out" / "evaluation.md").read_text()
+    assert "| vs fast (higher is better) |" in md.split("## Workload sweep")[1].split("##")[0]
+    assert "| vs fast (lower is better) |" in md.split("## Workload train")[1].split("##")[0]
