@@ -199,7 +199,9 @@ def latency_table(labels: list[str], merged: list[dict]) -> tuple:
                 cells.append("not measured")
                 continue
             sd = (s.get("latency_sd_us") or {}).get(k)
-            cells.append(fmt(v) + (f" ± {fmt(sd)} (n={s['merged_sweeps']})" if sd else "")
+            n, total = (s.get("latency_n") or {}).get(k, s.get("merged_sweeps")), s.get("merged_sweeps")
+            count = f"n={n}" + (f" of {total} repeats" if n and total and n < total else "")
+            cells.append(fmt(v) + (f" ± {fmt(sd)} ({count})" if sd else f" ({count})" if n and n < (total or 0) else "")
                          + (f" ({pct_change(v, base) * 100:+.0f}%)" if j and base else ""))
         lat_rows.append([k.removesuffix("_us")] + cells)
     return ("Small-message latency (us), change relative to the first run", ["test"] + labels, lat_rows)

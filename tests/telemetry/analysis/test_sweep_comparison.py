@@ -20,3 +20,13 @@ def test_a_size_some_repeats_lack_says_how_many_runs_it_is():
     assert "n=" not in by_size["8 B"][1]  # every repeat measured it
     assert by_size["1 KB"][1] == "10 us (1 of 3 repeats)", by_size["1 KB"]
     assert by_size["1 KB"][3].endswith("(1 of 3 repeats)"), by_size["1 KB"]
+
+
+def test_a_latency_only_some_repeats_measured_gives_their_count():
+    from telemetry.analysis.sweep_comparison import latency_table
+    a, b, c = sweep(1.0), sweep(1.0), sweep(1.0)
+    a["latency_us"], b["latency_us"], c["latency_us"] = {"x_us": 10.0}, {"x_us": 30.0}, {}
+    merged = [merge_sweeps([a, b, c]), merge_sweeps([a, b])]
+    _, _, rows = latency_table(["p", "q"], merged)
+    assert rows[0][1].endswith("(n=2 of 3 repeats)"), rows
+    assert "(n=2)" in rows[0][2] and "of" not in rows[0][2], rows
