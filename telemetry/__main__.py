@@ -373,6 +373,22 @@ def _print_projection(p: dict, label: str, table, eff, args, intra_bps, profile:
               + (f" (true of any link above {bits_text(knee)})" if knee else ""))
 
 
+# what repeats of one configuration may differ in: how long they ran, their seed
+_REPEAT_MAY_DIFFER = ("max_steps", "seed")
+
+
+def _not_a_repeat(first, run) -> str | None:
+    """One line where `run`'s recipe differs from `first`'s beyond what repeats may (a run of seq_len 160 was
+    projected from together with one of 64 as a repeat), else None."""
+    from telemetry.analysis.compare_inputs import recipe_differences
+    diffs = [d for d in recipe_differences(first, run) if d.split(" ", 1)[0] not in _REPEAT_MAY_DIFFER]
+    if not diffs:
+        return None
+    return (f"the runs given together are not repeats of one configuration: their recipes differ ({run.path} against "
+            f"{first.path}: " + "; ".join(diffs[:6]) + (f" and {len(diffs) - 6} more" if len(diffs) > 6 else "")
+            + "); allowed: runs of one recipe (max_steps and seed may differ); project each configuration alone")
+
+
 def _project(args) -> int:
     import json
 
@@ -387,9 +403,10 @@ def _project(args) -> int:
     eff = args.efficiency
     if twice := given_twice(args.run):
         return fail(f"{twice} is given twice; allowed: each run directory once (its repeats are other runs)")
-    profiles = []
+    profiles, runs = [], []
     for path in args.run:
-        profiles.append(measured_profile(load_run(path)))
+        runs.append(load_run(path))
+        profiles.append(measured_profile(runs[-1]))
         if profiles[-1][StepKey.STEP_TIME_S] is None:
             return fail(f"{path}: no timed steps to project from; allowed: a run whose metrics.jsonl has steps "
                         "with step_time_s")
@@ -397,6 +414,9 @@ def _project(args) -> int:
         profile = combine_profiles(profiles)
     except ProjectionError as exc:
         return fail(str(exc))
+    for run in runs[1:]:  # what combine_profiles reads may agree while the steps compute other things
+        if problem := _not_a_repeat(runs[0], run):
+            return fail(problem)
     _print_measured(profile)
     if eff is None:
         eff = efficiency_for(profile)

@@ -86,6 +86,9 @@ def compare_reports(ev: Evaluation, results: list[dict], say) -> list[dict]:
     return reports
 
 
+_SCALE = {"MB/s": 1e3, "kB/s": 1e6}  # readable()'s units, from GB/s
+
+
 def readable(s: dict) -> dict:
     """A workload's statistics for display: a busbw in GB/s whose every value is below 0.01 (a slow lab link)
     is shown in MB/s or kB/s (`0.0005685 GB/s` read as 568.5 kB/s). evaluation.json keeps GB/s."""
@@ -93,7 +96,8 @@ def readable(s: dict) -> dict:
     values = [v for d in s["variants"].values() for v in d.get("values") or []]
     if m.get("unit") != "GB/s" or not values or max(abs(v) for v in values) >= 0.01:
         return s
-    unit, k = ("MB/s", 1e3) if max(abs(v) for v in values) >= 0.001 else ("kB/s", 1e6)
+    unit = "MB/s" if max(abs(v) for v in values) >= 0.001 else "kB/s"
+    k = _SCALE[unit]
 
     def scale(x):
         return [scale(v) for v in x] if isinstance(x, list) else x * k if isinstance(x, (int, float)) else x
@@ -103,9 +107,22 @@ def readable(s: dict) -> dict:
     return {**s, "metric": {**m, "unit": unit}, "variants": variants, "ranking": ranking}
 
 
-def _fmt_stat(d: dict) -> str:
+def no_value_reason(record: dict, workload: str, variant: str) -> str:
+    """Why a variant has no value for a workload: no completed run (how many did not complete), else the
+    runs' own reason (no timed steps, a missed target)."""
+    mine = [r for r in record["runs"] if r["workload"] == workload and r["variant"] == variant]
+    done = [r for r in mine if r.get("status") in ("completed", "target_reached")]
+    if not done:
+        return (f"no completed run ({len(mine)} of {len(mine)} did not complete)" if mine
+                else "no run (the evaluation stopped before it)")
+    reasons = list(dict.fromkeys(str((r.get("metric") or {}).get("reason")) for r in done
+                                 if (r.get("metric") or {}).get("reason")))
+    return "; ".join(reasons) or "no value"
+
+
+def _fmt_stat(d: dict, why: str = "") -> str:
     if not d["n"]:
-        return "n/a"
+        return f"n/a: {why}" if why else "n/a"
     text = st.fmt(d["mean"]) + (f" ± {st.fmt(d['sd'], 2)}" if d["sd"] is not None else "") + f" (n={d['n']})"
     return text
 
@@ -120,6 +137,17 @@ def fmt_diff(p: dict) -> tuple[str, str]:
     else:
         ci = f"n/a: {p['reason']}" if p.get("reason") else "n/a"
     return pct, ci
+
+
+def _vs_text(s: dict, record: dict, workload: str, base: str, name: str, pair: dict | None) -> str:
+    """The difference to the baseline, or n/a with the side that has no value."""
+    if pair and pair["pct"] is not None:
+        return fmt_diff(pair)[0]
+    if not s["variants"][name]["n"]:
+        return "n/a: " + no_value_reason(record, workload, name).split(" (")[0]
+    if not s["variants"][base]["n"]:
+        return f"n/a: the baseline {base} has no value"
+    return "n/a: the baseline's mean is 0" if pair else "n/a"
 
 
 def lab_setting_text(key: str, value) -> str:
@@ -153,7 +181,8 @@ def tables(ev: Evaluation, record: dict) -> list[tuple[str, list[str], list[list
         many = any(d["n"] + d.get("not_converged", 0) >= st.MIN_REPEATS_FOR_INTERVAL for d in s["variants"].values())
         header = ["variant", f"{m['name']} ({m['unit']}), mean ± sd"] + (
             ["MLPerf mean (best, worst dropped)", "95% interval of the mean"] if many else []) \
-            + [f"vs {ev.variants[0].name}"]
+            + [f"vs {ev.variants[0].name}" + ("" if m.get("higher_is_better") is None else
+                                              " (higher is better)" if m["higher_is_better"] else " (lower is better)")]
         rows = []
         base = ev.variants[0].name
         for v in ev.variants:
@@ -164,10 +193,9 @@ def tables(ev: Evaluation, record: dict) -> list[tuple[str, list[str], list[list
                                                   if d.get("not_converged") and d["mlperf_mean"] is not None else
                                                   f": {d['mlperf_mean_reason']}" if d.get("mlperf_mean_reason")
                                                   and d.get("not_converged") else "")
-            rows.append([v.name, _fmt_stat(d)] + ([olympic,
-                                                   f"[{st.fmt(ci[0])}, {st.fmt(ci[1])}]" if ci else "n/a"]
-                                                  if many else [])
-                        + ["baseline" if v.name == base else fmt_diff(pair)[0]])
+            rows.append([v.name, _fmt_stat(d, no_value_reason(record, w.name, v.name))]
+                        + ([olympic, f"[{st.fmt(ci[0])}, {st.fmt(ci[1])}]" if ci else "n/a"] if many else [])
+                        + ["baseline" if v.name == base else _vs_text(s, record, w.name, base, v.name, pair)])
         out.append((f"Workload {w.name} ({'collective sweep' if w.sweep else 'training'})", header, rows, [[""] * len(header)] * len(rows)))
         drows = [[f"{p['b']} vs {p['a']}", fmt_diff(p)[0], fmt_diff(p)[1]]
                  + (list(fmt_diff(p["paired"])) if p.get("paired") else ["n/a", "n/a"]) for p in s["differences"]]
@@ -184,13 +212,17 @@ def tables(ev: Evaluation, record: dict) -> list[tuple[str, list[str], list[list
                     ["pair", "difference of means", "95% interval (Welch)", "mean difference per round",
                      "95% interval (paired by round)"], drows, [[""] * 5] * len(drows)))
     rows, classes = [], []
+    shown = {w.name: (readable(record["statistics"][w.name]).get("metric") or {}).get("unit") for w in ev.workloads}
     for r in record["runs"]:
         c = r.get("check") or {}
         val = (r.get("metric") or {}).get("value")
+        unit = shown.get(r["workload"]) or (r.get("metric") or {}).get("unit")
+        if val is not None and unit in _SCALE:  # as its workload's table shows it (a slow link's kB/s)
+            val *= _SCALE[unit]
         rows.append([str(r["index"]), str(r["round"]), r["workload"], r["variant"], r["status"] or "missing",
                      r["action"], "-" if r.get("duration_s") is None else f"{r['duration_s']:.1f}",
                      str(c.get("detected", "-")), c.get("verdict", "-").replace("mismatch", "MISMATCH"),
-                     st.fmt(val), os.path.relpath(r["dir"], ev.out)])
+                     st.fmt(val) + (f" {unit}" if val is not None and unit else ""), os.path.relpath(r["dir"], ev.out)])
         classes.append([""] * 4 + ["" if r["status"] in ("completed", "target_reached") else "bad", "", "", "",
                                    {"mismatch": "bad", "unknown": "unsure", "ok": "good"}.get(c.get("verdict"), ""),
                                    "", ""])
@@ -291,10 +323,13 @@ def final_table(ev: Evaluation, record: dict) -> str:
             total = sum(1 for r in record["runs"] if r["workload"] == w.name and r["variant"] == v.name)
             pair = next((p for p in s["differences"] if p["a"] == ev.variants[0].name and p["b"] == v.name), None)
             pct, ci = fmt_diff(pair) if pair else ("baseline", "-")
+            if pair and pair["pct"] is None:
+                pct = _vs_text(s, record, w.name, ev.variants[0].name, v.name, pair)
+            mean = st.fmt(d["mean"]) if d["n"] else "n/a: " + no_value_reason(record, w.name, v.name).split(" (")[0]
             row = [w.name, v.name, v.expect_transport, ",".join(vd["detected"]) or "-",
                    {"mismatch": "MISMATCH", "unknown": "unknown"}.get(vd["verdict"], vd["verdict"]),
                    f"{d['n']}/{total}", f"{m['name']} ({m['unit']})" if m["unit"] else m["name"],
-                   st.fmt(d["mean"]), st.fmt(d["sd"], 2)]
+                   mean, st.fmt(d["sd"], 2)]
             if many:
                 row.append(st.fmt(d["mlperf_mean"]))
             row.append(pct)

@@ -68,6 +68,34 @@ def _group(runs: list[Run], given: list[str | None]) -> tuple[list[str], list[li
     return labels, groups, note
 
 
+COMPLETE = ("completed", "target_reached")  # run.json statuses of a run that ran to its end
+
+
+def _leave_out_incomplete(labels: list[str], groups: list[list[Run]]
+                          ) -> tuple[list[list[Run]], dict[str, list[str]], list[str]]:
+    """A run that did not complete (run.json status failed, running, ...) is left out of its fabric's figures
+    where the fabric has a completed run, and named; a fabric with none keeps its runs, with a warning. Runs
+    read from nccl-tests text, or without a status, are kept. Returns the groups, {label: paths left out}
+    and the warnings."""
+    kept, left_out, notes = [], {}, []
+    for lab, g in zip(labels, groups):
+        bad = [r for r in g if "nccl_tests" not in r.info and isinstance(r.info.get("status"), str)
+               and r.info["status"] not in COMPLETE]
+        if not bad:
+            kept.append(g)
+            continue
+        what = ", ".join(f"{r.path} ({r.info['status']})" for r in bad)
+        if len(bad) == len(g):
+            kept.append(g)
+            notes.append(f"{lab}: no run of a completed status ({what}): its figures are from runs that did not "
+                         "complete")
+            continue
+        kept.append([r for r in g if r not in bad])
+        left_out[lab] = [r.path for r in bad]
+        notes.append(f"{lab}: {len(bad)} of {len(g)} runs did not complete and are left out of its figures: {what}")
+    return kept, left_out, notes
+
+
 def _fabric_index(name: str, labels: list[str], groups: list[list[Run]]) -> int | None:
     """The fabric a --sweep names: by its label, or by one of its run directories (path or basename)."""
     if name in labels:
@@ -177,7 +205,8 @@ def _evidence_tables(labels: list[str], groups: list[list[Run]], sources: list[l
     if any(power_dirs) and (power := power_table.table(labels, power_dirs)):
         tables.append(power)
     sums = data.get("summaries") or [None] * len(labels)
-    normal = normalised.table(labels, [normalised.figures([d for d in src if os.path.isdir(d)], sm, g[0].metrics)
+    normal = normalised.table(labels, [normalised.figures([d for d in src if os.path.isdir(d)], sm,
+                                                         [r.metrics for r in g])
                                        for src, sm, g in zip(sources, sums, groups)])
     if normal:
         tables.append(normal)
@@ -229,6 +258,8 @@ def compare(paths: list[str], out: str, allow_mismatch: bool = False, sweeps: li
     labels, groups, group_note = _group(runs, list(given))
     if group_note:
         notes.append(group_note)
+    groups, left_out, incomplete = _leave_out_incomplete(labels, groups)
+    notes[:0] = incomplete
     rates = line_rates(groups, labels, _parse_line_rates(line_rate or [], labels))
     claims = _parse_claims(expect_transport or [], labels)
     import matplotlib
@@ -270,7 +301,7 @@ def compare(paths: list[str], out: str, allow_mismatch: bool = False, sweeps: li
               "figures": [n for n, _ in figures], "warnings": warnings,
               "line_rates_bps": {lab: r.total_bps for lab, r in zip(labels, rates)},
               "line_rate_nics": {lab: r.nics for lab, r in zip(labels, rates)}, "busbw_axis": busbw_axis,
-              "transport_checks": verdicts,
+              "transport_checks": verdicts, "left_out": left_out,
               "workload": {row[0]: dict(zip(labels, row[1:])) for row in work}}
     _write_json(out, result)
     return result

@@ -44,7 +44,12 @@ def figure_style():
 
 
 def _num(v: float) -> str:
-    return f"{v:.3g}" if v < 1000 else f"{v:.0f}"
+    return f"{v:.3g}" if _shown(v) < 1000 else f"{v:.0f}"
+
+
+def _shown(v: float) -> float:
+    """`v` as three significant digits write it, so that the unit is picked for the written value."""
+    return float(f"{v:.3g}")
 
 
 def size_text(n) -> str:
@@ -61,11 +66,12 @@ def time_text(us) -> str:
     """A time given in microseconds: 12.3 us, 4.5 ms, 2 s."""
     if us is None:
         return "n/a"
-    if us >= 1e6:
+    shown = _shown(us)  # the unit of the value as written: 999.7 us is "1 ms", not "1e+03 us"
+    if shown >= 1e6:
         return f"{_num(us / 1e6)} s"
-    if us >= 1e3:
+    if shown >= 1e3:
         return f"{_num(us / 1e3)} ms"
-    if us >= 1:
+    if shown >= 1:
         return f"{_num(us)} us"
     return f"{_num(us * 1e3)} ns"
 
@@ -76,7 +82,7 @@ def rate_text(gbps) -> str:
         return "n/a"
     bps = gbps * 1e9
     for unit, scale in RATE_UNITS:
-        if bps >= scale:
+        if _shown(bps) >= scale:
             return f"{_num(bps / scale)} {unit}"
     # nccl-tests prints two decimals of GB/s: 0.00 is under 5 MB/s, not nothing
     return f"{_num(bps)} B/s" if bps else "0.00 GB/s (under 5 MB/s as printed)"
@@ -163,7 +169,8 @@ def value_axis(axis, values, text, scale: str = "log") -> None:
 def save(plt, fig, out: str, name: str) -> str:
     """NAME (a .png) and its .svg twin, text kept as text in the SVG. Returns NAME."""
     fig.savefig(os.path.join(out, name), dpi=DPI)
-    fig.savefig(os.path.join(out, os.path.splitext(name)[0] + ".svg"))
+    # no <dc:date>: the same runs must give the same files (it made compare.html differ on every render)
+    fig.savefig(os.path.join(out, os.path.splitext(name)[0] + ".svg"), metadata={"Date": None})
     plt.close(fig)
     return name
 

@@ -56,20 +56,30 @@ def _sweep(run_dir: str) -> dict:
     return {f"{op}: average busbw (GB/s)": (d.get("avg_busbw_GBps"), True) for op, d in ops.items()}
 
 
-def figures(run_dirs: list[str], summary: dict | None, metrics: list[dict]) -> dict[str, tuple]:
-    """name -> (value, higher_is_better) for one fabric."""
-    out: dict[str, tuple] = {}
+def figures(run_dirs: list[str], summary: dict | None, metrics_by_run: list[list[dict]]) -> dict[str, tuple]:
+    """name -> (value, higher_is_better) for one fabric: with repeats, each figure is the mean over the runs
+    that have it (the first run's alone made this table disagree with the averages beside it)."""
+    found: dict[str, list] = {}
     for d in run_dirs:
-        for k, v in {**(_p2p(d) or {}), **_p2p_bandwidth(d), **_sweep(d)}.items():
-            out.setdefault(k, v)
+        for k, (v, higher) in {**(_p2p(d) or {}), **_p2p_bandwidth(d), **_sweep(d)}.items():
+            found.setdefault(k, ([], higher))[0].append(v)
+    out: dict[str, tuple] = {k: (_mean(vals), higher) for k, (vals, higher) in found.items()}
     if summary:
         sps = ((summary.get("spread") or {}).get(StepKey.SAMPLES_PER_S) or {}).get("mean")
         out["throughput (samples/s)"] = (sps, True)
-    prof = [r.get(StepKey.STEP_TIME_S) for r in metrics
-            if r.get(StepKey.PROFILED) and r.get(StepKey.STEP_TIME_S) is not None]
-    if metrics:
-        out["profiled step time (s, median)"] = (statistics.median(prof) if prof else None, False)
+    per_run = []
+    for metrics in metrics_by_run:
+        prof = [r.get(StepKey.STEP_TIME_S) for r in metrics
+                if r.get(StepKey.PROFILED) and r.get(StepKey.STEP_TIME_S) is not None]
+        per_run.append(statistics.median(prof) if prof else None)
+    if any(metrics_by_run):
+        out["profiled step time (s, median)"] = (_mean(per_run), False)
     return out
+
+
+def _mean(values) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.fmean(known) if known else None
 
 
 def table(labels: list[str], per_fabric: list[dict[str, tuple]]) -> tuple[str, list[str], list[list[str]]] | None:

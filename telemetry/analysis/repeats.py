@@ -52,10 +52,10 @@ def merge_sweeps(sweeps: list[dict]) -> dict:
         avg = spread(s["ops"][op].get("avg_busbw_GBps") for s in sweeps)
         ops[op] = {**first["ops"][op], "rows": rows, "avg_busbw_GBps": avg["mean"] if avg else None,
                    "avg_busbw_GBps_sd": avg["sd"] if avg else None}
-    latency, latency_sd = {}, {}
+    latency, latency_sd, latency_n = {}, {}, {}
     for key in first.get("latency_us") or {}:
-        s = spread(sw.get("latency_us", {}).get(key) for sw in sweeps)
+        s = spread((sw.get("latency_us") or {}).get(key) for sw in sweeps)
         if s:
-            latency[key], latency_sd[key] = s["mean"], s["sd"]
-    return {**first, "ops": ops, "latency_us": latency, "latency_sd_us": latency_sd,
+            latency[key], latency_sd[key], latency_n[key] = s["mean"], s["sd"], s["n"]
+    return {**first, "ops": ops, "latency_us": latency, "latency_sd_us": latency_sd, "latency_n": latency_n,
             "merged_sweeps": len(sweeps)}

@@ -217,7 +217,7 @@ def fmt(value, unit: str = "", digits: int = 3) -> str:
     if isinstance(value, float):
         if unit == "%":
             return f"{value * 100:.1f}%"
-        if abs(value) >= 1000:
+        if abs(float(f"{value:.{digits}g}")) >= 1000:  # 999.7 as 3 digits is 1e+03: written 1,000
             return f"{value:,.0f}{unit and ' ' + unit}"
         return f"{value:.{digits}g}{unit and ' ' + unit}"
     return f"{value}{unit and ' ' + unit}"
@@ -227,7 +227,7 @@ def fmt_bytes(n) -> str:
     if n is None:
         return "n/a"
     for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= size:
+        if float(f"{n:.3g}") >= size:  # the unit of the value as written: 999.7 kB is 1 MB, not 1e+03 kB
             return f"{n / size:.3g} {unit}"
     return f"{n:.0f} B"
 

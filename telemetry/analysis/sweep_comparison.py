@@ -75,8 +75,9 @@ def compare_sweeps(labels, groups, out, plt, busbw_axis: str = "log", rates: lis
     return tables, figures, warnings
 
 
-def _size_cells(blocks: list) -> tuple[list[str], list[str]]:
-    """One size's time and busbw cells per fabric, the others against the baseline (blocks[0])."""
+def _size_cells(blocks: list, repeats: list[int | None] | None = None) -> tuple[list[str], list[str]]:
+    """One size's time and busbw cells per fabric, the others against the baseline (blocks[0]); `repeats`: each
+    fabric's count of merged sweeps, so that a size only some of them measured says how many it is."""
     b0 = blocks[0]
     t_cells, w_cells = [], []
     for j, b in enumerate(blocks):
@@ -89,6 +90,10 @@ def _size_cells(blocks: list) -> tuple[list[str], list[str]]:
         if j:
             t += _vs(b["time_us"], b0["time_us"])
             w += _vs(b["busbw_GBps"], b0["busbw_GBps"])
+        total = (repeats or [None] * len(blocks))[j]
+        if total and b.get("merged_sweeps") and b["merged_sweeps"] < total:
+            t += f" ({b['merged_sweeps']} of {total} repeats)"
+            w += f" ({b['merged_sweeps']} of {total} repeats)"
         t_cells.append(t)
         w_cells.append(w)
     return t_cells, w_cells
@@ -104,7 +109,7 @@ def size_table(op: str, labels: list[str], merged: list[dict], repeats: bool) ->
     rows = []
     for size in sizes:
         blocks = [_best_block(base_rows[size])] + [_best_block(o[size]) if o.get(size) else None for o in others]
-        t_cells, w_cells = _size_cells(blocks)
+        t_cells, w_cells = _size_cells(blocks, [s.get("merged_sweeps") for s in merged])
         rows.append([size_text(size)] + t_cells + w_cells)
     header = (["size"] + [f"{lab} time" for lab in labels] + [f"{lab} busbw" for lab in labels])
     return (f"{op}: time and bus bandwidth at every size both runs have (% difference and ratio "
@@ -194,7 +199,9 @@ def latency_table(labels: list[str], merged: list[dict]) -> tuple:
                 cells.append("not measured")
                 continue
             sd = (s.get("latency_sd_us") or {}).get(k)
-            cells.append(fmt(v) + (f" ± {fmt(sd)} (n={s['merged_sweeps']})" if sd else "")
+            n, total = (s.get("latency_n") or {}).get(k, s.get("merged_sweeps")), s.get("merged_sweeps")
+            count = f"n={n}" + (f" of {total} repeats" if n and total and n < total else "")
+            cells.append(fmt(v) + (f" ± {fmt(sd)} ({count})" if sd else f" ({count})" if n and n < (total or 0) else "")
                          + (f" ({pct_change(v, base) * 100:+.0f}%)" if j and base else ""))
         lat_rows.append([k.removesuffix("_us")] + cells)
     return ("Small-message latency (us), change relative to the first run", ["test"] + labels, lat_rows)

@@ -10,7 +10,8 @@ from telemetry.analysis import compare_figures
 from telemetry.analysis.compare_figures import pct_change, pct_text, rate_text, time_text
 from telemetry.analysis.fabric_summary import lab_slowest_link
 from telemetry.analysis.line_rate import LineRate, backend_note, of_line_text
-from telemetry.analysis.projection import ProjectionError, combine_profiles, measured_profile, project
+from telemetry.analysis.projection import (EFFICIENCY_RANGE, ProjectionError, combine_profiles, measured_profile,
+                                           project)
 from telemetry.analysis.repeats import spread
 from telemetry.analysis.report import fmt, fmt_bytes, overlap_note, partial_note, scope_label, summarize
 from telemetry.analysis.runs import Run
@@ -84,7 +85,7 @@ def group_summary(sums: list[dict]) -> dict:
             per = [s["comm"][op] for s in sums if op in s["comm"]]
             g["comm"][op] = {**per[0], **{k: (spread(c.get(k) for c in per) or {}).get("mean")
                                           for k in ("time_per_step_s", "busbw_GBps", "bytes_per_step")},
-                             "partial": any(c.get("partial") for c in per)}
+                             "partial": any(c.get("partial") for c in per), "runs": len(per)}
         g["comm_partial"] = any(s.get("comm_partial") for s in sums)
     return g
 
@@ -126,29 +127,51 @@ def time_to_train(run: Run) -> dict | None:
     return {"target": what, "seconds": None, "why": "steps up to the target are missing from metrics.jsonl"}
 
 
+def _mean_of(dicts: list[dict], key: str):
+    """The mean of `key` over the dicts that know it; None when none does."""
+    st = spread(d.get(key) for d in dicts)
+    return st["mean"] if st else None
+
+
+def _group_cell(gs: list[dict]) -> str:
+    """One group of one fabric: bytes / time / busbw per step, the mean over the runs that recorded it."""
+    if not gs:
+        return "n/a (not recorded)"
+    text = (fmt_bytes(_mean_of(gs, "bytes_per_step")) + " / " + fmt(_mean_of(gs, "time_per_step_s"), "s") + " / "
+            + fmt(_mean_of(gs, "busbw_GBps"), "GB/s") + (" (partial)" if any(g.get("partial") for g in gs) else ""))
+    return text + (f" (mean, n={len(gs)})" if len(gs) > 1 else "")
+
+
+def _share_cell(shares: list[dict]) -> str:
+    if not shares:
+        return "n/a (no groups recorded)"
+    f = shares[0]
+    if not any(x.get("groups") for x in shares):  # its time was "n/a: none", read as an unknown time
+        return "none: every group stayed inside one node (0 B a step on the fabric)"
+    text = (f"{fmt_bytes(_mean_of(shares, 'bytes_per_step'))} ({fmt(_mean_of(shares, 'bytes_share'), '%')}) / "
+            f"{fmt(_mean_of(shares, 'time_per_step_s'), 's')}: {', '.join(f['groups']) or 'none'}")
+    return text + (f" (mean, n={len(shares)})" if len(shares) > 1 else "")
+
+
 def group_tables(run_sums: list[list[dict]], labels: list[str]) -> list[tuple]:
-    """Communication per process group and scope, one column per fabric (its first run), with the fabric's
-    share (the inter-node groups); [] when no run recorded groups (runs from before groups)."""
-    firsts = [ss[0] for ss in run_sums]
-    names = sorted({n for s in firsts for n in (s.get(StepKey.COMM_GROUPS) or {})})
+    """Communication per process group and scope, one column per fabric (repeats: the mean over its runs; the
+    first run's alone disagreed with the per-collective table beside it), with the fabric's share (the
+    inter-node groups); [] when no run recorded groups (runs from before groups)."""
+    names = sorted({n for ss in run_sums for s in ss for n in (s.get(StepKey.COMM_GROUPS) or {})})
     if not names:
         return []
     rows = []
     for name in names:
-        known = next(s[StepKey.COMM_GROUPS][name] for s in firsts if name in (s.get(StepKey.COMM_GROUPS) or {}))
+        known = next(s[StepKey.COMM_GROUPS][name] for ss in run_sums for s in ss
+                     if name in (s.get(StepKey.COMM_GROUPS) or {}))
         head = f"{name} ({scope_label(known)}, {known.get('size')} ranks)"
-        rows.append([head] + [
-            (fmt_bytes(g["bytes_per_step"]) + " / " + fmt(g["time_per_step_s"], "s") + " / "
-             + fmt(g["busbw_GBps"], "GB/s") + (" (partial)" if g["partial"] else "")) if g else "n/a"
-            for g in ((s.get(StepKey.COMM_GROUPS) or {}).get(name) for s in firsts)])
-    shares = []
-    for s in firsts:
-        f = s.get("fabric_share")
-        shares.append("n/a (no groups recorded)" if f is None else
-                      f"{fmt_bytes(f['bytes_per_step'])} ({fmt(f['bytes_share'], '%')}) / {fmt(f['time_per_step_s'], 's')}"
-                      f": {', '.join(f['groups']) or 'none'}")
-    rows.append(["fabric share (inter-node groups)"] + shares)
-    return [("Communication per process group: bytes / time / busbw per step (median)", ["group", *labels], rows)]
+        rows.append([head] + [_group_cell([g for s in ss if (g := (s.get(StepKey.COMM_GROUPS) or {}).get(name))])
+                              for ss in run_sums])
+    rows.append(["fabric share (inter-node groups)"]
+                + [_share_cell([s["fabric_share"] for s in ss if s.get("fabric_share") is not None]) for ss in run_sums])
+    repeats = any(len(ss) > 1 for ss in run_sums)
+    return [("Communication per process group: bytes / time / busbw per step (median)"
+             + ("; repeats: their mean" if repeats else ""), ["group", *labels], rows)]
 
 
 def _coverage_text(h: dict | None) -> str:
@@ -235,7 +258,7 @@ def _comm_cell(c: dict, rate, op: str, backend) -> str:
     share = of_line_text(busbw, rate).replace("; ", ", ", 1)
     return (fmt(c.get("time_per_step_s"), "s") + " / " + (rate_text(busbw) if busbw is not None else "n/a")
             + share + (backend_note(op, backend) if share else "") + (" (partial)" if c.get("partial") else "")
-            + overlap_note(c))
+            + overlap_note(c) + (f" (mean, n={c['runs']})" if c.get("runs", 1) > 1 else ""))
 
 
 def comm_table(labels: list[str], sums: list[dict], comm_ops: list[str], rates: list) -> tuple:
@@ -291,10 +314,12 @@ def projection_section(groups, labels: list[str], sums: list[dict], run_sums: li
         inside = lo <= s["step_time_median_s"] <= hi
         proj.append({"label": lab, "rate_bps": rate, "predicted_s": p[StepKey.STEP_TIME_S], "interval_s": [lo, hi],
                      "measured_s": s["step_time_median_s"], "error": err, "inside": inside, "partial": p["partial"]})
+        assumed = "; ".join([f"link efficiency {p['efficiency']:.2f}", f"tc bucket {fmt_bytes(burst or 0)}",
+                             *(p.get("notes") or [])])
         proj_rows.append([lab, fmt(p[StepKey.STEP_TIME_S], "s"), f"{fmt(lo, 's')} - {fmt(hi, 's')}",
                           fmt(s["step_time_median_s"], "s"), f"{err * 100:+.1f}%",
                           "yes" if inside else "NO: measured " + ("above" if s["step_time_median_s"] > hi else "below")
-                          + " the interval"])
+                          + " the interval", assumed])
         if not inside:
             warnings.append(f"PROJECTION MISSED {lab}: predicted {fmt(p['step_time_s'], 's')} against "
                             f"{fmt(s['step_time_median_s'], 's')} measured ({err * 100:+.1f}%), outside its interval "
@@ -305,9 +330,11 @@ def projection_section(groups, labels: list[str], sums: list[dict], run_sums: li
     # the projection rescales measured collective times: untimed calls are missing from them
     caveat = (f"; partial: the baseline has {fmt_bytes(prof['untimed_bytes'])} per step untimed"
               if prof.get("partial") else "")
+    lo_eff, hi_eff = EFFICIENCY_RANGE
     return [(f"Projection from {labels[0]} (compute + bytes x bus factor / rate): predicted vs measured "
-             "median iteration time" + caveat,
-             ["fabric", "predicted iteration", "interval", "measured iteration", "error", "in interval"],
+             "median iteration time" + caveat + "; interval: compute's 10th-90th percentile, wire at "
+             f"{lo_eff * 100:.0f}-{hi_eff * 100:.0f}% of the rate (docs/projection.md)",
+             ["fabric", "predicted iteration", "interval", "measured iteration", "error", "in interval", "assumed"],
              proj_rows)], proj, warnings
 
 

@@ -105,6 +105,17 @@ def test_project_repeats_of_different_workloads(capsys, tmp_path, run_dir):
     assert "not repeats of one configuration: workload differs" in line and "bert_pretraining" in line
 
 
+def test_project_repeats_of_different_recipes(capsys, tmp_path, run_dir):
+    """review56: a run of seq_len 64 and one of 160 (tiny_llama_lora, same layout and batch) were projected from
+    together as repeats; their steps compute different token counts."""
+    longer = write_run(tmp_path / "long", rate_bps=1e9, times=True, recipe_extra={"data": {"seq_len": 160}})
+    line = one_error(capsys, ["project", str(run_dir), str(longer), "--rate", "1gbit"])
+    assert "not repeats of one configuration: their recipes differ" in line and "data.seq_len" in line, line
+    assert "allowed: runs of one recipe" in line
+    more = write_run(tmp_path / "more", rate_bps=1e9, times=True, recipe_extra={"max_steps": 60, "seed": 7})
+    assert main(["project", str(run_dir), str(more), "--rate", "1gbit"]) == 0  # a longer run is still a repeat
+
+
 @pytest.mark.parametrize("argv,words", [
     ([], "the following arguments are required: command; see python -m telemetry --help"),
     (["compare", "a", "b"], "the following arguments are required: --out; see python -m telemetry compare --help"),

@@ -32,3 +32,30 @@ def test_log_ticks_are_1_2_5_over_narrow_ranges_and_decades_over_wide_ones():
     assert _log_ticks(1, 10) == [1.0, 2.0, 5.0, 10.0]
     assert _log_ticks(1, 1e6) == [1.0, 10.0, 100.0, 1e3, 1e4, 1e5, 1e6]
     assert _log_ticks(3, 3.5) == [3, 3.5]  # inside one step: its two ends
+
+
+@pytest.mark.parametrize("fn,value,text", [(time_text, 999.7, "1 ms"), (time_text, 999.4, "999 us"),
+                                           (rate_text, 0.9996, "1 GB/s"), (rate_text, 0.0009996, "1 MB/s"),
+                                           (time_text, 999_800.0, "1 s")])
+def test_a_value_that_rounds_up_to_the_next_unit_is_written_in_it(fn, value, text):
+    # review56: 999.7 us read "1e+03 us" (3 significant digits of 999.7 in exponent notation)
+    assert fn(value) == text
+
+
+def test_svg_figures_carry_no_timestamp(tmp_path):
+    """Same inputs, same files: the SVG's <dc:date> made compare.html differ on every render (review56)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from telemetry.analysis.compare_figures import figure_style, save
+    texts = []
+    for i in range(2):
+        out = tmp_path / str(i)
+        out.mkdir()
+        with figure_style():  # as compare draws: its hash salt keeps the SVG's ids the same
+            fig, ax = plt.subplots()
+            ax.plot([1, 2], [3, 4])
+            save(plt, fig, str(out), "f.png")
+        texts.append((out / "f.svg").read_text())
+    assert "dc:date" not in texts[0] and texts[0] == texts[1]

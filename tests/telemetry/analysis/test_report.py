@@ -192,3 +192,17 @@ def test_a_collectives_calls_in_flight_together_are_named_where_their_times_pass
     assert overlap_note({"count_per_step": 3.0, "share_of_step": 0.93}) == ""
     assert overlap_note({"count_per_step": 1.0, "share_of_step": 1.01}) == ""  # one call: the step's own clock
     assert overlap_note({"count_per_step": 3.0, "share_of_step": None}) == ""
+
+
+@pytest.mark.parametrize("value,unit,text", [(999.7, "s", "1,000 s"), (999.4, "s", "999 s"),
+                                             (0.012345, "s", "0.0123 s"), (1234.5, "s", "1,234 s")])
+def test_fmt_never_writes_an_exponent_where_rounding_reaches_1000(value, unit, text):
+    # review56: 999.7 s read "1e+03 s" (3 significant digits in exponent notation)
+    from telemetry.analysis.report import fmt
+    assert fmt(value, unit) == text
+
+
+@pytest.mark.parametrize("n,text", [(999_700, "1 MB"), (999_400, "999 kB"), (999.7, "1 kB"), (150_000, "150 kB")])
+def test_fmt_bytes_moves_to_the_next_unit_where_rounding_reaches_1000(n, text):
+    from telemetry.analysis.report import fmt_bytes
+    assert fmt_bytes(n) == text

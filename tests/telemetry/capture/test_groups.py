@@ -192,7 +192,7 @@ def test_compare_shows_groups_and_says_so_for_older_runs(tmp_path):
     [(title, header, rows)] = group_tables([[new], [old]], ["new", "old"])
     assert header == ["group", "new", "old"]
     dp = next(r for r in rows if r[0].startswith("dp"))
-    assert dp[0] == "dp (inter-node (fabric), 2 ranks)" and dp[2] == "n/a"
+    assert dp[0] == "dp (inter-node (fabric), 2 ranks)" and dp[2] == "n/a (not recorded)"
     assert rows[-1][0] == "fabric share (inter-node groups)" and rows[-1][2] == "n/a (no groups recorded)"
     assert group_tables([[old]], ["old"]) == []
 
