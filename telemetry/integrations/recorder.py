@@ -22,6 +22,7 @@ the tracer was installed (telemetry/capture/early.py).
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -341,13 +342,20 @@ class RunRecorder(Hooks):
     # ------------------------------------------------------------ the end
 
     def fail(self, exc: BaseException) -> None:
-        self.close(*ending(exc))
+        """Record the loop's failure `exc`. Called while `exc` propagates (an engine's exception hook): a failure
+        of the telemetry's own here is one stderr line, never raised in its place, and run.json keeps `exc`."""
+        try:
+            self.close(*ending(exc))
+        except Exception as own:
+            print(f"[telemetry] {self.run_dir}: recording the run's failure: {type(own).__name__}: {own}",
+                  file=sys.stderr, flush=True)
 
     def close(self, status: str = "completed", code: int = 0, error: str | None = None, *,
               resumed: bool = False, summary: dict | None = None) -> None:
         """Always, error or not: the held steps, the final fabric check, the telemetry summary and exports,
         run.json's status (and this attempt's record). `resumed`: the loss verdict covers the attempts before
-        the resume too; `summary`: fields a job measured itself, over the telemetry's own."""
+        the resume too; `summary`: fields a job measured itself, over the telemetry's own. Whatever fails on
+        the way, the telemetry is closed (its tracer off torch.distributed) and run.json gets its end."""
         if self.closed or not self.opened:
             return
         self.closed = True
@@ -355,11 +363,7 @@ class RunRecorder(Hooks):
         try:
             if self.switch is not None:
                 self.rundir.update(switch_metrics=self.switch.finish())
-            try:
-                self.on_train_end(status)
-            except Exception as exc:  # the end-of-run exchange (a peer lost at the very end): not "completed"
-                status, code, error = ending(exc)
-                raise
+            self.on_train_end(status)
             if dist.is_initialized():
                 self.check_fabric(final=True)  # the whole run's NCCL logs, not only the first step's
             if self.rank == 0:  # what the fabric was: fabric.config, the hosts' readings, the switch's labels
@@ -374,7 +378,14 @@ class RunRecorder(Hooks):
                 self.rundir.update(telemetry=out)
                 self.telemetry.close(live=False)  # the exporter reads the last lines after the run directory's close
                 export_after_close(self.telemetry)
+        except Exception as exc:
+            # a run that ended well, failing at its end (a peer lost in the end-of-run exchange): not "completed";
+            # a failure being recorded keeps its own error
+            if status in ENDED_TOGETHER:
+                status, code, error = ending(exc)
+            raise
         finally:
+            self._close_telemetry()
             # the error line names the input it refuses, which may hold a credential (a URL's password)
             end = {RunKey.STATUS: status, RunKey.EXIT_CODE: code,
                    RunKey.ERROR: redact_text(error) if isinstance(error, str) else error, RunKey.END_TIME: now_iso(),
@@ -390,3 +401,12 @@ class RunRecorder(Hooks):
             live_export.close_exporter(getattr(tel, "last_step_written", None),
                                        live_export.final_wait_s(getattr(getattr(tel, "s", None), "hold_reports_s",
                                                                         None)))
+
+    def _close_telemetry(self) -> None:
+        """The telemetry still open when close() failed before closing it: closed now, without its exports. A
+        failure here is that same failure's echo (the held lines' write, again): the one propagating says why."""
+        tel = self.telemetry
+        if not getattr(tel, "started", False):
+            return
+        with contextlib.suppress(Exception):
+            tel.close(live=False)  # its tracer off torch.distributed, its files and meters closed, even so
