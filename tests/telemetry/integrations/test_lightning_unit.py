@@ -18,7 +18,7 @@ def process_tracer():
     telemetry.capture.early.reset()  # the recorder installed the process tracer
 
 
-def fit(tmp_path, callbacks, steps=3, fail_at=None):
+def fit(tmp_path, callbacks, steps=3, fail_at=None, accumulate=1, losses=None):
     import lightning.pytorch as pl
 
     class Tiny(pl.LightningModule):
@@ -29,7 +29,10 @@ def fit(tmp_path, callbacks, steps=3, fail_at=None):
         def training_step(self, batch, i):
             if fail_at is not None and i == fail_at:
                 raise RuntimeError("loss is NaN")
-            return self.layer(batch[0]).pow(2).mean()
+            loss = self.layer(batch[0]).pow(2).mean()
+            if losses is not None:
+                losses.append(float(loss))
+            return loss
 
         def configure_optimizers(self):
             return torch.optim.SGD(self.parameters(), lr=0.05)
@@ -38,7 +41,7 @@ def fit(tmp_path, callbacks, steps=3, fail_at=None):
     data = torch.utils.data.TensorDataset(torch.randn(16, 4))
     trainer = pl.Trainer(max_steps=steps, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
                          enable_progress_bar=False, enable_model_summary=False, callbacks=callbacks,
-                         default_root_dir=str(tmp_path), accumulate_grad_batches=1)
+                         default_root_dir=str(tmp_path), accumulate_grad_batches=accumulate)
     trainer.fit(Tiny(), torch.utils.data.DataLoader(data, batch_size=4))
     return trainer
 
@@ -59,6 +62,21 @@ def test_fit_writes_our_run_directory(tmp_path):
     assert (lay["world_size"], lay["dp"], lay["tp"], lay["pp"]) == (1, 1, 1, 1)
     assert (lay["global_batch_size"], lay["micro_batch_size"], lay["grad_accum_steps"]) == (4, 4, 1)
     assert lay["source"] == "read from the Lightning trainer" and trainer_layout(trainer)["global_batch_size"] == 4
+
+
+def test_accumulated_micro_batches_are_one_step(tmp_path):
+    """accumulate_grad_batches=2: two training batches, one optimizer step. One metrics line per optimizer step,
+    numbered as Lightning's global_step, timed from its first micro-batch; its loss the mean of its micro-batches'
+    (the loss the step's gradient is of)."""
+    run_dir = tmp_path / "run"
+    losses: list[float] = []
+    trainer = fit(tmp_path, [TelemetryCallback(str(run_dir))], steps=3, accumulate=2, losses=losses)
+    rows, info = read(run_dir)
+    assert trainer.global_step == 3 and len(losses) == 6
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    assert [r["loss"] for r in rows] == pytest.approx([(losses[i] + losses[i + 1]) / 2 for i in (0, 2, 4)])
+    assert info["status"] == "completed" and info["layout"]["grad_accum_steps"] == 2
+    assert info["layout"]["global_batch_size"] == 8
 
 
 def test_two_callbacks_on_one_run_directory_write_once(tmp_path, capsys):
