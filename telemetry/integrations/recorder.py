@@ -68,7 +68,22 @@ def ending(exc: BaseException) -> tuple[str, int, str]:
     ours, classifies its own)."""
     if isinstance(exc, KeyboardInterrupt):
         return "interrupted", 130, f"{type(exc).__name__}: {exc}"
+    if _is_sigterm(exc):  # preemption, as the harness's own trainer records it (trainer/run.py)
+        return "interrupted", 130, "interrupted by SIGTERM"
     return "failed", 1, f"{type(exc).__name__}: {exc}"
+
+
+# Lightning stops its loop on SIGTERM by raising its own SIGTERMException (a SystemExit) at a batch's end
+_SIGTERM_EXCEPTIONS = ("lightning.pytorch.utilities.exceptions", "pytorch_lightning.utilities.exceptions")
+
+
+def _is_sigterm(exc: BaseException) -> bool:
+    """Whether `exc` is an engine's own SIGTERM stop (looked up where the engine is loaded; nothing imported)."""
+    for module in _SIGTERM_EXCEPTIONS:
+        cls = getattr(sys.modules.get(module), "SIGTERMException", None)
+        if isinstance(cls, type) and isinstance(exc, cls):
+            return True
+    return False
 
 
 class RunRecorder(Hooks):

@@ -4,6 +4,8 @@ directory, and a failed fit recorded as failed."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 
 import pytest
 import torch
@@ -18,7 +20,7 @@ def process_tracer():
     telemetry.capture.early.reset()  # the recorder installed the process tracer
 
 
-def fit(tmp_path, callbacks, steps=3, fail_at=None, accumulate=1, losses=None):
+def fit(tmp_path, callbacks, steps=3, fail_at=None, accumulate=1, losses=None, sigterm_at=None):
     import lightning.pytorch as pl
 
     class Tiny(pl.LightningModule):
@@ -29,6 +31,8 @@ def fit(tmp_path, callbacks, steps=3, fail_at=None, accumulate=1, losses=None):
         def training_step(self, batch, i):
             if fail_at is not None and i == fail_at:
                 raise RuntimeError("loss is NaN")
+            if sigterm_at is not None and i == sigterm_at:
+                os.kill(os.getpid(), signal.SIGTERM)  # Lightning's handler notes it; the loop stops after the batch
             loss = self.layer(batch[0]).pow(2).mean()
             if losses is not None:
                 losses.append(float(loss))
@@ -94,6 +98,19 @@ def test_a_failed_fit_is_recorded(tmp_path):
     rows, info = read(run_dir)
     assert [r["step"] for r in rows] == [1, 2]
     assert info["status"] == "failed" and info["exit_code"] == 1 and info["error"] == "RuntimeError: loss is NaN"
+
+
+def test_a_sigterm_is_recorded_as_interrupted(tmp_path):
+    """Lightning turns SIGTERM (preemption) into its SIGTERMException at the batch's end: the run was
+    interrupted, as the harness's own trainer records a SIGTERM, not failed."""
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+    run_dir = tmp_path / "run"
+    with pytest.raises(SIGTERMException):
+        fit(tmp_path, [TelemetryCallback(str(run_dir))], steps=5, sigterm_at=1)
+    rows, info = read(run_dir)
+    assert [r["step"] for r in rows] == [1, 2]
+    assert (info["status"], info["exit_code"], info["error"]) == ("interrupted", 130, "interrupted by SIGTERM")
 
 
 def test_megatron_layout_from_the_strategy_and_data_module():
