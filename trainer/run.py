@@ -140,6 +140,9 @@ def run(recipe: Recipe, layout: Layout, argv: list[str], overrides: list[str]) -
             raise
         report(no_room_line(recipe.output_dir, exc))
         return 2
+    except BaseException:  # open_run ended run.json's record; the lock is not this failed run's to keep
+        lock.release()
+        raise
     try:
         set_up(st)
         JOBS[recipe.job](st)
@@ -179,7 +182,11 @@ def open_run(recipe: Recipe, layout: Layout, rank: int, lock: RunLock, argv: lis
     rec.open(resume=recipe.train.resume != "never", command=redact_tree(argv), overrides=redact_tree(overrides),
              recipe_path=recipe.recipe_path, recipe=redact_tree(recipe.to_dict()), layout=layout.to_dict())
     st = RunState(recipe, layout, rank, lock, rec)
-    st.stops = StopRequests(recipe.train.save_on_signal, peers_gone=lambda: _peers_gone(st)).install()
+    try:
+        st.stops = StopRequests(recipe.train.save_on_signal, peers_gone=lambda: _peers_gone(st)).install()
+    except BaseException as exc:  # run.json says 'running' now: it gets its end (signal handlers off the main thread)
+        rec.fail(exc)
+        raise
     return st
 
 

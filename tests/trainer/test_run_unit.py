@@ -120,3 +120,25 @@ def test_a_closed_connection_whose_peer_is_not_named_is_one_line(tmp_path, capsy
     assert err.strip().splitlines() == [f"error: {info['error']}"], err
     assert info["status"] == "failed" and info["error"].startswith(
         "a peer closed its connection (its own log says why); RuntimeError: [gloo"), info
+
+
+def test_a_run_that_fails_while_opening_still_ends_its_record_and_frees_the_lock(tmp_path, capsys, monkeypatch):
+    """After run.json's first version ('running') and the lock, the stop requests are installed: a failure there
+    (signal handlers refused off the main thread, a Ctrl-C that early) ended the call with run.json left
+    'running' and run.lock held by this live process (a later run from elsewhere refused as 'in use')."""
+    import trainer.run
+
+    def refused(self):
+        raise ValueError("signal only works in main thread of the main interpreter")
+
+    monkeypatch.setattr(trainer.run.StopRequests, "install", refused)
+    out = tmp_path / "run"
+    try:
+        run(capsys, f"output_dir={out}", *STEPS)
+    except ValueError as exc:
+        assert "main thread" in str(exc)
+    else:
+        raise AssertionError("the failure was not raised")
+    info = json.loads((out / "run.json").read_text())
+    assert info["status"] == "failed" and info["exit_code"] == 1 and "main thread" in info["error"]
+    assert not (out / "run.lock").exists()
