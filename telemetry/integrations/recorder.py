@@ -22,6 +22,7 @@ the tracer was installed (telemetry/capture/early.py).
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import sys
@@ -142,6 +143,8 @@ class RunRecorder(Hooks):
             return self.previous
         _ACTIVE.add(key)
         self.opened = True
+        if not self.harness:  # an engine may end without a hook of ours running (at_exit)
+            atexit.register(self.at_exit)
         self.rundir.create()
         self._started = time.time()
         head = {"name": self.name} if self.harness else {"name": self.name, "engine": self.engine}
@@ -356,11 +359,24 @@ class RunRecorder(Hooks):
 
     # ------------------------------------------------------------ the end
 
+    def at_exit(self) -> None:
+        """The process exits with the run still open: an engine whose callbacks have no failure event
+        (Megatron-Bridge) raised, or a job stopped without its end hook. The run ends failed, with the exception
+        the interpreter reported (sys.last_value) where there is one, and the telemetry is closed."""
+        if self.closed or not self.opened:
+            return
+        exc = getattr(sys, "last_value", None)
+        self._close_quietly(*(ending(exc) if isinstance(exc, BaseException) else
+                              ("failed", 1, "the process exited before the engine ended the run")))
+
     def fail(self, exc: BaseException) -> None:
         """Record the loop's failure `exc`. Called while `exc` propagates (an engine's exception hook): a failure
         of the telemetry's own here is one stderr line, never raised in its place, and run.json keeps `exc`."""
+        self._close_quietly(*ending(exc))
+
+    def _close_quietly(self, status: str, code: int, error: str) -> None:
         try:
-            self.close(*ending(exc))
+            self.close(status, code, error)
         except Exception as own:
             print(f"[telemetry] {self.run_dir}: recording the run's failure: {type(own).__name__}: {own}",
                   file=sys.stderr, flush=True)
@@ -375,6 +391,7 @@ class RunRecorder(Hooks):
             return
         self.closed = True
         _ACTIVE.discard(os.path.abspath(self.run_dir))
+        atexit.unregister(self.at_exit)
         try:
             if self.switch is not None:
                 self.rundir.update(switch_metrics=self.switch.finish())
