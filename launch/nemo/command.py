@@ -11,7 +11,6 @@ import argparse
 import json
 import os
 import socket
-import subprocess
 import sys
 
 from telemetry.errors import OneLineParser
@@ -179,7 +178,7 @@ def _run(engine: str, translation, run_dir: str) -> int:
     problem = publish_job(job, translation.text)
     if problem:
         return _fail([problem])
-    from telemetry.integrations.attach import attach_environment
+    from telemetry.integrations.attach import attach_environment, run_job
     env = attach_environment(run_dir, translation.recipe.fabric.expect)
     env["FABRIC_HARNESS_RECIPE_JSON"] = json.dumps(translation.harness())
     world = translation.world
@@ -191,7 +190,7 @@ def _run(engine: str, translation, run_dir: str) -> int:
         command = [sys.executable, job]
     else:
         command = ["torchrun", "--standalone", "--nproc-per-node", str(world.gpus_per_node), job]
-    try:
-        return subprocess.call(command, env=env)
+    try:  # waits for the job to record its end whatever signal comes, SIGTERM passed on (as attach does)
+        return run_job(command, env)
     except FileNotFoundError:
         return _fail([f"--run: {command[0]!r} not found; install the {engine} engine where the job runs"])
