@@ -484,10 +484,10 @@ def test_run_under_torchrun_builds_the_job_for_the_launchers_world(launcher_env,
     in this process's rank (no second torchrun). CUDA and the child process are the only stand-ins."""
     import torch
 
-    from launch.nemo import command as cli
     calls = []
     launcher_env.setattr(torch.cuda, "is_available", lambda: True)
-    launcher_env.setattr(cli.subprocess, "call", lambda command, env: calls.append((command, env)) or 0)
+    from telemetry.integrations import attach
+    launcher_env.setattr(attach, "run_job", lambda command, env: calls.append((command, env)) or 0)
     for k, v in {"WORLD_SIZE": "64", "LOCAL_WORLD_SIZE": "8", "RANK": "0"}.items():
         launcher_env.setenv(k, v)
     code, out, err = run_cli(capsys, RECIPES / "llama70b_lora.yaml", "--engine", "nemo2", "--run",
