@@ -173,6 +173,14 @@ def _read(path: str) -> bytes | None:
 
 
 def _run(engine: str, translation, run_dir: str) -> int:
+    world = translation.world
+    # torchrun, or srun with one task per GPU, already started one process per GPU (NeMo's Lightning reads
+    # Slurm's variables itself); otherwise this starts one node's processes only
+    launched = "WORLD_SIZE" in os.environ or bool(launcher_world()[2] == "Slurm" and launcher_world()[1])
+    if not launched and world.nodes > 1:
+        return _fail([f"--nodes: {world.nodes} nodes x {world.gpus_per_node} GPUs, but --run outside a launcher "
+                      f"starts one node's {world.gpus_per_node} processes (torchrun --standalone); allowed: "
+                      f"--nodes 1, or --run on every node under torchrun --nnodes {world.nodes} or srun"])
     os.makedirs(os.path.join(run_dir, "engine"), exist_ok=True)
     job = os.path.join(run_dir, "engine", JOB_FILES[engine])
     problem = publish_job(job, translation.text)
@@ -181,12 +189,9 @@ def _run(engine: str, translation, run_dir: str) -> int:
     from telemetry.integrations.attach import attach_environment, run_job
     env = attach_environment(run_dir, translation.recipe.fabric.expect)
     env["FABRIC_HARNESS_RECIPE_JSON"] = json.dumps(translation.harness())
-    world = translation.world
     if engine == "automodel":
         command = ["automodel", job, "--nproc-per-node", str(world.gpus_per_node)]
-    elif "WORLD_SIZE" in os.environ or (launcher_world()[2] == "Slurm" and launcher_world()[1]):
-        # torchrun, or srun with one task per GPU, already started one process per GPU (NeMo's Lightning
-        # reads Slurm's variables itself)
+    elif launched:
         command = [sys.executable, job]
     else:
         command = ["torchrun", "--standalone", "--nproc-per-node", str(world.gpus_per_node), job]
