@@ -188,8 +188,7 @@ class RunRecorder(Hooks):
         self.rank = rank if rank is not None else (dist.get_rank() if dist.is_initialized() else 0)
         self.rundir.rank = self.rank
         if not self.opened:
-            self.open(command=list(sys.argv), recipe=self.recipe,
-                      layout=self.layout if self.layout is not None else layout)
+            self.open(command=list(sys.argv), recipe=self.recipe, layout=self._layout_for_this_world(layout))
         if not self.opened:
             return
         if device is None:
@@ -215,6 +214,23 @@ class RunRecorder(Hooks):
         self._device = device
         if capture:
             self.start_capture()
+
+    def _layout_for_this_world(self, read: dict | None) -> dict | None:
+        """The layout given at construction (launch.nemo's translation), unless the process group has another
+        world size: then the layout the engine reports (`read`), with a note and a warning naming both."""
+        given = self.layout
+        if given is None:
+            return read
+        planned = given.get("world_size") if isinstance(given, dict) else None
+        world = dist.get_world_size() if dist.is_initialized() else None
+        if self.harness or planned is None or world is None or planned == world:
+            return given
+        text = (f"the given layout is for world_size {planned} but the job's process group has {world} "
+                f"rank{'s' if world != 1 else ''}: the layout recorded is the one the engine reports")
+        self.note(text)
+        if self.rank == 0:
+            print(f"[telemetry] WARNING: {self.run_dir}: {text}", file=sys.stderr, flush=True)
+        return read
 
     def start_capture(self, trace: bool = True) -> None:
         """Telemetry on. trace=False: the meters only (energy, power, counters), for a job that times its own

@@ -83,3 +83,24 @@ def test_a_telemetry_failure_while_recording_a_failure_keeps_the_runs_error(tmp_
     err = [line for line in capsys.readouterr().err.splitlines() if "No space left" in line]
     assert len(err) == 1 and err[0].startswith("[telemetry]")
     assert rec.closed and not rec.telemetry.started
+
+
+def test_a_given_layout_for_another_world_is_not_recorded_as_this_runs(tmp_path, capsys):
+    """launch.nemo hands the engine's callback the layout it translated (FABRIC_HARNESS_RECIPE_JSON). A job that
+    runs at another world size (started by hand, a different srun) would have that layout in run.json, and
+    report's per-rank and bandwidth figures would use a world that did not run: the layout the engine reports is
+    recorded instead, with a note and a warning naming both sizes."""
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        run_dir = tmp_path / "run"
+        translated = {"world_size": 8, "dp": 8, "tp": 1, "pp": 1, "global_batch_size": 64}
+        engine = {"world_size": 1, "dp": 1, "tp": 1, "pp": 1, "global_batch_size": 8}
+        rec = RunRecorder(str(run_dir), name="r", layout=translated)
+        rec.start(0, engine)
+        rec.close("completed")
+    finally:
+        dist.destroy_process_group()
+    info = run_json(run_dir)
+    assert info["layout"] == engine
+    assert any("world_size 8" in n and "1 rank" in n for n in info["notes"]), info.get("notes")
+    assert "world_size 8" in capsys.readouterr().err
