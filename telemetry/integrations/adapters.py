@@ -6,6 +6,7 @@ owns a whole run directory's lifecycle).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 
@@ -36,9 +37,15 @@ class _StepClock:
         return record
 
     def finish(self) -> None:
-        """The run's end (every rank together): the held last step completed, every line written."""
-        self.telemetry.flush(collective=True)
-        self._lines.drain()
+        """The run's end (every rank together): the held last step completed, every line written. A failure on
+        the way (a peer lost in the exchange) is raised after the telemetry is closed: no tracer left installed."""
+        try:
+            self.telemetry.flush(collective=True)
+            self._lines.drain()
+        except BaseException:
+            with contextlib.suppress(Exception):
+                self.telemetry.close()
+            raise
         self.telemetry.close()
         export_after_close(self.telemetry)
 
