@@ -404,12 +404,16 @@ def close(st: RunState) -> None:
             resumed = bool(st.trainer is not None and st.trainer.state.resumed_from)
             try:
                 st.rec.close(st.status, st.code, st.error, resumed=resumed, summary=st.swept)
-            except OSError as exc:  # run.json's last version refused: said once, with what was kept
-                if not no_room(exc):
+            except Exception as exc:
+                if isinstance(exc, OSError) and no_room(exc):  # run.json's last version refused: said once
+                    if st.code == 0:  # a failure before this has said its line; run.json keeps its last version
+                        st.code = 1
+                        report(no_room_line(st.recipe.output_dir, exc))
+                elif st.code == 0:
                     raise
-                if st.code == 0:  # a failure before this has said its line; run.json keeps its last version
-                    st.code = 1
-                    report(no_room_line(st.recipe.output_dir, exc))
+                else:  # the run's own failure has said its line and set the exit code: they stand
+                    print(f"[trainer] rank {st.rank}: recording the run's end: {one_line(exc)}", file=sys.stderr,
+                          flush=True)
         finally:
             st.lock.release()
             if dist.is_initialized():
