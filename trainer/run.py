@@ -140,6 +140,9 @@ def run(recipe: Recipe, layout: Layout, argv: list[str], overrides: list[str]) -
             raise
         report(no_room_line(recipe.output_dir, exc))
         return 2
+    except BaseException:  # open_run ended run.json's record; the lock is not this failed run's to keep
+        lock.release()
+        raise
     try:
         set_up(st)
         JOBS[recipe.job](st)
@@ -179,7 +182,11 @@ def open_run(recipe: Recipe, layout: Layout, rank: int, lock: RunLock, argv: lis
     rec.open(resume=recipe.train.resume != "never", command=redact_tree(argv), overrides=redact_tree(overrides),
              recipe_path=recipe.recipe_path, recipe=redact_tree(recipe.to_dict()), layout=layout.to_dict())
     st = RunState(recipe, layout, rank, lock, rec)
-    st.stops = StopRequests(recipe.train.save_on_signal, peers_gone=lambda: _peers_gone(st)).install()
+    try:
+        st.stops = StopRequests(recipe.train.save_on_signal, peers_gone=lambda: _peers_gone(st)).install()
+    except BaseException as exc:  # run.json says 'running' now: it gets its end (signal handlers off the main thread)
+        rec.fail(exc)
+        raise
     return st
 
 
@@ -397,12 +404,16 @@ def close(st: RunState) -> None:
             resumed = bool(st.trainer is not None and st.trainer.state.resumed_from)
             try:
                 st.rec.close(st.status, st.code, st.error, resumed=resumed, summary=st.swept)
-            except OSError as exc:  # run.json's last version refused: said once, with what was kept
-                if not no_room(exc):
+            except Exception as exc:
+                if isinstance(exc, OSError) and no_room(exc):  # run.json's last version refused: said once
+                    if st.code == 0:  # a failure before this has said its line; run.json keeps its last version
+                        st.code = 1
+                        report(no_room_line(st.recipe.output_dir, exc))
+                elif st.code == 0:
                     raise
-                if st.code == 0:  # a failure before this has said its line; run.json keeps its last version
-                    st.code = 1
-                    report(no_room_line(st.recipe.output_dir, exc))
+                else:  # the run's own failure has said its line and set the exit code: they stand
+                    print(f"[trainer] rank {st.rank}: recording the run's end: {one_line(exc)}", file=sys.stderr,
+                          flush=True)
         finally:
             st.lock.release()
             if dist.is_initialized():

@@ -11,7 +11,6 @@ import argparse
 import json
 import os
 import socket
-import subprocess
 import sys
 
 from telemetry.errors import OneLineParser
@@ -174,24 +173,29 @@ def _read(path: str) -> bytes | None:
 
 
 def _run(engine: str, translation, run_dir: str) -> int:
+    world = translation.world
+    # torchrun, or srun with one task per GPU, already started one process per GPU (NeMo's Lightning reads
+    # Slurm's variables itself); otherwise this starts one node's processes only
+    launched = "WORLD_SIZE" in os.environ or bool(launcher_world()[2] == "Slurm" and launcher_world()[1])
+    if not launched and world.nodes > 1:
+        return _fail([f"--nodes: {world.nodes} nodes x {world.gpus_per_node} GPUs, but --run outside a launcher "
+                      f"starts one node's {world.gpus_per_node} processes (torchrun --standalone); allowed: "
+                      f"--nodes 1, or --run on every node under torchrun --nnodes {world.nodes} or srun"])
     os.makedirs(os.path.join(run_dir, "engine"), exist_ok=True)
     job = os.path.join(run_dir, "engine", JOB_FILES[engine])
     problem = publish_job(job, translation.text)
     if problem:
         return _fail([problem])
-    from telemetry.integrations.attach import attach_environment
+    from telemetry.integrations.attach import attach_environment, run_job
     env = attach_environment(run_dir, translation.recipe.fabric.expect)
     env["FABRIC_HARNESS_RECIPE_JSON"] = json.dumps(translation.harness())
-    world = translation.world
     if engine == "automodel":
         command = ["automodel", job, "--nproc-per-node", str(world.gpus_per_node)]
-    elif "WORLD_SIZE" in os.environ or (launcher_world()[2] == "Slurm" and launcher_world()[1]):
-        # torchrun, or srun with one task per GPU, already started one process per GPU (NeMo's Lightning
-        # reads Slurm's variables itself)
+    elif launched:
         command = [sys.executable, job]
     else:
         command = ["torchrun", "--standalone", "--nproc-per-node", str(world.gpus_per_node), job]
-    try:
-        return subprocess.call(command, env=env)
+    try:  # waits for the job to record its end whatever signal comes, SIGTERM passed on (as attach does)
+        return run_job(command, env)
     except FileNotFoundError:
         return _fail([f"--run: {command[0]!r} not found; install the {engine} engine where the job runs"])

@@ -358,6 +358,10 @@ class CallWrappers:
         tracer = self
 
         def wrapper(*args, **kwargs):
+            if tracer.retired:  # bound while installed (DeepSpeed's comm backend, megatron's module globals) and
+                # called after: the call goes where torch.distributed points now (a later run's tracer, or torch)
+                now = getattr(dist, name, fn)
+                return (fn if now is wrapper else now)(*args, **kwargs)
             if tracer._depth:  # a collective implemented by another one: count the outer call only
                 return fn(*args, **kwargs)
             a = named(args, kwargs)

@@ -116,7 +116,7 @@ def require_early() -> CollectiveTracer:
 
 def reset() -> None:
     """Uninstall and forget the process tracer (tests that run a recorder in-process). Modules that bound
-    its wrappers keep them; they then record into a tracer nobody reads."""
+    its wrappers keep them; their calls then go where torch.distributed points (a later tracer, or torch's own)."""
     global _TRACER
     with _LOCK:
         if _TRACER is not None:

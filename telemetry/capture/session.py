@@ -681,25 +681,27 @@ class Telemetry:
         writes the run directory's last lines after this and closes it then (telemetry/integrations/recorder.py)."""
         if not self.started:
             return
-        self.flush(collective=False)  # a step still held (a run that did not end through on_train_end)
-        if self._shared_tracer:  # modules bound its wrappers at import: it stays, holding none of this run's calls
-            self.tracer.next_run()
-        elif getattr(self, "_traced", True):
-            self.tracer.uninstall()
-        self.gpu.close()
-        if self.cpu is not None:
-            self.cpu.close()
-        if self.counters is not None:
-            self.counters.close()
-        if self.bmc is not None:
-            self.bmc.close()
-        if self._file is not None:
-            self._file.close()
-            self._file = None
-        if self._events is not None:
-            self._events.close()
-            self._events = None
-        self.started = False
+        try:
+            self.flush(collective=False)  # a step still held (a run that did not end through on_train_end)
+        finally:  # a failed write of those lines still leaves no tracer installed, no meter running, no file open
+            self.started = False
+            if self._shared_tracer:  # modules bound its wrappers at import: it stays, holding none of this run's calls
+                self.tracer.next_run()
+            elif getattr(self, "_traced", True):
+                self.tracer.uninstall()
+            self.gpu.close()
+            if self.cpu is not None:
+                self.cpu.close()
+            if self.counters is not None:
+                self.counters.close()
+            if self.bmc is not None:
+                self.bmc.close()
+            if self._file is not None:
+                self._file.close()
+                self._file = None
+            if self._events is not None:
+                self._events.close()
+                self._events = None
         if live:  # the last lines pushed (the other local ranks' too), the run marked finished
             live_export.close_exporter(self.last_step_written, live_export.final_wait_s(self.s.hold_reports_s))
         if self.s.export and self.run_dir:

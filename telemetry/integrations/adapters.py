@@ -6,6 +6,7 @@ owns a whole run directory's lifecycle).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 
@@ -36,9 +37,15 @@ class _StepClock:
         return record
 
     def finish(self) -> None:
-        """The run's end (every rank together): the held last step completed, every line written."""
-        self.telemetry.flush(collective=True)
-        self._lines.drain()
+        """The run's end (every rank together): the held last step completed, every line written. A failure on
+        the way (a peer lost in the exchange) is raised after the telemetry is closed: no tracer left installed."""
+        try:
+            self.telemetry.flush(collective=True)
+            self._lines.drain()
+        except BaseException:
+            with contextlib.suppress(Exception):
+                self.telemetry.close()
+            raise
         self.telemetry.close()
         export_after_close(self.telemetry)
 
@@ -75,26 +82,36 @@ def hf_callback(telemetry: Telemetry, metrics_path: str | None = None):
 
 
 def lightning_callback(telemetry: Telemetry, metrics_path: str | None = None):
-    """A lightning.pytorch Callback (NeMo 2 trainers are Lightning trainers)."""
+    """A lightning.pytorch Callback (NeMo 2 trainers are Lightning trainers); a step is an optimizer step, its
+    accumulated micro-batches together (telemetry/integrations/lightning.py's OptimizerStep)."""
     try:
         from lightning.pytorch.callbacks import Callback
     except ImportError:  # the older package name
         from pytorch_lightning.callbacks import Callback
+    from telemetry.integrations.lightning import OptimizerStep
 
     class TelemetryCallback(Callback):
         def __init__(self):
             self.clock = _StepClock(telemetry, metrics_path)
+            self.window = None
 
         def on_train_start(self, trainer, pl_module):
             telemetry.start()
 
         def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-            self.clock.begin(trainer.global_step + 1)
+            if self.window is None:  # an optimizer step's first micro-batch (accumulate_grad_batches)
+                self.window = OptimizerStep(trainer.global_step)
+                self.clock.begin(trainer.global_step + 1)
 
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-            loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
-            extra = {"loss": float(loss)} if loss is not None and hasattr(loss, "__float__") else {}
-            self.clock.end(trainer.global_step, extra)
+            window = self.window
+            if window is None:
+                return
+            window.add(outputs)
+            if trainer.global_step == window.before:  # accumulating: no optimizer step yet
+                return
+            self.window = None
+            self.clock.end(trainer.global_step, {"loss": window.loss} if window.loss is not None else {})
 
         def on_train_end(self, trainer, pl_module):
             self.clock.finish()

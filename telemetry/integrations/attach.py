@@ -9,7 +9,9 @@ fabric-harness must be pip-installed where the job runs). The command's exit cod
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 
@@ -57,13 +59,32 @@ def main(argv: list[str] | None = None) -> int:
         return print_errors(problem)
     env = attach_environment(args.run_dir, args.expect)
     try:
-        return subprocess.call(command, env=env)
+        return run_job(command, env)
     except FileNotFoundError:
         print_errors(f"command: {command[0]!r} not found; allowed: a program on PATH or a path to an executable, "
                      "after --")
         return 2
-    except KeyboardInterrupt:
-        return 130
+
+
+def run_job(command: list[str], env: dict) -> int:
+    """Run the job until it ends, whatever signal comes meanwhile, and return its exit code (128 + the signal
+    that ended it). The job records its own end (run.json) when stopped: SIGTERM (a scheduler stopping what it
+    started, attach) is passed on to it; SIGINT (Ctrl-C) reached it from the terminal already. attach waits
+    either way, and never kills it midway through that record."""
+    job = subprocess.Popen(command, env=env)
+
+    def pass_on(signum, _frame):
+        if signum != signal.SIGINT:  # the terminal sends Ctrl-C to the whole foreground group, the job too
+            with contextlib.suppress(ProcessLookupError):
+                job.send_signal(signum)
+
+    previous = {s: signal.signal(s, pass_on) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        code = job.wait()
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    return 128 - code if code < 0 else code
 
 
 if __name__ == "__main__":

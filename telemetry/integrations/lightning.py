@@ -3,8 +3,9 @@
     from telemetry.integrations.lightning import TelemetryCallback
     trainer = lightning.pytorch.Trainer(..., callbacks=[TelemetryCallback("runs/nemo_llama")])
 
-One Lightning training batch is one optimizer step: NeMo's MegatronStrategy runs all of a step's
-micro-batches inside one training_step. The run directory is written by telemetry/integrations/recorder.py.
+A step is one optimizer step, numbered as Lightning's global_step: with `accumulate_grad_batches` its training
+batches together (OptimizerStep); NeMo's MegatronStrategy runs all of a step's micro-batches inside one
+training_step. The run directory is written by telemetry/integrations/recorder.py.
 Construct the callback before the fit starts (NCCL reads its logging settings at process-group init);
 it refuses (telemetry.capture.early.ImportOrderError) when megatron/nemo bound their collectives before the
 tracer existed. Lightning also finds it through the `lightning.pytorch.callbacks_factory` entry point
@@ -19,7 +20,7 @@ import os
 import torch
 
 from telemetry.integrations.attach import EXPECT_ENV, RECIPE_ENV, RUN_DIR_ENV
-from telemetry.integrations.recorder import RunRecorder
+from telemetry.integrations.recorder import RunRecorder, number
 from telemetry.capture.session import TelemetrySettings
 
 try:
@@ -53,6 +54,21 @@ def trainer_layout(trainer) -> dict:
             "per_rank_batch": gbs // dp if gbs and dp else None, "source": "read from the Lightning trainer"}
 
 
+class OptimizerStep:
+    """One optimizer step's micro-batches: Lightning calls on_train_batch_start/_end for each of the
+    `accumulate_grad_batches` batches of a step, and advances `global_step` only after the last one's optimizer
+    step. `loss`: the sum of the batches' losses as Lightning returns them (each already divided by the
+    accumulation count: their mean, the loss the step's gradient is of); None when any is not a number."""
+
+    def __init__(self, before: int):
+        self.before = before  # trainer.global_step when the step's first micro-batch began
+        self.loss: float | None = 0.0
+
+    def add(self, outputs) -> None:
+        loss = number(outputs.get("loss") if isinstance(outputs, dict) else outputs)
+        self.loss = self.loss + loss if loss is not None and self.loss is not None else None
+
+
 class TelemetryCallback(Callback):
     """`recipe`/`layout`: what launch.nemo translated (recorded as given); without them the layout is
     read from the trainer (`trainer_layout`)."""
@@ -61,6 +77,7 @@ class TelemetryCallback(Callback):
                  expect: str = "any", recipe: dict | None = None, layout: dict | None = None,
                  engine: str | None = None):
         self.recorder = RunRecorder(run_dir, name, settings, expect, recipe, layout, engine or "lightning")
+        self._window: OptimizerStep | None = None  # the optimizer step whose micro-batches are running
 
     def on_train_start(self, trainer, pl_module) -> None:  # data loaders exist now
         rec = self.recorder
@@ -74,11 +91,19 @@ class TelemetryCallback(Callback):
                 rec.note(unseen)
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-        self.recorder.begin_step(trainer.global_step + 1)
+        if self._window is None:  # an optimizer step's first micro-batch (accumulate_grad_batches: the next ones too)
+            self._window = OptimizerStep(trainer.global_step)
+            self.recorder.begin_step(trainer.global_step + 1)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
-        self.recorder.end_step(trainer.global_step, loss=loss, lr=self._lr(trainer))
+        window = self._window
+        if window is None:
+            return
+        window.add(outputs)
+        if trainer.global_step == window.before:  # accumulating: Lightning has not stepped the optimizer yet
+            return
+        self._window = None
+        self.recorder.end_step(trainer.global_step, loss=window.loss, lr=self._lr(trainer))
 
     @staticmethod
     def _lr(trainer):

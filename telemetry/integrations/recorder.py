@@ -22,6 +22,8 @@ the tracer was installed (telemetry/capture/early.py).
 """
 from __future__ import annotations
 
+import atexit
+import contextlib
 import os
 import sys
 import time
@@ -67,7 +69,22 @@ def ending(exc: BaseException) -> tuple[str, int, str]:
     ours, classifies its own)."""
     if isinstance(exc, KeyboardInterrupt):
         return "interrupted", 130, f"{type(exc).__name__}: {exc}"
+    if _is_sigterm(exc):  # preemption, as the harness's own trainer records it (trainer/run.py)
+        return "interrupted", 130, "interrupted by SIGTERM"
     return "failed", 1, f"{type(exc).__name__}: {exc}"
+
+
+# Lightning stops its loop on SIGTERM by raising its own SIGTERMException (a SystemExit) at a batch's end
+_SIGTERM_EXCEPTIONS = ("lightning.pytorch.utilities.exceptions", "pytorch_lightning.utilities.exceptions")
+
+
+def _is_sigterm(exc: BaseException) -> bool:
+    """Whether `exc` is an engine's own SIGTERM stop (looked up where the engine is loaded; nothing imported)."""
+    for module in _SIGTERM_EXCEPTIONS:
+        cls = getattr(sys.modules.get(module), "SIGTERMException", None)
+        if isinstance(cls, type) and isinstance(exc, cls):
+            return True
+    return False
 
 
 class RunRecorder(Hooks):
@@ -126,6 +143,8 @@ class RunRecorder(Hooks):
             return self.previous
         _ACTIVE.add(key)
         self.opened = True
+        if not self.harness:  # an engine may end without a hook of ours running (at_exit)
+            atexit.register(self.at_exit)
         self.rundir.create()
         self._started = time.time()
         head = {"name": self.name} if self.harness else {"name": self.name, "engine": self.engine}
@@ -169,8 +188,7 @@ class RunRecorder(Hooks):
         self.rank = rank if rank is not None else (dist.get_rank() if dist.is_initialized() else 0)
         self.rundir.rank = self.rank
         if not self.opened:
-            self.open(command=list(sys.argv), recipe=self.recipe,
-                      layout=self.layout if self.layout is not None else layout)
+            self.open(command=list(sys.argv), recipe=self.recipe, layout=self._layout_for_this_world(layout))
         if not self.opened:
             return
         if device is None:
@@ -196,6 +214,23 @@ class RunRecorder(Hooks):
         self._device = device
         if capture:
             self.start_capture()
+
+    def _layout_for_this_world(self, read: dict | None) -> dict | None:
+        """The layout given at construction (launch.nemo's translation), unless the process group has another
+        world size: then the layout the engine reports (`read`), with a note and a warning naming both."""
+        given = self.layout
+        if given is None:
+            return read
+        planned = given.get("world_size") if isinstance(given, dict) else None
+        world = dist.get_world_size() if dist.is_initialized() else None
+        if self.harness or planned is None or world is None or planned == world:
+            return given
+        text = (f"the given layout is for world_size {planned} but the job's process group has {world} "
+                f"rank{'s' if world != 1 else ''}: the layout recorded is the one the engine reports")
+        self.note(text)
+        if self.rank == 0:
+            print(f"[telemetry] WARNING: {self.run_dir}: {text}", file=sys.stderr, flush=True)
+        return read
 
     def start_capture(self, trace: bool = True) -> None:
         """Telemetry on. trace=False: the meters only (energy, power, counters), for a job that times its own
@@ -340,26 +375,43 @@ class RunRecorder(Hooks):
 
     # ------------------------------------------------------------ the end
 
+    def at_exit(self) -> None:
+        """The process exits with the run still open: an engine whose callbacks have no failure event
+        (Megatron-Bridge) raised, or a job stopped without its end hook. The run ends failed, with the exception
+        the interpreter reported (sys.last_value) where there is one, and the telemetry is closed."""
+        if self.closed or not self.opened:
+            return
+        exc = getattr(sys, "last_value", None)
+        self._close_quietly(*(ending(exc) if isinstance(exc, BaseException) else
+                              ("failed", 1, "the process exited before the engine ended the run")))
+
     def fail(self, exc: BaseException) -> None:
-        self.close(*ending(exc))
+        """Record the loop's failure `exc`. Called while `exc` propagates (an engine's exception hook): a failure
+        of the telemetry's own here is one stderr line, never raised in its place, and run.json keeps `exc`."""
+        self._close_quietly(*ending(exc))
+
+    def _close_quietly(self, status: str, code: int, error: str) -> None:
+        try:
+            self.close(status, code, error)
+        except Exception as own:
+            print(f"[telemetry] {self.run_dir}: recording the run's failure: {type(own).__name__}: {own}",
+                  file=sys.stderr, flush=True)
 
     def close(self, status: str = "completed", code: int = 0, error: str | None = None, *,
               resumed: bool = False, summary: dict | None = None) -> None:
         """Always, error or not: the held steps, the final fabric check, the telemetry summary and exports,
         run.json's status (and this attempt's record). `resumed`: the loss verdict covers the attempts before
-        the resume too; `summary`: fields a job measured itself, over the telemetry's own."""
+        the resume too; `summary`: fields a job measured itself, over the telemetry's own. Whatever fails on
+        the way, the telemetry is closed (its tracer off torch.distributed) and run.json gets its end."""
         if self.closed or not self.opened:
             return
         self.closed = True
         _ACTIVE.discard(os.path.abspath(self.run_dir))
+        atexit.unregister(self.at_exit)
         try:
             if self.switch is not None:
                 self.rundir.update(switch_metrics=self.switch.finish())
-            try:
-                self.on_train_end(status)
-            except Exception as exc:  # the end-of-run exchange (a peer lost at the very end): not "completed"
-                status, code, error = ending(exc)
-                raise
+            self.on_train_end(status)
             if dist.is_initialized():
                 self.check_fabric(final=True)  # the whole run's NCCL logs, not only the first step's
             if self.rank == 0:  # what the fabric was: fabric.config, the hosts' readings, the switch's labels
@@ -374,7 +426,14 @@ class RunRecorder(Hooks):
                 self.rundir.update(telemetry=out)
                 self.telemetry.close(live=False)  # the exporter reads the last lines after the run directory's close
                 export_after_close(self.telemetry)
+        except Exception as exc:
+            # a run that ended well, failing at its end (a peer lost in the end-of-run exchange): not "completed";
+            # a failure being recorded keeps its own error
+            if status in ENDED_TOGETHER:
+                status, code, error = ending(exc)
+            raise
         finally:
+            self._close_telemetry()
             # the error line names the input it refuses, which may hold a credential (a URL's password)
             end = {RunKey.STATUS: status, RunKey.EXIT_CODE: code,
                    RunKey.ERROR: redact_text(error) if isinstance(error, str) else error, RunKey.END_TIME: now_iso(),
@@ -390,3 +449,12 @@ class RunRecorder(Hooks):
             live_export.close_exporter(getattr(tel, "last_step_written", None),
                                        live_export.final_wait_s(getattr(getattr(tel, "s", None), "hold_reports_s",
                                                                         None)))
+
+    def _close_telemetry(self) -> None:
+        """The telemetry still open when close() failed before closing it: closed now, without its exports. A
+        failure here is that same failure's echo (the held lines' write, again): the one propagating says why."""
+        tel = self.telemetry
+        if not getattr(tel, "started", False):
+            return
+        with contextlib.suppress(Exception):
+            tel.close(live=False)  # its tracer off torch.distributed, its files and meters closed, even so

@@ -484,10 +484,10 @@ def test_run_under_torchrun_builds_the_job_for_the_launchers_world(launcher_env,
     in this process's rank (no second torchrun). CUDA and the child process are the only stand-ins."""
     import torch
 
-    from launch.nemo import command as cli
     calls = []
     launcher_env.setattr(torch.cuda, "is_available", lambda: True)
-    launcher_env.setattr(cli.subprocess, "call", lambda command, env: calls.append((command, env)) or 0)
+    from telemetry.integrations import attach
+    launcher_env.setattr(attach, "run_job", lambda command, env: calls.append((command, env)) or 0)
     for k, v in {"WORLD_SIZE": "64", "LOCAL_WORLD_SIZE": "8", "RANK": "0"}.items():
         launcher_env.setenv(k, v)
     code, out, err = run_cli(capsys, RECIPES / "llama70b_lora.yaml", "--engine", "nemo2", "--run",
@@ -500,6 +500,24 @@ def test_run_under_torchrun_builds_the_job_for_the_launchers_world(launcher_env,
     assert harness["layout"]["world_size"] == 64, harness["layout"]
     text = job.read_text()
     assert "num_nodes = 8" in text and "devices = 8" in text, text
+
+
+@pytest.mark.parametrize("engine", ["nemo2", "automodel"])
+def test_run_outside_a_launcher_refuses_a_job_of_several_nodes(launcher_env, capsys, tmp_path, engine):
+    """--run with no launcher starts one node (torchrun --standalone / automodel --nproc-per-node G). A job
+    translated for 2 nodes would then start 4 processes for a world of 8: NeMo waits for ranks that never come,
+    and run.json's layout says 8. Refused with one line, before anything starts."""
+    import torch
+
+    from telemetry.integrations import attach
+    calls = []
+    launcher_env.setattr(torch.cuda, "is_available", lambda: True)
+    launcher_env.setattr(attach, "run_job", lambda command, env: calls.append(command) or 0)
+    code, out, err = run_cli(capsys, RECIPES / "llama70b_lora.yaml", "--engine", engine, "--run", "--nodes", "2",
+                             "--gpus-per-node", "4", f"output_dir={tmp_path / 'run'}")
+    lines = err.strip().splitlines()
+    assert code == 2 and calls == [] and len(lines) == 1, err
+    assert lines[0].startswith("error: --nodes: 2 nodes x 4 GPUs") and "torchrun" in lines[0], lines[0]
 
 
 def _printed_job_over_a_stale_one(tmp_path, capsys, stale: str) -> tuple[str, str, Path]:

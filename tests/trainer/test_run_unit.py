@@ -120,3 +120,46 @@ def test_a_closed_connection_whose_peer_is_not_named_is_one_line(tmp_path, capsy
     assert err.strip().splitlines() == [f"error: {info['error']}"], err
     assert info["status"] == "failed" and info["error"].startswith(
         "a peer closed its connection (its own log says why); RuntimeError: [gloo"), info
+
+
+def test_a_run_that_fails_while_opening_still_ends_its_record_and_frees_the_lock(tmp_path, capsys, monkeypatch):
+    """After run.json's first version ('running') and the lock, the stop requests are installed: a failure there
+    (signal handlers refused off the main thread, a Ctrl-C that early) ended the call with run.json left
+    'running' and run.lock held by this live process (a later run from elsewhere refused as 'in use')."""
+    import trainer.run
+
+    def refused(self):
+        raise ValueError("signal only works in main thread of the main interpreter")
+
+    monkeypatch.setattr(trainer.run.StopRequests, "install", refused)
+    out = tmp_path / "run"
+    try:
+        run(capsys, f"output_dir={out}", *STEPS)
+    except ValueError as exc:
+        assert "main thread" in str(exc)
+    else:
+        raise AssertionError("the failure was not raised")
+    info = json.loads((out / "run.json").read_text())
+    assert info["status"] == "failed" and info["exit_code"] == 1 and "main thread" in info["error"]
+    assert not (out / "run.lock").exists()
+
+
+def test_a_telemetry_failure_at_the_close_of_a_failed_run_keeps_its_line_and_exit_code(tmp_path, capsys, monkeypatch):
+    """A run failing with bad input (exit 2, one error: line) whose telemetry then fails while run.json's end is
+    written: the run's own line, exit code and recorded error stand; the telemetry's failure is a note on stderr,
+    not a traceback in their place."""
+    from telemetry.capture.session import Telemetry
+
+    def broken(self):
+        raise RuntimeError("summary broke")
+
+    monkeypatch.setattr(Telemetry, "summary", broken)
+    out = tmp_path / "noeval"
+    steps = [s for s in STEPS if not s.startswith("train.eval_every_samples")]
+    code, err = run(capsys, f"output_dir={out}", *steps, "train.eval_every_samples=4", "data.split=[1.0,0.0,0.0]")
+    errors = [line for line in err.strip().splitlines() if line.startswith("error:")]
+    assert code == 2 and len(errors) == 1 and errors[0].startswith("error: data:") and "Traceback" not in err
+    assert "summary broke" in err
+    info = json.loads((out / "run.json").read_text())
+    assert info["status"] == "failed" and info["exit_code"] == 2 and info["error"] == errors[0][len("error: "):]
+    assert not (out / "run.lock").exists()

@@ -165,3 +165,32 @@ def test_dtensors_shard_dim_alltoall_is_wrapped_where_placement_types_bound_it_a
     finally:
         tracer.uninstall()
     assert placement_types.shard_dim_alltoall is utils.shard_dim_alltoall is before
+
+
+def test_a_wrapper_bound_during_an_earlier_run_counts_in_the_run_now():
+    """DeepSpeed's communication backend (deepspeed.comm.cdb, made once per process) binds
+    all_gather_into_tensor/reduce_scatter_tensor at its first init; megatron binds at import. A second run in
+    the same process (a new tracer, the first uninstalled) still calls the first run's wrapper through that
+    binding: the call must reach the current tracer, not stay with the retired one (which nobody reads, and
+    which on NCCL would claim the completion report the current call waits for)."""
+    from telemetry.capture.collectives import CollectiveTracer
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        first = CollectiveTracer().install()
+        bound = dist.all_reduce  # what cdb / a module global keeps
+        first.uninstall()
+        second = CollectiveTracer().install()
+        try:
+            first.begin_step()
+            second.begin_step()
+            bound(torch.ones(4))
+            assert [c.op for c in second.end_step().calls] == ["all_reduce"]
+            assert first.end_step().calls == []
+        finally:
+            second.uninstall()
+        bound(torch.ones(4))  # no tracer installed: torch's own all-reduce, recorded nowhere
+        first.begin_step()
+        assert first.end_step().calls == []
+    finally:
+        dist.destroy_process_group()

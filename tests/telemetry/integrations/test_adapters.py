@@ -46,3 +46,43 @@ def test_lightning_callback(tmp_path):
     rows = callback.clock.records
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
     assert all(r["loss"] > 0 and r["step_time_s"] > 0 and "comm" in r for r in rows)
+
+
+def test_lightning_callback_counts_optimizer_steps_not_micro_batches(tmp_path):
+    import lightning.pytorch as pl
+
+    from .lightning_tiny import Tiny, data
+
+    telemetry = Telemetry(TelemetrySettings())
+    callback = lightning_callback(telemetry)
+    trainer = pl.Trainer(max_steps=2, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False, callbacks=[callback],
+                         default_root_dir=str(tmp_path), accumulate_grad_batches=2)
+    trainer.fit(Tiny(), torch.utils.data.DataLoader(data(16), batch_size=4))
+    assert trainer.global_step == 2
+    assert [r["step"] for r in callback.clock.records] == [1, 2]
+    assert not telemetry.started
+
+
+def test_a_failed_end_of_run_exchange_still_closes_the_callbacks_telemetry(tmp_path, monkeypatch):
+    """The callbacks' end of training (every rank's held last step reduced, then close): a peer lost in that
+    exchange raises, and the telemetry is closed all the same (its tracer off torch.distributed)."""
+    import pytest
+    import torch.distributed as dist
+
+    original = dist.all_reduce
+    telemetry = Telemetry(TelemetrySettings(), run_dir=str(tmp_path))
+    callback = lightning_callback(telemetry)
+    telemetry.start()
+    assert dist.all_reduce is not original
+    real = Telemetry.flush
+
+    def flush(self, collective=True, wait_s=None):
+        if collective:
+            raise RuntimeError("Timed out waiting 10000ms for recv operation to complete")
+        return real(self, collective, wait_s)
+
+    monkeypatch.setattr(Telemetry, "flush", flush)
+    with pytest.raises(RuntimeError, match="Timed out"):
+        callback.clock.finish()
+    assert not telemetry.started and dist.all_reduce is original

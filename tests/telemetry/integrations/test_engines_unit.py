@@ -5,6 +5,8 @@ No process group: the recorder writes a world of one."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 import types
 
@@ -15,6 +17,7 @@ import torch.distributed as dist
 import telemetry.capture.early
 from telemetry.capture.early import ImportOrderError
 from telemetry.integrations.engines import BridgeTelemetry, automodel_recipe
+from tests.conftest import REPO
 
 
 @pytest.fixture(autouse=True)
@@ -136,3 +139,43 @@ def test_automodel_failure_is_recorded_and_raised(tmp_path):
     assert [r["step"] for r in rows] == [1]
     assert info["status"] == "failed" and info["exit_code"] == 1
     assert info["error"] == "RuntimeError: CUDA out of memory"
+
+
+@pytest.mark.integration
+def test_a_bridge_job_that_dies_without_on_train_end_is_recorded_at_exit(tmp_path):
+    """Megatron-Bridge's callbacks have no exception event: a job that raises mid-training never calls
+    on_train_end. Its process's exit still ends the record (failed, the exception that ended it) and closes
+    the telemetry, instead of leaving run.json 'running' for good."""
+    run_dir = tmp_path / "run"
+    script = tmp_path / "job.py"
+    script.write_text(
+        "import types\n"
+        "from telemetry.integrations.engines import BridgeTelemetry\n"
+        "cfg = types.SimpleNamespace(train=None, model=None)\n"
+        "state = types.SimpleNamespace(cfg=cfg, train_state=types.SimpleNamespace(step=0))\n"
+        "ctx = types.SimpleNamespace(state=state, loss_dict={'lm loss': 2.0}, optimizer=None, grad_norm=None)\n"
+        f"cb = BridgeTelemetry({str(run_dir)!r})\n"
+        "cb.on_train_start(ctx)\n"
+        "cb.on_train_step_start(ctx)\n"
+        "state.train_state.step = 1\n"
+        "cb.on_train_step_end(ctx)\n"
+        "cb.on_train_step_start(ctx)\n"
+        "raise RuntimeError('CUDA error: an illegal memory access was encountered')\n")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and "illegal memory access" in done.stderr
+    rows, info = read(run_dir)
+    assert [r["step"] for r in rows] == [1]
+    assert (info["status"], info["exit_code"]) == ("failed", 1)
+    assert info["error"] == "RuntimeError: CUDA error: an illegal memory access was encountered"
+    assert "telemetry" in info  # its summary: the telemetry was closed
+
+
+def test_a_closed_run_is_left_alone_at_exit(tmp_path):
+    cb = BridgeTelemetry(str(tmp_path / "run"))
+    state = bridge_state()
+    cb.on_train_start(context(state))
+    cb.on_train_end(context(state))
+    before = (tmp_path / "run" / "run.json").read_text()
+    cb.recorder.at_exit()
+    assert (tmp_path / "run" / "run.json").read_text() == before
