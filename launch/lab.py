@@ -189,7 +189,7 @@ class Lab:
         if "," in rate:  # a rate per node, as a network engineer may try
             raise LabError(f"--rate: got {rate!r}; one rate for every link, per-node rates are not supported; allowed: "
                            "one tc rate (e.g. 100mbit), and --slow-node with --slow-rate for one slower node")
-        self.rate_bps = parse_rate(self.rate)
+        self.rate_bps = parse_rate(rate.strip())  # its errors name the rate as written ('10G', not '10g')
         if self.rate_bps is not None and self.rate_bps < MIN_RATE_BPS:
             raise LabError(f"--rate: got {rate!r}; tc shapes in whole bytes per second: expected at least 8bit "
                            "(e.g. 100mbit, 1gbit), or 'none' for unshaped links")
