@@ -6,6 +6,8 @@ value is shown.
 """
 from __future__ import annotations
 
+import math
+
 import json
 import os
 import re
@@ -43,10 +45,24 @@ def lab_tbf_drops_at(run_dir: str) -> tuple[int | None, int | None]:
     return (drops if isinstance(drops, int) else None), (after if isinstance(after, int) else None)
 
 
+# the kernel keeps a tbf bucket as the time it takes to fill at the rate, in 32 bits of 64 ns ticks (iproute2's
+# tc_calc_xmittime with /proc/net/psched's 64 ns tick): 2**32 x 64 ns = 274.9 s. A longer one wraps silently
+# (tc 6.1 on this host: `rate 476bit burst 16384` shows `burst 166b`, less than a frame: no frame passes)
+TBF_MAX_BUCKET_S = 274.0
+
+
+def tbf_max_bucket_bytes(rate_bps: float) -> int:
+    """The largest tbf bucket tc holds at a rate without wrapping (TBF_MAX_BUCKET_S of the rate, in the whole bytes
+    per second tc shapes at: `rate 100bit` is 12 bytes/s, shown as 96bit)."""
+    return int(math.floor(rate_bps / 8) * TBF_MAX_BUCKET_S)
+
+
 def lab_burst_bytes(rate_bps: float, mtu: int | None = None) -> int:
     """The fabric lab's tbf burst at a rate (launch/lab.py burst_bytes, the rule it shapes with): 2 ms at the
-    rate, at least 16 KiB and one frame."""
-    return max(int(rate_bps / 8 * 0.002), 16 * 1024, int(mtu or 1500) + 14)
+    rate, at least 16 KiB and one frame; below 480 bit/s 16 KiB takes longer to fill than tc can hold, so there
+    it is what tc holds (still at least one frame: a rate at which one frame cannot be held, the lab refuses)."""
+    frame = int(mtu or 1500) + 14
+    return max(min(max(int(rate_bps / 8 * 0.002), 16 * 1024), tbf_max_bucket_bytes(rate_bps)), frame)
 
 
 def lab_slowest_link(lab: dict) -> tuple[float | None, float | None, str]:
