@@ -93,6 +93,18 @@ def lab_links(lab: dict) -> str:
     return links
 
 
+def lab_bucket_text(lab: dict) -> str:
+    """'; tbf burst 1514 B, queue 1514 B (--burst, --limit)' where the lab was given its bucket or queue (a
+    one-frame queue dropped 10,345 packets in a 10mbit sweep, which the row named without saying why); '' where
+    the lab sized them by its own rule."""
+    given = [(f"burst {lab.get('burst_bytes'):,} B", "--burst") if lab.get("burst_given") else None,
+             (f"queue {lab.get('queue_bytes'):,} B", "--limit") if lab.get("limit_given") else None]
+    given = [g for g in given if g]
+    if not given:
+        return ""
+    return f"; tbf {', '.join(g[0] for g in given)} ({', '.join(g[1] for g in given)})"
+
+
 def lab_row(run: Run) -> list[str] | None:
     """A report's row for a lab run: its links, nodes, topology, MTU and what the shaped queues dropped (the
     interface counters in the run's records never see those drops). None off the lab."""
@@ -101,7 +113,7 @@ def lab_row(run: Run) -> list[str] | None:
         return None
     shaped = lab.get("rate_bps") or lab.get("slow_rate_bps")
     return ["lab links", f"{lab_links(lab)}; {lab.get('nodes')} nodes, {lab.get('topology')}, MTU {lab.get('mtu')}"
-            + (f"; {_tbf_drops(run)} (lab.json)" if shaped else "")]
+            + lab_bucket_text(lab) + (f"; {_tbf_drops(run)} (lab.json)" if shaped else "")]
 
 
 def _tbf_drops(run: Run) -> str:
@@ -127,7 +139,8 @@ def _link_rate(fab: dict, used: list[str], run: Run) -> str:
     lab = fab.get("lab") or {}
     if lab:
         shaped = lab.get("rate_bps") or lab.get("slow_rate_bps")
-        return f"{lab_links(lab)} (emulated: tc tbf; {_tbf_drops(run)})" if shaped else "unshaped (emulated lab)"
+        return (f"{lab_links(lab)} (emulated: tc tbf{lab_bucket_text(lab)}; {_tbf_drops(run)})" if shaped
+                else "unshaped (emulated lab)")
     hcas = {h["device"]: h for h in fab.get("hcas") or []}
     rates = [hcas[u.split(":")[0]].get("rate") for u in used if u.split(":")[0] in hcas]
     if any(rates):

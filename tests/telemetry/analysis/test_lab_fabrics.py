@@ -128,6 +128,22 @@ def test_the_lab_burst_rule_is_the_one_the_lab_shapes_with():
     from launch.lab import burst_bytes
     from telemetry.analysis.fabric_summary import lab_burst_bytes
 
-    for rate in (8, 1e6, 2e6, 100e6, 1e9, 10e9, 80e9):
+    for rate in (8, 100, 476, 1e6, 2e6, 100e6, 1e9, 10e9, 80e9):
         for mtu in (576, 1500, 9000, 65535):
             assert lab_burst_bytes(rate, mtu) == burst_bytes(rate, mtu)
+
+
+def test_labels_and_the_report_tell_frame_sizes_and_given_buckets_apart(tmp_path):
+    """Round 8 of the lab: a 10mbit run with a one-frame queue (`--burst 1514 --limit 1514`: 10,345 drops, 2-34% of
+    the rate) was labelled `10mbit lab` like one on the lab's own queue, and so was one at MTU 9000: `telemetry
+    compare` took them as repeats of one fabric; the report's link row did not say the queue was set by hand."""
+    given = {**lab("10mbit", 1e7), "burst_bytes": 1514, "queue_bytes": 1514, "burst_given": True, "limit_given": True}
+    assert label(lab_run(tmp_path, "a", given)) == "10mbit lab, burst 1514 B, queue 1514 B"
+    assert label(lab_run(tmp_path, "b", {**lab("10mbit", 1e7), "mtu": 9000})) == "10mbit lab, MTU 9000"
+    assert label(lab_run(tmp_path, "c", {**lab("10mbit", 1e7), "queue_bytes": 262144})) == "10mbit lab"
+    lab_run(tmp_path, "r", {**given, "topology": "veth pair"})
+    (run_dir := tmp_path / "r").joinpath("lab.json").write_text('{"tbf_drops": 10345}')
+    write_report(str(run_dir))
+    md = (run_dir / "report" / "report.md").read_text()
+    assert ("| lab links | 10mbit; 2 nodes, veth pair, MTU 1500; tbf burst 1,514 B, queue 1,514 B (--burst, --limit); "
+            "queues dropped 10,345 packets: TCP retransmitted them (lab.json) |") in md
