@@ -184,7 +184,9 @@ class Lab:
         if not MIN_MTU <= mtu <= MAX_MTU:
             raise LabError(f"--mtu: got {mtu}; expected {MIN_MTU} to {MAX_MTU} bytes (1500 Ethernet, 9000 jumbo frames)")
         if nodes < MIN_NODES:
-            raise LabError(f"--nodes: got {nodes}; a fabric needs at least {MIN_NODES} nodes")
+            raise LabError(f"--nodes: got {nodes}; a fabric needs at least {MIN_NODES} nodes; allowed: {MIN_NODES} to "
+                           f"{MAX_NODES} (ranks on one node talk over loopback, which no link shapes: torchrun "
+                           "--standalone --nproc-per-node G -m trainer RECIPE runs them)")
         if nodes > MAX_NODES:
             raise LabError(f"--nodes: got {nodes}; at most {MAX_NODES}")
         self.nodes, self.rate, self.mtu = nodes, rate.strip().lower(), mtu  # tc reads units in any case

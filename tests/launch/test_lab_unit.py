@@ -66,7 +66,10 @@ def test_output_dir_from_the_override_then_the_recipe(tmp_path):
 def test_main_refuses_bad_input_with_one_error_line(capsys):
     assert lab.main(["--nodes", "1", "--rate", "1gbit", "--", "recipes/tiny_llama_lora.yaml"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["error: --nodes: got 1; a fabric needs at least 2 nodes"]
+    # round 8: and what is allowed, with what runs the ranks of one node
+    assert err == ["error: --nodes: got 1; a fabric needs at least 2 nodes; allowed: 2 to 200 (ranks on one node talk "
+                   "over loopback, which no link shapes: torchrun --standalone --nproc-per-node G -m trainer RECIPE "
+                   "runs them)"]
     assert lab.main(["--nodes", "2", "--rate", "quick", "--", "recipes/tiny_llama_lora.yaml"]) == 2
     assert capsys.readouterr().err.startswith("error: --rate: got 'quick'")
     # a refused node count is one line: the recipe's batch is not judged again on 100000 nodes
