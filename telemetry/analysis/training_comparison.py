@@ -136,10 +136,14 @@ def group_tables(run_sums: list[list[dict]], labels: list[str]) -> list[tuple]:
     rows = []
     for name in names:
         known = next(s[StepKey.COMM_GROUPS][name] for s in firsts if name in (s.get(StepKey.COMM_GROUPS) or {}))
-        head = f"{name} ({scope_label(known)}, {known.get('size')} ranks)"
+        # the group's size per fabric (a 2-node and a 3-node lab: dp of 2 and 3 ranks, labelled "2 ranks" for both),
+        # and busbw in the unit it reads in, as the per-collective table above (0.000655 GB/s there was 655 kB/s)
+        sizes = list(dict.fromkeys(str(g.get("size")) for s in firsts
+                                   if (g := (s.get(StepKey.COMM_GROUPS) or {}).get(name))))
+        head = f"{name} ({scope_label(known)}, {' / '.join(sizes)} ranks)"
         rows.append([head] + [
             (fmt_bytes(g["bytes_per_step"]) + " / " + fmt(g["time_per_step_s"], "s") + " / "
-             + fmt(g["busbw_GBps"], "GB/s") + (" (partial)" if g["partial"] else "")) if g else "n/a"
+             + rate_text(g["busbw_GBps"]) + (" (partial)" if g["partial"] else "")) if g else "n/a"
             for g in ((s.get(StepKey.COMM_GROUPS) or {}).get(name) for s in firsts)])
     shares = []
     for s in firsts:

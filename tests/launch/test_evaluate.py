@@ -535,6 +535,12 @@ def test_a_slow_links_busbw_is_shown_in_a_unit_it_reads_in():
     assert readable(slow)["metric"]["unit"] == "kB/s"
     fast = {**stats, "variants": {"a": {**stats["variants"]["wide"], "values": [1.5]}}}
     assert readable(fast) is fast  # a busbw that reads well in GB/s stays as it is
+    # round 8: 1gbit, 20mbit and 5mbit variants in one evaluation read 0.1979, 0.002302 and 0.0005788 GB/s
+    mixed = {**stats, "variants": {"gig": {**stats["variants"]["wide"], "values": [0.1979], "mean": 0.1979},
+                                   "small": {**stats["variants"]["small"], "values": [0.0005788], "mean": 0.0005788}}}
+    shown = readable(mixed)
+    assert shown["metric"]["unit"] == "MB/s" and shown["variants"]["gig"]["mean"] == pytest.approx(197.9)
+    assert shown["variants"]["small"]["mean"] == pytest.approx(0.5788)
 
 
 def test_a_second_evaluation_into_a_live_ones_out_is_refused(tmp_path, capsys, monkeypatch):

@@ -147,3 +147,19 @@ def test_labels_and_the_report_tell_frame_sizes_and_given_buckets_apart(tmp_path
     md = (run_dir / "report" / "report.md").read_text()
     assert ("| lab links | 10mbit; 2 nodes, veth pair, MTU 1500; tbf burst 1,514 B, queue 1,514 B (--burst, --limit); "
             "queues dropped 10,345 packets: TCP retransmitted them (lab.json) |") in md
+
+
+def test_the_group_table_names_each_fabrics_group_size_and_a_slow_busbw_in_its_unit():
+    """Round 8 of the lab: an evaluation of 1gbit (2 nodes), 20mbit (3 nodes) and 5mbit labs printed the dp row as
+    `dp (inter-node (fabric), 2 ranks)` for all three and its busbw as `0.000655 GB/s` beside the per-collective
+    table's `655 kB/s`."""
+    from telemetry.analysis.training_comparison import group_tables
+    from telemetry.rundir import StepKey
+
+    def summary(size, gbps):
+        return [{StepKey.COMM_GROUPS: {"dp": {"size": size, "scope": "inter", "bytes_per_step": 149544,
+                                              "time_per_step_s": 0.228, "busbw_GBps": gbps, "partial": False}},
+                 "fabric_share": None}]
+    (_title, _head, rows), = group_tables([summary(2, 0.0145), summary(3, 0.000655)], ["gig", "slow"])
+    assert rows[0][0] == "dp (inter-node (fabric), 2 / 3 ranks)"
+    assert rows[0][1].endswith("/ 14.5 MB/s") and rows[0][2].endswith("/ 655 kB/s"), rows
