@@ -12,6 +12,7 @@ import re
 
 from telemetry.analysis import rates
 from telemetry.analysis.fabric_summary import TBF_MAX_BUCKET_S, tbf_max_bucket_bytes
+from telemetry.errors import InputError
 
 LAB_OPTIONS = ("--nodes", "--nproc-per-node", "--rate", "--slow-node", "--slow-rate", "--mtu", "--timeout", "--port",
                "--burst", "--limit")
@@ -26,7 +27,7 @@ _SIZE_BYTES = {"b": 1, "k": 1024, "kb": 1024, "kib": 1024, "m": 2 ** 20, "mb": 2
                "g": 2 ** 30, "gb": 2 ** 30, "gib": 2 ** 30, "kbit": 1024 / 8, "mbit": 2 ** 20 / 8, "gbit": 2 ** 30 / 8}
 
 
-class SizeError(ValueError):
+class SizeError(InputError, ValueError):
     """A --burst or --limit that is no size tc takes, or one the lab cannot shape with; one line."""
 
 
