@@ -117,7 +117,11 @@ def fmt_diff(p: dict) -> tuple[str, str]:
     if p["pct_interval"]:
         lo, hi = p["pct_interval"]
         ci = f"[{lo * 100:+.1f}%, {hi * 100:+.1f}%]" + ("" if p.get("excludes_zero") else " (includes 0)")
-        if lo < -1:  # every metric (time, busbw) is positive: a fall of over 100% is the t-interval's width alone
+        if lo < -1 and p.get("ratio_pct_interval"):  # the same runs as a ratio bound the fall (round 8 of the lab)
+            rlo, rhi = p["ratio_pct_interval"]
+            ci += (f" (below -100%, a value under zero only as a difference of the means; as a ratio of the runs "
+                   f"(Welch on their logs): [{rlo * 100:+.1f}%, {rhi * 100:+.1f}%])")
+        elif lo < -1:  # every metric (time, busbw) is positive: a fall of over 100% is the t-interval's width alone
             ci += " (below -100%, a value under zero: the runs spread too widely to bound a fall; more repeats narrow it)"
     else:
         ci = f"n/a: {p['reason']}" if p.get("reason") else "n/a"

@@ -709,9 +709,25 @@ def test_a_difference_interval_below_minus_100_percent_is_named():
     s = st.summarize_runs(runs, ["1gbit", "10mbit"])
     pct, ci = fmt_diff(s["differences"][0])
     assert pct == "-82.4%" and ci.startswith("[-17") and "(includes 0)" in ci
-    assert ci.endswith("(below -100%, a value under zero: the runs spread too widely to bound a fall; more repeats "
-                       "narrow it)")
+    # round 8: the same runs as a ratio (Welch on their logs) bound the fall, which the difference could not
+    assert ci.endswith("(below -100%, a value under zero only as a difference of the means; as a ratio of the runs "
+                       "(Welch on their logs): [-91.4%, -62.5%])"), ci
+    no_ratio = {**s["differences"][0], "ratio_pct_interval": None}
+    assert fmt_diff(no_ratio)[1].endswith("(below -100%, a value under zero: the runs spread too widely to bound a "
+                                          "fall; more repeats narrow it)")
     assert "below -100%" not in fmt_diff({"pct": -0.5, "pct_interval": [-0.9, -0.1], "excludes_zero": True})[1]
+
+
+def test_five_repeats_of_a_large_fall_are_bounded_as_a_ratio():
+    """Lab round 8: 1Gbit (2 nodes) against 100mbit (3 nodes), an all_reduce sweep x 5 repeats: the Welch interval
+    of the difference over the first mean read [-101.2%, -80.3%] for a ratio of 0.083-0.099 in every round."""
+    from telemetry.analysis import evaluation_stats as st
+    g1 = [0.13683, 0.13257, 0.11980, 0.11449, 0.11454]
+    m100 = [0.011301, 0.011392, 0.011707, 0.011301, 0.011348]
+    d = st.difference(g1, m100)
+    assert [round(x, 3) for x in d["pct_interval"]] == [-1.012, -0.803]
+    assert [round(x, 3) for x in d["ratio_pct_interval"]] == [-0.917, -0.897]
+    assert st.difference([1.0, 2.0, 3.0], [0.0, 1.0, 2.0])["ratio_pct_interval"] is None  # a zero: no logs
 
 
 def test_a_lab_variants_burst_limit_netem_and_rates_as_people_write_them(tmp_path):
