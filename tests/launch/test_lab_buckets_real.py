@@ -39,3 +39,26 @@ def test_the_bucket_tc_holds_is_the_one_asked_for(rate, kwargs, burst, limit):
             # tc keeps the bucket as a time in whole microseconds: 64 KiB at 1 Gbit/s shows 65500
             assert abs(got["burst"] - burst) <= max(1, burst * 0.002) and got.get("limit", limit) == limit, (ns, dev, got)
     assert not lab.left_behind()
+
+
+def test_burst_and_limit_from_the_command_line_reach_lab_json_and_the_report(tmp_path):
+    import sys
+
+    from telemetry.analysis.report import write_report
+
+    from ..conftest import REPO
+    out = tmp_path / "sweep"
+    proc = subprocess.run([sys.executable, "-m", "launch.lab", "--nodes", "2", "--rate", "10mbit", "--burst", "64k",
+                           "--limit", "1m", "--timeout", "120", "--", "recipes/collectives.yaml",
+                           "sweep.ops=[all_reduce]", "sweep.pairs=false", "sweep.min_bytes=8K", "sweep.max_bytes=32K",
+                           "sweep.iters=2", "sweep.warmup=1", "sweep.latency_table=false", f"output_dir={out}"],
+                          cwd=REPO, capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "links 10mbit (burst 65536 B, queue 1048576 B, MTU 1500)" in proc.stdout
+    info = json.loads((out / "lab.json").read_text())
+    assert (info["burst_bytes"], info["queue_bytes"], info["burst_given"], info["limit_given"]) == (65536, 2 ** 20,
+                                                                                                   True, True)
+    write_report(str(out))
+    md = (out / "report" / "report.md").read_text()
+    assert "| lab links | 10mbit; 2 nodes, veth pair, MTU 1500; tbf burst 65,536 B, queue 1,048,576 B (--burst, " \
+           "--limit);" in md
