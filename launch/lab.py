@@ -31,10 +31,10 @@ import threading
 import time
 from datetime import datetime, timezone
 
-from launch import host_capacity
+from launch import host_capacity, lab_options
 from launch.console import pump, say
 from telemetry.analysis import rates
-from telemetry.analysis.fabric_summary import lab_links
+from telemetry.analysis.fabric_summary import lab_burst_bytes, lab_links
 from telemetry.errors import HarnessError, OneLineParser, output_dir_problem, print_errors
 from telemetry.rundir import LAB, LOGS, METRICS, RUN_JSON, RunKey, StepKey
 from telemetry.signals import deferred
@@ -43,7 +43,8 @@ SUBNET_BASE = "10.213"  # only ever assigned inside the lab's own namespaces
 IFACE = "fab0"
 # tbf counts whole frames: with 1500-byte frames the headers (and the ACKs of the other direction) take
 # 4-6% of a shaped link, so bidirectional payload tops out near 93%; 9000-byte frames leave about 1%
-DEFAULT_MTU, MIN_MTU, MAX_MTU = 1500, 576, 65535
+DEFAULT_MTU, MAX_MTU = 1500, 65535
+MIN_MTU = lab_options.MIN_MTU  # 576
 MIN_NODES, MAX_NODES = 2, 200
 MIN_RATE_BPS = 8  # tc shapes in whole bytes per second: a slower rate is 0, which tc refuses
 # Set as the alias of each namespace's loopback: which lab process (pid, start time, pid namespace) made it,
@@ -78,8 +79,9 @@ def parse_rate(rate: str) -> float | None:
 
 def burst_bytes(rate_bps: float, mtu: int = 1500) -> int:
     """tbf burst: 2 ms of traffic at the rate, at least 16 KiB (measured: smaller bursts underperform) and
-    at least one frame (tbf drops a packet larger than its bucket)."""
-    return max(int(rate_bps / 8 * 0.002), 16 * 1024, mtu + 14)
+    at least one frame (tbf drops a packet larger than its bucket); at most what tc holds at the rate
+    (telemetry/analysis/fabric_summary.py lab_burst_bytes: the rule the projection takes too)."""
+    return lab_burst_bytes(rate_bps, mtu)
 
 
 def queue_bytes(rate_bps: float) -> int:
@@ -178,18 +180,20 @@ class Lab:
     """Namespaces, links and shaping; a context manager that always tears down."""
 
     def __init__(self, nodes: int, rate: str, lab_id: str | None = None, slow_node: int | None = None,
-                 slow_rate: str | None = None, mtu: int = DEFAULT_MTU):
+                 slow_rate: str | None = None, mtu: int = DEFAULT_MTU, burst=None, limit=None):
         if not MIN_MTU <= mtu <= MAX_MTU:
             raise LabError(f"--mtu: got {mtu}; expected {MIN_MTU} to {MAX_MTU} bytes (1500 Ethernet, 9000 jumbo frames)")
         if nodes < MIN_NODES:
-            raise LabError(f"--nodes: got {nodes}; a fabric needs at least {MIN_NODES} nodes")
+            raise LabError(f"--nodes: got {nodes}; a fabric needs at least {MIN_NODES} nodes; allowed: {MIN_NODES} to "
+                           f"{MAX_NODES} (ranks on one node talk over loopback, which no link shapes: torchrun "
+                           "--standalone --nproc-per-node G -m trainer RECIPE runs them)")
         if nodes > MAX_NODES:
             raise LabError(f"--nodes: got {nodes}; at most {MAX_NODES}")
         self.nodes, self.rate, self.mtu = nodes, rate.strip().lower(), mtu  # tc reads units in any case
         if "," in rate:  # a rate per node, as a network engineer may try
             raise LabError(f"--rate: got {rate!r}; one rate for every link, per-node rates are not supported; allowed: "
                            "one tc rate (e.g. 100mbit), and --slow-node with --slow-rate for one slower node")
-        self.rate_bps = parse_rate(self.rate)
+        self.rate_bps = parse_rate(rate.strip())  # its errors name the rate as written ('10G', not '10g')
         if self.rate_bps is not None and self.rate_bps < MIN_RATE_BPS:
             raise LabError(f"--rate: got {rate!r}; tc shapes in whole bytes per second: expected at least 8bit "
                            "(e.g. 100mbit, 1gbit), or 'none' for unshaped links")
@@ -218,6 +222,24 @@ class Lab:
             raise LabError(f"--slow-rate: got {slow_rate!r}, not slower than --rate {rate!r}{in_bits}; expected a rate "
                            "below --rate (one slow link among healthy ones)")
         self.slow_rate = slow_rate.strip().lower() if slow_rate is not None else None
+        # --burst/--limit: every shaped link's tbf bucket and queue in bytes, instead of the rule's (burst_bytes,
+        # queue_bytes); both need a link to shape
+        self.burst = self.limit = None
+        for option, given in (("--burst", burst), ("--limit", limit)):
+            if given is None:
+                continue
+            if self.rate_bps is None and self.slow_rate_bps is None:
+                raise LabError(f"{option}: got {given!r}, but --rate none shapes no link: there is no tbf to size; "
+                               "allowed: with a shaped --rate (or --slow-rate)")
+            try:
+                size = lab_options.parse_size(given, option, mtu)
+            except lab_options.SizeError as exc:
+                raise LabError(str(exc)) from None
+            setattr(self, option[2:], size)
+        for option, given, bps in (("--rate", rate, self.rate_bps), ("--slow-rate", slow_rate, self.slow_rate_bps)):
+            if bps and (problem := lab_options.bucket_problem(option, burst if burst is not None else given, bps,
+                                                                 self.link_burst(bps), mtu, burst is not None)):
+                raise LabError(problem)
         self.id = lab_id or f"{ID_PREFIX}{os.getpid() % 100000}"
         self.subnet = f"{SUBNET_BASE}.{os.getpid() % 250 + 1}"
         self.namespaces = [f"{self.id}n{i}" for i in range(nodes)]
@@ -234,22 +256,29 @@ class Lab:
 
     def describe(self) -> dict:
         return {"nodes": self.nodes, "rate": self.rate, "rate_bps": self.rate_bps,
-                "burst_bytes": burst_bytes(self.rate_bps, self.mtu) if self.rate_bps else None, "mtu": self.mtu,
-                "queue_bytes": queue_bytes(self.rate_bps) if self.rate_bps else None,
+                "burst_bytes": self.link_burst(self.rate_bps), "mtu": self.mtu,
+                "queue_bytes": self.link_queue(self.rate_bps),
+                "burst_given": self.burst is not None, "limit_given": self.limit is not None,
                 "topology": "bridge" if self.switch else "veth pair", "interface": IFACE,
                 # every node computes on this one host's cores: a projection to more lab nodes needs it
                 "host_cpus": len(os.sched_getaffinity(0)),
                 "slow_node": self.slow_node, "slow_rate": self.slow_rate, "slow_rate_bps": self.slow_rate_bps,
-                "slow_burst_bytes": burst_bytes(self.slow_rate_bps, self.mtu) if self.slow_rate_bps else None,
+                "slow_burst_bytes": self.link_burst(self.slow_rate_bps),
                 "addresses": [self.address(i) for i in range(self.nodes)], "namespaces": self.namespaces,
                 "switch": self.switch}
+
+    def link_burst(self, bps: float | None) -> int | None:
+        return None if bps is None else self.burst or burst_bytes(bps, self.mtu)
+
+    def link_queue(self, bps: float | None) -> int | None:
+        return None if bps is None else self.limit or queue_bytes(bps)
 
     def _shape(self, ns: str, dev: str, slow: bool = False) -> None:
         rate, bps = (self.slow_rate, self.slow_rate_bps) if slow else (self.rate, self.rate_bps)
         if bps is None:
             return
         _run(["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", dev, "root", "tbf", "rate", rate,
-              "burst", str(burst_bytes(bps, self.mtu)), "limit", str(queue_bytes(bps))],
+              "burst", str(self.link_burst(bps)), "limit", str(self.link_queue(bps))],
              f"shaping {ns}/{dev} at {rate}")
         self.shaped.append((ns, dev))
 
@@ -656,31 +685,6 @@ def _record_qdiscs(lab: Lab, output_dir: str) -> None:
         say(f"[lab] the shaped links' queues dropped {drops} packets {when}; lab.json `qdisc`", sys.stderr)
 
 
-LAB_OPTIONS = ("--nodes", "--nproc-per-node", "--rate", "--slow-node", "--slow-rate", "--mtu", "--timeout", "--port")
-NETEM_OPTIONS = ("--delay", "--latency", "--jitter", "--loss", "--netem", "--corrupt", "--reorder", "--duplicate")
-
-
-def _option_problems(ours: list[str]) -> list[str]:
-    """What argparse would take silently or name badly: an option given twice (the last one won: `--rate 10mbit
-    --rate 100mbit` ran every link at 100mbit), and netem's impairments, which the lab does not add."""
-    seen: dict[str, list[str]] = {}
-    problems = []
-    for i, arg in enumerate(ours):
-        name, eq, value = arg.partition("=")
-        if name in NETEM_OPTIONS:
-            problems.append(f"{name}: the lab shapes bandwidth only (tc tbf) and adds no delay, jitter or loss (tc "
-                            "netem); allowed: --rate, --mtu, --slow-node with --slow-rate")
-        elif name in LAB_OPTIONS:
-            seen.setdefault(name, []).append(value if eq else (ours[i + 1] if i + 1 < len(ours) else ""))
-    for name, values in seen.items():
-        if len(values) > 1:
-            per_node = " (one rate for every link; one slower node: --slow-node with --slow-rate)" \
-                if name == "--rate" else ""
-            problems.append(f"{name}: given {len(values)} times ({', '.join(map(repr, values))}); allowed: once"
-                            + per_node)
-    return problems
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--" in argv:
@@ -701,7 +705,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="frame size of the lab's links (default 1500; 9000 for jumbo frames as on training fabrics)")
     p.add_argument("--timeout", type=float, default=1800, help="seconds before every node is stopped")
     p.add_argument("--port", type=int, default=29400, help="rendezvous port on node 0")
-    if given := _option_problems(ours):
+    for name, what in (("--burst", "bucket (64k, 2m; default 2 ms of the rate, >= 16 KiB)"),
+                       ("--limit", "queue (default 20 ms of the rate, >= 256 KiB)")):
+        p.add_argument(name, default=None, help=f"every shaped link's tbf {what} in bytes as tc writes sizes")
+    if given := lab_options.option_problems(ours):
         return print_errors(*given)
     args = p.parse_args(ours)
     if not recipe_args:
@@ -714,7 +721,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--port: got {args.port}; expected a TCP port from 1 to 65535")
     problems: list = []
     try:  # the lab's own arguments and the recipe, every problem in one pass
-        lab = Lab(args.nodes, args.rate, slow_node=args.slow_node, slow_rate=args.slow_rate, mtu=args.mtu)
+        lab = Lab(args.nodes, args.rate, slow_node=args.slow_node, slow_rate=args.slow_rate, mtu=args.mtu,
+                  burst=args.burst, limit=args.limit)
     except LabError as exc:
         problems.append(exc)
     nodes_ok = MIN_NODES <= args.nodes <= MAX_NODES
@@ -743,7 +751,8 @@ def main(argv: list[str] | None = None) -> int:
     code = 1
     try:
         with lab:
-            shaped = (f"{lab_links(lab.describe())} (burst {burst_bytes(lab.rate_bps, lab.mtu)} B, MTU {lab.mtu})"
+            shaped = (f"{lab_links(lab.describe())} (burst {lab.link_burst(lab.rate_bps)} B"
+                      + (f", queue {lab.limit} B" if lab.limit else "") + f", MTU {lab.mtu})"
                       if lab.rate_bps else f"{lab_links(lab.describe())} (MTU {lab.mtu})")
             say(f"[lab] {lab.nodes} nodes x {args.nproc_per_node} ranks, {lab.describe()['topology']}, links "
                 f"{shaped}; run directory {output_dir}")

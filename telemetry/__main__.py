@@ -358,6 +358,8 @@ def _print_projection(p: dict, label: str, table, eff, args, intra_bps, profile:
         where_g = (("on the target link" + (f", {shared:g} transfers sharing each link" if shared > 1 else ""))
                    if g["on_target_link"] else
                    "intra-node, " + (f"at {args.intra_rate}" if intra_bps else "as measured"))
+        if g.get("size_new", g["size"]) == 1:  # onto 1 node x 1 rank: a group of one moves nothing, on no link
+            where_g = "one rank: its calls move no bytes between ranks, on no link"
         ranks = (f"{g['size']} ranks" if g.get("size_new", g["size"]) == g["size"] else
                  f"{g['size']} ranks measured, {g['size_new']} projected")
         print(f"    group {name} ({g['scope']}-node, {ranks}): {g['bytes']:.0f} bytes, "

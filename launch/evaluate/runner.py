@@ -157,6 +157,9 @@ def lab_command(ev: Evaluation, run: PlannedRun) -> list[str]:
         cmd += ["--mtu", str(lab["mtu"])]
     if "slow_node" in lab:
         cmd += ["--slow-node", str(lab["slow_node"]), "--slow-rate", lab["slow_rate"]]
+    for key in ("burst", "limit"):
+        if key in lab:
+            cmd += [f"--{key}", lab[key]]
     return [*cmd, "--", *trainer_args(run)]
 
 

@@ -33,7 +33,9 @@ MAX_PER_NODE = 1024  # ranks or GPUs on one node (the largest nodes have 8 to 72
 MAX_REPEATS = 1000  # rounds; each is a run per variant x workload (a typo's 10**30 hung the dry run building the plan)
 TOP_KEYS = ("name", "launcher", "repeats", "out", "variants", "workloads", "local", "lab", "slurm")
 VARIANT_KEYS = ("name", "expect_transport", "env", "lab", "hosts", "fabric_config")
-VARIANT_LAB_KEYS = ("rate", "mtu", "nodes", "nproc_per_node", "slow_node", "slow_rate")
+VARIANT_LAB_KEYS = ("rate", "mtu", "nodes", "nproc_per_node", "slow_node", "slow_rate", "burst", "limit")
+# tc netem's impairments, which the lab does not add: named as such, not as unknown keys (the lab's CLI does the same)
+NETEM_KEYS = ("delay", "latency", "jitter", "loss", "reorder", "duplicate", "corrupt", "netem")
 WORKLOAD_KEYS = ("name", "recipe", "overrides")
 LAUNCHER_KEYS = {"local": ("nproc_per_node", "timeout"),
                  "lab": ("nodes", "nproc_per_node", "timeout"),
@@ -127,6 +129,47 @@ def _entry(raw: Any, path: str, keys, required: tuple[str, ...], why: str, probl
     return True
 
 
+def _variant_lab(raw_lab: dict, path: str, problems: list[str]) -> dict[str, Any]:
+    """A lab variant's `lab:` mapping, each key by the lab's own limits; netem's impairments named as such."""
+    lab: dict[str, Any] = {}
+    from launch.lab_options import NETEM_REFUSAL
+    problems += [f"{path}.lab.{k}: {NETEM_REFUSAL}; allowed: {', '.join(VARIANT_LAB_KEYS)}"
+                 for k in raw_lab if k in NETEM_KEYS]
+    _keys({k: v for k, v in raw_lab.items() if k not in NETEM_KEYS}, f"{path}.lab", VARIANT_LAB_KEYS, problems)
+    rate = raw_lab.get("rate", "none")
+    from telemetry.analysis import rates
+    try:
+        if not isinstance(rate, str):  # YAML's 1000000000 or 1.0e+9: a number, which tc reads as bit/s
+            hint = rates.suggestion(str(rate)) if isinstance(rate, (int, float)) and not isinstance(
+                rate, bool) else None
+            raise rates.RateError(f"--rate: got {rate!r}; expected a tc rate such as 1gbit"
+                                  + (f"; {hint}" if hint else ""))
+        bps = rates.parse_rate(rate, min_bps=MIN_RATE_BPS)
+        if bps is not None and bps < MIN_RATE_BPS:
+            raise rates.RateError(f"--rate: got {rate!r}; tc shapes in whole bytes per second: expected at "
+                                  "least 8bit (e.g. 100mbit, 1gbit), or 'none' for unshaped links")
+        lab["rate"] = rate
+    except rates.RateError as exc:
+        problems.append(f"{path}.lab.rate: " + str(exc).removeprefix("--rate: "))
+    if "mtu" in raw_lab:
+        lab["mtu"] = _int(raw_lab, "mtu", f"{path}.lab", MIN_MTU, problems, DEFAULT_MTU, high=MAX_MTU)
+    if "nodes" in raw_lab:
+        lab["nodes"] = _int(raw_lab, "nodes", f"{path}.lab", 2, problems, 2, high=200)
+    if "nproc_per_node" in raw_lab:
+        lab["nproc_per_node"] = _int(raw_lab, "nproc_per_node", f"{path}.lab", 1, problems, 1,
+                                     high=MAX_PER_NODE)
+    # one slow link among healthy ones (the lab's --slow-node/--slow-rate): checked with the lab's own
+    # rules once the node count is known (_slow_link_problems)
+    if "slow_node" in raw_lab:
+        lab["slow_node"] = _int(raw_lab, "slow_node", f"{path}.lab", 0, problems, 0)
+    if "slow_rate" in raw_lab:
+        lab["slow_rate"] = raw_lab["slow_rate"] if isinstance(raw_lab["slow_rate"], str) else repr(raw_lab["slow_rate"])
+    for key in ("burst", "limit"):  # the lab's --burst/--limit, checked by its rules with the rate and MTU
+        if key in raw_lab:
+            lab[key] = str(raw_lab[key])
+    return lab
+
+
 def _variant(raw: Any, i: int, launcher: str, problems: list[str]) -> Variant | None:
     path = f"variants[{i}]"
     if not _entry(raw, path, VARIANT_KEYS, ("name", "expect_transport"),
@@ -165,32 +208,7 @@ def _variant(raw: Any, i: int, launcher: str, problems: list[str]) -> Variant | 
         elif not isinstance(raw_lab, dict):
             problems.append(f"{path}.lab: got {raw_lab!r}; expected a mapping with keys {', '.join(VARIANT_LAB_KEYS)}")
         else:
-            _keys(raw_lab, f"{path}.lab", VARIANT_LAB_KEYS, problems)
-            rate = raw_lab.get("rate", "none")
-            from telemetry.analysis import rates
-            try:
-                if not isinstance(rate, str):
-                    raise rates.RateError(f"--rate: got {rate!r}; expected a tc rate such as 1gbit")
-                bps = rates.parse_rate(rate, min_bps=MIN_RATE_BPS)
-                if bps is not None and bps < MIN_RATE_BPS:
-                    raise rates.RateError(f"--rate: got {rate!r}; tc shapes in whole bytes per second: expected at "
-                                          "least 8bit (e.g. 100mbit, 1gbit), or 'none' for unshaped links")
-                lab["rate"] = rate
-            except rates.RateError as exc:
-                problems.append(f"{path}.lab.rate: " + str(exc).removeprefix("--rate: "))
-            if "mtu" in raw_lab:
-                lab["mtu"] = _int(raw_lab, "mtu", f"{path}.lab", MIN_MTU, problems, DEFAULT_MTU, high=MAX_MTU)
-            if "nodes" in raw_lab:
-                lab["nodes"] = _int(raw_lab, "nodes", f"{path}.lab", 2, problems, 2, high=200)
-            if "nproc_per_node" in raw_lab:
-                lab["nproc_per_node"] = _int(raw_lab, "nproc_per_node", f"{path}.lab", 1, problems, 1,
-                                             high=MAX_PER_NODE)
-            # one slow link among healthy ones (the lab's --slow-node/--slow-rate): checked with the lab's own
-            # rules once the node count is known (_slow_link_problems)
-            if "slow_node" in raw_lab:
-                lab["slow_node"] = _int(raw_lab, "slow_node", f"{path}.lab", 0, problems, 0)
-            if "slow_rate" in raw_lab:
-                lab["slow_rate"] = raw_lab["slow_rate"] if isinstance(raw_lab["slow_rate"], str) else repr(raw_lab["slow_rate"])
+            lab = _variant_lab(raw_lab, path, problems)
     hosts: list[str] = []
     if "hosts" in raw:
         raw_hosts = raw["hosts"]
@@ -382,7 +400,7 @@ def bind(raw: dict, base: str = ".", path: str = "") -> Evaluation:
             seen.setdefault(item.name, i)
     options = _launcher_options(raw, launcher, problems)
     if launcher == "lab":
-        problems += _slow_link_problems(options, at)
+        problems += _slow_link_problems(options, at, problems)
     if not problems and launcher:
         problems += _layout_problems(launcher, options, variants, workloads)
     if problems:
@@ -403,24 +421,29 @@ def world_size(launcher: str, options: dict, variant: Variant) -> int:
     return (len(variant.hosts) or options["nodes"]) * per_node
 
 
-def _slow_link_problems(options: dict, variants: list[tuple[int, Variant]]) -> list[str]:
-    """A variant's slow node and rate, by the lab's own rules (launch.lab.Lab checks its arguments without
-    making anything): both or neither, a node of the variant's lab, a rate below the others'."""
+def _slow_link_problems(options: dict, variants: list[tuple[int, Variant]], found: list[str]) -> list[str]:
+    """A variant's lab by the lab's own rules (launch.lab.Lab checks its arguments without making anything): slow
+    node and rate both or neither, a node of the variant's lab, a rate below the others'; burst and limit; a bucket
+    tc can hold at the rate."""
     from launch.lab import Lab, LabError
     problems = []
     for i, v in variants:  # i: the variant's place in the file (one that is no mapping is not in the list)
         lab = v.lab
-        if "slow_node" not in lab and "slow_rate" not in lab:
+        if not lab or any(p.startswith(f"variants[{i}].lab") for p in found):  # said once, by the key's own check
             continue
         try:
             Lab(lab.get("nodes") or options.get("nodes") or 2, lab.get("rate", "none"), slow_node=lab.get("slow_node"),
-                slow_rate=lab.get("slow_rate"), mtu=lab.get("mtu", DEFAULT_MTU))
+                slow_rate=lab.get("slow_rate"), mtu=lab.get("mtu", DEFAULT_MTU), burst=lab.get("burst"),
+                limit=lab.get("limit"))
         except LabError as exc:
             said = str(exc)
             for option, key in (("--slow-node and --slow-rate", "slow_node and slow_rate"), ("--slow-node", "slow_node"),
-                                ("--slow-rate", "slow_rate"), ("--rate", "lab.rate")):
+                                ("--slow-rate", "slow_rate"), ("--rate", "lab.rate"), ("--burst", "burst"),
+                                ("--limit", "limit"), ("--mtu", "mtu")):
                 said = said.replace(option, key)
-            problems.append(f"variants[{i}].lab.{said}" if said.startswith("slow_") and ":" in said.split()[0]
+            said = said.removeprefix("lab.")  # `lab.rate: ...` leads its own line as `variants[i].lab.rate`
+            problems.append(f"variants[{i}].lab.{said}" if said.startswith(("slow_", "burst", "limit", "rate", "mtu"))
+                            and ":" in said.split()[0]
                             else f"variants[{i}].lab: {said}")
     return problems
 

@@ -90,11 +90,13 @@ _SCALE = {"MB/s": 1e3, "kB/s": 1e6}  # readable()'s units, from GB/s
 
 
 def readable(s: dict) -> dict:
-    """A workload's statistics for display: a busbw in GB/s whose every value is below 0.01 (a slow lab link)
-    is shown in MB/s or kB/s (`0.0005685 GB/s` read as 568.5 kB/s). evaluation.json keeps GB/s."""
+    """A workload's statistics for display: a busbw in GB/s with a value below 0.01 (a slow lab link) is shown
+    in MB/s, or kB/s where every value is below 0.001 (`0.0005685 GB/s` read as 568.5 kB/s). A 1gbit variant
+    beside 20mbit and 5mbit ones kept GB/s for all: `0.1979`, `0.002302`, `0.0005788` (round 8); now 197.9, 2.302
+    and 0.5788 MB/s. evaluation.json keeps GB/s."""
     m = s.get("metric") or {}
     values = [v for d in s["variants"].values() for v in d.get("values") or []]
-    if m.get("unit") != "GB/s" or not values or max(abs(v) for v in values) >= 0.01:
+    if m.get("unit") != "GB/s" or not values or min(abs(v) for v in values) >= 0.01:
         return s
     unit = "MB/s" if max(abs(v) for v in values) >= 0.001 else "kB/s"
     k = _SCALE[unit]
@@ -132,7 +134,11 @@ def fmt_diff(p: dict) -> tuple[str, str]:
     if p["pct_interval"]:
         lo, hi = p["pct_interval"]
         ci = f"[{lo * 100:+.1f}%, {hi * 100:+.1f}%]" + ("" if p.get("excludes_zero") else " (includes 0)")
-        if lo < -1:  # every metric (time, busbw) is positive: a fall of over 100% is the t-interval's width alone
+        if lo < -1 and p.get("ratio_pct_interval"):  # the same runs as a ratio bound the fall (round 8 of the lab)
+            rlo, rhi = p["ratio_pct_interval"]
+            ci += (f" (below -100%, a value under zero only as a difference of the means; as a ratio of the runs "
+                   f"(Welch on their logs): [{rlo * 100:+.1f}%, {rhi * 100:+.1f}%])")
+        elif lo < -1:  # every metric (time, busbw) is positive: a fall of over 100% is the t-interval's width alone
             ci += " (below -100%, a value under zero: the runs spread too widely to bound a fall; more repeats narrow it)"
     else:
         ci = f"n/a: {p['reason']}" if p.get("reason") else "n/a"

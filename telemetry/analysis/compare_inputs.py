@@ -71,6 +71,14 @@ def _lab_label(run: Run, lab: dict) -> str:
         text += f" {nodes}x{per_node if per_node else '?'}"
     if lab.get("slow_rate_bps"):
         text += f", node {lab.get('slow_node')} at {lab.get('slow_rate')}"
+    # the frame size and a bucket or queue given by hand shape the link too: runs at one rate with MTU 1500 and
+    # 9000, or with the default queue and a one-frame one (10,345 drops), were labelled alike and taken as repeats
+    if lab.get("mtu") and lab.get("mtu") != 1500:
+        text += f", MTU {lab.get('mtu')}"
+    if lab.get("burst_given") and lab.get("burst_bytes"):
+        text += f", burst {lab.get('burst_bytes')} B"
+    if lab.get("limit_given") and lab.get("queue_bytes"):
+        text += f", queue {lab.get('queue_bytes')} B"
     return text
 
 

@@ -6,6 +6,8 @@ value is shown.
 """
 from __future__ import annotations
 
+import math
+
 import json
 import os
 import re
@@ -43,10 +45,24 @@ def lab_tbf_drops_at(run_dir: str) -> tuple[int | None, int | None]:
     return (drops if isinstance(drops, int) else None), (after if isinstance(after, int) else None)
 
 
+# the kernel keeps a tbf bucket as the time it takes to fill at the rate, in 32 bits of 64 ns ticks (iproute2's
+# tc_calc_xmittime with /proc/net/psched's 64 ns tick): 2**32 x 64 ns = 274.9 s. A longer one wraps silently
+# (tc 6.1 on this host: `rate 476bit burst 16384` shows `burst 166b`, less than a frame: no frame passes)
+TBF_MAX_BUCKET_S = 274.0
+
+
+def tbf_max_bucket_bytes(rate_bps: float) -> int:
+    """The largest tbf bucket tc holds at a rate without wrapping (TBF_MAX_BUCKET_S of the rate, in the whole bytes
+    per second tc shapes at: `rate 100bit` is 12 bytes/s, shown as 96bit)."""
+    return int(math.floor(rate_bps / 8) * TBF_MAX_BUCKET_S)
+
+
 def lab_burst_bytes(rate_bps: float, mtu: int | None = None) -> int:
     """The fabric lab's tbf burst at a rate (launch/lab.py burst_bytes, the rule it shapes with): 2 ms at the
-    rate, at least 16 KiB and one frame."""
-    return max(int(rate_bps / 8 * 0.002), 16 * 1024, int(mtu or 1500) + 14)
+    rate, at least 16 KiB and one frame; below 480 bit/s 16 KiB takes longer to fill than tc can hold, so there
+    it is what tc holds (still at least one frame: a rate at which one frame cannot be held, the lab refuses)."""
+    frame = int(mtu or 1500) + 14
+    return max(min(max(int(rate_bps / 8 * 0.002), 16 * 1024), tbf_max_bucket_bytes(rate_bps)), frame)
 
 
 def lab_slowest_link(lab: dict) -> tuple[float | None, float | None, str]:
@@ -77,6 +93,18 @@ def lab_links(lab: dict) -> str:
     return links
 
 
+def lab_bucket_text(lab: dict) -> str:
+    """'; tbf burst 1514 B, queue 1514 B (--burst, --limit)' where the lab was given its bucket or queue (a
+    one-frame queue dropped 10,345 packets in a 10mbit sweep, which the row named without saying why); '' where
+    the lab sized them by its own rule."""
+    given = [(f"burst {lab.get('burst_bytes'):,} B", "--burst") if lab.get("burst_given") else None,
+             (f"queue {lab.get('queue_bytes'):,} B", "--limit") if lab.get("limit_given") else None]
+    given = [g for g in given if g]
+    if not given:
+        return ""
+    return f"; tbf {', '.join(g[0] for g in given)} ({', '.join(g[1] for g in given)})"
+
+
 def lab_row(run: Run) -> list[str] | None:
     """A report's row for a lab run: its links, nodes, topology, MTU and what the shaped queues dropped (the
     interface counters in the run's records never see those drops). None off the lab."""
@@ -85,7 +113,7 @@ def lab_row(run: Run) -> list[str] | None:
         return None
     shaped = lab.get("rate_bps") or lab.get("slow_rate_bps")
     return ["lab links", f"{lab_links(lab)}; {lab.get('nodes')} nodes, {lab.get('topology')}, MTU {lab.get('mtu')}"
-            + (f"; {_tbf_drops(run)} (lab.json)" if shaped else "")]
+            + lab_bucket_text(lab) + (f"; {_tbf_drops(run)} (lab.json)" if shaped else "")]
 
 
 def _tbf_drops(run: Run) -> str:
@@ -111,7 +139,8 @@ def _link_rate(fab: dict, used: list[str], run: Run) -> str:
     lab = fab.get("lab") or {}
     if lab:
         shaped = lab.get("rate_bps") or lab.get("slow_rate_bps")
-        return f"{lab_links(lab)} (emulated: tc tbf; {_tbf_drops(run)})" if shaped else "unshaped (emulated lab)"
+        return (f"{lab_links(lab)} (emulated: tc tbf{lab_bucket_text(lab)}; {_tbf_drops(run)})" if shaped
+                else "unshaped (emulated lab)")
     hcas = {h["device"]: h for h in fab.get("hcas") or []}
     rates = [hcas[u.split(":")[0]].get("rate") for u in used if u.split(":")[0] in hcas]
     if any(rates):

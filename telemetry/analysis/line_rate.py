@@ -133,6 +133,13 @@ def _burst_explains(share: float, rate: LineRate, size: float | None) -> bool:
     return size is None or size <= rate.burst_bytes or share <= 1.05 * size / (size - rate.burst_bytes)
 
 
+def burst_text(burst_bytes: float) -> str:
+    """The tc bucket as a person reads it: 16 KiB, 64 KiB (65,549 B printed 64.0127 KiB), 23.8 MiB."""
+    if burst_bytes >= 2 ** 20:
+        return f"{burst_bytes / 2 ** 20:.3g} MiB"
+    return f"{burst_bytes / 1024:.3g} KiB"
+
+
 def of_line_text(gbps: float | None, rate: LineRate | None, size: float | None = None) -> str:
     """'; 84.6% of line rate' for one NIC; with several, against all of them, and what one NIC carries."""
     total = rate.total_bps if rate else None
@@ -151,7 +158,7 @@ def of_line_text(gbps: float | None, rate: LineRate | None, size: float | None =
     if share > 1.05 and rate.slow_node is not None and (size is None or not _burst_explains(share, rate, size)):
         other = (f"{gbps * 8e9 / rate.other_bps * 100:.1f}% of the other links' {bits_text(rate.other_bps)}"
                  if rate.other_bps else "the other links are unshaped")
-        burst = (f"; the tc burst of {rate.burst_bytes / 1024:g} KiB also passes at the host's speed"
+        burst = (f"; the tc burst of {burst_text(rate.burst_bytes)} also passes at the host's speed"
                  if size is None and rate.burst_bytes else "")
         # and a collective's time is the mean over its ranks (nccl-tests' -a default): in a send/recv ring on 4
         # nodes only 2 ranks wait on node 0's egress, the other 2 finish at the healthy rate and pull the mean up
@@ -160,8 +167,14 @@ def of_line_text(gbps: float | None, rate: LineRate | None, size: float | None =
                        "over the ranks (sweep.time_reduction avg) counts the ranks whose transfers avoid it at the "
                        f"healthy rate: {other}{burst})")
     if share > 1.05 and _burst_explains(share, rate, size):  # the lab's token bucket, not a wrong rate
-        return text + (f" (above the line rate: the links' tc burst of {rate.burst_bytes / 1024:g} KiB passes at the "
+        return text + (f" (above the line rate: the links' tc burst of {burst_text(rate.burst_bytes)} passes at the "
                        "host's speed after an idle moment, so small messages beat the rate)")
+    if share < 0.95 and rate.burst_bytes and size is not None and size <= rate.burst_bytes:
+        # the bucket refills at the rate and each transfer fits it: below the rate it never ran dry, so the tbf held
+        # no packet. A 100gbit lab (25 MB burst) read "7.8% of line rate" at 4 MB with nothing said: the host's veth
+        # and copies, not the link
+        return text + (f" (within the links' tc burst of {burst_text(rate.burst_bytes)}, below the rate: the tbf "
+                       "held no packet, so the host's own speed set this, not the shaped rate)")
     return text + (" (ABOVE the line rate: check the rate)" if share > 1.05 else "")
 
 

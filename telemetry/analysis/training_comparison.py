@@ -138,8 +138,13 @@ def _group_cell(gs: list[dict]) -> str:
     if not gs:
         return "n/a (not recorded)"
     text = (fmt_bytes(_mean_of(gs, "bytes_per_step")) + " / " + fmt(_mean_of(gs, "time_per_step_s"), "s") + " / "
-            + fmt(_mean_of(gs, "busbw_GBps"), "GB/s") + (" (partial)" if any(g.get("partial") for g in gs) else ""))
+            + _busbw_text(_mean_of(gs, "busbw_GBps")) + (" (partial)" if any(g.get("partial") for g in gs) else ""))
     return text + (f" (mean, n={len(gs)})" if len(gs) > 1 else "")
+
+
+def _busbw_text(gbps) -> str:
+    """busbw in the unit it reads in, as the per-collective table above (0.000655 GB/s there read 655 kB/s)."""
+    return rate_text(gbps) if gbps is not None else "n/a"
 
 
 def _share_cell(shares: list[dict]) -> str:
@@ -164,7 +169,10 @@ def group_tables(run_sums: list[list[dict]], labels: list[str]) -> list[tuple]:
     for name in names:
         known = next(s[StepKey.COMM_GROUPS][name] for ss in run_sums for s in ss
                      if name in (s.get(StepKey.COMM_GROUPS) or {}))
-        head = f"{name} ({scope_label(known)}, {known.get('size')} ranks)"
+        # the group's size per fabric (a 2-node and a 3-node lab: dp of 2 and 3 ranks, labelled "2 ranks" for both)
+        sizes = list(dict.fromkeys(str(g.get("size")) for ss in run_sums for s in ss
+                                   if (g := (s.get(StepKey.COMM_GROUPS) or {}).get(name))))
+        head = f"{name} ({scope_label(known)}, {' / '.join(sizes)} ranks)"
         rows.append([head] + [_group_cell([g for s in ss if (g := (s.get(StepKey.COMM_GROUPS) or {}).get(name))])
                               for ss in run_sums])
     rows.append(["fabric share (inter-node groups)"]

@@ -550,3 +550,25 @@ def test_an_out_on_a_filesystem_that_fills_up_is_one_line(capsys, tmp_path, monk
     line = one_error(capsys, ["report", str(run), "--out", str(tmp_path / "r")])
     assert line == (f"error: --out: '{tmp_path}/r/report.md' could not be written (No space left on device); allowed: "
                     "a place on a filesystem with free space that this user can write")
+
+
+def test_project_onto_one_node_of_one_rank_says_its_group_moves_nothing(capsys, run_dir):
+    """Round 8 of the lab: a 3-node run projected with `--nodes 1` printed its dp group, now of one rank, as
+    `0.0000 s (on the target link)`; a group of one moves no bytes, on no link."""
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    with_groups = []
+    for line in lines:
+        try:
+            rec = json.loads(line)
+        except ValueError:  # the recorded run's last line is cut mid-line on purpose
+            continue
+        rec["comm_groups"] = {"dp": {"dim": "dp", "size": 2, "scope": "inter", "ranks": [0, 1], "by_op": {
+            "all_reduce": {"count": 1, "bytes": 1_000_000, "time_s": 0.25}}}}
+        with_groups.append(json.dumps(rec))
+    (run_dir / "metrics.jsonl").write_text("\n".join(with_groups) + "\n")
+    assert main(["project", str(run_dir), "--rate", "1gbit", "--nodes", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "1 projected): " in out and "(one rank: its calls move no bytes between ranks, on no link)" in out, out
+    assert "on the target link" not in out
+    # and the rate as a person writes it is named with what to write
+    assert one_error(capsys, ["project", str(run_dir), "--rate", "100GbE"]).endswith("; for 100 Gbit/s write 100gbit")

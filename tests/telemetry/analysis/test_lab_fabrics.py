@@ -128,6 +128,38 @@ def test_the_lab_burst_rule_is_the_one_the_lab_shapes_with():
     from launch.lab import burst_bytes
     from telemetry.analysis.fabric_summary import lab_burst_bytes
 
-    for rate in (8, 1e6, 2e6, 100e6, 1e9, 10e9, 80e9):
+    for rate in (8, 100, 476, 1e6, 2e6, 100e6, 1e9, 10e9, 80e9):
         for mtu in (576, 1500, 9000, 65535):
             assert lab_burst_bytes(rate, mtu) == burst_bytes(rate, mtu)
+
+
+def test_labels_and_the_report_tell_frame_sizes_and_given_buckets_apart(tmp_path):
+    """Round 8 of the lab: a 10mbit run with a one-frame queue (`--burst 1514 --limit 1514`: 10,345 drops, 2-34% of
+    the rate) was labelled `10mbit lab` like one on the lab's own queue, and so was one at MTU 9000: `telemetry
+    compare` took them as repeats of one fabric; the report's link row did not say the queue was set by hand."""
+    given = {**lab("10mbit", 1e7), "burst_bytes": 1514, "queue_bytes": 1514, "burst_given": True, "limit_given": True}
+    assert label(lab_run(tmp_path, "a", given)) == "10mbit lab, burst 1514 B, queue 1514 B"
+    assert label(lab_run(tmp_path, "b", {**lab("10mbit", 1e7), "mtu": 9000})) == "10mbit lab, MTU 9000"
+    assert label(lab_run(tmp_path, "c", {**lab("10mbit", 1e7), "queue_bytes": 262144})) == "10mbit lab"
+    lab_run(tmp_path, "r", {**given, "topology": "veth pair"})
+    (run_dir := tmp_path / "r").joinpath("lab.json").write_text('{"tbf_drops": 10345}')
+    write_report(str(run_dir))
+    md = (run_dir / "report" / "report.md").read_text()
+    assert ("| lab links | 10mbit; 2 nodes, veth pair, MTU 1500; tbf burst 1,514 B, queue 1,514 B (--burst, --limit); "
+            "queues dropped 10,345 packets: TCP retransmitted them (lab.json) |") in md
+
+
+def test_the_group_table_names_each_fabrics_group_size_and_a_slow_busbw_in_its_unit():
+    """Round 8 of the lab: an evaluation of 1gbit (2 nodes), 20mbit (3 nodes) and 5mbit labs printed the dp row as
+    `dp (inter-node (fabric), 2 ranks)` for all three and its busbw as `0.000655 GB/s` beside the per-collective
+    table's `655 kB/s`."""
+    from telemetry.analysis.training_comparison import group_tables
+    from telemetry.rundir import StepKey
+
+    def summary(size, gbps):
+        return [{StepKey.COMM_GROUPS: {"dp": {"size": size, "scope": "inter", "bytes_per_step": 149544,
+                                              "time_per_step_s": 0.228, "busbw_GBps": gbps, "partial": False}},
+                 "fabric_share": None}]
+    (_title, _head, rows), = group_tables([summary(2, 0.0145), summary(3, 0.000655)], ["gig", "slow"])
+    assert rows[0][0] == "dp (inter-node (fabric), 2 / 3 ranks)"
+    assert rows[0][1].endswith("/ 14.5 MB/s") and rows[0][2].endswith("/ 655 kB/s"), rows

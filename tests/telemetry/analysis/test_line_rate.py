@@ -155,3 +155,22 @@ def test_training_comparison_names_gloo_reduce_scatter_too():
                             [rate, rate])
     assert "23.9% of line rate (gloo runs reduce_scatter as an all_reduce" in rows[0][1]
     assert rows[0][2].endswith("23.9% of line rate")
+
+
+def test_a_size_within_the_labs_burst_below_the_rate_is_named_as_the_hosts_speed():
+    """Round 8 of the lab: 2 nodes at --rate 100gbit (burst 25 MB), all_reduce 4 MB in-place 976 MB/s read "7.8% of
+    line rate" with nothing said, as if the link ran at a tenth of its rate: below the rate a bucket that holds the
+    whole transfer never runs dry (it refills at the rate), so the tbf held no packet and the host set the time."""
+    from telemetry.analysis.line_rate import burst_text
+    rate = LineRate(100e9, 1, "lab rate 100gbit", burst_bytes=25_000_000)
+    text = of_line_text(0.976, rate, 4 * 2 ** 20)
+    assert text.startswith("; 7.8% of line rate (within the links' tc burst of 23.8 MiB, below the rate: the tbf "
+                           "held no packet, so the host's own speed set this, not the shaped rate)")
+    # above the burst, or at the rate, or an average over sizes (no size): nothing added
+    assert of_line_text(0.976, rate, 64 * 2 ** 20) == "; 7.8% of line rate"
+    assert of_line_text(0.976, rate) == "; 7.8% of line rate"
+    assert of_line_text(0.000122, LineRate(1e6, 1, "lab rate 1mbit", burst_bytes=65549), 131072) == "; 97.6% of line rate"
+    # a real NIC has no bucket
+    assert of_line_text(0.976, LineRate(100e9, 1, "NIC"), 4 * 2 ** 20) == "; 7.8% of line rate"
+    # the bucket of a 1mbit lab at MTU 65535 (65,549 B) was printed "64.0127 KiB"
+    assert burst_text(65549) == "64 KiB" and burst_text(16384) == "16 KiB" and burst_text(25_000_000) == "23.8 MiB"

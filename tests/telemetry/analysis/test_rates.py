@@ -62,3 +62,35 @@ def test_plain_bit_rates_are_not_misreadable(rate):
 def test_binary_and_bytes_rates_are_misreadable(rate):
     from telemetry.analysis.rates import misreadable
     assert misreadable(rate)
+
+
+@pytest.mark.parametrize("written, hint", [
+    ("10G", "for 10 Gbit/s write 10gbit"), ("100GbE", "for 100 Gbit/s write 100gbit"),
+    ("25GbE", "for 25 Gbit/s write 25gbit"), ("1Gb", "for 1 Gbit/s write 1gbit"), ("10Gb/s", "for 10 Gbit/s write 10gbit"),
+    ("10 gbit", "for 10 Gbit/s write 10gbit"), ("10gbit/s", "for 10 Gbit/s write 10gbit"), ("100M", "for 100 Mbit/s write 100mbit"),
+    ("1.5G", "for 1.5 Gbit/s write 1.5gbit"), ("1e9bit", "for 1 Gbit/s write 1gbit"), ("1e3mbit", "for 1 Gbit/s write 1gbit"),
+    ("1e9", "a number without a unit is bits per second to tc: for 1 Gbit/s write 1gbit"),
+    ("25GB/s", "for 25 GB/s (200 Gbit/s) write 25gbps (tc's bytes per second), for 25 Gbit/s 25gbit"),
+    ("10Mibit/s", "for 10.49 Mbit/s write 10mibit"),
+])
+def test_rates_as_people_write_them_are_told_how_tc_writes_them(written, hint):
+    """Round 8 of the lab: `--rate 10G`, `100GbE`, `1e9` were refused with the generic line alone (and the lab
+    named them lowercased, `got '10g'`): now the line ends with what to write for the rate they most likely mean."""
+    with pytest.raises(RateError) as err:
+        parse_rate(written)
+    assert str(err.value).startswith(f"--rate: got {written!r}; expected a tc rate such as 10gbit")
+    assert str(err.value).endswith(f"; {hint}")
+
+
+@pytest.mark.parametrize("text", ["fast", "8bytes", "10ibit", "inf", "0", "ten gbit"])
+def test_no_hint_where_the_text_is_no_rate(text):
+    from telemetry.analysis.rates import suggestion
+    assert suggestion(text) is None
+
+
+def test_the_lab_names_a_rate_as_written():
+    from launch.lab import Lab, LabError
+    with pytest.raises(LabError, match=r"--rate: got '10G'; .*; for 10 Gbit/s write 10gbit$"):
+        Lab(2, "10G")
+    with pytest.raises(LabError, match=r"--slow-rate: got '100M'; .*; for 100 Mbit/s write 100mbit$"):
+        Lab(2, "1gbit", slow_node=1, slow_rate="100M")

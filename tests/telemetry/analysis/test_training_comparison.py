@@ -19,8 +19,8 @@ def test_group_cells_are_the_mean_over_the_repeats():
     (title, header, rows), = group_tables(run_sums, ["a", "b"])
     assert header == ["group", "a", "b"]
     dp = rows[0]
-    assert dp[1].startswith("1 kB / 0.3 s / 0.5 GB/s") and "n=3" in dp[1], dp
-    assert dp[2] == "1 kB / 1 s / 0.5 GB/s", dp  # one run: its values, no n
+    assert dp[1].startswith("1 kB / 0.3 s / 500 MB/s") and "n=3" in dp[1], dp
+    assert dp[2] == "1 kB / 1 s / 500 MB/s", dp  # one run: its values, no n
     assert "0.3 s" in rows[1][1] and "n=3" in rows[1][1], rows[1]
     assert "repeats: their mean" in title
 
