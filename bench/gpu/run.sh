@@ -2,17 +2,19 @@
 # The GPU benchmark in one command, on one H100/H200, from a machine that has Python and torch but none of
 # our other dependencies, in under 9 minutes (pytest -m gpu only with --tests, a few minutes more):
 #   bash bench/gpu/run.sh [--no-install] [--tests] [--layers N] [--steps N] [--out DIR] [--only STEP,...]
-#        [--budget S]
-# --only runs the named steps (and the report) and keeps the other steps' rows of an earlier run in OUT: a
+#        [--budget S] [--save DIR]
+# --only runs the named steps (with the install, unless --no-install, and the report) and keeps the other steps' rows of an earlier run in OUT: a
 # device that allows 10 minutes a command takes the benchmark in one call and `--only pytest` in a second.
-# install    the project, liger-kernel and torchvision from bench/gpu/wheels/ (bench/gpu/fetch_wheels.sh fills
-#            it on a machine with PyPI; nothing is downloaded here)
+# install    bench/gpu/install_wheels.sh: from bench/gpu/wheels/ (bench/gpu/fetch_wheels.sh fills it on a machine
+#            with PyPI; nothing is downloaded here) the packages this Python lacks (datasets, liger-kernel,
+#            DeepSpeed, ...), without dependencies, and the project; a no-op where they are installed already
 # Llama-3-8B-shaped LoRA (random init, seq 2048, bf16, micro-batch 4; --layers cuts the 32 layers):
 #   harness_telemetry_on / _off  the harness (bench/gpu/llama3_8b_shapes.yaml: liger kernels), telemetry on, off
 #   harness_compile              the same with train.compile=blocks
 #   plain_lora                   a plain transformers + peft loop, liger kernels, the same shapes and rows
 #   plain_lora_compile           the plain loop with liger kernels and each decoder block compiled
-#   plain_lora_eager             the plain loop without fused kernels at micro-batch 2 (4 does not fit 80 GB)
+#   plain_lora_eager             the plain loop without fused kernels at micro-batch 4 where the GPU has 120 GiB
+#                                or more (an H200), else 2 (4 does not fit 80 GB)
 # bert_harness / bert_plain      BERT-Large, random inputs of the real shapes: harness vs a plain loop
 # resnet_harness / resnet_plain  ResNet-50 likewise; the plain loop in channels_last and compiled
 # profile                        python -m bench.gpu.profile_step --out OUT/profile, where that module exists
@@ -22,11 +24,14 @@
 # Each step has its own time limit and the run a budget; each step's outcome goes to OUT/steps.tsv and
 # OUT/summary.md is rewritten as each step ends, so a run cut short keeps what it measured. Where there is no
 # CUDA GPU every step prints `skipped: <reason>` and the script exits 0 (tests/gpu/test_run_sh.py runs that).
+# --save DIR copies OUT's steps.tsv and summary.md, and OUT's small files as DIR/out.tar.gz, into DIR after every
+# step, and RESULTS.md at the end: a lent device machine returns only what is under its $OUT, also when the
+# command is stopped at its limit (bash bench/gpu/run.sh --save "$OUT").
 # The report names the project's commit (git); in a copied tree without .git: FABRIC_HARNESS_COMMIT=<commit> bash ...
 set -u
 cd "$(dirname "$0")/../.."
-INSTALL=1 TESTS=0 LAYERS=32 STEPS=10 WARMUP=3 OUT=bench/gpu/out ONLY="" BUDGET_S=""
-ALLOWED="--no-install, --tests, --layers N, --steps N, --out DIR, --only STEP[,STEP...], --budget SECONDS"
+INSTALL=1 TESTS=0 LAYERS=32 STEPS=10 WARMUP=3 OUT=bench/gpu/out ONLY="" BUDGET_S="" SAVE=""
+ALLOWED="--no-install, --tests, --layers N, --steps N, --out DIR, --only STEP[,STEP...], --budget SECONDS, --save DIR"
 while [ $# -gt 0 ]; do
   case "$1" in
     --no-install) INSTALL=0 ;;
@@ -36,6 +41,8 @@ while [ $# -gt 0 ]; do
     --out) OUT=$2; shift ;;
     --only) ONLY=",${2:-},"; shift ;;
     --budget) BUDGET_S=${2:-}; shift ;;
+    --save) SAVE=${2:-}; shift
+            [ -n "$SAVE" ] || { echo "error: --save: no directory given; allowed: a directory path" >&2; exit 2; } ;;
     *) echo "error: unknown argument '$1'; allowed: $ALLOWED" >&2
        exit 2 ;;
   esac
@@ -69,21 +76,32 @@ else
 fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 
+save() {  # --save DIR: what a device machine returns (its $OUT); files over 2 MiB (traces, token rows) stay
+  [ -n "$SAVE" ] || return 0
+  mkdir -p "$SAVE" && cp -f "$OUT/steps.tsv" "$SAVE/" 2>/dev/null
+  [ -f "$OUT/summary.md" ] && cp -f "$OUT/summary.md" "$SAVE/"
+  (cd "$OUT" && find . -type f -size -2M ! -name tokens.jsonl -print0 \
+     | tar -czf "$SAVE/out.tar.gz.part" --null -T - && mv -f "$SAVE/out.tar.gz.part" "$SAVE/out.tar.gz") \
+    > /dev/null 2>&1 || true
+}
 summary() { "$PY" bench/gpu/report.py "$OUT" "$OUT/summary.md" --layers "$LAYERS" --steps "$STEPS" \
-              --warmup "$WARMUP" > /dev/null 2>&1 || true; }
+              --warmup "$WARMUP" > /dev/null 2>&1 || true; save; }
 record() { printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" >> "$OUT/steps.tsv"; }
 skip() {
   if ! wanted "$1"; then echo "[$1] not in --only; an earlier run's row is kept"; return; fi
   echo "[$1] skipped: $2"; record "$1" skipped 0 "$2"
 }
-wanted() { [ -z "$ONLY" ] || [ "$1" = report ] || case "$ONLY" in *",$1,"*) true ;; *) false ;; esac; }
+wanted() { [ -z "$ONLY" ] || [ "$1" = report ] || { [ "$1" = install ] && [ $INSTALL -eq 1 ]; } || case "$ONLY" in *",$1,"*) true ;; *) false ;; esac; }
 step() {  # NAME LIMIT_S COMMAND...: run it bounded, its output in $OUT/NAME.log
   local name=$1 limit=$2 left rc t0 dt
   shift 2
   if ! wanted "$name"; then echo "[$name] not in --only; an earlier run's row is kept"; return; fi
   left=$(( BUDGET_S - ($(date +%s) - START) ))
-  if [ "$left" -lt 30 ]; then skip "$name" "the ${BUDGET_S}s budget of this run is spent"; return; fi
-  [ "$limit" -gt "$left" ] && limit=$left
+  if [ "$name" = report ]; then  # seconds, and what the run is for: never cut by the budget
+    :
+  elif [ "$left" -lt 30 ]; then skip "$name" "the ${BUDGET_S}s budget of this run is spent"; return
+  elif [ "$limit" -gt "$left" ]; then limit=$left
+  fi
   echo "[$name] running, at most ${limit}s: $*"
   t0=$(date +%s)
   timeout --kill-after=15 "$limit" "$@" > "$OUT/$name.log" 2>&1
@@ -121,10 +139,7 @@ elif [ $INSTALL -eq 0 ]; then
 elif ! ls bench/gpu/wheels/*.whl > /dev/null 2>&1; then
   skip install "bench/gpu/wheels/ has no wheels (run bash bench/gpu/fetch_wheels.sh on a machine with PyPI)"
 else
-  # liger-kernel and torchvision without their dependencies: the machine's own torch and Triton stay
-  step install 240 bash -c "$PY -m pip install --no-index --find-links bench/gpu/wheels -e '.[deepspeed]' 'pytest>=7.4' \
-    && $PY -m pip install --no-index --no-deps --find-links bench/gpu/wheels 'liger-kernel>=0.8' \
-    && { $PY -m pip install --no-index --no-deps --find-links bench/gpu/wheels torchvision || true; }"
+  step install 240 env PYTHON="$PY" bash bench/gpu/install_wheels.sh bench/gpu/wheels
 fi
 
 TOKENS="$OUT/tokens.jsonl"  # random token rows, the same for the harness and the plain loop
@@ -151,7 +166,11 @@ plain() {  # NAME LIMIT_S ARGS...
 plain plain_lora 120 --batch 4 --kernels liger
 plain plain_lora_compile 180 --batch 4 --kernels liger --compile blocks
 harness harness_compile 180 telemetry.enabled=true train.compile=blocks
-plain plain_lora_eager 120 --batch 2 --kernels none
+# without the fused cross-entropy micro-batch 4 needs more than 80 GB (docs/memory.md); an H200 has 141 GB
+EAGER_BATCH=2
+[ -n "$NO_GPU" ] || EAGER_BATCH=$("$PY" -c "import torch
+print(4 if torch.cuda.get_device_properties(0).total_memory >= 120 * 2**30 else 2)" 2>/dev/null || echo 2)
+plain plain_lora_eager 120 --batch "$EAGER_BATCH" --kernels none
 
 SAME_OPT="train.eval_every_samples=null train.target_eval_accuracy=null train.schedule=constant train.resume=never"
 gpu_step bert_harness 120 "$PY" -m torch.distributed.run --standalone --nproc-per-node=1 -m trainer \
@@ -185,7 +204,12 @@ fi
 if [ $TESTS -eq 0 ]; then
   skip pytest "--tests not given (pytest -m gpu tests/gpu takes about 5 minutes more)"
 else
-  gpu_step pytest 420 "$PY" -m pytest -m gpu tests/gpu -rs -p no:cacheprovider --junitxml="$OUT/pytest.xml"
+  # -v: each test's outcome is in pytest.log as it ends (the XML is written only at the end); one test that hangs
+  # loses its own minutes only, where the image has pytest-timeout
+  PER_TEST=()
+  "$PY" -c "import pytest_timeout" > /dev/null 2>&1 && PER_TEST=(--timeout=240)
+  gpu_step pytest 420 "$PY" -m pytest -m gpu tests/gpu -v -rs -p no:cacheprovider "${PER_TEST[@]}" \
+    --junitxml="$OUT/pytest.xml"
 fi
 
 if [ -n "$NO_GPU" ]; then
@@ -194,5 +218,7 @@ else
   step report 60 "$PY" bench/gpu/report.py "$OUT" bench/gpu/RESULTS.md --layers "$LAYERS" --steps "$STEPS" \
     --warmup "$WARMUP"
   cat bench/gpu/RESULTS.md
+  [ -z "$SAVE" ] || cp -f bench/gpu/RESULTS.md "$SAVE/"
 fi
+save
 echo "done in $(( $(date +%s) - START ))s; steps in $OUT/steps.tsv"

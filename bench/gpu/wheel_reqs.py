@@ -4,6 +4,7 @@
   python bench/gpu/wheel_reqs.py standin DIR VER    an empty torch wheel of version VER in DIR
   python bench/gpu/wheel_reqs.py torchvision VER    the torchvision release that pairs with torch VER
   python bench/gpu/wheel_reqs.py prune DIR          drop wheels of what the GPU image already has; print the size
+  python bench/gpu/wheel_reqs.py missing DIR        the wheels in DIR whose package this Python lacks, one a line
 torch is left out everywhere: the GPU machine keeps its own, and the stand-in satisfies everything that
 requires it while pip resolves, without downloading it."""
 from __future__ import annotations
@@ -48,6 +49,40 @@ def prune(directory: str) -> tuple[list[str], int]:
             path.unlink()
             removed.append(path.name)
     return removed, sum(p.stat().st_size for p in Path(directory).iterdir() if p.is_file())
+
+
+def _canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def missing(directory: str, installed: set[str] | None = None) -> list[str]:
+    """The wheels in DIR whose distribution this Python has no version of (run.sh installs only these, with
+    --no-deps): the GPU image's own packages are never replaced, so no version bound of a carried package
+    (datasets' fsspec<=..., say) can make pip reach for a wheel that was pruned or never fetched."""
+    if installed is None:
+        from importlib.metadata import distributions
+
+        installed = {_canonical(d.metadata["Name"] or "") for d in distributions()}
+    else:
+        installed = {_canonical(n) for n in installed}
+    newest: dict[str, tuple[object, Path]] = {}  # one wheel a package: pip refuses two versions of one
+    for path in sorted(Path(directory).glob("*.whl")):
+        name = _canonical(_dist_name(path.name))
+        if name in installed:
+            continue
+        version = _version(path.name.split("-")[1])
+        if name not in newest or version > newest[name][0]:
+            newest[name] = (version, path)
+    return [str(path) for _, path in sorted(newest.values(), key=lambda vp: vp[1].name)]
+
+
+def _version(text: str):
+    try:
+        from packaging.version import Version
+
+        return (1, Version(text))
+    except Exception:  # no packaging, or a version it cannot read: compare the text
+        return (0, text)
 
 
 def _not_torch(req: str) -> bool:
@@ -99,10 +134,12 @@ if __name__ == "__main__":
         print(standin(args[0], args[1]))
     elif cmd == "torchvision":
         print(TORCHVISION[".".join(args[0].split(".")[:2])])
+    elif cmd == "missing":
+        print("\n".join(missing(args[0])))
     elif cmd == "prune":
         gone, left = prune(args[0])
         print(f"{len(gone)} wheels the GPU image already has removed; {left / 2**20:.1f} MiB left in {args[0]}"
               + (f" - more than the {CARRY_MIB} MiB the device machine carries" if left > CARRY_MIB << 20 else ""))
     else:
         sys.exit(f"error: unknown command {cmd!r}; allowed: project, sdist FILE, standin DIR VERSION, torchvision "
-                 "TORCH_VERSION, prune DIR")
+                 "TORCH_VERSION, prune DIR, missing DIR")

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -44,7 +45,7 @@ def test_unknown_argument_is_one_error_line(tmp_path):
     assert res.returncode == 2
     assert res.stderr.strip().splitlines() == [
         "error: unknown argument '--layer'; allowed: --no-install, --tests, --layers N, --steps N, --out DIR, "
-        "--only STEP[,STEP...], --budget SECONDS"]
+        "--only STEP[,STEP...], --budget SECONDS, --save DIR"]
 
 
 @pytest.mark.integration
@@ -76,6 +77,29 @@ def test_only_runs_the_named_steps_and_keeps_an_earlier_calls_rows(tmp_path):
     rows = [line.split("\t") for line in (tmp_path / "steps.tsv").read_text().splitlines()]
     assert sorted(r[0] for r in rows) == sorted(STEPS)  # the first call's rows kept, the re-run ones replaced
     assert [r[3] for r in rows if r[0] == "pytest"] == ["no CUDA GPU (torch.cuda.is_available() is False)"]
+
+
+@pytest.mark.integration
+def test_save_copies_what_a_device_machine_returns(tmp_path):
+    # a lent device machine returns only what is under its $OUT (at most 8 files): steps.tsv, summary.md and one
+    # tarball of the output directory's small files, rewritten after every step; the token rows stay behind
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHON": sys.executable}
+    out, save = tmp_path / "out", tmp_path / "save"
+    res = subprocess.run(["bash", "bench/gpu/run.sh", "--no-install", "--out", str(out), "--save", str(save),
+                          "--only", "pytest"], cwd=REPO, env=env, capture_output=True, text=True, timeout=180)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert sorted(p.name for p in save.iterdir()) == ["out.tar.gz", "steps.tsv"]  # no summary: no step ran
+    assert (save / "steps.tsv").read_text() == (out / "steps.tsv").read_text()
+    (out / "tokens.jsonl").write_text("{}\n")
+    (out / "pytest.log").write_text("tests/gpu/test_energy.py::test_a PASSED\n")
+    res = subprocess.run(["bash", "bench/gpu/run.sh", "--no-install", "--out", str(out), "--save", str(save),
+                          "--only", "pytest"], cwd=REPO, env=env, capture_output=True, text=True, timeout=180)
+    assert res.returncode == 0, res.stderr[-2000:]
+    with tarfile.open(save / "out.tar.gz") as tar:
+        assert sorted(tar.getnames()) == ["./pytest.log", "./steps.tsv"]
+    res = subprocess.run(["bash", "bench/gpu/run.sh", "--save"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2
+    assert res.stderr.strip().splitlines() == ["error: --save: no directory given; allowed: a directory path"]
 
 
 SHAPE = {"vocab_size": 128256, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
