@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 PY=${PYTHON:-python3}
 WHEELS=${1:-bench/gpu/wheels}
-mapfile -t new < <("$PY" bench/gpu/wheel_reqs.py missing "$WHEELS")
+mapfile -t new < <("$PY" bench/gpu/wheel_reqs.py missing "$WHEELS" | sed '/^$/d')  # none: no line
 echo "${#new[@]} wheels of packages this Python lacks: ${new[*]##*/}"
 if [ ${#new[@]} -gt 0 ]; then
   "$PY" -m pip install --no-index --no-deps --no-cache-dir "${new[@]}"
@@ -17,3 +17,24 @@ fi
 # setuptools for the isolated build comes from the wheels directory
 "$PY" -m pip install --no-index --no-deps --no-cache-dir --find-links "$WHEELS" -e .
 "$PY" -m pip check || echo "(pip check: the mismatches above are left as they are; the image's versions stay)"
+# what the benchmark imports, against the image's own versions (datasets reads the Llama token rows): a failure
+# here names the package in install.log before any GPU step spends its minutes on it
+"$PY" - <<'PYEOF'
+import importlib
+from importlib.metadata import version
+
+from trainer.compat import prepare_torchvision
+
+prepare_torchvision(False)  # as the harness does: a torchvision of another torch build must not break peft
+bad = []
+for module, dist in (("datasets", "datasets"), ("liger_kernel.transformers", "liger-kernel"),
+                     ("deepspeed", "deepspeed"), ("peft", "peft"), ("transformers", "transformers")):
+    try:
+        importlib.import_module(module)
+        print(f"import {module}: ok ({dist} {version(dist)})")
+    except Exception as exc:  # noqa: BLE001 - any import failure is reported, by name
+        bad.append(f"import {module}: {type(exc).__name__}: {exc}")
+for line in bad:
+    print("error:", line)
+raise SystemExit(1 if bad else 0)
+PYEOF

@@ -135,7 +135,8 @@ if __name__ == "__main__":
     elif cmd == "torchvision":
         print(TORCHVISION[".".join(args[0].split(".")[:2])])
     elif cmd == "missing":
-        print("\n".join(missing(args[0])))
+        for wheel in missing(args[0]):
+            print(wheel)
     elif cmd == "prune":
         gone, left = prune(args[0])
         print(f"{len(gone)} wheels the GPU image already has removed; {left / 2**20:.1f} MiB left in {args[0]}"
