@@ -14,6 +14,7 @@ import sys
 import torch
 
 from launch.nemo import command as cli
+from telemetry.integrations import attach
 
 
 def fake_child(command: list[str], env: dict) -> int:
@@ -29,5 +30,5 @@ def fake_child(command: list[str], env: dict) -> int:
 
 if __name__ == "__main__":
     torch.cuda.is_available = lambda: True
-    cli.subprocess.call = fake_child
+    attach.run_job = fake_child  # --run starts the job through attach's run_job (imported at call time)
     sys.exit(cli.main(sys.argv[1:]))
