@@ -759,3 +759,18 @@ def test_a_lab_variants_burst_limit_netem_and_rates_as_people_write_them(tmp_pat
     cmd = lab_command(ev, next(r for r in plan(ev) if r.variant.name == "deep"))
     assert cmd[cmd.index("--burst") + 1] == "64k" and cmd[cmd.index("--limit") + 1] == "1048576"
     assert "--burst" not in lab_command(ev, next(r for r in plan(ev) if r.variant.name == "plain"))
+
+
+def test_a_lab_variants_latency_is_named_as_the_labs_cli_names_it(tmp_path):
+    """review58: the lab's CLI answers --latency with what tc's latency may mean and --limit BYTES instead (tbf's
+    queue as a time); a variant's `lab.latency` was refused as netem's delay alone, with no word of `limit`."""
+    from launch.lab_options import option_problems
+    doc = good(tmp_path, launcher="lab", lab={"nodes": 2, "nproc_per_node": 1})
+    doc["workloads"] = doc["workloads"][:1]
+    doc["variants"] = [{"name": "q", "expect_transport": "tcp", "lab": {"rate": "1gbit", "latency": "50ms"}},
+                       {"name": "plain", "expect_transport": "tcp", "lab": {"rate": "1gbit"}}]
+    found = problems(tmp_path, doc)
+    cli = option_problems(["--latency", "50ms"])
+    assert len(found) == 1 and len(cli) == 1, (found, cli)
+    assert "tbf's queue as a time" in found[0] and "allowed: limit" in found[0], found
+    assert found[0].startswith("variants[0].lab.latency: ") and "tbf's queue as a time" in cli[0]
