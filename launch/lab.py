@@ -264,6 +264,7 @@ class Lab:
                 "host_cpus": len(os.sched_getaffinity(0)),
                 "slow_node": self.slow_node, "slow_rate": self.slow_rate, "slow_rate_bps": self.slow_rate_bps,
                 "slow_burst_bytes": self.link_burst(self.slow_rate_bps),
+                "slow_queue_bytes": self.link_queue(self.slow_rate_bps),
                 "addresses": [self.address(i) for i in range(self.nodes)], "namespaces": self.namespaces,
                 "switch": self.switch}
 

@@ -19,6 +19,9 @@ LAB_OPTIONS = ("--nodes", "--nproc-per-node", "--rate", "--slow-node", "--slow-r
 NETEM_OPTIONS = ("--delay", "--jitter", "--loss", "--netem", "--corrupt", "--reorder", "--duplicate")
 # what the lab offers instead, named by every refusal of a netem impairment (the CLI's and evaluate's)
 NETEM_REFUSAL = ("the lab shapes bandwidth only (tc tbf) and adds no delay, jitter, loss or reordering (tc netem)")
+# tc's `latency` is netem's added delay or tbf's queue as a time: the lab takes the queue in bytes (--limit)
+LATENCY_REFUSAL = ("tc's latency is either netem's added delay, which the lab does not add, or tbf's queue as a "
+                   "time")
 MIN_MTU = 576  # launch/lab.py MIN_MTU (the lab imports this module)
 ETHERNET_HEADER = 14  # a frame on the wire is the MTU plus this; tbf drops a frame larger than its bucket
 MAX_TBF_BYTES = 2 ** 32 - 1  # tc's TCA_TBF_BURST and the queue limit are 32-bit
@@ -63,8 +66,7 @@ def option_problems(ours: list[str]) -> list[str]:
             problems.append(f"{name}: {NETEM_REFUSAL}; allowed: --rate, --mtu, --burst, --limit, --slow-node with "
                             "--slow-rate")
         elif name == "--latency":
-            problems.append("--latency: tc's latency is either netem's added delay, which the lab does not add, or "
-                            "tbf's queue as a time; allowed: --limit BYTES (the queue of each shaped link)")
+            problems.append(f"--latency: {LATENCY_REFUSAL}; allowed: --limit BYTES (the queue of each shaped link)")
         elif name in LAB_OPTIONS:
             seen.setdefault(name, []).append(value if eq else (ours[i + 1] if i + 1 < len(ours) else ""))
     for name, values in seen.items():

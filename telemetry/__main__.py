@@ -61,6 +61,9 @@ def _parser() -> OneLineParser:
                       help="rate of the links inside a node (tc units) for the intra-node groups' traffic; "
                            "default: their time stays as measured")
     proj.add_argument("--json", default=None, help="write the projections here as JSON")
+    proj.add_argument("--allow-mismatch", action="store_true",
+                      help="project from runs whose recipes differ (beyond max_steps, seed, checkpoint and "
+                           "evaluation settings) together anyway")
     nt = sub.add_parser("nccl-tests", help="read nccl-tests output (or a sweep's collectives.txt) into the "
                         "sweep's JSON and CSV")
     nt.add_argument("inputs", nargs="+", help="nccl-tests output files, or sweep run directories")
@@ -375,20 +378,25 @@ def _print_projection(p: dict, label: str, table, eff, args, intra_bps, profile:
               + (f" (true of any link above {bits_text(knee)})" if knee else ""))
 
 
-# what repeats of one configuration may differ in: how long they ran, their seed
-_REPEAT_MAY_DIFFER = ("max_steps", "seed")
+# what repeats of one configuration may differ in: how long they ran, their seed, and what the trainer does
+# outside a step's timing (trainer/loop.py: checkpoints and evaluation come after on_step_end)
+_REPEAT_MAY_DIFFER = ("max_steps", "seed", "train.save_every", "train.save_final", "train.save_on_signal",
+                      "train.eval_every_samples", "train.target_eval_loss", "train.target_eval_accuracy",
+                      "data.eval_dataset", "data.max_eval_samples")
 
 
-def _not_a_repeat(first, run) -> str | None:
-    """One line where `run`'s recipe differs from `first`'s beyond what repeats may (a run of seq_len 160 was
-    projected from together with one of 64 as a repeat), else None."""
+def _recipe_differences(first, run) -> list[str]:
+    """What `run`'s recipe differs in from `first`'s beyond what repeats may (a run of seq_len 160 was projected
+    from together with one of 64 as a repeat)."""
     from telemetry.analysis.compare_inputs import recipe_differences
-    diffs = [d for d in recipe_differences(first, run) if d.split(" ", 1)[0] not in _REPEAT_MAY_DIFFER]
-    if not diffs:
-        return None
+    return [d for d in recipe_differences(first, run) if d.split(" ", 1)[0] not in _REPEAT_MAY_DIFFER]
+
+
+def _not_a_repeat(first, run, diffs: list[str]) -> str:
     return (f"the runs given together are not repeats of one configuration: their recipes differ ({run.path} against "
             f"{first.path}: " + "; ".join(diffs[:6]) + (f" and {len(diffs) - 6} more" if len(diffs) > 6 else "")
-            + "); allowed: runs of one recipe (max_steps and seed may differ); project each configuration alone")
+            + "); allowed: runs of one recipe (max_steps, seed, checkpoint and evaluation settings may differ); "
+            "project each configuration alone, or pass --allow-mismatch to project from them together anyway")
 
 
 def _project(args) -> int:
@@ -417,8 +425,11 @@ def _project(args) -> int:
     except ProjectionError as exc:
         return fail(str(exc))
     for run in runs[1:]:  # what combine_profiles reads may agree while the steps compute other things
-        if problem := _not_a_repeat(runs[0], run):
-            return fail(problem)
+        if diffs := _recipe_differences(runs[0], run):
+            if not args.allow_mismatch:
+                return fail(_not_a_repeat(runs[0], run, diffs))
+            print(f"warning: {run.path} differs from {runs[0].path} in " + "; ".join(diffs[:6])
+                  + (f" and {len(diffs) - 6} more" if len(diffs) > 6 else "") + " (--allow-mismatch)", file=sys.stderr)
     _print_measured(profile)
     if eff is None:
         eff = efficiency_for(profile)

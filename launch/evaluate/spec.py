@@ -132,8 +132,9 @@ def _entry(raw: Any, path: str, keys, required: tuple[str, ...], why: str, probl
 def _variant_lab(raw_lab: dict, path: str, problems: list[str]) -> dict[str, Any]:
     """A lab variant's `lab:` mapping, each key by the lab's own limits; netem's impairments named as such."""
     lab: dict[str, Any] = {}
-    from launch.lab_options import NETEM_REFUSAL
-    problems += [f"{path}.lab.{k}: {NETEM_REFUSAL}; allowed: {', '.join(VARIANT_LAB_KEYS)}"
+    from launch.lab_options import LATENCY_REFUSAL, NETEM_REFUSAL
+    problems += [f"{path}.lab.latency: {LATENCY_REFUSAL}; allowed: limit (the queue of each shaped link, in bytes)"
+                 if k == "latency" else f"{path}.lab.{k}: {NETEM_REFUSAL}; allowed: {', '.join(VARIANT_LAB_KEYS)}"
                  for k in raw_lab if k in NETEM_KEYS]
     _keys({k: v for k, v in raw_lab.items() if k not in NETEM_KEYS}, f"{path}.lab", VARIANT_LAB_KEYS, problems)
     rate = raw_lab.get("rate", "none")

@@ -8,6 +8,7 @@ import os
 from dataclasses import replace
 
 from telemetry.analysis import nccl_tests
+from telemetry.analysis.fabric_summary import given_bucket
 from telemetry.analysis.line_rate import LineRate, job_line_rate
 from telemetry.analysis.runs import Run, RunError, load_run, upgrade_sweep
 from telemetry.errors import InputError
@@ -75,10 +76,11 @@ def _lab_label(run: Run, lab: dict) -> str:
     # 9000, or with the default queue and a one-frame one (10,345 drops), were labelled alike and taken as repeats
     if lab.get("mtu") and lab.get("mtu") != 1500:
         text += f", MTU {lab.get('mtu')}"
-    if lab.get("burst_given") and lab.get("burst_bytes"):
-        text += f", burst {lab.get('burst_bytes')} B"
-    if lab.get("limit_given") and lab.get("queue_bytes"):
-        text += f", queue {lab.get('queue_bytes')} B"
+    burst, queue = given_bucket(lab)
+    if burst:
+        text += f", burst {burst} B"
+    if queue:
+        text += f", queue {queue} B"
     return text
 
 

@@ -191,7 +191,23 @@ def paired_difference(a: dict[int, float], b: dict[int, float]) -> dict:
     out["interval"] = [low, high]
     out["pct_interval"] = [low / base, high / base] if base else None
     out["excludes_zero"] = low > 0 or high < 0
+    out["ratio_pct_interval"] = _paired_ratio_interval([a[r] for r in rounds], [b[r] for r in rounds])
     return out
+
+
+def _paired_ratio_interval(a: list[float], b: list[float]) -> list[float] | None:
+    """The paired 95% interval of log(b/a) over rounds, as a % change (the geometric mean of the rounds' ratios),
+    for values that are all positive; None otherwise: the paired twin of _ratio_interval."""
+    if min(a + b) <= 0:
+        return None
+    logs = [math.log(y / x) for x, y in zip(a, b)]
+    if statistics.variance(logs) == 0:
+        low = high = logs[0]
+    else:
+        from scipy import stats
+        ci = stats.ttest_1samp(logs, 0.0).confidence_interval(0.95)
+        low, high = float(ci.low), float(ci.high)
+    return [math.exp(low) - 1.0, math.exp(high) - 1.0]
 
 
 def summarize(values_by_variant: dict[str, list[float]],

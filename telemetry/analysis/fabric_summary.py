@@ -93,12 +93,20 @@ def lab_links(lab: dict) -> str:
     return links
 
 
+def given_bucket(lab: dict) -> tuple[int | None, int | None]:
+    """The tbf burst and queue in bytes that --burst and --limit gave (None where the lab sized it): every shaped
+    link's, the slow node's where --rate none shapes no other (its burst_bytes and queue_bytes are then null)."""
+    burst = (lab.get("burst_bytes") or lab.get("slow_burst_bytes")) if lab.get("burst_given") else None
+    queue = (lab.get("queue_bytes") or lab.get("slow_queue_bytes")) if lab.get("limit_given") else None
+    return (burst if isinstance(burst, int) else None), (queue if isinstance(queue, int) else None)
+
+
 def lab_bucket_text(lab: dict) -> str:
     """'; tbf burst 1514 B, queue 1514 B (--burst, --limit)' where the lab was given its bucket or queue (a
     one-frame queue dropped 10,345 packets in a 10mbit sweep, which the row named without saying why); '' where
     the lab sized them by its own rule."""
-    given = [(f"burst {lab.get('burst_bytes'):,} B", "--burst") if lab.get("burst_given") else None,
-             (f"queue {lab.get('queue_bytes'):,} B", "--limit") if lab.get("limit_given") else None]
+    burst, queue = given_bucket(lab)
+    given = [(f"burst {burst:,} B", "--burst") if burst else None, (f"queue {queue:,} B", "--limit") if queue else None]
     given = [g for g in given if g]
     if not given:
         return ""

@@ -27,7 +27,7 @@ _VERSION = re.compile(r"NCCL version (\d+\.\d+\.\d+)")
 # 2.21.5-HEAD:9a0e6a1" in a banner of its own (older: "RCCL version 2.6.4+hip3.5"), and loads librccl-net.so; with
 # no banner, a WARN from its hipified sources or its ROCm SMI line names it (legacy-rocm-build#6074, rccl#957)
 _RCCL_VERSION = re.compile(r"RCCL version :? ?(\d+\.\d+\.\d+)")
-_RCCL_SIGNS = ("/rccl/", "hipify/src/", "alternative rsmi functionality")
+_RCCL_SIGNS = ("/hipify/src/", "alternative rsmi functionality")  # not "/rccl/": any path may hold it
 # aws-ofi-nccl's own test binary (nccl_message_transfer) names the network and each process's host (aws-ofi-nccl#22)
 _OFI_TEST_NET = re.compile(r"NCCLNet device used on ([\w.\-]+) is (\S.*)")
 # Plugin names may contain spaces ("AWS Libfabric"): take the rest of the line, not the first word.

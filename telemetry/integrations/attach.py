@@ -64,6 +64,9 @@ def main(argv: list[str] | None = None) -> int:
         print_errors(f"command: {command[0]!r} not found; allowed: a program on PATH or a path to an executable, "
                      "after --")
         return 2
+    except OSError as exc:  # found but not runnable: no executable bit, a directory, a binary of another machine
+        return print_errors(f"command: {command[0]!r} cannot be run ({exc.strerror or exc}); allowed: a program on "
+                            "PATH or a path to an executable (chmod +x, or name its interpreter: bash ./x.sh)")
 
 
 def run_job(command: list[str], env: dict) -> int:

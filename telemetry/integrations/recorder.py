@@ -217,7 +217,8 @@ class RunRecorder(Hooks):
 
     def _layout_for_this_world(self, read: dict | None) -> dict | None:
         """The layout given at construction (launch.nemo's translation), unless the process group has another
-        world size: then the layout the engine reports (`read`), with a note and a warning naming both."""
+        world size: then the layout the engine reports (`read`), or where it reports none (automodel_recipe) the process
+        group's world size alone, with a note and a warning naming both sizes."""
         given = self.layout
         if given is None:
             return read
@@ -226,11 +227,13 @@ class RunRecorder(Hooks):
         if self.harness or planned is None or world is None or planned == world:
             return given
         text = (f"the given layout is for world_size {planned} but the job's process group has {world} "
-                f"rank{'s' if world != 1 else ''}: the layout recorded is the one the engine reports")
+                f"rank{'s' if world != 1 else ''}: the layout recorded is "
+                + ("the one the engine reports" if read is not None else
+                   "the process group's world size alone (the engine reports none)"))
         self.note(text)
         if self.rank == 0:
             print(f"[telemetry] WARNING: {self.run_dir}: {text}", file=sys.stderr, flush=True)
-        return read
+        return read if read is not None else {"world_size": world, "source": "the job's process group"}
 
     def start_capture(self, trace: bool = True) -> None:
         """Telemetry on. trace=False: the meters only (energy, power, counters), for a job that times its own

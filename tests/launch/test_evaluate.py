@@ -730,6 +730,19 @@ def test_five_repeats_of_a_large_fall_are_bounded_as_a_ratio():
     assert st.difference([1.0, 2.0, 3.0], [0.0, 1.0, 2.0])["ratio_pct_interval"] is None  # a zero: no logs
 
 
+def test_a_paired_interval_below_minus_100_pct_has_its_ratio_too():
+    """review58: c2f24bf gave Welch's interval below -100% the interval of the ratio; the paired column beside it
+    (the same fmt_diff) kept 'the runs spread too widely' where the rounds' ratios agree closely: a fast variant
+    whose rounds spread (0.2, 0.1, 0.12 GB/s) against a slow one (0.011-0.0117) read [-186%, -3%] paired."""
+    from launch.evaluate.summary import fmt_diff
+    paired = paired_difference({1: 0.2, 2: 0.1, 3: 0.12}, {1: 0.011, 2: 0.0114, 3: 0.0117})
+    assert paired["pct_interval"][0] < -1
+    lo, hi = paired["ratio_pct_interval"]
+    assert -1 < lo < hi < 0, paired["ratio_pct_interval"]
+    assert "as a ratio of the runs" in fmt_diff(paired)[1]
+    assert paired_difference({1: 1.0, 2: 2.0, 3: 3.0}, {1: 0.0, 2: 1.0, 3: 2.0})["ratio_pct_interval"] is None
+
+
 def test_a_lab_variants_burst_limit_netem_and_rates_as_people_write_them(tmp_path):
     """Round 8 of the lab: `delay`/`loss` were `unknown key` (the lab's own CLI names netem); `rate: 10G` and the
     YAML number 1000000000 got no hint; a variant could not set the tbf bucket and queue the lab now takes, and one
@@ -759,3 +772,18 @@ def test_a_lab_variants_burst_limit_netem_and_rates_as_people_write_them(tmp_pat
     cmd = lab_command(ev, next(r for r in plan(ev) if r.variant.name == "deep"))
     assert cmd[cmd.index("--burst") + 1] == "64k" and cmd[cmd.index("--limit") + 1] == "1048576"
     assert "--burst" not in lab_command(ev, next(r for r in plan(ev) if r.variant.name == "plain"))
+
+
+def test_a_lab_variants_latency_is_named_as_the_labs_cli_names_it(tmp_path):
+    """review58: the lab's CLI answers --latency with what tc's latency may mean and --limit BYTES instead (tbf's
+    queue as a time); a variant's `lab.latency` was refused as netem's delay alone, with no word of `limit`."""
+    from launch.lab_options import option_problems
+    doc = good(tmp_path, launcher="lab", lab={"nodes": 2, "nproc_per_node": 1})
+    doc["workloads"] = doc["workloads"][:1]
+    doc["variants"] = [{"name": "q", "expect_transport": "tcp", "lab": {"rate": "1gbit", "latency": "50ms"}},
+                       {"name": "plain", "expect_transport": "tcp", "lab": {"rate": "1gbit"}}]
+    found = problems(tmp_path, doc)
+    cli = option_problems(["--latency", "50ms"])
+    assert len(found) == 1 and len(cli) == 1, (found, cli)
+    assert "tbf's queue as a time" in found[0] and "allowed: limit" in found[0], found
+    assert found[0].startswith("variants[0].lab.latency: ") and "tbf's queue as a time" in cli[0]

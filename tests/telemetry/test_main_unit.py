@@ -116,6 +116,23 @@ def test_project_repeats_of_different_recipes(capsys, tmp_path, run_dir):
     assert main(["project", str(run_dir), str(more), "--rate", "1gbit"]) == 0  # a longer run is still a repeat
 
 
+def test_project_repeats_differing_outside_the_step(capsys, tmp_path, run_dir):
+    """review58: settings the trainer applies outside a step's timing (checkpoints, evaluation, their targets,
+    the eval set) do not make two runs other configurations: repeats that checkpoint or evaluate at another
+    interval were refused as 'not repeats' since 65f8ce4. Anything else is still refused, and --allow-mismatch
+    projects anyway (as compare's does)."""
+    other = write_run(tmp_path / "other", rate_bps=1e9, times=True, recipe_extra={"data": {"eval_dataset": "/e"}},
+                      train_extra={"save_every": 50, "save_final": False, "eval_every_samples": 384,
+                                   "target_eval_loss": 0.9, "save_on_signal": False})
+    assert main(["project", str(run_dir), str(other), "--rate", "1gbit"]) == 0, capsys.readouterr().err
+    capsys.readouterr()
+    longer = write_run(tmp_path / "long", rate_bps=1e9, times=True, recipe_extra={"data": {"seq_len": 160}})
+    line = one_error(capsys, ["project", str(run_dir), str(longer), "--rate", "1gbit"])
+    assert "data.seq_len" in line and "--allow-mismatch" in line, line
+    assert main(["project", str(run_dir), str(longer), "--rate", "1gbit", "--allow-mismatch"]) == 0
+    assert "data.seq_len" in capsys.readouterr().err  # projected anyway, with what differs said
+
+
 @pytest.mark.parametrize("argv,words", [
     ([], "the following arguments are required: command; see python -m telemetry --help"),
     (["compare", "a", "b"], "the following arguments are required: --out; see python -m telemetry compare --help"),

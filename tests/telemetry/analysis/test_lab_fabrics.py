@@ -149,6 +149,21 @@ def test_labels_and_the_report_tell_frame_sizes_and_given_buckets_apart(tmp_path
             "queues dropped 10,345 packets: TCP retransmitted them (lab.json) |") in md
 
 
+def test_a_bucket_given_to_the_slow_link_alone(tmp_path):
+    """review58: `--rate none --slow-node 1 --slow-rate 10mbit --burst 64k --limit 1m` shapes one link, the slow
+    node's: lab.json's burst_bytes and queue_bytes (the --rate links') are null with burst_given/limit_given true,
+    and the report's link row raised TypeError (None formatted with ','); the label did not name the bucket."""
+    from launch.lab import Lab
+    links = Lab(2, "none", slow_node=1, slow_rate="10mbit", burst="64k", limit="1m").describe()
+    assert links["slow_queue_bytes"] == 2 ** 20 and links["queue_bytes"] is None
+    assert label(lab_run(tmp_path, "a", links)).endswith(", burst 65536 B, queue 1048576 B")
+    lab_run(tmp_path, "r", {**links, "topology": "veth pair"})
+    (run_dir := tmp_path / "r").joinpath("lab.json").write_text('{"tbf_drops": 0}')
+    write_report(str(run_dir))
+    md = (run_dir / "report" / "report.md").read_text()
+    assert "tbf burst 65,536 B, queue 1,048,576 B (--burst, --limit)" in md
+
+
 def test_the_group_table_names_each_fabrics_group_size_and_a_slow_busbw_in_its_unit():
     """Round 8 of the lab: an evaluation of 1gbit (2 nodes), 20mbit (3 nodes) and 5mbit labs printed the dp row as
     `dp (inter-node (fabric), 2 ranks)` for all three and its busbw as `0.000655 GB/s` beside the per-collective

@@ -728,3 +728,14 @@ def test_rccl_without_its_banner_is_named_by_its_sources_and_rsmi_line():
     assert parse_lines(["h:1:2 [0] NCCL INFO initialized internal alternative rsmi functionality"])["library"] == "RCCL"
     nvidia = parse_lines(["h:1:2 [0] misc/ibvwrap.cc:187 NCCL WARN Call to ibv_modify_qp failed"])
     assert nvidia["library"] is None
+
+
+def test_an_nccl_log_naming_a_path_with_rccl_in_it_is_not_rccls():
+    """review58: any line holding '/rccl/' made the library RCCL; an NVIDIA log whose topology file (or debug
+    file, or plugin) lives under such a directory was called RCCL. RCCL's own source paths are its hipified
+    ones ('.../rccl/build/hipify/src/...'), which stay a sign."""
+    nvidia = parse_lines(["h:1:2 [0] NCCL INFO NCCL version 2.21.5+cuda12.4",
+                          "h:1:2 [0] NCCL INFO NCCL_TOPO_FILE set by environment to /shared/rccl/topo.xml"])
+    assert nvidia["library"] == "NCCL", nvidia["library"]
+    rccl = parse_lines(["h:1:2 [0] /src/rccl/build/hipify/src/init.cc:122 NCCL WARN Missing \"iommu=pt\""])
+    assert rccl["library"] == "RCCL"

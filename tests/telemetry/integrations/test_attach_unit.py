@@ -46,3 +46,15 @@ def test_a_run_directory_that_cannot_be_written_stops_before_the_job(capsys, tmp
     assert capsys.readouterr().err.strip() == (f"error: --run-dir: {str(blocker)!r} is a file, so "
                                                f"{str(blocker / 'run')!r} cannot be a directory; allowed: a writable "
                                                "directory")
+
+
+def test_a_command_that_is_not_executable_is_one_error_line(capsys, tmp_path):
+    """review58: a script without its executable bit (`-- ./train.sh`) escaped as a PermissionError traceback
+    (exit 1) from Popen; it is one error line, exit 2, as a command not found is."""
+    script = tmp_path / "train.sh"
+    script.write_text("echo hi\n")
+    script.chmod(0o644)
+    assert attach.main(["--run-dir", str(tmp_path / "run"), "--", str(script)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: command: {str(script)!r} cannot be run (") and "allowed:" in err, err
+    assert len(err.splitlines()) == 1 and "Traceback" not in err

@@ -104,3 +104,22 @@ def test_a_given_layout_for_another_world_is_not_recorded_as_this_runs(tmp_path,
     assert info["layout"] == engine
     assert any("world_size 8" in n and "1 rank" in n for n in info["notes"]), info.get("notes")
     assert "world_size 8" in capsys.readouterr().err
+
+
+def test_a_given_layout_for_another_world_when_the_engine_reports_none(tmp_path, capsys):
+    """review58: an engine whose hook reports no layout (automodel_recipe calls rec.start() bare) at another world
+    size than the given layout's: run.json's layout was null while the note said 'the layout recorded is the one
+    the engine reports'. The process group's world size is recorded, and the note says the engine reported none."""
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        run_dir = tmp_path / "run"
+        rec = RunRecorder(str(run_dir), name="r", layout={"world_size": 8, "dp": 8, "tp": 1, "pp": 1})
+        rec.start(0)
+        rec.close("completed")
+    finally:
+        dist.destroy_process_group()
+    info = run_json(run_dir)
+    assert info["layout"]["world_size"] == 1 and "dp" not in info["layout"], info["layout"]
+    note = next(n for n in info["notes"] if "world_size 8" in n)
+    assert "reports none" in note and "the one the engine reports" not in note, note
+    capsys.readouterr()
