@@ -9,13 +9,25 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 PY=${PYTHON:-python3}
 WHEELS=${1:-bench/gpu/wheels}
+# Where the image's environment is read-only (another user, a read-only mount), the wheels go to SITE instead, which
+# run.sh puts on PYTHONPATH, and the project is imported from the checkout (run.sh puts it on PYTHONPATH too).
+SITE=${FABRIC_HARNESS_SITE:-/tmp/fabric-harness-site}
+export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
+writable=$("$PY" -c "import os, sysconfig; print(int(os.access(sysconfig.get_paths()['purelib'], os.W_OK)))")
 mapfile -t new < <("$PY" bench/gpu/wheel_reqs.py missing "$WHEELS" | sed '/^$/d')  # none: no line
 echo "${#new[@]} wheels of packages this Python lacks: ${new[*]##*/}"
-if [ ${#new[@]} -gt 0 ]; then
-  "$PY" -m pip install --no-index --no-deps --no-cache-dir "${new[@]}"
+if [ "$writable" = 1 ]; then
+  if [ ${#new[@]} -gt 0 ]; then
+    "$PY" -m pip install --no-index --no-deps --no-cache-dir "${new[@]}"
+  fi
+  # setuptools for the isolated build comes from the wheels directory
+  "$PY" -m pip install --no-index --no-deps --no-cache-dir --find-links "$WHEELS" -e .
+else
+  echo "this Python's site-packages is not writable: installing into $SITE (on PYTHONPATH), the project from the checkout"
+  if [ ${#new[@]} -gt 0 ]; then
+    "$PY" -m pip install --no-index --no-deps --no-cache-dir --no-compile --target "$SITE" "${new[@]}"
+  fi
 fi
-# setuptools for the isolated build comes from the wheels directory
-"$PY" -m pip install --no-index --no-deps --no-cache-dir --find-links "$WHEELS" -e .
 "$PY" -m pip check || echo "(pip check: the mismatches above are left as they are; the image's versions stay)"
 # what the benchmark imports, against the image's own versions (datasets reads the Llama token rows): a failure
 # here names the package in install.log before any GPU step spends its minutes on it

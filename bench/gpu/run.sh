@@ -74,7 +74,9 @@ if [ -n "$ONLY" ] && [ -f "$OUT/steps.tsv" ]; then  # keep the other steps' rows
 else
   : > "$OUT/steps.tsv"
 fi
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+# the checkout, and where install_wheels.sh puts the wheels when the image's environment is read-only
+export FABRIC_HARNESS_SITE=${FABRIC_HARNESS_SITE:-/tmp/fabric-harness-site}
+export PYTHONPATH="$PWD:$FABRIC_HARNESS_SITE${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 
 save() {  # --save DIR: what a device machine returns (its $OUT); files over 2 MiB (traces, token rows) stay
   [ -n "$SAVE" ] || return 0
