@@ -3,6 +3,7 @@ Every problem is collected (with did-you-mean for unknown keys), so a user fixes
 from __future__ import annotations
 
 import datetime
+import contextvars
 import dataclasses
 import difflib
 import math
@@ -148,7 +149,54 @@ def _odd_letters(key: str) -> str:
         ": not the ASCII letters it may look like)"
 
 
+def _section_type(tp: Any) -> type | None:
+    """The dataclass a field holds (Optional[X] too), else None."""
+    if dataclasses.is_dataclass(tp):
+        return tp
+    if typing.get_origin(tp) in (Union, types.UnionType):
+        inner = [a for a in typing.get_args(tp) if dataclasses.is_dataclass(a)]
+        return inner[0] if len(inner) == 1 else None
+    return None
+
+
+def key_paths(cls: type, key: str, prefix: str = "") -> list[str]:
+    """Where in the tree of `cls` a key named `key` is allowed: ['max_steps'] or ['data.seq_len']."""
+    found = []
+    for name, tp in typing.get_type_hints(cls).items():
+        if name == "recipe_path":
+            continue
+        path = f"{prefix}.{name}" if prefix else name
+        if name == key:
+            found.append(path)
+        if (section := _section_type(tp)) is not None:
+            found += key_paths(section, key, path)
+    return found
+
+
+_ROOT: contextvars.ContextVar[type | None] = contextvars.ContextVar("binding_root", default=None)
+
+
 def bind_dataclass(data: dict, cls: type, prefix: str, problems: list[str]) -> Any:
+    if not prefix:  # the whole tree: an unknown key that belongs elsewhere in it is named there
+        token = _ROOT.set(cls)
+        try:
+            return _bind_fields(data, cls, prefix, problems)
+        finally:
+            _ROOT.reset(token)
+    return _bind_fields(data, cls, prefix, problems)
+
+
+def _elsewhere(key: str, path: str) -> str:
+    """'max_steps is a top-level key (write max_steps); ' for train.max_steps, or '' when the key is nowhere else."""
+    root = _ROOT.get()
+    places = [p for p in key_paths(root, key) if p != path] if root is not None and isinstance(key, str) else []
+    if not places:
+        return ""
+    where = ["a top-level key" if "." not in p else f"a key of {p.rsplit('.', 1)[0]}" for p in places[:3]]
+    return f"'{key}' is {' and '.join(where)} (write {' or '.join(places[:3])}); "
+
+
+def _bind_fields(data: dict, cls: type, prefix: str, problems: list[str]) -> Any:
     hints = typing.get_type_hints(cls)
     names = _field_names(cls)
     kwargs = {}
@@ -156,7 +204,7 @@ def bind_dataclass(data: dict, cls: type, prefix: str, problems: list[str]) -> A
         path = f"{prefix}.{key}" if prefix else str(key)
         if key not in names:
             close = difflib.get_close_matches(str(key), names, n=1)
-            hint = f"did you mean '{close[0]}'? " if close else ""
+            hint = _elsewhere(key, path) or (f"did you mean '{close[0]}'? " if close else "")
             problems.append(f"{path}: unknown key{_odd_letters(str(key))}; {hint}allowed: {', '.join(names)}")
             continue
         before = len(problems)
