@@ -120,7 +120,22 @@ FUNCOL_SPECS = {
     **dict.fromkeys(("all_to_all_single", "all_to_all_single_autograd"), _F_A2A),
     **dict.fromkeys(("all_gather_into_tensor_coalesced", "all_gather_single_coalesced"), _F_AG_LIST),
     **dict.fromkeys(("reduce_scatter_tensor_coalesced", "reduce_scatter_single_coalesced"), _F_RS_LIST),
+    # point-to-point (what dynamo maps isend/irecv to; callable eagerly too): group None is the default group
+    "isend_inplace": ("send", lambda a, n: _NBYTES(a["tensor"]), _SEND),
+    "irecv_inplace": ("recv", lambda a, n: _NBYTES(a["tensor"]), _RECV),
+    "batch_p2p_ops_inplace": (lambda a: _p2p_batch(a["op_list"], a["tensors"])[0],
+                              lambda a, n: _p2p_batch(a["op_list"], a["tensors"])[1], _SEND | _RECV | _BATCH),
 }
+
+
+def _p2p_batch(kinds, tensors) -> tuple[str, int]:
+    """(op, S) of a batch of "isend"/"irecv": `sendrecv` of the larger direction's bytes when it holds both,
+    as batch_isend_irecv counts it."""
+    sent = sum(_NBYTES(t) for k, t in zip(kinds, tensors) if k == "isend")
+    received = sum(_NBYTES(t) for k, t in zip(kinds, tensors) if k != "isend")
+    if sent and received:
+        return "sendrecv", max(sent, received)
+    return ("send", sent) if sent else ("recv", received)
 # What the backward of a functional collective issues: the collective's transpose on the same group, issued by
 # autograd without a call to anything wrapped here (torch 2.13's _functional_collectives.py registers these
 # backwards with torch.library.register_autograd on every _c10d_functional op, the *_autograd names' and the
@@ -201,6 +216,16 @@ class P2POpFunction:
 
     def __set__(self, p2p, value):
         p2p.__dict__["op"] = torch_own(value)
+
+
+def opaque_to_compile(wrapper):
+    """`wrapper` as torch.compile must take it: a call it does not trace into (one graph break, the call run
+    as written). Traced into, the wrapper's bookkeeping broke the graph at its clock and locks anyway, and
+    reading a group's identity there for the first time was a hard error (dynamo refuses a ProcessGroup's
+    unregistered attributes), which failed the user's compile. So a collective in a compiled region is an
+    ordinary call: counted and timed on each run, never only once at compile time."""
+    disable = getattr(getattr(torch, "compiler", None), "disable", None)
+    return disable(wrapper) if disable is not None else wrapper
 
 
 def registering(fn):
@@ -289,7 +314,7 @@ class CallWrappers:
             return result
 
         wrapper.__name__ = fn.__name__
-        return wrapper
+        return opaque_to_compile(wrapper)
 
     def _rebind_importers(self) -> None:
         """Point the collectives that loaded torch modules bound at import time at the wrappers."""
@@ -371,7 +396,7 @@ class CallWrappers:
             call = Call(op, nbytes_of(a, size), size, backend, tracer._source("dist"), time.perf_counter())
             caller_async = bool(a.get("async_op", False)) if has_async else name in _ASYNC_RETURNING
             result = tracer._call(fn, call, pg, types, args, kwargs, sync=not caller_async)
-            if backend == "nccl":  # timed by the group's completion report; the Work stays the caller's
+            if backend == "nccl" or call.folded:  # timed by the group's report, or as its coalescing block
                 return result
             if caller_async and result is not None:
                 tracer._attach(call, result)
@@ -381,14 +406,14 @@ class CallWrappers:
 
         wrapper.__name__ = fn.__name__
         wrapper.__doc__ = fn.__doc__
-        return wrapper
+        return opaque_to_compile(wrapper)
 
     @staticmethod
     def _attach(call: Call, work) -> None:
         """gloo: time to completion from the work's future; the callback holds the call, not the work."""
         try:
-            fut = work.get_future()
-        except (RuntimeError, AttributeError):  # gloo's send/recv works have no future: time unknown
+            fut = work.get_future()  # an _IllegalWork (a call held by a coalescing block) has None there
+        except (RuntimeError, AttributeError, TypeError, ValueError):  # gloo's send/recv works have no future
             call.untimed_reason = NO_FUTURE
             return
 
@@ -432,7 +457,7 @@ class CallWrappers:
             return works
 
         wrapper.__name__ = fn.__name__
-        return wrapper
+        return opaque_to_compile(wrapper)
 
     def _wrap_broadcast_coalesced(self, fn):
         tracer = self
@@ -449,7 +474,7 @@ class CallWrappers:
                 call.t_done, call.blocking = time.perf_counter(), True  # blocking on gloo
             return result
 
-        return wrapper
+        return opaque_to_compile(wrapper)
 
     def _wrap_funcol(self, fn, spec, backward=None):
         op, nbytes_of, types = spec
@@ -460,11 +485,11 @@ class CallWrappers:
             if tracer._depth:
                 return fn(*args, **kwargs)
             a = named(args, kwargs)
-            group = a.get("group")
-            pg = funcol_pg(group)
+            group = a.get("group", a.get("group_name"))
+            pg = funcol_pg(dist.group.WORLD if group is None or group == "" else group)
             size = pg.size() if pg is not None else funcol_group_size(group)
             backend = completion_hooks.backend_name(pg) if pg is not None else None
-            call = Call(op, nbytes_of(a, size), size, backend, tracer._source("funcol"),
+            call = Call(op(a) if callable(op) else op, nbytes_of(a, size), size, backend, tracer._source("funcol"),
                         time.perf_counter())
             if backend != "nccl":  # waited on at an unknown later point; its bytes show as untimed
                 call.untimed_reason = FUNCOL_GLOO if backend == "gloo" else f"functional collective on {backend}"
@@ -474,7 +499,7 @@ class CallWrappers:
             return result
 
         wrapper.__name__ = fn.__name__
-        return wrapper
+        return opaque_to_compile(wrapper)
 
     def _hook_backward(self, spec, inputs, result, pg, forward: Call) -> None:
         """The collective the backward of a functional collective issues, counted from a pre-hook and a hook on
@@ -513,13 +538,16 @@ class CallWrappers:
 
     def _wrap_coalescing(self, fn):
         """A `_coalescing_manager` block on NCCL is one work, reported once as COALESCED (or a *_COALESCED
-        fast path) with no sizes: one entry for the block, with the summed bytes of the calls inside."""
+        fast path) with no sizes: one entry for the block, with the summed bytes of the calls inside. Elsewhere
+        (gloo) the calls torch holds for the block's exit (`_deferred_by_coalescing`) are one entry too, timed
+        around the exit (or by the block's work when `async_ops`): each of them returned before it ran, with
+        an `_IllegalWork` where it was asynchronous."""
         tracer = self
 
         @contextlib.contextmanager
         def wrapper(group=None, device=None, async_ops=False):
             pg, size, backend = tracer._group_info(group)
-            if tracer._depth or getattr(tracer._local, "block", None) is not None or backend != "nccl":
+            if tracer._depth or getattr(tracer._local, "block", None) is not None or pg is None:
                 with fn(group, device, async_ops) as cm:
                     yield cm
                 return
@@ -547,6 +575,15 @@ class CallWrappers:
                         min(c.t_issue for c in block) if block else t0, coalesced=len(block))
             # the block's work is issued at the manager's exit: queued first, as its report may beat the return
             tracer._call(lambda: inner.__exit__(None, None, None), call, pg, _BLOCK, (), {}, sync=not async_ops)
+            if backend == "nccl":
+                return
+            works = getattr(cm, "works", None)
+            if async_ops and works:
+                tracer._attach(call, works[-1])
+            elif async_ops:
+                call.untimed_reason = NO_FUTURE
+            else:
+                call.t_done, call.blocking = time.perf_counter(), True
 
         wrapper.__wrapped__ = fn
         return wrapper

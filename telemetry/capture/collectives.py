@@ -116,6 +116,16 @@ def _sequence_number(pg) -> int | None:
         return None
 
 
+def _deferred_by_coalescing(pg) -> int:
+    """How many calls torch holds for `pg`'s open `_coalescing_manager` block (issued as one work at its exit;
+    each returned at once, None or an `_IllegalWork`). Without a device, gloo (and any backend) coalesces
+    all_reduce, all_gather_into_tensor and reduce_scatter_tensor this way; other calls in the block run at once."""
+    try:
+        return len(dist.distributed_c10d._world.pg_coalesce_state.get(pg) or ())
+    except (AttributeError, TypeError):
+        return 0
+
+
 def _capturing() -> bool:
     try:
         return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
@@ -242,13 +252,20 @@ class CollectiveTracer(CallWrappers):
         (what the CUDA-event fallback needs)."""
         nccl = call.backend == "nccl" and pg is not None
         block = getattr(self._local, "block", None)
-        if nccl and block is not None:  # inside a coalescing block: part of the block's one work
-            block.append(call)
+        if block is not None and pg is not None:  # inside a coalescing block: maybe part of its one work
+            before = _deferred_by_coalescing(pg)
             self._local.depth = 1
             try:
-                return fn(*args, **kwargs)
+                result = fn(*args, **kwargs)
             finally:
                 self._local.depth = 0
+            if nccl or _deferred_by_coalescing(pg) > before:  # elsewhere: only what torch kept for the exit
+                call.folded = True
+                block.append(call)
+                return result
+            self._opening(call, pg, types, sync)  # issued at once after all (a type torch does not coalesce)
+            self._issued(call, pg)
+            return result
         self._opening(call, pg, types, sync)
         seq = _sequence_number(pg) if several and call.queued and call.events is None else None
         self._local.depth = 1
