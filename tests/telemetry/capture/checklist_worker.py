@@ -222,6 +222,16 @@ def ddp_items(ck: Checklist) -> None:
     ck.step("ddp_user_hook", lambda: ddp(torch.randn(2, 8)).sum().backward())
 
 
+def fsdp_items(ck: Checklist) -> None:
+    from torch.distributed.fsdp import fully_shard
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.Linear(32, 32))  # 4224 B of parameters each
+    for layer in model:
+        fully_shard(layer)
+    fully_shard(model)
+    ck.step("fsdp2", lambda: model(torch.randn(4, 32)).sum().backward())
+
+
 def lifecycle_items(ck: Checklist, out_dir: str) -> dict:
     out = {}
     ck.tracer.uninstall()
@@ -245,7 +255,8 @@ def main(out: str) -> None:
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     ck = Checklist(CollectiveTracer().install(), rank, world)
-    for items in (c10d_items, object_items, funcol_items, dtensor_items, group_items, ddp_items, compiled_items):
+    for items in (c10d_items, object_items, funcol_items, dtensor_items, group_items, ddp_items, fsdp_items,
+                  compiled_items):
         items(ck)
     ck.results["lifecycle"] = lifecycle_items(ck, out)
     with open(os.path.join(out, f"rank{rank}.json"), "w") as f:

@@ -57,6 +57,9 @@ SAME = {
     "default_vs_explicit_group": [("all_reduce", 16), ("all_reduce", 16)],
     "new_subgroups": [("all_reduce", 16)],
     "ddp_user_hook": [("all_reduce", (8 * 4 + 4) * 4)],  # Linear(8, 4)'s gradients
+    # FSDP2 over two Linear(32, 32) (4224 B each): gathered in forward, again in backward (resharded after
+    # forward), then each gradient reduce-scattered (S = the unsharded input)
+    "fsdp2": [("all_gather", (32 * 32 + 32) * 4)] * 4 + [("reduce_scatter", (32 * 32 + 32) * 4)] * 2,
     **{f"compiled_{kind}_{i}": [("all_reduce", 16)] for kind in ("funcol", "dist") for i in range(3)},
 }
 
