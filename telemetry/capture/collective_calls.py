@@ -12,7 +12,7 @@ import torch.distributed as dist
 
 from telemetry.capture import completion_hooks
 from telemetry.capture.comm_groups import group_identity
-from telemetry.capture.comm_step import FUNCOL_GLOO, NO_FUTURE, Call
+from telemetry.capture.comm_step import CAPTURED, FUNCOL_GLOO, NO_FUTURE, Call
 
 _NBYTES = lambda t: t.numel() * t.element_size()  # noqa: E731
 
@@ -178,6 +178,7 @@ _DTENSOR_A2A = ("torch.distributed.tensor._collective_utils", "shard_dim_alltoal
                 ("torch.distributed.tensor.placement_types",))
 
 
+CAPTURED_CALLS = "calls_traced_by_fabric_harness"  # on a CUDAGraph: the calls its capture issued
 TRACED = "traced_by_fabric_harness"  # set on each wrapper this module installs (its __wrapped__: what it replaced)
 ABSENT = object()  # an attribute install added where there was none: uninstall deletes it
 
@@ -284,10 +285,46 @@ class CallWrappers:
             self._patch(c10d, "_coalescing_manager", wrapped)
         self._rebind_importers()
         self._wrap_dtensor_alltoall()
+        self._wrap_cuda_graphs()
         p2p_op = getattr(c10d, "P2POp", None)
         if p2p_op is not None:
             self._orig[(p2p_op, "op")] = vars(p2p_op).get("op", ABSENT)
             p2p_op.op = P2POpFunction()
+
+    def _wrap_cuda_graphs(self) -> None:
+        """A CUDA graph's collectives run at its replays, never at its capture, and issue no completion report:
+        the calls traced between `capture_begin` and `capture_end` are kept on the graph, and each `replay`
+        counts them again, untimed (CAPTURED). A capture the wrappers did not see (begun before install, or
+        through torch._C directly) still counts its calls once, at capture."""
+        cls = getattr(sys.modules.get("torch.cuda"), "CUDAGraph", None)
+        if cls is None or not all(callable(vars(cls).get(n)) for n in ("capture_begin", "capture_end", "replay")):
+            return
+        tracer, begin, end, replay = self, cls.capture_begin, cls.capture_end, cls.replay
+
+        def capture_begin(graph, *args, **kwargs):
+            tracer._local.captured = []
+            try:
+                return begin(graph, *args, **kwargs)
+            except BaseException:
+                tracer._local.captured = None
+                raise
+
+        def capture_end(graph, *args, **kwargs):
+            calls, tracer._local.captured = getattr(tracer._local, "captured", None), None
+            result = end(graph, *args, **kwargs)
+            setattr(graph, CAPTURED_CALLS, list(calls or ()))
+            return result
+
+        def replay_(graph, *args, **kwargs):
+            t = time.perf_counter()
+            for c in getattr(graph, CAPTURED_CALLS, ()):
+                tracer._record(Call(c.op, c.nbytes, c.group_size, c.backend, c.source, t, untimed_reason=CAPTURED,
+                                    group=c.group, coalesced=c.coalesced, timing=c.timing))
+            return replay(graph, *args, **kwargs)
+
+        for name, wrapper in (("capture_begin", capture_begin), ("capture_end", capture_end), ("replay", replay_)):
+            wrapper.__name__ = name
+            self._patch(cls, name, wrapper)
 
     def _wrap_dtensor_alltoall(self) -> None:
         modname, name, importers = _DTENSOR_A2A

@@ -295,7 +295,8 @@ class CollectiveTracer(CallWrappers):
             end.record()
             call.events[1] = end
         call.t_returned = time.perf_counter()
-        self._record(call)
+        if not call.replayed:
+            self._record(call)
         if call.queued:
             after = _sequence_number(pg) if seq is not None else None
             with self._cond:
@@ -313,6 +314,10 @@ class CollectiveTracer(CallWrappers):
             return
         if _capturing():  # graph-captured works are not enqueued for the watchdog: no report will come
             call.untimed_reason = CAPTURED
+            captured = getattr(self._local, "captured", None)
+            if captured is not None:  # a wrapped CUDAGraph capture: nothing runs now, each replay counts it
+                call.replayed = True
+                captured.append(call)
             return
         if mechanism == EVENTS:
             if not sync:

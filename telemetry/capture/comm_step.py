@@ -48,6 +48,7 @@ class Call:
     finished_seen: float | None = None  # NCCL: when the watchdog saw its last work complete (host clock)
     coalesced: int = 0  # calls folded into this one _coalescing_manager block's single work
     folded: bool = False  # this call is one of those: the block's entry counts and times it
+    replayed: bool = False  # issued in a CUDA graph's capture: counted at each replay of the graph, not here
     events: list | None = None  # EVENTS: [start, end] CUDA events around the call, until they are read
     timing: str | None = None  # NCCL: HOOK or EVENTS, the mechanism that times it
 

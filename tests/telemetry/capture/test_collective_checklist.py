@@ -13,6 +13,7 @@ import sys
 
 import pytest
 
+from telemetry.capture.collectives import CollectiveTracer
 from telemetry.capture.comm_step import FUNCOL_GLOO, NO_FUTURE, UNFINISHED
 
 from ...conftest import REPO
@@ -164,3 +165,52 @@ def test_a_second_tracer_counts_once_and_survives_a_recreated_process_group(seen
         assert [c[:3] for c in life["second_run"]] == [["all_reduce", 16, W]]
         assert life["first_after_uninstall"] == 0
         assert [c[:3] for c in life["after_reinit"]] == [["all_reduce", 32, W], ["all_gather", 32, W]]
+
+
+def test_a_cuda_graphs_collectives_count_at_each_replay_not_at_its_capture(monkeypatch):
+    """CUDA graph capture cannot run on CPU: a stand-in CUDAGraph class and the pretend ProcessGroupNCCL. The
+    capture runs nothing (it counted one phantom call there, and none of the replays that ran it)."""
+    import torch
+
+    from telemetry.capture import collectives
+    from telemetry.capture.comm_step import CAPTURED
+
+    from .test_collectives_nccl_fake import FakeProcessGroupNCCL, all_reduce, wrap
+
+    class StandInGraph:
+        def capture_begin(self, pool=None):
+            pass
+
+        def capture_end(self):
+            pass
+
+        def replay(self):
+            self.replays = getattr(self, "replays", 0) + 1
+
+    from telemetry.capture import completion_hooks
+    monkeypatch.setattr(completion_hooks, "backend_name", lambda pg: getattr(pg, "backend", None))
+    own = dict(vars(StandInGraph))
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", StandInGraph)
+    group, tracer = FakeProcessGroupNCCL("g", dim="tp"), CollectiveTracer()
+    tracer._wrap_cuda_graphs()
+    reduce = wrap(tracer, "all_reduce", all_reduce)
+    try:
+        graph = StandInGraph()
+        tracer.begin_step()
+        graph.capture_begin()
+        monkeypatch.setattr(collectives, "_capturing", lambda: True)
+        reduce(torch.ones(8), group=group)  # 32 B, recorded into the graph
+        monkeypatch.setattr(collectives, "_capturing", lambda: False)
+        graph.capture_end()
+        assert tracer.end_step().calls == []
+        tracer.begin_step()
+        graph.replay()
+        graph.replay()
+        step = tracer.end_step()
+        assert graph.replays == 2
+        assert [(c.op, c.nbytes, c.group["name"], c.duration_s, c.untimed_reason) for c in step.calls] == \
+            [("all_reduce", 32, "tp", None, CAPTURED)] * 2
+        assert step.health()["captured"] == 2 and step.summary()["all_reduce"]["untimed_bytes"] == 64
+    finally:
+        tracer.uninstall()
+    assert all(vars(StandInGraph)[n] is own[n] for n in ("capture_begin", "capture_end", "replay"))
