@@ -423,7 +423,7 @@ class CallWrappers:
             if tracer.retired:  # bound while installed (DeepSpeed's comm backend, megatron's module globals) and
                 # called after: the call goes where torch.distributed points now (a later run's tracer, or torch)
                 now = getattr(dist, name, fn)
-                return (fn if now is wrapper else now)(*args, **kwargs)
+                return (fn if now is installed else now)(*args, **kwargs)
             if tracer._depth:  # a collective implemented by another one: count the outer call only
                 return fn(*args, **kwargs)
             a = named(args, kwargs)
@@ -443,7 +443,8 @@ class CallWrappers:
 
         wrapper.__name__ = fn.__name__
         wrapper.__doc__ = fn.__doc__
-        return opaque_to_compile(wrapper)
+        installed = opaque_to_compile(wrapper)  # what torch.distributed's attribute holds
+        return installed
 
     @staticmethod
     def _attach(call: Call, work) -> None:
