@@ -161,10 +161,9 @@ def _section_type(tp: Any) -> type | None:
 
 def key_paths(cls: type, key: str, prefix: str = "") -> list[str]:
     """Where in the tree of `cls` a key named `key` is allowed: ['max_steps'] or ['data.seq_len']."""
-    found = []
-    for name, tp in typing.get_type_hints(cls).items():
-        if name == "recipe_path":
-            continue
+    found, hints = [], typing.get_type_hints(cls)
+    for name in _field_names(cls):
+        tp = hints[name]
         path = f"{prefix}.{name}" if prefix else name
         if name == key:
             found.append(path)
