@@ -665,6 +665,13 @@ class Telemetry:
             out["exposed_share_mean"] = statistics.mean(w["exposed_share"] for w in self._exposed)
         return out
 
+    def carry_health(self, steps) -> None:
+        """Add earlier steps' tracer health (each a metrics.jsonl `comm_health`) to the run's: a resumed run's
+        steps before its checkpoint, so run.json's covers every step, not only this attempt's."""
+        for h in steps:
+            if isinstance(h, dict):
+                coverage.add(self._health, h)
+
     def run_health(self) -> dict:
         """The run's tracer health (telemetry/coverage.py): every step's counts added up, and the calls still
         waiting for a report now counted as never reported."""
