@@ -665,12 +665,15 @@ class Telemetry:
             out["exposed_share_mean"] = statistics.mean(w["exposed_share"] for w in self._exposed)
         return out
 
-    def carry_health(self, steps) -> None:
-        """Add earlier steps' tracer health (each a metrics.jsonl `comm_health`) to the run's: a resumed run's
-        steps before its checkpoint, so run.json's covers every step, not only this attempt's."""
-        for h in steps:
-            if isinstance(h, dict):
-                coverage.add(self._health, h)
+    def carry_steps(self, records: list[dict]) -> None:
+        """A resumed run's steps before its checkpoint (rank 0's metrics.jsonl lines): their tracer health is
+        added to the run's and the straggler detector reads them, so run.json's `comm_health` and `stragglers`
+        cover every step, not only this attempt's."""
+        for r in records:
+            if isinstance(r.get(StepKey.COMM_HEALTH), dict):
+                coverage.add(self._health, r[StepKey.COMM_HEALTH])
+            if self.stragglers is not None and isinstance(r.get(StepKey.STEP), int):
+                self.stragglers.feed(r[StepKey.STEP], r)
 
     def run_health(self) -> dict:
         """The run's tracer health (telemetry/coverage.py): every step's counts added up, and the calls still

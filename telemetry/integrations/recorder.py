@@ -279,10 +279,11 @@ class RunRecorder(Hooks):
 
     def on_train_start(self, context: dict) -> None:
         """A resumed run (`start_step` > 0): the steps recorded before its checkpoint count in run.json's tracer
-        health, which a resume with nothing left to do replaced with an empty one ("no collectives traced")."""
+        health and straggler check, which a resume with nothing left to do replaced with empty ones ("no
+        collectives traced", "no cross-rank step times")."""
         start = int(context.get("start_step") or 0)
         if self.telemetry is not None and not self.closed and start > 0 and self.rundir.rank == 0:
-            self.telemetry.carry_health(r.get(StepKey.COMM_HEALTH) for r in self.rundir.metrics_up_to(start))
+            self.telemetry.carry_steps(self.rundir.metrics_up_to(start))
 
     def on_step_start(self, step: int) -> None:
         if self.telemetry is not None and not self.closed:
