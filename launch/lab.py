@@ -694,18 +694,18 @@ def main(argv: list[str] | None = None) -> int:
     else:
         ours, recipe_args = argv, []
     p = OneLineParser(prog="python -m launch.lab",
-                                usage="python -m launch.lab --nodes N --nproc-per-node G --rate RATE -- RECIPE "
+                                usage="python -m launch.lab --nodes N [--nproc-per-node G] --rate RATE -- RECIPE "
                                       "[key=value ...]",
                                 description="Run a recipe across emulated nodes joined by shaped links.")
-    p.add_argument("--nodes", type=int, required=True)
-    p.add_argument("--nproc-per-node", type=int, default=1)
+    p.add_argument("--nodes", type=int, required=True, help="emulated nodes (network namespaces), 2 or more")
+    p.add_argument("--nproc-per-node", type=int, default=1, help="ranks per node (default 1)")
     p.add_argument("--rate", required=True, help="tc rate per link and direction (1gbit, 100mbit, ...) or none")
     p.add_argument("--slow-node", type=int, default=None, help="node whose own egress is shaped at --slow-rate")
     p.add_argument("--slow-rate", default=None, help="tc rate of the slow node's egress (e.g. 10mbit)")
     p.add_argument("--mtu", type=int, default=DEFAULT_MTU,
                    help="frame size of the lab's links (default 1500; 9000 for jumbo frames as on training fabrics)")
-    p.add_argument("--timeout", type=float, default=1800, help="seconds before every node is stopped")
-    p.add_argument("--port", type=int, default=29400, help="rendezvous port on node 0")
+    p.add_argument("--timeout", type=float, default=1800, help="seconds before every node is stopped (default 1800)")
+    p.add_argument("--port", type=int, default=29400, help="rendezvous port on node 0 (default 29400)")
     for name, what in (("--burst", "bucket (64k, 2m; default 2 ms of the rate, >= 16 KiB)"),
                        ("--limit", "queue (default 20 ms of the rate, >= 256 KiB)")):
         p.add_argument(name, default=None, help=f"every shaped link's tbf {what} in bytes as tc writes sizes")

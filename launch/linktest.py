@@ -271,7 +271,8 @@ def parse_args(argv):
     p.add_argument("--duration", type=int, default=5, help="seconds per test (default 5)")
     p.add_argument("--size", type=int, help="message size in bytes (perftest -s)")
     p.add_argument("--qps", type=int, default=1, help="queue pairs per link (perftest -q)")
-    p.add_argument("--ib-port", type=int, default=1)
+    p.add_argument("--ib-port", type=int, default=1,
+                   help="the HCA port (perftest -i, default 1); its rate is the default line rate")
     p.add_argument("--gid-index", type=int, help="RoCE GID index (perftest -x)")
     p.add_argument("--streams", type=int, default=1, help="iperf3 -P")
     p.add_argument("--bidir", action="store_true", help="iperf3 --bidir")

@@ -136,6 +136,16 @@ ROWS = [
     ("torchrun-empty-rdzv-id", ["launch.torchrun", "--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint",
                                 "node0:29400", "--rdzv-id", "", "-m", "trainer", TINY], {},
      "--rdzv-id: got ''; allowed: a non-empty id"),
+    # the telemetry commands recipes.md lists had no row: each refused with one line, now held to it
+    ("nccl-log-missing-file", ["telemetry", "nccl-log", "{root}/nope.out"], {},
+     "{root}/nope.out: does not exist; allowed: a log file (NCCL_DEBUG=INFO output)"),
+    ("nccl-log-misspelt-expect", ["telemetry", "nccl-log", "{root}/nope.out", "--expect", "rocee"], {},
+     "--expect: got 'rocee'; did you mean 'roce'?"),
+    ("mllog-not-a-run", ["telemetry", "mllog", "{root}/nope"], {}, "{root}/nope: not a directory; allowed: a run"),
+    ("p2p-no-matrix", ["telemetry", "p2p", "{llm}"], {}, "neither p2p_matrix in collectives.json nor p2p_bandwidth.json"),
+    ("export-unknown-kind", ["telemetry", "export", "{llm}", "--to", "csv"], {},
+     "--to: got ['csv']; allowed: tensorboard, wandb, parquet, trace"),
+    ("watch-not-a-dir", ["telemetry", "watch", "{root}/nope/run", "--once"], {}, "is not a directory"),
     ("trainer-tokenizer-empty-dir", ["trainer", TINY, "model.tokenizer={root}/empty-dir", "max_steps=1",
                                      "output_dir={root}/tok"], {}, "model.tokenizer: cannot load a tokenizer from '{root}/empty-dir' ("),
 ]

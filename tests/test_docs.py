@@ -341,3 +341,37 @@ def test_every_override_shown_in_the_docs_binds_in_some_recipe():
                     wrong.append(f"{where}:{number}: {word}: {problems[0]}")
     assert checked, "no key=value found in the docs: the reader is broken"
     assert not wrong, "\n".join(wrong)
+
+
+WRAPPED = ("launch.torchrun",)  # torch's own parser: torchrun's options are torch's documentation
+
+
+def test_every_option_of_our_commands_is_documented():
+    """The reverse of the flag check: each option a documented command of ours accepts is named in some doc
+    (`launch.linktest --qps`, `--ib-port` and `--timeout-s` were in `--help` only)."""
+    docs = "\n".join(text for _, text in _doc_sources())
+    modules = sorted({m for _, m, _ in documented_module_calls() if m.split(".")[0] in ("trainer", "telemetry", "launch")
+                      and m not in WRAPPED})
+    undocumented = []
+    for module in modules:
+        parser = module_parser(module)
+        if parser is None:
+            continue
+        for name, sub in (_subcommands(parser) or {"": parser}).items():
+            for option in sub._option_string_actions:
+                if option.startswith("--") and option != "--help" and not re.search(re.escape(option) + r"(?![\w-])", docs):
+                    undocumented.append(f"python -m {module} {name} {option}".replace("  ", " "))
+    assert not undocumented, "options in --help that no doc names:\n" + "\n".join(undocumented)
+
+
+def test_every_telemetry_command_is_under_the_bad_input_rule():
+    """docs/recipes.md lists the command lines that exit 2 with one `error:` line, and says
+    tests/test_cli_bad_input.py runs one row per entry point: every `python -m telemetry` subcommand is in
+    both (nccl-log was in neither)."""
+    from tests.test_cli_bad_input import ROWS
+
+    commands = set(_subcommands(module_parser("telemetry")))
+    listed = re.search(r"`python -m telemetry ([\w|-]+)`", (REPO / "docs" / "recipes.md").read_text(encoding="utf-8"))
+    assert listed and set(listed.group(1).split("|")) == commands, (listed and listed.group(1), sorted(commands))
+    rows = {argv[1] for _, argv, _, _ in ROWS if argv[0] == "telemetry" and len(argv) > 1}
+    assert commands <= rows, f"no row in tests/test_cli_bad_input.py for: {sorted(commands - rows)}"

@@ -2,7 +2,7 @@
 (mlperf_logging.mllog, `pip install mlperf-logging`) from what the run directory recorded, so that
 MLCommons' compliance checker (`python -m mlperf_logging.compliance_checker`) reads them.
 
-Times are the run's own: init_start at run.json `start_time`, run_start at the start of the first step
+Times are the run's own: init_start at run.json `start_time` (its first attempt's for a resumed run), run_start at the start of the first step
 (its `time` less its step time), each block from one evaluation to the next (`samples_count` metadata),
 eval_accuracy at the evaluation's step end, run_stop at the last step's end with status `success` when the
 target was reached, else `aborted`. Which MLPerf benchmark a workload is and what MLPerf calls its quality:
@@ -39,7 +39,11 @@ def _ms(t: float) -> int:
 
 
 def _start_s(info: dict) -> float | None:
-    text = info.get(RunKey.START_TIME)
+    """When the run began: its first attempt's start. A resumed run's run.json `start_time` is its last
+    attempt's, after every step the earlier attempts trained (init_start came after run_stop)."""
+    attempts = info.get(RunKey.ATTEMPTS)
+    first = attempts[0] if isinstance(attempts, list) and attempts and isinstance(attempts[0], dict) else {}
+    text = first.get(RunKey.START_TIME) or info.get(RunKey.START_TIME)
     if not text:
         return None
     try:

@@ -665,6 +665,16 @@ class Telemetry:
             out["exposed_share_mean"] = statistics.mean(w["exposed_share"] for w in self._exposed)
         return out
 
+    def carry_steps(self, records: list[dict]) -> None:
+        """A resumed run's steps before its checkpoint (rank 0's metrics.jsonl lines): their tracer health is
+        added to the run's and the straggler detector reads them, so run.json's `comm_health` and `stragglers`
+        cover every step, not only this attempt's."""
+        for r in records:
+            if isinstance(r.get(StepKey.COMM_HEALTH), dict):
+                coverage.add(self._health, r[StepKey.COMM_HEALTH])
+            if self.stragglers is not None and isinstance(r.get(StepKey.STEP), int):
+                self.stragglers.feed(r[StepKey.STEP], r)
+
     def run_health(self) -> dict:
         """The run's tracer health (telemetry/coverage.py): every step's counts added up, and the calls still
         waiting for a report now counted as never reported."""

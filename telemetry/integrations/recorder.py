@@ -277,6 +277,14 @@ class RunRecorder(Hooks):
 
     # ------------------------------------------------------------ steps: the hooks every loop drives
 
+    def on_train_start(self, context: dict) -> None:
+        """A resumed run (`start_step` > 0): the steps recorded before its checkpoint count in run.json's tracer
+        health and straggler check, which a resume with nothing left to do replaced with empty ones ("no
+        collectives traced", "no cross-rank step times")."""
+        start = int(context.get("start_step") or 0)
+        if self.telemetry is not None and not self.closed and start > 0 and self.rundir.rank == 0:
+            self.telemetry.carry_steps(self.rundir.metrics_up_to(start))
+
     def on_step_start(self, step: int) -> None:
         if self.telemetry is not None and not self.closed:
             self.telemetry.start_step(step)

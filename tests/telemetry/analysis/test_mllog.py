@@ -138,3 +138,17 @@ def test_steps_are_read_in_step_order(tmp_path):
     start = next(r for r in got if r["key"] == "run_start")["time_ms"]
     stop = next(r for r in got if r["key"] == "run_stop")["time_ms"]
     assert start < stop
+
+
+def test_a_resumed_run_starts_at_its_first_attempt(tmp_path):
+    """run.json `start_time` is the last attempt's: a finished run started again (the README's "running the same
+    command again resumes") put init_start after run_stop. The first attempt's start is when the run began."""
+    run = job(tmp_path, "llm_lora", key="eval_loss", values=(1.2, 0.92))
+    info = json.loads((run / "run.json").read_text())
+    info["attempts"] = [{"attempt": 1, "start_time": "2023-11-14T22:12:30+00:00", "status": "completed"},
+                        {"attempt": 2, "start_time": "2023-11-15T09:00:00+00:00", "status": "completed"}]
+    info["start_time"] = "2023-11-15T09:00:00+00:00"
+    (run / "run.json").write_text(json.dumps(info))
+    lines = ml.lines(ml.write(str(run))["path"])
+    at = {r["key"]: r["time_ms"] for r in lines}
+    assert at["init_start"] == 1_699_999_950_000 <= at["run_start"] <= at["run_stop"]

@@ -123,3 +123,33 @@ def test_a_given_layout_for_another_world_when_the_engine_reports_none(tmp_path,
     note = next(n for n in info["notes"] if "world_size 8" in n)
     assert "reports none" in note and "the one the engine reports" not in note, note
     capsys.readouterr()
+
+
+def test_a_resumed_runs_tracer_health_covers_the_steps_before_its_checkpoint(tmp_path):
+    """A resume continues the steps in metrics.jsonl, and run.json's `telemetry.comm_health` is "every step added
+    up" (docs/run-directory.md). It held only the last attempt's: a rerun of a finished run (nothing left to do)
+    made the report of 60 traced steps read "no collectives traced"."""
+    from telemetry.rundir import METRICS, StepKey
+    from telemetry.stragglers import StragglerDetector
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    group = {"calls": 3, "bytes": 300, "timed": 3, "timed_bytes": 300, "timing": "host"}
+    earlier = [{StepKey.STEP: s, StepKey.COMM_HEALTH: {"calls": 3, "bytes": 300, "timed": 3, "timed_bytes": 300,
+                                                       "by_group": {"dp": group}}} for s in (1, 2, 3)]
+    (run_dir / METRICS).write_text("".join(json.dumps(r) + "\n" for r in earlier))
+    for r in earlier:  # two ranks' compute time outside collectives, as rank 0's lines carry it
+        r[StepKey.RANKS] = {"compute_s": {"min": 1.0, "median": 1.0, "mean": 1.0, "max": 1.0, "max_rank": 0, "ranks": 2}}
+    (run_dir / METRICS).write_text("".join(json.dumps(r) + "\n" for r in earlier))
+    rec = RunRecorder(str(run_dir), name="r", harness=True)
+    rec.open()
+    rec.start(0)
+    rec.telemetry.stragglers = StragglerDetector(None)  # rank 0's, as a world of two has
+    rec.rundir.open_metrics(2)  # resumed from step 2's checkpoint: step 3's line is set aside, as the loop does
+    rec.on_train_start({"start_step": 2, "max_steps": 2})
+    rec.close("completed")
+    telemetry = run_json(run_dir)["telemetry"]
+    health = telemetry[StepKey.COMM_HEALTH]
+    assert (health["calls"], health["timed_bytes"], health["by_group"]["dp"]["calls"]) == (6, 600, 6)
+    assert health["verdict"] == "timing covers 100% of calls and bytes"
+    assert telemetry["stragglers"]["steps_checked"] == 2  # not "no cross-rank step times"
