@@ -755,7 +755,7 @@ def main(argv: list[str] | None = None) -> int:
             shaped = (f"{lab_links(lab.describe())} (burst {lab.link_burst(lab.rate_bps)} B"
                       + (f", queue {lab.limit} B" if lab.limit else "") + f", MTU {lab.mtu})"
                       if lab.rate_bps else f"{lab_links(lab.describe())} (MTU {lab.mtu})")
-            say(f"[lab] {lab.nodes} nodes x {args.nproc_per_node} ranks, {lab.describe()['topology']}, links "
+            say(f"[lab] {lab.nodes} nodes x {args.nproc_per_node} rank{'s' if args.nproc_per_node != 1 else ''}, {lab.describe()['topology']}, links "
                 f"{shaped}; run directory {output_dir}")
             os.makedirs(output_dir, exist_ok=True)
             now = {**lab.describe(), "nproc_per_node": args.nproc_per_node, "recipe": recipe_args}
