@@ -15,6 +15,7 @@ set, for a scrape config that watches that directory (docs/live.md).
 from __future__ import annotations
 
 import atexit
+import math
 import os
 import re
 import time
@@ -86,8 +87,10 @@ def push_problems(pushgateway, otlp, interval_s) -> list[str]:
             p.append(f"telemetry.{key}: got {value!r}; {problem}")
         elif key == "pushgateway" and (problem := _gateway_path_problem(value)):
             p.append(f"telemetry.pushgateway: got {value!r}; {problem}")
-    if not isinstance(interval_s, (int, float)) or isinstance(interval_s, bool) or interval_s < PUSH_INTERVAL_MIN_S:
-        p.append(f"telemetry.push_interval_s: got {interval_s!r}; expected seconds >= {PUSH_INTERVAL_MIN_S:g}")
+    if (not isinstance(interval_s, (int, float)) or isinstance(interval_s, bool) or not math.isfinite(interval_s)
+            or interval_s < PUSH_INTERVAL_MIN_S):
+        p.append(f"telemetry.push_interval_s: got {interval_s!r}; expected seconds >= {PUSH_INTERVAL_MIN_S:g} "
+                 "(a finite number)")
     return p
 
 
