@@ -97,7 +97,13 @@ def push_problems(pushgateway, otlp, interval_s) -> list[str]:
 def settings_problems(s) -> list[str]:
     """Every problem of the live settings of a TelemetrySettings (the recipe check and the library's)."""
     problem = prometheus_problem(s.prometheus)
-    return ([problem] if problem else []) + push_problems(s.pushgateway, s.otlp, s.push_interval_s)
+    p = [problem] if problem else []
+    targets = getattr(s, "prometheus_targets_dir", None)
+    if targets is not None and s.prometheus is None:  # else silently nothing: no target list, no error
+        p.append(f"telemetry.prometheus_targets_dir: got {targets!r} while telemetry.prometheus is null, so no "
+                 "node serves a port to list there; allowed: telemetry.prometheus set (a port, or auto) with it, "
+                 "or prometheus_targets_dir: null")
+    return p + push_problems(s.pushgateway, s.otlp, s.push_interval_s)
 
 
 def local_ranks(environ=os.environ) -> list[int]:

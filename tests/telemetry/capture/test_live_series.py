@@ -164,6 +164,15 @@ def test_push_settings_are_checked():
     assert len(got) == 3 and "telemetry.pushgateway" in got[0] and "credentials" in got[1]
 
 
+def test_a_targets_dir_without_a_port_to_list_is_refused():
+    """telemetry.prometheus_targets_dir with telemetry.prometheus null was silently nothing: no target list
+    written, so the Prometheus watching that directory never found the job, and nothing said why."""
+    got = live_export.settings_problems(TelemetrySettings(prometheus_targets_dir="/shared/prometheus-targets"))
+    assert len(got) == 1 and got[0].startswith("telemetry.prometheus_targets_dir: got '/shared/prometheus-targets'")
+    assert "telemetry.prometheus is null" in got[0] and "auto" in got[0], got
+    assert live_export.settings_problems(TelemetrySettings(prometheus="auto", prometheus_targets_dir="/x")) == []
+
+
 @pytest.mark.parametrize("interval", [float("inf"), float("nan")])
 def test_a_push_interval_that_is_no_finite_number_is_refused(interval):
     """TelemetrySettings(push_interval_s=inf) (a loop that is not the trainer: its recipe check refuses it)
