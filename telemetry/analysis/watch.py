@@ -131,11 +131,18 @@ class RunWatch:
             ranks.append({"rank": rank, StepKey.STEP: lines[-1].get("step"),
                           StepKey.STEP_TIME_S: statistics.median(st) if st else None,
                           "comm_share": statistics.median(ct) if ct else None,
-                          StepKey.GPU_POWER_W: lines[-1].get(StepKey.GPU_POWER_W)})
+                          StepKey.GPU_POWER_W: lines[-1].get(StepKey.GPU_POWER_W),
+                          "gpu_reason": _reason(lines[-1], StepKey.GPU_POWER_W, StepKey.GPU_ENERGY_REASON)})
         timed = [r for r in ranks if r[StepKey.STEP_TIME_S] is not None]
         slowest = sorted(timed, key=lambda r: -r[StepKey.STEP_TIME_S])
         found = (info.get("telemetry") or {}).get("stragglers") or (
-            self.detector.summary() if self.detector else stragglers.StragglerDetector(None).summary())
+            self.detector.summary() if self.detector else
+            {"verdict": None, "reason": "no steps recorded yet"} if not self.recent else
+            stragglers.StragglerDetector(None).summary())
+        # why the job's GPU power is unknown: the job's reason, else rank 0's (metrics.jsonl), else a rank's
+        gpu_reason = (_reason(last, StepKey.JOB_GPU_POWER_W, StepKey.JOB_GPU_ENERGY_REASON)
+                      or _reason(last, StepKey.JOB_GPU_POWER_W, StepKey.GPU_ENERGY_REASON)
+                      or next((r["gpu_reason"] for r in ranks if r["gpu_reason"]), None)) if last else None
         recorded = ((info.get("telemetry") or {}).get("counters") or {}).get("verdict")
         if recorded:
             counters = f"{recorded} (run.json)"
@@ -160,7 +167,7 @@ class RunWatch:
                 "sweep_ops": _sweep_tests(recipe, info.get("hosts")) if sweep else None,
                 "eta_s": eta, "s_per_step": per_step, StepKey.LOSS: last.get(StepKey.LOSS),
                 StepKey.TOKENS_PER_S: last.get(StepKey.TOKENS_PER_S),
-                StepKey.JOB_GPU_POWER_W: last.get(StepKey.JOB_GPU_POWER_W),
+                StepKey.JOB_GPU_POWER_W: last.get(StepKey.JOB_GPU_POWER_W), "gpu_reason": gpu_reason,
                 StepKey.JOB_SERVER_POWER_W: last.get(StepKey.JOB_SERVER_POWER_W), "ranks": shown, "other_ranks": rest,
                 "slowest": slowest[:SLOWEST], "straggler": found, "counters": counters, "error": info.get("error"),
                 "coverage": (last.get(StepKey.COMM_HEALTH) or {}).get("verdict")}
@@ -207,6 +214,25 @@ def _fmt(v, spec: str, unit: str = "", none: str = "n/a") -> str:
     return none if _num(v) is None else f"{format(v, spec)}{unit}"
 
 
+def _reason(line: dict, key: str, reason_key: str) -> str | None:
+    """Why `key` is null on the line, where the run said (None when it is known or no reason is given)."""
+    why = line.get(reason_key)
+    return why if _num(line.get(key)) is None and isinstance(why, str) and why else None
+
+
+def _gpu_power(s: dict) -> str:
+    """The job's GPU power, or n/a with the run's reason."""
+    text = _fmt(s[StepKey.JOB_GPU_POWER_W], ",.0f", " W")
+    return f"{text} ({s['gpu_reason']})" if _num(s[StepKey.JOB_GPU_POWER_W]) is None and s.get("gpu_reason") else text
+
+
+def _rank_gpu(r: dict, s: dict) -> str:
+    """A rank's GPU power; n/a with its reason where that is not the header's already."""
+    text = _fmt(r[StepKey.GPU_POWER_W], ".0f", " W")
+    why = r.get("gpu_reason")
+    return f"{text} ({why})" if _num(r[StepKey.GPU_POWER_W]) is None and why and why != s.get("gpu_reason") else text
+
+
 def _eta(seconds) -> str:
     if seconds is None:
         return "n/a"
@@ -242,14 +268,15 @@ def plain_lines(s: dict) -> list[str]:
             sweep_progress.lines(progress, s.get("sweep_ops"), s["status"] in ("running", "starting"))) + [f"  counters: {s['counters']}"] + (
             [f"  error: {s['error']}"] if s["error"] else [])
     head = (f"{s['name']}: {s['status']} | step {s['step'] if s['step'] is not None else '-'}{total} | "
-            f"{_fmt(s['s_per_step'], '.3f', ' s/step')} | eta {_eta(s['eta_s'])} | loss {_fmt(s['loss'], '.4f')} | "
-            f"{_fmt(s['tokens_per_s'], ',.0f', ' tok/s')} | GPU power {_fmt(s['job_gpu_power_w'], ',.0f', ' W')}"
+            f"{_fmt(s['s_per_step'], '.3f', ' s/step', 's/step n/a')} | eta {_eta(s['eta_s'])} | "
+            f"loss {_fmt(s['loss'], '.4f')} | {_fmt(s['tokens_per_s'], ',.0f', ' tok/s', 'tok/s n/a')} | "
+            f"GPU power {_gpu_power(s)}"
             + _server_power(s, " | "))
     out = [head]
     for r in s["ranks"]:
         out.append(f"  rank {r['rank']}: step {r[StepKey.STEP]} | step time {_fmt(r['step_time_s'], '.3f', ' s')} | "
                    f"comm {_fmt(r['comm_share'] * 100 if r['comm_share'] is not None else None, '.1f', '%')} | "
-                   f"GPU {_fmt(r['gpu_power_w'], '.0f', ' W')}")
+                   f"GPU {_rank_gpu(r, s)}")
     if s["other_ranks"]:
         o = s["other_ranks"]
         out.append(f"  {o['ranks']} other ranks: median step time {_fmt(o['median_step_time_s'], '.3f', ' s')}")
@@ -276,9 +303,9 @@ def rich_view(s: dict):
     total = s["max_steps"] or 0
     done = s["step"] or 0
     title = Text.assemble((s["name"], "bold"), f"  {s['status']}  step {done}/{total or '?'}  ",
-                          f"eta {_eta(s['eta_s'])}  {_fmt(s['s_per_step'], '.3f', ' s/step')}  "
-                          f"loss {_fmt(s['loss'], '.4f')}  {_fmt(s['tokens_per_s'], ',.0f', ' tok/s')}  "
-                          f"GPU power {_fmt(s['job_gpu_power_w'], ',.0f', ' W')}{_server_power(s, '  ')}")
+                          f"eta {_eta(s['eta_s'])}  {_fmt(s['s_per_step'], '.3f', ' s/step', 's/step n/a')}  "
+                          f"loss {_fmt(s['loss'], '.4f')}  {_fmt(s['tokens_per_s'], ',.0f', ' tok/s', 'tok/s n/a')}  "
+                          f"GPU power {_gpu_power(s)}{_server_power(s, '  ')}")
     table = Table(box=None, pad_edge=False)
     for col in ("rank", "step", "step time", "comm share", "GPU power"):
         table.add_column(col, justify="right")
@@ -286,7 +313,7 @@ def rich_view(s: dict):
     for r in s["ranks"]:
         table.add_row(str(r["rank"]), str(r[StepKey.STEP]), _fmt(r[StepKey.STEP_TIME_S], ".3f", " s"),
                       _fmt(r["comm_share"] * 100 if r["comm_share"] is not None else None, ".1f", "%"),
-                      _fmt(r[StepKey.GPU_POWER_W], ".0f", " W"), style="yellow" if r["rank"] in slow else None)
+                      _rank_gpu(r, s), style="yellow" if r["rank"] in slow else None)
     if s["other_ranks"]:
         o = s["other_ranks"]
         table.add_row(f"{o['ranks']} others", "", _fmt(o["median_step_time_s"], ".3f", " s") + " (median)", "", "")

@@ -15,6 +15,7 @@ set, for a scrape config that watches that directory (docs/live.md).
 from __future__ import annotations
 
 import atexit
+import math
 import os
 import re
 import time
@@ -86,15 +87,23 @@ def push_problems(pushgateway, otlp, interval_s) -> list[str]:
             p.append(f"telemetry.{key}: got {value!r}; {problem}")
         elif key == "pushgateway" and (problem := _gateway_path_problem(value)):
             p.append(f"telemetry.pushgateway: got {value!r}; {problem}")
-    if not isinstance(interval_s, (int, float)) or isinstance(interval_s, bool) or interval_s < PUSH_INTERVAL_MIN_S:
-        p.append(f"telemetry.push_interval_s: got {interval_s!r}; expected seconds >= {PUSH_INTERVAL_MIN_S:g}")
+    if (not isinstance(interval_s, (int, float)) or isinstance(interval_s, bool) or not math.isfinite(interval_s)
+            or interval_s < PUSH_INTERVAL_MIN_S):
+        p.append(f"telemetry.push_interval_s: got {interval_s!r}; expected seconds >= {PUSH_INTERVAL_MIN_S:g} "
+                 "(a finite number)")
     return p
 
 
 def settings_problems(s) -> list[str]:
     """Every problem of the live settings of a TelemetrySettings (the recipe check and the library's)."""
     problem = prometheus_problem(s.prometheus)
-    return ([problem] if problem else []) + push_problems(s.pushgateway, s.otlp, s.push_interval_s)
+    p = [problem] if problem else []
+    targets = getattr(s, "prometheus_targets_dir", None)
+    if targets is not None and s.prometheus is None:  # else silently nothing: no target list, no error
+        p.append(f"telemetry.prometheus_targets_dir: got {targets!r} while telemetry.prometheus is null, so no "
+                 "node serves a port to list there; allowed: telemetry.prometheus set (a port, or auto) with it, "
+                 "or prometheus_targets_dir: null")
+    return p + push_problems(s.pushgateway, s.otlp, s.push_interval_s)
 
 
 def local_ranks(environ=os.environ) -> list[int]:

@@ -6,6 +6,7 @@ carries `fabric_harness_run_finished 1`: the Pushgateway keeps the group (so the
 readable) until someone deletes it (docs/live.md)."""
 from __future__ import annotations
 
+import logging
 import math
 import sys
 import threading
@@ -112,9 +113,19 @@ class OtlpPusher(_Pusher):
         from opentelemetry.sdk.resources import Resource
 
         ident = series.ident
+        exporter = OTLPMetricExporter(endpoint=url, timeout=10)
+        self._results: list = []  # what each export of the current push returned
+        self._sdk_said: list[str] = []  # the SDK's own log lines of the current push, said once in our warning
+        inner = exporter.export
+
+        def export(metrics_data, *args, **kwargs):
+            result = inner(metrics_data, *args, **kwargs)
+            self._results.append(result)
+            return result
+        exporter.export = export
+        self._quiet = _SdkLines(self._sdk_said)
         # collected only when this thread flushes (infinite interval): one read of the files per push
-        self.reader = PeriodicExportingMetricReader(OTLPMetricExporter(endpoint=url, timeout=10),
-                                                    export_interval_millis=math.inf)
+        self.reader = PeriodicExportingMetricReader(exporter, export_interval_millis=math.inf)
         resource = Resource.create({"service.name": "fabric-harness", "service.instance.id": ident["host"]})
         self.provider = MeterProvider(resource=resource, metric_readers=[self.reader])
         meter = self.provider.get_meter("fabric_harness.live")
@@ -133,9 +144,47 @@ class OtlpPusher(_Pusher):
             make(PREFIX + s.name, callbacks=[observer(s.name)], unit=otlp_unit(s.name), description=s.help)
 
     def push(self) -> None:
+        """One export. The SDK's force_flush says True whatever the export did and its exporter logs its own
+        lines each time: the export's result decides, and the SDK's words go into our one warning."""
+        from opentelemetry.sdk.metrics.export import MetricExportResult
+
         self._current = self.series.samples()
-        if not self.provider.force_flush(timeout_millis=15000):
-            raise RuntimeError("the OTLP export did not complete")
+        self._results.clear()
+        self._sdk_said.clear()
+        with self._quiet:
+            flushed = self.provider.force_flush(timeout_millis=15000)
+        if not flushed or any(r is not MetricExportResult.SUCCESS for r in self._results):
+            # the first cause and the outcome (a retried export logs a line per attempt)
+            said = "; ".join(dict.fromkeys(x[:300] for x in self._sdk_said[:1] + self._sdk_said[-1:]))
+            said = said or "the export did not complete"
+            raise RuntimeError(f"the collector did not take the export: {said}")
 
     def shutdown(self) -> None:
-        self.provider.shutdown(timeout_millis=5000)
+        with self._quiet:
+            self.provider.shutdown(timeout_millis=5000)
+
+
+class _SdkLines(logging.Filter):
+    """While active: the OpenTelemetry SDK's log records are kept (for our one warning), not printed."""
+
+    LOGGERS = ("opentelemetry.exporter.otlp.proto.http.metric_exporter", "opentelemetry.exporter.otlp.proto.http._common",
+               "opentelemetry.exporter.otlp.proto.common._internal",
+               "opentelemetry.exporter.otlp.proto.common._internal.metrics_encoder",
+               "opentelemetry.sdk.metrics._internal.export")
+
+    def __init__(self, said: list):
+        super().__init__()
+        self.said = said
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        self.said.append(record.getMessage())
+        return False
+
+    def __enter__(self):
+        for name in self.LOGGERS:
+            logging.getLogger(name).addFilter(self)
+        return self
+
+    def __exit__(self, *exc):
+        for name in self.LOGGERS:
+            logging.getLogger(name).removeFilter(self)

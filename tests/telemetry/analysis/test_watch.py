@@ -321,3 +321,39 @@ def test_a_lab_runs_shaped_queues_are_shown_beside_the_interface_counters(tmp_pa
     (tmp_path / "run.json").write_text(json.dumps(info))
     state.poll()
     assert "lab links" not in state.snapshot()["counters"]
+
+
+def test_unknown_values_say_n_a_with_their_reason_and_unit(tmp_path):
+    """A CPU run (the tiny recipe under torchrun) records gpu_power_w null with gpu_energy_reason: watch showed
+    a bare `GPU power n/a` on every line; before the first step the header read `| n/a | eta n/a | loss n/a |
+    n/a |` (no unit saying which n/a is which) and a 2-rank run was `not checked (no cross-rank step times
+    (one rank, or telemetry.cross_rank_every: 0))`, a reason that is not the run's."""
+    (tmp_path / "ranks").mkdir()
+    (tmp_path / "run.json").write_text(json.dumps({"name": "cpu", "status": "running", "recipe": {"max_steps": 30},
+                                                   "hosts": [{"hostname": "a"}, {"hostname": "a"}]}))
+    state = RunWatch(str(tmp_path))
+    state.poll()
+    head, *rest = plain_lines(state.snapshot())
+    assert head == "cpu: running | step -/30 | s/step n/a | eta n/a | loss n/a | tok/s n/a | GPU power n/a", head
+    assert "  straggler: not checked (no steps recorded yet)" in rest
+    reason = "no GPU is used by this rank"
+    with open(tmp_path / "metrics.jsonl", "w") as m:
+        m.write(json.dumps({"step": 1, "loss": 5.0, "step_time_s": 0.5, "tokens_per_s": 2000.0, "time": 1000.0,
+                            "job_gpu_power_w": None, "gpu_power_w": None, "gpu_energy_reason": reason}) + "\n")
+    for rank in range(2):
+        with open(tmp_path / "ranks" / f"rank{rank:05d}.telemetry.jsonl", "w") as f:
+            f.write(json.dumps({"step": 1, "step_time_s": 0.5, "comm_time_s": 0.1, "gpu_power_w": None,
+                                "gpu_energy_reason": reason}) + "\n")
+    state.poll()
+    s = state.snapshot()
+    lines = plain_lines(s)
+    assert lines[0].endswith(f"| GPU power n/a ({reason})"), lines[0]
+    assert lines[1] == "  rank 0: step 1 | step time 0.500 s | comm 20.0% | GPU n/a", lines[1]  # the reason: above
+    assert f"GPU power n/a ({reason})" in "".join(seg.text for seg in _render(rich_view(s)))
+
+
+def _render(renderable):
+    from rich.console import Console
+
+    console = Console(file=io.StringIO(), width=200)
+    return list(console.render(renderable))

@@ -95,6 +95,27 @@ def test_a_failing_push_is_one_warning_and_the_run_goes_on(series, capsys):
     assert err.count("warning: Pushgateway push") == 1
 
 
+def test_a_failing_otlp_push_is_one_warning_not_the_sdks_log_lines(series, capsys, caplog):
+    """The SDK's force_flush returns True whatever the export did, and its exporter logs its own lines
+    (`Failed to export metrics batch ...`) at every push: a collector refusing each push read as pushes done,
+    with no warning of ours and the SDK's lines every interval for the whole run."""
+    import logging
+
+    rx = Receiver(status=400)  # a refusal the SDK does not retry: no backoff in the test
+    try:
+        pusher = OtlpPusher(series, f"{rx.url}/v1/metrics", 3600)
+        with caplog.at_level(logging.DEBUG):
+            pusher._safe_push()
+            pusher._safe_push()
+            pusher.close()
+    finally:
+        rx.close()
+    assert len(rx.requests) >= 3 and pusher.failures == 3 and pusher.pushes == 0
+    err = capsys.readouterr().err
+    assert err.count("warning: OTLP push") == 1 and "400" in err, err
+    assert [r.getMessage() for r in caplog.records if r.name.startswith("opentelemetry")] == []
+
+
 def test_a_rank_line_of_an_unexpected_shape_is_a_failed_push_not_a_dead_thread(series, tmp_path, capsys):
     rx = Receiver()
     try:

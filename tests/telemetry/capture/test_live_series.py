@@ -164,6 +164,24 @@ def test_push_settings_are_checked():
     assert len(got) == 3 and "telemetry.pushgateway" in got[0] and "credentials" in got[1]
 
 
+def test_a_targets_dir_without_a_port_to_list_is_refused():
+    """telemetry.prometheus_targets_dir with telemetry.prometheus null was silently nothing: no target list
+    written, so the Prometheus watching that directory never found the job, and nothing said why."""
+    got = live_export.settings_problems(TelemetrySettings(prometheus_targets_dir="/shared/prometheus-targets"))
+    assert len(got) == 1 and got[0].startswith("telemetry.prometheus_targets_dir: got '/shared/prometheus-targets'")
+    assert "telemetry.prometheus is null" in got[0] and "auto" in got[0], got
+    assert live_export.settings_problems(TelemetrySettings(prometheus="auto", prometheus_targets_dir="/x")) == []
+
+
+@pytest.mark.parametrize("interval", [float("inf"), float("nan")])
+def test_a_push_interval_that_is_no_finite_number_is_refused(interval):
+    """TelemetrySettings(push_interval_s=inf) (a loop that is not the trainer: its recipe check refuses it)
+    passed: the push thread died on its first wait (OverflowError) and nothing was pushed until the end; nan
+    passed too (nan < 1 is False), and a wait of nan returns at once: pushes back to back."""
+    got = live_export.push_problems("http://gw:9091", None, interval)
+    assert len(got) == 1 and got[0].startswith("telemetry.push_interval_s: got") and ">= 1" in got[0], got
+
+
 @pytest.mark.parametrize("key", ["pushgateway", "otlp"])
 @pytest.mark.parametrize("address,words", [
     ("http://", "names no host"),
