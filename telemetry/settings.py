@@ -3,6 +3,7 @@ once (trainer/config.py binds recipes into this class). Pure Python, no torch.""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 EXPORT_KINDS = ("tensorboard", "wandb", "parquet", "trace")  # written by telemetry/analysis/exports
 
@@ -53,6 +54,8 @@ class TelemetrySettings:
     # Prometheus text format on this port ("auto": a free one, written to logs/prometheus-targets.HOST.json);
     # None: off
     prometheus: int | str | None = None
+    # what a recipe may write where its type alone reads vaguely ("expected an integer or a string or null")
+    ALLOWED: ClassVar[dict] = {"prometheus": "a TCP port 1-65535, auto (a free port), or null (off)"}
     # a directory Prometheus' file_sd watches (shared by jobs): each node also writes its target list there
     prometheus_targets_dir: str | None = None
     pushgateway: str | None = None  # a Prometheus Pushgateway address (http://gw:9091); None: no push

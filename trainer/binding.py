@@ -208,6 +208,9 @@ def _bind_fields(data: dict, cls: type, prefix: str, problems: list[str]) -> Any
             continue
         before = len(problems)
         bound = _bind_value(value, hints[key], path, problems)
+        allowed = getattr(cls, "ALLOWED", {}).get(key)  # the field's own words over its type's
+        if allowed and len(problems) == before + 1 and "; expected " in problems[-1]:
+            problems[-1] = problems[-1].split("; expected ", 1)[0] + f"; allowed: {allowed}"
         # a bad value is reported once; its default keeps later checks sane. A section (a nested dataclass)
         # keeps its good keys: its defaults in their place would be judged by later checks as if written
         if len(problems) == before or (dataclasses.is_dataclass(bound) and not isinstance(bound, type)):

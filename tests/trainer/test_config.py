@@ -46,6 +46,8 @@ BAD_OVERRIDES = [
     (["telemetry.switch_metrics_url=switch1:9101"], "telemetry.switch_metrics_url: got 'switch1:9101'"),
     (["telemetry.prometheus=70000"], "telemetry.prometheus: got 70000; allowed: a TCP port 1-65535, auto"),
     (["telemetry.prometheus=any"], "telemetry.prometheus: got 'any'; allowed: a TCP port 1-65535, auto"),
+    # a value of no allowed type reads the field's own words (was "expected an integer or a string or null")
+    (["telemetry.prometheus=true"], "telemetry.prometheus: got True (bool); allowed: a TCP port 1-65535, auto"),
     (["telemetry.pushgateway=gw:9091"], "telemetry.pushgateway: got 'gw:9091'; expected an http://"),
     (["telemetry.push_interval_s=0"], "telemetry.push_interval_s: got 0.0; expected seconds >= 1"),
     (["nokey"], "nokey: an override must look like key.path=value"),
