@@ -183,6 +183,11 @@ def load_run(path: str) -> Run:
         what = "is a file" if os.path.isfile(path) else "not a directory"
         raise RunError(f"{path}: {what}; {allowed}")
     if not os.path.isfile(run_json):
+        try:
+            os.listdir(path)
+        except PermissionError as exc:  # its entries cannot be seen: run.json may well be there
+            raise RunError(f"{path}: not readable by this user ({exc.strerror}); allowed: a run directory this user "
+                           "can list and read") from None
         raise RunError(f"{path}: no {RUN_JSON} (is this a run directory?); {allowed}")
     info = read_run_json(run_json)
     problem = shape_problem(info)

@@ -677,3 +677,18 @@ def test_a_preamble_cut_before_its_header_is_a_run_whose_world_size_is_unknown()
     text = (TABLES / "all_reduce_perf_nccl_1403_root_prompt_mpirun_line_hosts_alternating_list_cut_at_rank_7.txt").read_text()
     assert parse(text + "#\n")["ops"]["all_reduce"]["world_size"] == 8
 
+
+
+def test_a_table_saved_as_utf16_is_read_and_an_unreadable_one_says_what_is_allowed(tmp_path, monkeypatch):
+    from telemetry.analysis.nccl_tests import NcclTestsError
+    text = next(TABLES.glob("all_gather_perf_issue1435*.txt")).read_text()
+    (tmp_path / "t.txt").write_bytes(text.encode("utf-16"))  # PowerShell's `>`: "no table found" before
+    (tmp_path / "u.txt").write_text(text)
+    assert read(str(tmp_path / "t.txt"))["rows_read"] == read(str(tmp_path / "u.txt"))["rows_read"] > 0
+    import telemetry.input_files
+
+    def denied(*_args, **_kwargs):
+        raise PermissionError(13, "Permission denied")
+    monkeypatch.setattr(telemetry.input_files, "read_limited", denied)  # as a file of mode 000 for a user
+    with pytest.raises(NcclTestsError, match="not readable by this user .Permission denied.; allowed: an nccl-tests"):
+        read(str(tmp_path / "u.txt"))
