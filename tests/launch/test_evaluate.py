@@ -706,3 +706,21 @@ def test_a_difference_interval_below_minus_100_percent_is_named():
     assert ci.endswith("(below -100%, a value under zero: the runs spread too widely to bound a fall; more repeats "
                        "narrow it)")
     assert "below -100%" not in fmt_diff({"pct": -0.5, "pct_interval": [-0.9, -0.1], "excludes_zero": True})[1]
+
+
+def test_an_empty_out_flag_is_refused_not_taken_for_the_files_out(tmp_path, capsys):
+    """`--out "$OUT"` with OUT unset ran into the file's own `out`."""
+    path = write(tmp_path, good(tmp_path))
+    assert main([path, "--out", "", "--dry-run"]) == 2
+    assert capsys.readouterr().err == ("error: --out: got ''; allowed: a non-empty directory path, or no --out for "
+                                       "the file's `out`\n")
+
+
+def test_an_out_whose_lock_is_a_fifo_is_one_line_not_a_hang(tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    os.mkfifo(out / "run.lock")
+    path = write(tmp_path, good(tmp_path, out=str(out)))
+    assert main([path]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "run.lock' is a FIFO (named pipe), not a regular file" in err[0], err
