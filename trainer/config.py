@@ -289,30 +289,37 @@ def load_recipe(path: str, overrides: list[str] = ()) -> Recipe:
     problems += [x for x in check_recipe(recipe) if not any(_related(_problem_key(x), k) or _mentions(x, k)
                                                             for k in said)]
     said = {_problem_key(x) for x in problems}
-    problems += [x for x in unread_keys(tree, recipe) if _problem_key(x) not in said]
+    overridden = {text.split("=", 1)[0].strip() for text in overrides}
+    problems += [x for x in unread_keys(tree, recipe, overridden) if _problem_key(x) not in said]
     if problems:
         raise RecipeError(problems)
     recipe.recipe_path = os.path.abspath(path)
     return recipe
 
 
-# keys one workload or optimizer reads and the others ignore: (key, who reads it, does this recipe's run read it)
+# keys one workload or optimizer reads and the others ignore: (key, who reads it, the key that decides, does this
+# recipe's run read it)
 _READ_BY = (
-    ("train.momentum", "train.optimizer lars or sgd", lambda r: r.train.optimizer in ("lars", "sgd")),
-    ("train.lars_eta", "train.optimizer lars", lambda r: r.train.optimizer == "lars"),
-    ("train.poly_power", "train.schedule poly", lambda r: r.train.schedule == "poly"),
-    ("train.label_smoothing", "the image_classification workload", lambda r: r.workload == "image_classification"),
-    ("data.image_size", "the image_classification workload", lambda r: r.workload == "image_classification"),
-    ("data.num_classes", "the image_classification workload", lambda r: r.workload == "image_classification"),
+    ("train.momentum", "train.optimizer lars or sgd", "train.optimizer", lambda r: r.train.optimizer in ("lars", "sgd")),
+    ("train.lars_eta", "train.optimizer lars", "train.optimizer", lambda r: r.train.optimizer == "lars"),
+    ("train.poly_power", "train.schedule poly", "train.schedule", lambda r: r.train.schedule == "poly"),
+    ("train.label_smoothing", "the image_classification workload", "workload",
+     lambda r: r.workload == "image_classification"),
+    ("data.image_size", "the image_classification workload", "workload", lambda r: r.workload == "image_classification"),
+    ("data.num_classes", "the image_classification workload", "workload", lambda r: r.workload == "image_classification"),
 )
 
 
-def unread_keys(tree: dict, r: Recipe) -> list[str]:
+def unread_keys(tree: dict, r: Recipe, overridden: set[str] = frozenset()) -> list[str]:
     """A key written in the recipe (or an override) that this run never reads: another workload's or another
     optimizer's (train.momentum beside AdamW, data.image_size on an LLM). Said, not ignored: the user meant it
-    to change the run. Whole sections of another workload (sweep: on a training recipe) are left alone."""
+    to change the run. A recipe file's key left unread by an override of what decides (the ResNet recipe's
+    lars_eta under train.optimizer=sgd) is not the user's mistake, and whole sections of another workload
+    (sweep: on a training recipe) are left alone."""
     out = []
-    for dotted, reader, reads in _READ_BY:
+    for dotted, reader, decider, reads in _READ_BY:
+        if decider in overridden and dotted not in overridden:
+            continue
         if value_at(tree, dotted) is not None and not reads(r):
             now = {"train.optimizer": r.train.optimizer, "train.schedule": r.train.schedule}
             this = next((f"{k} is {v}" for k, v in now.items() if k in reader), f"the workload is {r.workload}")

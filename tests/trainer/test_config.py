@@ -465,3 +465,11 @@ def test_a_launcher_asks_the_recipe_problems_before_starting_workers():
     from trainer.cli import recipe_problems
     assert recipe_problems([TINY, "max_steps=2"]) == []
     assert recipe_problems([TINY, "max_step=3"])[0].startswith("max_step: unknown key; did you mean 'max_steps'?")
+
+
+def test_a_recipe_files_key_left_unread_by_an_override_of_what_decides_is_not_refused():
+    # bench/gpu/run.sh runs resnet50.yaml (lars_eta and poly_power in the file) with sgd and a constant schedule
+    recipe = load_recipe("recipes/resnet50.yaml", ["train.optimizer=sgd", "train.schedule=constant"])
+    assert recipe.train.optimizer == "sgd"
+    with pytest.raises(RecipeError, match="train.lars_eta: set, but only train.optimizer lars reads it"):
+        load_recipe("recipes/resnet50.yaml", ["train.optimizer=sgd", "train.lars_eta=0.002"])
