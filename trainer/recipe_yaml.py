@@ -155,6 +155,8 @@ def _yaml_hint(reason: str, line_text: str) -> str:
     if "special characters are not allowed" in reason:
         return ("; allowed: printable text (a control character such as the Ctrl-Z (0x1A) an old DOS/Windows editor "
                 "appends, or NUL, is not)")
+    if "found undefined alias" in reason:
+        return "; allowed: an alias (*name) after its anchor (&name) in the same file"
     if "found another document" in reason:
         return "; allowed: one YAML document per recipe (no '---' starting a second; put each recipe in a file)"
     return ""

@@ -136,7 +136,8 @@ def read_run_json(run_json: str) -> dict:
         raise RunError(f"{run_json}: nested too deeply to read (thousands of levels); allowed: the JSON object a "
                        "run writes") from None
     except OSError as exc:
-        raise RunError(f"{run_json}: cannot read: {exc.strerror or exc}") from None
+        raise RunError(f"{run_json}: cannot read: {exc.strerror or exc}; allowed: the {RUN_JSON} a run writes, "
+                       "readable by this user") from None
     if not isinstance(info, dict):
         raise RunError(f"{run_json}: holds a JSON {_json_type(info)}; allowed: the JSON object a run writes")
     return info

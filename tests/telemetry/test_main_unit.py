@@ -584,3 +584,17 @@ def test_a_run_directory_this_user_cannot_list_is_not_called_one_without_run_jso
 def test_a_compare_label_with_a_line_break_is_refused(capsys, tmp_path, run_dir):
     line = one_error(capsys, ["compare", f"a\nb={run_dir}", f"c={run_dir}", "--out", str(tmp_path / "c")])
     assert "the label 'a\\nb' holds a line break or control character" in line
+
+
+def test_a_run_json_this_user_cannot_read_says_what_is_allowed(capsys, tmp_path, run_dir, monkeypatch):
+    import builtins
+    real_open = builtins.open
+
+    def denied(path, *args, **kwargs):
+        if str(path).endswith("run.json"):
+            raise PermissionError(13, "Permission denied")
+        return real_open(path, *args, **kwargs)
+    monkeypatch.setattr(builtins, "open", denied)
+    assert one_error(capsys, ["report", str(run_dir), "--out", str(tmp_path / "r")]) == (
+        f"error: {run_dir / 'run.json'}: cannot read: Permission denied; allowed: the run.json a run writes, readable "
+        "by this user")

@@ -415,6 +415,7 @@ def test_a_whole_section_set_where_the_recipe_has_none_is_still_taken():
      "U+00A0 NO-BREAK SPACE (pasted from a web page?); allowed: indentation with ASCII spaces"),
     (lambda t: t + "\x1a", "the Ctrl-Z (0x1A) an old DOS/Windows editor appends"),
     (lambda t: t + "---\nmax_steps: 3\n", "allowed: one YAML document per recipe"),
+    (lambda t: t.replace("  lr: 1.0e-2\n", "  lr: *nolr\n"), "found undefined alias 'nolr'; allowed: an alias (*name) after"),
     (lambda t: t.replace("lora:\n  r: 8\n", "lora: &l\n  r: 8\n  again: *l\n"), "nested too deeply; allowed: "),
 ])
 def test_yaml_surprises_in_a_recipe_file_say_what_is_allowed(tmp_path, capsys, edit, expected):
