@@ -108,7 +108,9 @@ def _run(cmd: list[str], what: str) -> None:
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
     if proc.returncode != 0:  # iproute2 prints its usage on several lines: one line, cut
         said = " ".join((proc.stderr or proc.stdout).split())
-        raise LabError(f"{what}: `{' '.join(cmd)}` failed: {said[:300]}")
+        allowed = ("; allowed: root with CAP_SYS_ADMIN and CAP_NET_ADMIN (a container: --privileged, or --cap-add "
+                   "SYS_ADMIN --cap-add NET_ADMIN)") if "not permitted" in said.lower() else ""
+        raise LabError(f"{what}: `{' '.join(cmd)}` failed: {said[:300]}{allowed}")
 
 
 def _start_time(pid: int) -> str | None:

@@ -14,6 +14,7 @@ or --line-rate; with neither, the percentage is null, never a guess.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -359,8 +360,16 @@ def main(argv: list[str] | None = None) -> int:
         print_errors(exc)
         return 2
     result = run_links(args)
-    with open(os.path.join(args.output, "linktest.json"), "w", encoding="utf-8") as f:
-        json.dump(result, f, indent=1)
+    where = os.path.join(args.output, "linktest.json")
+    try:
+        with open(where, "w", encoding="utf-8") as f:
+            json.dump(result, f, indent=1)
+    except OSError as exc:  # a full disk: the probe before the tests fitted, the result did not
+        if os.path.isfile(where):  # no half-written file for a reader to take as whole
+            with contextlib.suppress(OSError):
+                os.remove(where)
+        return print_errors(f"--output: {where!r} could not be written ({exc.strerror or exc}); allowed: a "
+                            "directory on a filesystem with free space that this user can write")
     for link in result["links"]:
         pct = link["percent_of_line"]
         rows = (link.get("result") or {}).get("rows") or []

@@ -438,6 +438,14 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _copy_failure(exc: BaseException) -> str:
+    """The first reason a copy failed: shutil.Error holds one (source, destination, reason) per file."""
+    if isinstance(exc, shutil.Error) and exc.args and isinstance(exc.args[0], list) and exc.args[0]:
+        reason = str(exc.args[0][0][-1])
+        return f"{reason.split(':')[0]}, {len(exc.args[0])} file(s)"
+    return getattr(exc, "strerror", None) or str(exc)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = _parser().parse_intermixed_args(argv)
@@ -458,7 +466,12 @@ def main(argv: list[str] | None = None) -> int:
             from .layouts import check_layout
             return check_layout(*args.check_layout)
         if args.recipe and modes == ["to"]:
-            stage(args.recipe, args.overrides, args.to, args.jobs, argv)
+            try:
+                stage(args.recipe, args.overrides, args.to, args.jobs, argv)
+            except (OSError, shutil.Error) as exc:  # the --to check's probe fitted; the copies did not
+                return print_errors(f"--to: {args.to!r} could not take the staged files ({_copy_failure(exc)}); "
+                                    "allowed: a directory on a filesystem with room for the recipe's files that "
+                                    "this user can write")
             return 0
     except StageError as exc:
         for line in exc.problems:

@@ -24,6 +24,7 @@ rejoin, so it keeps torch's shared store and its workers open no listener of the
 from __future__ import annotations
 
 import os
+import re
 import signal
 import sys
 
@@ -64,6 +65,13 @@ def _rendezvous_problem(args) -> str | None:
     if args.master_port is not None and not 1 <= args.master_port <= PORT_MAX:
         return (f"--master-port: got {args.master_port}; allowed: a TCP port from 1 to {PORT_MAX} (the workers' "
                 "MASTER_PORT)")
+    if args.rdzv_endpoint and re.fullmatch(r"[0-9A-Fa-f]*:[0-9A-Fa-f:.]*:[0-9A-Fa-f.]*(%\w+)?", args.rdzv_endpoint):
+        # fe80::1:29400 is an IPv6 address alone or one with a port: torch takes the last group for the port
+        return (f"--rdzv-endpoint: got {args.rdzv_endpoint!r}, an IPv6 address without brackets (where it ends and "
+                "the port starts is ambiguous); allowed: [ADDRESS]:PORT, e.g. [fe80::1]:29400, or a host name")
+    if not args.standalone and not args.rdzv_endpoint and not args.master_addr.strip():
+        return (f"--master-addr: got {args.master_addr!r}; allowed: the host name or address of node rank 0, as "
+                "every node gives it (torchrun's default 127.0.0.1 for one node)")
     if args.rdzv_endpoint:
         try:
             _, port = parse_rendezvous_endpoint(args.rdzv_endpoint, default_port=DEFAULT_RDZV_PORT)
@@ -169,6 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     from torch.distributed.elastic.rendezvous.api import (RendezvousClosedError, RendezvousConnectionError,
                                                           RendezvousError, RendezvousTimeoutError)
     from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import main as torchrun_main
     from torch.distributed.run import parse_min_max_nnodes
 
@@ -176,10 +185,20 @@ def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)  # as torchrun parses them (PET_* variables included, as the training operator sets)
     if problem := _launch_problem(args):
         return print_errors(problem)
+    if args.module and args.training_script == "trainer":  # the recipe's mistakes, before any worker starts
+        from trainer.cli import recipe_problems
+
+        if problems := recipe_problems(args.training_script_args):
+            return print_errors(*problems)
     if parse_min_max_nnodes(args.nnodes)[1] > 1:
         os.environ.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")  # a restarted node can rejoin (docstring)
     try:
         torchrun_main(argv)
+    except ChildFailedError as exc:
+        codes = {failure.exitcode for failure in exc.failures.values()}
+        if codes == {2}:  # bad input: the workers said it (one `error:` line, rank 0's); torch's box adds nothing
+            return 2
+        raise
     except RendezvousTimeoutError:
         print_errors(f"{_describe(args)}: not every node joined in time; a restarted node rejoins only while "
                      "the other nodes' agents run (check every node or pod is up), else the job ends here")

@@ -135,6 +135,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except OSError as exc:  # the place passed the checks before the read, but did not take the files (a full disk)
         import errno
+        if exc.errno in (errno.EISDIR, errno.ENOTDIR, errno.EEXIST) and (out := _written_there(args, exc)):
+            # what the command writes there is already a directory (report.md/), or a file where it makes one
+            return print_errors(f"--out: {exc.filename!r} could not be written ({exc.strerror}); allowed: an output "
+                                f"directory ({out!r} or another) whose entries of the names the command writes are "
+                                "regular files or absent")
         if exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
             raise
         option = "--out" if getattr(args, "out", None) else "--json"
@@ -226,7 +231,7 @@ def _output_problem(args) -> str | None:
     if args.command in ("report", "export") and out is None and os.path.isdir(args.run):
         out = os.path.join(args.run, REPORT if args.command == "report" else EXPORTS)
     if out is not None and (args.command != "report" or os.path.isdir(args.run)):
-        if problem := output_dir_problem(out, "--out"):
+        if problem := output_dir_problem(out, "--out") or _fifo_inside(out):
             return problem
     inputs = {os.path.realpath(p): p for p in [*getattr(args, "inputs", []), *(getattr(args, "busbw_table", None) or [])]}
     written: dict[str, str] = {}
@@ -245,6 +250,37 @@ def _output_problem(args) -> str | None:
         if problem := output_file_problem(path, f"--{option}"):
             return problem
     return None
+
+
+def _fifo_inside(out: str) -> str | None:
+    """A FIFO no process reads where the command writes one of its files (report.md, a figure, ...) would make
+    that write wait forever: one line naming it (other entries of the directory are none of the command's)."""
+    import os
+
+    from telemetry.errors import unread_fifo_problem
+
+    try:
+        names = sorted(os.listdir(out)) if os.path.isdir(out) else []
+    except OSError:
+        return None
+    for name in names:
+        if name.endswith((".md", ".html", ".png", ".svg", ".json", ".jsonl", ".csv", ".txt", ".parquet")):
+            if problem := unread_fifo_problem(os.path.join(out, name), "--out"):
+                return problem
+    return None
+
+
+def _written_there(args, exc: OSError) -> str | None:
+    """The output place (--out, its default under the run, or --json) when `exc` is about a path inside it."""
+    import os
+
+    out = getattr(args, "out", None) or getattr(args, "json", None)
+    if out is None and args.command in ("report", "export"):
+        out = os.path.join(args.run, REPORT if args.command == "report" else EXPORTS)
+    if out is None or not isinstance(exc.filename, str):
+        return None
+    where, base = os.path.realpath(exc.filename), os.path.realpath(out)
+    return out if where == base or where.startswith(base + os.sep) else None
 
 
 def _project_targets(args) -> tuple[str | None, list[int], list[tuple], float | None]:

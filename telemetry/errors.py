@@ -45,8 +45,16 @@ def print_errors(*problems: object) -> int:
     from telemetry.redaction import redact_text
 
     for problem in problems:
-        print(f"error: {redact_text(' '.join(str(problem).split()))}", file=sys.stderr, flush=True)
+        print(f"error: {redact_text(printable(' '.join(str(problem).split())))}", file=sys.stderr, flush=True)
     return 2
+
+
+def printable(text: str) -> str:
+    """`text` with control characters (ESC, NUL, DEL, ...) written as escapes: a path or value holding a
+    terminal's escape sequence is shown, not obeyed (it could clear the screen or hide the rest of the line)."""
+    import re
+
+    return re.sub(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]", lambda m: repr(m.group())[1:-1], text)
 
 
 def exit_quietly_on_closed_pipe(main, *args) -> int:
@@ -146,6 +154,28 @@ def output_dir_problem(path: str, what: str) -> str | None:
     return None
 
 
+_READ_FIFOS: list[int] = []  # write ends kept open: a reader that found no writer yet would otherwise see EOF
+
+
+def unread_fifo_problem(path: str, what: str) -> str | None:
+    """The line for an output that is a FIFO (named pipe) no process reads: opening it to write would wait for
+    a reader forever. A pipe with its reader running (`>(gzip > x)`, `cat FIFO &` started first) is fine."""
+    import errno
+    import os
+    import stat
+
+    try:
+        if not stat.S_ISFIFO(os.stat(path).st_mode):
+            return None
+        _READ_FIFOS.append(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+    except OSError as exc:
+        if exc.errno != errno.ENXIO:  # ENXIO: a FIFO without a reader
+            return None
+        return (f"{what}: {path!r} is a FIFO (named pipe) that no process reads, so writing it would wait forever; "
+                "allowed: a regular file, or a pipe whose reader is already running")
+    return None
+
+
 def output_file_problem(path: str, what: str) -> str | None:
     """None when `path` can be written as a file (its directory exists and is writable); else the one line
     saying why not. Leaves no file behind where there was none."""
@@ -158,6 +188,8 @@ def output_file_problem(path: str, what: str) -> str | None:
     parent = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(parent):
         return f"{what}: {parent!r} is not a directory; allowed: a file in an existing, writable directory"
+    if problem := unread_fifo_problem(path, what):
+        return problem
     existed = os.path.exists(path)
     try:
         with open(path, "a"):

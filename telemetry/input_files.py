@@ -55,3 +55,27 @@ def read_limited(path: str, limit: int, streams: bool = False) -> bytes:
         raise InputFileError(f"holds more than {limit // MiB} MiB" if limit >= MiB else
                              f"holds more than {limit} bytes")
     return raw
+
+
+UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
+
+
+def decode_text(raw: bytes) -> str:
+    """Text as a user's tools save it: UTF-8 (a byte-order mark dropped), or UTF-16 with its byte-order mark
+    (PowerShell's `>` and Out-File write that); bytes that do not decode are replaced, not fatal."""
+    if raw.startswith(UTF16_BOMS):
+        return raw.decode("utf-16", errors="replace")
+    return raw.decode("utf-8-sig", errors="replace")
+
+
+def text_encoding(path: str) -> str:
+    """The encoding to open `path` with, by the same rule as decode_text; a FIFO or stdin is not peeked at
+    (its bytes would be lost to the reader) and is read as UTF-8."""
+    if not os.path.isfile(path):
+        return "utf-8"
+    try:
+        with open(path, "rb") as f:
+            head = f.read(2)
+    except OSError:
+        return "utf-8"
+    return "utf-16" if head in UTF16_BOMS else "utf-8-sig"

@@ -33,6 +33,10 @@ _KEY_RUN = re.compile(r"[A-Za-z0-9]{16}")
 # so prose ("basic lora", "Basic settings") is left as it is
 BASIC = re.compile(r"\bBasic\s+([A-Za-z0-9+/]{4,}={0,2})(?![A-Za-z0-9+/=])", re.I)
 REDACTED = "<redacted>"
+# A URL's query parameter whose name holds a secret (?token=..., &api_key=..., S3's X-Amz-Signature=...): the
+# value is redacted, the name kept (it says what was there)
+QUERY_SECRET = re.compile(r"([?&;](?:[A-Za-z0-9]*[_.-])*(?:token|secret|passw(?:or)?d?|pwd|apikey|key|sig|signature|auth|"
+                          r"credentials?)(?:[_.-][A-Za-z0-9_.-]*)?=)[^&;#\s'\"]+", re.I)
 # Fabric settings whose names hold KEY but no secret: an InfiniBand partition key (NCCL_IB_PKEY, UCX_IB_PKEY)
 # is the fabric's partition, which a fabric report must show
 NOT_SECRET_NAME = re.compile(r"(^|_)PKEY$", re.I)
@@ -40,7 +44,8 @@ NOT_SECRET_NAME = re.compile(r"(^|_)PKEY$", re.I)
 
 def is_secret(name: str, value: str) -> bool:
     by_name = SECRET_NAME.search(name) and not NOT_SECRET_NAME.search(name)
-    return bool(by_name or SECRET_VALUE.search(value) or any(_is_token(m) for m in TOKEN_RUN.finditer(value))
+    return bool(by_name or SECRET_VALUE.search(value) or QUERY_SECRET.search(value)
+                or any(_is_token(m) for m in TOKEN_RUN.finditer(value))
                 or any(_is_basic(m) for m in BASIC.finditer(value)))
 
 
@@ -68,6 +73,7 @@ def _is_basic(match: re.Match) -> bool:
 def redact_text(text: str) -> str:
     """`text` with every credential-shaped part replaced (command lines, overrides, recipe strings)."""
     text = SECRET_VALUE.sub(REDACTED, text)
+    text = QUERY_SECRET.sub(lambda m: m.group(1) + REDACTED, text)
     text = TOKEN_RUN.sub(lambda m: REDACTED if _is_token(m) else m.group(0), text)
     return BASIC.sub(lambda m: REDACTED if _is_basic(m) else m.group(0), text)
 

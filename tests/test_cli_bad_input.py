@@ -47,6 +47,10 @@ def files(tmp_path_factory) -> dict[str, str]:
     (root / "env-world-size.yaml").write_text(yaml.safe_dump(doc))
     os.mkfifo(root / "fifo")  # no writer: a read of it waits forever
     (root / "empty-dir").mkdir()
+    (root / "lock-fifo").mkdir()  # round 8: a run directory whose lock is a FIFO (the lock's open waited forever)
+    os.mkfifo(root / "lock-fifo" / "run.lock")
+    (root / "out-fifo").mkdir()  # and an output whose report.md is a FIFO nobody reads
+    os.mkfifo(root / "out-fifo" / "report.md")
     return {"root": str(root), **{k: str(v) for k, v in runs.items()}}
 
 
@@ -148,6 +152,15 @@ ROWS = [
     ("watch-not-a-dir", ["telemetry", "watch", "{root}/nope/run", "--once"], {}, "is not a directory"),
     ("trainer-tokenizer-empty-dir", ["trainer", TINY, "model.tokenizer={root}/empty-dir", "max_steps=1",
                                      "output_dir={root}/tok"], {}, "model.tokenizer: cannot load a tokenizer from '{root}/empty-dir' ("),
+    # round 8 (bench/support/bad_inputs_round8.py): hangs and torch's failure box before
+    ("trainer-lock-fifo", ["trainer", TINY, "max_steps=1", "output_dir={root}/lock-fifo"], {},
+     "output_dir: '{root}/lock-fifo/run.lock' is a FIFO (named pipe), not a regular file; allowed: "),
+    ("report-out-report-md-fifo", ["telemetry", "report", "{llm}", "--out", "{root}/out-fifo"], {},
+     "--out: '{root}/out-fifo/report.md' is a FIFO (named pipe) that no process reads"),
+    ("nccl-tests-csv-fifo", ["telemetry", "nccl-tests", TABLE, "--csv", "{root}/fifo"], {},
+     "--csv: '{root}/fifo' is a FIFO (named pipe) that no process reads"),
+    ("torchrun-worker-bad-override", ["launch.torchrun", "--standalone", "--nproc-per-node", "2", "-m", "trainer",
+                                      TINY, "max_step=3"], {}, "max_step: unknown key; did you mean 'max_steps'?"),
 ]
 
 SCRIPTS = [

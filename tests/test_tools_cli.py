@@ -41,3 +41,15 @@ def test_call_path_and_house_rules_refuse_an_unknown_argument_in_one_line(capsys
         assert exc.value.code == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and err.startswith("error: unrecognized arguments: ") and f"see {prog} --help" in err
+
+
+def test_a_full_disk_is_one_line_and_the_device_stays(capsys):
+    """/dev/full takes the empty file the check opens, then refuses the rows: an OSError traceback before."""
+    import os
+
+    from tools.make_demo_data import cli
+    assert cli(["/dev/full"]) == 2
+    err = capsys.readouterr().err
+    assert err == ("error: path: '/dev/full' could not be written (No space left on device); allowed: a file on a "
+                   "filesystem with free space that this user can write\n")
+    assert os.path.exists("/dev/full")  # only a regular file half-written is removed

@@ -71,7 +71,17 @@ def cli(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if problem := output_file_problem(args.path, "path"):
         return print_errors(problem)
-    main(args.path)
+    try:
+        main(args.path)
+    except OSError as exc:  # a full disk: an empty file fitted where the rows did not
+        import contextlib
+        import os
+
+        if os.path.isfile(args.path):  # no half-written data set for a run to train on (a device stays)
+            with contextlib.suppress(OSError):
+                os.remove(args.path)
+        return print_errors(f"path: {args.path!r} could not be written ({exc.strerror or exc}); allowed: a file on "
+                            "a filesystem with free space that this user can write")
     return 0
 
 

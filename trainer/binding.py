@@ -129,8 +129,28 @@ def _bind_value(value: Any, tp: Any, path: str, problems: list[str]) -> Any:
     elif tp is dict:
         if isinstance(value, dict):
             return value
-    problems.append(f"{path}: got {_short(value)} ({type(value).__name__}); expected {_type_name(tp)}")
+    problems.append(f"{path}: got {_short(value)} ({type(value).__name__}); expected {_type_name(tp)}"
+                    f"{_text_hint(value, path)}")
     return value
+
+
+def _text_hint(value: Any, path: str) -> str:
+    """Why text where a number goes was not read as one, for what a Hydra/NeMo/torchtitan user writes: an
+    interpolation, a percentage, a unit, an expression."""
+    import re
+
+    if not isinstance(value, str):
+        return ""
+    if "${" in value:
+        return " (no ${...} interpolation is resolved: recipes are plain YAML; write the value itself)"
+    if re.fullmatch(r"\s*[-+]?[0-9.]+\s*%\s*", value):
+        return " (a percentage is not read: write the number itself)"
+    if re.fullmatch(r"\s*[-+]?[0-9.]+(e[-+]?[0-9]+)?\s*[A-Za-z]+\s*", value):
+        unit = " in seconds" if path.endswith("_s") else ""
+        return f" (units are not read: write the number alone{unit})"
+    if re.fullmatch(r"[0-9.\s*+/()-]+", value) and re.search(r"[*+/]", value):
+        return " (an expression is not evaluated: write its value)"
+    return ""
 
 
 def _field_names(cls: type) -> list[str]:
@@ -173,6 +193,43 @@ def key_paths(cls: type, key: str, prefix: str = "") -> list[str]:
 
 
 _ROOT: contextvars.ContextVar[type | None] = contextvars.ContextVar("binding_root", default=None)
+# Keys as torchtitan, NeMo/Megatron, PEFT or Hugging Face name them, and the recipe's name for each (suggested
+# where the name is one of the section's: difflib finds 'data_parallel' for 'tensor_parallel', not 'tp')
+SYNONYMS = {
+    "learning_rate": "lr", "lr_min": "min_lr", "min_learning_rate": "min_lr", "tensor_parallel": "tp",
+    "tensor_parallel_size": "tp", "tensor_model_parallel_size": "tp", "tensor_parallel_degree": "tp", "tp_size": "tp",
+    "pipeline_parallel": "pp", "pipeline_parallel_size": "pp", "pipeline_model_parallel_size": "pp",
+    "pipeline_parallel_degree": "pp", "pp_size": "pp", "data_parallel_size": "dp", "data_parallel_shard_degree": "dp",
+    "dp_size": "dp", "lora_alpha": "alpha", "lora_dropout": "dropout", "lora_r": "r", "rank": "r",
+    "seq_length": "seq_len", "max_seq_len": "seq_len", "max_seq_length": "seq_len", "encoder_seq_length": "seq_len",
+    "batch_size": "global_batch_size", "global_batch": "global_batch_size", "local_batch_size": "micro_batch_size",
+    "micro_batch": "micro_batch_size", "gradient_clipping": "grad_clip", "max_norm": "grad_clip",
+    "clip_grad": "grad_clip", "warmup": "warmup_steps", "lr_warmup_steps": "warmup_steps",
+    "lr_scheduler": "schedule", "scheduler": "schedule", "optim": "optimizer", "steps": "max_steps",
+    "train_steps": "max_steps", "training_steps": "max_steps", "random_seed": "seed", "dump_folder": "output_dir",
+    "save_dir": "output_dir", "output_path": "output_dir",
+}
+
+
+def _unknown_key(key: Any, path: str, prefix: str, names: list[str]) -> str:
+    """One line for a key the section does not have, with the best guess at what was meant."""
+    if not isinstance(key, str):  # YAML 1.1 read an unquoted on/off/yes/no as a boolean, ~ as null, 1 as a number
+        why = ("YAML 1.1 reads an unquoted on, off, yes, no, y or n as a boolean: quote a key meant as text, 'on':"
+               if isinstance(key, bool) else "YAML reads an unquoted ~ or null as null: quote a key meant as text"
+               if key is None else "YAML reads it as a number, not a name")
+        return f"{path}: unknown key ({why}); allowed: {', '.join(names)}"
+    wanted = SYNONYMS.get(key.strip().lower(), SYNONYMS.get(key.strip().lower().replace("-", "_")))
+    folded = [n for n in names if n.lower() == key.strip().lower().replace("-", "_")]
+    if folded:
+        hint = f"did you mean '{folded[0]}'? (keys are lower case) "
+    elif wanted in names:
+        hint = f"did you mean '{wanted}'? ({key} is another tool's name for it) "
+    elif elsewhere := _elsewhere(wanted or key, path):  # train.max_steps, train.seq_len: named where it belongs
+        hint = elsewhere
+    else:
+        close = difflib.get_close_matches(key, names, n=1)
+        hint = f"did you mean '{close[0]}'? " if close else ""
+    return f"{path}: unknown key{_odd_letters(key)}; {hint}allowed: {', '.join(names)}"
 
 
 def bind_dataclass(data: dict, cls: type, prefix: str, problems: list[str]) -> Any:
@@ -202,9 +259,7 @@ def _bind_fields(data: dict, cls: type, prefix: str, problems: list[str]) -> Any
     for key, value in data.items():
         path = f"{prefix}.{key}" if prefix else str(key)
         if key not in names:
-            close = difflib.get_close_matches(str(key), names, n=1)
-            hint = _elsewhere(key, path) or (f"did you mean '{close[0]}'? " if close else "")
-            problems.append(f"{path}: unknown key{_odd_letters(str(key))}; {hint}allowed: {', '.join(names)}")
+            problems.append(_unknown_key(key, path, prefix, names))
             continue
         before = len(problems)
         bound = _bind_value(value, hints[key], path, problems)
@@ -221,6 +276,24 @@ def _bind_fields(data: dict, cls: type, prefix: str, problems: list[str]) -> Any
         return cls()
 
 
+def spaced_override(overrides: list[str]) -> str | None:
+    """The line for `key = value` or `key= value` typed with spaces (the shell makes two or three words of it):
+    each word alone was refused as 'must look like key.path=value', the first of them without the fix."""
+    words = list(overrides)
+    for i, word in enumerate(words[:-1]):
+        nxt = words[i + 1]
+        if "=" not in word and nxt.startswith("="):
+            value = nxt[1:] or (words[i + 2] if i + 2 < len(words) and "=" not in words[i + 2] else "")
+        elif word.endswith("=") and word.count("=") == 1 and "=" not in nxt and not nxt.startswith("-"):
+            value = nxt
+        else:
+            continue
+        key = word.rstrip("=").strip()
+        return (f"{key}: an override is one word, key.path=value, without spaces around '=' (the shell split "
+                f"it); allowed: {key}={value}")
+    return None
+
+
 def parse_override(text: str) -> tuple[list[str], Any]:
     if "=" not in text:
         raise RecipeError([f"{text}: an override must look like key.path=value"])
@@ -228,6 +301,11 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     key = key.strip()
     if not key or any(not part for part in key.split(".")):
         raise RecipeError([f"{text}: an override must look like key.path=value"])
+    parts = key.split(".")
+    if index := next((i for i, part in enumerate(parts) if part.lstrip("-").isdigit()), None):
+        whole = ".".join(parts[:index])  # train.betas.0=0.8: Hydra/OmegaConf's item of a list
+        raise RecipeError([f"{key}: '{parts[index]}' reads as a list index, and an override sets a list whole; "
+                           f"allowed: {whole}=[A,B,...] with every item"])
     try:
         value = parse_yaml(raw) if raw.strip() else None
     except Refused as exc:
@@ -250,6 +328,13 @@ def repeated_overrides(overrides) -> list[str]:
 
 
 def apply_override(tree: dict, parts: list[str], value: Any) -> Optional[str]:
+    existing = tree.get(parts[0]) if len(parts) == 1 else None
+    if isinstance(existing, dict) and isinstance(value, dict) and (dropped := [k for k in existing if k not in value]):
+        # train={lr: 0.1} replaced the whole section: global_batch_size and the rest fell back to their defaults
+        some = ", ".join(map(str, dropped[:5])) + (", ..." if len(dropped) > 5 else "")
+        first = next(iter(value), "KEY")
+        return (f"{parts[0]}: the override replaces the whole section, dropping the recipe's {some} (they would "
+                f"fall back to defaults); allowed: {parts[0]}.{first}=VALUE, one override per key to change")
     node = tree
     for i, part in enumerate(parts[:-1]):
         child = node.get(part)

@@ -93,10 +93,32 @@ def other_recipes_run(path: str, recipe) -> str | None:
             "resume or rerun it")
 
 
+def record_kind_problem(path: str) -> str | None:
+    """The line for an output_dir whose record files or folders are of another kind than a run writes (run.json
+    a directory, metrics.jsonl or run.lock a FIFO, logs/ a file): each would block or fail the run's first write."""
+    from telemetry.input_files import not_a_file, what_is_there
+    from telemetry.rundir import CHECKPOINTS, LOGS, METRICS, RANKS, RUN_JSON
+
+    from .runlock import LOCK
+
+    for name in (RUN_JSON, METRICS, LOCK):
+        if why := not_a_file(os.path.join(path, name)):
+            return (f"output_dir: {os.path.join(path, name)!r} {why}; allowed: {name} as a run writes it (a regular "
+                    "file: move this one away), or another output_dir")
+    for name in (LOGS, CHECKPOINTS, RANKS):
+        inner = os.path.join(path, name)
+        if os.path.lexists(inner) and not os.path.isdir(inner):
+            return (f"output_dir: {inner!r} is {what_is_there(inner)}, not a directory; allowed: the {name}/ folder a "
+                    "run writes there (move this away), or another output_dir")
+    return None
+
+
 def _check_output_dir(path: str, recipe) -> list[str]:
     """output_dir must be a directory this process can create and write, before any rank starts a run."""
     if os.path.exists(path) and not os.path.isdir(path):
         return [f"output_dir: {path!r} is a file, not a directory; allowed: a new or existing directory"]
+    if problem := record_kind_problem(path):
+        return [problem]
     if problem := other_recipes_run(path, recipe):
         return [problem]
     if problem := dangling_link_problem(path, "output_dir"):
@@ -121,6 +143,18 @@ def _world_size(args, recipe) -> int:
     return (par.dp if par.dp > 0 else 1) * par.tp * par.pp
 
 
+def recipe_problems(argv: list[str]) -> list[str]:
+    """The problems `python -m trainer ARGV` would find in its arguments and recipe before anything else, for a
+    launcher to ask before it starts any worker (each worker would say them, behind the launcher's failure box).
+    A bad flag or a missing recipe argument is its own line and exit 2, as the trainer says it."""
+    args = _parser().parse_intermixed_args(list(argv))
+    try:
+        load_recipe(args.recipe, args.overrides)
+    except RecipeError as exc:
+        return exc.problems
+    return []
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = _parser().parse_intermixed_args(argv)
@@ -136,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     except RecipeError as exc:
         return _fail(exc.problems)
     if os.environ.get("RANK", "0") == "0":  # said once, by rank 0
-        for line in repeated_overrides(args.overrides):
+        for line in repeated_overrides(args.overrides) + getattr(recipe, "ignored_keys", []):
             print(f"warning: {line}", file=sys.stderr)
     world = _world_size(args, recipe)
     layout, problems = resolve_layout(recipe, world)

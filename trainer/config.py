@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Literal, Optional, Union
 
-from .binding import apply_override, bind_dataclass, value_at, parse_override
+from .binding import apply_override, bind_dataclass, parse_override, spaced_override, value_at
 from .checks import at_least, within
 from .engines import deepspeed_config
 from .sweep.plan import SWEEP_WORKLOAD, SweepConfig, parse_size  # noqa: F401 (parse_size: API)
@@ -276,6 +276,8 @@ def load_recipe(path: str, overrides: list[str] = ()) -> Recipe:
                 parent = value_at(tree, dotted.rsplit(".", 1)[0])
                 parent[dotted.rsplit(".", 1)[1]] = candidate
     problems: list[str] = []
+    if problem := spaced_override(overrides):
+        raise RecipeError([problem])
     for text in overrides:
         parts, value = parse_override(text)
         problem = apply_override(tree, parts, value)
@@ -286,10 +288,48 @@ def load_recipe(path: str, overrides: list[str] = ()) -> Recipe:
     said = {_problem_key(x) for x in problems}  # a key already refused is not judged again from its default
     problems += [x for x in check_recipe(recipe) if not any(_related(_problem_key(x), k) or _mentions(x, k)
                                                             for k in said)]
+    said = {_problem_key(x) for x in problems}
+    overridden = {text.split("=", 1)[0].strip() for text in overrides}
+    unread = [x for x in unread_keys(tree, recipe, overridden) if _problem_key(x) not in said]
+    # typed on the command line for this run: refused; carried in a recipe file (a template shared by optimizers or
+    # workloads): said once at start (trainer/cli.py), not refused - the file may be right for the next run
+    problems += [x for x in unread if _problem_key(x) in overridden]
     if problems:
         raise RecipeError(problems)
     recipe.recipe_path = os.path.abspath(path)
+    recipe.ignored_keys = [x for x in unread if _problem_key(x) not in overridden]
     return recipe
+
+
+# keys one workload or optimizer reads and the others ignore: (key, who reads it, the key that decides, does this
+# recipe's run read it)
+_READ_BY = (
+    ("train.momentum", "train.optimizer lars or sgd", "train.optimizer", lambda r: r.train.optimizer in ("lars", "sgd")),
+    ("train.lars_eta", "train.optimizer lars", "train.optimizer", lambda r: r.train.optimizer == "lars"),
+    ("train.poly_power", "train.schedule poly", "train.schedule", lambda r: r.train.schedule == "poly"),
+    ("train.label_smoothing", "the image_classification workload", "workload",
+     lambda r: r.workload == "image_classification"),
+    ("data.image_size", "the image_classification workload", "workload", lambda r: r.workload == "image_classification"),
+    ("data.num_classes", "the image_classification workload", "workload", lambda r: r.workload == "image_classification"),
+)
+
+
+def unread_keys(tree: dict, r: Recipe, overridden: set[str] = frozenset()) -> list[str]:
+    """A key written in the recipe (or an override) that this run never reads: another workload's or another
+    optimizer's (train.momentum beside AdamW, data.image_size on an LLM). Said, not ignored: the user meant it
+    to change the run. A recipe file's key left unread by an override of what decides (the ResNet recipe's
+    lars_eta under train.optimizer=sgd) is not the user's mistake, and whole sections of another workload
+    (sweep: on a training recipe) are left alone."""
+    out = []
+    for dotted, reader, decider, reads in _READ_BY:
+        if decider in overridden and dotted not in overridden:
+            continue
+        if value_at(tree, dotted) is not None and not reads(r):
+            now = {"train.optimizer": r.train.optimizer, "train.schedule": r.train.schedule}
+            this = next((f"{k} is {v}" for k, v in now.items() if k in reader), f"the workload is {r.workload}")
+            out.append(f"{dotted}: set, but only {reader} reads it ({this}), so this run ignores it; allowed: "
+                       f"remove it, or {reader}")
+    return out
 
 
 def _check_batch_memory(r: Recipe) -> list[str]:
@@ -349,8 +389,10 @@ def _output_dir_text(path: str) -> list[str]:
     if any(ord(c) < 32 or ord(c) == 127 for c in path):
         return [f"output_dir: got {path!r}, with a control character (a newline, tab or escape); allowed: a path of "
                 "printable characters (it names the run in log lines, run.json and the live series' labels)"]
-    if m := re.search(r"\$(\{[A-Za-z_]\w*\}|[A-Za-z_]\w*)", path):
-        return [f"output_dir: got {path!r}; {m.group(0)} is not expanded (no shell reads a recipe or a quoted "
+    if m := re.search(r"\$(\{[^}]*\}|[A-Za-z_]\w*)", path):
+        how = (" (an OmegaConf/Hydra interpolation: recipes are plain YAML, no ${...} is resolved)"
+               if not re.fullmatch(r"\$\{?[A-Za-z_]\w*\}?", m.group(0)) else "")
+        return [f"output_dir: got {path!r}; {m.group(0)} is not expanded{how} (no shell reads a recipe or a quoted "
                 "override); allowed: the path written out, or the variable left unquoted on the command line "
                 "for the shell to expand"]
     return []

@@ -33,6 +33,10 @@ def launcher_env_problems(environ: Mapping[str, str] = os.environ, dry_run: bool
              "MASTER_PORT": (1, PORT_MAX)}
     for name, (low, high) in wants.items():
         value = _int(environ, name)
+        if value is None and name in ("RANK", "LOCAL_RANK") and name in environ:  # `export RANK=$UNSET`
+            problems.append(f"{name}: set but empty; allowed: unset for one process, or an integer >= {low} as "
+                            "torchrun or srun sets it")  # (the run's int('') was a ValueError traceback)
+            continue
         if value is None:
             continue
         bad = isinstance(value, str) or value < low or (high is not None and value > high)
@@ -89,12 +93,17 @@ NODE_NAME = re.compile(r"^[^\s\x00-\x1f\x7f]{1,253}$")  # a host name's length, 
 def _harness_env_problems(environ: Mapping[str, str]) -> list[str]:
     """The variables launch.lab sets for each node's ranks, set by hand to garbage: a node name with a newline
     went into run.json, the live series' labels and every view; FABRIC_HARNESS_LAB that is not JSON was
-    recorded as no lab at all, without a word."""
+    recorded as no lab at all, without a word. A job name with a newline, likewise, into the live labels."""
     problems = []
     node = environ.get("FABRIC_HARNESS_NODE", "")
     if node and not NODE_NAME.match(node):
         problems.append(f"FABRIC_HARNESS_NODE: got {node!r}; allowed: a node name without spaces or control "
                         "characters, up to 253 (launch.lab sets it), or unset for the host name")
+    for name in ("FABRIC_HARNESS_JOB", "JOB_NAME", "SLURM_JOB_ID"):  # the live series' `job` label, run.json's key
+        value = environ.get(name, "")
+        if value and not value.isprintable():
+            problems.append(f"{name}: got {value!r}, with a line break or control character; allowed: a job name "
+                            "or id of printable characters (it labels the live series and names the run's attempt)")
     lab = environ.get("FABRIC_HARNESS_LAB", "").strip()
     if lab:
         try:
@@ -114,6 +123,10 @@ def _master_addr_problems(environ: Mapping[str, str]) -> list[str]:
     addr = environ.get("MASTER_ADDR", "").strip()
     if not addr:
         return []
+    if "://" in addr or re.fullmatch(r"[^:\[\]]+:\d+", addr):  # tcp://host, host:29500: not a host name
+        what = "a URL" if "://" in addr else "a port"
+        return [f"MASTER_ADDR: got {addr!r}, which holds {what}; allowed: the host name or address of rank 0's node "
+                "alone (the port goes in MASTER_PORT), as torchrun sets it"]
     try:
         socket.getaddrinfo(addr, None)
     except socket.gaierror as exc:

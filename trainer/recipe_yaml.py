@@ -140,7 +140,29 @@ def parse_yaml(text: str) -> Any:
         loader.dispose()
 
 
-def _yaml_problem(exc: yaml.YAMLError) -> str:
+_ODD_SPACES = {"\u00a0": "U+00A0 NO-BREAK SPACE", "\u2007": "U+2007 FIGURE SPACE", "\u202f": "U+202F NARROW NO-BREAK SPACE",
+               "\u3000": "U+3000 IDEOGRAPHIC SPACE", "\ufeff": "U+FEFF ZERO WIDTH NO-BREAK SPACE"}
+
+
+def _yaml_hint(reason: str, line_text: str) -> str:
+    """What is allowed, for the PyYAML errors a recipe's author meets most (tabs, characters pasted from a web
+    page or left by an editor, two documents in one file)."""
+    odd = [name for char, name in _ODD_SPACES.items() if char in line_text]
+    if odd:  # pasted from a web page: looks like indentation, is a character of the key
+        return f"; the line holds {', '.join(odd)} (pasted from a web page?); allowed: indentation with ASCII spaces"
+    if "'\\t' that cannot start any token" in reason:  # PyYAML's words for an indenting tab
+        return "; allowed: indentation with spaces (YAML refuses tabs)"
+    if "special characters are not allowed" in reason:
+        return ("; allowed: printable text (a control character such as the Ctrl-Z (0x1A) an old DOS/Windows editor "
+                "appends, or NUL, is not)")
+    if "found undefined alias" in reason:
+        return "; allowed: an alias (*name) after its anchor (&name) in the same file"
+    if "found another document" in reason:
+        return "; allowed: one YAML document per recipe (no '---' starting a second; put each recipe in a file)"
+    return ""
+
+
+def _yaml_problem(exc: yaml.YAMLError, text: str = "") -> str:
     """' at line N: reason' in one line, whatever PyYAML error it is."""
     if isinstance(exc, Refused):
         line, reason = exc.line, exc.message
@@ -149,8 +171,9 @@ def _yaml_problem(exc: yaml.YAMLError) -> str:
         line = mark.line + 1 if mark is not None else None
         reason = getattr(exc, "problem", None) or getattr(exc, "reason", None) or str(exc)
     reason = " ".join(str(reason).split())
-    if "'\\t' that cannot start any token" in reason:  # PyYAML's words for an indenting tab
-        reason += "; allowed: indentation with spaces (YAML refuses tabs)"
+    lines = text.splitlines()
+    # the line PyYAML names, and the one before it (a mapping error is marked where the next key starts)
+    reason += _yaml_hint(reason, "\n".join(lines[max(0, line - 2):line]) if line else "")
     return (f" at line {line}" if line else "") + f": {reason}"
 
 
@@ -163,19 +186,24 @@ def read_recipe(path: str, what: str = "recipe") -> Any:
         with open(path, "rb") as f:
             raw = f.read(MAX_RECIPE_BYTES + 1)  # bounded even if the size changes under us
     except OSError as exc:
-        raise RecipeError([f"{what}: cannot read {path}: {exc.strerror or exc}"]) from None
+        raise RecipeError([f"{what}: cannot read {path}: {exc.strerror or exc}; allowed: a YAML file this user can "
+                           "read"]) from None
     if len(raw) > MAX_RECIPE_BYTES:
         raise RecipeError([f"{what}: {path} is larger than {MAX_RECIPE_BYTES} bytes; allowed: a {what} of at "
                            f"most {MAX_RECIPE_BYTES // 1024} KiB"])
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
+        if raw.startswith((b"\xff\xfe", b"\xfe\xff")):
+            raise RecipeError([f"{what}: {path} is UTF-16 text (as PowerShell's > and Out-File write it); allowed: a "
+                               "UTF-8 YAML file (iconv -f UTF-16 -t UTF-8 converts it)"]) from None
         line = raw[:exc.start].count(b"\n") + 1
         raise RecipeError([f"{what}: {path} is not UTF-8 text (byte 0x{raw[exc.start]:02x} at line {line}); "
                            "allowed: a UTF-8 YAML file"]) from None
     try:
         return parse_yaml(text)
     except yaml.YAMLError as exc:
-        raise RecipeError([f"{what}: {path} is not valid YAML{_yaml_problem(exc)}"]) from None
+        raise RecipeError([f"{what}: {path} is not valid YAML{_yaml_problem(exc, text)}"]) from None
     except RecursionError:
-        raise RecipeError([f"{what}: {path} is nested too deeply"]) from None
+        raise RecipeError([f"{what}: {path} is nested too deeply; allowed: a {what} nested a few levels, as the "
+                           "examples (an alias inside the anchor it names, &a ... *a, nests without end)"]) from None

@@ -14,6 +14,7 @@ import threading
 import time
 
 from telemetry.capture.environment import host_info
+from telemetry.input_files import not_a_file
 
 from .run_writer import now_iso
 
@@ -53,6 +54,8 @@ class RunLock:
         self._stop = threading.Event()
 
     def _read(self, local_hosts: tuple[str, ...] = ()) -> dict | None:
+        if why := not_a_file(self.path):  # a FIFO would block the open below; a directory, the replace in acquire
+            return {"stale": False, "not_a_file": why}
         try:
             with open(self.path, encoding="utf-8") as f:
                 data = json.load(f)
@@ -72,6 +75,9 @@ class RunLock:
         return data
 
     def _problem(self, data: dict) -> str:
+        if "not_a_file" in data:
+            return (f"output_dir: {self.path!r} {data['not_a_file']}; allowed: {LOCK} as a run writes it (a regular "
+                    "file: remove this one), or another output_dir")
         return (f"output_dir: {os.path.dirname(self.path)!r} is in use by a live run ({data.get('owner')}, "
                 f"pid {data.get('pid')} on host {data.get('host')}, since {data.get('start_time')}; {LOCK}); "
                 "allowed: wait for it to end, stop it, or another output_dir")

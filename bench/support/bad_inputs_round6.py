@@ -325,6 +325,11 @@ BY_DESIGN: dict[tuple[str, str], str] = {
     ("telemetry report", "cut-sweep-fifo"): "the result row says the table is a FIFO, not read (it was 'holds no "
                                             "measured size')",
     ("telemetry report", "cut-sweep-header-only"): "the result row says the table holds no measured size",
+    ("telemetry nccl-tests", "cut-sweep-header-only"): "exit 0 on main since the parameters line is read as a "
+                                                       "table's start (43de6f2, before round 8): the cut table holds "
+                                                       "its parameters and device lines, and output with device lines "
+                                                       "but no rows converts (0 rows), as real ones do "
+                                                       "(tests/telemetry/test_main_unit.py)",
     ("telemetry compare", "sweep-sizes-binary"): "damaged sweep.jsonl lines are left out of the power and "
                                                  "congestion tables (a UnicodeDecodeError traceback before)",
     ("telemetry compare", "sweep-flag-table-fifo"): _FINISHED,

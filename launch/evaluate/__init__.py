@@ -205,6 +205,9 @@ def main(argv: list[str] | None = None) -> int:
         for problem in exc.problems:
             print_errors(problem)
         return EXIT_INPUT
+    if args.out is not None and not args.out.strip():  # '' (an unset $VAR) is not "the file's out"
+        return print_errors(f"--out: got {args.out!r}; allowed: a non-empty directory path, or no --out for the "
+                            "file's `out`")
     if args.out:
         ev.out = os.path.abspath(os.path.expanduser(args.out))
     if problem := output_dir_problem(ev.out, "--out" if args.out else "out"):

@@ -42,6 +42,9 @@ def split_label(arg: str) -> tuple[str | None, str]:
         raise CompareError(f"{arg}: no run directory after '='; allowed: LABEL=RUN or RUN")
     if not lab.strip():  # `$LABEL=DIR` with LABEL unset: was taken as unlabelled, its fabric's name in its place
         raise CompareError(f"{arg}: no label before '='; allowed: LABEL=RUN or RUN")
+    if not lab.strip().isprintable():  # a newline would split compare.md's table rows and the figures' legends
+        raise CompareError(f"{arg!r}: the label {lab.strip()!r} holds a line break or control character, which "
+                           "would split compare.md's table rows; allowed: a label of printable text")
     return lab.strip(), path
 
 

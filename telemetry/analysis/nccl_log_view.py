@@ -94,8 +94,10 @@ def _compressed(path: str) -> tuple[str, str] | None:
 
 
 def _open(path: str):
+    from telemetry.input_files import text_encoding
+
     return (open(sys.stdin.fileno(), encoding="utf-8", errors="replace", closefd=False) if path == "-"
-            else open(path, encoding="utf-8", errors="replace"))
+            else open(path, encoding=text_encoding(path), errors="replace"))
 
 
 def read(paths: list[str], parse_lines) -> dict:

@@ -734,9 +734,12 @@ def read(path: str, being_written: bool = False) -> dict:
         what = "does not exist" if not os.path.exists(path) else "is a directory"
         raise NcclTestsError(f"{path}: {what}; allowed: an nccl-tests output file (its text or its -J JSON) or "
                              "a sweep's collectives.txt")
-    from telemetry.input_files import InputFileError, read_limited
+    from telemetry.input_files import InputFileError, decode_text, read_limited
     try:  # bounded: /dev/zero, or a log far larger than any sweep's table, is refused, not read into memory
-        text = read_limited(path, MAX_INPUT_BYTES, streams=True).decode("utf-8", errors="replace")
+        text = decode_text(read_limited(path, MAX_INPUT_BYTES, streams=True))
+    except PermissionError as exc:
+        raise NcclTestsError(f"{path}: not readable by this user ({exc.strerror}); allowed: an nccl-tests output "
+                             "file this user can read") from None
     except InputFileError as exc:
         raise NcclTestsError(f"{path}: {exc}; allowed: an nccl-tests output file (its text or its -J JSON) of at "
                              f"most {MAX_INPUT_BYTES >> 20} MiB, or a sweep's collectives.txt") from None

@@ -136,7 +136,8 @@ def read_run_json(run_json: str) -> dict:
         raise RunError(f"{run_json}: nested too deeply to read (thousands of levels); allowed: the JSON object a "
                        "run writes") from None
     except OSError as exc:
-        raise RunError(f"{run_json}: cannot read: {exc.strerror or exc}") from None
+        raise RunError(f"{run_json}: cannot read: {exc.strerror or exc}; allowed: the {RUN_JSON} a run writes, "
+                       "readable by this user") from None
     if not isinstance(info, dict):
         raise RunError(f"{run_json}: holds a JSON {_json_type(info)}; allowed: the JSON object a run writes")
     return info
@@ -183,6 +184,11 @@ def load_run(path: str) -> Run:
         what = "is a file" if os.path.isfile(path) else "not a directory"
         raise RunError(f"{path}: {what}; {allowed}")
     if not os.path.isfile(run_json):
+        try:
+            os.listdir(path)
+        except PermissionError as exc:  # its entries cannot be seen: run.json may well be there
+            raise RunError(f"{path}: not readable by this user ({exc.strerror}); allowed: a run directory this user "
+                           "can list and read") from None
         raise RunError(f"{path}: no {RUN_JSON} (is this a run directory?); {allowed}")
     info = read_run_json(run_json)
     problem = shape_problem(info)

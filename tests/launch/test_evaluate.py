@@ -787,3 +787,21 @@ def test_a_lab_variants_latency_is_named_as_the_labs_cli_names_it(tmp_path):
     assert len(found) == 1 and len(cli) == 1, (found, cli)
     assert "tbf's queue as a time" in found[0] and "allowed: limit" in found[0], found
     assert found[0].startswith("variants[0].lab.latency: ") and "tbf's queue as a time" in cli[0]
+
+
+def test_an_empty_out_flag_is_refused_not_taken_for_the_files_out(tmp_path, capsys):
+    """`--out "$OUT"` with OUT unset ran into the file's own `out`."""
+    path = write(tmp_path, good(tmp_path))
+    assert main([path, "--out", "", "--dry-run"]) == 2
+    assert capsys.readouterr().err == ("error: --out: got ''; allowed: a non-empty directory path, or no --out for "
+                                       "the file's `out`\n")
+
+
+def test_an_out_whose_lock_is_a_fifo_is_one_line_not_a_hang(tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    os.mkfifo(out / "run.lock")
+    path = write(tmp_path, good(tmp_path, out=str(out)))
+    assert main([path]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "run.lock' is a FIFO (named pipe), not a regular file" in err[0], err

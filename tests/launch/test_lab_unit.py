@@ -395,3 +395,14 @@ def test_a_signal_the_lab_was_started_ignoring_stays_ignored():
         assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
     finally:
         signal.signal(signal.SIGHUP, old)
+
+
+def test_a_container_without_the_network_capabilities_is_told_what_to_add(monkeypatch):
+    """root in a container without CAP_SYS_ADMIN/CAP_NET_ADMIN: `ip netns add` fails with EPERM."""
+    import subprocess
+
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(
+        a[0], 1, "", "mount --make-shared /run/netns failed: Operation not permitted\n"))
+    with pytest.raises(LabError, match=r"Operation not permitted; allowed: root with CAP_SYS_ADMIN and CAP_NET_ADMIN "
+                                       r"\(a container: --privileged, or --cap-add SYS_ADMIN --cap-add NET_ADMIN\)"):
+        lab._run(["ip", "netns", "add", "x"], "creating namespace x")

@@ -348,3 +348,17 @@ def test_one_node_on_both_sides_or_an_impossible_ipv4_is_one_line(tmp_path, caps
     assert capsys.readouterr().err.startswith("error: --server-addr: got '10.0.0.300'; an IPv4 address has four "
                                               "numbers from 0 to 255")
     assert not (tmp_path / "o").exists()
+
+
+def test_a_result_that_cannot_be_written_is_one_line(tmp_path, capsys, monkeypatch):
+    """A full disk after the tests ran (the probe before them fitted) was an OSError traceback."""
+    from launch import linktest
+
+    monkeypatch.setattr(linktest, "check_tool", lambda *args: None)
+    monkeypatch.setattr(linktest, "run_links", lambda args: {"links": []})
+    (tmp_path / "linktest.json").mkdir()  # what open() refuses as a full disk would
+    assert main(["--tool", "iperf3", "--server", "a", "--client", "b", "--server-addr", "10.0.0.1",
+                 "--output", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "linktest.json' could not be written (Is a directory); allowed: a directory" in err
+    assert (tmp_path / "linktest.json").is_dir()  # only a half-written regular file is removed

@@ -336,3 +336,17 @@ def test_ranks_per_node_default_to_each_nodes_gpus_inside_salloc(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     info = json.loads((out / "run.json").read_text())
     assert info["status"] == "completed" and info["layout"]["world_size"] == 2, info["layout"]
+
+
+@pytest.mark.parametrize("args,env,expected", [
+    # a path typed with a newline: its line was two lines of output
+    (["/tmp/no\nsuch.yaml"], {}, "error: recipe: '/tmp/no\\nsuch.yaml' is not a file"),
+    # the job's environment copied by hand without SLURM_SUBMIT_DIR: bash's 'unbound variable', exit 1
+    ([TINY], {"SLURM_SUBMIT_DIR": None, "SLURM_JOB_NODELIST": "node[2-1]"}, "error: SLURM_JOB_NODELIST: got 'node[2-1]'"),
+])
+def test_the_script_outside_sbatch_says_one_line(tmp_path, args, env, expected):
+    base = {**os.environ, "SLURM_JOB_NODELIST": "node[1-2]", "SLURM_JOB_ID": "7", "SLURM_NNODES": "2",
+            "SLURM_SUBMIT_DIR": str(tmp_path)}
+    proc = subprocess.run(["bash", SBATCH, *args], cwd=REPO, capture_output=True, text=True, timeout=60,
+                          env={k: v for k, v in {**base, **env}.items() if v is not None})
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and proc.stderr.startswith(expected), proc.stderr

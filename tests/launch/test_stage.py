@@ -328,3 +328,18 @@ def test_staging_directory_that_cannot_be_made_and_bad_jobs(tmp_path, capsys):
     assert st.main([TINY, "--to", str(tmp_path / "s"), "--jobs", "0"]) == 2
     assert capsys.readouterr().err == "error: --jobs: got 0; expected an integer >= 1 (files hashed at once)\n"
     assert not (tmp_path / "s").exists()
+
+
+def test_a_to_on_a_full_filesystem_is_one_line(tmp_path, capsys, monkeypatch):
+    """The --to check's probe fits a full filesystem; the copies do not: a shutil.Error traceback before."""
+    import shutil
+
+    from launch import stage as stage_module
+
+    def full(*args, **kwargs):
+        raise shutil.Error([("a/tokenizer.json", "b/tokenizer.json", "[Errno 28] No space left on device: 'a' -> 'b'")])
+    monkeypatch.setattr(stage_module, "stage", full)
+    assert stage_module.main(["recipes/tiny_llama_lora.yaml", "--to", str(tmp_path / "s")]) == 2
+    assert capsys.readouterr().err == (
+        f"error: --to: {str(tmp_path / 's')!r} could not take the staged files ([Errno 28] No space left on device, "
+        "1 file(s)); allowed: a directory on a filesystem with room for the recipe's files that this user can write\n")

@@ -111,10 +111,10 @@ def test_a_node_whose_peers_never_come_fails_in_one_line_after_join_timeout(tmp_
     assert time.monotonic() - t0 < 120 and not os.listdir(tmp_path)  # no worker ever started
 
 
-@pytest.mark.parametrize("argv, off", [(["--standalone", "--nproc-per-node=2", "-m", "trainer"], False),
-                                       (["--nnodes", "1", "--nproc-per-node=2", "-m", "trainer"], False),
-                                       (["--nnodes", "2", "--rdzv-backend", "c10d", "-m", "trainer"], True),
-                                       (["--nnodes", "1:3", "--rdzv-backend", "c10d", "-m", "trainer"], True)])
+@pytest.mark.parametrize("argv, off", [(["--standalone", "--nproc-per-node=2", "-m", "trainer", TINY], False),
+                                       (["--nnodes", "1", "--nproc-per-node=2", "-m", "trainer", TINY], False),
+                                       (["--nnodes", "2", "--rdzv-backend", "c10d", "-m", "trainer", TINY], True),
+                                       (["--nnodes", "1:3", "--rdzv-backend", "c10d", "-m", "trainer", TINY], True)])
 def test_store_sharing_is_turned_off_only_where_a_node_can_rejoin(monkeypatch, argv, off):
     """Unshared, rank 0's worker serves the store on every interface: only a job of several nodes needs
     that (a restarted node rejoins); on one node torch's shared store leaves the workers no listener."""
@@ -165,6 +165,17 @@ def test_store_sharing_is_turned_off_only_where_a_node_can_rejoin(monkeypatch, a
     (["--log-dir", TINY, "-m", "trainer"], f"--log-dir: {TINY!r} is a file; allowed: a directory"),
     (["--standalone", "--nnodes", "2", "-m", "trainer"],  # waited for a second node that cannot join
      "--standalone: one node, but --nnodes is 2; allowed: --standalone with --nnodes 1"),
+    # eighth round: an IPv6 endpoint without brackets (a hang: torch took its last group for the port), an empty
+    # --master-addr (a ValueError traceback from the rendezvous)
+    (["--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "fe80::1:29400", "-m", "trainer"],
+     "an IPv6 address without brackets (where it ends and the port starts is ambiguous); allowed: [ADDRESS]:PORT"),
+    (["--nnodes", "2", "--node-rank", "1", "--master-addr", "", "-m", "trainer"],
+     "--master-addr: got ''; allowed: the host name or address of node rank 0"),
+    # the trainer's own mistakes, said once before any worker starts (each worker said it behind torch's box)
+    (["--standalone", "--nproc-per-node", "2", "-m", "trainer", TINY, "max_step=3"],
+     "max_step: unknown key; did you mean 'max_steps'?"),
+    (["--standalone", "--nproc-per-node", "1", "-m", "trainer"],
+     "the following arguments are required: recipe; see python -m trainer --help"),
 ])
 def test_bad_launch_arguments_are_one_line_before_any_agent_starts(capsys, argv, expected):
     _one_line(capsys, argv, expected)

@@ -156,3 +156,17 @@ def test_output_dir_through_a_link_that_leads_nowhere_is_one_line(tmp_path):
     (tmp_path / "real").mkdir()
     (tmp_path / "good").symlink_to(tmp_path / "real")
     assert output_dir_problem(str(tmp_path / "good" / "run"), "--out") is None
+
+
+def test_an_output_that_is_a_fifo_nobody_reads_is_refused_not_waited_on(tmp_path):
+    import os
+
+    from telemetry.errors import output_file_problem
+    fifo = tmp_path / "out.fifo"
+    os.mkfifo(fifo)
+    assert "is a FIFO (named pipe) that no process reads" in output_file_problem(str(fifo), "--csv")
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # `>(gzip > x)` or `cat FIFO &` started first: fine
+    try:
+        assert output_file_problem(str(fifo), "--csv") is None
+    finally:
+        os.close(reader)

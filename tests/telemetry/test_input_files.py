@@ -45,3 +45,22 @@ def test_an_error_line_never_carries_a_credential(capsys):
     assert print_errors("data.dataset: path 'https://user:pa55word@example.com/x.jsonl' does not exist") == 2
     err = capsys.readouterr().err
     assert "pa55word" not in err and err.startswith("error: data.dataset: ")
+
+
+def test_text_saved_as_utf16_or_with_a_bom_is_read_as_written(tmp_path):
+    from telemetry.input_files import decode_text, text_encoding
+    assert decode_text("# size count\n".encode("utf-16")) == "# size count\n"
+    assert decode_text(b"\xef\xbb\xbf# size") == "# size"
+    assert decode_text(b"plain \xff") == "plain \ufffd"
+    path = tmp_path / "log"
+    path.write_bytes("NCCL INFO\n".encode("utf-16"))
+    assert text_encoding(str(path)) == "utf-16"
+    path.write_bytes(b"NCCL INFO\n")
+    assert text_encoding(str(path)) == "utf-8-sig"
+    os.mkfifo(tmp_path / "fifo")
+    assert text_encoding(str(tmp_path / "fifo")) == "utf-8"  # not peeked at: its bytes are the reader's
+
+
+def test_error_lines_show_control_characters_rather_than_obey_them(capsys):
+    print_errors("/tmp/no\x1b[2Jsuch: not a directory")
+    assert capsys.readouterr().err == "error: /tmp/no\\x1b[2Jsuch: not a directory\n"

@@ -589,3 +589,62 @@ def test_project_onto_one_node_of_one_rank_says_its_group_moves_nothing(capsys, 
     assert "on the target link" not in out
     # and the rate as a person writes it is named with what to write
     assert one_error(capsys, ["project", str(run_dir), "--rate", "100GbE"]).endswith("; for 100 Gbit/s write 100gbit")
+
+
+# round 8 of the bad-input table: outputs and inputs of the wrong kind, as the commands meet them
+def test_report_out_holding_report_md_as_a_directory_or_an_unread_fifo_is_one_line(capsys, tmp_path, run_dir):
+    import os
+    as_dir, as_fifo = tmp_path / "d", tmp_path / "f"
+    (as_dir / "report.md").mkdir(parents=True)  # was an IsADirectoryError traceback
+    as_fifo.mkdir()
+    os.mkfifo(as_fifo / "report.md")  # was a hang: the write waited for a reader
+    assert "report.md' could not be written (Is a directory); allowed: an output directory" in one_error(
+        capsys, ["report", str(run_dir), "--out", str(as_dir)])
+    assert "report.md' is a FIFO (named pipe) that no process reads" in one_error(
+        capsys, ["report", str(run_dir), "--out", str(as_fifo)])
+
+
+def test_json_and_csv_outputs_that_are_unread_fifos_are_refused(capsys, tmp_path, run_dir):
+    import os
+    os.mkfifo(tmp_path / "out.fifo")
+    assert "--json: " in one_error(capsys, ["project", str(run_dir), "--rate", "1gbit", "--json",
+                                            str(tmp_path / "out.fifo")])
+    assert "--out: " in one_error(capsys, ["mllog", str(run_dir), "--no-check", "--out", str(tmp_path / "out.fifo")])
+
+
+def test_an_export_whose_entry_is_in_the_way_is_bad_input(capsys, tmp_path, run_dir):
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "tensorboard").write_text("a file where the export makes a folder")
+    line = one_error(capsys, ["export", str(run_dir), "--to", "tensorboard", "--out", str(tmp_path / "x")])
+    assert "tensorboard' is in the way (File exists); allowed: an output directory whose tensorboard entries" in line
+
+
+def test_a_run_directory_this_user_cannot_list_is_not_called_one_without_run_json(capsys, tmp_path, monkeypatch):
+    import os
+    (tmp_path / "run").mkdir()
+    listdir = os.listdir
+    monkeypatch.setattr(os.path, "isfile", lambda p: False)  # as without read permission: run.json is not seen
+    monkeypatch.setattr(os, "listdir", lambda p: (_ for _ in ()).throw(PermissionError(13, "Permission denied"))
+                        if str(p).endswith("run") else listdir(p))
+    assert one_error(capsys, ["report", str(tmp_path / "run"), "--out", str(tmp_path / "r")]) == (
+        f"error: {tmp_path / 'run'}: not readable by this user (Permission denied); allowed: a run directory this "
+        "user can list and read")
+
+
+def test_a_compare_label_with_a_line_break_is_refused(capsys, tmp_path, run_dir):
+    line = one_error(capsys, ["compare", f"a\nb={run_dir}", f"c={run_dir}", "--out", str(tmp_path / "c")])
+    assert "the label 'a\\nb' holds a line break or control character" in line
+
+
+def test_a_run_json_this_user_cannot_read_says_what_is_allowed(capsys, tmp_path, run_dir, monkeypatch):
+    import builtins
+    real_open = builtins.open
+
+    def denied(path, *args, **kwargs):
+        if str(path).endswith("run.json"):
+            raise PermissionError(13, "Permission denied")
+        return real_open(path, *args, **kwargs)
+    monkeypatch.setattr(builtins, "open", denied)
+    assert one_error(capsys, ["report", str(run_dir), "--out", str(tmp_path / "r")]) == (
+        f"error: {run_dir / 'run.json'}: cannot read: Permission denied; allowed: the run.json a run writes, readable "
+        "by this user")

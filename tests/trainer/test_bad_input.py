@@ -190,7 +190,7 @@ FILES = [
     ("deep-mapping", "".join("  " * i + f"k{i}:\n" for i in range(40)) + "  " * 40 + "v\n", "nested deeper than 32"),
     ("oversized", "# " + "x" * (2 << 20) + "\n", "is larger than 1048576 bytes"),
     ("latin-1", "name: caf\xe9\n".encode("latin-1"), "is not UTF-8 text (byte 0xe9 at line 1)"),
-    ("utf-16", "name: x\n".encode("utf-16"), "is not UTF-8 text (byte 0xff at line 1)"),
+    ("utf-16", "name: x\n".encode("utf-16"), "is UTF-16 text (as PowerShell's > and Out-File write it); allowed: a UTF-8 YAML file"),
     ("nul-byte", b"name: a\x00b\n", "is not valid YAML"),
     ("top-list", "- a\n- b\n", "must hold a mapping at the top level, got list"),
     ("top-scalar", "just text\n", "must hold a mapping at the top level, got str"),

@@ -1,6 +1,7 @@
 """Recipes and overrides: every problem reported at once, exit 2, the key named, no traceback."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -375,3 +376,119 @@ def test_a_binary_or_hex_integer_with_no_digits_is_not_called_too_long(tmp_path)
     (line,) = info.value.problems
     assert line.startswith(f"recipe: {path} is not valid YAML at line 7: ") and "4300" not in line
     assert "'0x_'" in line and "allowed:" in line
+
+
+# round 8 of the bad-input table (bench/support/bad_inputs_round8.py): spellings of other tools, YAML's surprises
+ROUND8_OVERRIDES = [
+    (["parallel.tensor_parallel=2"], "parallel.tensor_parallel: unknown key; did you mean 'tp'?"),  # was 'data_parallel'
+    (["train.max_steps=3"], "'max_steps' is a top-level key (write max_steps)"),  # was 'warmup_steps'
+    (["train.learning_rate=1e-4"], "train.learning_rate: unknown key; did you mean 'lr'?"),
+    (["MAX_STEPS=3"], "MAX_STEPS: unknown key; did you mean 'max_steps'? (keys are lower case)"),
+    (["train.betas.0=0.8"], "train.betas.0: '0' reads as a list index, and an override sets a list whole; allowed: "
+     "train.betas=[A,B,...]"),
+    (["lora.target_modules.-1=q_proj"], "lora.target_modules.-1: '-1' reads as a list index"),
+    (["train={lr: 0.1}"], "train: the override replaces the whole section, dropping the recipe's global_batch_size"),
+    (["train.momentum=0.9"], "train.momentum: set, but only train.optimizer lars or sgd reads it (train.optimizer is "
+     "adamw)"),
+    (["data.image_size=224"], "data.image_size: set, but only the image_classification workload reads it"),
+    (["train.lr=5%"], "expected a number (a percentage is not read: write the number itself)"),
+    (["distributed.timeout_s=10m"], "(units are not read: write the number alone in seconds)"),
+    (["train.lr=${oc.env:LR}"], "(no ${...} interpolation is resolved"),
+    (["output_dir=${oc.env:SCRATCH,/tmp}/run"], "is not expanded (an OmegaConf/Hydra interpolation"),
+    (["train.lr", "=", "0.1"], "train.lr: an override is one word, key.path=value, without spaces around '='"),
+    (["train.lr=", "0.1"], "allowed: train.lr=0.1"),
+]
+
+
+@pytest.mark.parametrize("overrides,expected", ROUND8_OVERRIDES, ids=[" ".join(o) for o, _ in ROUND8_OVERRIDES])
+def test_other_tools_spellings_are_one_line_with_what_was_meant(overrides, expected, capsys, monkeypatch):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    assert main([TINY, *overrides, "--dry-run"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0]
+
+
+def test_a_whole_section_set_where_the_recipe_has_none_is_still_taken():
+    recipe = load_recipe(TINY, ["parallel.data_parallel=deepspeed", "parallel.zero_stage=2",
+                                "deepspeed={steps_per_print: 10}"])
+    assert recipe.deepspeed == {"steps_per_print": 10}
+
+
+@pytest.mark.parametrize("edit,expected", [
+    (lambda t: t + "on: 3\n", "True: unknown key (YAML 1.1 reads an unquoted on, off, yes, no, y or n as a boolean"),
+    (lambda t: t.replace("  micro_batch_size: 4\n", "\u00a0\u00a0micro_batch_size: 4\n"),
+     "U+00A0 NO-BREAK SPACE (pasted from a web page?); allowed: indentation with ASCII spaces"),
+    (lambda t: t + "\x1a", "the Ctrl-Z (0x1A) an old DOS/Windows editor appends"),
+    (lambda t: t + "---\nmax_steps: 3\n", "allowed: one YAML document per recipe"),
+    (lambda t: t.replace("  lr: 1.0e-2\n", "  lr: *nolr\n"), "found undefined alias 'nolr'; allowed: an alias (*name) after"),
+    (lambda t: t.replace("lora:\n  r: 8\n", "lora: &l\n  r: 8\n  again: *l\n"), "nested too deeply; allowed: "),
+])
+def test_yaml_surprises_in_a_recipe_file_say_what_is_allowed(tmp_path, capsys, edit, expected):
+    path = tmp_path / "r.yaml"
+    path.write_text(edit((REPO / TINY).read_text().replace(" assets/", f" {REPO}/recipes/assets/")))
+    assert main([str(path), "--dry-run"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and expected in lines[0]
+
+
+def test_a_utf16_recipe_is_named_as_such(tmp_path, capsys):
+    path = tmp_path / "r.yaml"
+    path.write_bytes((REPO / TINY).read_text().encode("utf-16"))
+    assert main([str(path), "--dry-run"]) == 2
+    assert "is UTF-16 text (as PowerShell's > and Out-File write it); allowed: a UTF-8 YAML file" in \
+        capsys.readouterr().err
+
+
+def test_empty_rank_variables_and_a_master_addr_with_a_port_are_named():
+    from trainer.launcher_env import launcher_env_problems
+    assert launcher_env_problems({"LOCAL_RANK": ""}) == [
+        "LOCAL_RANK: set but empty; allowed: unset for one process, or an integer >= 0 as torchrun or srun sets it"]
+    assert launcher_env_problems({"RANK": " "})[0].startswith("RANK: set but empty")
+    run = {"WORLD_SIZE": "1", "RANK": "0", "MASTER_PORT": "29500"}
+    assert "which holds a port; allowed: the host name or address of rank 0's node alone" in \
+        launcher_env_problems({**run, "MASTER_ADDR": "127.0.0.1:29500"})[0]
+    assert "which holds a URL" in launcher_env_problems({**run, "MASTER_ADDR": "tcp://127.0.0.1"})[0]
+    assert launcher_env_problems({"FABRIC_HARNESS_JOB": "a\nb"})[0].startswith(
+        "FABRIC_HARNESS_JOB: got 'a\\nb', with a line break or control character; allowed: a job name")
+
+
+def test_output_dir_whose_record_files_are_of_another_kind_is_one_line(tmp_path):
+    from trainer.cli import record_kind_problem
+    os.mkfifo(tmp_path / "run.lock")
+    assert "is a FIFO (named pipe), not a regular file; allowed: run.lock as a run writes it" in \
+        record_kind_problem(str(tmp_path))
+    os.remove(tmp_path / "run.lock")
+    (tmp_path / "run.json").mkdir()
+    assert "run.json' is a directory" in record_kind_problem(str(tmp_path))
+    (tmp_path / "run.json").rmdir()
+    (tmp_path / "logs").write_text("x")
+    assert "logs' is a regular file, not a directory; allowed: the logs/ folder" in record_kind_problem(str(tmp_path))
+    (tmp_path / "logs").unlink()
+    assert record_kind_problem(str(tmp_path)) is None
+
+
+def test_a_launcher_asks_the_recipe_problems_before_starting_workers():
+    from trainer.cli import recipe_problems
+    assert recipe_problems([TINY, "max_steps=2"]) == []
+    assert recipe_problems([TINY, "max_step=3"])[0].startswith("max_step: unknown key; did you mean 'max_steps'?")
+
+
+def test_a_recipe_files_key_left_unread_by_an_override_of_what_decides_is_not_refused():
+    # bench/gpu/run.sh runs resnet50.yaml (lars_eta and poly_power in the file) with sgd and a constant schedule
+    recipe = load_recipe("recipes/resnet50.yaml", ["train.optimizer=sgd", "train.schedule=constant"])
+    assert recipe.train.optimizer == "sgd"
+    with pytest.raises(RecipeError, match="train.lars_eta: set, but only train.optimizer lars reads it"):
+        load_recipe("recipes/resnet50.yaml", ["train.optimizer=sgd", "train.lars_eta=0.002"])
+
+
+def test_a_recipe_files_key_no_run_of_it_reads_is_said_once_not_refused(tmp_path, capsys):
+    """A template carrying train.momentum beside AdamW (or label_smoothing on an LLM) still runs: the key is said
+    at start as ignored; typed as an override for this run it is refused (test above)."""
+    path = tmp_path / "template.yaml"
+    path.write_text(open(TINY, encoding="utf-8").read().replace("train:\n", "train:\n  momentum: 0.9\n", 1))
+    recipe = load_recipe(str(path), [])
+    assert [x.split(":", 1)[0] for x in recipe.ignored_keys] == ["train.momentum"]
+    assert main([str(path), "--dry-run"]) == 0
+    err = capsys.readouterr().err
+    assert "warning: train.momentum: set, but only train.optimizer lars or sgd reads it" in err, err
+    assert "this run ignores it" in err

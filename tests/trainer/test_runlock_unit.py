@@ -76,3 +76,16 @@ def test_the_same_owner_takes_its_own_lock_over(tmp_path, monkeypatch):
     lock = RunLock(str(tmp_path), 0)
     assert lock.acquire() is None and lock.held  # an elastic restart of the same job
     lock.release()
+
+
+def test_a_lock_that_is_a_fifo_or_a_directory_is_one_line_not_a_hang_or_traceback(tmp_path):
+    # a FIFO blocked the lock's open forever; a directory was an IsADirectoryError from os.replace
+    fifo_dir, dir_dir = tmp_path / "fifo", tmp_path / "dir"
+    fifo_dir.mkdir()
+    os.mkfifo(fifo_dir / LOCK)
+    (dir_dir / LOCK).mkdir(parents=True)
+    for run_dir, kind in ((fifo_dir, "FIFO"), (dir_dir, "directory")):
+        for rank in (0, 1):
+            problem = RunLock(str(run_dir), rank).acquire()
+            assert problem.startswith("output_dir: ") and kind in problem and "allowed: " in problem
+        assert RunLock(str(run_dir), 1).in_use() is not None

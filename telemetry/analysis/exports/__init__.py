@@ -42,6 +42,11 @@ def export_run(path: str, kinds, out: str | None = None) -> dict:
             result[kind] = {"path": _WRITERS[kind](run, out)}
         except InputError as exc:  # the run lacks what this kind needs: said as it is, bad input
             result[kind] = {"path": None, "error": str(exc), "input": True}
+        except (IsADirectoryError, NotADirectoryError, FileExistsError) as exc:  # out holds another kind of entry
+            result[kind] = {"path": None, "input": True,
+                            "error": f"{exc.filename!r} is in the way ({exc.strerror}); allowed: an output directory "
+                                     f"whose {kind} entries are of the kind the export writes (a file where it "
+                                     "writes a file, a folder where it writes a folder), or absent"}
         except ImportError as exc:  # the kind's library is not installed: a missing tool, bad input too
             result[kind] = {"path": None, "error": f"{type(exc).__name__}: {exc}", "input": True}
         except Exception as exc:  # one kind failing must not cost the others (or the run)

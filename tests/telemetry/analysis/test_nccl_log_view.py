@@ -172,3 +172,12 @@ def test_a_gloo_run_directory_is_told_it_used_no_nccl(tmp_path):
     (run / "run.json").write_text("{not json")
     with pytest.raises(nccl_log_view.NcclLogError, match=r"or \*\.log; allowed"):
         nccl_log_view.log_paths([str(run)])
+
+
+def test_a_log_saved_as_utf16_reads_as_the_same_log(tmp_path, capsys):
+    log = next(p for p in LOGS if p.name.startswith("aws_efa_eks"))
+    (tmp_path / "u16.log").write_bytes(log.read_text(errors="replace").encode("utf-16"))
+    assert main(["nccl-log", str(log)]) == 0
+    plain = capsys.readouterr().out
+    assert main(["nccl-log", str(tmp_path / "u16.log")]) == 0  # was "no line names NCCL or RCCL", exit 2
+    assert capsys.readouterr().out == plain

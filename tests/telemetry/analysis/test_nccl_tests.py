@@ -711,3 +711,19 @@ def test_a_tab_separated_summary_made_from_rccl_tests_runs_is_not_a_table(capsys
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"error: {path}: no nccl-tests table found (expected")
 
+
+
+
+def test_a_table_saved_as_utf16_is_read_and_an_unreadable_one_says_what_is_allowed(tmp_path, monkeypatch):
+    from telemetry.analysis.nccl_tests import NcclTestsError
+    text = next(TABLES.glob("all_gather_perf_issue1435*.txt")).read_text()
+    (tmp_path / "t.txt").write_bytes(text.encode("utf-16"))  # PowerShell's `>`: "no table found" before
+    (tmp_path / "u.txt").write_text(text)
+    assert read(str(tmp_path / "t.txt"))["rows_read"] == read(str(tmp_path / "u.txt"))["rows_read"] > 0
+    import telemetry.input_files
+
+    def denied(*_args, **_kwargs):
+        raise PermissionError(13, "Permission denied")
+    monkeypatch.setattr(telemetry.input_files, "read_limited", denied)  # as a file of mode 000 for a user
+    with pytest.raises(NcclTestsError, match="not readable by this user .Permission denied.; allowed: an nccl-tests"):
+        read(str(tmp_path / "u.txt"))

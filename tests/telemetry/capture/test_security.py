@@ -138,3 +138,25 @@ def test_a_path_after_pypi_is_no_pypi_token():
     text = "data.dataset: '/srv/pypi-mirror-packages-cache/train.jsonl' does not exist"
     assert redact_text(text) == text
     assert "pypi-AgENdGVzdC5weXBpLm9yZwIkYWJj" not in redact_text("token pypi-AgENdGVzdC5weXBpLm9yZwIkYWJj")
+
+
+@pytest.mark.parametrize("url,kept", [
+    ("http://gw:9091/?token=s3cr3tvalue", "http://gw:9091/?token=<redacted>"),
+    ("https://b.s3.amazonaws.com/x?X-Amz-Signature=abcd1234&X-Amz-Date=2026", "X-Amz-Signature=<redacted>&X-Amz-Date"),
+    ("https://hub/d.jsonl?api_key=k1&download=1", "?api_key=<redacted>&download=1"),
+])
+def test_a_secret_in_a_url_query_is_redacted_and_its_name_kept(url, kept):
+    # a pushgateway address with ?token=... was printed whole in its error line (a launcher keeps stderr)
+    assert kept in redact_text(f"error: telemetry.pushgateway: got {url!r}")
+    assert redacted_env({"NCCL_ODD": url})["NCCL_ODD"] == REDACTED
+
+
+def test_query_words_that_only_hold_a_secret_name_are_kept():
+    assert redact_text("http://h/?monkey=1&keyboard=2") == "http://h/?monkey=1&keyboard=2"
+
+
+def test_query_redaction_is_linear_in_a_run_of_separators():
+    import time
+    start = time.monotonic()
+    redact_text("?" + "a." * 100000 + "x=1")
+    assert time.monotonic() - start < 5  # exponential backtracking took minutes at 30 separators
