@@ -455,6 +455,9 @@ CASES: list[tuple[str, str, list[str], dict]] = [
 BY_DESIGN: dict[tuple[str, str], str] = {
     ("trainer", "lr-exponent-no-dot"): "YAML 1.1 reads 1e-2 (no dot) as text; text that is plainly a number is read "
                                        "as that number where a number goes (train.lr 0.01, as meant)",
+    ("trainer", "key-another-workload"): "a recipe file carrying a key this run never reads (train.momentum beside "
+                                         "AdamW: a template shared by optimizers) runs, with one warning line naming "
+                                         "the key at start; typed as an override it is refused (momentum-on-llm)",
     ("trainer", "lora-on-full"): "a lora section equal to the defaults changes nothing; a non-default one on llm_full "
                                  "is refused (trainer/workloads/llm_full_checks.py)",
     ("trainer", "workload-collectives-on-llama"): "the workload picks what runs (a collective sweep with its defaults); "
