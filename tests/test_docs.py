@@ -331,9 +331,11 @@ def test_every_override_shown_in_the_docs_binds_in_some_recipe():
                     continue
                 checked.add(word)
                 problems = []
-                for recipe in recipes:
+                # alone, or with the overrides shown beside it (a targets directory needs telemetry.prometheus set)
+                together = [w for w in words if OVERRIDE.match(w) and "..." not in w and "<" not in w]
+                for recipe, overrides in ((r, o) for o in ([word], together) for r in recipes):
                     try:
-                        load_recipe(recipe, [word])
+                        load_recipe(recipe, overrides)
                         break
                     except RecipeError as exc:
                         problems = problems or exc.problems
