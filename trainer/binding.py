@@ -185,10 +185,22 @@ def bind_dataclass(data: dict, cls: type, prefix: str, problems: list[str]) -> A
     return _bind_fields(data, cls, prefix, problems)
 
 
-def _elsewhere(key: str, path: str) -> str:
-    """'max_steps is a top-level key (write max_steps); ' for train.max_steps, or '' when the key is nowhere else."""
+def _accepts(root: type, place: str, value: Any) -> bool:
+    """Whether the field at `place` (a dotted path in `root`'s tree) takes `value` as written."""
+    cls, *parents, name = [root, *place.split(".")]
+    for part in parents:
+        cls = _section_type(typing.get_type_hints(cls)[part])
+    probe: list[str] = []
+    _bind_value(value, typing.get_type_hints(cls)[name], place, probe)
+    return not probe
+
+
+def _elsewhere(key: str, path: str, value: Any) -> str:
+    """'max_steps is a top-level key (write max_steps); ' for train.max_steps, or '' when the key is nowhere else
+    that takes the value written (train.data=1 is no `data` section)."""
     root = _ROOT.get()
-    places = [p for p in key_paths(root, key) if p != path] if root is not None and isinstance(key, str) else []
+    places = [p for p in key_paths(root, key) if p != path and _accepts(root, p, value)] \
+        if root is not None and isinstance(key, str) else []
     if not places:
         return ""
     where = ["a top-level key" if "." not in p else f"a key of {p.rsplit('.', 1)[0]}" for p in places[:3]]
@@ -203,7 +215,7 @@ def _bind_fields(data: dict, cls: type, prefix: str, problems: list[str]) -> Any
         path = f"{prefix}.{key}" if prefix else str(key)
         if key not in names:
             close = difflib.get_close_matches(str(key), names, n=1)
-            hint = _elsewhere(key, path) or (f"did you mean '{close[0]}'? " if close else "")
+            hint = _elsewhere(key, path, value) or (f"did you mean '{close[0]}'? " if close else "")
             problems.append(f"{path}: unknown key{_odd_letters(str(key))}; {hint}allowed: {', '.join(names)}")
             continue
         before = len(problems)
