@@ -211,7 +211,7 @@ SYNONYMS = {
 }
 
 
-def _unknown_key(key: Any, path: str, prefix: str, names: list[str]) -> str:
+def _unknown_key(key: Any, path: str, prefix: str, names: list[str], value: Any = None) -> str:
     """One line for a key the section does not have, with the best guess at what was meant."""
     if not isinstance(key, str):  # YAML 1.1 read an unquoted on/off/yes/no as a boolean, ~ as null, 1 as a number
         why = ("YAML 1.1 reads an unquoted on, off, yes, no, y or n as a boolean: quote a key meant as text, 'on':"
@@ -224,7 +224,7 @@ def _unknown_key(key: Any, path: str, prefix: str, names: list[str]) -> str:
         hint = f"did you mean '{folded[0]}'? (keys are lower case) "
     elif wanted in names:
         hint = f"did you mean '{wanted}'? ({key} is another tool's name for it) "
-    elif elsewhere := _elsewhere(wanted or key, path):  # train.max_steps, train.seq_len: named where it belongs
+    elif elsewhere := _elsewhere(wanted or key, path, value):  # train.max_steps, train.seq_len: named where it belongs
         hint = elsewhere
     else:
         close = difflib.get_close_matches(key, names, n=1)
@@ -242,10 +242,22 @@ def bind_dataclass(data: dict, cls: type, prefix: str, problems: list[str]) -> A
     return _bind_fields(data, cls, prefix, problems)
 
 
-def _elsewhere(key: str, path: str) -> str:
-    """'max_steps is a top-level key (write max_steps); ' for train.max_steps, or '' when the key is nowhere else."""
+def _accepts(root: type, place: str, value: Any) -> bool:
+    """Whether the field at `place` (a dotted path in `root`'s tree) takes `value` as written."""
+    cls, *parents, name = [root, *place.split(".")]
+    for part in parents:
+        cls = _section_type(typing.get_type_hints(cls)[part])
+    probe: list[str] = []
+    _bind_value(value, typing.get_type_hints(cls)[name], place, probe)
+    return not probe
+
+
+def _elsewhere(key: str, path: str, value: Any) -> str:
+    """'max_steps is a top-level key (write max_steps); ' for train.max_steps, or '' when the key is nowhere else
+    that takes the value written (train.data=1 is no `data` section)."""
     root = _ROOT.get()
-    places = [p for p in key_paths(root, key) if p != path] if root is not None and isinstance(key, str) else []
+    places = [p for p in key_paths(root, key) if p != path and _accepts(root, p, value)] \
+        if root is not None and isinstance(key, str) else []
     if not places:
         return ""
     where = ["a top-level key" if "." not in p else f"a key of {p.rsplit('.', 1)[0]}" for p in places[:3]]
@@ -259,7 +271,7 @@ def _bind_fields(data: dict, cls: type, prefix: str, problems: list[str]) -> Any
     for key, value in data.items():
         path = f"{prefix}.{key}" if prefix else str(key)
         if key not in names:
-            problems.append(_unknown_key(key, path, prefix, names))
+            problems.append(_unknown_key(key, path, prefix, names, value))
             continue
         before = len(problems)
         bound = _bind_value(value, hints[key], path, problems)

@@ -668,11 +668,13 @@ class Telemetry:
     def carry_steps(self, records: list[dict]) -> None:
         """A resumed run's steps before its checkpoint (rank 0's metrics.jsonl lines): their tracer health is
         added to the run's and the straggler detector reads them, so run.json's `comm_health` and `stragglers`
-        cover every step, not only this attempt's."""
+        cover every step, not only this attempt's. The straggler check reads only steps of this world size:
+        its findings name ranks and this attempt's hosts, which an earlier attempt's other layout does not share."""
         for r in records:
             if isinstance(r.get(StepKey.COMM_HEALTH), dict):
                 coverage.add(self._health, r[StepKey.COMM_HEALTH])
-            if self.stragglers is not None and isinstance(r.get(StepKey.STEP), int):
+            ranks = ((r.get(StepKey.RANKS) or {}).get("compute_s") or {}).get("ranks")
+            if self.stragglers is not None and isinstance(r.get(StepKey.STEP), int) and ranks == self.world:
                 self.stragglers.feed(r[StepKey.STEP], r)
 
     def run_health(self) -> dict:

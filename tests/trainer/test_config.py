@@ -17,6 +17,9 @@ BAD_OVERRIDES = [
     # a key of another place in the recipe is named where it belongs (train.max_steps read "did you mean warmup_steps")
     (["train.max_steps=20"], "train.max_steps: unknown key; 'max_steps' is a top-level key (write max_steps); allowed:"),
     (["train.seq_len=64"], "train.seq_len: unknown key; 'seq_len' is a key of data (write data.seq_len); allowed:"),
+    # ... only where the value written would be accepted: `data=1` replaces a section with a number
+    (["train.data=1"], "train.data: unknown key; allowed:"),
+    (["parallel.seed=abc"], "parallel.seed: unknown key; allowed:"),
     (["train.micro_batch_size=two"], "train.micro_batch_size: got 'two' (str); expected an integer"),
     (["train.global_batch_size=15"], "train.global_batch_size: 15 is not divisible by micro_batch_size x dp"),
     (["parallel.dp=3"], "parallel: dp x tp x pp = 3 x 1 x 1 = 3 does not equal the world size 1"),

@@ -145,6 +145,7 @@ def test_a_resumed_runs_tracer_health_covers_the_steps_before_its_checkpoint(tmp
     rec.open()
     rec.start(0)
     rec.telemetry.stragglers = StragglerDetector(None)  # rank 0's, as a world of two has
+    rec.telemetry.world = 2
     rec.rundir.open_metrics(2)  # resumed from step 2's checkpoint: step 3's line is set aside, as the loop does
     rec.on_train_start({"start_step": 2, "max_steps": 2})
     rec.close("completed")
@@ -153,3 +154,25 @@ def test_a_resumed_runs_tracer_health_covers_the_steps_before_its_checkpoint(tmp
     assert (health["calls"], health["timed_bytes"], health["by_group"]["dp"]["calls"]) == (6, 600, 6)
     assert health["verdict"] == "timing covers 100% of calls and bytes"
     assert telemetry["stragglers"]["steps_checked"] == 2  # not "no cross-rank step times"
+
+
+def test_a_resume_at_another_world_size_leaves_the_earlier_ranks_out_of_the_straggler_check(tmp_path):
+    """The straggler check names ranks (and their hosts, from this attempt's layout): steps an earlier attempt
+    ran on 4 ranks, where rank 3 was 5x slower, must not make rank 3 of a 2-rank resume (or no rank) a straggler."""
+    from telemetry.rundir import METRICS, StepKey
+    from telemetry.stragglers import StragglerDetector
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    slow = {"compute_s": {"min": 1.0, "median": 1.0, "mean": 2.0, "max": 5.0, "max_rank": 3, "ranks": 4}}
+    earlier = [{StepKey.STEP: s, StepKey.STEP_TIME_S: 5.0, StepKey.RANKS: slow} for s in range(1, 41)]
+    (run_dir / METRICS).write_text("".join(json.dumps(r) + "\n" for r in earlier))
+    rec = RunRecorder(str(run_dir), name="r", harness=True)
+    rec.open()
+    rec.start(0)
+    rec.telemetry.stragglers = StragglerDetector(None)
+    rec.telemetry.world = 2  # resumed on 2 ranks
+    rec.rundir.open_metrics(40)
+    rec.on_train_start({"start_step": 40, "max_steps": 40})
+    assert rec.telemetry.stragglers.steps == 0 and rec.telemetry.stragglers.findings == []
+    rec.close("completed")
