@@ -46,6 +46,22 @@ def _version(dist: str) -> str | None:
         return None
 
 
+def _harness_version() -> str | None:
+    """The installed distribution's version, else the checkout's own (run from a checkout on PYTHONPATH, as
+    bench/gpu/run.sh does where the image's environment is read-only), else None."""
+    if (v := _version("fabric-harness")) is not None:
+        return v
+    import re
+    from pathlib import Path
+
+    try:
+        text = (Path(__file__).resolve().parents[2] / "pyproject.toml").read_text(encoding="utf-8")
+    except OSError:
+        return None
+    m = re.search(r'^\[project\][^\[]*?^version\s*=\s*"([^"]+)"', text, re.M | re.S)
+    return m.group(1) if m else None
+
+
 def software_versions() -> dict:
     import torch
 
@@ -59,7 +75,7 @@ def software_versions() -> dict:
     return {
         "python": sys.version.split()[0], "torch": torch.__version__, "cuda": cuda, "nccl": nccl,
         "transformers": _version("transformers"), "peft": _version("peft"), "datasets": _version("datasets"),
-        "fabric_harness": _version("fabric-harness"), "platform": platform.platform(),
+        "fabric_harness": _harness_version(), "platform": platform.platform(),
     }
 
 

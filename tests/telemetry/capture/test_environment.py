@@ -32,3 +32,15 @@ def test_planted_secret_never_reaches_the_run_directory(tmp_path):
         assert secret.encode() not in path.read_bytes(), path
     env = res.run_json()["environment"]
     assert env["NCCL_SOCKET_IFNAME"] == "lo" and env["NCCL_IB_PASSWORD"] == REDACTED
+
+
+def test_the_harness_version_comes_from_the_checkout_where_it_is_not_installed(monkeypatch):
+    """bench/gpu/run.sh imports the project from its checkout where the image's site-packages is read-only: run.json's
+    software.fabric_harness was null with no reason there; it reads pyproject.toml's version instead."""
+    from importlib import metadata
+
+    from telemetry.capture import environment
+
+    want = metadata.version("fabric-harness")  # the test command installs the checkout (pip install -e)
+    monkeypatch.setattr(environment, "_version", lambda dist: None)
+    assert environment._harness_version() == want
