@@ -5,18 +5,14 @@ recorded once, with the op, its group and nccl-tests' S computed here by hand fr
 timed or untimed with a named reason."""
 from __future__ import annotations
 
-import json
-import os
 import pickle
-import subprocess
-import sys
 
 import pytest
 
 from telemetry.capture.collectives import CollectiveTracer
 from telemetry.capture.comm_step import FUNCOL_GLOO, NO_FUTURE, UNFINISHED
 
-from ...conftest import REPO
+from .two_ranks import run_worker
 
 W = "world"
 # item -> the calls each rank records: (op, S bytes); rank-dependent ones below. fp32 unless said.
@@ -88,12 +84,7 @@ def expected(rank: int) -> dict:
 @pytest.fixture(scope="module")
 def seen(tmp_path_factory):
     out = tmp_path_factory.mktemp("checklist")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-           str(REPO / "tests" / "telemetry" / "capture" / "checklist_worker.py"), str(out)]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
-    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=400)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
+    return run_worker("checklist_worker.py", out, timeout=400)
 
 
 @pytest.mark.integration

@@ -1,25 +1,16 @@
 """The collective tracer against known byte counts, on 2 gloo ranks, through every path collectives take."""
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 
 import pytest
 
-from ...conftest import REPO
+from .two_ranks import run_worker
 
 
 @pytest.fixture(scope="module")
 def seen(tmp_path_factory):
     out = tmp_path_factory.mktemp("collectives")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-           str(REPO / "tests" / "telemetry" / "capture" / "collective_worker.py"), str(out)]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
-    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=180)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
+    return run_worker("collective_worker.py", out, timeout=180)
 
 
 @pytest.mark.integration
