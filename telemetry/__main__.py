@@ -496,7 +496,13 @@ def _project(args) -> int:
 
 
 def _p2p(args) -> int:
+    import os
+
     from telemetry.analysis import p2p_matrix as pm
+    if not os.path.isdir(args.run):  # was "neither p2p_matrix ... nor ...", as if the directory were there
+        what = "is not a directory" if os.path.lexists(args.run) else "does not exist"
+        return print_errors(f"{args.run}: {what}; allowed: a sweep run directory whose sweep.ops included p2p_matrix, "
+                            "or the --out directory of python -m launch.p2p_bandwidth")
     m, own = pm.ours(args.run), pm.measured(args.run)
     if m is None and own is None:
         return print_errors(f"{args.run}: neither p2p_matrix in collectives.json nor {pm.BANDWIDTH_FILE}; allowed: a "

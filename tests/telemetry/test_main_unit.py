@@ -648,3 +648,11 @@ def test_a_run_json_this_user_cannot_read_says_what_is_allowed(capsys, tmp_path,
     assert one_error(capsys, ["report", str(run_dir), "--out", str(tmp_path / "r")]) == (
         f"error: {run_dir / 'run.json'}: cannot read: Permission denied; allowed: the run.json a run writes, readable "
         "by this user")
+
+
+def test_p2p_of_a_missing_path_or_a_file_says_so(capsys, tmp_path):
+    """A mistyped directory read "neither p2p_matrix in collectives.json nor p2p_bandwidth.json", as if it held a run."""
+    line = one_error(capsys, ["p2p", str(tmp_path / "nope")])
+    assert line.startswith(f"error: {tmp_path / 'nope'}: does not exist; allowed: a sweep run directory"), line
+    (tmp_path / "file").write_text("x")
+    assert ": is not a directory; allowed:" in one_error(capsys, ["p2p", str(tmp_path / "file")])
