@@ -41,19 +41,22 @@ def merge_sweeps(sweeps: list[dict]) -> dict:
         return sweeps[0]
     first = sweeps[0]
     ops = {}
+    # the collectives every repeat measured, and each at every size any repeat measured (a size the first repeat
+    # lacked was dropped), merged over the repeats that have it: its blocks' merged_sweeps says how many
     for op in first["ops"]:
         if not all(op in s["ops"] for s in sweeps):
             continue
+        having = [s["ops"][op] for s in sweeps]
+        sizes = sorted({r["size"] for h in having for r in h["rows"]})
         rows = []
-        for row in first["ops"][op]["rows"]:
-            same = [next((r for r in s["ops"][op]["rows"] if r["size"] == row["size"]), None) for s in sweeps]
-            same = [r for r in same if r is not None]
-            rows.append({**row, **{b: _merge_block([r.get(b) for r in same]) for b in ("out_of_place", "in_place")}})
-        avg = spread(s["ops"][op].get("avg_busbw_GBps") for s in sweeps)
-        ops[op] = {**first["ops"][op], "rows": rows, "avg_busbw_GBps": avg["mean"] if avg else None,
+        for size in sizes:
+            same = [r for h in having if (r := next((x for x in h["rows"] if x["size"] == size), None)) is not None]
+            rows.append({**same[0], **{b: _merge_block([r.get(b) for r in same]) for b in ("out_of_place", "in_place")}})
+        avg = spread(h.get("avg_busbw_GBps") for h in having)
+        ops[op] = {**having[0], "rows": rows, "avg_busbw_GBps": avg["mean"] if avg else None,
                    "avg_busbw_GBps_sd": avg["sd"] if avg else None}
     latency, latency_sd, latency_n = {}, {}, {}
-    for key in first.get("latency_us") or {}:
+    for key in dict.fromkeys(k for sw in sweeps for k in sw.get("latency_us") or {}):
         s = spread((sw.get("latency_us") or {}).get(key) for sw in sweeps)
         if s:
             latency[key], latency_sd[key], latency_n[key] = s["mean"], s["sd"], s["n"]

@@ -60,3 +60,16 @@ def test_only_collectives_and_sizes_every_repeat_has():
 def test_unknown_wrong_counts_stay_unknown():
     merged = merge_sweeps([sweep(1.0, wrong=None), sweep(1.0, wrong=2)])
     assert merged["ops"]["all_reduce"]["rows"][0]["out_of_place"]["wrong"] is None
+
+
+def test_a_size_or_latency_only_a_later_repeat_measured_is_kept_with_its_count():
+    """A size the first repeat lacked (a sweep cut short, then a full one) was dropped from the merge, while one only
+    the first had was kept: every size any repeat has is kept, in size order, with how many repeats measured it."""
+    short, full = sweep(1.0, sizes=(8,)), sweep(3.0, sizes=(8, 1024))
+    full["latency_us"]["all_gather"] = 30.0
+    rows = merge_sweeps([short, full])["ops"]["all_reduce"]["rows"]
+    assert [r["size"] for r in rows] == [8, 1024]
+    assert rows[0]["out_of_place"]["merged_sweeps"] == 2 and rows[1]["out_of_place"]["merged_sweeps"] == 1
+    assert rows[1]["out_of_place"]["time_us"] == 30.0 and "time_us_sd" not in rows[1]["out_of_place"]
+    merged = merge_sweeps([short, full])
+    assert merged["latency_us"]["all_gather"] == 30.0 and merged["latency_n"]["all_gather"] == 1
