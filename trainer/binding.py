@@ -2,9 +2,9 @@
 Every problem is collected (with did-you-mean for unknown keys), so a user fixes a recipe in one pass."""
 from __future__ import annotations
 
-import datetime
 import contextvars
 import dataclasses
+import datetime
 import difflib
 import math
 import types
@@ -211,7 +211,7 @@ SYNONYMS = {
 }
 
 
-def _unknown_key(key: Any, path: str, prefix: str, names: list[str], value: Any = None) -> str:
+def _unknown_key(key: Any, path: str, names: list[str], value: Any = None) -> str:
     """One line for a key the section does not have, with the best guess at what was meant."""
     if not isinstance(key, str):  # YAML 1.1 read an unquoted on/off/yes/no as a boolean, ~ as null, 1 as a number
         why = ("YAML 1.1 reads an unquoted on, off, yes, no, y or n as a boolean: quote a key meant as text, 'on':"
@@ -271,7 +271,7 @@ def _bind_fields(data: dict, cls: type, prefix: str, problems: list[str]) -> Any
     for key, value in data.items():
         path = f"{prefix}.{key}" if prefix else str(key)
         if key not in names:
-            problems.append(_unknown_key(key, path, prefix, names, value))
+            problems.append(_unknown_key(key, path, names, value))
             continue
         before = len(problems)
         bound = _bind_value(value, hints[key], path, problems)

@@ -316,8 +316,8 @@ _READ_BY = (
 
 def unread_keys(tree: dict, r: Recipe, overridden: set[str] = frozenset()) -> list[str]:
     """A key written in the recipe (or an override) that this run never reads: another workload's or another
-    optimizer's (train.momentum beside AdamW, data.image_size on an LLM). Said, not ignored: the user meant it
-    to change the run. A recipe file's key left unread by an override of what decides (the ResNet recipe's
+    optimizer's (train.momentum beside AdamW, data.image_size on an LLM). Said, not ignored: typed as an override
+    it is refused (the user meant it to change the run), carried in a recipe file it is a warning. A recipe file's key left unread by an override of what decides (the ResNet recipe's
     lars_eta under train.optimizer=sgd) is not the user's mistake, and whole sections of another workload
     (sweep: on a training recipe) are left alone."""
     out = []

@@ -24,6 +24,7 @@ import sys
 from telemetry.capture.live_series import RunSeries, identity
 from telemetry.errors import InputError
 from telemetry.rundir import LOGS, write_json_atomic
+from telemetry.settings import TelemetrySettings
 
 PUSH_INTERVAL_MIN_S = 1.0
 
@@ -34,7 +35,7 @@ def prometheus_problem(value) -> str | None:
         return None
     if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 65535:
         return None
-    return f"telemetry.prometheus: got {value!r}; allowed: a TCP port 1-65535, auto (a free port), or null (off)"
+    return f"telemetry.prometheus: got {value!r}; allowed: {TelemetrySettings.ALLOWED['prometheus']}"
 
 
 def _address_problem(value) -> str | None:
