@@ -656,6 +656,12 @@ class CallWrappers:
         ddp_model.register_comm_hook(ddp_model.process_group, hook)
 
 
+def own_hook_reason(exc: Exception) -> str:
+    """Why attach_ddp left a DDP model alone: the job registered its own comm hook (DDP takes one)."""
+    return ("DDP gradient buckets go through the job's own comm hook, counted only where it calls "
+            f"torch.distributed (a hook that reduces by other means leaves them unseen): {exc}")
+
+
 def block_op_bytes(block: list) -> tuple[str, int]:
     """(collective type, S) of a coalescing block's calls, as one work: sends and receives together are a
     `sendrecv` of the larger of the bytes sent and received (as batch_isend_irecv counts them), else the

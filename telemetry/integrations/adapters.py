@@ -7,10 +7,15 @@ owns a whole run directory's lifecycle).
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import time
+import warnings
+
+import torch
 
 from telemetry.analysis.exports import export_after_close
+from telemetry.capture.collective_calls import own_hook_reason
 from telemetry.capture.session import Telemetry
 from telemetry.rundir import InOrder, StepKey
 
@@ -56,6 +61,29 @@ class _StepClock:
                 f.write(json.dumps(record, default=str) + "\n")
 
 
+def attach_ddp_wrapper(telemetry: Telemetry, model) -> str | None:
+    """Route the gradient buckets of the DDP that wraps `model` through the traced all-reduce; the reason when
+    they stay unseen (the job registered its own comm hook), warned once. DDP's C++ reducer issues them past
+    every Python wrapper: unattached, gloo shows nothing and NCCL only unclaimed reports. A Hugging Face
+    Trainer hands callbacks the unwrapped model and keeps its DDP to itself, so the wrapper is looked up on the
+    heap (once, at train start, only where a process group exists)."""
+    ddp_type = torch.nn.parallel.DistributedDataParallel
+    if isinstance(model, ddp_type):
+        wrappers = [model]
+    elif model is None or not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+        return None
+    else:
+        wrappers = [o for o in gc.get_objects() if isinstance(o, ddp_type) and getattr(o, "module", None) is model]
+    for ddp in wrappers:
+        try:
+            telemetry.attach_ddp(ddp)
+        except RuntimeError as exc:  # register_comm_hook may be called once: the job's own hook stays
+            reason = own_hook_reason(exc)
+            warnings.warn(reason, stacklevel=2)
+            return reason
+    return None
+
+
 def hf_callback(telemetry: Telemetry, metrics_path: str | None = None):
     """A transformers.TrainerCallback; steps are numbered as the Trainer's global_step after the step.
     Whoever built the Trainer has imported transformers already (on CPU-only torch next to a CUDA
@@ -68,6 +96,7 @@ def hf_callback(telemetry: Telemetry, metrics_path: str | None = None):
 
         def on_train_begin(self, args, state, control, **kwargs):
             telemetry.start()
+            attach_ddp_wrapper(telemetry, kwargs.get("model"))  # the Trainer wrapped it in DDP already
 
         def on_step_begin(self, args, state, control, **kwargs):
             self.clock.begin(state.global_step + 1)
@@ -97,6 +126,9 @@ def lightning_callback(telemetry: Telemetry, metrics_path: str | None = None):
 
         def on_train_start(self, trainer, pl_module):
             telemetry.start()
+            wrapped = getattr(getattr(trainer, "strategy", None), "model", None)
+            if isinstance(wrapped, torch.nn.parallel.DistributedDataParallel):
+                attach_ddp_wrapper(telemetry, wrapped)
 
         def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
             if self.window is None:  # an optimizer step's first micro-batch (accumulate_grad_batches)

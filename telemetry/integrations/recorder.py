@@ -34,6 +34,7 @@ import torch.distributed as dist
 
 from telemetry.analysis.exports import export_after_close
 from telemetry.capture import early, fabric, force_network, live_export
+from telemetry.capture.collective_calls import own_hook_reason
 from telemetry.capture.collectives import harness_traffic, set_host_map
 from telemetry.capture.counters import merge_verdicts
 from telemetry.capture.environment import redact_text, redacted_env, software_versions
@@ -253,7 +254,7 @@ class RunRecorder(Hooks):
         try:
             self.telemetry.attach_ddp(model)
         except RuntimeError as exc:
-            return f"DDP gradient buckets not traced: {exc}"
+            return own_hook_reason(exc)
         return None
 
     def _inventory(self) -> dict:

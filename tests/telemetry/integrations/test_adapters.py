@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 
 from telemetry.integrations.adapters import hf_callback, lightning_callback
@@ -86,3 +87,40 @@ def test_a_failed_end_of_run_exchange_still_closes_the_callbacks_telemetry(tmp_p
     with pytest.raises(RuntimeError, match="Timed out"):
         callback.clock.finish()
     assert not telemetry.started and dist.all_reduce is original
+
+
+def _hf_ddp(tmp_path, *extra) -> list[dict]:
+    import os
+    import subprocess
+    import sys
+
+    from ...conftest import REPO
+
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+           str(REPO / "tests" / "telemetry" / "integrations" / "hf_ddp_job.py"), str(tmp_path), *extra]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+
+
+@pytest.mark.integration
+def test_hugging_face_trainer_ddp_buckets_are_counted(tmp_path):
+    """The Trainer wraps the model in DDP out of the callback's sight: its gradient all-reduce (every parameter's
+    fp32 gradient, one bucket here) is counted and timed on every rank and step, not left out of a verdict that
+    says 100%."""
+    for rank in _hf_ddp(tmp_path):
+        assert [r["step"] for r in rank["rows"]] == [1, 2, 3] and not rank["warnings"]
+        for r in rank["rows"]:
+            assert r["comm"]["all_reduce"]["bytes"] == rank["param_bytes"]
+            assert r["comm"]["all_reduce"]["untimed"] == 0 and r["comm"]["all_reduce"]["time_s"] > 0
+
+
+@pytest.mark.integration
+def test_hugging_face_trainer_with_its_own_comm_hook_is_warned(tmp_path):
+    """A job that registered its own DDP comm hook keeps it, and the callback warns whose hook runs: one that
+    calls torch.distributed (the stock all-reduce hook here) is still counted, by the wrapped call."""
+    for rank in _hf_ddp(tmp_path, "own-hook"):
+        assert len(rank["warnings"]) == 1 and "job's own comm hook" in rank["warnings"][0]
+        assert "can only be called once" in rank["warnings"][0]
+        assert all(r["comm"]["all_reduce"]["bytes"] == rank["param_bytes"] for r in rank["rows"])
