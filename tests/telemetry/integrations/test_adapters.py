@@ -89,7 +89,8 @@ def test_a_failed_end_of_run_exchange_still_closes_the_callbacks_telemetry(tmp_p
     assert not telemetry.started and dist.all_reduce is original
 
 
-def _hf_ddp(tmp_path, *extra) -> list[dict]:
+def _torchrun(tmp_path, script: str, *extra) -> list[dict]:
+    """tests/telemetry/integrations/SCRIPT OUT on 2 gloo ranks; each rank's OUT/rankN.json, rank 0 first."""
     import os
     import subprocess
     import sys
@@ -97,7 +98,7 @@ def _hf_ddp(tmp_path, *extra) -> list[dict]:
     from ...conftest import REPO
 
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-           str(REPO / "tests" / "telemetry" / "integrations" / "hf_ddp_job.py"), str(tmp_path), *extra]
+           str(REPO / "tests" / "telemetry" / "integrations" / script), str(tmp_path), *extra]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-4000:]
@@ -109,7 +110,7 @@ def test_hugging_face_trainer_ddp_buckets_are_counted(tmp_path):
     """The Trainer wraps the model in DDP out of the callback's sight: its gradient all-reduce (every parameter's
     fp32 gradient, one bucket here) is counted and timed on every rank and step, not left out of a verdict that
     says 100%."""
-    for rank in _hf_ddp(tmp_path):
+    for rank in _torchrun(tmp_path, "hf_ddp_job.py"):
         assert [r["step"] for r in rank["rows"]] == [1, 2, 3] and not rank["warnings"]
         for r in rank["rows"]:
             assert r["comm"]["all_reduce"]["bytes"] == rank["param_bytes"]
@@ -120,7 +121,16 @@ def test_hugging_face_trainer_ddp_buckets_are_counted(tmp_path):
 def test_hugging_face_trainer_with_its_own_comm_hook_is_warned(tmp_path):
     """A job that registered its own DDP comm hook keeps it, and the callback warns whose hook runs: one that
     calls torch.distributed (the stock all-reduce hook here) is still counted, by the wrapped call."""
-    for rank in _hf_ddp(tmp_path, "own-hook"):
+    for rank in _torchrun(tmp_path, "hf_ddp_job.py", "own-hook"):
         assert len(rank["warnings"]) == 1 and "job's own comm hook" in rank["warnings"][0]
         assert "can only be called once" in rank["warnings"][0]
+        assert all(r["comm"]["all_reduce"]["bytes"] == rank["param_bytes"] for r in rank["rows"])
+
+
+@pytest.mark.integration
+def test_lightning_callback_counts_ddp_buckets(tmp_path):
+    """The bare Lightning callback routes the strategy's DDP buckets through the traced all-reduce too."""
+    ranks = _torchrun(tmp_path, "lightning_bare_job.py")
+    for rank in ranks:
+        assert [r["step"] for r in rank["rows"]] == [1, 2, 3]
         assert all(r["comm"]["all_reduce"]["bytes"] == rank["param_bytes"] for r in rank["rows"])
