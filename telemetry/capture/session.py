@@ -137,6 +137,8 @@ class Telemetry:
         wrapper around each call would add to a 4-byte all-reduce's microseconds."""
         if not self.s.enabled or self.started:
             return
+        if dist.is_initialized():  # a framework may set the process group up after this was built (HF's Trainer)
+            self.rank, self.world = dist.get_rank(), dist.get_world_size()
         live_export.open_exporter(self.s, self.run_dir)  # open already, unless the loop skipped prepare_environment
         self._traced = trace
         if trace:

@@ -1,5 +1,5 @@
 """2 gloo ranks: a Hugging Face Trainer (which wraps the model in DDP itself) with hf_callback; each rank writes
-OUT/rankN.json with its metrics rows and the model's parameter bytes. With `own-hook` the job registers its own
+OUT/rankN.json with its step records and the model's parameter bytes. With `own-hook` the job registers its own
 DDP comm hook first (as a PowerSGD or compression job does)."""
 from __future__ import annotations
 
@@ -35,15 +35,16 @@ class OwnHook(TrainerCallback):  # runs before ours: the job's hook is the one D
                 o.register_comm_hook(None, allreduce_hook)
 
 
-telemetry = Telemetry(TelemetrySettings(), run_dir=out)
+telemetry = Telemetry(TelemetrySettings(), run_dir=out)  # before the Trainer sets the process group up
 args = TrainingArguments(output_dir=f"{out}/hf", max_steps=3, per_device_train_batch_size=2, report_to=[],
                          use_cpu=True, save_strategy="no", logging_strategy="no", disable_tqdm=True,
                          ddp_backend="gloo", ddp_find_unused_parameters=False)
-callbacks = ([OwnHook()] if own_hook else []) + [hf_callback(telemetry, f"{out}/metrics{rank}.jsonl")]
+callback = hf_callback(telemetry, f"{out}/metrics.jsonl")  # one file: rank 0 writes it
+callbacks = ([OwnHook()] if own_hook else []) + [callback]
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     Trainer(model=model, args=args, train_dataset=data, callbacks=callbacks).train()
-rows = [json.loads(line) for line in open(f"{out}/metrics{rank}.jsonl", encoding="utf-8")]
+rows = [json.loads(json.dumps(r, default=str)) for r in callback.clock.records]
 with open(f"{out}/rank{rank}.json", "w", encoding="utf-8") as f:
     json.dump({"rows": rows, "param_bytes": sum(p.numel() * p.element_size() for p in model.parameters()),
                "warnings": [str(w.message) for w in caught if "DDP gradient buckets" in str(w.message)]}, f)

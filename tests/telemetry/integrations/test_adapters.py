@@ -110,7 +110,12 @@ def test_hugging_face_trainer_ddp_buckets_are_counted(tmp_path):
     """The Trainer wraps the model in DDP out of the callback's sight: its gradient all-reduce (every parameter's
     fp32 gradient, one bucket here) is counted and timed on every rank and step, not left out of a verdict that
     says 100%."""
-    for rank in _torchrun(tmp_path, "hf_ddp_job.py"):
+    ranks = _torchrun(tmp_path, "hf_ddp_job.py")
+    # built before the Trainer set the process group up, the Telemetry still knows its rank at train start
+    assert len((tmp_path / "metrics.jsonl").read_text().splitlines()) == 3  # rank 0's lines alone
+    assert sorted(p.name for p in (tmp_path / "ranks").iterdir()) == [
+        "rank00000.telemetry.jsonl", "rank00001.telemetry.jsonl"]
+    for rank in ranks:
         assert [r["step"] for r in rank["rows"]] == [1, 2, 3] and not rank["warnings"]
         for r in rank["rows"]:
             assert r["comm"]["all_reduce"]["bytes"] == rank["param_bytes"]
