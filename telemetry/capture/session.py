@@ -1,6 +1,6 @@
 """The telemetry library's one object: `start_step()` / `end_step()` around each optimizer step.
 
-    tel = Telemetry(TelemetrySettings(), run_dir="runs/x")   # after init_process_group
+    tel = Telemetry(TelemetrySettings(), run_dir="runs/x")   # rank, world (and, unless given, the CUDA device) read at start
     tel.start()
     for step in ...:
         tel.start_step(step)
@@ -72,6 +72,7 @@ class Telemetry:
         self.s = settings or TelemetrySettings()
         self.run_dir = run_dir
         self.device = device or torch.device("cpu")
+        self._device_given = device is not None
         self.rank = dist.get_rank() if dist.is_initialized() else 0
         self.world = dist.get_world_size() if dist.is_initialized() else 1
         self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
@@ -139,6 +140,8 @@ class Telemetry:
             return
         if dist.is_initialized():  # a framework may set the process group up after this was built (HF's Trainer)
             self.rank, self.world = dist.get_rank(), dist.get_world_size()
+        if not self._device_given and torch.cuda.is_available():  # as RunRecorder: the device the framework set
+            self.device = torch.device("cuda", torch.cuda.current_device())
         live_export.open_exporter(self.s, self.run_dir)  # open already, unless the loop skipped prepare_environment
         self._traced = trace
         if trace:

@@ -353,3 +353,25 @@ def test_the_runs_gpu_energy_is_null_with_the_reason_when_a_steps_is_unknown(tmp
         assert summary["gpu_energy_j"] is None and "1 of 3" in summary["gpu_energy_reason"]
     finally:
         tel.close()
+
+
+@pytest.mark.parametrize("given, cuda, expected", [(None, True, 1), (None, False, None), ("cpu", True, None)])
+def test_a_session_without_a_device_meters_the_cuda_device_in_use(monkeypatch, given, cuda, expected):
+    """A Telemetry built without a device (an HF Trainer's: the framework sets the device later) meters the
+    current CUDA device at start, as the run recorder does; one built for the CPU meters no GPU."""
+    import torch
+
+    from telemetry.capture import session
+    from telemetry.settings import TelemetrySettings
+
+    opened = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
+    monkeypatch.setattr(session, "open_gpu_source", lambda index, nvml=None: opened.append(index) or Unavailable("gpu", "fake"))
+    tel = session.Telemetry(TelemetrySettings(interfaces=[], cross_rank_every=0), run_dir=None,
+                            device=torch.device(given) if given else None)
+    tel.start(trace=False)
+    try:
+        assert opened == [expected]
+    finally:
+        tel.close()
