@@ -126,7 +126,9 @@ class OtlpPusher(_Pusher):
         self._quiet = _SdkLines(self._sdk_said)
         # collected only when this thread flushes (infinite interval): one read of the files per push
         self.reader = PeriodicExportingMetricReader(exporter, export_interval_millis=math.inf)
-        resource = Resource.create({"service.name": "fabric-harness", "service.instance.id": ident["host"]})
+        # Prometheus's OTLP receiver (and Mimir) write service.name over a point's `job` label and
+        # service.instance.id as `instance`: the job's own name keeps the label a scrape would give
+        resource = Resource.create({"service.name": ident["job"], "service.instance.id": ident["host"]})
         self.provider = MeterProvider(resource=resource, metric_readers=[self.reader])
         meter = self.provider.get_meter("fabric_harness.live")
         base = {"job": ident["job"], "run": ident["run"], "host": ident["host"]}

@@ -53,7 +53,8 @@ def test_otlp_push_carries_counters_gauges_and_the_job_identity(series):
     assert rx.requests and rx.requests[-1][:3] == ("POST", "/v1/metrics", "application/x-protobuf")
     req = ExportMetricsServiceRequest.FromString(rx.requests[-1][3])
     resource = {a.key: a.value.string_value for a in req.resource_metrics[0].resource.attributes}
-    assert resource["service.name"] == "fabric-harness" and resource["service.instance.id"] == "node1"
+    # Prometheus's OTLP receiver writes service.name over the points' job label: it must be the job's name
+    assert resource["service.name"] == "slurm-42" and resource["service.instance.id"] == "node1"
     metrics = {m.name: m for sm in req.resource_metrics[0].scope_metrics for m in sm.metrics}
     steps = metrics["fabric_harness_steps"]
     assert steps.sum.is_monotonic and steps.sum.aggregation_temporality == 2  # cumulative
