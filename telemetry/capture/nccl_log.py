@@ -18,7 +18,7 @@ from functools import lru_cache
 
 from telemetry.capture.nccl_ras import RasTable
 from telemetry.capture.nccl_warnings import Warnings
-from telemetry.capture.torch_nccl_errors import TorchErrors, relevant
+from telemetry.capture.torch_nccl_errors import TorchErrors
 
 # NCCL prints the version as an INFO line, or (older releases, NCCL_DEBUG=VERSION/WARN) bare on stdout. ("compiled
 # with NCCL version X" is the headers a program was built against; "NCCL version X compiled with CUDA Y", the RAS
@@ -414,8 +414,8 @@ def parse_lines(lines) -> dict:
 
 
 def _read_line(st: _State, line: str, seen: set) -> None:
-    if relevant(line):  # torch's ProcessGroupNCCL errors, whole lines (before any split into glued NCCL records)
-        st.torch.add(line)
+    if "WorkNCCL(" in line or "atchdog" in line or "CCL error in: " in line:  # torch_nccl_errors.relevant, inlined
+        st.torch.add(line)  # torch's ProcessGroupNCCL errors: whole lines, before any split into glued NCCL records
     if (st.ras.open or "Status" in line) and st.ras.feed(line):  # the RAS report's communicators table
         st.nranks = max(st.nranks or 0, st.ras.nranks() or 0) or None
         return
