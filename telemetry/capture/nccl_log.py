@@ -93,8 +93,7 @@ _NVLS_CHANNELS = re.compile(r"(\d+) nvls channels")
 _PREFIX_HOST = re.compile(r"(?:^|[\s>:|\]`]|(?<=\d[+-]\d\d:\d\d))(?<![+-]\d\d:)"
                           r"([A-Za-z0-9][\w.\-]*):\d+:\d+ \[ ?\d+ ?\] (?:[\w./\-]+:\d+ (?:\(\w+\) )?)?"
                           r"NCCL (?:INFO|WARN)")
-# Host and device only, no pid:tid ("gpu-server320 [5] NCCL INFO", nccl#1920): the host is a word that starts a line
-# or follows a blank, and begins with a letter
+# Host and device only, no pid:tid ("gpu-server320 [5] NCCL INFO", nccl#1920): a word of its own, from a letter
 _PREFIX_HOST_ONLY = re.compile(r"(?:^|(?<=\s))([A-Za-z][\w.\-]*) \[ ?\d+ ?\] (?:[\w./\-]+:\d+ (?:\(\w+\) )?)?"
                                r"NCCL (?:INFO|WARN)")
 # NCCL <= 2.2 printed its prefix without the word NCCL: "host:1:2 [0] INFO ...", "host:1:2 [0] misc/ibvwrap.cu:61 WARN"
@@ -414,12 +413,13 @@ def parse_lines(lines) -> dict:
 
 
 def _read_line(st: _State, line: str, seen: set) -> None:
-    if "WorkNCCL(" in line or "atchdog" in line or "CCL error in: " in line:  # torch_nccl_errors.relevant, inlined
-        st.torch.add(line)  # torch's ProcessGroupNCCL errors: whole lines, before any split into glued NCCL records
     if (st.ras.open or "Status" in line) and st.ras.feed(line):  # the RAS report's communicators table
         st.nranks = max(st.nranks or 0, st.ras.nranks() or 0) or None
         return
     k = line.find(" NCCL ")
+    if (k < 0 or not line.startswith(("INFO", "WARN"), k + 6)) and \
+            ("WorkNCCL(" in line or "atchdog" in line or "CCL error in: " in line):  # torch_nccl_errors.relevant
+        st.torch.add(line)  # torch's ProcessGroupNCCL errors (not NCCL's own lines: those pay one startswith)
     if k > 0:  # the common case first: this runs once per line of every rank's log
         st.test_list_open = False
         if (line.find("  ", 0, k) >= 0 or line.find(" NCCL ", k + 6) > 0) and \
