@@ -13,6 +13,8 @@ from telemetry.analysis.nccl_tests import CSV_COLUMNS, NcclTestsError, parse, re
 from telemetry.analysis.nccl_tests_json import DTYPES
 
 TABLES = Path(__file__).parent.parent / "nccl_tests_tables"
+# the twelfth collection's table whose source the code index names by file id only (no .json: its README row says why)
+INC_TABLE = "all_reduce_perf_code_index_inc_two_ranks_wrong_counts_e_notation_oob_108_failed.txt"
 # rows per file, counted by hand from the published text
 ROWS = {
     "all_gather_perf_mpi_2.18_three_runs.txt": 24,
@@ -118,6 +120,7 @@ ROWS = {
     "alltoall_perf_nccl_tests_287_sudo_password_prompt_one_5090_in_place_na_footer.txt": 1,
     "rows_2020_error_col_npkit_19_four_ranks_one_host_collective_unnamed_excerpt.txt": 3,
     "rows_no_header_nccl_644_2021_no_redop_error_col_collective_unnamed_excerpt.txt": 13,
+    INC_TABLE: 27,
 }
 TRUTHS = sorted(TABLES.glob("*.json"))
 # a line that starts like a row (after a launcher prefix, or nccl#1453's per-write tag '[0]'): size, count, a type
@@ -737,3 +740,19 @@ def test_a_table_saved_as_utf16_is_read_and_an_unreadable_one_says_what_is_allow
     monkeypatch.setattr(telemetry.input_files, "read_limited", denied)  # as a file of mode 000 for a user
     with pytest.raises(NcclTestsError, match="not readable by this user .Permission denied.; allowed: an nccl-tests"):
         read(str(tmp_path / "u.txt"))
+
+
+def test_wrong_counts_printed_in_e_notation_and_a_failed_out_of_bounds_footer():
+    """Two RTX 3090 hosts with an in-network-computing RDMA path that corrupted every sum (code index file id
+    20801464614, the twelfth collection): #wrong grows with the size and nccl-tests prints it with %g ('1.04858e+06'),
+    the footer says 'Out of bounds values : 108 FAILED' (27 sizes x 2 blocks x 2 ranks). Values read by hand."""
+    r = read(str(TABLES / INC_TABLE))
+    assert list(r["ops"]) == ["all_reduce"] and r["rows_skipped"] == 0 and r["failed"] is False
+    op = r["ops"]["all_reduce"]
+    assert (len(op["rows"]), op["world_size"], sorted({d["host"] for d in op["devices"]})) == (27, 2, ["worker1", "worker2"])
+    assert (op["wrong"], op["avg_busbw_GBps"], op["avg_busbw_source"]) == (108, 3.02663, "footer")
+    assert op["rows"][0]["out_of_place"] == {"time_us": 21.33, "algbw_GBps": 0.0, "busbw_GBps": 0.0, "wrong": 4}
+    row = op["rows"][18]  # '1.04858e+06' wrong elements, as printed (not the 1048576 it rounds)
+    assert row["size"] == 2097152 and row["out_of_place"]["wrong"] == row["in_place"]["wrong"] == 1048580
+    assert "108 values out of bounds: nccl-tests found wrong results" in op["notes"]
+
