@@ -15,6 +15,7 @@ from telemetry.analysis.nccl_tests_json import DTYPES
 TABLES = Path(__file__).parent.parent / "nccl_tests_tables"
 # the twelfth collection's table whose source the code index names by file id only (no .json: its README row says why)
 INC_TABLE = "all_reduce_perf_code_index_inc_two_ranks_wrong_counts_e_notation_oob_108_failed.txt"
+INC_TABLE_3 = "all_reduce_perf_code_index_inc_three_ranks_connect_qp_line_inside_table_oob_162_failed.txt"
 # rows per file, counted by hand from the published text
 ROWS = {
     "all_gather_perf_mpi_2.18_three_runs.txt": 24,
@@ -121,6 +122,7 @@ ROWS = {
     "rows_2020_error_col_npkit_19_four_ranks_one_host_collective_unnamed_excerpt.txt": 3,
     "rows_no_header_nccl_644_2021_no_redop_error_col_collective_unnamed_excerpt.txt": 13,
     INC_TABLE: 27,
+    INC_TABLE_3: 27,
 }
 TRUTHS = sorted(TABLES.glob("*.json"))
 # a line that starts like a row (after a launcher prefix, or nccl#1453's per-write tag '[0]'): size, count, a type
@@ -755,4 +757,9 @@ def test_wrong_counts_printed_in_e_notation_and_a_failed_out_of_bounds_footer():
     row = op["rows"][18]  # '1.04858e+06' wrong elements, as printed (not the 1048576 it rounds)
     assert row["size"] == 2097152 and row["out_of_place"]["wrong"] == row["in_place"]["wrong"] == 1048580
     assert "108 values out of bounds: nccl-tests found wrong results" in op["notes"]
+    # the same report's three-host run: a program's own 'Connect QP' line between the units line and the first row
+    r = read(str(TABLES / INC_TABLE_3))
+    op = r["ops"]["all_reduce"]
+    assert (len(op["rows"]), op["world_size"], op["wrong"], op["avg_busbw_GBps"], r["rows_skipped"]) == (27, 3, 162, 4.00344, 0)
+    assert op["rows"][0]["in_place"]["wrong"] == 6 and op["rows"][-1]["out_of_place"]["wrong"] == 402653000
 
