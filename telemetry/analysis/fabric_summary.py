@@ -225,7 +225,13 @@ def _transport(fab: dict) -> str:
     # NCCL's WARN lines by kind (telemetry/capture/nccl_warnings.py): a transport that worked only after errors
     kinds = (nccl.get("warnings") or {}).get("by_kind") or {}
     warned = "; NCCL WARN lines: " + ", ".join(f"{n} {k}" for k, n in sorted(kinds.items(), key=lambda kv: -kv[1]))
-    return f"{transport}; {gdr_text}" + (warned if kinds else "")
+    # torch's ProcessGroupNCCL lines (telemetry/capture/torch_nccl_errors.py): a collective that timed out, an error
+    torch = nccl.get("torch_errors") or {}
+    timeouts = [f"{t['op']} SeqNum {t['seq']}" for t in torch.get("timeouts") or []]
+    errors = [e["error"] for e in torch.get("nccl_errors") or []]
+    return (f"{transport}; {gdr_text}" + (warned if kinds else "")
+            + ("; torch watchdog timeouts: " + ", ".join(timeouts) if timeouts else "")
+            + ("; torch NCCL errors: " + ", ".join(errors) if errors else ""))
 
 
 def _hosts(run: Run) -> str:

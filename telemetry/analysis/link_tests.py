@@ -36,6 +36,7 @@ _FIELD_NAME = re.compile(r"[A-Za-z][\w.* ]*")
 _SETTINGS_SPLIT = re.compile(r"\t+|(?<! ) {3,}(?=[A-Z])")
 _TWO_DECIMALS = re.compile(r"-?\d+\.\d{2}")
 _QUOTE = re.compile(r"^(?:[ \t]*>)+ ?")
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")  # a terminal's colour codes ("\x1b[32m...\x1b[0m")
 # what perftest prints when a run fails ("Couldn't connect to ...", "Failed to modify QP ... to RTR",
 # "Unable to Connect the HCA's through the link", "ethernet_read_keys: Couldn't read remote address")
 _FAILURE = re.compile(r"couldn'?t|unable|failed|failure|error|cannot|can't|not supported|invalid", re.I)
@@ -93,6 +94,8 @@ def parse_perftest(text: str) -> dict:
     """The test's title, settings (device, link type...) and its result rows; raises ParseError when
     the text holds no perftest result table."""
     title, settings, rows, columns, latency = None, {}, [], None, False
+    if "\x1b" in text:  # colour codes around lines or prefixes, kept by a log shipper: not perftest's text
+        text = _ANSI.sub("", text)
     for line in _without_log_prefix(text.splitlines()):
         line = _QUOTE.sub("", line)  # output quoted in an e-mail or issue reply ("> ")
         if columns is None:

@@ -181,7 +181,17 @@ def lines_of(r: dict) -> list[str]:
     warnings = r.get("warnings") or {}
     for w in warnings.get("messages") or []:
         out.append(f"WARN x{w['count']} [{w['kind']}]: {w['message']}")
-    return out
+    return out + _torch_lines(r.get("torch_errors") or {})
+
+
+def _torch_lines(torch: dict) -> list[str]:
+    """torch's ProcessGroupNCCL errors (telemetry/capture/torch_nccl_errors.py): what timed out, on which ranks."""
+    def ranks(named: list) -> str:
+        return f"rank(s) {', '.join(map(str, named))}" if named else "no rank named"
+    out = [f"torch watchdog timeout: {t['op']} (SeqNum {t['seq']}, timeout {t['timeout_ms']} ms) on {ranks(t['ranks'])}"
+           for t in torch.get("timeouts") or []]
+    out += [f"torch watchdog: work {f['seq']} failed on {ranks(f['ranks'])}" for f in torch.get("watchdog_failures") or []]
+    return out + [f"torch NCCL error x{e['count']}: {e['error']}" for e in torch.get("nccl_errors") or []]
 
 
 def _device(d) -> str:

@@ -139,6 +139,9 @@ _LAYOUT_NOTE = {13: "nccl-tests' layout since 2022 (size count type redop root, 
                     "and in-place, times in us)"}
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")  # a terminal's colour codes ("\x1b[32m...\x1b[0m")
+
+
 class NcclTestsError(InputError):
     """A file that holds no nccl-tests table; the message names it."""
 
@@ -659,6 +662,8 @@ def parse(text: str, name_hint: str | None = None, path: str | None = None) -> d
     """nccl-tests text -> the sweep's JSON. `name_hint`: a file name that may name the test."""
     parser = _Parser()
     streams: dict[object, _Stream] = {}
+    if "\x1b" in text:  # a terminal's colour codes around lines or prefixes, kept by a log shipper: not the text's
+        text = _ANSI.sub("", text)
     # markdown escapes a '#' at the start of a line ("\\#  size  count ...", mscclpp#736): the '#' is nccl-tests'
     lines = [line.replace("\\#", "#") if "\\#" in line else line for line in text.splitlines()]
     shipped = _shipped_prefix(lines)

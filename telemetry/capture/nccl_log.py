@@ -18,6 +18,7 @@ from functools import lru_cache
 
 from telemetry.capture.nccl_ras import RasTable
 from telemetry.capture.nccl_warnings import Warnings
+from telemetry.capture.torch_nccl_errors import TorchErrors
 
 # NCCL prints the version as an INFO line, or (older releases, NCCL_DEBUG=VERSION/WARN) bare on stdout. ("compiled
 # with NCCL version X" is the headers a program was built against; "NCCL version X compiled with CUDA Y", the RAS
@@ -84,18 +85,15 @@ _MNNVL_CLIQUE = re.compile(r"\bMNNVL ([01]) cliqueId ")
 _OFI_GDR_OFF = "HMEM, disabling GDR"
 _RING_GDR = re.compile(r"Connected all rings, use ring PXN \d+ GDR (\d)")
 _NVLS_CHANNELS = re.compile(r"(\d+) nvls channels")
-# NCCL's own prefix "host:pid:tid [dev] NCCL INFO" (some renderings pad the device: "[ 6 ]"), and the host of
-# nccl-tests' "#  Rank  0 Group  0 Pid 123 on HOST device  0 [..]" lines
-# (a WARN line has NCCL's source position, and from 2.2x its function, before "NCCL WARN": "[1] net.cc:626 NCCL WARN",
-# "[0] transport/net_ib/gdaki/gin_host_gdaki.cc:431 (gdakiConnectQp) NCCL WARN")
+# NCCL's own prefix "host:pid:tid [dev] NCCL INFO" (the device may be padded: "[ 6 ]"); a WARN line has NCCL's source
+# position, and from 2.2x its function, before "NCCL WARN" ("[0] transport/net_ib/gdaki/gin_host_gdaki.cc:431 (f) ")
 # A log shipper's timestamp may be glued to the host ("...208-07:00ip-10-36-29-253:79:79 [0]"): the host starts
 # after the time zone, not inside it. A line quoted in markdown inline code starts with a backtick ("`host:1:2 [0]
 # ... NCCL WARN ...`", NVIDIA/nccl#733), or a code fence glued to it ("```host:1:2 [0] NCCL INFO", NVIDIA/nccl#857)
 _PREFIX_HOST = re.compile(r"(?:^|[\s>:|\]`]|(?<=\d[+-]\d\d:\d\d))(?<![+-]\d\d:)"
                           r"([A-Za-z0-9][\w.\-]*):\d+:\d+ \[ ?\d+ ?\] (?:[\w./\-]+:\d+ (?:\(\w+\) )?)?"
                           r"NCCL (?:INFO|WARN)")
-# A prefix holding the host and the device only, no pid:tid ("gpu-server320 [5] NCCL INFO", NVIDIA/nccl#1920's
-# Kubernetes log): the host is a word of its own (after a blank or at the start) that begins with a letter
+# Host and device only, no pid:tid ("gpu-server320 [5] NCCL INFO", nccl#1920): a word of its own, from a letter
 _PREFIX_HOST_ONLY = re.compile(r"(?:^|(?<=\s))([A-Za-z][\w.\-]*) \[ ?\d+ ?\] (?:[\w./\-]+:\d+ (?:\(\w+\) )?)?"
                                r"NCCL (?:INFO|WARN)")
 # NCCL <= 2.2 printed its prefix without the word NCCL: "host:1:2 [0] INFO ...", "host:1:2 [0] misc/ibvwrap.cu:61 WARN"
@@ -103,24 +101,21 @@ _PREFIX_HOST_22 = re.compile(r"(?:^|[\s>:|\]`])([A-Za-z0-9][\w.\-]*):\d+:\d+ \[ 
 # nccl-tests' device list names every rank of its world (a host name may hold blanks: "on NODE A  device")
 # (the host grows a word at a time: a lazy "\S.*?" before "\s+device" backtracks quadratically over long blank runs)
 _RANK_HOST = re.compile(r"#\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?(?:Pid\s+\d+\s+)?on\s+(\S+(?:\s+\S+)*?)\s+device\s+-?\d")
-# A pasted log whose line breaks were lost holds several records on one line: split before each prefix
-# (from the first blank of a run only: tried at every blank of a long run, it took time quadratic in the run)
+# Lost line breaks put several records on one line: split before each prefix (at a run's first blank only: linear)
 _RECORD_START = re.compile(r"(?<!\s)\s{2,}(?=[A-Za-z0-9][\w.\-]*:\d+:\d+ \[ ?\d+ ?\] NCCL )")
-# IB unusable: no device, or no verbs library (NCCL <= 2.4 then says only this WARN)
-_NO_IB = re.compile(r"NET/IB ?: ?No device found|Failed to open libibverbs")
+_NO_IB = re.compile(r"NET/IB ?: ?No device found|Failed to open libibverbs")  # (no verbs library: 2.4's only WARN)
 # IB switched off by the user (NCCL <= 2.5 then logs no "Using network" line, only NET/Socket's list)
 _IB_DISABLED = "NCCL_IB_DISABLE set by environment to 1"
-# A failed work completion reported by NCCL's IB transport (or a plugin built on it: "NET/IB", "NET/gIB"): that
-# network carried traffic. Its GIDs "::ffff:a.b.c.d" are IPv4-mapped, which only RoCE v2 uses.
-# (Printed from the HPC-X plugin's own source, "ib_plugin.c:1615 NCCL WARN NET/IB : Got completion ...", it is the
-# plugin's network, whose name the line does not give.)
+# A failed work completion reported by NCCL's IB transport (or a plugin built on it: "NET/IB", "NET/gIB"): that network
+# carried traffic; its GIDs "::ffff:a.b.c.d" are IPv4-mapped, which only RoCE v2 uses. (From the HPC-X plugin's own
+# source, "ib_plugin.c:1615 NCCL WARN NET/IB : Got completion ...", it is the plugin's network, which it does not name.)
 _NET_ERROR = re.compile(r"NET/(\w+) ?: Got completion")
 _V4_GID = re.compile(r"(?:local|remote)Gids? ?::ffff:")
-# Google's GPUDirect-TCPX plugin warns from its own functions ("tcpxResult_t tcpxCommProgress(tcpxComm*):1231
-# NCCL WARN ... nic 0, enp12s0, ..."): that plugin's connections existed, so it was the network
+# GPUDirect-TCPX warns from its own functions ("tcpxCommProgress(tcpxComm*):1231 NCCL WARN ..."): it was the network
 _TCPX_WARN = re.compile(r"\btcpx\w*\([^)]*\):\d+ NCCL WARN")
-# NCCL prints at most this many ranks of a ring (graph/rings.cc MAXWIDTH): longer rings are cut
-_RING_LISTING_MAX = 20
+# a terminal's colour codes ("\x1b[32m...\x1b[0m", a coloured launcher or log shipper) are not the log's text
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+_RING_LISTING_MAX = 20  # NCCL prints at most this many ranks of a ring (graph/rings.cc MAXWIDTH): more are cut
 # Lines saying a network plugin (not NCCL's internal IB or Socket) was loaded
 _PLUGIN_SIGNS = ("Loaded net plugin", "P2P plugin ", "NET/OFI ", "Plugin Path :", "Using external Network")
 _KEYS = ("NCCL", "RCCL", "Rank ", "libibverbs", "NET/", "NET : ", " via ", "Ring ", "Channel ", "anks ", "GPU Direct", "etwork", "lugin", "rovider",
@@ -180,6 +175,7 @@ class _State:
         self.no_verbs = False  # IB unusable because libibverbs could not be opened (NCCL <= 2.4 says only that)
         self.ib_disabled = False  # NCCL_IB_DISABLE=1: NCCL does not try IB at all
         self.warnings = Warnings()  # NCCL's WARN lines, grouped by message
+        self.torch = TorchErrors()  # torch's ProcessGroupNCCL errors: collectives timed out, NCCL errors raised
         self.ras = RasTable()  # the NCCL RAS client report's communicators table (its rows hold none of _KEYS)
 
 
@@ -410,7 +406,7 @@ def parse_lines(lines) -> dict:
     for line in lines:
         if st.ras.open or "via " in line or any(k in line for k in _KEYS):
             try:
-                _read_line(st, line.rstrip("\r\n"), seen)
+                _read_line(st, (_ANSI.sub("", line) if "\x1b" in line else line).rstrip("\r\n"), seen)
             except ValueError:  # a number of over 4,300 digits (int() refuses it): not a line NCCL wrote
                 continue
     return _summarize(st)
@@ -421,6 +417,9 @@ def _read_line(st: _State, line: str, seen: set) -> None:
         st.nranks = max(st.nranks or 0, st.ras.nranks() or 0) or None
         return
     k = line.find(" NCCL ")
+    if (k < 0 or not line.startswith(("INFO", "WARN"), k + 6)) and \
+            ("WorkNCCL(" in line or "atchdog" in line or "CCL error in: " in line):  # torch_nccl_errors.relevant
+        st.torch.add(line)  # torch's ProcessGroupNCCL errors (not NCCL's own lines: those pay one startswith)
     if k > 0:  # the common case first: this runs once per line of every rank's log
         st.test_list_open = False
         if (line.find("  ", 0, k) >= 0 or line.find(" NCCL ", k + 6) > 0) and \
@@ -578,6 +577,7 @@ def _summarize(st: _State) -> dict:
         "transport": transport,
         "transport_basis": st.basis or None,
         "warnings": st.warnings.summary(),
+        "torch_errors": st.torch.summary(),
         "unknown": {k: unknown[k] for k in FIELDS if k in unknown},
     }
 

@@ -43,6 +43,11 @@ def test_transport_row_names_nccls_warn_lines_by_kind(tmp_path):
     assert facts(run)["transport; GPUDirect RDMA"] == "roce; GDR on; NCCL WARN lines: 3 completion_error, 1 verbs_call"
     del nccl["warnings"]  # a run.json from before the field, or a log without WARN lines
     assert facts(run)["transport; GPUDirect RDMA"] == "roce; GDR on"
+    # torch's watchdog timeout and NCCL error lines in the run's log (the twelfth collection): said after the WARN kinds
+    nccl["torch_errors"] = {"lines": 3, "timeouts": [{"seq": 808, "op": "ALLREDUCE", "timeout_ms": 600000, "ranks": [0, 1]}],
+                            "watchdog_failures": [], "nccl_errors": [{"error": "unhandled system error", "count": 1}]}
+    assert facts(run)["transport; GPUDirect RDMA"] == ("roce; GDR on; torch watchdog timeouts: ALLREDUCE SeqNum 808; "
+                                                       "torch NCCL errors: unhandled system error")
 
 
 def test_a_lab_rate_in_tc_bytes_units_is_named_in_bits_too():

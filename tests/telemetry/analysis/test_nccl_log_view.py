@@ -181,3 +181,16 @@ def test_a_log_saved_as_utf16_reads_as_the_same_log(tmp_path, capsys):
     plain = capsys.readouterr().out
     assert main(["nccl-log", str(tmp_path / "u16.log")]) == 0  # was "no line names NCCL or RCCL", exit 2
     assert capsys.readouterr().out == plain
+
+
+def test_torchs_watchdog_timeout_and_nccl_error_lines_are_said(tmp_path, capsys):
+    """A log of a hung job often holds torch's ProcessGroupNCCL lines and no NCCL WARN (BasicSR#737, the twelfth
+    collection): the reading names the collective that timed out and the ranks that said so."""
+    log = next(p for p in LOGS if p.stem.startswith("basicsr_737_"))
+    assert main(["nccl-log", str(log), "--json", str(tmp_path / "r.json")]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert "torch watchdog timeout: ALLREDUCE (SeqNum 808, timeout 600000 ms) on rank(s) 0, 1, 2" in printed
+    assert "torch watchdog: work 808 failed on rank(s) 0, 1" in printed
+    log = next(p for p in LOGS if p.stem.startswith("pytorch_transformer_distributed_1_"))
+    assert main(["nccl-log", str(log)]) == 0
+    assert "torch NCCL error x1: unhandled system error" in capsys.readouterr().out.splitlines()

@@ -225,7 +225,7 @@ def test_every_field_right_on_real_logs(truth_file):
 
 def test_corpus_covers_what_the_issue_asks_for():
     specs = [json.loads(p.read_text()) for p in TRUTH_FILES]
-    assert len(specs) >= 163 and all(s["source"].startswith("https://github.com/") for s in specs)
+    assert len(specs) >= 192 and all(s["source"].startswith("https://github.com/") for s in specs)
     assert all((p.with_suffix(".log")).exists() for p in TRUTH_FILES)
     cats = {c for s in specs for c in s["categories"]}
     assert {"infiniband", "roce", "sockets", "efa", "ibext-sharp-plugin", "plugin-name-with-spaces", "gdr-on",
@@ -261,7 +261,11 @@ def test_corpus_covers_what_the_issue_asks_for():
             # the tenth collection (NCCL RAS client reports, torch's watchdog lines, NCCL_DEBUG_FILE output, a
             # topology dump without NCCL's prefix, NCCL 2.0's WARN line)
             "ras-client-report", "ras-incomplete", "torch-watchdog-timeout", "nccl-debug-file",
-            "topology-dump-without-prefix", "nccl-2.0"} <= cats
+            "topology-dump-without-prefix", "nccl-2.0",
+            # the twelfth collection (Ray's dedup suffix and double launcher prefixes, soft RoCE, NVLS comm lines,
+            # torchrun's rank prefix before torch's watchdog lines, the profiler plugin's line)
+            "ray-dedup-suffix", "double-launcher-prefix", "soft-roce-rxe", "nvls-comm-lines", "torchrun-rank-prefix",
+            "profiler-plugin-line"} <= cats
     versions = {s["truth"]["nccl_version"] for s in specs} - {None}
     assert min(versions, key=lambda v: tuple(map(int, v.split(".")))) == "2.2.12"
 
@@ -507,15 +511,23 @@ def test_nccl_22_and_23_prefixes_and_socket_interface_lines():
     assert sharp["hosts"] is None
 
 
-@pytest.mark.parametrize("change", ["crlf", "tabs"])
+CHANGES = {"crlf": lambda line: line + "\r\n", "tabs": lambda line: line.replace("    ", "\t"),
+           # a terminal's colour codes kept by a log shipper: around each line, and around a launcher's prefix
+           "colour": lambda line: f"\x1b[32m{line}\x1b[0m",
+           "coloured-prefix": lambda line: f"\x1b[36m(RayWorkerWrapper pid=581, ip=10.0.0.1)\x1b[0m {line}"}
+
+
+@pytest.mark.parametrize("change", sorted(CHANGES))
 def test_every_real_log_reads_the_same_with_windows_line_ends_or_tabs(change):
-    """A log saved on Windows (CRLF) or passed through an editor that turns runs of four blanks into tabs reads
-    as it does unchanged (the ring listing 'Channel 00/02 :    0   1' became 'Channel 00/02 :\t0   1')."""
+    """A log saved on Windows (CRLF), passed through an editor that turns runs of four blanks into tabs (the ring
+    listing 'Channel 00/02 :    0   1' became 'Channel 00/02 :\t0   1'), or kept with a terminal's colour codes (the
+    twelfth collection: 'Using network IB\x1b[0m' read as the network 'IB\x1b[0m', a device list and a ring listing
+    as none) reads as it does unchanged."""
     keys = ("nccl_version", "network", "devices", "gpudirect_rdma", "channels", "nranks", "nnodes", "transport",
-            "hosts", "socket_devices", "oob_interface")
+            "hosts", "socket_devices", "oob_interface", "warnings", "torch_errors")
     for p in TRUTH_FILES:
         lines = p.with_suffix(".log").read_text().splitlines()
-        changed = [line + "\r\n" for line in lines] if change == "crlf" else [line.replace("    ", "\t") for line in lines]
+        changed = [CHANGES[change](line) for line in lines]
         plain, other = parse_lines(lines), parse_lines(changed)
         assert {k: other[k] for k in keys} == {k: plain[k] for k in keys}, p.stem
 
