@@ -26,7 +26,8 @@ LoRA's own activations (r values per projection) are left out.
 
 Calibrated on one H100 (issue 30's measurements, 2026-11-27: Llama-3-8B shape, LoRA r16 on 7 projections,
 seq 2048, bf16): the formula gives 50.5 GiB (measured 50.9) for the plain loop at micro-batch 2, 36.8 GiB
-(37.1) with liger at micro-batch 2 and 58.1 GiB (58.6) at micro-batch 4. An estimate, not a promise:
+(37.1) with liger at micro-batch 2 and 58.1 GiB (58.6) at micro-batch 4; the harness's own eager peak at
+micro-batch 2 was 48.0 GiB, the plain loop's with compiled blocks at micro-batch 4 53.8. An estimate, not a promise:
 the CUDA allocator's fragmentation, NCCL's buffers and the CUDA context come on top (about 1-3 GiB).
 """
 from __future__ import annotations
@@ -37,7 +38,12 @@ from dataclasses import dataclass
 
 GiB = 1 << 30
 DEVICE_RESERVE_BYTES = 2 * GiB  # CUDA context, NCCL buffers, allocator slack: kept free in "fits"
-CARDS = (("A100/H100 40 GB", 40e9), ("L40S 48 GB", 48e9), ("H100/A100 80 GB", 80e9), ("H200 141 GB", 141e9))
+MiB = 1 << 20
+# each card's memory as nvidia-smi reports it (memory.total, MiB; where two cards share a line, the smaller):
+# the product names round up in decimal gigabytes, the estimate is in GiB. Values as listed in
+# https://thundergolfer.com/blog/nvidia-gpu-memory-capacity (NVML readings of each card)
+CARDS = (("A100 40 GB", 40_960 * MiB), ("L40S 48 GB", 46_068 * MiB), ("H100/A100 80 GB", 81_559 * MiB),
+         ("H200 141 GB", 143_771 * MiB))
 LORA_PARAM_BYTES = 4  # peft keeps adapters in fp32 beside bf16 base weights (autocast_adapter_dtype)
 ADAM_STATES = 2  # exp_avg and exp_avg_sq, in the parameter's dtype
 

@@ -102,3 +102,20 @@ def test_tied_or_indivisible_vocabulary_stays_whole_under_tensor_parallelism():
     one = estimate(*mb)
     odd = estimate(*mb, "model.config.vocab_size=128257", "parallel.tp=2", "parallel.data_parallel=replicate", world=2)
     assert odd.logits == pytest.approx(one.logits * 128257 / 128256)  # lm_head not split: whole logits
+
+
+def test_cards_are_sized_as_they_report_their_memory_not_in_decimal_gigabytes():
+    """An "80 GB" H100 reports 81,559 MiB (79.6 GiB) and an A100 40GB 40,960 MiB: the estimate is in GiB, and
+    comparing it with 80e9 bytes (74.5 GiB) called a 76 GiB total too big for a card it fits. Llama-3-8B LoRA
+    with liger at micro-batch 2 (36.8 GiB + the 2 GiB reserve) fits the 40 GiB A100."""
+    from trainer.memory_plan import MemoryPlan
+
+    def verdicts(total_gib):
+        line = MemoryPlan(total_gib * GiB, 0, 0, 0, 1, 0, "liger", 1).lines()[1]
+        return dict(part.rsplit(": ", 1) for part in line.split(": ", 1)[1].split("; "))
+
+    assert verdicts(76)["H100/A100 80 GB"] == "fits" and verdicts(78)["H100/A100 80 GB"] == "does NOT fit"
+    assert verdicts(37.5)["A100 40 GB"] == "fits" and verdicts(42.5)["L40S 48 GB"] == "fits"
+    assert verdicts(138)["H200 141 GB"] == "fits"
+    liger = estimate("train.micro_batch_size=2", "train.global_batch_size=2", "model.kernels=liger")
+    assert "A100 40 GB: fits" in liger.lines()[1]
