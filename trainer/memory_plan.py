@@ -18,6 +18,10 @@ per token over the whole hidden size; the rest is split over attention heads and
 parallelism divides that rest by tp; the norms' part only with sequence parallelism (each rank keeps its
 slice of the sequence), as in Megatron's activation formula (Korthikanti et al. 2022, sbh(10 + 24/t + ...)
 without sequence parallelism, everything / t with it).
+Beside the stored weights: without FSDP2, fp32 master weights under bf16 autocast also hold autocast's bf16 copy
+of each matmul weight (saved for backward: 2 more bytes per parameter); FSDP2 on a pipeline stage keeps the
+stage's weights gathered in the compute dtype from forward to backward, and with more than one micro-batch
+per step it accumulates the trainable gradients unsharded in fp32 until the last one.
 Logits: eager cross-entropy holds the bf16 logits, their fp32 copy and its gradient at the peak of
 backward: 10 bytes x vocab per token; liger's fused linear cross-entropy holds a chunk of them (counted 0).
 Under tensor parallelism the vocabulary (embedding, lm_head, logits) is split over tp unless the embeddings
@@ -137,6 +141,13 @@ def plan(recipe, layout) -> MemoryPlan | None:
     shard = dp if fsdp else 1
     weights = base * wbytes / shard + (trainable * tbytes / shard if lora else 0)
     grads = trainable * tbytes / (tp if not lora else 1) / shard
+    if layout.data_parallel == "fsdp":
+        if pp > 1:  # a stage's blocks stay gathered after forward (trainer/parallelize.py): whole, compute dtype
+            weights += (base + (trainable if lora else 0)) * abytes
+        if layout.grad_accum_steps > 1:  # FSDP2 accumulates unsharded fp32 gradients until the last micro-batch
+            grads = trainable * 4 / (tp if not lora else 1)
+    elif not lora and abytes < wbytes:  # autocast's bf16 copy of each fp32 master weight, saved for backward
+        weights += (stage_layers * per_layer / tp + v * h / vocab_tp) * abytes
     optim = ADAM_STATES * trainable * tbytes / (tp if not lora else 1) / shard
     from .kernels import fused_ce_fallback
 

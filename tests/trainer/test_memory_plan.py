@@ -119,3 +119,23 @@ def test_cards_are_sized_as_they_report_their_memory_not_in_decimal_gigabytes():
     assert verdicts(138)["H200 141 GB"] == "fits"
     liger = estimate("train.micro_batch_size=2", "train.global_batch_size=2", "model.kernels=liger")
     assert "A100 40 GB: fits" in liger.lines()[1]
+
+
+def test_full_parameter_training_counts_what_the_compute_holds_beside_the_master_weights():
+    """First principles the estimate missed: under bf16 autocast without FSDP2, every fp32 master weight's bf16
+    copy is saved for backward (16 -> 18 bytes per parameter); FSDP2 with grad-accumulation keeps the trainable
+    gradients unsharded in fp32 (its unsharded_accumulated_grad) until the last micro-batch reduce-scatters them;
+    FSDP2 on a pipeline stage keeps the stage's weights gathered (reshard_after_forward off)."""
+    full = str(REPO / "recipes" / "tiny_llama_full.yaml")
+    h, i, k, v, layers = 128, 352, 64, 260, 2
+    matmuls = layers * (2 * h * h + 2 * h * k + 3 * h * i) + v * h  # lm_head too; the embedding is a lookup
+    ddp = estimate("model.kernels=none", "parallel.data_parallel=ddp", path=full)
+    assert ddp.weights == pytest.approx(ddp.gradients + matmuls * 2)
+    fsdp = ("model.kernels=none", "parallel.data_parallel=fsdp", "parallel.dp=2")
+    one_mb = estimate(*fsdp, "train.global_batch_size=8", path=full, world=2)  # micro-batch 4 x dp 2
+    assert one_mb.weights == one_mb.gradients == one_mb.optimizer / 2
+    accum = estimate(*fsdp, "train.global_batch_size=16", path=full, world=2)  # 2 micro-batches per step
+    assert accum.gradients == 2 * accum.weights == one_mb.gradients * 2
+    stage = estimate("model.kernels=none", "parallel.data_parallel=fsdp", "parallel.dp=1", "parallel.pp=2",
+                     path=full, world=2)
+    assert stage.weights == pytest.approx(stage.optimizer / 2 * 1.5)  # fp32 shard (dp 1) + bf16 gathered copy
