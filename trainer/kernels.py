@@ -110,11 +110,21 @@ def resolve(recipe, device_type: str, model_type: str | None = "llama") -> Kerne
 
 
 def apply(choice: KernelChoice) -> None:
-    """Patch transformers' Llama modules with liger's kernels; before the model is built."""
+    """Patch transformers' Llama modules with liger's kernels; before the model is built. A liger-kernel that
+    does not import here (built for another torch, transformers or Triton): an explicit liger is an InputError
+    (one line); auto falls back to none, the reason recorded in `choice`."""
     if choice.used != "liger":
         return
-    from liger_kernel.transformers import apply_liger_kernel_to_llama
-
+    try:
+        from liger_kernel.transformers import apply_liger_kernel_to_llama
+    except Exception as exc:  # noqa: BLE001 - any import failure of the extra, said in one line
+        first = (str(exc).strip().splitlines() or [""])[0]
+        problem = f"liger-kernel to import here ({type(exc).__name__}: {first})"
+        if choice.requested == "liger":
+            raise InputError(f"model.kernels: liger needs {problem}; allowed here: none or auto") from None
+        choice.used, choice.kernels, choice.fallback, choice.liger_version = "none", [], None, None
+        choice.reason = f"needs {problem}"
+        return
     apply_liger_kernel_to_llama(rope="rope" in choice.kernels, rms_norm="rms_norm" in choice.kernels,
                                 swiglu="swiglu" in choice.kernels, cross_entropy=False,
                                 fused_linear_cross_entropy=choice.fused_ce)
