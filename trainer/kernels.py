@@ -70,6 +70,10 @@ def fused_ce_fallback(recipe) -> str | None:
     """Why the fused linear cross-entropy cannot keep the loss contract in this layout, or None."""
     par = recipe.parallel
     if par.tp > 1:
+        whole = _whole_head(recipe, par.tp)
+        if whole:  # trainer/parallelize.py splits lm_head only for untied embeddings and a vocabulary divisible by tp
+            return (f"parallel.tp {par.tp}: lm_head stays whole ({whole}) while its input comes from the "
+                    "tensor-parallel blocks, a layout the fused kernel is not wired for; the cross-entropy stays eager")
         return (f"parallel.tp {par.tp}: lm_head is split over the vocabulary and the loss runs vocabulary-parallel "
                 "(loss_parallel), while the fused kernel reads the whole lm_head weight; the cross-entropy stays "
                 "vocabulary-parallel")
@@ -83,6 +87,20 @@ def fused_ce_fallback(recipe) -> str | None:
         return ("lora.target_modules adapts lm_head: the fused kernel reads lm_head.weight, the frozen base weight "
                 "without the adapter, so the adapter would neither count in the loss nor train; the cross-entropy "
                 "stays eager")
+    return None
+
+
+def _whole_head(recipe, tp: int) -> str | None:
+    """Why lm_head is not split over tp for this model (tied embeddings, a vocabulary tp does not divide), or None
+    (split, or the model's config is not readable here)."""
+    from .workloads.hf import recipe_config_fields
+
+    cfg = recipe_config_fields(recipe) or {}
+    if cfg.get("tie_word_embeddings"):
+        return "the embeddings are tied"
+    vocab = cfg.get("vocab_size")
+    if isinstance(vocab, int) and vocab % tp:
+        return f"vocab_size {vocab} does not divide by tp {tp}"
     return None
 
 

@@ -36,8 +36,6 @@ the CUDA allocator's fragmentation, NCCL's buffers and the CUDA context come on 
 """
 from __future__ import annotations
 
-import json
-import os
 from dataclasses import dataclass
 
 GiB = 1 << 30
@@ -80,20 +78,6 @@ class MemoryPlan:
         return out
 
 
-def _config(recipe) -> dict | None:
-    spec = recipe.model.config
-    if isinstance(spec, dict):
-        return spec
-    path = spec if isinstance(spec, str) else os.path.join(recipe.model.path or "", "config.json")
-    from telemetry.input_files import read_limited
-
-    from .workloads.hf import CONFIG_MAX_BYTES
-    try:  # a regular file of bounded size (model.config=/dev/zero read until memory ran out)
-        return json.loads(read_limited(path, CONFIG_MAX_BYTES))
-    except (OSError, ValueError):
-        return None
-
-
 def activation_elements(h: int, i: int, k: int, kernels: str, tp: int = 1, sequence_parallel: bool = False) -> float:
     """Elements one rank keeps for backward per token per decoder layer (formula in the module docstring):
     the norms' part is divided by tp only under sequence parallelism, the heads' and columns' part always."""
@@ -106,7 +90,9 @@ def plan(recipe, layout) -> MemoryPlan | None:
     model's config cannot be read here or the workload is not a decoder LLM."""
     from .config import LLM_WORKLOADS
 
-    cfg = _config(recipe) if recipe.workload in LLM_WORKLOADS else None
+    from .workloads.hf import recipe_config_fields
+
+    cfg = recipe_config_fields(recipe) if recipe.workload in LLM_WORKLOADS else None
     if not cfg or layout is None or not layout.global_batch_size:
         return None
     h, layers, v = cfg.get("hidden_size", 4096), cfg.get("num_hidden_layers", 32), cfg.get("vocab_size", 32000)

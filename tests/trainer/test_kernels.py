@@ -205,3 +205,17 @@ def test_a_liger_kernel_that_does_not_import_here_is_one_line_or_the_eager_path(
     kernels.apply(auto)
     assert (auto.used, auto.kernels, auto.liger_version) == ("none", [], None)
     assert auto.reason.startswith("needs liger-kernel to import here (ModuleNotFoundError: ") and not auto.fused_ce
+
+
+@pytest.mark.parametrize("overrides, why", [
+    (["model.config.tie_word_embeddings=true"], "the embeddings are tied"),
+    (["model.config.vocab_size=261"], "vocab_size 261 does not divide by tp 2")])
+def test_under_tp_a_whole_lm_head_is_not_called_split_in_the_fallback_reason(gpu_machine, overrides, why):
+    """trainer/parallelize.py leaves lm_head whole when the embeddings are tied (Llama 3.2 1B/3B) or the
+    vocabulary does not divide by tp: the logits are then whole on every rank and the loss is not
+    vocabulary-parallel. The reason recorded in run.json said both were split."""
+    choice = kernels.resolve(recipe("model.kernels=liger", "parallel.tp=2", *overrides), "cuda")
+    assert not choice.fused_ce and "split over the vocabulary" not in choice.fallback
+    assert choice.fallback.startswith(f"parallel.tp 2: lm_head stays whole ({why})"), choice.fallback
+    split = kernels.resolve(recipe("model.kernels=liger", "parallel.tp=2"), "cuda")
+    assert split.fallback.startswith("parallel.tp 2: lm_head is split over the vocabulary")
