@@ -167,6 +167,8 @@ def test_an_absolute_out_dir_reaches_the_harness_as_the_token_rows_path(tmp_path
     fake.write_text(f'#!/usr/bin/env bash\nprintf "%s\\n" "$*" >> {calls}\ncat > /dev/null\nexit 0\n')
     fake.chmod(0o755)
     out = tmp_path / "out"
+    results = REPO / "bench" / "gpu" / "RESULTS.md"
+    before = results.read_text()
     env = {**os.environ, "PYTHON": str(fake)}
     res = subprocess.run(["bash", "bench/gpu/run.sh", "--no-install", "--out", str(out), "--only",
                           "harness_telemetry_on,plain_lora"], cwd=REPO, env=env, capture_output=True, text=True,
@@ -177,4 +179,4 @@ def test_an_absolute_out_dir_reaches_the_harness_as_the_token_rows_path(tmp_path
     plain = next(c for c in ran if "plain_lora.py --data" in c)
     assert f"data.dataset={out}/tokens.jsonl" in harness.split(), harness
     assert f"--data {out}/tokens.jsonl" in plain, plain
-    assert (REPO / "bench" / "gpu" / "RESULTS.md").exists()
+    assert results.read_text() == before  # the stand-in wrote no report
