@@ -70,6 +70,10 @@ def fused_ce_fallback(recipe) -> str | None:
     """Why the fused linear cross-entropy cannot keep the loss contract in this layout, or None."""
     par = recipe.parallel
     if par.tp > 1:
+        whole = _whole_head(recipe, par.tp)
+        if whole:  # trainer/parallelize.py splits lm_head only for untied embeddings and a vocabulary divisible by tp
+            return (f"parallel.tp {par.tp}: lm_head stays whole ({whole}) while its input comes from the "
+                    "tensor-parallel blocks, a layout the fused kernel is not wired for; the cross-entropy stays eager")
         return (f"parallel.tp {par.tp}: lm_head is split over the vocabulary and the loss runs vocabulary-parallel "
                 "(loss_parallel), while the fused kernel reads the whole lm_head weight; the cross-entropy stays "
                 "vocabulary-parallel")
@@ -83,6 +87,20 @@ def fused_ce_fallback(recipe) -> str | None:
         return ("lora.target_modules adapts lm_head: the fused kernel reads lm_head.weight, the frozen base weight "
                 "without the adapter, so the adapter would neither count in the loss nor train; the cross-entropy "
                 "stays eager")
+    return None
+
+
+def _whole_head(recipe, tp: int) -> str | None:
+    """Why lm_head is not split over tp for this model (tied embeddings, a vocabulary tp does not divide), or None
+    (split, or the model's config is not readable here)."""
+    from .workloads.hf import recipe_config_fields
+
+    cfg = recipe_config_fields(recipe) or {}
+    if cfg.get("tie_word_embeddings"):
+        return "the embeddings are tied"
+    vocab = cfg.get("vocab_size")
+    if isinstance(vocab, int) and vocab % tp:
+        return f"vocab_size {vocab} does not divide by tp {tp}"
     return None
 
 
@@ -110,11 +128,21 @@ def resolve(recipe, device_type: str, model_type: str | None = "llama") -> Kerne
 
 
 def apply(choice: KernelChoice) -> None:
-    """Patch transformers' Llama modules with liger's kernels; before the model is built."""
+    """Patch transformers' Llama modules with liger's kernels; before the model is built. A liger-kernel that
+    does not import here (built for another torch, transformers or Triton): an explicit liger is an InputError
+    (one line); auto falls back to none, the reason recorded in `choice`."""
     if choice.used != "liger":
         return
-    from liger_kernel.transformers import apply_liger_kernel_to_llama
-
+    try:
+        from liger_kernel.transformers import apply_liger_kernel_to_llama
+    except Exception as exc:  # noqa: BLE001 - any import failure of the extra, said in one line
+        first = (str(exc).strip().splitlines() or [""])[0]
+        problem = f"liger-kernel to import here ({type(exc).__name__}: {first})"
+        if choice.requested == "liger":
+            raise InputError(f"model.kernels: liger needs {problem}; allowed here: none or auto") from None
+        choice.used, choice.kernels, choice.fallback, choice.liger_version = "none", [], None, None
+        choice.reason = f"needs {problem}"
+        return
     apply_liger_kernel_to_llama(rope="rope" in choice.kernels, rms_norm="rms_norm" in choice.kernels,
                                 swiglu="swiglu" in choice.kernels, cross_entropy=False,
                                 fused_linear_cross_entropy=choice.fused_ce)

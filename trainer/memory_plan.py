@@ -18,6 +18,10 @@ per token over the whole hidden size; the rest is split over attention heads and
 parallelism divides that rest by tp; the norms' part only with sequence parallelism (each rank keeps its
 slice of the sequence), as in Megatron's activation formula (Korthikanti et al. 2022, sbh(10 + 24/t + ...)
 without sequence parallelism, everything / t with it).
+Beside the stored weights: without FSDP2, fp32 master weights under bf16 autocast also hold autocast's bf16 copy
+of each matmul weight (saved for backward: 2 more bytes per parameter); FSDP2 on a pipeline stage keeps the
+stage's weights gathered in the compute dtype from forward to backward, and with more than one micro-batch
+per step it accumulates the trainable gradients unsharded in fp32 until the last one.
 Logits: eager cross-entropy holds the bf16 logits, their fp32 copy and its gradient at the peak of
 backward: 10 bytes x vocab per token; liger's fused linear cross-entropy holds a chunk of them (counted 0).
 Under tensor parallelism the vocabulary (embedding, lm_head, logits) is split over tp unless the embeddings
@@ -26,18 +30,22 @@ LoRA's own activations (r values per projection) are left out.
 
 Calibrated on one H100 (issue 30's measurements, 2026-11-27: Llama-3-8B shape, LoRA r16 on 7 projections,
 seq 2048, bf16): the formula gives 50.5 GiB (measured 50.9) for the plain loop at micro-batch 2, 36.8 GiB
-(37.1) with liger at micro-batch 2 and 58.1 GiB (58.6) at micro-batch 4. An estimate, not a promise:
+(37.1) with liger at micro-batch 2 and 58.1 GiB (58.6) at micro-batch 4; the harness's own eager peak at
+micro-batch 2 was 48.0 GiB, the plain loop's with compiled blocks at micro-batch 4 53.8. An estimate, not a promise:
 the CUDA allocator's fragmentation, NCCL's buffers and the CUDA context come on top (about 1-3 GiB).
 """
 from __future__ import annotations
 
-import json
-import os
 from dataclasses import dataclass
 
 GiB = 1 << 30
 DEVICE_RESERVE_BYTES = 2 * GiB  # CUDA context, NCCL buffers, allocator slack: kept free in "fits"
-CARDS = (("A100/H100 40 GB", 40e9), ("L40S 48 GB", 48e9), ("H100/A100 80 GB", 80e9), ("H200 141 GB", 141e9))
+MiB = 1 << 20
+# each card's memory as nvidia-smi reports it (memory.total, MiB; where two cards share a line, the smaller):
+# the product names round up in decimal gigabytes, the estimate is in GiB. Values as listed in
+# https://thundergolfer.com/blog/nvidia-gpu-memory-capacity (NVML readings of each card)
+CARDS = (("A100 40 GB", 40_960 * MiB), ("L40S 48 GB", 46_068 * MiB), ("H100/A100 80 GB", 81_559 * MiB),
+         ("H200 141 GB", 143_771 * MiB))
 LORA_PARAM_BYTES = 4  # peft keeps adapters in fp32 beside bf16 base weights (autocast_adapter_dtype)
 ADAM_STATES = 2  # exp_avg and exp_avg_sq, in the parameter's dtype
 
@@ -70,20 +78,6 @@ class MemoryPlan:
         return out
 
 
-def _config(recipe) -> dict | None:
-    spec = recipe.model.config
-    if isinstance(spec, dict):
-        return spec
-    path = spec if isinstance(spec, str) else os.path.join(recipe.model.path or "", "config.json")
-    from telemetry.input_files import read_limited
-
-    from .workloads.hf import CONFIG_MAX_BYTES
-    try:  # a regular file of bounded size (model.config=/dev/zero read until memory ran out)
-        return json.loads(read_limited(path, CONFIG_MAX_BYTES))
-    except (OSError, ValueError):
-        return None
-
-
 def activation_elements(h: int, i: int, k: int, kernels: str, tp: int = 1, sequence_parallel: bool = False) -> float:
     """Elements one rank keeps for backward per token per decoder layer (formula in the module docstring):
     the norms' part is divided by tp only under sequence parallelism, the heads' and columns' part always."""
@@ -96,7 +90,9 @@ def plan(recipe, layout) -> MemoryPlan | None:
     model's config cannot be read here or the workload is not a decoder LLM."""
     from .config import LLM_WORKLOADS
 
-    cfg = _config(recipe) if recipe.workload in LLM_WORKLOADS else None
+    from .workloads.hf import recipe_config_fields
+
+    cfg = recipe_config_fields(recipe) if recipe.workload in LLM_WORKLOADS else None
     if not cfg or layout is None or not layout.global_batch_size:
         return None
     h, layers, v = cfg.get("hidden_size", 4096), cfg.get("num_hidden_layers", 32), cfg.get("vocab_size", 32000)
@@ -131,6 +127,13 @@ def plan(recipe, layout) -> MemoryPlan | None:
     shard = dp if fsdp else 1
     weights = base * wbytes / shard + (trainable * tbytes / shard if lora else 0)
     grads = trainable * tbytes / (tp if not lora else 1) / shard
+    if layout.data_parallel == "fsdp":
+        if pp > 1:  # a stage's blocks stay gathered after forward (trainer/parallelize.py): whole, compute dtype
+            weights += (base + (trainable if lora else 0)) * abytes
+        if layout.grad_accum_steps > 1:  # FSDP2 accumulates unsharded fp32 gradients until the last micro-batch
+            grads = trainable * 4 / (tp if not lora else 1)
+    elif not lora and abytes < wbytes:  # autocast's bf16 copy of each fp32 master weight, saved for backward
+        weights += (stage_layers * per_layer / tp + v * h / vocab_tp) * abytes
     optim = ADAM_STATES * trainable * tbytes / (tp if not lora else 1) / shard
     from .kernels import fused_ce_fallback
 

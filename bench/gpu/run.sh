@@ -145,6 +145,7 @@ else
 fi
 
 TOKENS="$OUT/tokens.jsonl"  # random token rows, the same for the harness and the plain loop
+case "$TOKENS" in /*) ;; *) TOKENS="$PWD/$TOKENS" ;; esac  # the trainer reads a relative data path from the recipe's directory
 if [ -n "$ONLY" ] && [ ! -s "$TOKENS" ] && ! wanted data \
     && case "$ONLY" in *,harness_*|*,plain_lora*) true ;; *) false ;; esac; then
   ONLY="$ONLY,data,"  # the Llama steps read these rows
@@ -154,7 +155,7 @@ harness() {  # NAME LIMIT_S OVERRIDES...: the harness on the 8B shape
   local name=$1 limit=$2
   shift 2
   gpu_step "$name" "$limit" "$PY" -m torch.distributed.run --standalone --nproc-per-node=1 -m trainer \
-    bench/gpu/llama3_8b_shapes.yaml "data.dataset=$PWD/$TOKENS" "output_dir=$OUT/$name" \
+    bench/gpu/llama3_8b_shapes.yaml "data.dataset=$TOKENS" "output_dir=$OUT/$name" \
     "model.config.num_hidden_layers=$LAYERS" "max_steps=$((STEPS + WARMUP))" "train.resume=never" "$@"
 }
 harness harness_telemetry_on 150 telemetry.enabled=true

@@ -357,10 +357,14 @@ class EnergyMeter:
         with self._lock:
             samples, self._samples = self._samples, []
         power = []
-        for i in range(len(now)):
+        for i, device in enumerate(self.source.devices()):
             values = [s[i] for s in samples if i < len(s) and s[i] is not None]
             if values:
                 power.append(sum(values) / len(values))
+            elif energy[i] == 0 and seconds > 0:  # the counter's refresh period is longer than the interval
+                power.append(None)
+                why.append(f"{device}: the energy counter did not advance in this {seconds * 1000:.1f} ms interval "
+                           "and no power sample fell in it (the counter refreshes less often); its power is unknown")
             elif energy[i] is not None and seconds > 0:
                 power.append(energy[i] / seconds)
             else:

@@ -7,6 +7,7 @@ import math
 
 import pytest
 
+from ..conftest import REPO
 from .common import FAST, GPU, run_on_gpu
 
 pytestmark = GPU
@@ -42,6 +43,20 @@ def test_liger_with_fsdp2_matches_eager(tmp_path):
     eager = run_on_gpu(tmp_path / "eager", *common, "model.kernels=none")
     liger = run_on_gpu(tmp_path / "liger", *common, "model.kernels=liger")
     _liger_ran(liger)
+    assert _losses(liger) == pytest.approx(_losses(eager), rel=2e-2)
+
+
+def test_liger_with_fp32_master_weights_matches_eager(tmp_path):
+    """Full-parameter training keeps fp32 master weights (trainer/optim.py): without FSDP2's bf16 gather, liger's
+    fused linear cross-entropy reads an fp32 lm_head weight beside bf16 hidden states under autocast, a
+    combination the LoRA tests (bf16 base weights) never reach."""
+    pytest.importorskip("liger_kernel", reason="liger-kernel: pip install -e .[gpu]")
+    full = str(REPO / "recipes" / "tiny_llama_full.yaml")
+    common = [*FAST, "train.warmup_steps=0", "parallel.data_parallel=ddp"]
+    eager = run_on_gpu(tmp_path / "eager", *common, "model.kernels=none", recipe=full)
+    liger = run_on_gpu(tmp_path / "liger", *common, "model.kernels=liger", recipe=full)
+    _liger_ran(liger)
+    assert liger.run_json()["model"]["weight_dtype"] == "torch.float32"
     assert _losses(liger) == pytest.approx(_losses(eager), rel=2e-2)
 
 

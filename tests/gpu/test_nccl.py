@@ -28,8 +28,14 @@ def test_world_of_one_on_nccl_with_telemetry(tmp_path):
     # DDP's gradient buckets go through NCCL each step, and each call is timed (CUDA events)
     assert timed and all(op["count"] > 0 and op["time_s"] is not None for op in timed), rows[-1]
     assert sum(op["time_s"] for op in timed) > 0 and sum(op["bytes"] for op in timed) > 0
-    # every step, the first too and those shorter than the power sampler's period (energy over duration)
-    assert all(r["gpu_energy_j"] is not None and r["gpu_power_w"] is not None for r in rows), rows
+    # every step, the first too and those shorter than the power sampler's period (energy over duration); a
+    # step shorter than the energy counter's own refresh reads a 0 J delta: its power is null with the reason,
+    # never 0 W (a 0 W step passed here before)
+    assert all(r["gpu_energy_j"] is not None for r in rows), rows
+    for r in rows:
+        assert (r["gpu_power_w"] is not None and r["gpu_power_w"] > 0) or (
+            r["gpu_energy_j"] == 0 and "did not advance" in r.get("gpu_energy_reason", "")), r
+    assert sum(r["gpu_power_w"] is not None for r in rows) >= len(rows) // 2, rows
 
 
 def test_collective_sweep_on_nccl(tmp_path):

@@ -155,3 +155,28 @@ def test_report_writes_each_step_test_and_throughput(tmp_path):
     assert "- telemetry on / off: 0.900 (tokens/s)" in text and "- harness / plain loop (liger): 1.125 (tokens/s)" in text
     assert "| BERT-Large, plain loop (AdamW) | 32 | 100.0 | 20.0 | 0.320 | 1.0% |" in text
     assert "| ResNet-50, harness (SGD, channels_last) | 256 | not measured |" in text
+
+
+@pytest.mark.integration
+def test_an_absolute_out_dir_reaches_the_harness_as_the_token_rows_path(tmp_path):
+    """`--out /abs/dir` (a device machine's $OUT, a scratch disk): the harness steps got
+    data.dataset=$PWD//abs/dir/tokens.jsonl, a path that does not exist, and every Llama step would fail on the
+    GPU. A stand-in for Python that says the GPU is there and records each command shows what the steps run."""
+    calls = tmp_path / "calls.txt"
+    fake = tmp_path / "python"
+    fake.write_text(f'#!/usr/bin/env bash\nprintf "%s\\n" "$*" >> {calls}\ncat > /dev/null\nexit 0\n')
+    fake.chmod(0o755)
+    out = tmp_path / "out"
+    results = REPO / "bench" / "gpu" / "RESULTS.md"
+    before = results.read_text()
+    env = {**os.environ, "PYTHON": str(fake)}
+    res = subprocess.run(["bash", "bench/gpu/run.sh", "--no-install", "--out", str(out), "--only",
+                          "harness_telemetry_on,plain_lora"], cwd=REPO, env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]
+    ran = calls.read_text().splitlines()
+    harness = next(c for c in ran if "llama3_8b_shapes.yaml" in c)
+    plain = next(c for c in ran if "plain_lora.py --data" in c)
+    assert f"data.dataset={out}/tokens.jsonl" in harness.split(), harness
+    assert f"--data {out}/tokens.jsonl" in plain, plain
+    assert results.read_text() == before  # the stand-in wrote no report

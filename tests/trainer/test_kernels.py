@@ -188,3 +188,34 @@ def test_a_cpu_run_records_what_the_kernels_resolved_to_and_refuses_an_explicit_
         "error: model.kernels: liger needs a CUDA GPU (this run is on cpu); allowed here: none or auto"]
     assert not (tmp_path / "liger" / "metrics.jsonl").exists() or not (tmp_path / "liger" / "metrics.jsonl").read_text()
     assert json.loads((tmp_path / "liger" / "run.json").read_text())["exit_code"] == 2
+
+
+def test_a_liger_kernel_that_does_not_import_here_is_one_line_or_the_eager_path(gpu_machine, monkeypatch):
+    """liger-kernel installed but not importable with this torch/transformers/Triton (a wheel built for
+    another stack): an explicit liger is one error line at start, and auto falls back to eager with the
+    reason in run.json (it escaped as an ImportError traceback from apply)."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "liger_kernel.transformers", None)  # `import` of it raises ImportError
+    with pytest.raises(InputError) as err:
+        kernels.apply(kernels.resolve(recipe("model.kernels=liger"), "cuda"))
+    assert str(err.value).startswith("model.kernels: liger needs liger-kernel to import here (ModuleNotFoundError: ")
+    assert str(err.value).endswith("; allowed here: none or auto") and "\n" not in str(err.value)
+    auto = kernels.resolve(recipe(), "cuda")
+    kernels.apply(auto)
+    assert (auto.used, auto.kernels, auto.liger_version) == ("none", [], None)
+    assert auto.reason.startswith("needs liger-kernel to import here (ModuleNotFoundError: ") and not auto.fused_ce
+
+
+@pytest.mark.parametrize("overrides, why", [
+    (["model.config.tie_word_embeddings=true"], "the embeddings are tied"),
+    (["model.config.vocab_size=261"], "vocab_size 261 does not divide by tp 2")])
+def test_under_tp_a_whole_lm_head_is_not_called_split_in_the_fallback_reason(gpu_machine, overrides, why):
+    """trainer/parallelize.py leaves lm_head whole when the embeddings are tied (Llama 3.2 1B/3B) or the
+    vocabulary does not divide by tp: the logits are then whole on every rank and the loss is not
+    vocabulary-parallel. The reason recorded in run.json said both were split."""
+    choice = kernels.resolve(recipe("model.kernels=liger", "parallel.tp=2", *overrides), "cuda")
+    assert not choice.fused_ce and "split over the vocabulary" not in choice.fallback
+    assert choice.fallback.startswith(f"parallel.tp 2: lm_head stays whole ({why})"), choice.fallback
+    split = kernels.resolve(recipe("model.kernels=liger", "parallel.tp=2"), "cuda")
+    assert split.fallback.startswith("parallel.tp 2: lm_head is split over the vocabulary")

@@ -102,3 +102,40 @@ def test_tied_or_indivisible_vocabulary_stays_whole_under_tensor_parallelism():
     one = estimate(*mb)
     odd = estimate(*mb, "model.config.vocab_size=128257", "parallel.tp=2", "parallel.data_parallel=replicate", world=2)
     assert odd.logits == pytest.approx(one.logits * 128257 / 128256)  # lm_head not split: whole logits
+
+
+def test_cards_are_sized_as_they_report_their_memory_not_in_decimal_gigabytes():
+    """An "80 GB" H100 reports 81,559 MiB (79.6 GiB) and an A100 40GB 40,960 MiB: the estimate is in GiB, and
+    comparing it with 80e9 bytes (74.5 GiB) called a 76 GiB total too big for a card it fits. Llama-3-8B LoRA
+    with liger at micro-batch 2 (36.8 GiB + the 2 GiB reserve) fits the 40 GiB A100."""
+    from trainer.memory_plan import MemoryPlan
+
+    def verdicts(total_gib):
+        line = MemoryPlan(total_gib * GiB, 0, 0, 0, 1, 0, "liger", 1).lines()[1]
+        return dict(part.rsplit(": ", 1) for part in line.split(": ", 1)[1].split("; "))
+
+    assert verdicts(76)["H100/A100 80 GB"] == "fits" and verdicts(78)["H100/A100 80 GB"] == "does NOT fit"
+    assert verdicts(37.5)["A100 40 GB"] == "fits" and verdicts(42.5)["L40S 48 GB"] == "fits"
+    assert verdicts(138)["H200 141 GB"] == "fits"
+    liger = estimate("train.micro_batch_size=2", "train.global_batch_size=2", "model.kernels=liger")
+    assert "A100 40 GB: fits" in liger.lines()[1]
+
+
+def test_full_parameter_training_counts_what_the_compute_holds_beside_the_master_weights():
+    """First principles the estimate missed: under bf16 autocast without FSDP2, every fp32 master weight's bf16
+    copy is saved for backward (16 -> 18 bytes per parameter); FSDP2 with grad-accumulation keeps the trainable
+    gradients unsharded in fp32 (its unsharded_accumulated_grad) until the last micro-batch reduce-scatters them;
+    FSDP2 on a pipeline stage keeps the stage's weights gathered (reshard_after_forward off)."""
+    full = str(REPO / "recipes" / "tiny_llama_full.yaml")
+    h, i, k, v, layers = 128, 352, 64, 260, 2
+    matmuls = layers * (2 * h * h + 2 * h * k + 3 * h * i) + v * h  # lm_head too; the embedding is a lookup
+    ddp = estimate("model.kernels=none", "parallel.data_parallel=ddp", path=full)
+    assert ddp.weights == pytest.approx(ddp.gradients + matmuls * 2)
+    fsdp = ("model.kernels=none", "parallel.data_parallel=fsdp", "parallel.dp=2")
+    one_mb = estimate(*fsdp, "train.global_batch_size=8", path=full, world=2)  # micro-batch 4 x dp 2
+    assert one_mb.weights == one_mb.gradients == one_mb.optimizer / 2
+    accum = estimate(*fsdp, "train.global_batch_size=16", path=full, world=2)  # 2 micro-batches per step
+    assert accum.gradients == 2 * accum.weights == one_mb.gradients * 2
+    stage = estimate("model.kernels=none", "parallel.data_parallel=fsdp", "parallel.dp=1", "parallel.pp=2",
+                     path=full, world=2)
+    assert stage.weights == pytest.approx(stage.optimizer / 2 * 1.5)  # fp32 shard (dp 1) + bf16 gathered copy

@@ -52,6 +52,19 @@ _SIZE_MAX = 1 << 24
 CONFIG_MAX_BYTES = 16 << 20  # a config.json is a few KiB; /dev/zero is not read until memory runs out
 
 
+def recipe_config_fields(recipe) -> dict | None:
+    """The model's config as a dict without torch (the recipe's own fields, or the checkpoint's config.json);
+    None where it is not readable here. For the dry run's memory estimate and the fused-kernel checks."""
+    spec = recipe.model.config
+    if isinstance(spec, dict):
+        return spec
+    path = spec if isinstance(spec, str) else os.path.join(recipe.model.path or "", "config.json")
+    try:  # a regular file of bounded size (model.config=/dev/zero read until memory ran out)
+        return json.loads(read_limited(path, CONFIG_MAX_BYTES))
+    except (OSError, ValueError):
+        return None
+
+
 def known_config_keys(cls) -> set[str]:
     """Every key the config class reads: its saved fields, their aliases and its constructor's arguments."""
     import inspect

@@ -375,3 +375,34 @@ def test_a_session_without_a_device_meters_the_cuda_device_in_use(monkeypatch, g
         assert opened == [expected]
     finally:
         tel.close()
+
+
+def test_a_counter_that_did_not_advance_in_a_short_step_is_unknown_power_not_zero():
+    """NVML's energy counter is refreshed every few milliseconds on some boards (~10 ms reported in
+    gpuopenanalytics/pynvml#18): a step shorter than that, with no power sample inside it, can read a delta of
+    0 J. The step's power is then unknown with the reason, never 0 W; the energy delta itself stays (the next
+    step's delta holds what this one's missed, so the run's total is right)."""
+    clock = Clock()
+    nvml = nvml_like(clock, lambda t: 400.0)
+    exact = nvml.nvmlDeviceGetTotalEnergyConsumption.side_effect
+
+    def refreshed_every_50_ms(handle):
+        now, clock.t = clock.t, int(clock.t * 20) / 20
+        try:
+            return exact(handle)
+        finally:
+            clock.t = now
+
+    nvml.nvmlDeviceGetTotalEnergyConsumption.side_effect = refreshed_every_50_ms
+    meter = EnergyMeter(NvmlEnergy([0], nvml=nvml), sample_interval_s=3600, clock=clock)
+    clock.t = 1.0
+    meter.begin()
+    clock.t = 1.02  # the counter still reads its 1.000 s value
+    stalled = meter.step()
+    clock.t = 1.06  # past the next refresh: 50 ms of energy in this step's delta
+    moved = meter.step()
+    meter.close()
+    assert stalled["energy_j"]["gpu0"] == 0 and stalled["power_w"]["gpu0"] is None
+    assert "did not advance" in stalled["reason"] and "gpu0" in stalled["reason"]
+    assert moved["energy_j"]["gpu0"] == pytest.approx(20.0, abs=1e-3) and moved["power_w"]["gpu0"] > 0
+    assert "reason" not in moved
