@@ -88,8 +88,10 @@ def queue_bytes(rate_bps: float) -> int:
     """tbf queue: 20 ms of traffic, at least 256 KiB. Measured at 100 Mbit/s: a deep queue (512 KiB and
     more) holds each direction's ACKs behind the other direction's data and bidirectional send/recv fell
     to 74-75% of the rate; 128-256 KiB gave 89-93%; 64 KiB dropped too much. The floor keeps slow links
-    from dropping a whole gradient burst (then TCP retransmission timeouts dominate the step)."""
-    return max(int(rate_bps / 8 * 0.02), 256 * 1024)
+    from dropping a whole gradient burst (then TCP retransmission timeouts dominate the step). At most tc's 32
+    bits: from 1.72 Tbit/s 20 ms is more, and tc refused the lab's queue after the namespaces were made
+    (`--rate 400gbps`, 3.2 Tbit/s: `illegal value for "limit": "8000000000"`)."""
+    return min(max(int(rate_bps / 8 * 0.02), 256 * 1024), lab_options.MAX_TBF_BYTES)
 
 
 def parse_qdisc_counters(text: str) -> dict:

@@ -27,6 +27,15 @@ def test_burst_and_queue_sizes_follow_the_rate_with_floors():
     assert queue_bytes(1e6) == 256 * 1024
 
 
+def test_sizes_stay_within_tcs_32_bits_at_terabit_rates():
+    # `--rate 400gbps` (3.2 Tbit/s): the 20 ms queue was 8,000,000,000 bytes and tc refused it after the
+    # namespaces were made (`illegal value for "limit"`); both sizes are 32-bit in tc
+    assert queue_bytes(3.2e12) == 2 ** 32 - 1 and queue_bytes(1e12) == 2_500_000_000
+    assert burst_bytes(20e12) == 2 ** 32 - 1 and burst_bytes(3.2e12) == 800_000_000
+    info = Lab(2, "400gbps").describe()
+    assert (info["burst_bytes"], info["queue_bytes"]) == (800_000_000, 2 ** 32 - 1)
+
+
 @pytest.mark.parametrize("kwargs,message", [
     ({"nodes": 1, "rate": "1gbit"}, "--nodes: got 1; a fabric needs at least 2 nodes"),
     ({"nodes": 201, "rate": "1gbit"}, "--nodes: got 201; at most 200"),
