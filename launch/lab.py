@@ -708,7 +708,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--slow-rate", default=None, help="tc rate of the slow node's egress (e.g. 10mbit)")
     p.add_argument("--mtu", type=int, default=DEFAULT_MTU,
                    help="frame size of the lab's links (default 1500; 9000 for jumbo frames as on training fabrics)")
-    p.add_argument("--timeout", type=float, default=1800, help="seconds before every node is stopped (default 1800)")
+    p.add_argument("--timeout", type=lab_options.seconds, default=1800, help="seconds before every node is stopped (default 1800)")
     p.add_argument("--port", type=int, default=29400, help="rendezvous port on node 0 (default 29400)")
     for name, what in (("--burst", "bucket (64k, 2m; default 2 ms of the rate, >= 16 KiB)"),
                        ("--limit", "queue (default 20 ms of the rate, >= 256 KiB)")):

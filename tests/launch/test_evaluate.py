@@ -394,6 +394,11 @@ def test_timeout_must_be_finite_seconds(tmp_path, timeout):
         f"local.timeout: got {timeout!r}; expected seconds > 0 per run"]
 
 
+def test_a_timeout_with_a_unit_says_what_to_write(tmp_path):
+    assert problems(tmp_path, good(tmp_path, local={"timeout": "90min"})) == [
+        "local.timeout: got '90min'; expected seconds > 0 per run (for 90 minutes write 5400)"]
+
+
 def test_an_output_directory_that_cannot_be_made(tmp_path, capsys):
     blocker = tmp_path / "file"
     blocker.write_text("x")

@@ -95,6 +95,10 @@ def test_main_needs_the_recipe_after_the_separator(capsys):
 @pytest.mark.parametrize("args,message", [
     (["--timeout", "0"], "--timeout: got 0; expected a number of seconds above 0; see python -m launch.lab --help"),
     (["--timeout", "nan"], "--timeout: got nan; expected a number of seconds above 0"),
+    # round 9: a timeout written with its unit was `invalid float value: '30m'; allowed: a number`
+    (["--timeout", "30m"], "argument --timeout: got '30m'; allowed: a number of seconds (for 30 minutes write 1800)"),
+    (["--timeout", "1h"], "argument --timeout: got '1h'; allowed: a number of seconds (for 1 hour write 3600)"),
+    (["--timeout", "abc"], "argument --timeout: got 'abc'; allowed: a number of seconds; see python -m launch.lab"),
     (["--port", "99999"], "--port: got 99999; expected a TCP port from 1 to 65535"),
     (["--nproc-per-node", "0"], "--nproc-per-node: got 0; expected an integer >= 1"),
     (["--port", "http"], "argument --port: invalid int value: 'http'; allowed: a whole number; see python -m launch.lab --help"),
