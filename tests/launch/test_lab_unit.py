@@ -7,7 +7,7 @@ import signal
 
 import pytest
 
-from launch import lab
+from launch import lab, lab_leftovers
 from launch.lab import Lab, LabError, burst_bytes, parse_qdisc_counters, parse_rate, queue_bytes
 
 
@@ -336,9 +336,9 @@ def test_a_bridge_names_its_switch_and_teardown_checks_exact_names(monkeypatch):
 
 
 def test_the_owner_mark_names_this_process():
-    m = lab._MARK.match(lab.owner_mark())
-    assert m and int(m.group(1)) == os.getpid() and m.group(2) == lab._start_time(os.getpid())
-    assert lab._start_time(4194304) is None  # above Linux's pid limit: no such process, ever
+    m = lab_leftovers.MARK.match(lab.owner_mark())
+    assert m and int(m.group(1)) == os.getpid() and m.group(2) == lab_leftovers.start_time(os.getpid())
+    assert lab_leftovers.start_time(4194304) is None  # above Linux's pid limit: no such process, ever
 
 
 def test_stop_signals_wait_until_bring_up_or_teardown_is_done():
