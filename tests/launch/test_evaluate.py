@@ -522,6 +522,23 @@ def test_a_lab_variant_without_a_rate_is_named_unshaped_beside_shaped_ones(tmp_p
     assert "| slow | lab rate 2Mibit (2.097 Mbit/s) | tcp |" in text
 
 
+def test_a_variant_on_the_files_layout_says_so_beside_one_with_its_own(tmp_path):
+    """Round 9: `fast` ran on the file's 3 nodes and its setting read `lab rate 1.5Gbit` next to `two-by-two`'s
+    `lab nodes 2, lab nproc_per_node 2`, as if it ran on the lab's default 2."""
+    doc = good(tmp_path, launcher="lab", repeats=1)
+    doc["lab"] = {"nodes": 3}
+    doc["variants"] = [{"name": "fast", "expect_transport": "tcp", "lab": {"rate": "1.5Gbit"}},
+                       {"name": "pairs", "expect_transport": "tcp", "lab": {"rate": "25mbit", "nodes": 2,
+                                                                            "nproc_per_node": 2}}]
+    doc["workloads"] = [{**doc["workloads"][1], "overrides": ["max_steps=3", "train.global_batch_size=48"]}]
+    ev = load_evaluation(write(tmp_path, doc))
+    assert run_evaluation(ev, launch=FakeLauncher(), render=False) == 0
+    text = (tmp_path / "out" / "evaluation.md").read_text()
+    assert ("| fast | lab nodes 3 (the evaluation's), lab nproc_per_node 1 (the evaluation's), lab rate "
+            "1.5Gbit | tcp |") in text, text
+    assert "| pairs | lab rate 25mbit, lab nodes 2, lab nproc_per_node 2 | tcp |" in text
+
+
 def test_a_slow_links_busbw_is_shown_in_a_unit_it_reads_in():
     """Rounds 5 and 6 of the lab: a 5mbit sweep's busbw read `0.0005685 ± 3.1e-06` GB/s in the console and
     evaluation.md; evaluation.json keeps GB/s, the tables show MB/s or kB/s when every value is below 0.01."""
