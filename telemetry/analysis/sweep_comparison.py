@@ -171,7 +171,7 @@ def _average_cells(op: str, groups: list[list[dict]], rates: list, common: list[
             text += _vs(st["mean"], base)
         text += of_line_text(st["mean"], rate)
         if rate is not None and rate.total_bps:
-            text += backend_note(op, g[0].get("backend"))
+            text += backend_note(op, g[0].get("backend"), g[0].get("world_size"))
         cells.append(text)
     return cells
 
@@ -214,7 +214,7 @@ def line_rate_table(ops: list[str], labels: list[str], merged: list[dict], rates
                 continue
             cells.append(f"{rate_text(peak[1])} at {size_text(peak[0])}"
                          + (of_line_text(peak[1], rate, peak[0]).replace("; ", ": ", 1)
-                            + backend_note(op, s.get("backend")) if rate.total_bps
+                            + backend_note(op, s.get("backend"), s.get("world_size")) if rate.total_bps
                             else ": % of line rate unknown"))
         rate_rows.append([f"{op}: peak busbw"] + cells)
     return ("Bus bandwidth against the line rate (busbw x 8 / the rate of the links the traffic used on a "
