@@ -8,7 +8,8 @@ tell a namespace left by a lab that is gone from anyone else's (leftover_of_a_go
 sockets or their own output pipe fail them (a 3-node lab killed at step 3 left ranks 1 and 2 running 80 s;
 rank 0 held run.lock and ended at its next print). While they run they still write into the run directory
 (their telemetry, checkpoints at a save), so a resume started then shared it with them: run.lock, rank 0's,
-no longer stopped it. A lab given that directory refuses, naming the processes.
+no longer stopped it. A lab given that directory refuses, naming the processes (and their lab, where it still
+runs: `kill -9` of launch.evaluate leaves its lab going).
 """
 from __future__ import annotations
 
@@ -47,6 +48,19 @@ def pid_namespace() -> str:
 def owner_mark() -> str:
     """This process as the owner of the namespaces it makes (the alias of their loopback)."""
     return f"{OWNER_MARK} pid={os.getpid()} start={start_time(os.getpid())} pidns={pid_namespace()}"
+
+
+def running_owner(ns: str) -> str | None:
+    """The pid of the fabric lab that made namespace `ns` while that lab still runs (its mark: same pid, same
+    start time, this pid namespace); None when it is gone or unknown."""
+    proc = subprocess.run(["ip", "-n", ns, "-j", "link", "show", "lo"], capture_output=True, text=True, timeout=30)
+    try:
+        m = MARK.match((json.loads(proc.stdout or "[]") or [{}])[0].get("ifalias", "") or "")
+    except (json.JSONDecodeError, AttributeError):
+        m = None
+    if m and m.group(3) == pid_namespace() and start_time(int(m.group(1))) == m.group(2):
+        return m.group(1)
+    return None
 
 
 def leftover_of_a_gone_lab(ns: str) -> tuple[bool, str]:
@@ -108,6 +122,11 @@ def output_dir_problem(output_dir: str, prefix: str, ours: list[str]) -> str | N
         return None
     pids = [pid for ns_pids in found.values() for pid in ns_pids]
     where = ", ".join(f"{ns}: {' '.join(p)}" for ns, p in found.items())
+    labs = sorted({pid for ns in found if (pid := running_owner(ns))})
+    if labs:  # its lab runs on (launch.evaluate killed with kill -9 leaves its lab running, directory and all)
+        return (f"output_dir: {output_dir!r} is written by the job of a fabric lab that is still running (process "
+                f"{', '.join(labs)}; its ranks {where}); allowed: wait for it to end, stop it (kill {' '.join(labs)}: "
+                "it tears down), or another output_dir")
     return (f"output_dir: {output_dir!r} is still written by {len(pids)} process(es) of a lab that is gone "
             f"({where}; the ranks its nodes ran, left when "
             f"it was killed without its teardown); allowed: stop them (kill {' '.join(pids[:16])}) and rerun: the next "

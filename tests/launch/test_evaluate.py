@@ -327,6 +327,27 @@ def test_a_kept_run_from_another_setting_is_refused(tmp_path):
     assert run_evaluation(ev, launch=FakeLauncher(), render=False) == 3
 
 
+def test_a_run_still_held_by_a_live_job_is_not_moved_aside(tmp_path):
+    """Round 9 of the lab: launch.evaluate killed with kill -9 left its lab running; rerun, it moved the live
+    run's directory aside as "an incomplete earlier attempt" and started another lab on the same path."""
+    ev = load_evaluation(write(tmp_path, good(tmp_path, repeats=1)))
+    live = next(run for run in plan(ev) if run.variant.name == "slow")
+    os.makedirs(live.dir)
+    with open(os.path.join(live.dir, "run.json"), "w") as f:
+        json.dump({"status": "running"}, f)
+    with open(os.path.join(live.dir, "run.lock"), "w") as f:  # a live pid holds it, as the killed run's rank 0 did
+        json.dump({"owner": "torchrun fh1 at 10.213.1.1:29400", "host": "lab-node0", "pid": os.getpid(),
+                   "start_time": "2026-11-29T22:31:07+00:00"}, f)
+    with pytest.raises(EvaluateError) as info:
+        resume_state(ev, plan(ev))
+    assert str(info.value).startswith(f"out: {live.dir!r} is in use by a live run (torchrun fh1 at 10.213.1.1:29400, "
+                                      f"pid {os.getpid()} on host lab-node0, ")
+    assert str(info.value).endswith("(an evaluation stopped with kill -9 leaves its lab running); allowed: wait for "
+                                    "it to end, stop it, or another `out`")
+    os.remove(os.path.join(live.dir, "run.lock"))
+    assert resume_state(ev, plan(ev))[live.index] == "run"
+
+
 def test_dry_run_prints_the_plan(tmp_path, capsys):
     ev = load_evaluation(write(tmp_path, good(tmp_path)))
     assert run_evaluation(ev, dry_run=True) == 0

@@ -23,10 +23,16 @@ def test_the_line_names_the_namespaces_pids_and_what_to_do(monkeypatch, tmp_path
     monkeypatch.setattr(lab_leftovers, "namespaces", lambda: ["fh7n0", "fh7n1", "fh8n0", "other"])
     monkeypatch.setattr(lab_leftovers, "writers_of",
                         lambda out, names: {ns: ["101", "102"] for ns in names if ns == "fh7n1"})
+    monkeypatch.setattr(lab_leftovers, "running_owner", lambda ns: None)  # lab 7 is gone
     assert lab_leftovers.output_dir_problem(str(tmp_path), "fh", ["fh8n0"]) == (
         f"output_dir: {str(tmp_path)!r} is still written by 2 process(es) of a lab that is gone (fh7n1: 101 102; "
         "the ranks its nodes ran, left when it was killed without its teardown); allowed: stop them (kill 101 "
         "102) and rerun: the next lab removes their namespaces, or another output_dir")
+    # its lab still runs (launch.evaluate killed with kill -9 leaves its lab running): that lab is named
+    monkeypatch.setattr(lab_leftovers, "running_owner", lambda ns: "7")
+    assert lab_leftovers.output_dir_problem(str(tmp_path), "fh", ["fh8n0"]) == (
+        f"output_dir: {str(tmp_path)!r} is written by the job of a fabric lab that is still running (process 7; its "
+        "ranks fh7n1: 101 102); allowed: wait for it to end, stop it (kill 7: it tears down), or another output_dir")
     monkeypatch.setattr(lab_leftovers, "writers_of", lambda out, names: {})
     assert lab_leftovers.output_dir_problem(str(tmp_path), "fh", []) is None
 
