@@ -709,6 +709,7 @@ def main(argv: list[str] | None = None) -> int:
         raise Interrupted(signum)
     # a signal the lab was started ignoring stays ignored (nohup's SIGHUP, SIGINT of a background job)
     old = {s: signal.signal(s, stop) for s in STOP_SIGNALS if signal.getsignal(s) is not signal.SIG_IGN}
+    lab_leftovers.stop_with_parent()  # launch.evaluate's lab: stopped (and torn down) when the evaluation dies
     code = 1
     try:
         with lab:

@@ -131,3 +131,26 @@ def output_dir_problem(output_dir: str, prefix: str, ours: list[str]) -> str | N
             f"({where}; the ranks its nodes ran, left when "
             f"it was killed without its teardown); allowed: stop them (kill {' '.join(pids[:16])}) and rerun: the next "
             "lab removes their namespaces, or another output_dir")
+
+
+STOP_WITH = "FABRIC_HARNESS_STOP_WITH"  # launch.evaluate's pid, set for the launcher it starts
+
+
+def stop_with_parent() -> None:
+    """A lab started by launch.evaluate ($FABRIC_HARNESS_STOP_WITH: its pid) gets SIGTERM when that process dies,
+    even by `kill -9`, and tears down as on any SIGTERM: it used to run on with no one to read it, and a rerun of
+    the evaluation moved the live run's directory aside and started a second lab on its path (Linux prctl
+    PR_SET_PDEATHSIG; elsewhere nothing changes)."""
+    import ctypes
+    import signal
+
+    parent = os.environ.get(STOP_WITH, "")
+    if not parent.isdigit():
+        return
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM))  # 1: PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != int(parent):  # it died before the line above: no signal will come
+        os.kill(os.getpid(), signal.SIGTERM)
+

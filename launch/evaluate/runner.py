@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from launch.lab import pump
+from launch.lab_leftovers import STOP_WITH
 
 from .spec import Evaluation, Variant, Workload
 from telemetry.errors import InputError, output_dir_problem
@@ -281,8 +282,8 @@ def execute(cmd: list[str], env: dict, log_path: str, timeout_s: float, verbose:
     with open(log_path, "a", encoding="utf-8") as log:
         log.write(f"$ {redact_text(' '.join(cmd))}\n")  # an override may carry a token
         log.flush()
-        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                start_new_session=True)
+        proc = subprocess.Popen(cmd, env={**env, STOP_WITH: str(os.getpid())}, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
         t = threading.Thread(target=pump, args=(proc.stdout, [log] + ([sys.stdout] if verbose else [])), daemon=True)
         t.start()
         timed_out = False

@@ -61,3 +61,42 @@ def test_a_resume_beside_a_killed_labs_ranks_is_refused_before_any_namespace(tmp
         orphan.kill()
         orphan.wait()
         subprocess.run(["ip", "netns", "del", ns], check=False)
+
+
+CHILD = """
+import os, signal, sys, time
+from launch import lab_leftovers
+signal.signal(signal.SIGTERM, lambda *_: (open(sys.argv[1], "w").write("SIGTERM"), sys.exit(143)))
+lab_leftovers.stop_with_parent()
+open(sys.argv[1] + ".ready", "w").write(str(os.getpid()))
+time.sleep(60)
+"""
+PARENT = """
+import os, subprocess, sys, time
+from launch.lab_leftovers import STOP_WITH
+subprocess.Popen([sys.executable, "-c", sys.argv[2], sys.argv[1]], env={**os.environ, STOP_WITH: str(os.getpid())})
+time.sleep(60)
+"""
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="prctl(PR_SET_PDEATHSIG) is Linux's")
+def test_a_lab_started_by_an_evaluation_is_stopped_when_the_evaluation_is_killed(tmp_path):
+    """Round 9: kill -9 of launch.evaluate left its lab running with no one to read it; a rerun then moved the live
+    run aside and started a second lab on its path. The lab now gets SIGTERM (and tears down) when its parent dies."""
+    mark = tmp_path / "child"
+    parent = subprocess.Popen([sys.executable, "-c", PARENT, str(mark), CHILD], cwd=os.getcwd())
+    try:
+        for _ in range(300):
+            if (tmp_path / "child.ready").exists():
+                break
+            time.sleep(0.1)
+        parent.kill()  # SIGKILL: no handler of the parent's runs
+        parent.wait()
+        for _ in range(100):
+            if mark.exists():
+                break
+            time.sleep(0.1)
+        assert mark.read_text() == "SIGTERM"
+    finally:
+        parent.kill()
