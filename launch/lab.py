@@ -344,7 +344,8 @@ def run_in_lab(lab: Lab, nproc: int, recipe_args: list[str], output_dir: str, ti
                "FABRIC_HARNESS_NODE": node_name(i), "FABRIC_HARNESS_LAB": lab_info, "PYTHONUNBUFFERED": "1",
                # the lab's nodes share one host: CPU and gloo ranks, also on a machine with a GPU
                "CUDA_VISIBLE_DEVICES": ""}
-        cmd = ["ip", "netns", "exec", ns, sys.executable, "-m", "torch.distributed.run",
+        env[lab_leftovers.STOP_WITH] = str(os.getpid())  # its agent is stopped when this lab dies (kill -9)
+        cmd = ["ip", "netns", "exec", ns, sys.executable, "-m", "launch.lab_agent",
                f"--nnodes={lab.nodes}", f"--nproc-per-node={nproc}", "--rdzv-backend=c10d",
                f"--rdzv-endpoint={lab.address(0)}:{port}", f"--rdzv-id={lab.id}",
                f"--rdzv-conf=is_host={1 if i == 0 else 0}", f"--local-addr={lab.address(i)}",
