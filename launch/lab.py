@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -31,7 +30,8 @@ import threading
 import time
 from datetime import datetime, timezone
 
-from launch import host_capacity, lab_options
+from launch import host_capacity, lab_leftovers, lab_options
+from launch.lab_leftovers import leftover_of_a_gone_lab, owner_mark
 from launch.console import pump, say
 from telemetry.analysis import rates
 from telemetry.analysis.fabric_summary import lab_burst_bytes, lab_links
@@ -47,11 +47,7 @@ DEFAULT_MTU, MAX_MTU = 1500, 65535
 MIN_MTU = lab_options.MIN_MTU  # 576
 MIN_NODES, MAX_NODES = 2, 200
 MIN_RATE_BPS = 8  # tc shapes in whole bytes per second: a slower rate is 0, which tc refuses
-# Set as the alias of each namespace's loopback: which lab process (pid, start time, pid namespace) made it,
-# so a later lab can tell a namespace left by a lab that was killed from anyone else's
-OWNER_MARK = "fabric-harness-lab"
 ID_PREFIX = "fh"  # lab ids (namespace names) start with it: fh<pid>
-_MARK = re.compile(rf"^{OWNER_MARK} pid=(\d+) start=(\d+) pidns=(\S+)$")
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 WORKER_GRACE_S = 30  # a stopped agent's workers record the run's end within this (torchrun's own grace)
 TIMED_OUT = 124  # the exit status of a lab stopped by its --timeout, as timeout(1) gives
@@ -88,8 +84,9 @@ def queue_bytes(rate_bps: float) -> int:
     """tbf queue: 20 ms of traffic, at least 256 KiB. Measured at 100 Mbit/s: a deep queue (512 KiB and
     more) holds each direction's ACKs behind the other direction's data and bidirectional send/recv fell
     to 74-75% of the rate; 128-256 KiB gave 89-93%; 64 KiB dropped too much. The floor keeps slow links
-    from dropping a whole gradient burst (then TCP retransmission timeouts dominate the step)."""
-    return max(int(rate_bps / 8 * 0.02), 256 * 1024)
+    from dropping a whole gradient burst (then TCP retransmission timeouts dominate the step). At most tc's 32
+    bits (`--rate 400gbps`, 3.2 Tbit/s, made the namespaces, then tc refused its limit of 8,000,000,000)."""
+    return min(max(int(rate_bps / 8 * 0.02), 256 * 1024), lab_options.MAX_TBF_BYTES)
 
 
 def parse_qdisc_counters(text: str) -> dict:
@@ -111,55 +108,6 @@ def _run(cmd: list[str], what: str) -> None:
         allowed = ("; allowed: root with CAP_SYS_ADMIN and CAP_NET_ADMIN (a container: --privileged, or --cap-add "
                    "SYS_ADMIN --cap-add NET_ADMIN)") if "not permitted" in said.lower() else ""
         raise LabError(f"{what}: `{' '.join(cmd)}` failed: {said[:300]}{allowed}")
-
-
-def _start_time(pid: int) -> str | None:
-    """The process's start time (clock ticks after boot, /proc/PID/stat field 22): with the pid, it names one
-    process (a pid alone is reused); None when no such process runs."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
-            return f.read().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return None
-
-
-def _pid_namespace() -> str:
-    try:
-        return os.readlink("/proc/self/ns/pid")
-    except OSError:
-        return "unknown"
-
-
-def owner_mark() -> str:
-    """This process as the owner of the namespaces it makes (the alias of their loopback)."""
-    return f"{OWNER_MARK} pid={os.getpid()} start={_start_time(os.getpid())} pidns={_pid_namespace()}"
-
-
-def leftover_of_a_gone_lab(ns: str) -> tuple[bool, str]:
-    """(True, why) when namespace `ns` was made by a fabric lab whose process is gone (seen from this pid
-    namespace) and nothing runs in it: provably nobody's, safe to delete. (False, one line saying whose it is
-    and what to do) otherwise."""
-    proc = subprocess.run(["ip", "-n", ns, "-j", "link", "show", "lo"], capture_output=True, text=True, timeout=30)
-    try:
-        alias = (json.loads(proc.stdout or "[]") or [{}])[0].get("ifalias", "")
-    except (json.JSONDecodeError, AttributeError):
-        alias = ""
-    m = _MARK.match(alias or "")
-    if not m:
-        return False, (f"namespace {ns} exists and no fabric lab marked it as its own (a lab older than the mark, "
-                       f"or not a lab's); if nothing uses it: sudo ip netns del {ns}")
-    pid, start, pidns = m.groups()
-    if pidns != _pid_namespace():
-        return False, (f"namespace {ns} belongs to a lab in another pid namespace ({pidns}), which this one cannot "
-                       f"check; if that lab is gone: sudo ip netns del {ns}")
-    if _start_time(int(pid)) == start:
-        return False, f"namespace {ns} belongs to a lab that is still running (process {pid}); let it finish"
-    pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True, timeout=30).stdout.split()
-    if pids:
-        return False, (f"namespace {ns} was left by a lab that is gone (process {pid}), but processes "
-                       f"{' '.join(pids[:8])} still run in it (its nodes' jobs): stop them (kill {' '.join(pids[:8])}) "
-                       "and the next lab removes it")
-    return True, f"left by a lab that is gone (process {pid}); nothing runs in it"
 
 
 def signals_deferred():
@@ -380,8 +328,7 @@ def node_name(i: int) -> str:
 
 
 def leftover_namespaces() -> list[str]:
-    proc = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=30)
-    return [line.split()[0] for line in proc.stdout.splitlines() if line.strip()]
+    return lab_leftovers.namespaces()
 
 
 def run_in_lab(lab: Lab, nproc: int, recipe_args: list[str], output_dir: str, timeout_s: float,
@@ -397,7 +344,8 @@ def run_in_lab(lab: Lab, nproc: int, recipe_args: list[str], output_dir: str, ti
                "FABRIC_HARNESS_NODE": node_name(i), "FABRIC_HARNESS_LAB": lab_info, "PYTHONUNBUFFERED": "1",
                # the lab's nodes share one host: CPU and gloo ranks, also on a machine with a GPU
                "CUDA_VISIBLE_DEVICES": ""}
-        cmd = ["ip", "netns", "exec", ns, sys.executable, "-m", "torch.distributed.run",
+        env[lab_leftovers.STOP_WITH] = str(os.getpid())  # its agent is stopped when this lab dies (kill -9)
+        cmd = ["ip", "netns", "exec", ns, sys.executable, "-m", "launch.lab_agent",
                f"--nnodes={lab.nodes}", f"--nproc-per-node={nproc}", "--rdzv-backend=c10d",
                f"--rdzv-endpoint={lab.address(0)}:{port}", f"--rdzv-id={lab.id}",
                f"--rdzv-conf=is_host={1 if i == 0 else 0}", f"--local-addr={lab.address(i)}",
@@ -688,6 +636,15 @@ def _record_qdiscs(lab: Lab, output_dir: str) -> None:
         say(f"[lab] the shaped links' queues dropped {drops} packets {when}; lab.json `qdisc`", sys.stderr)
 
 
+def _first_line(lab: Lab, nproc: int, output_dir: str) -> str:
+    """The lab's console line once it is up: nodes, ranks, topology, links and the run directory."""
+    shaped = (f"{lab_links(lab.describe())} (burst {lab.link_burst(lab.rate_bps)} B"
+              + (f", queue {lab.limit} B" if lab.limit else "") + f", MTU {lab.mtu})"
+              if lab.rate_bps else f"{lab_links(lab.describe())} (MTU {lab.mtu})")
+    return (f"[lab] {lab.nodes} nodes x {nproc} rank{'s' if nproc != 1 else ''}, {lab.describe()['topology']}, "
+            f"links {shaped}; run directory {output_dir}")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--" in argv:
@@ -706,7 +663,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--slow-rate", default=None, help="tc rate of the slow node's egress (e.g. 10mbit)")
     p.add_argument("--mtu", type=int, default=DEFAULT_MTU,
                    help="frame size of the lab's links (default 1500; 9000 for jumbo frames as on training fabrics)")
-    p.add_argument("--timeout", type=float, default=1800, help="seconds before every node is stopped (default 1800)")
+    p.add_argument("--timeout", type=lab_options.seconds, default=1800, help="seconds before every node is stopped (default 1800)")
     p.add_argument("--port", type=int, default=29400, help="rendezvous port on node 0 (default 29400)")
     for name, what in (("--burst", "bucket (64k, 2m; default 2 ms of the rate, >= 16 KiB)"),
                        ("--limit", "queue (default 20 ms of the rate, >= 256 KiB)")):
@@ -743,6 +700,8 @@ def main(argv: list[str] | None = None) -> int:
                 say(warning, sys.stderr)
         output_dir = os.path.abspath(_output_dir(recipe_args))
         recipe_args = [a for a in recipe_args if not a.startswith("output_dir=")]
+        if orphans := lab_leftovers.output_dir_problem(output_dir, ID_PREFIX, lab.all_namespaces):
+            raise LabError(orphans)  # a killed lab's ranks: rank 0's run.lock went with it
     except LabError as exc:
         print_errors(exc)
         return 2
@@ -751,14 +710,11 @@ def main(argv: list[str] | None = None) -> int:
         raise Interrupted(signum)
     # a signal the lab was started ignoring stays ignored (nohup's SIGHUP, SIGINT of a background job)
     old = {s: signal.signal(s, stop) for s in STOP_SIGNALS if signal.getsignal(s) is not signal.SIG_IGN}
+    lab_leftovers.stop_with_parent()  # launch.evaluate's lab: stopped (and torn down) when the evaluation dies
     code = 1
     try:
         with lab:
-            shaped = (f"{lab_links(lab.describe())} (burst {lab.link_burst(lab.rate_bps)} B"
-                      + (f", queue {lab.limit} B" if lab.limit else "") + f", MTU {lab.mtu})"
-                      if lab.rate_bps else f"{lab_links(lab.describe())} (MTU {lab.mtu})")
-            say(f"[lab] {lab.nodes} nodes x {args.nproc_per_node} rank{'s' if args.nproc_per_node != 1 else ''}, {lab.describe()['topology']}, links "
-                f"{shaped}; run directory {output_dir}")
+            say(_first_line(lab, args.nproc_per_node, output_dir))
             os.makedirs(output_dir, exist_ok=True)
             now = {**lab.describe(), "nproc_per_node": args.nproc_per_node, "recipe": recipe_args}
             earlier, warning = _earlier_labs(output_dir, now)

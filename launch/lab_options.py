@@ -11,7 +11,7 @@ import math
 import re
 
 from telemetry.analysis import rates
-from telemetry.analysis.fabric_summary import TBF_MAX_BUCKET_S, tbf_max_bucket_bytes
+from telemetry.analysis.fabric_summary import TBF_MAX_BUCKET_S, TBF_MAX_BYTES, tbf_max_bucket_bytes
 from telemetry.errors import InputError
 
 LAB_OPTIONS = ("--nodes", "--nproc-per-node", "--rate", "--slow-node", "--slow-rate", "--mtu", "--timeout", "--port",
@@ -24,10 +24,36 @@ LATENCY_REFUSAL = ("tc's latency is either netem's added delay, which the lab do
                    "time")
 MIN_MTU = 576  # launch/lab.py MIN_MTU (the lab imports this module)
 ETHERNET_HEADER = 14  # a frame on the wire is the MTU plus this; tbf drops a frame larger than its bucket
-MAX_TBF_BYTES = 2 ** 32 - 1  # tc's TCA_TBF_BURST and the queue limit are 32-bit
+MAX_TBF_BYTES = TBF_MAX_BYTES  # tc's TCA_TBF_BURST and the queue limit are 32-bit
 _SIZE = re.compile(r"^(\d+(?:\.\d+)?)\s*(b|k|kb|kib|m|mb|mib|g|gb|gib|kbit|mbit|gbit)?$", re.I)
 _SIZE_BYTES = {"b": 1, "k": 1024, "kb": 1024, "kib": 1024, "m": 2 ** 20, "mb": 2 ** 20, "mib": 2 ** 20,
                "g": 2 ** 30, "gb": 2 ** 30, "gib": 2 ** 30, "kbit": 1024 / 8, "mbit": 2 ** 20 / 8, "gbit": 2 ** 30 / 8}
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|sec|secs|seconds?|m|min|mins|minutes?|h|hr|hrs|hours?|d|days?)\s*$", re.I)
+_DURATION_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+_DURATION_WORD = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
+
+
+def seconds_hint(text) -> str:
+    """`(for 30 minutes write 1800)` when `text` is a duration with a unit (30m, 1h, 90s), which a timeout in
+    seconds does not take; '' otherwise."""
+    m = _DURATION.match(str(text))
+    if isinstance(text, bool) or not m:
+        return ""
+    unit = m.group(2)[0].lower()
+    word = _DURATION_WORD[unit] if float(m.group(1)) != 1 else _DURATION_WORD[unit][:-1]
+    return f" (for {m.group(1)} {word} write {float(m.group(1)) * _DURATION_S[unit]:g})"
+
+
+def seconds(text: str) -> float:
+    """argparse type of --timeout: a number of seconds; `30m` is refused with what to write for it."""
+    import argparse
+
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"got {text!r}; allowed: a number of seconds{seconds_hint(text)}") from None
 
 
 class SizeError(InputError, ValueError):

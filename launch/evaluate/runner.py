@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from launch.lab import pump
+from launch.lab_leftovers import STOP_WITH
 
 from .spec import Evaluation, Variant, Workload
 from telemetry.errors import InputError, output_dir_problem
@@ -76,6 +77,16 @@ def read_status(run_dir: str) -> str | None:
     return read_run_field(run_dir, "status")
 
 
+def _held(run_dir: str) -> str | None:
+    """The one line when a live run still holds `run_dir` (its run.lock: a trainer on this host or a lab node)."""
+    from launch.lab import MAX_NODES, node_name
+    from trainer.runlock import RunLock
+
+    if not os.path.isdir(run_dir):
+        return None
+    return RunLock(run_dir, rank=1).in_use(tuple(node_name(i) for i in range(MAX_NODES)))
+
+
 def resume_state(ev: Evaluation, runs: list[PlannedRun]) -> dict[int, str]:
     """run index -> 'keep' (complete, same setting) or 'run'; EvaluateError lists kept runs whose setting
     changed (their numbers would be reported under a setting they were not measured with)."""
@@ -89,6 +100,10 @@ def resume_state(ev: Evaluation, runs: list[PlannedRun]) -> dict[int, str]:
                             f"{ev.name!r}; allowed: another `out`, or the name of the evaluation recorded there")
     for run in runs:
         if read_status(run.dir) not in COMPLETE:
+            if live := _held(run.dir):  # it would be moved aside as "an incomplete earlier attempt" while it runs
+                head, _, allowed = live.removeprefix("output_dir: ").partition("; allowed: ")
+                problems.append(f"out: {head} (an evaluation stopped with kill -9 leaves its lab running); allowed: "
+                                + allowed.replace("another output_dir", "another `out`"))
             actions[run.index] = "run"
             continue
         try:
@@ -267,8 +282,8 @@ def execute(cmd: list[str], env: dict, log_path: str, timeout_s: float, verbose:
     with open(log_path, "a", encoding="utf-8") as log:
         log.write(f"$ {redact_text(' '.join(cmd))}\n")  # an override may carry a token
         log.flush()
-        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                start_new_session=True)
+        proc = subprocess.Popen(cmd, env={**env, STOP_WITH: str(os.getpid())}, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
         t = threading.Thread(target=pump, args=(proc.stdout, [log] + ([sys.stdout] if verbose else [])), daemon=True)
         t.start()
         timed_out = False

@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from launch.lab_options import seconds_hint
 from launch.lab import DEFAULT_MTU, MAX_MTU, MAX_NODES, MIN_MTU, MIN_NODES, MIN_RATE_BPS
 from telemetry.analysis.transport_claims import claim_problem as check_transport
 from telemetry.errors import InputProblems
@@ -314,7 +315,7 @@ def _launcher_options(raw: dict, launcher: str, problems: list[str]) -> dict:
         if "timeout" in section:
             t = section["timeout"]
             if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t <= 0:
-                problems.append(f"{which}.timeout: got {t!r}; expected seconds > 0 per run")
+                problems.append(f"{which}.timeout: got {t!r}; expected seconds > 0 per run{seconds_hint(t)}")
             else:
                 opts["timeout"] = float(t)
         if "partition" in section:

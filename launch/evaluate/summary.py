@@ -171,6 +171,10 @@ def tables(ev: Evaluation, record: dict) -> list[tuple[str, list[str], list[list
         vd = verdicts[v.name]
         # a lab variant that names no rate runs unshaped links: say so, not "-" (a variant beside shaped ones)
         unshaped = ["lab rate none (unshaped, the default)"] if ev.launcher == "lab" and "rate" not in v.lab else []
+        # beside a variant with its own layout, one that takes the file's says which (round 9: `fast` on the file's
+        # 3 nodes read `lab rate 1.5Gbit` next to `lab nodes 2, lab nproc_per_node 2`)
+        unshaped += [f"lab {k} {ev.options[k]} (the evaluation's)" for k in ("nodes", "nproc_per_node")
+                     if ev.launcher == "lab" and k not in v.lab and any(k in o.lab for o in ev.variants)]
         setting = ", ".join(unshaped + [f"lab {k} {lab_setting_text(k, val)}" for k, val in v.lab.items()] + [f"{k}={val}" for k, val in record["env"][v.name].items()]
                             + ([f"hosts {','.join(v.hosts)}"] if v.hosts else [])) or "-"
         check = {"ok": "ok", "mismatch": "MISMATCH", "unknown": "not verified", "not run": "not run"}[vd["verdict"]]

@@ -49,6 +49,7 @@ def lab_tbf_drops_at(run_dir: str) -> tuple[int | None, int | None]:
 # tc_calc_xmittime with /proc/net/psched's 64 ns tick): 2**32 x 64 ns = 274.9 s. A longer one wraps silently
 # (tc 6.1 on this host: `rate 476bit burst 16384` shows `burst 166b`, less than a frame: no frame passes)
 TBF_MAX_BUCKET_S = 274.0
+TBF_MAX_BYTES = 2 ** 32 - 1  # tc keeps a tbf's burst and queue limit in 32 bits (bytes)
 
 
 def tbf_max_bucket_bytes(rate_bps: float) -> int:
@@ -60,9 +61,10 @@ def tbf_max_bucket_bytes(rate_bps: float) -> int:
 def lab_burst_bytes(rate_bps: float, mtu: int | None = None) -> int:
     """The fabric lab's tbf burst at a rate (launch/lab.py burst_bytes, the rule it shapes with): 2 ms at the
     rate, at least 16 KiB and one frame; below 480 bit/s 16 KiB takes longer to fill than tc can hold, so there
-    it is what tc holds (still at least one frame: a rate at which one frame cannot be held, the lab refuses)."""
+    it is what tc holds (still at least one frame: a rate at which one frame cannot be held, the lab refuses), and
+    never above tc's 32 bits (2 ms is more from 17.2 Tbit/s)."""
     frame = int(mtu or 1500) + 14
-    return max(min(max(int(rate_bps / 8 * 0.002), 16 * 1024), tbf_max_bucket_bytes(rate_bps)), frame)
+    return max(min(max(int(rate_bps / 8 * 0.002), 16 * 1024), tbf_max_bucket_bytes(rate_bps), TBF_MAX_BYTES), frame)
 
 
 def lab_slowest_link(lab: dict) -> tuple[float | None, float | None, str]:

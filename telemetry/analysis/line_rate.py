@@ -8,6 +8,8 @@ fabric record. Hosts that differ give the smallest host (the one the collective 
 """
 from __future__ import annotations
 
+import math
+
 import re
 from dataclasses import dataclass, field
 
@@ -178,13 +180,23 @@ def of_line_text(gbps: float | None, rate: LineRate | None, size: float | None =
     return text + (" (ABOVE the line rate: check the rate)" if share > 1.05 else "")
 
 
-def backend_note(op: str, backend: str | None) -> str:
+def backend_note(op: str, backend: str | None, world: int | None = None) -> str:
     """Why a collective's busbw reads below the link by the backend's own algorithm, not the fabric: gloo runs
     reduce_scatter as an all_reduce of the whole buffer (telemetry/capture/collectives.py), so each rank puts
-    about 2(n-1)/n x S on the wire where nccl-tests' busbw counts (n-1)/n x S: half the link at best."""
+    about 2(n-1)/n x S on the wire where nccl-tests' busbw counts (n-1)/n x S: half the link at best. gloo
+    broadcasts along a binomial tree of whole buffers (gloo/broadcast.cc, which torch's ProcessGroupGloo calls:
+    https://github.com/facebookincubator/gloo/blob/main/gloo/broadcast.cc): the root sends ceil(log2 n) times and
+    a rank forwards only once it has received all of it, where busbw (= algbw) assumes a pipeline at the link's
+    rate: lab round 9, 6 nodes at 50 Mbit/s, read 36-56% beside all_gather's 82-98%; 3 nodes (round 7) 82%."""
     if op == "reduce_scatter" and backend == "gloo":
         return (" (gloo runs reduce_scatter as an all_reduce of the whole buffer: twice the bytes nccl-tests' busbw "
                 "counts cross the link, so about half the line rate is the most it can read; all_reduce at the "
+                "same sizes measures the link)")
+    if op == "broadcast" and backend == "gloo" and world and world >= 3:
+        hops = math.ceil(math.log2(world))
+        return (f" (gloo broadcasts along a binomial tree of whole buffers: on {world} ranks the root sends the "
+                f"buffer {hops} times through its link and each rank forwards it only once it holds all of it, so "
+                "busbw falls as ranks are added, where a pipelined broadcast keeps the link's rate; all_reduce at the "
                 "same sizes measures the link)")
     return ""
 

@@ -213,8 +213,10 @@ def _startup(run: Run) -> dict:
 
 def startup_notes(profile: dict, link_bps: float | None, efficiency: float, nodes: int, n_new: int) -> list[str]:
     """A note where the target link makes the start-up broadcast take half of distributed.timeout_s or more:
-    gloo's broadcast sends from rank 0 to each other rank in turn, so node 0's link carries the model once per
-    rank on another node (NCCL's pipelined ring: once). In the lab, 1.9 MB to 1 peer at 100kbit and 14 MB to 3
+    gloo broadcasts along a binomial tree of whole buffers (gloo/broadcast.cc): node 0 sends the model to
+    ceil(log2 n) ranks at once over its one link and each forwards it once it holds all of it, so the last rank
+    has it after about one transfer per rank on another node over one link (n-1 for n up to 6 nodes, n-2 at 7 and
+    8: taken as n-1); NCCL's pipelined ring: once. In the lab, 1.9 MB to 1 peer at 100kbit and 14 MB to 3
     peers at 1.5mbit failed at start-up with the timeout; 14 MB to 3 peers at 10mbit (about 40 s) ran."""
     size, timeout = profile.get("startup_bytes"), profile.get("timeout_s")
     if not (size and timeout and link_bps):
@@ -226,8 +228,10 @@ def startup_notes(profile: dict, link_bps: float | None, efficiency: float, node
         return []
     verdict = ("over distributed.timeout_s, so the run would fail at start-up: raise it" if took > timeout else
                "at least half of distributed.timeout_s")
-    return [f"start-up: node 0 sends the model ({size / 1e6:.1f} MB) over its link {copies} time(s), about "
-            f"{took:.0f} s at this rate: {verdict} ({timeout:g} s)"]
+    how = (" (gloo's broadcast tree: node 0 sends it to several ranks at once and each forwards it whole)"
+           if copies > 1 else "")
+    return [f"start-up: the model ({size / 1e6:.1f} MB) reaches the last rank after {copies} transfer(s) over one "
+            f"link{how}, about {took:.0f} s at this rate: {verdict} ({timeout:g} s)"]
 
 
 def _links_of(run: Run) -> int | None:

@@ -58,9 +58,46 @@ def _range_text(sizes) -> str:
 
 
 
+# nccl-tests (and the harness's sweep) round each size down to a whole count per rank: all_gather of 64 KiB is
+# 65,532 bytes on 3 ranks and 65,536 on 4; sizes this close are one requested size
+SIZE_ROUNDING = 0.005
+
+
+def align_sizes(groups: list[list[dict]]) -> tuple[list[list[dict]], list[str]]:
+    """The sweeps with each size some sweep lacks renamed to another sweep's slightly larger one (within
+    SIZE_ROUNDING, not a size of its own sweep), and a note per collective where that happened: sweeps on other world sizes
+    measured the same requested sizes, and without it they had no size in common (round 9: all_gather on 3 and 4
+    ranks, 'common sizes: none')."""
+    groups = [[{**s, "ops": dict(s["ops"])} for s in g] for g in groups]  # the callers' sweeps stay as they are
+    sweeps = [s for g in groups for s in g]
+    notes = []
+    for op in dict.fromkeys(op for s in sweeps for op in s.get("ops", {})):
+        sizes = [{r["size"] for r in s["ops"][op]["rows"]} for s in sweeps if op in s["ops"]]
+        every = sorted(set.union(*sizes))
+        renamed = {}
+        for own in sizes:
+            for size in own - set.intersection(*sizes):  # a size every sweep has is compared as it is
+                near = [t for t in every if t > size and t not in own and t - size <= SIZE_ROUNDING * t]
+                if near:
+                    renamed[size] = max(near)
+        if not renamed:
+            continue
+        for s in sweeps:
+            if op in s["ops"]:
+                own = {r["size"] for r in s["ops"][op]["rows"]}
+                rows = [{**r, "size": renamed[r["size"]]} if r["size"] in renamed and renamed[r["size"]] not in own
+                        else r for r in s["ops"][op]["rows"]]
+                s["ops"] = {**s["ops"], op: {**s["ops"][op], "rows": rows}}
+        pairs = ", ".join(f"{a} B as {b} B" for a, b in sorted(renamed.items())[:4])
+        notes.append(f"{op}: sizes rounded to a whole count per rank on each world size are compared as the size "
+                     f"requested ({pairs}{', ...' if len(renamed) > 4 else ''})")
+    return groups, notes
+
+
 def compare_sweeps(labels, groups, out, plt, busbw_axis: str = "log", rates: list[tuple] | None = None
                    ) -> tuple[list, list, list]:
     """groups: per fabric its sweeps (repeats: their mean and spread). Tables, figures, warnings."""
+    groups, aligned = align_sizes(groups)
     merged = [merge_sweeps(g) for g in groups]
     rates = rates or [LineRate(None, 1, "unknown")] * len(labels)
     ops = [op for op in merged[0]["ops"] if all(op in s["ops"] for s in merged)]
@@ -70,6 +107,7 @@ def compare_sweeps(labels, groups, out, plt, busbw_axis: str = "log", rates: lis
     repeats = any(s.get("merged_sweeps") for s in merged)
     tables = [size_table(op, labels, merged, repeats) for op in ops]
     average, warnings = average_table(ops, labels, groups, rates)
+    warnings = aligned + warnings
     tables += [average, line_rate_table(ops, labels, merged, rates), latency_table(labels, merged)]
     figures = sweep_figures(plt, out, ops, labels, merged, busbw_axis, rates, repeats)
     return tables, figures, warnings
@@ -133,7 +171,7 @@ def _average_cells(op: str, groups: list[list[dict]], rates: list, common: list[
             text += _vs(st["mean"], base)
         text += of_line_text(st["mean"], rate)
         if rate is not None and rate.total_bps:
-            text += backend_note(op, g[0].get("backend"))
+            text += backend_note(op, g[0].get("backend"), g[0].get("world_size"))
         cells.append(text)
     return cells
 
@@ -176,7 +214,7 @@ def line_rate_table(ops: list[str], labels: list[str], merged: list[dict], rates
                 continue
             cells.append(f"{rate_text(peak[1])} at {size_text(peak[0])}"
                          + (of_line_text(peak[1], rate, peak[0]).replace("; ", ": ", 1)
-                            + backend_note(op, s.get("backend")) if rate.total_bps
+                            + backend_note(op, s.get("backend"), s.get("world_size")) if rate.total_bps
                             else ": % of line rate unknown"))
         rate_rows.append([f"{op}: peak busbw"] + cells)
     return ("Bus bandwidth against the line rate (busbw x 8 / the rate of the links the traffic used on a "

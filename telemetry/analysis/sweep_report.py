@@ -67,7 +67,7 @@ def _op_table(op: str, sweep: dict, rate, hosts: int = 0) -> tuple:
         rows.append([size_text(r["size"]), kind, time_text(b.get("time_us")), rate_text(b.get("algbw_GBps")),
                      rate_text(b.get("busbw_GBps")), of_line_text(b.get("busbw_GBps"), rate, r["size"]).removeprefix("; ")
                      or "unknown", fmt(b.get("wrong"))])
-    return (f"{op}: time and bandwidth at every size" + backend_note(op, sweep.get("backend"))
+    return (f"{op}: time and bandwidth at every size" + backend_note(op, sweep.get("backend"), sweep.get("world_size"))
             + (ceiling_note(op, sweep.get("world_size"), hosts) if rate is not None and rate.total_bps else ""), ["size", "block", "time", "algbw", "busbw",
                                                          "busbw of line rate", "#wrong"], rows)
 

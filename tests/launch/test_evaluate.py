@@ -327,6 +327,27 @@ def test_a_kept_run_from_another_setting_is_refused(tmp_path):
     assert run_evaluation(ev, launch=FakeLauncher(), render=False) == 3
 
 
+def test_a_run_still_held_by_a_live_job_is_not_moved_aside(tmp_path):
+    """Round 9 of the lab: launch.evaluate killed with kill -9 left its lab running; rerun, it moved the live
+    run's directory aside as "an incomplete earlier attempt" and started another lab on the same path."""
+    ev = load_evaluation(write(tmp_path, good(tmp_path, repeats=1)))
+    live = next(run for run in plan(ev) if run.variant.name == "slow")
+    os.makedirs(live.dir)
+    with open(os.path.join(live.dir, "run.json"), "w") as f:
+        json.dump({"status": "running"}, f)
+    with open(os.path.join(live.dir, "run.lock"), "w") as f:  # a live pid holds it, as the killed run's rank 0 did
+        json.dump({"owner": "torchrun fh1 at 10.213.1.1:29400", "host": "lab-node0", "pid": os.getpid(),
+                   "start_time": "2026-11-29T22:31:07+00:00"}, f)
+    with pytest.raises(EvaluateError) as info:
+        resume_state(ev, plan(ev))
+    assert str(info.value).startswith(f"out: {live.dir!r} is in use by a live run (torchrun fh1 at 10.213.1.1:29400, "
+                                      f"pid {os.getpid()} on host lab-node0, ")
+    assert str(info.value).endswith("(an evaluation stopped with kill -9 leaves its lab running); allowed: wait for "
+                                    "it to end, stop it, or another `out`")
+    os.remove(os.path.join(live.dir, "run.lock"))
+    assert resume_state(ev, plan(ev))[live.index] == "run"
+
+
 def test_dry_run_prints_the_plan(tmp_path, capsys):
     ev = load_evaluation(write(tmp_path, good(tmp_path)))
     assert run_evaluation(ev, dry_run=True) == 0
@@ -392,6 +413,11 @@ def test_file_read_with_the_recipe_readers_limits(tmp_path):
 def test_timeout_must_be_finite_seconds(tmp_path, timeout):
     assert problems(tmp_path, good(tmp_path, local={"timeout": timeout})) == [
         f"local.timeout: got {timeout!r}; expected seconds > 0 per run"]
+
+
+def test_a_timeout_with_a_unit_says_what_to_write(tmp_path):
+    assert problems(tmp_path, good(tmp_path, local={"timeout": "90min"})) == [
+        "local.timeout: got '90min'; expected seconds > 0 per run (for 90 minutes write 5400)"]
 
 
 def test_an_output_directory_that_cannot_be_made(tmp_path, capsys):
@@ -515,6 +541,23 @@ def test_a_lab_variant_without_a_rate_is_named_unshaped_beside_shaped_ones(tmp_p
     text = (tmp_path / "out" / "evaluation.md").read_text()
     assert "| plain | lab rate none (unshaped, the default) | tcp |" in text
     assert "| slow | lab rate 2Mibit (2.097 Mbit/s) | tcp |" in text
+
+
+def test_a_variant_on_the_files_layout_says_so_beside_one_with_its_own(tmp_path):
+    """Round 9: `fast` ran on the file's 3 nodes and its setting read `lab rate 1.5Gbit` next to `two-by-two`'s
+    `lab nodes 2, lab nproc_per_node 2`, as if it ran on the lab's default 2."""
+    doc = good(tmp_path, launcher="lab", repeats=1)
+    doc["lab"] = {"nodes": 3}
+    doc["variants"] = [{"name": "fast", "expect_transport": "tcp", "lab": {"rate": "1.5Gbit"}},
+                       {"name": "pairs", "expect_transport": "tcp", "lab": {"rate": "25mbit", "nodes": 2,
+                                                                            "nproc_per_node": 2}}]
+    doc["workloads"] = [{**doc["workloads"][1], "overrides": ["max_steps=3", "train.global_batch_size=48"]}]
+    ev = load_evaluation(write(tmp_path, doc))
+    assert run_evaluation(ev, launch=FakeLauncher(), render=False) == 0
+    text = (tmp_path / "out" / "evaluation.md").read_text()
+    assert ("| fast | lab nodes 3 (the evaluation's), lab nproc_per_node 1 (the evaluation's), lab rate "
+            "1.5Gbit | tcp |") in text, text
+    assert "| pairs | lab rate 25mbit, lab nodes 2, lab nproc_per_node 2 | tcp |" in text
 
 
 def test_a_slow_links_busbw_is_shown_in_a_unit_it_reads_in():

@@ -7,7 +7,7 @@ import signal
 
 import pytest
 
-from launch import lab
+from launch import lab, lab_leftovers
 from launch.lab import Lab, LabError, burst_bytes, parse_qdisc_counters, parse_rate, queue_bytes
 
 
@@ -25,6 +25,15 @@ def test_burst_and_queue_sizes_follow_the_rate_with_floors():
     assert burst_bytes(1e5, mtu=20000) == 20014  # at least one frame with its Ethernet header
     assert queue_bytes(1e9) == 2_500_000  # 20 ms
     assert queue_bytes(1e6) == 256 * 1024
+
+
+def test_sizes_stay_within_tcs_32_bits_at_terabit_rates():
+    # `--rate 400gbps` (3.2 Tbit/s): the 20 ms queue was 8,000,000,000 bytes and tc refused it after the
+    # namespaces were made (`illegal value for "limit"`); both sizes are 32-bit in tc
+    assert queue_bytes(3.2e12) == 2 ** 32 - 1 and queue_bytes(1e12) == 2_500_000_000
+    assert burst_bytes(20e12) == 2 ** 32 - 1 and burst_bytes(3.2e12) == 800_000_000
+    info = Lab(2, "400gbps").describe()
+    assert (info["burst_bytes"], info["queue_bytes"]) == (800_000_000, 2 ** 32 - 1)
 
 
 @pytest.mark.parametrize("kwargs,message", [
@@ -86,6 +95,10 @@ def test_main_needs_the_recipe_after_the_separator(capsys):
 @pytest.mark.parametrize("args,message", [
     (["--timeout", "0"], "--timeout: got 0; expected a number of seconds above 0; see python -m launch.lab --help"),
     (["--timeout", "nan"], "--timeout: got nan; expected a number of seconds above 0"),
+    # round 9: a timeout written with its unit was `invalid float value: '30m'; allowed: a number`
+    (["--timeout", "30m"], "argument --timeout: got '30m'; allowed: a number of seconds (for 30 minutes write 1800)"),
+    (["--timeout", "1h"], "argument --timeout: got '1h'; allowed: a number of seconds (for 1 hour write 3600)"),
+    (["--timeout", "abc"], "argument --timeout: got 'abc'; allowed: a number of seconds; see python -m launch.lab"),
     (["--port", "99999"], "--port: got 99999; expected a TCP port from 1 to 65535"),
     (["--nproc-per-node", "0"], "--nproc-per-node: got 0; expected an integer >= 1"),
     (["--port", "http"], "argument --port: invalid int value: 'http'; allowed: a whole number; see python -m launch.lab --help"),
@@ -323,9 +336,9 @@ def test_a_bridge_names_its_switch_and_teardown_checks_exact_names(monkeypatch):
 
 
 def test_the_owner_mark_names_this_process():
-    m = lab._MARK.match(lab.owner_mark())
-    assert m and int(m.group(1)) == os.getpid() and m.group(2) == lab._start_time(os.getpid())
-    assert lab._start_time(4194304) is None  # above Linux's pid limit: no such process, ever
+    m = lab_leftovers.MARK.match(lab.owner_mark())
+    assert m and int(m.group(1)) == os.getpid() and m.group(2) == lab_leftovers.start_time(os.getpid())
+    assert lab_leftovers.start_time(4194304) is None  # above Linux's pid limit: no such process, ever
 
 
 def test_stop_signals_wait_until_bring_up_or_teardown_is_done():

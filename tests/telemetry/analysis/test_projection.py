@@ -394,20 +394,23 @@ def test_cli_projects_from_repeats_and_refuses_mixed_runs(tmp_path):
 
 
 def test_a_start_up_broadcast_the_timeout_cannot_hold_is_named():
-    """gloo's broadcast sends the model from rank 0 to each rank on another node in turn: 1.9 MB to 2 peers at
+    """gloo's broadcast tree delivers the model to the last of n ranks after about n-1 transfers: 1.9 MB to 2 peers at
     1 Mbit/s (efficiency 0.9) is 2 x 1.9e6 x 8 / 0.9e6 = 33.6 s, over half of a 60 s timeout; to 4 peers,
     67 s, over it. Measured in the lab: 1.9 MB to 1 peer at 100kbit failed at start-up after 60 s."""
     lab = profile(startup_bytes=1_892_992, timeout_s=60, backend="gloo")
     (note,) = startup(project(lab, 1e6, efficiency=0.9, nodes=3))
-    assert note == ("start-up: node 0 sends the model (1.9 MB) over its link 2 time(s), about 34 s at this rate: at "
-                    "least half of distributed.timeout_s (60 s)")
+    # round 9: it said "node 0 sends the model over its link 2 time(s)"; gloo's tree forwards it from other ranks
+    assert note == ("start-up: the model (1.9 MB) reaches the last rank after 2 transfer(s) over one link (gloo's "
+                    "broadcast tree: node 0 sends it to several ranks at once and each forwards it whole), about 34 s "
+                    "at this rate: at least half of distributed.timeout_s (60 s)")
     assert startup(project(lab, 1e6, efficiency=0.9, nodes=5))[0].endswith(
-        "4 time(s), about 67 s at this rate: over distributed.timeout_s, so the run would fail at start-up: raise "
+        "4 transfer(s) over one link (gloo's broadcast tree: node 0 sends it to several ranks at once and each "
+        "forwards it whole), about 67 s at this rate: over distributed.timeout_s, so the run would fail at start-up: raise "
         "it (60 s)")
     assert startup(project(lab, 1e5, efficiency=0.9))  # 2 nodes at 100kbit: 168 s
     assert startup(project(lab, 10e6, efficiency=0.9, nodes=5)) == []  # 6.7 s: nothing to say
     # NCCL pipelines a broadcast along its ring: node 0's link carries the model once
-    assert "link 1 time(s), about 17 s" in " ".join(
+    assert "after 1 transfer(s) over one link, about 17 s" in " ".join(
         project({**lab, "backend": "nccl", "timeout_s": 30}, 1e6, efficiency=0.9, nodes=5)["notes"])
     # a run recorded before the start-up broadcast was counted, or an unshaped target: no note
     assert startup(project(profile(), 1e5, efficiency=0.9)) == [] == startup(project(lab, None))

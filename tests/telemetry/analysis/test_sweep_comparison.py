@@ -30,3 +30,21 @@ def test_a_latency_only_some_repeats_measured_gives_their_count():
     _, _, rows = latency_table(["p", "q"], merged)
     assert rows[0][1].endswith("(n=2 of 3 repeats)"), rows
     assert "(n=2)" in rows[0][2] and "of" not in rows[0][2], rows
+
+
+def test_sizes_rounded_per_rank_on_other_world_sizes_are_one_size():
+    # round 9: all_gather of 64 KiB was 65,532 bytes on 3 ranks and 65,536 on 4, and the comparison of the two
+    # fabrics had "common sizes: none", every size "not measured" by the other
+    from telemetry.analysis.sweep_comparison import align_sizes, average_table, common_sizes
+    three, four = sweep(1.0, sizes=(65532, 131064)), sweep(2.0, sizes=(65536, 131072))
+    groups, notes = align_sizes([[three], [four]])
+    assert common_sizes([groups[0][0], groups[1][0]], "all_reduce") == [65536, 131072]
+    assert notes == ["all_reduce: sizes rounded to a whole count per rank on each world size are compared as the "
+                     "size requested (65532 B as 65536 B, 131064 B as 131072 B)"]
+    assert [r["size"] for r in three["ops"]["all_reduce"]["rows"]] == [65532, 131064]  # the input is left alone
+    (_, _, rows), _ = average_table(["all_reduce"], ["a", "b"], groups, [None, None])
+    assert rows[0][1] == "64 KB - 128 KB (2 sizes)"
+    # a sweep's own neighbouring sizes (a fine linear step) stay apart, and far sizes are never joined
+    fine, other = sweep(1.0, sizes=(65536, 65600)), sweep(1.0, sizes=(65536, 70000))
+    groups, notes = align_sizes([[fine], [other]])
+    assert [r["size"] for r in groups[0][0]["ops"]["all_reduce"]["rows"]] == [65536, 65600] and notes == []
