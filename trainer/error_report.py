@@ -37,8 +37,11 @@ def no_room_line(output_dir: str, exc: OSError) -> str:
 
 def _launcher_key() -> str | None:
     """The same string in every rank one launch started on this host, and in no other launch; None where
-    no launcher is recognised. torchrun: its agent (the workers' parent) by pid and start time, and the run
-    id. srun starting the ranks itself: the job and step ids."""
+    no launcher is recognised. torchrun: its agent (the workers' parent) by pid and start time, the run id,
+    and the worker group's round: its restart count (--max-restarts) and rank 0's MASTER_ADDR:MASTER_PORT (a
+    new rendezvous round after a node rejoined publishes a fresh port). srun starting the ranks itself: the
+    job and step ids and the job's requeue count. A later round's failure claimed the first round's file and
+    its line was printed by no rank of the host."""
     if "TORCHELASTIC_RUN_ID" in os.environ:
         ppid = os.getppid()
         try:
@@ -46,10 +49,12 @@ def _launcher_key() -> str | None:
                 started = f.read().rsplit(")", 1)[1].split()[19]  # field 22: start time in clock ticks
         except (OSError, IndexError):
             started = "0"
-        run_id = os.environ["TORCHELASTIC_RUN_ID"]
-        key = f"torchrun-{ppid}-{started}-{run_id}"
+        run_id, env = os.environ["TORCHELASTIC_RUN_ID"], os.environ
+        rnd = f"{env.get('TORCHELASTIC_RESTART_COUNT', '0')}-{env.get('MASTER_ADDR', '')}-{env.get('MASTER_PORT', '')}"
+        key = f"torchrun-{ppid}-{started}-{rnd}-{run_id}"  # run_id last: the cut at 160 keeps the round
     elif "SLURM_JOB_ID" in os.environ and "SLURM_STEP_ID" in os.environ:
-        key = f"slurm-{os.environ['SLURM_JOB_ID']}.{os.environ['SLURM_STEP_ID']}"
+        key = (f"slurm-{os.environ['SLURM_JOB_ID']}.{os.environ['SLURM_STEP_ID']}"
+               f"-{os.environ.get('SLURM_RESTART_COUNT', '0')}")
     else:
         return None
     return re.sub(r"[^A-Za-z0-9_.-]", "_", key)[:160]

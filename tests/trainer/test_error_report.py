@@ -41,3 +41,39 @@ def test_a_full_or_read_only_filesystem_is_one_line_naming_output_dir():
     line = error_report.no_room_line("runs/a", OSError(errno.ENOSPC, "No space left on device", "runs/a/run.json"))
     assert line == ("output_dir: 'runs/a/run.json' could not be written (No space left on device); what was "
                     "recorded before is kept; allowed: an output_dir on a writable filesystem with free space")
+
+
+def _torchrun_rank(monkeypatch, tmp_path, rank: int, restarts: str, master_port: str = "29500") -> None:
+    """The environment torchrun's agent gives a worker (torch 2.13, local_elastic_agent._start_workers)."""
+    monkeypatch.setattr(error_report.tempfile, "gettempdir", lambda: str(tmp_path))
+    for name, value in {"TORCHELASTIC_RUN_ID": "job7", "WORLD_SIZE": "4", "RANK": str(rank),
+                        "TORCHELASTIC_RESTART_COUNT": restarts, "MASTER_ADDR": "node1",
+                        "MASTER_PORT": master_port}.items():
+        monkeypatch.setenv(name, value)
+
+
+def test_one_claim_per_host_and_worker_group_round(monkeypatch, tmp_path):
+    """torchrun --max-restarts (the PyTorchJobs' maxRestarts: 3) restarts the workers under the same agent and
+    run id, and a node joining anew starts a new rendezvous round (rank 0's agent publishes a fresh
+    MASTER_PORT): the claim of the first round's failure was still there, so a later round's `error:` line was
+    printed by no rank of this host."""
+    _torchrun_rank(monkeypatch, tmp_path, rank=1, restarts="0")
+    assert error_report.first_to_report()
+    _torchrun_rank(monkeypatch, tmp_path, rank=2, restarts="0")
+    assert not error_report.first_to_report()  # the same round: one line per host
+    _torchrun_rank(monkeypatch, tmp_path, rank=2, restarts="1")
+    assert error_report.first_to_report()  # the restarted workers' failure
+    _torchrun_rank(monkeypatch, tmp_path, rank=3, restarts="1", master_port="41234")
+    assert error_report.first_to_report()  # a new round after a node rejoined
+
+
+def test_a_requeued_slurm_job_claims_anew(monkeypatch, tmp_path):
+    """srun starting the ranks itself: a requeued job keeps its job id, and its steps count from 0 again."""
+    monkeypatch.setattr(error_report.tempfile, "gettempdir", lambda: str(tmp_path))
+    monkeypatch.delenv("TORCHELASTIC_RUN_ID", raising=False)
+    for name, value in {"WORLD_SIZE": "2", "RANK": "1", "SLURM_JOB_ID": "88", "SLURM_STEP_ID": "0"}.items():
+        monkeypatch.setenv(name, value)
+    assert error_report.first_to_report()
+    assert not error_report.first_to_report()
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
+    assert error_report.first_to_report()
