@@ -196,7 +196,10 @@ def main(argv: list[str] | None = None) -> int:
         torchrun_main(argv)
     except ChildFailedError as exc:
         codes = {failure.exitcode for failure in exc.failures.values()}
-        if codes == {2}:  # bad input: the workers said it (one `error:` line, rank 0's); torch's box adds nothing
+        # bad input: the workers said it (one `error:` line, the first rank to find it); torch's box adds
+        # nothing. A rank that found it alone exits 2 and the agent SIGTERMs the others: those end by the
+        # signal (a negative code), and the launch still exits 2 without torch's traceback.
+        if 2 in codes and all(code == 2 or code < 0 for code in codes):
             return 2
         raise
     except RendezvousTimeoutError:

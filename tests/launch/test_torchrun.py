@@ -231,3 +231,29 @@ def test_a_stopped_launcher_says_so_in_one_line_not_a_traceback(tmp_path):
     assert agent.returncode == 128 + signal.SIGTERM, err
     assert "Traceback" not in err, err
     assert err.splitlines()[-1].startswith("torchrun: stopped by SIGTERM; its workers were sent SIGTERM"), err
+
+
+@pytest.mark.parametrize("codes, expected", [({1: 2, 0: -15}, 2), ({0: 2, 1: 2}, 2), ({1: 2, 0: 1}, None),
+                                             ({1: -9, 0: -15}, None)])
+def test_bad_input_on_one_rank_exits_2_though_the_agent_stopped_the_others(monkeypatch, capsys, codes, expected):
+    """Rank 1 alone finds bad input (a file missing on its host) and exits 2 after its `error:` line; torchrun
+    then SIGTERMs rank 0, which ends by that signal (-15). Every worker that ended by itself exited 2: bad input,
+    exit 2 and no torch box. It was a ChildFailedError traceback and exit 1. A worker that failed otherwise, or
+    workers killed by signals alone, keep torch's report."""
+    import torch.distributed.run
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
+
+    from launch import torchrun
+
+    def failed(argv):
+        raise ChildFailedError("trainer", {rank: ProcessFailure(rank, 100 + rank, code, "<N/A>")
+                                           for rank, code in codes.items()})
+
+    monkeypatch.setattr(torch.distributed.run, "main", failed)
+    argv = ["--standalone", "--nproc-per-node", "2", "-m", "trainer", TINY]
+    if expected is None:
+        with pytest.raises(ChildFailedError):
+            torchrun.main(argv)
+    else:
+        assert torchrun.main(argv) == expected
+        assert capsys.readouterr().err == ""
