@@ -3,16 +3,19 @@ first rank that finds the problem. The error classes themselves (InputError: exi
 line) are the project's one set, telemetry/errors.py."""
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import re
 import signal
 import tempfile
 
 from telemetry.errors import FaultError, InputError, print_errors
+from telemetry.rundir import RANK_ERROR, rank_file, rank_files, write_json_atomic
 from telemetry.signals import deferred
 
-__all__ = ["FaultError", "InputError", "first_to_report", "no_room", "no_room_line", "one_line", "report",
-           "signals_held"]  # the errors: telemetry/errors.py
+__all__ = ["FaultError", "InputError", "first_to_report", "leave_for_rank0", "no_room", "no_room_line", "one_line",
+           "peer_input_error", "report", "signals_held"]  # the errors: telemetry/errors.py
 
 
 def one_line(exc: BaseException, limit: int = 500) -> str:
@@ -98,3 +101,38 @@ def report(*messages: object) -> None:
     with signals_held():
         if first_to_report():
             print_errors(*messages)
+
+
+def leave_for_rank0(run_dir: str, rank: int, error: str, step: int | None) -> None:
+    """Bad input this rank found, maybe alone (a file missing on its host), left in its rank file for rank 0,
+    which records run.json: rank 0 saw only a peer gone, and run.json's error read `rank 1 (host h, pid N) was
+    lost after step 2; RuntimeError: ... Connection closed by peer ...`, not what the `error:` line said.
+    Written before the line is said and the rank exits."""
+    if rank == 0 or not run_dir:
+        return
+    path = os.path.join(run_dir, rank_file(rank, RANK_ERROR))
+    with contextlib.suppress(OSError):
+        os.makedirs(os.path.dirname(path), exist_ok=True)  # a failure before telemetry made ranks/
+        write_json_atomic(path, {"rank": rank, "pid": os.getpid(), "step": step, "error": error})
+
+
+def peer_input_error(run_dir: str, hosts: list) -> str | None:
+    """Rank 0: the bad input another rank of this run left (leave_for_rank0), as run.json's error naming that
+    rank and its host; None when none did. A file of an earlier attempt (another pid) is not this run's."""
+    known = {h.get("rank"): h for h in hosts if isinstance(h, dict)}
+    found = []
+    for path in rank_files(run_dir, RANK_ERROR) if run_dir else ():
+        try:
+            with open(path, encoding="utf-8") as f:
+                data = json.load(f)
+        except (OSError, ValueError):
+            continue
+        host = known.get(data.get("rank")) if isinstance(data, dict) else None
+        if host is not None and data["rank"] != 0 and host.get("pid") == data.get("pid"):
+            found.append((data["rank"], host.get("hostname"), data.get("step"), str(data.get("error"))))
+    if not found:
+        return None
+    rank, host, step, error = min(found)
+    after = f" after step {step}" if isinstance(step, int) else ""
+    more = f" (and {len(found) - 1} more rank{'s' if len(found) > 2 else ''})" if len(found) > 1 else ""
+    return f"rank {rank} (host {host}) stopped on bad input{after}{more}: {error}"

@@ -26,7 +26,8 @@ from .data.sampler import StepSampler
 from .distributed import (ParallelDims, describe_timeout, dump_flight_recorder, init_process_group, is_timeout,
                           pick_backend, pick_device, prepare_flight_recorder)
 from .engines import deepspeed as deepspeed_engine
-from .error_report import FaultError, InputError, no_room, no_room_line, one_line, print_errors, report
+from .error_report import (FaultError, InputError, leave_for_rank0, no_room, no_room_line, one_line, peer_input_error,
+                           print_errors, report)
 from .hook_list import HookList
 from .kernels import apply as apply_kernels, resolve as resolve_kernels
 from .layout import Layout
@@ -328,13 +329,18 @@ def classify_failure(st: RunState, exc: BaseException) -> bool:
         # any rank may find it first, or alone (a file missing on one host): the first to fail says it,
         # before torchrun stops the others (trainer/error_report.py)
         st.code, st.error = 2, str(exc)
+        leave_for_rank0(rundir.path, rank, st.error, st.trainer.state.step if st.trainer is not None else None)
         report(exc)
         return False
+    # rank 0, torn down or cut off because another rank stopped on bad input: that input is the run's error
+    peer = peer_input_error(rundir.path, st.hosts) if rank == 0 and len(st.hosts) > 1 else None
     if isinstance(exc, (Interrupted, KeyboardInterrupt)):
         # a KeyboardInterrupt (SIGINT before the handler is installed, or a library's own) has no message
         st.status, st.code, st.error = "interrupted", 130, f"interrupted by {str(exc) or 'SIGINT'}"
         lost = _lost_ranks(st.hosts, st.trainer, rundir.run_json)
-        if lost:
+        if peer:
+            st.status, st.code, st.error = "failed", 2, peer
+        elif lost:
             st.status, st.code, st.error = "failed", 1, f"{lost}; {st.error}"
         print(f"[trainer] rank {rank}: {st.error}; completed steps stay in metrics.jsonl", file=sys.stderr,
               flush=True)
@@ -349,6 +355,10 @@ def classify_failure(st: RunState, exc: BaseException) -> bool:
             print_errors(exc)
         else:
             report(exc)
+        return False
+    if peer and (_peer_gone(exc) or is_timeout(exc)):
+        st.code, st.error = 2, peer
+        _say(rank, peer)  # said already on the peer's host (one line per host)
         return False
     # a crash: keep the traceback on stderr, the summary in run.json (SystemExit is recorded too)
     st.error = one_line(exc)

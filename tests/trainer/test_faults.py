@@ -362,6 +362,11 @@ def test_input_error_on_one_rank_while_the_other_trains_is_one_error_line(tmp_pa
                       "(FABRIC_HARNESS_CRASH_MODE=input)"], res.stderr[-3000:]
     # torchrun's summary names the worker that failed first and its exit code 2 (bad input)
     assert re.search(r"rank\s*:\s*1 \(local_rank: 1\)\s*\n\s*exitcode\s*:\s*2", res.stderr), res.stderr[-3000:]
+    # rank 0 records rank 1's line, naming it (it recorded only that rank 1 was lost, with gloo's words)
+    info = res.run_json()
+    assert (info["status"], info["exit_code"]) == ("failed", 2), info["error"]
+    assert re.fullmatch(r"rank 1 \(host \S+\) stopped on bad input after step 2: fault injection: rank 1 refuses "
+                        r"its input after step 2 \(FABRIC_HARNESS_CRASH_MODE=input\)", info["error"]), info["error"]
 
 
 @pytest.mark.integration
