@@ -122,12 +122,33 @@ def test_store_sharing_is_turned_off_only_where_a_node_can_rejoin(monkeypatch, a
 
     from launch import torchrun
 
-    unset_env(monkeypatch, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE")
+    unset_env(monkeypatch, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "FABRIC_HARNESS_RDZV")
     seen = []
     monkeypatch.setattr(torch.distributed.run, "main",
                         lambda argv: seen.append(os.environ.get("TORCH_DISABLE_SHARE_RDZV_TCP_STORE")))
     assert torchrun.main(argv) == 0
     assert seen == (["1"] if off else [None])
+
+
+@pytest.mark.parametrize("argv, named", [
+    (["--standalone", "--nproc-per-node=2", "-m", "trainer", TINY], None),  # torch picks its id and port later
+    (["--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "h0:29400", "-m", "trainer", TINY],
+     "c10d h0:29400 none"),
+    (["--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "h0:29400", "--rdzv-id", "77", "-m", "trainer",
+      TINY], "c10d h0:29400 77"),
+    (["--nnodes", "2", "--node-rank", "1", "--master-addr", "h0", "--master-port", "29511", "-m", "trainer", TINY],
+     "static h0:29511 none")])
+def test_the_workers_are_told_the_rendezvous_they_met_at(monkeypatch, argv, named):
+    """The run directory's lock tells two jobs apart by it: MASTER_PORT changes every round of one job."""
+    import torch.distributed.run
+
+    from launch import torchrun
+
+    unset_env(monkeypatch, "FABRIC_HARNESS_RDZV", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE")
+    seen = []
+    monkeypatch.setattr(torch.distributed.run, "main", lambda argv: seen.append(os.environ.get("FABRIC_HARNESS_RDZV")))
+    assert torchrun.main(argv) == 0
+    assert seen == [named]
 
 
 @pytest.mark.parametrize("argv, expected", [
