@@ -34,7 +34,7 @@ from .layout import Layout
 from .loop import Trainer, TrainerParts
 from .optim import keep_fp32_master
 from .parallelize import unwrap
-from .run_writer import RunDir
+from .run_writer import RunDir, record_for_lost_rank0
 from .runlock import RunLock, pid_alive
 from .seeding import seed_training_streams
 from .stop import Interrupted, StopRequests
@@ -342,8 +342,11 @@ def classify_failure(st: RunState, exc: BaseException) -> bool:
             st.status, st.code, st.error = "failed", 2, peer
         elif lost:
             st.status, st.code, st.error = "failed", 1, f"{lost}; {st.error}"
-        print(f"[trainer] rank {rank}: {st.error}; completed steps stay in metrics.jsonl", file=sys.stderr,
-              flush=True)
+        if lost and not peer and _rank0_lost(st):
+            _say(st, st.error)
+        else:
+            print(f"[trainer] rank {rank}: {st.error}; completed steps stay in metrics.jsonl", file=sys.stderr,
+                  flush=True)
         return False
     if no_room(exc):  # a rank's file or an export refused by a filesystem that filled up: a fault, one line
         st.error = no_room_line(st.recipe.output_dir, exc)
@@ -358,7 +361,7 @@ def classify_failure(st: RunState, exc: BaseException) -> bool:
         return False
     if peer and (_peer_gone(exc) or is_timeout(exc)):
         st.code, st.error = 2, peer
-        _say(rank, peer)  # said already on the peer's host (one line per host)
+        _say(st, peer)  # said already on the peer's host (one line per host)
         return False
     # a crash: keep the traceback on stderr, the summary in run.json (SystemExit is recorded too)
     st.error = one_line(exc)
@@ -371,11 +374,11 @@ def classify_failure(st: RunState, exc: BaseException) -> bool:
         lost = _lost_remote_ranks(exc, st.hosts, st.trainer)
     if lost:  # a collective failed because a peer died: say which, not the transport's words
         st.error = f"{lost}; {st.error}"
-        _say(rank, st.error)
+        _say(st, st.error, exc)
         return False
     if _peer_gone(exc) and not isinstance(exc, SystemExit):  # a peer still exiting, or none named: no traceback
         st.error = f"a peer closed its connection (its own log says why); {st.error}"
-        _say(rank, st.error)
+        _say(st, st.error, exc)
         return False
     if is_timeout(exc) and dist.is_initialized():  # a peer that does not answer: a cut link, a hung rank
         state = st.trainer.state if st.trainer is not None else None
@@ -383,7 +386,7 @@ def classify_failure(st: RunState, exc: BaseException) -> bool:
         st.error = describe_timeout(dump_flight_recorder(rundir.logs, rank), rank, step,
                                     st.recipe.distributed.timeout_s, st.hosts, dist.get_backend(), exc=exc,
                                     after=state is not None and state.steps_done, sweeping=_sweeping(st))
-        _say(rank, st.error)
+        _say(st, st.error, exc)
         return False
     if isinstance(exc, SystemExit):
         st.code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
@@ -432,14 +435,31 @@ def close(st: RunState) -> None:
                 st.stops.remove()
 
 
-def _say(rank: int, error: str) -> None:
+def _say(st: RunState, error: str, exc: BaseException | None = None) -> None:
     """A fault every rank may see: rank 0 says the `error:` line, the others a note in their own log. Rank 0
     says it through `report`, so a peer that already said why it left (bad input found on that rank alone)
-    keeps the one line: rank 0 would only add that the peer is gone."""
-    if rank == 0:
+    keeps the one line: rank 0 would only add that the peer is gone. With rank 0 itself gone, the survivors
+    say it (once per host) and record it in run.json: no line was said and run.json stayed `running`."""
+    if st.rank == 0:
         report(error)
+    elif _rank0_lost(st, exc):
+        report(error)
+        record_for_lost_rank0(st.rundir.run_json, error)
     else:
-        print(f"[trainer] rank {rank}: {error}", file=sys.stderr, flush=True)
+        print(f"[trainer] rank {st.rank}: {error}", file=sys.stderr, flush=True)
+
+
+def _rank0_lost(st: RunState, exc: BaseException | None = None) -> bool:
+    """Rank 0 gone without recording how the run ended (killed, crashed hard). On its host its pid tells;
+    elsewhere a connection closed from its address (run.json `hosts`)."""
+    if st.rank == 0 or _closed_by_rank0(st.rundir.run_json):
+        return False
+    zero = next((h for h in st.hosts if isinstance(h, dict) and h.get("rank") == 0), None)
+    if zero is None:
+        return False
+    if zero.get("hostname") == host_info()["hostname"]:
+        return isinstance(zero.get("pid"), int) and not pid_alive(zero["pid"])
+    return exc is not None and _peer_gone(exc) and zero.get("address") in _IPV4.findall(str(exc))
 
 
 def _peer_gone(exc: BaseException) -> bool:

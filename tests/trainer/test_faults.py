@@ -233,6 +233,23 @@ def test_lost_rank_is_named_with_its_host(tmp_path):
 
 
 @pytest.mark.integration
+def test_lost_rank_0_is_named_by_a_survivor_in_one_line_and_in_run_json(tmp_path):
+    """Rank 0 says the run's line and writes run.json: killed, nobody did. Rank 1 only noted `[trainer] rank 1:
+    rank 0 ... was lost` in its own log, and run.json stayed `running` with no error, as if the run were live."""
+    out = tmp_path / "run"
+    res = run_cli(out, *FAST, "max_steps=30", nproc=2, timeout=240,
+                  env={"FABRIC_HARNESS_CRASH_AFTER_STEP": "2", "FABRIC_HARNESS_CRASH_RANK": "0"})
+    assert res.returncode != 0
+    info = json.loads((out / "run.json").read_text())
+    host = info["hosts"][0]
+    lost = f"rank 0 (host {host['hostname']}, pid {host['pid']}) was lost after step "
+    assert (info["status"], info["exit_code"]) == ("failed", 1), (info["status"], res.stderr[-3000:])
+    assert info["error"].startswith(lost) and info["end_time"], info["error"]
+    errors = [line for line in res.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and errors[0].startswith(f"error: {lost}"), res.stderr[-3000:]
+
+
+@pytest.mark.integration
 def test_disk_full_mid_run_fails_in_one_line_and_the_last_checkpoint_resumes(tmp_path):
     disk = tmp_path / "disk"
     disk.mkdir()
