@@ -235,7 +235,11 @@ class Telemetry:
             print(f"[telemetry] server power not read: {exc}", file=sys.stderr, flush=True)
 
     def _host_count(self) -> int | None:
-        """Hosts in the job: world size over the ranks per host torchrun says (LOCAL_WORLD_SIZE)."""
+        """Hosts in the job, each read by its local rank 0: torchrun's agents (GROUP_WORLD_SIZE), right also where
+        nodes run different numbers of ranks; else world size over the ranks per host (LOCAL_WORLD_SIZE)."""
+        agents = os.environ.get("GROUP_WORLD_SIZE", "")
+        if agents.isdigit() and int(agents) >= 1:
+            return int(agents)
         local = int(os.environ.get("LOCAL_WORLD_SIZE", "0") or 0)
         return max(1, self.world // local) if local else None
 
