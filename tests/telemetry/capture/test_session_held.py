@@ -116,3 +116,5 @@ def test_the_job_counts_one_host_per_torchrun_agent_when_nodes_run_different_num
     assert session.Telemetry._host_count(SimpleNamespace(world=12)) == 2
     monkeypatch.delenv("GROUP_WORLD_SIZE")  # another launcher: ranks per host as before
     assert session.Telemetry._host_count(SimpleNamespace(world=12)) == 3
+    monkeypatch.delenv("LOCAL_WORLD_SIZE")
+    assert session.Telemetry._host_count(SimpleNamespace(world=12)) is None
