@@ -15,7 +15,7 @@ from telemetry.rundir import RANK_ERROR, rank_file, rank_files, write_json_atomi
 from telemetry.signals import deferred
 
 __all__ = ["FaultError", "InputError", "first_to_report", "leave_for_rank0", "no_room", "no_room_line", "one_line",
-           "peer_input_error", "report", "signals_held"]  # the errors: telemetry/errors.py
+           "peer_error", "report", "signals_held"]  # the errors: telemetry/errors.py
 
 
 def one_line(exc: BaseException, limit: int = 500) -> str:
@@ -103,22 +103,24 @@ def report(*messages: object) -> None:
             print_errors(*messages)
 
 
-def leave_for_rank0(run_dir: str, rank: int, error: str, step: int | None) -> None:
-    """Bad input this rank found, maybe alone (a file missing on its host), left in its rank file for rank 0,
-    which records run.json: rank 0 saw only a peer gone, and run.json's error read `rank 1 (host h, pid N) was
-    lost after step 2; RuntimeError: ... Connection closed by peer ...`, not what the `error:` line said.
-    Written before the line is said and the rank exits."""
+def leave_for_rank0(run_dir: str, rank: int, error: str, step: int | None, bad_input: bool = True) -> None:
+    """Why this rank stops, maybe alone (bad input: a file missing on its host; a crash: its device out of
+    memory), left in its rank file for rank 0, which records run.json: rank 0 saw only a peer gone, and run.json's
+    error read `rank 1 (host h, pid N) was lost after step 2; RuntimeError: ... Connection closed by peer ...`,
+    not why. Written before the rank says its line and exits."""
     if rank == 0 or not run_dir:
         return
     path = os.path.join(run_dir, rank_file(rank, RANK_ERROR))
     with contextlib.suppress(OSError):
         os.makedirs(os.path.dirname(path), exist_ok=True)  # a failure before telemetry made ranks/
-        write_json_atomic(path, {"rank": rank, "pid": os.getpid(), "step": step, "error": error})
+        write_json_atomic(path, {"rank": rank, "pid": os.getpid(), "step": step, "error": error,
+                                 "bad_input": bad_input})
 
 
-def peer_input_error(run_dir: str, hosts: list) -> str | None:
-    """Rank 0: the bad input another rank of this run left (leave_for_rank0), as run.json's error naming that
-    rank and its host; None when none did. A file of an earlier attempt (another pid) is not this run's."""
+def peer_error(run_dir: str, hosts: list) -> tuple[str, int] | None:
+    """Rank 0: (run.json's error, exit code) from what another rank of this run left (leave_for_rank0), naming
+    that rank and its host: bad input first (exit 2), else a crash (1); None when no rank left one. A file of
+    an earlier attempt (another pid) is not this run's."""
     known = {h.get("rank"): h for h in hosts if isinstance(h, dict)}
     found = []
     for path in rank_files(run_dir, RANK_ERROR) if run_dir else ():
@@ -129,10 +131,13 @@ def peer_input_error(run_dir: str, hosts: list) -> str | None:
             continue
         host = known.get(data.get("rank")) if isinstance(data, dict) else None
         if host is not None and data["rank"] != 0 and host.get("pid") == data.get("pid"):
-            found.append((data["rank"], host.get("hostname"), data.get("step"), str(data.get("error"))))
+            found.append((data.get("bad_input", True) is False, data["rank"], host.get("hostname"), data.get("step"),
+                          str(data.get("error"))))
     if not found:
         return None
-    rank, host, step, error = min(found)
+    crash, rank, host, step, error = min(found)
     after = f" after step {step}" if isinstance(step, int) else ""
-    more = f" (and {len(found) - 1} more rank{'s' if len(found) > 2 else ''})" if len(found) > 1 else ""
-    return f"rank {rank} (host {host}) stopped on bad input{after}{more}: {error}"
+    alike = [f for f in found if f[0] == crash]
+    more = f" (and {len(alike) - 1} more rank{'s' if len(alike) > 2 else ''})" if len(alike) > 1 else ""
+    what = "failed" if crash else "stopped on bad input"
+    return f"rank {rank} (host {host}) {what}{after}{more}: {error}", 1 if crash else 2

@@ -26,7 +26,7 @@ from .data.sampler import StepSampler
 from .distributed import (ParallelDims, describe_timeout, dump_flight_recorder, init_process_group, is_timeout,
                           pick_backend, pick_device, prepare_flight_recorder)
 from .engines import deepspeed as deepspeed_engine
-from .error_report import (FaultError, InputError, leave_for_rank0, no_room, no_room_line, one_line, peer_input_error,
+from .error_report import (FaultError, InputError, leave_for_rank0, no_room, no_room_line, one_line, peer_error,
                            print_errors, report)
 from .hook_list import HookList
 from .kernels import apply as apply_kernels, resolve as resolve_kernels
@@ -333,13 +333,13 @@ def classify_failure(st: RunState, exc: BaseException) -> bool:
         report(exc)
         return False
     # rank 0, torn down or cut off because another rank stopped on bad input: that input is the run's error
-    peer = peer_input_error(rundir.path, st.hosts) if rank == 0 and len(st.hosts) > 1 else None
+    peer, peer_code = (peer_error(rundir.path, st.hosts) if rank == 0 and len(st.hosts) > 1 else None) or (None, 1)
     if isinstance(exc, (Interrupted, KeyboardInterrupt)):
         # a KeyboardInterrupt (SIGINT before the handler is installed, or a library's own) has no message
         st.status, st.code, st.error = "interrupted", 130, f"interrupted by {str(exc) or 'SIGINT'}"
         lost = _lost_ranks(st.hosts, st.trainer, rundir.run_json)
         if peer:
-            st.status, st.code, st.error = "failed", 2, peer
+            st.status, st.code, st.error = "failed", peer_code, peer
         elif lost:
             st.status, st.code, st.error = "failed", 1, f"{lost}; {st.error}"
         if lost and not peer and _rank0_lost(st):
@@ -360,11 +360,13 @@ def classify_failure(st: RunState, exc: BaseException) -> bool:
             report(exc)
         return False
     if peer and (_peer_gone(exc) or is_timeout(exc)):
-        st.code, st.error = 2, peer
+        st.code, st.error = peer_code, peer
         _say(st, peer)  # said already on the peer's host (one line per host)
         return False
     # a crash: keep the traceback on stderr, the summary in run.json (SystemExit is recorded too)
     st.error = one_line(exc)
+    if not (_peer_gone(exc) or is_timeout(exc) or isinstance(exc, SystemExit)):  # its own: left for rank 0
+        leave_for_rank0(rundir.path, rank, st.error, st.trainer.state.step if st.trainer is not None else None, False)
     lost = _lost_ranks(st.hosts, st.trainer, rundir.run_json) if not isinstance(exc, SystemExit) else None
     deadline = time.monotonic() + PEER_EXIT_S
     while not lost and _peer_gone(exc) and time.monotonic() < deadline:

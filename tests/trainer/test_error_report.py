@@ -79,21 +79,25 @@ def test_a_requeued_slurm_job_claims_anew(monkeypatch, tmp_path):
     assert error_report.first_to_report()
 
 
-def test_bad_input_a_peer_found_is_what_rank_0_records(tmp_path):
-    """Rank 1 alone refuses its input: rank 0, torn down or cut off, saw only a peer gone and recorded run.json's
-    error as `rank 1 ... was lost; RuntimeError: ... Connection closed by peer`. Rank 1 now leaves its line
-    for rank 0, which names it with its host; a file another attempt left (another pid) is not this run's."""
+def test_bad_input_or_a_crash_a_peer_found_is_what_rank_0_records(tmp_path):
+    """Rank 1 alone refuses its input (or crashes): rank 0, torn down or cut off, saw only a peer gone and recorded
+    run.json's error as `rank 1 ... was lost; RuntimeError: ... Connection closed by peer`. Rank 1 now leaves its
+    line for rank 0, which names it with its host; a file another attempt left (another pid) is not this run's."""
     hosts = [{"rank": 0, "hostname": "a", "pid": 10}, {"rank": 1, "hostname": "b", "pid": os.getpid()},
-             {"rank": 2, "hostname": "b", "pid": 99}]
-    assert error_report.peer_input_error(str(tmp_path), hosts) is None
+             {"rank": 2, "hostname": "b", "pid": 99}, {"rank": 3, "hostname": "c", "pid": os.getpid()}]
+    assert error_report.peer_error(str(tmp_path), hosts) is None
     error_report.leave_for_rank0(str(tmp_path), 0, "rank 0 records run.json itself", None)
     assert not (tmp_path / "ranks").exists()
+    error_report.leave_for_rank0(str(tmp_path), 3, "torch.OutOfMemoryError: CUDA out of memory", 2, bad_input=False)
+    assert error_report.peer_error(str(tmp_path), hosts) == (
+        "rank 3 (host c) failed after step 2: torch.OutOfMemoryError: CUDA out of memory", 1)
     error_report.leave_for_rank0(str(tmp_path), 1, "data.dataset: '/d.jsonl' is not a file", 2)
-    assert error_report.peer_input_error(str(tmp_path), hosts) == (
-        "rank 1 (host b) stopped on bad input after step 2: data.dataset: '/d.jsonl' is not a file")
+    assert error_report.peer_error(str(tmp_path), hosts) == (  # bad input first: the crash may follow from it
+        "rank 1 (host b) stopped on bad input after step 2: data.dataset: '/d.jsonl' is not a file", 2)
     error_report.leave_for_rank0(str(tmp_path), 2, "data.dataset: '/d.jsonl' is not a file", 2)  # pid 99's attempt
-    assert error_report.peer_input_error(str(tmp_path), hosts).startswith("rank 1 (host b) stopped on bad input")
+    assert error_report.peer_error(str(tmp_path), hosts)[0].startswith("rank 1 (host b) stopped on bad input after "
+                                                                       "step 2: ")
     hosts[2]["pid"] = os.getpid()
-    assert error_report.peer_input_error(str(tmp_path), hosts).startswith(
+    assert error_report.peer_error(str(tmp_path), hosts)[0].startswith(
         "rank 1 (host b) stopped on bad input after step 2 (and 1 more rank): ")
-    assert error_report.peer_input_error(str(tmp_path), hosts[:1] + [dict(hosts[1], pid=5)]) is None
+    assert error_report.peer_error(str(tmp_path), hosts[:1] + [dict(hosts[1], pid=5)]) is None

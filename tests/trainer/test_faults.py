@@ -387,6 +387,22 @@ def test_input_error_on_one_rank_while_the_other_trains_is_one_error_line(tmp_pa
 
 
 @pytest.mark.integration
+def test_a_crash_of_one_rank_is_named_in_run_json_with_its_own_words(tmp_path):
+    """Rank 1 alone crashes (as out of device memory): run.json said only `rank 1 (host h, pid N) was lost after
+    step 2; RuntimeError: ... Connection closed by peer ...`, and why was in rank 1's traceback alone."""
+    out = tmp_path / "run"
+    res = run_cli(out, *FAST, "max_steps=30", nproc=2, timeout=240,
+                  env={"FABRIC_HARNESS_CRASH_AFTER_STEP": "2", "FABRIC_HARNESS_CRASH_RANK": "1",
+                       "FABRIC_HARNESS_CRASH_MODE": "raise"})
+    assert res.returncode != 0
+    info = res.run_json()
+    assert (info["status"], info["exit_code"]) == ("failed", 1), info["error"]
+    assert re.fullmatch(r"rank 1 \(host \S+\) failed after step 2: RuntimeError: fault injection: rank 1 crashes after "
+                        r"step 2 \(FABRIC_HARNESS_CRASH_MODE=raise\)", info["error"]), info["error"]
+    assert "Traceback" in res.stderr  # rank 1's own: a crash keeps its traceback
+
+
+@pytest.mark.integration
 def test_refused_override_under_torchrun_is_one_error_line_whichever_rank_fails_first(tmp_path):
     res = run_cli(tmp_path / "run", *FAST, "train.lr=nan", nproc=2, timeout=240)
     assert res.returncode != 0
