@@ -365,7 +365,9 @@ def classify_failure(st: RunState, exc: BaseException) -> bool:
         return False
     # a crash: keep the traceback on stderr, the summary in run.json (SystemExit is recorded too)
     st.error = one_line(exc)
-    if not (_peer_gone(exc) or is_timeout(exc) or isinstance(exc, SystemExit)):  # its own: left for rank 0
+    # its own failure, left for rank 0; not a failed collective (a consequence: a peer gone, a timeout, NCCL's
+    # errors when a peer went), which would name this rank for another's loss
+    if not (_peer_gone(exc) or is_timeout(exc) or isinstance(exc, (SystemExit, getattr(dist, "DistError", ())))):
         leave_for_rank0(rundir.path, rank, st.error, st.trainer.state.step if st.trainer is not None else None, False)
     lost = _lost_ranks(st.hosts, st.trainer, rundir.run_json) if not isinstance(exc, SystemExit) else None
     deadline = time.monotonic() + PEER_EXIT_S

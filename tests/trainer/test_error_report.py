@@ -101,3 +101,23 @@ def test_bad_input_or_a_crash_a_peer_found_is_what_rank_0_records(tmp_path):
     assert error_report.peer_error(str(tmp_path), hosts)[0].startswith(
         "rank 1 (host b) stopped on bad input after step 2 (and 1 more rank): ")
     assert error_report.peer_error(str(tmp_path), hosts[:1] + [dict(hosts[1], pid=5)]) is None
+
+
+def test_a_rank_leaves_its_own_crash_for_rank_0_but_not_a_failed_collective(tmp_path, capsys):
+    """A failed collective is a consequence (a peer gone, NCCL's error when one went): left for rank 0, it named
+    this rank for another's loss."""
+    from types import SimpleNamespace
+
+    import torch.distributed as dist
+
+    from trainer import run
+
+    hosts = [{"rank": 0, "hostname": "a", "pid": 1}, {"rank": 1, "hostname": "b", "pid": os.getpid()}]
+    st = SimpleNamespace(rank=1, rundir=SimpleNamespace(path=str(tmp_path), run_json=str(tmp_path / "run.json")),
+                         hosts=hosts, trainer=None, status="failed", code=1, error=None, recipe=None)
+    run.classify_failure(st, dist.DistBackendError("NCCL error: remote process exited or there was a network error"))
+    assert error_report.peer_error(str(tmp_path), hosts) is None
+    run.classify_failure(st, RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB"))
+    assert error_report.peer_error(str(tmp_path), hosts) == (
+        "rank 1 (host b) failed: RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB", 1)
+    capsys.readouterr()  # the crashes' tracebacks
