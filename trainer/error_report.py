@@ -14,8 +14,8 @@ from telemetry.errors import FaultError, InputError, print_errors
 from telemetry.rundir import RANK_ERROR, rank_file, rank_files, write_json_atomic
 from telemetry.signals import deferred
 
-__all__ = ["FaultError", "InputError", "first_to_report", "leave_for_rank0", "no_room", "no_room_line", "one_line",
-           "peer_error", "report", "signals_held"]  # the errors: telemetry/errors.py
+__all__ = ["FaultError", "InputError", "first_to_report", "forget_left", "leave_for_rank0", "no_room", "no_room_line",
+           "one_line", "peer_error", "report", "signals_held"]  # the errors: telemetry/errors.py
 
 
 def one_line(exc: BaseException, limit: int = 500) -> str:
@@ -115,6 +115,14 @@ def leave_for_rank0(run_dir: str, rank: int, error: str, step: int | None, bad_i
         os.makedirs(os.path.dirname(path), exist_ok=True)  # a failure before telemetry made ranks/
         write_json_atomic(path, {"rank": rank, "pid": os.getpid(), "step": step, "error": error,
                                  "bad_input": bad_input})
+
+
+def forget_left(run_dir: str, rank: int) -> None:
+    """At a run's start: what this rank left in an earlier attempt is not this one's. The pid told attempts apart,
+    but a container restarted runs its processes under the same pids, and rank 0 named the earlier attempt's
+    bad input for this attempt's lost rank."""
+    with contextlib.suppress(OSError):
+        os.remove(os.path.join(run_dir, rank_file(rank, RANK_ERROR)))
 
 
 def peer_error(run_dir: str, hosts: list) -> tuple[str, int] | None:

@@ -26,7 +26,7 @@ from .data.sampler import StepSampler
 from .distributed import (ParallelDims, describe_timeout, dump_flight_recorder, init_process_group, is_timeout,
                           pick_backend, pick_device, prepare_flight_recorder)
 from .engines import deepspeed as deepspeed_engine
-from .error_report import (FaultError, InputError, leave_for_rank0, no_room, no_room_line, one_line, peer_error,
+from .error_report import (FaultError, InputError, forget_left, leave_for_rank0, no_room, no_room_line, one_line, peer_error,
                            print_errors, report)
 from .hook_list import HookList
 from .kernels import apply as apply_kernels, resolve as resolve_kernels
@@ -183,6 +183,7 @@ def open_run(recipe: Recipe, layout: Layout, rank: int, lock: RunLock, argv: lis
     rec.open(resume=recipe.train.resume != "never", command=redact_tree(argv), overrides=redact_tree(overrides),
              recipe_path=recipe.recipe_path, recipe=redact_tree(recipe.to_dict()), layout=layout.to_dict())
     st = RunState(recipe, layout, rank, lock, rec)
+    forget_left(rec.rundir.path, rank)
     try:
         st.stops = StopRequests(recipe.train.save_on_signal, peers_gone=lambda: _peers_gone(st)).install()
     except BaseException as exc:  # run.json says 'running' now: it gets its end (signal handlers off the main thread)

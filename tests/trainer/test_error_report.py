@@ -121,3 +121,14 @@ def test_a_rank_leaves_its_own_crash_for_rank_0_but_not_a_failed_collective(tmp_
     assert error_report.peer_error(str(tmp_path), hosts) == (
         "rank 1 (host b) failed: RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB", 1)
     capsys.readouterr()  # the crashes' tracebacks
+
+
+def test_what_a_rank_left_in_an_earlier_attempt_is_forgotten_at_its_start(tmp_path):
+    """A restarted container runs its ranks under the same pids: the pid alone took an earlier attempt's bad input
+    for this attempt's."""
+    hosts = [{"rank": 0, "hostname": "a", "pid": 10}, {"rank": 1, "hostname": "b", "pid": os.getpid()}]
+    error_report.leave_for_rank0(str(tmp_path), 1, "data.dataset: '/d.jsonl' is not a file", 2)
+    assert error_report.peer_error(str(tmp_path), hosts) is not None
+    error_report.forget_left(str(tmp_path), 1)  # the next attempt's rank 1, same pid
+    assert error_report.peer_error(str(tmp_path), hosts) is None
+    error_report.forget_left(str(tmp_path), 1)  # nothing left: nothing to do
