@@ -178,8 +178,8 @@ def main(argv: list[str] | None = None) -> int:
                                                           RendezvousError, RendezvousTimeoutError)
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.run import get_rdzv_endpoint, parse_min_max_nnodes
     from torch.distributed.run import main as torchrun_main
-    from torch.distributed.run import parse_min_max_nnodes
 
     argv = sys.argv[1:] if argv is None else argv
     args = _parse(argv)  # as torchrun parses them (PET_* variables included, as the training operator sets)
@@ -192,11 +192,17 @@ def main(argv: list[str] | None = None) -> int:
             return print_errors(*problems)
     if parse_min_max_nnodes(args.nnodes)[1] > 1:
         os.environ.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")  # a restarted node can rejoin (docstring)
+    if not args.standalone:  # one job's every round, for its workers (trainer/runlock.py): MASTER_PORT is not
+        where = get_rdzv_endpoint(args)
+        os.environ["FABRIC_HARNESS_RDZV"] = f"{args.rdzv_backend} {where} {args.rdzv_id}"
     try:
         torchrun_main(argv)
     except ChildFailedError as exc:
         codes = {failure.exitcode for failure in exc.failures.values()}
-        if codes == {2}:  # bad input: the workers said it (one `error:` line, rank 0's); torch's box adds nothing
+        # bad input: the workers said it (one `error:` line, the first rank to find it); torch's box adds
+        # nothing. A rank that found it alone exits 2 and the agent SIGTERMs the others: those end by the
+        # signal (a negative code), and the launch still exits 2 without torch's traceback.
+        if 2 in codes and all(code == 2 or code < 0 for code in codes):
             return 2
         raise
     except RendezvousTimeoutError:

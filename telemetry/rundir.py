@@ -37,6 +37,7 @@ SWEEP_JSON, SWEEP_CSV, SWEEP_NCCL_TESTS = "collectives.json", "collectives.csv",
 # a sweep's whole record: a rerun moves an earlier attempt's to logs/sweep.attempt-N/ before it writes its own
 SWEEP_RECORD = (SWEEP_TABLE, SWEEP_JSON, SWEEP_CSV, SWEEP_NCCL_TESTS, SWEEP_SIZES)
 RANK_TELEMETRY, RANK_EVENTS, RANK_FINAL = "telemetry.jsonl", "events.jsonl", "final.json"  # ranks/rankNNNNN.<name>
+RANK_ERROR = "error.json"  # why a rank other than 0 stopped (bad input, a crash): what rank 0 records in run.json
 
 LAYOUT = (
     (RUN_JSON, "resolved recipe, layout, hosts, software versions, environment (fabric settings only, secrets "
@@ -45,7 +46,8 @@ LAYOUT = (
     (METRICS, "one flushed JSON line per optimizer step, rank 0's view (fields below)"),
     (f"{RANKS}/", "per rank: rankNNNNN.telemetry.jsonl (that rank's per-step telemetry, same fields), "
                   "rankNNNNN.final.json (hash and norm of the trainable weights), rankNNNNN.events.jsonl "
-                  "(phase marks and calls, only when the trace export is asked for)"),
+                  "(phase marks and calls, only when the trace export is asked for), rankNNNNN.error.json (why "
+                  "that rank stopped, maybe alone - bad input or a crash: rank 0 records it as run.json's error)"),
     (f"{CHECKPOINTS}/", "DCP checkpoints and latest.json"),
     (f"{LOGS}/", "NCCL debug logs (nccl.HOST.PID.log), metrics lines set aside on resume, each earlier "
                  "attempt's run.json (run.attempt-N.json; run.damaged-TIME.json when it could not be read) and "
@@ -90,7 +92,7 @@ def recorded_by_run(path: str, run_dir: str) -> bool:
 
 
 def rank_file(rank: int, name: str) -> str:
-    """ranks/rankNNNNN.<name> (name with its extension: RANK_TELEMETRY, RANK_FINAL, RANK_EVENTS)."""
+    """ranks/rankNNNNN.<name> (name with its extension: RANK_TELEMETRY, RANK_FINAL, RANK_EVENTS, RANK_ERROR)."""
     return os.path.join(RANKS, f"rank{rank:05d}.{name}")
 
 

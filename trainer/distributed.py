@@ -85,6 +85,9 @@ def dump_flight_recorder(logs_dir: str, rank: int) -> dict | None:
     return dump
 
 
+NAMED_PEERS = 8  # a timeout's line names this many of a group's peers, then counts the rest
+
+
 def describe_timeout(dump: dict | None, rank: int, step: int | None, timeout_s: int, hosts: list,
                      backend: str, environ=os.environ, exc: BaseException | None = None, after: bool = False,
                      sweeping: str | None = None) -> str:
@@ -117,7 +120,11 @@ def describe_timeout(dump: dict | None, rank: int, step: int | None, timeout_s: 
         return f"rank {r} (host {h.get('hostname')})" if h else f"rank {r}"
     var = "NCCL_SOCKET_IFNAME" if backend == "nccl" else "GLOO_SOCKET_IFNAME"
     iface = f"interface {environ[var]} ({var})" if environ.get(var) else f"the host name's interface ({var} unset)"
-    who = name(peers[0]) if len(peers) == 1 else "one of " + ", ".join(name(r) for r in peers)
+    who = name(peers[0]) if len(peers) == 1 else "one of " + ", ".join(name(r) for r in peers[:NAMED_PEERS])
+    if len(peers) > NAMED_PEERS:  # a group of 1,024: its 1,023 names were the line; the dumps name the silent one
+        on = {(hosts[r] or {}).get("hostname") for r in peers if 0 <= r < len(hosts) and isinstance(hosts[r], dict)}
+        where = f" on {len(on):,} hosts" if on else ""
+        who += f" and {len(peers) - NAMED_PEERS:,} more ({len(peers):,} peers{where})"
     at = f"{'after' if after else 'at'} step {step}" if step is not None else "at start-up"
     if sweeping:  # a sweep has no steps: its case, and that one call of it may outlast the timeout on a slow link
         at = f"in the sweep's {sweeping.removeprefix('the ')}"

@@ -1,11 +1,11 @@
 """Faults on purpose, for tests and benchmarks, kept out of the step loop: a straggler (one rank's compute
 late by `debug.delay_s` from `debug.delay_from_step`), and a lost or hung rank after a given step
 (FABRIC_HARNESS_CRASH_AFTER_STEP=N, FABRIC_HARNESS_CRASH_RANK=R,
-FABRIC_HARNESS_CRASH_MODE=kill|hang|hang_at_step_end|input: the resume and fault tests stand it in for a lost
-node or a cut link; `hang_at_step_end`: silent after step N's collectives but before its end-of-step hooks,
+FABRIC_HARNESS_CRASH_MODE=kill|hang|hang_at_step_end|input|raise: the resume and fault tests stand it in for a
+lost node or a cut link; `hang_at_step_end`: silent after step N's collectives but before its end-of-step hooks,
 so the peers wait in telemetry's cross-rank exchange instead of the next step's collectives; `input`: that
 rank alone refuses its input while the others train on, to test that the `error:` line survives whichever
-rank fails first). The loop calls `before_step`, `at_step_end` and `after_step`; with nothing asked for,
+rank fails first; `raise`: that rank alone crashes, with a traceback, as a rank out of device memory would). The loop calls `before_step`, `at_step_end` and `after_step`; with nothing asked for,
 they do nothing."""
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import signal
 import time
 
 
-CRASH_MODES = ("kill", "hang", "hang_at_step_end", "input")
+CRASH_MODES = ("kill", "hang", "hang_at_step_end", "input", "raise")
 
 
 def _whole(environ, name: str, allowed: str) -> int:
@@ -72,4 +72,7 @@ class FaultInjection:
                 from .error_report import InputError
                 raise InputError(f"fault injection: rank {self.crash_rank} refuses its input after step {step} "
                                  "(FABRIC_HARNESS_CRASH_MODE=input)")
+            if self.crash_mode == "raise":  # a crash of this rank alone (a device out of memory)
+                raise RuntimeError(f"fault injection: rank {self.crash_rank} crashes after step {step} "
+                                   "(FABRIC_HARNESS_CRASH_MODE=raise)")
             os.kill(os.getpid(), signal.SIGKILL)

@@ -26,14 +26,15 @@ from .data.sampler import StepSampler
 from .distributed import (ParallelDims, describe_timeout, dump_flight_recorder, init_process_group, is_timeout,
                           pick_backend, pick_device, prepare_flight_recorder)
 from .engines import deepspeed as deepspeed_engine
-from .error_report import FaultError, InputError, no_room, no_room_line, one_line, print_errors, report
+from .error_report import (FaultError, InputError, forget_left, leave_for_rank0, no_room, no_room_line, one_line, peer_error,
+                           print_errors, report)
 from .hook_list import HookList
 from .kernels import apply as apply_kernels, resolve as resolve_kernels
 from .layout import Layout
 from .loop import Trainer, TrainerParts
 from .optim import keep_fp32_master
 from .parallelize import unwrap
-from .run_writer import RunDir
+from .run_writer import RunDir, record_for_lost_rank0
 from .runlock import RunLock, pid_alive
 from .seeding import seed_training_streams
 from .stop import Interrupted, StopRequests
@@ -182,6 +183,7 @@ def open_run(recipe: Recipe, layout: Layout, rank: int, lock: RunLock, argv: lis
     rec.open(resume=recipe.train.resume != "never", command=redact_tree(argv), overrides=redact_tree(overrides),
              recipe_path=recipe.recipe_path, recipe=redact_tree(recipe.to_dict()), layout=layout.to_dict())
     st = RunState(recipe, layout, rank, lock, rec)
+    forget_left(rec.rundir.path, rank)
     try:
         st.stops = StopRequests(recipe.train.save_on_signal, peers_gone=lambda: _peers_gone(st)).install()
     except BaseException as exc:  # run.json says 'running' now: it gets its end (signal handlers off the main thread)
@@ -328,16 +330,24 @@ def classify_failure(st: RunState, exc: BaseException) -> bool:
         # any rank may find it first, or alone (a file missing on one host): the first to fail says it,
         # before torchrun stops the others (trainer/error_report.py)
         st.code, st.error = 2, str(exc)
+        leave_for_rank0(rundir.path, rank, st.error, st.trainer.state.step if st.trainer is not None else None)
         report(exc)
         return False
+    # rank 0, torn down or cut off because another rank stopped on bad input: that input is the run's error
+    peer, peer_code = (peer_error(rundir.path, st.hosts) if rank == 0 and len(st.hosts) > 1 else None) or (None, 1)
     if isinstance(exc, (Interrupted, KeyboardInterrupt)):
         # a KeyboardInterrupt (SIGINT before the handler is installed, or a library's own) has no message
         st.status, st.code, st.error = "interrupted", 130, f"interrupted by {str(exc) or 'SIGINT'}"
         lost = _lost_ranks(st.hosts, st.trainer, rundir.run_json)
-        if lost:
+        if peer:
+            st.status, st.code, st.error = "failed", peer_code, peer
+        elif lost:
             st.status, st.code, st.error = "failed", 1, f"{lost}; {st.error}"
-        print(f"[trainer] rank {rank}: {st.error}; completed steps stay in metrics.jsonl", file=sys.stderr,
-              flush=True)
+        if lost and not peer and _rank0_lost(st):
+            _say(st, st.error)
+        else:
+            print(f"[trainer] rank {rank}: {st.error}; completed steps stay in metrics.jsonl", file=sys.stderr,
+                  flush=True)
         return False
     if no_room(exc):  # a rank's file or an export refused by a filesystem that filled up: a fault, one line
         st.error = no_room_line(st.recipe.output_dir, exc)
@@ -350,8 +360,16 @@ def classify_failure(st: RunState, exc: BaseException) -> bool:
         else:
             report(exc)
         return False
+    if peer and (_peer_gone(exc) or is_timeout(exc)):
+        st.code, st.error = peer_code, peer
+        _say(st, peer)  # said already on the peer's host (one line per host)
+        return False
     # a crash: keep the traceback on stderr, the summary in run.json (SystemExit is recorded too)
     st.error = one_line(exc)
+    # its own failure, left for rank 0; not a failed collective (a consequence: a peer gone, a timeout, NCCL's
+    # errors when a peer went), which would name this rank for another's loss
+    if not (_peer_gone(exc) or is_timeout(exc) or isinstance(exc, (SystemExit, getattr(dist, "DistError", ())))):
+        leave_for_rank0(rundir.path, rank, st.error, st.trainer.state.step if st.trainer is not None else None, False)
     lost = _lost_ranks(st.hosts, st.trainer, rundir.run_json) if not isinstance(exc, SystemExit) else None
     deadline = time.monotonic() + PEER_EXIT_S
     while not lost and _peer_gone(exc) and time.monotonic() < deadline:
@@ -361,11 +379,11 @@ def classify_failure(st: RunState, exc: BaseException) -> bool:
         lost = _lost_remote_ranks(exc, st.hosts, st.trainer)
     if lost:  # a collective failed because a peer died: say which, not the transport's words
         st.error = f"{lost}; {st.error}"
-        _say(rank, st.error)
+        _say(st, st.error, exc)
         return False
     if _peer_gone(exc) and not isinstance(exc, SystemExit):  # a peer still exiting, or none named: no traceback
         st.error = f"a peer closed its connection (its own log says why); {st.error}"
-        _say(rank, st.error)
+        _say(st, st.error, exc)
         return False
     if is_timeout(exc) and dist.is_initialized():  # a peer that does not answer: a cut link, a hung rank
         state = st.trainer.state if st.trainer is not None else None
@@ -373,7 +391,7 @@ def classify_failure(st: RunState, exc: BaseException) -> bool:
         st.error = describe_timeout(dump_flight_recorder(rundir.logs, rank), rank, step,
                                     st.recipe.distributed.timeout_s, st.hosts, dist.get_backend(), exc=exc,
                                     after=state is not None and state.steps_done, sweeping=_sweeping(st))
-        _say(rank, st.error)
+        _say(st, st.error, exc)
         return False
     if isinstance(exc, SystemExit):
         st.code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
@@ -422,14 +440,31 @@ def close(st: RunState) -> None:
                 st.stops.remove()
 
 
-def _say(rank: int, error: str) -> None:
+def _say(st: RunState, error: str, exc: BaseException | None = None) -> None:
     """A fault every rank may see: rank 0 says the `error:` line, the others a note in their own log. Rank 0
     says it through `report`, so a peer that already said why it left (bad input found on that rank alone)
-    keeps the one line: rank 0 would only add that the peer is gone."""
-    if rank == 0:
+    keeps the one line: rank 0 would only add that the peer is gone. With rank 0 itself gone, the survivors
+    say it (once per host) and record it in run.json: no line was said and run.json stayed `running`."""
+    if st.rank == 0:
         report(error)
+    elif _rank0_lost(st, exc):
+        report(error)
+        record_for_lost_rank0(st.rundir.run_json, error)
     else:
-        print(f"[trainer] rank {rank}: {error}", file=sys.stderr, flush=True)
+        print(f"[trainer] rank {st.rank}: {error}", file=sys.stderr, flush=True)
+
+
+def _rank0_lost(st: RunState, exc: BaseException | None = None) -> bool:
+    """Rank 0 gone without recording how the run ended (killed, crashed hard). On its host its pid tells;
+    elsewhere a connection closed from its address (run.json `hosts`)."""
+    if st.rank == 0 or _closed_by_rank0(st.rundir.run_json):
+        return False
+    zero = next((h for h in st.hosts if isinstance(h, dict) and h.get("rank") == 0), None)
+    if zero is None:
+        return False
+    if zero.get("hostname") == host_info()["hostname"]:
+        return isinstance(zero.get("pid"), int) and not pid_alive(zero["pid"])
+    return exc is not None and _peer_gone(exc) and zero.get("address") in _IPV4.findall(str(exc))
 
 
 def _peer_gone(exc: BaseException) -> bool:

@@ -3,7 +3,7 @@
 Rank 0 takes the lock before writing anything and refreshes its time stamp every HEARTBEAT_S; the
 other ranks only check it. A lock is stale when its process is gone (same host: the pid is checked)
 or its time stamp is older than STALE_S (another host). A rerun of the same torchrun job (an elastic
-restart: same run id and rendezvous address) takes the lock over.
+restart: same run id and rendezvous, see owner_key) takes the lock over.
 """
 from __future__ import annotations
 
@@ -24,8 +24,14 @@ STALE_S = 60.0
 
 
 def owner_key() -> str:
-    """Equal for every rank of one torchrun job, different for two live jobs (they cannot share a rendezvous)."""
+    """Equal for every rank of one torchrun job, different for two live jobs (they cannot share a rendezvous).
+    Under launch.torchrun the rendezvous it met at (FABRIC_HARNESS_RDZV: backend, endpoint, run id), the same in
+    every round of the job: with several nodes rank 0's agent publishes a fresh MASTER_PORT each round, and a
+    restarted job's ranks on other hosts took the earlier round's lock for another live job's."""
     if "TORCHELASTIC_RUN_ID" in os.environ:
+        rdzv = os.environ.get("FABRIC_HARNESS_RDZV", "").split(" ")
+        if len(rdzv) == 3:
+            return f"torchrun {os.environ['TORCHELASTIC_RUN_ID']} at {rdzv[1]}"
         return (f"torchrun {os.environ['TORCHELASTIC_RUN_ID']} at {os.environ.get('MASTER_ADDR')}:"
                 f"{os.environ.get('MASTER_PORT')}")
     return f"pid {os.getpid()} on {host_info()['hostname']}"

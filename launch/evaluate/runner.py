@@ -184,6 +184,7 @@ SLURM_STEP_BODY = r'''set -euo pipefail
 HEAD=$(scontrol show hostnames "$SLURM_STEP_NODELIST" | head -n 1)
 HEAD_ADDR=$(scontrol show node "$HEAD" | grep -o 'NodeAddr=[^ ]*' | head -n 1 | cut -d= -f2 || true)
 ADDR=${HEAD_ADDR:-$HEAD}
+[[ $ADDR == *:* && $ADDR != \[* ]] && ADDR="[$ADDR]"  # IPv6: torchrun tells address from port by the brackets
 if [[ -z "${GLOO_SOCKET_IFNAME:-}" && -n "${NCCL_SOCKET_IFNAME:-}" && -e "/sys/class/net/${NCCL_SOCKET_IFNAME}" ]]; then
   export GLOO_SOCKET_IFNAME=$NCCL_SOCKET_IFNAME
 fi

@@ -79,6 +79,17 @@ def software_versions() -> dict:
     }
 
 
+def launcher_hosts(world: int, environ=os.environ) -> int | None:
+    """Hosts in the job, each with a local rank 0 that reads the host-wide sources: torchrun's agents
+    (GROUP_WORLD_SIZE), right also where nodes run different numbers of ranks; else world size over the ranks
+    per host (LOCAL_WORLD_SIZE); None when neither is set."""
+    agents = environ.get("GROUP_WORLD_SIZE", "")
+    if agents.isdigit() and int(agents) >= 1:
+        return int(agents)
+    local = environ.get("LOCAL_WORLD_SIZE", "")
+    return max(1, world // int(local)) if local.isdigit() and int(local) >= 1 else None
+
+
 def host_info() -> dict:
     # FABRIC_HARNESS_NODE names the node where host names do not tell nodes apart (the fabric lab's
     # namespaces, some container set-ups)

@@ -47,7 +47,7 @@ from telemetry.capture.cross_rank import (EXCHANGE, JOB_SUMS, REDUCED, ROWS, SID
                                           cross_rank_figures, reduction_payload, tree_reduce)
 from telemetry.capture.cross_rank import height as tree_height
 from telemetry.capture.energy import EnergyMeter, open_cpu_source, open_gpu_source, total_j
-from telemetry.capture.environment import host_info
+from telemetry.capture.environment import host_info, launcher_hosts
 from telemetry.capture.exposed import CopyRate, ProfiledWindows, phase_times, step_comm_times
 from telemetry.capture.link_probe import link_probe
 from telemetry.stragglers import StragglerDetector, describe as describe_straggler, leaders
@@ -240,9 +240,9 @@ class Telemetry:
             print(f"[telemetry] server power not read: {exc}", file=sys.stderr, flush=True)
 
     def _host_count(self) -> int | None:
-        """Hosts in the job: world size over the ranks per host torchrun says (LOCAL_WORLD_SIZE)."""
-        local = int(os.environ.get("LOCAL_WORLD_SIZE", "0") or 0)
-        return max(1, self.world // local) if local else None
+        """Hosts in the job, each read by its local rank 0: torchrun's agents (GROUP_WORLD_SIZE), right also where
+        nodes run different numbers of ranks; else world size over the ranks per host (LOCAL_WORLD_SIZE)."""
+        return launcher_hosts(self.world)
 
     def _choose_rdma_ports(self, nccl_devices: list[dict] | None = None) -> None:
         """Count the RDMA ports NCCL uses, not every HCA in the host (storage cards: rdma_devices.py): NCCL_IB_HCA

@@ -122,12 +122,33 @@ def test_store_sharing_is_turned_off_only_where_a_node_can_rejoin(monkeypatch, a
 
     from launch import torchrun
 
-    unset_env(monkeypatch, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE")
+    unset_env(monkeypatch, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "FABRIC_HARNESS_RDZV")
     seen = []
     monkeypatch.setattr(torch.distributed.run, "main",
                         lambda argv: seen.append(os.environ.get("TORCH_DISABLE_SHARE_RDZV_TCP_STORE")))
     assert torchrun.main(argv) == 0
     assert seen == (["1"] if off else [None])
+
+
+@pytest.mark.parametrize("argv, named", [
+    (["--standalone", "--nproc-per-node=2", "-m", "trainer", TINY], None),  # torch picks its id and port later
+    (["--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "h0:29400", "-m", "trainer", TINY],
+     "c10d h0:29400 none"),
+    (["--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "h0:29400", "--rdzv-id", "77", "-m", "trainer",
+      TINY], "c10d h0:29400 77"),
+    (["--nnodes", "2", "--node-rank", "1", "--master-addr", "h0", "--master-port", "29511", "-m", "trainer", TINY],
+     "static h0:29511 none")])
+def test_the_workers_are_told_the_rendezvous_they_met_at(monkeypatch, argv, named):
+    """The run directory's lock tells two jobs apart by it: MASTER_PORT changes every round of one job."""
+    import torch.distributed.run
+
+    from launch import torchrun
+
+    unset_env(monkeypatch, "FABRIC_HARNESS_RDZV", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE")
+    seen = []
+    monkeypatch.setattr(torch.distributed.run, "main", lambda argv: seen.append(os.environ.get("FABRIC_HARNESS_RDZV")))
+    assert torchrun.main(argv) == 0
+    assert seen == [named]
 
 
 @pytest.mark.parametrize("argv, expected", [
@@ -231,3 +252,29 @@ def test_a_stopped_launcher_says_so_in_one_line_not_a_traceback(tmp_path):
     assert agent.returncode == 128 + signal.SIGTERM, err
     assert "Traceback" not in err, err
     assert err.splitlines()[-1].startswith("torchrun: stopped by SIGTERM; its workers were sent SIGTERM"), err
+
+
+@pytest.mark.parametrize("codes, expected", [({1: 2, 0: -15}, 2), ({0: 2, 1: 2}, 2), ({1: 2, 0: 1}, None),
+                                             ({1: -9, 0: -15}, None)])
+def test_bad_input_on_one_rank_exits_2_though_the_agent_stopped_the_others(monkeypatch, capsys, codes, expected):
+    """Rank 1 alone finds bad input (a file missing on its host) and exits 2 after its `error:` line; torchrun
+    then SIGTERMs rank 0, which ends by that signal (-15). Every worker that ended by itself exited 2: bad input,
+    exit 2 and no torch box. It was a ChildFailedError traceback and exit 1. A worker that failed otherwise, or
+    workers killed by signals alone, keep torch's report."""
+    import torch.distributed.run
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
+
+    from launch import torchrun
+
+    def failed(argv):
+        raise ChildFailedError("trainer", {rank: ProcessFailure(rank, 100 + rank, code, "<N/A>")
+                                           for rank, code in codes.items()})
+
+    monkeypatch.setattr(torch.distributed.run, "main", failed)
+    argv = ["--standalone", "--nproc-per-node", "2", "-m", "trainer", TINY]
+    if expected is None:
+        with pytest.raises(ChildFailedError):
+            torchrun.main(argv)
+    else:
+        assert torchrun.main(argv) == expected
+        assert capsys.readouterr().err == ""

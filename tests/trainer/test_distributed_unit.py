@@ -73,6 +73,21 @@ def test_a_wait_that_names_itself_wins_over_the_dumps_last_entry():
     assert after == line.replace(" at step 4 ", " after step 4 ")
 
 
+def test_a_timeout_in_a_group_of_1024_names_a_few_peers_and_counts_the_rest():
+    """With more than two members rank 0 cannot tell which one is silent and lists them: at 1,024 ranks that was
+    1,023 names on the one `error:` line and in run.json's error (about 27 kB)."""
+    hosts = [{"hostname": f"node{r // 8:03d}"} for r in range(1024)]
+    dump = {"entries": [{"record_id": 9, "profiling_name": "nccl:all_reduce", "collective_seq_id": 40,
+                         "process_group": ["0", "default_pg"], "state": "scheduled", "retired": False}],
+            "pg_config": {"0": {"ranks": str(list(range(1024)))}}}
+    line = d.describe_timeout(dump, 0, 12, 1800, hosts, "nccl", {"NCCL_SOCKET_IFNAME": "ib0"})
+    assert len(line) < 600, len(line)
+    assert ("waiting for one of rank 1 (host node000), rank 2 (host node000), rank 3 (host node000), rank 4 (host "
+            "node000), rank 5 (host node000), rank 6 (host node000), rank 7 (host node000), rank 8 (host node001) and "
+            "1,015 more (1,023 peers on 128 hosts) over interface ib0") in line, line
+    assert "python -m telemetry report RUN names the rank that never entered it" in line
+
+
 def test_timeout_line_without_a_dump():
     line = d.describe_timeout(None, 0, None, 30, HOSTS, "nccl", {"NCCL_SOCKET_IFNAME": "eth0"})
     assert line.startswith("distributed: a collective at start-up timed out after 30 s waiting for one of "

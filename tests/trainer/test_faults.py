@@ -233,6 +233,23 @@ def test_lost_rank_is_named_with_its_host(tmp_path):
 
 
 @pytest.mark.integration
+def test_lost_rank_0_is_named_by_a_survivor_in_one_line_and_in_run_json(tmp_path):
+    """Rank 0 says the run's line and writes run.json: killed, nobody did. Rank 1 only noted `[trainer] rank 1:
+    rank 0 ... was lost` in its own log, and run.json stayed `running` with no error, as if the run were live."""
+    out = tmp_path / "run"
+    res = run_cli(out, *FAST, "max_steps=30", nproc=2, timeout=240,
+                  env={"FABRIC_HARNESS_CRASH_AFTER_STEP": "2", "FABRIC_HARNESS_CRASH_RANK": "0"})
+    assert res.returncode != 0
+    info = json.loads((out / "run.json").read_text())
+    host = info["hosts"][0]
+    lost = f"rank 0 (host {host['hostname']}, pid {host['pid']}) was lost after step "
+    assert (info["status"], info["exit_code"]) == ("failed", 1), (info["status"], res.stderr[-3000:])
+    assert info["error"].startswith(lost) and info["end_time"], info["error"]
+    errors = [line for line in res.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and errors[0].startswith(f"error: {lost}"), res.stderr[-3000:]
+
+
+@pytest.mark.integration
 def test_disk_full_mid_run_fails_in_one_line_and_the_last_checkpoint_resumes(tmp_path):
     disk = tmp_path / "disk"
     disk.mkdir()
@@ -362,6 +379,27 @@ def test_input_error_on_one_rank_while_the_other_trains_is_one_error_line(tmp_pa
                       "(FABRIC_HARNESS_CRASH_MODE=input)"], res.stderr[-3000:]
     # torchrun's summary names the worker that failed first and its exit code 2 (bad input)
     assert re.search(r"rank\s*:\s*1 \(local_rank: 1\)\s*\n\s*exitcode\s*:\s*2", res.stderr), res.stderr[-3000:]
+    # rank 0 records rank 1's line, naming it (it recorded only that rank 1 was lost, with gloo's words)
+    info = res.run_json()
+    assert (info["status"], info["exit_code"]) == ("failed", 2), info["error"]
+    assert re.fullmatch(r"rank 1 \(host \S+\) stopped on bad input after step 2: fault injection: rank 1 refuses "
+                        r"its input after step 2 \(FABRIC_HARNESS_CRASH_MODE=input\)", info["error"]), info["error"]
+
+
+@pytest.mark.integration
+def test_a_crash_of_one_rank_is_named_in_run_json_with_its_own_words(tmp_path):
+    """Rank 1 alone crashes (as out of device memory): run.json said only `rank 1 (host h, pid N) was lost after
+    step 2; RuntimeError: ... Connection closed by peer ...`, and why was in rank 1's traceback alone."""
+    out = tmp_path / "run"
+    res = run_cli(out, *FAST, "max_steps=30", nproc=2, timeout=240,
+                  env={"FABRIC_HARNESS_CRASH_AFTER_STEP": "2", "FABRIC_HARNESS_CRASH_RANK": "1",
+                       "FABRIC_HARNESS_CRASH_MODE": "raise"})
+    assert res.returncode != 0
+    info = res.run_json()
+    assert (info["status"], info["exit_code"]) == ("failed", 1), info["error"]
+    assert re.fullmatch(r"rank 1 \(host \S+\) failed after step 2: RuntimeError: fault injection: rank 1 crashes after "
+                        r"step 2 \(FABRIC_HARNESS_CRASH_MODE=raise\)", info["error"]), info["error"]
+    assert "Traceback" in res.stderr  # rank 1's own: a crash keeps its traceback
 
 
 @pytest.mark.integration

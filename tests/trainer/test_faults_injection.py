@@ -71,7 +71,7 @@ def test_fault_variables_that_are_not_values_are_one_line(monkeypatch):
              "FABRIC_HARNESS_CRASH_AFTER_STEP: got 'two'; allowed: a step number >= 1 (0 or unset: no crash)"),
             ({"FABRIC_HARNESS_CRASH_RANK": "-1"}, "FABRIC_HARNESS_CRASH_RANK: got '-1'; allowed: a rank >= 0 (unset: 0)"),
             ({"FABRIC_HARNESS_CRASH_AFTER_STEP": "1", "FABRIC_HARNESS_CRASH_MODE": "explode"},
-             "FABRIC_HARNESS_CRASH_MODE: got 'explode'; allowed: kill, hang, hang_at_step_end, input, or unset (kill)")):
+             "FABRIC_HARNESS_CRASH_MODE: got 'explode'; allowed: kill, hang, hang_at_step_end, input, raise, or unset (kill)")):
         with pytest.raises(InputError) as exc:
             FaultInjection.from_recipe(quiet, 0, environ=environ)
         assert str(exc.value) == line

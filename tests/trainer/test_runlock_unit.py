@@ -89,3 +89,23 @@ def test_a_lock_that_is_a_fifo_or_a_directory_is_one_line_not_a_hang_or_tracebac
             problem = RunLock(str(run_dir), rank).acquire()
             assert problem.startswith("output_dir: ") and kind in problem and "allowed: " in problem
         assert RunLock(str(run_dir), 1).in_use() is not None
+
+
+def test_a_later_rendezvous_round_of_the_same_job_is_the_same_owner(tmp_path, monkeypatch):
+    """Several nodes (TORCH_DISABLE_SHARE_RDZV_TCP_STORE, launch.torchrun): rank 0's agent publishes a fresh
+    MASTER_PORT every rendezvous round, and the owner was "torchrun <id> at MASTER_ADDR:MASTER_PORT". After a
+    restart (rank 0 OOM-killed, its lock left behind) the other hosts' ranks read the earlier round's lock, fresh
+    and another owner's, and refused to start: exit 2, `output_dir ... is in use by a live run`. The agent names
+    the rendezvous for its workers (FABRIC_HARNESS_RDZV), the same in every round; another job's is not."""
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "none")  # a PyTorchJob without elasticPolicy.rdzvId
+    monkeypatch.setenv("FABRIC_HARNESS_RDZV", "c10d job-master-0:29400 none")
+    monkeypatch.setenv("MASTER_ADDR", "job-master-0")
+    monkeypatch.setenv("MASTER_PORT", "41001")
+    _write_lock(tmp_path, owner=owner_key(), host="job-master-0", pid=1)
+    monkeypatch.setenv("MASTER_PORT", "45113")  # the next round
+    assert RunLock(str(tmp_path), 1).acquire() is None
+    monkeypatch.setenv("FABRIC_HARNESS_RDZV", "c10d job-master-0:29400 other-job")
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "other-job")
+    assert RunLock(str(tmp_path), 1).acquire() is not None
+    monkeypatch.delenv("FABRIC_HARNESS_RDZV")  # plain torchrun: as before
+    assert owner_key() == "torchrun other-job at job-master-0:45113"

@@ -220,3 +220,18 @@ def test_a_job_host_sum_over_some_hosts_is_unknown_with_a_reason_not_their_sum()
     # the host count unknown (no LOCAL_WORLD_SIZE): the sum over those that knew, as before
     assert cross_rank_figures(reduced([values(r, float("nan") if r == 2 else 500.0) for r in range(4)]),
                               None, 4)["job_rdma_tx_bytes"] == 500.0
+
+
+def test_the_message_sizes_docs_telemetry_states_are_the_codes():
+    """docs/telemetry.md's "Telemetry at scale" sizes the tree's message and the median steps' vectors; fields
+    were added to REDUCED (28 now) while it still said 5 x 23 = 920 bytes and 160-byte vectors."""
+    import re
+    from pathlib import Path
+
+    text = " ".join((Path(__file__).resolve().parents[3] / "docs" / "telemetry.md").read_text(encoding="utf-8").split())
+    message, vector = ROWS * len(REDUCED) * 8, len(REDUCED) * 8
+    m = re.search(r"Each rank builds a (\d+) x (\d+) float64 message \(([\d,]+) bytes", text)
+    assert m and (int(m[1]), int(m[2]), int(m[3].replace(",", ""))) == (ROWS, len(REDUCED), message), m and m[0]
+    assert f"binomial tree of {message:,}-byte messages" in text
+    assert f"1,023 x {vector} bytes = {round(1023 * vector / 1000)} kB" in text
+    assert f"from rank 512, is {round((ROWS + 512) * vector / 1000)} kB" in text

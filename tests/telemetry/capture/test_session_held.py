@@ -102,3 +102,19 @@ def test_the_barrier_before_rank_0_exports_is_the_harnesss_own(tmp_path, monkeyp
         assert waited == [side] and tracer.outside_steps() == {}
     finally:
         early.reset()
+
+
+def test_the_job_counts_one_host_per_torchrun_agent_when_nodes_run_different_numbers_of_ranks(monkeypatch):
+    """Host-wide sources are read by each agent's local rank 0, so a job-wide host sum needs that many. Nodes of
+    4 and 8 GPUs (each node's task counts its own GPUs: launch/slurm/train.sbatch inside salloc --gpus 12) gave
+    rank 0 of the 4-GPU node 12 // 4 = 3 hosts, and every step's job host sums were null, "1 of 3 hosts
+    unknown". torchrun says the agents: GROUP_WORLD_SIZE."""
+    from types import SimpleNamespace
+
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
+    monkeypatch.setenv("GROUP_WORLD_SIZE", "2")
+    assert session.Telemetry._host_count(SimpleNamespace(world=12)) == 2
+    monkeypatch.delenv("GROUP_WORLD_SIZE")  # another launcher: ranks per host as before
+    assert session.Telemetry._host_count(SimpleNamespace(world=12)) == 3
+    monkeypatch.delenv("LOCAL_WORLD_SIZE")
+    assert session.Telemetry._host_count(SimpleNamespace(world=12)) is None
