@@ -12,7 +12,6 @@ nemo and torchrun flags not tried, and bench/gpu/run.sh's options (none was trie
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 from bench.support.recorded_runs import write_run

@@ -207,13 +207,13 @@ def load_run(path: str) -> Run:
         rename_fields(final, RENAMED_UNITS)  # a sweep's avg_busbw per collective
         metrics_path = os.path.join(path, METRICS)
         bad = []
-        metrics = read_jsonl(metrics_path, bad, _step)
+        metrics = read_jsonl(metrics_path, bad, _in_step_order())
     except InputError as exc:  # a directory or FIFO where a rank file or metrics.jsonl goes
         raise RunError(str(exc)) from None
     if not metrics and _has_text(metrics_path):
         raise RunError(f"{metrics_path}: no line is a step record; allowed: one JSON object per line with a "
-                       "finite number or null in each number field, as a run writes (a truncated last line is "
-                       "skipped)")
+                       "step from 1, a finite number or null in each number field and a step_time_s above 0, as a run "
+                       "writes (a truncated last line is skipped)")
     if bad:
         damaged[METRICS] = bad
     return Run(path, info, metrics, ranks, damaged)
@@ -225,6 +225,20 @@ def _step(record: dict) -> bool:
     return is_step_record(upgrade_record(record))
 
 
+def _in_step_order():
+    """_step, and a step after the one before: a run writes each step once, in order (a resume sets aside the
+    lines past its checkpoint), so a step again or going back (two runs' lines in one file, `cat a b >`) is
+    damage, left out and named, not a step counted twice."""
+    last = [0]
+
+    def check(record: dict) -> bool:
+        if not _step(record) or record[StepKey.STEP] <= last[0]:
+            return False
+        last[0] = record[StepKey.STEP]
+        return True
+    return check
+
+
 def damage_warning(run: Run) -> str | None:
     """One line naming the lines a reader left out as damage (not a killed job's cut last line), or None."""
     if not run.damaged:
@@ -234,7 +248,8 @@ def damage_warning(run: Run) -> str | None:
         shown = ", ".join(str(n) for n in nums[:5])
         return f"line{'s' if len(nums) > 1 else ''} {shown}{f' and {len(nums) - 5} more' if len(nums) > 5 else ''}"
     parts = [f"{name} {lines(nums)}" for name, nums in sorted(run.damaged.items())]
-    return f"left out as damaged (not one JSON step record each): {'; '.join(parts)}"
+    return (f"left out as damaged (not one JSON step record each, or a step not after the one before): "
+            f"{'; '.join(parts)}")
 
 
 def _has_text(path: str) -> bool:

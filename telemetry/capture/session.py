@@ -235,9 +235,11 @@ class Telemetry:
             print(f"[telemetry] server power not read: {exc}", file=sys.stderr, flush=True)
 
     def _host_count(self) -> int | None:
-        """Hosts in the job: world size over the ranks per host torchrun says (LOCAL_WORLD_SIZE)."""
+        """Hosts in the job: world size over the ranks per host torchrun says (LOCAL_WORLD_SIZE); unknown (None)
+        where hosts hold different rank counts (LOCAL_WORLD_SIZE does not divide the world: a count from it would
+        be wrong, e.g. 6 // 4 = 1 host for hosts of 4 and 2 ranks)."""
         local = int(os.environ.get("LOCAL_WORLD_SIZE", "0") or 0)
-        return max(1, self.world // local) if local else None
+        return max(1, self.world // local) if local and self.world % local == 0 else None
 
     def _choose_rdma_ports(self, nccl_devices: list[dict] | None = None) -> None:
         """Count the RDMA ports NCCL uses, not every HCA in the host (storage cards: rdma_devices.py): NCCL_IB_HCA

@@ -763,7 +763,8 @@ def _sweep_job(recipe, rec, device: torch.device, say, on_size) -> dict:
         local = int(os.environ.get("LOCAL_WORLD_SIZE", "0") or 0)
         evidence = SweepEvidence(tel.bmc, tel.bmc_chassis, tel.bmc_sample_interval_s, tel.interfaces,
                                  ethtool=tel.ethtool, host=host_info()["hostname"], first_host=dist.get_rank() == 0,
-                                 hosts=max(1, dist.get_world_size() // local) if local else None)
+                                 hosts=max(1, dist.get_world_size() // local)
+                                 if local and dist.get_world_size() % local == 0 else None)
     result = run_sweep(recipe.sweep, device, hosts, say, meter=telemetry if telemetry and telemetry.started else None,
                        marks=evidence.marks if evidence is not None else None, on_size=on_size)
     rec.check_fabric(final=False)  # NCCL's communicators exist now: record and check the transport

@@ -1,6 +1,8 @@
 """`python -m telemetry report` on a recorded run, and on bad input."""
 from __future__ import annotations
 
+import json
+
 import pytest
 
 import subprocess
@@ -41,7 +43,24 @@ def test_damaged_lines_are_said_in_the_report(tmp_path):
     loaded = load_run(str(run))
     assert loaded.damaged == {"metrics.jsonl": [3]}
     write_report(str(run))
-    assert "left out as damaged (not one JSON step record each): metrics.jsonl line 3" in (run / "report" / "report.md").read_text()
+    assert ("left out as damaged (not one JSON step record each, or a step not after the one before): metrics.jsonl "
+            "line 3") in (run / "report" / "report.md").read_text()
+
+
+def test_a_step_again_or_going_back_is_left_out_as_damage(tmp_path):
+    from telemetry.analysis.runs import damage_warning
+
+    run = recorded_run(tmp_path / "run", energy=False)
+    metrics = run / "metrics.jsonl"
+    lines = [x for x in metrics.read_text().splitlines(keepends=True) if x.endswith("\n")]
+    steps = [json.loads(x)["step"] for x in lines]
+    metrics.write_text("".join(lines + lines))  # two runs' lines in one file: every step again
+    loaded = load_run(str(run))
+    assert [r["step"] for r in loaded.metrics] == steps
+    assert loaded.damaged == {"metrics.jsonl": list(range(len(lines) + 1, 2 * len(lines) + 1))}
+    assert "or a step not after the one before" in damage_warning(loaded)
+    metrics.write_text("".join(reversed(lines)))  # steps going back: only the first line is in order
+    assert [r["step"] for r in load_run(str(run)).metrics] == [steps[-1]]
 
 
 @pytest.mark.integration
