@@ -189,6 +189,8 @@ def load_run(path: str) -> Run:
         except PermissionError as exc:  # its entries cannot be seen: run.json may well be there
             raise RunError(f"{path}: not readable by this user ({exc.strerror}); allowed: a run directory this user "
                            "can list and read") from None
+        if os.path.exists(run_json):  # /dev/zero, a FIFO, a directory: a reader would never end, or fail
+            raise RunError(f"{run_json}: not a regular file; allowed: the JSON object a run writes")
         raise RunError(f"{path}: no {RUN_JSON} (is this a run directory?); {allowed}")
     info = read_run_json(run_json)
     problem = shape_problem(info)
