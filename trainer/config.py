@@ -362,6 +362,10 @@ def _special_files(r: Recipe) -> list[str]:
     for dotted in RECIPE_RELATIVE_PATHS:
         section, name = dotted.split(".")
         value = getattr(getattr(r, section), name, None)
+        if isinstance(value, str) and not value.strip():  # an unset $VAR: '' opens nothing (or the working dir)
+            out.append(f"{dotted}: got {value!r}; allowed: the path of a file or directory (an unset $VAR gives "
+                       "''), or null where the key may be left unset")
+            continue
         if isinstance(value, str) and not os.path.isdir(value) and (kind := not_a_file(os.path.expanduser(value))):
             out.append(f"{dotted}: {value!r} {kind}; allowed: a regular file or a directory, as the key names")
     return out
