@@ -730,10 +730,12 @@ def main(argv: list[str] | None = None) -> int:
         problems.append(exc)
     nodes_ok = MIN_NODES <= args.nodes <= MAX_NODES
     workers = args.nodes * args.nproc_per_node
-    if nodes_ok and (crowd := host_capacity.workers_problem(
-            "--nodes x --nproc-per-node", f"{args.nodes} x {args.nproc_per_node}", workers, host_capacity.available_bytes())):
+    crowd = nodes_ok and host_capacity.workers_problem(
+        "--nodes x --nproc-per-node", f"{args.nodes} x {args.nproc_per_node}", workers, host_capacity.available_bytes())
+    if crowd:
         problems.append(crowd)  # every emulated node's workers run on this one host
-    problems += _recipe_problems(recipe_args, args.nodes * args.nproc_per_node if nodes_ok else None)
+    # the recipe's layout judged on a world this host cannot start would be a second line about the same numbers
+    problems += _recipe_problems(recipe_args, workers if nodes_ok and not crowd else None)
     if problems:
         return print_errors(*problems)  # before any namespace exists: nothing to tear down
     try:
