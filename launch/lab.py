@@ -713,7 +713,12 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument(name, default=None, help=f"every shaped link's tbf {what} in bytes as tc writes sizes")
     if given := lab_options.option_problems(ours):
         return print_errors(*given)
-    args = p.parse_args(ours)
+    args, extra = p.parse_known_args(ours)
+    if extra:  # a recipe (or its overrides) without the `--` before it
+        first = extra[0]
+        hint = (f"; allowed: -- {first} [key=value ...] after the lab's options (the `--` starts the recipe's part)"
+                if not first.startswith("-") and "--" not in argv else "; see python -m launch.lab --help")
+        return print_errors(f"unrecognized arguments: {' '.join(extra)}{hint}")
     if not recipe_args:
         p.error("give the recipe after --, e.g. -- recipes/tiny_llama_lora.yaml max_steps=10")
     if args.nproc_per_node < 1:
