@@ -385,6 +385,22 @@ def _check_resume(value) -> list[str]:
             "checkpoint directory's path"]
 
 
+def _output_dir_anywhere(path: str) -> list[str]:
+    """What no host could make of output_dir, said by the dry run too (which otherwise leaves the path to the
+    host that runs it): a file there already, or a name over the filesystem's limit (NAME_MAX, PATH_MAX)."""
+    from telemetry.errors import name_length_problem
+
+    if not path.strip():
+        return []
+    if os.path.exists(path) and not os.path.isdir(path):
+        return [f"output_dir: {path!r} is a file, not a directory; allowed: a new or existing directory"]
+    existing = os.path.abspath(path)
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    problem = os.path.isdir(existing) and name_length_problem(path, existing, "output_dir")
+    return [problem] if problem else []
+
+
 def _output_dir_text(path: str) -> list[str]:
     """output_dir names the run in log lines, run.json and the live series' labels: no control character; and
     no `$VAR`, which nothing expands here (the recipe is read by no shell: a literal '$VAR' directory was made)."""
@@ -410,6 +426,7 @@ def check_recipe(r: Recipe) -> list[str]:
     if not r.output_dir.strip():
         p.append("output_dir: empty; allowed: a directory path")
     p += _output_dir_text(r.output_dir)
+    p += _output_dir_anywhere(r.output_dir)
     p += _special_files(r)
     if isinstance(r.name, str) and not r.name.strip():  # it labels the run in run.json, reports and comparisons
         p.append(f"name: got {r.name!r}; allowed: a non-empty name (it labels the run in run.json and reports)")
