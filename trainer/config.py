@@ -425,8 +425,7 @@ def check_recipe(r: Recipe) -> list[str]:
     p += within("", r, ("seed",), 0, SEED_MAX)
     if not r.output_dir.strip():
         p.append("output_dir: empty; allowed: a directory path")
-    p += _output_dir_text(r.output_dir)
-    p += _output_dir_anywhere(r.output_dir)
+    p += _output_dir_text(r.output_dir) + _output_dir_anywhere(r.output_dir)
     p += _special_files(r)
     if isinstance(r.name, str) and not r.name.strip():  # it labels the run in run.json, reports and comparisons
         p.append(f"name: got {r.name!r}; allowed: a non-empty name (it labels the run in run.json and reports)")
