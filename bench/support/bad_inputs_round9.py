@@ -407,4 +407,66 @@ CASES: list[tuple[str, str, list[str], dict]] = [
 ]
 
 # Cases that exit 0 on purpose, and why (counted apart: neither handled nor broken)
-BY_DESIGN: dict[tuple[str, str], str] = {}
+BY_DESIGN: dict[tuple[str, str], str] = {
+    ("trainer", "packing-off"): "YAML 1.1 reads off as false (a quoted 'off' is refused), as `yes` in earlier rounds",
+    ("trainer", "save-final-on"): "YAML 1.1 reads on as true, as meant",
+    ("trainer", "packing-capital-yes"): "YAML 1.1 reads Yes as true, as meant",
+    ("trainer", "eval-every-not-batch-multiple"): "evaluation runs at the first step boundary past each multiple of "
+                                                  "the samples (as MLPerf's eval every N samples): any count is a "
+                                                  "schedule",
+    ("trainer", "tp-not-dividing-vocab"): "the vocabulary layers stay whole on every rank where tp does not divide "
+                                          "the vocabulary (trainer/parallelize.py); only the heads and MLP split",
+    ("trainer", "pp2-odd-layers"): "stages take layers as evenly as they go (2 and 1 of 3: trainer/pipeline.py)",
+    ("trainer", "lora-r-above-hidden"): "PEFT builds it: a rank above the layer's width adds parameters, not an "
+                                        "error (as peft and torchtune accept it)",
+    ("trainer", "target-module-lm-head"): "lm_head is a Linear PEFT adapts; a valid target",
+    ("trainer", "target-modules-dup"): "PEFT matches target modules as a set: a name twice adapts it once",
+    ("trainer", "anchor-section-reused"): "four keys of lora merged into parallel: four unknown keys, one line each "
+                                          "(one per problem), each naming lora as the key's section",
+    ("trainer", "local-world-not-dividing"): "hosts may hold different rank counts (torchrun allows it); the host "
+                                             "count is then unknown (None), no longer WORLD_SIZE // LOCAL_WORLD_SIZE",
+    ("trainer", "load-digests-word"): "a test hook: only FABRIC_HARNESS_LOAD_DIGESTS=1 turns it on",
+    ("trainer", "nccl-debug-file-missing-dir"): "torch's NCCL dump path, written only on an NCCL watchdog timeout; "
+                                                "a CPU run never reads it (as NCCL_DEBUG_FILE in round 4)",
+    ("trainer", "output-dir-with-space"): "a directory with a space is a directory",
+    ("trainer", "name-unicode"): "a name labels the run; any printable text",
+    ("trainer", "name-with-slash"): "a name labels the run (run.json, reports, compare); no path is made of it",
+    ("telemetry report", "steps-twice"): "a step again is damage (a run writes each step once): left out and named "
+                                         "in the report (it counted every step twice: steps 12)",
+    ("telemetry report", "steps-backwards"): "as steps-twice: the lines not after the one before are left out and "
+                                             "named",
+    ("telemetry report", "ranks-symlink-loop"): "a ranks entry that is no directory holds no rank's files (round 8's "
+                                                "ranks-is-file)",
+    ("telemetry report", "run-json-empty-object"): "run.json without fields: each field unknown, said so",
+    ("telemetry report", "running-no-steps"): "a run that has started and written no step yet: steps 0, the values "
+                                              "unknown",
+    ("telemetry report", "world-size-million"): "run.json's layout as recorded (a report shows it; it computes nothing "
+                                                "per rank from it)",
+    ("telemetry report", "layout-null"): "the layout unknown, said so",
+    ("telemetry report", "workload-unknown"): "the report reads steps, not the workload; the name is shown as recorded",
+    ("telemetry report", "metrics-64mb-line"): "one long line is read (a bounded follower is watch's; the report "
+                                               "reads the file once)",
+    ("telemetry report", "out-is-run-itself"): "report.md and its figures beside the record; no record file replaced "
+                                               "(as compare --out into a run directory)",
+    ("telemetry compare", "label-with-slash"): "a label names a column and figure legends, no file",
+    ("telemetry compare", "label-too-long"): "as label-with-slash",
+    ("telemetry compare", "label-spaces"): "as label-with-slash",
+    ("telemetry compare", "line-rate-gbps"): "tc's gbps is gigabytes per second: read as tc reads it, with a warning "
+                                             "saying it is 800 Gbit/s and how to write 100 Gbit/s (none before)",
+    ("telemetry compare", "steps-backwards"): "as report steps-backwards: left out and named",
+    ("telemetry project", "rate-gbps"): "as compare line-rate-gbps: tc's meaning, with its warning",
+    ("telemetry project", "rate-gibit"): "gibit is a tc unit (2**30 bit/s)",
+    ("telemetry project", "rate-leading-space"): "surrounding spaces are stripped",
+    ("telemetry project", "steps-twice"): "as report steps-twice",
+    ("telemetry project", "world-size-million"): "projection of the recorded layout: arithmetic, as round 7's 10**11 "
+                                                 "nodes",
+    ("telemetry watch", "missing-dir-no-once"): "a queued job has not made its output_dir yet: watch says it waits "
+                                                "for it to be created (Ctrl-C to stop)",
+    ("telemetry watch", "ranks-symlink-loop"): "as report ranks-symlink-loop",
+    ("telemetry watch", "run-json-empty-object"): "as report run-json-empty-object",
+    ("launch.lab", "burst-bits"): "tc writes sizes in bits too (64kbit = 8 KiB); the lab checks the size it makes",
+    ("launch.evaluate", "slurm-without-section"): "slurm's settings all have defaults (nodes from the job)",
+    ("launch.evaluate", "lab-null"): "the lab's settings all have defaults (2 nodes, 1 rank each)",
+    ("launch.evaluate", "rate-gbps"): "tc's meaning, with a warning at load (none before this round)",
+    ("launch.evaluate", "secret-env-dry-run"): "exit 0 and the token is in no file the dry run writes",
+}
