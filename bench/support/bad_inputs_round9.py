@@ -431,10 +431,10 @@ BY_DESIGN: dict[tuple[str, str], str] = {
     ("trainer", "output-dir-with-space"): "a directory with a space is a directory",
     ("trainer", "name-unicode"): "a name labels the run; any printable text",
     ("trainer", "name-with-slash"): "a name labels the run (run.json, reports, compare); no path is made of it",
-    ("telemetry report", "steps-twice"): "a step again is damage (a run writes each step once): left out and named "
-                                         "in the report (it counted every step twice: steps 12)",
-    ("telemetry report", "steps-backwards"): "as steps-twice: the lines not after the one before are left out and "
-                                             "named",
+    ("telemetry report", "steps-twice"): "a step written again (an engine's own resume appends from its checkpoint; "
+                                         "two runs' lines in one file) counts once, its last line kept, the steps "
+                                         "named in the report (it counted every step twice: steps 12)",
+    ("telemetry report", "steps-backwards"): "the lines are read in step order",
     ("telemetry report", "ranks-symlink-loop"): "a ranks entry that is no directory holds no rank's files (round 8's "
                                                 "ranks-is-file)",
     ("telemetry report", "run-json-empty-object"): "run.json without fields: each field unknown, said so",
@@ -453,7 +453,7 @@ BY_DESIGN: dict[tuple[str, str], str] = {
     ("telemetry compare", "label-spaces"): "as label-with-slash",
     ("telemetry compare", "line-rate-gbps"): "tc's gbps is gigabytes per second: read as tc reads it, with a warning "
                                              "saying it is 800 Gbit/s and how to write 100 Gbit/s (none before)",
-    ("telemetry compare", "steps-backwards"): "as report steps-backwards: left out and named",
+    ("telemetry compare", "steps-backwards"): "as report steps-backwards",
     ("telemetry project", "rate-gbps"): "as compare line-rate-gbps: tc's meaning, with its warning",
     ("telemetry project", "rate-gibit"): "gibit is a tc unit (2**30 bit/s)",
     ("telemetry project", "rate-leading-space"): "surrounding spaces are stripped",

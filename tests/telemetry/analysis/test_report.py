@@ -43,24 +43,27 @@ def test_damaged_lines_are_said_in_the_report(tmp_path):
     loaded = load_run(str(run))
     assert loaded.damaged == {"metrics.jsonl": [3]}
     write_report(str(run))
-    assert ("left out as damaged (not one JSON step record each, or a step not after the one before): metrics.jsonl "
-            "line 3") in (run / "report" / "report.md").read_text()
+    assert "left out as damaged (not one JSON step record each): metrics.jsonl line 3" in (run / "report" / "report.md").read_text()
 
 
-def test_a_step_again_or_going_back_is_left_out_as_damage(tmp_path):
+def test_a_step_written_again_counts_once_its_last_line_kept_and_named(tmp_path):
+    # every step twice (two runs' lines in one file; an engine's own resume appends from its checkpoint) was
+    # counted twice: steps 12 of 6, the medians over both copies
     from telemetry.analysis.runs import damage_warning
 
     run = recorded_run(tmp_path / "run", energy=False)
     metrics = run / "metrics.jsonl"
     lines = [x for x in metrics.read_text().splitlines(keepends=True) if x.endswith("\n")]
     steps = [json.loads(x)["step"] for x in lines]
-    metrics.write_text("".join(lines + lines))  # two runs' lines in one file: every step again
+    again = [json.dumps({**json.loads(x), "loss": 9.0}) + "\n" for x in lines[2:]]  # resumed after step 2
+    metrics.write_text("".join(lines + again))
     loaded = load_run(str(run))
-    assert [r["step"] for r in loaded.metrics] == steps
-    assert loaded.damaged == {"metrics.jsonl": list(range(len(lines) + 1, 2 * len(lines) + 1))}
-    assert "or a step not after the one before" in damage_warning(loaded)
-    metrics.write_text("".join(reversed(lines)))  # steps going back: only the first line is in order
-    assert [r["step"] for r in load_run(str(run)).metrics] == [steps[-1]]
+    assert [r["step"] for r in loaded.metrics] == steps and loaded.damaged == {}
+    assert [r.get("loss") for r in loaded.metrics][2:] == [9.0] * len(again)  # the later attempt's lines
+    assert damage_warning(loaded) == ("steps written more than once (a resumed attempt, or two runs' lines in one "
+                                      "file), the last line of each kept: " + ", ".join(map(str, steps[2:7])))
+    metrics.write_text("".join(reversed(lines)))  # steps going back: read in step order
+    assert [r["step"] for r in load_run(str(run)).metrics] == steps
 
 
 @pytest.mark.integration
