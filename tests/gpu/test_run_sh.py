@@ -120,7 +120,7 @@ def test_save_copies_what_a_device_machine_returns(tmp_path):
         assert sorted(tar.getnames()) == ["./pytest.log", "./steps.tsv"]
     res = subprocess.run(["bash", "bench/gpu/run.sh", "--save"], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert res.returncode == 2
-    assert res.stderr.strip().splitlines() == ["error: --save: no directory given; allowed: a directory path"]
+    assert res.stderr.strip().splitlines() == ["error: --save: no value given; allowed: --save DIR"]
 
 
 SHAPE = {"vocab_size": 128256, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
