@@ -2,7 +2,7 @@
 (a flag, a value, a file, a run directory), run as the user types it. Handled: exit 2, exactly one `error:`
 line on stderr, no traceback, within the time limit. Everything else is listed with what it did.
 
-    PYTHONPATH=$PWD python -m bench.bad_inputs_cli [--source DIR] [--only PREFIX] [--round 4|5|6|7|8]
+    PYTHONPATH=$PWD python -m bench.bad_inputs_cli [--source DIR] [--only PREFIX] [--round 4|5|6|7|8|9]
 
 DIR: another checkout to run the same cases against (e.g. `git archive` of an older commit).
 """
@@ -23,6 +23,7 @@ from bench.support import bad_inputs_round5 as round5
 from bench.support import bad_inputs_round6 as round6
 from bench.support import bad_inputs_round7 as round7
 from bench.support import bad_inputs_round8 as round8
+from bench.support import bad_inputs_round9 as round9
 
 REPO = Path(__file__).resolve().parents[1]
 LIMIT_S = 60
@@ -473,8 +474,9 @@ BY_DESIGN = {
     **round6.BY_DESIGN,
     **round7.BY_DESIGN,
     **round8.BY_DESIGN,
+    **round9.BY_DESIGN,
 }
-ROUNDS = {4: round4.CASES, 5: round5.CASES, 6: round6.CASES, 7: round7.CASES, 8: round8.CASES}  # the cases of a round kept in a module of its own (--round N runs only those)
+ROUNDS = {4: round4.CASES, 5: round5.CASES, 6: round6.CASES, 7: round7.CASES, 8: round8.CASES, 9: round9.CASES}  # the cases of a round kept in a module of its own (--round N runs only those)
 
 
 def _memory_cap() -> None:
@@ -518,10 +520,10 @@ def main() -> int:
         stack.callback(round7.release)
         files = {**_fixtures(Path(tmp)), **round4.fixtures(Path(tmp), REPO), **round5.fixtures(Path(tmp), REPO),
                  **round6.fixtures(Path(tmp), REPO), **round7.fixtures(Path(tmp), REPO),
-                 **round8.fixtures(Path(tmp), REPO)}
+                 **round8.fixtures(Path(tmp), REPO), **round9.fixtures(Path(tmp), REPO)}
         for command, case, argv, env in (ROUNDS[args.round] if args.round else
                                          [*CASES, *round4.CASES, *round5.CASES, *round6.CASES,
-                                          *round7.CASES, *round8.CASES]):
+                                          *round7.CASES, *round8.CASES, *round9.CASES]):
             if not command.startswith(args.only):
                 continue
             argv = [a.format(**files) for a in argv]

@@ -645,17 +645,19 @@ def _first_line(lab: Lab, nproc: int, output_dir: str) -> str:
             f"links {shaped}; run directory {output_dir}")
 
 
+def _unrecognized(extra: list[str], separated: bool) -> str:
+    where = (f"allowed: -- {extra[0]} [key=value ...] after the lab's options (the `--` starts the recipe's part)"
+             if not extra[0].startswith("-") and not separated else "see python -m launch.lab --help")
+    return f"unrecognized arguments: {' '.join(extra)}; {where}"
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if "--" in argv:
-        split = argv.index("--")
-        ours, recipe_args = argv[:split], argv[split + 1:]
-    else:
-        ours, recipe_args = argv, []
-    p = OneLineParser(prog="python -m launch.lab",
-                                usage="python -m launch.lab --nodes N [--nproc-per-node G] --rate RATE -- RECIPE "
-                                      "[key=value ...]",
-                                description="Run a recipe across emulated nodes joined by shaped links.")
+    split = argv.index("--") if "--" in argv else len(argv)
+    ours, recipe_args = argv[:split], argv[split + 1:]
+    p = OneLineParser(prog="python -m launch.lab", usage="python -m launch.lab --nodes N [--nproc-per-node G] --rate "
+                      "RATE -- RECIPE [key=value ...]", description="Run a recipe across emulated nodes joined by "
+                      "shaped links.")
     p.add_argument("--nodes", type=int, required=True, help="emulated nodes (network namespaces), 2 or more")
     p.add_argument("--nproc-per-node", type=int, default=1, help="ranks per node (default 1)")
     p.add_argument("--rate", required=True, help="tc rate per link and direction (1gbit, 100mbit, ...) or none")
@@ -670,7 +672,9 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument(name, default=None, help=f"every shaped link's tbf {what} in bytes as tc writes sizes")
     if given := lab_options.option_problems(ours):
         return print_errors(*given)
-    args = p.parse_args(ours)
+    args, extra = p.parse_known_args(ours)
+    if extra:  # a recipe (or its overrides) without the `--` before it
+        return print_errors(_unrecognized(extra, "--" in argv))
     if not recipe_args:
         p.error("give the recipe after --, e.g. -- recipes/tiny_llama_lora.yaml max_steps=10")
     if args.nproc_per_node < 1:
@@ -687,10 +691,11 @@ def main(argv: list[str] | None = None) -> int:
         problems.append(exc)
     nodes_ok = MIN_NODES <= args.nodes <= MAX_NODES
     workers = args.nodes * args.nproc_per_node
-    if nodes_ok and (crowd := host_capacity.workers_problem(
-            "--nodes x --nproc-per-node", f"{args.nodes} x {args.nproc_per_node}", workers, host_capacity.available_bytes())):
-        problems.append(crowd)  # every emulated node's workers run on this one host
-    problems += _recipe_problems(recipe_args, args.nodes * args.nproc_per_node if nodes_ok else None)
+    # every emulated node's workers run on this one host; the recipe's layout judged on a world this host cannot
+    # start would be a second line about the same numbers
+    crowd = nodes_ok and host_capacity.workers_problem(
+        "--nodes x --nproc-per-node", f"{args.nodes} x {args.nproc_per_node}", workers, host_capacity.available_bytes())
+    problems += ([crowd] if crowd else []) + _recipe_problems(recipe_args, workers if nodes_ok and not crowd else None)
     if problems:
         return print_errors(*problems)  # before any namespace exists: nothing to tear down
     try:

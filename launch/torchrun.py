@@ -29,7 +29,7 @@ import signal
 import sys
 
 from launch import host_capacity
-from telemetry.errors import print_errors, with_allowed
+from telemetry.errors import output_dir_problem, print_errors, with_allowed
 
 DEFAULT_JOIN_TIMEOUT_S = 600  # torch.distributed.elastic.rendezvous.dynamic_rendezvous: join_timeout
 DEFAULT_RDZV_PORT = 29400  # torch.distributed.elastic.rendezvous.c10d_rendezvous_backend's default port
@@ -97,6 +97,9 @@ def _rendezvous_problem(args) -> str | None:
     if args.standalone and top != 1:  # the standalone store is this node's alone: it waited for nodes never coming
         return (f"--standalone: one node, but --nnodes is {args.nnodes}; allowed: --standalone with --nnodes 1, or "
                 "--rdzv-backend c10d --rdzv-endpoint HOST:PORT for several nodes")
+    if args.standalone and args.node_rank != 0:  # torch ignores it: the job ran as node 0 of one
+        return (f"--node-rank: got {args.node_rank} with --standalone (one node, rank 0); allowed: --node-rank 0 "
+                "or none with --standalone, or --nnodes N with a rendezvous for several nodes")
     if args.rdzv_backend == "static" and not args.standalone and top >= 1 and not 0 <= args.node_rank < top:
         return (f"--node-rank: got {args.node_rank}; allowed: 0 to {top - 1} (one per node of --nnodes "
                 f"{args.nnodes}; the static rendezvous waits for exactly those)")
@@ -117,6 +120,8 @@ def _agent_problem(args) -> str | None:
                 "between the agent's checks of its workers")
     if args.log_dir and os.path.exists(args.log_dir) and not os.path.isdir(args.log_dir):
         return f"--log-dir: {args.log_dir!r} is a file; allowed: a directory (made if missing)"
+    if args.log_dir:  # one torch cannot make: a FileNotFoundError/PermissionError traceback from the agent
+        return output_dir_problem(args.log_dir, "--log-dir")
     return None
 
 

@@ -204,7 +204,8 @@ def _watch(args) -> int:
             return print_errors(f"watch: {exc}")
         if problem:
             return print_errors(f"watch: {run_json}: {problem}, as a run writes it")
-    for name, what in ((METRICS, "the JSON-lines file a run writes"), (SWEEP_TABLE, "the text table a sweep writes")):
+    for name, what in ((RUN_JSON, "the JSON object a run writes"), (METRICS, "the JSON-lines file a run writes"),
+                       (SWEEP_TABLE, "the text table a sweep writes")):
         path = os.path.join(args.run, name)
         if os.path.exists(path) and not os.path.isfile(path):  # a FIFO would block the view forever
             return print_errors(f"watch: {path}: not a regular file; allowed: {what}")

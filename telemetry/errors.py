@@ -128,6 +128,29 @@ def dangling_link_problem(path: str, what: str) -> str | None:
     return None
 
 
+def name_length_problem(path: str, existing: str, what: str) -> str | None:
+    """The line for a path the filesystem cannot hold: a name of its still missing part longer than the
+    filesystem's name limit (NAME_MAX, 255 bytes on Linux filesystems) or the whole path over PATH_MAX; a probe
+    in `existing` (its deepest existing directory) cannot see either. None where it fits."""
+    import os
+
+    def limit(name: str, default: int) -> int:
+        try:
+            return os.pathconf(existing, name)
+        except (OSError, ValueError):
+            return default
+    full = os.fsencode(os.path.abspath(path))
+    if len(full) >= (path_max := limit("PC_PATH_MAX", 4096)):
+        return (f"{what}: the path is {len(full)} bytes long; allowed: a path under {path_max} bytes (this host's "
+                "PATH_MAX)")
+    name_max = limit("PC_NAME_MAX", 255)
+    for name in os.path.relpath(os.path.abspath(path), existing).split(os.sep):
+        if len(os.fsencode(name)) > name_max:
+            return (f"{what}: {path!r} has a name of {len(os.fsencode(name))} bytes ({name[:16]}...); allowed: names "
+                    f"of at most {name_max} bytes each (this filesystem's limit)")
+    return None
+
+
 def output_dir_problem(path: str, what: str) -> str | None:
     """None when `path` is a directory this process can write in, or one it can create; else the one line
     saying why not, naming `what` (the option or key). Creates nothing: bad input leaves no empty directory."""
@@ -144,6 +167,8 @@ def output_dir_problem(path: str, what: str) -> str | None:
         existing = os.path.dirname(existing)
     if not os.path.isdir(existing):
         return f"{what}: {existing!r} is a file, so {path!r} cannot be a directory; allowed: a writable directory"
+    if problem := name_length_problem(path, existing, what):
+        return problem
     probe = os.path.join(existing, f".write-test.{os.getpid()}")
     try:
         with open(probe, "w"):

@@ -70,8 +70,13 @@ def _is_basic(match: re.Match) -> bool:
     return b":" in decoded and decoded.isascii() and decoded.decode("ascii").isprintable()
 
 
+URL_USERINFO = re.compile(r"://[^/\s:@]+:[^/\s@]+@")  # a URL's user:password@, as SECRET_VALUE's first shape
+
+
 def redact_text(text: str) -> str:
-    """`text` with every credential-shaped part replaced (command lines, overrides, recipe strings)."""
+    """`text` with every credential-shaped part replaced (command lines, overrides, recipe strings); a URL keeps
+    its scheme and host around the redacted user:password (https://<redacted>@hub/m, not https<redacted>hub/m)."""
+    text = URL_USERINFO.sub("://" + REDACTED + "@", text)
     text = SECRET_VALUE.sub(REDACTED, text)
     text = QUERY_SECRET.sub(lambda m: m.group(1) + REDACTED, text)
     text = TOKEN_RUN.sub(lambda m: REDACTED if _is_token(m) else m.group(0), text)

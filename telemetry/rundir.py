@@ -354,7 +354,7 @@ def is_size_record(record: dict) -> bool:
 
 def is_step_record(record: dict) -> bool:
     """Whether a metrics line can be read as a step: `step` an integer from 1, each number field a finite
-    number or null, `step_time_s` not negative, and the nested fields shaped as a run writes them (`comm`
+    number or null, `step_time_s` above 0, and the nested fields shaped as a run writes them (`comm`
     and `comm_groups` tables of counts, bytes and times >= 0, `ranks` spreads of numbers, objects where
     objects go). A line written by hand or by another program that fails this is damage (left out and named),
     not a value the report computes with (a missing step or a string in `comm` was a traceback)."""
@@ -368,7 +368,8 @@ def is_step_record(record: dict) -> bool:
         return False
     if any(record.get(key) is not None and not isinstance(record[key], dict) for key in _OBJECT_STEP_FIELDS):
         return False
-    return not (record.get(StepKey.STEP_TIME_S) or 0) < 0
+    step_time = record.get(StepKey.STEP_TIME_S)
+    return step_time is None or step_time > 0  # a step takes time: 0 (or less) was never measured
 
 
 def read_jsonl(path: str, damaged: list[int] | None = None, check=None) -> list[dict]:

@@ -161,6 +161,17 @@ ROWS = [
      "--csv: '{root}/fifo' is a FIFO (named pipe) that no process reads"),
     ("torchrun-worker-bad-override", ["launch.torchrun", "--standalone", "--nproc-per-node", "2", "-m", "trainer",
                                       TINY, "max_step=3"], {}, "max_step: unknown key; did you mean 'max_steps'?"),
+    # round 9 (bench/support/bad_inputs_round9.py): a traceback, an exit 0 or a line not saying where it goes
+    ("export-out-name-too-long", ["telemetry", "export", "{llm}", "--to", "parquet", "--out", "{root}/" + "x" * 300],
+     {}, "has a name of 300 bytes (xxxxxxxxxxxxxxxx...); allowed: names of at most 255 bytes each"),
+    ("evaluate-out-name-too-long", ["launch.evaluate", str(EVALUATION), "--out", "{root}/" + "x" * 300, "--dry-run"],
+     {}, "--out: '{root}/xxx"),
+    ("trainer-dataset-empty", ["trainer", TINY, "data.dataset=''", "--dry-run"], {},
+     "data.dataset: got ''; allowed: the path of a file or directory (an unset $VAR gives ''), or null"),
+    ("lab-recipe-without-separator", ["launch.lab", "--nodes", "2", "--rate", "1gbit", TINY], {},
+     f"unrecognized arguments: {TINY}; allowed: -- {TINY} [key=value ...] after the lab's options"),
+    ("torchrun-log-dir-unmakeable", ["launch.torchrun", "--standalone", "--log-dir", "/proc/nope", "-m", "trainer",
+                                     TINY], {}, "--log-dir: cannot write to '/proc/nope': No such file or directory"),
 ]
 
 SCRIPTS = [

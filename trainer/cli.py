@@ -143,11 +143,21 @@ def _world_size(args, recipe) -> int:
     return (par.dp if par.dp > 0 else 1) * par.tp * par.pp
 
 
+def _flag_problems(args) -> list[str]:
+    if args.world_size is not None and not args.dry_run:
+        return ["--world-size: only with --dry-run; a real run takes its world size from torchrun"]
+    if args.world_size is not None and args.world_size < 1:  # the flag, not the layout, is what is wrong
+        return [f"--world-size: got {args.world_size}; expected an integer >= 1 (the number of ranks)"]
+    return []
+
+
 def recipe_problems(argv: list[str]) -> list[str]:
     """The problems `python -m trainer ARGV` would find in its arguments and recipe before anything else, for a
     launcher to ask before it starts any worker (each worker would say them, behind the launcher's failure box).
     A bad flag or a missing recipe argument is its own line and exit 2, as the trainer says it."""
     args = _parser().parse_intermixed_args(list(argv))
+    if problems := _flag_problems(args):
+        return problems
     try:
         load_recipe(args.recipe, args.overrides)
     except RecipeError as exc:
@@ -158,10 +168,8 @@ def recipe_problems(argv: list[str]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = _parser().parse_intermixed_args(argv)
-    if args.world_size is not None and not args.dry_run:
-        return _fail(["--world-size: only with --dry-run; a real run takes its world size from torchrun"])
-    if args.world_size is not None and args.world_size < 1:  # the flag, not the layout, is what is wrong
-        return _fail([f"--world-size: got {args.world_size}; expected an integer >= 1 (the number of ranks)"])
+    if problems := _flag_problems(args):
+        return _fail(problems)
     # every process says it: who is rank 0 is what is in doubt
     if problems := launcher_env_problems(dry_run=args.dry_run):
         return print_errors(*problems)

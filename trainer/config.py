@@ -362,6 +362,10 @@ def _special_files(r: Recipe) -> list[str]:
     for dotted in RECIPE_RELATIVE_PATHS:
         section, name = dotted.split(".")
         value = getattr(getattr(r, section), name, None)
+        if isinstance(value, str) and not value.strip():  # an unset $VAR: '' opens nothing (or the working dir)
+            out.append(f"{dotted}: got {value!r}; allowed: the path of a file or directory (an unset $VAR gives "
+                       "''), or null where the key may be left unset")
+            continue
         if isinstance(value, str) and not os.path.isdir(value) and (kind := not_a_file(os.path.expanduser(value))):
             out.append(f"{dotted}: {value!r} {kind}; allowed: a regular file or a directory, as the key names")
     return out
@@ -379,6 +383,22 @@ def _check_resume(value) -> list[str]:
     hint = f" (did you mean {v.strip().lower()!r}?)" if v.strip().lower() in ("auto", "never") else ""
     return [f"train.resume: got {v!r}{hint}; allowed: auto (the latest checkpoint in output_dir), never, or a "
             "checkpoint directory's path"]
+
+
+def _output_dir_anywhere(path: str) -> list[str]:
+    """What no host could make of output_dir, said by the dry run too (which otherwise leaves the path to the
+    host that runs it): a file there already, or a name over the filesystem's limit (NAME_MAX, PATH_MAX)."""
+    from telemetry.errors import name_length_problem
+
+    if not path.strip():
+        return []
+    if os.path.exists(path) and not os.path.isdir(path):
+        return [f"output_dir: {path!r} is a file, not a directory; allowed: a new or existing directory"]
+    existing = os.path.abspath(path)
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    problem = os.path.isdir(existing) and name_length_problem(path, existing, "output_dir")
+    return [problem] if problem else []
 
 
 def _output_dir_text(path: str) -> list[str]:
@@ -405,7 +425,7 @@ def check_recipe(r: Recipe) -> list[str]:
     p += within("", r, ("seed",), 0, SEED_MAX)
     if not r.output_dir.strip():
         p.append("output_dir: empty; allowed: a directory path")
-    p += _output_dir_text(r.output_dir)
+    p += _output_dir_text(r.output_dir) + _output_dir_anywhere(r.output_dir)
     p += _special_files(r)
     if isinstance(r.name, str) and not r.name.strip():  # it labels the run in run.json, reports and comparisons
         p.append(f"name: got {r.name!r}; allowed: a non-empty name (it labels the run in run.json and reports)")

@@ -32,22 +32,36 @@ set -u
 cd "$(dirname "$0")/../.."
 INSTALL=1 TESTS=0 LAYERS=32 STEPS=10 WARMUP=3 OUT=bench/gpu/out ONLY="" BUDGET_S="" SAVE=""
 ALLOWED="--no-install, --tests, --layers N, --steps N, --out DIR, --only STEP[,STEP...], --budget SECONDS, --save DIR"
+needs_value() {  # OPTION NARGS WHAT: an option at the end of the line has no value (set -u: $2 unbound)
+  [ "$2" -ge 2 ] || { echo "error: $1: no value given; allowed: $1 $3" >&2; exit 2; }
+}
+whole() {  # OPTION VALUE MAX WHAT: a whole number from 1 to MAX
+  if ! [[ "$2" =~ ^[1-9][0-9]{0,8}$ ]] || [ "$2" -gt "$3" ]; then
+    echo "error: $1: got '$2'; allowed: a whole number of $4 from 1 to $3" >&2; exit 2
+  fi
+}
 while [ $# -gt 0 ]; do
   case "$1" in
     --no-install) INSTALL=0 ;;
     --tests) TESTS=1 ;;
-    --layers) LAYERS=$2; shift ;;
-    --steps) STEPS=$2; shift ;;
-    --out) OUT=$2; shift ;;
-    --only) ONLY=",${2:-},"; shift ;;
-    --budget) BUDGET_S=${2:-}; shift ;;
-    --save) SAVE=${2:-}; shift
+    --layers) needs_value "$1" $# N; LAYERS=$2; shift ;;
+    --steps) needs_value "$1" $# N; STEPS=$2; shift ;;
+    --out) needs_value "$1" $# DIR; OUT=$2; shift
+           [ -n "$OUT" ] || { echo "error: --out: got ''; allowed: a directory path" >&2; exit 2; } ;;
+    --only) needs_value "$1" $# "STEP[,STEP...]"; ONLY=",$2,"; shift ;;
+    --budget) needs_value "$1" $# SECONDS; BUDGET_S=$2; shift ;;
+    --save) needs_value "$1" $# DIR; SAVE=$2; shift
             [ -n "$SAVE" ] || { echo "error: --save: no directory given; allowed: a directory path" >&2; exit 2; } ;;
+    --layers=*|--steps=*|--out=*|--only=*|--budget=*|--save=*)
+       echo "error: '$1': an option and its value are two arguments here; allowed: ${1%%=*} ${1#*=}" >&2
+       exit 2 ;;
     *) echo "error: unknown argument '$1'; allowed: $ALLOWED" >&2
        exit 2 ;;
   esac
   shift
 done
+whole --layers "$LAYERS" 32 "decoder layers (Llama-3-8B has 32)"
+whole --steps "$STEPS" 100000 "measured steps"
 ALL_STEPS="install data harness_telemetry_on harness_telemetry_off plain_lora plain_lora_compile harness_compile
   plain_lora_eager bert_harness bert_plain resnet_harness resnet_plain profile pytest report"
 if [ -n "$ONLY" ]; then
@@ -57,7 +71,7 @@ if [ -n "$ONLY" ]; then
       *) echo "error: --only: unknown step '$name'; allowed: $(echo $ALL_STEPS | tr ' ' ',')" >&2; exit 2 ;;
     esac
   done
-  [ "$ONLY" = ",," ] && { echo "error: --only: no step named; allowed: $(echo $ALL_STEPS | tr ' ' ',')" >&2; exit 2; }
+  [ -n "${ONLY//,/}" ] || { echo "error: --only: no step named; allowed: $(echo $ALL_STEPS | tr ' ' ',')" >&2; exit 2; }
   case "$ONLY" in *,pytest,*) TESTS=1 ;; esac
 fi
 if [ -z "$BUDGET_S" ]; then  # the benchmark in under 9 minutes; pytest -m gpu about 7 more
@@ -67,7 +81,15 @@ elif ! [[ "$BUDGET_S" =~ ^[1-9][0-9]*$ ]]; then
 fi
 PY=${PYTHON:-python3}
 START=$(date +%s)
-mkdir -p "$OUT"
+for dir_flag in "--out:$OUT" ${SAVE:+"--save:$SAVE"}; do  # before any step: a step's log goes there
+  dir=${dir_flag#*:}
+  if ! why=$(mkdir -p -- "$dir" 2>&1) || ! [ -w "$dir" ]; then
+    why=${why##*: }
+    if [ -e "$dir" ] && ! [ -d "$dir" ]; then why="it exists and is not a directory"; fi
+    echo "error: ${dir_flag%%:*}: '$dir' is not a directory this user can write (${why:-not writable}); allowed: a writable directory path" >&2
+    exit 2
+  fi
+done
 if [ -n "$ONLY" ] && [ -f "$OUT/steps.tsv" ]; then  # keep the other steps' rows of an earlier run
   awk -F '\t' -v only="$ONLY" 'index(only, "," $1 ",") == 0 && $1 != "report"' "$OUT/steps.tsv" > "$OUT/steps.tsv.keep"
   mv "$OUT/steps.tsv.keep" "$OUT/steps.tsv"

@@ -151,6 +151,9 @@ def _variant_lab(raw_lab: dict, path: str, problems: list[str]) -> dict[str, Any
             raise rates.RateError(f"--rate: got {rate!r}; tc shapes in whole bytes per second: expected at "
                                   "least 8bit (e.g. 100mbit, 1gbit), or 'none' for unshaped links")
         lab["rate"] = rate
+        if warning := rates.bytes_unit_warning(rate, f"{path}.lab.rate"):  # 100Gbps: 800 Gbit/s to tc
+            import sys
+            print(warning, file=sys.stderr)
     except rates.RateError as exc:
         problems.append(f"{path}.lab.rate: " + str(exc).removeprefix("--rate: "))
     if "mtu" in raw_lab:

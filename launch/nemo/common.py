@@ -108,6 +108,8 @@ def check_common(recipe: Recipe, layout: Layout, engine: str, problems: list[str
     """Keys no NeMo engine expresses the way our trainer means them."""
     refuse_unless(problems, recipe.workload == "llm_lora", "workload", recipe.workload,
                   f"{engine} translates LoRA fine-tuning only; allowed: llm_lora")
+    if recipe.workload != "llm_lora":  # another workload's model and data (a sweep's none) are no translation's
+        fail(problems)
     refuse_unless(problems, recipe.model.family == "llama", "model.family", recipe.model.family, "allowed: llama")
     refuse_unless(problems, recipe.model.tokenizer is None, "model.tokenizer", recipe.model.tokenizer,
                   f"{engine} uses the checkpoint's own tokenizer; allowed: null")

@@ -367,7 +367,7 @@ def transport_claim_rows(labels: list[str], groups: list[list[Run]], claims: dic
 
 def _parse_line_rates(args: list[str], labels: list[str]) -> dict[str, LineRate]:
     """--line-rate LABEL=RATE or LABEL=NxRATE (tc units: 100gbit, 8x400gbit: N NICs per host) -> {label: rate}."""
-    from telemetry.analysis.rates import RateError
+    from telemetry.analysis.rates import RateError, bytes_unit_warning
     out = {}
     for arg in args:
         lab, _, rate = arg.rpartition("=")
@@ -383,6 +383,10 @@ def _parse_line_rates(args: list[str], labels: list[str]) -> dict[str, LineRate]
             raise CompareError(str(exc).replace(", or 'none' for unshaped links", "")) from None
         if given.total_bps is None:
             raise CompareError(f"--line-rate {arg}: 'none' has no line rate; give a rate such as 100gbit")
+        per_nic = rate.split("x", 1)[-1] if "x" in rate.lower() and rate[:1].isdigit() else rate
+        if warning := bytes_unit_warning(per_nic, f"--line-rate {lab}"):  # 100Gbps is 800 Gbit/s to tc
+            import sys
+            print(warning, file=sys.stderr)
         out[lab] = given
     return out
 

@@ -40,6 +40,7 @@ class Run:
     metrics: list[dict]
     ranks: dict[int, list[dict]] = field(default_factory=dict)
     damaged: dict[str, list[int]] = field(default_factory=dict)  # file -> numbers of lines left out as damage
+    repeated_steps: list[int] = field(default_factory=list)  # steps whose earlier lines a later one replaced
 
     @property
     def name(self) -> str:
@@ -189,6 +190,8 @@ def load_run(path: str) -> Run:
         except PermissionError as exc:  # its entries cannot be seen: run.json may well be there
             raise RunError(f"{path}: not readable by this user ({exc.strerror}); allowed: a run directory this user "
                            "can list and read") from None
+        if os.path.exists(run_json):  # /dev/zero, a FIFO, a directory: a reader would never end, or fail
+            raise RunError(f"{run_json}: not a regular file; allowed: the JSON object a run writes")
         raise RunError(f"{path}: no {RUN_JSON} (is this a run directory?); {allowed}")
     info = read_run_json(run_json)
     problem = shape_problem(info)
@@ -207,16 +210,16 @@ def load_run(path: str) -> Run:
         rename_fields(final, RENAMED_UNITS)  # a sweep's avg_busbw per collective
         metrics_path = os.path.join(path, METRICS)
         bad = []
-        metrics = read_jsonl(metrics_path, bad, _step)
+        metrics, repeated = _last_line_of_each_step(read_jsonl(metrics_path, bad, _step))
     except InputError as exc:  # a directory or FIFO where a rank file or metrics.jsonl goes
         raise RunError(str(exc)) from None
     if not metrics and _has_text(metrics_path):
         raise RunError(f"{metrics_path}: no line is a step record; allowed: one JSON object per line with a "
-                       "finite number or null in each number field, as a run writes (a truncated last line is "
-                       "skipped)")
+                       "step from 1, a finite number or null in each number field and a step_time_s above 0, as a run "
+                       "writes (a truncated last line is skipped)")
     if bad:
         damaged[METRICS] = bad
-    return Run(path, info, metrics, ranks, damaged)
+    return Run(path, info, metrics, ranks, damaged, repeated)
 
 
 def _step(record: dict) -> bool:
@@ -225,16 +228,34 @@ def _step(record: dict) -> bool:
     return is_step_record(upgrade_record(record))
 
 
+def _last_line_of_each_step(rows: list[dict]) -> tuple[list[dict], list[int]]:
+    """The rows in step order, one per step: the last line written of a step written again (an engine's own resume
+    appends from its checkpoint, telemetry.integrations.recorder: its steps after that are written twice; two
+    runs' lines in one file), and the steps written more than once. Each was counted twice (steps 12 of 6)."""
+    last = {r[StepKey.STEP]: i for i, r in enumerate(rows)}
+    repeated = sorted({r[StepKey.STEP] for i, r in enumerate(rows) if last[r[StepKey.STEP]] != i})
+    kept = [r for i, r in enumerate(rows) if last[r[StepKey.STEP]] == i]
+    return sorted(kept, key=lambda r: r[StepKey.STEP]), repeated
+
+
 def damage_warning(run: Run) -> str | None:
-    """One line naming the lines a reader left out as damage (not a killed job's cut last line), or None."""
+    """One line naming the lines a reader left out as damage (not a killed job's cut last line) and the steps
+    written more than once, or None."""
+    again = (f"steps written more than once (a resumed attempt, or two runs' lines in one file), the last line of each "
+             f"kept: {_numbers(run.repeated_steps)}") if run.repeated_steps else None
     if not run.damaged:
-        return None
+        return again
 
     def lines(nums: list[int]) -> str:
         shown = ", ".join(str(n) for n in nums[:5])
         return f"line{'s' if len(nums) > 1 else ''} {shown}{f' and {len(nums) - 5} more' if len(nums) > 5 else ''}"
     parts = [f"{name} {lines(nums)}" for name, nums in sorted(run.damaged.items())]
-    return f"left out as damaged (not one JSON step record each): {'; '.join(parts)}"
+    damage = f"left out as damaged (not one JSON step record each): {'; '.join(parts)}"
+    return f"{damage}; {again}" if again else damage
+
+
+def _numbers(nums: list[int]) -> str:
+    return ", ".join(str(n) for n in nums[:5]) + (f" and {len(nums) - 5} more" if len(nums) > 5 else "")
 
 
 def _has_text(path: str) -> bool:

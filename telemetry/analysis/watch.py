@@ -57,6 +57,8 @@ class RunWatch:
         """Read what was added; True when there is something new."""
         new = False
         try:
+            if not os.path.isfile(os.path.join(self.run_dir, RUN_JSON)):  # /dev/zero, a FIFO: never read to an end
+                raise OSError("not a regular file")
             with open(os.path.join(self.run_dir, RUN_JSON), encoding="utf-8") as f:
                 info = json.load(f)
             if isinstance(info, dict) and info != self.info and shape_problem(info) is None:

@@ -82,12 +82,15 @@ def software_versions() -> dict:
 def launcher_hosts(world: int, environ=os.environ) -> int | None:
     """Hosts in the job, each with a local rank 0 that reads the host-wide sources: torchrun's agents
     (GROUP_WORLD_SIZE), right also where nodes run different numbers of ranks; else world size over the ranks
-    per host (LOCAL_WORLD_SIZE); None when neither is set."""
+    per host (LOCAL_WORLD_SIZE); None when neither is set, or when that does not divide the world (hosts of
+    different rank counts: 6 // 4 would say 1 host for hosts of 4 and 2 ranks)."""
     agents = environ.get("GROUP_WORLD_SIZE", "")
     if agents.isdigit() and int(agents) >= 1:
         return int(agents)
     local = environ.get("LOCAL_WORLD_SIZE", "")
-    return max(1, world // int(local)) if local.isdigit() and int(local) >= 1 else None
+    if not (local.isdigit() and int(local) >= 1 and world % int(local) == 0):
+        return None
+    return max(1, world // int(local))
 
 
 def host_info() -> dict:

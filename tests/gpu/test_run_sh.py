@@ -53,11 +53,32 @@ def test_unknown_argument_is_one_error_line(tmp_path):
     (["--only", "pytets"], "error: --only: unknown step 'pytets'; allowed: " + ",".join(STEPS)),
     (["--only", ""], "error: --only: no step named; allowed: " + ",".join(STEPS)),
     (["--budget", "9m"], "error: --budget: '9m' is not a whole number of seconds; allowed: 1 or more"),
+    (["--only", ","], "error: --only: no step named; allowed: " + ",".join(STEPS)),
+    (["--layers", "abc"], "error: --layers: got 'abc'; allowed: a whole number of decoder layers (Llama-3-8B has "
+                          "32) from 1 to 32"),
+    (["--layers", "33"], "error: --layers: got '33'; allowed: a whole number of decoder layers (Llama-3-8B has "
+                         "32) from 1 to 32"),
+    (["--steps", "-1"], "error: --steps: got '-1'; allowed: a whole number of measured steps from 1 to 100000"),
+    (["--layers"], "error: --layers: no value given; allowed: --layers N"),
+    (["--layers=2"], "error: '--layers=2': an option and its value are two arguments here; allowed: --layers 2"),
+    (["--save", "/proc/nope"], "error: --save: '/proc/nope' is not a directory this user can write (No such file "
+                               "or directory); allowed: a writable directory path"),
 ])
 def test_bad_only_and_budget_are_one_error_line(tmp_path, args, line):
     res = subprocess.run(["bash", "bench/gpu/run.sh", "--out", str(tmp_path), *args], cwd=REPO, capture_output=True,
                          text=True, timeout=60)
     assert res.returncode == 2 and res.stderr.strip().splitlines() == [line]
+
+
+@pytest.mark.integration
+def test_an_out_that_is_a_file_or_empty_is_one_error_line_before_any_step(tmp_path):
+    (tmp_path / "f").write_text("x")
+    for out, line in ((str(tmp_path / "f"), f"error: --out: '{tmp_path / 'f'}' is not a directory this user can write "
+                       "(it exists and is not a directory); allowed: a writable directory path"),
+                      ("", "error: --out: got ''; allowed: a directory path")):
+        res = subprocess.run(["bash", "bench/gpu/run.sh", "--out", out], cwd=REPO, capture_output=True, text=True,
+                             timeout=60)
+        assert res.returncode == 2 and res.stderr.strip().splitlines() == [line] and not res.stdout
 
 
 @pytest.mark.integration
@@ -99,7 +120,7 @@ def test_save_copies_what_a_device_machine_returns(tmp_path):
         assert sorted(tar.getnames()) == ["./pytest.log", "./steps.tsv"]
     res = subprocess.run(["bash", "bench/gpu/run.sh", "--save"], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert res.returncode == 2
-    assert res.stderr.strip().splitlines() == ["error: --save: no directory given; allowed: a directory path"]
+    assert res.stderr.strip().splitlines() == ["error: --save: no value given; allowed: --save DIR"]
 
 
 SHAPE = {"vocab_size": 128256, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,

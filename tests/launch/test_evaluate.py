@@ -848,3 +848,14 @@ def test_an_out_whose_lock_is_a_fifo_is_one_line_not_a_hang(tmp_path, capsys):
     assert main([path]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "run.lock' is a FIFO (named pipe), not a regular file" in err[0], err
+
+
+def test_a_lab_variants_rate_in_tcs_byte_units_is_warned_of_at_load(tmp_path, capsys):
+    # 100Gbps is 100 gigabytes per second to tc (800 Gbit/s): the lab warned in each run's log, the plan never
+    doc = good(tmp_path, launcher="lab", lab={"nodes": 2, "nproc_per_node": 1})
+    doc["variants"] = [{"name": "a", "expect_transport": "tcp", "lab": {"rate": "100Gbps"}},
+                       {"name": "b", "expect_transport": "tcp", "lab": {"rate": "1gbit"}}]
+    load_evaluation(write(tmp_path, doc))
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "warning: variants[0].lab.rate 100Gbps: in tc units 'gbps' is bytes per second, so this is 800 Gbit/s; for "
+        "100 Gbit/s write 100gbit"]

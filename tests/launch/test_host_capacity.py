@@ -41,3 +41,12 @@ def test_lab_counts_every_emulated_nodes_workers(monkeypatch, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["error: --nodes x --nproc-per-node: got 200 x 64, 12,800 worker processes on this host; allowed: "
                    "at most 223 here (each imports torch, at least 110 MiB, and this host has 24.0 GiB available)"]
+
+
+def test_a_lab_too_big_for_the_host_is_one_line_not_also_the_recipe_judged_on_that_world(monkeypatch, capsys):
+    # the recipe's batch judged on 200 ranks was a second line about the same numbers
+    monkeypatch.setattr(host_capacity, "available_bytes", lambda: 1 * GIB)
+    assert lab.main(["--nodes", "50", "--nproc-per-node", "4", "--rate", "1gbit", "--",
+                     "recipes/tiny_llama_lora.yaml"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: --nodes x --nproc-per-node: got 50 x 4, 200 worker processes")

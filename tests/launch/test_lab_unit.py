@@ -92,6 +92,13 @@ def test_main_needs_the_recipe_after_the_separator(capsys):
     assert info.value.code == 2 and "give the recipe after --" in capsys.readouterr().err
 
 
+def test_a_recipe_without_the_separator_says_where_it_goes(capsys):
+    assert lab.main(["--nodes", "2", "--rate", "1gbit", "recipes/tiny_llama_lora.yaml", "max_steps=3"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "error: unrecognized arguments: recipes/tiny_llama_lora.yaml max_steps=3; allowed: -- "
+        "recipes/tiny_llama_lora.yaml [key=value ...] after the lab's options (the `--` starts the recipe's part)"]
+
+
 @pytest.mark.parametrize("args,message", [
     (["--timeout", "0"], "--timeout: got 0; expected a number of seconds above 0; see python -m launch.lab --help"),
     (["--timeout", "nan"], "--timeout: got nan; expected a number of seconds above 0"),

@@ -153,6 +153,14 @@ def test_every_llm_recipe_translates_or_names_the_key(capsys, recipe, engine):
         assert code == 2 and f"error: {refused}:" in err, err
 
 
+@pytest.mark.parametrize("engine", ["nemo2", "megatron-bridge", "automodel"])
+def test_another_workloads_recipe_is_one_line_naming_the_workload(capsys, engine):
+    # a sweep recipe was also judged as a model to hand over (model.config: random init), a second line
+    code, out, err = run_cli(capsys, RECIPES / "collectives.yaml", "--engine", engine)
+    assert code == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1 and err.startswith("error: workload: got 'collectives'; "), err
+
+
 def test_run_without_cuda_refuses_with_one_line(capsys, monkeypatch):
     import torch
 

@@ -197,6 +197,14 @@ def test_the_workers_are_told_the_rendezvous_they_met_at(monkeypatch, argv, name
      "max_step: unknown key; did you mean 'max_steps'?"),
     (["--standalone", "--nproc-per-node", "1", "-m", "trainer"],
      "the following arguments are required: recipe; see python -m trainer --help"),
+    # ninth round: a node rank torch ignored (the job ran as node 0), a log directory torch could not make
+    # (a FileNotFoundError traceback), a trainer flag each worker refused behind torch's failure lines
+    (["--standalone", "--node-rank", "1", "-m", "trainer", TINY],
+     "--node-rank: got 1 with --standalone (one node, rank 0); allowed: --node-rank 0 or none with --standalone"),
+    (["--standalone", "--log-dir", "/proc/nope", "-m", "trainer", TINY],
+     "--log-dir: cannot write to '/proc/nope': No such file or directory; allowed: a writable directory"),
+    (["--standalone", "--nproc-per-node", "1", "-m", "trainer", TINY, "--world-size", "8"],
+     "--world-size: only with --dry-run; a real run takes its world size from torchrun"),
 ])
 def test_bad_launch_arguments_are_one_line_before_any_agent_starts(capsys, argv, expected):
     _one_line(capsys, argv, expected)

@@ -58,6 +58,17 @@ def test_output_directory_checks_create_nothing(tmp_path):
         "cannot be a directory; allowed: a writable directory")
 
 
+def test_an_output_directory_the_filesystem_cannot_name_is_refused_before_anything_is_written(tmp_path):
+    from telemetry.errors import output_dir_problem
+    long = tmp_path / ("x" * 300) / "run"  # a probe in tmp_path (the deepest existing directory) succeeds
+    assert output_dir_problem(str(long), "out") == (
+        f"out: {str(long)!r} has a name of 300 bytes (xxxxxxxxxxxxxxxx...); allowed: names of at most 255 bytes "
+        "each (this filesystem's limit)")
+    deep = tmp_path.joinpath(*["y" * 200] * 25)
+    assert output_dir_problem(str(deep), "--out").startswith("--out: the path is ")
+    assert output_dir_problem(str(tmp_path / ("z" * 255)), "out") is None and list(tmp_path.iterdir()) == []
+
+
 def test_output_file_checks_leave_no_file(tmp_path):
     from telemetry.errors import output_file_problem
     assert output_file_problem(str(tmp_path / "x.json"), "--json") is None and not (tmp_path / "x.json").exists()

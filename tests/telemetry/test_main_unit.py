@@ -42,6 +42,15 @@ def test_report_of_a_directory_without_run_json(capsys, tmp_path):
         "holding run.json and metrics.jsonl)")
 
 
+def test_run_json_that_is_no_regular_file_is_one_line_not_a_read_without_end(capsys, tmp_path):
+    run = write_run(tmp_path / "run")
+    (run / "run.json").unlink()
+    (run / "run.json").symlink_to("/dev/zero")  # read to its end: memory runs out (watch: MemoryError)
+    line = f"error: {run / 'run.json'}: not a regular file; allowed: the JSON object a run writes"
+    assert one_error(capsys, ["report", str(run)]) == line
+    assert one_error(capsys, ["watch", str(run), "--once"]) == line.replace("error: ", "error: watch: ")
+
+
 def test_report_and_mllog_of_a_file_say_a_run_directory_is_wanted(capsys, tmp_path):
     (tmp_path / "mlperf.log").write_text(":::MLLOG {}\n")
     for command in ("report", "mllog"):

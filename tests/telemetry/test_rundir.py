@@ -177,7 +177,8 @@ def test_a_step_record_is_shaped_as_a_run_writes_it():
                    {"comm": {"all_reduce": {"bytes": -1}}}, {"comm": {"all_reduce": {"time_s": "x"}}},
                    {"comm_groups": {"dp": {"by_op": {"all_reduce": {"count": float("nan")}}}}},
                    {"ranks": "x"}, {"ranks": {"step_time_s": [1]}}, {"ranks": {"comm_time_s_by_op": {"x": {"min": "a"}}}},
-                   {"exposed": 0.5}, {"comm_health": []}, {"tokens": 1 << 70}):
+                   {"exposed": 0.5}, {"comm_health": []}, {"tokens": 1 << 70}, {"step_time_s": 0.0},
+                   {"step_time_s": -1.0}):
         assert not is_step_record({**good, **damage}), damage
 
 

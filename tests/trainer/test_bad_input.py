@@ -129,6 +129,14 @@ OVERRIDES = [
     ("pp-over-layers", ["parallel.pp=4"], "parallel.pp: 4 pipeline stages (pp x pp_stages_per_rank) need at least "
      "as many decoder layers; the model has 2; allowed: pp x pp_stages_per_rank <= 2"),
     ("name-empty", ["name=''"], "name: got ''; allowed: a non-empty name"),
+    # ninth round: an empty path (an unset $VAR) passed the dry run
+    ("dataset-empty", ["data.dataset=''"], "data.dataset: got ''; allowed: the path of a file or directory (an unset "
+     "$VAR gives ''), or null where the key may be left unset"),
+    ("tokenizer-empty", ["model.tokenizer=''"], "model.tokenizer: got ''; allowed: the path of a file or directory"),
+    # ... and an output_dir no host could make, said by the dry run too (only the real run said it)
+    ("output-dir-file", [f"output_dir={TINY}"], "is a file, not a directory; allowed: a new or existing directory"),
+    ("output-dir-name-too-long", ["output_dir=/tmp/" + "x" * 300 + "/run"],
+     "has a name of 300 bytes (xxxxxxxxxxxxxxxx...); allowed: names of at most 255 bytes each"),
     ("resume-is-a-file", ["train.resume=" + TINY], "is a file, not a checkpoint directory; allowed: auto"),
     ("config-dev-zero", ["model.config=/dev/zero"], "model.config: '/dev/zero' is a character device, not a regular "
      "file; allowed: a config.json file"),  # it was read until the memory ran out

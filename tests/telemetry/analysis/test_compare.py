@@ -435,6 +435,16 @@ def test_nccl_tests_hosts_gpus_and_line_rate_given(tmp_path):
         compare([f"h100={a}", f"gb10={b}"], str(tmp_path / "x"), line_rate=["h100=1gbit", "h100=2gbit"])
 
 
+def test_a_line_rate_in_tcs_byte_units_is_warned_of_as_the_projection_warns(tmp_path, capsys):
+    # 100Gbps is 100 gigabytes per second to tc (800 Gbit/s): the % of line rate was 8x off without a word
+    from telemetry.analysis.compare import compare
+    a, b = NCCL_TABLES / "all_reduce_perf_h100_16ranks.txt", NCCL_TABLES / "all_reduce_perf_2.20_unalign_excerpt.txt"
+    compare([f"h100={a}", f"gb10={b}"], str(tmp_path / "cmp"), line_rate=["h100=8x100Gbps"])
+    assert capsys.readouterr().err.strip().splitlines()[0] == (
+        "warning: --line-rate h100 100Gbps: in tc units 'gbps' is bytes per second, so this is 800 Gbit/s; for "
+        "100 Gbit/s write 100gbit")
+
+
 def test_workload_header_mean_median_and_projection_miss(tmp_path):
     from telemetry.analysis.compare import compare
     recipe = {"data": {"seq_len": 160}, "model": {"path": "/models/tiny-llama"}}

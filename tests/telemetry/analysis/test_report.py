@@ -1,6 +1,8 @@
 """`python -m telemetry report` on a recorded run, and on bad input."""
 from __future__ import annotations
 
+import json
+
 import pytest
 
 import subprocess
@@ -42,6 +44,26 @@ def test_damaged_lines_are_said_in_the_report(tmp_path):
     assert loaded.damaged == {"metrics.jsonl": [3]}
     write_report(str(run))
     assert "left out as damaged (not one JSON step record each): metrics.jsonl line 3" in (run / "report" / "report.md").read_text()
+
+
+def test_a_step_written_again_counts_once_its_last_line_kept_and_named(tmp_path):
+    # every step twice (two runs' lines in one file; an engine's own resume appends from its checkpoint) was
+    # counted twice: steps 12 of 6, the medians over both copies
+    from telemetry.analysis.runs import damage_warning
+
+    run = recorded_run(tmp_path / "run", energy=False)
+    metrics = run / "metrics.jsonl"
+    lines = [x for x in metrics.read_text().splitlines(keepends=True) if x.endswith("\n")]
+    steps = [json.loads(x)["step"] for x in lines]
+    again = [json.dumps({**json.loads(x), "loss": 9.0}) + "\n" for x in lines[2:]]  # resumed after step 2
+    metrics.write_text("".join(lines + again))
+    loaded = load_run(str(run))
+    assert [r["step"] for r in loaded.metrics] == steps and loaded.damaged == {}
+    assert [r.get("loss") for r in loaded.metrics][2:] == [9.0] * len(again)  # the later attempt's lines
+    assert damage_warning(loaded) == ("steps written more than once (a resumed attempt, or two runs' lines in one "
+                                      "file), the last line of each kept: " + ", ".join(map(str, steps[2:7])))
+    metrics.write_text("".join(reversed(lines)))  # steps going back: read in step order
+    assert [r["step"] for r in load_run(str(run)).metrics] == steps
 
 
 @pytest.mark.integration

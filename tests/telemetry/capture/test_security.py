@@ -151,6 +151,12 @@ def test_a_secret_in_a_url_query_is_redacted_and_its_name_kept(url, kept):
     assert redacted_env({"NCCL_ODD": url})["NCCL_ODD"] == REDACTED
 
 
+def test_a_url_with_a_password_keeps_its_scheme_and_host_around_the_redaction():
+    # the line read "model.path: 'https<redacted>hub.example/m' is not a directory"
+    assert redact_text("model.path: 'https://u:s3cr3t@hub.example/m' is not a directory") == (
+        "model.path: 'https://<redacted>@hub.example/m' is not a directory")
+
+
 def test_query_words_that_only_hold_a_secret_name_are_kept():
     assert redact_text("http://h/?monkey=1&keyboard=2") == "http://h/?monkey=1&keyboard=2"
 
