@@ -77,6 +77,15 @@ def cuda_device_in_use(local_rank: int) -> torch.device:
     return torch.device("cuda", current)
 
 
+def launcher_rank(environ, rank: int, world: int) -> tuple[int, int]:
+    """(rank, world) from a launcher's RANK and WORLD_SIZE (torchrun, Slurm scripts), else those given."""
+    try:
+        got_rank, got_world = int(environ["RANK"]), int(environ["WORLD_SIZE"])
+    except (KeyError, ValueError):
+        return rank, world
+    return (got_rank, got_world) if 0 <= got_rank < got_world else (rank, world)
+
+
 class Telemetry:
     def __init__(self, settings: TelemetrySettings | None = None, run_dir: str | None = None,
                  device: torch.device | None = None, nvml=None):
@@ -151,6 +160,8 @@ class Telemetry:
             return
         if dist.is_initialized():  # a framework may set the process group up after this was built (HF's Trainer)
             self.rank, self.world = dist.get_rank(), dist.get_world_size()
+        else:  # started before any group: the launcher's RANK/WORLD_SIZE, or every rank would write as rank 0
+            self.rank, self.world = launcher_rank(os.environ, self.rank, self.world)
         if not self._device_given and torch.cuda.is_available():  # as RunRecorder: the device the framework set
             self.device = cuda_device_in_use(self.local_rank)
         live_export.open_exporter(self.s, self.run_dir)  # open already, unless the loop skipped prepare_environment
