@@ -1,6 +1,7 @@
 """2 gloo ranks: a Hugging Face Trainer (which wraps the model in DDP itself) with hf_callback; each rank writes
 OUT/rankN.json with its step records and the model's parameter bytes. With `own-hook` the job registers its own
-DDP comm hook first (as a PowerSGD or compression job does). With `twice` the same Trainer trains a second time
+DDP comm hook first (as a PowerSGD or compression job does); with `accum-eval` 2 micro-batches a step and an
+evaluation after each. With `twice` the same Trainer trains a second time
 (a notebook's second train(), a second phase) with a fresh Telemetry and callback: OUT/rankN.second.json."""
 from __future__ import annotations
 
@@ -37,9 +38,13 @@ class OwnHook(TrainerCallback):  # runs before ours: the job's hook is the one D
 
 
 telemetry = Telemetry(TelemetrySettings(), run_dir=out)  # before the Trainer sets the process group up
+extra = {}
+if "accum-eval" in sys.argv[2:]:  # 2 micro-batches an optimizer step, and an evaluation after every step
+    extra = {"gradient_accumulation_steps": 2, "eval_strategy": "steps", "eval_steps": 1,
+             "per_device_eval_batch_size": 2}
 args = TrainingArguments(output_dir=f"{out}/hf", max_steps=3, per_device_train_batch_size=2, report_to=[],
                          use_cpu=True, save_strategy="no", logging_strategy="no", disable_tqdm=True,
-                         ddp_backend="gloo", ddp_find_unused_parameters=False)
+                         ddp_backend="gloo", ddp_find_unused_parameters=False, **extra)
 callback = hf_callback(telemetry, f"{out}/metrics.jsonl")  # one file: rank 0 writes it
 callbacks = ([OwnHook()] if own_hook else []) + [callback]
 
@@ -53,7 +58,8 @@ def report(path, callback, caught):
 
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
-    trainer = Trainer(model=model, args=args, train_dataset=data, callbacks=callbacks)
+    trainer = Trainer(model=model, args=args, train_dataset=data, eval_dataset=data[:4] if extra else None,
+                      callbacks=callbacks)
     trainer.train()
 report(f"{out}/rank{rank}.json", callback, caught)
 if twice:

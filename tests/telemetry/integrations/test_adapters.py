@@ -152,3 +152,14 @@ def test_hugging_face_trainer_trained_again_keeps_its_buckets_counted_without_an
         assert not first["warnings"] and not second["warnings"], second["warnings"]
         assert [row["step"] for row in second["rows"]] == [1, 2, 3]
         assert all(row["comm"]["all_reduce"]["bytes"] == second["param_bytes"] for row in second["rows"])
+
+
+@pytest.mark.integration
+def test_hugging_face_trainer_with_accumulation_and_evaluation_counts_one_bucket_reduce_a_step(tmp_path):
+    """review65 (a check that held): 2 micro-batches an optimizer step (the first under DDP's no_sync) and an
+    evaluation after every step: each step holds one all-reduce of every gradient and no evaluation traffic."""
+    for rank in _torchrun(tmp_path, "hf_ddp_job.py", "accum-eval"):
+        assert [r["step"] for r in rank["rows"]] == [1, 2, 3] and not rank["warnings"]
+        for r in rank["rows"]:
+            assert (r["comm"]["all_reduce"]["count"], r["comm"]["all_reduce"]["bytes"]) == (1, rank["param_bytes"])
+            assert set(r["comm"]) <= {"all_reduce", "broadcast"}  # DDP's buffers; no evaluation all_gather
