@@ -1,7 +1,7 @@
 """2 gloo ranks: a Hugging Face Trainer (which wraps the model in DDP itself) with hf_callback; each rank writes
 OUT/rankN.json with its step records and the model's parameter bytes. With `own-hook` the job registers its own
 DDP comm hook first (as a PowerSGD or compression job does); with `accum-eval` 2 micro-batches a step and an
-evaluation after each. With `twice` the same Trainer trains a second time
+evaluation after each; with `compile` torch_compile=True. With `twice` the same Trainer trains a second time
 (a notebook's second train(), a second phase) with a fresh Telemetry and callback: OUT/rankN.second.json."""
 from __future__ import annotations
 
@@ -42,6 +42,8 @@ extra = {}
 if "accum-eval" in sys.argv[2:]:  # 2 micro-batches an optimizer step, and an evaluation after every step
     extra = {"gradient_accumulation_steps": 2, "eval_strategy": "steps", "eval_steps": 1,
              "per_device_eval_batch_size": 2}
+if "compile" in sys.argv[2:]:  # the Trainer compiles the DDP-wrapped model (accelerate's dynamo plugin)
+    extra["torch_compile"] = True
 args = TrainingArguments(output_dir=f"{out}/hf", max_steps=3, per_device_train_batch_size=2, report_to=[],
                          use_cpu=True, save_strategy="no", logging_strategy="no", disable_tqdm=True,
                          ddp_backend="gloo", ddp_find_unused_parameters=False, **extra)

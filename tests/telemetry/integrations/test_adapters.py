@@ -163,3 +163,13 @@ def test_hugging_face_trainer_with_accumulation_and_evaluation_counts_one_bucket
         for r in rank["rows"]:
             assert (r["comm"]["all_reduce"]["count"], r["comm"]["all_reduce"]["bytes"]) == (1, rank["param_bytes"])
             assert set(r["comm"]) <= {"all_reduce", "broadcast"}  # DDP's buffers; no evaluation all_gather
+
+
+@pytest.mark.integration
+def test_hugging_face_trainer_with_torch_compile_counts_its_ddp_buckets(tmp_path):
+    """review65 (a check that held): torch_compile=True compiles the DDP wrapper (accelerate's dynamo plugin); the
+    wrapper found on the heap still takes the hook: one all-reduce of every gradient a step on every rank."""
+    for rank in _torchrun(tmp_path, "hf_ddp_job.py", "compile"):
+        assert [r["step"] for r in rank["rows"]] == [1, 2, 3] and not rank["warnings"]
+        assert all((r["comm"]["all_reduce"]["count"], r["comm"]["all_reduce"]["bytes"]) == (1, rank["param_bytes"])
+                   for r in rank["rows"])
