@@ -139,7 +139,8 @@ _LAYOUT_NOTE = {13: "nccl-tests' layout since 2022 (size count type redop root, 
                     "and in-place, times in us)"}
 
 
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")  # a terminal's colour codes ("\x1b[32m...\x1b[0m")
+# a terminal's colour codes ("\x1b[32m...\x1b[0m"; tput sgr0's "\x1b(B\x1b[m" chooses a character set first)
+_ANSI = re.compile(r"\x1b(?:\[[0-9;:?]*[A-Za-z]|[()][0-9A-Za-z])")
 
 
 class NcclTestsError(InputError):

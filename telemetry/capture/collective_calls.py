@@ -641,12 +641,19 @@ class CallWrappers:
         return wrapper
 
     def attach_ddp(self, ddp_model) -> None:
-        """Route DDP's bucket all-reduces through the traced all_reduce, averaged as DDP does."""
+        """Route DDP's bucket all-reduces through the traced all_reduce, averaged as DDP does. A DDP that holds
+        this hook already (an earlier Telemetry's: a Trainer's second train(), a second Telemetry) keeps it, now
+        reporting to this tracer: DDP takes one hook, and that one is not the job's own."""
         from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
-        tracer = self
+        owner = getattr(ddp_model, DDP_HOOK_OWNER, None)
+        if isinstance(owner, list):
+            owner[0] = self
+            return
+        owner = [self]
 
         def hook(process_group, bucket):
+            tracer = owner[0]
             tracer._local.source = "ddp"
             try:
                 return allreduce_hook(process_group, bucket)
@@ -654,6 +661,10 @@ class CallWrappers:
                 tracer._local.source = None
 
         ddp_model.register_comm_hook(ddp_model.process_group, hook)
+        setattr(ddp_model, DDP_HOOK_OWNER, owner)
+
+
+DDP_HOOK_OWNER = "fabric_telemetry_hook_tracer"  # a DDP's attribute: [the tracer its hook reports to]
 
 
 def own_hook_reason(exc: Exception) -> str:

@@ -303,6 +303,7 @@ class EnergyMeter:
         self._t_last = clock()
         self._begun = False
         self._samples: list[list[float | None]] = []
+        self._stalled: dict[str, float] = {}  # device -> start of the intervals its counter has not advanced in
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = None
@@ -326,18 +327,20 @@ class EnergyMeter:
         self._begun = True
         self._last = self.source.energy_j()
         self._t_last = self.clock()
+        self._stalled = {}
         with self._lock:
             self._samples = []
 
     def step(self) -> dict:
         """Energy (J) and power (W) per device since the last call (or `begin`): power is the mean of the
         sampler's readings in the interval, or, with none in it (an interval shorter than the sampler's
-        period), the energy delta over the interval's duration."""
+        period), the energy delta over the interval's duration (over the time since the counter last advanced, where it
+        stood still in the intervals before: the delta holds their energy too)."""
         if self.reason is not None:
             return {"energy_j": None, "power_w": None, "reason": self.reason}
         now = self.source.energy_j()
         t_now = self.clock()
-        seconds, self._t_last = t_now - self._t_last, t_now
+        t_start, seconds, self._t_last = self._t_last, t_now - self._t_last, t_now
         wraps = self.source.wrap_j() if hasattr(self.source, "wrap_j") else [None] * len(now)
         energy, why = [], []
         for device, before, after, wrap in zip(self.source.devices(), self._last, now, wraps):
@@ -359,14 +362,16 @@ class EnergyMeter:
         power = []
         for i, device in enumerate(self.source.devices()):
             values = [s[i] for s in samples if i < len(s) and s[i] is not None]
+            stalled = self._stalled.pop(device, None)  # when the counter last advanced, if it has stood since
             if values:
                 power.append(sum(values) / len(values))
             elif energy[i] == 0 and seconds > 0:  # the counter's refresh period is longer than the interval
                 power.append(None)
+                self._stalled[device] = t_start if stalled is None else stalled
                 why.append(f"{device}: the energy counter did not advance in this {seconds * 1000:.1f} ms interval "
                            "and no power sample fell in it (the counter refreshes less often); its power is unknown")
-            elif energy[i] is not None and seconds > 0:
-                power.append(energy[i] / seconds)
+            elif energy[i] is not None and seconds > 0:  # after a stall the delta holds the stalled steps' energy too
+                power.append(energy[i] / (t_now - stalled if stalled is not None else seconds))
             else:
                 power.append(None)
         out = {"energy_j": dict(zip(self.source.devices(), energy)), "power_w": dict(zip(self.source.devices(), power))}

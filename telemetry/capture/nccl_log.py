@@ -113,8 +113,8 @@ _NET_ERROR = re.compile(r"NET/(\w+) ?: Got completion")
 _V4_GID = re.compile(r"(?:local|remote)Gids? ?::ffff:")
 # GPUDirect-TCPX warns from its own functions ("tcpxCommProgress(tcpxComm*):1231 NCCL WARN ..."): it was the network
 _TCPX_WARN = re.compile(r"\btcpx\w*\([^)]*\):\d+ NCCL WARN")
-# a terminal's colour codes ("\x1b[32m...\x1b[0m", a coloured launcher or log shipper) are not the log's text
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+# a terminal's colour codes ("\x1b[32m..\x1b[0m"; tput sgr0's "\x1b(B\x1b[m" picks a charset first): not the log's
+_ANSI = re.compile(r"\x1b(?:\[[0-9;:?]*[A-Za-z]|[()][0-9A-Za-z])")
 _RING_LISTING_MAX = 20  # NCCL prints at most this many ranks of a ring (graph/rings.cc MAXWIDTH): more are cut
 # Lines saying a network plugin (not NCCL's internal IB or Socket) was loaded
 _PLUGIN_SIGNS = ("Loaded net plugin", "P2P plugin ", "NET/OFI ", "Plugin Path :", "Using external Network")

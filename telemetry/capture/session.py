@@ -66,6 +66,26 @@ def _nan(v) -> float:
     return float("nan") if v is None else float(v)
 
 
+def cuda_device_in_use(local_rank: int) -> torch.device:
+    """The CUDA device this process computes on where it was not named: the current one (a framework's
+    torch.cuda.set_device); but where that is still the default 0 on a later local rank with a GPU of its own
+    (a script that moved its model with .to(local_rank) and never set the device), the local rank's, as torch's
+    barrier guesses a rank's device: GPU 0 would be every rank's on the host."""
+    current = torch.cuda.current_device()
+    if current == 0 and 0 < local_rank < torch.cuda.device_count():
+        return torch.device("cuda", local_rank)
+    return torch.device("cuda", current)
+
+
+def launcher_rank(environ, rank: int, world: int) -> tuple[int, int]:
+    """(rank, world) from a launcher's RANK and WORLD_SIZE (torchrun, Slurm scripts), else those given."""
+    try:
+        got_rank, got_world = int(environ["RANK"]), int(environ["WORLD_SIZE"])
+    except (KeyError, ValueError):
+        return rank, world
+    return (got_rank, got_world) if 0 <= got_rank < got_world else (rank, world)
+
+
 class Telemetry:
     def __init__(self, settings: TelemetrySettings | None = None, run_dir: str | None = None,
                  device: torch.device | None = None, nvml=None):
@@ -140,8 +160,10 @@ class Telemetry:
             return
         if dist.is_initialized():  # a framework may set the process group up after this was built (HF's Trainer)
             self.rank, self.world = dist.get_rank(), dist.get_world_size()
+        else:  # started before any group: the launcher's RANK/WORLD_SIZE, or every rank would write as rank 0
+            self.rank, self.world = launcher_rank(os.environ, self.rank, self.world)
         if not self._device_given and torch.cuda.is_available():  # as RunRecorder: the device the framework set
-            self.device = torch.device("cuda", torch.cuda.current_device())
+            self.device = cuda_device_in_use(self.local_rank)
         live_export.open_exporter(self.s, self.run_dir)  # open already, unless the loop skipped prepare_environment
         self._traced = trace
         if trace:

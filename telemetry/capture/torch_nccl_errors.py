@@ -21,7 +21,8 @@ from collections import Counter
 
 _TIMEOUT = re.compile(r"WorkNCCL\(SeqNum=(\d{1,18}), OpType=(\w+)[^)]*?Timeout\(ms\)=(\d{1,18})\)")
 _WATCHDOG_FAILURE = re.compile(r"detected by watchdog at work(?: sequence id)?: (\d{1,18})")
-_RANK = re.compile(r"\bRank (\d{1,9})\]")
+_RANK = re.compile(r"\bRank (\d{1,9})\]")  # torch's own: the rank inside the collective's process group
+_JOB_RANK = re.compile(r"\[rank(\d{1,9})\]:")  # torchrun's prefix: the job's rank (a subgroup's differ, pytorch#134006)
 # the error's name: up to its "(run with NCCL_DEBUG=INFO ...)" hint or the ", NCCL version" that follows it
 _NCCL_ERROR = re.compile(r"NCCL error in: \S+?:\d+, (.+?)(?: \(run with|, NCCL version|$)")
 _SIGNS = ("WorkNCCL(", "atchdog", "CCL error in: ")  # (nccl_log.py tests the same three inline, once a line)
@@ -43,7 +44,7 @@ class TorchErrors:
         self.errors: Counter = Counter()
 
     def add(self, line: str) -> None:
-        rank = _RANK.search(line)
+        rank = _JOB_RANK.search(line) or _RANK.search(line)
         ranks = {int(rank.group(1))} if rank else set()
         if m := _TIMEOUT.search(line):
             key = (int(m.group(1)), m.group(2), int(m.group(3)))
@@ -65,7 +66,8 @@ class TorchErrors:
         """None where the log has none of these lines; else how many lines, each timed-out collective (torch's
         sequence number, op type, timeout) with the ranks that named it, the work sequence numbers the watchdog
         reported failed, and each NCCL error torch raised with how often it was printed. A line that names no rank
-        (an exception's `what():` may not) adds none: the ranks are those the lines name, not the world."""
+        (an exception's `what():` may not) adds none: the ranks are those the lines name, not the world; the job's
+        rank where torchrun's `[rankN]:` prefix gives it, else torch's own (its process group's rank)."""
         if not self.lines:
             return None
         return {"lines": self.lines,

@@ -74,14 +74,15 @@ def attach_ddp_wrapper(telemetry: Telemetry, model) -> str | None:
         return None
     else:
         wrappers = [o for o in gc.get_objects() if isinstance(o, ddp_type) and getattr(o, "module", None) is model]
-    for ddp in wrappers:
+    reason = None
+    for ddp in wrappers:  # every one: a wrapper with the job's own hook leaves the next one to attach
         try:
             telemetry.attach_ddp(ddp)
         except RuntimeError as exc:  # register_comm_hook may be called once: the job's own hook stays
-            reason = own_hook_reason(exc)
-            warnings.warn(reason, stacklevel=2)
-            return reason
-    return None
+            if reason is None:
+                reason = own_hook_reason(exc)
+                warnings.warn(reason, stacklevel=2)
+    return reason
 
 
 def hf_callback(telemetry: Telemetry, metrics_path: str | None = None):

@@ -39,7 +39,7 @@ from telemetry.capture.collectives import harness_traffic, set_host_map
 from telemetry.capture.counters import merge_verdicts
 from telemetry.capture.environment import redact_text, redacted_env, software_versions
 from telemetry.capture.hooks import Hooks
-from telemetry.capture.session import Telemetry, TelemetrySettings
+from telemetry.capture.session import Telemetry, TelemetrySettings, cuda_device_in_use
 from telemetry.rundir import RunDir, RunKey, StepKey, now_iso
 
 _ACTIVE: set[str] = set()  # run directories a recorder of this process is writing
@@ -193,7 +193,7 @@ class RunRecorder(Hooks):
         if not self.opened:
             return
         if device is None:
-            device = (torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available()
+            device = (cuda_device_in_use(int(os.environ.get("LOCAL_RANK", "0"))) if torch.cuda.is_available()
                       else torch.device("cpu"))
         # the harness chose its backend (it may name one per device type); an engine's is read back
         backend = self.backend if self.harness or not dist.is_initialized() else dist.get_backend()

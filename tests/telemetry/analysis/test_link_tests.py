@@ -400,5 +400,7 @@ def test_every_real_perftest_output_reads_the_same_with_a_terminals_colour_codes
             continue
         coloured = "\n".join(f"\x1b[32m{line}\x1b[0m" for line in text.splitlines())
         assert lt.parse_perftest(coloured) == plain, name
+        tput = "\n".join(f"\x1b[32m{line}\x1b(B\x1b[m" for line in text.splitlines())  # `tput sgr0`: ESC ( B ESC [ m
+        assert lt.parse_perftest(tput) == plain, name
         read_any += 1
     assert read_any >= 20

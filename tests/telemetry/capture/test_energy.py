@@ -377,6 +377,38 @@ def test_a_session_without_a_device_meters_the_cuda_device_in_use(monkeypatch, g
         tel.close()
 
 
+@pytest.mark.parametrize("local_rank, current, count, expected", [
+    (1, 0, 2, 1),  # the device never set (a script that moves its model with .to(local_rank)): the local rank's
+    (1, 1, 2, 1),  # set by the framework
+    (1, 0, 1, 0),  # one visible GPU per process (CUDA_VISIBLE_DEVICES): the only one
+    (0, 0, 2, 0),
+    (3, 0, 2, 0),  # more local ranks than GPUs: no GPU of its own to guess; the current one
+])
+def test_a_session_without_a_device_meters_its_local_ranks_gpu_where_none_was_set(monkeypatch, local_rank, current,
+                                                                                 count, expected):
+    """review65: a torchrun script that moves its model to cuda:LOCAL_RANK without torch.cuda.set_device (the
+    DDP tutorial's `model.to(rank)`) leaves every rank's current device at 0: every rank of a host metered GPU 0's
+    power and energy as its own. Where the current device is still 0 on a later local rank with a GPU of its own,
+    that GPU is metered (as torch's barrier guesses a rank's device)."""
+    import torch
+
+    from telemetry.capture import session
+    from telemetry.settings import TelemetrySettings
+
+    opened = []
+    monkeypatch.setenv("LOCAL_RANK", str(local_rank))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: current)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: count)
+    monkeypatch.setattr(session, "open_gpu_source", lambda index, nvml=None: opened.append(index) or Unavailable("gpu", "fake"))
+    tel = session.Telemetry(TelemetrySettings(interfaces=[], cross_rank_every=0), run_dir=None)
+    tel.start(trace=False)
+    try:
+        assert opened == [expected]
+    finally:
+        tel.close()
+
+
 def test_a_counter_that_did_not_advance_in_a_short_step_is_unknown_power_not_zero():
     """NVML's energy counter is refreshed every few milliseconds on some boards (~10 ms reported in
     gpuopenanalytics/pynvml#18): a step shorter than that, with no power sample inside it, can read a delta of
@@ -406,3 +438,33 @@ def test_a_counter_that_did_not_advance_in_a_short_step_is_unknown_power_not_zer
     assert "did not advance" in stalled["reason"] and "gpu0" in stalled["reason"]
     assert moved["energy_j"]["gpu0"] == pytest.approx(20.0, abs=1e-3) and moved["power_w"]["gpu0"] > 0
     assert "reason" not in moved
+
+
+def test_the_step_whose_delta_holds_a_stalled_counters_energy_reads_its_power_over_the_stall():
+    """review65: after steps whose counter did not advance (power null), the next delta holds their energy too;
+    divided by its own interval alone it read 2.5x the power (1000 W on a 400 W board: steps of 20 ms, a counter
+    refreshed every 50 ms). The power of such a delta is over the time since the counter last advanced."""
+    clock = Clock()
+    nvml = nvml_like(clock, lambda t: 400.0)
+    exact = nvml.nvmlDeviceGetTotalEnergyConsumption.side_effect
+
+    def refreshed_every_50_ms(handle):
+        now, clock.t = clock.t, int(round(clock.t * 1000)) // 50 * 50 / 1000
+        try:
+            return exact(handle)
+        finally:
+            clock.t = now
+
+    nvml.nvmlDeviceGetTotalEnergyConsumption.side_effect = refreshed_every_50_ms
+    meter = EnergyMeter(NvmlEnergy([0], nvml=nvml), sample_interval_s=3600, clock=clock)
+    clock.t = 1.0
+    meter.begin()
+    steps = []
+    for n in range(1, 51):  # 20 ms steps for a second
+        clock.t = 1.0 + n * 0.02
+        steps.append(meter.step())
+    meter.close()
+    powers = [s["power_w"]["gpu0"] for s in steps if s["power_w"]["gpu0"] is not None]
+    assert sum(s["energy_j"]["gpu0"] for s in steps) == pytest.approx(400.0, abs=1e-3)  # the total stays right
+    assert len(powers) == 20 and all(300 <= p <= 520 for p in powers), powers
+    assert sum(powers) / len(powers) == pytest.approx(400.0, rel=0.1)

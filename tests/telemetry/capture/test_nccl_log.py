@@ -514,7 +514,10 @@ def test_nccl_22_and_23_prefixes_and_socket_interface_lines():
 CHANGES = {"crlf": lambda line: line + "\r\n", "tabs": lambda line: line.replace("    ", "\t"),
            # a terminal's colour codes kept by a log shipper: around each line, and around a launcher's prefix
            "colour": lambda line: f"\x1b[32m{line}\x1b[0m",
-           "coloured-prefix": lambda line: f"\x1b[36m(RayWorkerWrapper pid=581, ip=10.0.0.1)\x1b[0m {line}"}
+           "coloured-prefix": lambda line: f"\x1b[36m(RayWorkerWrapper pid=581, ip=10.0.0.1)\x1b[0m {line}",
+           # review65: a script's `tput setaf 2` ... `tput sgr0` (xterm's sgr0 is ESC ( B ESC [ m: a character-set
+           # choice before the reset); its ESC ( B was left, and 'Using network IB' read as the network 'IB\x1b(B'
+           "tput": lambda line: f"\x1b[32m{line}\x1b(B\x1b[m"}
 
 
 @pytest.mark.parametrize("change", sorted(CHANGES))

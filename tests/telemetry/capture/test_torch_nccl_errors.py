@@ -66,3 +66,18 @@ def test_the_nccl_log_parser_reports_them_beside_nccls_own_warnings():
     out = parse_lines(["h1:1:2 [0] NCCL INFO NCCL version 2.21.5+cuda12.4", NEW, DIST])
     assert out["torch_errors"]["timeouts"][0]["seq"] == 808 and out["torch_errors"]["nccl_errors"][0]["count"] == 1
     assert out["warnings"] is None and parse_lines(["h1:1:2 [0] NCCL INFO NCCL version 2.21.5"])["torch_errors"] is None
+
+
+def test_a_subgroups_timeout_names_the_global_rank_of_torchruns_prefix():
+    """review65: torch's own prefix ('[Rank 0]', '[PG 2 Rank 0]') is the rank inside the timed-out collective's
+    process group; torchrun's '[rankN]:' prefix is the job's rank. On a subgroup they differ (pytorch#134006,
+    https://github.com/pytorch/pytorch/issues/134006: '[rank1]:[E820 11:47:24.169946254 ProcessGroupNCCL.cpp:607]
+    [Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, ...'), and the reader credited
+    global rank 1's timeout to rank 0. The job's rank is read where torchrun's prefix gives it."""
+    subgroup = NEW.replace("[Rank 1]", "[Rank 0]").replace("[rank1]", "[rank5]")  # group rank 0, job rank 5
+    assert _read(subgroup)["timeouts"][0]["ranks"] == [5]
+    failure = FAILURE.replace("[rank118]", "[rank3]").replace("Rank 118]", "Rank 1]")
+    assert _read(failure)["watchdog_failures"] == [{"seq": 2398459, "ranks": [3]}]
+    assert _read(OLD)["timeouts"][0]["ranks"] == [7]  # no torchrun prefix: torch's own rank
+    # a log viewer's line number before torchrun's prefix (LlamaFactory#7396) changes nothing
+    assert _read("[80747] " + subgroup)["timeouts"][0]["ranks"] == [5]

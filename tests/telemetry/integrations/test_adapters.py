@@ -139,3 +139,37 @@ def test_lightning_callback_counts_ddp_buckets(tmp_path):
     for rank in ranks:
         assert [r["step"] for r in rank["rows"]] == [1, 2, 3]
         assert all(r["comm"]["all_reduce"]["bytes"] == rank["param_bytes"] for r in rank["rows"])
+
+
+@pytest.mark.integration
+def test_hugging_face_trainer_trained_again_keeps_its_buckets_counted_without_an_own_hook_warning(tmp_path):
+    """review65: a second train() of the same Trainer (a notebook's, a second phase) with a fresh Telemetry found
+    the DDP still holding the first Telemetry's hook; DDP takes one, so the callback warned that 'the job's own
+    comm hook' carried the buckets, though the job registered none. The hook now reports to the newest Telemetry."""
+    ranks = _torchrun(tmp_path, "hf_ddp_job.py", "twice")
+    for r in range(2):
+        first, second = ranks[r], json.loads((tmp_path / f"rank{r}.second.json").read_text())
+        assert not first["warnings"] and not second["warnings"], second["warnings"]
+        assert [row["step"] for row in second["rows"]] == [1, 2, 3]
+        assert all(row["comm"]["all_reduce"]["bytes"] == second["param_bytes"] for row in second["rows"])
+
+
+@pytest.mark.integration
+def test_hugging_face_trainer_with_accumulation_and_evaluation_counts_one_bucket_reduce_a_step(tmp_path):
+    """review65 (a check that held): 2 micro-batches an optimizer step (the first under DDP's no_sync) and an
+    evaluation after every step: each step holds one all-reduce of every gradient and no evaluation traffic."""
+    for rank in _torchrun(tmp_path, "hf_ddp_job.py", "accum-eval"):
+        assert [r["step"] for r in rank["rows"]] == [1, 2, 3] and not rank["warnings"]
+        for r in rank["rows"]:
+            assert (r["comm"]["all_reduce"]["count"], r["comm"]["all_reduce"]["bytes"]) == (1, rank["param_bytes"])
+            assert set(r["comm"]) <= {"all_reduce", "broadcast"}  # DDP's buffers; no evaluation all_gather
+
+
+@pytest.mark.integration
+def test_hugging_face_trainer_with_torch_compile_counts_its_ddp_buckets(tmp_path):
+    """review65 (a check that held): torch_compile=True compiles the DDP wrapper (accelerate's dynamo plugin); the
+    wrapper found on the heap still takes the hook: one all-reduce of every gradient a step on every rank."""
+    for rank in _torchrun(tmp_path, "hf_ddp_job.py", "compile"):
+        assert [r["step"] for r in rank["rows"]] == [1, 2, 3] and not rank["warnings"]
+        assert all((r["comm"]["all_reduce"]["count"], r["comm"]["all_reduce"]["bytes"]) == (1, rank["param_bytes"])
+                   for r in rank["rows"])
