@@ -404,3 +404,28 @@ def test_every_real_perftest_output_reads_the_same_with_a_terminals_colour_codes
         assert lt.parse_perftest(tput) == plain, name
         read_any += 1
     assert read_any >= 20
+
+
+def test_send_bidirectional_eight_qps_roce_sweep_ending_at_a_code_fence():
+    """Thirteenth collection: `ib_send_bw -b --qp=8 -a --report_gbits -x 3` on RoCE (GID lines per QP), a 72-dash
+    line above the title and the table ended by the page's code fence, not perftest's dash line."""
+    r = lt.parse_perftest(read("perftest_send_bw_bidir_8qp_roce_gid3_a_gbits_fence_end.txt"))
+    assert (r["test"], r["kind"], r["device"], r["link_type"], r["connection"]) == (
+        "Send Bidirectional BW Test", "bandwidth", "mlx5_1", "Ethernet", "RC")
+    assert r["mtu"] == 4096 and r["qps"] == 8 and r["bidirectional"] is True and r["bw_unit"] == "Gb/sec"
+    assert [row["bytes"] for row in r["rows"]] == [2**k for k in range(1, 15)]
+    assert r["rows"][0] == {"bytes": 2, "iterations": 8000, "bw_peak_gbps": 0.120775, "bw_avg_gbps": 0.079737,
+                            "msg_rate_mpps": 4.983549}
+    assert r["rows"][-1] == {"bytes": 16384, "iterations": 8000, "bw_peak_gbps": 194.36, "bw_avg_gbps": 194.33,
+                             "msg_rate_mpps": 1.482599}
+
+
+def test_send_bidirectional_duration_run_server_table_first_in_a_c_comment():
+    """Thirteenth collection: server and client tables of `ib_send_bw -D5 -b` kept in a C comment; the first run
+    (the server's) is read, its unmeasured peak (0.00 under -D) is unknown, MB/sec becomes Gb/s."""
+    r = lt.parse_perftest(read("perftest_send_bw_bidir_duration_mb_server_then_client_in_c_comment.txt"))
+    assert r["test"] == "Send Bidirectional BW Test" and r["bidirectional"] is True and r["bw_unit"] == "MB/sec"
+    assert (r["device"], r["link_type"], r["qps"], r["mtu"]) == ("mlx5_0", "IB", 1, 4096)
+    (row,) = r["rows"]
+    assert row["bytes"] == 4096 and row["iterations"] == 8758300 and row["bw_peak_gbps"] is None
+    assert row["bw_avg_gbps"] == pytest.approx(11403.46 * 2**20 * 8 / 1e9) and row["msg_rate_mpps"] == 2.919285
