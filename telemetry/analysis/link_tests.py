@@ -152,11 +152,12 @@ def _said(text: str) -> str:
 
 
 def _int(value) -> int | None:
-    """A count from a setting; None for anything else (and for digits no count has: int() refuses 4,300 of them)."""
+    """A count from a setting; None for anything else (and for digits no count has: int() refuses 4,300 of them, and
+    str.isdigit() takes '²' for a digit that int() refuses)."""
     if isinstance(value, int) and not isinstance(value, bool):
         return value
     text = str(value or "").strip()
-    return int(text) if text.isdigit() and len(text) <= 18 else None
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= 18 else None
 
 
 def _mtu(value) -> int | None:

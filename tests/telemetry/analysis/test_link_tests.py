@@ -429,3 +429,12 @@ def test_send_bidirectional_duration_run_server_table_first_in_a_c_comment():
     (row,) = r["rows"]
     assert row["bytes"] == 4096 and row["iterations"] == 8758300 and row["bw_peak_gbps"] is None
     assert row["bw_avg_gbps"] == pytest.approx(11403.46 * 2**20 * 8 / 1e9) and row["msg_rate_mpps"] == 2.919285
+
+
+def test_a_qp_count_in_superscript_digits_is_unknown_not_a_crash():
+    """str.isdigit() is true for '²', which int() refuses: the fuzz run over the thirteenth collection's fixtures
+    raised ValueError out of parse_perftest on 'Number of qps   : ²'."""
+    text = read("perftest_send_bw_bidir_8qp_roce_gid3_a_gbits_fence_end.txt").replace(
+        "Number of qps   : 8", "Number of qps   : \u00b2")
+    r = lt.parse_perftest(text)
+    assert r["qps"] is None and len(r["rows"]) == 14
