@@ -111,7 +111,7 @@ def parse_perftest(text: str) -> dict:
                 continue
             if title is not None:
                 for part in _SETTINGS_SPLIT.split(line):
-                    if f := _field(part):
+                    for f in _fields(part):
                         settings.setdefault(*f)
             continue
         if line.strip().startswith("---") or (rows and line.lstrip().startswith("#bytes")):
@@ -142,6 +142,18 @@ def _field(part: str) -> tuple[str, str] | None:
     if not colon or not value or ":" in value or not _FIELD_NAME.fullmatch(name):
         return None
     return name, value
+
+
+def _fields(part: str) -> list[tuple[str, str]]:
+    """The settings in one part of a settings line: one, or two where a copy collapsed the blanks between perftest's
+    two columns to one ('Number of qps : 1 Transport type : IB'; the left column's values are one word; the left
+    setting is kept where its name is one: 'Dual-port' is not, 'Device' after it still is); none else."""
+    if f := _field(part):
+        return [f]
+    name, colon, value = part.partition(":")
+    first, _, rest = value.strip().partition(" ")
+    right = _field(rest) if colon and first else None
+    return [f for f in (_field(f"{name}:{first}"), right) if f] if right else []
 
 
 def _said(text: str) -> str:

@@ -438,3 +438,23 @@ def test_a_qp_count_in_superscript_digits_is_unknown_not_a_crash():
         "Number of qps   : 8", "Number of qps   : \u00b2")
     r = lt.parse_perftest(text)
     assert r["qps"] is None and len(r["rows"]) == 14
+
+
+def test_raw_ethernet_lat_with_blanks_collapsed_keeps_both_columns_of_settings():
+    """Thirteenth collection: `raw_ethernet_lat --server` copied from a web page with runs of blanks collapsed to one, so
+    'Dual-port : OFF Device : mlx5_1' is one part; device, QP count and the RawEth connection were null before."""
+    r = lt.parse_perftest(read("perftest_raw_ethernet_lat_server_rawEth_blanks_collapsed_double_spaced.txt"))
+    assert (r["test"], r["kind"], r["device"], r["connection"], r["qps"]) == (
+        "Send Latency Test", "latency", "mlx5_1", "RawEth", 1)
+    assert r["link_type"] == "Ethernet" and r["mtu"] == 1518 and r["bidirectional"] is False and r["bw_unit"] is None
+    assert r["rows"] == [{"bytes": 64, "iterations": 1000, "t_min_us": 0.81, "t_max_us": 2.58, "t_typical_us": 0.85,
+                          "t_avg_us": 0.85, "t_stdev_us": 0.06, "p99_us": 0.89, "p99_9_us": 2.58}]
+
+
+def test_collapsed_settings_take_no_value_with_a_colon_and_no_second_name():
+    """A MAC address or a GID is one word with colons in it, not two settings."""
+    text = ("                    Send BW Test\n Device : mlx5_0\n MAC attached : EC:0D:9A:C1:BA:61\n"
+            " GID: 00:00:00:00:00:00:00:00:00:00:255:255:10:22:116:220\n Number of qps : 2 Transport type : IB\n"
+            " #bytes #iterations BW peak[MB/sec] BW average[MB/sec] MsgRate[Mpps]\n 65536 1000 0.00 100.00 0.001600\n")
+    r = lt.parse_perftest(text)
+    assert r["device"] == "mlx5_0" and r["qps"] == 2 and r["connection"] is None
