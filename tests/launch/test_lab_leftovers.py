@@ -140,3 +140,25 @@ def test_a_parent_gone_before_prctl_still_stops_the_lab(monkeypatch):
 def test_the_parent_named_is_followed(monkeypatch):
     prctl, kills, sigterm = _stop_with(monkeypatch, str(os.getppid()), alive=True)
     assert prctl == [(1, int(sigterm))] and kills == []
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="prctl(PR_SET_PDEATHSIG) is Linux's")
+def test_a_stop_with_pid_of_a_live_grandparent_leaves_the_process_running(tmp_path):
+    """The variable inherited (this test's process is alive and not the child's parent): the child SIGTERMed itself."""
+    mark = tmp_path / "child"
+    child = subprocess.Popen([sys.executable, "-c", "import subprocess, sys; subprocess.run(sys.argv[1:])",
+                              sys.executable, "-c", CHILD, str(mark)], cwd=os.getcwd(),
+                             env={**os.environ, lab_leftovers.STOP_WITH: str(os.getpid())})
+    try:
+        for _ in range(300):
+            if (tmp_path / "child.ready").exists() or mark.exists():
+                break
+            time.sleep(0.1)
+        assert (tmp_path / "child.ready").exists() and not mark.exists()
+    finally:
+        child.kill()
+        child.wait()
+        grandchild = (tmp_path / "child.ready").read_text() if (tmp_path / "child.ready").exists() else ""
+        if grandchild.isdigit():
+            os.kill(int(grandchild), 9)
