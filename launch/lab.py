@@ -715,9 +715,11 @@ def main(argv: list[str] | None = None) -> int:
         raise Interrupted(signum)
     # a signal the lab was started ignoring stays ignored (nohup's SIGHUP, SIGINT of a background job)
     old = {s: signal.signal(s, stop) for s in STOP_SIGNALS if signal.getsignal(s) is not signal.SIG_IGN}
-    lab_leftovers.stop_with_parent()  # launch.evaluate's lab: stopped (and torn down) when the evaluation dies
     code = 1
     try:
+        # launch.evaluate's lab: stopped (and torn down) when the evaluation dies; inside the try, so an evaluation
+        # gone before this line ends the lab with the interrupted line, not an Interrupted traceback
+        lab_leftovers.stop_with_parent()
         with lab:
             say(_first_line(lab, args.nproc_per_node, output_dir))
             os.makedirs(output_dir, exist_ok=True)

@@ -18,6 +18,8 @@ import os
 import re
 import subprocess
 
+from trainer.runlock import pid_alive
+
 OWNER_MARK = "fabric-harness-lab"
 MARK = re.compile(rf"^{OWNER_MARK} pid=(\d+) start=(\d+) pidns=(\S+)$")
 
@@ -146,6 +148,11 @@ def stop_with_parent() -> None:
 
     parent = os.environ.get(STOP_WITH, "")
     if not parent.isdigit():
+        return
+    if os.getppid() != int(parent) and pid_alive(int(parent)):
+        # inherited from an outer environment (a shell under a lab's node, a script an evaluation runs): that
+        # process is not this one's parent. Following it, the lab SIGTERMed itself at start, and was bound to
+        # its real parent (a shell it should outlive under nohup)
         return
     try:
         ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM))  # 1: PR_SET_PDEATHSIG

@@ -37,6 +37,16 @@ def owner_key() -> str:
     return f"pid {os.getpid()} on {host_info()['hostname']}"
 
 
+def round_key() -> str | None:
+    """Equal for the ranks of one rendezvous round of a torchrun job (rank 0's agent publishes MASTER_ADDR:PORT to
+    every node), whatever each node's launch.torchrun was told of the rendezvous: nodes given `head:29400` and
+    `10.0.0.1:29400` are one job, and their owner_key differs. None outside torchrun."""
+    if "TORCHELASTIC_RUN_ID" not in os.environ:
+        return None
+    return (f"torchrun {os.environ['TORCHELASTIC_RUN_ID']} at {os.environ.get('MASTER_ADDR')}:"
+            f"{os.environ.get('MASTER_PORT')}")
+
+
 def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -56,6 +66,7 @@ class RunLock:
         self.path = os.path.join(run_dir, LOCK)
         self.rank = rank
         self.key = owner_key()
+        self.round = round_key()
         self.held = False
         self._stop = threading.Event()
 
@@ -93,16 +104,21 @@ class RunLock:
         fabric lab asks before it writes its lab.json there). `local_hosts`: other names of this host whose
         locks are judged by their pid (the lab's nodes, lab-nodeI, run here)."""
         data = self._read(local_hosts)
-        return self._problem(data) if data is not None and not data["stale"] and data.get("owner") != self.key else None
+        return self._problem(data) if data is not None and not data["stale"] and not self._ours(data) else None
+
+    def _ours(self, data: dict) -> bool:
+        """This job's lock: the same owner (any round of it), or the same rendezvous round under another spelling."""
+        return data.get("owner") == self.key or (self.round is not None and data.get("round") == self.round)
 
     def acquire(self) -> str | None:
         """None when this run may use the directory, else the one-line reason it may not."""
         data = self._read()
-        if data is not None and not data["stale"] and data.get("owner") != self.key:
+        if data is not None and not data["stale"] and not self._ours(data):
             return self._problem(data)
         if self.rank != 0:
             return None
-        mine = {"owner": self.key, "host": host_info()["hostname"], "pid": os.getpid(), "start_time": now_iso()}
+        mine = {"owner": self.key, "round": self.round, "host": host_info()["hostname"], "pid": os.getpid(),
+                "start_time": now_iso()}
         tmp = f"{self.path}.{os.getpid()}"
         with open(tmp, "w", encoding="utf-8") as f:
             json.dump(mine, f)
@@ -112,7 +128,7 @@ class RunLock:
             except FileExistsError:
                 os.remove(tmp)
                 data = self._read()
-                if data is not None and not data["stale"] and data.get("owner") != self.key:
+                if data is not None and not data["stale"] and not self._ours(data):
                     return self._problem(data)
                 return self.acquire()
             os.remove(tmp)

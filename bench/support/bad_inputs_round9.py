@@ -434,7 +434,8 @@ BY_DESIGN: dict[tuple[str, str], str] = {
     ("telemetry report", "steps-twice"): "a step written again (an engine's own resume appends from its checkpoint; "
                                          "two runs' lines in one file) counts once, its last line kept, the steps "
                                          "named in the report (it counted every step twice: steps 12)",
-    ("telemetry report", "steps-backwards"): "the lines are read in step order",
+    ("telemetry report", "steps-backwards"): "a step going back is a restart from there (a resume): the earlier "
+                                             "lines at or past it are left out and named (reversed: step 1 kept)",
     ("telemetry report", "ranks-symlink-loop"): "a ranks entry that is no directory holds no rank's files (round 8's "
                                                 "ranks-is-file)",
     ("telemetry report", "run-json-empty-object"): "run.json without fields: each field unknown, said so",

@@ -41,6 +41,7 @@ class Run:
     ranks: dict[int, list[dict]] = field(default_factory=dict)
     damaged: dict[str, list[int]] = field(default_factory=dict)  # file -> numbers of lines left out as damage
     repeated_steps: list[int] = field(default_factory=list)  # steps whose earlier lines a later one replaced
+    superseded_steps: list[int] = field(default_factory=list)  # an earlier attempt's, past the later one's last
 
     @property
     def name(self) -> str:
@@ -203,14 +204,14 @@ def load_run(path: str) -> Run:
             m = re.fullmatch(rf"rank(\d+)\.{re.escape(RANK_TELEMETRY)}", os.path.basename(p))
             if m:  # another file that happens to match the glob is not a rank's
                 bad: list[int] = []
-                ranks[int(m.group(1))] = read_jsonl(p, bad, _step)
+                ranks[int(m.group(1))] = _last_line_of_each_step(read_jsonl(p, bad, _step))[0]
                 if bad:
                     damaged[os.path.relpath(p, path)] = bad
         final = info.get(RunKey.FINAL) or {}
         rename_fields(final, RENAMED_UNITS)  # a sweep's avg_busbw per collective
         metrics_path = os.path.join(path, METRICS)
         bad = []
-        metrics, repeated = _last_line_of_each_step(read_jsonl(metrics_path, bad, _step))
+        metrics, repeated, superseded = _last_line_of_each_step(read_jsonl(metrics_path, bad, _step))
     except InputError as exc:  # a directory or FIFO where a rank file or metrics.jsonl goes
         raise RunError(str(exc)) from None
     if not metrics and _has_text(metrics_path):
@@ -219,7 +220,7 @@ def load_run(path: str) -> Run:
                        "writes (a truncated last line is skipped)")
     if bad:
         damaged[METRICS] = bad
-    return Run(path, info, metrics, ranks, damaged, repeated)
+    return Run(path, info, metrics, ranks, damaged, repeated, superseded)
 
 
 def _step(record: dict) -> bool:
@@ -228,14 +229,22 @@ def _step(record: dict) -> bool:
     return is_step_record(upgrade_record(record))
 
 
-def _last_line_of_each_step(rows: list[dict]) -> tuple[list[dict], list[int]]:
-    """The rows in step order, one per step: the last line written of a step written again (an engine's own resume
-    appends from its checkpoint, telemetry.integrations.recorder: its steps after that are written twice; two
-    runs' lines in one file), and the steps written more than once. Each was counted twice (steps 12 of 6)."""
-    last = {r[StepKey.STEP]: i for i, r in enumerate(rows)}
-    repeated = sorted({r[StepKey.STEP] for i, r in enumerate(rows) if last[r[StepKey.STEP]] != i})
-    kept = [r for i, r in enumerate(rows) if last[r[StepKey.STEP]] == i]
-    return sorted(kept, key=lambda r: r[StepKey.STEP]), repeated
+def _last_line_of_each_step(rows: list[dict]) -> tuple[list[dict], list[int], list[int]]:
+    """The rows of the last attempt, in step order, one per step, with the steps written more than once and the
+    steps left out. A step not after the line before is a restart from there (an engine's own resume appends from
+    its checkpoint, telemetry.integrations.recorder; our own resume appends to each rank's file; two runs' lines in
+    one file): every earlier line at or past it is the superseded attempt's, also those past the later attempt's
+    last step (a resumed attempt stopped again earlier: its model never reached them). Each was counted twice
+    (steps 12 of 6), and the last line of each step kept the superseded attempt's tail."""
+    kept, dropped, lowest = [], set(), None
+    for r in reversed(rows):  # a line stays when every later line is past it
+        if lowest is None or r[StepKey.STEP] < lowest:
+            kept.append(r)
+            lowest = r[StepKey.STEP]
+        else:
+            dropped.add(r[StepKey.STEP])
+    steps = {r[StepKey.STEP] for r in kept}
+    return kept[::-1], sorted(dropped & steps), sorted(dropped - steps)
 
 
 def damage_warning(run: Run) -> str | None:
@@ -243,6 +252,10 @@ def damage_warning(run: Run) -> str | None:
     written more than once, or None."""
     again = (f"steps written more than once (a resumed attempt, or two runs' lines in one file), the last line of each "
              f"kept: {_numbers(run.repeated_steps)}") if run.repeated_steps else None
+    if run.superseded_steps:
+        past = ("steps of an earlier attempt past the later attempt's last step, left out: "
+                f"{_numbers(run.superseded_steps)}")
+        again = f"{again}; {past}" if again else past
     if not run.damaged:
         return again
 

@@ -100,3 +100,65 @@ def test_a_lab_started_by_an_evaluation_is_stopped_when_the_evaluation_is_killed
         assert mark.read_text() == "SIGTERM"
     finally:
         parent.kill()
+
+
+class _Prctl:
+    def __init__(self):
+        self.calls = []
+
+    def prctl(self, *args):
+        self.calls.append(args)
+        return 0
+
+
+def _stop_with(monkeypatch, parent: str, alive: bool):
+    import ctypes
+    import signal
+
+    libc, kills = _Prctl(), []
+    monkeypatch.setattr(ctypes, "CDLL", lambda *a, **k: libc)
+    monkeypatch.setattr(lab_leftovers.os, "kill", lambda pid, sig: kills.append((pid, sig)))
+    monkeypatch.setattr(lab_leftovers, "pid_alive", lambda pid: alive)
+    monkeypatch.setenv(lab_leftovers.STOP_WITH, parent)
+    lab_leftovers.stop_with_parent()
+    return libc.calls, kills, signal.SIGTERM
+
+
+def test_a_stop_with_pid_inherited_from_elsewhere_is_not_followed(monkeypatch):
+    """FABRIC_HARNESS_STOP_WITH inherited from an outer environment (a shell under a lab's node or an evaluation, a
+    script an evaluation runs) names a live process that is not this one's parent: the lab SIGTERMed itself at start
+    with an Interrupted traceback, and bound itself to its real parent (a shell it should outlive, nohup)."""
+    prctl, kills, _ = _stop_with(monkeypatch, str(os.getpid()), alive=True)  # alive, and not the parent
+    assert prctl == [] and kills == []
+
+
+def test_a_parent_gone_before_prctl_still_stops_the_lab(monkeypatch):
+    prctl, kills, sigterm = _stop_with(monkeypatch, "4194304", alive=False)  # it died before the lab could follow it
+    assert prctl == [(1, int(sigterm))] and kills == [(os.getpid(), sigterm)]
+
+
+def test_the_parent_named_is_followed(monkeypatch):
+    prctl, kills, sigterm = _stop_with(monkeypatch, str(os.getppid()), alive=True)
+    assert prctl == [(1, int(sigterm))] and kills == []
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="prctl(PR_SET_PDEATHSIG) is Linux's")
+def test_a_stop_with_pid_of_a_live_grandparent_leaves_the_process_running(tmp_path):
+    """The variable inherited (this test's process is alive and not the child's parent): the child SIGTERMed itself."""
+    mark = tmp_path / "child"
+    child = subprocess.Popen([sys.executable, "-c", "import subprocess, sys; subprocess.run(sys.argv[1:])",
+                              sys.executable, "-c", CHILD, str(mark)], cwd=os.getcwd(),
+                             env={**os.environ, lab_leftovers.STOP_WITH: str(os.getpid())})
+    try:
+        for _ in range(300):
+            if (tmp_path / "child.ready").exists() or mark.exists():
+                break
+            time.sleep(0.1)
+        assert (tmp_path / "child.ready").exists() and not mark.exists()
+    finally:
+        child.kill()
+        child.wait()
+        grandchild = (tmp_path / "child.ready").read_text() if (tmp_path / "child.ready").exists() else ""
+        if grandchild.isdigit():
+            os.kill(int(grandchild), 9)

@@ -109,3 +109,24 @@ def test_a_later_rendezvous_round_of_the_same_job_is_the_same_owner(tmp_path, mo
     assert RunLock(str(tmp_path), 1).acquire() is not None
     monkeypatch.delenv("FABRIC_HARNESS_RDZV")  # plain torchrun: as before
     assert owner_key() == "torchrun other-job at job-master-0:45113"
+
+
+def test_nodes_naming_the_rendezvous_differently_are_one_job_in_one_round(tmp_path, monkeypatch):
+    """The owner became the rendezvous as each node's launch.torchrun was given it: a node started with
+    `--rdzv-endpoint head:29400` and one with `10.0.0.1:29400` (or `localhost:29400` on the head) are one job, but
+    the second's ranks read rank 0's lock as another live job's and exited 2 when rank 0 had written it first.
+    Ranks of one rendezvous round share MASTER_ADDR:MASTER_PORT (rank 0's agent publishes them): that is the job."""
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "4242")
+    monkeypatch.setenv("MASTER_ADDR", "head")
+    monkeypatch.setenv("MASTER_PORT", "41001")
+    monkeypatch.setenv("FABRIC_HARNESS_RDZV", "c10d localhost:29400 4242")
+    monkeypatch.setattr(runlock, "host_info", lambda: {"hostname": "head"})
+    zero = RunLock(str(tmp_path), 0)
+    assert zero.acquire() is None  # rank 0, on the head node
+    monkeypatch.setenv("FABRIC_HARNESS_RDZV", "c10d 10.0.0.1:29400 4242")  # another node's spelling
+    monkeypatch.setattr(runlock, "host_info", lambda: {"hostname": "node1"})
+    assert RunLock(str(tmp_path), 1).acquire() is None
+    monkeypatch.setenv("MASTER_PORT", "45113")  # another job (another round and rendezvous) stays refused
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "4343")
+    assert RunLock(str(tmp_path), 1).acquire() is not None
+    zero.release()

@@ -62,8 +62,38 @@ def test_a_step_written_again_counts_once_its_last_line_kept_and_named(tmp_path)
     assert [r.get("loss") for r in loaded.metrics][2:] == [9.0] * len(again)  # the later attempt's lines
     assert damage_warning(loaded) == ("steps written more than once (a resumed attempt, or two runs' lines in one "
                                       "file), the last line of each kept: " + ", ".join(map(str, steps[2:7])))
-    metrics.write_text("".join(reversed(lines)))  # steps going back: read in step order
-    assert [r["step"] for r in load_run(str(run)).metrics] == steps
+
+
+def test_a_resumed_attempt_that_stopped_earlier_drops_the_superseded_tail(tmp_path):
+    from telemetry.analysis.runs import damage_warning
+
+    # steps 1-6, resumed from step 2's checkpoint, stopped again after step 4: 5 and 6 were the superseded attempt's
+    # (the model the run left is at step 4), but the last line of each step kept them: 6 steps reported
+    run = recorded_run(tmp_path / "run", energy=False)
+    metrics = run / "metrics.jsonl"
+    lines = [x for x in metrics.read_text().splitlines(keepends=True) if x.endswith("\n")]
+    steps = [json.loads(x)["step"] for x in lines]
+    again = [json.dumps({**json.loads(x), "loss": 9.0}) + "\n" for x in lines[2:4]]
+    metrics.write_text("".join(lines + again))
+    loaded = load_run(str(run))
+    assert [r["step"] for r in loaded.metrics] == steps[:4]
+    assert [r.get("loss") for r in loaded.metrics][2:] == [9.0, 9.0] and loaded.repeated_steps == steps[2:4]
+    assert damage_warning(loaded).endswith("; steps of an earlier attempt past the later attempt's last step, left "
+                                           f"out: {steps[4]}, {steps[5]}")
+
+
+def test_a_rank_file_appended_by_a_resume_keeps_the_later_attempt(tmp_path):
+    # our own resume sets metrics.jsonl's lines past the checkpoint aside, but each rank appends to its telemetry
+    # file: the resumed steps were there twice (per-rank exports held each twice)
+    from telemetry.rundir import RANK_TELEMETRY, rank_file
+
+    run = recorded_run(tmp_path / "run", energy=False)
+    lines = [x for x in (run / "metrics.jsonl").read_text().splitlines(keepends=True) if x.endswith("\n")]
+    steps = [json.loads(x)["step"] for x in lines]
+    path = run / rank_file(1, RANK_TELEMETRY)
+    path.parent.mkdir(exist_ok=True)
+    path.write_text("".join(lines + lines[2:]))  # resumed from step 2's checkpoint, run to the end again
+    assert [r["step"] for r in load_run(str(run)).ranks[1]] == steps
 
 
 @pytest.mark.integration
