@@ -215,6 +215,22 @@ def nvml_like(clock: Clock, watts):
     return nvml
 
 
+def counter_refreshed_every_50_ms(clock, watts: float):
+    """A fake NVML board at constant power whose energy counter, like some boards', moves only every 50 ms."""
+    nvml = nvml_like(clock, lambda t: watts)
+    exact = nvml.nvmlDeviceGetTotalEnergyConsumption.side_effect
+
+    def refreshed(handle):
+        now, clock.t = clock.t, int(round(clock.t * 1000)) // 50 * 50 / 1000
+        try:
+            return exact(handle)
+        finally:
+            clock.t = now
+
+    nvml.nvmlDeviceGetTotalEnergyConsumption.side_effect = refreshed
+    return nvml
+
+
 def test_a_step_with_no_power_sample_gets_energy_over_its_duration():
     clock = Clock()
     nvml = nvml_like(clock, lambda t: 400.0)
@@ -415,17 +431,7 @@ def test_a_counter_that_did_not_advance_in_a_short_step_is_unknown_power_not_zer
     0 J. The step's power is then unknown with the reason, never 0 W; the energy delta itself stays (the next
     step's delta holds what this one's missed, so the run's total is right)."""
     clock = Clock()
-    nvml = nvml_like(clock, lambda t: 400.0)
-    exact = nvml.nvmlDeviceGetTotalEnergyConsumption.side_effect
-
-    def refreshed_every_50_ms(handle):
-        now, clock.t = clock.t, int(clock.t * 20) / 20
-        try:
-            return exact(handle)
-        finally:
-            clock.t = now
-
-    nvml.nvmlDeviceGetTotalEnergyConsumption.side_effect = refreshed_every_50_ms
+    nvml = counter_refreshed_every_50_ms(clock, 400.0)
     meter = EnergyMeter(NvmlEnergy([0], nvml=nvml), sample_interval_s=3600, clock=clock)
     clock.t = 1.0
     meter.begin()
@@ -445,17 +451,7 @@ def test_the_step_whose_delta_holds_a_stalled_counters_energy_reads_its_power_ov
     divided by its own interval alone it read 2.5x the power (1000 W on a 400 W board: steps of 20 ms, a counter
     refreshed every 50 ms). The power of such a delta is over the time since the counter last advanced."""
     clock = Clock()
-    nvml = nvml_like(clock, lambda t: 400.0)
-    exact = nvml.nvmlDeviceGetTotalEnergyConsumption.side_effect
-
-    def refreshed_every_50_ms(handle):
-        now, clock.t = clock.t, int(round(clock.t * 1000)) // 50 * 50 / 1000
-        try:
-            return exact(handle)
-        finally:
-            clock.t = now
-
-    nvml.nvmlDeviceGetTotalEnergyConsumption.side_effect = refreshed_every_50_ms
+    nvml = counter_refreshed_every_50_ms(clock, 400.0)
     meter = EnergyMeter(NvmlEnergy([0], nvml=nvml), sample_interval_s=3600, clock=clock)
     clock.t = 1.0
     meter.begin()
