@@ -21,8 +21,14 @@ def record_for_lost_rank0(run_json: str, error: str) -> bool:
             info = json.load(f)
         if not isinstance(info, dict) or info.get(RunKey.STATUS) != "running":
             return False
+        end = now_iso()
         info.update({RunKey.STATUS: "failed", RunKey.EXIT_CODE: 1, RunKey.ERROR: redact_text(error),
-                     RunKey.END_TIME: now_iso()})
+                     RunKey.END_TIME: end})
+        if info.get(RunKey.ATTEMPT) is not None:  # rank 0 would have added its attempt's record: a resume lists it
+            attempts = info.get(RunKey.ATTEMPTS)
+            info[RunKey.ATTEMPTS] = (attempts if isinstance(attempts, list) else []) + [
+                {RunKey.ATTEMPT: info[RunKey.ATTEMPT], RunKey.START_TIME: info.get(RunKey.START_TIME),
+                 RunKey.END_TIME: end, RunKey.STATUS: "failed"}]
         write_json_atomic(run_json, info)
     except (OSError, ValueError):
         return False

@@ -181,7 +181,8 @@ def lab_command(ev: Evaluation, run: PlannedRun) -> list[str]:
 # Run on every node of a Slurm step (as launch/slurm/train.sbatch's task body, for a step of an allocation):
 # the step's first node hosts the rendezvous at the address slurmd reaches it at.
 SLURM_STEP_BODY = r'''set -euo pipefail
-HEAD=$(scontrol show hostnames "$SLURM_STEP_NODELIST" | head -n 1)
+HOSTS=$(scontrol show hostnames "$SLURM_STEP_NODELIST")
+HEAD=${HOSTS%%$'\n'*}  # no `| head`: under pipefail scontrol's SIGPIPE (exit 141) would end the step
 HEAD_ADDR=$(scontrol show node "$HEAD" | grep -o 'NodeAddr=[^ ]*' | head -n 1 | cut -d= -f2 || true)
 ADDR=${HEAD_ADDR:-$HEAD}
 [[ $ADDR == *:* && $ADDR != \[* ]] && ADDR="[$ADDR]"  # IPv6: torchrun tells address from port by the brackets

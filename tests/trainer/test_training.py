@@ -154,9 +154,13 @@ def test_killed_run_keeps_its_steps_and_resume_equals_an_uninterrupted_run(tmp_p
     crashed = run_cli(out, *FAST, "train.save_every=3", nproc=2,
                       env={"FABRIC_HARNESS_CRASH_AFTER_STEP": "4"})
     assert crashed.returncode != 0
-    # the killed job left every completed step readable, and run.json says it never closed
+    # the killed job left every completed step readable; the surviving rank records rank 0's loss (unless torchrun
+    # tore it down first: then run.json says the attempt never closed)
     assert [r["step"] for r in crashed.metrics()] == [1, 2, 3, 4]
-    assert crashed.run_json()["status"] == "running"
+    killed = crashed.run_json()
+    assert killed["status"] == "running" or (killed["status"] == "failed" and killed["error"].startswith("rank 0 (")), \
+        killed
+    first = "failed" if killed["status"] == "failed" else "died"
     resumed = run_cli(out, *FAST, "train.save_every=3", nproc=2)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resumed from" in resumed.stdout and "at step 3" in resumed.stdout
@@ -164,7 +168,7 @@ def test_killed_run_keeps_its_steps_and_resume_equals_an_uninterrupted_run(tmp_p
     straight = run_cli(tmp_path / "straight", *FAST, nproc=2)
     assert resumed.losses() == straight.losses()  # bit-identical: data position and RNG restored
     info = resumed.run_json()
-    assert [a["status"] for a in info["attempts"]] == ["died", "completed"]
+    assert [a["status"] for a in info["attempts"]] == [first, "completed"]
     assert (out / "logs" / "metrics.before-resume-1.jsonl").exists()  # nothing recorded is lost
     # the same command again has nothing left to do: the run's final loss and counter verdict stay
     again = run_cli(out, *FAST, "train.save_every=3", nproc=2)
