@@ -259,10 +259,7 @@ def damage_warning(run: Run) -> str | None:
     if not run.damaged:
         return again
 
-    def lines(nums: list[int]) -> str:
-        shown = ", ".join(str(n) for n in nums[:5])
-        return f"line{'s' if len(nums) > 1 else ''} {shown}{f' and {len(nums) - 5} more' if len(nums) > 5 else ''}"
-    parts = [f"{name} {lines(nums)}" for name, nums in sorted(run.damaged.items())]
+    parts = [f"{name} line{'s' if len(nums) > 1 else ''} {_numbers(nums)}" for name, nums in sorted(run.damaged.items())]
     damage = f"left out as damaged (not one JSON step record each): {'; '.join(parts)}"
     return f"{damage}; {again}" if again else damage
 
