@@ -45,20 +45,20 @@ def nodac(*argv: str) -> list[str]:
     return ["bash", "-c", NODAC, "{python}", *argv]
 
 
-def leak_check(directory: str, *argv: str) -> list[str]:
-    """Run `python -m argv...`, then fail (exit 9, one line) when SECRET reached any file under `directory`."""
-    script = ('"$0" -m "$@"; rc=$?; if grep -rqs ' + SECRET + ' "' + directory + '"; then echo "error: the secret '
+def leak_check(directory: str, *argv: str, secret: str = SECRET) -> list[str]:
+    """Run `python -m argv...`, then fail (exit 9, one line) when `secret` reached any file under `directory`."""
+    script = ('"$0" -m "$@"; rc=$?; if grep -rqs ' + secret + ' "' + directory + '"; then echo "error: the secret '
               'reached a file under ' + directory + '" >&2; exit 9; fi; exit $rc')
     return ["bash", "-c", script, "{python}", *argv]
 
 
-def _tiny(repo: Path) -> str:
+def tiny_text(repo: Path) -> str:
     """The tiny recipe with its assets named absolutely, so a copy of it elsewhere still finds them."""
     return (repo / TINY).read_text().replace(" assets/", f" {repo}/recipes/assets/")
 
 
 def _recipes(root: Path, repo: Path) -> None:
-    text = _tiny(repo)
+    text = tiny_text(repo)
     lines = {
         "recursive-map": text.replace("lora:\n  r: 8\n", "lora: &l\n  r: 8\n  again: *l\n"),
         "recursive-list": text.replace("  target_modules: [q_proj", "  target_modules: &t [*t, q_proj"),

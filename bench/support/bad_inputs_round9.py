@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from bench.support import bad_inputs_round8 as round8
 from bench.support.recorded_runs import write_run
 
 TINY = "recipes/tiny_llama_lora.yaml"
@@ -40,18 +41,12 @@ def RUN(name: str) -> list[str]:  # noqa: N802 - reads as the DRY beside it
 
 
 def leak_check(directory: str, *argv: str) -> list[str]:
-    """Run `python -m argv...`, then fail (exit 9, one line) when SECRET reached any file under `directory`."""
-    script = ('"$0" -m "$@"; rc=$?; if grep -rqs ' + SECRET + ' "' + directory + '"; then echo "error: the secret '
-              'reached a file under ' + directory + '" >&2; exit 9; fi; exit $rc')
-    return ["bash", "-c", script, "{python}", *argv]
-
-
-def _tiny(repo: Path) -> str:
-    return (repo / TINY).read_text().replace(" assets/", f" {repo}/recipes/assets/")
+    """Round 8's check with this round's SECRET."""
+    return round8.leak_check(directory, *argv, secret=SECRET)
 
 
 def _recipes(root: Path, repo: Path) -> None:
-    text = _tiny(repo)
+    text = round8.tiny_text(repo)
     bodies = {
         "str-tag": text.replace("max_steps: 60", "max_steps: !!str 60"),
         "float-tag": text.replace("max_steps: 60", "max_steps: !!float 60"),
